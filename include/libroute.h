@@ -1,0 +1,11 @@
+/* libroute: the routing brain for LLM inference gateways.
+ * Umbrella header: includes every stable public header, nothing else. */
+#ifndef LIBROUTE_H
+#define LIBROUTE_H
+
+#include "libroute/lr_common.h"
+#include "libroute/lr_index.h"
+#include "libroute/lr_ring.h"
+#include "libroute/lr_text.h"
+
+#endif /* LIBROUTE_H */

@@ -1,0 +1,391 @@
+/** @file
+ * lr_index: the block-aligned prefix index. It knows which engine instance
+ * holds which token prefix in its KV cache.
+ *
+ * A prompt is cut into blocks of B tokens (B = block_tokens, 16 by default).
+ * Block d's key is a 64-bit XXH3 hash of its tokens seeded with block d-1's
+ * key; block 0 is seeded with a key derived from the tenant salt. One key
+ * therefore names the whole prefix up to and including its block, and two
+ * tenants never share a key. Keys are a pure function of (B, tokens, salt),
+ * stable across processes and releases (see lr_block_keys()).
+ *
+ * The index holds *block routes*: (prefix key, instance) pairs. An instance
+ * that holds a prefix of d blocks holds every shorter prefix of it too, and
+ * the index never breaks that rule, not even when it evicts, so a match can
+ * binary-search over the prompt's keys instead of probing every block.
+ *
+ * Routes come from three sources:
+ * - lr_index_learn(): the gateway's own routing ("instance X will now hold
+ *   this prompt"), trust LOCAL, or REMOTE when another replica told it;
+ * - engine KV-cache events (precise mode): lr_index_kv_stored(),
+ *   lr_index_kv_removed(), lr_index_kv_cleared();
+ * - deltas exported by another gateway replica (lr_index_import_delta()),
+ *   recorded as REMOTE.
+ *
+ * Memory is bounded by capacity_blocks routes. When full, the least
+ * recently used routes go first, REMOTE before LOCAL, always from the deep
+ * end of a prefix so that no hole appears. An eviction trims a prefix back
+ * to the nearest anchor: a boundary the host named when it learned (a
+ * message end), a fork shared with another prefix, or an engine block
+ * boundary. Routes unused for ttl_ns (host time) expire.
+ *
+ * Example:
+ *   lr_index *idx;
+ *   lr_index_options o = LR_INDEX_OPTIONS_INIT;
+ *   o.capacity_blocks = 1u << 20;
+ *   if (lr_index_create(&o, &idx) != LR_OK) ...
+ *   lr_prompt p = LR_PROMPT_INIT;
+ *   p.tokens = toks; p.n_tokens = n;
+ *   lr_index_learn(idx, &p, instance_id, LR_TRUST_LOCAL, now_ns);
+ *   lr_index_hit hits[64];
+ *   lr_index_match_result m = LR_INDEX_MATCH_RESULT_INIT;
+ *   m.hits = hits; m.hits_capacity = 64;
+ *   lr_index_match(idx, &p, now_ns, 0, &m);
+ *   // hits[0..m.n_hits) : instances with a cached prefix, deepest first
+ *   lr_index_destroy(idx);
+ *
+ * Thread safety: one thread at a time per index. Callers may move an index
+ * between threads but must not share it without a lock. lr_block_keys() is
+ * reentrant.
+ */
+#ifndef LIBROUTE_LR_INDEX_H
+#define LIBROUTE_LR_INDEX_H
+
+#include "lr_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lr_index lr_index; /* opaque */
+
+/** Trust of a route: what the gateway saw itself (LOCAL) or was told by a
+ * peer replica (REMOTE). Under memory pressure REMOTE routes go first.
+ * Stored in int32_t fields. @since 0.1 */
+typedef enum lr_trust {
+    LR_TRUST_LOCAL = 0,
+    LR_TRUST_REMOTE = 1
+} lr_trust;
+
+/** Largest prompt the index accepts, in tokens; longer ones are LR_EINVAL.
+ * @since 0.1 */
+#define LR_INDEX_MAX_TOKENS (1u << 26)
+/** Largest block size in tokens. @since 0.1 */
+#define LR_INDEX_MAX_BLOCK_TOKENS 4096u
+/** Largest capacity_blocks. @since 0.1 */
+#define LR_INDEX_MAX_CAPACITY (1ull << 31)
+/** Largest max_instances. @since 0.1 */
+#define LR_INDEX_MAX_INSTANCES 65536u
+/** Instance id reserved as "none"; never a valid instance. @since 0.1 */
+#define LR_INSTANCE_NONE UINT32_MAX
+
+/** Options fixed at creation. Size-prefixed: set struct_size (the INIT
+ * macro or lr_index_options_init() does). Zero in a numeric field means the
+ * default. @since 0.1 */
+typedef struct lr_index_options {
+    size_t struct_size;
+    /** Borrowed for the call and copied; NULL means libc. */
+    const lr_allocator *allocator;
+    /** Seed of the in-process hash tables (defence against hash flooding).
+     * Does not affect block keys, which are the same in every process. */
+    uint64_t seed;
+    /** Most block routes held at once; default 1048576, at most
+     * LR_INDEX_MAX_CAPACITY. Memory grows with use up to this bound. */
+    uint64_t capacity_blocks;
+    /** Routes unused this long (host nanoseconds) expire; default 3600 s;
+     * UINT64_MAX means never. Resolution is 2^24 ns (about 16.8 ms). */
+    uint64_t ttl_ns;
+    /** Tokens per block; default 16, at most LR_INDEX_MAX_BLOCK_TOKENS. */
+    uint32_t block_tokens;
+    /** Distinct instance ids the index will track; default 1024, at most
+     * LR_INDEX_MAX_INSTANCES. */
+    uint32_t max_instances;
+    /** LOCAL learns remembered for lr_index_export_delta(); default 4096;
+     * UINT32_MAX disables the journal (every export is then full). */
+    uint32_t journal_capacity;
+    /** Engine-hash entries kept for precise mode, over all instances;
+     * default capacity_blocks. */
+    uint64_t engine_map_capacity;
+    /* v1 ends here; fields are only ever appended. */
+} lr_index_options;
+
+#define LR_INDEX_OPTIONS_SIZE_V1 \
+    (offsetof(lr_index_options, engine_map_capacity) + sizeof(uint64_t))
+#ifndef __cplusplus
+#define LR_INDEX_OPTIONS_INIT { .struct_size = sizeof(lr_index_options) }
+#endif
+
+/** Fill `opt` with defaults and set struct_size. Never fails on non-NULL.
+ * @since 0.1 */
+LR_API void lr_index_options_init(lr_index_options *opt);
+
+/** Create an index.
+ * @param opt  borrowed; NULL means all defaults.
+ * @param out  out: the new index, or NULL on failure.
+ * @return LR_OK; LR_EINVAL (NULL out, option out of range); LR_EVERSION
+ *   (struct_size smaller than LR_INDEX_OPTIONS_SIZE_V1); LR_ENOMEM.
+ * Thread safety: reentrant. @since 0.1 */
+LR_API lr_status lr_index_create(const lr_index_options *opt, lr_index **out);
+
+/** Destroy an index and everything it holds. NULL is a no-op. @since 0.1 */
+LR_API void lr_index_destroy(lr_index *idx);
+
+/* ---- keys ------------------------------------------------------------------ */
+
+/** Compute the chained block keys of a token sequence: keys[d] names the
+ * prefix made of blocks 0..d. Only complete blocks get a key.
+ *
+ * key[-1] = XXH3_64bits_withSeed(salt as 8 little-endian bytes,
+ *                                0x4c52544e414e5431 "LRTNANT1")
+ * key[d]  = XXH3_64bits_withSeed(tokens of block d as little-endian uint32,
+ *                                key[d-1] ^ 0x4c52424c4f434b31 "LRBLOCK1")
+ *
+ * @param block_tokens  1..LR_INDEX_MAX_BLOCK_TOKENS.
+ * @param tokens        borrowed; may be NULL when n_tokens is 0.
+ * @param keys          out, capacity entries; may be NULL to ask the size.
+ * @param n_keys        out: floor(n_tokens / block_tokens).
+ * @return LR_OK; LR_EINVAL; LR_EBUFSIZE when capacity < *n_keys (nothing
+ *   written).
+ * Thread safety: reentrant. @since 0.1 */
+LR_API lr_status lr_block_keys(uint32_t block_tokens, const uint32_t *tokens,
+                               size_t n_tokens, uint64_t tenant_salt,
+                               uint64_t *keys, size_t capacity,
+                               size_t *n_keys);
+
+/* ---- prompts --------------------------------------------------------------- */
+
+/** A prompt as the index sees it. Everything is borrowed for the call.
+ * @since 0.1 */
+typedef struct lr_prompt {
+    size_t struct_size;
+    /** Token ids; may be NULL when keys is given. */
+    const uint32_t *tokens;
+    /** Prompt length in tokens; at most LR_INDEX_MAX_TOKENS. */
+    size_t n_tokens;
+    /** Message ends as token offsets, ascending, each <= n_tokens; each is
+     * aligned down to a block. Used by learn; ignored by match. */
+    const uint32_t *boundaries;
+    size_t n_boundaries;
+    /** Enters every key: prefixes of different tenants never match. */
+    uint64_t tenant_salt;
+    /** Optional precomputed keys from lr_block_keys() (same block size and
+     * salt). When set, tokens is not read and n_keys must equal
+     * n_tokens / block_tokens: a host routes and learns one prompt while
+     * hashing it once. */
+    const uint64_t *keys;
+    size_t n_keys;
+    /* v1 ends here */
+} lr_prompt;
+
+#define LR_PROMPT_SIZE_V1 (offsetof(lr_prompt, n_keys) + sizeof(size_t))
+#ifndef __cplusplus
+#define LR_PROMPT_INIT { .struct_size = sizeof(lr_prompt) }
+#endif
+/** Zero `p` and set struct_size. Never fails on non-NULL. @since 0.1 */
+LR_API void lr_prompt_init(lr_prompt *p);
+
+/* ---- learn and match ------------------------------------------------------- */
+
+/** Record that `instance` now holds the prompt: the prefix at each boundary
+ * (aligned down to a block) and at the full length (also aligned down).
+ * Boundaries become eviction anchors. Already-held blocks are refreshed;
+ * a LOCAL learn upgrades REMOTE routes on the path. If the prompt has more
+ * blocks than capacity_blocks, only the first capacity_blocks are learned.
+ * Cost: O(prompt length) hashing plus O(new blocks).
+ * @param instance  host-chosen id, any value but LR_INSTANCE_NONE.
+ * @param trust     LR_TRUST_LOCAL (journaled for export) or LR_TRUST_REMOTE.
+ * @return LR_OK; LR_EINVAL (NULL, bad boundaries, absurd length, bad trust);
+ *   LR_EVERSION; LR_ELIMIT (max_instances distinct ids already tracked);
+ *   LR_ENOMEM. On failure the index is unchanged.
+ * @since 0.1 */
+LR_API lr_status lr_index_learn(lr_index *idx, const lr_prompt *prompt,
+                                uint32_t instance, int32_t trust,
+                                uint64_t now_ns);
+
+/** One instance's cached prefix for a prompt. @since 0.1 */
+typedef struct lr_index_hit {
+    uint32_t instance;
+    /** Leading tokens cached there, a multiple of block_tokens, > 0. */
+    uint32_t tokens;
+} lr_index_hit;
+
+/** Result of a match. The caller provides the hits buffer. @since 0.1 */
+typedef struct lr_index_match_result {
+    size_t struct_size;
+    /** Caller buffer; may be NULL when hits_capacity is 0. */
+    lr_index_hit *hits;
+    size_t hits_capacity;
+    /** Out: instances with a non-zero match, sorted by tokens descending,
+     * then instance ascending. When n_hits > hits_capacity the call returns
+     * LR_EBUFSIZE, writes no hit and touches nothing. */
+    size_t n_hits;
+    /** Out: the deepest match over all instances, in tokens. */
+    uint64_t deepest_tokens;
+    /** Out: complete blocks in the prompt. */
+    uint64_t prompt_blocks;
+    /* v1 ends here */
+} lr_index_match_result;
+
+#define LR_INDEX_MATCH_RESULT_SIZE_V1 \
+    (offsetof(lr_index_match_result, prompt_blocks) + sizeof(uint64_t))
+#ifndef __cplusplus
+#define LR_INDEX_MATCH_RESULT_INIT \
+    { .struct_size = sizeof(lr_index_match_result) }
+#endif
+/** Zero `r` and set struct_size. Never fails on non-NULL. @since 0.1 */
+LR_API void lr_index_match_result_init(lr_index_match_result *r);
+
+/** lr_index_match() flag: do not refresh the matched routes' recency (a dry
+ * run). Expired routes are still dropped. @since 0.1 */
+#define LR_MATCH_NO_TOUCH 1u
+
+/** For every instance, the longest block-aligned prefix of the prompt it
+ * holds. Hashing is O(prompt length); lookups are a binary search over the
+ * prompt's keys, about log2(blocks) probes per distinct match depth.
+ * Matched routes are refreshed (least recently used goes first on eviction)
+ * unless flags has LR_MATCH_NO_TOUCH. Expired routes are dropped first.
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_EBUFSIZE (n_hits says how many
+ *   are needed; the index is unchanged apart from expiry).
+ * @since 0.1 */
+LR_API lr_status lr_index_match(lr_index *idx, const lr_prompt *prompt,
+                                uint64_t now_ns, uint32_t flags,
+                                lr_index_match_result *result);
+
+/** Drop every route of an instance and forget its id (and its engine-hash
+ * map). O(routes held).
+ * @return LR_OK; LR_ENOENT when the index never saw the id. @since 0.1 */
+LR_API lr_status lr_index_remove_instance(lr_index *idx, uint32_t instance);
+
+/** Drop every route whose recency is older than now_ns - ttl_ns. Match and
+ * learn do this too; a host with idle periods may call it from a timer.
+ * Never fails on a non-NULL index. @since 0.1 */
+LR_API void lr_index_expire(lr_index *idx, uint64_t now_ns);
+
+/* ---- precise mode: engine KV-cache events ---------------------------------- */
+
+/** An engine's BlockStored event (vLLM schema): `n_blocks` engine blocks
+ * of `block_size` tokens each, chained on `parent_hash` when has_parent.
+ * The index recomputes its own keys from the token ids and remembers engine
+ * hash -> key so later removals resolve. block_size must be a multiple of
+ * the index's block_tokens (one engine block then spans several index
+ * blocks); other sizes are LR_ENOTSUP. @since 0.1 */
+typedef struct lr_kv_stored {
+    size_t struct_size;
+    const uint64_t *block_hashes; /* n_blocks engine hashes, borrowed */
+    size_t n_blocks;
+    uint64_t parent_hash;         /* engine hash of the block before */
+    int32_t has_parent;           /* 0: the first block starts the prompt */
+    uint32_t block_size;          /* engine tokens per block */
+    const uint32_t *token_ids;    /* n_blocks * block_size tokens, borrowed */
+    size_t n_tokens;
+    uint64_t tenant_salt;         /* as in lr_prompt (a LoRA, say) */
+    /* v1 ends here */
+} lr_kv_stored;
+
+#define LR_KV_STORED_SIZE_V1 (offsetof(lr_kv_stored, tenant_salt) + 8)
+#ifndef __cplusplus
+#define LR_KV_STORED_INIT { .struct_size = sizeof(lr_kv_stored) }
+#endif
+/** Zero `ev` and set struct_size. Never fails on non-NULL. @since 0.1 */
+LR_API void lr_kv_stored_init(lr_kv_stored *ev);
+
+/** Apply a BlockStored event for `instance`. The routes are LOCAL and each
+ * engine block end is an anchor. Blocks already held are refreshed.
+ * @return LR_OK; LR_EINVAL (NULL, n_tokens != n_blocks * block_size,
+ *   absurd sizes); LR_ENOTSUP (block_size not a multiple of block_tokens);
+ *   LR_ENOENT (has_parent and the parent hash is unknown for this
+ *   instance: the event cannot be placed, nothing changes); LR_ELIMIT
+ *   (max_instances or engine_map_capacity reached); LR_ENOMEM.
+ * @since 0.1 */
+LR_API lr_status lr_index_kv_stored(lr_index *idx, uint32_t instance,
+                                    const lr_kv_stored *ev, uint64_t now_ns);
+
+/** Apply a BlockRemoved event: the engine dropped these blocks. A removed
+ * block takes every deeper block of that instance with it (the engine can
+ * no longer hit them either). Unknown hashes are skipped: an engine
+ * reports removals of blocks stored before the index listened.
+ * @param n_resolved  out, optional: how many hashes were known.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.
+ * @since 0.1 */
+LR_API lr_status lr_index_kv_removed(lr_index *idx, uint32_t instance,
+                                     const uint64_t *block_hashes,
+                                     size_t n_blocks, size_t *n_resolved);
+
+/** Apply AllBlocksCleared: drop every route and engine hash of the
+ * instance; the instance stays known.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.
+ * @since 0.1 */
+LR_API lr_status lr_index_kv_cleared(lr_index *idx, uint32_t instance);
+
+/* ---- deltas between gateway replicas --------------------------------------- */
+
+/** Position of the LOCAL-learn journal. Pass it to a later
+ * lr_index_export_delta() to get what was learned since. Never fails on a
+ * non-NULL index. @since 0.1 */
+LR_API uint64_t lr_index_mark(const lr_index *idx);
+
+/** Export what was learned LOCALLY since `since_mark` (0: everything held
+ * LOCAL) as a versioned, checksummed, little-endian blob: the distinct
+ * prefix chains once each, then (instance, prefix) routes. Routes evicted
+ * since are left out. When the journal no longer reaches back to
+ * since_mark, the export holds every LOCAL route instead, which is always
+ * a superset.
+ * @param out       out: a blob for lr_blob_destroy().
+ * @param mark_out  out, optional: the mark to pass next time.
+ * @return LR_OK; LR_EINVAL (NULL, since_mark in the future); LR_ENOMEM.
+ * The index is never changed. @since 0.1 */
+LR_API lr_status lr_index_export_delta(const lr_index *idx,
+                                       uint64_t since_mark, lr_blob **out,
+                                       uint64_t *mark_out);
+
+/** Apply a delta from another replica: its routes become REMOTE routes
+ * here (LOCAL routes stay LOCAL). Instance ids must mean the same instance
+ * on both replicas (hosts derive them from instance names).
+ * @return LR_OK; LR_EINVAL (NULL); LR_ECORRUPT (malformed, truncated,
+ *   checksum mismatch, or a chain that contradicts this index);
+ *   LR_EVERSION (unknown format version); LR_ENOTSUP (other block size);
+ *   LR_ELIMIT (more instances than max_instances); LR_ENOMEM.
+ *   On failure the index is unchanged.
+ * @since 0.1 */
+LR_API lr_status lr_index_import_delta(lr_index *idx, const uint8_t *buf,
+                                       size_t len, uint64_t now_ns);
+
+/* ---- queries --------------------------------------------------------------- */
+
+/** Counters of an index. @since 0.1 */
+typedef struct lr_index_stats {
+    size_t struct_size;
+    uint64_t blocks;          /* block routes held now */
+    uint64_t remote_blocks;   /* of which REMOTE */
+    uint64_t prefixes;        /* distinct prefix keys held by anyone */
+    uint64_t instances;       /* instance ids tracked */
+    uint64_t engine_hashes;   /* precise-mode engine hashes remembered */
+    uint64_t bytes;           /* bytes the index has allocated */
+    uint64_t evicted_blocks;  /* cumulative: dropped for capacity */
+    uint64_t expired_blocks;  /* cumulative: dropped by TTL */
+    uint64_t learned_blocks;  /* cumulative: routes added */
+    /* v1 ends here */
+} lr_index_stats;
+
+#define LR_INDEX_STATS_SIZE_V1 \
+    (offsetof(lr_index_stats, learned_blocks) + sizeof(uint64_t))
+
+/** Read the counters. Set stats->struct_size first.
+ * @return LR_OK; LR_EINVAL; LR_EVERSION. @since 0.1 */
+LR_API lr_status lr_index_get_stats(const lr_index *idx,
+                                    lr_index_stats *stats);
+
+/** Block routes held by one instance.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.
+ * @since 0.1 */
+LR_API lr_status lr_index_instance_blocks(const lr_index *idx,
+                                          uint32_t instance, uint64_t *out);
+
+/** Tokens per block of this index. Never fails on non-NULL. @since 0.1 */
+LR_API uint32_t lr_index_block_tokens(const lr_index *idx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBROUTE_LR_INDEX_H */

@@ -1,0 +1,278 @@
+/* Status names, version, allocator plumbing, blobs and the PRNG. */
+#include <stdlib.h>
+
+#include "common.h"
+
+/* One table, designated initialisers, checked complete at compile time
+ * (B10). Values are append-only (B9). */
+#define LR_STATUS_MAP(X)                                                    \
+    X(LR_OK, "success")                                                     \
+    X(LR_EINVAL, "invalid argument")                                        \
+    X(LR_ENOMEM, "out of memory")                                           \
+    X(LR_ERANGE, "value out of range")                                      \
+    X(LR_ENOENT, "no such instance, request or block")                      \
+    X(LR_EEXIST, "already exists")                                          \
+    X(LR_ELIMIT, "capacity limit reached")                                  \
+    X(LR_ECORRUPT, "malformed or corrupt input")                            \
+    X(LR_EVERSION, "unsupported struct size or format version")             \
+    X(LR_ENOTSUP, "not supported")                                          \
+    X(LR_ESTATE, "not valid in the current state")                          \
+    X(LR_EBUFSIZE, "buffer too small")
+
+#define LR_X_COUNT(name, msg) +1
+enum { LR_STATUS_COUNT = 0 LR_STATUS_MAP(LR_X_COUNT) };
+#undef LR_X_COUNT
+
+static const char *const status_msg[] = {
+#define LR_X_MSG(name, msg) [name] = msg,
+    LR_STATUS_MAP(LR_X_MSG)
+#undef LR_X_MSG
+};
+static const char *const status_sym[] = {
+#define LR_X_SYM(name, msg) [name] = #name,
+    LR_STATUS_MAP(LR_X_SYM)
+#undef LR_X_SYM
+};
+
+_Static_assert(sizeof(status_msg) / sizeof(status_msg[0]) == LR_STATUS_COUNT,
+               "status table has a gap");
+_Static_assert(LR_EBUFSIZE + 1 == LR_STATUS_COUNT,
+               "a status value is missing from LR_STATUS_MAP");
+
+const char *
+lr_strerror(lr_status status)
+{
+    if ((unsigned)status >= LR_STATUS_COUNT)
+        return "unknown status";
+    return status_msg[status];
+}
+
+const char *
+lr_status_name(lr_status status)
+{
+    if ((unsigned)status >= LR_STATUS_COUNT)
+        return "LR_UNKNOWN";
+    return status_sym[status];
+}
+
+unsigned
+lr_version_number(void)
+{
+    return LR_VERSION_NUMBER;
+}
+
+const char *
+lr_version_string(void)
+{
+    return LR_VERSION_STRING;
+}
+
+/* ---- allocator ---------------------------------------------------------- */
+
+static void *
+libc_alloc(void *ud, size_t n)
+{
+    (void)ud;
+    return malloc(n);
+}
+
+static void *
+libc_realloc(void *ud, void *p, size_t old_n, size_t new_n)
+{
+    (void)ud;
+    (void)old_n;
+    return realloc(p, new_n);
+}
+
+static void
+libc_free(void *ud, void *p, size_t n)
+{
+    (void)ud;
+    (void)n;
+    free(p);
+}
+
+lr_status
+lr__mem_init(struct lr__mem *m, const lr_allocator *a)
+{
+    m->live = 0;
+    if (a == NULL) {
+        m->a.alloc = libc_alloc;
+        m->a.realloc = libc_realloc;
+        m->a.free = libc_free;
+        m->a.ud = NULL;
+        return LR_OK;
+    }
+    if (a->alloc == NULL || a->realloc == NULL || a->free == NULL)
+        return LR_EINVAL;
+    m->a = *a;
+    return LR_OK;
+}
+
+void *
+lr__alloc(struct lr__mem *m, size_t n)
+{
+    if (n == 0)
+        n = 1;
+    void *p = m->a.alloc(m->a.ud, n);
+    if (p != NULL)
+        m->live += n;
+    return p;
+}
+
+void *
+lr__calloc(struct lr__mem *m, size_t count, size_t size)
+{
+    size_t n;
+    if (!lr__mul_size(count, size, &n))
+        return NULL;
+    void *p = lr__alloc(m, n);
+    if (p != NULL)
+        memset(p, 0, n == 0 ? 1 : n);
+    return p;
+}
+
+void *
+lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n)
+{
+    if (p == NULL)
+        return lr__alloc(m, new_n);
+    if (new_n == 0)
+        new_n = 1;
+    if (old_n == 0)
+        old_n = 1;
+    void *q = m->a.realloc(m->a.ud, p, old_n, new_n);
+    if (q != NULL)
+        m->live = m->live - old_n + new_n;
+    return q;
+}
+
+void
+lr__free(struct lr__mem *m, void *p, size_t n)
+{
+    if (p == NULL)
+        return;
+    if (n == 0)
+        n = 1;
+    m->a.free(m->a.ud, p, n);
+    m->live -= n;
+}
+
+lr_status
+lr__copy_sized(void *dst, size_t dst_size, const void *src, size_t min_size)
+{
+    size_t given;
+    memcpy(&given, src, sizeof given);
+    if (given < min_size)
+        return LR_EVERSION;
+    size_t n = given < dst_size ? given : dst_size;
+    memcpy(dst, src, n);
+    memcpy(dst, &dst_size, sizeof dst_size);
+    return LR_OK;
+}
+
+/* ---- blobs -------------------------------------------------------------- */
+
+struct lr_blob {
+    lr_allocator a;
+    size_t size;
+    uint8_t *data;
+};
+
+lr_status
+lr__blob_new(const struct lr__mem *m, size_t size, lr_blob **out,
+             uint8_t **data)
+{
+    size_t total;
+    if (!lr__add_size(sizeof(lr_blob), size, &total))
+        return LR_ENOMEM;
+    lr_blob *b = m->a.alloc(m->a.ud, total);
+    if (b == NULL)
+        return LR_ENOMEM;
+    b->a = m->a;
+    b->size = size;
+    b->data = (uint8_t *)(b + 1);
+    *out = b;
+    *data = b->data;
+    return LR_OK;
+}
+
+const uint8_t *
+lr_blob_data(const lr_blob *blob)
+{
+    return blob == NULL ? NULL : blob->data;
+}
+
+size_t
+lr_blob_size(const lr_blob *blob)
+{
+    return blob == NULL ? 0 : blob->size;
+}
+
+void
+lr_blob_destroy(lr_blob *blob)
+{
+    if (blob == NULL)
+        return;
+    lr_allocator a = blob->a;
+    a.free(a.ud, blob, sizeof(lr_blob) + blob->size);
+}
+
+/* ---- PRNG --------------------------------------------------------------- */
+
+static uint64_t
+splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void
+lr__rng_seed(struct lr__rng *r, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t
+rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t
+lr__rng_next(struct lr__rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+uint64_t
+lr__rng_below(struct lr__rng *r, uint64_t n)
+{
+    if (n <= 1)
+        return 0;
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do {
+        x = lr__rng_next(r);
+    } while (x >= limit);
+    return x % n;
+}
+
+double
+lr__rng_unit(struct lr__rng *r)
+{
+    return (double)(lr__rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}

@@ -1,0 +1,144 @@
+/* Internal helpers shared by every part of libroute. Never installed. */
+#ifndef LIBROUTE_LIB_COMMON_H
+#define LIBROUTE_LIB_COMMON_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "libroute/lr_common.h"
+
+/* Invariant checks (B12): assert in debug builds, a safe value in release
+ * builds. Use LR_ALWAYS(x) in `if (LR_ALWAYS(x))` for "should always hold"
+ * and LR_NEVER(x) for "should never happen" defensive branches. */
+#ifdef NDEBUG
+#define LR_ALWAYS(x) (x)
+#define LR_NEVER(x) (x)
+#else
+#define LR_ALWAYS(x) ((x) ? 1 : (assert(0 && #x), 0))
+#define LR_NEVER(x) ((x) ? (assert(0 && #x), 1) : 0)
+#endif
+
+#define LR_TRY(expr)                                                        \
+    do {                                                                    \
+        lr_status lr__st_ = (expr);                                         \
+        if (lr__st_ != LR_OK)                                               \
+            return lr__st_;                                                 \
+    } while (0)
+
+#define LR_RETURN_IF(cond, status)                                          \
+    do {                                                                    \
+        if (cond)                                                           \
+            return (status);                                                \
+    } while (0)
+
+#define LR_NIL UINT32_MAX
+
+/* ---- allocator ---------------------------------------------------------- */
+
+struct lr__mem {
+    lr_allocator a;
+    size_t live; /* bytes allocated now through this handle */
+};
+
+/* Copy `a` (or libc when NULL) into m. LR_EINVAL for a partly-set hook set. */
+lr_status lr__mem_init(struct lr__mem *m, const lr_allocator *a);
+void *lr__alloc(struct lr__mem *m, size_t n);
+void *lr__calloc(struct lr__mem *m, size_t count, size_t size);
+void *lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n);
+void lr__free(struct lr__mem *m, void *p, size_t n);
+
+/* Overflow-checked size arithmetic (B22): false on overflow. */
+static inline bool
+lr__mul_size(size_t a, size_t b, size_t *out)
+{
+    if (b != 0 && a > SIZE_MAX / b)
+        return false;
+    *out = a * b;
+    return true;
+}
+
+static inline bool
+lr__add_size(size_t a, size_t b, size_t *out)
+{
+    if (a > SIZE_MAX - b)
+        return false;
+    *out = a + b;
+    return true;
+}
+
+/* Options structs: the library reads min(struct_size, sizeof) bytes and
+ * defaults the rest. LR_EVERSION under `min_size`. */
+lr_status lr__copy_sized(void *dst, size_t dst_size, const void *src,
+                         size_t min_size);
+
+/* ---- blobs -------------------------------------------------------------- */
+
+/* A blob carries a copy of the allocator that made it, so it can be freed
+ * after its handle is gone. */
+lr_status lr__blob_new(const struct lr__mem *m, size_t size, lr_blob **out,
+                       uint8_t **data);
+
+/* ---- PRNG: splitmix64 seeding a xoshiro256** (B24) ---------------------- */
+
+struct lr__rng {
+    uint64_t s[4];
+};
+
+void lr__rng_seed(struct lr__rng *r, uint64_t seed);
+uint64_t lr__rng_next(struct lr__rng *r);
+/* Uniform in [0, n) for n >= 1, without modulo bias. */
+uint64_t lr__rng_below(struct lr__rng *r, uint64_t n);
+/* Uniform in [0, 1). */
+double lr__rng_unit(struct lr__rng *r);
+
+/* ---- little-endian byte helpers (B26: never raw memory on the wire) ----- */
+
+static inline void
+lr__put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void
+lr__put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void
+lr__put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint16_t
+lr__get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t
+lr__get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint64_t
+lr__get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#endif /* LIBROUTE_LIB_COMMON_H */

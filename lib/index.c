@@ -1,0 +1,1 @@
+typedef int lr__index_placeholder;

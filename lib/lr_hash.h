@@ -1,0 +1,38 @@
+/* The only door to xxHash (B25): inlined, so no XXH_* symbol is exported
+ * and a host linking its own xxHash or zstd never collides with ours. */
+#ifndef LIBROUTE_LIB_LR_HASH_H
+#define LIBROUTE_LIB_LR_HASH_H
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <stdint.h>
+
+/* Persistent seeds (B26): documented in the public headers, never change. */
+#define LR_SEED_TENANT 0x4c52544e414e5431ull /* "LRTNANT1" */
+#define LR_SEED_BLOCK 0x4c52424c4f434b31ull  /* "LRBLOCK1" */
+#define LR_SEED_VNODE 0x4c52564e4f444531ull  /* "LRVNODE1" */
+#define LR_SEED_RINGK 0x4c5252494e474b31ull  /* "LRRINGK1" */
+#define LR_SEED_TEXT 0x4c52544558543031ull   /* "LRTEXT01" */
+#define LR_SEED_DELTA 0x4c5244454c544131ull  /* "LRDELTA1" */
+
+static inline uint64_t
+lr__hash(const void *p, size_t n, uint64_t seed)
+{
+    return XXH3_64bits_withSeed(p, n, seed);
+}
+
+/* Keyed mix of a 64-bit value for in-process tables (seeded per handle). */
+static inline uint64_t
+lr__mix64(uint64_t x, uint64_t seed)
+{
+    x ^= seed;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+#endif /* LIBROUTE_LIB_LR_HASH_H */

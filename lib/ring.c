@@ -1,0 +1,1 @@
+typedef int lr__ring_placeholder;

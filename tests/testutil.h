@@ -1,0 +1,56 @@
+/* Shared test helpers: a counting, failure-injecting allocator (B33) and a
+ * seed that is logged so any randomized failure can be replayed. */
+#ifndef LIBROUTE_TESTS_TESTUTIL_H
+#define LIBROUTE_TESTS_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "libroute/lr_common.h"
+
+struct tu_alloc {
+    lr_allocator a;      /* hooks pointing at this struct */
+    size_t live_bytes;   /* bytes currently allocated */
+    size_t live_blocks;  /* allocations currently live */
+    uint64_t calls;      /* alloc + realloc calls so far */
+    uint64_t fail_at;    /* 1-based call index that fails; 0 = never */
+    bool fail_forever;   /* once failed, keep failing */
+    bool failed;         /* a failure was injected */
+};
+
+/* Reset counters and set up hooks; fail_at = 0 disables injection. */
+void tu_alloc_init(struct tu_alloc *t);
+void tu_alloc_arm(struct tu_alloc *t, uint64_t fail_at, bool forever);
+void tu_alloc_disarm(struct tu_alloc *t);
+
+/* Seed from LR_TEST_SEED in the environment, else from `fallback`; printed
+ * to stderr so a failure can be replayed. */
+uint64_t tu_seed(const char *what, uint64_t fallback);
+
+/* Tiny deterministic PRNG for tests (splitmix64). */
+static inline uint64_t
+tu_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t
+tu_below(uint64_t *s, uint64_t n)
+{
+    return n == 0 ? 0 : tu_rand(s) % n;
+}
+
+/* OOM loop (B33): for N = 1, 2, ... call `scenario` with the allocator armed
+ * to fail at allocation N (once, then again with forever = true). The
+ * scenario returns true when it ran to the end with no injected failure,
+ * which stops the loop. The scenario itself asserts that a failing call
+ * returned LR_ENOMEM and left its handle unchanged; this driver asserts
+ * that nothing leaked once the scenario has cleaned up. */
+typedef bool (*tu_scenario)(struct tu_alloc *t, void *ctx);
+void tu_oom_loop(tu_scenario scenario, void *ctx, uint64_t max_n);
+
+#endif
