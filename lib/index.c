@@ -1,1 +1,2595 @@
-typedef int lr__index_placeholder;
+/* lr_index: the block-aligned prefix index.
+ *
+ * Layout
+ * ------
+ *
+ *   slots[] (open addressing, linear probing, fastrange bucket)
+ *   +-------------+-------------+-----+
+ *   | tag | n+1   | 0 (empty)   | ... |      tag = high 32 bits of the keyed
+ *   +-------------+-------------+-----+      mix of the block key
+ *          |
+ *          v
+ *   nodes[] (pool, 48 bytes each)             xh[] (pool, 28 bytes each)
+ *   +----------------------------------+      +-----------------------+
+ *   | key        (chained block hash)  |      | hold h | node | next  |
+ *   | parent, child, sib_next, sib_prev|      +-----------------------+
+ *   | more ---------------------------------> extra holders of the node
+ *   | hold h  (first holder, inline)   |
+ *   +----------------------------------+
+ *
+ *   hold = { inst, prev, next, bits, stamp }   (20 bytes)
+ *     inst   instance slot holding this prefix
+ *     prev,  neighbours in the LRU list of its trust class; a hold is named
+ *     next   by a 32-bit ref: a node index (its inline hold) or
+ *            REF_X | xhold index
+ *     bits   LISTED | REMOTE | ANCHOR | number of child prefixes held by
+ *            the same instance
+ *     stamp  last use, in ticks of 2^24 ns since the index first saw time
+ *
+ * A node is a prefix (its key names every block up to it); a hold says an
+ * instance caches that prefix. Nodes form a tree through parent / child /
+ * sibling links (children of the root are not linked: nothing enumerates
+ * them). A node exists exactly while some instance holds it.
+ *
+ * Invariants (lr__index_verify checks them all):
+ *  1. Prefix property: if instance s holds node n, s holds n's parent. So
+ *     along one prompt, "s holds depth d" is monotone in d and a match is a
+ *     binary search over the prompt's chained keys.
+ *  2. LOCAL is closed upward: the parent of a LOCAL hold is LOCAL.
+ *  3. Every leaf hold (no child held by its instance) is in the LRU list of
+ *     its trust class. Internal holds may be listed or not.
+ *
+ * Recency without touching whole paths: a hold's effective recency is the
+ * newest stamp in its subtree (an ancestor is used whenever a descendant
+ * is). Match and learn therefore stamp only the deepest hold they reach and
+ * move it to the head of its list. Eviction pops the tail: a leaf is the
+ * least recently used prefix and goes; an internal hold at the tail is
+ * protected by its newer descendants and is just unlisted. When its last
+ * child goes it becomes a leaf again and re-enters the list at the position
+ * of that child's stamp, which is exactly where LRU order puts it.
+ *
+ * Worked example, B = 16, capacity 6:
+ *   learn(A B C D | E F, inst 1)     boundary after D, full length F
+ *       A-B-C-D*-E-F*     (* = anchor; only F's hold is listed)
+ *   learn(A B X, inst 2)             A, B gain a second holder
+ *       A-B-X*            (A, B: inline hold inst 1, extra hold inst 2)
+ *   match(A B C D E Q) -> inst 1: 5 blocks (80 tokens), inst 2: 2 blocks
+ *       probes: depth 3 (C present), 5 (E), 6 (Q absent) ... then inst 2
+ *       is resolved by the partition search at depths 3 and 2.
+ *   learn(P Q, inst 3) needs 2 routes and 7 + 2 > 6, so LRU leaves go:
+ *   X (inst 2's only leaf, the oldest) is evicted, and the eviction trims
+ *   on through B and A of inst 2, which are neither anchors nor used on
+ *   their own: inst 2 never said a message ended there. Inst 1's A-B-C-D
+ *   stays: D is an anchor, so evicting F trims only back to D.
+ *
+ * Every mutating call runs in three phases: validate and reserve memory
+ * (the only phase that can fail), mutate (cannot fail), then expire and
+ * evict back under capacity. That is what makes LR_ENOMEM leave the index
+ * unchanged.
+ */
+#include "index.h"
+#include "lr_hash.h"
+
+#define HB_LISTED (1u << 31)
+#define HB_REMOTE (1u << 30)
+#define HB_ANCHOR (1u << 29)
+#define HB_NCHILD ((1u << 29) - 1)
+#define REF_X (1u << 31)
+#define POOL_MAX ((uint32_t)INT32_MAX - 1) /* refs use the top bit */
+#define PENDING (LR_NIL - 1)               /* node emptied, not yet freed */
+#define TICK_SHIFT 24
+
+struct hold {
+    uint32_t inst;
+    uint32_t prev;
+    uint32_t next;
+    uint32_t bits;
+    uint32_t stamp;
+};
+
+struct node {
+    uint64_t key;
+    uint32_t parent;
+    uint32_t child;
+    uint32_t sib_next;
+    uint32_t sib_prev;
+    uint32_t more;
+    struct hold h; /* h.inst == LR_NIL: node is free */
+};
+
+struct xhold {
+    struct hold h;
+    uint32_t node;
+    uint32_t next;
+};
+
+struct inst {
+    uint32_t id;
+    uint32_t used;
+    uint64_t blocks;
+};
+
+struct emap_ent {
+    uint64_t ehash;
+    uint64_t key;
+    uint32_t node;
+    uint32_t inst; /* LR_NIL: empty slot */
+};
+
+struct jent {
+    uint64_t key;
+    uint32_t inst_id;
+    uint32_t pad;
+};
+
+enum { LIST_LOCAL = 0, LIST_REMOTE = 1 };
+enum { WHY_EVICT, WHY_EXPIRE, WHY_DROP };
+
+struct lr_index {
+    struct lr__mem mem;
+    uint64_t seed;
+    uint64_t capacity;
+    uint64_t ttl_ticks; /* UINT64_MAX: never */
+    uint64_t emap_cap;
+    uint32_t B;
+    uint32_t max_inst;
+    uint32_t j_cap;
+
+    struct node *nodes;
+    uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
+    struct xhold *xh;
+    uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
+    uint64_t *slots;
+    uint32_t s_size, s_count;
+
+    uint32_t head[2], tail[2];
+    uint64_t holds, remote;
+
+    struct inst *insts;
+    uint32_t *ifree; /* stack of free instance slots */
+    uint32_t n_ifree;
+    uint32_t *imap; /* id -> slot + 1, power-of-two size */
+    uint32_t imap_mask;
+
+    struct emap_ent *emap;
+    uint64_t e_size, e_count;
+
+    struct jent *journal;
+    uint64_t j_seq;
+
+    bool has_epoch;
+    uint64_t epoch_ns;
+
+    uint64_t evicted, expired, learned;
+
+    /* scratch, never part of the logical state */
+    uint64_t *kbuf;
+    size_t kbuf_cap;
+    uint32_t *abuf;
+    size_t abuf_cap;
+    uint32_t *cand, *cref, *cdepth, *mark, *tref;
+    uint32_t mark_gen;
+    uint32_t last_probes;
+};
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static inline struct hold *
+H(const lr_index *ix, uint32_t ref)
+{
+    return (ref & REF_X) ? &ix->xh[ref & ~REF_X].h : &ix->nodes[ref].h;
+}
+
+static inline uint32_t
+ref_node(const lr_index *ix, uint32_t ref)
+{
+    return (ref & REF_X) ? ix->xh[ref & ~REF_X].node : ref;
+}
+
+static inline int
+list_of(const struct hold *h)
+{
+    return (h->bits & HB_REMOTE) ? LIST_REMOTE : LIST_LOCAL;
+}
+
+static inline uint32_t
+nchild(const struct hold *h)
+{
+    return h->bits & HB_NCHILD;
+}
+
+static uint32_t
+hold_find(const lr_index *ix, uint32_t n, uint32_t s)
+{
+    const struct node *nd = &ix->nodes[n];
+    if (nd->h.inst == s)
+        return n;
+    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
+        if (ix->xh[x].h.inst == s)
+            return x | REF_X;
+    return LR_NIL;
+}
+
+static uint32_t
+tick_at(lr_index *ix, uint64_t now)
+{
+    if (!ix->has_epoch) {
+        ix->has_epoch = true;
+        ix->epoch_ns = now;
+    }
+    if (now <= ix->epoch_ns)
+        return 0;
+    uint64_t t = (now - ix->epoch_ns) >> TICK_SHIFT;
+    return t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+}
+
+static inline bool
+is_expired(const lr_index *ix, const struct hold *h, uint32_t tick)
+{
+    if (ix->ttl_ticks == UINT64_MAX || tick <= h->stamp)
+        return false;
+    return (uint64_t)(tick - h->stamp) > ix->ttl_ticks;
+}
+
+/* ------------------------------------------------------------------------ */
+/* keys                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t
+tenant_root(uint64_t salt)
+{
+    uint8_t b[8];
+    lr__put_u64(b, salt);
+    return lr__hash(b, 8, LR_SEED_TENANT);
+}
+
+static void
+chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks, uint32_t B,
+           uint64_t *out)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    uint8_t buf[4 * LR_INDEX_MAX_BLOCK_TOKENS];
+    for (size_t i = 0; i < nblocks; i++) {
+        for (uint32_t j = 0; j < B; j++)
+            lr__put_u32(buf + 4 * j, tok[i * B + j]);
+        prev = lr__hash(buf, (size_t)B * 4, prev ^ LR_SEED_BLOCK);
+        out[i] = prev;
+    }
+#else
+    size_t bytes = (size_t)B * sizeof(uint32_t);
+    for (size_t i = 0; i < nblocks; i++) {
+        prev = lr__hash(tok + i * B, bytes, prev ^ LR_SEED_BLOCK);
+        out[i] = prev;
+    }
+#endif
+}
+
+lr_status
+lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
+              uint64_t tenant_salt, uint64_t *keys, size_t capacity,
+              size_t *n_keys)
+{
+    LR_RETURN_IF(n_keys == NULL, LR_EINVAL);
+    LR_RETURN_IF(block_tokens == 0 || block_tokens > LR_INDEX_MAX_BLOCK_TOKENS,
+                 LR_EINVAL);
+    LR_RETURN_IF(n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(tokens == NULL && n_tokens != 0, LR_EINVAL);
+    size_t n = n_tokens / block_tokens;
+    *n_keys = n;
+    if (keys == NULL)
+        return capacity == 0 ? LR_OK : LR_EINVAL;
+    LR_RETURN_IF(capacity < n, LR_EBUFSIZE);
+    chain_keys(tenant_root(tenant_salt), tokens, n, block_tokens, keys);
+    return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* node hash table                                                           */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t
+hkey(const lr_index *ix, uint64_t key)
+{
+    return lr__mix64(key, ix->seed);
+}
+
+static inline uint32_t
+bucket_in(uint64_t hv, uint32_t size)
+{
+    return (uint32_t)(((hv & 0xffffffffu) * (uint64_t)size) >> 32);
+}
+
+static inline void
+prefetch_key(const lr_index *ix, uint64_t key)
+{
+#if defined(__GNUC__)
+    __builtin_prefetch(&ix->slots[bucket_in(hkey(ix, key), ix->s_size)]);
+#else
+    (void)ix;
+    (void)key;
+#endif
+}
+
+static uint32_t
+node_find(const lr_index *ix, uint64_t key)
+{
+    uint64_t hv = hkey(ix, key);
+    uint32_t tag = (uint32_t)(hv >> 32);
+    uint32_t b = bucket_in(hv, ix->s_size);
+    for (;;) {
+        uint64_t s = ix->slots[b];
+        if (s == 0)
+            return LR_NIL;
+        if ((uint32_t)(s >> 32) == tag) {
+            uint32_t n = (uint32_t)s - 1;
+            if (ix->nodes[n].key == key)
+                return n;
+        }
+        if (++b == ix->s_size)
+            b = 0;
+    }
+}
+
+static void
+slot_put(uint64_t *slots, uint32_t size, uint64_t hv, uint32_t n)
+{
+    uint32_t b = bucket_in(hv, size);
+    while (slots[b] != 0)
+        if (++b == size)
+            b = 0;
+    slots[b] = ((hv >> 32) << 32) | (uint64_t)(n + 1);
+}
+
+static void
+slot_del(lr_index *ix, uint32_t n)
+{
+    uint32_t size = ix->s_size;
+    uint32_t i = bucket_in(hkey(ix, ix->nodes[n].key), size);
+    while ((uint32_t)ix->slots[i] != n + 1)
+        if (++i == size)
+            i = 0;
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    uint32_t j = i;
+    for (;;) {
+        if (++j == size)
+            j = 0;
+        uint64_t s = ix->slots[j];
+        if (s == 0)
+            break;
+        uint32_t home = bucket_in(hkey(ix, ix->nodes[(uint32_t)s - 1].key),
+                                  size);
+        bool movable = (i <= j) ? (home <= i || home > j)
+                                : (home <= i && home > j);
+        if (movable) {
+            ix->slots[i] = s;
+            i = j;
+        }
+    }
+    ix->slots[i] = 0;
+    ix->s_count--;
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory reservation (phase 1: the only place mutators can fail)            */
+/* ------------------------------------------------------------------------ */
+
+static lr_status
+grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+           size_t elem, uint32_t limit)
+{
+    if (need <= *cap)
+        return LR_OK;
+    if (need > limit)
+        return LR_ENOMEM;
+    uint64_t want = (uint64_t)*cap + *cap / 2;
+    if (want < need)
+        want = need;
+    if (want < 64)
+        want = 64;
+    if (want > limit)
+        want = limit;
+    size_t old_b, new_b;
+    if (!lr__mul_size(*cap, elem, &old_b) ||
+        !lr__mul_size((size_t)want, elem, &new_b))
+        return LR_ENOMEM;
+    void *p = lr__realloc(m, *arr, old_b, new_b);
+    if (p == NULL)
+        return LR_ENOMEM;
+    *arr = p;
+    *cap = (uint32_t)want;
+    return LR_OK;
+}
+
+static lr_status
+table_reserve(lr_index *ix, uint32_t more)
+{
+    uint64_t need = (uint64_t)ix->s_count + more;
+    if (need * 4 <= (uint64_t)ix->s_size * 3)
+        return LR_OK;
+    uint64_t size = (uint64_t)ix->s_size + ix->s_size / 2;
+    if (size < need * 4 / 3 + 1)
+        size = need * 4 / 3 + 1;
+    if (size < 64)
+        size = 64;
+    if (size > UINT32_MAX - 1)
+        return LR_ENOMEM;
+    uint64_t *ns = lr__calloc(&ix->mem, (size_t)size, sizeof(uint64_t));
+    if (ns == NULL)
+        return LR_ENOMEM;
+    for (uint32_t i = 0; i < ix->s_size; i++) {
+        uint64_t s = ix->slots[i];
+        if (s != 0)
+            slot_put(ns, (uint32_t)size, hkey(ix, ix->nodes[(uint32_t)s - 1].key),
+                     (uint32_t)s - 1);
+    }
+    lr__free(&ix->mem, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
+    ix->slots = ns;
+    ix->s_size = (uint32_t)size;
+    return LR_OK;
+}
+
+/* Room for `nn` more nodes and `nx` more extra holds. */
+static lr_status
+reserve(lr_index *ix, uint64_t nn, uint64_t nx)
+{
+    uint64_t limit64 = ix->capacity + nn + nx + 64;
+    uint32_t limit = limit64 > POOL_MAX ? POOL_MAX : (uint32_t)limit64;
+    uint64_t need_n = (uint64_t)ix->n_top + nn;
+    need_n = need_n > ix->n_freecnt ? need_n - ix->n_freecnt : 0;
+    uint64_t need_x = (uint64_t)ix->x_top + nx;
+    need_x = need_x > ix->x_freecnt ? need_x - ix->x_freecnt : 0;
+    if (need_n > POOL_MAX || need_x > POOL_MAX)
+        return LR_ENOMEM;
+    LR_TRY(grow_array(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
+                      (uint32_t)need_n, sizeof(struct node), limit));
+    LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap,
+                      (uint32_t)need_x, sizeof(struct xhold), limit));
+    return table_reserve(ix, nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
+}
+
+static lr_status
+scratch_keys(lr_index *ix, size_t n)
+{
+    if (n <= ix->kbuf_cap)
+        return LR_OK;
+    size_t want = n < 64 ? 64 : n;
+    uint64_t *p = lr__realloc(&ix->mem, ix->kbuf, ix->kbuf_cap * 8, want * 8);
+    if (p == NULL)
+        return LR_ENOMEM;
+    ix->kbuf = p;
+    ix->kbuf_cap = want;
+    return LR_OK;
+}
+
+static lr_status
+scratch_anchors(lr_index *ix, size_t n)
+{
+    if (n <= ix->abuf_cap)
+        return LR_OK;
+    size_t want = n < 64 ? 64 : n;
+    uint32_t *p = lr__realloc(&ix->mem, ix->abuf, ix->abuf_cap * 4, want * 4);
+    if (p == NULL)
+        return LR_ENOMEM;
+    ix->abuf = p;
+    ix->abuf_cap = want;
+    return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* pools                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t
+node_alloc(lr_index *ix)
+{
+    uint32_t n;
+    if (ix->n_free != LR_NIL) {
+        n = ix->n_free;
+        ix->n_free = ix->nodes[n].child;
+        ix->n_freecnt--;
+    } else {
+        assert(ix->n_top < ix->n_cap);
+        n = ix->n_top++;
+    }
+    ix->n_live++;
+    return n;
+}
+
+static void
+node_release(lr_index *ix, uint32_t n)
+{
+    ix->nodes[n].h.inst = LR_NIL;
+    ix->nodes[n].child = ix->n_free;
+    ix->n_free = n;
+    ix->n_freecnt++;
+    ix->n_live--;
+}
+
+static uint32_t
+xhold_alloc(lr_index *ix)
+{
+    uint32_t x;
+    if (ix->x_free != LR_NIL) {
+        x = ix->x_free;
+        ix->x_free = ix->xh[x].next;
+        ix->x_freecnt--;
+    } else {
+        assert(ix->x_top < ix->x_cap);
+        x = ix->x_top++;
+    }
+    ix->x_live++;
+    return x;
+}
+
+static void
+xhold_release(lr_index *ix, uint32_t x)
+{
+    ix->xh[x].h.inst = LR_NIL;
+    ix->xh[x].next = ix->x_free;
+    ix->x_free = x;
+    ix->x_freecnt++;
+    ix->x_live--;
+}
+
+/* ------------------------------------------------------------------------ */
+/* LRU lists                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void
+lru_unlink(lr_index *ix, uint32_t ref)
+{
+    struct hold *h = H(ix, ref);
+    int l = list_of(h);
+    if (h->prev != LR_NIL)
+        H(ix, h->prev)->next = h->next;
+    else
+        ix->head[l] = h->next;
+    if (h->next != LR_NIL)
+        H(ix, h->next)->prev = h->prev;
+    else
+        ix->tail[l] = h->prev;
+    h->prev = h->next = LR_NIL;
+    h->bits &= ~HB_LISTED;
+}
+
+static void
+lru_push_head(lr_index *ix, uint32_t ref)
+{
+    struct hold *h = H(ix, ref);
+    int l = list_of(h);
+    h->prev = LR_NIL;
+    h->next = ix->head[l];
+    if (ix->head[l] != LR_NIL)
+        H(ix, ix->head[l])->prev = ref;
+    else
+        ix->tail[l] = ref;
+    ix->head[l] = ref;
+    h->bits |= HB_LISTED;
+}
+
+/* Insert an unlisted hold where its stamp belongs, searching from the tail
+ * (where re-entering holds belong) for at most 64 steps. */
+static void
+lru_insert_by_stamp(lr_index *ix, uint32_t ref)
+{
+    struct hold *h = H(ix, ref);
+    int l = list_of(h);
+    uint32_t cur = ix->tail[l];
+    for (int steps = 0; cur != LR_NIL && steps < 64; steps++) {
+        if (H(ix, cur)->stamp >= h->stamp)
+            break;
+        cur = H(ix, cur)->prev;
+    }
+    if (cur == LR_NIL) {
+        lru_push_head(ix, ref);
+        return;
+    }
+    struct hold *c = H(ix, cur);
+    h->prev = cur;
+    h->next = c->next;
+    if (c->next != LR_NIL)
+        H(ix, c->next)->prev = ref;
+    else
+        ix->tail[l] = ref;
+    c->next = ref;
+    h->bits |= HB_LISTED;
+}
+
+static void
+touch(lr_index *ix, uint32_t ref, uint32_t tick)
+{
+    struct hold *h = H(ix, ref);
+    if (h->bits & HB_LISTED)
+        lru_unlink(ix, ref);
+    h->stamp = tick;
+    lru_push_head(ix, ref);
+}
+
+/* ------------------------------------------------------------------------ */
+/* instances                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t
+inst_lookup(const lr_index *ix, uint32_t id)
+{
+    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
+    for (;;) {
+        uint32_t v = ix->imap[i];
+        if (v == 0)
+            return LR_NIL;
+        if (ix->insts[v - 1].id == id)
+            return v - 1;
+        i = (i + 1) & ix->imap_mask;
+    }
+}
+
+static uint32_t
+inst_add(lr_index *ix, uint32_t id)
+{
+    assert(ix->n_ifree > 0);
+    uint32_t s = ix->ifree[--ix->n_ifree];
+    ix->insts[s].id = id;
+    ix->insts[s].used = 1;
+    ix->insts[s].blocks = 0;
+    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
+    while (ix->imap[i] != 0)
+        i = (i + 1) & ix->imap_mask;
+    ix->imap[i] = s + 1;
+    return s;
+}
+
+static void
+inst_del(lr_index *ix, uint32_t s)
+{
+    uint32_t mask = ix->imap_mask;
+    uint32_t i = (uint32_t)lr__mix64(ix->insts[s].id, ix->seed ^ 0x1d) & mask;
+    while (ix->imap[i] != s + 1)
+        i = (i + 1) & mask;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        uint32_t v = ix->imap[j];
+        if (v == 0)
+            break;
+        uint32_t home =
+            (uint32_t)lr__mix64(ix->insts[v - 1].id, ix->seed ^ 0x1d) & mask;
+        bool movable = (i <= j) ? (home <= i || home > j)
+                                : (home <= i && home > j);
+        if (movable) {
+            ix->imap[i] = v;
+            i = j;
+        }
+    }
+    ix->imap[i] = 0;
+    ix->insts[s].used = 0;
+    ix->insts[s].blocks = 0;
+    ix->ifree[ix->n_ifree++] = s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* engine-hash map (precise mode)                                            */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t
+ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
+{
+    return lr__mix64(ehash ^ ((uint64_t)s * 0x9e3779b97f4a7c15ull),
+                     ix->seed ^ 0xe4a5);
+}
+
+static struct emap_ent *
+emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
+{
+    if (ix->e_size == 0)
+        return NULL;
+    uint64_t i = ehv(ix, s, ehash) & (ix->e_size - 1);
+    for (;;) {
+        struct emap_ent *e = &ix->emap[i];
+        if (e->inst == LR_NIL)
+            return NULL;
+        if (e->inst == s && e->ehash == ehash)
+            return e;
+        i = (i + 1) & (ix->e_size - 1);
+    }
+}
+
+/* An entry is live while its node still exists with the same key and its
+ * instance still holds it; evictions leave stale entries behind, which are
+ * dropped lazily. */
+static bool
+emap_valid(const lr_index *ix, const struct emap_ent *e)
+{
+    if (e->node >= ix->n_top)
+        return false;
+    const struct node *nd = &ix->nodes[e->node];
+    if (nd->h.inst == LR_NIL || nd->h.inst == PENDING || nd->key != e->key)
+        return false;
+    return hold_find(ix, e->node, e->inst) != LR_NIL;
+}
+
+static void
+emap_del_at(lr_index *ix, uint64_t i)
+{
+    uint64_t mask = ix->e_size - 1;
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        struct emap_ent *e = &ix->emap[j];
+        if (e->inst == LR_NIL)
+            break;
+        uint64_t home = ehv(ix, e->inst, e->ehash) & mask;
+        bool movable = (i <= j) ? (home <= i || home > j)
+                                : (home <= i && home > j);
+        if (movable) {
+            ix->emap[i] = *e;
+            i = j;
+        }
+    }
+    ix->emap[i].inst = LR_NIL;
+    ix->e_count--;
+}
+
+static void
+emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node,
+         uint64_t key)
+{
+    uint64_t mask = ix->e_size - 1;
+    uint64_t i = ehv(ix, s, ehash) & mask;
+    for (;;) {
+        struct emap_ent *e = &ix->emap[i];
+        if (e->inst == LR_NIL) {
+            e->inst = s;
+            e->ehash = ehash;
+            ix->e_count++;
+            break;
+        }
+        if (e->inst == s && e->ehash == ehash)
+            break;
+        i = (i + 1) & mask;
+    }
+    ix->emap[i].node = node;
+    ix->emap[i].key = key;
+}
+
+/* Delete entries matching (s or any when s == LR_NIL) and, when
+ * stale_only, only those no longer valid. Returns how many went. */
+static uint64_t
+emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
+{
+    uint64_t gone = 0;
+    uint64_t i = 0;
+    while (i < ix->e_size) {
+        struct emap_ent *e = &ix->emap[i];
+        if (e->inst != LR_NIL && (s == LR_NIL || e->inst == s) &&
+            (!stale_only || !emap_valid(ix, e))) {
+            emap_del_at(ix, i);
+            gone++;
+            continue; /* a shifted entry now sits at i */
+        }
+        i++;
+    }
+    return gone;
+}
+
+static lr_status
+emap_reserve(lr_index *ix, uint64_t more)
+{
+    uint64_t need = ix->e_count + more;
+    if (need * 10 <= ix->e_size * 7)
+        return LR_OK;
+    uint64_t size = ix->e_size ? ix->e_size : 64;
+    while (need * 10 > size * 7)
+        size *= 2;
+    size_t bytes;
+    if (size > ((uint64_t)1 << 40) ||
+        !lr__mul_size((size_t)size, sizeof(struct emap_ent), &bytes))
+        return LR_ENOMEM;
+    struct emap_ent *ne = lr__alloc(&ix->mem, bytes);
+    if (ne == NULL)
+        return LR_ENOMEM;
+    for (uint64_t i = 0; i < size; i++)
+        ne[i].inst = LR_NIL;
+    struct emap_ent *old = ix->emap;
+    uint64_t old_size = ix->e_size;
+    ix->emap = ne;
+    ix->e_size = size;
+    ix->e_count = 0;
+    for (uint64_t i = 0; i < old_size; i++)
+        if (old[i].inst != LR_NIL)
+            emap_put(ix, old[i].inst, old[i].ehash, old[i].node, old[i].key);
+    lr__free(&ix->mem, old, (size_t)old_size * sizeof(struct emap_ent));
+    return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* removal                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void
+child_unlink(lr_index *ix, uint32_t n)
+{
+    struct node *nd = &ix->nodes[n];
+    if (nd->parent == LR_NIL)
+        return;
+    if (nd->sib_prev != LR_NIL)
+        ix->nodes[nd->sib_prev].sib_next = nd->sib_next;
+    else
+        ix->nodes[nd->parent].child = nd->sib_next;
+    if (nd->sib_next != LR_NIL)
+        ix->nodes[nd->sib_next].sib_prev = nd->sib_prev;
+}
+
+static void
+count_drop(lr_index *ix, const struct hold *h, int why)
+{
+    ix->holds--;
+    if (h->bits & HB_REMOTE)
+        ix->remote--;
+    ix->insts[h->inst].blocks--;
+    if (why == WHY_EVICT)
+        ix->evicted++;
+    else if (why == WHY_EXPIRE)
+        ix->expired++;
+}
+
+/* Take hold `ref` off its node. With `free_node`, a node left with no
+ * holder is deleted; otherwise it is marked PENDING for a later sweep. The
+ * caller fixes the parent hold's child count. */
+static void
+hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
+{
+    struct hold *h = H(ix, ref);
+    uint32_t n = ref_node(ix, ref);
+    struct node *nd = &ix->nodes[n];
+    if (h->bits & HB_LISTED)
+        lru_unlink(ix, ref);
+    count_drop(ix, h, why);
+    if (ref & REF_X) {
+        uint32_t x = ref & ~REF_X;
+        uint32_t *pp = &nd->more;
+        while (*pp != x)
+            pp = &ix->xh[*pp].next;
+        *pp = ix->xh[x].next;
+        xhold_release(ix, x);
+        return;
+    }
+    if (nd->more != LR_NIL) {
+        /* Promote the first extra holder into the inline slot; its LRU
+         * neighbours must now name it by the node's ref. */
+        uint32_t x = nd->more;
+        nd->h = ix->xh[x].h;
+        nd->more = ix->xh[x].next;
+        if (nd->h.bits & HB_LISTED) {
+            int l = list_of(&nd->h);
+            if (nd->h.prev != LR_NIL)
+                H(ix, nd->h.prev)->next = n;
+            else
+                ix->head[l] = n;
+            if (nd->h.next != LR_NIL)
+                H(ix, nd->h.next)->prev = n;
+            else
+                ix->tail[l] = n;
+        }
+        xhold_release(ix, x);
+        return;
+    }
+    if (!free_node) {
+        nd->h.inst = PENDING;
+        return;
+    }
+    assert(nd->child == LR_NIL);
+    slot_del(ix, n);
+    child_unlink(ix, n);
+    node_release(ix, n);
+}
+
+/* Remove leaf hold `ref`, then walk up: a parent hold left with no child
+ * is trimmed too unless it is an anchor, or (outside precise mode) was
+ * used on its own since (listed). A parent that stays becomes a leaf and
+ * re-enters its LRU list at the recency it inherits from the removed
+ * child. Preserves invariants 1-3. */
+static void
+remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
+{
+    for (;;) {
+        struct hold *h = H(ix, ref);
+        assert(nchild(h) == 0);
+        uint32_t s = h->inst;
+        uint32_t stamp = h->stamp;
+        int l = list_of(h);
+        uint32_t p = ix->nodes[ref_node(ix, ref)].parent;
+        uint32_t pref = p != LR_NIL ? hold_find(ix, p, s) : LR_NIL;
+        hold_remove(ix, ref, why, true);
+        if (pref == LR_NIL)
+            return;
+        struct hold *ph = H(ix, pref);
+        if (LR_NEVER(nchild(ph) == 0))
+            return;
+        ph->bits--;
+        if (nchild(ph) > 0)
+            return;
+        if (!(ph->bits & HB_ANCHOR) &&
+            (precise || !(ph->bits & HB_LISTED))) {
+            ref = pref;
+            continue;
+        }
+        if (!(ph->bits & HB_LISTED)) {
+            if (list_of(ph) == l && ph->stamp < stamp)
+                ph->stamp = stamp;
+            lru_insert_by_stamp(ix, pref);
+        }
+        return;
+    }
+}
+
+/* Pop the tail of list l: a leaf is removed (and trimmed), an internal hold
+ * is only unlisted, being protected by its newer descendants. */
+static void
+pop_tail(lr_index *ix, int l, int why)
+{
+    uint32_t ref = ix->tail[l];
+    struct hold *h = H(ix, ref);
+    lru_unlink(ix, ref);
+    if (nchild(h) > 0)
+        return;
+    remove_leaf_and_trim(ix, ref, why, false);
+}
+
+static void
+expire_all(lr_index *ix, uint32_t tick)
+{
+    if (ix->ttl_ticks == UINT64_MAX)
+        return;
+    for (int l = 0; l < 2; l++)
+        while (ix->tail[l] != LR_NIL &&
+               is_expired(ix, H(ix, ix->tail[l]), tick))
+            pop_tail(ix, l, WHY_EXPIRE);
+}
+
+static void
+evict_to_capacity(lr_index *ix)
+{
+    while (ix->holds > ix->capacity) {
+        int l = ix->tail[LIST_REMOTE] != LR_NIL ? LIST_REMOTE : LIST_LOCAL;
+        if (LR_NEVER(ix->tail[l] == LR_NIL))
+            return;
+        pop_tail(ix, l, WHY_EVICT);
+    }
+}
+
+/* Drop every hold of instance s in the subtree under node root (root's own
+ * hold excluded). Walks the child links with no stack: descend to a leaf
+ * of s, remove it, climb to its parent, repeat. */
+static void
+remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
+{
+    uint32_t cur = root;
+    for (;;) {
+        uint32_t cref = hold_find(ix, cur, s);
+        if (nchild(H(ix, cref)) > 0) {
+            uint32_t c = ix->nodes[cur].child;
+            while (c != LR_NIL && hold_find(ix, c, s) == LR_NIL)
+                c = ix->nodes[c].sib_next;
+            if (!LR_NEVER(c == LR_NIL)) {
+                cur = c;
+                continue;
+            }
+            H(ix, cref)->bits &= ~HB_NCHILD;
+        }
+        if (cur == root)
+            return;
+        uint32_t p = ix->nodes[cur].parent;
+        hold_remove(ix, cref, WHY_DROP, true);
+        H(ix, hold_find(ix, p, s))->bits--;
+        cur = p;
+    }
+}
+
+/* Drop every hold of instance s: O(nodes). Two passes so that no node is
+ * freed while a child still points at it. */
+static void
+remove_all_of(lr_index *ix, uint32_t s)
+{
+    for (uint32_t n = 0; n < ix->n_top; n++) {
+        if (ix->nodes[n].h.inst == LR_NIL || ix->nodes[n].h.inst == PENDING)
+            continue;
+        uint32_t ref = hold_find(ix, n, s);
+        if (ref != LR_NIL)
+            hold_remove(ix, ref, WHY_DROP, false);
+    }
+    /* A PENDING node has no holder left, so (prefix property) none of its
+     * descendants has one either: they are all PENDING. */
+    for (uint32_t n = 0; n < ix->n_top; n++) {
+        if (ix->nodes[n].h.inst != PENDING)
+            continue;
+        slot_del(ix, n);
+        uint32_t p = ix->nodes[n].parent;
+        if (p != LR_NIL && ix->nodes[p].h.inst != PENDING)
+            child_unlink(ix, n);
+    }
+    for (uint32_t n = 0; n < ix->n_top; n++)
+        if (ix->nodes[n].h.inst == PENDING)
+            node_release(ix, n);
+    /* Surviving holds of other instances kept their child counts, which
+     * never count another instance's children. */
+}
+
+/* ------------------------------------------------------------------------ */
+/* search                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Deepest depth in [lo, hi] present at all; *node_out is its node (or
+ * lo_node when nothing deeper than lo is present). */
+static uint32_t
+deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
+                uint32_t lo_node, uint32_t *node_out)
+{
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        /* Warm both possible next probes while this one misses. */
+        uint32_t up = mid + (hi - mid + 1) / 2;
+        uint32_t dn = lo + (mid - lo) / 2;
+        if (up > mid && up <= hi)
+            prefetch_key(ix, keys[up - 1]);
+        if (dn > lo)
+            prefetch_key(ix, keys[dn - 1]);
+        uint32_t n = node_find(ix, keys[mid - 1]);
+        ix->last_probes++;
+        if (n != LR_NIL) {
+            lo = mid;
+            lo_node = n;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    *node_out = lo_node;
+    return lo;
+}
+
+/* Deepest depth in [0, hi] that instance s holds; *ref_out its hold. */
+static uint32_t
+deepest_held(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t hi,
+             uint32_t lo_ref, uint32_t *ref_out)
+{
+    uint32_t lo = 0;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        uint32_t n = node_find(ix, keys[mid - 1]);
+        uint32_t r = n != LR_NIL ? hold_find(ix, n, s) : LR_NIL;
+        ix->last_probes++;
+        if (r != LR_NIL) {
+            lo = mid;
+            lo_ref = r;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    *ref_out = lo_ref;
+    return lo;
+}
+
+static uint32_t
+next_gen(lr_index *ix)
+{
+    if (++ix->mark_gen == 0) {
+        memset(ix->mark, 0, (size_t)ix->max_inst * sizeof(uint32_t));
+        ix->mark_gen = 1;
+    }
+    return ix->mark_gen;
+}
+
+static uint32_t
+mark_holders(lr_index *ix, uint32_t n)
+{
+    uint32_t g = next_gen(ix);
+    const struct node *nd = &ix->nodes[n];
+    ix->mark[nd->h.inst] = g;
+    ix->tref[nd->h.inst] = n;
+    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next) {
+        ix->mark[ix->xh[x].h.inst] = g;
+        ix->tref[ix->xh[x].h.inst] = x | REF_X;
+    }
+    return g;
+}
+
+/* Partition search. Every candidate holds depth lo (cdepth/cref already
+ * say so) and none holds depth hi + 1. Probing mid splits them into those
+ * that hold mid (they search [mid, hi]) and the rest ([lo, mid - 1]), so
+ * candidates that stop at the same depth share their probes. */
+static void
+solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
+      uint32_t *cand, uint32_t k)
+{
+    while (k > 0 && lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        uint32_t n = node_find(ix, keys[mid - 1]);
+        ix->last_probes++;
+        if (n == LR_NIL) {
+            hi = mid - 1;
+            continue;
+        }
+        uint32_t g = mark_holders(ix, n);
+        uint32_t i = 0;
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t s = cand[j];
+            if (ix->mark[s] == g) {
+                cand[j] = cand[i];
+                cand[i] = s;
+                ix->cdepth[s] = mid;
+                ix->cref[s] = ix->tref[s];
+                i++;
+            }
+        }
+        solve(ix, keys, mid, hi, cand, i);
+        cand += i;
+        k -= i;
+        hi = mid - 1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* insertion (phase 2: cannot fail; memory was reserved)                    */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t
+hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
+{
+    struct node *nd = &ix->nodes[n];
+    uint32_t ref;
+    struct hold *h;
+    if (nd->h.inst == LR_NIL) {
+        ref = n;
+        h = &nd->h;
+    } else {
+        uint32_t x = xhold_alloc(ix);
+        ix->xh[x].node = n;
+        ix->xh[x].next = nd->more;
+        nd->more = x;
+        ref = x | REF_X;
+        h = &ix->xh[x].h;
+    }
+    h->inst = s;
+    h->prev = h->next = LR_NIL;
+    h->bits = bits;
+    h->stamp = tick;
+    ix->holds++;
+    if (bits & HB_REMOTE)
+        ix->remote++;
+    ix->insts[s].blocks++;
+    ix->learned++;
+    return ref;
+}
+
+static uint32_t
+node_new(lr_index *ix, uint64_t key, uint32_t parent)
+{
+    uint32_t n = node_alloc(ix);
+    struct node *nd = &ix->nodes[n];
+    nd->key = key;
+    nd->parent = parent;
+    nd->child = LR_NIL;
+    nd->sib_prev = LR_NIL;
+    nd->sib_next = LR_NIL;
+    nd->more = LR_NIL;
+    nd->h.inst = LR_NIL;
+    if (parent != LR_NIL) {
+        struct node *pn = &ix->nodes[parent];
+        nd->sib_next = pn->child;
+        if (pn->child != LR_NIL)
+            ix->nodes[pn->child].sib_prev = n;
+        pn->child = n;
+    }
+    slot_put(ix->slots, ix->s_size, hkey(ix, key), n);
+    ix->s_count++;
+    return n;
+}
+
+/* Flip the REMOTE holds of s from `ref` upward to LOCAL (invariant 2). */
+static void
+upgrade_up(lr_index *ix, uint32_t ref)
+{
+    while (ref != LR_NIL) {
+        struct hold *h = H(ix, ref);
+        if (!(h->bits & HB_REMOTE))
+            return;
+        bool listed = (h->bits & HB_LISTED) != 0;
+        if (listed)
+            lru_unlink(ix, ref);
+        h->bits &= ~HB_REMOTE;
+        ix->remote--;
+        if (listed)
+            lru_insert_by_stamp(ix, ref);
+        uint32_t p = ix->nodes[ref_node(ix, ref)].parent;
+        ref = p != LR_NIL ? hold_find(ix, p, h->inst) : LR_NIL;
+    }
+}
+
+struct learn_plan {
+    uint32_t s;         /* instance slot */
+    uint32_t base;      /* node the keys hang from, LR_NIL for the root */
+    uint32_t base_ref;  /* s's hold on base */
+    const uint64_t *keys;
+    uint32_t n;         /* keys to hold */
+    const uint32_t *anchors; /* ascending depths in 1..n */
+    uint32_t n_anchors;
+    bool remote;
+    /* filled by plan_learn */
+    uint32_t d_s, d_any, ref_ds, node_any;
+};
+
+/* Phase 1 of a learn: where the instance's and anybody's holds end. */
+static void
+plan_learn(lr_index *ix, struct learn_plan *p)
+{
+    p->d_s = deepest_held(ix, p->s, p->keys, p->n, p->base_ref, &p->ref_ds);
+    p->node_any = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
+    p->d_any = p->d_s;
+    if (p->d_s < p->n)
+        p->d_any = deepest_present(ix, p->keys, p->d_s, p->n, p->node_any,
+                                   &p->node_any);
+}
+
+/* Phase 2 of a learn. Returns the deepest hold's ref (LR_NIL if n == 0). */
+static uint32_t
+apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
+{
+    uint32_t a = 0;
+    if (!p->remote && p->ref_ds != LR_NIL)
+        upgrade_up(ix, p->ref_ds);
+    /* anchors on what is already held */
+    for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
+        uint32_t n = node_find(ix, p->keys[p->anchors[a] - 1]);
+        H(ix, hold_find(ix, n, p->s))->bits |= HB_ANCHOR;
+    }
+    if (p->n == p->d_s) {
+        if (p->ref_ds != LR_NIL && p->n > 0)
+            touch(ix, p->ref_ds, tick);
+        return p->n > 0 ? p->ref_ds : LR_NIL;
+    }
+    uint32_t prev_node = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
+    uint32_t prev_ref = p->d_s > 0 ? p->ref_ds : p->base_ref;
+    uint32_t base_bits = p->remote ? HB_REMOTE : 0;
+    for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
+        if (d + 8 <= p->n && d + 8 > p->d_any)
+            prefetch_key(ix, p->keys[d + 7]);
+        uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
+                                   : node_new(ix, p->keys[d - 1], prev_node);
+        uint32_t bits = base_bits;
+        if (a < p->n_anchors && p->anchors[a] == d) {
+            bits |= HB_ANCHOR;
+            a++;
+        }
+        uint32_t ref = hold_new(ix, n, p->s, bits, tick);
+        if (prev_ref != LR_NIL)
+            H(ix, prev_ref)->bits++;
+        prev_node = n;
+        prev_ref = ref;
+    }
+    lru_push_head(ix, prev_ref);
+    return prev_ref;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lifecycle                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void
+lr_index_options_init(lr_index_options *opt)
+{
+    if (opt == NULL)
+        return;
+    memset(opt, 0, sizeof *opt);
+    opt->struct_size = sizeof *opt;
+    opt->capacity_blocks = 1u << 20;
+    opt->ttl_ns = 3600ull * 1000000000ull;
+    opt->block_tokens = 16;
+    opt->max_instances = 1024;
+    opt->journal_capacity = 4096;
+    opt->engine_map_capacity = 1u << 20;
+}
+
+static void
+index_free(lr_index *ix)
+{
+    struct lr__mem *m = &ix->mem;
+    lr__free(m, ix->nodes, (size_t)ix->n_cap * sizeof(struct node));
+    lr__free(m, ix->xh, (size_t)ix->x_cap * sizeof(struct xhold));
+    lr__free(m, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
+    lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
+    lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
+    lr__free(m, ix->imap, ((size_t)ix->imap_mask + 1) * sizeof(uint32_t));
+    lr__free(m, ix->emap, (size_t)ix->e_size * sizeof(struct emap_ent));
+    lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
+    lr__free(m, ix->kbuf, ix->kbuf_cap * sizeof(uint64_t));
+    lr__free(m, ix->abuf, ix->abuf_cap * sizeof(uint32_t));
+    lr__free(m, ix->cand, (size_t)ix->max_inst * 5 * sizeof(uint32_t));
+    struct lr__mem mm = *m;
+    lr__free(&mm, ix, sizeof *ix);
+}
+
+lr_status
+lr_index_create(const lr_index_options *opt, lr_index **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    if (opt != NULL) {
+        lr_index_options given;
+        memset(&given, 0, sizeof given);
+        LR_TRY(lr__copy_sized(&given, sizeof given, opt,
+                              LR_INDEX_OPTIONS_SIZE_V1));
+        o.allocator = given.allocator;
+        o.seed = given.seed;
+        if (given.capacity_blocks)
+            o.capacity_blocks = given.capacity_blocks;
+        if (given.ttl_ns)
+            o.ttl_ns = given.ttl_ns;
+        if (given.block_tokens)
+            o.block_tokens = given.block_tokens;
+        if (given.max_instances)
+            o.max_instances = given.max_instances;
+        if (given.journal_capacity)
+            o.journal_capacity = given.journal_capacity;
+        o.engine_map_capacity = given.engine_map_capacity
+                                    ? given.engine_map_capacity
+                                    : o.capacity_blocks;
+    }
+    LR_RETURN_IF(o.capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
+    LR_RETURN_IF(o.block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(o.max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
+    LR_RETURN_IF(o.journal_capacity != UINT32_MAX &&
+                     o.journal_capacity > (1u << 24),
+                 LR_EINVAL);
+    LR_RETURN_IF(o.engine_map_capacity > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
+
+    struct lr__mem m;
+    LR_TRY(lr__mem_init(&m, o.allocator));
+    lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
+    if (ix == NULL)
+        return LR_ENOMEM;
+    ix->mem = m;
+    ix->mem.live = m.live;
+    ix->seed = lr__mix64(o.seed, 0x6c72696e646578ull);
+    ix->capacity = o.capacity_blocks;
+    ix->ttl_ticks = o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
+    ix->emap_cap = o.engine_map_capacity;
+    ix->B = o.block_tokens;
+    ix->max_inst = o.max_instances;
+    ix->j_cap = o.journal_capacity == UINT32_MAX ? 0 : o.journal_capacity;
+    ix->n_free = ix->x_free = LR_NIL;
+    ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
+
+    uint32_t isz = 16;
+    while (isz < 2 * ix->max_inst)
+        isz *= 2;
+    /* Sizes first, so index_free() can release a partial construction. */
+    ix->imap_mask = isz - 1;
+    ix->s_size = 64;
+    ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
+    ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
+    ix->imap = lr__calloc(&ix->mem, isz, sizeof(uint32_t));
+    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
+    ix->journal = ix->j_cap
+                      ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent))
+                      : NULL;
+    ix->slots = lr__calloc(&ix->mem, 64, sizeof(uint64_t));
+    if (ix->insts == NULL || ix->ifree == NULL || ix->imap == NULL ||
+        ix->cand == NULL || ix->slots == NULL ||
+        (ix->j_cap && ix->journal == NULL)) {
+        index_free(ix);
+        return LR_ENOMEM;
+    }
+    ix->cref = ix->cand + ix->max_inst;
+    ix->cdepth = ix->cref + ix->max_inst;
+    ix->mark = ix->cdepth + ix->max_inst;
+    ix->tref = ix->mark + ix->max_inst;
+    for (uint32_t i = 0; i < ix->max_inst; i++)
+        ix->ifree[i] = ix->max_inst - 1 - i;
+    ix->n_ifree = ix->max_inst;
+    *out = ix;
+    return LR_OK;
+}
+
+void
+lr_index_destroy(lr_index *idx)
+{
+    if (idx != NULL)
+        index_free(idx);
+}
+
+uint32_t
+lr_index_block_tokens(const lr_index *idx)
+{
+    return idx == NULL ? 0 : idx->B;
+}
+
+void
+lr_prompt_init(lr_prompt *p)
+{
+    if (p == NULL)
+        return;
+    memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+}
+
+void
+lr_index_match_result_init(lr_index_match_result *r)
+{
+    if (r == NULL)
+        return;
+    memset(r, 0, sizeof *r);
+    r->struct_size = sizeof *r;
+}
+
+void
+lr_kv_stored_init(lr_kv_stored *ev)
+{
+    if (ev == NULL)
+        return;
+    memset(ev, 0, sizeof *ev);
+    ev->struct_size = sizeof *ev;
+}
+
+/* ------------------------------------------------------------------------ */
+/* learn / match                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Validate a prompt and put its keys in ix->kbuf (or point at the host's).
+ * Can fail with LR_ENOMEM growing the scratch buffer, which is not state. */
+static lr_status
+prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
+            const uint64_t **keys, uint32_t *n_keys)
+{
+    LR_RETURN_IF(in == NULL, LR_EINVAL);
+    memset(p, 0, sizeof *p);
+    LR_TRY(lr__copy_sized(p, sizeof *p, in, LR_PROMPT_SIZE_V1));
+    LR_RETURN_IF(p->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(p->boundaries == NULL && p->n_boundaries != 0, LR_EINVAL);
+    LR_RETURN_IF(p->n_boundaries > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    size_t n = p->n_tokens / ix->B;
+    if (p->keys != NULL) {
+        LR_RETURN_IF(p->n_keys != n, LR_EINVAL);
+        *keys = p->keys;
+    } else {
+        LR_RETURN_IF(p->tokens == NULL && p->n_tokens != 0, LR_EINVAL);
+        LR_TRY(scratch_keys(ix, n));
+        chain_keys(tenant_root(p->tenant_salt), p->tokens, n, ix->B, ix->kbuf);
+        *keys = ix->kbuf;
+    }
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        LR_RETURN_IF(p->boundaries[i] > p->n_tokens, LR_EINVAL);
+        LR_RETURN_IF(i > 0 && p->boundaries[i] < p->boundaries[i - 1],
+                     LR_EINVAL);
+    }
+    *n_keys = (uint32_t)n;
+    return LR_OK;
+}
+
+/* Slot for an id, or LR_NIL with *room telling whether one can be made. */
+static lr_status
+slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
+{
+    LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
+    *slot = inst_lookup(ix, id);
+    if (*slot == LR_NIL && ix->n_ifree == 0)
+        return LR_ELIMIT;
+    return LR_OK;
+}
+
+lr_status
+lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
+               int32_t trust, uint64_t now_ns)
+{
+    LR_RETURN_IF(idx == NULL, LR_EINVAL);
+    LR_RETURN_IF(trust != LR_TRUST_LOCAL && trust != LR_TRUST_REMOTE,
+                 LR_EINVAL);
+    lr_index *ix = idx;
+    uint32_t s;
+    LR_TRY(slot_for(ix, instance, &s));
+    lr_prompt p;
+    const uint64_t *keys;
+    uint32_t n;
+    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
+    if (n > ix->capacity)
+        n = (uint32_t)ix->capacity;
+
+    /* anchors: boundaries aligned down, deduplicated, plus the full length */
+    LR_TRY(scratch_anchors(ix, p.n_boundaries + 1));
+    uint32_t na = 0;
+    for (size_t i = 0; i < p.n_boundaries; i++) {
+        uint32_t d = p.boundaries[i] / ix->B;
+        if (d == 0 || d > n || (na > 0 && ix->abuf[na - 1] == d))
+            continue;
+        ix->abuf[na++] = d;
+    }
+    if (n > 0 && (na == 0 || ix->abuf[na - 1] != n))
+        ix->abuf[na++] = n;
+
+    struct learn_plan pl = {
+        .s = s,
+        .base = LR_NIL,
+        .base_ref = LR_NIL,
+        .keys = keys,
+        .n = n,
+        .anchors = ix->abuf,
+        .n_anchors = na,
+        .remote = trust == LR_TRUST_REMOTE,
+    };
+    ix->last_probes = 0;
+    if (s != LR_NIL) {
+        plan_learn(ix, &pl);
+    } else {
+        pl.d_s = 0;
+        pl.ref_ds = LR_NIL;
+        pl.d_any = deepest_present(ix, keys, 0, n, LR_NIL, &pl.node_any);
+    }
+    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
+
+    /* phase 2 */
+    uint32_t tick = tick_at(ix, now_ns);
+    if (s == LR_NIL)
+        s = pl.s = inst_add(ix, instance);
+    apply_learn(ix, &pl, tick);
+    if (!pl.remote && n > 0 && ix->j_cap > 0) {
+        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
+        j->key = keys[n - 1];
+        j->inst_id = instance;
+        ix->j_seq++;
+    } else if (!pl.remote && n > 0) {
+        ix->j_seq++;
+    }
+    /* phase 3 */
+    expire_all(ix, tick);
+    evict_to_capacity(ix);
+    return LR_OK;
+}
+
+static int
+hit_cmp(const lr_index_hit *a, const lr_index_hit *b)
+{
+    if (a->tokens != b->tokens)
+        return a->tokens > b->tokens ? -1 : 1;
+    return a->instance < b->instance ? -1 : a->instance > b->instance;
+}
+
+static void
+sort_hits(lr_index_hit *h, size_t n)
+{
+    /* insertion sort: n is the number of instances sharing a prefix */
+    for (size_t i = 1; i < n; i++) {
+        lr_index_hit v = h[i];
+        size_t j = i;
+        while (j > 0 && hit_cmp(&v, &h[j - 1]) < 0) {
+            h[j] = h[j - 1];
+            j--;
+        }
+        h[j] = v;
+    }
+}
+
+lr_status
+lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
+               uint32_t flags, lr_index_match_result *result)
+{
+    LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
+    LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
+                 LR_EVERSION);
+    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0,
+                 LR_EINVAL);
+    LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
+    lr_index *ix = idx;
+    lr_prompt p;
+    const uint64_t *keys;
+    uint32_t n;
+    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
+
+    uint32_t tick = tick_at(ix, now_ns);
+    expire_all(ix, tick);
+    ix->last_probes = 0;
+    result->prompt_blocks = n;
+    result->deepest_tokens = 0;
+    result->n_hits = 0;
+
+    uint32_t n_any;
+    uint32_t d_any = deepest_present(ix, keys, 0, n, LR_NIL, &n_any);
+    if (d_any == 0)
+        return LR_OK;
+
+    /* Holders of the deepest node matched that deep. */
+    uint32_t k = 0;
+    uint32_t g = mark_holders(ix, n_any);
+    const struct node *nd = &ix->nodes[n_any];
+    ix->cand[k++] = nd->h.inst;
+    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
+        ix->cand[k++] = ix->xh[x].h.inst;
+    for (uint32_t i = 0; i < k; i++) {
+        ix->cdepth[ix->cand[i]] = d_any;
+        ix->cref[ix->cand[i]] = ix->tref[ix->cand[i]];
+    }
+    uint32_t k_deep = k;
+    if (d_any > 1) {
+        /* Everyone else holding block 0 matched somewhere in [1, d_any). */
+        uint32_t n1 = node_find(ix, keys[0]);
+        const struct node *r = &ix->nodes[n1];
+        uint32_t s = r->h.inst;
+        if (ix->mark[s] != g) {
+            ix->cdepth[s] = 1;
+            ix->cref[s] = n1;
+            ix->cand[k++] = s;
+        }
+        for (uint32_t x = r->more; x != LR_NIL; x = ix->xh[x].next) {
+            s = ix->xh[x].h.inst;
+            if (ix->mark[s] != g) {
+                ix->cdepth[s] = 1;
+                ix->cref[s] = x | REF_X;
+                ix->cand[k++] = s;
+            }
+        }
+        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep);
+    }
+
+    result->n_hits = k;
+    result->deepest_tokens = (uint64_t)d_any * ix->B;
+    if (k > result->hits_capacity)
+        return LR_EBUFSIZE;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t s = ix->cand[i];
+        result->hits[i].instance = ix->insts[s].id;
+        result->hits[i].tokens = ix->cdepth[s] * ix->B;
+    }
+    sort_hits(result->hits, k);
+    if (!(flags & LR_MATCH_NO_TOUCH))
+        for (uint32_t i = 0; i < k; i++)
+            touch(ix, ix->cref[ix->cand[i]], tick);
+    return LR_OK;
+}
+
+void
+lr_index_expire(lr_index *idx, uint64_t now_ns)
+{
+    if (idx == NULL)
+        return;
+    expire_all(idx, tick_at(idx, now_ns));
+}
+
+lr_status
+lr_index_remove_instance(lr_index *idx, uint32_t instance)
+{
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    uint32_t s = inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    remove_all_of(idx, s);
+    emap_sweep(idx, s, false);
+    inst_del(idx, s);
+    return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* precise mode                                                              */
+/* ------------------------------------------------------------------------ */
+
+lr_status
+lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
+                   uint64_t now_ns)
+{
+    LR_RETURN_IF(idx == NULL || ev == NULL, LR_EINVAL);
+    lr_index *ix = idx;
+    lr_kv_stored e;
+    memset(&e, 0, sizeof e);
+    LR_TRY(lr__copy_sized(&e, sizeof e, ev, LR_KV_STORED_SIZE_V1));
+    uint32_t s;
+    LR_TRY(slot_for(ix, instance, &s));
+    LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
+    LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(e.n_blocks != 0 && (e.block_hashes == NULL ||
+                                     e.token_ids == NULL),
+                 LR_EINVAL);
+    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens,
+                 LR_EINVAL);
+    LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
+    LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
+    if (e.n_blocks == 0)
+        return LR_OK;
+
+    uint32_t m = e.block_size / ix->B;
+    uint64_t base_key = tenant_root(e.tenant_salt);
+    uint32_t base = LR_NIL, base_ref = LR_NIL;
+    if (e.has_parent) {
+        struct emap_ent *pe = s != LR_NIL ? emap_get(ix, s, e.parent_hash)
+                                          : NULL;
+        if (pe == NULL || !emap_valid(ix, pe))
+            return LR_ENOENT;
+        base = pe->node;
+        base_key = pe->key;
+        base_ref = hold_find(ix, base, s);
+    }
+    uint32_t n = (uint32_t)(e.n_blocks * m);
+    uint32_t eb = (uint32_t)e.n_blocks;
+    if (n > ix->capacity) {
+        eb = (uint32_t)(ix->capacity / m);
+        n = eb * m;
+        if (n == 0)
+            return LR_OK;
+    }
+    LR_TRY(scratch_keys(ix, n));
+    LR_TRY(scratch_anchors(ix, eb));
+    chain_keys(base_key, e.token_ids, n, ix->B, ix->kbuf);
+    for (uint32_t j = 0; j < eb; j++)
+        ix->abuf[j] = (j + 1) * m;
+
+    /* engine-map room: count genuinely new hashes, sweep stale if short */
+    uint64_t fresh = 0;
+    for (uint32_t j = 0; j < eb; j++)
+        if (s == LR_NIL || emap_get(ix, s, e.block_hashes[j]) == NULL)
+            fresh++;
+    if (ix->e_count + fresh > ix->emap_cap) {
+        uint64_t stale = 0;
+        for (uint64_t i = 0; i < ix->e_size; i++)
+            if (ix->emap[i].inst != LR_NIL && !emap_valid(ix, &ix->emap[i]))
+                stale++;
+        if (ix->e_count - stale + fresh > ix->emap_cap)
+            return LR_ELIMIT;
+    }
+
+    struct learn_plan pl = {
+        .s = s,
+        .base = base,
+        .base_ref = base_ref,
+        .keys = ix->kbuf,
+        .n = n,
+        .anchors = ix->abuf,
+        .n_anchors = eb,
+        .remote = false,
+    };
+    ix->last_probes = 0;
+    if (s != LR_NIL) {
+        plan_learn(ix, &pl);
+    } else {
+        pl.d_s = 0;
+        pl.ref_ds = LR_NIL;
+        pl.d_any = deepest_present(ix, ix->kbuf, 0, n, base, &pl.node_any);
+    }
+    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
+    LR_TRY(emap_reserve(ix, fresh));
+
+    /* phase 2 */
+    if (ix->e_count + fresh > ix->emap_cap)
+        emap_sweep(ix, LR_NIL, true);
+    uint32_t tick = tick_at(ix, now_ns);
+    if (s == LR_NIL)
+        s = pl.s = inst_add(ix, instance);
+    apply_learn(ix, &pl, tick);
+    for (uint32_t j = 0; j < eb; j++) {
+        uint32_t d = (j + 1) * m;
+        uint32_t node = node_find(ix, ix->kbuf[d - 1]);
+        emap_put(ix, s, e.block_hashes[j], node, ix->kbuf[d - 1]);
+    }
+    /* phase 3 */
+    expire_all(ix, tick);
+    evict_to_capacity(ix);
+    return LR_OK;
+}
+
+lr_status
+lr_index_kv_removed(lr_index *idx, uint32_t instance,
+                    const uint64_t *block_hashes, size_t n_blocks,
+                    size_t *n_resolved)
+{
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    LR_RETURN_IF(block_hashes == NULL && n_blocks != 0, LR_EINVAL);
+    uint32_t s = inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    size_t resolved = 0;
+    for (size_t i = 0; i < n_blocks; i++) {
+        struct emap_ent *e = emap_get(idx, s, block_hashes[i]);
+        if (e == NULL)
+            continue;
+        if (emap_valid(idx, e)) {
+            uint32_t node = e->node;
+            remove_descendants(idx, s, node);
+            remove_leaf_and_trim(idx, hold_find(idx, node, s), WHY_DROP,
+                                 true);
+            resolved++;
+        }
+        /* the entry may have moved while descendants' entries stayed */
+        e = emap_get(idx, s, block_hashes[i]);
+        if (e != NULL)
+            emap_del_at(idx, (uint64_t)(e - idx->emap));
+    }
+    if (n_resolved != NULL)
+        *n_resolved = resolved;
+    return LR_OK;
+}
+
+lr_status
+lr_index_kv_cleared(lr_index *idx, uint32_t instance)
+{
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    uint32_t s = inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    remove_all_of(idx, s);
+    emap_sweep(idx, s, false);
+    return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* queries                                                                   */
+/* ------------------------------------------------------------------------ */
+
+lr_status
+lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
+{
+    LR_RETURN_IF(idx == NULL || stats == NULL, LR_EINVAL);
+    LR_RETURN_IF(stats->struct_size < LR_INDEX_STATS_SIZE_V1, LR_EVERSION);
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.blocks = idx->holds;
+    st.remote_blocks = idx->remote;
+    st.prefixes = idx->n_live;
+    st.instances = idx->max_inst - idx->n_ifree;
+    uint64_t live = 0;
+    for (uint64_t i = 0; i < idx->e_size; i++)
+        if (idx->emap[i].inst != LR_NIL && emap_valid(idx, &idx->emap[i]))
+            live++;
+    st.engine_hashes = live;
+    st.bytes = idx->mem.live;
+    st.evicted_blocks = idx->evicted;
+    st.expired_blocks = idx->expired;
+    st.learned_blocks = idx->learned;
+    size_t n = stats->struct_size < sizeof st ? stats->struct_size : sizeof st;
+    size_t keep = stats->struct_size;
+    memcpy(stats, &st, n);
+    stats->struct_size = keep;
+    return LR_OK;
+}
+
+lr_status
+lr_index_instance_blocks(const lr_index *idx, uint32_t instance,
+                         uint64_t *out)
+{
+    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
+    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
+    uint32_t s = inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    *out = idx->insts[s].blocks;
+    return LR_OK;
+}
+
+uint64_t
+lr_index_mark(const lr_index *idx)
+{
+    return idx == NULL ? 0 : idx->j_seq;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* deltas                                                                    */
+/* ------------------------------------------------------------------------ */
+/*
+ * Wire format, version 1, all integers little-endian:
+ *
+ *   off  size  field
+ *     0     4  magic "LRDX"
+ *     4     2  version (1)
+ *     6     2  flags (0)
+ *     8     4  block_tokens of the exporting index
+ *    12     4  n_nodes
+ *    16     4  n_routes
+ *    20     4  reserved (0)
+ *    24     8  since mark
+ *    32     8  mark at export
+ *    40        n_nodes x { u64 key; varint parent }   parent: 0 = a root
+ *              block, p = node p - 1 of this blob (always an earlier one)
+ *              n_routes x { u32 instance id; varint node }
+ *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
+ *
+ * Every route's whole chain is in the blob, so an importer that never saw
+ * the prefix can still place it; chains shared by several routes are sent
+ * once. Varints are unsigned LEB128 of at most 5 bytes.
+ */
+#define DELTA_MAGIC "LRDX"
+#define DELTA_VERSION 1
+#define DELTA_HEADER 40
+
+struct vec32 {
+    uint32_t *v;
+    size_t n, cap;
+};
+
+static lr_status
+vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
+{
+    if (v->n == v->cap) {
+        size_t want = v->cap ? v->cap * 2 : 64;
+        size_t ob, nb;
+        if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
+            return LR_ENOMEM;
+        uint32_t *p = lr__realloc(m, v->v, ob, nb);
+        if (p == NULL)
+            return LR_ENOMEM;
+        v->v = p;
+        v->cap = want;
+    }
+    v->v[v->n++] = x;
+    return LR_OK;
+}
+
+static void
+vec_free(struct lr__mem *m, struct vec32 *v)
+{
+    lr__free(m, v->v, v->cap * 4);
+    v->v = NULL;
+    v->n = v->cap = 0;
+}
+
+/* Temporary open-addressing map u64 -> u32 for export/import. */
+struct tmap {
+    uint64_t *k;
+    uint32_t *v;
+    size_t size, count;
+};
+
+static lr_status
+tmap_init(struct lr__mem *m, struct tmap *t, size_t expect)
+{
+    size_t size = 64;
+    while (size < expect * 2)
+        size *= 2;
+    t->k = lr__calloc(m, size, sizeof(uint64_t));
+    t->v = lr__calloc(m, size, sizeof(uint32_t));
+    t->size = size;
+    t->count = 0;
+    if (t->k == NULL || t->v == NULL)
+        return LR_ENOMEM;
+    return LR_OK;
+}
+
+static void
+tmap_free(struct lr__mem *m, struct tmap *t)
+{
+    lr__free(m, t->k, t->size * sizeof(uint64_t));
+    lr__free(m, t->v, t->size * sizeof(uint32_t));
+    t->k = NULL;
+    t->v = NULL;
+}
+
+/* Keys are stored + 1 so that 0 marks an empty slot. */
+static uint32_t *
+tmap_slot(const struct tmap *t, uint64_t key, bool *found)
+{
+    size_t i = (size_t)lr__mix64(key, 0x746d6170) & (t->size - 1);
+    for (;;) {
+        if (t->k[i] == 0) {
+            *found = false;
+            return &t->v[i];
+        }
+        if (t->k[i] == key + 1) {
+            *found = true;
+            return &t->v[i];
+        }
+        i = (i + 1) & (t->size - 1);
+    }
+}
+
+static lr_status
+tmap_put(struct lr__mem *m, struct tmap *t, uint64_t key, uint32_t val)
+{
+    if ((t->count + 1) * 2 > t->size) {
+        struct tmap nt;
+        lr_status st = tmap_init(m, &nt, t->size);
+        if (st != LR_OK) {
+            tmap_free(m, &nt);
+            return st;
+        }
+        for (size_t i = 0; i < t->size; i++) {
+            if (t->k[i] == 0)
+                continue;
+            bool f;
+            *tmap_slot(&nt, t->k[i] - 1, &f) = t->v[i];
+            nt.k[(size_t)(tmap_slot(&nt, t->k[i] - 1, &f) - nt.v)] = t->k[i];
+            nt.count++;
+        }
+        tmap_free(m, t);
+        *t = nt;
+    }
+    bool f;
+    uint32_t *v = tmap_slot(t, key, &f);
+    if (!f) {
+        t->k[(size_t)(v - t->v)] = key + 1;
+        t->count++;
+    }
+    *v = val;
+    return LR_OK;
+}
+
+static size_t
+varint_len(uint32_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *
+varint_put(uint8_t *p, uint32_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static bool
+varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*p >= end)
+            return false;
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (v > UINT32_MAX || (i > 0 && b == 0))
+                return false; /* overlong or too large */
+            *out = (uint32_t)v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static lr_status
+collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
+               struct vec32 *rn, struct vec32 *rs)
+{
+    uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
+    if (since == 0 || since < oldest) {
+        for (uint32_t n = 0; n < ix->n_top; n++) {
+            const struct node *nd = &ix->nodes[n];
+            if (nd->h.inst == LR_NIL)
+                continue;
+            for (uint32_t x = LR_NIL;;) {
+                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
+                if (!(h->bits & HB_REMOTE) &&
+                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
+                    LR_TRY(vec_push(m, rn, n));
+                    LR_TRY(vec_push(m, rs, h->inst));
+                }
+                x = x == LR_NIL ? nd->more : ix->xh[x].next;
+                if (x == LR_NIL)
+                    break;
+            }
+        }
+        return LR_OK;
+    }
+    for (uint64_t q = since; q < ix->j_seq; q++) {
+        const struct jent *e = &ix->journal[q % ix->j_cap];
+        uint32_t n = node_find(ix, e->key);
+        uint32_t s = inst_lookup(ix, e->inst_id);
+        if (n == LR_NIL || s == LR_NIL)
+            continue;
+        uint32_t ref = hold_find(ix, n, s);
+        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
+            continue;
+        LR_TRY(vec_push(m, rn, n));
+        LR_TRY(vec_push(m, rs, s));
+    }
+    return LR_OK;
+}
+
+lr_status
+lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
+                      uint64_t *mark_out)
+{
+    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
+    const lr_index *ix = idx;
+    struct lr__mem m = ix->mem; /* temporaries only; the index is const */
+    struct vec32 rn = {0}, rs = {0}, order = {0}, chain = {0};
+    struct tmap seen = {0}, rseen = {0};
+    lr_status st = collect_routes(ix, &m, since_mark, &rn, &rs);
+    if (st == LR_OK)
+        st = tmap_init(&m, &seen, rn.n);
+    if (st == LR_OK)
+        st = tmap_init(&m, &rseen, rn.n);
+    /* Emit each chain root-first, skipping nodes already emitted. */
+    size_t n_routes = 0;
+    for (size_t r = 0; st == LR_OK && r < rn.n; r++) {
+        bool f;
+        uint64_t rk = ((uint64_t)rn.v[r] << 32) | rs.v[r];
+        tmap_slot(&rseen, rk, &f);
+        if (f) {
+            rs.v[r] = LR_NIL; /* duplicate route */
+            continue;
+        }
+        st = tmap_put(&m, &rseen, rk, 0);
+        n_routes++;
+        chain.n = 0;
+        for (uint32_t c = rn.v[r]; st == LR_OK && c != LR_NIL;
+             c = ix->nodes[c].parent) {
+            tmap_slot(&seen, c, &f);
+            if (f)
+                break;
+            st = vec_push(&m, &chain, c);
+        }
+        while (st == LR_OK && chain.n > 0) {
+            uint32_t c = chain.v[--chain.n];
+            st = tmap_put(&m, &seen, c, (uint32_t)order.n);
+            if (st == LR_OK)
+                st = vec_push(&m, &order, c);
+        }
+    }
+    size_t size = DELTA_HEADER + 8;
+    if (st == LR_OK) {
+        for (size_t i = 0; i < order.n; i++) {
+            uint32_t p = ix->nodes[order.v[i]].parent;
+            bool f = false;
+            uint32_t pi = p == LR_NIL ? 0 : *tmap_slot(&seen, p, &f) + 1;
+            size += 8 + varint_len(pi);
+        }
+        for (size_t r = 0; r < rn.n; r++) {
+            if (rs.v[r] == LR_NIL)
+                continue;
+            bool f;
+            size += 4 + varint_len(*tmap_slot(&seen, rn.v[r], &f));
+        }
+    }
+    if (st == LR_OK && (order.n > UINT32_MAX || n_routes > UINT32_MAX))
+        st = LR_ENOMEM;
+    uint8_t *buf = NULL;
+    lr_blob *blob = NULL;
+    if (st == LR_OK)
+        st = lr__blob_new(&ix->mem, size, &blob, &buf);
+    if (st == LR_OK) {
+        memcpy(buf, DELTA_MAGIC, 4);
+        lr__put_u16(buf + 4, DELTA_VERSION);
+        lr__put_u16(buf + 6, 0);
+        lr__put_u32(buf + 8, ix->B);
+        lr__put_u32(buf + 12, (uint32_t)order.n);
+        lr__put_u32(buf + 16, (uint32_t)n_routes);
+        lr__put_u32(buf + 20, 0);
+        lr__put_u64(buf + 24, since_mark);
+        lr__put_u64(buf + 32, ix->j_seq);
+        uint8_t *p = buf + DELTA_HEADER;
+        for (size_t i = 0; i < order.n; i++) {
+            const struct node *nd = &ix->nodes[order.v[i]];
+            bool f = false;
+            uint32_t pi = nd->parent == LR_NIL
+                              ? 0
+                              : *tmap_slot(&seen, nd->parent, &f) + 1;
+            lr__put_u64(p, nd->key);
+            p = varint_put(p + 8, pi);
+        }
+        for (size_t r = 0; r < rn.n; r++) {
+            if (rs.v[r] == LR_NIL)
+                continue;
+            bool f;
+            lr__put_u32(p, ix->insts[rs.v[r]].id);
+            p = varint_put(p + 4, *tmap_slot(&seen, rn.v[r], &f));
+        }
+        lr__put_u64(p, lr__hash(buf, size - 8, LR_SEED_DELTA));
+        assert(p + 8 == buf + size);
+        *out = blob;
+        if (mark_out != NULL)
+            *mark_out = ix->j_seq;
+    }
+    vec_free(&m, &rn);
+    vec_free(&m, &rs);
+    vec_free(&m, &order);
+    vec_free(&m, &chain);
+    tmap_free(&m, &seen);
+    tmap_free(&m, &rseen);
+    return st;
+}
+
+struct delta {
+    uint32_t n_nodes, n_routes;
+    uint64_t *keys;
+    uint32_t *par;
+    uint32_t *rid, *rnode;
+    uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
+};
+
+static void
+delta_free(struct lr__mem *m, struct delta *d)
+{
+    lr__free(m, d->keys, (size_t)d->n_nodes * 8);
+    lr__free(m, d->par, (size_t)d->n_nodes * 4);
+    lr__free(m, d->node_of, (size_t)d->n_nodes * 4);
+    lr__free(m, d->rid, (size_t)d->n_routes * 4);
+    lr__free(m, d->rnode, (size_t)d->n_routes * 4);
+}
+
+static lr_status
+delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
+            size_t len, struct delta *d)
+{
+    LR_RETURN_IF(len < DELTA_HEADER + 8, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, 4) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + 4) != DELTA_VERSION, LR_EVERSION);
+    LR_RETURN_IF(lr__hash(buf, len - 8, LR_SEED_DELTA) !=
+                     lr__get_u64(buf + len - 8),
+                 LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 20) != 0,
+                 LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
+    uint32_t nn = lr__get_u32(buf + 12), nr = lr__get_u32(buf + 16);
+    size_t body = len - DELTA_HEADER - 8;
+    LR_RETURN_IF(nn > body / 9 || nr > body / 5, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u64(buf + 24) > lr__get_u64(buf + 32), LR_ECORRUPT);
+    d->n_nodes = nn;
+    d->n_routes = nr;
+    d->keys = lr__calloc(m, nn, 8);
+    d->par = lr__calloc(m, nn, 4);
+    d->node_of = lr__calloc(m, nn, 4);
+    d->rid = lr__calloc(m, nr, 4);
+    d->rnode = lr__calloc(m, nr, 4);
+    if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
+        d->rid == NULL || d->rnode == NULL)
+        return LR_ENOMEM;
+    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - 8;
+    for (uint32_t i = 0; i < nn; i++) {
+        uint32_t v;
+        LR_RETURN_IF(end - p < 9, LR_ECORRUPT);
+        d->keys[i] = lr__get_u64(p);
+        p += 8;
+        LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
+        d->par[i] = v == 0 ? LR_NIL : v - 1;
+    }
+    for (uint32_t r = 0; r < nr; r++) {
+        LR_RETURN_IF(end - p < 5, LR_ECORRUPT);
+        d->rid[r] = lr__get_u32(p);
+        p += 4;
+        LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
+        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) ||
+                         d->rnode[r] >= nn,
+                     LR_ECORRUPT);
+    }
+    LR_RETURN_IF(p != end, LR_ECORRUPT);
+    return LR_OK;
+}
+
+/* Check the blob against itself and the index before anything changes:
+ * no key twice, and a key we already hold hangs from the same parent. */
+static lr_status
+delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
+{
+    struct tmap keys = {0};
+    lr_status st = tmap_init(m, &keys, d->n_nodes);
+    for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
+        bool f;
+        tmap_slot(&keys, d->keys[i], &f);
+        if (f) {
+            st = LR_ECORRUPT;
+            break;
+        }
+        st = tmap_put(m, &keys, d->keys[i], i);
+        uint32_t n = node_find(ix, d->keys[i]);
+        d->node_of[i] = n;
+        if (st != LR_OK || n == LR_NIL)
+            continue;
+        uint32_t ip = ix->nodes[n].parent;
+        uint32_t bp = d->par[i];
+        if ((ip == LR_NIL) != (bp == LR_NIL) ||
+            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
+            st = LR_ECORRUPT;
+    }
+    tmap_free(m, &keys);
+    return st;
+}
+
+lr_status
+lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
+                      uint64_t now_ns)
+{
+    LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    lr_index *ix = idx;
+    struct lr__mem *m = &ix->mem;
+    struct delta d = {0};
+    struct tmap pairs = {0}, ids = {0};
+    struct vec32 chain = {0};
+    lr_status st = delta_parse(ix, m, buf, len, &d);
+    if (st == LR_OK)
+        st = delta_check(ix, m, &d);
+    if (st == LR_OK)
+        st = tmap_init(m, &pairs, 64);
+    if (st == LR_OK)
+        st = tmap_init(m, &ids, 16);
+    /* Count what could be new: distinct (instance, node) pairs on the
+     * routes' chains, and blob nodes the index lacks. */
+    uint64_t new_nodes = 0, new_ids = 0;
+    for (uint32_t r = 0; st == LR_OK && r < d.n_routes; r++) {
+        bool f;
+        tmap_slot(&ids, d.rid[r], &f);
+        if (!f) {
+            st = tmap_put(m, &ids, d.rid[r], 0);
+            if (inst_lookup(ix, d.rid[r]) == LR_NIL)
+                new_ids++;
+        }
+        for (uint32_t j = d.rnode[r]; st == LR_OK && j != LR_NIL;
+             j = d.par[j]) {
+            uint64_t pk = ((uint64_t)d.rid[r] << 32) | j;
+            tmap_slot(&pairs, pk, &f);
+            if (f)
+                break;
+            if (pairs.count >= ix->capacity) {
+                st = LR_ELIMIT;
+                break;
+            }
+            st = tmap_put(m, &pairs, pk, 0);
+            if (d.node_of[j] == LR_NIL) {
+                d.node_of[j] = LR_NIL - 1; /* counted */
+                new_nodes++;
+            }
+        }
+    }
+    if (st == LR_OK && new_ids > ix->n_ifree)
+        st = LR_ELIMIT;
+    if (st == LR_OK)
+        st = reserve(ix, new_nodes, pairs.count);
+    /* room for the longest chain a route can climb */
+    for (uint32_t i = 0; st == LR_OK && i < d.n_nodes && chain.cap < d.n_nodes;
+         i++)
+        st = vec_push(m, &chain, 0);
+    if (st != LR_OK)
+        goto out;
+
+    /* phase 2: cannot fail from here on */
+    for (uint32_t i = 0; i < d.n_nodes; i++)
+        if (d.node_of[i] == LR_NIL - 1)
+            d.node_of[i] = LR_NIL;
+    uint32_t tick = tick_at(ix, now_ns);
+    for (uint32_t r = 0; r < d.n_routes; r++) {
+        uint32_t s = inst_lookup(ix, d.rid[r]);
+        if (s == LR_NIL)
+            s = inst_add(ix, d.rid[r]);
+        /* climb to the first blob node s already holds, then create
+         * holds downward, parents first */
+        chain.n = 0;
+        for (uint32_t j = d.rnode[r];
+             j != LR_NIL && (d.node_of[j] == LR_NIL ||
+                             hold_find(ix, d.node_of[j], s) == LR_NIL);
+             j = d.par[j])
+            chain.v[chain.n++] = j;
+        while (chain.n > 0) {
+            uint32_t j = chain.v[--chain.n];
+            uint32_t pj = d.par[j];
+            uint32_t pn = pj == LR_NIL ? LR_NIL : d.node_of[pj];
+            if (d.node_of[j] == LR_NIL)
+                d.node_of[j] = node_new(ix, d.keys[j], pn);
+            hold_new(ix, d.node_of[j], s, HB_REMOTE, tick);
+            if (pn != LR_NIL)
+                H(ix, hold_find(ix, pn, s))->bits++;
+        }
+        uint32_t ref = hold_find(ix, d.node_of[d.rnode[r]], s);
+        H(ix, ref)->bits |= HB_ANCHOR;
+        touch(ix, ref, tick);
+    }
+    /* Holds created as parents got their child in the same pass; the
+     * route ends were touched, so every leaf is listed (invariant 3). */
+    expire_all(ix, tick);
+    evict_to_capacity(ix);
+out:
+    vec_free(m, &chain);
+    tmap_free(m, &pairs);
+    tmap_free(m, &ids);
+    delta_free(m, &d);
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* verification and digest (tests, fuzzers, debug builds)                    */
+/* ------------------------------------------------------------------------ */
+
+#define CHECK(c)                                                            \
+    do {                                                                    \
+        if (!(c))                                                           \
+            return LR_ECORRUPT;                                             \
+    } while (0)
+
+static lr_status
+verify_hold(const lr_index *ix, uint32_t n, const struct hold *h,
+            uint64_t *per_inst)
+{
+    const struct node *nd = &ix->nodes[n];
+    CHECK(h->inst < ix->max_inst && ix->insts[h->inst].used);
+    per_inst[h->inst]++;
+    if (nd->parent != LR_NIL) {
+        uint32_t pref = hold_find(ix, nd->parent, h->inst);
+        CHECK(pref != LR_NIL); /* invariant 1 */
+        CHECK(!(H(ix, pref)->bits & HB_REMOTE) || (h->bits & HB_REMOTE));
+    }
+    uint32_t kids = 0;
+    for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next)
+        if (hold_find(ix, c, h->inst) != LR_NIL)
+            kids++;
+    CHECK(kids == nchild(h));
+    if (kids == 0)
+        CHECK(h->bits & HB_LISTED); /* invariant 3 */
+    return LR_OK;
+}
+
+static lr_status
+verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
+             uint64_t *remote)
+{
+    uint32_t live = 0;
+    for (uint32_t n = 0; n < ix->n_top; n++) {
+        const struct node *nd = &ix->nodes[n];
+        if (nd->h.inst == LR_NIL)
+            continue;
+        CHECK(nd->h.inst != PENDING);
+        live++;
+        CHECK(node_find(ix, nd->key) == n);
+        if (nd->parent != LR_NIL) {
+            CHECK(nd->parent < ix->n_top);
+            CHECK(ix->nodes[nd->parent].h.inst != LR_NIL);
+        }
+        uint32_t prev = LR_NIL;
+        for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next) {
+            CHECK(ix->nodes[c].parent == n);
+            CHECK(ix->nodes[c].sib_prev == prev);
+            prev = c;
+        }
+        /* holders: distinct instances */
+        for (uint32_t x = LR_NIL;;) {
+            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
+            if (x != LR_NIL)
+                CHECK(ix->xh[x].node == n);
+            LR_TRY(verify_hold(ix, n, h, per_inst));
+            CHECK(hold_find(ix, n, h->inst) == (x == LR_NIL ? n : (x | REF_X)));
+            (*holds)++;
+            if (h->bits & HB_REMOTE)
+                (*remote)++;
+            x = x == LR_NIL ? nd->more : ix->xh[x].next;
+            if (x == LR_NIL)
+                break;
+        }
+    }
+    CHECK(live == ix->n_live);
+    return LR_OK;
+}
+
+static lr_status
+verify_lists(const lr_index *ix)
+{
+    for (int l = 0; l < 2; l++) {
+        uint32_t prev = LR_NIL;
+        uint64_t count = 0;
+        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next) {
+            const struct hold *h = H(ix, r);
+            CHECK(++count <= ix->holds);
+            CHECK(h->bits & HB_LISTED);
+            CHECK(list_of(h) == l);
+            CHECK(h->prev == prev);
+            prev = r;
+        }
+        CHECK(ix->tail[l] == prev);
+    }
+    return LR_OK;
+}
+
+lr_status
+lr__index_verify(const lr_index *ix)
+{
+    if (ix == NULL)
+        return LR_EINVAL;
+    struct lr__mem m = ix->mem;
+    uint64_t *per_inst = lr__calloc(&m, ix->max_inst, sizeof(uint64_t));
+    if (per_inst == NULL)
+        return LR_ENOMEM;
+    uint64_t holds = 0, remote = 0;
+    lr_status st = verify_nodes(ix, per_inst, &holds, &remote);
+    if (st == LR_OK)
+        st = verify_lists(ix);
+    if (st == LR_OK && (holds != ix->holds || remote != ix->remote))
+        st = LR_ECORRUPT;
+    if (st == LR_OK && ix->holds > ix->capacity)
+        st = LR_ECORRUPT;
+    uint32_t used = 0;
+    for (uint32_t s = 0; st == LR_OK && s < ix->max_inst; s++) {
+        if (!ix->insts[s].used)
+            continue;
+        used++;
+        if (per_inst[s] != ix->insts[s].blocks ||
+            inst_lookup(ix, ix->insts[s].id) != s)
+            st = LR_ECORRUPT;
+    }
+    if (st == LR_OK && used + ix->n_ifree != ix->max_inst)
+        st = LR_ECORRUPT;
+    uint32_t filled = 0;
+    for (uint32_t i = 0; st == LR_OK && i < ix->s_size; i++)
+        filled += ix->slots[i] != 0;
+    if (st == LR_OK && (filled != ix->s_count || filled != ix->n_live))
+        st = LR_ECORRUPT;
+    uint64_t ecount = 0;
+    for (uint64_t i = 0; st == LR_OK && i < ix->e_size; i++)
+        ecount += ix->emap[i].inst != LR_NIL;
+    if (st == LR_OK && ecount != ix->e_count)
+        st = LR_ECORRUPT;
+    lr__free(&m, per_inst, (size_t)ix->max_inst * sizeof(uint64_t));
+    return st;
+}
+
+static inline uint64_t
+dmix(uint64_t d, uint64_t v)
+{
+    return lr__mix64(d ^ v, 0x6469676573740000ull) + 0x9e3779b97f4a7c15ull;
+}
+
+uint64_t
+lr__index_digest(const lr_index *ix)
+{
+    uint64_t d = 0;
+    for (uint32_t n = 0; n < ix->n_top; n++) {
+        const struct node *nd = &ix->nodes[n];
+        if (nd->h.inst == LR_NIL)
+            continue;
+        d = dmix(d, nd->key);
+        d = dmix(d, nd->parent == LR_NIL ? 0 : ix->nodes[nd->parent].key);
+        for (uint32_t x = LR_NIL;;) {
+            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
+            d = dmix(d, ((uint64_t)ix->insts[h->inst].id << 32) | h->bits);
+            d = dmix(d, h->stamp);
+            x = x == LR_NIL ? nd->more : ix->xh[x].next;
+            if (x == LR_NIL)
+                break;
+        }
+    }
+    for (int l = 0; l < 2; l++)
+        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next)
+            d = dmix(d, ix->nodes[ref_node(ix, r)].key ^ H(ix, r)->inst);
+    d = dmix(d, ix->holds);
+    d = dmix(d, ix->remote);
+    d = dmix(d, ix->n_live);
+    d = dmix(d, ix->evicted);
+    d = dmix(d, ix->expired);
+    d = dmix(d, ix->learned);
+    d = dmix(d, ix->j_seq);
+    d = dmix(d, ix->has_epoch ? ix->epoch_ns + 1 : 0);
+    for (uint64_t q = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
+         q < ix->j_seq && ix->j_cap > 0; q++)
+        d = dmix(d, ix->journal[q % ix->j_cap].key ^
+                        ix->journal[q % ix->j_cap].inst_id);
+    for (uint32_t s = 0; s < ix->max_inst; s++)
+        if (ix->insts[s].used)
+            d = dmix(d, ((uint64_t)ix->insts[s].id << 32) ^ s ^
+                            (ix->insts[s].blocks << 40));
+    for (uint32_t i = 0; i < ix->n_ifree; i++)
+        d = dmix(d, ix->ifree[i]);
+    uint64_t e = 0;
+    for (uint64_t i = 0; i < ix->e_size; i++) {
+        const struct emap_ent *en = &ix->emap[i];
+        if (en->inst != LR_NIL && emap_valid(ix, en))
+            e += lr__mix64(en->ehash ^ en->key, en->inst + 1);
+    }
+    return dmix(d, e);
+}
+
+uint32_t
+lr__index_depth_of(const lr_index *idx, uint32_t instance,
+                   const uint64_t *keys, uint32_t n_keys)
+{
+    lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
+    uint32_t s = inst_lookup(ix, instance);
+    if (s == LR_NIL)
+        return 0;
+    uint32_t ref;
+    return deepest_held(ix, s, keys, n_keys, LR_NIL, &ref);
+}
+
+uint32_t
+lr__index_last_probes(const lr_index *idx)
+{
+    return idx->last_probes;
+}

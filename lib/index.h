@@ -1,0 +1,25 @@
+/* Internal view of lr_index for tests, fuzzers and the router. */
+#ifndef LIBROUTE_LIB_INDEX_H
+#define LIBROUTE_LIB_INDEX_H
+
+#include "common.h"
+#include "libroute/lr_index.h"
+
+/* Walk every invariant (prefix property, child counts, LRU membership,
+ * hash table contents, counters). LR_OK or LR_ECORRUPT. O(size). */
+lr_status lr__index_verify(const lr_index *idx);
+
+/* Checksum of the logical state (routes, flags, recency, LRU order,
+ * instances, engine hashes, journal, counters); equal before and after a
+ * failed call. O(size). */
+uint64_t lr__index_digest(const lr_index *idx);
+
+/* Deepest prefix (in blocks) that `instance` holds for these keys, with no
+ * touch; for differential tests. */
+uint32_t lr__index_depth_of(const lr_index *idx, uint32_t instance,
+                            const uint64_t *keys, uint32_t n_keys);
+
+/* Number of binary-search probes the last match made (bench/tests). */
+uint32_t lr__index_last_probes(const lr_index *idx);
+
+#endif
