@@ -122,8 +122,15 @@ struct jent {
     uint32_t pad;
 };
 
-enum { LIST_LOCAL = 0, LIST_REMOTE = 1 };
-enum { WHY_EVICT, WHY_EXPIRE, WHY_DROP };
+enum {
+    LIST_LOCAL = 0,
+    LIST_REMOTE = 1
+};
+enum {
+    WHY_EVICT,
+    WHY_EXPIRE,
+    WHY_DROP
+};
 
 struct lr_index {
     struct lr__mem mem;
@@ -295,10 +302,12 @@ hkey(const lr_index *ix, uint64_t key)
     return lr__mix64(key, ix->seed);
 }
 
+/* The bucket comes from the same 32 bits as the tag kept in the slot, so
+ * rehashing and deletion never have to read a node (a DRAM miss each). */
 static inline uint32_t
 bucket_in(uint64_t hv, uint32_t size)
 {
-    return (uint32_t)(((hv & 0xffffffffu) * (uint64_t)size) >> 32);
+    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
 }
 
 static inline void
@@ -358,10 +367,9 @@ slot_del(lr_index *ix, uint32_t n)
         uint64_t s = ix->slots[j];
         if (s == 0)
             break;
-        uint32_t home = bucket_in(hkey(ix, ix->nodes[(uint32_t)s - 1].key),
-                                  size);
-        bool movable = (i <= j) ? (home <= i || home > j)
-                                : (home <= i && home > j);
+        uint32_t home = bucket_in(s, size); /* tag = hash's high half */
+        bool movable =
+            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
             ix->slots[i] = s;
             i = j;
@@ -421,7 +429,7 @@ table_reserve(lr_index *ix, uint32_t more)
     for (uint32_t i = 0; i < ix->s_size; i++) {
         uint64_t s = ix->slots[i];
         if (s != 0)
-            slot_put(ns, (uint32_t)size, hkey(ix, ix->nodes[(uint32_t)s - 1].key),
+            slot_put(ns, (uint32_t)size, s & ~(uint64_t)0xffffffffu,
                      (uint32_t)s - 1);
     }
     lr__free(&ix->mem, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
@@ -444,8 +452,8 @@ reserve(lr_index *ix, uint64_t nn, uint64_t nx)
         return LR_ENOMEM;
     LR_TRY(grow_array(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
                       (uint32_t)need_n, sizeof(struct node), limit));
-    LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap,
-                      (uint32_t)need_x, sizeof(struct xhold), limit));
+    LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap, (uint32_t)need_x,
+                      sizeof(struct xhold), limit));
     return table_reserve(ix, nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
 
@@ -655,8 +663,8 @@ inst_del(lr_index *ix, uint32_t s)
             break;
         uint32_t home =
             (uint32_t)lr__mix64(ix->insts[v - 1].id, ix->seed ^ 0x1d) & mask;
-        bool movable = (i <= j) ? (home <= i || home > j)
-                                : (home <= i && home > j);
+        bool movable =
+            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
             ix->imap[i] = v;
             i = j;
@@ -720,8 +728,8 @@ emap_del_at(lr_index *ix, uint64_t i)
         if (e->inst == LR_NIL)
             break;
         uint64_t home = ehv(ix, e->inst, e->ehash) & mask;
-        bool movable = (i <= j) ? (home <= i || home > j)
-                                : (home <= i && home > j);
+        bool movable =
+            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
             ix->emap[i] = *e;
             i = j;
@@ -732,8 +740,7 @@ emap_del_at(lr_index *ix, uint64_t i)
 }
 
 static void
-emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node,
-         uint64_t key)
+emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
 {
     uint64_t mask = ix->e_size - 1;
     uint64_t i = ehv(ix, s, ehash) & mask;
@@ -885,11 +892,14 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
     node_release(ix, n);
 }
 
-/* Remove leaf hold `ref`, then walk up: a parent hold left with no child
- * is trimmed too unless it is an anchor, or (outside precise mode) was
- * used on its own since (listed). A parent that stays becomes a leaf and
- * re-enters its LRU list at the recency it inherits from the removed
- * child. Preserves invariants 1-3. */
+/* Remove leaf hold `ref`, then walk up. A parent hold left with no child
+ * has the recency of that child (or its own, when newer): if its own stamp
+ * is no newer than the child's and it is not an anchor, it goes too, so
+ * evictions cut whole segments back to a message boundary and expiry takes
+ * everything that aged together. In precise mode (the engine dropped the
+ * block) stamps do not matter: the cut goes back to the engine block
+ * boundary. A parent that stays becomes a leaf at its inherited recency.
+ * Preserves invariants 1-3. */
 static void
 remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
 {
@@ -898,7 +908,6 @@ remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
         assert(nchild(h) == 0);
         uint32_t s = h->inst;
         uint32_t stamp = h->stamp;
-        int l = list_of(h);
         uint32_t p = ix->nodes[ref_node(ix, ref)].parent;
         uint32_t pref = p != LR_NIL ? hold_find(ix, p, s) : LR_NIL;
         hold_remove(ix, ref, why, true);
@@ -910,16 +919,19 @@ remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
         ph->bits--;
         if (nchild(ph) > 0)
             return;
-        if (!(ph->bits & HB_ANCHOR) &&
-            (precise || !(ph->bits & HB_LISTED))) {
+        if (!(ph->bits & HB_ANCHOR) && (precise || ph->stamp <= stamp)) {
+            if (ph->stamp < stamp)
+                ph->stamp = stamp; /* the walk carries the subtree's recency */
             ref = pref;
             continue;
         }
-        if (!(ph->bits & HB_LISTED)) {
-            if (list_of(ph) == l && ph->stamp < stamp)
-                ph->stamp = stamp;
-            lru_insert_by_stamp(ix, pref);
+        if (ph->stamp < stamp) {
+            ph->stamp = stamp;
+            if (ph->bits & HB_LISTED)
+                lru_unlink(ix, pref);
         }
+        if (!(ph->bits & HB_LISTED))
+            lru_insert_by_stamp(ix, pref);
         return;
     }
 }
@@ -942,10 +954,18 @@ expire_all(lr_index *ix, uint32_t tick)
 {
     if (ix->ttl_ticks == UINT64_MAX)
         return;
-    for (int l = 0; l < 2; l++)
-        while (ix->tail[l] != LR_NIL &&
-               is_expired(ix, H(ix, ix->tail[l]), tick))
-            pop_tail(ix, l, WHY_EXPIRE);
+    /* Until stable: a REMOTE leaf expiring can uncover a LOCAL parent that
+     * aged with it, and the other way round. */
+    bool more = true;
+    while (more) {
+        more = false;
+        for (int l = 0; l < 2; l++)
+            while (ix->tail[l] != LR_NIL &&
+                   is_expired(ix, H(ix, ix->tail[l]), tick)) {
+                pop_tail(ix, l, WHY_EXPIRE);
+                more = true;
+            }
+    }
 }
 
 static void
@@ -1094,10 +1114,14 @@ mark_holders(lr_index *ix, uint32_t n)
     return g;
 }
 
-/* Partition search. Every candidate holds depth lo (cdepth/cref already
- * say so) and none holds depth hi + 1. Probing mid splits them into those
- * that hold mid (they search [mid, hi]) and the rest ([lo, mid - 1]), so
- * candidates that stop at the same depth share their probes. */
+/* Partition search. Every candidate in cand[0..k) holds depth lo (cdepth
+ * and cref already say so) and none holds depth hi + 1. Probing mid splits
+ * them into those that hold mid (they go on in [mid, hi]) and the rest
+ * ([lo, mid - 1]), so candidates that stop at the same depth share their
+ * probes. The split walks the probed node's holders, not the candidates:
+ * deep nodes have one or two holders while dozens of instances may share a
+ * system prompt, and a sparse set (tref = position in ix->cand) answers
+ * "is this holder a candidate in the range" in O(1). */
 static void
 solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
       uint32_t *cand, uint32_t k)
@@ -1110,17 +1134,26 @@ solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
             hi = mid - 1;
             continue;
         }
-        uint32_t g = mark_holders(ix, n);
+        uint32_t base = (uint32_t)(cand - ix->cand);
         uint32_t i = 0;
-        for (uint32_t j = 0; j < k; j++) {
-            uint32_t s = cand[j];
-            if (ix->mark[s] == g) {
-                cand[j] = cand[i];
+        const struct node *nd = &ix->nodes[n];
+        for (uint32_t x = LR_NIL;;) {
+            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
+            uint32_t pos = ix->tref[s];
+            if (pos >= base + i && pos < base + k && ix->cand[pos] == s) {
+                /* move s to the front part */
+                uint32_t other = cand[i];
                 cand[i] = s;
+                cand[pos - base] = other;
+                ix->tref[other] = pos;
+                ix->tref[s] = base + i;
                 ix->cdepth[s] = mid;
-                ix->cref[s] = ix->tref[s];
+                ix->cref[s] = x == LR_NIL ? n : (x | REF_X);
                 i++;
             }
+            x = x == LR_NIL ? nd->more : ix->xh[x].next;
+            if (x == LR_NIL)
+                break;
         }
         solve(ix, keys, mid, hi, cand, i);
         cand += i;
@@ -1207,11 +1240,11 @@ upgrade_up(lr_index *ix, uint32_t ref)
 }
 
 struct learn_plan {
-    uint32_t s;         /* instance slot */
-    uint32_t base;      /* node the keys hang from, LR_NIL for the root */
-    uint32_t base_ref;  /* s's hold on base */
+    uint32_t s;        /* instance slot */
+    uint32_t base;     /* node the keys hang from, LR_NIL for the root */
+    uint32_t base_ref; /* s's hold on base */
     const uint64_t *keys;
-    uint32_t n;         /* keys to hold */
+    uint32_t n;              /* keys to hold */
     const uint32_t *anchors; /* ascending depths in 1..n */
     uint32_t n_anchors;
     bool remote;
@@ -1354,7 +1387,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->mem.live = m.live;
     ix->seed = lr__mix64(o.seed, 0x6c72696e646578ull);
     ix->capacity = o.capacity_blocks;
-    ix->ttl_ticks = o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
+    ix->ttl_ticks =
+        o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
     ix->emap_cap = o.engine_map_capacity;
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;
@@ -1372,9 +1406,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
     ix->imap = lr__calloc(&ix->mem, isz, sizeof(uint32_t));
     ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
-    ix->journal = ix->j_cap
-                      ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent))
-                      : NULL;
+    ix->journal =
+        ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     ix->slots = lr__calloc(&ix->mem, 64, sizeof(uint64_t));
     if (ix->insts == NULL || ix->ifree == NULL || ix->imap == NULL ||
         ix->cand == NULL || ix->slots == NULL ||
@@ -1577,8 +1610,7 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
     LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
                  LR_EVERSION);
-    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0,
-                 LR_EINVAL);
+    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
     LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
     lr_index *ix = idx;
     lr_prompt p;
@@ -1628,6 +1660,8 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
                 ix->cand[k++] = s;
             }
         }
+        for (uint32_t i = k_deep; i < k; i++)
+            ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
         solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep);
     }
 
@@ -1684,11 +1718,10 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     LR_TRY(slot_for(ix, instance, &s));
     LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
     LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks != 0 && (e.block_hashes == NULL ||
-                                     e.token_ids == NULL),
+    LR_RETURN_IF(e.n_blocks != 0 &&
+                     (e.block_hashes == NULL || e.token_ids == NULL),
                  LR_EINVAL);
-    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens,
-                 LR_EINVAL);
+    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens, LR_EINVAL);
     LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
     LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
@@ -1699,8 +1732,8 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     uint64_t base_key = tenant_root(e.tenant_salt);
     uint32_t base = LR_NIL, base_ref = LR_NIL;
     if (e.has_parent) {
-        struct emap_ent *pe = s != LR_NIL ? emap_get(ix, s, e.parent_hash)
-                                          : NULL;
+        struct emap_ent *pe =
+            s != LR_NIL ? emap_get(ix, s, e.parent_hash) : NULL;
         if (pe == NULL || !emap_valid(ix, pe))
             return LR_ENOENT;
         base = pe->node;
@@ -1791,8 +1824,7 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
         if (emap_valid(idx, e)) {
             uint32_t node = e->node;
             remove_descendants(idx, s, node);
-            remove_leaf_and_trim(idx, hold_find(idx, node, s), WHY_DROP,
-                                 true);
+            remove_leaf_and_trim(idx, hold_find(idx, node, s), WHY_DROP, true);
             resolved++;
         }
         /* the entry may have moved while descendants' entries stayed */
@@ -1848,8 +1880,7 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
 }
 
 lr_status
-lr_index_instance_blocks(const lr_index *idx, uint32_t instance,
-                         uint64_t *out)
+lr_index_instance_blocks(const lr_index *idx, uint32_t instance, uint64_t *out)
 {
     LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
     LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
@@ -1864,7 +1895,6 @@ lr_index_mark(const lr_index *idx)
 {
     return idx == NULL ? 0 : idx->j_seq;
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* deltas                                                                    */
@@ -2095,8 +2125,8 @@ lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
     LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
     const lr_index *ix = idx;
     struct lr__mem m = ix->mem; /* temporaries only; the index is const */
-    struct vec32 rn = {0}, rs = {0}, order = {0}, chain = {0};
-    struct tmap seen = {0}, rseen = {0};
+    struct vec32 rn = { 0 }, rs = { 0 }, order = { 0 }, chain = { 0 };
+    struct tmap seen = { 0 }, rseen = { 0 };
     lr_status st = collect_routes(ix, &m, since_mark, &rn, &rs);
     if (st == LR_OK)
         st = tmap_init(&m, &seen, rn.n);
@@ -2251,8 +2281,7 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
         d->rid[r] = lr__get_u32(p);
         p += 4;
         LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
-        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) ||
-                         d->rnode[r] >= nn,
+        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
                      LR_ECORRUPT);
     }
     LR_RETURN_IF(p != end, LR_ECORRUPT);
@@ -2264,7 +2293,7 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
 static lr_status
 delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
 {
-    struct tmap keys = {0};
+    struct tmap keys = { 0 };
     lr_status st = tmap_init(m, &keys, d->n_nodes);
     for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
         bool f;
@@ -2295,9 +2324,9 @@ lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
     lr_index *ix = idx;
     struct lr__mem *m = &ix->mem;
-    struct delta d = {0};
-    struct tmap pairs = {0}, ids = {0};
-    struct vec32 chain = {0};
+    struct delta d = { 0 };
+    struct tmap pairs = { 0 }, ids = { 0 };
+    struct vec32 chain = { 0 };
     lr_status st = delta_parse(ix, m, buf, len, &d);
     if (st == LR_OK)
         st = delta_check(ix, m, &d);
@@ -2391,10 +2420,10 @@ out:
 /* verification and digest (tests, fuzzers, debug builds)                    */
 /* ------------------------------------------------------------------------ */
 
-#define CHECK(c)                                                            \
-    do {                                                                    \
-        if (!(c))                                                           \
-            return LR_ECORRUPT;                                             \
+#define CHECK(c)                \
+    do {                        \
+        if (!(c))               \
+            return LR_ECORRUPT; \
     } while (0)
 
 static lr_status
@@ -2577,8 +2606,8 @@ lr__index_digest(const lr_index *ix)
 }
 
 uint32_t
-lr__index_depth_of(const lr_index *idx, uint32_t instance,
-                   const uint64_t *keys, uint32_t n_keys)
+lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
+                   uint32_t n_keys)
 {
     lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
     uint32_t s = inst_lookup(ix, instance);

@@ -1,7 +1,547 @@
+/* Unit tests of lr_index: API contract, keys, eviction scenarios. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <cmocka.h>
-static void t(void **s){(void)s;}
-int main(void){const struct CMUnitTest ts[]={cmocka_unit_test(t)};return cmocka_run_group_tests(ts,NULL,NULL);}
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "index.h"
+#include "testutil.h"
+
+static lr_index *
+mk(uint64_t cap, uint32_t B, uint64_t ttl_ns)
+{
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.capacity_blocks = cap;
+    o.block_tokens = B;
+    o.ttl_ns = ttl_ns;
+    o.max_instances = 8;
+    lr_index *ix = NULL;
+    assert_int_equal(lr_index_create(&o, &ix), LR_OK);
+    return ix;
+}
+
+/* tokens: `nblk` blocks of B tokens, block b = base + b */
+static void
+fill(uint32_t *t, uint32_t nblk, uint32_t B, uint32_t base)
+{
+    for (uint32_t b = 0; b < nblk; b++)
+        for (uint32_t j = 0; j < B; j++)
+            t[b * B + j] = (base + b) * 1000 + j;
+}
+
+static lr_status
+learn(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, int trust,
+      uint64_t now)
+{
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = n;
+    lr_status st = lr_index_learn(ix, &p, inst, trust, now);
+    assert_int_equal(lr__index_verify(ix), LR_OK);
+    return st;
+}
+
+/* Tokens instance `inst` has cached for a prompt (0 if none). */
+static uint32_t
+depth(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, uint64_t now)
+{
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = n;
+    lr_index_hit h[8];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 8;
+    assert_int_equal(lr_index_match(ix, &p, now, LR_MATCH_NO_TOUCH, &r), LR_OK);
+    for (size_t i = 0; i < r.n_hits; i++)
+        if (h[i].instance == inst)
+            return h[i].tokens;
+    return 0;
+}
+
+static uint64_t
+blocks(const lr_index *ix)
+{
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    assert_int_equal(lr_index_get_stats(ix, &st), LR_OK);
+    return st.blocks;
+}
+
+static void
+create_validation(void **state)
+{
+    (void)state;
+    lr_index *ix = (lr_index *)1;
+    assert_int_equal(lr_index_create(NULL, NULL), LR_EINVAL);
+    assert_int_equal(lr_index_create(NULL, &ix), LR_OK);
+    assert_int_equal(lr_index_block_tokens(ix), 16);
+    lr_index_destroy(ix);
+    lr_index_destroy(NULL);
+
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.block_tokens = LR_INDEX_MAX_BLOCK_TOKENS + 1;
+    assert_int_equal(lr_index_create(&o, &ix), LR_EINVAL);
+    assert_null(ix);
+    lr_index_options_init(&o);
+    o.capacity_blocks = LR_INDEX_MAX_CAPACITY + 1;
+    assert_int_equal(lr_index_create(&o, &ix), LR_EINVAL);
+    lr_index_options_init(&o);
+    o.max_instances = LR_INDEX_MAX_INSTANCES + 1;
+    assert_int_equal(lr_index_create(&o, &ix), LR_EINVAL);
+    lr_index_options_init(&o);
+    o.struct_size = LR_INDEX_OPTIONS_SIZE_V1 - 1;
+    assert_int_equal(lr_index_create(&o, &ix), LR_EVERSION);
+    /* a half-set allocator is refused */
+    lr_allocator a = { 0 };
+    lr_index_options_init(&o);
+    o.allocator = &a;
+    assert_int_equal(lr_index_create(&o, &ix), LR_EINVAL);
+    /* zeros mean defaults; a larger struct from a newer header is fine */
+    struct {
+        lr_index_options o;
+        uint64_t future[4];
+    } big;
+    memset(&big, 0, sizeof big);
+    big.o.struct_size = sizeof big;
+    assert_int_equal(lr_index_create(&big.o, &ix), LR_OK);
+    assert_int_equal(lr_index_block_tokens(ix), 16);
+    lr_index_destroy(ix);
+}
+
+/* The key chain is a documented, persistent format: pin it. */
+static void
+keys_are_the_documented_chain(void **state)
+{
+    (void)state;
+    uint32_t t[40];
+    for (uint32_t i = 0; i < 40; i++)
+        t[i] = i * 2654435761u;
+    uint64_t salt = 0x1234abcd5678ef00ull;
+    uint64_t keys[3];
+    size_t n;
+    assert_int_equal(lr_block_keys(16, t, 40, salt, NULL, 0, &n), LR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(lr_block_keys(16, t, 40, salt, keys, 1, &n), LR_EBUFSIZE);
+    assert_int_equal(lr_block_keys(16, t, 40, salt, keys, 3, &n), LR_OK);
+    uint8_t sb[8];
+    for (int i = 0; i < 8; i++)
+        sb[i] = (uint8_t)(salt >> (8 * i));
+    uint64_t prev = XXH3_64bits_withSeed(sb, 8, 0x4c52544e414e5431ull);
+    for (int d = 0; d < 2; d++) {
+        uint8_t buf[64];
+        for (int j = 0; j < 16; j++)
+            for (int b = 0; b < 4; b++)
+                buf[4 * j + b] = (uint8_t)(t[d * 16 + j] >> (8 * b));
+        prev = XXH3_64bits_withSeed(buf, 64, prev ^ 0x4c52424c4f434b31ull);
+        assert_int_equal(keys[d], prev);
+    }
+    /* Golden value: guards against an accidental change of the recipe in
+     * both the library and this test at once. */
+    uint32_t z[16] = { 0 };
+    assert_int_equal(lr_block_keys(16, z, 16, 0, keys, 3, &n), LR_OK);
+    uint8_t zs[8] = { 0 }, zb[64] = { 0 };
+    uint64_t k0 = XXH3_64bits_withSeed(
+        zb, 64,
+        XXH3_64bits_withSeed(zs, 8, 0x4c52544e414e5431ull) ^
+            0x4c52424c4f434b31ull);
+    assert_int_equal(keys[0], k0);
+
+    assert_int_equal(lr_block_keys(0, t, 40, 0, keys, 3, &n), LR_EINVAL);
+    assert_int_equal(lr_block_keys(16, NULL, 40, 0, keys, 3, &n), LR_EINVAL);
+    assert_int_equal(lr_block_keys(16, t, 40, 0, keys, 3, NULL), LR_EINVAL);
+    assert_int_equal(
+        lr_block_keys(16, t, (size_t)LR_INDEX_MAX_TOKENS + 1, 0, keys, 3, &n),
+        LR_EINVAL);
+}
+
+static void
+learn_match_basics(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(1000, 4, UINT64_MAX);
+    uint32_t a[40], b[40];
+    fill(a, 10, 4, 0);
+    fill(b, 10, 4, 0);
+    fill(b + 24, 4, 4, 500); /* b shares the first 6 blocks of a */
+    assert_int_equal(learn(ix, a, 40, 7, LR_TRUST_LOCAL, 1), LR_OK);
+    assert_int_equal(learn(ix, b, 38, 9, LR_TRUST_LOCAL, 2), LR_OK);
+    /* partial tail of b (38 = 9 blocks + 2) is not learned */
+    assert_int_equal(depth(ix, a, 40, 7, 3), 40);
+    assert_int_equal(depth(ix, a, 40, 9, 3), 24);
+    assert_int_equal(depth(ix, b, 40, 9, 3), 36);
+    assert_int_equal(depth(ix, b, 40, 7, 3), 24);
+    assert_int_equal(depth(ix, a, 3, 7, 3), 0); /* shorter than a block */
+    assert_int_equal(blocks(ix), 10 + 9);
+
+    /* result ordering, deepest, prompt_blocks */
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = a;
+    p.n_tokens = 40;
+    lr_index_hit h[2];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 2;
+    assert_int_equal(lr_index_match(ix, &p, 4, 0, &r), LR_OK);
+    assert_int_equal(r.n_hits, 2);
+    assert_int_equal(h[0].instance, 7);
+    assert_int_equal(h[1].instance, 9);
+    assert_int_equal(r.deepest_tokens, 40);
+    assert_int_equal(r.prompt_blocks, 10);
+    /* too small a buffer: EBUFSIZE, n_hits says how many, nothing written */
+    r.hits_capacity = 1;
+    h[0].instance = 12345;
+    uint64_t d0 = lr__index_digest(ix);
+    assert_int_equal(lr_index_match(ix, &p, 5, 0, &r), LR_EBUFSIZE);
+    assert_int_equal(r.n_hits, 2);
+    assert_int_equal(h[0].instance, 12345);
+    assert_int_equal(lr__index_digest(ix), d0);
+
+    /* precomputed keys give the same answer */
+    uint64_t keys[10];
+    size_t nk;
+    assert_int_equal(lr_block_keys(4, a, 40, 0, keys, 10, &nk), LR_OK);
+    lr_prompt pk;
+    lr_prompt_init(&pk);
+    pk.keys = keys;
+    pk.n_keys = nk;
+    pk.n_tokens = 40;
+    r.hits_capacity = 2;
+    assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_OK);
+    assert_int_equal(r.n_hits, 2);
+    assert_int_equal(h[0].tokens, 40);
+    pk.n_keys = 9; /* must agree with n_tokens */
+    assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_EINVAL);
+
+    /* re-learning known prompts adds nothing */
+    assert_int_equal(learn(ix, a, 40, 7, LR_TRUST_LOCAL, 7), LR_OK);
+    assert_int_equal(blocks(ix), 19);
+    lr_index_destroy(ix);
+}
+
+static void
+tenants_never_share(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(1000, 4, UINT64_MAX);
+    uint32_t a[16];
+    fill(a, 4, 4, 3);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = a;
+    p.n_tokens = 16;
+    p.tenant_salt = 1;
+    assert_int_equal(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, 1), LR_OK);
+    lr_index_hit h[4];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 4;
+    p.tenant_salt = 2;
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, &r), LR_OK);
+    assert_int_equal(r.n_hits, 0);
+    p.tenant_salt = 1;
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, &r), LR_OK);
+    assert_int_equal(r.n_hits, 1);
+    lr_index_destroy(ix);
+}
+
+static void
+bad_input_changes_nothing(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(100, 4, UINT64_MAX);
+    uint32_t a[16];
+    fill(a, 4, 4, 1);
+    assert_int_equal(learn(ix, a, 16, 1, LR_TRUST_LOCAL, 1), LR_OK);
+    uint64_t d0 = lr__index_digest(ix);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = a;
+    p.n_tokens = 16;
+    assert_int_equal(lr_index_learn(NULL, &p, 1, 0, 2), LR_EINVAL);
+    assert_int_equal(lr_index_learn(ix, NULL, 1, 0, 2), LR_EINVAL);
+    assert_int_equal(lr_index_learn(ix, &p, LR_INSTANCE_NONE, 0, 2), LR_EINVAL);
+    assert_int_equal(lr_index_learn(ix, &p, 1, 2, 2), LR_EINVAL);
+    assert_int_equal(lr_index_learn(ix, &p, 1, -1, 2), LR_EINVAL);
+    uint32_t bnd[2] = { 8, 4 }; /* not ascending */
+    p.boundaries = bnd;
+    p.n_boundaries = 2;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    bnd[0] = 4;
+    bnd[1] = 17; /* beyond the prompt */
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    p.boundaries = NULL; /* NULL with a count */
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    p.n_boundaries = 0;
+    p.tokens = NULL;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    p.tokens = a;
+    p.n_tokens = (size_t)LR_INDEX_MAX_TOKENS + 1;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    p.n_tokens = 16;
+    p.struct_size = LR_PROMPT_SIZE_V1 - 1;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EVERSION);
+    p.struct_size = sizeof p;
+
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, NULL), LR_EINVAL);
+    assert_int_equal(lr_index_match(ix, &p, 2, 0x80, &r), LR_EINVAL);
+    r.hits_capacity = 3; /* NULL buffer with a capacity */
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, &r), LR_EINVAL);
+    r.hits_capacity = 0;
+    r.struct_size = 8;
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, &r), LR_EVERSION);
+
+    assert_int_equal(lr_index_remove_instance(ix, 99), LR_ENOENT);
+    assert_int_equal(lr_index_remove_instance(ix, LR_INSTANCE_NONE), LR_EINVAL);
+    uint64_t nb;
+    assert_int_equal(lr_index_instance_blocks(ix, 99, &nb), LR_ENOENT);
+    assert_int_equal(lr_index_instance_blocks(ix, 1, NULL), LR_EINVAL);
+    lr_index_stats st;
+    st.struct_size = 8;
+    assert_int_equal(lr_index_get_stats(ix, &st), LR_EVERSION);
+    assert_int_equal(lr__index_digest(ix), d0);
+    lr_index_expire(NULL, 1);
+    assert_int_equal(lr_index_mark(NULL), 0);
+    lr_index_destroy(ix);
+}
+
+static void
+instance_limit(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(1000, 4, UINT64_MAX); /* max_instances 8 */
+    uint32_t a[8];
+    fill(a, 2, 4, 1);
+    for (uint32_t i = 0; i < 8; i++)
+        assert_int_equal(learn(ix, a, 8, 100 + i, 0, 1), LR_OK);
+    uint64_t d0 = lr__index_digest(ix);
+    assert_int_equal(learn(ix, a, 8, 200, 0, 2), LR_ELIMIT);
+    assert_int_equal(lr__index_digest(ix), d0);
+    /* removing one frees a slot; its routes are gone */
+    assert_int_equal(lr_index_remove_instance(ix, 103), LR_OK);
+    assert_int_equal(depth(ix, a, 8, 103, 3), 0);
+    assert_int_equal(learn(ix, a, 8, 200, 0, 3), LR_OK);
+    assert_int_equal(depth(ix, a, 8, 200, 3), 8);
+    assert_int_equal(depth(ix, a, 8, 100, 3), 8);
+    assert_int_equal(blocks(ix), 16);
+    lr_index_destroy(ix);
+}
+
+/* LRU: the least recently matched or learned prompt goes first. */
+static void
+eviction_is_lru(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(12, 4, UINT64_MAX);
+    uint32_t p[4][16];
+    for (int i = 0; i < 4; i++)
+        fill(p[i], 4, 4, 10 * (uint32_t)i + 1);
+    uint64_t t = 1ull << 30;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(learn(ix, p[i], 16, 1, 0, t * (uint64_t)(i + 1)),
+                         LR_OK);
+    assert_int_equal(blocks(ix), 12);
+    /* touch prompt 0 by a match: prompt 1 is now the oldest */
+    lr_prompt q;
+    lr_prompt_init(&q);
+    q.tokens = p[0];
+    q.n_tokens = 16;
+    lr_index_match_result r;
+    lr_index_hit h[2];
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 2;
+    assert_int_equal(lr_index_match(ix, &q, t * 4, 0, &r), LR_OK);
+    assert_int_equal(learn(ix, p[3], 16, 1, 0, t * 5), LR_OK);
+    assert_true(blocks(ix) <= 12);
+    assert_int_equal(depth(ix, p[0], 16, 1, t * 6), 16);
+    assert_int_equal(depth(ix, p[1], 16, 1, t * 6), 0);
+    assert_int_equal(depth(ix, p[2], 16, 1, t * 6), 16);
+    assert_int_equal(depth(ix, p[3], 16, 1, t * 6), 16);
+    /* a NO_TOUCH match does not refresh: prompt 2 goes next */
+    q.tokens = p[2];
+    assert_int_equal(lr_index_match(ix, &q, t * 7, LR_MATCH_NO_TOUCH, &r),
+                     LR_OK);
+    assert_int_equal(learn(ix, p[1], 16, 1, 0, t * 8), LR_OK);
+    assert_int_equal(depth(ix, p[2], 16, 1, t * 9), 0);
+    assert_int_equal(depth(ix, p[0], 16, 1, t * 9), 16);
+    lr_index_destroy(ix);
+}
+
+/* Evicting the deep end of a prompt trims back to the last boundary the
+ * host named, never leaving a hole. */
+static void
+eviction_trims_to_anchor(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(8, 4, UINT64_MAX);
+    uint32_t a[32], b[8];
+    fill(a, 8, 4, 1);
+    fill(b, 2, 4, 900);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = a;
+    p.n_tokens = 32;
+    uint32_t bnd[2] = { 10, 20 }; /* aligned down: blocks 2 and 5 */
+    p.boundaries = bnd;
+    p.n_boundaries = 2;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 1ull << 30), LR_OK);
+    /* two new blocks need room: the prompt's tail (blocks 6..8) goes and
+     * the cut stops at the boundary after block 5 */
+    assert_int_equal(learn(ix, b, 8, 2, 0, 2ull << 30), LR_OK);
+    assert_int_equal(depth(ix, a, 32, 1, 3ull << 30), 20);
+    assert_int_equal(blocks(ix), 7);
+    lr_index_destroy(ix);
+}
+
+/* Under pressure REMOTE routes go before LOCAL ones, even newer ones. */
+static void
+eviction_remote_first(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(8, 4, UINT64_MAX);
+    uint32_t a[16], b[16], c[16];
+    fill(a, 4, 4, 1);
+    fill(b, 4, 4, 100);
+    fill(c, 4, 4, 200);
+    uint64_t t = 1ull << 30;
+    assert_int_equal(learn(ix, a, 16, 1, LR_TRUST_LOCAL, t), LR_OK);
+    assert_int_equal(learn(ix, b, 16, 2, LR_TRUST_REMOTE, 2 * t), LR_OK);
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.remote_blocks, 4);
+    assert_int_equal(learn(ix, c, 16, 3, LR_TRUST_LOCAL, 3 * t), LR_OK);
+    assert_int_equal(depth(ix, a, 16, 1, 4 * t), 16); /* older, but LOCAL */
+    assert_int_equal(depth(ix, b, 16, 2, 4 * t), 0);
+    assert_int_equal(depth(ix, c, 16, 3, 4 * t), 16);
+    /* at capacity, a new REMOTE route is itself the first to go */
+    assert_int_equal(learn(ix, b, 8, 2, LR_TRUST_REMOTE, 5 * t), LR_OK);
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.remote_blocks, 0);
+    assert_int_equal(depth(ix, a, 16, 1, 6 * t), 16);
+    lr_index_destroy(ix);
+
+    /* a LOCAL learn upgrades the REMOTE routes on its path, and only
+     * those: b's REMOTE tail beyond the learned prefix stays REMOTE */
+    ix = mk(100, 4, UINT64_MAX);
+    assert_int_equal(learn(ix, b, 16, 2, LR_TRUST_REMOTE, t), LR_OK);
+    assert_int_equal(learn(ix, b, 8, 2, LR_TRUST_LOCAL, 2 * t), LR_OK);
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.remote_blocks, 2);
+    assert_int_equal(learn(ix, b, 16, 2, LR_TRUST_REMOTE, 3 * t), LR_OK);
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.remote_blocks, 2); /* REMOTE never downgrades */
+    assert_int_equal(learn(ix, b, 16, 2, LR_TRUST_LOCAL, 4 * t), LR_OK);
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.remote_blocks, 0);
+    lr_index_destroy(ix);
+}
+
+/* A prompt longer than the whole capacity keeps its first blocks. */
+static void
+prompt_longer_than_capacity(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(5, 4, UINT64_MAX);
+    uint32_t a[40];
+    fill(a, 10, 4, 1);
+    assert_int_equal(learn(ix, a, 40, 1, 0, 1), LR_OK);
+    assert_int_equal(blocks(ix), 5);
+    assert_int_equal(depth(ix, a, 40, 1, 2), 20);
+    lr_index_destroy(ix);
+}
+
+static void
+ttl_expires_whole_subtrees(void **state)
+{
+    (void)state;
+    uint64_t s = 1000000000ull;
+    lr_index *ix = mk(1000, 4, 10 * s);
+    uint32_t a[16], b[16];
+    fill(a, 4, 4, 1);
+    fill(b, 2, 4, 1);
+    fill(b + 8, 2, 4, 50); /* shares a's first 2 blocks */
+    assert_int_equal(learn(ix, a, 16, 1, 0, 100 * s), LR_OK);
+    assert_int_equal(learn(ix, b, 16, 1, 0, 105 * s), LR_OK);
+    /* at 112 s: a's tail (last used at 100 s) expired, the shared part
+     * lives on through b */
+    lr_index_expire(ix, 112 * s);
+    assert_int_equal(lr__index_verify(ix), LR_OK);
+    assert_int_equal(depth(ix, a, 16, 1, 112 * s), 8);
+    assert_int_equal(depth(ix, b, 16, 1, 112 * s), 16);
+    /* a match refreshes only what it reached */
+    assert_int_equal(depth(ix, b, 16, 1, 114 * s), 16);
+    assert_int_equal(depth(ix, b, 16, 1, 116 * s), 0);
+    assert_int_equal(blocks(ix), 0);
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    lr_index_get_stats(ix, &st);
+    assert_int_equal(st.expired_blocks, 6);
+    lr_index_destroy(ix);
+}
+
+static void
+stats_and_bytes(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(100000, 16, UINT64_MAX);
+    uint32_t *t = malloc(16 * 256 * sizeof *t);
+    for (uint32_t i = 0; i < 100; i++) {
+        fill(t, 256, 16, i * 1000);
+        assert_int_equal(learn(ix, t, 16 * 256, i % 8, 0, i + 1), LR_OK);
+    }
+    free(t);
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    assert_int_equal(lr_index_get_stats(ix, &st), LR_OK);
+    assert_int_equal(st.blocks, 25600);
+    assert_int_equal(st.prefixes, 25600);
+    assert_int_equal(st.instances, 8);
+    assert_int_equal(st.learned_blocks, 25600);
+    /* memory stays within the published budget of 64 bytes per block
+     * (plus fixed overhead) */
+    assert_true(st.bytes < 25600 * 64 + 200000);
+    lr_index_destroy(ix);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(create_validation),
+        cmocka_unit_test(keys_are_the_documented_chain),
+        cmocka_unit_test(learn_match_basics),
+        cmocka_unit_test(tenants_never_share),
+        cmocka_unit_test(bad_input_changes_nothing),
+        cmocka_unit_test(instance_limit),
+        cmocka_unit_test(eviction_is_lru),
+        cmocka_unit_test(eviction_trims_to_anchor),
+        cmocka_unit_test(eviction_remote_first),
+        cmocka_unit_test(prompt_longer_than_capacity),
+        cmocka_unit_test(ttl_expires_whole_subtrees),
+        cmocka_unit_test(stats_and_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -121,6 +122,7 @@ tu_oom_loop(tu_scenario scenario, void *ctx, uint64_t max_n)
 {
     for (int mode = 0; mode < 2; mode++) {
         bool done = false;
+        uint64_t injected = 0;
         for (uint64_t n = 1; n <= max_n && !done; n++) {
             struct tu_alloc t;
             tu_alloc_init(&t);
@@ -133,7 +135,12 @@ tu_oom_loop(tu_scenario scenario, void *ctx, uint64_t max_n)
                          t.live_blocks);
             if (!t.failed)
                 done = true;
+            else
+                injected++;
         }
+        /* A scenario that never allocates proves nothing about OOM. */
+        if (injected == 0)
+            fail_msg("OOM loop: the scenario never reached an allocation");
         if (!done)
             fail_msg("OOM loop did not finish within %llu allocations",
                      (unsigned long long)max_n);

@@ -10,13 +10,13 @@
 #include "libroute/lr_common.h"
 
 struct tu_alloc {
-    lr_allocator a;      /* hooks pointing at this struct */
-    size_t live_bytes;   /* bytes currently allocated */
-    size_t live_blocks;  /* allocations currently live */
-    uint64_t calls;      /* alloc + realloc calls so far */
-    uint64_t fail_at;    /* 1-based call index that fails; 0 = never */
-    bool fail_forever;   /* once failed, keep failing */
-    bool failed;         /* a failure was injected */
+    lr_allocator a;     /* hooks pointing at this struct */
+    size_t live_bytes;  /* bytes currently allocated */
+    size_t live_blocks; /* allocations currently live */
+    uint64_t calls;     /* alloc + realloc calls so far */
+    uint64_t fail_at;   /* 1-based call index that fails; 0 = never */
+    bool fail_forever;  /* once failed, keep failing */
+    bool failed;        /* a failure was injected */
 };
 
 /* Reset counters and set up hooks; fail_at = 0 disables injection. */

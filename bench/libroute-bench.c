@@ -1,0 +1,309 @@
+/* libroute-bench: speed and memory of the library's hot paths.
+ *
+ * Prints one JSON object per line per case:
+ *   {"name": "index_match_8k", "ns_p50": ..., "ns_p99": ..., ...}
+ *
+ * Index cases run against an index holding 1M block routes across 64
+ * instances, shaped like a chat fleet: 16 shared system prompts of 1k
+ * tokens, each conversation one of them plus its own history, prompts of
+ * 1k, 8k and 32k tokens. Queries share 50-100% of a held prompt.
+ *   index_match_<len>       match a prompt of that length
+ *   index_learn_known_<len> learn a prompt the instance already holds
+ *   index_learn_new_<len>   learn an entirely new prompt (index full, so
+ *                           this includes evicting as much)
+ *   ring_candidates_256     2 candidates from a ring of 256 instances
+ *
+ * Usage: libroute-bench [--quick] [--filter SUBSTRING]
+ * Medians are what to compare; the machine is shared and noisy.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "index.h"
+#include "libroute.h"
+
+#define B 16
+#define NINST 64
+#define NSYS 16
+#define SYS_TOK 1024
+
+static uint64_t rs = 0x62656e63ull;
+
+static uint64_t
+rnd(void)
+{
+    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static const char *filter;
+
+static int
+wanted(const char *name)
+{
+    return filter == NULL || strstr(name, filter) != NULL;
+}
+
+/* A conversation: system prompt id + a unique history seed + length. */
+struct conv {
+    uint32_t sys;
+    uint32_t seed;
+    uint32_t len;
+    uint32_t inst;
+};
+
+static void
+make_tokens(const struct conv *c, uint32_t *t, uint32_t len)
+{
+    for (uint32_t i = 0; i < len; i++) {
+        if (i < SYS_TOK)
+            t[i] = c->sys * 100003u + i;
+        else
+            t[i] = (uint32_t)(c->seed * 2654435761u) ^ (i * 40503u);
+    }
+}
+
+static void
+report(const char *name, uint64_t *ns, size_t n, const lr_index *ix,
+       double probes)
+{
+    qsort(ns, n, sizeof *ns, cmp_u64);
+    printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
+           "\"iterations\": %zu",
+           name, (unsigned long long)ns[n / 2],
+           (unsigned long long)ns[(n * 99) / 100], n);
+    if (ix != NULL) {
+        lr_index_stats st;
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        lr_index_get_stats(ix, &st);
+        printf(", \"bytes_per_block\": %.1f, \"blocks\": %llu, "
+               "\"prefixes\": %llu",
+               st.blocks ? (double)st.bytes / (double)st.blocks : 0.0,
+               (unsigned long long)st.blocks, (unsigned long long)st.prefixes);
+    }
+    if (probes >= 0)
+        printf(", \"probes_mean\": %.1f", probes);
+    printf("}\n");
+    fflush(stdout);
+}
+
+static const uint32_t lens[3] = { 1024, 8192, 32768 };
+static const char *const lname[3] = { "1k", "8k", "32k" };
+
+static void
+bench_index(int quick)
+{
+    uint64_t cap = quick ? (1u << 16) : (1u << 20);
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.capacity_blocks = cap;
+    o.block_tokens = B;
+    o.ttl_ns = UINT64_MAX;
+    o.max_instances = NINST;
+    lr_index *ix;
+    if (lr_index_create(&o, &ix) != LR_OK) {
+        fprintf(stderr, "libroute-bench: cannot create index\n");
+        exit(1);
+    }
+    /* populate until full: conversations cycle through the lengths */
+    size_t nconv_cap = 4096, nconv = 0;
+    struct conv *convs = calloc(nconv_cap, sizeof *convs);
+    uint32_t *tok = malloc(32768 * 2 * sizeof *tok);
+    uint64_t t = 1;
+    lr_index_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    for (uint32_t i = 0;; i++) {
+        lr_index_get_stats(ix, &st);
+        if (st.blocks + 2048 > cap)
+            break;
+        if (nconv == nconv_cap) {
+            nconv_cap *= 2;
+            convs = realloc(convs, nconv_cap * sizeof *convs);
+        }
+        struct conv *c = &convs[nconv++];
+        c->sys = (uint32_t)(rnd() % NSYS);
+        c->seed = i + 1;
+        c->len = lens[i % 3];
+        c->inst = (uint32_t)(rnd() % NINST);
+        make_tokens(c, tok, c->len);
+        lr_prompt p;
+        lr_prompt_init(&p);
+        p.tokens = tok;
+        p.n_tokens = c->len;
+        uint32_t bnd[1] = { SYS_TOK };
+        p.boundaries = bnd;
+        p.n_boundaries = 1;
+        lr_index_learn(ix, &p, c->inst, LR_TRUST_LOCAL, t++);
+    }
+    size_t iters = quick ? 200 : 4000;
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    lr_index_hit hits[NINST];
+    char name[64];
+
+    for (int L = 0; L < 3; L++) {
+        snprintf(name, sizeof name, "index_match_%s", lname[L]);
+        if (!wanted(name))
+            continue;
+        uint64_t probes = 0;
+        for (size_t k = 0; k < iters; k++) {
+            /* a held conversation of this length, 50-100% shared */
+            struct conv *c;
+            do
+                c = &convs[rnd() % nconv];
+            while (c->len != lens[L]);
+            make_tokens(c, tok, c->len);
+            uint32_t keep = c->len / 2 + (uint32_t)(rnd() % (c->len / 2));
+            for (uint32_t i = keep; i < c->len; i++)
+                tok[i] = (uint32_t)rnd();
+            lr_prompt p;
+            lr_prompt_init(&p);
+            p.tokens = tok;
+            p.n_tokens = c->len;
+            lr_index_match_result r;
+            lr_index_match_result_init(&r);
+            r.hits = hits;
+            r.hits_capacity = NINST;
+            uint64_t t0 = now_ns();
+            lr_index_match(ix, &p, t++, 0, &r);
+            ns[k] = now_ns() - t0;
+            probes += lr__index_last_probes(ix);
+        }
+        report(name, ns, iters, ix, (double)probes / (double)iters);
+    }
+    for (int L = 0; L < 3; L++) {
+        snprintf(name, sizeof name, "index_learn_known_%s", lname[L]);
+        if (!wanted(name))
+            continue;
+        for (size_t k = 0; k < iters; k++) {
+            struct conv *c;
+            do
+                c = &convs[rnd() % nconv];
+            while (c->len != lens[L]);
+            make_tokens(c, tok, c->len);
+            lr_prompt p;
+            lr_prompt_init(&p);
+            p.tokens = tok;
+            p.n_tokens = c->len;
+            uint64_t t0 = now_ns();
+            lr_index_learn(ix, &p, c->inst, LR_TRUST_LOCAL, t++);
+            ns[k] = now_ns() - t0;
+        }
+        report(name, ns, iters, ix, -1);
+    }
+    for (int L = 0; L < 3; L++) {
+        snprintf(name, sizeof name, "index_learn_new_%s", lname[L]);
+        if (!wanted(name))
+            continue;
+        for (size_t k = 0; k < iters; k++) {
+            struct conv c = { .sys = 1000 + (uint32_t)(rnd() % 1000000),
+                              .seed = (uint32_t)rnd(),
+                              .len = lens[L],
+                              .inst = (uint32_t)(rnd() % NINST) };
+            make_tokens(&c, tok, c.len);
+            lr_prompt p;
+            lr_prompt_init(&p);
+            p.tokens = tok;
+            p.n_tokens = c.len;
+            uint64_t t0 = now_ns();
+            lr_index_learn(ix, &p, c.inst, LR_TRUST_LOCAL, t++);
+            ns[k] = now_ns() - t0;
+        }
+        report(name, ns, iters, ix, -1);
+    }
+    /* hashing alone, for the floor: 512 chained blocks */
+    if (wanted("block_keys_8k")) {
+        uint64_t *keys = malloc(2048 * sizeof *keys);
+        for (size_t k = 0; k < iters; k++) {
+            size_t nk;
+            uint64_t t0 = now_ns();
+            lr_block_keys(B, tok, 8192, 0, keys, 2048, &nk);
+            ns[k] = now_ns() - t0;
+        }
+        report("block_keys_8k", ns, iters, NULL, -1);
+        free(keys);
+    }
+    free(ns);
+    free(tok);
+    free(convs);
+    lr_index_destroy(ix);
+}
+
+static void
+bench_ring(int quick)
+{
+    if (!wanted("ring_candidates_256"))
+        return;
+    lr_ring *ring;
+    if (lr_ring_create(NULL, &ring) != LR_OK)
+        exit(1);
+    char nm[64];
+    for (uint32_t i = 0; i < 256; i++) {
+        snprintf(nm, sizeof nm, "10.0.%u.%u:8000", i / 250, i % 250);
+        lr_ring_add(ring, nm, i);
+    }
+    size_t iters = quick ? 200 : 20000;
+    enum {
+        BATCH = 64
+    };
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    uint64_t keys[BATCH];
+    uint32_t out[2], n, sink = 0;
+    for (size_t k = 0; k < iters; k++) {
+        for (int j = 0; j < BATCH; j++)
+            keys[j] = rnd();
+        uint64_t t0 = now_ns();
+        for (int j = 0; j < BATCH; j++) {
+            lr_ring_candidates(ring, keys[j], 2, out, &n);
+            sink += out[0] + out[1];
+        }
+        ns[k] = (now_ns() - t0) / BATCH;
+    }
+    report("ring_candidates_256", ns, iters, NULL, -1);
+    if (sink == 42)
+        fprintf(stderr, " ");
+    free(ns);
+    lr_ring_destroy(ring);
+}
+
+int
+main(int argc, char **argv)
+{
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
+            filter = argv[++i];
+        } else {
+            fprintf(stderr,
+                    "usage: libroute-bench [--quick] [--filter SUBSTRING]\n");
+            return 2;
+        }
+    }
+    bench_ring(quick);
+    bench_index(quick);
+    return 0;
+}
