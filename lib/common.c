@@ -5,22 +5,24 @@
 
 /* One table, designated initialisers, checked complete at compile time
  * (B10). Values are append-only (B9). */
-#define LR_STATUS_MAP(X)                                                    \
-    X(LR_OK, "success")                                                     \
-    X(LR_EINVAL, "invalid argument")                                        \
-    X(LR_ENOMEM, "out of memory")                                           \
-    X(LR_ERANGE, "value out of range")                                      \
-    X(LR_ENOENT, "no such instance, request or block")                      \
-    X(LR_EEXIST, "already exists")                                          \
-    X(LR_ELIMIT, "capacity limit reached")                                  \
-    X(LR_ECORRUPT, "malformed or corrupt input")                            \
-    X(LR_EVERSION, "unsupported struct size or format version")             \
-    X(LR_ENOTSUP, "not supported")                                          \
-    X(LR_ESTATE, "not valid in the current state")                          \
+#define LR_STATUS_MAP(X)                                        \
+    X(LR_OK, "success")                                         \
+    X(LR_EINVAL, "invalid argument")                            \
+    X(LR_ENOMEM, "out of memory")                               \
+    X(LR_ERANGE, "value out of range")                          \
+    X(LR_ENOENT, "no such instance, request or block")          \
+    X(LR_EEXIST, "already exists")                              \
+    X(LR_ELIMIT, "capacity limit reached")                      \
+    X(LR_ECORRUPT, "malformed or corrupt input")                \
+    X(LR_EVERSION, "unsupported struct size or format version") \
+    X(LR_ENOTSUP, "not supported")                              \
+    X(LR_ESTATE, "not valid in the current state")              \
     X(LR_EBUFSIZE, "buffer too small")
 
 #define LR_X_COUNT(name, msg) +1
-enum { LR_STATUS_COUNT = 0 LR_STATUS_MAP(LR_X_COUNT) };
+enum {
+    LR_STATUS_COUNT = 0 LR_STATUS_MAP(LR_X_COUNT)
+};
 #undef LR_X_COUNT
 
 static const char *const status_msg[] = {

@@ -21,17 +21,17 @@
 #define LR_NEVER(x) ((x) ? (assert(0 && #x), 1) : 0)
 #endif
 
-#define LR_TRY(expr)                                                        \
-    do {                                                                    \
-        lr_status lr__st_ = (expr);                                         \
-        if (lr__st_ != LR_OK)                                               \
-            return lr__st_;                                                 \
+#define LR_TRY(expr)                \
+    do {                            \
+        lr_status lr__st_ = (expr); \
+        if (lr__st_ != LR_OK)       \
+            return lr__st_;         \
     } while (0)
 
-#define LR_RETURN_IF(cond, status)                                          \
-    do {                                                                    \
-        if (cond)                                                           \
-            return (status);                                                \
+#define LR_RETURN_IF(cond, status) \
+    do {                           \
+        if (cond)                  \
+            return (status);       \
     } while (0)
 
 #define LR_NIL UINT32_MAX

@@ -112,7 +112,8 @@ typedef struct lr_index_options {
 #define LR_INDEX_OPTIONS_SIZE_V1 \
     (offsetof(lr_index_options, engine_map_capacity) + sizeof(uint64_t))
 #ifndef __cplusplus
-#define LR_INDEX_OPTIONS_INIT { .struct_size = sizeof(lr_index_options) }
+#define LR_INDEX_OPTIONS_INIT \
+    { .struct_size = sizeof(lr_index_options) }
 #endif
 
 /** Fill `opt` with defaults and set struct_size. Never fails on non-NULL.
@@ -149,8 +150,7 @@ LR_API void lr_index_destroy(lr_index *idx);
  * Thread safety: reentrant. @since 0.1 */
 LR_API lr_status lr_block_keys(uint32_t block_tokens, const uint32_t *tokens,
                                size_t n_tokens, uint64_t tenant_salt,
-                               uint64_t *keys, size_t capacity,
-                               size_t *n_keys);
+                               uint64_t *keys, size_t capacity, size_t *n_keys);
 
 /* ---- prompts --------------------------------------------------------------- */
 
@@ -179,7 +179,8 @@ typedef struct lr_prompt {
 
 #define LR_PROMPT_SIZE_V1 (offsetof(lr_prompt, n_keys) + sizeof(size_t))
 #ifndef __cplusplus
-#define LR_PROMPT_INIT { .struct_size = sizeof(lr_prompt) }
+#define LR_PROMPT_INIT \
+    { .struct_size = sizeof(lr_prompt) }
 #endif
 /** Zero `p` and set struct_size. Never fails on non-NULL. @since 0.1 */
 LR_API void lr_prompt_init(lr_prompt *p);
@@ -273,18 +274,19 @@ typedef struct lr_kv_stored {
     size_t struct_size;
     const uint64_t *block_hashes; /* n_blocks engine hashes, borrowed */
     size_t n_blocks;
-    uint64_t parent_hash;         /* engine hash of the block before */
-    int32_t has_parent;           /* 0: the first block starts the prompt */
-    uint32_t block_size;          /* engine tokens per block */
-    const uint32_t *token_ids;    /* n_blocks * block_size tokens, borrowed */
+    uint64_t parent_hash;      /* engine hash of the block before */
+    int32_t has_parent;        /* 0: the first block starts the prompt */
+    uint32_t block_size;       /* engine tokens per block */
+    const uint32_t *token_ids; /* n_blocks * block_size tokens, borrowed */
     size_t n_tokens;
-    uint64_t tenant_salt;         /* as in lr_prompt (a LoRA, say) */
+    uint64_t tenant_salt; /* as in lr_prompt (a LoRA, say) */
     /* v1 ends here */
 } lr_kv_stored;
 
 #define LR_KV_STORED_SIZE_V1 (offsetof(lr_kv_stored, tenant_salt) + 8)
 #ifndef __cplusplus
-#define LR_KV_STORED_INIT { .struct_size = sizeof(lr_kv_stored) }
+#define LR_KV_STORED_INIT \
+    { .struct_size = sizeof(lr_kv_stored) }
 #endif
 /** Zero `ev` and set struct_size. Never fails on non-NULL. @since 0.1 */
 LR_API void lr_kv_stored_init(lr_kv_stored *ev);
@@ -334,9 +336,8 @@ LR_API uint64_t lr_index_mark(const lr_index *idx);
  * @param mark_out  out, optional: the mark to pass next time.
  * @return LR_OK; LR_EINVAL (NULL, since_mark in the future); LR_ENOMEM.
  * The index is never changed. @since 0.1 */
-LR_API lr_status lr_index_export_delta(const lr_index *idx,
-                                       uint64_t since_mark, lr_blob **out,
-                                       uint64_t *mark_out);
+LR_API lr_status lr_index_export_delta(const lr_index *idx, uint64_t since_mark,
+                                       lr_blob **out, uint64_t *mark_out);
 
 /** Apply a delta from another replica: its routes become REMOTE routes
  * here (LOCAL routes stay LOCAL). Instance ids must mean the same instance
@@ -355,15 +356,15 @@ LR_API lr_status lr_index_import_delta(lr_index *idx, const uint8_t *buf,
 /** Counters of an index. @since 0.1 */
 typedef struct lr_index_stats {
     size_t struct_size;
-    uint64_t blocks;          /* block routes held now */
-    uint64_t remote_blocks;   /* of which REMOTE */
-    uint64_t prefixes;        /* distinct prefix keys held by anyone */
-    uint64_t instances;       /* instance ids tracked */
-    uint64_t engine_hashes;   /* precise-mode engine hashes remembered */
-    uint64_t bytes;           /* bytes the index has allocated */
-    uint64_t evicted_blocks;  /* cumulative: dropped for capacity */
-    uint64_t expired_blocks;  /* cumulative: dropped by TTL */
-    uint64_t learned_blocks;  /* cumulative: routes added */
+    uint64_t blocks;         /* block routes held now */
+    uint64_t remote_blocks;  /* of which REMOTE */
+    uint64_t prefixes;       /* distinct prefix keys held by anyone */
+    uint64_t instances;      /* instance ids tracked */
+    uint64_t engine_hashes;  /* precise-mode engine hashes remembered */
+    uint64_t bytes;          /* bytes the index has allocated */
+    uint64_t evicted_blocks; /* cumulative: dropped for capacity */
+    uint64_t expired_blocks; /* cumulative: dropped by TTL */
+    uint64_t learned_blocks; /* cumulative: routes added */
     /* v1 ends here */
 } lr_index_stats;
 
@@ -372,8 +373,7 @@ typedef struct lr_index_stats {
 
 /** Read the counters. Set stats->struct_size first.
  * @return LR_OK; LR_EINVAL; LR_EVERSION. @since 0.1 */
-LR_API lr_status lr_index_get_stats(const lr_index *idx,
-                                    lr_index_stats *stats);
+LR_API lr_status lr_index_get_stats(const lr_index *idx, lr_index_stats *stats);
 
 /** Block routes held by one instance.
  * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.

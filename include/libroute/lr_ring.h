@@ -62,7 +62,8 @@ typedef struct lr_ring_options {
 #define LR_RING_OPTIONS_SIZE_V1 \
     (offsetof(lr_ring_options, max_instances) + sizeof(uint32_t))
 #ifndef __cplusplus
-#define LR_RING_OPTIONS_INIT { .struct_size = sizeof(lr_ring_options) }
+#define LR_RING_OPTIONS_INIT \
+    { .struct_size = sizeof(lr_ring_options) }
 #endif
 /** Fill with defaults and set struct_size. Never fails on non-NULL.
  * @since 0.1 */
@@ -103,8 +104,7 @@ LR_API int lr_ring_contains(const lr_ring *ring, uint32_t id);
  * @param n_out  out: min(k, instances on the ring).
  * @return LR_OK; LR_EINVAL; LR_ESTATE (the ring is empty). @since 0.1 */
 LR_API lr_status lr_ring_candidates(const lr_ring *ring, uint64_t key,
-                                    uint32_t k, uint32_t *out,
-                                    uint32_t *n_out);
+                                    uint32_t k, uint32_t *out, uint32_t *n_out);
 
 #ifdef __cplusplus
 }

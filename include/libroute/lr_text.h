@@ -37,8 +37,7 @@ extern "C" {
  * @return LR_OK; LR_EINVAL; LR_EBUFSIZE when capacity < *needed (nothing
  *   written). @since 0.1 */
 LR_API lr_status lr_text_tokens(const void *text, size_t len, uint32_t width,
-                                uint32_t *out, size_t capacity,
-                                size_t *needed);
+                                uint32_t *out, size_t capacity, size_t *needed);
 
 #ifdef __cplusplus
 }
