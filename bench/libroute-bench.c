@@ -13,7 +13,10 @@
  *                           this includes evicting as much)
  *   ring_candidates_256     2 candidates from a ring of 256 instances
  *
- * Usage: libroute-bench [--quick] [--filter SUBSTRING]
+ *   index_evict_new_8k      learn a new 8k prompt into a full index
+ *
+ * Usage: libroute-bench [--quick] [--filter SUBSTRING] [--system-prompts N]
+ * (--system-prompts 0: no prompt shared between conversations)
  * Medians are what to compare; the machine is shared and noisy.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -28,10 +31,10 @@
 
 #define B 16
 #define NINST 64
-#define NSYS 16
 #define SYS_TOK 1024
 
 static uint64_t rs = 0x62656e63ull;
+static uint32_t nsys = 16; /* shared system prompts (--system-prompts) */
 
 static uint64_t
 rnd(void)
@@ -115,7 +118,12 @@ static const char *const lname[3] = { "1k", "8k", "32k" };
 static void
 bench_index(int quick)
 {
-    uint64_t cap = quick ? (1u << 16) : (1u << 20);
+    /* 1M routes held; headroom so that learn_new measures insertion, not
+     * eviction (index_evict_new_8k measures a full index). */
+    uint64_t held = quick ? (1u << 16) : (1u << 20);
+    size_t iters = quick ? 200 : 4000;
+    size_t new_iters = quick ? 50 : 500;
+    uint64_t cap = held + (uint64_t)new_iters * (1024 + 8192 + 32768) / B;
     lr_index_options o;
     lr_index_options_init(&o);
     o.capacity_blocks = cap;
@@ -137,14 +145,14 @@ bench_index(int quick)
     st.struct_size = sizeof st;
     for (uint32_t i = 0;; i++) {
         lr_index_get_stats(ix, &st);
-        if (st.blocks + 2048 > cap)
+        if (st.blocks + 2048 > held)
             break;
         if (nconv == nconv_cap) {
             nconv_cap *= 2;
             convs = realloc(convs, nconv_cap * sizeof *convs);
         }
         struct conv *c = &convs[nconv++];
-        c->sys = (uint32_t)(rnd() % NSYS);
+        c->sys = nsys ? (uint32_t)(rnd() % nsys) : 1000000u + i;
         c->seed = i + 1;
         c->len = lens[i % 3];
         c->inst = (uint32_t)(rnd() % NINST);
@@ -158,7 +166,6 @@ bench_index(int quick)
         p.n_boundaries = 1;
         lr_index_learn(ix, &p, c->inst, LR_TRUST_LOCAL, t++);
     }
-    size_t iters = quick ? 200 : 4000;
     uint64_t *ns = malloc(iters * sizeof *ns);
     lr_index_hit hits[NINST];
     char name[64];
@@ -217,7 +224,7 @@ bench_index(int quick)
         snprintf(name, sizeof name, "index_learn_new_%s", lname[L]);
         if (!wanted(name))
             continue;
-        for (size_t k = 0; k < iters; k++) {
+        for (size_t k = 0; k < new_iters; k++) {
             struct conv c = { .sys = 1000 + (uint32_t)(rnd() % 1000000),
                               .seed = (uint32_t)rnd(),
                               .len = lens[L],
@@ -231,7 +238,37 @@ bench_index(int quick)
             lr_index_learn(ix, &p, c.inst, LR_TRUST_LOCAL, t++);
             ns[k] = now_ns() - t0;
         }
-        report(name, ns, iters, ix, -1);
+        report(name, ns, new_iters, ix, -1);
+    }
+    /* a full index: each new 8k prompt first evicts 512 routes */
+    if (wanted("index_evict_new_8k")) {
+        lr_index_destroy(ix);
+        o.capacity_blocks = held;
+        if (lr_index_create(&o, &ix) != LR_OK)
+            exit(1);
+        for (size_t i = 0; i < nconv; i++) {
+            make_tokens(&convs[i], tok, convs[i].len);
+            lr_prompt p;
+            lr_prompt_init(&p);
+            p.tokens = tok;
+            p.n_tokens = convs[i].len;
+            lr_index_learn(ix, &p, convs[i].inst, LR_TRUST_LOCAL, t++);
+        }
+        for (size_t k = 0; k < new_iters; k++) {
+            struct conv c = { .sys = 2000000 + (uint32_t)k,
+                              .seed = (uint32_t)rnd(),
+                              .len = 8192,
+                              .inst = (uint32_t)(rnd() % NINST) };
+            make_tokens(&c, tok, c.len);
+            lr_prompt p;
+            lr_prompt_init(&p);
+            p.tokens = tok;
+            p.n_tokens = c.len;
+            uint64_t t0 = now_ns();
+            lr_index_learn(ix, &p, c.inst, LR_TRUST_LOCAL, t++);
+            ns[k] = now_ns() - t0;
+        }
+        report("index_evict_new_8k", ns, new_iters, ix, -1);
     }
     /* hashing alone, for the floor: 512 chained blocks */
     if (wanted("block_keys_8k")) {
@@ -297,9 +334,12 @@ main(int argc, char **argv)
             quick = 1;
         } else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) {
             filter = argv[++i];
+        } else if (strcmp(argv[i], "--system-prompts") == 0 && i + 1 < argc) {
+            nsys = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else {
             fprintf(stderr,
-                    "usage: libroute-bench [--quick] [--filter SUBSTRING]\n");
+                    "usage: libroute-bench [--quick] [--filter SUBSTRING] "
+                    "[--system-prompts N (0: none shared)]\n");
             return 2;
         }
     }

@@ -76,11 +76,13 @@
 #define HB_NCHILD ((1u << 29) - 1)
 #define REF_X (1u << 31)
 #define POOL_MAX ((uint32_t)INT32_MAX - 1) /* refs use the top bit */
-#define PENDING (LR_NIL - 1)               /* node emptied, not yet freed */
+#define INST_FREE 0xffffu                  /* node is free */
+#define PENDING 0xfffeu                    /* node emptied, not yet freed */
 #define TICK_SHIFT 24
 
 struct hold {
-    uint32_t inst;
+    uint16_t inst; /* instance slot; INST_FREE / PENDING in a node */
+    uint16_t aux;  /* in a node's inline hold: holders of the node */
     uint32_t prev;
     uint32_t next;
     uint32_t bits;
@@ -94,7 +96,7 @@ struct node {
     uint32_t sib_next;
     uint32_t sib_prev;
     uint32_t more;
-    struct hold h; /* h.inst == LR_NIL: node is free */
+    struct hold h; /* h.inst == INST_FREE: node is free */
 };
 
 struct xhold {
@@ -321,6 +323,20 @@ prefetch_key(const lr_index *ix, uint64_t key)
 #endif
 }
 
+/* A binary search step at mid over [lo, hi] is followed by a probe in
+ * [mid, hi] or in [lo, mid - 1]: warm both slots while this probe misses. */
+static inline void
+prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
+              uint32_t hi, uint32_t mid)
+{
+    uint32_t up = mid + (hi - mid + 1) / 2;
+    uint32_t dn = lo + (mid - lo) / 2;
+    if (up > mid && up <= hi)
+        prefetch_key(ix, keys[up - 1]);
+    if (dn > lo)
+        prefetch_key(ix, keys[dn - 1]);
+}
+
 static uint32_t
 node_find(const lr_index *ix, uint64_t key)
 {
@@ -508,7 +524,7 @@ node_alloc(lr_index *ix)
 static void
 node_release(lr_index *ix, uint32_t n)
 {
-    ix->nodes[n].h.inst = LR_NIL;
+    ix->nodes[n].h.inst = INST_FREE;
     ix->nodes[n].child = ix->n_free;
     ix->n_free = n;
     ix->n_freecnt++;
@@ -534,7 +550,7 @@ xhold_alloc(lr_index *ix)
 static void
 xhold_release(lr_index *ix, uint32_t x)
 {
-    ix->xh[x].h.inst = LR_NIL;
+    ix->xh[x].h.inst = INST_FREE;
     ix->xh[x].next = ix->x_free;
     ix->x_free = x;
     ix->x_freecnt++;
@@ -712,7 +728,7 @@ emap_valid(const lr_index *ix, const struct emap_ent *e)
     if (e->node >= ix->n_top)
         return false;
     const struct node *nd = &ix->nodes[e->node];
-    if (nd->h.inst == LR_NIL || nd->h.inst == PENDING || nd->key != e->key)
+    if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
         return false;
     return hold_find(ix, e->node, e->inst) != LR_NIL;
 }
@@ -853,6 +869,7 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
     if (h->bits & HB_LISTED)
         lru_unlink(ix, ref);
     count_drop(ix, h, why);
+    nd->h.aux--;
     if (ref & REF_X) {
         uint32_t x = ref & ~REF_X;
         uint32_t *pp = &nd->more;
@@ -866,7 +883,9 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
         /* Promote the first extra holder into the inline slot; its LRU
          * neighbours must now name it by the node's ref. */
         uint32_t x = nd->more;
+        uint16_t nh = nd->h.aux;
         nd->h = ix->xh[x].h;
+        nd->h.aux = nh;
         nd->more = ix->xh[x].next;
         if (nd->h.bits & HB_LISTED) {
             int l = list_of(&nd->h);
@@ -1013,7 +1032,7 @@ static void
 remove_all_of(lr_index *ix, uint32_t s)
 {
     for (uint32_t n = 0; n < ix->n_top; n++) {
-        if (ix->nodes[n].h.inst == LR_NIL || ix->nodes[n].h.inst == PENDING)
+        if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
             continue;
         uint32_t ref = hold_find(ix, n, s);
         if (ref != LR_NIL)
@@ -1048,13 +1067,7 @@ deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        /* Warm both possible next probes while this one misses. */
-        uint32_t up = mid + (hi - mid + 1) / 2;
-        uint32_t dn = lo + (mid - lo) / 2;
-        if (up > mid && up <= hi)
-            prefetch_key(ix, keys[up - 1]);
-        if (dn > lo)
-            prefetch_key(ix, keys[dn - 1]);
+        prefetch_step(ix, keys, lo, hi, mid);
         uint32_t n = node_find(ix, keys[mid - 1]);
         ix->last_probes++;
         if (n != LR_NIL) {
@@ -1115,23 +1128,38 @@ mark_holders(lr_index *ix, uint32_t n)
 }
 
 /* Partition search. Every candidate in cand[0..k) holds depth lo (cdepth
- * and cref already say so) and none holds depth hi + 1. Probing mid splits
- * them into those that hold mid (they go on in [mid, hi]) and the rest
- * ([lo, mid - 1]), so candidates that stop at the same depth share their
- * probes. The split walks the probed node's holders, not the candidates:
- * deep nodes have one or two holders while dozens of instances may share a
- * system prompt, and a sparse set (tref = position in ix->cand) answers
- * "is this holder a candidate in the range" in O(1). */
+ * says so) and none holds depth hi + 1. Probing mid splits them into those
+ * that hold mid (they go on in [mid, hi]) and the rest ([lo, mid - 1]), so
+ * candidates that stop at the same depth share their probes, and the array
+ * ends up grouped by depth, deepest first.
+ *
+ * Most probes need no holder walk. Along one prompt the holder sets only
+ * shrink: holders(block 0) contains holders(mid), which contains
+ * holders(deepest node). The candidates are the difference of the outer
+ * two, so when the node's holder count equals nh_root every candidate holds
+ * it, and when it equals nh_deep none does. Otherwise the split walks the
+ * node's holders (not the candidates: deep nodes have one or two holders
+ * while dozens of instances may share a system prompt), and a sparse set
+ * (tref = position in ix->cand) answers "is this holder a candidate in the
+ * range" in O(1). */
 static void
 solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-      uint32_t *cand, uint32_t k)
+      uint32_t *cand, uint32_t k, uint32_t nh_root, uint32_t nh_deep)
 {
     while (k > 0 && lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
+        prefetch_step(ix, keys, lo, hi, mid);
         uint32_t n = node_find(ix, keys[mid - 1]);
         ix->last_probes++;
-        if (n == LR_NIL) {
+        uint32_t nh = n == LR_NIL ? 0 : ix->nodes[n].h.aux;
+        if (n == LR_NIL || nh == nh_deep) {
             hi = mid - 1;
+            continue;
+        }
+        if (nh == nh_root) {
+            for (uint32_t j = 0; j < k; j++)
+                ix->cdepth[cand[j]] = mid;
+            lo = mid;
             continue;
         }
         uint32_t base = (uint32_t)(cand - ix->cand);
@@ -1141,24 +1169,48 @@ solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
             uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
             uint32_t pos = ix->tref[s];
             if (pos >= base + i && pos < base + k && ix->cand[pos] == s) {
-                /* move s to the front part */
                 uint32_t other = cand[i];
                 cand[i] = s;
                 cand[pos - base] = other;
                 ix->tref[other] = pos;
                 ix->tref[s] = base + i;
                 ix->cdepth[s] = mid;
-                ix->cref[s] = x == LR_NIL ? n : (x | REF_X);
                 i++;
             }
             x = x == LR_NIL ? nd->more : ix->xh[x].next;
             if (x == LR_NIL)
                 break;
         }
-        solve(ix, keys, mid, hi, cand, i);
+        solve(ix, keys, mid, hi, cand, i, nh_root, nh_deep);
         cand += i;
         k -= i;
         hi = mid - 1;
+    }
+}
+
+/* After solve: one holder walk per distinct depth finds each candidate's
+ * hold (for the touch). Candidates of one depth are contiguous. */
+static void
+resolve_refs(lr_index *ix, const uint64_t *keys, uint32_t from, uint32_t to)
+{
+    uint32_t i = from;
+    while (i < to) {
+        uint32_t d = ix->cdepth[ix->cand[i]];
+        uint32_t j = i + 1;
+        while (j < to && ix->cdepth[ix->cand[j]] == d)
+            j++;
+        uint32_t n = node_find(ix, keys[d - 1]);
+        const struct node *nd = &ix->nodes[n];
+        for (uint32_t x = LR_NIL;;) {
+            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
+            uint32_t pos = ix->tref[s];
+            if (pos >= i && pos < j && ix->cand[pos] == s)
+                ix->cref[s] = x == LR_NIL ? n : (x | REF_X);
+            x = x == LR_NIL ? nd->more : ix->xh[x].next;
+            if (x == LR_NIL)
+                break;
+        }
+        i = j;
     }
 }
 
@@ -1172,18 +1224,21 @@ hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
     struct node *nd = &ix->nodes[n];
     uint32_t ref;
     struct hold *h;
-    if (nd->h.inst == LR_NIL) {
+    if (nd->h.inst == INST_FREE) {
         ref = n;
         h = &nd->h;
+        nd->h.aux = 0;
     } else {
         uint32_t x = xhold_alloc(ix);
         ix->xh[x].node = n;
+        ix->xh[x].h.aux = 0;
         ix->xh[x].next = nd->more;
         nd->more = x;
         ref = x | REF_X;
         h = &ix->xh[x].h;
     }
-    h->inst = s;
+    h->inst = (uint16_t)s;
+    nd->h.aux++;
     h->prev = h->next = LR_NIL;
     h->bits = bits;
     h->stamp = tick;
@@ -1206,7 +1261,7 @@ node_new(lr_index *ix, uint64_t key, uint32_t parent)
     nd->sib_prev = LR_NIL;
     nd->sib_next = LR_NIL;
     nd->more = LR_NIL;
-    nd->h.inst = LR_NIL;
+    nd->h.inst = INST_FREE;
     if (parent != LR_NIL) {
         struct node *pn = &ix->nodes[parent];
         nd->sib_next = pn->child;
@@ -1662,7 +1717,9 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
         }
         for (uint32_t i = k_deep; i < k; i++)
             ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
-        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep);
+        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep, r->h.aux,
+              nd->h.aux);
+        resolve_refs(ix, keys, k_deep, k);
     }
 
     result->n_hits = k;
@@ -2085,7 +2142,7 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
     if (since == 0 || since < oldest) {
         for (uint32_t n = 0; n < ix->n_top; n++) {
             const struct node *nd = &ix->nodes[n];
-            if (nd->h.inst == LR_NIL)
+            if (nd->h.inst == INST_FREE)
                 continue;
             for (uint32_t x = LR_NIL;;) {
                 const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
@@ -2455,14 +2512,14 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
     uint32_t live = 0;
     for (uint32_t n = 0; n < ix->n_top; n++) {
         const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == LR_NIL)
+        if (nd->h.inst == INST_FREE)
             continue;
         CHECK(nd->h.inst != PENDING);
         live++;
         CHECK(node_find(ix, nd->key) == n);
         if (nd->parent != LR_NIL) {
             CHECK(nd->parent < ix->n_top);
-            CHECK(ix->nodes[nd->parent].h.inst != LR_NIL);
+            CHECK(ix->nodes[nd->parent].h.inst != INST_FREE);
         }
         uint32_t prev = LR_NIL;
         for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next) {
@@ -2470,6 +2527,10 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
             CHECK(ix->nodes[c].sib_prev == prev);
             prev = c;
         }
+        uint32_t nh = 0;
+        for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
+            nh++;
+        CHECK(nd->h.aux == nh + 1);
         /* holders: distinct instances */
         for (uint32_t x = LR_NIL;;) {
             const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
@@ -2562,7 +2623,7 @@ lr__index_digest(const lr_index *ix)
     uint64_t d = 0;
     for (uint32_t n = 0; n < ix->n_top; n++) {
         const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == LR_NIL)
+        if (nd->h.inst == INST_FREE)
             continue;
         d = dmix(d, nd->key);
         d = dmix(d, nd->parent == LR_NIL ? 0 : ix->nodes[nd->parent].key);

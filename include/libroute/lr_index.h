@@ -75,7 +75,7 @@ typedef enum lr_trust {
 /** Largest capacity_blocks. @since 0.1 */
 #define LR_INDEX_MAX_CAPACITY (1ull << 31)
 /** Largest max_instances. @since 0.1 */
-#define LR_INDEX_MAX_INSTANCES 65536u
+#define LR_INDEX_MAX_INSTANCES 65534u
 /** Instance id reserved as "none"; never a valid instance. @since 0.1 */
 #define LR_INSTANCE_NONE UINT32_MAX
 
