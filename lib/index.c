@@ -1375,7 +1375,7 @@ lr_index_options_init(lr_index_options *opt)
     opt->block_tokens = 16;
     opt->max_instances = 1024;
     opt->journal_capacity = 4096;
-    opt->engine_map_capacity = 1u << 20;
+    opt->engine_map_capacity = 2u << 20;
 }
 
 static void
@@ -1423,7 +1423,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
             o.journal_capacity = given.journal_capacity;
         o.engine_map_capacity = given.engine_map_capacity
                                     ? given.engine_map_capacity
-                                    : o.capacity_blocks;
+                                    : 2 * o.capacity_blocks;
     }
     LR_RETURN_IF(o.capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
     LR_RETURN_IF(o.block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
@@ -1431,7 +1431,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     LR_RETURN_IF(o.journal_capacity != UINT32_MAX &&
                      o.journal_capacity > (1u << 24),
                  LR_EINVAL);
-    LR_RETURN_IF(o.engine_map_capacity > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
+    LR_RETURN_IF(o.engine_map_capacity > 2 * LR_INDEX_MAX_CAPACITY, LR_EINVAL);
 
     struct lr__mem m;
     LR_TRY(lr__mem_init(&m, o.allocator));
@@ -1811,11 +1811,16 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     for (uint32_t j = 0; j < eb; j++)
         ix->abuf[j] = (j + 1) * m;
 
-    /* engine-map room: count genuinely new hashes, sweep stale if short */
+    /* Engine-map room. A hash needs a new entry unless a live one exists:
+     * a stale entry (its block was evicted) may be swept below and then
+     * re-inserted, so it counts as new too. */
     uint64_t fresh = 0;
-    for (uint32_t j = 0; j < eb; j++)
-        if (s == LR_NIL || emap_get(ix, s, e.block_hashes[j]) == NULL)
+    for (uint32_t j = 0; j < eb; j++) {
+        const struct emap_ent *en =
+            s == LR_NIL ? NULL : emap_get(ix, s, e.block_hashes[j]);
+        if (en == NULL || !emap_valid(ix, en))
             fresh++;
+    }
     if (ix->e_count + fresh > ix->emap_cap) {
         uint64_t stale = 0;
         for (uint64_t i = 0; i < ix->e_size; i++)

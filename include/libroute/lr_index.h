@@ -104,7 +104,11 @@ typedef struct lr_index_options {
      * UINT32_MAX disables the journal (every export is then full). */
     uint32_t journal_capacity;
     /** Engine-hash entries kept for precise mode, over all instances;
-     * default capacity_blocks. */
+     * default 2 * capacity_blocks, at most 2 * LR_INDEX_MAX_CAPACITY.
+     * Entries of evicted blocks are dropped when room is needed; live
+     * entries never outnumber routes, so the default never refuses an
+     * event. A smaller bound makes lr_index_kv_stored() return LR_ELIMIT
+     * while live entries fill it. */
     uint64_t engine_map_capacity;
     /* v1 ends here; fields are only ever appended. */
 } lr_index_options;
@@ -331,7 +335,10 @@ LR_API uint64_t lr_index_mark(const lr_index *idx);
  * prefix chains once each, then (instance, prefix) routes. Routes evicted
  * since are left out. When the journal no longer reaches back to
  * since_mark, the export holds every LOCAL route instead, which is always
- * a superset.
+ * a superset. Incremental exports carry what lr_index_learn() learned;
+ * routes from engine KV events reach peers through the engine's own event
+ * stream (each replica subscribes to every engine) and appear only in full
+ * exports.
  * @param out       out: a blob for lr_blob_destroy().
  * @param mark_out  out, optional: the mark to pass next time.
  * @return LR_OK; LR_EINVAL (NULL, since_mark in the future); LR_ENOMEM.
@@ -345,7 +352,8 @@ LR_API lr_status lr_index_export_delta(const lr_index *idx, uint64_t since_mark,
  * @return LR_OK; LR_EINVAL (NULL); LR_ECORRUPT (malformed, truncated,
  *   checksum mismatch, or a chain that contradicts this index);
  *   LR_EVERSION (unknown format version); LR_ENOTSUP (other block size);
- *   LR_ELIMIT (more instances than max_instances); LR_ENOMEM.
+ *   LR_ELIMIT (more new instance ids than free slots, or more
+ *   (instance, prefix) pairs than capacity_blocks); LR_ENOMEM.
  *   On failure the index is unchanged.
  * @since 0.1 */
 LR_API lr_status lr_index_import_delta(lr_index *idx, const uint8_t *buf,
