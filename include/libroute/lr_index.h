@@ -105,10 +105,11 @@ typedef struct lr_index_options {
     uint32_t journal_capacity;
     /** Engine-hash entries kept for precise mode, over all instances;
      * default 2 * capacity_blocks, at most 2 * LR_INDEX_MAX_CAPACITY.
-     * Entries of evicted blocks are dropped when room is needed; live
-     * entries never outnumber routes, so the default never refuses an
-     * event. A smaller bound makes lr_index_kv_stored() return LR_ELIMIT
-     * while live entries fill it. */
+     * Entries of evicted blocks are dropped when room is needed. Live
+     * entries outnumber routes only when one block is stored under several
+     * engine hashes (the same tokens with different engine extra keys: give
+     * those different tenant salts); while live entries fill the bound,
+     * lr_index_kv_stored() returns LR_ELIMIT. */
     uint64_t engine_map_capacity;
     /* v1 ends here; fields are only ever appended. */
 } lr_index_options;
@@ -298,7 +299,8 @@ LR_API void lr_kv_stored_init(lr_kv_stored *ev);
 /** Apply a BlockStored event for `instance`. The routes are LOCAL and each
  * engine block end is an anchor. Blocks already held are refreshed.
  * @return LR_OK; LR_EINVAL (NULL, n_tokens != n_blocks * block_size,
- *   absurd sizes); LR_ENOTSUP (block_size not a multiple of block_tokens);
+ *   absurd sizes); LR_EVERSION (struct_size too small); LR_ENOTSUP
+ *   (block_size not a multiple of block_tokens);
  *   LR_ENOENT (has_parent and the parent hash is unknown for this
  *   instance: the event cannot be placed, nothing changes); LR_ELIMIT
  *   (max_instances or engine_map_capacity reached); LR_ENOMEM.
@@ -338,7 +340,9 @@ LR_API uint64_t lr_index_mark(const lr_index *idx);
  * a superset. Incremental exports carry what lr_index_learn() learned;
  * routes from engine KV events reach peers through the engine's own event
  * stream (each replica subscribes to every engine) and appear only in full
- * exports.
+ * exports. A learn whose deep end was evicted before the export is left
+ * out of an incremental export (the journal names the deepest block); a
+ * full export carries whatever of it remains.
  * @param out       out: a blob for lr_blob_destroy().
  * @param mark_out  out, optional: the mark to pass next time.
  * @return LR_OK; LR_EINVAL (NULL, since_mark in the future); LR_ENOMEM.

@@ -1,0 +1,205 @@
+#include "index_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_helpers.h"
+#include "index.h"
+
+uint32_t
+fuzz_pattern_token(uint32_t pattern, uint32_t pos)
+{
+    uint64_t x = (uint64_t)pos * 0x9e3779b97f4a7c15ull + pattern;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    switch (pattern % FUZZ_N_PATTERNS) {
+    case 0:
+        return 0;
+    case 1:
+        return pos & 1;
+    case 2:
+        return (uint32_t)(x % 3);
+    default:
+        return (uint32_t)(x % 1000);
+    }
+}
+
+void
+fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern, uint32_t start,
+                  uint32_t tweak)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = fuzz_pattern_token(pattern, start + (uint32_t)i);
+    if (tweak < n)
+        out[tweak] ^= 1;
+}
+
+bool
+fuzz_trace_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LR_FUZZ_TRACE");
+        on = e != NULL && *e != '\0' && *e != '0';
+    }
+    return on != 0;
+}
+
+void
+fuzz_trace(const char *fmt, ...)
+{
+    if (!fuzz_trace_on())
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int oom_paused;
+
+void
+fuzz_oom_pause(void)
+{
+    oom_paused++;
+}
+
+void
+fuzz_oom_resume(void)
+{
+    oom_paused--;
+}
+
+static bool
+oom_fail(struct fuzz_oom *o)
+{
+    if (!o->armed || oom_paused > 0)
+        return false;
+    o->count++;
+    bool fail = o->fail_at != 0 &&
+                (o->sticky ? o->count >= o->fail_at : o->count == o->fail_at);
+    o->failures += fail;
+    return fail;
+}
+
+static void *
+oom_alloc(void *ud, size_t n)
+{
+    return oom_fail(ud) ? NULL : malloc(n);
+}
+
+static void *
+oom_realloc(void *ud, void *p, size_t old_n, size_t new_n)
+{
+    (void)old_n;
+    return oom_fail(ud) ? NULL : realloc(p, new_n);
+}
+
+static void
+oom_free(void *ud, void *p, size_t n)
+{
+    (void)ud;
+    (void)n;
+    free(p);
+}
+
+void
+fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a)
+{
+    a->alloc = oom_alloc;
+    a->realloc = oom_realloc;
+    a->free = oom_free;
+    a->ud = o;
+}
+
+void
+fuzz_index_verify_at(const lr_index *ix, const char *file, int line)
+{
+    fuzz_oom_pause();
+    lr_status st = lr__index_verify(ix);
+    fuzz_oom_resume();
+    if (st != LR_OK) {
+        fprintf(stderr, "%s:%d: lr__index_verify() = %s\n", file, line,
+                lr_status_name(st));
+        abort();
+    }
+}
+
+size_t
+fuzz_keys(uint32_t B, const uint32_t *tokens, size_t n, uint64_t salt,
+          uint64_t *keys, size_t capacity)
+{
+    size_t nk = 0;
+    lr_status st = lr_block_keys(B, tokens, n, salt, keys, capacity, &nk);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    return nk;
+}
+
+static bool
+in_hits(const lr_index_match_result *r, uint32_t id, uint32_t *tokens)
+{
+    for (size_t i = 0; i < r->n_hits; i++) {
+        if (r->hits[i].instance == id) {
+            *tokens = r->hits[i].tokens;
+            return true;
+        }
+    }
+    return false;
+}
+
+void
+fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
+                 size_t n_keys, const lr_index_match_result *r,
+                 const lr_index_hit *hits_before, const uint32_t *ids,
+                 size_t n_ids)
+{
+    uint32_t B = lr_index_block_tokens(ix);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_EBUFSIZE);
+    FUZZ_ASSERT(r->prompt_blocks == n_keys);
+    FUZZ_ASSERT(r->deepest_tokens <= (uint64_t)n_keys * B);
+    FUZZ_ASSERT(r->deepest_tokens % B == 0);
+    uint32_t n32 = (uint32_t)n_keys;
+    if (st == LR_EBUFSIZE) {
+        FUZZ_ASSERT(r->n_hits > r->hits_capacity);
+        FUZZ_ASSERT(r->deepest_tokens > 0);
+        if (r->hits_capacity > 0)
+            FUZZ_ASSERT(memcmp(r->hits, hits_before,
+                               r->hits_capacity * sizeof *r->hits) == 0);
+        /* the n_hits ids with a match are all in ids[] */
+        if (n_ids > 0) {
+            size_t count = 0;
+            uint32_t deepest = 0;
+            for (size_t i = 0; i < n_ids; i++) {
+                uint32_t d = lr__index_depth_of(ix, ids[i], keys, n32);
+                count += d > 0;
+                deepest = d > deepest ? d : deepest;
+            }
+            FUZZ_ASSERT(count == r->n_hits);
+            FUZZ_ASSERT((uint64_t)deepest * B == r->deepest_tokens);
+        }
+        return;
+    }
+    FUZZ_ASSERT(r->n_hits <= r->hits_capacity);
+    FUZZ_ASSERT(r->deepest_tokens == (r->n_hits > 0 ? r->hits[0].tokens : 0));
+    for (size_t i = 0; i < r->n_hits; i++) {
+        const lr_index_hit *h = &r->hits[i];
+        FUZZ_ASSERT(h->tokens > 0 && h->tokens % B == 0);
+        FUZZ_ASSERT(h->tokens <= (uint64_t)n_keys * B);
+        if (i > 0) {
+            const lr_index_hit *g = &r->hits[i - 1];
+            FUZZ_ASSERT(g->tokens > h->tokens ||
+                        (g->tokens == h->tokens && g->instance < h->instance));
+        }
+        FUZZ_ASSERT(lr__index_depth_of(ix, h->instance, keys, n32) * B ==
+                    h->tokens);
+    }
+    for (size_t i = 0; i < n_ids; i++) {
+        uint32_t t;
+        if (!in_hits(r, ids[i], &t))
+            FUZZ_ASSERT(lr__index_depth_of(ix, ids[i], keys, n32) == 0);
+    }
+}

@@ -1,0 +1,69 @@
+/* Pieces shared by the lr_index harnesses: token patterns that make
+ * prefixes collide, a tracer for reproductions, and the checks every
+ * index harness runs after a call. */
+#ifndef LIBROUTE_FUZZ_INDEX_UTIL_H
+#define LIBROUTE_FUZZ_INDEX_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "libroute/lr_index.h"
+
+/* Token patterns. Pattern 0 is all zeros, 1 alternates 0 1, 2 and 3 are
+ * pseudo-random over {0,1,2} and {0..999}; every pattern is a pure
+ * function of the position, so two prompts that start at the same offset
+ * of a pattern share their prefix up to the shorter length. */
+#define FUZZ_N_PATTERNS 4u
+uint32_t fuzz_pattern_token(uint32_t pattern, uint32_t pos);
+/* out[i] = pattern token at start + i; then, when tweak < n, the token at
+ * `tweak` is flipped, forking the prompt from its pattern there. */
+void fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern,
+                       uint32_t start, uint32_t tweak);
+
+/* Trace of decoded calls (set LR_FUZZ_TRACE=1 in the environment): what a
+ * bug report's reproduction is made of. */
+bool fuzz_trace_on(void);
+void fuzz_trace(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* A failing allocator (B33 in fuzz form): once armed it counts
+ * allocations and fails number fail_at (1-based), only that one or, when
+ * sticky, every one from then on. fail_at == 0 never fails. The checks in
+ * this file pause it, so that pass-one verification does not shift the
+ * count and the replays of an input fail at the same call. */
+struct fuzz_oom {
+    uint64_t count;
+    uint64_t fail_at;
+    bool sticky;
+    bool armed;
+    uint64_t failures;
+};
+/* Fill *a with hooks backed by *o (which must outlive the index). */
+void fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a);
+/* Pause/resume failure injection around checks (nests). */
+void fuzz_oom_pause(void);
+void fuzz_oom_resume(void);
+
+/* lr__index_verify() == LR_OK, else abort with the call site. */
+void fuzz_index_verify_at(const lr_index *ix, const char *file, int line);
+#define FUZZ_VERIFY(ix) fuzz_index_verify_at((ix), __FILE__, __LINE__)
+
+/* Check a match result against the prompt's keys with lr__index_depth_of()
+ * for every id in ids[] (all ids the index may know; n_ids == 0 skips the
+ * "nobody else matched" part). hits_before is a copy of the hits buffer
+ * made before the call, to check that LR_EBUFSIZE wrote nothing. */
+void fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
+                      size_t n_keys, const lr_index_match_result *r,
+                      const lr_index_hit *hits_before, const uint32_t *ids,
+                      size_t n_ids);
+
+/* Block keys of tokens (capacity >= n / B), as lr_block_keys() computes
+ * them; returns the count. */
+size_t fuzz_keys(uint32_t B, const uint32_t *tokens, size_t n, uint64_t salt,
+                 uint64_t *keys, size_t capacity);
+
+#endif /* LIBROUTE_FUZZ_INDEX_UTIL_H */
