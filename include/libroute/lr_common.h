@@ -109,6 +109,12 @@ typedef struct lr_allocator {
     void *ud;
 } lr_allocator;
 
+/* ---- instances ---------------------------------------------------------- */
+
+/** Instance id reserved as "none"; never a valid instance id for any part.
+ * @since 0.1 */
+#define LR_INSTANCE_NONE UINT32_MAX
+
 /* ---- parameter bounds ------------------------------------------------------ */
 
 /** Bounds of a run-time parameter. `status` is LR_ENOTSUP for unknown keys.

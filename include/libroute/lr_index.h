@@ -76,8 +76,6 @@ typedef enum lr_trust {
 #define LR_INDEX_MAX_CAPACITY (1ull << 31)
 /** Largest max_instances. @since 0.1 */
 #define LR_INDEX_MAX_INSTANCES 65534u
-/** Instance id reserved as "none"; never a valid instance. @since 0.1 */
-#define LR_INSTANCE_NONE UINT32_MAX
 
 /** Options fixed at creation. Size-prefixed: set struct_size (the INIT
  * macro or lr_index_options_init() does). Zero in a numeric field means the

@@ -12,10 +12,15 @@
  * included the removed instance nor include the added one.
  *
  * Positions (stable across processes and releases):
- *   vnode v of name s: XXH3_64bits_withSeed(s, strlen(s),
- *                                           0x4c52564e4f444531 + v)
- *   point j of key k:  XXH3_64bits_withSeed(k as 8 little-endian bytes, 8,
- *                                           0x4c5252494e474b31 + j)
+ *   vnode v of name s: XXH3_64bits_withSeed(v as 4 little-endian bytes
+ *                      followed by the bytes of s, 4 + strlen(s),
+ *                      0x4c52564e4f444531)
+ *   point j of key k:  XXH3_64bits_withSeed(j as 4 little-endian bytes
+ *                      followed by k as 8 little-endian bytes, 12,
+ *                      0x4c5252494e474b31)
+ * The index goes into the bytes, not the seed: for short inputs XXH3 folds
+ * the seed in linearly, and per-vnode seeds made similar short names share
+ * positions.
  * Equal positions are ordered by name bytes, so the ring never depends on
  * insertion order.
  *
@@ -55,7 +60,8 @@ typedef struct lr_ring_options {
     size_t struct_size;
     const lr_allocator *allocator; /* borrowed, copied; NULL = libc */
     uint32_t vnodes;               /* per instance; default 160 */
-    uint32_t max_instances;        /* default 4096, at most 65536 */
+    uint32_t max_instances;        /* default 4096, at most 65536; each add
+                                      costs O(instances x vnodes) */
     /* v1 ends here */
 } lr_ring_options;
 
@@ -87,8 +93,8 @@ LR_API void lr_ring_destroy(lr_ring *ring);
 LR_API lr_status lr_ring_add(lr_ring *ring, const char *name, uint32_t id);
 
 /** Take an instance off the ring.
- * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ENOMEM (the ring keeps its
- *   state). @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. Never LR_ENOMEM: removal only
+ *   compacts. @since 0.1 */
 LR_API lr_status lr_ring_remove(lr_ring *ring, uint32_t id);
 
 /** Instances on the ring. Never fails; 0 for NULL. @since 0.1 */
@@ -102,7 +108,8 @@ LR_API int lr_ring_contains(const lr_ring *ring, uint32_t id);
  * @param k      1..LR_RING_MAX_K.
  * @param out    out: at least k entries.
  * @param n_out  out: min(k, instances on the ring).
- * @return LR_OK; LR_EINVAL; LR_ESTATE (the ring is empty). @since 0.1 */
+ * @return LR_OK; LR_EINVAL (nothing written); LR_ESTATE (the ring is
+ *   empty; *n_out = 0). @since 0.1 */
 LR_API lr_status lr_ring_candidates(const lr_ring *ring, uint64_t key,
                                     uint32_t k, uint32_t *out, uint32_t *n_out);
 
