@@ -316,7 +316,12 @@ static inline void
 prefetch_key(const lr_index *ix, uint64_t key)
 {
 #if defined(__GNUC__)
-    __builtin_prefetch(&ix->slots[bucket_in(hkey(ix, key), ix->s_size)]);
+    /* An insert at 75% load probes about 8.5 slots (68 bytes), so warm
+     * the next line too. */
+    uint32_t b = bucket_in(hkey(ix, key), ix->s_size);
+    __builtin_prefetch(&ix->slots[b]);
+    if (b + 8 < ix->s_size)
+        __builtin_prefetch(&ix->slots[b + 8]);
 #else
     (void)ix;
     (void)key;
