@@ -1580,12 +1580,12 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     LR_RETURN_IF(trust != LR_TRUST_LOCAL && trust != LR_TRUST_REMOTE,
                  LR_EINVAL);
     lr_index *ix = idx;
-    uint32_t s;
-    LR_TRY(slot_for(ix, instance, &s));
     lr_prompt p;
     const uint64_t *keys;
     uint32_t n;
     LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
+    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
+    LR_TRY(slot_for(ix, instance, &s));
     if (n > ix->capacity)
         n = (uint32_t)ix->capacity;
 
@@ -1776,8 +1776,7 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     lr_kv_stored e;
     memset(&e, 0, sizeof e);
     LR_TRY(lr__copy_sized(&e, sizeof e, ev, LR_KV_STORED_SIZE_V1));
-    uint32_t s;
-    LR_TRY(slot_for(ix, instance, &s));
+    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
     LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
     LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     LR_RETURN_IF(e.n_blocks != 0 &&
@@ -1787,6 +1786,8 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
     LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
+    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
+    LR_TRY(slot_for(ix, instance, &s));
     if (e.n_blocks == 0)
         return LR_OK;
 

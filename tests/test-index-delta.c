@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "index-helpers.h"
 #include "index.h"
 #include "testutil.h"
 
@@ -40,17 +41,6 @@
 #define OFF_NODES 12
 #define OFF_ROUTES 16
 #define HEADER 40
-
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
-#define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -87,14 +77,6 @@ mk(uint64_t cap)
     return mk_with(&m);
 }
 
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
-
 /* A prompt of the test: tokens and message boundaries. */
 struct pr {
     uint32_t t[16 * BT];
@@ -128,16 +110,6 @@ learn(lr_index *ix, const struct pr *p, uint32_t inst, int32_t trust,
     q.n_boundaries = p->nb;
     assert_st(lr_index_learn(ix, &q, inst, trust, now), LR_OK);
     assert_verified(ix);
-}
-
-static lr_index_stats
-stats(const lr_index *ix)
-{
-    lr_index_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    assert_st(lr_index_get_stats(ix, &s), LR_OK);
-    return s;
 }
 
 #define MAX_HITS 32

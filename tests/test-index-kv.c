@@ -19,23 +19,13 @@
 
 #include <cmocka.h>
 
+#include "index-helpers.h"
 #include "index.h"
 #include "testutil.h"
 
 #define BT 16u                   /* index block_tokens in every test */
 #define SEC 1000000000ull        /* one second in host nanoseconds */
 #define T(k) ((uint64_t)(k)*SEC) /* k seconds */
-
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
-#define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -114,13 +104,6 @@ mk(uint64_t cap, uint32_t max_inst, uint64_t emap_cap)
 }
 
 /* n pseudo-random token ids, a pure function of `seed`. */
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
 
 /* Apply a BlockStored event; verify afterwards and, on failure, require the
  * index to be unchanged. */
@@ -194,16 +177,6 @@ cleared(lr_index *ix, uint32_t inst)
         fail_msg("kv_cleared failed with %s but changed the index",
                  lr_status_name(st));
     return st;
-}
-
-static lr_index_stats
-stats(const lr_index *ix)
-{
-    lr_index_stats s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    assert_st(lr_index_get_stats(ix, &s), LR_OK);
-    return s;
 }
 
 static uint64_t

@@ -11,6 +11,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "index-helpers.h"
 #include "index.h"
 #include "testutil.h"
 
@@ -73,11 +74,7 @@ depth(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, uint64_t now)
 static uint64_t
 blocks(const lr_index *ix)
 {
-    lr_index_stats st;
-    memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    assert_int_equal(lr_index_get_stats(ix, &st), LR_OK);
-    return st.blocks;
+    return stats(ix).blocks;
 }
 
 static void
@@ -334,6 +331,13 @@ instance_limit(void **state)
         assert_int_equal(learn(ix, a, 8, 100 + i, 0, 1), LR_OK);
     uint64_t d0 = lr__index_digest(ix);
     assert_int_equal(learn(ix, a, 8, 200, 0, 2), LR_ELIMIT);
+    assert_int_equal(lr__index_digest(ix), d0);
+    /* bad input is reported as such even when no slot is free */
+    assert_int_equal(learn(ix, a, 8, 200, 7, 2), LR_EINVAL);
+    lr_prompt bad;
+    lr_prompt_init(&bad);
+    bad.n_tokens = 8; /* NULL tokens */
+    assert_int_equal(lr_index_learn(ix, &bad, 200, 0, 2), LR_EINVAL);
     assert_int_equal(lr__index_digest(ix), d0);
     /* removing one frees a slot; its routes are gone */
     assert_int_equal(lr_index_remove_instance(ix, 103), LR_OK);

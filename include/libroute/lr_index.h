@@ -370,7 +370,7 @@ typedef struct lr_index_stats {
     uint64_t remote_blocks;  /* of which REMOTE */
     uint64_t prefixes;       /* distinct prefix keys held by anyone */
     uint64_t instances;      /* instance ids tracked */
-    uint64_t engine_hashes;  /* precise-mode engine hashes remembered */
+    uint64_t engine_hashes;  /* live engine hashes; counting walks the map */
     uint64_t bytes;          /* bytes the index has allocated */
     uint64_t evicted_blocks; /* cumulative: dropped for capacity */
     uint64_t expired_blocks; /* cumulative: dropped by TTL */

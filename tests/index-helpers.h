@@ -1,0 +1,47 @@
+/* Helpers shared by the lr_index test programs. Self-contained. */
+#ifndef LIBROUTE_TESTS_INDEX_HELPERS_H
+#define LIBROUTE_TESTS_INDEX_HELPERS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "index.h"
+#include "testutil.h"
+
+/* Fail with both status names when a call returns the wrong status. */
+#define assert_st(expr, want)                                            \
+    do {                                                                 \
+        lr_status st_got_ = (expr);                                      \
+        lr_status st_want_ = (want);                                     \
+        if (st_got_ != st_want_)                                         \
+            fail_msg("%s returned %s, want %s", #expr,                   \
+                     lr_status_name(st_got_), lr_status_name(st_want_)); \
+    } while (0)
+
+#define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)
+
+/* n pseudo-random tokens, a pure function of seed. */
+static inline void
+toks(uint32_t *t, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint32_t)tu_rand(&s);
+}
+
+static inline lr_index_stats
+stats(const lr_index *ix)
+{
+    lr_index_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    assert_st(lr_index_get_stats(ix, &s), LR_OK);
+    return s;
+}
+
+#endif
