@@ -36,6 +36,19 @@
 
 #define LR_NIL UINT32_MAX
 
+/* Keep a value the compiler would otherwise drop, so that a load made only
+ * to pull a cache line in (see prefetch_key in index.c) stays a load. */
+static inline void
+lr__sink(uint64_t v)
+{
+#if defined(__GNUC__)
+    __asm__ volatile("" : : "r"(v));
+#else
+    volatile uint64_t keep = v;
+    (void)keep;
+#endif
+}
+
 /* ---- allocator ---------------------------------------------------------- */
 
 struct lr__mem {

