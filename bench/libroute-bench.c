@@ -15,6 +15,16 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
+ * Router cases route 8k-token prompts through a router whose index holds
+ * 1M block routes, at 8 and 64 instances, for every policy:
+ *   route_<policy>_<instances>  one lr_router_route() as a gateway calls
+ *                               it: hash, match, decide, learn, dispatch.
+ *                               The prompt is a held conversation with its
+ *                               last 0-10% replaced (a new turn), and 2
+ *                               requests per instance stay in flight.
+ *                               decide_ns_*: the same call as a dry run
+ *                               (hash, match, decide; nothing recorded).
+ *
  * Usage: libroute-bench [--quick] [--filter SUBSTRING] [--system-prompts N]
  * (--system-prompts 0: no prompt shared between conversations)
  * Medians are what to compare; the machine is shared and noisy.
@@ -327,6 +337,152 @@ bench_ring(int quick)
     lr_ring_destroy(ring);
 }
 
+static void
+bench_router(int quick, uint32_t ninst)
+{
+    char name[64];
+    int any = 0;
+    for (int pol = 0; pol < LR_POLICY_COUNT; pol++) {
+        const char *pn = lr_policy_name((lr_policy)pol);
+        snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
+        any |= pol != LR_POLICY_LODESTAR && wanted(name);
+    }
+    if (!any)
+        return;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_ROUND_ROBIN;
+    o.max_instances = ninst;
+    o.index_capacity_blocks = quick ? (1u << 16) : (1u << 20);
+    o.index_ttl_ns = UINT64_MAX;
+    o.seed = 42;
+    lr_router *r;
+    if (lr_router_create(&o, &r) != LR_OK) {
+        fprintf(stderr, "libroute-bench: cannot create router\n");
+        exit(1);
+    }
+    for (uint32_t i = 0; i < ninst; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "10.0.%u.%u:8000", i / 250, i % 250);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = nm;
+        sp.rtt_ns = (uint64_t)(1 + i % 4) * 1000000;
+        uint32_t id;
+        if (lr_router_add_instance(r, &sp, &id) != LR_OK)
+            exit(1);
+    }
+    /* fill: 8k conversations placed round-robin, each learned at its
+     * system prompt's end and at its full length */
+    size_t nconv = (size_t)(o.index_capacity_blocks / ((8192 - SYS_TOK) / B));
+    struct conv *convs = calloc(nconv, sizeof *convs);
+    uint32_t *tok = malloc(8192 * sizeof *tok);
+    uint64_t rid = 1, t = 1;
+    uint32_t bnd[1] = { SYS_TOK };
+    for (size_t i = 0; i < nconv; i++) {
+        convs[i].sys = nsys ? (uint32_t)(rnd() % nsys) : 1000 + (uint32_t)i;
+        convs[i].seed = (uint32_t)rnd();
+        convs[i].len = 8192;
+        make_tokens(&convs[i], tok, 8192);
+        lr_request q;
+        lr_request_init(&q);
+        q.id = rid++;
+        q.tokens = tok;
+        q.n_tokens = 8192;
+        q.boundaries = bnd;
+        q.n_boundaries = 1;
+        q.now_ns = t++;
+        lr_decision d;
+        lr_decision_init(&d);
+        if (lr_router_route(r, &q, &d) != LR_OK)
+            exit(1);
+        lr_router_complete(r, q.id, 100, t++);
+    }
+    size_t iters = quick ? 100 : 2000;
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    uint64_t *dry = malloc(iters * sizeof *dry);
+    uint64_t *ring = calloc(2 * ninst, sizeof *ring);
+    for (int pol = 0; pol < LR_POLICY_COUNT; pol++) {
+        const char *pn = lr_policy_name((lr_policy)pol);
+        snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
+        if (pol == LR_POLICY_LODESTAR || !wanted(name))
+            continue;
+        if (lr_router_set_policy(r, (lr_policy)pol) != LR_OK)
+            exit(1);
+        size_t head = 0, live = 0;
+        uint64_t total = 0;
+        for (size_t k = 0; k < iters; k++) {
+            const struct conv *c = &convs[rnd() % nconv];
+            make_tokens(c, tok, 8192);
+            uint32_t keep = 8192 - (uint32_t)(rnd() % 820);
+            for (uint32_t i = keep; i < 8192; i++)
+                tok[i] = (uint32_t)rnd();
+            lr_request q;
+            lr_request_init(&q);
+            q.id = rid++;
+            q.tokens = tok;
+            q.n_tokens = 8192;
+            q.now_ns = t;
+            t += 1000000;
+            lr_decision d;
+            lr_decision_init(&d);
+            /* the decision alone (a dry run) on a request of its own, so
+             * that it does not warm the caches for the real call */
+            q.flags = LR_ROUTE_DRY_RUN;
+            uint64_t t0 = now_ns();
+            lr_router_route(r, &q, &d);
+            dry[k] = now_ns() - t0;
+            q.flags = 0;
+            c = &convs[rnd() % nconv];
+            make_tokens(c, tok, 8192);
+            keep = 8192 - (uint32_t)(rnd() % 820);
+            for (uint32_t i = keep; i < 8192; i++)
+                tok[i] = (uint32_t)rnd();
+            t0 = now_ns();
+            lr_status st = lr_router_route(r, &q, &d);
+            ns[k] = now_ns() - t0;
+            total += ns[k];
+            if (st != LR_OK) {
+                fprintf(stderr, "libroute-bench: route: %s\n", lr_strerror(st));
+                exit(1);
+            }
+            /* keep 2 requests per instance in flight: end the oldest */
+            size_t cap = 2 * (size_t)ninst;
+            if (live == cap) {
+                lr_router_first_token(r, ring[head], t);
+                lr_router_complete(r, ring[head], 100, t);
+                head = (head + 1) % cap;
+                live--;
+            }
+            ring[(head + live) % cap] = q.id;
+            live++;
+        }
+        /* drain what is left so the next policy starts from idle */
+        for (size_t i = 0; i < live; i++) {
+            uint64_t id = ring[(head + i) % (2 * ninst)];
+            lr_router_first_token(r, id, t);
+            lr_router_complete(r, id, 100, t);
+        }
+        qsort(ns, iters, sizeof *ns, cmp_u64);
+        qsort(dry, iters, sizeof *dry, cmp_u64);
+        printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
+               "\"iterations\": %zu, \"routes_per_s\": %.0f, "
+               "\"decide_ns_p50\": %llu, \"decide_ns_p99\": %llu}\n",
+               name, (unsigned long long)ns[iters / 2],
+               (unsigned long long)ns[(iters * 99) / 100], iters,
+               total ? (double)iters * 1e9 / (double)total : 0.0,
+               (unsigned long long)dry[iters / 2],
+               (unsigned long long)dry[(iters * 99) / 100]);
+        fflush(stdout);
+    }
+    free(ring);
+    free(dry);
+    free(ns);
+    free(tok);
+    free(convs);
+    lr_router_destroy(r);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -347,5 +503,7 @@ main(int argc, char **argv)
     }
     bench_ring(quick);
     bench_index(quick);
+    bench_router(quick, 8);
+    bench_router(quick, 64);
     return 0;
 }

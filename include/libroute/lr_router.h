@@ -1,0 +1,510 @@
+/** @file
+ * lr_router: route() over live state. One router owns a prefix index, a
+ * dual ring and a load tracker, and runs one policy from the literature at
+ * a time; every policy shares this code path, so a comparison compares
+ * policies and nothing else.
+ *
+ * The host's side:
+ *
+ *   create (options, policy); add instances by name
+ *   per request:  route(request) -> decision       (records the dispatch)
+ *                 first_token(id) ; complete(id) | fail(id)
+ *   background:   set_stats(instance, scrape) ; observe_rtt(instance, rtt)
+ *                 KV events ; deltas from other gateway replicas
+ *
+ * Time is the host's monotonic clock in nanoseconds, passed in every call
+ * that needs it. Tokens are borrowed for the call.
+ *
+ * Thread safety: every lr_router_* call on one router may be made from
+ * many threads at once; the router serializes them with one mutex. It
+ * starts no thread.
+ *
+ * Missing or stale telemetry: an instance with no scrape counts as
+ * running = waiting = 0 and kv_use = 0; a scrape older than
+ * LR_PARAM_STATS_MAX_AGE_S is ignored the same way. An instance with no RTT
+ * probe counts as the initial RTT it was added with (0 if none). The
+ * router's own counters (in flight, queued, prefill tokens) are never
+ * stale.
+ *
+ * Example:
+ *   lr_router_options o; lr_router_options_init(&o);
+ *   o.policy = LR_POLICY_DUALMAP;
+ *   lr_router *r; lr_router_create(&o, &r);
+ *   lr_instance_spec s; lr_instance_spec_init(&s); s.name = "10.0.0.5:8000";
+ *   uint32_t id; lr_router_add_instance(r, &s, &id);
+ *   lr_request q; lr_request_init(&q);
+ *   q.id = 1; q.tokens = toks; q.n_tokens = n; q.now_ns = now;
+ *   lr_decision d; lr_decision_init(&d);
+ *   if (lr_router_route(r, &q, &d) == LR_OK) send_to(d.instance);
+ *   ... lr_router_first_token(r, 1, t1); lr_router_complete(r, 1, 120, t2);
+ */
+#ifndef LIBROUTE_LR_ROUTER_H
+#define LIBROUTE_LR_ROUTER_H
+
+#include "lr_common.h"
+#include "lr_index.h"
+#include "lr_load.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lr_router lr_router; /* opaque */
+
+/* ---- policies ------------------------------------------------------------ */
+
+/** Routing policies. Values are stable; names (lr_policy_name) are what
+ * lrsim, the bindings and the docs use. @since 0.1 */
+typedef enum lr_policy {
+    LR_POLICY_RANDOM = 0,                /* "random" */
+    LR_POLICY_ROUND_ROBIN = 1,           /* "round-robin" */
+    LR_POLICY_LEAST_REQUEST = 2,         /* "least-request" */
+    LR_POLICY_LEAST_LOAD = 3,            /* "least-load" */
+    LR_POLICY_SESSION_AFFINITY = 4,      /* "session-affinity" */
+    LR_POLICY_CONSISTENT_HASH = 5,       /* "consistent-hash" (bounded load) */
+    LR_POLICY_PREFIX_CACHE = 6,          /* "prefix-cache" */
+    LR_POLICY_PREFIX_CACHE_AND_LOAD = 7, /* "prefix-cache-and-load" (AIBrix) */
+    LR_POLICY_SGLANG_CACHE_AWARE = 8,    /* "sglang-cache-aware" */
+    LR_POLICY_PREBLE = 9,                /* "preble" */
+    LR_POLICY_MIN_TTFT = 10,             /* "min-ttft" (Mooncake) */
+    LR_POLICY_DYNAMO = 11,               /* "dynamo" */
+    LR_POLICY_DUALMAP = 12,              /* "dualmap" */
+    LR_POLICY_GORGO = 13,                /* "gorgo" */
+    LR_POLICY_RANVIER = 14,              /* "ranvier" */
+    LR_POLICY_LODESTAR = 15              /* "lodestar" (not yet: LR_ENOTSUP) */
+} lr_policy;
+
+/** Number of policy values (some may be unsupported). @since 0.1 */
+#define LR_POLICY_COUNT 16
+
+/** Name of a policy, or NULL outside the enum. Never fails. @since 0.1 */
+LR_API const char *lr_policy_name(lr_policy policy);
+
+/** Policy by name (exact, as lr_policy_name gives it).
+ * @return LR_OK; LR_EINVAL (NULL); LR_ENOENT (no such name). @since 0.1 */
+LR_API lr_status lr_policy_from_name(const char *name, lr_policy *out);
+
+/* ---- create ------------------------------------------------------------------ */
+
+/** Options for lr_router_create(). Initialize with lr_router_options_init().
+ * @since 0.1 */
+typedef struct lr_router_options {
+    size_t struct_size;
+    /** NULL: libc. Every part of the router uses it. */
+    const lr_allocator *allocator;
+    /** Seeds every random choice (random, sampling, tuners). */
+    uint64_t seed;
+    /** Initial policy; default LR_POLICY_PREFIX_CACHE_AND_LOAD. */
+    int32_t policy;
+    /** Instances at once, 1..LR_ROUTER_MAX_INSTANCES; default 1024. */
+    uint32_t max_instances;
+    /** Requests in flight at once; default 65536 (see lr_load_options). */
+    uint32_t max_requests;
+    /** Prefix index: capacity in blocks (default 1M), block size in tokens
+     * (default 16), route TTL (default 1 h). See lr_index_options. */
+    uint64_t index_capacity_blocks;
+    uint32_t block_tokens;
+    uint64_t index_ttl_ns;
+    /** Virtual nodes per instance on the ring; default 160. */
+    uint32_t ring_vnodes;
+    /* v1 ends here */
+} lr_router_options;
+
+#define LR_ROUTER_OPTIONS_SIZE_V1 (offsetof(lr_router_options, ring_vnodes) + 4)
+#define LR_ROUTER_MAX_INSTANCES 65534u
+
+/** Zero `opt`, set struct_size and the defaults. @since 0.1 */
+LR_API void lr_router_options_init(lr_router_options *opt);
+
+/** Create a router. NULL options mean the defaults.
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOTSUP (policy not
+ *   available); LR_ENOMEM. @since 0.1 */
+LR_API lr_status lr_router_create(const lr_router_options *opt,
+                                  lr_router **out);
+
+/** Destroy a router. NULL is a no-op. Not concurrently with other calls.
+ * @since 0.1 */
+LR_API void lr_router_destroy(lr_router *router);
+
+/** Switch policy. State the policies share (index, load, ring) is kept;
+ * per-policy state (round-robin cursor, hotness tree, tuner) is kept too.
+ * @return LR_OK; LR_EINVAL; LR_ENOTSUP. @since 0.1 */
+LR_API lr_status lr_router_set_policy(lr_router *router, lr_policy policy);
+
+/** The policy in use; -1 for NULL. @since 0.1 */
+LR_API int32_t lr_router_policy(const lr_router *router);
+
+/* ---- instances --------------------------------------------------------------- */
+
+/** An instance to add. @since 0.1 */
+typedef struct lr_instance_spec {
+    size_t struct_size;
+    /** Host name (for example "10.0.0.5:8000"), 1..255 bytes; copied. It
+     * places the instance on the ring, so every gateway replica computes
+     * the same candidates. */
+    const char *name;
+    /** Class (GPU model), 0..LR_LOAD_MAX_CLASSES-1; see lr_class_spec. */
+    uint32_t instance_class;
+    /** 1 (default) if the engine caches prefixes, 0 if not. */
+    int32_t prefix_caching;
+    /** Initial RTT until probes arrive; 0 if unknown. */
+    uint64_t rtt_ns;
+    /* v1 ends here */
+} lr_instance_spec;
+
+#define LR_INSTANCE_SPEC_SIZE_V1 (offsetof(lr_instance_spec, rtt_ns) + 8)
+
+/** Zero `s`, set struct_size, prefix_caching = 1. @since 0.1 */
+LR_API void lr_instance_spec_init(lr_instance_spec *s);
+
+/** Add an instance; it receives routes at once. Ids are small integers
+ * the router assigns; an id is reused only after its instance is removed.
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_EEXIST (name); LR_ELIMIT
+ *   (max_instances); LR_ENOMEM. On failure nothing changes. @since 0.1 */
+LR_API lr_status lr_router_add_instance(lr_router *router,
+                                        const lr_instance_spec *spec,
+                                        uint32_t *id);
+
+/** Id of an instance by name. @return LR_OK; LR_EINVAL; LR_ENOENT.
+ * @since 0.1 */
+LR_API lr_status lr_router_find_instance(const lr_router *router,
+                                         const char *name, uint32_t *id);
+
+/** Drain (1) or undrain (0) an instance: a draining instance gets no new
+ * routes; its requests in flight and its cached prefixes stay.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+LR_API lr_status lr_router_drain_instance(lr_router *router, uint32_t id,
+                                          int32_t draining);
+
+/** Remove an instance: its routes, its load and its requests in flight
+ * (later events for them get LR_ENOENT). Never LR_ENOMEM.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+LR_API lr_status lr_router_remove_instance(lr_router *router, uint32_t id);
+
+/** Instances added and not removed (draining ones included). 0 for NULL.
+ * @since 0.1 */
+LR_API uint32_t lr_router_instance_count(const lr_router *router);
+
+/** Per-class engine speed, for the policies that predict time (min-ttft,
+ * preble, dualmap). @since 0.1 */
+typedef struct lr_class_spec {
+    size_t struct_size;
+    /** Prefill throughput in tokens/s, > 0; default 8000. */
+    double prefill_tokens_per_s;
+    /* v1 ends here */
+} lr_class_spec;
+
+#define LR_CLASS_SPEC_SIZE_V1 \
+    (offsetof(lr_class_spec, prefill_tokens_per_s) + 8)
+
+/** Zero `s`, set struct_size and the default rate. @since 0.1 */
+LR_API void lr_class_spec_init(lr_class_spec *s);
+
+/** Set a class's speed. @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ERANGE
+ * (rate not in [1, 1e9]). @since 0.1 */
+LR_API lr_status lr_router_set_class(lr_router *router, uint32_t instance_class,
+                                     const lr_class_spec *spec);
+
+/* ---- telemetry ------------------------------------------------------------------ */
+
+/** Scraped engine metrics; see lr_load_set_stats. @since 0.1 */
+LR_API lr_status lr_router_set_stats(lr_router *router, uint32_t id,
+                                     const lr_engine_stats *stats);
+
+/** An RTT probe; see lr_load_observe_rtt. @since 0.1 */
+LR_API lr_status lr_router_observe_rtt(lr_router *router, uint32_t id,
+                                       uint64_t rtt_ns);
+
+/** An instance's load; see lr_load_get. @since 0.1 */
+LR_API lr_status lr_router_instance_load(const lr_router *router, uint32_t id,
+                                         lr_load_snapshot *out);
+
+/* ---- route ------------------------------------------------------------------------ */
+
+/** A request to route. Everything is borrowed for the call. @since 0.1 */
+typedef struct lr_request {
+    size_t struct_size;
+    /** The host's id, unique among requests in flight. */
+    uint64_t id;
+    /** Prompt tokens, at most LR_INDEX_MAX_TOKENS. */
+    const uint32_t *tokens;
+    size_t n_tokens;
+    /** Message ends (token offsets, ascending), learned as routes. */
+    const uint32_t *boundaries;
+    size_t n_boundaries;
+    /** Enters every prefix key: tenants never share cached prefixes. */
+    uint64_t tenant_salt;
+    /** Session id for session-affinity; used when has_session. */
+    uint64_t session;
+    int32_t has_session;
+    /** Expected output tokens; 0: unknown (LR_PARAM_DEFAULT_OUTPUT_TOKENS). */
+    uint32_t expected_output_tokens;
+    /** LR_ROUTE_* flags. */
+    uint32_t flags;
+    /** Host time now. */
+    uint64_t now_ns;
+    /* v1 ends here */
+} lr_request;
+
+#define LR_REQUEST_SIZE_V1 (offsetof(lr_request, now_ns) + 8)
+
+/** Only ask: record no dispatch, learn nothing, touch no recency, advance
+ * no cursor or tuner (random draws still advance the generator). */
+#define LR_ROUTE_DRY_RUN 1u
+/** Fill lr_decision.scores with every candidate's score. */
+#define LR_ROUTE_SCORES 2u
+/** Record the dispatch but do not learn the prompt into the index (a host
+ * that feeds KV events instead). */
+#define LR_ROUTE_NO_LEARN 4u
+
+/** Zero `q` and set struct_size. @since 0.1 */
+LR_API void lr_request_init(lr_request *q);
+
+/** Why an instance was chosen. Values are stable. @since 0.1 */
+typedef enum lr_reason {
+    LR_REASON_NONE = 0,
+    LR_REASON_RANDOM = 1,        /* uniform draw */
+    LR_REASON_ROUND_ROBIN = 2,   /* next in turn */
+    LR_REASON_LEAST_LOADED = 3,  /* the policy's load rule picked it */
+    LR_REASON_SESSION = 4,       /* session or first-tokens hash */
+    LR_REASON_HASH = 5,          /* consistent hash, within the load bound */
+    LR_REASON_PREFIX_HIT = 6,    /* best cached prefix */
+    LR_REASON_LOAD_OVERRIDE = 7, /* a cache choice overridden for load */
+    LR_REASON_SLO_SWITCH = 8,    /* cache choice would break the TTFT SLO */
+    LR_REASON_FALLBACK = 9,      /* no usable prefix: fallback rule */
+    LR_REASON_MIN_COST = 10,     /* lowest predicted cost */
+    LR_REASON_SAMPLED = 11,      /* drawn from a softmax over costs */
+    LR_REASON_K_FILTER = 12,     /* restricted to hash candidates (Lodestar) */
+    LR_REASON_EXPLORE = 13,      /* exploration draw (Lodestar) */
+    LR_REASON_COLD_START = 14,   /* no trained model yet (Lodestar) */
+    LR_REASON_OOD = 15           /* input out of the model's range (Lodestar) */
+} lr_reason;
+
+/** Name of a reason ("prefix-hit", ...), or NULL outside the enum.
+ * @since 0.1 */
+LR_API const char *lr_reason_name(lr_reason reason);
+
+/** One instance's score in a decision. @since 0.1 */
+typedef struct lr_score {
+    uint32_t instance;
+    /** Tokens expected to hit that instance's prefix cache. */
+    uint32_t cached_tokens;
+    /** The figure the policy ranks by, lower is better (a cost, a load, or
+     * a negated hit); NaN where the policy did not rank this instance. */
+    double score;
+} lr_score;
+
+/** A routing decision. @since 0.1 */
+typedef struct lr_decision {
+    size_t struct_size;
+    /** Out: the chosen instance. */
+    uint32_t instance;
+    /** Out: an lr_reason. */
+    int32_t reason;
+    /** Out: tokens expected to hit the cache there. */
+    uint32_t cached_tokens;
+    /** Out: the deepest cached prefix on any routable instance. */
+    uint32_t best_cached_tokens;
+    /** Out: the policy's predicted cost for the choice (its score); NaN
+     * when the policy predicts none. */
+    double cost;
+    /** Out: the other candidate (dualmap, consistent-hash), or
+     * LR_INSTANCE_NONE. */
+    uint32_t alt_instance;
+    /** In: caller buffer for LR_ROUTE_SCORES, one entry per routable
+     * instance; may be NULL when scores_capacity is 0. */
+    lr_score *scores;
+    size_t scores_capacity;
+    /** Out: scores written (instance id order), or needed when the call
+     * returned LR_EBUFSIZE. */
+    size_t n_scores;
+    /* v1 ends here */
+} lr_decision;
+
+#define LR_DECISION_SIZE_V1 (offsetof(lr_decision, n_scores) + sizeof(size_t))
+
+/** Zero `d` and set struct_size. @since 0.1 */
+LR_API void lr_decision_init(lr_decision *d);
+
+/** Choose an instance for a request and (unless LR_ROUTE_DRY_RUN) record
+ * the dispatch: the request is in flight there, and its prompt is learned
+ * as cached there at its boundaries (unless LR_ROUTE_NO_LEARN or the
+ * instance does not cache prefixes).
+ * @return LR_OK; LR_EINVAL (NULL, absurd length, bad boundaries);
+ *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EEXIST (id in
+ *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
+ *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM.
+ *   On failure nothing is recorded.
+ * @since 0.1 */
+LR_API lr_status lr_router_route(lr_router *router, const lr_request *request,
+                                 lr_decision *decision);
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+/** First token of a request: it leaves its instance's queue. The TTFT
+ * (now - route time) feeds the tuners. A repeat is a no-op.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+LR_API lr_status lr_router_first_token(lr_router *router, uint64_t request_id,
+                                       uint64_t now_ns);
+
+/** A request finished with `output_tokens` generated.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+LR_API lr_status lr_router_complete(lr_router *router, uint64_t request_id,
+                                    uint32_t output_tokens, uint64_t now_ns);
+
+/** A request failed or was cancelled.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
+                                uint64_t now_ns);
+
+/* ---- rebalancing (DualMap) -------------------------------------------------------------- */
+
+/** One proposed move of a queued request. @since 0.1 */
+typedef struct lr_move {
+    uint64_t request_id;
+    uint32_t from;
+    uint32_t to;
+    /** Expected TTFT saved, seconds (> 0). */
+    double benefit_s;
+} lr_move;
+
+/** Plan moves of queued requests off overloaded instances (expected TTFT
+ * above the SLO) to their other candidate, where the expected TTFT there
+ * is below the SLO and lower than here, by descending benefit, until each
+ * source meets the SLO. The plan changes nothing; the host carries moves
+ * out and reports each with lr_router_move(). Works for any policy; only
+ * requests with an alternative (dualmap and consistent-hash record one)
+ * can move.
+ * @param moves  caller buffer; *n_moves is set to the moves written.
+ * @return LR_OK; LR_EINVAL. @since 0.1 */
+LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
+                                          lr_move *moves, size_t capacity,
+                                          size_t *n_moves);
+
+/** Record that a queued request now runs on `to`.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ESTATE (not queued, or `to` is
+ *   draining). @since 0.1 */
+LR_API lr_status lr_router_move(lr_router *router, uint64_t request_id,
+                                uint32_t to);
+
+/* ---- parameters ------------------------------------------------------------------------- */
+
+/** Run-time parameters. Values are stable. @since 0.1 */
+typedef enum lr_param {
+    /** prefix-cache: least match ratio to follow the cache (0.5). */
+    LR_PARAM_PREFIX_MIN_RATIO = 0,
+    /** consistent-hash: load bound c, cap = ceil(c x mean) (1.25). */
+    LR_PARAM_BOUNDED_LOAD = 1,
+    /** prefix-cache-and-load: max - min in flight above which the least
+     * loaded wins (8). */
+    LR_PARAM_AIBRIX_IMBALANCE = 2,
+    /** prefix-cache-and-load: k in mean + k x stddev (1). */
+    LR_PARAM_AIBRIX_STDDEV = 3,
+    /** sglang-cache-aware: absolute (64) and relative (1.5) imbalance. */
+    LR_PARAM_SGLANG_ABS = 4,
+    LR_PARAM_SGLANG_REL = 5,
+    /** sglang-cache-aware: least match ratio for the cache (0.3). */
+    LR_PARAM_SGLANG_MIN_RATIO = 6,
+    /** preble: hit ratio above which the best hit wins (0.5). */
+    LR_PARAM_PREBLE_HIT = 7,
+    /** dynamo: weight of uncached prefill blocks (1.0) and temperature
+     * (0: argmin). */
+    LR_PARAM_DYNAMO_OVERLAP = 8,
+    LR_PARAM_DYNAMO_TEMPERATURE = 9,
+    /** dualmap and rebalancing: TTFT SLO in seconds (5). */
+    LR_PARAM_TTFT_SLO_S = 10,
+    /** dualmap: tokens per hash-key block (512), and the most key blocks
+     * a hot prefix can grow to (16). */
+    LR_PARAM_DUALMAP_KEY_TOKENS = 11,
+    LR_PARAM_DUALMAP_MAX_KEY_BLOCKS = 12,
+    /** dualmap: requests in the hotness window (1024). */
+    LR_PARAM_DUALMAP_WINDOW = 13,
+    /** gorgo: weights (0.5, 0.1) and the tuner's step size (0.5). */
+    LR_PARAM_GORGO_W_RTT = 14,
+    LR_PARAM_GORGO_W_QUEUE = 15,
+    LR_PARAM_GORGO_SIGMA = 16,
+    /** gorgo: 1 freezes the tuner, 0 lets it run (0). */
+    LR_PARAM_GORGO_FROZEN = 17,
+    /** gorgo: bounds the tuner keeps the weights in: the cap on w_rtt
+     * (2.0) and the floor on w_queue (0.05). */
+    LR_PARAM_GORGO_W_RTT_MAX = 18,
+    LR_PARAM_GORGO_W_QUEUE_MIN = 19,
+    /** ranvier: in flight above this x median -> least loaded (2); 0 off. */
+    LR_PARAM_RANVIER_PRESSURE = 20,
+    /** session-affinity: leading tokens hashed without a session (256). */
+    LR_PARAM_SESSION_TOKENS = 21,
+    /** Scrapes older than this are ignored, seconds (10). */
+    LR_PARAM_STATS_MAX_AGE_S = 22,
+    /** Output tokens assumed when a request does not say (128). */
+    LR_PARAM_DEFAULT_OUTPUT_TOKENS = 23
+} lr_param;
+
+#define LR_PARAM_COUNT 24
+
+/** Bounds and default of a parameter (status LR_ENOTSUP for an unknown
+ * key). @since 0.1 */
+LR_API lr_bounds lr_router_param_bounds(lr_param key);
+
+/** Set a parameter. Out of bounds or NaN is rejected, never clamped.
+ * @return LR_OK; LR_EINVAL (NULL, NaN); LR_ENOTSUP (unknown key);
+ *   LR_ERANGE. @since 0.1 */
+LR_API lr_status lr_router_set_param(lr_router *router, lr_param key,
+                                     double value);
+
+/** Read a parameter (the tuned value for the GORGO weights).
+ * @return LR_OK; LR_EINVAL; LR_ENOTSUP. @since 0.1 */
+LR_API lr_status lr_router_get_param(const lr_router *router, lr_param key,
+                                     double *value);
+
+/* ---- precise mode and replicas: the router's index ------------------------------------- */
+
+/** KV-cache events of instance `id`; see lr_index_kv_*. @since 0.1 */
+LR_API lr_status lr_router_kv_stored(lr_router *router, uint32_t id,
+                                     const lr_kv_stored *ev, uint64_t now_ns);
+LR_API lr_status lr_router_kv_removed(lr_router *router, uint32_t id,
+                                      const uint64_t *block_hashes,
+                                      size_t n_blocks, size_t *n_resolved);
+LR_API lr_status lr_router_kv_cleared(lr_router *router, uint32_t id);
+
+/** Deltas for other gateway replicas; see lr_index_mark,
+ * lr_index_export_delta and lr_index_import_delta. Instance ids in deltas
+ * are this router's ids: replicas that add the same names in the same
+ * order agree on them. @since 0.1 */
+LR_API uint64_t lr_router_mark(lr_router *router);
+LR_API lr_status lr_router_export_delta(lr_router *router, uint64_t since_mark,
+                                        lr_blob **out, uint64_t *mark_out);
+LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
+                                        size_t len, uint64_t now_ns);
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+/** Router counters. @since 0.1 */
+typedef struct lr_router_stats {
+    size_t struct_size;
+    uint64_t routes;    /* decisions recorded */
+    uint64_t dry_runs;  /* decisions only asked for */
+    uint64_t inflight;  /* requests in flight now */
+    uint64_t instances; /* instances now (draining included) */
+    uint64_t routable;  /* of which not draining */
+    /** Decisions by lr_reason. */
+    uint64_t by_reason[16];
+    /** Tokens routed and tokens expected to hit the cache. */
+    uint64_t prompt_tokens;
+    uint64_t cached_tokens;
+    /* v1 ends here */
+} lr_router_stats;
+
+#define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
+
+/** Zero `s` and set struct_size. @since 0.1 */
+LR_API void lr_router_stats_init(lr_router_stats *s);
+
+/** Read the counters. @return LR_OK; LR_EINVAL; LR_EVERSION. @since 0.1 */
+LR_API lr_status lr_router_get_stats(const lr_router *router,
+                                     lr_router_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBROUTE_LR_ROUTER_H */

@@ -1,0 +1,63 @@
+/* Internal view of lr_load for the router, tests and fuzzers. */
+#ifndef LIBROUTE_LIB_LOAD_H
+#define LIBROUTE_LIB_LOAD_H
+
+#include "common.h"
+#include "libroute/lr_load.h"
+
+/* One request in flight, as the router reads it. */
+struct lr__req_view {
+    uint64_t id;
+    uint32_t instance;
+    uint32_t alt_instance; /* LR_INSTANCE_NONE if none */
+    uint32_t prompt_tokens;
+    uint32_t cached_tokens;
+    uint32_t alt_cached_tokens;
+    uint32_t expected_output_tokens;
+    uint64_t dispatch_ns;
+    int queued;
+};
+
+/* Read one request; LR_ENOENT if not in flight. */
+lr_status lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v);
+
+/* Visit the requests of an instance, newest first. The callback returns
+ * nonzero to stop. The tracker must not change during the walk. */
+void lr__load_each_req(const lr_load *ld, uint32_t instance,
+                       int (*fn)(void *ctx, const struct lr__req_view *v),
+                       void *ctx);
+
+/* Walk every invariant: per-instance counters equal the sums over their
+ * requests, the id table finds every request. LR_OK or LR_ECORRUPT. */
+lr_status lr__load_verify(const lr_load *ld);
+
+/* Checksum of the logical state; equal before and after a failed call. */
+uint64_t lr__load_digest(const lr_load *ld);
+
+/* An instance's counters, for the router's hot path (no struct_size
+ * dance). */
+struct lr__inst_view {
+    uint32_t cls;
+    int32_t prefix_caching;
+    uint32_t inflight, queued;
+    uint64_t prefill, queued_tokens, decode, kv;
+    int32_t has_stats;
+    uint32_t running, waiting;
+    double kv_use;
+    uint64_t scraped_ns;
+    int32_t has_rtt;
+    double rtt_ns;
+    uint64_t last_first_ns, queue_since_ns;
+};
+
+/* Fill *v for a tracked instance; LR_ENOENT otherwise. */
+lr_status lr__load_view(const lr_load *ld, uint32_t instance,
+                        struct lr__inst_view *v);
+
+/* Whether one more dispatch fits (max_requests). */
+int lr__load_has_room(const lr_load *ld);
+
+/* Whether `instance` is tracked. */
+int lr__load_has(const lr_load *ld, uint32_t instance);
+
+#endif /* LIBROUTE_LIB_LOAD_H */
