@@ -513,6 +513,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
             o.index_ttl_ns = given.index_ttl_ns;
         if (given.ring_vnodes)
             o.ring_vnodes = given.ring_vnodes;
+        LR_RETURN_IF(given.flags != 0, LR_EINVAL);
     }
     LR_RETURN_IF(o.policy < 0 || o.policy >= LR_POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(!policy_supported(o.policy), LR_ENOTSUP);

@@ -100,17 +100,21 @@ typedef struct lr_router_options {
     uint32_t max_instances;
     /** Requests in flight at once; default 65536 (see lr_load_options). */
     uint32_t max_requests;
-    /** Prefix index: capacity in blocks (default 1M), block size in tokens
-     * (default 16), route TTL (default 1 h). See lr_index_options. */
-    uint64_t index_capacity_blocks;
+    /** Prefix index block size in tokens (default 16); see
+     * lr_index_options. */
     uint32_t block_tokens;
+    /** Prefix index capacity in blocks (default 1M) and route TTL (default
+     * 1 h). See lr_index_options. */
+    uint64_t index_capacity_blocks;
     uint64_t index_ttl_ns;
     /** Virtual nodes per instance on the ring; default 160. */
     uint32_t ring_vnodes;
+    /** Reserved; must be 0 (LR_EINVAL otherwise). */
+    uint32_t flags;
     /* v1 ends here */
 } lr_router_options;
 
-#define LR_ROUTER_OPTIONS_SIZE_V1 (offsetof(lr_router_options, ring_vnodes) + 4)
+#define LR_ROUTER_OPTIONS_SIZE_V1 (offsetof(lr_router_options, flags) + 4)
 #define LR_ROUTER_MAX_INSTANCES 65534u
 
 /** Zero `opt`, set struct_size and the defaults. @since 0.1 */

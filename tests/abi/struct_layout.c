@@ -13,9 +13,10 @@
  *   - size-prefixed structs: the current struct is at least as large as the
  *     frozen one (fields are only appended) and LR_<T>_SIZE_V1 equals the
  *     end of the frozen copy's last field;
- *   - plain structs (lr_allocator, lr_bounds, lr_index_hit): the size is
- *     exactly the frozen size, since they are copied, returned by value or
- *     laid out in caller arrays and therefore can never grow;
+ *   - plain structs (lr_allocator, lr_bounds, lr_index_hit, lr_score,
+ *     lr_move): the size is exactly the frozen size, since they are
+ *     copied, returned by value or laid out in caller arrays and therefore
+ *     can never grow;
  * plus the values of the status codes and the other ABI constants, and at
  * run time that the library's version matches the headers it was built
  * with. A failure here means an ABI break: revert it, or bump the soname as
@@ -230,6 +231,107 @@ _Static_assert(LR_TRUST_REMOTE == 1, "LR_TRUST_REMOTE renumbered");
 _Static_assert(LR_MATCH_NO_TOUCH == 1u, "LR_MATCH_NO_TOUCH changed");
 _Static_assert(LR_INSTANCE_NONE == UINT32_MAX, "LR_INSTANCE_NONE changed");
 
+/* ---- lr_load.h -------------------------------------------------------------- */
+
+struct lr_load_options_v1 {
+    size_t struct_size;
+    const lr_allocator *allocator;
+    uint32_t max_instances;
+    uint32_t max_requests;
+    double rtt_alpha;
+};
+FIELD(lr_load_options, lr_load_options_v1, struct_size, size_t);
+FIELD(lr_load_options, lr_load_options_v1, allocator, const lr_allocator *);
+FIELD(lr_load_options, lr_load_options_v1, max_instances, uint32_t);
+FIELD(lr_load_options, lr_load_options_v1, max_requests, uint32_t);
+FIELD(lr_load_options, lr_load_options_v1, rtt_alpha, double);
+SIZED(lr_load_options, lr_load_options_v1, LR_LOAD_OPTIONS_SIZE_V1, rtt_alpha);
+
+struct lr_dispatch_v1 {
+    size_t struct_size;
+    uint64_t request_id;
+    uint32_t instance;
+    uint32_t prompt_tokens;
+    uint32_t cached_tokens;
+    uint32_t expected_output_tokens;
+    uint32_t alt_instance;
+    uint32_t alt_cached_tokens;
+    uint64_t now_ns;
+};
+FIELD(lr_dispatch, lr_dispatch_v1, struct_size, size_t);
+FIELD(lr_dispatch, lr_dispatch_v1, request_id, uint64_t);
+FIELD(lr_dispatch, lr_dispatch_v1, instance, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, prompt_tokens, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, cached_tokens, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, expected_output_tokens, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, alt_instance, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, alt_cached_tokens, uint32_t);
+FIELD(lr_dispatch, lr_dispatch_v1, now_ns, uint64_t);
+SIZED(lr_dispatch, lr_dispatch_v1, LR_DISPATCH_SIZE_V1, now_ns);
+
+struct lr_engine_stats_v1 {
+    size_t struct_size;
+    uint32_t running;
+    uint32_t waiting;
+    double kv_use;
+    uint64_t scraped_ns;
+};
+FIELD(lr_engine_stats, lr_engine_stats_v1, struct_size, size_t);
+FIELD(lr_engine_stats, lr_engine_stats_v1, running, uint32_t);
+FIELD(lr_engine_stats, lr_engine_stats_v1, waiting, uint32_t);
+FIELD(lr_engine_stats, lr_engine_stats_v1, kv_use, double);
+FIELD(lr_engine_stats, lr_engine_stats_v1, scraped_ns, uint64_t);
+SIZED(lr_engine_stats, lr_engine_stats_v1, LR_ENGINE_STATS_SIZE_V1, scraped_ns);
+
+struct lr_load_snapshot_v1 {
+    size_t struct_size;
+    uint32_t instance_class;
+    int32_t prefix_caching;
+    uint32_t inflight;
+    uint32_t queued;
+    uint64_t prefill_tokens;
+    uint64_t queued_tokens;
+    uint64_t decode_tokens;
+    uint64_t kv_tokens;
+    int32_t has_stats;
+    uint32_t running;
+    uint32_t waiting;
+    double kv_use;
+    uint64_t scraped_ns;
+    int32_t has_rtt;
+    uint64_t rtt_ns;
+    uint64_t last_first_token_ns;
+    uint64_t queue_since_ns;
+};
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, struct_size, size_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, instance_class, uint32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, prefix_caching, int32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, inflight, uint32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, queued, uint32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, prefill_tokens, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, queued_tokens, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, decode_tokens, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, kv_tokens, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, has_stats, int32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, running, uint32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, waiting, uint32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, kv_use, double);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, scraped_ns, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, has_rtt, int32_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, rtt_ns, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, last_first_token_ns, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, queue_since_ns, uint64_t);
+SIZED(lr_load_snapshot, lr_load_snapshot_v1, LR_LOAD_SNAPSHOT_SIZE_V1,
+      queue_since_ns);
+
+_Static_assert(LR_LOAD_MAX_INSTANCES == 65534u,
+               "LR_LOAD_MAX_INSTANCES changed");
+_Static_assert(LR_LOAD_MAX_REQUESTS == (1u << 24),
+               "LR_LOAD_MAX_REQUESTS changed");
+_Static_assert(LR_LOAD_MAX_CLASSES == 64u, "LR_LOAD_MAX_CLASSES changed");
+_Static_assert(LR_LOAD_MAX_RTT_NS == 60000000000ull,
+               "LR_LOAD_MAX_RTT_NS changed");
+
 /* ---- lr_ring.h -------------------------------------------------------------- */
 
 struct lr_ring_options_v1 {
@@ -244,6 +346,257 @@ FIELD(lr_ring_options, lr_ring_options_v1, vnodes, uint32_t);
 FIELD(lr_ring_options, lr_ring_options_v1, max_instances, uint32_t);
 SIZED(lr_ring_options, lr_ring_options_v1, LR_RING_OPTIONS_SIZE_V1,
       max_instances);
+
+/* ---- lr_router.h ------------------------------------------------------------ */
+
+/* lr_policy_from_name() writes an lr_policy through a pointer, so its size is
+ * ABI too. */
+_Static_assert(sizeof(lr_policy) == sizeof(int32_t),
+               "lr_policy must stay 32 bits (built with -fshort-enums?)");
+
+struct lr_router_options_v1 {
+    size_t struct_size;
+    const lr_allocator *allocator;
+    uint64_t seed;
+    int32_t policy;
+    uint32_t max_instances;
+    uint32_t max_requests;
+    uint32_t block_tokens;
+    uint64_t index_capacity_blocks;
+    uint64_t index_ttl_ns;
+    uint32_t ring_vnodes;
+    uint32_t flags;
+};
+FIELD(lr_router_options, lr_router_options_v1, struct_size, size_t);
+FIELD(lr_router_options, lr_router_options_v1, allocator, const lr_allocator *);
+FIELD(lr_router_options, lr_router_options_v1, seed, uint64_t);
+FIELD(lr_router_options, lr_router_options_v1, policy, int32_t);
+FIELD(lr_router_options, lr_router_options_v1, max_instances, uint32_t);
+FIELD(lr_router_options, lr_router_options_v1, max_requests, uint32_t);
+FIELD(lr_router_options, lr_router_options_v1, index_capacity_blocks, uint64_t);
+FIELD(lr_router_options, lr_router_options_v1, block_tokens, uint32_t);
+FIELD(lr_router_options, lr_router_options_v1, index_ttl_ns, uint64_t);
+FIELD(lr_router_options, lr_router_options_v1, ring_vnodes, uint32_t);
+FIELD(lr_router_options, lr_router_options_v1, flags, uint32_t);
+SIZED(lr_router_options, lr_router_options_v1, LR_ROUTER_OPTIONS_SIZE_V1,
+      flags);
+
+struct lr_instance_spec_v1 {
+    size_t struct_size;
+    const char *name;
+    uint32_t instance_class;
+    int32_t prefix_caching;
+    uint64_t rtt_ns;
+};
+FIELD(lr_instance_spec, lr_instance_spec_v1, struct_size, size_t);
+FIELD(lr_instance_spec, lr_instance_spec_v1, name, const char *);
+FIELD(lr_instance_spec, lr_instance_spec_v1, instance_class, uint32_t);
+FIELD(lr_instance_spec, lr_instance_spec_v1, prefix_caching, int32_t);
+FIELD(lr_instance_spec, lr_instance_spec_v1, rtt_ns, uint64_t);
+SIZED(lr_instance_spec, lr_instance_spec_v1, LR_INSTANCE_SPEC_SIZE_V1, rtt_ns);
+
+struct lr_class_spec_v1 {
+    size_t struct_size;
+    double prefill_tokens_per_s;
+};
+FIELD(lr_class_spec, lr_class_spec_v1, struct_size, size_t);
+FIELD(lr_class_spec, lr_class_spec_v1, prefill_tokens_per_s, double);
+SIZED(lr_class_spec, lr_class_spec_v1, LR_CLASS_SPEC_SIZE_V1,
+      prefill_tokens_per_s);
+
+struct lr_request_v1 {
+    size_t struct_size;
+    uint64_t id;
+    const uint32_t *tokens;
+    size_t n_tokens;
+    const uint32_t *boundaries;
+    size_t n_boundaries;
+    uint64_t tenant_salt;
+    uint64_t session;
+    int32_t has_session;
+    uint32_t expected_output_tokens;
+    uint32_t flags;
+    uint64_t now_ns;
+};
+FIELD(lr_request, lr_request_v1, struct_size, size_t);
+FIELD(lr_request, lr_request_v1, id, uint64_t);
+FIELD(lr_request, lr_request_v1, tokens, const uint32_t *);
+FIELD(lr_request, lr_request_v1, n_tokens, size_t);
+FIELD(lr_request, lr_request_v1, boundaries, const uint32_t *);
+FIELD(lr_request, lr_request_v1, n_boundaries, size_t);
+FIELD(lr_request, lr_request_v1, tenant_salt, uint64_t);
+FIELD(lr_request, lr_request_v1, session, uint64_t);
+FIELD(lr_request, lr_request_v1, has_session, int32_t);
+FIELD(lr_request, lr_request_v1, expected_output_tokens, uint32_t);
+FIELD(lr_request, lr_request_v1, flags, uint32_t);
+FIELD(lr_request, lr_request_v1, now_ns, uint64_t);
+SIZED(lr_request, lr_request_v1, LR_REQUEST_SIZE_V1, now_ns);
+
+struct lr_score_v1 {
+    uint32_t instance;
+    uint32_t cached_tokens;
+    double score;
+};
+FIELD(lr_score, lr_score_v1, instance, uint32_t);
+FIELD(lr_score, lr_score_v1, cached_tokens, uint32_t);
+FIELD(lr_score, lr_score_v1, score, double);
+FIXED(lr_score, lr_score_v1);
+
+struct lr_decision_v1 {
+    size_t struct_size;
+    uint32_t instance;
+    int32_t reason;
+    uint32_t cached_tokens;
+    uint32_t best_cached_tokens;
+    double cost;
+    uint32_t alt_instance;
+    lr_score *scores;
+    size_t scores_capacity;
+    size_t n_scores;
+};
+FIELD(lr_decision, lr_decision_v1, struct_size, size_t);
+FIELD(lr_decision, lr_decision_v1, instance, uint32_t);
+FIELD(lr_decision, lr_decision_v1, reason, int32_t);
+FIELD(lr_decision, lr_decision_v1, cached_tokens, uint32_t);
+FIELD(lr_decision, lr_decision_v1, best_cached_tokens, uint32_t);
+FIELD(lr_decision, lr_decision_v1, cost, double);
+FIELD(lr_decision, lr_decision_v1, alt_instance, uint32_t);
+FIELD(lr_decision, lr_decision_v1, scores, lr_score *);
+FIELD(lr_decision, lr_decision_v1, scores_capacity, size_t);
+FIELD(lr_decision, lr_decision_v1, n_scores, size_t);
+SIZED(lr_decision, lr_decision_v1, LR_DECISION_SIZE_V1, n_scores);
+
+struct lr_move_v1 {
+    uint64_t request_id;
+    uint32_t from;
+    uint32_t to;
+    double benefit_s;
+};
+FIELD(lr_move, lr_move_v1, request_id, uint64_t);
+FIELD(lr_move, lr_move_v1, from, uint32_t);
+FIELD(lr_move, lr_move_v1, to, uint32_t);
+FIELD(lr_move, lr_move_v1, benefit_s, double);
+FIXED(lr_move, lr_move_v1);
+
+struct lr_router_stats_v1 {
+    size_t struct_size;
+    uint64_t routes;
+    uint64_t dry_runs;
+    uint64_t inflight;
+    uint64_t instances;
+    uint64_t routable;
+    uint64_t by_reason[16];
+    uint64_t prompt_tokens;
+    uint64_t cached_tokens;
+};
+FIELD(lr_router_stats, lr_router_stats_v1, struct_size, size_t);
+FIELD(lr_router_stats, lr_router_stats_v1, routes, uint64_t);
+FIELD(lr_router_stats, lr_router_stats_v1, dry_runs, uint64_t);
+FIELD(lr_router_stats, lr_router_stats_v1, inflight, uint64_t);
+FIELD(lr_router_stats, lr_router_stats_v1, instances, uint64_t);
+FIELD(lr_router_stats, lr_router_stats_v1, routable, uint64_t);
+/* An array: _Generic sees it decayed to uint64_t *, and the size check holds
+ * the element count. */
+FIELD(lr_router_stats, lr_router_stats_v1, by_reason, uint64_t *);
+FIELD(lr_router_stats, lr_router_stats_v1, prompt_tokens, uint64_t);
+FIELD(lr_router_stats, lr_router_stats_v1, cached_tokens, uint64_t);
+SIZED(lr_router_stats, lr_router_stats_v1, LR_ROUTER_STATS_SIZE_V1,
+      cached_tokens);
+
+_Static_assert(LR_ROUTER_MAX_INSTANCES == 65534u,
+               "LR_ROUTER_MAX_INSTANCES changed");
+
+/* Policies, reasons and parameters are append-only like the status codes:
+ * existing values never change. The *_COUNT macros grow when a value is
+ * appended (update them here then); they never shrink. */
+_Static_assert(LR_POLICY_RANDOM == 0, "LR_POLICY_RANDOM renumbered");
+_Static_assert(LR_POLICY_ROUND_ROBIN == 1, "LR_POLICY_ROUND_ROBIN renumbered");
+_Static_assert(LR_POLICY_LEAST_REQUEST == 2,
+               "LR_POLICY_LEAST_REQUEST renumbered");
+_Static_assert(LR_POLICY_LEAST_LOAD == 3, "LR_POLICY_LEAST_LOAD renumbered");
+_Static_assert(LR_POLICY_SESSION_AFFINITY == 4,
+               "LR_POLICY_SESSION_AFFINITY renumbered");
+_Static_assert(LR_POLICY_CONSISTENT_HASH == 5,
+               "LR_POLICY_CONSISTENT_HASH renumbered");
+_Static_assert(LR_POLICY_PREFIX_CACHE == 6,
+               "LR_POLICY_PREFIX_CACHE renumbered");
+_Static_assert(LR_POLICY_PREFIX_CACHE_AND_LOAD == 7,
+               "LR_POLICY_PREFIX_CACHE_AND_LOAD renumbered");
+_Static_assert(LR_POLICY_SGLANG_CACHE_AWARE == 8,
+               "LR_POLICY_SGLANG_CACHE_AWARE renumbered");
+_Static_assert(LR_POLICY_PREBLE == 9, "LR_POLICY_PREBLE renumbered");
+_Static_assert(LR_POLICY_MIN_TTFT == 10, "LR_POLICY_MIN_TTFT renumbered");
+_Static_assert(LR_POLICY_DYNAMO == 11, "LR_POLICY_DYNAMO renumbered");
+_Static_assert(LR_POLICY_DUALMAP == 12, "LR_POLICY_DUALMAP renumbered");
+_Static_assert(LR_POLICY_GORGO == 13, "LR_POLICY_GORGO renumbered");
+_Static_assert(LR_POLICY_RANVIER == 14, "LR_POLICY_RANVIER renumbered");
+_Static_assert(LR_POLICY_LODESTAR == 15, "LR_POLICY_LODESTAR renumbered");
+_Static_assert(LR_POLICY_COUNT == 16, "LR_POLICY_COUNT changed");
+
+_Static_assert(LR_REASON_NONE == 0, "LR_REASON_NONE renumbered");
+_Static_assert(LR_REASON_RANDOM == 1, "LR_REASON_RANDOM renumbered");
+_Static_assert(LR_REASON_ROUND_ROBIN == 2, "LR_REASON_ROUND_ROBIN renumbered");
+_Static_assert(LR_REASON_LEAST_LOADED == 3,
+               "LR_REASON_LEAST_LOADED renumbered");
+_Static_assert(LR_REASON_SESSION == 4, "LR_REASON_SESSION renumbered");
+_Static_assert(LR_REASON_HASH == 5, "LR_REASON_HASH renumbered");
+_Static_assert(LR_REASON_PREFIX_HIT == 6, "LR_REASON_PREFIX_HIT renumbered");
+_Static_assert(LR_REASON_LOAD_OVERRIDE == 7,
+               "LR_REASON_LOAD_OVERRIDE renumbered");
+_Static_assert(LR_REASON_SLO_SWITCH == 8, "LR_REASON_SLO_SWITCH renumbered");
+_Static_assert(LR_REASON_FALLBACK == 9, "LR_REASON_FALLBACK renumbered");
+_Static_assert(LR_REASON_MIN_COST == 10, "LR_REASON_MIN_COST renumbered");
+_Static_assert(LR_REASON_SAMPLED == 11, "LR_REASON_SAMPLED renumbered");
+_Static_assert(LR_REASON_K_FILTER == 12, "LR_REASON_K_FILTER renumbered");
+_Static_assert(LR_REASON_EXPLORE == 13, "LR_REASON_EXPLORE renumbered");
+_Static_assert(LR_REASON_COLD_START == 14, "LR_REASON_COLD_START renumbered");
+_Static_assert(LR_REASON_OOD == 15, "LR_REASON_OOD renumbered");
+
+_Static_assert(LR_PARAM_PREFIX_MIN_RATIO == 0,
+               "LR_PARAM_PREFIX_MIN_RATIO renumbered");
+_Static_assert(LR_PARAM_BOUNDED_LOAD == 1, "LR_PARAM_BOUNDED_LOAD renumbered");
+_Static_assert(LR_PARAM_AIBRIX_IMBALANCE == 2,
+               "LR_PARAM_AIBRIX_IMBALANCE renumbered");
+_Static_assert(LR_PARAM_AIBRIX_STDDEV == 3,
+               "LR_PARAM_AIBRIX_STDDEV renumbered");
+_Static_assert(LR_PARAM_SGLANG_ABS == 4, "LR_PARAM_SGLANG_ABS renumbered");
+_Static_assert(LR_PARAM_SGLANG_REL == 5, "LR_PARAM_SGLANG_REL renumbered");
+_Static_assert(LR_PARAM_SGLANG_MIN_RATIO == 6,
+               "LR_PARAM_SGLANG_MIN_RATIO renumbered");
+_Static_assert(LR_PARAM_PREBLE_HIT == 7, "LR_PARAM_PREBLE_HIT renumbered");
+_Static_assert(LR_PARAM_DYNAMO_OVERLAP == 8,
+               "LR_PARAM_DYNAMO_OVERLAP renumbered");
+_Static_assert(LR_PARAM_DYNAMO_TEMPERATURE == 9,
+               "LR_PARAM_DYNAMO_TEMPERATURE renumbered");
+_Static_assert(LR_PARAM_TTFT_SLO_S == 10, "LR_PARAM_TTFT_SLO_S renumbered");
+_Static_assert(LR_PARAM_DUALMAP_KEY_TOKENS == 11,
+               "LR_PARAM_DUALMAP_KEY_TOKENS renumbered");
+_Static_assert(LR_PARAM_DUALMAP_MAX_KEY_BLOCKS == 12,
+               "LR_PARAM_DUALMAP_MAX_KEY_BLOCKS renumbered");
+_Static_assert(LR_PARAM_DUALMAP_WINDOW == 13,
+               "LR_PARAM_DUALMAP_WINDOW renumbered");
+_Static_assert(LR_PARAM_GORGO_W_RTT == 14, "LR_PARAM_GORGO_W_RTT renumbered");
+_Static_assert(LR_PARAM_GORGO_W_QUEUE == 15,
+               "LR_PARAM_GORGO_W_QUEUE renumbered");
+_Static_assert(LR_PARAM_GORGO_SIGMA == 16, "LR_PARAM_GORGO_SIGMA renumbered");
+_Static_assert(LR_PARAM_GORGO_FROZEN == 17, "LR_PARAM_GORGO_FROZEN renumbered");
+_Static_assert(LR_PARAM_GORGO_W_RTT_MAX == 18,
+               "LR_PARAM_GORGO_W_RTT_MAX renumbered");
+_Static_assert(LR_PARAM_GORGO_W_QUEUE_MIN == 19,
+               "LR_PARAM_GORGO_W_QUEUE_MIN renumbered");
+_Static_assert(LR_PARAM_RANVIER_PRESSURE == 20,
+               "LR_PARAM_RANVIER_PRESSURE renumbered");
+_Static_assert(LR_PARAM_SESSION_TOKENS == 21,
+               "LR_PARAM_SESSION_TOKENS renumbered");
+_Static_assert(LR_PARAM_STATS_MAX_AGE_S == 22,
+               "LR_PARAM_STATS_MAX_AGE_S renumbered");
+_Static_assert(LR_PARAM_DEFAULT_OUTPUT_TOKENS == 23,
+               "LR_PARAM_DEFAULT_OUTPUT_TOKENS renumbered");
+_Static_assert(LR_PARAM_COUNT == 24, "LR_PARAM_COUNT changed");
+
+_Static_assert(LR_ROUTE_DRY_RUN == 1u, "LR_ROUTE_DRY_RUN changed");
+_Static_assert(LR_ROUTE_SCORES == 2u, "LR_ROUTE_SCORES changed");
+_Static_assert(LR_ROUTE_NO_LEARN == 4u, "LR_ROUTE_NO_LEARN changed");
 
 /* ---- run time ------------------------------------------------------------- */
 
