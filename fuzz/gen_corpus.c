@@ -16,7 +16,9 @@
 #include "data_producer.h"
 #include "index.h"
 #include "index_util.h"
+#include "load.h"
 #include "lr_hash.h"
+#include "libroute/lr_router.h"
 
 static const char *root;
 static int n_written;
@@ -1010,6 +1012,1218 @@ gen_text(void)
     write_seed("text_tokens", "no-params", NULL, 0);
 }
 
+/* ---- load_ops -------------------------------------------------------------------- */
+
+/* Encoders in the order fuzz_load_ops.c decodes. Instance choices index
+ * {0..7, 1000, LR_INSTANCE_NONE}; LD_ALT_SAME is "the instance itself",
+ * LD_ALT_NONE no alternative. */
+enum {
+    LD_I1000 = 8,
+    LD_INONE = 9,
+    LD_ALT_SAME = 10,
+    LD_ALT_NONE = 11
+};
+
+/* oom: 0 none; n > 0 allocation n fails once; n < 0 allocation -n and
+ * every one after */
+static void
+ld_header(struct enc *e, uint32_t max_inst, uint32_t max_req, uint32_t alpha,
+          int oom, uint32_t mask)
+{
+    e->n = 0;
+    put(e, 1, 8, max_inst);
+    put(e, 1, 64, max_req);
+    put(e, 0, 3, alpha);
+    if (oom == 0) {
+        put(e, 0, 3, 0);
+    } else {
+        put(e, 0, 3, oom > 0 ? 2 : 3);
+        put(e, 1, 8, (uint32_t)(oom > 0 ? oom : -oom));
+    }
+    put(e, 0, 255, mask);
+}
+
+/* id: 0..11 the pool, 12 UINT64_MAX, 13 2^63, 14 the k-th in flight */
+static void
+ld_id(struct enc *e, uint32_t c, uint32_t k)
+{
+    put(e, 0, 15, c);
+    if (c == 14)
+        put(e, 0, 63, k);
+    else if (c == 15) {
+        put(e, 0, UINT32_MAX, k);
+        put(e, 0, UINT32_MAX, k ^ 0x5a5a5a5au);
+    }
+}
+
+/* tokens: kind 0 zero, 1 v in 0..255, 2 v in 0..65535, 3 UINT32_MAX - v */
+static void
+ld_tokens(struct enc *e, uint32_t kind, uint32_t v)
+{
+    put(e, 0, 3, kind);
+    if (kind == 1)
+        put(e, 0, 255, v);
+    else if (kind == 2)
+        put(e, 0, 65535, v);
+    else if (kind == 3)
+        put(e, 0, 1, v);
+}
+
+static uint32_t
+ld_tok_value(uint32_t kind, uint32_t v)
+{
+    return kind == 0 ? 0 : kind == 3 ? UINT32_MAX - v : v;
+}
+
+/* cached: kind 0 none, 1 all, 2 one too many, 3 v in 0..prompt */
+static void
+ld_cached(struct enc *e, uint32_t kind, uint32_t v, uint32_t prompt)
+{
+    put(e, 0, 3, kind);
+    if (kind == 3)
+        put(e, 0, prompt, v);
+}
+
+/* time: 0 now, 1 now - dt, 2-3 now += dt */
+static void
+ld_time(struct enc *e, uint32_t c, uint32_t dt)
+{
+    put(e, 0, 3, c);
+    if (c != 0)
+        put(e, 0, 1000000, dt);
+}
+
+struct ld_disp {
+    uint32_t id, k, inst, alt, pkind, pv, ckind, cv, akind, av, okind, ov, tc,
+        dt, size;
+};
+
+static void
+ld_dispatch(struct enc *e, const struct ld_disp *d)
+{
+    put(e, 0, 12, 0);
+    ld_id(e, d->id, d->k);
+    put(e, 0, 9, d->inst);
+    put(e, 0, 11, d->alt);
+    ld_tokens(e, d->pkind, d->pv);
+    uint32_t prompt = ld_tok_value(d->pkind, d->pv);
+    ld_cached(e, d->ckind, d->cv, prompt);
+    ld_cached(e, d->akind, d->av, prompt);
+    ld_tokens(e, d->okind, d->ov);
+    ld_time(e, d->tc, d->dt);
+    put(e, 0, 7, d->size);
+}
+
+/* a plain dispatch: prompt p (< 65536), cached c, output o */
+static void
+ld_disp(struct enc *e, uint32_t id, uint32_t inst, uint32_t alt, uint32_t p,
+        uint32_t c, uint32_t o)
+{
+    struct ld_disp d = { .id = id,
+                         .inst = inst,
+                         .alt = alt,
+                         .pkind = 2,
+                         .pv = p,
+                         .ckind = 3,
+                         .cv = c,
+                         .akind = 0,
+                         .okind = 2,
+                         .ov = o,
+                         .tc = 2,
+                         .dt = 1000 };
+    ld_dispatch(e, &d);
+}
+
+static void
+ld_first(struct enc *e, uint32_t id, uint32_t tc, uint32_t dt)
+{
+    put(e, 0, 12, 3);
+    ld_id(e, id, 0);
+    ld_time(e, tc, dt);
+}
+
+static void
+ld_complete(struct enc *e, uint32_t id, uint32_t out)
+{
+    put(e, 0, 12, 4);
+    ld_id(e, id, 0);
+    ld_tokens(e, 1, out);
+}
+
+static void
+ld_fail(struct enc *e, uint32_t id)
+{
+    put(e, 0, 12, 5);
+    ld_id(e, id, 0);
+}
+
+static void
+ld_move(struct enc *e, uint32_t id, uint32_t to, uint32_t ckind, uint32_t cv,
+        uint32_t prompt)
+{
+    put(e, 0, 12, 6);
+    ld_id(e, id, 0);
+    put(e, 0, 9, to);
+    ld_cached(e, ckind, cv, prompt);
+}
+
+static void
+ld_add(struct enc *e, uint32_t inst, uint32_t cls, uint32_t pc)
+{
+    put(e, 0, 12, 7);
+    put(e, 0, 9, inst);
+    put(e, 0, LR_LOAD_MAX_CLASSES + 1, cls);
+    put(e, 0, 3, pc);
+}
+
+static void
+ld_remove(struct enc *e, uint32_t inst)
+{
+    put(e, 0, 12, 8);
+    put(e, 0, 9, inst);
+}
+
+/* kv: index into {0, .5, 1, -.1, 1.5, NaN, inf, 1e-9}; size 1 v1, 2 short */
+static void
+ld_stats(struct enc *e, uint32_t inst, uint32_t running, uint32_t kv,
+         uint32_t tc, uint32_t dt, uint32_t size)
+{
+    put(e, 0, 12, 9);
+    put(e, 0, 9, inst);
+    put(e, 0, 255, running);
+    put(e, 0, 255, running / 2);
+    put(e, 0, 7, kv);
+    ld_time(e, tc, dt);
+    put(e, 0, 7, size);
+}
+
+/* kind: 0 zero, 1 v, 3 max, 4 max + 1, 5 UINT64_MAX */
+static void
+ld_rtt(struct enc *e, uint32_t inst, uint32_t kind, uint32_t v)
+{
+    put(e, 0, 12, 10);
+    put(e, 0, 9, inst);
+    put(e, 0, 5, kind);
+    if (kind == 1)
+        put(e, 0, 0xffffff, v);
+    else if (kind == 2) {
+        put(e, 0, UINT32_MAX, v);
+        put(e, 0, UINT32_MAX, 0);
+    }
+}
+
+static void
+ld_time_op(struct enc *e, uint32_t dt)
+{
+    put(e, 0, 12, 11);
+    put(e, 0, 0xffffff, dt);
+}
+
+/* size: 0 zero, 1 short, 2 v1, 3 larger */
+static void
+ld_query(struct enc *e, uint32_t inst, uint32_t id, uint32_t size,
+         uint32_t stop)
+{
+    put(e, 0, 12, 12);
+    put(e, 0, 9, inst);
+    ld_id(e, id, 0);
+    put(e, 0, 3, size);
+    put(e, 0, 4, stop);
+}
+
+static void
+gen_load(void)
+{
+    struct enc e;
+    const char *T = "load_ops";
+
+    /* every lifecycle: first token then complete, complete without first
+     * token, fail queued, fail decoding, repeated first token, events
+     * after the end */
+    ld_header(&e, 4, 16, 0, 0, 0x0f);
+    ld_disp(&e, 0, 0, LD_ALT_NONE, 900, 512, 130);
+    ld_query(&e, 0, 0, 2, 0);
+    ld_first(&e, 0, 2, 500);
+    ld_first(&e, 0, 2, 500);
+    ld_query(&e, 0, 0, 3, 0);
+    ld_complete(&e, 0, 130);
+    ld_first(&e, 0, 0, 0);
+    ld_complete(&e, 0, 1);
+    ld_disp(&e, 1, 1, LD_ALT_NONE, 300, 100, 50);
+    ld_disp(&e, 2, 1, LD_ALT_NONE, 200, 0, 20);
+    ld_complete(&e, 1, 50);
+    ld_fail(&e, 2);
+    ld_disp(&e, 3, 2, 0, 64, 32, 16);
+    ld_disp(&e, 4, 2, 1, 10, 0, 4);
+    ld_first(&e, 3, 1, 5);
+    ld_fail(&e, 3);
+    ld_fail(&e, 3);
+    ld_query(&e, 2, 4, 2, 1);
+    ld_disp(&e, 3, 2, LD_ALT_NONE, 1, 1, 0);
+    /* first tokens out of order: the latest stays */
+    ld_disp(&e, 5, 3, LD_ALT_NONE, 50, 0, 5);
+    ld_disp(&e, 6, 3, LD_ALT_NONE, 60, 0, 6);
+    ld_first(&e, 6, 2, 700);
+    ld_first(&e, 5, 1, 300);
+    ld_query(&e, 3, 5, 3, 0);
+    write_seed(T, "lifecycle", e.b, e.n);
+
+    /* moves: queued only, the old instance becomes the alternative */
+    ld_header(&e, 4, 8, 2, 0, 0x07);
+    ld_disp(&e, 5, 0, 1, 1000, 400, 100);
+    ld_disp(&e, 6, 0, LD_ALT_NONE, 300, 0, 30);
+    ld_move(&e, 5, 1, 3, 900, 1000);
+    ld_query(&e, 1, 5, 2, 0);
+    ld_move(&e, 5, 1, 0, 0, 1000); /* same instance */
+    ld_move(&e, 5, 3, 0, 0, 1000); /* not added */
+    ld_move(&e, 5, 0, 2, 0, 1000); /* cached > prompt */
+    ld_move(&e, 5, 0, 0, 0, 1000);
+    ld_move(&e, 5, 2, 1, 0, 1000);
+    ld_first(&e, 5, 2, 10);
+    ld_move(&e, 5, 0, 0, 0, 1000); /* ESTATE */
+    ld_query(&e, 2, 5, 2, 0);
+    ld_remove(&e, 0);
+    ld_query(&e, 2, 5, 2, 0);
+    ld_move(&e, 6, 1, 0, 0, 300); /* dropped with instance 0 */
+    write_seed(T, "move", e.b, e.n);
+
+    /* every refusal of dispatch */
+    ld_header(&e, 3, 2, 0, 0, 0x03);
+    struct ld_disp d = { .id = 7,
+                         .inst = 0,
+                         .alt = LD_ALT_NONE,
+                         .pkind = 1,
+                         .pv = 100,
+                         .ckind = 2,
+                         .okind = 1,
+                         .ov = 5,
+                         .tc = 2,
+                         .dt = 1 };
+    ld_dispatch(&e, &d); /* cached > prompt */
+    d.ckind = 0;
+    d.alt = LD_ALT_SAME;
+    ld_dispatch(&e, &d); /* alt == instance */
+    d.alt = 1;
+    d.akind = 2;
+    ld_dispatch(&e, &d); /* alt cached > prompt */
+    d.akind = 1;
+    d.alt = 2;
+    ld_dispatch(&e, &d); /* alt not added */
+    d.alt = LD_ALT_NONE;
+    d.inst = 2;
+    ld_dispatch(&e, &d); /* instance not added */
+    d.inst = LD_I1000;
+    ld_dispatch(&e, &d);
+    d.inst = LD_INONE;
+    ld_dispatch(&e, &d);
+    d.inst = 0;
+    d.size = 2;
+    ld_dispatch(&e, &d); /* struct too small */
+    d.size = 1;
+    ld_dispatch(&e, &d); /* v1: fine */
+    ld_dispatch(&e, &d); /* duplicate */
+    d.id = 12;
+    d.size = 0;
+    d.pkind = 3;
+    d.pv = 0;
+    d.okind = 3;
+    d.ov = 1;
+    d.ckind = 1;
+    ld_dispatch(&e, &d); /* UINT32_MAX prompt and output */
+    d.id = 13;
+    ld_dispatch(&e, &d); /* ELIMIT */
+    ld_query(&e, 0, 12, 2, 0);
+    ld_first(&e, 12, 3, 7);
+    ld_query(&e, 0, 12, 2, 0);
+    ld_complete(&e, 7, 0);
+    ld_dispatch(&e, &d);
+    write_seed(T, "dispatch-refusals", e.b, e.n);
+
+    /* instances: bounds, duplicates, removal with requests, re-adding */
+    ld_header(&e, 5, 32, 0, 0, 0x01);
+    ld_add(&e, 1, 3, 1);
+    ld_add(&e, 1, 3, 1);                       /* EEXIST */
+    ld_add(&e, 2, LR_LOAD_MAX_CLASSES, 0);     /* bad class */
+    ld_add(&e, 2, LR_LOAD_MAX_CLASSES + 1, 0); /* UINT32_MAX */
+    ld_add(&e, 2, 0, 2);                       /* bad prefix_caching */
+    ld_add(&e, 2, 0, 3);                       /* -1 */
+    ld_add(&e, 5, 0, 0);                       /* ELIMIT */
+    ld_add(&e, LD_I1000, 0, 0);
+    ld_add(&e, LD_INONE, 0, 0);
+    ld_add(&e, 4, 63, 0);
+    for (uint32_t i = 0; i < 10; i++)
+        ld_disp(&e, i,
+                i % 3 == 0   ? 0
+                : i % 3 == 1 ? 1
+                             : 4,
+                i % 2 ? LD_ALT_NONE : (i % 3 == 0 ? 1 : 0), 100 + i, i, i);
+    ld_first(&e, 0, 2, 3);
+    ld_first(&e, 1, 2, 3);
+    ld_remove(&e, 1);
+    ld_remove(&e, 1);
+    ld_first(&e, 1, 2, 3);
+    ld_complete(&e, 4, 0);
+    ld_query(&e, 0, 0, 2, 0);
+    ld_query(&e, 4, 2, 2, 2);
+    ld_add(&e, 1, 5, 0);
+    ld_query(&e, 1, 1, 3, 0);
+    ld_remove(&e, 0);
+    ld_remove(&e, 4);
+    ld_remove(&e, LD_INONE);
+    write_seed(T, "instances", e.b, e.n);
+
+    /* Regression: a removed instance added again under its id is a new
+     * one; it must not come back as the alternative (with the old cached
+     * tokens) of requests dispatched before the removal. */
+    ld_header(&e, 4, 8, 0, 0, 0x07);
+    d = (struct ld_disp){ .id = 0,
+                          .inst = 0,
+                          .alt = 1,
+                          .pkind = 1,
+                          .pv = 200,
+                          .ckind = 0,
+                          .akind = 1,
+                          .okind = 1,
+                          .ov = 10,
+                          .tc = 2,
+                          .dt = 1 };
+    ld_dispatch(&e, &d);
+    ld_disp(&e, 1, 2, LD_ALT_NONE, 100, 0, 1);
+    ld_move(&e, 1, 1, 0, 0, 100); /* 1 on instance 1, alternative 2 */
+    ld_remove(&e, 1);
+    ld_remove(&e, 2);
+    ld_add(&e, 1, 0, 1);
+    ld_add(&e, 2, 0, 1);
+    ld_query(&e, 0, 0, 2, 0);
+    ld_disp(&e, 2, 1, LD_ALT_NONE, 100, 0, 1);
+    ld_move(&e, 2, 2, 0, 0, 100);
+    ld_query(&e, 2, 2, 2, 0);
+    write_seed(T, "readded-alternative", e.b, e.n);
+
+    /* telemetry: stats in and out of order, bad values, RTT EWMA */
+    ld_header(&e, 2, 4, 2, 0, 0x03);
+    ld_stats(&e, 0, 10, 1, 2, 1000, 0);
+    ld_stats(&e, 0, 11, 2, 1, 500, 0);   /* older: ignored */
+    ld_stats(&e, 0, 12, 0, 0, 0, 1);     /* same time, v1 */
+    ld_stats(&e, 0, 13, 5, 2, 10, 0);    /* NaN */
+    ld_stats(&e, 0, 14, 3, 2, 10, 0);    /* negative */
+    ld_stats(&e, 0, 15, 4, 2, 10, 0);    /* > 1 */
+    ld_stats(&e, 0, 16, 6, 2, 10, 0);    /* inf */
+    ld_stats(&e, 0, 17, 7, 2, 10, 2);    /* short struct */
+    ld_stats(&e, 2, 18, 1, 2, 10, 0);    /* not tracked */
+    ld_stats(&e, 1, 19, 7, 1, 99999, 0); /* first scrape, in the past */
+    ld_rtt(&e, 0, 1, 1000);
+    ld_rtt(&e, 0, 1, 2000);
+    ld_rtt(&e, 0, 0, 0);
+    ld_rtt(&e, 0, 3, 0);
+    ld_rtt(&e, 0, 4, 0);
+    ld_rtt(&e, 0, 5, 0);
+    ld_rtt(&e, 1, 2, 123456789);
+    ld_rtt(&e, LD_I1000, 1, 5);
+    ld_query(&e, 0, 0, 0, 0);
+    ld_query(&e, 0, 0, 1, 0);
+    ld_query(&e, 0, 0, 2, 0);
+    ld_query(&e, 1, 0, 3, 0);
+    ld_remove(&e, 0);
+    ld_add(&e, 0, 1, 1);
+    ld_query(&e, 0, 0, 3, 0);
+    write_seed(T, "telemetry", e.b, e.n);
+
+    /* allocation failures at create, once and from then on */
+    static const int ooms[6] = { 1, 2, 3, 4, -1, -3 };
+    for (int k = 0; k < 6; k++) {
+        char name[32];
+        ld_header(&e, 2, 4, 0, ooms[k], 0x03);
+        ld_disp(&e, 0, 0, 1, 10, 5, 1);
+        ld_first(&e, 0, 2, 1);
+        ld_disp(&e, 1, 1, LD_ALT_NONE, 10, 5, 1);
+        ld_query(&e, 0, 0, 2, 0);
+        snprintf(name, sizeof name, "oom-%d", ooms[k]);
+        write_seed(T, name, e.b, e.n);
+    }
+
+    /* pseudo-random streams, mostly well-formed */
+    for (int s = 0; s < 16; s++) {
+        char name[32];
+        ld_header(&e, rnd(1, 8), rnd(1, 64), rnd(0, 3), 0, rnd(0, 255));
+        int ops = (int)rnd(16, 120);
+        for (int i = 0; i < ops; i++) {
+            uint32_t op = rnd(0, 12);
+            uint32_t id = rnd(0, 14);
+            switch (op) {
+            case 0:
+            case 1:
+            case 2: {
+                uint32_t p = rnd(0, 5000);
+                ld_disp(&e, rnd(0, 11), rnd(0, 9),
+                        rnd(0, 3) ? LD_ALT_NONE : rnd(0, 11), p, rnd(0, p),
+                        rnd(0, 500));
+                break;
+            }
+            case 3:
+                ld_first(&e, id, rnd(0, 3), rnd(0, 1000000));
+                break;
+            case 4:
+                ld_complete(&e, id, rnd(0, 255));
+                break;
+            case 5:
+                ld_fail(&e, id);
+                break;
+            case 6:
+                ld_move(&e, rnd(0, 11), rnd(0, 9), rnd(0, 2), 0, 0);
+                break;
+            case 7:
+                ld_add(&e, rnd(0, 9), rnd(0, 65), rnd(0, 3));
+                break;
+            case 8:
+                ld_remove(&e, rnd(0, 9));
+                break;
+            case 9:
+                ld_stats(&e, rnd(0, 9), rnd(0, 255), rnd(0, 7), rnd(0, 3),
+                         rnd(0, 1000000), rnd(0, 7));
+                break;
+            case 10:
+                ld_rtt(&e, rnd(0, 9), rnd(0, 5), rnd(0, 0xffffff));
+                break;
+            case 11:
+                ld_time_op(&e, rnd(0, 0xffffff));
+                break;
+            default:
+                ld_query(&e, rnd(0, 9), id, rnd(0, 3), rnd(0, 4));
+                break;
+            }
+        }
+        snprintf(name, sizeof name, "random-%02d", s);
+        write_seed(T, name, e.b, e.n);
+    }
+}
+
+/* ---- router_ops ------------------------------------------------------------------ */
+
+/* Encoders in the order fuzz_router_ops.c decodes (see its header). */
+enum {
+    RO_ADD = 0,
+    RO_DRAIN = 1,
+    RO_REMOVE = 2,
+    RO_ROUTE = 3,
+    RO_POLICY = 7,
+    RO_PARAM = 8,
+    RO_STATS = 9,
+    RO_RTT = 10,
+    RO_FIRST = 11,
+    RO_COMPLETE = 12,
+    RO_FAIL = 13,
+    RO_PLAN = 14,
+    RO_MOVE = 15,
+    RO_KV = 16,
+    RO_DELTA = 17,
+    RO_TIME = 18,
+    RO_QUERY = 19
+};
+/* instance choices index {0..7, 1000, LR_INSTANCE_NONE} */
+#define RO_I1000 8u
+#define RO_INONE 9u
+/* request id choices: 0..7 the pool (ids 1..8), 8 zero, 9 UINT64_MAX,
+ * RO_INFL the k-th in flight, RO_FRESH a new id */
+#define RO_INFL 10u
+#define RO_FRESH 14u
+
+struct ro {
+    struct enc e;
+    bool blob; /* an export succeeded: delta kinds 1..3 do not export */
+};
+
+/* oom: 0 none; n > 0 allocation n fails once; n < 0 allocation -n and
+ * every one after */
+static void
+ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
+          uint32_t bidx, uint32_t cap, uint32_t ttl, uint32_t policy,
+          uint32_t vnodes, int oom, uint32_t names)
+{
+    struct enc *e = &s->e;
+    e->n = 0;
+    s->blob = false;
+    put(e, 0, 255, seed);
+    put(e, 1, 8, max_inst);
+    put(e, 1, 48, max_req);
+    put(e, 0, 3, bidx);
+    put(e, 8, 512, cap);
+    put(e, 0, 3, ttl);
+    put(e, 0, 14, policy);
+    put(e, 1, 64, vnodes);
+    if (oom == 0) {
+        put(e, 0, 3, 0);
+    } else {
+        put(e, 0, 3, oom > 0 ? 2 : 3);
+        put(e, 1, 256, (uint32_t)(oom > 0 ? oom : -oom));
+    }
+    put(e, 0, 255, names);
+}
+
+static void
+ro_id(struct ro *s, uint32_t c, uint32_t k)
+{
+    put(&s->e, 0, 15, c);
+    if (c >= RO_INFL && c < RO_FRESH)
+        put(&s->e, 0, 63, k);
+}
+
+/* cls: {0,1,3,63,64}; pc: {1,1,0,2}; rtt: {0, 1 ms, max, max+1} */
+static void
+ro_add(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc, uint32_t rtt,
+       bool small)
+{
+    put(&s->e, 0, 19, RO_ADD);
+    put(&s->e, 0, 9, name);
+    put(&s->e, 0, 4, cls);
+    put(&s->e, 0, 3, pc);
+    put(&s->e, 0, 3, rtt);
+    put(&s->e, 0, 15, small ? 0 : 5);
+}
+
+/* dv: {0, 1, 1, 2} */
+static void
+ro_drain(struct ro *s, uint32_t inst, uint32_t dv)
+{
+    put(&s->e, 0, 19, RO_DRAIN);
+    put(&s->e, 0, 9, inst);
+    put(&s->e, 0, 3, dv);
+}
+
+static void
+ro_remove(struct ro *s, uint32_t inst)
+{
+    put(&s->e, 0, 19, RO_REMOVE);
+    put(&s->e, 0, 9, inst);
+}
+
+struct ro_req {
+    uint32_t idc, k;
+    uint32_t pattern, start, len, tweak, salt;
+    uint32_t nb, b[2];
+    uint32_t flags;  /* LR_ROUTE_* | 8 (invalid) */
+    uint32_t sess;   /* 0,1: none; 2: has_session; 3: invalid */
+    uint32_t session;
+    uint32_t outc, outv; /* {0, outv, 65535, UINT32_MAX} */
+    uint32_t capv;   /* scores: {none, 1, enough, NULL with enough} */
+    uint32_t variant; /* 0 NULL tokens, 1/2 small struct, else plain */
+};
+
+static struct ro_req
+RQ(uint32_t pattern, uint32_t len, uint32_t tweak)
+{
+    struct ro_req q = { .idc = RO_FRESH, .pattern = pattern, .len = len,
+                        .tweak = tweak, .capv = 2, .variant = 7,
+                        .outc = 1, .outv = 32 };
+    return q;
+}
+
+static void
+ro_route(struct ro *s, const struct ro_req *q)
+{
+    struct enc *e = &s->e;
+    put(e, 0, 19, RO_ROUTE);
+    ro_id(s, q->idc, q->k);
+    put(e, 0, 3, q->pattern);
+    put(e, 0, 3, q->start);
+    put(e, 0, 96, q->len);
+    put(e, 0, 255, q->tweak);
+    put(e, 0, 1, q->salt);
+    put(e, 0, 2, q->nb);
+    for (uint32_t i = 0; i < q->nb; i++)
+        put(e, 0, q->len + 1, q->b[i]);
+    put(e, 0, 15, q->flags);
+    put(e, 0, 3, q->sess);
+    put(e, 0, 7, q->session);
+    put(e, 0, 3, q->outc);
+    if (q->outc == 1)
+        put(e, 0, 255, q->outv);
+    put(e, 0, 3, q->capv);
+    put(e, 0, 15, q->variant);
+}
+
+/* c 0..14: that policy; 15: out of range */
+static void
+ro_policy(struct ro *s, uint32_t c)
+{
+    put(&s->e, 0, 19, RO_POLICY);
+    put(&s->e, 0, 15, c);
+}
+
+/* vc: 0 lo, 1 hi, 2 default, 3 below, 4 above, 5 NaN, 6 inf, 7 -inf,
+ * 8 -0, 9 lo + 0.5, 10 lo + frac % 64, 11 lo + (hi - lo) x frac / 255 */
+static void
+ro_param(struct ro *s, uint32_t key, uint32_t vc, uint32_t frac)
+{
+    put(&s->e, 0, 19, RO_PARAM);
+    put(&s->e, 0, LR_PARAM_COUNT + 1, key);
+    put(&s->e, 0, 11, vc);
+    put(&s->e, 0, 255, frac);
+}
+
+/* counts {0,3,1000,max}; kv {0,.5,1,-0,-.1,1+,NaN,inf}; time {0, now,
+ * now-1s, now+1s, max} */
+static void
+ro_stats(struct ro *s, uint32_t inst, uint32_t run, uint32_t wait,
+         uint32_t kv, uint32_t tc, bool small)
+{
+    put(&s->e, 0, 19, RO_STATS);
+    put(&s->e, 0, 9, inst);
+    put(&s->e, 0, 3, run);
+    put(&s->e, 0, 3, wait);
+    put(&s->e, 0, 7, kv);
+    put(&s->e, 0, 4, tc);
+    put(&s->e, 0, 15, small ? 0 : 3);
+}
+
+/* rc: {0, 1, 1 ms, max, max+1, UINT64_MAX} */
+static void
+ro_rtt(struct ro *s, uint32_t inst, uint32_t rc)
+{
+    put(&s->e, 0, 19, RO_RTT);
+    put(&s->e, 0, 9, inst);
+    put(&s->e, 0, 5, rc);
+}
+
+/* kind: 0 first_token, 1 complete, 2 fail */
+static void
+ro_event(struct ro *s, uint32_t kind, uint32_t idc, uint32_t k)
+{
+    put(&s->e, 0, 19, RO_FIRST + kind);
+    ro_id(s, idc, k);
+    put(&s->e, 0, 255, 40);
+}
+
+/* cap 0..8, 9: NULL with a capacity; mask: the moves carried out */
+static void
+ro_plan(struct ro *s, uint32_t cap, uint32_t mask)
+{
+    put(&s->e, 0, 19, RO_PLAN);
+    put(&s->e, 0, 9, cap);
+    put(&s->e, 0, 255, mask);
+}
+
+static void
+ro_move(struct ro *s, uint32_t idc, uint32_t k, uint32_t inst)
+{
+    put(&s->e, 0, 19, RO_MOVE);
+    ro_id(s, idc, k);
+    put(&s->e, 0, 9, inst);
+}
+
+/* kind 0,1 stored, 2 removed, 3 cleared; hashes 0x1000 + h[i];
+ * mult 0: B+1, else B x mult */
+static void
+ro_kv(struct ro *s, uint32_t kind, uint32_t inst, uint32_t nbk,
+      const uint32_t *h, uint32_t mult, uint32_t pattern, bool parent,
+      uint32_t ph, bool wrong)
+{
+    struct enc *e = &s->e;
+    put(e, 0, 19, RO_KV);
+    put(e, 0, 3, kind);
+    put(e, 0, 9, inst);
+    put(e, 0, 4, nbk);
+    for (uint32_t i = 0; i < nbk; i++)
+        put(e, 0, 15, h[i]);
+    if (kind <= 1) {
+        put(e, 0, 3, mult);
+        put(e, 0, 3, pattern);
+        put(e, 0, 3, 0);
+        put(e, 0, 1, parent);
+        put(e, 0, 15, ph);
+        put(e, 0, 7, wrong ? 0 : 1);
+    }
+}
+
+/* export: since 0 (sv 0), the last mark (1), a future mark (2) */
+static void
+ro_export(struct ro *s, uint32_t sv)
+{
+    put(&s->e, 0, 19, RO_DELTA);
+    put(&s->e, 0, 3, 0);
+    put(&s->e, 0, 2, sv);
+    s->blob |= sv != 2;
+}
+
+/* kind 1: own export; 2: retargeted to instance choice `to`; 3: raw */
+static void
+ro_import(struct ro *s, uint32_t kind, uint32_t to, const uint8_t *raw,
+          uint32_t n, bool fix)
+{
+    if (!s->blob)
+        ro_export(s, 0);
+    put(&s->e, 0, 19, RO_DELTA);
+    put(&s->e, 0, 3, kind);
+    if (kind == 2) {
+        put(&s->e, 0, 8, to);
+    } else if (kind == 3) {
+        put(&s->e, 0, 255, n);
+        put(&s->e, 0, 1, fix);
+        put_bytes(&s->e, raw, n);
+    }
+}
+
+/* c: {0, 1 ms, 20 ms, 1 s, 4 s, 11 s, past the TTL} */
+static void
+ro_time(struct ro *s, uint32_t c)
+{
+    put(&s->e, 0, 19, RO_TIME);
+    put(&s->e, 0, 6, c);
+}
+
+/* sz: stats/load struct {too small, v1, current, larger}; name; key
+ * (24: unknown); cls {0,1,3,63,64}; rate {NaN,.5,1,8000,1e9,2e9,inf,-1} */
+static void
+ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name,
+         uint32_t key, uint32_t cls, uint32_t rate)
+{
+    struct enc *e = &s->e;
+    put(e, 0, 19, RO_QUERY);
+    put(e, 0, 9, inst);
+    put(e, 0, 3, sz);
+    put(e, 0, 9, name);
+    put(e, 0, LR_PARAM_COUNT, key);
+    put(e, 0, 4, cls);
+    put(e, 0, 7, rate);
+}
+
+static void
+ro_write(struct ro *s, const char *name)
+{
+    write_seed("router_ops", name, s->e.b, s->e.n);
+}
+
+/* A workload: n prompts over a few shared prefixes, with lifecycle events
+ * interleaved (first tokens and ends of earlier requests). */
+static void
+ro_workload(struct ro *s, uint32_t n, uint32_t out_of)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct ro_req q = RQ(2 + (i & 1), 24 + 8 * (i % 4), 16 + i * 3);
+        if (i % 3 == 0) {
+            q.nb = 1;
+            q.b[0] = 8;
+        }
+        if (i % 5 == 4)
+            q.flags = LR_ROUTE_SCORES;
+        ro_route(s, &q);
+        if (i % 3 == 2)
+            ro_event(s, 0, RO_INFL, i);
+        if (out_of && i % out_of == out_of - 1)
+            ro_event(s, 1 + (i & 1), RO_INFL, 0);
+    }
+}
+
+static uint64_t ro_rs = 0x726f757465726f70ull; /* "routerop" */
+static uint32_t
+ro_rnd(uint32_t lo, uint32_t hi)
+{
+    ro_rs ^= ro_rs << 13;
+    ro_rs ^= ro_rs >> 7;
+    ro_rs ^= ro_rs << 17;
+    return lo + (uint32_t)(ro_rs % ((uint64_t)hi - lo + 1));
+}
+
+static void
+gen_router(void)
+{
+    struct ro s;
+    char name[64];
+
+    /* every policy on the same workload: routes, events, a plan, queries */
+    for (uint32_t p = 0; p < LR_POLICY_LODESTAR; p++) {
+        ro_header(&s, p, 4, 32, 2, 256, 0, p, 16, 0, 0x0f);
+        ro_workload(&s, 10, 4);
+        ro_stats(&s, 1, 1, 2, 1, 1, false);
+        ro_rtt(&s, 2, 2);
+        ro_workload(&s, 4, 0);
+        ro_plan(&s, 8, 0xff);
+        ro_query(&s, 0, 2, 0, 10, 0, 3);
+        snprintf(name, sizeof name, "policy-%02u", p);
+        ro_write(&s, name);
+    }
+
+    /* fleet changes with requests in flight: drain, undrain, remove, add
+     * the name again, events for the dropped requests */
+    ro_header(&s, 7, 4, 32, 2, 128, 0, LR_POLICY_LEAST_REQUEST, 8, 0, 0x07);
+    ro_workload(&s, 6, 0);
+    ro_drain(&s, 1, 1);
+    ro_workload(&s, 3, 0);
+    ro_drain(&s, 1, 0);
+    ro_remove(&s, 0);
+    ro_event(&s, 1, RO_INFL, 0);
+    ro_event(&s, 0, 1, 0);
+    ro_add(&s, 0, 1, 0, 1, false);
+    ro_add(&s, 0, 1, 0, 1, false); /* LR_EEXIST */
+    ro_drain(&s, 0, 1);
+    ro_drain(&s, 1, 1);
+    ro_drain(&s, 2, 1);
+    ro_drain(&s, 3, 1);
+    ro_workload(&s, 2, 0); /* LR_ESTATE: nothing routable */
+    ro_drain(&s, 3, 0);
+    ro_remove(&s, 3);
+    ro_workload(&s, 2, 0);
+    ro_query(&s, 3, 1, 3, 23, 1, 2);
+    ro_write(&s, "fleet");
+
+    /* invalid arguments of every kind */
+    ro_header(&s, 9, 2, 4, 1, 64, 0, LR_POLICY_PREFIX_CACHE, 4, 0, 0x01);
+    ro_add(&s, 8, 0, 0, 0, false);  /* empty name */
+    ro_add(&s, 9, 0, 0, 0, false);  /* 256 bytes */
+    ro_add(&s, 1, 4, 0, 0, false);  /* class 64 */
+    ro_add(&s, 1, 0, 3, 0, false);  /* prefix_caching 2 */
+    ro_add(&s, 1, 0, 0, 0, true);   /* small struct */
+    ro_add(&s, 1, 0, 0, 1, false);
+    ro_add(&s, 2, 0, 0, 0, false);  /* LR_ELIMIT */
+    ro_drain(&s, 0, 3);
+    ro_drain(&s, RO_INONE, 1);
+    ro_remove(&s, RO_I1000);
+    struct ro_req q = RQ(1, 20, 255);
+    for (uint32_t v = 0; v < 3; v++) {
+        q.variant = v;
+        ro_route(&s, &q);
+    }
+    q = RQ(1, 20, 255);
+    q.nb = 2;
+    q.b[0] = 12;
+    q.b[1] = 4; /* unsorted */
+    ro_route(&s, &q);
+    q.b[1] = 21; /* past the end */
+    ro_route(&s, &q);
+    q = RQ(1, 0, 255);
+    q.nb = 2; /* more boundaries than tokens + 1 */
+    ro_route(&s, &q);
+    q = RQ(1, 20, 255);
+    q.flags = 8;
+    ro_route(&s, &q);
+    q.flags = LR_ROUTE_SCORES;
+    q.capv = 1; /* LR_EBUFSIZE */
+    ro_route(&s, &q);
+    q.capv = 3; /* NULL scores */
+    ro_route(&s, &q);
+    q.capv = 0;
+    ro_route(&s, &q);
+    q = RQ(1, 20, 255);
+    q.sess = 3;
+    ro_route(&s, &q);
+    q = RQ(1, 20, 255);
+    q.idc = 0;
+    ro_route(&s, &q);
+    ro_route(&s, &q); /* LR_EEXIST */
+    q.idc = 9;
+    ro_route(&s, &q);
+    q.idc = 8;
+    ro_route(&s, &q);
+    q.idc = RO_FRESH;
+    q.flags = LR_ROUTE_DRY_RUN;
+    ro_route(&s, &q);
+    q.flags = 0;
+    ro_route(&s, &q);
+    ro_route(&s, &q); /* LR_ELIMIT at 4 */
+    ro_route(&s, &q);
+    ro_policy(&s, 15);
+    for (uint32_t vc = 3; vc <= 9; vc++)
+        ro_param(&s, LR_PARAM_DUALMAP_WINDOW, vc, 0);
+    ro_param(&s, LR_PARAM_COUNT, 0, 0);
+    ro_param(&s, LR_PARAM_COUNT + 1, 5, 0);
+    ro_param(&s, LR_PARAM_TTFT_SLO_S, 8, 0);
+    ro_param(&s, LR_PARAM_PREFIX_MIN_RATIO, 8, 0);
+    ro_stats(&s, 0, 3, 3, 6, 4, false);
+    ro_stats(&s, 0, 0, 0, 4, 1, false);
+    ro_stats(&s, 0, 0, 0, 5, 1, false);
+    ro_stats(&s, 0, 0, 0, 1, 1, true);
+    ro_stats(&s, RO_I1000, 0, 0, 1, 1, false);
+    ro_rtt(&s, 0, 4);
+    ro_rtt(&s, 0, 5);
+    ro_rtt(&s, 5, 2);
+    ro_event(&s, 0, 9, 0);
+    ro_event(&s, 1, 8, 0);
+    ro_event(&s, 2, 3, 0);
+    ro_plan(&s, 9, 0);
+    ro_move(&s, RO_INFL, 0, 0);
+    ro_move(&s, RO_INFL, 0, RO_INONE);
+    ro_move(&s, 4, 0, 0);
+    ro_export(&s, 2);
+    for (uint32_t sz = 0; sz < 4; sz++)
+        ro_query(&s, sz % 2 ? 0 : RO_I1000, sz, 8 + sz % 2, 24, 4, sz);
+    ro_query(&s, 0, 1, 0, 16, 3, 0);
+    ro_query(&s, 0, 1, 0, 16, 3, 5);
+    ro_query(&s, 0, 1, 0, 16, 3, 7);
+    ro_write(&s, "invalid-args");
+
+    /* max_requests reached, ids reused after their end */
+    ro_header(&s, 11, 3, 3, 0, 32, 0, LR_POLICY_ROUND_ROBIN, 2, 0, 0x07);
+    for (uint32_t i = 0; i < 5; i++) {
+        q = RQ(0, 8 + i, 255);
+        q.idc = i % 4;
+        ro_route(&s, &q);
+    }
+    ro_event(&s, 1, 0, 0);
+    ro_event(&s, 1, 0, 0);
+    q = RQ(0, 8, 255);
+    q.idc = 0;
+    ro_route(&s, &q);
+    ro_event(&s, 0, 1, 0);
+    ro_event(&s, 0, 1, 0);
+    ro_event(&s, 2, 1, 0);
+    ro_write(&s, "limits");
+
+    /* rebalancing: a slow class, a tight SLO, dualmap and consistent-hash
+     * queues, every planned move carried out, then moves by hand */
+    for (uint32_t v = 0; v < 4; v++) {
+        uint32_t pol = v % 2 ? LR_POLICY_CONSISTENT_HASH : LR_POLICY_DUALMAP;
+        ro_header(&s, 20 + v, 4, 40, v % 3, 512, 0, pol, 32, 0, 0x0f);
+        ro_query(&s, 0, 1, 0, 0, 1, 2); /* class 1: 1 token/s */
+        ro_query(&s, 0, 1, 0, 0, 0, 2);
+        ro_param(&s, LR_PARAM_TTFT_SLO_S, 0, 0);
+        if (v >= 2)
+            ro_param(&s, LR_PARAM_DUALMAP_KEY_TOKENS, 10, 8);
+        for (uint32_t i = 0; i < 16; i++) {
+            q = RQ(3, 16 + (i % 8) * 8, i);
+            q.flags = i % 2 ? LR_ROUTE_SCORES : 0;
+            ro_route(&s, &q);
+        }
+        ro_plan(&s, 8, 0xff);
+        ro_time(&s, 4);
+        ro_plan(&s, 8, 0x55);
+        ro_move(&s, RO_INFL, 3, 1);
+        ro_move(&s, RO_INFL, 4, 2);
+        ro_event(&s, 0, RO_INFL, 5);
+        ro_move(&s, RO_INFL, 5, 3);
+        ro_drain(&s, 2, 1);
+        ro_plan(&s, 4, 0xff);
+        ro_remove(&s, 1);
+        ro_plan(&s, 8, 0xff);
+        snprintf(name, sizeof name, "rebalance-%u", v);
+        ro_write(&s, name);
+    }
+
+    /* parameters: every key at its bounds, the DualMap window resized */
+    ro_header(&s, 30, 3, 16, 2, 128, 0, LR_POLICY_DUALMAP, 8, 0, 0x07);
+    for (uint32_t k = 0; k < LR_PARAM_COUNT; k++) {
+        ro_param(&s, k, k % 2 ? 1 : 0, 0);
+        q = RQ(k % 4, 40, 255);
+        ro_route(&s, &q);
+        ro_param(&s, k, 2, 0);
+    }
+    ro_param(&s, LR_PARAM_DUALMAP_WINDOW, 0, 0);
+    ro_param(&s, LR_PARAM_DUALMAP_MAX_KEY_BLOCKS, 1, 0);
+    ro_workload(&s, 8, 3);
+    ro_param(&s, LR_PARAM_DUALMAP_MAX_KEY_BLOCKS, 11, 77);
+    ro_workload(&s, 6, 2);
+    ro_write(&s, "params");
+
+    /* GORGO with its tuner running: many first tokens */
+    ro_header(&s, 31, 3, 48, 2, 256, 0, LR_POLICY_GORGO, 8, 0, 0x07);
+    ro_param(&s, LR_PARAM_GORGO_SIGMA, 1, 0);
+    for (uint32_t i = 0; i < 40; i++) {
+        q = RQ(2, 16 + i % 5 * 8, i);
+        ro_route(&s, &q);
+        ro_event(&s, 0, RO_INFL, i);
+        ro_event(&s, 1, RO_INFL, i + 1);
+        if (i % 8 == 7)
+            ro_time(&s, 2);
+    }
+    ro_param(&s, LR_PARAM_GORGO_FROZEN, 1, 0);
+    ro_query(&s, 0, 2, 0, LR_PARAM_GORGO_W_RTT, 0, 3);
+    ro_write(&s, "gorgo");
+
+    /* KV events: stored chains with parents, removals, clears */
+    ro_header(&s, 40, 3, 16, 2, 128, 0, LR_POLICY_PREFIX_CACHE, 8, 0, 0x07);
+    {
+        static const uint32_t h1[4] = { 1, 2, 3, 4 }, h2[2] = { 5, 6 },
+                              h3[3] = { 2, 9, 1 };
+        ro_kv(&s, 0, 0, 4, h1, 1, 2, false, 0, false);
+        ro_kv(&s, 0, 0, 2, h2, 2, 2, true, 4, false);
+        ro_kv(&s, 1, 1, 2, h2, 1, 2, true, 7, false); /* unknown parent */
+        ro_kv(&s, 0, 1, 2, h2, 0, 2, false, 0, false); /* B+1 */
+        ro_kv(&s, 0, 1, 2, h2, 1, 2, false, 0, true);  /* wrong count */
+        ro_kv(&s, 0, RO_I1000, 2, h2, 1, 2, false, 0, false);
+        q = RQ(2, 48, 255);
+        ro_route(&s, &q);
+        ro_kv(&s, 2, 0, 3, h3, 0, 0, false, 0, false);
+        ro_kv(&s, 2, 2, 3, h3, 0, 0, false, 0, false);
+        ro_route(&s, &q);
+        ro_kv(&s, 3, 0, 0, NULL, 0, 0, false, 0, false);
+        ro_kv(&s, 3, RO_INONE, 0, NULL, 0, 0, false, 0, false);
+        ro_route(&s, &q);
+    }
+    ro_write(&s, "kv-events");
+
+    /* deltas: export, import our own, the same naming other instances
+     * (one never added, one past max_instances, one added later), raw */
+    for (uint32_t v = 0; v < 4; v++) {
+        ro_header(&s, 50 + v, 2 + v, 16, 2, 128, 0,
+                  v % 2 ? LR_POLICY_ROUND_ROBIN : LR_POLICY_PREFIX_CACHE, 8, 0,
+                  0x01);
+        ro_workload(&s, 4, 0);
+        ro_export(&s, 0);
+        ro_import(&s, 1, 0, NULL, 0, false);
+        ro_import(&s, 2, v == 0 ? RO_I1000 : v, NULL, 0, false);
+        ro_add(&s, 1, 0, 0, 1, false);
+        ro_add(&s, 2, 0, 0, 1, false);
+        ro_workload(&s, 6, 2);
+        ro_export(&s, 1);
+        ro_import(&s, 1, 0, NULL, 0, false);
+        ro_remove(&s, 1);
+        ro_import(&s, 2, 1, NULL, 0, false);
+        ro_add(&s, 3, 0, 0, 1, false);
+        ro_workload(&s, 4, 0);
+        static const uint8_t junk[12] = "LRDX\1\0\0\0\4\0\0";
+        ro_import(&s, 3, 0, junk, sizeof junk, v % 2 == 0);
+        snprintf(name, sizeof name, "delta-%u", v);
+        ro_write(&s, name);
+    }
+
+    /* a delta naming an instance this router never added takes an index
+     * slot: the instances added afterwards must still be routable */
+    ro_header(&s, 55, 2, 16, 2, 128, 0, LR_POLICY_ROUND_ROBIN, 8, 0, 0x01);
+    q = RQ(2, 24, 255);
+    ro_route(&s, &q);
+    ro_export(&s, 0);
+    ro_import(&s, 2, RO_I1000, NULL, 0, false);
+    ro_add(&s, 1, 0, 0, 1, false);
+    for (uint32_t i = 0; i < 4; i++) {
+        q = RQ(3, 24 + 4 * i, 255);
+        ro_route(&s, &q);
+    }
+    ro_write(&s, "delta-foreign-id");
+
+    /* time: scrapes going stale, routes expiring, decode stalls */
+    ro_header(&s, 60, 3, 16, 2, 128, 1, LR_POLICY_LEAST_LOAD, 8, 0, 0x07);
+    ro_stats(&s, 0, 2, 2, 1, 1, false);
+    ro_stats(&s, 1, 0, 1, 1, 3, false);
+    ro_workload(&s, 4, 0);
+    ro_time(&s, 5); /* stats stale */
+    ro_workload(&s, 4, 0);
+    ro_policy(&s, LR_POLICY_DUALMAP);
+    ro_time(&s, 4); /* queues stalled */
+    ro_workload(&s, 4, 0);
+    ro_plan(&s, 8, 0xff);
+    ro_time(&s, 6); /* past the TTL */
+    ro_policy(&s, LR_POLICY_PREFIX_CACHE);
+    ro_workload(&s, 4, 2);
+    ro_write(&s, "time");
+
+    /* allocation failures in routes, adds, undrains, parameters, plans,
+     * KV events and deltas */
+    static const int ooms[6] = { 1, 2, 3, 5, 8, -4 };
+    for (int k = 0; k < 6; k++) {
+        ro_header(&s, 70, 4, 16, 2, 64, 0, LR_POLICY_DUALMAP, 8, ooms[k], 0x03);
+        ro_workload(&s, 3, 0);
+        ro_add(&s, 2, 0, 0, 1, false);
+        ro_drain(&s, 0, 1);
+        ro_drain(&s, 0, 0);
+        ro_param(&s, LR_PARAM_DUALMAP_WINDOW, 0, 0);
+        ro_plan(&s, 4, 0xff);
+        static const uint32_t h[2] = { 1, 2 };
+        ro_kv(&s, 0, 1, 2, h, 1, 1, false, 0, false);
+        ro_export(&s, 0);
+        ro_import(&s, 1, 0, NULL, 0, false);
+        ro_workload(&s, 3, 0);
+        snprintf(name, sizeof name, "oom-%d", ooms[k]);
+        ro_write(&s, name);
+    }
+
+    /* random sequences over every op */
+    for (int n = 0; n < 12; n++) {
+        ro_header(&s, ro_rnd(0, 255), ro_rnd(1, 8), ro_rnd(1, 48),
+                  ro_rnd(0, 3), ro_rnd(8, 512), ro_rnd(0, 3),
+                  ro_rnd(0, LR_POLICY_LODESTAR - 1), ro_rnd(1, 64),
+                  n % 4 == 3 ? (int)ro_rnd(1, 40) : 0, ro_rnd(0, 255));
+        int ops = (int)ro_rnd(10, 60);
+        for (int i = 0; i < ops; i++) {
+            uint32_t op = ro_rnd(0, 19), inst = ro_rnd(0, 9);
+            uint32_t idc = ro_rnd(0, 15), k = ro_rnd(0, 63);
+            uint32_t h[4] = { ro_rnd(0, 15), ro_rnd(0, 15), ro_rnd(0, 15),
+                              ro_rnd(0, 15) };
+            switch (op) {
+            case RO_ADD:
+                ro_add(&s, ro_rnd(0, 9), ro_rnd(0, 4), ro_rnd(0, 3),
+                       ro_rnd(0, 3), ro_rnd(0, 15) == 0);
+                break;
+            case RO_DRAIN:
+                ro_drain(&s, inst, ro_rnd(0, 3));
+                break;
+            case RO_REMOVE:
+                ro_remove(&s, inst);
+                break;
+            case RO_POLICY:
+                ro_policy(&s, ro_rnd(0, 15));
+                break;
+            case RO_PARAM:
+                ro_param(&s, ro_rnd(0, LR_PARAM_COUNT + 1), ro_rnd(0, 11),
+                         ro_rnd(0, 255));
+                break;
+            case RO_STATS:
+                ro_stats(&s, inst, ro_rnd(0, 3), ro_rnd(0, 3), ro_rnd(0, 7),
+                         ro_rnd(0, 4), ro_rnd(0, 15) == 0);
+                break;
+            case RO_RTT:
+                ro_rtt(&s, inst, ro_rnd(0, 5));
+                break;
+            case RO_FIRST:
+            case RO_COMPLETE:
+            case RO_FAIL:
+                ro_event(&s, op - RO_FIRST, idc, k);
+                break;
+            case RO_PLAN:
+                ro_plan(&s, ro_rnd(0, 9), ro_rnd(0, 255));
+                break;
+            case RO_MOVE:
+                ro_move(&s, idc, k, inst);
+                break;
+            case RO_KV:
+                ro_kv(&s, ro_rnd(0, 3), inst, ro_rnd(0, 4), h, ro_rnd(0, 3),
+                      ro_rnd(0, 3), ro_rnd(0, 1), ro_rnd(0, 15),
+                      ro_rnd(0, 7) == 0);
+                break;
+            case RO_DELTA:
+                if (ro_rnd(0, 1))
+                    ro_export(&s, ro_rnd(0, 2));
+                else
+                    ro_import(&s, ro_rnd(1, 2), ro_rnd(0, 8), NULL, 0, false);
+                break;
+            case RO_TIME:
+                ro_time(&s, ro_rnd(0, 5));
+                break;
+            case RO_QUERY:
+                ro_query(&s, inst, ro_rnd(0, 3), ro_rnd(0, 9),
+                         ro_rnd(0, LR_PARAM_COUNT), ro_rnd(0, 4),
+                         ro_rnd(0, 7));
+                break;
+            default: {
+                struct ro_req r = RQ(ro_rnd(0, 3), ro_rnd(0, 96),
+                                     ro_rnd(0, 255));
+                r.idc = idc;
+                r.k = k;
+                r.start = ro_rnd(0, 3);
+                r.salt = ro_rnd(0, 7) == 0;
+                r.nb = ro_rnd(0, 2);
+                for (uint32_t j = 0; j < r.nb; j++)
+                    r.b[j] = ro_rnd(0, r.len);
+                if (r.nb == 2 && r.b[0] > r.b[1]) {
+                    uint32_t t = r.b[0];
+                    r.b[0] = r.b[1];
+                    r.b[1] = t;
+                }
+                r.flags = ro_rnd(0, 7);
+                r.sess = ro_rnd(0, 2);
+                r.session = ro_rnd(0, 7);
+                r.outc = ro_rnd(0, 3);
+                r.outv = ro_rnd(0, 255);
+                r.capv = ro_rnd(0, 2) ? 2 : ro_rnd(0, 3);
+                r.variant = ro_rnd(0, 15) == 0 ? ro_rnd(0, 2) : 7;
+                ro_route(&s, &r);
+                break;
+            }
+            }
+        }
+        snprintf(name, sizeof name, "random-%02d", n);
+        ro_write(&s, name);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1023,6 +2237,8 @@ main(int argc, char **argv)
     gen_index_ops();
     gen_delta();
     gen_text();
+    gen_load();
+    gen_router();
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;
 }

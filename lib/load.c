@@ -323,6 +323,17 @@ lr_load_remove_instance(lr_load *ld, uint32_t instance)
     while (in->head != LR_NIL)
         end_req(ld, tab_find(ld, ld->rq[in->head].id));
     in->live = 0;
+    /* It is no one's alternative any more: an instance added again under
+     * this id is a new one, with an empty cache. */
+    for (uint32_t i = 0; i < ld->max_inst && ld->inflight > 0; i++) {
+        if (!ld->in[i].live)
+            continue;
+        for (uint32_t r = ld->in[i].head; r != LR_NIL; r = ld->rq[r].next)
+            if (ld->rq[r].alt == instance) {
+                ld->rq[r].alt = NONE;
+                ld->rq[r].alt_cached = 0;
+            }
+    }
     return LR_OK;
 }
 
@@ -579,6 +590,8 @@ lr__load_verify(const lr_load *ld)
         for (uint32_t r = in->head; r != LR_NIL; r = ld->rq[r].next) {
             const struct req *q = &ld->rq[r];
             if (q->prev != prev || q->inst != i || n > ld->max_req)
+                return LR_ECORRUPT;
+            if (q->alt != NONE && (q->alt == i || inst_get(ld, q->alt) == NULL))
                 return LR_ECORRUPT;
             uint32_t pos = tab_find(ld, q->id);
             if (pos == LR_NIL || ld->tab[pos] - 1 != r)

@@ -733,8 +733,8 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
         lr__free(&r->mem, copy, len + 1);
         return st;
     }
-    if (s->rtt_ns > 0)
-        lr_load_observe_rtt(r->ld, n, s->rtt_ns);
+    /* The initial RTT is not a probe: it serves (init_rtt_ms, see gather)
+     * until the first probe, which then sets the EWMA. */
     struct rinst *in = &r->inst[n];
     in->name = copy;
     in->name_len = (uint32_t)len;
@@ -1059,13 +1059,14 @@ cv_index(const lr_router *r, uint32_t id)
 }
 
 /* Key of the prompt's first `tokens` tokens (session and consistent hash):
- * the chained block key when a block fits, else a hash of the tokens. */
+ * the chained block key when those tokens are whole blocks, else a hash of
+ * the tokens (a block key of fewer tokens would ignore the tail). */
 static uint64_t
 prefix_key(const lr_router *r, const lr_request *q, size_t nk, uint32_t tokens)
 {
     size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
     size_t b = m / r->block_tokens;
-    if (b > 0 && b <= nk)
+    if (b > 0 && b <= nk && b * r->block_tokens == m)
         return r->kbuf[b - 1];
     uint64_t h = lr__hash(q->tokens, m * sizeof(uint32_t),
                           SEED_SESSION ^ q->tenant_salt);
@@ -1249,7 +1250,10 @@ choose_dualmap(lr_router *r, const lr_request *q, size_t nk, uint64_t *keybuf,
         ch.reason = LR_REASON_LEAST_LOADED;
     } else {
         uint32_t hi = ca->cached > cb->cached ? a : b;
-        if (r->cv[hi].score <= P(r, TTFT_SLO_S) || hi == less) {
+        /* overloaded: expected TTFT past the SLO, or a decode bottleneck
+         * (no prefill done for 3 s while the queue is non-empty) */
+        bool over = r->cv[hi].score > P(r, TTFT_SLO_S) || r->cv[hi].stall_s > 0;
+        if (!over || hi == less) {
             ch.k = hi;
             ch.reason = LR_REASON_PREFIX_HIT;
         } else {
@@ -1552,14 +1556,21 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
     }
     uint64_t keybuf[64];
     uint32_t n_keys = 0;
+    struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     struct choice ch = choose(r, q, nk, val, keybuf, &n_keys);
     if (val != stackval)
         lr__free(&r->mem, val, r->n_act * sizeof *val);
     const struct cand *c = &r->cv[ch.k];
     /* 4. record */
     if (!dry) {
-        if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && nk > 0)
-            LR_TRY(lr_index_learn(r->ix, &p, c->id, LR_TRUST_LOCAL, q->now_ns));
+        if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && nk > 0) {
+            lr_status st =
+                lr_index_learn(r->ix, &p, c->id, LR_TRUST_LOCAL, q->now_ns);
+            if (st != LR_OK) {
+                r->rng = rng_before;
+                return st;
+            }
+        }
         lr_dispatch dp;
         lr_dispatch_init(&dp);
         dp.request_id = q->id;
@@ -1772,7 +1783,8 @@ lr_router_fail(lr_router *r, uint64_t request_id, uint64_t now_ns)
 struct plan_ctx {
     lr_router *r;
     uint32_t src_k;
-    double *extra; /* per cv entry: prefill tokens planned onto it */
+    double *extra; /* per cv entry: net prefill tokens planned onto it
+                    * (negative: planned off it) */
     lr_move *moves;
     size_t cap, n;
     /* the best movable request of the current pass */
@@ -1806,7 +1818,7 @@ plan_visit(void *ctx, const struct lr__req_view *v)
     const struct cand *here = &r->cv[pc->src_k], *there = &r->cv[tk];
     double slo = P(r, TTFT_SLO_S);
     double t_here =
-        ((double)here->prefill - pc->extra[pc->src_k]) / here->rate +
+        ((double)here->prefill + pc->extra[pc->src_k]) / here->rate +
         here->stall_s;
     uint32_t unc_there = v->prompt_tokens - v->alt_cached_tokens;
     double t_there =
@@ -1849,9 +1861,12 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     for (uint32_t k = 0; k < r->n_act && pc.n < capacity; k++) {
         const struct cand *c = &r->cv[k];
         pc.src_k = k;
-        /* move the best request off k while k's queue breaks the SLO */
+        /* move the best request off k while k is overloaded: its queue
+         * breaks the SLO, or it is in a decode bottleneck (DualMap: no
+         * prefill done for 3 s while the queue is non-empty) */
         while (pc.n < capacity &&
-               ((double)c->prefill - extra[k]) / c->rate + c->stall_s > slo) {
+               (c->stall_s > 0 ||
+                ((double)c->prefill + extra[k]) / c->rate + c->stall_s > slo)) {
             pc.best_benefit = 0;
             pc.best_id = 0;
             pc.best_to = NONE;
@@ -1863,8 +1878,8 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
             moves[pc.n].to = r->cv[pc.best_to].id;
             moves[pc.n].benefit_s = pc.best_benefit;
             pc.n++;
-            extra[k] += pc.best_uncached_here;
-            extra[pc.best_to] -= pc.best_uncached_there;
+            extra[k] -= pc.best_uncached_here;
+            extra[pc.best_to] += pc.best_uncached_there;
         }
     }
     lr__free(&r->mem, extra, r->n_act * sizeof *extra);

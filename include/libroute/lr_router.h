@@ -163,8 +163,9 @@ LR_API void lr_instance_spec_init(lr_instance_spec *s);
 
 /** Add an instance; it receives routes at once. Ids are small integers
  * the router assigns; an id is reused only after its instance is removed.
- * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_EEXIST (name); LR_ELIMIT
- *   (max_instances); LR_ENOMEM. On failure nothing changes. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ERANGE (rtt_ns above
+ *   LR_LOAD_MAX_RTT_NS); LR_EEXIST (name); LR_ELIMIT (max_instances);
+ *   LR_ENOMEM. On failure nothing changes. @since 0.1 */
 LR_API lr_status lr_router_add_instance(lr_router *router,
                                         const lr_instance_spec *spec,
                                         uint32_t *id);
@@ -176,7 +177,8 @@ LR_API lr_status lr_router_find_instance(const lr_router *router,
 
 /** Drain (1) or undrain (0) an instance: a draining instance gets no new
  * routes; its requests in flight and its cached prefixes stay.
- * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ENOMEM (undraining puts the
+ *   instance back on the ring; it stays draining). @since 0.1 */
 LR_API lr_status lr_router_drain_instance(lr_router *router, uint32_t id,
                                           int32_t draining);
 
@@ -380,7 +382,7 @@ typedef struct lr_move {
  * requests with an alternative (dualmap and consistent-hash record one)
  * can move.
  * @param moves  caller buffer; *n_moves is set to the moves written.
- * @return LR_OK; LR_EINVAL. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOMEM (per-call scratch). @since 0.1 */
 LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           lr_move *moves, size_t capacity,
                                           size_t *n_moves);
@@ -450,8 +452,9 @@ typedef enum lr_param {
 LR_API lr_bounds lr_router_param_bounds(lr_param key);
 
 /** Set a parameter. Out of bounds or NaN is rejected, never clamped.
- * @return LR_OK; LR_EINVAL (NULL, NaN); LR_ENOTSUP (unknown key);
- *   LR_ERANGE. @since 0.1 */
+ * @return LR_OK; LR_EINVAL (NULL, NaN, a fraction for an integer key);
+ *   LR_ENOTSUP (unknown key); LR_ERANGE; LR_ENOMEM (the DualMap window
+ *   keys are rebuilt; the old window stays). @since 0.1 */
 LR_API lr_status lr_router_set_param(lr_router *router, lr_param key,
                                      double value);
 
