@@ -16,9 +16,9 @@
 #include "data_producer.h"
 #include "index.h"
 #include "index_util.h"
+#include "libroute/lr_router.h"
 #include "load.h"
 #include "lr_hash.h"
-#include "libroute/lr_router.h"
 
 static const char *root;
 static int n_written;
@@ -1601,20 +1601,25 @@ struct ro_req {
     uint32_t idc, k;
     uint32_t pattern, start, len, tweak, salt;
     uint32_t nb, b[2];
-    uint32_t flags;  /* LR_ROUTE_* | 8 (invalid) */
-    uint32_t sess;   /* 0,1: none; 2: has_session; 3: invalid */
+    uint32_t flags; /* LR_ROUTE_* | 8 (invalid) */
+    uint32_t sess;  /* 0,1: none; 2: has_session; 3: invalid */
     uint32_t session;
     uint32_t outc, outv; /* {0, outv, 65535, UINT32_MAX} */
-    uint32_t capv;   /* scores: {none, 1, enough, NULL with enough} */
-    uint32_t variant; /* 0 NULL tokens, 1/2 small struct, else plain */
+    uint32_t capv;       /* scores: {none, 1, enough, NULL with enough} */
+    uint32_t variant;    /* 0 NULL tokens, 1/2 small struct, else plain */
 };
 
 static struct ro_req
-RQ(uint32_t pattern, uint32_t len, uint32_t tweak)
+ro_rq(uint32_t pattern, uint32_t len, uint32_t tweak)
 {
-    struct ro_req q = { .idc = RO_FRESH, .pattern = pattern, .len = len,
-                        .tweak = tweak, .capv = 2, .variant = 7,
-                        .outc = 1, .outv = 32 };
+    struct ro_req q = { .idc = RO_FRESH,
+                        .pattern = pattern,
+                        .len = len,
+                        .tweak = tweak,
+                        .capv = 2,
+                        .variant = 7,
+                        .outc = 1,
+                        .outv = 32 };
     return q;
 }
 
@@ -1664,8 +1669,8 @@ ro_param(struct ro *s, uint32_t key, uint32_t vc, uint32_t frac)
 /* counts {0,3,1000,max}; kv {0,.5,1,-0,-.1,1+,NaN,inf}; time {0, now,
  * now-1s, now+1s, max} */
 static void
-ro_stats(struct ro *s, uint32_t inst, uint32_t run, uint32_t wait,
-         uint32_t kv, uint32_t tc, bool small)
+ro_stats(struct ro *s, uint32_t inst, uint32_t run, uint32_t wait, uint32_t kv,
+         uint32_t tc, bool small)
 {
     put(&s->e, 0, 19, RO_STATS);
     put(&s->e, 0, 9, inst);
@@ -1774,8 +1779,8 @@ ro_time(struct ro *s, uint32_t c)
 /* sz: stats/load struct {too small, v1, current, larger}; name; key
  * (24: unknown); cls {0,1,3,63,64}; rate {NaN,.5,1,8000,1e9,2e9,inf,-1} */
 static void
-ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name,
-         uint32_t key, uint32_t cls, uint32_t rate)
+ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name, uint32_t key,
+         uint32_t cls, uint32_t rate)
 {
     struct enc *e = &s->e;
     put(e, 0, 19, RO_QUERY);
@@ -1799,7 +1804,7 @@ static void
 ro_workload(struct ro *s, uint32_t n, uint32_t out_of)
 {
     for (uint32_t i = 0; i < n; i++) {
-        struct ro_req q = RQ(2 + (i & 1), 24 + 8 * (i % 4), 16 + i * 3);
+        struct ro_req q = ro_rq(2 + (i & 1), 24 + 8 * (i % 4), 16 + i * 3);
         if (i % 3 == 0) {
             q.nb = 1;
             q.b[0] = 8;
@@ -1868,32 +1873,32 @@ gen_router(void)
 
     /* invalid arguments of every kind */
     ro_header(&s, 9, 2, 4, 1, 64, 0, LR_POLICY_PREFIX_CACHE, 4, 0, 0x01);
-    ro_add(&s, 8, 0, 0, 0, false);  /* empty name */
-    ro_add(&s, 9, 0, 0, 0, false);  /* 256 bytes */
-    ro_add(&s, 1, 4, 0, 0, false);  /* class 64 */
-    ro_add(&s, 1, 0, 3, 0, false);  /* prefix_caching 2 */
-    ro_add(&s, 1, 0, 0, 0, true);   /* small struct */
+    ro_add(&s, 8, 0, 0, 0, false); /* empty name */
+    ro_add(&s, 9, 0, 0, 0, false); /* 256 bytes */
+    ro_add(&s, 1, 4, 0, 0, false); /* class 64 */
+    ro_add(&s, 1, 0, 3, 0, false); /* prefix_caching 2 */
+    ro_add(&s, 1, 0, 0, 0, true);  /* small struct */
     ro_add(&s, 1, 0, 0, 1, false);
-    ro_add(&s, 2, 0, 0, 0, false);  /* LR_ELIMIT */
+    ro_add(&s, 2, 0, 0, 0, false); /* LR_ELIMIT */
     ro_drain(&s, 0, 3);
     ro_drain(&s, RO_INONE, 1);
     ro_remove(&s, RO_I1000);
-    struct ro_req q = RQ(1, 20, 255);
+    struct ro_req q = ro_rq(1, 20, 255);
     for (uint32_t v = 0; v < 3; v++) {
         q.variant = v;
         ro_route(&s, &q);
     }
-    q = RQ(1, 20, 255);
+    q = ro_rq(1, 20, 255);
     q.nb = 2;
     q.b[0] = 12;
     q.b[1] = 4; /* unsorted */
     ro_route(&s, &q);
     q.b[1] = 21; /* past the end */
     ro_route(&s, &q);
-    q = RQ(1, 0, 255);
+    q = ro_rq(1, 0, 255);
     q.nb = 2; /* more boundaries than tokens + 1 */
     ro_route(&s, &q);
-    q = RQ(1, 20, 255);
+    q = ro_rq(1, 20, 255);
     q.flags = 8;
     ro_route(&s, &q);
     q.flags = LR_ROUTE_SCORES;
@@ -1903,10 +1908,10 @@ gen_router(void)
     ro_route(&s, &q);
     q.capv = 0;
     ro_route(&s, &q);
-    q = RQ(1, 20, 255);
+    q = ro_rq(1, 20, 255);
     q.sess = 3;
     ro_route(&s, &q);
-    q = RQ(1, 20, 255);
+    q = ro_rq(1, 20, 255);
     q.idc = 0;
     ro_route(&s, &q);
     ro_route(&s, &q); /* LR_EEXIST */
@@ -1954,13 +1959,13 @@ gen_router(void)
     /* max_requests reached, ids reused after their end */
     ro_header(&s, 11, 3, 3, 0, 32, 0, LR_POLICY_ROUND_ROBIN, 2, 0, 0x07);
     for (uint32_t i = 0; i < 5; i++) {
-        q = RQ(0, 8 + i, 255);
+        q = ro_rq(0, 8 + i, 255);
         q.idc = i % 4;
         ro_route(&s, &q);
     }
     ro_event(&s, 1, 0, 0);
     ro_event(&s, 1, 0, 0);
-    q = RQ(0, 8, 255);
+    q = ro_rq(0, 8, 255);
     q.idc = 0;
     ro_route(&s, &q);
     ro_event(&s, 0, 1, 0);
@@ -1979,7 +1984,7 @@ gen_router(void)
         if (v >= 2)
             ro_param(&s, LR_PARAM_DUALMAP_KEY_TOKENS, 10, 8);
         for (uint32_t i = 0; i < 16; i++) {
-            q = RQ(3, 16 + (i % 8) * 8, i);
+            q = ro_rq(3, 16 + (i % 8) * 8, i);
             q.flags = i % 2 ? LR_ROUTE_SCORES : 0;
             ro_route(&s, &q);
         }
@@ -2002,7 +2007,7 @@ gen_router(void)
     ro_header(&s, 30, 3, 16, 2, 128, 0, LR_POLICY_DUALMAP, 8, 0, 0x07);
     for (uint32_t k = 0; k < LR_PARAM_COUNT; k++) {
         ro_param(&s, k, k % 2 ? 1 : 0, 0);
-        q = RQ(k % 4, 40, 255);
+        q = ro_rq(k % 4, 40, 255);
         ro_route(&s, &q);
         ro_param(&s, k, 2, 0);
     }
@@ -2017,7 +2022,7 @@ gen_router(void)
     ro_header(&s, 31, 3, 48, 2, 256, 0, LR_POLICY_GORGO, 8, 0, 0x07);
     ro_param(&s, LR_PARAM_GORGO_SIGMA, 1, 0);
     for (uint32_t i = 0; i < 40; i++) {
-        q = RQ(2, 16 + i % 5 * 8, i);
+        q = ro_rq(2, 16 + i % 5 * 8, i);
         ro_route(&s, &q);
         ro_event(&s, 0, RO_INFL, i);
         ro_event(&s, 1, RO_INFL, i + 1);
@@ -2035,11 +2040,11 @@ gen_router(void)
                               h3[3] = { 2, 9, 1 };
         ro_kv(&s, 0, 0, 4, h1, 1, 2, false, 0, false);
         ro_kv(&s, 0, 0, 2, h2, 2, 2, true, 4, false);
-        ro_kv(&s, 1, 1, 2, h2, 1, 2, true, 7, false); /* unknown parent */
+        ro_kv(&s, 1, 1, 2, h2, 1, 2, true, 7, false);  /* unknown parent */
         ro_kv(&s, 0, 1, 2, h2, 0, 2, false, 0, false); /* B+1 */
         ro_kv(&s, 0, 1, 2, h2, 1, 2, false, 0, true);  /* wrong count */
         ro_kv(&s, 0, RO_I1000, 2, h2, 1, 2, false, 0, false);
-        q = RQ(2, 48, 255);
+        q = ro_rq(2, 48, 255);
         ro_route(&s, &q);
         ro_kv(&s, 2, 0, 3, h3, 0, 0, false, 0, false);
         ro_kv(&s, 2, 2, 3, h3, 0, 0, false, 0, false);
@@ -2078,13 +2083,13 @@ gen_router(void)
     /* a delta naming an instance this router never added takes an index
      * slot: the instances added afterwards must still be routable */
     ro_header(&s, 55, 2, 16, 2, 128, 0, LR_POLICY_ROUND_ROBIN, 8, 0, 0x01);
-    q = RQ(2, 24, 255);
+    q = ro_rq(2, 24, 255);
     ro_route(&s, &q);
     ro_export(&s, 0);
     ro_import(&s, 2, RO_I1000, NULL, 0, false);
     ro_add(&s, 1, 0, 0, 1, false);
     for (uint32_t i = 0; i < 4; i++) {
-        q = RQ(3, 24 + 4 * i, 255);
+        q = ro_rq(3, 24 + 4 * i, 255);
         ro_route(&s, &q);
     }
     ro_write(&s, "delta-foreign-id");
@@ -2127,8 +2132,8 @@ gen_router(void)
 
     /* random sequences over every op */
     for (int n = 0; n < 12; n++) {
-        ro_header(&s, ro_rnd(0, 255), ro_rnd(1, 8), ro_rnd(1, 48),
-                  ro_rnd(0, 3), ro_rnd(8, 512), ro_rnd(0, 3),
+        ro_header(&s, ro_rnd(0, 255), ro_rnd(1, 8), ro_rnd(1, 48), ro_rnd(0, 3),
+                  ro_rnd(8, 512), ro_rnd(0, 3),
                   ro_rnd(0, LR_POLICY_LODESTAR - 1), ro_rnd(1, 64),
                   n % 4 == 3 ? (int)ro_rnd(1, 40) : 0, ro_rnd(0, 255));
         int ops = (int)ro_rnd(10, 60);
@@ -2189,12 +2194,11 @@ gen_router(void)
                 break;
             case RO_QUERY:
                 ro_query(&s, inst, ro_rnd(0, 3), ro_rnd(0, 9),
-                         ro_rnd(0, LR_PARAM_COUNT), ro_rnd(0, 4),
-                         ro_rnd(0, 7));
+                         ro_rnd(0, LR_PARAM_COUNT), ro_rnd(0, 4), ro_rnd(0, 7));
                 break;
             default: {
-                struct ro_req r = RQ(ro_rnd(0, 3), ro_rnd(0, 96),
-                                     ro_rnd(0, 255));
+                struct ro_req r =
+                    ro_rq(ro_rnd(0, 3), ro_rnd(0, 96), ro_rnd(0, 255));
                 r.idc = idc;
                 r.k = k;
                 r.start = ro_rnd(0, 3);

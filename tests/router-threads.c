@@ -94,10 +94,10 @@ failf(struct shared *sh, const char *fmt, ...)
 }
 
 /* Check a condition; `what` names the call, `st` is its status. */
-#define CHECK(sh, cond, what, st)                                           \
-    do {                                                                    \
-        if (!(cond))                                                        \
-            failf((sh), "%s:%d: %s failed: %s (status %s)", __FILE__,      \
+#define CHECK(sh, cond, what, st)                                            \
+    do {                                                                     \
+        if (!(cond))                                                         \
+            failf((sh), "%s:%d: %s failed: %s (status %s)", __FILE__,        \
                   __LINE__, #cond, (what), lr_status_name((lr_status)(st))); \
     } while (0)
 
@@ -148,7 +148,11 @@ struct req {
     bool ended;
 };
 
-enum { EV_FIRST, EV_COMPLETE, EV_FAIL };
+enum {
+    EV_FIRST,
+    EV_COMPLETE,
+    EV_FAIL
+};
 
 struct ev {
     uint32_t req;
@@ -170,8 +174,8 @@ worker_event(struct shared *sh, struct req *q, uint32_t kind, uint64_t *rng)
         st = lr_router_first_token(sh->r, q->id, now);
         break;
     case EV_COMPLETE:
-        st = lr_router_complete(sh->r, q->id, (uint32_t)tu_below(rng, 300),
-                                now);
+        st =
+            lr_router_complete(sh->r, q->id, (uint32_t)tu_below(rng, 300), now);
         break;
     default:
         st = lr_router_fail(sh->r, q->id, now);
@@ -188,8 +192,7 @@ worker_event(struct shared *sh, struct req *q, uint32_t kind, uint64_t *rng)
         /* only the spare is ever removed (moves only go to base
          * instances, so a request on a base instance stays there or on
          * another base instance) */
-        CHECK(sh, q->instance == sh->spare_id, "LR_ENOENT off the spare",
-              st);
+        CHECK(sh, q->instance == sh->spare_id, "LR_ENOENT off the spare", st);
         atomic_fetch_add(&sh->enoent_spare, 1);
     } else {
         CHECK(sh, st == LR_OK, "event", st);
@@ -239,9 +242,10 @@ worker_main(void *arg)
                 CHECK(sh, known_instance(sh, d.instance),
                       "decision names a known instance", st);
                 CHECK(sh, d.cached_tokens <= len, "cached <= prompt", st);
-                CHECK(sh, d.alt_instance == LR_INSTANCE_NONE ||
-                              (known_instance(sh, d.alt_instance) &&
-                               d.alt_instance != d.instance),
+                CHECK(sh,
+                      d.alt_instance == LR_INSTANCE_NONE ||
+                          (known_instance(sh, d.alt_instance) &&
+                           d.alt_instance != d.instance),
                       "alt instance", st);
             }
             reqs[i].id = q.id;
@@ -345,8 +349,7 @@ ctl_set_stats(struct ctl *c)
     s.kv_use = (double)tu_below(&c->rng, 101) / 100.0;
     s.scraped_ns = tick(sh);
     lr_status st = lr_router_set_stats(sh->r, id, &s);
-    CHECK(sh, id_live(c, id) ? st == LR_OK : st == LR_ENOENT, "set_stats",
-          st);
+    CHECK(sh, id_live(c, id) ? st == LR_OK : st == LR_ENOENT, "set_stats", st);
 }
 
 static void
@@ -390,8 +393,7 @@ ctl_dry_run(struct ctl *c)
         CHECK(sh, id_live(c, scores[k].instance), "score names a live id", st);
         CHECK(sh, k == 0 || scores[k - 1].instance < scores[k].instance,
               "scores in id order", st);
-        CHECK(sh, scores[k].cached_tokens <= len, "score cached <= prompt",
-              st);
+        CHECK(sh, scores[k].cached_tokens <= len, "score cached <= prompt", st);
         chosen_listed |= scores[k].instance == d.instance;
     }
     CHECK(sh, chosen_listed, "the choice is among the scores", st);
@@ -408,10 +410,9 @@ ctl_read(struct ctl *c)
     CHECK(sh, s.instances == N_BASE + (c->spare_live ? 1u : 0u),
           "stats.instances", st);
     CHECK(sh, s.routable == routable_now(c), "stats.routable", st);
-    CHECK(sh, s.inflight <= (uint64_t)N_WORKERS * BATCH, "stats.inflight",
+    CHECK(sh, s.inflight <= (uint64_t)N_WORKERS * BATCH, "stats.inflight", st);
+    CHECK(sh, lr_router_instance_count(sh->r) == s.instances, "instance_count",
           st);
-    CHECK(sh, lr_router_instance_count(sh->r) == s.instances,
-          "instance_count", st);
     for (uint32_t id = 0; id < MAX_INST; id++) {
         lr_load_snapshot sn;
         lr_load_snapshot_init(&sn);
@@ -465,12 +466,11 @@ ctl_set_param(struct ctl *c)
         v = b.lo + (hi - b.lo) * (double)tu_below(&c->rng, 1001) / 1000.0;
         break;
     }
-    bool integer = key == LR_PARAM_DUALMAP_KEY_TOKENS ||
-                   key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
-                   key == LR_PARAM_DUALMAP_WINDOW ||
-                   key == LR_PARAM_GORGO_FROZEN ||
-                   key == LR_PARAM_SESSION_TOKENS ||
-                   key == LR_PARAM_DEFAULT_OUTPUT_TOKENS;
+    bool integer =
+        key == LR_PARAM_DUALMAP_KEY_TOKENS ||
+        key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
+        key == LR_PARAM_DUALMAP_WINDOW || key == LR_PARAM_GORGO_FROZEN ||
+        key == LR_PARAM_SESSION_TOKENS || key == LR_PARAM_DEFAULT_OUTPUT_TOKENS;
     if (integer)
         v = (double)(int64_t)v;
     lr_status st = lr_router_set_param(sh->r, key, v);
@@ -500,8 +500,7 @@ ctl_fleet(struct ctl *c)
             c->base0_draining = !c->base0_draining;
         break;
     case 1: /* drain or undrain the spare */
-        st = lr_router_drain_instance(sh->r, sh->spare_id,
-                                      !c->spare_draining);
+        st = lr_router_drain_instance(sh->r, sh->spare_id, !c->spare_draining);
         if (!c->spare_live) {
             CHECK(sh, st == LR_ENOENT, "drain a removed spare", st);
         } else {
@@ -714,19 +713,17 @@ threads_hammer_one_router(void **state)
         assert_int_equal(pthread_join(tw[i], NULL), 0);
     assert_int_equal(pthread_join(tc, NULL), 0);
 
-    fprintf(stderr,
-            "router-threads: %llu routes, %llu dry runs, %llu controller "
-            "ops, %llu spare add/remove cycles, moves %llu ok / %llu "
-            "refused; LR_ENOENT: %llu after the end, %llu on a removed "
-            "spare\n",
-            (unsigned long long)sh->routes_ok,
-            (unsigned long long)sh->dry_runs_ok,
-            (unsigned long long)sh->ctl_ops,
-            (unsigned long long)sh->spare_cycles,
-            (unsigned long long)sh->moves_ok,
-            (unsigned long long)sh->moves_refused,
-            (unsigned long long)sh->enoent_after_end,
-            (unsigned long long)sh->enoent_spare);
+    fprintf(
+        stderr,
+        "router-threads: %llu routes, %llu dry runs, %llu controller "
+        "ops, %llu spare add/remove cycles, moves %llu ok / %llu "
+        "refused; LR_ENOENT: %llu after the end, %llu on a removed "
+        "spare\n",
+        (unsigned long long)sh->routes_ok, (unsigned long long)sh->dry_runs_ok,
+        (unsigned long long)sh->ctl_ops, (unsigned long long)sh->spare_cycles,
+        (unsigned long long)sh->moves_ok, (unsigned long long)sh->moves_refused,
+        (unsigned long long)sh->enoent_after_end,
+        (unsigned long long)sh->enoent_spare);
     if (atomic_load(&sh->failures) != 0)
         fail_msg("%u failed checks; first: %s", atomic_load(&sh->failures),
                  sh->first_msg);
