@@ -269,7 +269,7 @@ static const uint32_t documented[C_COUNT_] = {
     /* lr_load_get */
     [C_LOAD] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ENOENT),
     [C_EVENT] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT),
-    [C_PLAN] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOMEM),
+    [C_PLAN] = B_(LR_OK) | B_(LR_EINVAL),
     [C_MOVE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT) | B_(LR_ESTATE),
     /* lr_index_kv_* */
     [C_KV_STORED] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) |

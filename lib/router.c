@@ -105,6 +105,7 @@ struct lr_router {
     double param[LR_PARAM_COUNT];
     /* per-route scratch, sized at create */
     struct cand *cv;
+    double *val; /* one figure per cv entry, for the policies and plans */
     lr_index_hit *hits;
     uint32_t *cached_by_id;
     uint64_t *kbuf;
@@ -459,6 +460,7 @@ router_free(lr_router *r)
     lr__free(m, r->act, (size_t)r->max_inst * sizeof *r->act);
     lr__free(m, r->init_rtt_ms, (size_t)r->max_inst * sizeof(double));
     lr__free(m, r->cv, (size_t)r->max_inst * sizeof *r->cv);
+    lr__free(m, r->val, (size_t)r->max_inst * sizeof *r->val);
     lr__free(m, r->hits, (size_t)r->max_inst * sizeof *r->hits);
     lr__free(m, r->cached_by_id, (size_t)r->max_inst * sizeof(uint32_t));
     lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
@@ -577,11 +579,12 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     r->act = lr__calloc(&r->mem, r->max_inst, sizeof *r->act);
     r->init_rtt_ms = lr__calloc(&r->mem, r->max_inst, sizeof(double));
     r->cv = lr__calloc(&r->mem, r->max_inst, sizeof *r->cv);
+    r->val = lr__calloc(&r->mem, r->max_inst, sizeof *r->val);
     r->hits = lr__calloc(&r->mem, r->max_inst, sizeof *r->hits);
     r->cached_by_id = lr__calloc(&r->mem, r->max_inst, sizeof(uint32_t));
     if (r->names == NULL || r->inst == NULL || r->act == NULL ||
-        r->init_rtt_ms == NULL || r->cv == NULL || r->hits == NULL ||
-        r->cached_by_id == NULL) {
+        r->init_rtt_ms == NULL || r->cv == NULL || r->val == NULL ||
+        r->hits == NULL || r->cached_by_id == NULL) {
         router_free(r);
         return LR_ENOMEM;
     }
@@ -835,8 +838,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     lr__free(&r->mem, in->name, in->name_len + 1);
     memset(in, 0, sizeof *in);
     r->n_inst--;
-    if (r->rr_last == id)
-        r->rr_last = id; /* the cursor is a position, not a reference */
+    /* rr_last stays: the cursor is an id position, not a reference */
     unlock(r);
     return LR_OK;
 }
@@ -1007,9 +1009,6 @@ struct choice {
     uint32_t alt; /* instance id or NONE */
 };
 
-/* Scratch double per candidate, on the stack for small fleets. */
-#define VAL_STACK 256
-
 static double
 ttft_est(const struct cand *c, uint32_t prompt)
 {
@@ -1027,12 +1026,16 @@ best_cached(const lr_router *r)
     return b;
 }
 
-/* Least in flight among the entries holding `cached` tokens. */
+/* Least in flight among the entries holding `best` cached tokens. Every
+ * entry's score becomes its negated hit, the figure cache policies rank by. */
 static uint32_t
 least_among_best(lr_router *r, double *val, uint32_t best)
 {
-    for (uint32_t k = 0; k < r->n_act; k++)
-        val[k] = r->cv[k].cached == best ? (double)r->cv[k].inflight : INFINITY;
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        struct cand *c = &r->cv[k];
+        val[k] = c->cached == best ? (double)c->inflight : INFINITY;
+        c->score = -(double)c->cached;
+    }
     return pick_min(r, val, r->n_act, NULL);
 }
 
@@ -1183,8 +1186,6 @@ choose_sglang(lr_router *r, const lr_request *q, double *val)
     if (best > 0 && ratio > P(r, SGLANG_MIN_RATIO)) {
         ch.k = least_among_best(r, val, best);
         ch.reason = LR_REASON_PREFIX_HIT;
-        for (uint32_t k = 0; k < r->n_act; k++)
-            r->cv[k].score = -(double)r->cv[k].cached;
         ch.cost = r->cv[ch.k].score;
         return ch;
     }
@@ -1278,8 +1279,6 @@ choose_ranvier(lr_router *r, const lr_request *q, size_t nk, double *val)
     }
     struct choice ch = { 0, LR_REASON_PREFIX_HIT, NAN, NONE };
     ch.k = least_among_best(r, val, best);
-    for (uint32_t k = 0; k < r->n_act; k++)
-        r->cv[k].score = -(double)r->cv[k].cached;
     ch.cost = r->cv[ch.k].score;
     double pressure = P(r, RANVIER_PRESSURE);
     if (pressure > 0) {
@@ -1405,8 +1404,6 @@ choose(lr_router *r, const lr_request *q, size_t nk, double *val,
         if (best > 0 && ratio >= P(r, PREFIX_MIN_RATIO)) {
             ch.k = least_among_best(r, val, best);
             ch.reason = LR_REASON_PREFIX_HIT;
-            for (uint32_t k = 0; k < n; k++)
-                r->cv[k].score = -(double)r->cv[k].cached;
         } else {
             ch.k = least_inflight(r, val);
             ch.reason = LR_REASON_FALLBACK;
@@ -1426,8 +1423,6 @@ choose(lr_router *r, const lr_request *q, size_t nk, double *val,
         if (best > 0 && ratio > P(r, PREBLE_HIT)) {
             ch.k = least_among_best(r, val, best);
             ch.reason = LR_REASON_PREFIX_HIT;
-            for (uint32_t k = 0; k < n; k++)
-                r->cv[k].score = -(double)r->cv[k].cached;
         } else {
             for (uint32_t k = 0; k < n; k++)
                 val[k] = r->cv[k].score = ttft_est(&r->cv[k], prompt);
@@ -1547,19 +1542,11 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
     }
     gather(r, q->now_ns, r->cached_by_id, have_match);
     /* 3. choose */
-    double stackval[VAL_STACK];
-    double *val = stackval;
-    if (r->n_act > VAL_STACK) {
-        val = lr__alloc(&r->mem, r->n_act * sizeof *val);
-        if (val == NULL)
-            return LR_ENOMEM;
-    }
+    double *val = r->val;
     uint64_t keybuf[64];
     uint32_t n_keys = 0;
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     struct choice ch = choose(r, q, nk, val, keybuf, &n_keys);
-    if (val != stackval)
-        lr__free(&r->mem, val, r->n_act * sizeof *val);
     const struct cand *c = &r->cv[ch.k];
     /* 4. record */
     if (!dry) {
@@ -1850,11 +1837,8 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     for (uint32_t k = 0; k < r->n_act; k++)
         r->cached_by_id[r->act[k]] = 0;
     gather(r, now_ns, r->cached_by_id, false);
-    double *extra = lr__calloc(&r->mem, r->n_act, sizeof *extra);
-    if (extra == NULL) {
-        unlock(r);
-        return LR_ENOMEM;
-    }
+    double *extra = r->val; /* net prefill tokens planned per entry */
+    memset(extra, 0, r->n_act * sizeof *extra);
     struct plan_ctx pc = { r, 0, extra, moves, capacity, 0, 0,
                            0, 0, 0,     0,     NULL,     0 };
     double slo = P(r, TTFT_SLO_S);
@@ -1882,7 +1866,6 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
             extra[pc.best_to] += pc.best_uncached_there;
         }
     }
-    lr__free(&r->mem, extra, r->n_act * sizeof *extra);
     *n_moves = pc.n;
     unlock(r);
     return LR_OK;

@@ -382,7 +382,7 @@ typedef struct lr_move {
  * requests with an alternative (dualmap and consistent-hash record one)
  * can move.
  * @param moves  caller buffer; *n_moves is set to the moves written.
- * @return LR_OK; LR_EINVAL; LR_ENOMEM (per-call scratch). @since 0.1 */
+ * @return LR_OK; LR_EINVAL. Never allocates. @since 0.1 */
 LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           lr_move *moves, size_t capacity,
                                           size_t *n_moves);
