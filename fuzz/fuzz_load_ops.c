@@ -190,13 +190,14 @@ check_counters(struct run *r)
             continue;
         }
         FUZZ_ASSERT_STATUS(st, st == LR_OK);
-        uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0;
+        uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0, pt = 0;
         for (uint32_t k = 0; k < s->n; k++) {
             const struct sreq *q = &s->r[k];
             if (q->inst != inst)
                 continue;
             n++;
             kv += (uint64_t)q->prompt + q->out;
+            pt += q->prompt;
             if (q->queued) {
                 nq++;
                 pf += q->prompt - q->cached;
@@ -211,6 +212,7 @@ check_counters(struct run *r)
         FUZZ_ASSERT(sn.queued_tokens == qt);
         FUZZ_ASSERT(sn.decode_tokens == dec);
         FUZZ_ASSERT(sn.kv_tokens == kv);
+        FUZZ_ASSERT(sn.prompt_tokens == pt);
         FUZZ_ASSERT(sn.queue_since_ns == (nq ? s->queue_since_ns[inst] : 0));
         FUZZ_ASSERT(sn.last_first_token_ns == s->last_first_ns[inst]);
         FUZZ_ASSERT(sn.has_stats == (int32_t)s->has_stats[inst]);
@@ -226,12 +228,15 @@ check_counters(struct run *r)
         FUZZ_ASSERT(sn.decode_tokens <=
                     (uint64_t)(sn.inflight - sn.queued) * UINT32_MAX);
         FUZZ_ASSERT(sn.queued_tokens + sn.decode_tokens <= sn.kv_tokens);
+        FUZZ_ASSERT(sn.queued_tokens <= sn.prompt_tokens &&
+                    sn.prompt_tokens <= sn.kv_tokens);
         FUZZ_ASSERT(sn.kv_tokens <= (uint64_t)sn.inflight * 2 * UINT32_MAX);
         if (sn.queued == 0)
             FUZZ_ASSERT(sn.queue_since_ns == 0);
         if (sn.inflight == 0)
             FUZZ_ASSERT(sn.prefill_tokens == 0 && sn.queued_tokens == 0 &&
-                        sn.decode_tokens == 0 && sn.kv_tokens == 0);
+                        sn.decode_tokens == 0 && sn.kv_tokens == 0 &&
+                        sn.prompt_tokens == 0);
         FUZZ_ASSERT(sn.has_stats == 0 || sn.has_stats == 1);
         FUZZ_ASSERT(sn.has_rtt == 0 || sn.has_rtt == 1);
         FUZZ_ASSERT(sn.rtt_ns <= LR_LOAD_MAX_RTT_NS);

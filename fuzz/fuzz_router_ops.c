@@ -285,22 +285,6 @@ static const uint32_t documented[C_COUNT_] = {
     [C_CLASS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ERANGE),
 };
 
-/* Findings recorded and not fixed yet; their inputs are in fuzz/known/
- * (see its README). A build with -DROUTER_OPS_SKIP_KNOWN accepts them, so
- * that a fuzzing session (the bounded one in tools/run-tests included)
- * looks for new bugs; the corpus replay build fails on them.
- *   a route that fails after matching (LR_ENOMEM from learning) has
- *     already expired the index (and set its epoch): the digest differs
- *   a delta naming instance ids the router does not have takes index
- *     instance slots for good; once they are all taken, a route that
- *     picks an instance the index has not seen fails with LR_ELIMIT
- *     (learning), with requests far below max_requests */
-#ifdef ROUTER_OPS_SKIP_KNOWN
-#define SKIP_KNOWN 1
-#else
-#define SKIP_KNOWN 0
-#endif
-
 static void
 fail_status(enum call c, lr_status got, lr_status want, const char *why)
 {
@@ -320,13 +304,9 @@ after(struct run *r, enum call c, lr_status st, int want, uint64_t d0)
         return;
     if ((unsigned)st >= 32 || !(documented[c] & B_(st)))
         fail_status(c, st, st, "which its documentation does not list; got");
-    if (SKIP_KNOWN && c == C_ROUTE && want == LR_OK && st == LR_ELIMIT)
-        return;
     if (want >= 0 && st != (lr_status)want &&
         !(want == LR_OK && st == LR_ENOMEM && oom_hit(r)))
         fail_status(c, st, (lr_status)want, "the shadow expected");
-    if (SKIP_KNOWN && c == C_ROUTE && st == LR_ENOMEM)
-        return;
     if (st != LR_OK && digest(r) != d0) {
         fprintf(stderr,
                 "router_ops: %s failed with %s and changed the "
@@ -653,6 +633,10 @@ op_route(struct run *r, fuzz_dp *dp)
                nb > 1 ? bounds[1] : 0, q.flags, q.has_session, session, out,
                d.scores_capacity, d.scores ? "" : " (NULL)", variant,
                (unsigned long long)r->now);
+    /* A valid route expires first and keeps that on failure (documented):
+     * do it here so the digest compares everything else. */
+    if (want == LR_OK)
+        FUZZ_ASSERT(lr_router_expire(r->r, r->now) == LR_OK);
     uint64_t d0 = digest(r);
     lr_status st = lr_router_route(r->r, &q, &d);
     fuzz_trace("  = %s: instance %u, reason %s, cached %u, best %u, "
@@ -722,7 +706,8 @@ integer_param(uint32_t key)
            key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
            key == LR_PARAM_DUALMAP_WINDOW || key == LR_PARAM_GORGO_FROZEN ||
            key == LR_PARAM_SESSION_TOKENS ||
-           key == LR_PARAM_DEFAULT_OUTPUT_TOKENS;
+           key == LR_PARAM_DEFAULT_OUTPUT_TOKENS ||
+           key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN;
 }
 
 static void

@@ -2391,6 +2391,14 @@ lr_status
 lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
                       uint64_t now_ns)
 {
+    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL);
+}
+
+lr_status
+lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
+                          uint64_t now_ns, bool (*keep)(void *, uint32_t),
+                          void *ctx)
+{
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
     lr_index *ix = idx;
     struct lr__mem *m = &ix->mem;
@@ -2409,6 +2417,8 @@ lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
     uint64_t new_nodes = 0, new_ids = 0;
     for (uint32_t r = 0; st == LR_OK && r < d.n_routes; r++) {
         bool f;
+        if (keep != NULL && !keep(ctx, d.rid[r]))
+            continue;
         tmap_slot(&ids, d.rid[r], &f);
         if (!f) {
             st = tmap_put(m, &ids, d.rid[r], 0);
@@ -2449,6 +2459,8 @@ lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
             d.node_of[i] = LR_NIL;
     uint32_t tick = tick_at(ix, now_ns);
     for (uint32_t r = 0; r < d.n_routes; r++) {
+        if (keep != NULL && !keep(ctx, d.rid[r]))
+            continue;
         uint32_t s = inst_lookup(ix, d.rid[r]);
         if (s == LR_NIL)
             s = inst_add(ix, d.rid[r]);

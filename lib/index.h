@@ -22,4 +22,12 @@ uint32_t lr__index_depth_of(const lr_index *idx, uint32_t instance,
 /* Number of binary-search probes the last match made (bench/tests). */
 uint32_t lr__index_last_probes(const lr_index *idx);
 
+/* lr_index_import_delta() restricted to the routes whose instance id
+ * keep(ctx, id) accepts (keep NULL: all); the others are skipped as if the
+ * delta did not carry them, so they take no instance slot. Same contract
+ * otherwise: on failure the index is unchanged. */
+lr_status lr__index_import_delta_if(lr_index *idx, const uint8_t *buf,
+                                    size_t len, uint64_t now_ns,
+                                    bool (*keep)(void *, uint32_t), void *ctx);
+
 #endif

@@ -35,7 +35,7 @@ struct inst {
     uint32_t cls;
     uint32_t head; /* newest request */
     uint32_t inflight, queued;
-    uint64_t prefill, queued_tokens, decode, kv;
+    uint64_t prefill, queued_tokens, decode, kv, prompt;
     int32_t has_stats;
     lr_engine_stats st;
     int32_t has_rtt;
@@ -286,6 +286,7 @@ end_req(lr_load *ld, uint32_t pos)
         in->decode -= q->out;
     in->inflight--;
     in->kv -= (uint64_t)q->prompt + q->out;
+    in->prompt -= q->prompt;
     ld->inflight--;
     unlink_req(ld, in, r);
     tab_del(ld, pos);
@@ -372,6 +373,7 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     enqueue(ld, in, q);
     in->inflight++;
     in->kv += (uint64_t)q->prompt + q->out;
+    in->prompt += q->prompt;
     ld->inflight++;
     return LR_OK;
 }
@@ -435,6 +437,7 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
     dequeue(from, q);
     from->inflight--;
     from->kv -= (uint64_t)q->prompt + q->out;
+    from->prompt -= q->prompt;
     unlink_req(ld, from, r);
     q->alt = q->inst;
     q->alt_cached = q->cached;
@@ -444,6 +447,7 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
     enqueue(ld, to, q);
     to->inflight++;
     to->kv += (uint64_t)q->prompt + q->out;
+    to->prompt += q->prompt;
     return LR_OK;
 }
 
@@ -501,6 +505,7 @@ lr_load_get(const lr_load *ld, uint32_t instance, lr_load_snapshot *out)
     s.queued_tokens = in->queued_tokens;
     s.decode_tokens = in->decode;
     s.kv_tokens = in->kv;
+    s.prompt_tokens = in->prompt;
     s.has_stats = in->has_stats;
     s.running = in->st.running;
     s.waiting = in->st.waiting;
@@ -585,7 +590,7 @@ lr__load_verify(const lr_load *ld)
         const struct inst *in = &ld->in[i];
         if (!in->live)
             continue;
-        uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0;
+        uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0, pt = 0;
         uint32_t prev = LR_NIL;
         for (uint32_t r = in->head; r != LR_NIL; r = ld->rq[r].next) {
             const struct req *q = &ld->rq[r];
@@ -598,6 +603,7 @@ lr__load_verify(const lr_load *ld)
                 return LR_ECORRUPT;
             n++;
             kv += (uint64_t)q->prompt + q->out;
+            pt += q->prompt;
             if (q->queued) {
                 nq++;
                 pf += q->prompt - q->cached;
@@ -608,7 +614,8 @@ lr__load_verify(const lr_load *ld)
             prev = r;
         }
         if (n != in->inflight || nq != in->queued || pf != in->prefill ||
-            qt != in->queued_tokens || dec != in->decode || kv != in->kv)
+            qt != in->queued_tokens || dec != in->decode || kv != in->kv ||
+            pt != in->prompt)
             return LR_ECORRUPT;
         total += n;
     }
@@ -657,6 +664,7 @@ lr__load_digest(const lr_load *ld)
                          in->queued_tokens,
                          in->decode,
                          in->kv,
+                         in->prompt,
                          (uint64_t)in->has_stats,
                          in->st.running,
                          in->st.waiting,
@@ -696,6 +704,7 @@ lr__load_view(const lr_load *ld, uint32_t instance, struct lr__inst_view *v)
     v->queued_tokens = in->queued_tokens;
     v->decode = in->decode;
     v->kv = in->kv;
+    v->prompt = in->prompt;
     v->has_stats = in->has_stats;
     v->running = in->st.running;
     v->waiting = in->st.waiting;

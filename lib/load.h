@@ -40,7 +40,7 @@ struct lr__inst_view {
     uint32_t cls;
     int32_t prefix_caching;
     uint32_t inflight, queued;
-    uint64_t prefill, queued_tokens, decode, kv;
+    uint64_t prefill, queued_tokens, decode, kv, prompt;
     int32_t has_stats;
     uint32_t running, waiting;
     double kv_use;

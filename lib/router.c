@@ -56,7 +56,7 @@ struct cand {
     uint32_t inflight;
     uint32_t prefix_caching;
     double load; /* least-load figure */
-    uint64_t prefill, queued_tokens, kv;
+    uint64_t prefill, queued_tokens, prompt_tokens, kv;
     double rate;    /* class prefill tokens/s */
     double rtt_ms;  /* EWMA or the initial RTT */
     double stall_s; /* DualMap decode-bottleneck time */
@@ -213,6 +213,7 @@ static const struct pdef pdefs[LR_PARAM_COUNT] = {
     [LR_PARAM_SESSION_TOKENS] = { 1, 1 << 20, 256, true },
     [LR_PARAM_STATS_MAX_AGE_S] = { 0.001, 86400, 10, false },
     [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = { 0, 1 << 20, 128, true },
+    [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = { 0, 1, 0, true },
 };
 
 #define P(r, k) ((r)->param[LR_PARAM_##k])
@@ -962,6 +963,7 @@ gather(lr_router *r, uint64_t now_ns, const uint32_t *cached_by_id,
                   (fresh ? (double)v.running + (double)v.waiting : 0.0);
         c->prefill = v.prefill;
         c->queued_tokens = v.queued_tokens;
+        c->prompt_tokens = v.prompt;
         c->kv = v.kv;
         c->rate = r->rate[v.cls];
         c->rtt_ms = v.has_rtt ? v.rtt_ns / 1e6 : r->init_rtt_ms[id];
@@ -1448,17 +1450,20 @@ choose(lr_router *r, const lr_request *q, size_t nk, double *val,
     case LR_POLICY_DUALMAP:
         ch = choose_dualmap(r, q, nk, keybuf, n_keys, val);
         break;
-    case LR_POLICY_GORGO:
+    case LR_POLICY_GORGO: {
+        bool at_first = P(r, GORGO_RELEASE_AT_FIRST_TOKEN) != 0;
         for (uint32_t k = 0; k < n; k++) {
             const struct cand *c = &r->cv[k];
             val[k] = r->g.w_rtt * c->rtt_ms + (double)(prompt - c->cached) +
-                     r->g.w_queue * (double)c->queued_tokens;
+                     r->g.w_queue * (double)(at_first ? c->queued_tokens
+                                                      : c->prompt_tokens);
             r->cv[k].score = val[k];
         }
         ch.k = pick_min(r, val, n, NULL);
         ch.reason = LR_REASON_MIN_COST;
         ch.cost = r->cv[ch.k].score;
         break;
+    }
     case LR_POLICY_RANVIER:
         ch = choose_ranvier(r, q, nk, val);
         break;
@@ -1508,6 +1513,9 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
         LR_RETURN_IF(lr__load_req(r->ld, q->id, &v) == LR_OK, LR_EEXIST);
         LR_RETURN_IF(!lr__load_has_room(r->ld), LR_ELIMIT);
     }
+    /* 0. expiry: time-driven housekeeping (lr_router_expire()), kept
+     * even when a later step fails */
+    lr_index_expire(r->ix, q->now_ns);
     /* 1. keys */
     size_t nk = q->n_tokens / r->block_tokens;
     LR_TRY(scratch_keys(r, nk));
@@ -2035,15 +2043,34 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
     return st;
 }
 
+/* Routes of instances this router does not have are not imported: they
+ * could never be chosen, and they would take the index's instance slots. */
+static bool
+known_id(void *ctx, uint32_t id)
+{
+    return inst_of(ctx, id) != NULL;
+}
+
 lr_status
 lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
                        uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lock(r);
-    lr_status st = lr_index_import_delta(r->ix, buf, len, now_ns);
+    lr_status st =
+        lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r);
     unlock(r);
     return st;
+}
+
+lr_status
+lr_router_expire(lr_router *r, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lock(r);
+    lr_index_expire(r->ix, now_ns);
+    unlock(r);
+    return LR_OK;
 }
 
 /* ---- statistics ---------------------------------------------------------------------------------- */

@@ -274,13 +274,14 @@ check_instance(struct run *r, uint32_t inst)
         return;
     }
     assert_st(st, LR_OK);
-    uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0;
+    uint64_t n = 0, nq = 0, pf = 0, qt = 0, dec = 0, kv = 0, pt = 0;
     for (size_t i = 0; i < m->n; i++) {
         const struct mreq *q = &m->r[i];
         if (q->inst != inst)
             continue;
         n++;
         kv += (uint64_t)q->prompt + q->out;
+        pt += q->prompt;
         if (q->queued) {
             nq++;
             pf += q->prompt - q->cached;
@@ -307,6 +308,7 @@ check_instance(struct run *r, uint32_t inst)
         in->has_rtt ? (uint64_t)(in->rtt + 0.5) : 0,
         in->last_first_ns,
         nq ? in->queue_since_ns : 0,
+        pt,
     };
     uint64_t got[] = {
         s.instance_class,
@@ -325,6 +327,7 @@ check_instance(struct run *r, uint32_t inst)
         s.rtt_ns,
         s.last_first_token_ns,
         s.queue_since_ns,
+        s.prompt_tokens,
     };
     static const char *const names[] = {
         "instance_class", "prefix_caching", "inflight",
@@ -332,7 +335,7 @@ check_instance(struct run *r, uint32_t inst)
         "decode_tokens",  "kv_tokens",      "has_stats",
         "running",        "waiting",        "scraped_ns",
         "has_rtt",        "rtt_ns",         "last_first_token_ns",
-        "queue_since_ns",
+        "queue_since_ns", "prompt_tokens",
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
         if (want[k] != got[k])

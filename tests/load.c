@@ -421,6 +421,7 @@ lifecycle_first_then_complete(void **state)
     assert_int_equal(s.queued_tokens, 900);
     assert_int_equal(s.decode_tokens, 0);
     assert_int_equal(s.kv_tokens, 1030);
+    assert_int_equal(s.prompt_tokens, 900);
     assert_int_equal(s.queue_since_ns, 1000);
     assert_int_equal(s.last_first_token_ns, 0);
     assert_int_equal(lr_load_inflight(ld), 1);
@@ -440,6 +441,7 @@ lifecycle_first_then_complete(void **state)
     assert_int_equal(s.queued_tokens, 0);
     assert_int_equal(s.decode_tokens, 130);
     assert_int_equal(s.kv_tokens, 1030);
+    assert_int_equal(s.prompt_tokens, 900);
     assert_int_equal(s.queue_since_ns, 0);
     assert_int_equal(s.last_first_token_ns, 1500);
     assert_st(lr_load_request(ld, 42, &inst, &queued), LR_OK);

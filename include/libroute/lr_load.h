@@ -222,11 +222,13 @@ typedef struct lr_load_snapshot {
     uint64_t last_first_token_ns;
     /** Host time the queue last went from empty to non-empty. */
     uint64_t queue_since_ns;
+    /** Whole prompt tokens of every request in flight, queued or
+     * decoding (GORGO's queued tokens, released when a request ends). */
+    uint64_t prompt_tokens;
     /* v1 ends here */
 } lr_load_snapshot;
 
-#define LR_LOAD_SNAPSHOT_SIZE_V1 \
-    (offsetof(lr_load_snapshot, queue_since_ns) + 8)
+#define LR_LOAD_SNAPSHOT_SIZE_V1 (offsetof(lr_load_snapshot, prompt_tokens) + 8)
 
 /** Zero `s` and set struct_size. @since 0.1 */
 LR_API void lr_load_snapshot_init(lr_load_snapshot *s);

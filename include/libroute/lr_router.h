@@ -340,7 +340,10 @@ LR_API void lr_decision_init(lr_decision *d);
  *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EEXIST (id in
  *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
  *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM.
- *   On failure nothing is recorded.
+ *   On failure nothing is recorded. Once the request is valid (the checks
+ *   up to LR_ELIMIT passed), route() first drops the routes older than the
+ *   index TTL at now_ns, as lr_router_expire() does; that housekeeping
+ *   stays even when a later step fails.
  * @since 0.1 */
 LR_API lr_status lr_router_route(lr_router *router, const lr_request *request,
                                  lr_decision *decision);
@@ -442,10 +445,14 @@ typedef enum lr_param {
     /** Scrapes older than this are ignored, seconds (10). */
     LR_PARAM_STATS_MAX_AGE_S = 22,
     /** Output tokens assumed when a request does not say (128). */
-    LR_PARAM_DEFAULT_OUTPUT_TOKENS = 23
+    LR_PARAM_DEFAULT_OUTPUT_TOKENS = 23,
+    /** gorgo: 0 counts a request's prompt tokens in its instance's queue
+     * until the request ends, as published; 1 releases them at its first
+     * token (the published option) (0). */
+    LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24
 } lr_param;
 
-#define LR_PARAM_COUNT 24
+#define LR_PARAM_COUNT 25
 
 /** Bounds and default of a parameter (status LR_ENOTSUP for an unknown
  * key). @since 0.1 */
@@ -482,6 +489,13 @@ LR_API lr_status lr_router_export_delta(lr_router *router, uint64_t since_mark,
                                         lr_blob **out, uint64_t *mark_out);
 LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
                                         size_t len, uint64_t now_ns);
+/* lr_router_import_delta() skips the routes of ids this router does not
+ * have (any state): a peer's instance added here later starts cold. */
+
+/** Drop the routes unused for longer than the index TTL (lr_index_expire).
+ * route() and the learning calls do this too; a host with idle periods may
+ * call it from a timer. @return LR_OK; LR_EINVAL (NULL). @since 0.1 */
+LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

@@ -302,6 +302,7 @@ struct lr_load_snapshot_v1 {
     uint64_t rtt_ns;
     uint64_t last_first_token_ns;
     uint64_t queue_since_ns;
+    uint64_t prompt_tokens;
 };
 FIELD(lr_load_snapshot, lr_load_snapshot_v1, struct_size, size_t);
 FIELD(lr_load_snapshot, lr_load_snapshot_v1, instance_class, uint32_t);
@@ -321,8 +322,9 @@ FIELD(lr_load_snapshot, lr_load_snapshot_v1, has_rtt, int32_t);
 FIELD(lr_load_snapshot, lr_load_snapshot_v1, rtt_ns, uint64_t);
 FIELD(lr_load_snapshot, lr_load_snapshot_v1, last_first_token_ns, uint64_t);
 FIELD(lr_load_snapshot, lr_load_snapshot_v1, queue_since_ns, uint64_t);
+FIELD(lr_load_snapshot, lr_load_snapshot_v1, prompt_tokens, uint64_t);
 SIZED(lr_load_snapshot, lr_load_snapshot_v1, LR_LOAD_SNAPSHOT_SIZE_V1,
-      queue_since_ns);
+      prompt_tokens);
 
 _Static_assert(LR_LOAD_MAX_INSTANCES == 65534u,
                "LR_LOAD_MAX_INSTANCES changed");
@@ -592,7 +594,10 @@ _Static_assert(LR_PARAM_STATS_MAX_AGE_S == 22,
                "LR_PARAM_STATS_MAX_AGE_S renumbered");
 _Static_assert(LR_PARAM_DEFAULT_OUTPUT_TOKENS == 23,
                "LR_PARAM_DEFAULT_OUTPUT_TOKENS renumbered");
-_Static_assert(LR_PARAM_COUNT == 24, "LR_PARAM_COUNT changed");
+_Static_assert(LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN == 24,
+               "LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN renumbered");
+/* Grows as parameters are added (pre-1.0: 25 in 0.1.0). */
+_Static_assert(LR_PARAM_COUNT == 25, "LR_PARAM_COUNT changed");
 
 _Static_assert(LR_ROUTE_DRY_RUN == 1u, "LR_ROUTE_DRY_RUN changed");
 _Static_assert(LR_ROUTE_SCORES == 2u, "LR_ROUTE_SCORES changed");
