@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../tests/mpw.h"
 #include "data_producer.h"
 #include "index.h"
 #include "index_util.h"
@@ -2228,6 +2229,96 @@ gen_router(void)
     }
 }
 
+/* ---- vllm_batch: msgpack payloads ------------------------------------------ */
+
+static void
+vllm_seed(const char *name, struct mpw *w)
+{
+    if (w->overflow) {
+        fprintf(stderr, "vllm seed %s overflows\n", name);
+        exit(1);
+    }
+    write_seed("vllm_batch", name, w->buf, w->n);
+    w->n = 0;
+}
+
+static void
+gen_vllm(void)
+{
+    /* the harness's index holds hashes 1..4, tokens i * 7 + 1 */
+    uint32_t tok[64];
+    for (uint32_t i = 0; i < 64; i++)
+        tok[i] = i * 7 + 1;
+    static const uint64_t h[4] = { 1, 2, 3, 4 };
+    static const uint64_t nh[2] = { 10, 11 };
+    static struct mpw w;
+    for (int map = 0; map < 2; map++) {
+        struct mpw_stored s = { .hashes = nh,
+                                .n_blocks = 2,
+                                .has_parent = true,
+                                .parent = 2,
+                                .tokens = tok,
+                                .block_size = 16,
+                                .lora_id = -1,
+                                .group_idx = -1 };
+        mpw_batch(&w, 3, map);
+        if (map)
+            mpw_stored_map(&w, &s, MPW_HASH_UINT);
+        else
+            mpw_stored_array(&w, &s, MPW_HASH_UINT);
+        mpw_removed(&w, h + 3, 1, map, MPW_HASH_UINT);
+        mpw_cleared(&w, map);
+        mpw_batch_end(&w, map);
+        vllm_seed(map ? "map" : "array", &w);
+        w.wide = true;
+        mpw_batch(&w, 2, map);
+        s.has_parent = false;
+        s.block_size = 32;
+        s.n_blocks = 2;
+        if (map)
+            mpw_stored_map(&w, &s, MPW_HASH_BYTES);
+        else
+            mpw_stored_array(&w, &s, MPW_HASH_INT);
+        mpw_removed(&w, nh, 2, map, MPW_HASH_BYTES);
+        mpw_batch_end(&w, map);
+        vllm_seed(map ? "map-wide" : "array-wide", &w);
+        w.wide = false;
+        /* skipped kinds */
+        mpw_batch(&w, 3, map);
+        s.block_size = 16;
+        s.medium = "CPU";
+        mpw_stored_array(&w, &s, MPW_HASH_UINT);
+        s.medium = NULL;
+        s.extra_keys = true;
+        mpw_stored_map(&w, &s, MPW_HASH_UINT);
+        s.extra_keys = false;
+        s.lora_id = 2;
+        s.group_idx = 1;
+        mpw_stored_array(&w, &s, MPW_HASH_UINT);
+        mpw_batch_end(&w, map);
+        vllm_seed(map ? "skipped-map" : "skipped-array", &w);
+    }
+    /* a block size the index cannot place */
+    struct mpw_stored b = { .hashes = nh,
+                            .n_blocks = 1,
+                            .tokens = tok,
+                            .block_size = 8,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    mpw_batch(&w, 1, false);
+    mpw_stored_array(&w, &b, MPW_HASH_UINT);
+    mpw_batch_end(&w, false);
+    vllm_seed("enotsup", &w);
+    /* an empty batch, and a truncated one */
+    mpw_batch(&w, 0, false);
+    mpw_batch_end(&w, false);
+    vllm_seed("empty", &w);
+    mpw_batch(&w, 1, true);
+    mpw_removed(&w, h, 4, true, MPW_HASH_INT);
+    w.n -= 3;
+    vllm_seed("truncated", &w);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -2243,6 +2334,7 @@ main(int argc, char **argv)
     gen_text();
     gen_load();
     gen_router();
+    gen_vllm();
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;
 }

@@ -9,5 +9,6 @@
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_text.h"
+#include "libroute/lr_vllm.h"
 
 #endif /* LIBROUTE_H */

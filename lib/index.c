@@ -1495,6 +1495,12 @@ lr_index_destroy(lr_index *idx)
         index_free(idx);
 }
 
+struct lr__mem *
+lr__index_mem(lr_index *idx)
+{
+    return &idx->mem;
+}
+
 uint32_t
 lr_index_block_tokens(const lr_index *idx)
 {

@@ -22,6 +22,9 @@ uint32_t lr__index_depth_of(const lr_index *idx, uint32_t instance,
 /* Number of binary-search probes the last match made (bench/tests). */
 uint32_t lr__index_last_probes(const lr_index *idx);
 
+/* The index's allocator (for callers' scratch owned by the same host). */
+struct lr__mem *lr__index_mem(lr_index *idx);
+
 /* lr_index_import_delta() restricted to the routes whose instance id
  * keep(ctx, id) accepts (keep NULL: all); the others are skipped as if the
  * delta did not carry them, so they take no instance slot. Same contract

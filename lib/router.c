@@ -34,6 +34,7 @@
 #include "lr_hash.h"
 #include "ring.h"
 #include "router.h"
+#include "vllm.h"
 
 #define NONE LR_INSTANCE_NONE
 #define NAME_MAX_LEN 255u
@@ -2060,6 +2061,25 @@ lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
     lr_status st =
         lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r);
     unlock(r);
+    return st;
+}
+
+lr_status
+lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
+                     uint64_t now_ns, lr_vllm_batch_info *info)
+{
+    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
+                 LR_EVERSION);
+    lr_vllm_batch_info in;
+    lr_vllm_batch_info_init(&in);
+    lock(r);
+    lr_status st =
+        inst_of(r, id) == NULL
+            ? LR_ENOENT
+            : lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+    unlock(r);
+    lr__vllm_info_out(info, &in);
     return st;
 }
 

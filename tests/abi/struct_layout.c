@@ -505,6 +505,31 @@ FIELD(lr_router_stats, lr_router_stats_v1, cached_tokens, uint64_t);
 SIZED(lr_router_stats, lr_router_stats_v1, LR_ROUTER_STATS_SIZE_V1,
       cached_tokens);
 
+struct lr_vllm_batch_info_v1 {
+    size_t struct_size;
+    double timestamp;
+    int64_t dp_rank;
+    uint32_t events;
+    uint32_t stored;
+    uint32_t removed;
+    uint32_t cleared;
+    uint32_t unplaced;
+    uint32_t skipped;
+    uint32_t done;
+};
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, struct_size, size_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, timestamp, double);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, dp_rank, int64_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, events, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, stored, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, removed, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, cleared, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, unplaced, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, skipped, uint32_t);
+FIELD(lr_vllm_batch_info, lr_vllm_batch_info_v1, done, uint32_t);
+SIZED(lr_vllm_batch_info, lr_vllm_batch_info_v1, LR_VLLM_BATCH_INFO_SIZE_V1,
+      done);
+
 _Static_assert(LR_ROUTER_MAX_INSTANCES == 65534u,
                "LR_ROUTER_MAX_INSTANCES changed");
 

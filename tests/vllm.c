@@ -1,0 +1,723 @@
+/* vLLM KV-event batches: both encodings at both levels, the three hash
+ * forms, the events that are skipped, malformed batches (every truncation
+ * of a good one included) that change nothing, a differential test
+ * against calling lr_index_kv_* directly, allocation failures, and the
+ * router entry point.
+ *
+ * The randomized test logs its seed; replay with LR_TEST_SEED=<n>. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "index.h"
+#include "libroute/lr_router.h"
+#include "libroute/lr_vllm.h"
+#include "mpw.h"
+#include "testutil.h"
+
+#define assert_st(expr, want)                                            \
+    do {                                                                 \
+        lr_status st_got_ = (expr);                                      \
+        lr_status st_want_ = (want);                                     \
+        if (st_got_ != st_want_)                                         \
+            fail_msg("%s returned %s, want %s", #expr,                   \
+                     lr_status_name(st_got_), lr_status_name(st_want_)); \
+    } while (0)
+
+#define T0 1000000000000ull
+#define BS 32 /* engine block size: two index blocks of 16 */
+#define INST 3
+
+static lr_index *
+mk_index(const lr_allocator *a)
+{
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.seed = 0x5eed;
+    o.allocator = a;
+    lr_index *ix = NULL;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    return ix;
+}
+
+static void
+toks(uint32_t *t, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint32_t)tu_rand(&seed);
+}
+
+/* Deepest tokens `inst` holds for these tokens (no touch). */
+static uint32_t
+held(lr_index *ix, const uint32_t *t, size_t n)
+{
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = n;
+    lr_index_hit hits[8];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = hits;
+    r.hits_capacity = 8;
+    assert_st(lr_index_match(ix, &p, T0, LR_MATCH_NO_TOUCH, &r), LR_OK);
+    for (size_t i = 0; i < r.n_hits; i++)
+        if (hits[i].instance == INST)
+            return hits[i].tokens;
+    return 0;
+}
+
+static lr_status
+apply(lr_index *ix, const struct mpw *w, lr_vllm_batch_info *info)
+{
+    assert_false(w->overflow);
+    lr_vllm_batch_info_init(info);
+    return lr_index_vllm_batch(ix, INST, w->buf, w->n, T0, info);
+}
+
+/* A prompt of 3 engine blocks stored as two events (1 block, then 2
+ * chained on it), then its last block removed. */
+static void
+write_basic(struct mpw *w, bool map, enum mpw_hash form, const uint32_t *t,
+            bool with_remove)
+{
+    /* as signed: -100 (int8), -16 (fixint), -100000 (int32) */
+    static const uint64_t h[3] = { (uint64_t)-100, (uint64_t)-16,
+                                   (uint64_t)-100000 };
+    mpw_batch(w, with_remove ? 3 : 2, map);
+    struct mpw_stored a = { .hashes = h,
+                            .n_blocks = 1,
+                            .tokens = t,
+                            .block_size = BS,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    struct mpw_stored b = a;
+    b.hashes = h + 1;
+    b.n_blocks = 2;
+    b.has_parent = true;
+    b.parent = h[0];
+    b.tokens = t + BS;
+    b.group_idx = 0;
+    if (map) {
+        mpw_stored_map(w, &a, form);
+        mpw_stored_map(w, &b, form);
+    } else {
+        mpw_stored_array(w, &a, form);
+        mpw_stored_array(w, &b, form);
+    }
+    if (with_remove)
+        mpw_removed(w, h + 2, 1, map, form);
+    mpw_batch_end(w, map);
+}
+
+static void
+encodings_agree(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    toks(t, 3 * BS, 7);
+    uint64_t want_digest = 0;
+    for (int map = 0; map < 2; map++)
+        for (int form = 0; form < 3; form++)
+            for (int wide = 0; wide < 2; wide++) {
+                lr_index *ix = mk_index(NULL);
+                struct mpw *w = calloc(1, sizeof *w);
+                w->wide = wide;
+                write_basic(w, map, (enum mpw_hash)form, t, false);
+                lr_vllm_batch_info info;
+                assert_st(apply(ix, w, &info), LR_OK);
+                assert_int_equal(info.events, 2);
+                assert_int_equal(info.stored, 2);
+                assert_int_equal(info.done, 2);
+                assert_int_equal(info.skipped + info.unplaced, 0);
+                assert_true(info.timestamp == 1234.5);
+                assert_int_equal(info.dp_rank, 0);
+                assert_int_equal(held(ix, t, 3 * BS), 3 * BS);
+                /* the removal resolves whatever form the hashes took */
+                w->n = 0;
+                write_basic(w, map, (enum mpw_hash)form, t, true);
+                assert_st(apply(ix, w, &info), LR_OK);
+                assert_int_equal(info.removed, 1);
+                assert_int_equal(held(ix, t, 3 * BS), 2 * BS);
+                assert_st(lr__index_verify(ix), LR_OK);
+                uint64_t d = lr__index_digest(ix);
+                /* the engine map is in the digest: every form and
+                 * encoding must give the same 64-bit hashes */
+                if (map == 0 && form == 0 && wide == 0)
+                    want_digest = d;
+                else if (d != want_digest)
+                    fail_msg("map %d form %d wide %d: digest differs", map,
+                             form, wide);
+                free(w);
+                lr_index_destroy(ix);
+            }
+}
+
+static void
+cleared_and_unplaced(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    toks(t, 3 * BS, 8);
+    lr_index *ix = mk_index(NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    write_basic(w, false, MPW_HASH_UINT, t, false);
+    lr_vllm_batch_info info;
+    assert_st(apply(ix, w, &info), LR_OK);
+    /* a child of a parent never seen: unplaced, the rest applies */
+    w->n = 0;
+    static const uint64_t orphan[1] = { 77 };
+    struct mpw_stored o = { .hashes = orphan,
+                            .n_blocks = 1,
+                            .has_parent = true,
+                            .parent = 999,
+                            .tokens = t,
+                            .block_size = BS,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    mpw_batch(w, 2, false);
+    mpw_stored_array(w, &o, MPW_HASH_UINT);
+    mpw_cleared(w, false);
+    mpw_batch_end(w, false);
+    assert_st(apply(ix, w, &info), LR_OK);
+    assert_int_equal(info.unplaced, 1);
+    assert_int_equal(info.cleared, 1);
+    assert_int_equal(held(ix, t, 3 * BS), 0);
+    /* an instance the index never saw: removal and clear are no-ops */
+    w->n = 0;
+    mpw_batch(w, 2, true);
+    mpw_removed(w, orphan, 1, true, MPW_HASH_UINT);
+    mpw_cleared(w, true);
+    mpw_batch_end(w, true);
+    lr_vllm_batch_info_init(&info);
+    assert_st(lr_index_vllm_batch(ix, 40, w->buf, w->n, T0, &info), LR_OK);
+    assert_int_equal(info.removed + info.cleared, 2);
+    free(w);
+    lr_index_destroy(ix);
+}
+
+/* Events the index cannot represent are counted and change nothing. */
+static void
+skipped_events(void **state)
+{
+    (void)state;
+    uint32_t t[BS];
+    toks(t, BS, 9);
+    static const uint64_t h[1] = { 5 };
+    for (int kind = 0; kind < 6; kind++)
+        for (int map = 0; map < 2; map++) {
+            lr_index *ix = mk_index(NULL);
+            uint64_t d0 = lr__index_digest(ix);
+            struct mpw *w = calloc(1, sizeof *w);
+            struct mpw_stored s = { .hashes = h,
+                                    .n_blocks = 1,
+                                    .tokens = t,
+                                    .block_size = BS,
+                                    .lora_id = -1,
+                                    .group_idx = -1 };
+            mpw_batch(w, 1, map);
+            switch (kind) {
+            case 0:
+                s.medium = "CPU";
+                break;
+            case 1:
+                s.lora_id = 3;
+                break;
+            case 2:
+                s.group_idx = 1;
+                break;
+            case 3:
+                s.extra_keys = true;
+                break;
+            case 4: /* a block size this index could not place, skipped */
+                s.medium = "CPU";
+                s.block_size = 8;
+                break;
+            default:
+                break;
+            }
+            if (kind == 5) {
+                if (map) {
+                    mpw_map(w, 2);
+                    mpw_str(w, "type");
+                    mpw_str(w, "BlockFrobbed");
+                    mpw_str(w, "x");
+                    mpw_uint(w, 1);
+                } else {
+                    mpw_arr(w, 2);
+                    mpw_str(w, "BlockFrobbed");
+                    mpw_arr(w, 0);
+                }
+            } else if (map) {
+                mpw_stored_map(w, &s, MPW_HASH_UINT);
+            } else {
+                mpw_stored_array(w, &s, MPW_HASH_UINT);
+            }
+            mpw_batch_end(w, map);
+            lr_vllm_batch_info info;
+            assert_st(apply(ix, w, &info), LR_OK);
+            if (info.skipped != 1)
+                fail_msg("kind %d map %d: skipped %u", kind, map, info.skipped);
+            assert_true(lr__index_digest(ix) == d0);
+            free(w);
+            lr_index_destroy(ix);
+        }
+}
+
+static void
+extra_keys_all_nil_apply(void **state)
+{
+    (void)state;
+    uint32_t t[2 * BS];
+    toks(t, 2 * BS, 10);
+    static const uint64_t h[2] = { 5, 6 };
+    lr_index *ix = mk_index(NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    mpw_batch(w, 1, false);
+    /* written by hand: extra_keys [nil, nil] */
+    mpw_arr(w, 9);
+    mpw_str(w, "BlockStored");
+    mpw_hashes(w, h, 2, MPW_HASH_UINT);
+    mpw_nil(w);
+    mpw_tokens(w, t, 2 * BS);
+    mpw_uint(w, BS);
+    mpw_nil(w);
+    mpw_str(w, "GPU");
+    mpw_nil(w);
+    mpw_arr(w, 2);
+    mpw_nil(w);
+    mpw_nil(w);
+    mpw_batch_end(w, false);
+    lr_vllm_batch_info info;
+    assert_st(apply(ix, w, &info), LR_OK);
+    assert_int_equal(info.stored, 1);
+    assert_int_equal(held(ix, t, 2 * BS), 2 * BS);
+    free(w);
+    lr_index_destroy(ix);
+}
+
+/* Every proper prefix of a good batch is corrupt and changes nothing; so
+ * are the hand-made bad batches below. */
+static void
+malformed(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    toks(t, 3 * BS, 11);
+    lr_index *ix = mk_index(NULL);
+    struct mpw *good = calloc(1, sizeof *good);
+    write_basic(good, false, MPW_HASH_UINT, t, false);
+    lr_vllm_batch_info info;
+    assert_st(apply(ix, good, &info), LR_OK);
+    uint64_t d0 = lr__index_digest(ix);
+    struct mpw *w = calloc(1, sizeof *w);
+    for (int map = 0; map < 2; map++) {
+        w->n = 0;
+        write_basic(w, map, MPW_HASH_BYTES, t, true);
+        size_t full = w->n;
+        for (size_t n = 0; n < full; n++) {
+            lr_vllm_batch_info_init(&info);
+            lr_status st = lr_index_vllm_batch(ix, INST, w->buf, n, T0, &info);
+            if (st != LR_ECORRUPT)
+                fail_msg("prefix %zu/%zu (map %d): %s", n, full, map,
+                         lr_status_name(st));
+            assert_true(lr__index_digest(ix) == d0);
+        }
+        /* trailing garbage */
+        w->buf[full] = 0xc0;
+        assert_st(lr_index_vllm_batch(ix, INST, w->buf, full + 1, T0, &info),
+                  LR_ECORRUPT);
+        assert_true(lr__index_digest(ix) == d0);
+    }
+
+    static const uint64_t h[1] = { 5 };
+    for (int bad = 0; bad < 10; bad++) {
+        w->n = 0;
+        mpw_batch(w, 2, false);
+        mpw_cleared(w, false); /* a good event first: not applied either */
+        switch (bad) {
+        case 0: /* token count != blocks x block size */
+            mpw_arr(w, 5);
+            mpw_str(w, "BlockStored");
+            mpw_hashes(w, h, 1, MPW_HASH_UINT);
+            mpw_nil(w);
+            mpw_tokens(w, t, BS - 1);
+            mpw_uint(w, BS);
+            break;
+        case 1: /* block size 0 */
+            mpw_arr(w, 5);
+            mpw_str(w, "BlockStored");
+            mpw_hashes(w, h, 0, MPW_HASH_UINT);
+            mpw_nil(w);
+            mpw_tokens(w, t, 0);
+            mpw_uint(w, 0);
+            break;
+        case 2: /* hashes not an array */
+            mpw_arr(w, 2);
+            mpw_str(w, "BlockRemoved");
+            mpw_uint(w, 5);
+            break;
+        case 3: /* a token above 2^32 - 1 */
+            mpw_arr(w, 5);
+            mpw_str(w, "BlockStored");
+            mpw_hashes(w, h, 1, MPW_HASH_UINT);
+            mpw_nil(w);
+            mpw_arr(w, BS);
+            for (int i = 0; i < BS; i++)
+                mpw_uint(w, i == 3 ? (1ull << 32) : 1);
+            mpw_uint(w, BS);
+            break;
+        case 4: /* the never-used byte 0xc1 */
+            mpw_byte(w, 0xc1);
+            break;
+        case 5: /* a map event with no type */
+            mpw_map(w, 1);
+            mpw_str(w, "block_hashes");
+            mpw_hashes(w, h, 1, MPW_HASH_UINT);
+            break;
+        case 6: /* a BlockStored missing its tokens */
+            mpw_map(w, 3);
+            mpw_str(w, "type");
+            mpw_str(w, "BlockStored");
+            mpw_str(w, "block_hashes");
+            mpw_hashes(w, h, 1, MPW_HASH_UINT);
+            mpw_str(w, "block_size");
+            mpw_uint(w, BS);
+            break;
+        case 7: /* an empty byte-string hash */
+            mpw_arr(w, 2);
+            mpw_str(w, "BlockRemoved");
+            mpw_arr(w, 1);
+            mpw_bin(w, "", 0);
+            break;
+        case 8: /* an event that is a number */
+            mpw_uint(w, 4);
+            break;
+        default: /* an array count far beyond the bytes left */
+            mpw_byte(w, 0xdd);
+            mpw_be(w, 0x7fffffff, 4);
+            break;
+        }
+        mpw_batch_end(w, false);
+        lr_vllm_batch_info_init(&info);
+        lr_status st = lr_index_vllm_batch(ix, INST, w->buf, w->n, T0, &info);
+        if (st != LR_ECORRUPT)
+            fail_msg("bad batch %d: %s", bad, lr_status_name(st));
+        assert_true(lr__index_digest(ix) == d0);
+    }
+    /* the batch itself: too short, wrong type, events not an array */
+    static const uint8_t tiny[][4] = { { 0x91, 0x00 },
+                                       { 0x05 },
+                                       { 0x92, 0x00, 0x05 } };
+    static const size_t tiny_n[] = { 2, 1, 3 };
+    for (size_t i = 0; i < 3; i++)
+        assert_st(lr_index_vllm_batch(ix, INST, tiny[i], tiny_n[i], T0, NULL),
+                  LR_ECORRUPT);
+    assert_st(lr_index_vllm_batch(ix, INST, NULL, 0, T0, NULL), LR_ECORRUPT);
+    assert_st(lr_index_vllm_batch(NULL, INST, good->buf, good->n, T0, NULL),
+              LR_EINVAL);
+    assert_st(
+        lr_index_vllm_batch(ix, LR_INSTANCE_NONE, good->buf, good->n, T0, NULL),
+        LR_EINVAL);
+    lr_vllm_batch_info small;
+    lr_vllm_batch_info_init(&small);
+    small.struct_size = 8;
+    assert_st(lr_index_vllm_batch(ix, INST, good->buf, good->n, T0, &small),
+              LR_EVERSION);
+    assert_true(lr__index_digest(ix) == d0);
+
+    /* a block size the index cannot place: LR_ENOTSUP, nothing applied */
+    w->n = 0;
+    struct mpw_stored s = { .hashes = h,
+                            .n_blocks = 1,
+                            .tokens = t,
+                            .block_size = 8,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    mpw_batch(w, 2, false);
+    mpw_cleared(w, false);
+    mpw_stored_array(w, &s, MPW_HASH_UINT);
+    mpw_batch_end(w, false);
+    assert_st(apply(ix, w, &info), LR_ENOTSUP);
+    assert_true(lr__index_digest(ix) == d0);
+    free(w);
+    free(good);
+    lr_index_destroy(ix);
+}
+
+/* ---- differential: the adapter against direct lr_index_kv_* calls ---- */
+
+#define DMAX 48 /* engine blocks in the model's prompt space */
+
+struct dev {
+    int type; /* 0 stored, 1 removed, 2 cleared */
+    uint32_t inst;
+    uint64_t hashes[4];
+    uint32_t n;
+    bool has_parent;
+    uint64_t parent;
+    uint32_t tokens[4 * BS];
+};
+
+/* Random events over a few chains of engine blocks whose hashes are a
+ * function of (chain, depth), so parents are often known. */
+static void
+random_event(uint64_t *rs, struct dev *e)
+{
+    memset(e, 0, sizeof *e);
+    e->inst = (uint32_t)tu_below(rs, 2);
+    uint32_t chain = (uint32_t)tu_below(rs, 4);
+    uint32_t depth = (uint32_t)tu_below(rs, 6);
+    uint32_t r = (uint32_t)tu_below(rs, 10);
+    e->type = r < 7 ? 0 : r < 9 ? 1 : 2;
+    e->n = 1 + (uint32_t)tu_below(rs, 4);
+    for (uint32_t i = 0; i < e->n; i++)
+        e->hashes[i] = ((uint64_t)chain << 32) | (depth + i + 1);
+    e->has_parent = depth > 0;
+    e->parent = ((uint64_t)chain << 32) | depth;
+    for (uint32_t i = 0; i < e->n * BS; i++) {
+        uint64_t s = ((uint64_t)chain << 20) + (depth * BS + i);
+        e->tokens[i] = (uint32_t)tu_rand(&s);
+    }
+}
+
+static lr_status
+direct(lr_index *ix, const struct dev *e)
+{
+    if (e->type == 0) {
+        lr_kv_stored k;
+        lr_kv_stored_init(&k);
+        k.block_hashes = e->hashes;
+        k.n_blocks = e->n;
+        k.has_parent = e->has_parent;
+        k.parent_hash = e->parent;
+        k.block_size = BS;
+        k.token_ids = e->tokens;
+        k.n_tokens = (size_t)e->n * BS;
+        lr_status st = lr_index_kv_stored(ix, e->inst, &k, T0);
+        return st == LR_ENOENT ? LR_OK : st;
+    }
+    if (e->type == 1)
+        (void)lr_index_kv_removed(ix, e->inst, e->hashes, e->n, NULL);
+    else
+        (void)lr_index_kv_cleared(ix, e->inst);
+    return LR_OK;
+}
+
+static void
+encode(struct mpw *w, const struct dev *e, bool map, enum mpw_hash form)
+{
+    if (e->type == 0) {
+        struct mpw_stored s = { .hashes = e->hashes,
+                                .n_blocks = e->n,
+                                .has_parent = e->has_parent,
+                                .parent = e->parent,
+                                .tokens = e->tokens,
+                                .block_size = BS,
+                                .medium = map ? "GPU" : NULL,
+                                .lora_id = -1,
+                                .group_idx = map ? 0 : -1 };
+        if (map)
+            mpw_stored_map(w, &s, form);
+        else
+            mpw_stored_array(w, &s, form);
+    } else if (e->type == 1) {
+        mpw_removed(w, e->hashes, e->n, map, form);
+    } else {
+        mpw_cleared(w, map);
+    }
+}
+
+/* One instance per batch (a batch comes from one engine). */
+static void
+differential(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("vllm differential", 0x766c6c6d64696666ull);
+    uint64_t rs = seed;
+    for (int round = 0; round < 40; round++) {
+        lr_index *a = mk_index(NULL), *b = mk_index(NULL);
+        for (int batch = 0; batch < 30; batch++) {
+            uint32_t n = (uint32_t)tu_below(&rs, 6);
+            struct dev ev[6];
+            uint32_t inst = (uint32_t)tu_below(&rs, 2);
+            bool map = tu_below(&rs, 2);
+            enum mpw_hash form = (enum mpw_hash)tu_below(&rs, 3);
+            struct mpw *w = calloc(1, sizeof *w);
+            w->wide = tu_below(&rs, 4) == 0;
+            mpw_batch(w, n, map);
+            for (uint32_t i = 0; i < n; i++) {
+                random_event(&rs, &ev[i]);
+                ev[i].inst = inst;
+                encode(w, &ev[i], map ^ (i & 1), form);
+            }
+            mpw_batch_end(w, map);
+            lr_vllm_batch_info info;
+            lr_vllm_batch_info_init(&info);
+            assert_st(lr_index_vllm_batch(a, inst, w->buf, w->n, T0, &info),
+                      LR_OK);
+            for (uint32_t i = 0; i < n; i++)
+                assert_st(direct(b, &ev[i]), LR_OK);
+            if (lr__index_digest(a) != lr__index_digest(b))
+                fail_msg("seed %llu round %d batch %d: digests differ",
+                         (unsigned long long)seed, round, batch);
+            assert_int_equal(info.events, n);
+            assert_int_equal(info.done, n);
+            assert_int_equal(info.stored + info.unplaced + info.removed +
+                                 info.cleared + info.skipped,
+                             n);
+            free(w);
+        }
+        assert_st(lr__index_verify(a), LR_OK);
+        lr_index_destroy(a);
+        lr_index_destroy(b);
+    }
+}
+
+/* ---- allocation failures ---------------------------------------------- */
+
+struct oom_ctx {
+    struct mpw *w;
+    struct dev ev[8];
+    uint32_t n;
+    uint64_t full_digest; /* one uninterrupted call */
+};
+
+static bool
+sc_batch(struct tu_alloc *t, void *vctx)
+{
+    struct oom_ctx *c = vctx;
+    uint64_t armed = t->fail_at;
+    bool forever = t->fail_forever;
+    tu_alloc_disarm(t);
+    lr_index *ix = mk_index(&t->a);
+    /* some state first, so the batch has parents to find */
+    for (uint32_t i = 0; i < 2; i++)
+        assert_st(direct(ix, &c->ev[i]), LR_OK);
+    tu_alloc_arm(t, armed, forever);
+    lr_vllm_batch_info info;
+    lr_vllm_batch_info_init(&info);
+    lr_status st = lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, &info);
+    bool failed = t->failed;
+    tu_alloc_disarm(t);
+    if (st == LR_ENOMEM) {
+        assert_true(failed);
+        /* exactly the events before the failing one are applied */
+        lr_index *ref = mk_index(NULL);
+        for (uint32_t i = 0; i < 2; i++)
+            assert_st(direct(ref, &c->ev[i]), LR_OK);
+        for (uint32_t i = 0; i < info.done; i++)
+            assert_st(direct(ref, &c->ev[2 + i]), LR_OK);
+        if (lr__index_digest(ref) != lr__index_digest(ix))
+            fail_msg("allocation %llu%s: state is not the first %u events",
+                     (unsigned long long)armed, forever ? " on" : "",
+                     info.done);
+        lr_index_destroy(ref);
+        /* applying the whole batch again ends where one call would */
+        assert_st(lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, NULL),
+                  LR_OK);
+    } else {
+        assert_st(st, LR_OK);
+    }
+    assert_true(lr__index_digest(ix) == c->full_digest);
+    assert_st(lr__index_verify(ix), LR_OK);
+    lr_index_destroy(ix);
+    return !failed;
+}
+
+static void
+oom(void **state)
+{
+    (void)state;
+    struct oom_ctx c;
+    memset(&c, 0, sizeof c);
+    c.w = calloc(1, sizeof *c.w);
+    uint64_t rs = 99;
+    for (uint32_t i = 0; i < 8; i++) {
+        random_event(&rs, &c.ev[i]);
+        c.ev[i].inst = INST;
+        c.ev[i].type = i == 5 ? 1 : 0;
+    }
+    c.n = 6;
+    mpw_batch(c.w, c.n, true);
+    for (uint32_t i = 0; i < c.n; i++)
+        encode(c.w, &c.ev[2 + i], i & 1, MPW_HASH_BYTES);
+    mpw_batch_end(c.w, true);
+    lr_index *ix = mk_index(NULL);
+    for (uint32_t i = 0; i < 2 + c.n; i++)
+        assert_st(direct(ix, &c.ev[i]), LR_OK);
+    c.full_digest = lr__index_digest(ix);
+    lr_index_destroy(ix);
+    tu_oom_loop(sc_batch, &c, 10000);
+    free(c.w);
+}
+
+/* ---- the router --------------------------------------------------------- */
+
+static void
+router_entry(void **state)
+{
+    (void)state;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_PREFIX_CACHE;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    uint32_t ids[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "e%u", i);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = name;
+        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
+    }
+    uint32_t t[3 * BS];
+    toks(t, 3 * BS, 12);
+    struct mpw *w = calloc(1, sizeof *w);
+    write_basic(w, true, MPW_HASH_INT, t, false);
+    lr_vllm_batch_info info;
+    lr_vllm_batch_info_init(&info);
+    assert_st(lr_router_vllm_batch(r, 9, w->buf, w->n, T0, &info), LR_ENOENT);
+    assert_st(lr_router_vllm_batch(r, ids[2], w->buf, w->n, T0, &info), LR_OK);
+    assert_int_equal(info.stored, 2);
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 1;
+    q.tokens = t;
+    q.n_tokens = 3 * BS;
+    q.flags = LR_ROUTE_DRY_RUN;
+    q.now_ns = T0;
+    lr_decision d;
+    lr_decision_init(&d);
+    assert_st(lr_router_route(r, &q, &d), LR_OK);
+    assert_int_equal(d.instance, ids[2]);
+    assert_int_equal(d.cached_tokens, 3 * BS);
+    assert_st(lr_router_vllm_batch(NULL, 0, w->buf, w->n, T0, NULL), LR_EINVAL);
+    assert_st(lr_router_vllm_batch(r, ids[2], w->buf, 3, T0, NULL),
+              LR_ECORRUPT);
+    free(w);
+    lr_router_destroy(r);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(encodings_agree),
+        cmocka_unit_test(cleared_and_unplaced),
+        cmocka_unit_test(skipped_events),
+        cmocka_unit_test(extra_keys_all_nil_apply),
+        cmocka_unit_test(malformed),
+        cmocka_unit_test(differential),
+        cmocka_unit_test(oom),
+        cmocka_unit_test(router_entry),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
