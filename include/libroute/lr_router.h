@@ -307,7 +307,10 @@ typedef struct lr_decision {
     uint32_t instance;
     /** Out: an lr_reason. */
     int32_t reason;
-    /** Out: tokens expected to hit the cache there. */
+    /** Out: tokens expected to hit the cache there. Policies that do not
+     * look at the cache (random, round-robin, least-request, least-load,
+     * session-affinity, consistent-hash) skip the index match, so for
+     * them this and best_cached_tokens are 0 whatever is cached. */
     uint32_t cached_tokens;
     /** Out: the deepest cached prefix on any routable instance. */
     uint32_t best_cached_tokens;

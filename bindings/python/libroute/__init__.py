@@ -1,0 +1,94 @@
+"""Python binding of libroute, the routing brain of LLM inference gateways.
+
+    import libroute
+
+    with libroute.Router("dualmap", seed=42) as r:
+        ids = [r.add_instance(f"10.0.0.{i}:8000") for i in range(8)]
+        d = r.route(tokens, request_id=1, now_ns=time.monotonic_ns())
+        ...                                   # send to d.instance
+        r.first_token(1, now_ns=time.monotonic_ns())
+        r.complete(1, output_tokens=120, now_ns=time.monotonic_ns())
+
+One class per handle (Router, Index, Ring, Load), each owning its C handle
+(close(), ``with``, or the garbage collector), plus the reentrant helpers
+block_keys() and text_tokens(). Failures raise LrError subclasses that
+carry the library's status and message (libroute.errors). Enums and
+constants come from the header the module was compiled against
+(libroute.enums). The C API reference is include/libroute/*.h.
+
+Threads: Router may be shared freely. Index, Ring and Load serialize
+their calls with a per-object lock (the C handles are one thread at a
+time); give each thread its own for parallelism. cffi releases the GIL
+during every C call.
+"""
+
+from __future__ import annotations
+
+from ._ffi import HEADER_VERSION, HEADER_VERSION_NUMBER, ffi, lib
+from .enums import (Bounds, MatchFlag, Param, Policy, Reason, RouteFlag,
+                    Status, Trust, constants)
+from .errors import (AlreadyExistsError, BufferSizeError, ClosedError,
+                     CorruptError, InvalidArgumentError, LimitError, LrError,
+                     NotFoundError, NotSupportedError, OutOfMemoryError,
+                     OutOfRangeError, StateError, VersionError, status_name,
+                     strerror)
+from .index import Delta, Hit, Index, IndexStats, Match, block_keys
+from .load import Load, LoadSnapshot, RequestState
+from .ring import Ring
+from .router import (Decision, Move, Router, RouterStats, Score,
+                     param_bounds)
+from .text import text_tokens
+from .vllm import VllmBatchInfo
+
+#: Marks "no instance" (LR_INSTANCE_NONE).
+INSTANCE_NONE: int = lib.LR_INSTANCE_NONE
+
+
+def version_number() -> int:
+    """lr_version_number() of the loaded library (0.1.0 is 100)."""
+    return lib.lr_version_number()
+
+
+def version_string() -> str:
+    """lr_version_string() of the loaded library ("0.1.0")."""
+    return ffi.string(lib.lr_version_string()).decode("ascii")
+
+
+def policy_name(policy: int) -> str:
+    """lr_policy_name(): the library's name of a policy value."""
+    p = lib.lr_policy_name(int(policy))
+    if p == ffi.NULL:
+        raise ValueError(f"no policy has the value {policy!r}")
+    return ffi.string(p).decode("ascii")
+
+
+def policy_from_name(name: str) -> Policy:
+    """lr_policy_from_name(): the policy the library calls ``name``."""
+    return Policy.from_label(name)
+
+
+def reason_name(reason: int) -> str:
+    """lr_reason_name(): the library's name of a reason value."""
+    p = lib.lr_reason_name(int(reason))
+    if p == ffi.NULL:
+        raise ValueError(f"no reason has the value {reason!r}")
+    return ffi.string(p).decode("ascii")
+
+
+__version__ = version_string()
+
+__all__ = [
+    "Router", "Index", "Ring", "Load",
+    "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
+    "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
+    "VllmBatchInfo",
+    "Status", "Trust", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
+    "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
+    "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
+    "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
+    "ClosedError",
+    "block_keys", "text_tokens", "param_bounds", "strerror", "status_name",
+    "policy_name", "policy_from_name", "reason_name", "version_number",
+    "version_string", "constants", "INSTANCE_NONE", "HEADER_VERSION",
+    "HEADER_VERSION_NUMBER", "ffi", "lib",
+]

@@ -1,0 +1,505 @@
+"""lr_router: route() over live state (include/libroute/lr_router.h,
+docs/router.md).
+
+Thread safety: every call on one Router may come from any thread at any
+time; the library locks the router itself, and cffi releases the GIL for
+the length of each call, so Python threads do not serialize on the GIL
+while the library works. close() waits for the calls still running.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+
+from ._ffi import ffi, lib
+from ._util import (_Handle, bytes_in, from_struct, name_in, set_fields,
+                    take_blob, u32, u32_in, u64, u64_in)
+from .enums import Bounds, Param, Policy, Reason, as_enum
+from .errors import check
+from .index import Delta, _kv_stored
+from .load import LoadSnapshot, engine_stats, snapshot_from
+from .vllm import VllmBatchInfo, finish, new_info
+
+__all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
+           "param_bounds"]
+
+_BUFSIZE = 11  # LR_EBUFSIZE
+_NONE = lib.LR_INSTANCE_NONE
+_DRY_RUN = lib.LR_ROUTE_DRY_RUN
+_NO_LEARN = lib.LR_ROUTE_NO_LEARN
+_SCORES = lib.LR_ROUTE_SCORES
+
+PolicyLike = Union[Policy, int, str]
+ParamLike = Union[Param, int, str]
+
+
+class Score(NamedTuple):
+    """One instance's score in a decision (lr_score); lower is better,
+    NaN where the policy did not rank the instance."""
+
+    instance: int
+    cached_tokens: int
+    score: float
+
+
+class Decision(NamedTuple):
+    """A routing decision (lr_decision).
+
+    ``alt_instance`` is None when the policy has no second candidate;
+    ``cost`` is NaN when the policy predicts none; ``scores`` is None
+    unless route(scores=True) asked for them (then in instance id order).
+    """
+
+    instance: int
+    reason: Reason
+    cached_tokens: int
+    best_cached_tokens: int
+    cost: float
+    alt_instance: Optional[int]
+    scores: Optional[Tuple[Score, ...]]
+
+
+class Move(NamedTuple):
+    """A proposed move of a queued request (lr_move). ``from_`` because
+    ``from`` is a Python keyword."""
+
+    request_id: int
+    from_: int
+    to: int
+    benefit_s: float
+
+
+class RouterStats(NamedTuple):
+    """Router counters (lr_router_stats). ``by_reason`` maps each Reason
+    to the decisions it explains."""
+
+    routes: int
+    dry_runs: int
+    inflight: int
+    instances: int
+    routable: int
+    by_reason: Dict[Reason, int]
+    prompt_tokens: int
+    cached_tokens: int
+
+
+def _policy(value: PolicyLike) -> int:
+    if isinstance(value, str):
+        try:
+            return Policy.from_label(value)
+        except LookupError:
+            try:
+                return Policy[value.upper().replace("-", "_")]
+            except KeyError:
+                raise ValueError(f"unknown policy {value!r}") from None
+    return int(value)
+
+
+def _param(key: ParamLike) -> int:
+    if isinstance(key, str):
+        try:
+            return Param[key.upper()]
+        except KeyError:
+            raise ValueError(f"unknown parameter {key!r}") from None
+    return int(key)
+
+
+def param_bounds(key: ParamLike) -> Bounds:
+    """lr_router_param_bounds(): bounds and default of a parameter.
+    An unknown key raises NotSupportedError."""
+    b = lib.lr_router_param_bounds(_param(key))
+    check(b.status, "lr_router_param_bounds")
+    return Bounds(b.lo, b.hi, getattr(b, "def"))
+
+
+class Router(_Handle):
+    """A router (lr_router): picks an instance for each request.
+
+    Keyword arguments are lr_router_options fields; None keeps the
+    library's default. ``policy`` takes a Policy, its label
+    ("prefix-cache-and-load") or its name ("PREFIX_CACHE_AND_LOAD").
+    Use it as a context manager or call close(); otherwise the garbage
+    collector destroys it.
+    """
+
+    __slots__ = ("_score_cap",)
+    _kind = "Router"
+
+    def __init__(self, policy: Optional[PolicyLike] = None, *,
+                 seed: Optional[int] = None,
+                 max_instances: Optional[int] = None,
+                 max_requests: Optional[int] = None,
+                 block_tokens: Optional[int] = None,
+                 index_capacity_blocks: Optional[int] = None,
+                 index_ttl_ns: Optional[int] = None,
+                 ring_vnodes: Optional[int] = None) -> None:
+        opt = ffi.new("lr_router_options *")
+        lib.lr_router_options_init(opt)
+        set_fields(opt, "Router",
+                   policy=None if policy is None else _policy(policy),
+                   seed=seed, max_instances=max_instances,
+                   max_requests=max_requests, block_tokens=block_tokens,
+                   index_capacity_blocks=index_capacity_blocks,
+                   index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes)
+        out = ffi.new("lr_router **")
+        check(lib.lr_router_create(opt, out), "lr_router_create")
+        self._own(out[0], lib.lr_router_destroy, exclusive=False)
+        self._score_cap = 16
+
+    # ---- policy ---------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in use (lr_router_policy); assignable."""
+        with self._use() as p:
+            v = lib.lr_router_policy(p)
+        return as_enum(Policy, v)
+
+    @policy.setter
+    def policy(self, value: PolicyLike) -> None:
+        self.set_policy(value)
+
+    def set_policy(self, policy: PolicyLike) -> None:
+        """lr_router_set_policy(): per-policy state is kept."""
+        v = _policy(policy)
+        with self._use() as p:
+            st = lib.lr_router_set_policy(p, v)
+        check(st, "lr_router_set_policy")
+
+    # ---- instances ------------------------------------------------------
+
+    def add_instance(self, name: Union[str, bytes], *,
+                     instance_class: int = 0, prefix_caching: bool = True,
+                     rtt_ns: int = 0) -> int:
+        """lr_router_add_instance(): returns the id the router assigned.
+        ``name`` (copied) places the instance on the ring."""
+        spec = ffi.new("lr_instance_spec *")
+        lib.lr_instance_spec_init(spec)
+        b = name_in(name, "name")
+        keep = ffi.new("char[]", b)
+        spec.name = keep
+        set_fields(spec, "add_instance", instance_class=instance_class,
+                   prefix_caching=1 if prefix_caching else 0, rtt_ns=rtt_ns)
+        out = ffi.new("uint32_t *")
+        with self._use() as p:
+            st = lib.lr_router_add_instance(p, spec, out)
+        check(st, "lr_router_add_instance")
+        return out[0]
+
+    def find_instance(self, name: Union[str, bytes]) -> int:
+        """lr_router_find_instance(): the id of a name (NotFoundError if
+        there is none)."""
+        b = name_in(name, "name")
+        out = ffi.new("uint32_t *")
+        with self._use() as p:
+            st = lib.lr_router_find_instance(p, b, out)
+        check(st, "lr_router_find_instance")
+        return out[0]
+
+    def drain_instance(self, instance: int, draining: bool = True) -> None:
+        """lr_router_drain_instance(): stop (or, with draining=False,
+        resume) new routes to it; its requests and prefixes stay."""
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_drain_instance(p, inst, 1 if draining else 0)
+        check(st, "lr_router_drain_instance")
+
+    def remove_instance(self, instance: int) -> None:
+        """lr_router_remove_instance(): routes, load and requests go."""
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_remove_instance(p, inst)
+        check(st, "lr_router_remove_instance")
+
+    @property
+    def instance_count(self) -> int:
+        """lr_router_instance_count(): draining instances included."""
+        with self._use() as p:
+            return lib.lr_router_instance_count(p)
+
+    def set_class(self, instance_class: int, *,
+                  prefill_tokens_per_s: float) -> None:
+        """lr_router_set_class(): a GPU class's prefill speed."""
+        spec = ffi.new("lr_class_spec *")
+        lib.lr_class_spec_init(spec)
+        set_fields(spec, "set_class",
+                   prefill_tokens_per_s=prefill_tokens_per_s)
+        cls = u32(instance_class, "instance_class")
+        with self._use() as p:
+            st = lib.lr_router_set_class(p, cls, spec)
+        check(st, "lr_router_set_class")
+
+    # ---- telemetry ------------------------------------------------------
+
+    def set_stats(self, instance: int, *, running: int, waiting: int,
+                  kv_use: float, scraped_ns: int) -> None:
+        """lr_router_set_stats(): the engine's scraped metrics."""
+        s = engine_stats(running, waiting, kv_use, scraped_ns, "set_stats")
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_set_stats(p, inst, s)
+        check(st, "lr_router_set_stats")
+
+    def observe_rtt(self, instance: int, rtt_ns: int) -> None:
+        """lr_router_observe_rtt(): an RTT probe."""
+        inst, rtt = u32(instance, "instance"), u64(rtt_ns, "rtt_ns")
+        with self._use() as p:
+            st = lib.lr_router_observe_rtt(p, inst, rtt)
+        check(st, "lr_router_observe_rtt")
+
+    def instance_load(self, instance: int) -> LoadSnapshot:
+        """lr_router_instance_load(): one instance's load."""
+        s = ffi.new("lr_load_snapshot *")
+        lib.lr_load_snapshot_init(s)
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_instance_load(p, inst, s)
+        check(st, "lr_router_instance_load")
+        return snapshot_from(s)
+
+    # ---- route ----------------------------------------------------------
+
+    def route(self, tokens: Any, *, request_id: int, now_ns: int,
+              boundaries: Any = None, tenant_salt: int = 0,
+              session: Optional[int] = None,
+              expected_output_tokens: int = 0, dry_run: bool = False,
+              learn: bool = True, scores: bool = False) -> Decision:
+        """lr_router_route(): choose an instance and, unless ``dry_run``,
+        record the dispatch (the request is then in flight until
+        complete() or fail()).
+
+        ``tokens`` and ``boundaries`` (message ends, token offsets) take
+        any sequence of ints, or an ``array('I')``/uint32 buffer without a
+        copy. ``learn=False`` records the dispatch but learns nothing
+        (hosts that feed KV events). ``scores=True`` fills
+        Decision.scores. A failed call records nothing and raises.
+        """
+        flags = ((_DRY_RUN if dry_run else 0) |
+                 (0 if learn else _NO_LEARN) |
+                 (_SCORES if scores else 0))
+        q = ffi.new("lr_request *")
+        lib.lr_request_init(q)
+        try:  # the hot path: plain assignments, checked by cffi
+            q.id = request_id
+            q.tenant_salt = tenant_salt
+            q.expected_output_tokens = expected_output_tokens
+            q.flags = flags
+            q.now_ns = now_ns
+            if session is not None:
+                q.session = session
+                q.has_session = 1
+        except (OverflowError, TypeError):
+            # Again, slowly, for an error that names the argument.
+            set_fields(q, "route", id=request_id, tenant_salt=tenant_salt,
+                       expected_output_tokens=expected_output_tokens,
+                       now_ns=now_ns, session=session)
+            raise  # pragma: no cover - set_fields raised already
+        tok = u32_in(tokens, "tokens")
+        bnd = None
+        d = ffi.new("lr_decision *")
+        buf = None
+        try:
+            if boundaries is not None:
+                bnd = u32_in(boundaries, "boundaries")
+            q.tokens = tok
+            q.n_tokens = len(tok)
+            if bnd is not None:
+                q.boundaries = bnd
+                q.n_boundaries = len(bnd)
+            while True:
+                lib.lr_decision_init(d)
+                if scores:
+                    cap = self._score_cap
+                    buf = ffi.new("lr_score[]", cap)
+                    d.scores = buf
+                    d.scores_capacity = cap
+                p = self._acquire()
+                try:
+                    st = lib.lr_router_route(p, q, d)
+                finally:
+                    self._release()
+                # LR_EBUFSIZE is found before anything is computed or
+                # recorded: retry with the size it reports.
+                if st == _BUFSIZE and scores and d.n_scores > cap:
+                    self._score_cap = d.n_scores
+                    continue
+                check(st, "lr_router_route")
+                break
+        finally:
+            ffi.release(tok)
+            if bnd is not None:
+                ffi.release(bnd)
+        sc = None
+        if scores:
+            sc = tuple([Score(s.instance, s.cached_tokens, s.score)
+                        for s in buf[0:d.n_scores]])
+        alt = d.alt_instance
+        return Decision(d.instance, as_enum(Reason, d.reason),
+                        d.cached_tokens, d.best_cached_tokens, d.cost,
+                        None if alt == _NONE else alt, sc)
+
+    # ---- lifecycle ------------------------------------------------------
+
+    def first_token(self, request_id: int, *, now_ns: int) -> None:
+        """lr_router_first_token(): TTFT = now_ns - route time."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        with self._use() as p:
+            st = lib.lr_router_first_token(p, rid, now)
+        check(st, "lr_router_first_token")
+
+    def complete(self, request_id: int, output_tokens: int, *,
+                 now_ns: int) -> None:
+        """lr_router_complete(): the request finished."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        out = u32(output_tokens, "output_tokens")
+        with self._use() as p:
+            st = lib.lr_router_complete(p, rid, out, now)
+        check(st, "lr_router_complete")
+
+    def fail(self, request_id: int, *, now_ns: int) -> None:
+        """lr_router_fail(): the request failed or was cancelled."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        with self._use() as p:
+            st = lib.lr_router_fail(p, rid, now)
+        check(st, "lr_router_fail")
+
+    # ---- rebalancing ----------------------------------------------------
+
+    def rebalance_plan(self, now_ns: int,
+                       max_moves: Optional[int] = None) -> List[Move]:
+        """lr_router_rebalance_plan(): moves of queued requests off
+        overloaded instances; changes nothing. Carry a move out, then
+        report it with move(). ``max_moves`` stops the plan early; by
+        default the whole plan is returned."""
+        now = u64(now_ns, "now_ns")
+        n = ffi.new("size_t *")
+        if max_moves is not None:
+            cap = int(max_moves)
+            if cap < 0:
+                raise ValueError("max_moves must be >= 0")
+        else:
+            # Each request moves at most once: in flight bounds the plan.
+            cap = max(self.stats().inflight, 16)
+        while True:
+            moves = ffi.new("lr_move[]", max(cap, 1))
+            with self._use() as p:
+                st = lib.lr_router_rebalance_plan(p, now, moves, cap, n)
+            check(st, "lr_router_rebalance_plan")
+            # The C call cannot say it stopped at capacity (no *needed);
+            # a full buffer may be a cut plan, so ask again with room.
+            if max_moves is not None or n[0] < cap:
+                break
+            cap *= 2
+        return [Move(m.request_id, getattr(m, "from"), m.to, m.benefit_s)
+                for m in moves[0:n[0]]]
+
+    def move(self, request_id: int, to: int) -> None:
+        """lr_router_move(): a queued request now runs on ``to``."""
+        rid, dst = u64(request_id, "request_id"), u32(to, "to")
+        with self._use() as p:
+            st = lib.lr_router_move(p, rid, dst)
+        check(st, "lr_router_move")
+
+    # ---- parameters -----------------------------------------------------
+
+    def set_param(self, key: ParamLike, value: float) -> None:
+        """lr_router_set_param(): out of bounds raises OutOfRangeError
+        (never clamped); see Param.X.bounds."""
+        k, v = _param(key), float(value)
+        with self._use() as p:
+            st = lib.lr_router_set_param(p, k, v)
+        check(st, "lr_router_set_param")
+
+    def get_param(self, key: ParamLike) -> float:
+        """lr_router_get_param() (the tuned value for GORGO's weights)."""
+        k = _param(key)
+        out = ffi.new("double *")
+        with self._use() as p:
+            st = lib.lr_router_get_param(p, k, out)
+        check(st, "lr_router_get_param")
+        return out[0]
+
+    # ---- precise mode and replicas --------------------------------------
+
+    def kv_stored(self, instance: int, block_hashes: Any, token_ids: Any, *,
+                  block_size: int, now_ns: int,
+                  parent_hash: Optional[int] = None,
+                  tenant_salt: int = 0) -> None:
+        """lr_router_kv_stored(): see Index.kv_stored()."""
+        inst = u32(instance, "instance")
+        now = u64(now_ns, "now_ns")
+        with _kv_stored(block_hashes, token_ids, block_size, parent_hash,
+                        tenant_salt) as ev, self._use() as p:
+            st = lib.lr_router_kv_stored(p, inst, ev, now)
+        check(st, "lr_router_kv_stored")
+
+    def kv_removed(self, instance: int, block_hashes: Any) -> int:
+        """lr_router_kv_removed(): returns how many hashes were known."""
+        inst = u32(instance, "instance")
+        n = ffi.new("size_t *")
+        with u64_in(block_hashes, "block_hashes") as h, self._use() as p:
+            st = lib.lr_router_kv_removed(p, inst, h, len(h), n)
+        check(st, "lr_router_kv_removed")
+        return n[0]
+
+    def kv_cleared(self, instance: int) -> None:
+        """lr_router_kv_cleared()."""
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_kv_cleared(p, inst)
+        check(st, "lr_router_kv_cleared")
+
+    def vllm_batch(self, instance: int, payload: Any, *,
+                   now_ns: int) -> VllmBatchInfo:
+        """lr_router_vllm_batch(): Index.vllm_batch() on the router's
+        index, under its lock."""
+        inst, now = u32(instance, "instance"), u64(now_ns, "now_ns")
+        info = new_info()
+        with bytes_in(payload, "payload") as buf, self._use() as p:
+            st = lib.lr_router_vllm_batch(p, inst, buf, len(buf), now, info)
+        return finish(st, info, "lr_router_vllm_batch")
+
+    def mark(self) -> int:
+        """lr_router_mark(): the journal position for export_delta()."""
+        with self._use() as p:
+            return lib.lr_router_mark(p)
+
+    def export_delta(self, since_mark: int = 0) -> Delta:
+        """lr_router_export_delta(): bytes for other gateway replicas and
+        the mark to pass next time."""
+        out = ffi.new("lr_blob **")
+        mark = ffi.new("uint64_t *")
+        since = u64(since_mark, "since_mark")
+        with self._use() as p:
+            st = lib.lr_router_export_delta(p, since, out, mark)
+        check(st, "lr_router_export_delta")
+        return Delta(take_blob(out), mark[0])
+
+    def import_delta(self, data: Any, *, now_ns: int) -> None:
+        """lr_router_import_delta(): a peer's delta (bytes-like, read in
+        place); its routes become REMOTE routes here."""
+        now = u64(now_ns, "now_ns")
+        with bytes_in(data, "data") as buf, self._use() as p:
+            st = lib.lr_router_import_delta(p, buf, len(buf), now)
+        check(st, "lr_router_import_delta")
+
+    def expire(self, now_ns: int) -> None:
+        """lr_router_expire(): drop routes unused for longer than the TTL
+        (route() does this too; for hosts with idle periods)."""
+        now = u64(now_ns, "now_ns")
+        with self._use() as p:
+            st = lib.lr_router_expire(p, now)
+        check(st, "lr_router_expire")
+
+    # ---- statistics -----------------------------------------------------
+
+    def stats(self) -> RouterStats:
+        """lr_router_get_stats()."""
+        s = ffi.new("lr_router_stats *")
+        lib.lr_router_stats_init(s)
+        with self._use() as p:
+            st = lib.lr_router_get_stats(p, s)
+        check(st, "lr_router_get_stats")
+        by_reason = {as_enum(Reason, i): s.by_reason[i]
+                     for i in range(len(s.by_reason))}
+        return from_struct(RouterStats, s, by_reason=by_reason)
