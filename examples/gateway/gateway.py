@@ -1,0 +1,332 @@
+"""A small OpenAI-compatible HTTP gateway that routes with libroute.
+
+For each POST /v1/completions or /v1/chat/completions it tokenizes the
+prompt with libroute's text helper (one token per 4 bytes, each message on
+its own, so that a conversation's history is a token prefix of its next
+turn), asks the router, proxies the request to the chosen backend, streams
+the answer back as it comes, and reports the first token and the end (or
+the failure) to the router. Behind it:
+
+- a scraper thread reads each backend's vLLM-named metrics every 100 ms
+  (running, waiting, KV use) and feeds them to the router with the probe
+  time as the RTT;
+- a backend that refuses a connection or fails a scrape is drained, the
+  request is retried on the router's next choice, and a health thread
+  undrains the backend once GET /health answers again.
+
+GET /status shows the backends and the router's counters.
+
+    python3 gateway.py --port 8100 --backend e1=127.0.0.1:8101 \\
+        --backend e2=127.0.0.1:8102 --policy prefix-cache
+
+Needs the libroute Python package on PYTHONPATH (bindings/python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import http.server
+import itertools
+import json
+import re
+import threading
+import time
+from array import array
+from typing import Any, Dict, List, Optional, Tuple
+
+import libroute
+from libroute import Router, text_tokens
+
+from fake_engine import prompt_text
+
+_METRIC = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$")
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()
+
+
+class Backend:
+    def __init__(self, name: str, host: str, port: int, ident: int) -> None:
+        self.name, self.host, self.port, self.id = name, host, port, ident
+        self.up = True
+
+
+class Gateway:
+    """The routing state shared by the handler threads."""
+
+    def __init__(self, backends: List[Tuple[str, str, int]], *,
+                 policy: str = "prefix-cache", scrape_s: float = 0.1,
+                 health_s: float = 0.25, timeout_s: float = 30.0) -> None:
+        self.router = Router(policy, seed=1)
+        self.backends: Dict[int, Backend] = {}
+        for name, host, port in backends:
+            ident = self.router.add_instance(name)
+            self.backends[ident] = Backend(name, host, port, ident)
+        self.ids = itertools.count(1)
+        self.lock = threading.Lock()
+        self.scrape_s, self.health_s, self.timeout_s = (scrape_s, health_s,
+                                                         timeout_s)
+        self.stop = threading.Event()
+        self.retries = 0
+        self.threads = [threading.Thread(target=self._scrape_loop,
+                                         daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        self.router.close()
+
+    # ---- backend health -------------------------------------------------
+
+    def mark_down(self, b: Backend) -> None:
+        with self.lock:
+            if not b.up:
+                return
+            b.up = False
+        try:
+            self.router.drain_instance(b.id, True)
+        except libroute.LrError:
+            pass
+
+    def _mark_up(self, b: Backend) -> None:
+        with self.lock:
+            if b.up:
+                return
+            b.up = True
+        self.router.drain_instance(b.id, False)
+
+    def _get(self, b: Backend, path: str) -> Optional[str]:
+        try:
+            c = http.client.HTTPConnection(b.host, b.port, timeout=1.0)
+            c.request("GET", path)
+            r = c.getresponse()
+            data = r.read().decode("utf-8", "replace")
+            c.close()
+            return data if r.status == 200 else None
+        except OSError:
+            return None
+
+    def _scrape_loop(self) -> None:
+        next_health = 0.0
+        while not self.stop.wait(self.scrape_s):
+            for b in list(self.backends.values()):
+                if not b.up:
+                    if time.monotonic() >= next_health and \
+                            self._get(b, "/health") is not None:
+                        self._mark_up(b)
+                    continue
+                t0 = now_ns()
+                text = self._get(b, "/metrics")
+                t1 = now_ns()
+                if text is None:
+                    self.mark_down(b)
+                    continue
+                m = {}
+                for line in text.splitlines():
+                    g = _METRIC.match(line)
+                    if g:
+                        m[g.group(1)] = float(g.group(2))
+                kv = m.get("vllm:kv_cache_usage_perc",
+                           m.get("vllm:gpu_cache_usage_perc", 0.0))
+                self.router.set_stats(
+                    b.id, running=int(m.get("vllm:num_requests_running", 0)),
+                    waiting=int(m.get("vllm:num_requests_waiting", 0)),
+                    kv_use=min(max(kv, 0.0), 1.0), scraped_ns=t1)
+                self.router.observe_rtt(b.id, t1 - t0)
+            if time.monotonic() >= next_health:
+                next_health = time.monotonic() + self.health_s
+
+    # ---- requests -------------------------------------------------------
+
+    @staticmethod
+    def tokenize(body: Dict[str, Any]) -> Tuple[array, array]:
+        """Tokens and message ends: each message is cut on its own so that
+        a turn's tokens start with the previous turn's."""
+        parts, _ = prompt_text(body)
+        toks = array("I")
+        ends = array("I")
+        for p in parts:
+            toks.extend(text_tokens(p))
+            ends.append(len(toks))
+        return toks, ends
+
+    def status(self) -> Dict[str, Any]:
+        s = self.router.stats()
+        return {
+            "policy": self.router.policy.label,
+            "backends": [{"name": b.name, "id": b.id, "up": b.up,
+                          "inflight": self.router.instance_load(b.id).inflight}
+                         for b in self.backends.values()],
+            "routes": s.routes,
+            "inflight": s.inflight,
+            "retries": self.retries,
+        }
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "libroute-gateway/0.1"
+    protocol_version = "HTTP/1.0"
+
+    @property
+    def gw(self) -> Gateway:
+        return self.server.gateway  # type: ignore[attr-defined]
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        pass
+
+    def _json(self, code: int, obj: Any,
+              extra: Optional[Dict[str, str]] = None) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/status":
+            self._json(200, self.gw.status())
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+            self._json(404, {"error": "not found"})
+            return
+        gw = self.gw
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(n)
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            toks, ends = gw.tokenize(body)
+            max_tokens = int(body.get("max_tokens", 16))
+        except (ValueError, TypeError) as e:
+            self._json(400, {"error": f"bad request: {e}"})
+            return
+        rid = next(gw.ids)
+        for _ in range(len(gw.backends)):
+            try:
+                d = gw.router.route(toks, request_id=rid, now_ns=now_ns(),
+                                    boundaries=ends,
+                                    expected_output_tokens=max_tokens)
+            except libroute.StateError:
+                break  # every backend drained
+            b = gw.backends[d.instance]
+            try:
+                conn = http.client.HTTPConnection(b.host, b.port,
+                                                  timeout=gw.timeout_s)
+                conn.request("POST", self.path, raw,
+                             {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+            except OSError:
+                gw.router.fail(rid, now_ns=now_ns())
+                gw.mark_down(b)
+                with gw.lock:
+                    gw.retries += 1
+                continue
+            self._relay(rid, b, d, conn, resp, bool(body.get("stream")))
+            return
+        self._json(503, {"error": "no backend available"})
+
+    def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
+               conn: http.client.HTTPConnection,
+               resp: http.client.HTTPResponse, stream: bool) -> None:
+        gw = self.gw
+        hdr = {"X-Libroute-Backend": b.name,
+               "X-Libroute-Reason": d.reason.label,
+               "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
+        out_tokens = 0
+        try:
+            if not stream or resp.status != 200:
+                data = resp.read()
+                gw.router.first_token(rid, now_ns=now_ns())
+                try:
+                    out_tokens = int(json.loads(data)["usage"]
+                                     ["completion_tokens"])
+                except (ValueError, KeyError, TypeError):
+                    out_tokens = 0
+                self.send_response(resp.status)
+                self.send_header("Content-Type",
+                                 resp.getheader("Content-Type",
+                                                "application/json"))
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in hdr.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+            else:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                for k, v in hdr.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                first = True
+                while True:
+                    line = resp.readline()
+                    if not line:
+                        break
+                    if line.startswith(b"data: ") and \
+                            not line.startswith(b"data: [DONE]"):
+                        if first:
+                            gw.router.first_token(rid, now_ns=now_ns())
+                            first = False
+                        if b'"delta"' in line or b'"text"' in line:
+                            out_tokens += 1
+                    self.wfile.write(line)
+                    self.wfile.flush()
+            gw.router.complete(rid, out_tokens, now_ns=now_ns())
+        except OSError:
+            # the backend or the client went away mid-answer
+            gw.router.fail(rid, now_ns=now_ns())
+        finally:
+            conn.close()
+
+
+class GatewayServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, addr: Tuple[str, int], gateway: Gateway) -> None:
+        super().__init__(addr, Handler)
+        self.gateway = gateway
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description="OpenAI-style gateway routing with libroute.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--policy", default="prefix-cache",
+                    help="a libroute policy name (default prefix-cache)")
+    ap.add_argument("--backend", action="append", required=True,
+                    metavar="NAME=HOST:PORT")
+    a = ap.parse_args()
+    backends = []
+    for spec in a.backend:
+        m = re.fullmatch(r"([^=]+)=([^:]+):(\d+)", spec)
+        if not m:
+            ap.error(f"--backend {spec!r}: expected NAME=HOST:PORT")
+        backends.append((m.group(1), m.group(2), int(m.group(3))))
+    gw = Gateway(backends, policy=a.policy)
+    srv = GatewayServer((a.host, a.port), gw)
+    print(f"gateway on http://{a.host}:{a.port} ({a.policy}), "
+          f"{len(backends)} backends", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+        gw.close()
+
+
+if __name__ == "__main__":
+    main()
