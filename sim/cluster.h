@@ -1,0 +1,73 @@
+/* lrsim: instance classes (engine speed profiles) and cluster specs.
+ *
+ *   SPEC   := PRESET | GROUP { "+" GROUP }
+ *   GROUP  := [COUNT "x"] CLASS { "-nocache" } [ "@" RTT [ "ms" ] ]
+ *           | COUNT                         (COUNT instances of a100)
+ *   PRESET := "regions" | "regions:K" | "lodestar" | "hetero"
+ *
+ *   8                  8 x a100, 1 ms RTT
+ *   4xh100+4xa100      a fast and a slower class
+ *   4xa30+4xv100-nocache  Lodestar's mix: the V100s cache nothing
+ *   2xa100@279ms       two instances in another region
+ *   regions            3 regions x 4 a100: RTT 37 / 279 / 456 ms (GORGO)
+ *
+ * Class figures are documented in docs/simulator.md with their sources. */
+#ifndef LRSIM_CLUSTER_H
+#define LRSIM_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+/* An engine speed profile: a 7-8B dense model (Llama-3-8B-like, bf16, 128
+ * KiB of KV per token) on one GPU of a kind, as vLLM would run it. */
+struct sim_class {
+    const char *name;
+    const char *what;
+    /* step time = overhead
+     *   + sum over prefill chunks: tokens * prefill_us * (1 + ctx / ctx_double)
+     *   + decode seqs * decode_seq_us + their context tokens * decode_ctx_us */
+    double overhead_us;
+    double prefill_us;    /* per prompt token, short context */
+    double ctx_double;    /* context at which a token's prefill cost doubles */
+    double decode_seq_us; /* per sequence in a decode step */
+    double decode_ctx_us; /* per context token of a decoding sequence */
+    uint32_t max_batch;    /* running sequences (vLLM max_num_seqs) */
+    uint32_t token_budget; /* tokens per step (max_num_batched_tokens) */
+    uint64_t kv_tokens;    /* KV cache capacity in tokens */
+    uint32_t max_model_len;
+};
+
+extern const struct sim_class sim_classes[];
+const struct sim_class *sim_class_find(const char *name);
+
+#define SIM_DEFAULT_CLASS "a100"
+#define SIM_DEFAULT_RTT_US 1000u
+#define SIM_MAX_INSTANCES 1024u
+
+struct sim_instance {
+    char name[48];
+    const struct sim_class *cls;
+    uint32_t class_id; /* index in sim_classes */
+    int prefix_caching;
+    uint64_t rtt_us; /* gateway <-> engine round trip */
+    uint32_t group;  /* which GROUP of the spec (a region, say) */
+};
+
+struct sim_cluster {
+    char spec[128];
+    struct sim_instance *inst;
+    uint32_t n;
+    uint32_t n_groups;
+};
+
+/* Parse a spec (see above). 0, or -1 with the reason in err. */
+int sim_cluster_parse(const char *spec, struct sim_cluster *c,
+                      struct sim_err *err);
+void sim_cluster_free(struct sim_cluster *c);
+
+/* A one-line description ("4 x a100 (1 ms) + 4 x v100 no-cache (1 ms)"). */
+void sim_cluster_describe(const struct sim_cluster *c, char *buf, size_t len);
+
+#endif /* LRSIM_CLUSTER_H */

@@ -1,0 +1,745 @@
+/* lrsim: the engine model (see engine.h for the picture).
+ *
+ * Worked example, block_tokens = 4, capacity 8 blocks, one sequence
+ * "AAAA BBBB CC" (10 tokens, keys kA, kAB; the partial block has none):
+ *
+ *   admit:  no hit; chunk of 10 tokens needs 3 blocks: 0 1 2 (ref 1)
+ *   step:   computed 10 = target; blocks 0, 1 get keys kA, kAB (table);
+ *           the step samples the first token
+ *   ...     decode steps; at 12 tokens block 2 is full (no key: output)
+ *   done:   release 2, 1, 0: block 2 (no key) to the head of the free
+ *           queue, then 1 and 0 to the tail: eviction order 2, <older>, 1, 0
+ *   next "AAAA BBBB DDDD": hits kA, kAB -> 8 tokens cached, pins 0 and 1
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define NIL UINT32_MAX
+#define SEED_SALT 0x6c7273696d6b7631ull /* "lrsimkv1" */
+#define SEED_BLOCK 0x6c7273696d626c6bull
+
+struct blk {
+    uint64_t key;
+    uint64_t qpos; /* position of its live free-queue entry (ref == 0) */
+    uint32_t ref;
+    uint32_t hashed;
+};
+
+struct slot {
+    uint64_t key;
+    uint32_t id; /* block id + 1; 0: empty */
+};
+
+struct queue {
+    struct sim_seq *head, *tail;
+    uint32_t n;
+};
+
+struct sim_engine {
+    const struct sim_class *cls;
+    int caching;
+    uint32_t bt; /* tokens per block */
+    uint32_t cap;
+    uint32_t n_free;
+    uint32_t n_hashed;
+    uint32_t watermark;
+    struct blk *blk;
+    /* the free queue: a ring of block ids, head first; an entry is live
+     * when its block has ref 0 and qpos names it (pinning a free block
+     * leaves a stale entry behind, skipped when reached) */
+    uint32_t *fq;
+    uint64_t fq_mask, fq_head, fq_tail;
+    struct slot *table;
+    uint64_t mask;
+    /* admission memo: the waiting head that did not fit and the free
+     * blocks then; it is not retried until one of them changes */
+    const struct sim_seq *stuck;
+    uint32_t stuck_free;
+    struct queue waiting, running;
+    struct sim_seq **sched;
+    uint32_t n_sched;
+    int busy;
+    uint64_t pending;
+    struct sim_engine_counters c;
+};
+
+/* ---- sequences -------------------------------------------------------------- */
+
+int
+sim_seq_set_keys(struct sim_seq *s, const uint32_t *tokens, uint32_t n,
+                 uint32_t bt, uint64_t salt)
+{
+    uint32_t nk = n / bt;
+    if (nk > s->cap_keys) {
+        uint64_t *k = sim_reallocarray(s->keys, nk, sizeof *k);
+        if (k == NULL)
+            return -1;
+        s->keys = k;
+        s->cap_keys = nk;
+    }
+    uint64_t prev = XXH3_64bits_withSeed(&salt, sizeof salt, SEED_SALT);
+    for (uint32_t d = 0; d < nk; d++) {
+        prev = XXH3_64bits_withSeed(tokens + (size_t)d * bt,
+                                    (size_t)bt * sizeof *tokens,
+                                    prev ^ SEED_BLOCK);
+        s->keys[d] = prev;
+    }
+    s->n_keys = nk;
+    return 0;
+}
+
+int
+sim_seq_reserve(struct sim_seq *s, uint32_t tokens, uint32_t bt)
+{
+    uint32_t need = (uint32_t)(((uint64_t)tokens + bt - 1) / bt);
+    if (need <= s->cap_blocks)
+        return 0;
+    uint32_t *b = sim_reallocarray(s->blocks, need, sizeof *b);
+    if (b == NULL)
+        return -1;
+    s->blocks = b;
+    s->cap_blocks = need;
+    return 0;
+}
+
+void
+sim_seq_free(struct sim_seq *s)
+{
+    free(s->keys);
+    free(s->blocks);
+    s->keys = NULL;
+    s->blocks = NULL;
+    s->cap_keys = s->cap_blocks = 0;
+}
+
+static void
+q_push(struct queue *q, struct sim_seq *s, int front)
+{
+    s->prev = s->next = NULL;
+    if (q->head == NULL) {
+        q->head = q->tail = s;
+    } else if (front) {
+        s->next = q->head;
+        q->head->prev = s;
+        q->head = s;
+    } else {
+        s->prev = q->tail;
+        q->tail->next = s;
+        q->tail = s;
+    }
+    q->n++;
+}
+
+static void
+q_remove(struct queue *q, struct sim_seq *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        q->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        q->tail = s->prev;
+    s->prev = s->next = NULL;
+    q->n--;
+}
+
+/* ---- the prefix table: open addressing, backward-shift deletion -----------------
+ *
+ * Each slot holds the key beside the block id, so a probe never touches the
+ * block array (the table is the hot structure of admission). */
+
+static uint32_t
+t_find(const struct sim_engine *e, uint64_t key)
+{
+    for (uint64_t i = key & e->mask;; i = (i + 1) & e->mask) {
+        const struct slot *sl = &e->table[i];
+        if (sl->id == 0)
+            return NIL;
+        if (sl->key == key)
+            return sl->id - 1;
+    }
+}
+
+static void
+t_insert(struct sim_engine *e, uint32_t id)
+{
+    uint64_t key = e->blk[id].key;
+    uint64_t i = key & e->mask;
+    while (e->table[i].id != 0)
+        i = (i + 1) & e->mask;
+    e->table[i].key = key;
+    e->table[i].id = id + 1;
+}
+
+static void
+t_delete(struct sim_engine *e, uint32_t id)
+{
+    uint64_t i = e->blk[id].key & e->mask;
+    while (e->table[i].id != id + 1)
+        i = (i + 1) & e->mask;
+    /* shift later members of the cluster back over the hole */
+    for (uint64_t j = (i + 1) & e->mask;; j = (j + 1) & e->mask) {
+        if (e->table[j].id == 0)
+            break;
+        uint64_t home = e->table[j].key & e->mask;
+        /* the entry at j may move to i if its home is not in (i, j] */
+        if (((j - home) & e->mask) >= ((j - i) & e->mask)) {
+            e->table[i] = e->table[j];
+            i = j;
+        }
+    }
+    e->table[i].id = 0;
+    e->table[i].key = 0;
+}
+
+/* ---- blocks and the free queue ------------------------------------------------------
+ *
+ * A ring instead of a linked list: allocation reads consecutive ids, so
+ * the block and table accesses of one chunk's allocations overlap instead
+ * of chasing pointers. Live entries never exceed cap and the ring holds
+ * 4 x cap, so a full ring is compacted in place and never grows. */
+
+static int
+fq_live(const struct sim_engine *e, uint64_t pos)
+{
+    const struct blk *b = &e->blk[e->fq[pos & e->fq_mask]];
+    return b->ref == 0 && b->qpos == pos;
+}
+
+static void
+fq_compact(struct sim_engine *e)
+{
+    uint64_t w = e->fq_head;
+    for (uint64_t r = e->fq_head; r != e->fq_tail; r++) {
+        if (!fq_live(e, r))
+            continue;
+        uint32_t id = e->fq[r & e->fq_mask];
+        e->fq[w & e->fq_mask] = id;
+        e->blk[id].qpos = w++;
+    }
+    e->fq_tail = w;
+}
+
+static void
+fq_push(struct sim_engine *e, uint32_t id, int front)
+{
+    if (e->fq_tail - e->fq_head > e->fq_mask)
+        fq_compact(e);
+    uint64_t pos = front ? --e->fq_head : e->fq_tail++;
+    e->fq[pos & e->fq_mask] = id;
+    e->blk[id].qpos = pos;
+}
+
+/* Take the free queue's first live block; evict its key. Caller checked
+ * n_free > 0. */
+static uint32_t
+blk_alloc(struct sim_engine *e)
+{
+    while (!fq_live(e, e->fq_head))
+        e->fq_head++;
+    uint32_t id = e->fq[e->fq_head++ & e->fq_mask];
+    struct blk *b = &e->blk[id];
+    if (b->hashed) {
+        t_delete(e, id);
+        b->hashed = 0;
+        e->n_hashed--;
+        e->c.evicted_blocks++;
+    }
+    b->ref = 1;
+    e->n_free--;
+    uint64_t used = e->cap - e->n_free;
+    if (used > e->c.peak_used_blocks)
+        e->c.peak_used_blocks = used;
+    return id;
+}
+
+/* A free block found by a prefix hit comes back into use; its queue entry
+ * goes stale. */
+static void
+blk_pin(struct sim_engine *e, uint32_t id)
+{
+    if (e->blk[id].ref++ == 0)
+        e->n_free--;
+}
+
+/* Drop one reference. A block with a key goes to the tail (kept longest);
+ * one without goes to the head (reused first). */
+static void
+blk_release(struct sim_engine *e, uint32_t id)
+{
+    struct blk *b = &e->blk[id];
+    if (--b->ref > 0)
+        return;
+    e->n_free++;
+    fq_push(e, id, !b->hashed);
+}
+
+/* Give a computed prompt block its key, unless another block already
+ * holds that key (two sequences computed the same prefix at once). */
+static void
+blk_register(struct sim_engine *e, uint32_t id, uint64_t key)
+{
+    struct blk *b = &e->blk[id];
+    if (!e->caching || b->hashed || t_find(e, key) != NIL)
+        return;
+    b->key = key;
+    b->hashed = 1;
+    e->n_hashed++;
+    t_insert(e, id);
+}
+
+static void
+seq_release_blocks(struct sim_engine *e, struct sim_seq *s)
+{
+    /* deepest first: the prefix's deep end goes nearer the queue head */
+    for (uint32_t i = s->n_blocks; i-- > 0;)
+        blk_release(e, s->blocks[i]);
+    s->n_blocks = 0;
+}
+
+/* ---- create ------------------------------------------------------------------- */
+
+struct sim_engine *
+sim_engine_create(const struct sim_instance *inst, uint32_t bt)
+{
+    if (bt == 0 || inst->cls->kv_tokens / bt == 0 ||
+        inst->cls->kv_tokens / bt >= NIL / 2)
+        return NULL;
+    struct sim_engine *e = sim_calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    e->cls = inst->cls;
+    e->caching = inst->prefix_caching;
+    e->bt = bt;
+    e->cap = (uint32_t)(inst->cls->kv_tokens / bt);
+    e->watermark = e->cap / 100; /* vLLM's 1% admission watermark */
+    uint64_t slots = 16;
+    while (slots < 2ull * e->cap)
+        slots *= 2;
+    e->mask = slots - 1;
+    uint64_t ring = 16;
+    while (ring < 4ull * e->cap)
+        ring *= 2;
+    e->fq_mask = ring - 1;
+    e->blk = sim_calloc(e->cap, sizeof *e->blk);
+    e->table = sim_calloc(slots, sizeof *e->table);
+    e->fq = sim_calloc(ring, sizeof *e->fq);
+    e->sched = sim_calloc(inst->cls->max_batch, sizeof *e->sched);
+    if (e->blk == NULL || e->table == NULL || e->fq == NULL ||
+        e->sched == NULL) {
+        sim_engine_destroy(e);
+        return NULL;
+    }
+    /* every block free, in id order; positions start mid-range so that
+     * pushes at the front never wrap below zero */
+    e->fq_head = e->fq_tail = 1ull << 62;
+    for (uint32_t i = 0; i < e->cap; i++)
+        fq_push(e, i, 0);
+    e->n_free = e->cap;
+    return e;
+}
+
+void
+sim_engine_destroy(struct sim_engine *e)
+{
+    if (e == NULL)
+        return;
+    free(e->blk);
+    free(e->fq);
+    free(e->table);
+    free(e->sched);
+    free(e);
+}
+
+static uint32_t
+blocks_for(const struct sim_engine *e, uint64_t tokens)
+{
+    return (uint32_t)((tokens + e->bt - 1) / e->bt);
+}
+
+int
+sim_engine_fits(const struct sim_engine *e, uint32_t prompt, uint32_t output)
+{
+    uint64_t total = (uint64_t)prompt + output;
+    return total <= e->cls->max_model_len &&
+           blocks_for(e, total) + e->watermark <= e->cap;
+}
+
+/* Leading blocks of s found in the table, at most max; their ids go to
+ * ids[] when it is not NULL. */
+static uint32_t
+leading_hits(const struct sim_engine *e, const struct sim_seq *s, uint32_t max,
+             uint32_t *ids)
+{
+    if (!e->caching)
+        return 0;
+    uint32_t n = s->n_keys < max ? s->n_keys : max;
+    uint32_t d = 0;
+    for (; d < n; d++) {
+        uint32_t id = t_find(e, s->keys[d]);
+        if (id == NIL)
+            break;
+        if (ids != NULL)
+            ids[d] = id;
+    }
+    return d;
+}
+
+static uint32_t
+target_of(const struct sim_seq *s)
+{
+    /* after a preemption the output so far is recomputed with the prompt */
+    return s->prompt + s->generated;
+}
+
+void
+sim_engine_enqueue(struct sim_engine *e, struct sim_seq *s, int front)
+{
+    uint32_t target = target_of(s);
+    uint32_t est = leading_hits(e, s, (target - 1) / e->bt, NULL) * e->bt;
+    s->pending = target - est;
+    e->pending += s->pending;
+    s->state = SEQ_WAITING;
+    s->decoding = 0;
+    s->computed = 0;
+    s->n_blocks = 0;
+    q_push(&e->waiting, s, front);
+}
+
+int
+sim_engine_remove_waiting(struct sim_engine *e, struct sim_seq *s)
+{
+    if (s->state != SEQ_WAITING)
+        return -1;
+    q_remove(&e->waiting, s);
+    e->pending -= s->pending;
+    s->pending = 0;
+    s->state = SEQ_IDLE;
+    return 0;
+}
+
+/* ---- scheduling --------------------------------------------------------------- */
+
+static void
+preempt(struct sim_engine *e, struct sim_seq *s)
+{
+    if (!s->decoding)
+        e->c.abandoned_tokens += s->target - s->computed;
+    e->pending -= s->pending;
+    s->pending = 0;
+    seq_release_blocks(e, s);
+    q_remove(&e->running, s);
+    s->preemptions++;
+    e->c.preemptions++;
+    sim_engine_enqueue(e, s, 1);
+}
+
+/* Blocks so that s holds `tokens` tokens of KV; preempts from the tail of
+ * the running queue while memory is short. 0, or -1 if s itself was
+ * preempted. */
+static int
+grow_to(struct sim_engine *e, struct sim_seq *s, uint32_t tokens)
+{
+    uint32_t need = blocks_for(e, tokens);
+    while (need > s->n_blocks + e->n_free) {
+        struct sim_seq *victim = e->running.tail;
+        preempt(e, victim);
+        if (victim == s)
+            return -1;
+    }
+    while (s->n_blocks < need)
+        s->blocks[s->n_blocks++] = blk_alloc(e);
+    return 0;
+}
+
+static double
+chunk_cost(const struct sim_class *c, uint32_t ctx0, uint32_t n)
+{
+    double mid = (double)ctx0 + (double)n / 2.0;
+    return (double)n * c->prefill_us * (1.0 + mid / c->ctx_double);
+}
+
+static void
+schedule(struct sim_engine *e, struct sim_seq *s, uint32_t n, double *t)
+{
+    s->sched = n;
+    e->sched[e->n_sched++] = s;
+    if (s->decoding)
+        *t += e->cls->decode_seq_us + (double)s->computed * e->cls->decode_ctx_us;
+    else
+        *t += chunk_cost(e->cls, s->computed, n);
+}
+
+/* Admit the waiting head with up to `budget` prefill tokens. 0, or -1 if
+ * memory (with the watermark) does not allow it now. */
+static int
+admit(struct sim_engine *e, uint32_t budget, double *t)
+{
+    struct sim_seq *s = e->waiting.head;
+    if (s == e->stuck && e->n_free <= e->stuck_free)
+        return -1; /* nothing freed since it did not fit */
+    e->stuck = NULL;
+    uint32_t target = target_of(s);
+    /* the hit blocks' ids land in s->blocks, which is empty while waiting */
+    uint32_t h = leading_hits(e, s, (target - 1) / e->bt, s->blocks);
+    uint32_t hit = h * e->bt;
+    uint32_t n = target - hit < budget ? target - hit : budget;
+    uint32_t need = blocks_for(e, (uint64_t)hit + n) - h;
+    uint32_t revived = 0; /* hit blocks now in the free queue */
+    for (uint32_t d = 0; d < h; d++)
+        revived += e->blk[s->blocks[d]].ref == 0;
+    if ((uint64_t)need + e->watermark + revived > e->n_free) {
+        e->stuck = s;
+        e->stuck_free = e->n_free;
+        return -1;
+    }
+    q_remove(&e->waiting, s);
+    for (uint32_t d = 0; d < h; d++)
+        blk_pin(e, s->blocks[d]);
+    s->n_blocks = h;
+    for (uint32_t k = 0; k < need; k++)
+        s->blocks[s->n_blocks++] = blk_alloc(e);
+    e->pending -= s->pending;
+    s->pending = target - hit;
+    e->pending += s->pending;
+    s->target = target;
+    s->hit = hit;
+    s->computed = hit;
+    if (s->admissions++ == 0)
+        s->first_hit = hit;
+    s->state = SEQ_RUNNING;
+    q_push(&e->running, s, 0);
+    e->c.admissions++;
+    e->c.query_tokens += target;
+    e->c.hit_tokens += hit;
+    schedule(e, s, n, t);
+    return 0;
+}
+
+uint64_t
+sim_engine_start_step(struct sim_engine *e)
+{
+    if (e->busy || (e->running.n == 0 && e->waiting.n == 0))
+        return 0;
+    uint32_t budget = e->cls->token_budget;
+    double t = e->cls->overhead_us;
+    int preempted = 0;
+    e->n_sched = 0;
+    /* running sequences first, in admission order */
+    for (struct sim_seq *s = e->running.head; s != NULL && budget > 0;
+         s = s->next) {
+        uint32_t n = s->decoding ? 1 : s->target - s->computed;
+        if (n > budget)
+            n = budget;
+        uint64_t before = e->c.preemptions;
+        int self = grow_to(e, s, s->computed + n);
+        preempted |= e->c.preemptions != before;
+        if (self != 0)
+            break; /* s was the tail: nothing follows it */
+        schedule(e, s, n, &t);
+        budget -= n;
+    }
+    /* then new admissions, unless memory was short this step */
+    while (!preempted && budget > 0 && e->waiting.n > 0 &&
+           e->running.n < e->cls->max_batch) {
+        uint32_t before = e->n_sched;
+        if (admit(e, budget, &t) != 0)
+            break;
+        budget -= e->sched[before]->sched;
+    }
+    if (e->n_sched == 0)
+        return 0; /* waiting for memory that only a finishing step frees */
+    e->busy = 1;
+    e->c.steps++;
+    uint64_t us = (uint64_t)(t + 0.5);
+    if (us == 0)
+        us = 1;
+    e->c.busy_us += us;
+    return us;
+}
+
+static void
+finish(struct sim_engine *e, struct sim_seq *s)
+{
+    q_remove(&e->running, s);
+    seq_release_blocks(e, s);
+    s->state = SEQ_IDLE;
+    e->c.completed++;
+}
+
+size_t
+sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
+{
+    size_t n_out = 0;
+    for (uint32_t i = 0; i < e->n_sched; i++) {
+        struct sim_seq *s = e->sched[i];
+        uint32_t n = s->sched;
+        s->sched = 0;
+        if (s->decoding) {
+            s->computed++;
+            s->generated++;
+            e->c.decoded_tokens++;
+            e->c.sampled_tokens++;
+        } else {
+            uint32_t old = s->computed;
+            s->computed += n;
+            s->pending -= n;
+            e->pending -= n;
+            e->c.prefilled_tokens += n;
+            uint32_t last = s->computed / e->bt;
+            if (last > s->n_keys)
+                last = s->n_keys;
+            for (uint32_t d = old / e->bt; d < last; d++)
+                blk_register(e, s->blocks[d], s->keys[d]);
+            if (s->computed < s->target)
+                continue;
+            s->decoding = 1;
+            s->generated++;
+            e->c.sampled_tokens++;
+            if (s->generated == 1)
+                out[n_out++] = (struct sim_emit){ s, EMIT_FIRST_TOKEN };
+        }
+        if (s->generated == s->output) {
+            finish(e, s);
+            out[n_out++] = (struct sim_emit){ s, EMIT_COMPLETE };
+        }
+    }
+    e->n_sched = 0;
+    e->busy = 0;
+    return n_out;
+}
+
+/* ---- queries ------------------------------------------------------------------ */
+
+void
+sim_engine_state(const struct sim_engine *e, struct sim_engine_state *s)
+{
+    s->running = e->running.n;
+    s->waiting = e->waiting.n;
+    s->used_blocks = e->cap - e->n_free;
+    s->capacity_blocks = e->cap;
+    s->kv_use = (double)s->used_blocks / (double)e->cap;
+    s->pending_prefill = e->pending;
+    s->cached_blocks = e->n_hashed;
+}
+
+const struct sim_engine_counters *
+sim_engine_counters(const struct sim_engine *e)
+{
+    return &e->c;
+}
+
+int
+sim_engine_busy(const struct sim_engine *e)
+{
+    return e->busy;
+}
+
+uint32_t
+sim_engine_max_batch(const struct sim_engine *e)
+{
+    return e->cls->max_batch;
+}
+
+static int
+verify_queue(const struct queue *q, int state, uint64_t *pending,
+             struct sim_err *err)
+{
+    uint32_t n = 0;
+    const struct sim_seq *prev = NULL;
+    for (const struct sim_seq *s = q->head; s != NULL; s = s->next) {
+        if (s->prev != prev || s->state != state)
+            return sim_errf(err, "queue links or state broken at req %u",
+                            s->req);
+        *pending += s->pending;
+        prev = s;
+        n++;
+    }
+    if (prev != q->tail || n != q->n)
+        return sim_errf(err, "queue count %u, walked %u", q->n, n);
+    return 0;
+}
+
+int
+sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
+{
+    uint64_t pending = 0;
+    if (verify_queue(&e->waiting, SEQ_WAITING, &pending, err) != 0 ||
+        verify_queue(&e->running, SEQ_RUNNING, &pending, err) != 0)
+        return -1;
+    if (pending != e->pending)
+        return sim_errf(err, "pending prefill %llu, sequences hold %llu",
+                        (unsigned long long)e->pending,
+                        (unsigned long long)pending);
+    if (e->running.n > e->cls->max_batch)
+        return sim_errf(err, "%u running > max batch %u", e->running.n,
+                        e->cls->max_batch);
+    /* references: exactly the running sequences' block lists */
+    uint32_t *refs = sim_calloc(e->cap, sizeof *refs);
+    if (refs == NULL)
+        return sim_errf(err, "out of memory");
+    int rc = 0;
+    for (const struct sim_seq *s = e->running.head; s && rc == 0; s = s->next) {
+        if (s->n_blocks != blocks_for(e, (uint64_t)s->computed + s->sched))
+            rc = sim_errf(err, "req %u holds %u blocks for %u tokens", s->req,
+                          s->n_blocks, s->computed);
+        for (uint32_t i = 0; i < s->n_blocks && rc == 0; i++)
+            if (s->blocks[i] >= e->cap)
+                rc = sim_errf(err, "req %u holds bad block %u", s->req,
+                              s->blocks[i]);
+            else
+                refs[s->blocks[i]]++;
+    }
+    uint32_t free_n = 0, hashed = 0;
+    for (uint32_t i = 0; i < e->cap && rc == 0; i++) {
+        const struct blk *b = &e->blk[i];
+        if (b->ref != refs[i])
+            rc = sim_errf(err, "block %u ref %u, sequences hold %u", i, b->ref,
+                          refs[i]);
+        free_n += b->ref == 0;
+        if (b->hashed) {
+            hashed++;
+            if (!e->caching)
+                rc = sim_errf(err, "block %u cached with caching off", i);
+            else if (t_find(e, b->key) != i)
+                rc = sim_errf(err, "block %u not found by its key", i);
+        }
+    }
+    free(refs);
+    if (rc != 0)
+        return rc;
+    if (free_n != e->n_free || hashed != e->n_hashed)
+        return sim_errf(err, "free %u/%u hashed %u/%u", free_n, e->n_free,
+                        hashed, e->n_hashed);
+    uint32_t live = 0;
+    for (uint64_t pos = e->fq_head; pos != e->fq_tail; pos++)
+        live += fq_live(e, pos);
+    if (live != e->n_free || e->fq_tail - e->fq_head > e->fq_mask + 1)
+        return sim_errf(err, "free queue holds %u live entries, expected %u",
+                        live, e->n_free);
+    for (uint32_t i = 0; i < e->cap; i++) {
+        const struct blk *b = &e->blk[i];
+        if (b->ref == 0 && (b->qpos < e->fq_head || b->qpos >= e->fq_tail ||
+                            e->fq[b->qpos & e->fq_mask] != i))
+            return sim_errf(err, "free block %u has no queue entry", i);
+    }
+    uint32_t in_table = 0;
+    for (uint64_t i = 0; i <= e->mask; i++)
+        if (e->table[i].id != 0) {
+            in_table++;
+            if (!e->blk[e->table[i].id - 1].hashed ||
+                e->blk[e->table[i].id - 1].key != e->table[i].key)
+                return sim_errf(err, "table slot for an unkeyed block");
+        }
+    if (in_table != e->n_hashed || e->n_hashed > e->cap)
+        return sim_errf(err, "table holds %u keys, %u blocks keyed", in_table,
+                        e->n_hashed);
+    return 0;
+}

@@ -1,0 +1,145 @@
+/* lrsim: one engine instance (a vLLM-like replica) as a discrete-event
+ * model: continuous batching with a token budget and chunked prefill, a
+ * paged KV cache with a prefix cache, recompute preemption.
+ *
+ *   waiting (FIFO) ──admit──► running (admission order, <= max_batch)
+ *        ▲                        │ each step: every running sequence gets
+ *        └──── preempt (front) ───┘ 1 decode token or a prefill chunk,
+ *                                   within token_budget
+ *
+ * KV blocks (block_tokens each, kv_tokens / block_tokens of them):
+ *
+ *   blk[]  key | ref | hashed      table: key -> block (open addressing)
+ *   free queue: ref == 0 blocks, eviction order (head first)
+ *     head ◄─ unhashed ─ ... ─ hashed, least recently freed ─ ... ─► tail
+ *
+ * A full prompt block gets its key (a chained hash of the prompt's tokens,
+ * sim_seq_set_keys) once computed, and stays findable while it sits in the
+ * free queue; allocation takes the free queue's head and evicts its key.
+ * A sequence releases its blocks deepest first, so a prefix is evicted
+ * from its deep end. Admission pins the longest run of leading blocks found
+ * in the table (at most target - 1 tokens: the last token is always
+ * computed, as in vLLM).
+ *
+ * The engine never allocates after create and never fails after it:
+ * requests that could never fit are refused at enqueue time. */
+#ifndef LRSIM_ENGINE_H
+#define LRSIM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "util.h"
+
+enum { SEQ_IDLE = 0, SEQ_WAITING = 1, SEQ_RUNNING = 2 };
+
+/* One request on an engine. The simulator owns it; the engine links it
+ * into its queues. */
+struct sim_seq {
+    uint32_t req; /* workload index */
+    uint32_t prompt, output;
+    uint32_t generated; /* output tokens sampled so far */
+    uint32_t computed;  /* tokens whose KV exists */
+    uint32_t target;    /* tokens to prefill in this admission */
+    uint32_t hit;       /* tokens the cache supplied in this admission */
+    uint32_t first_hit; /* ... in the first admission */
+    uint32_t admissions;
+    uint32_t preemptions;
+    uint32_t sched;   /* tokens scheduled in the running step */
+    uint64_t pending; /* share of the engine's pending prefill tokens */
+    uint8_t state;
+    uint8_t decoding;
+    uint32_t inst; /* the engine it was sent to (the simulator's index) */
+    uint64_t *keys; /* full prompt blocks' chained keys */
+    uint32_t n_keys, cap_keys;
+    uint32_t *blocks; /* block ids held, in token order */
+    uint32_t n_blocks, cap_blocks;
+    struct sim_seq *prev, *next;
+};
+
+/* Compute seq->keys from the prompt's tokens (block_tokens per block,
+ * tenant salt folded into the first). -1 on out of memory. */
+int sim_seq_set_keys(struct sim_seq *s, const uint32_t *tokens, uint32_t n,
+                     uint32_t block_tokens, uint64_t salt);
+/* Make room for the blocks a sequence of `tokens` tokens needs. */
+int sim_seq_reserve(struct sim_seq *s, uint32_t tokens, uint32_t block_tokens);
+void sim_seq_free(struct sim_seq *s);
+
+/* What a finished step produced, for the simulator to report. */
+enum { EMIT_FIRST_TOKEN = 1, EMIT_COMPLETE = 2 };
+struct sim_emit {
+    struct sim_seq *seq;
+    int kind;
+};
+
+/* Cumulative counters; the conservation tests check
+ *   query == hit + prefilled + abandoned
+ * (abandoned: prefill work lost to a preemption mid-prefill). */
+struct sim_engine_counters {
+    uint64_t query_tokens;     /* targets at admission (vLLM's queries) */
+    uint64_t hit_tokens;       /* of which the prefix cache supplied */
+    uint64_t prefilled_tokens; /* prefill tokens computed */
+    uint64_t abandoned_tokens; /* targets left unfinished by preemption */
+    uint64_t decoded_tokens;   /* decode steps' tokens */
+    uint64_t sampled_tokens;   /* output tokens sampled (prefill ends too) */
+    uint64_t admissions;
+    uint64_t preemptions;
+    uint64_t completed;
+    uint64_t evicted_blocks;
+    uint64_t steps;
+    uint64_t busy_us;
+    uint64_t peak_used_blocks;
+};
+
+struct sim_engine;
+
+/* Create an engine for an instance. block_tokens >= 1. NULL on out of
+ * memory or a class with no room for one block. */
+struct sim_engine *sim_engine_create(const struct sim_instance *inst,
+                                     uint32_t block_tokens);
+void sim_engine_destroy(struct sim_engine *e);
+
+/* Could a sequence of prompt + output tokens ever run here? */
+int sim_engine_fits(const struct sim_engine *e, uint32_t prompt,
+                    uint32_t output);
+
+/* Queue a sequence (it must fit). front: put it first (a preempted or
+ * moved sequence keeps its place). */
+void sim_engine_enqueue(struct sim_engine *e, struct sim_seq *s, int front);
+
+/* Take a waiting sequence of this engine out (a rebalancing move). 0, or
+ * -1 if it is not waiting (admitted, or in transit). */
+int sim_engine_remove_waiting(struct sim_engine *e, struct sim_seq *s);
+
+/* If idle and there is work, plan the next step and return its duration in
+ * microseconds (>= 1); 0 if there is nothing to do or a step is running. */
+uint64_t sim_engine_start_step(struct sim_engine *e);
+
+/* Finish the running step: advance every scheduled sequence, register
+ * computed prompt blocks in the prefix cache, release finished sequences.
+ * Writes what happened to out (capacity: max_batch entries) and returns the
+ * count. */
+size_t sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out);
+
+/* Scrape-able state (vLLM's num_requests_running / waiting,
+ * kv_cache_usage_perc). */
+struct sim_engine_state {
+    uint32_t running, waiting;
+    double kv_use;
+    uint64_t pending_prefill; /* uncached prompt tokens not yet computed */
+    uint64_t cached_blocks;   /* blocks holding a findable prefix */
+    uint64_t used_blocks;     /* blocks pinned by sequences */
+    uint64_t capacity_blocks;
+};
+void sim_engine_state(const struct sim_engine *e, struct sim_engine_state *s);
+const struct sim_engine_counters *
+sim_engine_counters(const struct sim_engine *e);
+int sim_engine_busy(const struct sim_engine *e);
+uint32_t sim_engine_max_batch(const struct sim_engine *e);
+
+/* Check every invariant (block accounting, free queue, table, pins);
+ * 0, or -1 with the first violation in err. O(capacity). */
+int sim_engine_verify(const struct sim_engine *e, struct sim_err *err);
+
+#endif /* LRSIM_ENGINE_H */

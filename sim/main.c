@@ -1,0 +1,671 @@
+/* lrsim: compare libroute's routing policies on a simulated cluster of LLM
+ * engines. The command line, the per-policy worker threads and the output
+ * files; everything else lives in the sim_* modules. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libroute.h>
+
+#include "cluster.h"
+#include "report.h"
+#include "sim.h"
+#include "trace.h"
+#include "version.h"
+#include "workload.h"
+
+#define MAX_POLICIES 256
+#define EXIT_USAGE 2
+
+struct opts {
+    const char *trace;
+    const char *workload;
+    const char *cluster;
+    const char *policies;
+    const char *json;
+    const char *svg;
+    size_t requests;
+    double rate;
+    double time_scale;
+    uint64_t seed;
+    double slo;
+    uint32_t block_tokens;
+    uint32_t trace_block;
+    uint64_t index_blocks;
+    double scrape_ms;
+    unsigned jobs;
+    int rebalance;
+    int quiet;
+};
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+"usage: lrsim [options]\n"
+"\n"
+"Replay LLM traffic through libroute's routing policies against a simulated\n"
+"cluster of inference engines, and compare the policies side by side. With\n"
+"no options: the 'conversation' workload on 8 x a100, every policy.\n"
+"\n"
+"Traffic (one of):\n"
+"  --workload NAME     a built-in generator (default conversation; see\n"
+"                      --list-workloads)\n"
+"  --trace FILE        a Mooncake JSONL trace (timestamp ms, input_length,\n"
+"                      output_length, hash_ids of 512-token blocks)\n"
+"  --requests N        keep the first N requests\n"
+"  --rate R            generators: mean arrival rate in requests/s\n"
+"  --time-scale X      multiply arrival times by X (0.5 = twice the rate)\n"
+"  --trace-block N     tokens per trace hash id (default 512)\n"
+"  --seed N            seeds the workload, the routers and the probes (42)\n"
+"\n"
+"Cluster:\n"
+"  --cluster SPEC      instances (default: the workload's, usually 8xa100):\n"
+"                        8                     8 x a100, 1 ms RTT\n"
+"                        4xh100+4xa100         classes: h100 a100 l20 a30 v100\n"
+"                        4xa30+4xv100-nocache  -nocache: prefix caching off\n"
+"                        4xa100@279ms          RTT of a group (ms)\n"
+"                        regions[:K]           3 x K a100, RTT 37/279/456 ms\n"
+"                        lodestar              4xa30+4xv100-nocache\n"
+"                        hetero                2xh100+4xa100+2xv100-nocache\n"
+"  --block-tokens N    KV block of the engines and the router's index (16)\n"
+"  --index-blocks N    router index capacity (default: the cluster's KV)\n"
+"  --scrape-ms MS      engine metrics and RTT probe period (100)\n"
+"  --no-rebalance      do not carry out dualmap's rebalancing plans\n"
+"\n"
+"Policies and measures:\n"
+"  --policies LIST     all (default) or names, comma-separated\n"
+"  --slo-ttft S        TTFT objective in seconds (5); also the router's\n"
+"  --jobs N            policies simulated at once (default: CPUs)\n"
+"\n"
+"Output:\n"
+"  --json FILE         every measure, per policy and per instance\n"
+"  --svg FILE          TTFT distributions and load per instance\n"
+"  --quiet             no table on stdout\n"
+"  --list-workloads, --list-classes, --list-policies, --version, --help\n"
+"\n"
+"Files are written only when the whole run succeeded (FILE.tmp, then\n"
+"renamed). Exit status: 0 ok, 1 run or file error, 2 bad usage or input.\n");
+}
+
+static int bad(const char *fmt, ...) SIM_PRINTF(1, 2);
+
+/* A usage error: one line on stderr; returns -1. */
+static int
+bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "lrsim: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see lrsim --help)\n");
+    va_end(ap);
+    return -1;
+}
+
+static int
+parse_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi,
+          uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (v[0] < '0' || v[0] > '9')
+        return bad("%s: expected a whole number, got '%s'", flag, v);
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end != '\0' || errno != 0)
+        return bad("%s: expected a whole number, got '%s'", flag, v);
+    if (x < lo || x > hi) {
+        fprintf(stderr, "lrsim: %s: %s is out of range (%llu..%llu)\n", flag,
+                v, (unsigned long long)lo, (unsigned long long)hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int
+parse_pos(const char *flag, const char *v, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno != 0 || !(x > 0) || !(x <= hi))
+        return bad("%s: expected a positive number, got '%s'", flag, v);
+    *out = x;
+    return 0;
+}
+
+static const char *const value_flags[] = {
+    "--trace",        "--workload",    "--cluster",      "--policies",
+    "--json",         "--svg",         "--requests",     "--rate",
+    "--time-scale",   "--slo-ttft",    "--scrape-ms",    "--seed",
+    "--block-tokens", "--trace-block", "--index-blocks", "--jobs",
+};
+
+static int
+is_value_flag(const char *flag)
+{
+    for (size_t k = 0; k < sizeof value_flags / sizeof value_flags[0]; k++)
+        if (strcmp(flag, value_flags[k]) == 0)
+            return 1;
+    return 0;
+}
+
+enum { A_NONE, A_HELP, A_VERSION, A_LIST_W, A_LIST_C, A_LIST_P };
+
+/* One option with a value. 0, or -1 (message printed). */
+static int
+take(struct opts *o, const char *flag, const char *v)
+{
+    uint64_t u;
+    if (strcmp(flag, "--trace") == 0)
+        o->trace = v;
+    else if (strcmp(flag, "--workload") == 0)
+        o->workload = v;
+    else if (strcmp(flag, "--cluster") == 0)
+        o->cluster = v;
+    else if (strcmp(flag, "--policies") == 0)
+        o->policies = v;
+    else if (strcmp(flag, "--json") == 0)
+        o->json = v;
+    else if (strcmp(flag, "--svg") == 0)
+        o->svg = v;
+    else if (strcmp(flag, "--requests") == 0) {
+        if (parse_u64(flag, v, 1, SIZE_MAX / 64, &u) != 0)
+            return -1;
+        o->requests = (size_t)u;
+    } else if (strcmp(flag, "--rate") == 0)
+        return parse_pos(flag, v, 1e6, &o->rate);
+    else if (strcmp(flag, "--time-scale") == 0)
+        return parse_pos(flag, v, 1e6, &o->time_scale);
+    else if (strcmp(flag, "--slo-ttft") == 0)
+        return parse_pos(flag, v, 3600, &o->slo);
+    else if (strcmp(flag, "--scrape-ms") == 0)
+        return parse_pos(flag, v, 600000, &o->scrape_ms);
+    else if (strcmp(flag, "--seed") == 0)
+        return parse_u64(flag, v, 0, UINT64_MAX, &o->seed);
+    else if (strcmp(flag, "--block-tokens") == 0) {
+        if (parse_u64(flag, v, 1, 4096, &u) != 0)
+            return -1;
+        o->block_tokens = (uint32_t)u;
+    } else if (strcmp(flag, "--trace-block") == 0) {
+        if (parse_u64(flag, v, 1, 1u << 20, &u) != 0)
+            return -1;
+        o->trace_block = (uint32_t)u;
+    } else if (strcmp(flag, "--index-blocks") == 0)
+        return parse_u64(flag, v, 1, LR_INDEX_MAX_CAPACITY, &o->index_blocks);
+    else if (strcmp(flag, "--jobs") == 0) {
+        if (parse_u64(flag, v, 1, 256, &u) != 0)
+            return -1;
+        o->jobs = (unsigned)u;
+    } else
+        return bad("unknown option '%s'", flag);
+    return 0;
+}
+
+static int
+parse_args(int argc, char **argv, struct opts *o, int *action)
+{
+    *action = A_NONE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        static const struct {
+            const char *flag;
+            int action;
+        } acts[] = { { "--help", A_HELP },           { "-h", A_HELP },
+                     { "--version", A_VERSION },     { "--list-workloads", A_LIST_W },
+                     { "--list-classes", A_LIST_C }, { "--list-policies", A_LIST_P } };
+        int found = 0;
+        for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++)
+            if (strcmp(a, acts[k].flag) == 0) {
+                *action = acts[k].action;
+                found = 1;
+            }
+        if (found)
+            continue;
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-rebalance") == 0) {
+            o->rebalance = 0;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return bad("unexpected argument '%s'", a);
+        const char *eq = strchr(a, '=');
+        char flag[64];
+        const char *v;
+        if (eq != NULL) {
+            size_t n = (size_t)(eq - a);
+            if (n >= sizeof flag)
+                return bad("unknown option '%s'", a);
+            memcpy(flag, a, n);
+            flag[n] = '\0';
+            v = eq + 1;
+        } else {
+            if (strlen(a) >= sizeof flag || !is_value_flag(a))
+                return bad("unknown option '%s'", a);
+            strcpy(flag, a);
+            if (i + 1 >= argc)
+                return bad("%s needs a value", a);
+            v = argv[++i];
+        }
+        if (take(o, flag, v) != 0)
+            return -1;
+    }
+    if (o->trace && o->workload)
+        return bad("give --trace or --workload, not both");
+    if (o->trace && o->rate > 0)
+        return bad("--rate applies to generated workloads; scale a trace "
+                   "with --time-scale");
+    return 0;
+}
+
+/* ---- listings ------------------------------------------------------------------------ */
+
+static void
+list_workloads(void)
+{
+    printf("%-16s %-10s %s\n", "workload", "cluster", "what");
+    for (const struct sim_generator *g = sim_generators; g->name; g++)
+        printf("%-16s %-10s %s\n", g->name, g->cluster, g->summary);
+}
+
+static void
+list_classes(void)
+{
+    printf("%-6s %9s %9s %8s %9s %9s %6s %7s %9s  %s\n", "class", "step_ms",
+           "prefill", "ctx2x", "dec_seq", "dec_ctx", "batch", "budget",
+           "kv_tok", "what");
+    for (const struct sim_class *c = sim_classes; c->name; c++)
+        printf("%-6s %9.1f %6.0fus %8.0f %7.0fus %7.3fus %6u %7u %9llu  %s\n",
+               c->name, c->overhead_us / 1000, c->prefill_us, c->ctx_double,
+               c->decode_seq_us, c->decode_ctx_us, c->max_batch,
+               c->token_budget, (unsigned long long)c->kv_tokens, c->what);
+}
+
+static int
+supported(lr_policy p)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = (int32_t)p;
+    lr_router *r;
+    lr_status st = lr_router_create(&o, &r);
+    lr_router_destroy(st == LR_OK ? r : NULL);
+    return st == LR_OK;
+}
+
+static void
+list_policies(void)
+{
+    for (int p = 0; p < MAX_POLICIES; p++) {
+        const char *n = lr_policy_name((lr_policy)p);
+        if (n == NULL)
+            break;
+        printf("%-24s%s\n", n, supported((lr_policy)p) ? "" : "(not supported)");
+    }
+}
+
+/* ---- policies ------------------------------------------------------------------------- */
+
+static int
+select_policies(const char *spec, int32_t *out, size_t *n)
+{
+    *n = 0;
+    if (spec == NULL || strcmp(spec, "all") == 0) {
+        for (int p = 0; p < MAX_POLICIES; p++) {
+            if (lr_policy_name((lr_policy)p) == NULL)
+                break;
+            out[(*n)++] = p;
+        }
+        return 0;
+    }
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf)
+        return bad("--policies: list too long");
+    strcpy(buf, spec);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        lr_policy p;
+        if (lr_policy_from_name(t, &p) != LR_OK) {
+            fprintf(stderr, "lrsim: --policies: unknown policy '%s'; known:",
+                    t);
+            for (int k = 0; lr_policy_name((lr_policy)k); k++)
+                fprintf(stderr, " %s", lr_policy_name((lr_policy)k));
+            fprintf(stderr, "\n");
+            return -1;
+        }
+        for (size_t k = 0; k < *n; k++)
+            if (out[k] == (int32_t)p)
+                return bad("--policies: '%s' given twice", t);
+        if (*n == MAX_POLICIES)
+            return bad("--policies: too many");
+        out[(*n)++] = (int32_t)p;
+    }
+    if (*n == 0)
+        return bad("--policies: empty list");
+    return 0;
+}
+
+/* ---- worker threads -------------------------------------------------------------------- */
+
+struct job {
+    struct sim_config cfg;
+    struct sim_result res;
+    struct sim_err err;
+    int rc;
+};
+
+struct pool {
+    struct job *jobs;
+    size_t n;
+    atomic_size_t next;
+    atomic_size_t finished;
+    int progress;
+};
+
+static void *
+worker(void *arg)
+{
+    struct pool *p = arg;
+    for (;;) {
+        size_t k = atomic_fetch_add(&p->next, 1);
+        if (k >= p->n)
+            return NULL;
+        struct job *j = &p->jobs[k];
+        j->rc = sim_run(&j->cfg, &j->res, &j->err);
+        size_t done = atomic_fetch_add(&p->finished, 1) + 1;
+        if (p->progress)
+            fprintf(stderr, "lrsim: [%2zu/%zu] %-22s %6.1f s\n", done, p->n,
+                    j->res.policy_name, j->res.wall_s);
+    }
+}
+
+static int
+run_all(struct pool *p, unsigned jobs)
+{
+    atomic_init(&p->next, 0);
+    atomic_init(&p->finished, 0);
+    if (jobs > p->n)
+        jobs = (unsigned)p->n;
+    pthread_t th[256];
+    unsigned started = 0;
+    for (unsigned t = 1; t < jobs; t++) {
+        if (pthread_create(&th[started], NULL, worker, p) != 0)
+            break; /* fewer threads is only slower */
+        started++;
+    }
+    worker(p);
+    for (unsigned t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    return 0;
+}
+
+/* ---- output files ------------------------------------------------------------------------ */
+
+enum { OUT_JSON, OUT_SVG };
+
+static int
+write_tmp(const char *path, int kind, const struct sim_report *rep,
+          char *tmp, size_t len)
+{
+    if ((size_t)snprintf(tmp, len, "%s.tmp", path) >= len) {
+        fprintf(stderr, "lrsim: %s: path too long\n", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        fprintf(stderr, "lrsim: %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = kind == OUT_JSON ? sim_report_json(f, rep, 1)
+                              : sim_report_svg(f, rep);
+    if (fflush(f) != 0)
+        rc = -1;
+    if (fclose(f) != 0)
+        rc = -1;
+    if (rc != 0) {
+        fprintf(stderr, "lrsim: %s: write failed\n", tmp);
+        remove(tmp);
+    }
+    return rc;
+}
+
+static int
+write_outputs(const struct opts *o, const struct sim_report *rep)
+{
+    char tj[PATH_MAX + 8], ts[PATH_MAX + 8];
+    int have_j = 0, have_s = 0, rc = 0;
+    if (o->json && (rc = write_tmp(o->json, OUT_JSON, rep, tj, sizeof tj)) == 0)
+        have_j = 1;
+    if (rc == 0 && o->svg &&
+        (rc = write_tmp(o->svg, OUT_SVG, rep, ts, sizeof ts)) == 0)
+        have_s = 1;
+    if (rc == 0 && have_j && rename(tj, o->json) != 0) {
+        fprintf(stderr, "lrsim: %s: %s\n", o->json, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0 && have_s && rename(ts, o->svg) != 0) {
+        fprintf(stderr, "lrsim: %s: %s\n", o->svg, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0) {
+        if (have_j)
+            remove(tj);
+        if (have_s)
+            remove(ts);
+    }
+    return rc;
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+static int
+load_workload(const struct opts *o, struct sim_workload *w, char *source,
+              size_t len)
+{
+    struct sim_err err = { { 0 } };
+    if (o->trace) {
+        snprintf(source, len, "trace %s", o->trace);
+        if (sim_trace_load(o->trace, o->trace_block, w, &err) != 0) {
+            fprintf(stderr, "lrsim: %s\n", err.msg);
+            return -1;
+        }
+        w->seed = o->seed;
+    } else {
+        const char *name = o->workload ? o->workload : SIM_DEFAULT_WORKLOAD;
+        const struct sim_generator *g = sim_generator_find(name);
+        if (g == NULL) {
+            fprintf(stderr, "lrsim: --workload: unknown workload '%s'; known:",
+                    name);
+            for (const struct sim_generator *k = sim_generators; k->name; k++)
+                fprintf(stderr, " %s", k->name);
+            fprintf(stderr, "\n");
+            return -1;
+        }
+        snprintf(source, len, "workload %s", name);
+        struct sim_gen_opts go = { o->seed, o->requests, o->rate };
+        if (g->build(&go, w, &err) != 0) {
+            fprintf(stderr, "lrsim: workload %s: %s\n", name, err.msg);
+            return -1;
+        }
+    }
+    if (o->requests)
+        sim_workload_truncate(w, o->requests);
+    if (o->time_scale != 1.0)
+        sim_workload_scale_time(w, o->time_scale);
+    return 0;
+}
+
+static unsigned
+default_jobs(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1u : n > 64 ? 64u : (unsigned)n;
+}
+
+static double
+mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Run every selected policy; fill rep's runs and skipped lists. */
+static int
+simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
+         struct sim_result **runs, struct sim_skip **skips,
+         struct sim_report *rep)
+{
+    int32_t pol[MAX_POLICIES];
+    size_t n_pol;
+    if (select_policies(o->policies, pol, &n_pol) != 0)
+        return EXIT_USAGE;
+    p->jobs = sim_calloc(n_pol, sizeof *p->jobs);
+    *runs = sim_calloc(n_pol, sizeof **runs);
+    *skips = sim_calloc(n_pol, sizeof **skips);
+    if (p->jobs == NULL || *runs == NULL || *skips == NULL) {
+        fprintf(stderr, "lrsim: out of memory\n");
+        return 1;
+    }
+    p->n = n_pol;
+    p->progress = isatty(STDERR_FILENO) && !o->quiet;
+    for (size_t k = 0; k < n_pol; k++) {
+        p->jobs[k].cfg = *base;
+        p->jobs[k].cfg.policy = pol[k];
+    }
+    run_all(p, o->jobs ? o->jobs : default_jobs());
+    int failed = 0;
+    for (size_t k = 0; k < n_pol; k++) {
+        struct job *j = &p->jobs[k];
+        if (j->rc == 1) {
+            struct sim_skip *s = &(*skips)[rep->n_skipped++];
+            snprintf(s->policy, sizeof s->policy, "%s", j->res.policy_name);
+            snprintf(s->why, sizeof s->why, "%s", "not supported by this "
+                                                  "libroute (LR_ENOTSUP)");
+            fprintf(stderr, "lrsim: skipping %s: not supported by this "
+                            "libroute (LR_ENOTSUP)\n",
+                    j->res.policy_name);
+        } else if (j->rc != 0) {
+            fprintf(stderr, "lrsim: %s\n", j->err.msg);
+            failed = 1;
+        } else {
+            (*runs)[rep->n_runs++] = j->res;
+            memset(&j->res, 0, sizeof j->res); /* moved */
+        }
+    }
+    if (failed)
+        return 1;
+    if (rep->n_runs == 0) {
+        fprintf(stderr, "lrsim: no policy could run\n");
+        return 1;
+    }
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    double t0 = mono_s();
+    struct opts o = { 0 };
+    o.seed = 42;
+    o.slo = 5.0;
+    o.time_scale = 1.0;
+    o.block_tokens = 16;
+    o.trace_block = SIM_TRACE_BLOCK;
+    o.scrape_ms = 100;
+    o.rebalance = 1;
+    int action;
+    if (parse_args(argc, argv, &o, &action) != 0)
+        return EXIT_USAGE;
+    switch (action) {
+    case A_HELP:
+        usage(stdout);
+        return 0;
+    case A_VERSION:
+        printf("lrsim %s (libroute %s)\n", LRSIM_VERSION, lr_version_string());
+        return 0;
+    case A_LIST_W:
+        list_workloads();
+        return 0;
+    case A_LIST_C:
+        list_classes();
+        return 0;
+    case A_LIST_P:
+        list_policies();
+        return 0;
+    default:
+        break;
+    }
+
+    struct sim_workload w;
+    sim_workload_init(&w);
+    char source[512];
+    struct sim_cluster c;
+    memset(&c, 0, sizeof c);
+    struct sim_err err = { { 0 } };
+    int rc = EXIT_USAGE;
+    struct pool p = { 0 };
+    struct sim_result *runs = NULL;
+    struct sim_skip *skips = NULL;
+    struct sim_report rep = { 0 };
+    if (load_workload(&o, &w, source, sizeof source) != 0)
+        goto out;
+    if (sim_cluster_parse(o.cluster ? o.cluster : w.cluster, &c, &err) != 0) {
+        fprintf(stderr, "lrsim: --cluster: %s\n", err.msg);
+        goto out;
+    }
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = &w;
+    cfg.c = &c;
+    cfg.seed = o.seed;
+    cfg.slo_ttft_s = o.slo;
+    cfg.block_tokens = o.block_tokens;
+    cfg.index_blocks = o.index_blocks;
+    cfg.scrape_us = (uint64_t)llround(o.scrape_ms * 1000.0);
+    cfg.rebalance = o.rebalance;
+    if (cfg.scrape_us == 0)
+        cfg.scrape_us = 1;
+    rep.source = source;
+    rep.w = &w;
+    rep.c = &c;
+    rep.cfg = &cfg;
+    rep.time_scale = o.time_scale;
+    rc = simulate(&o, &cfg, &p, &runs, &skips, &rep);
+    if (rc != 0)
+        goto out;
+    rep.runs = runs;
+    rep.skipped = skips;
+    rep.jobs = o.jobs ? o.jobs : default_jobs();
+    rep.wall_s = mono_s() - t0;
+    if (!o.quiet)
+        sim_report_table(stdout, &rep);
+    if (fflush(stdout) != 0)
+        rc = 1;
+    if (rc == 0 && write_outputs(&o, &rep) != 0)
+        rc = 1;
+out:
+    for (size_t k = 0; k < rep.n_runs; k++)
+        sim_result_free(&runs[k]);
+    for (size_t k = 0; k < p.n; k++)
+        sim_result_free(&p.jobs[k].res);
+    free(p.jobs);
+    free(runs);
+    free(skips);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+    return rc;
+}

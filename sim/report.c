@@ -1,0 +1,704 @@
+/* lrsim: table, JSON and SVG output (see report.h). */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libroute.h>
+
+#include "version.h"
+
+/* ---- table ---------------------------------------------------------------------------- */
+
+enum { BEST_MIN, BEST_MAX };
+
+struct col {
+    const char *head;
+    int width, prec;
+    int best; /* BEST_MIN / BEST_MAX */
+    double scale;
+    size_t off; /* offset of a double in sim_result */
+};
+
+#define COL(h, w, p, b, s, field) \
+    { h, w, p, b, s, offsetof(struct sim_result, field) }
+
+static const struct col cols[] = {
+    COL("mean", 7, 3, BEST_MIN, 1, ttft_mean_s),
+    COL("p50", 7, 3, BEST_MIN, 1, ttft_p50_s),
+    COL("p95", 7, 3, BEST_MIN, 1, ttft_p95_s),
+    COL("p99", 7, 3, BEST_MIN, 1, ttft_p99_s),
+    COL("p50", 7, 2, BEST_MIN, 1, e2e_p50_s),
+    COL("p95", 7, 2, BEST_MIN, 1, e2e_p95_s),
+    COL("hit%", 6, 1, BEST_MAX, 100, cache_hit_rate),
+    COL("loadCV", 6, 2, BEST_MIN, 1, load_cv),
+    COL("SLO%", 6, 1, BEST_MAX, 100, slo_attainment),
+    COL("good/s", 7, 2, BEST_MAX, 1, goodput_rps),
+};
+#define NCOLS (sizeof cols / sizeof cols[0])
+
+static double
+field(const struct sim_result *r, const struct col *c)
+{
+    double v;
+    memcpy(&v, (const char *)r + c->off, sizeof v);
+    return v * c->scale;
+}
+
+/* Is run k the best in column c (ties: every one of them)? */
+static int
+is_best(const struct sim_report *rep, size_t k, const struct col *c)
+{
+    if (rep->n_runs < 2)
+        return 0;
+    double mine = field(&rep->runs[k], c);
+    if (isnan(mine))
+        return 0;
+    /* compare at the printed precision, so equal-looking values tie */
+    double q = pow(10.0, c->prec);
+    mine = round(mine * q);
+    for (size_t j = 0; j < rep->n_runs; j++) {
+        double v = round(field(&rep->runs[j], c) * q);
+        if (isnan(v))
+            continue;
+        if (c->best == BEST_MIN ? v < mine : v > mine)
+            return 0;
+    }
+    return 1;
+}
+
+static void
+fmt_ns(char *buf, size_t len, double ns)
+{
+    if (ns < 1000)
+        snprintf(buf, len, "%.0f ns", ns);
+    else if (ns < 1e6)
+        snprintf(buf, len, "%.1f us", ns / 1e3);
+    else
+        snprintf(buf, len, "%.2f ms", ns / 1e6);
+}
+
+static void
+table_header(FILE *f, const struct sim_report *rep)
+{
+    struct sim_workload_info wi;
+    sim_workload_info(rep->w, &wi);
+    char cl[512];
+    sim_cluster_describe(rep->c, cl, sizeof cl);
+    fprintf(f, "lrsim %s (libroute %s): %s\n", LRSIM_VERSION,
+            lr_version_string(), rep->source);
+    if (rep->w->desc[0])
+        fprintf(f, "  %s\n", rep->w->desc);
+    fprintf(f,
+            "  %zu requests over %.1f s (%.2f req/s), prompt mean %.0f "
+            "tokens (max %u), output mean %.0f",
+            wi.requests, wi.duration_s,
+            wi.duration_s > 0 ? (double)wi.requests / wi.duration_s : 0.0,
+            wi.requests ? (double)wi.input_tokens / (double)wi.requests : 0.0,
+            wi.max_input,
+            wi.requests ? (double)wi.output_tokens / (double)wi.requests : 0.0);
+    if (rep->time_scale != 1.0)
+        fprintf(f, ", time scale %g", rep->time_scale);
+    fprintf(f, "\n  cluster %s: %s\n", rep->c->spec, cl);
+    fprintf(f,
+            "  seed %llu, TTFT SLO %g s, metrics every %.0f ms, block %u "
+            "tokens\n\n",
+            (unsigned long long)rep->cfg->seed, rep->cfg->slo_ttft_s,
+            (double)rep->cfg->scrape_us / 1000.0, rep->cfg->block_tokens);
+}
+
+void
+sim_report_table(FILE *f, const struct sim_report *rep)
+{
+    table_header(f, rep);
+    fprintf(f, "%-22s %-33s %-17s %-31s %s\n", "",
+            "TTFT (s)", "E2E (s)", "", "route()");
+    fprintf(f, "%-22s", "policy");
+    for (size_t c = 0; c < NCOLS; c++) {
+        fprintf(f, " %*s ", cols[c].width, cols[c].head);
+        if (c == 3 || c == 5)
+            fprintf(f, "|");
+    }
+    fprintf(f, "| %9s\n", "p50");
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        fprintf(f, "%-22s", r->policy_name);
+        for (size_t c = 0; c < NCOLS; c++) {
+            /* keep the column width: fewer decimals for large values */
+            double v = field(r, &cols[c]);
+            int prec = cols[c].prec;
+            if (fabs(v) >= 1000)
+                prec = 0;
+            else if (fabs(v) >= 100 && prec > 1)
+                prec = 1;
+            fprintf(f, " %*.*f%c", cols[c].width, prec, v,
+                    is_best(rep, k, &cols[c]) ? '*' : ' ');
+            if (c == 3 || c == 5)
+                fprintf(f, "|");
+        }
+        char ns[32];
+        fmt_ns(ns, sizeof ns, r->route_ns_p50);
+        fprintf(f, "| %9s\n", ns);
+    }
+    fprintf(f, "\n* best in its column.  hit%% = prompt tokens the engines "
+               "found cached; loadCV = spread of pending\n  prefill tokens "
+               "across instances; SLO%% = TTFT < %g s; good/s = requests "
+               "within the SLO per second.\n",
+            rep->cfg->slo_ttft_s);
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        if (r->failed > 0)
+            fprintf(f, "  %s: %llu requests failed (%llu could not be "
+                       "routed; the rest never fit their instance)\n",
+                    r->policy_name, (unsigned long long)r->failed,
+                    (unsigned long long)r->route_errors);
+    }
+    for (size_t k = 0; k < rep->n_skipped; k++)
+        fprintf(f, "  skipped %s: %s\n", rep->skipped[k].policy,
+                rep->skipped[k].why);
+}
+
+/* ---- JSON --------------------------------------------------------------------------- */
+
+static void
+jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void
+jnum(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.6g", v);
+    else
+        fputs("null", f);
+}
+
+static void
+jkey(FILE *f, const char *indent, const char *k)
+{
+    fprintf(f, ",\n%s\"%s\": ", indent, k);
+}
+
+static void
+json_workload(FILE *f, const struct sim_report *rep)
+{
+    struct sim_workload_info wi;
+    sim_workload_info(rep->w, &wi);
+    fprintf(f, "  \"workload\": {\n    \"name\": ");
+    jstr(f, rep->w->name);
+    jkey(f, "    ", "source");
+    jstr(f, rep->source);
+    jkey(f, "    ", "description");
+    jstr(f, rep->w->desc);
+    jkey(f, "    ", "requests");
+    fprintf(f, "%zu", wi.requests);
+    jkey(f, "    ", "duration_s");
+    jnum(f, wi.duration_s);
+    jkey(f, "    ", "input_tokens");
+    fprintf(f, "%llu", (unsigned long long)wi.input_tokens);
+    jkey(f, "    ", "output_tokens");
+    fprintf(f, "%llu", (unsigned long long)wi.output_tokens);
+    jkey(f, "    ", "max_input_tokens");
+    fprintf(f, "%u", wi.max_input);
+    jkey(f, "    ", "time_scale");
+    jnum(f, rep->time_scale);
+    fprintf(f, "\n  },\n");
+}
+
+static void
+json_cluster(FILE *f, const struct sim_report *rep)
+{
+    char cl[512];
+    sim_cluster_describe(rep->c, cl, sizeof cl);
+    fprintf(f, "  \"cluster\": {\n    \"spec\": ");
+    jstr(f, rep->c->spec);
+    jkey(f, "    ", "description");
+    jstr(f, cl);
+    fprintf(f, ",\n    \"instances\": [");
+    for (uint32_t i = 0; i < rep->c->n; i++) {
+        const struct sim_instance *in = &rep->c->inst[i];
+        fprintf(f, "%s\n      {\"name\": ", i ? "," : "");
+        jstr(f, in->name);
+        fprintf(f, ", \"class\": ");
+        jstr(f, in->cls->name);
+        fprintf(f,
+                ", \"prefix_caching\": %s, \"rtt_ms\": %.3f, \"group\": %u, "
+                "\"kv_tokens\": %llu}",
+                in->prefix_caching ? "true" : "false",
+                (double)in->rtt_us / 1000.0, in->group,
+                (unsigned long long)in->cls->kv_tokens);
+    }
+    fprintf(f, "\n    ]\n  },\n");
+}
+
+#define JD(name, v)                  \
+    do {                             \
+        jkey(f, "      ", name);     \
+        jnum(f, v);                  \
+    } while (0)
+#define JU(name, v)                                            \
+    do {                                                       \
+        jkey(f, "      ", name);                               \
+        fprintf(f, "%llu", (unsigned long long)(v));           \
+    } while (0)
+
+static void
+json_per_inst(FILE *f, const struct sim_result *r)
+{
+    fprintf(f, ",\n      \"instances\": [");
+    for (uint32_t i = 0; i < r->n_inst; i++) {
+        const struct sim_inst_result *p = &r->per_inst[i];
+        fprintf(f,
+                "%s\n        {\"requests\": %llu, \"cache_hit_rate\": ",
+                i ? "," : "", (unsigned long long)p->requests);
+        jnum(f, p->query_tokens ? (double)p->hit_tokens /
+                                      (double)p->query_tokens
+                                : 0);
+        fprintf(f, ", \"mean_pending_prefill\": ");
+        jnum(f, p->mean_pending);
+        fprintf(f, ", \"busy\": ");
+        jnum(f, p->busy_frac);
+        fprintf(f,
+                ", \"preemptions\": %llu, \"evicted_blocks\": %llu, "
+                "\"peak_kv_use\": ",
+                (unsigned long long)p->preemptions,
+                (unsigned long long)p->evicted_blocks);
+        jnum(f, p->capacity_blocks ? (double)p->peak_used_blocks /
+                                         (double)p->capacity_blocks
+                                   : 0);
+        fputc('}', f);
+    }
+    fprintf(f, "\n      ]");
+}
+
+static void
+json_run(FILE *f, const struct sim_result *r, int with_timing)
+{
+    fprintf(f, "    {\n      \"policy\": ");
+    jstr(f, r->policy_name);
+    JD("ttft_mean_s", r->ttft_mean_s);
+    JD("ttft_p50_s", r->ttft_p50_s);
+    JD("ttft_p95_s", r->ttft_p95_s);
+    JD("ttft_p99_s", r->ttft_p99_s);
+    JD("e2e_p50_s", r->e2e_p50_s);
+    JD("e2e_p95_s", r->e2e_p95_s);
+    JD("cache_hit_rate", r->cache_hit_rate);
+    JD("router_expected_hit_rate", r->router_hit_belief);
+    JD("load_cv", r->load_cv);
+    JD("slo_attainment", r->slo_attainment);
+    JD("goodput_rps", r->goodput_rps);
+    if (with_timing) {
+        JD("route_ns_p50", r->route_ns_p50);
+        JD("route_ns_p99", r->route_ns_p99);
+        JD("route_ns_mean", r->route_ns_mean);
+        JD("wall_s", r->wall_s);
+    }
+    JU("requests", r->n_reqs);
+    JU("completed", r->completed);
+    JU("failed", r->failed);
+    JU("route_errors", r->route_errors);
+    JD("makespan_s", r->makespan_s);
+    JU("preemptions", r->preemptions);
+    JU("moves", r->moves);
+    JU("engine_steps", r->steps);
+    JU("events", r->events);
+    JU("prompt_tokens", r->input_tokens);
+    JU("cached_tokens", r->hit_tokens);
+    JU("prefilled_tokens", r->prefilled_tokens);
+    JU("output_tokens", r->sampled_tokens);
+    if (!isnan(r->param_w_rtt)) {
+        JD("gorgo_w_rtt", r->param_w_rtt);
+        JD("gorgo_w_queue", r->param_w_queue);
+    }
+    fprintf(f, ",\n      \"reasons\": {");
+    int first = 1;
+    for (int k = 0; k < 16; k++) {
+        const char *name = lr_reason_name((lr_reason)k);
+        if (r->by_reason[k] == 0 || name == NULL)
+            continue;
+        fprintf(f, "%s", first ? "" : ", ");
+        jstr(f, name);
+        fprintf(f, ": %llu", (unsigned long long)r->by_reason[k]);
+        first = 0;
+    }
+    fputc('}', f);
+    json_per_inst(f, r);
+    fprintf(f, "\n    }");
+}
+
+int
+sim_report_json(FILE *f, const struct sim_report *rep, int with_timing)
+{
+    fprintf(f, "{\n  \"lrsim\": ");
+    jstr(f, LRSIM_VERSION);
+    fprintf(f, ",\n  \"libroute\": ");
+    jstr(f, lr_version_string());
+    fprintf(f, ",\n  \"seed\": %llu,\n", (unsigned long long)rep->cfg->seed);
+    fprintf(f, "  \"slo_ttft_s\": ");
+    jnum(f, rep->cfg->slo_ttft_s);
+    fprintf(f, ",\n  \"block_tokens\": %u,\n  \"scrape_ms\": ",
+            rep->cfg->block_tokens);
+    jnum(f, (double)rep->cfg->scrape_us / 1000.0);
+    fprintf(f, ",\n  \"rebalance\": %s,\n",
+            rep->cfg->rebalance ? "true" : "false");
+    if (with_timing) {
+        fprintf(f, "  \"wall_s\": ");
+        jnum(f, rep->wall_s);
+        fprintf(f, ",\n  \"jobs\": %u,\n", rep->jobs);
+    }
+    json_workload(f, rep);
+    json_cluster(f, rep);
+    fprintf(f, "  \"runs\": [\n");
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        json_run(f, &rep->runs[k], with_timing);
+        fprintf(f, "%s\n", k + 1 < rep->n_runs ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"skipped\": [");
+    for (size_t k = 0; k < rep->n_skipped; k++) {
+        fprintf(f, "%s{\"policy\": ", k ? ", " : "");
+        jstr(f, rep->skipped[k].policy);
+        fprintf(f, ", \"reason\": ");
+        jstr(f, rep->skipped[k].why);
+        fputc('}', f);
+    }
+    fprintf(f, "]\n}\n");
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- SVG ------------------------------------------------------------------------------- */
+
+static const char *const palette[] = {
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+    "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a",
+    "#637939", "#843c39", "#7b4173", "#3182bd",
+};
+#define NPAL (sizeof palette / sizeof palette[0])
+
+#define SVG_W 1100
+#define PLOT_X 70
+#define PLOT_W 700
+#define PLOT_Y 60
+#define PLOT_H 360
+#define LEGEND_X (PLOT_X + PLOT_W + 30)
+
+static void
+svg_text(FILE *f, double x, double y, const char *anchor, const char *style,
+         const char *s)
+{
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s%s>", x, y,
+            anchor, style[0] ? " " : "", style);
+    for (const char *p = s; *p; p++) {
+        if (*p == '<')
+            fputs("&lt;", f);
+        else if (*p == '>')
+            fputs("&gt;", f);
+        else if (*p == '&')
+            fputs("&amp;", f);
+        else
+            fputc(*p, f);
+    }
+    fputs("</text>\n", f);
+}
+
+/* Sorted TTFTs of a run's completed requests (seconds). */
+static double *
+sorted_ttft(const struct sim_result *r, size_t *n)
+{
+    double *v = sim_calloc(r->n_reqs, sizeof *v);
+    if (v == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t q = 0; q < r->n_reqs; q++)
+        if (r->state[q] == REQ_DONE)
+            v[k++] = (double)r->ttft_us[q] / 1e6;
+    *n = k;
+    return v;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double
+xlog(double t, double lo, double hi)
+{
+    if (t < lo)
+        t = lo;
+    return PLOT_X + PLOT_W * (log10(t) - log10(lo)) / (log10(hi) - log10(lo));
+}
+
+static void
+cdf_axes(FILE *f, double lo, double hi, double slo)
+{
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+               "fill=\"#fafafa\" stroke=\"#999\"/>\n",
+            PLOT_X, PLOT_Y, PLOT_W, PLOT_H);
+    for (double d = lo; d <= hi * 1.0001; d *= 10) {
+        for (int m = 1; m < 10; m++) {
+            double t = d * m;
+            if (t > hi * 1.0001)
+                break;
+            double x = xlog(t, lo, hi);
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
+                       "stroke=\"%s\"/>\n",
+                    x, PLOT_Y, x, PLOT_Y + PLOT_H, m == 1 ? "#ccc" : "#eee");
+            if (m == 1 || m == 2 || m == 5) {
+                char lab[32];
+                if (t < 1)
+                    snprintf(lab, sizeof lab, "%g ms", t * 1000);
+                else
+                    snprintf(lab, sizeof lab, "%g s", t);
+                svg_text(f, x, PLOT_Y + PLOT_H + 16, "middle",
+                         "font-size=\"11\"", lab);
+            }
+        }
+    }
+    for (int k = 0; k <= 10; k++) {
+        double y = PLOT_Y + PLOT_H - PLOT_H * k / 10.0;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
+                   "stroke=\"%s\"/>\n",
+                PLOT_X, y, PLOT_X + PLOT_W, y, k % 5 ? "#eee" : "#ccc");
+        char lab[16];
+        snprintf(lab, sizeof lab, "%d%%", k * 10);
+        svg_text(f, PLOT_X - 6, y + 4, "end", "font-size=\"11\"", lab);
+    }
+    if (slo > lo && slo < hi) {
+        double x = xlog(slo, lo, hi);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" "
+                   "stroke=\"#d00\" stroke-dasharray=\"6,4\"/>\n",
+                x, PLOT_Y, x, PLOT_Y + PLOT_H);
+        char lab[32];
+        snprintf(lab, sizeof lab, "SLO %g s", slo);
+        svg_text(f, x + 4, PLOT_Y + 14, "start",
+                 "font-size=\"11\" fill=\"#d00\"", lab);
+    }
+    svg_text(f, PLOT_X + PLOT_W / 2.0, PLOT_Y + PLOT_H + 36, "middle",
+             "font-size=\"12\"", "time to first token (log scale)");
+    svg_text(f, PLOT_X, PLOT_Y - 12, "start",
+             "font-size=\"15\" font-weight=\"bold\"",
+             "TTFT distribution per policy (share of requests with TTFT <= x)");
+}
+
+static int
+svg_cdfs(FILE *f, const struct sim_report *rep)
+{
+    double lo = INFINITY, hi = 0;
+    double **v = sim_calloc(rep->n_runs, sizeof *v);
+    size_t *n = sim_calloc(rep->n_runs, sizeof *n);
+    int rc = 0;
+    if (v == NULL || n == NULL)
+        rc = -1;
+    for (size_t k = 0; k < rep->n_runs && rc == 0; k++) {
+        v[k] = sorted_ttft(&rep->runs[k], &n[k]);
+        if (v[k] == NULL) {
+            rc = -1;
+            break;
+        }
+        qsort(v[k], n[k], sizeof *v[k], cmp_double);
+        if (n[k] > 0) {
+            lo = fmin(lo, v[k][0]);
+            hi = fmax(hi, v[k][n[k] - 1]);
+        }
+    }
+    if (rc == 0) {
+        if (!(lo < INFINITY) || lo <= 0)
+            lo = 0.01;
+        if (hi <= lo)
+            hi = lo * 10;
+        lo = pow(10, floor(log10(lo)));
+        hi = pow(10, ceil(log10(hi)));
+        cdf_axes(f, lo, hi, rep->cfg->slo_ttft_s);
+        for (size_t k = 0; k < rep->n_runs; k++) {
+            if (n[k] == 0)
+                continue;
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" "
+                       "stroke-width=\"1.8\" points=\"",
+                    palette[k % NPAL]);
+            size_t steps = n[k] < 400 ? n[k] : 400;
+            for (size_t s = 0; s <= steps; s++) {
+                size_t i = s * (n[k] - 1) / steps;
+                double y = PLOT_Y + PLOT_H -
+                           PLOT_H * (double)(i + 1) / (double)rep->runs[k].n_reqs;
+                fprintf(f, "%.1f,%.1f ", xlog(v[k][i], lo, hi), y);
+            }
+            fprintf(f, "\"/>\n");
+            double ly = PLOT_Y + 8 + 20.0 * (double)k;
+            fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" "
+                       "stroke=\"%s\" stroke-width=\"3\"/>\n",
+                    LEGEND_X, ly, LEGEND_X + 22, ly, palette[k % NPAL]);
+            char lab[96];
+            snprintf(lab, sizeof lab, "%s  p50 %.3g s  p99 %.3g s",
+                     rep->runs[k].policy_name, rep->runs[k].ttft_p50_s,
+                     rep->runs[k].ttft_p99_s);
+            svg_text(f, LEGEND_X + 28, ly + 4, "start", "font-size=\"12\"",
+                     lab);
+        }
+    }
+    for (size_t k = 0; v != NULL && k < rep->n_runs; k++)
+        free(v[k]);
+    free(v);
+    free(n);
+    return rc;
+}
+
+/* Blue (below an even share) - white - red (above), for log2 ratios in
+ * [-2, 2]. */
+static void
+diverging(double ratio, char *buf, size_t len)
+{
+    double t = ratio > 0 ? log2(ratio) / 2.0 : -1.0;
+    if (t > 1)
+        t = 1;
+    if (t < -1)
+        t = -1;
+    int r, g, b;
+    if (t >= 0) {
+        r = 255;
+        g = (int)lround(255 * (1 - 0.8 * t));
+        b = (int)lround(255 * (1 - 0.85 * t));
+    } else {
+        r = (int)lround(255 * (1 + 0.85 * t));
+        g = (int)lround(255 * (1 + 0.6 * t));
+        b = 255;
+    }
+    snprintf(buf, len, "#%02x%02x%02x", r, g, b);
+}
+
+static void
+sequential(double t, char *buf, size_t len)
+{
+    if (t < 0)
+        t = 0;
+    if (t > 1)
+        t = 1;
+    int r = (int)lround(255 - 40 * t), g = (int)lround(255 - 170 * t),
+        b = (int)lround(255 - 235 * t);
+    snprintf(buf, len, "#%02x%02x%02x", r, g, b);
+}
+
+struct heat {
+    const char *title;
+    const char *note;
+    int kind; /* 0: request share, 1: pending prefill */
+};
+
+static double
+heat_value(const struct sim_result *r, uint32_t i, int kind)
+{
+    if (kind == 0) {
+        double even = (double)r->completed / (double)r->n_inst;
+        return even > 0 ? (double)r->per_inst[i].requests / even : 0;
+    }
+    return r->per_inst[i].mean_pending;
+}
+
+static double
+svg_heatmap(FILE *f, const struct sim_report *rep, double y0,
+            const struct heat *h)
+{
+    uint32_t ni = rep->c->n;
+    double cw = ni <= 16 ? 44 : (double)(SVG_W - 260) / ni, ch = 18;
+    double x0 = 180;
+    svg_text(f, PLOT_X, y0, "start", "font-size=\"15\" font-weight=\"bold\"",
+             h->title);
+    svg_text(f, PLOT_X, y0 + 16, "start", "font-size=\"11\" fill=\"#555\"",
+             h->note);
+    double top = y0 + 66;
+    double vmax = 0;
+    for (size_t k = 0; k < rep->n_runs; k++)
+        for (uint32_t i = 0; i < ni; i++)
+            vmax = fmax(vmax, heat_value(&rep->runs[k], i, h->kind));
+    for (uint32_t i = 0; i < ni && ni <= 32; i++) {
+        char lab[48];
+        snprintf(lab, sizeof lab, "%s", rep->c->inst[i].name);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"9\" "
+                   "transform=\"rotate(-45 %.1f %.1f)\">%s</text>\n",
+                x0 + cw * i + 4, top - 4, x0 + cw * i + 4, top - 4, lab);
+    }
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        double y = top + ch * (double)k;
+        svg_text(f, x0 - 8, y + 13, "end", "font-size=\"12\"", r->policy_name);
+        for (uint32_t i = 0; i < ni; i++) {
+            double v = heat_value(r, i, h->kind);
+            char col[16];
+            if (h->kind == 0)
+                diverging(v, col, sizeof col);
+            else
+                sequential(vmax > 0 ? sqrt(v / vmax) : 0, col, sizeof col);
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                       "height=\"%.1f\" fill=\"%s\" stroke=\"#fff\"/>\n",
+                    x0 + cw * i, y, cw, ch, col);
+            if (ni <= 16) {
+                char lab[32];
+                if (h->kind == 0)
+                    snprintf(lab, sizeof lab, "%.2f", v);
+                else if (v >= 1000)
+                    snprintf(lab, sizeof lab, "%.0fk", v / 1000);
+                else
+                    snprintf(lab, sizeof lab, "%.0f", v);
+                svg_text(f, x0 + cw * i + cw / 2, y + 13, "middle",
+                         "font-size=\"10\"", lab);
+            }
+        }
+        if (h->kind == 1) {
+            char cv[48];
+            snprintf(cv, sizeof cv, "CV %.2f", r->load_cv);
+            svg_text(f, x0 + cw * ni + 8, y + 13, "start", "font-size=\"11\"",
+                     cv);
+        }
+    }
+    return top + ch * (double)rep->n_runs + 30;
+}
+
+int
+sim_report_svg(FILE *f, const struct sim_report *rep)
+{
+    double legend_h = PLOT_Y + 8 + 20.0 * (double)rep->n_runs;
+    double heat_h = 96 + 18.0 * (double)rep->n_runs;
+    double h = fmax(PLOT_Y + PLOT_H + 60, legend_h) + 2 * heat_h + 40;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+               "height=\"%.0f\" viewBox=\"0 0 %d %.0f\" "
+               "font-family=\"Helvetica, Arial, sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+            SVG_W, h, SVG_W, h);
+    char title[512], cl[256];
+    sim_cluster_describe(rep->c, cl, sizeof cl);
+    snprintf(title, sizeof title, "lrsim: %s on %s, %zu requests, seed %llu",
+             rep->source, cl, rep->w->n_reqs,
+             (unsigned long long)rep->cfg->seed);
+    svg_text(f, PLOT_X, 22, "start", "font-size=\"13\" fill=\"#333\"", title);
+    if (svg_cdfs(f, rep) != 0)
+        return -1;
+    double y = fmax(PLOT_Y + PLOT_H + 70, legend_h + 20);
+    static const struct heat share = {
+        "Requests per instance", "share of an even split: 1.00 = even, "
+                                 "red = more, blue = fewer",
+        0
+    };
+    static const struct heat pend = {
+        "Load per instance", "pending prefill tokens, time-averaged while "
+                             "requests arrive (darker = more)",
+        1
+    };
+    y = svg_heatmap(f, rep, y, &share);
+    svg_heatmap(f, rep, y, &pend);
+    fprintf(f, "</svg>\n");
+    return ferror(f) ? -1 : 0;
+}

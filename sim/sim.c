@@ -1,0 +1,879 @@
+/* lrsim: the discrete-event loop (see sim.h for the event flow).
+ *
+ * Events live in a binary min-heap ordered by (time, sequence number); the
+ * sequence number makes ties run in scheduling order. Arrivals enter the
+ * heap one at a time (each arrival schedules the next), so the heap holds
+ * only what is in flight: a few events per request in flight and per
+ * instance. */
+#define _POSIX_C_SOURCE 200809L
+#include "sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libroute.h>
+
+#define NS_BASE 1000000000ull /* simulated t = 0 is 1 s on the router's clock */
+#define MAX_MOVES 256
+
+enum ev_kind {
+    EV_ARRIVAL,
+    EV_RECV,         /* request reaches its engine */
+    EV_STEP,         /* an engine step ends */
+    EV_FIRST_TOKEN,  /* the gateway sees a first token */
+    EV_COMPLETE,     /* the gateway sees a completion */
+    EV_FAIL,         /* the gateway sees a refusal */
+    EV_SCRAPE_TICK,  /* the gateway scrapes every engine */
+    EV_SCRAPE_AT,    /* the scrape reaches an engine */
+    EV_SCRAPE_BACK,  /* its answer reaches the gateway */
+    EV_SAMPLE,       /* load-CV sample (measurement only) */
+    EV_REBALANCE     /* DualMap rebalancing plan */
+};
+
+struct ev {
+    uint64_t t;
+    uint64_t seq;
+    uint64_t a; /* request index, or packed running/waiting */
+    double x;   /* kv use of a scrape */
+    uint32_t kind;
+    uint32_t inst;
+};
+
+struct heap {
+    struct ev *v;
+    size_t n, cap;
+    uint64_t next_seq;
+};
+
+static int
+ev_less(const struct ev *a, const struct ev *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static int
+heap_push(struct heap *h, struct ev e)
+{
+    if (sim_grow((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v) != 0)
+        return -1;
+    e.seq = h->next_seq++;
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!ev_less(&e, &h->v[p]))
+            break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = e;
+    return 0;
+}
+
+static struct ev
+heap_pop(struct heap *h)
+{
+    struct ev top = h->v[0];
+    struct ev last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l >= h->n)
+            break;
+        m = l;
+        if (l + 1 < h->n && ev_less(&h->v[l + 1], &h->v[l]))
+            m = l + 1;
+        if (!ev_less(&h->v[m], &last))
+            break;
+        h->v[i] = h->v[m];
+        i = m;
+    }
+    if (h->n > 0)
+        h->v[i] = last;
+    return top;
+}
+
+/* ---- run state ------------------------------------------------------------------ */
+
+struct run {
+    const struct sim_config *cfg;
+    const struct sim_workload *w;
+    const struct sim_cluster *c;
+    struct sim_result *res;
+    struct sim_err *err;
+    lr_router *router;
+    uint32_t *rid;     /* router id per instance */
+    uint32_t *inst_of; /* instance per router id */
+    uint32_t max_rid;
+    struct sim_engine **eng;
+    struct heap heap;
+    uint64_t now;
+    /* sequences: a pool whose buffers are reused */
+    struct sim_seq **seq_of; /* per request while in flight */
+    struct sim_seq **pool;
+    size_t pool_n, pool_cap, seqs_made;
+    struct sim_emit *emit;
+    uint32_t *tok, *bnd;
+    size_t tok_cap, bnd_cap;
+    size_t next_arrival;
+    size_t done; /* requests completed or failed */
+    uint64_t last_arrival_us;
+    struct sim_rng jitter;
+    /* load sampling */
+    double cv_sum;
+    uint64_t cv_n, samples;
+    double *pending_sum;
+    lr_move moves[MAX_MOVES];
+};
+
+static uint64_t
+ns_of(uint64_t us)
+{
+    return NS_BASE + us * 1000u;
+}
+
+static int
+push(struct run *r, uint64_t t, uint32_t kind, uint32_t inst, uint64_t a,
+     double x)
+{
+    struct ev e = { t, 0, a, x, kind, inst };
+    if (heap_push(&r->heap, e) != 0)
+        return sim_errf(r->err, "out of memory (event queue)");
+    return 0;
+}
+
+static int
+lib_fail(struct run *r, const char *call, lr_status st)
+{
+    return sim_errf(r->err, "%s: %s: %s (%s)", r->res->policy_name, call,
+                    lr_strerror(st), lr_status_name(st));
+}
+
+static uint64_t
+half_rtt(const struct run *r, uint32_t i)
+{
+    return r->c->inst[i].rtt_us / 2;
+}
+
+/* A sequence from the pool, or a new one. The pool has room for every
+ * sequence ever made, so seq_put cannot fail. */
+static struct sim_seq *
+seq_get(struct run *r)
+{
+    if (r->pool_n > 0)
+        return r->pool[--r->pool_n];
+    if (sim_grow((void **)&r->pool, &r->pool_cap, r->seqs_made + 1,
+                 sizeof *r->pool) != 0)
+        return NULL;
+    struct sim_seq *s = sim_calloc(1, sizeof *s);
+    if (s != NULL)
+        r->seqs_made++;
+    return s;
+}
+
+static void
+seq_put(struct run *r, struct sim_seq *s)
+{
+    r->pool[r->pool_n++] = s;
+}
+
+/* A request has ended (completed or failed): exactly once. */
+static int
+finish_req(struct run *r, size_t q, int state)
+{
+    struct sim_result *res = r->res;
+    if (res->finishes[q]++ != 0)
+        return sim_errf(r->err, "internal: request %zu finished twice", q);
+    res->state[q] = (uint8_t)state;
+    r->done++;
+    if (state == REQ_DONE)
+        res->completed++;
+    else
+        res->failed++;
+    return 0;
+}
+
+static int
+kick(struct run *r, uint32_t i)
+{
+    uint64_t us = sim_engine_start_step(r->eng[i]);
+    if (us == 0)
+        return 0;
+    return push(r, r->now + us, EV_STEP, i, 0, 0);
+}
+
+/* ---- arrival: route() --------------------------------------------------------------- */
+
+static int
+prepare_tokens(struct run *r, size_t q, size_t *n_bnd)
+{
+    const struct sim_req *rq = &r->w->reqs[q];
+    if (sim_grow((void **)&r->tok, &r->tok_cap, rq->input_tokens,
+                 sizeof *r->tok) != 0 ||
+        sim_grow((void **)&r->bnd, &r->bnd_cap, rq->n_segs,
+                 sizeof *r->bnd) != 0)
+        return sim_errf(r->err, "out of memory (token buffer)");
+    sim_workload_tokens(r->w, q, r->tok, r->bnd, n_bnd);
+    return 0;
+}
+
+static uint64_t
+now_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int
+on_arrival(struct run *r, size_t q)
+{
+    const struct sim_req *rq = &r->w->reqs[q];
+    size_t n_bnd = 0;
+    if (prepare_tokens(r, q, &n_bnd) != 0)
+        return -1;
+    lr_request lq;
+    lr_request_init(&lq);
+    lq.id = q + 1;
+    lq.tokens = r->tok;
+    lq.n_tokens = rq->input_tokens;
+    lq.boundaries = n_bnd ? r->bnd : NULL;
+    lq.n_boundaries = n_bnd;
+    lq.tenant_salt = rq->tenant;
+    lq.session = rq->session;
+    lq.has_session = rq->has_session ? 1 : 0;
+    lq.now_ns = ns_of(r->now);
+    lr_decision d;
+    lr_decision_init(&d);
+    uint64_t t0 = now_mono_ns();
+    lr_status st = lr_router_route(r->router, &lq, &d);
+    uint64_t t1 = now_mono_ns();
+    r->res->route_ns[q] = (uint32_t)(t1 - t0 > UINT32_MAX ? UINT32_MAX
+                                                           : t1 - t0);
+    if (st == LR_ENOTSUP) {
+        sim_errf(r->err, "%s: not supported by this libroute (route: %s)",
+                 r->res->policy_name, lr_status_name(st));
+        return 1;
+    }
+    if (st != LR_OK) {
+        /* a gateway answers 503; the request is lost */
+        r->res->route_errors++;
+        return finish_req(r, q, REQ_FAILED);
+    }
+    if (d.instance >= r->max_rid || r->inst_of[d.instance] == UINT32_MAX)
+        return sim_errf(r->err, "%s: route() chose unknown instance %u",
+                        r->res->policy_name, d.instance);
+    uint32_t i = r->inst_of[d.instance];
+    struct sim_seq *s = seq_get(r);
+    if (s == NULL)
+        return sim_errf(r->err, "out of memory (sequence)");
+    uint64_t *keys = s->keys;
+    uint32_t *blocks = s->blocks;
+    uint32_t ck = s->cap_keys, cb = s->cap_blocks;
+    memset(s, 0, sizeof *s);
+    s->keys = keys;
+    s->blocks = blocks;
+    s->cap_keys = ck;
+    s->cap_blocks = cb;
+    s->req = (uint32_t)q;
+    s->prompt = rq->input_tokens;
+    s->output = rq->output_tokens;
+    s->inst = i;
+    r->seq_of[q] = s;
+    if (sim_seq_set_keys(s, r->tok, rq->input_tokens, r->cfg->block_tokens,
+                         rq->tenant) != 0 ||
+        sim_seq_reserve(s, rq->input_tokens + rq->output_tokens,
+                        r->cfg->block_tokens) != 0)
+        return sim_errf(r->err, "out of memory (sequence blocks)");
+    r->res->inst[q] = i;
+    if (!sim_engine_fits(r->eng[i], s->prompt, s->output))
+        return push(r, r->now + r->c->inst[i].rtt_us, EV_FAIL, i, q, 0);
+    return push(r, r->now + half_rtt(r, i), EV_RECV, i, q, 0);
+}
+
+static int
+schedule_next_arrival(struct run *r)
+{
+    if (r->next_arrival >= r->w->n_reqs)
+        return 0;
+    size_t q = r->next_arrival++;
+    return push(r, r->w->reqs[q].arrival_us, EV_ARRIVAL, 0, q, 0);
+}
+
+/* ---- engine events ------------------------------------------------------------------ */
+
+static int
+on_step(struct run *r, uint32_t i)
+{
+    size_t n = sim_engine_finish_step(r->eng[i], r->emit);
+    if (r->cfg->verify_engines &&
+        sim_engine_verify(r->eng[i], r->err) != 0)
+        return sim_errf(r->err, "engine %u invariant broken", i);
+    uint64_t back = r->now + half_rtt(r, i);
+    for (size_t k = 0; k < n; k++) {
+        struct sim_seq *s = r->emit[k].seq;
+        size_t q = s->req;
+        uint64_t arrival = r->w->reqs[q].arrival_us;
+        if (r->emit[k].kind == EMIT_FIRST_TOKEN) {
+            r->res->ttft_us[q] = back - arrival;
+            r->res->hit[q] = s->first_hit;
+            if (push(r, back, EV_FIRST_TOKEN, i, q, 0) != 0)
+                return -1;
+        } else {
+            r->res->e2e_us[q] = back - arrival;
+            r->res->preemptions += s->preemptions;
+            if (push(r, back, EV_COMPLETE, i, q, 0) != 0)
+                return -1;
+            r->seq_of[q] = NULL;
+            seq_put(r, s);
+        }
+    }
+    return kick(r, i);
+}
+
+static int
+on_recv(struct run *r, uint32_t i, size_t q)
+{
+    struct sim_seq *s = r->seq_of[q];
+    s->inst = i;
+    r->res->inst[q] = i;
+    sim_engine_enqueue(r->eng[i], s, 0);
+    return kick(r, i);
+}
+
+static int
+on_router_event(struct run *r, const struct ev *e)
+{
+    uint64_t id = e->a + 1, now = ns_of(r->now);
+    lr_status st;
+    size_t q = (size_t)e->a;
+    switch (e->kind) {
+    case EV_FIRST_TOKEN:
+        st = lr_router_first_token(r->router, id, now);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_first_token", st);
+        return 0;
+    case EV_COMPLETE:
+        st = lr_router_complete(r->router, id, r->w->reqs[q].output_tokens,
+                                now);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_complete", st);
+        return finish_req(r, q, REQ_DONE);
+    default: /* EV_FAIL: the engine refused a request it can never fit */
+        st = lr_router_fail(r->router, id, now);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_fail", st);
+        seq_put(r, r->seq_of[q]);
+        r->seq_of[q] = NULL;
+        return finish_req(r, q, REQ_FAILED);
+    }
+}
+
+/* ---- telemetry ------------------------------------------------------------------------- */
+
+static int
+periodic(struct run *r, uint32_t kind, uint64_t period)
+{
+    if (r->done >= r->w->n_reqs)
+        return 0;
+    return push(r, r->now + period, kind, 0, 0, 0);
+}
+
+static int
+on_scrape_tick(struct run *r)
+{
+    for (uint32_t i = 0; i < r->c->n; i++)
+        if (push(r, r->now + half_rtt(r, i), EV_SCRAPE_AT, i, 0, 0) != 0)
+            return -1;
+    return periodic(r, EV_SCRAPE_TICK, r->cfg->scrape_us);
+}
+
+static int
+on_scrape_at(struct run *r, uint32_t i)
+{
+    struct sim_engine_state s;
+    sim_engine_state(r->eng[i], &s);
+    uint64_t packed = (uint64_t)s.running << 32 | s.waiting;
+    return push(r, r->now + half_rtt(r, i), EV_SCRAPE_BACK, i, packed,
+                s.kv_use);
+}
+
+static int
+on_scrape_back(struct run *r, const struct ev *e)
+{
+    uint32_t i = e->inst;
+    lr_engine_stats st;
+    lr_engine_stats_init(&st);
+    st.running = (uint32_t)(e->a >> 32);
+    st.waiting = (uint32_t)e->a;
+    st.kv_use = e->x;
+    st.scraped_ns = ns_of(r->now - half_rtt(r, i));
+    lr_status s = lr_router_set_stats(r->router, r->rid[i], &st);
+    if (s != LR_OK)
+        return lib_fail(r, "lr_router_set_stats", s);
+    double j = r->cfg->probe_jitter;
+    double f = 1.0 + j * (2.0 * sim_rng_unit(&r->jitter) - 1.0);
+    uint64_t rtt_ns = (uint64_t)llround((double)r->c->inst[i].rtt_us * 1000.0 * f);
+    s = lr_router_observe_rtt(r->router, r->rid[i], rtt_ns);
+    if (s != LR_OK)
+        return lib_fail(r, "lr_router_observe_rtt", s);
+    return 0;
+}
+
+static int
+on_sample(struct run *r)
+{
+    uint32_t n = r->c->n;
+    double sum = 0, sq = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct sim_engine_state s;
+        sim_engine_state(r->eng[i], &s);
+        double v = (double)s.pending_prefill;
+        r->pending_sum[i] += v;
+        sum += v;
+        sq += v * v;
+    }
+    r->samples++;
+    double mean = sum / n;
+    if (mean > 0) {
+        double var = sq / n - mean * mean;
+        r->cv_sum += sqrt(var > 0 ? var : 0) / mean;
+        r->cv_n++;
+    }
+    /* balance is measured while traffic arrives, not in the drain */
+    if (r->now + r->cfg->sample_us > r->last_arrival_us)
+        return 0;
+    return periodic(r, EV_SAMPLE, r->cfg->sample_us);
+}
+
+static int
+on_rebalance(struct run *r)
+{
+    size_t n = 0;
+    lr_status st = lr_router_rebalance_plan(r->router, ns_of(r->now),
+                                            r->moves, MAX_MOVES, &n);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_rebalance_plan", st);
+    for (size_t k = 0; k < n; k++) {
+        const lr_move *m = &r->moves[k];
+        size_t q = (size_t)(m->request_id - 1);
+        if (q >= r->w->n_reqs || m->to >= r->max_rid ||
+            r->inst_of[m->to] == UINT32_MAX)
+            return sim_errf(r->err, "%s: rebalance plan names unknown ids",
+                            r->res->policy_name);
+        struct sim_seq *s = r->seq_of[q];
+        uint32_t to = r->inst_of[m->to];
+        /* only a request still waiting in its engine's queue can move;
+         * one already admitted stays */
+        if (s == NULL || !sim_engine_fits(r->eng[to], s->prompt, s->output) ||
+            sim_engine_remove_waiting(r->eng[s->inst], s) != 0)
+            continue;
+        st = lr_router_move(r->router, m->request_id, m->to);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_move", st);
+        r->res->moves++;
+        if (push(r, r->now + half_rtt(r, to), EV_RECV, to, q, 0) != 0)
+            return -1;
+    }
+    return periodic(r, EV_REBALANCE, r->cfg->scrape_us);
+}
+
+/* ---- set-up and tear-down --------------------------------------------------------------- */
+
+void
+sim_config_init(struct sim_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->seed = 42;
+    cfg->block_tokens = 16;
+    cfg->scrape_us = 100000;
+    cfg->sample_us = 100000;
+    cfg->slo_ttft_s = 5.0;
+    cfg->probe_jitter = 0.05;
+    cfg->rebalance = 1;
+}
+
+void
+sim_result_free(struct sim_result *r)
+{
+    if (r == NULL)
+        return;
+    free(r->ttft_us);
+    free(r->e2e_us);
+    free(r->inst);
+    free(r->hit);
+    free(r->route_ns);
+    free(r->state);
+    free(r->finishes);
+    free(r->per_inst);
+    memset(r, 0, sizeof *r);
+}
+
+static int
+alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
+{
+    res->n_reqs = n;
+    res->n_inst = n_inst;
+    res->ttft_us = sim_calloc(n, sizeof *res->ttft_us);
+    res->e2e_us = sim_calloc(n, sizeof *res->e2e_us);
+    res->inst = sim_calloc(n, sizeof *res->inst);
+    res->hit = sim_calloc(n, sizeof *res->hit);
+    res->route_ns = sim_calloc(n, sizeof *res->route_ns);
+    res->state = sim_calloc(n, sizeof *res->state);
+    res->finishes = sim_calloc(n, sizeof *res->finishes);
+    res->per_inst = sim_calloc(n_inst, sizeof *res->per_inst);
+    if (!res->ttft_us || !res->e2e_us || !res->inst || !res->hit ||
+        !res->route_ns || !res->state || !res->finishes || !res->per_inst)
+        return -1;
+    return 0;
+}
+
+static int
+make_router(struct run *r)
+{
+    const struct sim_config *cfg = r->cfg;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = cfg->policy;
+    o.seed = cfg->seed;
+    o.block_tokens = cfg->block_tokens;
+    o.max_instances = r->c->n;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < r->c->n; i++)
+        total += r->c->inst[i].cls->kv_tokens / cfg->block_tokens;
+    /* a gateway sizes its index to the fleet's KV cache */
+    o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
+    if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)
+        o.index_capacity_blocks = LR_INDEX_MAX_CAPACITY;
+    lr_status st = lr_router_create(&o, &r->router);
+    if (st == LR_ENOTSUP) {
+        sim_errf(r->err, "%s: not supported by this libroute (%s)",
+                 r->res->policy_name, lr_status_name(st));
+        return 1;
+    }
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_create", st);
+    st = lr_router_set_param(r->router, LR_PARAM_TTFT_SLO_S, cfg->slo_ttft_s);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_set_param(TTFT_SLO_S)", st);
+    for (const struct sim_class *k = sim_classes; k->name; k++) {
+        lr_class_spec cs;
+        lr_class_spec_init(&cs);
+        cs.prefill_tokens_per_s = 1e6 / k->prefill_us;
+        st = lr_router_set_class(r->router, (uint32_t)(k - sim_classes), &cs);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_set_class", st);
+    }
+    r->max_rid = o.max_instances + 1;
+    r->inst_of = sim_calloc(r->max_rid, sizeof *r->inst_of);
+    r->rid = sim_calloc(r->c->n, sizeof *r->rid);
+    if (r->inst_of == NULL || r->rid == NULL)
+        return sim_errf(r->err, "out of memory");
+    memset(r->inst_of, 0xff, r->max_rid * sizeof *r->inst_of);
+    for (uint32_t i = 0; i < r->c->n; i++) {
+        const struct sim_instance *in = &r->c->inst[i];
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        s.name = in->name;
+        s.instance_class = in->class_id;
+        s.prefix_caching = in->prefix_caching;
+        s.rtt_ns = in->rtt_us * 1000u;
+        st = lr_router_add_instance(r->router, &s, &r->rid[i]);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_add_instance", st);
+        if (r->rid[i] >= r->max_rid)
+            return sim_errf(r->err, "router id %u out of range", r->rid[i]);
+        r->inst_of[r->rid[i]] = i;
+    }
+    return 0;
+}
+
+static int
+setup(struct run *r)
+{
+    const struct sim_cluster *c = r->c;
+    if (alloc_result(r->res, r->w->n_reqs, c->n) != 0)
+        return sim_errf(r->err, "out of memory (%zu requests)", r->w->n_reqs);
+    r->eng = sim_calloc(c->n, sizeof *r->eng);
+    r->seq_of = sim_calloc(r->w->n_reqs, sizeof *r->seq_of);
+    r->pending_sum = sim_calloc(c->n, sizeof *r->pending_sum);
+    uint32_t max_batch = 1;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (c->inst[i].cls->max_batch > max_batch)
+            max_batch = c->inst[i].cls->max_batch;
+    r->emit = sim_calloc(max_batch, sizeof *r->emit);
+    if (!r->eng || !r->seq_of || !r->pending_sum || !r->emit)
+        return sim_errf(r->err, "out of memory");
+    for (uint32_t i = 0; i < c->n; i++) {
+        r->eng[i] = sim_engine_create(&c->inst[i], r->cfg->block_tokens);
+        if (r->eng[i] == NULL)
+            return sim_errf(r->err, "cannot create engine %s (memory, or KV "
+                                    "smaller than one block)",
+                            c->inst[i].name);
+    }
+    sim_rng_seed(&r->jitter, r->cfg->seed ^ 0x6c7273696d6a6974ull);
+    if (r->w->n_reqs > 0)
+        r->last_arrival_us = r->w->reqs[r->w->n_reqs - 1].arrival_us;
+    return make_router(r);
+}
+
+static void
+teardown(struct run *r)
+{
+    for (size_t i = 0; i < r->pool_n; i++) {
+        sim_seq_free(r->pool[i]);
+        free(r->pool[i]);
+    }
+    if (r->seq_of != NULL)
+        for (size_t q = 0; q < r->w->n_reqs; q++)
+            if (r->seq_of[q] != NULL) {
+                sim_seq_free(r->seq_of[q]);
+                free(r->seq_of[q]);
+            }
+    if (r->eng != NULL)
+        for (uint32_t i = 0; i < r->c->n; i++)
+            sim_engine_destroy(r->eng[i]);
+    lr_router_destroy(r->router);
+    free(r->eng);
+    free(r->seq_of);
+    free(r->pool);
+    free(r->emit);
+    free(r->tok);
+    free(r->bnd);
+    free(r->rid);
+    free(r->inst_of);
+    free(r->pending_sum);
+    free(r->heap.v);
+}
+
+static int
+dispatch(struct run *r, const struct ev *e)
+{
+    switch (e->kind) {
+    case EV_ARRIVAL: {
+        int rc = on_arrival(r, (size_t)e->a);
+        return rc != 0 ? rc : schedule_next_arrival(r);
+    }
+    case EV_RECV:
+        return on_recv(r, e->inst, (size_t)e->a);
+    case EV_STEP:
+        return on_step(r, e->inst);
+    case EV_FIRST_TOKEN:
+    case EV_COMPLETE:
+    case EV_FAIL:
+        return on_router_event(r, e);
+    case EV_SCRAPE_TICK:
+        return on_scrape_tick(r);
+    case EV_SCRAPE_AT:
+        return on_scrape_at(r, e->inst);
+    case EV_SCRAPE_BACK:
+        return on_scrape_back(r, e);
+    case EV_SAMPLE:
+        return on_sample(r);
+    default:
+        return on_rebalance(r);
+    }
+}
+
+static int
+loop(struct run *r)
+{
+    if (r->w->n_reqs == 0)
+        return sim_errf(r->err, "empty workload");
+    if (schedule_next_arrival(r) != 0 || push(r, 0, EV_SCRAPE_TICK, 0, 0, 0) ||
+        push(r, 0, EV_SAMPLE, 0, 0, 0) != 0)
+        return -1;
+    if (r->cfg->rebalance && r->cfg->policy == LR_POLICY_DUALMAP &&
+        push(r, r->cfg->scrape_us, EV_REBALANCE, 0, 0, 0) != 0)
+        return -1;
+    while (r->heap.n > 0) {
+        struct ev e = heap_pop(&r->heap);
+        r->now = e.t;
+        r->res->events++;
+        int rc = dispatch(r, &e);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- results ----------------------------------------------------------------------------- */
+
+static int
+cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double
+sim_percentile(const double *v, size_t n, double p)
+{
+    if (n == 0)
+        return NAN;
+    double pos = p / 100.0 * (double)(n - 1);
+    size_t lo = (size_t)pos;
+    if (lo + 1 >= n)
+        return v[n - 1];
+    double f = pos - (double)lo;
+    return v[lo] + (v[lo + 1] - v[lo]) * f;
+}
+
+/* Conservation: every request ended exactly once; the engines' token books
+ * balance; every requested output token was sampled. */
+static int
+check_books(struct run *r)
+{
+    struct sim_result *res = r->res;
+    for (size_t q = 0; q < res->n_reqs; q++)
+        if (res->finishes[q] != 1)
+            return sim_errf(r->err, "internal: request %zu finished %u times",
+                            q, res->finishes[q]);
+    if (res->completed + res->failed != res->n_reqs)
+        return sim_errf(r->err, "internal: %llu completed + %llu failed != "
+                                "%zu requests",
+                        (unsigned long long)res->completed,
+                        (unsigned long long)res->failed, res->n_reqs);
+    if (res->query_tokens !=
+        res->hit_tokens + res->prefilled_tokens + res->abandoned_tokens)
+        return sim_errf(r->err, "internal: prefill books do not balance");
+    uint64_t want = 0;
+    for (size_t q = 0; q < res->n_reqs; q++)
+        if (res->state[q] == REQ_DONE)
+            want += r->w->reqs[q].output_tokens;
+    if (want != res->sampled_tokens)
+        return sim_errf(r->err, "internal: %llu output tokens sampled, %llu "
+                                "requested",
+                        (unsigned long long)res->sampled_tokens,
+                        (unsigned long long)want);
+    return 0;
+}
+
+static int
+summarize(struct run *r)
+{
+    struct sim_result *res = r->res;
+    size_t n = res->n_reqs;
+    double *v = sim_calloc(n, sizeof *v);
+    if (v == NULL)
+        return sim_errf(r->err, "out of memory");
+    size_t k = 0, ok = 0;
+    double sum = 0;
+    uint64_t end_us = 0;
+    for (size_t q = 0; q < n; q++) {
+        const struct sim_req *rq = &r->w->reqs[q];
+        res->input_tokens += rq->input_tokens;
+        res->output_tokens += rq->output_tokens;
+        if (res->state[q] != REQ_DONE)
+            continue;
+        double t = (double)res->ttft_us[q] / 1e6;
+        v[k++] = t;
+        sum += t;
+        ok += t < r->cfg->slo_ttft_s;
+        uint64_t end = rq->arrival_us + res->e2e_us[q];
+        if (end > end_us)
+            end_us = end;
+        res->per_inst[res->inst[q]].requests++;
+    }
+    qsort(v, k, sizeof *v, cmp_d);
+    res->ttft_mean_s = k ? sum / (double)k : NAN;
+    res->ttft_p50_s = sim_percentile(v, k, 50);
+    res->ttft_p95_s = sim_percentile(v, k, 95);
+    res->ttft_p99_s = sim_percentile(v, k, 99);
+    k = 0;
+    for (size_t q = 0; q < n; q++)
+        if (res->state[q] == REQ_DONE)
+            v[k++] = (double)res->e2e_us[q] / 1e6;
+    qsort(v, k, sizeof *v, cmp_d);
+    res->e2e_p50_s = sim_percentile(v, k, 50);
+    res->e2e_p95_s = sim_percentile(v, k, 95);
+    res->slo_attainment = n ? (double)ok / (double)n : 0;
+    uint64_t start = r->w->reqs[0].arrival_us;
+    res->makespan_s = (double)(end_us > start ? end_us - start : 0) / 1e6;
+    res->goodput_rps = res->makespan_s > 0 ? (double)ok / res->makespan_s : 0;
+    res->load_cv = r->cv_n ? r->cv_sum / (double)r->cv_n : 0;
+    /* measured routing time */
+    sum = 0;
+    for (size_t q = 0; q < n; q++) {
+        v[q] = (double)res->route_ns[q];
+        sum += v[q];
+    }
+    qsort(v, n, sizeof *v, cmp_d);
+    res->route_ns_p50 = sim_percentile(v, n, 50);
+    res->route_ns_p99 = sim_percentile(v, n, 99);
+    res->route_ns_mean = n ? sum / (double)n : 0;
+    free(v);
+    double span = r->now > 0 ? (double)r->now : 1;
+    for (uint32_t i = 0; i < r->c->n; i++) {
+        const struct sim_engine_counters *c = sim_engine_counters(r->eng[i]);
+        struct sim_engine_state st;
+        sim_engine_state(r->eng[i], &st);
+        struct sim_inst_result *pi = &res->per_inst[i];
+        pi->query_tokens = c->query_tokens;
+        pi->hit_tokens = c->hit_tokens;
+        pi->preemptions = c->preemptions;
+        pi->evicted_blocks = c->evicted_blocks;
+        pi->mean_pending =
+            r->samples ? r->pending_sum[i] / (double)r->samples : 0;
+        pi->busy_frac = (double)c->busy_us / span;
+        pi->peak_used_blocks = c->peak_used_blocks;
+        pi->capacity_blocks = st.capacity_blocks;
+        res->query_tokens += c->query_tokens;
+        res->hit_tokens += c->hit_tokens;
+        res->prefilled_tokens += c->prefilled_tokens;
+        res->abandoned_tokens += c->abandoned_tokens;
+        res->sampled_tokens += c->sampled_tokens;
+        res->steps += c->steps;
+    }
+    res->cache_hit_rate = res->query_tokens
+                              ? (double)res->hit_tokens /
+                                    (double)res->query_tokens
+                              : 0;
+    lr_router_stats rs;
+    lr_router_stats_init(&rs);
+    if (lr_router_get_stats(r->router, &rs) == LR_OK) {
+        res->router_hit_belief =
+            rs.prompt_tokens ? (double)rs.cached_tokens / (double)rs.prompt_tokens
+                             : 0;
+        memcpy(res->by_reason, rs.by_reason, sizeof res->by_reason);
+    }
+    res->param_w_rtt = res->param_w_queue = NAN;
+    if (r->cfg->policy == LR_POLICY_GORGO) {
+        lr_router_get_param(r->router, LR_PARAM_GORGO_W_RTT, &res->param_w_rtt);
+        lr_router_get_param(r->router, LR_PARAM_GORGO_W_QUEUE,
+                            &res->param_w_queue);
+    }
+    return check_books(r);
+}
+
+int
+sim_run(const struct sim_config *cfg, struct sim_result *out,
+        struct sim_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->policy = cfg->policy;
+    const char *name = lr_policy_name((lr_policy)cfg->policy);
+    snprintf(out->policy_name, sizeof out->policy_name, "%s",
+             name ? name : "?");
+    if (cfg->w == NULL || cfg->c == NULL || cfg->c->n == 0 ||
+        cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0)
+        return sim_errf(err, "bad simulation configuration");
+    uint64_t t0 = now_mono_ns();
+    struct run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = cfg;
+    r.w = cfg->w;
+    r.c = cfg->c;
+    r.res = out;
+    r.err = err;
+    int rc = setup(&r);
+    if (rc == 0)
+        rc = loop(&r);
+    if (rc == 0)
+        rc = summarize(&r);
+    teardown(&r);
+    out->wall_s = (double)(now_mono_ns() - t0) / 1e9;
+    return rc;
+}

@@ -1,0 +1,123 @@
+#!/bin/sh
+# lrsim's command line: usage errors exit 2 with a message naming the
+# problem; a malformed trace names file:line; failed runs leave no output
+# files (not even FILE.tmp); a good run writes valid JSON and SVG.
+#
+#   test_cli.sh LRSIM SRCDIR
+set -u
+lrsim=$1
+srcdir=$2
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/lrsim-cli.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+# expect STATUS PATTERN -- ARGS...: run lrsim, check exit status and that
+# stderr matches PATTERN (a grep -E expression; empty: anything).
+expect()
+{
+    want=$1
+    pat=$2
+    shift 3
+    "$lrsim" "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL: lrsim $*: exit $got, wanted $want"
+        sed 's/^/  stderr: /' "$tmp/err"
+        fails=$((fails + 1))
+        return
+    fi
+    if [ -n "$pat" ] && ! grep -Eq -- "$pat" "$tmp/err"; then
+        echo "FAIL: lrsim $*: stderr does not match /$pat/:"
+        sed 's/^/  stderr: /' "$tmp/err"
+        fails=$((fails + 1))
+    fi
+}
+
+no_files()
+{
+    for f in "$@"; do
+        if [ -e "$f" ]; then
+            echo "FAIL: $f was left behind"
+            fails=$((fails + 1))
+        fi
+    done
+}
+
+expect 0 '' -- --help
+grep -q -- '--cluster SPEC' "$tmp/out" || { echo "FAIL: --help text"; fails=$((fails + 1)); }
+expect 0 '' -- --version
+expect 0 '' -- --list-workloads
+grep -q '^conversation' "$tmp/out" || { echo "FAIL: --list-workloads"; fails=$((fails + 1)); }
+expect 0 '' -- --list-classes
+expect 0 '' -- --list-policies
+grep -q '^dualmap' "$tmp/out" || { echo "FAIL: --list-policies"; fails=$((fails + 1)); }
+
+expect 2 "unknown option '--bogus'" -- --bogus
+expect 2 "--requests: expected a whole number, got 'abc'" -- --requests abc
+expect 2 "--requests: 0 is out of range" -- --requests 0
+expect 2 "--rate: expected a positive number" -- --rate -3
+expect 2 "--time-scale: expected a positive number" -- --time-scale=nan
+expect 2 "--seed needs a value" -- --seed
+expect 2 "unknown class \"foo\"" -- --cluster 4xfoo
+expect 2 "unknown workload 'nope'" -- --workload nope
+expect 2 "unknown policy 'nope'" -- --policies random,nope
+expect 2 "given twice" -- --policies random,random
+expect 2 "not both" -- --workload wildchat --trace x.jsonl
+expect 2 "--rate applies to generated workloads" -- --trace x.jsonl --rate 3
+expect 2 "unexpected argument 'stray'" -- stray
+expect 2 "$tmp/none.jsonl: No such file" -- --trace "$tmp/none.jsonl"
+
+# A malformed line: file:line and the reason; no output files.
+cat >"$tmp/bad.jsonl" <<'JSON'
+{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}
+{"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [0]}
+JSON
+expect 2 "bad.jsonl:2: hash_ids has 1 ids but input_length 600 needs" -- \
+    --trace "$tmp/bad.jsonl" --json "$tmp/o.json" --svg "$tmp/o.svg"
+no_files "$tmp/o.json" "$tmp/o.json.tmp" "$tmp/o.svg" "$tmp/o.svg.tmp"
+
+# An output file that cannot be written: exit 1, nothing renamed.
+expect 1 "o.json.tmp" -- --workload wildchat --requests 50 \
+    --policies random --json "$tmp/nodir/o.json" --svg "$tmp/o.svg"
+no_files "$tmp/o.svg" "$tmp/o.svg.tmp"
+
+# A good run: a table, a JSON document with the promised keys, an SVG.
+cat >"$tmp/good.jsonl" <<'JSON'
+{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}
+
+{"timestamp": 10, "input_length": 1100, "output_length": 9, "hash_ids": [0, 1, 2]}
+{"timestamp": 30, "input_length": 700, "output_length": 20, "hash_ids": [0, 3]}
+JSON
+expect 0 '' -- --trace "$tmp/good.jsonl" --policies least-request,dualmap \
+    --json "$tmp/g.json" --svg "$tmp/g.svg" --cluster 2
+grep -q '^least-request' "$tmp/out" || { echo "FAIL: no table row"; fails=$((fails + 1)); }
+for k in policy ttft_mean_s ttft_p50_s ttft_p95_s ttft_p99_s e2e_p50_s \
+    e2e_p95_s cache_hit_rate load_cv slo_attainment route_ns_p50 runs; do
+    grep -q "\"$k\"" "$tmp/g.json" || { echo "FAIL: JSON lacks $k"; fails=$((fails + 1)); }
+done
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['runs']) == 2 and d['runs'][0]['requests'] == 3" \
+        "$tmp/g.json" || { echo "FAIL: JSON does not parse"; fails=$((fails + 1)); }
+fi
+grep -q '</svg>' "$tmp/g.svg" || { echo "FAIL: SVG incomplete"; fails=$((fails + 1)); }
+no_files "$tmp/g.json.tmp" "$tmp/g.svg.tmp"
+
+# A generated workload with every flag; all policies (unsupported ones are
+# skipped with a note on stderr).
+expect 0 '' -- --workload system-prompts --requests 200 --rate 20 \
+    --time-scale 2 --seed 7 --slo-ttft 2 --scrape-ms 50 --block-tokens 32 \
+    --index-blocks 100000 --jobs 2 --quiet --no-rebalance
+[ -s "$tmp/out" ] && { echo "FAIL: --quiet printed a table"; fails=$((fails + 1)); }
+
+# The real trace, when it is beside the project (never copied into it).
+trace="$srcdir/../../shared/traces/mooncake_conversation.jsonl"
+if [ -r "$trace" ]; then
+    expect 0 '' -- --trace "$trace" --requests 300 --time-scale 0.5 \
+        --policies gorgo,least-request
+fi
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails check(s) failed"
+    exit 1
+fi
+echo "all CLI checks passed"

@@ -1,0 +1,321 @@
+/* lrsim tests: the engine model. Prefix hits only for contiguous leading
+ * blocks, LRU eviction from the deep end, caching off, preemption and
+ * recompute, and a randomized stress run that checks every invariant after
+ * every step (the cache never exceeds its capacity). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "util.h"
+
+#define BT 4
+
+/* A tiny class: 4-token blocks, `kv` tokens of KV. */
+static struct sim_class
+tiny(uint64_t kv, uint32_t batch, uint32_t budget)
+{
+    struct sim_class c = { "tiny", "test", 100, 1, 1000, 1, 0.01, batch,
+                           budget, kv, 100000 };
+    return c;
+}
+
+struct rig {
+    struct sim_class cls;
+    struct sim_instance inst;
+    struct sim_engine *e;
+    struct sim_emit emit[64];
+    uint64_t firsts, completes;
+};
+
+static void
+rig_init(struct rig *r, uint64_t kv, int caching, uint32_t batch,
+         uint32_t budget)
+{
+    memset(r, 0, sizeof *r);
+    r->cls = tiny(kv, batch, budget);
+    r->inst.cls = &r->cls;
+    r->inst.prefix_caching = caching;
+    r->e = sim_engine_create(&r->inst, BT);
+    assert_non_null(r->e);
+}
+
+/* Run steps until idle, checking invariants after each. */
+static void
+drain(struct rig *r)
+{
+    for (int guard = 0; guard < 1000000; guard++) {
+        if (sim_engine_start_step(r->e) == 0)
+            return;
+        size_t n = sim_engine_finish_step(r->e, r->emit);
+        struct sim_err err = { { 0 } };
+        if (sim_engine_verify(r->e, &err) != 0)
+            fail_msg("invariant: %s", err.msg);
+        for (size_t k = 0; k < n; k++) {
+            if (r->emit[k].kind == EMIT_FIRST_TOKEN)
+                r->firsts++;
+            else
+                r->completes++;
+        }
+    }
+    fail_msg("engine never went idle");
+}
+
+static void
+seq_init(struct sim_seq *s, uint32_t req, const uint32_t *tok, uint32_t n,
+         uint32_t out)
+{
+    memset(s, 0, sizeof *s);
+    s->req = req;
+    s->prompt = n;
+    s->output = out;
+    assert_int_equal(sim_seq_set_keys(s, tok, n, BT, 0), 0);
+    assert_int_equal(sim_seq_reserve(s, n + out, BT), 0);
+}
+
+static void
+fill(uint32_t *t, uint32_t n, uint32_t base)
+{
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = base + i;
+}
+
+static void
+test_leading_hits_only(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 4000, 1, 16, 64);
+    uint32_t x[16], a[24], b[24], c[24];
+    fill(x, 16, 1000);
+    /* a = X + Y, b = X + Z, c = W + Y (Y not leading) */
+    memcpy(a, x, sizeof x);
+    fill(a + 16, 8, 2000);
+    memcpy(b, x, sizeof x);
+    fill(b + 16, 8, 3000);
+    fill(c, 16, 4000);
+    fill(c + 16, 8, 2000);
+    struct sim_seq sa, sb, sc, sd;
+    seq_init(&sa, 0, a, 24, 3);
+    sim_engine_enqueue(r.e, &sa, 0);
+    drain(&r);
+    assert_int_equal(sa.first_hit, 0);
+    seq_init(&sb, 1, b, 24, 3);
+    sim_engine_enqueue(r.e, &sb, 0);
+    drain(&r);
+    assert_int_equal(sb.first_hit, 16); /* X, 4 whole blocks */
+    seq_init(&sc, 2, c, 24, 3);
+    sim_engine_enqueue(r.e, &sc, 0);
+    drain(&r);
+    assert_int_equal(sc.first_hit, 0); /* Y's blocks are not leading */
+    /* the whole prompt cached: the last token is still computed */
+    seq_init(&sd, 3, a, 24, 2);
+    sim_engine_enqueue(r.e, &sd, 0);
+    drain(&r);
+    assert_int_equal(sd.first_hit, 20);
+    assert_int_equal(r.firsts, 4);
+    assert_int_equal(r.completes, 4);
+    const struct sim_engine_counters *c2 = sim_engine_counters(r.e);
+    assert_int_equal(c2->query_tokens, 96);
+    assert_int_equal(c2->hit_tokens, 36);
+    assert_int_equal(c2->prefilled_tokens, 60);
+    assert_int_equal(c2->sampled_tokens, 11);
+    sim_seq_free(&sa);
+    sim_seq_free(&sb);
+    sim_seq_free(&sc);
+    sim_seq_free(&sd);
+    sim_engine_destroy(r.e);
+}
+
+static void
+test_caching_off(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 4000, 0, 16, 64);
+    uint32_t a[32];
+    fill(a, 32, 5);
+    struct sim_seq s1, s2;
+    seq_init(&s1, 0, a, 32, 2);
+    sim_engine_enqueue(r.e, &s1, 0);
+    drain(&r);
+    seq_init(&s2, 1, a, 32, 2);
+    sim_engine_enqueue(r.e, &s2, 0);
+    drain(&r);
+    assert_int_equal(s2.first_hit, 0);
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    assert_int_equal(st.cached_blocks, 0);
+    sim_seq_free(&s1);
+    sim_seq_free(&s2);
+    sim_engine_destroy(r.e);
+}
+
+/* Capacity 20 blocks (80 tokens): three 32-token prompts do not all stay.
+ * The least recently released goes first, from its deep end. */
+static void
+test_lru_eviction(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 80, 1, 16, 64);
+    uint32_t p[3][32];
+    struct sim_seq s[3];
+    for (int i = 0; i < 3; i++) {
+        fill(p[i], 32, 10000u * (uint32_t)(i + 1));
+        seq_init(&s[i], (uint32_t)i, p[i], 32, 1);
+        sim_engine_enqueue(r.e, &s[i], 0);
+        drain(&r);
+    }
+    /* p0 was released first, so its deep blocks went first: its leading
+     * block may survive, its full prefix may not; p2 is whole */
+    struct sim_seq t2, t0;
+    seq_init(&t2, 10, p[2], 32, 1);
+    sim_engine_enqueue(r.e, &t2, 0);
+    drain(&r);
+    assert_int_equal(t2.first_hit, 28);
+    seq_init(&t0, 11, p[0], 32, 1);
+    sim_engine_enqueue(r.e, &t0, 0);
+    drain(&r);
+    assert_true(t0.first_hit < 28);
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    assert_true(st.cached_blocks <= st.capacity_blocks);
+    assert_true(sim_engine_counters(r.e)->evicted_blocks > 0);
+    for (int i = 0; i < 3; i++)
+        sim_seq_free(&s[i]);
+    sim_seq_free(&t2);
+    sim_seq_free(&t0);
+    sim_engine_destroy(r.e);
+}
+
+/* Many sequences that together need more KV than there is: preemption
+ * frees the most recently admitted, everything still finishes, and the
+ * books balance. */
+static void
+test_preemption(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 400, 1, 16, 48);
+    enum { N = 12 };
+    struct sim_seq s[N];
+    uint32_t tok[60];
+    uint64_t want_out = 0, want_in = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        fill(tok, 60, 100000u * (i % 3)); /* 3 shared prompts */
+        seq_init(&s[i], i, tok, 40 + i, 50);
+        assert_true(sim_engine_fits(r.e, s[i].prompt, s[i].output));
+        sim_engine_enqueue(r.e, &s[i], 0);
+        want_out += 50;
+        want_in += 40 + i;
+    }
+    drain(&r);
+    const struct sim_engine_counters *c = sim_engine_counters(r.e);
+    assert_true(c->preemptions > 0);
+    assert_int_equal(r.completes, N);
+    assert_int_equal(r.firsts, N);
+    assert_int_equal(c->sampled_tokens, want_out);
+    assert_int_equal(c->query_tokens,
+                     c->hit_tokens + c->prefilled_tokens + c->abandoned_tokens);
+    assert_true(c->query_tokens >= want_in);
+    assert_true(c->peak_used_blocks <= 100);
+    for (uint32_t i = 0; i < N; i++) {
+        assert_int_equal(s[i].generated, 50);
+        sim_seq_free(&s[i]);
+    }
+    sim_engine_destroy(r.e);
+}
+
+static void
+test_fits(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 400, 1, 16, 48);
+    assert_true(sim_engine_fits(r.e, 300, 90));
+    assert_false(sim_engine_fits(r.e, 390, 20)); /* over capacity */
+    sim_engine_destroy(r.e);
+}
+
+/* Random prompts over a few shared prefixes, random arrivals between
+ * steps, tight memory: every invariant after every step. */
+static void
+test_stress(void **state)
+{
+    (void)state;
+    struct sim_rng rng;
+    sim_rng_seed(&rng, 7);
+    for (int round = 0; round < 4; round++) {
+        struct rig r;
+        rig_init(&r, 600 + 200 * (uint64_t)round, round != 3, 8 + 4u * (uint32_t)round,
+                 32 + 16u * (uint32_t)round);
+        enum { N = 300 };
+        struct sim_seq *s = calloc(N, sizeof *s);
+        assert_non_null(s);
+        uint32_t tok[200];
+        uint64_t out = 0;
+        uint32_t next = 0;
+        while (r.completes < next || next < N) {
+            for (int k = 0; next < N && k < (int)sim_rng_range(&rng, 0, 3); k++) {
+                uint32_t n = (uint32_t)sim_rng_range(&rng, 1, 200);
+                uint32_t shared = (uint32_t)sim_rng_range(&rng, 0, n);
+                fill(tok, shared, 7u * (uint32_t)sim_rng_range(&rng, 0, 4) << 20);
+                for (uint32_t i = shared; i < n; i++)
+                    tok[i] = (uint32_t)sim_rng_next(&rng);
+                uint32_t o = (uint32_t)sim_rng_range(&rng, 1, 60);
+                seq_init(&s[next], next, tok, n, o);
+                if (sim_engine_fits(r.e, n, o)) {
+                    sim_engine_enqueue(r.e, &s[next], sim_rng_unit(&rng) < 0.1);
+                    out += o;
+                } else {
+                    r.completes++;
+                    r.firsts++;
+                }
+                next++;
+            }
+            if (sim_engine_start_step(r.e) == 0)
+                continue;
+            size_t n = sim_engine_finish_step(r.e, r.emit);
+            struct sim_err err = { { 0 } };
+            if (sim_engine_verify(r.e, &err) != 0)
+                fail_msg("round %d: %s", round, err.msg);
+            for (size_t k = 0; k < n; k++)
+                r.completes += r.emit[k].kind == EMIT_COMPLETE;
+        }
+        const struct sim_engine_counters *c = sim_engine_counters(r.e);
+        assert_int_equal(c->sampled_tokens, out);
+        assert_int_equal(c->query_tokens, c->hit_tokens + c->prefilled_tokens +
+                                              c->abandoned_tokens);
+        struct sim_engine_state st;
+        sim_engine_state(r.e, &st);
+        assert_int_equal(st.used_blocks, 0);
+        assert_true(st.cached_blocks <= st.capacity_blocks);
+        assert_int_equal(st.pending_prefill, 0);
+        if (round == 3)
+            assert_int_equal(c->hit_tokens, 0);
+        for (int i = 0; i < N; i++)
+            sim_seq_free(&s[i]);
+        free(s);
+        sim_engine_destroy(r.e);
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_leading_hits_only),
+        cmocka_unit_test(test_caching_off),
+        cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_fits),
+        cmocka_unit_test(test_stress),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,603 @@
+/* lrsim: workloads and the built-in generators (see workload.h).
+ *
+ * Every generator draws from one xoshiro stream seeded by --seed, and
+ * names each distinct piece of text (a system prompt, a user message, a
+ * reply) by a segment seed drawn from that stream, so a workload is a pure
+ * function of (generator, seed, requests, rate). Arrivals are Poisson
+ * unless a generator says otherwise. */
+#include "workload.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libroute.h>
+
+#define US_PER_S 1000000.0
+
+void
+sim_workload_init(struct sim_workload *w)
+{
+    memset(w, 0, sizeof *w);
+}
+
+void
+sim_workload_free(struct sim_workload *w)
+{
+    if (w == NULL)
+        return;
+    free(w->reqs);
+    free(w->segs);
+    memset(w, 0, sizeof *w);
+}
+
+int
+sim_workload_add(struct sim_workload *w, uint64_t arrival_us,
+                 uint32_t output_tokens, const struct sim_seg *segs,
+                 uint32_t n, uint64_t session, int has_session,
+                 struct sim_err *err)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += segs[i].len;
+    if (total == 0 || total > LR_INDEX_MAX_TOKENS || total > UINT32_MAX)
+        return sim_errf(err, "request with %llu prompt tokens (must be 1..%u)",
+                        (unsigned long long)total, LR_INDEX_MAX_TOKENS);
+    if (output_tokens == 0)
+        return sim_errf(err, "request with 0 output tokens");
+    if (sim_grow((void **)&w->reqs, &w->cap_reqs, w->n_reqs + 1,
+                 sizeof *w->reqs) != 0 ||
+        sim_grow((void **)&w->segs, &w->cap_segs, w->n_segs + n,
+                 sizeof *w->segs) != 0)
+        return sim_errf(err, "out of memory (%zu requests)", w->n_reqs + 1);
+    memcpy(w->segs + w->n_segs, segs, n * sizeof *segs);
+    struct sim_req *r = &w->reqs[w->n_reqs++];
+    memset(r, 0, sizeof *r);
+    r->arrival_us = arrival_us;
+    r->input_tokens = (uint32_t)total;
+    r->output_tokens = output_tokens;
+    r->seg_first = w->n_segs;
+    r->n_segs = n;
+    r->session = session;
+    r->has_session = has_session ? 1u : 0u;
+    w->n_segs += n;
+    return 0;
+}
+
+void
+sim_workload_truncate(struct sim_workload *w, size_t n)
+{
+    if (n < w->n_reqs)
+        w->n_reqs = n;
+}
+
+void
+sim_workload_scale_time(struct sim_workload *w, double scale)
+{
+    for (size_t i = 0; i < w->n_reqs; i++)
+        w->reqs[i].arrival_us =
+            (uint64_t)llround((double)w->reqs[i].arrival_us * scale);
+    w->rate = w->rate > 0 ? w->rate / scale : 0;
+}
+
+void
+sim_workload_tokens(const struct sim_workload *w, size_t r, uint32_t *tok,
+                    uint32_t *bnd, size_t *n_bnd)
+{
+    const struct sim_req *q = &w->reqs[r];
+    const struct sim_seg *s = &w->segs[q->seg_first];
+    uint32_t at = 0;
+    size_t nb = 0;
+    for (uint32_t i = 0; i < q->n_segs; i++) {
+        sim_tokens(s[i].seed, 0, s[i].len, tok + at);
+        at += s[i].len;
+        if (bnd != NULL && s[i].boundary)
+            bnd[nb++] = at;
+    }
+    if (n_bnd != NULL)
+        *n_bnd = nb;
+}
+
+void
+sim_workload_info(const struct sim_workload *w, struct sim_workload_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->requests = w->n_reqs;
+    for (size_t i = 0; i < w->n_reqs; i++) {
+        const struct sim_req *q = &w->reqs[i];
+        out->input_tokens += q->input_tokens;
+        out->output_tokens += q->output_tokens;
+        if (q->input_tokens > out->max_input)
+            out->max_input = q->input_tokens;
+    }
+    if (w->n_reqs > 0)
+        out->duration_s = (double)w->reqs[w->n_reqs - 1].arrival_us / US_PER_S;
+}
+
+/* Stable sort by arrival (a merge sort: generators emit conversations turn
+ * by turn, and equal times must keep their generation order). */
+static int
+sort_by_arrival(struct sim_workload *w, struct sim_err *err)
+{
+    size_t n = w->n_reqs;
+    int sorted = 1;
+    for (size_t i = 1; i < n && sorted; i++)
+        sorted = w->reqs[i - 1].arrival_us <= w->reqs[i].arrival_us;
+    if (sorted)
+        return 0;
+    struct sim_req *tmp = sim_calloc(n, sizeof *tmp);
+    if (tmp == NULL)
+        return sim_errf(err, "out of memory sorting %zu requests", n);
+    struct sim_req *a = w->reqs, *b = tmp;
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = lo + width < n ? lo + width : n;
+            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                b[k++] = a[j].arrival_us < a[i].arrival_us ? a[j++] : a[i++];
+            while (i < mid)
+                b[k++] = a[i++];
+            while (j < hi)
+                b[k++] = a[j++];
+        }
+        struct sim_req *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != w->reqs)
+        memcpy(w->reqs, a, n * sizeof *a);
+    free(tmp);
+    return 0;
+}
+
+int
+sim_workload_sort(struct sim_workload *w, struct sim_err *err)
+{
+    return sort_by_arrival(w, err);
+}
+
+/* ---- generator helpers ------------------------------------------------------- */
+
+struct gen {
+    struct sim_rng rng;
+    struct sim_workload *w;
+    uint64_t next_seed; /* distinct segment names */
+    double t_us;        /* Poisson clock */
+    double rate;
+    size_t n;
+    struct sim_err *err;
+};
+
+static void
+gen_init(struct gen *g, const struct sim_gen_opts *o, struct sim_workload *w,
+         struct sim_err *err, size_t def_n, double def_rate)
+{
+    memset(g, 0, sizeof *g);
+    sim_rng_seed(&g->rng, o->seed);
+    g->w = w;
+    g->next_seed = sim_mix64(o->seed ^ 0x6c7273696d736567ull); /* "lrsimseg" */
+    g->n = o->requests ? o->requests : def_n;
+    g->rate = o->rate > 0 ? o->rate : def_rate;
+    g->err = err;
+    w->seed = o->seed;
+    w->rate = g->rate;
+}
+
+/* A fresh segment name. */
+static uint64_t
+fresh(struct gen *g)
+{
+    return sim_mix64(++g->next_seed);
+}
+
+static uint32_t
+uni(struct gen *g, uint32_t lo, uint32_t hi)
+{
+    return (uint32_t)sim_rng_range(&g->rng, lo, hi);
+}
+
+/* Next Poisson arrival at rate r (req/s). */
+static uint64_t
+poisson_next(struct gen *g, double rate)
+{
+    g->t_us += sim_rng_exp(&g->rng, US_PER_S / rate);
+    return (uint64_t)llround(g->t_us);
+}
+
+/* Log-normal with the given median, clamped to [lo, hi]. */
+static uint32_t
+lognormal(struct gen *g, double median, double sigma, uint32_t lo, uint32_t hi)
+{
+    double x = median * exp(sim_rng_normal(&g->rng, 0.0, sigma));
+    if (x < lo)
+        return lo;
+    if (x > hi)
+        return hi;
+    return (uint32_t)llround(x);
+}
+
+static uint32_t
+normal_out(struct gen *g, double mean, double sd)
+{
+    double x = sim_rng_normal(&g->rng, mean, sd);
+    return x < 1 ? 1u : (uint32_t)llround(x);
+}
+
+/* Zipf(s) over 0..n-1 by inversion of the precomputed CDF. */
+struct zipf {
+    double *cdf;
+    uint32_t n;
+};
+
+static int
+zipf_init(struct zipf *z, uint32_t n, double s)
+{
+    z->n = n;
+    z->cdf = sim_calloc(n, sizeof *z->cdf);
+    if (z->cdf == NULL)
+        return -1;
+    double acc = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        acc += pow((double)(k + 1), -s);
+        z->cdf[k] = acc;
+    }
+    for (uint32_t k = 0; k < n; k++)
+        z->cdf[k] /= acc;
+    return 0;
+}
+
+static uint32_t
+zipf_draw(const struct zipf *z, struct sim_rng *rng)
+{
+    double u = sim_rng_unit(rng);
+    uint32_t lo = 0, hi = z->n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (z->cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+add(struct gen *g, uint64_t t, uint32_t out, const struct sim_seg *s,
+    uint32_t n, uint64_t session, int has_session)
+{
+    return sim_workload_add(g->w, t, out, s, n, session, has_session, g->err);
+}
+
+static void
+describe(struct sim_workload *w, const char *name, const char *cluster)
+{
+    snprintf(w->name, sizeof w->name, "%s", name);
+    snprintf(w->cluster, sizeof w->cluster, "%s", cluster);
+}
+
+/* ---- conversation: multi-turn chats with growing history ------------------- */
+
+#define CONV_SYS 8
+#define CONV_MAX_TURNS 16
+#define CONV_WARM_US (CONV_MAX_TURNS * 35.0 * US_PER_S)
+
+/* Sessions arrive as a Poisson process; each has 2..16 turns, a shared
+ * system prompt (one of 8, 1-3k tokens), user messages of 40-900 tokens
+ * and replies of 60-600 tokens; turn k+1 arrives 5-35 s after turn k
+ * (think time). Every turn's prompt is the whole history. */
+static int
+gen_conversation(const struct sim_gen_opts *o, struct sim_workload *w,
+                 struct sim_err *err)
+{
+    struct gen g;
+    gen_init(&g, o, w, err, 4000, 14.0);
+    struct sim_seg sys[CONV_SYS];
+    for (int i = 0; i < CONV_SYS; i++)
+        sys[i] = (struct sim_seg){ fresh(&g), uni(&g, 1000, 3000), 1 };
+    struct sim_seg hist[2 * CONV_MAX_TURNS + 1];
+    double mean_turns = (2.0 + CONV_MAX_TURNS) / 2.0;
+    size_t made = 0;
+    /* A window cut from a service that has been running: sessions start
+     * from -WARM on, and turns before 0 only build history (their prefixes
+     * are cold, as in a trace window). Sessions start until the horizon at
+     * which the requests average the rate; the first n are kept. */
+    double horizon_us = (double)g.n / g.rate * US_PER_S;
+    g.t_us = -CONV_WARM_US;
+    for (uint64_t sess = 1; made < g.n || g.t_us < horizon_us; sess++) {
+        g.t_us += sim_rng_exp(&g.rng, US_PER_S * mean_turns / g.rate);
+        double t = g.t_us;
+        uint32_t turns = uni(&g, 2, CONV_MAX_TURNS);
+        uint32_t nh = 0;
+        hist[nh++] = sys[uni(&g, 0, CONV_SYS - 1)];
+        for (uint32_t k = 0; k < turns; k++) {
+            hist[nh++] = (struct sim_seg){ fresh(&g), uni(&g, 40, 900), 1 };
+            uint32_t reply = uni(&g, 60, 600);
+            if (t >= 0) {
+                if (add(&g, (uint64_t)llround(t), reply, hist, nh, sess, 1) != 0)
+                    return -1;
+                made++;
+            }
+            hist[nh++] = (struct sim_seg){ fresh(&g), reply, 1 };
+            t += (double)uni(&g, 5000, 35000) * 1000.0;
+        }
+    }
+    describe(w, "conversation", "8xa100");
+    snprintf(w->desc, sizeof w->desc,
+             "multi-turn chats, 2-16 turns, growing history, 8 shared system "
+             "prompts; %.1f req/s",
+             g.rate);
+    if (sort_by_arrival(w, err) != 0)
+        return -1;
+    sim_workload_truncate(w, g.n);
+    return 0;
+}
+
+/* ---- system-prompts: shared system prompts fanned out ---------------------------- */
+
+/* Agent-style fan-out: jobs arrive as a Poisson process; each picks one of
+ * 24 system prompts (2-6k tokens) and sends 4-12 requests at once (within
+ * 50 ms), each with its own 50-300-token query; outputs 30-300 tokens. */
+static int
+gen_system_prompts(const struct sim_gen_opts *o, struct sim_workload *w,
+                   struct sim_err *err)
+{
+    struct gen g;
+    gen_init(&g, o, w, err, 4000, 24.0);
+    enum { NSYS = 24 };
+    struct sim_seg sys[NSYS];
+    for (int i = 0; i < NSYS; i++)
+        sys[i] = (struct sim_seg){ fresh(&g), uni(&g, 2000, 6000), 1 };
+    size_t made = 0;
+    while (made < g.n) {
+        uint64_t t = poisson_next(&g, g.rate / 8.0);
+        uint32_t fan = uni(&g, 4, 12);
+        struct sim_seg s[2];
+        s[0] = sys[uni(&g, 0, NSYS - 1)];
+        for (uint32_t k = 0; k < fan && made < g.n; k++) {
+            s[1] = (struct sim_seg){ fresh(&g), uni(&g, 50, 300), 1 };
+            uint64_t at = t + (uint64_t)uni(&g, 0, 50000);
+            if (add(&g, at, uni(&g, 30, 300), s, 2, 0, 0) != 0)
+                return -1;
+            made++;
+        }
+    }
+    describe(w, "system-prompts", "8xa100");
+    snprintf(w->desc, sizeof w->desc,
+             "fan-out jobs of 4-12 requests sharing one of 24 system prompts "
+             "(2-6k tokens); %.1f req/s",
+             g.rate);
+    return sort_by_arrival(w, err);
+}
+
+/* ---- tools-zipf: skewed popular tool prompts ------------------------------------------ */
+
+/* 32 tool/agent prompts of 2-6k tokens, chosen by Zipf(1.2): the hottest
+ * takes a third of the requests, the top 4 over half. Each request
+ * appends a unique 200-1200-token task; outputs 20-200 tokens. All the
+ * prompts fit in every instance's cache (about 130k tokens), so spreading
+ * costs little reuse, while following the cache piles the hot prompt's
+ * traffic onto the one instance that holds it (DualMap's hot-spot). */
+static int
+gen_tools_zipf(const struct sim_gen_opts *o, struct sim_workload *w,
+               struct sim_err *err)
+{
+    struct gen g;
+    gen_init(&g, o, w, err, 6000, 30.0);
+    enum { NTOOL = 32 };
+    struct sim_seg tool[NTOOL];
+    struct zipf z = { 0 };
+    if (zipf_init(&z, NTOOL, 1.2) != 0)
+        return sim_errf(err, "out of memory");
+    for (int i = 0; i < NTOOL; i++)
+        tool[i] = (struct sim_seg){ fresh(&g), uni(&g, 2000, 6000), 1 };
+    int rc = 0;
+    for (size_t i = 0; i < g.n && rc == 0; i++) {
+        uint64_t t = poisson_next(&g, g.rate);
+        struct sim_seg s[2];
+        s[0] = tool[zipf_draw(&z, &g.rng)];
+        s[1] = (struct sim_seg){ fresh(&g), uni(&g, 200, 1200), 1 };
+        rc = add(&g, t, uni(&g, 20, 200), s, 2, 0, 0);
+    }
+    free(z.cdf);
+    describe(w, "tools-zipf", "8xa100");
+    snprintf(w->desc, sizeof w->desc,
+             "32 tool prompts (2-6k tokens) by Zipf(1.2) popularity + a "
+             "unique task; %.1f req/s",
+             g.rate);
+    return rc;
+}
+
+/* ---- wildchat: short, low-reuse prompts ------------------------------------------------- */
+
+#define WILD_WARM_US (4 * 60.0 * US_PER_S)
+
+/* WildChat-like: 75% single-turn prompts, 25% short follow-ups of 2-4
+ * turns; user messages log-normal (median 120 tokens, long tail to 4k),
+ * replies log-normal (median 250, up to 2k); no shared system prompt. */
+static int
+gen_wildchat(const struct sim_gen_opts *o, struct sim_workload *w,
+             struct sim_err *err)
+{
+    struct gen g;
+    gen_init(&g, o, w, err, 6000, 40.0);
+    size_t made = 0;
+    struct sim_seg hist[8];
+    double horizon_us = (double)g.n / g.rate * US_PER_S;
+    g.t_us = -WILD_WARM_US; /* as in gen_conversation */
+    for (uint64_t sess = 1; made < g.n || g.t_us < horizon_us; sess++) {
+        /* 0.75 x 1 + 0.25 x 3 = 1.5 turns per session on average */
+        g.t_us += sim_rng_exp(&g.rng, US_PER_S * 1.5 / g.rate);
+        double t = g.t_us;
+        uint32_t turns = sim_rng_unit(&g.rng) < 0.75 ? 1 : uni(&g, 2, 4);
+        uint32_t nh = 0;
+        for (uint32_t k = 0; k < turns; k++) {
+            hist[nh++] = (struct sim_seg){
+                fresh(&g), lognormal(&g, 120, 1.0, 4, 4000), 1
+            };
+            uint32_t reply = lognormal(&g, 250, 0.8, 8, 2000);
+            if (t >= 0) {
+                if (add(&g, (uint64_t)llround(t), reply, hist, nh, sess, 1) != 0)
+                    return -1;
+                made++;
+            }
+            hist[nh++] = (struct sim_seg){ fresh(&g), reply, 1 };
+            t += (double)uni(&g, 10000, 60000) * 1000.0;
+        }
+    }
+    describe(w, "wildchat", "8xa100");
+    snprintf(w->desc, sizeof w->desc,
+             "short low-reuse chat (WildChat-like): median prompt 120 tokens, "
+             "75%% single-turn; %.1f req/s",
+             g.rate);
+    if (sort_by_arrival(w, err) != 0)
+        return -1;
+    sim_workload_truncate(w, g.n);
+    return 0;
+}
+
+/* ---- Lodestar's prefix-sharing sets ----------------------------------------------------- */
+
+#define SHARE_GROUPS 128
+
+/* One Lodestar-style request: input U[lo, hi], of which the first
+ * `ratio` is the prefix of one of SHARE_GROUPS groups (uniform), the rest
+ * unique; output N(100, 10). Two requests of one group share the shorter
+ * of their two prefixes. */
+static int
+share_request(struct gen *g, const uint64_t *groups, uint64_t t, double ratio,
+              uint32_t lo, uint32_t hi)
+{
+    uint32_t len = uni(g, lo, hi);
+    uint32_t shared = (uint32_t)llround(ratio * len);
+    struct sim_seg s[2];
+    uint32_t n = 0;
+    if (shared > 0)
+        s[n++] = (struct sim_seg){ groups[uni(g, 0, SHARE_GROUPS - 1)], shared,
+                                   1 };
+    if (len > shared)
+        s[n++] = (struct sim_seg){ fresh(g), len - shared, 1 };
+    return add(g, t, normal_out(g, 100, 10), s, n, 0, 0);
+}
+
+struct share_cfg {
+    const char *name;
+    double ratio;       /* < 0: per request from {.1, .3, .5, .7} */
+    double ratio_after; /* >= 0: the ratio from the middle of the run on */
+    double rate_after;  /* > 0: the rate from the middle of the run on */
+    uint32_t lo, hi;
+    double def_rate;
+    size_t def_n;
+    const char *cluster;
+};
+
+static int
+gen_share(const struct share_cfg *c, const struct sim_gen_opts *o,
+          struct sim_workload *w, struct sim_err *err)
+{
+    static const double mix[4] = { 0.1, 0.3, 0.5, 0.7 };
+    struct gen g;
+    gen_init(&g, o, w, err, c->def_n, c->def_rate);
+    uint64_t groups[SHARE_GROUPS];
+    for (int i = 0; i < SHARE_GROUPS; i++)
+        groups[i] = fresh(&g);
+    double rate_after = c->rate_after;
+    if (rate_after > 0 && o->rate > 0) /* keep the step's proportion */
+        rate_after *= o->rate / c->def_rate;
+    for (size_t i = 0; i < g.n; i++) {
+        int late = 2 * i >= g.n;
+        double rate = late && rate_after > 0 ? rate_after : g.rate;
+        uint64_t t = poisson_next(&g, rate);
+        double ratio = c->ratio;
+        if (late && c->ratio_after >= 0)
+            ratio = c->ratio_after;
+        if (ratio < 0)
+            ratio = mix[uni(&g, 0, 3)];
+        if (share_request(&g, groups, t, ratio, c->lo, c->hi) != 0)
+            return -1;
+    }
+    snprintf(w->name, sizeof w->name, "%s", c->name);
+    snprintf(w->cluster, sizeof w->cluster, "%s", c->cluster);
+    if (c->rate_after > 0)
+        snprintf(w->desc, sizeof w->desc,
+                 "Lodestar-style mixed sharing, inputs %u-%u tokens; rate "
+                 "%.1f then %.1f req/s from the middle of the run",
+                 c->lo, c->hi, g.rate, rate_after);
+    else if (c->ratio_after >= 0)
+        snprintf(w->desc, sizeof w->desc,
+                 "Lodestar-style sharing %.0f%% then %.0f%% from the middle "
+                 "of the run, inputs %u-%u tokens; %.1f req/s",
+                 100 * c->ratio, 100 * c->ratio_after, c->lo, c->hi, g.rate);
+    else if (c->ratio < 0)
+        snprintf(w->desc, sizeof w->desc,
+                 "Lodestar-style sharing 10/30/50/70%% mixed, inputs %u-%u "
+                 "tokens, output N(100,10); %.1f req/s",
+                 c->lo, c->hi, g.rate);
+    else
+        snprintf(w->desc, sizeof w->desc,
+                 "Lodestar-style %.0f%% prefix sharing (128 groups), inputs "
+                 "%u-%u tokens, output N(100,10); %.1f req/s",
+                 100 * c->ratio, c->lo, c->hi, g.rate);
+    return 0;
+}
+
+#define SHARE_GEN(fn, ...)                                              \
+    static int fn(const struct sim_gen_opts *o, struct sim_workload *w, \
+                  struct sim_err *err)                                  \
+    {                                                                   \
+        static const struct share_cfg c = { __VA_ARGS__ };              \
+        return gen_share(&c, o, w, err);                                \
+    }
+
+SHARE_GEN(gen_share10, "share-10", 0.1, -1, 0, 1000, 10000, 10.0, 3000,
+          "8xa100")
+SHARE_GEN(gen_share30, "share-30", 0.3, -1, 0, 1000, 10000, 11.0, 3000,
+          "8xa100")
+SHARE_GEN(gen_share50, "share-50", 0.5, -1, 0, 1000, 10000, 13.0, 3000,
+          "8xa100")
+SHARE_GEN(gen_share70, "share-70", 0.7, -1, 0, 1000, 10000, 16.0, 3000,
+          "8xa100")
+SHARE_GEN(gen_share_mixed, "share-mixed", -1, -1, 0, 1000, 10000, 12.0, 3000,
+          "8xa100")
+SHARE_GEN(gen_share_shift, "share-shift", 0.05, 0.5, 0, 1000, 10000, 11.0,
+          4000, "8xa100")
+SHARE_GEN(gen_rate_shift, "rate-shift", -1, -1, 22.0, 1000, 10000, 10.0, 4000,
+          "8xa100")
+SHARE_GEN(gen_short_high_rate, "short-high-rate", 0.5, -1, 0, 128, 1024, 140.0,
+          12000, "8xa100")
+
+const struct sim_generator sim_generators[] = {
+    { "conversation", "multi-turn chats with growing history (default)",
+      "8xa100", gen_conversation },
+    { "system-prompts", "shared system prompts fanned out by agent jobs",
+      "8xa100", gen_system_prompts },
+    { "tools-zipf", "skewed popular tool prompts (Zipf 1.2)", "8xa100",
+      gen_tools_zipf },
+    { "wildchat", "short low-reuse prompts (WildChat-like)", "8xa100",
+      gen_wildchat },
+    { "share-10", "Lodestar: 10% prefix sharing, 1-10k tokens", "8xa100",
+      gen_share10 },
+    { "share-30", "Lodestar: 30% prefix sharing", "8xa100", gen_share30 },
+    { "share-50", "Lodestar: 50% prefix sharing", "8xa100", gen_share50 },
+    { "share-70", "Lodestar: 70% prefix sharing", "8xa100", gen_share70 },
+    { "share-mixed", "Lodestar: 10/30/50/70% mixed", "8xa100",
+      gen_share_mixed },
+    { "share-shift", "sharing shifts from 5% to 50% mid-run", "8xa100",
+      gen_share_shift },
+    { "rate-shift", "mixed sharing, rate steps from 10 to 22 req/s mid-run",
+      "8xa100", gen_rate_shift },
+    { "short-high-rate",
+      "Lodestar Fig. 1b: short inputs (128-1024), 50% sharing, high rate",
+      "8xa100", gen_short_high_rate },
+    { NULL, NULL, NULL, NULL },
+};
+
+const struct sim_generator *
+sim_generator_find(const char *name)
+{
+    for (const struct sim_generator *g = sim_generators; g->name; g++)
+        if (strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
