@@ -1,0 +1,3 @@
+module libroute
+
+go 1.19

@@ -1,0 +1,80 @@
+/* See shim.h for why these exist. */
+#include "shim.h"
+
+lr_status
+lrgo_router_route(lr_router *r, const lr_request *q, const uint32_t *tokens,
+                  const uint32_t *boundaries, lr_score *scores,
+                  lr_decision *d)
+{
+    lr_request req = *q;
+    req.tokens = tokens;
+    req.boundaries = boundaries;
+    lr_decision dec = *d;
+    dec.scores = scores;
+    lr_status st = lr_router_route(r, &req, &dec);
+    dec.scores = NULL;
+    *d = dec;
+    return st;
+}
+
+static lr_kv_stored
+kv_event(const lr_kv_stored *ev, const uint64_t *block_hashes,
+         const uint32_t *token_ids)
+{
+    lr_kv_stored e = *ev;
+    e.block_hashes = block_hashes;
+    e.token_ids = token_ids;
+    return e;
+}
+
+lr_status
+lrgo_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
+                      const uint64_t *block_hashes, const uint32_t *token_ids,
+                      uint64_t now_ns)
+{
+    lr_kv_stored e = kv_event(ev, block_hashes, token_ids);
+    return lr_router_kv_stored(r, id, &e, now_ns);
+}
+
+lr_status
+lrgo_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
+                     const uint64_t *block_hashes, const uint32_t *token_ids,
+                     uint64_t now_ns)
+{
+    lr_kv_stored e = kv_event(ev, block_hashes, token_ids);
+    return lr_index_kv_stored(idx, instance, &e, now_ns);
+}
+
+static lr_prompt
+prompt(const lr_prompt *p, const uint32_t *tokens, const uint32_t *boundaries,
+       const uint64_t *keys)
+{
+    lr_prompt q = *p;
+    q.tokens = tokens;
+    q.boundaries = boundaries;
+    q.keys = keys;
+    return q;
+}
+
+lr_status
+lrgo_index_learn(lr_index *idx, const lr_prompt *p, const uint32_t *tokens,
+                 const uint32_t *boundaries, const uint64_t *keys,
+                 uint32_t instance, int32_t trust, uint64_t now_ns)
+{
+    lr_prompt q = prompt(p, tokens, boundaries, keys);
+    return lr_index_learn(idx, &q, instance, trust, now_ns);
+}
+
+lr_status
+lrgo_index_match(lr_index *idx, const lr_prompt *p, const uint32_t *tokens,
+                 const uint64_t *keys, uint64_t now_ns, uint32_t flags,
+                 lr_index_hit *hits, lr_index_match_result *m)
+{
+    lr_prompt q = prompt(p, tokens, NULL, keys);
+    lr_index_match_result res = *m;
+    res.hits = hits;
+    lr_status st = lr_index_match(idx, &q, now_ns, flags, &res);
+    res.hits = NULL;
+    *m = res;
+    return st;
+}

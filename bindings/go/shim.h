@@ -1,0 +1,43 @@
+/* C side of the Go binding.
+ *
+ * cgo lets Go pass a Go pointer to C only if the memory it points to holds
+ * no Go pointers. The request-path structs (lr_request, lr_prompt,
+ * lr_decision, lr_index_match_result, lr_kv_stored) carry pointers to the
+ * caller's token, key and output buffers, so Go cannot build them in its
+ * own memory with those pointers set. Go fills them with the library's
+ * lr_*_init() and the scalar fields, leaves the pointers NULL, and hands the
+ * buffers to these shims as separate arguments; each shim copies the struct
+ * to its own stack, sets the pointers, makes the call and copies the
+ * outputs back with the pointers cleared again. Nothing here allocates and
+ * nothing keeps a pointer after it returns.
+ */
+#ifndef LIBROUTE_GO_SHIM_H
+#define LIBROUTE_GO_SHIM_H
+
+#include <libroute.h>
+
+lr_status lrgo_router_route(lr_router *r, const lr_request *q,
+                            const uint32_t *tokens, const uint32_t *boundaries,
+                            lr_score *scores, lr_decision *d);
+
+lr_status lrgo_router_kv_stored(lr_router *r, uint32_t id,
+                                const lr_kv_stored *ev,
+                                const uint64_t *block_hashes,
+                                const uint32_t *token_ids, uint64_t now_ns);
+
+lr_status lrgo_index_learn(lr_index *idx, const lr_prompt *p,
+                           const uint32_t *tokens, const uint32_t *boundaries,
+                           const uint64_t *keys, uint32_t instance,
+                           int32_t trust, uint64_t now_ns);
+
+lr_status lrgo_index_match(lr_index *idx, const lr_prompt *p,
+                           const uint32_t *tokens, const uint64_t *keys,
+                           uint64_t now_ns, uint32_t flags,
+                           lr_index_hit *hits, lr_index_match_result *m);
+
+lr_status lrgo_index_kv_stored(lr_index *idx, uint32_t instance,
+                               const lr_kv_stored *ev,
+                               const uint64_t *block_hashes,
+                               const uint32_t *token_ids, uint64_t now_ns);
+
+#endif

@@ -1,0 +1,34 @@
+package libroute
+
+/*
+#include <libroute.h>
+*/
+import "C"
+
+import "unsafe"
+
+// TextMaxWidth is the widest pseudo-token, in bytes.
+const TextMaxWidth = C.LR_TEXT_MAX_WIDTH
+
+// TextTokens cuts text into pseudo-tokens of width bytes (1..TextMaxWidth;
+// 4 is close to a real tokenizer's average on English), for hosts without
+// a tokenizer: equal text prefixes give equal token prefixes.
+func TextTokens(text []byte, width uint32) ([]uint32, error) {
+	const op = "lr_text_tokens"
+	var p unsafe.Pointer
+	if len(text) > 0 {
+		p = unsafe.Pointer(&text[0])
+	}
+	var n C.size_t
+	st := C.lr_text_tokens(p, C.size_t(len(text)), C.uint32_t(width), nil, 0, &n)
+	if st != C.LR_OK && st != C.LR_EBUFSIZE {
+		return nil, check(st, op)
+	}
+	out := make([]uint32, int(n))
+	st = C.lr_text_tokens(p, C.size_t(len(text)), C.uint32_t(width), u32ptr(out),
+		C.size_t(len(out)), &n)
+	if err := check(st, op); err != nil {
+		return nil, err
+	}
+	return out[:n], nil
+}

@@ -1,0 +1,769 @@
+//! Raw declarations of libroute's public C API (`<libroute.h>`, 0.1).
+//!
+//! Written by hand from `include/libroute/*.h`, which remain the reference:
+//! every type, constant and function there, in the same order, with the
+//! same names. `tests/abi.rs` compiles a C program against the real headers
+//! and checks every struct's size, alignment and field offsets, every
+//! constant, and every function's signature against these declarations.
+//!
+//! Conventions:
+//! - C enums (`lr_status`, `lr_policy`, ...) are `c_uint` type aliases with
+//!   one constant per value, never Rust enums: a newer library may return a
+//!   value this crate does not know.
+//! - Size-prefixed structs (a leading `struct_size`) must be initialised
+//!   with their `lr_*_init()` function, which sets the size and the
+//!   defaults. `lr_index_stats` has none: set `struct_size` to
+//!   `size_of::<lr_index_stats>()` and zero the rest.
+//! - Opaque handles are zero-sized `#[repr(C)]` structs used only behind
+//!   pointers.
+//!
+//! Use the `libroute` crate for a safe interface.
+#![no_std]
+#![allow(non_camel_case_types)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::marker::{PhantomData, PhantomPinned};
+use core::mem::{offset_of, size_of};
+
+macro_rules! opaque {
+    ($($(#[$m:meta])* $name:ident;)*) => {$(
+        $(#[$m])*
+        #[repr(C)]
+        pub struct $name {
+            _data: [u8; 0],
+            _marker: PhantomData<(*mut u8, PhantomPinned)>,
+        }
+    )*};
+}
+
+// ---- lr_version.h ------------------------------------------------------------
+
+/// The release series these declarations follow (patch releases never
+/// change the ABI). The build script refuses a libroute of another series;
+/// compare `lr_version_number() / 100` with `LR_VERSION_MAJOR * 100 +
+/// LR_VERSION_MINOR` at run time to detect a swapped shared library.
+pub const LR_VERSION_MAJOR: c_uint = 0;
+pub const LR_VERSION_MINOR: c_uint = 1;
+
+// ---- lr_common.h ---------------------------------------------------------------
+
+pub type lr_status = c_uint;
+pub const LR_OK: lr_status = 0;
+pub const LR_EINVAL: lr_status = 1;
+pub const LR_ENOMEM: lr_status = 2;
+pub const LR_ERANGE: lr_status = 3;
+pub const LR_ENOENT: lr_status = 4;
+pub const LR_EEXIST: lr_status = 5;
+pub const LR_ELIMIT: lr_status = 6;
+pub const LR_ECORRUPT: lr_status = 7;
+pub const LR_EVERSION: lr_status = 8;
+pub const LR_ENOTSUP: lr_status = 9;
+pub const LR_ESTATE: lr_status = 10;
+pub const LR_EBUFSIZE: lr_status = 11;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_allocator {
+    pub alloc: Option<unsafe extern "C" fn(ud: *mut c_void, size: usize) -> *mut c_void>,
+    pub realloc: Option<
+        unsafe extern "C" fn(
+            ud: *mut c_void,
+            ptr: *mut c_void,
+            old_size: usize,
+            new_size: usize,
+        ) -> *mut c_void,
+    >,
+    pub free: Option<unsafe extern "C" fn(ud: *mut c_void, ptr: *mut c_void, size: usize)>,
+    pub ud: *mut c_void,
+}
+
+pub const LR_INSTANCE_NONE: u32 = u32::MAX;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_bounds {
+    pub status: lr_status,
+    pub lo: f64,
+    pub hi: f64,
+    pub def: f64,
+}
+
+opaque! {
+    /// Bytes the library allocated for the caller; free with lr_blob_destroy.
+    lr_blob;
+}
+
+// ---- lr_index.h ----------------------------------------------------------------
+
+opaque! {
+    /// The prefix index. One thread at a time.
+    lr_index;
+}
+
+pub type lr_trust = c_uint;
+pub const LR_TRUST_LOCAL: lr_trust = 0;
+pub const LR_TRUST_REMOTE: lr_trust = 1;
+
+pub const LR_INDEX_MAX_TOKENS: c_uint = 1 << 26;
+pub const LR_INDEX_MAX_BLOCK_TOKENS: c_uint = 4096;
+pub const LR_INDEX_MAX_CAPACITY: u64 = 1 << 31;
+pub const LR_INDEX_MAX_INSTANCES: c_uint = 65534;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_index_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub seed: u64,
+    pub capacity_blocks: u64,
+    pub ttl_ns: u64,
+    pub block_tokens: u32,
+    pub max_instances: u32,
+    pub journal_capacity: u32,
+    pub engine_map_capacity: u64,
+}
+pub const LR_INDEX_OPTIONS_SIZE_V1: usize =
+    offset_of!(lr_index_options, engine_map_capacity) + size_of::<u64>();
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_prompt {
+    pub struct_size: usize,
+    pub tokens: *const u32,
+    pub n_tokens: usize,
+    pub boundaries: *const u32,
+    pub n_boundaries: usize,
+    pub tenant_salt: u64,
+    pub keys: *const u64,
+    pub n_keys: usize,
+}
+pub const LR_PROMPT_SIZE_V1: usize = offset_of!(lr_prompt, n_keys) + size_of::<usize>();
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq, Eq)]
+pub struct lr_index_hit {
+    pub instance: u32,
+    pub tokens: u32,
+}
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_index_match_result {
+    pub struct_size: usize,
+    pub hits: *mut lr_index_hit,
+    pub hits_capacity: usize,
+    pub n_hits: usize,
+    pub deepest_tokens: u64,
+    pub prompt_blocks: u64,
+}
+pub const LR_INDEX_MATCH_RESULT_SIZE_V1: usize =
+    offset_of!(lr_index_match_result, prompt_blocks) + size_of::<u64>();
+
+pub const LR_MATCH_NO_TOUCH: c_uint = 1;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_kv_stored {
+    pub struct_size: usize,
+    pub block_hashes: *const u64,
+    pub n_blocks: usize,
+    pub parent_hash: u64,
+    pub has_parent: i32,
+    pub block_size: u32,
+    pub token_ids: *const u32,
+    pub n_tokens: usize,
+    pub tenant_salt: u64,
+}
+pub const LR_KV_STORED_SIZE_V1: usize = offset_of!(lr_kv_stored, tenant_salt) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_index_stats {
+    pub struct_size: usize,
+    pub blocks: u64,
+    pub remote_blocks: u64,
+    pub prefixes: u64,
+    pub instances: u64,
+    pub engine_hashes: u64,
+    pub bytes: u64,
+    pub evicted_blocks: u64,
+    pub expired_blocks: u64,
+    pub learned_blocks: u64,
+}
+pub const LR_INDEX_STATS_SIZE_V1: usize =
+    offset_of!(lr_index_stats, learned_blocks) + size_of::<u64>();
+
+// ---- lr_ring.h -----------------------------------------------------------------
+
+opaque! {
+    /// The dual consistent-hash ring. Mutators one thread at a time; the
+    /// const queries may run concurrently with each other.
+    lr_ring;
+}
+
+pub const LR_RING_MAX_K: c_uint = 8;
+pub const LR_RING_MAX_NAME: c_uint = 255;
+pub const LR_RING_MAX_VNODES: c_uint = 4096;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_ring_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub vnodes: u32,
+    pub max_instances: u32,
+}
+pub const LR_RING_OPTIONS_SIZE_V1: usize =
+    offset_of!(lr_ring_options, max_instances) + size_of::<u32>();
+
+// ---- lr_text.h -----------------------------------------------------------------
+
+pub const LR_TEXT_MAX_WIDTH: c_uint = 64;
+pub const LR_TEXT_MAX_BYTES: u64 = 1 << 30;
+
+// ---- lr_load.h -----------------------------------------------------------------
+
+opaque! {
+    /// The load tracker. One thread at a time.
+    lr_load;
+}
+
+pub const LR_LOAD_MAX_INSTANCES: c_uint = 65534;
+pub const LR_LOAD_MAX_REQUESTS: c_uint = 1 << 24;
+pub const LR_LOAD_MAX_CLASSES: c_uint = 64;
+pub const LR_LOAD_MAX_RTT_NS: u64 = 60_000_000_000;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_load_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub max_instances: u32,
+    pub max_requests: u32,
+    pub rtt_alpha: f64,
+}
+pub const LR_LOAD_OPTIONS_SIZE_V1: usize = offset_of!(lr_load_options, rtt_alpha) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_dispatch {
+    pub struct_size: usize,
+    pub request_id: u64,
+    pub instance: u32,
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub expected_output_tokens: u32,
+    pub alt_instance: u32,
+    pub alt_cached_tokens: u32,
+    pub now_ns: u64,
+}
+pub const LR_DISPATCH_SIZE_V1: usize = offset_of!(lr_dispatch, now_ns) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_engine_stats {
+    pub struct_size: usize,
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_use: f64,
+    pub scraped_ns: u64,
+}
+pub const LR_ENGINE_STATS_SIZE_V1: usize = offset_of!(lr_engine_stats, scraped_ns) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_load_snapshot {
+    pub struct_size: usize,
+    pub instance_class: u32,
+    pub prefix_caching: i32,
+    pub inflight: u32,
+    pub queued: u32,
+    pub prefill_tokens: u64,
+    pub queued_tokens: u64,
+    pub decode_tokens: u64,
+    pub kv_tokens: u64,
+    pub has_stats: i32,
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_use: f64,
+    pub scraped_ns: u64,
+    pub has_rtt: i32,
+    pub rtt_ns: u64,
+    pub last_first_token_ns: u64,
+    pub queue_since_ns: u64,
+    pub prompt_tokens: u64,
+}
+pub const LR_LOAD_SNAPSHOT_SIZE_V1: usize = offset_of!(lr_load_snapshot, prompt_tokens) + 8;
+
+// ---- lr_router.h ---------------------------------------------------------------
+
+opaque! {
+    /// The router. Every lr_router_* call may come from any thread; only
+    /// lr_router_destroy must not overlap other calls.
+    lr_router;
+}
+
+pub type lr_policy = c_uint;
+pub const LR_POLICY_RANDOM: lr_policy = 0;
+pub const LR_POLICY_ROUND_ROBIN: lr_policy = 1;
+pub const LR_POLICY_LEAST_REQUEST: lr_policy = 2;
+pub const LR_POLICY_LEAST_LOAD: lr_policy = 3;
+pub const LR_POLICY_SESSION_AFFINITY: lr_policy = 4;
+pub const LR_POLICY_CONSISTENT_HASH: lr_policy = 5;
+pub const LR_POLICY_PREFIX_CACHE: lr_policy = 6;
+pub const LR_POLICY_PREFIX_CACHE_AND_LOAD: lr_policy = 7;
+pub const LR_POLICY_SGLANG_CACHE_AWARE: lr_policy = 8;
+pub const LR_POLICY_PREBLE: lr_policy = 9;
+pub const LR_POLICY_MIN_TTFT: lr_policy = 10;
+pub const LR_POLICY_DYNAMO: lr_policy = 11;
+pub const LR_POLICY_DUALMAP: lr_policy = 12;
+pub const LR_POLICY_GORGO: lr_policy = 13;
+pub const LR_POLICY_RANVIER: lr_policy = 14;
+pub const LR_POLICY_LODESTAR: lr_policy = 15;
+pub const LR_POLICY_COUNT: c_int = 16;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_router_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub seed: u64,
+    pub policy: i32,
+    pub max_instances: u32,
+    pub max_requests: u32,
+    pub block_tokens: u32,
+    pub index_capacity_blocks: u64,
+    pub index_ttl_ns: u64,
+    pub ring_vnodes: u32,
+    pub flags: u32,
+}
+pub const LR_ROUTER_OPTIONS_SIZE_V1: usize = offset_of!(lr_router_options, flags) + 4;
+pub const LR_ROUTER_MAX_INSTANCES: c_uint = 65534;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_instance_spec {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub instance_class: u32,
+    pub prefix_caching: i32,
+    pub rtt_ns: u64,
+}
+pub const LR_INSTANCE_SPEC_SIZE_V1: usize = offset_of!(lr_instance_spec, rtt_ns) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_class_spec {
+    pub struct_size: usize,
+    pub prefill_tokens_per_s: f64,
+}
+pub const LR_CLASS_SPEC_SIZE_V1: usize = offset_of!(lr_class_spec, prefill_tokens_per_s) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_request {
+    pub struct_size: usize,
+    pub id: u64,
+    pub tokens: *const u32,
+    pub n_tokens: usize,
+    pub boundaries: *const u32,
+    pub n_boundaries: usize,
+    pub tenant_salt: u64,
+    pub session: u64,
+    pub has_session: i32,
+    pub expected_output_tokens: u32,
+    pub flags: u32,
+    pub now_ns: u64,
+}
+pub const LR_REQUEST_SIZE_V1: usize = offset_of!(lr_request, now_ns) + 8;
+
+pub const LR_ROUTE_DRY_RUN: c_uint = 1;
+pub const LR_ROUTE_SCORES: c_uint = 2;
+pub const LR_ROUTE_NO_LEARN: c_uint = 4;
+
+pub type lr_reason = c_uint;
+pub const LR_REASON_NONE: lr_reason = 0;
+pub const LR_REASON_RANDOM: lr_reason = 1;
+pub const LR_REASON_ROUND_ROBIN: lr_reason = 2;
+pub const LR_REASON_LEAST_LOADED: lr_reason = 3;
+pub const LR_REASON_SESSION: lr_reason = 4;
+pub const LR_REASON_HASH: lr_reason = 5;
+pub const LR_REASON_PREFIX_HIT: lr_reason = 6;
+pub const LR_REASON_LOAD_OVERRIDE: lr_reason = 7;
+pub const LR_REASON_SLO_SWITCH: lr_reason = 8;
+pub const LR_REASON_FALLBACK: lr_reason = 9;
+pub const LR_REASON_MIN_COST: lr_reason = 10;
+pub const LR_REASON_SAMPLED: lr_reason = 11;
+pub const LR_REASON_K_FILTER: lr_reason = 12;
+pub const LR_REASON_EXPLORE: lr_reason = 13;
+pub const LR_REASON_COLD_START: lr_reason = 14;
+pub const LR_REASON_OOD: lr_reason = 15;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq)]
+pub struct lr_score {
+    pub instance: u32,
+    pub cached_tokens: u32,
+    pub score: f64,
+}
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_decision {
+    pub struct_size: usize,
+    pub instance: u32,
+    pub reason: i32,
+    pub cached_tokens: u32,
+    pub best_cached_tokens: u32,
+    pub cost: f64,
+    pub alt_instance: u32,
+    pub scores: *mut lr_score,
+    pub scores_capacity: usize,
+    pub n_scores: usize,
+}
+pub const LR_DECISION_SIZE_V1: usize = offset_of!(lr_decision, n_scores) + size_of::<usize>();
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq)]
+pub struct lr_move {
+    pub request_id: u64,
+    pub from: u32,
+    pub to: u32,
+    pub benefit_s: f64,
+}
+
+pub type lr_param = c_uint;
+pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
+pub const LR_PARAM_BOUNDED_LOAD: lr_param = 1;
+pub const LR_PARAM_AIBRIX_IMBALANCE: lr_param = 2;
+pub const LR_PARAM_AIBRIX_STDDEV: lr_param = 3;
+pub const LR_PARAM_SGLANG_ABS: lr_param = 4;
+pub const LR_PARAM_SGLANG_REL: lr_param = 5;
+pub const LR_PARAM_SGLANG_MIN_RATIO: lr_param = 6;
+pub const LR_PARAM_PREBLE_HIT: lr_param = 7;
+pub const LR_PARAM_DYNAMO_OVERLAP: lr_param = 8;
+pub const LR_PARAM_DYNAMO_TEMPERATURE: lr_param = 9;
+pub const LR_PARAM_TTFT_SLO_S: lr_param = 10;
+pub const LR_PARAM_DUALMAP_KEY_TOKENS: lr_param = 11;
+pub const LR_PARAM_DUALMAP_MAX_KEY_BLOCKS: lr_param = 12;
+pub const LR_PARAM_DUALMAP_WINDOW: lr_param = 13;
+pub const LR_PARAM_GORGO_W_RTT: lr_param = 14;
+pub const LR_PARAM_GORGO_W_QUEUE: lr_param = 15;
+pub const LR_PARAM_GORGO_SIGMA: lr_param = 16;
+pub const LR_PARAM_GORGO_FROZEN: lr_param = 17;
+pub const LR_PARAM_GORGO_W_RTT_MAX: lr_param = 18;
+pub const LR_PARAM_GORGO_W_QUEUE_MIN: lr_param = 19;
+pub const LR_PARAM_RANVIER_PRESSURE: lr_param = 20;
+pub const LR_PARAM_SESSION_TOKENS: lr_param = 21;
+pub const LR_PARAM_STATS_MAX_AGE_S: lr_param = 22;
+pub const LR_PARAM_DEFAULT_OUTPUT_TOKENS: lr_param = 23;
+pub const LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN: lr_param = 24;
+pub const LR_PARAM_COUNT: c_int = 25;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_router_stats {
+    pub struct_size: usize,
+    pub routes: u64,
+    pub dry_runs: u64,
+    pub inflight: u64,
+    pub instances: u64,
+    pub routable: u64,
+    pub by_reason: [u64; 16],
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+}
+pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
+
+// ---- lr_vllm.h -----------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_vllm_batch_info {
+    pub struct_size: usize,
+    pub timestamp: f64,
+    pub dp_rank: i64,
+    pub events: u32,
+    pub stored: u32,
+    pub removed: u32,
+    pub cleared: u32,
+    pub unplaced: u32,
+    pub skipped: u32,
+    pub done: u32,
+}
+pub const LR_VLLM_BATCH_INFO_SIZE_V1: usize = offset_of!(lr_vllm_batch_info, done) + 4;
+
+// ---- functions -----------------------------------------------------------------
+
+extern "C" {
+    // lr_common.h
+    pub fn lr_strerror(status: lr_status) -> *const c_char;
+    pub fn lr_status_name(status: lr_status) -> *const c_char;
+    pub fn lr_version_number() -> c_uint;
+    pub fn lr_version_string() -> *const c_char;
+    pub fn lr_blob_data(blob: *const lr_blob) -> *const u8;
+    pub fn lr_blob_size(blob: *const lr_blob) -> usize;
+    pub fn lr_blob_destroy(blob: *mut lr_blob);
+
+    // lr_index.h
+    pub fn lr_index_options_init(opt: *mut lr_index_options);
+    pub fn lr_index_create(opt: *const lr_index_options, out: *mut *mut lr_index) -> lr_status;
+    pub fn lr_index_destroy(idx: *mut lr_index);
+    pub fn lr_block_keys(
+        block_tokens: u32,
+        tokens: *const u32,
+        n_tokens: usize,
+        tenant_salt: u64,
+        keys: *mut u64,
+        capacity: usize,
+        n_keys: *mut usize,
+    ) -> lr_status;
+    pub fn lr_prompt_init(p: *mut lr_prompt);
+    pub fn lr_index_learn(
+        idx: *mut lr_index,
+        prompt: *const lr_prompt,
+        instance: u32,
+        trust: i32,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_index_match_result_init(r: *mut lr_index_match_result);
+    pub fn lr_index_match(
+        idx: *mut lr_index,
+        prompt: *const lr_prompt,
+        now_ns: u64,
+        flags: u32,
+        result: *mut lr_index_match_result,
+    ) -> lr_status;
+    pub fn lr_index_remove_instance(idx: *mut lr_index, instance: u32) -> lr_status;
+    pub fn lr_index_expire(idx: *mut lr_index, now_ns: u64);
+    pub fn lr_kv_stored_init(ev: *mut lr_kv_stored);
+    pub fn lr_index_kv_stored(
+        idx: *mut lr_index,
+        instance: u32,
+        ev: *const lr_kv_stored,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_index_kv_removed(
+        idx: *mut lr_index,
+        instance: u32,
+        block_hashes: *const u64,
+        n_blocks: usize,
+        n_resolved: *mut usize,
+    ) -> lr_status;
+    pub fn lr_index_kv_cleared(idx: *mut lr_index, instance: u32) -> lr_status;
+    pub fn lr_index_mark(idx: *const lr_index) -> u64;
+    pub fn lr_index_export_delta(
+        idx: *const lr_index,
+        since_mark: u64,
+        out: *mut *mut lr_blob,
+        mark_out: *mut u64,
+    ) -> lr_status;
+    pub fn lr_index_import_delta(
+        idx: *mut lr_index,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_index_get_stats(idx: *const lr_index, stats: *mut lr_index_stats) -> lr_status;
+    pub fn lr_index_instance_blocks(
+        idx: *const lr_index,
+        instance: u32,
+        out: *mut u64,
+    ) -> lr_status;
+    pub fn lr_index_block_tokens(idx: *const lr_index) -> u32;
+
+    // lr_ring.h
+    pub fn lr_ring_options_init(opt: *mut lr_ring_options);
+    pub fn lr_ring_create(opt: *const lr_ring_options, out: *mut *mut lr_ring) -> lr_status;
+    pub fn lr_ring_destroy(ring: *mut lr_ring);
+    pub fn lr_ring_add(ring: *mut lr_ring, name: *const c_char, id: u32) -> lr_status;
+    pub fn lr_ring_remove(ring: *mut lr_ring, id: u32) -> lr_status;
+    pub fn lr_ring_count(ring: *const lr_ring) -> u32;
+    pub fn lr_ring_contains(ring: *const lr_ring, id: u32) -> c_int;
+    pub fn lr_ring_candidates(
+        ring: *const lr_ring,
+        key: u64,
+        k: u32,
+        out: *mut u32,
+        n_out: *mut u32,
+    ) -> lr_status;
+
+    // lr_text.h
+    pub fn lr_text_tokens(
+        text: *const c_void,
+        len: usize,
+        width: u32,
+        out: *mut u32,
+        capacity: usize,
+        needed: *mut usize,
+    ) -> lr_status;
+
+    // lr_load.h
+    pub fn lr_load_options_init(opt: *mut lr_load_options);
+    pub fn lr_load_create(opt: *const lr_load_options, out: *mut *mut lr_load) -> lr_status;
+    pub fn lr_load_destroy(load: *mut lr_load);
+    pub fn lr_load_add_instance(
+        load: *mut lr_load,
+        instance: u32,
+        instance_class: u32,
+        prefix_caching: i32,
+    ) -> lr_status;
+    pub fn lr_load_remove_instance(load: *mut lr_load, instance: u32) -> lr_status;
+    pub fn lr_dispatch_init(d: *mut lr_dispatch);
+    pub fn lr_load_dispatch(load: *mut lr_load, d: *const lr_dispatch) -> lr_status;
+    pub fn lr_load_first_token(load: *mut lr_load, request_id: u64, now_ns: u64) -> lr_status;
+    pub fn lr_load_complete(
+        load: *mut lr_load,
+        request_id: u64,
+        output_tokens: u32,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_load_fail(load: *mut lr_load, request_id: u64) -> lr_status;
+    pub fn lr_load_move(
+        load: *mut lr_load,
+        request_id: u64,
+        instance: u32,
+        cached_tokens: u32,
+    ) -> lr_status;
+    pub fn lr_engine_stats_init(s: *mut lr_engine_stats);
+    pub fn lr_load_set_stats(
+        load: *mut lr_load,
+        instance: u32,
+        stats: *const lr_engine_stats,
+    ) -> lr_status;
+    pub fn lr_load_observe_rtt(load: *mut lr_load, instance: u32, rtt_ns: u64) -> lr_status;
+    pub fn lr_load_snapshot_init(s: *mut lr_load_snapshot);
+    pub fn lr_load_get(
+        load: *const lr_load,
+        instance: u32,
+        out: *mut lr_load_snapshot,
+    ) -> lr_status;
+    pub fn lr_load_inflight(load: *const lr_load) -> u64;
+    pub fn lr_load_request(
+        load: *const lr_load,
+        request_id: u64,
+        instance: *mut u32,
+        queued: *mut i32,
+    ) -> lr_status;
+
+    // lr_router.h
+    pub fn lr_policy_name(policy: lr_policy) -> *const c_char;
+    pub fn lr_policy_from_name(name: *const c_char, out: *mut lr_policy) -> lr_status;
+    pub fn lr_router_options_init(opt: *mut lr_router_options);
+    pub fn lr_router_create(opt: *const lr_router_options, out: *mut *mut lr_router) -> lr_status;
+    pub fn lr_router_destroy(router: *mut lr_router);
+    pub fn lr_router_set_policy(router: *mut lr_router, policy: lr_policy) -> lr_status;
+    pub fn lr_router_policy(router: *const lr_router) -> i32;
+    pub fn lr_instance_spec_init(s: *mut lr_instance_spec);
+    pub fn lr_router_add_instance(
+        router: *mut lr_router,
+        spec: *const lr_instance_spec,
+        id: *mut u32,
+    ) -> lr_status;
+    pub fn lr_router_find_instance(
+        router: *const lr_router,
+        name: *const c_char,
+        id: *mut u32,
+    ) -> lr_status;
+    pub fn lr_router_drain_instance(router: *mut lr_router, id: u32, draining: i32) -> lr_status;
+    pub fn lr_router_remove_instance(router: *mut lr_router, id: u32) -> lr_status;
+    pub fn lr_router_instance_count(router: *const lr_router) -> u32;
+    pub fn lr_class_spec_init(s: *mut lr_class_spec);
+    pub fn lr_router_set_class(
+        router: *mut lr_router,
+        instance_class: u32,
+        spec: *const lr_class_spec,
+    ) -> lr_status;
+    pub fn lr_router_set_stats(
+        router: *mut lr_router,
+        id: u32,
+        stats: *const lr_engine_stats,
+    ) -> lr_status;
+    pub fn lr_router_observe_rtt(router: *mut lr_router, id: u32, rtt_ns: u64) -> lr_status;
+    pub fn lr_router_instance_load(
+        router: *const lr_router,
+        id: u32,
+        out: *mut lr_load_snapshot,
+    ) -> lr_status;
+    pub fn lr_request_init(q: *mut lr_request);
+    pub fn lr_reason_name(reason: lr_reason) -> *const c_char;
+    pub fn lr_decision_init(d: *mut lr_decision);
+    pub fn lr_router_route(
+        router: *mut lr_router,
+        request: *const lr_request,
+        decision: *mut lr_decision,
+    ) -> lr_status;
+    pub fn lr_router_first_token(router: *mut lr_router, request_id: u64, now_ns: u64)
+        -> lr_status;
+    pub fn lr_router_complete(
+        router: *mut lr_router,
+        request_id: u64,
+        output_tokens: u32,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_router_fail(router: *mut lr_router, request_id: u64, now_ns: u64) -> lr_status;
+    pub fn lr_router_rebalance_plan(
+        router: *mut lr_router,
+        now_ns: u64,
+        moves: *mut lr_move,
+        capacity: usize,
+        n_moves: *mut usize,
+    ) -> lr_status;
+    pub fn lr_router_move(router: *mut lr_router, request_id: u64, to: u32) -> lr_status;
+    pub fn lr_router_param_bounds(key: lr_param) -> lr_bounds;
+    pub fn lr_router_set_param(router: *mut lr_router, key: lr_param, value: f64) -> lr_status;
+    pub fn lr_router_get_param(
+        router: *const lr_router,
+        key: lr_param,
+        value: *mut f64,
+    ) -> lr_status;
+    pub fn lr_router_kv_stored(
+        router: *mut lr_router,
+        id: u32,
+        ev: *const lr_kv_stored,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_router_kv_removed(
+        router: *mut lr_router,
+        id: u32,
+        block_hashes: *const u64,
+        n_blocks: usize,
+        n_resolved: *mut usize,
+    ) -> lr_status;
+    pub fn lr_router_kv_cleared(router: *mut lr_router, id: u32) -> lr_status;
+    pub fn lr_router_mark(router: *mut lr_router) -> u64;
+    pub fn lr_router_export_delta(
+        router: *mut lr_router,
+        since_mark: u64,
+        out: *mut *mut lr_blob,
+        mark_out: *mut u64,
+    ) -> lr_status;
+    pub fn lr_router_import_delta(
+        router: *mut lr_router,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_router_expire(router: *mut lr_router, now_ns: u64) -> lr_status;
+    pub fn lr_router_stats_init(s: *mut lr_router_stats);
+    pub fn lr_router_get_stats(router: *const lr_router, out: *mut lr_router_stats) -> lr_status;
+
+    // lr_vllm.h
+    pub fn lr_vllm_batch_info_init(info: *mut lr_vllm_batch_info);
+    pub fn lr_index_vllm_batch(
+        idx: *mut lr_index,
+        instance: u32,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+        info: *mut lr_vllm_batch_info,
+    ) -> lr_status;
+    pub fn lr_router_vllm_batch(
+        router: *mut lr_router,
+        instance: u32,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+        info: *mut lr_vllm_batch_info,
+    ) -> lr_status;
+}

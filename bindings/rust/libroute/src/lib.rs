@@ -1,0 +1,148 @@
+//! Safe Rust bindings to libroute, the C library that picks, for each LLM
+//! inference request, the engine instance (a vLLM or SGLang replica) that
+//! should serve it.
+//!
+//! The wrapper is thin: each method is one call into the C API (the headers
+//! under `include/libroute/` remain the reference manual), with `lr_status`
+//! turned into [`Error`] and each handle owned by one value whose `Drop`
+//! destroys it.
+//!
+//! | handle | C type | threads |
+//! | --- | --- | --- |
+//! | [`Router`] | `lr_router` | `Send + Sync`: internally locked; every method takes `&self` |
+//! | [`Index`] | `lr_index` | `Send`, not `Sync`: one thread at a time |
+//! | [`Ring`] | `lr_ring` | `Send + Sync`: queries (`&self`) may run concurrently, mutators take `&mut self` |
+//! | [`Load`] | `lr_load` | `Send`, not `Sync`: one thread at a time |
+//!
+//! Timestamps (`now_ns`, ...) are the host's monotonic clock in
+//! nanoseconds, as the C API takes them; durations (RTT, TTL) are
+//! [`std::time::Duration`]. Slices passed in are borrowed for the call.
+//! Handles use libc's allocator (the C API's `lr_allocator` hook is
+//! available through [`sys`]).
+//!
+//! ```no_run
+//! use libroute::{Policy, Request, Router, RouterOptions, InstanceSpec};
+//!
+//! let mut opt = RouterOptions::default();
+//! opt.policy = Policy::PREFIX_CACHE_AND_LOAD;
+//! let router = Router::new(&opt)?;
+//! let a = router.add_instance(&InstanceSpec::new("10.0.0.5:8000"))?;
+//! # let (tokens, now_ns) = (vec![1u32; 300], 1u64);
+//! let d = router.route(&Request::new(42, &tokens, now_ns))?;
+//! // ... send the request to d.instance ...
+//! router.first_token(42, now_ns + 80_000_000)?;
+//! router.complete(42, 120, now_ns + 900_000_000)?;
+//! # let _ = a;
+//! # Ok::<(), libroute::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub use libroute_sys as sys;
+
+mod blob;
+mod error;
+mod index;
+mod load;
+mod ring;
+mod router;
+mod text;
+mod vllm;
+
+pub use blob::Blob;
+pub use error::{Error, ErrorKind, Result};
+pub use index::{
+    block_keys, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult, Prompt,
+    Trust,
+};
+pub use load::{Dispatch, EngineStats, InFlight, Load, LoadOptions, LoadSnapshot};
+pub use ring::{Candidates, Ring, RingOptions};
+pub use router::{
+    Bounds, ClassSpec, Decision, InstanceSpec, Move, Param, Policy, Reason, Request, RouteFlags,
+    Router, RouterOptions, RouterStats, Score,
+};
+pub use text::text_tokens;
+pub use vllm::{VllmBatchError, VllmBatchInfo};
+
+use std::ffi::{c_char, CStr, CString};
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+/// An engine instance's id: assigned by the router, or chosen by the host
+/// for a standalone [`Index`], [`Ring`] or [`Load`].
+pub type InstanceId = u32;
+
+/// Never a valid instance id (`LR_INSTANCE_NONE`).
+pub const INSTANCE_NONE: InstanceId = sys::LR_INSTANCE_NONE;
+
+/// Version string of the libroute actually loaded.
+pub fn version() -> &'static str {
+    // SAFETY: returns a static NUL-terminated string, never NULL.
+    unsafe { static_str(sys::lr_version_string()) }
+}
+
+/// `LR_VERSION_NUMBER` of the libroute actually loaded (major * 10000 +
+/// minor * 100 + patch).
+pub fn version_number() -> u32 {
+    // SAFETY: no arguments, never fails.
+    unsafe { sys::lr_version_number() }
+}
+
+/// Reads one of the library's static strings.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that lives for ever.
+unsafe fn static_str(p: *const c_char) -> &'static str {
+    if p.is_null() {
+        return "";
+    }
+    // SAFETY: per the contract above. The library's names are ASCII.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")
+}
+
+/// Like [`static_str`], but `None` for NULL.
+unsafe fn static_name(p: *const c_char) -> Option<&'static str> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: forwarded contract.
+        Some(unsafe { static_str(p) })
+    }
+}
+
+/// A size-prefixed struct filled by its `lr_*_init` function, which sets
+/// `struct_size` and the defaults as the C API requires.
+fn init<T>(f: unsafe extern "C" fn(*mut T)) -> T {
+    let mut v = MaybeUninit::<T>::uninit();
+    // SAFETY: every lr_*_init zeroes the whole struct and then sets its
+    // fields, so the value is initialized afterwards; all-zero is a valid
+    // value of each of these plain-data structs. The declarations match
+    // the headers (libroute-sys tests/abi.rs) and libroute-sys builds only
+    // against the series it declares, so the library's sizeof agrees.
+    unsafe {
+        f(v.as_mut_ptr());
+        v.assume_init()
+    }
+}
+
+/// A name for the C API: `EINVAL` if it holds a NUL, which C would take as
+/// its end.
+fn c_name(name: &str, op: &'static str) -> Result<CString> {
+    CString::new(name).map_err(|_| Error::new(sys::LR_EINVAL, op))
+}
+
+/// Nanoseconds of a duration, saturating at `u64::MAX` (which the TTL
+/// options read as "never").
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A slice as a C pointer: NULL when empty, which the API accepts together
+/// with a zero count.
+fn ptr_or_null<T>(s: &[T]) -> *const T {
+    if s.is_empty() {
+        std::ptr::null()
+    } else {
+        s.as_ptr()
+    }
+}

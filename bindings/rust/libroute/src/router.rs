@@ -1,0 +1,964 @@
+//! The router (`lr_router.h`).
+
+use crate::error::{check, Error, Result};
+use crate::index::KvStored;
+use crate::load::{EngineStats, LoadSnapshot};
+use crate::{c_name, init, nanos, ptr_or_null, static_name, sys, Blob, InstanceId, INSTANCE_NONE};
+use std::fmt;
+use std::mem::{align_of, offset_of, size_of};
+use std::ops::{BitOr, BitOrAssign};
+use std::ptr::{self, NonNull};
+use std::str::FromStr;
+use std::time::Duration;
+
+macro_rules! named_consts {
+    // Names from the library (lr_policy_name, lr_reason_name).
+    ($ty:ident, lib $name_fn:path, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
+        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
+        impl $ty {
+            /// The library's name for the value, or None outside the enum.
+            pub fn name(self) -> Option<&'static str> {
+                // SAFETY: returns a static string or NULL for any value.
+                unsafe { static_name($name_fn(self.0)) }
+            }
+        }
+    };
+    // Names from the constants (the C API names no lr_param).
+    ($ty:ident, consts, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
+        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
+        impl $ty {
+            /// The constant's name, or None for a value this crate does not
+            /// know.
+            pub fn name(self) -> Option<&'static str> {
+                match self {
+                    $( $ty::$c => Some(stringify!($c)), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+    (@common $ty:ident, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
+        impl $ty {
+            $( $(#[$m])* pub const $c: $ty = $ty($v); )*
+
+            /// Every value this crate names, in order.
+            pub const ALL: &'static [$ty] = &[$($ty::$c),*];
+
+            /// The raw C value.
+            pub const fn raw(self) -> u32 {
+                self.0
+            }
+
+            /// A value from its raw C value (which need not be known).
+            pub const fn from_raw(v: u32) -> $ty {
+                $ty(v)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.name() {
+                    Some(n) => f.write_str(n),
+                    None => write!(f, "{}({})", stringify!($ty), self.0),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self, f)
+            }
+        }
+    };
+}
+
+/// A routing policy (`lr_policy`); docs/router.md gives each rule.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Policy(u32);
+
+named_consts! { Policy, lib sys::lr_policy_name,
+    /// `"random"`.
+    RANDOM = sys::LR_POLICY_RANDOM,
+    /// `"round-robin"`.
+    ROUND_ROBIN = sys::LR_POLICY_ROUND_ROBIN,
+    /// `"least-request"`.
+    LEAST_REQUEST = sys::LR_POLICY_LEAST_REQUEST,
+    /// `"least-load"`.
+    LEAST_LOAD = sys::LR_POLICY_LEAST_LOAD,
+    /// `"session-affinity"`.
+    SESSION_AFFINITY = sys::LR_POLICY_SESSION_AFFINITY,
+    /// `"consistent-hash"` (bounded load).
+    CONSISTENT_HASH = sys::LR_POLICY_CONSISTENT_HASH,
+    /// `"prefix-cache"`.
+    PREFIX_CACHE = sys::LR_POLICY_PREFIX_CACHE,
+    /// `"prefix-cache-and-load"` (AIBrix); the default.
+    PREFIX_CACHE_AND_LOAD = sys::LR_POLICY_PREFIX_CACHE_AND_LOAD,
+    /// `"sglang-cache-aware"`.
+    SGLANG_CACHE_AWARE = sys::LR_POLICY_SGLANG_CACHE_AWARE,
+    /// `"preble"`.
+    PREBLE = sys::LR_POLICY_PREBLE,
+    /// `"min-ttft"` (Mooncake).
+    MIN_TTFT = sys::LR_POLICY_MIN_TTFT,
+    /// `"dynamo"`.
+    DYNAMO = sys::LR_POLICY_DYNAMO,
+    /// `"dualmap"`.
+    DUALMAP = sys::LR_POLICY_DUALMAP,
+    /// `"gorgo"`.
+    GORGO = sys::LR_POLICY_GORGO,
+    /// `"ranvier"`.
+    RANVIER = sys::LR_POLICY_RANVIER,
+    /// `"lodestar"`: not available yet ([`crate::ErrorKind::NotSupported`]).
+    LODESTAR = sys::LR_POLICY_LODESTAR,
+}
+
+impl Policy {
+    /// The policy of a name as [`Policy::name`] gives it
+    /// ([`crate::ErrorKind::NotFound`] for an unknown one).
+    pub fn from_name(name: &str) -> Result<Policy> {
+        const OP: &str = "lr_policy_from_name";
+        let name = c_name(name, OP)?;
+        let mut p: sys::lr_policy = 0;
+        // SAFETY: a NUL-terminated name and an out pointer, both live.
+        check(
+            unsafe { sys::lr_policy_from_name(name.as_ptr(), &mut p) },
+            OP,
+        )?;
+        Ok(Policy(p))
+    }
+}
+
+impl FromStr for Policy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Policy> {
+        Policy::from_name(s)
+    }
+}
+
+/// Why an instance was chosen (`lr_reason`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reason(u32);
+
+named_consts! { Reason, lib sys::lr_reason_name,
+    /// No decision.
+    NONE = sys::LR_REASON_NONE,
+    /// A uniform draw.
+    RANDOM = sys::LR_REASON_RANDOM,
+    /// Next in turn.
+    ROUND_ROBIN = sys::LR_REASON_ROUND_ROBIN,
+    /// The policy's load rule.
+    LEAST_LOADED = sys::LR_REASON_LEAST_LOADED,
+    /// Session or first-tokens hash.
+    SESSION = sys::LR_REASON_SESSION,
+    /// Consistent hash within the load bound.
+    HASH = sys::LR_REASON_HASH,
+    /// The best cached prefix.
+    PREFIX_HIT = sys::LR_REASON_PREFIX_HIT,
+    /// A cache choice overridden for load.
+    LOAD_OVERRIDE = sys::LR_REASON_LOAD_OVERRIDE,
+    /// The cache choice would break the TTFT SLO.
+    SLO_SWITCH = sys::LR_REASON_SLO_SWITCH,
+    /// No usable prefix: the fallback rule.
+    FALLBACK = sys::LR_REASON_FALLBACK,
+    /// The lowest predicted cost.
+    MIN_COST = sys::LR_REASON_MIN_COST,
+    /// Drawn from a softmax over costs.
+    SAMPLED = sys::LR_REASON_SAMPLED,
+    /// Restricted to hash candidates (Lodestar).
+    K_FILTER = sys::LR_REASON_K_FILTER,
+    /// An exploration draw (Lodestar).
+    EXPLORE = sys::LR_REASON_EXPLORE,
+    /// No trained model yet (Lodestar).
+    COLD_START = sys::LR_REASON_COLD_START,
+    /// Input out of the model's range (Lodestar).
+    OOD = sys::LR_REASON_OOD,
+}
+
+/// A run-time router parameter (`lr_param`); `lr_router.h` documents each
+/// and [`Param::bounds`] gives its range and default.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Param(u32);
+
+named_consts! { Param, consts,
+    /// prefix-cache: least match ratio to follow the cache.
+    PREFIX_MIN_RATIO = sys::LR_PARAM_PREFIX_MIN_RATIO,
+    /// consistent-hash: load bound c.
+    BOUNDED_LOAD = sys::LR_PARAM_BOUNDED_LOAD,
+    /// prefix-cache-and-load: in-flight spread above which the least loaded wins.
+    AIBRIX_IMBALANCE = sys::LR_PARAM_AIBRIX_IMBALANCE,
+    /// prefix-cache-and-load: k in mean + k x stddev.
+    AIBRIX_STDDEV = sys::LR_PARAM_AIBRIX_STDDEV,
+    /// sglang-cache-aware: absolute imbalance.
+    SGLANG_ABS = sys::LR_PARAM_SGLANG_ABS,
+    /// sglang-cache-aware: relative imbalance.
+    SGLANG_REL = sys::LR_PARAM_SGLANG_REL,
+    /// sglang-cache-aware: least match ratio for the cache.
+    SGLANG_MIN_RATIO = sys::LR_PARAM_SGLANG_MIN_RATIO,
+    /// preble: hit ratio above which the best hit wins.
+    PREBLE_HIT = sys::LR_PARAM_PREBLE_HIT,
+    /// dynamo: weight of uncached prefill blocks.
+    DYNAMO_OVERLAP = sys::LR_PARAM_DYNAMO_OVERLAP,
+    /// dynamo: softmax temperature (0: argmin).
+    DYNAMO_TEMPERATURE = sys::LR_PARAM_DYNAMO_TEMPERATURE,
+    /// dualmap and rebalancing: TTFT SLO, seconds.
+    TTFT_SLO_S = sys::LR_PARAM_TTFT_SLO_S,
+    /// dualmap: tokens per hash-key block.
+    DUALMAP_KEY_TOKENS = sys::LR_PARAM_DUALMAP_KEY_TOKENS,
+    /// dualmap: most key blocks of a hot prefix.
+    DUALMAP_MAX_KEY_BLOCKS = sys::LR_PARAM_DUALMAP_MAX_KEY_BLOCKS,
+    /// dualmap: requests in the hotness window.
+    DUALMAP_WINDOW = sys::LR_PARAM_DUALMAP_WINDOW,
+    /// gorgo: RTT weight.
+    GORGO_W_RTT = sys::LR_PARAM_GORGO_W_RTT,
+    /// gorgo: queue weight.
+    GORGO_W_QUEUE = sys::LR_PARAM_GORGO_W_QUEUE,
+    /// gorgo: the tuner's step size.
+    GORGO_SIGMA = sys::LR_PARAM_GORGO_SIGMA,
+    /// gorgo: 1 freezes the tuner.
+    GORGO_FROZEN = sys::LR_PARAM_GORGO_FROZEN,
+    /// gorgo: cap on the RTT weight.
+    GORGO_W_RTT_MAX = sys::LR_PARAM_GORGO_W_RTT_MAX,
+    /// gorgo: floor on the queue weight.
+    GORGO_W_QUEUE_MIN = sys::LR_PARAM_GORGO_W_QUEUE_MIN,
+    /// ranvier: in flight above this x median goes to the least loaded.
+    RANVIER_PRESSURE = sys::LR_PARAM_RANVIER_PRESSURE,
+    /// session-affinity: leading tokens hashed without a session.
+    SESSION_TOKENS = sys::LR_PARAM_SESSION_TOKENS,
+    /// Scrapes older than this are ignored, seconds.
+    STATS_MAX_AGE_S = sys::LR_PARAM_STATS_MAX_AGE_S,
+    /// Output tokens assumed when a request does not say.
+    DEFAULT_OUTPUT_TOKENS = sys::LR_PARAM_DEFAULT_OUTPUT_TOKENS,
+    /// gorgo: 1 releases a request's queued tokens at its first token.
+    GORGO_RELEASE_AT_FIRST_TOKEN = sys::LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN,
+}
+
+/// The range and default of a parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Least value accepted.
+    pub lo: f64,
+    /// Greatest value accepted.
+    pub hi: f64,
+    /// The default.
+    pub default: f64,
+}
+
+impl Param {
+    /// The parameter's range and default
+    /// ([`crate::ErrorKind::NotSupported`] for an unknown key).
+    pub fn bounds(self) -> Result<Bounds> {
+        // SAFETY: pure function of the key.
+        let b = unsafe { sys::lr_router_param_bounds(self.0) };
+        check(b.status, "lr_router_param_bounds")?;
+        Ok(Bounds {
+            lo: b.lo,
+            hi: b.hi,
+            default: b.def,
+        })
+    }
+}
+
+/// Options fixed when a router is created. Start from `default()`, which is
+/// the library's `lr_router_options_init`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RouterOptions {
+    /// The initial policy.
+    pub policy: Policy,
+    /// Seeds every random choice: equal seeds and inputs, equal decisions.
+    pub seed: u64,
+    /// Instances at once (0: the default).
+    pub max_instances: u32,
+    /// Requests in flight at once (0: the default).
+    pub max_requests: u32,
+    /// Prefix index block size, tokens (0: the default).
+    pub block_tokens: u32,
+    /// Prefix index capacity, block routes (0: the default).
+    pub index_capacity_blocks: u64,
+    /// Time an unused route lives; zero: the default; `Duration::MAX`: for
+    /// ever.
+    pub index_ttl: Duration,
+    /// Virtual nodes per instance on the ring (0: the default).
+    pub ring_vnodes: u32,
+}
+
+impl Default for RouterOptions {
+    fn default() -> Self {
+        let o = init(sys::lr_router_options_init);
+        RouterOptions {
+            policy: Policy(o.policy as u32),
+            seed: o.seed,
+            max_instances: o.max_instances,
+            max_requests: o.max_requests,
+            block_tokens: o.block_tokens,
+            index_capacity_blocks: o.index_capacity_blocks,
+            index_ttl: Duration::from_nanos(o.index_ttl_ns),
+            ring_vnodes: o.ring_vnodes,
+        }
+    }
+}
+
+/// An instance to add.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct InstanceSpec<'a> {
+    /// Host name, for example `"10.0.0.5:8000"` (1..255 bytes). It places
+    /// the instance on the ring, so every gateway replica agrees.
+    pub name: &'a str,
+    /// GPU class, see [`Router::set_class`].
+    pub class: u32,
+    /// Whether the engine caches prefixes (default true).
+    pub prefix_caching: bool,
+    /// Initial RTT until probes arrive; zero if unknown.
+    pub rtt: Duration,
+}
+
+impl<'a> InstanceSpec<'a> {
+    /// The library's default spec (`lr_instance_spec_init`) with a name.
+    pub fn new(name: &'a str) -> Self {
+        let s = init(sys::lr_instance_spec_init);
+        InstanceSpec {
+            name,
+            class: s.instance_class,
+            prefix_caching: s.prefix_caching != 0,
+            rtt: Duration::from_nanos(s.rtt_ns),
+        }
+    }
+}
+
+/// The speed of a class of engines (GPU model).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ClassSpec {
+    /// Prefill throughput, tokens per second, in [1, 1e9].
+    pub prefill_tokens_per_s: f64,
+}
+
+impl Default for ClassSpec {
+    fn default() -> Self {
+        let s = init(sys::lr_class_spec_init);
+        ClassSpec {
+            prefill_tokens_per_s: s.prefill_tokens_per_s,
+        }
+    }
+}
+
+/// Flags of a [`Request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RouteFlags(u32);
+
+impl RouteFlags {
+    /// No flags.
+    pub const NONE: RouteFlags = RouteFlags(0);
+    /// Only ask: nothing is recorded or learned.
+    pub const DRY_RUN: RouteFlags = RouteFlags(sys::LR_ROUTE_DRY_RUN);
+    /// Record the dispatch but do not learn the prompt (hosts that feed
+    /// engine KV events instead).
+    pub const NO_LEARN: RouteFlags = RouteFlags(sys::LR_ROUTE_NO_LEARN);
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: RouteFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for RouteFlags {
+    type Output = RouteFlags;
+    fn bitor(self, rhs: RouteFlags) -> RouteFlags {
+        RouteFlags(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for RouteFlags {
+    fn bitor_assign(&mut self, rhs: RouteFlags) {
+        self.0 |= rhs.0;
+    }
+}
+
+/// A request to route; its slices are borrowed for the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Request<'a> {
+    /// The host's id, unique among requests in flight.
+    pub id: u64,
+    /// The prompt's tokens.
+    pub tokens: &'a [u32],
+    /// Message ends as token offsets, ascending; learned as routes.
+    pub boundaries: &'a [u32],
+    /// Enters every prefix key: tenants never share cached prefixes.
+    pub tenant_salt: u64,
+    /// Session id, for session affinity.
+    pub session: Option<u64>,
+    /// Expected output tokens; 0 if unknown.
+    pub expected_output_tokens: u32,
+    /// Route flags.
+    pub flags: RouteFlags,
+    /// Host time now, nanoseconds.
+    pub now_ns: u64,
+}
+
+impl<'a> Request<'a> {
+    /// A request with no boundaries, salt, session or flags.
+    pub fn new(id: u64, tokens: &'a [u32], now_ns: u64) -> Self {
+        Request {
+            id,
+            tokens,
+            boundaries: &[],
+            tenant_salt: 0,
+            session: None,
+            expected_output_tokens: 0,
+            flags: RouteFlags::NONE,
+            now_ns,
+        }
+    }
+
+    fn to_c(self) -> sys::lr_request {
+        let mut q = init(sys::lr_request_init);
+        q.id = self.id;
+        q.tokens = ptr_or_null(self.tokens);
+        q.n_tokens = self.tokens.len();
+        q.boundaries = ptr_or_null(self.boundaries);
+        q.n_boundaries = self.boundaries.len();
+        q.tenant_salt = self.tenant_salt;
+        q.session = self.session.unwrap_or(0);
+        q.has_session = self.session.is_some() as i32;
+        q.expected_output_tokens = self.expected_output_tokens;
+        q.flags = self.flags.0;
+        q.now_ns = self.now_ns;
+        q
+    }
+}
+
+/// Where a request goes and why.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// The chosen instance.
+    pub instance: InstanceId,
+    /// Why.
+    pub reason: Reason,
+    /// Tokens expected to hit the cache there.
+    pub cached_tokens: u32,
+    /// The deepest cached prefix on any routable instance.
+    pub best_cached_tokens: u32,
+    /// The policy's predicted cost of the choice, if it predicts one.
+    pub cost: Option<f64>,
+    /// The other candidate (dualmap, consistent-hash).
+    pub alt_instance: Option<InstanceId>,
+}
+
+impl Decision {
+    fn from_c(d: &sys::lr_decision) -> Decision {
+        Decision {
+            instance: d.instance,
+            reason: Reason(d.reason as u32),
+            cached_tokens: d.cached_tokens,
+            best_cached_tokens: d.best_cached_tokens,
+            cost: if d.cost.is_nan() { None } else { Some(d.cost) },
+            alt_instance: if d.alt_instance == INSTANCE_NONE {
+                None
+            } else {
+                Some(d.alt_instance)
+            },
+        }
+    }
+}
+
+/// One instance's score in a decision.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Score {
+    /// The instance.
+    pub instance: InstanceId,
+    /// Tokens expected to hit its prefix cache.
+    pub cached_tokens: u32,
+    /// What the policy ranks by, lower is better; NaN where the policy did
+    /// not rank this instance.
+    pub score: f64,
+}
+
+/// One proposed move of a queued request to its other candidate.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Move {
+    /// The request.
+    pub request_id: u64,
+    /// Where it is queued.
+    pub from: InstanceId,
+    /// Where it would go.
+    pub to: InstanceId,
+    /// Expected TTFT saved, seconds.
+    pub benefit_s: f64,
+}
+
+// Score and Move are handed to C as lr_score / lr_move arrays.
+const _: () = {
+    assert!(size_of::<Score>() == size_of::<sys::lr_score>());
+    assert!(align_of::<Score>() == align_of::<sys::lr_score>());
+    assert!(offset_of!(Score, instance) == offset_of!(sys::lr_score, instance));
+    assert!(offset_of!(Score, cached_tokens) == offset_of!(sys::lr_score, cached_tokens));
+    assert!(offset_of!(Score, score) == offset_of!(sys::lr_score, score));
+    assert!(size_of::<Move>() == size_of::<sys::lr_move>());
+    assert!(align_of::<Move>() == align_of::<sys::lr_move>());
+    assert!(offset_of!(Move, request_id) == offset_of!(sys::lr_move, request_id));
+    assert!(offset_of!(Move, from) == offset_of!(sys::lr_move, from));
+    assert!(offset_of!(Move, to) == offset_of!(sys::lr_move, to));
+    assert!(offset_of!(Move, benefit_s) == offset_of!(sys::lr_move, benefit_s));
+};
+
+/// The router's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RouterStats {
+    /// Decisions recorded.
+    pub routes: u64,
+    /// Decisions only asked for.
+    pub dry_runs: u64,
+    /// Requests in flight now.
+    pub inflight: u64,
+    /// Instances now, draining ones included.
+    pub instances: u64,
+    /// Of which not draining.
+    pub routable: u64,
+    /// Decisions by [`Reason`] (index: `Reason::raw`).
+    pub by_reason: [u64; 16],
+    /// Prompt tokens routed.
+    pub prompt_tokens: u64,
+    /// Tokens expected to hit the cache.
+    pub cached_tokens: u64,
+}
+
+impl RouterStats {
+    /// Decisions made for one reason.
+    pub fn by_reason(&self, reason: Reason) -> u64 {
+        self.by_reason
+            .get(reason.raw() as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Chooses an engine instance for each request (`lr_router`).
+///
+/// `Send + Sync`: the library serializes calls on one router with a mutex,
+/// so every method takes `&self` and a router can be shared through an
+/// `Arc`. Dropping it destroys it.
+pub struct Router {
+    raw: NonNull<sys::lr_router>,
+}
+
+// SAFETY: lr_router.h: "every lr_router_* call on one router may be made
+// from many threads at once"; only lr_router_destroy must not overlap other
+// calls, and Drop has exclusive access.
+unsafe impl Send for Router {}
+unsafe impl Sync for Router {}
+
+impl fmt::Debug for Router {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Router").field("raw", &self.raw).finish()
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        // SAFETY: owned; no other call can be running (&mut self).
+        unsafe { sys::lr_router_destroy(self.raw.as_ptr()) }
+    }
+}
+
+impl Router {
+    /// Creates a router.
+    pub fn new(opt: &RouterOptions) -> Result<Router> {
+        let mut o = init(sys::lr_router_options_init);
+        o.policy = opt.policy.raw() as i32;
+        o.seed = opt.seed;
+        o.max_instances = opt.max_instances;
+        o.max_requests = opt.max_requests;
+        o.block_tokens = opt.block_tokens;
+        o.index_capacity_blocks = opt.index_capacity_blocks;
+        o.index_ttl_ns = nanos(opt.index_ttl);
+        o.ring_vnodes = opt.ring_vnodes;
+        let mut raw = ptr::null_mut();
+        // SAFETY: initialized options and an out pointer.
+        check(
+            unsafe { sys::lr_router_create(&o, &mut raw) },
+            "lr_router_create",
+        )?;
+        let raw = NonNull::new(raw).expect("lr_router_create returned LR_OK and NULL");
+        Ok(Router { raw })
+    }
+
+    fn ptr(&self) -> *mut sys::lr_router {
+        self.raw.as_ptr()
+    }
+
+    /// Switches the policy; state the policies share is kept.
+    pub fn set_policy(&self, policy: Policy) -> Result<()> {
+        // SAFETY: live router (here and in every method below).
+        check(
+            unsafe { sys::lr_router_set_policy(self.ptr(), policy.raw()) },
+            "lr_router_set_policy",
+        )
+    }
+
+    /// The policy in use.
+    pub fn policy(&self) -> Policy {
+        // SAFETY: live router; -1 only for NULL.
+        Policy(unsafe { sys::lr_router_policy(self.ptr()) } as u32)
+    }
+
+    /// Adds an instance, which receives routes at once; returns its id.
+    pub fn add_instance(&self, spec: &InstanceSpec<'_>) -> Result<InstanceId> {
+        const OP: &str = "lr_router_add_instance";
+        let name = c_name(spec.name, OP)?;
+        let mut s = init(sys::lr_instance_spec_init);
+        s.name = name.as_ptr();
+        s.instance_class = spec.class;
+        s.prefix_caching = spec.prefix_caching as i32;
+        s.rtt_ns = nanos(spec.rtt);
+        let mut id = INSTANCE_NONE;
+        // SAFETY: the spec and its name outlive the call (the name is
+        // copied); id is an out pointer.
+        check(
+            unsafe { sys::lr_router_add_instance(self.ptr(), &s, &mut id) },
+            OP,
+        )?;
+        Ok(id)
+    }
+
+    /// The id of an instance by name ([`crate::ErrorKind::NotFound`] if none).
+    pub fn find_instance(&self, name: &str) -> Result<InstanceId> {
+        const OP: &str = "lr_router_find_instance";
+        let name = c_name(name, OP)?;
+        let mut id = INSTANCE_NONE;
+        // SAFETY: NUL-terminated name and an out pointer.
+        check(
+            unsafe { sys::lr_router_find_instance(self.ptr(), name.as_ptr(), &mut id) },
+            OP,
+        )?;
+        Ok(id)
+    }
+
+    /// Stops (`true`) or resumes (`false`) new routes to an instance; its
+    /// requests in flight and cached prefixes stay.
+    pub fn drain_instance(&self, id: InstanceId, draining: bool) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_drain_instance(self.ptr(), id, draining as i32) },
+            "lr_router_drain_instance",
+        )
+    }
+
+    /// Removes an instance with its routes, load and requests in flight
+    /// (their later events fail with [`crate::ErrorKind::NotFound`]).
+    pub fn remove_instance(&self, id: InstanceId) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_remove_instance(self.ptr(), id) },
+            "lr_router_remove_instance",
+        )
+    }
+
+    /// Instances added and not removed, draining ones included.
+    pub fn instance_count(&self) -> u32 {
+        // SAFETY: live router.
+        unsafe { sys::lr_router_instance_count(self.ptr()) }
+    }
+
+    /// Sets the speed of an instance class.
+    pub fn set_class(&self, class: u32, spec: &ClassSpec) -> Result<()> {
+        let mut s = init(sys::lr_class_spec_init);
+        s.prefill_tokens_per_s = spec.prefill_tokens_per_s;
+        // SAFETY: initialized spec.
+        check(
+            unsafe { sys::lr_router_set_class(self.ptr(), class, &s) },
+            "lr_router_set_class",
+        )
+    }
+
+    /// Feeds an instance's scraped engine metrics (an older scrape than the
+    /// one held is ignored).
+    pub fn set_stats(&self, id: InstanceId, stats: &EngineStats) -> Result<()> {
+        let s = stats.to_c();
+        // SAFETY: initialized stats.
+        check(
+            unsafe { sys::lr_router_set_stats(self.ptr(), id, &s) },
+            "lr_router_set_stats",
+        )
+    }
+
+    /// Folds an RTT probe into the instance's moving average.
+    pub fn observe_rtt(&self, id: InstanceId, rtt: Duration) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_observe_rtt(self.ptr(), id, nanos(rtt)) },
+            "lr_router_observe_rtt",
+        )
+    }
+
+    /// An instance's load as the router sees it.
+    pub fn instance_load(&self, id: InstanceId) -> Result<LoadSnapshot> {
+        let mut s = init(sys::lr_load_snapshot_init);
+        // SAFETY: initialized out struct.
+        check(
+            unsafe { sys::lr_router_instance_load(self.ptr(), id, &mut s) },
+            "lr_router_instance_load",
+        )?;
+        Ok(LoadSnapshot::from_c(&s))
+    }
+
+    /// Chooses an instance for a request and, unless
+    /// [`RouteFlags::DRY_RUN`], records the dispatch and learns the prompt
+    /// there.
+    pub fn route(&self, req: &Request<'_>) -> Result<Decision> {
+        let q = req.to_c();
+        let mut d = init(sys::lr_decision_init);
+        // SAFETY: q borrows req's slices for the call; d has no buffer.
+        check(
+            unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) },
+            "lr_router_route",
+        )?;
+        Ok(Decision::from_c(&d))
+    }
+
+    /// [`Router::route`], also filling `scores` with every routable
+    /// instance's score in id order. The vector's capacity is reused and
+    /// grown as needed.
+    pub fn route_with_scores(
+        &self,
+        req: &Request<'_>,
+        scores: &mut Vec<Score>,
+    ) -> Result<Decision> {
+        const OP: &str = "lr_router_route";
+        let mut q = req.to_c();
+        q.flags |= sys::LR_ROUTE_SCORES;
+        scores.clear();
+        if scores.capacity() == 0 {
+            scores.reserve(self.instance_count().max(1) as usize);
+        }
+        // Instances added by other threads between a short call and its
+        // retry can make the retry short too; a few rounds settle it.
+        for _ in 0..8 {
+            let mut d = init(sys::lr_decision_init);
+            d.scores = scores.as_mut_ptr().cast::<sys::lr_score>();
+            d.scores_capacity = scores.capacity();
+            // SAFETY: the scores buffer has scores_capacity slots (Score
+            // has lr_score's layout, checked above); q borrows req.
+            let st = unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) };
+            if st == sys::LR_EBUFSIZE {
+                scores.reserve(d.n_scores);
+                continue;
+            }
+            check(st, OP)?;
+            assert!(
+                d.n_scores <= scores.capacity(),
+                "lr_router_route overran the scores buffer"
+            );
+            // SAFETY: the library wrote n_scores entries.
+            unsafe { scores.set_len(d.n_scores) };
+            return Ok(Decision::from_c(&d));
+        }
+        Err(Error::new(sys::LR_EBUFSIZE, OP))
+    }
+
+    /// A request's first token: it leaves its instance's queue. A repeat is
+    /// a no-op; an unknown or ended request is
+    /// [`crate::ErrorKind::NotFound`].
+    pub fn first_token(&self, request_id: u64, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_first_token(self.ptr(), request_id, now_ns) },
+            "lr_router_first_token",
+        )
+    }
+
+    /// A request finished with `output_tokens` generated.
+    pub fn complete(&self, request_id: u64, output_tokens: u32, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_complete(self.ptr(), request_id, output_tokens, now_ns) },
+            "lr_router_complete",
+        )
+    }
+
+    /// A request failed or was cancelled.
+    pub fn fail(&self, request_id: u64, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_fail(self.ptr(), request_id, now_ns) },
+            "lr_router_fail",
+        )
+    }
+
+    /// Proposes moves of queued requests off instances whose expected TTFT
+    /// breaks the SLO. Changes nothing: the host carries out the moves it
+    /// wants and reports each with [`Router::move_request`].
+    pub fn rebalance_plan(&self, now_ns: u64) -> Result<Vec<Move>> {
+        const OP: &str = "lr_router_rebalance_plan";
+        // A plan moves each request at most once, so the requests in flight
+        // bound it. The C call cannot say that it ran out of room, so a
+        // full buffer is retried with a larger one.
+        let mut cap = self.stats()?.inflight as usize + 1;
+        loop {
+            let mut moves: Vec<Move> = Vec::with_capacity(cap);
+            let mut n = 0usize;
+            // SAFETY: the buffer has `cap` slots of lr_move's layout.
+            check(
+                unsafe {
+                    sys::lr_router_rebalance_plan(
+                        self.ptr(),
+                        now_ns,
+                        moves.as_mut_ptr().cast::<sys::lr_move>(),
+                        cap,
+                        &mut n,
+                    )
+                },
+                OP,
+            )?;
+            assert!(n <= cap, "lr_router_rebalance_plan overran its buffer");
+            if n < cap {
+                // SAFETY: the library wrote n moves.
+                unsafe { moves.set_len(n) };
+                return Ok(moves);
+            }
+            cap *= 2;
+        }
+    }
+
+    /// Records that the host moved a queued request to instance `to`.
+    /// (`move` is a Rust keyword.)
+    pub fn move_request(&self, request_id: u64, to: InstanceId) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_move(self.ptr(), request_id, to) },
+            "lr_router_move",
+        )
+    }
+
+    /// Sets a parameter. Out of bounds is [`crate::ErrorKind::Range`]
+    /// (never clamped), NaN [`crate::ErrorKind::Invalid`].
+    pub fn set_param(&self, key: Param, value: f64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_set_param(self.ptr(), key.raw(), value) },
+            "lr_router_set_param",
+        )
+    }
+
+    /// Reads a parameter (for the GORGO weights, the tuned value).
+    pub fn param(&self, key: Param) -> Result<f64> {
+        let mut v = 0.0;
+        // SAFETY: out pointer.
+        check(
+            unsafe { sys::lr_router_get_param(self.ptr(), key.raw(), &mut v) },
+            "lr_router_get_param",
+        )?;
+        Ok(v)
+    }
+
+    /// Applies an engine's BlockStored event for instance `id`.
+    pub fn kv_stored(&self, id: InstanceId, ev: &KvStored<'_>, now_ns: u64) -> Result<()> {
+        let e = ev.to_c();
+        // SAFETY: e borrows ev's slices for the call.
+        check(
+            unsafe { sys::lr_router_kv_stored(self.ptr(), id, &e, now_ns) },
+            "lr_router_kv_stored",
+        )
+    }
+
+    /// Applies an engine's BlockRemoved event; returns how many hashes were
+    /// known.
+    pub fn kv_removed(&self, id: InstanceId, block_hashes: &[u64]) -> Result<usize> {
+        let mut n = 0;
+        // SAFETY: slice pointer and length; out pointer.
+        check(
+            unsafe {
+                sys::lr_router_kv_removed(
+                    self.ptr(),
+                    id,
+                    ptr_or_null(block_hashes),
+                    block_hashes.len(),
+                    &mut n,
+                )
+            },
+            "lr_router_kv_removed",
+        )?;
+        Ok(n)
+    }
+
+    /// Applies an engine's AllBlocksCleared event.
+    pub fn kv_cleared(&self, id: InstanceId) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_kv_cleared(self.ptr(), id) },
+            "lr_router_kv_cleared",
+        )
+    }
+
+    /// The position of the index's learn journal, for a later
+    /// [`Router::export_delta`].
+    pub fn mark(&self) -> u64 {
+        // SAFETY: live router.
+        unsafe { sys::lr_router_mark(self.ptr()) }
+    }
+
+    /// What was learned locally since `since_mark` (0: everything), as
+    /// bytes for other gateway replicas, and the mark to pass next time.
+    pub fn export_delta(&self, since_mark: u64) -> Result<(Blob, u64)> {
+        let mut b = ptr::null_mut();
+        let mut mark = 0;
+        // SAFETY: out pointers.
+        check(
+            unsafe { sys::lr_router_export_delta(self.ptr(), since_mark, &mut b, &mut mark) },
+            "lr_router_export_delta",
+        )?;
+        let blob = Blob::from_raw(b).expect("lr_router_export_delta returned LR_OK and no blob");
+        Ok((blob, mark))
+    }
+
+    /// Applies a delta from another replica as REMOTE routes; routes naming
+    /// ids this router does not have are skipped.
+    pub fn import_delta(&self, delta: &[u8], now_ns: u64) -> Result<()> {
+        // SAFETY: slice pointer and length.
+        check(
+            unsafe {
+                sys::lr_router_import_delta(self.ptr(), ptr_or_null(delta), delta.len(), now_ns)
+            },
+            "lr_router_import_delta",
+        )
+    }
+
+    /// Drops the routes unused for longer than the index TTL. Routing does
+    /// this too; an idle host may call it from a timer.
+    pub fn expire(&self, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_expire(self.ptr(), now_ns) },
+            "lr_router_expire",
+        )
+    }
+
+    /// The router's counters.
+    pub fn stats(&self) -> Result<RouterStats> {
+        let mut s = init(sys::lr_router_stats_init);
+        // SAFETY: initialized out struct.
+        check(
+            unsafe { sys::lr_router_get_stats(self.ptr(), &mut s) },
+            "lr_router_get_stats",
+        )?;
+        Ok(RouterStats {
+            routes: s.routes,
+            dry_runs: s.dry_runs,
+            inflight: s.inflight,
+            instances: s.instances,
+            routable: s.routable,
+            by_reason: s.by_reason,
+            prompt_tokens: s.prompt_tokens,
+            cached_tokens: s.cached_tokens,
+        })
+    }
+
+    pub(crate) fn raw_ptr(&self) -> *mut sys::lr_router {
+        self.ptr()
+    }
+}
