@@ -20,6 +20,7 @@
 #include "libroute/lr_router.h"
 #include "load.h"
 #include "lr_hash.h"
+#include "mlp.h"
 
 static const char *root;
 static int n_written;
@@ -2319,6 +2320,112 @@ gen_vllm(void)
     vllm_seed("truncated", &w);
 }
 
+/* ---- mlp_load --------------------------------------------------------------- */
+
+/* Seeds are a control byte (see fuzz_mlp_load.c: bit 0 reseal, bit 1 set
+ * magic and version, bits 2-7 an allocation failure) and a blob: saved
+ * networks of a few shapes, fitted and trained or fresh, then damaged
+ * copies. */
+static void
+mlp_seed(const char *name, uint8_t ctl, const uint8_t *p, size_t n)
+{
+    uint8_t *b = malloc(n + 1);
+    if (b == NULL)
+        exit(1);
+    b[0] = ctl;
+    memcpy(b + 1, p, n);
+    write_seed("mlp_load", name, b, n + 1);
+    free(b);
+}
+
+static lr_blob *
+mlp_blob(uint32_t d, uint32_t L, uint32_t W, double dropout, int train)
+{
+    lr_mlp_options o;
+    lr_mlp_options_init(&o);
+    o.n_inputs = d;
+    o.hidden_layers = L;
+    o.width = W;
+    o.batch_size = 8;
+    o.dropout = dropout;
+    o.seed = d * 100u + L * 10u + W;
+    lr_mlp *m;
+    if (lr_mlp_create(&o, &m) != LR_OK)
+        exit(1);
+    if (train) {
+        float x[40 * 8], y[40];
+        for (size_t i = 0; i < 40 * (size_t)d; i++)
+            x[i] = (float)rnd(0, 1999) / 100.0f - 10.0f;
+        for (size_t r = 0; r < 40; r++)
+            y[r] = x[r * d] * 2.0f + (float)rnd(0, 99) / 10.0f;
+        if (lr_mlp_fit_normalization(m, x, 40, y) != LR_OK ||
+            lr_mlp_train(m, x, y, 40, 3, NULL) != LR_OK)
+            exit(1);
+    }
+    lr_blob *b;
+    if (lr_mlp_save(m, &b) != LR_OK)
+        exit(1);
+    lr_mlp_destroy(m);
+    return b;
+}
+
+static void
+gen_mlp(void)
+{
+    static const struct {
+        const char *name;
+        uint32_t d, L, W;
+        double dropout;
+        int train;
+    } shapes[] = {
+        { "tiny", 1, 1, 1, 0.0, 0 },  { "small", 3, 2, 5, 0.25, 1 },
+        { "deep", 2, 4, 3, 0.5, 1 },  { "wide", 8, 1, 24, 0.1, 1 },
+        { "fresh", 4, 3, 8, 0.9, 0 },
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        lr_blob *b = mlp_blob(shapes[i].d, shapes[i].L, shapes[i].W,
+                              shapes[i].dropout, shapes[i].train);
+        const uint8_t *p = lr_blob_data(b);
+        size_t n = lr_blob_size(b);
+        char name[64];
+        snprintf(name, sizeof name, "%s", shapes[i].name);
+        mlp_seed(name, 0x00, p, n);
+        snprintf(name, sizeof name, "%s-resealed", shapes[i].name);
+        mlp_seed(name, 0x03, p, n);
+        if (i == 1) {
+            /* allocation failures: the first once, then all */
+            mlp_seed("small-oom1", 1 << 2, p, n);
+            mlp_seed("small-oom-all", 32 << 2, p, n);
+            /* damaged: truncated, a flipped bit, a NaN weight and an
+             * absurd width (both resealed by the harness), a future
+             * version, a min above the max */
+            uint8_t *c = malloc(n);
+            if (c == NULL)
+                exit(1);
+            mlp_seed("small-truncated", 0x00, p, n / 2);
+            memcpy(c, p, n);
+            c[n / 2] ^= 0x10;
+            mlp_seed("small-flipped", 0x00, c, n);
+            memcpy(c, p, n);
+            lr__put_u32(c + n - 12, 0x7fc00000u);
+            mlp_seed("small-nan", 0x01, c, n);
+            memcpy(c, p, n);
+            lr__put_u32(c + 20, 1u << 30);
+            mlp_seed("small-width", 0x01, c, n);
+            memcpy(c, p, n);
+            lr__put_u32(c + 8, 2);
+            mlp_seed("small-version", 0x01, c, n);
+            memcpy(c, p, n);
+            lr__put_u32(c + 84 + 4 * 3 * 2, 0x7f000000u); /* min[0] */
+            mlp_seed("small-minmax", 0x01, c, n);
+            free(c);
+        }
+        lr_blob_destroy(b);
+    }
+    mlp_seed("empty", 0x00, NULL, 0);
+    mlp_seed("magic-only", 0x02, (const uint8_t *)"LRMLP\0\0\0\1\0\0\0", 12);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -2335,6 +2442,7 @@ main(int argc, char **argv)
     gen_load();
     gen_router();
     gen_vllm();
+    gen_mlp();
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;
 }

@@ -334,6 +334,39 @@ _Static_assert(LR_LOAD_MAX_CLASSES == 64u, "LR_LOAD_MAX_CLASSES changed");
 _Static_assert(LR_LOAD_MAX_RTT_NS == 60000000000ull,
                "LR_LOAD_MAX_RTT_NS changed");
 
+/* ---- lr_mlp.h --------------------------------------------------------------- */
+
+struct lr_mlp_options_v1 {
+    size_t struct_size;
+    const lr_allocator *allocator;
+    uint64_t seed;
+    uint32_t n_inputs;
+    uint32_t hidden_layers;
+    uint32_t width;
+    uint32_t batch_size;
+    double dropout;
+    double learning_rate;
+    double weight_decay;
+    double grad_clip;
+};
+FIELD(lr_mlp_options, lr_mlp_options_v1, struct_size, size_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, allocator, const lr_allocator *);
+FIELD(lr_mlp_options, lr_mlp_options_v1, seed, uint64_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, n_inputs, uint32_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, hidden_layers, uint32_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, width, uint32_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, batch_size, uint32_t);
+FIELD(lr_mlp_options, lr_mlp_options_v1, dropout, double);
+FIELD(lr_mlp_options, lr_mlp_options_v1, learning_rate, double);
+FIELD(lr_mlp_options, lr_mlp_options_v1, weight_decay, double);
+FIELD(lr_mlp_options, lr_mlp_options_v1, grad_clip, double);
+SIZED(lr_mlp_options, lr_mlp_options_v1, LR_MLP_OPTIONS_SIZE_V1, grad_clip);
+
+_Static_assert(LR_MLP_MAX_INPUTS == 256u, "LR_MLP_MAX_INPUTS changed");
+_Static_assert(LR_MLP_MAX_LAYERS == 8u, "LR_MLP_MAX_LAYERS changed");
+_Static_assert(LR_MLP_MAX_WIDTH == 1024u, "LR_MLP_MAX_WIDTH changed");
+_Static_assert(LR_MLP_MAX_BATCH == 65536u, "LR_MLP_MAX_BATCH changed");
+
 /* ---- lr_ring.h -------------------------------------------------------------- */
 
 struct lr_ring_options_v1 {

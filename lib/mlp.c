@@ -1,0 +1,1512 @@
+/* lr_mlp: a small fully connected regression network (Lodestar's reward
+ * predictor), float32, batched.
+ *
+ * Parameters: one contiguous float vector, layer by layer (l = 0..L-1
+ * hidden, then the output layer), each layer its weights row-major
+ * [out][in] followed by its biases [out]:
+ *
+ *   params: | W0 [W][d] | b0 [W] | W1 [W][W] | b1 [W] | ... | wo [W] | bo |
+ *
+ * so the optimizer is one loop over the vector and lr__mlp_params() can
+ * hand it out. Nothing is packed or cached from it: every pass reads the
+ * vector as it is.
+ *
+ * Activations are kept feature-major for a tile of up to TILE rows:
+ *
+ *   act[feature][row], row stride TILE, rows padded to a multiple of 8
+ *
+ * so a layer is C[out][rows] = W[out][in] . X[in][rows]: the GEMM kernels
+ * broadcast one weight and multiply it into a vector of 8 rows. The same
+ * kernel (with strides) does the two backward products, dX = W^T dZ and
+ * dW += dZ X^T (X transposed to row-major for that one).
+ *
+ * The AVX2+FMA kernel keeps a 6 x 16 tile of C in 12 ymm accumulators (6
+ * broadcast weights, 2 vectors of 8 rows, 12 FMAs per step of k); the
+ * portable one is plain C that gcc -O2 vectorizes (4 x 8 tiles). The
+ * choice is made at run time (cpuid), cached in an atomic int.
+ *
+ * Serialized form (all little-endian, version 1):
+ *
+ *   0   magic "LRMLP\0\0\0"            8
+ *   8   u32 format version (1)         4
+ *   12  u32 n_inputs, hidden_layers,  16
+ *           width, batch_size
+ *   28  u64 seed                       8
+ *   36  f64 dropout, learning_rate,   32
+ *           weight_decay, grad_clip
+ *   68  f64 target mean, target std   16
+ *   84  f32 mean[d], std[d], min[d], max[d]
+ *       f32 params[n_params]
+ *       u64 XXH3-64 (seed MLP_HASH_SEED) of every byte before it
+ *
+ * Floats are written as their bit patterns, so a load is bit-exact. */
+#include "mlp.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+
+#include "lr_hash.h"
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define MLP_X86 1
+#include <immintrin.h>
+#else
+#define MLP_X86 0
+#endif
+
+#define TILE 64u      /* rows per pass; predict scratch and train chunks */
+#define ZCLAMP 1.0e6f /* |z-scored input| is clamped to this */
+#define INIT_SALT 0x4c524d4c50494e49ull     /* "LRMLPINI": init weights rng */
+#define MLP_HASH_SEED 0x4c524d4c50303031ull /* "LRMLP001" */
+#define MLP_MAGIC "LRMLP\0\0\0"
+#define MLP_VERSION 1u
+#define HDR_SIZE 84u
+
+struct lr_mlp {
+    struct lr__mem mem;
+    void *raw; /* the one block: this struct and every array */
+    size_t raw_size;
+    lr_mlp_options opt; /* allocator cleared */
+    uint32_t d, L, W;
+    size_t n_params;
+    float *params;
+    float *adam_m, *adam_v;
+    uint64_t step;
+    struct lr__rng rng; /* shuffling and dropout */
+    float *mean, *std, *lo, *hi;
+    double tmean, tstd;
+    float *scratch; /* predict: 2 x max(d, W) x TILE, then TILE */
+};
+
+/* ---- options -------------------------------------------------------------- */
+
+void
+lr_mlp_options_init(lr_mlp_options *opt)
+{
+    if (opt == NULL)
+        return;
+    memset(opt, 0, sizeof *opt);
+    opt->struct_size = sizeof *opt;
+    opt->hidden_layers = 3;
+    opt->width = 128;
+    opt->batch_size = 256;
+    opt->dropout = 0.1;
+    opt->learning_rate = 1e-3;
+    opt->weight_decay = 1e-5;
+    opt->grad_clip = 1.0;
+}
+
+static bool
+options_ok(const lr_mlp_options *o)
+{
+    return o->n_inputs >= 1 && o->n_inputs <= LR_MLP_MAX_INPUTS &&
+           o->hidden_layers >= 1 && o->hidden_layers <= LR_MLP_MAX_LAYERS &&
+           o->width >= 1 && o->width <= LR_MLP_MAX_WIDTH &&
+           o->batch_size >= 1 && o->batch_size <= LR_MLP_MAX_BATCH &&
+           o->dropout >= 0.0 && o->dropout <= 0.9 && o->learning_rate > 0.0 &&
+           o->learning_rate <= 1.0 && o->weight_decay >= 0.0 &&
+           o->weight_decay < 1.0 && o->grad_clip >= 0.0 &&
+           isfinite(o->grad_clip);
+}
+
+/* ---- shape ----------------------------------------------------------------- */
+
+static size_t
+count_params(uint32_t d, uint32_t L, uint32_t W)
+{
+    /* Within the option limits this is below 2^23; no overflow. */
+    size_t w = W;
+    return w * d + w + (size_t)(L - 1) * (w * w + w) + w + 1;
+}
+
+static inline uint32_t
+layer_in(const lr_mlp *m, uint32_t l)
+{
+    return l == 0 ? m->d : m->W;
+}
+
+/* Weights of hidden layer l (l == L: the output layer). */
+static inline size_t
+layer_off(const lr_mlp *m, uint32_t l)
+{
+    size_t w = m->W;
+    if (l == 0)
+        return 0;
+    return w * m->d + w + (size_t)(l - 1) * (w * w + w);
+}
+
+static inline size_t
+max_feat(const lr_mlp *m)
+{
+    return m->d > m->W ? m->d : m->W;
+}
+
+static inline size_t
+round_up16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+/* ---- kernels --------------------------------------------------------------- */
+
+/* C[m][n] for m < M, n < N (row stride ldc) is either
+ *   act(bias[m] + sum_k A(m, k) B[k][n])   (accumulate == 0; act is ReLU
+ *                                          when relu, else identity; bias
+ *                                          may be NULL)
+ * or C[m][n] + sum_k A(m, k) B[k][n]       (accumulate == 1),
+ * with A(m, k) = A[m * sam + k * sak] and B[k][n] = B[k * ldb + n]. Sums
+ * run over k in order, each C element on its own. */
+struct gemm {
+    size_t M, N, K;
+    const float *A;
+    size_t sam, sak;
+    const float *B;
+    size_t ldb;
+    float *C;
+    size_t ldc;
+    const float *bias;
+    int relu;
+    int accumulate;
+};
+
+typedef void (*gemm_fn)(const struct gemm *g);
+
+static inline void
+tile_epilogue_p(const struct gemm *g, size_t m, float *acc, float *c, size_t nr)
+{
+    if (g->accumulate) {
+        for (size_t j = 0; j < nr; j++)
+            c[j] += acc[j];
+        return;
+    }
+    float b = g->bias != NULL ? g->bias[m] : 0.0f;
+    for (size_t j = 0; j < nr; j++) {
+        float v = acc[j] + b;
+        if (g->relu)
+            v = v > 0.0f ? v : 0.0f;
+        c[j] = v;
+    }
+}
+
+#if !defined(__clang__)
+/* A full 4 x 8 tile: constant trip counts, so gcc vectorizes the j loops
+ * and keeps acc in registers (30 GFLOP/s at -O2 with SSE2 here). clang
+ * half-scalarizes this form (9 GFLOP/s) but vectorizes the one below
+ * (23 GFLOP/s), which gcc does less well. */
+static void
+tile4x8_p(const struct gemm *g, size_t m0, size_t n0)
+{
+    float acc[4][8];
+    memset(acc, 0, sizeof acc);
+    const float *a0 = g->A + m0 * g->sam;
+    const float *a1 = a0 + g->sam;
+    const float *a2 = a1 + g->sam;
+    const float *a3 = a2 + g->sam;
+    const float *b = g->B + n0;
+    const size_t sak = g->sak, ldb = g->ldb, K = g->K;
+    for (size_t k = 0; k < K; k++) {
+        const float w0 = a0[k * sak], w1 = a1[k * sak];
+        const float w2 = a2[k * sak], w3 = a3[k * sak];
+        for (int j = 0; j < 8; j++)
+            acc[0][j] += w0 * b[j];
+        for (int j = 0; j < 8; j++)
+            acc[1][j] += w1 * b[j];
+        for (int j = 0; j < 8; j++)
+            acc[2][j] += w2 * b[j];
+        for (int j = 0; j < 8; j++)
+            acc[3][j] += w3 * b[j];
+        b += ldb;
+    }
+    for (size_t i = 0; i < 4; i++)
+        tile_epilogue_p(g, m0 + i, acc[i], g->C + (m0 + i) * g->ldc + n0, 8);
+}
+#else
+static void
+tile4x8_p(const struct gemm *g, size_t m0, size_t n0)
+{
+    float c0[8] = { 0 }, c1[8] = { 0 }, c2[8] = { 0 }, c3[8] = { 0 };
+    const float *a0 = g->A + m0 * g->sam;
+    const float *a1 = a0 + g->sam;
+    const float *a2 = a1 + g->sam;
+    const float *a3 = a2 + g->sam;
+    const float *b = g->B + n0;
+    const size_t sak = g->sak, ldb = g->ldb, K = g->K;
+    for (size_t k = 0; k < K; k++) {
+        const float w0 = a0[k * sak], w1 = a1[k * sak];
+        const float w2 = a2[k * sak], w3 = a3[k * sak];
+        for (int j = 0; j < 8; j++) {
+            const float bj = b[j];
+            c0[j] += w0 * bj;
+            c1[j] += w1 * bj;
+            c2[j] += w2 * bj;
+            c3[j] += w3 * bj;
+        }
+        b += ldb;
+    }
+    float *c = g->C + m0 * g->ldc + n0;
+    tile_epilogue_p(g, m0, c0, c, 8);
+    tile_epilogue_p(g, m0 + 1, c1, c + g->ldc, 8);
+    tile_epilogue_p(g, m0 + 2, c2, c + 2 * g->ldc, 8);
+    tile_epilogue_p(g, m0 + 3, c3, c + 3 * g->ldc, 8);
+}
+#endif
+
+/* Any tile up to 4 x 8. */
+static void
+tile_any_p(const struct gemm *g, size_t m0, size_t n0, size_t mr, size_t nr)
+{
+    float acc[4][8];
+    memset(acc, 0, sizeof acc);
+    for (size_t k = 0; k < g->K; k++) {
+        const float *b = g->B + k * g->ldb + n0;
+        for (size_t i = 0; i < mr; i++) {
+            const float w = g->A[(m0 + i) * g->sam + k * g->sak];
+            for (size_t j = 0; j < nr; j++)
+                acc[i][j] += w * b[j];
+        }
+    }
+    for (size_t i = 0; i < mr; i++)
+        tile_epilogue_p(g, m0 + i, acc[i], g->C + (m0 + i) * g->ldc + n0, nr);
+}
+
+static void
+gemm_portable(const struct gemm *g)
+{
+    for (size_t m0 = 0; m0 < g->M; m0 += 4) {
+        size_t mr = g->M - m0 < 4 ? g->M - m0 : 4;
+        for (size_t n0 = 0; n0 < g->N; n0 += 8) {
+            size_t nr = g->N - n0 < 8 ? g->N - n0 : 8;
+            if (mr == 4 && nr == 8)
+                tile4x8_p(g, m0, n0);
+            else
+                tile_any_p(g, m0, n0, mr, nr);
+        }
+    }
+}
+
+/* dz = dh * (h > 0 ? s : 0) in place over rows x R (stride TILE), and
+ * db[o] += sum of row o. R is a multiple of 8. */
+static void
+relu_back_portable(float *dh, const float *h, size_t rows, size_t R, float s,
+                   float *db)
+{
+    for (size_t o = 0; o < rows; o++) {
+        float *d = dh + o * TILE;
+        const float *hh = h + o * TILE;
+        float part[8] = { 0 };
+        for (size_t r = 0; r < R; r += 8) {
+            for (int j = 0; j < 8; j++) {
+                float v = hh[r + j] > 0.0f ? d[r + j] * s : 0.0f;
+                d[r + j] = v;
+                part[j] += v;
+            }
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < 8; j++)
+            sum += part[j];
+        db[o] += sum;
+    }
+}
+
+#if MLP_X86
+#define AVX_FN __attribute__((target("avx2,fma")))
+#define AVX_INLINE \
+    static inline __attribute__((always_inline, target("avx2,fma")))
+
+static const int32_t mask_tbl[16] = { -1, -1, -1, -1, -1, -1, -1, -1,
+                                      0,  0,  0,  0,  0,  0,  0,  0 };
+
+/* Write one row of a tile: c0 (and c1 when nv == 2) to C row m. */
+AVX_INLINE void
+row_out_avx2(const struct gemm *g, size_t m, size_t n0, __m256 c0, __m256 c1,
+             const int nv, const int masked, __m256i mask)
+{
+    float *c = g->C + m * g->ldc + n0;
+    __m256 x[2] = { c0, c1 };
+    for (int v = 0; v < nv; v++) {
+        const int part = masked && v == nv - 1;
+        if (g->accumulate) {
+            __m256 old = part ? _mm256_maskload_ps(c + 8 * v, mask)
+                              : _mm256_loadu_ps(c + 8 * v);
+            x[v] = _mm256_add_ps(old, x[v]);
+        } else {
+            if (g->bias != NULL)
+                x[v] = _mm256_add_ps(x[v], _mm256_broadcast_ss(g->bias + m));
+            if (g->relu)
+                x[v] = _mm256_max_ps(x[v], _mm256_setzero_ps());
+        }
+        if (part)
+            _mm256_maskstore_ps(c + 8 * v, mask, x[v]);
+        else
+            _mm256_storeu_ps(c + 8 * v, x[v]);
+    }
+}
+
+/* One mr x (8 nv) tile of C (mr <= 6, nv 1 or 2); `masked`: the last
+ * vector has only the lanes of `mask`. All three are constants after
+ * inlining, and the accumulators are named variables (not an array), so
+ * both gcc and clang keep them in registers. */
+AVX_INLINE void
+tile_avx2(const struct gemm *g, size_t m0, size_t n0, const int mr,
+          const int nv, const int masked, __m256i mask)
+{
+    const size_t sam = g->sam, sak = g->sak, ldb = g->ldb, K = g->K;
+    const float *a = g->A + m0 * sam;
+    const float *b = g->B + n0;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
+    __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m256 c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (size_t k = 0; k < K; k++) {
+        __m256 b0, b1;
+        if (nv == 1) {
+            b0 = masked ? _mm256_maskload_ps(b, mask) : _mm256_loadu_ps(b);
+            b1 = b0;
+        } else {
+            b0 = _mm256_loadu_ps(b);
+            b1 = masked ? _mm256_maskload_ps(b + 8, mask)
+                        : _mm256_loadu_ps(b + 8);
+        }
+#define MLP_STEP(i)                                          \
+    if (mr > (i)) {                                          \
+        __m256 w = _mm256_broadcast_ss(a + (size_t)(i)*sam); \
+        c##i##0 = _mm256_fmadd_ps(w, b0, c##i##0);           \
+        if (nv == 2)                                         \
+            c##i##1 = _mm256_fmadd_ps(w, b1, c##i##1);       \
+    }
+        MLP_STEP(0)
+        MLP_STEP(1)
+        MLP_STEP(2)
+        MLP_STEP(3)
+        MLP_STEP(4)
+        MLP_STEP(5)
+#undef MLP_STEP
+        a += sak;
+        b += ldb;
+    }
+#define MLP_ROW(i) \
+    if (mr > (i))  \
+        row_out_avx2(g, m0 + (i), n0, c##i##0, c##i##1, nv, masked, mask);
+    MLP_ROW(0)
+    MLP_ROW(1)
+    MLP_ROW(2)
+    MLP_ROW(3)
+    MLP_ROW(4)
+    MLP_ROW(5)
+#undef MLP_ROW
+}
+
+#define TILE_CASE(MR)                           \
+    case (MR)*4 + 0:                            \
+        tile_avx2(g, m0, n0, (MR), 1, 0, mask); \
+        break;                                  \
+    case (MR)*4 + 1:                            \
+        tile_avx2(g, m0, n0, (MR), 1, 1, mask); \
+        break;                                  \
+    case (MR)*4 + 2:                            \
+        tile_avx2(g, m0, n0, (MR), 2, 0, mask); \
+        break;                                  \
+    case (MR)*4 + 3:                            \
+        tile_avx2(g, m0, n0, (MR), 2, 1, mask); \
+        break;
+
+AVX_FN static void
+gemm_avx2(const struct gemm *g)
+{
+    for (size_t m0 = 0; m0 < g->M; m0 += 6) {
+        size_t mr = g->M - m0 < 6 ? g->M - m0 : 6;
+        for (size_t n0 = 0; n0 < g->N; n0 += 16) {
+            size_t nr = g->N - n0 < 16 ? g->N - n0 : 16;
+            size_t nv = nr > 8 ? 2 : 1;
+            size_t rem = nr - 8 * (nv - 1); /* lanes of the last vector */
+            size_t masked = rem < 8;
+            __m256i mask = _mm256_loadu_si256(
+                (const __m256i *)(const void *)(mask_tbl + 8 - rem));
+            switch (mr * 4 + (nv - 1) * 2 + masked) {
+                TILE_CASE(1)
+                TILE_CASE(2)
+                TILE_CASE(3)
+                TILE_CASE(4)
+                TILE_CASE(5)
+                TILE_CASE(6)
+            default:
+                break;
+            }
+        }
+    }
+}
+
+AVX_INLINE float
+hsum_avx2(__m256 v)
+{
+    __m128 x =
+        _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+AVX_FN static void
+relu_back_avx2(float *dh, const float *h, size_t rows, size_t R, float s,
+               float *db)
+{
+    const __m256 vs = _mm256_set1_ps(s);
+    const __m256 zero = _mm256_setzero_ps();
+    for (size_t o = 0; o < rows; o++) {
+        float *d = dh + o * TILE;
+        const float *hh = h + o * TILE;
+        __m256 sum = zero;
+        for (size_t r = 0; r < R; r += 8) {
+            __m256 keep =
+                _mm256_cmp_ps(_mm256_loadu_ps(hh + r), zero, _CMP_GT_OQ);
+            __m256 v =
+                _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(d + r), vs));
+            _mm256_storeu_ps(d + r, v);
+            sum = _mm256_add_ps(sum, v);
+        }
+        db[o] += hsum_avx2(sum);
+    }
+}
+#endif /* MLP_X86 */
+
+/* ---- kernel choice ---------------------------------------------------------- */
+
+static _Atomic int cpu_has_avx2 = -1; /* -1: not asked yet */
+static _Atomic int forced_portable = 0;
+
+static bool
+use_avx2(void)
+{
+#if MLP_X86
+    if (atomic_load_explicit(&forced_portable, memory_order_relaxed))
+        return false;
+    int c = atomic_load_explicit(&cpu_has_avx2, memory_order_relaxed);
+    if (c < 0) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        atomic_store_explicit(&cpu_has_avx2, c, memory_order_relaxed);
+    }
+    return c != 0;
+#else
+    return false;
+#endif
+}
+
+const char *
+lr__mlp_kernel(void)
+{
+    return use_avx2() ? "avx2-fma" : "portable";
+}
+
+void
+lr__mlp_force_portable(int on)
+{
+    atomic_store_explicit(&forced_portable, on != 0, memory_order_relaxed);
+}
+
+struct kern {
+    gemm_fn gemm;
+    void (*relu_back)(float *, const float *, size_t, size_t, float, float *);
+};
+
+static struct kern
+kernels(void)
+{
+    struct kern k = { gemm_portable, relu_back_portable };
+#if MLP_X86
+    if (use_avx2()) {
+        k.gemm = gemm_avx2;
+        k.relu_back = relu_back_avx2;
+    }
+#endif
+    return k;
+}
+
+/* ---- allocation -------------------------------------------------------------- */
+
+struct layout {
+    size_t params, adam_m, adam_v, mean, std, lo, hi, scratch; /* floats */
+    size_t floats;
+};
+
+static size_t
+struct_floats(void)
+{
+    return round_up16((sizeof(struct lr_mlp) + sizeof(float) - 1) /
+                      sizeof(float));
+}
+
+static void
+make_layout(uint32_t d, uint32_t W, size_t n_params, struct layout *lo)
+{
+    size_t mf = d > W ? d : W;
+    size_t at = struct_floats();
+    lo->params = at;
+    at += round_up16(n_params);
+    lo->adam_m = at;
+    at += round_up16(n_params);
+    lo->adam_v = at;
+    at += round_up16(n_params);
+    lo->mean = at;
+    at += round_up16(d);
+    lo->std = at;
+    at += round_up16(d);
+    lo->lo = at;
+    at += round_up16(d);
+    lo->hi = at;
+    at += round_up16(d);
+    lo->scratch = at;
+    at += 2 * mf * TILE + TILE;
+    lo->floats = at;
+}
+
+/* A zeroed network of shape o (already validated), arrays in place, no
+ * weights initialized. */
+static lr_status
+mlp_alloc(const lr_mlp_options *o, const lr_allocator *allocator, lr_mlp **out)
+{
+    struct lr__mem mem;
+    LR_TRY(lr__mem_init(&mem, allocator));
+    size_t np = count_params(o->n_inputs, o->hidden_layers, o->width);
+    struct layout lo;
+    make_layout(o->n_inputs, o->width, np, &lo);
+    size_t bytes = lo.floats * sizeof(float) + 64; /* small: no overflow */
+    void *raw = lr__alloc(&mem, bytes);
+    if (raw == NULL)
+        return LR_ENOMEM;
+    memset(raw, 0, bytes);
+    float *base = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    lr_mlp *m = (lr_mlp *)(void *)base;
+    m->mem = mem;
+    m->raw = raw;
+    m->raw_size = bytes;
+    m->opt = *o;
+    m->opt.struct_size = sizeof m->opt;
+    m->opt.allocator = NULL;
+    m->d = o->n_inputs;
+    m->L = o->hidden_layers;
+    m->W = o->width;
+    m->n_params = np;
+    m->params = base + lo.params;
+    m->adam_m = base + lo.adam_m;
+    m->adam_v = base + lo.adam_v;
+    m->mean = base + lo.mean;
+    m->std = base + lo.std;
+    m->lo = base + lo.lo;
+    m->hi = base + lo.hi;
+    m->scratch = base + lo.scratch;
+    for (uint32_t i = 0; i < m->d; i++) {
+        m->std[i] = 1.0f;
+        m->lo[i] = -FLT_MAX;
+        m->hi[i] = FLT_MAX;
+    }
+    m->tmean = 0.0;
+    m->tstd = 1.0;
+    m->step = 0;
+    lr__rng_seed(&m->rng, o->seed);
+    *out = m;
+    return LR_OK;
+}
+
+/* Xavier uniform weights, zero biases. */
+static void
+init_weights(lr_mlp *m)
+{
+    struct lr__rng r;
+    lr__rng_seed(&r, m->opt.seed ^ INIT_SALT);
+    for (uint32_t l = 0; l <= m->L; l++) {
+        size_t in = layer_in(m, l), out = l == m->L ? 1 : m->W;
+        double a = sqrt(6.0 / (double)(in + out));
+        float *w = m->params + layer_off(m, l);
+        for (size_t i = 0; i < in * out; i++)
+            w[i] = (float)((2.0 * lr__rng_unit(&r) - 1.0) * a);
+        memset(w + in * out, 0, out * sizeof(float));
+    }
+}
+
+lr_status
+lr_mlp_create(const lr_mlp_options *opt, lr_mlp **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(opt == NULL, LR_EINVAL);
+    lr_mlp_options o;
+    lr_mlp_options_init(&o);
+    LR_TRY(lr__copy_sized(&o, sizeof o, opt, LR_MLP_OPTIONS_SIZE_V1));
+    LR_RETURN_IF(!options_ok(&o), LR_EINVAL);
+    lr_mlp *m;
+    LR_TRY(mlp_alloc(&o, o.allocator, &m));
+    init_weights(m);
+    *out = m;
+    return LR_OK;
+}
+
+void
+lr_mlp_destroy(lr_mlp *mlp)
+{
+    if (mlp == NULL)
+        return;
+    struct lr__mem mem = mlp->mem;
+    lr__free(&mem, mlp->raw, mlp->raw_size);
+}
+
+lr_status
+lr_mlp_clone(const lr_mlp *mlp, lr_mlp **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    lr_mlp *c;
+    LR_TRY(mlp_alloc(&mlp->opt, &mlp->mem.a, &c));
+    size_t np = mlp->n_params, d = mlp->d;
+    memcpy(c->params, mlp->params, np * sizeof(float));
+    memcpy(c->adam_m, mlp->adam_m, np * sizeof(float));
+    memcpy(c->adam_v, mlp->adam_v, np * sizeof(float));
+    memcpy(c->mean, mlp->mean, d * sizeof(float));
+    memcpy(c->std, mlp->std, d * sizeof(float));
+    memcpy(c->lo, mlp->lo, d * sizeof(float));
+    memcpy(c->hi, mlp->hi, d * sizeof(float));
+    c->tmean = mlp->tmean;
+    c->tstd = mlp->tstd;
+    c->step = mlp->step;
+    c->rng = mlp->rng;
+    *out = c;
+    return LR_OK;
+}
+
+/* ---- queries ---------------------------------------------------------------- */
+
+uint32_t
+lr_mlp_n_inputs(const lr_mlp *mlp)
+{
+    return mlp == NULL ? 0 : mlp->d;
+}
+
+uint32_t
+lr__mlp_width(const lr_mlp *m)
+{
+    return m == NULL ? 0 : m->W;
+}
+
+size_t
+lr__mlp_n_params(const lr_mlp *m)
+{
+    return m == NULL ? 0 : m->n_params;
+}
+
+float *
+lr__mlp_params(lr_mlp *m)
+{
+    return m == NULL ? NULL : m->params;
+}
+
+/* ---- input checks ------------------------------------------------------------- */
+
+/* n_rows x d floats fit in memory (B22). */
+static bool
+size_ok(size_t n_rows, uint32_t d)
+{
+    size_t n;
+    return lr__mul_size(n_rows, d, &n) && lr__mul_size(n, sizeof(float), &n);
+}
+
+static bool
+all_finite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
+lr_status
+lr_mlp_fit_normalization(lr_mlp *mlp, const float *x, size_t n_rows,
+                         const float *y)
+{
+    LR_RETURN_IF(mlp == NULL || x == NULL || n_rows == 0, LR_EINVAL);
+    LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
+    const size_t d = mlp->d;
+    LR_RETURN_IF(!all_finite(x, n_rows * d), LR_EINVAL);
+    LR_RETURN_IF(y != NULL && !all_finite(y, n_rows), LR_EINVAL);
+    for (size_t i = 0; i < d; i++) {
+        double sum = 0.0;
+        float lo = x[i], hi = x[i];
+        for (size_t r = 0; r < n_rows; r++) {
+            float v = x[r * d + i];
+            sum += v;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        double mean = sum / (double)n_rows;
+        double ss = 0.0;
+        for (size_t r = 0; r < n_rows; r++) {
+            double e = (double)x[r * d + i] - mean;
+            ss += e * e;
+        }
+        double sd = sqrt(ss / (double)n_rows);
+        float fm = (float)mean, fs;
+        if (lo == hi) { /* constant */
+            fm = lo;
+            fs = 1.0f;
+        } else {
+            fs = sd > (double)FLT_MAX ? FLT_MAX : (float)sd;
+            if (!(fs >= FLT_MIN))
+                fs = 1.0f;
+        }
+        mlp->mean[i] = fm;
+        mlp->std[i] = fs;
+        mlp->lo[i] = lo;
+        mlp->hi[i] = hi;
+    }
+    if (y != NULL) {
+        double sum = 0.0;
+        float lo = y[0], hi = y[0];
+        for (size_t r = 0; r < n_rows; r++) {
+            sum += y[r];
+            lo = y[r] < lo ? y[r] : lo;
+            hi = y[r] > hi ? y[r] : hi;
+        }
+        double mean = sum / (double)n_rows, ss = 0.0;
+        for (size_t r = 0; r < n_rows; r++)
+            ss += ((double)y[r] - mean) * ((double)y[r] - mean);
+        double sd = sqrt(ss / (double)n_rows);
+        if (lo == hi) {
+            mean = lo;
+            sd = 1.0;
+        } else if (!(sd > 0.0)) {
+            sd = 1.0;
+        }
+        mlp->tmean = mean;
+        mlp->tstd = sd;
+    }
+    return LR_OK;
+}
+
+lr_status
+lr_mlp_out_of_range(const lr_mlp *mlp, const float *x, size_t n_rows,
+                    size_t *n_out)
+{
+    LR_RETURN_IF(mlp == NULL || n_out == NULL, LR_EINVAL);
+    LR_RETURN_IF(x == NULL && n_rows > 0, LR_EINVAL);
+    LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
+    const size_t d = mlp->d;
+    size_t bad = 0;
+    for (size_t r = 0; r < n_rows; r++) {
+        const float *row = x + r * d;
+        bool out = false;
+        for (size_t i = 0; i < d; i++)
+            out |= !(row[i] >= mlp->lo[i] && row[i] <= mlp->hi[i]);
+        bad += out;
+    }
+    *n_out = bad;
+    return LR_OK;
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+static inline size_t
+round_up8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
+
+/* X0[i][r] = clamp((x[row r][i] - mean[i]) / std[i]) for r < n (rows taken
+ * from idx, or base + r when idx is NULL), zero for n <= r < R. */
+static void
+load_inputs(const lr_mlp *m, const float *x, const size_t *idx, size_t base,
+            size_t n, size_t R, float *X0)
+{
+    const size_t d = m->d;
+    for (size_t r = 0; r < n; r++) {
+        const float *row = x + (idx != NULL ? idx[r] : base + r) * d;
+        for (size_t i = 0; i < d; i++) {
+            float z = (row[i] - m->mean[i]) / m->std[i];
+            z = z > ZCLAMP ? ZCLAMP : z;
+            z = z < -ZCLAMP ? -ZCLAMP : z;
+            X0[i * TILE + r] = z;
+        }
+    }
+    for (size_t i = 0; i < d; i++)
+        for (size_t r = n; r < R; r++)
+            X0[i * TILE + r] = 0.0f;
+}
+
+/* One hidden layer l: out = relu(W_l in + b_l) over R columns. */
+static void
+hidden_layer(const lr_mlp *m, const struct kern *k, uint32_t l, const float *in,
+             float *out, size_t R)
+{
+    const float *w = m->params + layer_off(m, l);
+    size_t nin = layer_in(m, l);
+    struct gemm g = { .M = m->W,
+                      .N = R,
+                      .K = nin,
+                      .A = w,
+                      .sam = nin,
+                      .sak = 1,
+                      .B = in,
+                      .ldb = TILE,
+                      .C = out,
+                      .ldc = TILE,
+                      .bias = w + (size_t)m->W * nin,
+                      .relu = 1,
+                      .accumulate = 0 };
+    k->gemm(&g);
+}
+
+/* f[r] = wo . H[:, r] + bo over R columns. */
+static void
+output_layer(const lr_mlp *m, const struct kern *k, const float *H, float *f,
+             size_t R)
+{
+    const float *w = m->params + layer_off(m, m->L);
+    struct gemm g = { .M = 1,
+                      .N = R,
+                      .K = m->W,
+                      .A = w,
+                      .sam = 0,
+                      .sak = 1,
+                      .B = H,
+                      .ldb = TILE,
+                      .C = f,
+                      .ldc = TILE,
+                      .bias = w + m->W,
+                      .relu = 0,
+                      .accumulate = 0 };
+    k->gemm(&g);
+}
+
+/* Inference for up to TILE rows into the handle's scratch. Returns the
+ * last hidden layer's activations (feature-major); with f != NULL also the
+ * z-unit outputs. */
+static const float *
+forward_tile(lr_mlp *m, const struct kern *k, const float *x, size_t base,
+             size_t n, float *f)
+{
+    size_t R = round_up8(n);
+    float *a = m->scratch, *b = m->scratch + max_feat(m) * TILE;
+    load_inputs(m, x, NULL, base, n, R, a);
+    for (uint32_t l = 0; l < m->L; l++) {
+        hidden_layer(m, k, l, a, b, R);
+        float *t = a;
+        a = b;
+        b = t;
+    }
+    if (f != NULL)
+        output_layer(m, k, a, f, R);
+    return a;
+}
+
+static float *
+tile_f(lr_mlp *m)
+{
+    return m->scratch + 2 * max_feat(m) * TILE;
+}
+
+lr_status
+lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
+{
+    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    LR_RETURN_IF(n_rows > 0 && (x == NULL || out == NULL), LR_EINVAL);
+    LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
+    LR_RETURN_IF(n_rows > 0 && !all_finite(x, n_rows * mlp->d), LR_EINVAL);
+    struct kern k = kernels();
+    float *f = tile_f(mlp);
+    for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
+        size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
+        forward_tile(mlp, &k, x, r0, n, f);
+        for (size_t r = 0; r < n; r++)
+            out[r0 + r] = (float)((double)f[r] * mlp->tstd + mlp->tmean);
+    }
+    return LR_OK;
+}
+
+lr_status
+lr__mlp_last_hidden(lr_mlp *m, const float *x, size_t n, float *out)
+{
+    LR_RETURN_IF(m == NULL || x == NULL || out == NULL, LR_EINVAL);
+    LR_RETURN_IF(!size_ok(n, m->d) || !size_ok(n, m->W), LR_EINVAL);
+    LR_RETURN_IF(!all_finite(x, n * m->d), LR_EINVAL);
+    struct kern k = kernels();
+    const size_t W = m->W;
+    for (size_t r0 = 0; r0 < n; r0 += TILE) {
+        size_t nt = n - r0 < TILE ? n - r0 : TILE;
+        const float *h = forward_tile(m, &k, x, r0, nt, NULL);
+        for (size_t r = 0; r < nt; r++)
+            for (size_t o = 0; o < W; o++)
+                out[(r0 + r) * W + o] = h[o * TILE + r];
+    }
+    return LR_OK;
+}
+
+lr_status
+lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
+            double *mse)
+{
+    LR_RETURN_IF(mlp == NULL || x == NULL || y == NULL || mse == NULL,
+                 LR_EINVAL);
+    LR_RETURN_IF(n_rows == 0 || !size_ok(n_rows, mlp->d), LR_EINVAL);
+    LR_RETURN_IF(!all_finite(x, n_rows * mlp->d) || !all_finite(y, n_rows),
+                 LR_EINVAL);
+    struct kern k = kernels();
+    float *f = tile_f(mlp);
+    double sse = 0.0;
+    for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
+        size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
+        forward_tile(mlp, &k, x, r0, n, f);
+        for (size_t r = 0; r < n; r++) {
+            double p = (double)(float)((double)f[r] * mlp->tstd + mlp->tmean);
+            double e = p - (double)y[r0 + r];
+            sse += e * e;
+        }
+    }
+    *mse = sse / (double)n_rows;
+    return LR_OK;
+}
+
+/* ---- training ---------------------------------------------------------------- */
+
+/* Buffers of one forward/backward pass over TILE rows, plus the gradient
+ * and (training) the row order. One allocation. */
+struct ws {
+    float *act; /* X0 [d][TILE], then H_1..H_L [W][TILE] */
+    float *dh, *dx;
+    float *xt; /* [TILE][max(d, W)] */
+    float *f, *g, *zy;
+    float *grad;
+    size_t *perm;
+    void *raw;
+    size_t bytes;
+};
+
+static lr_status
+ws_alloc(lr_mlp *m, size_t n_perm, struct ws *ws)
+{
+    size_t mf = max_feat(m);
+    size_t fl = round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE) +
+                2 * round_up16((size_t)m->W * TILE) + round_up16(TILE * mf) +
+                3 * TILE + round_up16(m->n_params);
+    size_t fbytes, pbytes, bytes;
+    if (!lr__mul_size(fl, sizeof(float), &fbytes) ||
+        !lr__mul_size(n_perm, sizeof(size_t), &pbytes) ||
+        !lr__add_size(fbytes, pbytes, &bytes) ||
+        !lr__add_size(bytes, 64, &bytes))
+        return LR_EINVAL;
+    void *raw = lr__alloc(&m->mem, bytes);
+    if (raw == NULL)
+        return LR_ENOMEM;
+    memset(raw, 0, bytes);
+    float *p = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    ws->raw = raw;
+    ws->bytes = bytes;
+    ws->act = p;
+    p += round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE);
+    ws->dh = p;
+    p += round_up16((size_t)m->W * TILE);
+    ws->dx = p;
+    p += round_up16((size_t)m->W * TILE);
+    ws->xt = p;
+    p += round_up16(TILE * mf);
+    ws->f = p;
+    p += TILE;
+    ws->g = p;
+    p += TILE;
+    ws->zy = p;
+    p += TILE;
+    ws->grad = p;
+    p += round_up16(m->n_params);
+    ws->perm = n_perm > 0 ? (size_t *)(void *)p : NULL;
+    return LR_OK;
+}
+
+static void
+ws_free(lr_mlp *m, struct ws *ws)
+{
+    lr__free(&m->mem, ws->raw, ws->bytes);
+}
+
+static inline float *
+act_of(const lr_mlp *m, const struct ws *ws, uint32_t l)
+{
+    return l == 0 ? ws->act
+                  : ws->act + ((size_t)m->d + (size_t)(l - 1) * m->W) * TILE;
+}
+
+/* Inverted dropout on H (rows x n, stride TILE): each unit kept with
+ * probability 1 - p and scaled by 1 / (1 - p). 16 random bits a unit. */
+static void
+dropout(lr_mlp *m, float *H, size_t rows, size_t n)
+{
+    uint32_t thr = (uint32_t)lrint(m->opt.dropout * 65536.0);
+    float s = (float)(1.0 / (1.0 - m->opt.dropout));
+    uint64_t bits = 0;
+    int left = 0;
+    for (size_t o = 0; o < rows; o++) {
+        float *h = H + o * TILE;
+        for (size_t r = 0; r < n; r++) {
+            if (left == 0) {
+                bits = lr__rng_next(&m->rng);
+                left = 4;
+            }
+            uint32_t u = (uint32_t)(bits & 0xffffu);
+            bits >>= 16;
+            left--;
+            h[r] = u >= thr ? h[r] * s : 0.0f;
+        }
+    }
+}
+
+static void
+transpose_to(const float *X, size_t rows, size_t n, float *XT)
+{
+    for (size_t r = 0; r < n; r++)
+        for (size_t i = 0; i < rows; i++)
+            XT[r * rows + i] = X[i * TILE + r];
+}
+
+/* Forward and backward over `count` rows (from idx, or base + r), adding
+ * scale * d(sum of squared z-errors)/dparams into ws->grad and the sum of
+ * squared z-errors into *sse. With drop, hidden layers but the last get
+ * dropout from the handle's rng. */
+static void
+pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
+     const float *y, const size_t *idx, size_t base, size_t count, bool drop,
+     float scale, double *sse)
+{
+    const size_t W = m->W;
+    const uint32_t L = m->L;
+    const float *wo = m->params + layer_off(m, L);
+    float *gwo = ws->grad + layer_off(m, L);
+    for (size_t c0 = 0; c0 < count; c0 += TILE) {
+        size_t n = count - c0 < TILE ? count - c0 : TILE;
+        size_t R = round_up8(n);
+        const size_t *ci = idx != NULL ? idx + c0 : NULL;
+        load_inputs(m, x, ci, base + c0, n, R, ws->act);
+        for (size_t r = 0; r < n; r++) {
+            size_t row = ci != NULL ? ci[r] : base + c0 + r;
+            ws->zy[r] = (float)(((double)y[row] - m->tmean) / m->tstd);
+        }
+        float s[LR_MLP_MAX_LAYERS];
+        for (uint32_t l = 0; l < L; l++) {
+            float *H = act_of(m, ws, l + 1);
+            hidden_layer(m, k, l, act_of(m, ws, l), H, R);
+            s[l] = 1.0f;
+            if (drop && l + 1 < L && m->opt.dropout > 0.0) {
+                dropout(m, H, W, n);
+                s[l] = (float)(1.0 / (1.0 - m->opt.dropout));
+            }
+        }
+        const float *HL = act_of(m, ws, L);
+        output_layer(m, k, HL, ws->f, R);
+        float gb = 0.0f;
+        for (size_t r = 0; r < R; r++) {
+            float e = r < n ? ws->f[r] - ws->zy[r] : 0.0f;
+            *sse += (double)e * (double)e;
+            ws->g[r] = 2.0f * scale * e;
+            gb += ws->g[r];
+        }
+        /* output layer: dwo += g HL^T, dbo += sum g, dH = wo g^T */
+        transpose_to(HL, W, n, ws->xt);
+        struct gemm gw = { .M = 1,
+                           .N = W,
+                           .K = n,
+                           .A = ws->g,
+                           .sam = 0,
+                           .sak = 1,
+                           .B = ws->xt,
+                           .ldb = W,
+                           .C = gwo,
+                           .ldc = W,
+                           .accumulate = 1 };
+        k->gemm(&gw);
+        gwo[W] += gb;
+        struct gemm gh = { .M = W,
+                           .N = R,
+                           .K = 1,
+                           .A = wo,
+                           .sam = 1,
+                           .sak = 0,
+                           .B = ws->g,
+                           .ldb = TILE,
+                           .C = ws->dh,
+                           .ldc = TILE };
+        k->gemm(&gh);
+        float *dh = ws->dh, *dx = ws->dx;
+        for (uint32_t l = L; l-- > 0;) {
+            size_t nin = layer_in(m, l);
+            const float *w = m->params + layer_off(m, l);
+            float *gw_l = ws->grad + layer_off(m, l);
+            /* dZ in place; db += row sums */
+            k->relu_back(dh, act_of(m, ws, l + 1), W, R, s[l], gw_l + W * nin);
+            /* dW += dZ X^T */
+            transpose_to(act_of(m, ws, l), nin, n, ws->xt);
+            struct gemm g1 = { .M = W,
+                               .N = nin,
+                               .K = n,
+                               .A = dh,
+                               .sam = TILE,
+                               .sak = 1,
+                               .B = ws->xt,
+                               .ldb = nin,
+                               .C = gw_l,
+                               .ldc = nin,
+                               .accumulate = 1 };
+            k->gemm(&g1);
+            if (l == 0)
+                break;
+            /* dX = W^T dZ */
+            struct gemm g2 = { .M = nin,
+                               .N = R,
+                               .K = W,
+                               .A = w,
+                               .sam = 1,
+                               .sak = nin,
+                               .B = dh,
+                               .ldb = TILE,
+                               .C = dx,
+                               .ldc = TILE };
+            k->gemm(&g2);
+            float *t = dh;
+            dh = dx;
+            dx = t;
+        }
+    }
+}
+
+static void
+adam_portable(float *p, float *mo, float *v, const float *g, size_t n, float wd,
+              float a, float c)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * p[i];
+        mo[i] = 0.9f * mo[i] + 0.1f * gi;
+        v[i] = 0.999f * v[i] + 0.001f * (gi * gi);
+        p[i] -= a * mo[i] / (sqrtf(v[i]) * c + 1e-8f);
+    }
+}
+
+#if MLP_X86
+/* The same operations in the same order (no FMA), so both give the same
+ * bits. */
+AVX_FN static void
+adam_avx2(float *p, float *mo, float *v, const float *g, size_t n, float wd,
+          float a, float c)
+{
+    const __m256 vwd = _mm256_set1_ps(wd), va = _mm256_set1_ps(a);
+    const __m256 vc = _mm256_set1_ps(c), eps = _mm256_set1_ps(1e-8f);
+    const __m256 b1 = _mm256_set1_ps(0.9f), nb1 = _mm256_set1_ps(0.1f);
+    const __m256 b2 = _mm256_set1_ps(0.999f), nb2 = _mm256_set1_ps(0.001f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 pi = _mm256_loadu_ps(p + i);
+        __m256 gi =
+            _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(vwd, pi));
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(mo + i)),
+                                  _mm256_mul_ps(nb1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+                                  _mm256_mul_ps(nb2, _mm256_mul_ps(gi, gi)));
+        __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), vc), eps);
+        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(va, mi), den));
+        _mm256_storeu_ps(mo + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, pi);
+    }
+    adam_portable(p + i, mo + i, v + i, g + i, n - i, wd, a, c);
+}
+#endif
+
+/* Clip the global gradient norm, then one Adam step (weight decay added
+ * to the gradient, bias-corrected moments). */
+static void
+optimizer_step(lr_mlp *m, float *grad)
+{
+    const size_t np = m->n_params;
+    if (m->opt.grad_clip > 0.0) {
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        size_t i = 0;
+        for (; i + 4 <= np; i += 4) {
+            s0 += (double)grad[i] * grad[i];
+            s1 += (double)grad[i + 1] * grad[i + 1];
+            s2 += (double)grad[i + 2] * grad[i + 2];
+            s3 += (double)grad[i + 3] * grad[i + 3];
+        }
+        for (; i < np; i++)
+            s0 += (double)grad[i] * grad[i];
+        double norm = sqrt(s0 + s1 + s2 + s3);
+        if (norm > m->opt.grad_clip) {
+            float f = (float)(m->opt.grad_clip / (norm + 1e-6));
+            for (i = 0; i < np; i++)
+                grad[i] *= f;
+        }
+    }
+    m->step++;
+    double t = (double)m->step;
+    double bc1 = 1.0 - pow(0.9, t), bc2 = 1.0 - pow(0.999, t);
+    float a = (float)(m->opt.learning_rate / bc1);
+    float c = (float)(1.0 / sqrt(bc2));
+    float wd = (float)m->opt.weight_decay;
+#if MLP_X86
+    if (use_avx2()) {
+        adam_avx2(m->params, m->adam_m, m->adam_v, grad, np, wd, a, c);
+        return;
+    }
+#endif
+    adam_portable(m->params, m->adam_m, m->adam_v, grad, np, wd, a, c);
+}
+
+static bool
+xy_ok(const lr_mlp *m, const float *x, const float *y, size_t n)
+{
+    return x != NULL && y != NULL && n > 0 && size_ok(n, m->d) &&
+           all_finite(x, n * m->d) && all_finite(y, n);
+}
+
+lr_status
+lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
+             uint32_t epochs, double *loss)
+{
+    LR_RETURN_IF(mlp == NULL || !xy_ok(mlp, x, y, n_rows), LR_EINVAL);
+    if (epochs == 0) {
+        /* nothing to train: report the loss as it stands */
+        double mse = 0.0;
+        if (loss != NULL)
+            LR_TRY(lr_mlp_loss(mlp, x, y, n_rows, &mse));
+        if (loss != NULL)
+            *loss = mse;
+        return LR_OK;
+    }
+    struct ws ws;
+    LR_TRY(ws_alloc(mlp, n_rows, &ws));
+    /* nothing below fails */
+    struct kern k = kernels();
+    const size_t B = mlp->opt.batch_size;
+    double sse = 0.0;
+    for (uint32_t e = 0; e < epochs; e++) {
+        /* a fresh order from the rng alone, so that n epochs in one call
+         * are the same as in several */
+        for (size_t i = 0; i < n_rows; i++)
+            ws.perm[i] = i;
+        for (size_t i = n_rows - 1; i > 0; i--) {
+            size_t j = (size_t)lr__rng_below(&mlp->rng, (uint64_t)i + 1);
+            size_t t = ws.perm[i];
+            ws.perm[i] = ws.perm[j];
+            ws.perm[j] = t;
+        }
+        sse = 0.0;
+        for (size_t b0 = 0; b0 < n_rows; b0 += B) {
+            size_t nb = n_rows - b0 < B ? n_rows - b0 : B;
+            memset(ws.grad, 0, mlp->n_params * sizeof(float));
+            pass(mlp, &k, &ws, x, y, ws.perm + b0, 0, nb, true,
+                 (float)(1.0 / (double)nb), &sse);
+            optimizer_step(mlp, ws.grad);
+        }
+    }
+    ws_free(mlp, &ws);
+    if (loss != NULL)
+        *loss = sse / (double)n_rows * mlp->tstd * mlp->tstd;
+    return LR_OK;
+}
+
+lr_status
+lr__mlp_gradient(lr_mlp *m, const float *x, const float *y, size_t n,
+                 float *grad, double *loss)
+{
+    LR_RETURN_IF(m == NULL || grad == NULL || !xy_ok(m, x, y, n), LR_EINVAL);
+    struct ws ws;
+    LR_TRY(ws_alloc(m, 0, &ws));
+    struct kern k = kernels();
+    double sse = 0.0;
+    pass(m, &k, &ws, x, y, NULL, 0, n, false, (float)(1.0 / (double)n), &sse);
+    memcpy(grad, ws.grad, m->n_params * sizeof(float));
+    ws_free(m, &ws);
+    if (loss != NULL)
+        *loss = sse / (double)n;
+    return LR_OK;
+}
+
+lr_status
+lr__mlp_loss_z(lr_mlp *m, const float *x, const float *y, size_t n,
+               double *loss)
+{
+    LR_RETURN_IF(m == NULL || loss == NULL || !xy_ok(m, x, y, n), LR_EINVAL);
+    size_t mf = max_feat(m);
+    double *buf = lr__alloc(&m->mem, 2 * mf * sizeof(double));
+    if (buf == NULL)
+        return LR_ENOMEM;
+    double *a = buf, *b = buf + mf, sse = 0.0;
+    for (size_t r = 0; r < n; r++) {
+        a = buf;
+        b = buf + mf;
+        for (size_t i = 0; i < m->d; i++) {
+            double z = ((double)x[r * m->d + i] - m->mean[i]) / m->std[i];
+            z = z > ZCLAMP ? ZCLAMP : z;
+            a[i] = z < -ZCLAMP ? -ZCLAMP : z;
+        }
+        for (uint32_t l = 0; l <= m->L; l++) {
+            size_t nin = layer_in(m, l), nout = l == m->L ? 1 : m->W;
+            const float *w = m->params + layer_off(m, l);
+            for (size_t o = 0; o < nout; o++) {
+                double s = 0.0;
+                for (size_t i = 0; i < nin; i++)
+                    s += (double)w[o * nin + i] * a[i];
+                s += w[nout * nin + o];
+                b[o] = l == m->L || s > 0.0 ? s : 0.0;
+            }
+            double *t = a;
+            a = b;
+            b = t;
+        }
+        double e = a[0] - ((double)y[r] - m->tmean) / m->tstd;
+        sse += e * e;
+    }
+    lr__free(&m->mem, buf, 2 * mf * sizeof(double));
+    *loss = sse / (double)n;
+    return LR_OK;
+}
+
+/* ---- save / load -------------------------------------------------------------- */
+
+static size_t
+blob_size(uint32_t d, size_t n_params)
+{
+    return HDR_SIZE + 16 * (size_t)d + 4 * n_params + 8;
+}
+
+static inline void
+put_f32(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    lr__put_u32(p, u);
+}
+
+static inline float
+get_f32(const uint8_t *p)
+{
+    uint32_t u = lr__get_u32(p);
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline void
+put_f64(uint8_t *p, double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    lr__put_u64(p, u);
+}
+
+static inline double
+get_f64(const uint8_t *p)
+{
+    uint64_t u = lr__get_u64(p);
+    double v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+lr_status
+lr_mlp_save(const lr_mlp *mlp, lr_blob **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    const size_t d = mlp->d, np = mlp->n_params;
+    size_t size = blob_size(mlp->d, np);
+    lr_blob *b;
+    uint8_t *p;
+    LR_TRY(lr__blob_new(&mlp->mem, size, &b, &p));
+    uint8_t *q = p;
+    memcpy(q, MLP_MAGIC, 8);
+    lr__put_u32(q + 8, MLP_VERSION);
+    lr__put_u32(q + 12, mlp->d);
+    lr__put_u32(q + 16, mlp->L);
+    lr__put_u32(q + 20, mlp->W);
+    lr__put_u32(q + 24, mlp->opt.batch_size);
+    lr__put_u64(q + 28, mlp->opt.seed);
+    put_f64(q + 36, mlp->opt.dropout);
+    put_f64(q + 44, mlp->opt.learning_rate);
+    put_f64(q + 52, mlp->opt.weight_decay);
+    put_f64(q + 60, mlp->opt.grad_clip);
+    put_f64(q + 68, mlp->tmean);
+    put_f64(q + 76, mlp->tstd);
+    q += HDR_SIZE;
+    const float *arr[4] = { mlp->mean, mlp->std, mlp->lo, mlp->hi };
+    for (int a = 0; a < 4; a++)
+        for (size_t i = 0; i < d; i++, q += 4)
+            put_f32(q, arr[a][i]);
+    for (size_t i = 0; i < np; i++, q += 4)
+        put_f32(q, mlp->params[i]);
+    lr__put_u64(q, lr__hash(p, size - 8, MLP_HASH_SEED));
+    *out = b;
+    return LR_OK;
+}
+
+static bool
+f32s_finite(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |=
+            (uint32_t)((lr__get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u);
+    return bad == 0;
+}
+
+lr_status
+lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
+            lr_mlp **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(buf == NULL && len > 0, LR_EINVAL);
+    LR_RETURN_IF(len < 12, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, MLP_MAGIC, 8) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u32(buf + 8) != MLP_VERSION, LR_EVERSION);
+    LR_RETURN_IF(len < HDR_SIZE + 8, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u64(buf + len - 8) !=
+                     lr__hash(buf, len - 8, MLP_HASH_SEED),
+                 LR_ECORRUPT);
+    lr_mlp_options o;
+    lr_mlp_options_init(&o);
+    o.n_inputs = lr__get_u32(buf + 12);
+    o.hidden_layers = lr__get_u32(buf + 16);
+    o.width = lr__get_u32(buf + 20);
+    o.batch_size = lr__get_u32(buf + 24);
+    o.seed = lr__get_u64(buf + 28);
+    o.dropout = get_f64(buf + 36);
+    o.learning_rate = get_f64(buf + 44);
+    o.weight_decay = get_f64(buf + 52);
+    o.grad_clip = get_f64(buf + 60);
+    LR_RETURN_IF(!options_ok(&o), LR_ECORRUPT);
+    const size_t d = o.n_inputs;
+    size_t np = count_params(o.n_inputs, o.hidden_layers, o.width);
+    LR_RETURN_IF(len != blob_size(o.n_inputs, np), LR_ECORRUPT);
+    double tmean = get_f64(buf + 68), tstd = get_f64(buf + 76);
+    LR_RETURN_IF(!isfinite(tmean) || !isfinite(tstd) || !(tstd > 0.0),
+                 LR_ECORRUPT);
+    const uint8_t *q = buf + HDR_SIZE;
+    LR_RETURN_IF(!f32s_finite(q, 4 * d + np), LR_ECORRUPT);
+    for (size_t i = 0; i < d; i++) {
+        float sd = get_f32(q + 4 * (d + i));
+        float lo = get_f32(q + 4 * (2 * d + i));
+        float hi = get_f32(q + 4 * (3 * d + i));
+        LR_RETURN_IF(!(sd > 0.0f) || !(lo <= hi), LR_ECORRUPT);
+    }
+    /* valid: only now allocate */
+    lr_mlp *m;
+    LR_TRY(mlp_alloc(&o, allocator, &m));
+    float *arr[4] = { m->mean, m->std, m->lo, m->hi };
+    for (int a = 0; a < 4; a++)
+        for (size_t i = 0; i < d; i++, q += 4)
+            arr[a][i] = get_f32(q);
+    for (size_t i = 0; i < np; i++, q += 4)
+        m->params[i] = get_f32(q);
+    m->tmean = tmean;
+    m->tstd = tstd;
+    *out = m;
+    return LR_OK;
+}
