@@ -212,7 +212,7 @@ policy_matches(int32_t p)
            p == LR_POLICY_SGLANG_CACHE_AWARE || p == LR_POLICY_PREBLE ||
            p == LR_POLICY_MIN_TTFT || p == LR_POLICY_DYNAMO ||
            p == LR_POLICY_DUALMAP || p == LR_POLICY_GORGO ||
-           p == LR_POLICY_RANVIER;
+           p == LR_POLICY_RANVIER || p == LR_POLICY_LODESTAR;
 }
 
 /* The statuses each call's documentation lists. */
@@ -238,6 +238,7 @@ enum call {
     C_STATS,
     C_FIND,
     C_CLASS,
+    C_LEARN,
     C_COUNT_
 };
 
@@ -247,7 +248,7 @@ static const char *const call_names[C_COUNT_] = {
     "observe_rtt",  "instance_load",  "lifecycle event", "rebalance_plan",
     "move",         "kv_stored",      "kv_removed",      "kv_cleared",
     "export_delta", "import_delta",   "get_stats",       "find_instance",
-    "set_class",
+    "set_class",    "learn_step",
 };
 
 #define B_(s) (1u << (s))
@@ -258,7 +259,7 @@ static const uint32_t documented[C_COUNT_] = {
     [C_REMOVE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT),
     [C_ROUTE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ESTATE) |
                 B_(LR_EEXIST) | B_(LR_ELIMIT) | B_(LR_EBUFSIZE) | B_(LR_ENOMEM),
-    [C_POLICY] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP),
+    [C_POLICY] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP) | B_(LR_ENOMEM),
     [C_SET_PARAM] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP) | B_(LR_ERANGE) |
                     B_(LR_ENOMEM),
     [C_GET_PARAM] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP),
@@ -283,6 +284,7 @@ static const uint32_t documented[C_COUNT_] = {
     [C_STATS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION),
     [C_FIND] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT),
     [C_CLASS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ERANGE),
+    [C_LEARN] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ESTATE) | B_(LR_ENOMEM),
 };
 
 static void
@@ -525,8 +527,11 @@ check_decision(struct run *r, const lr_request *q, const lr_decision *d,
     FUZZ_ASSERT(s_routable(r, d->instance));
     FUZZ_ASSERT(d->alt_instance == NONE || (s_routable(r, d->alt_instance) &&
                                             d->alt_instance != d->instance));
+    /* lodestar adds its own reasons to its fallback's */
     FUZZ_ASSERT(d->reason >= LR_REASON_RANDOM &&
-                d->reason <= LR_REASON_SAMPLED);
+                d->reason <= (r->policy == LR_POLICY_LODESTAR
+                                  ? LR_REASON_OOD
+                                  : LR_REASON_SAMPLED));
     FUZZ_ASSERT(d->cached_tokens <= n && d->cached_tokens % r->B == 0);
     FUZZ_ASSERT(d->best_cached_tokens <= n &&
                 d->best_cached_tokens % r->B == 0);
@@ -688,9 +693,9 @@ op_route(struct run *r, fuzz_dp *dp)
 static void
 op_policy(struct run *r, fuzz_dp *dp)
 {
-    uint32_t c = fuzz_dp_next_range(dp, 0, 15);
-    /* 0..14: every policy but lodestar; 15: out of range */
-    int32_t p = c < LR_POLICY_LODESTAR ? (int32_t)c : LR_POLICY_COUNT;
+    uint32_t c = fuzz_dp_next_range(dp, 0, LR_POLICY_COUNT);
+    /* every policy; LR_POLICY_COUNT: out of range */
+    int32_t p = (int32_t)c;
     uint64_t d0 = digest(r);
     lr_status st = lr_router_set_policy(r->r, (lr_policy)p);
     fuzz_trace("set_policy(%d) = %s", p, lr_status_name(st));
@@ -707,7 +712,10 @@ integer_param(uint32_t key)
            key == LR_PARAM_DUALMAP_WINDOW || key == LR_PARAM_GORGO_FROZEN ||
            key == LR_PARAM_SESSION_TOKENS ||
            key == LR_PARAM_DEFAULT_OUTPUT_TOKENS ||
-           key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN;
+           key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN ||
+           key == LR_PARAM_LODESTAR_KFILTER_TOKENS ||
+           key == LR_PARAM_LODESTAR_OOD || key == LR_PARAM_LODESTAR_FALLBACK ||
+           key == LR_PARAM_LODESTAR_CANDIDATES;
 }
 
 static void
@@ -1234,6 +1242,32 @@ op_query(struct run *r, fuzz_dp *dp)
     after(r, C_CLASS, st, want, d0);
 }
 
+/* ---- Lodestar's learner ------------------------------------------------------------------------ */
+
+/* A learner step on the fuzzing thread (a host's background thread in
+ * real use): LR_ESTATE before lodestar was ever chosen; training changes
+ * the learner only, never the routing state the model checks. */
+static void
+op_learn(struct run *r, fuzz_dp *dp)
+{
+    uint32_t flags = fuzz_dp_next_range(dp, 0, 2);
+    int32_t tr = -1;
+    uint64_t d0 = digest(r);
+    lr_status st = lr_router_learn_step(r->r, flags, &tr);
+    fuzz_trace("learn_step(%u) = %s, trained %d", flags, lr_status_name(st),
+               tr);
+    after(r, C_LEARN, st, flags > 1 ? LR_EINVAL : -1, d0);
+    FUZZ_ASSERT(st != LR_OK || tr == 0 || tr == 1);
+    if (st == LR_OK && r->check) {
+        float x[24 * LR_LODESTAR_FEATURES], y[24];
+        size_t n = 0;
+        st = lr_router_learner_samples(r->r, x, y, 24, &n);
+        FUZZ_ASSERT_STATUS(st, st == LR_OK && n <= 24);
+        for (size_t i = 0; i < n; i++)
+            FUZZ_ASSERT(y[i] <= 0 && y[i] >= -15);
+    }
+}
+
 /* ---- the run -------------------------------------------------------------------------------- */
 
 static void
@@ -1254,7 +1288,23 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.block_tokens = r->B;
     o.index_capacity_blocks = fuzz_dp_next_range(&dp, 8, 512);
     o.index_ttl_ns = ttls[fuzz_dp_next_range(&dp, 0, 3)];
-    o.policy = (int32_t)fuzz_dp_next_range(&dp, 0, LR_POLICY_LODESTAR - 1);
+    o.policy = (int32_t)fuzz_dp_next_range(&dp, 0, LR_POLICY_LODESTAR);
+    /* a tiny learner, so that rounds happen within one input */
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    mo.hidden_layers = 1;
+    mo.width = 4;
+    mo.batch_size = 8;
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    lo.fifo_capacity = 16;
+    lo.replay_capacity = 8;
+    lo.pending_capacity = 16;
+    lo.min_samples = 3;
+    lo.retrain_every = 3;
+    lo.epochs = 1;
+    lo.mlp = &mo;
+    o.learner = &lo;
     o.ring_vnodes = fuzz_dp_next_range(&dp, 1, 64);
     uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
     r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 256) : 0;
@@ -1298,7 +1348,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     if (r->check)
         check_counters(r);
     for (int i = 0; i < MAX_OPS && !fuzz_dp_empty(&dp); i++) {
-        switch (fuzz_dp_next_range(&dp, 0, 19)) {
+        switch (fuzz_dp_next_range(&dp, 0, 20)) {
         case 0:
             op_add(r, &dp);
             break;
@@ -1356,6 +1406,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             fuzz_trace("now = %llu", (unsigned long long)r->now);
             break;
         }
+        case 20:
+            op_learn(r, &dp);
+            break;
         default:
             op_query(r, &dp);
             break;

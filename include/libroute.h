@@ -5,6 +5,7 @@
 
 #include "libroute/lr_common.h"
 #include "libroute/lr_index.h"
+#include "libroute/lr_learner.h"
 #include "libroute/lr_load.h"
 #include "libroute/lr_mlp.h"
 #include "libroute/lr_ring.h"

@@ -539,6 +539,7 @@ view_of(const lr_load *ld, const struct req *q, struct lr__req_view *v)
     v->expected_output_tokens = q->out;
     v->dispatch_ns = q->dispatch_ns;
     v->queued = q->queued;
+    v->slot = (uint32_t)(q - ld->rq);
 }
 
 lr_status

@@ -16,6 +16,10 @@ struct lr__req_view {
     uint32_t expected_output_tokens;
     uint64_t dispatch_ns;
     int queued;
+    /* The request's record, 0..max_requests-1: fixed while it is in
+     * flight, reused after it ends (the router keys per-request data on
+     * it). */
+    uint32_t slot;
 };
 
 /* Read one request; LR_ENOENT if not in flight. */

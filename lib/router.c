@@ -25,9 +25,11 @@
  *   concurrency does not pile onto the lowest id. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "common.h"
 #include "index.h"
+#include "learner.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "load.h"
@@ -62,6 +64,21 @@ struct cand {
     double rtt_ms;  /* EWMA or the initial RTT */
     double stall_s; /* DualMap decode-bottleneck time */
     double score;
+    /* Lodestar's features */
+    uint32_t cls, queued, running, waiting;
+    uint64_t decode;
+    double kv_use;
+};
+
+/* Lodestar: when each instance last took a route through a prefix, for
+ * the decayed hit ratio (direct-mapped; a collision forgets). */
+#define FRESH_SLOTS 16384u
+#define FRESH_HALF_LIFE_S 15.0
+#define FRESH_MAX_BOUNDARIES 16u
+#define F LR_LODESTAR_FEATURES
+struct fresh {
+    uint64_t tag; /* 0: empty */
+    uint64_t ns;
 };
 
 /* DualMap's hotness window: the last W requests' prefix keys at each key
@@ -118,6 +135,22 @@ struct lr_router {
     uint64_t *hot_win; /* window * depth keys, 0 = none */
     uint32_t hot_w, hot_depth, hot_pos, hot_filled;
     struct gorgo g;
+    /* Lodestar, made at the first switch to it. `learner` is read without
+     * the mutex by lr_router_learn_step(), hence atomic; it never changes
+     * once set. */
+    lr_learner_options lopt;
+    lr_mlp_options lmo;
+    bool has_lmo;
+    _Atomic(lr_learner *) learner;
+    uint32_t max_req;
+    float *feat;     /* max_inst x F: this route's feature rows, per cv */
+    float *rows;     /* max_inst x F: the scored candidates, packed */
+    float *pred;     /* max_inst: their predicted rewards */
+    uint32_t *cidx;  /* max_inst: their cv indices */
+    float *rq_feat;  /* max_req x (F + 1): features, prediction per slot */
+    uint8_t *rq_has; /* max_req: a sample waits for its first token */
+    struct fresh *fresh;
+    float last_pred; /* this route's prediction for its choice, or NaN */
     lr_router_stats st;
 };
 
@@ -166,7 +199,7 @@ lr_policy_from_name(const char *name, lr_policy *out)
 static bool
 policy_supported(int32_t p)
 {
-    return p >= 0 && p < LR_POLICY_COUNT && p != LR_POLICY_LODESTAR;
+    return p >= 0 && p < LR_POLICY_COUNT;
 }
 
 static const char *const reason_names[] = {
@@ -215,6 +248,15 @@ static const struct pdef pdefs[LR_PARAM_COUNT] = {
     [LR_PARAM_STATS_MAX_AGE_S] = { 0.001, 86400, 10, false },
     [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = { 0, 1 << 20, 128, true },
     [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = { 0, 1, 0, true },
+    [LR_PARAM_LODESTAR_EPSILON] = { 0, 1, 0.1, false },
+    [LR_PARAM_LODESTAR_TIE] = { 0, 10, 0.1, false },
+    [LR_PARAM_LODESTAR_KV_THRESHOLD] = { 0, 1, 0.8, false },
+    [LR_PARAM_LODESTAR_KFILTER_TOKENS] = { 0, 1 << 24, 100, true },
+    [LR_PARAM_LODESTAR_OOD] = { 0, 1, 1, true },
+    [LR_PARAM_LODESTAR_FALLBACK] = { 0, LR_POLICY_LODESTAR - 1,
+                                     LR_POLICY_PREFIX_CACHE_AND_LOAD, true },
+    [LR_PARAM_LODESTAR_CANDIDATES] = { 0, LR_ROUTER_MAX_INSTANCES, 0, true },
+    [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 15, false },
 };
 
 #define P(r, k) ((r)->param[LR_PARAM_##k])
@@ -446,6 +488,66 @@ hot_record(lr_router *r, const uint64_t *keys, uint32_t n)
     r->hot_pos = (r->hot_pos + 1) % r->hot_w;
 }
 
+/* ---- Lodestar's state -------------------------------------------------------------- */
+
+static void
+lodestar_free(lr_router *r)
+{
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst, nr = r->max_req;
+    lr_learner_destroy(atomic_load(&r->learner));
+    atomic_store(&r->learner, NULL);
+    lr__free(m, r->feat, ni * F * sizeof(float));
+    lr__free(m, r->rows, ni * F * sizeof(float));
+    lr__free(m, r->pred, ni * sizeof(float));
+    lr__free(m, r->cidx, ni * sizeof(uint32_t));
+    lr__free(m, r->rq_feat, nr * (F + 1) * sizeof(float));
+    lr__free(m, r->rq_has, nr);
+    lr__free(m, r->fresh, FRESH_SLOTS * sizeof(struct fresh));
+    r->feat = r->rows = r->pred = r->rq_feat = NULL;
+    r->cidx = NULL;
+    r->rq_has = NULL;
+    r->fresh = NULL;
+}
+
+/* Make the learner and the per-route and per-request buffers; on failure
+ * nothing is kept. Called with the mutex held (or before the router is
+ * shared). */
+static lr_status
+lodestar_setup(lr_router *r)
+{
+    if (atomic_load(&r->learner) != NULL)
+        return LR_OK;
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst, nr = r->max_req;
+    r->feat = lr__alloc(m, ni * F * sizeof(float));
+    r->rows = lr__alloc(m, ni * F * sizeof(float));
+    r->pred = lr__alloc(m, ni * sizeof(float));
+    r->cidx = lr__alloc(m, ni * sizeof(uint32_t));
+    r->rq_feat = lr__alloc(m, nr * (F + 1) * sizeof(float));
+    r->rq_has = lr__calloc(m, nr, 1);
+    r->fresh = lr__calloc(m, FRESH_SLOTS, sizeof(struct fresh));
+    lr_status st = LR_OK;
+    if (r->feat == NULL || r->rows == NULL || r->pred == NULL ||
+        r->cidx == NULL || r->rq_feat == NULL || r->rq_has == NULL ||
+        r->fresh == NULL)
+        st = LR_ENOMEM;
+    lr_learner *l = NULL;
+    if (st == LR_OK) {
+        lr_learner_options lo = r->lopt;
+        lo.allocator = &r->mem.a;
+        lo.n_features = F;
+        lo.mlp = r->has_lmo ? &r->lmo : NULL;
+        st = lr_learner_create(&lo, &l);
+    }
+    if (st != LR_OK) {
+        lodestar_free(r);
+        return st;
+    }
+    atomic_store(&r->learner, l);
+    return LR_OK;
+}
+
 /* ---- create / destroy ------------------------------------------------------------- */
 
 static void
@@ -467,6 +569,7 @@ router_free(lr_router *r)
     lr__free(m, r->cached_by_id, (size_t)r->max_inst * sizeof(uint32_t));
     lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
     hot_free(m, r->hot, r->hot_mask, r->hot_win, r->hot_w, r->hot_depth);
+    lodestar_free(r);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
@@ -518,6 +621,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
         if (given.ring_vnodes)
             o.ring_vnodes = given.ring_vnodes;
         LR_RETURN_IF(given.flags != 0, LR_EINVAL);
+        o.learner = given.learner;
     }
     LR_RETURN_IF(o.policy < 0 || o.policy >= LR_POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(!policy_supported(o.policy), LR_ENOTSUP);
@@ -535,6 +639,34 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     }
     r->policy = (lr_policy)o.policy;
     r->max_inst = o.max_instances;
+    r->max_req = o.max_requests;
+    r->last_pred = NAN;
+    atomic_init(&r->learner, NULL);
+    lr_learner_options_init(&r->lopt);
+    if (o.learner != NULL) {
+        lr_status lst = lr__copy_sized(&r->lopt, sizeof r->lopt, o.learner,
+                                       LR_LEARNER_OPTIONS_SIZE_V1);
+        if (lst == LR_OK && r->lopt.n_features != 0 && r->lopt.n_features != F)
+            lst = LR_EINVAL;
+        if (lst == LR_OK && r->lopt.mlp != NULL) {
+            lr_mlp_options_init(&r->lmo);
+            lst = lr__copy_sized(&r->lmo, sizeof r->lmo, r->lopt.mlp,
+                                 LR_MLP_OPTIONS_SIZE_V1);
+            r->has_lmo = true;
+        }
+        if (lst == LR_OK) {
+            lr_learner_options chk = r->lopt;
+            chk.n_features = F;
+            chk.allocator = o.allocator;
+            lst = lr__learner_check_options(&chk);
+        }
+        r->lopt.mlp = NULL;
+        if (lst != LR_OK) {
+            pthread_mutex_destroy(&r->mu);
+            lr__free(&m, r, sizeof *r);
+            return lst;
+        }
+    }
     r->block_tokens = o.block_tokens;
     lr__rng_seed(&r->rng, o.seed);
     for (int k = 0; k < LR_PARAM_COUNT; k++)
@@ -592,6 +724,8 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     }
     st = hot_setup(r, (uint32_t)P(r, DUALMAP_WINDOW),
                    (uint32_t)P(r, DUALMAP_MAX_KEY_BLOCKS));
+    if (st == LR_OK && r->policy == LR_POLICY_LODESTAR)
+        st = lodestar_setup(r);
     if (st != LR_OK) {
         router_free(r);
         return st;
@@ -614,9 +748,13 @@ lr_router_set_policy(lr_router *r, lr_policy policy)
     LR_RETURN_IF((unsigned)policy >= LR_POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(!policy_supported(policy), LR_ENOTSUP);
     lock(r);
-    r->policy = policy;
+    lr_status st = LR_OK;
+    if (policy == LR_POLICY_LODESTAR)
+        st = lodestar_setup(r);
+    if (st == LR_OK)
+        r->policy = policy;
     unlock(r);
-    return LR_OK;
+    return st;
 }
 
 int32_t
@@ -936,6 +1074,7 @@ policy_matches(lr_policy p)
     case LR_POLICY_DUALMAP:
     case LR_POLICY_GORGO:
     case LR_POLICY_RANVIER:
+    case LR_POLICY_LODESTAR:
         return true;
     default:
         return false;
@@ -968,6 +1107,12 @@ gather(lr_router *r, uint64_t now_ns, const uint32_t *cached_by_id,
         c->kv = v.kv;
         c->rate = r->rate[v.cls];
         c->rtt_ms = v.has_rtt ? v.rtt_ns / 1e6 : r->init_rtt_ms[id];
+        c->cls = v.cls;
+        c->queued = v.queued;
+        c->decode = v.decode;
+        c->running = fresh ? v.running : 0;
+        c->waiting = fresh ? v.waiting : 0;
+        c->kv_use = fresh ? v.kv_use : 0;
         /* DualMap's decode bottleneck: a queue that saw no first token for
          * 3 s is stuck behind decoding; count the wait. */
         c->stall_s = 0;
@@ -1009,7 +1154,8 @@ struct choice {
     uint32_t k; /* index into cv */
     int32_t reason;
     double cost;
-    uint32_t alt; /* instance id or NONE */
+    uint32_t alt;      /* instance id or NONE */
+    lr_policy decider; /* the policy that chose (Lodestar's fallback) */
 };
 
 static double
@@ -1084,7 +1230,7 @@ prefix_key(const lr_router *r, const lr_request *q, size_t nk, uint32_t tokens)
 static struct choice
 choose_bounded(lr_router *r, uint64_t key, double *val)
 {
-    struct choice ch = { 0, LR_REASON_HASH, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_HASH, NAN, NONE, LR_POLICY_RANDOM };
     uint32_t ids[LR_RING_MAX_K];
     uint32_t k = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
     uint32_t got = 0;
@@ -1118,7 +1264,8 @@ choose_bounded(lr_router *r, uint64_t key, double *val)
 static struct choice
 choose_aibrix(lr_router *r, double *val)
 {
-    struct choice ch = { 0, LR_REASON_LEAST_LOADED, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_LEAST_LOADED, NAN, NONE,
+                         LR_POLICY_RANDOM };
     uint32_t n = r->n_act;
     double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1171,7 +1318,7 @@ choose_aibrix(lr_router *r, double *val)
 static struct choice
 choose_sglang(lr_router *r, const lr_request *q, double *val)
 {
-    struct choice ch = { 0, LR_REASON_FALLBACK, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_FALLBACK, NAN, NONE, LR_POLICY_RANDOM };
     double mn = INFINITY, mx = -INFINITY;
     for (uint32_t k = 0; k < r->n_act; k++) {
         double l = (double)r->cv[k].inflight;
@@ -1201,7 +1348,8 @@ static struct choice
 choose_dualmap(lr_router *r, const lr_request *q, size_t nk, uint64_t *keybuf,
                uint32_t *n_keys, double *val)
 {
-    struct choice ch = { 0, LR_REASON_LEAST_LOADED, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_LEAST_LOADED, NAN, NONE,
+                         LR_POLICY_RANDOM };
     /* key blocks: DUALMAP_KEY_TOKENS rounded down to index blocks */
     uint32_t per = (uint32_t)P(r, DUALMAP_KEY_TOKENS) / r->block_tokens;
     if (per == 0)
@@ -1280,7 +1428,7 @@ choose_ranvier(lr_router *r, const lr_request *q, size_t nk, double *val)
         ch.reason = LR_REASON_FALLBACK;
         return ch;
     }
-    struct choice ch = { 0, LR_REASON_PREFIX_HIT, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_PREFIX_HIT, NAN, NONE, LR_POLICY_RANDOM };
     ch.k = least_among_best(r, val, best);
     ch.cost = r->cv[ch.k].score;
     double pressure = P(r, RANVIER_PRESSURE);
@@ -1315,7 +1463,7 @@ choose_ranvier(lr_router *r, const lr_request *q, size_t nk, double *val)
 static struct choice
 choose_dynamo(lr_router *r, const lr_request *q, double *val)
 {
-    struct choice ch = { 0, LR_REASON_MIN_COST, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_MIN_COST, NAN, NONE, LR_POLICY_RANDOM };
     double B = (double)r->block_tokens;
     double w = P(r, DYNAMO_OVERLAP);
     double mn = INFINITY, mx = -INFINITY;
@@ -1350,14 +1498,18 @@ choose_dynamo(lr_router *r, const lr_request *q, double *val)
     return ch;
 }
 
+static struct choice choose_lodestar(lr_router *r, const lr_request *q,
+                                     size_t nk, double *val, uint64_t *keybuf,
+                                     uint32_t *n_keys);
+
 static struct choice
-choose(lr_router *r, const lr_request *q, size_t nk, double *val,
-       uint64_t *keybuf, uint32_t *n_keys)
+choose(lr_router *r, lr_policy policy, const lr_request *q, size_t nk,
+       double *val, uint64_t *keybuf, uint32_t *n_keys)
 {
-    struct choice ch = { 0, LR_REASON_NONE, NAN, NONE };
+    struct choice ch = { 0, LR_REASON_NONE, NAN, NONE, LR_POLICY_RANDOM };
     uint32_t n = r->n_act;
     uint32_t prompt = (uint32_t)q->n_tokens;
-    switch (r->policy) {
+    switch (policy) {
     case LR_POLICY_RANDOM:
         ch.k = (uint32_t)lr__rng_below(&r->rng, n);
         ch.reason = LR_REASON_RANDOM;
@@ -1469,11 +1621,180 @@ choose(lr_router *r, const lr_request *q, size_t nk, double *val,
         ch = choose_ranvier(r, q, nk, val);
         break;
     case LR_POLICY_LODESTAR:
-    default:
+        return choose_lodestar(r, q, nk, val, keybuf, n_keys);
+    default: /* cannot happen: policies are checked when set */
         ch.k = least_inflight(r, val);
         ch.reason = LR_REASON_FALLBACK;
         break;
     }
+    ch.decider = policy;
+    return ch;
+}
+
+/* ---- route: Lodestar ------------------------------------------------------------------- */
+
+static inline uint64_t
+fresh_tag(uint64_t key, uint32_t id)
+{
+    return lr__mix64(key, (uint64_t)id + 1) | 1;
+}
+
+/* Age of instance `id`'s last route through the prefix of `blocks` blocks,
+ * in seconds, or a negative value when unknown. */
+static double
+fresh_age(const lr_router *r, uint32_t id, size_t blocks, uint64_t now_ns)
+{
+    uint64_t tag = fresh_tag(r->kbuf[blocks - 1], id);
+    const struct fresh *e = &r->fresh[tag & (FRESH_SLOTS - 1)];
+    if (e->tag != tag)
+        return -1;
+    return now_ns > e->ns ? (double)(now_ns - e->ns) / 1e9 : 0;
+}
+
+/* Remember that `id` took this route now, at its boundaries (the last
+ * FRESH_MAX_BOUNDARIES) and at its whole length. */
+static void
+fresh_record(lr_router *r, const lr_request *q, size_t nk, uint32_t id)
+{
+    size_t first = q->n_boundaries > FRESH_MAX_BOUNDARIES
+                       ? q->n_boundaries - FRESH_MAX_BOUNDARIES
+                       : 0;
+    for (size_t i = first; i <= q->n_boundaries; i++) {
+        size_t b =
+            i < q->n_boundaries ? q->boundaries[i] / r->block_tokens : nk;
+        if (b == 0 || b > nk)
+            continue;
+        uint64_t tag = fresh_tag(r->kbuf[b - 1], id);
+        struct fresh *e = &r->fresh[tag & (FRESH_SLOTS - 1)];
+        e->tag = tag;
+        e->ns = q->now_ns;
+    }
+}
+
+/* Feature rows (LR_LODESTAR_FEATURES) of every routable instance. */
+static void
+lodestar_features(lr_router *r, const lr_request *q, size_t nk)
+{
+    double prompt = (double)q->n_tokens;
+    double out = q->expected_output_tokens ? (double)q->expected_output_tokens
+                                           : P(r, DEFAULT_OUTPUT_TOKENS);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        const struct cand *c = &r->cv[k];
+        float *f = r->feat + (size_t)k * F;
+        double hit = prompt > 0 ? c->cached / prompt : 0;
+        double dec = 0;
+        size_t blocks = c->cached / r->block_tokens;
+        if (hit > 0 && blocks > 0 && blocks <= nk) {
+            double age = fresh_age(r, c->id, blocks, q->now_ns);
+            dec = hit * (age < 0 ? 0.5 : exp2(-age / FRESH_HALF_LIFE_S));
+        }
+        f[0] = (float)prompt;
+        f[1] = (float)out;
+        f[2] = (float)hit;
+        f[3] = (float)dec;
+        f[4] = (float)c->inflight;
+        f[5] = (float)c->queued;
+        f[6] = (float)c->prefill;
+        f[7] = (float)c->decode;
+        f[8] = (float)c->running;
+        f[9] = (float)c->waiting;
+        f[10] = (float)c->kv_use;
+        f[11] = (float)c->rtt_ms;
+        for (uint32_t j = 12; j < F; j++)
+            f[j] = 0;
+        f[12 + (c->cls < F - 12 ? c->cls : F - 13)] = 1;
+    }
+}
+
+/* Lodestar: score the candidates with the learned model and take the
+ * best, with its guard rails: the fallback policy on cold start and out
+ * of range, the K-filter under KV pressure, exploration and a random
+ * tiebreak among the near-best. */
+static struct choice
+choose_lodestar(lr_router *r, const lr_request *q, size_t nk, double *val,
+                uint64_t *keybuf, uint32_t *n_keys)
+{
+    uint32_t n = r->n_act;
+    lodestar_features(r, q, nk);
+    r->last_pred = NAN;
+    /* candidates: the K-filter, else a power-of-d draw, else all */
+    uint32_t nc = 0;
+    bool kf = false;
+    uint32_t best = best_cached(r);
+    if (n > 2 && best > P(r, LODESTAR_KFILTER_TOKENS)) {
+        double kv = 0;
+        for (uint32_t k = 0; k < n; k++)
+            kv += r->cv[k].kv_use;
+        if (kv / n > P(r, LODESTAR_KV_THRESHOLD)) {
+            uint64_t key = prefix_key(r, q, nk, (uint32_t)P(r, SESSION_TOKENS));
+            uint32_t ids[2], got = 0;
+            lr_ring_candidates(r->ring, key, 2, ids, &got);
+            for (uint32_t i = 0; i < got; i++) {
+                uint32_t ci = cv_index(r, ids[i]);
+                if (ci != NONE)
+                    r->cidx[nc++] = ci;
+            }
+            kf = nc > 0;
+        }
+    }
+    if (!kf) {
+        for (uint32_t k = 0; k < n; k++)
+            r->cidx[k] = k;
+        nc = n;
+        uint32_t dcap = (uint32_t)P(r, LODESTAR_CANDIDATES);
+        if (dcap > 0 && nc > dcap) {
+            uint32_t bk = 0;
+            for (uint32_t k = 1; k < n; k++)
+                if (r->cv[k].cached > r->cv[bk].cached)
+                    bk = k;
+            r->cidx[0] = bk;
+            r->cidx[bk] = 0;
+            for (uint32_t i = 1; i < dcap; i++) {
+                uint32_t j = i + (uint32_t)lr__rng_below(&r->rng, nc - i);
+                uint32_t t = r->cidx[i];
+                r->cidx[i] = r->cidx[j];
+                r->cidx[j] = t;
+            }
+            nc = dcap;
+        }
+    }
+    for (uint32_t i = 0; i < nc; i++)
+        memcpy(r->rows + (size_t)i * F, r->feat + (size_t)r->cidx[i] * F,
+               F * sizeof(float));
+    size_t ood = 0;
+    lr_status st = lr_learner_score(
+        atomic_load_explicit(&r->learner, memory_order_relaxed), r->rows, nc,
+        r->pred, &ood);
+    if (st != LR_OK || (ood > 0 && P(r, LODESTAR_OOD) != 0)) {
+        lr_policy fb = (lr_policy)P(r, LODESTAR_FALLBACK);
+        struct choice ch = choose(r, fb, q, nk, val, keybuf, n_keys);
+        ch.reason = st != LR_OK ? LR_REASON_COLD_START : LR_REASON_OOD;
+        return ch;
+    }
+    for (uint32_t i = 0; i < nc; i++)
+        r->cv[r->cidx[i]].score = -(double)r->pred[i];
+    struct choice ch = { 0, kf ? LR_REASON_K_FILTER : LR_REASON_MIN_COST, NAN,
+                         NONE, LR_POLICY_LODESTAR };
+    uint32_t pick = 0;
+    if (lr__rng_unit(&r->rng) < P(r, LODESTAR_EPSILON)) {
+        pick = (uint32_t)lr__rng_below(&r->rng, nc);
+        ch.reason = LR_REASON_EXPLORE;
+    } else {
+        float top = r->pred[0];
+        for (uint32_t i = 1; i < nc; i++)
+            top = r->pred[i] > top ? r->pred[i] : top;
+        double thr = top - P(r, LODESTAR_TIE) * fabs((double)top);
+        uint32_t ties = 0;
+        for (uint32_t i = 0; i < nc; i++)
+            if ((double)r->pred[i] >= thr &&
+                lr__rng_below(&r->rng, ++ties) == 0)
+                pick = i;
+    }
+    ch.k = r->cidx[pick];
+    ch.cost = -(double)r->pred[pick];
+    r->last_pred = r->pred[pick];
+    if (kf && nc > 1)
+        ch.alt = r->cv[r->cidx[pick == 0 ? 1 : 0]].id;
     return ch;
 }
 
@@ -1496,6 +1817,47 @@ check_request(const lr_request *q)
                  LR_EINVAL);
     LR_RETURN_IF(q->has_session != 0 && q->has_session != 1, LR_EINVAL);
     return LR_OK;
+}
+
+/* After a dispatch: keep the chosen instance's features until the
+ * request's first token makes them a sample. */
+static void
+lodestar_record(lr_router *r, const lr_request *q, size_t nk,
+                const struct choice *ch)
+{
+    struct lr__req_view v;
+    if (LR_NEVER(lr__load_req(r->ld, q->id, &v) != LR_OK))
+        return;
+    bool ours = r->policy == LR_POLICY_LODESTAR;
+    r->rq_has[v.slot] = ours;
+    if (!ours)
+        return;
+    float *row = r->rq_feat + (size_t)v.slot * (F + 1);
+    memcpy(row, r->feat + (size_t)ch->k * F, F * sizeof(float));
+    row[F] = r->last_pred;
+    if (nk > 0 && r->cv[ch->k].prefix_caching)
+        fresh_record(r, q, nk, r->cv[ch->k].id);
+}
+
+/* A request leaves the queue or ends: its sample, if any, is made (first
+ * token in time) or dropped. */
+static void
+lodestar_settle(lr_router *r, const struct lr__req_view *v, bool first,
+                uint64_t now_ns)
+{
+    if (r->rq_has == NULL || !r->rq_has[v->slot])
+        return;
+    r->rq_has[v->slot] = 0;
+    if (!first || now_ns < v->dispatch_ns)
+        return;
+    double ttft = (double)(now_ns - v->dispatch_ns) / 1e9;
+    if (ttft > P(r, LODESTAR_MAX_TTFT_S))
+        return;
+    const float *row = r->rq_feat + (size_t)v->slot * (F + 1);
+    /* a full queue or a reward out of range is counted by the learner */
+    (void)lr_learner_add_sample(
+        atomic_load_explicit(&r->learner, memory_order_relaxed), row, -ttft,
+        row[F]);
 }
 
 static lr_status
@@ -1555,7 +1917,7 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
     uint64_t keybuf[64];
     uint32_t n_keys = 0;
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
-    struct choice ch = choose(r, q, nk, val, keybuf, &n_keys);
+    struct choice ch = choose(r, r->policy, q, nk, val, keybuf, &n_keys);
     const struct cand *c = &r->cv[ch.k];
     /* 4. record */
     if (!dry) {
@@ -1585,10 +1947,12 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
         lr_status st = lr_load_dispatch(r->ld, &dp);
         if (LR_NEVER(st != LR_OK))
             return st; /* checked above; the learn stays, harmlessly */
-        if (r->policy == LR_POLICY_ROUND_ROBIN)
+        if (ch.decider == LR_POLICY_ROUND_ROBIN)
             r->rr_last = c->id;
-        if (r->policy == LR_POLICY_DUALMAP && n_keys > 0)
+        if (ch.decider == LR_POLICY_DUALMAP && n_keys > 0)
             hot_record(r, keybuf, n_keys);
+        if (r->rq_has != NULL)
+            lodestar_record(r, q, nk, &ch);
         r->st.routes++;
         r->st.by_reason[ch.reason]++;
         r->st.prompt_tokens += q->n_tokens;
@@ -1747,6 +2111,8 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
         st = lr_load_first_token(r->ld, request_id, now_ns);
         if (st == LR_OK && now_ns >= v.dispatch_ns)
             gorgo_observe(r, (double)(now_ns - v.dispatch_ns) / 1e9);
+        if (st == LR_OK)
+            lodestar_settle(r, &v, true, now_ns);
     }
     unlock(r);
     return st;
@@ -1758,7 +2124,12 @@ lr_router_complete(lr_router *r, uint64_t request_id, uint32_t output_tokens,
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lock(r);
-    lr_status st = lr_load_complete(r->ld, request_id, output_tokens, now_ns);
+    struct lr__req_view v;
+    lr_status st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK)
+        st = lr_load_complete(r->ld, request_id, output_tokens, now_ns);
+    if (st == LR_OK)
+        lodestar_settle(r, &v, false, now_ns);
     unlock(r);
     return st;
 }
@@ -1769,7 +2140,12 @@ lr_router_fail(lr_router *r, uint64_t request_id, uint64_t now_ns)
     (void)now_ns;
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lock(r);
-    lr_status st = lr_load_fail(r->ld, request_id);
+    struct lr__req_view v;
+    lr_status st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK)
+        st = lr_load_fail(r->ld, request_id);
+    if (st == LR_OK)
+        lodestar_settle(r, &v, false, now_ns);
     unlock(r);
     return st;
 }
@@ -1901,6 +2277,9 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         if (to == v.alt_instance)
             cached = v.alt_cached_tokens;
         st = lr_load_move(r->ld, request_id, to, cached);
+        /* its features were the old instance's: no sample */
+        if (st == LR_OK)
+            lodestar_settle(r, &v, false, 0);
     }
     unlock(r);
     return st;
@@ -2165,6 +2544,15 @@ lr__router_digest(const lr_router *r)
     h = dmix(h, dbits(g->sigma) ^ ((uint64_t)g->phase << 1));
     h = dmix(h, ((uint64_t)g->win_n << 32) | g->trial_samples);
     h = dmix(h, r->st.routes ^ (r->st.dry_runs << 20) ^ r->st.prompt_tokens);
+    lr_learner *l = atomic_load(&r->learner);
+    if (l != NULL) {
+        h = dmix(h, lr__learner_digest(l));
+        for (uint32_t i = 0; i < r->max_req; i++)
+            if (r->rq_has[i])
+                h = dmix(h, lr__hash(r->rq_feat + (size_t)i * (F + 1),
+                                     (F + 1) * sizeof(float), i));
+        h = dmix(h, lr__hash(r->fresh, FRESH_SLOTS * sizeof *r->fresh, 7));
+    }
     unlock(r);
     return h;
 }
@@ -2217,4 +2605,36 @@ size_t
 lr__router_mem_live(const lr_router *r)
 {
     return r != NULL ? r->mem.live : 0;
+}
+
+/* ---- Lodestar: the host's learner calls ------------------------------------------------------ */
+
+lr_status
+lr_router_learn_step(lr_router *r, uint32_t flags, int32_t *trained)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr_learner *l = atomic_load_explicit(&r->learner, memory_order_acquire);
+    LR_RETURN_IF(l == NULL, LR_ESTATE);
+    return lr_learner_step(l, flags, trained);
+}
+
+lr_status
+lr_router_learner_samples(lr_router *r, float *x, float *y, size_t capacity,
+                          size_t *n_samples)
+{
+    LR_RETURN_IF(r == NULL || n_samples == NULL, LR_EINVAL);
+    lr_learner *l = atomic_load_explicit(&r->learner, memory_order_acquire);
+    LR_RETURN_IF(l == NULL, LR_ESTATE);
+    return lr_learner_samples(l, x, y, capacity, n_samples);
+}
+
+lr_status
+lr_router_learner_stats(const lr_router *r, lr_learner_stats *out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    lock(r);
+    lr_learner *l = atomic_load_explicit(&r->learner, memory_order_relaxed);
+    lr_status st = l != NULL ? lr_learner_get_stats(l, out) : LR_ESTATE;
+    unlock(r);
+    return st;
 }

@@ -188,6 +188,8 @@ oom_create(void **state)
     tu_oom_loop(sc_create, &p, 200);
     p = LR_POLICY_RANDOM;
     tu_oom_loop(sc_create, &p, 200);
+    p = LR_POLICY_LODESTAR; /* makes its learner at create */
+    tu_oom_loop(sc_create, &p, 200);
 }
 
 /* ---- add_instance --------------------------------------------------------------- */
@@ -256,6 +258,7 @@ oom_route(void **state)
         LR_POLICY_DUALMAP,
         LR_POLICY_GORGO,
         LR_POLICY_RANVIER,
+        LR_POLICY_LODESTAR,
     };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         struct frame f = { all[i], 4, op_route, NULL };

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -74,6 +75,7 @@ struct shared {
     _Atomic uint64_t enoent_spare, enoent_after_end;
     _Atomic uint64_t batches;
     _Atomic uint64_t ctl_ops, moves_ok, moves_refused, spare_cycles;
+    _Atomic uint64_t learn_steps, learn_rounds;
     pthread_mutex_t msg_mu;
     char first_msg[512];
 };
@@ -437,7 +439,7 @@ ctl_read(struct ctl *c)
     CHECK(sh, key == LR_PARAM_GORGO_SIGMA || (v >= b.lo && v <= b.hi),
           "get_param within bounds", st);
     int32_t p = lr_router_policy(sh->r);
-    CHECK(sh, p >= 0 && p < LR_POLICY_LODESTAR, "policy", LR_OK);
+    CHECK(sh, p >= 0 && p < LR_POLICY_COUNT, "policy", LR_OK);
 }
 
 static void
@@ -466,13 +468,16 @@ ctl_set_param(struct ctl *c)
         v = b.lo + (hi - b.lo) * (double)tu_below(&c->rng, 1001) / 1000.0;
         break;
     }
-    bool integer = key == LR_PARAM_DUALMAP_KEY_TOKENS ||
-                   key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
-                   key == LR_PARAM_DUALMAP_WINDOW ||
-                   key == LR_PARAM_GORGO_FROZEN ||
-                   key == LR_PARAM_SESSION_TOKENS ||
-                   key == LR_PARAM_DEFAULT_OUTPUT_TOKENS ||
-                   key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN;
+    bool integer =
+        key == LR_PARAM_DUALMAP_KEY_TOKENS ||
+        key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
+        key == LR_PARAM_DUALMAP_WINDOW || key == LR_PARAM_GORGO_FROZEN ||
+        key == LR_PARAM_SESSION_TOKENS ||
+        key == LR_PARAM_DEFAULT_OUTPUT_TOKENS ||
+        key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN ||
+        key == LR_PARAM_LODESTAR_KFILTER_TOKENS ||
+        key == LR_PARAM_LODESTAR_OOD || key == LR_PARAM_LODESTAR_FALLBACK ||
+        key == LR_PARAM_LODESTAR_CANDIDATES;
     if (integer)
         v = (double)(int64_t)v;
     lr_status st = lr_router_set_param(sh->r, key, v);
@@ -483,7 +488,7 @@ static void
 ctl_policy(struct ctl *c)
 {
     struct shared *sh = c->sh;
-    lr_policy p = (lr_policy)tu_below(&c->rng, LR_POLICY_LODESTAR);
+    lr_policy p = (lr_policy)tu_below(&c->rng, LR_POLICY_COUNT);
     lr_status st = lr_router_set_policy(sh->r, p);
     CHECK(sh, st == LR_OK, "set_policy", st);
 }
@@ -652,6 +657,34 @@ ctl_main(void *arg)
     return NULL;
 }
 
+/* The host's learner thread: steps (training outside the router's mutex)
+ * while workers route on the model in service, and reads the samples. */
+static void *
+learn_main(void *arg)
+{
+    struct shared *sh = arg;
+    float *x = malloc(sizeof(float) * 600 * LR_LODESTAR_FEATURES);
+    float *y = malloc(sizeof(float) * 600);
+    while (atomic_load(&sh->workers_left) > 0) {
+        int32_t tr = 0;
+        lr_status st = lr_router_learn_step(sh->r, 0, &tr);
+        CHECK(sh, st == LR_OK, "learn_step", st);
+        atomic_fetch_add(&sh->learn_steps, 1);
+        if (tr)
+            atomic_fetch_add(&sh->learn_rounds, 1);
+        size_t n = 0;
+        st = lr_router_learner_samples(sh->r, x, y, 600, &n);
+        CHECK(sh, st == LR_OK && n <= 600, "learner_samples", st);
+        for (size_t i = 0; st == LR_OK && i < n; i++)
+            CHECK(sh, y[i] <= 0 && y[i] >= -15, "sample reward", st);
+        struct timespec ts = { 0, 200000 }; /* a host steps now and then */
+        nanosleep(&ts, NULL);
+    }
+    free(x);
+    free(y);
+    return NULL;
+}
+
 /* ---- the test ------------------------------------------------------------------ */
 
 static void
@@ -669,10 +702,25 @@ threads_hammer_one_router(void **state)
     sh->routes_per_worker = (total + N_WORKERS - 1) / N_WORKERS;
     atomic_init(&sh->clock, 1000000000ull);
 
+    /* a small, quick learner: rounds happen during the run */
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    mo.hidden_layers = 1;
+    mo.width = 8;
+    mo.batch_size = 32;
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    lo.fifo_capacity = 400;
+    lo.replay_capacity = 200;
+    lo.min_samples = 20;
+    lo.retrain_every = 20;
+    lo.epochs = 2;
+    lo.mlp = &mo;
     lr_router_options o;
     lr_router_options_init(&o);
     o.seed = sh->seed;
-    o.policy = LR_POLICY_PREFIX_CACHE_AND_LOAD;
+    o.policy = LR_POLICY_LODESTAR;
+    o.learner = &lo;
     o.max_instances = MAX_INST;
     o.max_requests = 1024;
     o.index_capacity_blocks = 1024; /* small: eviction all the time */
@@ -704,9 +752,10 @@ threads_hammer_one_router(void **state)
     c.spare_live = true;
 
     atomic_init(&sh->workers_left, N_WORKERS);
-    pthread_t tw[N_WORKERS], tc;
+    pthread_t tw[N_WORKERS], tc, tl;
     struct worker w[N_WORKERS];
     assert_int_equal(pthread_create(&tc, NULL, ctl_main, &c), 0);
+    assert_int_equal(pthread_create(&tl, NULL, learn_main, sh), 0);
     for (int i = 0; i < N_WORKERS; i++) {
         w[i] = (struct worker){ sh, i };
         assert_int_equal(pthread_create(&tw[i], NULL, worker_main, &w[i]), 0);
@@ -714,6 +763,7 @@ threads_hammer_one_router(void **state)
     for (int i = 0; i < N_WORKERS; i++)
         assert_int_equal(pthread_join(tw[i], NULL), 0);
     assert_int_equal(pthread_join(tc, NULL), 0);
+    assert_int_equal(pthread_join(tl, NULL), 0);
 
     fprintf(
         stderr,
@@ -726,6 +776,9 @@ threads_hammer_one_router(void **state)
         (unsigned long long)sh->moves_ok, (unsigned long long)sh->moves_refused,
         (unsigned long long)sh->enoent_after_end,
         (unsigned long long)sh->enoent_spare);
+    fprintf(stderr, "router-threads: %llu learner steps, %llu rounds\n",
+            (unsigned long long)sh->learn_steps,
+            (unsigned long long)sh->learn_rounds);
     if (atomic_load(&sh->failures) != 0)
         fail_msg("%u failed checks; first: %s", atomic_load(&sh->failures),
                  sh->first_msg);

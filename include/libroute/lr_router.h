@@ -17,7 +17,8 @@
  *
  * Thread safety: every lr_router_* call on one router may be made from
  * many threads at once; the router serializes them with one mutex. It
- * starts no thread.
+ * starts no thread. lr_router_learn_step() trains outside that mutex, so
+ * route() never waits behind training.
  *
  * Missing or stale telemetry: an instance with no scrape counts as
  * running = waiting = 0 and kv_use = 0; a scrape older than
@@ -43,6 +44,7 @@
 
 #include "lr_common.h"
 #include "lr_index.h"
+#include "lr_learner.h"
 #include "lr_load.h"
 
 #ifdef __cplusplus
@@ -71,10 +73,10 @@ typedef enum lr_policy {
     LR_POLICY_DUALMAP = 12,              /* "dualmap" */
     LR_POLICY_GORGO = 13,                /* "gorgo" */
     LR_POLICY_RANVIER = 14,              /* "ranvier" */
-    LR_POLICY_LODESTAR = 15              /* "lodestar" (not yet: LR_ENOTSUP) */
+    LR_POLICY_LODESTAR = 15 /* "lodestar" (see lr_router_learn_step) */
 } lr_policy;
 
-/** Number of policy values (some may be unsupported). @since 0.1 */
+/** Number of policy values. @since 0.1 */
 #define LR_POLICY_COUNT 16
 
 /** Name of a policy, or NULL outside the enum. Never fails. @since 0.1 */
@@ -111,18 +113,23 @@ typedef struct lr_router_options {
     uint32_t ring_vnodes;
     /** Reserved; must be 0 (LR_EINVAL otherwise). */
     uint32_t flags;
+    /** Lodestar's learner (buffers, schedule, network); NULL: the
+     * defaults. n_features is the router's (LR_LODESTAR_FEATURES; any other
+     * non-zero value is LR_EINVAL); allocator and seed are the router's.
+     * Copied; the learner is made when LR_POLICY_LODESTAR is first chosen. */
+    const lr_learner_options *learner;
     /* v1 ends here */
 } lr_router_options;
 
-#define LR_ROUTER_OPTIONS_SIZE_V1 (offsetof(lr_router_options, flags) + 4)
+#define LR_ROUTER_OPTIONS_SIZE_V1 \
+    (offsetof(lr_router_options, learner) + sizeof(void *))
 #define LR_ROUTER_MAX_INSTANCES 65534u
 
 /** Zero `opt`, set struct_size and the defaults. @since 0.1 */
 LR_API void lr_router_options_init(lr_router_options *opt);
 
 /** Create a router. NULL options mean the defaults.
- * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOTSUP (policy not
- *   available); LR_ENOMEM. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOMEM. @since 0.1 */
 LR_API lr_status lr_router_create(const lr_router_options *opt,
                                   lr_router **out);
 
@@ -131,8 +138,10 @@ LR_API lr_status lr_router_create(const lr_router_options *opt,
 LR_API void lr_router_destroy(lr_router *router);
 
 /** Switch policy. State the policies share (index, load, ring) is kept;
- * per-policy state (round-robin cursor, hotness tree, tuner) is kept too.
- * @return LR_OK; LR_EINVAL; LR_ENOTSUP. @since 0.1 */
+ * per-policy state (round-robin cursor, hotness tree, tuner, Lodestar's
+ * learner and samples) is kept too.
+ * @return LR_OK; LR_EINVAL; LR_ENOMEM (the first switch to
+ *   LR_POLICY_LODESTAR makes its learner; the policy stays). @since 0.1 */
 LR_API lr_status lr_router_set_policy(lr_router *router, lr_policy policy);
 
 /** The policy in use; -1 for NULL. @since 0.1 */
@@ -452,10 +461,34 @@ typedef enum lr_param {
     /** gorgo: 0 counts a request's prompt tokens in its instance's queue
      * until the request ends, as published; 1 releases them at its first
      * token (the published option) (0). */
-    LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24
+    LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
+    /** lodestar: probability of a uniform exploration draw (0.1). */
+    LR_PARAM_LODESTAR_EPSILON = 25,
+    /** lodestar: candidates within this fraction of the best predicted
+     * reward tie, and one of them is drawn (0.1). */
+    LR_PARAM_LODESTAR_TIE = 26,
+    /** lodestar: K-filter when the mean KV use of the routable instances
+     * is above this (0.8) and the best cached prefix holds more than
+     * LODESTAR_KFILTER_TOKENS tokens (100): only the 2 ring candidates of
+     * the prompt's prefix group are scored. */
+    LR_PARAM_LODESTAR_KV_THRESHOLD = 27,
+    LR_PARAM_LODESTAR_KFILTER_TOKENS = 28,
+    /** lodestar: 1 falls back when a candidate's features leave the
+     * training range, 0 scores anyway (1). */
+    LR_PARAM_LODESTAR_OOD = 29,
+    /** lodestar: the policy used on cold start and out of range (7,
+     * prefix-cache-and-load); any policy but lodestar. */
+    LR_PARAM_LODESTAR_FALLBACK = 30,
+    /** lodestar: score at most this many candidates, the one with the
+     * deepest cached prefix and a uniform draw of the others (power of d
+     * choices); 0 scores every routable instance (0). */
+    LR_PARAM_LODESTAR_CANDIDATES = 31,
+    /** lodestar: first tokens later than this many seconds after the
+     * route give no sample (15). */
+    LR_PARAM_LODESTAR_MAX_TTFT_S = 32
 } lr_param;
 
-#define LR_PARAM_COUNT 25
+#define LR_PARAM_COUNT 33
 
 /** Bounds and default of a parameter (status LR_ENOTSUP for an unknown
  * key). @since 0.1 */
@@ -499,6 +532,54 @@ LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
  * route() and the learning calls do this too; a host with idle periods may
  * call it from a timer. @return LR_OK; LR_EINVAL (NULL). @since 0.1 */
 LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
+
+/* ---- Lodestar: the learned policy ----------------------------------------------------- */
+
+/** Features of one (instance, request) pair, in this order, as Lodestar
+ * scores them. The instance's id is never a feature.
+ *
+ *   0  prompt tokens             1  expected output tokens
+ *   2  expected prefix-hit ratio on the instance (cached / prompt)
+ *   3  the same, decayed with a 15 s half-life since the instance last
+ *      took a route through that prefix (unknown age: one half-life)
+ *   4  requests in flight        5  of which before their first token
+ *   6  prefill tokens queued     7  decode tokens in flight
+ *   8  running, 9 waiting, 10 KV use (scraped; 0 when stale or missing)
+ *   11 RTT in ms
+ *   12..19 class one-hot (classes 0..6; 7 and above share the last)
+ *
+ * Reward: -TTFT in seconds, the time from route() to
+ * lr_router_first_token(). @since 0.1 */
+#define LR_LODESTAR_FEATURES 20u
+
+/** Run one learner step (lr_learner_step) on the calling thread: take the
+ * samples routes produced and, when enough have arrived, train and publish
+ * a new model. Call it from a background thread of the host, as often as
+ * convenient (every few hundred ms); it does not take the router's mutex
+ * while training, so route() never waits for it. Steps on one router are
+ * serialized: a concurrent one gets LR_ESTATE.
+ * @param flags    0 or LR_LEARN_FORCE.
+ * @param trained  optional: 1 if a new model was published.
+ * @return LR_OK; LR_EINVAL; LR_ESTATE (LR_POLICY_LODESTAR never chosen,
+ *   or a step running); LR_ENOMEM (samples kept for the next step).
+ * @since 0.1 */
+LR_API lr_status lr_router_learn_step(lr_router *router, uint32_t flags,
+                                      int32_t *trained);
+
+/** Copy the samples the learner's next round would train on (FIFO, then
+ * replay; see lr_learner_samples), LR_LODESTAR_FEATURES floats per row in
+ * x. Same thread rule as lr_router_learn_step(): not during a step.
+ * @return LR_OK; LR_EINVAL; LR_ESTATE (no learner, or a step running);
+ *   LR_EBUFSIZE (*n_samples says how many). @since 0.1 */
+LR_API lr_status lr_router_learner_samples(lr_router *router, float *x,
+                                           float *y, size_t capacity,
+                                           size_t *n_samples);
+
+/** The learner's counters (lr_learner_get_stats).
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ESTATE (no learner yet).
+ * @since 0.1 */
+LR_API lr_status lr_router_learner_stats(const lr_router *router,
+                                         lr_learner_stats *out);
 
 /* ---- statistics -------------------------------------------------------------------------- */
 

@@ -362,6 +362,62 @@ FIELD(lr_mlp_options, lr_mlp_options_v1, weight_decay, double);
 FIELD(lr_mlp_options, lr_mlp_options_v1, grad_clip, double);
 SIZED(lr_mlp_options, lr_mlp_options_v1, LR_MLP_OPTIONS_SIZE_V1, grad_clip);
 
+/* ---- lr_learner.h ------------------------------------------------------------ */
+
+struct lr_learner_options_v1 {
+    size_t struct_size;
+    const lr_allocator *allocator;
+    uint64_t seed;
+    uint32_t n_features;
+    uint32_t fifo_capacity;
+    uint32_t replay_capacity;
+    uint32_t pending_capacity;
+    uint32_t min_samples;
+    uint32_t retrain_every;
+    uint32_t epochs;
+    double max_abs_reward;
+    const lr_mlp_options *mlp;
+};
+FIELD(lr_learner_options, lr_learner_options_v1, struct_size, size_t);
+FIELD(lr_learner_options, lr_learner_options_v1, allocator,
+      const lr_allocator *);
+FIELD(lr_learner_options, lr_learner_options_v1, seed, uint64_t);
+FIELD(lr_learner_options, lr_learner_options_v1, n_features, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, fifo_capacity, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, replay_capacity, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, pending_capacity, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, min_samples, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, retrain_every, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, epochs, uint32_t);
+FIELD(lr_learner_options, lr_learner_options_v1, max_abs_reward, double);
+FIELD(lr_learner_options, lr_learner_options_v1, mlp, const lr_mlp_options *);
+SIZED(lr_learner_options, lr_learner_options_v1, LR_LEARNER_OPTIONS_SIZE_V1,
+      mlp);
+
+struct lr_learner_stats_v1 {
+    size_t struct_size;
+    uint64_t samples;
+    uint64_t dropped_full;
+    uint64_t dropped_range;
+    uint64_t model_round;
+    uint64_t model_samples;
+    uint64_t model_replay;
+    double model_mse;
+    double online_mae;
+    uint64_t predicted;
+};
+FIELD(lr_learner_stats, lr_learner_stats_v1, struct_size, size_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, samples, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, dropped_full, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, dropped_range, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, model_round, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, model_samples, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, model_replay, uint64_t);
+FIELD(lr_learner_stats, lr_learner_stats_v1, model_mse, double);
+FIELD(lr_learner_stats, lr_learner_stats_v1, online_mae, double);
+FIELD(lr_learner_stats, lr_learner_stats_v1, predicted, uint64_t);
+SIZED(lr_learner_stats, lr_learner_stats_v1, LR_LEARNER_STATS_SIZE_V1,
+      predicted);
 _Static_assert(LR_MLP_MAX_INPUTS == 256u, "LR_MLP_MAX_INPUTS changed");
 _Static_assert(LR_MLP_MAX_LAYERS == 8u, "LR_MLP_MAX_LAYERS changed");
 _Static_assert(LR_MLP_MAX_WIDTH == 1024u, "LR_MLP_MAX_WIDTH changed");
@@ -401,6 +457,7 @@ struct lr_router_options_v1 {
     uint64_t index_ttl_ns;
     uint32_t ring_vnodes;
     uint32_t flags;
+    const lr_learner_options *learner;
 };
 FIELD(lr_router_options, lr_router_options_v1, struct_size, size_t);
 FIELD(lr_router_options, lr_router_options_v1, allocator, const lr_allocator *);
@@ -413,8 +470,10 @@ FIELD(lr_router_options, lr_router_options_v1, block_tokens, uint32_t);
 FIELD(lr_router_options, lr_router_options_v1, index_ttl_ns, uint64_t);
 FIELD(lr_router_options, lr_router_options_v1, ring_vnodes, uint32_t);
 FIELD(lr_router_options, lr_router_options_v1, flags, uint32_t);
+FIELD(lr_router_options, lr_router_options_v1, learner,
+      const lr_learner_options *);
 SIZED(lr_router_options, lr_router_options_v1, LR_ROUTER_OPTIONS_SIZE_V1,
-      flags);
+      learner);
 
 struct lr_instance_spec_v1 {
     size_t struct_size;
@@ -654,8 +713,24 @@ _Static_assert(LR_PARAM_DEFAULT_OUTPUT_TOKENS == 23,
                "LR_PARAM_DEFAULT_OUTPUT_TOKENS renumbered");
 _Static_assert(LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN == 24,
                "LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN renumbered");
-/* Grows as parameters are added (pre-1.0: 25 in 0.1.0). */
-_Static_assert(LR_PARAM_COUNT == 25, "LR_PARAM_COUNT changed");
+_Static_assert(LR_PARAM_LODESTAR_EPSILON == 25,
+               "LR_PARAM_LODESTAR_EPSILON renumbered");
+_Static_assert(LR_PARAM_LODESTAR_TIE == 26, "LR_PARAM_LODESTAR_TIE renumbered");
+_Static_assert(LR_PARAM_LODESTAR_KV_THRESHOLD == 27,
+               "LR_PARAM_LODESTAR_KV_THRESHOLD renumbered");
+_Static_assert(LR_PARAM_LODESTAR_KFILTER_TOKENS == 28,
+               "LR_PARAM_LODESTAR_KFILTER_TOKENS renumbered");
+_Static_assert(LR_PARAM_LODESTAR_OOD == 29, "LR_PARAM_LODESTAR_OOD renumbered");
+_Static_assert(LR_PARAM_LODESTAR_FALLBACK == 30,
+               "LR_PARAM_LODESTAR_FALLBACK renumbered");
+_Static_assert(LR_PARAM_LODESTAR_CANDIDATES == 31,
+               "LR_PARAM_LODESTAR_CANDIDATES renumbered");
+_Static_assert(LR_PARAM_LODESTAR_MAX_TTFT_S == 32,
+               "LR_PARAM_LODESTAR_MAX_TTFT_S renumbered");
+/* Grows as parameters are added (pre-1.0: 33 in 0.1.0). */
+_Static_assert(LR_PARAM_COUNT == 33, "LR_PARAM_COUNT changed");
+_Static_assert(LR_LODESTAR_FEATURES == 20u, "LR_LODESTAR_FEATURES changed");
+_Static_assert(LR_LEARN_FORCE == 1u, "LR_LEARN_FORCE changed");
 
 _Static_assert(LR_ROUTE_DRY_RUN == 1u, "LR_ROUTE_DRY_RUN changed");
 _Static_assert(LR_ROUTE_SCORES == 2u, "LR_ROUTE_SCORES changed");

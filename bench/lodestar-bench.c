@@ -1,0 +1,258 @@
+/* lodestar-bench: what Lodestar costs on the request path.
+ *
+ * A router of 64 instances (4 classes) runs LR_POLICY_LODESTAR with the
+ * default learner (3 x 128 network, FIFO 5000 + replay 5000, 30 epochs).
+ * It is fed synthetic traffic (1-4k-token prompts from 32 shared system
+ * prompts, a TTFT that grows with the queue and the uncached share) until
+ * the learner holds 10k samples and serves a model. Then, one JSON line
+ * per case:
+ *
+ *   route_lodestar_64_d<D>   lr_router_route() (a real route, ended right
+ *                            after) scoring all 64 candidates (D = 0) or
+ *                            D of them (power of d); ns_p50, ns_p99
+ *   route_while_training     the same route() (D = 0) on this thread while
+ *                            another thread runs lr_router_learn_step()
+ *                            retraining on the 10k samples; the step's
+ *                            wall time, the routes made meanwhile and
+ *                            their p50 / p99 / max
+ *   route_idle_reference     the same number of routes with no training,
+ *                            just before, for the ratio
+ *
+ * Usage: lodestar-bench [--quick]
+ * The machine is shared and noisy: compare medians, and ratios within one
+ * run.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "libroute.h"
+
+#define NINST 64
+#define NSYS 32
+
+static uint64_t rs = 0x6c6f6465ull;
+
+static uint64_t
+rnd(void)
+{
+    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void
+die(const char *what, lr_status st)
+{
+    fprintf(stderr, "lodestar-bench: %s: %s\n", what, lr_strerror(st));
+    exit(1);
+}
+
+static uint32_t *prompt_buf;
+static uint64_t host_ns = 1000000000000ull;
+static uint64_t next_id = 1;
+
+/* A prompt: a shared system prompt, then its own tokens. */
+static size_t
+make_prompt(void)
+{
+    uint32_t sys = (uint32_t)(rnd() % NSYS);
+    size_t len = 1024 + rnd() % 3072;
+    uint64_t s = sys * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < 512; i++)
+        prompt_buf[i] = (uint32_t)(s = s * 6364136223846793005ull +
+                                       1442695040888963407ull) >>
+                        7;
+    for (size_t i = 512; i < len; i++)
+        prompt_buf[i] = (uint32_t)rnd();
+    return len;
+}
+
+/* Route one request and end it at once, with a TTFT from a simple model
+ * so the samples mean something. Returns route()'s time in ns. */
+static uint64_t
+one(lr_router *r, int with_sample)
+{
+    size_t n = make_prompt();
+    lr_request q;
+    lr_request_init(&q);
+    q.id = next_id++;
+    q.tokens = prompt_buf;
+    q.n_tokens = n;
+    q.now_ns = host_ns;
+    lr_decision d;
+    lr_decision_init(&d);
+    uint64_t t0 = now_ns();
+    lr_status st = lr_router_route(r, &q, &d);
+    uint64_t t1 = now_ns();
+    if (st != LR_OK)
+        die("route", st);
+    host_ns += 2000000; /* 2 ms between requests */
+    if (with_sample) {
+        double rate = 4000.0 * (1 + d.instance % 4);
+        double ttft = 0.02 + (double)(n - d.cached_tokens) / rate;
+        st = lr_router_first_token(r, q.id, host_ns + (uint64_t)(ttft * 1e9));
+        if (st != LR_OK)
+            die("first_token", st);
+    }
+    st = lr_router_complete(r, q.id, 1, host_ns);
+    if (st != LR_OK)
+        die("complete", st);
+    return t1 - t0;
+}
+
+static void
+report(const char *name, uint64_t *v, size_t n, const char *extra)
+{
+    if (n == 0) {
+        printf("{\"name\": \"%s\", \"n\": 0%s}\n", name, extra);
+        return;
+    }
+    qsort(v, n, sizeof *v, cmp_u64);
+    printf("{\"name\": \"%s\", \"n\": %zu, \"ns_p50\": %llu, \"ns_p99\": %llu, "
+           "\"ns_max\": %llu%s}\n",
+           name, n, (unsigned long long)v[n / 2],
+           (unsigned long long)v[(n * 99) / 100], (unsigned long long)v[n - 1],
+           extra);
+    fflush(stdout);
+}
+
+struct trainer {
+    lr_router *r;
+    atomic_int done;
+    uint64_t ns;
+    int32_t trained;
+    lr_status st;
+};
+
+static void *
+train_main(void *arg)
+{
+    struct trainer *t = arg;
+    uint64_t t0 = now_ns();
+    t->st = lr_router_learn_step(t->r, LR_LEARN_FORCE, &t->trained);
+    t->ns = now_ns() - t0;
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+int
+main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    prompt_buf = malloc(4096 * sizeof *prompt_buf);
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    if (quick) {
+        mo.width = 16;
+        lo.fifo_capacity = 300;
+        lo.replay_capacity = 200;
+        lo.min_samples = 300;
+        lo.epochs = 2;
+    }
+    lo.mlp = &mo;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_LODESTAR;
+    o.max_instances = NINST;
+    o.learner = &lo;
+    lr_router *r;
+    lr_status st = lr_router_create(&o, &r);
+    if (st != LR_OK)
+        die("create", st);
+    for (uint32_t i = 0; i < NINST; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "10.2.0.%u:8000", i);
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        s.name = name;
+        s.instance_class = i % 4;
+        uint32_t id;
+        if ((st = lr_router_add_instance(r, &s, &id)) != LR_OK)
+            die("add", st);
+    }
+    /* no exploration, no range guard: every measured route scores */
+    lr_router_set_param(r, LR_PARAM_LODESTAR_EPSILON, 0);
+    lr_router_set_param(r, LR_PARAM_LODESTAR_OOD, 0);
+    size_t want = (size_t)lo.fifo_capacity + lo.replay_capacity;
+    size_t feed = quick ? want + 200 : want + 2000;
+    for (size_t i = 0; i < feed; i++) {
+        one(r, 1);
+        if (i % 1000 == 999 && (st = lr_router_learn_step(r, 0, NULL)) != LR_OK)
+            die("learn_step", st);
+    }
+    int32_t tr = 0;
+    if ((st = lr_router_learn_step(r, LR_LEARN_FORCE, &tr)) != LR_OK || !tr)
+        die("first model", st);
+    size_t nsamp = 0;
+    lr_router_learner_samples(r, NULL, NULL, 0, &nsamp);
+    fprintf(stderr, "lodestar-bench: model trained on %zu samples\n", nsamp);
+
+    size_t reps = quick ? 200 : 20000;
+    uint64_t *v = malloc(reps * sizeof *v);
+    static const uint32_t ds[] = { 0, 16, 8, 4, 2 };
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        lr_router_set_param(r, LR_PARAM_LODESTAR_CANDIDATES, ds[k]);
+        for (size_t i = 0; i < reps; i++)
+            v[i] = one(r, 0);
+        char name[64];
+        snprintf(name, sizeof name, "route_lodestar_64_d%u", ds[k]);
+        report(name, v, reps, "");
+    }
+    lr_router_set_param(r, LR_PARAM_LODESTAR_CANDIDATES, 0);
+
+    /* route while a retrain on the samples runs on another thread */
+    size_t cap = 2000000;
+    uint64_t *w = malloc(cap * sizeof *w);
+    struct trainer t = { .r = r };
+    atomic_init(&t.done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, train_main, &t);
+    size_t n = 0;
+    while (!atomic_load(&t.done) && n < cap)
+        w[n++] = one(r, 0);
+    pthread_join(th, NULL);
+    if (t.st != LR_OK || !t.trained)
+        die("retrain", t.st);
+    /* the reference: as many routes with no training */
+    size_t nref = n < reps ? reps : n;
+    if (nref > cap)
+        nref = cap;
+    uint64_t *ref = malloc(nref * sizeof *ref);
+    for (size_t i = 0; i < nref; i++)
+        ref[i] = one(r, 0);
+    report("route_idle_reference", ref, nref, "");
+    char extra[128];
+    snprintf(extra, sizeof extra, ", \"train_ms\": %.1f, \"samples\": %zu",
+             (double)t.ns / 1e6, nsamp);
+    report("route_while_training", w, n, extra);
+    free(ref);
+    free(w);
+    free(v);
+    free(prompt_buf);
+    lr_router_destroy(r);
+    return 0;
+}

@@ -1,0 +1,710 @@
+/* lr_learner: samples in from the serving side, models out to it, with no
+ * lock between the two.
+ *
+ * Samples: a single-producer single-consumer ring (`pq`, pending_capacity
+ * rows of n_features + 2 floats: features, reward, prediction). The
+ * serving side writes a row and publishes it with a release store of
+ * `head`; the step reads rows up to an acquire load of `head` and frees
+ * them with a release store of `tail`.
+ *
+ * Models: the step publishes a new model by exchanging it into `incoming`
+ * (a model never taken is freed by the step that replaces it). The serving
+ * side takes it with an exchange at the start of lr_learner_score() and
+ * pushes the model it replaces on the `retired` stack (a CAS push); the
+ * step pops the whole stack with one exchange and frees it. The serving
+ * side therefore never allocates or frees, and never waits.
+ *
+ * A step builds the next FIFO and replay buffers in fresh arrays, trains
+ * on them, and only then commits (swaps the arrays, advances `tail`,
+ * publishes), so LR_ENOMEM anywhere leaves every sample where it was. */
+#include "learner.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+#include "lr_hash.h"
+#include "mlp.h"
+
+struct model {
+    lr_mlp *net;
+    uint64_t round, samples, replay;
+    double mse;
+    struct model *next; /* on the retired stack */
+};
+
+#define ERR_WINDOW 256u
+
+struct lr_learner {
+    struct lr__mem mem; /* training side (and create/destroy) only */
+    lr_learner_options o;
+    lr_mlp_options mo;
+    uint32_t d;
+    size_t row; /* floats per pending row: d + 2 */
+    /* pending queue */
+    float *pq;
+    uint32_t pcap;
+    _Atomic uint64_t head; /* rows written (serving side) */
+    _Atomic uint64_t tail; /* rows taken (training side) */
+    /* mailbox */
+    _Atomic(struct model *) incoming;
+    _Atomic(struct model *) retired;
+    atomic_int stepping;
+    /* serving side */
+    struct model *serving;
+    uint64_t samples, dropped_full, dropped_range, predicted;
+    float err[ERR_WINDOW];
+    uint32_t err_n, err_pos;
+    /* training side */
+    float *fx, *fy; /* FIFO, oldest first, fifo_n rows */
+    uint32_t fifo_n;
+    float *rx, *ry; /* replay, rx_n rows */
+    uint32_t replay_n;
+    uint64_t taken;       /* samples taken over the learner's life */
+    uint64_t since_round; /* samples taken since the last round */
+    uint64_t round;
+    lr_mlp *prev; /* the last trained network (training side's copy) */
+};
+
+void
+lr_learner_options_init(lr_learner_options *opt)
+{
+    if (opt == NULL)
+        return;
+    memset(opt, 0, sizeof *opt);
+    opt->struct_size = sizeof *opt;
+    opt->fifo_capacity = 5000;
+    opt->replay_capacity = 5000;
+    opt->pending_capacity = 8192;
+    opt->min_samples = 5000;
+    opt->retrain_every = 1000;
+    opt->epochs = 30;
+    opt->max_abs_reward = 15.0;
+}
+
+void
+lr_learner_stats_init(lr_learner_stats *s)
+{
+    if (s == NULL)
+        return;
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+}
+
+/* ---- create / destroy ------------------------------------------------------ */
+
+static void
+model_free(struct model *m, struct lr__mem *mem)
+{
+    if (m == NULL)
+        return;
+    lr_mlp_destroy(m->net);
+    lr__free(mem, m, sizeof *m);
+}
+
+static size_t
+rows_bytes(size_t rows, size_t width)
+{
+    return rows * width * sizeof(float);
+}
+
+void
+lr_learner_destroy(lr_learner *l)
+{
+    if (l == NULL)
+        return;
+    struct lr__mem *m = &l->mem;
+    model_free(l->serving, m);
+    model_free(atomic_exchange(&l->incoming, NULL), m);
+    for (struct model *r = atomic_exchange(&l->retired, NULL); r != NULL;) {
+        struct model *next = r->next;
+        model_free(r, m);
+        r = next;
+    }
+    lr_mlp_destroy(l->prev);
+    lr__free(m, l->pq, rows_bytes(l->pcap, l->row));
+    lr__free(m, l->fx, rows_bytes(l->o.fifo_capacity, l->d));
+    lr__free(m, l->fy, rows_bytes(l->o.fifo_capacity, 1));
+    lr__free(m, l->rx, rows_bytes(l->o.replay_capacity, l->d));
+    lr__free(m, l->ry, rows_bytes(l->o.replay_capacity, 1));
+    struct lr__mem mm = *m;
+    lr__free(&mm, l, sizeof *l);
+}
+
+static lr_status
+check_options(const lr_learner_options *o)
+{
+    LR_RETURN_IF(o->n_features < 1 || o->n_features > LR_MLP_MAX_INPUTS,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->fifo_capacity < 1 ||
+                     o->fifo_capacity > LR_LEARNER_MAX_SAMPLES,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->replay_capacity > LR_LEARNER_MAX_SAMPLES, LR_EINVAL);
+    LR_RETURN_IF(o->pending_capacity < 1 ||
+                     o->pending_capacity > LR_LEARNER_MAX_SAMPLES,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->min_samples < 1 || o->retrain_every < 1, LR_EINVAL);
+    LR_RETURN_IF(o->epochs < 1 || o->epochs > 10000, LR_EINVAL);
+    LR_RETURN_IF(!(o->max_abs_reward > 0) || isinf(o->max_abs_reward),
+                 LR_EINVAL);
+    return LR_OK;
+}
+
+/* Copy and check the options and the network's (a throwaway network:
+ * lr_mlp_create is the one judge of its options). */
+static lr_status
+take_options(const lr_learner_options *opt, lr_learner_options *o,
+             lr_mlp_options *mo)
+{
+    lr_learner_options_init(o);
+    LR_TRY(lr__copy_sized(o, sizeof *o, opt, LR_LEARNER_OPTIONS_SIZE_V1));
+    LR_TRY(check_options(o));
+    lr_mlp_options_init(mo);
+    if (o->mlp != NULL)
+        LR_TRY(lr__copy_sized(mo, sizeof *mo, o->mlp, LR_MLP_OPTIONS_SIZE_V1));
+    mo->allocator = o->allocator;
+    mo->seed = o->seed;
+    mo->n_inputs = o->n_features;
+    o->mlp = NULL; /* copied into mo */
+    lr_mlp *probe = NULL;
+    LR_TRY(lr_mlp_create(mo, &probe));
+    lr_mlp_destroy(probe);
+    return LR_OK;
+}
+
+lr_status
+lr__learner_check_options(const lr_learner_options *opt)
+{
+    LR_RETURN_IF(opt == NULL, LR_EINVAL);
+    lr_learner_options o;
+    lr_mlp_options mo;
+    return take_options(opt, &o, &mo);
+}
+
+lr_status
+lr_learner_create(const lr_learner_options *opt, lr_learner **out)
+{
+    LR_RETURN_IF(opt == NULL || out == NULL, LR_EINVAL);
+    lr_learner_options o;
+    lr_mlp_options mo;
+    LR_TRY(take_options(opt, &o, &mo));
+    struct lr__mem mem;
+    LR_TRY(lr__mem_init(&mem, o.allocator));
+    lr_learner *l = lr__calloc(&mem, 1, sizeof *l);
+    LR_RETURN_IF(l == NULL, LR_ENOMEM);
+    l->mem = mem;
+    l->o = o;
+    l->mo = mo;
+    l->d = o.n_features;
+    l->row = (size_t)o.n_features + 2;
+    l->pcap = o.pending_capacity;
+    atomic_init(&l->head, 0);
+    atomic_init(&l->tail, 0);
+    atomic_init(&l->incoming, NULL);
+    atomic_init(&l->retired, NULL);
+    atomic_init(&l->stepping, 0);
+    l->pq = lr__alloc(&l->mem, rows_bytes(l->pcap, l->row));
+    l->fx = lr__alloc(&l->mem, rows_bytes(o.fifo_capacity, l->d));
+    l->fy = lr__alloc(&l->mem, rows_bytes(o.fifo_capacity, 1));
+    if (o.replay_capacity > 0) {
+        l->rx = lr__alloc(&l->mem, rows_bytes(o.replay_capacity, l->d));
+        l->ry = lr__alloc(&l->mem, rows_bytes(o.replay_capacity, 1));
+    }
+    if (l->pq == NULL || l->fx == NULL || l->fy == NULL ||
+        (o.replay_capacity > 0 && (l->rx == NULL || l->ry == NULL))) {
+        lr_learner_destroy(l);
+        return LR_ENOMEM;
+    }
+    *out = l;
+    return LR_OK;
+}
+
+/* ---- serving side ------------------------------------------------------------------ */
+
+static bool
+all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+lr_status
+lr_learner_add_sample(lr_learner *l, const float *x, double reward,
+                      double predicted)
+{
+    LR_RETURN_IF(l == NULL || x == NULL, LR_EINVAL);
+    LR_RETURN_IF(!isfinite(reward) || !all_finite(x, l->d), LR_EINVAL);
+    if (fabs(reward) > l->o.max_abs_reward) {
+        l->dropped_range++;
+        return LR_ERANGE;
+    }
+    uint64_t h = atomic_load_explicit(&l->head, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&l->tail, memory_order_acquire);
+    if (h - t >= l->pcap) {
+        l->dropped_full++;
+        return LR_ELIMIT;
+    }
+    float *row = l->pq + (size_t)(h % l->pcap) * l->row;
+    memcpy(row, x, l->d * sizeof(float));
+    row[l->d] = (float)reward;
+    row[l->d + 1] = isfinite(predicted) ? (float)predicted : NAN;
+    atomic_store_explicit(&l->head, h + 1, memory_order_release);
+    l->samples++;
+    if (isfinite(predicted)) {
+        l->predicted++;
+        l->err[l->err_pos] = (float)fabs(predicted - reward);
+        l->err_pos = (l->err_pos + 1) % ERR_WINDOW;
+        if (l->err_n < ERR_WINDOW)
+            l->err_n++;
+    }
+    return LR_OK;
+}
+
+/* Take a newly published model, retiring the one in service. */
+static void
+take_incoming(lr_learner *l)
+{
+    struct model *m = atomic_exchange(&l->incoming, NULL);
+    if (m == NULL)
+        return;
+    struct model *old = l->serving;
+    l->serving = m;
+    if (old == NULL)
+        return;
+    old->next = atomic_load_explicit(&l->retired, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak(&l->retired, &old->next, old))
+        ;
+}
+
+lr_status
+lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
+                 size_t *n_ood)
+{
+    LR_RETURN_IF(l == NULL || (n > 0 && (x == NULL || out == NULL)), LR_EINVAL);
+    take_incoming(l);
+    LR_RETURN_IF(l->serving == NULL, LR_ESTATE);
+    if (n == 0) {
+        if (n_ood != NULL)
+            *n_ood = 0;
+        return LR_OK;
+    }
+    LR_TRY(lr_mlp_predict(l->serving->net, x, n, out));
+    if (n_ood != NULL)
+        LR_TRY(lr_mlp_out_of_range(l->serving->net, x, n, n_ood));
+    return LR_OK;
+}
+
+lr_status
+lr_learner_get_stats(lr_learner *l, lr_learner_stats *out)
+{
+    LR_RETURN_IF(l == NULL || out == NULL, LR_EINVAL);
+    LR_RETURN_IF(out->struct_size < LR_LEARNER_STATS_SIZE_V1, LR_EVERSION);
+    take_incoming(l);
+    lr_learner_stats s;
+    lr_learner_stats_init(&s);
+    s.samples = l->samples;
+    s.dropped_full = l->dropped_full;
+    s.dropped_range = l->dropped_range;
+    s.predicted = l->predicted;
+    if (l->serving != NULL) {
+        s.model_round = l->serving->round;
+        s.model_samples = l->serving->samples;
+        s.model_replay = l->serving->replay;
+        s.model_mse = l->serving->mse;
+    }
+    double sum = 0;
+    for (uint32_t i = 0; i < l->err_n; i++)
+        sum += l->err[i];
+    s.online_mae = l->err_n > 0 ? sum / l->err_n : NAN;
+    size_t n = out->struct_size < sizeof s ? out->struct_size : sizeof s;
+    size_t keep = out->struct_size;
+    memcpy(out, &s, n);
+    out->struct_size = keep;
+    return LR_OK;
+}
+
+/* ---- training side ------------------------------------------------------------------ */
+
+static lr_status
+samples_locked(const lr_learner *l, float *x, float *y, size_t cap,
+               size_t *n_out)
+{
+    size_t n = (size_t)l->fifo_n + l->replay_n;
+    *n_out = n;
+    LR_RETURN_IF(cap < n, LR_EBUFSIZE);
+    LR_RETURN_IF(n > 0 && (x == NULL || y == NULL), LR_EINVAL);
+    if (l->fifo_n > 0) {
+        memcpy(x, l->fx, rows_bytes(l->fifo_n, l->d));
+        memcpy(y, l->fy, rows_bytes(l->fifo_n, 1));
+    }
+    if (l->replay_n > 0) {
+        memcpy(x + (size_t)l->fifo_n * l->d, l->rx,
+               rows_bytes(l->replay_n, l->d));
+        memcpy(y + l->fifo_n, l->ry, rows_bytes(l->replay_n, 1));
+    }
+    return LR_OK;
+}
+
+lr_status
+lr_learner_samples(lr_learner *l, float *x, float *y, size_t cap, size_t *n_out)
+{
+    LR_RETURN_IF(l == NULL || n_out == NULL, LR_EINVAL);
+    int expect = 0;
+    LR_RETURN_IF(!atomic_compare_exchange_strong(&l->stepping, &expect, 1),
+                 LR_ESTATE);
+    lr_status st = samples_locked(l, x, y, cap, n_out);
+    atomic_store(&l->stepping, 0);
+    return st;
+}
+
+/* The next buffers a step builds before it commits. */
+struct next {
+    float *fx, *fy, *rx, *ry;
+    uint32_t fifo_n, replay_n;
+    float *tx, *ty; /* training set: FIFO then replay */
+    struct model *pub;
+    lr_mlp *net;
+    /* replay selection scratch */
+    float *px, *py; /* pool rows */
+    float *emb;     /* pool embeddings */
+    float *mind;
+    uint32_t *pick;
+    size_t pool_cap, emb_w;
+};
+
+static void
+next_free(lr_learner *l, struct next *n)
+{
+    struct lr__mem *m = &l->mem;
+    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
+    lr__free(m, n->fx, rows_bytes(fc, l->d));
+    lr__free(m, n->fy, rows_bytes(fc, 1));
+    lr__free(m, n->rx, rows_bytes(rc, l->d));
+    lr__free(m, n->ry, rows_bytes(rc, 1));
+    lr__free(m, n->tx, rows_bytes((size_t)fc + rc, l->d));
+    lr__free(m, n->ty, rows_bytes((size_t)fc + rc, 1));
+    lr__free(m, n->px, rows_bytes(n->pool_cap, l->d));
+    lr__free(m, n->py, rows_bytes(n->pool_cap, 1));
+    lr__free(m, n->emb, rows_bytes(n->pool_cap, n->emb_w));
+    lr__free(m, n->mind, rows_bytes(n->pool_cap, 1));
+    lr__free(m, n->pick, n->pool_cap * sizeof(uint32_t));
+    model_free(n->pub, m);
+    lr_mlp_destroy(n->net);
+    memset(n, 0, sizeof *n);
+}
+
+static float
+dot(const float *a, const float *b, size_t n)
+{
+    /* eight partial sums: vectorizable without reassociation flags */
+    float s[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    float t = 0;
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
+           t;
+}
+
+/* Embed the pool rows for the diversity choice: the previous network's
+ * last hidden activations times its absolute error on the row, or with no
+ * network yet the rows' z-scored features; then L2-normalize. */
+static lr_status
+embed_pool(lr_learner *l, struct next *n, size_t m)
+{
+    size_t w = n->emb_w;
+    if (l->prev != NULL) {
+        LR_TRY(lr__mlp_last_hidden(l->prev, n->px, m, n->emb));
+        /* errors, one row at a time through `mind` as scratch */
+        LR_TRY(lr_mlp_predict(l->prev, n->px, m, n->mind));
+        for (size_t i = 0; i < m; i++) {
+            float e = fabsf(n->mind[i] - n->py[i]);
+            float *v = n->emb + i * w;
+            for (size_t k = 0; k < w; k++)
+                v[k] *= e;
+        }
+    } else {
+        for (size_t k = 0; k < w; k++) {
+            double s = 0, s2 = 0;
+            for (size_t i = 0; i < m; i++) {
+                double v = n->px[i * l->d + k];
+                s += v;
+                s2 += v * v;
+            }
+            double mean = s / (double)m, var = s2 / (double)m - mean * mean;
+            double sd = var > 1e-12 ? sqrt(var) : 1.0;
+            for (size_t i = 0; i < m; i++)
+                n->emb[i * w + k] = (float)((n->px[i * l->d + k] - mean) / sd);
+        }
+    }
+    for (size_t i = 0; i < m; i++) {
+        float *v = n->emb + i * w;
+        float nn = sqrtf(dot(v, v, w));
+        if (nn > 0)
+            for (size_t k = 0; k < w; k++)
+                v[k] /= nn;
+    }
+    return LR_OK;
+}
+
+/* Greedy k-center over the pool (farthest point, cosine distance): pick
+ * `k` rows into n->pick. The first is the row with the largest embedding
+ * before normalization would be ideal; the pool order (oldest replay
+ * first) is used instead, which keeps the choice deterministic. */
+static void
+k_center(struct next *n, size_t m, size_t k)
+{
+    size_t w = n->emb_w;
+    for (size_t i = 0; i < m; i++)
+        n->mind[i] = INFINITY;
+    size_t cur = 0;
+    for (size_t j = 0; j < k; j++) {
+        n->pick[j] = (uint32_t)cur;
+        n->mind[cur] = -1; /* taken */
+        const float *c = n->emb + cur * w;
+        size_t far = 0;
+        float best = -1;
+        for (size_t i = 0; i < m; i++) {
+            if (n->mind[i] < 0)
+                continue;
+            float dist = 1.0f - dot(n->emb + i * w, c, w);
+            if (dist < n->mind[i])
+                n->mind[i] = dist;
+            if (n->mind[i] > best) {
+                best = n->mind[i];
+                far = i;
+            }
+        }
+        cur = far;
+    }
+}
+
+/* Build the next FIFO (the newest fifo_capacity of FIFO + new rows) and
+ * the next replay (chosen from replay + rows leaving the FIFO). */
+static lr_status
+build_buffers(lr_learner *l, struct next *n, uint64_t t0, uint64_t n_new)
+{
+    struct lr__mem *mem = &l->mem;
+    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
+    size_t d = l->d;
+    n->fx = lr__alloc(mem, rows_bytes(fc, d));
+    n->fy = lr__alloc(mem, rows_bytes(fc, 1));
+    LR_RETURN_IF(n->fx == NULL || n->fy == NULL, LR_ENOMEM);
+    if (rc > 0) {
+        n->rx = lr__alloc(mem, rows_bytes(rc, d));
+        n->ry = lr__alloc(mem, rows_bytes(rc, 1));
+        LR_RETURN_IF(n->rx == NULL || n->ry == NULL, LR_ENOMEM);
+    }
+    /* all rows in age order: FIFO (0..fifo_n), then pending (new) */
+    uint64_t total = (uint64_t)l->fifo_n + n_new;
+    uint64_t leave = total > fc ? total - fc : 0; /* oldest `leave` go */
+    /* pool for the replay choice: replay + leaving rows */
+    size_t pool = (size_t)l->replay_n + (size_t)leave;
+    n->fifo_n = (uint32_t)(total - leave);
+    if (rc > 0 && pool > 0) {
+        n->pool_cap = pool;
+        n->emb_w = l->prev != NULL ? lr__mlp_width(l->prev) : d;
+        n->px = lr__alloc(mem, rows_bytes(pool, d));
+        n->py = lr__alloc(mem, rows_bytes(pool, 1));
+        n->emb = lr__alloc(mem, rows_bytes(pool, n->emb_w));
+        n->mind = lr__alloc(mem, rows_bytes(pool, 1));
+        n->pick = lr__alloc(mem, pool * sizeof(uint32_t));
+        LR_RETURN_IF(n->px == NULL || n->py == NULL || n->emb == NULL ||
+                         n->mind == NULL || n->pick == NULL,
+                     LR_ENOMEM);
+        if (l->replay_n > 0) {
+            memcpy(n->px, l->rx, rows_bytes(l->replay_n, d));
+            memcpy(n->py, l->ry, rows_bytes(l->replay_n, 1));
+        }
+    }
+    size_t pi = l->replay_n, fi = 0;
+    for (uint64_t i = 0; i < total; i++) {
+        const float *x;
+        float y;
+        if (i < l->fifo_n) {
+            x = l->fx + (size_t)i * d;
+            y = l->fy[i];
+        } else {
+            const float *row =
+                l->pq + (size_t)((t0 + (i - l->fifo_n)) % l->pcap) * l->row;
+            x = row;
+            y = row[d];
+        }
+        if (i < leave) {
+            if (rc > 0) {
+                memcpy(n->px + pi * d, x, d * sizeof(float));
+                n->py[pi++] = y;
+            }
+        } else {
+            memcpy(n->fx + fi * d, x, d * sizeof(float));
+            n->fy[fi++] = y;
+        }
+    }
+    if (rc == 0)
+        return LR_OK;
+    if (pool <= rc) {
+        if (pool > 0) {
+            memcpy(n->rx, n->px, rows_bytes(pool, d));
+            memcpy(n->ry, n->py, rows_bytes(pool, 1));
+        }
+        n->replay_n = (uint32_t)pool;
+        return LR_OK;
+    }
+    LR_TRY(embed_pool(l, n, pool));
+    k_center(n, pool, rc);
+    for (size_t j = 0; j < rc; j++) {
+        uint32_t p = n->pick[j];
+        memcpy(n->rx + j * d, n->px + (size_t)p * d, d * sizeof(float));
+        n->ry[j] = n->py[p];
+    }
+    n->replay_n = rc;
+    return LR_OK;
+}
+
+static lr_status
+train_round(lr_learner *l, struct next *n)
+{
+    struct lr__mem *mem = &l->mem;
+    size_t d = l->d;
+    size_t rows = (size_t)n->fifo_n + n->replay_n;
+    LR_RETURN_IF(rows == 0, LR_ESTATE);
+    size_t cap = (size_t)l->o.fifo_capacity + l->o.replay_capacity;
+    n->tx = lr__alloc(mem, rows_bytes(cap, d));
+    n->ty = lr__alloc(mem, rows_bytes(cap, 1));
+    n->pub = lr__calloc(mem, 1, sizeof *n->pub);
+    LR_RETURN_IF(n->tx == NULL || n->ty == NULL || n->pub == NULL, LR_ENOMEM);
+    memcpy(n->tx, n->fx, rows_bytes(n->fifo_n, d));
+    memcpy(n->ty, n->fy, rows_bytes(n->fifo_n, 1));
+    if (n->replay_n > 0) {
+        memcpy(n->tx + (size_t)n->fifo_n * d, n->rx,
+               rows_bytes(n->replay_n, d));
+        memcpy(n->ty + n->fifo_n, n->ry, rows_bytes(n->replay_n, 1));
+    }
+    lr_mlp_options mo = l->mo;
+    mo.seed = lr__mix64(l->o.seed, l->round + 1);
+    LR_TRY(lr_mlp_create(&mo, &n->net));
+    LR_TRY(lr_mlp_fit_normalization(n->net, n->tx, rows, n->ty));
+    double mse = NAN;
+    LR_TRY(lr_mlp_train(n->net, n->tx, n->ty, rows, l->o.epochs, &mse));
+    LR_TRY(lr_mlp_clone(n->net, &n->pub->net));
+    n->pub->round = l->round + 1;
+    n->pub->samples = rows;
+    n->pub->replay = n->replay_n;
+    n->pub->mse = mse;
+    return LR_OK;
+}
+
+static lr_status
+step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
+{
+    /* free what the serving side retired */
+    for (struct model *r = atomic_exchange(&l->retired, NULL); r != NULL;) {
+        struct model *next = r->next;
+        model_free(r, &l->mem);
+        r = next;
+    }
+    uint64_t t0 = atomic_load_explicit(&l->tail, memory_order_relaxed);
+    uint64_t h = atomic_load_explicit(&l->head, memory_order_acquire);
+    uint64_t n_new = h - t0;
+    bool have = l->fifo_n + l->replay_n + n_new > 0;
+    bool train;
+    if ((flags & LR_LEARN_FORCE) != 0)
+        train = have;
+    else if (l->round == 0)
+        train = l->taken + n_new >= l->o.min_samples;
+    else
+        train = l->since_round + n_new >= l->o.retrain_every;
+    if (!train && n_new == 0)
+        return LR_OK;
+    struct next n;
+    memset(&n, 0, sizeof n);
+    lr_status st = build_buffers(l, &n, t0, n_new);
+    if (st == LR_OK && train)
+        st = train_round(l, &n);
+    if (st != LR_OK) {
+        next_free(l, &n);
+        return st;
+    }
+    /* commit: nothing below fails */
+    struct lr__mem *mem = &l->mem;
+    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
+    lr__free(mem, l->fx, rows_bytes(fc, l->d));
+    lr__free(mem, l->fy, rows_bytes(fc, 1));
+    lr__free(mem, l->rx, rows_bytes(rc, l->d));
+    lr__free(mem, l->ry, rows_bytes(rc, 1));
+    l->fx = n.fx;
+    l->fy = n.fy;
+    l->rx = n.rx;
+    l->ry = n.ry;
+    l->fifo_n = n.fifo_n;
+    l->replay_n = n.replay_n;
+    n.fx = n.fy = n.rx = n.ry = NULL;
+    atomic_store_explicit(&l->tail, h, memory_order_release);
+    l->taken += n_new;
+    l->since_round += n_new;
+    if (train) {
+        l->round++;
+        l->since_round = 0;
+        lr_mlp_destroy(l->prev);
+        l->prev = n.net;
+        n.net = NULL;
+        model_free(atomic_exchange(&l->incoming, n.pub), mem);
+        n.pub = NULL;
+        *trained = 1;
+    }
+    next_free(l, &n);
+    return LR_OK;
+}
+
+lr_status
+lr_learner_step(lr_learner *l, uint32_t flags, int32_t *trained)
+{
+    LR_RETURN_IF(l == NULL || (flags & ~LR_LEARN_FORCE) != 0, LR_EINVAL);
+    int32_t dummy;
+    if (trained == NULL)
+        trained = &dummy;
+    *trained = 0;
+    int expect = 0;
+    LR_RETURN_IF(!atomic_compare_exchange_strong(&l->stepping, &expect, 1),
+                 LR_ESTATE);
+    lr_status st = step_locked(l, flags, trained);
+    atomic_store(&l->stepping, 0);
+    return st;
+}
+
+/* ---- internal ------------------------------------------------------------------------- */
+
+uint64_t
+lr__learner_digest(const lr_learner *l)
+{
+    uint64_t h = lr__hash(&l->fifo_n, sizeof l->fifo_n, 1);
+    h = lr__hash(&l->replay_n, sizeof l->replay_n, h);
+    if (l->fifo_n > 0) {
+        h = lr__hash(l->fx, rows_bytes(l->fifo_n, l->d), h);
+        h = lr__hash(l->fy, rows_bytes(l->fifo_n, 1), h);
+    }
+    if (l->replay_n > 0) {
+        h = lr__hash(l->rx, rows_bytes(l->replay_n, l->d), h);
+        h = lr__hash(l->ry, rows_bytes(l->replay_n, 1), h);
+    }
+    uint64_t v[6] = { atomic_load(&l->head),
+                      atomic_load(&l->tail),
+                      l->taken,
+                      l->since_round,
+                      l->round,
+                      l->samples };
+    return lr__hash(v, sizeof v, h);
+}
+
+void
+lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
+                  uint32_t *replay)
+{
+    *pending = atomic_load(&l->head) - atomic_load(&l->tail);
+    *fifo = l->fifo_n;
+    *replay = l->replay_n;
+}

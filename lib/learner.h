@@ -1,0 +1,23 @@
+/* Internal view of lr_learner for the router and tests. */
+#ifndef LIBROUTE_LIB_LEARNER_H
+#define LIBROUTE_LIB_LEARNER_H
+
+#include "common.h"
+#include "libroute/lr_learner.h"
+
+/* Check learner options (and their network's) as lr_learner_create()
+ * would, without making the learner. LR_ENOMEM is possible (a throwaway
+ * network). */
+lr_status lr__learner_check_options(const lr_learner_options *opt);
+
+/* Checksum of the training side's logical state (FIFO and replay rows,
+ * counters, queue positions, round); equal before and after a failed
+ * step. Not concurrently with a step. */
+uint64_t lr__learner_digest(const lr_learner *l);
+
+/* Samples waiting in the queue; FIFO and replay sizes. Not concurrently
+ * with a step. */
+void lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
+                       uint32_t *replay);
+
+#endif
