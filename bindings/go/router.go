@@ -16,7 +16,7 @@ import (
 // Policy is a routing policy (lr_policy). See docs/router.md for each rule.
 type Policy int32
 
-// The policies. PolicyLodestar is not available yet (ErrNotSupported).
+// The policies. PolicyLodestar learns as it routes: see Router.LearnStep.
 const (
 	PolicyRandom             Policy = C.LR_POLICY_RANDOM
 	PolicyRoundRobin         Policy = C.LR_POLICY_ROUND_ROBIN
@@ -127,6 +127,14 @@ const (
 	ParamStatsMaxAgeSeconds       Param = C.LR_PARAM_STATS_MAX_AGE_S
 	ParamDefaultOutputTokens      Param = C.LR_PARAM_DEFAULT_OUTPUT_TOKENS
 	ParamGORGOReleaseAtFirstToken Param = C.LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN
+	ParamLodestarEpsilon          Param = C.LR_PARAM_LODESTAR_EPSILON
+	ParamLodestarTie              Param = C.LR_PARAM_LODESTAR_TIE
+	ParamLodestarKVThreshold      Param = C.LR_PARAM_LODESTAR_KV_THRESHOLD
+	ParamLodestarKFilterTokens    Param = C.LR_PARAM_LODESTAR_KFILTER_TOKENS
+	ParamLodestarOOD              Param = C.LR_PARAM_LODESTAR_OOD
+	ParamLodestarFallback         Param = C.LR_PARAM_LODESTAR_FALLBACK
+	ParamLodestarCandidates       Param = C.LR_PARAM_LODESTAR_CANDIDATES
+	ParamLodestarMaxTTFTSeconds   Param = C.LR_PARAM_LODESTAR_MAX_TTFT_S
 )
 
 // paramCount is LR_PARAM_COUNT of the headers.
@@ -160,6 +168,11 @@ type RouterOptions struct {
 	IndexTTL            time.Duration
 	// Virtual nodes per instance on the ring.
 	RingVnodes uint32
+	// Lodestar's learner (buffers, schedule, network); nil: the library's
+	// defaults. NFeatures must be 0 or LodestarFeatures; Seed is ignored
+	// (the router's seeds it). Copied at create; the learner is made when
+	// PolicyLodestar is first chosen.
+	Learner *LearnerOptions
 }
 
 // DefaultRouterOptions returns the library's defaults
@@ -209,7 +222,14 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		co = &o
 	}
 	var p *C.lr_router
-	if err := check(C.lr_router_create(co, &p), "lr_router_create"); err != nil {
+	var st C.lr_status
+	if opt != nil && opt.Learner != nil {
+		lo, mo := opt.Learner.c()
+		st = C.lrgo_router_create(co, &lo, mo, &p)
+	} else {
+		st = C.lr_router_create(co, &p)
+	}
+	if err := check(st, "lr_router_create"); err != nil {
 		return nil, err
 	}
 	r := &Router{p: p}
@@ -784,6 +804,59 @@ func (r *Router) Expire(now uint64) error {
 	}
 	defer r.mu.RUnlock()
 	return check(C.lr_router_expire(h, C.uint64_t(now)), "lr_router_expire")
+}
+
+// LearnStep runs one step of Lodestar's learner on the calling goroutine
+// (Learner.Step): it takes the samples routes produced and, when enough
+// have arrived (or with LearnForce, whenever there is any), trains and
+// publishes a new model. Call it from a background goroutine every few
+// hundred milliseconds. It trains outside the router's mutex, so Route on
+// other goroutines never waits for it (the binding's lock is shared, too);
+// only Close waits for it. A step racing another step on the same router
+// gets ErrState, as does a router that never chose PolicyLodestar.
+func (r *Router) LearnStep(flags LearnFlags) (trained bool, err error) {
+	h, err := r.acquire()
+	if err != nil {
+		return false, err
+	}
+	defer r.mu.RUnlock()
+	var t C.int32_t
+	if err := check(C.lr_router_learn_step(h, C.uint32_t(flags), &t),
+		"lr_router_learn_step"); err != nil {
+		return false, err
+	}
+	return t != 0, nil
+}
+
+// LearnerSamples copies the samples the learner's next round would train
+// on, LodestarFeatures values per row. ErrState with no learner or while a
+// step runs.
+func (r *Router) LearnerSamples() (LearnerSamples, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return LearnerSamples{}, err
+	}
+	defer r.mu.RUnlock()
+	return samples(LodestarFeatures, "lr_router_learner_samples",
+		func(x, y *C.float, capacity C.size_t, n *C.size_t) C.lr_status {
+			return C.lr_router_learner_samples(h, x, y, capacity, n)
+		})
+}
+
+// LearnerStats returns the counters of Lodestar's learner; ErrState until
+// PolicyLodestar has been chosen once.
+func (r *Router) LearnerStats() (LearnerStats, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return LearnerStats{}, err
+	}
+	defer r.mu.RUnlock()
+	var s C.lr_learner_stats
+	C.lr_learner_stats_init(&s)
+	if err := check(C.lr_router_learner_stats(h, &s), "lr_router_learner_stats"); err != nil {
+		return LearnerStats{}, err
+	}
+	return learnerStats(&s), nil
 }
 
 // RouterStats.ByReason copies lr_router_stats.by_reason: the lengths must

@@ -212,7 +212,7 @@ func TestErrorsCarryStatus(t *testing.T) {
 	wantStatus(t, r.SetStats(ids[0], EngineStats{KVUse: 2}), ErrInvalid, StatusInvalid, "lr_router_set_stats")
 	wantStatus(t, r.SetStats(ids[0], EngineStats{KVUse: math.NaN()}), ErrInvalid, StatusInvalid, "lr_router_set_stats")
 	wantStatus(t, r.SetClass(0, ClassSpec{PrefillTokensPerSecond: 0}), ErrRange, StatusRange, "lr_router_set_class")
-	wantStatus(t, r.SetPolicy(PolicyLodestar), ErrNotSupported, StatusNotSupported, "lr_router_set_policy")
+	wantStatus(t, r.SetPolicy(Policy(policyCount)), ErrInvalid, StatusInvalid, "lr_router_set_policy")
 	wantStatus(t, r.SetParam(ParamPrefixMinRatio, 2), ErrRange, StatusRange, "lr_router_set_param")
 	wantStatus(t, r.SetParam(ParamPrefixMinRatio, math.NaN()), ErrInvalid, StatusInvalid, "lr_router_set_param")
 	wantStatus(t, r.SetParam(Param(paramCount), 1), ErrNotSupported, StatusNotSupported, "lr_router_set_param")
@@ -225,9 +225,9 @@ func TestErrorsCarryStatus(t *testing.T) {
 	wantStatus(t, err, ErrNotFound, StatusNotFound, "lr_policy_from_name")
 
 	o := DefaultRouterOptions()
-	o.Policy = PolicyLodestar
+	o.Policy = Policy(policyCount)
 	_, err = NewRouter(&o)
-	wantStatus(t, err, ErrNotSupported, StatusNotSupported, "lr_router_create")
+	wantStatus(t, err, ErrInvalid, StatusInvalid, "lr_router_create")
 	o = DefaultRouterOptions()
 	o.IndexTTL = -time.Second
 	_, err = NewRouter(&o)
@@ -302,9 +302,6 @@ func TestPolicies(t *testing.T) {
 		if err != nil || q != p {
 			t.Errorf("ParsePolicy(%q) = %v, %v", p.String(), q, err)
 		}
-		if p == PolicyLodestar {
-			continue
-		}
 		if err := r.SetPolicy(p); err != nil {
 			t.Fatalf("SetPolicy(%v): %v", p, err)
 		}
@@ -342,7 +339,9 @@ var allParams = []Param{
 	ParamGORGOWeightRTT, ParamGORGOWeightQueue, ParamGORGOSigma, ParamGORGOFrozen,
 	ParamGORGOWeightRTTMax, ParamGORGOWeightQueueMin, ParamRanvierPressure,
 	ParamSessionTokens, ParamStatsMaxAgeSeconds, ParamDefaultOutputTokens,
-	ParamGORGOReleaseAtFirstToken,
+	ParamGORGOReleaseAtFirstToken, ParamLodestarEpsilon, ParamLodestarTie,
+	ParamLodestarKVThreshold, ParamLodestarKFilterTokens, ParamLodestarOOD,
+	ParamLodestarFallback, ParamLodestarCandidates, ParamLodestarMaxTTFTSeconds,
 }
 
 func TestParams(t *testing.T) {

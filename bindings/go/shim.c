@@ -78,3 +78,27 @@ lrgo_index_match(lr_index *idx, const lr_prompt *p, const uint32_t *tokens,
     *m = res;
     return st;
 }
+
+lr_status
+lrgo_learner_create(const lr_learner_options *o, const lr_mlp_options *mlp,
+                    lr_learner **out)
+{
+    lr_learner_options lo = *o;
+    lo.mlp = mlp;
+    return lr_learner_create(&lo, out);
+}
+
+lr_status
+lrgo_router_create(const lr_router_options *o,
+                   const lr_learner_options *learner,
+                   const lr_mlp_options *mlp, lr_router **out)
+{
+    lr_router_options ro = *o;
+    lr_learner_options lo;
+    if (learner != NULL) {
+        lo = *learner;
+        lo.mlp = mlp;
+        ro.learner = &lo;
+    }
+    return lr_router_create(&ro, out);
+}

@@ -10,6 +10,11 @@
  * to its own stack, sets the pointers, makes the call and copies the
  * outputs back with the pointers cleared again. Nothing here allocates and
  * nothing keeps a pointer after it returns.
+ *
+ * The same holds for options that point to nested options
+ * (lr_router_options.learner -> lr_learner_options.mlp): Go passes each
+ * struct separately (NULL for "none") and the shim links copies of them on
+ * its stack for the create call, which copies them in turn.
  */
 #ifndef LIBROUTE_GO_SHIM_H
 #define LIBROUTE_GO_SHIM_H
@@ -39,5 +44,12 @@ lr_status lrgo_index_kv_stored(lr_index *idx, uint32_t instance,
                                const lr_kv_stored *ev,
                                const uint64_t *block_hashes,
                                const uint32_t *token_ids, uint64_t now_ns);
+
+lr_status lrgo_learner_create(const lr_learner_options *o,
+                              const lr_mlp_options *mlp, lr_learner **out);
+
+lr_status lrgo_router_create(const lr_router_options *o,
+                             const lr_learner_options *learner,
+                             const lr_mlp_options *mlp, lr_router **out);
 
 #endif

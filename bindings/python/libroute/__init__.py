@@ -9,16 +9,19 @@
         r.first_token(1, now_ns=time.monotonic_ns())
         r.complete(1, output_tokens=120, now_ns=time.monotonic_ns())
 
-One class per handle (Router, Index, Ring, Load), each owning its C handle
-(close(), ``with``, or the garbage collector), plus the reentrant helpers
-block_keys() and text_tokens(). Failures raise LrError subclasses that
+One class per handle (Router, Index, Ring, Load, Mlp, Learner), each
+owning its C handle (close(), ``with``, or the garbage collector), plus
+the reentrant helpers block_keys() and text_tokens(). Failures raise LrError subclasses that
 carry the library's status and message (libroute.errors). Enums and
 constants come from the header the module was compiled against
 (libroute.enums). The C API reference is include/libroute/*.h.
 
-Threads: Router may be shared freely. Index, Ring and Load serialize
-their calls with a per-object lock (the C handles are one thread at a
-time); give each thread its own for parallelism. cffi releases the GIL
+Threads: Router may be shared freely (Router.learn_step() from a
+background thread trains while other threads route). Index, Ring, Load
+and Mlp serialize their calls with a per-object lock (the C handles are
+one thread at a time); give each thread its own for parallelism. Learner
+has one lock per side: its serving calls (add_sample, score, stats) and
+its training calls (step, samples) run in parallel. cffi releases the GIL
 during every C call.
 """
 
@@ -33,7 +36,9 @@ from .errors import (AlreadyExistsError, BufferSizeError, ClosedError,
                      OutOfRangeError, StateError, VersionError, status_name,
                      strerror)
 from .index import Delta, Hit, Index, IndexStats, Match, block_keys
+from .learner import Learner, LearnerScore, LearnerStats, Samples
 from .load import Load, LoadSnapshot, RequestState
+from .mlp import Mlp
 from .ring import Ring
 from .router import (Decision, Move, Router, RouterStats, Score,
                      param_bounds)
@@ -78,7 +83,8 @@ def reason_name(reason: int) -> str:
 __version__ = version_string()
 
 __all__ = [
-    "Router", "Index", "Ring", "Load",
+    "Router", "Index", "Ring", "Load", "Mlp", "Learner",
+    "LearnerStats", "LearnerScore", "Samples",
     "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
     "VllmBatchInfo",

@@ -112,6 +112,123 @@ def u64_in(obj: Any, what: str):
     return array_in("uint64_t", obj, what)
 
 
+#: array.array typecode of float (C float, IEEE single precision).
+F32_TYPECODE = "f"
+_F32_FORMATS = _formats("f")
+
+
+def _f32_buffer(obj: Any, what: str):
+    """``memoryview(obj)`` when obj holds native float32 items in one
+    C-contiguous block (any number of dimensions), else None. Raw bytes
+    raise TypeError: their meaning as floats would be a guess."""
+    try:
+        m = memoryview(obj)
+    except TypeError:
+        return None
+    if m.format in ("B", "b", "c"):
+        m.release()
+        raise TypeError(f"{what}: expected floats (a sequence of numbers "
+                        f"or a float32 buffer), got bytes; wrap raw float32 "
+                        f"bytes in memoryview(data).cast('f')")
+    if m.itemsize == 4 and m.format in _F32_FORMATS and m.c_contiguous:
+        return m
+    m.release()
+    return None
+
+
+def _flat_floats(obj: Any, width: int, what: str) -> list:
+    """A flat list of the numbers in obj: a flat sequence, a sequence of
+    rows of ``width`` numbers, or any buffer (float64 arrays...)."""
+    if isinstance(obj, (str, bytes, bytearray)):
+        raise TypeError(f"{what}: expected numbers, got "
+                        f"{type(obj).__name__}")
+    try:
+        m = memoryview(obj)
+    except TypeError:
+        m = None
+    if m is not None:
+        with m:
+            items = m.tolist()
+    else:
+        try:
+            items = list(obj)
+        except TypeError:
+            raise TypeError(f"{what}: expected a sequence of numbers or a "
+                            f"float32 buffer, got {type(obj).__name__}") \
+                from None
+    if items and not isinstance(items[0], (int, float)) and \
+            not hasattr(items[0], "__float__"):
+        # rows: [[x00, x01, ...], [x10, ...], ...]
+        flat = []
+        for i, row in enumerate(items):
+            if isinstance(row, (str, bytes, bytearray)):
+                raise TypeError(f"{what}: expected numbers, got "
+                                f"{type(row).__name__}")
+            try:
+                row = list(row)
+            except TypeError:
+                raise TypeError(f"{what}: item {i} is neither a number nor "
+                                f"a row of numbers") from None
+            if len(row) != width:
+                raise ValueError(f"{what}: row {i} has {len(row)} values, "
+                                 f"expected {width}")
+            flat.extend(row)
+        return flat
+    return items
+
+
+def f32_in(obj: Any, width: int, what: str):
+    """``(float[] cdata, rows)`` over obj for one call: rows of ``width``
+    float32 values, row-major.
+
+    A C-contiguous float32 buffer (``array('f')``, ``memoryview`` cast to
+    ``'f'``, NumPy ``float32``, flat or ``(rows, width)``) is passed in
+    place, with no copy. Anything else (a flat sequence of numbers, a
+    sequence of rows, a float64 array) is copied once. Use the cdata in a
+    ``with``."""
+    m = _f32_buffer(obj, what)
+    if m is not None:
+        with m:
+            n = m.nbytes // 4
+            if m.ndim >= 2 and m.shape[-1] != width:
+                raise ValueError(f"{what}: rows of {m.shape[-1]} values, "
+                                 f"expected {width}")
+        c = ffi.from_buffer("float[]", obj)
+    else:
+        flat = _flat_floats(obj, width, what)
+        n = len(flat)
+        try:
+            c = ffi.new("float[]", flat)
+        except TypeError:
+            raise TypeError(f"{what}: every item must be a number") \
+                from None
+    if width <= 0 or n % width:
+        ffi.release(c)
+        raise ValueError(f"{what}: {n} values is not a whole number of "
+                         f"rows of {width}")
+    return c, n // width
+
+
+def f32_out(out: Any, n: int, what: str):
+    """``(result, float[] cdata)`` for n float32 outputs: ``out`` itself
+    when given (a writable C-contiguous float32 buffer of at least n items,
+    written in place), else a new ``array('f')``."""
+    if out is None:
+        out = array.array(F32_TYPECODE, bytes(4 * n))
+    else:
+        m = _f32_buffer(out, what)
+        if m is None:
+            raise TypeError(f"{what}: expected a writable float32 buffer "
+                            f"(array('f'), ...), got {type(out).__name__}")
+        with m:
+            if m.readonly:
+                raise TypeError(f"{what}: the buffer is read-only")
+            if m.nbytes // 4 < n:
+                raise ValueError(f"{what}: room for {m.nbytes // 4} "
+                                 f"values, {n} needed")
+    return out, ffi.from_buffer("float[]", out, require_writable=True)
+
+
 def _index(value: Any, what: str) -> int:
     # operator.index: ints and int-likes (NumPy integers), never a float
     # silently truncated (a float timestamp is a bug worth hearing about).

@@ -9,7 +9,8 @@ while the library works. close() waits for the calls still running.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Tuple,
+                    Union)
 
 from ._ffi import ffi, lib
 from ._util import (_Handle, bytes_in, from_struct, name_in, set_fields,
@@ -17,7 +18,10 @@ from ._util import (_Handle, bytes_in, from_struct, name_in, set_fields,
 from .enums import Bounds, Param, Policy, Reason, as_enum
 from .errors import check
 from .index import Delta, _kv_stored
+from .learner import (LearnerStats, Samples, learner_options, new_stats,
+                      samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
+from .mlp import options_dict
 from .vllm import VllmBatchInfo, finish, new_info
 
 __all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
@@ -28,6 +32,8 @@ _NONE = lib.LR_INSTANCE_NONE
 _DRY_RUN = lib.LR_ROUTE_DRY_RUN
 _NO_LEARN = lib.LR_ROUTE_NO_LEARN
 _SCORES = lib.LR_ROUTE_SCORES
+_FORCE = lib.LR_LEARN_FORCE
+_LODESTAR_FEATURES = lib.LR_LODESTAR_FEATURES
 
 PolicyLike = Union[Policy, int, str]
 ParamLike = Union[Param, int, str]
@@ -118,6 +124,11 @@ class Router(_Handle):
     Keyword arguments are lr_router_options fields; None keeps the
     library's default. ``policy`` takes a Policy, its label
     ("prefix-cache-and-load") or its name ("PREFIX_CACHE_AND_LOAD").
+    ``learner`` is a mapping of Learner() options for Lodestar's learner
+    (min_samples, retrain_every, ..., and ``mlp``, a mapping of Mlp()
+    options); its seed is the router's and n_features is
+    LR_LODESTAR_FEATURES, so neither is taken. The library copies them at
+    create; the learner itself is made when lodestar is first chosen.
     Use it as a context manager or call close(); otherwise the garbage
     collector destroys it.
     """
@@ -132,7 +143,8 @@ class Router(_Handle):
                  block_tokens: Optional[int] = None,
                  index_capacity_blocks: Optional[int] = None,
                  index_ttl_ns: Optional[int] = None,
-                 ring_vnodes: Optional[int] = None) -> None:
+                 ring_vnodes: Optional[int] = None,
+                 learner: Optional[Mapping[str, Any]] = None) -> None:
         opt = ffi.new("lr_router_options *")
         lib.lr_router_options_init(opt)
         set_fields(opt, "Router",
@@ -141,8 +153,17 @@ class Router(_Handle):
                    max_requests=max_requests, block_tokens=block_tokens,
                    index_capacity_blocks=index_capacity_blocks,
                    index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes)
+        keep = None
+        if learner is not None:
+            lopt, keep = learner_options(
+                "Router learner", options_dict(learner, "learner"),
+                exclude=("seed",))
+            opt.learner = lopt
+            keep = (lopt, keep)  # the nested structs live until create
         out = ffi.new("lr_router **")
-        check(lib.lr_router_create(opt, out), "lr_router_create")
+        st = lib.lr_router_create(opt, out)
+        del keep  # copied by the library
+        check(st, "lr_router_create")
         self._own(out[0], lib.lr_router_destroy, exclusive=False)
         self._score_cap = 16
 
@@ -490,6 +511,42 @@ class Router(_Handle):
         with self._use() as p:
             st = lib.lr_router_expire(p, now)
         check(st, "lr_router_expire")
+
+    # ---- Lodestar ---------------------------------------------------------
+
+    def learn_step(self, force: bool = False) -> bool:
+        """lr_router_learn_step(): take the samples routes produced and,
+        when enough have arrived (or with ``force``, whenever there is
+        any), train and publish a new model; returns whether one was
+        published. Call it from a background thread: it trains outside the
+        router's lock, so route() on other threads never waits for it. A
+        step racing another step raises StateError, as does a router that
+        never chose lodestar."""
+        trained = ffi.new("int32_t *")
+        with self._use() as p:
+            st = lib.lr_router_learn_step(p, _FORCE if force else 0,
+                                          trained)
+        check(st, "lr_router_learn_step")
+        return bool(trained[0])
+
+    def learner_samples(self) -> Samples:
+        """lr_router_learner_samples(): the samples the learner's next
+        round would train on, LR_LODESTAR_FEATURES floats per row.
+        StateError with no learner or during a step."""
+        with self._use() as p:
+            return samples_into(
+                lambda x, y, cap, n: lib.lr_router_learner_samples(
+                    p, x, y, cap, n),
+                _LODESTAR_FEATURES, "lr_router_learner_samples")
+
+    def learner_stats(self) -> LearnerStats:
+        """lr_router_learner_stats(): the learner's counters (StateError
+        until lodestar has been chosen once)."""
+        s = new_stats()
+        with self._use() as p:
+            st = lib.lr_router_learner_stats(p, s)
+        check(st, "lr_router_learner_stats")
+        return stats_from(s)
 
     # ---- statistics -----------------------------------------------------
 

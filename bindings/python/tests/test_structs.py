@@ -34,6 +34,8 @@ COVER = {
     "lr_router_options": (params(L.Router.__init__),
                           {"allocator": None,
                            "flags": None}),  # reserved, must be 0
+                          # learner: a mapping of Learner() options, see
+                          # test_nested_options_are_reachable
     "lr_prompt": (params(L.Index.learn),
                   {"n_tokens": "n_tokens", "n_boundaries": None,
                    "n_keys": None}),
@@ -60,6 +62,11 @@ COVER = {
     "lr_move": (set(L.Move._fields), {"from": "from_"}),
     "lr_router_stats": (set(L.RouterStats._fields), {}),
     "lr_vllm_batch_info": (set(L.VllmBatchInfo._fields), {}),
+    "lr_mlp_options": (params(L.Mlp.__init__), {"allocator": None}),
+    # mlp (a mapping of Mlp() options): see
+    # test_nested_options_are_reachable.
+    "lr_learner_options": (params(L.Learner.__init__), {"allocator": None}),
+    "lr_learner_stats": (set(L.LearnerStats._fields), {}),
 }
 
 
@@ -101,6 +108,17 @@ class StructCoverage(unittest.TestCase):
                         continue
                     self.assertIn(py, offered, f"{cname}.{f} is not "
                                   f"reachable from Python (as {py!r})")
+
+    def test_nested_options_are_reachable(self):
+        # Router(learner={...}) and Learner(mlp={...}) take mappings whose
+        # keys are the nested structs' fields, less those the owner sets.
+        from libroute.learner import LEARNER_OPTIONS
+        from libroute.mlp import MLP_OPTIONS
+        for cname, keys in (("lr_learner_options", LEARNER_OPTIONS),
+                            ("lr_mlp_options", MLP_OPTIONS)):
+            fields = {f for f, _ in fields_of(cname)} - SKIP - {"allocator"}
+            with self.subTest(struct=cname):
+                self.assertEqual(fields, set(keys))
 
     def test_renames_name_real_fields(self):
         # A stale entry in COVER would hide nothing, but would rot.

@@ -295,6 +295,82 @@ pub struct lr_load_snapshot {
 }
 pub const LR_LOAD_SNAPSHOT_SIZE_V1: usize = offset_of!(lr_load_snapshot, prompt_tokens) + 8;
 
+// ---- lr_mlp.h ------------------------------------------------------------------
+
+opaque! {
+    /// A small fully connected network. One thread at a time.
+    lr_mlp;
+}
+
+pub const LR_MLP_MAX_INPUTS: c_uint = 256;
+pub const LR_MLP_MAX_LAYERS: c_uint = 8;
+pub const LR_MLP_MAX_WIDTH: c_uint = 1024;
+pub const LR_MLP_MAX_BATCH: c_uint = 65536;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_mlp_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub seed: u64,
+    pub n_inputs: u32,
+    pub hidden_layers: u32,
+    pub width: u32,
+    pub batch_size: u32,
+    pub dropout: f64,
+    pub learning_rate: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+}
+pub const LR_MLP_OPTIONS_SIZE_V1: usize = offset_of!(lr_mlp_options, grad_clip) + 8;
+
+// ---- lr_learner.h --------------------------------------------------------------
+
+opaque! {
+    /// Lodestar's online learner. Serving calls one thread at a time,
+    /// training calls one thread at a time; one of each may overlap.
+    lr_learner;
+}
+
+pub const LR_LEARNER_MAX_SAMPLES: c_uint = 1 << 22;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_learner_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub seed: u64,
+    pub n_features: u32,
+    pub fifo_capacity: u32,
+    pub replay_capacity: u32,
+    pub pending_capacity: u32,
+    pub min_samples: u32,
+    pub retrain_every: u32,
+    pub epochs: u32,
+    pub max_abs_reward: f64,
+    pub mlp: *const lr_mlp_options,
+}
+pub const LR_LEARNER_OPTIONS_SIZE_V1: usize =
+    offset_of!(lr_learner_options, mlp) + size_of::<*const c_void>();
+
+pub const LR_LEARN_FORCE: c_uint = 1;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_learner_stats {
+    pub struct_size: usize,
+    pub samples: u64,
+    pub dropped_full: u64,
+    pub dropped_range: u64,
+    pub model_round: u64,
+    pub model_samples: u64,
+    pub model_replay: u64,
+    pub model_mse: f64,
+    pub online_mae: f64,
+    pub predicted: u64,
+}
+pub const LR_LEARNER_STATS_SIZE_V1: usize = offset_of!(lr_learner_stats, predicted) + 8;
+
 // ---- lr_router.h ---------------------------------------------------------------
 
 opaque! {
@@ -336,8 +412,10 @@ pub struct lr_router_options {
     pub index_ttl_ns: u64,
     pub ring_vnodes: u32,
     pub flags: u32,
+    pub learner: *const lr_learner_options,
 }
-pub const LR_ROUTER_OPTIONS_SIZE_V1: usize = offset_of!(lr_router_options, flags) + 4;
+pub const LR_ROUTER_OPTIONS_SIZE_V1: usize =
+    offset_of!(lr_router_options, learner) + size_of::<*const c_void>();
 pub const LR_ROUTER_MAX_INSTANCES: c_uint = 65534;
 
 #[repr(C)]
@@ -458,7 +536,15 @@ pub const LR_PARAM_SESSION_TOKENS: lr_param = 21;
 pub const LR_PARAM_STATS_MAX_AGE_S: lr_param = 22;
 pub const LR_PARAM_DEFAULT_OUTPUT_TOKENS: lr_param = 23;
 pub const LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN: lr_param = 24;
-pub const LR_PARAM_COUNT: c_int = 25;
+pub const LR_PARAM_LODESTAR_EPSILON: lr_param = 25;
+pub const LR_PARAM_LODESTAR_TIE: lr_param = 26;
+pub const LR_PARAM_LODESTAR_KV_THRESHOLD: lr_param = 27;
+pub const LR_PARAM_LODESTAR_KFILTER_TOKENS: lr_param = 28;
+pub const LR_PARAM_LODESTAR_OOD: lr_param = 29;
+pub const LR_PARAM_LODESTAR_FALLBACK: lr_param = 30;
+pub const LR_PARAM_LODESTAR_CANDIDATES: lr_param = 31;
+pub const LR_PARAM_LODESTAR_MAX_TTFT_S: lr_param = 32;
+pub const LR_PARAM_COUNT: c_int = 33;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default)]
@@ -474,6 +560,8 @@ pub struct lr_router_stats {
     pub cached_tokens: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
+
+pub const LR_LODESTAR_FEATURES: c_uint = 20;
 
 // ---- lr_vllm.h -----------------------------------------------------------------
 
@@ -646,6 +734,84 @@ extern "C" {
         queued: *mut i32,
     ) -> lr_status;
 
+    // lr_mlp.h
+    pub fn lr_mlp_options_init(opt: *mut lr_mlp_options);
+    pub fn lr_mlp_create(opt: *const lr_mlp_options, out: *mut *mut lr_mlp) -> lr_status;
+    pub fn lr_mlp_destroy(mlp: *mut lr_mlp);
+    pub fn lr_mlp_clone(mlp: *const lr_mlp, out: *mut *mut lr_mlp) -> lr_status;
+    pub fn lr_mlp_n_inputs(mlp: *const lr_mlp) -> u32;
+    pub fn lr_mlp_fit_normalization(
+        mlp: *mut lr_mlp,
+        x: *const f32,
+        n_rows: usize,
+        y: *const f32,
+    ) -> lr_status;
+    pub fn lr_mlp_predict(
+        mlp: *mut lr_mlp,
+        x: *const f32,
+        n_rows: usize,
+        out: *mut f32,
+    ) -> lr_status;
+    pub fn lr_mlp_out_of_range(
+        mlp: *const lr_mlp,
+        x: *const f32,
+        n_rows: usize,
+        n_out: *mut usize,
+    ) -> lr_status;
+    pub fn lr_mlp_train(
+        mlp: *mut lr_mlp,
+        x: *const f32,
+        y: *const f32,
+        n_rows: usize,
+        epochs: u32,
+        loss: *mut f64,
+    ) -> lr_status;
+    pub fn lr_mlp_loss(
+        mlp: *mut lr_mlp,
+        x: *const f32,
+        y: *const f32,
+        n_rows: usize,
+        mse: *mut f64,
+    ) -> lr_status;
+    pub fn lr_mlp_save(mlp: *const lr_mlp, out: *mut *mut lr_blob) -> lr_status;
+    pub fn lr_mlp_load(
+        buf: *const u8,
+        len: usize,
+        allocator: *const lr_allocator,
+        out: *mut *mut lr_mlp,
+    ) -> lr_status;
+
+    // lr_learner.h
+    pub fn lr_learner_options_init(opt: *mut lr_learner_options);
+    pub fn lr_learner_create(
+        opt: *const lr_learner_options,
+        out: *mut *mut lr_learner,
+    ) -> lr_status;
+    pub fn lr_learner_destroy(learner: *mut lr_learner);
+    pub fn lr_learner_add_sample(
+        learner: *mut lr_learner,
+        features: *const f32,
+        reward: f64,
+        predicted: f64,
+    ) -> lr_status;
+    pub fn lr_learner_score(
+        learner: *mut lr_learner,
+        x: *const f32,
+        n_rows: usize,
+        out: *mut f32,
+        n_ood: *mut usize,
+    ) -> lr_status;
+    pub fn lr_learner_step(learner: *mut lr_learner, flags: u32, trained: *mut i32) -> lr_status;
+    pub fn lr_learner_samples(
+        learner: *mut lr_learner,
+        x: *mut f32,
+        y: *mut f32,
+        capacity: usize,
+        n_samples: *mut usize,
+    ) -> lr_status;
+    pub fn lr_learner_stats_init(s: *mut lr_learner_stats);
+    pub fn lr_learner_get_stats(learner: *mut lr_learner, out: *mut lr_learner_stats) -> lr_status;
+
     // lr_router.h
     pub fn lr_policy_name(policy: lr_policy) -> *const c_char;
     pub fn lr_policy_from_name(name: *const c_char, out: *mut lr_policy) -> lr_status;
@@ -745,6 +911,19 @@ extern "C" {
         now_ns: u64,
     ) -> lr_status;
     pub fn lr_router_expire(router: *mut lr_router, now_ns: u64) -> lr_status;
+    pub fn lr_router_learn_step(router: *mut lr_router, flags: u32, trained: *mut i32)
+        -> lr_status;
+    pub fn lr_router_learner_samples(
+        router: *mut lr_router,
+        x: *mut f32,
+        y: *mut f32,
+        capacity: usize,
+        n_samples: *mut usize,
+    ) -> lr_status;
+    pub fn lr_router_learner_stats(
+        router: *const lr_router,
+        out: *mut lr_learner_stats,
+    ) -> lr_status;
     pub fn lr_router_stats_init(s: *mut lr_router_stats);
     pub fn lr_router_get_stats(router: *const lr_router, out: *mut lr_router_stats) -> lr_status;
 

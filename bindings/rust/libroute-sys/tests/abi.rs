@@ -95,6 +95,7 @@ fn c_type(rust: &str) -> String {
         "i32" => "int32_t",
         "i64" => "int64_t",
         "usize" => "size_t",
+        "f32" => "float",
         "f64" => "double",
         "c_int" => "int",
         "c_uint" => "unsigned",
@@ -166,9 +167,16 @@ fn declarations_match_the_c_headers() {
             prefill_tokens, queued_tokens, decode_tokens, kv_tokens, has_stats, running,
             waiting, kv_use, scraped_ns, has_rtt, rtt_ns, last_first_token_ns,
             queue_since_ns, prompt_tokens }
+        lr_mlp_options { struct_size, allocator, seed, n_inputs, hidden_layers, width,
+            batch_size, dropout, learning_rate, weight_decay, grad_clip }
+        lr_learner_options { struct_size, allocator, seed, n_features, fifo_capacity,
+            replay_capacity, pending_capacity, min_samples, retrain_every, epochs,
+            max_abs_reward, mlp }
+        lr_learner_stats { struct_size, samples, dropped_full, dropped_range, model_round,
+            model_samples, model_replay, model_mse, online_mae, predicted }
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
-            flags }
+            flags, learner }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
@@ -198,6 +206,10 @@ fn declarations_match_the_c_headers() {
         LR_LOAD_MAX_INSTANCES, LR_LOAD_MAX_REQUESTS, LR_LOAD_MAX_CLASSES,
         LR_LOAD_MAX_RTT_NS, LR_LOAD_OPTIONS_SIZE_V1, LR_DISPATCH_SIZE_V1,
         LR_ENGINE_STATS_SIZE_V1, LR_LOAD_SNAPSHOT_SIZE_V1,
+        LR_MLP_MAX_INPUTS, LR_MLP_MAX_LAYERS, LR_MLP_MAX_WIDTH, LR_MLP_MAX_BATCH,
+        LR_MLP_OPTIONS_SIZE_V1,
+        LR_LEARNER_MAX_SAMPLES, LR_LEARNER_OPTIONS_SIZE_V1, LR_LEARN_FORCE,
+        LR_LEARNER_STATS_SIZE_V1,
         LR_POLICY_RANDOM, LR_POLICY_ROUND_ROBIN, LR_POLICY_LEAST_REQUEST,
         LR_POLICY_LEAST_LOAD, LR_POLICY_SESSION_AFFINITY, LR_POLICY_CONSISTENT_HASH,
         LR_POLICY_PREFIX_CACHE, LR_POLICY_PREFIX_CACHE_AND_LOAD,
@@ -220,8 +232,11 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_GORGO_W_QUEUE, LR_PARAM_GORGO_SIGMA, LR_PARAM_GORGO_FROZEN,
         LR_PARAM_GORGO_W_RTT_MAX, LR_PARAM_GORGO_W_QUEUE_MIN, LR_PARAM_RANVIER_PRESSURE,
         LR_PARAM_SESSION_TOKENS, LR_PARAM_STATS_MAX_AGE_S, LR_PARAM_DEFAULT_OUTPUT_TOKENS,
-        LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN, LR_PARAM_COUNT,
-        LR_ROUTER_STATS_SIZE_V1, LR_VLLM_BATCH_INFO_SIZE_V1,
+        LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN, LR_PARAM_LODESTAR_EPSILON,
+        LR_PARAM_LODESTAR_TIE, LR_PARAM_LODESTAR_KV_THRESHOLD,
+        LR_PARAM_LODESTAR_KFILTER_TOKENS, LR_PARAM_LODESTAR_OOD, LR_PARAM_LODESTAR_FALLBACK,
+        LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S, LR_PARAM_COUNT,
+        LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
     );
 
     let decls = declarations();

@@ -13,6 +13,8 @@
 //! | [`Index`] | `lr_index` | `Send`, not `Sync`: one thread at a time |
 //! | [`Ring`] | `lr_ring` | `Send + Sync`: queries (`&self`) may run concurrently, mutators take `&mut self` |
 //! | [`Load`] | `lr_load` | `Send`, not `Sync`: one thread at a time |
+//! | [`Mlp`] | `lr_mlp` | `Send`, not `Sync`: one thread at a time, queries included |
+//! | [`LearnerServer`], [`LearnerTrainer`] | `lr_learner` | each `Send`, not `Sync`: the two sides of one [`Learner`], which may run on two threads at once |
 //!
 //! Timestamps (`now_ns`, ...) are the host's monotonic clock in
 //! nanoseconds, as the C API takes them; durations (RTT, TTL) are
@@ -43,7 +45,9 @@ pub use libroute_sys as sys;
 mod blob;
 mod error;
 mod index;
+mod learner;
 mod load;
+mod mlp;
 mod ring;
 mod router;
 mod text;
@@ -55,7 +59,12 @@ pub use index::{
     block_keys, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult, Prompt,
     Trust,
 };
+pub use learner::{
+    LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,
+    LearnerTrainer, LODESTAR_FEATURES,
+};
 pub use load::{Dispatch, EngineStats, InFlight, Load, LoadOptions, LoadSnapshot};
+pub use mlp::{Mlp, MlpOptions};
 pub use ring::{Candidates, Ring, RingOptions};
 pub use router::{
     Bounds, ClassSpec, Decision, InstanceSpec, Move, Param, Policy, Reason, Request, RouteFlags,

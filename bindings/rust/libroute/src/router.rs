@@ -2,6 +2,7 @@
 
 use crate::error::{check, Error, Result};
 use crate::index::KvStored;
+use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
 use crate::{c_name, init, nanos, ptr_or_null, static_name, sys, Blob, InstanceId, INSTANCE_NONE};
 use std::fmt;
@@ -107,7 +108,7 @@ named_consts! { Policy, lib sys::lr_policy_name,
     GORGO = sys::LR_POLICY_GORGO,
     /// `"ranvier"`.
     RANVIER = sys::LR_POLICY_RANVIER,
-    /// `"lodestar"`: not available yet ([`crate::ErrorKind::NotSupported`]).
+    /// `"lodestar"`: a learned policy; see [`Router::learn_step`].
     LODESTAR = sys::LR_POLICY_LODESTAR,
 }
 
@@ -230,6 +231,22 @@ named_consts! { Param, consts,
     DEFAULT_OUTPUT_TOKENS = sys::LR_PARAM_DEFAULT_OUTPUT_TOKENS,
     /// gorgo: 1 releases a request's queued tokens at its first token.
     GORGO_RELEASE_AT_FIRST_TOKEN = sys::LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN,
+    /// lodestar: probability of a uniform exploration draw.
+    LODESTAR_EPSILON = sys::LR_PARAM_LODESTAR_EPSILON,
+    /// lodestar: candidates within this fraction of the best tie.
+    LODESTAR_TIE = sys::LR_PARAM_LODESTAR_TIE,
+    /// lodestar: mean KV use above which the K-filter may apply.
+    LODESTAR_KV_THRESHOLD = sys::LR_PARAM_LODESTAR_KV_THRESHOLD,
+    /// lodestar: cached tokens above which the K-filter may apply.
+    LODESTAR_KFILTER_TOKENS = sys::LR_PARAM_LODESTAR_KFILTER_TOKENS,
+    /// lodestar: 1 falls back when features leave the training range.
+    LODESTAR_OOD = sys::LR_PARAM_LODESTAR_OOD,
+    /// lodestar: the policy used on cold start and out of range.
+    LODESTAR_FALLBACK = sys::LR_PARAM_LODESTAR_FALLBACK,
+    /// lodestar: most candidates scored (0: every routable instance).
+    LODESTAR_CANDIDATES = sys::LR_PARAM_LODESTAR_CANDIDATES,
+    /// lodestar: first tokens later than this (seconds) give no sample.
+    LODESTAR_MAX_TTFT_S = sys::LR_PARAM_LODESTAR_MAX_TTFT_S,
 }
 
 /// The range and default of a parameter.
@@ -280,6 +297,12 @@ pub struct RouterOptions {
     pub index_ttl: Duration,
     /// Virtual nodes per instance on the ring (0: the default).
     pub ring_vnodes: u32,
+    /// Lodestar's learner (buffers, schedule, network); `None`: the
+    /// library's defaults. `n_features` must be 0 or
+    /// [`crate::LODESTAR_FEATURES`]; `seed` is ignored (the router's seeds
+    /// it). Copied at creation; the learner is made when
+    /// [`Policy::LODESTAR`] is first chosen.
+    pub learner: Option<LearnerOptions>,
 }
 
 impl Default for RouterOptions {
@@ -294,6 +317,7 @@ impl Default for RouterOptions {
             index_capacity_blocks: o.index_capacity_blocks,
             index_ttl: Duration::from_nanos(o.index_ttl_ns),
             ring_vnodes: o.ring_vnodes,
+            learner: None,
         }
     }
 }
@@ -579,11 +603,17 @@ impl Router {
         o.index_ttl_ns = nanos(opt.index_ttl);
         o.ring_vnodes = opt.ring_vnodes;
         let mut raw = ptr::null_mut();
-        // SAFETY: initialized options and an out pointer.
-        check(
-            unsafe { sys::lr_router_create(&o, &mut raw) },
-            "lr_router_create",
-        )?;
+        // SAFETY: initialized options (the nested learner and network
+        // options live for the call; the library copies them) and an out
+        // pointer.
+        let st = match &opt.learner {
+            None => unsafe { sys::lr_router_create(&o, &mut raw) },
+            Some(l) => l.with_c(|lo| {
+                o.learner = lo;
+                unsafe { sys::lr_router_create(&o, &mut raw) }
+            }),
+        };
+        check(st, "lr_router_create")?;
         let raw = NonNull::new(raw).expect("lr_router_create returned LR_OK and NULL");
         Ok(Router { raw })
     }
@@ -936,6 +966,53 @@ impl Router {
             unsafe { sys::lr_router_expire(self.ptr(), now_ns) },
             "lr_router_expire",
         )
+    }
+
+    /// Runs one step of Lodestar's learner on the calling thread
+    /// ([`crate::LearnerTrainer::step`]): takes the samples routes produced
+    /// and, when enough have arrived (or with [`LearnFlags::FORCE`], whenever
+    /// there is any), trains and publishes a new model; returns whether it
+    /// published one. Call it from a background thread every few hundred
+    /// milliseconds: it trains outside the router's mutex, so `route` on
+    /// other threads never waits for it. A step racing another one on the
+    /// same router gets [`crate::ErrorKind::State`], as does a router that
+    /// never chose [`Policy::LODESTAR`].
+    pub fn learn_step(&self, flags: LearnFlags) -> Result<bool> {
+        let mut trained = 0;
+        // SAFETY: live router, out pointer; any thread (lr_router.h).
+        check(
+            unsafe { sys::lr_router_learn_step(self.ptr(), flags.raw(), &mut trained) },
+            "lr_router_learn_step",
+        )?;
+        Ok(trained != 0)
+    }
+
+    /// A copy of the samples the learner's next round would train on,
+    /// [`crate::LODESTAR_FEATURES`] values per row.
+    /// [`crate::ErrorKind::State`] with no learner or while a step runs.
+    pub fn learner_samples(&self) -> Result<LearnerSamples> {
+        let p = self.ptr();
+        fill_samples(
+            crate::LODESTAR_FEATURES,
+            "lr_router_learner_samples",
+            |x, y, cap, n| {
+                // SAFETY: live router; x and y have room for cap rows (or
+                // are NULL with 0).
+                unsafe { sys::lr_router_learner_samples(p, x, y, cap, n) }
+            },
+        )
+    }
+
+    /// The counters of Lodestar's learner; [`crate::ErrorKind::State`] until
+    /// [`Policy::LODESTAR`] has been chosen once.
+    pub fn learner_stats(&self) -> Result<LearnerStats> {
+        let mut s = init(sys::lr_learner_stats_init);
+        // SAFETY: initialized out struct.
+        check(
+            unsafe { sys::lr_router_learner_stats(self.ptr(), &mut s) },
+            "lr_router_learner_stats",
+        )?;
+        Ok(LearnerStats::from_c(&s))
     }
 
     /// The router's counters.
