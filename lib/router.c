@@ -2612,7 +2612,7 @@ lr__router_mem_live(const lr_router *r)
 lr_status
 lr_router_learn_step(lr_router *r, uint32_t flags, int32_t *trained)
 {
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    LR_RETURN_IF(r == NULL || (flags & ~LR_LEARN_FORCE) != 0, LR_EINVAL);
     lr_learner *l = atomic_load_explicit(&r->learner, memory_order_acquire);
     LR_RETURN_IF(l == NULL, LR_ESTATE);
     return lr_learner_step(l, flags, trained);
