@@ -16,13 +16,20 @@
  *                            wall time, the routes made meanwhile and
  *                            their p50 / p99 / max
  *   route_idle_reference     the same number of routes with no training,
- *                            just before, for the ratio
+ *                            right after, for the ratio
+ *   learner_step_<case>      first: a standalone lr_learner (defaults)
+ *                            stepping on this thread alone: the first
+ *                            round (5000 samples), a full one with
+ *                            nothing to choose (10,000), and a round after
+ *                            1000 new samples (6000 candidates for 5000
+ *                            replay slots, then training on 10,000); ms
  *
  * Usage: lodestar-bench [--quick]
  * The machine is shared and noisy: compare medians, and ratios within one
  * run.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -157,10 +164,62 @@ train_main(void *arg)
     return NULL;
 }
 
+/* A standalone learner's steps, timed on this thread alone. */
+static void
+learner_steps(int quick)
+{
+    lr_learner_options o;
+    lr_learner_options_init(&o);
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    o.n_features = 20;
+    if (quick) {
+        o.fifo_capacity = o.replay_capacity = o.min_samples = 200;
+        o.retrain_every = 40;
+        o.epochs = 2;
+        mo.width = 16;
+    }
+    o.mlp = &mo;
+    lr_learner *l;
+    lr_status st = lr_learner_create(&o, &l);
+    if (st != LR_OK)
+        die("learner", st);
+    static const char *const names[3] = { "first_round", "full_no_choice",
+                                          "replay_choice" };
+    uint32_t adds[3] = { o.min_samples, o.fifo_capacity, o.retrain_every };
+    for (int round = 0; round < 3; round++) {
+        float x[20];
+        for (uint32_t i = 0; i < adds[round]; i++) {
+            for (int k = 0; k < 20; k++)
+                x[k] = (float)(rnd() % 1000) / 100.0f;
+            double y = -(0.1 * x[0] + 0.01 * x[1] * x[2]);
+            if ((st = lr_learner_add_sample(l, x, y, NAN)) != LR_OK)
+                die("add_sample", st);
+        }
+        int32_t tr = 0;
+        uint64_t t0 = now_ns();
+        st = lr_learner_step(l, round == 1 ? LR_LEARN_FORCE : 0, &tr);
+        uint64_t t1 = now_ns();
+        if (st != LR_OK || !tr)
+            die("learner step", st);
+        lr_learner_stats ls;
+        lr_learner_stats_init(&ls);
+        lr_learner_get_stats(l, &ls);
+        printf("{\"name\": \"learner_step_%s\", \"ms\": %.1f, "
+               "\"samples\": %llu, \"replay\": %llu}\n",
+               names[round], (double)(t1 - t0) / 1e6,
+               (unsigned long long)ls.model_samples,
+               (unsigned long long)ls.model_replay);
+        fflush(stdout);
+    }
+    lr_learner_destroy(l);
+}
+
 int
 main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    learner_steps(quick);
     prompt_buf = malloc(4096 * sizeof *prompt_buf);
     lr_mlp_options mo;
     lr_mlp_options_init(&mo);
