@@ -17,6 +17,7 @@
 #include <libroute.h>
 
 #include "cluster.h"
+#include "params.h"
 #include "report.h"
 #include "sim.h"
 #include "trace.h"
@@ -24,6 +25,7 @@
 #include "workload.h"
 
 #define MAX_POLICIES 256
+#define MAX_PARAMS 64
 #define EXIT_USAGE 2
 
 struct opts {
@@ -45,6 +47,15 @@ struct opts {
     unsigned jobs;
     int rebalance;
     int quiet;
+    int curve, reasons;
+    const char *dump_samples;
+    double split_s;  /* < 0: none */
+    double learn_ms;
+    double freeze_s; /* < 0: never */
+    uint32_t lodestar_min, lodestar_every, lodestar_epochs;
+    double lodestar_max_reward;
+    struct sim_param params[MAX_PARAMS];
+    size_t n_params;
 };
 
 static void
@@ -85,11 +96,31 @@ usage(FILE *f)
 "Policies and measures:\n"
 "  --policies LIST     all (default) or names, comma-separated\n"
 "  --slo-ttft S        TTFT objective in seconds (5); also the router's\n"
+"  --param NAME=VALUE  set a router parameter on every policy's router\n"
+"                      (repeatable; names: lodestar-epsilon,\n"
+"                      lodestar-candidates, lodestar-ood, aibrix-imbalance,\n"
+"                      ...: every LR_PARAM_* in kebab case)\n"
+"  --split-s S         also report TTFT of requests arriving before / from S\n"
 "  --jobs N            policies simulated at once (default: CPUs)\n"
+"\n"
+"Lodestar (the learned policy):\n"
+"  --learn-ms MS       simulated period of lr_router_learn_step (1000); a\n"
+"                      step takes no simulated time\n"
+"  --lodestar-min N    samples before the first model (library: 5000)\n"
+"  --lodestar-every N  new samples between training rounds (library: 1000)\n"
+"  --lodestar-epochs N training passes per round (library: 30)\n"
+"  --lodestar-freeze-s S  no learning step from simulated time S on\n"
+"  --lodestar-max-reward S  the learner drops samples with TTFT above S\n"
+"                      (library: 15; the router's own cut is\n"
+"                      --param lodestar-max-ttft-s)\n"
+"  --dump-samples FILE the learner's samples at the end, as CSV\n"
+"                      (20 features, then the reward -TTFT in s)\n"
+"  --curve             print lodestar's learning curve (about 30 rows)\n"
 "\n"
 "Output:\n"
 "  --json FILE         every measure, per policy and per instance\n"
 "  --svg FILE          TTFT distributions and load per instance\n"
+"  --reasons           print every policy's decision reasons\n"
 "  --quiet             no table on stdout\n"
 "  --list-workloads, --list-classes, --list-policies, --version, --help\n"
 "\n"
@@ -144,11 +175,37 @@ parse_pos(const char *flag, const char *v, double hi, double *out)
     return 0;
 }
 
+static int
+parse_nonneg(const char *flag, const char *v, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno != 0 || !(x >= 0) || !(x <= hi))
+        return bad("%s: expected a number >= 0, got '%s'", flag, v);
+    *out = x;
+    return 0;
+}
+
+static int
+parse_u32(const char *flag, const char *v, uint64_t lo, uint64_t hi,
+          uint32_t *out)
+{
+    uint64_t u;
+    if (parse_u64(flag, v, lo, hi, &u) != 0)
+        return -1;
+    *out = (uint32_t)u;
+    return 0;
+}
+
 static const char *const value_flags[] = {
-    "--trace",        "--workload",    "--cluster",      "--policies",
-    "--json",         "--svg",         "--requests",     "--rate",
-    "--time-scale",   "--slo-ttft",    "--scrape-ms",    "--seed",
-    "--block-tokens", "--trace-block", "--index-blocks", "--jobs",
+    "--trace",        "--workload",     "--cluster",        "--policies",
+    "--json",         "--svg",          "--requests",       "--rate",
+    "--time-scale",   "--slo-ttft",     "--scrape-ms",      "--seed",
+    "--block-tokens", "--trace-block",  "--index-blocks",   "--jobs",
+    "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
+    "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
+    "--dump-samples", "--lodestar-max-reward",
 };
 
 static int
@@ -207,7 +264,30 @@ take(struct opts *o, const char *flag, const char *v)
         if (parse_u64(flag, v, 1, 256, &u) != 0)
             return -1;
         o->jobs = (unsigned)u;
-    } else
+    } else if (strcmp(flag, "--param") == 0) {
+        if (o->n_params == MAX_PARAMS)
+            return bad("--param: more than %d", MAX_PARAMS);
+        struct sim_err err = { { 0 } };
+        if (sim_param_parse(v, &o->params[o->n_params], &err) != 0)
+            return bad("--param: %s", err.msg);
+        o->n_params++;
+    } else if (strcmp(flag, "--split-s") == 0)
+        return parse_nonneg(flag, v, 1e9, &o->split_s);
+    else if (strcmp(flag, "--learn-ms") == 0)
+        return parse_pos(flag, v, 3.6e6, &o->learn_ms);
+    else if (strcmp(flag, "--lodestar-freeze-s") == 0)
+        return parse_nonneg(flag, v, 1e9, &o->freeze_s);
+    else if (strcmp(flag, "--lodestar-min") == 0)
+        return parse_u32(flag, v, 1, UINT32_MAX, &o->lodestar_min);
+    else if (strcmp(flag, "--lodestar-every") == 0)
+        return parse_u32(flag, v, 1, UINT32_MAX, &o->lodestar_every);
+    else if (strcmp(flag, "--lodestar-epochs") == 0)
+        return parse_u32(flag, v, 1, 10000, &o->lodestar_epochs);
+    else if (strcmp(flag, "--dump-samples") == 0)
+        o->dump_samples = v;
+    else if (strcmp(flag, "--lodestar-max-reward") == 0)
+        return parse_pos(flag, v, 1e9, &o->lodestar_max_reward);
+    else
         return bad("unknown option '%s'", flag);
     return 0;
 }
@@ -238,6 +318,14 @@ parse_args(int argc, char **argv, struct opts *o, int *action)
         }
         if (strcmp(a, "--no-rebalance") == 0) {
             o->rebalance = 0;
+            continue;
+        }
+        if (strcmp(a, "--curve") == 0) {
+            o->curve = 1;
+            continue;
+        }
+        if (strcmp(a, "--reasons") == 0) {
+            o->reasons = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0)
@@ -414,7 +502,7 @@ run_all(struct pool *p, unsigned jobs)
 
 /* ---- output files ------------------------------------------------------------------------ */
 
-enum { OUT_JSON, OUT_SVG };
+enum { OUT_JSON, OUT_SVG, OUT_CSV };
 
 static int
 write_tmp(const char *path, int kind, const struct sim_report *rep,
@@ -429,8 +517,9 @@ write_tmp(const char *path, int kind, const struct sim_report *rep,
         fprintf(stderr, "lrsim: %s: %s\n", tmp, strerror(errno));
         return -1;
     }
-    int rc = kind == OUT_JSON ? sim_report_json(f, rep, 1)
-                              : sim_report_svg(f, rep);
+    int rc = kind == OUT_JSON  ? sim_report_json(f, rep, 1)
+             : kind == OUT_SVG ? sim_report_svg(f, rep)
+                               : sim_report_samples_csv(f, rep);
     if (fflush(f) != 0)
         rc = -1;
     if (fclose(f) != 0)
@@ -442,30 +531,28 @@ write_tmp(const char *path, int kind, const struct sim_report *rep,
     return rc;
 }
 
+/* Every output file is written to FILE.tmp first; they are renamed only
+ * when all of them were written. */
 static int
 write_outputs(const struct opts *o, const struct sim_report *rep)
 {
-    char tj[PATH_MAX + 8], ts[PATH_MAX + 8];
-    int have_j = 0, have_s = 0, rc = 0;
-    if (o->json && (rc = write_tmp(o->json, OUT_JSON, rep, tj, sizeof tj)) == 0)
-        have_j = 1;
-    if (rc == 0 && o->svg &&
-        (rc = write_tmp(o->svg, OUT_SVG, rep, ts, sizeof ts)) == 0)
-        have_s = 1;
-    if (rc == 0 && have_j && rename(tj, o->json) != 0) {
-        fprintf(stderr, "lrsim: %s: %s\n", o->json, strerror(errno));
-        rc = -1;
-    }
-    if (rc == 0 && have_s && rename(ts, o->svg) != 0) {
-        fprintf(stderr, "lrsim: %s: %s\n", o->svg, strerror(errno));
-        rc = -1;
-    }
-    if (rc != 0) {
-        if (have_j)
-            remove(tj);
-        if (have_s)
-            remove(ts);
-    }
+    const char *path[3] = { o->json, o->svg, o->dump_samples };
+    char tmp[3][PATH_MAX + 8];
+    int have[3] = { 0, 0, 0 }, rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++)
+        if (path[k] != NULL &&
+            (rc = write_tmp(path[k], k, rep, tmp[k], sizeof tmp[k])) == 0)
+            have[k] = 1;
+    for (int k = 0; k < 3 && rc == 0; k++)
+        if (have[k] && rename(tmp[k], path[k]) != 0) {
+            fprintf(stderr, "lrsim: %s: %s\n", path[k], strerror(errno));
+            rc = -1;
+        } else {
+            have[k] = 0;
+        }
+    for (int k = 0; k < 3; k++)
+        if (rc != 0 && have[k])
+            remove(tmp[k]);
     return rc;
 }
 
@@ -533,6 +620,13 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
     size_t n_pol;
     if (select_policies(o->policies, pol, &n_pol) != 0)
         return EXIT_USAGE;
+    int has_lodestar = 0;
+    for (size_t k = 0; k < n_pol; k++)
+        has_lodestar |= pol[k] == LR_POLICY_LODESTAR;
+    if (o->dump_samples && !has_lodestar) {
+        bad("--dump-samples needs lodestar among --policies");
+        return EXIT_USAGE;
+    }
     p->jobs = sim_calloc(n_pol, sizeof *p->jobs);
     *runs = sim_calloc(n_pol, sizeof **runs);
     *skips = sim_calloc(n_pol, sizeof **skips);
@@ -572,6 +666,15 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
         fprintf(stderr, "lrsim: no policy could run\n");
         return 1;
     }
+    if (o->dump_samples) {
+        int ran = 0;
+        for (size_t k = 0; k < rep->n_runs; k++)
+            ran |= (*runs)[k].policy == LR_POLICY_LODESTAR;
+        if (!ran) {
+            fprintf(stderr, "lrsim: --dump-samples: lodestar did not run\n");
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -587,6 +690,9 @@ main(int argc, char **argv)
     o.trace_block = SIM_TRACE_BLOCK;
     o.scrape_ms = 100;
     o.rebalance = 1;
+    o.split_s = -1;
+    o.learn_ms = 1000;
+    o.freeze_s = -1;
     int action;
     if (parse_args(argc, argv, &o, &action) != 0)
         return EXIT_USAGE;
@@ -639,6 +745,20 @@ main(int argc, char **argv)
     cfg.rebalance = o.rebalance;
     if (cfg.scrape_us == 0)
         cfg.scrape_us = 1;
+    cfg.params = o.params;
+    cfg.n_params = o.n_params;
+    if (o.split_s >= 0)
+        cfg.split_us = (uint64_t)llround(o.split_s * 1e6);
+    cfg.learn_us = (uint64_t)llround(o.learn_ms * 1000.0);
+    if (cfg.learn_us == 0)
+        cfg.learn_us = 1;
+    if (o.freeze_s >= 0)
+        cfg.freeze_us = (uint64_t)llround(o.freeze_s * 1e6);
+    cfg.lodestar_min = o.lodestar_min;
+    cfg.lodestar_every = o.lodestar_every;
+    cfg.lodestar_epochs = o.lodestar_epochs;
+    cfg.lodestar_max_reward = o.lodestar_max_reward;
+    cfg.keep_samples = o.dump_samples != NULL;
     rep.source = source;
     rep.w = &w;
     rep.c = &c;
@@ -650,6 +770,8 @@ main(int argc, char **argv)
     rep.runs = runs;
     rep.skipped = skips;
     rep.jobs = o.jobs ? o.jobs : default_jobs();
+    rep.show_curve = o.curve;
+    rep.show_reasons = o.reasons;
     rep.wall_s = mono_s() - t0;
     if (!o.quiet)
         sim_report_table(stdout, &rep);

@@ -108,6 +108,154 @@ table_header(FILE *f, const struct sim_report *rep)
             (double)rep->cfg->scrape_us / 1000.0, rep->cfg->block_tokens);
 }
 
+/* The learner settings a lodestar run used (the library's defaults where
+ * lrsim left them). */
+static void
+learner_settings(const struct sim_config *cfg, uint32_t *min, uint32_t *every,
+                 uint32_t *epochs)
+{
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    *min = cfg->lodestar_min ? cfg->lodestar_min : lo.min_samples;
+    *every = cfg->lodestar_every ? cfg->lodestar_every : lo.retrain_every;
+    *epochs = cfg->lodestar_epochs ? cfg->lodestar_epochs : lo.epochs;
+}
+
+/* "min-cost 61.2%, explore 6.8%, ..." of the non-zero reasons. */
+static void
+reason_shares(FILE *f, const uint64_t *by, uint64_t total)
+{
+    int first = 1;
+    for (int k = 0; k < 16; k++) {
+        const char *name = lr_reason_name((lr_reason)k);
+        if (by[k] == 0 || name == NULL)
+            continue;
+        fprintf(f, "%s%s %.1f%%", first ? "" : ", ", name,
+                total ? 100.0 * (double)by[k] / (double)total : 0.0);
+        first = 0;
+    }
+    if (first)
+        fprintf(f, "none");
+}
+
+static uint64_t
+sum16(const uint64_t *by)
+{
+    uint64_t t = 0;
+    for (int k = 0; k < 16; k++)
+        t += by[k];
+    return t;
+}
+
+static void
+table_lodestar(FILE *f, const struct sim_report *rep,
+               const struct sim_result *r)
+{
+    uint32_t min, every, epochs;
+    learner_settings(rep->cfg, &min, &every, &epochs);
+    const struct sim_learn_point *first = NULL, *last = NULL;
+    for (size_t k = 0; k < r->n_curve; k++) {
+        if (first == NULL && r->curve[k].model_round > 0)
+            first = &r->curve[k];
+        last = &r->curve[k];
+    }
+    fprintf(f, "  %s: min %u, every %u, epochs %u, a learn step every %.0f ms",
+            r->policy_name, min, every, epochs,
+            (double)rep->cfg->learn_us / 1000.0);
+    if (rep->cfg->freeze_us != SIM_NEVER)
+        fprintf(f, " until %.1f s", (double)rep->cfg->freeze_us / 1e6);
+    fprintf(f, "\n    %llu model rounds from %llu samples",
+            (unsigned long long)r->learn_rounds,
+            (unsigned long long)r->learn_samples);
+    if (r->learn_dropped_full + r->learn_dropped_range > 0)
+        fprintf(f, " (+%llu dropped: queue full %llu, TTFT over the limit "
+                   "%llu)",
+                (unsigned long long)(r->learn_dropped_full +
+                                     r->learn_dropped_range),
+                (unsigned long long)r->learn_dropped_full,
+                (unsigned long long)r->learn_dropped_range);
+    if (first != NULL) {
+        fprintf(f, "; first model at %.1f s", first->t_s);
+        if (isnan(last->online_mae))
+            fprintf(f, "; no prediction made (every decision fell back)");
+        else
+            fprintf(f, "; online MAE %.3f s at the end", last->online_mae);
+    } else {
+        fprintf(f, "; no model yet (cold start throughout)");
+    }
+    if (!isnan(r->pred_mae))
+        fprintf(f, "\n    |predicted - TTFT| %.3f s over the %llu "
+                   "requests the model chose",
+                r->pred_mae, (unsigned long long)r->pred_n);
+    fprintf(f, "\n    decisions: ");
+    reason_shares(f, r->by_reason, sum16(r->by_reason));
+    fprintf(f, "\n");
+    if (!rep->show_curve)
+        return;
+    fprintf(f, "    learning curve (onlineMAE: the learner's, last 256 "
+               "samples; lrsimMAE and the shares:\n    since the previous "
+               "row; --json has every point)\n");
+    fprintf(f, "    %8s %7s %5s %9s %9s %9s %6s %6s %6s %6s\n", "t (s)",
+            "samples", "round", "onlineMAE", "lrsimMAE", "trainMSE", "cold%",
+            "ood%", "expl%", "model%");
+    /* about 30 rows: every training point and evenly spaced ones; each
+     * row's shares and error cover the time since the previous row */
+    size_t every_k = (r->n_curve + 29) / 30;
+    uint64_t by[16] = { 0 }, dec = 0, pn = 0;
+    double psum = 0;
+    for (size_t k = 0; k < r->n_curve; k++) {
+        const struct sim_learn_point *p = &r->curve[k];
+        for (int j = 0; j < 16; j++)
+            by[j] += p->by_reason[j];
+        dec += p->decisions;
+        if (p->pred_n > 0) {
+            psum += p->pred_mae * (double)p->pred_n;
+            pn += p->pred_n;
+        }
+        if (!p->trained && k % every_k != 0 && k + 1 != r->n_curve)
+            continue;
+        double d = dec ? (double)dec : 1;
+        double model = (double)(by[LR_REASON_MIN_COST] +
+                                by[LR_REASON_K_FILTER]);
+        fprintf(f, "    %8.1f %7llu %5llu %9.4f %9.4f %9.4f %6.1f %6.1f %6.1f "
+                   "%6.1f%s\n",
+                p->t_s, (unsigned long long)p->samples,
+                (unsigned long long)p->model_round, p->online_mae,
+                pn ? psum / (double)pn : NAN,
+                p->model_round ? p->model_mse : NAN,
+                100.0 * (double)by[LR_REASON_COLD_START] / d,
+                100.0 * (double)by[LR_REASON_OOD] / d,
+                100.0 * (double)by[LR_REASON_EXPLORE] / d,
+                100.0 * model / d, p->trained ? "  trained" : "");
+        memset(by, 0, sizeof by);
+        dec = pn = 0;
+        psum = 0;
+    }
+}
+
+static void
+table_split(FILE *f, const struct sim_report *rep)
+{
+    double at = (double)rep->cfg->split_us / 1e6;
+    fprintf(f, "\n  requests arriving before %g s | from %g s: TTFT mean, "
+               "p50, p99 (s); |predicted - TTFT| (lodestar)\n",
+            at, at);
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        if (!r->has_split)
+            continue;
+        const struct sim_window *b = &r->before, *a = &r->after;
+        fprintf(f, "  %-22s %7.3f %7.3f %7.3f | %7.3f %7.3f %7.3f", r->policy_name,
+                b->ttft_mean_s, b->ttft_p50_s, b->ttft_p99_s, a->ttft_mean_s,
+                a->ttft_p50_s, a->ttft_p99_s);
+        if (b->pred_n + a->pred_n > 0)
+            fprintf(f, " | MAE %.3f (%llu) | %.3f (%llu)", b->pred_mae,
+                    (unsigned long long)b->pred_n, a->pred_mae,
+                    (unsigned long long)a->pred_n);
+        fprintf(f, "\n");
+    }
+}
+
 void
 sim_report_table(FILE *f, const struct sim_report *rep)
 {
@@ -157,6 +305,25 @@ sim_report_table(FILE *f, const struct sim_report *rep)
     for (size_t k = 0; k < rep->n_skipped; k++)
         fprintf(f, "  skipped %s: %s\n", rep->skipped[k].policy,
                 rep->skipped[k].why);
+    if (rep->n_runs > 0 && rep->runs[0].has_split)
+        table_split(f, rep);
+    int head = 0;
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        if (r->policy == LR_POLICY_LODESTAR) {
+            fprintf(f, "\n");
+            table_lodestar(f, rep, r);
+        }
+    }
+    for (size_t k = 0; rep->show_reasons && k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        if (!head)
+            fprintf(f, "\n  decision reasons\n");
+        head = 1;
+        fprintf(f, "  %-22s ", r->policy_name);
+        reason_shares(f, r->by_reason, sum16(r->by_reason));
+        fprintf(f, "\n");
+    }
 }
 
 /* ---- JSON --------------------------------------------------------------------------- */
@@ -284,7 +451,103 @@ json_per_inst(FILE *f, const struct sim_result *r)
 }
 
 static void
-json_run(FILE *f, const struct sim_result *r, int with_timing)
+json_reason_shares(FILE *f, const uint64_t *by, uint64_t total)
+{
+    fputc('{', f);
+    int first = 1;
+    for (int k = 0; k < 16; k++) {
+        const char *name = lr_reason_name((lr_reason)k);
+        if (by[k] == 0 || name == NULL)
+            continue;
+        fprintf(f, "%s", first ? "" : ", ");
+        jstr(f, name);
+        fputs(": ", f);
+        jnum(f, total ? (double)by[k] / (double)total : 0);
+        first = 0;
+    }
+    fputc('}', f);
+}
+
+static void
+json_window(FILE *f, const char *name, const struct sim_window *w)
+{
+    fprintf(f, "\"%s\": {\"requests\": %llu, \"completed\": %llu, "
+               "\"ttft_mean_s\": ",
+            name, (unsigned long long)w->requests,
+            (unsigned long long)w->completed);
+    jnum(f, w->ttft_mean_s);
+    fputs(", \"ttft_p50_s\": ", f);
+    jnum(f, w->ttft_p50_s);
+    fputs(", \"ttft_p99_s\": ", f);
+    jnum(f, w->ttft_p99_s);
+    fputs(", \"prediction_mae_s\": ", f);
+    jnum(f, w->pred_mae);
+    fprintf(f, ", \"predicted\": %llu}", (unsigned long long)w->pred_n);
+}
+
+static void
+json_lodestar(FILE *f, const struct sim_report *rep, const struct sim_result *r,
+              int with_timing)
+{
+    uint32_t min, every, epochs;
+    learner_settings(rep->cfg, &min, &every, &epochs);
+    fprintf(f, ",\n      \"lodestar\": {\n        \"min_samples\": %u, "
+               "\"retrain_every\": %u, \"epochs\": %u, \"learn_ms\": ",
+            min, every, epochs);
+    jnum(f, (double)rep->cfg->learn_us / 1000.0);
+    fputs(", \"freeze_s\": ", f);
+    jnum(f, rep->cfg->freeze_us == SIM_NEVER
+                ? NAN
+                : (double)rep->cfg->freeze_us / 1e6);
+    fprintf(f, ",\n        \"learn_steps\": %llu, \"model_rounds\": %llu, "
+               "\"samples\": %llu, \"dropped_full\": %llu, "
+               "\"dropped_range\": %llu, \"samples_kept\": %zu,\n"
+               "        \"prediction_mae_s\": ",
+            (unsigned long long)r->learn_steps,
+            (unsigned long long)r->learn_rounds,
+            (unsigned long long)r->learn_samples,
+            (unsigned long long)r->learn_dropped_full,
+            (unsigned long long)r->learn_dropped_range, r->n_samples);
+    jnum(f, r->pred_mae);
+    fprintf(f, ", \"predicted\": %llu", (unsigned long long)r->pred_n);
+    if (with_timing) {
+        fputs(", \"learn_wall_s\": ", f);
+        jnum(f, r->learn_wall_s);
+    }
+    fputs(",\n        \"curve\": [", f);
+    for (size_t k = 0; k < r->n_curve; k++) {
+        const struct sim_learn_point *p = &r->curve[k];
+        fprintf(f, "%s\n          {\"t_s\": ", k ? "," : "");
+        jnum(f, p->t_s);
+        fprintf(f, ", \"stepped\": %s, \"trained\": %s, \"samples\": %llu, "
+                   "\"model_round\": %llu, \"model_samples\": %llu, "
+                   "\"model_mse\": ",
+                p->stepped ? "true" : "false", p->trained ? "true" : "false",
+                (unsigned long long)p->samples,
+                (unsigned long long)p->model_round,
+                (unsigned long long)p->model_samples);
+        jnum(f, p->model_mse);
+        fputs(", \"online_mae_s\": ", f);
+        jnum(f, p->online_mae);
+        fputs(", \"prediction_mae_s\": ", f);
+        jnum(f, p->pred_mae);
+        fprintf(f, ", \"predicted\": %llu, \"decisions\": %llu, "
+                   "\"reasons\": ",
+                (unsigned long long)p->pred_n,
+                (unsigned long long)p->decisions);
+        json_reason_shares(f, p->by_reason, p->decisions);
+        if (with_timing) {
+            fputs(", \"step_wall_s\": ", f);
+            jnum(f, p->step_wall_s);
+        }
+        fputc('}', f);
+    }
+    fputs("\n        ]\n      }", f);
+}
+
+static void
+json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
+         int with_timing)
 {
     fprintf(f, "    {\n      \"policy\": ");
     jstr(f, r->policy_name);
@@ -334,6 +597,17 @@ json_run(FILE *f, const struct sim_result *r, int with_timing)
         first = 0;
     }
     fputc('}', f);
+    if (r->has_split) {
+        fprintf(f, ",\n      \"split\": {\"at_s\": ");
+        jnum(f, (double)rep->cfg->split_us / 1e6);
+        fputs(", ", f);
+        json_window(f, "before", &r->before);
+        fputs(", ", f);
+        json_window(f, "after", &r->after);
+        fputc('}', f);
+    }
+    if (r->policy == LR_POLICY_LODESTAR)
+        json_lodestar(f, rep, r, with_timing);
     json_per_inst(f, r);
     fprintf(f, "\n    }");
 }
@@ -362,7 +636,7 @@ sim_report_json(FILE *f, const struct sim_report *rep, int with_timing)
     json_cluster(f, rep);
     fprintf(f, "  \"runs\": [\n");
     for (size_t k = 0; k < rep->n_runs; k++) {
-        json_run(f, &rep->runs[k], with_timing);
+        json_run(f, rep, &rep->runs[k], with_timing);
         fprintf(f, "%s\n", k + 1 < rep->n_runs ? "," : "");
     }
     fprintf(f, "  ],\n  \"skipped\": [");
@@ -374,6 +648,42 @@ sim_report_json(FILE *f, const struct sim_report *rep, int with_timing)
         fputc('}', f);
     }
     fprintf(f, "]\n}\n");
+    return ferror(f) ? -1 : 0;
+}
+
+/* ---- samples -------------------------------------------------------------------------- */
+
+/* lr_router.h's LR_LODESTAR_FEATURES, in order. */
+const char *const sim_sample_columns[] = {
+    "prompt_tokens", "output_tokens", "hit_ratio", "hit_ratio_decayed",
+    "inflight",      "queued",        "prefill_tokens", "decode_tokens",
+    "running",       "waiting",       "kv_use",    "rtt_ms",
+    "class0",        "class1",        "class2",    "class3",
+    "class4",        "class5",        "class6",    "class7",
+    "reward",
+};
+_Static_assert(sizeof sim_sample_columns / sizeof sim_sample_columns[0] ==
+                   LR_LODESTAR_FEATURES + 1,
+               "one column per Lodestar feature, then the reward");
+
+int
+sim_report_samples_csv(FILE *f, const struct sim_report *rep)
+{
+    const size_t w = LR_LODESTAR_FEATURES + 1;
+    for (size_t c = 0; c < w; c++)
+        fprintf(f, "%s%s", c ? "," : "", sim_sample_columns[c]);
+    fputc('\n', f);
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        if (r->policy != LR_POLICY_LODESTAR)
+            continue;
+        for (size_t i = 0; i < r->n_samples; i++) {
+            const float *row = r->samples + i * w;
+            for (size_t c = 0; c < w; c++)
+                fprintf(f, "%s%.9g", c ? "," : "", (double)row[c]);
+            fputc('\n', f);
+        }
+    }
     return ferror(f) ? -1 : 0;
 }
 

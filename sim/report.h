@@ -26,6 +26,8 @@ struct sim_report {
     size_t n_skipped;
     double wall_s; /* whole tool run, measured */
     unsigned jobs;
+    int show_reasons; /* the table: decision reasons of every policy */
+    int show_curve;   /* the table: lodestar's whole learning curve */
 };
 
 /* The table, one row per policy, with a header naming the set-up. */
@@ -39,5 +41,14 @@ int sim_report_json(FILE *f, const struct sim_report *rep, int with_timing);
 /* The SVG: TTFT CDFs per policy (log time axis) and load per instance.
  * Returns 0, or -1 on a write error or out of memory. */
 int sim_report_svg(FILE *f, const struct sim_report *rep);
+
+/* Lodestar's samples (sim_result.samples of the lodestar run) as CSV: a
+ * header naming the LR_LODESTAR_FEATURES features and "reward", then one
+ * row per sample (floats printed to round-trip). 0, or -1 on a write
+ * error. */
+int sim_report_samples_csv(FILE *f, const struct sim_report *rep);
+
+/* Column names of that CSV, LR_LODESTAR_FEATURES + 1 of them. */
+extern const char *const sim_sample_columns[];
 
 #endif /* LRSIM_REPORT_H */

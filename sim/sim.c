@@ -30,7 +30,8 @@ enum ev_kind {
     EV_SCRAPE_AT,    /* the scrape reaches an engine */
     EV_SCRAPE_BACK,  /* its answer reaches the gateway */
     EV_SAMPLE,       /* load-CV sample (measurement only) */
-    EV_REBALANCE     /* DualMap rebalancing plan */
+    EV_REBALANCE,    /* DualMap rebalancing plan */
+    EV_LEARN         /* lodestar: the host's learning thread runs a step */
 };
 
 struct ev {
@@ -126,6 +127,11 @@ struct run {
     uint64_t cv_n, samples;
     double *pending_sum;
     lr_move moves[MAX_MOVES];
+    /* lodestar's learning curve: counters at the previous point */
+    uint64_t reason_prev[16];
+    uint64_t routes_prev;
+    double pmae_sum; /* since the previous point */
+    uint64_t pmae_n;
 };
 
 static uint64_t
@@ -266,6 +272,10 @@ on_arrival(struct run *r, size_t q)
         return sim_errf(r->err, "%s: route() chose unknown instance %u",
                         r->res->policy_name, d.instance);
     uint32_t i = r->inst_of[d.instance];
+    if (r->cfg->policy == LR_POLICY_LODESTAR &&
+        (d.reason == LR_REASON_MIN_COST || d.reason == LR_REASON_K_FILTER ||
+         d.reason == LR_REASON_EXPLORE))
+        r->res->pred_ttft_s[q] = (float)d.cost; /* cost = -predicted reward */
     struct sim_seq *s = seq_get(r);
     if (s == NULL)
         return sim_errf(r->err, "out of memory (sequence)");
@@ -354,6 +364,12 @@ on_router_event(struct run *r, const struct ev *e)
         st = lr_router_first_token(r->router, id, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_first_token", st);
+        if (!isnan(r->res->pred_ttft_s[q])) {
+            /* the same reward the router sees: route() to first token */
+            double obs = (double)r->res->ttft_us[q] / 1e6;
+            r->pmae_sum += fabs((double)r->res->pred_ttft_s[q] - obs);
+            r->pmae_n++;
+        }
         return 0;
     case EV_COMPLETE:
         st = lr_router_complete(r->router, id, r->w->reqs[q].output_tokens,
@@ -480,6 +496,78 @@ on_rebalance(struct run *r)
     return periodic(r, EV_REBALANCE, r->cfg->scrape_us);
 }
 
+/* ---- lodestar: learning ----------------------------------------------------------------- */
+
+static int
+add_point(struct run *r, int stepped, int trained, double wall_s)
+{
+    struct sim_result *res = r->res;
+    if (sim_grow((void **)&res->curve, &res->cap_curve, res->n_curve + 1,
+                 sizeof *res->curve) != 0)
+        return sim_errf(r->err, "out of memory (learning curve)");
+    struct sim_learn_point *p = &res->curve[res->n_curve++];
+    memset(p, 0, sizeof *p);
+    p->t_s = (double)r->now / 1e6;
+    p->stepped = stepped;
+    p->trained = trained;
+    p->step_wall_s = wall_s;
+    lr_learner_stats ls;
+    lr_learner_stats_init(&ls);
+    lr_status st = lr_router_learner_stats(r->router, &ls);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_learner_stats", st);
+    p->samples = ls.samples;
+    p->model_round = ls.model_round;
+    p->model_samples = ls.model_samples;
+    p->model_mse = ls.model_mse;
+    p->online_mae = ls.online_mae;
+    p->pred_mae = r->pmae_n ? r->pmae_sum / (double)r->pmae_n : NAN;
+    p->pred_n = r->pmae_n;
+    r->pmae_sum = 0;
+    r->pmae_n = 0;
+    lr_router_stats rs;
+    lr_router_stats_init(&rs);
+    st = lr_router_get_stats(r->router, &rs);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_get_stats", st);
+    p->decisions = rs.routes - r->routes_prev;
+    r->routes_prev = rs.routes;
+    for (int k = 0; k < 16; k++) {
+        p->by_reason[k] = rs.by_reason[k] - r->reason_prev[k];
+        r->reason_prev[k] = rs.by_reason[k];
+    }
+    res->learn_samples = ls.samples;
+    res->learn_rounds = ls.model_round;
+    res->learn_dropped_full = ls.dropped_full;
+    res->learn_dropped_range = ls.dropped_range;
+    return 0;
+}
+
+/* The host's learning thread, in simulated time: one step, which takes
+ * none. A real gateway trains beside route(); here a new model serves as
+ * soon as the samples of its round exist. */
+static int
+on_learn(struct run *r)
+{
+    int stepped = 0;
+    int32_t trained = 0;
+    double wall = 0;
+    if (r->now < r->cfg->freeze_us) {
+        uint64_t t0 = now_mono_ns();
+        lr_status st = lr_router_learn_step(r->router, 0, &trained);
+        wall = (double)(now_mono_ns() - t0) / 1e9;
+        r->res->learn_wall_s += wall;
+        /* LR_ENOMEM keeps the samples for the next step, as in a gateway */
+        if (st != LR_OK && st != LR_ENOMEM)
+            return lib_fail(r, "lr_router_learn_step", st);
+        stepped = 1;
+        r->res->learn_steps++;
+    }
+    if (add_point(r, stepped, trained != 0, wall) != 0)
+        return -1;
+    return periodic(r, EV_LEARN, r->cfg->learn_us);
+}
+
 /* ---- set-up and tear-down --------------------------------------------------------------- */
 
 void
@@ -493,6 +581,9 @@ sim_config_init(struct sim_config *cfg)
     cfg->slo_ttft_s = 5.0;
     cfg->probe_jitter = 0.05;
     cfg->rebalance = 1;
+    cfg->split_us = SIM_NEVER;
+    cfg->learn_us = 1000000;
+    cfg->freeze_us = SIM_NEVER;
 }
 
 void
@@ -508,6 +599,9 @@ sim_result_free(struct sim_result *r)
     free(r->state);
     free(r->finishes);
     free(r->per_inst);
+    free(r->pred_ttft_s);
+    free(r->curve);
+    free(r->samples);
     memset(r, 0, sizeof *r);
 }
 
@@ -524,9 +618,14 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     res->state = sim_calloc(n, sizeof *res->state);
     res->finishes = sim_calloc(n, sizeof *res->finishes);
     res->per_inst = sim_calloc(n_inst, sizeof *res->per_inst);
+    res->pred_ttft_s = sim_calloc(n, sizeof *res->pred_ttft_s);
     if (!res->ttft_us || !res->e2e_us || !res->inst || !res->hit ||
-        !res->route_ns || !res->state || !res->finishes || !res->per_inst)
+        !res->route_ns || !res->state || !res->finishes || !res->per_inst ||
+        !res->pred_ttft_s)
         return -1;
+    for (size_t q = 0; q < n; q++)
+        res->pred_ttft_s[q] = NAN;
+    res->pred_mae = NAN;
     return 0;
 }
 
@@ -547,6 +646,17 @@ make_router(struct run *r)
     o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)
         o.index_capacity_blocks = LR_INDEX_MAX_CAPACITY;
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    if (cfg->lodestar_min)
+        lo.min_samples = cfg->lodestar_min;
+    if (cfg->lodestar_every)
+        lo.retrain_every = cfg->lodestar_every;
+    if (cfg->lodestar_epochs)
+        lo.epochs = cfg->lodestar_epochs;
+    if (cfg->lodestar_max_reward > 0)
+        lo.max_abs_reward = cfg->lodestar_max_reward;
+    o.learner = &lo;
     lr_status st = lr_router_create(&o, &r->router);
     if (st == LR_ENOTSUP) {
         sim_errf(r->err, "%s: not supported by this libroute (%s)",
@@ -558,6 +668,14 @@ make_router(struct run *r)
     st = lr_router_set_param(r->router, LR_PARAM_TTFT_SLO_S, cfg->slo_ttft_s);
     if (st != LR_OK)
         return lib_fail(r, "lr_router_set_param(TTFT_SLO_S)", st);
+    for (size_t k = 0; k < cfg->n_params; k++) {
+        const struct sim_param *p = &cfg->params[k];
+        st = lr_router_set_param(r->router, (lr_param)p->key, p->value);
+        if (st != LR_OK)
+            return sim_errf(r->err, "%s: --param %s=%g: %s",
+                            r->res->policy_name, sim_param_name(p->key),
+                            p->value, lr_strerror(st));
+    }
     for (const struct sim_class *k = sim_classes; k->name; k++) {
         lr_class_spec cs;
         lr_class_spec_init(&cs);
@@ -672,6 +790,8 @@ dispatch(struct run *r, const struct ev *e)
         return on_scrape_back(r, e);
     case EV_SAMPLE:
         return on_sample(r);
+    case EV_LEARN:
+        return on_learn(r);
     default:
         return on_rebalance(r);
     }
@@ -687,6 +807,9 @@ loop(struct run *r)
         return -1;
     if (r->cfg->rebalance && r->cfg->policy == LR_POLICY_DUALMAP &&
         push(r, r->cfg->scrape_us, EV_REBALANCE, 0, 0, 0) != 0)
+        return -1;
+    if (r->cfg->policy == LR_POLICY_LODESTAR &&
+        push(r, r->cfg->learn_us, EV_LEARN, 0, 0, 0) != 0)
         return -1;
     while (r->heap.n > 0) {
         struct ev e = heap_pop(&r->heap);
@@ -748,6 +871,79 @@ check_books(struct run *r)
                                 "requested",
                         (unsigned long long)res->sampled_tokens,
                         (unsigned long long)want);
+    return 0;
+}
+
+/* TTFT and prediction error of the requests arriving in [from, to). */
+static int
+window(struct run *r, uint64_t from, uint64_t to, struct sim_window *out)
+{
+    const struct sim_result *res = r->res;
+    double *v = sim_calloc(res->n_reqs, sizeof *v);
+    if (v == NULL)
+        return sim_errf(r->err, "out of memory");
+    memset(out, 0, sizeof *out);
+    size_t k = 0;
+    double sum = 0, esum = 0;
+    for (size_t q = 0; q < res->n_reqs; q++) {
+        uint64_t a = r->w->reqs[q].arrival_us;
+        if (a < from || a >= to)
+            continue;
+        out->requests++;
+        if (res->state[q] != REQ_DONE)
+            continue;
+        double t = (double)res->ttft_us[q] / 1e6;
+        v[k++] = t;
+        sum += t;
+        if (!isnan(res->pred_ttft_s[q])) {
+            esum += fabs((double)res->pred_ttft_s[q] - t);
+            out->pred_n++;
+        }
+    }
+    qsort(v, k, sizeof *v, cmp_d);
+    out->completed = k;
+    out->ttft_mean_s = k ? sum / (double)k : NAN;
+    out->ttft_p50_s = sim_percentile(v, k, 50);
+    out->ttft_p99_s = sim_percentile(v, k, 99);
+    out->pred_mae = out->pred_n ? esum / (double)out->pred_n : NAN;
+    free(v);
+    return 0;
+}
+
+/* Lodestar's end of run: a last curve point and, if asked, the samples. */
+static int
+summarize_lodestar(struct run *r)
+{
+    struct sim_result *res = r->res;
+    if (add_point(r, 0, 0, 0) != 0)
+        return -1;
+    if (!r->cfg->keep_samples)
+        return 0;
+    size_t n = 0;
+    lr_status st = lr_router_learner_samples(r->router, NULL, NULL, 0, &n);
+    if (st != LR_OK && st != LR_EBUFSIZE)
+        return lib_fail(r, "lr_router_learner_samples", st);
+    const size_t d = LR_LODESTAR_FEATURES;
+    float *x = sim_calloc(n ? n : 1, d * sizeof *x);
+    float *y = sim_calloc(n ? n : 1, sizeof *y);
+    res->samples = sim_calloc(n ? n : 1, (d + 1) * sizeof *res->samples);
+    if (x == NULL || y == NULL || res->samples == NULL) {
+        free(x);
+        free(y);
+        return sim_errf(r->err, "out of memory (%zu samples)", n);
+    }
+    size_t got = 0;
+    st = lr_router_learner_samples(r->router, x, y, n, &got);
+    if (st == LR_OK)
+        for (size_t i = 0; i < got; i++) {
+            memcpy(res->samples + i * (d + 1), x + i * d, d * sizeof *x);
+            res->samples[i * (d + 1) + d] = y[i];
+        }
+    res->n_samples = got;
+    free(x);
+    free(y);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_learner_samples", st);
     return 0;
 }
 
@@ -839,6 +1035,24 @@ summarize(struct run *r)
                              : 0;
         memcpy(res->by_reason, rs.by_reason, sizeof res->by_reason);
     }
+    size_t pn = 0;
+    double psum = 0;
+    for (size_t q = 0; q < n; q++)
+        if (res->state[q] == REQ_DONE && !isnan(res->pred_ttft_s[q])) {
+            psum += fabs((double)res->pred_ttft_s[q] -
+                         (double)res->ttft_us[q] / 1e6);
+            pn++;
+        }
+    res->pred_n = pn;
+    res->pred_mae = pn ? psum / (double)pn : NAN;
+    if (r->cfg->split_us != SIM_NEVER) {
+        res->has_split = 1;
+        if (window(r, 0, r->cfg->split_us, &res->before) != 0 ||
+            window(r, r->cfg->split_us, SIM_NEVER, &res->after) != 0)
+            return -1;
+    }
+    if (r->cfg->policy == LR_POLICY_LODESTAR && summarize_lodestar(r) != 0)
+        return -1;
     res->param_w_rtt = res->param_w_queue = NAN;
     if (r->cfg->policy == LR_POLICY_GORGO) {
         lr_router_get_param(r->router, LR_PARAM_GORGO_W_RTT, &res->param_w_rtt);
@@ -858,7 +1072,8 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
     snprintf(out->policy_name, sizeof out->policy_name, "%s",
              name ? name : "?");
     if (cfg->w == NULL || cfg->c == NULL || cfg->c->n == 0 ||
-        cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0)
+        cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0 ||
+        cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL))
         return sim_errf(err, "bad simulation configuration");
     uint64_t t0 = now_mono_ns();
     struct run r;

@@ -22,6 +22,7 @@
 
 #include "cluster.h"
 #include "engine.h"
+#include "params.h"
 #include "util.h"
 #include "workload.h"
 
@@ -38,12 +39,60 @@ struct sim_config {
     double probe_jitter;   /* RTT probes: x (1 +- jitter), uniform; 0.05 */
     int rebalance;         /* carry out DualMap's rebalancing plans */
     int verify_engines;    /* check engine invariants after every step */
+    /* every policy's router: parameters set after create (and after the
+     * SLO, so a ttft-slo-s here wins) */
+    const struct sim_param *params;
+    size_t n_params;
+    /* TTFT (and lodestar's prediction error) of the requests arriving
+     * before and from this time, also reported; SIM_NEVER: none */
+    uint64_t split_us;
+    /* lodestar only. The host's learning thread is an event every
+     * learn_us that calls lr_router_learn_step() and takes no simulated
+     * time; none at or after freeze_us (SIM_NEVER: never frozen). */
+    uint64_t learn_us;     /* 1 s */
+    uint64_t freeze_us;
+    uint32_t lodestar_min;    /* lr_learner_options.min_samples; 0: its default */
+    uint32_t lodestar_every;  /* retrain_every; 0: default */
+    uint32_t lodestar_epochs; /* epochs; 0: default */
+    double lodestar_max_reward; /* max_abs_reward (s); 0: default (15) */
+    int keep_samples; /* copy lr_router_learner_samples() into the result */
 };
+
+#define SIM_NEVER UINT64_MAX
 
 /* Fill defaults (everything but w, c, policy). */
 void sim_config_init(struct sim_config *cfg);
 
 enum { REQ_PENDING = 0, REQ_DONE = 1, REQ_FAILED = 2 };
+
+/* One point of lodestar's learning curve: taken at every learning event
+ * (and once at the end of the run). Counts marked "since" cover the time
+ * since the previous point. */
+struct sim_learn_point {
+    double t_s;           /* simulated time */
+    int stepped;          /* lr_router_learn_step() was called */
+    int trained;          /* and published a model */
+    uint64_t samples;     /* lr_learner_stats: samples queued, ever */
+    uint64_t model_round; /* rounds of the model in service (0: none) */
+    uint64_t model_samples;
+    double model_mse;     /* its training error, s^2 */
+    double online_mae;    /* the learner's: last 256 predicted samples, s */
+    /* lrsim's own check, since: |predicted - observed TTFT| over the first
+     * tokens of requests the model scored (NAN if none) */
+    double pred_mae;
+    uint64_t pred_n;
+    uint64_t decisions;     /* since */
+    uint64_t by_reason[16]; /* since */
+    double step_wall_s;     /* measured time in the call; never compared */
+};
+
+/* TTFT of the requests that arrived in a window of the run. */
+struct sim_window {
+    uint64_t requests, completed;
+    double ttft_mean_s, ttft_p50_s, ttft_p99_s;
+    double pred_mae; /* lrsim's prediction error check (lodestar), or NAN */
+    uint64_t pred_n;
+};
 
 /* Per instance, as the engine model measured it. */
 struct sim_inst_result {
@@ -69,6 +118,8 @@ struct sim_result {
     uint32_t *route_ns;  /* measured time of its route() call */
     uint8_t *state;      /* REQ_* */
     uint8_t *finishes;   /* how many times it finished (must be 1) */
+    float *pred_ttft_s;  /* lodestar's predicted TTFT when its model chose
+                          * (min-cost, k-filter, explore); else NAN */
     struct sim_inst_result *per_inst;
     /* aggregates (computed by sim_run) */
     uint64_t completed, failed, route_errors;
@@ -83,6 +134,21 @@ struct sim_result {
     uint64_t preemptions, moves, events, steps;
     uint64_t by_reason[16];
     double param_w_rtt, param_w_queue; /* gorgo's tuned weights, else NAN */
+    /* lodestar: the learning curve, the learner's final counters, and
+     * (with keep_samples) its samples, LR_LODESTAR_FEATURES + 1 floats per
+     * row: the features, then the reward (-TTFT, s) */
+    struct sim_learn_point *curve;
+    size_t n_curve, cap_curve;
+    uint64_t learn_steps, learn_rounds, learn_samples;
+    uint64_t learn_dropped_full, learn_dropped_range;
+    double pred_mae; /* lrsim's check over the whole run, or NAN */
+    uint64_t pred_n;
+    float *samples;
+    size_t n_samples;
+    double learn_wall_s; /* measured time in learn steps */
+    /* with cfg.split_us */
+    int has_split;
+    struct sim_window before, after;
     /* totals for the conservation checks */
     uint64_t input_tokens, output_tokens, sampled_tokens;
     uint64_t query_tokens, hit_tokens, prefilled_tokens, abandoned_tokens;

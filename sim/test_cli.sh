@@ -3,10 +3,11 @@
 # problem; a malformed trace names file:line; failed runs leave no output
 # files (not even FILE.tmp); a good run writes valid JSON and SVG.
 #
-#   test_cli.sh LRSIM SRCDIR
+#   test_cli.sh LRSIM SRCDIR [LRSIM_FIT]
 set -u
 lrsim=$1
 srcdir=$2
+fit=${3:-}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/lrsim-cli.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -51,6 +52,7 @@ grep -q '^conversation' "$tmp/out" || { echo "FAIL: --list-workloads"; fails=$((
 expect 0 '' -- --list-classes
 expect 0 '' -- --list-policies
 grep -q '^dualmap' "$tmp/out" || { echo "FAIL: --list-policies"; fails=$((fails + 1)); }
+grep -Eq '^lodestar *$' "$tmp/out" || { echo "FAIL: lodestar not supported"; fails=$((fails + 1)); }
 
 expect 2 "unknown option '--bogus'" -- --bogus
 expect 2 "--requests: expected a whole number, got 'abc'" -- --requests abc
@@ -108,6 +110,88 @@ expect 0 '' -- --workload system-prompts --requests 200 --rate 20 \
     --time-scale 2 --seed 7 --slo-ttft 2 --scrape-ms 50 --block-tokens 32 \
     --index-blocks 100000 --jobs 2 --quiet --no-rebalance
 [ -s "$tmp/out" ] && { echo "FAIL: --quiet printed a table"; fails=$((fails + 1)); }
+
+# --param: a name table over every router parameter; the library judges
+# the value. Unknown names, bad values and out-of-range ones exit 2.
+expect 2 "--param: unknown parameter 'nope'" -- --param nope=1
+expect 2 "--param: lodestar-epsilon: expected a number, got 'abc'" -- \
+    --param lodestar-epsilon=abc
+expect 2 "--param: lodestar-epsilon: 2 is out of range \(0\.\.1\)" -- \
+    --param lodestar-epsilon=2
+expect 2 "--param: lodestar-candidates: 2.5 is not a valid value" -- \
+    --param lodestar-candidates=2.5
+expect 2 "--param: expected NAME=VALUE" -- --param lodestar-epsilon
+expect 2 "--lodestar-min: 0 is out of range" -- --lodestar-min 0
+expect 2 "--lodestar-epochs: expected a whole number" -- --lodestar-epochs x
+expect 2 "--lodestar-freeze-s: expected a number >= 0" -- --lodestar-freeze-s -1
+expect 2 "--learn-ms: expected a positive number" -- --learn-ms 0
+expect 2 "--dump-samples needs lodestar" -- --policies random \
+    --dump-samples "$tmp/s.csv"
+no_files "$tmp/s.csv" "$tmp/s.csv.tmp"
+
+# Lodestar learns in a short run; its samples dump as CSV (20 features and
+# the reward), its curve goes to the JSON, and every parameter applies.
+expect 0 '' -- --workload share-mixed --requests 300 --rate 1.5 \
+    --cluster 2xa30+2xv100-nocache --policies lodestar,least-request \
+    --lodestar-min 60 --lodestar-every 60 --lodestar-epochs 3 \
+    --param lodestar-epsilon=0.05 --param=aibrix-imbalance=4 \
+    --param lodestar-fallback=least-request --split-s 100 --curve --reasons \
+    --dump-samples "$tmp/s.csv" --json "$tmp/l.json"
+grep -q 'model rounds' "$tmp/out" || { echo "FAIL: no lodestar summary"; fails=$((fails + 1)); }
+grep -q 'learning curve' "$tmp/out" || { echo "FAIL: no --curve table"; fails=$((fails + 1)); }
+grep -q 'decision reasons' "$tmp/out" || { echo "FAIL: no --reasons"; fails=$((fails + 1)); }
+grep -q 'before 100 s' "$tmp/out" || { echo "FAIL: no --split-s table"; fails=$((fails + 1)); }
+head -1 "$tmp/s.csv" | grep -q '^prompt_tokens,.*,class7,reward$' || { echo "FAIL: CSV header"; fails=$((fails + 1)); }
+bad_rows=$(awk -F, '{ if (NF != 21) n++ } END { print n + 0 }' "$tmp/s.csv")
+rows=$(($(wc -l <"$tmp/s.csv") - 1))
+[ "$bad_rows" -eq 0 ] && [ "$rows" -ge 60 ] || { echo "FAIL: CSV: $rows rows, $bad_rows not of 21 columns"; fails=$((fails + 1)); }
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = [x for x in d['runs'] if x['policy'] == 'lodestar'][0]
+l = r['lodestar']
+assert l['min_samples'] == 60 and l['model_rounds'] >= 1, l
+assert len(l['curve']) == l['learn_steps'] + 1
+assert 'split' in r and r['split']['at_s'] == 100
+assert all('lodestar' not in x for x in d['runs'] if x['policy'] != 'lodestar')
+" "$tmp/l.json" || { echo "FAIL: lodestar JSON"; fails=$((fails + 1)); }
+fi
+no_files "$tmp/s.csv.tmp" "$tmp/l.json.tmp"
+
+# lrsim-fit on the dumped samples and on a tiny CSV; bad input exits 2.
+if [ -n "$fit" ]; then
+    fexpect()
+    {
+        want=$1
+        pat=$2
+        shift 3
+        "$fit" "$@" >"$tmp/out" 2>"$tmp/err"
+        got=$?
+        if [ "$got" -ne "$want" ] || { [ -n "$pat" ] && ! grep -Eq -- "$pat" "$tmp/err"; }; then
+            echo "FAIL: lrsim-fit $*: exit $got (wanted $want), stderr:"
+            sed 's/^/  stderr: /' "$tmp/err"
+            fails=$((fails + 1))
+        fi
+    }
+    fexpect 0 '' -- "$tmp/s.csv" --epochs 2
+    grep -q 'held-out MSE: network / linear' "$tmp/out" || { echo "FAIL: lrsim-fit output"; fails=$((fails + 1)); }
+    printf 'a,b,y\n' >"$tmp/t.csv"
+    for i in 0 1 2 3 4 5 6 7 8 9; do
+        printf '%s,%s,%s\n' "$i" "$((i * i))" "$((2 * i + 1))" >>"$tmp/t.csv"
+    done
+    fexpect 0 '' -- --seed 3 --test-frac 0.3 --epochs 3 "$tmp/t.csv"
+    grep -q '10 rows x 2 features; 7 train, 3 held out' "$tmp/out" || { echo "FAIL: lrsim-fit split"; fails=$((fails + 1)); }
+    fexpect 0 '' -- --help
+    fexpect 2 'usage' --
+    fexpect 2 "unknown option '--bogus'" -- --bogus "$tmp/t.csv"
+    fexpect 2 '--test-frac: expected a number' -- --test-frac 1 "$tmp/t.csv"
+    fexpect 2 'No such file' -- "$tmp/none.csv"
+    printf 'a,y\n1,2\n3\n' >"$tmp/bad.csv"
+    fexpect 2 'bad.csv:3: 1 columns, the header has 2' -- "$tmp/bad.csv"
+    printf 'a,y\n1,2\n' >"$tmp/one.csv"
+    fexpect 2 'too few to split' -- "$tmp/one.csv"
+fi
 
 # The real trace, when it is beside the project (never copied into it).
 trace="$srcdir/../../shared/traces/mooncake_conversation.jsonl"

@@ -16,6 +16,8 @@
 #include <libroute.h>
 
 #include "cluster.h"
+#include "fit.h"
+#include "params.h"
 #include "report.h"
 #include "sim.h"
 #include "workload.h"
@@ -42,23 +44,11 @@ parse_cluster(const char *spec, struct sim_cluster *c)
         fail_msg("%s: %s", spec, err.msg);
 }
 
-/* Run and check the books from outside too. Returns sim_run's code. */
-static int
-run_checked(const struct sim_workload *w, const struct sim_cluster *c,
-            int32_t policy, struct sim_result *res)
+/* The books of a finished run, checked from outside. */
+static void
+check_books(const struct sim_workload *w, const struct sim_cluster *c,
+            const struct sim_result *res)
 {
-    struct sim_config cfg;
-    sim_config_init(&cfg);
-    cfg.w = w;
-    cfg.c = c;
-    cfg.policy = policy;
-    cfg.verify_engines = 1;
-    struct sim_err err = { { 0 } };
-    int rc = sim_run(&cfg, res, &err);
-    if (rc == 1)
-        return 1; /* not supported by this libroute */
-    if (rc != 0)
-        fail_msg("%s: %s", lr_policy_name((lr_policy)policy), err.msg);
     assert_int_equal(res->n_reqs, w->n_reqs);
     assert_int_equal(res->completed + res->failed, w->n_reqs);
     uint64_t in = 0, out = 0;
@@ -89,6 +79,26 @@ run_checked(const struct sim_workload *w, const struct sim_cluster *c,
     assert_int_equal(per, res->completed);
     assert_true(res->cache_hit_rate >= 0 && res->cache_hit_rate <= 1);
     assert_true(res->slo_attainment >= 0 && res->slo_attainment <= 1);
+}
+
+/* Run and check the books from outside too. Returns sim_run's code. */
+static int
+run_checked(const struct sim_workload *w, const struct sim_cluster *c,
+            int32_t policy, struct sim_result *res)
+{
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = w;
+    cfg.c = c;
+    cfg.policy = policy;
+    cfg.verify_engines = 1;
+    struct sim_err err = { { 0 } };
+    int rc = sim_run(&cfg, res, &err);
+    if (rc == 1)
+        return 1; /* not supported by this libroute */
+    if (rc != 0)
+        fail_msg("%s: %s", lr_policy_name((lr_policy)policy), err.msg);
+    check_books(w, c, res);
     return 0;
 }
 
@@ -108,7 +118,9 @@ test_conservation_all_policies(void **state)
             ran++;
         sim_result_free(&res);
     }
-    assert_true(ran >= 15);
+    /* every one, lodestar included (with the library's 5000 samples it
+     * never trains here; test_lodestar_learns checks a trained one) */
+    assert_int_equal(ran, LR_POLICY_COUNT);
     sim_cluster_free(&c);
     sim_workload_free(&w);
 }
@@ -195,7 +207,7 @@ render(const struct sim_workload *w, const struct sim_cluster *c,
             fail_msg("%s", err.msg);
     }
     struct sim_report rep = { "workload test", w, c, &cfg, 1.0, runs, n,
-                              NULL, 0, 0, 1 };
+                              NULL, 0, 0, 1, 0, 0 };
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -330,6 +342,342 @@ test_cluster_specs(void **state)
     }
 }
 
+/* ---- lodestar ------------------------------------------------------------------ */
+
+static void
+lodestar_config(struct sim_config *cfg, const struct sim_workload *w,
+                const struct sim_cluster *c)
+{
+    sim_config_init(cfg);
+    cfg->w = w;
+    cfg->c = c;
+    cfg->policy = LR_POLICY_LODESTAR;
+    cfg->lodestar_min = 100;
+    cfg->lodestar_every = 100;
+    cfg->lodestar_epochs = 5;
+    cfg->verify_engines = 1;
+}
+
+static void
+run_or_fail(const struct sim_config *cfg, struct sim_result *res)
+{
+    struct sim_err err = { { 0 } };
+    if (sim_run(cfg, res, &err) != 0)
+        fail_msg("%s", err.msg);
+}
+
+/* Lodestar end to end with a small min_samples: it trains, its model
+ * decides, the books balance as for every policy, the curve is complete
+ * and the samples it keeps are well formed. */
+static void
+test_lodestar_learns(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("share-mixed", 600, 1.5, 21, &w);
+    struct sim_cluster c;
+    parse_cluster("2xa30+2xv100-nocache", &c);
+    struct sim_result res;
+    assert_int_equal(run_checked(&w, &c, LR_POLICY_LODESTAR, &res), 0);
+    sim_result_free(&res); /* library defaults: 5000 samples, never trains */
+
+    struct sim_config cfg;
+    lodestar_config(&cfg, &w, &c);
+    cfg.keep_samples = 1;
+    run_or_fail(&cfg, &res);
+    check_books(&w, &c, &res); /* as for every policy */
+    assert_true(res.learn_rounds >= 1);
+    assert_true(res.learn_steps >= 1);
+    assert_true(res.by_reason[LR_REASON_COLD_START] > 0);
+    assert_true(res.by_reason[LR_REASON_MIN_COST] +
+                    res.by_reason[LR_REASON_EXPLORE] +
+                    res.by_reason[LR_REASON_K_FILTER] >
+                0);
+    assert_true(res.pred_n > 0 && res.pred_mae >= 0);
+    /* the curve: one point per step and one at the end; its "since"
+     * counts add up to the run's */
+    assert_int_equal(res.n_curve, res.learn_steps + 1);
+    uint64_t dec = 0, by[16] = { 0 }, trained = 0;
+    for (size_t k = 0; k < res.n_curve; k++) {
+        const struct sim_learn_point *p = &res.curve[k];
+        if (k > 0) {
+            assert_true(p->t_s >= res.curve[k - 1].t_s);
+            assert_true(p->samples >= res.curve[k - 1].samples);
+            assert_true(p->model_round >= res.curve[k - 1].model_round);
+        }
+        dec += p->decisions;
+        trained += (uint64_t)p->trained;
+        for (int j = 0; j < 16; j++)
+            by[j] += p->by_reason[j];
+    }
+    assert_int_equal(trained, res.learn_rounds);
+    assert_int_equal(dec, w.n_reqs - res.route_errors);
+    assert_memory_equal(by, res.by_reason, sizeof by);
+    assert_true(!isnan(res.curve[res.n_curve - 1].online_mae));
+    /* samples: FIFO + replay, rows of 20 finite features and a reward of
+     * minus a TTFT */
+    assert_true(res.n_samples >= 100);
+    assert_true(res.n_samples <= res.learn_samples);
+    for (size_t i = 0; i < res.n_samples; i++) {
+        const float *row = res.samples + i * (LR_LODESTAR_FEATURES + 1);
+        for (size_t j = 0; j <= LR_LODESTAR_FEATURES; j++)
+            assert_true(isfinite(row[j]));
+        assert_true(row[LR_LODESTAR_FEATURES] < 0);
+        assert_true(row[0] >= 1000 && row[0] <= 10000); /* prompt tokens */
+    }
+    /* the CSV: a header and one line per sample, 21 columns each */
+    struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res, 1,
+                              NULL, 0, 0, 1, 0, 0 };
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(sim_report_samples_csv(f, &rep), 0);
+    fclose(f);
+    size_t lines = 0, commas = 0;
+    for (size_t i = 0; i < len; i++) {
+        lines += buf[i] == '\n';
+        commas += buf[i] == ',';
+    }
+    assert_int_equal(lines, res.n_samples + 1);
+    assert_int_equal(commas, LR_LODESTAR_FEATURES * (res.n_samples + 1));
+    assert_true(strncmp(buf, "prompt_tokens,", 14) == 0);
+    free(buf);
+    sim_result_free(&res);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* A run is a function of its options and seed, training included: the
+ * same bytes twice (curve and all). */
+static void
+test_lodestar_deterministic(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("share-mixed", 500, 1.5, 5, &w);
+    struct sim_cluster c;
+    parse_cluster("2xa30+2xv100-nocache", &c);
+    char *doc[2];
+    for (int k = 0; k < 2; k++) {
+        struct sim_config cfg;
+        lodestar_config(&cfg, &w, &c);
+        struct sim_result res;
+        run_or_fail(&cfg, &res);
+        assert_true(res.learn_rounds >= 1);
+        struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res,
+                                  1, NULL, 0, 0, 1, 0, 0 };
+        size_t len = 0;
+        FILE *f = open_memstream(&doc[k], &len);
+        assert_non_null(f);
+        assert_int_equal(sim_report_json(f, &rep, 0), 0);
+        fclose(f);
+        sim_result_free(&res);
+    }
+    assert_string_equal(doc[0], doc[1]);
+    assert_non_null(strstr(doc[0], "\"curve\""));
+    assert_non_null(strstr(doc[0], "\"online_mae_s\""));
+    assert_null(strstr(doc[0], "step_wall_s"));
+    free(doc[0]);
+    free(doc[1]);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* Frozen from the start: steps never run, so no model and every decision
+ * is the cold-start fallback; the curve still has its points. Parameters
+ * reach the router: no exploration at epsilon 0. Split windows add up. */
+static void
+test_lodestar_freeze_and_params(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("share-mixed", 400, 1.5, 8, &w);
+    struct sim_cluster c;
+    parse_cluster("2xa30+2xv100-nocache", &c);
+    struct sim_config cfg;
+    lodestar_config(&cfg, &w, &c);
+    cfg.freeze_us = 0;
+    struct sim_result res;
+    run_or_fail(&cfg, &res);
+    assert_int_equal(res.learn_steps, 0);
+    assert_int_equal(res.learn_rounds, 0);
+    assert_true(res.n_curve > 1);
+    assert_int_equal(res.by_reason[LR_REASON_COLD_START],
+                     w.n_reqs - res.route_errors);
+    assert_true(isnan(res.pred_mae));
+    sim_result_free(&res);
+
+    struct sim_param p[2];
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_param_parse("lodestar-epsilon=0", &p[0], &err), 0);
+    assert_int_equal(sim_param_parse("lodestar-ood=0", &p[1], &err), 0);
+    lodestar_config(&cfg, &w, &c);
+    cfg.params = p;
+    cfg.n_params = 2;
+    cfg.split_us = 60000000;
+    run_or_fail(&cfg, &res);
+    assert_true(res.learn_rounds >= 1);
+    assert_int_equal(res.by_reason[LR_REASON_EXPLORE], 0);
+    assert_int_equal(res.by_reason[LR_REASON_OOD], 0);
+    assert_true(res.by_reason[LR_REASON_MIN_COST] > 0);
+    assert_true(res.has_split);
+    assert_int_equal(res.before.requests + res.after.requests, w.n_reqs);
+    assert_int_equal(res.before.completed + res.after.completed,
+                     res.completed);
+    assert_int_equal(res.before.pred_n + res.after.pred_n, res.pred_n);
+    assert_int_equal(res.before.pred_n, 0); /* no model before 60 s */
+    sim_result_free(&res);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* --param NAME=VALUE: every lr_param has a name that parses with its
+ * default; unknown names, bad values, fractions for integer keys and
+ * values out of bounds are refused with a message saying which. */
+static void
+test_params(void **state)
+{
+    (void)state;
+    for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT; k++) {
+        const char *name = sim_param_name(k);
+        assert_non_null(name);
+        lr_bounds b = lr_router_param_bounds((lr_param)k);
+        assert_int_equal(b.status, LR_OK);
+        char arg[128];
+        snprintf(arg, sizeof arg, "%s=%.17g", name, b.def);
+        struct sim_param p;
+        struct sim_err err = { { 0 } };
+        if (sim_param_parse(arg, &p, &err) != 0)
+            fail_msg("%s: %s", arg, err.msg);
+        assert_int_equal(p.key, k);
+        assert_true(p.value == b.def);
+    }
+    assert_null(sim_param_name(-1));
+    assert_null(sim_param_name((int32_t)LR_PARAM_COUNT));
+    struct sim_param p;
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_param_parse("lodestar-candidates=4", &p, &err), 0);
+    assert_int_equal(p.key, LR_PARAM_LODESTAR_CANDIDATES);
+    assert_true(p.value == 4);
+    assert_int_equal(sim_param_parse("lodestar-fallback=least-request", &p,
+                                     &err),
+                     0);
+    assert_true(p.value == LR_POLICY_LEAST_REQUEST);
+    assert_int_equal(sim_param_parse("aibrix-imbalance=1e1", &p, &err), 0);
+    assert_true(p.value == 10);
+    static const struct {
+        const char *arg, *why;
+    } bad[] = {
+        { "lodestar-epsilon", "expected NAME=VALUE" },
+        { "=3", "expected NAME=VALUE" },
+        { "nope=1", "unknown parameter 'nope'" },
+        { "lodestar-epsilon=abc", "expected a number" },
+        { "lodestar-epsilon=", "expected a number" },
+        { "lodestar-epsilon=nan", "expected a number" },
+        { "lodestar-epsilon=1.5", "out of range" },
+        { "lodestar-epsilon=-0.1", "out of range" },
+        { "lodestar-candidates=2.5", "whole number" },
+        { "lodestar-fallback=lodestar", "out of range" },
+        { "lodestar-fallback=nope", "expected a number" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct sim_err e = { { 0 } };
+        if (sim_param_parse(bad[i].arg, &p, &e) != -1 ||
+            strstr(e.msg, bad[i].why) == NULL)
+            fail_msg("\"%s\": \"%s\", wanted \"%s\"", bad[i].arg, e.msg,
+                     bad[i].why);
+    }
+}
+
+/* ---- lrsim-fit ------------------------------------------------------------------- */
+
+static int
+read_csv(const char *text, struct sim_dataset *ds, struct sim_err *err)
+{
+    FILE *f = fmemopen((void *)(uintptr_t)text, strlen(text), "r");
+    assert_non_null(f);
+    int rc = sim_dataset_read(f, "t.csv", ds, err);
+    fclose(f);
+    return rc;
+}
+
+static void
+test_fit(void **state)
+{
+    (void)state;
+    struct sim_dataset ds;
+    struct sim_err err = { { 0 } };
+    assert_int_equal(read_csv("a,b,y\n1,2,3\n\n4, 5 ,6\r\n", &ds, &err), 0);
+    assert_int_equal(ds.n, 2);
+    assert_int_equal(ds.d, 2);
+    assert_true(ds.x[2] == 4 && ds.x[3] == 5 && ds.y[1] == 6);
+    sim_dataset_free(&ds);
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        { "", "empty" },
+        { "y\n1\n", "at least one feature" },
+        { "a,y\n1,2\n1\n", "t.csv:3: 1 columns" },
+        { "a,y\n1,2,3\n", "t.csv:2: more columns" },
+        { "a,y\n1,x\n", "t.csv:2: column 2: not a finite number" },
+        { "a,y\nnan,1\n", "t.csv:2: column 1" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct sim_err e = { { 0 } };
+        if (read_csv(bad[i].text, &ds, &e) != -1 ||
+            strstr(e.msg, bad[i].why) == NULL)
+            fail_msg("case %zu: \"%s\", wanted \"%s\"", i, e.msg,
+                     bad[i].why);
+    }
+    /* least squares recovers an exact linear law, a constant column and
+     * a duplicated (collinear) column notwithstanding */
+    struct sim_rng g;
+    sim_rng_seed(&g, 1);
+    ds.n = 400;
+    ds.d = 4;
+    ds.x = calloc(ds.n * ds.d, sizeof *ds.x);
+    ds.y = calloc(ds.n, sizeof *ds.y);
+    assert_true(ds.x != NULL && ds.y != NULL);
+    for (size_t i = 0; i < ds.n; i++) {
+        double *x = ds.x + i * ds.d;
+        x[0] = sim_rng_unit(&g) * 100;
+        x[1] = sim_rng_unit(&g) - 0.5;
+        x[2] = 7;
+        x[3] = x[1];
+        ds.y[i] = 2 + 0.03 * x[0] - 4 * (x[1] + x[3]) / 2;
+    }
+    size_t *idx = calloc(ds.n, sizeof *idx);
+    assert_non_null(idx);
+    sim_shuffle_index(idx, ds.n, 9);
+    size_t seen = 0;
+    for (size_t i = 0; i < ds.n; i++)
+        seen += idx[i] < ds.n;
+    assert_int_equal(seen, ds.n);
+    double coef[5];
+    assert_int_equal(sim_fit_linear(&ds, idx, 320, 1e-9, coef, &err), 0);
+    struct sim_score lin, mean, mtr, mte;
+    sim_score_linear(&ds, idx + 320, 80, coef, &lin);
+    assert_true(lin.mse < 1e-10);
+    assert_true(fabs(coef[1] - 0.03) < 1e-6);
+    assert_true(fabs(coef[3]) < 1e-12); /* the constant column */
+    /* a law linear regression cannot follow: the network does better */
+    for (size_t i = 0; i < ds.n; i++) {
+        double *x = ds.x + i * ds.d;
+        ds.y[i] = 10 * x[1] * x[1];
+    }
+    sim_score_mean(&ds, idx, 320, idx + 320, 80, &mean);
+    assert_int_equal(sim_fit_linear(&ds, idx, 320, 1e-6, coef, &err), 0);
+    sim_score_linear(&ds, idx + 320, 80, coef, &lin);
+    assert_int_equal(sim_fit_mlp(&ds, idx, 320, idx + 320, 80, 3, 60, &mtr,
+                                 &mte, &err),
+                     0);
+    assert_true(mte.mse < lin.mse);
+    assert_true(lin.mse > 0.5 * mean.mse); /* the line is no help */
+    free(idx);
+    sim_dataset_free(&ds);
+}
+
 static void
 test_percentile(void **state)
 {
@@ -352,6 +700,11 @@ main(void)
         cmocka_unit_test(test_generators),
         cmocka_unit_test(test_cluster_specs),
         cmocka_unit_test(test_percentile),
+        cmocka_unit_test(test_lodestar_learns),
+        cmocka_unit_test(test_lodestar_deterministic),
+        cmocka_unit_test(test_lodestar_freeze_and_params),
+        cmocka_unit_test(test_params),
+        cmocka_unit_test(test_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

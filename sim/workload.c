@@ -519,16 +519,23 @@ gen_share(const struct share_cfg *c, const struct sim_gen_opts *o,
     }
     snprintf(w->name, sizeof w->name, "%s", c->name);
     snprintf(w->cluster, sizeof w->cluster, "%s", c->cluster);
+    /* where the shift happens, for --split-s and --lodestar-freeze-s */
+    double shift_s =
+        g.n > 0 ? (double)w->reqs[w->n_reqs - g.n + g.n / 2].arrival_us / 1e6
+                : 0;
     if (c->rate_after > 0)
         snprintf(w->desc, sizeof w->desc,
                  "Lodestar-style mixed sharing, inputs %u-%u tokens; rate "
-                 "%.1f then %.1f req/s from the middle of the run",
-                 c->lo, c->hi, g.rate, rate_after);
+                 "%.1f then %.1f req/s from the middle of the run (request "
+                 "%zu, %.1f s)",
+                 c->lo, c->hi, g.rate, rate_after, g.n / 2, shift_s);
     else if (c->ratio_after >= 0)
         snprintf(w->desc, sizeof w->desc,
                  "Lodestar-style sharing %.0f%% then %.0f%% from the middle "
-                 "of the run, inputs %u-%u tokens; %.1f req/s",
-                 100 * c->ratio, 100 * c->ratio_after, c->lo, c->hi, g.rate);
+                 "of the run (request %zu, %.1f s), inputs %u-%u tokens; "
+                 "%.1f req/s",
+                 100 * c->ratio, 100 * c->ratio_after, g.n / 2, shift_s, c->lo,
+                 c->hi, g.rate);
     else if (c->ratio < 0)
         snprintf(w->desc, sizeof w->desc,
                  "Lodestar-style sharing 10/30/50/70%% mixed, inputs %u-%u "

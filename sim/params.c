@@ -1,0 +1,117 @@
+/* lrsim: router parameters by name (see params.h). */
+#include "params.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libroute.h>
+
+/* Indexed by lr_param. A new key must get a name here: the assertion
+ * fails until it does. */
+static const char *const names[] = {
+    [LR_PARAM_PREFIX_MIN_RATIO] = "prefix-min-ratio",
+    [LR_PARAM_BOUNDED_LOAD] = "bounded-load",
+    [LR_PARAM_AIBRIX_IMBALANCE] = "aibrix-imbalance",
+    [LR_PARAM_AIBRIX_STDDEV] = "aibrix-stddev",
+    [LR_PARAM_SGLANG_ABS] = "sglang-abs",
+    [LR_PARAM_SGLANG_REL] = "sglang-rel",
+    [LR_PARAM_SGLANG_MIN_RATIO] = "sglang-min-ratio",
+    [LR_PARAM_PREBLE_HIT] = "preble-hit",
+    [LR_PARAM_DYNAMO_OVERLAP] = "dynamo-overlap",
+    [LR_PARAM_DYNAMO_TEMPERATURE] = "dynamo-temperature",
+    [LR_PARAM_TTFT_SLO_S] = "ttft-slo-s",
+    [LR_PARAM_DUALMAP_KEY_TOKENS] = "dualmap-key-tokens",
+    [LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] = "dualmap-max-key-blocks",
+    [LR_PARAM_DUALMAP_WINDOW] = "dualmap-window",
+    [LR_PARAM_GORGO_W_RTT] = "gorgo-w-rtt",
+    [LR_PARAM_GORGO_W_QUEUE] = "gorgo-w-queue",
+    [LR_PARAM_GORGO_SIGMA] = "gorgo-sigma",
+    [LR_PARAM_GORGO_FROZEN] = "gorgo-frozen",
+    [LR_PARAM_GORGO_W_RTT_MAX] = "gorgo-w-rtt-max",
+    [LR_PARAM_GORGO_W_QUEUE_MIN] = "gorgo-w-queue-min",
+    [LR_PARAM_RANVIER_PRESSURE] = "ranvier-pressure",
+    [LR_PARAM_SESSION_TOKENS] = "session-tokens",
+    [LR_PARAM_STATS_MAX_AGE_S] = "stats-max-age-s",
+    [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = "default-output-tokens",
+    [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = "gorgo-release-at-first-token",
+    [LR_PARAM_LODESTAR_EPSILON] = "lodestar-epsilon",
+    [LR_PARAM_LODESTAR_TIE] = "lodestar-tie",
+    [LR_PARAM_LODESTAR_KV_THRESHOLD] = "lodestar-kv-threshold",
+    [LR_PARAM_LODESTAR_KFILTER_TOKENS] = "lodestar-kfilter-tokens",
+    [LR_PARAM_LODESTAR_OOD] = "lodestar-ood",
+    [LR_PARAM_LODESTAR_FALLBACK] = "lodestar-fallback",
+    [LR_PARAM_LODESTAR_CANDIDATES] = "lodestar-candidates",
+    [LR_PARAM_LODESTAR_MAX_TTFT_S] = "lodestar-max-ttft-s",
+};
+_Static_assert(sizeof names / sizeof names[0] == LR_PARAM_COUNT,
+               "every lr_param needs a name in sim/params.c");
+
+const char *
+sim_param_name(int32_t key)
+{
+    if (key < 0 || key >= (int32_t)LR_PARAM_COUNT)
+        return NULL;
+    return names[key];
+}
+
+int
+sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
+{
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || eq == arg)
+        return sim_errf(err, "expected NAME=VALUE, got '%s'", arg);
+    size_t n = (size_t)(eq - arg);
+    int32_t key = -1;
+    for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT; k++)
+        if (names[k] != NULL && strlen(names[k]) == n &&
+            memcmp(names[k], arg, n) == 0)
+            key = k;
+    if (key < 0) {
+        char known[2048] = "";
+        size_t used = 0;
+        for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT && used < sizeof known;
+             k++) {
+            int w =
+                snprintf(known + used, sizeof known - used, " %s", names[k]);
+            if (w > 0)
+                used += (size_t)w;
+        }
+        return sim_errf(err, "unknown parameter '%.*s'; known:%s", (int)n, arg,
+                        known);
+    }
+    const char *v = eq + 1;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || errno != 0 || isnan(x)) {
+        lr_policy p;
+        if (key == LR_PARAM_LODESTAR_FALLBACK && *v != '\0' &&
+            lr_policy_from_name(v, &p) == LR_OK)
+            x = (double)p;
+        else
+            return sim_errf(err, "%s: expected a number, got '%s'", names[key],
+                            v);
+    }
+    /* the library is the judge: a scratch router says whether it takes it */
+    lr_router *r = NULL;
+    lr_status st = lr_router_create(NULL, &r);
+    if (st == LR_OK)
+        st = lr_router_set_param(r, (lr_param)key, x);
+    lr_router_destroy(r);
+    if (st == LR_ERANGE) {
+        lr_bounds b = lr_router_param_bounds((lr_param)key);
+        return sim_errf(err, "%s: %s is out of range (%g..%g)", names[key], v,
+                        b.lo, b.hi);
+    }
+    if (st == LR_EINVAL)
+        return sim_errf(err, "%s: %s is not a valid value (a whole number?)",
+                        names[key], v);
+    if (st != LR_OK)
+        return sim_errf(err, "%s=%s: %s", names[key], v, lr_strerror(st));
+    out->key = key;
+    out->value = x;
+    return 0;
+}
