@@ -143,7 +143,6 @@ struct lr_router {
     bool has_lmo;
     _Atomic(lr_learner *) learner;
     uint32_t max_req;
-    float *feat;     /* max_inst x F: this route's feature rows, per cv */
     float *rows;     /* max_inst x F: the scored candidates, packed */
     float *pred;     /* max_inst: their predicted rewards */
     uint32_t *cidx;  /* max_inst: their cv indices */
@@ -497,14 +496,13 @@ lodestar_free(lr_router *r)
     size_t ni = r->max_inst, nr = r->max_req;
     lr_learner_destroy(atomic_load(&r->learner));
     atomic_store(&r->learner, NULL);
-    lr__free(m, r->feat, ni * F * sizeof(float));
     lr__free(m, r->rows, ni * F * sizeof(float));
     lr__free(m, r->pred, ni * sizeof(float));
     lr__free(m, r->cidx, ni * sizeof(uint32_t));
     lr__free(m, r->rq_feat, nr * (F + 1) * sizeof(float));
     lr__free(m, r->rq_has, nr);
     lr__free(m, r->fresh, FRESH_SLOTS * sizeof(struct fresh));
-    r->feat = r->rows = r->pred = r->rq_feat = NULL;
+    r->rows = r->pred = r->rq_feat = NULL;
     r->cidx = NULL;
     r->rq_has = NULL;
     r->fresh = NULL;
@@ -520,7 +518,6 @@ lodestar_setup(lr_router *r)
         return LR_OK;
     struct lr__mem *m = &r->mem;
     size_t ni = r->max_inst, nr = r->max_req;
-    r->feat = lr__alloc(m, ni * F * sizeof(float));
     r->rows = lr__alloc(m, ni * F * sizeof(float));
     r->pred = lr__alloc(m, ni * sizeof(float));
     r->cidx = lr__alloc(m, ni * sizeof(uint32_t));
@@ -528,9 +525,8 @@ lodestar_setup(lr_router *r)
     r->rq_has = lr__calloc(m, nr, 1);
     r->fresh = lr__calloc(m, FRESH_SLOTS, sizeof(struct fresh));
     lr_status st = LR_OK;
-    if (r->feat == NULL || r->rows == NULL || r->pred == NULL ||
-        r->cidx == NULL || r->rq_feat == NULL || r->rq_has == NULL ||
-        r->fresh == NULL)
+    if (r->rows == NULL || r->pred == NULL || r->cidx == NULL ||
+        r->rq_feat == NULL || r->rq_has == NULL || r->fresh == NULL)
         st = LR_ENOMEM;
     lr_learner *l = NULL;
     if (st == LR_OK) {
@@ -1671,39 +1667,39 @@ fresh_record(lr_router *r, const lr_request *q, size_t nk, uint32_t id)
     }
 }
 
-/* Feature rows (LR_LODESTAR_FEATURES) of every routable instance. */
+/* The feature row (LR_LODESTAR_FEATURES) of cv entry k, from this
+ * route's snapshot of the instances: the same before and after the
+ * dispatch, so scoring and the sample see one state. */
 static void
-lodestar_features(lr_router *r, const lr_request *q, size_t nk)
+feature_row(const lr_router *r, const lr_request *q, size_t nk, uint32_t k,
+            float *f)
 {
     double prompt = (double)q->n_tokens;
     double out = q->expected_output_tokens ? (double)q->expected_output_tokens
                                            : P(r, DEFAULT_OUTPUT_TOKENS);
-    for (uint32_t k = 0; k < r->n_act; k++) {
-        const struct cand *c = &r->cv[k];
-        float *f = r->feat + (size_t)k * F;
-        double hit = prompt > 0 ? c->cached / prompt : 0;
-        double dec = 0;
-        size_t blocks = c->cached / r->block_tokens;
-        if (hit > 0 && blocks > 0 && blocks <= nk) {
-            double age = fresh_age(r, c->id, blocks, q->now_ns);
-            dec = hit * (age < 0 ? 0.5 : exp2(-age / FRESH_HALF_LIFE_S));
-        }
-        f[0] = (float)prompt;
-        f[1] = (float)out;
-        f[2] = (float)hit;
-        f[3] = (float)dec;
-        f[4] = (float)c->inflight;
-        f[5] = (float)c->queued;
-        f[6] = (float)c->prefill;
-        f[7] = (float)c->decode;
-        f[8] = (float)c->running;
-        f[9] = (float)c->waiting;
-        f[10] = (float)c->kv_use;
-        f[11] = (float)c->rtt_ms;
-        for (uint32_t j = 12; j < F; j++)
-            f[j] = 0;
-        f[12 + (c->cls < F - 12 ? c->cls : F - 13)] = 1;
+    const struct cand *c = &r->cv[k];
+    double hit = prompt > 0 ? c->cached / prompt : 0;
+    double dec = 0;
+    size_t blocks = c->cached / r->block_tokens;
+    if (hit > 0 && blocks > 0 && blocks <= nk) {
+        double age = fresh_age(r, c->id, blocks, q->now_ns);
+        dec = hit * (age < 0 ? 0.5 : exp2(-age / FRESH_HALF_LIFE_S));
     }
+    f[0] = (float)prompt;
+    f[1] = (float)out;
+    f[2] = (float)hit;
+    f[3] = (float)dec;
+    f[4] = (float)c->inflight;
+    f[5] = (float)c->queued;
+    f[6] = (float)c->prefill;
+    f[7] = (float)c->decode;
+    f[8] = (float)c->running;
+    f[9] = (float)c->waiting;
+    f[10] = (float)c->kv_use;
+    f[11] = (float)c->rtt_ms;
+    for (uint32_t j = 12; j < F; j++)
+        f[j] = 0;
+    f[12 + (c->cls < F - 12 ? c->cls : F - 13)] = 1;
 }
 
 /* Lodestar: score the candidates with the learned model and take the
@@ -1715,7 +1711,6 @@ choose_lodestar(lr_router *r, const lr_request *q, size_t nk, double *val,
                 uint64_t *keybuf, uint32_t *n_keys)
 {
     uint32_t n = r->n_act;
-    lodestar_features(r, q, nk);
     r->last_pred = NAN;
     /* candidates: the K-filter, else a power-of-d draw, else all */
     uint32_t nc = 0;
@@ -1759,8 +1754,7 @@ choose_lodestar(lr_router *r, const lr_request *q, size_t nk, double *val,
         }
     }
     for (uint32_t i = 0; i < nc; i++)
-        memcpy(r->rows + (size_t)i * F, r->feat + (size_t)r->cidx[i] * F,
-               F * sizeof(float));
+        feature_row(r, q, nk, r->cidx[i], r->rows + (size_t)i * F);
     size_t ood = 0;
     lr_status st = lr_learner_score(
         atomic_load_explicit(&r->learner, memory_order_relaxed), r->rows, nc,
@@ -1833,7 +1827,7 @@ lodestar_record(lr_router *r, const lr_request *q, size_t nk,
     if (!ours)
         return;
     float *row = r->rq_feat + (size_t)v.slot * (F + 1);
-    memcpy(row, r->feat + (size_t)ch->k * F, F * sizeof(float));
+    feature_row(r, q, nk, ch->k, row);
     row[F] = r->last_pred;
     if (nk > 0 && r->cv[ch->k].prefix_caching)
         fresh_record(r, q, nk, r->cv[ch->k].id);
