@@ -245,6 +245,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                "X-Libroute-Reason": d.reason.label,
                "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
         out_tokens = 0
+        completed = False
         try:
             if not stream or resp.status != 200:
                 data = resp.read()
@@ -254,6 +255,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                      ["completion_tokens"])
                 except (ValueError, KeyError, TypeError):
                     out_tokens = 0
+                # The engine has answered in full: the request ends here,
+                # before the client can see the answer (and, say, read the
+                # gateway's /status) and whether or not it reads it.
+                gw.router.complete(rid, out_tokens, now_ns=now_ns())
+                completed = True
                 self.send_response(resp.status)
                 self.send_header("Content-Type",
                                  resp.getheader("Content-Type",
@@ -283,10 +289,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                             out_tokens += 1
                     self.wfile.write(line)
                     self.wfile.flush()
-            gw.router.complete(rid, out_tokens, now_ns=now_ns())
+            if not completed:
+                gw.router.complete(rid, out_tokens, now_ns=now_ns())
         except OSError:
             # the backend or the client went away mid-answer
-            gw.router.fail(rid, now_ns=now_ns())
+            if not completed:
+                gw.router.fail(rid, now_ns=now_ns())
         finally:
             conn.close()
 
