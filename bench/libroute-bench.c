@@ -342,7 +342,7 @@ bench_router(int quick, uint32_t ninst)
 {
     char name[64];
     int any = 0;
-    for (int pol = 0; pol < LR_POLICY_COUNT; pol++) {
+    for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
         any |= pol != LR_POLICY_LODESTAR && wanted(name);
@@ -402,7 +402,7 @@ bench_router(int quick, uint32_t ninst)
     uint64_t *ns = malloc(iters * sizeof *ns);
     uint64_t *dry = malloc(iters * sizeof *dry);
     uint64_t *ring = calloc(2 * ninst, sizeof *ring);
-    for (int pol = 0; pol < LR_POLICY_COUNT; pol++) {
+    for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
         if (pol == LR_POLICY_LODESTAR || !wanted(name))

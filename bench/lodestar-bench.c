@@ -267,7 +267,7 @@ main(int argc, char **argv)
     if ((st = lr_router_learn_step(r, LR_LEARN_FORCE, &tr)) != LR_OK || !tr)
         die("first model", st);
     size_t nsamp = 0;
-    lr_router_learner_samples(r, NULL, NULL, 0, &nsamp);
+    lr_router_learner_samples(r, NULL, LR_LODESTAR_FEATURES, NULL, 0, &nsamp);
     fprintf(stderr, "lodestar-bench: model trained on %zu samples\n", nsamp);
 
     size_t reps = quick ? 200 : 20000;

@@ -72,6 +72,7 @@
 #include "fuzz_helpers.h"
 #include "index_util.h"
 #include "lr_hash.h"
+#include "policy.h"
 #include "router.h"
 
 #define MAX_OPS 192
@@ -134,7 +135,7 @@ struct run {
     struct sinst in[MAX_INST];
     struct sreq rq[MAX_REQ];
     uint32_t n_rq;
-    double param[LR_PARAM_COUNT];
+    double param[LR__PARAM_COUNT];
     int32_t policy;
     uint64_t now, next_id;
     uint64_t routes, dry_runs, prompt_tokens, cached_tokens;
@@ -693,13 +694,13 @@ op_route(struct run *r, fuzz_dp *dp)
 static void
 op_policy(struct run *r, fuzz_dp *dp)
 {
-    uint32_t c = fuzz_dp_next_range(dp, 0, LR_POLICY_COUNT);
-    /* every policy; LR_POLICY_COUNT: out of range */
+    uint32_t c = fuzz_dp_next_range(dp, 0, LR__POLICY_COUNT);
+    /* every policy; LR__POLICY_COUNT: out of range */
     int32_t p = (int32_t)c;
     uint64_t d0 = digest(r);
     lr_status st = lr_router_set_policy(r->r, (lr_policy)p);
     fuzz_trace("set_policy(%d) = %s", p, lr_status_name(st));
-    after(r, C_POLICY, st, p < LR_POLICY_COUNT ? LR_OK : LR_EINVAL, d0);
+    after(r, C_POLICY, st, p < LR__POLICY_COUNT ? LR_OK : LR_EINVAL, d0);
     if (st == LR_OK)
         r->policy = p;
 }
@@ -721,13 +722,13 @@ integer_param(uint32_t key)
 static void
 op_set_param(struct run *r, fuzz_dp *dp)
 {
-    uint32_t kc = fuzz_dp_next_range(dp, 0, LR_PARAM_COUNT + 1);
-    uint32_t key = kc < LR_PARAM_COUNT    ? kc
-                   : kc == LR_PARAM_COUNT ? LR_PARAM_COUNT
-                                          : 1000;
+    uint32_t kc = fuzz_dp_next_range(dp, 0, LR__PARAM_COUNT + 1);
+    uint32_t key = kc < LR__PARAM_COUNT    ? kc
+                   : kc == LR__PARAM_COUNT ? LR__PARAM_COUNT
+                                           : 1000;
     uint32_t vc = fuzz_dp_next_range(dp, 0, 11);
     uint32_t frac = fuzz_dp_next_range(dp, 0, 255);
-    lr_bounds b = lr_router_param_bounds((lr_param)key);
+    lr_bounds b = lr_param_bounds((lr_param)key);
     double lo = b.status == LR_OK ? b.lo : 0, hi = b.status == LR_OK ? b.hi : 1;
     double def = b.status == LR_OK ? b.def : 0;
     double v;
@@ -782,7 +783,7 @@ op_set_param(struct run *r, fuzz_dp *dp)
     int want;
     if (isnan(v))
         want = LR_EINVAL;
-    else if (key >= LR_PARAM_COUNT)
+    else if (key >= LR__PARAM_COUNT)
         want = LR_ENOTSUP;
     else if (!(v >= lo && v <= hi))
         want = LR_ERANGE;
@@ -940,7 +941,8 @@ op_plan(struct run *r, fuzz_dp *dp)
     memset(moves, 0xa5, sizeof moves);
     size_t n = 777;
     uint64_t d0 = digest(r);
-    lr_status st = lr_router_rebalance_plan(r->r, r->now, buf, cap, &n);
+    lr_status st =
+        lr_router_rebalance_plan(r->r, r->now, buf, cap, sizeof moves[0], &n);
     fuzz_trace("rebalance_plan(capacity=%u%s) = %s, %zu moves", cap,
                buf ? "" : ", NULL", lr_status_name(st), st == LR_OK ? n : 0);
     after(r, C_PLAN, st, cap == 9 ? LR_EINVAL : LR_OK, d0);
@@ -1154,7 +1156,7 @@ op_query(struct run *r, fuzz_dp *dp)
     uint32_t id = dec_inst(dp);
     uint32_t sz = fuzz_dp_next_range(dp, 0, 3);
     uint32_t nm = fuzz_dp_next_range(dp, 0, N_NAMES - 1);
-    uint32_t key = fuzz_dp_next_range(dp, 0, LR_PARAM_COUNT);
+    uint32_t key = fuzz_dp_next_range(dp, 0, LR__PARAM_COUNT);
     uint32_t cls = fuzz_dp_next_range(dp, 0, 4);
     uint32_t rate = fuzz_dp_next_range(dp, 0, 7);
     uint64_t d0 = digest(r);
@@ -1210,10 +1212,10 @@ op_query(struct run *r, fuzz_dp *dp)
     /* get_param and bounds */
     double v = -1;
     st = lr_router_get_param(r->r, (lr_param)key, &v);
-    after(r, C_GET_PARAM, st, key < LR_PARAM_COUNT ? LR_OK : LR_ENOTSUP, d0);
-    lr_bounds b = lr_router_param_bounds((lr_param)key);
+    after(r, C_GET_PARAM, st, key < LR__PARAM_COUNT ? LR_OK : LR_ENOTSUP, d0);
+    lr_bounds b = lr_param_bounds((lr_param)key);
     if (r->check) {
-        FUZZ_ASSERT((b.status == LR_OK) == (key < LR_PARAM_COUNT));
+        FUZZ_ASSERT((b.status == LR_OK) == (key < LR__PARAM_COUNT));
         if (st == LR_OK && key != LR_PARAM_GORGO_W_RTT &&
             key != LR_PARAM_GORGO_W_QUEUE && key != LR_PARAM_GORGO_SIGMA)
             FUZZ_ASSERT(v == r->param[key]);
@@ -1261,7 +1263,8 @@ op_learn(struct run *r, fuzz_dp *dp)
     if (st == LR_OK && r->check) {
         float x[24 * LR_LODESTAR_FEATURES], y[24];
         size_t n = 0;
-        st = lr_router_learner_samples(r->r, x, y, 24, &n);
+        st =
+            lr_router_learner_samples(r->r, x, LR_LODESTAR_FEATURES, y, 24, &n);
         FUZZ_ASSERT_STATUS(st, st == LR_OK && n <= 24);
         for (size_t i = 0; i < n; i++)
             FUZZ_ASSERT(y[i] <= 0 && y[i] >= -15);
@@ -1314,8 +1317,8 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;
     r->policy = o.policy;
-    for (int k = 0; k < LR_PARAM_COUNT; k++)
-        r->param[k] = lr_router_param_bounds((lr_param)k).def;
+    for (int k = 0; k < LR__PARAM_COUNT; k++)
+        r->param[k] = lr_param_bounds((lr_param)k).def;
     r->now = 1000 * SEC;
     r->next_id = 1000;
     fuzz_trace("router(seed=%llu, max_instances=%u, max_requests=%u, B=%u, "

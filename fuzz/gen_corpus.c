@@ -21,6 +21,7 @@
 #include "load.h"
 #include "lr_hash.h"
 #include "mlp.h"
+#include "policy.h"
 
 static const char *root;
 static int n_written;
@@ -1663,7 +1664,7 @@ static void
 ro_param(struct ro *s, uint32_t key, uint32_t vc, uint32_t frac)
 {
     put(&s->e, 0, 19, RO_PARAM);
-    put(&s->e, 0, LR_PARAM_COUNT + 1, key);
+    put(&s->e, 0, LR__PARAM_COUNT + 1, key);
     put(&s->e, 0, 11, vc);
     put(&s->e, 0, 255, frac);
 }
@@ -1789,7 +1790,7 @@ ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name, uint32_t key,
     put(e, 0, 9, inst);
     put(e, 0, 3, sz);
     put(e, 0, 9, name);
-    put(e, 0, LR_PARAM_COUNT, key);
+    put(e, 0, LR__PARAM_COUNT, key);
     put(e, 0, 4, cls);
     put(e, 0, 7, rate);
 }
@@ -1931,8 +1932,8 @@ gen_router(void)
     ro_policy(&s, 15);
     for (uint32_t vc = 3; vc <= 9; vc++)
         ro_param(&s, LR_PARAM_DUALMAP_WINDOW, vc, 0);
-    ro_param(&s, LR_PARAM_COUNT, 0, 0);
-    ro_param(&s, LR_PARAM_COUNT + 1, 5, 0);
+    ro_param(&s, LR__PARAM_COUNT, 0, 0);
+    ro_param(&s, LR__PARAM_COUNT + 1, 5, 0);
     ro_param(&s, LR_PARAM_TTFT_SLO_S, 8, 0);
     ro_param(&s, LR_PARAM_PREFIX_MIN_RATIO, 8, 0);
     ro_stats(&s, 0, 3, 3, 6, 4, false);
@@ -2007,7 +2008,7 @@ gen_router(void)
 
     /* parameters: every key at its bounds, the DualMap window resized */
     ro_header(&s, 30, 3, 16, 2, 128, 0, LR_POLICY_DUALMAP, 8, 0, 0x07);
-    for (uint32_t k = 0; k < LR_PARAM_COUNT; k++) {
+    for (uint32_t k = 0; k < LR__PARAM_COUNT; k++) {
         ro_param(&s, k, k % 2 ? 1 : 0, 0);
         q = ro_rq(k % 4, 40, 255);
         ro_route(&s, &q);
@@ -2159,7 +2160,7 @@ gen_router(void)
                 ro_policy(&s, ro_rnd(0, 15));
                 break;
             case RO_PARAM:
-                ro_param(&s, ro_rnd(0, LR_PARAM_COUNT + 1), ro_rnd(0, 11),
+                ro_param(&s, ro_rnd(0, LR__PARAM_COUNT + 1), ro_rnd(0, 11),
                          ro_rnd(0, 255));
                 break;
             case RO_STATS:
@@ -2196,7 +2197,8 @@ gen_router(void)
                 break;
             case RO_QUERY:
                 ro_query(&s, inst, ro_rnd(0, 3), ro_rnd(0, 9),
-                         ro_rnd(0, LR_PARAM_COUNT), ro_rnd(0, 4), ro_rnd(0, 7));
+                         ro_rnd(0, LR__PARAM_COUNT), ro_rnd(0, 4),
+                         ro_rnd(0, 7));
                 break;
             default: {
                 struct ro_req r =

@@ -4,10 +4,12 @@
 #define LIBROUTE_H
 
 #include "libroute/lr_common.h"
+#include "libroute/lr_cost.h"
 #include "libroute/lr_index.h"
 #include "libroute/lr_learner.h"
 #include "libroute/lr_load.h"
 #include "libroute/lr_mlp.h"
+#include "libroute/lr_policy.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_text.h"

@@ -173,6 +173,28 @@ lr__copy_sized(void *dst, size_t dst_size, const void *src, size_t min_size)
     return LR_OK;
 }
 
+lr_status
+lr__copy_out(void *dst, const void *src, size_t src_size)
+{
+    size_t have;
+    memcpy(&have, dst, sizeof have);
+    size_t n = have < src_size ? have : src_size;
+    memcpy(dst, src, n);
+    memcpy(dst, &have, sizeof have);
+    return LR_OK;
+}
+
+void
+lr__init_sized(void *p, size_t size, const void *defaults, size_t def_size)
+{
+    if (p == NULL || size < sizeof(size_t))
+        return;
+    memset(p, 0, size);
+    if (defaults != NULL)
+        memcpy(p, defaults, size < def_size ? size : def_size);
+    memcpy(p, &size, sizeof size);
+}
+
 /* ---- blobs -------------------------------------------------------------- */
 
 struct lr_blob {

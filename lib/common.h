@@ -87,6 +87,18 @@ lr__add_size(size_t a, size_t b, size_t *out)
 lr_status lr__copy_sized(void *dst, size_t dst_size, const void *src,
                          size_t min_size);
 
+/* Output structs: copy `src` (src_size bytes, the library's struct) into
+ * a caller's struct of any size >= its v1 size, as much as both know,
+ * keeping the caller's struct_size. Never fails; returns LR_OK. */
+lr_status lr__copy_out(void *dst, const void *src, size_t src_size);
+
+/* The lr_X_init_sized() functions: zero the caller's `size` bytes, copy
+ * the library's defaults (def_size bytes; NULL for none) into the prefix
+ * both know and stamp struct_size = size. NULL or a size too small to
+ * hold struct_size is a no-op. */
+void lr__init_sized(void *p, size_t size, const void *defaults,
+                    size_t def_size);
+
 /* ---- blobs -------------------------------------------------------------- */
 
 /* A blob carries a copy of the allocator that made it, so it can be freed

@@ -1370,19 +1370,20 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
 /* lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static const lr_index_options options_defaults = {
+    .struct_size = sizeof(lr_index_options),
+    .capacity_blocks = 1u << 20,
+    .ttl_ns = 3600ull * 1000000000ull,
+    .block_tokens = 16,
+    .max_instances = 1024,
+    .journal_capacity = 4096,
+    .engine_map_capacity = 2u << 20,
+};
+
 void
-lr_index_options_init(lr_index_options *opt)
+lr_index_options_init_sized(lr_index_options *opt, size_t size)
 {
-    if (opt == NULL)
-        return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->capacity_blocks = 1u << 20;
-    opt->ttl_ns = 3600ull * 1000000000ull;
-    opt->block_tokens = 16;
-    opt->max_instances = 1024;
-    opt->journal_capacity = 4096;
-    opt->engine_map_capacity = 2u << 20;
+    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
 }
 
 static void
@@ -1508,30 +1509,21 @@ lr_index_block_tokens(const lr_index *idx)
 }
 
 void
-lr_prompt_init(lr_prompt *p)
+lr_prompt_init_sized(lr_prompt *p, size_t size)
 {
-    if (p == NULL)
-        return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
+    lr__init_sized(p, size, NULL, 0);
 }
 
 void
-lr_index_match_result_init(lr_index_match_result *r)
+lr_index_match_result_init_sized(lr_index_match_result *r, size_t size)
 {
-    if (r == NULL)
-        return;
-    memset(r, 0, sizeof *r);
-    r->struct_size = sizeof *r;
+    lr__init_sized(r, size, NULL, 0);
 }
 
 void
-lr_kv_stored_init(lr_kv_stored *ev)
+lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size)
 {
-    if (ev == NULL)
-        return;
-    memset(ev, 0, sizeof *ev);
-    ev->struct_size = sizeof *ev;
+    lr__init_sized(ev, size, NULL, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1751,12 +1743,12 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     return LR_OK;
 }
 
-void
+lr_status
 lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
-    if (idx == NULL)
-        return;
+    LR_RETURN_IF(idx == NULL, LR_EINVAL);
     expire_all(idx, tick_at(idx, now_ns));
+    return LR_OK;
 }
 
 lr_status

@@ -65,29 +65,27 @@ struct lr_learner {
     lr_mlp *prev; /* the last trained network (training side's copy) */
 };
 
+static const lr_learner_options options_defaults = {
+    .struct_size = sizeof(lr_learner_options),
+    .fifo_capacity = 5000,
+    .replay_capacity = 5000,
+    .pending_capacity = 8192,
+    .min_samples = 5000,
+    .retrain_every = 1000,
+    .epochs = 30,
+    .max_abs_reward = 15.0,
+};
+
 void
-lr_learner_options_init(lr_learner_options *opt)
+lr_learner_options_init_sized(lr_learner_options *opt, size_t size)
 {
-    if (opt == NULL)
-        return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->fifo_capacity = 5000;
-    opt->replay_capacity = 5000;
-    opt->pending_capacity = 8192;
-    opt->min_samples = 5000;
-    opt->retrain_every = 1000;
-    opt->epochs = 30;
-    opt->max_abs_reward = 15.0;
+    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
 }
 
 void
-lr_learner_stats_init(lr_learner_stats *s)
+lr_learner_stats_init_sized(lr_learner_stats *s, size_t size)
 {
-    if (s == NULL)
-        return;
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
+    lr__init_sized(s, size, NULL, 0);
 }
 
 /* ---- create / destroy ------------------------------------------------------ */
@@ -277,21 +275,28 @@ take_incoming(lr_learner *l)
         ;
 }
 
+lr_mlp *
+lr__learner_model(lr_learner *l)
+{
+    take_incoming(l);
+    return l->serving != NULL ? l->serving->net : NULL;
+}
+
 lr_status
 lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
                  size_t *n_ood)
 {
     LR_RETURN_IF(l == NULL || (n > 0 && (x == NULL || out == NULL)), LR_EINVAL);
-    take_incoming(l);
-    LR_RETURN_IF(l->serving == NULL, LR_ESTATE);
+    lr_mlp *net = lr__learner_model(l);
+    LR_RETURN_IF(net == NULL, LR_ESTATE);
     if (n == 0) {
         if (n_ood != NULL)
             *n_ood = 0;
         return LR_OK;
     }
-    LR_TRY(lr_mlp_predict(l->serving->net, x, n, out));
+    LR_TRY(lr_mlp_predict(net, x, n, out));
     if (n_ood != NULL)
-        LR_TRY(lr_mlp_out_of_range(l->serving->net, x, n, n_ood));
+        LR_TRY(lr_mlp_out_of_range(net, x, n, n_ood));
     return LR_OK;
 }
 

@@ -20,4 +20,9 @@ uint64_t lr__learner_digest(const lr_learner *l);
 void lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
                        uint32_t *replay);
 
+/* Serving side: take over a newly trained model (as lr_learner_score
+ * does) and return the network in service, or NULL before the first. The
+ * network stays valid until the next serving-side call. */
+lr_mlp *lr__learner_model(lr_learner *l);
+
 #endif

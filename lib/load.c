@@ -56,44 +56,40 @@ struct lr_load {
     uint64_t inflight;
 };
 
+static const lr_load_options options_defaults = {
+    .struct_size = sizeof(lr_load_options),
+    .max_instances = 1024,
+    .max_requests = 65536,
+    .rtt_alpha = 0.3,
+};
+
 void
-lr_load_options_init(lr_load_options *opt)
+lr_load_options_init_sized(lr_load_options *opt, size_t size)
 {
-    if (opt == NULL)
-        return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->max_instances = 1024;
-    opt->max_requests = 65536;
-    opt->rtt_alpha = 0.3;
+    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
+}
+
+static const lr_dispatch dispatch_defaults = {
+    .struct_size = sizeof(lr_dispatch),
+    .alt_instance = NONE,
+};
+
+void
+lr_dispatch_init_sized(lr_dispatch *d, size_t size)
+{
+    lr__init_sized(d, size, &dispatch_defaults, sizeof dispatch_defaults);
 }
 
 void
-lr_dispatch_init(lr_dispatch *d)
+lr_engine_stats_init_sized(lr_engine_stats *s, size_t size)
 {
-    if (d == NULL)
-        return;
-    memset(d, 0, sizeof *d);
-    d->struct_size = sizeof *d;
-    d->alt_instance = NONE;
+    lr__init_sized(s, size, NULL, 0);
 }
 
 void
-lr_engine_stats_init(lr_engine_stats *s)
+lr_load_snapshot_init_sized(lr_load_snapshot *s, size_t size)
 {
-    if (s == NULL)
-        return;
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
-}
-
-void
-lr_load_snapshot_init(lr_load_snapshot *s)
-{
-    if (s == NULL)
-        return;
-    memset(s, 0, sizeof *s);
-    s->struct_size = sizeof *s;
+    lr__init_sized(s, size, NULL, 0);
 }
 
 static void

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <stdint.h>
+#include <string.h>
 
 /* Persistent seeds (B26): documented in the public headers, never change. */
 #define LR_SEED_TENANT 0x4c52544e414e5431ull /* "LRTNANT1" */
@@ -33,6 +34,22 @@ lr__mix64(uint64_t x, uint64_t seed)
     x *= 0xc4ceb9fe1a85ec53ull;
     x ^= x >> 33;
     return x;
+}
+
+/* Digests (lr__X_digest): fold one value into a running checksum. */
+static inline uint64_t
+lr__digest_mix(uint64_t h, uint64_t v)
+{
+    return lr__mix64(h ^ v, 0x9e3779b97f4a7c15ull);
+}
+
+/* A double's bit pattern, for digests. */
+static inline uint64_t
+lr__double_bits(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
 }
 
 #endif /* LIBROUTE_LIB_LR_HASH_H */

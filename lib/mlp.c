@@ -81,20 +81,21 @@ struct lr_mlp {
 
 /* ---- options -------------------------------------------------------------- */
 
+static const lr_mlp_options options_defaults = {
+    .struct_size = sizeof(lr_mlp_options),
+    .hidden_layers = 3,
+    .width = 128,
+    .batch_size = 256,
+    .dropout = 0.1,
+    .learning_rate = 1e-3,
+    .weight_decay = 1e-5,
+    .grad_clip = 1.0,
+};
+
 void
-lr_mlp_options_init(lr_mlp_options *opt)
+lr_mlp_options_init_sized(lr_mlp_options *opt, size_t size)
 {
-    if (opt == NULL)
-        return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->hidden_layers = 3;
-    opt->width = 128;
-    opt->batch_size = 256;
-    opt->dropout = 0.1;
-    opt->learning_rate = 1e-3;
-    opt->weight_decay = 1e-5;
-    opt->grad_clip = 1.0;
+    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
 }
 
 static bool

@@ -339,16 +339,16 @@ shrink(lr_ring *r)
 
 /* ---- public API -------------------------------------------------------- */
 
+static const lr_ring_options options_defaults = {
+    .struct_size = sizeof(lr_ring_options),
+    .vnodes = DEFAULT_VNODES,
+    .max_instances = DEFAULT_MAX_INSTANCES,
+};
+
 void
-lr_ring_options_init(lr_ring_options *opt)
+lr_ring_options_init_sized(lr_ring_options *opt, size_t size)
 {
-    if (opt == NULL)
-        return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->allocator = NULL;
-    opt->vnodes = DEFAULT_VNODES;
-    opt->max_instances = DEFAULT_MAX_INSTANCES;
+    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
 }
 
 lr_status

@@ -715,14 +715,15 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
     return st;
 }
 
+static const lr_vllm_batch_info info_defaults = {
+    .struct_size = sizeof(lr_vllm_batch_info),
+    .dp_rank = -1,
+};
+
 void
-lr_vllm_batch_info_init(lr_vllm_batch_info *info)
+lr_vllm_batch_info_init_sized(lr_vllm_batch_info *info, size_t size)
 {
-    if (info == NULL)
-        return;
-    memset(info, 0, sizeof *info);
-    info->struct_size = sizeof *info;
-    info->dp_rank = -1;
+    lr__init_sized(info, size, &info_defaults, sizeof info_defaults);
 }
 
 lr_status

@@ -383,11 +383,11 @@ list_classes(void)
 }
 
 static int
-supported(lr_policy p)
+supported(int32_t p)
 {
     lr_router_options o;
     lr_router_options_init(&o);
-    o.policy = (int32_t)p;
+    o.policy = p;
     lr_router *r;
     lr_status st = lr_router_create(&o, &r);
     lr_router_destroy(st == LR_OK ? r : NULL);
@@ -398,10 +398,10 @@ static void
 list_policies(void)
 {
     for (int p = 0; p < MAX_POLICIES; p++) {
-        const char *n = lr_policy_name((lr_policy)p);
+        const char *n = lr_policy_name(p);
         if (n == NULL)
             break;
-        printf("%-24s%s\n", n, supported((lr_policy)p) ? "" : "(not supported)");
+        printf("%-24s%s\n", n, supported(p) ? "" : "(not supported)");
     }
 }
 
@@ -413,7 +413,7 @@ select_policies(const char *spec, int32_t *out, size_t *n)
     *n = 0;
     if (spec == NULL || strcmp(spec, "all") == 0) {
         for (int p = 0; p < MAX_POLICIES; p++) {
-            if (lr_policy_name((lr_policy)p) == NULL)
+            if (lr_policy_name(p) == NULL)
                 break;
             out[(*n)++] = p;
         }
@@ -425,17 +425,17 @@ select_policies(const char *spec, int32_t *out, size_t *n)
     strcpy(buf, spec);
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        lr_policy p;
+        int32_t p;
         if (lr_policy_from_name(t, &p) != LR_OK) {
             fprintf(stderr, "lrsim: --policies: unknown policy '%s'; known:",
                     t);
-            for (int k = 0; lr_policy_name((lr_policy)k); k++)
-                fprintf(stderr, " %s", lr_policy_name((lr_policy)k));
+            for (int k = 0; lr_policy_name(k); k++)
+                fprintf(stderr, " %s", lr_policy_name(k));
             fprintf(stderr, "\n");
             return -1;
         }
         for (size_t k = 0; k < *n; k++)
-            if (out[k] == (int32_t)p)
+            if (out[k] == p)
                 return bad("--policies: '%s' given twice", t);
         if (*n == MAX_POLICIES)
             return bad("--policies: too many");

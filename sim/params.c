@@ -46,13 +46,12 @@ static const char *const names[] = {
     [LR_PARAM_LODESTAR_CANDIDATES] = "lodestar-candidates",
     [LR_PARAM_LODESTAR_MAX_TTFT_S] = "lodestar-max-ttft-s",
 };
-_Static_assert(sizeof names / sizeof names[0] == LR_PARAM_COUNT,
-               "every lr_param needs a name in sim/params.c");
+#define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 
 const char *
 sim_param_name(int32_t key)
 {
-    if (key < 0 || key >= (int32_t)LR_PARAM_COUNT)
+    if (key < 0 || key >= N_NAMES)
         return NULL;
     return names[key];
 }
@@ -65,14 +64,14 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
         return sim_errf(err, "expected NAME=VALUE, got '%s'", arg);
     size_t n = (size_t)(eq - arg);
     int32_t key = -1;
-    for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT; k++)
+    for (int32_t k = 0; k < N_NAMES; k++)
         if (names[k] != NULL && strlen(names[k]) == n &&
             memcmp(names[k], arg, n) == 0)
             key = k;
     if (key < 0) {
         char known[2048] = "";
         size_t used = 0;
-        for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT && used < sizeof known;
+        for (int32_t k = 0; k < N_NAMES && used < sizeof known;
              k++) {
             int w =
                 snprintf(known + used, sizeof known - used, " %s", names[k]);
@@ -87,7 +86,7 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
     errno = 0;
     double x = strtod(v, &end);
     if (end == v || *end != '\0' || errno != 0 || isnan(x)) {
-        lr_policy p;
+        int32_t p;
         if (key == LR_PARAM_LODESTAR_FALLBACK && *v != '\0' &&
             lr_policy_from_name(v, &p) == LR_OK)
             x = (double)p;
@@ -99,10 +98,10 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
     lr_router *r = NULL;
     lr_status st = lr_router_create(NULL, &r);
     if (st == LR_OK)
-        st = lr_router_set_param(r, (lr_param)key, x);
+        st = lr_router_set_param(r, key, x);
     lr_router_destroy(r);
     if (st == LR_ERANGE) {
-        lr_bounds b = lr_router_param_bounds((lr_param)key);
+        lr_bounds b = lr_param_bounds(key);
         return sim_errf(err, "%s: %s is out of range (%g..%g)", names[key], v,
                         b.lo, b.hi);
     }

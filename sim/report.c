@@ -126,8 +126,8 @@ static void
 reason_shares(FILE *f, const uint64_t *by, uint64_t total)
 {
     int first = 1;
-    for (int k = 0; k < 16; k++) {
-        const char *name = lr_reason_name((lr_reason)k);
+    for (int k = 0; k < SIM_REASONS; k++) {
+        const char *name = lr_reason_name(k);
         if (by[k] == 0 || name == NULL)
             continue;
         fprintf(f, "%s%s %.1f%%", first ? "" : ", ", name,
@@ -139,10 +139,10 @@ reason_shares(FILE *f, const uint64_t *by, uint64_t total)
 }
 
 static uint64_t
-sum16(const uint64_t *by)
+sum_reasons(const uint64_t *by)
 {
     uint64_t t = 0;
-    for (int k = 0; k < 16; k++)
+    for (int k = 0; k < SIM_REASONS; k++)
         t += by[k];
     return t;
 }
@@ -188,7 +188,7 @@ table_lodestar(FILE *f, const struct sim_report *rep,
                    "requests the model chose",
                 r->pred_mae, (unsigned long long)r->pred_n);
     fprintf(f, "\n    decisions: ");
-    reason_shares(f, r->by_reason, sum16(r->by_reason));
+    reason_shares(f, r->by_reason, sum_reasons(r->by_reason));
     fprintf(f, "\n");
     if (!rep->show_curve)
         return;
@@ -201,11 +201,11 @@ table_lodestar(FILE *f, const struct sim_report *rep,
     /* about 30 rows: every training point and evenly spaced ones; each
      * row's shares and error cover the time since the previous row */
     size_t every_k = (r->n_curve + 29) / 30;
-    uint64_t by[16] = { 0 }, dec = 0, pn = 0;
+    uint64_t by[SIM_REASONS] = { 0 }, dec = 0, pn = 0;
     double psum = 0;
     for (size_t k = 0; k < r->n_curve; k++) {
         const struct sim_learn_point *p = &r->curve[k];
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < SIM_REASONS; j++)
             by[j] += p->by_reason[j];
         dec += p->decisions;
         if (p->pred_n > 0) {
@@ -321,7 +321,7 @@ sim_report_table(FILE *f, const struct sim_report *rep)
             fprintf(f, "\n  decision reasons\n");
         head = 1;
         fprintf(f, "  %-22s ", r->policy_name);
-        reason_shares(f, r->by_reason, sum16(r->by_reason));
+        reason_shares(f, r->by_reason, sum_reasons(r->by_reason));
         fprintf(f, "\n");
     }
 }
@@ -455,8 +455,8 @@ json_reason_shares(FILE *f, const uint64_t *by, uint64_t total)
 {
     fputc('{', f);
     int first = 1;
-    for (int k = 0; k < 16; k++) {
-        const char *name = lr_reason_name((lr_reason)k);
+    for (int k = 0; k < SIM_REASONS; k++) {
+        const char *name = lr_reason_name(k);
         if (by[k] == 0 || name == NULL)
             continue;
         fprintf(f, "%s", first ? "" : ", ");
@@ -587,8 +587,8 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     }
     fprintf(f, ",\n      \"reasons\": {");
     int first = 1;
-    for (int k = 0; k < 16; k++) {
-        const char *name = lr_reason_name((lr_reason)k);
+    for (int k = 0; k < SIM_REASONS; k++) {
+        const char *name = lr_reason_name(k);
         if (r->by_reason[k] == 0 || name == NULL)
             continue;
         fprintf(f, "%s", first ? "" : ", ");

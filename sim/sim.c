@@ -128,7 +128,7 @@ struct run {
     double *pending_sum;
     lr_move moves[MAX_MOVES];
     /* lodestar's learning curve: counters at the previous point */
-    uint64_t reason_prev[16];
+    uint64_t reason_prev[SIM_REASONS];
     uint64_t routes_prev;
     double pmae_sum; /* since the previous point */
     uint64_t pmae_n;
@@ -155,6 +155,18 @@ lib_fail(struct run *r, const char *call, lr_status st)
 {
     return sim_errf(r->err, "%s: %s: %s (%s)", r->res->policy_name, call,
                     lr_strerror(st), lr_status_name(st));
+}
+
+/* The router's decision counts by reason, SIM_REASONS of them. */
+static int
+read_reasons(struct run *r, uint64_t *by)
+{
+    size_t n = 0;
+    memset(by, 0, SIM_REASONS * sizeof *by);
+    lr_status st = lr_router_reason_counts(r->router, by, SIM_REASONS, &n);
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_reason_counts", st);
+    return 0;
 }
 
 static uint64_t
@@ -468,8 +480,9 @@ static int
 on_rebalance(struct run *r)
 {
     size_t n = 0;
-    lr_status st = lr_router_rebalance_plan(r->router, ns_of(r->now),
-                                            r->moves, MAX_MOVES, &n);
+    lr_status st =
+        lr_router_rebalance_plan(r->router, ns_of(r->now), r->moves, MAX_MOVES,
+                                 sizeof r->moves[0], &n);
     if (st != LR_OK)
         return lib_fail(r, "lr_router_rebalance_plan", st);
     for (size_t k = 0; k < n; k++) {
@@ -532,9 +545,12 @@ add_point(struct run *r, int stepped, int trained, double wall_s)
         return lib_fail(r, "lr_router_get_stats", st);
     p->decisions = rs.routes - r->routes_prev;
     r->routes_prev = rs.routes;
-    for (int k = 0; k < 16; k++) {
-        p->by_reason[k] = rs.by_reason[k] - r->reason_prev[k];
-        r->reason_prev[k] = rs.by_reason[k];
+    uint64_t by[SIM_REASONS];
+    if (read_reasons(r, by) != 0)
+        return -1;
+    for (int k = 0; k < SIM_REASONS; k++) {
+        p->by_reason[k] = by[k] - r->reason_prev[k];
+        r->reason_prev[k] = by[k];
     }
     res->learn_samples = ls.samples;
     res->learn_rounds = ls.model_round;
@@ -920,10 +936,10 @@ summarize_lodestar(struct run *r)
     if (!r->cfg->keep_samples)
         return 0;
     size_t n = 0;
-    lr_status st = lr_router_learner_samples(r->router, NULL, NULL, 0, &n);
+    const size_t d = lr_router_learner_feature_count(r->router);
+    lr_status st = lr_router_learner_samples(r->router, NULL, d, NULL, 0, &n);
     if (st != LR_OK && st != LR_EBUFSIZE)
         return lib_fail(r, "lr_router_learner_samples", st);
-    const size_t d = LR_LODESTAR_FEATURES;
     float *x = sim_calloc(n ? n : 1, d * sizeof *x);
     float *y = sim_calloc(n ? n : 1, sizeof *y);
     res->samples = sim_calloc(n ? n : 1, (d + 1) * sizeof *res->samples);
@@ -933,7 +949,7 @@ summarize_lodestar(struct run *r)
         return sim_errf(r->err, "out of memory (%zu samples)", n);
     }
     size_t got = 0;
-    st = lr_router_learner_samples(r->router, x, y, n, &got);
+    st = lr_router_learner_samples(r->router, x, d, y, n, &got);
     if (st == LR_OK)
         for (size_t i = 0; i < got; i++) {
             memcpy(res->samples + i * (d + 1), x + i * d, d * sizeof *x);
@@ -1033,7 +1049,8 @@ summarize(struct run *r)
         res->router_hit_belief =
             rs.prompt_tokens ? (double)rs.cached_tokens / (double)rs.prompt_tokens
                              : 0;
-        memcpy(res->by_reason, rs.by_reason, sizeof res->by_reason);
+        if (read_reasons(r, res->by_reason) != 0)
+            return -1;
     }
     size_t pn = 0;
     double psum = 0;

@@ -26,6 +26,10 @@
 #include "util.h"
 #include "workload.h"
 
+/* Decision reasons lrsim keeps counts of: at least lr_reason_count() of
+ * the library it runs (a run fails otherwise). */
+#define SIM_REASONS 32
+
 struct sim_config {
     const struct sim_workload *w;
     const struct sim_cluster *c;
@@ -82,7 +86,7 @@ struct sim_learn_point {
     double pred_mae;
     uint64_t pred_n;
     uint64_t decisions;     /* since */
-    uint64_t by_reason[16]; /* since */
+    uint64_t by_reason[SIM_REASONS]; /* since */
     double step_wall_s;     /* measured time in the call; never compared */
 };
 
@@ -132,7 +136,7 @@ struct sim_result {
     double goodput_rps;
     double makespan_s;
     uint64_t preemptions, moves, events, steps;
-    uint64_t by_reason[16];
+    uint64_t by_reason[SIM_REASONS];
     double param_w_rtt, param_w_queue; /* gorgo's tuned weights, else NAN */
     /* lodestar: the learning curve, the learner's final counters, and
      * (with keep_samples) its samples, LR_LODESTAR_FEATURES + 1 floats per

@@ -120,7 +120,7 @@ test_conservation_all_policies(void **state)
     }
     /* every one, lodestar included (with the library's 5000 samples it
      * never trains here; test_lodestar_learns checks a trained one) */
-    assert_int_equal(ran, LR_POLICY_COUNT);
+    assert_int_equal(ran, (int)lr_policy_count());
     sim_cluster_free(&c);
     sim_workload_free(&w);
 }
@@ -397,7 +397,7 @@ test_lodestar_learns(void **state)
     /* the curve: one point per step and one at the end; its "since"
      * counts add up to the run's */
     assert_int_equal(res.n_curve, res.learn_steps + 1);
-    uint64_t dec = 0, by[16] = { 0 }, trained = 0;
+    uint64_t dec = 0, by[SIM_REASONS] = { 0 }, trained = 0;
     for (size_t k = 0; k < res.n_curve; k++) {
         const struct sim_learn_point *p = &res.curve[k];
         if (k > 0) {
@@ -407,7 +407,7 @@ test_lodestar_learns(void **state)
         }
         dec += p->decisions;
         trained += (uint64_t)p->trained;
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < SIM_REASONS; j++)
             by[j] += p->by_reason[j];
     }
     assert_int_equal(trained, res.learn_rounds);
@@ -539,10 +539,10 @@ static void
 test_params(void **state)
 {
     (void)state;
-    for (int32_t k = 0; k < (int32_t)LR_PARAM_COUNT; k++) {
+    for (int32_t k = 0; k < (int32_t)lr_param_count(); k++) {
         const char *name = sim_param_name(k);
         assert_non_null(name);
-        lr_bounds b = lr_router_param_bounds((lr_param)k);
+        lr_bounds b = lr_param_bounds(k);
         assert_int_equal(b.status, LR_OK);
         char arg[128];
         snprintf(arg, sizeof arg, "%s=%.17g", name, b.def);
@@ -554,7 +554,7 @@ test_params(void **state)
         assert_true(p.value == b.def);
     }
     assert_null(sim_param_name(-1));
-    assert_null(sim_param_name((int32_t)LR_PARAM_COUNT));
+    assert_null(sim_param_name((int32_t)lr_param_count()));
     struct sim_param p;
     struct sim_err err = { { 0 } };
     assert_int_equal(sim_param_parse("lodestar-candidates=4", &p, &err), 0);

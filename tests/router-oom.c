@@ -388,7 +388,8 @@ op_plan(lr_router *r, void *ctx)
     lr_move mv[8];
     size_t n = 99;
     /* plans use scratch reserved at create: no allocation can fail one */
-    lr_status st = lr_router_rebalance_plan(r, T0 + 40 * MS, mv, 8, &n);
+    lr_status st =
+        lr_router_rebalance_plan(r, T0 + 40 * MS, mv, 8, sizeof mv[0], &n);
     assert_st(st, LR_OK);
     assert_true(lr__router_digest(r) == before);
     /* undo the SLO so the frame's digest comparison is about the plan */

@@ -430,24 +430,24 @@ ctl_read(struct ctl *c)
         CHECK(sh, sn.kv_tokens < (1ull << 40), "load.kv_tokens", st);
         CHECK(sh, sn.decode_tokens <= sn.kv_tokens, "load.decode", st);
     }
-    lr_param key = (lr_param)tu_below(&c->rng, LR_PARAM_COUNT);
+    lr_param key = (lr_param)tu_below(&c->rng, (int)lr_param_count());
     double v = -1;
     st = lr_router_get_param(sh->r, key, &v);
-    lr_bounds b = lr_router_param_bounds(key);
+    lr_bounds b = lr_param_bounds(key);
     CHECK(sh, st == LR_OK, "get_param", st);
     /* GORGO_SIGMA may leave its bounds while the tuner adapts it */
     CHECK(sh, key == LR_PARAM_GORGO_SIGMA || (v >= b.lo && v <= b.hi),
           "get_param within bounds", st);
     int32_t p = lr_router_policy(sh->r);
-    CHECK(sh, p >= 0 && p < LR_POLICY_COUNT, "policy", LR_OK);
+    CHECK(sh, p >= 0 && p < (int)lr_policy_count(), "policy", LR_OK);
 }
 
 static void
 ctl_set_param(struct ctl *c)
 {
     struct shared *sh = c->sh;
-    lr_param key = (lr_param)tu_below(&c->rng, LR_PARAM_COUNT);
-    lr_bounds b = lr_router_param_bounds(key);
+    lr_param key = (lr_param)tu_below(&c->rng, (int)lr_param_count());
+    lr_bounds b = lr_param_bounds(key);
     double hi = b.hi;
     /* keep the DualMap window (window x key blocks entries) and the other
      * large integer ranges small enough to rebuild often */
@@ -488,7 +488,7 @@ static void
 ctl_policy(struct ctl *c)
 {
     struct shared *sh = c->sh;
-    lr_policy p = (lr_policy)tu_below(&c->rng, LR_POLICY_COUNT);
+    lr_policy p = (lr_policy)tu_below(&c->rng, (int)lr_policy_count());
     lr_status st = lr_router_set_policy(sh->r, p);
     CHECK(sh, st == LR_OK, "set_policy", st);
 }
@@ -560,7 +560,8 @@ ctl_rebalance(struct ctl *c)
                                              : LR_POLICY_CONSISTENT_HASH);
         CHECK(sh, st == LR_OK, "set_policy", st);
     }
-    st = lr_router_rebalance_plan(sh->r, tick(sh), moves, 8, &n);
+    st = lr_router_rebalance_plan(sh->r, tick(sh), moves, 8, sizeof moves[0],
+                                  &n);
     CHECK(sh, st == LR_OK && n <= 8, "rebalance_plan", st);
     if (st != LR_OK)
         return;
@@ -673,7 +674,8 @@ learn_main(void *arg)
         if (tr)
             atomic_fetch_add(&sh->learn_rounds, 1);
         size_t n = 0;
-        st = lr_router_learner_samples(sh->r, x, y, 600, &n);
+        st = lr_router_learner_samples(sh->r, x, LR_LODESTAR_FEATURES, y, 600,
+                                       &n);
         CHECK(sh, st == LR_OK && n <= 600, "learner_samples", st);
         for (size_t i = 0; st == LR_OK && i < n; i++)
             CHECK(sh, y[i] <= 0 && y[i] >= -15, "sample reward", st);

@@ -1450,7 +1450,9 @@ lifecycle_random(void **state)
         default: {
             lr_move mv[8];
             size_t nm = 99;
-            assert_st(lr_router_rebalance_plan(r, now, mv, 8, &nm), LR_OK);
+            assert_st(
+                lr_router_rebalance_plan(r, now, mv, 8, sizeof mv[0], &nm),
+                LR_OK);
             assert_true(nm <= 8);
             for (size_t i = 0; i < nm; i++) {
                 assert_true(mv[i].benefit_s > 0);
@@ -1820,8 +1822,8 @@ params(void **state)
 {
     (void)state;
     lr_router *r = mk(LR_POLICY_DUALMAP, 2);
-    for (int k = 0; k < LR_PARAM_COUNT; k++) {
-        lr_bounds b = lr_router_param_bounds((lr_param)k);
+    for (int k = 0; k < (int)lr_param_count(); k++) {
+        lr_bounds b = lr_param_bounds((lr_param)k);
         assert_st(b.status, LR_OK);
         assert_true(b.lo <= b.def && b.def <= b.hi);
         double v;
@@ -1864,14 +1866,15 @@ params(void **state)
     assert_st(lr_router_set_param(r, LR_PARAM_GORGO_FROZEN, 0.5), LR_EINVAL);
     assert_true(lr__router_digest(r) == before);
     /* unknown keys */
-    lr_bounds b = lr_router_param_bounds((lr_param)LR_PARAM_COUNT);
+    lr_bounds b = lr_param_bounds((int32_t)lr_param_count());
     assert_st(b.status, LR_ENOTSUP);
-    b = lr_router_param_bounds((lr_param)-1);
+    b = lr_param_bounds(-1);
     assert_st(b.status, LR_ENOTSUP);
     double v;
-    assert_st(lr_router_set_param(r, (lr_param)LR_PARAM_COUNT, 1), LR_ENOTSUP);
-    assert_st(lr_router_set_param(r, (lr_param)-1, 1), LR_ENOTSUP);
-    assert_st(lr_router_get_param(r, (lr_param)LR_PARAM_COUNT, &v), LR_ENOTSUP);
+    assert_st(lr_router_set_param(r, (int32_t)lr_param_count(), 1), LR_ENOTSUP);
+    assert_st(lr_router_set_param(r, -1, 1), LR_ENOTSUP);
+    assert_st(lr_router_get_param(r, (int32_t)lr_param_count(), &v),
+              LR_ENOTSUP);
     assert_st(lr_router_set_param(NULL, LR_PARAM_BOUNDED_LOAD, 2), LR_EINVAL);
     assert_st(lr_router_get_param(NULL, LR_PARAM_BOUNDED_LOAD, &v), LR_EINVAL);
     assert_st(lr_router_get_param(r, LR_PARAM_BOUNDED_LOAD, NULL), LR_EINVAL);
@@ -1901,7 +1904,7 @@ params(void **state)
         { LR_PARAM_SESSION_TOKENS, 256 },
     };
     for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++)
-        assert_near(lr_router_param_bounds(pub[i].k).def, pub[i].def);
+        assert_near(lr_param_bounds(pub[i].k).def, pub[i].def);
     lr_router_destroy(r);
 }
 
@@ -1909,10 +1912,10 @@ static void
 policy_names(void **state)
 {
     (void)state;
-    for (int p = 0; p < LR_POLICY_COUNT; p++) {
+    for (int p = 0; p < (int)lr_policy_count(); p++) {
         const char *name = lr_policy_name((lr_policy)p);
         assert_non_null(name);
-        lr_policy back = (lr_policy)-1;
+        int32_t back = -1;
         assert_st(lr_policy_from_name(name, &back), LR_OK);
         assert_int_equal(back, p);
         for (int q = 0; q < p; q++)
@@ -1921,9 +1924,9 @@ policy_names(void **state)
     assert_string_equal(lr_policy_name(LR_POLICY_PREFIX_CACHE_AND_LOAD),
                         "prefix-cache-and-load");
     assert_string_equal(lr_policy_name(LR_POLICY_LODESTAR), "lodestar");
-    assert_null(lr_policy_name((lr_policy)LR_POLICY_COUNT));
-    assert_null(lr_policy_name((lr_policy)-1));
-    lr_policy p;
+    assert_null(lr_policy_name((int32_t)lr_policy_count()));
+    assert_null(lr_policy_name(-1));
+    int32_t p;
     assert_st(lr_policy_from_name("nope", &p), LR_ENOENT);
     assert_st(lr_policy_from_name("Random", &p), LR_ENOENT);
     assert_st(lr_policy_from_name(NULL, &p), LR_EINVAL);
@@ -1939,7 +1942,8 @@ policy_names(void **state)
         assert_int_equal(lr_router_policy(r), supported[i]);
     }
     uint64_t before = lr__router_digest(r);
-    assert_st(lr_router_set_policy(r, (lr_policy)LR_POLICY_COUNT), LR_EINVAL);
+    assert_st(lr_router_set_policy(r, (lr_policy)(int)lr_policy_count()),
+              LR_EINVAL);
     assert_st(lr_router_set_policy(NULL, LR_POLICY_RANDOM), LR_EINVAL);
     assert_true(lr__router_digest(r) == before);
     assert_int_equal(lr_router_policy(r), LR_POLICY_RANVIER);
@@ -1952,7 +1956,7 @@ policy_names(void **state)
     assert_st(lr_router_create(&o, &r), LR_OK);
     assert_int_equal(lr_router_policy(r), LR_POLICY_LODESTAR);
     lr_router_destroy(r);
-    o.policy = LR_POLICY_COUNT;
+    o.policy = (int)lr_policy_count();
     r = (lr_router *)&o;
     assert_st(lr_router_create(&o, &r), LR_EINVAL);
     assert_st(lr_router_create(NULL, NULL), LR_EINVAL);
@@ -2089,12 +2093,16 @@ rebalance(void **state)
     lr_move mv[16];
     size_t nm = 99;
     /* under the SLO: nothing to do */
-    assert_st(lr_router_rebalance_plan(r, T0 + 20 * MS, mv, 16, &nm), LR_OK);
+    assert_st(
+        lr_router_rebalance_plan(r, T0 + 20 * MS, mv, 16, sizeof mv[0], &nm),
+        LR_OK);
     assert_int_equal(nm, 0);
     /* SLO 0.3 s: 0 expects 5120 / 8000 = 0.64 s; 1 is free */
     set_param(r, LR_PARAM_TTFT_SLO_S, 0.3);
     uint64_t before = lr__router_digest(r);
-    assert_st(lr_router_rebalance_plan(r, T0 + 20 * MS, mv, 16, &nm), LR_OK);
+    assert_st(
+        lr_router_rebalance_plan(r, T0 + 20 * MS, mv, 16, sizeof mv[0], &nm),
+        LR_OK);
     assert_true(lr__router_digest(r) == before); /* a plan changes nothing */
     assert_true(nm >= 1);
     for (size_t i = 0; i < nm; i++) {
@@ -2143,13 +2151,23 @@ rebalance(void **state)
     assert_st(lr_router_move(NULL, other, 1), LR_EINVAL);
     /* capacity bounds the plan */
     set_param(r, LR_PARAM_TTFT_SLO_S, 0.2);
-    assert_st(lr_router_rebalance_plan(r, T0 + 40 * MS, mv, 1, &nm), LR_OK);
+    assert_st(
+        lr_router_rebalance_plan(r, T0 + 40 * MS, mv, 1, sizeof mv[0], &nm),
+        LR_OK);
     assert_true(nm <= 1);
-    assert_st(lr_router_rebalance_plan(r, T0 + 40 * MS, NULL, 0, &nm), LR_OK);
+    assert_st(
+        lr_router_rebalance_plan(r, T0 + 40 * MS, NULL, 0, sizeof mv[0], &nm),
+        LR_OK);
     assert_int_equal(nm, 0);
-    assert_st(lr_router_rebalance_plan(r, T0, NULL, 1, &nm), LR_EINVAL);
-    assert_st(lr_router_rebalance_plan(r, T0, mv, 1, NULL), LR_EINVAL);
-    assert_st(lr_router_rebalance_plan(NULL, T0, mv, 1, &nm), LR_EINVAL);
+    assert_st(lr_router_rebalance_plan(r, T0, NULL, 1, sizeof mv[0], &nm),
+              LR_EINVAL);
+    assert_st(lr_router_rebalance_plan(r, T0, mv, 1, sizeof mv[0], NULL),
+              LR_EINVAL);
+    /* a move smaller than 0.1's lr_move */
+    assert_st(lr_router_rebalance_plan(r, T0, mv, 1, sizeof mv[0] - 1, &nm),
+              LR_EINVAL);
+    assert_st(lr_router_rebalance_plan(NULL, T0, mv, 1, sizeof mv[0], &nm),
+              LR_EINVAL);
     for (int i = 0; i < 10; i++)
         assert_st(lr_router_fail(r, ids[i], T0 + SEC), LR_OK);
     assert_idle(r, 2);
@@ -2166,9 +2184,12 @@ rebalance_decode_stall(void **state)
     lr_router *r = rebalance_setup(ids, 2);
     lr_move mv[4];
     size_t nm = 99;
-    assert_st(lr_router_rebalance_plan(r, T0 + SEC, mv, 4, &nm), LR_OK);
+    assert_st(lr_router_rebalance_plan(r, T0 + SEC, mv, 4, sizeof mv[0], &nm),
+              LR_OK);
     assert_int_equal(nm, 0);
-    assert_st(lr_router_rebalance_plan(r, T0 + 3500 * MS, mv, 4, &nm), LR_OK);
+    assert_st(
+        lr_router_rebalance_plan(r, T0 + 3500 * MS, mv, 4, sizeof mv[0], &nm),
+        LR_OK);
     assert_true(nm >= 1);
     for (size_t i = 0; i < nm; i++) {
         assert_int_equal(mv[i].from, 0);

@@ -117,14 +117,21 @@ typedef struct lr_allocator {
 
 /* ---- parameter bounds ------------------------------------------------------ */
 
-/** Bounds of a run-time parameter. `status` is LR_ENOTSUP for unknown keys.
- * @since 0.1 */
+/** Bounds of a run-time parameter: values in [lo, hi] are accepted, `def`
+ * is the default. @since 0.1 */
 typedef struct lr_bounds {
-    lr_status status;
+    /** An lr_status: LR_OK, or LR_ENOTSUP for an unknown key. */
+    int32_t status;
+    /** LR_BOUNDS_INTEGER: the key takes whole numbers only (a fraction is
+     * LR_EINVAL). @since 0.2 (padding in 0.1, always 0 there) */
+    int32_t flags;
     double lo;
     double hi;
     double def;
 } lr_bounds;
+
+/** lr_bounds.flags: whole numbers only. @since 0.2 */
+#define LR_BOUNDS_INTEGER 1
 
 /* ---- library-allocated output --------------------------------------------- */
 

@@ -119,9 +119,12 @@ typedef struct lr_index_options {
     { .struct_size = sizeof(lr_index_options) }
 #endif
 
-/** Fill `opt` with defaults and set struct_size. Never fails on non-NULL.
- * @since 0.1 */
-LR_API void lr_index_options_init(lr_index_options *opt);
+/** Zero the caller's `size` bytes of `opt`, stamp struct_size = size and
+ * set the defaults. Use the lr_index_options_init() macro, which passes
+ * sizeof *opt as the caller's compiler sees it. @since 0.2 */
+LR_API void lr_index_options_init_sized(lr_index_options *opt, size_t size);
+#define lr_index_options_init(opt) \
+    lr_index_options_init_sized((opt), sizeof *(opt))
 
 /** Create an index.
  * @param opt  borrowed; NULL means all defaults.
@@ -185,8 +188,11 @@ typedef struct lr_prompt {
 #define LR_PROMPT_INIT \
     { .struct_size = sizeof(lr_prompt) }
 #endif
-/** Zero `p` and set struct_size. Never fails on non-NULL. @since 0.1 */
-LR_API void lr_prompt_init(lr_prompt *p);
+/** Zero the caller's `size` bytes of `p`, stamp struct_size = size and
+ * set the defaults. Use the lr_prompt_init() macro, which passes
+ * sizeof *p as the caller's compiler sees it. @since 0.2 */
+LR_API void lr_prompt_init_sized(lr_prompt *p, size_t size);
+#define lr_prompt_init(p) lr_prompt_init_sized((p), sizeof *(p))
 
 /* ---- learn and match ------------------------------------------------------- */
 
@@ -236,8 +242,13 @@ typedef struct lr_index_match_result {
 #define LR_INDEX_MATCH_RESULT_INIT \
     { .struct_size = sizeof(lr_index_match_result) }
 #endif
-/** Zero `r` and set struct_size. Never fails on non-NULL. @since 0.1 */
-LR_API void lr_index_match_result_init(lr_index_match_result *r);
+/** Zero the caller's `size` bytes of `r`, stamp struct_size = size and
+ * set the defaults. Use the lr_index_match_result_init() macro, which passes
+ * sizeof *r as the caller's compiler sees it. @since 0.2 */
+LR_API void lr_index_match_result_init_sized(lr_index_match_result *r,
+                                             size_t size);
+#define lr_index_match_result_init(r) \
+    lr_index_match_result_init_sized((r), sizeof *(r))
 
 /** lr_index_match() flag: do not refresh the matched routes' recency (a dry
  * run). Expired routes are still dropped. @since 0.1 */
@@ -262,8 +273,8 @@ LR_API lr_status lr_index_remove_instance(lr_index *idx, uint32_t instance);
 
 /** Drop every route whose recency is older than now_ns - ttl_ns. Match and
  * learn do this too; a host with idle periods may call it from a timer.
- * Never fails on a non-NULL index. @since 0.1 */
-LR_API void lr_index_expire(lr_index *idx, uint64_t now_ns);
+ * @return LR_OK; LR_EINVAL (NULL). @since 0.1 (0.1 returned void) */
+LR_API lr_status lr_index_expire(lr_index *idx, uint64_t now_ns);
 
 /* ---- precise mode: engine KV-cache events ---------------------------------- */
 
@@ -291,8 +302,11 @@ typedef struct lr_kv_stored {
 #define LR_KV_STORED_INIT \
     { .struct_size = sizeof(lr_kv_stored) }
 #endif
-/** Zero `ev` and set struct_size. Never fails on non-NULL. @since 0.1 */
-LR_API void lr_kv_stored_init(lr_kv_stored *ev);
+/** Zero the caller's `size` bytes of `ev`, stamp struct_size = size and
+ * set the defaults. Use the lr_kv_stored_init() macro, which passes
+ * sizeof *ev as the caller's compiler sees it. @since 0.2 */
+LR_API void lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size);
+#define lr_kv_stored_init(ev) lr_kv_stored_init_sized((ev), sizeof *(ev))
 
 /** Apply a BlockStored event for `instance`. The routes are LOCAL and each
  * engine block end is an anchor. Blocks already held are refreshed.

@@ -98,8 +98,12 @@ typedef struct lr_learner_options {
 #define LR_LEARNER_OPTIONS_SIZE_V1 \
     (offsetof(lr_learner_options, mlp) + sizeof(void *))
 
-/** Zero `opt`, set struct_size and the defaults. @since 0.1 */
-LR_API void lr_learner_options_init(lr_learner_options *opt);
+/** Zero the caller's `size` bytes of `opt`, set struct_size = size and the
+ * defaults. Use the lr_learner_options_init() macro, which passes the caller's
+ * sizeof. @since 0.2 */
+LR_API void lr_learner_options_init_sized(lr_learner_options *opt, size_t size);
+#define lr_learner_options_init(opt) \
+    lr_learner_options_init_sized((opt), sizeof *(opt))
 
 /** Create a learner with no model (cold).
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOMEM. @since 0.1 */
@@ -179,8 +183,11 @@ typedef struct lr_learner_stats {
 
 #define LR_LEARNER_STATS_SIZE_V1 (offsetof(lr_learner_stats, predicted) + 8)
 
-/** Zero `s` and set struct_size. @since 0.1 */
-LR_API void lr_learner_stats_init(lr_learner_stats *s);
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use the
+ * lr_learner_stats_init() macro, which passes the caller's sizeof. @since 0.2
+ */
+LR_API void lr_learner_stats_init_sized(lr_learner_stats *s, size_t size);
+#define lr_learner_stats_init(s) lr_learner_stats_init_sized((s), sizeof *(s))
 
 /** Serving side: read the counters, taking over a newly trained model
  * first (as lr_learner_score does), so model_round counts a step that

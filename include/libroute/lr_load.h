@@ -65,9 +65,12 @@ typedef struct lr_load_options {
 
 #define LR_LOAD_OPTIONS_SIZE_V1 (offsetof(lr_load_options, rtt_alpha) + 8)
 
-/** Zero `opt`, set struct_size and the defaults. Never fails on non-NULL.
- * @since 0.1 */
-LR_API void lr_load_options_init(lr_load_options *opt);
+/** Zero the caller's `size` bytes of `opt`, set struct_size = size and the
+ * defaults. Never fails on non-NULL. Use the lr_load_options_init() macro,
+ * which passes the caller's sizeof. @since 0.2 */
+LR_API void lr_load_options_init_sized(lr_load_options *opt, size_t size);
+#define lr_load_options_init(opt) \
+    lr_load_options_init_sized((opt), sizeof *(opt))
 
 /** Create a tracker. NULL options mean the defaults.
  * @return LR_OK; LR_EINVAL (NULL out, bounds); LR_EVERSION; LR_ENOMEM.
@@ -120,8 +123,11 @@ typedef struct lr_dispatch {
 
 #define LR_DISPATCH_SIZE_V1 (offsetof(lr_dispatch, now_ns) + 8)
 
-/** Zero `d`, set struct_size, alt_instance = LR_INSTANCE_NONE. @since 0.1 */
-LR_API void lr_dispatch_init(lr_dispatch *d);
+/** Zero the caller's `size` bytes of `d`, set struct_size = size, alt_instance
+ * = LR_INSTANCE_NONE. Use the lr_dispatch_init() macro, which passes the
+ * caller's sizeof. @since 0.2 */
+LR_API void lr_dispatch_init_sized(lr_dispatch *d, size_t size);
+#define lr_dispatch_init(d) lr_dispatch_init_sized((d), sizeof *(d))
 
 /** Record a dispatch: the request is in flight and queued (no first token).
  * @return LR_OK; LR_EINVAL (NULL, cached > prompt, alt == instance);
@@ -170,8 +176,10 @@ typedef struct lr_engine_stats {
 
 #define LR_ENGINE_STATS_SIZE_V1 (offsetof(lr_engine_stats, scraped_ns) + 8)
 
-/** Zero `s` and set struct_size. @since 0.1 */
-LR_API void lr_engine_stats_init(lr_engine_stats *s);
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use the
+ * lr_engine_stats_init() macro, which passes the caller's sizeof. @since 0.2 */
+LR_API void lr_engine_stats_init_sized(lr_engine_stats *s, size_t size);
+#define lr_engine_stats_init(s) lr_engine_stats_init_sized((s), sizeof *(s))
 
 /** Replace an instance's scraped stats. A scrape older than the one held
  * is ignored (LR_OK): scrapes may arrive out of order.
@@ -230,8 +238,11 @@ typedef struct lr_load_snapshot {
 
 #define LR_LOAD_SNAPSHOT_SIZE_V1 (offsetof(lr_load_snapshot, prompt_tokens) + 8)
 
-/** Zero `s` and set struct_size. @since 0.1 */
-LR_API void lr_load_snapshot_init(lr_load_snapshot *s);
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use the
+ * lr_load_snapshot_init() macro, which passes the caller's sizeof. @since 0.2
+ */
+LR_API void lr_load_snapshot_init_sized(lr_load_snapshot *s, size_t size);
+#define lr_load_snapshot_init(s) lr_load_snapshot_init_sized((s), sizeof *(s))
 
 /** Read an instance's load.
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOENT. @since 0.1 */

@@ -77,8 +77,11 @@ typedef struct lr_mlp_options {
 
 #define LR_MLP_OPTIONS_SIZE_V1 (offsetof(lr_mlp_options, grad_clip) + 8)
 
-/** Zero `opt`, set struct_size and the defaults. @since 0.1 */
-LR_API void lr_mlp_options_init(lr_mlp_options *opt);
+/** Zero the caller's `size` bytes of `opt`, set struct_size = size and the
+ * defaults. Use the lr_mlp_options_init() macro, which passes the caller's
+ * sizeof. @since 0.2 */
+LR_API void lr_mlp_options_init_sized(lr_mlp_options *opt, size_t size);
+#define lr_mlp_options_init(opt) lr_mlp_options_init_sized((opt), sizeof *(opt))
 
 /** Create a network with fresh weights, identity normalization and
  * unbounded feature ranges (every row is in range).

@@ -71,9 +71,12 @@ typedef struct lr_ring_options {
 #define LR_RING_OPTIONS_INIT \
     { .struct_size = sizeof(lr_ring_options) }
 #endif
-/** Fill with defaults and set struct_size. Never fails on non-NULL.
- * @since 0.1 */
-LR_API void lr_ring_options_init(lr_ring_options *opt);
+/** Fill with defaults and set struct_size = size. Never fails on non-NULL.
+ * Use the lr_ring_options_init() macro, which passes the caller's
+ * sizeof. @since 0.2 */
+LR_API void lr_ring_options_init_sized(lr_ring_options *opt, size_t size);
+#define lr_ring_options_init(opt) \
+    lr_ring_options_init_sized((opt), sizeof *(opt))
 
 /** Create an empty ring.
  * @param opt borrowed; NULL means defaults.

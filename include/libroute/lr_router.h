@@ -43,9 +43,11 @@
 #define LIBROUTE_LR_ROUTER_H
 
 #include "lr_common.h"
+#include "lr_cost.h"
 #include "lr_index.h"
 #include "lr_learner.h"
 #include "lr_load.h"
+#include "lr_policy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,38 +55,8 @@ extern "C" {
 
 typedef struct lr_router lr_router; /* opaque */
 
-/* ---- policies ------------------------------------------------------------ */
-
-/** Routing policies. Values are stable; names (lr_policy_name) are what
- * lrsim, the bindings and the docs use. @since 0.1 */
-typedef enum lr_policy {
-    LR_POLICY_RANDOM = 0,                /* "random" */
-    LR_POLICY_ROUND_ROBIN = 1,           /* "round-robin" */
-    LR_POLICY_LEAST_REQUEST = 2,         /* "least-request" */
-    LR_POLICY_LEAST_LOAD = 3,            /* "least-load" */
-    LR_POLICY_SESSION_AFFINITY = 4,      /* "session-affinity" */
-    LR_POLICY_CONSISTENT_HASH = 5,       /* "consistent-hash" (bounded load) */
-    LR_POLICY_PREFIX_CACHE = 6,          /* "prefix-cache" */
-    LR_POLICY_PREFIX_CACHE_AND_LOAD = 7, /* "prefix-cache-and-load" (AIBrix) */
-    LR_POLICY_SGLANG_CACHE_AWARE = 8,    /* "sglang-cache-aware" */
-    LR_POLICY_PREBLE = 9,                /* "preble" */
-    LR_POLICY_MIN_TTFT = 10,             /* "min-ttft" (Mooncake) */
-    LR_POLICY_DYNAMO = 11,               /* "dynamo" */
-    LR_POLICY_DUALMAP = 12,              /* "dualmap" */
-    LR_POLICY_GORGO = 13,                /* "gorgo" */
-    LR_POLICY_RANVIER = 14,              /* "ranvier" */
-    LR_POLICY_LODESTAR = 15 /* "lodestar" (see lr_router_learn_step) */
-} lr_policy;
-
-/** Number of policy values. @since 0.1 */
-#define LR_POLICY_COUNT 16
-
-/** Name of a policy, or NULL outside the enum. Never fails. @since 0.1 */
-LR_API const char *lr_policy_name(lr_policy policy);
-
-/** Policy by name (exact, as lr_policy_name gives it).
- * @return LR_OK; LR_EINVAL (NULL); LR_ENOENT (no such name). @since 0.1 */
-LR_API lr_status lr_policy_from_name(const char *name, lr_policy *out);
+/* Policies, reasons, parameters, candidate tables and decisions are in
+ * lr_policy.h: route() gathers a table and calls lr_policy_decide(). */
 
 /* ---- create ------------------------------------------------------------------ */
 
@@ -125,8 +97,23 @@ typedef struct lr_router_options {
     (offsetof(lr_router_options, learner) + sizeof(void *))
 #define LR_ROUTER_MAX_INSTANCES 65534u
 
-/** Zero `opt`, set struct_size and the defaults. @since 0.1 */
-LR_API void lr_router_options_init(lr_router_options *opt);
+#ifndef __cplusplus
+#define LR_ROUTER_OPTIONS_INIT                                            \
+    {                                                                     \
+        .struct_size = sizeof(lr_router_options),                         \
+        .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024, \
+        .max_requests = 65536, .block_tokens = 16,                        \
+        .index_capacity_blocks = 1u << 20,                                \
+        .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160       \
+    }
+#endif
+
+/** Zero the caller's `size` bytes of `opt`, set struct_size = size and
+ * the defaults. Use the lr_router_options_init() macro, which passes
+ * sizeof *opt as the caller's compiler sees it (every lr_X_init() is such
+ * a macro over an exported lr_X_init_sized()). @since 0.2 */
+LR_API void lr_router_options_init_sized(lr_router_options *opt, size_t size);
+#define lr_router_options_init(o) lr_router_options_init_sized((o), sizeof *(o))
 
 /** Create a router. NULL options mean the defaults.
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOMEM. @since 0.1 */
@@ -140,9 +127,11 @@ LR_API void lr_router_destroy(lr_router *router);
 /** Switch policy. State the policies share (index, load, ring) is kept;
  * per-policy state (round-robin cursor, hotness tree, tuner, Lodestar's
  * learner and samples) is kept too.
- * @return LR_OK; LR_EINVAL; LR_ENOMEM (the first switch to
- *   LR_POLICY_LODESTAR makes its learner; the policy stays). @since 0.1 */
-LR_API lr_status lr_router_set_policy(lr_router *router, lr_policy policy);
+ * @param policy  an lr_policy value.
+ * @return LR_OK; LR_EINVAL (NULL, unknown policy); LR_ENOMEM (the first
+ *   switch to LR_POLICY_LODESTAR makes its learner; the policy stays).
+ * @since 0.1 */
+LR_API lr_status lr_router_set_policy(lr_router *router, int32_t policy);
 
 /** The policy in use; -1 for NULL. @since 0.1 */
 LR_API int32_t lr_router_policy(const lr_router *router);
@@ -167,8 +156,15 @@ typedef struct lr_instance_spec {
 
 #define LR_INSTANCE_SPEC_SIZE_V1 (offsetof(lr_instance_spec, rtt_ns) + 8)
 
-/** Zero `s`, set struct_size, prefix_caching = 1. @since 0.1 */
-LR_API void lr_instance_spec_init(lr_instance_spec *s);
+#ifndef __cplusplus
+#define LR_INSTANCE_SPEC_INIT \
+    { .struct_size = sizeof(lr_instance_spec), .prefix_caching = 1 }
+#endif
+
+/** Zero the caller's `size` bytes of `s`, set struct_size = size and
+ * prefix_caching = 1. Use the lr_instance_spec_init() macro. @since 0.2 */
+LR_API void lr_instance_spec_init_sized(lr_instance_spec *s, size_t size);
+#define lr_instance_spec_init(s) lr_instance_spec_init_sized((s), sizeof *(s))
 
 /** Add an instance; it receives routes at once. Ids are small integers
  * the router assigns; an id is reused only after its instance is removed.
@@ -212,8 +208,15 @@ typedef struct lr_class_spec {
 #define LR_CLASS_SPEC_SIZE_V1 \
     (offsetof(lr_class_spec, prefill_tokens_per_s) + 8)
 
-/** Zero `s`, set struct_size and the default rate. @since 0.1 */
-LR_API void lr_class_spec_init(lr_class_spec *s);
+#ifndef __cplusplus
+#define LR_CLASS_SPEC_INIT \
+    { .struct_size = sizeof(lr_class_spec), .prefill_tokens_per_s = 8000 }
+#endif
+
+/** Zero the caller's `size` bytes of `s`, set struct_size = size and the
+ * default rate. Use the lr_class_spec_init() macro. @since 0.2 */
+LR_API void lr_class_spec_init_sized(lr_class_spec *s, size_t size);
+#define lr_class_spec_init(s) lr_class_spec_init_sized((s), sizeof *(s))
 
 /** Set a class's speed. @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ERANGE
  * (rate not in [1, 1e9]). @since 0.1 */
@@ -272,82 +275,25 @@ typedef struct lr_request {
  * that feeds KV events instead). */
 #define LR_ROUTE_NO_LEARN 4u
 
-/** Zero `q` and set struct_size. @since 0.1 */
-LR_API void lr_request_init(lr_request *q);
+#ifndef __cplusplus
+#define LR_REQUEST_INIT \
+    { .struct_size = sizeof(lr_request) }
+#endif
 
-/** Why an instance was chosen. Values are stable. @since 0.1 */
-typedef enum lr_reason {
-    LR_REASON_NONE = 0,
-    LR_REASON_RANDOM = 1,        /* uniform draw */
-    LR_REASON_ROUND_ROBIN = 2,   /* next in turn */
-    LR_REASON_LEAST_LOADED = 3,  /* the policy's load rule picked it */
-    LR_REASON_SESSION = 4,       /* session or first-tokens hash */
-    LR_REASON_HASH = 5,          /* consistent hash, within the load bound */
-    LR_REASON_PREFIX_HIT = 6,    /* best cached prefix */
-    LR_REASON_LOAD_OVERRIDE = 7, /* a cache choice overridden for load */
-    LR_REASON_SLO_SWITCH = 8,    /* cache choice would break the TTFT SLO */
-    LR_REASON_FALLBACK = 9,      /* no usable prefix: fallback rule */
-    LR_REASON_MIN_COST = 10,     /* lowest predicted cost */
-    LR_REASON_SAMPLED = 11,      /* drawn from a softmax over costs */
-    LR_REASON_K_FILTER = 12,     /* restricted to hash candidates (Lodestar) */
-    LR_REASON_EXPLORE = 13,      /* exploration draw (Lodestar) */
-    LR_REASON_COLD_START = 14,   /* no trained model yet (Lodestar) */
-    LR_REASON_OOD = 15           /* input out of the model's range (Lodestar) */
-} lr_reason;
-
-/** Name of a reason ("prefix-hit", ...), or NULL outside the enum.
- * @since 0.1 */
-LR_API const char *lr_reason_name(lr_reason reason);
-
-/** One instance's score in a decision. @since 0.1 */
-typedef struct lr_score {
-    uint32_t instance;
-    /** Tokens expected to hit that instance's prefix cache. */
-    uint32_t cached_tokens;
-    /** The figure the policy ranks by, lower is better (a cost, a load, or
-     * a negated hit); NaN where the policy did not rank this instance. */
-    double score;
-} lr_score;
-
-/** A routing decision. @since 0.1 */
-typedef struct lr_decision {
-    size_t struct_size;
-    /** Out: the chosen instance. */
-    uint32_t instance;
-    /** Out: an lr_reason. */
-    int32_t reason;
-    /** Out: tokens expected to hit the cache there. Policies that do not
-     * look at the cache (random, round-robin, least-request, least-load,
-     * session-affinity, consistent-hash) skip the index match, so for
-     * them this and best_cached_tokens are 0 whatever is cached. */
-    uint32_t cached_tokens;
-    /** Out: the deepest cached prefix on any routable instance. */
-    uint32_t best_cached_tokens;
-    /** Out: the policy's predicted cost for the choice (its score); NaN
-     * when the policy predicts none. */
-    double cost;
-    /** Out: the other candidate (dualmap, consistent-hash), or
-     * LR_INSTANCE_NONE. */
-    uint32_t alt_instance;
-    /** In: caller buffer for LR_ROUTE_SCORES, one entry per routable
-     * instance; may be NULL when scores_capacity is 0. */
-    lr_score *scores;
-    size_t scores_capacity;
-    /** Out: scores written (instance id order), or needed when the call
-     * returned LR_EBUFSIZE. */
-    size_t n_scores;
-    /* v1 ends here */
-} lr_decision;
-
-#define LR_DECISION_SIZE_V1 (offsetof(lr_decision, n_scores) + sizeof(size_t))
-
-/** Zero `d` and set struct_size. @since 0.1 */
-LR_API void lr_decision_init(lr_decision *d);
+/** Zero the caller's `size` bytes of `q` and set struct_size = size. Use
+ * the lr_request_init() macro. @since 0.2 */
+LR_API void lr_request_init_sized(lr_request *q, size_t size);
+#define lr_request_init(q) lr_request_init_sized((q), sizeof *(q))
 
 /** Choose an instance for a request and (unless LR_ROUTE_DRY_RUN) record
  * the dispatch: the request is in flight there, and its prompt is learned
  * as cached there at its boundaries (unless LR_ROUTE_NO_LEARN or the
- * instance does not cache prefixes).
+ * instance does not cache prefixes). The pipeline: hash the prompt's
+ * blocks; match them against the index (policies that look at the
+ * cache); gather one lr_candidate row per routable instance, in id
+ * order, and rank the rows by the policy's ring key; draw a seed from
+ * the router's generator and call lr_policy_decide(); record. The
+ * decision's seed and lr_router_candidates()' table replay it.
  * @return LR_OK; LR_EINVAL (NULL, absurd length, bad boundaries);
  *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EEXIST (id in
  *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
@@ -359,6 +305,23 @@ LR_API void lr_decision_init(lr_decision *d);
  * @since 0.1 */
 LR_API lr_status lr_router_route(lr_router *router, const lr_request *request,
                                  lr_decision *decision);
+
+/** The candidate table route() would decide on for this request now: one
+ * row per routable instance, in instance id order, with the cached tokens
+ * the policy would see and the ring ranks of its key. Changes nothing
+ * (no expiry, no recency, no draw).
+ * @param rows      caller buffer of `capacity` rows of row_size bytes
+ *                  (row_size >= LR_CANDIDATE_SIZE_V1); may be NULL when
+ *                  capacity is 0.
+ * @param n_rows    out: rows written, or needed with LR_EBUFSIZE.
+ * @return LR_OK; LR_EINVAL (as route(), or row_size too small);
+ *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EBUFSIZE;
+ *   LR_ENOMEM (the prompt's keys did not fit the scratch buffer).
+ * @since 0.2 */
+LR_API lr_status lr_router_candidates(lr_router *router,
+                                      const lr_request *request,
+                                      lr_candidate *rows, size_t capacity,
+                                      size_t row_size, size_t *n_rows);
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
@@ -396,11 +359,14 @@ typedef struct lr_move {
  * out and reports each with lr_router_move(). Works for any policy; only
  * requests with an alternative (dualmap and consistent-hash record one)
  * can move.
- * @param moves  caller buffer; *n_moves is set to the moves written.
- * @return LR_OK; LR_EINVAL. Never allocates. @since 0.1 */
+ * @param moves      caller buffer of `capacity` entries, move_size bytes
+ *                   apart (the caller's sizeof(lr_move), at least the 0.1
+ *                   size); *n_moves is set to the moves written.
+ * @return LR_OK; LR_EINVAL (NULL, move_size too small). Never allocates.
+ * @since 0.2 (0.1 had no move_size) */
 LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           lr_move *moves, size_t capacity,
-                                          size_t *n_moves);
+                                          size_t move_size, size_t *n_moves);
 
 /** Record that a queued request now runs on `to`.
  * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ESTATE (not queued, or `to` is
@@ -410,100 +376,20 @@ LR_API lr_status lr_router_move(lr_router *router, uint64_t request_id,
 
 /* ---- parameters ------------------------------------------------------------------------- */
 
-/** Run-time parameters. Values are stable. @since 0.1 */
-typedef enum lr_param {
-    /** prefix-cache: least match ratio to follow the cache (0.5). */
-    LR_PARAM_PREFIX_MIN_RATIO = 0,
-    /** consistent-hash: load bound c, cap = ceil(c x mean) (1.25). */
-    LR_PARAM_BOUNDED_LOAD = 1,
-    /** prefix-cache-and-load: max - min in flight above which the least
-     * loaded wins (8). */
-    LR_PARAM_AIBRIX_IMBALANCE = 2,
-    /** prefix-cache-and-load: k in mean + k x stddev (1). */
-    LR_PARAM_AIBRIX_STDDEV = 3,
-    /** sglang-cache-aware: absolute (64) and relative (1.5) imbalance. */
-    LR_PARAM_SGLANG_ABS = 4,
-    LR_PARAM_SGLANG_REL = 5,
-    /** sglang-cache-aware: least match ratio for the cache (0.3). */
-    LR_PARAM_SGLANG_MIN_RATIO = 6,
-    /** preble: hit ratio above which the best hit wins (0.5). */
-    LR_PARAM_PREBLE_HIT = 7,
-    /** dynamo: weight of uncached prefill blocks (1.0) and temperature
-     * (0: argmin). */
-    LR_PARAM_DYNAMO_OVERLAP = 8,
-    LR_PARAM_DYNAMO_TEMPERATURE = 9,
-    /** dualmap and rebalancing: TTFT SLO in seconds (5). */
-    LR_PARAM_TTFT_SLO_S = 10,
-    /** dualmap: tokens per hash-key block (512), and the most key blocks
-     * a hot prefix can grow to (16). */
-    LR_PARAM_DUALMAP_KEY_TOKENS = 11,
-    LR_PARAM_DUALMAP_MAX_KEY_BLOCKS = 12,
-    /** dualmap: requests in the hotness window (1024). */
-    LR_PARAM_DUALMAP_WINDOW = 13,
-    /** gorgo: weights (0.5, 0.1) and the tuner's step size (0.5). */
-    LR_PARAM_GORGO_W_RTT = 14,
-    LR_PARAM_GORGO_W_QUEUE = 15,
-    LR_PARAM_GORGO_SIGMA = 16,
-    /** gorgo: 1 freezes the tuner, 0 lets it run (0). */
-    LR_PARAM_GORGO_FROZEN = 17,
-    /** gorgo: bounds the tuner keeps the weights in: the cap on w_rtt
-     * (2.0) and the floor on w_queue (0.05). */
-    LR_PARAM_GORGO_W_RTT_MAX = 18,
-    LR_PARAM_GORGO_W_QUEUE_MIN = 19,
-    /** ranvier: in flight above this x median -> least loaded (2); 0 off. */
-    LR_PARAM_RANVIER_PRESSURE = 20,
-    /** session-affinity: leading tokens hashed without a session (256). */
-    LR_PARAM_SESSION_TOKENS = 21,
-    /** Scrapes older than this are ignored, seconds (10). */
-    LR_PARAM_STATS_MAX_AGE_S = 22,
-    /** Output tokens assumed when a request does not say (128). */
-    LR_PARAM_DEFAULT_OUTPUT_TOKENS = 23,
-    /** gorgo: 0 counts a request's prompt tokens in its instance's queue
-     * until the request ends, as published; 1 releases them at its first
-     * token (the published option) (0). */
-    LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
-    /** lodestar: probability of a uniform exploration draw (0.1). */
-    LR_PARAM_LODESTAR_EPSILON = 25,
-    /** lodestar: candidates within this fraction of the best predicted
-     * reward tie, and one of them is drawn (0.1). */
-    LR_PARAM_LODESTAR_TIE = 26,
-    /** lodestar: K-filter when the mean KV use of the routable instances
-     * is above this (0.8) and the best cached prefix holds more than
-     * LODESTAR_KFILTER_TOKENS tokens (100): only the 2 ring candidates of
-     * the prompt's prefix group are scored. */
-    LR_PARAM_LODESTAR_KV_THRESHOLD = 27,
-    LR_PARAM_LODESTAR_KFILTER_TOKENS = 28,
-    /** lodestar: 1 falls back when a candidate's features leave the
-     * training range, 0 scores anyway (1). */
-    LR_PARAM_LODESTAR_OOD = 29,
-    /** lodestar: the policy used on cold start and out of range (7,
-     * prefix-cache-and-load); any policy but lodestar. */
-    LR_PARAM_LODESTAR_FALLBACK = 30,
-    /** lodestar: score at most this many candidates, the one with the
-     * deepest cached prefix and a uniform draw of the others (power of d
-     * choices); 0 scores every routable instance (0). */
-    LR_PARAM_LODESTAR_CANDIDATES = 31,
-    /** lodestar: first tokens later than this many seconds after the
-     * route give no sample (15). */
-    LR_PARAM_LODESTAR_MAX_TTFT_S = 32
-} lr_param;
-
-#define LR_PARAM_COUNT 33
-
-/** Bounds and default of a parameter (status LR_ENOTSUP for an unknown
- * key). @since 0.1 */
-LR_API lr_bounds lr_router_param_bounds(lr_param key);
+/** Bounds and default of a parameter (lr_param_bounds). @since 0.1 */
+LR_API LR_DEPRECATED("use lr_param_bounds") lr_bounds
+    lr_router_param_bounds(int32_t key);
 
 /** Set a parameter. Out of bounds or NaN is rejected, never clamped.
  * @return LR_OK; LR_EINVAL (NULL, NaN, a fraction for an integer key);
  *   LR_ENOTSUP (unknown key); LR_ERANGE; LR_ENOMEM (the DualMap window
  *   keys are rebuilt; the old window stays). @since 0.1 */
-LR_API lr_status lr_router_set_param(lr_router *router, lr_param key,
+LR_API lr_status lr_router_set_param(lr_router *router, int32_t key,
                                      double value);
 
 /** Read a parameter (the tuned value for the GORGO weights).
  * @return LR_OK; LR_EINVAL; LR_ENOTSUP. @since 0.1 */
-LR_API lr_status lr_router_get_param(const lr_router *router, lr_param key,
+LR_API lr_status lr_router_get_param(const lr_router *router, int32_t key,
                                      double *value);
 
 /* ---- precise mode and replicas: the router's index ------------------------------------- */
@@ -535,8 +421,10 @@ LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 
 /* ---- Lodestar: the learned policy ----------------------------------------------------- */
 
-/** Features of one (instance, request) pair, in this order, as Lodestar
- * scores them. The instance's id is never a feature.
+/* Lodestar's features of one (instance, request) pair, in this order
+ * (LR_LODESTAR_FEATURES of them in this build; lr_lodestar_feature_count()
+ * says how many the loaded library has). The instance's id is never a
+ * feature.
  *
  *   0  prompt tokens             1  expected output tokens
  *   2  expected prefix-hit ratio on the instance (cached / prompt)
@@ -549,8 +437,7 @@ LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
  *   12..19 class one-hot (classes 0..6; 7 and above share the last)
  *
  * Reward: -TTFT in seconds, the time from route() to
- * lr_router_first_token(). @since 0.1 */
-#define LR_LODESTAR_FEATURES 20u
+ * lr_router_first_token(). */
 
 /** Run one learner step (lr_learner_step) on the calling thread: take the
  * samples routes produced and, when enough have arrived, train and publish
@@ -566,14 +453,24 @@ LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 LR_API lr_status lr_router_learn_step(lr_router *router, uint32_t flags,
                                       int32_t *trained);
 
+/** Width of the router's learner rows: lr_lodestar_feature_count().
+ * Never fails. @since 0.2 */
+LR_API uint32_t lr_router_learner_feature_count(const lr_router *router);
+
 /** Copy the samples the learner's next round would train on (FIFO, then
- * replay; see lr_learner_samples), LR_LODESTAR_FEATURES floats per row in
- * x. Same thread rule as lr_router_learn_step(): not during a step.
- * @return LR_OK; LR_EINVAL; LR_ESTATE (no learner, or a step running);
- *   LR_EBUFSIZE (*n_samples says how many). @since 0.1 */
+ * replay; see lr_learner_samples). Same thread rule as
+ * lr_router_learn_step(): not during a step.
+ * @param x          out: capacity rows of row_width floats; each row
+ *                   starts with the features, the rest is zeroed.
+ * @param row_width  floats per row of x, at least
+ *                   lr_router_learner_feature_count().
+ * @param y          out: capacity rewards.
+ * @return LR_OK; LR_EINVAL (NULL, row_width too small); LR_ESTATE (no
+ *   learner, or a step running); LR_EBUFSIZE (*n_samples says how many).
+ * @since 0.2 (0.1 had no row_width) */
 LR_API lr_status lr_router_learner_samples(lr_router *router, float *x,
-                                           float *y, size_t capacity,
-                                           size_t *n_samples);
+                                           size_t row_width, float *y,
+                                           size_t capacity, size_t *n_samples);
 
 /** The learner's counters (lr_learner_get_stats).
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ESTATE (no learner yet).
@@ -591,7 +488,8 @@ typedef struct lr_router_stats {
     uint64_t inflight;  /* requests in flight now */
     uint64_t instances; /* instances now (draining included) */
     uint64_t routable;  /* of which not draining */
-    /** Decisions by lr_reason. */
+    /** Decisions by lr_reason, for reasons 0..15 only: see
+     * lr_router_reason_counts() for every reason the library has. */
     uint64_t by_reason[16];
     /** Tokens routed and tokens expected to hit the cache. */
     uint64_t prompt_tokens;
@@ -601,12 +499,29 @@ typedef struct lr_router_stats {
 
 #define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
 
-/** Zero `s` and set struct_size. @since 0.1 */
-LR_API void lr_router_stats_init(lr_router_stats *s);
+#ifndef __cplusplus
+#define LR_ROUTER_STATS_INIT \
+    { .struct_size = sizeof(lr_router_stats) }
+#endif
+
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use
+ * the lr_router_stats_init() macro. @since 0.2 */
+LR_API void lr_router_stats_init_sized(lr_router_stats *s, size_t size);
+#define lr_router_stats_init(s) lr_router_stats_init_sized((s), sizeof *(s))
 
 /** Read the counters. @return LR_OK; LR_EINVAL; LR_EVERSION. @since 0.1 */
 LR_API lr_status lr_router_get_stats(const lr_router *router,
                                      lr_router_stats *out);
+
+/** Decisions recorded by reason: counts[r] for reason r, for every reason
+ * the library has (lr_reason_count()).
+ * @param counts    caller buffer of `capacity` entries; may be NULL when
+ *                  capacity is 0.
+ * @param n_counts  out: entries written, or needed with LR_EBUFSIZE.
+ * @return LR_OK; LR_EINVAL; LR_EBUFSIZE. @since 0.2 */
+LR_API lr_status lr_router_reason_counts(const lr_router *router,
+                                         uint64_t *counts, size_t capacity,
+                                         size_t *n_counts);
 
 #ifdef __cplusplus
 }

@@ -62,8 +62,13 @@ typedef struct lr_vllm_batch_info {
 
 #define LR_VLLM_BATCH_INFO_SIZE_V1 (offsetof(lr_vllm_batch_info, done) + 4)
 
-/** Zero `info` and set struct_size. @since 0.1 */
-LR_API void lr_vllm_batch_info_init(lr_vllm_batch_info *info);
+/** Zero the caller's `size` bytes of `info` and set struct_size = size. Use the
+ * lr_vllm_batch_info_init() macro, which passes the caller's sizeof. @since 0.2
+ */
+LR_API void lr_vllm_batch_info_init_sized(lr_vllm_batch_info *info,
+                                          size_t size);
+#define lr_vllm_batch_info_init(info) \
+    lr_vllm_batch_info_init_sized((info), sizeof *(info))
 
 /** Apply one vLLM KV-event batch (a msgpack payload) from `instance` to an
  * index. The whole payload is decoded and checked before anything is

@@ -120,7 +120,9 @@ def strip_preprocessor(text):
     return "\n".join(out)
 
 
-DECL = re.compile(r"\bLR_API\b([^;{}()]*?)\b(lr_\w+)\s*\(", re.S)
+DECL = re.compile(
+    r"\bLR_API\b\s*(?:LR_DEPRECATED\([^)]*\)\s*)?([^;{}()]*?)\b(lr_\w+)\s*\(", re.S
+)
 
 
 def declared_symbols(include_dir):

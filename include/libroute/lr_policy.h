@@ -1,0 +1,436 @@
+/** @file
+ * lr_policy: every routing policy of the library as a pure function over a
+ * candidate table.
+ *
+ * A policy sees one row per routable instance (lr_candidate: cached
+ * tokens, load counters, scraped engine stats, RTT, class speed, rank on
+ * the consistent-hash ring), the request's facts and its parameters, and
+ * picks one row. lr_router_route() gathers that table from its index, ring
+ * and load tracker and then calls exactly lr_policy_decide(), so a host can
+ * record tables (lr_router_candidates()) and replay, unit-test or fuzz any
+ * policy without a router. The function allocates nothing, touches no
+ * global state and is deterministic for a seed.
+ *
+ * State a policy keeps between requests lives with the router, not here:
+ * the round-robin cursor and Lodestar's model come in through
+ * lr_policy_input; DualMap's hotness window and the hash keys of the
+ * session and consistent-hash policies only decide which ring key the
+ * router ranks the rows by (lr_candidate.ring_rank); GORGO's tuned
+ * weights are its parameters (see lr_cost.h for the tuner).
+ *
+ * Thread safety: lr_policy_decide() is reentrant; the model it is given
+ * (lodestar) is used as lr_mlp_predict() uses it, one thread at a time.
+ *
+ * Example (replaying one recorded table):
+ *   lr_policy_input in; lr_policy_input_init(&in);
+ *   in.prompt_tokens = 8192; in.seed = 7;
+ *   double scores[64];
+ *   lr_decision d; lr_decision_init(&d);
+ *   lr_policy_decide(LR_POLICY_MIN_TTFT, &in, rows, n, sizeof rows[0],
+ *                    scores, &d);
+ *   -> d.instance, d.reason, d.cost; scores[i] for every row
+ */
+#ifndef LIBROUTE_LR_POLICY_H
+#define LIBROUTE_LR_POLICY_H
+
+#include "lr_common.h"
+#include "lr_mlp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- policies ------------------------------------------------------------ */
+
+/** Routing policies. Values are stable and only ever appended; names
+ * (lr_policy_name) are what lrsim, the bindings and the docs use. How many
+ * there are is a run-time fact of the library (lr_policy_count()), never a
+ * constant compiled into the host. @since 0.1 */
+typedef enum lr_policy {
+    LR_POLICY_RANDOM = 0,                /* "random" */
+    LR_POLICY_ROUND_ROBIN = 1,           /* "round-robin" */
+    LR_POLICY_LEAST_REQUEST = 2,         /* "least-request" */
+    LR_POLICY_LEAST_LOAD = 3,            /* "least-load" */
+    LR_POLICY_SESSION_AFFINITY = 4,      /* "session-affinity" */
+    LR_POLICY_CONSISTENT_HASH = 5,       /* "consistent-hash" (bounded load) */
+    LR_POLICY_PREFIX_CACHE = 6,          /* "prefix-cache" */
+    LR_POLICY_PREFIX_CACHE_AND_LOAD = 7, /* "prefix-cache-and-load" (AIBrix) */
+    LR_POLICY_SGLANG_CACHE_AWARE = 8,    /* "sglang-cache-aware" */
+    LR_POLICY_PREBLE = 9,                /* "preble" */
+    LR_POLICY_MIN_TTFT = 10,             /* "min-ttft" (Mooncake) */
+    LR_POLICY_DYNAMO = 11,               /* "dynamo" */
+    LR_POLICY_DUALMAP = 12,              /* "dualmap" */
+    LR_POLICY_GORGO = 13,                /* "gorgo" */
+    LR_POLICY_RANVIER = 14,              /* "ranvier" */
+    LR_POLICY_LODESTAR = 15 /* "lodestar" (see lr_router_learn_step) */
+} lr_policy;
+
+/** Number of policies this library has: values 0 .. count - 1 are all
+ * valid. Never fails. @since 0.2 */
+LR_API uint32_t lr_policy_count(void);
+
+/** Name of a policy, or NULL outside 0 .. lr_policy_count() - 1. Never
+ * fails. @since 0.1 */
+LR_API const char *lr_policy_name(int32_t policy);
+
+/** Policy by name (exact, as lr_policy_name gives it).
+ * @param out  out: the policy's value.
+ * @return LR_OK; LR_EINVAL (NULL); LR_ENOENT (no such name). @since 0.1 */
+LR_API lr_status lr_policy_from_name(const char *name, int32_t *out);
+
+/* ---- reasons --------------------------------------------------------------- */
+
+/** Why an instance was chosen. Values are stable and only appended.
+ * @since 0.1 */
+typedef enum lr_reason {
+    LR_REASON_NONE = 0,
+    LR_REASON_RANDOM = 1,        /* uniform draw */
+    LR_REASON_ROUND_ROBIN = 2,   /* next in turn */
+    LR_REASON_LEAST_LOADED = 3,  /* the policy's load rule picked it */
+    LR_REASON_SESSION = 4,       /* session or first-tokens hash */
+    LR_REASON_HASH = 5,          /* consistent hash, within the load bound */
+    LR_REASON_PREFIX_HIT = 6,    /* best cached prefix */
+    LR_REASON_LOAD_OVERRIDE = 7, /* a cache choice overridden for load */
+    LR_REASON_SLO_SWITCH = 8,    /* cache choice would break the TTFT SLO */
+    LR_REASON_FALLBACK = 9,      /* no usable prefix: fallback rule */
+    LR_REASON_MIN_COST = 10,     /* lowest predicted cost */
+    LR_REASON_SAMPLED = 11,      /* drawn from a softmax over costs */
+    LR_REASON_K_FILTER = 12,     /* restricted to hash candidates (Lodestar) */
+    LR_REASON_EXPLORE = 13,      /* exploration draw (Lodestar) */
+    LR_REASON_COLD_START = 14,   /* no trained model yet (Lodestar) */
+    LR_REASON_OOD = 15           /* input out of the model's range (Lodestar) */
+} lr_reason;
+
+/** Number of reasons this library has (values 0 .. count - 1). Never
+ * fails. @since 0.2 */
+LR_API uint32_t lr_reason_count(void);
+
+/** Name of a reason ("prefix-hit", ...), or NULL outside 0 ..
+ * lr_reason_count() - 1. Never fails. @since 0.1 */
+LR_API const char *lr_reason_name(int32_t reason);
+
+/* ---- parameters --------------------------------------------------------------- */
+
+/** Policy parameters: the router's run-time tunables
+ * (lr_router_set_param) and the params array of lr_policy_input. Values
+ * are stable and only appended; lr_param_count() says how many this
+ * library has. @since 0.1 */
+typedef enum lr_param {
+    /** prefix-cache: least match ratio to follow the cache (0.5). */
+    LR_PARAM_PREFIX_MIN_RATIO = 0,
+    /** consistent-hash: load bound c, cap = ceil(c x mean) (1.25). */
+    LR_PARAM_BOUNDED_LOAD = 1,
+    /** prefix-cache-and-load: max - min in flight above which the least
+     * loaded wins (8). */
+    LR_PARAM_AIBRIX_IMBALANCE = 2,
+    /** prefix-cache-and-load: k in mean + k x stddev (1). */
+    LR_PARAM_AIBRIX_STDDEV = 3,
+    /** sglang-cache-aware: absolute (64) and relative (1.5) imbalance. */
+    LR_PARAM_SGLANG_ABS = 4,
+    LR_PARAM_SGLANG_REL = 5,
+    /** sglang-cache-aware: least match ratio for the cache (0.3). */
+    LR_PARAM_SGLANG_MIN_RATIO = 6,
+    /** preble: hit ratio above which the best hit wins (0.5). */
+    LR_PARAM_PREBLE_HIT = 7,
+    /** dynamo: weight of uncached prefill blocks (1.0) and temperature
+     * (0: argmin). */
+    LR_PARAM_DYNAMO_OVERLAP = 8,
+    LR_PARAM_DYNAMO_TEMPERATURE = 9,
+    /** dualmap and rebalancing: TTFT SLO in seconds (5). */
+    LR_PARAM_TTFT_SLO_S = 10,
+    /** dualmap: tokens per hash-key block (512), and the most key blocks
+     * a hot prefix can grow to (16). Router only: they choose the ring
+     * key. */
+    LR_PARAM_DUALMAP_KEY_TOKENS = 11,
+    LR_PARAM_DUALMAP_MAX_KEY_BLOCKS = 12,
+    /** dualmap: requests in the hotness window (1024). Router only. */
+    LR_PARAM_DUALMAP_WINDOW = 13,
+    /** gorgo: weights (0.5, 0.1) and the tuner's step size (0.5). In a
+     * router the tuner moves the weights (lr_router_get_param reads the
+     * incumbent); lr_policy_decide uses the weights it is given. */
+    LR_PARAM_GORGO_W_RTT = 14,
+    LR_PARAM_GORGO_W_QUEUE = 15,
+    LR_PARAM_GORGO_SIGMA = 16,
+    /** gorgo: 1 freezes the tuner, 0 lets it run (0). Router only. */
+    LR_PARAM_GORGO_FROZEN = 17,
+    /** gorgo: bounds the tuner keeps the weights in: the cap on w_rtt
+     * (2.0) and the floor on w_queue (0.05). Router only. */
+    LR_PARAM_GORGO_W_RTT_MAX = 18,
+    LR_PARAM_GORGO_W_QUEUE_MIN = 19,
+    /** ranvier: in flight above this x median -> least loaded (2); 0 off. */
+    LR_PARAM_RANVIER_PRESSURE = 20,
+    /** session-affinity, consistent-hash, ranvier and Lodestar's K-filter:
+     * leading tokens hashed into the ring key (256). Router only. */
+    LR_PARAM_SESSION_TOKENS = 21,
+    /** Scrapes older than this are ignored, seconds (10). Router only. */
+    LR_PARAM_STATS_MAX_AGE_S = 22,
+    /** Output tokens assumed when a request does not say (128). */
+    LR_PARAM_DEFAULT_OUTPUT_TOKENS = 23,
+    /** gorgo: 0 counts a request's prompt tokens in its instance's queue
+     * until the request ends, as published; 1 releases them at its first
+     * token (the published option) (0). */
+    LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
+    /** lodestar: probability of a uniform exploration draw (0.1). */
+    LR_PARAM_LODESTAR_EPSILON = 25,
+    /** lodestar: candidates within this fraction of the best predicted
+     * reward tie, and one of them is drawn (0.1). */
+    LR_PARAM_LODESTAR_TIE = 26,
+    /** lodestar: K-filter when the mean KV use of the candidates is above
+     * this (0.8) and the best cached prefix holds more than
+     * LODESTAR_KFILTER_TOKENS tokens (100): only the rows of ring ranks 1
+     * and 2 are scored. */
+    LR_PARAM_LODESTAR_KV_THRESHOLD = 27,
+    LR_PARAM_LODESTAR_KFILTER_TOKENS = 28,
+    /** lodestar: 1 falls back when a candidate's features leave the
+     * training range, 0 scores anyway (1). */
+    LR_PARAM_LODESTAR_OOD = 29,
+    /** lodestar: the policy used on cold start and out of range (7,
+     * prefix-cache-and-load); any policy but lodestar. */
+    LR_PARAM_LODESTAR_FALLBACK = 30,
+    /** lodestar: score at most this many candidates, the one with the
+     * deepest cached prefix and a uniform draw of the others (power of d
+     * choices); 0 scores every candidate (0). */
+    LR_PARAM_LODESTAR_CANDIDATES = 31,
+    /** lodestar: first tokens later than this many seconds after the
+     * route give no sample (15). Router only. */
+    LR_PARAM_LODESTAR_MAX_TTFT_S = 32
+} lr_param;
+
+/** Number of parameters this library has: keys 0 .. count - 1 are all
+ * valid. Never fails. @since 0.2 */
+LR_API uint32_t lr_param_count(void);
+
+/** Bounds and default of a parameter: status LR_ENOTSUP for an unknown
+ * key; flags LR_BOUNDS_INTEGER for keys that take whole numbers only.
+ * Never fails. @since 0.2 */
+LR_API lr_bounds lr_param_bounds(int32_t key);
+
+/* ---- the candidate table --------------------------------------------------------- */
+
+/** One routable instance as a policy sees it. Plain data: a host that
+ * records tables may store and replay them; the router fills them in
+ * lr_router_candidates(). Arrays of rows are passed with the caller's
+ * sizeof(lr_candidate) as `row_size`, so the struct may grow at its end in
+ * later releases. @since 0.2 */
+typedef struct lr_candidate {
+    /** The instance's id; decisions name it. */
+    uint32_t instance;
+    /** Prompt tokens expected to hit its prefix cache (0 for policies
+     * that do not match, and for an instance that caches nothing). */
+    uint32_t cached_tokens;
+    /** Requests dispatched to it and not ended, and of those the ones
+     * still before their first token. */
+    uint32_t inflight;
+    uint32_t queued;
+    /** Uncached prompt tokens of its queued requests (prefill to do). */
+    uint64_t prefill_tokens;
+    /** Whole prompt tokens of its queued requests. */
+    uint64_t queued_tokens;
+    /** Whole prompt tokens of every request in flight on it. */
+    uint64_t prompt_tokens;
+    /** Expected output tokens of its requests past their first token. */
+    uint64_t decode_tokens;
+    /** Prompt + expected output tokens of its requests in flight: the KV
+     * they hold or will hold. */
+    uint64_t kv_tokens;
+    /** Scraped engine stats; 0 when missing or stale. */
+    uint32_t running;
+    uint32_t waiting;
+    double kv_use;
+    /** Round-trip time to it, milliseconds (probed EWMA or the initial
+     * estimate; 0 unknown). */
+    double rtt_ms;
+    /** Prefill throughput of its class, tokens/s (> 0). */
+    double prefill_rate;
+    /** DualMap's decode bottleneck: seconds its queue has been waiting
+     * without a first token, counted once past 3 s; else 0. */
+    double stall_s;
+    /** Seconds since a request was last routed to it through its cached
+     * prefix; negative when unknown (lodestar's decayed hit ratio). */
+    double cached_age_s;
+    /** Its class (GPU model), 0 .. LR_LOAD_MAX_CLASSES - 1. */
+    uint32_t instance_class;
+    /** 1 if it caches prefixes, 0 if not. */
+    int32_t prefix_caching;
+    /** Rank of the instance among the ring's candidates for the request's
+     * ring key, 1 for the first; 0 when it is not among them or the
+     * policy uses no ring (see lr_policy_ring_key). */
+    uint32_t ring_rank;
+    /** Reserved; 0. */
+    uint32_t flags;
+} lr_candidate;
+
+/** Smallest row_size a caller may pass. @since 0.2 */
+#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, flags) + 4)
+
+/** Which ring key a policy ranks its rows by: the router computes the
+ * ring candidates of that key and writes their ranks into the table. 0:
+ * none; 1: the session (or the prompt's first LR_PARAM_SESSION_TOKENS
+ * tokens without one); 2: the prompt's first LR_PARAM_SESSION_TOKENS
+ * tokens; 3: DualMap's hotness-adapted prefix key. @since 0.2 */
+#define LR_RING_KEY_NONE 0
+#define LR_RING_KEY_SESSION 1
+#define LR_RING_KEY_PREFIX 2
+#define LR_RING_KEY_HOTNESS 3
+
+/** The ring key kind of a policy (LR_RING_KEY_*) and how many ranks it
+ * reads (0 .. LR_RING_MAX_K); -1 for an unknown policy. Lodestar reads
+ * its fallback's key when that policy has one. Never fails. @since 0.2 */
+LR_API int32_t lr_policy_ring_key(int32_t policy, uint32_t *ranks);
+
+/* ---- decisions -------------------------------------------------------------------- */
+
+/** One instance's score in a decision. @since 0.1 */
+typedef struct lr_score {
+    uint32_t instance;
+    /** Tokens expected to hit that instance's prefix cache. */
+    uint32_t cached_tokens;
+    /** The figure the policy ranks by, lower is better (a cost, a load, or
+     * a negated hit); NaN where the policy did not rank this instance. */
+    double score;
+} lr_score;
+
+/** A routing decision. @since 0.1 */
+typedef struct lr_decision {
+    size_t struct_size;
+    /** Out: the chosen instance. */
+    uint32_t instance;
+    /** Out: an lr_reason. */
+    int32_t reason;
+    /** Out: tokens expected to hit the cache there. Policies that do not
+     * look at the cache (random, round-robin, least-request, least-load,
+     * session-affinity, consistent-hash) skip the index match, so for
+     * them this and best_cached_tokens are 0 whatever is cached. */
+    uint32_t cached_tokens;
+    /** Out: the deepest cached prefix on any candidate. */
+    uint32_t best_cached_tokens;
+    /** Out: the policy's predicted cost for the choice (its score); NaN
+     * when the policy predicts none. */
+    double cost;
+    /** Out: the other candidate (dualmap, consistent-hash, Lodestar's
+     * K-filter), or LR_INSTANCE_NONE. */
+    uint32_t alt_instance;
+    /** In: caller buffer for LR_ROUTE_SCORES, one entry per routable
+     * instance (element size: score_size); may be NULL when
+     * scores_capacity is 0. */
+    lr_score *scores;
+    size_t scores_capacity;
+    /** Out: scores written (instance id order), or needed when the call
+     * returned LR_EBUFSIZE. */
+    size_t n_scores;
+    /* v1 ends here */
+    /** Out: the policy that made the choice: the router's policy, or
+     * Lodestar's fallback on cold start and out of range. @since 0.2 */
+    int32_t decider;
+    /** Out: the seed the policy drew with; lr_policy_decide() with the
+     * same table, parameters and seed makes the same choice. @since 0.2 */
+    uint64_t seed;
+    /** In: the caller's sizeof(lr_score), the stride of `scores`; 0 means
+     * the 0.1 size. @since 0.2 */
+    size_t score_size;
+    /* v2 ends here */
+} lr_decision;
+
+#define LR_DECISION_SIZE_V1 (offsetof(lr_decision, n_scores) + sizeof(size_t))
+#define LR_DECISION_SIZE_V2 (offsetof(lr_decision, score_size) + sizeof(size_t))
+
+#ifndef __cplusplus
+#define LR_DECISION_INIT                                                  \
+    {                                                                     \
+        .struct_size = sizeof(lr_decision), .instance = LR_INSTANCE_NONE, \
+        .alt_instance = LR_INSTANCE_NONE, .decider = -1,                  \
+        .score_size = sizeof(lr_score)                                    \
+    }
+#endif
+
+/** Zero the caller's `size` bytes of `d` and set struct_size = size,
+ * instance = alt_instance = LR_INSTANCE_NONE, decider = -1 and score_size
+ * = sizeof(lr_score). Use the lr_decision_init() macro, which passes
+ * sizeof *d as the caller's compiler sees it. @since 0.2 */
+LR_API void lr_decision_init_sized(lr_decision *d, size_t size);
+#define lr_decision_init(d) lr_decision_init_sized((d), sizeof *(d))
+
+/* ---- deciding ------------------------------------------------------------------- */
+
+/** A request's facts and a policy's knobs for lr_policy_decide().
+ * @since 0.2 */
+typedef struct lr_policy_input {
+    size_t struct_size;
+    /** Parameter values indexed by lr_param key (params[k] is key k);
+     * keys at or past n_params, and all keys when params is NULL, take
+     * their defaults. Borrowed for the call. */
+    const double *params;
+    size_t n_params;
+    /** Prompt length in tokens. */
+    uint32_t prompt_tokens;
+    /** Expected output tokens; 0: LR_PARAM_DEFAULT_OUTPUT_TOKENS. */
+    uint32_t expected_output_tokens;
+    /** Tokens per KV block (dynamo counts blocks); 0: 16. */
+    uint32_t block_tokens;
+    /** round-robin: the instance served last, or LR_INSTANCE_NONE. */
+    uint32_t last_instance;
+    /** Seeds every draw the policy makes (ties, sampling, exploration). */
+    uint64_t seed;
+    /** lodestar: the network that scores the candidates (borrowed; one
+     * thread at a time, as lr_mlp_predict), with LR_LODESTAR_FEATURES
+     * inputs; NULL: cold start, the fallback decides. */
+    lr_mlp *model;
+    /* v1 ends here */
+} lr_policy_input;
+
+#define LR_POLICY_INPUT_SIZE_V1 \
+    (offsetof(lr_policy_input, model) + sizeof(void *))
+
+#ifndef __cplusplus
+#define LR_POLICY_INPUT_INIT                                        \
+    {                                                               \
+        .struct_size = sizeof(lr_policy_input), .block_tokens = 16, \
+        .last_instance = LR_INSTANCE_NONE                           \
+    }
+#endif
+
+/** Zero the caller's `size` bytes of `in` and set struct_size = size,
+ * block_tokens = 16 and last_instance = LR_INSTANCE_NONE. Use the
+ * lr_policy_input_init() macro. @since 0.2 */
+LR_API void lr_policy_input_init_sized(lr_policy_input *in, size_t size);
+#define lr_policy_input_init(in) lr_policy_input_init_sized((in), sizeof *(in))
+
+/** Features of one (instance, request) pair as Lodestar scores them,
+ * computed from a candidate row and the request (see lr_router.h for the
+ * list). @since 0.1 */
+#define LR_LODESTAR_FEATURES 20u
+
+/** Width of Lodestar's feature rows in this library (LR_LODESTAR_FEATURES
+ * of the build). Never fails. @since 0.2 */
+LR_API uint32_t lr_lodestar_feature_count(void);
+
+/** Choose one row of a candidate table with a policy: the same code
+ * lr_router_route() runs after it has gathered its table.
+ * @param policy    an lr_policy value.
+ * @param input     the request's facts, parameters and seed.
+ * @param rows      n_rows candidates (borrowed), laid out every row_size
+ *                  bytes; row_size >= LR_CANDIDATE_SIZE_V1.
+ * @param scores    out: n_rows doubles, each row's score (lower is better;
+ *                  NaN where the policy did not rank the row). Required:
+ *                  the policy also works in it.
+ * @param out       out: instance, reason, cached_tokens,
+ *                  best_cached_tokens, cost, alt_instance and (when its
+ *                  struct_size has them) decider and seed; its scores
+ *                  buffer is not used (n_scores = 0).
+ * @return LR_OK; LR_EINVAL (NULL, n_rows 0, row_size too small, a row's
+ *   cached_tokens above prompt_tokens or prefill_rate not finite and
+ *   positive, duplicate instance ids, a model of the wrong width);
+ *   LR_EVERSION (a struct_size); LR_ENOTSUP (unknown policy); LR_ERANGE
+ *   (a parameter outside its bounds, or a fraction for an integer key).
+ *   Allocates nothing; deterministic for a seed.
+ * @since 0.2 */
+LR_API lr_status lr_policy_decide(int32_t policy, const lr_policy_input *input,
+                                  const lr_candidate *rows, size_t n_rows,
+                                  size_t row_size, double *scores,
+                                  lr_decision *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBROUTE_LR_POLICY_H */

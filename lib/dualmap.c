@@ -1,0 +1,379 @@
+/* DualMap: two choices on a dual hash ring, SLO-aware selection, a
+ * hotness window that lengthens the key of hot prefixes, and the
+ * rebalancing plan.
+ *
+ * The key (router side, before the table is ranked):
+ *
+ *   prompt blocks  |--512--|--512--|--512--| ...   (DUALMAP_KEY_TOKENS)
+ *   keys[d]          k0      k1      k2            chained: k2 names all
+ *   ring key       = k0 unless k0 is hot; then k1 unless k1 is hot; ...
+ *
+ * so a prefix every request shares spreads over the ring by its longer
+ * continuations, and a cold one keeps all its requests on two instances.
+ * Hot: share of the window > 2/n; cold again below 1/n (hysteresis).
+ *
+ * The choice (lr__dualmap_decide): the rows of ring ranks 1 and 2 are the
+ * two candidates. Equal hits -> the less loaded (fewer pending prefill
+ * tokens, a draw on a tie). Otherwise stay with the higher hit until its
+ * expected TTFT passes the SLO or it is in a decode bottleneck, then the
+ * less loaded (an SLO switch).
+ */
+#include "dualmap.h"
+
+#include "cost.h"
+#include "lr_hash.h"
+#include "policy.h"
+
+#define NONE LR_INSTANCE_NONE
+#define HOT_SEED 0x4c524e414d455331ull /* "LRNAMES1" */
+#define HOT_MIN_SLOTS 16u
+#define HOT_UP 2.0   /* hot above 2/n of the window */
+#define HOT_DOWN 1.0 /* cold again below 1/n */
+
+struct lr__hot_ent {
+    uint64_t key;
+    uint32_t count; /* 0: empty */
+    uint32_t hot;
+};
+
+/* ---- the hotness window --------------------------------------------------- */
+
+void
+lr__hot_free(struct lr__hot *h, struct lr__mem *m)
+{
+    if (h->tab != NULL)
+        lr__free(m, h->tab, ((size_t)h->mask + 1) * sizeof *h->tab);
+    if (h->win != NULL)
+        lr__free(m, h->win, (size_t)h->w * h->depth * sizeof *h->win);
+    h->tab = NULL;
+    h->win = NULL;
+}
+
+lr_status
+lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
+{
+    uint32_t size = HOT_MIN_SLOTS;
+    while (size < 2u * w * depth)
+        size <<= 1;
+    struct lr__hot n = { 0 };
+    n.tab = lr__calloc(m, size, sizeof *n.tab);
+    n.win = lr__calloc(m, (size_t)w * depth, sizeof *n.win);
+    n.mask = size - 1;
+    n.w = w;
+    n.depth = depth;
+    if (n.tab == NULL || n.win == NULL) {
+        lr__hot_free(&n, m);
+        return LR_ENOMEM;
+    }
+    lr__hot_free(h, m);
+    *h = n;
+    return LR_OK;
+}
+
+static inline uint32_t
+hot_home(const struct lr__hot *h, uint64_t key)
+{
+    return (uint32_t)lr__mix64(key, HOT_SEED) & h->mask;
+}
+
+static const struct lr__hot_ent *
+hot_find(const struct lr__hot *h, uint64_t key)
+{
+    for (uint32_t i = hot_home(h, key);; i = (i + 1) & h->mask) {
+        const struct lr__hot_ent *e = &h->tab[i];
+        if (e->count == 0)
+            return NULL;
+        if (e->key == key)
+            return e;
+    }
+}
+
+static void
+hot_update(const struct lr__hot *h, struct lr__hot_ent *e, uint32_t routable)
+{
+    double n = routable > 0 ? (double)routable : 1.0;
+    double filled = h->filled > 0 ? (double)h->filled : 1.0;
+    double share = (double)e->count / filled;
+    if (!e->hot && share > HOT_UP / n)
+        e->hot = 1;
+    else if (e->hot && share < HOT_DOWN / n)
+        e->hot = 0;
+}
+
+static void
+hot_add(struct lr__hot *h, uint64_t key, uint32_t routable)
+{
+    for (uint32_t i = hot_home(h, key);; i = (i + 1) & h->mask) {
+        struct lr__hot_ent *e = &h->tab[i];
+        if (e->count == 0) {
+            e->key = key;
+            e->hot = 0;
+        } else if (e->key != key) {
+            continue;
+        }
+        e->count++;
+        hot_update(h, e, routable);
+        return;
+    }
+}
+
+static void
+hot_del(struct lr__hot *h, uint64_t key, uint32_t routable)
+{
+    uint32_t mask = h->mask;
+    uint32_t i = hot_home(h, key);
+    while (h->tab[i].key != key || h->tab[i].count == 0)
+        i = (i + 1) & mask;
+    if (--h->tab[i].count > 0) {
+        hot_update(h, &h->tab[i], routable);
+        return;
+    }
+    /* backward-shift deletion keeps every probe chain unbroken */
+    for (uint32_t j = i;;) {
+        j = (j + 1) & mask;
+        struct lr__hot_ent *e = &h->tab[j];
+        if (e->count == 0)
+            break;
+        uint32_t home = hot_home(h, e->key);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            h->tab[i] = *e;
+            i = j;
+        }
+    }
+    h->tab[i].count = 0;
+}
+
+void
+lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
+               uint32_t routable)
+{
+    uint64_t *slot = &h->win[(size_t)h->pos * h->depth];
+    if (h->filled == h->w) {
+        for (uint32_t d = 0; d < h->depth && slot[d] != 0; d++)
+            hot_del(h, slot[d], routable);
+    } else {
+        h->filled++;
+    }
+    for (uint32_t d = 0; d < h->depth; d++) {
+        slot[d] = d < n ? keys[d] : 0;
+        if (slot[d] != 0)
+            hot_add(h, slot[d], routable);
+    }
+    h->pos = (h->pos + 1) % h->w;
+}
+
+uint32_t
+lr__hot_keys(const struct lr__hot *h, const uint64_t *block_keys,
+             size_t n_blocks, uint32_t per, uint64_t *keys)
+{
+    size_t avail = n_blocks / per;
+    if (avail > h->depth)
+        avail = h->depth;
+    for (size_t d = 0; d < avail; d++)
+        keys[d] = block_keys[(d + 1) * per - 1] | 1; /* never 0 */
+    return (uint32_t)avail;
+}
+
+uint64_t
+lr__hot_pick(const struct lr__hot *h, const uint64_t *keys, uint32_t n)
+{
+    uint32_t d = 0;
+    while (d + 1 < n) {
+        const struct lr__hot_ent *e = hot_find(h, keys[d]);
+        if (e == NULL || !e->hot)
+            break;
+        d++;
+    }
+    return keys[d];
+}
+
+lr_status
+lr__hot_verify(const struct lr__hot *h)
+{
+    uint64_t in_win = 0, counted = 0;
+    for (size_t i = 0; i < (size_t)h->w * h->depth; i++)
+        in_win += h->win[i] != 0;
+    for (uint32_t i = 0; i <= h->mask; i++)
+        counted += h->tab[i].count;
+    return in_win == counted ? LR_OK : LR_ECORRUPT;
+}
+
+uint64_t
+lr__hot_digest(const struct lr__hot *h, uint64_t d)
+{
+    d = lr__digest_mix(d, ((uint64_t)h->w << 32) | h->depth);
+    d = lr__digest_mix(d, ((uint64_t)h->pos << 32) | h->filled);
+    for (size_t i = 0; i < (size_t)h->w * h->depth; i++)
+        if (h->win[i] != 0)
+            d = lr__digest_mix(d, h->win[i] ^ i);
+    return d;
+}
+
+/* ---- the choice --------------------------------------------------------------- */
+
+/* DualMap's TTFT estimate of a row: queue + prefill + the stall term. */
+static double
+estimate(const struct lr__pctx *c, uint32_t k)
+{
+    return c->score[k] = lr__cost_ttft(lr__row(c, k), c->prompt, 0, 1);
+}
+
+struct lr__choice
+lr__dualmap_decide(const struct lr__pctx *c)
+{
+    const int32_t me = LR_POLICY_DUALMAP;
+    uint32_t a = lr__row_of_rank(c, 1), b = lr__row_of_rank(c, 2);
+    if (LR_NEVER(a == LR_NIL)) /* the router ranks every table */
+        return lr__choose(c, lr__least_inflight(c), LR_REASON_LEAST_LOADED, me);
+    const lr_candidate *ra = lr__row(c, a);
+    estimate(c, a);
+    if (b == LR_NIL)
+        return lr__choose(
+            c, a, ra->cached_tokens > 0 ? LR_REASON_PREFIX_HIT : LR_REASON_HASH,
+            me);
+    const lr_candidate *rb = lr__row(c, b);
+    estimate(c, b);
+    /* less loaded = fewer pending prefill tokens (then a draw) */
+    uint32_t less = rb->prefill_tokens < ra->prefill_tokens   ? b
+                    : ra->prefill_tokens < rb->prefill_tokens ? a
+                    : lr__rng_below(c->rng, 2)                ? b
+                                                              : a;
+    struct lr__choice ch;
+    if (ra->cached_tokens == rb->cached_tokens) {
+        ch = lr__choose(c, less, LR_REASON_LEAST_LOADED, me);
+    } else {
+        uint32_t hi = ra->cached_tokens > rb->cached_tokens ? a : b;
+        /* overloaded: expected TTFT past the SLO, or a decode bottleneck */
+        bool over =
+            c->score[hi] > LR__P(c, TTFT_SLO_S) || lr__row(c, hi)->stall_s > 0;
+        if (!over || hi == less)
+            ch = lr__choose(c, hi, LR_REASON_PREFIX_HIT, me);
+        else
+            ch = lr__choose(c, less, LR_REASON_SLO_SWITCH, me);
+    }
+    ch.alt = lr__row(c, ch.k == a ? b : a)->instance;
+    return ch;
+}
+
+/* ---- the rebalancing plan -------------------------------------------------------- */
+
+struct plan {
+    const lr_candidate *rows;
+    uint32_t n;
+    const double *param;
+    uint32_t src;  /* the row being relieved */
+    double *extra; /* per row: net prefill tokens planned onto it */
+    lr_move *moves;
+    size_t move_size, n_moves;
+    /* the best movable request of the current pass */
+    uint64_t best_id;
+    uint32_t best_to;
+    double best_benefit;
+    uint32_t best_unc_here, best_unc_there;
+};
+
+static lr_move *
+move_at(const struct plan *p, size_t i)
+{
+    return (lr_move *)((char *)p->moves + i * p->move_size);
+}
+
+static bool
+planned(const struct plan *p, uint64_t id)
+{
+    for (size_t i = 0; i < p->n_moves; i++)
+        if (move_at(p, i)->request_id == id)
+            return true;
+    return false;
+}
+
+/* Row of an instance id (rows ascending by id), or LR_NIL. */
+static uint32_t
+row_of(const struct plan *p, uint32_t id)
+{
+    uint32_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->rows[mid].instance < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->n && p->rows[lo].instance == id ? lo : LR_NIL;
+}
+
+/* Expected TTFT of row k with `more` tokens of prefill added. */
+static double
+ttft_with(const struct plan *p, uint32_t k, double more)
+{
+    const lr_candidate *r = &p->rows[k];
+    return lr__ttft_s(r, (double)r->prefill_tokens + p->extra[k] + more, 0, 1);
+}
+
+static int
+plan_visit(void *ctx, const struct lr__req_view *v)
+{
+    struct plan *p = ctx;
+    if (!v->queued || v->alt_instance == NONE || planned(p, v->id))
+        return 0;
+    uint32_t to = row_of(p, v->alt_instance);
+    if (to == LR_NIL)
+        return 0;
+    uint32_t unc_there = v->prompt_tokens - v->alt_cached_tokens;
+    double t_here = ttft_with(p, p->src, 0);
+    double t_there = ttft_with(p, to, unc_there);
+    double benefit = t_here - t_there;
+    if (benefit > 0 && t_there < p->param[LR_PARAM_TTFT_SLO_S] &&
+        benefit > p->best_benefit) {
+        p->best_benefit = benefit;
+        p->best_id = v->id;
+        p->best_to = to;
+        p->best_unc_here = v->prompt_tokens - v->cached_tokens;
+        p->best_unc_there = unc_there;
+    }
+    return 0;
+}
+
+/* Overloaded: its queue breaks the SLO, or it is in a decode bottleneck
+ * (no prefill done for 3 s while the queue is non-empty). */
+static bool
+overloaded(const struct plan *p, uint32_t k)
+{
+    return p->rows[k].stall_s > 0 ||
+           ttft_with(p, k, 0) > p->param[LR_PARAM_TTFT_SLO_S];
+}
+
+size_t
+lr__dualmap_plan(const lr_candidate *rows, uint32_t n, const double *param,
+                 const lr_load *ld, double *extra, lr_move *moves,
+                 size_t capacity, size_t move_size)
+{
+    struct plan p = { 0 };
+    p.rows = rows;
+    p.n = n;
+    p.param = param;
+    p.extra = extra;
+    p.moves = moves;
+    p.move_size = move_size;
+    memset(extra, 0, n * sizeof *extra);
+    for (uint32_t k = 0; k < n && p.n_moves < capacity; k++) {
+        p.src = k;
+        /* move the best request off k while k is overloaded */
+        while (p.n_moves < capacity && overloaded(&p, k)) {
+            p.best_benefit = 0;
+            p.best_id = 0;
+            p.best_to = LR_NIL;
+            lr__load_each_req(ld, rows[k].instance, plan_visit, &p);
+            if (p.best_to == LR_NIL)
+                break;
+            lr_move *m = move_at(&p, p.n_moves++);
+            m->request_id = p.best_id;
+            m->from = rows[k].instance;
+            m->to = rows[p.best_to].instance;
+            m->benefit_s = p.best_benefit;
+            extra[k] -= p.best_unc_here;
+            extra[p.best_to] += p.best_unc_there;
+        }
+    }
+    return p.n_moves;
+}

@@ -1,0 +1,381 @@
+/* Lodestar: an online-learned reward predictor with guard rails.
+ *
+ * Decide (lr__lodestar_decide), over the candidate table:
+ *
+ *   candidates  = the K-filter's two ring candidates when the fleet's KV
+ *                 use is high and a long prefix is cached, else a power-of-d
+ *                 draw (the deepest hit + d - 1 others) when configured,
+ *                 else every row
+ *   no model    -> the fallback policy decides (cold start)
+ *   features    -> one batched forward pass per LR__CHUNK rows
+ *   out of range (any scored row) -> the fallback decides (OOD)
+ *   choose      = with probability epsilon a uniform draw (exploration),
+ *                 else a draw among the rows within TIE of the best
+ *                 predicted reward
+ *
+ * The candidates are marked in the score array (0 = candidate, NaN = not)
+ * and then scored in place (score = -predicted reward), so deciding needs
+ * no memory beyond the caller's scores and a fixed chunk on the stack.
+ *
+ * Router side: the features of each dispatch wait in the request's slot
+ * until its first token makes them a sample (reward -TTFT); a direct-mapped
+ * table remembers when each (prefix, instance) pair last took a route, for
+ * the decayed hit ratio (a collision forgets). */
+#include "lodestar.h"
+
+#include "learner.h"
+#include "lr_hash.h"
+#include "policy.h"
+
+#define F LR_LODESTAR_FEATURES
+#define NONE LR_INSTANCE_NONE
+#define LR__CHUNK 64u           /* rows per forward pass */
+#define FRESH_SLOTS 16384u      /* recency table (power of two) */
+#define FRESH_HALF_LIFE_S 15.0  /* the decayed hit ratio's half-life */
+#define FRESH_UNKNOWN_DECAY 0.5 /* unknown age: one half-life */
+#define CANDIDATE_MARK 0.0      /* a score marking a row to be scored */
+
+_Static_assert(LR__F_CLASS + LR__F_CLASSES == F, "feature columns");
+
+struct lr__fresh {
+    uint64_t tag; /* 0: empty */
+    uint64_t ns;
+};
+
+/* ---- features ------------------------------------------------------------- */
+
+void
+lr__lodestar_features(const lr_candidate *r, uint32_t prompt, uint32_t output,
+                      float *f)
+{
+    double p = (double)prompt;
+    double hit = p > 0 ? r->cached_tokens / p : 0;
+    double dec = 0;
+    if (hit > 0)
+        dec = hit * (r->cached_age_s < 0
+                         ? FRESH_UNKNOWN_DECAY
+                         : exp2(-r->cached_age_s / FRESH_HALF_LIFE_S));
+    f[LR__F_PROMPT] = (float)p;
+    f[LR__F_OUTPUT] = (float)output;
+    f[LR__F_HIT] = (float)hit;
+    f[LR__F_HIT_DECAYED] = (float)dec;
+    f[LR__F_INFLIGHT] = (float)r->inflight;
+    f[LR__F_QUEUED] = (float)r->queued;
+    f[LR__F_PREFILL] = (float)r->prefill_tokens;
+    f[LR__F_DECODE] = (float)r->decode_tokens;
+    f[LR__F_RUNNING] = (float)r->running;
+    f[LR__F_WAITING] = (float)r->waiting;
+    f[LR__F_KV_USE] = (float)r->kv_use;
+    f[LR__F_RTT_MS] = (float)r->rtt_ms;
+    for (uint32_t j = LR__F_CLASS; j < F; j++)
+        f[j] = 0;
+    uint32_t cls = r->instance_class < LR__F_CLASSES ? r->instance_class
+                                                     : LR__F_CLASSES - 1;
+    f[LR__F_CLASS + cls] = 1;
+}
+
+/* ---- deciding --------------------------------------------------------------- */
+
+/* The K-filter: under KV pressure with a long cached prefix, only the
+ * ring's two candidates. Marks them; returns how many. */
+static uint32_t
+mark_kfilter(const struct lr__pctx *c)
+{
+    if (c->n <= 2 || lr__best_cached(c) <= LR__P(c, LODESTAR_KFILTER_TOKENS))
+        return 0;
+    double kv = 0;
+    for (size_t k = 0; k < c->n; k++)
+        kv += lr__row(c, k)->kv_use;
+    if (kv / (double)c->n <= LR__P(c, LODESTAR_KV_THRESHOLD))
+        return 0;
+    uint32_t nc = 0;
+    for (uint32_t rank = 1; rank <= 2; rank++) {
+        uint32_t k = lr__row_of_rank(c, rank);
+        if (k != LR_NIL) {
+            c->score[k] = CANDIDATE_MARK;
+            nc++;
+        }
+    }
+    return nc;
+}
+
+/* Power of d: the deepest hit and d - 1 others drawn uniformly (Floyd's
+ * sampling, the marks serving as the set); or every row. */
+static uint32_t
+mark_sample(const struct lr__pctx *c)
+{
+    uint32_t n = (uint32_t)c->n;
+    uint32_t d = (uint32_t)LR__P(c, LODESTAR_CANDIDATES);
+    if (d == 0 || n <= d) {
+        for (uint32_t k = 0; k < n; k++)
+            c->score[k] = CANDIDATE_MARK;
+        return n;
+    }
+    uint32_t bk = 0;
+    for (uint32_t k = 1; k < n; k++)
+        if (lr__row(c, k)->cached_tokens > lr__row(c, bk)->cached_tokens)
+            bk = k;
+    c->score[bk] = CANDIDATE_MARK;
+    /* d - 1 of the other n - 1 rows; index j < n - 1 stands for row j, or
+     * for row n - 1 when j == bk */
+    for (uint32_t j = n - d; j < n - 1; j++) {
+        uint32_t t = (uint32_t)lr__rng_below(c->rng, (uint64_t)j + 1);
+        uint32_t rt = t == bk ? n - 1 : t;
+        uint32_t rj = j == bk ? n - 1 : j;
+        c->score[isnan(c->score[rt]) ? rt : rj] = CANDIDATE_MARK;
+    }
+    return d;
+}
+
+/* Score the marked rows in chunks: score = -predicted reward. Counts the
+ * rows out of the model's range into *ood. */
+static lr_status
+score_marked(const struct lr__pctx *c, size_t *ood)
+{
+    float x[LR__CHUNK * F], pred[LR__CHUNK];
+    uint32_t idx[LR__CHUNK];
+    *ood = 0;
+    for (uint32_t k = 0; k < c->n;) {
+        uint32_t m = 0;
+        for (; k < c->n && m < LR__CHUNK; k++) {
+            if (isnan(c->score[k]))
+                continue;
+            idx[m] = k;
+            lr__lodestar_features(lr__row(c, k), c->prompt, c->output,
+                                  x + (size_t)m * F);
+            m++;
+        }
+        if (m == 0)
+            break;
+        LR_TRY(lr_mlp_predict(c->model, x, m, pred));
+        size_t out = 0;
+        LR_TRY(lr_mlp_out_of_range(c->model, x, m, &out));
+        *ood += out;
+        for (uint32_t i = 0; i < m; i++)
+            c->score[idx[i]] = -(double)pred[i];
+    }
+    return LR_OK;
+}
+
+/* The fallback policy decides, for `why`. */
+static struct lr__choice
+fallback(const struct lr__pctx *c, int32_t why)
+{
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = NAN;
+    struct lr__choice ch =
+        lr__policy_decide((int32_t)LR__P(c, LODESTAR_FALLBACK), c);
+    ch.reason = why;
+    return ch;
+}
+
+/* The n-th scored row (0-based), in table order. */
+static uint32_t
+nth_scored(const struct lr__pctx *c, uint32_t nth)
+{
+    for (uint32_t k = 0; k < c->n; k++)
+        if (!isnan(c->score[k]) && nth-- == 0)
+            return k;
+    return LR_NIL;
+}
+
+/* A draw among the rows within TIE of the best predicted reward. */
+static uint32_t
+pick_near_best(const struct lr__pctx *c)
+{
+    double top = -INFINITY;
+    for (size_t k = 0; k < c->n; k++)
+        if (!isnan(c->score[k]) && -c->score[k] > top)
+            top = -c->score[k];
+    double thr = top - LR__P(c, LODESTAR_TIE) * fabs(top);
+    uint32_t pick = LR_NIL, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++)
+        if (!isnan(c->score[k]) && -c->score[k] >= thr &&
+            lr__rng_below(c->rng, ++ties) == 0)
+            pick = k;
+    return pick;
+}
+
+struct lr__choice
+lr__lodestar_decide(const struct lr__pctx *c)
+{
+    uint32_t nc = mark_kfilter(c);
+    bool kf = nc > 0;
+    if (!kf)
+        nc = mark_sample(c);
+    if (c->model == NULL)
+        return fallback(c, LR_REASON_COLD_START);
+    size_t ood = 0;
+    if (score_marked(c, &ood) != LR_OK)
+        return fallback(c, LR_REASON_COLD_START);
+    if (ood > 0 && LR__P(c, LODESTAR_OOD) != 0)
+        return fallback(c, LR_REASON_OOD);
+    int32_t reason = kf ? LR_REASON_K_FILTER : LR_REASON_MIN_COST;
+    uint32_t k;
+    if (lr__rng_unit(c->rng) < LR__P(c, LODESTAR_EPSILON)) {
+        k = nth_scored(c, (uint32_t)lr__rng_below(c->rng, nc));
+        reason = LR_REASON_EXPLORE;
+    } else {
+        k = pick_near_best(c);
+    }
+    if (k == LR_NIL) /* no finite prediction: the model is of no use */
+        return fallback(c, LR_REASON_COLD_START);
+    struct lr__choice ch = lr__choose(c, k, reason, LR_POLICY_LODESTAR);
+    if (kf && nc > 1)
+        ch.alt =
+            lr__row(c, nth_scored(c, k == nth_scored(c, 0) ? 1 : 0))->instance;
+    return ch;
+}
+
+/* ---- router side ------------------------------------------------------------- */
+
+lr_status
+lr__lodestar_init(struct lr__lodestar *ls, const lr_learner_options *given,
+                  const lr_allocator *a, uint32_t max_req)
+{
+    memset(ls, 0, sizeof *ls);
+    atomic_init(&ls->learner, NULL);
+    ls->max_req = max_req;
+    lr_learner_options_init(&ls->lopt);
+    if (given == NULL)
+        return LR_OK;
+    LR_TRY(lr__copy_sized(&ls->lopt, sizeof ls->lopt, given,
+                          LR_LEARNER_OPTIONS_SIZE_V1));
+    LR_RETURN_IF(ls->lopt.n_features != 0 && ls->lopt.n_features != F,
+                 LR_EINVAL);
+    const lr_mlp_options *mo = ls->lopt.mlp;
+    ls->lopt.mlp = NULL; /* borrowed for the call only */
+    if (mo != NULL) {
+        lr_mlp_options_init(&ls->lmo);
+        LR_TRY(lr__copy_sized(&ls->lmo, sizeof ls->lmo, mo,
+                              LR_MLP_OPTIONS_SIZE_V1));
+        ls->has_lmo = true;
+    }
+    lr_learner_options chk = ls->lopt;
+    chk.n_features = F;
+    chk.allocator = a;
+    chk.mlp = ls->has_lmo ? &ls->lmo : NULL;
+    return lr__learner_check_options(&chk);
+}
+
+void
+lr__lodestar_free(struct lr__lodestar *ls, struct lr__mem *m)
+{
+    size_t nr = ls->max_req;
+    lr_learner_destroy(atomic_load(&ls->learner));
+    atomic_store(&ls->learner, NULL);
+    lr__free(m, ls->rq_feat, nr * (F + 1) * sizeof(float));
+    lr__free(m, ls->rq_has, nr);
+    lr__free(m, ls->fresh, FRESH_SLOTS * sizeof *ls->fresh);
+    ls->rq_feat = NULL;
+    ls->rq_has = NULL;
+    ls->fresh = NULL;
+}
+
+lr_status
+lr__lodestar_setup(struct lr__lodestar *ls, struct lr__mem *m)
+{
+    if (atomic_load(&ls->learner) != NULL)
+        return LR_OK;
+    size_t nr = ls->max_req;
+    ls->rq_feat = lr__alloc(m, nr * (F + 1) * sizeof(float));
+    ls->rq_has = lr__calloc(m, nr, 1);
+    ls->fresh = lr__calloc(m, FRESH_SLOTS, sizeof *ls->fresh);
+    lr_status st = LR_OK;
+    if (ls->rq_feat == NULL || ls->rq_has == NULL || ls->fresh == NULL)
+        st = LR_ENOMEM;
+    lr_learner *l = NULL;
+    if (st == LR_OK) {
+        lr_learner_options lo = ls->lopt;
+        lo.allocator = &m->a;
+        lo.n_features = F;
+        lo.mlp = ls->has_lmo ? &ls->lmo : NULL;
+        st = lr_learner_create(&lo, &l);
+    }
+    if (st != LR_OK) {
+        lr__lodestar_free(ls, m);
+        return st;
+    }
+    atomic_store(&ls->learner, l);
+    return LR_OK;
+}
+
+lr_mlp *
+lr__lodestar_model(struct lr__lodestar *ls)
+{
+    lr_learner *l = atomic_load_explicit(&ls->learner, memory_order_relaxed);
+    return l != NULL ? lr__learner_model(l) : NULL;
+}
+
+static inline uint64_t
+fresh_tag(uint64_t key, uint32_t id)
+{
+    return lr__mix64(key, (uint64_t)id + 1) | 1;
+}
+
+double
+lr__lodestar_age(const struct lr__lodestar *ls, uint64_t key, uint32_t id,
+                 uint64_t now_ns)
+{
+    uint64_t tag = fresh_tag(key, id);
+    const struct lr__fresh *e = &ls->fresh[tag & (FRESH_SLOTS - 1)];
+    if (e->tag != tag)
+        return -1;
+    return now_ns > e->ns ? (double)(now_ns - e->ns) / 1e9 : 0;
+}
+
+void
+lr__lodestar_remember(struct lr__lodestar *ls, const uint64_t *keys,
+                      size_t n_keys, uint32_t id, uint64_t now_ns)
+{
+    for (size_t i = 0; i < n_keys; i++) {
+        uint64_t tag = fresh_tag(keys[i], id);
+        struct lr__fresh *e = &ls->fresh[tag & (FRESH_SLOTS - 1)];
+        e->tag = tag;
+        e->ns = now_ns;
+    }
+}
+
+void
+lr__lodestar_dispatch(struct lr__lodestar *ls, uint32_t slot, bool ours,
+                      const lr_candidate *row, uint32_t prompt, uint32_t output,
+                      float predicted)
+{
+    ls->rq_has[slot] = ours;
+    if (!ours)
+        return;
+    float *f = ls->rq_feat + (size_t)slot * (F + 1);
+    lr__lodestar_features(row, prompt, output, f);
+    f[F] = predicted;
+}
+
+void
+lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
+                    double max_ttft_s)
+{
+    if (ls->rq_has == NULL || !ls->rq_has[slot])
+        return;
+    ls->rq_has[slot] = 0;
+    if (ttft_s < 0 || ttft_s > max_ttft_s)
+        return;
+    const float *f = ls->rq_feat + (size_t)slot * (F + 1);
+    /* a full queue or a reward out of range is counted by the learner */
+    (void)lr_learner_add_sample(
+        atomic_load_explicit(&ls->learner, memory_order_relaxed), f, -ttft_s,
+        f[F]);
+}
+
+uint64_t
+lr__lodestar_digest(const struct lr__lodestar *ls, uint64_t d)
+{
+    lr_learner *l = atomic_load(&ls->learner);
+    if (l == NULL)
+        return d;
+    d = lr__digest_mix(d, lr__learner_digest(l));
+    for (uint32_t i = 0; i < ls->max_req; i++)
+        if (ls->rq_has[i])
+            d = lr__digest_mix(d, lr__hash(ls->rq_feat + (size_t)i * (F + 1),
+                                           (F + 1) * sizeof(float), i));
+    return lr__digest_mix(
+        d, lr__hash(ls->fresh, FRESH_SLOTS * sizeof *ls->fresh, 7));
+}

@@ -1,0 +1,90 @@
+/* Lodestar's state in a router: the learner, the features waiting for a
+ * first token to become samples, and the recency of (prefix, instance)
+ * routes behind the decayed hit-ratio feature. The decide function is
+ * lr__lodestar_decide (policy.h); the feature row is shared by both. */
+#ifndef LIBROUTE_LIB_LODESTAR_H
+#define LIBROUTE_LIB_LODESTAR_H
+
+#include <stdatomic.h>
+
+#include "common.h"
+#include "libroute/lr_learner.h"
+#include "libroute/lr_policy.h"
+
+/* Lodestar's feature columns (LR_LODESTAR_FEATURES, lr_router.h lists
+ * them for hosts). */
+enum lr__feature {
+    LR__F_PROMPT = 0,
+    LR__F_OUTPUT = 1,
+    LR__F_HIT = 2,
+    LR__F_HIT_DECAYED = 3,
+    LR__F_INFLIGHT = 4,
+    LR__F_QUEUED = 5,
+    LR__F_PREFILL = 6,
+    LR__F_DECODE = 7,
+    LR__F_RUNNING = 8,
+    LR__F_WAITING = 9,
+    LR__F_KV_USE = 10,
+    LR__F_RTT_MS = 11,
+    LR__F_CLASS = 12, /* one-hot, LR__F_CLASSES columns */
+    LR__F_CLASSES = 8
+};
+
+/* The feature row of a candidate for a request of `prompt` tokens and
+ * `output` expected output tokens. */
+void lr__lodestar_features(const lr_candidate *row, uint32_t prompt,
+                           uint32_t output, float *f);
+
+struct lr__fresh;
+
+struct lr__lodestar {
+    /* Read without the router's mutex by lr_router_learn_step(), hence
+     * atomic; it never changes once set. */
+    _Atomic(lr_learner *) learner;
+    lr_learner_options lopt;
+    lr_mlp_options lmo;
+    bool has_lmo;
+    uint32_t max_req;
+    float *rq_feat;  /* max_req x (F + 1): features, prediction per slot */
+    uint8_t *rq_has; /* max_req: a sample waits for its first token */
+    struct lr__fresh *fresh;
+};
+
+/* Take the host's learner options (copied, checked as lr_learner_create
+ * would); NULL: the defaults. */
+lr_status lr__lodestar_init(struct lr__lodestar *ls,
+                            const lr_learner_options *given,
+                            const lr_allocator *a, uint32_t max_req);
+
+/* Make the learner and the buffers, once; on failure nothing is kept. */
+lr_status lr__lodestar_setup(struct lr__lodestar *ls, struct lr__mem *m);
+void lr__lodestar_free(struct lr__lodestar *ls, struct lr__mem *m);
+
+/* The network in service (serving side), or NULL. */
+lr_mlp *lr__lodestar_model(struct lr__lodestar *ls);
+
+/* Seconds since `id` was last routed through the prefix whose chained key
+ * is `key`, or -1 when unknown. */
+double lr__lodestar_age(const struct lr__lodestar *ls, uint64_t key,
+                        uint32_t id, uint64_t now_ns);
+
+/* Remember that `id` took a route through these prefix keys now. */
+void lr__lodestar_remember(struct lr__lodestar *ls, const uint64_t *keys,
+                           size_t n_keys, uint32_t id, uint64_t now_ns);
+
+/* A dispatch: keep the chosen row's features (and the model's
+ * prediction, NaN if none) in request slot `slot` until its first token;
+ * `ours` false clears the slot (another policy routed it). */
+void lr__lodestar_dispatch(struct lr__lodestar *ls, uint32_t slot, bool ours,
+                           const lr_candidate *row, uint32_t prompt,
+                           uint32_t output, float predicted);
+
+/* A request in slot `slot` leaves the queue (first token, ttft_s >= 0)
+ * or ends without one (ttft_s < 0): its sample is made when the first
+ * token came within max_ttft_s, else dropped. */
+void lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
+                         double max_ttft_s);
+
+uint64_t lr__lodestar_digest(const struct lr__lodestar *ls, uint64_t d);
+
+#endif /* LIBROUTE_LIB_LODESTAR_H */

@@ -1,0 +1,609 @@
+/* The request path of lr_router: route(), the candidate table, the
+ * lifecycle events and the rebalancing plan.
+ *
+ * The pipeline (route_locked), one step per function:
+ *
+ *   request --keys--> block keys (kbuf)
+ *           --match-> cached tokens per instance (index, no touch)
+ *           --gather> rows[]: one lr_candidate per routable instance, in
+ *                     id order (load tracker, scrapes, RTT, class rate,
+ *                     stall, prefix recency for Lodestar)
+ *           --rank--> ring ranks of the policy's key (ring; DualMap's key
+ *                     from its hotness window)
+ *           --decide> lr__policy_decide(): the policy table (policy.c),
+ *                     with a seed drawn from the router's generator
+ *           --record> learn the prompt (index), dispatch (load tracker),
+ *                     per-policy state: round-robin cursor, hotness
+ *                     window, Lodestar's pending sample
+ *
+ * Only the record step changes anything, and only its first part (the
+ * learn) can fail, atomically. Feedback runs the other way: first token
+ * -> load tracker, GORGO's tuner (lr_cost), Lodestar's sample; completion
+ * and failure -> load tracker. */
+#include "libroute/lr_ring.h"
+#include "lr_hash.h"
+#include "router_impl.h"
+
+#define NONE LR_INSTANCE_NONE
+#define SEED_SESSION 0x4c5253455353494full /* "LRSESSIO" */
+#define KBUF_MIN 256u                      /* first size of the key scratch */
+#define FRESH_MAX_BOUNDARIES 16u           /* Lodestar remembers the last 16 */
+#define MAX_HOT_KEYS 64u /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
+
+/* One route's working state, between the pipeline's steps. */
+struct route {
+    const lr_request *q;
+    size_t nk; /* block keys in r->kbuf */
+    uint64_t keys[MAX_HOT_KEYS];
+    uint32_t n_keys; /* DualMap's keys, recorded after the dispatch */
+    uint64_t seed;   /* the policy's draws */
+    struct lr__choice ch;
+};
+
+/* ---- route: keys and match ------------------------------------------------------------ */
+
+static lr_status
+scratch_keys(lr_router *r, size_t n)
+{
+    if (n <= r->kbuf_cap)
+        return LR_OK;
+    size_t want = n < KBUF_MIN ? KBUF_MIN : n + n / 2;
+    uint64_t *p = lr__realloc(&r->mem, r->kbuf, r->kbuf_cap * sizeof *p,
+                              want * sizeof *p);
+    if (p == NULL)
+        return LR_ENOMEM;
+    r->kbuf = p;
+    r->kbuf_cap = want;
+    return LR_OK;
+}
+
+/* Step 1: the prompt's block keys into kbuf. */
+static lr_status
+route_keys(lr_router *r, struct route *rt)
+{
+    const lr_request *q = rt->q;
+    rt->nk = q->n_tokens / r->block_tokens;
+    LR_TRY(scratch_keys(r, rt->nk));
+    if (rt->nk > 0)
+        LR_TRY(lr_block_keys(r->block_tokens, q->tokens, q->n_tokens,
+                             q->tenant_salt, r->kbuf, r->kbuf_cap, &rt->nk));
+    return LR_OK;
+}
+
+static void
+prompt_of(const lr_router *r, const struct route *rt, lr_prompt *p)
+{
+    const lr_request *q = rt->q;
+    lr_prompt_init(p);
+    p->tokens = q->tokens;
+    p->n_tokens = q->n_tokens;
+    p->boundaries = q->boundaries;
+    p->n_boundaries = q->n_boundaries;
+    p->tenant_salt = q->tenant_salt;
+    p->keys = rt->nk > 0 ? r->kbuf : NULL;
+    p->n_keys = rt->nk;
+}
+
+/* Step 2: cached tokens per routable instance into cached_by_id (0 for
+ * all when the policy does not match). */
+static lr_status
+route_match(lr_router *r, const struct route *rt, bool want)
+{
+    for (uint32_t k = 0; k < r->n_act; k++)
+        r->cached_by_id[r->act[k]] = 0;
+    if (!want || rt->nk == 0)
+        return LR_OK;
+    lr_prompt p;
+    prompt_of(r, rt, &p);
+    lr_index_match_result mr;
+    lr_index_match_result_init(&mr);
+    mr.hits = r->hits;
+    mr.hits_capacity = r->max_inst;
+    LR_TRY(lr_index_match(r->ix, &p, rt->q->now_ns, LR_MATCH_NO_TOUCH, &mr));
+    for (size_t i = 0; i < mr.n_hits; i++)
+        if (r->hits[i].instance < r->max_inst)
+            r->cached_by_id[r->hits[i].instance] = r->hits[i].tokens;
+    return LR_OK;
+}
+
+/* ---- route: gather and rank ---------------------------------------------------------- */
+
+/* DualMap's decode bottleneck: seconds a non-empty queue has gone without
+ * a first token, once past LR__DECODE_STALL_NS; else 0. */
+static double
+stall_of(const struct lr__inst_view *v, uint64_t now_ns)
+{
+    if (v->queued == 0)
+        return 0;
+    uint64_t since = v->last_first_ns > v->queue_since_ns ? v->last_first_ns
+                                                          : v->queue_since_ns;
+    if (now_ns > since && now_ns - since > LR__DECODE_STALL_NS)
+        return (double)(now_ns - since) / 1e9;
+    return 0;
+}
+
+/* One routable instance's row. */
+static void
+gather_row(const lr_router *r, uint32_t id, uint64_t now_ns, lr_candidate *c)
+{
+    struct lr__inst_view v;
+    if (LR_NEVER(lr__load_view(r->ld, id, &v) != LR_OK))
+        memset(&v, 0, sizeof v);
+    uint64_t max_age = (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
+    bool fresh = v.has_stats && now_ns >= v.scraped_ns &&
+                 now_ns - v.scraped_ns <= max_age;
+    memset(c, 0, sizeof *c);
+    c->instance = id;
+    c->cached_tokens = v.prefix_caching ? r->cached_by_id[id] : 0;
+    c->inflight = v.inflight;
+    c->queued = v.queued;
+    c->prefill_tokens = v.prefill;
+    c->queued_tokens = v.queued_tokens;
+    c->prompt_tokens = v.prompt;
+    c->decode_tokens = v.decode;
+    c->kv_tokens = v.kv;
+    c->running = fresh ? v.running : 0;
+    c->waiting = fresh ? v.waiting : 0;
+    c->kv_use = fresh ? v.kv_use : 0;
+    c->rtt_ms = v.has_rtt ? v.rtt_ns / 1e6 : r->init_rtt_ms[id];
+    c->prefill_rate = r->rate[v.cls];
+    c->stall_s = stall_of(&v, now_ns);
+    c->cached_age_s = -1;
+    c->instance_class = v.cls;
+    c->prefix_caching = v.prefix_caching;
+}
+
+/* Step 3: rows[0 .. n_act) in id order. With `age`, each cached prefix's
+ * recency for Lodestar. */
+static void
+route_gather(lr_router *r, const struct route *rt, bool age)
+{
+    uint64_t now = rt->q->now_ns;
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        lr_candidate *c = &r->rows[k];
+        gather_row(r, r->act[k], now, c);
+        size_t blocks = c->cached_tokens / r->block_tokens;
+        if (age && blocks > 0 && blocks <= rt->nk)
+            c->cached_age_s =
+                lr__lodestar_age(&r->ls, r->kbuf[blocks - 1], c->instance, now);
+    }
+}
+
+/* Key of the prompt's first `tokens` tokens (session and consistent hash):
+ * the chained block key when those tokens are whole blocks, else a hash of
+ * the tokens (a block key of fewer tokens would ignore the tail). */
+static uint64_t
+prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
+{
+    const lr_request *q = rt->q;
+    size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
+    size_t b = m / r->block_tokens;
+    if (b > 0 && b <= rt->nk && b * r->block_tokens == m)
+        return r->kbuf[b - 1];
+    return lr__hash(q->tokens, m * sizeof(uint32_t),
+                    SEED_SESSION ^ q->tenant_salt);
+}
+
+/* DualMap's key: the deepest hot-enough prefix key (its keys are kept in
+ * rt for the hotness window). */
+static uint64_t
+hotness_key(const lr_router *r, struct route *rt)
+{
+    uint32_t per =
+        (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS] / r->block_tokens;
+    rt->n_keys =
+        lr__hot_keys(&r->hot, r->kbuf, rt->nk, per > 0 ? per : 1, rt->keys);
+    if (rt->n_keys == 0)
+        return prefix_key(r, rt,
+                          (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
+    return lr__hot_pick(&r->hot, rt->keys, rt->n_keys);
+}
+
+/* Step 4: ring ranks of the policy's key into the rows. */
+static void
+route_rank(lr_router *r, struct route *rt)
+{
+    uint32_t want = 0;
+    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    uint32_t session_tokens = (uint32_t)r->param[LR_PARAM_SESSION_TOKENS];
+    uint64_t key;
+    rt->n_keys = 0;
+    switch (kind) {
+    case LR_RING_KEY_SESSION:
+        key = rt->q->has_session ? lr__mix64(rt->q->session, SEED_SESSION)
+                                 : prefix_key(r, rt, session_tokens);
+        break;
+    case LR_RING_KEY_PREFIX:
+        key = prefix_key(r, rt, session_tokens);
+        break;
+    case LR_RING_KEY_HOTNESS:
+        key = hotness_key(r, rt);
+        break;
+    default:
+        return;
+    }
+    uint32_t ids[LR_RING_MAX_K], got = 0;
+    if (want > r->n_act)
+        want = r->n_act;
+    (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k in range */
+    for (uint32_t i = 0; i < got; i++) {
+        uint32_t k = lr__router_act_index(r, ids[i]);
+        if (LR_ALWAYS(k != NONE)) /* the ring holds exactly the routable */
+            r->rows[k].ring_rank = i + 1;
+    }
+}
+
+/* Steps 1-4: the table route() decides on. */
+static lr_status
+route_table(lr_router *r, struct route *rt)
+{
+    uint32_t needs = lr__policy_needs(r->policy, r->param);
+    LR_TRY(route_keys(r, rt));
+    LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
+    route_gather(r, rt, (needs & LR__NEEDS_AGE) != 0);
+    route_rank(r, rt);
+    return LR_OK;
+}
+
+/* ---- route: decide and record ----------------------------------------------------------- */
+
+static uint32_t
+output_of(const lr_router *r, const lr_request *q)
+{
+    return q->expected_output_tokens
+               ? q->expected_output_tokens
+               : (uint32_t)r->param[LR_PARAM_DEFAULT_OUTPUT_TOKENS];
+}
+
+/* Step 5: the policy's choice, with a seed from the router's generator. */
+static struct lr__pctx
+route_decide(lr_router *r, struct route *rt)
+{
+    struct lr__pctx c = {
+        .rows = r->rows,
+        .n = r->n_act,
+        .stride = sizeof *r->rows,
+        .param = r->param,
+        .prompt = (uint32_t)rt->q->n_tokens,
+        .output = output_of(r, rt->q),
+        .block_tokens = r->block_tokens,
+        .last = r->rr_last,
+        .model =
+            r->policy == LR_POLICY_LODESTAR ? lr__lodestar_model(&r->ls) : NULL,
+        .score = r->score,
+    };
+    return c;
+}
+
+/* Lodestar: keep the dispatch's features for its sample, and remember
+ * the route's prefixes (its last boundaries and its whole length). */
+static void
+record_lodestar(lr_router *r, const struct route *rt, uint32_t slot,
+                const lr_candidate *c)
+{
+    const lr_request *q = rt->q;
+    bool ours = r->policy == LR_POLICY_LODESTAR;
+    float pred =
+        rt->ch.decider == LR_POLICY_LODESTAR ? (float)-rt->ch.cost : NAN;
+    lr__lodestar_dispatch(&r->ls, slot, ours, c, (uint32_t)q->n_tokens,
+                          output_of(r, q), pred);
+    if (!ours || rt->nk == 0 || !c->prefix_caching)
+        return;
+    uint64_t keys[FRESH_MAX_BOUNDARIES + 1];
+    size_t n = 0;
+    size_t first = q->n_boundaries > FRESH_MAX_BOUNDARIES
+                       ? q->n_boundaries - FRESH_MAX_BOUNDARIES
+                       : 0;
+    for (size_t i = first; i <= q->n_boundaries; i++) {
+        size_t b =
+            i < q->n_boundaries ? q->boundaries[i] / r->block_tokens : rt->nk;
+        if (b > 0 && b <= rt->nk)
+            keys[n++] = r->kbuf[b - 1];
+    }
+    lr__lodestar_remember(&r->ls, keys, n, c->instance, q->now_ns);
+}
+
+/* The dispatch into the load tracker (checked in advance: cannot fail). */
+static lr_status
+record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
+{
+    lr_dispatch dp;
+    lr_dispatch_init(&dp);
+    dp.request_id = rt->q->id;
+    dp.instance = c->instance;
+    dp.prompt_tokens = (uint32_t)rt->q->n_tokens;
+    dp.cached_tokens = c->cached_tokens;
+    dp.expected_output_tokens = output_of(r, rt->q);
+    uint32_t alt = rt->ch.alt;
+    if (alt != NONE && alt != c->instance) {
+        uint32_t ak = lr__router_act_index(r, alt);
+        dp.alt_instance = alt;
+        dp.alt_cached_tokens = ak != NONE ? r->rows[ak].cached_tokens : 0;
+    }
+    dp.now_ns = rt->q->now_ns;
+    return lr_load_dispatch(r->ld, &dp);
+}
+
+/* Step 6: learn the prompt (the one step that can fail, atomically),
+ * dispatch, and advance the per-policy state. */
+static lr_status
+route_record(lr_router *r, const struct route *rt)
+{
+    const lr_request *q = rt->q;
+    const lr_candidate *c = &r->rows[rt->ch.k];
+    if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && rt->nk > 0) {
+        lr_prompt p;
+        prompt_of(r, rt, &p);
+        LR_TRY(
+            lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns));
+    }
+    lr_status st = record_dispatch(r, rt, c);
+    if (LR_NEVER(st != LR_OK))
+        return st; /* checked up front; the learn stays, harmlessly */
+    if (rt->ch.decider == LR_POLICY_ROUND_ROBIN)
+        r->rr_last = c->instance;
+    if (rt->ch.decider == LR_POLICY_DUALMAP && rt->n_keys > 0)
+        lr__hot_record(&r->hot, rt->keys, rt->n_keys, r->n_act);
+    struct lr__req_view v;
+    if (r->ls.rq_has != NULL &&
+        LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK))
+        record_lodestar(r, rt, v.slot, c);
+    r->st.routes++;
+    r->by_reason[rt->ch.reason]++;
+    r->st.prompt_tokens += q->n_tokens;
+    r->st.cached_tokens += c->cached_tokens;
+    return LR_OK;
+}
+
+static lr_score *
+score_at(const lr_decision *d, size_t stride, size_t k)
+{
+    return (lr_score *)((char *)d->scores + k * stride);
+}
+
+/* Every row's score into the caller's buffer. */
+static void
+fill_scores(const lr_router *r, lr_decision *d)
+{
+    size_t stride = d->struct_size >= LR_DECISION_SIZE_V2 && d->score_size
+                        ? d->score_size
+                        : sizeof(lr_score);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        lr_score *s = score_at(d, stride, k);
+        s->instance = r->rows[k].instance;
+        s->cached_tokens = r->rows[k].cached_tokens;
+        s->score = r->score[k];
+    }
+    d->n_scores = r->n_act;
+}
+
+/* Checks that need the router's state, before anything changes. */
+static lr_status
+route_check(lr_router *r, const lr_request *q, lr_decision *d)
+{
+    LR_RETURN_IF(r->n_act == 0, LR_ESTATE);
+    if (q->flags & LR_ROUTE_SCORES) {
+        if (d->scores_capacity < r->n_act) {
+            d->n_scores = r->n_act;
+            return LR_EBUFSIZE;
+        }
+        LR_RETURN_IF(d->scores == NULL, LR_EINVAL);
+    }
+    if (!(q->flags & LR_ROUTE_DRY_RUN)) {
+        struct lr__req_view v;
+        LR_RETURN_IF(lr__load_req(r->ld, q->id, &v) == LR_OK, LR_EEXIST);
+        LR_RETURN_IF(!lr__load_has_room(r->ld), LR_ELIMIT);
+    }
+    return LR_OK;
+}
+
+static lr_status
+route_locked(lr_router *r, const lr_request *q, lr_decision *d)
+{
+    LR_TRY(route_check(r, q, d));
+    /* expiry: time-driven housekeeping (lr_router_expire()), kept even
+     * when a later step fails */
+    (void)lr_index_expire(r->ix, q->now_ns);
+    struct route rt = { .q = q };
+    LR_TRY(route_table(r, &rt));
+    struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
+    rt.seed = lr__rng_next(&r->rng);
+    struct lr__rng prng;
+    lr__rng_seed(&prng, rt.seed);
+    struct lr__pctx c = route_decide(r, &rt);
+    c.rng = &prng;
+    for (uint32_t k = 0; k < r->n_act; k++)
+        r->score[k] = NAN;
+    rt.ch = lr__policy_decide(r->policy, &c);
+    if (q->flags & LR_ROUTE_DRY_RUN) {
+        r->st.dry_runs++;
+    } else {
+        lr_status st = route_record(r, &rt);
+        if (st != LR_OK) {
+            r->rng = rng_before;
+            return st;
+        }
+    }
+    lr__decision_fill(d, &c, &rt.ch, rt.seed);
+    d->n_scores = 0;
+    if (q->flags & LR_ROUTE_SCORES)
+        fill_scores(r, d);
+    return LR_OK;
+}
+
+static lr_status
+check_request(const lr_request *q)
+{
+    LR_RETURN_IF(q->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(q->n_tokens > 0 && q->tokens == NULL, LR_EINVAL);
+    LR_RETURN_IF(q->n_boundaries > 0 && q->boundaries == NULL, LR_EINVAL);
+    LR_RETURN_IF(q->n_boundaries > q->n_tokens + 1, LR_EINVAL);
+    for (size_t i = 0; i < q->n_boundaries; i++) {
+        LR_RETURN_IF(q->boundaries[i] > q->n_tokens, LR_EINVAL);
+        LR_RETURN_IF(i > 0 && q->boundaries[i] < q->boundaries[i - 1],
+                     LR_EINVAL);
+    }
+    LR_RETURN_IF(q->flags & ~(uint32_t)(LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES |
+                                        LR_ROUTE_NO_LEARN),
+                 LR_EINVAL);
+    LR_RETURN_IF(q->has_session != 0 && q->has_session != 1, LR_EINVAL);
+    return LR_OK;
+}
+
+lr_status
+lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || decision == NULL, LR_EINVAL);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_RETURN_IF(decision->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
+    LR_TRY(check_request(&q));
+    lr__router_lock(r);
+    lr_status st = route_locked(r, &q, decision);
+    lr__router_unlock(r);
+    return st;
+}
+
+static void
+copy_rows(const lr_router *r, lr_candidate *rows, size_t row_size)
+{
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        char *dst = (char *)rows + k * row_size;
+        memset(dst, 0, row_size);
+        memcpy(dst, &r->rows[k],
+               row_size < sizeof *r->rows ? row_size : sizeof *r->rows);
+    }
+}
+
+lr_status
+lr_router_candidates(lr_router *r, const lr_request *request,
+                     lr_candidate *rows, size_t capacity, size_t row_size,
+                     size_t *n_rows)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || n_rows == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && rows == NULL, LR_EINVAL);
+    LR_RETURN_IF(row_size < LR_CANDIDATE_SIZE_V1, LR_EINVAL);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_TRY(check_request(&q));
+    lr__router_lock(r);
+    lr_status st = r->n_act == 0 ? LR_ESTATE : LR_OK;
+    *n_rows = r->n_act;
+    if (st == LR_OK && capacity < r->n_act)
+        st = LR_EBUFSIZE;
+    struct route rt = { .q = &q };
+    if (st == LR_OK)
+        st = route_table(r, &rt);
+    if (st == LR_OK)
+        copy_rows(r, rows, row_size);
+    lr__router_unlock(r);
+    return st;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+lr_status
+lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    struct lr__req_view v;
+    lr_status st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK && v.queued) {
+        st = lr_load_first_token(r->ld, request_id, now_ns);
+        double ttft = now_ns >= v.dispatch_ns
+                          ? (double)(now_ns - v.dispatch_ns) / 1e9
+                          : -1;
+        if (st == LR_OK && ttft >= 0 && r->policy == LR_POLICY_GORGO) {
+            (void)lr_cost_observe(r->gorgo, ttft); /* finite, >= 0 */
+            lr__router_sync_gorgo(r);
+        }
+        if (st == LR_OK)
+            lr__lodestar_settle(&r->ls, v.slot, ttft,
+                                r->param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
+    }
+    lr__router_unlock(r);
+    return st;
+}
+
+/* A request ends (complete, fail): its record goes, and a sample still
+ * waiting for its first token is dropped. */
+static lr_status
+end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
+            uint64_t now_ns, bool completed)
+{
+    lr__router_lock(r);
+    struct lr__req_view v;
+    lr_status st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK)
+        st = completed
+                 ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
+                 : lr_load_fail(r->ld, request_id);
+    if (st == LR_OK)
+        lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+    lr__router_unlock(r);
+    return st;
+}
+
+lr_status
+lr_router_complete(lr_router *r, uint64_t request_id, uint32_t output_tokens,
+                   uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    return end_request(r, request_id, output_tokens, now_ns, true);
+}
+
+lr_status
+lr_router_fail(lr_router *r, uint64_t request_id, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    return end_request(r, request_id, 0, now_ns, false);
+}
+
+/* ---- rebalancing ------------------------------------------------------------------------------ */
+
+lr_status
+lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
+                         size_t capacity, size_t move_size, size_t *n_moves)
+{
+    LR_RETURN_IF(r == NULL || n_moves == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && moves == NULL, LR_EINVAL);
+    LR_RETURN_IF(move_size < sizeof(lr_move), LR_EINVAL);
+    *n_moves = 0;
+    lr__router_lock(r);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        r->cached_by_id[r->act[k]] = 0;
+        gather_row(r, r->act[k], now_ns, &r->rows[k]);
+    }
+    *n_moves = lr__dualmap_plan(r->rows, r->n_act, r->param, r->ld, r->score,
+                                moves, capacity, move_size);
+    lr__router_unlock(r);
+    return LR_OK;
+}
+
+lr_status
+lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = LR_OK;
+    struct lr__req_view v;
+    const struct lr__rinst *in = lr__router_inst(r, to);
+    if (in == NULL)
+        st = LR_ENOENT;
+    else if (in->draining)
+        st = LR_ESTATE;
+    else
+        st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK && !v.queued)
+        st = LR_ESTATE;
+    if (st == LR_OK) {
+        uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
+        st = lr_load_move(r->ld, request_id, to, cached);
+        /* its features were the old instance's: no sample */
+        if (st == LR_OK)
+            lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+    }
+    lr__router_unlock(r);
+    return st;
+}

@@ -1,0 +1,85 @@
+/* The router's private layout, shared by router.c (instances, telemetry,
+ * parameters, the parts' pass-through, statistics) and route.c (the
+ * request path: route(), its table, the lifecycle, rebalancing). */
+#ifndef LIBROUTE_LIB_ROUTER_IMPL_H
+#define LIBROUTE_LIB_ROUTER_IMPL_H
+
+#include <pthread.h>
+
+#include "cost.h"
+#include "dualmap.h"
+#include "index.h"
+#include "libroute/lr_router.h"
+#include "load.h"
+#include "lodestar.h"
+#include "policy.h"
+
+#define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
+
+struct lr__rinst {
+    char *name;
+    uint32_t name_len;
+    uint8_t live;
+    uint8_t draining;
+};
+
+struct lr_router {
+    struct lr__mem mem;
+    pthread_mutex_t mu;
+    struct lr__rng rng;
+    int32_t policy;
+    uint32_t max_inst;
+    uint32_t block_tokens;
+    lr_index *ix;
+    lr_ring *ring;
+    lr_load *ld;
+    struct lr__rinst *inst;
+    uint32_t n_inst;
+    uint32_t *names; /* id + 1; 0 = empty */
+    uint32_t names_mask;
+    uint32_t *act; /* routable ids, ascending */
+    uint32_t n_act;
+    double *init_rtt_ms; /* per id: RTT given at add */
+    double rate[LR_LOAD_MAX_CLASSES];
+    /* Policy parameters; the GORGO weights mirror the tuner's weights in
+     * service (lr__router_sync_gorgo). */
+    double param[LR__PARAM_COUNT];
+    /* per-route scratch, sized at create */
+    lr_candidate *rows;
+    double *score;
+    lr_index_hit *hits;
+    uint32_t *cached_by_id;
+    uint64_t *kbuf;
+    size_t kbuf_cap;
+    /* per-policy state */
+    uint32_t rr_last;
+    struct lr__hot hot;
+    lr_cost *gorgo;
+    struct lr__lodestar ls;
+    lr_router_stats st;
+    uint64_t by_reason[LR__REASON_COUNT];
+};
+
+static inline void
+lr__router_lock(const lr_router *r)
+{
+    pthread_mutex_lock(&((lr_router *)r)->mu);
+}
+
+static inline void
+lr__router_unlock(const lr_router *r)
+{
+    pthread_mutex_unlock(&((lr_router *)r)->mu);
+}
+
+/* Position of a routable id in act[] (and in a route's rows), or
+ * LR_INSTANCE_NONE. */
+uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
+
+/* A live instance, or NULL. */
+struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
+
+/* The GORGO weights the policy reads are the tuner's in service. */
+void lr__router_sync_gorgo(lr_router *r);
+
+#endif /* LIBROUTE_LIB_ROUTER_IMPL_H */
