@@ -1,13 +1,29 @@
-/* Shared test helpers: a counting, failure-injecting allocator (B33) and a
- * seed that is logged so any randomized failure can be replayed. */
+/* Shared test helpers: status assertions, a counting, failure-injecting
+ * allocator (B33) and a seed that is logged so any randomized failure can
+ * be replayed. What two or more test programs need lives here or in a
+ * topic header (index-helpers.h, load-helpers.h, router-helpers.h). */
 #ifndef LIBROUTE_TESTS_TESTUTIL_H
 #define LIBROUTE_TESTS_TESTUTIL_H
 
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cmocka.h>
+
 #include "libroute/lr_common.h"
+
+/* Fail with both status names when a call returns the wrong status. */
+#define assert_st(expr, want)                                            \
+    do {                                                                 \
+        lr_status st_got_ = (expr);                                      \
+        lr_status st_want_ = (want);                                     \
+        if (st_got_ != st_want_)                                         \
+            fail_msg("%s returned %s, want %s", #expr,                   \
+                     lr_status_name(st_got_), lr_status_name(st_want_)); \
+    } while (0)
 
 struct tu_alloc {
     lr_allocator a;     /* hooks pointing at this struct */
