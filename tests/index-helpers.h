@@ -15,6 +15,9 @@
 
 #define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)
 
+/* k seconds of host time. */
+#define T(k) ((uint64_t)(k)*SEC)
+
 /* n pseudo-random tokens, a pure function of seed. */
 static inline void
 toks(uint32_t *t, size_t n, uint64_t seed)

@@ -16,8 +16,6 @@
 #include "load.h"
 #include "testutil.h"
 
-#define MS 1000000ull
-
 /* ---- options and create ---------------------------------------------------- */
 
 static void

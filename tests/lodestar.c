@@ -27,10 +27,6 @@
                      lr_reason_name(r_want_));                     \
     } while (0)
 
-#define T0 1000000000000ull
-#define MS 1000000ull
-#define SEC 1000000000ull
-
 static void
 toks(uint32_t *t, size_t n, uint64_t seed)
 {

@@ -18,9 +18,6 @@
 #include "router.h"
 #include "testutil.h"
 
-#define T0 1000000000000ull
-#define MS 1000000ull
-
 static void
 toks(uint32_t *t, size_t n, uint64_t seed)
 {
@@ -307,8 +304,8 @@ static lr_status
 op_kv_stored(lr_router *r, void *ctx)
 {
     (void)ctx;
-    static uint32_t t[40 * 16];
-    toks(t, 40 * 16, 5151);
+    static uint32_t t[40 * BT];
+    toks(t, 40 * BT, 5151);
     uint64_t h[40];
     for (int i = 0; i < 40; i++)
         h[i] = 0xe000 + (uint64_t)i;
@@ -316,9 +313,9 @@ op_kv_stored(lr_router *r, void *ctx)
     lr_kv_stored_init(&ev);
     ev.block_hashes = h;
     ev.n_blocks = 40;
-    ev.block_size = 16;
+    ev.block_size = BT;
     ev.token_ids = t;
-    ev.n_tokens = 40 * 16;
+    ev.n_tokens = 40 * BT;
     return lr_router_kv_stored(r, 1, &ev, T0 + 40 * MS);
 }
 

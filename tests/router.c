@@ -42,11 +42,6 @@
 
 #define assert_router_ok(r) assert_st(lr__router_verify(r), LR_OK)
 
-#define T0 1000000000000ull /* host time of most events: 1000 s */
-#define MS 1000000ull
-#define SEC 1000000000ull
-#define BT 16 /* the router's default block size */
-
 static const lr_policy supported[] = {
     LR_POLICY_RANDOM,
     LR_POLICY_ROUND_ROBIN,

@@ -30,10 +30,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define BT 16u
-#define SEC 1000000000ull
-#define T(k) ((uint64_t)(k)*SEC)
-
 /* Written out here, not taken from lib/: a change on either side fails. */
 #define DELTA_SEED 0x4c5244454c544131ull /* "LRDELTA1" */
 #define OFF_VERSION 4

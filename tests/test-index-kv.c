@@ -23,10 +23,6 @@
 #include "index.h"
 #include "testutil.h"
 
-#define BT 16u                   /* index block_tokens in every test */
-#define SEC 1000000000ull        /* one second in host nanoseconds */
-#define T(k) ((uint64_t)(k)*SEC) /* k seconds */
-
 /* ---- helpers -------------------------------------------------------------- */
 
 struct mkopt {

@@ -479,7 +479,7 @@ static void
 ttl_expires_whole_subtrees(void **state)
 {
     (void)state;
-    uint64_t s = 1000000000ull;
+    uint64_t s = SEC;
     lr_index *ix = mk(1000, 4, 10 * s);
     uint32_t a[16], b[16];
     fill(a, 4, 4, 1);

@@ -25,6 +25,16 @@
                      lr_status_name(st_got_), lr_status_name(st_want_)); \
     } while (0)
 
+/* Host time is in nanoseconds: a millisecond, a second, and T0, the host
+ * time most events in the tests carry (1000 s). */
+#define MS 1000000ull
+#define SEC 1000000000ull
+#define T0 (1000 * SEC)
+
+/* Tokens per block of an index, and so of a router, made with the default
+ * options. */
+#define BT 16u
+
 struct tu_alloc {
     lr_allocator a;     /* hooks pointing at this struct */
     size_t live_bytes;  /* bytes currently allocated */

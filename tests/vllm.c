@@ -21,7 +21,6 @@
 #include "mpw.h"
 #include "testutil.h"
 
-#define T0 1000000000000ull
 #define BS 32 /* engine block size: two index blocks of 16 */
 #define INST 3
 
