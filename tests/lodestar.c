@@ -496,9 +496,7 @@ static bool
 sc_switch(struct tu_alloc *t, void *ctx)
 {
     (void)ctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_router_options o;
     lr_router_options_init(&o);
     o.allocator = &t->a;
@@ -509,7 +507,7 @@ sc_switch(struct tu_alloc *t, void *ctx)
     assert_st(lr_router_create(&o, &r), LR_OK);
     add(r, 0, 0);
     uint64_t before = lr__router_digest(r);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_status st = lr_router_set_policy(r, LR_POLICY_LODESTAR);
     bool failed = t->failed;
     tu_alloc_disarm(t);

@@ -54,26 +54,6 @@ opts(const struct shape *sh, const lr_allocator *a)
     return o;
 }
 
-/* Run `t` unarmed for the set-up, re-armed as the loop asked afterwards. */
-struct arm {
-    uint64_t fail_at;
-    bool forever;
-};
-
-static struct arm
-pause_arm(struct tu_alloc *t)
-{
-    struct arm a = { t->fail_at, t->fail_forever };
-    tu_alloc_disarm(t);
-    return a;
-}
-
-static void
-resume_arm(struct tu_alloc *t, struct arm a)
-{
-    tu_alloc_arm(t, a.fail_at, a.forever);
-}
-
 /* A trained network on t's allocator (set up without failures). */
 static lr_mlp *
 trained(struct tu_alloc *t, const struct shape *sh)
@@ -161,12 +141,12 @@ sc_create(struct tu_alloc *t, void *ctx)
         return false;
     }
     assert_st(st, LR_OK);
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     float p[4];
     assert_st(lr_mlp_predict(m, xs, 4, p), LR_OK);
     assert_st(lr_mlp_train(m, xs, ys, N_ROWS, 1, NULL), LR_OK);
     lr_mlp_destroy(m);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     return !t->failed;
 }
 
@@ -183,11 +163,11 @@ oom_create(void **state)
 static bool
 sc_clone(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_mlp *m = trained(t, ctx);
     struct snap s;
     take(m, &s);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     lr_mlp *c = (lr_mlp *)&c;
     lr_status st = lr_mlp_clone(m, &c);
     bool failed = t->failed;
@@ -218,11 +198,11 @@ oom_clone(void **state)
 static bool
 sc_load(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_mlp *m = trained(t, ctx);
     struct snap s;
     take(m, &s);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     lr_mlp *l = (lr_mlp *)&l;
     lr_status st =
         lr_mlp_load(lr_blob_data(s.blob), lr_blob_size(s.blob), &t->a, &l);
@@ -252,13 +232,13 @@ oom_load(void **state)
 static bool
 sc_save(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_mlp *m = trained(t, ctx);
     lr_mlp *c;
     assert_st(lr_mlp_clone(m, &c), LR_OK);
     struct snap s;
     take(m, &s);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     lr_blob *b = (lr_blob *)&b;
     lr_status st = lr_mlp_save(m, &b);
     bool failed = t->failed;
@@ -294,13 +274,13 @@ oom_save(void **state)
 static bool
 sc_train(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_mlp *m = trained(t, ctx);
     lr_mlp *c;
     assert_st(lr_mlp_clone(m, &c), LR_OK);
     struct snap s;
     take(m, &s);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     double loss = -7.0;
     lr_status st = lr_mlp_train(m, xs, ys, N_ROWS, 3, &loss);
     bool failed = t->failed;
@@ -333,7 +313,7 @@ oom_train(void **state)
 static bool
 sc_gradient(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_mlp *m = trained(t, ctx);
     lr_mlp *c;
     assert_st(lr_mlp_clone(m, &c), LR_OK);
@@ -341,7 +321,7 @@ sc_gradient(struct tu_alloc *t, void *ctx)
     take(m, &s);
     size_t np = lr__mlp_n_params(m);
     float *g = malloc(np * sizeof *g);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     double loss = -7.0, lz = -7.0;
     lr_status st = lr__mlp_gradient(m, xs, ys, N_ROWS, g, &loss);
     lr_status st2 = lr__mlp_loss_z(m, xs, ys, N_ROWS, &lz);

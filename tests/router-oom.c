@@ -113,12 +113,10 @@ static bool
 sc_frame(struct tu_alloc *t, void *vctx)
 {
     const struct frame *f = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_router *r = populated(&t->a, f->policy, f->n_inst);
     uint64_t before = lr__router_digest(r);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_status st = f->op(r, f->ctx);
     bool failed = t->failed;
     tu_alloc_disarm(t);
@@ -127,8 +125,8 @@ sc_frame(struct tu_alloc *t, void *vctx)
         if (lr__router_digest(r) != before)
             fail_msg("digest changed after LR_ENOMEM (policy %s, "
                      "allocation %llu%s)",
-                     lr_policy_name(f->policy), (unsigned long long)armed,
-                     forever ? " on" : "");
+                     lr_policy_name(f->policy), (unsigned long long)arm.fail_at,
+                     arm.forever ? " on" : "");
     } else {
         assert_st(st, LR_OK);
     }

@@ -1104,9 +1104,7 @@ static bool
 oom_export(struct tu_alloc *t, void *vctx)
 {
     struct oom_export_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     struct mkopt mo = { .cap = 4096, .a = &t->a };
     lr_index *ix = mk_with(&mo);
     learn_oom(ix, 0, OOM_PROMPTS / 2, 1);
@@ -1114,7 +1112,7 @@ oom_export(struct tu_alloc *t, void *vctx)
     learn_oom(ix, OOM_PROMPTS / 2, OOM_PROMPTS, 1);
     const uint64_t since[2] = { 0, m };
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     for (int k = 0; k < 2; k++) {
         uint64_t before = lr__index_digest(ix);
         lr_blob *b = NULL;
@@ -1123,7 +1121,7 @@ oom_export(struct tu_alloc *t, void *vctx)
         verify_quiet(t, ix);
         if (lr__index_digest(ix) != before)
             fail_msg("export changed the index (allocation %llu failing)",
-                     (unsigned long long)fail_at);
+                     (unsigned long long)arm.fail_at);
         if (st == LR_ENOMEM) {
             assert_null(b); /* nothing handed out, nothing leaked */
             ctx->enomem++;
@@ -1178,15 +1176,13 @@ static bool
 oom_import(struct tu_alloc *t, void *vctx)
 {
     struct oom_import_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     struct mkopt mo = { .cap = 4096, .a = &t->a };
     lr_index *ix = mk_with(&mo);
     /* B holds some of the same prompts LOCAL for some of the instances */
     learn_oom(ix, 0, 8, 1);
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     uint64_t before = lr__index_digest(ix);
     lr_status st = lr_index_import_delta(ix, ctx->blob, ctx->len, T(100));
     verify_quiet(t, ix);
@@ -1194,10 +1190,10 @@ oom_import(struct tu_alloc *t, void *vctx)
     if (st != LR_OK) {
         if (st != LR_ENOMEM)
             fail_msg("import with allocation %llu failing returned %s",
-                     (unsigned long long)fail_at, lr_status_name(st));
+                     (unsigned long long)arm.fail_at, lr_status_name(st));
         if (lr__index_digest(ix) != before)
             fail_msg("LR_ENOMEM at allocation %llu changed the index",
-                     (unsigned long long)fail_at);
+                     (unsigned long long)arm.fail_at);
         ctx->enomem++;
         /* still usable: the retry gives what a clean run gives */
         assert_st(lr_index_import_delta(ix, ctx->blob, ctx->len, T(100)),
@@ -1210,7 +1206,7 @@ oom_import(struct tu_alloc *t, void *vctx)
         ctx->ref = fin;
     } else if (fin != ctx->ref) {
         fail_msg("import after a failure at %llu differs from a clean run",
-                 (unsigned long long)fail_at);
+                 (unsigned long long)arm.fail_at);
     }
     for (int i = 0; i < OOM_PROMPTS; i++)
         assert_int_equal(held(ix, &oom_pr[i], 101 + (uint32_t)i % 7),

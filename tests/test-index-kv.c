@@ -1376,9 +1376,7 @@ static bool
 oom_kv_stored(struct tu_alloc *t, void *vctx)
 {
     struct oom_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
 
     /* pre-populated: two instances sharing a prefix, 40 engine hashes */
     struct mkopt mo = { .cap = 100000, .max_inst = 8, .a = &t->a };
@@ -1391,7 +1389,7 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
     assert_st(store(ix, 1, h1, 40, 0, 0, BT, oom_tok, 0, T(1)), LR_OK);
     assert_st(store(ix, 2, h2, 10, 0, 0, BT, oom_tok, 0, T(2)), LR_OK);
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     for (int k = 0; k < OOM_STEPS; k++) {
         uint64_t before = lr__index_digest(ix);
         lr_status st = oom_step(ix, k, oom_tok);
@@ -1400,11 +1398,11 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
             continue;
         if (st != LR_ENOMEM)
             fail_msg("step %d with allocation %llu failing returned %s", k,
-                     (unsigned long long)fail_at, lr_status_name(st));
+                     (unsigned long long)arm.fail_at, lr_status_name(st));
         if (lr__index_digest(ix) != before)
             fail_msg("step %d: LR_ENOMEM at allocation %llu changed the "
                      "index",
-                     k, (unsigned long long)fail_at);
+                     k, (unsigned long long)arm.fail_at);
         /* the index is still usable: finish with no failures */
         tu_alloc_disarm(t);
         ctx->enomem++;
@@ -1419,7 +1417,7 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
     } else if (fin != ctx->ref) {
         fail_msg("after an injected failure at %llu and a retry the index "
                  "differs from a clean run",
-                 (unsigned long long)fail_at);
+                 (unsigned long long)arm.fail_at);
     }
     assert_int_equal(held(ix, 1, oom_tok, 110 * BT, 0), 110 * BT);
     assert_int_equal(held(ix, 3, oom_tok, 180 * BT, 0), 180 * BT);

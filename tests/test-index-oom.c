@@ -77,12 +77,10 @@ static bool
 sc_learn(struct tu_alloc *t, void *vctx)
 {
     struct learn_ctx *c = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = populated(t, c->cap);
     uint64_t before = lr__index_digest(ix);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
 
     uint32_t *tok = malloc(c->ntok * sizeof *tok);
     fill(tok, c->ntok, c->base);
@@ -110,12 +108,10 @@ static bool
 sc_match(struct tu_alloc *t, void *vctx)
 {
     (void)vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = populated(t, 1000);
     uint64_t before = lr__index_digest(ix);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     /* a prompt longer than any before forces the key scratch to grow */
     uint32_t tok[4096];
     fill(tok, 4096, 0);

@@ -50,6 +50,16 @@ void tu_alloc_init(struct tu_alloc *t);
 void tu_alloc_arm(struct tu_alloc *t, uint64_t fail_at, bool forever);
 void tu_alloc_disarm(struct tu_alloc *t);
 
+/* OOM scenarios build their fixture with the allocator paused, then resume
+ * it as the loop armed it, so that only the calls under test see failures
+ * (and the fixture's allocations do not count towards fail_at). */
+struct tu_arming {
+    uint64_t fail_at;
+    bool forever;
+};
+struct tu_arming tu_alloc_pause(struct tu_alloc *t);
+void tu_alloc_resume(struct tu_alloc *t, struct tu_arming arm);
+
 /* Seed from LR_TEST_SEED in the environment, else from `fallback`; printed
  * to stderr so a failure can be replayed. */
 uint64_t tu_seed(const char *what, uint64_t fallback);

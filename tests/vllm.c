@@ -583,14 +583,12 @@ static bool
 sc_batch(struct tu_alloc *t, void *vctx)
 {
     struct oom_ctx *c = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = mk_index(&t->a);
     /* some state first, so the batch has parents to find */
     for (uint32_t i = 0; i < 2; i++)
         assert_st(direct(ix, &c->ev[i]), LR_OK);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_vllm_batch_info info;
     lr_vllm_batch_info_init(&info);
     lr_status st = lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, &info);
@@ -606,7 +604,7 @@ sc_batch(struct tu_alloc *t, void *vctx)
             assert_st(direct(ref, &c->ev[2 + i]), LR_OK);
         if (lr__index_digest(ref) != lr__index_digest(ix))
             fail_msg("allocation %llu%s: state is not the first %u events",
-                     (unsigned long long)armed, forever ? " on" : "",
+                     (unsigned long long)arm.fail_at, arm.forever ? " on" : "",
                      info.done);
         lr_index_destroy(ref);
         /* applying the whole batch again ends where one call would */
