@@ -1080,20 +1080,6 @@ learn_oom(lr_index *ix, int from, int to, uint32_t inst_base)
               T(1 + i));
 }
 
-/* Call verify without letting it count or fail as an allocation. */
-static void
-verify_quiet(struct tu_alloc *t, const lr_index *ix)
-{
-    uint64_t calls = t->calls, fail_at = t->fail_at;
-    bool forever = t->fail_forever, failed = t->failed;
-    t->fail_at = 0;
-    assert_verified(ix);
-    t->calls = calls;
-    t->fail_at = fail_at;
-    t->fail_forever = forever;
-    t->failed = failed;
-}
-
 struct oom_export_ctx {
     uint8_t *ref[2];
     size_t ref_len[2];

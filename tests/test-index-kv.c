@@ -1315,20 +1315,6 @@ struct oom_ctx {
 
 #define OOM_STEPS 4
 
-/* Verify without letting verify's own allocation count or fail. */
-static void
-verify_quiet(struct tu_alloc *t, const lr_index *ix)
-{
-    uint64_t calls = t->calls, fail_at = t->fail_at;
-    bool forever = t->fail_forever, failed = t->failed;
-    t->fail_at = 0;
-    assert_verified(ix);
-    t->calls = calls;
-    t->fail_at = fail_at;
-    t->fail_forever = forever;
-    t->failed = failed;
-}
-
 static lr_status
 oom_step(lr_index *ix, int k, const uint32_t *tok)
 {
