@@ -15,6 +15,9 @@
 
 #define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)
 
+/* k seconds of host time. */
+#define T(k) ((uint64_t)(k)*SEC)
+
 /* In an OOM scenario: verify without letting verify's own allocations
  * count or fail; the allocator is left as it was. */
 static inline void
@@ -30,8 +33,18 @@ verify_quiet(struct tu_alloc *t, const lr_index *ix)
     t->failed = failed;
 }
 
-/* k seconds of host time. */
-#define T(k) ((uint64_t)(k)*SEC)
+/* After an index call that may fail (its status st; before, the digest
+ * from before it): verify, and a failed call must have left the index as
+ * it was. Returns st. */
+static inline lr_status
+checked(const lr_index *ix, const char *call, uint64_t before, lr_status st)
+{
+    assert_verified(ix);
+    if (st != LR_OK && lr__index_digest(ix) != before)
+        fail_msg("%s failed with %s but changed the index", call,
+                 lr_status_name(st));
+    return st;
+}
 
 /* n pseudo-random tokens, a pure function of seed. */
 static inline void

@@ -183,12 +183,8 @@ static lr_status
 import(lr_index *ix, const uint8_t *buf, size_t len, uint64_t now)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_import_delta(ix, buf, len, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("import failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "import", before,
+                   lr_index_import_delta(ix, buf, len, now));
 }
 
 static lr_status

@@ -99,8 +99,6 @@ mk(uint64_t cap, uint32_t max_inst, uint64_t emap_cap)
     return mk_with(&m);
 }
 
-/* n pseudo-random token ids, a pure function of `seed`. */
-
 /* Apply a BlockStored event; verify afterwards and, on failure, require the
  * index to be unchanged. */
 static lr_status
@@ -118,12 +116,8 @@ store(lr_index *ix, uint32_t inst, const uint64_t *hashes, size_t n_blocks,
     ev.n_tokens = n_blocks * bs;
     ev.tenant_salt = salt;
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_stored(ix, inst, &ev, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_stored failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_stored", before,
+                   lr_index_kv_stored(ix, inst, &ev, now));
 }
 
 /* Raw event variant for the argument checks. */
@@ -131,12 +125,8 @@ static lr_status
 store_ev(lr_index *ix, uint32_t inst, const lr_kv_stored *ev, uint64_t now)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_stored(ix, inst, ev, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_stored failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_stored", before,
+                   lr_index_kv_stored(ix, inst, ev, now));
 }
 
 /* Apply a BlockRemoved event that must succeed; returns n_resolved. */
@@ -155,24 +145,15 @@ removed_st(lr_index *ix, uint32_t inst, const uint64_t *hashes, size_t n,
            size_t *res)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_removed(ix, inst, hashes, n, res);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_removed failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_removed", before,
+                   lr_index_kv_removed(ix, inst, hashes, n, res));
 }
 
 static lr_status
 cleared(lr_index *ix, uint32_t inst)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_cleared(ix, inst);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_cleared failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_cleared", before, lr_index_kv_cleared(ix, inst));
 }
 
 static uint64_t
