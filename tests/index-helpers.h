@@ -50,9 +50,7 @@ checked(const lr_index *ix, const char *call, uint64_t before, lr_status st)
 static inline void
 toks(uint32_t *t, size_t n, uint64_t seed)
 {
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
+    tu_tokens(t, n, seed * 0x2545f4914f6cdd1dull + 1);
 }
 
 static inline lr_index_stats

@@ -28,8 +28,7 @@ make_data(void)
 {
     uint64_t s = 0x00a1;
     for (size_t i = 0; i < N_ROWS * D; i++)
-        xs[i] =
-            (float)((double)(tu_rand(&s) >> 11) / 9007199254740992.0 * 4 - 2);
+        xs[i] = (float)(tu_unit(&s) * 4 - 2);
     for (size_t r = 0; r < N_ROWS; r++)
         ys[r] = (float)(sin(xs[r * D]) + xs[r * D + 1] * xs[r * D + 2]);
 }

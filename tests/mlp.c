@@ -38,12 +38,6 @@ static uint64_t g_seed;
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static double
-urand(uint64_t *s)
-{
-    return (double)(tu_rand(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 static lr_mlp *
 mk(uint32_t d, uint32_t L, uint32_t W, uint64_t seed, double dropout,
    const lr_allocator *a)
@@ -68,7 +62,7 @@ rand_rows(uint64_t *s, size_t n, size_t d, double lo, double hi)
     float *x = malloc((n * d + 1) * sizeof *x);
     assert_non_null(x);
     for (size_t i = 0; i < n * d; i++)
-        x[i] = (float)(lo + (hi - lo) * urand(s));
+        x[i] = (float)(lo + (hi - lo) * tu_unit(s));
     return x;
 }
 
@@ -78,7 +72,7 @@ rand_params(lr_mlp *m, uint64_t *s, double a)
 {
     float *p = lr__mlp_params(m);
     for (size_t i = 0; i < lr__mlp_n_params(m); i++)
-        p[i] = (float)((2.0 * urand(s) - 1.0) * a);
+        p[i] = (float)((2.0 * tu_unit(s) - 1.0) * a);
 }
 
 static float *

@@ -80,6 +80,21 @@ tu_below(uint64_t *s, uint64_t n)
     return n == 0 ? 0 : tu_rand(s) % n;
 }
 
+/* Uniform in [0, 1), from the top 53 bits. */
+static inline double
+tu_unit(uint64_t *s)
+{
+    return (double)(tu_rand(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* n tokens drawn from the PRNG state s, a pure function of s. */
+static inline void
+tu_tokens(uint32_t *t, size_t n, uint64_t s)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = (uint32_t)tu_rand(&s);
+}
+
 /* OOM loop (B33): for N = 1, 2, ... call `scenario` with the allocator armed
  * to fail at allocation N (once, then again with forever = true). The
  * scenario returns true when it ran to the end with no injected failure,

@@ -36,13 +36,6 @@ mk_index(const lr_allocator *a)
     return ix;
 }
 
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&seed);
-}
-
 /* Deepest tokens `inst` holds for these tokens (no touch). */
 static uint32_t
 held(lr_index *ix, const uint32_t *t, size_t n)
@@ -111,7 +104,7 @@ encodings_agree(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 7);
+    tu_tokens(t, 3 * BS, 7);
     uint64_t want_digest = 0;
     for (int map = 0; map < 2; map++)
         for (int form = 0; form < 3; form++)
@@ -154,7 +147,7 @@ cleared_and_unplaced(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 8);
+    tu_tokens(t, 3 * BS, 8);
     lr_index *ix = mk_index(NULL);
     struct mpw *w = calloc(1, sizeof *w);
     write_basic(w, false, MPW_HASH_UINT, t, false);
@@ -198,7 +191,7 @@ skipped_events(void **state)
 {
     (void)state;
     uint32_t t[BS];
-    toks(t, BS, 9);
+    tu_tokens(t, BS, 9);
     static const uint64_t h[1] = { 5 };
     for (int kind = 0; kind < 6; kind++)
         for (int map = 0; map < 2; map++) {
@@ -265,7 +258,7 @@ extra_keys_all_nil_apply(void **state)
 {
     (void)state;
     uint32_t t[2 * BS];
-    toks(t, 2 * BS, 10);
+    tu_tokens(t, 2 * BS, 10);
     static const uint64_t h[2] = { 5, 6 };
     lr_index *ix = mk_index(NULL);
     struct mpw *w = calloc(1, sizeof *w);
@@ -299,7 +292,7 @@ malformed(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 11);
+    tu_tokens(t, 3 * BS, 11);
     lr_index *ix = mk_index(NULL);
     struct mpw *good = calloc(1, sizeof *good);
     write_basic(good, false, MPW_HASH_UINT, t, false);
@@ -667,7 +660,7 @@ router_entry(void **state)
         assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
     }
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 12);
+    tu_tokens(t, 3 * BS, 12);
     struct mpw *w = calloc(1, sizeof *w);
     write_basic(w, true, MPW_HASH_INT, t, false);
     lr_vllm_batch_info info;
