@@ -15,38 +15,14 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "router-helpers.h"
 #include "router.h"
 #include "testutil.h"
-
-#define assert_reason(d, want)                                     \
-    do {                                                           \
-        int32_t r_got_ = (d).reason;                               \
-        int32_t r_want_ = (want);                                  \
-        if (r_got_ != r_want_)                                     \
-            fail_msg("reason %s, want %s", lr_reason_name(r_got_), \
-                     lr_reason_name(r_want_));                     \
-    } while (0)
-
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 0x1234567;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
 
 static void
 add(lr_router *r, uint32_t i, uint32_t cls)
 {
-    char name[32];
-    snprintf(name, sizeof name, "10.1.%u.%u:8000", i / 200, i % 200);
-    lr_instance_spec s;
-    lr_instance_spec_init(&s);
-    s.name = name;
-    s.instance_class = cls;
-    uint32_t id = LR_INSTANCE_NONE;
-    assert_st(lr_router_add_instance(r, &s, &id), LR_OK);
-    assert_int_equal(id, i);
+    assert_int_equal(add_instance(r, "10.1", i, cls, 0), i);
 }
 
 /* A router of n instances; classes alternate 0, 1 when `hetero`. */
@@ -82,20 +58,13 @@ mk(lr_policy policy, uint32_t n, bool hetero, uint32_t min_samples,
     return r;
 }
 
+/* Route one request that must succeed; returns the decision. */
 static lr_decision
 route(lr_router *r, uint64_t id, const uint32_t *t, size_t n, uint64_t now,
       uint32_t flags)
 {
-    lr_request q;
-    lr_request_init(&q);
-    q.id = id;
-    q.tokens = t;
-    q.n_tokens = n;
-    q.now_ns = now;
-    q.flags = flags;
     lr_decision d;
-    lr_decision_init(&d);
-    assert_st(lr_router_route(r, &q, &d), LR_OK);
+    assert_st(route_one(r, id, t, n, flags, now, &d), LR_OK);
     return d;
 }
 

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "router-helpers.h"
 #include "router.h"
 #include "testutil.h"
 
@@ -30,17 +31,6 @@
         if (!(fabs(a_ - b_) <= 1e-9 * (1.0 + fabs(b_))))    \
             fail_msg("%s = %.12g, want %.12g", #a, a_, b_); \
     } while (0)
-
-#define assert_reason(d, want)                                     \
-    do {                                                           \
-        int32_t r_got_ = (d).reason;                               \
-        int32_t r_want_ = (want);                                  \
-        if (r_got_ != r_want_)                                     \
-            fail_msg("reason %s, want %s", lr_reason_name(r_got_), \
-                     lr_reason_name(r_want_));                     \
-    } while (0)
-
-#define assert_router_ok(r) assert_st(lr__router_verify(r), LR_OK)
 
 static const lr_policy supported[] = {
     LR_POLICY_RANDOM,
@@ -65,28 +55,10 @@ static const lr_policy supported[] = {
 
 static uint64_t next_id = 1;
 
-/* n pseudo-random tokens, a pure function of seed. */
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 0x1234567;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
-
 static uint32_t
 add(lr_router *r, uint32_t i, uint32_t cls, uint64_t rtt_ns)
 {
-    char name[32];
-    snprintf(name, sizeof name, "10.0.%u.%u:8000", i / 200, i % 200);
-    lr_instance_spec s;
-    lr_instance_spec_init(&s);
-    s.name = name;
-    s.instance_class = cls;
-    s.rtt_ns = rtt_ns;
-    uint32_t id = LR_INSTANCE_NONE;
-    assert_st(lr_router_add_instance(r, &s, &id), LR_OK);
-    return id;
+    return add_instance(r, "10.0", i, cls, rtt_ns);
 }
 
 /* A router with n instances 0..n-1 of class 0. */
