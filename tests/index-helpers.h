@@ -53,6 +53,27 @@ toks(uint32_t *t, size_t n, uint64_t seed)
     tu_tokens(t, n, seed * 0x2545f4914f6cdd1dull + 1);
 }
 
+/* Tokens instance `inst` holds for the prompt t[0..n), by a match with
+ * LR_MATCH_NO_TOUCH at host time now (0 if it holds none). */
+static inline uint32_t
+held_by(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, uint64_t now)
+{
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = n;
+    lr_index_hit h[8];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 8;
+    assert_st(lr_index_match(ix, &p, now, LR_MATCH_NO_TOUCH, &r), LR_OK);
+    for (size_t i = 0; i < r.n_hits; i++)
+        if (h[i].instance == inst)
+            return h[i].tokens;
+    return 0;
+}
+
 static inline lr_index_stats
 stats(const lr_index *ix)
 {

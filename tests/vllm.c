@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "index-helpers.h"
 #include "index.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
@@ -36,24 +37,11 @@ mk_index(const lr_allocator *a)
     return ix;
 }
 
-/* Deepest tokens `inst` holds for these tokens (no touch). */
+/* Deepest tokens INST holds for these tokens (no touch). */
 static uint32_t
 held(lr_index *ix, const uint32_t *t, size_t n)
 {
-    lr_prompt p;
-    lr_prompt_init(&p);
-    p.tokens = t;
-    p.n_tokens = n;
-    lr_index_hit hits[8];
-    lr_index_match_result r;
-    lr_index_match_result_init(&r);
-    r.hits = hits;
-    r.hits_capacity = 8;
-    assert_st(lr_index_match(ix, &p, T0, LR_MATCH_NO_TOUCH, &r), LR_OK);
-    for (size_t i = 0; i < r.n_hits; i++)
-        if (hits[i].instance == INST)
-            return hits[i].tokens;
-    return 0;
+    return held_by(ix, t, n, INST, T0);
 }
 
 static lr_status
