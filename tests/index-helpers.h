@@ -46,6 +46,43 @@ checked(const lr_index *ix, const char *call, uint64_t before, lr_status st)
     return st;
 }
 
+/* OOM scenarios that retry a failed call: a call under test that failed
+ * must have returned LR_ENOMEM and left the index as it was (before);
+ * `what` names the call in the messages. */
+static inline void
+assert_enomem_unchanged(const lr_index *ix, const char *what, lr_status st,
+                        uint64_t before, uint64_t fail_at)
+{
+    if (st != LR_ENOMEM)
+        fail_msg("%s with allocation %llu failing returned %s", what,
+                 (unsigned long long)fail_at, lr_status_name(st));
+    if (lr__index_digest(ix) != before)
+        fail_msg("%s: LR_ENOMEM at allocation %llu changed the index", what,
+                 (unsigned long long)fail_at);
+}
+
+/* ... and after the retry the index must end where a run with no failure
+ * ends: the first run records its final digest, every later run must
+ * match it. */
+struct clean_end {
+    bool have;
+    uint64_t digest;
+};
+
+static inline void
+assert_clean_end(struct clean_end *ref, const lr_index *ix, uint64_t fail_at)
+{
+    uint64_t d = lr__index_digest(ix);
+    if (!ref->have) {
+        ref->have = true;
+        ref->digest = d;
+    } else if (d != ref->digest) {
+        fail_msg("after a failure at allocation %llu and a retry the index "
+                 "differs from a clean run",
+                 (unsigned long long)fail_at);
+    }
+}
+
 /* n pseudo-random tokens, a pure function of seed. */
 static inline void
 toks(uint32_t *t, size_t n, uint64_t seed)

@@ -1149,8 +1149,7 @@ test_oom_export(void **state)
 struct oom_import_ctx {
     uint8_t *blob;
     size_t len;
-    bool have_ref;
-    uint64_t ref;
+    struct clean_end ref;
     unsigned enomem;
 };
 
@@ -1170,26 +1169,14 @@ oom_import(struct tu_alloc *t, void *vctx)
     verify_quiet(t, ix);
     tu_alloc_disarm(t);
     if (st != LR_OK) {
-        if (st != LR_ENOMEM)
-            fail_msg("import with allocation %llu failing returned %s",
-                     (unsigned long long)arm.fail_at, lr_status_name(st));
-        if (lr__index_digest(ix) != before)
-            fail_msg("LR_ENOMEM at allocation %llu changed the index",
-                     (unsigned long long)arm.fail_at);
+        assert_enomem_unchanged(ix, "import", st, before, arm.fail_at);
         ctx->enomem++;
         /* still usable: the retry gives what a clean run gives */
         assert_st(lr_index_import_delta(ix, ctx->blob, ctx->len, T(100)),
                   LR_OK);
         assert_verified(ix);
     }
-    uint64_t fin = lr__index_digest(ix);
-    if (!ctx->have_ref) {
-        ctx->have_ref = true;
-        ctx->ref = fin;
-    } else if (fin != ctx->ref) {
-        fail_msg("import after a failure at %llu differs from a clean run",
-                 (unsigned long long)arm.fail_at);
-    }
+    assert_clean_end(&ctx->ref, ix, arm.fail_at);
     for (int i = 0; i < OOM_PROMPTS; i++)
         assert_int_equal(held(ix, &oom_pr[i], 101 + (uint32_t)i % 7),
                          oom_pr[i].n);

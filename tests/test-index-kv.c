@@ -1289,9 +1289,8 @@ test_random_differential(void **state)
 /* ---- OOM (B33) ------------------------------------------------------------- */
 
 struct oom_ctx {
-    bool have_ref;
-    uint64_t ref;    /* digest after a run with no failure */
-    unsigned enomem; /* calls that reported LR_ENOMEM */
+    struct clean_end ref; /* digest after a run with no failure */
+    unsigned enomem;      /* calls that reported LR_ENOMEM */
 };
 
 #define OOM_STEPS 4
@@ -1363,13 +1362,9 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
         verify_quiet(t, ix);
         if (st == LR_OK)
             continue;
-        if (st != LR_ENOMEM)
-            fail_msg("step %d with allocation %llu failing returned %s", k,
-                     (unsigned long long)arm.fail_at, lr_status_name(st));
-        if (lr__index_digest(ix) != before)
-            fail_msg("step %d: LR_ENOMEM at allocation %llu changed the "
-                     "index",
-                     k, (unsigned long long)arm.fail_at);
+        char what[16];
+        snprintf(what, sizeof what, "step %d", k);
+        assert_enomem_unchanged(ix, what, st, before, arm.fail_at);
         /* the index is still usable: finish with no failures */
         tu_alloc_disarm(t);
         ctx->enomem++;
@@ -1377,15 +1372,7 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
         assert_verified(ix);
     }
     tu_alloc_disarm(t);
-    uint64_t fin = lr__index_digest(ix);
-    if (!ctx->have_ref) {
-        ctx->have_ref = true;
-        ctx->ref = fin;
-    } else if (fin != ctx->ref) {
-        fail_msg("after an injected failure at %llu and a retry the index "
-                 "differs from a clean run",
-                 (unsigned long long)arm.fail_at);
-    }
+    assert_clean_end(&ctx->ref, ix, arm.fail_at);
     assert_int_equal(held(ix, 1, oom_tok, 110 * BT, 0), 110 * BT);
     assert_int_equal(held(ix, 3, oom_tok, 180 * BT, 0), 180 * BT);
     drop(ix);
@@ -1401,7 +1388,7 @@ test_oom_kv_stored(void **state)
     struct tu_alloc t;
     tu_alloc_init(&t);
     assert_true(oom_kv_stored(&t, &ctx)); /* reference run */
-    assert_true(ctx.have_ref);
+    assert_true(ctx.ref.have);
     assert_int_equal(t.live_bytes, 0);
     tu_oom_loop(oom_kv_stored, &ctx, 10000);
     /* every step allocates, in both modes */
