@@ -26,6 +26,16 @@
 
 #define assert_router_ok(r) assert_st(lr__router_verify(r), LR_OK)
 
+/* Every policy but LR_POLICY_LODESTAR (which also needs a learner), in
+ * enum order: an initializer list for a policy array. */
+#define POLICIES_WITHOUT_LEARNER                                       \
+    LR_POLICY_RANDOM, LR_POLICY_ROUND_ROBIN, LR_POLICY_LEAST_REQUEST,  \
+        LR_POLICY_LEAST_LOAD, LR_POLICY_SESSION_AFFINITY,              \
+        LR_POLICY_CONSISTENT_HASH, LR_POLICY_PREFIX_CACHE,             \
+        LR_POLICY_PREFIX_CACHE_AND_LOAD, LR_POLICY_SGLANG_CACHE_AWARE, \
+        LR_POLICY_PREBLE, LR_POLICY_MIN_TTFT, LR_POLICY_DYNAMO,        \
+        LR_POLICY_DUALMAP, LR_POLICY_GORGO, LR_POLICY_RANVIER
+
 /* n pseudo-random tokens, a pure function of seed. */
 static inline void
 toks(uint32_t *t, size_t n, uint64_t seed)

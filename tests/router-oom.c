@@ -190,24 +190,8 @@ static void
 oom_route(void **state)
 {
     (void)state;
-    static const lr_policy all[] = {
-        LR_POLICY_RANDOM,
-        LR_POLICY_ROUND_ROBIN,
-        LR_POLICY_LEAST_REQUEST,
-        LR_POLICY_LEAST_LOAD,
-        LR_POLICY_SESSION_AFFINITY,
-        LR_POLICY_CONSISTENT_HASH,
-        LR_POLICY_PREFIX_CACHE,
-        LR_POLICY_PREFIX_CACHE_AND_LOAD,
-        LR_POLICY_SGLANG_CACHE_AWARE,
-        LR_POLICY_PREBLE,
-        LR_POLICY_MIN_TTFT,
-        LR_POLICY_DYNAMO,
-        LR_POLICY_DUALMAP,
-        LR_POLICY_GORGO,
-        LR_POLICY_RANVIER,
-        LR_POLICY_LODESTAR,
-    };
+    static const lr_policy all[] = { POLICIES_WITHOUT_LEARNER,
+                                     LR_POLICY_LODESTAR };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         struct frame f = { all[i], 4, op_route, NULL };
         tu_oom_loop(sc_frame, &f, 400);

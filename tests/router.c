@@ -32,23 +32,7 @@
             fail_msg("%s = %.12g, want %.12g", #a, a_, b_); \
     } while (0)
 
-static const lr_policy supported[] = {
-    LR_POLICY_RANDOM,
-    LR_POLICY_ROUND_ROBIN,
-    LR_POLICY_LEAST_REQUEST,
-    LR_POLICY_LEAST_LOAD,
-    LR_POLICY_SESSION_AFFINITY,
-    LR_POLICY_CONSISTENT_HASH,
-    LR_POLICY_PREFIX_CACHE,
-    LR_POLICY_PREFIX_CACHE_AND_LOAD,
-    LR_POLICY_SGLANG_CACHE_AWARE,
-    LR_POLICY_PREBLE,
-    LR_POLICY_MIN_TTFT,
-    LR_POLICY_DYNAMO,
-    LR_POLICY_DUALMAP,
-    LR_POLICY_GORGO,
-    LR_POLICY_RANVIER,
-};
+static const lr_policy supported[] = { POLICIES_WITHOUT_LEARNER };
 #define N_SUPPORTED (sizeof supported / sizeof supported[0])
 
 /* ---- helpers --------------------------------------------------------------- */
