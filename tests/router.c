@@ -52,7 +52,7 @@ mk(lr_policy policy, uint32_t n)
     lr_router_options o;
     lr_router_options_init(&o);
     o.policy = policy;
-    o.seed = 0x5eed;
+    o.seed = OPT_SEED;
     o.max_instances = 64;
     o.max_requests = 4096;
     lr_router *r = NULL;

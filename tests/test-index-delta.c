@@ -54,7 +54,7 @@ mk_with(const struct mkopt *m)
 {
     lr_index_options o = LR_INDEX_OPTIONS_INIT;
     o.allocator = m->a;
-    o.seed = m->seed ? m->seed : 0x5eed;
+    o.seed = m->seed ? m->seed : OPT_SEED;
     o.capacity_blocks = m->cap;
     o.max_instances = m->max_inst;
     o.journal_capacity = m->journal;

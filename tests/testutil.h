@@ -31,6 +31,10 @@
 #define SEC 1000000000ull
 #define T0 (1000 * SEC)
 
+/* The options seed of the routers and indexes the tests make, where the
+ * seed itself is not what a test is about. */
+#define OPT_SEED 0x5eed
+
 /* Tokens per block of an index, and so of a router, made with the default
  * options. */
 #define BT 16u

@@ -30,7 +30,7 @@ mk_index(const lr_allocator *a)
 {
     lr_index_options o;
     lr_index_options_init(&o);
-    o.seed = 0x5eed;
+    o.seed = OPT_SEED;
     o.allocator = a;
     lr_index *ix = NULL;
     assert_st(lr_index_create(&o, &ix), LR_OK);
