@@ -58,4 +58,11 @@ fuzz_fnv_u64(uint64_t h, uint64_t v)
 
 #define FUZZ_FNV_INIT 0xcbf29ce484222325ull
 
+/* Note an observable result in a run's transcript. */
+static inline void
+fuzz_note(uint64_t *transcript, uint64_t v)
+{
+    *transcript = fuzz_fnv_u64(*transcript, v);
+}
+
 #endif /* LIBROUTE_FUZZ_HELPERS_H */

@@ -67,15 +67,9 @@ struct prompt {
 };
 
 static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
-static void
 after(struct run *r, lr_index *ix, lr_status st, uint64_t d0, bool failed)
 {
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     if (!r->check)
         return;
     FUZZ_VERIFY(ix);
@@ -179,7 +173,7 @@ do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
     }
     if (dry) {
         lr_index_expire(ix, now);
-        note(r, 0x3e);
+        fuzz_note(&r->transcript, 0x3e);
         if (r->check)
             FUZZ_VERIFY(ix);
     }
@@ -188,9 +182,9 @@ do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
     fuzz_trace("  = %s, n_hits=%zu, deepest=%llu", lr_status_name(st),
                res.n_hits, (unsigned long long)res.deepest_tokens);
     if (st == LR_OK || st == LR_EBUFSIZE) {
-        note(r, res.n_hits);
-        note(r, res.deepest_tokens);
-        note(r, res.prompt_blocks);
+        fuzz_note(&r->transcript, res.n_hits);
+        fuzz_note(&r->transcript, res.deepest_tokens);
+        fuzz_note(&r->transcript, res.prompt_blocks);
     }
     if (st == LR_OK)
         r->transcript =
@@ -303,16 +297,16 @@ op_query(struct run *r, fuzz_dp *dp, lr_index **ixs, uint64_t capacity)
                (unsigned long long)s.remote_blocks,
                (unsigned long long)s.prefixes, (unsigned long long)s.instances,
                lr_status_name(st2), (unsigned long long)blocks);
-    note(r, s.blocks);
-    note(r, s.remote_blocks);
-    note(r, s.prefixes);
-    note(r, s.instances);
-    note(r, s.evicted_blocks);
-    note(r, s.expired_blocks);
-    note(r, s.learned_blocks);
-    note(r, (uint64_t)st2);
-    note(r, blocks);
-    note(r, lr_index_mark(ix));
+    fuzz_note(&r->transcript, s.blocks);
+    fuzz_note(&r->transcript, s.remote_blocks);
+    fuzz_note(&r->transcript, s.prefixes);
+    fuzz_note(&r->transcript, s.instances);
+    fuzz_note(&r->transcript, s.evicted_blocks);
+    fuzz_note(&r->transcript, s.expired_blocks);
+    fuzz_note(&r->transcript, s.learned_blocks);
+    fuzz_note(&r->transcript, (uint64_t)st2);
+    fuzz_note(&r->transcript, blocks);
+    fuzz_note(&r->transcript, lr_index_mark(ix));
     if (r->check) {
         FUZZ_ASSERT(lr__index_digest(ix) == d0);
         FUZZ_ASSERT(s.blocks <= capacity);

@@ -60,17 +60,11 @@ struct run {
     uint64_t digest;
 };
 
-static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
 /* Verify, and for a failed call compare with the digest from before. */
 static void
 after(struct run *r, lr_index *ix, lr_status st, uint64_t d0, bool failed)
 {
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     if (!r->check)
         return;
     FUZZ_VERIFY(ix);
@@ -199,7 +193,7 @@ op_removed(struct run *r, fuzz_dp *dp, lr_index *ix)
             FUZZ_ASSERT(resolved <= nb);
     }
     if (st == LR_OK && v != 1)
-        note(r, resolved);
+        fuzz_note(&r->transcript, resolved);
     after(r, ix, st, d0, st != LR_OK);
 }
 
@@ -271,9 +265,9 @@ op_match(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B, uint64_t now)
                pattern, start * B, len, tweak, (unsigned long long)salt, flags,
                cap, (unsigned long long)now, lr_status_name(st), res.n_hits,
                (unsigned long long)res.deepest_tokens);
-    note(r, (uint64_t)st);
-    note(r, res.n_hits);
-    note(r, res.deepest_tokens);
+    fuzz_note(&r->transcript, (uint64_t)st);
+    fuzz_note(&r->transcript, res.n_hits);
+    fuzz_note(&r->transcript, res.deepest_tokens);
     if (st == LR_OK)
         r->transcript =
             fuzz_fnv(r->transcript, hits, res.n_hits * sizeof *hits);
@@ -309,14 +303,14 @@ op_stats(struct run *r, fuzz_dp *dp, lr_index *ix, uint64_t capacity,
                (unsigned long long)s.engine_hashes,
                (unsigned long long)s.instances, inst, lr_status_name(st2),
                (unsigned long long)blocks);
-    note(r, s.blocks);
-    note(r, s.engine_hashes);
-    note(r, s.instances);
-    note(r, s.evicted_blocks);
-    note(r, s.expired_blocks);
-    note(r, s.learned_blocks);
-    note(r, (uint64_t)st2);
-    note(r, blocks);
+    fuzz_note(&r->transcript, s.blocks);
+    fuzz_note(&r->transcript, s.engine_hashes);
+    fuzz_note(&r->transcript, s.instances);
+    fuzz_note(&r->transcript, s.evicted_blocks);
+    fuzz_note(&r->transcript, s.expired_blocks);
+    fuzz_note(&r->transcript, s.learned_blocks);
+    fuzz_note(&r->transcript, (uint64_t)st2);
+    fuzz_note(&r->transcript, blocks);
     if (r->check) {
         FUZZ_ASSERT(lr__index_digest(ix) == d0);
         FUZZ_ASSERT(s.blocks <= capacity);

@@ -145,12 +145,6 @@ struct run {
 
 /* ---- small helpers --------------------------------------------------------- */
 
-static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
 static bool
 oom_hit(const struct run *r)
 {
@@ -301,7 +295,7 @@ fail_status(enum call c, lr_status got, lr_status want, const char *why)
 static void
 after(struct run *r, enum call c, lr_status st, int want, uint64_t d0)
 {
-    note(r, ((uint64_t)c << 8) | (uint64_t)st);
+    fuzz_note(&r->transcript, ((uint64_t)c << 8) | (uint64_t)st);
     if (!r->check)
         return;
     if ((unsigned)st >= 32 || !(documented[c] & B_(st)))
@@ -657,10 +651,10 @@ op_route(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(d.n_scores == routable);
     if (st != LR_OK)
         return;
-    note(r, d.instance);
-    note(r, d.cached_tokens);
-    note(r, d.alt_instance);
-    note(r, (uint64_t)d.reason);
+    fuzz_note(&r->transcript, d.instance);
+    fuzz_note(&r->transcript, d.cached_tokens);
+    fuzz_note(&r->transcript, d.alt_instance);
+    fuzz_note(&r->transcript, (uint64_t)d.reason);
     check_decision(r, &q, &d, scores, want_scores);
     if (dry) {
         r->dry_runs++;
@@ -948,7 +942,7 @@ op_plan(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(n == 0);
     if (st != LR_OK)
         return;
-    note(r, n);
+    fuzz_note(&r->transcript, n);
     if (r->check) {
         FUZZ_ASSERT(digest(r) == d0); /* a plan changes nothing */
         FUZZ_ASSERT(n <= cap);
@@ -958,8 +952,8 @@ op_plan(struct run *r, fuzz_dp *dp)
         fuzz_trace("  move %llu: %u -> %u, benefit %g s",
                    (unsigned long long)m->request_id, m->from, m->to,
                    m->benefit_s);
-        note(r, m->request_id);
-        note(r, ((uint64_t)m->from << 32) | m->to);
+        fuzz_note(&r->transcript, m->request_id);
+        fuzz_note(&r->transcript, ((uint64_t)m->from << 32) | m->to);
         if (!r->check)
             continue;
         int i = s_find(r, m->request_id);
@@ -1193,7 +1187,7 @@ op_query(struct run *r, fuzz_dp *dp)
                           : LR_ENOENT,
           d0);
     if (st == LR_OK)
-        note(r, lb.s.inflight);
+        fuzz_note(&r->transcript, lb.s.inflight);
     /* find_instance */
     uint32_t fid = 999;
     st = lr_router_find_instance(r->r, name_of(nm), &fid);
