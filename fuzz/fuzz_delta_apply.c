@@ -145,11 +145,8 @@ static void
 import_half(const uint8_t *data, size_t size, bool fix_checksum,
             unsigned oom_sel)
 {
-    struct fuzz_oom oom = { 0 };
-    if (oom_sel > 0) {
-        oom.sticky = oom_sel >= 32;
-        oom.fail_at = oom.sticky ? oom_sel - 31 : oom_sel;
-    }
+    struct fuzz_oom oom;
+    fuzz_oom_select(&oom, oom_sel);
     lr_allocator alloc;
     fuzz_oom_allocator(&oom, &alloc);
     uint8_t *buf = NULL;

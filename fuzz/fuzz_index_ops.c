@@ -337,9 +337,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.journal_capacity = journals[fuzz_dp_next_range(&dp, 0, 3)];
     o.ttl_ns = ttls[fuzz_dp_next_range(&dp, 0, 3)];
     o.seed = fuzz_dp_next_range(&dp, 0, 255) ^ r->seed_xor;
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
-    r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 1024) : 0;
-    r->oom.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 1024, &r->oom.fail_at, &r->oom.sticky);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;

@@ -738,10 +738,8 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.max_instances = fuzz_dp_next_range(&dp, 1, MAX_INST);
     o.max_requests = fuzz_dp_next_range(&dp, 1, MAX_REQ);
     o.rtt_alpha = alphas[fuzz_dp_next_range(&dp, 0, 3)];
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
     struct alloc a = { .shift = r->shift };
-    a.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 8) : 0;
-    a.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 8, &a.fail_at, &a.sticky);
     uint32_t mask = fuzz_dp_next_range(&dp, 0, 255);
     lr_allocator al = { a_alloc, a_realloc, a_free, &a };
     o.allocator = &al;

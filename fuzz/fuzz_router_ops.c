@@ -1300,9 +1300,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     lo.mlp = &mo;
     o.learner = &lo;
     o.ring_vnodes = fuzz_dp_next_range(&dp, 1, 64);
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
-    r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 256) : 0;
-    r->oom.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 256, &r->oom.fail_at, &r->oom.sticky);
     uint32_t mask = fuzz_dp_next_range(&dp, 0, 255);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);

@@ -99,16 +99,17 @@ enum {
     KV_NONE
 };
 
-/* oom: 0 none; n > 0 allocation n fails once; n < 0 allocation -n and
- * every one after */
+/* The allocation failure of an op-stream header, as fuzz_oom_decode()
+ * reads it with max_at. oom: 0 none; n > 0 allocation n fails once; n < 0
+ * allocation -n and every one after. */
 static void
-put_oom(struct enc *e, int oom)
+put_oom(struct enc *e, int oom, uint32_t max_at)
 {
     if (oom == 0) {
         put(e, 0, 3, 0);
     } else {
         put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 1024, (uint32_t)(oom > 0 ? oom : -oom));
+        put(e, 1, max_at, (uint32_t)(oom > 0 ? oom : -oom));
     }
 }
 
@@ -122,7 +123,7 @@ kv_header_oom(struct enc *e, int b16, uint32_t cap, uint32_t emap, uint32_t ttl,
     put(e, 0, 3, emap);
     put(e, 0, 3, ttl);
     put(e, 0, 255, 7);
-    put_oom(e, oom);
+    put_oom(e, oom, 1024);
 }
 
 static void
@@ -386,7 +387,7 @@ io_header_oom(struct enc *e, uint32_t Bi, uint32_t cap, uint32_t max_inst,
     put(e, 0, 3, journal);
     put(e, 0, 3, ttl);
     put(e, 0, 255, 3);
-    put_oom(e, oom);
+    put_oom(e, oom, 1024);
 }
 
 static void
@@ -1036,12 +1037,7 @@ ld_header(struct enc *e, uint32_t max_inst, uint32_t max_req, uint32_t alpha,
     put(e, 1, 8, max_inst);
     put(e, 1, 64, max_req);
     put(e, 0, 3, alpha);
-    if (oom == 0) {
-        put(e, 0, 3, 0);
-    } else {
-        put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 8, (uint32_t)(oom > 0 ? oom : -oom));
-    }
+    put_oom(e, oom, 8);
     put(e, 0, 255, mask);
 }
 
@@ -1553,12 +1549,7 @@ ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
     put(e, 0, 3, ttl);
     put(e, 0, 14, policy);
     put(e, 1, 64, vnodes);
-    if (oom == 0) {
-        put(e, 0, 3, 0);
-    } else {
-        put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 256, (uint32_t)(oom > 0 ? oom : -oom));
-    }
+    put_oom(e, oom, 256);
     put(e, 0, 255, names);
 }
 

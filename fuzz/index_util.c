@@ -117,6 +117,24 @@ fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a)
 }
 
 void
+fuzz_oom_decode(fuzz_dp *dp, uint32_t max_at, uint64_t *fail_at, bool *sticky)
+{
+    uint32_t mode = fuzz_dp_next_range(dp, 0, 3);
+    *fail_at = mode >= 2 ? fuzz_dp_next_range(dp, 1, max_at) : 0;
+    *sticky = mode == 3;
+}
+
+void
+fuzz_oom_select(struct fuzz_oom *o, unsigned sel)
+{
+    memset(o, 0, sizeof *o);
+    if (sel > 0) {
+        o->sticky = sel >= 32;
+        o->fail_at = o->sticky ? sel - 31 : sel;
+    }
+}
+
+void
 fuzz_index_verify_at(const lr_index *ix, const char *file, int line)
 {
     fuzz_oom_pause();

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data_producer.h"
 #include "libroute/lr_index.h"
 
 /* Token patterns. Pattern 0 is all zeros, 1 alternates 0 1, 2 and 3 are
@@ -44,6 +45,15 @@ struct fuzz_oom {
 };
 /* Fill *a with hooks backed by *o (which must outlive the index). */
 void fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a);
+/* The allocation failure an op-stream header asks for: a mode 0..3 (none,
+ * none, once, from then on) and, for the last two, which allocation
+ * 1..max_at fails. Sets *fail_at (0: none) and *sticky. */
+void fuzz_oom_decode(fuzz_dp *dp, uint32_t max_at, uint64_t *fail_at,
+                     bool *sticky);
+/* The allocation failure a control value 0..63 asks for: 0 none, 1..31
+ * that allocation only, 32..63 allocation sel - 31 and every one after.
+ * Resets *o. */
+void fuzz_oom_select(struct fuzz_oom *o, unsigned sel);
 /* Pause/resume failure injection around checks (nests). */
 void fuzz_oom_pause(void);
 void fuzz_oom_resume(void);
