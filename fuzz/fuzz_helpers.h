@@ -31,6 +31,10 @@
         }                                                                  \
     } while (0)
 
+/* Host time in the harnesses, in nanoseconds. */
+#define FUZZ_MS 1000000ull
+#define FUZZ_SEC 1000000000ull
+
 /* Every harness defines this; the regression driver and libFuzzer call it. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -147,6 +147,54 @@ fuzz_index_verify_at(const lr_index *ix, const char *file, int line)
     }
 }
 
+uint64_t
+fuzz_index_ttl(fuzz_dp *dp)
+{
+    static const uint64_t ttls[4] = { 0, 4 * FUZZ_TICK, 64 * FUZZ_TICK,
+                                      UINT64_MAX };
+    return ttls[fuzz_dp_next_range(dp, 0, 3)];
+}
+
+uint64_t
+fuzz_index_dt(fuzz_dp *dp)
+{
+    static const uint64_t dts[4] = { 0, FUZZ_TICK, 16 * FUZZ_TICK,
+                                     3601 * FUZZ_SEC };
+    return dts[fuzz_dp_next_range(dp, 0, 3)];
+}
+
+void
+fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
+                 uint64_t d0, bool failed)
+{
+    fuzz_note(&r->transcript, (uint64_t)st);
+    if (!r->check)
+        return;
+    FUZZ_VERIFY(ix);
+    if (failed)
+        FUZZ_ASSERT_STATUS(st, lr__index_digest(ix) == d0);
+}
+
+void
+fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
+                                    const uint8_t *data, size_t size),
+                   const uint8_t *data, size_t size)
+{
+    struct fuzz_index_run a = { .check = true, .transcript = FUZZ_FNV_INIT };
+    run_once(&a, data, size);
+    if (fuzz_trace_on())
+        return;
+    struct fuzz_index_run b = { .transcript = FUZZ_FNV_INIT };
+    run_once(&b, data, size);
+    FUZZ_ASSERT(a.digest[0] == b.digest[0] && a.digest[1] == b.digest[1]);
+    FUZZ_ASSERT(a.transcript == b.transcript);
+    struct fuzz_index_run c = { .seed_xor = 0x5eed,
+                                .transcript = FUZZ_FNV_INIT };
+    run_once(&c, data, size);
+    FUZZ_ASSERT(a.digest[0] == c.digest[0] && a.digest[1] == c.digest[1]);
+    FUZZ_ASSERT(a.transcript == c.transcript);
+}
+
 size_t
 fuzz_keys(uint32_t B, const uint32_t *tokens, size_t n, uint64_t salt,
           uint64_t *keys, size_t capacity)

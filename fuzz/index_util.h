@@ -71,6 +71,37 @@ void fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
                       const lr_index_hit *hits_before, const uint32_t *ids,
                       size_t n_ids);
 
+/* ---- the op-stream harnesses on lr_index (index_ops, kv_events) ---- */
+
+/* Host time: a run starts at FUZZ_SEC and moves on in ticks. */
+#define FUZZ_TICK (1ull << 24)
+/* The header's TTL choice 0..3: the default, 4 ticks, 64 ticks, never. */
+uint64_t fuzz_index_ttl(fuzz_dp *dp);
+/* A time step 0..3: none, 1 tick, 16 ticks, past an hour. */
+uint64_t fuzz_index_dt(fuzz_dp *dp);
+
+/* One run of an input. The first checks every property; the replays only
+ * compare what they saw with it (B24). */
+struct fuzz_index_run {
+    struct fuzz_oom oom;
+    bool check;          /* check the properties (the first run) */
+    uint64_t seed_xor;   /* xored into the index seed */
+    uint64_t transcript; /* every observable result (fuzz_note) */
+    uint64_t digest[2];  /* each index's digest at the end */
+};
+
+/* After an index call: note its status; when checking, verify the index
+ * and, for a failed call, require the digest from before the call (d0). */
+void fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
+                      uint64_t d0, bool failed);
+
+/* Run the input through run_once three times: checking, then again, then
+ * with another index seed; the digests and transcripts must agree. With
+ * LR_FUZZ_TRACE set, only the first run (one trace is enough). */
+void fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
+                                         const uint8_t *data, size_t size),
+                        const uint8_t *data, size_t size);
+
 /* Block keys of tokens (capacity >= n / B), as lr_block_keys() computes
  * them; returns the count. */
 size_t fuzz_keys(uint32_t B, const uint32_t *tokens, size_t n, uint64_t salt,
