@@ -175,6 +175,36 @@ fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
         FUZZ_ASSERT_STATUS(st, lr__index_digest(ix) == d0);
 }
 
+lr_status
+fuzz_index_query(struct fuzz_index_run *r, const lr_index *ix, uint32_t inst,
+                 uint64_t capacity, lr_index_stats *s, uint64_t *blocks)
+{
+    uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    lr_status st = lr_index_get_stats(ix, s);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    *blocks = 0;
+    lr_status st2 = lr_index_instance_blocks(ix, inst, blocks);
+    fuzz_note(&r->transcript, s->blocks);
+    fuzz_note(&r->transcript, s->instances);
+    fuzz_note(&r->transcript, s->evicted_blocks);
+    fuzz_note(&r->transcript, s->expired_blocks);
+    fuzz_note(&r->transcript, s->learned_blocks);
+    fuzz_note(&r->transcript, (uint64_t)st2);
+    fuzz_note(&r->transcript, *blocks);
+    if (r->check) {
+        FUZZ_ASSERT(lr__index_digest(ix) == d0);
+        FUZZ_ASSERT(s->blocks <= capacity);
+        FUZZ_ASSERT_STATUS(st2,
+                           st2 == LR_OK || st2 == LR_ENOENT ||
+                               (st2 == LR_EINVAL && inst == LR_INSTANCE_NONE));
+        if (st2 == LR_OK)
+            FUZZ_ASSERT(*blocks <= s->blocks);
+    }
+    return st2;
+}
+
 void
 fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
                                     const uint8_t *data, size_t size),

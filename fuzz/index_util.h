@@ -95,6 +95,16 @@ struct fuzz_index_run {
 void fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
                       uint64_t d0, bool failed);
 
+/* The queries both harnesses make, which must change nothing:
+ * lr_index_get_stats() succeeds, with at most `capacity` blocks, and
+ * lr_index_instance_blocks(inst) gives LR_OK (at most the index's blocks),
+ * LR_ENOENT, or LR_EINVAL for LR_INSTANCE_NONE. The counters both
+ * harnesses report go into the transcript. Fills *s and *blocks; returns
+ * the status of lr_index_instance_blocks(). */
+lr_status fuzz_index_query(struct fuzz_index_run *r, const lr_index *ix,
+                           uint32_t inst, uint64_t capacity, lr_index_stats *s,
+                           uint64_t *blocks);
+
 /* Run the input through run_once three times: checking, then again, then
  * with another index seed; the digests and transcripts must agree. With
  * LR_FUZZ_TRACE set, only the first run (one trace is enough). */
