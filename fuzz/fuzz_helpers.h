@@ -31,9 +31,11 @@
         }                                                                  \
     } while (0)
 
-/* Host time in the harnesses, in nanoseconds. */
+/* Host time in the harnesses, in nanoseconds; FUZZ_T0 is when the
+ * harnesses on a fixed index (delta_apply, vllm_batch) make their calls. */
 #define FUZZ_MS 1000000ull
 #define FUZZ_SEC 1000000000ull
+#define FUZZ_T0 (5 * FUZZ_SEC)
 
 /* Every harness defines this; the regression driver and libFuzzer call it. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

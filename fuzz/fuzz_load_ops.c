@@ -753,7 +753,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     r->s.max_inst = o.max_instances;
     r->s.max_req = o.max_requests;
     r->s.alpha = o.rtt_alpha != 0.0 ? o.rtt_alpha : 0.3;
-    r->now = 1000000000ull;
+    r->now = FUZZ_SEC;
     r->ld = (lr_load *)&r->ld;
     lr_status st = lr_load_create(&o, &r->ld);
     fuzz_note(&r->transcript, (uint64_t)st);

@@ -80,8 +80,6 @@
 #define MAX_LEN 96
 #define N_IDS 10
 #define NONE LR_INSTANCE_NONE
-#define MS 1000000ull
-#define SEC 1000000000ull
 #define WRAPPED (1ull << 40)
 #define DELTA_HEADER 40
 
@@ -417,7 +415,7 @@ op_add(struct run *r, fuzz_dp *dp)
 {
     static const uint32_t classes[5] = { 0, 1, 3, 63, 64 };
     static const int32_t pcs[4] = { 1, 1, 0, 2 };
-    static const uint64_t rtts[4] = { 0, MS, LR_LOAD_MAX_RTT_NS,
+    static const uint64_t rtts[4] = { 0, FUZZ_MS, LR_LOAD_MAX_RTT_NS,
                                       LR_LOAD_MAX_RTT_NS + 1 };
     uint32_t nm = fuzz_dp_next_range(dp, 0, N_NAMES - 1);
     lr_instance_spec s;
@@ -816,8 +814,8 @@ op_set_stats(struct run *r, fuzz_dp *dp)
     uint32_t tc = fuzz_dp_next_range(dp, 0, 4);
     s.scraped_ns = tc == 0   ? 0
                    : tc == 1 ? r->now
-                   : tc == 2 ? r->now - SEC
-                   : tc == 3 ? r->now + SEC
+                   : tc == 2 ? r->now - FUZZ_SEC
+                   : tc == 3 ? r->now + FUZZ_SEC
                              : UINT64_MAX;
     bool small = fuzz_dp_next_range(dp, 0, 15) == 0;
     if (small)
@@ -840,7 +838,7 @@ static void
 op_rtt(struct run *r, fuzz_dp *dp)
 {
     static const uint64_t rtts[6] = {
-        0, 1, MS, LR_LOAD_MAX_RTT_NS, LR_LOAD_MAX_RTT_NS + 1, UINT64_MAX
+        0, 1, FUZZ_MS, LR_LOAD_MAX_RTT_NS, LR_LOAD_MAX_RTT_NS + 1, UINT64_MAX
     };
     uint32_t id = dec_inst(dp);
     uint64_t rtt = rtts[fuzz_dp_next_range(dp, 0, 5)];
@@ -1268,7 +1266,7 @@ static void
 run_once(struct run *r, const uint8_t *data, size_t size)
 {
     static const uint32_t Bs[4] = { 1, 2, 4, 16 };
-    static const uint64_t ttls[4] = { 0, SEC, 60 * SEC, UINT64_MAX };
+    static const uint64_t ttls[4] = { 0, FUZZ_SEC, 60 * FUZZ_SEC, UINT64_MAX };
     fuzz_dp dp;
     fuzz_dp_init(&dp, data, size);
     lr_router_options o;
@@ -1308,7 +1306,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     r->policy = o.policy;
     for (int k = 0; k < LR_PARAM_COUNT; k++)
         r->param[k] = lr_router_param_bounds((lr_param)k).def;
-    r->now = 1000 * SEC;
+    r->now = 1000 * FUZZ_SEC;
     r->next_id = 1000;
     fuzz_trace("router(seed=%llu, max_instances=%u, max_requests=%u, B=%u, "
                "capacity=%llu, ttl=%llu, policy=%s, vnodes=%u); allocation "
@@ -1329,7 +1327,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
         s.name = name_of(k);
         s.instance_class = k % 3;
         s.prefix_caching = k != 7;
-        s.rtt_ns = (k + 1) * MS;
+        s.rtt_ns = (k + 1) * FUZZ_MS;
         uint32_t id;
         st = lr_router_add_instance(r->r, &s, &id);
         FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ELIMIT);
@@ -1392,8 +1390,13 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             op_delta(r, &dp);
             break;
         case 18: {
-            static const uint64_t dts[7] = { 0,       MS,       20 * MS,   SEC,
-                                             4 * SEC, 11 * SEC, 3601 * SEC };
+            static const uint64_t dts[7] = { 0,
+                                             FUZZ_MS,
+                                             20 * FUZZ_MS,
+                                             FUZZ_SEC,
+                                             4 * FUZZ_SEC,
+                                             11 * FUZZ_SEC,
+                                             3601 * FUZZ_SEC };
             r->now += dts[fuzz_dp_next_range(&dp, 0, 6)];
             fuzz_trace("now = %llu", (unsigned long long)r->now);
             break;

@@ -15,6 +15,7 @@
 
 #include "../tests/mpw.h"
 #include "data_producer.h"
+#include "fuzz_helpers.h"
 #include "index.h"
 #include "index_util.h"
 #include "libroute/lr_router.h"
@@ -711,7 +712,7 @@ lrn(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt, uint32_t pattern,
     p.tenant_salt = salt;
     p.boundaries = bound ? &bound : NULL;
     p.n_boundaries = bound ? 1 : 0;
-    if (lr_index_learn(ix, &p, inst, trust, 5000000000ull) != LR_OK)
+    if (lr_index_learn(ix, &p, inst, trust, FUZZ_T0) != LR_OK)
         exit(1);
 }
 
