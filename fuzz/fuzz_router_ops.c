@@ -71,7 +71,6 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
 #include "router.h"
 
 #define MAX_OPS 192
@@ -81,7 +80,6 @@
 #define N_IDS 10
 #define NONE LR_INSTANCE_NONE
 #define WRAPPED (1ull << 40)
-#define DELTA_HEADER 40
 
 static const uint32_t inst_ids[N_IDS] = { 0, 1, 2, 3, 4, 5, 6, 7, 1000, NONE };
 
@@ -1026,13 +1024,6 @@ op_kv(struct run *r, fuzz_dp *dp)
     }
 }
 
-static void
-fix_checksum(uint8_t *b, size_t n)
-{
-    if (n >= 8)
-        lr__put_u64(b + n - 8, lr__hash(b, n - 8, LR_SEED_DELTA));
-}
-
 static bool
 varint_skip(const uint8_t **p, const uint8_t *end)
 {
@@ -1046,10 +1037,10 @@ varint_skip(const uint8_t **p, const uint8_t *end)
 static bool
 retarget(uint8_t *b, size_t n, uint32_t to)
 {
-    if (n < DELTA_HEADER + 8)
+    if (n < FUZZ_DELTA_HEADER + 8)
         return false;
     uint32_t nn = lr__get_u32(b + 12), nr = lr__get_u32(b + 16);
-    const uint8_t *p = b + DELTA_HEADER, *end = b + n - 8;
+    const uint8_t *p = b + FUZZ_DELTA_HEADER, *end = b + n - 8;
     for (uint32_t i = 0; i < nn; i++) {
         if (end - p < 9)
             return false;
@@ -1065,7 +1056,7 @@ retarget(uint8_t *b, size_t n, uint32_t to)
         if (!varint_skip(&p, end))
             return false;
     }
-    fix_checksum(b, n);
+    fuzz_delta_reseal(b, n);
     return true;
 }
 
@@ -1132,7 +1123,7 @@ op_delta(struct run *r, fuzz_dp *dp)
         if (got)
             memcpy(c, raw, got);
         if (fix)
-            fix_checksum(c, got);
+            fuzz_delta_reseal(c, got);
         import(r, c, got, fix ? "raw bytes, checksum fixed" : "raw bytes");
         free(c);
     }

@@ -793,14 +793,14 @@ struct craft {
 static void
 craft_begin(struct craft *c, uint32_t B, uint32_t nn, uint32_t nr)
 {
-    memset(c->b, 0, 40);
+    memset(c->b, 0, FUZZ_DELTA_HEADER);
     memcpy(c->b, "LRDX", 4);
     lr__put_u16(c->b + 4, 1);
     lr__put_u32(c->b + 8, B);
     lr__put_u32(c->b + 12, nn);
     lr__put_u32(c->b + 16, nr);
     lr__put_u64(c->b + 32, 1);
-    c->n = 40;
+    c->n = FUZZ_DELTA_HEADER;
 }
 
 static void
@@ -832,8 +832,8 @@ craft_route(struct craft *c, uint32_t id, uint32_t node)
 static void
 craft_end(struct craft *c, const char *name)
 {
-    lr__put_u64(c->b + c->n, lr__hash(c->b, c->n, LR_SEED_DELTA));
     c->n += 8;
+    fuzz_delta_reseal(c->b, c->n);
     delta_seed(name, 0, c->b, c->n);
 }
 

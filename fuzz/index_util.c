@@ -7,6 +7,7 @@
 
 #include "fuzz_helpers.h"
 #include "index.h"
+#include "lr_hash.h"
 
 uint32_t
 fuzz_pattern_token(uint32_t pattern, uint32_t pos)
@@ -223,6 +224,13 @@ fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
     run_once(&c, data, size);
     FUZZ_ASSERT(a.digest[0] == c.digest[0] && a.digest[1] == c.digest[1]);
     FUZZ_ASSERT(a.transcript == c.transcript);
+}
+
+void
+fuzz_delta_reseal(uint8_t *b, size_t n)
+{
+    if (n >= 8)
+        lr__put_u64(b + n - 8, lr__hash(b, n - 8, LR_SEED_DELTA));
 }
 
 size_t

@@ -112,6 +112,14 @@ void fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
                                          const uint8_t *data, size_t size),
                         const uint8_t *data, size_t size);
 
+/* The delta wire format (lib/index.c): a header of FUZZ_DELTA_HEADER
+ * bytes, the tables, then an 8-byte checksum of everything before it. */
+#define FUZZ_DELTA_HEADER 40
+/* Rewrite the trailing checksum of the n bytes at b to match what comes
+ * before it, so that a mutated delta reaches the parser (n < 8: left as
+ * is). */
+void fuzz_delta_reseal(uint8_t *b, size_t n);
+
 /* Block keys of tokens (capacity >= n / B), as lr_block_keys() computes
  * them; returns the count. */
 size_t fuzz_keys(uint32_t B, const uint32_t *tokens, size_t n, uint64_t salt,
