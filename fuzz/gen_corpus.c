@@ -78,15 +78,21 @@ put_bytes(struct enc *e, const void *p, size_t n)
     e->n += n;
 }
 
-/* xorshift for the random-but-reproducible seeds */
+/* xorshift for the random-but-reproducible seeds: a value in [lo, hi] */
+static uint32_t
+xorshift(uint64_t *s, uint32_t lo, uint32_t hi)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return lo + (uint32_t)(*s % ((uint64_t)hi - lo + 1));
+}
+
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static uint32_t
 rnd(uint32_t lo, uint32_t hi)
 {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return lo + (uint32_t)(rs % ((uint64_t)hi - lo + 1));
+    return xorshift(&rs, lo, hi);
 }
 
 /* ---- kv_events ---------------------------------------------------------------- */
@@ -1817,10 +1823,7 @@ static uint64_t ro_rs = 0x726f757465726f70ull; /* "routerop" */
 static uint32_t
 ro_rnd(uint32_t lo, uint32_t hi)
 {
-    ro_rs ^= ro_rs << 13;
-    ro_rs ^= ro_rs >> 7;
-    ro_rs ^= ro_rs << 17;
-    return lo + (uint32_t)(ro_rs % ((uint64_t)hi - lo + 1));
+    return xorshift(&ro_rs, lo, hi);
 }
 
 static void
