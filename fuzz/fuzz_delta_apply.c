@@ -64,16 +64,8 @@ learn(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt,
       uint32_t pattern, uint32_t start, uint32_t len, uint32_t tweak,
       const uint32_t *bounds, size_t n_bounds, uint64_t now)
 {
-    uint32_t tok[MAX_LEN + 16];
-    FUZZ_ASSERT(len <= MAX_LEN + 16);
-    fuzz_pattern_fill(tok, len, pattern, start, tweak);
-    lr_prompt p = LR_PROMPT_INIT;
-    p.tokens = tok;
-    p.n_tokens = len;
-    p.tenant_salt = salt;
-    p.boundaries = bounds;
-    p.n_boundaries = n_bounds;
-    lr_status st = lr_index_learn(ix, &p, inst, trust, now);
+    lr_status st = fuzz_learn_pattern(ix, inst, trust, salt, pattern, start,
+                                      len, tweak, bounds, n_bounds, now);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_VERIFY(ix);
 }

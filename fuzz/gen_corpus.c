@@ -710,15 +710,9 @@ static void
 lrn(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt, uint32_t pattern,
     uint32_t len, uint32_t tweak, uint32_t bound)
 {
-    uint32_t tok[512];
-    fuzz_pattern_fill(tok, len, pattern, 0, tweak);
-    lr_prompt p = LR_PROMPT_INIT;
-    p.tokens = tok;
-    p.n_tokens = len;
-    p.tenant_salt = salt;
-    p.boundaries = bound ? &bound : NULL;
-    p.n_boundaries = bound ? 1 : 0;
-    if (lr_index_learn(ix, &p, inst, trust, FUZZ_T0) != LR_OK)
+    if (fuzz_learn_pattern(ix, inst, trust, salt, pattern, 0, len, tweak,
+                           bound ? &bound : NULL, bound ? 1 : 0,
+                           FUZZ_T0) != LR_OK)
         exit(1);
 }
 

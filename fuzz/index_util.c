@@ -38,6 +38,24 @@ fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern, uint32_t start,
         out[tweak] ^= 1;
 }
 
+lr_status
+fuzz_learn_pattern(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt,
+                   uint32_t pattern, uint32_t start, uint32_t len,
+                   uint32_t tweak, const uint32_t *bounds, size_t n_bounds,
+                   uint64_t now)
+{
+    uint32_t tok[FUZZ_LEARN_MAX];
+    FUZZ_ASSERT(len <= FUZZ_LEARN_MAX);
+    fuzz_pattern_fill(tok, len, pattern, start, tweak);
+    lr_prompt p = LR_PROMPT_INIT;
+    p.tokens = tok;
+    p.n_tokens = len;
+    p.tenant_salt = salt;
+    p.boundaries = bounds;
+    p.n_boundaries = n_bounds;
+    return lr_index_learn(ix, &p, inst, trust, now);
+}
+
 bool
 fuzz_trace_on(void)
 {

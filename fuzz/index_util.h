@@ -22,6 +22,16 @@ uint32_t fuzz_pattern_token(uint32_t pattern, uint32_t pos);
 void fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern,
                        uint32_t start, uint32_t tweak);
 
+/* Learn the prompt of fuzz_pattern_fill(len, pattern, start, tweak)
+ * (len <= FUZZ_LEARN_MAX) with the given tenant salt and boundaries for
+ * `inst`; returns what lr_index_learn() returned. */
+#define FUZZ_LEARN_MAX 512u
+lr_status fuzz_learn_pattern(lr_index *ix, uint32_t inst, int32_t trust,
+                             uint64_t salt, uint32_t pattern, uint32_t start,
+                             uint32_t len, uint32_t tweak,
+                             const uint32_t *bounds, size_t n_bounds,
+                             uint64_t now);
+
 /* Trace of decoded calls (set LR_FUZZ_TRACE=1 in the environment): what a
  * bug report's reproduction is made of. */
 bool fuzz_trace_on(void);
