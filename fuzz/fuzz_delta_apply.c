@@ -29,10 +29,8 @@
 #include "index_util.h"
 #include "lr_hash.h"
 
-#define T0 5000000000ull /* 5 s */
 #define MAX_PROMPTS 12
 #define MAX_LEN 96
-#define DELTA_HEADER 40
 
 static const uint32_t ids[8] = {
     0, 1, 2, 7, 1000, 0x7fffffffu, 0xfffffffeu, 42
@@ -66,16 +64,8 @@ learn(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt,
       uint32_t pattern, uint32_t start, uint32_t len, uint32_t tweak,
       const uint32_t *bounds, size_t n_bounds, uint64_t now)
 {
-    uint32_t tok[MAX_LEN + 16];
-    FUZZ_ASSERT(len <= MAX_LEN + 16);
-    fuzz_pattern_fill(tok, len, pattern, start, tweak);
-    lr_prompt p = LR_PROMPT_INIT;
-    p.tokens = tok;
-    p.n_tokens = len;
-    p.tenant_salt = salt;
-    p.boundaries = bounds;
-    p.n_boundaries = n_bounds;
-    lr_status st = lr_index_learn(ix, &p, inst, trust, now);
+    lr_status st = fuzz_learn_pattern(ix, inst, trust, salt, pattern, start,
+                                      len, tweak, bounds, n_bounds, now);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_VERIFY(ix);
 }
@@ -89,12 +79,12 @@ base_index(const lr_allocator *alloc)
 {
     lr_index *ix = new_index_with(4, 64, 4, 1, alloc);
     static const uint32_t b8[1] = { 8 };
-    learn(ix, 1, LR_TRUST_LOCAL, 0, 0, 0, 24, ~0u, b8, 1, T0);
-    learn(ix, 1, LR_TRUST_LOCAL, 0, 1, 0, 20, ~0u, NULL, 0, T0);
-    learn(ix, 2, LR_TRUST_LOCAL, 0, 0, 0, 16, ~0u, NULL, 0, T0);
-    learn(ix, 2, LR_TRUST_REMOTE, 0, 2, 0, 32, ~0u, NULL, 0, T0);
-    learn(ix, 7, LR_TRUST_LOCAL, 7, 3, 0, 12, ~0u, NULL, 0, T0);
-    learn(ix, 7, LR_TRUST_REMOTE, 0, 0, 0, 40, 20, NULL, 0, T0);
+    learn(ix, 1, LR_TRUST_LOCAL, 0, 0, 0, 24, ~0u, b8, 1, FUZZ_T0);
+    learn(ix, 1, LR_TRUST_LOCAL, 0, 1, 0, 20, ~0u, NULL, 0, FUZZ_T0);
+    learn(ix, 2, LR_TRUST_LOCAL, 0, 0, 0, 16, ~0u, NULL, 0, FUZZ_T0);
+    learn(ix, 2, LR_TRUST_REMOTE, 0, 2, 0, 32, ~0u, NULL, 0, FUZZ_T0);
+    learn(ix, 7, LR_TRUST_LOCAL, 7, 3, 0, 12, ~0u, NULL, 0, FUZZ_T0);
+    learn(ix, 7, LR_TRUST_REMOTE, 0, 0, 0, 40, 20, NULL, 0, FUZZ_T0);
     return ix;
 }
 
@@ -121,7 +111,7 @@ export_checked(const lr_index *ix, uint64_t since, uint64_t *mark)
     FUZZ_ASSERT_STATUS(st, st == LR_OK && b != NULL);
     FUZZ_ASSERT(lr__index_digest(ix) == d0); /* export never changes it */
     FUZZ_ASSERT(lr_blob_size(a) == lr_blob_size(b));
-    FUZZ_ASSERT(lr_blob_size(a) >= DELTA_HEADER + 8);
+    FUZZ_ASSERT(lr_blob_size(a) >= FUZZ_DELTA_HEADER + 8);
     FUZZ_ASSERT(memcmp(lr_blob_data(a), lr_blob_data(b), lr_blob_size(a)) == 0);
     const uint8_t *p = lr_blob_data(a);
     size_t n = lr_blob_size(a);
@@ -145,11 +135,8 @@ static void
 import_half(const uint8_t *data, size_t size, bool fix_checksum,
             unsigned oom_sel)
 {
-    struct fuzz_oom oom = { 0 };
-    if (oom_sel > 0) {
-        oom.sticky = oom_sel >= 32;
-        oom.fail_at = oom.sticky ? oom_sel - 31 : oom_sel;
-    }
+    struct fuzz_oom oom;
+    fuzz_oom_select(&oom, oom_sel);
     lr_allocator alloc;
     fuzz_oom_allocator(&oom, &alloc);
     uint8_t *buf = NULL;
@@ -157,13 +144,13 @@ import_half(const uint8_t *data, size_t size, bool fix_checksum,
         buf = malloc(size);
         FUZZ_ASSERT(buf != NULL);
         memcpy(buf, data, size);
-        if (fix_checksum && size >= 8)
-            lr__put_u64(buf + size - 8, lr__hash(buf, size - 8, LR_SEED_DELTA));
+        if (fix_checksum)
+            fuzz_delta_reseal(buf, size);
     }
     lr_index *ix = base_index(&alloc);
     uint64_t d0 = lr__index_digest(ix);
     oom.armed = true;
-    lr_status st = lr_index_import_delta(ix, buf, size, T0 + 1000000000ull);
+    lr_status st = lr_index_import_delta(ix, buf, size, FUZZ_T0 + FUZZ_SEC);
     oom.armed = false;
     fuzz_trace("import_delta(base, %zu bytes) = %s (allocation %llu%s fails)",
                size, lr_status_name(st), (unsigned long long)oom.fail_at,
@@ -178,7 +165,7 @@ import_half(const uint8_t *data, size_t size, bool fix_checksum,
          * another reason is refused the same way again; one refused for
          * memory is not refused for memory again. */
         lr_status st2 =
-            lr_index_import_delta(ix, buf, size, T0 + 1000000000ull);
+            lr_index_import_delta(ix, buf, size, FUZZ_T0 + FUZZ_SEC);
         FUZZ_VERIFY(ix);
         if (st != LR_ENOMEM) {
             FUZZ_ASSERT_STATUS(st2, st2 == st);
@@ -191,7 +178,7 @@ import_half(const uint8_t *data, size_t size, bool fix_checksum,
         FUZZ_ASSERT(lr_index_get_stats(ix, &s) == LR_OK);
         FUZZ_ASSERT(s.blocks <= 64 && s.remote_blocks <= s.blocks);
         /* a blob that applied once applies again */
-        st = lr_index_import_delta(ix, buf, size, T0 + 2000000000ull);
+        st = lr_index_import_delta(ix, buf, size, FUZZ_T0 + 2 * FUZZ_SEC);
         FUZZ_ASSERT_STATUS(st, st == LR_OK);
         FUZZ_VERIFY(ix);
         lr_blob_destroy(export_checked(ix, 0, NULL));
@@ -199,14 +186,14 @@ import_half(const uint8_t *data, size_t size, bool fix_checksum,
         /* an empty index accepts what the base accepted, and then holds
          * only REMOTE routes, so it exports none */
         lr_index *e = new_index(4, 64, 4, 99);
-        st = lr_index_import_delta(e, buf, size, T0);
+        st = lr_index_import_delta(e, buf, size, FUZZ_T0);
         FUZZ_ASSERT_STATUS(st, st == LR_OK);
         FUZZ_VERIFY(e);
         FUZZ_ASSERT(lr_index_get_stats(e, &s) == LR_OK);
         FUZZ_ASSERT(s.remote_blocks == s.blocks);
         lr_blob *b = export_checked(e, 0, NULL);
         FUZZ_ASSERT(blob_routes(b) == 0);
-        FUZZ_ASSERT(lr_blob_size(b) == DELTA_HEADER + 8);
+        FUZZ_ASSERT(lr_blob_size(b) == FUZZ_DELTA_HEADER + 8);
         lr_blob_destroy(b);
         lr_index_destroy(e);
     }
@@ -258,7 +245,7 @@ learn_prompt(lr_index *ix, const struct prompt *p)
     lp.tenant_salt = p->salt;
     lp.boundaries = p->bounds;
     lp.n_boundaries = p->n_bounds;
-    lr_status st = lr_index_learn(ix, &lp, p->inst, LR_TRUST_LOCAL, T0);
+    lr_status st = lr_index_learn(ix, &lp, p->inst, LR_TRUST_LOCAL, FUZZ_T0);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_VERIFY(ix);
 }
@@ -275,7 +262,7 @@ match_np(lr_index *ix, const struct prompt *p, lr_index_hit *hits,
     memset(hits, 0, 8 * sizeof *hits);
     r->hits = hits;
     r->hits_capacity = 8;
-    lr_status st = lr_index_match(ix, &lp, T0, LR_MATCH_NO_TOUCH, r);
+    lr_status st = lr_index_match(ix, &lp, FUZZ_T0, LR_MATCH_NO_TOUCH, r);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
 }
 
@@ -338,11 +325,12 @@ roundtrip_half(const uint8_t *data, size_t size, bool incremental)
     }
 
     lr_status st =
-        lr_index_import_delta(b, lr_blob_data(b1), lr_blob_size(b1), T0);
+        lr_index_import_delta(b, lr_blob_data(b1), lr_blob_size(b1), FUZZ_T0);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_VERIFY(b);
     if (b2 != NULL) {
-        st = lr_index_import_delta(b, lr_blob_data(b2), lr_blob_size(b2), T0);
+        st = lr_index_import_delta(b, lr_blob_data(b2), lr_blob_size(b2),
+                                   FUZZ_T0);
         FUZZ_ASSERT_STATUS(st, st == LR_OK);
         FUZZ_VERIFY(b);
     }
@@ -368,7 +356,8 @@ roundtrip_half(const uint8_t *data, size_t size, bool incremental)
 
     /* A applying its own full export: LOCAL stays LOCAL, nothing new. */
     lr_blob *self = export_checked(a, 0, NULL);
-    st = lr_index_import_delta(a, lr_blob_data(self), lr_blob_size(self), T0);
+    st = lr_index_import_delta(a, lr_blob_data(self), lr_blob_size(self),
+                               FUZZ_T0);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_VERIFY(a);
     lr_index_stats sa2 = { .struct_size = sizeof sa2 };

@@ -31,6 +31,12 @@
         }                                                                  \
     } while (0)
 
+/* Host time in the harnesses, in nanoseconds; FUZZ_T0 is when the
+ * harnesses on a fixed index (delta_apply, vllm_batch) make their calls. */
+#define FUZZ_MS 1000000ull
+#define FUZZ_SEC 1000000000ull
+#define FUZZ_T0 (5 * FUZZ_SEC)
+
 /* Every harness defines this; the regression driver and libFuzzer call it. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -57,5 +63,12 @@ fuzz_fnv_u64(uint64_t h, uint64_t v)
 }
 
 #define FUZZ_FNV_INIT 0xcbf29ce484222325ull
+
+/* Note an observable result in a run's transcript. */
+static inline void
+fuzz_note(uint64_t *transcript, uint64_t v)
+{
+    *transcript = fuzz_fnv_u64(*transcript, v);
+}
 
 #endif /* LIBROUTE_FUZZ_HELPERS_H */

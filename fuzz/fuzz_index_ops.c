@@ -42,20 +42,11 @@
 
 #define MAX_OPS 128
 #define MAX_LEN 160
-#define TICK (1ull << 24)
 
 static const uint32_t ids[10] = {
     0, 1, 2, 3, 4, 5, 1000, 0x7fffffffu, 0xfffffffeu, LR_INSTANCE_NONE
 };
 #define N_VALID_IDS 9
-
-struct run {
-    struct fuzz_oom oom;
-    bool check;
-    uint64_t seed_xor;
-    uint64_t transcript;
-    uint64_t digest[2];
-};
 
 struct prompt {
     uint32_t tok[MAX_LEN];
@@ -65,23 +56,6 @@ struct prompt {
     lr_prompt p;
     int variant;
 };
-
-static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
-static void
-after(struct run *r, lr_index *ix, lr_status st, uint64_t d0, bool failed)
-{
-    note(r, (uint64_t)st);
-    if (!r->check)
-        return;
-    FUZZ_VERIFY(ix);
-    if (failed)
-        FUZZ_ASSERT_STATUS(st, lr__index_digest(ix) == d0);
-}
 
 /* A pattern prompt plus a variant: 0 precomputed keys, 1 precomputed keys
  * with a wrong count, 2 NULL tokens, 3 NULL boundaries, else plain. */
@@ -133,7 +107,7 @@ decode_prompt(fuzz_dp *dp, uint32_t B, bool with_bounds, struct prompt *q)
 }
 
 static void
-op_learn(struct run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B,
+op_learn(struct fuzz_index_run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B,
          uint64_t capacity, uint64_t now, struct prompt *q)
 {
     static const int32_t trusts[4] = { LR_TRUST_LOCAL, LR_TRUST_LOCAL,
@@ -158,11 +132,11 @@ op_learn(struct run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B,
             FUZZ_ASSERT(lr__index_depth_of(ix, inst, q->keys, n) == n);
         }
     }
-    after(r, ix, st, d0, st != LR_OK);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
 }
 
 static void
-do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
+do_match(struct fuzz_index_run *r, lr_index *ix, struct prompt *q, uint64_t now,
          uint32_t flags, int capv, bool dry)
 {
     lr_index_hit hits[8], before[8];
@@ -179,7 +153,7 @@ do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
     }
     if (dry) {
         lr_index_expire(ix, now);
-        note(r, 0x3e);
+        fuzz_note(&r->transcript, 0x3e);
         if (r->check)
             FUZZ_VERIFY(ix);
     }
@@ -188,9 +162,9 @@ do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
     fuzz_trace("  = %s, n_hits=%zu, deepest=%llu", lr_status_name(st),
                res.n_hits, (unsigned long long)res.deepest_tokens);
     if (st == LR_OK || st == LR_EBUFSIZE) {
-        note(r, res.n_hits);
-        note(r, res.deepest_tokens);
-        note(r, res.prompt_blocks);
+        fuzz_note(&r->transcript, res.n_hits);
+        fuzz_note(&r->transcript, res.deepest_tokens);
+        fuzz_note(&r->transcript, res.prompt_blocks);
     }
     if (st == LR_OK)
         r->transcript =
@@ -204,12 +178,12 @@ do_match(struct run *r, lr_index *ix, struct prompt *q, uint64_t now,
             fuzz_check_match(ix, st, q->keys, q->n_keys, &res, before, ids,
                              N_VALID_IDS);
     }
-    after(r, ix, st, d0, st != LR_OK && st != LR_EBUFSIZE);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK && st != LR_EBUFSIZE);
 }
 
 static void
-op_match(struct run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B, uint64_t now,
-         struct prompt *q, bool dry)
+op_match(struct fuzz_index_run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B,
+         uint64_t now, struct prompt *q, bool dry)
 {
     static const uint32_t flagv[4] = { 0, LR_MATCH_NO_TOUCH, LR_MATCH_NO_TOUCH,
                                        2 };
@@ -224,8 +198,8 @@ op_match(struct run *r, fuzz_dp *dp, lr_index **ixs, uint32_t B, uint64_t now,
 }
 
 static void
-op_transfer(struct run *r, fuzz_dp *dp, lr_index **ixs, uint64_t *marks,
-            uint64_t now)
+op_transfer(struct fuzz_index_run *r, fuzz_dp *dp, lr_index **ixs,
+            uint64_t *marks, uint64_t now)
 {
     int src = fuzz_dp_next_bool(dp);
     int dst = fuzz_dp_next_range(dp, 0, 3) == 0 ? src : !src;
@@ -253,7 +227,7 @@ op_transfer(struct run *r, fuzz_dp *dp, lr_index **ixs, uint64_t *marks,
         FUZZ_ASSERT(since <= cur || st == LR_EINVAL);
         FUZZ_ASSERT((st == LR_OK) == (blob != NULL));
     }
-    after(r, ixs[src], st, d0, false);
+    fuzz_index_after(r, ixs[src], st, d0, false);
     if (st != LR_OK)
         return;
     marks[src] = m;
@@ -281,57 +255,42 @@ op_transfer(struct run *r, fuzz_dp *dp, lr_index **ixs, uint64_t *marks,
             FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ELIMIT ||
                                        st == LR_ENOMEM);
     }
-    after(r, ix, st, d0, st != LR_OK);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
     free(buf);
 }
 
 static void
-op_query(struct run *r, fuzz_dp *dp, lr_index **ixs, uint64_t capacity)
+op_query(struct fuzz_index_run *r, fuzz_dp *dp, lr_index **ixs,
+         uint64_t capacity)
 {
     int t = fuzz_dp_next_bool(dp);
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 9)];
     lr_index *ix = ixs[t];
     uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
-    lr_index_stats s = { .struct_size = sizeof s };
-    lr_status st = lr_index_get_stats(ix, &s);
-    FUZZ_ASSERT_STATUS(st, st == LR_OK);
-    uint64_t blocks = 0;
-    lr_status st2 = lr_index_instance_blocks(ix, inst, &blocks);
+    lr_index_stats s;
+    uint64_t blocks;
+    lr_status st2 = fuzz_index_query(r, ix, inst, capacity, &s, &blocks);
     fuzz_trace("query(%c, inst=%u): blocks=%llu remote=%llu prefixes=%llu "
                "instances=%llu; instance_blocks = %s %llu",
                "XY"[t], inst, (unsigned long long)s.blocks,
                (unsigned long long)s.remote_blocks,
                (unsigned long long)s.prefixes, (unsigned long long)s.instances,
                lr_status_name(st2), (unsigned long long)blocks);
-    note(r, s.blocks);
-    note(r, s.remote_blocks);
-    note(r, s.prefixes);
-    note(r, s.instances);
-    note(r, s.evicted_blocks);
-    note(r, s.expired_blocks);
-    note(r, s.learned_blocks);
-    note(r, (uint64_t)st2);
-    note(r, blocks);
-    note(r, lr_index_mark(ix));
+    fuzz_note(&r->transcript, s.remote_blocks);
+    fuzz_note(&r->transcript, s.prefixes);
+    fuzz_note(&r->transcript, lr_index_mark(ix));
     if (r->check) {
-        FUZZ_ASSERT(lr__index_digest(ix) == d0);
-        FUZZ_ASSERT(s.blocks <= capacity);
+        FUZZ_ASSERT(lr__index_digest(ix) == d0); /* lr_index_mark too */
         FUZZ_ASSERT(s.remote_blocks <= s.blocks);
         FUZZ_ASSERT(s.prefixes <= s.blocks);
-        FUZZ_ASSERT_STATUS(st2,
-                           st2 == LR_OK || st2 == LR_ENOENT ||
-                               (st2 == LR_EINVAL && inst == LR_INSTANCE_NONE));
-        if (st2 == LR_OK)
-            FUZZ_ASSERT(blocks <= s.blocks);
     }
 }
 
 static void
-run_once(struct run *r, const uint8_t *data, size_t size)
+run_once(struct fuzz_index_run *r, const uint8_t *data, size_t size)
 {
     static const uint32_t Bs[4] = { 1, 2, 4, 16 };
     static const uint32_t journals[4] = { 0, 1, 4, UINT32_MAX };
-    static const uint64_t ttls[4] = { 0, 4 * TICK, 64 * TICK, UINT64_MAX };
     fuzz_dp dp;
     fuzz_dp_init(&dp, data, size);
     uint32_t B = Bs[fuzz_dp_next_range(&dp, 0, 3)];
@@ -341,11 +300,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.capacity_blocks = capacity;
     o.max_instances = fuzz_dp_next_range(&dp, 1, 8);
     o.journal_capacity = journals[fuzz_dp_next_range(&dp, 0, 3)];
-    o.ttl_ns = ttls[fuzz_dp_next_range(&dp, 0, 3)];
+    o.ttl_ns = fuzz_index_ttl(&dp);
     o.seed = fuzz_dp_next_range(&dp, 0, 255) ^ r->seed_xor;
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
-    r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 1024) : 0;
-    r->oom.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 1024, &r->oom.fail_at, &r->oom.sticky);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;
@@ -364,7 +321,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     struct prompt *q = malloc(sizeof *q);
     FUZZ_ASSERT(q != NULL);
     uint64_t marks[2] = { 0, 0 };
-    uint64_t now = 1000000000ull;
+    uint64_t now = FUZZ_SEC;
     for (int i = 0; i < MAX_OPS && !fuzz_dp_empty(&dp); i++) {
         switch (fuzz_dp_next_range(&dp, 0, 11)) {
         case 0:
@@ -385,7 +342,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             lr_index_expire(ixs[t], now);
             fuzz_trace("expire(%c, now=%llu)", "XY"[t],
                        (unsigned long long)now);
-            after(r, ixs[t], LR_OK, d0, false);
+            fuzz_index_after(r, ixs[t], LR_OK, d0, false);
             break;
         }
         case 7: {
@@ -399,7 +356,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
                 FUZZ_ASSERT_STATUS(
                     st, st == LR_OK || st == LR_ENOENT ||
                             (st == LR_EINVAL && inst == LR_INSTANCE_NONE));
-            after(r, ixs[t], st, d0, st != LR_OK);
+            fuzz_index_after(r, ixs[t], st, d0, st != LR_OK);
             break;
         }
         case 8:
@@ -407,9 +364,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             op_transfer(r, &dp, ixs, marks, now);
             break;
         case 10: {
-            static const uint64_t dts[4] = { 0, TICK, 16 * TICK,
-                                             3601000000000ull };
-            now += dts[fuzz_dp_next_range(&dp, 0, 3)];
+            now += fuzz_index_dt(&dp);
             fuzz_trace("now = %llu", (unsigned long long)now);
             break;
         }
@@ -428,17 +383,6 @@ run_once(struct run *r, const uint8_t *data, size_t size)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct run a = { .check = true, .transcript = FUZZ_FNV_INIT };
-    run_once(&a, data, size);
-    if (fuzz_trace_on())
-        return 0;
-    struct run b = { .transcript = FUZZ_FNV_INIT };
-    run_once(&b, data, size);
-    FUZZ_ASSERT(a.digest[0] == b.digest[0] && a.digest[1] == b.digest[1]);
-    FUZZ_ASSERT(a.transcript == b.transcript);
-    struct run c = { .seed_xor = 0x5eed, .transcript = FUZZ_FNV_INIT };
-    run_once(&c, data, size);
-    FUZZ_ASSERT(a.digest[0] == c.digest[0] && a.digest[1] == c.digest[1]);
-    FUZZ_ASSERT(a.transcript == c.transcript);
+    fuzz_index_replays(run_once, data, size);
     return 0;
 }

@@ -37,7 +37,6 @@
 #define MAX_OPS 200
 #define MAX_EBLOCKS 8
 #define POOL 64
-#define TICK (1ull << 24)
 
 static const uint32_t ids[6] = { 0, 1, 2, 3, 1000, LR_INSTANCE_NONE };
 #define N_VALID_IDS 5
@@ -52,34 +51,8 @@ pool_hash(uint32_t i)
     return 0x1000 + i;
 }
 
-struct run {
-    struct fuzz_oom oom;
-    bool check;
-    uint64_t seed_xor;
-    uint64_t transcript;
-    uint64_t digest;
-};
-
 static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
-/* Verify, and for a failed call compare with the digest from before. */
-static void
-after(struct run *r, lr_index *ix, lr_status st, uint64_t d0, bool failed)
-{
-    note(r, (uint64_t)st);
-    if (!r->check)
-        return;
-    FUZZ_VERIFY(ix);
-    if (failed)
-        FUZZ_ASSERT_STATUS(st, lr__index_digest(ix) == d0);
-}
-
-static void
-op_stored(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
+op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
           uint64_t capacity, uint64_t now)
 {
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 5)];
@@ -152,7 +125,7 @@ op_stored(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
                                    st == LR_ELIMIT || st == LR_ENOMEM ||
                                    /* short struct_size (B13) */
                                    (st == LR_EVERSION && flaw == 1));
-    after(r, ix, st, d0, st != LR_OK);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
 
     /* Without a parent the chain starts at the tenant root, so the index
      * keys are the prompt keys of the tokens: the instance holds them all
@@ -174,7 +147,7 @@ op_stored(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
 }
 
 static void
-op_removed(struct run *r, fuzz_dp *dp, lr_index *ix)
+op_removed(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix)
 {
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 5)];
     uint32_t nb = fuzz_dp_next_range(dp, 0, MAX_EBLOCKS);
@@ -199,12 +172,12 @@ op_removed(struct run *r, fuzz_dp *dp, lr_index *ix)
             FUZZ_ASSERT(resolved <= nb);
     }
     if (st == LR_OK && v != 1)
-        note(r, resolved);
-    after(r, ix, st, d0, st != LR_OK);
+        fuzz_note(&r->transcript, resolved);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
 }
 
 static void
-op_cleared(struct run *r, fuzz_dp *dp, lr_index *ix)
+op_cleared(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix)
 {
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 5)];
     uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
@@ -219,11 +192,11 @@ op_cleared(struct run *r, fuzz_dp *dp, lr_index *ix)
             FUZZ_ASSERT(blocks == 0);
         }
     }
-    after(r, ix, st, d0, st != LR_OK);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
 }
 
 static void
-op_remove_instance(struct run *r, fuzz_dp *dp, lr_index *ix)
+op_remove_instance(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix)
 {
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 5)];
     uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
@@ -237,11 +210,12 @@ op_remove_instance(struct run *r, fuzz_dp *dp, lr_index *ix)
             FUZZ_ASSERT(lr_index_instance_blocks(ix, inst, &blocks) ==
                         LR_ENOENT);
     }
-    after(r, ix, st, d0, st != LR_OK);
+    fuzz_index_after(r, ix, st, d0, st != LR_OK);
 }
 
 static void
-op_match(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B, uint64_t now)
+op_match(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
+         uint64_t now)
 {
     uint32_t pattern = fuzz_dp_next_range(dp, 0, FUZZ_N_PATTERNS - 1);
     uint32_t start = fuzz_dp_next_range(dp, 0, 63);
@@ -271,9 +245,9 @@ op_match(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B, uint64_t now)
                pattern, start * B, len, tweak, (unsigned long long)salt, flags,
                cap, (unsigned long long)now, lr_status_name(st), res.n_hits,
                (unsigned long long)res.deepest_tokens);
-    note(r, (uint64_t)st);
-    note(r, res.n_hits);
-    note(r, res.deepest_tokens);
+    fuzz_note(&r->transcript, (uint64_t)st);
+    fuzz_note(&r->transcript, res.n_hits);
+    fuzz_note(&r->transcript, res.deepest_tokens);
     if (st == LR_OK)
         r->transcript =
             fuzz_fnv(r->transcript, hits, res.n_hits * sizeof *hits);
@@ -293,50 +267,32 @@ op_match(struct run *r, fuzz_dp *dp, lr_index *ix, uint32_t B, uint64_t now)
 }
 
 static void
-op_stats(struct run *r, fuzz_dp *dp, lr_index *ix, uint64_t capacity,
+op_stats(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint64_t capacity,
          uint64_t emap_cap)
 {
     uint32_t inst = ids[fuzz_dp_next_range(dp, 0, 5)];
-    uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
-    lr_index_stats s = { .struct_size = sizeof s };
-    lr_status st = lr_index_get_stats(ix, &s);
-    FUZZ_ASSERT_STATUS(st, st == LR_OK);
-    uint64_t blocks = 0;
-    lr_status st2 = lr_index_instance_blocks(ix, inst, &blocks);
+    lr_index_stats s;
+    uint64_t blocks;
+    lr_status st2 = fuzz_index_query(r, ix, inst, capacity, &s, &blocks);
     fuzz_trace("stats: blocks=%llu engine_hashes=%llu instances=%llu; "
                "instance_blocks(%u) = %s %llu",
                (unsigned long long)s.blocks,
                (unsigned long long)s.engine_hashes,
                (unsigned long long)s.instances, inst, lr_status_name(st2),
                (unsigned long long)blocks);
-    note(r, s.blocks);
-    note(r, s.engine_hashes);
-    note(r, s.instances);
-    note(r, s.evicted_blocks);
-    note(r, s.expired_blocks);
-    note(r, s.learned_blocks);
-    note(r, (uint64_t)st2);
-    note(r, blocks);
+    fuzz_note(&r->transcript, s.engine_hashes);
     if (r->check) {
-        FUZZ_ASSERT(lr__index_digest(ix) == d0);
-        FUZZ_ASSERT(s.blocks <= capacity);
         FUZZ_ASSERT(s.remote_blocks == 0); /* precise mode is all LOCAL */
         FUZZ_ASSERT(s.instances <= 4);
         /* the default engine map holds 2 x capacity_blocks entries */
         FUZZ_ASSERT(s.engine_hashes <= (emap_cap ? emap_cap : 2 * capacity));
-        FUZZ_ASSERT_STATUS(st2,
-                           st2 == LR_OK || st2 == LR_ENOENT ||
-                               (st2 == LR_EINVAL && inst == LR_INSTANCE_NONE));
-        if (st2 == LR_OK)
-            FUZZ_ASSERT(blocks <= s.blocks);
     }
 }
 
 static void
-run_once(struct run *r, const uint8_t *data, size_t size)
+run_once(struct fuzz_index_run *r, const uint8_t *data, size_t size)
 {
     static const uint64_t emaps[4] = { 0, 8, 32, 1024 };
-    static const uint64_t ttls[4] = { 0, 4 * TICK, 64 * TICK, UINT64_MAX };
     fuzz_dp dp;
     fuzz_dp_init(&dp, data, size);
     uint32_t B = fuzz_dp_next_range(&dp, 0, 1) ? 16 : 4;
@@ -345,12 +301,10 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.block_tokens = B;
     o.capacity_blocks = capacity;
     o.engine_map_capacity = emaps[fuzz_dp_next_range(&dp, 0, 3)];
-    o.ttl_ns = ttls[fuzz_dp_next_range(&dp, 0, 3)];
+    o.ttl_ns = fuzz_index_ttl(&dp);
     o.max_instances = 4;
     o.seed = fuzz_dp_next_range(&dp, 0, 255) ^ r->seed_xor;
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
-    r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 1024) : 0;
-    r->oom.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 1024, &r->oom.fail_at, &r->oom.sticky);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;
@@ -365,7 +319,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     r->oom.armed = true;
 
-    uint64_t now = 1000000000ull;
+    uint64_t now = FUZZ_SEC;
     for (int i = 0; i < MAX_OPS && !fuzz_dp_empty(&dp); i++) {
         switch (fuzz_dp_next_range(&dp, 0, 10)) {
         case 0:
@@ -381,9 +335,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             op_cleared(r, &dp, ix);
             break;
         case 6: {
-            static const uint64_t dts[4] = { 0, TICK, 16 * TICK,
-                                             3601000000000ull };
-            now += dts[fuzz_dp_next_range(&dp, 0, 3)];
+            now += fuzz_index_dt(&dp);
             fuzz_trace("now = %llu", (unsigned long long)now);
             break;
         }
@@ -391,7 +343,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
             lr_index_expire(ix, now);
             fuzz_trace("expire(now=%llu)", (unsigned long long)now);
-            after(r, ix, LR_OK, d0, false);
+            fuzz_index_after(r, ix, LR_OK, d0, false);
             break;
         }
         case 8:
@@ -405,22 +357,13 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             break;
         }
     }
-    r->digest = lr__index_digest(ix);
+    r->digest[0] = lr__index_digest(ix);
     lr_index_destroy(ix);
 }
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct run a = { .check = true, .transcript = FUZZ_FNV_INIT };
-    run_once(&a, data, size);
-    if (fuzz_trace_on())
-        return 0; /* one trace is enough */
-    struct run b = { .transcript = FUZZ_FNV_INIT };
-    run_once(&b, data, size);
-    FUZZ_ASSERT(a.digest == b.digest && a.transcript == b.transcript);
-    struct run c = { .seed_xor = 0x5eed, .transcript = FUZZ_FNV_INIT };
-    run_once(&c, data, size);
-    FUZZ_ASSERT(a.digest == c.digest && a.transcript == c.transcript);
+    fuzz_index_replays(run_once, data, size);
     return 0;
 }

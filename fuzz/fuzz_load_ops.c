@@ -168,12 +168,6 @@ struct run {
     lr_load *ld;
 };
 
-static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
-
 /* Counters of every instance against the shadow. */
 static void
 check_counters(struct run *r)
@@ -253,7 +247,7 @@ static void
 after(struct run *r, lr_status st, lr_status want, uint64_t d0, bool nop)
 {
     fuzz_trace("  = %s", lr_status_name(st));
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     if (!r->check)
         return;
     if (st != want) {
@@ -615,7 +609,7 @@ op_rtt(struct run *r, fuzz_dp *dp)
         lr_load_snapshot_init(&sn);
         FUZZ_ASSERT(lr_load_get(r->ld, inst, &sn) == LR_OK);
         FUZZ_ASSERT(sn.has_rtt == 1);
-        note(r, sn.rtt_ns);
+        fuzz_note(&r->transcript, sn.rtt_ns);
     }
 }
 
@@ -667,7 +661,7 @@ op_query(struct run *r, fuzz_dp *dp)
                                      LR_LOAD_SNAPSHOT_SIZE_V1, sizeof big };
     big.s.struct_size = sizes[szc];
     lr_status st = lr_load_get(r->ld, inst, &big.s);
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     if (r->check) {
         lr_status want = szc < 2                ? LR_EVERSION
                          : !s_live(&r->s, inst) ? LR_ENOENT
@@ -677,22 +671,22 @@ op_query(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(big.s.struct_size == sizes[szc]);
     }
     if (st == LR_OK) {
-        note(r, big.s.inflight);
-        note(r, big.s.queued);
-        note(r, big.s.prefill_tokens);
-        note(r, big.s.queued_tokens);
-        note(r, big.s.decode_tokens);
-        note(r, big.s.kv_tokens);
-        note(r, big.s.queue_since_ns);
-        note(r, big.s.last_first_token_ns);
-        note(r, big.s.rtt_ns);
-        note(r, big.s.scraped_ns);
+        fuzz_note(&r->transcript, big.s.inflight);
+        fuzz_note(&r->transcript, big.s.queued);
+        fuzz_note(&r->transcript, big.s.prefill_tokens);
+        fuzz_note(&r->transcript, big.s.queued_tokens);
+        fuzz_note(&r->transcript, big.s.decode_tokens);
+        fuzz_note(&r->transcript, big.s.kv_tokens);
+        fuzz_note(&r->transcript, big.s.queue_since_ns);
+        fuzz_note(&r->transcript, big.s.last_first_token_ns);
+        fuzz_note(&r->transcript, big.s.rtt_ns);
+        fuzz_note(&r->transcript, big.s.scraped_ns);
     }
 
     uint32_t where = 12345;
     int32_t queued = -1;
     st = lr_load_request(r->ld, id, &where, &queued);
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     int i = s_find(&r->s, id);
     struct lr__req_view v;
     lr_status st2 = lr__load_req(r->ld, id, &v);
@@ -711,16 +705,16 @@ op_query(struct run *r, fuzz_dp *dp)
         }
     }
     if (st == LR_OK) {
-        note(r, where);
-        note(r, (uint64_t)queued);
-        note(r, v.alt_instance);
-        note(r, v.alt_cached_tokens);
-        note(r, v.dispatch_ns);
+        fuzz_note(&r->transcript, where);
+        fuzz_note(&r->transcript, (uint64_t)queued);
+        fuzz_note(&r->transcript, v.alt_instance);
+        fuzz_note(&r->transcript, v.alt_cached_tokens);
+        fuzz_note(&r->transcript, v.dispatch_ns);
     }
 
     struct walk w = { .r = r, .inst = inst, .stop = stop };
     lr__load_each_req(r->ld, inst, walk_cb, &w);
-    note(r, w.n);
+    fuzz_note(&r->transcript, w.n);
     if (r->check) {
         uint32_t n = 0;
         for (uint32_t k = 0; k < r->s.n; k++)
@@ -728,7 +722,7 @@ op_query(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(w.n == (stop != 0 && stop < n ? stop : n));
         FUZZ_ASSERT(lr__load_digest(r->ld) == d0);
     }
-    note(r, lr_load_inflight(r->ld));
+    fuzz_note(&r->transcript, lr_load_inflight(r->ld));
 }
 
 /* ---- driver ------------------------------------------------------------------------ */
@@ -744,10 +738,8 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.max_instances = fuzz_dp_next_range(&dp, 1, MAX_INST);
     o.max_requests = fuzz_dp_next_range(&dp, 1, MAX_REQ);
     o.rtt_alpha = alphas[fuzz_dp_next_range(&dp, 0, 3)];
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
     struct alloc a = { .shift = r->shift };
-    a.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 8) : 0;
-    a.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 8, &a.fail_at, &a.sticky);
     uint32_t mask = fuzz_dp_next_range(&dp, 0, 255);
     lr_allocator al = { a_alloc, a_realloc, a_free, &a };
     o.allocator = &al;
@@ -761,10 +753,10 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     r->s.max_inst = o.max_instances;
     r->s.max_req = o.max_requests;
     r->s.alpha = o.rtt_alpha != 0.0 ? o.rtt_alpha : 0.3;
-    r->now = 1000000000ull;
+    r->now = FUZZ_SEC;
     r->ld = (lr_load *)&r->ld;
     lr_status st = lr_load_create(&o, &r->ld);
-    note(r, (uint64_t)st);
+    fuzz_note(&r->transcript, (uint64_t)st);
     if (st != LR_OK) {
         /* only an injected failure may stop create, and it cleans up */
         FUZZ_ASSERT_STATUS(st, st == LR_ENOMEM && a.fail_at != 0);

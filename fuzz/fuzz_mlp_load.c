@@ -136,12 +136,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((ctl & 1) && len >= 8)
         lr__put_u64(buf + len - 8, lr__hash(buf, len - 8, SEAL_SEED));
 
-    unsigned oom_sel = ctl >> 2;
-    struct fuzz_oom oom = { 0 };
-    if (oom_sel > 0) {
-        oom.sticky = oom_sel >= 32;
-        oom.fail_at = oom.sticky ? oom_sel - 31 : oom_sel;
-    }
+    struct fuzz_oom oom;
+    fuzz_oom_select(&oom, ctl >> 2);
     lr_allocator alloc;
     fuzz_oom_allocator(&oom, &alloc);
     lr_mlp *m = (lr_mlp *)&m;

@@ -81,10 +81,7 @@
 #define MAX_LEN 96
 #define N_IDS 10
 #define NONE LR_INSTANCE_NONE
-#define MS 1000000ull
-#define SEC 1000000000ull
 #define WRAPPED (1ull << 40)
-#define DELTA_HEADER 40
 
 static const uint32_t inst_ids[N_IDS] = { 0, 1, 2, 3, 4, 5, 6, 7, 1000, NONE };
 
@@ -145,12 +142,6 @@ struct run {
 };
 
 /* ---- small helpers --------------------------------------------------------- */
-
-static void
-note(struct run *r, uint64_t v)
-{
-    r->transcript = fuzz_fnv_u64(r->transcript, v);
-}
 
 static bool
 oom_hit(const struct run *r)
@@ -302,7 +293,7 @@ fail_status(enum call c, lr_status got, lr_status want, const char *why)
 static void
 after(struct run *r, enum call c, lr_status st, int want, uint64_t d0)
 {
-    note(r, ((uint64_t)c << 8) | (uint64_t)st);
+    fuzz_note(&r->transcript, ((uint64_t)c << 8) | (uint64_t)st);
     if (!r->check)
         return;
     if ((unsigned)st >= 32 || !(documented[c] & B_(st)))
@@ -424,7 +415,7 @@ op_add(struct run *r, fuzz_dp *dp)
 {
     static const uint32_t classes[5] = { 0, 1, 3, 63, 64 };
     static const int32_t pcs[4] = { 1, 1, 0, 2 };
-    static const uint64_t rtts[4] = { 0, MS, LR_LOAD_MAX_RTT_NS,
+    static const uint64_t rtts[4] = { 0, FUZZ_MS, LR_LOAD_MAX_RTT_NS,
                                       LR_LOAD_MAX_RTT_NS + 1 };
     uint32_t nm = fuzz_dp_next_range(dp, 0, N_NAMES - 1);
     lr_instance_spec s;
@@ -658,10 +649,10 @@ op_route(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(d.n_scores == routable);
     if (st != LR_OK)
         return;
-    note(r, d.instance);
-    note(r, d.cached_tokens);
-    note(r, d.alt_instance);
-    note(r, (uint64_t)d.reason);
+    fuzz_note(&r->transcript, d.instance);
+    fuzz_note(&r->transcript, d.cached_tokens);
+    fuzz_note(&r->transcript, d.alt_instance);
+    fuzz_note(&r->transcript, (uint64_t)d.reason);
     check_decision(r, &q, &d, scores, want_scores);
     if (dry) {
         r->dry_runs++;
@@ -823,8 +814,8 @@ op_set_stats(struct run *r, fuzz_dp *dp)
     uint32_t tc = fuzz_dp_next_range(dp, 0, 4);
     s.scraped_ns = tc == 0   ? 0
                    : tc == 1 ? r->now
-                   : tc == 2 ? r->now - SEC
-                   : tc == 3 ? r->now + SEC
+                   : tc == 2 ? r->now - FUZZ_SEC
+                   : tc == 3 ? r->now + FUZZ_SEC
                              : UINT64_MAX;
     bool small = fuzz_dp_next_range(dp, 0, 15) == 0;
     if (small)
@@ -847,7 +838,7 @@ static void
 op_rtt(struct run *r, fuzz_dp *dp)
 {
     static const uint64_t rtts[6] = {
-        0, 1, MS, LR_LOAD_MAX_RTT_NS, LR_LOAD_MAX_RTT_NS + 1, UINT64_MAX
+        0, 1, FUZZ_MS, LR_LOAD_MAX_RTT_NS, LR_LOAD_MAX_RTT_NS + 1, UINT64_MAX
     };
     uint32_t id = dec_inst(dp);
     uint64_t rtt = rtts[fuzz_dp_next_range(dp, 0, 5)];
@@ -950,7 +941,7 @@ op_plan(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(n == 0);
     if (st != LR_OK)
         return;
-    note(r, n);
+    fuzz_note(&r->transcript, n);
     if (r->check) {
         FUZZ_ASSERT(digest(r) == d0); /* a plan changes nothing */
         FUZZ_ASSERT(n <= cap);
@@ -960,8 +951,8 @@ op_plan(struct run *r, fuzz_dp *dp)
         fuzz_trace("  move %llu: %u -> %u, benefit %g s",
                    (unsigned long long)m->request_id, m->from, m->to,
                    m->benefit_s);
-        note(r, m->request_id);
-        note(r, ((uint64_t)m->from << 32) | m->to);
+        fuzz_note(&r->transcript, m->request_id);
+        fuzz_note(&r->transcript, ((uint64_t)m->from << 32) | m->to);
         if (!r->check)
             continue;
         int i = s_find(r, m->request_id);
@@ -1036,13 +1027,6 @@ op_kv(struct run *r, fuzz_dp *dp)
     }
 }
 
-static void
-fix_checksum(uint8_t *b, size_t n)
-{
-    if (n >= 8)
-        lr__put_u64(b + n - 8, lr__hash(b, n - 8, LR_SEED_DELTA));
-}
-
 static bool
 varint_skip(const uint8_t **p, const uint8_t *end)
 {
@@ -1056,10 +1040,10 @@ varint_skip(const uint8_t **p, const uint8_t *end)
 static bool
 retarget(uint8_t *b, size_t n, uint32_t to)
 {
-    if (n < DELTA_HEADER + 8)
+    if (n < FUZZ_DELTA_HEADER + 8)
         return false;
     uint32_t nn = lr__get_u32(b + 12), nr = lr__get_u32(b + 16);
-    const uint8_t *p = b + DELTA_HEADER, *end = b + n - 8;
+    const uint8_t *p = b + FUZZ_DELTA_HEADER, *end = b + n - 8;
     for (uint32_t i = 0; i < nn; i++) {
         if (end - p < 9)
             return false;
@@ -1075,7 +1059,7 @@ retarget(uint8_t *b, size_t n, uint32_t to)
         if (!varint_skip(&p, end))
             return false;
     }
-    fix_checksum(b, n);
+    fuzz_delta_reseal(b, n);
     return true;
 }
 
@@ -1142,7 +1126,7 @@ op_delta(struct run *r, fuzz_dp *dp)
         if (got)
             memcpy(c, raw, got);
         if (fix)
-            fix_checksum(c, got);
+            fuzz_delta_reseal(c, got);
         import(r, c, got, fix ? "raw bytes, checksum fixed" : "raw bytes");
         free(c);
     }
@@ -1195,7 +1179,7 @@ op_query(struct run *r, fuzz_dp *dp)
                           : LR_ENOENT,
           d0);
     if (st == LR_OK)
-        note(r, lb.s.inflight);
+        fuzz_note(&r->transcript, lb.s.inflight);
     /* find_instance */
     uint32_t fid = 999;
     st = lr_router_find_instance(r->r, name_of(nm), &fid);
@@ -1277,7 +1261,7 @@ static void
 run_once(struct run *r, const uint8_t *data, size_t size)
 {
     static const uint32_t Bs[4] = { 1, 2, 4, 16 };
-    static const uint64_t ttls[4] = { 0, SEC, 60 * SEC, UINT64_MAX };
+    static const uint64_t ttls[4] = { 0, FUZZ_SEC, 60 * FUZZ_SEC, UINT64_MAX };
     fuzz_dp dp;
     fuzz_dp_init(&dp, data, size);
     lr_router_options o;
@@ -1309,17 +1293,15 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     lo.mlp = &mo;
     o.learner = &lo;
     o.ring_vnodes = fuzz_dp_next_range(&dp, 1, 64);
-    uint32_t oom_mode = fuzz_dp_next_range(&dp, 0, 3);
-    r->oom.fail_at = oom_mode >= 2 ? fuzz_dp_next_range(&dp, 1, 256) : 0;
-    r->oom.sticky = oom_mode == 3;
+    fuzz_oom_decode(&dp, 256, &r->oom.fail_at, &r->oom.sticky);
     uint32_t mask = fuzz_dp_next_range(&dp, 0, 255);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;
     r->policy = o.policy;
     for (int k = 0; k < LR__PARAM_COUNT; k++)
-        r->param[k] = lr_param_bounds((lr_param)k).def;
-    r->now = 1000 * SEC;
+        r->param[k] = lr_param_bounds(k).def;
+    r->now = 1000 * FUZZ_SEC;
     r->next_id = 1000;
     fuzz_trace("router(seed=%llu, max_instances=%u, max_requests=%u, B=%u, "
                "capacity=%llu, ttl=%llu, policy=%s, vnodes=%u); allocation "
@@ -1340,7 +1322,7 @@ run_once(struct run *r, const uint8_t *data, size_t size)
         s.name = name_of(k);
         s.instance_class = k % 3;
         s.prefix_caching = k != 7;
-        s.rtt_ns = (k + 1) * MS;
+        s.rtt_ns = (k + 1) * FUZZ_MS;
         uint32_t id;
         st = lr_router_add_instance(r->r, &s, &id);
         FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ELIMIT);
@@ -1403,8 +1385,13 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             op_delta(r, &dp);
             break;
         case 18: {
-            static const uint64_t dts[7] = { 0,       MS,       20 * MS,   SEC,
-                                             4 * SEC, 11 * SEC, 3601 * SEC };
+            static const uint64_t dts[7] = { 0,
+                                             FUZZ_MS,
+                                             20 * FUZZ_MS,
+                                             FUZZ_SEC,
+                                             4 * FUZZ_SEC,
+                                             11 * FUZZ_SEC,
+                                             3601 * FUZZ_SEC };
             r->now += dts[fuzz_dp_next_range(&dp, 0, 6)];
             fuzz_trace("now = %llu", (unsigned long long)r->now);
             break;

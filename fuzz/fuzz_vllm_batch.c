@@ -15,7 +15,6 @@
 #include "index_util.h"
 #include "libroute/lr_vllm.h"
 
-#define T0 5000000000ull
 #define INST 3u
 
 static lr_index *
@@ -43,7 +42,7 @@ fresh(void)
     ev.block_size = 16;
     ev.token_ids = tok;
     ev.n_tokens = 64;
-    st = lr_index_kv_stored(ix, INST, &ev, T0);
+    st = lr_index_kv_stored(ix, INST, &ev, FUZZ_T0);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     return ix;
 }
@@ -55,7 +54,7 @@ one(const uint8_t *data, size_t size, lr_status *st_out, uint64_t *dig_out)
     uint64_t d0 = lr__index_digest(ix);
     lr_vllm_batch_info info;
     lr_vllm_batch_info_init(&info);
-    lr_status st = lr_index_vllm_batch(ix, INST, data, size, T0, &info);
+    lr_status st = lr_index_vllm_batch(ix, INST, data, size, FUZZ_T0, &info);
     FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ECORRUPT ||
                                st == LR_ENOTSUP || st == LR_ELIMIT ||
                                st == LR_ENOMEM);

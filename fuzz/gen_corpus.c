@@ -15,6 +15,7 @@
 
 #include "../tests/mpw.h"
 #include "data_producer.h"
+#include "fuzz_helpers.h"
 #include "index.h"
 #include "index_util.h"
 #include "libroute/lr_router.h"
@@ -78,15 +79,21 @@ put_bytes(struct enc *e, const void *p, size_t n)
     e->n += n;
 }
 
-/* xorshift for the random-but-reproducible seeds */
+/* xorshift for the random-but-reproducible seeds: a value in [lo, hi] */
+static uint32_t
+xorshift(uint64_t *s, uint32_t lo, uint32_t hi)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return lo + (uint32_t)(*s % ((uint64_t)hi - lo + 1));
+}
+
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static uint32_t
 rnd(uint32_t lo, uint32_t hi)
 {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return lo + (uint32_t)(rs % ((uint64_t)hi - lo + 1));
+    return xorshift(&rs, lo, hi);
 }
 
 /* ---- kv_events ---------------------------------------------------------------- */
@@ -100,16 +107,17 @@ enum {
     KV_NONE
 };
 
-/* oom: 0 none; n > 0 allocation n fails once; n < 0 allocation -n and
- * every one after */
+/* The allocation failure of an op-stream header, as fuzz_oom_decode()
+ * reads it with max_at. oom: 0 none; n > 0 allocation n fails once; n < 0
+ * allocation -n and every one after. */
 static void
-put_oom(struct enc *e, int oom)
+put_oom(struct enc *e, int oom, uint32_t max_at)
 {
     if (oom == 0) {
         put(e, 0, 3, 0);
     } else {
         put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 1024, (uint32_t)(oom > 0 ? oom : -oom));
+        put(e, 1, max_at, (uint32_t)(oom > 0 ? oom : -oom));
     }
 }
 
@@ -123,7 +131,7 @@ kv_header_oom(struct enc *e, int b16, uint32_t cap, uint32_t emap, uint32_t ttl,
     put(e, 0, 3, emap);
     put(e, 0, 3, ttl);
     put(e, 0, 255, 7);
-    put_oom(e, oom);
+    put_oom(e, oom, 1024);
 }
 
 static void
@@ -387,7 +395,7 @@ io_header_oom(struct enc *e, uint32_t Bi, uint32_t cap, uint32_t max_inst,
     put(e, 0, 3, journal);
     put(e, 0, 3, ttl);
     put(e, 0, 255, 3);
-    put_oom(e, oom);
+    put_oom(e, oom, 1024);
 }
 
 static void
@@ -703,15 +711,9 @@ static void
 lrn(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt, uint32_t pattern,
     uint32_t len, uint32_t tweak, uint32_t bound)
 {
-    uint32_t tok[512];
-    fuzz_pattern_fill(tok, len, pattern, 0, tweak);
-    lr_prompt p = LR_PROMPT_INIT;
-    p.tokens = tok;
-    p.n_tokens = len;
-    p.tenant_salt = salt;
-    p.boundaries = bound ? &bound : NULL;
-    p.n_boundaries = bound ? 1 : 0;
-    if (lr_index_learn(ix, &p, inst, trust, 5000000000ull) != LR_OK)
+    if (fuzz_learn_pattern(ix, inst, trust, salt, pattern, 0, len, tweak,
+                           bound ? &bound : NULL, bound ? 1 : 0,
+                           FUZZ_T0) != LR_OK)
         exit(1);
 }
 
@@ -792,14 +794,14 @@ struct craft {
 static void
 craft_begin(struct craft *c, uint32_t B, uint32_t nn, uint32_t nr)
 {
-    memset(c->b, 0, 40);
+    memset(c->b, 0, FUZZ_DELTA_HEADER);
     memcpy(c->b, "LRDX", 4);
     lr__put_u16(c->b + 4, 1);
     lr__put_u32(c->b + 8, B);
     lr__put_u32(c->b + 12, nn);
     lr__put_u32(c->b + 16, nr);
     lr__put_u64(c->b + 32, 1);
-    c->n = 40;
+    c->n = FUZZ_DELTA_HEADER;
 }
 
 static void
@@ -831,8 +833,8 @@ craft_route(struct craft *c, uint32_t id, uint32_t node)
 static void
 craft_end(struct craft *c, const char *name)
 {
-    lr__put_u64(c->b + c->n, lr__hash(c->b, c->n, LR_SEED_DELTA));
     c->n += 8;
+    fuzz_delta_reseal(c->b, c->n);
     delta_seed(name, 0, c->b, c->n);
 }
 
@@ -1037,12 +1039,7 @@ ld_header(struct enc *e, uint32_t max_inst, uint32_t max_req, uint32_t alpha,
     put(e, 1, 8, max_inst);
     put(e, 1, 64, max_req);
     put(e, 0, 3, alpha);
-    if (oom == 0) {
-        put(e, 0, 3, 0);
-    } else {
-        put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 8, (uint32_t)(oom > 0 ? oom : -oom));
-    }
+    put_oom(e, oom, 8);
     put(e, 0, 255, mask);
 }
 
@@ -1554,12 +1551,7 @@ ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
     put(e, 0, 3, ttl);
     put(e, 0, 14, policy);
     put(e, 1, 64, vnodes);
-    if (oom == 0) {
-        put(e, 0, 3, 0);
-    } else {
-        put(e, 0, 3, oom > 0 ? 2 : 3);
-        put(e, 1, 256, (uint32_t)(oom > 0 ? oom : -oom));
-    }
+    put_oom(e, oom, 256);
     put(e, 0, 255, names);
 }
 
@@ -1826,10 +1818,7 @@ static uint64_t ro_rs = 0x726f757465726f70ull; /* "routerop" */
 static uint32_t
 ro_rnd(uint32_t lo, uint32_t hi)
 {
-    ro_rs ^= ro_rs << 13;
-    ro_rs ^= ro_rs >> 7;
-    ro_rs ^= ro_rs << 17;
-    return lo + (uint32_t)(ro_rs % ((uint64_t)hi - lo + 1));
+    return xorshift(&ro_rs, lo, hi);
 }
 
 static void

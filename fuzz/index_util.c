@@ -7,6 +7,7 @@
 
 #include "fuzz_helpers.h"
 #include "index.h"
+#include "lr_hash.h"
 
 uint32_t
 fuzz_pattern_token(uint32_t pattern, uint32_t pos)
@@ -35,6 +36,24 @@ fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern, uint32_t start,
         out[i] = fuzz_pattern_token(pattern, start + (uint32_t)i);
     if (tweak < n)
         out[tweak] ^= 1;
+}
+
+lr_status
+fuzz_learn_pattern(lr_index *ix, uint32_t inst, int32_t trust, uint64_t salt,
+                   uint32_t pattern, uint32_t start, uint32_t len,
+                   uint32_t tweak, const uint32_t *bounds, size_t n_bounds,
+                   uint64_t now)
+{
+    uint32_t tok[FUZZ_LEARN_MAX];
+    FUZZ_ASSERT(len <= FUZZ_LEARN_MAX);
+    fuzz_pattern_fill(tok, len, pattern, start, tweak);
+    lr_prompt p = LR_PROMPT_INIT;
+    p.tokens = tok;
+    p.n_tokens = len;
+    p.tenant_salt = salt;
+    p.boundaries = bounds;
+    p.n_boundaries = n_bounds;
+    return lr_index_learn(ix, &p, inst, trust, now);
 }
 
 bool
@@ -117,6 +136,24 @@ fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a)
 }
 
 void
+fuzz_oom_decode(fuzz_dp *dp, uint32_t max_at, uint64_t *fail_at, bool *sticky)
+{
+    uint32_t mode = fuzz_dp_next_range(dp, 0, 3);
+    *fail_at = mode >= 2 ? fuzz_dp_next_range(dp, 1, max_at) : 0;
+    *sticky = mode == 3;
+}
+
+void
+fuzz_oom_select(struct fuzz_oom *o, unsigned sel)
+{
+    memset(o, 0, sizeof *o);
+    if (sel > 0) {
+        o->sticky = sel >= 32;
+        o->fail_at = o->sticky ? sel - 31 : sel;
+    }
+}
+
+void
 fuzz_index_verify_at(const lr_index *ix, const char *file, int line)
 {
     fuzz_oom_pause();
@@ -127,6 +164,91 @@ fuzz_index_verify_at(const lr_index *ix, const char *file, int line)
                 lr_status_name(st));
         abort();
     }
+}
+
+uint64_t
+fuzz_index_ttl(fuzz_dp *dp)
+{
+    static const uint64_t ttls[4] = { 0, 4 * FUZZ_TICK, 64 * FUZZ_TICK,
+                                      UINT64_MAX };
+    return ttls[fuzz_dp_next_range(dp, 0, 3)];
+}
+
+uint64_t
+fuzz_index_dt(fuzz_dp *dp)
+{
+    static const uint64_t dts[4] = { 0, FUZZ_TICK, 16 * FUZZ_TICK,
+                                     3601 * FUZZ_SEC };
+    return dts[fuzz_dp_next_range(dp, 0, 3)];
+}
+
+void
+fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
+                 uint64_t d0, bool failed)
+{
+    fuzz_note(&r->transcript, (uint64_t)st);
+    if (!r->check)
+        return;
+    FUZZ_VERIFY(ix);
+    if (failed)
+        FUZZ_ASSERT_STATUS(st, lr__index_digest(ix) == d0);
+}
+
+lr_status
+fuzz_index_query(struct fuzz_index_run *r, const lr_index *ix, uint32_t inst,
+                 uint64_t capacity, lr_index_stats *s, uint64_t *blocks)
+{
+    uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    lr_status st = lr_index_get_stats(ix, s);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    *blocks = 0;
+    lr_status st2 = lr_index_instance_blocks(ix, inst, blocks);
+    fuzz_note(&r->transcript, s->blocks);
+    fuzz_note(&r->transcript, s->instances);
+    fuzz_note(&r->transcript, s->evicted_blocks);
+    fuzz_note(&r->transcript, s->expired_blocks);
+    fuzz_note(&r->transcript, s->learned_blocks);
+    fuzz_note(&r->transcript, (uint64_t)st2);
+    fuzz_note(&r->transcript, *blocks);
+    if (r->check) {
+        FUZZ_ASSERT(lr__index_digest(ix) == d0);
+        FUZZ_ASSERT(s->blocks <= capacity);
+        FUZZ_ASSERT_STATUS(st2,
+                           st2 == LR_OK || st2 == LR_ENOENT ||
+                               (st2 == LR_EINVAL && inst == LR_INSTANCE_NONE));
+        if (st2 == LR_OK)
+            FUZZ_ASSERT(*blocks <= s->blocks);
+    }
+    return st2;
+}
+
+void
+fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
+                                    const uint8_t *data, size_t size),
+                   const uint8_t *data, size_t size)
+{
+    struct fuzz_index_run a = { .check = true, .transcript = FUZZ_FNV_INIT };
+    run_once(&a, data, size);
+    if (fuzz_trace_on())
+        return;
+    struct fuzz_index_run b = { .transcript = FUZZ_FNV_INIT };
+    run_once(&b, data, size);
+    FUZZ_ASSERT(a.digest[0] == b.digest[0] && a.digest[1] == b.digest[1]);
+    FUZZ_ASSERT(a.transcript == b.transcript);
+    struct fuzz_index_run c = { .seed_xor = 0x5eed,
+                                .transcript = FUZZ_FNV_INIT };
+    run_once(&c, data, size);
+    FUZZ_ASSERT(a.digest[0] == c.digest[0] && a.digest[1] == c.digest[1]);
+    FUZZ_ASSERT(a.transcript == c.transcript);
+}
+
+void
+fuzz_delta_reseal(uint8_t *b, size_t n)
+{
+    if (n >= 8)
+        lr__put_u64(b + n - 8, lr__hash(b, n - 8, LR_SEED_DELTA));
 }
 
 size_t

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data_producer.h"
 #include "libroute/lr_index.h"
 
 /* Token patterns. Pattern 0 is all zeros, 1 alternates 0 1, 2 and 3 are
@@ -20,6 +21,16 @@ uint32_t fuzz_pattern_token(uint32_t pattern, uint32_t pos);
  * `tweak` is flipped, forking the prompt from its pattern there. */
 void fuzz_pattern_fill(uint32_t *out, size_t n, uint32_t pattern,
                        uint32_t start, uint32_t tweak);
+
+/* Learn the prompt of fuzz_pattern_fill(len, pattern, start, tweak)
+ * (len <= FUZZ_LEARN_MAX) with the given tenant salt and boundaries for
+ * `inst`; returns what lr_index_learn() returned. */
+#define FUZZ_LEARN_MAX 512u
+lr_status fuzz_learn_pattern(lr_index *ix, uint32_t inst, int32_t trust,
+                             uint64_t salt, uint32_t pattern, uint32_t start,
+                             uint32_t len, uint32_t tweak,
+                             const uint32_t *bounds, size_t n_bounds,
+                             uint64_t now);
 
 /* Trace of decoded calls (set LR_FUZZ_TRACE=1 in the environment): what a
  * bug report's reproduction is made of. */
@@ -44,6 +55,15 @@ struct fuzz_oom {
 };
 /* Fill *a with hooks backed by *o (which must outlive the index). */
 void fuzz_oom_allocator(struct fuzz_oom *o, lr_allocator *a);
+/* The allocation failure an op-stream header asks for: a mode 0..3 (none,
+ * none, once, from then on) and, for the last two, which allocation
+ * 1..max_at fails. Sets *fail_at (0: none) and *sticky. */
+void fuzz_oom_decode(fuzz_dp *dp, uint32_t max_at, uint64_t *fail_at,
+                     bool *sticky);
+/* The allocation failure a control value 0..63 asks for: 0 none, 1..31
+ * that allocation only, 32..63 allocation sel - 31 and every one after.
+ * Resets *o. */
+void fuzz_oom_select(struct fuzz_oom *o, unsigned sel);
 /* Pause/resume failure injection around checks (nests). */
 void fuzz_oom_pause(void);
 void fuzz_oom_resume(void);
@@ -60,6 +80,55 @@ void fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
                       size_t n_keys, const lr_index_match_result *r,
                       const lr_index_hit *hits_before, const uint32_t *ids,
                       size_t n_ids);
+
+/* ---- the op-stream harnesses on lr_index (index_ops, kv_events) ---- */
+
+/* Host time: a run starts at FUZZ_SEC and moves on in ticks. */
+#define FUZZ_TICK (1ull << 24)
+/* The header's TTL choice 0..3: the default, 4 ticks, 64 ticks, never. */
+uint64_t fuzz_index_ttl(fuzz_dp *dp);
+/* A time step 0..3: none, 1 tick, 16 ticks, past an hour. */
+uint64_t fuzz_index_dt(fuzz_dp *dp);
+
+/* One run of an input. The first checks every property; the replays only
+ * compare what they saw with it (B24). */
+struct fuzz_index_run {
+    struct fuzz_oom oom;
+    bool check;          /* check the properties (the first run) */
+    uint64_t seed_xor;   /* xored into the index seed */
+    uint64_t transcript; /* every observable result (fuzz_note) */
+    uint64_t digest[2];  /* each index's digest at the end */
+};
+
+/* After an index call: note its status; when checking, verify the index
+ * and, for a failed call, require the digest from before the call (d0). */
+void fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
+                      uint64_t d0, bool failed);
+
+/* The queries both harnesses make, which must change nothing:
+ * lr_index_get_stats() succeeds, with at most `capacity` blocks, and
+ * lr_index_instance_blocks(inst) gives LR_OK (at most the index's blocks),
+ * LR_ENOENT, or LR_EINVAL for LR_INSTANCE_NONE. The counters both
+ * harnesses report go into the transcript. Fills *s and *blocks; returns
+ * the status of lr_index_instance_blocks(). */
+lr_status fuzz_index_query(struct fuzz_index_run *r, const lr_index *ix,
+                           uint32_t inst, uint64_t capacity, lr_index_stats *s,
+                           uint64_t *blocks);
+
+/* Run the input through run_once three times: checking, then again, then
+ * with another index seed; the digests and transcripts must agree. With
+ * LR_FUZZ_TRACE set, only the first run (one trace is enough). */
+void fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
+                                         const uint8_t *data, size_t size),
+                        const uint8_t *data, size_t size);
+
+/* The delta wire format (lib/index.c): a header of FUZZ_DELTA_HEADER
+ * bytes, the tables, then an 8-byte checksum of everything before it. */
+#define FUZZ_DELTA_HEADER 40
+/* Rewrite the trailing checksum of the n bytes at b to match what comes
+ * before it, so that a mutated delta reaches the parser (n < 8: left as
+ * is). */
+void fuzz_delta_reseal(uint8_t *b, size_t n);
 
 /* Block keys of tokens (capacity >= n / B), as lr_block_keys() computes
  * them; returns the count. */

@@ -16,15 +16,6 @@
 #include "libroute/lr_learner.h"
 #include "testutil.h"
 
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
 #define D 3
 
 /* A small, fast network for tests. */
@@ -456,9 +447,7 @@ static bool
 sc_step(struct tu_alloc *t, void *vctx)
 {
     const struct oom_ctx *ctx = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_learner *l = make(20, 10, 64, 30, 25, &t->a);
     assert_non_null(l);
     uint64_t s = 3;
@@ -478,7 +467,7 @@ sc_step(struct tu_alloc *t, void *vctx)
     uint64_t before = lr__learner_digest(l);
     float before_pred[1] = { 0 };
     lr_status had = lr_learner_score(l, x, 1, before_pred, NULL);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     int32_t tr = 5;
     lr_status st = lr_learner_step(l, 0, &tr);
     bool failed = t->failed;

@@ -644,7 +644,7 @@ run_diff(uint64_t seed, uint32_t n_inst, uint32_t max_req, double alpha,
     struct run *r = &run;
     memset(r, 0, sizeof *r);
     r->rs = seed;
-    r->now = 1000000000ull;
+    r->now = SEC;
     r->pool = (uint64_t)max_req * 2 + 4;
     r->m.n_inst = n_inst;
     r->m.max_req = max_req;

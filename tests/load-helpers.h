@@ -13,16 +13,6 @@
 #include "load.h"
 #include "testutil.h"
 
-/* Fail with both status names when a call returns the wrong status. */
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
 #define assert_load_ok(ld) assert_st(lr__load_verify(ld), LR_OK)
 
 /* A failing call must leave the tracker exactly as it was. */

@@ -16,18 +16,16 @@
 #include "load.h"
 #include "testutil.h"
 
-#define MS 1000000ull
-
 /* ---- options and create ---------------------------------------------------- */
 
 static void
 inits_set_defaults(void **state)
 {
     (void)state;
-    lr_load_options_init(NULL);
-    lr_dispatch_init(NULL);
-    lr_engine_stats_init(NULL);
-    lr_load_snapshot_init(NULL);
+    lr_load_options_init_sized(NULL, sizeof(lr_load_options));
+    lr_dispatch_init_sized(NULL, sizeof(lr_dispatch));
+    lr_engine_stats_init_sized(NULL, sizeof(lr_engine_stats));
+    lr_load_snapshot_init_sized(NULL, sizeof(lr_load_snapshot));
 
     lr_load_options o;
     memset(&o, 0xa5, sizeof o);

@@ -15,51 +15,14 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "router-helpers.h"
 #include "router.h"
 #include "testutil.h"
-
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
-#define assert_reason(d, want)                                     \
-    do {                                                           \
-        int32_t r_got_ = (d).reason;                               \
-        int32_t r_want_ = (want);                                  \
-        if (r_got_ != r_want_)                                     \
-            fail_msg("reason %s, want %s", lr_reason_name(r_got_), \
-                     lr_reason_name(r_want_));                     \
-    } while (0)
-
-#define T0 1000000000000ull
-#define MS 1000000ull
-#define SEC 1000000000ull
-
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 0x1234567;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
 
 static void
 add(lr_router *r, uint32_t i, uint32_t cls)
 {
-    char name[32];
-    snprintf(name, sizeof name, "10.1.%u.%u:8000", i / 200, i % 200);
-    lr_instance_spec s;
-    lr_instance_spec_init(&s);
-    s.name = name;
-    s.instance_class = cls;
-    uint32_t id = LR_INSTANCE_NONE;
-    assert_st(lr_router_add_instance(r, &s, &id), LR_OK);
-    assert_int_equal(id, i);
+    assert_int_equal(add_instance(r, "10.1", i, cls, 0), i);
 }
 
 /* A router of n instances; classes alternate 0, 1 when `hetero`. */
@@ -95,20 +58,13 @@ mk(lr_policy policy, uint32_t n, bool hetero, uint32_t min_samples,
     return r;
 }
 
+/* Route one request that must succeed; returns the decision. */
 static lr_decision
 route(lr_router *r, uint64_t id, const uint32_t *t, size_t n, uint64_t now,
       uint32_t flags)
 {
-    lr_request q;
-    lr_request_init(&q);
-    q.id = id;
-    q.tokens = t;
-    q.n_tokens = n;
-    q.now_ns = now;
-    q.flags = flags;
     lr_decision d;
-    lr_decision_init(&d);
-    assert_st(lr_router_route(r, &q, &d), LR_OK);
+    assert_st(route_one(r, id, t, n, flags, now, &d), LR_OK);
     return d;
 }
 
@@ -509,9 +465,7 @@ static bool
 sc_switch(struct tu_alloc *t, void *ctx)
 {
     (void)ctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_router_options o;
     lr_router_options_init(&o);
     o.allocator = &t->a;
@@ -522,7 +476,7 @@ sc_switch(struct tu_alloc *t, void *ctx)
     assert_st(lr_router_create(&o, &r), LR_OK);
     add(r, 0, 0);
     uint64_t before = lr__router_digest(r);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_status st = lr_router_set_policy(r, LR_POLICY_LODESTAR);
     bool failed = t->failed;
     tu_alloc_disarm(t);

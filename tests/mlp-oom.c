@@ -18,15 +18,6 @@
 #include "mlp.h"
 #include "testutil.h"
 
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
 #define N_ROWS 90
 #define D 3
 
@@ -37,8 +28,7 @@ make_data(void)
 {
     uint64_t s = 0x00a1;
     for (size_t i = 0; i < N_ROWS * D; i++)
-        xs[i] =
-            (float)((double)(tu_rand(&s) >> 11) / 9007199254740992.0 * 4 - 2);
+        xs[i] = (float)(tu_unit(&s) * 4 - 2);
     for (size_t r = 0; r < N_ROWS; r++)
         ys[r] = (float)(sin(xs[r * D]) + xs[r * D + 1] * xs[r * D + 2]);
 }
@@ -61,26 +51,6 @@ opts(const struct shape *sh, const lr_allocator *a)
     o.seed = 17;
     o.allocator = a;
     return o;
-}
-
-/* Run `t` unarmed for the set-up, re-armed as the loop asked afterwards. */
-struct arm {
-    uint64_t fail_at;
-    bool forever;
-};
-
-static struct arm
-pause_arm(struct tu_alloc *t)
-{
-    struct arm a = { t->fail_at, t->fail_forever };
-    tu_alloc_disarm(t);
-    return a;
-}
-
-static void
-resume_arm(struct tu_alloc *t, struct arm a)
-{
-    tu_alloc_arm(t, a.fail_at, a.forever);
 }
 
 /* A trained network on t's allocator (set up without failures). */
@@ -155,6 +125,44 @@ static const struct shape shapes[] = {
     { 2, 70, 200, 0.5 }, /* more than one tile of rows per batch */
 };
 
+/* Each scenario below runs for every shape. */
+static void
+each_shape(tu_scenario sc)
+{
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        tu_oom_loop(sc, (void *)&shapes[i], 64);
+}
+
+/* What the scenarios after create start from, set up with failures
+ * paused: a trained network m, an untouched clone c of it (when asked
+ * for, else NULL) and a snapshot s of m. */
+struct fixture {
+    lr_mlp *m, *c;
+    struct snap s;
+};
+
+static void
+fixture_make(struct tu_alloc *t, const struct shape *sh, bool with_clone,
+             struct fixture *f)
+{
+    struct tu_arming a = tu_alloc_pause(t);
+    f->m = trained(t, sh);
+    f->c = NULL;
+    if (with_clone)
+        assert_st(lr_mlp_clone(f->m, &f->c), LR_OK);
+    take(f->m, &f->s);
+    tu_alloc_resume(t, a);
+}
+
+static void
+fixture_drop(struct fixture *f)
+{
+    if (f->c != NULL)
+        lr_mlp_destroy(f->c);
+    lr_mlp_destroy(f->m);
+    drop(&f->s);
+}
+
 /* ---- create --------------------------------------------------------------- */
 
 static bool
@@ -170,12 +178,12 @@ sc_create(struct tu_alloc *t, void *ctx)
         return false;
     }
     assert_st(st, LR_OK);
-    struct arm a = pause_arm(t);
+    struct tu_arming a = tu_alloc_pause(t);
     float p[4];
     assert_st(lr_mlp_predict(m, xs, 4, p), LR_OK);
     assert_st(lr_mlp_train(m, xs, ys, N_ROWS, 1, NULL), LR_OK);
     lr_mlp_destroy(m);
-    resume_arm(t, a);
+    tu_alloc_resume(t, a);
     return !t->failed;
 }
 
@@ -183,8 +191,7 @@ static void
 oom_create(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_create, (void *)&shapes[i], 64);
+    each_shape(sc_create);
 }
 
 /* ---- clone ------------------------------------------------------------------ */
@@ -192,13 +199,10 @@ oom_create(void **state)
 static bool
 sc_clone(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
-    lr_mlp *m = trained(t, ctx);
-    struct snap s;
-    take(m, &s);
-    resume_arm(t, a);
+    struct fixture f;
+    fixture_make(t, ctx, false, &f);
     lr_mlp *c = (lr_mlp *)&c;
-    lr_status st = lr_mlp_clone(m, &c);
+    lr_status st = lr_mlp_clone(f.m, &c);
     bool failed = t->failed;
     tu_alloc_disarm(t);
     if (st == LR_ENOMEM) {
@@ -206,11 +210,10 @@ sc_clone(struct tu_alloc *t, void *ctx)
         assert_null(c);
     } else {
         assert_st(st, LR_OK);
-        assert_trains_like(c, m);
+        assert_trains_like(c, f.m);
         lr_mlp_destroy(c);
     }
-    lr_mlp_destroy(m);
-    drop(&s);
+    fixture_drop(&f);
     return !failed;
 }
 
@@ -218,8 +221,7 @@ static void
 oom_clone(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_clone, (void *)&shapes[i], 64);
+    each_shape(sc_clone);
 }
 
 /* ---- load and save ------------------------------------------------------------ */
@@ -227,14 +229,11 @@ oom_clone(void **state)
 static bool
 sc_load(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
-    lr_mlp *m = trained(t, ctx);
-    struct snap s;
-    take(m, &s);
-    resume_arm(t, a);
+    struct fixture f;
+    fixture_make(t, ctx, false, &f);
     lr_mlp *l = (lr_mlp *)&l;
     lr_status st =
-        lr_mlp_load(lr_blob_data(s.blob), lr_blob_size(s.blob), &t->a, &l);
+        lr_mlp_load(lr_blob_data(f.s.blob), lr_blob_size(f.s.blob), &t->a, &l);
     bool failed = t->failed;
     tu_alloc_disarm(t);
     if (st == LR_ENOMEM) {
@@ -242,11 +241,10 @@ sc_load(struct tu_alloc *t, void *ctx)
         assert_null(l);
     } else {
         assert_st(st, LR_OK);
-        assert_same(l, &s);
+        assert_same(l, &f.s);
         lr_mlp_destroy(l);
     }
-    lr_mlp_destroy(m);
-    drop(&s);
+    fixture_drop(&f);
     return !failed;
 }
 
@@ -254,22 +252,16 @@ static void
 oom_load(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_load, (void *)&shapes[i], 64);
+    each_shape(sc_load);
 }
 
 static bool
 sc_save(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
-    lr_mlp *m = trained(t, ctx);
-    lr_mlp *c;
-    assert_st(lr_mlp_clone(m, &c), LR_OK);
-    struct snap s;
-    take(m, &s);
-    resume_arm(t, a);
+    struct fixture f;
+    fixture_make(t, ctx, true, &f);
     lr_blob *b = (lr_blob *)&b;
-    lr_status st = lr_mlp_save(m, &b);
+    lr_status st = lr_mlp_save(f.m, &b);
     bool failed = t->failed;
     tu_alloc_disarm(t);
     if (st == LR_ENOMEM) {
@@ -277,16 +269,14 @@ sc_save(struct tu_alloc *t, void *ctx)
         assert_null(b);
     } else {
         assert_st(st, LR_OK);
-        assert_int_equal(lr_blob_size(b), lr_blob_size(s.blob));
-        assert_memory_equal(lr_blob_data(b), lr_blob_data(s.blob),
+        assert_int_equal(lr_blob_size(b), lr_blob_size(f.s.blob));
+        assert_memory_equal(lr_blob_data(b), lr_blob_data(f.s.blob),
                             lr_blob_size(b));
         lr_blob_destroy(b);
     }
-    assert_same(m, &s);
-    assert_trains_like(m, c);
-    lr_mlp_destroy(c);
-    lr_mlp_destroy(m);
-    drop(&s);
+    assert_same(f.m, &f.s);
+    assert_trains_like(f.m, f.c);
+    fixture_drop(&f);
     return !failed;
 }
 
@@ -294,8 +284,7 @@ static void
 oom_save(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_save, (void *)&shapes[i], 64);
+    each_shape(sc_save);
 }
 
 /* ---- train and the internal gradient ------------------------------------------- */
@@ -303,31 +292,24 @@ oom_save(void **state)
 static bool
 sc_train(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
-    lr_mlp *m = trained(t, ctx);
-    lr_mlp *c;
-    assert_st(lr_mlp_clone(m, &c), LR_OK);
-    struct snap s;
-    take(m, &s);
-    resume_arm(t, a);
+    struct fixture f;
+    fixture_make(t, ctx, true, &f);
     double loss = -7.0;
-    lr_status st = lr_mlp_train(m, xs, ys, N_ROWS, 3, &loss);
+    lr_status st = lr_mlp_train(f.m, xs, ys, N_ROWS, 3, &loss);
     bool failed = t->failed;
     tu_alloc_disarm(t);
     if (st == LR_ENOMEM) {
         assert_true(failed);
         assert_true(loss == -7.0); /* not written */
-        assert_same(m, &s);
-        assert_trains_like(m, c);
+        assert_same(f.m, &f.s);
+        assert_trains_like(f.m, f.c);
     } else {
         assert_st(st, LR_OK);
-        assert_st(lr_mlp_train(c, xs, ys, N_ROWS, 3, NULL), LR_OK);
-        assert_memory_equal(lr__mlp_params(m), lr__mlp_params(c),
-                            lr__mlp_n_params(m) * sizeof(float));
+        assert_st(lr_mlp_train(f.c, xs, ys, N_ROWS, 3, NULL), LR_OK);
+        assert_memory_equal(lr__mlp_params(f.m), lr__mlp_params(f.c),
+                            lr__mlp_n_params(f.m) * sizeof(float));
     }
-    lr_mlp_destroy(c);
-    lr_mlp_destroy(m);
-    drop(&s);
+    fixture_drop(&f);
     return !failed;
 }
 
@@ -335,25 +317,18 @@ static void
 oom_train(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_train, (void *)&shapes[i], 64);
+    each_shape(sc_train);
 }
 
 static bool
 sc_gradient(struct tu_alloc *t, void *ctx)
 {
-    struct arm a = pause_arm(t);
-    lr_mlp *m = trained(t, ctx);
-    lr_mlp *c;
-    assert_st(lr_mlp_clone(m, &c), LR_OK);
-    struct snap s;
-    take(m, &s);
-    size_t np = lr__mlp_n_params(m);
-    float *g = malloc(np * sizeof *g);
-    resume_arm(t, a);
+    struct fixture f;
+    fixture_make(t, ctx, true, &f);
+    float *g = malloc(lr__mlp_n_params(f.m) * sizeof *g);
     double loss = -7.0, lz = -7.0;
-    lr_status st = lr__mlp_gradient(m, xs, ys, N_ROWS, g, &loss);
-    lr_status st2 = lr__mlp_loss_z(m, xs, ys, N_ROWS, &lz);
+    lr_status st = lr__mlp_gradient(f.m, xs, ys, N_ROWS, g, &loss);
+    lr_status st2 = lr__mlp_loss_z(f.m, xs, ys, N_ROWS, &lz);
     bool failed = t->failed;
     tu_alloc_disarm(t);
     if (st == LR_ENOMEM)
@@ -365,12 +340,10 @@ sc_gradient(struct tu_alloc *t, void *ctx)
     else
         assert_st(st2, LR_OK);
     assert_true(failed || (st == LR_OK && st2 == LR_OK));
-    assert_same(m, &s);
-    assert_trains_like(m, c);
+    assert_same(f.m, &f.s);
+    assert_trains_like(f.m, f.c);
     free(g);
-    lr_mlp_destroy(c);
-    lr_mlp_destroy(m);
-    drop(&s);
+    fixture_drop(&f);
     return !failed;
 }
 
@@ -378,8 +351,7 @@ static void
 oom_gradient(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        tu_oom_loop(sc_gradient, (void *)&shapes[i], 64);
+    each_shape(sc_gradient);
 }
 
 /* Once created, scoring never allocates: a whole scoring workload runs

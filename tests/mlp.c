@@ -19,15 +19,6 @@
 #include "mlp.h"
 #include "testutil.h"
 
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
 /* The serialized layout (lib/mlp.c), for the crafted-blob tests. */
 #define HDR 84u
 #define OFF_VERSION 8u
@@ -46,12 +37,6 @@
 static uint64_t g_seed;
 
 /* ---- helpers --------------------------------------------------------------- */
-
-static double
-urand(uint64_t *s)
-{
-    return (double)(tu_rand(s) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static lr_mlp *
 mk(uint32_t d, uint32_t L, uint32_t W, uint64_t seed, double dropout,
@@ -77,7 +62,7 @@ rand_rows(uint64_t *s, size_t n, size_t d, double lo, double hi)
     float *x = malloc((n * d + 1) * sizeof *x);
     assert_non_null(x);
     for (size_t i = 0; i < n * d; i++)
-        x[i] = (float)(lo + (hi - lo) * urand(s));
+        x[i] = (float)(lo + (hi - lo) * tu_unit(s));
     return x;
 }
 
@@ -87,7 +72,7 @@ rand_params(lr_mlp *m, uint64_t *s, double a)
 {
     float *p = lr__mlp_params(m);
     for (size_t i = 0; i < lr__mlp_n_params(m); i++)
-        p[i] = (float)((2.0 * urand(s) - 1.0) * a);
+        p[i] = (float)((2.0 * tu_unit(s) - 1.0) * a);
 }
 
 static float *
@@ -221,7 +206,7 @@ static void
 options_init_defaults(void **state)
 {
     (void)state;
-    lr_mlp_options_init(NULL);
+    lr_mlp_options_init_sized(NULL, sizeof(lr_mlp_options));
     lr_mlp_options o;
     memset(&o, 0xa5, sizeof o);
     lr_mlp_options_init(&o);

@@ -15,64 +15,14 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "router-helpers.h"
 #include "router.h"
 #include "testutil.h"
-
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
-#define T0 1000000000000ull
-#define MS 1000000ull
-
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 0x1234567;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
-
-static void
-name_of(char *buf, size_t len, uint32_t i)
-{
-    snprintf(buf, len, "10.1.%u.%u:8000", i / 200, i % 200);
-}
 
 static void
 add(lr_router *r, uint32_t i)
 {
-    char name[32];
-    name_of(name, sizeof name, i);
-    lr_instance_spec s;
-    lr_instance_spec_init(&s);
-    s.name = name;
-    s.instance_class = i % 3;
-    s.rtt_ns = (i + 1) * MS;
-    uint32_t id;
-    assert_st(lr_router_add_instance(r, &s, &id), LR_OK);
-    assert_int_equal(id, i);
-}
-
-static lr_status
-route(lr_router *r, uint64_t id, const uint32_t *t, size_t n, uint32_t flags,
-      uint64_t now)
-{
-    lr_request q;
-    lr_request_init(&q);
-    q.id = id;
-    q.tokens = t;
-    q.n_tokens = n;
-    q.flags = flags;
-    q.now_ns = now;
-    lr_decision d;
-    lr_decision_init(&d);
-    return lr_router_route(r, &q, &d);
+    assert_int_equal(add_instance(r, "10.1", i, i % 3, (i + 1) * MS), i);
 }
 
 /* A router on `a` with n_inst instances and some history: learned prompts
@@ -98,7 +48,7 @@ populated(const lr_allocator *a, lr_policy policy, uint32_t n_inst)
     for (uint64_t k = 0; k < 8; k++) {
         toks(t, 700, 10 + k % 3);
         t[400] = (uint32_t)k;
-        assert_st(route(r, 100 + k, t, 700, 0, T0 + k * MS), LR_OK);
+        assert_st(route_one(r, 100 + k, t, 700, 0, T0 + k * MS, NULL), LR_OK);
     }
     assert_st(lr_router_first_token(r, 101, T0 + 20 * MS), LR_OK);
     assert_st(lr_router_complete(r, 102, 5, T0 + 30 * MS), LR_OK);
@@ -125,12 +75,10 @@ static bool
 sc_frame(struct tu_alloc *t, void *vctx)
 {
     const struct frame *f = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_router *r = populated(&t->a, f->policy, f->n_inst);
     uint64_t before = lr__router_digest(r);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_status st = f->op(r, f->ctx);
     bool failed = t->failed;
     tu_alloc_disarm(t);
@@ -139,8 +87,8 @@ sc_frame(struct tu_alloc *t, void *vctx)
         if (lr__router_digest(r) != before)
             fail_msg("digest changed after LR_ENOMEM (policy %s, "
                      "allocation %llu%s)",
-                     lr_policy_name(f->policy), (unsigned long long)armed,
-                     forever ? " on" : "");
+                     lr_policy_name(f->policy), (unsigned long long)arm.fail_at,
+                     arm.forever ? " on" : "");
     } else {
         assert_st(st, LR_OK);
     }
@@ -174,7 +122,7 @@ sc_create(struct tu_alloc *t, void *ctx)
     add(r, 0);
     uint32_t tok[64];
     toks(tok, 64, 1);
-    assert_st(route(r, 1, tok, 64, 0, T0), LR_OK);
+    assert_st(route_one(r, 1, tok, 64, 0, T0, NULL), LR_OK);
     assert_st(lr__router_verify(r), LR_OK);
     lr_router_destroy(r);
     return !failed;
@@ -232,7 +180,7 @@ op_route(lr_router *r, void *ctx)
     static uint32_t t[3000];
     toks(t, 700, 10);
     toks(t + 300, 2700, 4242);
-    lr_status st = route(r, 9999, t, 3000, 0, T0 + 40 * MS);
+    lr_status st = route_one(r, 9999, t, 3000, 0, T0 + 40 * MS, NULL);
     if (st != LR_OK)
         assert_st(lr_router_first_token(r, 9999, T0 + 50 * MS), LR_ENOENT);
     return st;
@@ -242,24 +190,8 @@ static void
 oom_route(void **state)
 {
     (void)state;
-    static const lr_policy all[] = {
-        LR_POLICY_RANDOM,
-        LR_POLICY_ROUND_ROBIN,
-        LR_POLICY_LEAST_REQUEST,
-        LR_POLICY_LEAST_LOAD,
-        LR_POLICY_SESSION_AFFINITY,
-        LR_POLICY_CONSISTENT_HASH,
-        LR_POLICY_PREFIX_CACHE,
-        LR_POLICY_PREFIX_CACHE_AND_LOAD,
-        LR_POLICY_SGLANG_CACHE_AWARE,
-        LR_POLICY_PREBLE,
-        LR_POLICY_MIN_TTFT,
-        LR_POLICY_DYNAMO,
-        LR_POLICY_DUALMAP,
-        LR_POLICY_GORGO,
-        LR_POLICY_RANVIER,
-        LR_POLICY_LODESTAR,
-    };
+    static const lr_policy all[] = { POLICIES_WITHOUT_LEARNER,
+                                     LR_POLICY_LODESTAR };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         struct frame f = { all[i], 4, op_route, NULL };
         tu_oom_loop(sc_frame, &f, 400);
@@ -316,8 +248,8 @@ static lr_status
 op_kv_stored(lr_router *r, void *ctx)
 {
     (void)ctx;
-    static uint32_t t[40 * 16];
-    toks(t, 40 * 16, 5151);
+    static uint32_t t[40 * BT];
+    toks(t, 40 * BT, 5151);
     uint64_t h[40];
     for (int i = 0; i < 40; i++)
         h[i] = 0xe000 + (uint64_t)i;
@@ -325,9 +257,9 @@ op_kv_stored(lr_router *r, void *ctx)
     lr_kv_stored_init(&ev);
     ev.block_hashes = h;
     ev.n_blocks = 40;
-    ev.block_size = 16;
+    ev.block_size = BT;
     ev.token_ids = t;
-    ev.n_tokens = 40 * 16;
+    ev.n_tokens = 40 * BT;
     return lr_router_kv_stored(r, 1, &ev, T0 + 40 * MS);
 }
 
@@ -366,7 +298,7 @@ oom_import_delta(void **state)
     for (uint64_t k = 0; k < 12; k++) {
         toks(t, 900, 600 + k % 4);
         t[500] = (uint32_t)k;
-        assert_st(route(peer, k + 1, t, 900, 0, T0 + k), LR_OK);
+        assert_st(route_one(peer, k + 1, t, 900, 0, T0 + k, NULL), LR_OK);
     }
     lr_blob *b = NULL;
     uint64_t mark;

@@ -702,7 +702,7 @@ threads_hammer_one_router(void **state)
     if (env != NULL && atoi(env) > 0)
         total = (uint32_t)atoi(env);
     sh->routes_per_worker = (total + N_WORKERS - 1) / N_WORKERS;
-    atomic_init(&sh->clock, 1000000000ull);
+    atomic_init(&sh->clock, SEC);
 
     /* a small, quick learner: rounds happen during the run */
     lr_mlp_options mo;
@@ -727,7 +727,7 @@ threads_hammer_one_router(void **state)
     o.max_requests = 1024;
     o.index_capacity_blocks = 1024; /* small: eviction all the time */
     o.block_tokens = 4;
-    o.index_ttl_ns = 1000000000ull; /* 1 s of host time: expiry too */
+    o.index_ttl_ns = SEC; /* 1 s of host time: expiry too */
     o.ring_vnodes = 32;
     assert_int_equal(lr_router_create(&o, &sh->r), LR_OK);
     for (int i = 0; i < N_BASE; i++) {
@@ -736,7 +736,7 @@ threads_hammer_one_router(void **state)
         s.name = base_names[i];
         s.instance_class = (uint32_t)(i % 2);
         s.prefix_caching = i == 3 ? 0 : 1;
-        s.rtt_ns = 1000000u * (uint64_t)(i + 1);
+        s.rtt_ns = (uint64_t)(i + 1) * MS;
         assert_int_equal(lr_router_add_instance(sh->r, &s, &sh->base_ids[i]),
                          LR_OK);
     }

@@ -21,17 +21,9 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "router-helpers.h"
 #include "router.h"
 #include "testutil.h"
-
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
 
 #define assert_near(a, b)                                   \
     do {                                                    \
@@ -40,67 +32,17 @@
             fail_msg("%s = %.12g, want %.12g", #a, a_, b_); \
     } while (0)
 
-#define assert_reason(d, want)                                     \
-    do {                                                           \
-        int32_t r_got_ = (d).reason;                               \
-        int32_t r_want_ = (want);                                  \
-        if (r_got_ != r_want_)                                     \
-            fail_msg("reason %s, want %s", lr_reason_name(r_got_), \
-                     lr_reason_name(r_want_));                     \
-    } while (0)
-
-#define assert_router_ok(r) assert_st(lr__router_verify(r), LR_OK)
-
-#define T0 1000000000000ull /* host time of most events: 1000 s */
-#define MS 1000000ull
-#define SEC 1000000000ull
-#define BT 16 /* the router's default block size */
-
-static const lr_policy supported[] = {
-    LR_POLICY_RANDOM,
-    LR_POLICY_ROUND_ROBIN,
-    LR_POLICY_LEAST_REQUEST,
-    LR_POLICY_LEAST_LOAD,
-    LR_POLICY_SESSION_AFFINITY,
-    LR_POLICY_CONSISTENT_HASH,
-    LR_POLICY_PREFIX_CACHE,
-    LR_POLICY_PREFIX_CACHE_AND_LOAD,
-    LR_POLICY_SGLANG_CACHE_AWARE,
-    LR_POLICY_PREBLE,
-    LR_POLICY_MIN_TTFT,
-    LR_POLICY_DYNAMO,
-    LR_POLICY_DUALMAP,
-    LR_POLICY_GORGO,
-    LR_POLICY_RANVIER,
-};
+static const lr_policy supported[] = { POLICIES_WITHOUT_LEARNER };
 #define N_SUPPORTED (sizeof supported / sizeof supported[0])
 
 /* ---- helpers --------------------------------------------------------------- */
 
 static uint64_t next_id = 1;
 
-/* n pseudo-random tokens, a pure function of seed. */
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 0x1234567;
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&s);
-}
-
 static uint32_t
 add(lr_router *r, uint32_t i, uint32_t cls, uint64_t rtt_ns)
 {
-    char name[32];
-    snprintf(name, sizeof name, "10.0.%u.%u:8000", i / 200, i % 200);
-    lr_instance_spec s;
-    lr_instance_spec_init(&s);
-    s.name = name;
-    s.instance_class = cls;
-    s.rtt_ns = rtt_ns;
-    uint32_t id = LR_INSTANCE_NONE;
-    assert_st(lr_router_add_instance(r, &s, &id), LR_OK);
-    return id;
+    return add_instance(r, "10.0", i, cls, rtt_ns);
 }
 
 /* A router with n instances 0..n-1 of class 0. */
@@ -110,7 +52,7 @@ mk(lr_policy policy, uint32_t n)
     lr_router_options o;
     lr_router_options_init(&o);
     o.policy = policy;
-    o.seed = 0x5eed;
+    o.seed = OPT_SEED;
     o.max_instances = 64;
     o.max_requests = 4096;
     lr_router *r = NULL;

@@ -30,10 +30,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define BT 16u
-#define SEC 1000000000ull
-#define T(k) ((uint64_t)(k)*SEC)
-
 /* Written out here, not taken from lib/: a change on either side fails. */
 #define DELTA_SEED 0x4c5244454c544131ull /* "LRDELTA1" */
 #define OFF_VERSION 4
@@ -58,7 +54,7 @@ mk_with(const struct mkopt *m)
 {
     lr_index_options o = LR_INDEX_OPTIONS_INIT;
     o.allocator = m->a;
-    o.seed = m->seed ? m->seed : 0x5eed;
+    o.seed = m->seed ? m->seed : OPT_SEED;
     o.capacity_blocks = m->cap;
     o.max_instances = m->max_inst;
     o.journal_capacity = m->journal;
@@ -187,12 +183,8 @@ static lr_status
 import(lr_index *ix, const uint8_t *buf, size_t len, uint64_t now)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_import_delta(ix, buf, len, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("import failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "import", before,
+                   lr_index_import_delta(ix, buf, len, now));
 }
 
 static lr_status
@@ -1084,20 +1076,6 @@ learn_oom(lr_index *ix, int from, int to, uint32_t inst_base)
               T(1 + i));
 }
 
-/* Call verify without letting it count or fail as an allocation. */
-static void
-verify_quiet(struct tu_alloc *t, const lr_index *ix)
-{
-    uint64_t calls = t->calls, fail_at = t->fail_at;
-    bool forever = t->fail_forever, failed = t->failed;
-    t->fail_at = 0;
-    assert_verified(ix);
-    t->calls = calls;
-    t->fail_at = fail_at;
-    t->fail_forever = forever;
-    t->failed = failed;
-}
-
 struct oom_export_ctx {
     uint8_t *ref[2];
     size_t ref_len[2];
@@ -1108,9 +1086,7 @@ static bool
 oom_export(struct tu_alloc *t, void *vctx)
 {
     struct oom_export_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     struct mkopt mo = { .cap = 4096, .a = &t->a };
     lr_index *ix = mk_with(&mo);
     learn_oom(ix, 0, OOM_PROMPTS / 2, 1);
@@ -1118,7 +1094,7 @@ oom_export(struct tu_alloc *t, void *vctx)
     learn_oom(ix, OOM_PROMPTS / 2, OOM_PROMPTS, 1);
     const uint64_t since[2] = { 0, m };
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     for (int k = 0; k < 2; k++) {
         uint64_t before = lr__index_digest(ix);
         lr_blob *b = NULL;
@@ -1127,7 +1103,7 @@ oom_export(struct tu_alloc *t, void *vctx)
         verify_quiet(t, ix);
         if (lr__index_digest(ix) != before)
             fail_msg("export changed the index (allocation %llu failing)",
-                     (unsigned long long)fail_at);
+                     (unsigned long long)arm.fail_at);
         if (st == LR_ENOMEM) {
             assert_null(b); /* nothing handed out, nothing leaked */
             ctx->enomem++;
@@ -1173,8 +1149,7 @@ test_oom_export(void **state)
 struct oom_import_ctx {
     uint8_t *blob;
     size_t len;
-    bool have_ref;
-    uint64_t ref;
+    struct clean_end ref;
     unsigned enomem;
 };
 
@@ -1182,40 +1157,26 @@ static bool
 oom_import(struct tu_alloc *t, void *vctx)
 {
     struct oom_import_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     struct mkopt mo = { .cap = 4096, .a = &t->a };
     lr_index *ix = mk_with(&mo);
     /* B holds some of the same prompts LOCAL for some of the instances */
     learn_oom(ix, 0, 8, 1);
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     uint64_t before = lr__index_digest(ix);
     lr_status st = lr_index_import_delta(ix, ctx->blob, ctx->len, T(100));
     verify_quiet(t, ix);
     tu_alloc_disarm(t);
     if (st != LR_OK) {
-        if (st != LR_ENOMEM)
-            fail_msg("import with allocation %llu failing returned %s",
-                     (unsigned long long)fail_at, lr_status_name(st));
-        if (lr__index_digest(ix) != before)
-            fail_msg("LR_ENOMEM at allocation %llu changed the index",
-                     (unsigned long long)fail_at);
+        assert_enomem_unchanged(ix, "import", st, before, arm.fail_at);
         ctx->enomem++;
         /* still usable: the retry gives what a clean run gives */
         assert_st(lr_index_import_delta(ix, ctx->blob, ctx->len, T(100)),
                   LR_OK);
         assert_verified(ix);
     }
-    uint64_t fin = lr__index_digest(ix);
-    if (!ctx->have_ref) {
-        ctx->have_ref = true;
-        ctx->ref = fin;
-    } else if (fin != ctx->ref) {
-        fail_msg("import after a failure at %llu differs from a clean run",
-                 (unsigned long long)fail_at);
-    }
+    assert_clean_end(&ctx->ref, ix, arm.fail_at);
     for (int i = 0; i < OOM_PROMPTS; i++)
         assert_int_equal(held(ix, &oom_pr[i], 101 + (uint32_t)i % 7),
                          oom_pr[i].n);

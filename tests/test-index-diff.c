@@ -213,7 +213,7 @@ run_diff(uint64_t seed, int ops, uint64_t ttl_ns)
     uint32_t ids[NINST];
     for (int k = 0; k < NINST; k++)
         ids[k] = (uint32_t)tu_rand(&rs) | 1u; /* never LR_INSTANCE_NONE */
-    uint64_t now = 1000000000ull * 1000;
+    uint64_t now = T0;
     uint32_t tok[MAXBLK * B + B];
     lr_index_hit hits[NINST];
 
@@ -221,8 +221,7 @@ run_diff(uint64_t seed, int ops, uint64_t ttl_ns)
         uint32_t ntok;
         uint32_t nblk = make_prompt(&rs, tok, &ntok);
         uint32_t which = (uint32_t)tu_below(&rs, 100);
-        now += tu_below(&rs,
-                        ttl_ns == UINT64_MAX ? 1000000000ull : ttl_ns / 6 + 1);
+        now += tu_below(&rs, ttl_ns == UINT64_MAX ? SEC : ttl_ns / 6 + 1);
         lr_prompt p;
         lr_prompt_init(&p);
         p.tokens = tok;

@@ -23,10 +23,6 @@
 #include "index.h"
 #include "testutil.h"
 
-#define BT 16u                   /* index block_tokens in every test */
-#define SEC 1000000000ull        /* one second in host nanoseconds */
-#define T(k) ((uint64_t)(k)*SEC) /* k seconds */
-
 /* ---- helpers -------------------------------------------------------------- */
 
 struct mkopt {
@@ -80,7 +76,7 @@ mk_with(const struct mkopt *m)
 {
     lr_index_options o = LR_INDEX_OPTIONS_INIT;
     o.allocator = m->a;
-    o.seed = 0x5eed;
+    o.seed = OPT_SEED;
     o.capacity_blocks = m->cap;
     o.max_instances = m->max_inst;
     o.engine_map_capacity = m->emap_cap;
@@ -103,8 +99,6 @@ mk(uint64_t cap, uint32_t max_inst, uint64_t emap_cap)
     return mk_with(&m);
 }
 
-/* n pseudo-random token ids, a pure function of `seed`. */
-
 /* Apply a BlockStored event; verify afterwards and, on failure, require the
  * index to be unchanged. */
 static lr_status
@@ -122,12 +116,8 @@ store(lr_index *ix, uint32_t inst, const uint64_t *hashes, size_t n_blocks,
     ev.n_tokens = n_blocks * bs;
     ev.tenant_salt = salt;
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_stored(ix, inst, &ev, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_stored failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_stored", before,
+                   lr_index_kv_stored(ix, inst, &ev, now));
 }
 
 /* Raw event variant for the argument checks. */
@@ -135,12 +125,8 @@ static lr_status
 store_ev(lr_index *ix, uint32_t inst, const lr_kv_stored *ev, uint64_t now)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_stored(ix, inst, ev, now);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_stored failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_stored", before,
+                   lr_index_kv_stored(ix, inst, ev, now));
 }
 
 /* Apply a BlockRemoved event that must succeed; returns n_resolved. */
@@ -159,24 +145,15 @@ removed_st(lr_index *ix, uint32_t inst, const uint64_t *hashes, size_t n,
            size_t *res)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_removed(ix, inst, hashes, n, res);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_removed failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_removed", before,
+                   lr_index_kv_removed(ix, inst, hashes, n, res));
 }
 
 static lr_status
 cleared(lr_index *ix, uint32_t inst)
 {
     uint64_t before = lr__index_digest(ix);
-    lr_status st = lr_index_kv_cleared(ix, inst);
-    assert_verified(ix);
-    if (st != LR_OK && lr__index_digest(ix) != before)
-        fail_msg("kv_cleared failed with %s but changed the index",
-                 lr_status_name(st));
-    return st;
+    return checked(ix, "kv_cleared", before, lr_index_kv_cleared(ix, inst));
 }
 
 static uint64_t
@@ -1312,26 +1289,11 @@ test_random_differential(void **state)
 /* ---- OOM (B33) ------------------------------------------------------------- */
 
 struct oom_ctx {
-    bool have_ref;
-    uint64_t ref;    /* digest after a run with no failure */
-    unsigned enomem; /* calls that reported LR_ENOMEM */
+    struct clean_end ref; /* digest after a run with no failure */
+    unsigned enomem;      /* calls that reported LR_ENOMEM */
 };
 
 #define OOM_STEPS 4
-
-/* Verify without letting verify's own allocation count or fail. */
-static void
-verify_quiet(struct tu_alloc *t, const lr_index *ix)
-{
-    uint64_t calls = t->calls, fail_at = t->fail_at;
-    bool forever = t->fail_forever, failed = t->failed;
-    t->fail_at = 0;
-    assert_verified(ix);
-    t->calls = calls;
-    t->fail_at = fail_at;
-    t->fail_forever = forever;
-    t->failed = failed;
-}
 
 static lr_status
 oom_step(lr_index *ix, int k, const uint32_t *tok)
@@ -1380,9 +1342,7 @@ static bool
 oom_kv_stored(struct tu_alloc *t, void *vctx)
 {
     struct oom_ctx *ctx = vctx;
-    uint64_t fail_at = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
 
     /* pre-populated: two instances sharing a prefix, 40 engine hashes */
     struct mkopt mo = { .cap = 100000, .max_inst = 8, .a = &t->a };
@@ -1395,20 +1355,16 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
     assert_st(store(ix, 1, h1, 40, 0, 0, BT, oom_tok, 0, T(1)), LR_OK);
     assert_st(store(ix, 2, h2, 10, 0, 0, BT, oom_tok, 0, T(2)), LR_OK);
 
-    tu_alloc_arm(t, fail_at, forever);
+    tu_alloc_resume(t, arm);
     for (int k = 0; k < OOM_STEPS; k++) {
         uint64_t before = lr__index_digest(ix);
         lr_status st = oom_step(ix, k, oom_tok);
         verify_quiet(t, ix);
         if (st == LR_OK)
             continue;
-        if (st != LR_ENOMEM)
-            fail_msg("step %d with allocation %llu failing returned %s", k,
-                     (unsigned long long)fail_at, lr_status_name(st));
-        if (lr__index_digest(ix) != before)
-            fail_msg("step %d: LR_ENOMEM at allocation %llu changed the "
-                     "index",
-                     k, (unsigned long long)fail_at);
+        char what[16];
+        snprintf(what, sizeof what, "step %d", k);
+        assert_enomem_unchanged(ix, what, st, before, arm.fail_at);
         /* the index is still usable: finish with no failures */
         tu_alloc_disarm(t);
         ctx->enomem++;
@@ -1416,15 +1372,7 @@ oom_kv_stored(struct tu_alloc *t, void *vctx)
         assert_verified(ix);
     }
     tu_alloc_disarm(t);
-    uint64_t fin = lr__index_digest(ix);
-    if (!ctx->have_ref) {
-        ctx->have_ref = true;
-        ctx->ref = fin;
-    } else if (fin != ctx->ref) {
-        fail_msg("after an injected failure at %llu and a retry the index "
-                 "differs from a clean run",
-                 (unsigned long long)fail_at);
-    }
+    assert_clean_end(&ctx->ref, ix, arm.fail_at);
     assert_int_equal(held(ix, 1, oom_tok, 110 * BT, 0), 110 * BT);
     assert_int_equal(held(ix, 3, oom_tok, 180 * BT, 0), 180 * BT);
     drop(ix);
@@ -1440,7 +1388,7 @@ test_oom_kv_stored(void **state)
     struct tu_alloc t;
     tu_alloc_init(&t);
     assert_true(oom_kv_stored(&t, &ctx)); /* reference run */
-    assert_true(ctx.have_ref);
+    assert_true(ctx.ref.have);
     assert_int_equal(t.live_bytes, 0);
     tu_oom_loop(oom_kv_stored, &ctx, 10000);
     /* every step allocates, in both modes */

@@ -47,6 +47,21 @@ populated(struct tu_alloc *t, uint64_t cap)
     return ix;
 }
 
+/* After the call under test (status st; before, the digest from before
+ * it): disarm; LR_ENOMEM must have left the index as it was, anything else
+ * must be LR_OK. Returns whether a failure was injected. */
+static bool
+ended(struct tu_alloc *t, const lr_index *ix, lr_status st, uint64_t before)
+{
+    bool failed = t->failed;
+    tu_alloc_disarm(t);
+    if (st == LR_ENOMEM)
+        assert_int_equal(lr__index_digest(ix), before);
+    else
+        assert_int_equal(st, LR_OK);
+    return failed;
+}
+
 static bool
 sc_create(struct tu_alloc *t, void *ctx)
 {
@@ -77,12 +92,10 @@ static bool
 sc_learn(struct tu_alloc *t, void *vctx)
 {
     struct learn_ctx *c = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = populated(t, c->cap);
     uint64_t before = lr__index_digest(ix);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
 
     uint32_t *tok = malloc(c->ntok * sizeof *tok);
     fill(tok, c->ntok, c->base);
@@ -94,12 +107,7 @@ sc_learn(struct tu_alloc *t, void *vctx)
     p.boundaries = bnd;
     p.n_boundaries = c->ntok >= 20 ? 2 : 0;
     lr_status st = lr_index_learn(ix, &p, c->inst, c->trust, 100);
-    bool failed = t->failed;
-    tu_alloc_disarm(t);
-    if (st == LR_ENOMEM)
-        assert_int_equal(lr__index_digest(ix), before);
-    else
-        assert_int_equal(st, LR_OK);
+    bool failed = ended(t, ix, st, before);
     assert_int_equal(lr__index_verify(ix), LR_OK);
     free(tok);
     lr_index_destroy(ix);
@@ -110,12 +118,10 @@ static bool
 sc_match(struct tu_alloc *t, void *vctx)
 {
     (void)vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = populated(t, 1000);
     uint64_t before = lr__index_digest(ix);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     /* a prompt longer than any before forces the key scratch to grow */
     uint32_t tok[4096];
     fill(tok, 4096, 0);
@@ -129,12 +135,7 @@ sc_match(struct tu_alloc *t, void *vctx)
     r.hits = h;
     r.hits_capacity = 4;
     lr_status st = lr_index_match(ix, &p, 50, 0, &r);
-    bool failed = t->failed;
-    tu_alloc_disarm(t);
-    if (st == LR_ENOMEM)
-        assert_int_equal(lr__index_digest(ix), before);
-    else
-        assert_int_equal(st, LR_OK);
+    bool failed = ended(t, ix, st, before);
     lr_index_destroy(ix);
     return !failed;
 }

@@ -51,26 +51,6 @@ learn(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, int trust,
     return st;
 }
 
-/* Tokens instance `inst` has cached for a prompt (0 if none). */
-static uint32_t
-depth(lr_index *ix, const uint32_t *t, size_t n, uint32_t inst, uint64_t now)
-{
-    lr_prompt p;
-    lr_prompt_init(&p);
-    p.tokens = t;
-    p.n_tokens = n;
-    lr_index_hit h[8];
-    lr_index_match_result r;
-    lr_index_match_result_init(&r);
-    r.hits = h;
-    r.hits_capacity = 8;
-    assert_int_equal(lr_index_match(ix, &p, now, LR_MATCH_NO_TOUCH, &r), LR_OK);
-    for (size_t i = 0; i < r.n_hits; i++)
-        if (h[i].instance == inst)
-            return h[i].tokens;
-    return 0;
-}
-
 static uint64_t
 blocks(const lr_index *ix)
 {
@@ -177,11 +157,11 @@ learn_match_basics(void **state)
     assert_int_equal(learn(ix, a, 40, 7, LR_TRUST_LOCAL, 1), LR_OK);
     assert_int_equal(learn(ix, b, 38, 9, LR_TRUST_LOCAL, 2), LR_OK);
     /* partial tail of b (38 = 9 blocks + 2) is not learned */
-    assert_int_equal(depth(ix, a, 40, 7, 3), 40);
-    assert_int_equal(depth(ix, a, 40, 9, 3), 24);
-    assert_int_equal(depth(ix, b, 40, 9, 3), 36);
-    assert_int_equal(depth(ix, b, 40, 7, 3), 24);
-    assert_int_equal(depth(ix, a, 3, 7, 3), 0); /* shorter than a block */
+    assert_int_equal(held_by(ix, a, 40, 7, 3), 40);
+    assert_int_equal(held_by(ix, a, 40, 9, 3), 24);
+    assert_int_equal(held_by(ix, b, 40, 9, 3), 36);
+    assert_int_equal(held_by(ix, b, 40, 7, 3), 24);
+    assert_int_equal(held_by(ix, a, 3, 7, 3), 0); /* shorter than a block */
     assert_int_equal(blocks(ix), 10 + 9);
 
     /* result ordering, deepest, prompt_blocks */
@@ -341,10 +321,10 @@ instance_limit(void **state)
     assert_int_equal(lr__index_digest(ix), d0);
     /* removing one frees a slot; its routes are gone */
     assert_int_equal(lr_index_remove_instance(ix, 103), LR_OK);
-    assert_int_equal(depth(ix, a, 8, 103, 3), 0);
+    assert_int_equal(held_by(ix, a, 8, 103, 3), 0);
     assert_int_equal(learn(ix, a, 8, 200, 0, 3), LR_OK);
-    assert_int_equal(depth(ix, a, 8, 200, 3), 8);
-    assert_int_equal(depth(ix, a, 8, 100, 3), 8);
+    assert_int_equal(held_by(ix, a, 8, 200, 3), 8);
+    assert_int_equal(held_by(ix, a, 8, 100, 3), 8);
     assert_int_equal(blocks(ix), 16);
     lr_index_destroy(ix);
 }
@@ -376,17 +356,17 @@ eviction_is_lru(void **state)
     assert_int_equal(lr_index_match(ix, &q, t * 4, 0, &r), LR_OK);
     assert_int_equal(learn(ix, p[3], 16, 1, 0, t * 5), LR_OK);
     assert_true(blocks(ix) <= 12);
-    assert_int_equal(depth(ix, p[0], 16, 1, t * 6), 16);
-    assert_int_equal(depth(ix, p[1], 16, 1, t * 6), 0);
-    assert_int_equal(depth(ix, p[2], 16, 1, t * 6), 16);
-    assert_int_equal(depth(ix, p[3], 16, 1, t * 6), 16);
+    assert_int_equal(held_by(ix, p[0], 16, 1, t * 6), 16);
+    assert_int_equal(held_by(ix, p[1], 16, 1, t * 6), 0);
+    assert_int_equal(held_by(ix, p[2], 16, 1, t * 6), 16);
+    assert_int_equal(held_by(ix, p[3], 16, 1, t * 6), 16);
     /* a NO_TOUCH match does not refresh: prompt 2 goes next */
     q.tokens = p[2];
     assert_int_equal(lr_index_match(ix, &q, t * 7, LR_MATCH_NO_TOUCH, &r),
                      LR_OK);
     assert_int_equal(learn(ix, p[1], 16, 1, 0, t * 8), LR_OK);
-    assert_int_equal(depth(ix, p[2], 16, 1, t * 9), 0);
-    assert_int_equal(depth(ix, p[0], 16, 1, t * 9), 16);
+    assert_int_equal(held_by(ix, p[2], 16, 1, t * 9), 0);
+    assert_int_equal(held_by(ix, p[0], 16, 1, t * 9), 16);
     lr_index_destroy(ix);
 }
 
@@ -411,7 +391,7 @@ eviction_trims_to_anchor(void **state)
     /* two new blocks need room: the prompt's tail (blocks 6..8) goes and
      * the cut stops at the boundary after block 5 */
     assert_int_equal(learn(ix, b, 8, 2, 0, 2ull << 30), LR_OK);
-    assert_int_equal(depth(ix, a, 32, 1, 3ull << 30), 20);
+    assert_int_equal(held_by(ix, a, 32, 1, 3ull << 30), 20);
     assert_int_equal(blocks(ix), 7);
     lr_index_destroy(ix);
 }
@@ -435,14 +415,14 @@ eviction_remote_first(void **state)
     lr_index_get_stats(ix, &st);
     assert_int_equal(st.remote_blocks, 4);
     assert_int_equal(learn(ix, c, 16, 3, LR_TRUST_LOCAL, 3 * t), LR_OK);
-    assert_int_equal(depth(ix, a, 16, 1, 4 * t), 16); /* older, but LOCAL */
-    assert_int_equal(depth(ix, b, 16, 2, 4 * t), 0);
-    assert_int_equal(depth(ix, c, 16, 3, 4 * t), 16);
+    assert_int_equal(held_by(ix, a, 16, 1, 4 * t), 16); /* older, but LOCAL */
+    assert_int_equal(held_by(ix, b, 16, 2, 4 * t), 0);
+    assert_int_equal(held_by(ix, c, 16, 3, 4 * t), 16);
     /* at capacity, a new REMOTE route is itself the first to go */
     assert_int_equal(learn(ix, b, 8, 2, LR_TRUST_REMOTE, 5 * t), LR_OK);
     lr_index_get_stats(ix, &st);
     assert_int_equal(st.remote_blocks, 0);
-    assert_int_equal(depth(ix, a, 16, 1, 6 * t), 16);
+    assert_int_equal(held_by(ix, a, 16, 1, 6 * t), 16);
     lr_index_destroy(ix);
 
     /* a LOCAL learn upgrades the REMOTE routes on its path, and only
@@ -471,7 +451,7 @@ prompt_longer_than_capacity(void **state)
     fill(a, 10, 4, 1);
     assert_int_equal(learn(ix, a, 40, 1, 0, 1), LR_OK);
     assert_int_equal(blocks(ix), 5);
-    assert_int_equal(depth(ix, a, 40, 1, 2), 20);
+    assert_int_equal(held_by(ix, a, 40, 1, 2), 20);
     lr_index_destroy(ix);
 }
 
@@ -479,7 +459,7 @@ static void
 ttl_expires_whole_subtrees(void **state)
 {
     (void)state;
-    uint64_t s = 1000000000ull;
+    uint64_t s = SEC;
     lr_index *ix = mk(1000, 4, 10 * s);
     uint32_t a[16], b[16];
     fill(a, 4, 4, 1);
@@ -491,11 +471,11 @@ ttl_expires_whole_subtrees(void **state)
      * lives on through b */
     lr_index_expire(ix, 112 * s);
     assert_int_equal(lr__index_verify(ix), LR_OK);
-    assert_int_equal(depth(ix, a, 16, 1, 112 * s), 8);
-    assert_int_equal(depth(ix, b, 16, 1, 112 * s), 16);
+    assert_int_equal(held_by(ix, a, 16, 1, 112 * s), 8);
+    assert_int_equal(held_by(ix, b, 16, 1, 112 * s), 16);
     /* a match refreshes only what it reached */
-    assert_int_equal(depth(ix, b, 16, 1, 114 * s), 16);
-    assert_int_equal(depth(ix, b, 16, 1, 116 * s), 0);
+    assert_int_equal(held_by(ix, b, 16, 1, 114 * s), 16);
+    assert_int_equal(held_by(ix, b, 16, 1, 116 * s), 0);
     assert_int_equal(blocks(ix), 0);
     lr_index_stats st;
     memset(&st, 0, sizeof st);

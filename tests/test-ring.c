@@ -305,7 +305,8 @@ test_options(void **state)
 {
     (void)state;
     lr_ring_options o;
-    lr_ring_options_init(NULL); /* no-op, no crash */
+    lr_ring_options_init_sized(NULL,
+                               sizeof(lr_ring_options)); /* no-op, no crash */
     lr_ring_options_init(&o);
     assert_int_equal(o.struct_size, sizeof o);
     assert_null(o.allocator);
@@ -1111,27 +1112,6 @@ test_short_names_balance(void **state)
 
 /* ---- OOM loops (B33) --------------------------------------------------- */
 
-/* Run setup with the allocator disarmed, then re-arm it where the loop
- * asked: only the calls under test see failures. */
-struct armed {
-    uint64_t at;
-    bool forever;
-};
-
-static struct armed
-pause_failures(struct tu_alloc *t)
-{
-    struct armed a = { t->fail_at, t->fail_forever };
-    tu_alloc_disarm(t);
-    return a;
-}
-
-static void
-resume_failures(struct tu_alloc *t, struct armed a)
-{
-    tu_alloc_arm(t, a.at, a.forever);
-}
-
 static bool
 oom_create(struct tu_alloc *t, void *ctx)
 {
@@ -1174,10 +1154,10 @@ static bool
 oom_add(struct tu_alloc *t, void *vctx)
 {
     struct oom_add_ctx *c = vctx;
-    struct armed a = pause_failures(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_ring *r = new_ring(t, c->vnodes, 0);
     add_named(r, "pre", 0, c->pre, 0);
-    resume_failures(t, a);
+    tu_alloc_resume(t, a);
 
     char name[32];
     bool complete = true;
@@ -1238,10 +1218,10 @@ static bool
 oom_remove(struct tu_alloc *t, void *vctx)
 {
     const uint64_t *want = vctx; /* digests after each removal */
-    struct armed a = pause_failures(t);
+    struct tu_arming a = tu_alloc_pause(t);
     lr_ring *r = new_ring(t, 50, 0);
     add_named(r, "rm", 0, 6, 0);
-    resume_failures(t, a);
+    tu_alloc_resume(t, a);
     static const uint32_t order[6] = { 4, 0, 5, 2, 1, 3 };
     for (int i = 0; i < 6; i++) {
         assert_int_equal(lr_ring_remove(r, order[i]), LR_OK);

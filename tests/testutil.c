@@ -105,6 +105,20 @@ tu_alloc_disarm(struct tu_alloc *t)
     t->fail_forever = false;
 }
 
+struct tu_arming
+tu_alloc_pause(struct tu_alloc *t)
+{
+    struct tu_arming arm = { t->fail_at, t->fail_forever };
+    tu_alloc_disarm(t);
+    return arm;
+}
+
+void
+tu_alloc_resume(struct tu_alloc *t, struct tu_arming arm)
+{
+    tu_alloc_arm(t, arm.fail_at, arm.forever);
+}
+
 uint64_t
 tu_seed(const char *what, uint64_t fallback)
 {

@@ -15,22 +15,13 @@
 
 #include <cmocka.h>
 
+#include "index-helpers.h"
 #include "index.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
 #include "mpw.h"
 #include "testutil.h"
 
-#define assert_st(expr, want)                                            \
-    do {                                                                 \
-        lr_status st_got_ = (expr);                                      \
-        lr_status st_want_ = (want);                                     \
-        if (st_got_ != st_want_)                                         \
-            fail_msg("%s returned %s, want %s", #expr,                   \
-                     lr_status_name(st_got_), lr_status_name(st_want_)); \
-    } while (0)
-
-#define T0 1000000000000ull
 #define BS 32 /* engine block size: two index blocks of 16 */
 #define INST 3
 
@@ -39,38 +30,18 @@ mk_index(const lr_allocator *a)
 {
     lr_index_options o;
     lr_index_options_init(&o);
-    o.seed = 0x5eed;
+    o.seed = OPT_SEED;
     o.allocator = a;
     lr_index *ix = NULL;
     assert_st(lr_index_create(&o, &ix), LR_OK);
     return ix;
 }
 
-static void
-toks(uint32_t *t, size_t n, uint64_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)tu_rand(&seed);
-}
-
-/* Deepest tokens `inst` holds for these tokens (no touch). */
+/* Deepest tokens INST holds for these tokens (no touch). */
 static uint32_t
 held(lr_index *ix, const uint32_t *t, size_t n)
 {
-    lr_prompt p;
-    lr_prompt_init(&p);
-    p.tokens = t;
-    p.n_tokens = n;
-    lr_index_hit hits[8];
-    lr_index_match_result r;
-    lr_index_match_result_init(&r);
-    r.hits = hits;
-    r.hits_capacity = 8;
-    assert_st(lr_index_match(ix, &p, T0, LR_MATCH_NO_TOUCH, &r), LR_OK);
-    for (size_t i = 0; i < r.n_hits; i++)
-        if (hits[i].instance == INST)
-            return hits[i].tokens;
-    return 0;
+    return held_by(ix, t, n, INST, T0);
 }
 
 static lr_status
@@ -121,7 +92,7 @@ encodings_agree(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 7);
+    tu_tokens(t, 3 * BS, 7);
     uint64_t want_digest = 0;
     for (int map = 0; map < 2; map++)
         for (int form = 0; form < 3; form++)
@@ -164,7 +135,7 @@ cleared_and_unplaced(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 8);
+    tu_tokens(t, 3 * BS, 8);
     lr_index *ix = mk_index(NULL);
     struct mpw *w = calloc(1, sizeof *w);
     write_basic(w, false, MPW_HASH_UINT, t, false);
@@ -208,7 +179,7 @@ skipped_events(void **state)
 {
     (void)state;
     uint32_t t[BS];
-    toks(t, BS, 9);
+    tu_tokens(t, BS, 9);
     static const uint64_t h[1] = { 5 };
     for (int kind = 0; kind < 6; kind++)
         for (int map = 0; map < 2; map++) {
@@ -275,7 +246,7 @@ extra_keys_all_nil_apply(void **state)
 {
     (void)state;
     uint32_t t[2 * BS];
-    toks(t, 2 * BS, 10);
+    tu_tokens(t, 2 * BS, 10);
     static const uint64_t h[2] = { 5, 6 };
     lr_index *ix = mk_index(NULL);
     struct mpw *w = calloc(1, sizeof *w);
@@ -309,7 +280,7 @@ malformed(void **state)
 {
     (void)state;
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 11);
+    tu_tokens(t, 3 * BS, 11);
     lr_index *ix = mk_index(NULL);
     struct mpw *good = calloc(1, sizeof *good);
     write_basic(good, false, MPW_HASH_UINT, t, false);
@@ -593,14 +564,12 @@ static bool
 sc_batch(struct tu_alloc *t, void *vctx)
 {
     struct oom_ctx *c = vctx;
-    uint64_t armed = t->fail_at;
-    bool forever = t->fail_forever;
-    tu_alloc_disarm(t);
+    struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = mk_index(&t->a);
     /* some state first, so the batch has parents to find */
     for (uint32_t i = 0; i < 2; i++)
         assert_st(direct(ix, &c->ev[i]), LR_OK);
-    tu_alloc_arm(t, armed, forever);
+    tu_alloc_resume(t, arm);
     lr_vllm_batch_info info;
     lr_vllm_batch_info_init(&info);
     lr_status st = lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, &info);
@@ -616,7 +585,7 @@ sc_batch(struct tu_alloc *t, void *vctx)
             assert_st(direct(ref, &c->ev[2 + i]), LR_OK);
         if (lr__index_digest(ref) != lr__index_digest(ix))
             fail_msg("allocation %llu%s: state is not the first %u events",
-                     (unsigned long long)armed, forever ? " on" : "",
+                     (unsigned long long)arm.fail_at, arm.forever ? " on" : "",
                      info.done);
         lr_index_destroy(ref);
         /* applying the whole batch again ends where one call would */
@@ -679,7 +648,7 @@ router_entry(void **state)
         assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
     }
     uint32_t t[3 * BS];
-    toks(t, 3 * BS, 12);
+    tu_tokens(t, 3 * BS, 12);
     struct mpw *w = calloc(1, sizeof *w);
     write_basic(w, true, MPW_HASH_INT, t, false);
     lr_vllm_batch_info info;
