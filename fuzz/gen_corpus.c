@@ -984,6 +984,103 @@ gen_delta(void)
     }
 }
 
+/* ---- policy_decide ------------------------------------------------------------------ */
+
+/* The back of the input, written in take order: each value's least
+ * significant byte ends up last (fuzz_dp_take_*()). */
+struct back {
+    uint8_t b[64];
+    size_t n;
+};
+
+static void
+put_back(struct back *k, uint64_t v, int nbytes)
+{
+    for (int i = 0; i < nbytes; i++)
+        k->b[k->n++] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+policy_seed(const char *name, int32_t policy, const lr_candidate *rows,
+            uint32_t n, uint32_t prompt, const double *param, uint32_t np,
+            int with_model)
+{
+    struct back k = { { 0 }, 0 };
+    put_back(&k, (uint32_t)policy, 1);
+    put_back(&k, n, 1);
+    put_back(&k, prompt, 3);
+    put_back(&k, 0x5eed0000u + (uint32_t)policy, 8);
+    put_back(&k, 11, 4); /* round-robin cursor */
+    put_back(&k, 16, 1);
+    put_back(&k, 0, 2);
+    put_back(&k, np, 1);
+    put_back(&k, (uint64_t)with_model, 1);
+    struct enc e = { { 0 }, 0 };
+    put_bytes(&e, rows, n * sizeof rows[0]);
+    put_bytes(&e, param, np * sizeof param[0]);
+    for (size_t i = k.n; i-- > 0;)
+        e.b[e.n++] = k.b[i];
+    write_seed("policy_decide", name, e.b, e.n);
+}
+
+static void
+gen_policy(void)
+{
+    lr_candidate rows[6];
+    memset(rows, 0, sizeof rows);
+    for (uint32_t i = 0; i < 6; i++) {
+        lr_candidate *c = &rows[i];
+        c->instance = 10 + i;
+        c->cached_tokens = (i % 3) * 256;
+        c->inflight = (i * 7) % 5;
+        c->queued = c->inflight / 2;
+        c->prefill_tokens = 1000u * i;
+        c->queued_tokens = 1500u * i;
+        c->prompt_tokens = 3000u * i;
+        c->decode_tokens = 100u * i;
+        c->kv_tokens = 4000u * i;
+        c->running = i;
+        c->waiting = i % 2;
+        c->kv_use = 0.15 * i;
+        c->rtt_ms = 37.0 * (i % 3);
+        c->prefill_rate = i % 2 ? 8000 : 20000;
+        c->stall_s = i == 4 ? 3.5 : 0;
+        c->cached_age_s = i == 1 ? 2.0 : -1;
+        c->instance_class = i % 3;
+        c->prefix_caching = i != 5;
+        c->ring_rank = (i + 2) % 6 < 3 ? (i + 2) % 6 + 1 : 0;
+    }
+    double param[LR__PARAM_COUNT];
+    for (int k = 0; k < LR__PARAM_COUNT; k++)
+        param[k] = lr_param_bounds(k).def;
+    char name[64];
+    for (int32_t p = 0; p < LR__POLICY_COUNT; p++) {
+        snprintf(name, sizeof name, "%s", lr_policy_name(p));
+        policy_seed(name, p, rows, 6, 512, NULL, 0, p == LR_POLICY_LODESTAR);
+        snprintf(name, sizeof name, "%s-params", lr_policy_name(p));
+        policy_seed(name, p, rows, 6, 768, param, LR__PARAM_COUNT, 1);
+    }
+    param[LR_PARAM_LODESTAR_CANDIDATES] = 2;
+    param[LR_PARAM_LODESTAR_OOD] = 0;
+    param[LR_PARAM_DYNAMO_TEMPERATURE] = 1;
+    policy_seed("lodestar-pod", LR_POLICY_LODESTAR, rows, 6, 512, param,
+                LR__PARAM_COUNT, 1);
+    policy_seed("dynamo-sampled", LR_POLICY_DYNAMO, rows, 6, 512, param,
+                LR__PARAM_COUNT, 0);
+    policy_seed("one-row", LR_POLICY_PREFIX_CACHE_AND_LOAD, rows, 1, 512, NULL,
+                0, 0);
+    /* bad tables and parameters: clear statuses */
+    policy_seed("cached-past-prompt", LR_POLICY_MIN_TTFT, rows, 6, 100, NULL,
+                0, 0);
+    param[LR_PARAM_BOUNDED_LOAD] = 0.5;
+    policy_seed("param-out-of-range", LR_POLICY_CONSISTENT_HASH, rows, 6, 512,
+                param, LR__PARAM_COUNT, 0);
+    rows[2].prefill_rate = 0;
+    policy_seed("zero-rate", LR_POLICY_PREBLE, rows, 6, 512, NULL, 0, 0);
+    policy_seed("unknown-policy", LR__POLICY_COUNT, rows, 6, 512, NULL, 0, 0);
+    write_seed("policy_decide", "empty", NULL, 0);
+}
+
 /* ---- text_tokens ------------------------------------------------------------------- */
 
 static void
@@ -2434,6 +2531,7 @@ main(int argc, char **argv)
     gen_router();
     gen_vllm();
     gen_mlp();
+    gen_policy();
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;
 }

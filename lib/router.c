@@ -939,6 +939,18 @@ lr_router_learner_samples(lr_router *r, float *x, size_t row_width, float *y,
 }
 
 lr_status
+lr_router_learner_save(lr_router *r, lr_blob **out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    lr__router_lock(r);
+    lr_mlp *net = lr__lodestar_model(&r->ls);
+    lr_status st = net != NULL ? lr_mlp_save(net, out) : LR_ESTATE;
+    lr__router_unlock(r);
+    return st;
+}
+
+lr_status
 lr_router_learner_stats(const lr_router *r, lr_learner_stats *out)
 {
     LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);

@@ -472,6 +472,14 @@ LR_API lr_status lr_router_learner_samples(lr_router *router, float *x,
                                            size_t row_width, float *y,
                                            size_t capacity, size_t *n_samples);
 
+/** Serialize the network in service (lr_mlp_save's format), taking over a
+ * newly trained one first as route() would: lr_mlp_load() of the blob
+ * scores candidates exactly as route() does, for lr_policy_decide().
+ * @param out  out: a blob for lr_blob_destroy().
+ * @return LR_OK; LR_EINVAL; LR_ESTATE (no learner, or no model yet);
+ *   LR_ENOMEM. @since 0.2 */
+LR_API lr_status lr_router_learner_save(lr_router *router, lr_blob **out);
+
 /** The learner's counters (lr_learner_get_stats).
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ESTATE (no learner yet).
  * @since 0.1 */

@@ -565,6 +565,146 @@ FIELD(lr_decision, lr_decision_v1, scores_capacity, size_t);
 FIELD(lr_decision, lr_decision_v1, n_scores, size_t);
 SIZED(lr_decision, lr_decision_v1, LR_DECISION_SIZE_V1, n_scores);
 
+/* 0.2 appended three fields to lr_decision. */
+struct lr_decision_v2 {
+    struct lr_decision_v1 v1;
+    int32_t decider;
+    uint64_t seed;
+    size_t score_size;
+};
+_Static_assert(offsetof(lr_decision, decider) ==
+                   offsetof(struct lr_decision_v2, decider),
+               "lr_decision.decider: offset changed");
+_Static_assert(offsetof(lr_decision, seed) ==
+                   offsetof(struct lr_decision_v2, seed),
+               "lr_decision.seed: offset changed");
+_Static_assert(offsetof(lr_decision, score_size) ==
+                   offsetof(struct lr_decision_v2, score_size),
+               "lr_decision.score_size: offset changed");
+_Static_assert(LR_DECISION_SIZE_V2 ==
+                   offsetof(struct lr_decision_v2, score_size) + sizeof(size_t),
+               "LR_DECISION_SIZE_V2: does not end at the v2 last field");
+
+/* ---- lr_policy.h and lr_cost.h (0.2) ------------------------------------------- */
+
+/* Candidate rows travel in arrays with the caller's row size: the struct
+ * may grow at its end, never change in front. */
+struct lr_candidate_v1 {
+    uint32_t instance;
+    uint32_t cached_tokens;
+    uint32_t inflight;
+    uint32_t queued;
+    uint64_t prefill_tokens;
+    uint64_t queued_tokens;
+    uint64_t prompt_tokens;
+    uint64_t decode_tokens;
+    uint64_t kv_tokens;
+    uint32_t running;
+    uint32_t waiting;
+    double kv_use;
+    double rtt_ms;
+    double prefill_rate;
+    double stall_s;
+    double cached_age_s;
+    uint32_t instance_class;
+    int32_t prefix_caching;
+    uint32_t ring_rank;
+    uint32_t flags;
+};
+FIELD(lr_candidate, lr_candidate_v1, instance, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, cached_tokens, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, inflight, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, queued, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, prefill_tokens, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, queued_tokens, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, prompt_tokens, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, decode_tokens, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, kv_tokens, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, running, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, waiting, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, kv_use, double);
+FIELD(lr_candidate, lr_candidate_v1, rtt_ms, double);
+FIELD(lr_candidate, lr_candidate_v1, prefill_rate, double);
+FIELD(lr_candidate, lr_candidate_v1, stall_s, double);
+FIELD(lr_candidate, lr_candidate_v1, cached_age_s, double);
+FIELD(lr_candidate, lr_candidate_v1, instance_class, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, prefix_caching, int32_t);
+FIELD(lr_candidate, lr_candidate_v1, ring_rank, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, flags, uint32_t);
+_Static_assert(sizeof(lr_candidate) >= sizeof(struct lr_candidate_v1),
+               "lr_candidate: smaller than its v1 layout");
+_Static_assert(LR_CANDIDATE_SIZE_V1 == offsetof(struct lr_candidate_v1, flags) +
+                                           sizeof(uint32_t),
+               "LR_CANDIDATE_SIZE_V1: does not end at the v1 last field");
+
+struct lr_policy_input_v1 {
+    size_t struct_size;
+    const double *params;
+    size_t n_params;
+    uint32_t prompt_tokens;
+    uint32_t expected_output_tokens;
+    uint32_t block_tokens;
+    uint32_t last_instance;
+    uint64_t seed;
+    lr_mlp *model;
+};
+FIELD(lr_policy_input, lr_policy_input_v1, struct_size, size_t);
+FIELD(lr_policy_input, lr_policy_input_v1, params, const double *);
+FIELD(lr_policy_input, lr_policy_input_v1, n_params, size_t);
+FIELD(lr_policy_input, lr_policy_input_v1, prompt_tokens, uint32_t);
+FIELD(lr_policy_input, lr_policy_input_v1, expected_output_tokens, uint32_t);
+FIELD(lr_policy_input, lr_policy_input_v1, block_tokens, uint32_t);
+FIELD(lr_policy_input, lr_policy_input_v1, last_instance, uint32_t);
+FIELD(lr_policy_input, lr_policy_input_v1, seed, uint64_t);
+FIELD(lr_policy_input, lr_policy_input_v1, model, lr_mlp *);
+SIZED(lr_policy_input, lr_policy_input_v1, LR_POLICY_INPUT_SIZE_V1, model);
+
+struct lr_cost_options_v1 {
+    size_t struct_size;
+    const lr_allocator *allocator;
+    int32_t kind;
+    uint64_t seed;
+};
+FIELD(lr_cost_options, lr_cost_options_v1, struct_size, size_t);
+FIELD(lr_cost_options, lr_cost_options_v1, allocator, const lr_allocator *);
+FIELD(lr_cost_options, lr_cost_options_v1, kind, int32_t);
+FIELD(lr_cost_options, lr_cost_options_v1, seed, uint64_t);
+SIZED(lr_cost_options, lr_cost_options_v1, LR_COST_OPTIONS_SIZE_V1, seed);
+
+struct lr_cost_tuner_stats_v1 {
+    size_t struct_size;
+    int32_t state;
+    uint64_t trials;
+    uint64_t accepted;
+    double sigma;
+    double incumbent_p95_s;
+    uint64_t samples;
+};
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, struct_size, size_t);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, state, int32_t);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, trials, uint64_t);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, accepted, uint64_t);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, sigma, double);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, incumbent_p95_s, double);
+FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, samples, uint64_t);
+SIZED(lr_cost_tuner_stats, lr_cost_tuner_stats_v1,
+      LR_COST_TUNER_STATS_SIZE_V1, samples);
+
+_Static_assert(LR_RING_KEY_NONE == 0 && LR_RING_KEY_SESSION == 1 &&
+                   LR_RING_KEY_PREFIX == 2 && LR_RING_KEY_HOTNESS == 3,
+               "LR_RING_KEY_* renumbered");
+_Static_assert(LR_COST_TTFT == 0 && LR_COST_GORGO == 1 && LR_COST_DYNAMO == 2,
+               "lr_cost_kind renumbered");
+_Static_assert(LR_COST_W_RTT == 0 && LR_COST_W_QUEUE == 1 &&
+                   LR_COST_W_STALL == 2 && LR_COST_W_UNCACHED == 3 &&
+                   LR_COST_BLOCK_TOKENS == 4 &&
+                   LR_COST_QUEUE_AT_FIRST_TOKEN == 5 && LR_COST_SIGMA == 6 &&
+                   LR_COST_W_RTT_MAX == 7 && LR_COST_W_QUEUE_MIN == 8,
+               "lr_cost_param renumbered");
+_Static_assert(LR_BOUNDS_INTEGER == 1, "LR_BOUNDS_INTEGER changed");
+_Static_assert(LR_COST_TUNE_WINDOW == 128u && LR_COST_TUNE_HOP == 32u,
+               "the GORGO tuner's window changed");
+
 struct lr_move_v1 {
     uint64_t request_id;
     uint32_t from;
@@ -788,6 +928,51 @@ check_version(void)
            lr_version_number());
 }
 
+/* A program built against the 0.1 headers passes the 0.1 size of
+ * lr_decision: lr_decision_init_sized() writes only that prefix, and
+ * route() and lr_policy_decide() fill only the fields it has. */
+static void
+check_old_callers(void)
+{
+    unsigned char buf[sizeof(lr_decision) + 16];
+    memset(buf, 0xa5, sizeof buf);
+    lr_decision *d = (lr_decision *)(void *)buf;
+    lr_decision_init_sized(d, LR_DECISION_SIZE_V1);
+    CHECK(d->struct_size == LR_DECISION_SIZE_V1);
+    CHECK(d->instance == LR_INSTANCE_NONE);
+    for (size_t i = LR_DECISION_SIZE_V1; i < sizeof buf; i++)
+        CHECK(buf[i] == 0xa5);
+    lr_candidate rows[2];
+    memset(rows, 0, sizeof rows);
+    rows[0].instance = 3;
+    rows[1].instance = 4;
+    rows[0].prefill_rate = rows[1].prefill_rate = 1000;
+    rows[1].inflight = 1;
+    double sc[2];
+    lr_policy_input in = LR_POLICY_INPUT_INIT;
+    CHECK(lr_policy_decide(LR_POLICY_LEAST_REQUEST, &in, rows, 2,
+                           sizeof rows[0], sc, d) == LR_OK);
+    CHECK(d->instance == 3);
+    for (size_t i = LR_DECISION_SIZE_V1; i < sizeof buf; i++)
+        CHECK(buf[i] == 0xa5);
+    /* the C initializers and the functions agree (field by field: the
+     * padding of an initialized struct is unspecified) */
+    lr_decision a = LR_DECISION_INIT, b;
+    lr_decision_init(&b);
+    CHECK(a.struct_size == b.struct_size && a.instance == b.instance &&
+          a.alt_instance == b.alt_instance && a.decider == b.decider &&
+          a.score_size == b.score_size && a.scores == b.scores);
+    lr_router_options ra = LR_ROUTER_OPTIONS_INIT, rb;
+    lr_router_options_init(&rb);
+    CHECK(ra.struct_size == rb.struct_size && ra.policy == rb.policy &&
+          ra.max_instances == rb.max_instances &&
+          ra.max_requests == rb.max_requests &&
+          ra.block_tokens == rb.block_tokens &&
+          ra.index_capacity_blocks == rb.index_capacity_blocks &&
+          ra.index_ttl_ns == rb.index_ttl_ns &&
+          ra.ring_vnodes == rb.ring_vnodes);
+}
+
 /* Counts are run-time facts of the library (never compiled into hosts);
  * each only grows. */
 static void
@@ -807,6 +992,7 @@ main(void)
     check_init_macros();
     check_version();
     check_counts();
+    check_old_callers();
     if (failures != 0) {
         fprintf(stderr, "struct-abi: %d check(s) failed\n", failures);
         return 1;

@@ -1,0 +1,134 @@
+/* lr_policy_decide() over arbitrary candidate tables, parameters and
+ * seeds: a bad table or parameter gets a clear status and writes no
+ * decision; a good one decides for every policy, names one of the rows,
+ * explains itself with a reason the library has, ranks the chosen row at
+ * its cost, and makes exactly the same choice again for the same seed.
+ *
+ * Input: parameters from the back (policy, row count, prompt length,
+ * seed, cursor, block size, how many parameter values, whether Lodestar
+ * gets a model), then from the front the rows as raw bytes (every bit
+ * pattern: NaN rates, absurd counts, ranks past the ring) and the
+ * parameter values as raw doubles. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_producer.h"
+#include "fuzz_helpers.h"
+#include "libroute/lr_policy.h"
+#include "policy.h"
+
+#define MAX_ROWS 64
+
+/* A small network for Lodestar, made once; scoring does not change it. */
+static lr_mlp *
+model(void)
+{
+    static lr_mlp *m;
+    if (m == NULL) {
+        lr_mlp_options o;
+        lr_mlp_options_init(&o);
+        o.n_inputs = LR_LODESTAR_FEATURES;
+        o.hidden_layers = 1;
+        o.width = 8;
+        FUZZ_ASSERT(lr_mlp_create(&o, &m) == LR_OK);
+    }
+    return m;
+}
+
+/* The library's own rule for a usable row, restated. */
+static bool
+row_ok(const lr_candidate *r, uint32_t prompt)
+{
+    return r->cached_tokens <= prompt && isfinite(r->prefill_rate) &&
+           r->prefill_rate > 0 && isfinite(r->rtt_ms) && r->rtt_ms >= 0 &&
+           isfinite(r->stall_s) && r->stall_s >= 0 && r->kv_use >= 0 &&
+           r->kv_use <= 1 && isfinite(r->cached_age_s) &&
+           (r->prefix_caching == 0 || r->prefix_caching == 1);
+}
+
+static bool
+params_ok(const double *p, size_t n)
+{
+    for (size_t k = 0; k < n && k < lr_param_count(); k++) {
+        lr_bounds b = lr_param_bounds((int32_t)k);
+        if (!(p[k] >= b.lo && p[k] <= b.hi) ||
+            ((b.flags & LR_BOUNDS_INTEGER) && p[k] != floor(p[k])))
+            return false;
+    }
+    return true;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_dp dp;
+    fuzz_dp_init(&dp, data, size);
+    int32_t policy = (int32_t)fuzz_dp_take_range(&dp, 0, LR__POLICY_COUNT);
+    size_t n = fuzz_dp_take_range(&dp, 0, MAX_ROWS);
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.prompt_tokens = fuzz_dp_take_range(&dp, 0, 1u << 20);
+    in.seed = fuzz_dp_take_u64(&dp);
+    in.last_instance = fuzz_dp_take_u32(&dp);
+    in.block_tokens = fuzz_dp_take_range(&dp, 0, 64);
+    in.expected_output_tokens = fuzz_dp_take_range(&dp, 0, 4096);
+    size_t n_params = fuzz_dp_take_range(&dp, 0, LR__PARAM_COUNT + 2);
+    in.model = fuzz_dp_take_bool(&dp) ? model() : NULL;
+
+    lr_candidate rows[MAX_ROWS];
+    memset(rows, 0, sizeof rows);
+    size_t got = 0;
+    const uint8_t *raw = fuzz_dp_bytes(&dp, n * sizeof rows[0], &got);
+    if (got > 0)
+        memcpy(rows, raw, got);
+    double param[LR__PARAM_COUNT + 2];
+    memset(param, 0, sizeof param);
+    const uint8_t *praw = fuzz_dp_bytes(&dp, n_params * sizeof(double), &got);
+    if (got > 0)
+        memcpy(param, praw, got);
+    n_params = got / sizeof(double);
+    in.params = param;
+    in.n_params = n_params;
+
+    bool good = n > 0 && policy < LR__POLICY_COUNT &&
+                params_ok(param, n_params);
+    for (size_t k = 0; k < n; k++)
+        good = good && row_ok(&rows[k], in.prompt_tokens);
+
+    double sc[MAX_ROWS], sc2[MAX_ROWS];
+    lr_decision d, d2;
+    lr_decision_init(&d);
+    lr_status st = lr_policy_decide(policy, &in, rows, n, sizeof rows[0], sc,
+                                    &d);
+    if (!good) {
+        FUZZ_ASSERT_STATUS(st, st == LR_EINVAL || st == LR_ERANGE ||
+                                   st == LR_ENOTSUP);
+        FUZZ_ASSERT(d.instance == LR_INSTANCE_NONE);
+        return 0;
+    }
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    /* the choice is a row; its score is the decision's cost (bounded-load
+     * hashing ranks by ring position but reports the load) */
+    bool found = false, costed = isnan(d.cost) ||
+                                 d.decider == LR_POLICY_CONSISTENT_HASH ||
+                                 d.decider == LR_POLICY_RANVIER;
+    for (size_t k = 0; k < n; k++)
+        if (rows[k].instance == d.instance) {
+            found = true;
+            costed = costed || sc[k] == d.cost;
+        }
+    FUZZ_ASSERT(found && costed);
+    FUZZ_ASSERT(d.reason >= 0 && (uint32_t)d.reason < lr_reason_count());
+    FUZZ_ASSERT(d.decider >= 0 && d.decider < LR__POLICY_COUNT);
+    FUZZ_ASSERT(d.seed == in.seed);
+    /* the same seed, the same choice and scores */
+    lr_decision_init(&d2);
+    st = lr_policy_decide(policy, &in, rows, n, sizeof rows[0], sc2, &d2);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    FUZZ_ASSERT(d2.instance == d.instance && d2.reason == d.reason);
+    FUZZ_ASSERT(d2.alt_instance == d.alt_instance);
+    for (size_t k = 0; k < n; k++)
+        FUZZ_ASSERT(sc[k] == sc2[k] || (isnan(sc[k]) && isnan(sc2[k])));
+    return 0;
+}

@@ -1,0 +1,959 @@
+/* lr_policy_decide: every policy alone, on candidate tables built by hand.
+ *
+ * - One test per published rule (../shared/FIELD.md): a table in, the
+ *   published choice out.
+ * - A differential test: the cost policies' scores and choices against a
+ *   naive re-statement of each formula, on random tables.
+ * - Determinism and bad input for every policy.
+ * - Agreement: for every policy, a router's dry-run route() and
+ *   lr_policy_decide() over the router's own table (lr_router_candidates)
+ *   with the decision's seed make the same choice with the same scores;
+ *   Lodestar with the router's model (lr_router_learner_save). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "lodestar.h"
+#include "router-helpers.h"
+
+#define NROWS_MAX 64
+#define RATE 8000.0
+
+static lr_candidate
+row(uint32_t id)
+{
+    lr_candidate c;
+    memset(&c, 0, sizeof c);
+    c.instance = id;
+    c.prefill_rate = RATE;
+    c.cached_age_s = -1;
+    c.prefix_caching = 1;
+    return c;
+}
+
+/* A table of n default rows with ids 10, 11, ... */
+static void
+table(lr_candidate *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = row((uint32_t)(10 + i));
+}
+
+struct out {
+    lr_decision d;
+    double score[NROWS_MAX];
+};
+
+/* Decide with defaults, except the parameters given as (key, value)
+ * pairs in kv[0 .. 2 * n_kv). */
+static lr_status
+decide_p(int32_t policy, const lr_candidate *t, size_t n, uint32_t prompt,
+         uint64_t seed, const double *kv, size_t n_kv, struct out *o)
+{
+    double param[64];
+    for (uint32_t k = 0; k < lr_param_count(); k++)
+        param[k] = lr_param_bounds((int32_t)k).def;
+    for (size_t i = 0; i < n_kv; i++)
+        param[(size_t)kv[2 * i]] = kv[2 * i + 1];
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.params = param;
+    in.n_params = lr_param_count();
+    in.prompt_tokens = prompt;
+    in.seed = seed;
+    lr_decision_init(&o->d);
+    return lr_policy_decide(policy, &in, t, n, sizeof *t, o->score, &o->d);
+}
+
+static struct out
+decide(int32_t policy, const lr_candidate *t, size_t n, uint32_t prompt)
+{
+    struct out o;
+    assert_st(decide_p(policy, t, n, prompt, 1, NULL, 0, &o), LR_OK);
+    return o;
+}
+
+/* Instances a policy picks over many seeds, as a bit set of row indices. */
+static uint64_t
+picks(int32_t policy, const lr_candidate *t, size_t n, uint32_t prompt)
+{
+    uint64_t seen = 0;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        struct out o;
+        assert_st(decide_p(policy, t, n, prompt, seed, NULL, 0, &o), LR_OK);
+        seen |= 1ull << (o.d.instance - 10);
+    }
+    return seen;
+}
+
+/* ---- bad input -------------------------------------------------------------- */
+
+static void
+bad_input(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    double sc[3];
+    lr_decision d;
+    lr_decision_init(&d);
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.prompt_tokens = 100;
+    int32_t p = LR_POLICY_LEAST_REQUEST;
+    assert_st(lr_policy_decide(p, NULL, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    assert_st(lr_policy_decide(p, &in, NULL, 3, sizeof *t, sc, &d), LR_EINVAL);
+    assert_st(lr_policy_decide(p, &in, t, 0, sizeof *t, sc, &d), LR_EINVAL);
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, NULL, &d), LR_EINVAL);
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, NULL), LR_EINVAL);
+    assert_st(lr_policy_decide(p, &in, t, 3, LR_CANDIDATE_SIZE_V1 - 1, sc, &d),
+              LR_EINVAL);
+    assert_st(lr_policy_decide(-1, &in, t, 3, sizeof *t, sc, &d), LR_ENOTSUP);
+    assert_st(lr_policy_decide((int32_t)lr_policy_count(), &in, t, 3,
+                               sizeof *t, sc, &d),
+              LR_ENOTSUP);
+    /* rows the formulas cannot take */
+    t[1].cached_tokens = 101;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[1].cached_tokens = 0;
+    t[2].prefill_rate = 0;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[2].prefill_rate = NAN;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[2].prefill_rate = RATE;
+    t[0].kv_use = 1.5;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[0].kv_use = 0;
+    t[0].rtt_ms = -1;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[0].rtt_ms = INFINITY;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    t[0].rtt_ms = 0;
+    /* parameters: out of bounds, NaN, fractions for integer keys */
+    double param[1] = { -1 }; /* PREFIX_MIN_RATIO in [0, 1] */
+    in.params = param;
+    in.n_params = 1;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_ERANGE);
+    param[0] = NAN;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    in.params = NULL;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EINVAL);
+    in.n_params = 0;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_OK);
+    /* sizes */
+    in.struct_size = LR_POLICY_INPUT_SIZE_V1 - 1;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EVERSION);
+    lr_policy_input_init(&in);
+    d.struct_size = LR_DECISION_SIZE_V1 - 1;
+    assert_st(lr_policy_decide(p, &in, t, 3, sizeof *t, sc, &d), LR_EVERSION);
+    /* a model of the wrong width */
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    mo.n_inputs = 3;
+    lr_mlp *m = NULL;
+    assert_st(lr_mlp_create(&mo, &m), LR_OK);
+    lr_decision_init(&d);
+    in.model = m;
+    assert_st(lr_policy_decide(LR_POLICY_LODESTAR, &in, t, 3, sizeof *t, sc,
+                               &d),
+              LR_EINVAL);
+    lr_mlp_destroy(m);
+}
+
+/* A larger row_size (a newer caller's struct) is read with its stride. */
+static void
+row_stride(void **state)
+{
+    (void)state;
+    struct wide {
+        lr_candidate c;
+        char more[24];
+    } w[4];
+    memset(w, 0x7f, sizeof w);
+    for (int i = 0; i < 4; i++) {
+        w[i].c = row((uint32_t)(10 + i));
+        w[i].c.inflight = (uint32_t)(5 - i);
+    }
+    double sc[4];
+    lr_decision d;
+    lr_decision_init(&d);
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    assert_st(lr_policy_decide(LR_POLICY_LEAST_REQUEST, &in, &w[0].c, 4,
+                               sizeof w[0], sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 13);
+    assert_true(sc[0] == 5 && sc[3] == 2);
+}
+
+/* ---- the published rules --------------------------------------------------------- */
+
+static void
+rule_random_round_robin(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    assert_int_equal(picks(LR_POLICY_RANDOM, t, 4, 64), 0xf);
+    /* round robin: the least id above the last served, wrapping */
+    struct out o;
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    lr_decision_init(&o.d);
+    uint32_t want[] = { 10, 11, 12, 13, 10 };
+    for (int i = 0; i < 5; i++) {
+        assert_st(lr_policy_decide(LR_POLICY_ROUND_ROBIN, &in, t, 4, sizeof *t,
+                                   o.score, &o.d),
+                  LR_OK);
+        assert_int_equal(o.d.instance, want[i]);
+        assert_reason(o.d, LR_REASON_ROUND_ROBIN);
+        in.last_instance = o.d.instance;
+    }
+    /* a cursor between ids, rows out of order */
+    lr_candidate u[3] = { row(30), row(5), row(17) };
+    in.last_instance = 6;
+    assert_st(lr_policy_decide(LR_POLICY_ROUND_ROBIN, &in, u, 3, sizeof *u,
+                               o.score, &o.d),
+              LR_OK);
+    assert_int_equal(o.d.instance, 17);
+}
+
+static void
+rule_least_request_and_load(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    t[0].inflight = 3;
+    t[1].inflight = 1;
+    t[2].inflight = 1;
+    t[3].inflight = 2;
+    /* ties draw among the least */
+    assert_int_equal(picks(LR_POLICY_LEAST_REQUEST, t, 4, 64), 0x6);
+    struct out o = decide(LR_POLICY_LEAST_REQUEST, t, 4, 64);
+    assert_reason(o.d, LR_REASON_LEAST_LOADED);
+    assert_true(o.d.cost == 1 && o.score[0] == 3);
+    /* least load adds the engine's running and waiting */
+    t[1].running = 2;
+    t[2].waiting = 1;
+    t[3].running = 0;
+    o = decide(LR_POLICY_LEAST_LOAD, t, 4, 64);
+    assert_true(o.d.instance == 12 || o.d.instance == 13);
+    assert_true(o.score[1] == 3 && o.score[2] == 2 && o.score[3] == 2);
+    assert_int_equal(picks(LR_POLICY_LEAST_LOAD, t, 4, 64), 0xc);
+}
+
+static void
+rule_session_and_bounded_hash(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    t[2].ring_rank = 1;
+    t[0].ring_rank = 2;
+    struct out o = decide(LR_POLICY_SESSION_AFFINITY, t, 4, 64);
+    assert_int_equal(o.d.instance, 12);
+    assert_reason(o.d, LR_REASON_SESSION);
+    /* bounded load: cap = ceil(1.25 x (in flight + 1) / n) */
+    t[1].ring_rank = 3;
+    o = decide(LR_POLICY_CONSISTENT_HASH, t, 4, 64);
+    assert_int_equal(o.d.instance, 12);
+    assert_int_equal(o.d.alt_instance, 10);
+    assert_reason(o.d, LR_REASON_HASH);
+    /* total 7 in flight: cap = ceil(1.25 x 8 / 4) = 3; rank 1 holds 3 */
+    t[2].inflight = 3;
+    t[0].inflight = 2;
+    t[1].inflight = 2;
+    o = decide(LR_POLICY_CONSISTENT_HASH, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_int_equal(o.d.alt_instance, 11);
+    assert_true(o.score[2] == 0 && o.score[0] == 1);
+    /* every candidate past the cap (15 in flight: cap 5): the least
+     * loaded of all */
+    t[0].inflight = 5;
+    t[1].inflight = 5;
+    t[2].inflight = 5;
+    o = decide(LR_POLICY_CONSISTENT_HASH, t, 4, 64);
+    assert_int_equal(o.d.instance, 13);
+    assert_reason(o.d, LR_REASON_LEAST_LOADED);
+}
+
+static void
+rule_prefix_cache(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].cached_tokens = 48;
+    t[1].cached_tokens = 48;
+    t[1].inflight = 1;
+    t[2].inflight = 0;
+    /* ratio 48 / 96 = 0.5 >= 0.5: the best hit, least in flight */
+    struct out o = decide(LR_POLICY_PREFIX_CACHE, t, 3, 96);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    assert_true(o.score[0] == -48 && o.score[2] == 0);
+    /* below the ratio: least in flight */
+    o = decide(LR_POLICY_PREFIX_CACHE, t, 3, 97);
+    assert_reason(o.d, LR_REASON_FALLBACK);
+    assert_int_not_equal(o.d.instance, 11);
+}
+
+/* AIBrix: max - min running > 8 -> least request; else best match whose
+ * in flight <= mean + 1 sd; else least request. */
+static void
+rule_aibrix(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    t[0].cached_tokens = 64;
+    t[0].inflight = 9;
+    struct out o = decide(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 4, 64);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    assert_int_not_equal(o.d.instance, 10);
+    /* imbalance 8: no override, but 8 > mean 2 + sd 3.46 */
+    t[0].inflight = 8;
+    o = decide(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 4, 64);
+    assert_reason(o.d, LR_REASON_LEAST_LOADED);
+    assert_int_not_equal(o.d.instance, 10);
+    /* within the limit (mean 0.75 + sd 0.43): the best match */
+    t[0].inflight = 1;
+    t[1].inflight = 1;
+    t[2].inflight = 1;
+    o = decide(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+}
+
+/* SGLang: imbalanced (max - min > 64 and max > 1.5 x min) -> least loaded;
+ * else the best match if its ratio > 0.3; else least loaded. */
+static void
+rule_sglang(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].cached_tokens = 32;
+    t[0].inflight = 70;
+    t[1].inflight = 5;
+    t[2].inflight = 6;
+    struct out o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 64);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    assert_int_equal(o.d.instance, 11);
+    t[1].inflight = 50; /* 70 > 1.5 x 50 but 70 - 6 = 64 is not > 64 */
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 64);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    assert_int_equal(o.d.instance, 10);
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107); /* 0.299 */
+    assert_reason(o.d, LR_REASON_FALLBACK);
+    assert_int_equal(o.d.instance, 12);
+}
+
+/* Preble: best hit above 50%, else least estimated TTFT (with the stall
+ * term); Mooncake's min-ttft: queue + prefill only. */
+static void
+rule_preble_and_min_ttft(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].cached_tokens = 64;
+    t[0].prefill_tokens = 80000; /* 10 s of queue */
+    t[1].prefill_tokens = 8000;
+    t[2].stall_s = 2;
+    struct out o = decide(LR_POLICY_PREBLE, t, 3, 120);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    o = decide(LR_POLICY_PREBLE, t, 3, 160);
+    assert_int_equal(o.d.instance, 11); /* 1.02 s against 2.02 s stalled */
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_true(fabs(o.score[2] - (160.0 / RATE + 2)) < 1e-12);
+    o = decide(LR_POLICY_MIN_TTFT, t, 3, 160);
+    assert_int_equal(o.d.instance, 12); /* the stall does not count */
+    assert_true(fabs(o.d.cost - 160.0 / RATE) < 1e-12);
+    /* a faster class */
+    t[1].prefill_rate = 16000;
+    t[2].prefill_tokens = 8000;
+    o = decide(LR_POLICY_MIN_TTFT, t, 3, 160);
+    assert_int_equal(o.d.instance, 11);
+}
+
+/* Dynamo: uncached prefill blocks + decode blocks, argmin at temperature
+ * 0, a softmax draw above it. */
+static void
+rule_dynamo(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].cached_tokens = 64;
+    t[0].kv_tokens = 100; /* 7 decode blocks + 0 uncached */
+    t[1].kv_tokens = 0;   /* 0 + 4 uncached blocks of 64 */
+    t[2].kv_tokens = 17;  /* 2 + 4 */
+    struct out o = decide(LR_POLICY_DYNAMO, t, 3, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(o.score[0] == 7 && o.score[1] == 4 && o.score[2] == 6);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    double kv[] = { LR_PARAM_DYNAMO_TEMPERATURE, 10 };
+    uint64_t seen = 0;
+    for (uint64_t s = 1; s < 200; s++) {
+        assert_st(decide_p(LR_POLICY_DYNAMO, t, 3, 64, s, kv, 1, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_SAMPLED);
+        seen |= 1ull << (o.d.instance - 10);
+    }
+    assert_int_equal(seen, 0x7);
+}
+
+/* DualMap: two ring candidates; equal hits -> fewer pending prefill
+ * tokens; else the higher hit until its TTFT passes the SLO or it stalls. */
+static void
+rule_dualmap(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    t[3].ring_rank = 1;
+    t[1].ring_rank = 2;
+    t[1].prefill_tokens = 10;
+    t[0].prefill_tokens = 0; /* not a candidate */
+    struct out o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 13);
+    assert_int_equal(o.d.alt_instance, 11);
+    assert_reason(o.d, LR_REASON_LEAST_LOADED);
+    assert_true(isnan(o.score[0]) && isnan(o.score[2]));
+    /* the higher hit stays while under the SLO */
+    t[1].cached_tokens = 64;
+    t[1].prefill_tokens = 8000 * 4; /* 4 s < 5 s */
+    o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    t[1].prefill_tokens = 8000 * 6; /* 6 s > 5 s: switch */
+    o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 13);
+    assert_reason(o.d, LR_REASON_SLO_SWITCH);
+    t[1].prefill_tokens = 0;
+    t[1].stall_s = 4; /* a decode stall also switches */
+    t[3].prefill_tokens = 10;
+    t[1].prefill_tokens = 20;
+    o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 13);
+    assert_reason(o.d, LR_REASON_SLO_SWITCH);
+}
+
+/* GORGO: w_rtt x RTT ms + uncached + w_queue x queued prompt tokens. */
+static void
+rule_gorgo(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].rtt_ms = 279;
+    t[1].rtt_ms = 37;
+    t[1].prompt_tokens = 2000;
+    t[2].rtt_ms = 456;
+    t[2].cached_tokens = 512;
+    struct out o = decide(LR_POLICY_GORGO, t, 3, 512);
+    /* 139.5 + 512; 18.5 + 512 + 200; 228 + 0 */
+    assert_true(o.score[0] == 0.5 * 279 + 512 &&
+                o.score[1] == 0.5 * 37 + 512 + 0.1 * 2000 &&
+                o.score[2] == 0.5 * 456);
+    assert_int_equal(o.d.instance, 12);
+    double kv[] = { LR_PARAM_GORGO_W_RTT, 2 };
+    assert_st(decide_p(LR_POLICY_GORGO, t, 3, 512, 1, kv, 1, &o), LR_OK);
+    assert_int_equal(o.d.instance, 1 + 10); /* 74 + 712 < 558 + 512 */
+}
+
+/* Ranvier: the deepest hit; the override when in flight > 2 x median. */
+static void
+rule_ranvier(void **state)
+{
+    (void)state;
+    lr_candidate t[4];
+    table(t, 4);
+    t[0].cached_tokens = 64;
+    t[0].inflight = 4;
+    t[1].inflight = 1;
+    t[2].inflight = 2;
+    t[3].inflight = 3;
+    /* upper median 3: 4 is not > 6 */
+    struct out o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    t[0].inflight = 7;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    /* no hit: bounded-load hashing */
+    t[0].cached_tokens = 0;
+    t[2].ring_rank = 1;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 12);
+    assert_reason(o.d, LR_REASON_FALLBACK);
+}
+
+/* ---- Lodestar ------------------------------------------------------------------------ */
+
+/* A small network trained on rows where the reward is -inflight / 10. */
+static lr_mlp *
+inflight_model(void)
+{
+    enum { N = 512 };
+    const uint32_t F = LR_LODESTAR_FEATURES;
+    float *x = calloc((size_t)N * F, sizeof *x), y[N];
+    uint64_t s = 7;
+    for (int i = 0; i < N; i++) {
+        lr_candidate c = row(10);
+        c.inflight = (uint32_t)tu_below(&s, 11);
+        c.cached_tokens = (uint32_t)tu_below(&s, 2) * 64;
+        lr__lodestar_features(&c, 128, 128, x + (size_t)i * F);
+        y[i] = -(float)c.inflight / 10;
+    }
+    lr_mlp_options o;
+    lr_mlp_options_init(&o);
+    o.n_inputs = F;
+    o.hidden_layers = 1;
+    o.width = 16;
+    o.dropout = 0;
+    o.learning_rate = 1e-2;
+    lr_mlp *m = NULL;
+    assert_st(lr_mlp_create(&o, &m), LR_OK);
+    assert_st(lr_mlp_fit_normalization(m, x, N, y), LR_OK);
+    assert_st(lr_mlp_train(m, x, y, N, 60, NULL), LR_OK);
+    free(x);
+    return m;
+}
+
+static lr_status
+lodestar(const lr_candidate *t, size_t n, lr_mlp *m, const double *kv,
+         size_t n_kv, uint64_t seed, struct out *o)
+{
+    double param[64];
+    for (uint32_t k = 0; k < lr_param_count(); k++)
+        param[k] = lr_param_bounds((int32_t)k).def;
+    param[LR_PARAM_LODESTAR_EPSILON] = 0;
+    param[LR_PARAM_LODESTAR_TIE] = 0;
+    for (size_t i = 0; i < n_kv; i++)
+        param[(size_t)kv[2 * i]] = kv[2 * i + 1];
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.params = param;
+    in.n_params = lr_param_count();
+    in.prompt_tokens = 128;
+    in.expected_output_tokens = 128;
+    in.seed = seed;
+    in.model = m;
+    lr_decision_init(&o->d);
+    return lr_policy_decide(LR_POLICY_LODESTAR, &in, t, n, sizeof *t, o->score,
+                            &o->d);
+}
+
+static void
+lodestar_rules(void **state)
+{
+    (void)state;
+    lr_mlp *m = inflight_model();
+    lr_candidate t[6];
+    table(t, 6);
+    for (int i = 0; i < 6; i++)
+        t[i].inflight = (uint32_t)(8 - i);
+    /* cold start: exactly the fallback (AIBrix) with its own reason */
+    struct out o, f;
+    assert_st(lodestar(t, 6, NULL, NULL, 0, 3, &o), LR_OK);
+    assert_st(decide_p(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 6, 128, 3, NULL, 0,
+                       &f),
+              LR_OK);
+    assert_int_equal(o.d.instance, f.d.instance);
+    assert_reason(o.d, LR_REASON_COLD_START);
+    assert_int_equal(o.d.decider, LR_POLICY_PREFIX_CACHE_AND_LOAD);
+    /* scored: the scores are the model's negated predictions */
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_int_equal(o.d.decider, LR_POLICY_LODESTAR);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    float x[6 * LR_LODESTAR_FEATURES], pred[6];
+    for (int i = 0; i < 6; i++)
+        lr__lodestar_features(&t[i], 128, 128, x + i * LR_LODESTAR_FEATURES);
+    assert_st(lr_mlp_predict(m, x, 6, pred), LR_OK);
+    size_t best = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_true(o.score[i] == -(double)pred[i]);
+        if (pred[i] > pred[best])
+            best = (size_t)i;
+    }
+    assert_int_equal(o.d.instance, t[best].instance);
+    assert_int_equal(o.d.instance, 15); /* the least in flight */
+    /* out of range (in flight 40 was never trained on): the fallback */
+    t[2].inflight = 40;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_OOD);
+    double no_ood[] = { LR_PARAM_LODESTAR_OOD, 0 };
+    assert_st(lodestar(t, 6, m, no_ood, 1, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    t[2].inflight = 6;
+    /* K-filter: KV pressure and a long hit -> only ring ranks 1 and 2 */
+    for (int i = 0; i < 6; i++)
+        t[i].kv_use = 0.9;
+    t[0].cached_tokens = 128;
+    t[0].ring_rank = 2;
+    t[3].ring_rank = 1;
+    assert_st(lodestar(t, 6, m, no_ood, 1, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_K_FILTER);
+    assert_int_equal(o.d.instance, 13);
+    assert_int_equal(o.d.alt_instance, 10);
+    for (int i = 0; i < 6; i++)
+        assert_true(isnan(o.score[i]) == (i != 0 && i != 3));
+    /* power of d: the deepest hit plus d - 1 drawn others */
+    for (int i = 0; i < 6; i++)
+        t[i].kv_use = 0;
+    double pod[] = { LR_PARAM_LODESTAR_CANDIDATES, 3, LR_PARAM_LODESTAR_OOD,
+                     0 };
+    uint64_t seen = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, pod, 2, s, &o), LR_OK);
+        int scored = 0;
+        for (int i = 0; i < 6; i++) {
+            scored += !isnan(o.score[i]);
+            if (!isnan(o.score[i]))
+                seen |= 1ull << i;
+        }
+        assert_int_equal(scored, 3);
+        assert_false(isnan(o.score[0]));
+    }
+    assert_int_equal(seen, 0x3f);
+    /* exploration draws only among the scored rows */
+    double explore[] = { LR_PARAM_LODESTAR_EPSILON, 1,
+                         LR_PARAM_LODESTAR_CANDIDATES, 2,
+                         LR_PARAM_LODESTAR_OOD, 0 };
+    for (uint64_t s = 1; s < 50; s++) {
+        assert_st(lodestar(t, 6, m, explore, 3, s, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_EXPLORE);
+        assert_false(isnan(o.score[o.d.instance - 10]));
+    }
+    lr_mlp_destroy(m);
+}
+
+/* ---- every policy: determinism, and the differential against naive formulas -------- */
+
+static void
+random_table(lr_candidate *t, size_t n, uint32_t prompt, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        t[i] = row((uint32_t)(100 + 3 * i));
+        t[i].cached_tokens = (uint32_t)tu_below(s, 4) * (prompt / 4);
+        t[i].inflight = (uint32_t)tu_below(s, 6);
+        t[i].queued = (uint32_t)tu_below(s, t[i].inflight + 1);
+        t[i].prefill_tokens = tu_below(s, 40000);
+        t[i].queued_tokens = tu_below(s, 40000);
+        t[i].prompt_tokens = tu_below(s, 80000);
+        t[i].decode_tokens = tu_below(s, 4000);
+        t[i].kv_tokens = tu_below(s, 100000);
+        t[i].running = (uint32_t)tu_below(s, 8);
+        t[i].waiting = (uint32_t)tu_below(s, 4);
+        t[i].kv_use = tu_unit(s);
+        t[i].rtt_ms = (double)tu_below(s, 500);
+        t[i].prefill_rate = 2000 + (double)tu_below(s, 20000);
+        t[i].stall_s = tu_below(s, 4) == 0 ? 3 + tu_unit(s) : 0;
+        t[i].instance_class = (uint32_t)tu_below(s, 9);
+    }
+    /* ring ranks 1 .. 8 on distinct rows */
+    for (uint32_t rank = 1; rank <= 8 && rank <= n; rank++) {
+        size_t k;
+        do
+            k = (size_t)tu_below(s, n);
+        while (t[k].ring_rank != 0);
+        t[k].ring_rank = rank;
+    }
+}
+
+/* What a naive reading of the formula scores row c at. */
+static double
+naive(int32_t p, const lr_candidate *c, uint32_t prompt)
+{
+    double unc = (double)prompt - c->cached_tokens;
+    switch (p) {
+    case LR_POLICY_LEAST_REQUEST:
+        return c->inflight;
+    case LR_POLICY_LEAST_LOAD:
+        return (double)c->inflight + c->running + c->waiting;
+    case LR_POLICY_MIN_TTFT:
+        return ((double)c->prefill_tokens + unc) / c->prefill_rate;
+    case LR_POLICY_DYNAMO:
+        return ceil(unc / 16) + ceil((double)c->kv_tokens / 16);
+    default: /* gorgo */
+        return 0.5 * c->rtt_ms + unc + 0.1 * (double)c->prompt_tokens;
+    }
+}
+
+static void
+every_policy_random_tables(void **state)
+{
+    (void)state;
+    uint64_t s = tu_seed("policy-tables", 42);
+    static const int32_t argmin[] = { LR_POLICY_LEAST_REQUEST,
+                                      LR_POLICY_LEAST_LOAD, LR_POLICY_MIN_TTFT,
+                                      LR_POLICY_DYNAMO, LR_POLICY_GORGO };
+    lr_candidate t[NROWS_MAX];
+    for (int round = 0; round < 300; round++) {
+        size_t n = 1 + (size_t)tu_below(&s, 20);
+        uint32_t prompt = 16 * (1 + (uint32_t)tu_below(&s, 600));
+        random_table(t, n, prompt, &s);
+        uint64_t seed = tu_rand(&s);
+        for (int32_t p = 0; p < (int32_t)lr_policy_count(); p++) {
+            struct out a, b;
+            assert_st(decide_p(p, t, n, prompt, seed, NULL, 0, &a), LR_OK);
+            assert_st(decide_p(p, t, n, prompt, seed, NULL, 0, &b), LR_OK);
+            /* deterministic for a seed, scores included */
+            assert_int_equal(a.d.instance, b.d.instance);
+            assert_int_equal(a.d.reason, b.d.reason);
+            assert_memory_equal(a.score, b.score, n * sizeof a.score[0]);
+            assert_true(a.d.reason >= 0 &&
+                        a.d.reason < (int32_t)lr_reason_count());
+            assert_int_equal(a.d.seed, seed);
+            bool found = false;
+            for (size_t k = 0; k < n; k++)
+                if (t[k].instance == a.d.instance) {
+                    found = true;
+                    assert_int_equal(a.d.cached_tokens, t[k].cached_tokens);
+                }
+            assert_true(found);
+        }
+        for (size_t i = 0; i < sizeof argmin / sizeof argmin[0]; i++) {
+            struct out a;
+            int32_t p = argmin[i];
+            assert_st(decide_p(p, t, n, prompt, seed, NULL, 0, &a), LR_OK);
+            double lo = INFINITY;
+            for (size_t k = 0; k < n; k++) {
+                double want = naive(p, &t[k], prompt);
+                assert_true(fabs(a.score[k] - want) <= 1e-9 * (1 + fabs(want)));
+                lo = a.score[k] < lo ? a.score[k] : lo;
+            }
+            assert_true(a.d.cost == lo);
+        }
+    }
+}
+
+/* ---- agreement with route() ------------------------------------------------------------ */
+
+struct fleet {
+    lr_router *r;
+    uint32_t n_prompts;
+    uint32_t prompt[12][256];
+};
+
+/* A router with 6 instances of two classes and some load and cached
+ * prefixes: conversations routed under least-request and left in flight. */
+static void
+fleet_make(struct fleet *f, int32_t policy)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = policy;
+    o.seed = OPT_SEED;
+    o.max_instances = 16;
+    lr_learner_options lo;
+    lr_learner_options_init(&lo);
+    lo.min_samples = 64;
+    lo.retrain_every = 64;
+    lo.epochs = 5;
+    o.learner = &lo;
+    assert_st(lr_router_create(&o, &f->r), LR_OK);
+    for (uint32_t i = 0; i < 6; i++)
+        add_instance(f->r, "10.9", i, i % 2, (1 + i) * 1000000ull);
+    lr_class_spec cs;
+    lr_class_spec_init(&cs);
+    cs.prefill_tokens_per_s = 20000;
+    assert_st(lr_router_set_class(f->r, 1, &cs), LR_OK);
+    f->n_prompts = 12;
+    for (uint32_t k = 0; k < f->n_prompts; k++) {
+        toks(f->prompt[k], 256, k / 3); /* groups of three share tokens */
+        for (uint32_t j = 64 * (k % 3 + 1); j < 256; j++)
+            f->prompt[k][j] ^= k + 1;
+    }
+}
+
+static void
+fleet_route(struct fleet *f, uint64_t id, uint32_t k, uint64_t now)
+{
+    assert_st(route_one(f->r, id, f->prompt[k % f->n_prompts], 256, 0, now,
+                        NULL),
+              LR_OK);
+}
+
+/* The table, route()'s dry-run decision, and lr_policy_decide() on the
+ * table with that decision's seed: the same choice and scores. */
+static void
+agree_once(struct fleet *f, uint32_t k, uint64_t now, uint32_t last,
+           lr_mlp *model)
+{
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 1u << 30;
+    q.tokens = f->prompt[k];
+    q.n_tokens = 256;
+    q.now_ns = now;
+    lr_candidate rows[16];
+    size_t n = 0;
+    assert_st(lr_router_candidates(f->r, &q, rows, 16, sizeof rows[0], &n),
+              LR_OK);
+    q.flags = LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES;
+    lr_score sc[16];
+    lr_decision d;
+    lr_decision_init(&d);
+    d.scores = sc;
+    d.scores_capacity = 16;
+    assert_st(lr_router_route(f->r, &q, &d), LR_OK);
+    assert_int_equal(d.n_scores, n);
+    double param[64];
+    for (uint32_t p = 0; p < lr_param_count(); p++)
+        assert_st(lr_router_get_param(f->r, (int32_t)p, &param[p]), LR_OK);
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.params = param;
+    in.n_params = lr_param_count();
+    in.prompt_tokens = 256;
+    in.last_instance = last;
+    in.seed = d.seed;
+    in.model = model;
+    struct out o;
+    lr_decision_init(&o.d);
+    assert_st(lr_policy_decide(lr_router_policy(f->r), &in, rows, n,
+                               sizeof rows[0], o.score, &o.d),
+              LR_OK);
+    assert_int_equal(o.d.instance, d.instance);
+    assert_int_equal(o.d.reason, d.reason);
+    assert_int_equal(o.d.decider, d.decider);
+    assert_int_equal(o.d.alt_instance, d.alt_instance);
+    assert_int_equal(o.d.cached_tokens, d.cached_tokens);
+    assert_true(o.d.cost == d.cost || (isnan(o.d.cost) && isnan(d.cost)));
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(sc[i].instance, rows[i].instance);
+        assert_true(sc[i].score == o.score[i] ||
+                    (isnan(sc[i].score) && isnan(o.score[i])));
+    }
+}
+
+static void
+agrees_with_route(void **state)
+{
+    (void)state;
+    for (int32_t p = 0; p < (int32_t)lr_policy_count(); p++) {
+        if (p == LR_POLICY_LODESTAR)
+            continue; /* below, with its model */
+        struct fleet f;
+        fleet_make(&f, LR_POLICY_LEAST_REQUEST);
+        for (uint64_t i = 0; i < 18; i++)
+            fleet_route(&f, 100 + i, (uint32_t)i, T0 + i * MS);
+        assert_st(lr_router_set_policy(f.r, p), LR_OK);
+        uint32_t last = LR_INSTANCE_NONE;
+        for (uint32_t k = 0; k < f.n_prompts; k++) {
+            agree_once(&f, k, T0 + (100 + k) * MS, last, NULL);
+            /* a real route moves the state on (cursor, hotness, load) */
+            lr_decision d;
+            assert_st(route_one(f.r, 200 + k, f.prompt[k], 256, 0,
+                                T0 + (100 + k) * MS, &d),
+                      LR_OK);
+            last = d.instance;
+        }
+        lr_router_destroy(f.r);
+    }
+}
+
+static void
+agrees_with_route_lodestar(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_make(&f, LR_POLICY_LODESTAR);
+    assert_st(lr_router_set_param(f.r, LR_PARAM_LODESTAR_OOD, 0), LR_OK);
+    /* samples: routes and first tokens, then a forced training round */
+    uint64_t now = T0;
+    for (uint64_t i = 0; i < 160; i++) {
+        now += 5 * MS;
+        fleet_route(&f, 1000 + i, (uint32_t)i, now);
+        assert_st(lr_router_first_token(f.r, 1000 + i, now + (i % 7) * MS),
+                  LR_OK);
+        if (i % 3 == 0)
+            assert_st(lr_router_complete(f.r, 1000 + i, 10, now + 9 * MS),
+                      LR_OK);
+    }
+    int32_t trained = 0;
+    assert_st(lr_router_learn_step(f.r, LR_LEARN_FORCE, &trained), LR_OK);
+    assert_int_equal(trained, 1);
+    lr_blob *b = NULL;
+    assert_st(lr_router_learner_save(f.r, &b), LR_OK);
+    lr_mlp *m = NULL;
+    assert_st(lr_mlp_load(lr_blob_data(b), lr_blob_size(b), NULL, &m), LR_OK);
+    lr_blob_destroy(b);
+    for (uint32_t k = 0; k < f.n_prompts; k++)
+        agree_once(&f, k, now + k * MS, LR_INSTANCE_NONE, m);
+    lr_mlp_destroy(m);
+    lr_router_destroy(f.r);
+}
+
+static void
+router_api_bad_input(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_make(&f, LR_POLICY_RANVIER);
+    lr_request q;
+    lr_request_init(&q);
+    q.tokens = f.prompt[0];
+    q.n_tokens = 256;
+    lr_candidate rows[16];
+    size_t n = 99;
+    uint64_t d0 = lr__router_digest(f.r);
+    assert_st(lr_router_candidates(NULL, &q, rows, 16, sizeof rows[0], &n),
+              LR_EINVAL);
+    assert_st(lr_router_candidates(f.r, &q, NULL, 16, sizeof rows[0], &n),
+              LR_EINVAL);
+    assert_st(lr_router_candidates(f.r, &q, rows, 16, 8, &n), LR_EINVAL);
+    assert_st(lr_router_candidates(f.r, &q, rows, 5, sizeof rows[0], &n),
+              LR_EBUFSIZE);
+    assert_int_equal(n, 6);
+    assert_st(lr_router_candidates(f.r, &q, NULL, 0, sizeof rows[0], &n),
+              LR_EBUFSIZE);
+    assert_true(lr__router_digest(f.r) == d0);
+    /* the learner's model: none yet, and no learner at all */
+    lr_blob *b = (lr_blob *)&n;
+    assert_st(lr_router_learner_save(f.r, &b), LR_ESTATE);
+    assert_null(b);
+    assert_st(lr_router_learner_save(f.r, NULL), LR_EINVAL);
+    /* reason counts */
+    uint64_t c[64];
+    assert_st(lr_router_reason_counts(f.r, c, 3, &n), LR_EBUFSIZE);
+    assert_int_equal(n, lr_reason_count());
+    assert_st(lr_router_reason_counts(f.r, NULL, 3, &n), LR_EINVAL);
+    fleet_route(&f, 1, 0, T0);
+    assert_st(lr_router_reason_counts(f.r, c, 64, &n), LR_OK);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += c[i];
+    assert_int_equal(total, 1);
+    lr_router_destroy(f.r);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_input),
+        cmocka_unit_test(row_stride),
+        cmocka_unit_test(rule_random_round_robin),
+        cmocka_unit_test(rule_least_request_and_load),
+        cmocka_unit_test(rule_session_and_bounded_hash),
+        cmocka_unit_test(rule_prefix_cache),
+        cmocka_unit_test(rule_aibrix),
+        cmocka_unit_test(rule_sglang),
+        cmocka_unit_test(rule_preble_and_min_ttft),
+        cmocka_unit_test(rule_dynamo),
+        cmocka_unit_test(rule_dualmap),
+        cmocka_unit_test(rule_gorgo),
+        cmocka_unit_test(rule_ranvier),
+        cmocka_unit_test(lodestar_rules),
+        cmocka_unit_test(every_policy_random_tables),
+        cmocka_unit_test(agrees_with_route),
+        cmocka_unit_test(agrees_with_route_lodestar),
+        cmocka_unit_test(router_api_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
