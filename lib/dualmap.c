@@ -223,7 +223,7 @@ lr__dualmap_decide(const struct lr__pctx *c)
 {
     const int32_t me = LR_POLICY_DUALMAP;
     uint32_t a = lr__row_of_rank(c, 1), b = lr__row_of_rank(c, 2);
-    if (LR_NEVER(a == LR_NIL)) /* the router ranks every table */
+    if (a == LR_NIL) /* a host's table without ranks, never the router's */
         return lr__choose(c, lr__least_inflight(c), LR_REASON_LEAST_LOADED, me);
     const lr_candidate *ra = lr__row(c, a);
     estimate(c, a);
