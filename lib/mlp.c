@@ -113,13 +113,20 @@ count_params(uint32_t d, uint32_t L, uint32_t W)
     return w * d + w + (size_t)(L - 1) * (w * w + w) + w + 1;
 }
 
+/* Inputs and outputs of layer l (l == L: the output layer). */
 static inline uint32_t
 layer_in(const lr_mlp *m, uint32_t l)
 {
     return l == 0 ? m->d : m->W;
 }
 
-/* Weights of hidden layer l (l == L: the output layer). */
+static inline uint32_t
+layer_out(const lr_mlp *m, uint32_t l)
+{
+    return l == m->L ? 1 : m->W;
+}
+
+/* Where layer l's weights start in the parameter vector. */
 static inline size_t
 layer_off(const lr_mlp *m, uint32_t l)
 {
@@ -148,6 +155,16 @@ struct layout {
     size_t floats;
 };
 
+/* Bump allocation in floats: n floats at *at, the next start kept on a
+ * multiple of 16 floats (64 bytes). Returns where the n floats start. */
+static size_t
+carve(size_t *at, size_t n)
+{
+    size_t start = *at;
+    *at += round_up16(n);
+    return start;
+}
+
 static size_t
 struct_floats(void)
 {
@@ -160,22 +177,14 @@ make_layout(uint32_t d, uint32_t W, size_t n_params, struct layout *lo)
 {
     size_t mf = d > W ? d : W;
     size_t at = struct_floats();
-    lo->params = at;
-    at += round_up16(n_params);
-    lo->adam_m = at;
-    at += round_up16(n_params);
-    lo->adam_v = at;
-    at += round_up16(n_params);
-    lo->mean = at;
-    at += round_up16(d);
-    lo->std = at;
-    at += round_up16(d);
-    lo->lo = at;
-    at += round_up16(d);
-    lo->hi = at;
-    at += round_up16(d);
-    lo->scratch = at;
-    at += 2 * mf * TILE + TILE;
+    lo->params = carve(&at, n_params);
+    lo->adam_m = carve(&at, n_params);
+    lo->adam_v = carve(&at, n_params);
+    lo->mean = carve(&at, d);
+    lo->std = carve(&at, d);
+    lo->lo = carve(&at, d);
+    lo->hi = carve(&at, d);
+    lo->scratch = carve(&at, 2 * mf * TILE + TILE);
     lo->floats = at;
 }
 
@@ -234,7 +243,7 @@ init_weights(lr_mlp *m)
     struct lr__rng r;
     lr__rng_seed(&r, m->opt.seed ^ INIT_SALT);
     for (uint32_t l = 0; l <= m->L; l++) {
-        size_t in = layer_in(m, l), out = l == m->L ? 1 : m->W;
+        size_t in = layer_in(m, l), out = layer_out(m, l);
         double a = sqrt(6.0 / (double)(in + out));
         float *w = m->params + layer_off(m, l);
         for (size_t i = 0; i < in * out; i++)
@@ -453,14 +462,15 @@ load_inputs(const lr_mlp *m, const float *x, const size_t *idx, size_t base,
             X0[i * TILE + r] = 0.0f;
 }
 
-/* One hidden layer l: out = relu(W_l in + b_l) over R columns. */
+/* Layer l forward over R columns: out = act(W_l in + b_l), act ReLU for
+ * the hidden layers and the identity for the output layer (l == L). */
 static void
-hidden_layer(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
-             const float *in, float *out, size_t R)
+layer_forward(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+              const float *in, float *out, size_t R)
 {
     const float *w = m->params + layer_off(m, l);
-    size_t nin = layer_in(m, l);
-    struct lr__mlp_gemm g = { .M = m->W,
+    size_t nin = layer_in(m, l), nout = layer_out(m, l);
+    struct lr__mlp_gemm g = { .M = nout,
                               .N = R,
                               .K = nin,
                               .A = w,
@@ -470,31 +480,8 @@ hidden_layer(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
                               .ldb = TILE,
                               .C = out,
                               .ldc = TILE,
-                              .bias = w + (size_t)m->W * nin,
-                              .relu = 1,
-                              .accumulate = 0 };
-    k->gemm(&g);
-}
-
-/* f[r] = wo . H[:, r] + bo over R columns. */
-static void
-output_layer(const lr_mlp *m, const struct lr__mlp_kernels *k, const float *H,
-             float *f, size_t R)
-{
-    const float *w = m->params + layer_off(m, m->L);
-    struct lr__mlp_gemm g = { .M = 1,
-                              .N = R,
-                              .K = m->W,
-                              .A = w,
-                              .sam = 0,
-                              .sak = 1,
-                              .B = H,
-                              .ldb = TILE,
-                              .C = f,
-                              .ldc = TILE,
-                              .bias = w + m->W,
-                              .relu = 0,
-                              .accumulate = 0 };
+                              .bias = w + nout * nin,
+                              .relu = l < m->L };
     k->gemm(&g);
 }
 
@@ -509,13 +496,13 @@ forward_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
     float *a = m->scratch, *b = m->scratch + max_feat(m) * TILE;
     load_inputs(m, x, NULL, base, n, R, a);
     for (uint32_t l = 0; l < m->L; l++) {
-        hidden_layer(m, k, l, a, b, R);
+        layer_forward(m, k, l, a, b, R);
         float *t = a;
         a = b;
         b = t;
     }
     if (f != NULL)
-        output_layer(m, k, a, f, R);
+        layer_forward(m, k, m->L, a, f, R);
     return a;
 }
 
@@ -604,12 +591,16 @@ struct ws {
 static lr_status
 ws_alloc(lr_mlp *m, size_t n_perm, struct ws *ws)
 {
-    size_t mf = max_feat(m);
-    size_t fl = round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE) +
-                2 * round_up16((size_t)m->W * TILE) + round_up16(TILE * mf) +
-                3 * TILE + round_up16(m->n_params);
+    /* within the option limits no float count below overflows */
+    size_t at = 0;
+    size_t act = carve(&at, ((size_t)m->d + (size_t)m->L * m->W) * TILE);
+    size_t dh = carve(&at, (size_t)m->W * TILE);
+    size_t dx = carve(&at, (size_t)m->W * TILE);
+    size_t xt = carve(&at, TILE * max_feat(m));
+    size_t f = carve(&at, TILE), g = carve(&at, TILE), zy = carve(&at, TILE);
+    size_t grad = carve(&at, m->n_params);
     size_t fbytes, pbytes, bytes;
-    if (!lr__mul_size(fl, sizeof(float), &fbytes) ||
+    if (!lr__mul_size(at, sizeof(float), &fbytes) ||
         !lr__mul_size(n_perm, sizeof(size_t), &pbytes) ||
         !lr__add_size(fbytes, pbytes, &bytes) ||
         !lr__add_size(bytes, 64, &bytes))
@@ -621,23 +612,15 @@ ws_alloc(lr_mlp *m, size_t n_perm, struct ws *ws)
     float *p = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     ws->raw = raw;
     ws->bytes = bytes;
-    ws->act = p;
-    p += round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE);
-    ws->dh = p;
-    p += round_up16((size_t)m->W * TILE);
-    ws->dx = p;
-    p += round_up16((size_t)m->W * TILE);
-    ws->xt = p;
-    p += round_up16(TILE * mf);
-    ws->f = p;
-    p += TILE;
-    ws->g = p;
-    p += TILE;
-    ws->zy = p;
-    p += TILE;
-    ws->grad = p;
-    p += round_up16(m->n_params);
-    ws->perm = n_perm > 0 ? (size_t *)(void *)p : NULL;
+    ws->act = p + act;
+    ws->dh = p + dh;
+    ws->dx = p + dx;
+    ws->xt = p + xt;
+    ws->f = p + f;
+    ws->g = p + g;
+    ws->zy = p + zy;
+    ws->grad = p + grad;
+    ws->perm = n_perm > 0 ? (size_t *)(void *)(p + at) : NULL;
     return LR_OK;
 }
 
@@ -686,6 +669,48 @@ transpose_to(const float *X, size_t rows, size_t n, float *XT)
             XT[r * rows + i] = X[i * TILE + r];
 }
 
+/* Layer l's weight gradient over the n real rows: dW_l += dZ X^T, with
+ * dZ [out][TILE] and X [in][TILE] feature-major. X goes row-major into
+ * xt first, so that the kernel reads it by rows. */
+static void
+weight_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+            const float *dz, const float *X, size_t n, float *xt, float *grad)
+{
+    size_t nin = layer_in(m, l);
+    transpose_to(X, nin, n, xt);
+    struct lr__mlp_gemm g = { .M = layer_out(m, l),
+                              .N = nin,
+                              .K = n,
+                              .A = dz,
+                              .sam = TILE,
+                              .sak = 1,
+                              .B = xt,
+                              .ldb = nin,
+                              .C = grad + layer_off(m, l),
+                              .ldc = nin,
+                              .accumulate = 1 };
+    k->gemm(&g);
+}
+
+/* The gradient at layer l's input over R columns: dX = W_l^T dZ. */
+static void
+input_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+           const float *dz, float *dx, size_t R)
+{
+    size_t nin = layer_in(m, l);
+    struct lr__mlp_gemm g = { .M = nin,
+                              .N = R,
+                              .K = layer_out(m, l),
+                              .A = m->params + layer_off(m, l),
+                              .sam = 1,
+                              .sak = nin,
+                              .B = dz,
+                              .ldb = TILE,
+                              .C = dx,
+                              .ldc = TILE };
+    k->gemm(&g);
+}
+
 /* Forward and backward over `count` rows (from idx, or base + r), adding
  * scale * d(sum of squared z-errors)/dparams into ws->grad and the sum of
  * squared z-errors into *sse. With drop, hidden layers but the last get
@@ -697,8 +722,7 @@ pass(lr_mlp *m, const struct lr__mlp_kernels *k, struct ws *ws, const float *x,
 {
     const size_t W = m->W;
     const uint32_t L = m->L;
-    const float *wo = m->params + layer_off(m, L);
-    float *gwo = ws->grad + layer_off(m, L);
+    float *gbo = ws->grad + layer_off(m, L) + W;
     for (size_t c0 = 0; c0 < count; c0 += TILE) {
         size_t n = count - c0 < TILE ? count - c0 : TILE;
         size_t R = round_up8(n);
@@ -711,7 +735,7 @@ pass(lr_mlp *m, const struct lr__mlp_kernels *k, struct ws *ws, const float *x,
         float s[LR_MLP_MAX_LAYERS];
         for (uint32_t l = 0; l < L; l++) {
             float *H = act_of(m, ws, l + 1);
-            hidden_layer(m, k, l, act_of(m, ws, l), H, R);
+            layer_forward(m, k, l, act_of(m, ws, l), H, R);
             s[l] = 1.0f;
             if (drop && l + 1 < L && m->opt.dropout > 0.0) {
                 dropout(m, H, W, n);
@@ -719,7 +743,7 @@ pass(lr_mlp *m, const struct lr__mlp_kernels *k, struct ws *ws, const float *x,
             }
         }
         const float *HL = act_of(m, ws, L);
-        output_layer(m, k, HL, ws->f, R);
+        layer_forward(m, k, L, HL, ws->f, R);
         float gb = 0.0f;
         for (size_t r = 0; r < R; r++) {
             float e = r < n ? ws->f[r] - ws->zy[r] : 0.0f;
@@ -727,68 +751,20 @@ pass(lr_mlp *m, const struct lr__mlp_kernels *k, struct ws *ws, const float *x,
             ws->g[r] = 2.0f * scale * e;
             gb += ws->g[r];
         }
-        /* output layer: dwo += g HL^T, dbo += sum g, dH = wo g^T */
-        transpose_to(HL, W, n, ws->xt);
-        struct lr__mlp_gemm gw = { .M = 1,
-                                   .N = W,
-                                   .K = n,
-                                   .A = ws->g,
-                                   .sam = 0,
-                                   .sak = 1,
-                                   .B = ws->xt,
-                                   .ldb = W,
-                                   .C = gwo,
-                                   .ldc = W,
-                                   .accumulate = 1 };
-        k->gemm(&gw);
-        gwo[W] += gb;
-        struct lr__mlp_gemm gh = { .M = W,
-                                   .N = R,
-                                   .K = 1,
-                                   .A = wo,
-                                   .sam = 1,
-                                   .sak = 0,
-                                   .B = ws->g,
-                                   .ldb = TILE,
-                                   .C = ws->dh,
-                                   .ldc = TILE };
-        k->gemm(&gh);
+        /* output layer: dwo += g HL^T, dbo += sum g, dH = wo^T g */
+        weight_grad(m, k, L, ws->g, HL, n, ws->xt, ws->grad);
+        gbo[0] += gb;
+        input_grad(m, k, L, ws->g, ws->dh, R);
         float *dh = ws->dh, *dx = ws->dx;
         for (uint32_t l = L; l-- > 0;) {
             size_t nin = layer_in(m, l);
-            const float *w = m->params + layer_off(m, l);
-            float *gw_l = ws->grad + layer_off(m, l);
+            float *gb_l = ws->grad + layer_off(m, l) + W * nin;
             /* dZ in place; db += row sums */
-            k->relu_back(dh, act_of(m, ws, l + 1), W, R, TILE, s[l],
-                         gw_l + W * nin);
-            /* dW += dZ X^T */
-            transpose_to(act_of(m, ws, l), nin, n, ws->xt);
-            struct lr__mlp_gemm g1 = { .M = W,
-                                       .N = nin,
-                                       .K = n,
-                                       .A = dh,
-                                       .sam = TILE,
-                                       .sak = 1,
-                                       .B = ws->xt,
-                                       .ldb = nin,
-                                       .C = gw_l,
-                                       .ldc = nin,
-                                       .accumulate = 1 };
-            k->gemm(&g1);
+            k->relu_back(dh, act_of(m, ws, l + 1), W, R, TILE, s[l], gb_l);
+            weight_grad(m, k, l, dh, act_of(m, ws, l), n, ws->xt, ws->grad);
             if (l == 0)
                 break;
-            /* dX = W^T dZ */
-            struct lr__mlp_gemm g2 = { .M = nin,
-                                       .N = R,
-                                       .K = W,
-                                       .A = w,
-                                       .sam = 1,
-                                       .sak = nin,
-                                       .B = dh,
-                                       .ldb = TILE,
-                                       .C = dx,
-                                       .ldc = TILE };
-            k->gemm(&g2);
+            input_grad(m, k, l, dh, dx, R);
             float *t = dh;
             dh = dx;
             dx = t;
@@ -918,7 +894,7 @@ lr__mlp_loss_z(lr_mlp *m, const float *x, const float *y, size_t n,
             a[i] = z < -ZCLAMP ? -ZCLAMP : z;
         }
         for (uint32_t l = 0; l <= m->L; l++) {
-            size_t nin = layer_in(m, l), nout = l == m->L ? 1 : m->W;
+            size_t nin = layer_in(m, l), nout = layer_out(m, l);
             const float *w = m->params + layer_off(m, l);
             for (size_t o = 0; o < nout; o++) {
                 double s = 0.0;
