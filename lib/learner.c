@@ -105,6 +105,19 @@ rows_bytes(size_t rows, size_t width)
     return rows * width * sizeof(float);
 }
 
+/* Free a FIFO (fx, fy) and a replay (rx, ry) of l's capacities: the
+ * learner's own or a step's next ones. */
+static void
+fifo_replay_free(lr_learner *l, float *fx, float *fy, float *rx, float *ry)
+{
+    struct lr__mem *m = &l->mem;
+    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
+    lr__free(m, fx, rows_bytes(fc, l->d));
+    lr__free(m, fy, rows_bytes(fc, 1));
+    lr__free(m, rx, rows_bytes(rc, l->d));
+    lr__free(m, ry, rows_bytes(rc, 1));
+}
+
 void
 lr_learner_destroy(lr_learner *l)
 {
@@ -120,10 +133,7 @@ lr_learner_destroy(lr_learner *l)
     }
     lr_mlp_destroy(l->prev);
     lr__free(m, l->pq, rows_bytes(l->pcap, l->row));
-    lr__free(m, l->fx, rows_bytes(l->o.fifo_capacity, l->d));
-    lr__free(m, l->fy, rows_bytes(l->o.fifo_capacity, 1));
-    lr__free(m, l->rx, rows_bytes(l->o.replay_capacity, l->d));
-    lr__free(m, l->ry, rows_bytes(l->o.replay_capacity, 1));
+    fifo_replay_free(l, l->fx, l->fy, l->rx, l->ry);
     struct lr__mem mm = *m;
     lr__free(&mm, l, sizeof *l);
 }
@@ -383,10 +393,7 @@ next_free(lr_learner *l, struct next *n)
 {
     struct lr__mem *m = &l->mem;
     uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
-    lr__free(m, n->fx, rows_bytes(fc, l->d));
-    lr__free(m, n->fy, rows_bytes(fc, 1));
-    lr__free(m, n->rx, rows_bytes(rc, l->d));
-    lr__free(m, n->ry, rows_bytes(rc, 1));
+    fifo_replay_free(l, n->fx, n->fy, n->rx, n->ry);
     lr__free(m, n->tx, rows_bytes((size_t)fc + rc, l->d));
     lr__free(m, n->ty, rows_bytes((size_t)fc + rc, 1));
     lr__free(m, n->px, rows_bytes(n->pool_cap, l->d));
@@ -635,12 +642,7 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
         return st;
     }
     /* commit: nothing below fails */
-    struct lr__mem *mem = &l->mem;
-    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
-    lr__free(mem, l->fx, rows_bytes(fc, l->d));
-    lr__free(mem, l->fy, rows_bytes(fc, 1));
-    lr__free(mem, l->rx, rows_bytes(rc, l->d));
-    lr__free(mem, l->ry, rows_bytes(rc, 1));
+    fifo_replay_free(l, l->fx, l->fy, l->rx, l->ry);
     l->fx = n.fx;
     l->fy = n.fy;
     l->rx = n.rx;
@@ -657,7 +659,7 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
         lr_mlp_destroy(l->prev);
         l->prev = n.net;
         n.net = NULL;
-        model_free(atomic_exchange(&l->incoming, n.pub), mem);
+        model_free(atomic_exchange(&l->incoming, n.pub), &l->mem);
         n.pub = NULL;
         *trained = 1;
     }

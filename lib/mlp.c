@@ -20,10 +20,9 @@
  * kernel (with strides) does the two backward products, dX = W^T dZ and
  * dW += dZ X^T (X transposed to row-major for that one).
  *
- * The AVX2+FMA kernel keeps a 6 x 16 tile of C in 12 ymm accumulators (6
- * broadcast weights, 2 vectors of 8 rows, 12 FMAs per step of k); the
- * portable one is plain C that gcc -O2 vectorizes (4 x 8 tiles). The
- * choice is made at run time (cpuid), cached in an atomic int.
+ * The kernels (GEMM, ReLU backward, Adam; AVX2+FMA or portable, chosen
+ * at run time) live in mlp_kernel.c; this file asks lr__mlp_kernels_get()
+ * for the table once per call and passes it down.
  *
  * Serialized form (all little-endian, version 1):
  *
@@ -44,16 +43,9 @@
 
 #include <float.h>
 #include <math.h>
-#include <stdatomic.h>
 
 #include "lr_hash.h"
-
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define MLP_X86 1
-#include <immintrin.h>
-#else
-#define MLP_X86 0
-#endif
+#include "mlp_kernel.h"
 
 #define TILE 64u      /* rows per pass; predict scratch and train chunks */
 #define ZCLAMP 1.0e6f /* |z-scored input| is clamped to this */
@@ -121,13 +113,20 @@ count_params(uint32_t d, uint32_t L, uint32_t W)
     return w * d + w + (size_t)(L - 1) * (w * w + w) + w + 1;
 }
 
+/* Inputs and outputs of layer l (l == L: the output layer). */
 static inline uint32_t
 layer_in(const lr_mlp *m, uint32_t l)
 {
     return l == 0 ? m->d : m->W;
 }
 
-/* Weights of hidden layer l (l == L: the output layer). */
+static inline uint32_t
+layer_out(const lr_mlp *m, uint32_t l)
+{
+    return l == m->L ? 1 : m->W;
+}
+
+/* Where layer l's weights start in the parameter vector. */
 static inline size_t
 layer_off(const lr_mlp *m, uint32_t l)
 {
@@ -149,386 +148,22 @@ round_up16(size_t n)
     return (n + 15) & ~(size_t)15;
 }
 
-/* ---- kernels --------------------------------------------------------------- */
-
-/* C[m][n] for m < M, n < N (row stride ldc) is either
- *   act(bias[m] + sum_k A(m, k) B[k][n])   (accumulate == 0; act is ReLU
- *                                          when relu, else identity; bias
- *                                          may be NULL)
- * or C[m][n] + sum_k A(m, k) B[k][n]       (accumulate == 1),
- * with A(m, k) = A[m * sam + k * sak] and B[k][n] = B[k * ldb + n]. Sums
- * run over k in order, each C element on its own. */
-struct gemm {
-    size_t M, N, K;
-    const float *A;
-    size_t sam, sak;
-    const float *B;
-    size_t ldb;
-    float *C;
-    size_t ldc;
-    const float *bias;
-    int relu;
-    int accumulate;
-};
-
-typedef void (*gemm_fn)(const struct gemm *g);
-
-static inline void
-tile_epilogue_p(const struct gemm *g, size_t m, float *acc, float *c, size_t nr)
-{
-    if (g->accumulate) {
-        for (size_t j = 0; j < nr; j++)
-            c[j] += acc[j];
-        return;
-    }
-    float b = g->bias != NULL ? g->bias[m] : 0.0f;
-    for (size_t j = 0; j < nr; j++) {
-        float v = acc[j] + b;
-        if (g->relu)
-            v = v > 0.0f ? v : 0.0f;
-        c[j] = v;
-    }
-}
-
-#if !defined(__clang__)
-/* A full 4 x 8 tile: constant trip counts, so gcc vectorizes the j loops
- * and keeps acc in registers (30 GFLOP/s at -O2 with SSE2 here). clang
- * half-scalarizes this form (9 GFLOP/s) but vectorizes the one below
- * (23 GFLOP/s), which gcc does less well. */
-static void
-tile4x8_p(const struct gemm *g, size_t m0, size_t n0)
-{
-    float acc[4][8];
-    memset(acc, 0, sizeof acc);
-    const float *a0 = g->A + m0 * g->sam;
-    const float *a1 = a0 + g->sam;
-    const float *a2 = a1 + g->sam;
-    const float *a3 = a2 + g->sam;
-    const float *b = g->B + n0;
-    const size_t sak = g->sak, ldb = g->ldb, K = g->K;
-    for (size_t k = 0; k < K; k++) {
-        const float w0 = a0[k * sak], w1 = a1[k * sak];
-        const float w2 = a2[k * sak], w3 = a3[k * sak];
-        for (int j = 0; j < 8; j++)
-            acc[0][j] += w0 * b[j];
-        for (int j = 0; j < 8; j++)
-            acc[1][j] += w1 * b[j];
-        for (int j = 0; j < 8; j++)
-            acc[2][j] += w2 * b[j];
-        for (int j = 0; j < 8; j++)
-            acc[3][j] += w3 * b[j];
-        b += ldb;
-    }
-    for (size_t i = 0; i < 4; i++)
-        tile_epilogue_p(g, m0 + i, acc[i], g->C + (m0 + i) * g->ldc + n0, 8);
-}
-#else
-static void
-tile4x8_p(const struct gemm *g, size_t m0, size_t n0)
-{
-    float c0[8] = { 0 }, c1[8] = { 0 }, c2[8] = { 0 }, c3[8] = { 0 };
-    const float *a0 = g->A + m0 * g->sam;
-    const float *a1 = a0 + g->sam;
-    const float *a2 = a1 + g->sam;
-    const float *a3 = a2 + g->sam;
-    const float *b = g->B + n0;
-    const size_t sak = g->sak, ldb = g->ldb, K = g->K;
-    for (size_t k = 0; k < K; k++) {
-        const float w0 = a0[k * sak], w1 = a1[k * sak];
-        const float w2 = a2[k * sak], w3 = a3[k * sak];
-        for (int j = 0; j < 8; j++) {
-            const float bj = b[j];
-            c0[j] += w0 * bj;
-            c1[j] += w1 * bj;
-            c2[j] += w2 * bj;
-            c3[j] += w3 * bj;
-        }
-        b += ldb;
-    }
-    float *c = g->C + m0 * g->ldc + n0;
-    tile_epilogue_p(g, m0, c0, c, 8);
-    tile_epilogue_p(g, m0 + 1, c1, c + g->ldc, 8);
-    tile_epilogue_p(g, m0 + 2, c2, c + 2 * g->ldc, 8);
-    tile_epilogue_p(g, m0 + 3, c3, c + 3 * g->ldc, 8);
-}
-#endif
-
-/* Any tile up to 4 x 8. */
-static void
-tile_any_p(const struct gemm *g, size_t m0, size_t n0, size_t mr, size_t nr)
-{
-    float acc[4][8];
-    memset(acc, 0, sizeof acc);
-    for (size_t k = 0; k < g->K; k++) {
-        const float *b = g->B + k * g->ldb + n0;
-        for (size_t i = 0; i < mr; i++) {
-            const float w = g->A[(m0 + i) * g->sam + k * g->sak];
-            for (size_t j = 0; j < nr; j++)
-                acc[i][j] += w * b[j];
-        }
-    }
-    for (size_t i = 0; i < mr; i++)
-        tile_epilogue_p(g, m0 + i, acc[i], g->C + (m0 + i) * g->ldc + n0, nr);
-}
-
-static void
-gemm_portable(const struct gemm *g)
-{
-    for (size_t m0 = 0; m0 < g->M; m0 += 4) {
-        size_t mr = g->M - m0 < 4 ? g->M - m0 : 4;
-        for (size_t n0 = 0; n0 < g->N; n0 += 8) {
-            size_t nr = g->N - n0 < 8 ? g->N - n0 : 8;
-            if (mr == 4 && nr == 8)
-                tile4x8_p(g, m0, n0);
-            else
-                tile_any_p(g, m0, n0, mr, nr);
-        }
-    }
-}
-
-/* dz = dh * (h > 0 ? s : 0) in place over rows x R (stride TILE), and
- * db[o] += sum of row o. R is a multiple of 8. */
-static void
-relu_back_portable(float *dh, const float *h, size_t rows, size_t R, float s,
-                   float *db)
-{
-    for (size_t o = 0; o < rows; o++) {
-        float *d = dh + o * TILE;
-        const float *hh = h + o * TILE;
-        float part[8] = { 0 };
-        for (size_t r = 0; r < R; r += 8) {
-            for (int j = 0; j < 8; j++) {
-                float v = hh[r + j] > 0.0f ? d[r + j] * s : 0.0f;
-                d[r + j] = v;
-                part[j] += v;
-            }
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < 8; j++)
-            sum += part[j];
-        db[o] += sum;
-    }
-}
-
-#if MLP_X86
-#define AVX_FN __attribute__((target("avx2,fma")))
-#define AVX_INLINE \
-    static inline __attribute__((always_inline, target("avx2,fma")))
-
-static const int32_t mask_tbl[16] = { -1, -1, -1, -1, -1, -1, -1, -1,
-                                      0,  0,  0,  0,  0,  0,  0,  0 };
-
-/* Write one row of a tile: c0 (and c1 when nv == 2) to C row m. */
-AVX_INLINE void
-row_out_avx2(const struct gemm *g, size_t m, size_t n0, __m256 c0, __m256 c1,
-             const int nv, const int masked, __m256i mask)
-{
-    float *c = g->C + m * g->ldc + n0;
-    __m256 x[2] = { c0, c1 };
-    for (int v = 0; v < nv; v++) {
-        const int part = masked && v == nv - 1;
-        if (g->accumulate) {
-            __m256 old = part ? _mm256_maskload_ps(c + 8 * v, mask)
-                              : _mm256_loadu_ps(c + 8 * v);
-            x[v] = _mm256_add_ps(old, x[v]);
-        } else {
-            if (g->bias != NULL)
-                x[v] = _mm256_add_ps(x[v], _mm256_broadcast_ss(g->bias + m));
-            if (g->relu)
-                x[v] = _mm256_max_ps(x[v], _mm256_setzero_ps());
-        }
-        if (part)
-            _mm256_maskstore_ps(c + 8 * v, mask, x[v]);
-        else
-            _mm256_storeu_ps(c + 8 * v, x[v]);
-    }
-}
-
-/* One mr x (8 nv) tile of C (mr <= 6, nv 1 or 2); `masked`: the last
- * vector has only the lanes of `mask`. All three are constants after
- * inlining, and the accumulators are named variables (not an array), so
- * both gcc and clang keep them in registers. */
-AVX_INLINE void
-tile_avx2(const struct gemm *g, size_t m0, size_t n0, const int mr,
-          const int nv, const int masked, __m256i mask)
-{
-    const size_t sam = g->sam, sak = g->sak, ldb = g->ldb, K = g->K;
-    const float *a = g->A + m0 * sam;
-    const float *b = g->B + n0;
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
-    __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    __m256 c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (size_t k = 0; k < K; k++) {
-        __m256 b0, b1;
-        if (nv == 1) {
-            b0 = masked ? _mm256_maskload_ps(b, mask) : _mm256_loadu_ps(b);
-            b1 = b0;
-        } else {
-            b0 = _mm256_loadu_ps(b);
-            b1 = masked ? _mm256_maskload_ps(b + 8, mask)
-                        : _mm256_loadu_ps(b + 8);
-        }
-#define MLP_STEP(i)                                          \
-    if (mr > (i)) {                                          \
-        __m256 w = _mm256_broadcast_ss(a + (size_t)(i)*sam); \
-        c##i##0 = _mm256_fmadd_ps(w, b0, c##i##0);           \
-        if (nv == 2)                                         \
-            c##i##1 = _mm256_fmadd_ps(w, b1, c##i##1);       \
-    }
-        MLP_STEP(0)
-        MLP_STEP(1)
-        MLP_STEP(2)
-        MLP_STEP(3)
-        MLP_STEP(4)
-        MLP_STEP(5)
-#undef MLP_STEP
-        a += sak;
-        b += ldb;
-    }
-#define MLP_ROW(i) \
-    if (mr > (i))  \
-        row_out_avx2(g, m0 + (i), n0, c##i##0, c##i##1, nv, masked, mask);
-    MLP_ROW(0)
-    MLP_ROW(1)
-    MLP_ROW(2)
-    MLP_ROW(3)
-    MLP_ROW(4)
-    MLP_ROW(5)
-#undef MLP_ROW
-}
-
-#define TILE_CASE(MR)                           \
-    case (MR)*4 + 0:                            \
-        tile_avx2(g, m0, n0, (MR), 1, 0, mask); \
-        break;                                  \
-    case (MR)*4 + 1:                            \
-        tile_avx2(g, m0, n0, (MR), 1, 1, mask); \
-        break;                                  \
-    case (MR)*4 + 2:                            \
-        tile_avx2(g, m0, n0, (MR), 2, 0, mask); \
-        break;                                  \
-    case (MR)*4 + 3:                            \
-        tile_avx2(g, m0, n0, (MR), 2, 1, mask); \
-        break;
-
-AVX_FN static void
-gemm_avx2(const struct gemm *g)
-{
-    for (size_t m0 = 0; m0 < g->M; m0 += 6) {
-        size_t mr = g->M - m0 < 6 ? g->M - m0 : 6;
-        for (size_t n0 = 0; n0 < g->N; n0 += 16) {
-            size_t nr = g->N - n0 < 16 ? g->N - n0 : 16;
-            size_t nv = nr > 8 ? 2 : 1;
-            size_t rem = nr - 8 * (nv - 1); /* lanes of the last vector */
-            size_t masked = rem < 8;
-            __m256i mask = _mm256_loadu_si256(
-                (const __m256i *)(const void *)(mask_tbl + 8 - rem));
-            switch (mr * 4 + (nv - 1) * 2 + masked) {
-                TILE_CASE(1)
-                TILE_CASE(2)
-                TILE_CASE(3)
-                TILE_CASE(4)
-                TILE_CASE(5)
-                TILE_CASE(6)
-            default:
-                break;
-            }
-        }
-    }
-}
-
-AVX_INLINE float
-hsum_avx2(__m256 v)
-{
-    __m128 x =
-        _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-    return _mm_cvtss_f32(x);
-}
-
-AVX_FN static void
-relu_back_avx2(float *dh, const float *h, size_t rows, size_t R, float s,
-               float *db)
-{
-    const __m256 vs = _mm256_set1_ps(s);
-    const __m256 zero = _mm256_setzero_ps();
-    for (size_t o = 0; o < rows; o++) {
-        float *d = dh + o * TILE;
-        const float *hh = h + o * TILE;
-        __m256 sum = zero;
-        for (size_t r = 0; r < R; r += 8) {
-            __m256 keep =
-                _mm256_cmp_ps(_mm256_loadu_ps(hh + r), zero, _CMP_GT_OQ);
-            __m256 v =
-                _mm256_and_ps(keep, _mm256_mul_ps(_mm256_loadu_ps(d + r), vs));
-            _mm256_storeu_ps(d + r, v);
-            sum = _mm256_add_ps(sum, v);
-        }
-        db[o] += hsum_avx2(sum);
-    }
-}
-#endif /* MLP_X86 */
-
-/* ---- kernel choice ---------------------------------------------------------- */
-
-static _Atomic int cpu_has_avx2 = -1; /* -1: not asked yet */
-static _Atomic int forced_portable = 0;
-
-static bool
-use_avx2(void)
-{
-#if MLP_X86
-    if (atomic_load_explicit(&forced_portable, memory_order_relaxed))
-        return false;
-    int c = atomic_load_explicit(&cpu_has_avx2, memory_order_relaxed);
-    if (c < 0) {
-        __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        atomic_store_explicit(&cpu_has_avx2, c, memory_order_relaxed);
-    }
-    return c != 0;
-#else
-    return false;
-#endif
-}
-
-const char *
-lr__mlp_kernel(void)
-{
-    return use_avx2() ? "avx2-fma" : "portable";
-}
-
-void
-lr__mlp_force_portable(int on)
-{
-    atomic_store_explicit(&forced_portable, on != 0, memory_order_relaxed);
-}
-
-struct kern {
-    gemm_fn gemm;
-    void (*relu_back)(float *, const float *, size_t, size_t, float, float *);
-};
-
-static struct kern
-kernels(void)
-{
-    struct kern k = { gemm_portable, relu_back_portable };
-#if MLP_X86
-    if (use_avx2()) {
-        k.gemm = gemm_avx2;
-        k.relu_back = relu_back_avx2;
-    }
-#endif
-    return k;
-}
-
 /* ---- allocation -------------------------------------------------------------- */
 
 struct layout {
     size_t params, adam_m, adam_v, mean, std, lo, hi, scratch; /* floats */
     size_t floats;
 };
+
+/* Bump allocation in floats: n floats at *at, the next start kept on a
+ * multiple of 16 floats (64 bytes). Returns where the n floats start. */
+static size_t
+carve(size_t *at, size_t n)
+{
+    size_t start = *at;
+    *at += round_up16(n);
+    return start;
+}
 
 static size_t
 struct_floats(void)
@@ -542,22 +177,14 @@ make_layout(uint32_t d, uint32_t W, size_t n_params, struct layout *lo)
 {
     size_t mf = d > W ? d : W;
     size_t at = struct_floats();
-    lo->params = at;
-    at += round_up16(n_params);
-    lo->adam_m = at;
-    at += round_up16(n_params);
-    lo->adam_v = at;
-    at += round_up16(n_params);
-    lo->mean = at;
-    at += round_up16(d);
-    lo->std = at;
-    at += round_up16(d);
-    lo->lo = at;
-    at += round_up16(d);
-    lo->hi = at;
-    at += round_up16(d);
-    lo->scratch = at;
-    at += 2 * mf * TILE + TILE;
+    lo->params = carve(&at, n_params);
+    lo->adam_m = carve(&at, n_params);
+    lo->adam_v = carve(&at, n_params);
+    lo->mean = carve(&at, d);
+    lo->std = carve(&at, d);
+    lo->lo = carve(&at, d);
+    lo->hi = carve(&at, d);
+    lo->scratch = carve(&at, 2 * mf * TILE + TILE);
     lo->floats = at;
 }
 
@@ -616,7 +243,7 @@ init_weights(lr_mlp *m)
     struct lr__rng r;
     lr__rng_seed(&r, m->opt.seed ^ INIT_SALT);
     for (uint32_t l = 0; l <= m->L; l++) {
-        size_t in = layer_in(m, l), out = l == m->L ? 1 : m->W;
+        size_t in = layer_in(m, l), out = layer_out(m, l);
         double a = sqrt(6.0 / (double)(in + out));
         float *w = m->params + layer_off(m, l);
         for (size_t i = 0; i < in * out; i++)
@@ -835,48 +462,26 @@ load_inputs(const lr_mlp *m, const float *x, const size_t *idx, size_t base,
             X0[i * TILE + r] = 0.0f;
 }
 
-/* One hidden layer l: out = relu(W_l in + b_l) over R columns. */
+/* Layer l forward over R columns: out = act(W_l in + b_l), act ReLU for
+ * the hidden layers and the identity for the output layer (l == L). */
 static void
-hidden_layer(const lr_mlp *m, const struct kern *k, uint32_t l, const float *in,
-             float *out, size_t R)
+layer_forward(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+              const float *in, float *out, size_t R)
 {
     const float *w = m->params + layer_off(m, l);
-    size_t nin = layer_in(m, l);
-    struct gemm g = { .M = m->W,
-                      .N = R,
-                      .K = nin,
-                      .A = w,
-                      .sam = nin,
-                      .sak = 1,
-                      .B = in,
-                      .ldb = TILE,
-                      .C = out,
-                      .ldc = TILE,
-                      .bias = w + (size_t)m->W * nin,
-                      .relu = 1,
-                      .accumulate = 0 };
-    k->gemm(&g);
-}
-
-/* f[r] = wo . H[:, r] + bo over R columns. */
-static void
-output_layer(const lr_mlp *m, const struct kern *k, const float *H, float *f,
-             size_t R)
-{
-    const float *w = m->params + layer_off(m, m->L);
-    struct gemm g = { .M = 1,
-                      .N = R,
-                      .K = m->W,
-                      .A = w,
-                      .sam = 0,
-                      .sak = 1,
-                      .B = H,
-                      .ldb = TILE,
-                      .C = f,
-                      .ldc = TILE,
-                      .bias = w + m->W,
-                      .relu = 0,
-                      .accumulate = 0 };
+    size_t nin = layer_in(m, l), nout = layer_out(m, l);
+    struct lr__mlp_gemm g = { .M = nout,
+                              .N = R,
+                              .K = nin,
+                              .A = w,
+                              .sam = nin,
+                              .sak = 1,
+                              .B = in,
+                              .ldb = TILE,
+                              .C = out,
+                              .ldc = TILE,
+                              .bias = w + nout * nin,
+                              .relu = l < m->L };
     k->gemm(&g);
 }
 
@@ -884,20 +489,20 @@ output_layer(const lr_mlp *m, const struct kern *k, const float *H, float *f,
  * last hidden layer's activations (feature-major); with f != NULL also the
  * z-unit outputs. */
 static const float *
-forward_tile(lr_mlp *m, const struct kern *k, const float *x, size_t base,
-             size_t n, float *f)
+forward_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
+             size_t base, size_t n, float *f)
 {
     size_t R = round_up8(n);
     float *a = m->scratch, *b = m->scratch + max_feat(m) * TILE;
     load_inputs(m, x, NULL, base, n, R, a);
     for (uint32_t l = 0; l < m->L; l++) {
-        hidden_layer(m, k, l, a, b, R);
+        layer_forward(m, k, l, a, b, R);
         float *t = a;
         a = b;
         b = t;
     }
     if (f != NULL)
-        output_layer(m, k, a, f, R);
+        layer_forward(m, k, m->L, a, f, R);
     return a;
 }
 
@@ -914,11 +519,11 @@ lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
     LR_RETURN_IF(n_rows > 0 && (x == NULL || out == NULL), LR_EINVAL);
     LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
     LR_RETURN_IF(n_rows > 0 && !all_finite(x, n_rows * mlp->d), LR_EINVAL);
-    struct kern k = kernels();
+    const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     float *f = tile_f(mlp);
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        forward_tile(mlp, &k, x, r0, n, f);
+        forward_tile(mlp, k, x, r0, n, f);
         for (size_t r = 0; r < n; r++)
             out[r0 + r] = (float)((double)f[r] * mlp->tstd + mlp->tmean);
     }
@@ -931,11 +536,11 @@ lr__mlp_last_hidden(lr_mlp *m, const float *x, size_t n, float *out)
     LR_RETURN_IF(m == NULL || x == NULL || out == NULL, LR_EINVAL);
     LR_RETURN_IF(!size_ok(n, m->d) || !size_ok(n, m->W), LR_EINVAL);
     LR_RETURN_IF(!all_finite(x, n * m->d), LR_EINVAL);
-    struct kern k = kernels();
+    const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     const size_t W = m->W;
     for (size_t r0 = 0; r0 < n; r0 += TILE) {
         size_t nt = n - r0 < TILE ? n - r0 : TILE;
-        const float *h = forward_tile(m, &k, x, r0, nt, NULL);
+        const float *h = forward_tile(m, k, x, r0, nt, NULL);
         for (size_t r = 0; r < nt; r++)
             for (size_t o = 0; o < W; o++)
                 out[(r0 + r) * W + o] = h[o * TILE + r];
@@ -952,12 +557,12 @@ lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
     LR_RETURN_IF(n_rows == 0 || !size_ok(n_rows, mlp->d), LR_EINVAL);
     LR_RETURN_IF(!all_finite(x, n_rows * mlp->d) || !all_finite(y, n_rows),
                  LR_EINVAL);
-    struct kern k = kernels();
+    const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     float *f = tile_f(mlp);
     double sse = 0.0;
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        forward_tile(mlp, &k, x, r0, n, f);
+        forward_tile(mlp, k, x, r0, n, f);
         for (size_t r = 0; r < n; r++) {
             double p = (double)(float)((double)f[r] * mlp->tstd + mlp->tmean);
             double e = p - (double)y[r0 + r];
@@ -986,12 +591,16 @@ struct ws {
 static lr_status
 ws_alloc(lr_mlp *m, size_t n_perm, struct ws *ws)
 {
-    size_t mf = max_feat(m);
-    size_t fl = round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE) +
-                2 * round_up16((size_t)m->W * TILE) + round_up16(TILE * mf) +
-                3 * TILE + round_up16(m->n_params);
+    /* within the option limits no float count below overflows */
+    size_t at = 0;
+    size_t act = carve(&at, ((size_t)m->d + (size_t)m->L * m->W) * TILE);
+    size_t dh = carve(&at, (size_t)m->W * TILE);
+    size_t dx = carve(&at, (size_t)m->W * TILE);
+    size_t xt = carve(&at, TILE * max_feat(m));
+    size_t f = carve(&at, TILE), g = carve(&at, TILE), zy = carve(&at, TILE);
+    size_t grad = carve(&at, m->n_params);
     size_t fbytes, pbytes, bytes;
-    if (!lr__mul_size(fl, sizeof(float), &fbytes) ||
+    if (!lr__mul_size(at, sizeof(float), &fbytes) ||
         !lr__mul_size(n_perm, sizeof(size_t), &pbytes) ||
         !lr__add_size(fbytes, pbytes, &bytes) ||
         !lr__add_size(bytes, 64, &bytes))
@@ -1003,23 +612,15 @@ ws_alloc(lr_mlp *m, size_t n_perm, struct ws *ws)
     float *p = (float *)(void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     ws->raw = raw;
     ws->bytes = bytes;
-    ws->act = p;
-    p += round_up16(((size_t)m->d + (size_t)m->L * m->W) * TILE);
-    ws->dh = p;
-    p += round_up16((size_t)m->W * TILE);
-    ws->dx = p;
-    p += round_up16((size_t)m->W * TILE);
-    ws->xt = p;
-    p += round_up16(TILE * mf);
-    ws->f = p;
-    p += TILE;
-    ws->g = p;
-    p += TILE;
-    ws->zy = p;
-    p += TILE;
-    ws->grad = p;
-    p += round_up16(m->n_params);
-    ws->perm = n_perm > 0 ? (size_t *)(void *)p : NULL;
+    ws->act = p + act;
+    ws->dh = p + dh;
+    ws->dx = p + dx;
+    ws->xt = p + xt;
+    ws->f = p + f;
+    ws->g = p + g;
+    ws->zy = p + zy;
+    ws->grad = p + grad;
+    ws->perm = n_perm > 0 ? (size_t *)(void *)(p + at) : NULL;
     return LR_OK;
 }
 
@@ -1068,19 +669,60 @@ transpose_to(const float *X, size_t rows, size_t n, float *XT)
             XT[r * rows + i] = X[i * TILE + r];
 }
 
+/* Layer l's weight gradient over the n real rows: dW_l += dZ X^T, with
+ * dZ [out][TILE] and X [in][TILE] feature-major. X goes row-major into
+ * xt first, so that the kernel reads it by rows. */
+static void
+weight_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+            const float *dz, const float *X, size_t n, float *xt, float *grad)
+{
+    size_t nin = layer_in(m, l);
+    transpose_to(X, nin, n, xt);
+    struct lr__mlp_gemm g = { .M = layer_out(m, l),
+                              .N = nin,
+                              .K = n,
+                              .A = dz,
+                              .sam = TILE,
+                              .sak = 1,
+                              .B = xt,
+                              .ldb = nin,
+                              .C = grad + layer_off(m, l),
+                              .ldc = nin,
+                              .accumulate = 1 };
+    k->gemm(&g);
+}
+
+/* The gradient at layer l's input over R columns: dX = W_l^T dZ. */
+static void
+input_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
+           const float *dz, float *dx, size_t R)
+{
+    size_t nin = layer_in(m, l);
+    struct lr__mlp_gemm g = { .M = nin,
+                              .N = R,
+                              .K = layer_out(m, l),
+                              .A = m->params + layer_off(m, l),
+                              .sam = 1,
+                              .sak = nin,
+                              .B = dz,
+                              .ldb = TILE,
+                              .C = dx,
+                              .ldc = TILE };
+    k->gemm(&g);
+}
+
 /* Forward and backward over `count` rows (from idx, or base + r), adding
  * scale * d(sum of squared z-errors)/dparams into ws->grad and the sum of
  * squared z-errors into *sse. With drop, hidden layers but the last get
  * dropout from the handle's rng. */
 static void
-pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
+pass(lr_mlp *m, const struct lr__mlp_kernels *k, struct ws *ws, const float *x,
      const float *y, const size_t *idx, size_t base, size_t count, bool drop,
      float scale, double *sse)
 {
     const size_t W = m->W;
     const uint32_t L = m->L;
-    const float *wo = m->params + layer_off(m, L);
-    float *gwo = ws->grad + layer_off(m, L);
+    float *gbo = ws->grad + layer_off(m, L) + W;
     for (size_t c0 = 0; c0 < count; c0 += TILE) {
         size_t n = count - c0 < TILE ? count - c0 : TILE;
         size_t R = round_up8(n);
@@ -1093,7 +735,7 @@ pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
         float s[LR_MLP_MAX_LAYERS];
         for (uint32_t l = 0; l < L; l++) {
             float *H = act_of(m, ws, l + 1);
-            hidden_layer(m, k, l, act_of(m, ws, l), H, R);
+            layer_forward(m, k, l, act_of(m, ws, l), H, R);
             s[l] = 1.0f;
             if (drop && l + 1 < L && m->opt.dropout > 0.0) {
                 dropout(m, H, W, n);
@@ -1101,7 +743,7 @@ pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
             }
         }
         const float *HL = act_of(m, ws, L);
-        output_layer(m, k, HL, ws->f, R);
+        layer_forward(m, k, L, HL, ws->f, R);
         float gb = 0.0f;
         for (size_t r = 0; r < R; r++) {
             float e = r < n ? ws->f[r] - ws->zy[r] : 0.0f;
@@ -1109,67 +751,20 @@ pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
             ws->g[r] = 2.0f * scale * e;
             gb += ws->g[r];
         }
-        /* output layer: dwo += g HL^T, dbo += sum g, dH = wo g^T */
-        transpose_to(HL, W, n, ws->xt);
-        struct gemm gw = { .M = 1,
-                           .N = W,
-                           .K = n,
-                           .A = ws->g,
-                           .sam = 0,
-                           .sak = 1,
-                           .B = ws->xt,
-                           .ldb = W,
-                           .C = gwo,
-                           .ldc = W,
-                           .accumulate = 1 };
-        k->gemm(&gw);
-        gwo[W] += gb;
-        struct gemm gh = { .M = W,
-                           .N = R,
-                           .K = 1,
-                           .A = wo,
-                           .sam = 1,
-                           .sak = 0,
-                           .B = ws->g,
-                           .ldb = TILE,
-                           .C = ws->dh,
-                           .ldc = TILE };
-        k->gemm(&gh);
+        /* output layer: dwo += g HL^T, dbo += sum g, dH = wo^T g */
+        weight_grad(m, k, L, ws->g, HL, n, ws->xt, ws->grad);
+        gbo[0] += gb;
+        input_grad(m, k, L, ws->g, ws->dh, R);
         float *dh = ws->dh, *dx = ws->dx;
         for (uint32_t l = L; l-- > 0;) {
             size_t nin = layer_in(m, l);
-            const float *w = m->params + layer_off(m, l);
-            float *gw_l = ws->grad + layer_off(m, l);
+            float *gb_l = ws->grad + layer_off(m, l) + W * nin;
             /* dZ in place; db += row sums */
-            k->relu_back(dh, act_of(m, ws, l + 1), W, R, s[l], gw_l + W * nin);
-            /* dW += dZ X^T */
-            transpose_to(act_of(m, ws, l), nin, n, ws->xt);
-            struct gemm g1 = { .M = W,
-                               .N = nin,
-                               .K = n,
-                               .A = dh,
-                               .sam = TILE,
-                               .sak = 1,
-                               .B = ws->xt,
-                               .ldb = nin,
-                               .C = gw_l,
-                               .ldc = nin,
-                               .accumulate = 1 };
-            k->gemm(&g1);
+            k->relu_back(dh, act_of(m, ws, l + 1), W, R, TILE, s[l], gb_l);
+            weight_grad(m, k, l, dh, act_of(m, ws, l), n, ws->xt, ws->grad);
             if (l == 0)
                 break;
-            /* dX = W^T dZ */
-            struct gemm g2 = { .M = nin,
-                               .N = R,
-                               .K = W,
-                               .A = w,
-                               .sam = 1,
-                               .sak = nin,
-                               .B = dh,
-                               .ldb = TILE,
-                               .C = dx,
-                               .ldc = TILE };
-            k->gemm(&g2);
+            input_grad(m, k, l, dh, dx, R);
             float *t = dh;
             dh = dx;
             dx = t;
@@ -1177,52 +772,10 @@ pass(lr_mlp *m, const struct kern *k, struct ws *ws, const float *x,
     }
 }
 
-static void
-adam_portable(float *p, float *mo, float *v, const float *g, size_t n, float wd,
-              float a, float c)
-{
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * p[i];
-        mo[i] = 0.9f * mo[i] + 0.1f * gi;
-        v[i] = 0.999f * v[i] + 0.001f * (gi * gi);
-        p[i] -= a * mo[i] / (sqrtf(v[i]) * c + 1e-8f);
-    }
-}
-
-#if MLP_X86
-/* The same operations in the same order (no FMA), so both give the same
- * bits. */
-AVX_FN static void
-adam_avx2(float *p, float *mo, float *v, const float *g, size_t n, float wd,
-          float a, float c)
-{
-    const __m256 vwd = _mm256_set1_ps(wd), va = _mm256_set1_ps(a);
-    const __m256 vc = _mm256_set1_ps(c), eps = _mm256_set1_ps(1e-8f);
-    const __m256 b1 = _mm256_set1_ps(0.9f), nb1 = _mm256_set1_ps(0.1f);
-    const __m256 b2 = _mm256_set1_ps(0.999f), nb2 = _mm256_set1_ps(0.001f);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 pi = _mm256_loadu_ps(p + i);
-        __m256 gi =
-            _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(vwd, pi));
-        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(mo + i)),
-                                  _mm256_mul_ps(nb1, gi));
-        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
-                                  _mm256_mul_ps(nb2, _mm256_mul_ps(gi, gi)));
-        __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), vc), eps);
-        pi = _mm256_sub_ps(pi, _mm256_div_ps(_mm256_mul_ps(va, mi), den));
-        _mm256_storeu_ps(mo + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        _mm256_storeu_ps(p + i, pi);
-    }
-    adam_portable(p + i, mo + i, v + i, g + i, n - i, wd, a, c);
-}
-#endif
-
 /* Clip the global gradient norm, then one Adam step (weight decay added
  * to the gradient, bias-corrected moments). */
 static void
-optimizer_step(lr_mlp *m, float *grad)
+optimizer_step(lr_mlp *m, const struct lr__mlp_kernels *k, float *grad)
 {
     const size_t np = m->n_params;
     if (m->opt.grad_clip > 0.0) {
@@ -1249,13 +802,7 @@ optimizer_step(lr_mlp *m, float *grad)
     float a = (float)(m->opt.learning_rate / bc1);
     float c = (float)(1.0 / sqrt(bc2));
     float wd = (float)m->opt.weight_decay;
-#if MLP_X86
-    if (use_avx2()) {
-        adam_avx2(m->params, m->adam_m, m->adam_v, grad, np, wd, a, c);
-        return;
-    }
-#endif
-    adam_portable(m->params, m->adam_m, m->adam_v, grad, np, wd, a, c);
+    k->adam(m->params, m->adam_m, m->adam_v, grad, np, wd, a, c);
 }
 
 static bool
@@ -1282,7 +829,7 @@ lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
     struct ws ws;
     LR_TRY(ws_alloc(mlp, n_rows, &ws));
     /* nothing below fails */
-    struct kern k = kernels();
+    const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     const size_t B = mlp->opt.batch_size;
     double sse = 0.0;
     for (uint32_t e = 0; e < epochs; e++) {
@@ -1300,9 +847,9 @@ lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
         for (size_t b0 = 0; b0 < n_rows; b0 += B) {
             size_t nb = n_rows - b0 < B ? n_rows - b0 : B;
             memset(ws.grad, 0, mlp->n_params * sizeof(float));
-            pass(mlp, &k, &ws, x, y, ws.perm + b0, 0, nb, true,
+            pass(mlp, k, &ws, x, y, ws.perm + b0, 0, nb, true,
                  (float)(1.0 / (double)nb), &sse);
-            optimizer_step(mlp, ws.grad);
+            optimizer_step(mlp, k, ws.grad);
         }
     }
     ws_free(mlp, &ws);
@@ -1318,9 +865,9 @@ lr__mlp_gradient(lr_mlp *m, const float *x, const float *y, size_t n,
     LR_RETURN_IF(m == NULL || grad == NULL || !xy_ok(m, x, y, n), LR_EINVAL);
     struct ws ws;
     LR_TRY(ws_alloc(m, 0, &ws));
-    struct kern k = kernels();
+    const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     double sse = 0.0;
-    pass(m, &k, &ws, x, y, NULL, 0, n, false, (float)(1.0 / (double)n), &sse);
+    pass(m, k, &ws, x, y, NULL, 0, n, false, (float)(1.0 / (double)n), &sse);
     memcpy(grad, ws.grad, m->n_params * sizeof(float));
     ws_free(m, &ws);
     if (loss != NULL)
@@ -1347,7 +894,7 @@ lr__mlp_loss_z(lr_mlp *m, const float *x, const float *y, size_t n,
             a[i] = z < -ZCLAMP ? -ZCLAMP : z;
         }
         for (uint32_t l = 0; l <= m->L; l++) {
-            size_t nin = layer_in(m, l), nout = l == m->L ? 1 : m->W;
+            size_t nin = layer_in(m, l), nout = layer_out(m, l);
             const float *w = m->params + layer_off(m, l);
             for (size_t o = 0; o < nout; o++) {
                 double s = 0.0;

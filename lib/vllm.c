@@ -63,39 +63,45 @@ be(const uint8_t *p, size_t n)
     return v;
 }
 
+/* n big-endian bytes as an unsigned integer. */
+static bool
+take_be(struct mp *m, size_t n, uint64_t *u)
+{
+    const uint8_t *q;
+    if (!take(m, n, &q))
+        return false;
+    *u = be(q, n);
+    return true;
+}
+
+/* Containers: every element takes at least one byte (`per` for a map's
+ * key and value), so a count larger than what is left is corrupt (and
+ * this bounds the work a hostile count can cause). */
+static bool
+count_fits(const struct mp *m, uint64_t n, uint64_t per)
+{
+    return n <= (uint64_t)(m->end - m->p) / per;
+}
+
 /* Read a length-prefixed payload of `lenbytes` big-endian length bytes. */
 static bool
 payload(struct mp *m, size_t lenbytes, struct mv *v)
 {
-    const uint8_t *q;
-    if (!take(m, lenbytes, &q))
-        return false;
-    v->u = be(q, lenbytes);
-    return take(m, (size_t)v->u, &v->data);
+    return take_be(m, lenbytes, &v->u) && take(m, (size_t)v->u, &v->data);
 }
 
-/* Containers: every element takes at least one byte, so a count larger
- * than what is left is corrupt (and bounds the work a hostile count can
- * cause). */
+/* A container count of `lenbytes` big-endian bytes. */
 static bool
 count(struct mp *m, size_t lenbytes, uint64_t per, struct mv *v)
 {
-    const uint8_t *q;
-    if (!take(m, lenbytes, &q))
-        return false;
-    v->u = be(q, lenbytes);
-    return v->u <= (uint64_t)(m->end - m->p) / per;
+    return take_be(m, lenbytes, &v->u) && count_fits(m, v->u, per);
 }
 
+/* The forms whose value or length is in the prefix byte c itself:
+ * positive and negative fixint, fixmap, fixarray, fixstr. */
 static bool
-mp_next(struct mp *m, struct mv *v)
+mp_fix(struct mp *m, uint8_t c, struct mv *v)
 {
-    const uint8_t *q;
-    if (!take(m, 1, &q))
-        return false;
-    uint8_t c = q[0];
-    v->data = NULL;
-    v->f = 0;
     if (c <= 0x7f) {
         v->kind = MP_UINT;
         v->u = c;
@@ -106,21 +112,84 @@ mp_next(struct mp *m, struct mv *v)
         v->u = (uint64_t)(int64_t)(int8_t)c;
         return true;
     }
-    if (c >= 0x80 && c <= 0x8f) {
+    if (c <= 0x8f) {
         v->kind = MP_MAP;
         v->u = c & 0x0f;
-        return v->u <= (uint64_t)(m->end - m->p) / 2;
+        return count_fits(m, v->u, 2);
     }
-    if (c >= 0x90 && c <= 0x9f) {
+    if (c <= 0x9f) {
         v->kind = MP_ARRAY;
         v->u = c & 0x0f;
-        return v->u <= (uint64_t)(m->end - m->p);
+        return count_fits(m, v->u, 1);
     }
-    if (c >= 0xa0 && c <= 0xbf) {
-        v->kind = MP_STR;
-        v->u = c & 0x1f;
-        return take(m, (size_t)v->u, &v->data);
+    v->kind = MP_STR; /* 0xa0..0xbf */
+    v->u = c & 0x1f;
+    return take(m, (size_t)v->u, &v->data);
+}
+
+/* float 32 (0xca) or float 64 (0xcb), widened to double. */
+static bool
+mp_float(struct mp *m, uint8_t c, struct mv *v)
+{
+    uint64_t b;
+    if (!take_be(m, c == 0xca ? 4 : 8, &b))
+        return false;
+    if (c == 0xca) {
+        uint32_t b32 = (uint32_t)b;
+        float f;
+        memcpy(&f, &b32, 4);
+        v->f = f;
+    } else {
+        memcpy(&v->f, &b, 8);
     }
+    v->kind = MP_FLOAT;
+    return true;
+}
+
+/* uint 8..64 (0xcc..0xcf) and int 8..64 (0xd0..0xd3). A negative int is
+ * MP_NINT with its two's complement in u; any other value is MP_UINT. */
+static bool
+mp_int(struct mp *m, uint8_t c, struct mv *v)
+{
+    const bool is_signed = c >= 0xd0;
+    size_t n = (size_t)1 << (c - (is_signed ? 0xd0 : 0xcc));
+    uint64_t u;
+    if (!take_be(m, n, &u))
+        return false;
+    if (is_signed && n < 8 && (u >> (8 * n - 1)) != 0) /* sign-extend */
+        u |= ~(uint64_t)0 << (8 * n);
+    v->u = u;
+    v->kind = is_signed && (u >> 63) ? MP_NINT : MP_UINT;
+    return true;
+}
+
+/* ext 8/16/32 (0xc7..0xc9: length, then a type byte) and fixext 1..16
+ * (0xd4..0xd8: a type byte): the payload is kept, the type ignored. */
+static bool
+mp_ext(struct mp *m, uint8_t c, struct mv *v)
+{
+    const uint8_t *type;
+    v->kind = MP_EXT;
+    if (c >= 0xd4)
+        v->u = (uint64_t)1 << (c - 0xd4);
+    else if (!take_be(m, (size_t)1 << (c - 0xc7), &v->u))
+        return false;
+    return take(m, 1, &type) && take(m, (size_t)v->u, &v->data);
+}
+
+/* One value's header from m; a string, binary or extension brings its
+ * payload, a container only its count. */
+static bool
+mp_next(struct mp *m, struct mv *v)
+{
+    const uint8_t *q;
+    if (!take(m, 1, &q))
+        return false;
+    uint8_t c = q[0];
+    v->data = NULL;
+    v->f = 0;
+    if (c < 0xc0 || c >= 0xe0)
+        return mp_fix(m, c, v);
     switch (c) {
     case 0xc0:
         v->kind = MP_NIL;
@@ -138,60 +207,25 @@ mp_next(struct mp *m, struct mv *v)
     case 0xc7:
     case 0xc8:
     case 0xc9:
-        v->kind = MP_EXT;
-        if (!take(m, (size_t)1 << (c - 0xc7), &q))
-            return false;
-        v->u = be(q, (size_t)1 << (c - 0xc7));
-        return take(m, 1, &q) && take(m, (size_t)v->u, &v->data);
-    case 0xca: {
-        if (!take(m, 4, &q))
-            return false;
-        uint32_t b = (uint32_t)be(q, 4);
-        float f;
-        memcpy(&f, &b, 4);
-        v->kind = MP_FLOAT;
-        v->f = f;
-        return true;
-    }
-    case 0xcb: {
-        if (!take(m, 8, &q))
-            return false;
-        uint64_t b = be(q, 8);
-        memcpy(&v->f, &b, 8);
-        v->kind = MP_FLOAT;
-        return true;
-    }
+        return mp_ext(m, c, v);
+    case 0xca:
+    case 0xcb:
+        return mp_float(m, c, v);
     case 0xcc:
     case 0xcd:
     case 0xce:
     case 0xcf:
-        v->kind = MP_UINT;
-        if (!take(m, (size_t)1 << (c - 0xcc), &q))
-            return false;
-        v->u = be(q, (size_t)1 << (c - 0xcc));
-        return true;
     case 0xd0:
     case 0xd1:
     case 0xd2:
-    case 0xd3: {
-        size_t n = (size_t)1 << (c - 0xd0);
-        if (!take(m, n, &q))
-            return false;
-        uint64_t u = be(q, n);
-        if (n < 8 && (u >> (8 * n - 1)) != 0) /* sign-extend */
-            u |= ~(uint64_t)0 << (8 * n);
-        v->u = u;
-        v->kind = (u >> 63) ? MP_NINT : MP_UINT;
-        return true;
-    }
+    case 0xd3:
+        return mp_int(m, c, v);
     case 0xd4:
     case 0xd5:
     case 0xd6:
     case 0xd7:
     case 0xd8:
-        v->kind = MP_EXT;
-        v->u = (uint64_t)1 << (c - 0xd4);
-        return take(m, 1, &q) && take(m, (size_t)v->u, &v->data);
+        return mp_ext(m, c, v);
     case 0xd9:
     case 0xda:
     case 0xdb:
@@ -224,6 +258,21 @@ mp_skip(struct mp *m)
             pending += v.u;
         else if (v.kind == MP_MAP)
             pending += 2 * v.u;
+    }
+    return true;
+}
+
+/* One value where only scalars matter: v is its header, and a container
+ * is skipped whole (v then says only its kind and count). */
+static bool
+mp_scalar(struct mp *m, struct mv *v)
+{
+    struct mp save = *m;
+    if (!mp_next(m, v))
+        return false;
+    if (v->kind == MP_ARRAY || v->kind == MP_MAP) {
+        *m = save;
+        return mp_skip(m);
     }
     return true;
 }
@@ -284,26 +333,24 @@ hash_of(const struct mv *v, uint64_t *h)
     }
 }
 
-/* An array of hashes: check each, leave `at` at its first element. */
 static bool
-read_hashes(struct mp *m, struct mp *at, uint64_t *n)
+is_hash(const struct mv *v)
 {
-    struct mv v;
-    if (!mp_next(m, &v) || v.kind != MP_ARRAY)
-        return false;
-    *at = *m;
-    *n = v.u;
-    for (uint64_t i = 0; i < v.u; i++) {
-        struct mv e;
-        uint64_t h;
-        if (!mp_next(m, &e) || !hash_of(&e, &h))
-            return false;
-    }
-    return true;
+    uint64_t h;
+    return hash_of(v, &h);
 }
 
 static bool
-read_tokens(struct mp *m, struct mp *at, uint64_t *n)
+is_token(const struct mv *v)
+{
+    return v->kind == MP_UINT && v->u <= UINT32_MAX;
+}
+
+/* An array whose elements all pass ok(): *n its length, `at` left at its
+ * first element (pass 2 reads them again from there). */
+static bool
+read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
+           uint64_t *n)
 {
     struct mv v;
     if (!mp_next(m, &v) || v.kind != MP_ARRAY)
@@ -312,7 +359,7 @@ read_tokens(struct mp *m, struct mp *at, uint64_t *n)
     *n = v.u;
     for (uint64_t i = 0; i < v.u; i++) {
         struct mv e;
-        if (!mp_next(m, &e) || e.kind != MP_UINT || e.u > UINT32_MAX)
+        if (!mp_next(m, &e) || !ok(&e))
             return false;
     }
     return true;
@@ -407,14 +454,13 @@ static bool
 read_field(struct mp *m, enum field f, struct event *ev, bool *have)
 {
     struct mv v;
-    struct mp save = *m;
     switch (f) {
     case F_HASHES:
         have[F_HASHES] = true;
-        return read_hashes(m, &ev->hashes, &ev->n_hashes);
+        return read_array(m, is_hash, &ev->hashes, &ev->n_hashes);
     case F_TOKENS:
         have[F_TOKENS] = true;
-        return read_tokens(m, &ev->tokens, &ev->n_tokens);
+        return read_array(m, is_token, &ev->tokens, &ev->n_tokens);
     case F_EXTRA_KEYS:
         return read_extra(m, &ev->skip);
     case F_OTHER:
@@ -422,13 +468,8 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have)
     default:
         break;
     }
-    if (!mp_next(m, &v))
+    if (!mp_scalar(m, &v))
         return false;
-    if (v.kind == MP_ARRAY || v.kind == MP_MAP) {
-        *m = save;
-        if (!mp_skip(m))
-            return false;
-    }
     switch (f) {
     case F_PARENT:
         ev->has_parent = !is_nil(&v);
@@ -523,12 +564,47 @@ read_event(struct mp *m, struct event *ev)
     return check_event(ev, have);
 }
 
-/* The batch header: leaves m at the first event and says how many. */
+/* The events array: *events at its first element, m after the last. */
+static bool
+read_events(struct mp *m, struct mp *events, uint64_t *n_events)
+{
+    struct mv v;
+    if (!mp_next(m, &v) || v.kind != MP_ARRAY)
+        return false;
+    *events = *m;
+    *n_events = v.u;
+    for (uint64_t i = 0; i < v.u; i++)
+        if (!mp_skip(m))
+            return false;
+    return true;
+}
+
+/* The batch's timestamp (a float or an integer) and data-parallel rank
+ * are informational: of another type, they are ignored. */
+static void
+batch_ts(lr_vllm_batch_info *info, const struct mv *v)
+{
+    if (v->kind == MP_FLOAT)
+        info->timestamp = v->f;
+    else if (v->kind == MP_UINT)
+        info->timestamp = (double)v->u;
+}
+
+static void
+batch_dp_rank(lr_vllm_batch_info *info, const struct mv *v)
+{
+    if (v->kind == MP_UINT && v->u <= INT64_MAX)
+        info->dp_rank = (int64_t)v->u;
+}
+
+/* The batch header: leaves m at the first event and says how many.
+ * Positional form [ts, events, dp_rank, ...] or a map with the keys "ts",
+ * "events" and "data_parallel_rank"; other entries are skipped. */
 static bool
 read_batch(struct mp *m, lr_vllm_batch_info *info, struct mp *events,
            uint64_t *n_events)
 {
-    struct mv v;
+    struct mv v, e;
     bool have_events = false;
     if (!mp_next(m, &v))
         return false;
@@ -536,64 +612,34 @@ read_batch(struct mp *m, lr_vllm_batch_info *info, struct mp *events,
         if (v.u < 2)
             return false;
         for (uint64_t i = 0; i < v.u; i++) {
-            struct mp save = *m;
-            struct mv e;
             if (i == 1) {
-                if (!mp_next(m, &e) || e.kind != MP_ARRAY)
+                if (!read_events(m, events, n_events))
                     return false;
-                *events = *m;
-                *n_events = e.u;
-                for (uint64_t j = 0; j < e.u; j++)
-                    if (!mp_skip(m))
-                        return false;
                 have_events = true;
-                continue;
-            }
-            if (!mp_next(m, &e))
+            } else if (!mp_scalar(m, &e)) {
                 return false;
-            if (e.kind == MP_ARRAY || e.kind == MP_MAP) {
-                *m = save;
-                if (!mp_skip(m))
-                    return false;
+            } else if (i == 0) {
+                batch_ts(info, &e);
+            } else if (i == 2) {
+                batch_dp_rank(info, &e);
             }
-            if (i == 0 && e.kind == MP_FLOAT)
-                info->timestamp = e.f;
-            else if (i == 0 && e.kind == MP_UINT)
-                info->timestamp = (double)e.u;
-            else if (i == 2 && e.kind == MP_UINT && e.u <= INT64_MAX)
-                info->dp_rank = (int64_t)e.u;
         }
     } else if (v.kind == MP_MAP) {
         for (uint64_t i = 0; i < v.u; i++) {
-            struct mv k, e;
+            struct mv k;
             if (!mp_next(m, &k) || k.kind != MP_STR)
                 return false;
-            struct mp save = *m;
             if (str_is(&k, "events")) {
-                if (have_events || !mp_next(m, &e) || e.kind != MP_ARRAY)
+                if (have_events || !read_events(m, events, n_events))
                     return false;
-                *events = *m;
-                *n_events = e.u;
-                for (uint64_t j = 0; j < e.u; j++)
-                    if (!mp_skip(m))
-                        return false;
                 have_events = true;
-                continue;
-            }
-            if (!mp_next(m, &e))
+            } else if (!mp_scalar(m, &e)) {
                 return false;
-            if (e.kind == MP_ARRAY || e.kind == MP_MAP) {
-                *m = save;
-                if (!mp_skip(m))
-                    return false;
+            } else if (str_is(&k, "ts")) {
+                batch_ts(info, &e);
+            } else if (str_is(&k, "data_parallel_rank")) {
+                batch_dp_rank(info, &e);
             }
-            if (str_is(&k, "ts") && e.kind == MP_FLOAT)
-                info->timestamp = e.f;
-            else if (str_is(&k, "ts") && e.kind == MP_UINT)
-                info->timestamp = (double)e.u;
-            else if (str_is(&k, "data_parallel_rank") && e.kind == MP_UINT &&
-                     e.u <= INT64_MAX)
-                info->dp_rank = (int64_t)e.u;
         }
     } else {
         return false;
@@ -623,6 +669,114 @@ copy_tokens(struct mp at, uint64_t n, uint32_t *out)
     }
 }
 
+/* Pass 1: every event well formed, its block size placeable, and the
+ * largest hash and token counts among the events to apply, which size
+ * the scratch of pass 2. */
+static lr_status
+check_events(const lr_index *ix, struct mp at, uint64_t n_events,
+             uint64_t *max_hashes, uint64_t *max_tokens)
+{
+    uint32_t B = lr_index_block_tokens(ix);
+    for (uint64_t i = 0; i < n_events; i++) {
+        struct event ev;
+        if (!read_event(&at, &ev))
+            return LR_ECORRUPT;
+        if (ev.skip)
+            continue;
+        if (ev.type == EV_STORED && ev.block_size % B != 0)
+            return LR_ENOTSUP;
+        if (ev.n_tokens > LR_INDEX_MAX_TOKENS)
+            return LR_ECORRUPT;
+        if (ev.n_hashes > *max_hashes)
+            *max_hashes = ev.n_hashes;
+        if (ev.n_tokens > *max_tokens)
+            *max_tokens = ev.n_tokens;
+    }
+    return LR_OK;
+}
+
+/* Hashes and tokens of one event copied out of the buffer, in one
+ * allocation sized by pass 1. */
+struct scratch {
+    uint64_t *hashes;
+    uint32_t *tokens;
+    void *raw;
+    size_t bytes;
+};
+
+static lr_status
+scratch_alloc(struct lr__mem *mem, uint64_t max_hashes, uint64_t max_tokens,
+              struct scratch *sc)
+{
+    size_t hbytes = (size_t)max_hashes * sizeof(uint64_t);
+    size_t tbytes = (size_t)max_tokens * sizeof(uint32_t);
+    uint8_t *raw = NULL;
+    if (hbytes + tbytes > 0) {
+        raw = lr__alloc(mem, hbytes + tbytes);
+        if (raw == NULL)
+            return LR_ENOMEM;
+    }
+    sc->raw = raw;
+    sc->bytes = hbytes + tbytes;
+    sc->hashes = (uint64_t *)(void *)raw;
+    sc->tokens = raw != NULL ? (uint32_t *)(void *)(raw + hbytes) : NULL;
+    return LR_OK;
+}
+
+/* A BlockStored event into the index. LR_ENOENT (the parent is not
+ * there) counts as unplaced; any other failure stops the batch. */
+static lr_status
+apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
+             const struct scratch *sc, uint64_t now_ns,
+             lr_vllm_batch_info *info)
+{
+    copy_hashes(ev->hashes, ev->n_hashes, sc->hashes);
+    copy_tokens(ev->tokens, ev->n_tokens, sc->tokens);
+    lr_kv_stored k;
+    lr_kv_stored_init(&k);
+    k.block_hashes = sc->hashes;
+    k.n_blocks = (size_t)ev->n_hashes;
+    k.has_parent = ev->has_parent;
+    k.parent_hash = ev->parent;
+    k.block_size = (uint32_t)ev->block_size;
+    k.token_ids = sc->tokens;
+    k.n_tokens = (size_t)ev->n_tokens;
+    lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
+    if (s == LR_ENOENT) {
+        info->unplaced++;
+        return LR_OK;
+    }
+    if (s == LR_OK)
+        info->stored++;
+    return s;
+}
+
+/* Pass 2's step: one event checked by pass 1, counted in info. */
+static lr_status
+apply_event(lr_index *ix, uint32_t instance, const struct event *ev,
+            const struct scratch *sc, uint64_t now_ns, lr_vllm_batch_info *info)
+{
+    if (ev->skip) {
+        info->skipped++;
+        return LR_OK;
+    }
+    switch (ev->type) {
+    case EV_STORED:
+        return apply_stored(ix, instance, ev, sc, now_ns, info);
+    case EV_REMOVED:
+        copy_hashes(ev->hashes, ev->n_hashes, sc->hashes);
+        /* LR_ENOENT: the index never saw the instance, nothing to drop */
+        (void)lr_index_kv_removed(ix, instance, sc->hashes,
+                                  (size_t)ev->n_hashes, NULL);
+        info->removed++;
+        return LR_OK;
+    default:
+        (void)lr_index_kv_cleared(ix, instance);
+        info->cleared++;
+        return LR_OK;
+    }
+}
+
 lr_status
 lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
                const uint8_t *buf, size_t len, uint64_t now_ns,
@@ -635,83 +789,23 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
         n_events > UINT32_MAX)
         return LR_ECORRUPT;
     info->events = (uint32_t)n_events;
-
-    /* pass 1: every event well formed, placeable block sizes, scratch size */
-    uint32_t B = lr_index_block_tokens(ix);
     uint64_t max_hashes = 0, max_tokens = 0;
-    struct mp at = events;
-    for (uint64_t i = 0; i < n_events; i++) {
-        struct event ev;
-        if (!read_event(&at, &ev))
-            return LR_ECORRUPT;
-        if (ev.skip)
-            continue;
-        if (ev.type == EV_STORED && ev.block_size % B != 0)
-            return LR_ENOTSUP;
-        if (ev.n_tokens > LR_INDEX_MAX_TOKENS)
-            return LR_ECORRUPT;
-        if (ev.n_hashes > max_hashes)
-            max_hashes = ev.n_hashes;
-        if (ev.n_tokens > max_tokens)
-            max_tokens = ev.n_tokens;
-    }
-    size_t hbytes = (size_t)max_hashes * sizeof(uint64_t);
-    size_t tbytes = (size_t)max_tokens * sizeof(uint32_t);
-    uint8_t *scratch = NULL;
-    if (hbytes + tbytes > 0) {
-        scratch = lr__alloc(mem, hbytes + tbytes);
-        if (scratch == NULL)
-            return LR_ENOMEM;
-    }
-    uint64_t *hashes = (uint64_t *)(void *)scratch;
-    uint32_t *tokens =
-        scratch != NULL ? (uint32_t *)(void *)(scratch + hbytes) : NULL;
-
-    /* pass 2: apply in order */
+    LR_TRY(check_events(ix, events, n_events, &max_hashes, &max_tokens));
+    struct scratch sc;
+    LR_TRY(scratch_alloc(mem, max_hashes, max_tokens, &sc));
+    /* in order, up to the first failure; info->done says how far */
     lr_status st = LR_OK;
-    at = events;
+    struct mp at = events;
     uint32_t i;
     for (i = 0; i < n_events; i++) {
         struct event ev;
-        (void)read_event(&at, &ev);
-        if (ev.skip) {
-            info->skipped++;
-            continue;
-        }
-        if (ev.type == EV_STORED) {
-            copy_hashes(ev.hashes, ev.n_hashes, hashes);
-            copy_tokens(ev.tokens, ev.n_tokens, tokens);
-            lr_kv_stored k;
-            lr_kv_stored_init(&k);
-            k.block_hashes = hashes;
-            k.n_blocks = (size_t)ev.n_hashes;
-            k.has_parent = ev.has_parent;
-            k.parent_hash = ev.parent;
-            k.block_size = (uint32_t)ev.block_size;
-            k.token_ids = tokens;
-            k.n_tokens = (size_t)ev.n_tokens;
-            lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
-            if (s == LR_ENOENT) {
-                info->unplaced++;
-            } else if (s != LR_OK) {
-                st = s;
-                break;
-            } else {
-                info->stored++;
-            }
-        } else if (ev.type == EV_REMOVED) {
-            copy_hashes(ev.hashes, ev.n_hashes, hashes);
-            /* LR_ENOENT: the index never saw the instance, nothing to drop */
-            (void)lr_index_kv_removed(ix, instance, hashes, (size_t)ev.n_hashes,
-                                      NULL);
-            info->removed++;
-        } else {
-            (void)lr_index_kv_cleared(ix, instance);
-            info->cleared++;
-        }
+        (void)read_event(&at, &ev); /* checked in pass 1 */
+        st = apply_event(ix, instance, &ev, &sc, now_ns, info);
+        if (st != LR_OK)
+            break;
     }
     info->done = i;
-    lr__free(mem, scratch, hbytes + tbytes);
+    lr__free(mem, sc.raw, sc.bytes);
     return st;
 }
 

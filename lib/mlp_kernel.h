@@ -1,0 +1,47 @@
+/* Internal: the compute kernels of lr_mlp (mlp_kernel.c), for mlp.c only.
+ * The network asks lr__mlp_kernels_get() for one table and calls through
+ * it; which table (AVX2+FMA or portable C) is chosen at run time. */
+#ifndef LIBROUTE_LIB_MLP_KERNEL_H
+#define LIBROUTE_LIB_MLP_KERNEL_H
+
+#include <stddef.h>
+
+/* C[m][n] for m < M, n < N (row stride ldc) is either
+ *   act(bias[m] + sum_k A(m, k) B[k][n])   (accumulate == 0; act is ReLU
+ *                                          when relu, else identity; bias
+ *                                          may be NULL)
+ * or C[m][n] + sum_k A(m, k) B[k][n]       (accumulate == 1),
+ * with A(m, k) = A[m * sam + k * sak] and B[k][n] = B[k * ldb + n]. Sums
+ * run over k in order, each C element on its own. */
+struct lr__mlp_gemm {
+    size_t M, N, K;
+    const float *A;
+    size_t sam, sak;
+    const float *B;
+    size_t ldb;
+    float *C;
+    size_t ldc;
+    const float *bias;
+    int relu;
+    int accumulate;
+};
+
+struct lr__mlp_kernels {
+    const char *name; /* "avx2-fma" or "portable" */
+    /* C as struct lr__mlp_gemm says. */
+    void (*gemm)(const struct lr__mlp_gemm *g);
+    /* dz = dh * (h > 0 ? s : 0) in place over rows x R (row stride ld),
+     * and db[o] += sum of row o. R is a multiple of 8. */
+    void (*relu_back)(float *dh, const float *h, size_t rows, size_t R,
+                      size_t ld, float s, float *db);
+    /* One Adam update of n parameters p with moments mo, v and gradient
+     * g: weight decay wd added to g, step a, 1 / sqrt(bias correction) c. */
+    void (*adam)(float *p, float *mo, float *v, const float *g, size_t n,
+                 float wd, float a, float c);
+};
+
+/* The kernels to use now: AVX2+FMA when the CPU has them and
+ * lr__mlp_force_portable() is off, else portable. Never fails. */
+const struct lr__mlp_kernels *lr__mlp_kernels_get(void);
+
+#endif
