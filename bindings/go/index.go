@@ -54,7 +54,7 @@ func NewIndex(opt *IndexOptions) (*Index, error) {
 	var co *C.lr_index_options
 	if opt != nil {
 		var o C.lr_index_options
-		C.lr_index_options_init(&o)
+		C.lr_index_options_init_sized(&o, C.sizeof_lr_index_options)
 		if opt.TTL != 0 {
 			ttl, ok := durationNs(opt.TTL)
 			if !ok {
@@ -138,7 +138,7 @@ type Prompt struct {
 
 func (p *Prompt) c() C.lr_prompt {
 	var q C.lr_prompt
-	C.lr_prompt_init(&q)
+	C.lr_prompt_init_sized(&q, C.sizeof_lr_prompt)
 	q.n_tokens = C.size_t(len(p.Tokens))
 	q.n_boundaries = C.size_t(len(p.Boundaries))
 	q.tenant_salt = C.uint64_t(p.TenantSalt)
@@ -211,7 +211,7 @@ func (x *Index) MatchInto(p *Prompt, now uint64, flags MatchFlags, m *MatchResul
 	}
 	var res C.lr_index_match_result
 	for {
-		C.lr_index_match_result_init(&res)
+		C.lr_index_match_result_init_sized(&res, C.sizeof_lr_index_match_result)
 		res.hits_capacity = C.size_t(len(hits))
 		st := C.lrgo_index_match(x.p, &q, u32ptr(p.Tokens), u64ptr(p.Keys), C.uint64_t(now),
 			C.uint32_t(flags), (*C.lr_index_hit)(unsafe.Pointer(&hits[0])), &res)
@@ -244,12 +244,13 @@ func (x *Index) RemoveInstance(instance InstanceID) error {
 }
 
 // Expire drops every route unused for longer than the TTL.
-func (x *Index) Expire(now uint64) {
+func (x *Index) Expire(now uint64) error {
 	if x.p == nil {
-		return
+		return ErrClosed
 	}
-	C.lr_index_expire(x.p, C.uint64_t(now))
+	st := C.lr_index_expire(x.p, C.uint64_t(now))
 	runtime.KeepAlive(x)
+	return check(st, "lr_index_expire")
 }
 
 // KVStored is an engine's BlockStored event (vLLM's schema). Its slices are
@@ -270,7 +271,7 @@ type KVStored struct {
 
 func (ev *KVStored) c() C.lr_kv_stored {
 	var e C.lr_kv_stored
-	C.lr_kv_stored_init(&e)
+	C.lr_kv_stored_init_sized(&e, C.sizeof_lr_kv_stored)
 	e.n_blocks = C.size_t(len(ev.BlockHashes))
 	e.parent_hash = C.uint64_t(ev.ParentHash)
 	e.has_parent = cbool(ev.HasParent)

@@ -122,7 +122,9 @@ func TestIndexTTL(t *testing.T) {
 	if err := x.Learn(&Prompt{Tokens: toks}, 1, TrustLocal, sec); err != nil {
 		t.Fatal(err)
 	}
-	x.Expire(5 * sec)
+	if err := x.Expire(5 * sec); err != nil {
+		t.Fatal(err)
+	}
 	if m, _ := x.Match(&Prompt{Tokens: toks}, 5*sec, 0); len(m.Hits) != 0 {
 		t.Errorf("expired route still matches: %+v", m)
 	}
@@ -133,7 +135,9 @@ func TestIndexTTL(t *testing.T) {
 	if err := never.Learn(&Prompt{Tokens: toks}, 1, TrustLocal, sec); err != nil {
 		t.Fatal(err)
 	}
-	never.Expire(1 << 62)
+	if err := never.Expire(1 << 62); err != nil {
+		t.Fatal(err)
+	}
 	if m, _ := never.Match(&Prompt{Tokens: toks}, 1<<62, 0); len(m.Hits) != 1 {
 		t.Errorf("NoExpiry expired: %+v", m)
 	}
@@ -221,5 +225,7 @@ func TestIndexClosed(t *testing.T) {
 	if x.Mark() != 0 || x.BlockTokens() != 0 {
 		t.Error("queries after Close")
 	}
-	x.Expire(1)
+	if err := x.Expire(1); err != ErrClosed {
+		t.Errorf("Expire after Close: %v", err)
+	}
 }

@@ -13,11 +13,6 @@ import (
 // LearnerMaxSamples is the largest capacity of each sample buffer.
 const LearnerMaxSamples = C.LR_LEARNER_MAX_SAMPLES
 
-// LodestarFeatures is the width of a Lodestar feature row: the router's
-// learner samples and scores rows of this many features (lr_router.h lists
-// them).
-const LodestarFeatures = C.LR_LODESTAR_FEATURES
-
 // LearnFlags modify Learner.Step and Router.LearnStep.
 type LearnFlags uint32
 
@@ -30,7 +25,7 @@ type LearnerOptions struct {
 	// Seeds every network and every random choice.
 	Seed uint64
 	// Features per sample, 1..MlpMaxInputs; no default. For a router's
-	// learner, 0 or LodestarFeatures.
+	// learner, 0 or LodestarFeatureCount().
 	NFeatures uint32
 	// The newest samples kept (FIFO), and older ones kept for diversity
 	// (replay), 1..LearnerMaxSamples and 0..LearnerMaxSamples.
@@ -56,7 +51,7 @@ type LearnerOptions struct {
 // epochs, rewards within ±15. NFeatures is 0.
 func DefaultLearnerOptions() LearnerOptions {
 	var o C.lr_learner_options
-	C.lr_learner_options_init(&o)
+	C.lr_learner_options_init_sized(&o, C.sizeof_lr_learner_options)
 	return LearnerOptions{
 		Seed:            uint64(o.seed),
 		NFeatures:       uint32(o.n_features),
@@ -75,7 +70,7 @@ func DefaultLearnerOptions() LearnerOptions {
 // Go memory that holds a Go pointer.
 func (l *LearnerOptions) c() (C.lr_learner_options, *C.lr_mlp_options) {
 	var o C.lr_learner_options
-	C.lr_learner_options_init(&o)
+	C.lr_learner_options_init_sized(&o, C.sizeof_lr_learner_options)
 	o.seed = C.uint64_t(l.Seed)
 	o.n_features = C.uint32_t(l.NFeatures)
 	o.fifo_capacity = C.uint32_t(l.FIFOCapacity)
@@ -300,7 +295,7 @@ func (l *Learner) Stats() (LearnerStats, error) {
 	}
 	defer l.release(&l.serve)
 	var s C.lr_learner_stats
-	C.lr_learner_stats_init(&s)
+	C.lr_learner_stats_init_sized(&s, C.sizeof_lr_learner_stats)
 	if err := check(C.lr_learner_get_stats(h, &s), "lr_learner_get_stats"); err != nil {
 		return LearnerStats{}, err
 	}

@@ -364,14 +364,18 @@ func TestLodestarRouter(t *testing.T) {
 		}
 	}
 	s, err := r.LearnerSamples()
-	if err != nil || len(s.Y) != 0 || s.NFeatures != LodestarFeatures {
+	if r.LearnerFeatureCount() != LodestarFeatureCount() {
+		t.Fatalf("learner rows of %d, Lodestar's features %d", r.LearnerFeatureCount(),
+			LodestarFeatureCount())
+	}
+	if err != nil || len(s.Y) != 0 || s.NFeatures != LodestarFeatureCount() {
 		t.Fatalf("%+v %v", s, err)
 	}
 	if ok, err := r.LearnStep(0); !ok || err != nil {
 		t.Fatalf("LearnStep = %v, %v", ok, err)
 	}
 	s, err = r.LearnerSamples()
-	if err != nil || len(s.Y) != 80 || len(s.X) != 80*LodestarFeatures {
+	if err != nil || len(s.Y) != 80 || len(s.X) != 80*LodestarFeatureCount() {
 		t.Fatalf("%d samples, %v", len(s.Y), err)
 	}
 	for _, y := range s.Y { // rewards are -TTFT in seconds: 20..80 ms
@@ -420,7 +424,7 @@ func TestLodestarErrors(t *testing.T) {
 	o = lodestarOptions(func(l *LearnerOptions) { l.Mlp.Width = 0 })
 	_, err = NewRouter(&o)
 	wantStatus(t, err, ErrInvalid, StatusInvalid, "lr_router_create")
-	o = lodestarOptions(func(l *LearnerOptions) { l.NFeatures = LodestarFeatures; l.Mlp = nil })
+	o = lodestarOptions(func(l *LearnerOptions) { l.NFeatures = uint32(LodestarFeatureCount()); l.Mlp = nil })
 	r2, err := NewRouter(&o)
 	if err != nil {
 		t.Fatal(err)

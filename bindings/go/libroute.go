@@ -163,7 +163,20 @@ func invalid(op string) error {
 	return &Error{Status: StatusInvalid, Op: op}
 }
 
-// Bounds are the range and default of a run-time parameter.
+// Bounds are the range and default of a run-time parameter: values in
+// [Lo, Hi] are accepted (others are ErrRange, never clamped); an Integer
+// key takes whole numbers only (a fraction is ErrInvalid).
 type Bounds struct {
 	Lo, Hi, Default float64
+	Integer         bool
+}
+
+// bounds converts an lr_bounds, its status (ErrNotSupported for an
+// unknown key) turned into an error.
+func bounds(b C.lr_bounds, op string) (Bounds, error) {
+	if err := check(C.lr_status(b.status), op); err != nil {
+		return Bounds{}, err
+	}
+	return Bounds{Lo: float64(b.lo), Hi: float64(b.hi), Default: float64(b.def),
+		Integer: b.flags&C.LR_BOUNDS_INTEGER != 0}, nil
 }

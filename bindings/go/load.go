@@ -21,7 +21,7 @@ type EngineStats struct {
 
 func (s *EngineStats) c() C.lr_engine_stats {
 	var e C.lr_engine_stats
-	C.lr_engine_stats_init(&e)
+	C.lr_engine_stats_init_sized(&e, C.sizeof_lr_engine_stats)
 	e.running = C.uint32_t(s.Running)
 	e.waiting = C.uint32_t(s.Waiting)
 	e.kv_use = C.double(s.KVUse)
@@ -109,7 +109,7 @@ func NewLoad(opt *LoadOptions) (*Load, error) {
 	var co *C.lr_load_options
 	if opt != nil {
 		var o C.lr_load_options
-		C.lr_load_options_init(&o)
+		C.lr_load_options_init_sized(&o, C.sizeof_lr_load_options)
 		if opt.MaxInstances != 0 {
 			o.max_instances = C.uint32_t(opt.MaxInstances)
 		}
@@ -184,7 +184,7 @@ func (l *Load) Dispatch(d *Dispatch) error {
 		return ErrClosed
 	}
 	var c C.lr_dispatch
-	C.lr_dispatch_init(&c)
+	C.lr_dispatch_init_sized(&c, C.sizeof_lr_dispatch)
 	c.request_id = C.uint64_t(d.RequestID)
 	c.instance = C.uint32_t(d.Instance)
 	c.prompt_tokens = C.uint32_t(d.PromptTokens)
@@ -273,7 +273,7 @@ func (l *Load) Get(id InstanceID) (LoadSnapshot, error) {
 		return LoadSnapshot{}, ErrClosed
 	}
 	var s C.lr_load_snapshot
-	C.lr_load_snapshot_init(&s)
+	C.lr_load_snapshot_init_sized(&s, C.sizeof_lr_load_snapshot)
 	st := C.lr_load_get(l.p, C.uint32_t(id), &s)
 	runtime.KeepAlive(l)
 	if err := check(st, "lr_load_get"); err != nil {

@@ -46,7 +46,7 @@ type MlpOptions struct {
 // weight decay 1e-5, gradient clip 1. NInputs is 0 and must be set.
 func DefaultMlpOptions() MlpOptions {
 	var o C.lr_mlp_options
-	C.lr_mlp_options_init(&o)
+	C.lr_mlp_options_init_sized(&o, C.sizeof_lr_mlp_options)
 	return MlpOptions{
 		Seed:         uint64(o.seed),
 		NInputs:      uint32(o.n_inputs),
@@ -62,7 +62,7 @@ func DefaultMlpOptions() MlpOptions {
 
 func (m *MlpOptions) c() C.lr_mlp_options {
 	var o C.lr_mlp_options
-	C.lr_mlp_options_init(&o)
+	C.lr_mlp_options_init_sized(&o, C.sizeof_lr_mlp_options)
 	o.seed = C.uint64_t(m.Seed)
 	o.n_inputs = C.uint32_t(m.NInputs)
 	o.hidden_layers = C.uint32_t(m.HiddenLayers)
@@ -182,6 +182,13 @@ func f32ptr(s []float32) *C.float {
 		return nil
 	}
 	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+func f64ptr(s []float64) *C.double {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.double)(unsafe.Pointer(&s[0]))
 }
 
 // FitNormalization sets the per-feature mean, deviation and range from x

@@ -33,7 +33,7 @@ func NewRing(opt *RingOptions) (*Ring, error) {
 	var co *C.lr_ring_options
 	if opt != nil {
 		var o C.lr_ring_options
-		C.lr_ring_options_init(&o)
+		C.lr_ring_options_init_sized(&o, C.sizeof_lr_ring_options)
 		if opt.Vnodes != 0 {
 			o.vnodes = C.uint32_t(opt.Vnodes)
 		}

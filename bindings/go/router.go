@@ -7,148 +7,10 @@ import "C"
 
 import (
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 	"unsafe"
 )
-
-// Policy is a routing policy (lr_policy). See docs/router.md for each rule.
-type Policy int32
-
-// The policies. PolicyLodestar learns as it routes: see Router.LearnStep.
-const (
-	PolicyRandom             Policy = C.LR_POLICY_RANDOM
-	PolicyRoundRobin         Policy = C.LR_POLICY_ROUND_ROBIN
-	PolicyLeastRequest       Policy = C.LR_POLICY_LEAST_REQUEST
-	PolicyLeastLoad          Policy = C.LR_POLICY_LEAST_LOAD
-	PolicySessionAffinity    Policy = C.LR_POLICY_SESSION_AFFINITY
-	PolicyConsistentHash     Policy = C.LR_POLICY_CONSISTENT_HASH
-	PolicyPrefixCache        Policy = C.LR_POLICY_PREFIX_CACHE
-	PolicyPrefixCacheAndLoad Policy = C.LR_POLICY_PREFIX_CACHE_AND_LOAD
-	PolicySGLangCacheAware   Policy = C.LR_POLICY_SGLANG_CACHE_AWARE
-	PolicyPreble             Policy = C.LR_POLICY_PREBLE
-	PolicyMinTTFT            Policy = C.LR_POLICY_MIN_TTFT
-	PolicyDynamo             Policy = C.LR_POLICY_DYNAMO
-	PolicyDualMap            Policy = C.LR_POLICY_DUALMAP
-	PolicyGORGO              Policy = C.LR_POLICY_GORGO
-	PolicyRanvier            Policy = C.LR_POLICY_RANVIER
-	PolicyLodestar           Policy = C.LR_POLICY_LODESTAR
-)
-
-// policyCount is LR_POLICY_COUNT of the headers.
-const policyCount = C.LR_POLICY_COUNT
-
-// String returns the policy's name ("dualmap", "prefix-cache-and-load",
-// ...), or "Policy(n)" outside the enum.
-func (p Policy) String() string {
-	if s := C.lr_policy_name(C.lr_policy(p)); s != nil {
-		return C.GoString(s)
-	}
-	return "Policy(" + strconv.Itoa(int(p)) + ")"
-}
-
-// ParsePolicy returns the policy of a name as Policy.String gives it.
-// An unknown name is ErrNotFound.
-func ParsePolicy(name string) (Policy, error) {
-	const op = "lr_policy_from_name"
-	cs, err := cstring(name, op)
-	if err != nil {
-		return 0, err
-	}
-	defer freeCString(cs)
-	var p C.lr_policy
-	if err := check(C.lr_policy_from_name(cs, &p), op); err != nil {
-		return 0, err
-	}
-	return Policy(p), nil
-}
-
-// Reason says why an instance was chosen (lr_reason).
-type Reason int32
-
-// The reasons.
-const (
-	ReasonNone         Reason = C.LR_REASON_NONE
-	ReasonRandom       Reason = C.LR_REASON_RANDOM
-	ReasonRoundRobin   Reason = C.LR_REASON_ROUND_ROBIN
-	ReasonLeastLoaded  Reason = C.LR_REASON_LEAST_LOADED
-	ReasonSession      Reason = C.LR_REASON_SESSION
-	ReasonHash         Reason = C.LR_REASON_HASH
-	ReasonPrefixHit    Reason = C.LR_REASON_PREFIX_HIT
-	ReasonLoadOverride Reason = C.LR_REASON_LOAD_OVERRIDE
-	ReasonSLOSwitch    Reason = C.LR_REASON_SLO_SWITCH
-	ReasonFallback     Reason = C.LR_REASON_FALLBACK
-	ReasonMinCost      Reason = C.LR_REASON_MIN_COST
-	ReasonSampled      Reason = C.LR_REASON_SAMPLED
-	ReasonKFilter      Reason = C.LR_REASON_K_FILTER
-	ReasonExplore      Reason = C.LR_REASON_EXPLORE
-	ReasonColdStart    Reason = C.LR_REASON_COLD_START
-	ReasonOOD          Reason = C.LR_REASON_OOD
-)
-
-// String returns the reason's name ("prefix-hit", ...), or "Reason(n)"
-// outside the enum.
-func (r Reason) String() string {
-	if s := C.lr_reason_name(C.lr_reason(r)); s != nil {
-		return C.GoString(s)
-	}
-	return "Reason(" + strconv.Itoa(int(r)) + ")"
-}
-
-// Param is a run-time router parameter (lr_param); lr_router.h documents
-// each one and its default.
-type Param int32
-
-// The parameters.
-const (
-	ParamPrefixMinRatio           Param = C.LR_PARAM_PREFIX_MIN_RATIO
-	ParamBoundedLoad              Param = C.LR_PARAM_BOUNDED_LOAD
-	ParamAIBrixImbalance          Param = C.LR_PARAM_AIBRIX_IMBALANCE
-	ParamAIBrixStddev             Param = C.LR_PARAM_AIBRIX_STDDEV
-	ParamSGLangAbs                Param = C.LR_PARAM_SGLANG_ABS
-	ParamSGLangRel                Param = C.LR_PARAM_SGLANG_REL
-	ParamSGLangMinRatio           Param = C.LR_PARAM_SGLANG_MIN_RATIO
-	ParamPrebleHit                Param = C.LR_PARAM_PREBLE_HIT
-	ParamDynamoOverlap            Param = C.LR_PARAM_DYNAMO_OVERLAP
-	ParamDynamoTemperature        Param = C.LR_PARAM_DYNAMO_TEMPERATURE
-	ParamTTFTSLOSeconds           Param = C.LR_PARAM_TTFT_SLO_S
-	ParamDualMapKeyTokens         Param = C.LR_PARAM_DUALMAP_KEY_TOKENS
-	ParamDualMapMaxKeyBlocks      Param = C.LR_PARAM_DUALMAP_MAX_KEY_BLOCKS
-	ParamDualMapWindow            Param = C.LR_PARAM_DUALMAP_WINDOW
-	ParamGORGOWeightRTT           Param = C.LR_PARAM_GORGO_W_RTT
-	ParamGORGOWeightQueue         Param = C.LR_PARAM_GORGO_W_QUEUE
-	ParamGORGOSigma               Param = C.LR_PARAM_GORGO_SIGMA
-	ParamGORGOFrozen              Param = C.LR_PARAM_GORGO_FROZEN
-	ParamGORGOWeightRTTMax        Param = C.LR_PARAM_GORGO_W_RTT_MAX
-	ParamGORGOWeightQueueMin      Param = C.LR_PARAM_GORGO_W_QUEUE_MIN
-	ParamRanvierPressure          Param = C.LR_PARAM_RANVIER_PRESSURE
-	ParamSessionTokens            Param = C.LR_PARAM_SESSION_TOKENS
-	ParamStatsMaxAgeSeconds       Param = C.LR_PARAM_STATS_MAX_AGE_S
-	ParamDefaultOutputTokens      Param = C.LR_PARAM_DEFAULT_OUTPUT_TOKENS
-	ParamGORGOReleaseAtFirstToken Param = C.LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN
-	ParamLodestarEpsilon          Param = C.LR_PARAM_LODESTAR_EPSILON
-	ParamLodestarTie              Param = C.LR_PARAM_LODESTAR_TIE
-	ParamLodestarKVThreshold      Param = C.LR_PARAM_LODESTAR_KV_THRESHOLD
-	ParamLodestarKFilterTokens    Param = C.LR_PARAM_LODESTAR_KFILTER_TOKENS
-	ParamLodestarOOD              Param = C.LR_PARAM_LODESTAR_OOD
-	ParamLodestarFallback         Param = C.LR_PARAM_LODESTAR_FALLBACK
-	ParamLodestarCandidates       Param = C.LR_PARAM_LODESTAR_CANDIDATES
-	ParamLodestarMaxTTFTSeconds   Param = C.LR_PARAM_LODESTAR_MAX_TTFT_S
-)
-
-// paramCount is LR_PARAM_COUNT of the headers.
-const paramCount = C.LR_PARAM_COUNT
-
-// Bounds returns the parameter's range and default; ErrNotSupported for
-// an unknown key.
-func (p Param) Bounds() (Bounds, error) {
-	b := C.lr_router_param_bounds(C.lr_param(p))
-	if err := check(b.status, "lr_router_param_bounds"); err != nil {
-		return Bounds{}, err
-	}
-	return Bounds{Lo: float64(b.lo), Hi: float64(b.hi), Default: float64(b.def)}, nil
-}
 
 // RouterOptions are fixed when the router is created. Start from
 // DefaultRouterOptions. A zero numeric field other than Policy and Seed
@@ -169,7 +31,7 @@ type RouterOptions struct {
 	// Virtual nodes per instance on the ring.
 	RingVnodes uint32
 	// Lodestar's learner (buffers, schedule, network); nil: the library's
-	// defaults. NFeatures must be 0 or LodestarFeatures; Seed is ignored
+	// defaults. NFeatures must be 0 or LodestarFeatureCount(); Seed is ignored
 	// (the router's seeds it). Copied at create; the learner is made when
 	// PolicyLodestar is first chosen.
 	Learner *LearnerOptions
@@ -179,7 +41,7 @@ type RouterOptions struct {
 // (lr_router_options_init).
 func DefaultRouterOptions() RouterOptions {
 	var o C.lr_router_options
-	C.lr_router_options_init(&o)
+	C.lr_router_options_init_sized(&o, C.sizeof_lr_router_options)
 	return RouterOptions{
 		Policy:              Policy(o.policy),
 		Seed:                uint64(o.seed),
@@ -206,7 +68,7 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 	var co *C.lr_router_options
 	if opt != nil {
 		var o C.lr_router_options
-		C.lr_router_options_init(&o)
+		C.lr_router_options_init_sized(&o, C.sizeof_lr_router_options)
 		ttl, ok := durationNs(opt.IndexTTL)
 		if !ok {
 			return nil, invalid("lr_router_create")
@@ -268,7 +130,7 @@ func (r *Router) SetPolicy(p Policy) error {
 		return err
 	}
 	defer r.mu.RUnlock()
-	return check(C.lr_router_set_policy(h, C.lr_policy(p)), "lr_router_set_policy")
+	return check(C.lr_router_set_policy(h, C.int32_t(p)), "lr_router_set_policy")
 }
 
 // Policy returns the policy in use (-1 after Close).
@@ -308,7 +170,7 @@ func (r *Router) AddInstance(spec InstanceSpec) (InstanceID, error) {
 	}
 	defer freeCString(name)
 	var s C.lr_instance_spec
-	C.lr_instance_spec_init(&s)
+	C.lr_instance_spec_init_sized(&s, C.sizeof_lr_instance_spec)
 	s.name = name
 	s.instance_class = C.uint32_t(spec.Class)
 	s.prefix_caching = cbool(!spec.NoPrefixCaching)
@@ -389,14 +251,14 @@ type ClassSpec struct {
 // DefaultClassSpec returns the library's default class (lr_class_spec_init).
 func DefaultClassSpec() ClassSpec {
 	var s C.lr_class_spec
-	C.lr_class_spec_init(&s)
+	C.lr_class_spec_init_sized(&s, C.sizeof_lr_class_spec)
 	return ClassSpec{PrefillTokensPerSecond: float64(s.prefill_tokens_per_s)}
 }
 
 // SetClass sets the speed of an instance class.
 func (r *Router) SetClass(class uint32, spec ClassSpec) error {
 	var s C.lr_class_spec
-	C.lr_class_spec_init(&s)
+	C.lr_class_spec_init_sized(&s, C.sizeof_lr_class_spec)
 	s.prefill_tokens_per_s = C.double(spec.PrefillTokensPerSecond)
 	h, err := r.acquire()
 	if err != nil {
@@ -440,7 +302,7 @@ func (r *Router) InstanceLoad(id InstanceID) (LoadSnapshot, error) {
 	}
 	defer r.mu.RUnlock()
 	var s C.lr_load_snapshot
-	C.lr_load_snapshot_init(&s)
+	C.lr_load_snapshot_init_sized(&s, C.sizeof_lr_load_snapshot)
 	if err := check(C.lr_router_instance_load(h, C.uint32_t(id), &s),
 		"lr_router_instance_load"); err != nil {
 		return LoadSnapshot{}, err
@@ -483,43 +345,6 @@ type Request struct {
 	Now uint64
 }
 
-// Score is one instance's score in a decision.
-type Score struct {
-	Instance InstanceID
-	// Tokens expected to hit the instance's prefix cache.
-	CachedTokens uint32
-	// What the policy ranks by, lower is better; NaN where the policy did
-	// not rank the instance.
-	Score float64
-}
-
-// Score is passed to C as an lr_score array: the layouts must agree. Each
-// line fails to compile (negative array length) if they do not.
-var (
-	_ [unsafe.Sizeof(Score{}) - C.sizeof_lr_score]struct{}
-	_ [C.sizeof_lr_score - unsafe.Sizeof(Score{})]struct{}
-	_ [unsafe.Offsetof(Score{}.CachedTokens) - unsafe.Offsetof(C.lr_score{}.cached_tokens)]struct{}
-	_ [unsafe.Offsetof(C.lr_score{}.cached_tokens) - unsafe.Offsetof(Score{}.CachedTokens)]struct{}
-	_ [unsafe.Offsetof(Score{}.Score) - unsafe.Offsetof(C.lr_score{}.score)]struct{}
-	_ [unsafe.Offsetof(C.lr_score{}.score) - unsafe.Offsetof(Score{}.Score)]struct{}
-)
-
-// Decision is where a request goes and why.
-type Decision struct {
-	Instance InstanceID
-	Reason   Reason
-	// Tokens expected to hit the cache on Instance.
-	CachedTokens uint32
-	// The deepest cached prefix on any routable instance.
-	BestCachedTokens uint32
-	// The policy's predicted cost of the choice; NaN if it predicts none.
-	Cost float64
-	// The other candidate (dualmap, consistent-hash), or InstanceNone.
-	AltInstance InstanceID
-	// With RouteScores: one entry per routable instance, in id order.
-	Scores []Score
-}
-
 // Route chooses an instance for a request and, unless RouteDryRun, records
 // the dispatch and learns the prompt there.
 func (r *Router) Route(req *Request) (Decision, error) {
@@ -533,7 +358,7 @@ func (r *Router) Route(req *Request) (Decision, error) {
 func (r *Router) RouteInto(req *Request, d *Decision) error {
 	const op = "lr_router_route"
 	var q C.lr_request
-	C.lr_request_init(&q)
+	C.lr_request_init_sized(&q, C.sizeof_lr_request)
 	q.id = C.uint64_t(req.ID)
 	q.n_tokens = C.size_t(len(req.Tokens))
 	q.n_boundaries = C.size_t(len(req.Boundaries))
@@ -562,12 +387,13 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 	// Instances added by other goroutines between a short call and its
 	// retry can make the retry short too; a few rounds settle it.
 	for try := 0; ; try++ {
-		C.lr_decision_init(&dec)
+		C.lr_decision_init_sized(&dec, C.sizeof_lr_decision)
 		var sp *C.lr_score
 		if wantScores {
 			scores = scores[:cap(scores)]
 			sp = (*C.lr_score)(unsafe.Pointer(&scores[0]))
 			dec.scores_capacity = C.size_t(len(scores))
+			dec.score_size = C.size_t(unsafe.Sizeof(Score{}))
 		}
 		st := C.lrgo_router_route(h, &q, u32ptr(req.Tokens), u32ptr(req.Boundaries), sp, &dec)
 		if st == C.LR_EBUFSIZE && wantScores && try < 8 {
@@ -579,12 +405,7 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 		}
 		break
 	}
-	d.Instance = InstanceID(dec.instance)
-	d.Reason = Reason(dec.reason)
-	d.CachedTokens = uint32(dec.cached_tokens)
-	d.BestCachedTokens = uint32(dec.best_cached_tokens)
-	d.Cost = float64(dec.cost)
-	d.AltInstance = InstanceID(dec.alt_instance)
+	d.fill(&dec)
 	if wantScores {
 		d.Scores = scores[:int(dec.n_scores)]
 	} else {
@@ -659,7 +480,7 @@ func (r *Router) RebalancePlan(now uint64) ([]Move, error) {
 	// bound it. The C call cannot say that it ran out of room, so a full
 	// buffer is retried with a larger one (requests may arrive meanwhile).
 	var s C.lr_router_stats
-	C.lr_router_stats_init(&s)
+	C.lr_router_stats_init_sized(&s, C.sizeof_lr_router_stats)
 	if err := check(C.lr_router_get_stats(h, &s), "lr_router_get_stats"); err != nil {
 		return nil, err
 	}
@@ -667,7 +488,8 @@ func (r *Router) RebalancePlan(now uint64) ([]Move, error) {
 	for {
 		var n C.size_t
 		if err := check(C.lr_router_rebalance_plan(h, C.uint64_t(now),
-			(*C.lr_move)(unsafe.Pointer(&moves[0])), C.size_t(len(moves)), &n),
+			(*C.lr_move)(unsafe.Pointer(&moves[0])), C.size_t(len(moves)),
+			C.size_t(unsafe.Sizeof(Move{})), &n),
 			"lr_router_rebalance_plan"); err != nil {
 			return nil, err
 		}
@@ -696,7 +518,7 @@ func (r *Router) SetParam(key Param, value float64) error {
 		return err
 	}
 	defer r.mu.RUnlock()
-	return check(C.lr_router_set_param(h, C.lr_param(key), C.double(value)),
+	return check(C.lr_router_set_param(h, C.int32_t(key), C.double(value)),
 		"lr_router_set_param")
 }
 
@@ -708,10 +530,32 @@ func (r *Router) Param(key Param) (float64, error) {
 	}
 	defer r.mu.RUnlock()
 	var v C.double
-	if err := check(C.lr_router_get_param(h, C.lr_param(key), &v), "lr_router_get_param"); err != nil {
+	if err := check(C.lr_router_get_param(h, C.int32_t(key), &v), "lr_router_get_param"); err != nil {
 		return 0, err
 	}
 	return float64(v), nil
+}
+
+// Params returns every parameter's value, indexed by Param (ParamCount()
+// of them): the PolicyInput.Params to replay this router's routes with
+// Decide. For the GORGO weights it is the incumbent, which during a tuner
+// trial differs from the weights in service.
+func (r *Router) Params() ([]float64, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	out := make([]float64, int(C.lr_param_count()))
+	for k := range out {
+		var v C.double
+		if err := check(C.lr_router_get_param(h, C.int32_t(k), &v),
+			"lr_router_get_param"); err != nil {
+			return nil, err
+		}
+		out[k] = float64(v)
+	}
+	return out, nil
 }
 
 // KVStored applies an engine's BlockStored event for instance id.
@@ -828,18 +672,30 @@ func (r *Router) LearnStep(flags LearnFlags) (trained bool, err error) {
 	return t != 0, nil
 }
 
+// LearnerFeatureCount returns the width of the router's learner rows
+// (lr_router_learner_feature_count; 0 after Close).
+func (r *Router) LearnerFeatureCount() int {
+	h, err := r.acquire()
+	if err != nil {
+		return 0
+	}
+	defer r.mu.RUnlock()
+	return int(C.lr_router_learner_feature_count(h))
+}
+
 // LearnerSamples copies the samples the learner's next round would train
-// on, LodestarFeatures values per row. ErrState with no learner or while a
-// step runs.
+// on, LearnerFeatureCount values per row. ErrState with no learner or while
+// a step runs.
 func (r *Router) LearnerSamples() (LearnerSamples, error) {
 	h, err := r.acquire()
 	if err != nil {
 		return LearnerSamples{}, err
 	}
 	defer r.mu.RUnlock()
-	return samples(LodestarFeatures, "lr_router_learner_samples",
+	width := C.lr_router_learner_feature_count(h)
+	return samples(int(width), "lr_router_learner_samples",
 		func(x, y *C.float, capacity C.size_t, n *C.size_t) C.lr_status {
-			return C.lr_router_learner_samples(h, x, y, capacity, n)
+			return C.lr_router_learner_samples(h, x, C.size_t(width), y, capacity, n)
 		})
 }
 
@@ -852,7 +708,7 @@ func (r *Router) LearnerStats() (LearnerStats, error) {
 	}
 	defer r.mu.RUnlock()
 	var s C.lr_learner_stats
-	C.lr_learner_stats_init(&s)
+	C.lr_learner_stats_init_sized(&s, C.sizeof_lr_learner_stats)
 	if err := check(C.lr_router_learner_stats(h, &s), "lr_router_learner_stats"); err != nil {
 		return LearnerStats{}, err
 	}
@@ -873,7 +729,8 @@ type RouterStats struct {
 	Inflight  uint64 // requests in flight now
 	Instances uint64 // instances now, draining included
 	Routable  uint64 // of which not draining
-	// Decisions by Reason (indexed by its value).
+	// Decisions by Reason (indexed by its value), for reasons 0..15 only;
+	// ReasonCounts has every reason the library has.
 	ByReason [16]uint64
 	// Prompt tokens routed and tokens expected to hit the cache.
 	PromptTokens uint64
@@ -888,7 +745,7 @@ func (r *Router) Stats() (RouterStats, error) {
 	}
 	defer r.mu.RUnlock()
 	var s C.lr_router_stats
-	C.lr_router_stats_init(&s)
+	C.lr_router_stats_init_sized(&s, C.sizeof_lr_router_stats)
 	if err := check(C.lr_router_get_stats(h, &s), "lr_router_get_stats"); err != nil {
 		return RouterStats{}, err
 	}
@@ -905,4 +762,68 @@ func (r *Router) Stats() (RouterStats, error) {
 		out.ByReason[i] = uint64(s.by_reason[i])
 	}
 	return out, nil
+}
+
+// ReasonCounts returns the decisions recorded by reason, indexed by Reason,
+// for every reason the library has (lr_router_reason_counts; ReasonCount()
+// entries).
+func (r *Router) ReasonCounts() ([]uint64, error) {
+	const op = "lr_router_reason_counts"
+	h, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	counts := make([]uint64, int(C.lr_reason_count()))
+	for {
+		var n C.size_t
+		st := C.lr_router_reason_counts(h, u64ptr(counts), C.size_t(len(counts)), &n)
+		if st == C.LR_EBUFSIZE && int(n) > len(counts) {
+			counts = make([]uint64, int(n))
+			continue
+		}
+		if err := check(st, op); err != nil {
+			return nil, err
+		}
+		return counts[:n], nil
+	}
+}
+
+// Candidates returns the candidate table Route would decide on for req now
+// (lr_router_candidates): one row per routable instance, in id order, with
+// the cached tokens its policy would see and the ring ranks of its key.
+// Only the prompt and the request's facts are read (not ID, Boundaries or
+// Flags); nothing in the router changes. Decide over it with the router's
+// policy, Params and a Route's Decision.Seed makes that route's choice.
+// ErrState with no routable instance.
+func (r *Router) Candidates(req *Request) ([]Candidate, error) {
+	const op = "lr_router_candidates"
+	var q C.lr_request
+	C.lr_request_init_sized(&q, C.sizeof_lr_request)
+	q.id = C.uint64_t(req.ID)
+	q.n_tokens = C.size_t(len(req.Tokens))
+	q.tenant_salt = C.uint64_t(req.TenantSalt)
+	q.session = C.uint64_t(req.Session)
+	q.has_session = cbool(req.HasSession)
+	q.expected_output_tokens = C.uint32_t(req.ExpectedOutputTokens)
+	q.now_ns = C.uint64_t(req.Now)
+	h, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	rows := make([]Candidate, int(C.lr_router_instance_count(h)))
+	for {
+		var n C.size_t
+		st := C.lrgo_router_candidates(h, &q, u32ptr(req.Tokens), candidatePtr(rows),
+			C.size_t(len(rows)), candidateSize, &n)
+		if st == C.LR_EBUFSIZE && int(n) > len(rows) {
+			rows = make([]Candidate, int(n))
+			continue
+		}
+		if err := check(st, op); err != nil {
+			return nil, err
+		}
+		return rows[:n:n], nil
+	}
 }

@@ -212,10 +212,10 @@ func TestErrorsCarryStatus(t *testing.T) {
 	wantStatus(t, r.SetStats(ids[0], EngineStats{KVUse: 2}), ErrInvalid, StatusInvalid, "lr_router_set_stats")
 	wantStatus(t, r.SetStats(ids[0], EngineStats{KVUse: math.NaN()}), ErrInvalid, StatusInvalid, "lr_router_set_stats")
 	wantStatus(t, r.SetClass(0, ClassSpec{PrefillTokensPerSecond: 0}), ErrRange, StatusRange, "lr_router_set_class")
-	wantStatus(t, r.SetPolicy(Policy(policyCount)), ErrInvalid, StatusInvalid, "lr_router_set_policy")
+	wantStatus(t, r.SetPolicy(Policy(PolicyCount())), ErrInvalid, StatusInvalid, "lr_router_set_policy")
 	wantStatus(t, r.SetParam(ParamPrefixMinRatio, 2), ErrRange, StatusRange, "lr_router_set_param")
 	wantStatus(t, r.SetParam(ParamPrefixMinRatio, math.NaN()), ErrInvalid, StatusInvalid, "lr_router_set_param")
-	wantStatus(t, r.SetParam(Param(paramCount), 1), ErrNotSupported, StatusNotSupported, "lr_router_set_param")
+	wantStatus(t, r.SetParam(Param(ParamCount()), 1), ErrNotSupported, StatusNotSupported, "lr_router_set_param")
 	_, err = r.Param(Param(-1))
 	wantStatus(t, err, ErrNotSupported, StatusNotSupported, "lr_router_get_param")
 	wantStatus(t, r.ImportDelta([]byte("not a delta"), 1), ErrCorrupt, StatusCorrupt, "lr_router_import_delta")
@@ -225,7 +225,7 @@ func TestErrorsCarryStatus(t *testing.T) {
 	wantStatus(t, err, ErrNotFound, StatusNotFound, "lr_policy_from_name")
 
 	o := DefaultRouterOptions()
-	o.Policy = Policy(policyCount)
+	o.Policy = Policy(PolicyCount())
 	_, err = NewRouter(&o)
 	wantStatus(t, err, ErrInvalid, StatusInvalid, "lr_router_create")
 	o = DefaultRouterOptions()
@@ -290,8 +290,8 @@ var allPolicies = []Policy{
 }
 
 func TestPolicies(t *testing.T) {
-	if len(allPolicies) != policyCount {
-		t.Fatalf("%d policies bound, LR_POLICY_COUNT is %d", len(allPolicies), policyCount)
+	if len(allPolicies) != PolicyCount() {
+		t.Fatalf("%d policies bound, lr_policy_count() is %d", len(allPolicies), PolicyCount())
 	}
 	r, ids := newTestRouter(t, PolicyRandom, instanceNames(3)...)
 	for i, p := range allPolicies {
@@ -318,7 +318,7 @@ func TestPolicies(t *testing.T) {
 			t.Errorf("%v: decision %+v", p, d)
 		}
 	}
-	if s := Policy(policyCount).String(); s != fmt.Sprintf("Policy(%d)", policyCount) {
+	if s := Policy(PolicyCount()).String(); s != fmt.Sprintf("Policy(%d)", PolicyCount()) {
 		t.Errorf("out-of-range policy prints %q", s)
 	}
 	for reason := ReasonNone; reason <= ReasonOOD; reason++ {
@@ -328,6 +328,9 @@ func TestPolicies(t *testing.T) {
 	}
 	if s := (ReasonOOD + 1).String(); !strings.HasPrefix(s, "Reason(") {
 		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonOOD+1, s)
+	}
+	if ReasonCount() != int(ReasonOOD)+1 {
+		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonOOD+1)
 	}
 }
 
@@ -345,8 +348,8 @@ var allParams = []Param{
 }
 
 func TestParams(t *testing.T) {
-	if len(allParams) != paramCount {
-		t.Fatalf("%d params bound, LR_PARAM_COUNT is %d", len(allParams), paramCount)
+	if len(allParams) != ParamCount() {
+		t.Fatalf("%d params bound, lr_param_count() is %d", len(allParams), ParamCount())
 	}
 	r, _ := newTestRouter(t, PolicyGORGO, "a:1")
 	for i, p := range allParams {
@@ -359,6 +362,9 @@ func TestParams(t *testing.T) {
 		}
 		if !(b.Lo <= b.Default && b.Default <= b.Hi) {
 			t.Errorf("param %d: bounds %+v", p, b)
+		}
+		if b.Integer && b.Default != math.Floor(b.Default) {
+			t.Errorf("param %d: integer with default %v", p, b.Default)
 		}
 		v, err := r.Param(p)
 		if err != nil || v != b.Default {
@@ -377,8 +383,31 @@ func TestParams(t *testing.T) {
 			t.Errorf("SetParam(%d, default): %v", p, err)
 		}
 	}
-	_, err := Param(paramCount).Bounds()
-	wantStatus(t, err, ErrNotSupported, StatusNotSupported, "lr_router_param_bounds")
+	_, err := Param(ParamCount()).Bounds()
+	wantStatus(t, err, ErrNotSupported, StatusNotSupported, "lr_param_bounds")
+	// LR_BOUNDS_INTEGER: a fraction is refused, a whole number taken.
+	if b, _ := ParamSessionTokens.Bounds(); !b.Integer {
+		t.Error("session tokens is not an integer key")
+	}
+	if b, _ := ParamTTFTSLOSeconds.Bounds(); b.Integer {
+		t.Error("the TTFT SLO is an integer key")
+	}
+	wantStatus(t, r.SetParam(ParamSessionTokens, 12.5), ErrInvalid, StatusInvalid, "lr_router_set_param")
+	if err := r.SetParam(ParamSessionTokens, 12); err != nil {
+		t.Error(err)
+	}
+	if err := r.SetParam(ParamDynamoTemperature, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	all, err := r.Params()
+	if err != nil || len(all) != ParamCount() || all[ParamSessionTokens] != 12 ||
+		all[ParamDynamoTemperature] != 0.5 {
+		t.Errorf("Params() = %v, %v", all, err)
+	}
+	def := DefaultParams()
+	if len(def) != ParamCount() || def[ParamTTFTSLOSeconds] != 5 {
+		t.Errorf("DefaultParams() = %v", def)
+	}
 }
 
 func TestScores(t *testing.T) {

@@ -17,6 +17,29 @@ lrgo_router_route(lr_router *r, const lr_request *q, const uint32_t *tokens,
     return st;
 }
 
+lr_status
+lrgo_router_candidates(lr_router *r, const lr_request *q,
+                       const uint32_t *tokens, lr_candidate *rows,
+                       size_t capacity, size_t row_size, size_t *n_rows)
+{
+    lr_request req = *q;
+    req.tokens = tokens;
+    req.boundaries = NULL;
+    return lr_router_candidates(r, &req, rows, capacity, row_size, n_rows);
+}
+
+lr_status
+lrgo_policy_decide(int32_t policy, const lr_policy_input *in,
+                   const double *params, lr_mlp *model,
+                   const lr_candidate *rows, size_t n_rows, size_t row_size,
+                   double *scores, lr_decision *d)
+{
+    lr_policy_input pin = *in;
+    pin.params = params;
+    pin.model = model;
+    return lr_policy_decide(policy, &pin, rows, n_rows, row_size, scores, d);
+}
+
 static lr_kv_stored
 kv_event(const lr_kv_stored *ev, const uint64_t *block_hashes,
          const uint32_t *token_ids)

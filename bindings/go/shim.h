@@ -2,11 +2,12 @@
  *
  * cgo lets Go pass a Go pointer to C only if the memory it points to holds
  * no Go pointers. The request-path structs (lr_request, lr_prompt,
- * lr_decision, lr_index_match_result, lr_kv_stored) carry pointers to the
- * caller's token, key and output buffers, so Go cannot build them in its
- * own memory with those pointers set. Go fills them with the library's
- * lr_*_init() and the scalar fields, leaves the pointers NULL, and hands the
- * buffers to these shims as separate arguments; each shim copies the struct
+ * lr_decision, lr_index_match_result, lr_kv_stored, lr_policy_input) carry
+ * pointers to the caller's token, key, parameter and output buffers, so Go
+ * cannot build them in its own memory with those pointers set. Go fills
+ * them with the library's lr_*_init_sized() and the scalar fields, leaves
+ * the pointers NULL, and hands the buffers to these shims as separate
+ * arguments; each shim copies the struct
  * to its own stack, sets the pointers, makes the call and copies the
  * outputs back with the pointers cleared again. Nothing here allocates and
  * nothing keeps a pointer after it returns.
@@ -44,6 +45,16 @@ lr_status lrgo_index_kv_stored(lr_index *idx, uint32_t instance,
                                const lr_kv_stored *ev,
                                const uint64_t *block_hashes,
                                const uint32_t *token_ids, uint64_t now_ns);
+
+lr_status lrgo_router_candidates(lr_router *r, const lr_request *q,
+                                 const uint32_t *tokens, lr_candidate *rows,
+                                 size_t capacity, size_t row_size,
+                                 size_t *n_rows);
+
+lr_status lrgo_policy_decide(int32_t policy, const lr_policy_input *in,
+                             const double *params, lr_mlp *model,
+                             const lr_candidate *rows, size_t n_rows,
+                             size_t row_size, double *scores, lr_decision *d);
 
 lr_status lrgo_learner_create(const lr_learner_options *o,
                               const lr_mlp_options *mlp, lr_learner **out);

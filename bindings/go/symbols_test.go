@@ -17,6 +17,9 @@ import (
 // source tree, so that a function added to either and not bound fails
 // here. "Called" means a C.lr_x reference in the package's Go code or a
 // call lr_x( in its C shim, with comments stripped and tests left out.
+// Functions the public headers mark LR_DEPRECATED are the exception: they
+// must be exported and must not be called (the binding uses their
+// replacements).
 func TestEverySymbolIsBound(t *testing.T) {
 	exported := map[string]string{} // symbol -> where it was seen
 	var sources []string
@@ -52,9 +55,21 @@ func TestEverySymbolIsBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	deprecated, err := deprecatedFunctions(filepath.Join("..", "..", "include", "libroute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range deprecated {
+		if _, ok := exported[s]; !ok {
+			t.Errorf("%s is marked LR_DEPRECATED but not exported", s)
+		}
+		if used[s] {
+			t.Errorf("the binding still calls the deprecated %s", s)
+		}
+	}
 	var missing []string
 	for s, where := range exported {
-		if !used[s] {
+		if !used[s] && !deprecated[s] {
 			missing = append(missing, s+" (from "+filepath.Base(where)+")")
 		}
 	}
@@ -134,6 +149,46 @@ func versionScript(path string) ([]string, error) {
 		}
 	}
 	return syms, nil
+}
+
+var (
+	deprecatedDecl = regexp.MustCompile(`LR_DEPRECATED\s*\([^)]*\)[^;(]*?\b(lr_[A-Za-z0-9_]+)\s*\(`)
+	deprecatedDef  = regexp.MustCompile(`#\s*define\s+LR_DEPRECATED[^\n]*`)
+)
+
+// deprecatedFunctions returns the functions the headers in dir mark
+// LR_DEPRECATED (none when dir does not exist: not a source tree).
+func deprecatedFunctions(dir string) (map[string]bool, error) {
+	out := map[string]bool{}
+	files, err := filepath.Glob(filepath.Join(dir, "*.h"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		src := deprecatedDef.ReplaceAllString(string(data), "")
+		for _, m := range deprecatedDecl.FindAllStringSubmatch(src, -1) {
+			out[m[1]] = true
+		}
+	}
+	return out, nil
+}
+
+// The header scan finds the one deprecated function of 0.2.
+func TestDeprecatedFunctions(t *testing.T) {
+	d, err := deprecatedFunctions(filepath.Join("..", "..", "include", "libroute"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("..", "..", "include", "libroute")); err != nil {
+		t.Skip("include/libroute not found (not a source tree)")
+	}
+	if !d["lr_router_param_bounds"] {
+		t.Errorf("deprecated functions found: %v", d)
+	}
 }
 
 var (

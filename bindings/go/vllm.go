@@ -50,7 +50,7 @@ func (x *Index) VLLMBatch(instance InstanceID, payload []byte, now uint64) (VLLM
 		return VLLMBatchInfo{}, ErrClosed
 	}
 	var info C.lr_vllm_batch_info
-	C.lr_vllm_batch_info_init(&info)
+	C.lr_vllm_batch_info_init_sized(&info, C.sizeof_lr_vllm_batch_info)
 	st := C.lr_index_vllm_batch(x.p, C.uint32_t(instance), bytesPtr(payload),
 		C.size_t(len(payload)), C.uint64_t(now), &info)
 	runtime.KeepAlive(x)
@@ -67,7 +67,7 @@ func (r *Router) VLLMBatch(id InstanceID, payload []byte, now uint64) (VLLMBatch
 	}
 	defer r.mu.RUnlock()
 	var info C.lr_vllm_batch_info
-	C.lr_vllm_batch_info_init(&info)
+	C.lr_vllm_batch_info_init_sized(&info, C.sizeof_lr_vllm_batch_info)
 	st := C.lr_router_vllm_batch(h, C.uint32_t(id), bytesPtr(payload),
 		C.size_t(len(payload)), C.uint64_t(now), &info)
 	return vllmBatchInfo(&info), check(st, "lr_router_vllm_batch")

@@ -163,6 +163,9 @@ class Gateway:
                           "inflight": self.router.instance_load(b.id).inflight}
                          for b in self.backends.values()],
             "routes": s.routes,
+            # Decisions by reason, every reason the library has.
+            "reasons": {r.label: n for r, n in
+                        self.router.reason_counts().items() if n},
             "inflight": s.inflight,
             "retries": self.retries,
         }
@@ -243,6 +246,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         gw = self.gw
         hdr = {"X-Libroute-Backend": b.name,
                "X-Libroute-Reason": d.reason.label,
+               # The policy that chose: the gateway's, or Lodestar's
+               # fallback while it has no model.
+               "X-Libroute-Decider": d.decider.label,
                "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
         out_tokens = 0
         completed = False

@@ -182,7 +182,11 @@ class GatewayEndToEnd(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(data)["usage"]["completion_tokens"], 3)
         self.assertIn(hdr["x-libroute-backend"], ("e1", "e2", "e3"))
-        self.assertEqual(get(self.port, "/status")["inflight"], 0)
+        self.assertEqual(hdr["x-libroute-decider"], "prefix-cache")
+        st = get(self.port, "/status")
+        self.assertEqual(st["inflight"], 0)
+        self.assertEqual(sum(st["reasons"].values()), st["routes"])
+        self.assertIn(hdr["x-libroute-reason"], st["reasons"])
 
 
 if __name__ == "__main__":

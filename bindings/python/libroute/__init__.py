@@ -9,9 +9,11 @@
         r.first_token(1, now_ns=time.monotonic_ns())
         r.complete(1, output_tokens=120, now_ns=time.monotonic_ns())
 
-One class per handle (Router, Index, Ring, Load, Mlp, Learner), each
-owning its C handle (close(), ``with``, or the garbage collector), plus
-the reentrant helpers block_keys() and text_tokens(). Failures raise LrError subclasses that
+One class per handle (Router, Index, Ring, Load, Mlp, Learner, Cost),
+each owning its C handle (close(), ``with``, or the garbage collector),
+plus the reentrant helpers block_keys(), text_tokens() and
+policy.decide() (any policy over a candidate table, the one
+Router.candidates() records). Failures raise LrError subclasses that
 carry the library's status and message (libroute.errors). Enums and
 constants come from the header the module was compiled against
 (libroute.enums). The C API reference is include/libroute/*.h.
@@ -28,20 +30,24 @@ during every C call.
 from __future__ import annotations
 
 from ._ffi import HEADER_VERSION, HEADER_VERSION_NUMBER, ffi, lib
-from .enums import (Bounds, MatchFlag, Param, Policy, Reason, RouteFlag,
-                    Status, Trust, constants)
+from .enums import (Bounds, CostKind, CostParam, MatchFlag, Param, Policy,
+                    Reason, RingKey, RouteFlag, Status, Trust, constants,
+                    cost_kind_count, cost_param_count, lodestar_feature_count,
+                    param_count, policy_count, reason_count)
 from .errors import (AlreadyExistsError, BufferSizeError, ClosedError,
                      CorruptError, InvalidArgumentError, LimitError, LrError,
                      NotFoundError, NotSupportedError, OutOfMemoryError,
                      OutOfRangeError, StateError, VersionError, status_name,
                      strerror)
+from . import cost, policy
+from .cost import Cost, CostTunerStats, cost_param_bounds
 from .index import Delta, Hit, Index, IndexStats, Match, block_keys
 from .learner import Learner, LearnerScore, LearnerStats, Samples
 from .load import Load, LoadSnapshot, RequestState
 from .mlp import Mlp
 from .ring import Ring
-from .router import (Decision, Move, Router, RouterStats, Score,
-                     param_bounds)
+from .policy import Candidate, Candidates, Decision, Score, decide, ring_key
+from .router import Move, Router, RouterStats, param_bounds
 from .text import text_tokens
 from .vllm import VllmBatchInfo
 
@@ -83,12 +89,17 @@ def reason_name(reason: int) -> str:
 __version__ = version_string()
 
 __all__ = [
-    "Router", "Index", "Ring", "Load", "Mlp", "Learner",
+    "Router", "Index", "Ring", "Load", "Mlp", "Learner", "Cost",
+    "CostTunerStats", "Candidate", "Candidates", "decide", "ring_key",
+    "policy", "cost", "cost_param_bounds", "policy_count", "param_count",
+    "reason_count", "cost_kind_count", "cost_param_count",
+    "lodestar_feature_count",
     "LearnerStats", "LearnerScore", "Samples",
     "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
     "VllmBatchInfo",
     "Status", "Trust", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
+    "CostKind", "CostParam", "RingKey",
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",

@@ -12,6 +12,8 @@ How the header becomes a cdef:
    deprecation macros turned off through the header's own switches
    (``LR_API``, ``LR_EXPERIMENTAL`` predefined empty,
    ``LR_DISABLE_DEPRECATE_WARNINGS``), so no ``__attribute__`` is left.
+   The module itself is compiled with ``LR_DISABLE_DEPRECATE_WARNINGS``
+   too: it declares the deprecated functions as well, without a warning.
 2. Of the output, only lines that come from libroute's own headers
    (``libroute.h``, ``lr_*.h``, ``libroute/*``) under the given include
    directories are kept; the line markers say which file each line comes
@@ -22,8 +24,10 @@ How the header becomes a cdef:
    ``offsetof`` included), string literals as
    ``static const char *const LR_X;``, floating literals as
    ``static const double LR_X;``. Function-like macros, empty macros,
-   include guards and the ``*_INIT`` brace initialisers (C only, by design:
-   bindings call the ``lr_*_init()`` functions) are left out.
+   include guards and the ``*_INIT`` brace initialisers (C only, by design)
+   are left out. So are the ``lr_X_init(p)`` macros (function-like): the
+   wrappers call the exported ``lr_X_init_sized(p, ffi.sizeof(...))``
+   they expand to, passing this build's size themselves.
 
 Structs are declared in full. In API mode cffi checks every field offset
 and the size against the C compiler when it compiles the module, so a
@@ -179,7 +183,10 @@ def make_ffibuilder(include_dirs: Sequence[str],
         link_args.append("-Wl,-rpath," + d)
     ffibuilder.set_source(
         MODULE_NAME,
-        f"#include <{UMBRELLA}>\n",
+        # The module declares every function, the deprecated ones too (so
+        # that each exported symbol stays reachable); the cdef was made with
+        # the same switch.
+        f"#define LR_DISABLE_DEPRECATE_WARNINGS 1\n#include <{UMBRELLA}>\n",
         include_dirs=list(include_dirs),
         library_dirs=list(library_dirs),
         libraries=["route"],

@@ -370,6 +370,15 @@ class _Use:
         self._h._release()
 
 
+def new_sized(ctype: str, init: Callable):
+    """``ffi.new(ctype + " *")`` initialised by its ``lr_*_init_sized()``
+    function ``init`` with this build's sizeof(ctype): the struct_size the
+    library reads and writes up to, and the defaults."""
+    p = ffi.new(ctype + " *")
+    init(p, ffi.sizeof(ctype))
+    return p
+
+
 def set_fields(cdata, what: str, **fields) -> None:
     """Assign the fields that are not None, naming the field on a bad
     value instead of cffi's bare OverflowError."""

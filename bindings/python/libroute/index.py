@@ -14,7 +14,8 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 from ._ffi import ffi, lib
 from ._util import (U64_TYPECODE, _Handle, bytes_in, from_struct,
-                    set_fields, take_blob, u32, u32_in, u64, u64_in)
+                    new_sized, set_fields, take_blob, u32, u32_in, u64,
+                    u64_in)
 from .enums import Trust
 from .errors import check
 from .vllm import VllmBatchInfo, finish, new_info
@@ -22,6 +23,7 @@ from .vllm import VllmBatchInfo, finish, new_info
 __all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "block_keys"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE, the one status the wrappers handle themselves
+_MATCH_SIZE = ffi.sizeof("lr_index_match_result")
 
 
 class Hit(NamedTuple):
@@ -89,8 +91,7 @@ class _Prompt:
 
     def __init__(self, tokens, boundaries=None, tenant_salt=0, keys=None,
                  n_tokens=None):
-        c = ffi.new("lr_prompt *")
-        lib.lr_prompt_init(c)
+        c = new_sized("lr_prompt", lib.lr_prompt_init_sized)
         self._arrays = []
         if tokens is not None:
             tok = self._keep(u32_in(tokens, "tokens"))
@@ -144,8 +145,7 @@ class Index(_Handle):
                  journal_capacity: Optional[int] = None,
                  engine_map_capacity: Optional[int] = None,
                  seed: Optional[int] = None) -> None:
-        opt = ffi.new("lr_index_options *")
-        lib.lr_index_options_init(opt)
+        opt = new_sized("lr_index_options", lib.lr_index_options_init_sized)
         set_fields(opt, "Index", capacity_blocks=capacity_blocks,
                    ttl_ns=ttl_ns, block_tokens=block_tokens,
                    max_instances=max_instances,
@@ -188,7 +188,7 @@ class Index(_Handle):
         with _Prompt(tokens, None, tenant_salt, keys, n_tokens) as pr:
             while True:
                 hits = ffi.new("lr_index_hit[]", cap)
-                lib.lr_index_match_result_init(res)
+                lib.lr_index_match_result_init_sized(res, _MATCH_SIZE)
                 res.hits = hits
                 res.hits_capacity = cap
                 with self._use() as p:
@@ -214,7 +214,8 @@ class Index(_Handle):
         """lr_index_expire(): drop routes unused for longer than the TTL."""
         now = u64(now_ns, "now_ns")
         with self._use() as p:
-            lib.lr_index_expire(p, now)
+            st = lib.lr_index_expire(p, now)
+        check(st, "lr_index_expire")
 
     def instance_blocks(self, instance: int) -> int:
         """lr_index_instance_blocks(): block routes held by one instance."""
@@ -310,8 +311,7 @@ class _kv_stored:
 
     def __init__(self, block_hashes, token_ids, block_size, parent_hash,
                  tenant_salt):
-        c = ffi.new("lr_kv_stored *")
-        lib.lr_kv_stored_init(c)
+        c = new_sized("lr_kv_stored", lib.lr_kv_stored_init_sized)
         self._h = u64_in(block_hashes, "block_hashes")
         self._t = u32_in(token_ids, "token_ids")
         c.block_hashes = self._h

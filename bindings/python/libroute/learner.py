@@ -26,7 +26,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from ._ffi import ffi, lib
 from ._util import (F32_TYPECODE, _Handle, f32_in, f32_out, from_struct,
-                    set_fields, u32)
+                    new_sized, set_fields, u32)
 from .errors import check
 from .mlp import mlp_options, options_dict
 
@@ -91,8 +91,7 @@ def stats_from(s) -> LearnerStats:
 
 
 def new_stats():
-    s = ffi.new("lr_learner_stats *")
-    lib.lr_learner_stats_init(s)
+    s = new_sized("lr_learner_stats", lib.lr_learner_stats_init_sized)
     return s
 
 
@@ -114,8 +113,7 @@ def learner_options(what: str, options: Mapping[str, Any],
         raise TypeError(f"{what}: {taken} cannot be set here (the owner "
                         f"sets them)")
     mlp = options.pop("mlp", None)
-    opt = ffi.new("lr_learner_options *")
-    lib.lr_learner_options_init(opt)
+    opt = new_sized("lr_learner_options", lib.lr_learner_options_init_sized)
     set_fields(opt, what, **options)
     keep = None
     if mlp is not None:

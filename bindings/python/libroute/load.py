@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from ._ffi import ffi, lib
-from ._util import _Handle, from_struct, set_fields, u32, u64
+from ._util import _Handle, from_struct, new_sized, set_fields, u32, u64
 from .errors import check
 
 __all__ = ["Load", "LoadSnapshot", "RequestState"]
@@ -53,8 +53,7 @@ def snapshot_from(s) -> LoadSnapshot:
 def engine_stats(running: int, waiting: int, kv_use: float,
                  scraped_ns: int, what: str):
     """An initialised lr_engine_stats."""
-    s = ffi.new("lr_engine_stats *")
-    lib.lr_engine_stats_init(s)
+    s = new_sized("lr_engine_stats", lib.lr_engine_stats_init_sized)
     set_fields(s, what, running=running, waiting=waiting, kv_use=kv_use,
                scraped_ns=scraped_ns)
     return s
@@ -77,8 +76,7 @@ class Load(_Handle):
     def __init__(self, *, max_instances: Optional[int] = None,
                  max_requests: Optional[int] = None,
                  rtt_alpha: Optional[float] = None) -> None:
-        opt = ffi.new("lr_load_options *")
-        lib.lr_load_options_init(opt)
+        opt = new_sized("lr_load_options", lib.lr_load_options_init_sized)
         set_fields(opt, "Load", max_instances=max_instances,
                    max_requests=max_requests, rtt_alpha=rtt_alpha)
         out = ffi.new("lr_load **")
@@ -110,8 +108,7 @@ class Load(_Handle):
         """lr_load_dispatch(): the request is in flight on ``instance``,
         queued until its first token. ``alt_instance`` is the other
         candidate it could move to (None: none)."""
-        d = ffi.new("lr_dispatch *")
-        lib.lr_dispatch_init(d)
+        d = new_sized("lr_dispatch", lib.lr_dispatch_init_sized)
         set_fields(d, "dispatch", request_id=request_id, instance=instance,
                    prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                    expected_output_tokens=expected_output_tokens,
@@ -173,8 +170,7 @@ class Load(_Handle):
 
     def get(self, instance: int) -> LoadSnapshot:
         """lr_load_get(): one instance's load."""
-        s = ffi.new("lr_load_snapshot *")
-        lib.lr_load_snapshot_init(s)
+        s = new_sized("lr_load_snapshot", lib.lr_load_snapshot_init_sized)
         inst = u32(instance, "instance")
         with self._use() as p:
             st = lib.lr_load_get(p, inst, s)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional
 
 from ._ffi import ffi, lib
-from ._util import (_Handle, bytes_in, f32_in, f32_out, set_fields,
-                    take_blob, u32)
+from ._util import (_Handle, bytes_in, f32_in, f32_out, new_sized,
+                    set_fields, take_blob, u32)
 from .errors import check
 
 __all__ = ["Mlp", "MLP_OPTIONS"]
@@ -36,8 +36,7 @@ def mlp_options(what: str, options: Mapping[str, Any],
     """An initialised ``lr_mlp_options *`` with ``options`` (None values
     keep the defaults). Unknown keys, and the ``exclude``d ones that the
     caller's owner sets itself, raise TypeError naming them."""
-    opt = ffi.new("lr_mlp_options *")
-    lib.lr_mlp_options_init(opt)
+    opt = new_sized("lr_mlp_options", lib.lr_mlp_options_init_sized)
     bad = sorted(set(options) - set(MLP_OPTIONS))
     if bad:
         raise TypeError(f"{what}: unknown network option(s) {bad}; known: "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import List, Optional, Union
 
 from ._ffi import ffi, lib
-from ._util import _Handle, name_in, set_fields, u32, u64
+from ._util import _Handle, name_in, new_sized, set_fields, u32, u64
 from .errors import check
 
 __all__ = ["Ring"]
@@ -27,8 +27,7 @@ class Ring(_Handle):
 
     def __init__(self, *, vnodes: Optional[int] = None,
                  max_instances: Optional[int] = None) -> None:
-        opt = ffi.new("lr_ring_options *")
-        lib.lr_ring_options_init(opt)
+        opt = new_sized("lr_ring_options", lib.lr_ring_options_init_sized)
         set_fields(opt, "Ring", vnodes=vnodes, max_instances=max_instances)
         out = ffi.new("lr_ring **")
         check(lib.lr_ring_create(opt, out), "lr_ring_create")

@@ -9,19 +9,20 @@ while the library works. close() waits for the calls still running.
 
 from __future__ import annotations
 
-from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Tuple,
-                    Union)
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 
 from ._ffi import ffi, lib
-from ._util import (_Handle, bytes_in, from_struct, name_in, set_fields,
-                    take_blob, u32, u32_in, u64, u64_in)
-from .enums import Bounds, Param, Policy, Reason, as_enum
+from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
+                    set_fields, take_blob, u32, u32_in, u64, u64_in)
+from .enums import Bounds, Param, Policy, Reason, as_enum, bounds_from
 from .errors import check
 from .index import Delta, _kv_stored
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
 from .mlp import options_dict
+from .policy import (ROW_SIZE, Candidates, Decision, Score, decision_from,
+                     param_key, policy_value)
 from .vllm import VllmBatchInfo, finish, new_info
 
 __all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
@@ -33,36 +34,14 @@ _DRY_RUN = lib.LR_ROUTE_DRY_RUN
 _NO_LEARN = lib.LR_ROUTE_NO_LEARN
 _SCORES = lib.LR_ROUTE_SCORES
 _FORCE = lib.LR_LEARN_FORCE
-_LODESTAR_FEATURES = lib.LR_LODESTAR_FEATURES
+# This build's struct sizes, passed to the library with each struct or
+# array (the lr_*_init_sized() functions, score_size, move_size).
+_DECISION_SIZE = ffi.sizeof("lr_decision")
+_SCORE_SIZE = ffi.sizeof("lr_score")
+_MOVE_SIZE = ffi.sizeof("lr_move")
 
 PolicyLike = Union[Policy, int, str]
 ParamLike = Union[Param, int, str]
-
-
-class Score(NamedTuple):
-    """One instance's score in a decision (lr_score); lower is better,
-    NaN where the policy did not rank the instance."""
-
-    instance: int
-    cached_tokens: int
-    score: float
-
-
-class Decision(NamedTuple):
-    """A routing decision (lr_decision).
-
-    ``alt_instance`` is None when the policy has no second candidate;
-    ``cost`` is NaN when the policy predicts none; ``scores`` is None
-    unless route(scores=True) asked for them (then in instance id order).
-    """
-
-    instance: int
-    reason: Reason
-    cached_tokens: int
-    best_cached_tokens: int
-    cost: float
-    alt_instance: Optional[int]
-    scores: Optional[Tuple[Score, ...]]
 
 
 class Move(NamedTuple):
@@ -89,33 +68,37 @@ class RouterStats(NamedTuple):
     cached_tokens: int
 
 
-def _policy(value: PolicyLike) -> int:
-    if isinstance(value, str):
-        try:
-            return Policy.from_label(value)
-        except LookupError:
-            try:
-                return Policy[value.upper().replace("-", "_")]
-            except KeyError:
-                raise ValueError(f"unknown policy {value!r}") from None
-    return int(value)
-
-
-def _param(key: ParamLike) -> int:
-    if isinstance(key, str):
-        try:
-            return Param[key.upper()]
-        except KeyError:
-            raise ValueError(f"unknown parameter {key!r}") from None
-    return int(key)
+_policy = policy_value
+_param = param_key
 
 
 def param_bounds(key: ParamLike) -> Bounds:
-    """lr_router_param_bounds(): bounds and default of a parameter.
-    An unknown key raises NotSupportedError."""
-    b = lib.lr_router_param_bounds(_param(key))
-    check(b.status, "lr_router_param_bounds")
-    return Bounds(b.lo, b.hi, getattr(b, "def"))
+    """lr_param_bounds(): bounds and default of a parameter, and whether
+    it takes whole numbers only. An unknown key raises NotSupportedError.
+    (The deprecated lr_router_param_bounds() is the same call.)"""
+    return bounds_from(lib.lr_param_bounds(_param(key)), "lr_param_bounds")
+
+
+def _request(request_id, now_ns, tenant_salt, session,
+             expected_output_tokens, flags):
+    """An lr_request with the scalar fields (the arrays are the caller's)."""
+    q = new_sized("lr_request", lib.lr_request_init_sized)
+    try:  # the hot path: plain assignments, checked by cffi
+        q.id = request_id
+        q.tenant_salt = tenant_salt
+        q.expected_output_tokens = expected_output_tokens
+        q.flags = flags
+        q.now_ns = now_ns
+        if session is not None:
+            q.session = session
+            q.has_session = 1
+    except (OverflowError, TypeError):
+        # Again, slowly, for an error that names the argument.
+        set_fields(q, "route", id=request_id, tenant_salt=tenant_salt,
+                   expected_output_tokens=expected_output_tokens,
+                   now_ns=now_ns, session=session)
+        raise  # pragma: no cover - set_fields raised already
+    return q
 
 
 class Router(_Handle):
@@ -127,7 +110,7 @@ class Router(_Handle):
     ``learner`` is a mapping of Learner() options for Lodestar's learner
     (min_samples, retrain_every, ..., and ``mlp``, a mapping of Mlp()
     options); its seed is the router's and n_features is
-    LR_LODESTAR_FEATURES, so neither is taken. The library copies them at
+    lodestar_feature_count(), so neither is taken. The library copies them at
     create; the learner itself is made when lodestar is first chosen.
     Use it as a context manager or call close(); otherwise the garbage
     collector destroys it.
@@ -145,8 +128,7 @@ class Router(_Handle):
                  index_ttl_ns: Optional[int] = None,
                  ring_vnodes: Optional[int] = None,
                  learner: Optional[Mapping[str, Any]] = None) -> None:
-        opt = ffi.new("lr_router_options *")
-        lib.lr_router_options_init(opt)
+        opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
                    seed=seed, max_instances=max_instances,
@@ -194,8 +176,7 @@ class Router(_Handle):
                      rtt_ns: int = 0) -> int:
         """lr_router_add_instance(): returns the id the router assigned.
         ``name`` (copied) places the instance on the ring."""
-        spec = ffi.new("lr_instance_spec *")
-        lib.lr_instance_spec_init(spec)
+        spec = new_sized("lr_instance_spec", lib.lr_instance_spec_init_sized)
         b = name_in(name, "name")
         keep = ffi.new("char[]", b)
         spec.name = keep
@@ -241,8 +222,7 @@ class Router(_Handle):
     def set_class(self, instance_class: int, *,
                   prefill_tokens_per_s: float) -> None:
         """lr_router_set_class(): a GPU class's prefill speed."""
-        spec = ffi.new("lr_class_spec *")
-        lib.lr_class_spec_init(spec)
+        spec = new_sized("lr_class_spec", lib.lr_class_spec_init_sized)
         set_fields(spec, "set_class",
                    prefill_tokens_per_s=prefill_tokens_per_s)
         cls = u32(instance_class, "instance_class")
@@ -270,8 +250,7 @@ class Router(_Handle):
 
     def instance_load(self, instance: int) -> LoadSnapshot:
         """lr_router_instance_load(): one instance's load."""
-        s = ffi.new("lr_load_snapshot *")
-        lib.lr_load_snapshot_init(s)
+        s = new_sized("lr_load_snapshot", lib.lr_load_snapshot_init_sized)
         inst = u32(instance, "instance")
         with self._use() as p:
             st = lib.lr_router_instance_load(p, inst, s)
@@ -298,23 +277,8 @@ class Router(_Handle):
         flags = ((_DRY_RUN if dry_run else 0) |
                  (0 if learn else _NO_LEARN) |
                  (_SCORES if scores else 0))
-        q = ffi.new("lr_request *")
-        lib.lr_request_init(q)
-        try:  # the hot path: plain assignments, checked by cffi
-            q.id = request_id
-            q.tenant_salt = tenant_salt
-            q.expected_output_tokens = expected_output_tokens
-            q.flags = flags
-            q.now_ns = now_ns
-            if session is not None:
-                q.session = session
-                q.has_session = 1
-        except (OverflowError, TypeError):
-            # Again, slowly, for an error that names the argument.
-            set_fields(q, "route", id=request_id, tenant_salt=tenant_salt,
-                       expected_output_tokens=expected_output_tokens,
-                       now_ns=now_ns, session=session)
-            raise  # pragma: no cover - set_fields raised already
+        q = _request(request_id, now_ns, tenant_salt, session,
+                     expected_output_tokens, flags)
         tok = u32_in(tokens, "tokens")
         bnd = None
         d = ffi.new("lr_decision *")
@@ -328,12 +292,13 @@ class Router(_Handle):
                 q.boundaries = bnd
                 q.n_boundaries = len(bnd)
             while True:
-                lib.lr_decision_init(d)
+                lib.lr_decision_init_sized(d, _DECISION_SIZE)
                 if scores:
                     cap = self._score_cap
                     buf = ffi.new("lr_score[]", cap)
                     d.scores = buf
                     d.scores_capacity = cap
+                    d.score_size = _SCORE_SIZE
                 p = self._acquire()
                 try:
                     st = lib.lr_router_route(p, q, d)
@@ -354,10 +319,38 @@ class Router(_Handle):
         if scores:
             sc = tuple([Score(s.instance, s.cached_tokens, s.score)
                         for s in buf[0:d.n_scores]])
-        alt = d.alt_instance
-        return Decision(d.instance, as_enum(Reason, d.reason),
-                        d.cached_tokens, d.best_cached_tokens, d.cost,
-                        None if alt == _NONE else alt, sc)
+        return decision_from(d, sc)
+
+    def candidates(self, tokens: Any, *, now_ns: int,
+                   request_id: int = 0, tenant_salt: int = 0,
+                   session: Optional[int] = None,
+                   expected_output_tokens: int = 0) -> Candidates:
+        """lr_router_candidates(): the candidate table route() would decide
+        on for this request now, one row per routable instance in id
+        order, with the cached tokens the policy would see and the ring
+        ranks of its key. Changes nothing (no expiry, recency or draw).
+
+        policy.decide() over it with the router's policy, params() and a
+        route's Decision.seed makes that route's choice. StateError with no
+        routable instance."""
+        q = _request(request_id, now_ns, tenant_salt, session,
+                     expected_output_tokens, 0)
+        n = ffi.new("size_t *")
+        with u32_in(tokens, "tokens") as tok:
+            q.tokens = tok
+            q.n_tokens = len(tok)
+            cap = max(self.instance_count, 1)  # routable ones and fewer
+            while True:
+                rows = ffi.new("lr_candidate[]", cap)
+                with self._use() as p:
+                    st = lib.lr_router_candidates(p, q, rows, cap, ROW_SIZE,
+                                                  n)
+                # Instances added meanwhile may make it short again.
+                if st == _BUFSIZE and n[0] > cap:
+                    cap = n[0]
+                    continue
+                check(st, "lr_router_candidates")
+                return Candidates._wrap(rows, n[0])
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -404,7 +397,8 @@ class Router(_Handle):
         while True:
             moves = ffi.new("lr_move[]", max(cap, 1))
             with self._use() as p:
-                st = lib.lr_router_rebalance_plan(p, now, moves, cap, n)
+                st = lib.lr_router_rebalance_plan(p, now, moves, cap,
+                                                  _MOVE_SIZE, n)
             check(st, "lr_router_rebalance_plan")
             # The C call cannot say it stopped at capacity (no *needed);
             # a full buffer may be a cut plan, so ask again with room.
@@ -439,6 +433,14 @@ class Router(_Handle):
             st = lib.lr_router_get_param(p, k, out)
         check(st, "lr_router_get_param")
         return out[0]
+
+    def params(self) -> Dict[Param, float]:
+        """Every parameter the library has (lr_param_count()) with its
+        value here: the ``params`` to replay this router's routes with
+        policy.decide(). (For GORGO's weights this is the incumbent, which
+        during a tuner trial differs from the weights in service.)"""
+        return {as_enum(Param, k): self.get_param(k)
+                for k in range(lib.lr_param_count())}
 
     # ---- precise mode and replicas --------------------------------------
 
@@ -529,15 +531,23 @@ class Router(_Handle):
         check(st, "lr_router_learn_step")
         return bool(trained[0])
 
+    @property
+    def learner_feature_count(self) -> int:
+        """lr_router_learner_feature_count(): floats per learner row
+        (lodestar_feature_count())."""
+        with self._use() as p:
+            return lib.lr_router_learner_feature_count(p)
+
     def learner_samples(self) -> Samples:
         """lr_router_learner_samples(): the samples the learner's next
-        round would train on, LR_LODESTAR_FEATURES floats per row.
+        round would train on, learner_feature_count floats per row.
         StateError with no learner or during a step."""
         with self._use() as p:
+            width = lib.lr_router_learner_feature_count(p)
             return samples_into(
                 lambda x, y, cap, n: lib.lr_router_learner_samples(
-                    p, x, y, cap, n),
-                _LODESTAR_FEATURES, "lr_router_learner_samples")
+                    p, x, width, y, cap, n),
+                width, "lr_router_learner_samples")
 
     def learner_stats(self) -> LearnerStats:
         """lr_router_learner_stats(): the learner's counters (StateError
@@ -552,11 +562,27 @@ class Router(_Handle):
 
     def stats(self) -> RouterStats:
         """lr_router_get_stats()."""
-        s = ffi.new("lr_router_stats *")
-        lib.lr_router_stats_init(s)
+        s = new_sized("lr_router_stats", lib.lr_router_stats_init_sized)
         with self._use() as p:
             st = lib.lr_router_get_stats(p, s)
         check(st, "lr_router_get_stats")
+        # The struct holds reasons 0..15 only; reason_counts() has all.
         by_reason = {as_enum(Reason, i): s.by_reason[i]
-                     for i in range(len(s.by_reason))}
+                     for i in range(min(len(s.by_reason),
+                                        lib.lr_reason_count()))}
         return from_struct(RouterStats, s, by_reason=by_reason)
+
+    def reason_counts(self) -> Dict[Reason, int]:
+        """lr_router_reason_counts(): decisions recorded by reason, for
+        every reason the library has (lr_reason_count())."""
+        n = ffi.new("size_t *")
+        cap = lib.lr_reason_count()
+        while True:
+            counts = ffi.new("uint64_t[]", max(cap, 1))
+            with self._use() as p:
+                st = lib.lr_router_reason_counts(p, counts, cap, n)
+            if st == _BUFSIZE and n[0] > cap:
+                cap = n[0]
+                continue
+            check(st, "lr_router_reason_counts")
+            return {as_enum(Reason, i): counts[i] for i in range(n[0])}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._ffi import ffi, lib
-from ._util import from_struct
+from ._ffi import lib
+from ._util import from_struct, new_sized
 from .errors import error_for
 
 __all__ = ["VllmBatchInfo"]
@@ -36,8 +36,7 @@ class VllmBatchInfo(NamedTuple):
 
 
 def new_info():
-    info = ffi.new("lr_vllm_batch_info *")
-    lib.lr_vllm_batch_info_init(info)
+    info = new_sized("lr_vllm_batch_info", lib.lr_vllm_batch_info_init_sized)
     return info
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 from typing import Optional
 
@@ -10,6 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BINDING_DIR = os.path.dirname(HERE)                  # bindings/python
 SOURCE_ROOT = os.path.dirname(os.path.dirname(BINDING_DIR))
 SYMBOL_FILE = os.path.join(SOURCE_ROOT, "lib", "libroute.sym")
+HEADER_DIR = os.path.join(SOURCE_ROOT, "include", "libroute")
 EXAMPLE = os.path.join(BINDING_DIR, "examples", "route_workload.py")
 
 import libroute  # noqa: E402  (PYTHONPATH points at the built package)
@@ -43,6 +45,25 @@ def symbol_file_names() -> set:
                 section = None
             elif section == "global:" and line.endswith(";"):
                 names.add(line[:-1].strip())
+    return names
+
+
+_DEPRECATED = re.compile(r"LR_DEPRECATED\s*\([^)]*\)[^;(]*?\b(lr_\w+)\s*\(")
+
+
+def deprecated_functions() -> Optional[set]:
+    """The functions the public headers mark LR_DEPRECATED, or None when
+    the headers are not there (not a source tree)."""
+    if not os.path.isdir(HEADER_DIR):
+        return None
+    names = set()
+    for name in sorted(os.listdir(HEADER_DIR)):
+        if name.endswith(".h"):
+            with open(os.path.join(HEADER_DIR, name)) as f:
+                text = f.read()
+            # Not the macro's own definition (#define LR_DEPRECATED(msg)).
+            text = re.sub(r"#\s*define\s+LR_DEPRECATED[^\n]*", "", text)
+            names.update(_DEPRECATED.findall(text))
     return names
 
 

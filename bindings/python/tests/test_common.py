@@ -87,9 +87,29 @@ class Enums(unittest.TestCase):
         self.assertEqual(L.Status.EBUFSIZE, lib.LR_EBUFSIZE)
         self.assertEqual(L.Trust.REMOTE, lib.LR_TRUST_REMOTE)
         self.assertEqual(L.Policy.DUALMAP, lib.LR_POLICY_DUALMAP)
-        self.assertEqual(len(L.Policy), lib.LR_POLICY_COUNT)
-        self.assertEqual(len(L.Param), lib.LR_PARAM_COUNT)
         self.assertEqual(L.Reason.PREFIX_HIT, lib.LR_REASON_PREFIX_HIT)
+        self.assertEqual(L.CostKind.GORGO, lib.LR_COST_GORGO)
+        self.assertEqual(L.CostParam.W_QUEUE_MIN, lib.LR_COST_W_QUEUE_MIN)
+        self.assertEqual(L.RingKey.HOTNESS, lib.LR_RING_KEY_HOTNESS)
+
+    def test_counts_come_from_the_library(self):
+        # The header has no LR_POLICY_COUNT / LR_PARAM_COUNT since 0.2: the
+        # loaded library says how many values it has. This build's enums
+        # name exactly those (same series, same build).
+        self.assertFalse(hasattr(lib, "LR_POLICY_COUNT"))
+        self.assertFalse(hasattr(lib, "LR_PARAM_COUNT"))
+        self.assertEqual(len(L.Policy), L.policy_count())
+        self.assertEqual(len(L.Param), L.param_count())
+        self.assertEqual(len(L.Reason), L.reason_count())
+        self.assertEqual(len(L.CostKind), L.cost_kind_count())
+        self.assertEqual(len(L.CostParam), L.cost_param_count())
+        self.assertEqual(L.lodestar_feature_count(),
+                         L.constants["LR_LODESTAR_FEATURES"])
+        # A value past the enum (a newer library) comes back as an int.
+        self.assertEqual(L.enums.as_enum(L.Reason, L.reason_count()),
+                         L.reason_count())
+        with self.assertRaises(ValueError):
+            L.reason_name(L.reason_count())
 
     def test_policy_labels_round_trip(self):
         for p in L.Policy:
@@ -115,8 +135,24 @@ class Enums(unittest.TestCase):
                 self.assertLessEqual(b.lo, b.default)
                 self.assertLessEqual(b.default, b.hi)
                 self.assertEqual(L.param_bounds(p), b)
+                if b.integer:
+                    self.assertEqual(b.default, int(b.default))
         with self.assertRaises(L.NotSupportedError):
             L.param_bounds(10**6)
+        with self.assertRaises(L.NotSupportedError):
+            L.param_bounds(-1)
+        with self.assertRaises(ValueError):
+            L.param_bounds("no_such_param")
+
+    def test_integer_flag(self):
+        # lr_bounds.flags (LR_BOUNDS_INTEGER), new in 0.2.
+        self.assertTrue(L.Param.LODESTAR_CANDIDATES.bounds.integer)
+        self.assertTrue(L.Param.DUALMAP_WINDOW.bounds.integer)
+        self.assertFalse(L.Param.TTFT_SLO_S.bounds.integer)
+        lo, hi, default, integer = L.Param.TTFT_SLO_S.bounds
+        self.assertEqual((default, integer), (5.0, False))
+        # The 0.1 three-field construction still works.
+        self.assertEqual(L.Bounds(0, 1, 0.5), L.Bounds(0, 1, 0.5, False))
 
     def test_flags(self):
         self.assertEqual(L.RouteFlag.DRY_RUN, lib.LR_ROUTE_DRY_RUN)

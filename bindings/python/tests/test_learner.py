@@ -16,7 +16,7 @@ from support import tokens
 
 S = 10**9
 MS = 10**6
-NF = L.constants["LR_LODESTAR_FEATURES"]
+NF = L.lodestar_feature_count()  # the loaded library's width (0.2)
 SMALL_NET = dict(hidden_layers=1, width=16, batch_size=32, dropout=0.0,
                  learning_rate=0.01)
 
@@ -284,6 +284,7 @@ class LodestarRouter(unittest.TestCase):
             reasons = {w.one().reason for _ in range(80)}
             self.assertEqual(reasons, {L.Reason.COLD_START})
             self.assertEqual(r.learner_stats().samples, 80)
+            self.assertEqual(r.learner_feature_count, NF)
             s = r.learner_samples()
             self.assertEqual((s.n_samples, s.n_features), (0, NF))
             self.assertTrue(r.learn_step())

@@ -151,6 +151,22 @@ class Route(unittest.TestCase):
             best = min(d.scores, key=lambda s: s.score)
             self.assertEqual(d.scores[d.instance].score, best.score)
 
+    def test_decider_and_seed(self):
+        with make("min-ttft") as r:
+            d = r.route(tokens(64), request_id=1, now_ns=S)
+            self.assertIs(d.decider, L.Policy.MIN_TTFT)
+            d2 = r.route(tokens(64), request_id=2, now_ns=S)
+            self.assertNotEqual(d.seed, d2.seed)  # one draw per decision
+        with make("lodestar") as r:  # cold: the fallback decides
+            d = r.route(tokens(64), request_id=1, now_ns=S)
+            self.assertIs(d.reason, L.Reason.COLD_START)
+            self.assertIs(d.decider, L.Policy.PREFIX_CACHE_AND_LOAD)
+        # Equal seeds, equal draws.
+        with make("random", seed=5) as a, make("random", seed=5) as b:
+            self.assertEqual(
+                a.route(tokens(9), request_id=1, now_ns=S).seed,
+                b.route(tokens(9), request_id=1, now_ns=S).seed)
+
     def test_dualmap_reports_its_alternative(self):
         with make("dualmap") as r:
             d = r.route(tokens(600), request_id=1, now_ns=S)
@@ -287,6 +303,24 @@ class Params(unittest.TestCase):
             with self.assertRaises(ValueError):
                 r.get_param("no_such_param")
 
+    def test_params_lists_every_key(self):
+        with make() as r:
+            r.set_param("dynamo_temperature", 0.5)
+            p = r.params()
+            self.assertEqual(len(p), L.param_count())
+            self.assertEqual(set(p), set(L.Param))
+            self.assertEqual(p[L.Param.DYNAMO_TEMPERATURE], 0.5)
+            self.assertEqual(p[L.Param.TTFT_SLO_S],
+                             L.Param.TTFT_SLO_S.bounds.default)
+
+    def test_integer_keys_refuse_fractions(self):
+        with make() as r:
+            self.assertTrue(L.Param.SESSION_TOKENS.bounds.integer)
+            with self.assertRaises(L.InvalidArgumentError):
+                r.set_param(L.Param.SESSION_TOKENS, 12.5)
+            r.set_param(L.Param.SESSION_TOKENS, 12.0)
+            self.assertEqual(r.get_param(L.Param.SESSION_TOKENS), 12)
+
 
 class Rebalance(unittest.TestCase):
 
@@ -384,6 +418,25 @@ class Stats(unittest.TestCase):
             self.assertEqual(sum(st.by_reason.values()), 5)
             self.assertTrue(all(isinstance(k, L.Reason)
                                 for k in st.by_reason))
+
+    def test_reason_counts(self):
+        with make("round-robin") as r:
+            self.assertEqual(r.reason_counts(),
+                             {reason: 0 for reason in L.Reason})
+            for i in range(7):
+                r.route(tokens(64, i), request_id=i, now_ns=S)
+            r.route(tokens(64), request_id=99, now_ns=S, dry_run=True)
+            counts = r.reason_counts()
+            # Every reason the library has, not only the struct's 16.
+            self.assertEqual(len(counts), L.reason_count())
+            self.assertEqual(counts[L.Reason.ROUND_ROBIN], 7)
+            self.assertEqual(sum(counts.values()), 7)  # dry runs: none
+            by_reason = r.stats().by_reason
+            for reason, n in by_reason.items():
+                self.assertEqual(counts[reason], n)
+            r.close()
+            with self.assertRaises(L.ClosedError):
+                r.reason_counts()
 
 
 class Ownership(unittest.TestCase):

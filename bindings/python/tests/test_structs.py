@@ -27,7 +27,8 @@ def params(fn) -> set:
 # Python argument implies it}).
 COVER = {
     "lr_bounds": (set(L.Bounds._fields),
-                  {"def": "default", "status": None}),  # status -> raise
+                  {"def": "default", "status": None,    # status -> raise
+                   "flags": "integer"}),                # LR_BOUNDS_INTEGER
     "lr_index_options": (params(L.Index.__init__), {"allocator": None}),
     "lr_ring_options": (params(L.Ring.__init__), {"allocator": None}),
     "lr_load_options": (params(L.Load.__init__), {"allocator": None}),
@@ -58,7 +59,12 @@ COVER = {
                     "flags": None}),  # dry_run, learn, scores
     "lr_score": (set(L.Score._fields), {}),
     "lr_decision": (set(L.Decision._fields),
-                    {"scores_capacity": None, "n_scores": None}),
+                    {"scores_capacity": None, "n_scores": None,
+                     "score_size": None}),  # this build's sizeof(lr_score)
+    "lr_candidate": (set(L.Candidate._fields), {}),
+    "lr_policy_input": (params(L.decide), {"n_params": None}),
+    "lr_cost_options": (params(L.Cost.__init__), {"allocator": None}),
+    "lr_cost_tuner_stats": (set(L.CostTunerStats._fields), {}),
     "lr_move": (set(L.Move._fields), {"from": "from_"}),
     "lr_router_stats": (set(L.RouterStats._fields), {}),
     "lr_vllm_batch_info": (set(L.VllmBatchInfo._fields), {}),

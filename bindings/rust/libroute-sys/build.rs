@@ -17,6 +17,8 @@ use std::env;
 use std::process::Command;
 
 /// The libroute minor series src/lib.rs declares.
+// The declarations follow the 0.2 C API, but the library reports 0.1.0
+// until its release bump (meson.build); this becomes (0, 2) with it.
 const DECLARED: (u32, u32) = (0, 1);
 
 fn pkg_config(args: &[&str]) -> String {

@@ -1,4 +1,4 @@
-//! Raw declarations of libroute's public C API (`<libroute.h>`, 0.1).
+//! Raw declarations of libroute's public C API (`<libroute.h>`, 0.2).
 //!
 //! Written by hand from `include/libroute/*.h`, which remain the reference:
 //! every type, constant and function there, in the same order, with the
@@ -10,10 +10,19 @@
 //! - C enums (`lr_status`, `lr_policy`, ...) are `c_uint` type aliases with
 //!   one constant per value, never Rust enums: a newer library may return a
 //!   value this crate does not know.
+//! - Enum-typed parameters and keys are `i32` in the functions (the C API
+//!   takes `int32_t` since 0.2); the enum types and their constants keep
+//!   the C enum's own type (`c_uint`).
 //! - Size-prefixed structs (a leading `struct_size`) must be initialised
-//!   with their `lr_*_init()` function, which sets the size and the
-//!   defaults. `lr_index_stats` has none: set `struct_size` to
-//!   `size_of::<lr_index_stats>()` and zero the rest.
+//!   with their `lr_*_init_sized()` function and this crate's
+//!   `size_of::<T>()` (in C, `lr_*_init()` is a macro passing `sizeof`),
+//!   which sets the size and the defaults. `lr_index_stats` has none: set
+//!   `struct_size` to `size_of::<lr_index_stats>()` and zero the rest.
+//!   Arrays of structs are passed with this crate's element size
+//!   (`lr_decision.score_size`, `row_size`, `move_size`).
+//! - The counts of policies, parameters, reasons and Lodestar features are
+//!   the loaded library's (`lr_policy_count()`, ...), never constants.
+//! - Functions the headers mark deprecated carry `#[deprecated]`.
 //! - Opaque handles are zero-sized `#[repr(C)]` structs used only behind
 //!   pointers.
 //!
@@ -43,6 +52,8 @@ macro_rules! opaque {
 /// compare `lr_version_number() / 100` with `LR_VERSION_MAJOR * 100 +
 /// LR_VERSION_MINOR` at run time to detect a swapped shared library.
 pub const LR_VERSION_MAJOR: c_uint = 0;
+// The 0.2 C API; the library still calls itself 0.1 until its release
+// bump (meson.build), when this and build.rs's DECLARED become 2.
 pub const LR_VERSION_MINOR: c_uint = 1;
 
 // ---- lr_common.h ---------------------------------------------------------------
@@ -82,11 +93,16 @@ pub const LR_INSTANCE_NONE: u32 = u32::MAX;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lr_bounds {
-    pub status: lr_status,
+    /// An lr_status (int32_t since 0.2).
+    pub status: i32,
+    /// `LR_BOUNDS_INTEGER` (0.2; padding in 0.1).
+    pub flags: i32,
     pub lo: f64,
     pub hi: f64,
     pub def: f64,
 }
+
+pub const LR_BOUNDS_INTEGER: c_int = 1;
 
 opaque! {
     /// Bytes the library allocated for the caller; free with lr_blob_destroy.
@@ -371,13 +387,7 @@ pub struct lr_learner_stats {
 }
 pub const LR_LEARNER_STATS_SIZE_V1: usize = offset_of!(lr_learner_stats, predicted) + 8;
 
-// ---- lr_router.h ---------------------------------------------------------------
-
-opaque! {
-    /// The router. Every lr_router_* call may come from any thread; only
-    /// lr_router_destroy must not overlap other calls.
-    lr_router;
-}
+// ---- lr_policy.h ---------------------------------------------------------------
 
 pub type lr_policy = c_uint;
 pub const LR_POLICY_RANDOM: lr_policy = 0;
@@ -396,7 +406,199 @@ pub const LR_POLICY_DUALMAP: lr_policy = 12;
 pub const LR_POLICY_GORGO: lr_policy = 13;
 pub const LR_POLICY_RANVIER: lr_policy = 14;
 pub const LR_POLICY_LODESTAR: lr_policy = 15;
-pub const LR_POLICY_COUNT: c_int = 16;
+
+pub type lr_reason = c_uint;
+pub const LR_REASON_NONE: lr_reason = 0;
+pub const LR_REASON_RANDOM: lr_reason = 1;
+pub const LR_REASON_ROUND_ROBIN: lr_reason = 2;
+pub const LR_REASON_LEAST_LOADED: lr_reason = 3;
+pub const LR_REASON_SESSION: lr_reason = 4;
+pub const LR_REASON_HASH: lr_reason = 5;
+pub const LR_REASON_PREFIX_HIT: lr_reason = 6;
+pub const LR_REASON_LOAD_OVERRIDE: lr_reason = 7;
+pub const LR_REASON_SLO_SWITCH: lr_reason = 8;
+pub const LR_REASON_FALLBACK: lr_reason = 9;
+pub const LR_REASON_MIN_COST: lr_reason = 10;
+pub const LR_REASON_SAMPLED: lr_reason = 11;
+pub const LR_REASON_K_FILTER: lr_reason = 12;
+pub const LR_REASON_EXPLORE: lr_reason = 13;
+pub const LR_REASON_COLD_START: lr_reason = 14;
+pub const LR_REASON_OOD: lr_reason = 15;
+
+pub type lr_param = c_uint;
+pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
+pub const LR_PARAM_BOUNDED_LOAD: lr_param = 1;
+pub const LR_PARAM_AIBRIX_IMBALANCE: lr_param = 2;
+pub const LR_PARAM_AIBRIX_STDDEV: lr_param = 3;
+pub const LR_PARAM_SGLANG_ABS: lr_param = 4;
+pub const LR_PARAM_SGLANG_REL: lr_param = 5;
+pub const LR_PARAM_SGLANG_MIN_RATIO: lr_param = 6;
+pub const LR_PARAM_PREBLE_HIT: lr_param = 7;
+pub const LR_PARAM_DYNAMO_OVERLAP: lr_param = 8;
+pub const LR_PARAM_DYNAMO_TEMPERATURE: lr_param = 9;
+pub const LR_PARAM_TTFT_SLO_S: lr_param = 10;
+pub const LR_PARAM_DUALMAP_KEY_TOKENS: lr_param = 11;
+pub const LR_PARAM_DUALMAP_MAX_KEY_BLOCKS: lr_param = 12;
+pub const LR_PARAM_DUALMAP_WINDOW: lr_param = 13;
+pub const LR_PARAM_GORGO_W_RTT: lr_param = 14;
+pub const LR_PARAM_GORGO_W_QUEUE: lr_param = 15;
+pub const LR_PARAM_GORGO_SIGMA: lr_param = 16;
+pub const LR_PARAM_GORGO_FROZEN: lr_param = 17;
+pub const LR_PARAM_GORGO_W_RTT_MAX: lr_param = 18;
+pub const LR_PARAM_GORGO_W_QUEUE_MIN: lr_param = 19;
+pub const LR_PARAM_RANVIER_PRESSURE: lr_param = 20;
+pub const LR_PARAM_SESSION_TOKENS: lr_param = 21;
+pub const LR_PARAM_STATS_MAX_AGE_S: lr_param = 22;
+pub const LR_PARAM_DEFAULT_OUTPUT_TOKENS: lr_param = 23;
+pub const LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN: lr_param = 24;
+pub const LR_PARAM_LODESTAR_EPSILON: lr_param = 25;
+pub const LR_PARAM_LODESTAR_TIE: lr_param = 26;
+pub const LR_PARAM_LODESTAR_KV_THRESHOLD: lr_param = 27;
+pub const LR_PARAM_LODESTAR_KFILTER_TOKENS: lr_param = 28;
+pub const LR_PARAM_LODESTAR_OOD: lr_param = 29;
+pub const LR_PARAM_LODESTAR_FALLBACK: lr_param = 30;
+pub const LR_PARAM_LODESTAR_CANDIDATES: lr_param = 31;
+pub const LR_PARAM_LODESTAR_MAX_TTFT_S: lr_param = 32;
+
+/// One routable instance as a policy sees it. Arrays of rows are passed
+/// with `size_of::<lr_candidate>()` as `row_size`.
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq)]
+pub struct lr_candidate {
+    pub instance: u32,
+    pub cached_tokens: u32,
+    pub inflight: u32,
+    pub queued: u32,
+    pub prefill_tokens: u64,
+    pub queued_tokens: u64,
+    pub prompt_tokens: u64,
+    pub decode_tokens: u64,
+    pub kv_tokens: u64,
+    pub running: u32,
+    pub waiting: u32,
+    pub kv_use: f64,
+    pub rtt_ms: f64,
+    pub prefill_rate: f64,
+    pub stall_s: f64,
+    pub cached_age_s: f64,
+    pub instance_class: u32,
+    pub prefix_caching: i32,
+    pub ring_rank: u32,
+    pub flags: u32,
+}
+pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, flags) + 4;
+
+pub const LR_RING_KEY_NONE: c_int = 0;
+pub const LR_RING_KEY_SESSION: c_int = 1;
+pub const LR_RING_KEY_PREFIX: c_int = 2;
+pub const LR_RING_KEY_HOTNESS: c_int = 3;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq)]
+pub struct lr_score {
+    pub instance: u32,
+    pub cached_tokens: u32,
+    pub score: f64,
+}
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_decision {
+    pub struct_size: usize,
+    pub instance: u32,
+    pub reason: i32,
+    pub cached_tokens: u32,
+    pub best_cached_tokens: u32,
+    pub cost: f64,
+    pub alt_instance: u32,
+    pub scores: *mut lr_score,
+    pub scores_capacity: usize,
+    pub n_scores: usize,
+    // v1 ends here
+    pub decider: i32,
+    pub seed: u64,
+    pub score_size: usize,
+}
+pub const LR_DECISION_SIZE_V1: usize = offset_of!(lr_decision, n_scores) + size_of::<usize>();
+pub const LR_DECISION_SIZE_V2: usize = offset_of!(lr_decision, score_size) + size_of::<usize>();
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_policy_input {
+    pub struct_size: usize,
+    pub params: *const f64,
+    pub n_params: usize,
+    pub prompt_tokens: u32,
+    pub expected_output_tokens: u32,
+    pub block_tokens: u32,
+    pub last_instance: u32,
+    pub seed: u64,
+    pub model: *mut lr_mlp,
+}
+pub const LR_POLICY_INPUT_SIZE_V1: usize =
+    offset_of!(lr_policy_input, model) + size_of::<*const c_void>();
+
+/// Lodestar's features in the headers this crate declares; the loaded
+/// library's count is `lr_lodestar_feature_count()`.
+pub const LR_LODESTAR_FEATURES: c_uint = 20;
+
+// ---- lr_cost.h -----------------------------------------------------------------
+
+opaque! {
+    /// A cost model. One thread at a time; lr_cost_eval() on a handle
+    /// nobody is changing is reentrant.
+    lr_cost;
+}
+
+pub type lr_cost_kind = c_uint;
+pub const LR_COST_TTFT: lr_cost_kind = 0;
+pub const LR_COST_GORGO: lr_cost_kind = 1;
+pub const LR_COST_DYNAMO: lr_cost_kind = 2;
+
+pub type lr_cost_param = c_uint;
+pub const LR_COST_W_RTT: lr_cost_param = 0;
+pub const LR_COST_W_QUEUE: lr_cost_param = 1;
+pub const LR_COST_W_STALL: lr_cost_param = 2;
+pub const LR_COST_W_UNCACHED: lr_cost_param = 3;
+pub const LR_COST_BLOCK_TOKENS: lr_cost_param = 4;
+pub const LR_COST_QUEUE_AT_FIRST_TOKEN: lr_cost_param = 5;
+pub const LR_COST_SIGMA: lr_cost_param = 6;
+pub const LR_COST_W_RTT_MAX: lr_cost_param = 7;
+pub const LR_COST_W_QUEUE_MIN: lr_cost_param = 8;
+
+pub const LR_COST_TUNE_WINDOW: c_uint = 128;
+pub const LR_COST_TUNE_HOP: c_uint = 32;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_cost_options {
+    pub struct_size: usize,
+    pub allocator: *const lr_allocator,
+    pub kind: i32,
+    pub seed: u64,
+}
+pub const LR_COST_OPTIONS_SIZE_V1: usize = offset_of!(lr_cost_options, seed) + 8;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_cost_tuner_stats {
+    pub struct_size: usize,
+    pub state: i32,
+    pub trials: u64,
+    pub accepted: u64,
+    pub sigma: f64,
+    pub incumbent_p95_s: f64,
+    pub samples: u64,
+}
+pub const LR_COST_TUNER_STATS_SIZE_V1: usize = offset_of!(lr_cost_tuner_stats, samples) + 8;
+
+// ---- lr_router.h ---------------------------------------------------------------
+
+opaque! {
+    /// The router. Every lr_router_* call may come from any thread; only
+    /// lr_router_destroy must not overlap other calls.
+    lr_router;
+}
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -459,48 +661,6 @@ pub const LR_ROUTE_DRY_RUN: c_uint = 1;
 pub const LR_ROUTE_SCORES: c_uint = 2;
 pub const LR_ROUTE_NO_LEARN: c_uint = 4;
 
-pub type lr_reason = c_uint;
-pub const LR_REASON_NONE: lr_reason = 0;
-pub const LR_REASON_RANDOM: lr_reason = 1;
-pub const LR_REASON_ROUND_ROBIN: lr_reason = 2;
-pub const LR_REASON_LEAST_LOADED: lr_reason = 3;
-pub const LR_REASON_SESSION: lr_reason = 4;
-pub const LR_REASON_HASH: lr_reason = 5;
-pub const LR_REASON_PREFIX_HIT: lr_reason = 6;
-pub const LR_REASON_LOAD_OVERRIDE: lr_reason = 7;
-pub const LR_REASON_SLO_SWITCH: lr_reason = 8;
-pub const LR_REASON_FALLBACK: lr_reason = 9;
-pub const LR_REASON_MIN_COST: lr_reason = 10;
-pub const LR_REASON_SAMPLED: lr_reason = 11;
-pub const LR_REASON_K_FILTER: lr_reason = 12;
-pub const LR_REASON_EXPLORE: lr_reason = 13;
-pub const LR_REASON_COLD_START: lr_reason = 14;
-pub const LR_REASON_OOD: lr_reason = 15;
-
-#[repr(C)]
-#[derive(Debug, Copy, Clone, Default, PartialEq)]
-pub struct lr_score {
-    pub instance: u32,
-    pub cached_tokens: u32,
-    pub score: f64,
-}
-
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct lr_decision {
-    pub struct_size: usize,
-    pub instance: u32,
-    pub reason: i32,
-    pub cached_tokens: u32,
-    pub best_cached_tokens: u32,
-    pub cost: f64,
-    pub alt_instance: u32,
-    pub scores: *mut lr_score,
-    pub scores_capacity: usize,
-    pub n_scores: usize,
-}
-pub const LR_DECISION_SIZE_V1: usize = offset_of!(lr_decision, n_scores) + size_of::<usize>();
-
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default, PartialEq)]
 pub struct lr_move {
@@ -509,42 +669,6 @@ pub struct lr_move {
     pub to: u32,
     pub benefit_s: f64,
 }
-
-pub type lr_param = c_uint;
-pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
-pub const LR_PARAM_BOUNDED_LOAD: lr_param = 1;
-pub const LR_PARAM_AIBRIX_IMBALANCE: lr_param = 2;
-pub const LR_PARAM_AIBRIX_STDDEV: lr_param = 3;
-pub const LR_PARAM_SGLANG_ABS: lr_param = 4;
-pub const LR_PARAM_SGLANG_REL: lr_param = 5;
-pub const LR_PARAM_SGLANG_MIN_RATIO: lr_param = 6;
-pub const LR_PARAM_PREBLE_HIT: lr_param = 7;
-pub const LR_PARAM_DYNAMO_OVERLAP: lr_param = 8;
-pub const LR_PARAM_DYNAMO_TEMPERATURE: lr_param = 9;
-pub const LR_PARAM_TTFT_SLO_S: lr_param = 10;
-pub const LR_PARAM_DUALMAP_KEY_TOKENS: lr_param = 11;
-pub const LR_PARAM_DUALMAP_MAX_KEY_BLOCKS: lr_param = 12;
-pub const LR_PARAM_DUALMAP_WINDOW: lr_param = 13;
-pub const LR_PARAM_GORGO_W_RTT: lr_param = 14;
-pub const LR_PARAM_GORGO_W_QUEUE: lr_param = 15;
-pub const LR_PARAM_GORGO_SIGMA: lr_param = 16;
-pub const LR_PARAM_GORGO_FROZEN: lr_param = 17;
-pub const LR_PARAM_GORGO_W_RTT_MAX: lr_param = 18;
-pub const LR_PARAM_GORGO_W_QUEUE_MIN: lr_param = 19;
-pub const LR_PARAM_RANVIER_PRESSURE: lr_param = 20;
-pub const LR_PARAM_SESSION_TOKENS: lr_param = 21;
-pub const LR_PARAM_STATS_MAX_AGE_S: lr_param = 22;
-pub const LR_PARAM_DEFAULT_OUTPUT_TOKENS: lr_param = 23;
-pub const LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN: lr_param = 24;
-pub const LR_PARAM_LODESTAR_EPSILON: lr_param = 25;
-pub const LR_PARAM_LODESTAR_TIE: lr_param = 26;
-pub const LR_PARAM_LODESTAR_KV_THRESHOLD: lr_param = 27;
-pub const LR_PARAM_LODESTAR_KFILTER_TOKENS: lr_param = 28;
-pub const LR_PARAM_LODESTAR_OOD: lr_param = 29;
-pub const LR_PARAM_LODESTAR_FALLBACK: lr_param = 30;
-pub const LR_PARAM_LODESTAR_CANDIDATES: lr_param = 31;
-pub const LR_PARAM_LODESTAR_MAX_TTFT_S: lr_param = 32;
-pub const LR_PARAM_COUNT: c_int = 33;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default)]
@@ -560,8 +684,6 @@ pub struct lr_router_stats {
     pub cached_tokens: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
-
-pub const LR_LODESTAR_FEATURES: c_uint = 20;
 
 // ---- lr_vllm.h -----------------------------------------------------------------
 
@@ -594,7 +716,7 @@ extern "C" {
     pub fn lr_blob_destroy(blob: *mut lr_blob);
 
     // lr_index.h
-    pub fn lr_index_options_init(opt: *mut lr_index_options);
+    pub fn lr_index_options_init_sized(opt: *mut lr_index_options, size: usize);
     pub fn lr_index_create(opt: *const lr_index_options, out: *mut *mut lr_index) -> lr_status;
     pub fn lr_index_destroy(idx: *mut lr_index);
     pub fn lr_block_keys(
@@ -606,7 +728,7 @@ extern "C" {
         capacity: usize,
         n_keys: *mut usize,
     ) -> lr_status;
-    pub fn lr_prompt_init(p: *mut lr_prompt);
+    pub fn lr_prompt_init_sized(p: *mut lr_prompt, size: usize);
     pub fn lr_index_learn(
         idx: *mut lr_index,
         prompt: *const lr_prompt,
@@ -614,7 +736,7 @@ extern "C" {
         trust: i32,
         now_ns: u64,
     ) -> lr_status;
-    pub fn lr_index_match_result_init(r: *mut lr_index_match_result);
+    pub fn lr_index_match_result_init_sized(r: *mut lr_index_match_result, size: usize);
     pub fn lr_index_match(
         idx: *mut lr_index,
         prompt: *const lr_prompt,
@@ -623,8 +745,8 @@ extern "C" {
         result: *mut lr_index_match_result,
     ) -> lr_status;
     pub fn lr_index_remove_instance(idx: *mut lr_index, instance: u32) -> lr_status;
-    pub fn lr_index_expire(idx: *mut lr_index, now_ns: u64);
-    pub fn lr_kv_stored_init(ev: *mut lr_kv_stored);
+    pub fn lr_index_expire(idx: *mut lr_index, now_ns: u64) -> lr_status;
+    pub fn lr_kv_stored_init_sized(ev: *mut lr_kv_stored, size: usize);
     pub fn lr_index_kv_stored(
         idx: *mut lr_index,
         instance: u32,
@@ -661,7 +783,7 @@ extern "C" {
     pub fn lr_index_block_tokens(idx: *const lr_index) -> u32;
 
     // lr_ring.h
-    pub fn lr_ring_options_init(opt: *mut lr_ring_options);
+    pub fn lr_ring_options_init_sized(opt: *mut lr_ring_options, size: usize);
     pub fn lr_ring_create(opt: *const lr_ring_options, out: *mut *mut lr_ring) -> lr_status;
     pub fn lr_ring_destroy(ring: *mut lr_ring);
     pub fn lr_ring_add(ring: *mut lr_ring, name: *const c_char, id: u32) -> lr_status;
@@ -687,7 +809,7 @@ extern "C" {
     ) -> lr_status;
 
     // lr_load.h
-    pub fn lr_load_options_init(opt: *mut lr_load_options);
+    pub fn lr_load_options_init_sized(opt: *mut lr_load_options, size: usize);
     pub fn lr_load_create(opt: *const lr_load_options, out: *mut *mut lr_load) -> lr_status;
     pub fn lr_load_destroy(load: *mut lr_load);
     pub fn lr_load_add_instance(
@@ -697,7 +819,7 @@ extern "C" {
         prefix_caching: i32,
     ) -> lr_status;
     pub fn lr_load_remove_instance(load: *mut lr_load, instance: u32) -> lr_status;
-    pub fn lr_dispatch_init(d: *mut lr_dispatch);
+    pub fn lr_dispatch_init_sized(d: *mut lr_dispatch, size: usize);
     pub fn lr_load_dispatch(load: *mut lr_load, d: *const lr_dispatch) -> lr_status;
     pub fn lr_load_first_token(load: *mut lr_load, request_id: u64, now_ns: u64) -> lr_status;
     pub fn lr_load_complete(
@@ -713,14 +835,14 @@ extern "C" {
         instance: u32,
         cached_tokens: u32,
     ) -> lr_status;
-    pub fn lr_engine_stats_init(s: *mut lr_engine_stats);
+    pub fn lr_engine_stats_init_sized(s: *mut lr_engine_stats, size: usize);
     pub fn lr_load_set_stats(
         load: *mut lr_load,
         instance: u32,
         stats: *const lr_engine_stats,
     ) -> lr_status;
     pub fn lr_load_observe_rtt(load: *mut lr_load, instance: u32, rtt_ns: u64) -> lr_status;
-    pub fn lr_load_snapshot_init(s: *mut lr_load_snapshot);
+    pub fn lr_load_snapshot_init_sized(s: *mut lr_load_snapshot, size: usize);
     pub fn lr_load_get(
         load: *const lr_load,
         instance: u32,
@@ -735,7 +857,7 @@ extern "C" {
     ) -> lr_status;
 
     // lr_mlp.h
-    pub fn lr_mlp_options_init(opt: *mut lr_mlp_options);
+    pub fn lr_mlp_options_init_sized(opt: *mut lr_mlp_options, size: usize);
     pub fn lr_mlp_create(opt: *const lr_mlp_options, out: *mut *mut lr_mlp) -> lr_status;
     pub fn lr_mlp_destroy(mlp: *mut lr_mlp);
     pub fn lr_mlp_clone(mlp: *const lr_mlp, out: *mut *mut lr_mlp) -> lr_status;
@@ -782,7 +904,7 @@ extern "C" {
     ) -> lr_status;
 
     // lr_learner.h
-    pub fn lr_learner_options_init(opt: *mut lr_learner_options);
+    pub fn lr_learner_options_init_sized(opt: *mut lr_learner_options, size: usize);
     pub fn lr_learner_create(
         opt: *const lr_learner_options,
         out: *mut *mut lr_learner,
@@ -809,18 +931,65 @@ extern "C" {
         capacity: usize,
         n_samples: *mut usize,
     ) -> lr_status;
-    pub fn lr_learner_stats_init(s: *mut lr_learner_stats);
+    pub fn lr_learner_stats_init_sized(s: *mut lr_learner_stats, size: usize);
     pub fn lr_learner_get_stats(learner: *mut lr_learner, out: *mut lr_learner_stats) -> lr_status;
 
+    // lr_policy.h
+    pub fn lr_policy_count() -> u32;
+    pub fn lr_policy_name(policy: i32) -> *const c_char;
+    pub fn lr_policy_from_name(name: *const c_char, out: *mut i32) -> lr_status;
+    pub fn lr_reason_count() -> u32;
+    pub fn lr_reason_name(reason: i32) -> *const c_char;
+    pub fn lr_param_count() -> u32;
+    pub fn lr_param_bounds(key: i32) -> lr_bounds;
+    pub fn lr_policy_ring_key(policy: i32, ranks: *mut u32) -> i32;
+    pub fn lr_decision_init_sized(d: *mut lr_decision, size: usize);
+    pub fn lr_policy_input_init_sized(input: *mut lr_policy_input, size: usize);
+    pub fn lr_lodestar_feature_count() -> u32;
+    pub fn lr_policy_decide(
+        policy: i32,
+        input: *const lr_policy_input,
+        rows: *const lr_candidate,
+        n_rows: usize,
+        row_size: usize,
+        scores: *mut f64,
+        out: *mut lr_decision,
+    ) -> lr_status;
+
+    // lr_cost.h
+    pub fn lr_cost_kind_count() -> u32;
+    pub fn lr_cost_kind_name(kind: i32) -> *const c_char;
+    pub fn lr_cost_param_count() -> u32;
+    pub fn lr_cost_param_bounds(kind: i32, key: i32) -> lr_bounds;
+    pub fn lr_cost_options_init_sized(opt: *mut lr_cost_options, size: usize);
+    pub fn lr_cost_create(opt: *const lr_cost_options, out: *mut *mut lr_cost) -> lr_status;
+    pub fn lr_cost_destroy(cost: *mut lr_cost);
+    pub fn lr_cost_kind_of(cost: *const lr_cost) -> i32;
+    pub fn lr_cost_set_param(cost: *mut lr_cost, key: i32, value: f64) -> lr_status;
+    pub fn lr_cost_get_param(cost: *const lr_cost, key: i32, value: *mut f64) -> lr_status;
+    pub fn lr_cost_eval(
+        cost: *const lr_cost,
+        prompt_tokens: u32,
+        rows: *const lr_candidate,
+        n_rows: usize,
+        row_size: usize,
+        out: *mut f64,
+    ) -> lr_status;
+    pub fn lr_cost_tune(cost: *mut lr_cost, on: i32) -> lr_status;
+    pub fn lr_cost_observe(cost: *mut lr_cost, ttft_s: f64) -> lr_status;
+    pub fn lr_cost_tuner_stats_init_sized(s: *mut lr_cost_tuner_stats, size: usize);
+    pub fn lr_cost_tuner_get_stats(
+        cost: *const lr_cost,
+        out: *mut lr_cost_tuner_stats,
+    ) -> lr_status;
+
     // lr_router.h
-    pub fn lr_policy_name(policy: lr_policy) -> *const c_char;
-    pub fn lr_policy_from_name(name: *const c_char, out: *mut lr_policy) -> lr_status;
-    pub fn lr_router_options_init(opt: *mut lr_router_options);
+    pub fn lr_router_options_init_sized(opt: *mut lr_router_options, size: usize);
     pub fn lr_router_create(opt: *const lr_router_options, out: *mut *mut lr_router) -> lr_status;
     pub fn lr_router_destroy(router: *mut lr_router);
-    pub fn lr_router_set_policy(router: *mut lr_router, policy: lr_policy) -> lr_status;
+    pub fn lr_router_set_policy(router: *mut lr_router, policy: i32) -> lr_status;
     pub fn lr_router_policy(router: *const lr_router) -> i32;
-    pub fn lr_instance_spec_init(s: *mut lr_instance_spec);
+    pub fn lr_instance_spec_init_sized(s: *mut lr_instance_spec, size: usize);
     pub fn lr_router_add_instance(
         router: *mut lr_router,
         spec: *const lr_instance_spec,
@@ -834,7 +1003,7 @@ extern "C" {
     pub fn lr_router_drain_instance(router: *mut lr_router, id: u32, draining: i32) -> lr_status;
     pub fn lr_router_remove_instance(router: *mut lr_router, id: u32) -> lr_status;
     pub fn lr_router_instance_count(router: *const lr_router) -> u32;
-    pub fn lr_class_spec_init(s: *mut lr_class_spec);
+    pub fn lr_class_spec_init_sized(s: *mut lr_class_spec, size: usize);
     pub fn lr_router_set_class(
         router: *mut lr_router,
         instance_class: u32,
@@ -851,13 +1020,19 @@ extern "C" {
         id: u32,
         out: *mut lr_load_snapshot,
     ) -> lr_status;
-    pub fn lr_request_init(q: *mut lr_request);
-    pub fn lr_reason_name(reason: lr_reason) -> *const c_char;
-    pub fn lr_decision_init(d: *mut lr_decision);
+    pub fn lr_request_init_sized(q: *mut lr_request, size: usize);
     pub fn lr_router_route(
         router: *mut lr_router,
         request: *const lr_request,
         decision: *mut lr_decision,
+    ) -> lr_status;
+    pub fn lr_router_candidates(
+        router: *mut lr_router,
+        request: *const lr_request,
+        rows: *mut lr_candidate,
+        capacity: usize,
+        row_size: usize,
+        n_rows: *mut usize,
     ) -> lr_status;
     pub fn lr_router_first_token(router: *mut lr_router, request_id: u64, now_ns: u64)
         -> lr_status;
@@ -873,16 +1048,14 @@ extern "C" {
         now_ns: u64,
         moves: *mut lr_move,
         capacity: usize,
+        move_size: usize,
         n_moves: *mut usize,
     ) -> lr_status;
     pub fn lr_router_move(router: *mut lr_router, request_id: u64, to: u32) -> lr_status;
-    pub fn lr_router_param_bounds(key: lr_param) -> lr_bounds;
-    pub fn lr_router_set_param(router: *mut lr_router, key: lr_param, value: f64) -> lr_status;
-    pub fn lr_router_get_param(
-        router: *const lr_router,
-        key: lr_param,
-        value: *mut f64,
-    ) -> lr_status;
+    #[deprecated(note = "use lr_param_bounds")]
+    pub fn lr_router_param_bounds(key: i32) -> lr_bounds;
+    pub fn lr_router_set_param(router: *mut lr_router, key: i32, value: f64) -> lr_status;
+    pub fn lr_router_get_param(router: *const lr_router, key: i32, value: *mut f64) -> lr_status;
     pub fn lr_router_kv_stored(
         router: *mut lr_router,
         id: u32,
@@ -913,9 +1086,11 @@ extern "C" {
     pub fn lr_router_expire(router: *mut lr_router, now_ns: u64) -> lr_status;
     pub fn lr_router_learn_step(router: *mut lr_router, flags: u32, trained: *mut i32)
         -> lr_status;
+    pub fn lr_router_learner_feature_count(router: *const lr_router) -> u32;
     pub fn lr_router_learner_samples(
         router: *mut lr_router,
         x: *mut f32,
+        row_width: usize,
         y: *mut f32,
         capacity: usize,
         n_samples: *mut usize,
@@ -924,11 +1099,17 @@ extern "C" {
         router: *const lr_router,
         out: *mut lr_learner_stats,
     ) -> lr_status;
-    pub fn lr_router_stats_init(s: *mut lr_router_stats);
+    pub fn lr_router_stats_init_sized(s: *mut lr_router_stats, size: usize);
     pub fn lr_router_get_stats(router: *const lr_router, out: *mut lr_router_stats) -> lr_status;
+    pub fn lr_router_reason_counts(
+        router: *const lr_router,
+        counts: *mut u64,
+        capacity: usize,
+        n_counts: *mut usize,
+    ) -> lr_status;
 
     // lr_vllm.h
-    pub fn lr_vllm_batch_info_init(info: *mut lr_vllm_batch_info);
+    pub fn lr_vllm_batch_info_init_sized(info: *mut lr_vllm_batch_info, size: usize);
     pub fn lr_index_vllm_batch(
         idx: *mut lr_index,
         instance: u32,

@@ -6,6 +6,8 @@
 //! - structs: size, alignment, and each field's offset and size;
 //! - enum types: size and signedness;
 //! - constants: value;
+//! - deprecation: the functions marked `#[deprecated]` here are exactly
+//!   those the headers mark `LR_DEPRECATED`;
 //! - functions: each extern "C" declaration, translated to a C function
 //!   pointer type, must initialise from the real function without an
 //!   incompatible-pointer warning, so argument and return types (widths,
@@ -146,7 +148,7 @@ fn declarations_match_the_c_headers() {
     };
     structs!(e;
         lr_allocator { alloc, realloc, free, ud }
-        lr_bounds { status, lo, hi, def }
+        lr_bounds { status, flags, lo, hi, def }
         lr_index_options { struct_size, allocator, seed, capacity_blocks, ttl_ns,
             block_tokens, max_instances, journal_capacity, engine_map_capacity }
         lr_prompt { struct_size, tokens, n_tokens, boundaries, n_boundaries,
@@ -174,6 +176,15 @@ fn declarations_match_the_c_headers() {
             max_abs_reward, mlp }
         lr_learner_stats { struct_size, samples, dropped_full, dropped_range, model_round,
             model_samples, model_replay, model_mse, online_mae, predicted }
+        lr_candidate { instance, cached_tokens, inflight, queued, prefill_tokens,
+            queued_tokens, prompt_tokens, decode_tokens, kv_tokens, running, waiting,
+            kv_use, rtt_ms, prefill_rate, stall_s, cached_age_s, instance_class,
+            prefix_caching, ring_rank, flags }
+        lr_policy_input { struct_size, params, n_params, prompt_tokens,
+            expected_output_tokens, block_tokens, last_instance, seed, model }
+        lr_cost_options { struct_size, allocator, kind, seed }
+        lr_cost_tuner_stats { struct_size, state, trials, accepted, sigma,
+            incumbent_p95_s, samples }
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
             flags, learner }
@@ -183,19 +194,21 @@ fn declarations_match_the_c_headers() {
             tenant_salt, session, has_session, expected_output_tokens, flags, now_ns }
         lr_score { instance, cached_tokens, score }
         lr_decision { struct_size, instance, reason, cached_tokens, best_cached_tokens,
-            cost, alt_instance, scores, scores_capacity, n_scores }
+            cost, alt_instance, scores, scores_capacity, n_scores, decider, seed,
+            score_size }
         lr_move { request_id, from, to, benefit_s }
         lr_router_stats { struct_size, routes, dry_runs, inflight, instances, routable,
             by_reason, prompt_tokens, cached_tokens }
         lr_vllm_batch_info { struct_size, timestamp, dp_rank, events, stored, removed,
             cleared, unplaced, skipped, done }
     );
-    enums!(e; lr_status, lr_trust, lr_policy, lr_reason, lr_param);
+    enums!(e; lr_status, lr_trust, lr_policy, lr_reason, lr_param, lr_cost_kind,
+        lr_cost_param);
     constants!(e;
         LR_VERSION_MAJOR, LR_VERSION_MINOR,
         LR_OK, LR_EINVAL, LR_ENOMEM, LR_ERANGE, LR_ENOENT, LR_EEXIST, LR_ELIMIT,
         LR_ECORRUPT, LR_EVERSION, LR_ENOTSUP, LR_ESTATE, LR_EBUFSIZE,
-        LR_INSTANCE_NONE,
+        LR_INSTANCE_NONE, LR_BOUNDS_INTEGER,
         LR_TRUST_LOCAL, LR_TRUST_REMOTE,
         LR_INDEX_MAX_TOKENS, LR_INDEX_MAX_BLOCK_TOKENS, LR_INDEX_MAX_CAPACITY,
         LR_INDEX_MAX_INSTANCES, LR_MATCH_NO_TOUCH,
@@ -215,7 +228,14 @@ fn declarations_match_the_c_headers() {
         LR_POLICY_PREFIX_CACHE, LR_POLICY_PREFIX_CACHE_AND_LOAD,
         LR_POLICY_SGLANG_CACHE_AWARE, LR_POLICY_PREBLE, LR_POLICY_MIN_TTFT,
         LR_POLICY_DYNAMO, LR_POLICY_DUALMAP, LR_POLICY_GORGO, LR_POLICY_RANVIER,
-        LR_POLICY_LODESTAR, LR_POLICY_COUNT,
+        LR_POLICY_LODESTAR, LR_CANDIDATE_SIZE_V1, LR_RING_KEY_NONE, LR_RING_KEY_SESSION,
+        LR_RING_KEY_PREFIX, LR_RING_KEY_HOTNESS, LR_DECISION_SIZE_V2,
+        LR_POLICY_INPUT_SIZE_V1,
+        LR_COST_TTFT, LR_COST_GORGO, LR_COST_DYNAMO, LR_COST_W_RTT, LR_COST_W_QUEUE,
+        LR_COST_W_STALL, LR_COST_W_UNCACHED, LR_COST_BLOCK_TOKENS,
+        LR_COST_QUEUE_AT_FIRST_TOKEN, LR_COST_SIGMA, LR_COST_W_RTT_MAX,
+        LR_COST_W_QUEUE_MIN, LR_COST_TUNE_WINDOW, LR_COST_TUNE_HOP,
+        LR_COST_OPTIONS_SIZE_V1, LR_COST_TUNER_STATS_SIZE_V1,
         LR_ROUTER_OPTIONS_SIZE_V1, LR_ROUTER_MAX_INSTANCES, LR_INSTANCE_SPEC_SIZE_V1,
         LR_CLASS_SPEC_SIZE_V1, LR_REQUEST_SIZE_V1,
         LR_ROUTE_DRY_RUN, LR_ROUTE_SCORES, LR_ROUTE_NO_LEARN,
@@ -235,7 +255,7 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN, LR_PARAM_LODESTAR_EPSILON,
         LR_PARAM_LODESTAR_TIE, LR_PARAM_LODESTAR_KV_THRESHOLD,
         LR_PARAM_LODESTAR_KFILTER_TOKENS, LR_PARAM_LODESTAR_OOD, LR_PARAM_LODESTAR_FALLBACK,
-        LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S, LR_PARAM_COUNT,
+        LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S,
         LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
     );
 
@@ -256,8 +276,11 @@ fn declarations_match_the_c_headers() {
     }
     e.line("functions".into(), "%d", "n", decls.len().to_string());
 
+    // The deprecated functions are declared too; taking their address
+    // must not fail the -Werror build (the header's attribute stays on).
     let program = format!(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <libroute.h>\n\n{checks}\n\
+        "#include <stddef.h>\n#include <stdio.h>\n#include <libroute.h>\n\n\
+         #pragma GCC diagnostic ignored \"-Wdeprecated-declarations\"\n{checks}\n\
          int main(void)\n{{\n    int n = 0;\n{uses}{}    return 0;\n}}\n",
         e.c
     );
@@ -323,4 +346,69 @@ fn c_type_translation() {
         route.2,
         ["lr_router *", "lr_request const *", "lr_decision *"]
     );
+}
+
+/// Names of the functions marked `#[deprecated]` in src/lib.rs: an
+/// attribute line, then the function it applies to.
+fn rust_deprecated() -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut pending = false;
+    for line in include_str!("../src/lib.rs").lines().map(str::trim_start) {
+        if line.starts_with("#[deprecated") {
+            pending = true;
+        } else if let Some(decl) = line.strip_prefix("pub fn ").filter(|_| pending) {
+            out.insert(decl[..decl.find('(').unwrap()].to_string());
+            pending = false;
+        }
+    }
+    out
+}
+
+/// Names of the functions the public headers mark `LR_DEPRECATED`: the
+/// declaration that follows each `LR_DEPRECATED(...)` use.
+fn header_deprecated() -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    for dir in env!("LIBROUTE_SYS_CFLAGS")
+        .split_whitespace()
+        .filter_map(|f| f.strip_prefix("-I"))
+    {
+        let Ok(entries) = std::fs::read_dir(PathBuf::from(dir).join("libroute")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension() != Some(std::ffi::OsStr::new("h")) {
+                continue;
+            }
+            seen += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut rest = text.as_str();
+            while let Some(at) = rest.find("LR_DEPRECATED(") {
+                rest = &rest[at + "LR_DEPRECATED(".len()..];
+                let line_start = text.len() - rest.len();
+                let before = &text[..line_start];
+                let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+                if line.trim_start().starts_with("#") {
+                    continue; // the macro's own definitions
+                }
+                let decl = &rest[rest.find(')').unwrap() + 1..];
+                let decl = &decl[..decl.find('(').unwrap()];
+                let name = decl.split_whitespace().last().unwrap();
+                out.insert(name.trim_start_matches('*').to_string());
+            }
+        }
+    }
+    assert!(seen > 5, "found no public headers in LIBROUTE_SYS_CFLAGS");
+    out
+}
+
+#[test]
+fn deprecations_match_the_headers() {
+    let header = header_deprecated();
+    assert!(
+        header.contains("lr_router_param_bounds"),
+        "header scan found {header:?}"
+    );
+    assert_eq!(rust_deprecated(), header);
 }

@@ -92,7 +92,7 @@ pub struct IndexOptions {
 
 impl Default for IndexOptions {
     fn default() -> Self {
-        let o = init(sys::lr_index_options_init);
+        let o = init(sys::lr_index_options_init_sized);
         IndexOptions {
             seed: o.seed,
             capacity_blocks: o.capacity_blocks,
@@ -133,7 +133,7 @@ impl<'a> Prompt<'a> {
     }
 
     fn to_c(self) -> sys::lr_prompt {
-        let mut p = init(sys::lr_prompt_init);
+        let mut p = init(sys::lr_prompt_init_sized);
         p.tokens = ptr_or_null(self.tokens);
         p.n_tokens = self.tokens.len();
         p.boundaries = ptr_or_null(self.boundaries);
@@ -217,7 +217,7 @@ impl<'a> KvStored<'a> {
     }
 
     pub(crate) fn to_c(self) -> sys::lr_kv_stored {
-        let mut e = init(sys::lr_kv_stored_init);
+        let mut e = init(sys::lr_kv_stored_init_sized);
         e.block_hashes = ptr_or_null(self.block_hashes);
         e.n_blocks = self.block_hashes.len();
         e.parent_hash = self.parent_hash.unwrap_or(0);
@@ -289,7 +289,7 @@ impl Drop for Index {
 impl Index {
     /// Creates an index.
     pub fn new(opt: &IndexOptions) -> Result<Index> {
-        let mut o = init(sys::lr_index_options_init);
+        let mut o = init(sys::lr_index_options_init_sized);
         o.seed = opt.seed;
         o.capacity_blocks = opt.capacity_blocks;
         o.ttl_ns = nanos(opt.ttl);
@@ -361,7 +361,7 @@ impl Index {
             m.hits.reserve(16);
         }
         loop {
-            let mut r = init(sys::lr_index_match_result_init);
+            let mut r = init(sys::lr_index_match_result_init_sized);
             r.hits = m.hits.as_mut_ptr().cast::<sys::lr_index_hit>();
             r.hits_capacity = m.hits.capacity();
             // SAFETY: exclusive access; the hits buffer has hits_capacity
@@ -396,9 +396,12 @@ impl Index {
     }
 
     /// Drops every route unused for longer than the TTL.
-    pub fn expire(&mut self, now_ns: u64) {
-        // SAFETY: exclusive access; never fails on a live index.
-        unsafe { sys::lr_index_expire(self.ptr(), now_ns) }
+    pub fn expire(&mut self, now_ns: u64) -> Result<()> {
+        // SAFETY: owned index, exclusive access.
+        check(
+            unsafe { sys::lr_index_expire(self.ptr(), now_ns) },
+            "lr_index_expire",
+        )
     }
 
     /// Applies an engine's BlockStored event for `instance`.

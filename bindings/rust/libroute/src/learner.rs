@@ -20,7 +20,7 @@ pub struct LearnerOptions {
     /// [`crate::RouterOptions::learner`]: the router's seed is used).
     pub seed: u64,
     /// Features per sample, 1..=`LR_MLP_MAX_INPUTS`; no default. For a
-    /// router's learner, 0 or [`LODESTAR_FEATURES`].
+    /// router's learner, 0 or [`crate::lodestar_feature_count`].
     pub n_features: u32,
     /// The newest samples kept (default 5000).
     pub fifo_capacity: u32,
@@ -45,7 +45,7 @@ pub struct LearnerOptions {
 
 impl Default for LearnerOptions {
     fn default() -> Self {
-        let o = init(sys::lr_learner_options_init);
+        let o = init(sys::lr_learner_options_init_sized);
         LearnerOptions {
             seed: o.seed,
             n_features: o.n_features,
@@ -74,7 +74,7 @@ impl LearnerOptions {
     /// options live on this stack frame for the length of the call.
     pub(crate) fn with_c<R>(&self, f: impl FnOnce(&sys::lr_learner_options) -> R) -> R {
         let mlp = self.mlp.as_ref().map(MlpOptions::to_c);
-        let mut o = init(sys::lr_learner_options_init);
+        let mut o = init(sys::lr_learner_options_init_sized);
         o.seed = self.seed;
         o.n_features = self.n_features;
         o.fifo_capacity = self.fifo_capacity;
@@ -90,10 +90,6 @@ impl LearnerOptions {
         f(&o)
     }
 }
-
-/// Width of a Lodestar feature row: a router's learner samples and scores
-/// rows of this many features (`lr_router.h` lists them).
-pub const LODESTAR_FEATURES: usize = sys::LR_LODESTAR_FEATURES as usize;
 
 /// Flags of [`LearnerTrainer::step`] and [`crate::Router::learn_step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -435,7 +431,7 @@ impl LearnerServer {
 
     /// The learner's counters.
     pub fn stats(&self) -> Result<LearnerStats> {
-        let mut s = init(sys::lr_learner_stats_init);
+        let mut s = init(sys::lr_learner_stats_init_sized);
         // SAFETY: serving side; &self of a !Sync value cannot overlap the
         // &mut calls above.
         check(

@@ -15,6 +15,11 @@
 //! | [`Load`] | `lr_load` | `Send`, not `Sync`: one thread at a time |
 //! | [`Mlp`] | `lr_mlp` | `Send`, not `Sync`: one thread at a time, queries included |
 //! | [`LearnerServer`], [`LearnerTrainer`] | `lr_learner` | each `Send`, not `Sync`: the two sides of one [`Learner`], which may run on two threads at once |
+//! | [`Cost`] | `lr_cost` | `Send`, not `Sync`: one thread at a time |
+//!
+//! [`decide`] runs any policy over a candidate table ([`Candidate`] rows),
+//! the one [`Router::candidates`] records; with a route's
+//! [`Decision::seed`] it replays the route.
 //!
 //! Timestamps (`now_ns`, ...) are the host's monotonic clock in
 //! nanoseconds, as the C API takes them; durations (RTT, TTL) are
@@ -42,18 +47,96 @@
 
 pub use libroute_sys as sys;
 
+/// Newtypes over C enum values: named constants, `ALL`, `raw`/`from_raw`,
+/// `Debug`/`Display` by name, and the value as an `int32_t` argument.
+macro_rules! named_consts {
+    // Names from the library (lr_policy_name, lr_reason_name).
+    ($ty:ident, lib $name_fn:path, $( $(#[$m:meta])* $c:ident = $v:expr, )*) => {
+        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
+        impl $ty {
+            /// The library's name for the value, or None outside the enum.
+            pub fn name(self) -> Option<&'static str> {
+                // SAFETY: returns a static string or NULL for any value
+                // (one past i32::MAX wraps to a negative value: NULL).
+                unsafe { $crate::static_name($name_fn(self.0 as i32)) }
+            }
+        }
+    };
+    // Names from the constants (the C API names no lr_param).
+    ($ty:ident, consts, $( $(#[$m:meta])* $c:ident = $v:expr, )*) => {
+        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
+        impl $ty {
+            /// The constant's name, or None for a value this crate does not
+            /// know.
+            pub fn name(self) -> Option<&'static str> {
+                match self {
+                    $( $ty::$c => Some(stringify!($c)), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+    (@common $ty:ident, $( $(#[$m:meta])* $c:ident = $v:expr, )*) => {
+        impl $ty {
+            /// The value as the C API's `int32_t` argument.
+            #[allow(dead_code)] // not every type is passed to C
+            pub(crate) const fn c(self) -> i32 {
+                self.0 as i32
+            }
+        }
+
+        impl $ty {
+            $( $(#[$m])* pub const $c: $ty = $ty($v); )*
+
+            /// Every value this crate names, in order.
+            pub const ALL: &'static [$ty] = &[$($ty::$c),*];
+
+            /// The raw C value.
+            pub const fn raw(self) -> u32 {
+                self.0
+            }
+
+            /// A value from its raw C value (which need not be known).
+            pub const fn from_raw(v: u32) -> $ty {
+                $ty(v)
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.name() {
+                    Some(n) => f.write_str(n),
+                    None => write!(f, "{}({})", stringify!($ty), self.0),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(self, f)
+            }
+        }
+    };
+}
+
 mod blob;
+mod cost;
 mod error;
 mod index;
 mod learner;
 mod load;
 mod mlp;
+mod policy;
 mod ring;
 mod router;
 mod text;
 mod vllm;
 
 pub use blob::Blob;
+pub use cost::{
+    Cost, CostKind, CostOptions, CostParam, CostTunerStats, TunerState, COST_TUNE_HOP,
+    COST_TUNE_WINDOW,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use index::{
     block_keys, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult, Prompt,
@@ -61,10 +144,11 @@ pub use index::{
 };
 pub use learner::{
     LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,
-    LearnerTrainer, LODESTAR_FEATURES,
+    LearnerTrainer,
 };
 pub use load::{Dispatch, EngineStats, InFlight, Load, LoadOptions, LoadSnapshot};
 pub use mlp::{Mlp, MlpOptions};
+pub use policy::{decide, decide_into, lodestar_feature_count, Candidate, PolicyInput, RingKey};
 pub use ring::{Candidates, Ring, RingOptions};
 pub use router::{
     Bounds, ClassSpec, Decision, InstanceSpec, Move, Param, Policy, Reason, Request, RouteFlags,
@@ -119,17 +203,18 @@ unsafe fn static_name(p: *const c_char) -> Option<&'static str> {
     }
 }
 
-/// A size-prefixed struct filled by its `lr_*_init` function, which sets
-/// `struct_size` and the defaults as the C API requires.
-fn init<T>(f: unsafe extern "C" fn(*mut T)) -> T {
+/// A size-prefixed struct filled by its `lr_*_init_sized` function with
+/// this crate's `size_of::<T>()`: it zeroes that many bytes and sets
+/// `struct_size` and the defaults, as the C API requires (in C,
+/// `lr_*_init()` is a macro passing `sizeof`).
+fn init<T>(f: unsafe extern "C" fn(*mut T, usize)) -> T {
     let mut v = MaybeUninit::<T>::uninit();
-    // SAFETY: every lr_*_init zeroes the whole struct and then sets its
-    // fields, so the value is initialized afterwards; all-zero is a valid
-    // value of each of these plain-data structs. The declarations match
-    // the headers (libroute-sys tests/abi.rs) and libroute-sys builds only
-    // against the series it declares, so the library's sizeof agrees.
+    // SAFETY: every lr_*_init_sized zeroes the `size` bytes it is given and
+    // then sets fields within them, so the value is initialized afterwards;
+    // all-zero is a valid value of each of these plain-data structs. The
+    // declarations match the headers (libroute-sys tests/abi.rs).
     unsafe {
-        f(v.as_mut_ptr());
+        f(v.as_mut_ptr(), std::mem::size_of::<T>());
         v.assume_init()
     }
 }

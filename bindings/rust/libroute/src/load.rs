@@ -21,7 +21,7 @@ pub struct EngineStats {
 
 impl EngineStats {
     pub(crate) fn to_c(self) -> sys::lr_engine_stats {
-        let mut s = init(sys::lr_engine_stats_init);
+        let mut s = init(sys::lr_engine_stats_init_sized);
         s.running = self.running;
         s.waiting = self.waiting;
         s.kv_use = self.kv_use;
@@ -113,7 +113,7 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        let o = init(sys::lr_load_options_init);
+        let o = init(sys::lr_load_options_init_sized);
         LoadOptions {
             max_instances: o.max_instances,
             max_requests: o.max_requests,
@@ -202,7 +202,7 @@ impl Drop for Load {
 impl Load {
     /// Creates a tracker.
     pub fn new(opt: &LoadOptions) -> Result<Load> {
-        let mut o = init(sys::lr_load_options_init);
+        let mut o = init(sys::lr_load_options_init_sized);
         o.max_instances = opt.max_instances;
         o.max_requests = opt.max_requests;
         o.rtt_alpha = opt.rtt_alpha;
@@ -241,7 +241,7 @@ impl Load {
 
     /// Records a dispatch: the request is in flight and queued.
     pub fn dispatch(&mut self, d: &Dispatch) -> Result<()> {
-        let mut c = init(sys::lr_dispatch_init);
+        let mut c = init(sys::lr_dispatch_init_sized);
         c.request_id = d.request_id;
         c.instance = d.instance;
         c.prompt_tokens = d.prompt_tokens;
@@ -321,7 +321,7 @@ impl Load {
 
     /// An instance's load.
     pub fn get(&self, id: InstanceId) -> Result<LoadSnapshot> {
-        let mut s = init(sys::lr_load_snapshot_init);
+        let mut s = init(sys::lr_load_snapshot_init_sized);
         // SAFETY: initialized out struct; &self: no concurrent mutation, and
         // Load is not Sync, so no concurrent query either.
         check(

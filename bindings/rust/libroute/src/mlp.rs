@@ -35,7 +35,7 @@ pub struct MlpOptions {
 
 impl Default for MlpOptions {
     fn default() -> Self {
-        let o = init(sys::lr_mlp_options_init);
+        let o = init(sys::lr_mlp_options_init_sized);
         MlpOptions {
             seed: o.seed,
             n_inputs: o.n_inputs,
@@ -60,7 +60,7 @@ impl MlpOptions {
     }
 
     pub(crate) fn to_c(&self) -> sys::lr_mlp_options {
-        let mut o = init(sys::lr_mlp_options_init);
+        let mut o = init(sys::lr_mlp_options_init_sized);
         o.seed = self.seed;
         o.n_inputs = self.n_inputs;
         o.hidden_layers = self.hidden_layers;
@@ -123,6 +123,12 @@ impl Drop for Mlp {
 }
 
 impl Mlp {
+    /// The handle, for a call that uses the network exclusively (as
+    /// `lr_mlp_predict` does): hence `&mut self`.
+    pub(crate) fn raw_ptr(&mut self) -> *mut sys::lr_mlp {
+        self.raw.as_ptr()
+    }
+
     fn from_raw(raw: *mut sys::lr_mlp, op: &str) -> Mlp {
         let raw = NonNull::new(raw).unwrap_or_else(|| panic!("{op} returned LR_OK and NULL"));
         // SAFETY: a live network.

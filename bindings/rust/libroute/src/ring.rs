@@ -19,7 +19,7 @@ pub struct RingOptions {
 
 impl Default for RingOptions {
     fn default() -> Self {
-        let o = init(sys::lr_ring_options_init);
+        let o = init(sys::lr_ring_options_init_sized);
         RingOptions {
             vnodes: o.vnodes,
             max_instances: o.max_instances,
@@ -87,7 +87,7 @@ impl Ring {
 
     /// Creates an empty ring.
     pub fn new(opt: &RingOptions) -> Result<Ring> {
-        let mut o = init(sys::lr_ring_options_init);
+        let mut o = init(sys::lr_ring_options_init_sized);
         o.vnodes = opt.vnodes;
         o.max_instances = opt.max_instances;
         let mut raw = ptr::null_mut();

@@ -4,74 +4,14 @@ use crate::error::{check, Error, Result};
 use crate::index::KvStored;
 use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
-use crate::{c_name, init, nanos, ptr_or_null, static_name, sys, Blob, InstanceId, INSTANCE_NONE};
+use crate::policy::Candidate;
+use crate::{c_name, init, nanos, ptr_or_null, sys, Blob, InstanceId, INSTANCE_NONE};
 use std::fmt;
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::{BitOr, BitOrAssign};
 use std::ptr::{self, NonNull};
 use std::str::FromStr;
 use std::time::Duration;
-
-macro_rules! named_consts {
-    // Names from the library (lr_policy_name, lr_reason_name).
-    ($ty:ident, lib $name_fn:path, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
-        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
-        impl $ty {
-            /// The library's name for the value, or None outside the enum.
-            pub fn name(self) -> Option<&'static str> {
-                // SAFETY: returns a static string or NULL for any value.
-                unsafe { static_name($name_fn(self.0)) }
-            }
-        }
-    };
-    // Names from the constants (the C API names no lr_param).
-    ($ty:ident, consts, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
-        named_consts!(@common $ty, $( $(#[$m])* $c = $v, )*);
-        impl $ty {
-            /// The constant's name, or None for a value this crate does not
-            /// know.
-            pub fn name(self) -> Option<&'static str> {
-                match self {
-                    $( $ty::$c => Some(stringify!($c)), )*
-                    _ => None,
-                }
-            }
-        }
-    };
-    (@common $ty:ident, $( $(#[$m:meta])* $c:ident = $v:path, )*) => {
-        impl $ty {
-            $( $(#[$m])* pub const $c: $ty = $ty($v); )*
-
-            /// Every value this crate names, in order.
-            pub const ALL: &'static [$ty] = &[$($ty::$c),*];
-
-            /// The raw C value.
-            pub const fn raw(self) -> u32 {
-                self.0
-            }
-
-            /// A value from its raw C value (which need not be known).
-            pub const fn from_raw(v: u32) -> $ty {
-                $ty(v)
-            }
-        }
-
-        impl fmt::Debug for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(n) => f.write_str(n),
-                    None => write!(f, "{}({})", stringify!($ty), self.0),
-                }
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(self, f)
-            }
-        }
-    };
-}
 
 /// A routing policy (`lr_policy`); docs/router.md gives each rule.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -118,13 +58,20 @@ impl Policy {
     pub fn from_name(name: &str) -> Result<Policy> {
         const OP: &str = "lr_policy_from_name";
         let name = c_name(name, OP)?;
-        let mut p: sys::lr_policy = 0;
+        let mut p: i32 = 0;
         // SAFETY: a NUL-terminated name and an out pointer, both live.
         check(
             unsafe { sys::lr_policy_from_name(name.as_ptr(), &mut p) },
             OP,
         )?;
-        Ok(Policy(p))
+        Ok(Policy(p as u32))
+    }
+
+    /// How many policies the loaded library has (`lr_policy_count`):
+    /// values `0..count` are all valid, maybe more than [`Policy::ALL`].
+    pub fn count() -> u32 {
+        // SAFETY: no arguments, never fails.
+        unsafe { sys::lr_policy_count() }
     }
 }
 
@@ -175,8 +122,17 @@ named_consts! { Reason, lib sys::lr_reason_name,
     OOD = sys::LR_REASON_OOD,
 }
 
-/// A run-time router parameter (`lr_param`); `lr_router.h` documents each
-/// and [`Param::bounds`] gives its range and default.
+impl Reason {
+    /// How many reasons the loaded library has (`lr_reason_count`).
+    pub fn count() -> u32 {
+        // SAFETY: no arguments, never fails.
+        unsafe { sys::lr_reason_count() }
+    }
+}
+
+/// A policy parameter (`lr_param`): a router's run-time tunable and a key
+/// of [`crate::PolicyInput::params`]. `lr_policy.h` documents each and
+/// [`Param::bounds`] gives its range and default.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Param(u32);
 
@@ -249,7 +205,8 @@ named_consts! { Param, consts,
     LODESTAR_MAX_TTFT_S = sys::LR_PARAM_LODESTAR_MAX_TTFT_S,
 }
 
-/// The range and default of a parameter.
+/// The range and default of a parameter: values in `lo..=hi` are accepted
+/// (others are [`crate::ErrorKind::Range`], never clamped).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bounds {
     /// Least value accepted.
@@ -258,20 +215,44 @@ pub struct Bounds {
     pub hi: f64,
     /// The default.
     pub default: f64,
+    /// Whole numbers only (`LR_BOUNDS_INTEGER`): a fraction is
+    /// [`crate::ErrorKind::Invalid`].
+    pub integer: bool,
 }
 
-impl Param {
-    /// The parameter's range and default
-    /// ([`crate::ErrorKind::NotSupported`] for an unknown key).
-    pub fn bounds(self) -> Result<Bounds> {
-        // SAFETY: pure function of the key.
-        let b = unsafe { sys::lr_router_param_bounds(self.0) };
-        check(b.status, "lr_router_param_bounds")?;
+impl Bounds {
+    pub(crate) fn from_c(b: sys::lr_bounds, op: &'static str) -> Result<Bounds> {
+        check(b.status as sys::lr_status, op)?;
         Ok(Bounds {
             lo: b.lo,
             hi: b.hi,
             default: b.def,
+            integer: b.flags & sys::LR_BOUNDS_INTEGER != 0,
         })
+    }
+}
+
+impl Param {
+    /// The parameter's range and default (`lr_param_bounds`;
+    /// [`crate::ErrorKind::NotSupported`] for an unknown key).
+    pub fn bounds(self) -> Result<Bounds> {
+        // SAFETY: pure function of the key.
+        Bounds::from_c(unsafe { sys::lr_param_bounds(self.c()) }, "lr_param_bounds")
+    }
+
+    /// How many parameters the loaded library has (`lr_param_count`): keys
+    /// `0..count` are all valid.
+    pub fn count() -> u32 {
+        // SAFETY: no arguments, never fails.
+        unsafe { sys::lr_param_count() }
+    }
+
+    /// Every parameter's default, indexed by key: a
+    /// [`crate::PolicyInput::params`] to start from.
+    pub fn defaults() -> Vec<f64> {
+        (0..Param::count())
+            .map(|k| Param(k).bounds().map_or(f64::NAN, |b| b.default))
+            .collect()
     }
 }
 
@@ -299,7 +280,7 @@ pub struct RouterOptions {
     pub ring_vnodes: u32,
     /// Lodestar's learner (buffers, schedule, network); `None`: the
     /// library's defaults. `n_features` must be 0 or
-    /// [`crate::LODESTAR_FEATURES`]; `seed` is ignored (the router's seeds
+    /// [`crate::lodestar_feature_count`]; `seed` is ignored (the router's seeds
     /// it). Copied at creation; the learner is made when
     /// [`Policy::LODESTAR`] is first chosen.
     pub learner: Option<LearnerOptions>,
@@ -307,7 +288,7 @@ pub struct RouterOptions {
 
 impl Default for RouterOptions {
     fn default() -> Self {
-        let o = init(sys::lr_router_options_init);
+        let o = init(sys::lr_router_options_init_sized);
         RouterOptions {
             policy: Policy(o.policy as u32),
             seed: o.seed,
@@ -340,7 +321,7 @@ pub struct InstanceSpec<'a> {
 impl<'a> InstanceSpec<'a> {
     /// The library's default spec (`lr_instance_spec_init`) with a name.
     pub fn new(name: &'a str) -> Self {
-        let s = init(sys::lr_instance_spec_init);
+        let s = init(sys::lr_instance_spec_init_sized);
         InstanceSpec {
             name,
             class: s.instance_class,
@@ -360,7 +341,7 @@ pub struct ClassSpec {
 
 impl Default for ClassSpec {
     fn default() -> Self {
-        let s = init(sys::lr_class_spec_init);
+        let s = init(sys::lr_class_spec_init_sized);
         ClassSpec {
             prefill_tokens_per_s: s.prefill_tokens_per_s,
         }
@@ -437,7 +418,7 @@ impl<'a> Request<'a> {
     }
 
     fn to_c(self) -> sys::lr_request {
-        let mut q = init(sys::lr_request_init);
+        let mut q = init(sys::lr_request_init_sized);
         q.id = self.id;
         q.tokens = ptr_or_null(self.tokens);
         q.n_tokens = self.tokens.len();
@@ -467,12 +448,18 @@ pub struct Decision {
     pub best_cached_tokens: u32,
     /// The policy's predicted cost of the choice, if it predicts one.
     pub cost: Option<f64>,
-    /// The other candidate (dualmap, consistent-hash).
+    /// The other candidate (dualmap, consistent-hash, Lodestar's K-filter).
     pub alt_instance: Option<InstanceId>,
+    /// The policy that chose: the router's, or Lodestar's fallback on cold
+    /// start and out of range.
+    pub decider: Option<Policy>,
+    /// The seed the policy drew with: [`crate::decide`] with the same rows,
+    /// parameters and seed makes the same choice.
+    pub seed: u64,
 }
 
 impl Decision {
-    fn from_c(d: &sys::lr_decision) -> Decision {
+    pub(crate) fn from_c(d: &sys::lr_decision) -> Decision {
         Decision {
             instance: d.instance,
             reason: Reason(d.reason as u32),
@@ -484,6 +471,8 @@ impl Decision {
             } else {
                 Some(d.alt_instance)
             },
+            decider: u32::try_from(d.decider).ok().map(Policy),
+            seed: d.seed,
         }
     }
 }
@@ -544,7 +533,8 @@ pub struct RouterStats {
     pub instances: u64,
     /// Of which not draining.
     pub routable: u64,
-    /// Decisions by [`Reason`] (index: `Reason::raw`).
+    /// Decisions by [`Reason`] (index: `Reason::raw`), for reasons 0..16
+    /// only; [`Router::reason_counts`] has every reason the library has.
     pub by_reason: [u64; 16],
     /// Prompt tokens routed.
     pub prompt_tokens: u64,
@@ -593,7 +583,7 @@ impl Drop for Router {
 impl Router {
     /// Creates a router.
     pub fn new(opt: &RouterOptions) -> Result<Router> {
-        let mut o = init(sys::lr_router_options_init);
+        let mut o = init(sys::lr_router_options_init_sized);
         o.policy = opt.policy.raw() as i32;
         o.seed = opt.seed;
         o.max_instances = opt.max_instances;
@@ -626,7 +616,7 @@ impl Router {
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
         // SAFETY: live router (here and in every method below).
         check(
-            unsafe { sys::lr_router_set_policy(self.ptr(), policy.raw()) },
+            unsafe { sys::lr_router_set_policy(self.ptr(), policy.c()) },
             "lr_router_set_policy",
         )
     }
@@ -641,7 +631,7 @@ impl Router {
     pub fn add_instance(&self, spec: &InstanceSpec<'_>) -> Result<InstanceId> {
         const OP: &str = "lr_router_add_instance";
         let name = c_name(spec.name, OP)?;
-        let mut s = init(sys::lr_instance_spec_init);
+        let mut s = init(sys::lr_instance_spec_init_sized);
         s.name = name.as_ptr();
         s.instance_class = spec.class;
         s.prefix_caching = spec.prefix_caching as i32;
@@ -697,7 +687,7 @@ impl Router {
 
     /// Sets the speed of an instance class.
     pub fn set_class(&self, class: u32, spec: &ClassSpec) -> Result<()> {
-        let mut s = init(sys::lr_class_spec_init);
+        let mut s = init(sys::lr_class_spec_init_sized);
         s.prefill_tokens_per_s = spec.prefill_tokens_per_s;
         // SAFETY: initialized spec.
         check(
@@ -728,7 +718,7 @@ impl Router {
 
     /// An instance's load as the router sees it.
     pub fn instance_load(&self, id: InstanceId) -> Result<LoadSnapshot> {
-        let mut s = init(sys::lr_load_snapshot_init);
+        let mut s = init(sys::lr_load_snapshot_init_sized);
         // SAFETY: initialized out struct.
         check(
             unsafe { sys::lr_router_instance_load(self.ptr(), id, &mut s) },
@@ -742,7 +732,7 @@ impl Router {
     /// there.
     pub fn route(&self, req: &Request<'_>) -> Result<Decision> {
         let q = req.to_c();
-        let mut d = init(sys::lr_decision_init);
+        let mut d = init(sys::lr_decision_init_sized);
         // SAFETY: q borrows req's slices for the call; d has no buffer.
         check(
             unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) },
@@ -769,9 +759,10 @@ impl Router {
         // Instances added by other threads between a short call and its
         // retry can make the retry short too; a few rounds settle it.
         for _ in 0..8 {
-            let mut d = init(sys::lr_decision_init);
+            let mut d = init(sys::lr_decision_init_sized);
             d.scores = scores.as_mut_ptr().cast::<sys::lr_score>();
             d.scores_capacity = scores.capacity();
+            d.score_size = size_of::<Score>();
             // SAFETY: the scores buffer has scores_capacity slots (Score
             // has lr_score's layout, checked above); q borrows req.
             let st = unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) };
@@ -840,6 +831,7 @@ impl Router {
                         now_ns,
                         moves.as_mut_ptr().cast::<sys::lr_move>(),
                         cap,
+                        size_of::<Move>(),
                         &mut n,
                     )
                 },
@@ -870,7 +862,7 @@ impl Router {
     pub fn set_param(&self, key: Param, value: f64) -> Result<()> {
         // SAFETY: plain values.
         check(
-            unsafe { sys::lr_router_set_param(self.ptr(), key.raw(), value) },
+            unsafe { sys::lr_router_set_param(self.ptr(), key.c(), value) },
             "lr_router_set_param",
         )
     }
@@ -880,10 +872,18 @@ impl Router {
         let mut v = 0.0;
         // SAFETY: out pointer.
         check(
-            unsafe { sys::lr_router_get_param(self.ptr(), key.raw(), &mut v) },
+            unsafe { sys::lr_router_get_param(self.ptr(), key.c(), &mut v) },
             "lr_router_get_param",
         )?;
         Ok(v)
+    }
+
+    /// Every parameter's value, indexed by key ([`Param::count`] of them):
+    /// the [`crate::PolicyInput::params`] to replay this router's routes
+    /// with [`crate::decide`]. For the GORGO weights it is the incumbent,
+    /// which during a tuner trial differs from the weights in service.
+    pub fn params(&self) -> Result<Vec<f64>> {
+        (0..Param::count()).map(|k| self.param(Param(k))).collect()
     }
 
     /// Applies an engine's BlockStored event for instance `id`.
@@ -987,26 +987,29 @@ impl Router {
         Ok(trained != 0)
     }
 
+    /// The width of the learner's rows (`lr_router_learner_feature_count`).
+    pub fn learner_feature_count(&self) -> usize {
+        // SAFETY: live router; never fails.
+        unsafe { sys::lr_router_learner_feature_count(self.ptr()) as usize }
+    }
+
     /// A copy of the samples the learner's next round would train on,
-    /// [`crate::LODESTAR_FEATURES`] values per row.
+    /// [`Router::learner_feature_count`] values per row.
     /// [`crate::ErrorKind::State`] with no learner or while a step runs.
     pub fn learner_samples(&self) -> Result<LearnerSamples> {
         let p = self.ptr();
-        fill_samples(
-            crate::LODESTAR_FEATURES,
-            "lr_router_learner_samples",
-            |x, y, cap, n| {
-                // SAFETY: live router; x and y have room for cap rows (or
-                // are NULL with 0).
-                unsafe { sys::lr_router_learner_samples(p, x, y, cap, n) }
-            },
-        )
+        let width = self.learner_feature_count();
+        fill_samples(width, "lr_router_learner_samples", |x, y, cap, n| {
+            // SAFETY: live router; x has room for cap rows of width floats
+            // and y for cap rewards (or both are NULL with 0).
+            unsafe { sys::lr_router_learner_samples(p, x, width, y, cap, n) }
+        })
     }
 
     /// The counters of Lodestar's learner; [`crate::ErrorKind::State`] until
     /// [`Policy::LODESTAR`] has been chosen once.
     pub fn learner_stats(&self) -> Result<LearnerStats> {
-        let mut s = init(sys::lr_learner_stats_init);
+        let mut s = init(sys::lr_learner_stats_init_sized);
         // SAFETY: initialized out struct.
         check(
             unsafe { sys::lr_router_learner_stats(self.ptr(), &mut s) },
@@ -1017,7 +1020,7 @@ impl Router {
 
     /// The router's counters.
     pub fn stats(&self) -> Result<RouterStats> {
-        let mut s = init(sys::lr_router_stats_init);
+        let mut s = init(sys::lr_router_stats_init_sized);
         // SAFETY: initialized out struct.
         check(
             unsafe { sys::lr_router_get_stats(self.ptr(), &mut s) },
@@ -1033,6 +1036,72 @@ impl Router {
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
         })
+    }
+
+    /// Decisions recorded by reason, indexed by [`Reason::raw`], for every
+    /// reason the library has (`lr_router_reason_counts`).
+    pub fn reason_counts(&self) -> Result<Vec<u64>> {
+        const OP: &str = "lr_router_reason_counts";
+        let mut counts = vec![0u64; Reason::count() as usize];
+        loop {
+            let mut n = 0usize;
+            // SAFETY: a buffer of counts.len() entries and an out pointer.
+            let st = unsafe {
+                sys::lr_router_reason_counts(self.ptr(), counts.as_mut_ptr(), counts.len(), &mut n)
+            };
+            if st == sys::LR_EBUFSIZE && n > counts.len() {
+                counts.resize(n, 0);
+                continue;
+            }
+            check(st, OP)?;
+            counts.truncate(n);
+            return Ok(counts);
+        }
+    }
+
+    /// The candidate table [`Router::route`] would decide on for `req` now
+    /// (`lr_router_candidates`): one row per routable instance, in id
+    /// order, with the cached tokens its policy would see and the ring
+    /// ranks of its key. Only the prompt and the request's facts are read
+    /// (not its boundaries or flags); nothing changes in the router.
+    /// [`crate::decide`] over it with the router's policy,
+    /// [`Router::params`] and a route's [`Decision::seed`] makes that
+    /// route's choice. [`crate::ErrorKind::State`] with no routable
+    /// instance.
+    pub fn candidates(&self, req: &Request<'_>) -> Result<Vec<Candidate>> {
+        const OP: &str = "lr_router_candidates";
+        let q = req.to_c();
+        let mut rows: Vec<Candidate> = Vec::new();
+        let mut cap = self.instance_count().max(1) as usize;
+        loop {
+            rows.reserve(cap);
+            let mut n = 0usize;
+            // SAFETY: the buffer has room for rows.capacity() rows of
+            // Candidate's layout (lr_candidate's, checked in policy.rs);
+            // q borrows req's slices for the call.
+            let st = unsafe {
+                sys::lr_router_candidates(
+                    self.ptr(),
+                    &q,
+                    rows.as_mut_ptr().cast::<sys::lr_candidate>(),
+                    rows.capacity(),
+                    size_of::<Candidate>(),
+                    &mut n,
+                )
+            };
+            if st == sys::LR_EBUFSIZE && n > rows.capacity() {
+                cap = n;
+                continue;
+            }
+            check(st, OP)?;
+            assert!(
+                n <= rows.capacity(),
+                "lr_router_candidates overran its buffer"
+            );
+            // SAFETY: the library wrote n rows (plain data).
+            unsafe { rows.set_len(n) };
+            return Ok(rows);
+        }
     }
 
     pub(crate) fn raw_ptr(&self) -> *mut sys::lr_router {

@@ -107,7 +107,7 @@ impl Index {
         payload: &[u8],
         now_ns: u64,
     ) -> Result<VllmBatchInfo, VllmBatchError> {
-        let mut info = init(sys::lr_vllm_batch_info_init);
+        let mut info = init(sys::lr_vllm_batch_info_init_sized);
         // SAFETY: exclusive access; payload slice; initialized info.
         let st = unsafe {
             sys::lr_index_vllm_batch(
@@ -134,7 +134,7 @@ impl Router {
         payload: &[u8],
         now_ns: u64,
     ) -> Result<VllmBatchInfo, VllmBatchError> {
-        let mut info = init(sys::lr_vllm_batch_info_init);
+        let mut info = init(sys::lr_vllm_batch_info_init_sized);
         // SAFETY: live router; payload slice; initialized info.
         let st = unsafe {
             sys::lr_router_vllm_batch(

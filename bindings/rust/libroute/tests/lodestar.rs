@@ -439,10 +439,10 @@ fn lodestar_router() {
         assert_eq!(w.one().reason, Reason::COLD_START);
     }
     let s = r.learner_samples().unwrap();
-    assert!(s.is_empty() && s.n_features == LODESTAR_FEATURES);
+    assert!(s.is_empty() && s.n_features == lodestar_feature_count());
     assert!(r.learn_step(LearnFlags::NONE).unwrap());
     let s = r.learner_samples().unwrap();
-    assert_eq!((s.len(), s.x.len()), (80, 80 * LODESTAR_FEATURES));
+    assert_eq!((s.len(), s.x.len()), (80, 80 * lodestar_feature_count()));
     // Rewards are -TTFT in seconds: 20..80 ms here.
     assert!(
         s.y.iter().all(|&y| (-0.081..-0.019).contains(&y)),
@@ -503,7 +503,7 @@ fn lodestar_errors() {
     );
     let mut net = MlpOptions::default();
     net.width = 0;
-    let mut lo = LearnerOptions::new(LODESTAR_FEATURES as u32);
+    let mut lo = LearnerOptions::new(lodestar_feature_count() as u32);
     lo.mlp = Some(net);
     o.learner = Some(lo);
     want_err(
@@ -512,7 +512,7 @@ fn lodestar_errors() {
         "LR_EINVAL",
         "lr_router_create",
     );
-    o.learner = Some(LearnerOptions::new(LODESTAR_FEATURES as u32));
+    o.learner = Some(LearnerOptions::new(lodestar_feature_count() as u32));
     Router::new(&o).unwrap();
 }
 

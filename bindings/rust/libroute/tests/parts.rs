@@ -137,7 +137,7 @@ fn index_ttl() {
     let mut x = Index::new(&o).unwrap();
     let toks = prompt(32, 4);
     x.learn(&Prompt::new(&toks), 1, Trust::Local, SEC).unwrap();
-    x.expire(5 * SEC);
+    x.expire(5 * SEC).unwrap();
     assert!(x
         .match_prompt(&Prompt::new(&toks), 5 * SEC, MatchFlags::NONE)
         .unwrap()
@@ -149,7 +149,7 @@ fn index_ttl() {
     never
         .learn(&Prompt::new(&toks), 1, Trust::Local, SEC)
         .unwrap();
-    never.expire(1 << 62);
+    never.expire(1 << 62).unwrap();
     assert_eq!(
         never
             .match_prompt(&Prompt::new(&toks), 1 << 62, MatchFlags::NONE)

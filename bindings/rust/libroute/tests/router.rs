@@ -291,7 +291,7 @@ fn errors_carry_the_status() {
         "lr_router_set_class",
     );
     want_err(
-        r.set_policy(Policy::from_raw(sys::LR_POLICY_COUNT as u32)),
+        r.set_policy(Policy::from_raw(Policy::count())),
         ErrorKind::Invalid,
         "LR_EINVAL",
         "lr_router_set_policy",
@@ -308,7 +308,7 @@ fn errors_carry_the_status() {
         "LR_EINVAL",
         "lr_router_set_param",
     );
-    let unknown = Param::from_raw(sys::LR_PARAM_COUNT as u32);
+    let unknown = Param::from_raw(Param::count());
     want_err(
         r.set_param(unknown, 1.0),
         ErrorKind::NotSupported,
@@ -325,7 +325,7 @@ fn errors_carry_the_status() {
         unknown.bounds(),
         ErrorKind::NotSupported,
         "LR_ENOTSUP",
-        "lr_router_param_bounds",
+        "lr_param_bounds",
     );
     want_err(
         r.import_delta(b"not a delta", 1),
@@ -347,7 +347,7 @@ fn errors_carry_the_status() {
     );
 
     let mut o = RouterOptions::default();
-    o.policy = Policy::from_raw(sys::LR_POLICY_COUNT as u32);
+    o.policy = Policy::from_raw(Policy::count());
     want_err(
         Router::new(&o),
         ErrorKind::Invalid,
@@ -370,7 +370,7 @@ fn errors_carry_the_status() {
 
 #[test]
 fn policies_reasons_params() {
-    assert_eq!(Policy::ALL.len(), sys::LR_POLICY_COUNT as usize);
+    assert_eq!(Policy::ALL.len(), Policy::count() as usize);
     let (r, ids) = router(Policy::RANDOM, &names(3));
     for (i, &p) in Policy::ALL.iter().enumerate() {
         assert_eq!(p.raw(), i as u32);
@@ -388,11 +388,12 @@ fn policies_reasons_params() {
             "{p}: {d:?}"
         );
     }
-    assert_eq!(Policy::from_raw(sys::LR_POLICY_COUNT as u32).name(), None);
+    assert_eq!(Policy::from_raw(Policy::count()).name(), None);
     assert_eq!(format!("{:?}", Policy::from_raw(99)), "Policy(99)");
     for &reason in Reason::ALL {
         assert!(reason.name().is_some(), "{reason:?}");
     }
+    assert_eq!(Reason::ALL.len(), Reason::count() as usize);
     let past = Reason::from_raw(Reason::ALL.len() as u32);
     assert_eq!(
         past.name(),
@@ -400,12 +401,13 @@ fn policies_reasons_params() {
         "the library names reason {past:?}; the binding lacks it"
     );
 
-    assert_eq!(Param::ALL.len(), sys::LR_PARAM_COUNT as usize);
+    assert_eq!(Param::ALL.len(), Param::count() as usize);
     r.set_policy(Policy::GORGO).unwrap();
     for (i, &p) in Param::ALL.iter().enumerate() {
         assert_eq!(p.raw(), i as u32);
         let b = p.bounds().unwrap();
         assert!(b.lo <= b.default && b.default <= b.hi, "{p}: {b:?}");
+        assert!(!b.integer || b.default == b.default.floor(), "{p}: {b:?}");
         assert_eq!(r.param(p).unwrap(), b.default, "{p}");
         r.set_param(p, b.hi).unwrap();
         assert_eq!(r.param(p).unwrap(), b.hi);

@@ -5,7 +5,9 @@
 //! declared in libroute-sys (`pub fn NAME(`) and used by this crate
 //! (`sys::NAME` in src/, called or passed as a function; comments and
 //! string literals stripped). Every declaration must also be an export, so
-//! a stale one fails too.
+//! a stale one fails too. The functions libroute-sys marks `#[deprecated]`
+//! (its ABI test proves they are the headers' `LR_DEPRECATED` ones) are
+//! declared and must not be called: the crate uses their replacements.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -151,6 +153,21 @@ fn sources(dir: &Path) -> String {
     all
 }
 
+/// The functions declared right after a `#[deprecated]` attribute.
+fn deprecated_declarations(src: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut pending = false;
+    for line in src.lines().map(str::trim_start) {
+        if line.starts_with("#[deprecated") {
+            pending = true;
+        } else if let Some(decl) = line.strip_prefix("pub fn ").filter(|_| pending) {
+            out.insert(decl[..decl.find('(').unwrap()].to_string());
+            pending = false;
+        }
+    }
+    out
+}
+
 #[test]
 fn every_exported_symbol_is_bound() {
     let mut exported = BTreeSet::new();
@@ -177,15 +194,29 @@ fn every_exported_symbol_is_bound() {
     let sys_src = std::fs::read_to_string(manifest().join("../libroute-sys/src/lib.rs")).unwrap();
     let declared = names(&sys_src, "pub fn ", true);
     let used = names(&sources(&manifest().join("src")), "sys::", false);
+    let deprecated = deprecated_declarations(&sys_src);
+    assert!(
+        deprecated.contains("lr_router_param_bounds"),
+        "deprecated: {deprecated:?}"
+    );
 
     let mut problems = Vec::new();
     for s in &exported {
         if !declared.contains(s) {
             problems.push(format!("{s}: exported, not declared in libroute-sys"));
         }
-        if !used.contains(s) {
+        if deprecated.contains(s) {
+            if used.contains(s) {
+                problems.push(format!(
+                    "{s}: deprecated, still called by the libroute crate"
+                ));
+            }
+        } else if !used.contains(s) {
             problems.push(format!("{s}: exported, not called by the libroute crate"));
         }
+    }
+    for s in deprecated.difference(&exported) {
+        problems.push(format!("{s}: marked deprecated, not exported"));
     }
     for s in declared.difference(&exported) {
         problems.push(format!("{s}: declared in libroute-sys, not exported"));

@@ -1,0 +1,430 @@
+package libroute
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"strconv"
+	"unsafe"
+)
+
+// Policy is a routing policy (lr_policy). See docs/router.md for each rule.
+type Policy int32
+
+// The policies. PolicyLodestar learns as it routes: see Router.LearnStep.
+const (
+	PolicyRandom             Policy = C.LR_POLICY_RANDOM
+	PolicyRoundRobin         Policy = C.LR_POLICY_ROUND_ROBIN
+	PolicyLeastRequest       Policy = C.LR_POLICY_LEAST_REQUEST
+	PolicyLeastLoad          Policy = C.LR_POLICY_LEAST_LOAD
+	PolicySessionAffinity    Policy = C.LR_POLICY_SESSION_AFFINITY
+	PolicyConsistentHash     Policy = C.LR_POLICY_CONSISTENT_HASH
+	PolicyPrefixCache        Policy = C.LR_POLICY_PREFIX_CACHE
+	PolicyPrefixCacheAndLoad Policy = C.LR_POLICY_PREFIX_CACHE_AND_LOAD
+	PolicySGLangCacheAware   Policy = C.LR_POLICY_SGLANG_CACHE_AWARE
+	PolicyPreble             Policy = C.LR_POLICY_PREBLE
+	PolicyMinTTFT            Policy = C.LR_POLICY_MIN_TTFT
+	PolicyDynamo             Policy = C.LR_POLICY_DYNAMO
+	PolicyDualMap            Policy = C.LR_POLICY_DUALMAP
+	PolicyGORGO              Policy = C.LR_POLICY_GORGO
+	PolicyRanvier            Policy = C.LR_POLICY_RANVIER
+	PolicyLodestar           Policy = C.LR_POLICY_LODESTAR
+)
+
+// PolicyCount returns how many policies the loaded library has
+// (lr_policy_count): values 0 .. PolicyCount()-1 are all valid. A newer
+// library of the same series may have more than the constants above name.
+func PolicyCount() int {
+	return int(C.lr_policy_count())
+}
+
+// String returns the policy's name ("dualmap", "prefix-cache-and-load",
+// ...), or "Policy(n)" outside the enum.
+func (p Policy) String() string {
+	if s := C.lr_policy_name(C.int32_t(p)); s != nil {
+		return C.GoString(s)
+	}
+	return "Policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePolicy returns the policy of a name as Policy.String gives it.
+// An unknown name is ErrNotFound.
+func ParsePolicy(name string) (Policy, error) {
+	const op = "lr_policy_from_name"
+	cs, err := cstring(name, op)
+	if err != nil {
+		return 0, err
+	}
+	defer freeCString(cs)
+	var p C.int32_t
+	if err := check(C.lr_policy_from_name(cs, &p), op); err != nil {
+		return 0, err
+	}
+	return Policy(p), nil
+}
+
+// Reason says why an instance was chosen (lr_reason).
+type Reason int32
+
+// The reasons.
+const (
+	ReasonNone         Reason = C.LR_REASON_NONE
+	ReasonRandom       Reason = C.LR_REASON_RANDOM
+	ReasonRoundRobin   Reason = C.LR_REASON_ROUND_ROBIN
+	ReasonLeastLoaded  Reason = C.LR_REASON_LEAST_LOADED
+	ReasonSession      Reason = C.LR_REASON_SESSION
+	ReasonHash         Reason = C.LR_REASON_HASH
+	ReasonPrefixHit    Reason = C.LR_REASON_PREFIX_HIT
+	ReasonLoadOverride Reason = C.LR_REASON_LOAD_OVERRIDE
+	ReasonSLOSwitch    Reason = C.LR_REASON_SLO_SWITCH
+	ReasonFallback     Reason = C.LR_REASON_FALLBACK
+	ReasonMinCost      Reason = C.LR_REASON_MIN_COST
+	ReasonSampled      Reason = C.LR_REASON_SAMPLED
+	ReasonKFilter      Reason = C.LR_REASON_K_FILTER
+	ReasonExplore      Reason = C.LR_REASON_EXPLORE
+	ReasonColdStart    Reason = C.LR_REASON_COLD_START
+	ReasonOOD          Reason = C.LR_REASON_OOD
+)
+
+// ReasonCount returns how many reasons the loaded library has
+// (lr_reason_count).
+func ReasonCount() int {
+	return int(C.lr_reason_count())
+}
+
+// String returns the reason's name ("prefix-hit", ...), or "Reason(n)"
+// outside the enum.
+func (r Reason) String() string {
+	if s := C.lr_reason_name(C.int32_t(r)); s != nil {
+		return C.GoString(s)
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Param is a policy parameter (lr_param): one of the router's run-time
+// tunables, and a key of PolicyInput.Params. lr_policy.h documents each one
+// and its default.
+type Param int32
+
+// The parameters.
+const (
+	ParamPrefixMinRatio           Param = C.LR_PARAM_PREFIX_MIN_RATIO
+	ParamBoundedLoad              Param = C.LR_PARAM_BOUNDED_LOAD
+	ParamAIBrixImbalance          Param = C.LR_PARAM_AIBRIX_IMBALANCE
+	ParamAIBrixStddev             Param = C.LR_PARAM_AIBRIX_STDDEV
+	ParamSGLangAbs                Param = C.LR_PARAM_SGLANG_ABS
+	ParamSGLangRel                Param = C.LR_PARAM_SGLANG_REL
+	ParamSGLangMinRatio           Param = C.LR_PARAM_SGLANG_MIN_RATIO
+	ParamPrebleHit                Param = C.LR_PARAM_PREBLE_HIT
+	ParamDynamoOverlap            Param = C.LR_PARAM_DYNAMO_OVERLAP
+	ParamDynamoTemperature        Param = C.LR_PARAM_DYNAMO_TEMPERATURE
+	ParamTTFTSLOSeconds           Param = C.LR_PARAM_TTFT_SLO_S
+	ParamDualMapKeyTokens         Param = C.LR_PARAM_DUALMAP_KEY_TOKENS
+	ParamDualMapMaxKeyBlocks      Param = C.LR_PARAM_DUALMAP_MAX_KEY_BLOCKS
+	ParamDualMapWindow            Param = C.LR_PARAM_DUALMAP_WINDOW
+	ParamGORGOWeightRTT           Param = C.LR_PARAM_GORGO_W_RTT
+	ParamGORGOWeightQueue         Param = C.LR_PARAM_GORGO_W_QUEUE
+	ParamGORGOSigma               Param = C.LR_PARAM_GORGO_SIGMA
+	ParamGORGOFrozen              Param = C.LR_PARAM_GORGO_FROZEN
+	ParamGORGOWeightRTTMax        Param = C.LR_PARAM_GORGO_W_RTT_MAX
+	ParamGORGOWeightQueueMin      Param = C.LR_PARAM_GORGO_W_QUEUE_MIN
+	ParamRanvierPressure          Param = C.LR_PARAM_RANVIER_PRESSURE
+	ParamSessionTokens            Param = C.LR_PARAM_SESSION_TOKENS
+	ParamStatsMaxAgeSeconds       Param = C.LR_PARAM_STATS_MAX_AGE_S
+	ParamDefaultOutputTokens      Param = C.LR_PARAM_DEFAULT_OUTPUT_TOKENS
+	ParamGORGOReleaseAtFirstToken Param = C.LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN
+	ParamLodestarEpsilon          Param = C.LR_PARAM_LODESTAR_EPSILON
+	ParamLodestarTie              Param = C.LR_PARAM_LODESTAR_TIE
+	ParamLodestarKVThreshold      Param = C.LR_PARAM_LODESTAR_KV_THRESHOLD
+	ParamLodestarKFilterTokens    Param = C.LR_PARAM_LODESTAR_KFILTER_TOKENS
+	ParamLodestarOOD              Param = C.LR_PARAM_LODESTAR_OOD
+	ParamLodestarFallback         Param = C.LR_PARAM_LODESTAR_FALLBACK
+	ParamLodestarCandidates       Param = C.LR_PARAM_LODESTAR_CANDIDATES
+	ParamLodestarMaxTTFTSeconds   Param = C.LR_PARAM_LODESTAR_MAX_TTFT_S
+)
+
+// ParamCount returns how many parameters the loaded library has
+// (lr_param_count): keys 0 .. ParamCount()-1 are all valid.
+func ParamCount() int {
+	return int(C.lr_param_count())
+}
+
+// Bounds returns the parameter's range, default and whether it takes whole
+// numbers only (lr_param_bounds); ErrNotSupported for an unknown key.
+func (p Param) Bounds() (Bounds, error) {
+	return bounds(C.lr_param_bounds(C.int32_t(p)), "lr_param_bounds")
+}
+
+// DefaultParams returns every parameter's default, indexed by Param: a
+// PolicyInput.Params to start from.
+func DefaultParams() []float64 {
+	out := make([]float64, ParamCount())
+	for k := range out {
+		if b, err := Param(k).Bounds(); err == nil {
+			out[k] = b.Default
+		}
+	}
+	return out
+}
+
+// Score is one instance's score in a decision.
+type Score struct {
+	Instance InstanceID
+	// Tokens expected to hit the instance's prefix cache.
+	CachedTokens uint32
+	// What the policy ranks by, lower is better; NaN where the policy did
+	// not rank the instance.
+	Score float64
+}
+
+// Score is passed to C as an lr_score array: the layouts must agree. Each
+// line fails to compile (negative array length) if they do not.
+var (
+	_ [unsafe.Sizeof(Score{}) - C.sizeof_lr_score]struct{}
+	_ [C.sizeof_lr_score - unsafe.Sizeof(Score{})]struct{}
+	_ [unsafe.Offsetof(Score{}.CachedTokens) - unsafe.Offsetof(C.lr_score{}.cached_tokens)]struct{}
+	_ [unsafe.Offsetof(C.lr_score{}.cached_tokens) - unsafe.Offsetof(Score{}.CachedTokens)]struct{}
+	_ [unsafe.Offsetof(Score{}.Score) - unsafe.Offsetof(C.lr_score{}.score)]struct{}
+	_ [unsafe.Offsetof(C.lr_score{}.score) - unsafe.Offsetof(Score{}.Score)]struct{}
+)
+
+// Decision is where a request goes and why.
+type Decision struct {
+	Instance InstanceID
+	Reason   Reason
+	// Tokens expected to hit the cache on Instance.
+	CachedTokens uint32
+	// The deepest cached prefix on any routable instance.
+	BestCachedTokens uint32
+	// The policy's predicted cost of the choice; NaN if it predicts none.
+	Cost float64
+	// The other candidate (dualmap, consistent-hash, Lodestar's K-filter),
+	// or InstanceNone.
+	AltInstance InstanceID
+	// From Route with RouteScores: one entry per routable instance, in id
+	// order. From Decide: one per row, in the rows' order.
+	Scores []Score
+	// The policy that chose: the router's, or Lodestar's fallback on cold
+	// start and out of range (-1 if none did).
+	Decider Policy
+	// The seed the policy drew with: Decide with the same rows, parameters
+	// and seed chooses the same.
+	Seed uint64
+}
+
+// fill copies a decision's results (not its scores) into d.
+func (d *Decision) fill(dec *C.lr_decision) {
+	d.Instance = InstanceID(dec.instance)
+	d.Reason = Reason(dec.reason)
+	d.CachedTokens = uint32(dec.cached_tokens)
+	d.BestCachedTokens = uint32(dec.best_cached_tokens)
+	d.Cost = float64(dec.cost)
+	d.AltInstance = InstanceID(dec.alt_instance)
+	d.Decider = Policy(dec.decider)
+	d.Seed = uint64(dec.seed)
+}
+
+// Candidate is one row of a candidate table (lr_candidate): an instance as
+// a policy sees it. Router.Candidates records the table Route decides on;
+// Decide runs any policy over any table. The zero value is an idle
+// instance 0 with no prefix caching and no class speed (PrefillRate must
+// be > 0): start from NewCandidate.
+type Candidate struct {
+	Instance InstanceID
+	// Prompt tokens expected to hit its prefix cache.
+	CachedTokens uint32
+	// Requests in flight on it, and of those the ones before their first
+	// token.
+	Inflight uint32
+	Queued   uint32
+	// Uncached prompt tokens of its queued requests (prefill to do).
+	PrefillTokens uint64
+	// Whole prompt tokens of its queued requests, and of all in flight.
+	QueuedTokens uint64
+	PromptTokens uint64
+	// Expected output tokens of its requests past their first token.
+	DecodeTokens uint64
+	// Prompt + expected output tokens of its requests in flight.
+	KVTokens uint64
+	// Scraped engine stats; 0 when missing or stale.
+	Running uint32
+	Waiting uint32
+	KVUse   float64
+	// Round-trip time, milliseconds (0 unknown).
+	RTTMs float64
+	// Prefill throughput of its class, tokens/s (> 0).
+	PrefillRate float64
+	// DualMap's decode stall, seconds (0 below 3 s).
+	StallSeconds float64
+	// Seconds since a route went to it through its cached prefix; negative
+	// when unknown.
+	CachedAgeSeconds float64
+	// Its class (GPU model).
+	Class uint32
+	// 1 if it caches prefixes, 0 if not.
+	PrefixCaching int32
+	// Rank among the ring's candidates for the policy's ring key (1 first),
+	// 0 when not among them or no ring (see Policy.RingKey).
+	RingRank uint32
+	// Reserved; 0.
+	Flags uint32
+}
+
+// NewCandidate returns an idle instance that caches prefixes, with the
+// library's default class speed (8000 tokens/s) and an unknown cache age.
+func NewCandidate(id InstanceID) Candidate {
+	var s C.lr_class_spec
+	C.lr_class_spec_init_sized(&s, C.sizeof_lr_class_spec)
+	return Candidate{Instance: id, PrefillRate: float64(s.prefill_tokens_per_s),
+		CachedAgeSeconds: -1, PrefixCaching: 1}
+}
+
+// Candidate is passed to C as an lr_candidate array, row_size
+// unsafe.Sizeof(Candidate{}): the layouts must agree. Each line fails to
+// compile if they do not (an index out of range, or a negative constant).
+var (
+	_ = [1]int{}[unsafe.Sizeof(Candidate{})-C.sizeof_lr_candidate]
+	_ = [1]int{}[C.sizeof_lr_candidate-unsafe.Sizeof(Candidate{})]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CachedTokens)-unsafe.Offsetof(C.lr_candidate{}.cached_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Inflight)-unsafe.Offsetof(C.lr_candidate{}.inflight)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Queued)-unsafe.Offsetof(C.lr_candidate{}.queued)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefillTokens)-unsafe.Offsetof(C.lr_candidate{}.prefill_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.QueuedTokens)-unsafe.Offsetof(C.lr_candidate{}.queued_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PromptTokens)-unsafe.Offsetof(C.lr_candidate{}.prompt_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.DecodeTokens)-unsafe.Offsetof(C.lr_candidate{}.decode_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.KVTokens)-unsafe.Offsetof(C.lr_candidate{}.kv_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Running)-unsafe.Offsetof(C.lr_candidate{}.running)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Waiting)-unsafe.Offsetof(C.lr_candidate{}.waiting)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.KVUse)-unsafe.Offsetof(C.lr_candidate{}.kv_use)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RTTMs)-unsafe.Offsetof(C.lr_candidate{}.rtt_ms)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefillRate)-unsafe.Offsetof(C.lr_candidate{}.prefill_rate)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.StallSeconds)-unsafe.Offsetof(C.lr_candidate{}.stall_s)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CachedAgeSeconds)-unsafe.Offsetof(C.lr_candidate{}.cached_age_s)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Class)-unsafe.Offsetof(C.lr_candidate{}.instance_class)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefixCaching)-unsafe.Offsetof(C.lr_candidate{}.prefix_caching)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RingRank)-unsafe.Offsetof(C.lr_candidate{}.ring_rank)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Flags)-unsafe.Offsetof(C.lr_candidate{}.flags)]
+)
+
+// candidateSize is the row_size passed with every table: this package's
+// sizeof(lr_candidate).
+const candidateSize = C.size_t(unsafe.Sizeof(Candidate{}))
+
+func candidatePtr(rows []Candidate) *C.lr_candidate {
+	if len(rows) == 0 {
+		return nil
+	}
+	return (*C.lr_candidate)(unsafe.Pointer(&rows[0]))
+}
+
+// PolicyInput is a request's facts and a policy's knobs for Decide
+// (lr_policy_input). Start from DefaultPolicyInput: the zero value names
+// instance 0 as round-robin's last.
+type PolicyInput struct {
+	// Parameter values indexed by Param (Params[k] is key k); keys past
+	// its end take their defaults. Router.Params gives a router's.
+	Params []float64
+	// Prompt length in tokens.
+	PromptTokens uint32
+	// Expected output tokens; 0: ParamDefaultOutputTokens.
+	ExpectedOutputTokens uint32
+	// Tokens per KV block (dynamo counts blocks); 0: 16.
+	BlockTokens uint32
+	// Round-robin: the instance served last, or InstanceNone.
+	LastInstance InstanceID
+	// Seeds every draw the policy makes.
+	Seed uint64
+	// Lodestar: the network that scores the candidates, with
+	// LodestarFeatureCount() inputs; nil: cold start, its fallback decides.
+	// Used as Mlp.Predict uses it: not concurrently with other calls on it.
+	Model *Mlp
+}
+
+// DefaultPolicyInput returns the library's defaults
+// (lr_policy_input_init): block tokens 16, no last instance.
+func DefaultPolicyInput() PolicyInput {
+	var in C.lr_policy_input
+	C.lr_policy_input_init_sized(&in, C.sizeof_lr_policy_input)
+	return PolicyInput{BlockTokens: uint32(in.block_tokens),
+		LastInstance: InstanceID(in.last_instance)}
+}
+
+// LodestarFeatureCount returns the width of Lodestar's feature rows in the
+// loaded library (lr_lodestar_feature_count): the inputs of a
+// PolicyInput.Model and of a router's learner rows.
+func LodestarFeatureCount() int {
+	return int(C.lr_lodestar_feature_count())
+}
+
+// Decide chooses one row of a candidate table with a policy
+// (lr_policy_decide): the code Route runs after gathering its own table.
+// It is deterministic for in.Seed and allocates nothing in the library;
+// the returned Decision has one Score per row. nil in means
+// DefaultPolicyInput(). Bad rows (none, cached tokens above the prompt, a
+// prefill rate that is not positive) are ErrInvalid, an unknown policy
+// ErrNotSupported, a parameter out of bounds ErrRange, a closed Model
+// ErrClosed.
+func Decide(p Policy, in *PolicyInput, rows []Candidate) (Decision, error) {
+	const op = "lr_policy_decide"
+	if in == nil {
+		def := DefaultPolicyInput()
+		in = &def
+	}
+	var ci C.lr_policy_input
+	C.lr_policy_input_init_sized(&ci, C.sizeof_lr_policy_input)
+	ci.n_params = C.size_t(len(in.Params))
+	ci.prompt_tokens = C.uint32_t(in.PromptTokens)
+	ci.expected_output_tokens = C.uint32_t(in.ExpectedOutputTokens)
+	ci.block_tokens = C.uint32_t(in.BlockTokens)
+	ci.last_instance = C.uint32_t(in.LastInstance)
+	ci.seed = C.uint64_t(in.Seed)
+	var model *C.lr_mlp
+	if in.Model != nil {
+		if in.Model.p == nil {
+			return Decision{}, ErrClosed
+		}
+		model = in.Model.p
+	}
+	scores := make([]float64, len(rows))
+	var dec C.lr_decision
+	C.lr_decision_init_sized(&dec, C.sizeof_lr_decision)
+	st := C.lrgo_policy_decide(C.int32_t(p), &ci, f64ptr(in.Params), model,
+		candidatePtr(rows), C.size_t(len(rows)), candidateSize, f64ptr(scores), &dec)
+	runtime.KeepAlive(in.Model)
+	if err := check(st, op); err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Scores: make([]Score, len(rows))}
+	d.fill(&dec)
+	for i := range rows {
+		d.Scores[i] = Score{Instance: rows[i].Instance, CachedTokens: rows[i].CachedTokens,
+			Score: scores[i]}
+	}
+	return d, nil
+}
+
+// RingKey is the ring key a policy ranks its rows by (LR_RING_KEY_*).
+type RingKey int32
+
+// The ring keys.
+const (
+	RingKeyNone    RingKey = C.LR_RING_KEY_NONE
+	RingKeySession RingKey = C.LR_RING_KEY_SESSION
+	RingKeyPrefix  RingKey = C.LR_RING_KEY_PREFIX
+	RingKeyHotness RingKey = C.LR_RING_KEY_HOTNESS
+)
+
+// RingKey returns the ring key the router ranks this policy's rows by
+// (Candidate.RingRank) and how many ranks it reads (lr_policy_ring_key);
+// ErrNotSupported for an unknown policy.
+func (p Policy) RingKey() (key RingKey, ranks int, err error) {
+	var k C.uint32_t
+	v := C.lr_policy_ring_key(C.int32_t(p), &k)
+	if v < 0 {
+		return RingKeyNone, 0, &Error{Status: StatusNotSupported, Op: "lr_policy_ring_key"}
+	}
+	return RingKey(v), int(k), nil
+}

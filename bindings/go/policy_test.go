@@ -1,0 +1,414 @@
+package libroute
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+func sameFloat(a, b float64) bool {
+	return a == b || (math.IsNaN(a) && math.IsNaN(b))
+}
+
+func candidates(ids ...InstanceID) []Candidate {
+	out := make([]Candidate, len(ids))
+	for i, id := range ids {
+		out[i] = NewCandidate(id)
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	rs := candidates(0, 1, 2)
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 4, 1, 3
+	in := DefaultPolicyInput()
+	in.PromptTokens = 100
+	in.Seed = 3
+	d, err := Decide(PolicyLeastRequest, &in, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Instance != 1 || d.Reason != ReasonLeastLoaded || d.Decider != PolicyLeastRequest ||
+		d.Seed != 3 || d.AltInstance != InstanceNone || len(d.Scores) != 3 {
+		t.Fatalf("decision %+v", d)
+	}
+	for i, s := range d.Scores {
+		if s.Instance != rs[i].Instance || s.Score < d.Scores[1].Score {
+			t.Errorf("score %d: %+v", i, s)
+		}
+	}
+
+	// min-ttft: the TTFT cost, (prefill + prompt - cached) / rate.
+	rs = candidates(0, 1)
+	rs[0].PrefillTokens = 16000
+	rs[1].CachedTokens, rs[1].PrefillTokens = 512, 800
+	in.PromptTokens = 1024
+	d, err = Decide(PolicyMinTTFT, &in, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Instance != 1 || d.CachedTokens != 512 || d.BestCachedTokens != 512 ||
+		math.Abs(d.Cost-(800+1024-512)/8000.0) > 1e-12 {
+		t.Fatalf("min-ttft decision %+v", d)
+	}
+
+	// Round-robin follows LastInstance.
+	in = DefaultPolicyInput()
+	in.LastInstance = 5
+	rs = candidates(2, 5, 9)
+	if d, _ := Decide(PolicyRoundRobin, &in, rs); d.Instance != 9 {
+		t.Errorf("after 5: %v", d.Instance)
+	}
+	in.LastInstance = 9
+	if d, _ := Decide(PolicyRoundRobin, &in, rs); d.Instance != 2 {
+		t.Errorf("after 9: %v", d.Instance)
+	}
+
+	// Deterministic for a seed, and the seed matters.
+	rs = candidates(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+	seen := map[InstanceID]bool{}
+	for seed := uint64(0); seed < 64; seed++ {
+		in := PolicyInput{Seed: seed, LastInstance: InstanceNone}
+		a, err := Decide(PolicyRandom, &in, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := Decide(PolicyRandom, &in, rs)
+		if a.Instance != b.Instance {
+			t.Fatalf("seed %d: %v then %v", seed, a.Instance, b.Instance)
+		}
+		seen[a.Instance] = true
+	}
+	if len(seen) < 5 {
+		t.Errorf("64 seeds chose %d instances", len(seen))
+	}
+
+	// Parameters: prefix-cache follows a hit of PREFIX_MIN_RATIO or more.
+	rs = candidates(0, 1)
+	rs[0].CachedTokens, rs[0].Inflight = 300, 5
+	in = DefaultPolicyInput()
+	in.PromptTokens = 1000
+	if d, _ := Decide(PolicyPrefixCache, &in, rs); d.Instance != 1 {
+		t.Errorf("0.3 < 0.5 followed the cache: %+v", d)
+	}
+	in.Params = DefaultParams()
+	in.Params[ParamPrefixMinRatio] = 0.2
+	if d, _ := Decide(PolicyPrefixCache, &in, rs); d.Instance != 0 || d.Reason != ReasonPrefixHit {
+		t.Errorf("0.3 >= 0.2 did not follow the cache: %+v", d)
+	}
+	in.Params = []float64{0.2} // shorter: the rest take their defaults
+	if d, _ := Decide(PolicyPrefixCache, &in, rs); d.Instance != 0 {
+		t.Errorf("short params: %+v", d)
+	}
+	// nil input: the defaults (prompt 0).
+	if _, err := Decide(PolicyRandom, nil, candidates(4)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestDecideErrors(t *testing.T) {
+	const op = "lr_policy_decide"
+	good := candidates(0, 1)
+	in := DefaultPolicyInput()
+	in.PromptTokens = 10
+	bad := func(mod func(rs []Candidate)) []Candidate {
+		rs := candidates(0, 1)
+		mod(rs)
+		return rs
+	}
+	_, err := Decide(PolicyRandom, &in, nil)
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = Decide(PolicyRandom, &in, bad(func(rs []Candidate) { rs[1].CachedTokens = 11 }))
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = Decide(PolicyMinTTFT, &in, bad(func(rs []Candidate) { rs[0].PrefillRate = 0 }))
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = Decide(PolicyRandom, &in, bad(func(rs []Candidate) { rs[0].KVUse = 1.5 }))
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = Decide(PolicyGORGO, &in, bad(func(rs []Candidate) { rs[0].RTTMs = math.NaN() }))
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = Decide(Policy(PolicyCount()), &in, good)
+	wantStatus(t, err, ErrNotSupported, StatusNotSupported, op)
+	_, err = Decide(Policy(-1), &in, good)
+	wantStatus(t, err, ErrNotSupported, StatusNotSupported, op)
+
+	in.Params = DefaultParams()
+	in.Params[ParamPrefixMinRatio] = 2
+	_, err = Decide(PolicyPrefixCache, &in, good)
+	wantStatus(t, err, ErrRange, StatusRange, op)
+	in.Params[ParamPrefixMinRatio] = math.NaN()
+	_, err = Decide(PolicyPrefixCache, &in, good)
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	// lr_policy.h says LR_ERANGE for a fraction; the library (and
+	// LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+	in.Params = DefaultParams()
+	in.Params[ParamLodestarCandidates] = 1.5
+	_, err = Decide(PolicyLodestar, &in, good)
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+
+	in = DefaultPolicyInput()
+	mo := DefaultMlpOptions()
+	mo.NInputs = 3
+	m, err := NewMlp(&mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Model = m
+	_, err = Decide(PolicyLodestar, &in, good)
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	m.Close()
+	if _, err := Decide(PolicyLodestar, &in, good); err != ErrClosed {
+		t.Errorf("closed model: %v", err)
+	}
+}
+
+func TestDecideLodestar(t *testing.T) {
+	rs := candidates(0, 1, 2, 3)
+	for i := range rs {
+		rs[i].Inflight = uint32(i)
+	}
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed = 100, 1
+	d, err := Decide(PolicyLodestar, &in, rs)
+	if err != nil || d.Reason != ReasonColdStart || d.Decider != PolicyPrefixCacheAndLoad {
+		t.Fatalf("cold: %+v %v", d, err)
+	}
+	in.Params = DefaultParams()
+	in.Params[ParamLodestarFallback] = float64(PolicyLeastRequest)
+	if d, _ := Decide(PolicyLodestar, &in, rs); d.Decider != PolicyLeastRequest {
+		t.Errorf("fallback: %+v", d)
+	}
+	o := DefaultMlpOptions()
+	o.NInputs, o.Seed = uint32(LodestarFeatureCount()), 5
+	m, err := NewMlp(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in.Params = DefaultParams()
+	in.Params[ParamLodestarEpsilon] = 0
+	in.Model = m
+	d, err = Decide(PolicyLodestar, &in, rs)
+	if err != nil || d.Decider != PolicyLodestar || d.Reason == ReasonColdStart || d.Reason == ReasonOOD {
+		t.Fatalf("with a model: %+v %v", d, err)
+	}
+}
+
+func TestRingKeys(t *testing.T) {
+	for _, p := range allPolicies {
+		key, ranks, err := p.RingKey()
+		if err != nil || ranks > RingMaxK || (key == RingKeyNone) != (ranks == 0) {
+			t.Errorf("%v: %v %d %v", p, key, ranks, err)
+		}
+	}
+	if k, n, _ := PolicyRandom.RingKey(); k != RingKeyNone || n != 0 {
+		t.Errorf("random: %v %d", k, n)
+	}
+	if k, _, _ := PolicySessionAffinity.RingKey(); k != RingKeySession {
+		t.Errorf("session-affinity: %v", k)
+	}
+	if k, _, _ := PolicyDualMap.RingKey(); k != RingKeyHotness {
+		t.Errorf("dualmap: %v", k)
+	}
+	_, _, err := Policy(PolicyCount()).RingKey()
+	wantStatus(t, err, ErrNotSupported, StatusNotSupported, "lr_policy_ring_key")
+}
+
+func TestRouterCandidates(t *testing.T) {
+	r, _ := newTestRouter(t, PolicyPrefixCache, instanceNames(40)...)
+	if err := r.SetClass(1, ClassSpec{PrefillTokensPerSecond: 20000}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i += 3 {
+		if err := r.ObserveRTT(InstanceID(i), 2*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.DrainInstance(7, true); err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]uint32, 256)
+	for i := range toks {
+		toks[i] = uint32(i * 7)
+	}
+	d, err := r.Route(&Request{ID: 1, Tokens: toks, Now: sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Tokens: toks, Now: sec}
+	rs, err := r.Candidates(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 39 {
+		t.Fatalf("%d rows", len(rs))
+	}
+	for i, c := range rs {
+		want := InstanceID(i)
+		if i >= 7 {
+			want++
+		}
+		if c.Instance != want || c.PrefillRate != 8000 || c.PrefixCaching != 1 {
+			t.Errorf("row %d: %+v", i, c)
+		}
+		if c.Instance == d.Instance && (c.CachedTokens != 256 || c.Inflight != 1) {
+			t.Errorf("the routed instance: %+v", c)
+		}
+		if c.Instance%3 == 0 && c.RTTMs != 2 {
+			t.Errorf("rtt of %d: %v", c.Instance, c.RTTMs)
+		}
+	}
+	again, _ := r.Candidates(req)
+	for i := range rs {
+		if rs[i] != again[i] {
+			t.Errorf("row %d changed: %+v then %+v", i, rs[i], again[i])
+		}
+	}
+	if s, _ := r.Stats(); s.DryRuns != 0 || s.Routes != 1 {
+		t.Errorf("stats %+v", s)
+	}
+
+	empty, _ := newTestRouter(t, PolicyRandom)
+	_, err = empty.Candidates(req)
+	wantStatus(t, err, ErrState, StatusState, "lr_router_candidates")
+	empty.Close()
+	if _, err := empty.Candidates(req); err != ErrClosed {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
+func TestReasonCountsAndDecider(t *testing.T) {
+	r, _ := newTestRouter(t, PolicyRoundRobin, instanceNames(4)...)
+	c, err := r.ReasonCounts()
+	if err != nil || len(c) != ReasonCount() {
+		t.Fatalf("%v %v", c, err)
+	}
+	var last Decision
+	for i := 0; i < 7; i++ {
+		d, err := r.Route(&Request{ID: uint64(i), Tokens: make([]uint32, 64), Now: sec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Decider != PolicyRoundRobin || (i > 0 && d.Seed == last.Seed) {
+			t.Errorf("route %d: %+v", i, d)
+		}
+		last = d
+	}
+	if _, err := r.Route(&Request{ID: 99, Tokens: make([]uint32, 64), Now: sec,
+		Flags: RouteDryRun}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = r.ReasonCounts()
+	s, _ := r.Stats()
+	var sum uint64
+	for reason, n := range c {
+		sum += n
+		if reason < len(s.ByReason) && s.ByReason[reason] != n {
+			t.Errorf("reason %v: %d, stats %d", Reason(reason), n, s.ByReason[reason])
+		}
+	}
+	if c[ReasonRoundRobin] != 7 || sum != 7 {
+		t.Errorf("counts %v", c)
+	}
+	r.Close()
+	if _, err := r.ReasonCounts(); err != ErrClosed {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
+// Router.Candidates plus Decide with the route's seed reproduce the route:
+// instance, reason, cost, cached tokens, alternative, decider and every
+// score, for every policy (Lodestar while cold: the router's model is not
+// reachable through the API). Dry runs and recorded routes alike.
+func TestReplayAgreesWithRoute(t *testing.T) {
+	shared := make([]uint32, 600)
+	srng := rand.New(rand.NewSource(99))
+	for i := range shared {
+		shared[i] = uint32(srng.Intn(50000))
+	}
+	for _, p := range allPolicies {
+		r, ids := newTestRouter(t, p)
+		for i := 0; i < 6; i++ {
+			id, err := r.AddInstance(InstanceSpec{Name: instanceNames(6)[i], Class: uint32(i % 2),
+				RTT: time.Duration(i+1) * 250 * time.Microsecond, NoPrefixCaching: i == 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := r.SetClass(1, ClassSpec{PrefillTokensPerSecond: 30000}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SetStats(ids[2], EngineStats{Running: 7, Waiting: 3, KVUse: 0.6, ScrapedAt: sec}); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(int64(p) + 1))
+		last := InstanceNone
+		now := sec
+		for i := 0; i < 24; i++ {
+			now += 37_000_000
+			toks := shared
+			if i%3 != 0 {
+				toks = append([]uint32(nil), shared[:64*(i%6)]...)
+				for k := 0; k < 200+13*i; k++ {
+					toks = append(toks, uint32(rng.Intn(50000)))
+				}
+			}
+			req := Request{ID: uint64(i), Tokens: toks, TenantSalt: uint64(i % 2),
+				ExpectedOutputTokens: uint32(i%4) * 50, Now: now}
+			if i%5 == 0 {
+				req.Session, req.HasSession = uint64(1000+i%2), true
+			}
+			rs, err := r.Candidates(&req)
+			if err != nil {
+				t.Fatalf("%v: %v", p, err)
+			}
+			params, err := r.Params()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, flags := range []RouteFlags{RouteDryRun | RouteScores, RouteScores} {
+				req.Flags = flags
+				d, err := r.Route(&req)
+				if err != nil {
+					t.Fatalf("%v route %d: %v", p, i, err)
+				}
+				in := PolicyInput{Params: params, PromptTokens: uint32(len(toks)),
+					ExpectedOutputTokens: req.ExpectedOutputTokens, LastInstance: last,
+					Seed: d.Seed}
+				e, err := Decide(r.Policy(), &in, rs)
+				if err != nil {
+					t.Fatalf("%v replay %d: %v", p, i, err)
+				}
+				if e.Instance != d.Instance || e.Reason != d.Reason || e.CachedTokens != d.CachedTokens ||
+					e.BestCachedTokens != d.BestCachedTokens || e.AltInstance != d.AltInstance ||
+					e.Decider != d.Decider || e.Seed != d.Seed || !sameFloat(e.Cost, d.Cost) {
+					t.Fatalf("%v request %d flags %d:\nroute  %+v\nreplay %+v", p, i, flags, d, e)
+				}
+				if len(e.Scores) != len(d.Scores) {
+					t.Fatalf("%v: %d scores, route %d", p, len(e.Scores), len(d.Scores))
+				}
+				for k := range e.Scores {
+					if e.Scores[k].Instance != d.Scores[k].Instance ||
+						!sameFloat(e.Scores[k].Score, d.Scores[k].Score) {
+						t.Fatalf("%v request %d score %d: %+v, route %+v", p, i, k,
+							e.Scores[k], d.Scores[k])
+					}
+				}
+				if flags&RouteDryRun == 0 && d.Decider == PolicyRoundRobin {
+					last = d.Instance
+				}
+			}
+			if i%4 == 3 {
+				if err := r.FirstToken(uint64(i-1), now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if i%6 == 5 {
+				if err := r.Complete(uint64(i-4), 20, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,352 @@
+"""lr_policy: every routing policy as a pure function over a candidate
+table (include/libroute/lr_policy.h).
+
+A table has one row (lr_candidate) per routable instance: what the policy
+sees of it (cached tokens, load, scraped stats, RTT, class speed, ring
+rank). Router.candidates() records the table a route() would decide on;
+decide() runs a policy over any table, the same code route() runs after
+gathering its own. With the same table, parameters and seed it makes the
+same choice, so a route can be replayed from Decision.seed:
+
+    rows = router.candidates(tokens, now_ns=now)
+    d = router.route(tokens, request_id=1, now_ns=now, dry_run=True)
+    again = libroute.policy.decide(router.policy, rows,
+                                   prompt_tokens=len(tokens), seed=d.seed,
+                                   params=router.params())
+    assert (again.instance, again.reason) == (d.instance, d.reason)
+
+decide() allocates nothing in the library and is reentrant; a Lodestar
+model passed to it is used under the Mlp's lock.
+"""
+
+from __future__ import annotations
+
+from typing import (Any, Iterable, Iterator, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
+
+from ._ffi import ffi, lib
+from ._util import new_sized, set_fields, u32, u64
+from .enums import Param, Policy, Reason, RingKey, as_enum
+from .errors import check, error_for
+from .mlp import Mlp
+
+__all__ = ["Candidate", "Candidates", "Decision", "Score", "decide",
+           "ring_key", "policy_value", "param_key", "params_array"]
+
+_NONE = lib.LR_INSTANCE_NONE
+ROW_SIZE: int = ffi.sizeof("lr_candidate")
+"""The row stride passed to the library: this build's sizeof(lr_candidate)."""
+
+PolicyLike = Union[Policy, int, str]
+ParamLike = Union[Param, int, str]
+
+
+class Score(NamedTuple):
+    """One instance's score in a decision (lr_score); lower is better,
+    NaN where the policy did not rank the instance."""
+
+    instance: int
+    cached_tokens: int
+    score: float
+
+
+class Decision(NamedTuple):
+    """A routing decision (lr_decision).
+
+    ``alt_instance`` is None when the policy has no second candidate;
+    ``cost`` is NaN when the policy predicts none. ``scores``: from
+    Router.route(), None unless it was asked for them (scores=True), then
+    one per routable instance in id order; from decide(), one per row in
+    the table's order. ``decider`` is the policy that chose (the router's,
+    or Lodestar's fallback on cold start and out of range) and ``seed`` the
+    seed it drew with: decide() with the same table, parameters and seed
+    chooses the same.
+    """
+
+    instance: int
+    reason: Reason
+    cached_tokens: int
+    best_cached_tokens: int
+    cost: float
+    alt_instance: Optional[int]
+    scores: Optional[Tuple[Score, ...]]
+    decider: Optional[Policy] = None
+    seed: int = 0
+
+
+def decision_from(d, scores) -> Decision:
+    """A Decision from an lr_decision (v2) and the scores tuple."""
+    alt = d.alt_instance
+    return Decision(d.instance, as_enum(Reason, d.reason), d.cached_tokens,
+                    d.best_cached_tokens, d.cost,
+                    None if alt == _NONE else alt, scores,
+                    None if d.decider < 0 else as_enum(Policy, d.decider),
+                    d.seed)
+
+
+def policy_value(value: PolicyLike) -> int:
+    """A policy as its int: a Policy, an int, the library's label
+    ("prefix-cache-and-load") or the enum name ("PREFIX_CACHE_AND_LOAD")."""
+    if isinstance(value, str):
+        try:
+            return Policy.from_label(value)
+        except LookupError:
+            try:
+                return Policy[value.upper().replace("-", "_")]
+            except KeyError:
+                raise ValueError(f"unknown policy {value!r}") from None
+    return int(value)
+
+
+def param_key(key: ParamLike) -> int:
+    """A parameter key as its int: a Param, an int, or its name
+    ("TTFT_SLO_S", case-insensitive)."""
+    if isinstance(key, str):
+        try:
+            return Param[key.upper()]
+        except KeyError:
+            raise ValueError(f"unknown parameter {key!r}") from None
+    return int(key)
+
+
+class Candidate(NamedTuple):
+    """One row of a candidate table (lr_candidate), as a policy sees an
+    instance. The defaults are an idle instance that caches prefixes,
+    with the library's default class speed and no ring rank."""
+
+    instance: int
+    cached_tokens: int = 0
+    inflight: int = 0
+    queued: int = 0
+    prefill_tokens: int = 0
+    queued_tokens: int = 0
+    prompt_tokens: int = 0
+    decode_tokens: int = 0
+    kv_tokens: int = 0
+    running: int = 0
+    waiting: int = 0
+    kv_use: float = 0.0
+    rtt_ms: float = 0.0
+    prefill_rate: float = 8000.0
+    stall_s: float = 0.0
+    cached_age_s: float = -1.0
+    instance_class: int = 0
+    prefix_caching: int = 1
+    ring_rank: int = 0
+    flags: int = 0
+
+
+_FIELDS = Candidate._fields
+
+
+class Candidates(Sequence):
+    """A candidate table: an ``lr_candidate[]`` array in C memory, which
+    decide() and Cost.eval() read in place.
+
+    Build one from rows (Candidate tuples or mappings of its fields,
+    unnamed fields taking Candidate's defaults), get one from
+    Router.candidates(), or ``Candidates.zeros(n)``. Indexing gives a
+    Candidate (a copy); assigning a Candidate or a mapping replaces a row;
+    ``table.cdata[i].kv_use = 0.9`` edits one field in place.
+    """
+
+    __slots__ = ("_c", "_n")
+
+    def __init__(self, rows: Iterable[Union[Candidate, Mapping[str, Any]]]
+                 = ()) -> None:
+        rows = list(rows)
+        self._c = ffi.new("lr_candidate[]", max(len(rows), 1))
+        self._n = len(rows)
+        for i, row in enumerate(rows):
+            self[i] = row
+
+    @classmethod
+    def zeros(cls, n: int) -> "Candidates":
+        """n rows of zeros (prefill_rate 0 is invalid: fill them in)."""
+        t = cls.__new__(cls)
+        n = int(n)
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        t._c = ffi.new("lr_candidate[]", max(n, 1))
+        t._n = n
+        return t
+
+    @classmethod
+    def _wrap(cls, cdata, n: int) -> "Candidates":
+        t = cls.__new__(cls)
+        t._c = cdata
+        t._n = n
+        return t
+
+    @property
+    def cdata(self):
+        """The ``lr_candidate[]`` array (at least len(self) rows)."""
+        return self._c
+
+    row_size = ROW_SIZE
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _index(self, i: int) -> int:
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("candidate row out of range")
+        return i
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        c = self._c[self._index(i)]
+        return Candidate(*[getattr(c, f) for f in _FIELDS])
+
+    def __setitem__(self, i: int, row) -> None:
+        k = self._index(i)
+        if isinstance(row, Candidate):
+            fields = row._asdict()
+        elif isinstance(row, Mapping):
+            bad = sorted(set(row) - set(_FIELDS))
+            if bad:
+                raise TypeError(f"candidate row {k}: unknown field(s) {bad}")
+            if "instance" not in row:
+                raise TypeError(f"candidate row {k}: needs an instance")
+            fields = Candidate(**row)._asdict()
+        else:
+            raise TypeError(f"candidate row {k}: expected a Candidate or a "
+                            f"mapping, got {type(row).__name__}")
+        fields["prefix_caching"] = int(fields["prefix_caching"])
+        set_fields(self._c[k], f"candidate row {k}", **fields)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        for i in range(self._n):
+            yield self[i]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Candidates):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def copy(self) -> "Candidates":
+        """An independent copy of the table."""
+        t = Candidates.zeros(self._n)
+        ffi.memmove(t._c, self._c, ROW_SIZE * self._n)
+        return t
+
+    def __repr__(self) -> str:
+        return f"<libroute.Candidates of {self._n} rows>"
+
+
+def as_table(rows) -> Candidates:
+    """rows as a Candidates (itself when it is one)."""
+    if isinstance(rows, Candidates):
+        return rows
+    if isinstance(rows, (str, bytes)):
+        raise TypeError("rows: expected candidate rows")
+    return Candidates(rows)
+
+
+def params_array(params) -> Tuple[Any, int]:
+    """``(double[] cdata or NULL, n)`` for lr_policy_input.params: None (all
+    defaults), a sequence of values indexed by key, or a mapping of keys
+    (Param, int or name) to values, the keys it leaves out taking their
+    defaults (lr_param_bounds)."""
+    if params is None:
+        return ffi.NULL, 0
+    if isinstance(params, Mapping):
+        given = {param_key(k): float(v) for k, v in params.items()}
+        if not given:
+            return ffi.NULL, 0
+        if min(given) < 0:
+            raise error_for(lib.LR_ENOTSUP, "lr_param_bounds",
+                            f"no parameter {min(given)}")
+        n = max(given) + 1
+        values = []
+        for k in range(n):
+            if k in given:
+                values.append(given[k])
+                continue
+            b = lib.lr_param_bounds(k)
+            check(b.status, "lr_param_bounds")
+            values.append(getattr(b, "def"))
+        return ffi.new("double[]", values), n
+    if isinstance(params, (str, bytes)):
+        raise TypeError("params: expected a mapping or a sequence of numbers")
+    try:
+        values = [float(v) for v in params]
+    except TypeError:
+        raise TypeError("params: expected a mapping or a sequence of "
+                        "numbers") from None
+    if not values:
+        return ffi.NULL, 0
+    return ffi.new("double[]", values), len(values)
+
+
+def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
+           params=None, model=None, expected_output_tokens: int = 0,
+           block_tokens: int = 16,
+           last_instance: Optional[int] = None) -> Decision:
+    """lr_policy_decide(): choose one row of a candidate table.
+
+    ``rows`` is a Candidates (read in place) or an iterable of Candidate
+    rows or mappings. ``params`` as params_array() takes them (keys out of
+    bounds raise OutOfRangeError, unknown keys NotSupportedError).
+    ``model`` is an Mlp with lodestar_feature_count() inputs that scores
+    Lodestar's candidates (None: cold start, its fallback decides).
+    ``last_instance`` is the instance round-robin served last.
+
+    Returns a Decision whose ``scores`` has one Score per row, in the
+    table's order. Bad rows (cached_tokens above prompt_tokens, a
+    prefill_rate that is not positive, duplicate instances, no rows) raise
+    InvalidArgumentError; an unknown policy NotSupportedError.
+    """
+    pol = policy_value(policy)
+    table = as_table(rows)
+    n = len(table)
+    inp = new_sized("lr_policy_input", lib.lr_policy_input_init_sized)
+    set_fields(inp, "decide", prompt_tokens=u32(prompt_tokens,
+                                                "prompt_tokens"),
+               seed=u64(seed, "seed"),
+               expected_output_tokens=u32(expected_output_tokens,
+                                          "expected_output_tokens"),
+               block_tokens=u32(block_tokens, "block_tokens"),
+               last_instance=_NONE if last_instance is None
+               else u32(last_instance, "last_instance"))
+    pa, npa = params_array(params)
+    inp.params = pa
+    inp.n_params = npa
+    scores = ffi.new("double[]", max(n, 1))
+    d = new_sized("lr_decision", lib.lr_decision_init_sized)
+    if model is None:
+        st = lib.lr_policy_decide(pol, inp, table.cdata, n, ROW_SIZE, scores,
+                                  d)
+    else:
+        if not isinstance(model, Mlp):
+            raise TypeError(f"model: expected a libroute.Mlp, got "
+                            f"{type(model).__name__}")
+        with model._use() as mp:
+            inp.model = mp
+            st = lib.lr_policy_decide(pol, inp, table.cdata, n, ROW_SIZE,
+                                      scores, d)
+            inp.model = ffi.NULL
+    check(st, "lr_policy_decide")
+    c = table.cdata
+    sc = tuple([Score(c[i].instance, c[i].cached_tokens, scores[i])
+                for i in range(n)])
+    return decision_from(d, sc)
+
+
+def ring_key(policy: PolicyLike) -> Tuple[Union[RingKey, int], int]:
+    """lr_policy_ring_key(): the ring key a policy ranks its rows by
+    (RingKey.NONE when it uses no ring) and how many ranks it reads.
+    An unknown policy raises NotSupportedError."""
+    pol = policy_value(policy)
+    ranks = ffi.new("uint32_t *")
+    key = lib.lr_policy_ring_key(pol, ranks)
+    if key < 0:
+        raise error_for(lib.LR_ENOTSUP, "lr_policy_ring_key",
+                        f"no policy {policy!r}")
+    return as_enum(RingKey, key), ranks[0]

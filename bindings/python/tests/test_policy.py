@@ -1,0 +1,368 @@
+"""policy: candidate tables (Candidates, Router.candidates()), decide()
+over them, ring_key(), and the promise that ties them together: a route's
+table plus its Decision.seed replays its choice."""
+
+from __future__ import annotations
+
+import math
+import unittest
+
+import libroute as L
+from libroute import ffi
+from support import tokens
+
+S = 10**9
+
+
+def row(instance, **kw):
+    return L.Candidate(instance, **kw)
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def same_decision(a: L.Decision, b: L.Decision) -> bool:
+    """Equal, with NaN costs and scores equal to each other."""
+    def key(d):
+        return d._replace(cost=None, scores=None)
+    return (key(a) == key(b) and same(a.cost, b.cost)
+            and len(a.scores) == len(b.scores)
+            and all(x.instance == y.instance and same(x.score, y.score)
+                    for x, y in zip(a.scores, b.scores)))
+
+
+class Table(unittest.TestCase):
+
+    def test_build_read_edit(self):
+        t = L.Candidates([row(0), {"instance": 4, "inflight": 3},
+                          row(7, kv_use=0.5, prefix_caching=False)])
+        self.assertEqual(len(t), 3)
+        self.assertEqual([c.instance for c in t], [0, 4, 7])
+        self.assertEqual(t[1].inflight, 3)
+        self.assertEqual(t[-1].prefix_caching, 0)
+        self.assertEqual(t[2].prefill_rate, 8000.0)  # Candidate's default
+        t[0] = row(9, queued=2)
+        self.assertEqual(t[0], row(9, queued=2))
+        t.cdata[1].kv_use = 0.25  # in place
+        self.assertEqual(t[1].kv_use, 0.25)
+        self.assertEqual(t[0:2], [row(9, queued=2),
+                                  row(4, inflight=3, kv_use=0.25)])
+        c = t.copy()
+        self.assertEqual(c, t)
+        c.cdata[0].queued = 5
+        self.assertNotEqual(c, t)
+        self.assertEqual(L.Candidates.row_size, ffi.sizeof("lr_candidate"))
+        self.assertGreaterEqual(L.Candidates.row_size,
+                                L.constants["LR_CANDIDATE_SIZE_V1"])
+        z = L.Candidates.zeros(2)
+        self.assertEqual(list(z), [L.Candidate(0, prefill_rate=0.0,
+                                               cached_age_s=0.0,
+                                               prefix_caching=0)] * 2)
+
+    def test_bad_rows(self):
+        with self.assertRaises(IndexError):
+            L.Candidates([row(0)])[1]
+        with self.assertRaises(TypeError):
+            L.Candidates([{"instance": 0, "no_such_field": 1}])
+        with self.assertRaises(TypeError):
+            L.Candidates([{"inflight": 1}])  # no instance
+        with self.assertRaises(TypeError):
+            L.Candidates([(0, 1)])  # a plain tuple is ambiguous
+        with self.assertRaises(ValueError):
+            L.Candidates([row(-1)])
+        with self.assertRaises(ValueError):
+            L.Candidates([row(0, queued=2**32)])
+        with self.assertRaises(ValueError):
+            L.Candidates.zeros(-1)
+
+
+class Decide(unittest.TestCase):
+
+    def test_least_request_and_scores(self):
+        rows = [row(0, inflight=4), row(1, inflight=1), row(2, inflight=3)]
+        d = L.decide("least-request", rows, prompt_tokens=100, seed=3)
+        self.assertEqual(d.instance, 1)
+        self.assertIs(d.reason, L.Reason.LEAST_LOADED)
+        self.assertIs(d.decider, L.Policy.LEAST_REQUEST)
+        self.assertEqual(d.seed, 3)
+        self.assertIsNone(d.alt_instance)
+        # One score per row, in the table's order.
+        self.assertEqual([s.instance for s in d.scores], [0, 1, 2])
+        best = min(d.scores, key=lambda s: s.score)
+        self.assertEqual(best.instance, d.instance)
+
+    def test_min_ttft_cost(self):
+        rows = [row(0, prefill_tokens=16000), row(1, cached_tokens=512,
+                                                  prefill_tokens=800)]
+        d = L.decide(L.Policy.MIN_TTFT, rows, prompt_tokens=1024)
+        self.assertEqual(d.instance, 1)
+        self.assertEqual(d.cached_tokens, 512)
+        self.assertEqual(d.best_cached_tokens, 512)
+        self.assertAlmostEqual(d.cost, (800 + 1024 - 512) / 8000.0)
+        self.assertAlmostEqual(d.scores[0].score, (16000 + 1024) / 8000.0)
+
+    def test_deterministic_for_a_seed(self):
+        rows = L.Candidates(row(i) for i in range(16))
+        picks = {s: L.decide("random", rows, prompt_tokens=10,
+                             seed=s).instance for s in range(64)}
+        for s, inst in picks.items():
+            self.assertEqual(L.decide("random", rows, prompt_tokens=10,
+                                      seed=s).instance, inst)
+        self.assertGreater(len(set(picks.values())), 4)
+
+    def test_round_robin_follows_last_instance(self):
+        rows = [row(2), row(5), row(9)]
+        self.assertEqual(L.decide("round-robin", rows, prompt_tokens=1,
+                                  last_instance=5).instance, 9)
+        self.assertEqual(L.decide("round-robin", rows, prompt_tokens=1,
+                                  last_instance=9).instance, 2)
+
+    def test_params_mapping_and_sequence(self):
+        # prefix-cache follows a hit of at least PREFIX_MIN_RATIO.
+        rows = [row(0, cached_tokens=300, inflight=5), row(1)]
+        d = L.decide("prefix-cache", rows, prompt_tokens=1000)
+        self.assertEqual(d.instance, 1)  # 0.3 < 0.5: no cache choice
+        for params in ({"prefix_min_ratio": 0.2},
+                       {L.Param.PREFIX_MIN_RATIO: 0.2},
+                       [0.2]):
+            with self.subTest(params=params):
+                d = L.decide("prefix-cache", rows, prompt_tokens=1000,
+                             params=params)
+                self.assertEqual(d.instance, 0)
+                self.assertIs(d.reason, L.Reason.PREFIX_HIT)
+        # Keys a mapping leaves out take their defaults.
+        ranked = [row(0, cached_tokens=300, ring_rank=2),
+                  row(1, prefill_tokens=9000, ring_rank=1)]
+        defaults = {p: p.bounds.default for p in L.Param}
+        self.assertTrue(same_decision(
+            L.decide("dualmap", ranked, prompt_tokens=1000, params=defaults),
+            L.decide("dualmap", ranked, prompt_tokens=1000,
+                     params={L.Param.LODESTAR_MAX_TTFT_S: 15})))
+
+    def test_bad_input(self):
+        good = [row(0), row(1)]
+        cases = {
+            "no rows": (L.InvalidArgumentError, "random", [], {}),
+            "cached above prompt": (L.InvalidArgumentError, "random",
+                                    [row(0, cached_tokens=11)], {}),
+            "zero prefill rate": (L.InvalidArgumentError, "min-ttft",
+                                  [row(0, prefill_rate=0.0)], {}),
+            "NaN rtt": (L.InvalidArgumentError, "gorgo",
+                        [row(0, rtt_ms=math.nan)], {}),
+            "kv_use above 1": (L.InvalidArgumentError, "random",
+                               [row(0, kv_use=1.5)], {}),
+            "unknown policy": (L.NotSupportedError, L.policy_count(),
+                               good, {}),
+            "param out of bounds": (L.OutOfRangeError, "prefix-cache", good,
+                                    {"params": {"prefix_min_ratio": 2.0}}),
+            "NaN param": (L.InvalidArgumentError, "prefix-cache", good,
+                          {"params": [math.nan]}),
+            # lr_policy.h says LR_ERANGE for this; the library returns
+            # LR_EINVAL, as lr_bounds' LR_BOUNDS_INTEGER doc and
+            # lr_router_set_param() say.
+            "fraction for an integer key": (
+                L.InvalidArgumentError, "lodestar", good,
+                {"params": {"lodestar_candidates": 1.5}}),
+            "unknown param": (L.NotSupportedError, "random", good,
+                              {"params": {10**6: 1.0}}),
+            "model of the wrong width": (
+                L.InvalidArgumentError, "lodestar", good,
+                {"model": L.Mlp(3)}),
+        }
+        for name, (exc, policy, rows, kw) in cases.items():
+            with self.subTest(case=name):
+                with self.assertRaises(exc):
+                    L.decide(policy, rows, prompt_tokens=10, **kw)
+        with self.assertRaises(ValueError):
+            L.decide("no-such-policy", good, prompt_tokens=10)
+        with self.assertRaises(ValueError):
+            L.decide("random", good, prompt_tokens=-1)
+        with self.assertRaises(ValueError):
+            L.decide("random", good, prompt_tokens=10, params={"nope": 1})
+        with self.assertRaises(TypeError):
+            L.decide("lodestar", good, prompt_tokens=10, model="a model")
+        with self.assertRaises(TypeError):
+            L.decide("random", "rows", prompt_tokens=10)
+
+    def test_lodestar_model_and_cold_start(self):
+        rows = [row(i, inflight=i) for i in range(4)]
+        cold = L.decide("lodestar", rows, prompt_tokens=100, seed=1)
+        self.assertIs(cold.reason, L.Reason.COLD_START)
+        self.assertIs(cold.decider, L.Policy.PREFIX_CACHE_AND_LOAD)
+        fb = L.decide("lodestar", rows, prompt_tokens=100, seed=1,
+                      params={"lodestar_fallback": L.Policy.LEAST_REQUEST})
+        self.assertIs(fb.decider, L.Policy.LEAST_REQUEST)
+        with L.Mlp(L.lodestar_feature_count(), seed=5) as m:
+            d = L.decide("lodestar", rows, prompt_tokens=100, seed=1,
+                         model=m, params={"lodestar_epsilon": 0})
+            self.assertIs(d.decider, L.Policy.LODESTAR)
+            self.assertNotIn(d.reason, (L.Reason.COLD_START,
+                                        L.Reason.OOD))
+            self.assertTrue(same_decision(
+                L.decide("lodestar", rows, prompt_tokens=100, seed=1,
+                         model=m, params={"lodestar_epsilon": 0}), d))
+            m.close()
+            with self.assertRaises(L.ClosedError):
+                L.decide("lodestar", rows, prompt_tokens=100, model=m)
+
+
+class KnownLibraryBugs(unittest.TestCase):
+
+    @unittest.expectedFailure
+    def test_dualmap_over_a_table_without_ring_ranks(self):
+        # lr_policy_decide(LR_POLICY_DUALMAP) on rows that have no ring rank
+        # 1 (ring_rank 0 is allowed: "not among them or no ring") reaches
+        # LR_NEVER(a == LR_NIL) in lib/dualmap.c, an assert that aborts the
+        # process unless NDEBUG. Run in a child so the abort is contained;
+        # once the library returns a status (or falls back) instead, this
+        # passes unexpectedly: drop the decorator then.
+        import subprocess
+        import sys
+        code = ("import libroute as L\n"
+                "try:\n"
+                "    L.decide('dualmap', [L.Candidate(0), L.Candidate(1)],\n"
+                "             prompt_tokens=10)\n"
+                "except L.LrError:\n"
+                "    pass\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+
+
+    @unittest.expectedFailure
+    def test_duplicate_instance_ids_are_refused(self):
+        # lr_policy.h: lr_policy_decide() returns LR_EINVAL for "duplicate
+        # instance ids"; lr__rows_check() does not look for them, so a
+        # table naming one instance twice is decided on.
+        with self.assertRaises(L.InvalidArgumentError):
+            L.decide("random", [row(3), row(3)], prompt_tokens=10)
+
+
+class RingKey(unittest.TestCase):
+
+    def test_every_policy_has_one(self):
+        for p in L.Policy:
+            with self.subTest(policy=p.label):
+                key, ranks = L.ring_key(p)
+                self.assertIsInstance(key, L.RingKey)
+                self.assertLessEqual(ranks, L.constants["LR_RING_MAX_K"])
+                self.assertEqual(key == L.RingKey.NONE, ranks == 0)
+        self.assertEqual(L.ring_key("random"), (L.RingKey.NONE, 0))
+        self.assertEqual(L.ring_key("session-affinity")[0],
+                         L.RingKey.SESSION)
+        self.assertEqual(L.ring_key("dualmap")[0], L.RingKey.HOTNESS)
+        with self.assertRaises(L.NotSupportedError):
+            L.ring_key(L.policy_count())
+        with self.assertRaises(L.NotSupportedError):
+            L.ring_key(-1)
+
+
+class RouterTable(unittest.TestCase):
+
+    def test_rows_are_the_routable_instances(self):
+        with L.Router("prefix-cache", seed=1) as r:
+            for i in range(40):  # more than the first buffer
+                r.add_instance(f"h{i}", instance_class=i % 3,
+                               rtt_ns=(i + 1) * 100_000)
+            r.set_class(1, prefill_tokens_per_s=20000)
+            r.drain_instance(7)
+            t = tokens(256)
+            d = r.route(t, request_id=1, now_ns=S)
+            rows = r.candidates(t, now_ns=S)
+            self.assertIsInstance(rows, L.Candidates)
+            self.assertEqual([c.instance for c in rows],
+                             [i for i in range(40) if i != 7])
+            by_id = {c.instance: c for c in rows}
+            self.assertEqual(by_id[d.instance].cached_tokens, 256)
+            self.assertEqual(by_id[d.instance].inflight, 1)
+            self.assertEqual(by_id[4].instance_class, 1)
+            self.assertEqual(by_id[4].prefill_rate, 20000)
+            self.assertAlmostEqual(by_id[4].rtt_ms, 0.5)
+            # Changes nothing: asking again gives the same table.
+            self.assertEqual(r.candidates(t, now_ns=S), rows)
+            self.assertEqual(r.stats().dry_runs, 0)
+
+    def test_errors(self):
+        with L.Router() as r:
+            with self.assertRaises(L.StateError):
+                r.candidates(tokens(10), now_ns=S)
+            r.add_instance("a")
+            with self.assertRaises(ValueError):
+                r.candidates([-1], now_ns=S)
+            with self.assertRaises(TypeError):
+                r.candidates(tokens(10))  # now_ns is required
+            r.close()
+            with self.assertRaises(L.ClosedError):
+                r.candidates(tokens(10), now_ns=S)
+
+
+# Policies the router and decide() run the same way given the table.
+# Lodestar replays while cold (the router's model is not reachable from
+# the API); a trained one needs the model it served with.
+REPLAYED = ["random", "round-robin", "least-request", "least-load",
+            "session-affinity", "consistent-hash", "prefix-cache",
+            "prefix-cache-and-load", "sglang-cache-aware", "preble",
+            "min-ttft", "dynamo", "dualmap", "gorgo", "ranvier", "lodestar"]
+
+
+class Replay(unittest.TestCase):
+    """Router.candidates() + decide() with the route's seed reproduces the
+    route: instance, reason, cost and every score, for every policy."""
+
+    def cluster(self, policy):
+        r = L.Router(policy, seed=11)
+        for i in range(6):
+            r.add_instance(f"10.1.0.{i}:8000", instance_class=i % 2,
+                           rtt_ns=(i + 1) * 250_000,
+                           prefix_caching=i != 5)
+        r.set_class(1, prefill_tokens_per_s=30000)
+        r.set_stats(2, running=7, waiting=3, kv_use=0.6, scraped_ns=S)
+        return r
+
+    def check(self, r, d, rows, prompt, last, **kw):
+        e = L.decide(r.policy, rows, prompt_tokens=prompt, seed=d.seed,
+                     params=r.params(), last_instance=last, **kw)
+        self.assertEqual(
+            (e.instance, e.reason, e.cached_tokens, e.best_cached_tokens,
+             e.alt_instance, e.decider, e.seed),
+            (d.instance, d.reason, d.cached_tokens, d.best_cached_tokens,
+             d.alt_instance, d.decider, d.seed))
+        self.assertTrue(same(e.cost, d.cost), (e.cost, d.cost))
+        self.assertEqual(len(e.scores), len(d.scores))
+        for a, b in zip(e.scores, d.scores):
+            self.assertEqual(a.instance, b.instance)
+            self.assertTrue(same(a.score, b.score), (a, b))
+
+    def test_routes_replay(self):
+        shared = tokens(600, 99)
+        for policy in REPLAYED:
+            with self.subTest(policy=policy), self.cluster(policy) as r:
+                last = None  # round-robin's cursor: the last recorded
+                now = S
+                for i in range(24):
+                    now += 37_000_000
+                    t = (shared[:64 * (i % 6)] + tokens(200 + 13 * i, i)
+                         if i % 3 else shared)
+                    kw = dict(tenant_salt=i % 2,
+                              expected_output_tokens=(i % 4) * 50)
+                    if i % 5 == 0:
+                        kw["session"] = 1000 + i % 2
+                    rows = r.candidates(t, now_ns=now, **kw)
+                    dry = r.route(t, request_id=i, now_ns=now, dry_run=True,
+                                  scores=True, **kw)
+                    self.check(r, dry, rows, len(t), last,
+                               expected_output_tokens=kw[
+                                   "expected_output_tokens"])
+                    # And for real: the same table, the next seed.
+                    d = r.route(t, request_id=i, now_ns=now, scores=True,
+                                **kw)
+                    self.check(r, d, rows, len(t), last,
+                               expected_output_tokens=kw[
+                                   "expected_output_tokens"])
+                    if d.decider is L.Policy.ROUND_ROBIN:
+                        last = d.instance
+                    if i % 4 == 3:
+                        r.first_token(i - 1, now_ns=now)
+                    if i % 6 == 5:
+                        r.complete(i - 4, 20, now_ns=now)
+                self.assertEqual(r.stats().routes, 24)

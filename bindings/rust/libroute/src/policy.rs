@@ -1,0 +1,245 @@
+//! Policies as pure functions over a candidate table (`lr_policy.h`).
+
+use crate::error::{check, Error, Result};
+use crate::router::{Decision, Policy};
+use crate::{init, sys, ClassSpec, InstanceId, Mlp, INSTANCE_NONE};
+use std::mem::{align_of, offset_of, size_of};
+use std::ptr;
+
+/// One row of a candidate table (`lr_candidate`): an instance as a policy
+/// sees it. [`crate::Router::candidates`] records the table a route
+/// decides on; [`decide`] runs any policy over any table. Start from
+/// [`Candidate::new`]: the all-zero row has no class speed, which the
+/// library refuses.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Candidate {
+    /// The instance's id; decisions name it.
+    pub instance: InstanceId,
+    /// Prompt tokens expected to hit its prefix cache.
+    pub cached_tokens: u32,
+    /// Requests in flight on it.
+    pub inflight: u32,
+    /// Of those, the ones before their first token.
+    pub queued: u32,
+    /// Uncached prompt tokens of its queued requests (prefill to do).
+    pub prefill_tokens: u64,
+    /// Whole prompt tokens of its queued requests.
+    pub queued_tokens: u64,
+    /// Whole prompt tokens of every request in flight on it.
+    pub prompt_tokens: u64,
+    /// Expected output tokens of its requests past their first token.
+    pub decode_tokens: u64,
+    /// Prompt + expected output tokens of its requests in flight.
+    pub kv_tokens: u64,
+    /// Scraped running requests; 0 when missing or stale.
+    pub running: u32,
+    /// Scraped waiting requests; 0 when missing or stale.
+    pub waiting: u32,
+    /// Scraped KV-cache use in [0, 1]; 0 when missing or stale.
+    pub kv_use: f64,
+    /// Round-trip time, milliseconds (0 unknown).
+    pub rtt_ms: f64,
+    /// Prefill throughput of its class, tokens/s (> 0).
+    pub prefill_rate: f64,
+    /// DualMap's decode stall, seconds (0 below 3 s).
+    pub stall_s: f64,
+    /// Seconds since a route went to it through its cached prefix;
+    /// negative when unknown.
+    pub cached_age_s: f64,
+    /// Its class (GPU model).
+    pub instance_class: u32,
+    /// 1 if it caches prefixes, 0 if not.
+    pub prefix_caching: i32,
+    /// Rank among the ring's candidates for the policy's ring key (1
+    /// first); 0 when not among them or no ring ([`Policy::ring_key`]).
+    pub ring_rank: u32,
+    /// Reserved; 0.
+    pub flags: u32,
+}
+
+// Candidate is handed to C as lr_candidate arrays, row_size
+// size_of::<Candidate>().
+const _: () = {
+    assert!(size_of::<Candidate>() == size_of::<sys::lr_candidate>());
+    assert!(align_of::<Candidate>() == align_of::<sys::lr_candidate>());
+    macro_rules! same_offsets {
+        ($($f:ident),*) => {$(
+            assert!(offset_of!(Candidate, $f) == offset_of!(sys::lr_candidate, $f));
+        )*};
+    }
+    same_offsets!(
+        instance,
+        cached_tokens,
+        inflight,
+        queued,
+        prefill_tokens,
+        queued_tokens,
+        prompt_tokens,
+        decode_tokens,
+        kv_tokens,
+        running,
+        waiting,
+        kv_use,
+        rtt_ms,
+        prefill_rate,
+        stall_s,
+        cached_age_s,
+        instance_class,
+        prefix_caching,
+        ring_rank,
+        flags
+    );
+};
+
+impl Candidate {
+    /// An idle instance that caches prefixes, with the library's default
+    /// class speed and an unknown cache age.
+    pub fn new(instance: InstanceId) -> Candidate {
+        Candidate {
+            instance,
+            prefill_rate: ClassSpec::default().prefill_tokens_per_s,
+            cached_age_s: -1.0,
+            prefix_caching: 1,
+            ..Candidate::default()
+        }
+    }
+}
+
+/// The width of Lodestar's feature rows in the loaded library
+/// (`lr_lodestar_feature_count`): the inputs of a model [`decide_into`]
+/// takes and of a router's learner rows.
+pub fn lodestar_feature_count() -> usize {
+    // SAFETY: no arguments, never fails.
+    unsafe { sys::lr_lodestar_feature_count() as usize }
+}
+
+/// A request's facts and a policy's knobs for [`decide`]
+/// (`lr_policy_input`). Start from [`PolicyInput::new`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct PolicyInput<'a> {
+    /// Parameter values indexed by [`crate::Param::raw`]; keys past the
+    /// end take their defaults ([`crate::Param::defaults`],
+    /// [`crate::Router::params`]).
+    pub params: &'a [f64],
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Expected output tokens; 0: the `DEFAULT_OUTPUT_TOKENS` parameter.
+    pub expected_output_tokens: u32,
+    /// Tokens per KV block (dynamo counts blocks); 0: 16.
+    pub block_tokens: u32,
+    /// Round-robin: the instance served last.
+    pub last_instance: Option<InstanceId>,
+    /// Seeds every draw the policy makes.
+    pub seed: u64,
+}
+
+impl<'a> PolicyInput<'a> {
+    /// The library's defaults (`lr_policy_input_init`) for a prompt of
+    /// `prompt_tokens`.
+    pub fn new(prompt_tokens: u32) -> PolicyInput<'a> {
+        let i = init(sys::lr_policy_input_init_sized);
+        PolicyInput {
+            params: &[],
+            prompt_tokens,
+            expected_output_tokens: i.expected_output_tokens,
+            block_tokens: i.block_tokens,
+            last_instance: (i.last_instance != INSTANCE_NONE).then_some(i.last_instance),
+            seed: i.seed,
+        }
+    }
+}
+
+/// Chooses one row of a candidate table with a policy
+/// (`lr_policy_decide`), the code [`crate::Router::route`] runs after it has
+/// gathered its own table; Lodestar without a model (cold start: its
+/// fallback decides). Deterministic for `input.seed`; allocates nothing in
+/// the library. Bad rows (none, cached tokens above the prompt, a prefill
+/// rate that is not positive) are [`crate::ErrorKind::Invalid`], an
+/// unknown policy [`crate::ErrorKind::NotSupported`], a parameter out of
+/// bounds [`crate::ErrorKind::Range`].
+pub fn decide(policy: Policy, input: &PolicyInput<'_>, rows: &[Candidate]) -> Result<Decision> {
+    let mut scores = Vec::new();
+    decide_into(policy, input, rows, None, &mut scores)
+}
+
+/// [`decide`] with every row's score written to `scores` (resized to the
+/// rows, in their order; NaN where the policy did not rank a row) and,
+/// for Lodestar, the `model` that scores the candidates (with
+/// [`lodestar_feature_count`] inputs, used as [`Mlp::predict`] uses it).
+pub fn decide_into(
+    policy: Policy,
+    input: &PolicyInput<'_>,
+    rows: &[Candidate],
+    model: Option<&mut Mlp>,
+    scores: &mut Vec<f64>,
+) -> Result<Decision> {
+    const OP: &str = "lr_policy_decide";
+    let mut i = init(sys::lr_policy_input_init_sized);
+    i.params = if input.params.is_empty() {
+        ptr::null()
+    } else {
+        input.params.as_ptr()
+    };
+    i.n_params = input.params.len();
+    i.prompt_tokens = input.prompt_tokens;
+    i.expected_output_tokens = input.expected_output_tokens;
+    i.block_tokens = input.block_tokens;
+    i.last_instance = input.last_instance.unwrap_or(INSTANCE_NONE);
+    i.seed = input.seed;
+    i.model = model.map_or(ptr::null_mut(), |m| m.raw_ptr());
+    scores.clear();
+    scores.resize(rows.len(), f64::NAN);
+    let mut d = init(sys::lr_decision_init_sized);
+    // SAFETY: the input borrows params (and the model, exclusively through
+    // &mut) for the call; rows has rows.len() rows of lr_candidate's layout,
+    // scores as many doubles; d is an initialized decision with no buffer.
+    check(
+        unsafe {
+            sys::lr_policy_decide(
+                policy.c(),
+                &i,
+                rows.as_ptr().cast::<sys::lr_candidate>(),
+                rows.len(),
+                size_of::<Candidate>(),
+                scores.as_mut_ptr(),
+                &mut d,
+            )
+        },
+        OP,
+    )?;
+    Ok(Decision::from_c(&d))
+}
+
+/// The ring key a policy ranks its rows by (`LR_RING_KEY_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RingKey(u32);
+
+named_consts! { RingKey, consts,
+    /// The policy uses no ring.
+    NONE = sys::LR_RING_KEY_NONE as u32,
+    /// The session, or the prompt's first `SESSION_TOKENS` tokens.
+    SESSION = sys::LR_RING_KEY_SESSION as u32,
+    /// The prompt's first `SESSION_TOKENS` tokens.
+    PREFIX = sys::LR_RING_KEY_PREFIX as u32,
+    /// DualMap's hotness-adapted prefix key.
+    HOTNESS = sys::LR_RING_KEY_HOTNESS as u32,
+}
+
+impl Policy {
+    /// The ring key the router ranks this policy's rows by
+    /// ([`Candidate::ring_rank`]) and how many ranks it reads
+    /// (`lr_policy_ring_key`); [`crate::ErrorKind::NotSupported`] for an
+    /// unknown policy.
+    pub fn ring_key(self) -> Result<(RingKey, u32)> {
+        let mut ranks = 0u32;
+        // SAFETY: a plain value and an out pointer.
+        let key = unsafe { sys::lr_policy_ring_key(self.c(), &mut ranks) };
+        match u32::try_from(key) {
+            Ok(k) => Ok((RingKey(k), ranks)),
+            Err(_) => Err(Error::new(sys::LR_ENOTSUP, "lr_policy_ring_key")),
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Policies over candidate tables: decide(), ring keys, Router::candidates,
+//! reason counts, and the replay of routes from their table and seed.
+
+mod common;
+
+use common::*;
+use libroute::*;
+use std::time::Duration;
+
+fn rows(ids: &[InstanceId]) -> Vec<Candidate> {
+    ids.iter().map(|&i| Candidate::new(i)).collect()
+}
+
+fn same(a: f64, b: f64) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+#[test]
+fn decide_follows_each_rule() {
+    let mut rs = rows(&[0, 1, 2]);
+    rs[0].inflight = 4;
+    rs[1].inflight = 1;
+    rs[2].inflight = 3;
+    let mut input = PolicyInput::new(100);
+    input.seed = 3;
+    let mut scores = Vec::new();
+    let d = decide_into(Policy::LEAST_REQUEST, &input, &rs, None, &mut scores).unwrap();
+    assert_eq!(
+        (d.instance, d.reason, d.decider, d.seed, d.alt_instance),
+        (
+            1,
+            Reason::LEAST_LOADED,
+            Some(Policy::LEAST_REQUEST),
+            3,
+            None
+        )
+    );
+    assert_eq!(scores.len(), 3);
+    assert!(scores.iter().all(|&s| s >= scores[1]), "{scores:?}");
+    assert_eq!(decide(Policy::LEAST_REQUEST, &input, &rs).unwrap(), d);
+
+    // min-ttft: (prefill + prompt - cached) / rate.
+    let mut rs = rows(&[0, 1]);
+    rs[0].prefill_tokens = 16000;
+    rs[1].cached_tokens = 512;
+    rs[1].prefill_tokens = 800;
+    let d = decide(Policy::MIN_TTFT, &PolicyInput::new(1024), &rs).unwrap();
+    assert_eq!(
+        (d.instance, d.cached_tokens, d.best_cached_tokens),
+        (1, 512, 512)
+    );
+    assert!((d.cost.unwrap() - (800.0 + 1024.0 - 512.0) / 8000.0).abs() < 1e-12);
+
+    // Round-robin follows last_instance.
+    let rs = rows(&[2, 5, 9]);
+    let mut input = PolicyInput::new(1);
+    input.last_instance = Some(5);
+    assert_eq!(
+        decide(Policy::ROUND_ROBIN, &input, &rs).unwrap().instance,
+        9
+    );
+    input.last_instance = Some(9);
+    assert_eq!(
+        decide(Policy::ROUND_ROBIN, &input, &rs).unwrap().instance,
+        2
+    );
+
+    // Deterministic for a seed, and the seed matters.
+    let rs = rows(&(0..16).collect::<Vec<_>>());
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let mut input = PolicyInput::new(10);
+        input.seed = seed;
+        let a = decide(Policy::RANDOM, &input, &rs).unwrap();
+        assert_eq!(
+            decide(Policy::RANDOM, &input, &rs).unwrap().instance,
+            a.instance
+        );
+        seen.insert(a.instance);
+    }
+    assert!(seen.len() > 4, "{seen:?}");
+
+    // Parameters: prefix-cache follows a hit of PREFIX_MIN_RATIO or more.
+    let mut rs = rows(&[0, 1]);
+    rs[0].cached_tokens = 300;
+    rs[0].inflight = 5;
+    let mut input = PolicyInput::new(1000);
+    assert_eq!(
+        decide(Policy::PREFIX_CACHE, &input, &rs).unwrap().instance,
+        1
+    );
+    let mut params = Param::defaults();
+    params[Param::PREFIX_MIN_RATIO.raw() as usize] = 0.2;
+    input.params = &params;
+    let d = decide(Policy::PREFIX_CACHE, &input, &rs).unwrap();
+    assert_eq!((d.instance, d.reason), (0, Reason::PREFIX_HIT));
+    input.params = &params[..1]; // shorter: the rest take their defaults
+    assert_eq!(
+        decide(Policy::PREFIX_CACHE, &input, &rs).unwrap().instance,
+        0
+    );
+}
+
+#[test]
+fn decide_refuses_bad_input() {
+    const OP: &str = "lr_policy_decide";
+    let good = rows(&[0, 1]);
+    let input = PolicyInput::new(10);
+    let bad = |f: &dyn Fn(&mut Vec<Candidate>)| {
+        let mut rs = rows(&[0, 1]);
+        f(&mut rs);
+        rs
+    };
+    let invalid = |r| want_err(r, ErrorKind::Invalid, "LR_EINVAL", OP);
+    invalid(decide(Policy::RANDOM, &input, &[]));
+    invalid(decide(
+        Policy::RANDOM,
+        &input,
+        &bad(&|r| r[1].cached_tokens = 11),
+    ));
+    invalid(decide(
+        Policy::MIN_TTFT,
+        &input,
+        &bad(&|r| r[0].prefill_rate = 0.0),
+    ));
+    invalid(decide(Policy::RANDOM, &input, &bad(&|r| r[0].kv_use = 1.5)));
+    invalid(decide(
+        Policy::GORGO,
+        &input,
+        &bad(&|r| r[0].rtt_ms = f64::NAN),
+    ));
+    want_err(
+        decide(Policy::from_raw(Policy::count()), &input, &good),
+        ErrorKind::NotSupported,
+        "LR_ENOTSUP",
+        OP,
+    );
+    let mut params = Param::defaults();
+    params[Param::PREFIX_MIN_RATIO.raw() as usize] = 2.0;
+    let mut input = PolicyInput::new(10);
+    input.params = &params;
+    want_err(
+        decide(Policy::PREFIX_CACHE, &input, &good),
+        ErrorKind::Range,
+        "LR_ERANGE",
+        OP,
+    );
+    // lr_policy.h says LR_ERANGE for a fraction; the library (and
+    // LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+    let mut params = Param::defaults();
+    params[Param::LODESTAR_CANDIDATES.raw() as usize] = 1.5;
+    input.params = &params;
+    invalid(decide(Policy::LODESTAR, &input, &good));
+
+    let mut small = Mlp::new(&MlpOptions::new(3)).unwrap();
+    let mut scores = Vec::new();
+    invalid(decide_into(
+        Policy::LODESTAR,
+        &PolicyInput::new(10),
+        &good,
+        Some(&mut small),
+        &mut scores,
+    ));
+}
+
+#[test]
+fn lodestar_with_and_without_a_model() {
+    let mut rs = rows(&[0, 1, 2, 3]);
+    for (i, r) in rs.iter_mut().enumerate() {
+        r.inflight = i as u32;
+    }
+    let mut input = PolicyInput::new(100);
+    input.seed = 1;
+    let cold = decide(Policy::LODESTAR, &input, &rs).unwrap();
+    assert_eq!(
+        (cold.reason, cold.decider),
+        (Reason::COLD_START, Some(Policy::PREFIX_CACHE_AND_LOAD))
+    );
+    let mut params = Param::defaults();
+    params[Param::LODESTAR_EPSILON.raw() as usize] = 0.0;
+    input.params = &params;
+    let mut o = MlpOptions::new(lodestar_feature_count() as u32);
+    o.seed = 5;
+    let mut m = Mlp::new(&o).unwrap();
+    let mut scores = Vec::new();
+    let d = decide_into(Policy::LODESTAR, &input, &rs, Some(&mut m), &mut scores).unwrap();
+    assert_eq!(d.decider, Some(Policy::LODESTAR));
+    assert!(
+        d.reason != Reason::COLD_START && d.reason != Reason::OOD,
+        "{d:?}"
+    );
+    let again = decide_into(Policy::LODESTAR, &input, &rs, Some(&mut m), &mut scores).unwrap();
+    assert_eq!(again, d);
+}
+
+#[test]
+fn ring_keys() {
+    for &p in Policy::ALL {
+        let (key, ranks) = p.ring_key().unwrap();
+        assert!(ranks <= sys::LR_RING_MAX_K, "{p}");
+        assert_eq!(key == RingKey::NONE, ranks == 0, "{p}: {key} {ranks}");
+    }
+    assert_eq!(Policy::RANDOM.ring_key().unwrap(), (RingKey::NONE, 0));
+    assert_eq!(
+        Policy::SESSION_AFFINITY.ring_key().unwrap().0,
+        RingKey::SESSION
+    );
+    assert_eq!(Policy::DUALMAP.ring_key().unwrap().0, RingKey::HOTNESS);
+    want_err(
+        Policy::from_raw(Policy::count()).ring_key(),
+        ErrorKind::NotSupported,
+        "LR_ENOTSUP",
+        "lr_policy_ring_key",
+    );
+}
+
+#[test]
+fn router_candidates_and_reason_counts() {
+    let (r, _) = router(Policy::PREFIX_CACHE, &names(40));
+    let mut class = ClassSpec::default();
+    class.prefill_tokens_per_s = 20000.0;
+    r.set_class(1, &class).unwrap();
+    for i in (0..40).step_by(3) {
+        r.observe_rtt(i, Duration::from_millis(2)).unwrap();
+    }
+    r.drain_instance(7, true).unwrap();
+    let toks: Vec<u32> = (0..256).map(|i| i * 7).collect();
+    let d = r.route(&Request::new(1, &toks, SEC)).unwrap();
+    let req = Request::new(0, &toks, SEC);
+    let rs = r.candidates(&req).unwrap();
+    let ids: Vec<InstanceId> = rs.iter().map(|c| c.instance).collect();
+    assert_eq!(ids, (0..40).filter(|&i| i != 7).collect::<Vec<_>>());
+    for c in &rs {
+        assert_eq!((c.prefill_rate, c.prefix_caching), (8000.0, 1), "{c:?}");
+        if c.instance == d.instance {
+            assert_eq!((c.cached_tokens, c.inflight), (256, 1));
+        }
+        if c.instance % 3 == 0 {
+            assert_eq!(c.rtt_ms, 2.0);
+        }
+    }
+    assert_eq!(r.candidates(&req).unwrap(), rs); // changes nothing
+    let s = r.stats().unwrap();
+    assert_eq!((s.routes, s.dry_runs), (1, 0));
+
+    let counts = r.reason_counts().unwrap();
+    assert_eq!(counts.len(), Reason::count() as usize);
+    assert_eq!(counts.iter().sum::<u64>(), 1);
+    assert_eq!(counts[d.reason.raw() as usize], 1);
+    for (i, &n) in s.by_reason.iter().enumerate() {
+        assert_eq!(counts[i], n);
+    }
+
+    let (empty, _) = router(Policy::RANDOM, &[]);
+    want_err(
+        empty.candidates(&req),
+        ErrorKind::State,
+        "LR_ESTATE",
+        "lr_router_candidates",
+    );
+}
+
+/// Router::candidates plus decide with the route's seed reproduce the
+/// route: instance, reason, cost, cached tokens, alternative, decider and
+/// every score, for every policy (Lodestar while cold: the router's model
+/// is not reachable through the API), dry runs and recorded routes alike.
+#[test]
+fn replay_agrees_with_route() {
+    let shared = prompt(600, 99);
+    for &p in Policy::ALL {
+        let (r, _) = router(p, &[]);
+        for i in 0..6u32 {
+            let name = format!("10.1.0.{i}:8000");
+            let mut s = InstanceSpec::new(&name);
+            s.class = i % 2;
+            s.rtt = Duration::from_micros(250 * (i as u64 + 1));
+            s.prefix_caching = i != 5;
+            r.add_instance(&s).unwrap();
+        }
+        let mut class = ClassSpec::default();
+        class.prefill_tokens_per_s = 30000.0;
+        r.set_class(1, &class).unwrap();
+        let st = EngineStats {
+            running: 7,
+            waiting: 3,
+            kv_use: 0.6,
+            scraped_ns: SEC,
+        };
+        r.set_stats(2, &st).unwrap();
+
+        let mut rng = Rng(p.raw() as u64 + 1);
+        let mut last = None;
+        let mut now = SEC;
+        let mut scores = Vec::new();
+        let mut replayed = Vec::new();
+        for i in 0..24u64 {
+            now += 37_000_000;
+            let toks: Vec<u32> = if i % 3 == 0 {
+                shared.clone()
+            } else {
+                let mut t = shared[..64 * (i as usize % 6)].to_vec();
+                t.extend((0..200 + 13 * i).map(|_| rng.below(50000) as u32));
+                t
+            };
+            let mut req = Request::new(i, &toks, now);
+            req.tenant_salt = i % 2;
+            req.expected_output_tokens = (i % 4) as u32 * 50;
+            if i % 5 == 0 {
+                req.session = Some(1000 + i % 2);
+            }
+            let rs = r.candidates(&req).unwrap();
+            let params = r.params().unwrap();
+            for flags in [RouteFlags::DRY_RUN, RouteFlags::NONE] {
+                req.flags = flags;
+                let d = r.route_with_scores(&req, &mut scores).unwrap();
+                let mut input = PolicyInput::new(toks.len() as u32);
+                input.params = &params;
+                input.expected_output_tokens = req.expected_output_tokens;
+                input.last_instance = last;
+                input.seed = d.seed;
+                let e = decide_into(r.policy(), &input, &rs, None, &mut replayed).unwrap();
+                assert_eq!(
+                    (e.instance, e.reason, e.cached_tokens, e.best_cached_tokens),
+                    (d.instance, d.reason, d.cached_tokens, d.best_cached_tokens),
+                    "{p} request {i}"
+                );
+                assert_eq!(
+                    (e.alt_instance, e.decider, e.seed, e.cost.is_some()),
+                    (d.alt_instance, d.decider, d.seed, d.cost.is_some()),
+                    "{p} request {i}"
+                );
+                assert!(same(e.cost.unwrap_or(0.0), d.cost.unwrap_or(0.0)));
+                assert_eq!(replayed.len(), scores.len(), "{p}");
+                for (k, s) in scores.iter().enumerate() {
+                    assert_eq!(rs[k].instance, s.instance);
+                    assert!(same(replayed[k], s.score), "{p} request {i} row {k}");
+                }
+                if flags == RouteFlags::NONE && d.decider == Some(Policy::ROUND_ROBIN) {
+                    last = Some(d.instance);
+                }
+            }
+            if i % 4 == 3 {
+                r.first_token(i - 1, now).unwrap();
+            }
+            if i % 6 == 5 {
+                r.complete(i - 4, 20, now).unwrap();
+            }
+        }
+        assert_eq!(r.stats().unwrap().routes, 24);
+    }
+}
