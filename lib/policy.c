@@ -646,7 +646,6 @@ static const lr_decision decision_defaults = {
     .instance = NONE,
     .alt_instance = NONE,
     .decider = LR__POLICY_NONE,
-    .score_size = sizeof(lr_score),
 };
 
 void

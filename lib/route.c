@@ -361,13 +361,20 @@ score_at(const lr_decision *d, size_t stride, size_t k)
     return (lr_score *)((char *)d->scores + k * stride);
 }
 
+/* The caller's stride of lr_score: 0.1's size unless it says more. */
+static size_t
+score_stride(const lr_decision *d)
+{
+    return d->struct_size >= LR_DECISION_SIZE_V2 && d->score_size != 0
+               ? d->score_size
+               : LR_SCORE_SIZE_V1;
+}
+
 /* Every row's score into the caller's buffer. */
 static void
 fill_scores(const lr_router *r, lr_decision *d)
 {
-    size_t stride = d->struct_size >= LR_DECISION_SIZE_V2 && d->score_size
-                        ? d->score_size
-                        : sizeof(lr_score);
+    size_t stride = score_stride(d);
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_score *s = score_at(d, stride, k);
         s->instance = r->rows[k].instance;
@@ -388,6 +395,7 @@ route_check(lr_router *r, const lr_request *q, lr_decision *d)
             return LR_EBUFSIZE;
         }
         LR_RETURN_IF(d->scores == NULL, LR_EINVAL);
+        LR_RETURN_IF(score_stride(d) < LR_SCORE_SIZE_V1, LR_EINVAL);
     }
     if (!(q->flags & LR_ROUTE_DRY_RUN)) {
         struct lr__req_view v;
@@ -498,6 +506,31 @@ lr_router_candidates(lr_router *r, const lr_request *request,
         copy_rows(r, rows, row_size);
     lr__router_unlock(r);
     return st;
+}
+
+lr_status
+lr_router_policy_input(lr_router *r, const lr_request *request,
+                       lr_policy_input *in, double *params, size_t capacity)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || in == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && params == NULL, LR_EINVAL);
+    LR_RETURN_IF(in->struct_size < LR_POLICY_INPUT_SIZE_V1, LR_EVERSION);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_TRY(check_request(&q));
+    in->n_params = LR__PARAM_COUNT;
+    LR_RETURN_IF(capacity < LR__PARAM_COUNT, LR_EBUFSIZE);
+    lr__router_lock(r);
+    memcpy(params, r->param, sizeof r->param);
+    in->params = params;
+    in->prompt_tokens = (uint32_t)q.n_tokens;
+    in->expected_output_tokens = output_of(r, &q);
+    in->block_tokens = r->block_tokens;
+    in->last_instance = r->rr_last;
+    in->seed = 0;
+    in->model = NULL;
+    lr__router_unlock(r);
+    return LR_OK;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */

@@ -781,8 +781,7 @@ fleet_route(struct fleet *f, uint64_t id, uint32_t k, uint64_t now)
 /* The table, route()'s dry-run decision, and lr_policy_decide() on the
  * table with that decision's seed: the same choice and scores. */
 static void
-agree_once(struct fleet *f, uint32_t k, uint64_t now, uint32_t last,
-           lr_mlp *model)
+agree_once(struct fleet *f, uint32_t k, uint64_t now, lr_mlp *model)
 {
     lr_request q;
     lr_request_init(&q);
@@ -803,14 +802,12 @@ agree_once(struct fleet *f, uint32_t k, uint64_t now, uint32_t last,
     assert_st(lr_router_route(f->r, &q, &d), LR_OK);
     assert_int_equal(d.n_scores, n);
     double param[64];
-    for (uint32_t p = 0; p < lr_param_count(); p++)
-        assert_st(lr_router_get_param(f->r, (int32_t)p, &param[p]), LR_OK);
     lr_policy_input in;
     lr_policy_input_init(&in);
-    in.params = param;
-    in.n_params = lr_param_count();
-    in.prompt_tokens = 256;
-    in.last_instance = last;
+    q.flags = 0;
+    assert_st(lr_router_policy_input(f->r, &q, &in, param, 64), LR_OK);
+    assert_true(in.params == param && in.n_params == lr_param_count());
+    assert_int_equal(in.prompt_tokens, 256);
     in.seed = d.seed;
     in.model = model;
     struct out o;
@@ -843,15 +840,12 @@ agrees_with_route(void **state)
         for (uint64_t i = 0; i < 18; i++)
             fleet_route(&f, 100 + i, (uint32_t)i, T0 + i * MS);
         assert_st(lr_router_set_policy(f.r, p), LR_OK);
-        uint32_t last = LR_INSTANCE_NONE;
         for (uint32_t k = 0; k < f.n_prompts; k++) {
-            agree_once(&f, k, T0 + (100 + k) * MS, last, NULL);
+            agree_once(&f, k, T0 + (100 + k) * MS, NULL);
             /* a real route moves the state on (cursor, hotness, load) */
-            lr_decision d;
             assert_st(route_one(f.r, 200 + k, f.prompt[k], 256, 0,
-                                T0 + (100 + k) * MS, &d),
+                                T0 + (100 + k) * MS, NULL),
                       LR_OK);
-            last = d.instance;
         }
         lr_router_destroy(f.r);
     }
@@ -884,8 +878,48 @@ agrees_with_route_lodestar(void **state)
     assert_st(lr_mlp_load(lr_blob_data(b), lr_blob_size(b), NULL, &m), LR_OK);
     lr_blob_destroy(b);
     for (uint32_t k = 0; k < f.n_prompts; k++)
-        agree_once(&f, k, now + k * MS, LR_INSTANCE_NONE, m);
+        agree_once(&f, k, now + k * MS, m);
     lr_mlp_destroy(m);
+    lr_router_destroy(f.r);
+}
+
+/* GORGO during a tuner trial: the weights in service are not the
+ * incumbent lr_router_get_param() reports, and lr_router_policy_input()
+ * hands out the ones in service. */
+static void
+agrees_with_route_gorgo_trial(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_make(&f, LR_POLICY_GORGO);
+    uint64_t now = T0;
+    for (uint64_t i = 0; i < 200; i++) {
+        now += 2 * MS;
+        fleet_route(&f, 5000 + i, (uint32_t)i, now);
+        assert_st(lr_router_first_token(f.r, 5000 + i, now + (1 + i % 5) * MS),
+                  LR_OK);
+        assert_st(lr_router_complete(f.r, 5000 + i, 4, now + 9 * MS), LR_OK);
+    }
+    /* a trial runs after the first window of 128 */
+    lr_request q;
+    lr_request_init(&q);
+    q.tokens = f.prompt[0];
+    q.n_tokens = 256;
+    double param[64], w;
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    assert_st(lr_router_policy_input(f.r, &q, &in, param, 64), LR_OK);
+    assert_st(lr_router_get_param(f.r, LR_PARAM_GORGO_W_RTT, &w), LR_OK);
+    double wq;
+    assert_st(lr_router_get_param(f.r, LR_PARAM_GORGO_W_QUEUE, &wq), LR_OK);
+    assert_true(param[LR_PARAM_GORGO_W_RTT] != w ||
+                param[LR_PARAM_GORGO_W_QUEUE] != wq);
+    for (uint32_t k = 0; k < f.n_prompts; k++)
+        agree_once(&f, k, now + k * MS, NULL);
+    /* too small a buffer */
+    assert_st(lr_router_policy_input(f.r, &q, &in, param, 3), LR_EBUFSIZE);
+    assert_int_equal(in.n_params, lr_param_count());
+    assert_st(lr_router_policy_input(f.r, &q, NULL, param, 64), LR_EINVAL);
     lr_router_destroy(f.r);
 }
 
@@ -918,6 +952,31 @@ router_api_bad_input(void **state)
     assert_st(lr_router_learner_save(f.r, &b), LR_ESTATE);
     assert_null(b);
     assert_st(lr_router_learner_save(f.r, NULL), LR_EINVAL);
+    /* the scores' stride: the caller's lr_score size, at least 0.1's */
+    struct wide_score {
+        lr_score s;
+        uint64_t pad;
+    } ws[8];
+    memset(ws, 0x5a, sizeof ws);
+    lr_decision d;
+    lr_decision_init(&d);
+    assert_int_equal(d.score_size, sizeof(lr_score));
+    d.scores = &ws[0].s;
+    d.scores_capacity = 8;
+    d.score_size = sizeof ws[0];
+    q.flags = LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES;
+    assert_st(lr_router_route(f.r, &q, &d), LR_OK);
+    assert_int_equal(d.n_scores, 6);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(ws[i].s.instance, (uint32_t)i);
+        assert_true(ws[i].pad == 0x5a5a5a5a5a5a5a5aull);
+    }
+    d.score_size = LR_SCORE_SIZE_V1 - 1;
+    assert_st(lr_router_route(f.r, &q, &d), LR_EINVAL);
+    d.score_size = 0; /* the 0.1 size */
+    assert_st(lr_router_route(f.r, &q, &d), LR_OK);
+    assert_int_equal(((lr_score *)ws)[5].instance, 5);
+    q.flags = 0;
     /* reason counts */
     uint64_t c[64];
     assert_st(lr_router_reason_counts(f.r, c, 3, &n), LR_EBUFSIZE);
@@ -953,6 +1012,7 @@ main(void)
         cmocka_unit_test(every_policy_random_tables),
         cmocka_unit_test(agrees_with_route),
         cmocka_unit_test(agrees_with_route_lodestar),
+        cmocka_unit_test(agrees_with_route_gorgo_trial),
         cmocka_unit_test(router_api_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

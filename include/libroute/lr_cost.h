@@ -90,7 +90,9 @@ typedef enum lr_cost_param {
     /** GORGO: 1 counts only queued requests' prompt tokens (released at
      * the first token), 0 every request's until it ends (0). */
     LR_COST_QUEUE_AT_FIRST_TOKEN = 5,
-    /** GORGO tuner: initial step size in log space (0.5). */
+    /** GORGO tuner: its step size in log space (0.5 at first). The tuner
+     * moves it (the 1/5 rule): reading it gives the step size now, setting
+     * it sets the next step's. */
     LR_COST_SIGMA = 6,
     /** GORGO tuner: cap on W_RTT (2.0) and floor on W_QUEUE (0.05). */
     LR_COST_W_RTT_MAX = 7,
@@ -168,9 +170,9 @@ LR_API lr_status lr_cost_eval(const lr_cost *cost, uint32_t prompt_tokens,
                               const lr_candidate *rows, size_t n_rows,
                               size_t row_size, double *out);
 
-/** Start (1) or stop (0) tuning. Starting begins from the current weights
- * with step size SIGMA; stopping ends a trial (the incumbent serves) and
- * freezes the weights.
+/** Start (1) or stop (0) tuning. Starting (or resuming) goes on from the
+ * current weights and step size; stopping ends a trial (the incumbent
+ * serves) and freezes the weights.
  * @return LR_OK; LR_EINVAL (NULL, not 0 or 1); LR_ENOTSUP (only GORGO
  *   models tune). @since 0.2 */
 LR_API lr_status lr_cost_tune(lr_cost *cost, int32_t on);

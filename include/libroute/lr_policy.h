@@ -290,6 +290,10 @@ typedef struct lr_score {
     double score;
 } lr_score;
 
+/** Size of the 0.1 lr_score: the least stride a caller may give.
+ * @since 0.2 */
+#define LR_SCORE_SIZE_V1 (offsetof(lr_score, score) + sizeof(double))
+
 /** A routing decision. @since 0.1 */
 typedef struct lr_decision {
     size_t struct_size;
@@ -325,8 +329,10 @@ typedef struct lr_decision {
     /** Out: the seed the policy drew with; lr_policy_decide() with the
      * same table, parameters and seed makes the same choice. @since 0.2 */
     uint64_t seed;
-    /** In: the caller's sizeof(lr_score), the stride of `scores`; 0 means
-     * the 0.1 size. @since 0.2 */
+    /** In: the caller's sizeof(lr_score), the stride of `scores`, at
+     * least LR_SCORE_SIZE_V1 (LR_EINVAL otherwise); 0 means
+     * LR_SCORE_SIZE_V1, the 0.1 size. The library writes the fields it
+     * knows of each entry. @since 0.2 */
     size_t score_size;
     /* v2 ends here */
 } lr_decision;
@@ -343,12 +349,15 @@ typedef struct lr_decision {
     }
 #endif
 
-/** Zero the caller's `size` bytes of `d` and set struct_size = size,
- * instance = alt_instance = LR_INSTANCE_NONE, decider = -1 and score_size
- * = sizeof(lr_score). Use the lr_decision_init() macro, which passes
- * sizeof *d as the caller's compiler sees it. @since 0.2 */
+/** Zero the caller's `size` bytes of `d` and set struct_size = size and
+ * instance = alt_instance = LR_INSTANCE_NONE, decider = -1 (score_size
+ * stays 0: the 0.1 size). Use the lr_decision_init() macro, which passes
+ * sizeof *d and sets score_size to sizeof(lr_score) as the caller's
+ * compiler sees them (it evaluates `d` twice). @since 0.2 */
 LR_API void lr_decision_init_sized(lr_decision *d, size_t size);
-#define lr_decision_init(d) lr_decision_init_sized((d), sizeof *(d))
+#define lr_decision_init(d)                    \
+    (lr_decision_init_sized((d), sizeof *(d)), \
+     (void)((d)->score_size = sizeof(lr_score)))
 
 /* ---- deciding ------------------------------------------------------------------- */
 
@@ -418,10 +427,12 @@ LR_API uint32_t lr_lodestar_feature_count(void);
  *                  struct_size has them) decider and seed; its scores
  *                  buffer is not used (n_scores = 0).
  * @return LR_OK; LR_EINVAL (NULL, n_rows 0, row_size too small, a row's
- *   cached_tokens above prompt_tokens or prefill_rate not finite and
- *   positive, duplicate instance ids, a model of the wrong width);
- *   LR_EVERSION (a struct_size); LR_ENOTSUP (unknown policy); LR_ERANGE
- *   (a parameter outside its bounds, or a fraction for an integer key).
+ *   cached_tokens above prompt_tokens, a prefill_rate not finite and
+ *   positive, a negative or non-finite rtt_ms or stall_s, kv_use outside
+ *   [0, 1], a NaN parameter or a fraction for an integer key, a model of
+ *   the wrong width); LR_EVERSION (a struct_size); LR_ENOTSUP (unknown
+ *   policy); LR_ERANGE (a parameter outside its bounds). Rows may name
+ *   the same instance twice: the policy ranks rows, not instances.
  *   Allocates nothing; deterministic for a seed.
  * @since 0.2 */
 LR_API lr_status lr_policy_decide(int32_t policy, const lr_policy_input *input,

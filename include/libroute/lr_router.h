@@ -323,6 +323,26 @@ LR_API lr_status lr_router_candidates(lr_router *router,
                                       lr_candidate *rows, size_t capacity,
                                       size_t row_size, size_t *n_rows);
 
+/** The rest of what route() hands the policy for this request now: the
+ * request's facts and the parameters in service (GORGO's weights as its
+ * tuner has them in service, which during a trial differ from what
+ * lr_router_get_param() reports) and the round-robin cursor. With
+ * lr_router_candidates()' table, a decision's seed and, for Lodestar, the
+ * model lr_router_learner_save() exports, lr_policy_decide() replays
+ * route().
+ * @param in        out: prompt_tokens, expected_output_tokens (the
+ *                  default applied), block_tokens, last_instance,
+ *                  params = `params` and n_params; seed 0; model NULL.
+ * @param params    caller buffer of `capacity` doubles, indexed by lr_param.
+ * @return LR_OK; LR_EINVAL (NULL, a bad request as route() checks it);
+ *   LR_EVERSION; LR_EBUFSIZE (capacity below lr_param_count(): nothing
+ *   written but in->n_params, the count needed). Changes nothing.
+ * @since 0.2 */
+LR_API lr_status lr_router_policy_input(lr_router *router,
+                                        const lr_request *request,
+                                        lr_policy_input *in, double *params,
+                                        size_t capacity);
+
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
 /** First token of a request: it leaves its instance's queue. The TTFT

@@ -56,12 +56,12 @@ INSTANCE_NONE: int = lib.LR_INSTANCE_NONE
 
 
 def version_number() -> int:
-    """lr_version_number() of the loaded library (0.1.0 is 100)."""
+    """lr_version_number() of the loaded library (0.2.0 is 200)."""
     return lib.lr_version_number()
 
 
 def version_string() -> str:
-    """lr_version_string() of the loaded library ("0.1.0")."""
+    """lr_version_string() of the loaded library ("0.2.0")."""
     return ffi.string(lib.lr_version_string()).decode("ascii")
 
 

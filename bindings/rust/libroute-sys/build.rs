@@ -17,9 +17,7 @@ use std::env;
 use std::process::Command;
 
 /// The libroute minor series src/lib.rs declares.
-// The declarations follow the 0.2 C API, but the library reports 0.1.0
-// until its release bump (meson.build); this becomes (0, 2) with it.
-const DECLARED: (u32, u32) = (0, 1);
+const DECLARED: (u32, u32) = (0, 2);
 
 fn pkg_config(args: &[&str]) -> String {
     let prog = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".to_string());

@@ -52,9 +52,7 @@ macro_rules! opaque {
 /// compare `lr_version_number() / 100` with `LR_VERSION_MAJOR * 100 +
 /// LR_VERSION_MINOR` at run time to detect a swapped shared library.
 pub const LR_VERSION_MAJOR: c_uint = 0;
-// The 0.2 C API; the library still calls itself 0.1 until its release
-// bump (meson.build), when this and build.rs's DECLARED become 2.
-pub const LR_VERSION_MINOR: c_uint = 1;
+pub const LR_VERSION_MINOR: c_uint = 2;
 
 // ---- lr_common.h ---------------------------------------------------------------
 
