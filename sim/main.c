@@ -56,6 +56,13 @@ struct opts {
     double lodestar_max_reward;
     struct sim_param params[MAX_PARAMS];
     size_t n_params;
+    /* --router-rates: every policy's, and per-policy overrides */
+    struct sim_rates rates;
+    struct {
+        int32_t policy;
+        struct sim_rates rates;
+    } rates_for[MAX_POLICIES];
+    size_t n_rates_for;
 };
 
 static void
@@ -102,6 +109,11 @@ usage(FILE *f)
 "                      ...: every LR_PARAM_* in kebab case)\n"
 "  --split-s S         also report TTFT of requests arriving before / from S\n"
 "  --jobs N            policies simulated at once (default: CPUs)\n"
+"  --router-rates MODE what every router is told of each class's prefill\n"
+"                      speed: nominal (default: the true rates), none (no\n"
+"                      rate: the library's default for every class),\n"
+"                      scale:X (the true rates x X)\n"
+"  --router-rates POLICY=MODE  that policy only (repeatable)\n"
 "\n"
 "Lodestar (the learned policy):\n"
 "  --learn-ms MS       simulated period of lr_router_learn_step (1000); a\n"
@@ -205,7 +217,7 @@ static const char *const value_flags[] = {
     "--block-tokens", "--trace-block",  "--index-blocks",   "--jobs",
     "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
-    "--dump-samples", "--lodestar-max-reward",
+    "--dump-samples", "--lodestar-max-reward", "--router-rates",
 };
 
 static int
@@ -215,6 +227,63 @@ is_value_flag(const char *flag)
         if (strcmp(flag, value_flags[k]) == 0)
             return 1;
     return 0;
+}
+
+/* --router-rates MODE, or POLICY=MODE for one policy; a later setting
+ * for the same target replaces an earlier one. */
+static int
+take_rates(struct opts *o, const char *v)
+{
+    struct sim_err err = { { 0 } };
+    struct sim_rates r;
+    const char *eq = strchr(v, '=');
+    if (eq == NULL) {
+        if (sim_rates_parse(v, &r, &err) != 0)
+            return bad("--router-rates: %s", err.msg);
+        o->rates = r;
+        return 0;
+    }
+    char name[64];
+    size_t n = (size_t)(eq - v);
+    int32_t p = -1;
+    if (n < sizeof name) {
+        memcpy(name, v, n);
+        name[n] = '\0';
+    }
+    if (n >= sizeof name || lr_policy_from_name(name, &p) != LR_OK) {
+        char known[1024] = "";
+        size_t used = 0;
+        for (int k = 0; lr_policy_name(k) && used < sizeof known; k++) {
+            int w = snprintf(known + used, sizeof known - used, " %s",
+                             lr_policy_name(k));
+            if (w > 0)
+                used += (size_t)w;
+        }
+        return bad("--router-rates: unknown policy '%.*s' in '%s'; known:%s",
+                   (int)n, v, v, known);
+    }
+    if (sim_rates_parse(eq + 1, &r, &err) != 0)
+        return bad("--router-rates: %s: %s", name, err.msg);
+    size_t k = 0;
+    while (k < o->n_rates_for && o->rates_for[k].policy != p)
+        k++;
+    if (k == MAX_POLICIES)
+        return bad("--router-rates: too many policies");
+    o->rates_for[k].policy = p;
+    o->rates_for[k].rates = r;
+    if (k == o->n_rates_for)
+        o->n_rates_for++;
+    return 0;
+}
+
+/* The class rates policy p's router is told. */
+static struct sim_rates
+rates_of(const struct opts *o, int32_t p)
+{
+    for (size_t k = 0; k < o->n_rates_for; k++)
+        if (o->rates_for[k].policy == p)
+            return o->rates_for[k].rates;
+    return o->rates;
 }
 
 enum { A_NONE, A_HELP, A_VERSION, A_LIST_W, A_LIST_C, A_LIST_P };
@@ -271,7 +340,9 @@ take(struct opts *o, const char *flag, const char *v)
         if (sim_param_parse(v, &o->params[o->n_params], &err) != 0)
             return bad("--param: %s", err.msg);
         o->n_params++;
-    } else if (strcmp(flag, "--split-s") == 0)
+    } else if (strcmp(flag, "--router-rates") == 0)
+        return take_rates(o, v);
+    else if (strcmp(flag, "--split-s") == 0)
         return parse_nonneg(flag, v, 1e9, &o->split_s);
     else if (strcmp(flag, "--learn-ms") == 0)
         return parse_pos(flag, v, 3.6e6, &o->learn_ms);
@@ -639,6 +710,7 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
     for (size_t k = 0; k < n_pol; k++) {
         p->jobs[k].cfg = *base;
         p->jobs[k].cfg.policy = pol[k];
+        p->jobs[k].cfg.rates = rates_of(o, pol[k]);
     }
     run_all(p, o->jobs ? o->jobs : default_jobs());
     int failed = 0;

@@ -47,6 +47,9 @@ struct sim_config {
      * SLO, so a ttft-slo-s here wins) */
     const struct sim_param *params;
     size_t n_params;
+    /* the class speeds the router is told (lr_router_set_class); zeroed =
+     * nominal, the true ones */
+    struct sim_rates rates;
     /* TTFT (and lodestar's prediction error) of the requests arriving
      * before and from this time, also reported; SIM_NEVER: none */
     uint64_t split_us;
@@ -112,6 +115,7 @@ struct sim_inst_result {
 struct sim_result {
     int32_t policy;
     char policy_name[32];
+    char router_rates[40]; /* cfg->rates, described (sim_rates_describe) */
     size_t n_reqs;
     uint32_t n_inst;
     /* per request */

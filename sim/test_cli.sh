@@ -129,6 +129,60 @@ expect 2 "--dump-samples needs lodestar" -- --policies random \
     --dump-samples "$tmp/s.csv"
 no_files "$tmp/s.csv" "$tmp/s.csv.tmp"
 
+# --router-rates: what every router (or one policy's) is told of class
+# speeds. Bad modes, scales the library refuses and unknown policies exit
+# 2. Told nothing, min-ttft decides differently on a heterogeneous
+# cluster; least-request, which never reads a rate, does not change.
+expect 2 "--router-rates: expected nominal, none or scale:X, got 'bogus'" -- \
+    --router-rates bogus
+expect 2 "--router-rates: scale:X needs a number X > 0, got '0'" -- \
+    --router-rates scale:0
+expect 2 "scale:X needs a number X > 0, got '-2'" -- --router-rates scale:-2
+expect 2 "scale:X needs a number X > 0, got 'x'" -- --router-rates scale:x
+expect 2 "scale:1e12: the router refuses class h100" -- --router-rates scale:1e12
+expect 2 "--router-rates: unknown policy 'nope' in 'nope=none'; known: random" -- \
+    --router-rates nope=none
+expect 2 "--router-rates: min-ttft: expected nominal" -- \
+    --router-rates min-ttft=fast
+rr="--workload share-mixed --cluster hetero --rate 10 --requests 300
+    --policies min-ttft,least-request --jobs 2 --quiet"
+expect 0 '' -- $rr --json "$tmp/rn.json"
+expect 0 '' -- $rr --router-rates none --json "$tmp/r0.json"
+expect 0 '' -- $rr --router-rates none --router-rates min-ttft=nominal \
+    --json "$tmp/ro.json"
+expect 0 '' -- $rr --router-rates=scale:1 \
+    --router-rates=least-request=scale:0.25 --json "$tmp/rs.json"
+expect 0 '' -- --workload share-mixed --cluster hetero --requests 50 \
+    --policies min-ttft,random --router-rates scale:0.5 \
+    --router-rates random=none
+grep -q 'class rates told to the router (--router-rates): min-ttft scale:0.5, random none' \
+    "$tmp/out" || { echo "FAIL: --router-rates in the table header"; fails=$((fails + 1)); }
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "
+import json, sys
+def load(p):
+    return {r['policy']: r for r in json.load(open(p))['runs']}
+def same(a, b):
+    keys = ('ttft_mean_s', 'ttft_p50_s', 'ttft_p99_s', 'cache_hit_rate',
+            'load_cv', 'preemptions')
+    return all(a[k] == b[k] for k in keys) and \
+        [i['requests'] for i in a['instances']] == \
+        [i['requests'] for i in b['instances']]
+n, z, o, s = (load(p) for p in sys.argv[1:])
+assert n['min-ttft']['router_rates'] == 'nominal'
+assert z['min-ttft']['router_rates'] == 'none'
+assert not same(n['min-ttft'], z['min-ttft']), 'none left min-ttft unchanged'
+assert same(n['least-request'], z['least-request']), 'none moved least-request'
+assert o['min-ttft']['router_rates'] == 'nominal'
+assert o['least-request']['router_rates'] == 'none'
+assert same(o['min-ttft'], n['min-ttft'])
+assert s['min-ttft']['router_rates'] == 'scale:1'
+assert s['least-request']['router_rates'] == 'scale:0.25'
+assert same(s['min-ttft'], n['min-ttft']) and same(s['least-request'], n['least-request'])
+" "$tmp/rn.json" "$tmp/r0.json" "$tmp/ro.json" "$tmp/rs.json" ||
+        { echo "FAIL: --router-rates results"; fails=$((fails + 1)); }
+fi
+
 # Lodestar learns in a short run; its samples dump as CSV (20 features and
 # the reward), its curve goes to the JSON, and every parameter applies.
 expect 0 '' -- --workload share-mixed --requests 300 --rate 1.5 \
