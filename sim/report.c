@@ -576,6 +576,12 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
 {
     fprintf(f, "    {\n      \"policy\": ");
     jstr(f, r->policy_name);
+    if (rep->cell != NULL) {
+        jkey(f, "      ", "cell");
+        jstr(f, rep->cell);
+        jkey(f, "      ", "seed");
+        fprintf(f, "%llu", (unsigned long long)rep->cfg->seed);
+    }
     jkey(f, "      ", "router_rates");
     jstr(f, r->router_rates);
     JD("ttft_mean_s", r->ttft_mean_s);
@@ -637,6 +643,25 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
         json_lodestar(f, rep, r, with_timing);
     json_per_inst(f, r);
     fprintf(f, "\n    }");
+}
+
+void
+sim_report_json_run(FILE *f, const struct sim_report *rep,
+                    const struct sim_result *r, int with_timing)
+{
+    json_run(f, rep, r, with_timing);
+}
+
+void
+sim_json_str(FILE *f, const char *s)
+{
+    jstr(f, s);
+}
+
+void
+sim_json_num(FILE *f, double v)
+{
+    jnum(f, v);
 }
 
 int

@@ -621,6 +621,25 @@ sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
+void
+sim_result_drop_requests(struct sim_result *r)
+{
+    free(r->ttft_us);
+    free(r->e2e_us);
+    free(r->inst);
+    free(r->hit);
+    free(r->route_ns);
+    free(r->state);
+    free(r->finishes);
+    free(r->pred_ttft_s);
+    free(r->samples);
+    r->ttft_us = r->e2e_us = NULL;
+    r->inst = r->hit = r->route_ns = NULL;
+    r->state = r->finishes = NULL;
+    r->pred_ttft_s = r->samples = NULL;
+    r->n_samples = 0;
+}
+
 static int
 alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
 {

@@ -172,6 +172,11 @@ int sim_run(const struct sim_config *cfg, struct sim_result *out,
             struct sim_err *err);
 void sim_result_free(struct sim_result *r);
 
+/* Free the per-request arrays (and lodestar's samples), keeping the
+ * aggregates, the per-instance figures and the learning curve: what the
+ * table and the JSON use. The suite keeps hundreds of results at once. */
+void sim_result_drop_requests(struct sim_result *r);
+
 /* Percentile (linear interpolation between order statistics, as numpy's
  * default) of v[0..n) sorted ascending; NAN for n == 0. */
 double sim_percentile(const double *sorted, size_t n, double p);

@@ -207,7 +207,7 @@ render(const struct sim_workload *w, const struct sim_cluster *c,
             fail_msg("%s", err.msg);
     }
     struct sim_report rep = { "workload test", w, c, &cfg, 1.0, runs, n,
-                              NULL, 0, 0, 1, 0, 0 };
+                              NULL, 0, 0, 1, 0, 0, NULL };
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -427,7 +427,7 @@ test_lodestar_learns(void **state)
     }
     /* the CSV: a header and one line per sample, 21 columns each */
     struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res, 1,
-                              NULL, 0, 0, 1, 0, 0 };
+                              NULL, 0, 0, 1, 0, 0, NULL };
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -466,7 +466,7 @@ test_lodestar_deterministic(void **state)
         run_or_fail(&cfg, &res);
         assert_true(res.learn_rounds >= 1);
         struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res,
-                                  1, NULL, 0, 0, 1, 0, 0 };
+                                  1, NULL, 0, 0, 1, 0, 0, NULL };
         size_t len = 0;
         FILE *f = open_memstream(&doc[k], &len);
         assert_non_null(f);
