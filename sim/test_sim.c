@@ -707,8 +707,8 @@ test_rates(void **state)
         sim_rates_describe(&r, buf, sizeof buf);
         assert_string_equal(buf, ok[k]);
     }
-    static const char *const bad[] = { "",        "Nominal",   "scale:",
-                                       "scale:0", "scale:-1",  "scale:inf",
+    static const char *const bad[] = { "",         "Nominal",    "scale:",
+                                       "scale:0",  "scale:-1",   "scale:inf",
                                        "scale:2x", "scale:1e12", "none " };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         struct sim_rates r;
@@ -744,8 +744,8 @@ test_suite_ratios(void **state)
     /* per seed */
     assert_true(fabs(r.per_seed[0] - 1) < eps);
     assert_true(fabs(r.per_seed[4] - 1.5) < eps); /* cell 0, seed 1: 3 / 2 */
-    assert_true(isnan(r.per_seed[5]));              /* C did not run */
-    assert_true(fabs(r.per_seed[6] - 2) < eps);  /* 3 / 1.5 */
+    assert_true(isnan(r.per_seed[5]));            /* C did not run */
+    assert_true(fabs(r.per_seed[6] - 2) < eps);   /* 3 / 1.5 */
     assert_true(isinf(r.per_seed[17]));
     /* medians: cell 0 A {1, 1, 2} = 1, B {2, 1.5, 1} = 1.5, C {4, 4} = 4 */
     assert_true(fabs(r.cell[0] - 1) < eps);
@@ -786,9 +786,8 @@ test_suite_cells(void **state)
     char **argv;
     int argc;
     struct sim_err err = { { 0 } };
-    assert_int_equal(sim_suite_split("  a 'b c'  x\"d'e\" #f g\n", &argv,
-                                     &argc, &err),
-                     0);
+    assert_int_equal(
+        sim_suite_split("  a 'b c'  x\"d'e\" #f g\n", &argv, &argc, &err), 0);
     assert_int_equal(argc, 3);
     assert_string_equal(argv[0], "a");
     assert_string_equal(argv[1], "b c");
@@ -825,9 +824,9 @@ test_suite_cells(void **state)
 
     assert_int_equal(sim_suite_builtin(&cells, &err), 0);
     static const char *const names[] = {
-        "conversation/8", "conversation/hetero", "conversation/regions:3",
+        "conversation/8", "conversation/hetero",   "conversation/regions:3",
         "share-mixed/8",  "share-mixed/hetero@10", "wildchat/8",
-        "tools-zipf/8",   "system-prompts/8",    "rate-shift/8",
+        "tools-zipf/8",   "system-prompts/8",      "rate-shift/8",
     };
     assert_int_equal(cells.n, sizeof names / sizeof names[0]);
     for (size_t k = 0; k < cells.n; k++) {
