@@ -20,6 +20,7 @@
 #include "params.h"
 #include "report.h"
 #include "sim.h"
+#include "suite.h"
 #include "trace.h"
 #include "version.h"
 #include "workload.h"
@@ -56,7 +57,24 @@ struct opts {
     double lodestar_max_reward;
     struct sim_param params[MAX_PARAMS];
     size_t n_params;
+    /* --router-rates: every policy's, and per-policy overrides */
+    struct sim_rates rates;
+    struct {
+        int32_t policy;
+        struct sim_rates rates;
+    } rates_for[MAX_POLICIES];
+    size_t n_rates_for;
+    /* --suite */
+    int suite;
+    const char *suite_cells;
+    uint64_t seeds[SIM_SUITE_MAX_SEEDS];
+    size_t n_seeds;
+    int seed_given;
 };
+
+/* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
+ * on the command line. Only the main thread parses. */
+static char where_prefix[96] = "";
 
 static void
 usage(FILE *f)
@@ -102,6 +120,11 @@ usage(FILE *f)
 "                      ...: every LR_PARAM_* in kebab case)\n"
 "  --split-s S         also report TTFT of requests arriving before / from S\n"
 "  --jobs N            policies simulated at once (default: CPUs)\n"
+"  --router-rates MODE what every router is told of each class's prefill\n"
+"                      speed: nominal (default: the true rates), none (no\n"
+"                      rate: the library's default for every class),\n"
+"                      scale:X (the true rates x X)\n"
+"  --router-rates POLICY=MODE  that policy only (repeatable)\n"
 "\n"
 "Lodestar (the learned policy):\n"
 "  --learn-ms MS       simulated period of lr_router_learn_step (1000); a\n"
@@ -116,6 +139,18 @@ usage(FILE *f)
 "  --dump-samples FILE the learner's samples at the end, as CSV\n"
 "                      (20 features, then the reward -TTFT in s)\n"
 "  --curve             print lodestar's learning curve (about 30 rows)\n"
+"\n");
+    fprintf(f,
+"Regime suite (every policy over a grid of cells; docs/simulator.md):\n"
+"  --suite             run the built-in cells and print each policy's TTFT\n"
+"                      mean and p99 as a ratio to each cell's best policy\n"
+"  --seeds LIST        seeds of every cell, comma-separated (default:\n"
+"                      --seed); a cell's ratio is the median over them\n"
+"  --suite-cells FILE  other cells (implies --suite): one line of lrsim\n"
+"                      arguments each, optionally after 'NAME:'; '#'\n"
+"                      comments. The command line's flags (--policies,\n"
+"                      --param, --router-rates, --jobs, ...) apply to every\n"
+"                      cell and win over a cell's own.\n"
 "\n"
 "Output:\n"
 "  --json FILE         every measure, per policy and per instance\n"
@@ -136,7 +171,7 @@ bad(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "lrsim: ");
+    fprintf(stderr, "lrsim: %s", where_prefix);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, " (see lrsim --help)\n");
     va_end(ap);
@@ -155,8 +190,9 @@ parse_u64(const char *flag, const char *v, uint64_t lo, uint64_t hi,
     if (*end != '\0' || errno != 0)
         return bad("%s: expected a whole number, got '%s'", flag, v);
     if (x < lo || x > hi) {
-        fprintf(stderr, "lrsim: %s: %s is out of range (%llu..%llu)\n", flag,
-                v, (unsigned long long)lo, (unsigned long long)hi);
+        fprintf(stderr, "lrsim: %s%s: %s is out of range (%llu..%llu)\n",
+                where_prefix, flag, v, (unsigned long long)lo,
+                (unsigned long long)hi);
         return -1;
     }
     *out = x;
@@ -205,8 +241,53 @@ static const char *const value_flags[] = {
     "--block-tokens", "--trace-block",  "--index-blocks",   "--jobs",
     "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
-    "--dump-samples", "--lodestar-max-reward",
+    "--dump-samples", "--lodestar-max-reward", "--router-rates",
+    "--seeds", "--suite-cells",
 };
+
+/* What a suite cell may not say: the suite's own settings, and what
+ * applies to the whole run. */
+static const char *const not_in_cell[] = {
+    "--seed",  "--seeds", "--suite-cells", "--policies",     "--jobs",
+    "--json",  "--svg",   "--dump-samples", "--suite",      "--quiet",
+    "--curve", "--reasons",
+};
+
+static int
+is_not_in_cell(const char *flag)
+{
+    for (size_t k = 0; k < sizeof not_in_cell / sizeof not_in_cell[0]; k++)
+        if (strcmp(flag, not_in_cell[k]) == 0)
+            return 1;
+    return 0;
+}
+
+/* --seeds 1,2,3: distinct whole numbers. */
+static int
+take_seeds(struct opts *o, const char *v)
+{
+    char buf[1024];
+    if (strlen(v) >= sizeof buf)
+        return bad("--seeds: list too long");
+    strcpy(buf, v);
+    o->n_seeds = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        uint64_t x;
+        if (parse_u64("--seeds", t, 0, UINT64_MAX, &x) != 0)
+            return -1;
+        for (size_t k = 0; k < o->n_seeds; k++)
+            if (o->seeds[k] == x)
+                return bad("--seeds: %s given twice", t);
+        if (o->n_seeds == SIM_SUITE_MAX_SEEDS)
+            return bad("--seeds: more than %d", SIM_SUITE_MAX_SEEDS);
+        o->seeds[o->n_seeds++] = x;
+    }
+    if (o->n_seeds == 0)
+        return bad("--seeds: empty list");
+    return 0;
+}
 
 static int
 is_value_flag(const char *flag)
@@ -215,6 +296,63 @@ is_value_flag(const char *flag)
         if (strcmp(flag, value_flags[k]) == 0)
             return 1;
     return 0;
+}
+
+/* --router-rates MODE, or POLICY=MODE for one policy; a later setting
+ * for the same target replaces an earlier one. */
+static int
+take_rates(struct opts *o, const char *v)
+{
+    struct sim_err err = { { 0 } };
+    struct sim_rates r;
+    const char *eq = strchr(v, '=');
+    if (eq == NULL) {
+        if (sim_rates_parse(v, &r, &err) != 0)
+            return bad("--router-rates: %s", err.msg);
+        o->rates = r;
+        return 0;
+    }
+    char name[64];
+    size_t n = (size_t)(eq - v);
+    int32_t p = -1;
+    if (n < sizeof name) {
+        memcpy(name, v, n);
+        name[n] = '\0';
+    }
+    if (n >= sizeof name || lr_policy_from_name(name, &p) != LR_OK) {
+        char known[1024] = "";
+        size_t used = 0;
+        for (int k = 0; lr_policy_name(k) && used < sizeof known; k++) {
+            int w = snprintf(known + used, sizeof known - used, " %s",
+                             lr_policy_name(k));
+            if (w > 0)
+                used += (size_t)w;
+        }
+        return bad("--router-rates: unknown policy '%.*s' in '%s'; known:%s",
+                   (int)n, v, v, known);
+    }
+    if (sim_rates_parse(eq + 1, &r, &err) != 0)
+        return bad("--router-rates: %s: %s", name, err.msg);
+    size_t k = 0;
+    while (k < o->n_rates_for && o->rates_for[k].policy != p)
+        k++;
+    if (k == MAX_POLICIES)
+        return bad("--router-rates: too many policies");
+    o->rates_for[k].policy = p;
+    o->rates_for[k].rates = r;
+    if (k == o->n_rates_for)
+        o->n_rates_for++;
+    return 0;
+}
+
+/* The class rates policy p's router is told. */
+static struct sim_rates
+rates_of(const struct opts *o, int32_t p)
+{
+    for (size_t k = 0; k < o->n_rates_for; k++)
+        if (o->rates_for[k].policy == p)
+            return o->rates_for[k].rates;
+    return o->rates;
 }
 
 enum { A_NONE, A_HELP, A_VERSION, A_LIST_W, A_LIST_C, A_LIST_P };
@@ -248,9 +386,15 @@ take(struct opts *o, const char *flag, const char *v)
         return parse_pos(flag, v, 3600, &o->slo);
     else if (strcmp(flag, "--scrape-ms") == 0)
         return parse_pos(flag, v, 600000, &o->scrape_ms);
-    else if (strcmp(flag, "--seed") == 0)
+    else if (strcmp(flag, "--seed") == 0) {
+        o->seed_given = 1;
         return parse_u64(flag, v, 0, UINT64_MAX, &o->seed);
-    else if (strcmp(flag, "--block-tokens") == 0) {
+    } else if (strcmp(flag, "--seeds") == 0)
+        return take_seeds(o, v);
+    else if (strcmp(flag, "--suite-cells") == 0) {
+        o->suite_cells = v;
+        o->suite = 1;
+    } else if (strcmp(flag, "--block-tokens") == 0) {
         if (parse_u64(flag, v, 1, 4096, &u) != 0)
             return -1;
         o->block_tokens = (uint32_t)u;
@@ -271,7 +415,9 @@ take(struct opts *o, const char *flag, const char *v)
         if (sim_param_parse(v, &o->params[o->n_params], &err) != 0)
             return bad("--param: %s", err.msg);
         o->n_params++;
-    } else if (strcmp(flag, "--split-s") == 0)
+    } else if (strcmp(flag, "--router-rates") == 0)
+        return take_rates(o, v);
+    else if (strcmp(flag, "--split-s") == 0)
         return parse_nonneg(flag, v, 1e9, &o->split_s);
     else if (strcmp(flag, "--learn-ms") == 0)
         return parse_pos(flag, v, 3.6e6, &o->learn_ms);
@@ -292,11 +438,13 @@ take(struct opts *o, const char *flag, const char *v)
     return 0;
 }
 
+/* Options argv[start, argc) into o, over what it holds. In a suite cell
+ * (in_cell), the suite's and the whole run's flags are refused. */
 static int
-parse_args(int argc, char **argv, struct opts *o, int *action)
+parse_words(int argc, char **argv, int start, int in_cell, struct opts *o,
+            int *action)
 {
-    *action = A_NONE;
-    for (int i = 1; i < argc; i++) {
+    for (int i = start; i < argc; i++) {
         const char *a = argv[i];
         static const struct {
             const char *flag;
@@ -310,8 +458,23 @@ parse_args(int argc, char **argv, struct opts *o, int *action)
                 *action = acts[k].action;
                 found = 1;
             }
+        if (found && in_cell)
+            return bad("%s has no place in a suite cell", a);
         if (found)
             continue;
+        if (strncmp(a, "--", 2) != 0)
+            return bad("unexpected argument '%s'", a);
+        const char *eq = strchr(a, '=');
+        char flag[64];
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        if (n >= sizeof flag)
+            return bad("unknown option '%s'", a);
+        memcpy(flag, a, n);
+        flag[n] = '\0';
+        if (in_cell && is_not_in_cell(flag))
+            return bad("%s has no place in a suite cell: it applies to the "
+                       "whole suite",
+                       flag);
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
             continue;
@@ -328,22 +491,16 @@ parse_args(int argc, char **argv, struct opts *o, int *action)
             o->reasons = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0)
-            return bad("unexpected argument '%s'", a);
-        const char *eq = strchr(a, '=');
-        char flag[64];
+        if (strcmp(a, "--suite") == 0) {
+            o->suite = 1;
+            continue;
+        }
         const char *v;
         if (eq != NULL) {
-            size_t n = (size_t)(eq - a);
-            if (n >= sizeof flag)
-                return bad("unknown option '%s'", a);
-            memcpy(flag, a, n);
-            flag[n] = '\0';
             v = eq + 1;
         } else {
-            if (strlen(a) >= sizeof flag || !is_value_flag(a))
+            if (!is_value_flag(a))
                 return bad("unknown option '%s'", a);
-            strcpy(flag, a);
             if (i + 1 >= argc)
                 return bad("%s needs a value", a);
             v = argv[++i];
@@ -351,11 +508,53 @@ parse_args(int argc, char **argv, struct opts *o, int *action)
         if (take(o, flag, v) != 0)
             return -1;
     }
+    return 0;
+}
+
+/* What no set of flags may combine. */
+static int
+check_opts(const struct opts *o)
+{
     if (o->trace && o->workload)
         return bad("give --trace or --workload, not both");
     if (o->trace && o->rate > 0)
         return bad("--rate applies to generated workloads; scale a trace "
                    "with --time-scale");
+    return 0;
+}
+
+static int
+parse_args(int argc, char **argv, struct opts *o, int *action)
+{
+    *action = A_NONE;
+    if (parse_words(argc, argv, 1, 0, o, action) != 0 || check_opts(o) != 0)
+        return -1;
+    if (!o->suite && o->n_seeds > 0)
+        return bad("--seeds is for --suite; a single run takes --seed");
+    if (o->suite) {
+        /* the cells give the traffic and the cluster; a picture, samples
+         * and a curve are of one run */
+        const char *traffic = "the cells give the traffic and the cluster; "
+                              "--suite-cells FILE takes your own";
+        const char *single = "it is of a single run";
+        const struct {
+            const char *flag;
+            int given;
+            const char *why;
+        } no[] = { { "--workload", o->workload != NULL, traffic },
+                   { "--trace", o->trace != NULL, traffic },
+                   { "--cluster", o->cluster != NULL, traffic },
+                   { "--svg", o->svg != NULL, single },
+                   { "--dump-samples", o->dump_samples != NULL, single },
+                   { "--curve", o->curve, single },
+                   { "--reasons", o->reasons, single } };
+        for (size_t k = 0; k < sizeof no / sizeof no[0]; k++)
+            if (no[k].given)
+                return bad("--suite: %s has no place here: %s", no[k].flag,
+                           no[k].why);
+        if (o->seed_given && o->n_seeds > 0)
+            return bad("--suite: give --seed or --seeds, not both");
+    }
     return 0;
 }
 
@@ -461,7 +660,30 @@ struct pool {
     atomic_size_t next;
     atomic_size_t finished;
     int progress;
+    /* the suite: jobs come in cells of `per_cell`; a line on stderr when a
+     * cell's last one ends, and each result keeps only its aggregates */
+    size_t per_cell;
+    atomic_size_t *cell_left;
+    atomic_size_t cells_done;
+    const struct sim_suite_cells *cells;
+    double t0;
 };
+
+static double mono_s(void);
+
+/* The last job of suite cell c has ended. */
+static void
+cell_done(struct pool *p, size_t c)
+{
+    size_t done = atomic_fetch_add(&p->cells_done, 1) + 1;
+    double busy = 0;
+    for (size_t k = c * p->per_cell; k < (c + 1) * p->per_cell; k++)
+        busy += p->jobs[k].res.wall_s;
+    fprintf(stderr, "lrsim: suite [%zu/%zu] %-24s %zu runs, %.1f s of "
+                    "simulation, %.1f s elapsed\n",
+            done, p->cells->n, p->cells->v[c].name, p->per_cell, busy,
+            mono_s() - p->t0);
+}
 
 static void *
 worker(void *arg)
@@ -473,6 +695,12 @@ worker(void *arg)
             return NULL;
         struct job *j = &p->jobs[k];
         j->rc = sim_run(&j->cfg, &j->res, &j->err);
+        if (p->per_cell) {
+            sim_result_drop_requests(&j->res);
+            size_t c = k / p->per_cell;
+            if (atomic_fetch_sub(&p->cell_left[c], 1) == 1)
+                cell_done(p, c);
+        }
         size_t done = atomic_fetch_add(&p->finished, 1) + 1;
         if (p->progress)
             fprintf(stderr, "lrsim: [%2zu/%zu] %-22s %6.1f s\n", done, p->n,
@@ -566,7 +794,7 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
     if (o->trace) {
         snprintf(source, len, "trace %s", o->trace);
         if (sim_trace_load(o->trace, o->trace_block, w, &err) != 0) {
-            fprintf(stderr, "lrsim: %s\n", err.msg);
+            fprintf(stderr, "lrsim: %s%s\n", where_prefix, err.msg);
             return -1;
         }
         w->seed = o->seed;
@@ -574,8 +802,9 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
         const char *name = o->workload ? o->workload : SIM_DEFAULT_WORKLOAD;
         const struct sim_generator *g = sim_generator_find(name);
         if (g == NULL) {
-            fprintf(stderr, "lrsim: --workload: unknown workload '%s'; known:",
-                    name);
+            fprintf(stderr,
+                    "lrsim: %s--workload: unknown workload '%s'; known:",
+                    where_prefix, name);
             for (const struct sim_generator *k = sim_generators; k->name; k++)
                 fprintf(stderr, " %s", k->name);
             fprintf(stderr, "\n");
@@ -584,7 +813,8 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
         snprintf(source, len, "workload %s", name);
         struct sim_gen_opts go = { o->seed, o->requests, o->rate };
         if (g->build(&go, w, &err) != 0) {
-            fprintf(stderr, "lrsim: workload %s: %s\n", name, err.msg);
+            fprintf(stderr, "lrsim: %sworkload %s: %s\n", where_prefix, name,
+                    err.msg);
             return -1;
         }
     }
@@ -608,6 +838,55 @@ mono_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+opts_init(struct opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 42;
+    o->slo = 5.0;
+    o->time_scale = 1.0;
+    o->block_tokens = 16;
+    o->trace_block = SIM_TRACE_BLOCK;
+    o->scrape_ms = 100;
+    o->rebalance = 1;
+    o->split_s = -1;
+    o->learn_ms = 1000;
+    o->freeze_s = -1;
+}
+
+/* The run's settings from the options (everything but the policy and its
+ * class rates). */
+static void
+make_config(const struct opts *o, const struct sim_workload *w,
+            const struct sim_cluster *c, struct sim_config *cfg)
+{
+    sim_config_init(cfg);
+    cfg->w = w;
+    cfg->c = c;
+    cfg->seed = o->seed;
+    cfg->slo_ttft_s = o->slo;
+    cfg->block_tokens = o->block_tokens;
+    cfg->index_blocks = o->index_blocks;
+    cfg->scrape_us = (uint64_t)llround(o->scrape_ms * 1000.0);
+    cfg->rebalance = o->rebalance;
+    if (cfg->scrape_us == 0)
+        cfg->scrape_us = 1;
+    cfg->params = o->params;
+    cfg->n_params = o->n_params;
+    if (o->split_s >= 0)
+        cfg->split_us = (uint64_t)llround(o->split_s * 1e6);
+    cfg->learn_us = (uint64_t)llround(o->learn_ms * 1000.0);
+    if (cfg->learn_us == 0)
+        cfg->learn_us = 1;
+    if (o->freeze_s >= 0)
+        cfg->freeze_us = (uint64_t)llround(o->freeze_s * 1e6);
+    cfg->lodestar_min = o->lodestar_min;
+    cfg->lodestar_every = o->lodestar_every;
+    cfg->lodestar_epochs = o->lodestar_epochs;
+    cfg->lodestar_max_reward = o->lodestar_max_reward;
+    cfg->keep_samples = o->dump_samples != NULL;
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */
@@ -639,6 +918,7 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
     for (size_t k = 0; k < n_pol; k++) {
         p->jobs[k].cfg = *base;
         p->jobs[k].cfg.policy = pol[k];
+        p->jobs[k].cfg.rates = rates_of(o, pol[k]);
     }
     run_all(p, o->jobs ? o->jobs : default_jobs());
     int failed = 0;
@@ -678,21 +958,272 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
     return 0;
 }
 
+/* ---- the regime suite ------------------------------------------------------------------ */
+
+/* One cell with one seed: its options, traffic, cluster and runs. */
+struct cell_seed {
+    struct opts o;
+    struct sim_workload w;
+    struct sim_cluster c;
+    struct sim_config cfg;
+    char source[512];
+    struct sim_result *runs;
+    struct sim_skip *skips;
+};
+
+/* FILE to FILE.tmp, renamed once written; nothing left on failure. */
+static int
+write_file(const char *path, int (*fn)(FILE *, const void *), const void *arg)
+{
+    char tmp[PATH_MAX + 8];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
+        fprintf(stderr, "lrsim: %s: path too long\n", path);
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        fprintf(stderr, "lrsim: %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    int rc = fn(f, arg);
+    if (fflush(f) != 0)
+        rc = -1;
+    if (fclose(f) != 0)
+        rc = -1;
+    if (rc != 0)
+        fprintf(stderr, "lrsim: %s: write failed\n", tmp);
+    else if (rename(tmp, path) != 0) {
+        fprintf(stderr, "lrsim: %s: %s\n", path, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0)
+        remove(tmp);
+    return rc;
+}
+
+static int
+suite_json(FILE *f, const void *s)
+{
+    return sim_suite_json(f, s, 1);
+}
+
+/* --router-rates as the suite ran it: the command line's mode, then each
+ * policy told otherwise ("nominal; adaptive: none"); "varies by cell" if
+ * some cell set its own. */
+static void
+describe_rates(const struct opts *o, const struct cell_seed *cs, size_t n_cs,
+               const int32_t *pol, size_t n_pol, char *buf, size_t len)
+{
+    char base[40];
+    sim_rates_describe(&o->rates, base, sizeof base);
+    size_t used = (size_t)snprintf(buf, len, "%s", base);
+    for (size_t p = 0; p < n_pol && used < len; p++) {
+        char first[40], m[40];
+        struct sim_rates r = rates_of(&cs[0].o, pol[p]);
+        sim_rates_describe(&r, first, sizeof first);
+        for (size_t k = 1; k < n_cs; k++) {
+            r = rates_of(&cs[k].o, pol[p]);
+            sim_rates_describe(&r, m, sizeof m);
+            if (strcmp(m, first) != 0) {
+                snprintf(buf, len, "varies by cell (router_rates of each run "
+                                   "in the JSON)");
+                return;
+            }
+        }
+        if (strcmp(first, base) != 0)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s: %s",
+                                     strchr(buf, ';') ? ", " : "; ",
+                                     lr_policy_name(pol[p]), first);
+    }
+}
+
+/* Every cell's options over the command line's, each seed's traffic and
+ * cluster. A bad cell is a usage error (2), found before any run. */
+static int
+prepare_cells(int argc, char **argv, const struct sim_suite_cells *cells,
+              const uint64_t *seeds, size_t n_seeds, struct cell_seed *cs)
+{
+    for (size_t c = 0; c < cells->n; c++) {
+        const struct sim_suite_cell *cell = &cells->v[c];
+        if (strcmp(cell->where, "built-in") == 0)
+            snprintf(where_prefix, sizeof where_prefix, "cell %s: ",
+                     cell->name);
+        else
+            snprintf(where_prefix, sizeof where_prefix, "%s: ", cell->where);
+        struct opts oc;
+        opts_init(&oc);
+        int action = A_NONE;
+        /* the cell's words, then the command line's: its flags win */
+        if (parse_words(cell->argc, cell->argv, 0, 1, &oc, &action) != 0 ||
+            parse_words(argc, argv, 1, 0, &oc, &action) != 0 ||
+            check_opts(&oc) != 0)
+            return -1;
+        for (size_t k = 0; k < n_seeds; k++) {
+            struct cell_seed *x = &cs[c * n_seeds + k];
+            x->o = oc;
+            x->o.seed = seeds[k];
+            if (load_workload(&x->o, &x->w, x->source, sizeof x->source) != 0)
+                return -1;
+            struct sim_err err = { { 0 } };
+            if (sim_cluster_parse(x->o.cluster ? x->o.cluster : x->w.cluster,
+                                  &x->c, &err) != 0) {
+                fprintf(stderr, "lrsim: %s--cluster: %s\n", where_prefix,
+                        err.msg);
+                return -1;
+            }
+            make_config(&x->o, &x->w, &x->c, &x->cfg);
+        }
+    }
+    where_prefix[0] = '\0';
+    return 0;
+}
+
+/* lrsim --suite: every selected policy on every cell with every seed. */
+static int
+run_suite(const struct opts *o, int argc, char **argv, double t0)
+{
+    struct sim_suite_cells cells = { 0 };
+    struct sim_err err = { { 0 } };
+    int32_t pol[MAX_POLICIES];
+    size_t n_pol = 0, n_cs = 0;
+    struct cell_seed *cs = NULL;
+    struct sim_report *reps = NULL;
+    struct pool p = { 0 };
+    int rc = EXIT_USAGE;
+    if (o->suite_cells ? sim_suite_read(o->suite_cells, &cells, &err)
+                       : sim_suite_builtin(&cells, &err)) {
+        fprintf(stderr, "lrsim: --suite-cells: %s\n", err.msg);
+        goto out;
+    }
+    if (select_policies(o->policies, pol, &n_pol) != 0)
+        goto out;
+    const uint64_t *seeds = o->n_seeds ? o->seeds : &o->seed;
+    size_t n_seeds = o->n_seeds ? o->n_seeds : 1;
+    n_cs = cells.n * n_seeds;
+    cs = sim_calloc(n_cs, sizeof *cs);
+    reps = sim_calloc(n_cs, sizeof *reps);
+    p.jobs = sim_calloc(n_cs * n_pol, sizeof *p.jobs);
+    p.cell_left = sim_calloc(cells.n, sizeof *p.cell_left);
+    if (cs == NULL || reps == NULL || p.jobs == NULL || p.cell_left == NULL) {
+        fprintf(stderr, "lrsim: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    for (size_t k = 0; k < n_cs; k++)
+        sim_workload_init(&cs[k].w);
+    if (prepare_cells(argc, argv, &cells, seeds, n_seeds, cs) != 0)
+        goto out;
+    rc = 1;
+    for (size_t k = 0; k < n_cs; k++) {
+        cs[k].runs = sim_calloc(n_pol, sizeof *cs[k].runs);
+        cs[k].skips = sim_calloc(n_pol, sizeof *cs[k].skips);
+        if (cs[k].runs == NULL || cs[k].skips == NULL) {
+            fprintf(stderr, "lrsim: out of memory\n");
+            goto out;
+        }
+        for (size_t q = 0; q < n_pol; q++) {
+            struct job *j = &p.jobs[k * n_pol + q];
+            j->cfg = cs[k].cfg;
+            j->cfg.policy = pol[q];
+            j->cfg.rates = rates_of(&cs[k].o, pol[q]);
+        }
+    }
+    /* cell-major order: cells finish roughly one after the other */
+    p.n = n_cs * n_pol;
+    p.per_cell = n_seeds * n_pol;
+    for (size_t c = 0; c < cells.n; c++)
+        atomic_init(&p.cell_left[c], p.per_cell);
+    atomic_init(&p.cells_done, 0);
+    p.cells = &cells;
+    p.t0 = t0;
+    unsigned jobs = o->jobs ? o->jobs : default_jobs();
+    fprintf(stderr, "lrsim: suite: %zu cells x %zu seed%s x %zu policies = "
+                    "%zu runs, %u at a time\n",
+            cells.n, n_seeds, n_seeds == 1 ? "" : "s", n_pol, p.n, jobs);
+    run_all(&p, jobs);
+    int failed = 0;
+    for (size_t k = 0; k < n_cs; k++) {
+        struct sim_report *rep = &reps[k];
+        for (size_t q = 0; q < n_pol; q++) {
+            struct job *j = &p.jobs[k * n_pol + q];
+            if (j->rc == 1) {
+                struct sim_skip *sk = &cs[k].skips[rep->n_skipped++];
+                snprintf(sk->policy, sizeof sk->policy, "%s",
+                         j->res.policy_name);
+                snprintf(sk->why, sizeof sk->why, "%s",
+                         "not supported by this libroute (LR_ENOTSUP)");
+                if (k == 0)
+                    fprintf(stderr, "lrsim: skipping %s: not supported by "
+                                    "this libroute (LR_ENOTSUP)\n",
+                            j->res.policy_name);
+            } else if (j->rc != 0) {
+                fprintf(stderr, "lrsim: %s, seed %llu: %s\n",
+                        cells.v[k / n_seeds].name,
+                        (unsigned long long)cs[k].o.seed, j->err.msg);
+                failed = 1;
+            } else {
+                cs[k].runs[rep->n_runs++] = j->res;
+                memset(&j->res, 0, sizeof j->res); /* moved */
+            }
+        }
+        rep->source = cs[k].source;
+        rep->w = &cs[k].w;
+        rep->c = &cs[k].c;
+        rep->cfg = &cs[k].cfg;
+        rep->time_scale = cs[k].o.time_scale;
+        rep->runs = cs[k].runs;
+        rep->skipped = cs[k].skips;
+        rep->jobs = jobs;
+        rep->cell = cells.v[k / n_seeds].name;
+    }
+    if (failed)
+        goto out;
+    char rates[1024];
+    describe_rates(o, cs, n_cs, pol, n_pol, rates, sizeof rates);
+    struct sim_suite s = { .cells = cells.v,
+                           .n_cells = cells.n,
+                           .seeds = seeds,
+                           .n_seeds = n_seeds,
+                           .policies = pol,
+                           .n_pol = n_pol,
+                           .reps = reps,
+                           .rates = rates,
+                           .jobs = jobs };
+    s.wall_s = mono_s() - t0;
+    rc = 0;
+    if (!o->quiet && sim_suite_table(stdout, &s) != 0)
+        rc = 1;
+    if (fflush(stdout) != 0)
+        rc = 1;
+    if (rc == 0 && o->json != NULL && write_file(o->json, suite_json, &s) != 0)
+        rc = 1;
+    fprintf(stderr, "lrsim: suite: %zu runs in %.1f s, %u at a time\n", p.n,
+            mono_s() - t0, jobs);
+out:
+    for (size_t k = 0; cs != NULL && k < n_cs; k++) {
+        for (size_t q = 0; q < reps[k].n_runs; q++)
+            sim_result_free(&cs[k].runs[q]);
+        free(cs[k].runs);
+        free(cs[k].skips);
+        sim_cluster_free(&cs[k].c);
+        sim_workload_free(&cs[k].w);
+    }
+    for (size_t k = 0; k < p.n; k++)
+        sim_result_free(&p.jobs[k].res);
+    free(p.jobs);
+    free(p.cell_left);
+    free(cs);
+    free(reps);
+    sim_suite_cells_free(&cells);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
     double t0 = mono_s();
-    struct opts o = { 0 };
-    o.seed = 42;
-    o.slo = 5.0;
-    o.time_scale = 1.0;
-    o.block_tokens = 16;
-    o.trace_block = SIM_TRACE_BLOCK;
-    o.scrape_ms = 100;
-    o.rebalance = 1;
-    o.split_s = -1;
-    o.learn_ms = 1000;
-    o.freeze_s = -1;
+    struct opts o;
+    opts_init(&o);
     int action;
     if (parse_args(argc, argv, &o, &action) != 0)
         return EXIT_USAGE;
@@ -715,6 +1246,8 @@ main(int argc, char **argv)
     default:
         break;
     }
+    if (o.suite)
+        return run_suite(&o, argc, argv, t0);
 
     struct sim_workload w;
     sim_workload_init(&w);
@@ -734,31 +1267,7 @@ main(int argc, char **argv)
         goto out;
     }
     struct sim_config cfg;
-    sim_config_init(&cfg);
-    cfg.w = &w;
-    cfg.c = &c;
-    cfg.seed = o.seed;
-    cfg.slo_ttft_s = o.slo;
-    cfg.block_tokens = o.block_tokens;
-    cfg.index_blocks = o.index_blocks;
-    cfg.scrape_us = (uint64_t)llround(o.scrape_ms * 1000.0);
-    cfg.rebalance = o.rebalance;
-    if (cfg.scrape_us == 0)
-        cfg.scrape_us = 1;
-    cfg.params = o.params;
-    cfg.n_params = o.n_params;
-    if (o.split_s >= 0)
-        cfg.split_us = (uint64_t)llround(o.split_s * 1e6);
-    cfg.learn_us = (uint64_t)llround(o.learn_ms * 1000.0);
-    if (cfg.learn_us == 0)
-        cfg.learn_us = 1;
-    if (o.freeze_s >= 0)
-        cfg.freeze_us = (uint64_t)llround(o.freeze_s * 1e6);
-    cfg.lodestar_min = o.lodestar_min;
-    cfg.lodestar_every = o.lodestar_every;
-    cfg.lodestar_epochs = o.lodestar_epochs;
-    cfg.lodestar_max_reward = o.lodestar_max_reward;
-    cfg.keep_samples = o.dump_samples != NULL;
+    make_config(&o, &w, &c, &cfg);
     rep.source = source;
     rep.w = &w;
     rep.c = &c;

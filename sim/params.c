@@ -9,6 +9,8 @@
 
 #include <libroute.h>
 
+#include "cluster.h"
+
 /* Indexed by lr_param. A new key must get a name here: the assertion
  * fails until it does. */
 static const char *const names[] = {
@@ -113,4 +115,63 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
     out->key = key;
     out->value = x;
     return 0;
+}
+
+int
+sim_rates_parse(const char *v, struct sim_rates *out, struct sim_err *err)
+{
+    if (strcmp(v, "nominal") == 0) {
+        out->mode = SIM_RATES_NOMINAL;
+        out->scale = 1;
+        return 0;
+    }
+    if (strcmp(v, "none") == 0) {
+        out->mode = SIM_RATES_NONE;
+        out->scale = 1;
+        return 0;
+    }
+    if (strncmp(v, "scale:", 6) != 0)
+        return sim_errf(err, "expected nominal, none or scale:X, got '%s'", v);
+    const char *num = v + 6;
+    char *end;
+    errno = 0;
+    double x = strtod(num, &end);
+    if (end == num || *end != '\0' || errno != 0 || !(x > 0) || isinf(x))
+        return sim_errf(err, "scale:X needs a number X > 0, got '%s'", num);
+    /* the library is the judge of every rate it would be told */
+    lr_router *r = NULL;
+    lr_status st = lr_router_create(NULL, &r);
+    const struct sim_class *k = sim_classes;
+    for (; st == LR_OK && k->name; k++) {
+        lr_class_spec cs;
+        lr_class_spec_init(&cs);
+        cs.prefill_tokens_per_s = 1e6 / k->prefill_us * x;
+        st = lr_router_set_class(r, (uint32_t)(k - sim_classes), &cs);
+        if (st != LR_OK)
+            break;
+    }
+    lr_router_destroy(r);
+    if (st != LR_OK)
+        return sim_errf(err, "scale:%s: the router refuses class %s's rate "
+                             "%.6g tokens/s (%s)",
+                        num, k->name ? k->name : "?",
+                        k->name ? 1e6 / k->prefill_us * x : 0.0,
+                        lr_strerror(st));
+    out->mode = SIM_RATES_SCALE;
+    out->scale = x;
+    return 0;
+}
+
+void
+sim_rates_describe(const struct sim_rates *r, char *buf, size_t len)
+{
+    if (r->mode == SIM_RATES_NONE)
+        snprintf(buf, len, "none");
+    else if (r->mode == SIM_RATES_SCALE) {
+        /* the shortest of %g and %.17g that reads back as the same X */
+        snprintf(buf, len, "scale:%g", r->scale);
+        if (strtod(buf + 6, NULL) != r->scale)
+            snprintf(buf, len, "scale:%.17g", r->scale);
+    } else
+        snprintf(buf, len, "nominal");
 }

@@ -79,6 +79,29 @@ fmt_ns(char *buf, size_t len, double ns)
         snprintf(buf, len, "%.2f ms", ns / 1e6);
 }
 
+/* The class rates the routers were told, when not the true ones: one
+ * mode for all, or each policy's. */
+static void
+table_rates(FILE *f, const struct sim_report *rep)
+{
+    int same = 1, nominal = 1;
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        same &=
+            strcmp(rep->runs[k].router_rates, rep->runs[0].router_rates) == 0;
+        nominal &= strcmp(rep->runs[k].router_rates, "nominal") == 0;
+    }
+    if (rep->n_runs == 0 || nominal)
+        return;
+    fprintf(f, "  class rates told to the router (--router-rates): ");
+    if (same)
+        fprintf(f, "%s\n", rep->runs[0].router_rates);
+    else
+        for (size_t k = 0; k < rep->n_runs; k++)
+            fprintf(f, "%s %s%s", rep->runs[k].policy_name,
+                    rep->runs[k].router_rates,
+                    k + 1 < rep->n_runs ? ", " : "\n");
+}
+
 static void
 table_header(FILE *f, const struct sim_report *rep)
 {
@@ -103,9 +126,11 @@ table_header(FILE *f, const struct sim_report *rep)
     fprintf(f, "\n  cluster %s: %s\n", rep->c->spec, cl);
     fprintf(f,
             "  seed %llu, TTFT SLO %g s, metrics every %.0f ms, block %u "
-            "tokens\n\n",
+            "tokens\n",
             (unsigned long long)rep->cfg->seed, rep->cfg->slo_ttft_s,
             (double)rep->cfg->scrape_us / 1000.0, rep->cfg->block_tokens);
+    table_rates(f, rep);
+    fprintf(f, "\n");
 }
 
 /* The learner settings a lodestar run used (the library's defaults where
@@ -551,6 +576,14 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
 {
     fprintf(f, "    {\n      \"policy\": ");
     jstr(f, r->policy_name);
+    if (rep->cell != NULL) {
+        jkey(f, "      ", "cell");
+        jstr(f, rep->cell);
+        jkey(f, "      ", "seed");
+        fprintf(f, "%llu", (unsigned long long)rep->cfg->seed);
+    }
+    jkey(f, "      ", "router_rates");
+    jstr(f, r->router_rates);
     JD("ttft_mean_s", r->ttft_mean_s);
     JD("ttft_p50_s", r->ttft_p50_s);
     JD("ttft_p95_s", r->ttft_p95_s);
@@ -610,6 +643,25 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
         json_lodestar(f, rep, r, with_timing);
     json_per_inst(f, r);
     fprintf(f, "\n    }");
+}
+
+void
+sim_report_json_run(FILE *f, const struct sim_report *rep,
+                    const struct sim_result *r, int with_timing)
+{
+    json_run(f, rep, r, with_timing);
+}
+
+void
+sim_json_str(FILE *f, const char *s)
+{
+    jstr(f, s);
+}
+
+void
+sim_json_num(FILE *f, double v)
+{
+    jnum(f, v);
 }
 
 int

@@ -28,6 +28,7 @@ struct sim_report {
     unsigned jobs;
     int show_reasons; /* the table: decision reasons of every policy */
     int show_curve;   /* the table: lodestar's whole learning curve */
+    const char *cell; /* the suite's: each JSON run names its cell and seed */
 };
 
 /* The table, one row per policy, with a header naming the set-up. */
@@ -37,6 +38,15 @@ void sim_report_table(FILE *f, const struct sim_report *rep);
  * (route_ns_*, wall_s), so that two runs with one seed give identical
  * bytes. Returns 0, or -1 on a write error. */
 int sim_report_json(FILE *f, const struct sim_report *rep, int with_timing);
+
+/* One element of the JSON document's "runs" (no trailing comma or
+ * newline); the suite writes its runs with it. */
+void sim_report_json_run(FILE *f, const struct sim_report *rep,
+                         const struct sim_result *r, int with_timing);
+
+/* A JSON string (escaped) and a number (null if not finite). */
+void sim_json_str(FILE *f, const char *s);
+void sim_json_num(FILE *f, double v);
 
 /* The SVG: TTFT CDFs per policy (log time axis) and load per instance.
  * Returns 0, or -1 on a write error or out of memory. */

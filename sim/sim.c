@@ -621,6 +621,25 @@ sim_result_free(struct sim_result *r)
     memset(r, 0, sizeof *r);
 }
 
+void
+sim_result_drop_requests(struct sim_result *r)
+{
+    free(r->ttft_us);
+    free(r->e2e_us);
+    free(r->inst);
+    free(r->hit);
+    free(r->route_ns);
+    free(r->state);
+    free(r->finishes);
+    free(r->pred_ttft_s);
+    free(r->samples);
+    r->ttft_us = r->e2e_us = NULL;
+    r->inst = r->hit = r->route_ns = NULL;
+    r->state = r->finishes = NULL;
+    r->pred_ttft_s = r->samples = NULL;
+    r->n_samples = 0;
+}
+
 static int
 alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
 {
@@ -692,10 +711,15 @@ make_router(struct run *r)
                             r->res->policy_name, sim_param_name(p->key),
                             p->value, lr_strerror(st));
     }
-    for (const struct sim_class *k = sim_classes; k->name; k++) {
+    /* what the router is told of class speeds: the true rates, scaled, or
+     * nothing (the library's default for every class) */
+    for (const struct sim_class *k = sim_classes;
+         cfg->rates.mode != SIM_RATES_NONE && k->name; k++) {
         lr_class_spec cs;
         lr_class_spec_init(&cs);
         cs.prefill_tokens_per_s = 1e6 / k->prefill_us;
+        if (cfg->rates.mode == SIM_RATES_SCALE)
+            cs.prefill_tokens_per_s *= cfg->rates.scale;
         st = lr_router_set_class(r->router, (uint32_t)(k - sim_classes), &cs);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_set_class", st);
@@ -1088,6 +1112,8 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
     const char *name = lr_policy_name((lr_policy)cfg->policy);
     snprintf(out->policy_name, sizeof out->policy_name, "%s",
              name ? name : "?");
+    sim_rates_describe(&cfg->rates, out->router_rates,
+                       sizeof out->router_rates);
     if (cfg->w == NULL || cfg->c == NULL || cfg->c->n == 0 ||
         cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0 ||
         cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL))

@@ -47,6 +47,9 @@ struct sim_config {
      * SLO, so a ttft-slo-s here wins) */
     const struct sim_param *params;
     size_t n_params;
+    /* the class speeds the router is told (lr_router_set_class); zeroed =
+     * nominal, the true ones */
+    struct sim_rates rates;
     /* TTFT (and lodestar's prediction error) of the requests arriving
      * before and from this time, also reported; SIM_NEVER: none */
     uint64_t split_us;
@@ -112,6 +115,7 @@ struct sim_inst_result {
 struct sim_result {
     int32_t policy;
     char policy_name[32];
+    char router_rates[40]; /* cfg->rates, described (sim_rates_describe) */
     size_t n_reqs;
     uint32_t n_inst;
     /* per request */
@@ -167,6 +171,11 @@ struct sim_result {
 int sim_run(const struct sim_config *cfg, struct sim_result *out,
             struct sim_err *err);
 void sim_result_free(struct sim_result *r);
+
+/* Free the per-request arrays (and lodestar's samples), keeping the
+ * aggregates, the per-instance figures and the learning curve: what the
+ * table and the JSON use. The suite keeps hundreds of results at once. */
+void sim_result_drop_requests(struct sim_result *r);
 
 /* Percentile (linear interpolation between order statistics, as numpy's
  * default) of v[0..n) sorted ascending; NAN for n == 0. */

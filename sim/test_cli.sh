@@ -129,6 +129,178 @@ expect 2 "--dump-samples needs lodestar" -- --policies random \
     --dump-samples "$tmp/s.csv"
 no_files "$tmp/s.csv" "$tmp/s.csv.tmp"
 
+# --router-rates: what every router (or one policy's) is told of class
+# speeds. Bad modes, scales the library refuses and unknown policies exit
+# 2. Told nothing, min-ttft decides differently on a heterogeneous
+# cluster; least-request, which never reads a rate, does not change.
+expect 2 "--router-rates: expected nominal, none or scale:X, got 'bogus'" -- \
+    --router-rates bogus
+expect 2 "--router-rates: scale:X needs a number X > 0, got '0'" -- \
+    --router-rates scale:0
+expect 2 "scale:X needs a number X > 0, got '-2'" -- --router-rates scale:-2
+expect 2 "scale:X needs a number X > 0, got 'x'" -- --router-rates scale:x
+expect 2 "scale:1e12: the router refuses class h100" -- --router-rates scale:1e12
+expect 2 "--router-rates: unknown policy 'nope' in 'nope=none'; known: random" -- \
+    --router-rates nope=none
+expect 2 "--router-rates: min-ttft: expected nominal" -- \
+    --router-rates min-ttft=fast
+rr="--workload share-mixed --cluster hetero --rate 10 --requests 300
+    --policies min-ttft,least-request --jobs 2 --quiet"
+expect 0 '' -- $rr --json "$tmp/rn.json"
+expect 0 '' -- $rr --router-rates none --json "$tmp/r0.json"
+expect 0 '' -- $rr --router-rates none --router-rates min-ttft=nominal \
+    --json "$tmp/ro.json"
+expect 0 '' -- $rr --router-rates=scale:1 \
+    --router-rates=least-request=scale:0.25 --json "$tmp/rs.json"
+expect 0 '' -- --workload share-mixed --cluster hetero --requests 50 \
+    --policies min-ttft,random --router-rates scale:0.5 \
+    --router-rates random=none
+grep -q 'class rates told to the router (--router-rates): min-ttft scale:0.5, random none' \
+    "$tmp/out" || { echo "FAIL: --router-rates in the table header"; fails=$((fails + 1)); }
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "
+import json, sys
+def load(p):
+    return {r['policy']: r for r in json.load(open(p))['runs']}
+def same(a, b):
+    keys = ('ttft_mean_s', 'ttft_p50_s', 'ttft_p99_s', 'cache_hit_rate',
+            'load_cv', 'preemptions')
+    return all(a[k] == b[k] for k in keys) and \
+        [i['requests'] for i in a['instances']] == \
+        [i['requests'] for i in b['instances']]
+n, z, o, s = (load(p) for p in sys.argv[1:])
+assert n['min-ttft']['router_rates'] == 'nominal'
+assert z['min-ttft']['router_rates'] == 'none'
+assert not same(n['min-ttft'], z['min-ttft']), 'none left min-ttft unchanged'
+assert same(n['least-request'], z['least-request']), 'none moved least-request'
+assert o['min-ttft']['router_rates'] == 'nominal'
+assert o['least-request']['router_rates'] == 'none'
+assert same(o['min-ttft'], n['min-ttft'])
+assert s['min-ttft']['router_rates'] == 'scale:1'
+assert s['least-request']['router_rates'] == 'scale:0.25'
+assert same(s['min-ttft'], n['min-ttft']) and same(s['least-request'], n['least-request'])
+" "$tmp/rn.json" "$tmp/r0.json" "$tmp/ro.json" "$tmp/rs.json" ||
+        { echo "FAIL: --router-rates results"; fails=$((fails + 1)); }
+fi
+
+# The regime suite on a tiny cells file: 2 cells x 2 seeds x 2 policies.
+# The table: two ratio tables (mean, p99), every ratio >= 1, exactly one
+# 1.000 per cell column (min-ttft is best on both seeds of both cells),
+# the worst cell named; the JSON: every run tagged with its cell and seed,
+# and ratios that follow from the runs. The job count changes nothing.
+cat >"$tmp/cells.txt" <<'CELLS'
+# two small cells; the second named
+--workload conversation --cluster 8 --requests 200
+
+hot: --workload share-mixed --cluster hetero --rate 10 --requests 200  # hetero
+CELLS
+suite="--suite-cells $tmp/cells.txt --seeds 1,2 --policies least-request,min-ttft
+    --router-rates least-request=scale:2"
+expect 0 'suite \[2/2\]' -- $suite --jobs 2 --json "$tmp/suite.json"
+cp "$tmp/out" "$tmp/suite2.txt"
+grep -q '^  class rates told to the router (--router-rates): nominal; least-request: scale:2$' \
+    "$tmp/suite2.txt" || { echo "FAIL: suite: router rates line"; fails=$((fails + 1)); }
+grep -q '^    2 hot  *--workload share-mixed --cluster hetero --rate 10 --requests 200$' \
+    "$tmp/suite2.txt" || { echo "FAIL: suite: cell legend"; fails=$((fails + 1)); }
+grep -q 'median over seeds 1, 2 of the per-seed ratio' "$tmp/suite2.txt" ||
+    { echo "FAIL: suite: the table does not say it takes a median"; fails=$((fails + 1)); }
+expect 0 '' -- $suite --jobs 1 --json "$tmp/suite1.json"
+cmp -s "$tmp/out" "$tmp/suite2.txt" ||
+    { echo "FAIL: suite: the table depends on --jobs"; fails=$((fails + 1)); }
+no_files "$tmp/suite.json.tmp"
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c "
+import json, statistics, sys
+table = open(sys.argv[1]).read().split('\n')
+tabs = [i for i, l in enumerate(table) if l.startswith('TTFT ')]
+assert len(tabs) == 2, tabs
+assert 'mean' in table[tabs[0]] and 'p99' in table[tabs[1]]
+for t in tabs:
+    assert table[t + 1].split()[:3] == ['policy', '1', '2'], table[t + 1]
+    rows = {}
+    for l in table[t + 2:t + 4]:
+        w = l.replace('*', ' ').replace('|', ' ').split()
+        rows[w[0]] = w
+    assert sorted(rows) == ['least-request', 'min-ttft'], rows
+    for name, w in rows.items():
+        cells, geo, worst, where = [float(x) for x in w[1:3]], float(w[3]), float(w[4]), w[5]
+        assert all(x >= 1 for x in cells + [geo, worst]), w
+        assert worst == max(cells) and where in ('conversation/8', 'hot'), w
+    for col in (1, 2):
+        assert [rows[n][col] for n in rows].count('1.000') == 1, (col, rows)
+    assert rows['min-ttft'][1:3] == ['1.000', '1.000'], rows
+    assert table[t + 4].startswith('= best TTFT (s)'), table[t + 4]
+
+def timeless(x):
+    skip = {'wall_s', 'jobs', 'route_ns_p50', 'route_ns_p99', 'route_ns_mean',
+            'learn_wall_s', 'step_wall_s'}
+    if isinstance(x, dict):
+        return {k: timeless(v) for k, v in x.items() if k not in skip}
+    if isinstance(x, list):
+        return [timeless(v) for v in x]
+    return x
+d = json.load(open(sys.argv[2]))
+assert timeless(d) == timeless(json.load(open(sys.argv[3]))), 'JSON depends on --jobs'
+assert d['suite'] is True and d['seeds'] == [1, 2]
+assert [c['name'] for c in d['cells']] == ['conversation/8', 'hot']
+assert d['cells'][1]['where'].endswith('cells.txt:4'), d['cells'][1]
+assert len(d['runs']) == 8
+runs = {(r['cell'], r['seed'], r['policy']): r for r in d['runs']}
+assert len(runs) == 8
+for r in d['runs']:
+    assert r['requests'] == 200 and 'instances' in r and 'ttft_p99_s' in r
+    want = 'scale:2' if r['policy'] == 'least-request' else 'nominal'
+    assert r['router_rates'] == want, r['router_rates']
+for key, m in (('ttft_mean', 'ttft_mean_s'), ('ttft_p99', 'ttft_p99_s')):
+    t = d['ratios'][key]
+    for c in ('conversation/8', 'hot'):
+        best = [min(runs[(c, s, p)][m] for p in ('least-request', 'min-ttft'))
+                for s in (1, 2)]
+        assert abs(t['best_s'][c] - statistics.median(best)) < 1e-4 * best[0]
+    for p in t['policies']:
+        for c in ('conversation/8', 'hot'):
+            ratios = [runs[(c, s, p['policy'])][m] / best_s
+                      for s, best_s in zip((1, 2),
+                          [min(runs[(c, s, q)][m] for q in ('least-request', 'min-ttft'))
+                           for s in (1, 2)])]
+            assert all(abs(a - b) < 1e-4 * a for a, b in zip(ratios, p['per_seed'][c])), (ratios, p)
+            assert abs(statistics.median(ratios) - p['cells'][c]) < 1e-4 * p['cells'][c]
+        assert p['worst'] == max(p['cells'].values())
+        assert p['cells'][p['worst_cell']] == p['worst']
+" "$tmp/suite2.txt" "$tmp/suite.json" "$tmp/suite1.json" ||
+        { echo "FAIL: suite table or JSON"; fails=$((fails + 1)); }
+fi
+
+# Suite usage errors exit 2 before any run, name the cell's FILE:LINE,
+# and leave no file.
+printf -- '--workload wildchat\n--workload nope\n' >"$tmp/c.txt"
+expect 2 "c.txt:2: --workload: unknown workload 'nope'" -- \
+    --suite-cells "$tmp/c.txt" --json "$tmp/c.json"
+no_files "$tmp/c.json" "$tmp/c.json.tmp"
+printf -- '--workload wildchat --jobs 2\n' >"$tmp/c.txt"
+expect 2 "c.txt:1: --jobs has no place in a suite cell" -- --suite-cells "$tmp/c.txt"
+printf -- 'a: --workload wildchat\na: --workload tools-zipf\n' >"$tmp/c.txt"
+expect 2 "c.txt:2: cell name 'a' is taken by c.txt:1" -- --suite-cells "$tmp/c.txt"
+printf -- '--workload wildchat\n--workload wildchat --requests 9\n' >"$tmp/c.txt"
+expect 2 "cell name 'wildchat' is taken .* NAME: prefix" -- --suite-cells "$tmp/c.txt"
+printf -- 'name --workload wildchat\n' >"$tmp/c.txt"
+expect 2 "c.txt:1: expected 'NAME:' or an option, got 'name'" -- --suite-cells "$tmp/c.txt"
+printf -- "--trace 'a b.jsonl\n" >"$tmp/c.txt"
+expect 2 "c.txt:1: unterminated ' quote" -- --suite-cells "$tmp/c.txt"
+printf -- '# nothing\n\n' >"$tmp/c.txt"
+expect 2 "c.txt: no cells" -- --suite-cells "$tmp/c.txt"
+printf -- '--trace x.jsonl\n' >"$tmp/c.txt"
+expect 2 "c.txt:1: --rate applies to generated workloads" -- \
+    --suite-cells "$tmp/c.txt" --rate 3
+expect 2 "none.txt: No such file" -- --suite-cells "$tmp/none.txt"
+expect 2 "--seeds is for --suite" -- --seeds 1,2
+expect 2 "--suite: --workload has no place here" -- --suite --workload wildchat
+expect 2 "--suite: --svg has no place here" -- --suite --svg "$tmp/s.svg"
+expect 2 "give --seed or --seeds, not both" -- --suite --seed 1 --seeds 2,3
+expect 2 "--seeds: 1 given twice" -- --suite --seeds 1,1
+expect 2 "--seeds: expected a whole number, got 'x'" -- --suite --seeds 1,x
+expect 2 "unknown policy 'nope'" -- --suite --policies least-request,nope
+
 # Lodestar learns in a short run; its samples dump as CSV (20 features and
 # the reward), its curve goes to the JSON, and every parameter applies.
 expect 0 '' -- --workload share-mixed --requests 300 --rate 1.5 \

@@ -20,6 +20,7 @@
 #include "params.h"
 #include "report.h"
 #include "sim.h"
+#include "suite.h"
 #include "workload.h"
 
 static void
@@ -207,7 +208,7 @@ render(const struct sim_workload *w, const struct sim_cluster *c,
             fail_msg("%s", err.msg);
     }
     struct sim_report rep = { "workload test", w, c, &cfg, 1.0, runs, n,
-                              NULL, 0, 0, 1, 0, 0 };
+                              NULL, 0, 0, 1, 0, 0, NULL };
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -427,7 +428,7 @@ test_lodestar_learns(void **state)
     }
     /* the CSV: a header and one line per sample, 21 columns each */
     struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res, 1,
-                              NULL, 0, 0, 1, 0, 0 };
+                              NULL, 0, 0, 1, 0, 0, NULL };
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -466,7 +467,7 @@ test_lodestar_deterministic(void **state)
         run_or_fail(&cfg, &res);
         assert_true(res.learn_rounds >= 1);
         struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res,
-                                  1, NULL, 0, 0, 1, 0, 0 };
+                                  1, NULL, 0, 0, 1, 0, 0, NULL };
         size_t len = 0;
         FILE *f = open_memstream(&doc[k], &len);
         assert_non_null(f);
@@ -689,6 +690,153 @@ test_percentile(void **state)
     assert_true(isnan(sim_percentile(v, 0, 50)));
 }
 
+/* --router-rates modes: what parses, what the library refuses, and the
+ * description each run records. */
+static void
+test_rates(void **state)
+{
+    (void)state;
+    static const char *const ok[] = { "nominal", "none", "scale:0.5",
+                                      "scale:0.1", "scale:3" };
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) {
+        struct sim_rates r;
+        struct sim_err err = { { 0 } };
+        char buf[40];
+        if (sim_rates_parse(ok[k], &r, &err) != 0)
+            fail_msg("%s: %s", ok[k], err.msg);
+        sim_rates_describe(&r, buf, sizeof buf);
+        assert_string_equal(buf, ok[k]);
+    }
+    static const char *const bad[] = { "",         "Nominal",    "scale:",
+                                       "scale:0",  "scale:-1",   "scale:inf",
+                                       "scale:2x", "scale:1e12", "none " };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        struct sim_rates r;
+        struct sim_err err = { { 0 } };
+        if (sim_rates_parse(bad[k], &r, &err) != -1 || err.msg[0] == '\0')
+            fail_msg("'%s' was taken", bad[k]);
+    }
+    /* zeroed is nominal: a config made without --router-rates */
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    assert_int_equal(cfg.rates.mode, SIM_RATES_NOMINAL);
+}
+
+/* The suite's ratios: per seed to the best policy, a median over seeds,
+ * the worst cell and the geometric mean; a policy that did not run, and
+ * one whose runs completed nothing. */
+static void
+test_suite_ratios(void **state)
+{
+    (void)state;
+    /* 2 cells x 3 seeds x 3 policies, [(cell * 3 + seed) * 3 + policy] */
+    const double v[] = {
+        /* cell 0: A best on seeds 0 and 1, B on seed 2; C did not run on
+         * seed 1 */
+        1, 2, 4,  2, 3, NAN,  3, 1.5, 6,
+        /* cell 1: A best on seed 0, B on seeds 1 and 2; C completed
+         * nothing on seed 2 */
+        1, 2, 4,  4, 2, 8,  8, 4, INFINITY,
+    };
+    struct sim_suite_ratios r;
+    assert_int_equal(sim_suite_ratios(v, 2, 3, 3, &r), 0);
+    const double eps = 1e-12;
+    /* per seed */
+    assert_true(fabs(r.per_seed[0] - 1) < eps);
+    assert_true(fabs(r.per_seed[4] - 1.5) < eps); /* cell 0, seed 1: 3 / 2 */
+    assert_true(isnan(r.per_seed[5]));            /* C did not run */
+    assert_true(fabs(r.per_seed[6] - 2) < eps);   /* 3 / 1.5 */
+    assert_true(isinf(r.per_seed[17]));
+    /* medians: cell 0 A {1, 1, 2} = 1, B {2, 1.5, 1} = 1.5, C {4, 4} = 4 */
+    assert_true(fabs(r.cell[0] - 1) < eps);
+    assert_true(fabs(r.cell[1] - 1.5) < eps);
+    assert_true(fabs(r.cell[2] - 4) < eps);
+    /* cell 1: A {1, 2, 2}, B {2, 1, 1}: B's median is 1; C {4, 4, inf} */
+    assert_true(fabs(r.cell[3] - 2) < eps);
+    assert_true(fabs(r.cell[4] - 1) < eps);
+    assert_true(fabs(r.cell[5] - 4) < eps);
+    /* the unit: the median over seeds of the best value */
+    assert_true(fabs(r.best[0] - 1.5) < eps); /* {1, 2, 1.5} */
+    assert_true(fabs(r.best[1] - 2) < eps);   /* {1, 2, 4} */
+    /* worst cells and geometric means */
+    assert_int_equal(r.worst_cell[0], 1);
+    assert_true(fabs(r.worst[0] - 2) < eps);
+    assert_true(fabs(r.geomean[0] - sqrt(2)) < eps);
+    assert_int_equal(r.worst_cell[1], 0);
+    assert_true(fabs(r.worst[1] - 1.5) < eps);
+    assert_true(fabs(r.worst[2] - 4) < eps);
+    sim_suite_ratios_free(&r);
+
+    /* with two seeds the median is the mean: the best on one seed only
+     * shows no 1; a policy that never ran has no ratio at all */
+    const double w[] = { 1, 2, NAN, 3, 2, NAN };
+    assert_int_equal(sim_suite_ratios(w, 1, 2, 3, &r), 0);
+    assert_true(fabs(r.cell[0] - 1.25) < eps); /* {1, 1.5} */
+    assert_true(fabs(r.cell[1] - 1.5) < eps);  /* {2, 1} */
+    assert_true(isnan(r.cell[2]) && isnan(r.worst[2]) && isnan(r.geomean[2]));
+    sim_suite_ratios_free(&r);
+}
+
+/* The suite's cells: words and quotes, names given and derived, the
+ * built-in grid. */
+static void
+test_suite_cells(void **state)
+{
+    (void)state;
+    char **argv;
+    int argc;
+    struct sim_err err = { { 0 } };
+    assert_int_equal(
+        sim_suite_split("  a 'b c'  x\"d'e\" #f g\n", &argv, &argc, &err), 0);
+    assert_int_equal(argc, 3);
+    assert_string_equal(argv[0], "a");
+    assert_string_equal(argv[1], "b c");
+    assert_string_equal(argv[2], "xd'e");
+    sim_suite_words_free(argv, argc);
+
+    char path[] = "/tmp/lrsim-cells-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("# my cells\n"
+          "--trace /data/x/foo.jsonl --cluster 16 --time-scale 0.5\n"
+          "   \n"
+          "--workload=wildchat --rate 3  # a comment\n"
+          "mine: --workload tools-zipf --trace-block 256\n"
+          "spaced: --trace 'a b.jsonl'\n",
+          f);
+    fclose(f);
+    struct sim_suite_cells cells;
+    if (sim_suite_read(path, &cells, &err) != 0)
+        fail_msg("%s", err.msg);
+    remove(path);
+    assert_int_equal(cells.n, 4);
+    assert_string_equal(cells.v[0].name, "foo/16");
+    assert_int_equal(cells.v[0].argc, 6);
+    assert_non_null(strstr(cells.v[0].where, ":2"));
+    assert_string_equal(cells.v[1].name, "wildchat@3");
+    assert_string_equal(cells.v[1].args, "--workload=wildchat --rate 3");
+    assert_string_equal(cells.v[2].name, "mine");
+    assert_string_equal(cells.v[2].argv[0], "--workload");
+    assert_string_equal(cells.v[3].args, "--trace \"a b.jsonl\"");
+    sim_suite_cells_free(&cells);
+
+    assert_int_equal(sim_suite_builtin(&cells, &err), 0);
+    static const char *const names[] = {
+        "conversation/8", "conversation/hetero",   "conversation/regions:3",
+        "share-mixed/8",  "share-mixed/hetero@10", "wildchat/8",
+        "tools-zipf/8",   "system-prompts/8",      "rate-shift/8",
+    };
+    assert_int_equal(cells.n, sizeof names / sizeof names[0]);
+    for (size_t k = 0; k < cells.n; k++) {
+        assert_string_equal(cells.v[k].name, names[k]);
+        assert_non_null(strstr(cells.v[k].args,
+                               "--lodestar-min 1000 --lodestar-every 500"));
+    }
+    sim_suite_cells_free(&cells);
+}
+
 int
 main(void)
 {
@@ -705,6 +853,9 @@ main(void)
         cmocka_unit_test(test_lodestar_freeze_and_params),
         cmocka_unit_test(test_params),
         cmocka_unit_test(test_fit),
+        cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_suite_ratios),
+        cmocka_unit_test(test_suite_cells),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
