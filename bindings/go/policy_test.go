@@ -140,8 +140,7 @@ func TestDecideErrors(t *testing.T) {
 	in.Params[ParamPrefixMinRatio] = math.NaN()
 	_, err = Decide(PolicyPrefixCache, &in, good)
 	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
-	// lr_policy.h says LR_ERANGE for a fraction; the library (and
-	// LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+	// A fraction for an integer key is LR_EINVAL, as for SetParam.
 	in.Params = DefaultParams()
 	in.Params[ParamLodestarCandidates] = 1.5
 	_, err = Decide(PolicyLodestar, &in, good)
@@ -160,6 +159,47 @@ func TestDecideErrors(t *testing.T) {
 	m.Close()
 	if _, err := Decide(PolicyLodestar, &in, good); err != ErrClosed {
 		t.Errorf("closed model: %v", err)
+	}
+}
+
+// DualMap over a table with no ring rank 1 (0: not among the ring's
+// candidates, or no ring) has no ring candidates and decides by load.
+func TestDecideDualMapWithoutRingRanks(t *testing.T) {
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed = 10, 5
+	rs := candidates(0, 1, 2)
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 3, 1, 2
+	d, err := Decide(PolicyDualMap, &in, rs)
+	if err != nil || d.Instance != 1 || d.Reason != ReasonLeastLoaded || d.Decider != PolicyDualMap {
+		t.Fatalf("no ranks: %+v %v", d, err)
+	}
+	// Ranks other than 1 are no help either.
+	rs[0].RingRank, rs[2].RingRank = 2, 3
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 2, 4, 0
+	d, err = Decide(PolicyDualMap, &in, rs)
+	if err != nil || d.Instance != 2 || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("ranks 2 and 3: %+v %v", d, err)
+	}
+}
+
+// A table may name one instance twice: the policies rank rows.
+func TestDecideDuplicateInstances(t *testing.T) {
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed = 10, 9
+	rs := candidates(3, 3, 4)
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 5, 1, 2
+	d, err := Decide(PolicyLeastRequest, &in, rs)
+	if err != nil || d.Instance != 3 || len(d.Scores) != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if d.Scores[0].Instance != 3 || d.Scores[1].Instance != 3 || d.Scores[2].Instance != 4 ||
+		!(d.Scores[1].Score < d.Scores[0].Score) || !(d.Scores[1].Score < d.Scores[2].Score) {
+		t.Errorf("scores %+v", d.Scores)
+	}
+	for _, p := range []Policy{PolicyRandom, PolicyMinTTFT, PolicyGORGO} {
+		if d, err := Decide(p, &in, rs); err != nil || (d.Instance != 3 && d.Instance != 4) {
+			t.Errorf("%v: %+v %v", p, d, err)
+		}
 	}
 }
 
