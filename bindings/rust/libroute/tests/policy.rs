@@ -145,8 +145,7 @@ fn decide_refuses_bad_input() {
         "LR_ERANGE",
         OP,
     );
-    // lr_policy.h says LR_ERANGE for a fraction; the library (and
-    // LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+    // A fraction for an integer key is LR_EINVAL, as for set_param.
     let mut params = Param::defaults();
     params[Param::LODESTAR_CANDIDATES.raw() as usize] = 1.5;
     input.params = &params;
@@ -191,6 +190,49 @@ fn lodestar_with_and_without_a_model() {
     );
     let again = decide_into(Policy::LODESTAR, &input, &rs, Some(&mut m), &mut scores).unwrap();
     assert_eq!(again, d);
+}
+
+/// DualMap over a table with no ring rank 1 (0: not among the ring's
+/// candidates, or no ring) has no ring candidates and decides by load.
+#[test]
+fn dualmap_without_ring_ranks_decides_by_load() {
+    let mut input = PolicyInput::new(10);
+    input.seed = 5;
+    let mut rs = rows(&[0, 1, 2]);
+    for (r, n) in rs.iter_mut().zip([3, 1, 2]) {
+        r.inflight = n;
+    }
+    let d = decide(Policy::DUALMAP, &input, &rs).unwrap();
+    assert_eq!(
+        (d.instance, d.reason, d.decider),
+        (1, Reason::LEAST_LOADED, Some(Policy::DUALMAP))
+    );
+    // Ranks other than 1 are no help either.
+    for (r, (n, rank)) in rs.iter_mut().zip([(2, 2), (4, 0), (0, 3)]) {
+        r.inflight = n;
+        r.ring_rank = rank;
+    }
+    let d = decide(Policy::DUALMAP, &input, &rs).unwrap();
+    assert_eq!((d.instance, d.reason), (2, Reason::LEAST_LOADED));
+}
+
+/// A table may name one instance twice: the policies rank rows.
+#[test]
+fn duplicate_instance_ids_are_ranked_as_rows() {
+    let mut input = PolicyInput::new(10);
+    input.seed = 9;
+    let mut rs = rows(&[3, 3, 4]);
+    for (r, n) in rs.iter_mut().zip([5, 1, 2]) {
+        r.inflight = n;
+    }
+    let mut scores = Vec::new();
+    let d = decide_into(Policy::LEAST_REQUEST, &input, &rs, None, &mut scores).unwrap();
+    assert_eq!(d.instance, 3);
+    assert!(scores[1] < scores[0] && scores[1] < scores[2], "{scores:?}");
+    for p in [Policy::RANDOM, Policy::MIN_TTFT, Policy::GORGO] {
+        let d = decide(p, &input, &rs).unwrap();
+        assert!(d.instance == 3 || d.instance == 4, "{p}: {d:?}");
+    }
 }
 
 #[test]
