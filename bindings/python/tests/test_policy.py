@@ -159,9 +159,7 @@ class Decide(unittest.TestCase):
                                     {"params": {"prefix_min_ratio": 2.0}}),
             "NaN param": (L.InvalidArgumentError, "prefix-cache", good,
                           {"params": [math.nan]}),
-            # lr_policy.h says LR_ERANGE for this; the library returns
-            # LR_EINVAL, as lr_bounds' LR_BOUNDS_INTEGER doc and
-            # lr_router_set_param() say.
+            # LR_EINVAL, as for lr_router_set_param().
             "fraction for an integer key": (
                 L.InvalidArgumentError, "lodestar", good,
                 {"params": {"lodestar_candidates": 1.5}}),
