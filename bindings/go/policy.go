@@ -321,11 +321,13 @@ func candidatePtr(rows []Candidate) *C.lr_candidate {
 }
 
 // PolicyInput is a request's facts and a policy's knobs for Decide
-// (lr_policy_input). Start from DefaultPolicyInput: the zero value names
-// instance 0 as round-robin's last.
+// (lr_policy_input). Start from DefaultPolicyInput, or from
+// Router.PolicyInput for what a router's Route would use: the zero value
+// names instance 0 as round-robin's last.
 type PolicyInput struct {
 	// Parameter values indexed by Param (Params[k] is key k); keys past
-	// its end take their defaults. Router.Params gives a router's.
+	// its end take their defaults. Router.PolicyInput gives the ones a
+	// router's routes use.
 	Params []float64
 	// Prompt length in tokens.
 	PromptTokens uint32
@@ -364,9 +366,11 @@ func LodestarFeatureCount() int {
 // It is deterministic for in.Seed and allocates nothing in the library;
 // the returned Decision has one Score per row. nil in means
 // DefaultPolicyInput(). Bad rows (none, cached tokens above the prompt, a
-// prefill rate that is not positive) are ErrInvalid, an unknown policy
+// prefill rate that is not positive, KV use outside [0, 1], a negative or
+// non-finite RTT or stall) are ErrInvalid, an unknown policy
 // ErrNotSupported, a parameter out of bounds ErrRange, a closed Model
-// ErrClosed.
+// ErrClosed. Rows may name one instance twice: the policy ranks rows, not
+// instances.
 func Decide(p Policy, in *PolicyInput, rows []Candidate) (Decision, error) {
 	const op = "lr_policy_decide"
 	if in == nil {

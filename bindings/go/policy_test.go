@@ -1,6 +1,7 @@
 package libroute
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -139,8 +140,7 @@ func TestDecideErrors(t *testing.T) {
 	in.Params[ParamPrefixMinRatio] = math.NaN()
 	_, err = Decide(PolicyPrefixCache, &in, good)
 	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
-	// lr_policy.h says LR_ERANGE for a fraction; the library (and
-	// LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+	// A fraction for an integer key is LR_EINVAL, as for SetParam.
 	in.Params = DefaultParams()
 	in.Params[ParamLodestarCandidates] = 1.5
 	_, err = Decide(PolicyLodestar, &in, good)
@@ -159,6 +159,47 @@ func TestDecideErrors(t *testing.T) {
 	m.Close()
 	if _, err := Decide(PolicyLodestar, &in, good); err != ErrClosed {
 		t.Errorf("closed model: %v", err)
+	}
+}
+
+// DualMap over a table with no ring rank 1 (0: not among the ring's
+// candidates, or no ring) has no ring candidates and decides by load.
+func TestDecideDualMapWithoutRingRanks(t *testing.T) {
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed = 10, 5
+	rs := candidates(0, 1, 2)
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 3, 1, 2
+	d, err := Decide(PolicyDualMap, &in, rs)
+	if err != nil || d.Instance != 1 || d.Reason != ReasonLeastLoaded || d.Decider != PolicyDualMap {
+		t.Fatalf("no ranks: %+v %v", d, err)
+	}
+	// Ranks other than 1 are no help either.
+	rs[0].RingRank, rs[2].RingRank = 2, 3
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 2, 4, 0
+	d, err = Decide(PolicyDualMap, &in, rs)
+	if err != nil || d.Instance != 2 || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("ranks 2 and 3: %+v %v", d, err)
+	}
+}
+
+// A table may name one instance twice: the policies rank rows.
+func TestDecideDuplicateInstances(t *testing.T) {
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed = 10, 9
+	rs := candidates(3, 3, 4)
+	rs[0].Inflight, rs[1].Inflight, rs[2].Inflight = 5, 1, 2
+	d, err := Decide(PolicyLeastRequest, &in, rs)
+	if err != nil || d.Instance != 3 || len(d.Scores) != 3 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if d.Scores[0].Instance != 3 || d.Scores[1].Instance != 3 || d.Scores[2].Instance != 4 ||
+		!(d.Scores[1].Score < d.Scores[0].Score) || !(d.Scores[1].Score < d.Scores[2].Score) {
+		t.Errorf("scores %+v", d.Scores)
+	}
+	for _, p := range []Policy{PolicyRandom, PolicyMinTTFT, PolicyGORGO} {
+		if d, err := Decide(p, &in, rs); err != nil || (d.Instance != 3 && d.Instance != 4) {
+			t.Errorf("%v: %+v %v", p, d, err)
+		}
 	}
 }
 
@@ -316,32 +357,107 @@ func TestReasonCountsAndDecider(t *testing.T) {
 	}
 }
 
-// Router.Candidates plus Decide with the route's seed reproduce the route:
-// instance, reason, cost, cached tokens, alternative, decider and every
-// score, for every policy (Lodestar while cold: the router's model is not
-// reachable through the API). Dry runs and recorded routes alike.
-func TestReplayAgreesWithRoute(t *testing.T) {
-	shared := make([]uint32, 600)
-	srng := rand.New(rand.NewSource(99))
-	for i := range shared {
-		shared[i] = uint32(srng.Intn(50000))
+// agree fails unless Decide's replay e matches route d: instance, reason,
+// cost, cached tokens, alternative, decider, seed and every score.
+func agree(t *testing.T, what string, d, e Decision) {
+	t.Helper()
+	if e.Instance != d.Instance || e.Reason != d.Reason || e.CachedTokens != d.CachedTokens ||
+		e.BestCachedTokens != d.BestCachedTokens || e.AltInstance != d.AltInstance ||
+		e.Decider != d.Decider || e.Seed != d.Seed || !sameFloat(e.Cost, d.Cost) {
+		t.Fatalf("%s:\nroute  %+v\nreplay %+v", what, d, e)
 	}
-	for _, p := range allPolicies {
-		r, ids := newTestRouter(t, p)
-		for i := 0; i < 6; i++ {
-			id, err := r.AddInstance(InstanceSpec{Name: instanceNames(6)[i], Class: uint32(i % 2),
-				RTT: time.Duration(i+1) * 250 * time.Microsecond, NoPrefixCaching: i == 5})
-			if err != nil {
+	if len(e.Scores) != len(d.Scores) {
+		t.Fatalf("%s: %d scores, route %d", what, len(e.Scores), len(d.Scores))
+	}
+	for k := range e.Scores {
+		if e.Scores[k].Instance != d.Scores[k].Instance ||
+			!sameFloat(e.Scores[k].Score, d.Scores[k].Score) {
+			t.Fatalf("%s: score %d: %+v, route %+v", what, k, e.Scores[k], d.Scores[k])
+		}
+	}
+}
+
+// replay routes req as a dry run and, unless dryOnly, for real, and replays
+// each through Candidates + PolicyInput (taken before the routes) + Decide
+// with the route's seed and model m. It returns the recorded decision (the
+// dry run's with dryOnly).
+func replay(t *testing.T, what string, r *Router, req Request, m *Mlp, dryOnly bool) Decision {
+	t.Helper()
+	rs, err := r.Candidates(&req)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	in, err := r.PolicyInput(&req)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	in.Model = m
+	flags := []RouteFlags{RouteDryRun | RouteScores, RouteScores}
+	if dryOnly {
+		flags = flags[:1]
+	}
+	var d Decision
+	for _, f := range flags {
+		req.Flags = f
+		if d, err = r.Route(&req); err != nil {
+			t.Fatalf("%s: route: %v", what, err)
+		}
+		in.Seed = d.Seed
+		e, err := Decide(r.Policy(), &in, rs)
+		if err != nil {
+			t.Fatalf("%s: replay: %v", what, err)
+		}
+		agree(t, fmt.Sprintf("%s flags %d", what, f), d, e)
+	}
+	return d
+}
+
+// replayFleet is six instances of two classes, one without prefix caching,
+// one with scraped stats.
+func replayFleet(t *testing.T, p Policy, lo *LearnerOptions) *Router {
+	t.Helper()
+	o := DefaultRouterOptions()
+	o.Policy, o.Seed, o.Learner = p, 11, lo
+	r, err := NewRouter(&o)
+	if err != nil {
+		t.Fatalf("NewRouter(%v): %v", p, err)
+	}
+	t.Cleanup(func() { r.Close() })
+	for i := 0; i < 6; i++ {
+		id, err := r.AddInstance(InstanceSpec{Name: instanceNames(6)[i], Class: uint32(i % 2),
+			RTT: time.Duration(i+1) * 250 * time.Microsecond, NoPrefixCaching: i == 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			if err := r.SetStats(id, EngineStats{Running: 7, Waiting: 3, KVUse: 0.6,
+				ScrapedAt: sec}); err != nil {
 				t.Fatal(err)
 			}
-			ids = append(ids, id)
 		}
-		if err := r.SetClass(1, ClassSpec{PrefillTokensPerSecond: 30000}); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.SetStats(ids[2], EngineStats{Running: 7, Waiting: 3, KVUse: 0.6, ScrapedAt: sec}); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if err := r.SetClass(1, ClassSpec{PrefillTokensPerSecond: 30000}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func randTokens(rng *rand.Rand, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(rng.Intn(50000))
+	}
+	return out
+}
+
+// Router.Candidates plus Router.PolicyInput plus Decide with the route's
+// seed reproduce the route: instance, reason, cost, cached tokens,
+// alternative, decider and every score, for every policy (Lodestar cold
+// here; trained below). Dry runs and recorded routes alike.
+func TestReplayAgreesWithRoute(t *testing.T) {
+	shared := randTokens(rand.New(rand.NewSource(99)), 600)
+	for _, p := range allPolicies {
+		r := replayFleet(t, p, nil)
 		rng := rand.New(rand.NewSource(int64(p) + 1))
 		last := InstanceNone
 		now := sec
@@ -349,55 +465,21 @@ func TestReplayAgreesWithRoute(t *testing.T) {
 			now += 37_000_000
 			toks := shared
 			if i%3 != 0 {
-				toks = append([]uint32(nil), shared[:64*(i%6)]...)
-				for k := 0; k < 200+13*i; k++ {
-					toks = append(toks, uint32(rng.Intn(50000)))
-				}
+				toks = append(append([]uint32(nil), shared[:64*(i%6)]...),
+					randTokens(rng, 200+13*i)...)
 			}
 			req := Request{ID: uint64(i), Tokens: toks, TenantSalt: uint64(i % 2),
 				ExpectedOutputTokens: uint32(i%4) * 50, Now: now}
 			if i%5 == 0 {
 				req.Session, req.HasSession = uint64(1000+i%2), true
 			}
-			rs, err := r.Candidates(&req)
-			if err != nil {
-				t.Fatalf("%v: %v", p, err)
+			// The cursor is the last instance round-robin chose.
+			if in, err := r.PolicyInput(&req); err != nil || in.LastInstance != last {
+				t.Fatalf("%v request %d: cursor %v, want %v (%v)", p, i, in.LastInstance, last, err)
 			}
-			params, err := r.Params()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, flags := range []RouteFlags{RouteDryRun | RouteScores, RouteScores} {
-				req.Flags = flags
-				d, err := r.Route(&req)
-				if err != nil {
-					t.Fatalf("%v route %d: %v", p, i, err)
-				}
-				in := PolicyInput{Params: params, PromptTokens: uint32(len(toks)),
-					ExpectedOutputTokens: req.ExpectedOutputTokens, LastInstance: last,
-					Seed: d.Seed}
-				e, err := Decide(r.Policy(), &in, rs)
-				if err != nil {
-					t.Fatalf("%v replay %d: %v", p, i, err)
-				}
-				if e.Instance != d.Instance || e.Reason != d.Reason || e.CachedTokens != d.CachedTokens ||
-					e.BestCachedTokens != d.BestCachedTokens || e.AltInstance != d.AltInstance ||
-					e.Decider != d.Decider || e.Seed != d.Seed || !sameFloat(e.Cost, d.Cost) {
-					t.Fatalf("%v request %d flags %d:\nroute  %+v\nreplay %+v", p, i, flags, d, e)
-				}
-				if len(e.Scores) != len(d.Scores) {
-					t.Fatalf("%v: %d scores, route %d", p, len(e.Scores), len(d.Scores))
-				}
-				for k := range e.Scores {
-					if e.Scores[k].Instance != d.Scores[k].Instance ||
-						!sameFloat(e.Scores[k].Score, d.Scores[k].Score) {
-						t.Fatalf("%v request %d score %d: %+v, route %+v", p, i, k,
-							e.Scores[k], d.Scores[k])
-					}
-				}
-				if flags&RouteDryRun == 0 && d.Decider == PolicyRoundRobin {
-					last = d.Instance
-				}
+			d := replay(t, fmt.Sprintf("%v request %d", p, i), r, req, nil, false)
+			if d.Decider == PolicyRoundRobin {
+				last = d.Instance
 			}
 			if i%4 == 3 {
 				if err := r.FirstToken(uint64(i-1), now); err != nil {
@@ -411,4 +493,166 @@ func TestReplayAgreesWithRoute(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A trained Lodestar router replays with the model LearnerSave exports.
+func TestReplayTrainedLodestar(t *testing.T) {
+	lo := DefaultLearnerOptions()
+	lo.MinSamples, lo.RetrainEvery, lo.Epochs = 64, 64, 5
+	mo := DefaultMlpOptions()
+	mo.HiddenLayers, mo.Width = 2, 16
+	lo.Mlp = &mo
+	r := replayFleet(t, PolicyLodestar, &lo)
+	_, err := r.LearnerSave()
+	wantStatus(t, err, ErrState, StatusState, "lr_router_learner_save")
+	// The model decides wherever it can (no out-of-range fallback).
+	if err := r.SetParam(ParamLodestarOOD, 0); err != nil {
+		t.Fatal(err)
+	}
+	now := sec
+	for i := 0; i < 160; i++ {
+		now += 5_000_000
+		rng := rand.New(rand.NewSource(int64(i % 24)))
+		id := uint64(i)
+		if _, err := r.Route(&Request{ID: id, Tokens: randTokens(rng, 150+i%40), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.FirstToken(id, now+uint64(1+i%7)*1_000_000); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			if err := r.Complete(id, 10, now+9_000_000); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if trained, err := r.LearnStep(LearnForce); err != nil || !trained {
+		t.Fatalf("LearnStep: %v %v", trained, err)
+	}
+	blob, err := r.LearnerSave()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMlp(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.NInputs() != LodestarFeatureCount() {
+		t.Fatalf("model of %d inputs", m.NInputs())
+	}
+	for k := 0; k < 24; k++ {
+		now += 1_000_000
+		rng := rand.New(rand.NewSource(int64(k % 24)))
+		req := Request{ID: uint64(1000 + k), Tokens: randTokens(rng, 150+7*k), Now: now,
+			Session: uint64(k % 3), HasSession: true}
+		d := replay(t, fmt.Sprintf("lodestar request %d", k), r, req, m, false)
+		if d.Decider != PolicyLodestar {
+			t.Fatalf("request %d: decided by %v", k, d.Decider)
+		}
+	}
+	// The model in service is still the one exported.
+	again, err := r.LearnerSave()
+	if err != nil || string(again) != string(blob) {
+		t.Errorf("LearnerSave changed (%v)", err)
+	}
+}
+
+// GORGO during a tuner trial: the weights in service are not the incumbent
+// Params reports, and PolicyInput has the ones in service.
+func TestReplayGORGOTrial(t *testing.T) {
+	r := replayFleet(t, PolicyGORGO, nil)
+	now := sec
+	for i := 0; i < 200; i++ { // a trial runs after the first window
+		now += 2_000_000
+		rng := rand.New(rand.NewSource(int64(i % 24)))
+		id := uint64(i)
+		if _, err := r.Route(&Request{ID: id, Tokens: randTokens(rng, 150+i%40), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.FirstToken(id, now+uint64(1+i%5)*1_000_000); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Complete(id, 4, now+9_000_000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := Request{Tokens: make([]uint32, 256)}
+	served, err := r.PolicyInput(&probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incumbent, err := r.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if served.Params[ParamGORGOWeightRTT] == incumbent[ParamGORGOWeightRTT] &&
+		served.Params[ParamGORGOWeightQueue] == incumbent[ParamGORGOWeightQueue] {
+		t.Fatalf("no trial: weights in service %v, incumbent %v",
+			served.Params[ParamGORGOWeightRTT:ParamGORGOWeightQueue+1],
+			incumbent[ParamGORGOWeightRTT:ParamGORGOWeightQueue+1])
+	}
+	for k := 0; k < 12; k++ {
+		now += 1_000_000
+		rng := rand.New(rand.NewSource(int64(k % 24)))
+		req := Request{ID: uint64(1000 + k), Tokens: randTokens(rng, 150+11*k), Now: now}
+		replay(t, fmt.Sprintf("gorgo request %d", k), r, req, nil, false)
+	}
+	// No first token since: the trial goes on.
+	if in, _ := r.PolicyInput(&probe); in.Params[ParamGORGOWeightRTT] != served.Params[ParamGORGOWeightRTT] {
+		t.Errorf("weights moved without a first token")
+	}
+}
+
+func TestRouterPolicyInput(t *testing.T) {
+	const op = "lr_router_policy_input"
+	r, _ := newTestRouter(t, PolicyRoundRobin, instanceNames(4)...)
+	req := Request{Tokens: make([]uint32, 100), ExpectedOutputTokens: 7}
+	in, err := r.PolicyInput(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.PromptTokens != 100 || in.ExpectedOutputTokens != 7 || in.BlockTokens != 16 ||
+		in.LastInstance != InstanceNone || in.Seed != 0 || in.Model != nil ||
+		len(in.Params) != ParamCount() {
+		t.Fatalf("%+v", in)
+	}
+	if v, _ := r.Param(ParamPrefixMinRatio); in.Params[ParamPrefixMinRatio] != v {
+		t.Errorf("prefix_min_ratio %v, router %v", in.Params[ParamPrefixMinRatio], v)
+	}
+	// The router's default output applies to 0, as in Route.
+	if err := r.SetParam(ParamDefaultOutputTokens, 300); err != nil {
+		t.Fatal(err)
+	}
+	req.ExpectedOutputTokens = 0
+	if in, _ := r.PolicyInput(&req); in.ExpectedOutputTokens != 300 {
+		t.Errorf("default output: %d", in.ExpectedOutputTokens)
+	}
+	req.ID, req.Now = 1, sec
+	d, err := r.Route(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := r.PolicyInput(&req); in.LastInstance != d.Instance {
+		t.Errorf("cursor %v after a route to %v", in.LastInstance, d.Instance)
+	}
+	// Checked as Route checks a request; nothing changes.
+	_, err = r.PolicyInput(&Request{Tokens: make([]uint32, 10), Boundaries: []uint32{5, 2}})
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	_, err = r.PolicyInput(&Request{Tokens: make([]uint32, 10), Flags: 1 << 30})
+	wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	if s, _ := r.Stats(); s.Routes != 1 || s.DryRuns != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	r.Close()
+	if _, err := r.PolicyInput(&req); err != ErrClosed {
+		t.Errorf("after Close: %v", err)
+	}
+	if _, err := r.LearnerSave(); err != ErrClosed {
+		t.Errorf("LearnerSave after Close: %v", err)
+	}
+	// A router that never chose Lodestar has no learner.
+	r2, _ := newTestRouter(t, PolicyRandom, instanceNames(2)...)
+	_, err = r2.LearnerSave()
+	wantStatus(t, err, ErrState, StatusState, "lr_router_learner_save")
 }

@@ -537,9 +537,9 @@ func (r *Router) Param(key Param) (float64, error) {
 }
 
 // Params returns every parameter's value, indexed by Param (ParamCount()
-// of them): the PolicyInput.Params to replay this router's routes with
-// Decide. For the GORGO weights it is the incumbent, which during a tuner
-// trial differs from the weights in service.
+// of them), as Param reads them. For the GORGO weights it is the
+// incumbent, which during a tuner trial differs from the weights in
+// service: replay routes with PolicyInput's Params.
 func (r *Router) Params() ([]float64, error) {
 	h, err := r.acquire()
 	if err != nil {
@@ -699,6 +699,24 @@ func (r *Router) LearnerSamples() (LearnerSamples, error) {
 		})
 }
 
+// LearnerSave returns Lodestar's model in service, serialized as Mlp.Save
+// does (lr_router_learner_save), taking over a newly trained one first as
+// Route would. LoadMlp of it scores candidates exactly as Route does: the
+// PolicyInput.Model to replay a trained Lodestar router's routes with
+// Decide. ErrState with no learner or no model yet.
+func (r *Router) LearnerSave() ([]byte, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	var b *C.lr_blob
+	if err := check(C.lr_router_learner_save(h, &b), "lr_router_learner_save"); err != nil {
+		return nil, err
+	}
+	return blobBytes(b), nil
+}
+
 // LearnerStats returns the counters of Lodestar's learner; ErrState until
 // PolicyLodestar has been chosen once.
 func (r *Router) LearnerStats() (LearnerStats, error) {
@@ -794,8 +812,8 @@ func (r *Router) ReasonCounts() ([]uint64, error) {
 // the cached tokens its policy would see and the ring ranks of its key.
 // Only the prompt and the request's facts are read (not ID, Boundaries or
 // Flags); nothing in the router changes. Decide over it with the router's
-// policy, Params and a Route's Decision.Seed makes that route's choice.
-// ErrState with no routable instance.
+// policy, PolicyInput and a Route's Decision.Seed makes that route's
+// choice. ErrState with no routable instance.
 func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 	const op = "lr_router_candidates"
 	var q C.lr_request
@@ -825,5 +843,56 @@ func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 			return nil, err
 		}
 		return rows[:n:n], nil
+	}
+}
+
+// PolicyInput returns the rest of what Route hands the policy for req now
+// (lr_router_policy_input), besides the table (Candidates), the seed
+// (Decision.Seed) and Lodestar's model (LearnerSave): the prompt length,
+// the expected output tokens with the router's default applied, the block
+// size, round-robin's cursor (InstanceNone before its first route) and
+// every parameter in service, indexed by Param. During a GORGO tuner trial
+// its weights are the trial's, not the incumbent Param and Params report.
+// Seed is 0 and Model nil: set them, and Decide replays the route. req is
+// checked as Route checks it (ErrInvalid); nothing in the router changes.
+func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
+	const op = "lr_router_policy_input"
+	var q C.lr_request
+	C.lr_request_init_sized(&q, C.sizeof_lr_request)
+	q.id = C.uint64_t(req.ID)
+	q.n_tokens = C.size_t(len(req.Tokens))
+	q.n_boundaries = C.size_t(len(req.Boundaries))
+	q.tenant_salt = C.uint64_t(req.TenantSalt)
+	q.session = C.uint64_t(req.Session)
+	q.has_session = cbool(req.HasSession)
+	q.expected_output_tokens = C.uint32_t(req.ExpectedOutputTokens)
+	q.flags = C.uint32_t(req.Flags)
+	q.now_ns = C.uint64_t(req.Now)
+	h, err := r.acquire()
+	if err != nil {
+		return PolicyInput{}, err
+	}
+	defer r.mu.RUnlock()
+	params := make([]float64, int(C.lr_param_count()))
+	for {
+		var in C.lr_policy_input
+		C.lr_policy_input_init_sized(&in, C.sizeof_lr_policy_input)
+		st := C.lrgo_router_policy_input(h, &q, u32ptr(req.Tokens), u32ptr(req.Boundaries),
+			&in, f64ptr(params), C.size_t(len(params)))
+		if st == C.LR_EBUFSIZE && int(in.n_params) > len(params) {
+			params = make([]float64, int(in.n_params))
+			continue
+		}
+		if err := check(st, op); err != nil {
+			return PolicyInput{}, err
+		}
+		n := int(in.n_params)
+		return PolicyInput{
+			Params:               params[:n:n],
+			PromptTokens:         uint32(in.prompt_tokens),
+			ExpectedOutputTokens: uint32(in.expected_output_tokens),
+			BlockTokens:          uint32(in.block_tokens),
+			LastInstance:         InstanceID(in.last_instance),
+		}, nil
 	}
 }

@@ -29,6 +29,22 @@ lrgo_router_candidates(lr_router *r, const lr_request *q,
 }
 
 lr_status
+lrgo_router_policy_input(lr_router *r, const lr_request *q,
+                         const uint32_t *tokens, const uint32_t *boundaries,
+                         lr_policy_input *in, double *params, size_t capacity)
+{
+    lr_request req = *q;
+    req.tokens = tokens;
+    req.boundaries = boundaries;
+    lr_policy_input pin = *in;
+    lr_status st = lr_router_policy_input(r, &req, &pin, params, capacity);
+    pin.params = NULL; /* the caller's buffer: Go keeps its own slice */
+    pin.model = NULL;
+    *in = pin;
+    return st;
+}
+
+lr_status
 lrgo_policy_decide(int32_t policy, const lr_policy_input *in,
                    const double *params, lr_mlp *model,
                    const lr_candidate *rows, size_t n_rows, size_t row_size,

@@ -51,6 +51,12 @@ lr_status lrgo_router_candidates(lr_router *r, const lr_request *q,
                                  size_t capacity, size_t row_size,
                                  size_t *n_rows);
 
+lr_status lrgo_router_policy_input(lr_router *r, const lr_request *q,
+                                   const uint32_t *tokens,
+                                   const uint32_t *boundaries,
+                                   lr_policy_input *in, double *params,
+                                   size_t capacity);
+
 lr_status lrgo_policy_decide(int32_t policy, const lr_policy_input *in,
                              const double *params, lr_mlp *model,
                              const lr_candidate *rows, size_t n_rows,

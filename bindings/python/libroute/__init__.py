@@ -46,7 +46,8 @@ from .learner import Learner, LearnerScore, LearnerStats, Samples
 from .load import Load, LoadSnapshot, RequestState
 from .mlp import Mlp
 from .ring import Ring
-from .policy import Candidate, Candidates, Decision, Score, decide, ring_key
+from .policy import (Candidate, Candidates, Decision, PolicyInput, Score,
+                     decide, ring_key)
 from .router import Move, Router, RouterStats, param_bounds
 from .text import text_tokens
 from .vllm import VllmBatchInfo
@@ -90,7 +91,8 @@ __version__ = version_string()
 
 __all__ = [
     "Router", "Index", "Ring", "Load", "Mlp", "Learner", "Cost",
-    "CostTunerStats", "Candidate", "Candidates", "decide", "ring_key",
+    "CostTunerStats", "Candidate", "Candidates", "PolicyInput", "decide",
+    "ring_key",
     "policy", "cost", "cost_param_bounds", "policy_count", "param_count",
     "reason_count", "cost_kind_count", "cost_param_count",
     "lodestar_feature_count",

@@ -6,13 +6,15 @@ sees of it (cached tokens, load, scraped stats, RTT, class speed, ring
 rank). Router.candidates() records the table a route() would decide on;
 decide() runs a policy over any table, the same code route() runs after
 gathering its own. With the same table, parameters and seed it makes the
-same choice, so a route can be replayed from Decision.seed:
+same choice, so a route can be replayed from Decision.seed, with the
+rest of what route() hands the policy from Router.policy_input() (and, for
+Lodestar, the model from Router.learner_save()):
 
     rows = router.candidates(tokens, now_ns=now)
+    inp = router.policy_input(tokens)
     d = router.route(tokens, request_id=1, now_ns=now, dry_run=True)
-    again = libroute.policy.decide(router.policy, rows,
-                                   prompt_tokens=len(tokens), seed=d.seed,
-                                   params=router.params())
+    again = libroute.policy.decide(router.policy, rows, seed=d.seed,
+                                   **inp._asdict())
     assert (again.instance, again.reason) == (d.instance, d.reason)
 
 decide() allocates nothing in the library and is reentrant; a Lodestar
@@ -30,8 +32,9 @@ from .enums import Param, Policy, Reason, RingKey, as_enum
 from .errors import check, error_for
 from .mlp import Mlp
 
-__all__ = ["Candidate", "Candidates", "Decision", "Score", "decide",
-           "ring_key", "policy_value", "param_key", "params_array"]
+__all__ = ["Candidate", "Candidates", "Decision", "PolicyInput", "Score",
+           "decide", "ring_key", "policy_value", "param_key",
+           "params_array"]
 
 _NONE = lib.LR_INSTANCE_NONE
 ROW_SIZE: int = ffi.sizeof("lr_candidate")
@@ -72,6 +75,35 @@ class Decision(NamedTuple):
     scores: Optional[Tuple[Score, ...]]
     decider: Optional[Policy] = None
     seed: int = 0
+
+
+class PolicyInput(NamedTuple):
+    """What route() hands the policy for a request besides the table, the
+    seed and Lodestar's model (lr_policy_input, from
+    Router.policy_input()). The field names are decide()'s keywords, so
+    ``decide(policy, rows, seed=d.seed, **inp._asdict())`` replays a
+    route.
+
+    ``params`` holds every parameter in service, indexed by Param (for
+    GORGO's weights during a tuner trial, the trial's, which differ from
+    Router.get_param()'s incumbent); ``expected_output_tokens`` has the
+    router's default applied; ``last_instance`` is round-robin's cursor,
+    None before its first route.
+    """
+
+    prompt_tokens: int
+    expected_output_tokens: int
+    block_tokens: int
+    last_instance: Optional[int]
+    params: Tuple[float, ...]
+
+
+def policy_input_from(inp, params) -> PolicyInput:
+    """A PolicyInput from an lr_policy_input whose params are ``params``."""
+    last = inp.last_instance
+    return PolicyInput(inp.prompt_tokens, inp.expected_output_tokens,
+                       inp.block_tokens, None if last == _NONE else last,
+                       tuple(params[0:inp.n_params]))
 
 
 def decision_from(d, scores) -> Decision:
@@ -296,12 +328,15 @@ def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
     bounds raise OutOfRangeError, unknown keys NotSupportedError).
     ``model`` is an Mlp with lodestar_feature_count() inputs that scores
     Lodestar's candidates (None: cold start, its fallback decides).
-    ``last_instance`` is the instance round-robin served last.
+    ``last_instance`` is the instance round-robin served last. A
+    Router.policy_input() supplies all but ``seed`` and ``model``.
 
     Returns a Decision whose ``scores`` has one Score per row, in the
     table's order. Bad rows (cached_tokens above prompt_tokens, a
-    prefill_rate that is not positive, duplicate instances, no rows) raise
-    InvalidArgumentError; an unknown policy NotSupportedError.
+    prefill_rate that is not positive, kv_use outside [0, 1], a negative
+    or non-finite rtt_ms or stall_s, no rows) raise InvalidArgumentError;
+    an unknown policy NotSupportedError. Rows may name one instance twice:
+    the policy ranks rows, not instances.
     """
     pol = policy_value(policy)
     table = as_table(rows)

@@ -21,8 +21,9 @@ from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
 from .mlp import options_dict
-from .policy import (ROW_SIZE, Candidates, Decision, Score, decision_from,
-                     param_key, policy_value)
+from .policy import (ROW_SIZE, Candidates, Decision, PolicyInput, Score,
+                     decision_from, param_key, policy_input_from,
+                     policy_value)
 from .vllm import VllmBatchInfo, finish, new_info
 
 __all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
@@ -330,9 +331,9 @@ class Router(_Handle):
         order, with the cached tokens the policy would see and the ring
         ranks of its key. Changes nothing (no expiry, recency or draw).
 
-        policy.decide() over it with the router's policy, params() and a
-        route's Decision.seed makes that route's choice. StateError with no
-        routable instance."""
+        policy.decide() over it with the router's policy, policy_input()
+        and a route's Decision.seed makes that route's choice. StateError
+        with no routable instance."""
         q = _request(request_id, now_ns, tenant_salt, session,
                      expected_output_tokens, 0)
         n = ffi.new("size_t *")
@@ -351,6 +352,41 @@ class Router(_Handle):
                     continue
                 check(st, "lr_router_candidates")
                 return Candidates._wrap(rows, n[0])
+
+    def policy_input(self, tokens: Any, *, now_ns: int = 0,
+                     request_id: int = 0, tenant_salt: int = 0,
+                     session: Optional[int] = None,
+                     expected_output_tokens: int = 0,
+                     boundaries: Any = None) -> PolicyInput:
+        """lr_router_policy_input(): the rest of what route() hands the
+        policy for this request now, besides the table (candidates()), the
+        seed (Decision.seed) and Lodestar's model (learner_save()): the
+        request's prompt and expected output tokens (the router's default
+        applied), the block size, round-robin's cursor and the parameters
+        in service (for GORGO during a tuner trial, the trial's weights,
+        not params()' incumbent). Changes nothing. The request is checked
+        as route() checks it (InvalidArgumentError); ``now_ns`` is not
+        read. See PolicyInput for replaying a route with it."""
+        q = _request(request_id, now_ns, tenant_salt, session,
+                     expected_output_tokens, 0)
+        inp = new_sized("lr_policy_input", lib.lr_policy_input_init_sized)
+        cap = lib.lr_param_count()
+        with u32_in(tokens, "tokens") as tok, \
+                u32_in(boundaries, "boundaries") as bnd:
+            q.tokens = tok
+            q.n_tokens = len(tok)
+            if boundaries is not None:
+                q.boundaries = bnd
+                q.n_boundaries = len(bnd)
+            while True:
+                params = ffi.new("double[]", max(cap, 1))
+                with self._use() as p:
+                    st = lib.lr_router_policy_input(p, q, inp, params, cap)
+                if st == _BUFSIZE and inp.n_params > cap:
+                    cap = inp.n_params
+                    continue
+                check(st, "lr_router_policy_input")
+                return policy_input_from(inp, params)
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -436,9 +472,9 @@ class Router(_Handle):
 
     def params(self) -> Dict[Param, float]:
         """Every parameter the library has (lr_param_count()) with its
-        value here: the ``params`` to replay this router's routes with
-        policy.decide(). (For GORGO's weights this is the incumbent, which
-        during a tuner trial differs from the weights in service.)"""
+        value here (get_param()). For GORGO's weights this is the
+        incumbent, which during a tuner trial differs from the weights in
+        service: replay routes with policy_input()'s params."""
         return {as_enum(Param, k): self.get_param(k)
                 for k in range(lib.lr_param_count())}
 
@@ -548,6 +584,19 @@ class Router(_Handle):
                 lambda x, y, cap, n: lib.lr_router_learner_samples(
                     p, x, width, y, cap, n),
                 width, "lr_router_learner_samples")
+
+    def learner_save(self) -> bytes:
+        """lr_router_learner_save(): Lodestar's model in service as
+        Mlp.save() bytes (taking over a newly trained one first, as
+        route() would). ``Mlp.load()`` of them scores candidates exactly
+        as route() does: the ``model`` to replay a trained Lodestar
+        router's routes with policy.decide(). StateError with no learner
+        or no model yet."""
+        out = ffi.new("lr_blob **")
+        with self._use() as p:
+            st = lib.lr_router_learner_save(p, out)
+        check(st, "lr_router_learner_save")
+        return take_blob(out)
 
     def learner_stats(self) -> LearnerStats:
         """lr_router_learner_stats(): the learner's counters (StateError

@@ -4,6 +4,7 @@ table plus its Decision.seed replays its choice."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import unittest
 
@@ -158,9 +159,7 @@ class Decide(unittest.TestCase):
                                     {"params": {"prefix_min_ratio": 2.0}}),
             "NaN param": (L.InvalidArgumentError, "prefix-cache", good,
                           {"params": [math.nan]}),
-            # lr_policy.h says LR_ERANGE for this; the library returns
-            # LR_EINVAL, as lr_bounds' LR_BOUNDS_INTEGER doc and
-            # lr_router_set_param() say.
+            # LR_EINVAL, as for lr_router_set_param().
             "fraction for an integer key": (
                 L.InvalidArgumentError, "lodestar", good,
                 {"params": {"lodestar_candidates": 1.5}}),
@@ -207,35 +206,39 @@ class Decide(unittest.TestCase):
                 L.decide("lodestar", rows, prompt_tokens=100, model=m)
 
 
-class KnownLibraryBugs(unittest.TestCase):
+class Tables(unittest.TestCase):
+    """Tables the library once mishandled (recorded in 0.2's first binding
+    pass as expected failures)."""
 
-    @unittest.expectedFailure
-    def test_dualmap_over_a_table_without_ring_ranks(self):
-        # lr_policy_decide(LR_POLICY_DUALMAP) on rows that have no ring rank
-        # 1 (ring_rank 0 is allowed: "not among them or no ring") reaches
-        # LR_NEVER(a == LR_NIL) in lib/dualmap.c, an assert that aborts the
-        # process unless NDEBUG. Run in a child so the abort is contained;
-        # once the library returns a status (or falls back) instead, this
-        # passes unexpectedly: drop the decorator then.
-        import subprocess
-        import sys
-        code = ("import libroute as L\n"
-                "try:\n"
-                "    L.decide('dualmap', [L.Candidate(0), L.Candidate(1)],\n"
-                "             prompt_tokens=10)\n"
-                "except L.LrError:\n"
-                "    pass\n")
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True)
-        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+    def test_dualmap_without_ring_ranks_decides_by_load(self):
+        # No row has ring rank 1 (0: "not among them or no ring"): DualMap
+        # has no ring candidates and takes the least loaded instance.
+        rows = [row(0, inflight=3), row(1, inflight=1), row(2, inflight=2)]
+        d = L.decide("dualmap", rows, prompt_tokens=10, seed=5)
+        self.assertEqual(d.instance, 1)
+        self.assertIs(d.reason, L.Reason.LEAST_LOADED)
+        self.assertIs(d.decider, L.Policy.DUALMAP)
+        # Ranks other than 1 are no help either.
+        rows = [row(0, inflight=2, ring_rank=2), row(1, inflight=4),
+                row(2, inflight=0, ring_rank=3)]
+        d = L.decide("dualmap", rows, prompt_tokens=10, seed=5)
+        self.assertEqual((d.instance, d.reason),
+                         (2, L.Reason.LEAST_LOADED))
 
-
-    @unittest.expectedFailure
-    def test_duplicate_instance_ids_are_refused(self):
-        # lr_policy.h: lr_policy_decide() returns LR_EINVAL for "duplicate
-        # instance ids"; lr__rows_check() does not look for them, so a
-        # table naming one instance twice is decided on.
-        with self.assertRaises(L.InvalidArgumentError):
-            L.decide("random", [row(3), row(3)], prompt_tokens=10)
+    def test_duplicate_instance_ids_are_ranked_as_rows(self):
+        # lr_policy_decide() ranks rows, not instances: a table may name an
+        # instance twice, and each row gets its own score.
+        rows = [row(3, inflight=5), row(3, inflight=1), row(4, inflight=2)]
+        d = L.decide("least-request", rows, prompt_tokens=10)
+        self.assertEqual(d.instance, 3)
+        self.assertEqual([s.instance for s in d.scores], [3, 3, 4])
+        self.assertNotEqual(d.scores[0].score, d.scores[1].score)
+        self.assertEqual(min(d.scores, key=lambda s: s.score),
+                         d.scores[1])
+        for policy in ("random", "min-ttft", "gorgo"):
+            with self.subTest(policy=policy):
+                e = L.decide(policy, rows, prompt_tokens=10, seed=9)
+                self.assertIn(e.instance, (3, 4))
 
 
 class RingKey(unittest.TestCase):
@@ -296,9 +299,9 @@ class RouterTable(unittest.TestCase):
                 r.candidates(tokens(10), now_ns=S)
 
 
-# Policies the router and decide() run the same way given the table.
-# Lodestar replays while cold (the router's model is not reachable from
-# the API); a trained one needs the model it served with.
+# Every policy: the router and decide() run the same code given the table
+# and the policy input. Lodestar is cold here; a trained one replays below
+# with its model.
 REPLAYED = ["random", "round-robin", "least-request", "least-load",
             "session-affinity", "consistent-hash", "prefix-cache",
             "prefix-cache-and-load", "sglang-cache-aware", "preble",
@@ -306,11 +309,12 @@ REPLAYED = ["random", "round-robin", "least-request", "least-load",
 
 
 class Replay(unittest.TestCase):
-    """Router.candidates() + decide() with the route's seed reproduces the
-    route: instance, reason, cost and every score, for every policy."""
+    """Router.candidates() + Router.policy_input() + decide() with the
+    route's seed (and, for a trained Lodestar, Router.learner_save()'s
+    model) reproduces the route: instance, reason, cost and every score."""
 
-    def cluster(self, policy):
-        r = L.Router(policy, seed=11)
+    def cluster(self, policy, **kw):
+        r = L.Router(policy, seed=11, **kw)
         for i in range(6):
             r.add_instance(f"10.1.0.{i}:8000", instance_class=i % 2,
                            rtt_ns=(i + 1) * 250_000,
@@ -319,9 +323,9 @@ class Replay(unittest.TestCase):
         r.set_stats(2, running=7, waiting=3, kv_use=0.6, scraped_ns=S)
         return r
 
-    def check(self, r, d, rows, prompt, last, **kw):
-        e = L.decide(r.policy, rows, prompt_tokens=prompt, seed=d.seed,
-                     params=r.params(), last_instance=last, **kw)
+    def check(self, r, d, rows, inp, model=None):
+        e = L.decide(r.policy, rows, seed=d.seed, model=model,
+                     **inp._asdict())
         self.assertEqual(
             (e.instance, e.reason, e.cached_tokens, e.best_cached_tokens,
              e.alt_instance, e.decider, e.seed),
@@ -333,12 +337,27 @@ class Replay(unittest.TestCase):
             self.assertEqual(a.instance, b.instance)
             self.assertTrue(same(a.score, b.score), (a, b))
 
+    def replay(self, r, t, rid, now, model=None, dry_only=False, **kw):
+        """A dry run and (unless dry_only) a recorded route of ``t``, each
+        replayed from the table and input taken just before it."""
+        rows = r.candidates(t, now_ns=now, **kw)
+        inp = r.policy_input(t, now_ns=now, **kw)
+        dry = r.route(t, request_id=rid, now_ns=now, dry_run=True,
+                      scores=True, **kw)
+        self.check(r, dry, rows, inp, model)
+        if dry_only:
+            return dry
+        # And for real: the same table and input, the next seed.
+        d = r.route(t, request_id=rid, now_ns=now, scores=True, **kw)
+        self.check(r, d, rows, inp, model)
+        return d
+
     def test_routes_replay(self):
         shared = tokens(600, 99)
         for policy in REPLAYED:
             with self.subTest(policy=policy), self.cluster(policy) as r:
-                last = None  # round-robin's cursor: the last recorded
                 now = S
+                last = None
                 for i in range(24):
                     now += 37_000_000
                     t = (shared[:64 * (i % 6)] + tokens(200 + 13 * i, i)
@@ -347,18 +366,10 @@ class Replay(unittest.TestCase):
                               expected_output_tokens=(i % 4) * 50)
                     if i % 5 == 0:
                         kw["session"] = 1000 + i % 2
-                    rows = r.candidates(t, now_ns=now, **kw)
-                    dry = r.route(t, request_id=i, now_ns=now, dry_run=True,
-                                  scores=True, **kw)
-                    self.check(r, dry, rows, len(t), last,
-                               expected_output_tokens=kw[
-                                   "expected_output_tokens"])
-                    # And for real: the same table, the next seed.
-                    d = r.route(t, request_id=i, now_ns=now, scores=True,
-                                **kw)
-                    self.check(r, d, rows, len(t), last,
-                               expected_output_tokens=kw[
-                                   "expected_output_tokens"])
+                    # The cursor is the last instance round-robin chose.
+                    self.assertEqual(r.policy_input(t, **kw).last_instance,
+                                     last)
+                    d = self.replay(r, t, i, now, **kw)
                     if d.decider is L.Policy.ROUND_ROBIN:
                         last = d.instance
                     if i % 4 == 3:
@@ -366,3 +377,84 @@ class Replay(unittest.TestCase):
                     if i % 6 == 5:
                         r.complete(i - 4, 20, now_ns=now)
                 self.assertEqual(r.stats().routes, 24)
+
+    def test_trained_lodestar_replays(self):
+        learner = dict(min_samples=64, retrain_every=64, epochs=5,
+                       mlp=dict(hidden_layers=2, width=16))
+        with self.cluster("lodestar", learner=learner) as r:
+            with self.assertRaises(L.StateError):
+                r.learner_save()  # no model yet
+            # The model decides wherever it can (no out-of-range fallback).
+            r.set_param(L.Param.LODESTAR_OOD, 0)
+            now = S
+            for i in range(160):
+                now += 5_000_000
+                r.route(tokens(150 + i % 40, i % 24), request_id=i,
+                        now_ns=now)
+                r.first_token(i, now_ns=now + (1 + i % 7) * 1_000_000)
+                if i % 3 == 0:
+                    r.complete(i, 10, now_ns=now + 9_000_000)
+            self.assertTrue(r.learn_step(force=True))
+            blob = r.learner_save()
+            self.assertIsInstance(blob, bytes)
+            with L.Mlp.load(blob) as model:
+                self.assertEqual(model.n_inputs, L.lodestar_feature_count())
+                by = set()
+                for k in range(24):
+                    now += 1_000_000
+                    d = self.replay(r, tokens(150 + 7 * k, k % 24), 1000 + k,
+                                    now, model=model, session=k % 3)
+                    by.add(d.decider)
+                self.assertEqual(by, {L.Policy.LODESTAR})
+                # The model learner_save() gives is the one in service.
+                self.assertEqual(L.Mlp.load(r.learner_save()).save(), blob)
+
+    def test_gorgo_replays_during_a_tuner_trial(self):
+        with self.cluster("gorgo") as r:
+            now = S
+            for i in range(200):  # a trial runs after the first window
+                now += 2_000_000
+                r.route(tokens(150 + i % 40, i % 24), request_id=i,
+                        now_ns=now)
+                r.first_token(i, now_ns=now + (1 + i % 5) * 1_000_000)
+                r.complete(i, 4, now_ns=now + 9_000_000)
+            t = tokens(256, 3)
+            served = r.policy_input(t).params
+            incumbent = r.params()
+            keys = (L.Param.GORGO_W_RTT, L.Param.GORGO_W_QUEUE)
+            self.assertNotEqual([served[k] for k in keys],
+                                [incumbent[k] for k in keys])
+            for k in range(12):
+                now += 1_000_000
+                self.replay(r, tokens(150 + 11 * k, k % 24), 1000 + k, now)
+                # The trial goes on: no first token has been seen since.
+                self.assertEqual(r.policy_input(t).params, served)
+
+    def test_policy_input(self):
+        with self.cluster("round-robin") as r:
+            t = tokens(100)
+            inp = r.policy_input(t, expected_output_tokens=7)
+            self.assertIsInstance(inp, L.PolicyInput)
+            self.assertEqual((inp.prompt_tokens, inp.expected_output_tokens,
+                              inp.block_tokens, inp.last_instance),
+                             (100, 7, 16, None))
+            self.assertEqual(len(inp.params), L.param_count())
+            self.assertEqual(inp.params[L.Param.PREFIX_MIN_RATIO],
+                             r.get_param(L.Param.PREFIX_MIN_RATIO))
+            # The router's default output applies to 0, as route() does.
+            r.set_param(L.Param.DEFAULT_OUTPUT_TOKENS, 300)
+            self.assertEqual(r.policy_input(t).expected_output_tokens, 300)
+            d = r.route(t, request_id=1, now_ns=S)
+            self.assertEqual(r.policy_input(t).last_instance, d.instance)
+            # Its fields are decide()'s keywords.
+            self.assertLessEqual(set(L.PolicyInput._fields),
+                                 set(inspect.signature(L.decide).parameters))
+            # Checked as route() checks a request; changes nothing.
+            with self.assertRaises(L.InvalidArgumentError):
+                r.policy_input(t, boundaries=[50, 10])
+            with self.assertRaises(ValueError):
+                r.policy_input([-1])
+            self.assertEqual(r.stats().routes + r.stats().dry_runs, 1)
+            r.close()
+            with self.assertRaises(L.ClosedError):
+                r.policy_input(t)

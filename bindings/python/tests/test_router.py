@@ -151,6 +151,37 @@ class Route(unittest.TestCase):
             best = min(d.scores, key=lambda s: s.score)
             self.assertEqual(d.scores[d.instance].score, best.score)
 
+    def test_score_stride(self):
+        # lr_decision_init_sized() leaves score_size 0 (the 0.1 size), so
+        # route() sets it to this build's sizeof(lr_score); the library
+        # refuses a stride below LR_SCORE_SIZE_V1 (it would write past the
+        # caller's entries).
+        from libroute import ffi, lib
+        v1 = L.constants["LR_SCORE_SIZE_V1"]
+        self.assertGreaterEqual(ffi.sizeof("lr_score"), v1)
+        with make("least-request", n=4) as r:
+            q = ffi.new("lr_request *")
+            lib.lr_request_init_sized(q, ffi.sizeof("lr_request"))
+            tok = ffi.new("uint32_t[]", tokens(64))
+            q.tokens, q.n_tokens, q.now_ns = tok, 64, S
+            q.flags = lib.LR_ROUTE_DRY_RUN | lib.LR_ROUTE_SCORES
+            d = ffi.new("lr_decision *")
+            lib.lr_decision_init_sized(d, ffi.sizeof("lr_decision"))
+            self.assertEqual(d.score_size, 0)
+            buf = ffi.new("lr_score[]", 4)
+            d.scores, d.scores_capacity = buf, 4
+            with r._use() as p:
+                d.score_size = v1 - 1
+                self.assertEqual(lib.lr_router_route(p, q, d), lib.LR_EINVAL)
+                d.score_size = 0  # LR_SCORE_SIZE_V1
+                self.assertEqual(lib.lr_router_route(p, q, d), lib.LR_OK)
+            self.assertEqual([s.instance for s in buf], [0, 1, 2, 3])
+            self.assertEqual(r.stats().dry_runs, 1)
+            w = r.route(tokens(64), request_id=1, now_ns=S, dry_run=True,
+                        scores=True)
+            self.assertEqual([(s.instance, s.score) for s in w.scores],
+                             [(s.instance, s.score) for s in buf])
+
     def test_decider_and_seed(self):
         with make("min-ttft") as r:
             d = r.route(tokens(64), request_id=1, now_ns=S)

@@ -498,6 +498,9 @@ pub struct lr_score {
     pub cached_tokens: u32,
     pub score: f64,
 }
+/// The 0.1 `lr_score` size: the least `lr_decision.score_size` (0 means
+/// this size).
+pub const LR_SCORE_SIZE_V1: usize = offset_of!(lr_score, score) + size_of::<f64>();
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -1032,6 +1035,13 @@ extern "C" {
         row_size: usize,
         n_rows: *mut usize,
     ) -> lr_status;
+    pub fn lr_router_policy_input(
+        router: *mut lr_router,
+        request: *const lr_request,
+        input: *mut lr_policy_input,
+        params: *mut f64,
+        capacity: usize,
+    ) -> lr_status;
     pub fn lr_router_first_token(router: *mut lr_router, request_id: u64, now_ns: u64)
         -> lr_status;
     pub fn lr_router_complete(
@@ -1093,6 +1103,7 @@ extern "C" {
         capacity: usize,
         n_samples: *mut usize,
     ) -> lr_status;
+    pub fn lr_router_learner_save(router: *mut lr_router, out: *mut *mut lr_blob) -> lr_status;
     pub fn lr_router_learner_stats(
         router: *const lr_router,
         out: *mut lr_learner_stats,

@@ -116,13 +116,13 @@ pub fn lodestar_feature_count() -> usize {
 }
 
 /// A request's facts and a policy's knobs for [`decide`]
-/// (`lr_policy_input`). Start from [`PolicyInput::new`].
+/// (`lr_policy_input`). Start from [`PolicyInput::new`], or from
+/// [`crate::Router::policy_input`] for what a router's route uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct PolicyInput<'a> {
     /// Parameter values indexed by [`crate::Param::raw`]; keys past the
-    /// end take their defaults ([`crate::Param::defaults`],
-    /// [`crate::Router::params`]).
+    /// end take their defaults ([`crate::Param::defaults`]).
     pub params: &'a [f64],
     /// Prompt length in tokens.
     pub prompt_tokens: u32,
@@ -157,9 +157,11 @@ impl<'a> PolicyInput<'a> {
 /// gathered its own table; Lodestar without a model (cold start: its
 /// fallback decides). Deterministic for `input.seed`; allocates nothing in
 /// the library. Bad rows (none, cached tokens above the prompt, a prefill
-/// rate that is not positive) are [`crate::ErrorKind::Invalid`], an
-/// unknown policy [`crate::ErrorKind::NotSupported`], a parameter out of
-/// bounds [`crate::ErrorKind::Range`].
+/// rate that is not positive, KV use outside [0, 1], a negative or
+/// non-finite RTT or stall) are [`crate::ErrorKind::Invalid`], an unknown
+/// policy [`crate::ErrorKind::NotSupported`], a parameter out of bounds
+/// [`crate::ErrorKind::Range`]. Rows may name one instance twice: the
+/// policy ranks rows, not instances.
 pub fn decide(policy: Policy, input: &PolicyInput<'_>, rows: &[Candidate]) -> Result<Decision> {
     let mut scores = Vec::new();
     decide_into(policy, input, rows, None, &mut scores)

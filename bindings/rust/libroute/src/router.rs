@@ -4,7 +4,7 @@ use crate::error::{check, Error, Result};
 use crate::index::KvStored;
 use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
-use crate::policy::Candidate;
+use crate::policy::{Candidate, PolicyInput};
 use crate::{c_name, init, nanos, ptr_or_null, sys, Blob, InstanceId, INSTANCE_NONE};
 use std::fmt;
 use std::mem::{align_of, offset_of, size_of};
@@ -878,10 +878,10 @@ impl Router {
         Ok(v)
     }
 
-    /// Every parameter's value, indexed by key ([`Param::count`] of them):
-    /// the [`crate::PolicyInput::params`] to replay this router's routes
-    /// with [`crate::decide`]. For the GORGO weights it is the incumbent,
-    /// which during a tuner trial differs from the weights in service.
+    /// Every parameter's value, indexed by key ([`Param::count`] of them),
+    /// as [`Router::param`] reads them. For the GORGO weights it is the
+    /// incumbent, which during a tuner trial differs from the weights in
+    /// service: replay routes with [`Router::policy_input`].
     pub fn params(&self) -> Result<Vec<f64>> {
         (0..Param::count()).map(|k| self.param(Param(k))).collect()
     }
@@ -1065,7 +1065,7 @@ impl Router {
     /// ranks of its key. Only the prompt and the request's facts are read
     /// (not its boundaries or flags); nothing changes in the router.
     /// [`crate::decide`] over it with the router's policy,
-    /// [`Router::params`] and a route's [`Decision::seed`] makes that
+    /// [`Router::policy_input`] and a route's [`Decision::seed`] makes that
     /// route's choice. [`crate::ErrorKind::State`] with no routable
     /// instance.
     pub fn candidates(&self, req: &Request<'_>) -> Result<Vec<Candidate>> {
@@ -1102,6 +1102,77 @@ impl Router {
             unsafe { rows.set_len(n) };
             return Ok(rows);
         }
+    }
+
+    /// The rest of what [`Router::route`] hands the policy for `req` now
+    /// (`lr_router_policy_input`), besides the table
+    /// ([`Router::candidates`]), the seed ([`Decision::seed`]) and
+    /// Lodestar's model ([`Router::learner_save`]): the prompt length, the
+    /// expected output tokens with the router's default applied, the block
+    /// size, round-robin's cursor and every parameter in service. During a
+    /// GORGO tuner trial its weights are the trial's, not the incumbent
+    /// [`Router::params`] reports.
+    ///
+    /// The parameters go to `params` (resized to [`Param::count`], its
+    /// allocation reused), which the returned input borrows; its `seed` is
+    /// 0. Set the route's seed and [`crate::decide`] replays the route
+    /// (with the model, [`crate::decide_into`]). `req` is checked as
+    /// `route` checks it ([`crate::ErrorKind::Invalid`]); nothing in the
+    /// router changes.
+    pub fn policy_input<'p>(
+        &self,
+        req: &Request<'_>,
+        params: &'p mut Vec<f64>,
+    ) -> Result<PolicyInput<'p>> {
+        const OP: &str = "lr_router_policy_input";
+        let q = req.to_c();
+        params.clear();
+        params.resize(Param::count() as usize, 0.0);
+        loop {
+            let mut i = init(sys::lr_policy_input_init_sized);
+            // SAFETY: q borrows req's slices for the call; params has room
+            // for params.len() doubles; the library points i.params at
+            // them, which is not read after the call.
+            let st = unsafe {
+                sys::lr_router_policy_input(
+                    self.ptr(),
+                    &q,
+                    &mut i,
+                    params.as_mut_ptr(),
+                    params.len(),
+                )
+            };
+            if st == sys::LR_EBUFSIZE && i.n_params > params.len() {
+                params.resize(i.n_params, 0.0);
+                continue;
+            }
+            check(st, OP)?;
+            params.truncate(i.n_params);
+            return Ok(PolicyInput {
+                params,
+                prompt_tokens: i.prompt_tokens,
+                expected_output_tokens: i.expected_output_tokens,
+                block_tokens: i.block_tokens,
+                last_instance: (i.last_instance != INSTANCE_NONE).then_some(i.last_instance),
+                seed: i.seed,
+            });
+        }
+    }
+
+    /// Lodestar's model in service, serialized as [`crate::Mlp::save`]
+    /// does (`lr_router_learner_save`), taking over a newly trained one
+    /// first as `route` would. [`crate::Mlp::load`] of it scores
+    /// candidates exactly as `route` does: the model to replay a trained
+    /// Lodestar router's routes with [`crate::decide_into`].
+    /// [`crate::ErrorKind::State`] with no learner or no model yet.
+    pub fn learner_save(&self) -> Result<Blob> {
+        let mut b = ptr::null_mut();
+        // SAFETY: live router, out pointer.
+        check(
+            unsafe { sys::lr_router_learner_save(self.ptr(), &mut b) },
+            "lr_router_learner_save",
+        )?;
+        Ok(Blob::from_raw(b).expect("lr_router_learner_save returned LR_OK and no blob"))
     }
 
     pub(crate) fn raw_ptr(&self) -> *mut sys::lr_router {

@@ -145,8 +145,7 @@ fn decide_refuses_bad_input() {
         "LR_ERANGE",
         OP,
     );
-    // lr_policy.h says LR_ERANGE for a fraction; the library (and
-    // LR_BOUNDS_INTEGER's doc) says LR_EINVAL.
+    // A fraction for an integer key is LR_EINVAL, as for set_param.
     let mut params = Param::defaults();
     params[Param::LODESTAR_CANDIDATES.raw() as usize] = 1.5;
     input.params = &params;
@@ -191,6 +190,49 @@ fn lodestar_with_and_without_a_model() {
     );
     let again = decide_into(Policy::LODESTAR, &input, &rs, Some(&mut m), &mut scores).unwrap();
     assert_eq!(again, d);
+}
+
+/// DualMap over a table with no ring rank 1 (0: not among the ring's
+/// candidates, or no ring) has no ring candidates and decides by load.
+#[test]
+fn dualmap_without_ring_ranks_decides_by_load() {
+    let mut input = PolicyInput::new(10);
+    input.seed = 5;
+    let mut rs = rows(&[0, 1, 2]);
+    for (r, n) in rs.iter_mut().zip([3, 1, 2]) {
+        r.inflight = n;
+    }
+    let d = decide(Policy::DUALMAP, &input, &rs).unwrap();
+    assert_eq!(
+        (d.instance, d.reason, d.decider),
+        (1, Reason::LEAST_LOADED, Some(Policy::DUALMAP))
+    );
+    // Ranks other than 1 are no help either.
+    for (r, (n, rank)) in rs.iter_mut().zip([(2, 2), (4, 0), (0, 3)]) {
+        r.inflight = n;
+        r.ring_rank = rank;
+    }
+    let d = decide(Policy::DUALMAP, &input, &rs).unwrap();
+    assert_eq!((d.instance, d.reason), (2, Reason::LEAST_LOADED));
+}
+
+/// A table may name one instance twice: the policies rank rows.
+#[test]
+fn duplicate_instance_ids_are_ranked_as_rows() {
+    let mut input = PolicyInput::new(10);
+    input.seed = 9;
+    let mut rs = rows(&[3, 3, 4]);
+    for (r, n) in rs.iter_mut().zip([5, 1, 2]) {
+        r.inflight = n;
+    }
+    let mut scores = Vec::new();
+    let d = decide_into(Policy::LEAST_REQUEST, &input, &rs, None, &mut scores).unwrap();
+    assert_eq!(d.instance, 3);
+    assert!(scores[1] < scores[0] && scores[1] < scores[2], "{scores:?}");
+    for p in [Policy::RANDOM, Policy::MIN_TTFT, Policy::GORGO] {
+        let d = decide(p, &input, &rs).unwrap();
+        assert!(d.instance == 3 || d.instance == 4, "{p}: {d:?}");
+    }
 }
 
 #[test]
@@ -260,39 +302,98 @@ fn router_candidates_and_reason_counts() {
     );
 }
 
-/// Router::candidates plus decide with the route's seed reproduce the
-/// route: instance, reason, cost, cached tokens, alternative, decider and
-/// every score, for every policy (Lodestar while cold: the router's model
-/// is not reachable through the API), dry runs and recorded routes alike.
+/// Six instances of two classes, one without prefix caching, one with
+/// scraped stats.
+fn replay_fleet(p: Policy, learner: Option<LearnerOptions>) -> Router {
+    let mut o = RouterOptions::default();
+    o.policy = p;
+    o.seed = 11;
+    o.learner = learner;
+    let r = Router::new(&o).unwrap_or_else(|e| panic!("Router::new({p}): {e}"));
+    for i in 0..6u32 {
+        let name = format!("10.1.0.{i}:8000");
+        let mut s = InstanceSpec::new(&name);
+        s.class = i % 2;
+        s.rtt = Duration::from_micros(250 * (i as u64 + 1));
+        s.prefix_caching = i != 5;
+        r.add_instance(&s).unwrap();
+    }
+    let mut class = ClassSpec::default();
+    class.prefill_tokens_per_s = 30000.0;
+    r.set_class(1, &class).unwrap();
+    let st = EngineStats {
+        running: 7,
+        waiting: 3,
+        kv_use: 0.6,
+        scraped_ns: SEC,
+    };
+    r.set_stats(2, &st).unwrap();
+    r
+}
+
+/// Routes `req` as a dry run and, unless `dry_only`, for real, and replays
+/// each through Router::candidates + Router::policy_input (both taken
+/// before the routes) + decide_into with the route's seed and `model`:
+/// instance, reason, cost, cached tokens, alternative, decider and every
+/// score must agree. Returns the last decision.
+#[track_caller]
+fn replay(
+    what: &str,
+    r: &Router,
+    mut req: Request<'_>,
+    mut model: Option<&mut Mlp>,
+    dry_only: bool,
+) -> Decision {
+    let rs = r.candidates(&req).unwrap();
+    let mut params = Vec::new();
+    let mut input = r.policy_input(&req, &mut params).unwrap();
+    let (mut scores, mut replayed) = (Vec::new(), Vec::new());
+    let flags: &[RouteFlags] = if dry_only {
+        &[RouteFlags::DRY_RUN]
+    } else {
+        &[RouteFlags::DRY_RUN, RouteFlags::NONE]
+    };
+    let mut last = None;
+    for &flags in flags {
+        req.flags = flags;
+        let d = r.route_with_scores(&req, &mut scores).unwrap();
+        input.seed = d.seed;
+        let e = decide_into(r.policy(), &input, &rs, model.as_deref_mut(), &mut replayed)
+            .unwrap_or_else(|e| panic!("{what}: replay: {e}"));
+        assert_eq!(
+            (e.instance, e.reason, e.cached_tokens, e.best_cached_tokens),
+            (d.instance, d.reason, d.cached_tokens, d.best_cached_tokens),
+            "{what} flags {flags:?}"
+        );
+        assert_eq!(
+            (e.alt_instance, e.decider, e.seed, e.cost.is_some()),
+            (d.alt_instance, d.decider, d.seed, d.cost.is_some()),
+            "{what} flags {flags:?}"
+        );
+        assert!(same(e.cost.unwrap_or(0.0), d.cost.unwrap_or(0.0)), "{what}");
+        assert_eq!(replayed.len(), scores.len(), "{what}");
+        for (k, s) in scores.iter().enumerate() {
+            assert_eq!(rs[k].instance, s.instance);
+            assert!(same(replayed[k], s.score), "{what} row {k}");
+        }
+        last = Some(d);
+    }
+    last.unwrap()
+}
+
+/// Router::candidates plus Router::policy_input plus decide with the
+/// route's seed reproduce the route: instance, reason, cost, cached
+/// tokens, alternative, decider and every score, for every policy
+/// (Lodestar cold here; trained below), dry runs and recorded routes
+/// alike.
 #[test]
 fn replay_agrees_with_route() {
     let shared = prompt(600, 99);
     for &p in Policy::ALL {
-        let (r, _) = router(p, &[]);
-        for i in 0..6u32 {
-            let name = format!("10.1.0.{i}:8000");
-            let mut s = InstanceSpec::new(&name);
-            s.class = i % 2;
-            s.rtt = Duration::from_micros(250 * (i as u64 + 1));
-            s.prefix_caching = i != 5;
-            r.add_instance(&s).unwrap();
-        }
-        let mut class = ClassSpec::default();
-        class.prefill_tokens_per_s = 30000.0;
-        r.set_class(1, &class).unwrap();
-        let st = EngineStats {
-            running: 7,
-            waiting: 3,
-            kv_use: 0.6,
-            scraped_ns: SEC,
-        };
-        r.set_stats(2, &st).unwrap();
-
+        let r = replay_fleet(p, None);
         let mut rng = Rng(p.raw() as u64 + 1);
         let mut last = None;
         let mut now = SEC;
-        let mut scores = Vec::new();
-        let mut replayed = Vec::new();
         for i in 0..24u64 {
             now += 37_000_000;
             let toks: Vec<u32> = if i % 3 == 0 {
@@ -308,36 +409,13 @@ fn replay_agrees_with_route() {
             if i % 5 == 0 {
                 req.session = Some(1000 + i % 2);
             }
-            let rs = r.candidates(&req).unwrap();
-            let params = r.params().unwrap();
-            for flags in [RouteFlags::DRY_RUN, RouteFlags::NONE] {
-                req.flags = flags;
-                let d = r.route_with_scores(&req, &mut scores).unwrap();
-                let mut input = PolicyInput::new(toks.len() as u32);
-                input.params = &params;
-                input.expected_output_tokens = req.expected_output_tokens;
-                input.last_instance = last;
-                input.seed = d.seed;
-                let e = decide_into(r.policy(), &input, &rs, None, &mut replayed).unwrap();
-                assert_eq!(
-                    (e.instance, e.reason, e.cached_tokens, e.best_cached_tokens),
-                    (d.instance, d.reason, d.cached_tokens, d.best_cached_tokens),
-                    "{p} request {i}"
-                );
-                assert_eq!(
-                    (e.alt_instance, e.decider, e.seed, e.cost.is_some()),
-                    (d.alt_instance, d.decider, d.seed, d.cost.is_some()),
-                    "{p} request {i}"
-                );
-                assert!(same(e.cost.unwrap_or(0.0), d.cost.unwrap_or(0.0)));
-                assert_eq!(replayed.len(), scores.len(), "{p}");
-                for (k, s) in scores.iter().enumerate() {
-                    assert_eq!(rs[k].instance, s.instance);
-                    assert!(same(replayed[k], s.score), "{p} request {i} row {k}");
-                }
-                if flags == RouteFlags::NONE && d.decider == Some(Policy::ROUND_ROBIN) {
-                    last = Some(d.instance);
-                }
+            // The cursor is the last instance round-robin chose.
+            let mut params = Vec::new();
+            let input = r.policy_input(&req, &mut params).unwrap();
+            assert_eq!(input.last_instance, last, "{p} request {i}");
+            let d = replay(&format!("{p} request {i}"), &r, req, None, false);
+            if d.decider == Some(Policy::ROUND_ROBIN) {
+                last = Some(d.instance);
             }
             if i % 4 == 3 {
                 r.first_token(i - 1, now).unwrap();
@@ -348,4 +426,155 @@ fn replay_agrees_with_route() {
         }
         assert_eq!(r.stats().unwrap().routes, 24);
     }
+}
+
+/// A trained Lodestar router replays with the model learner_save exports.
+#[test]
+fn replay_trained_lodestar() {
+    let mut lo = LearnerOptions::default();
+    lo.min_samples = 64;
+    lo.retrain_every = 64;
+    lo.epochs = 5;
+    let mut net = MlpOptions::default();
+    net.hidden_layers = 2;
+    net.width = 16;
+    lo.mlp = Some(net);
+    let r = replay_fleet(Policy::LODESTAR, Some(lo));
+    want_err(
+        r.learner_save(),
+        ErrorKind::State,
+        "LR_ESTATE",
+        "lr_router_learner_save",
+    );
+    // The model decides wherever it can (no out-of-range fallback).
+    r.set_param(Param::LODESTAR_OOD, 0.0).unwrap();
+    let mut now = SEC;
+    for i in 0..160u64 {
+        now += 5_000_000;
+        let toks = prompt(150 + (i % 40) as usize, i % 24);
+        r.route(&Request::new(i, &toks, now)).unwrap();
+        r.first_token(i, now + (1 + i % 7) * 1_000_000).unwrap();
+        if i % 3 == 0 {
+            r.complete(i, 10, now + 9_000_000).unwrap();
+        }
+    }
+    assert!(r.learn_step(LearnFlags::FORCE).unwrap());
+    let blob = r.learner_save().unwrap();
+    let mut m = Mlp::load(&blob).unwrap();
+    assert_eq!(m.n_inputs(), lodestar_feature_count());
+    for k in 0..24u64 {
+        now += 1_000_000;
+        let toks = prompt(150 + 7 * k as usize, k % 24);
+        let mut req = Request::new(1000 + k, &toks, now);
+        req.session = Some(k % 3);
+        let d = replay(
+            &format!("lodestar request {k}"),
+            &r,
+            req,
+            Some(&mut m),
+            false,
+        );
+        assert_eq!(d.decider, Some(Policy::LODESTAR), "request {k}");
+    }
+    // The model in service is still the one exported.
+    assert_eq!(&*r.learner_save().unwrap(), &*blob);
+}
+
+/// GORGO during a tuner trial: the weights in service are not the
+/// incumbent Router::params reports, and policy_input has the ones in
+/// service.
+#[test]
+fn replay_gorgo_during_a_trial() {
+    let r = replay_fleet(Policy::GORGO, None);
+    let mut now = SEC;
+    for i in 0..200u64 {
+        // a trial runs after the first window
+        now += 2_000_000;
+        let toks = prompt(150 + (i % 40) as usize, i % 24);
+        r.route(&Request::new(i, &toks, now)).unwrap();
+        r.first_token(i, now + (1 + i % 5) * 1_000_000).unwrap();
+        r.complete(i, 4, now + 9_000_000).unwrap();
+    }
+    let probe = vec![0u32; 256];
+    let mut served = Vec::new();
+    r.policy_input(&Request::new(0, &probe, 0), &mut served)
+        .unwrap();
+    let incumbent = r.params().unwrap();
+    let w = [
+        Param::GORGO_W_RTT.raw() as usize,
+        Param::GORGO_W_QUEUE.raw() as usize,
+    ];
+    assert_ne!(
+        w.map(|k| served[k]),
+        w.map(|k| incumbent[k]),
+        "no trial running"
+    );
+    for k in 0..12u64 {
+        now += 1_000_000;
+        let toks = prompt(150 + 11 * k as usize, k % 24);
+        replay(
+            &format!("gorgo request {k}"),
+            &r,
+            Request::new(1000 + k, &toks, now),
+            None,
+            false,
+        );
+    }
+    // No first token since: the trial goes on.
+    let mut again = Vec::new();
+    r.policy_input(&Request::new(0, &probe, 0), &mut again)
+        .unwrap();
+    assert_eq!(again, served);
+}
+
+#[test]
+fn router_policy_input() {
+    const OP: &str = "lr_router_policy_input";
+    let (r, _) = router(Policy::ROUND_ROBIN, &names(4));
+    let toks = vec![0u32; 100];
+    let mut req = Request::new(0, &toks, 0);
+    req.expected_output_tokens = 7;
+    let mut params = vec![1.0; 3]; // reused and resized
+    let input = r.policy_input(&req, &mut params).unwrap();
+    assert_eq!(
+        (
+            input.prompt_tokens,
+            input.expected_output_tokens,
+            input.block_tokens,
+            input.last_instance,
+            input.seed,
+            input.params.len()
+        ),
+        (100, 7, 16, None, 0, Param::count() as usize)
+    );
+    assert_eq!(
+        input.params[Param::PREFIX_MIN_RATIO.raw() as usize],
+        r.param(Param::PREFIX_MIN_RATIO).unwrap()
+    );
+    // The router's default output applies to 0, as in route().
+    r.set_param(Param::DEFAULT_OUTPUT_TOKENS, 300.0).unwrap();
+    req.expected_output_tokens = 0;
+    let input = r.policy_input(&req, &mut params).unwrap();
+    assert_eq!(input.expected_output_tokens, 300);
+    let d = r.route(&Request::new(1, &toks, SEC)).unwrap();
+    let input = r.policy_input(&req, &mut params).unwrap();
+    assert_eq!(input.last_instance, Some(d.instance));
+    // Checked as route() checks a request; nothing changes.
+    let mut bad = Request::new(0, &toks, 0);
+    bad.boundaries = &[50, 10];
+    want_err(
+        r.policy_input(&bad, &mut params),
+        ErrorKind::Invalid,
+        "LR_EINVAL",
+        OP,
+    );
+    let s = r.stats().unwrap();
+    assert_eq!((s.routes, s.dry_runs), (1, 0));
+    // No learner: nothing to save.
+    want_err(
+        r.learner_save(),
+        ErrorKind::State,
+        "LR_ESTATE",
+        "lr_router_learner_save",
+    );
 }

@@ -453,6 +453,68 @@ fn scores() {
     assert_eq!((s.routes, s.dry_runs, s.inflight), (1, 3, 1));
 }
 
+/// `lr_decision.score_size` through the raw API: `lr_decision_init_sized`
+/// leaves it 0 (the 0.1 size, `LR_SCORE_SIZE_V1`), which is why
+/// `route_with_scores` sets it to `size_of::<Score>()`; a stride below
+/// `LR_SCORE_SIZE_V1` is `LR_EINVAL` (it would write past the caller's
+/// entries).
+#[test]
+fn score_stride() {
+    use std::mem::{size_of, MaybeUninit};
+    use std::ptr;
+    fn init<T>(f: unsafe extern "C" fn(*mut T, usize)) -> T {
+        let mut v = MaybeUninit::<T>::uninit();
+        // SAFETY: the function fills size_of::<T>() bytes.
+        unsafe {
+            f(v.as_mut_ptr(), size_of::<T>());
+            v.assume_init()
+        }
+    }
+    assert!(size_of::<sys::lr_score>() >= sys::LR_SCORE_SIZE_V1);
+    assert_eq!(size_of::<Score>(), size_of::<sys::lr_score>());
+    let opt = init(sys::lr_router_options_init_sized);
+    let mut r = ptr::null_mut();
+    // SAFETY: initialised options, out pointer.
+    assert_eq!(unsafe { sys::lr_router_create(&opt, &mut r) }, sys::LR_OK);
+    for i in 0..4u8 {
+        let name = [b'h', b'0' + i, 0];
+        let mut spec = init(sys::lr_instance_spec_init_sized);
+        spec.name = name.as_ptr().cast();
+        let mut id = 0;
+        // SAFETY: live router, NUL-terminated name, out pointer.
+        assert_eq!(
+            unsafe { sys::lr_router_add_instance(r, &spec, &mut id) },
+            sys::LR_OK
+        );
+    }
+    let toks: Vec<u32> = (0..64).collect();
+    let mut q = init(sys::lr_request_init_sized);
+    q.tokens = toks.as_ptr();
+    q.n_tokens = toks.len();
+    q.now_ns = SEC;
+    q.flags = sys::LR_ROUTE_DRY_RUN | sys::LR_ROUTE_SCORES;
+    let mut buf = [sys::lr_score::default(); 4];
+    let mut d = init(sys::lr_decision_init_sized);
+    assert_eq!(d.score_size, 0);
+    d.scores = buf.as_mut_ptr();
+    d.scores_capacity = buf.len();
+    d.score_size = sys::LR_SCORE_SIZE_V1 - 1;
+    // SAFETY: live router; the request borrows toks and the decision buf
+    // for the call.
+    assert_eq!(
+        unsafe { sys::lr_router_route(r, &q, &mut d) },
+        sys::LR_EINVAL
+    );
+    d.score_size = 0;
+    // SAFETY: as above.
+    assert_eq!(unsafe { sys::lr_router_route(r, &q, &mut d) }, sys::LR_OK);
+    assert_eq!(d.n_scores, 4);
+    let ids: Vec<u32> = buf.iter().map(|s| s.instance).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    // SAFETY: owned, destroyed once.
+    unsafe { sys::lr_router_destroy(r) };
+}
+
 #[test]
 fn instances_drain_and_remove() {
     let (r, ids) = router(Policy::ROUND_ROBIN, &names(3));
