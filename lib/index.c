@@ -1,4 +1,7 @@
-/* lr_index: the block-aligned prefix index.
+/* lr_index: the block-aligned prefix index. This file holds its core:
+ * nodes, holds, LRU lists, learn, match, expiry, eviction, instances,
+ * stats, verify and digest. Precise mode (KV events) is in index_kv.c,
+ * the delta codec in index_delta.c, the shared layout in index_impl.h.
  *
  * Layout
  * ------
@@ -67,162 +70,14 @@
  * evict back under capacity. That is what makes LR_ENOMEM leave the index
  * unchanged.
  */
-#include "index.h"
-#include "lr_hash.h"
-
-#define HB_LISTED (1u << 31)
-#define HB_REMOTE (1u << 30)
-#define HB_ANCHOR (1u << 29)
-#define HB_NCHILD ((1u << 29) - 1)
-#define REF_X (1u << 31)
-#define POOL_MAX ((uint32_t)INT32_MAX - 1) /* refs use the top bit */
-#define INST_FREE 0xffffu                  /* node is free */
-#define PENDING 0xfffeu                    /* node emptied, not yet freed */
-#define TICK_SHIFT 24
-
-struct hold {
-    uint16_t inst; /* instance slot; INST_FREE / PENDING in a node */
-    uint16_t aux;  /* in a node's inline hold: holders of the node */
-    uint32_t prev;
-    uint32_t next;
-    uint32_t bits;
-    uint32_t stamp;
-};
-
-struct node {
-    uint64_t key;
-    uint32_t parent;
-    uint32_t child;
-    uint32_t sib_next;
-    uint32_t sib_prev;
-    uint32_t more;
-    struct hold h; /* h.inst == INST_FREE: node is free */
-};
-
-struct xhold {
-    struct hold h;
-    uint32_t node;
-    uint32_t next;
-};
-
-struct inst {
-    uint32_t id;
-    uint32_t used;
-    uint64_t blocks;
-};
-
-struct emap_ent {
-    uint64_t ehash;
-    uint64_t key;
-    uint32_t node;
-    uint32_t inst; /* LR_NIL: empty slot */
-};
-
-struct jent {
-    uint64_t key;
-    uint32_t inst_id;
-    uint32_t pad;
-};
-
-enum {
-    LIST_LOCAL = 0,
-    LIST_REMOTE = 1
-};
-enum {
-    WHY_EVICT,
-    WHY_EXPIRE,
-    WHY_DROP
-};
-
-struct lr_index {
-    struct lr__mem mem;
-    uint64_t seed;
-    uint64_t capacity;
-    uint64_t ttl_ticks; /* UINT64_MAX: never */
-    uint64_t emap_cap;
-    uint32_t B;
-    uint32_t max_inst;
-    uint32_t j_cap;
-
-    struct node *nodes;
-    uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
-    struct xhold *xh;
-    uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
-    uint64_t *slots;
-    uint32_t s_size, s_count;
-
-    uint32_t head[2], tail[2];
-    uint64_t holds, remote;
-
-    struct inst *insts;
-    uint32_t *ifree; /* stack of free instance slots */
-    uint32_t n_ifree;
-    uint32_t *imap; /* id -> slot + 1, power-of-two size */
-    uint32_t imap_mask;
-
-    struct emap_ent *emap;
-    uint64_t e_size, e_count;
-
-    struct jent *journal;
-    uint64_t j_seq;
-
-    bool has_epoch;
-    uint64_t epoch_ns;
-
-    uint64_t evicted, expired, learned;
-
-    /* scratch, never part of the logical state */
-    uint64_t *kbuf;
-    size_t kbuf_cap;
-    uint32_t *abuf;
-    size_t abuf_cap;
-    uint32_t *cand, *cref, *cdepth, *mark, *tref;
-    uint32_t mark_gen;
-    uint32_t last_probes;
-};
+#include "index_impl.h"
 
 /* ------------------------------------------------------------------------ */
-/* small helpers                                                             */
+/* time                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static inline struct hold *
-H(const lr_index *ix, uint32_t ref)
-{
-    return (ref & REF_X) ? &ix->xh[ref & ~REF_X].h : &ix->nodes[ref].h;
-}
-
-static inline uint32_t
-ref_node(const lr_index *ix, uint32_t ref)
-{
-    return (ref & REF_X) ? ix->xh[ref & ~REF_X].node : ref;
-}
-
-static inline int
-list_of(const struct hold *h)
-{
-    return (h->bits & HB_REMOTE) ? LIST_REMOTE : LIST_LOCAL;
-}
-
-static inline uint32_t
-nchild(const struct hold *h)
-{
-    return h->bits & HB_NCHILD;
-}
-
-static uint32_t
-hold_find(const lr_index *ix, uint32_t n, uint32_t s)
-{
-    const struct node *nd = &ix->nodes[n];
-    if (nd->h.inst == s)
-        return n;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-        if (ix->xh[x].h.inst == s)
-            return x | REF_X;
-    return LR_NIL;
-}
-
-static uint32_t
-tick_at(lr_index *ix, uint64_t now)
+uint32_t
+lr__index_tick(lr_index *ix, uint64_t now)
 {
     if (!ix->has_epoch) {
         ix->has_epoch = true;
@@ -246,17 +101,17 @@ is_expired(const lr_index *ix, const struct hold *h, uint32_t tick)
 /* keys                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t
-tenant_root(uint64_t salt)
+uint64_t
+lr__index_tenant_root(uint64_t salt)
 {
     uint8_t b[8];
     lr__put_u64(b, salt);
     return lr__hash(b, 8, LR_SEED_TENANT);
 }
 
-static void
-chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks, uint32_t B,
-           uint64_t *out)
+void
+lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                     uint32_t B, uint64_t *out)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     uint8_t buf[4 * LR_INDEX_MAX_BLOCK_TOKENS];
@@ -290,27 +145,14 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
     if (keys == NULL)
         return capacity == 0 ? LR_OK : LR_EINVAL;
     LR_RETURN_IF(capacity < n, LR_EBUFSIZE);
-    chain_keys(tenant_root(tenant_salt), tokens, n, block_tokens, keys);
+    lr__index_chain_keys(lr__index_tenant_root(tenant_salt), tokens, n,
+                         block_tokens, keys);
     return LR_OK;
 }
 
 /* ------------------------------------------------------------------------ */
 /* node hash table                                                           */
 /* ------------------------------------------------------------------------ */
-
-static inline uint64_t
-hkey(const lr_index *ix, uint64_t key)
-{
-    return lr__mix64(key, ix->seed);
-}
-
-/* The bucket comes from the same 32 bits as the tag kept in the slot, so
- * rehashing and deletion never have to read a node (a DRAM miss each). */
-static inline uint32_t
-bucket_in(uint64_t hv, uint32_t size)
-{
-    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
-}
 
 /* Warm the slot a lookup or an insert of `key` starts at. A real load,
  * not __builtin_prefetch: on the virtual machines measured here a
@@ -334,26 +176,6 @@ prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
         prefetch_key(ix, keys[up - 1]);
     if (dn > lo)
         prefetch_key(ix, keys[dn - 1]);
-}
-
-static uint32_t
-node_find(const lr_index *ix, uint64_t key)
-{
-    uint64_t hv = hkey(ix, key);
-    uint32_t tag = (uint32_t)(hv >> 32);
-    uint32_t b = bucket_in(hv, ix->s_size);
-    for (;;) {
-        uint64_t s = ix->slots[b];
-        if (s == 0)
-            return LR_NIL;
-        if ((uint32_t)(s >> 32) == tag) {
-            uint32_t n = (uint32_t)s - 1;
-            if (ix->nodes[n].key == key)
-                return n;
-        }
-        if (++b == ix->s_size)
-            b = 0;
-    }
 }
 
 static void
@@ -457,8 +279,8 @@ table_reserve(lr_index *ix, uint32_t more)
 }
 
 /* Room for `nn` more nodes and `nx` more extra holds. */
-static lr_status
-reserve(lr_index *ix, uint64_t nn, uint64_t nx)
+lr_status
+lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
 {
     uint64_t limit64 = ix->capacity + nn + nx + 64;
     uint32_t limit = limit64 > POOL_MAX ? POOL_MAX : (uint32_t)limit64;
@@ -475,8 +297,8 @@ reserve(lr_index *ix, uint64_t nn, uint64_t nx)
     return table_reserve(ix, nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
 
-static lr_status
-scratch_keys(lr_index *ix, size_t n)
+lr_status
+lr__index_scratch_keys(lr_index *ix, size_t n)
 {
     if (n <= ix->kbuf_cap)
         return LR_OK;
@@ -489,8 +311,8 @@ scratch_keys(lr_index *ix, size_t n)
     return LR_OK;
 }
 
-static lr_status
-scratch_anchors(lr_index *ix, size_t n)
+lr_status
+lr__index_scratch_anchors(lr_index *ix, size_t n)
 {
     if (n <= ix->abuf_cap)
         return LR_OK;
@@ -623,8 +445,8 @@ lru_insert_by_stamp(lr_index *ix, uint32_t ref)
     h->bits |= HB_LISTED;
 }
 
-static void
-touch(lr_index *ix, uint32_t ref, uint32_t tick)
+void
+lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick)
 {
     struct hold *h = H(ix, ref);
     if (h->bits & HB_LISTED)
@@ -637,8 +459,8 @@ touch(lr_index *ix, uint32_t ref, uint32_t tick)
 /* instances                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t
-inst_lookup(const lr_index *ix, uint32_t id)
+uint32_t
+lr__index_inst_lookup(const lr_index *ix, uint32_t id)
 {
     uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
     for (;;) {
@@ -651,8 +473,8 @@ inst_lookup(const lr_index *ix, uint32_t id)
     }
 }
 
-static uint32_t
-inst_add(lr_index *ix, uint32_t id)
+uint32_t
+lr__index_inst_add(lr_index *ix, uint32_t id)
 {
     assert(ix->n_ifree > 0);
     uint32_t s = ix->ifree[--ix->n_ifree];
@@ -692,140 +514,6 @@ inst_del(lr_index *ix, uint32_t s)
     ix->insts[s].used = 0;
     ix->insts[s].blocks = 0;
     ix->ifree[ix->n_ifree++] = s;
-}
-
-/* ------------------------------------------------------------------------ */
-/* engine-hash map (precise mode)                                            */
-/* ------------------------------------------------------------------------ */
-
-static inline uint64_t
-ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
-{
-    return lr__mix64(ehash ^ ((uint64_t)s * 0x9e3779b97f4a7c15ull),
-                     ix->seed ^ 0xe4a5);
-}
-
-static struct emap_ent *
-emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
-{
-    if (ix->e_size == 0)
-        return NULL;
-    uint64_t i = ehv(ix, s, ehash) & (ix->e_size - 1);
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL)
-            return NULL;
-        if (e->inst == s && e->ehash == ehash)
-            return e;
-        i = (i + 1) & (ix->e_size - 1);
-    }
-}
-
-/* An entry is live while its node still exists with the same key and its
- * instance still holds it; evictions leave stale entries behind, which are
- * dropped lazily. */
-static bool
-emap_valid(const lr_index *ix, const struct emap_ent *e)
-{
-    if (e->node >= ix->n_top)
-        return false;
-    const struct node *nd = &ix->nodes[e->node];
-    if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
-        return false;
-    return hold_find(ix, e->node, e->inst) != LR_NIL;
-}
-
-static void
-emap_del_at(lr_index *ix, uint64_t i)
-{
-    uint64_t mask = ix->e_size - 1;
-    uint64_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        struct emap_ent *e = &ix->emap[j];
-        if (e->inst == LR_NIL)
-            break;
-        uint64_t home = ehv(ix, e->inst, e->ehash) & mask;
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->emap[i] = *e;
-            i = j;
-        }
-    }
-    ix->emap[i].inst = LR_NIL;
-    ix->e_count--;
-}
-
-static void
-emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
-{
-    uint64_t mask = ix->e_size - 1;
-    uint64_t i = ehv(ix, s, ehash) & mask;
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL) {
-            e->inst = s;
-            e->ehash = ehash;
-            ix->e_count++;
-            break;
-        }
-        if (e->inst == s && e->ehash == ehash)
-            break;
-        i = (i + 1) & mask;
-    }
-    ix->emap[i].node = node;
-    ix->emap[i].key = key;
-}
-
-/* Delete entries matching (s or any when s == LR_NIL) and, when
- * stale_only, only those no longer valid. Returns how many went. */
-static uint64_t
-emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
-{
-    uint64_t gone = 0;
-    uint64_t i = 0;
-    while (i < ix->e_size) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst != LR_NIL && (s == LR_NIL || e->inst == s) &&
-            (!stale_only || !emap_valid(ix, e))) {
-            emap_del_at(ix, i);
-            gone++;
-            continue; /* a shifted entry now sits at i */
-        }
-        i++;
-    }
-    return gone;
-}
-
-static lr_status
-emap_reserve(lr_index *ix, uint64_t more)
-{
-    uint64_t need = ix->e_count + more;
-    if (need * 10 <= ix->e_size * 7)
-        return LR_OK;
-    uint64_t size = ix->e_size ? ix->e_size : 64;
-    while (need * 10 > size * 7)
-        size *= 2;
-    size_t bytes;
-    if (size > ((uint64_t)1 << 40) ||
-        !lr__mul_size((size_t)size, sizeof(struct emap_ent), &bytes))
-        return LR_ENOMEM;
-    struct emap_ent *ne = lr__alloc(&ix->mem, bytes);
-    if (ne == NULL)
-        return LR_ENOMEM;
-    for (uint64_t i = 0; i < size; i++)
-        ne[i].inst = LR_NIL;
-    struct emap_ent *old = ix->emap;
-    uint64_t old_size = ix->e_size;
-    ix->emap = ne;
-    ix->e_size = size;
-    ix->e_count = 0;
-    for (uint64_t i = 0; i < old_size; i++)
-        if (old[i].inst != LR_NIL)
-            emap_put(ix, old[i].inst, old[i].ehash, old[i].node, old[i].key);
-    lr__free(&ix->mem, old, (size_t)old_size * sizeof(struct emap_ent));
-    return LR_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -921,8 +609,9 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
  * block) stamps do not matter: the cut goes back to the engine block
  * boundary. A parent that stays becomes a leaf at its inherited recency.
  * Preserves invariants 1-3. */
-static void
-remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
+void
+lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
+                               bool precise)
 {
     for (;;) {
         struct hold *h = H(ix, ref);
@@ -967,11 +656,11 @@ pop_tail(lr_index *ix, int l, int why)
     lru_unlink(ix, ref);
     if (nchild(h) > 0)
         return;
-    remove_leaf_and_trim(ix, ref, why, false);
+    lr__index_remove_leaf_and_trim(ix, ref, why, false);
 }
 
-static void
-expire_all(lr_index *ix, uint32_t tick)
+void
+lr__index_expire_all(lr_index *ix, uint32_t tick)
 {
     if (ix->ttl_ticks == UINT64_MAX)
         return;
@@ -989,8 +678,8 @@ expire_all(lr_index *ix, uint32_t tick)
     }
 }
 
-static void
-evict_to_capacity(lr_index *ix)
+void
+lr__index_evict_to_capacity(lr_index *ix)
 {
     while (ix->holds > ix->capacity) {
         int l = ix->tail[LIST_REMOTE] != LR_NIL ? LIST_REMOTE : LIST_LOCAL;
@@ -1003,8 +692,8 @@ evict_to_capacity(lr_index *ix)
 /* Drop every hold of instance s in the subtree under node root (root's own
  * hold excluded). Walks the child links with no stack: descend to a leaf
  * of s, remove it, climb to its parent, repeat. */
-static void
-remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
+void
+lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 {
     uint32_t cur = root;
     for (;;) {
@@ -1030,8 +719,8 @@ remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 
 /* Drop every hold of instance s: O(nodes). Two passes so that no node is
  * freed while a child still points at it. */
-static void
-remove_all_of(lr_index *ix, uint32_t s)
+void
+lr__index_remove_all_of(lr_index *ix, uint32_t s)
 {
     for (uint32_t n = 0; n < ix->n_top; n++) {
         if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
@@ -1063,9 +752,9 @@ remove_all_of(lr_index *ix, uint32_t s)
 
 /* Deepest depth in [lo, hi] present at all; *node_out is its node (or
  * lo_node when nothing deeper than lo is present). */
-static uint32_t
-deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-                uint32_t lo_node, uint32_t *node_out)
+uint32_t
+lr__index_deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo,
+                          uint32_t hi, uint32_t lo_node, uint32_t *node_out)
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
@@ -1220,8 +909,9 @@ resolve_refs(lr_index *ix, const uint64_t *keys, uint32_t from, uint32_t to)
 /* insertion (phase 2: cannot fail; memory was reserved)                    */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t
-hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
+uint32_t
+lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
+                   uint32_t tick)
 {
     struct node *nd = &ix->nodes[n];
     uint32_t ref;
@@ -1252,8 +942,8 @@ hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
     return ref;
 }
 
-static uint32_t
-node_new(lr_index *ix, uint64_t key, uint32_t parent)
+uint32_t
+lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
     uint32_t n = node_alloc(ix);
     struct node *nd = &ix->nodes[n];
@@ -1296,34 +986,21 @@ upgrade_up(lr_index *ix, uint32_t ref)
     }
 }
 
-struct learn_plan {
-    uint32_t s;        /* instance slot */
-    uint32_t base;     /* node the keys hang from, LR_NIL for the root */
-    uint32_t base_ref; /* s's hold on base */
-    const uint64_t *keys;
-    uint32_t n;              /* keys to hold */
-    const uint32_t *anchors; /* ascending depths in 1..n */
-    uint32_t n_anchors;
-    bool remote;
-    /* filled by plan_learn */
-    uint32_t d_s, d_any, ref_ds, node_any;
-};
-
 /* Phase 1 of a learn: where the instance's and anybody's holds end. */
-static void
-plan_learn(lr_index *ix, struct learn_plan *p)
+void
+lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
 {
     p->d_s = deepest_held(ix, p->s, p->keys, p->n, p->base_ref, &p->ref_ds);
     p->node_any = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
     p->d_any = p->d_s;
     if (p->d_s < p->n)
-        p->d_any = deepest_present(ix, p->keys, p->d_s, p->n, p->node_any,
-                                   &p->node_any);
+        p->d_any = lr__index_deepest_present(ix, p->keys, p->d_s, p->n,
+                                             p->node_any, &p->node_any);
 }
 
 /* Phase 2 of a learn. Returns the deepest hold's ref (LR_NIL if n == 0). */
-static uint32_t
-apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
+uint32_t
+lr__index_apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
 {
     uint32_t a = 0;
     if (!p->remote && p->ref_ds != LR_NIL)
@@ -1335,7 +1012,7 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
     }
     if (p->n == p->d_s) {
         if (p->ref_ds != LR_NIL && p->n > 0)
-            touch(ix, p->ref_ds, tick);
+            lr__index_touch(ix, p->ref_ds, tick);
         return p->n > 0 ? p->ref_ds : LR_NIL;
     }
     uint32_t prev_node = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
@@ -1349,14 +1026,15 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
         warm += ix->slots[bucket_in(hkey(ix, p->keys[d - 1]), ix->s_size)];
     lr__sink(warm);
     for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
-        uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
-                                   : node_new(ix, p->keys[d - 1], prev_node);
+        uint32_t n = d <= p->d_any
+                         ? node_find(ix, p->keys[d - 1])
+                         : lr__index_node_new(ix, p->keys[d - 1], prev_node);
         uint32_t bits = base_bits;
         if (a < p->n_anchors && p->anchors[a] == d) {
             bits |= HB_ANCHOR;
             a++;
         }
-        uint32_t ref = hold_new(ix, n, p->s, bits, tick);
+        uint32_t ref = lr__index_hold_new(ix, n, p->s, bits, tick);
         if (prev_ref != LR_NIL)
             H(ix, prev_ref)->bits++;
         prev_node = n;
@@ -1525,15 +1203,6 @@ lr_index_match_result_init(lr_index_match_result *r)
     r->struct_size = sizeof *r;
 }
 
-void
-lr_kv_stored_init(lr_kv_stored *ev)
-{
-    if (ev == NULL)
-        return;
-    memset(ev, 0, sizeof *ev);
-    ev->struct_size = sizeof *ev;
-}
-
 /* ------------------------------------------------------------------------ */
 /* learn / match                                                             */
 /* ------------------------------------------------------------------------ */
@@ -1556,8 +1225,9 @@ prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
         *keys = p->keys;
     } else {
         LR_RETURN_IF(p->tokens == NULL && p->n_tokens != 0, LR_EINVAL);
-        LR_TRY(scratch_keys(ix, n));
-        chain_keys(tenant_root(p->tenant_salt), p->tokens, n, ix->B, ix->kbuf);
+        LR_TRY(lr__index_scratch_keys(ix, n));
+        lr__index_chain_keys(lr__index_tenant_root(p->tenant_salt), p->tokens,
+                             n, ix->B, ix->kbuf);
         *keys = ix->kbuf;
     }
     for (size_t i = 0; i < p->n_boundaries; i++) {
@@ -1570,11 +1240,11 @@ prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
 }
 
 /* Slot for an id, or LR_NIL with *room telling whether one can be made. */
-static lr_status
-slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
+lr_status
+lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
 {
     LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
-    *slot = inst_lookup(ix, id);
+    *slot = lr__index_inst_lookup(ix, id);
     if (*slot == LR_NIL && ix->n_ifree == 0)
         return LR_ELIMIT;
     return LR_OK;
@@ -1593,12 +1263,12 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     uint32_t n;
     LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
-    LR_TRY(slot_for(ix, instance, &s));
+    LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (n > ix->capacity)
         n = (uint32_t)ix->capacity;
 
     /* anchors: boundaries aligned down, deduplicated, plus the full length */
-    LR_TRY(scratch_anchors(ix, p.n_boundaries + 1));
+    LR_TRY(lr__index_scratch_anchors(ix, p.n_boundaries + 1));
     uint32_t na = 0;
     for (size_t i = 0; i < p.n_boundaries; i++) {
         uint32_t d = p.boundaries[i] / ix->B;
@@ -1621,19 +1291,20 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     };
     ix->last_probes = 0;
     if (s != LR_NIL) {
-        plan_learn(ix, &pl);
+        lr__index_plan_learn(ix, &pl);
     } else {
         pl.d_s = 0;
         pl.ref_ds = LR_NIL;
-        pl.d_any = deepest_present(ix, keys, 0, n, LR_NIL, &pl.node_any);
+        pl.d_any =
+            lr__index_deepest_present(ix, keys, 0, n, LR_NIL, &pl.node_any);
     }
-    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
+    LR_TRY(lr__index_reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
 
     /* phase 2 */
-    uint32_t tick = tick_at(ix, now_ns);
+    uint32_t tick = lr__index_tick(ix, now_ns);
     if (s == LR_NIL)
-        s = pl.s = inst_add(ix, instance);
-    apply_learn(ix, &pl, tick);
+        s = pl.s = lr__index_inst_add(ix, instance);
+    lr__index_apply_learn(ix, &pl, tick);
     if (!pl.remote && n > 0 && ix->j_cap > 0) {
         struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
         j->key = keys[n - 1];
@@ -1643,8 +1314,8 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
         ix->j_seq++;
     }
     /* phase 3 */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
+    lr__index_expire_all(ix, tick);
+    lr__index_evict_to_capacity(ix);
     return LR_OK;
 }
 
@@ -1686,15 +1357,15 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     uint32_t n;
     LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
 
-    uint32_t tick = tick_at(ix, now_ns);
-    expire_all(ix, tick);
+    uint32_t tick = lr__index_tick(ix, now_ns);
+    lr__index_expire_all(ix, tick);
     ix->last_probes = 0;
     result->prompt_blocks = n;
     result->deepest_tokens = 0;
     result->n_hits = 0;
 
     uint32_t n_any;
-    uint32_t d_any = deepest_present(ix, keys, 0, n, LR_NIL, &n_any);
+    uint32_t d_any = lr__index_deepest_present(ix, keys, 0, n, LR_NIL, &n_any);
     if (d_any == 0)
         return LR_OK;
 
@@ -1747,7 +1418,7 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     sort_hits(result->hits, k);
     if (!(flags & LR_MATCH_NO_TOUCH))
         for (uint32_t i = 0; i < k; i++)
-            touch(ix, ix->cref[ix->cand[i]], tick);
+            lr__index_touch(ix, ix->cref[ix->cand[i]], tick);
     return LR_OK;
 }
 
@@ -1756,174 +1427,22 @@ lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
     if (idx == NULL)
         return;
-    expire_all(idx, tick_at(idx, now_ns));
+    lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
 }
 
 lr_status
 lr_index_remove_instance(lr_index *idx, uint32_t instance)
 {
     LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    remove_all_of(idx, s);
-    emap_sweep(idx, s, false);
+    lr__index_remove_all_of(idx, s);
+    lr__index_emap_sweep(idx, s, false);
     inst_del(idx, s);
     return LR_OK;
 }
 
 /* ------------------------------------------------------------------------ */
-/* precise mode                                                              */
-/* ------------------------------------------------------------------------ */
-
-lr_status
-lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
-                   uint64_t now_ns)
-{
-    LR_RETURN_IF(idx == NULL || ev == NULL, LR_EINVAL);
-    lr_index *ix = idx;
-    lr_kv_stored e;
-    memset(&e, 0, sizeof e);
-    LR_TRY(lr__copy_sized(&e, sizeof e, ev, LR_KV_STORED_SIZE_V1));
-    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks != 0 &&
-                     (e.block_hashes == NULL || e.token_ids == NULL),
-                 LR_EINVAL);
-    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens, LR_EINVAL);
-    LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
-    LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
-    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
-    LR_TRY(slot_for(ix, instance, &s));
-    if (e.n_blocks == 0)
-        return LR_OK;
-
-    uint32_t m = e.block_size / ix->B;
-    uint64_t base_key = tenant_root(e.tenant_salt);
-    uint32_t base = LR_NIL, base_ref = LR_NIL;
-    if (e.has_parent) {
-        struct emap_ent *pe =
-            s != LR_NIL ? emap_get(ix, s, e.parent_hash) : NULL;
-        if (pe == NULL || !emap_valid(ix, pe))
-            return LR_ENOENT;
-        base = pe->node;
-        base_key = pe->key;
-        base_ref = hold_find(ix, base, s);
-    }
-    uint32_t n = (uint32_t)(e.n_blocks * m);
-    uint32_t eb = (uint32_t)e.n_blocks;
-    if (n > ix->capacity) {
-        eb = (uint32_t)(ix->capacity / m);
-        n = eb * m;
-        if (n == 0)
-            return LR_OK;
-    }
-    LR_TRY(scratch_keys(ix, n));
-    LR_TRY(scratch_anchors(ix, eb));
-    chain_keys(base_key, e.token_ids, n, ix->B, ix->kbuf);
-    for (uint32_t j = 0; j < eb; j++)
-        ix->abuf[j] = (j + 1) * m;
-
-    /* Engine-map room. A hash needs a new entry unless a live one exists:
-     * a stale entry (its block was evicted) may be swept below and then
-     * re-inserted, so it counts as new too. */
-    uint64_t fresh = 0;
-    for (uint32_t j = 0; j < eb; j++) {
-        const struct emap_ent *en =
-            s == LR_NIL ? NULL : emap_get(ix, s, e.block_hashes[j]);
-        if (en == NULL || !emap_valid(ix, en))
-            fresh++;
-    }
-    if (ix->e_count + fresh > ix->emap_cap) {
-        uint64_t stale = 0;
-        for (uint64_t i = 0; i < ix->e_size; i++)
-            if (ix->emap[i].inst != LR_NIL && !emap_valid(ix, &ix->emap[i]))
-                stale++;
-        if (ix->e_count - stale + fresh > ix->emap_cap)
-            return LR_ELIMIT;
-    }
-
-    struct learn_plan pl = {
-        .s = s,
-        .base = base,
-        .base_ref = base_ref,
-        .keys = ix->kbuf,
-        .n = n,
-        .anchors = ix->abuf,
-        .n_anchors = eb,
-        .remote = false,
-    };
-    ix->last_probes = 0;
-    if (s != LR_NIL) {
-        plan_learn(ix, &pl);
-    } else {
-        pl.d_s = 0;
-        pl.ref_ds = LR_NIL;
-        pl.d_any = deepest_present(ix, ix->kbuf, 0, n, base, &pl.node_any);
-    }
-    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
-    LR_TRY(emap_reserve(ix, fresh));
-
-    /* phase 2 */
-    if (ix->e_count + fresh > ix->emap_cap)
-        emap_sweep(ix, LR_NIL, true);
-    uint32_t tick = tick_at(ix, now_ns);
-    if (s == LR_NIL)
-        s = pl.s = inst_add(ix, instance);
-    apply_learn(ix, &pl, tick);
-    for (uint32_t j = 0; j < eb; j++) {
-        uint32_t d = (j + 1) * m;
-        uint32_t node = node_find(ix, ix->kbuf[d - 1]);
-        emap_put(ix, s, e.block_hashes[j], node, ix->kbuf[d - 1]);
-    }
-    /* phase 3 */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
-    return LR_OK;
-}
-
-lr_status
-lr_index_kv_removed(lr_index *idx, uint32_t instance,
-                    const uint64_t *block_hashes, size_t n_blocks,
-                    size_t *n_resolved)
-{
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    LR_RETURN_IF(block_hashes == NULL && n_blocks != 0, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    size_t resolved = 0;
-    for (size_t i = 0; i < n_blocks; i++) {
-        struct emap_ent *e = emap_get(idx, s, block_hashes[i]);
-        if (e == NULL)
-            continue;
-        if (emap_valid(idx, e)) {
-            uint32_t node = e->node;
-            remove_descendants(idx, s, node);
-            remove_leaf_and_trim(idx, hold_find(idx, node, s), WHY_DROP, true);
-            resolved++;
-        }
-        /* the entry may have moved while descendants' entries stayed */
-        e = emap_get(idx, s, block_hashes[i]);
-        if (e != NULL)
-            emap_del_at(idx, (uint64_t)(e - idx->emap));
-    }
-    if (n_resolved != NULL)
-        *n_resolved = resolved;
-    return LR_OK;
-}
-
-lr_status
-lr_index_kv_cleared(lr_index *idx, uint32_t instance)
-{
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    remove_all_of(idx, s);
-    emap_sweep(idx, s, false);
-    return LR_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* queries                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -1941,7 +1460,8 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
     st.instances = idx->max_inst - idx->n_ifree;
     uint64_t live = 0;
     for (uint64_t i = 0; i < idx->e_size; i++)
-        if (idx->emap[i].inst != LR_NIL && emap_valid(idx, &idx->emap[i]))
+        if (idx->emap[i].inst != LR_NIL &&
+            lr__index_emap_valid(idx, &idx->emap[i]))
             live++;
     st.engine_hashes = live;
     st.bytes = idx->mem.live;
@@ -1960,548 +1480,10 @@ lr_index_instance_blocks(const lr_index *idx, uint32_t instance, uint64_t *out)
 {
     LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
     LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     *out = idx->insts[s].blocks;
     return LR_OK;
-}
-
-uint64_t
-lr_index_mark(const lr_index *idx)
-{
-    return idx == NULL ? 0 : idx->j_seq;
-}
-
-/* ------------------------------------------------------------------------ */
-/* deltas                                                                    */
-/* ------------------------------------------------------------------------ */
-/*
- * Wire format, version 1, all integers little-endian:
- *
- *   off  size  field
- *     0     4  magic "LRDX"
- *     4     2  version (1)
- *     6     2  flags (0)
- *     8     4  block_tokens of the exporting index
- *    12     4  n_nodes
- *    16     4  n_routes
- *    20     4  reserved (0)
- *    24     8  since mark
- *    32     8  mark at export
- *    40        n_nodes x { u64 key; varint parent }   parent: 0 = a root
- *              block, p = node p - 1 of this blob (always an earlier one)
- *              n_routes x { u32 instance id; varint node }
- *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
- *
- * Every route's whole chain is in the blob, so an importer that never saw
- * the prefix can still place it; chains shared by several routes are sent
- * once. Varints are unsigned LEB128 of at most 5 bytes.
- */
-#define DELTA_MAGIC "LRDX"
-#define DELTA_VERSION 1
-#define DELTA_HEADER 40
-
-struct vec32 {
-    uint32_t *v;
-    size_t n, cap;
-};
-
-static lr_status
-vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
-{
-    if (v->n == v->cap) {
-        size_t want = v->cap ? v->cap * 2 : 64;
-        size_t ob, nb;
-        if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
-            return LR_ENOMEM;
-        uint32_t *p = lr__realloc(m, v->v, ob, nb);
-        if (p == NULL)
-            return LR_ENOMEM;
-        v->v = p;
-        v->cap = want;
-    }
-    v->v[v->n++] = x;
-    return LR_OK;
-}
-
-static void
-vec_free(struct lr__mem *m, struct vec32 *v)
-{
-    lr__free(m, v->v, v->cap * 4);
-    v->v = NULL;
-    v->n = v->cap = 0;
-}
-
-/* Temporary open-addressing map u64 -> u32 for export/import. */
-struct tmap {
-    uint64_t *k;
-    uint32_t *v;
-    size_t size, count;
-};
-
-static lr_status
-tmap_init(struct lr__mem *m, struct tmap *t, size_t expect)
-{
-    size_t size = 64;
-    while (size < expect * 2)
-        size *= 2;
-    t->k = lr__calloc(m, size, sizeof(uint64_t));
-    t->v = lr__calloc(m, size, sizeof(uint32_t));
-    t->size = size;
-    t->count = 0;
-    if (t->k == NULL || t->v == NULL)
-        return LR_ENOMEM;
-    return LR_OK;
-}
-
-static void
-tmap_free(struct lr__mem *m, struct tmap *t)
-{
-    lr__free(m, t->k, t->size * sizeof(uint64_t));
-    lr__free(m, t->v, t->size * sizeof(uint32_t));
-    t->k = NULL;
-    t->v = NULL;
-}
-
-/* Keys are stored + 1 so that 0 marks an empty slot. */
-static uint32_t *
-tmap_slot(const struct tmap *t, uint64_t key, bool *found)
-{
-    size_t i = (size_t)lr__mix64(key, 0x746d6170) & (t->size - 1);
-    for (;;) {
-        if (t->k[i] == 0) {
-            *found = false;
-            return &t->v[i];
-        }
-        if (t->k[i] == key + 1) {
-            *found = true;
-            return &t->v[i];
-        }
-        i = (i + 1) & (t->size - 1);
-    }
-}
-
-static lr_status
-tmap_put(struct lr__mem *m, struct tmap *t, uint64_t key, uint32_t val)
-{
-    if ((t->count + 1) * 2 > t->size) {
-        struct tmap nt;
-        lr_status st = tmap_init(m, &nt, t->size);
-        if (st != LR_OK) {
-            tmap_free(m, &nt);
-            return st;
-        }
-        for (size_t i = 0; i < t->size; i++) {
-            if (t->k[i] == 0)
-                continue;
-            bool f;
-            *tmap_slot(&nt, t->k[i] - 1, &f) = t->v[i];
-            nt.k[(size_t)(tmap_slot(&nt, t->k[i] - 1, &f) - nt.v)] = t->k[i];
-            nt.count++;
-        }
-        tmap_free(m, t);
-        *t = nt;
-    }
-    bool f;
-    uint32_t *v = tmap_slot(t, key, &f);
-    if (!f) {
-        t->k[(size_t)(v - t->v)] = key + 1;
-        t->count++;
-    }
-    *v = val;
-    return LR_OK;
-}
-
-static size_t
-varint_len(uint32_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *
-varint_put(uint8_t *p, uint32_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static bool
-varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 5; i++) {
-        if (*p >= end)
-            return false;
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            if (v > UINT32_MAX || (i > 0 && b == 0))
-                return false; /* overlong or too large */
-            *out = (uint32_t)v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static lr_status
-collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
-               struct vec32 *rn, struct vec32 *rs)
-{
-    uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
-    if (since == 0 || since < oldest) {
-        for (uint32_t n = 0; n < ix->n_top; n++) {
-            const struct node *nd = &ix->nodes[n];
-            if (nd->h.inst == INST_FREE)
-                continue;
-            for (uint32_t x = LR_NIL;;) {
-                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-                if (!(h->bits & HB_REMOTE) &&
-                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
-                    LR_TRY(vec_push(m, rn, n));
-                    LR_TRY(vec_push(m, rs, h->inst));
-                }
-                x = x == LR_NIL ? nd->more : ix->xh[x].next;
-                if (x == LR_NIL)
-                    break;
-            }
-        }
-        return LR_OK;
-    }
-    for (uint64_t q = since; q < ix->j_seq; q++) {
-        const struct jent *e = &ix->journal[q % ix->j_cap];
-        uint32_t n = node_find(ix, e->key);
-        uint32_t s = inst_lookup(ix, e->inst_id);
-        if (n == LR_NIL || s == LR_NIL)
-            continue;
-        uint32_t ref = hold_find(ix, n, s);
-        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
-            continue;
-        LR_TRY(vec_push(m, rn, n));
-        LR_TRY(vec_push(m, rs, s));
-    }
-    return LR_OK;
-}
-
-lr_status
-lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
-                      uint64_t *mark_out)
-{
-    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
-    *out = NULL;
-    LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
-    const lr_index *ix = idx;
-    struct lr__mem m = ix->mem; /* temporaries only; the index is const */
-    struct vec32 rn = { 0 }, rs = { 0 }, order = { 0 }, chain = { 0 };
-    struct tmap seen = { 0 }, rseen = { 0 };
-    lr_status st = collect_routes(ix, &m, since_mark, &rn, &rs);
-    if (st == LR_OK)
-        st = tmap_init(&m, &seen, rn.n);
-    if (st == LR_OK)
-        st = tmap_init(&m, &rseen, rn.n);
-    /* Emit each chain root-first, skipping nodes already emitted. */
-    size_t n_routes = 0;
-    for (size_t r = 0; st == LR_OK && r < rn.n; r++) {
-        bool f;
-        uint64_t rk = ((uint64_t)rn.v[r] << 32) | rs.v[r];
-        tmap_slot(&rseen, rk, &f);
-        if (f) {
-            rs.v[r] = LR_NIL; /* duplicate route */
-            continue;
-        }
-        st = tmap_put(&m, &rseen, rk, 0);
-        n_routes++;
-        chain.n = 0;
-        for (uint32_t c = rn.v[r]; st == LR_OK && c != LR_NIL;
-             c = ix->nodes[c].parent) {
-            tmap_slot(&seen, c, &f);
-            if (f)
-                break;
-            st = vec_push(&m, &chain, c);
-        }
-        while (st == LR_OK && chain.n > 0) {
-            uint32_t c = chain.v[--chain.n];
-            st = tmap_put(&m, &seen, c, (uint32_t)order.n);
-            if (st == LR_OK)
-                st = vec_push(&m, &order, c);
-        }
-    }
-    size_t size = DELTA_HEADER + 8;
-    if (st == LR_OK) {
-        for (size_t i = 0; i < order.n; i++) {
-            uint32_t p = ix->nodes[order.v[i]].parent;
-            bool f = false;
-            uint32_t pi = p == LR_NIL ? 0 : *tmap_slot(&seen, p, &f) + 1;
-            size += 8 + varint_len(pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            size += 4 + varint_len(*tmap_slot(&seen, rn.v[r], &f));
-        }
-    }
-    if (st == LR_OK && (order.n > UINT32_MAX || n_routes > UINT32_MAX))
-        st = LR_ENOMEM;
-    uint8_t *buf = NULL;
-    lr_blob *blob = NULL;
-    if (st == LR_OK)
-        st = lr__blob_new(&ix->mem, size, &blob, &buf);
-    if (st == LR_OK) {
-        memcpy(buf, DELTA_MAGIC, 4);
-        lr__put_u16(buf + 4, DELTA_VERSION);
-        lr__put_u16(buf + 6, 0);
-        lr__put_u32(buf + 8, ix->B);
-        lr__put_u32(buf + 12, (uint32_t)order.n);
-        lr__put_u32(buf + 16, (uint32_t)n_routes);
-        lr__put_u32(buf + 20, 0);
-        lr__put_u64(buf + 24, since_mark);
-        lr__put_u64(buf + 32, ix->j_seq);
-        uint8_t *p = buf + DELTA_HEADER;
-        for (size_t i = 0; i < order.n; i++) {
-            const struct node *nd = &ix->nodes[order.v[i]];
-            bool f = false;
-            uint32_t pi = nd->parent == LR_NIL
-                              ? 0
-                              : *tmap_slot(&seen, nd->parent, &f) + 1;
-            lr__put_u64(p, nd->key);
-            p = varint_put(p + 8, pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            lr__put_u32(p, ix->insts[rs.v[r]].id);
-            p = varint_put(p + 4, *tmap_slot(&seen, rn.v[r], &f));
-        }
-        lr__put_u64(p, lr__hash(buf, size - 8, LR_SEED_DELTA));
-        assert(p + 8 == buf + size);
-        *out = blob;
-        if (mark_out != NULL)
-            *mark_out = ix->j_seq;
-    }
-    vec_free(&m, &rn);
-    vec_free(&m, &rs);
-    vec_free(&m, &order);
-    vec_free(&m, &chain);
-    tmap_free(&m, &seen);
-    tmap_free(&m, &rseen);
-    return st;
-}
-
-struct delta {
-    uint32_t n_nodes, n_routes;
-    uint64_t *keys;
-    uint32_t *par;
-    uint32_t *rid, *rnode;
-    uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
-};
-
-static void
-delta_free(struct lr__mem *m, struct delta *d)
-{
-    lr__free(m, d->keys, (size_t)d->n_nodes * 8);
-    lr__free(m, d->par, (size_t)d->n_nodes * 4);
-    lr__free(m, d->node_of, (size_t)d->n_nodes * 4);
-    lr__free(m, d->rid, (size_t)d->n_routes * 4);
-    lr__free(m, d->rnode, (size_t)d->n_routes * 4);
-}
-
-static lr_status
-delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
-            size_t len, struct delta *d)
-{
-    LR_RETURN_IF(len < DELTA_HEADER + 8, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != DELTA_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - 8, LR_SEED_DELTA) !=
-                     lr__get_u64(buf + len - 8),
-                 LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 20) != 0,
-                 LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
-    uint32_t nn = lr__get_u32(buf + 12), nr = lr__get_u32(buf + 16);
-    size_t body = len - DELTA_HEADER - 8;
-    LR_RETURN_IF(nn > body / 9 || nr > body / 5, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u64(buf + 24) > lr__get_u64(buf + 32), LR_ECORRUPT);
-    d->n_nodes = nn;
-    d->n_routes = nr;
-    d->keys = lr__calloc(m, nn, 8);
-    d->par = lr__calloc(m, nn, 4);
-    d->node_of = lr__calloc(m, nn, 4);
-    d->rid = lr__calloc(m, nr, 4);
-    d->rnode = lr__calloc(m, nr, 4);
-    if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
-        d->rid == NULL || d->rnode == NULL)
-        return LR_ENOMEM;
-    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - 8;
-    for (uint32_t i = 0; i < nn; i++) {
-        uint32_t v;
-        LR_RETURN_IF(end - p < 9, LR_ECORRUPT);
-        d->keys[i] = lr__get_u64(p);
-        p += 8;
-        LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
-        d->par[i] = v == 0 ? LR_NIL : v - 1;
-    }
-    for (uint32_t r = 0; r < nr; r++) {
-        LR_RETURN_IF(end - p < 5, LR_ECORRUPT);
-        d->rid[r] = lr__get_u32(p);
-        p += 4;
-        LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
-        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
-                     LR_ECORRUPT);
-    }
-    LR_RETURN_IF(p != end, LR_ECORRUPT);
-    return LR_OK;
-}
-
-/* Check the blob against itself and the index before anything changes:
- * no key twice, and a key we already hold hangs from the same parent. */
-static lr_status
-delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
-{
-    struct tmap keys = { 0 };
-    lr_status st = tmap_init(m, &keys, d->n_nodes);
-    for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
-        bool f;
-        tmap_slot(&keys, d->keys[i], &f);
-        if (f) {
-            st = LR_ECORRUPT;
-            break;
-        }
-        st = tmap_put(m, &keys, d->keys[i], i);
-        uint32_t n = node_find(ix, d->keys[i]);
-        d->node_of[i] = n;
-        if (st != LR_OK || n == LR_NIL)
-            continue;
-        uint32_t ip = ix->nodes[n].parent;
-        uint32_t bp = d->par[i];
-        if ((ip == LR_NIL) != (bp == LR_NIL) ||
-            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
-            st = LR_ECORRUPT;
-    }
-    tmap_free(m, &keys);
-    return st;
-}
-
-lr_status
-lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
-                      uint64_t now_ns)
-{
-    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL);
-}
-
-lr_status
-lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
-                          uint64_t now_ns, bool (*keep)(void *, uint32_t),
-                          void *ctx)
-{
-    LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr_index *ix = idx;
-    struct lr__mem *m = &ix->mem;
-    struct delta d = { 0 };
-    struct tmap pairs = { 0 }, ids = { 0 };
-    struct vec32 chain = { 0 };
-    lr_status st = delta_parse(ix, m, buf, len, &d);
-    if (st == LR_OK)
-        st = delta_check(ix, m, &d);
-    if (st == LR_OK)
-        st = tmap_init(m, &pairs, 64);
-    if (st == LR_OK)
-        st = tmap_init(m, &ids, 16);
-    /* Count what could be new: distinct (instance, node) pairs on the
-     * routes' chains, and blob nodes the index lacks. */
-    uint64_t new_nodes = 0, new_ids = 0;
-    for (uint32_t r = 0; st == LR_OK && r < d.n_routes; r++) {
-        bool f;
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        tmap_slot(&ids, d.rid[r], &f);
-        if (!f) {
-            st = tmap_put(m, &ids, d.rid[r], 0);
-            if (inst_lookup(ix, d.rid[r]) == LR_NIL)
-                new_ids++;
-        }
-        for (uint32_t j = d.rnode[r]; st == LR_OK && j != LR_NIL;
-             j = d.par[j]) {
-            uint64_t pk = ((uint64_t)d.rid[r] << 32) | j;
-            tmap_slot(&pairs, pk, &f);
-            if (f)
-                break;
-            if (pairs.count >= ix->capacity) {
-                st = LR_ELIMIT;
-                break;
-            }
-            st = tmap_put(m, &pairs, pk, 0);
-            if (d.node_of[j] == LR_NIL) {
-                d.node_of[j] = LR_NIL - 1; /* counted */
-                new_nodes++;
-            }
-        }
-    }
-    if (st == LR_OK && new_ids > ix->n_ifree)
-        st = LR_ELIMIT;
-    if (st == LR_OK)
-        st = reserve(ix, new_nodes, pairs.count);
-    /* room for the longest chain a route can climb */
-    for (uint32_t i = 0; st == LR_OK && i < d.n_nodes && chain.cap < d.n_nodes;
-         i++)
-        st = vec_push(m, &chain, 0);
-    if (st != LR_OK)
-        goto out;
-
-    /* phase 2: cannot fail from here on */
-    for (uint32_t i = 0; i < d.n_nodes; i++)
-        if (d.node_of[i] == LR_NIL - 1)
-            d.node_of[i] = LR_NIL;
-    uint32_t tick = tick_at(ix, now_ns);
-    for (uint32_t r = 0; r < d.n_routes; r++) {
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        uint32_t s = inst_lookup(ix, d.rid[r]);
-        if (s == LR_NIL)
-            s = inst_add(ix, d.rid[r]);
-        /* climb to the first blob node s already holds, then create
-         * holds downward, parents first */
-        chain.n = 0;
-        for (uint32_t j = d.rnode[r];
-             j != LR_NIL && (d.node_of[j] == LR_NIL ||
-                             hold_find(ix, d.node_of[j], s) == LR_NIL);
-             j = d.par[j])
-            chain.v[chain.n++] = j;
-        while (chain.n > 0) {
-            uint32_t j = chain.v[--chain.n];
-            uint32_t pj = d.par[j];
-            uint32_t pn = pj == LR_NIL ? LR_NIL : d.node_of[pj];
-            if (d.node_of[j] == LR_NIL)
-                d.node_of[j] = node_new(ix, d.keys[j], pn);
-            hold_new(ix, d.node_of[j], s, HB_REMOTE, tick);
-            if (pn != LR_NIL)
-                H(ix, hold_find(ix, pn, s))->bits++;
-        }
-        uint32_t ref = hold_find(ix, d.node_of[d.rnode[r]], s);
-        H(ix, ref)->bits |= HB_ANCHOR;
-        touch(ix, ref, tick);
-    }
-    /* Holds created as parents got their child in the same pass; the
-     * route ends were touched, so every leaf is listed (invariant 3). */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
-out:
-    vec_free(m, &chain);
-    tmap_free(m, &pairs);
-    tmap_free(m, &ids);
-    delta_free(m, &d);
-    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2623,7 +1605,7 @@ lr__index_verify(const lr_index *ix)
             continue;
         used++;
         if (per_inst[s] != ix->insts[s].blocks ||
-            inst_lookup(ix, ix->insts[s].id) != s)
+            lr__index_inst_lookup(ix, ix->insts[s].id) != s)
             st = LR_ECORRUPT;
     }
     if (st == LR_OK && used + ix->n_ifree != ix->max_inst)
@@ -2691,7 +1673,7 @@ lr__index_digest(const lr_index *ix)
     uint64_t e = 0;
     for (uint64_t i = 0; i < ix->e_size; i++) {
         const struct emap_ent *en = &ix->emap[i];
-        if (en->inst != LR_NIL && emap_valid(ix, en))
+        if (en->inst != LR_NIL && lr__index_emap_valid(ix, en))
             e += lr__mix64(en->ehash ^ en->key, en->inst + 1);
     }
     return dmix(d, e);
@@ -2702,7 +1684,7 @@ lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
                    uint32_t n_keys)
 {
     lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
-    uint32_t s = inst_lookup(ix, instance);
+    uint32_t s = lr__index_inst_lookup(ix, instance);
     if (s == LR_NIL)
         return 0;
     uint32_t ref;

@@ -1,0 +1,269 @@
+/* Private to lib/index*.c: the layout of struct lr_index (pictured at the
+ * top of index.c) and the helpers its three files share.
+ *
+ *   index.c        the core: nodes, holds, LRU, learn, match, expiry,
+ *                  eviction, instances, stats, verify and digest
+ *   index_kv.c     precise mode: the engine-hash map and the KV events
+ *   index_delta.c  the delta wire codec and the journal reading
+ *
+ * lib/index.h stays the internal view for tests, fuzzers and the router;
+ * nothing outside lib/index*.c includes this file. */
+#ifndef LIBROUTE_LIB_INDEX_IMPL_H
+#define LIBROUTE_LIB_INDEX_IMPL_H
+
+#include "index.h"
+#include "lr_hash.h"
+
+#define HB_LISTED (1u << 31)
+#define HB_REMOTE (1u << 30)
+#define HB_ANCHOR (1u << 29)
+#define HB_NCHILD ((1u << 29) - 1)
+#define REF_X (1u << 31)
+#define POOL_MAX ((uint32_t)INT32_MAX - 1) /* refs use the top bit */
+#define INST_FREE 0xffffu                  /* node is free */
+#define PENDING 0xfffeu                    /* node emptied, not yet freed */
+#define TICK_SHIFT 24
+
+struct hold {
+    uint16_t inst; /* instance slot; INST_FREE / PENDING in a node */
+    uint16_t aux;  /* in a node's inline hold: holders of the node */
+    uint32_t prev;
+    uint32_t next;
+    uint32_t bits;
+    uint32_t stamp;
+};
+
+struct node {
+    uint64_t key;
+    uint32_t parent;
+    uint32_t child;
+    uint32_t sib_next;
+    uint32_t sib_prev;
+    uint32_t more;
+    struct hold h; /* h.inst == INST_FREE: node is free */
+};
+
+struct xhold {
+    struct hold h;
+    uint32_t node;
+    uint32_t next;
+};
+
+struct inst {
+    uint32_t id;
+    uint32_t used;
+    uint64_t blocks;
+};
+
+struct emap_ent {
+    uint64_t ehash;
+    uint64_t key;
+    uint32_t node;
+    uint32_t inst; /* LR_NIL: empty slot */
+};
+
+struct jent {
+    uint64_t key;
+    uint32_t inst_id;
+    uint32_t pad;
+};
+
+enum {
+    LIST_LOCAL = 0,
+    LIST_REMOTE = 1
+};
+enum {
+    WHY_EVICT,
+    WHY_EXPIRE,
+    WHY_DROP
+};
+
+struct lr_index {
+    struct lr__mem mem;
+    uint64_t seed;
+    uint64_t capacity;
+    uint64_t ttl_ticks; /* UINT64_MAX: never */
+    uint64_t emap_cap;
+    uint32_t B;
+    uint32_t max_inst;
+    uint32_t j_cap;
+
+    struct node *nodes;
+    uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
+    struct xhold *xh;
+    uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
+    uint64_t *slots;
+    uint32_t s_size, s_count;
+
+    uint32_t head[2], tail[2];
+    uint64_t holds, remote;
+
+    struct inst *insts;
+    uint32_t *ifree; /* stack of free instance slots */
+    uint32_t n_ifree;
+    uint32_t *imap; /* id -> slot + 1, power-of-two size */
+    uint32_t imap_mask;
+
+    struct emap_ent *emap;
+    uint64_t e_size, e_count;
+
+    struct jent *journal;
+    uint64_t j_seq;
+
+    bool has_epoch;
+    uint64_t epoch_ns;
+
+    uint64_t evicted, expired, learned;
+
+    /* scratch, never part of the logical state */
+    uint64_t *kbuf;
+    size_t kbuf_cap;
+    uint32_t *abuf;
+    size_t abuf_cap;
+    uint32_t *cand, *cref, *cdepth, *mark, *tref;
+    uint32_t mark_gen;
+    uint32_t last_probes;
+};
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static inline struct hold *
+H(const lr_index *ix, uint32_t ref)
+{
+    return (ref & REF_X) ? &ix->xh[ref & ~REF_X].h : &ix->nodes[ref].h;
+}
+
+static inline uint32_t
+ref_node(const lr_index *ix, uint32_t ref)
+{
+    return (ref & REF_X) ? ix->xh[ref & ~REF_X].node : ref;
+}
+
+static inline int
+list_of(const struct hold *h)
+{
+    return (h->bits & HB_REMOTE) ? LIST_REMOTE : LIST_LOCAL;
+}
+
+static inline uint32_t
+nchild(const struct hold *h)
+{
+    return h->bits & HB_NCHILD;
+}
+
+static inline uint32_t
+hold_find(const lr_index *ix, uint32_t n, uint32_t s)
+{
+    const struct node *nd = &ix->nodes[n];
+    if (nd->h.inst == s)
+        return n;
+    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
+        if (ix->xh[x].h.inst == s)
+            return x | REF_X;
+    return LR_NIL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* node hash table                                                           */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t
+hkey(const lr_index *ix, uint64_t key)
+{
+    return lr__mix64(key, ix->seed);
+}
+
+/* The bucket comes from the same 32 bits as the tag kept in the slot, so
+ * rehashing and deletion never have to read a node (a DRAM miss each). */
+static inline uint32_t
+bucket_in(uint64_t hv, uint32_t size)
+{
+    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
+}
+
+static inline uint32_t
+node_find(const lr_index *ix, uint64_t key)
+{
+    uint64_t hv = hkey(ix, key);
+    uint32_t tag = (uint32_t)(hv >> 32);
+    uint32_t b = bucket_in(hv, ix->s_size);
+    for (;;) {
+        uint64_t s = ix->slots[b];
+        if (s == 0)
+            return LR_NIL;
+        if ((uint32_t)(s >> 32) == tag) {
+            uint32_t n = (uint32_t)s - 1;
+            if (ix->nodes[n].key == key)
+                return n;
+        }
+        if (++b == ix->s_size)
+            b = 0;
+    }
+}
+
+struct learn_plan {
+    uint32_t s;        /* instance slot */
+    uint32_t base;     /* node the keys hang from, LR_NIL for the root */
+    uint32_t base_ref; /* s's hold on base */
+    const uint64_t *keys;
+    uint32_t n;              /* keys to hold */
+    const uint32_t *anchors; /* ascending depths in 1..n */
+    uint32_t n_anchors;
+    bool remote;
+    /* filled by plan_learn */
+    uint32_t d_s, d_any, ref_ds, node_any;
+};
+
+/* ---- shared by index.c, index_kv.c and index_delta.c (all defined in
+ * index.c unless noted) ---------------------------------------------------- */
+
+/* Host time -> ticks of 2^TICK_SHIFT ns since the first time seen. */
+uint32_t lr__index_tick(lr_index *ix, uint64_t now);
+
+/* key[-1] of a tenant and the chained block keys (see lr_block_keys()). */
+uint64_t lr__index_tenant_root(uint64_t salt);
+void lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                          uint32_t B, uint64_t *out);
+
+/* Phase 1: room for `nn` more nodes and `nx` more extra holds, and the
+ * scratch arrays. LR_ENOMEM changes nothing logical. */
+lr_status lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx);
+lr_status lr__index_scratch_keys(lr_index *ix, size_t n);
+lr_status lr__index_scratch_anchors(lr_index *ix, size_t n);
+
+/* Instances: slot of an id or LR_NIL; add one (a free slot must exist);
+ * slot_for is lookup plus "is there room" (LR_EINVAL, LR_ELIMIT). */
+uint32_t lr__index_inst_lookup(const lr_index *ix, uint32_t id);
+uint32_t lr__index_inst_add(lr_index *ix, uint32_t id);
+lr_status lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot);
+
+/* Phase 2 (cannot fail; memory was reserved). */
+uint32_t lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
+                            uint32_t tick);
+uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
+void lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick);
+uint32_t lr__index_deepest_present(lr_index *ix, const uint64_t *keys,
+                                   uint32_t lo, uint32_t hi, uint32_t lo_node,
+                                   uint32_t *node_out);
+void lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
+uint32_t lr__index_apply_learn(lr_index *ix, const struct learn_plan *p,
+                               uint32_t tick);
+
+/* Removal; each preserves invariants 1-3. */
+void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
+                                    bool precise);
+void lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root);
+void lr__index_remove_all_of(lr_index *ix, uint32_t s);
+
+/* Phase 3: expire, then evict back under capacity. */
+void lr__index_expire_all(lr_index *ix, uint32_t tick);
+void lr__index_evict_to_capacity(lr_index *ix);
+
+/* index_kv.c: whether an engine-hash entry is still live; delete entries
+ * of instance s (any when LR_NIL), only stale ones when stale_only. */
+bool lr__index_emap_valid(const lr_index *ix, const struct emap_ent *e);
+uint64_t lr__index_emap_sweep(lr_index *ix, uint32_t s, bool stale_only);
+
+#endif /* LIBROUTE_LIB_INDEX_IMPL_H */
