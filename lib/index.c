@@ -6,7 +6,7 @@
  * Layout
  * ------
  *
- *   slots[] (open addressing, linear probing, fastrange bucket)
+ *   ntab (lr__table, table.h: open addressing, fastrange home slot)
  *   +-------------+-------------+-----+
  *   | tag | n+1   | 0 (empty)   | ... |      tag = high 32 bits of the keyed
  *   +-------------+-------------+-----+      mix of the block key
@@ -71,6 +71,9 @@
  * unchanged.
  */
 #include "index_impl.h"
+
+/* Nodes the first node table holds (64 slots at most 3/4 full). */
+#define NODE_TABLE_START 48
 
 /* ------------------------------------------------------------------------ */
 /* time                                                                      */
@@ -161,7 +164,7 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
 static inline void
 prefetch_key(const lr_index *ix, uint64_t key)
 {
-    lr__sink(ix->slots[bucket_in(hkey(ix, key), ix->s_size)]);
+    lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
 }
 
 /* A binary search step at mid over [lo, hi] is followed by a probe in
@@ -176,44 +179,6 @@ prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
         prefetch_key(ix, keys[up - 1]);
     if (dn > lo)
         prefetch_key(ix, keys[dn - 1]);
-}
-
-static void
-slot_put(uint64_t *slots, uint32_t size, uint64_t hv, uint32_t n)
-{
-    uint32_t b = bucket_in(hv, size);
-    while (slots[b] != 0)
-        if (++b == size)
-            b = 0;
-    slots[b] = ((hv >> 32) << 32) | (uint64_t)(n + 1);
-}
-
-static void
-slot_del(lr_index *ix, uint32_t n)
-{
-    uint32_t size = ix->s_size;
-    uint32_t i = bucket_in(hkey(ix, ix->nodes[n].key), size);
-    while ((uint32_t)ix->slots[i] != n + 1)
-        if (++i == size)
-            i = 0;
-    /* Backward-shift deletion keeps every probe chain unbroken. */
-    uint32_t j = i;
-    for (;;) {
-        if (++j == size)
-            j = 0;
-        uint64_t s = ix->slots[j];
-        if (s == 0)
-            break;
-        uint32_t home = bucket_in(s, size); /* tag = hash's high half */
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->slots[i] = s;
-            i = j;
-        }
-    }
-    ix->slots[i] = 0;
-    ix->s_count--;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -250,34 +215,6 @@ grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     return LR_OK;
 }
 
-static lr_status
-table_reserve(lr_index *ix, uint32_t more)
-{
-    uint64_t need = (uint64_t)ix->s_count + more;
-    if (need * 4 <= (uint64_t)ix->s_size * 3)
-        return LR_OK;
-    uint64_t size = (uint64_t)ix->s_size + ix->s_size / 2;
-    if (size < need * 4 / 3 + 1)
-        size = need * 4 / 3 + 1;
-    if (size < 64)
-        size = 64;
-    if (size > UINT32_MAX - 1)
-        return LR_ENOMEM;
-    uint64_t *ns = lr__calloc(&ix->mem, (size_t)size, sizeof(uint64_t));
-    if (ns == NULL)
-        return LR_ENOMEM;
-    for (uint32_t i = 0; i < ix->s_size; i++) {
-        uint64_t s = ix->slots[i];
-        if (s != 0)
-            slot_put(ns, (uint32_t)size, s & ~(uint64_t)0xffffffffu,
-                     (uint32_t)s - 1);
-    }
-    lr__free(&ix->mem, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
-    ix->slots = ns;
-    ix->s_size = (uint32_t)size;
-    return LR_OK;
-}
-
 /* Room for `nn` more nodes and `nx` more extra holds. */
 lr_status
 lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
@@ -294,7 +231,8 @@ lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
                       (uint32_t)need_n, sizeof(struct node), limit));
     LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap, (uint32_t)need_x,
                       sizeof(struct xhold), limit));
-    return table_reserve(ix, nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
+    return lr__table_reserve(&ix->ntab, &ix->mem,
+                             nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
 
 lr_status
@@ -596,7 +534,7 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
         return;
     }
     assert(nd->child == LR_NIL);
-    slot_del(ix, n);
+    lr__table_remove(&ix->ntab, hkey(ix, nd->key), n);
     child_unlink(ix, n);
     node_release(ix, n);
 }
@@ -734,7 +672,7 @@ lr__index_remove_all_of(lr_index *ix, uint32_t s)
     for (uint32_t n = 0; n < ix->n_top; n++) {
         if (ix->nodes[n].h.inst != PENDING)
             continue;
-        slot_del(ix, n);
+        lr__table_remove(&ix->ntab, hkey(ix, ix->nodes[n].key), n);
         uint32_t p = ix->nodes[n].parent;
         if (p != LR_NIL && ix->nodes[p].h.inst != PENDING)
             child_unlink(ix, n);
@@ -961,8 +899,7 @@ lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
             ix->nodes[pn->child].sib_prev = n;
         pn->child = n;
     }
-    slot_put(ix->slots, ix->s_size, hkey(ix, key), n);
-    ix->s_count++;
+    lr__table_insert(&ix->ntab, hkey(ix, key), n);
     return n;
 }
 
@@ -1023,7 +960,7 @@ lr__index_apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
      * below find their lines in cache (43 -> 28 us per new 8k prompt). */
     uint64_t warm = 0;
     for (uint32_t d = p->d_any + 1; d <= p->n; d++)
-        warm += ix->slots[bucket_in(hkey(ix, p->keys[d - 1]), ix->s_size)];
+        warm += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d - 1]));
     lr__sink(warm);
     for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
         uint32_t n = d <= p->d_any
@@ -1069,7 +1006,7 @@ index_free(lr_index *ix)
     struct lr__mem *m = &ix->mem;
     lr__free(m, ix->nodes, (size_t)ix->n_cap * sizeof(struct node));
     lr__free(m, ix->xh, (size_t)ix->x_cap * sizeof(struct xhold));
-    lr__free(m, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
+    lr__table_free(&ix->ntab, m);
     lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
     lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
     lr__free(m, ix->imap, ((size_t)ix->imap_mask + 1) * sizeof(uint32_t));
@@ -1141,16 +1078,15 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
         isz *= 2;
     /* Sizes first, so index_free() can release a partial construction. */
     ix->imap_mask = isz - 1;
-    ix->s_size = 64;
     ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
     ix->imap = lr__calloc(&ix->mem, isz, sizeof(uint32_t));
     ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
-    ix->slots = lr__calloc(&ix->mem, 64, sizeof(uint64_t));
+    lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
     if (ix->insts == NULL || ix->ifree == NULL || ix->imap == NULL ||
-        ix->cand == NULL || ix->slots == NULL ||
+        ix->cand == NULL || tst != LR_OK ||
         (ix->j_cap && ix->journal == NULL)) {
         index_free(ix);
         return LR_ENOMEM;
@@ -1610,10 +1546,8 @@ lr__index_verify(const lr_index *ix)
     }
     if (st == LR_OK && used + ix->n_ifree != ix->max_inst)
         st = LR_ECORRUPT;
-    uint32_t filled = 0;
-    for (uint32_t i = 0; st == LR_OK && i < ix->s_size; i++)
-        filled += ix->slots[i] != 0;
-    if (st == LR_OK && (filled != ix->s_count || filled != ix->n_live))
+    if (st == LR_OK &&
+        (lr__table_verify(&ix->ntab) != LR_OK || ix->ntab.count != ix->n_live))
         st = LR_ECORRUPT;
     uint64_t ecount = 0;
     for (uint64_t i = 0; st == LR_OK && i < ix->e_size; i++)

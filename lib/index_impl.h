@@ -13,6 +13,7 @@
 
 #include "index.h"
 #include "lr_hash.h"
+#include "table.h"
 
 #define HB_LISTED (1u << 31)
 #define HB_REMOTE (1u << 30)
@@ -92,8 +93,7 @@ struct lr_index {
     uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
     struct xhold *xh;
     uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
-    uint64_t *slots;
-    uint32_t s_size, s_count;
+    struct lr__table ntab; /* node key -> node index */
 
     uint32_t head[2], tail[2];
     uint64_t holds, remote;
@@ -175,32 +175,23 @@ hkey(const lr_index *ix, uint64_t key)
     return lr__mix64(key, ix->seed);
 }
 
-/* The bucket comes from the same 32 bits as the tag kept in the slot, so
- * rehashing and deletion never have to read a node (a DRAM miss each). */
-static inline uint32_t
-bucket_in(uint64_t hv, uint32_t size)
+struct node_probe {
+    const struct node *nodes;
+    uint64_t key;
+};
+
+static inline bool
+node_eq(const void *ctx, uint32_t n)
 {
-    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
+    const struct node_probe *p = ctx;
+    return p->nodes[n].key == p->key;
 }
 
 static inline uint32_t
 node_find(const lr_index *ix, uint64_t key)
 {
-    uint64_t hv = hkey(ix, key);
-    uint32_t tag = (uint32_t)(hv >> 32);
-    uint32_t b = bucket_in(hv, ix->s_size);
-    for (;;) {
-        uint64_t s = ix->slots[b];
-        if (s == 0)
-            return LR_NIL;
-        if ((uint32_t)(s >> 32) == tag) {
-            uint32_t n = (uint32_t)s - 1;
-            if (ix->nodes[n].key == key)
-                return n;
-        }
-        if (++b == ix->s_size)
-            b = 0;
-    }
+    struct node_probe p = { ix->nodes, key };
+    return lr__table_find(&ix->ntab, hkey(ix, key), node_eq, &p);
 }
 
 struct learn_plan {

@@ -78,8 +78,9 @@ lr_status lr__table_init(struct lr__table *t, struct lr__mem *m,
                          uint32_t expect);
 
 /* Release the slots (m must be the lr__mem they came from). The table is
- * then empty and holds no memory; it may be freed again or re-inited.
- * Never fails. */
+ * then empty and holds no memory; it may be freed again or re-inited. A
+ * zero-filled struct lr__table (an owner's calloc) may be freed too, so a
+ * partial construction can be released. Never fails. */
 void lr__table_free(struct lr__table *t, struct lr__mem *m);
 
 /* Make room for `more` inserts beyond count, keeping the table at most 3/4
