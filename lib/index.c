@@ -397,20 +397,35 @@ lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick)
 /* instances                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Instance ids hash apart from node keys under the same handle seed. */
+#define INST_HASH_SALT 0x1du
+
+static inline uint64_t
+inst_hash(const lr_index *ix, uint32_t id)
+{
+    return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
+}
+
+struct inst_probe {
+    const struct inst *insts;
+    uint32_t id;
+};
+
+static bool
+inst_eq(const void *ctx, uint32_t s)
+{
+    const struct inst_probe *p = ctx;
+    return p->insts[s].id == p->id;
+}
+
 uint32_t
 lr__index_inst_lookup(const lr_index *ix, uint32_t id)
 {
-    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
-    for (;;) {
-        uint32_t v = ix->imap[i];
-        if (v == 0)
-            return LR_NIL;
-        if (ix->insts[v - 1].id == id)
-            return v - 1;
-        i = (i + 1) & ix->imap_mask;
-    }
+    struct inst_probe p = { ix->insts, id };
+    return lr__table_find(&ix->itab, inst_hash(ix, id), inst_eq, &p);
 }
 
+/* The table was sized for max_instances at creation: no reserve. */
 uint32_t
 lr__index_inst_add(lr_index *ix, uint32_t id)
 {
@@ -419,36 +434,14 @@ lr__index_inst_add(lr_index *ix, uint32_t id)
     ix->insts[s].id = id;
     ix->insts[s].used = 1;
     ix->insts[s].blocks = 0;
-    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
-    while (ix->imap[i] != 0)
-        i = (i + 1) & ix->imap_mask;
-    ix->imap[i] = s + 1;
+    lr__table_insert(&ix->itab, inst_hash(ix, id), s);
     return s;
 }
 
 static void
 inst_del(lr_index *ix, uint32_t s)
 {
-    uint32_t mask = ix->imap_mask;
-    uint32_t i = (uint32_t)lr__mix64(ix->insts[s].id, ix->seed ^ 0x1d) & mask;
-    while (ix->imap[i] != s + 1)
-        i = (i + 1) & mask;
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        uint32_t v = ix->imap[j];
-        if (v == 0)
-            break;
-        uint32_t home =
-            (uint32_t)lr__mix64(ix->insts[v - 1].id, ix->seed ^ 0x1d) & mask;
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->imap[i] = v;
-            i = j;
-        }
-    }
-    ix->imap[i] = 0;
+    lr__table_remove(&ix->itab, inst_hash(ix, ix->insts[s].id), s);
     ix->insts[s].used = 0;
     ix->insts[s].blocks = 0;
     ix->ifree[ix->n_ifree++] = s;
@@ -1009,7 +1002,7 @@ index_free(lr_index *ix)
     lr__table_free(&ix->ntab, m);
     lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
     lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
-    lr__free(m, ix->imap, ((size_t)ix->imap_mask + 1) * sizeof(uint32_t));
+    lr__table_free(&ix->itab, m);
     lr__free(m, ix->emap, (size_t)ix->e_size * sizeof(struct emap_ent));
     lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
     lr__free(m, ix->kbuf, ix->kbuf_cap * sizeof(uint64_t));
@@ -1073,19 +1066,16 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->n_free = ix->x_free = LR_NIL;
     ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
 
-    uint32_t isz = 16;
-    while (isz < 2 * ix->max_inst)
-        isz *= 2;
-    /* Sizes first, so index_free() can release a partial construction. */
-    ix->imap_mask = isz - 1;
+    /* index_free() can release a partial construction: the sizes it reads
+     * are set above, and a table not yet inited is zero-filled. */
     ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
-    ix->imap = lr__calloc(&ix->mem, isz, sizeof(uint32_t));
+    lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
     ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
-    if (ix->insts == NULL || ix->ifree == NULL || ix->imap == NULL ||
+    if (ix->insts == NULL || ix->ifree == NULL || ist != LR_OK ||
         ix->cand == NULL || tst != LR_OK ||
         (ix->j_cap && ix->journal == NULL)) {
         index_free(ix);
@@ -1544,7 +1534,9 @@ lr__index_verify(const lr_index *ix)
             lr__index_inst_lookup(ix, ix->insts[s].id) != s)
             st = LR_ECORRUPT;
     }
-    if (st == LR_OK && used + ix->n_ifree != ix->max_inst)
+    if (st == LR_OK &&
+        (used + ix->n_ifree != ix->max_inst || ix->itab.count != used ||
+         lr__table_verify(&ix->itab) != LR_OK))
         st = LR_ECORRUPT;
     if (st == LR_OK &&
         (lr__table_verify(&ix->ntab) != LR_OK || ix->ntab.count != ix->n_live))

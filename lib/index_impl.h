@@ -101,8 +101,7 @@ struct lr_index {
     struct inst *insts;
     uint32_t *ifree; /* stack of free instance slots */
     uint32_t n_ifree;
-    uint32_t *imap; /* id -> slot + 1, power-of-two size */
-    uint32_t imap_mask;
+    struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
     struct emap_ent *emap;
     uint64_t e_size, e_count;
