@@ -185,9 +185,9 @@ prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
 /* memory reservation (phase 1: the only place mutators can fail)            */
 /* ------------------------------------------------------------------------ */
 
-static lr_status
-grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
-           size_t elem, uint32_t limit)
+lr_status
+lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+               size_t elem, uint32_t limit)
 {
     if (need <= *cap)
         return LR_OK;
@@ -227,10 +227,10 @@ lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
     need_x = need_x > ix->x_freecnt ? need_x - ix->x_freecnt : 0;
     if (need_n > POOL_MAX || need_x > POOL_MAX)
         return LR_ENOMEM;
-    LR_TRY(grow_array(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
-                      (uint32_t)need_n, sizeof(struct node), limit));
-    LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap, (uint32_t)need_x,
-                      sizeof(struct xhold), limit));
+    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
+                          (uint32_t)need_n, sizeof(struct node), limit));
+    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->xh, &ix->x_cap,
+                          (uint32_t)need_x, sizeof(struct xhold), limit));
     return lr__table_reserve(&ix->ntab, &ix->mem,
                              nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
@@ -1003,7 +1003,7 @@ index_free(lr_index *ix)
     lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
     lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
     lr__table_free(&ix->itab, m);
-    lr__free(m, ix->emap, (size_t)ix->e_size * sizeof(struct emap_ent));
+    lr__index_emap_free(ix);
     lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
     lr__free(m, ix->kbuf, ix->kbuf_cap * sizeof(uint64_t));
     lr__free(m, ix->abuf, ix->abuf_cap * sizeof(uint32_t));
@@ -1063,7 +1063,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;
     ix->j_cap = o.journal_capacity == UINT32_MAX ? 0 : o.journal_capacity;
-    ix->n_free = ix->x_free = LR_NIL;
+    ix->n_free = ix->x_free = ix->ep_free = LR_NIL;
+    lr__table_init(&ix->etab, &ix->mem, 0); /* no memory: cannot fail */
     ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
 
     /* index_free() can release a partial construction: the sizes it reads
@@ -1363,7 +1364,7 @@ lr_index_remove_instance(lr_index *idx, uint32_t instance)
     uint32_t s = lr__index_inst_lookup(idx, instance);
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     lr__index_remove_all_of(idx, s);
-    lr__index_emap_sweep(idx, s, false);
+    lr__index_emap_drop(idx, s);
     inst_del(idx, s);
     return LR_OK;
 }
@@ -1384,12 +1385,7 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
     st.remote_blocks = idx->remote;
     st.prefixes = idx->n_live;
     st.instances = idx->max_inst - idx->n_ifree;
-    uint64_t live = 0;
-    for (uint64_t i = 0; i < idx->e_size; i++)
-        if (idx->emap[i].inst != LR_NIL &&
-            lr__index_emap_valid(idx, &idx->emap[i]))
-            live++;
-    st.engine_hashes = live;
+    st.engine_hashes = lr__index_emap_live(idx);
     st.bytes = idx->mem.live;
     st.evicted_blocks = idx->evicted;
     st.expired_blocks = idx->expired;
@@ -1541,11 +1537,8 @@ lr__index_verify(const lr_index *ix)
     if (st == LR_OK &&
         (lr__table_verify(&ix->ntab) != LR_OK || ix->ntab.count != ix->n_live))
         st = LR_ECORRUPT;
-    uint64_t ecount = 0;
-    for (uint64_t i = 0; st == LR_OK && i < ix->e_size; i++)
-        ecount += ix->emap[i].inst != LR_NIL;
-    if (st == LR_OK && ecount != ix->e_count)
-        st = LR_ECORRUPT;
+    if (st == LR_OK)
+        st = lr__index_emap_verify(ix);
     lr__free(&m, per_inst, (size_t)ix->max_inst * sizeof(uint64_t));
     return st;
 }
@@ -1596,13 +1589,7 @@ lr__index_digest(const lr_index *ix)
                             (ix->insts[s].blocks << 40));
     for (uint32_t i = 0; i < ix->n_ifree; i++)
         d = dmix(d, ix->ifree[i]);
-    uint64_t e = 0;
-    for (uint64_t i = 0; i < ix->e_size; i++) {
-        const struct emap_ent *en = &ix->emap[i];
-        if (en->inst != LR_NIL && lr__index_emap_valid(ix, en))
-            e += lr__mix64(en->ehash ^ en->key, en->inst + 1);
-    }
-    return dmix(d, e);
+    return dmix(d, lr__index_emap_digest(ix));
 }
 
 uint32_t

@@ -103,8 +103,9 @@ struct lr_index {
     uint32_t n_ifree;
     struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
-    struct emap_ent *emap;
-    uint64_t e_size, e_count;
+    struct emap_ent *ep; /* engine-hash entries (pool, see index_kv.c) */
+    uint32_t ep_cap, ep_top, ep_free, ep_freecnt;
+    struct lr__table etab; /* (instance slot, engine hash) -> entry */
 
     struct jent *journal;
     uint64_t j_seq;
@@ -251,9 +252,18 @@ void lr__index_remove_all_of(lr_index *ix, uint32_t s);
 void lr__index_expire_all(lr_index *ix, uint32_t tick);
 void lr__index_evict_to_capacity(lr_index *ix);
 
-/* index_kv.c: whether an engine-hash entry is still live; delete entries
- * of instance s (any when LR_NIL), only stale ones when stale_only. */
-bool lr__index_emap_valid(const lr_index *ix, const struct emap_ent *e);
-uint64_t lr__index_emap_sweep(lr_index *ix, uint32_t s, bool stale_only);
+/* Grow pool *arr of *cap elements to hold `need` (1.5x, at most limit),
+ * zeroing the new part. LR_ENOMEM leaves it as it was. */
+lr_status lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap,
+                         uint32_t need, size_t elem, uint32_t limit);
+
+/* index_kv.c, the engine-hash map: live entries (a walk); drop every
+ * entry of instance slot s; free it all; an order-independent checksum of
+ * the live entries; its invariants (LR_OK or LR_ECORRUPT). */
+uint64_t lr__index_emap_live(const lr_index *ix);
+void lr__index_emap_drop(lr_index *ix, uint32_t s);
+void lr__index_emap_free(lr_index *ix);
+uint64_t lr__index_emap_digest(const lr_index *ix);
+lr_status lr__index_emap_verify(const lr_index *ix);
 
 #endif /* LIBROUTE_LIB_INDEX_IMPL_H */

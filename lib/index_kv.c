@@ -17,34 +17,47 @@ lr_kv_stored_init(lr_kv_stored *ev)
 /* engine-hash map (precise mode)                                            */
 /* ------------------------------------------------------------------------ */
 
+/* Entries live in a pool (ep[], free list through `node`, inst ==
+ * LR_NIL when free) and etab maps (instance slot, engine hash) to an entry
+ * index. Entries never move, so a caller may hold an index across other
+ * map changes. The hash is keyed by the handle's seed (B26): engine hashes
+ * come from the network. */
+#define EMAP_HASH_SALT 0xe4a5u
+#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull /* 2^64 / phi, odd */
+
 static inline uint64_t
 ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
 {
-    return lr__mix64(ehash ^ ((uint64_t)s * 0x9e3779b97f4a7c15ull),
-                     ix->seed ^ 0xe4a5);
+    return lr__mix64(ehash ^ ((uint64_t)s * GOLDEN_GAMMA),
+                     ix->seed ^ EMAP_HASH_SALT);
 }
 
-static struct emap_ent *
+struct emap_probe {
+    const struct emap_ent *ep;
+    uint64_t ehash;
+    uint32_t s;
+};
+
+static bool
+emap_eq(const void *ctx, uint32_t e)
+{
+    const struct emap_probe *p = ctx;
+    return p->ep[e].inst == p->s && p->ep[e].ehash == p->ehash;
+}
+
+/* Entry of (s, ehash), live or stale, or LR_NIL. */
+static uint32_t
 emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
 {
-    if (ix->e_size == 0)
-        return NULL;
-    uint64_t i = ehv(ix, s, ehash) & (ix->e_size - 1);
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL)
-            return NULL;
-        if (e->inst == s && e->ehash == ehash)
-            return e;
-        i = (i + 1) & (ix->e_size - 1);
-    }
+    struct emap_probe p = { ix->ep, ehash, s };
+    return lr__table_find(&ix->etab, ehv(ix, s, ehash), emap_eq, &p);
 }
 
 /* An entry is live while its node still exists with the same key and its
  * instance still holds it; evictions leave stale entries behind, which are
  * dropped lazily. */
-bool
-lr__index_emap_valid(const lr_index *ix, const struct emap_ent *e)
+static bool
+emap_valid(const lr_index *ix, const struct emap_ent *e)
 {
     if (e->node >= ix->n_top)
         return false;
@@ -55,98 +68,133 @@ lr__index_emap_valid(const lr_index *ix, const struct emap_ent *e)
 }
 
 static void
-emap_del_at(lr_index *ix, uint64_t i)
+emap_del(lr_index *ix, uint32_t e)
 {
-    uint64_t mask = ix->e_size - 1;
-    uint64_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        struct emap_ent *e = &ix->emap[j];
-        if (e->inst == LR_NIL)
-            break;
-        uint64_t home = ehv(ix, e->inst, e->ehash) & mask;
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->emap[i] = *e;
-            i = j;
-        }
-    }
-    ix->emap[i].inst = LR_NIL;
-    ix->e_count--;
+    struct emap_ent *en = &ix->ep[e];
+    lr__table_remove(&ix->etab, ehv(ix, en->inst, en->ehash), e);
+    en->inst = LR_NIL;
+    en->node = ix->ep_free;
+    ix->ep_free = e;
+    ix->ep_freecnt++;
 }
 
+/* Set (s, ehash) -> (node, key), adding the entry if needed. Room was
+ * reserved by emap_reserve(). */
 static void
 emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
 {
-    uint64_t mask = ix->e_size - 1;
-    uint64_t i = ehv(ix, s, ehash) & mask;
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL) {
-            e->inst = s;
-            e->ehash = ehash;
-            ix->e_count++;
-            break;
+    uint32_t e = emap_get(ix, s, ehash);
+    if (e == LR_NIL) {
+        if (ix->ep_free != LR_NIL) {
+            e = ix->ep_free;
+            ix->ep_free = ix->ep[e].node;
+            ix->ep_freecnt--;
+        } else {
+            assert(ix->ep_top < ix->ep_cap);
+            e = ix->ep_top++;
         }
-        if (e->inst == s && e->ehash == ehash)
-            break;
-        i = (i + 1) & mask;
+        ix->ep[e].inst = s;
+        ix->ep[e].ehash = ehash;
+        lr__table_insert(&ix->etab, ehv(ix, s, ehash), e);
     }
-    ix->emap[i].node = node;
-    ix->emap[i].key = key;
+    ix->ep[e].node = node;
+    ix->ep[e].key = key;
 }
 
-/* Delete entries matching (s or any when s == LR_NIL) and, when
- * stale_only, only those no longer valid. Returns how many went. */
-uint64_t
-lr__index_emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
+/* Delete entries of s (any when s == LR_NIL) and, when stale_only, only
+ * those no longer valid. Returns how many went. */
+static uint64_t
+emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
 {
     uint64_t gone = 0;
-    uint64_t i = 0;
-    while (i < ix->e_size) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst != LR_NIL && (s == LR_NIL || e->inst == s) &&
-            (!stale_only || !lr__index_emap_valid(ix, e))) {
-            emap_del_at(ix, i);
+    for (uint32_t e = 0; e < ix->ep_top; e++) {
+        const struct emap_ent *en = &ix->ep[e];
+        if (en->inst != LR_NIL && (s == LR_NIL || en->inst == s) &&
+            (!stale_only || !emap_valid(ix, en))) {
+            emap_del(ix, e);
             gone++;
-            continue; /* a shifted entry now sits at i */
         }
-        i++;
     }
     return gone;
 }
 
+/* Room for `more` new entries in the pool and the table. */
 static lr_status
-emap_reserve(lr_index *ix, uint64_t more)
+emap_reserve(lr_index *ix, uint32_t more)
 {
-    uint64_t need = ix->e_count + more;
-    if (need * 10 <= ix->e_size * 7)
-        return LR_OK;
-    uint64_t size = ix->e_size ? ix->e_size : 64;
-    while (need * 10 > size * 7)
-        size *= 2;
-    size_t bytes;
-    if (size > ((uint64_t)1 << 40) ||
-        !lr__mul_size((size_t)size, sizeof(struct emap_ent), &bytes))
+    uint64_t need = (uint64_t)ix->ep_top + more;
+    need = need > ix->ep_freecnt ? need - ix->ep_freecnt : 0;
+    if (need >= LR_NIL)
         return LR_ENOMEM;
-    struct emap_ent *ne = lr__alloc(&ix->mem, bytes);
-    if (ne == NULL)
-        return LR_ENOMEM;
-    for (uint64_t i = 0; i < size; i++)
-        ne[i].inst = LR_NIL;
-    struct emap_ent *old = ix->emap;
-    uint64_t old_size = ix->e_size;
-    ix->emap = ne;
-    ix->e_size = size;
-    ix->e_count = 0;
-    for (uint64_t i = 0; i < old_size; i++)
-        if (old[i].inst != LR_NIL)
-            emap_put(ix, old[i].inst, old[i].ehash, old[i].node, old[i].key);
-    lr__free(&ix->mem, old, (size_t)old_size * sizeof(struct emap_ent));
-    return LR_OK;
+    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->ep, &ix->ep_cap,
+                          (uint32_t)need, sizeof(struct emap_ent), LR_NIL - 1));
+    return lr__table_reserve(&ix->etab, &ix->mem, more);
 }
 
+static uint64_t
+emap_count_if(const lr_index *ix, bool valid)
+{
+    uint64_t n = 0;
+    for (uint32_t e = 0; e < ix->ep_top; e++)
+        if (ix->ep[e].inst != LR_NIL && emap_valid(ix, &ix->ep[e]) == valid)
+            n++;
+    return n;
+}
+
+uint64_t
+lr__index_emap_live(const lr_index *ix)
+{
+    return emap_count_if(ix, true);
+}
+
+void
+lr__index_emap_drop(lr_index *ix, uint32_t s)
+{
+    emap_sweep(ix, s, false);
+}
+
+void
+lr__index_emap_free(lr_index *ix)
+{
+    lr__free(&ix->mem, ix->ep, (size_t)ix->ep_cap * sizeof(struct emap_ent));
+    lr__table_free(&ix->etab, &ix->mem);
+}
+
+uint64_t
+lr__index_emap_digest(const lr_index *ix)
+{
+    uint64_t d = 0; /* a sum: independent of where entries sit */
+    for (uint32_t e = 0; e < ix->ep_top; e++) {
+        const struct emap_ent *en = &ix->ep[e];
+        if (en->inst != LR_NIL && emap_valid(ix, en))
+            d += lr__mix64(en->ehash ^ en->key, en->inst + 1);
+    }
+    return d;
+}
+
+lr_status
+lr__index_emap_verify(const lr_index *ix)
+{
+    uint32_t used = 0, nfree = 0;
+    for (uint32_t e = 0; e < ix->ep_top; e++) {
+        const struct emap_ent *en = &ix->ep[e];
+        if (en->inst == LR_NIL)
+            continue;
+        used++;
+        if (en->inst >= ix->max_inst || !ix->insts[en->inst].used ||
+            emap_get(ix, en->inst, en->ehash) != e)
+            return LR_ECORRUPT;
+    }
+    for (uint32_t e = ix->ep_free; e != LR_NIL; e = ix->ep[e].node)
+        if (e >= ix->ep_top || ix->ep[e].inst != LR_NIL || ++nfree > ix->ep_top)
+            return LR_ECORRUPT;
+    if (used != ix->etab.count || nfree != ix->ep_freecnt ||
+        used + nfree != ix->ep_top)
+        return LR_ECORRUPT;
+    return lr__table_verify(&ix->etab);
+}
+
+/* ------------------------------------------------------------------------ */
 /* precise mode                                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -178,10 +226,10 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     uint64_t base_key = lr__index_tenant_root(e.tenant_salt);
     uint32_t base = LR_NIL, base_ref = LR_NIL;
     if (e.has_parent) {
-        struct emap_ent *pe =
-            s != LR_NIL ? emap_get(ix, s, e.parent_hash) : NULL;
-        if (pe == NULL || !lr__index_emap_valid(ix, pe))
+        uint32_t pi = s != LR_NIL ? emap_get(ix, s, e.parent_hash) : LR_NIL;
+        if (pi == LR_NIL || !emap_valid(ix, &ix->ep[pi]))
             return LR_ENOENT;
+        const struct emap_ent *pe = &ix->ep[pi];
         base = pe->node;
         base_key = pe->key;
         base_ref = hold_find(ix, base, s);
@@ -203,22 +251,15 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     /* Engine-map room. A hash needs a new entry unless a live one exists:
      * a stale entry (its block was evicted) may be swept below and then
      * re-inserted, so it counts as new too. */
-    uint64_t fresh = 0;
+    uint32_t fresh = 0;
     for (uint32_t j = 0; j < eb; j++) {
-        const struct emap_ent *en =
-            s == LR_NIL ? NULL : emap_get(ix, s, e.block_hashes[j]);
-        if (en == NULL || !lr__index_emap_valid(ix, en))
+        uint32_t en = s == LR_NIL ? LR_NIL : emap_get(ix, s, e.block_hashes[j]);
+        if (en == LR_NIL || !emap_valid(ix, &ix->ep[en]))
             fresh++;
     }
-    if (ix->e_count + fresh > ix->emap_cap) {
-        uint64_t stale = 0;
-        for (uint64_t i = 0; i < ix->e_size; i++)
-            if (ix->emap[i].inst != LR_NIL &&
-                !lr__index_emap_valid(ix, &ix->emap[i]))
-                stale++;
-        if (ix->e_count - stale + fresh > ix->emap_cap)
-            return LR_ELIMIT;
-    }
+    if (ix->etab.count + fresh > ix->emap_cap &&
+        ix->etab.count - emap_count_if(ix, false) + fresh > ix->emap_cap)
+        return LR_ELIMIT;
 
     struct learn_plan pl = {
         .s = s,
@@ -243,8 +284,8 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     LR_TRY(emap_reserve(ix, fresh));
 
     /* phase 2 */
-    if (ix->e_count + fresh > ix->emap_cap)
-        lr__index_emap_sweep(ix, LR_NIL, true);
+    if (ix->etab.count + fresh > ix->emap_cap)
+        emap_sweep(ix, LR_NIL, true);
     uint32_t tick = lr__index_tick(ix, now_ns);
     if (s == LR_NIL)
         s = pl.s = lr__index_inst_add(ix, instance);
@@ -271,20 +312,19 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     size_t resolved = 0;
     for (size_t i = 0; i < n_blocks; i++) {
-        struct emap_ent *e = emap_get(idx, s, block_hashes[i]);
-        if (e == NULL)
+        uint32_t e = emap_get(idx, s, block_hashes[i]);
+        if (e == LR_NIL)
             continue;
-        if (lr__index_emap_valid(idx, e)) {
-            uint32_t node = e->node;
+        if (emap_valid(idx, &idx->ep[e])) {
+            uint32_t node = idx->ep[e].node;
             lr__index_remove_descendants(idx, s, node);
             lr__index_remove_leaf_and_trim(idx, hold_find(idx, node, s),
                                            WHY_DROP, true);
             resolved++;
         }
-        /* the entry may have moved while descendants' entries stayed */
-        e = emap_get(idx, s, block_hashes[i]);
-        if (e != NULL)
-            emap_del_at(idx, (uint64_t)(e - idx->emap));
+        /* Removal leaves the map alone (entries of the dropped deeper
+         * blocks go stale), so e is still this hash's entry. */
+        emap_del(idx, e);
     }
     if (n_resolved != NULL)
         *n_resolved = resolved;
@@ -298,6 +338,6 @@ lr_index_kv_cleared(lr_index *idx, uint32_t instance)
     uint32_t s = lr__index_inst_lookup(idx, instance);
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     lr__index_remove_all_of(idx, s);
-    lr__index_emap_sweep(idx, s, false);
+    emap_sweep(idx, s, false);
     return LR_OK;
 }
