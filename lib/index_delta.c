@@ -38,6 +38,10 @@ lr_index_mark(const lr_index *idx)
 #define DELTA_MAGIC "LRDX"
 #define DELTA_VERSION 1
 #define DELTA_HEADER 40
+#define DELTA_SUM 8 /* the trailing checksum */
+#define NODE_MIN 9  /* bytes of a node record: key + 1-byte varint */
+#define ROUTE_MIN 5 /* bytes of a route record: id + 1-byte varint */
+#define VEC_MIN 64  /* first capacity of a vec32 */
 
 struct vec32 {
     uint32_t *v;
@@ -45,19 +49,28 @@ struct vec32 {
 };
 
 static lr_status
+vec_reserve(struct lr__mem *m, struct vec32 *v, size_t need)
+{
+    if (need <= v->cap)
+        return LR_OK;
+    size_t want = v->cap ? v->cap * 2 : VEC_MIN;
+    if (want < need)
+        want = need;
+    size_t ob, nb;
+    if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
+        return LR_ENOMEM;
+    uint32_t *p = lr__realloc(m, v->v, ob, nb);
+    if (p == NULL)
+        return LR_ENOMEM;
+    v->v = p;
+    v->cap = want;
+    return LR_OK;
+}
+
+static lr_status
 vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
 {
-    if (v->n == v->cap) {
-        size_t want = v->cap ? v->cap * 2 : 64;
-        size_t ob, nb;
-        if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
-            return LR_ENOMEM;
-        uint32_t *p = lr__realloc(m, v->v, ob, nb);
-        if (p == NULL)
-            return LR_ENOMEM;
-        v->v = p;
-        v->cap = want;
-    }
+    LR_TRY(vec_reserve(m, v, v->n + 1));
     v->v[v->n++] = x;
     return LR_OK;
 }
@@ -70,85 +83,98 @@ vec_free(struct lr__mem *m, struct vec32 *v)
     v->n = v->cap = 0;
 }
 
-/* Temporary open-addressing map u64 -> u32 for export/import. */
-struct tmap {
-    uint64_t *k;
-    uint32_t *v;
-    size_t size, count;
+/* ---- temporary tables ---------------------------------------------------- */
+
+/* The codec's temporary sets and maps are lr__tables of positions into
+ * arrays the codec keeps anyway (routes, emitted nodes, blob nodes), so
+ * they store no keys of their own. Hashes are keyed by the handle's seed:
+ * an imported blob is network input (B26). */
+#define DELTA_TABLE_SALT 0x746d6170u /* "tmap" */
+
+static inline uint64_t
+thash(const lr_index *ix, uint64_t x)
+{
+    return lr__mix64(x, ix->seed ^ DELTA_TABLE_SALT);
+}
+
+static inline uint64_t
+pair_key(uint32_t a, uint32_t b)
+{
+    return ((uint64_t)a << 32) | b;
+}
+
+/* Add position v under hv, growing the table first. */
+static lr_status
+tab_add(struct lr__mem *m, struct lr__table *t, uint64_t hv, uint32_t v)
+{
+    LR_TRY(lr__table_reserve(t, m, 1));
+    lr__table_insert(t, hv, v);
+    return LR_OK;
+}
+
+struct u32_probe {
+    const uint32_t *a;
+    uint32_t x;
 };
 
-static lr_status
-tmap_init(struct lr__mem *m, struct tmap *t, size_t expect)
+static bool
+u32_eq(const void *ctx, uint32_t i)
 {
-    size_t size = 64;
-    while (size < expect * 2)
-        size *= 2;
-    t->k = lr__calloc(m, size, sizeof(uint64_t));
-    t->v = lr__calloc(m, size, sizeof(uint32_t));
-    t->size = size;
-    t->count = 0;
-    if (t->k == NULL || t->v == NULL)
-        return LR_ENOMEM;
-    return LR_OK;
+    const struct u32_probe *p = ctx;
+    return p->a[i] == p->x;
 }
 
-static void
-tmap_free(struct lr__mem *m, struct tmap *t)
+/* A position i with a[i] == x, or LR_NIL. */
+static uint32_t
+find_u32(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
+         uint32_t x)
 {
-    lr__free(m, t->k, t->size * sizeof(uint64_t));
-    lr__free(m, t->v, t->size * sizeof(uint32_t));
-    t->k = NULL;
-    t->v = NULL;
+    struct u32_probe p = { a, x };
+    return lr__table_find(t, thash(ix, x), u32_eq, &p);
 }
 
-/* Keys are stored + 1 so that 0 marks an empty slot. */
-static uint32_t *
-tmap_slot(const struct tmap *t, uint64_t key, bool *found)
+struct u64_probe {
+    const uint64_t *a;
+    uint64_t x;
+};
+
+static bool
+u64_eq(const void *ctx, uint32_t i)
 {
-    size_t i = (size_t)lr__mix64(key, 0x746d6170) & (t->size - 1);
-    for (;;) {
-        if (t->k[i] == 0) {
-            *found = false;
-            return &t->v[i];
-        }
-        if (t->k[i] == key + 1) {
-            *found = true;
-            return &t->v[i];
-        }
-        i = (i + 1) & (t->size - 1);
-    }
+    const struct u64_probe *p = ctx;
+    return p->a[i] == p->x;
 }
 
-static lr_status
-tmap_put(struct lr__mem *m, struct tmap *t, uint64_t key, uint32_t val)
+static uint32_t
+find_u64(const lr_index *ix, const struct lr__table *t, const uint64_t *a,
+         uint64_t x)
 {
-    if ((t->count + 1) * 2 > t->size) {
-        struct tmap nt;
-        lr_status st = tmap_init(m, &nt, t->size);
-        if (st != LR_OK) {
-            tmap_free(m, &nt);
-            return st;
-        }
-        for (size_t i = 0; i < t->size; i++) {
-            if (t->k[i] == 0)
-                continue;
-            bool f;
-            *tmap_slot(&nt, t->k[i] - 1, &f) = t->v[i];
-            nt.k[(size_t)(tmap_slot(&nt, t->k[i] - 1, &f) - nt.v)] = t->k[i];
-            nt.count++;
-        }
-        tmap_free(m, t);
-        *t = nt;
-    }
-    bool f;
-    uint32_t *v = tmap_slot(t, key, &f);
-    if (!f) {
-        t->k[(size_t)(v - t->v)] = key + 1;
-        t->count++;
-    }
-    *v = val;
-    return LR_OK;
+    struct u64_probe p = { a, x };
+    return lr__table_find(t, thash(ix, x), u64_eq, &p);
 }
+
+struct pair_probe {
+    const uint32_t *a, *b;
+    uint32_t x, y;
+};
+
+static bool
+pair_eq(const void *ctx, uint32_t i)
+{
+    const struct pair_probe *p = ctx;
+    return p->a[i] == p->x && p->b[i] == p->y;
+}
+
+/* A position i with a[i] == x and b[i] == y, or LR_NIL. */
+static uint32_t
+find_pair(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
+          const uint32_t *b, uint32_t x, uint32_t y)
+{
+    struct pair_probe p = { a, b, x, y };
+    return lr__table_find(t, thash(ix, pair_key(x, y)), pair_eq, &p);
+}
+
+/* ---- varints and the journal --------------------------------------------- */
 
 static size_t
 varint_len(uint32_t v)
@@ -230,6 +256,97 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
     return LR_OK;
 }
 
+/* ---- export -------------------------------------------------------------- */
+
+struct export_tmp {
+    struct lr__mem m;       /* the index's allocator: temporaries only */
+    struct vec32 rn, rs;    /* routes: node and instance slot */
+    struct vec32 order;     /* nodes to emit, parents first */
+    struct vec32 chain;     /* scratch: one route's unemitted chain */
+    struct lr__table seen;  /* node -> its position in order */
+    struct lr__table rseen; /* (node, slot) -> its first route */
+    size_t n_routes;        /* distinct routes */
+};
+
+/* Drop duplicate routes (rs = LR_NIL) and list every route's chain in
+ * `order` root-first, each node once. Positions stay below LR_NIL: routes
+ * were checked, and order holds distinct nodes. */
+static lr_status
+export_order(const lr_index *ix, struct export_tmp *x)
+{
+    for (size_t r = 0; r < x->rn.n; r++) {
+        uint32_t n = x->rn.v[r], s = x->rs.v[r];
+        if (find_pair(ix, &x->rseen, x->rn.v, x->rs.v, n, s) != LR_NIL) {
+            x->rs.v[r] = LR_NIL; /* duplicate route */
+            continue;
+        }
+        LR_TRY(
+            tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), (uint32_t)r));
+        x->n_routes++;
+        x->chain.n = 0;
+        for (uint32_t c = n; c != LR_NIL; c = ix->nodes[c].parent) {
+            if (find_u32(ix, &x->seen, x->order.v, c) != LR_NIL)
+                break;
+            LR_TRY(vec_push(&x->m, &x->chain, c));
+        }
+        while (x->chain.n > 0) {
+            uint32_t c = x->chain.v[--x->chain.n];
+            LR_TRY(vec_push(&x->m, &x->order, c));
+            LR_TRY(tab_add(&x->m, &x->seen, thash(ix, c),
+                           (uint32_t)(x->order.n - 1)));
+        }
+    }
+    return LR_OK;
+}
+
+/* Wire reference of node n: its position in order plus one. */
+static uint32_t
+emitted(const lr_index *ix, const struct export_tmp *x, uint32_t n)
+{
+    return n == LR_NIL ? 0 : find_u32(ix, &x->seen, x->order.v, n) + 1;
+}
+
+static size_t
+export_size(const lr_index *ix, const struct export_tmp *x)
+{
+    size_t size = DELTA_HEADER + DELTA_SUM;
+    for (size_t i = 0; i < x->order.n; i++)
+        size += 8 + varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
+    for (size_t r = 0; r < x->rn.n; r++)
+        if (x->rs.v[r] != LR_NIL)
+            size += 4 + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
+    return size;
+}
+
+static void
+export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
+             uint8_t *buf, size_t size)
+{
+    memcpy(buf, DELTA_MAGIC, 4);
+    lr__put_u16(buf + 4, DELTA_VERSION);
+    lr__put_u16(buf + 6, 0);
+    lr__put_u32(buf + 8, ix->B);
+    lr__put_u32(buf + 12, (uint32_t)x->order.n);
+    lr__put_u32(buf + 16, (uint32_t)x->n_routes);
+    lr__put_u32(buf + 20, 0);
+    lr__put_u64(buf + 24, since);
+    lr__put_u64(buf + 32, ix->j_seq);
+    uint8_t *p = buf + DELTA_HEADER;
+    for (size_t i = 0; i < x->order.n; i++) {
+        const struct node *nd = &ix->nodes[x->order.v[i]];
+        lr__put_u64(p, nd->key);
+        p = varint_put(p + 8, emitted(ix, x, nd->parent));
+    }
+    for (size_t r = 0; r < x->rn.n; r++) {
+        if (x->rs.v[r] == LR_NIL)
+            continue;
+        lr__put_u32(p, ix->insts[x->rs.v[r]].id);
+        p = varint_put(p + 4, emitted(ix, x, x->rn.v[r]) - 1);
+    }
+    lr__put_u64(p, lr__hash(buf, size - DELTA_SUM, LR_SEED_DELTA));
+    assert(p + DELTA_SUM == buf + size);
+}
+
 lr_status
 lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
                       uint64_t *mark_out)
@@ -237,104 +354,38 @@ lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
     LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
     *out = NULL;
     LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
-    const lr_index *ix = idx;
-    struct lr__mem m = ix->mem; /* temporaries only; the index is const */
-    struct vec32 rn = { 0 }, rs = { 0 }, order = { 0 }, chain = { 0 };
-    struct tmap seen = { 0 }, rseen = { 0 };
-    lr_status st = collect_routes(ix, &m, since_mark, &rn, &rs);
-    if (st == LR_OK)
-        st = tmap_init(&m, &seen, rn.n);
-    if (st == LR_OK)
-        st = tmap_init(&m, &rseen, rn.n);
-    /* Emit each chain root-first, skipping nodes already emitted. */
-    size_t n_routes = 0;
-    for (size_t r = 0; st == LR_OK && r < rn.n; r++) {
-        bool f;
-        uint64_t rk = ((uint64_t)rn.v[r] << 32) | rs.v[r];
-        tmap_slot(&rseen, rk, &f);
-        if (f) {
-            rs.v[r] = LR_NIL; /* duplicate route */
-            continue;
-        }
-        st = tmap_put(&m, &rseen, rk, 0);
-        n_routes++;
-        chain.n = 0;
-        for (uint32_t c = rn.v[r]; st == LR_OK && c != LR_NIL;
-             c = ix->nodes[c].parent) {
-            tmap_slot(&seen, c, &f);
-            if (f)
-                break;
-            st = vec_push(&m, &chain, c);
-        }
-        while (st == LR_OK && chain.n > 0) {
-            uint32_t c = chain.v[--chain.n];
-            st = tmap_put(&m, &seen, c, (uint32_t)order.n);
-            if (st == LR_OK)
-                st = vec_push(&m, &order, c);
-        }
-    }
-    size_t size = DELTA_HEADER + 8;
-    if (st == LR_OK) {
-        for (size_t i = 0; i < order.n; i++) {
-            uint32_t p = ix->nodes[order.v[i]].parent;
-            bool f = false;
-            uint32_t pi = p == LR_NIL ? 0 : *tmap_slot(&seen, p, &f) + 1;
-            size += 8 + varint_len(pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            size += 4 + varint_len(*tmap_slot(&seen, rn.v[r], &f));
-        }
-    }
-    if (st == LR_OK && (order.n > UINT32_MAX || n_routes > UINT32_MAX))
+    /* zero-filled tables may be freed; each is inited before any lookup */
+    struct export_tmp x = { .m = idx->mem };
+    lr_status st = collect_routes(idx, &x.m, since_mark, &x.rn, &x.rs);
+    if (st == LR_OK && x.rn.n >= LR_NIL)
         st = LR_ENOMEM;
-    uint8_t *buf = NULL;
-    lr_blob *blob = NULL;
     if (st == LR_OK)
-        st = lr__blob_new(&ix->mem, size, &blob, &buf);
+        st = lr__table_init(&x.rseen, &x.m, (uint32_t)x.rn.n);
+    if (st == LR_OK)
+        st = lr__table_init(&x.seen, &x.m, (uint32_t)x.rn.n);
+    if (st == LR_OK)
+        st = export_order(idx, &x);
+    lr_blob *blob = NULL;
+    uint8_t *buf = NULL;
+    size_t size = st == LR_OK ? export_size(idx, &x) : 0;
+    if (st == LR_OK)
+        st = lr__blob_new(&idx->mem, size, &blob, &buf);
     if (st == LR_OK) {
-        memcpy(buf, DELTA_MAGIC, 4);
-        lr__put_u16(buf + 4, DELTA_VERSION);
-        lr__put_u16(buf + 6, 0);
-        lr__put_u32(buf + 8, ix->B);
-        lr__put_u32(buf + 12, (uint32_t)order.n);
-        lr__put_u32(buf + 16, (uint32_t)n_routes);
-        lr__put_u32(buf + 20, 0);
-        lr__put_u64(buf + 24, since_mark);
-        lr__put_u64(buf + 32, ix->j_seq);
-        uint8_t *p = buf + DELTA_HEADER;
-        for (size_t i = 0; i < order.n; i++) {
-            const struct node *nd = &ix->nodes[order.v[i]];
-            bool f = false;
-            uint32_t pi = nd->parent == LR_NIL
-                              ? 0
-                              : *tmap_slot(&seen, nd->parent, &f) + 1;
-            lr__put_u64(p, nd->key);
-            p = varint_put(p + 8, pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            lr__put_u32(p, ix->insts[rs.v[r]].id);
-            p = varint_put(p + 4, *tmap_slot(&seen, rn.v[r], &f));
-        }
-        lr__put_u64(p, lr__hash(buf, size - 8, LR_SEED_DELTA));
-        assert(p + 8 == buf + size);
+        export_write(idx, &x, since_mark, buf, size);
         *out = blob;
         if (mark_out != NULL)
-            *mark_out = ix->j_seq;
+            *mark_out = idx->j_seq;
     }
-    vec_free(&m, &rn);
-    vec_free(&m, &rs);
-    vec_free(&m, &order);
-    vec_free(&m, &chain);
-    tmap_free(&m, &seen);
-    tmap_free(&m, &rseen);
+    vec_free(&x.m, &x.rn);
+    vec_free(&x.m, &x.rs);
+    vec_free(&x.m, &x.order);
+    vec_free(&x.m, &x.chain);
+    lr__table_free(&x.seen, &x.m);
+    lr__table_free(&x.rseen, &x.m);
     return st;
 }
+
+/* ---- import -------------------------------------------------------------- */
 
 struct delta {
     uint32_t n_nodes, n_routes;
@@ -358,18 +409,18 @@ static lr_status
 delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
             size_t len, struct delta *d)
 {
-    LR_RETURN_IF(len < DELTA_HEADER + 8, LR_ECORRUPT);
+    LR_RETURN_IF(len < DELTA_HEADER + DELTA_SUM, LR_ECORRUPT);
     LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, 4) != 0, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u16(buf + 4) != DELTA_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - 8, LR_SEED_DELTA) !=
-                     lr__get_u64(buf + len - 8),
+    LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
+                     lr__get_u64(buf + len - DELTA_SUM),
                  LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 20) != 0,
                  LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
     uint32_t nn = lr__get_u32(buf + 12), nr = lr__get_u32(buf + 16);
-    size_t body = len - DELTA_HEADER - 8;
-    LR_RETURN_IF(nn > body / 9 || nr > body / 5, LR_ECORRUPT);
+    size_t body = len - DELTA_HEADER - DELTA_SUM;
+    LR_RETURN_IF(nn > body / NODE_MIN || nr > body / ROUTE_MIN, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u64(buf + 24) > lr__get_u64(buf + 32), LR_ECORRUPT);
     d->n_nodes = nn;
     d->n_routes = nr;
@@ -381,17 +432,17 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
     if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
         d->rid == NULL || d->rnode == NULL)
         return LR_ENOMEM;
-    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - 8;
+    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - DELTA_SUM;
     for (uint32_t i = 0; i < nn; i++) {
         uint32_t v;
-        LR_RETURN_IF(end - p < 9, LR_ECORRUPT);
+        LR_RETURN_IF(end - p < NODE_MIN, LR_ECORRUPT);
         d->keys[i] = lr__get_u64(p);
         p += 8;
         LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
         d->par[i] = v == 0 ? LR_NIL : v - 1;
     }
     for (uint32_t r = 0; r < nr; r++) {
-        LR_RETURN_IF(end - p < 5, LR_ECORRUPT);
+        LR_RETURN_IF(end - p < ROUTE_MIN, LR_ECORRUPT);
         d->rid[r] = lr__get_u32(p);
         p += 4;
         LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
@@ -407,19 +458,18 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
 static lr_status
 delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
 {
-    struct tmap keys = { 0 };
-    lr_status st = tmap_init(m, &keys, d->n_nodes);
+    struct lr__table keys; /* key -> blob node */
+    LR_TRY(lr__table_init(&keys, m, d->n_nodes));
+    lr_status st = LR_OK;
     for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
-        bool f;
-        tmap_slot(&keys, d->keys[i], &f);
-        if (f) {
+        if (find_u64(ix, &keys, d->keys, d->keys[i]) != LR_NIL) {
             st = LR_ECORRUPT;
             break;
         }
-        st = tmap_put(m, &keys, d->keys[i], i);
+        lr__table_insert(&keys, thash(ix, d->keys[i]), i);
         uint32_t n = node_find(ix, d->keys[i]);
         d->node_of[i] = n;
-        if (st != LR_OK || n == LR_NIL)
+        if (n == LR_NIL)
             continue;
         uint32_t ip = ix->nodes[n].parent;
         uint32_t bp = d->par[i];
@@ -427,8 +477,100 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
             (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
             st = LR_ECORRUPT;
     }
-    tmap_free(m, &keys);
+    lr__table_free(&keys, m);
     return st;
+}
+
+/* A blob node the index lacks, counted once by import_count. */
+#define NODE_COUNTED (LR_NIL - 1)
+
+struct import_tmp {
+    struct delta d;
+    bool (*keep)(void *, uint32_t);
+    void *ctx;
+    struct lr__table ids;   /* instance id -> a route carrying it */
+    struct lr__table pairs; /* (id, blob node) -> position in prid/pnode */
+    struct vec32 prid, pnode;
+    struct vec32 chain; /* scratch of import_apply */
+    uint64_t new_nodes, new_ids;
+};
+
+static bool
+import_skips(const struct import_tmp *im, uint32_t r)
+{
+    return im->keep != NULL && !im->keep(im->ctx, im->d.rid[r]);
+}
+
+/* Phase 1: count what could be new, distinct (instance, node) pairs on
+ * the routes' chains and blob nodes the index lacks. */
+static lr_status
+import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
+{
+    struct delta *d = &im->d;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        uint32_t id = d->rid[r];
+        if (import_skips(im, r))
+            continue;
+        if (find_u32(ix, &im->ids, d->rid, id) == LR_NIL) {
+            LR_TRY(tab_add(m, &im->ids, thash(ix, id), r));
+            if (lr__index_inst_lookup(ix, id) == LR_NIL)
+                im->new_ids++;
+        }
+        for (uint32_t j = d->rnode[r]; j != LR_NIL; j = d->par[j]) {
+            if (find_pair(ix, &im->pairs, im->prid.v, im->pnode.v, id, j) !=
+                LR_NIL)
+                break;
+            LR_RETURN_IF(im->pairs.count >= ix->capacity, LR_ELIMIT);
+            LR_TRY(vec_push(m, &im->prid, id));
+            LR_TRY(vec_push(m, &im->pnode, j));
+            LR_TRY(tab_add(m, &im->pairs, thash(ix, pair_key(id, j)),
+                           (uint32_t)(im->prid.n - 1)));
+            if (d->node_of[j] == LR_NIL) {
+                d->node_of[j] = NODE_COUNTED;
+                im->new_nodes++;
+            }
+        }
+    }
+    return LR_OK;
+}
+
+/* Phase 2: cannot fail. Each route climbs to the first blob node its
+ * instance already holds, then creates holds downward, parents first. */
+static void
+import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+{
+    struct delta *d = &im->d;
+    for (uint32_t i = 0; i < d->n_nodes; i++)
+        if (d->node_of[i] == NODE_COUNTED)
+            d->node_of[i] = LR_NIL;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        if (import_skips(im, r))
+            continue;
+        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
+        if (s == LR_NIL)
+            s = lr__index_inst_add(ix, d->rid[r]);
+        uint32_t *chain = im->chain.v, depth = 0;
+        for (uint32_t j = d->rnode[r];
+             j != LR_NIL && (d->node_of[j] == LR_NIL ||
+                             hold_find(ix, d->node_of[j], s) == LR_NIL);
+             j = d->par[j])
+            chain[depth++] = j;
+        while (depth > 0) {
+            uint32_t j = chain[--depth];
+            uint32_t pj = d->par[j];
+            uint32_t pn = pj == LR_NIL ? LR_NIL : d->node_of[pj];
+            if (d->node_of[j] == LR_NIL)
+                d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
+            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, tick);
+            if (pn != LR_NIL)
+                H(ix, hold_find(ix, pn, s))->bits++;
+        }
+        uint32_t ref = hold_find(ix, d->node_of[d->rnode[r]], s);
+        H(ix, ref)->bits |= HB_ANCHOR;
+        lr__index_touch(ix, ref, tick);
+    }
+    /* Holds created as parents got their child in the same pass; the
+     * route ends were touched, so every leaf is listed (invariant 3). */
 }
 
 lr_status
@@ -444,100 +586,32 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
                           void *ctx)
 {
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr_index *ix = idx;
-    struct lr__mem *m = &ix->mem;
-    struct delta d = { 0 };
-    struct tmap pairs = { 0 }, ids = { 0 };
-    struct vec32 chain = { 0 };
-    lr_status st = delta_parse(ix, m, buf, len, &d);
+    struct lr__mem *m = &idx->mem;
+    struct import_tmp im = { .keep = keep, .ctx = ctx };
+    lr__table_init(&im.ids, m, 0); /* no memory yet: cannot fail */
+    lr__table_init(&im.pairs, m, 0);
+    lr_status st = delta_parse(idx, m, buf, len, &im.d);
     if (st == LR_OK)
-        st = delta_check(ix, m, &d);
+        st = delta_check(idx, m, &im.d);
     if (st == LR_OK)
-        st = tmap_init(m, &pairs, 64);
-    if (st == LR_OK)
-        st = tmap_init(m, &ids, 16);
-    /* Count what could be new: distinct (instance, node) pairs on the
-     * routes' chains, and blob nodes the index lacks. */
-    uint64_t new_nodes = 0, new_ids = 0;
-    for (uint32_t r = 0; st == LR_OK && r < d.n_routes; r++) {
-        bool f;
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        tmap_slot(&ids, d.rid[r], &f);
-        if (!f) {
-            st = tmap_put(m, &ids, d.rid[r], 0);
-            if (lr__index_inst_lookup(ix, d.rid[r]) == LR_NIL)
-                new_ids++;
-        }
-        for (uint32_t j = d.rnode[r]; st == LR_OK && j != LR_NIL;
-             j = d.par[j]) {
-            uint64_t pk = ((uint64_t)d.rid[r] << 32) | j;
-            tmap_slot(&pairs, pk, &f);
-            if (f)
-                break;
-            if (pairs.count >= ix->capacity) {
-                st = LR_ELIMIT;
-                break;
-            }
-            st = tmap_put(m, &pairs, pk, 0);
-            if (d.node_of[j] == LR_NIL) {
-                d.node_of[j] = LR_NIL - 1; /* counted */
-                new_nodes++;
-            }
-        }
-    }
-    if (st == LR_OK && new_ids > ix->n_ifree)
+        st = import_count(idx, m, &im);
+    if (st == LR_OK && im.new_ids > idx->n_ifree)
         st = LR_ELIMIT;
     if (st == LR_OK)
-        st = lr__index_reserve(ix, new_nodes, pairs.count);
-    /* room for the longest chain a route can climb */
-    for (uint32_t i = 0; st == LR_OK && i < d.n_nodes && chain.cap < d.n_nodes;
-         i++)
-        st = vec_push(m, &chain, 0);
-    if (st != LR_OK)
-        goto out;
-
-    /* phase 2: cannot fail from here on */
-    for (uint32_t i = 0; i < d.n_nodes; i++)
-        if (d.node_of[i] == LR_NIL - 1)
-            d.node_of[i] = LR_NIL;
-    uint32_t tick = lr__index_tick(ix, now_ns);
-    for (uint32_t r = 0; r < d.n_routes; r++) {
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        uint32_t s = lr__index_inst_lookup(ix, d.rid[r]);
-        if (s == LR_NIL)
-            s = lr__index_inst_add(ix, d.rid[r]);
-        /* climb to the first blob node s already holds, then create
-         * holds downward, parents first */
-        chain.n = 0;
-        for (uint32_t j = d.rnode[r];
-             j != LR_NIL && (d.node_of[j] == LR_NIL ||
-                             hold_find(ix, d.node_of[j], s) == LR_NIL);
-             j = d.par[j])
-            chain.v[chain.n++] = j;
-        while (chain.n > 0) {
-            uint32_t j = chain.v[--chain.n];
-            uint32_t pj = d.par[j];
-            uint32_t pn = pj == LR_NIL ? LR_NIL : d.node_of[pj];
-            if (d.node_of[j] == LR_NIL)
-                d.node_of[j] = lr__index_node_new(ix, d.keys[j], pn);
-            lr__index_hold_new(ix, d.node_of[j], s, HB_REMOTE, tick);
-            if (pn != LR_NIL)
-                H(ix, hold_find(ix, pn, s))->bits++;
-        }
-        uint32_t ref = hold_find(ix, d.node_of[d.rnode[r]], s);
-        H(ix, ref)->bits |= HB_ANCHOR;
-        lr__index_touch(ix, ref, tick);
+        st = lr__index_reserve(idx, im.new_nodes, im.pairs.count);
+    if (st == LR_OK) /* the longest chain a route can climb */
+        st = vec_reserve(m, &im.chain, im.d.n_nodes);
+    if (st == LR_OK) {
+        uint32_t tick = lr__index_tick(idx, now_ns);
+        import_apply(idx, &im, tick);
+        lr__index_expire_all(idx, tick);
+        lr__index_evict_to_capacity(idx);
     }
-    /* Holds created as parents got their child in the same pass; the
-     * route ends were touched, so every leaf is listed (invariant 3). */
-    lr__index_expire_all(ix, tick);
-    lr__index_evict_to_capacity(ix);
-out:
-    vec_free(m, &chain);
-    tmap_free(m, &pairs);
-    tmap_free(m, &ids);
-    delta_free(m, &d);
+    vec_free(m, &im.prid);
+    vec_free(m, &im.pnode);
+    vec_free(m, &im.chain);
+    lr__table_free(&im.ids, m);
+    lr__table_free(&im.pairs, m);
+    delta_free(m, &im.d);
     return st;
 }
