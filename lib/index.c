@@ -406,23 +406,16 @@ inst_hash(const lr_index *ix, uint32_t id)
     return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
 }
 
-struct inst_probe {
-    const struct inst *insts;
-    uint32_t id;
-};
-
 static bool
-inst_eq(const void *ctx, uint32_t s)
+inst_eq(const void *insts, uint64_t id, uint32_t s)
 {
-    const struct inst_probe *p = ctx;
-    return p->insts[s].id == p->id;
+    return ((const struct inst *)insts)[s].id == id;
 }
 
 uint32_t
 lr__index_inst_lookup(const lr_index *ix, uint32_t id)
 {
-    struct inst_probe p = { ix->insts, id };
-    return lr__table_find(&ix->itab, inst_hash(ix, id), inst_eq, &p);
+    return lr__table_find(&ix->itab, inst_hash(ix, id), id, inst_eq, ix->insts);
 }
 
 /* The table was sized for max_instances at creation: no reserve. */

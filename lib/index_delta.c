@@ -112,16 +112,10 @@ tab_add(struct lr__mem *m, struct lr__table *t, uint64_t hv, uint32_t v)
     return LR_OK;
 }
 
-struct u32_probe {
-    const uint32_t *a;
-    uint32_t x;
-};
-
 static bool
-u32_eq(const void *ctx, uint32_t i)
+u32_eq(const void *a, uint64_t x, uint32_t i)
 {
-    const struct u32_probe *p = ctx;
-    return p->a[i] == p->x;
+    return ((const uint32_t *)a)[i] == x;
 }
 
 /* A position i with a[i] == x, or LR_NIL. */
@@ -129,40 +123,32 @@ static uint32_t
 find_u32(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
          uint32_t x)
 {
-    struct u32_probe p = { a, x };
-    return lr__table_find(t, thash(ix, x), u32_eq, &p);
+    return lr__table_find(t, thash(ix, x), x, u32_eq, a);
 }
 
-struct u64_probe {
-    const uint64_t *a;
-    uint64_t x;
-};
-
 static bool
-u64_eq(const void *ctx, uint32_t i)
+u64_eq(const void *a, uint64_t x, uint32_t i)
 {
-    const struct u64_probe *p = ctx;
-    return p->a[i] == p->x;
+    return ((const uint64_t *)a)[i] == x;
 }
 
 static uint32_t
 find_u64(const lr_index *ix, const struct lr__table *t, const uint64_t *a,
          uint64_t x)
 {
-    struct u64_probe p = { a, x };
-    return lr__table_find(t, thash(ix, x), u64_eq, &p);
+    return lr__table_find(t, thash(ix, x), x, u64_eq, a);
 }
 
-struct pair_probe {
+/* Two parallel arrays of a table of pairs. */
+struct pairs {
     const uint32_t *a, *b;
-    uint32_t x, y;
 };
 
 static bool
-pair_eq(const void *ctx, uint32_t i)
+pair_eq(const void *ctx, uint64_t xy, uint32_t i)
 {
-    const struct pair_probe *p = ctx;
-    return p->a[i] == p->x && p->b[i] == p->y;
+    const struct pairs *p = ctx;
+    return pair_key(p->a[i], p->b[i]) == xy;
 }
 
 /* A position i with a[i] == x and b[i] == y, or LR_NIL. */
@@ -170,8 +156,9 @@ static uint32_t
 find_pair(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
           const uint32_t *b, uint32_t x, uint32_t y)
 {
-    struct pair_probe p = { a, b, x, y };
-    return lr__table_find(t, thash(ix, pair_key(x, y)), pair_eq, &p);
+    struct pairs p = { a, b };
+    uint64_t xy = pair_key(x, y);
+    return lr__table_find(t, thash(ix, xy), xy, pair_eq, &p);
 }
 
 /* ---- varints and the journal --------------------------------------------- */

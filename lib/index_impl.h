@@ -175,23 +175,16 @@ hkey(const lr_index *ix, uint64_t key)
     return lr__mix64(key, ix->seed);
 }
 
-struct node_probe {
-    const struct node *nodes;
-    uint64_t key;
-};
-
 static inline bool
-node_eq(const void *ctx, uint32_t n)
+node_eq(const void *nodes, uint64_t key, uint32_t n)
 {
-    const struct node_probe *p = ctx;
-    return p->nodes[n].key == p->key;
+    return ((const struct node *)nodes)[n].key == key;
 }
 
 static inline uint32_t
 node_find(const lr_index *ix, uint64_t key)
 {
-    struct node_probe p = { ix->nodes, key };
-    return lr__table_find(&ix->ntab, hkey(ix, key), node_eq, &p);
+    return lr__table_find(&ix->ntab, hkey(ix, key), key, node_eq, ix->nodes);
 }
 
 struct learn_plan {

@@ -34,23 +34,22 @@ ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
 
 struct emap_probe {
     const struct emap_ent *ep;
-    uint64_t ehash;
     uint32_t s;
 };
 
 static bool
-emap_eq(const void *ctx, uint32_t e)
+emap_eq(const void *ctx, uint64_t ehash, uint32_t e)
 {
     const struct emap_probe *p = ctx;
-    return p->ep[e].inst == p->s && p->ep[e].ehash == p->ehash;
+    return p->ep[e].inst == p->s && p->ep[e].ehash == ehash;
 }
 
 /* Entry of (s, ehash), live or stale, or LR_NIL. */
 static uint32_t
 emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
 {
-    struct emap_probe p = { ix->ep, ehash, s };
-    return lr__table_find(&ix->etab, ehv(ix, s, ehash), emap_eq, &p);
+    struct emap_probe p = { ix->ep, s };
+    return lr__table_find(&ix->etab, ehv(ix, s, ehash), ehash, emap_eq, &p);
 }
 
 /* An entry is live while its node still exists with the same key and its

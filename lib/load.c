@@ -174,24 +174,17 @@ id_hash(const lr_load *ld, uint64_t id)
     return lr__mix64(id, ld->seed);
 }
 
-struct req_probe {
-    const struct req *rq;
-    uint64_t id;
-};
-
 static bool
-req_eq(const void *ctx, uint32_t r)
+req_eq(const void *rq, uint64_t id, uint32_t r)
 {
-    const struct req_probe *p = ctx;
-    return p->rq[r].id == p->id;
+    return ((const struct req *)rq)[r].id == id;
 }
 
 /* Record of request `id` in flight, or LR_NIL. */
 static uint32_t
 req_find(const lr_load *ld, uint64_t id)
 {
-    struct req_probe p = { ld->rq, id };
-    return lr__table_find(&ld->tab, id_hash(ld, id), req_eq, &p);
+    return lr__table_find(&ld->tab, id_hash(ld, id), id, req_eq, ld->rq);
 }
 
 static struct inst *

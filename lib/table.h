@@ -26,8 +26,8 @@
  *   insert(hv = 0x20000000_..., 5)  home = 0x2000_0000 * 8 >> 32 = 1
  *   insert(hv = 0x30000000_..., 9)  home = 1, taken -> slot 2
  *     slots: [0, 2000_0000|6, 3000_0000|10, 0, 0, 0, 0, 0]
- *   find(hv = 0x30000000_..., eq)  slot 1: tag differs; slot 2: tag
- *     matches, eq(ctx, 9) is true -> 9
+ *   find(hv = 0x30000000_..., key, eq)  slot 1: tag differs; slot 2:
+ *     tag matches, eq(ctx, key, 9) is true -> 9
  *   remove(hv = 0x20000000_..., 5)  empties slot 1, then shifts slot 2
  *     back into it (its home 1 does not lie in (1, 2]): no tombstone.
  *
@@ -41,9 +41,11 @@
  * - Values are at most LR_NIL - 1; lookups answer LR_NIL for "absent".
  *
  * Used by the index (nodes, instance ids, engine hashes, delta codec
- * temporaries) and the load tracker (request ids). A name -> id table keys
- * the hash on the string and compares the string in `eq`; a key -> pool
- * table keeps the keys in a pool array and maps to pool indices.
+ * temporaries) and the load tracker (request ids). A key -> pool table
+ * keeps its keys in a pool array and maps to pool indices: eq gets the
+ * pool as ctx and compares pool[value].key with the key. A name -> id
+ * table hashes the string, points ctx at a probe holding the names and
+ * the string, and compares the strings in eq.
  *
  * Thread safety: one thread at a time per table; lookups on a table no
  * one mutates are reentrant. Never aborts, prints or allocates outside the
@@ -102,14 +104,21 @@ void lr__table_insert(struct lr__table *t, uint64_t hv, uint32_t value);
  * fails. */
 void lr__table_remove(struct lr__table *t, uint64_t hv, uint32_t value);
 
-/* The value under hash hv for which eq(ctx, value) holds, or LR_NIL.
+/* The equality callback of a lookup: whether `value` stands for `key` in
+ * the owner's data `ctx` (usually the owner's array: ctx[value].key ==
+ * key). The key is whatever the owner hashed to get hv, passed through
+ * untouched; an owner with wider keys (a string, two fields) points ctx
+ * at a probe holding them and ignores key or uses it for one field. */
+typedef bool (*lr__table_eq)(const void *ctx, uint64_t key, uint32_t value);
+
+/* The value under hash hv for which eq(ctx, key, value) holds, or LR_NIL.
  * eq is called only on values whose stored tag equals hv >> 32. Inline
  * with a function-pointer parameter so that the compiler inlines each
  * call site's `eq` (a static function) into the probe loop. Never fails;
  * reads only the slots and whatever eq reads. */
 static inline uint32_t
-lr__table_find(const struct lr__table *t, uint64_t hv,
-               bool (*eq)(const void *ctx, uint32_t value), const void *ctx)
+lr__table_find(const struct lr__table *t, uint64_t hv, uint64_t key,
+               lr__table_eq eq, const void *ctx)
 {
     uint32_t tag = (uint32_t)(hv >> 32);
     uint32_t size = t->size;
@@ -118,7 +127,7 @@ lr__table_find(const struct lr__table *t, uint64_t hv,
         uint64_t s = t->slots[b];
         if (s == 0)
             return LR_NIL;
-        if ((uint32_t)(s >> 32) == tag && eq(ctx, (uint32_t)s - 1))
+        if ((uint32_t)(s >> 32) == tag && eq(ctx, key, (uint32_t)s - 1))
             return (uint32_t)s - 1;
         if (++b == size)
             b = 0;
