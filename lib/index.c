@@ -74,6 +74,8 @@
 
 /* Nodes the first node table holds (64 slots at most 3/4 full). */
 #define NODE_TABLE_START 48
+/* Smallest array lr__index_grow makes, in elements. */
+#define POOL_MIN 64
 
 /* ------------------------------------------------------------------------ */
 /* time                                                                      */
@@ -196,8 +198,8 @@ lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     uint64_t want = (uint64_t)*cap + *cap / 2;
     if (want < need)
         want = need;
-    if (want < 64)
-        want = 64;
+    if (want < POOL_MIN)
+        want = POOL_MIN;
     if (want > limit)
         want = limit;
     size_t old_b, new_b;
@@ -217,106 +219,76 @@ lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
 
 /* Room for `nn` more nodes and `nx` more extra holds. */
 lr_status
+lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                       size_t elem, uint64_t more, uint32_t limit)
+{
+    uint64_t need = (uint64_t)p->top + more;
+    need = need > p->nfree ? need - p->nfree : 0;
+    if (need > limit)
+        return LR_ENOMEM;
+    return lr__index_grow(m, arr, &p->cap, (uint32_t)need, elem, limit);
+}
+
+/* Room for `nn` more nodes and `nx` more extra holds. */
+lr_status
 lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
 {
-    uint64_t limit64 = ix->capacity + nn + nx + 64;
+    uint64_t limit64 = ix->capacity + nn + nx + POOL_MIN;
     uint32_t limit = limit64 > POOL_MAX ? POOL_MAX : (uint32_t)limit64;
-    uint64_t need_n = (uint64_t)ix->n_top + nn;
-    need_n = need_n > ix->n_freecnt ? need_n - ix->n_freecnt : 0;
-    uint64_t need_x = (uint64_t)ix->x_top + nx;
-    need_x = need_x > ix->x_freecnt ? need_x - ix->x_freecnt : 0;
-    if (need_n > POOL_MAX || need_x > POOL_MAX)
-        return LR_ENOMEM;
-    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
-                          (uint32_t)need_n, sizeof(struct node), limit));
-    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->xh, &ix->x_cap,
-                          (uint32_t)need_x, sizeof(struct xhold), limit));
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->npool, (void **)&ix->nodes,
+                                  sizeof(struct node), nn, limit));
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->xpool, (void **)&ix->xh,
+                                  sizeof(struct xhold), nx, limit));
     return lr__table_reserve(&ix->ntab, &ix->mem,
                              nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
 
+/* Scratch arrays are not state: growing them changes nothing logical. */
 lr_status
 lr__index_scratch_keys(lr_index *ix, size_t n)
 {
-    if (n <= ix->kbuf_cap)
-        return LR_OK;
-    size_t want = n < 64 ? 64 : n;
-    uint64_t *p = lr__realloc(&ix->mem, ix->kbuf, ix->kbuf_cap * 8, want * 8);
-    if (p == NULL)
-        return LR_ENOMEM;
-    ix->kbuf = p;
-    ix->kbuf_cap = want;
-    return LR_OK;
+    return lr__index_grow(&ix->mem, (void **)&ix->kbuf, &ix->kbuf_cap,
+                          (uint32_t)n, sizeof *ix->kbuf, UINT32_MAX);
 }
 
 lr_status
 lr__index_scratch_anchors(lr_index *ix, size_t n)
 {
-    if (n <= ix->abuf_cap)
-        return LR_OK;
-    size_t want = n < 64 ? 64 : n;
-    uint32_t *p = lr__realloc(&ix->mem, ix->abuf, ix->abuf_cap * 4, want * 4);
-    if (p == NULL)
-        return LR_ENOMEM;
-    ix->abuf = p;
-    ix->abuf_cap = want;
-    return LR_OK;
+    return lr__index_grow(&ix->mem, (void **)&ix->abuf, &ix->abuf_cap,
+                          (uint32_t)n, sizeof *ix->abuf, UINT32_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
 /* pools                                                                     */
 /* ------------------------------------------------------------------------ */
 
+#define NODE_LINK offsetof(struct node, child)
+#define XHOLD_LINK offsetof(struct xhold, next)
+
 static uint32_t
 node_alloc(lr_index *ix)
 {
-    uint32_t n;
-    if (ix->n_free != LR_NIL) {
-        n = ix->n_free;
-        ix->n_free = ix->nodes[n].child;
-        ix->n_freecnt--;
-    } else {
-        assert(ix->n_top < ix->n_cap);
-        n = ix->n_top++;
-    }
-    ix->n_live++;
-    return n;
+    return pool_take(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK);
 }
 
 static void
 node_release(lr_index *ix, uint32_t n)
 {
     ix->nodes[n].h.inst = INST_FREE;
-    ix->nodes[n].child = ix->n_free;
-    ix->n_free = n;
-    ix->n_freecnt++;
-    ix->n_live--;
+    pool_give(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK, n);
 }
 
 static uint32_t
 xhold_alloc(lr_index *ix)
 {
-    uint32_t x;
-    if (ix->x_free != LR_NIL) {
-        x = ix->x_free;
-        ix->x_free = ix->xh[x].next;
-        ix->x_freecnt--;
-    } else {
-        assert(ix->x_top < ix->x_cap);
-        x = ix->x_top++;
-    }
-    ix->x_live++;
-    return x;
+    return pool_take(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK);
 }
 
 static void
 xhold_release(lr_index *ix, uint32_t x)
 {
     ix->xh[x].h.inst = INST_FREE;
-    ix->xh[x].next = ix->x_free;
-    ix->x_free = x;
-    ix->x_freecnt++;
-    ix->x_live--;
+    pool_give(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK, x);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -646,7 +618,7 @@ lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 void
 lr__index_remove_all_of(lr_index *ix, uint32_t s)
 {
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
             continue;
         uint32_t ref = hold_find(ix, n, s);
@@ -655,7 +627,7 @@ lr__index_remove_all_of(lr_index *ix, uint32_t s)
     }
     /* A PENDING node has no holder left, so (prefix property) none of its
      * descendants has one either: they are all PENDING. */
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         if (ix->nodes[n].h.inst != PENDING)
             continue;
         lr__table_remove(&ix->ntab, hkey(ix, ix->nodes[n].key), n);
@@ -663,7 +635,7 @@ lr__index_remove_all_of(lr_index *ix, uint32_t s)
         if (p != LR_NIL && ix->nodes[p].h.inst != PENDING)
             child_unlink(ix, n);
     }
-    for (uint32_t n = 0; n < ix->n_top; n++)
+    for (uint32_t n = 0; n < ix->npool.top; n++)
         if (ix->nodes[n].h.inst == PENDING)
             node_release(ix, n);
     /* Surviving holds of other instances kept their child counts, which
@@ -990,16 +962,16 @@ static void
 index_free(lr_index *ix)
 {
     struct lr__mem *m = &ix->mem;
-    lr__free(m, ix->nodes, (size_t)ix->n_cap * sizeof(struct node));
-    lr__free(m, ix->xh, (size_t)ix->x_cap * sizeof(struct xhold));
+    lr__free(m, ix->nodes, (size_t)ix->npool.cap * sizeof(struct node));
+    lr__free(m, ix->xh, (size_t)ix->xpool.cap * sizeof(struct xhold));
     lr__table_free(&ix->ntab, m);
     lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
     lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
     lr__table_free(&ix->itab, m);
     lr__index_emap_free(ix);
     lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
-    lr__free(m, ix->kbuf, ix->kbuf_cap * sizeof(uint64_t));
-    lr__free(m, ix->abuf, ix->abuf_cap * sizeof(uint32_t));
+    lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
+    lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
     lr__free(m, ix->cand, (size_t)ix->max_inst * 5 * sizeof(uint32_t));
     struct lr__mem mm = *m;
     lr__free(&mm, ix, sizeof *ix);
@@ -1056,7 +1028,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;
     ix->j_cap = o.journal_capacity == UINT32_MAX ? 0 : o.journal_capacity;
-    ix->n_free = ix->x_free = ix->ep_free = LR_NIL;
+    ix->npool.free = ix->xpool.free = ix->epool.free = LR_NIL;
     lr__table_init(&ix->etab, &ix->mem, 0); /* no memory: cannot fail */
     ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
 
@@ -1376,7 +1348,7 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
     memset(&st, 0, sizeof st);
     st.blocks = idx->holds;
     st.remote_blocks = idx->remote;
-    st.prefixes = idx->n_live;
+    st.prefixes = pool_live(&idx->npool);
     st.instances = idx->max_inst - idx->n_ifree;
     st.engine_hashes = lr__index_emap_live(idx);
     st.bytes = idx->mem.live;
@@ -1438,7 +1410,7 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
              uint64_t *remote)
 {
     uint32_t live = 0;
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         const struct node *nd = &ix->nodes[n];
         if (nd->h.inst == INST_FREE)
             continue;
@@ -1446,7 +1418,7 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
         live++;
         CHECK(node_find(ix, nd->key) == n);
         if (nd->parent != LR_NIL) {
-            CHECK(nd->parent < ix->n_top);
+            CHECK(nd->parent < ix->npool.top);
             CHECK(ix->nodes[nd->parent].h.inst != INST_FREE);
         }
         uint32_t prev = LR_NIL;
@@ -1474,7 +1446,7 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
                 break;
         }
     }
-    CHECK(live == ix->n_live);
+    CHECK(live == pool_live(&ix->npool));
     return LR_OK;
 }
 
@@ -1527,8 +1499,8 @@ lr__index_verify(const lr_index *ix)
         (used + ix->n_ifree != ix->max_inst || ix->itab.count != used ||
          lr__table_verify(&ix->itab) != LR_OK))
         st = LR_ECORRUPT;
-    if (st == LR_OK &&
-        (lr__table_verify(&ix->ntab) != LR_OK || ix->ntab.count != ix->n_live))
+    if (st == LR_OK && (lr__table_verify(&ix->ntab) != LR_OK ||
+                        ix->ntab.count != pool_live(&ix->npool)))
         st = LR_ECORRUPT;
     if (st == LR_OK)
         st = lr__index_emap_verify(ix);
@@ -1546,7 +1518,7 @@ uint64_t
 lr__index_digest(const lr_index *ix)
 {
     uint64_t d = 0;
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         const struct node *nd = &ix->nodes[n];
         if (nd->h.inst == INST_FREE)
             continue;
@@ -1566,7 +1538,7 @@ lr__index_digest(const lr_index *ix)
             d = dmix(d, ix->nodes[ref_node(ix, r)].key ^ H(ix, r)->inst);
     d = dmix(d, ix->holds);
     d = dmix(d, ix->remote);
-    d = dmix(d, ix->n_live);
+    d = dmix(d, pool_live(&ix->npool));
     d = dmix(d, ix->evicted);
     d = dmix(d, ix->expired);
     d = dmix(d, ix->learned);

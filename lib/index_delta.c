@@ -41,36 +41,26 @@ lr_index_mark(const lr_index *idx)
 #define DELTA_SUM 8 /* the trailing checksum */
 #define NODE_MIN 9  /* bytes of a node record: key + 1-byte varint */
 #define ROUTE_MIN 5 /* bytes of a route record: id + 1-byte varint */
-#define VEC_MIN 64  /* first capacity of a vec32 */
 
 struct vec32 {
     uint32_t *v;
-    size_t n, cap;
+    uint32_t n, cap;
 };
 
+/* Lengths stay below LR_NIL, so positions in a vec32 fit a table. */
 static lr_status
-vec_reserve(struct lr__mem *m, struct vec32 *v, size_t need)
+vec_reserve(struct lr__mem *m, struct vec32 *v, uint64_t need)
 {
-    if (need <= v->cap)
-        return LR_OK;
-    size_t want = v->cap ? v->cap * 2 : VEC_MIN;
-    if (want < need)
-        want = need;
-    size_t ob, nb;
-    if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
+    if (need >= LR_NIL)
         return LR_ENOMEM;
-    uint32_t *p = lr__realloc(m, v->v, ob, nb);
-    if (p == NULL)
-        return LR_ENOMEM;
-    v->v = p;
-    v->cap = want;
-    return LR_OK;
+    return lr__index_grow(m, (void **)&v->v, &v->cap, (uint32_t)need,
+                          sizeof *v->v, LR_NIL - 1);
 }
 
 static lr_status
 vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
 {
-    LR_TRY(vec_reserve(m, v, v->n + 1));
+    LR_TRY(vec_reserve(m, v, (uint64_t)v->n + 1));
     v->v[v->n++] = x;
     return LR_OK;
 }
@@ -78,7 +68,7 @@ vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
 static void
 vec_free(struct lr__mem *m, struct vec32 *v)
 {
-    lr__free(m, v->v, v->cap * 4);
+    lr__free(m, v->v, (size_t)v->cap * sizeof *v->v);
     v->v = NULL;
     v->n = v->cap = 0;
 }
@@ -210,7 +200,7 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
 {
     uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
     if (since == 0 || since < oldest) {
-        for (uint32_t n = 0; n < ix->n_top; n++) {
+        for (uint32_t n = 0; n < ix->npool.top; n++) {
             const struct node *nd = &ix->nodes[n];
             if (nd->h.inst == INST_FREE)
                 continue;
@@ -252,23 +242,21 @@ struct export_tmp {
     struct vec32 chain;     /* scratch: one route's unemitted chain */
     struct lr__table seen;  /* node -> its position in order */
     struct lr__table rseen; /* (node, slot) -> its first route */
-    size_t n_routes;        /* distinct routes */
+    uint32_t n_routes;      /* distinct routes */
 };
 
 /* Drop duplicate routes (rs = LR_NIL) and list every route's chain in
- * `order` root-first, each node once. Positions stay below LR_NIL: routes
- * were checked, and order holds distinct nodes. */
+ * `order` root-first, each node once. */
 static lr_status
 export_order(const lr_index *ix, struct export_tmp *x)
 {
-    for (size_t r = 0; r < x->rn.n; r++) {
+    for (uint32_t r = 0; r < x->rn.n; r++) {
         uint32_t n = x->rn.v[r], s = x->rs.v[r];
         if (find_pair(ix, &x->rseen, x->rn.v, x->rs.v, n, s) != LR_NIL) {
             x->rs.v[r] = LR_NIL; /* duplicate route */
             continue;
         }
-        LR_TRY(
-            tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), (uint32_t)r));
+        LR_TRY(tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), r));
         x->n_routes++;
         x->chain.n = 0;
         for (uint32_t c = n; c != LR_NIL; c = ix->nodes[c].parent) {
@@ -279,8 +267,7 @@ export_order(const lr_index *ix, struct export_tmp *x)
         while (x->chain.n > 0) {
             uint32_t c = x->chain.v[--x->chain.n];
             LR_TRY(vec_push(&x->m, &x->order, c));
-            LR_TRY(tab_add(&x->m, &x->seen, thash(ix, c),
-                           (uint32_t)(x->order.n - 1)));
+            LR_TRY(tab_add(&x->m, &x->seen, thash(ix, c), x->order.n - 1));
         }
     }
     return LR_OK;
@@ -297,9 +284,9 @@ static size_t
 export_size(const lr_index *ix, const struct export_tmp *x)
 {
     size_t size = DELTA_HEADER + DELTA_SUM;
-    for (size_t i = 0; i < x->order.n; i++)
+    for (uint32_t i = 0; i < x->order.n; i++)
         size += 8 + varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
-    for (size_t r = 0; r < x->rn.n; r++)
+    for (uint32_t r = 0; r < x->rn.n; r++)
         if (x->rs.v[r] != LR_NIL)
             size += 4 + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
     return size;
@@ -313,18 +300,18 @@ export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
     lr__put_u16(buf + 4, DELTA_VERSION);
     lr__put_u16(buf + 6, 0);
     lr__put_u32(buf + 8, ix->B);
-    lr__put_u32(buf + 12, (uint32_t)x->order.n);
-    lr__put_u32(buf + 16, (uint32_t)x->n_routes);
+    lr__put_u32(buf + 12, x->order.n);
+    lr__put_u32(buf + 16, x->n_routes);
     lr__put_u32(buf + 20, 0);
     lr__put_u64(buf + 24, since);
     lr__put_u64(buf + 32, ix->j_seq);
     uint8_t *p = buf + DELTA_HEADER;
-    for (size_t i = 0; i < x->order.n; i++) {
+    for (uint32_t i = 0; i < x->order.n; i++) {
         const struct node *nd = &ix->nodes[x->order.v[i]];
         lr__put_u64(p, nd->key);
         p = varint_put(p + 8, emitted(ix, x, nd->parent));
     }
-    for (size_t r = 0; r < x->rn.n; r++) {
+    for (uint32_t r = 0; r < x->rn.n; r++) {
         if (x->rs.v[r] == LR_NIL)
             continue;
         lr__put_u32(p, ix->insts[x->rs.v[r]].id);
@@ -344,12 +331,10 @@ lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
     /* zero-filled tables may be freed; each is inited before any lookup */
     struct export_tmp x = { .m = idx->mem };
     lr_status st = collect_routes(idx, &x.m, since_mark, &x.rn, &x.rs);
-    if (st == LR_OK && x.rn.n >= LR_NIL)
-        st = LR_ENOMEM;
     if (st == LR_OK)
-        st = lr__table_init(&x.rseen, &x.m, (uint32_t)x.rn.n);
+        st = lr__table_init(&x.rseen, &x.m, x.rn.n);
     if (st == LR_OK)
-        st = lr__table_init(&x.seen, &x.m, (uint32_t)x.rn.n);
+        st = lr__table_init(&x.seen, &x.m, x.rn.n);
     if (st == LR_OK)
         st = export_order(idx, &x);
     lr_blob *blob = NULL;
@@ -511,7 +496,7 @@ import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
             LR_TRY(vec_push(m, &im->prid, id));
             LR_TRY(vec_push(m, &im->pnode, j));
             LR_TRY(tab_add(m, &im->pairs, thash(ix, pair_key(id, j)),
-                           (uint32_t)(im->prid.n - 1)));
+                           im->prid.n - 1));
             if (d->node_of[j] == LR_NIL) {
                 d->node_of[j] = NODE_COUNTED;
                 im->new_nodes++;

@@ -79,6 +79,17 @@ enum {
     WHY_DROP
 };
 
+/* A pool of fixed-size elements named by 32-bit index. Freed elements
+ * are chained through a uint32_t field of their own (at offset `link`)
+ * and handed out again first; `top` only grows, so [0, top) is every
+ * element ever used and top - nfree are live. */
+struct pool {
+    uint32_t cap;   /* elements allocated */
+    uint32_t top;   /* elements ever handed out */
+    uint32_t free;  /* first free element, LR_NIL if none */
+    uint32_t nfree; /* length of the free list */
+};
+
 struct lr_index {
     struct lr__mem mem;
     uint64_t seed;
@@ -90,9 +101,9 @@ struct lr_index {
     uint32_t j_cap;
 
     struct node *nodes;
-    uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
+    struct pool npool; /* free nodes chain through child */
     struct xhold *xh;
-    uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
+    struct pool xpool;     /* free extra holds chain through next */
     struct lr__table ntab; /* node key -> node index */
 
     uint32_t head[2], tail[2];
@@ -103,8 +114,8 @@ struct lr_index {
     uint32_t n_ifree;
     struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
-    struct emap_ent *ep; /* engine-hash entries (pool, see index_kv.c) */
-    uint32_t ep_cap, ep_top, ep_free, ep_freecnt;
+    struct emap_ent *ep;   /* engine-hash entries, see index_kv.c */
+    struct pool epool;     /* free entries chain through node */
     struct lr__table etab; /* (instance slot, engine hash) -> entry */
 
     struct jent *journal;
@@ -117,9 +128,9 @@ struct lr_index {
 
     /* scratch, never part of the logical state */
     uint64_t *kbuf;
-    size_t kbuf_cap;
+    uint32_t kbuf_cap;
     uint32_t *abuf;
-    size_t abuf_cap;
+    uint32_t abuf_cap;
     uint32_t *cand, *cref, *cdepth, *mark, *tref;
     uint32_t mark_gen;
     uint32_t last_probes;
@@ -163,6 +174,41 @@ hold_find(const lr_index *ix, uint32_t n, uint32_t s)
         if (ix->xh[x].h.inst == s)
             return x | REF_X;
     return LR_NIL;
+}
+
+/* ---- pools (room reserved by lr__index_pool_reserve) --------------------- */
+
+static inline uint32_t *
+pool_link(void *arr, size_t elem, size_t link, uint32_t i)
+{
+    return (uint32_t *)(void *)((char *)arr + (size_t)i * elem + link);
+}
+
+static inline uint32_t
+pool_take(struct pool *p, void *arr, size_t elem, size_t link)
+{
+    if (p->free == LR_NIL) {
+        assert(p->top < p->cap);
+        return p->top++;
+    }
+    uint32_t i = p->free;
+    p->free = *pool_link(arr, elem, link, i);
+    p->nfree--;
+    return i;
+}
+
+static inline void
+pool_give(struct pool *p, void *arr, size_t elem, size_t link, uint32_t i)
+{
+    *pool_link(arr, elem, link, i) = p->free;
+    p->free = i;
+    p->nfree++;
+}
+
+static inline uint32_t
+pool_live(const struct pool *p)
+{
+    return p->top - p->nfree;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -245,10 +291,15 @@ void lr__index_remove_all_of(lr_index *ix, uint32_t s);
 void lr__index_expire_all(lr_index *ix, uint32_t tick);
 void lr__index_evict_to_capacity(lr_index *ix);
 
-/* Grow pool *arr of *cap elements to hold `need` (1.5x, at most limit),
+/* Grow array *arr of *cap elements to hold `need` (1.5x, at most limit),
  * zeroing the new part. LR_ENOMEM leaves it as it was. */
 lr_status lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap,
                          uint32_t need, size_t elem, uint32_t limit);
+
+/* Room in pool p (array *arr) for `more` elements beyond the live ones.
+ * LR_ENOMEM leaves both as they were. */
+lr_status lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                                 size_t elem, uint64_t more, uint32_t limit);
 
 /* index_kv.c, the engine-hash map: live entries (a walk); drop every
  * entry of instance slot s; free it all; an order-independent checksum of

@@ -23,6 +23,7 @@ lr_kv_stored_init(lr_kv_stored *ev)
  * map changes. The hash is keyed by the handle's seed (B26): engine hashes
  * come from the network. */
 #define EMAP_HASH_SALT 0xe4a5u
+#define EMAP_LINK offsetof(struct emap_ent, node)
 #define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull /* 2^64 / phi, odd */
 
 static inline uint64_t
@@ -58,7 +59,7 @@ emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
 static bool
 emap_valid(const lr_index *ix, const struct emap_ent *e)
 {
-    if (e->node >= ix->n_top)
+    if (e->node >= ix->npool.top)
         return false;
     const struct node *nd = &ix->nodes[e->node];
     if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
@@ -72,9 +73,7 @@ emap_del(lr_index *ix, uint32_t e)
     struct emap_ent *en = &ix->ep[e];
     lr__table_remove(&ix->etab, ehv(ix, en->inst, en->ehash), e);
     en->inst = LR_NIL;
-    en->node = ix->ep_free;
-    ix->ep_free = e;
-    ix->ep_freecnt++;
+    pool_give(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK, e);
 }
 
 /* Set (s, ehash) -> (node, key), adding the entry if needed. Room was
@@ -84,14 +83,7 @@ emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
 {
     uint32_t e = emap_get(ix, s, ehash);
     if (e == LR_NIL) {
-        if (ix->ep_free != LR_NIL) {
-            e = ix->ep_free;
-            ix->ep_free = ix->ep[e].node;
-            ix->ep_freecnt--;
-        } else {
-            assert(ix->ep_top < ix->ep_cap);
-            e = ix->ep_top++;
-        }
+        e = pool_take(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK);
         ix->ep[e].inst = s;
         ix->ep[e].ehash = ehash;
         lr__table_insert(&ix->etab, ehv(ix, s, ehash), e);
@@ -106,7 +98,7 @@ static uint64_t
 emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
 {
     uint64_t gone = 0;
-    for (uint32_t e = 0; e < ix->ep_top; e++) {
+    for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
         if (en->inst != LR_NIL && (s == LR_NIL || en->inst == s) &&
             (!stale_only || !emap_valid(ix, en))) {
@@ -121,12 +113,8 @@ emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
 static lr_status
 emap_reserve(lr_index *ix, uint32_t more)
 {
-    uint64_t need = (uint64_t)ix->ep_top + more;
-    need = need > ix->ep_freecnt ? need - ix->ep_freecnt : 0;
-    if (need >= LR_NIL)
-        return LR_ENOMEM;
-    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->ep, &ix->ep_cap,
-                          (uint32_t)need, sizeof(struct emap_ent), LR_NIL - 1));
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->epool, (void **)&ix->ep,
+                                  sizeof *ix->ep, more, LR_NIL - 1));
     return lr__table_reserve(&ix->etab, &ix->mem, more);
 }
 
@@ -134,7 +122,7 @@ static uint64_t
 emap_count_if(const lr_index *ix, bool valid)
 {
     uint64_t n = 0;
-    for (uint32_t e = 0; e < ix->ep_top; e++)
+    for (uint32_t e = 0; e < ix->epool.top; e++)
         if (ix->ep[e].inst != LR_NIL && emap_valid(ix, &ix->ep[e]) == valid)
             n++;
     return n;
@@ -155,7 +143,7 @@ lr__index_emap_drop(lr_index *ix, uint32_t s)
 void
 lr__index_emap_free(lr_index *ix)
 {
-    lr__free(&ix->mem, ix->ep, (size_t)ix->ep_cap * sizeof(struct emap_ent));
+    lr__free(&ix->mem, ix->ep, (size_t)ix->epool.cap * sizeof(struct emap_ent));
     lr__table_free(&ix->etab, &ix->mem);
 }
 
@@ -163,7 +151,7 @@ uint64_t
 lr__index_emap_digest(const lr_index *ix)
 {
     uint64_t d = 0; /* a sum: independent of where entries sit */
-    for (uint32_t e = 0; e < ix->ep_top; e++) {
+    for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
         if (en->inst != LR_NIL && emap_valid(ix, en))
             d += lr__mix64(en->ehash ^ en->key, en->inst + 1);
@@ -175,7 +163,7 @@ lr_status
 lr__index_emap_verify(const lr_index *ix)
 {
     uint32_t used = 0, nfree = 0;
-    for (uint32_t e = 0; e < ix->ep_top; e++) {
+    for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
         if (en->inst == LR_NIL)
             continue;
@@ -184,11 +172,12 @@ lr__index_emap_verify(const lr_index *ix)
             emap_get(ix, en->inst, en->ehash) != e)
             return LR_ECORRUPT;
     }
-    for (uint32_t e = ix->ep_free; e != LR_NIL; e = ix->ep[e].node)
-        if (e >= ix->ep_top || ix->ep[e].inst != LR_NIL || ++nfree > ix->ep_top)
+    for (uint32_t e = ix->epool.free; e != LR_NIL; e = ix->ep[e].node)
+        if (e >= ix->epool.top || ix->ep[e].inst != LR_NIL ||
+            ++nfree > ix->epool.top)
             return LR_ECORRUPT;
-    if (used != ix->etab.count || nfree != ix->ep_freecnt ||
-        used + nfree != ix->ep_top)
+    if (used != ix->etab.count || nfree != ix->epool.nfree ||
+        used + nfree != ix->epool.top)
         return LR_ECORRUPT;
     return lr__table_verify(&ix->etab);
 }
