@@ -72,6 +72,18 @@
  */
 #include "index_impl.h"
 
+/* Defaults of lr_index_options (documented in lr_index.h). */
+#define DEFAULT_CAPACITY (1u << 20)
+#define DEFAULT_TTL_NS (3600ull * 1000000000ull)
+#define DEFAULT_BLOCK_TOKENS 16u
+#define DEFAULT_MAX_INSTANCES 1024u
+#define DEFAULT_JOURNAL 4096u
+#define EMAP_PER_BLOCK 2u /* engine_map_capacity per capacity block */
+#define MAX_JOURNAL (1u << 24)
+/* The caller's seed is mixed with "lrindex" before keying the tables. */
+#define SEED_MIX 0x6c72696e646578ull
+/* Per-instance scratch arrays of a match: cand, cref, cdepth, mark, tref. */
+#define N_SCRATCH 5u
 /* Nodes the first node table holds (64 slots at most 3/4 full). */
 #define NODE_TABLE_START 48
 /* Smallest array lr__index_grow makes, in elements. */
@@ -109,9 +121,9 @@ is_expired(const lr_index *ix, const struct hold *h, uint32_t tick)
 uint64_t
 lr__index_tenant_root(uint64_t salt)
 {
-    uint8_t b[8];
+    uint8_t b[sizeof salt];
     lr__put_u64(b, salt);
-    return lr__hash(b, 8, LR_SEED_TENANT);
+    return lr__hash(b, sizeof b, LR_SEED_TENANT);
 }
 
 void
@@ -119,11 +131,12 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
                      uint32_t B, uint64_t *out)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    uint8_t buf[4 * LR_INDEX_MAX_BLOCK_TOKENS];
+    uint8_t buf[sizeof(uint32_t) * LR_INDEX_MAX_BLOCK_TOKENS];
     for (size_t i = 0; i < nblocks; i++) {
         for (uint32_t j = 0; j < B; j++)
-            lr__put_u32(buf + 4 * j, tok[i * B + j]);
-        prev = lr__hash(buf, (size_t)B * 4, prev ^ LR_SEED_BLOCK);
+            lr__put_u32(buf + sizeof(uint32_t) * j, tok[i * B + j]);
+        prev =
+            lr__hash(buf, (size_t)B * sizeof(uint32_t), prev ^ LR_SEED_BLOCK);
         out[i] = prev;
     }
 #else
@@ -265,30 +278,13 @@ lr__index_scratch_anchors(lr_index *ix, size_t n)
 #define NODE_LINK offsetof(struct node, child)
 #define XHOLD_LINK offsetof(struct xhold, next)
 
-static uint32_t
-node_alloc(lr_index *ix)
-{
-    return pool_take(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK);
-}
-
+/* A free node or extra hold is marked INST_FREE (verify and the walks
+ * over [0, top) skip it). */
 static void
 node_release(lr_index *ix, uint32_t n)
 {
     ix->nodes[n].h.inst = INST_FREE;
     pool_give(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK, n);
-}
-
-static uint32_t
-xhold_alloc(lr_index *ix)
-{
-    return pool_take(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK);
-}
-
-static void
-xhold_release(lr_index *ix, uint32_t x)
-{
-    ix->xh[x].h.inst = INST_FREE;
-    pool_give(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK, x);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -328,14 +324,18 @@ lru_push_head(lr_index *ix, uint32_t ref)
 }
 
 /* Insert an unlisted hold where its stamp belongs, searching from the tail
- * (where re-entering holds belong) for at most 64 steps. */
+ * (where re-entering holds belong) for at most LRU_SEEK_MAX steps; a
+ * search that runs out inserts where it stopped (bounded work, order then
+ * approximate). */
+#define LRU_SEEK_MAX 64
+
 static void
 lru_insert_by_stamp(lr_index *ix, uint32_t ref)
 {
     struct hold *h = H(ix, ref);
     int l = list_of(h);
     uint32_t cur = ix->tail[l];
-    for (int steps = 0; cur != LR_NIL && steps < 64; steps++) {
+    for (int steps = 0; cur != LR_NIL && steps < LRU_SEEK_MAX; steps++) {
         if (H(ix, cur)->stamp >= h->stamp)
             break;
         cur = H(ix, cur)->prev;
@@ -443,6 +443,30 @@ count_drop(lr_index *ix, const struct hold *h, int why)
         ix->expired++;
 }
 
+/* The inline hold of node n is gone: move its first extra hold in. Its
+ * LRU neighbours must now name it by the node's ref. */
+static void
+promote_first_extra(lr_index *ix, uint32_t n)
+{
+    struct node *nd = &ix->nodes[n];
+    uint32_t x = nd->more;
+    uint16_t nh = nd->h.aux;
+    nd->h = ix->xh[x].h;
+    nd->h.aux = nh;
+    nd->more = ix->xh[x].next;
+    if (!(nd->h.bits & HB_LISTED))
+        return;
+    int l = list_of(&nd->h);
+    if (nd->h.prev != LR_NIL)
+        H(ix, nd->h.prev)->next = n;
+    else
+        ix->head[l] = n;
+    if (nd->h.next != LR_NIL)
+        H(ix, nd->h.next)->prev = n;
+    else
+        ix->tail[l] = n;
+}
+
 /* Take hold `ref` off its node. With `free_node`, a node left with no
  * holder is deleted; otherwise it is marked PENDING for a later sweep. The
  * caller fixes the parent hold's child count. */
@@ -456,45 +480,28 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
         lru_unlink(ix, ref);
     count_drop(ix, h, why);
     nd->h.aux--;
+    uint32_t x; /* the extra hold that goes back to its pool */
     if (ref & REF_X) {
-        uint32_t x = ref & ~REF_X;
+        x = ref & ~REF_X;
         uint32_t *pp = &nd->more;
         while (*pp != x)
             pp = &ix->xh[*pp].next;
         *pp = ix->xh[x].next;
-        xhold_release(ix, x);
-        return;
-    }
-    if (nd->more != LR_NIL) {
-        /* Promote the first extra holder into the inline slot; its LRU
-         * neighbours must now name it by the node's ref. */
-        uint32_t x = nd->more;
-        uint16_t nh = nd->h.aux;
-        nd->h = ix->xh[x].h;
-        nd->h.aux = nh;
-        nd->more = ix->xh[x].next;
-        if (nd->h.bits & HB_LISTED) {
-            int l = list_of(&nd->h);
-            if (nd->h.prev != LR_NIL)
-                H(ix, nd->h.prev)->next = n;
-            else
-                ix->head[l] = n;
-            if (nd->h.next != LR_NIL)
-                H(ix, nd->h.next)->prev = n;
-            else
-                ix->tail[l] = n;
-        }
-        xhold_release(ix, x);
-        return;
-    }
-    if (!free_node) {
+    } else if (nd->more != LR_NIL) {
+        x = nd->more;
+        promote_first_extra(ix, n);
+    } else if (!free_node) {
         nd->h.inst = PENDING;
         return;
+    } else {
+        assert(nd->child == LR_NIL);
+        lr__table_remove(&ix->ntab, hkey(ix, nd->key), n);
+        child_unlink(ix, n);
+        node_release(ix, n);
+        return;
     }
-    assert(nd->child == LR_NIL);
-    lr__table_remove(&ix->ntab, hkey(ix, nd->key), n);
-    child_unlink(ix, n);
-    node_release(ix, n);
+    ix->xh[x].h.inst = INST_FREE;
+    pool_give(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK, x);
 }
 
 /* Remove leaf hold `ref`, then walk up. A parent hold left with no child
@@ -555,8 +562,8 @@ pop_tail(lr_index *ix, int l, int why)
     lr__index_remove_leaf_and_trim(ix, ref, why, false);
 }
 
-void
-lr__index_expire_all(lr_index *ix, uint32_t tick)
+static void
+expire_all(lr_index *ix, uint32_t tick)
 {
     if (ix->ttl_ticks == UINT64_MAX)
         return;
@@ -565,7 +572,7 @@ lr__index_expire_all(lr_index *ix, uint32_t tick)
     bool more = true;
     while (more) {
         more = false;
-        for (int l = 0; l < 2; l++)
+        for (int l = 0; l < N_LISTS; l++)
             while (ix->tail[l] != LR_NIL &&
                    is_expired(ix, H(ix, ix->tail[l]), tick)) {
                 pop_tail(ix, l, WHY_EXPIRE);
@@ -574,8 +581,8 @@ lr__index_expire_all(lr_index *ix, uint32_t tick)
     }
 }
 
-void
-lr__index_evict_to_capacity(lr_index *ix)
+static void
+evict_to_capacity(lr_index *ix)
 {
     while (ix->holds > ix->capacity) {
         int l = ix->tail[LIST_REMOTE] != LR_NIL ? LIST_REMOTE : LIST_LOCAL;
@@ -583,6 +590,13 @@ lr__index_evict_to_capacity(lr_index *ix)
             return;
         pop_tail(ix, l, WHY_EVICT);
     }
+}
+
+void
+lr__index_settle(lr_index *ix, uint32_t tick)
+{
+    expire_all(ix, tick);
+    evict_to_capacity(ix);
 }
 
 /* Drop every hold of instance s in the subtree under node root (root's own
@@ -615,8 +629,8 @@ lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 
 /* Drop every hold of instance s: O(nodes). Two passes so that no node is
  * freed while a child still points at it. */
-void
-lr__index_remove_all_of(lr_index *ix, uint32_t s)
+static void
+remove_all_of(lr_index *ix, uint32_t s)
 {
     for (uint32_t n = 0; n < ix->npool.top; n++) {
         if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
@@ -646,38 +660,24 @@ lr__index_remove_all_of(lr_index *ix, uint32_t s)
 /* search                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Deepest depth in [lo, hi] present at all; *node_out is its node (or
- * lo_node when nothing deeper than lo is present). */
-uint32_t
-lr__index_deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo,
-                          uint32_t hi, uint32_t lo_node, uint32_t *node_out)
-{
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1) / 2;
-        prefetch_step(ix, keys, lo, hi, mid);
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        ix->last_probes++;
-        if (n != LR_NIL) {
-            lo = mid;
-            lo_node = n;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    *node_out = lo_node;
-    return lo;
-}
-
-/* Deepest depth in [0, hi] that instance s holds; *ref_out its hold. */
+/* Binary search over a prompt's keys: the deepest depth in [lo, hi]
+ * whose node exists (s == LR_NIL) or is held by instance s, given that
+ * depth lo qualifies. *ref_out is that node (or s's hold on it), or lo_ref
+ * when nothing deeper than lo qualifies. A search for any holder (match,
+ * the new part of a learn) warms both slots the next probe may read; an
+ * instance's search (the known part of a learn) never did, and was not
+ * measured faster doing so. */
 static uint32_t
-deepest_held(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t hi,
-             uint32_t lo_ref, uint32_t *ref_out)
+deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
+        uint32_t hi, uint32_t lo_ref, uint32_t *ref_out)
 {
-    uint32_t lo = 0;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        uint32_t r = n != LR_NIL ? hold_find(ix, n, s) : LR_NIL;
+        if (s == LR_NIL)
+            prefetch_step(ix, keys, lo, hi, mid);
+        uint32_t r = node_find(ix, keys[mid - 1]);
+        if (r != LR_NIL && s != LR_NIL)
+            r = hold_find(ix, r, s);
         ix->last_probes++;
         if (r != LR_NIL) {
             lo = mid;
@@ -817,7 +817,7 @@ lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
         h = &nd->h;
         nd->h.aux = 0;
     } else {
-        uint32_t x = xhold_alloc(ix);
+        uint32_t x = pool_take(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK);
         ix->xh[x].node = n;
         ix->xh[x].h.aux = 0;
         ix->xh[x].next = nd->more;
@@ -841,7 +841,7 @@ lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
 uint32_t
 lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
-    uint32_t n = node_alloc(ix);
+    uint32_t n = pool_take(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK);
     struct node *nd = &ix->nodes[n];
     nd->key = key;
     nd->parent = parent;
@@ -882,21 +882,31 @@ upgrade_up(lr_index *ix, uint32_t ref)
 }
 
 /* Phase 1 of a learn: where the instance's and anybody's holds end. */
-void
+lr_status
 lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
 {
-    p->d_s = deepest_held(ix, p->s, p->keys, p->n, p->base_ref, &p->ref_ds);
-    p->node_any = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
+    ix->last_probes = 0;
+    p->d_s = 0;
+    p->ref_ds = LR_NIL;
+    p->node_any = p->base;
+    if (p->s != LR_NIL) {
+        p->d_s = deepest(ix, p->s, p->keys, 0, p->n, p->base_ref, &p->ref_ds);
+        if (p->d_s > 0)
+            p->node_any = ref_node(ix, p->ref_ds);
+    }
     p->d_any = p->d_s;
     if (p->d_s < p->n)
-        p->d_any = lr__index_deepest_present(ix, p->keys, p->d_s, p->n,
-                                             p->node_any, &p->node_any);
+        p->d_any = deepest(ix, LR_NIL, p->keys, p->d_s, p->n, p->node_any,
+                           &p->node_any);
+    return lr__index_reserve(ix, p->n - p->d_any, p->d_any - p->d_s);
 }
 
 /* Phase 2 of a learn. Returns the deepest hold's ref (LR_NIL if n == 0). */
 uint32_t
-lr__index_apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
+lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
 {
+    if (p->s == LR_NIL)
+        p->s = lr__index_inst_add(ix, p->id);
     uint32_t a = 0;
     if (!p->remote && p->ref_ds != LR_NIL)
         upgrade_up(ix, p->ref_ds);
@@ -948,14 +958,13 @@ lr_index_options_init(lr_index_options *opt)
 {
     if (opt == NULL)
         return;
-    memset(opt, 0, sizeof *opt);
-    opt->struct_size = sizeof *opt;
-    opt->capacity_blocks = 1u << 20;
-    opt->ttl_ns = 3600ull * 1000000000ull;
-    opt->block_tokens = 16;
-    opt->max_instances = 1024;
-    opt->journal_capacity = 4096;
-    opt->engine_map_capacity = 2u << 20;
+    sized_init(opt, sizeof *opt);
+    opt->capacity_blocks = DEFAULT_CAPACITY;
+    opt->ttl_ns = DEFAULT_TTL_NS;
+    opt->block_tokens = DEFAULT_BLOCK_TOKENS;
+    opt->max_instances = DEFAULT_MAX_INSTANCES;
+    opt->journal_capacity = DEFAULT_JOURNAL;
+    opt->engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY;
 }
 
 static void
@@ -972,9 +981,46 @@ index_free(lr_index *ix)
     lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
     lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
     lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
-    lr__free(m, ix->cand, (size_t)ix->max_inst * 5 * sizeof(uint32_t));
+    lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
     struct lr__mem mm = *m;
     lr__free(&mm, ix, sizeof *ix);
+}
+
+/* The caller's options over the defaults (zero means default), checked. */
+static lr_status
+resolve_options(const lr_index_options *opt, lr_index_options *o)
+{
+    lr_index_options_init(o);
+    if (opt != NULL) {
+        lr_index_options in;
+        memset(&in, 0, sizeof in);
+        LR_TRY(lr__copy_sized(&in, sizeof in, opt, LR_INDEX_OPTIONS_SIZE_V1));
+        o->allocator = in.allocator;
+        o->seed = in.seed;
+        if (in.capacity_blocks)
+            o->capacity_blocks = in.capacity_blocks;
+        if (in.ttl_ns)
+            o->ttl_ns = in.ttl_ns;
+        if (in.block_tokens)
+            o->block_tokens = in.block_tokens;
+        if (in.max_instances)
+            o->max_instances = in.max_instances;
+        if (in.journal_capacity)
+            o->journal_capacity = in.journal_capacity;
+        o->engine_map_capacity = in.engine_map_capacity
+                                     ? in.engine_map_capacity
+                                     : EMAP_PER_BLOCK * o->capacity_blocks;
+    }
+    LR_RETURN_IF(o->capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
+    LR_RETURN_IF(o->block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(o->max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
+    LR_RETURN_IF(o->journal_capacity != UINT32_MAX &&
+                     o->journal_capacity > MAX_JOURNAL,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->engine_map_capacity >
+                     EMAP_PER_BLOCK * LR_INDEX_MAX_CAPACITY,
+                 LR_EINVAL);
+    return LR_OK;
 }
 
 lr_status
@@ -983,36 +1029,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     LR_RETURN_IF(out == NULL, LR_EINVAL);
     *out = NULL;
     lr_index_options o;
-    lr_index_options_init(&o);
-    if (opt != NULL) {
-        lr_index_options given;
-        memset(&given, 0, sizeof given);
-        LR_TRY(lr__copy_sized(&given, sizeof given, opt,
-                              LR_INDEX_OPTIONS_SIZE_V1));
-        o.allocator = given.allocator;
-        o.seed = given.seed;
-        if (given.capacity_blocks)
-            o.capacity_blocks = given.capacity_blocks;
-        if (given.ttl_ns)
-            o.ttl_ns = given.ttl_ns;
-        if (given.block_tokens)
-            o.block_tokens = given.block_tokens;
-        if (given.max_instances)
-            o.max_instances = given.max_instances;
-        if (given.journal_capacity)
-            o.journal_capacity = given.journal_capacity;
-        o.engine_map_capacity = given.engine_map_capacity
-                                    ? given.engine_map_capacity
-                                    : 2 * o.capacity_blocks;
-    }
-    LR_RETURN_IF(o.capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
-    LR_RETURN_IF(o.block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(o.max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
-    LR_RETURN_IF(o.journal_capacity != UINT32_MAX &&
-                     o.journal_capacity > (1u << 24),
-                 LR_EINVAL);
-    LR_RETURN_IF(o.engine_map_capacity > 2 * LR_INDEX_MAX_CAPACITY, LR_EINVAL);
-
+    LR_TRY(resolve_options(opt, &o));
     struct lr__mem m;
     LR_TRY(lr__mem_init(&m, o.allocator));
     lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
@@ -1020,7 +1037,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
         return LR_ENOMEM;
     ix->mem = m;
     ix->mem.live = m.live;
-    ix->seed = lr__mix64(o.seed, 0x6c72696e646578ull);
+    ix->seed = lr__mix64(o.seed, SEED_MIX);
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =
         o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
@@ -1037,7 +1054,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
     lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
-    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
+    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
+                          sizeof(uint32_t));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
@@ -1080,19 +1098,13 @@ lr_index_block_tokens(const lr_index *idx)
 void
 lr_prompt_init(lr_prompt *p)
 {
-    if (p == NULL)
-        return;
-    memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
+    sized_init(p, sizeof *p);
 }
 
 void
 lr_index_match_result_init(lr_index_match_result *r)
 {
-    if (r == NULL)
-        return;
-    memset(r, 0, sizeof *r);
-    r->struct_size = sizeof *r;
+    sized_init(r, sizeof *r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1142,6 +1154,37 @@ lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
     return LR_OK;
 }
 
+/* The anchors of a learn of n blocks into ix->abuf: the boundaries
+ * aligned down to a block and deduplicated, plus the full length. */
+static lr_status
+learn_anchors(lr_index *ix, const lr_prompt *p, uint32_t n, uint32_t *na)
+{
+    LR_TRY(lr__index_scratch_anchors(ix, p->n_boundaries + 1));
+    *na = 0;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        uint32_t d = p->boundaries[i] / ix->B;
+        if (d == 0 || d > n || (*na > 0 && ix->abuf[*na - 1] == d))
+            continue;
+        ix->abuf[(*na)++] = d;
+    }
+    if (n > 0 && (*na == 0 || ix->abuf[*na - 1] != n))
+        ix->abuf[(*na)++] = n;
+    return LR_OK;
+}
+
+/* Remember a LOCAL learn for lr_index_export_delta(): its deepest key.
+ * With no journal only the mark moves. */
+static void
+journal_add(lr_index *ix, uint64_t key, uint32_t id)
+{
+    if (ix->j_cap > 0) {
+        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
+        j->key = key;
+        j->inst_id = id;
+    }
+    ix->j_seq++;
+}
+
 lr_status
 lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
                int32_t trust, uint64_t now_ns)
@@ -1159,56 +1202,71 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     if (n > ix->capacity)
         n = (uint32_t)ix->capacity;
 
-    /* anchors: boundaries aligned down, deduplicated, plus the full length */
-    LR_TRY(lr__index_scratch_anchors(ix, p.n_boundaries + 1));
-    uint32_t na = 0;
-    for (size_t i = 0; i < p.n_boundaries; i++) {
-        uint32_t d = p.boundaries[i] / ix->B;
-        if (d == 0 || d > n || (na > 0 && ix->abuf[na - 1] == d))
-            continue;
-        ix->abuf[na++] = d;
-    }
-    if (n > 0 && (na == 0 || ix->abuf[na - 1] != n))
-        ix->abuf[na++] = n;
-
-    struct learn_plan pl = {
-        .s = s,
-        .base = LR_NIL,
-        .base_ref = LR_NIL,
-        .keys = keys,
-        .n = n,
-        .anchors = ix->abuf,
-        .n_anchors = na,
-        .remote = trust == LR_TRUST_REMOTE,
-    };
-    ix->last_probes = 0;
-    if (s != LR_NIL) {
-        lr__index_plan_learn(ix, &pl);
-    } else {
-        pl.d_s = 0;
-        pl.ref_ds = LR_NIL;
-        pl.d_any =
-            lr__index_deepest_present(ix, keys, 0, n, LR_NIL, &pl.node_any);
-    }
-    LR_TRY(lr__index_reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
-
-    /* phase 2 */
+    uint32_t na;
+    LR_TRY(learn_anchors(ix, &p, n, &na));
+    struct learn_plan pl = { .s = s,
+                             .id = instance,
+                             .base = LR_NIL,
+                             .base_ref = LR_NIL,
+                             .keys = keys,
+                             .n = n,
+                             .anchors = ix->abuf,
+                             .n_anchors = na,
+                             .remote = trust == LR_TRUST_REMOTE };
+    LR_TRY(lr__index_plan_learn(ix, &pl));
     uint32_t tick = lr__index_tick(ix, now_ns);
-    if (s == LR_NIL)
-        s = pl.s = lr__index_inst_add(ix, instance);
     lr__index_apply_learn(ix, &pl, tick);
-    if (!pl.remote && n > 0 && ix->j_cap > 0) {
-        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
-        j->key = keys[n - 1];
-        j->inst_id = instance;
-        ix->j_seq++;
-    } else if (!pl.remote && n > 0) {
-        ix->j_seq++;
-    }
-    /* phase 3 */
-    lr__index_expire_all(ix, tick);
-    lr__index_evict_to_capacity(ix);
+    if (!pl.remote && n > 0)
+        journal_add(ix, keys[n - 1], instance);
+    lr__index_settle(ix, tick);
     return LR_OK;
+}
+
+/* Every instance holding some prefix of a prompt whose deepest present
+ * depth d_any has node n_any, into ix->cand[0..k) (returned), with its
+ * depth in ix->cdepth and its hold in ix->cref. The holders of n_any
+ * matched d_any deep; everyone else holding block 0 matched somewhere in
+ * [1, d_any), and the partition search places them. */
+static uint32_t
+candidates(lr_index *ix, const uint64_t *keys, uint32_t d_any, uint32_t n_any)
+{
+    uint32_t k = 0;
+    uint32_t g = mark_holders(ix, n_any);
+    const struct node *nd = &ix->nodes[n_any];
+    ix->cand[k++] = nd->h.inst;
+    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
+        ix->cand[k++] = ix->xh[x].h.inst;
+    for (uint32_t i = 0; i < k; i++) {
+        ix->cdepth[ix->cand[i]] = d_any;
+        ix->cref[ix->cand[i]] = ix->tref[ix->cand[i]];
+    }
+    uint32_t k_deep = k;
+    if (d_any > 1) {
+        /* Everyone else holding block 0 matched somewhere in [1, d_any). */
+        uint32_t n1 = node_find(ix, keys[0]);
+        const struct node *r = &ix->nodes[n1];
+        uint32_t s = r->h.inst;
+        if (ix->mark[s] != g) {
+            ix->cdepth[s] = 1;
+            ix->cref[s] = n1;
+            ix->cand[k++] = s;
+        }
+        for (uint32_t x = r->more; x != LR_NIL; x = ix->xh[x].next) {
+            s = ix->xh[x].h.inst;
+            if (ix->mark[s] != g) {
+                ix->cdepth[s] = 1;
+                ix->cref[s] = x | REF_X;
+                ix->cand[k++] = s;
+            }
+        }
+        for (uint32_t i = k_deep; i < k; i++)
+            ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
+        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep, r->h.aux,
+              nd->h.aux);
+        resolve_refs(ix, keys, k_deep, k);
+    }
+
+    return k;
 }
 
 static int
@@ -1250,54 +1308,18 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
 
     uint32_t tick = lr__index_tick(ix, now_ns);
-    lr__index_expire_all(ix, tick);
+    expire_all(ix, tick);
     ix->last_probes = 0;
     result->prompt_blocks = n;
     result->deepest_tokens = 0;
     result->n_hits = 0;
 
     uint32_t n_any;
-    uint32_t d_any = lr__index_deepest_present(ix, keys, 0, n, LR_NIL, &n_any);
+    uint32_t d_any = deepest(ix, LR_NIL, keys, 0, n, LR_NIL, &n_any);
     if (d_any == 0)
         return LR_OK;
 
-    /* Holders of the deepest node matched that deep. */
-    uint32_t k = 0;
-    uint32_t g = mark_holders(ix, n_any);
-    const struct node *nd = &ix->nodes[n_any];
-    ix->cand[k++] = nd->h.inst;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-        ix->cand[k++] = ix->xh[x].h.inst;
-    for (uint32_t i = 0; i < k; i++) {
-        ix->cdepth[ix->cand[i]] = d_any;
-        ix->cref[ix->cand[i]] = ix->tref[ix->cand[i]];
-    }
-    uint32_t k_deep = k;
-    if (d_any > 1) {
-        /* Everyone else holding block 0 matched somewhere in [1, d_any). */
-        uint32_t n1 = node_find(ix, keys[0]);
-        const struct node *r = &ix->nodes[n1];
-        uint32_t s = r->h.inst;
-        if (ix->mark[s] != g) {
-            ix->cdepth[s] = 1;
-            ix->cref[s] = n1;
-            ix->cand[k++] = s;
-        }
-        for (uint32_t x = r->more; x != LR_NIL; x = ix->xh[x].next) {
-            s = ix->xh[x].h.inst;
-            if (ix->mark[s] != g) {
-                ix->cdepth[s] = 1;
-                ix->cref[s] = x | REF_X;
-                ix->cand[k++] = s;
-            }
-        }
-        for (uint32_t i = k_deep; i < k; i++)
-            ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
-        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep, r->h.aux,
-              nd->h.aux);
-        resolve_refs(ix, keys, k_deep, k);
-    }
-
+    uint32_t k = candidates(ix, keys, d_any, n_any);
     result->n_hits = k;
     result->deepest_tokens = (uint64_t)d_any * ix->B;
     if (k > result->hits_capacity)
@@ -1319,22 +1341,30 @@ lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
     if (idx == NULL)
         return;
-    lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
+    expire_all(idx, lr__index_tick(idx, now_ns));
+}
+
+lr_status
+lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot)
+{
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    remove_all_of(idx, s);
+    lr__index_emap_drop(idx, s);
+    *slot = s;
+    return LR_OK;
 }
 
 lr_status
 lr_index_remove_instance(lr_index *idx, uint32_t instance)
 {
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = lr__index_inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    lr__index_remove_all_of(idx, s);
-    lr__index_emap_drop(idx, s);
+    uint32_t s;
+    LR_TRY(lr__index_clear(idx, instance, &s));
     inst_del(idx, s);
     return LR_OK;
 }
 
-/* ------------------------------------------------------------------------ */
 /* ------------------------------------------------------------------------ */
 /* queries                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -1453,7 +1483,7 @@ verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
 static lr_status
 verify_lists(const lr_index *ix)
 {
-    for (int l = 0; l < 2; l++) {
+    for (int l = 0; l < N_LISTS; l++) {
         uint32_t prev = LR_NIL;
         uint64_t count = 0;
         for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next) {
@@ -1508,10 +1538,12 @@ lr__index_verify(const lr_index *ix)
     return st;
 }
 
+#define DIGEST_SEED 0x6469676573740000ull /* "digest" */
+
 static inline uint64_t
 dmix(uint64_t d, uint64_t v)
 {
-    return lr__mix64(d ^ v, 0x6469676573740000ull) + 0x9e3779b97f4a7c15ull;
+    return lr__mix64(d ^ v, DIGEST_SEED) + GOLDEN_GAMMA;
 }
 
 uint64_t
@@ -1533,7 +1565,7 @@ lr__index_digest(const lr_index *ix)
                 break;
         }
     }
-    for (int l = 0; l < 2; l++)
+    for (int l = 0; l < N_LISTS; l++)
         for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next)
             d = dmix(d, ix->nodes[ref_node(ix, r)].key ^ H(ix, r)->inst);
     d = dmix(d, ix->holds);
@@ -1566,7 +1598,7 @@ lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
     if (s == LR_NIL)
         return 0;
     uint32_t ref;
-    return deepest_held(ix, s, keys, n_keys, LR_NIL, &ref);
+    return deepest(ix, s, keys, 0, n_keys, LR_NIL, &ref);
 }
 
 uint32_t

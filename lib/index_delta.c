@@ -36,11 +36,23 @@ lr_index_mark(const lr_index *idx)
  * once. Varints are unsigned LEB128 of at most 5 bytes.
  */
 #define DELTA_MAGIC "LRDX"
+#define MAGIC_LEN 4
 #define DELTA_VERSION 1
+#define OFF_VERSION 4 /* header field offsets, as in the table above */
+#define OFF_FLAGS 6
+#define OFF_BLOCK 8
+#define OFF_NODES 12
+#define OFF_ROUTES 16
+#define OFF_RESERVED 20
+#define OFF_SINCE 24
+#define OFF_MARK 32
 #define DELTA_HEADER 40
-#define DELTA_SUM 8 /* the trailing checksum */
-#define NODE_MIN 9  /* bytes of a node record: key + 1-byte varint */
-#define ROUTE_MIN 5 /* bytes of a route record: id + 1-byte varint */
+#define DELTA_SUM 8              /* the trailing checksum */
+#define KEY_BYTES 8              /* a node record's key */
+#define ID_BYTES 4               /* a route record's instance id */
+#define NODE_MIN (KEY_BYTES + 1) /* a record with a 1-byte varint */
+#define ROUTE_MIN (ID_BYTES + 1)
+#define VARINT_MAX 5 /* bytes of a 32-bit LEB128 */
 
 struct vec32 {
     uint32_t *v;
@@ -122,13 +134,6 @@ u64_eq(const void *a, uint64_t x, uint32_t i)
     return ((const uint64_t *)a)[i] == x;
 }
 
-static uint32_t
-find_u64(const lr_index *ix, const struct lr__table *t, const uint64_t *a,
-         uint64_t x)
-{
-    return lr__table_find(t, thash(ix, x), x, u64_eq, a);
-}
-
 /* Two parallel arrays of a table of pairs. */
 struct pairs {
     const uint32_t *a, *b;
@@ -179,7 +184,7 @@ static bool
 varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
 {
     uint64_t v = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < VARINT_MAX; i++) {
         if (*p >= end)
             return false;
         uint8_t b = *(*p)++;
@@ -285,10 +290,11 @@ export_size(const lr_index *ix, const struct export_tmp *x)
 {
     size_t size = DELTA_HEADER + DELTA_SUM;
     for (uint32_t i = 0; i < x->order.n; i++)
-        size += 8 + varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
+        size += KEY_BYTES +
+                varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
     for (uint32_t r = 0; r < x->rn.n; r++)
         if (x->rs.v[r] != LR_NIL)
-            size += 4 + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
+            size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
     return size;
 }
 
@@ -296,26 +302,26 @@ static void
 export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
              uint8_t *buf, size_t size)
 {
-    memcpy(buf, DELTA_MAGIC, 4);
-    lr__put_u16(buf + 4, DELTA_VERSION);
-    lr__put_u16(buf + 6, 0);
-    lr__put_u32(buf + 8, ix->B);
-    lr__put_u32(buf + 12, x->order.n);
-    lr__put_u32(buf + 16, x->n_routes);
-    lr__put_u32(buf + 20, 0);
-    lr__put_u64(buf + 24, since);
-    lr__put_u64(buf + 32, ix->j_seq);
+    memcpy(buf, DELTA_MAGIC, MAGIC_LEN);
+    lr__put_u16(buf + OFF_VERSION, DELTA_VERSION);
+    lr__put_u16(buf + OFF_FLAGS, 0);
+    lr__put_u32(buf + OFF_BLOCK, ix->B);
+    lr__put_u32(buf + OFF_NODES, x->order.n);
+    lr__put_u32(buf + OFF_ROUTES, x->n_routes);
+    lr__put_u32(buf + OFF_RESERVED, 0);
+    lr__put_u64(buf + OFF_SINCE, since);
+    lr__put_u64(buf + OFF_MARK, ix->j_seq);
     uint8_t *p = buf + DELTA_HEADER;
     for (uint32_t i = 0; i < x->order.n; i++) {
         const struct node *nd = &ix->nodes[x->order.v[i]];
         lr__put_u64(p, nd->key);
-        p = varint_put(p + 8, emitted(ix, x, nd->parent));
+        p = varint_put(p + KEY_BYTES, emitted(ix, x, nd->parent));
     }
     for (uint32_t r = 0; r < x->rn.n; r++) {
         if (x->rs.v[r] == LR_NIL)
             continue;
         lr__put_u32(p, ix->insts[x->rs.v[r]].id);
-        p = varint_put(p + 4, emitted(ix, x, x->rn.v[r]) - 1);
+        p = varint_put(p + ID_BYTES, emitted(ix, x, x->rn.v[r]) - 1);
     }
     lr__put_u64(p, lr__hash(buf, size - DELTA_SUM, LR_SEED_DELTA));
     assert(p + DELTA_SUM == buf + size);
@@ -370,11 +376,11 @@ struct delta {
 static void
 delta_free(struct lr__mem *m, struct delta *d)
 {
-    lr__free(m, d->keys, (size_t)d->n_nodes * 8);
-    lr__free(m, d->par, (size_t)d->n_nodes * 4);
-    lr__free(m, d->node_of, (size_t)d->n_nodes * 4);
-    lr__free(m, d->rid, (size_t)d->n_routes * 4);
-    lr__free(m, d->rnode, (size_t)d->n_routes * 4);
+    lr__free(m, d->keys, (size_t)d->n_nodes * sizeof *d->keys);
+    lr__free(m, d->par, (size_t)d->n_nodes * sizeof *d->par);
+    lr__free(m, d->node_of, (size_t)d->n_nodes * sizeof *d->node_of);
+    lr__free(m, d->rid, (size_t)d->n_routes * sizeof *d->rid);
+    lr__free(m, d->rnode, (size_t)d->n_routes * sizeof *d->rnode);
 }
 
 static lr_status
@@ -382,25 +388,28 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
             size_t len, struct delta *d)
 {
     LR_RETURN_IF(len < DELTA_HEADER + DELTA_SUM, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != DELTA_VERSION, LR_EVERSION);
+    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, MAGIC_LEN) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + OFF_VERSION) != DELTA_VERSION, LR_EVERSION);
     LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
                      lr__get_u64(buf + len - DELTA_SUM),
                  LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 20) != 0,
+    LR_RETURN_IF(lr__get_u16(buf + OFF_FLAGS) != 0 ||
+                     lr__get_u32(buf + OFF_RESERVED) != 0,
                  LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
-    uint32_t nn = lr__get_u32(buf + 12), nr = lr__get_u32(buf + 16);
+    LR_RETURN_IF(lr__get_u32(buf + OFF_BLOCK) != ix->B, LR_ENOTSUP);
+    uint32_t nn = lr__get_u32(buf + OFF_NODES);
+    uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
     size_t body = len - DELTA_HEADER - DELTA_SUM;
     LR_RETURN_IF(nn > body / NODE_MIN || nr > body / ROUTE_MIN, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u64(buf + 24) > lr__get_u64(buf + 32), LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u64(buf + OFF_SINCE) > lr__get_u64(buf + OFF_MARK),
+                 LR_ECORRUPT);
     d->n_nodes = nn;
     d->n_routes = nr;
-    d->keys = lr__calloc(m, nn, 8);
-    d->par = lr__calloc(m, nn, 4);
-    d->node_of = lr__calloc(m, nn, 4);
-    d->rid = lr__calloc(m, nr, 4);
-    d->rnode = lr__calloc(m, nr, 4);
+    d->keys = lr__calloc(m, nn, sizeof *d->keys);
+    d->par = lr__calloc(m, nn, sizeof *d->par);
+    d->node_of = lr__calloc(m, nn, sizeof *d->node_of);
+    d->rid = lr__calloc(m, nr, sizeof *d->rid);
+    d->rnode = lr__calloc(m, nr, sizeof *d->rnode);
     if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
         d->rid == NULL || d->rnode == NULL)
         return LR_ENOMEM;
@@ -409,14 +418,14 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
         uint32_t v;
         LR_RETURN_IF(end - p < NODE_MIN, LR_ECORRUPT);
         d->keys[i] = lr__get_u64(p);
-        p += 8;
+        p += KEY_BYTES;
         LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
         d->par[i] = v == 0 ? LR_NIL : v - 1;
     }
     for (uint32_t r = 0; r < nr; r++) {
         LR_RETURN_IF(end - p < ROUTE_MIN, LR_ECORRUPT);
         d->rid[r] = lr__get_u32(p);
-        p += 4;
+        p += ID_BYTES;
         LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
         LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
                      LR_ECORRUPT);
@@ -434,11 +443,12 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
     LR_TRY(lr__table_init(&keys, m, d->n_nodes));
     lr_status st = LR_OK;
     for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
-        if (find_u64(ix, &keys, d->keys, d->keys[i]) != LR_NIL) {
+        uint64_t hv = thash(ix, d->keys[i]);
+        if (lr__table_find(&keys, hv, d->keys[i], u64_eq, d->keys) != LR_NIL) {
             st = LR_ECORRUPT;
             break;
         }
-        lr__table_insert(&keys, thash(ix, d->keys[i]), i);
+        lr__table_insert(&keys, hv, i);
         uint32_t n = node_find(ix, d->keys[i]);
         d->node_of[i] = n;
         if (n == LR_NIL)
@@ -576,8 +586,7 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
     if (st == LR_OK) {
         uint32_t tick = lr__index_tick(idx, now_ns);
         import_apply(idx, &im, tick);
-        lr__index_expire_all(idx, tick);
-        lr__index_evict_to_capacity(idx);
+        lr__index_settle(idx, tick);
     }
     vec_free(m, &im.prid);
     vec_free(m, &im.pnode);

@@ -24,6 +24,7 @@
 #define INST_FREE 0xffffu                  /* node is free */
 #define PENDING 0xfffeu                    /* node emptied, not yet freed */
 #define TICK_SHIFT 24
+#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull /* 2^64 / phi, odd */
 
 struct hold {
     uint16_t inst; /* instance slot; INST_FREE / PENDING in a node */
@@ -71,7 +72,8 @@ struct jent {
 
 enum {
     LIST_LOCAL = 0,
-    LIST_REMOTE = 1
+    LIST_REMOTE = 1,
+    N_LISTS = 2
 };
 enum {
     WHY_EVICT,
@@ -106,7 +108,7 @@ struct lr_index {
     struct pool xpool;     /* free extra holds chain through next */
     struct lr__table ntab; /* node key -> node index */
 
-    uint32_t head[2], tail[2];
+    uint32_t head[N_LISTS], tail[N_LISTS];
     uint64_t holds, remote;
 
     struct inst *insts;
@@ -135,6 +137,17 @@ struct lr_index {
     uint32_t mark_gen;
     uint32_t last_probes;
 };
+
+/* Zero a size-prefixed struct of `size` bytes and set its struct_size,
+ * its first member (B13); NULL is a no-op. */
+static inline void
+sized_init(void *p, size_t size)
+{
+    if (p == NULL)
+        return;
+    memset(p, 0, size);
+    memcpy(p, &size, sizeof size);
+}
 
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                             */
@@ -234,7 +247,8 @@ node_find(const lr_index *ix, uint64_t key)
 }
 
 struct learn_plan {
-    uint32_t s;        /* instance slot */
+    uint32_t s;        /* instance slot; LR_NIL: a new instance */
+    uint32_t id;       /* instance id (a slot is added for it if new) */
     uint32_t base;     /* node the keys hang from, LR_NIL for the root */
     uint32_t base_ref; /* s's hold on base */
     const uint64_t *keys;
@@ -242,7 +256,7 @@ struct learn_plan {
     const uint32_t *anchors; /* ascending depths in 1..n */
     uint32_t n_anchors;
     bool remote;
-    /* filled by plan_learn */
+    /* filled by lr__index_plan_learn */
     uint32_t d_s, d_any, ref_ds, node_any;
 };
 
@@ -274,22 +288,24 @@ uint32_t lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
                             uint32_t tick);
 uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
 void lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick);
-uint32_t lr__index_deepest_present(lr_index *ix, const uint64_t *keys,
-                                   uint32_t lo, uint32_t hi, uint32_t lo_node,
-                                   uint32_t *node_out);
-void lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
-uint32_t lr__index_apply_learn(lr_index *ix, const struct learn_plan *p,
+/* A learn in three phases (every mutator that adds holds runs them):
+ * plan_learn finds where the instance's holds and anybody's end and
+ * reserves the memory (the only step that can fail; LR_ENOMEM changes
+ * nothing logical); apply_learn adds the instance if new and the holds,
+ * anchors at p->anchors, and returns the deepest hold's ref (LR_NIL when
+ * n is 0); settle expires and evicts back under capacity. */
+lr_status lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
+uint32_t lr__index_apply_learn(lr_index *ix, struct learn_plan *p,
                                uint32_t tick);
+void lr__index_settle(lr_index *ix, uint32_t tick);
 
 /* Removal; each preserves invariants 1-3. */
 void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
                                     bool precise);
 void lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root);
-void lr__index_remove_all_of(lr_index *ix, uint32_t s);
-
-/* Phase 3: expire, then evict back under capacity. */
-void lr__index_expire_all(lr_index *ix, uint32_t tick);
-void lr__index_evict_to_capacity(lr_index *ix);
+/* Drop every route and engine hash of instance id `instance`; *slot is
+ * its slot, which stays in use. LR_EINVAL, LR_ENOENT (never seen). */
+lr_status lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot);
 
 /* Grow array *arr of *cap elements to hold `need` (1.5x, at most limit),
  * zeroing the new part. LR_ENOMEM leaves it as it was. */

@@ -7,10 +7,7 @@
 void
 lr_kv_stored_init(lr_kv_stored *ev)
 {
-    if (ev == NULL)
-        return;
-    memset(ev, 0, sizeof *ev);
-    ev->struct_size = sizeof *ev;
+    sized_init(ev, sizeof *ev);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -24,7 +21,6 @@ lr_kv_stored_init(lr_kv_stored *ev)
  * come from the network. */
 #define EMAP_HASH_SALT 0xe4a5u
 #define EMAP_LINK offsetof(struct emap_ent, node)
-#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull /* 2^64 / phi, odd */
 
 static inline uint64_t
 ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
@@ -186,6 +182,70 @@ lr__index_emap_verify(const lr_index *ix)
 /* precise mode                                                              */
 /* ------------------------------------------------------------------------ */
 
+/* Largest engine block accepted, in tokens. */
+#define MAX_ENGINE_BLOCK (1u << 20)
+
+/* Copy and check a BlockStored event for `instance` (the statuses of
+ * lr_index.h, in the order it lists them). */
+static lr_status
+kv_event(const lr_index *ix, uint32_t instance, const lr_kv_stored *ev,
+         lr_kv_stored *e)
+{
+    memset(e, 0, sizeof *e);
+    LR_TRY(lr__copy_sized(e, sizeof *e, ev, LR_KV_STORED_SIZE_V1));
+    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
+    LR_RETURN_IF(e->block_size == 0 || e->block_size > MAX_ENGINE_BLOCK,
+                 LR_EINVAL);
+    LR_RETURN_IF(e->n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(e->n_blocks != 0 &&
+                     (e->block_hashes == NULL || e->token_ids == NULL),
+                 LR_EINVAL);
+    LR_RETURN_IF((uint64_t)e->n_blocks * e->block_size != e->n_tokens,
+                 LR_EINVAL);
+    LR_RETURN_IF(e->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(e->has_parent != 0 && e->has_parent != 1, LR_EINVAL);
+    LR_RETURN_IF(e->block_size % ix->B != 0, LR_ENOTSUP);
+    return LR_OK;
+}
+
+/* Where the event's chain hangs: the tenant's root, or the block of the
+ * parent hash, which slot s must hold (LR_ENOENT otherwise). */
+static lr_status
+kv_base(const lr_index *ix, uint32_t s, const lr_kv_stored *e,
+        struct learn_plan *pl, uint64_t *base_key)
+{
+    pl->base = pl->base_ref = LR_NIL;
+    *base_key = lr__index_tenant_root(e->tenant_salt);
+    if (!e->has_parent)
+        return LR_OK;
+    uint32_t pi = s != LR_NIL ? emap_get(ix, s, e->parent_hash) : LR_NIL;
+    LR_RETURN_IF(pi == LR_NIL || !emap_valid(ix, &ix->ep[pi]), LR_ENOENT);
+    pl->base = ix->ep[pi].node;
+    pl->base_ref = hold_find(ix, pl->base, s);
+    *base_key = ix->ep[pi].key;
+    return LR_OK;
+}
+
+/* Engine-map entries the event needs, LR_ELIMIT past engine_map_capacity.
+ * A hash needs a new entry unless a live one exists: a stale entry (its
+ * block was evicted) may be swept and then re-inserted, so it counts as
+ * new too. */
+static lr_status
+kv_fresh(const lr_index *ix, uint32_t s, const uint64_t *hashes, uint32_t eb,
+         uint32_t *fresh)
+{
+    *fresh = 0;
+    for (uint32_t j = 0; j < eb; j++) {
+        uint32_t en = s == LR_NIL ? LR_NIL : emap_get(ix, s, hashes[j]);
+        if (en == LR_NIL || !emap_valid(ix, &ix->ep[en]))
+            (*fresh)++;
+    }
+    uint64_t want = (uint64_t)ix->etab.count + *fresh;
+    if (want > ix->emap_cap && want - emap_count_if(ix, false) > ix->emap_cap)
+        return LR_ELIMIT;
+    return LR_OK;
+}
+
 lr_status
 lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
                    uint64_t now_ns)
@@ -193,99 +253,46 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     LR_RETURN_IF(idx == NULL || ev == NULL, LR_EINVAL);
     lr_index *ix = idx;
     lr_kv_stored e;
-    memset(&e, 0, sizeof e);
-    LR_TRY(lr__copy_sized(&e, sizeof e, ev, LR_KV_STORED_SIZE_V1));
-    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks != 0 &&
-                     (e.block_hashes == NULL || e.token_ids == NULL),
-                 LR_EINVAL);
-    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens, LR_EINVAL);
-    LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
-    LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
+    LR_TRY(kv_event(ix, instance, ev, &e));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
     LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (e.n_blocks == 0)
         return LR_OK;
+    struct learn_plan pl = { .s = s, .id = instance, .anchors = ix->abuf };
+    uint64_t base_key;
+    LR_TRY(kv_base(ix, s, &e, &pl, &base_key));
 
+    /* One engine block is m index blocks; keep whole engine blocks. */
     uint32_t m = e.block_size / ix->B;
-    uint64_t base_key = lr__index_tenant_root(e.tenant_salt);
-    uint32_t base = LR_NIL, base_ref = LR_NIL;
-    if (e.has_parent) {
-        uint32_t pi = s != LR_NIL ? emap_get(ix, s, e.parent_hash) : LR_NIL;
-        if (pi == LR_NIL || !emap_valid(ix, &ix->ep[pi]))
-            return LR_ENOENT;
-        const struct emap_ent *pe = &ix->ep[pi];
-        base = pe->node;
-        base_key = pe->key;
-        base_ref = hold_find(ix, base, s);
-    }
-    uint32_t n = (uint32_t)(e.n_blocks * m);
     uint32_t eb = (uint32_t)e.n_blocks;
-    if (n > ix->capacity) {
+    if ((uint64_t)eb * m > ix->capacity)
         eb = (uint32_t)(ix->capacity / m);
-        n = eb * m;
-        if (n == 0)
-            return LR_OK;
-    }
-    LR_TRY(lr__index_scratch_keys(ix, n));
+    pl.n = eb * m;
+    pl.n_anchors = eb;
+    if (pl.n == 0)
+        return LR_OK;
+    LR_TRY(lr__index_scratch_keys(ix, pl.n));
     LR_TRY(lr__index_scratch_anchors(ix, eb));
-    lr__index_chain_keys(base_key, e.token_ids, n, ix->B, ix->kbuf);
+    lr__index_chain_keys(base_key, e.token_ids, pl.n, ix->B, ix->kbuf);
+    pl.keys = ix->kbuf;
+    pl.anchors = ix->abuf;
     for (uint32_t j = 0; j < eb; j++)
         ix->abuf[j] = (j + 1) * m;
-
-    /* Engine-map room. A hash needs a new entry unless a live one exists:
-     * a stale entry (its block was evicted) may be swept below and then
-     * re-inserted, so it counts as new too. */
-    uint32_t fresh = 0;
-    for (uint32_t j = 0; j < eb; j++) {
-        uint32_t en = s == LR_NIL ? LR_NIL : emap_get(ix, s, e.block_hashes[j]);
-        if (en == LR_NIL || !emap_valid(ix, &ix->ep[en]))
-            fresh++;
-    }
-    if (ix->etab.count + fresh > ix->emap_cap &&
-        ix->etab.count - emap_count_if(ix, false) + fresh > ix->emap_cap)
-        return LR_ELIMIT;
-
-    struct learn_plan pl = {
-        .s = s,
-        .base = base,
-        .base_ref = base_ref,
-        .keys = ix->kbuf,
-        .n = n,
-        .anchors = ix->abuf,
-        .n_anchors = eb,
-        .remote = false,
-    };
-    ix->last_probes = 0;
-    if (s != LR_NIL) {
-        lr__index_plan_learn(ix, &pl);
-    } else {
-        pl.d_s = 0;
-        pl.ref_ds = LR_NIL;
-        pl.d_any =
-            lr__index_deepest_present(ix, ix->kbuf, 0, n, base, &pl.node_any);
-    }
-    LR_TRY(lr__index_reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
+    uint32_t fresh;
+    LR_TRY(kv_fresh(ix, s, e.block_hashes, eb, &fresh));
+    LR_TRY(lr__index_plan_learn(ix, &pl));
     LR_TRY(emap_reserve(ix, fresh));
 
     /* phase 2 */
     if (ix->etab.count + fresh > ix->emap_cap)
         emap_sweep(ix, LR_NIL, true);
     uint32_t tick = lr__index_tick(ix, now_ns);
-    if (s == LR_NIL)
-        s = pl.s = lr__index_inst_add(ix, instance);
     lr__index_apply_learn(ix, &pl, tick);
     for (uint32_t j = 0; j < eb; j++) {
-        uint32_t d = (j + 1) * m;
-        uint32_t node = node_find(ix, ix->kbuf[d - 1]);
-        emap_put(ix, s, e.block_hashes[j], node, ix->kbuf[d - 1]);
+        uint64_t key = ix->kbuf[(j + 1) * m - 1];
+        emap_put(ix, pl.s, e.block_hashes[j], node_find(ix, key), key);
     }
-    /* phase 3 */
-    lr__index_expire_all(ix, tick);
-    lr__index_evict_to_capacity(ix);
+    lr__index_settle(ix, tick);
     return LR_OK;
 }
 
@@ -322,10 +329,6 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
 lr_status
 lr_index_kv_cleared(lr_index *idx, uint32_t instance)
 {
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = lr__index_inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    lr__index_remove_all_of(idx, s);
-    emap_sweep(idx, s, false);
-    return LR_OK;
+    uint32_t s; /* the instance stays known */
+    return lr__index_clear(idx, instance, &s);
 }
