@@ -1,7 +1,8 @@
 /* lr_index: the block-aligned prefix index. This file holds its core:
- * nodes, holds, LRU lists, learn, match, expiry, eviction, instances,
- * stats, verify and digest. Precise mode (KV events) is in index_kv.c,
- * the delta codec in index_delta.c, the shared layout in index_impl.h.
+ * nodes, holds, LRU lists, learn, expiry, eviction, instances, lifecycle
+ * and stats. The match's partition search is in index_match.c, precise
+ * mode (KV events) in index_kv.c, the delta codec in index_delta.c,
+ * verify and digest in index_check.c, the shared layout in index_impl.h.
  *
  * Layout
  * ------
@@ -171,30 +172,6 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
 /* ------------------------------------------------------------------------ */
 /* node hash table                                                           */
 /* ------------------------------------------------------------------------ */
-
-/* Warm the slot a lookup or an insert of `key` starts at. A real load,
- * not __builtin_prefetch: on the virtual machines measured here a
- * prefetch that misses the TLB is dropped and gained nothing, while an
- * independent load overlaps its miss with the caller's work. */
-static inline void
-prefetch_key(const lr_index *ix, uint64_t key)
-{
-    lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
-}
-
-/* A binary search step at mid over [lo, hi] is followed by a probe in
- * [mid, hi] or in [lo, mid - 1]: warm both slots while this probe misses. */
-static inline void
-prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
-              uint32_t hi, uint32_t mid)
-{
-    uint32_t up = mid + (hi - mid + 1) / 2;
-    uint32_t dn = lo + (mid - lo) / 2;
-    if (up > mid && up <= hi)
-        prefetch_key(ix, keys[up - 1]);
-    if (dn > lo)
-        prefetch_key(ix, keys[dn - 1]);
-}
 
 /* ------------------------------------------------------------------------ */
 /* memory reservation (phase 1: the only place mutators can fail)            */
@@ -562,8 +539,8 @@ pop_tail(lr_index *ix, int l, int why)
     lr__index_remove_leaf_and_trim(ix, ref, why, false);
 }
 
-static void
-expire_all(lr_index *ix, uint32_t tick)
+void
+lr__index_expire_all(lr_index *ix, uint32_t tick)
 {
     if (ix->ttl_ticks == UINT64_MAX)
         return;
@@ -595,7 +572,7 @@ evict_to_capacity(lr_index *ix)
 void
 lr__index_settle(lr_index *ix, uint32_t tick)
 {
-    expire_all(ix, tick);
+    lr__index_expire_all(ix, tick);
     evict_to_capacity(ix);
 }
 
@@ -665,11 +642,11 @@ remove_all_of(lr_index *ix, uint32_t s)
  * depth lo qualifies. *ref_out is that node (or s's hold on it), or lo_ref
  * when nothing deeper than lo qualifies. A search for any holder (match,
  * the new part of a learn) warms both slots the next probe may read; an
- * instance's search (the known part of a learn) never did, and was not
- * measured faster doing so. */
-static uint32_t
-deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
-        uint32_t hi, uint32_t lo_ref, uint32_t *ref_out)
+ * instance's search (the known part of a learn) does not, as before the
+ * two searches were one function. */
+uint32_t
+lr__index_deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
+                  uint32_t hi, uint32_t lo_ref, uint32_t *ref_out)
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
@@ -688,117 +665,6 @@ deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
     }
     *ref_out = lo_ref;
     return lo;
-}
-
-static uint32_t
-next_gen(lr_index *ix)
-{
-    if (++ix->mark_gen == 0) {
-        memset(ix->mark, 0, (size_t)ix->max_inst * sizeof(uint32_t));
-        ix->mark_gen = 1;
-    }
-    return ix->mark_gen;
-}
-
-static uint32_t
-mark_holders(lr_index *ix, uint32_t n)
-{
-    uint32_t g = next_gen(ix);
-    const struct node *nd = &ix->nodes[n];
-    ix->mark[nd->h.inst] = g;
-    ix->tref[nd->h.inst] = n;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next) {
-        ix->mark[ix->xh[x].h.inst] = g;
-        ix->tref[ix->xh[x].h.inst] = x | REF_X;
-    }
-    return g;
-}
-
-/* Partition search. Every candidate in cand[0..k) holds depth lo (cdepth
- * says so) and none holds depth hi + 1. Probing mid splits them into those
- * that hold mid (they go on in [mid, hi]) and the rest ([lo, mid - 1]), so
- * candidates that stop at the same depth share their probes, and the array
- * ends up grouped by depth, deepest first.
- *
- * Most probes need no holder walk. Along one prompt the holder sets only
- * shrink: holders(block 0) contains holders(mid), which contains
- * holders(deepest node). The candidates are the difference of the outer
- * two, so when the node's holder count equals nh_root every candidate holds
- * it, and when it equals nh_deep none does. Otherwise the split walks the
- * node's holders (not the candidates: deep nodes have one or two holders
- * while dozens of instances may share a system prompt), and a sparse set
- * (tref = position in ix->cand) answers "is this holder a candidate in the
- * range" in O(1). */
-static void
-solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-      uint32_t *cand, uint32_t k, uint32_t nh_root, uint32_t nh_deep)
-{
-    while (k > 0 && lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1) / 2;
-        prefetch_step(ix, keys, lo, hi, mid);
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        ix->last_probes++;
-        uint32_t nh = n == LR_NIL ? 0 : ix->nodes[n].h.aux;
-        if (n == LR_NIL || nh == nh_deep) {
-            hi = mid - 1;
-            continue;
-        }
-        if (nh == nh_root) {
-            for (uint32_t j = 0; j < k; j++)
-                ix->cdepth[cand[j]] = mid;
-            lo = mid;
-            continue;
-        }
-        uint32_t base = (uint32_t)(cand - ix->cand);
-        uint32_t i = 0;
-        const struct node *nd = &ix->nodes[n];
-        for (uint32_t x = LR_NIL;;) {
-            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
-            uint32_t pos = ix->tref[s];
-            if (pos >= base + i && pos < base + k && ix->cand[pos] == s) {
-                uint32_t other = cand[i];
-                cand[i] = s;
-                cand[pos - base] = other;
-                ix->tref[other] = pos;
-                ix->tref[s] = base + i;
-                ix->cdepth[s] = mid;
-                i++;
-            }
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-        solve(ix, keys, mid, hi, cand, i, nh_root, nh_deep);
-        cand += i;
-        k -= i;
-        hi = mid - 1;
-    }
-}
-
-/* After solve: one holder walk per distinct depth finds each candidate's
- * hold (for the touch). Candidates of one depth are contiguous. */
-static void
-resolve_refs(lr_index *ix, const uint64_t *keys, uint32_t from, uint32_t to)
-{
-    uint32_t i = from;
-    while (i < to) {
-        uint32_t d = ix->cdepth[ix->cand[i]];
-        uint32_t j = i + 1;
-        while (j < to && ix->cdepth[ix->cand[j]] == d)
-            j++;
-        uint32_t n = node_find(ix, keys[d - 1]);
-        const struct node *nd = &ix->nodes[n];
-        for (uint32_t x = LR_NIL;;) {
-            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
-            uint32_t pos = ix->tref[s];
-            if (pos >= i && pos < j && ix->cand[pos] == s)
-                ix->cref[s] = x == LR_NIL ? n : (x | REF_X);
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-        i = j;
-    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -890,14 +756,15 @@ lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
     p->ref_ds = LR_NIL;
     p->node_any = p->base;
     if (p->s != LR_NIL) {
-        p->d_s = deepest(ix, p->s, p->keys, 0, p->n, p->base_ref, &p->ref_ds);
+        p->d_s = lr__index_deepest(ix, p->s, p->keys, 0, p->n, p->base_ref,
+                                   &p->ref_ds);
         if (p->d_s > 0)
             p->node_any = ref_node(ix, p->ref_ds);
     }
     p->d_any = p->d_s;
     if (p->d_s < p->n)
-        p->d_any = deepest(ix, LR_NIL, p->keys, p->d_s, p->n, p->node_any,
-                           &p->node_any);
+        p->d_any = lr__index_deepest(ix, LR_NIL, p->keys, p->d_s, p->n,
+                                     p->node_any, &p->node_any);
     return lr__index_reserve(ix, p->n - p->d_any, p->d_any - p->d_s);
 }
 
@@ -1101,21 +968,15 @@ lr_prompt_init(lr_prompt *p)
     sized_init(p, sizeof *p);
 }
 
-void
-lr_index_match_result_init(lr_index_match_result *r)
-{
-    sized_init(r, sizeof *r);
-}
-
 /* ------------------------------------------------------------------------ */
-/* learn / match                                                             */
+/* learn                                                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Validate a prompt and put its keys in ix->kbuf (or point at the host's).
  * Can fail with LR_ENOMEM growing the scratch buffer, which is not state. */
-static lr_status
-prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
-            const uint64_t **keys, uint32_t *n_keys)
+lr_status
+lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
+                      const uint64_t **keys, uint32_t *n_keys)
 {
     LR_RETURN_IF(in == NULL, LR_EINVAL);
     memset(p, 0, sizeof *p);
@@ -1196,7 +1057,7 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     lr_prompt p;
     const uint64_t *keys;
     uint32_t n;
-    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
+    LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
     LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (n > ix->capacity)
@@ -1222,126 +1083,12 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     return LR_OK;
 }
 
-/* Every instance holding some prefix of a prompt whose deepest present
- * depth d_any has node n_any, into ix->cand[0..k) (returned), with its
- * depth in ix->cdepth and its hold in ix->cref. The holders of n_any
- * matched d_any deep; everyone else holding block 0 matched somewhere in
- * [1, d_any), and the partition search places them. */
-static uint32_t
-candidates(lr_index *ix, const uint64_t *keys, uint32_t d_any, uint32_t n_any)
-{
-    uint32_t k = 0;
-    uint32_t g = mark_holders(ix, n_any);
-    const struct node *nd = &ix->nodes[n_any];
-    ix->cand[k++] = nd->h.inst;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-        ix->cand[k++] = ix->xh[x].h.inst;
-    for (uint32_t i = 0; i < k; i++) {
-        ix->cdepth[ix->cand[i]] = d_any;
-        ix->cref[ix->cand[i]] = ix->tref[ix->cand[i]];
-    }
-    uint32_t k_deep = k;
-    if (d_any > 1) {
-        /* Everyone else holding block 0 matched somewhere in [1, d_any). */
-        uint32_t n1 = node_find(ix, keys[0]);
-        const struct node *r = &ix->nodes[n1];
-        uint32_t s = r->h.inst;
-        if (ix->mark[s] != g) {
-            ix->cdepth[s] = 1;
-            ix->cref[s] = n1;
-            ix->cand[k++] = s;
-        }
-        for (uint32_t x = r->more; x != LR_NIL; x = ix->xh[x].next) {
-            s = ix->xh[x].h.inst;
-            if (ix->mark[s] != g) {
-                ix->cdepth[s] = 1;
-                ix->cref[s] = x | REF_X;
-                ix->cand[k++] = s;
-            }
-        }
-        for (uint32_t i = k_deep; i < k; i++)
-            ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
-        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep, r->h.aux,
-              nd->h.aux);
-        resolve_refs(ix, keys, k_deep, k);
-    }
-
-    return k;
-}
-
-static int
-hit_cmp(const lr_index_hit *a, const lr_index_hit *b)
-{
-    if (a->tokens != b->tokens)
-        return a->tokens > b->tokens ? -1 : 1;
-    return a->instance < b->instance ? -1 : a->instance > b->instance;
-}
-
-static void
-sort_hits(lr_index_hit *h, size_t n)
-{
-    /* insertion sort: n is the number of instances sharing a prefix */
-    for (size_t i = 1; i < n; i++) {
-        lr_index_hit v = h[i];
-        size_t j = i;
-        while (j > 0 && hit_cmp(&v, &h[j - 1]) < 0) {
-            h[j] = h[j - 1];
-            j--;
-        }
-        h[j] = v;
-    }
-}
-
-lr_status
-lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
-               uint32_t flags, lr_index_match_result *result)
-{
-    LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
-    LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
-                 LR_EVERSION);
-    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
-    LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
-    lr_index *ix = idx;
-    lr_prompt p;
-    const uint64_t *keys;
-    uint32_t n;
-    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
-
-    uint32_t tick = lr__index_tick(ix, now_ns);
-    expire_all(ix, tick);
-    ix->last_probes = 0;
-    result->prompt_blocks = n;
-    result->deepest_tokens = 0;
-    result->n_hits = 0;
-
-    uint32_t n_any;
-    uint32_t d_any = deepest(ix, LR_NIL, keys, 0, n, LR_NIL, &n_any);
-    if (d_any == 0)
-        return LR_OK;
-
-    uint32_t k = candidates(ix, keys, d_any, n_any);
-    result->n_hits = k;
-    result->deepest_tokens = (uint64_t)d_any * ix->B;
-    if (k > result->hits_capacity)
-        return LR_EBUFSIZE;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t s = ix->cand[i];
-        result->hits[i].instance = ix->insts[s].id;
-        result->hits[i].tokens = ix->cdepth[s] * ix->B;
-    }
-    sort_hits(result->hits, k);
-    if (!(flags & LR_MATCH_NO_TOUCH))
-        for (uint32_t i = 0; i < k; i++)
-            lr__index_touch(ix, ix->cref[ix->cand[i]], tick);
-    return LR_OK;
-}
-
 void
 lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
     if (idx == NULL)
         return;
-    expire_all(idx, lr__index_tick(idx, now_ns));
+    lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
 }
 
 lr_status
@@ -1401,208 +1148,4 @@ lr_index_instance_blocks(const lr_index *idx, uint32_t instance, uint64_t *out)
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     *out = idx->insts[s].blocks;
     return LR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* verification and digest (tests, fuzzers, debug builds)                    */
-/* ------------------------------------------------------------------------ */
-
-#define CHECK(c)                \
-    do {                        \
-        if (!(c))               \
-            return LR_ECORRUPT; \
-    } while (0)
-
-static lr_status
-verify_hold(const lr_index *ix, uint32_t n, const struct hold *h,
-            uint64_t *per_inst)
-{
-    const struct node *nd = &ix->nodes[n];
-    CHECK(h->inst < ix->max_inst && ix->insts[h->inst].used);
-    per_inst[h->inst]++;
-    if (nd->parent != LR_NIL) {
-        uint32_t pref = hold_find(ix, nd->parent, h->inst);
-        CHECK(pref != LR_NIL); /* invariant 1 */
-        CHECK(!(H(ix, pref)->bits & HB_REMOTE) || (h->bits & HB_REMOTE));
-    }
-    uint32_t kids = 0;
-    for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next)
-        if (hold_find(ix, c, h->inst) != LR_NIL)
-            kids++;
-    CHECK(kids == nchild(h));
-    if (kids == 0)
-        CHECK(h->bits & HB_LISTED); /* invariant 3 */
-    return LR_OK;
-}
-
-static lr_status
-verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
-             uint64_t *remote)
-{
-    uint32_t live = 0;
-    for (uint32_t n = 0; n < ix->npool.top; n++) {
-        const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == INST_FREE)
-            continue;
-        CHECK(nd->h.inst != PENDING);
-        live++;
-        CHECK(node_find(ix, nd->key) == n);
-        if (nd->parent != LR_NIL) {
-            CHECK(nd->parent < ix->npool.top);
-            CHECK(ix->nodes[nd->parent].h.inst != INST_FREE);
-        }
-        uint32_t prev = LR_NIL;
-        for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next) {
-            CHECK(ix->nodes[c].parent == n);
-            CHECK(ix->nodes[c].sib_prev == prev);
-            prev = c;
-        }
-        uint32_t nh = 0;
-        for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-            nh++;
-        CHECK(nd->h.aux == nh + 1);
-        /* holders: distinct instances */
-        for (uint32_t x = LR_NIL;;) {
-            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-            if (x != LR_NIL)
-                CHECK(ix->xh[x].node == n);
-            LR_TRY(verify_hold(ix, n, h, per_inst));
-            CHECK(hold_find(ix, n, h->inst) == (x == LR_NIL ? n : (x | REF_X)));
-            (*holds)++;
-            if (h->bits & HB_REMOTE)
-                (*remote)++;
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-    }
-    CHECK(live == pool_live(&ix->npool));
-    return LR_OK;
-}
-
-static lr_status
-verify_lists(const lr_index *ix)
-{
-    for (int l = 0; l < N_LISTS; l++) {
-        uint32_t prev = LR_NIL;
-        uint64_t count = 0;
-        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next) {
-            const struct hold *h = H(ix, r);
-            CHECK(++count <= ix->holds);
-            CHECK(h->bits & HB_LISTED);
-            CHECK(list_of(h) == l);
-            CHECK(h->prev == prev);
-            prev = r;
-        }
-        CHECK(ix->tail[l] == prev);
-    }
-    return LR_OK;
-}
-
-lr_status
-lr__index_verify(const lr_index *ix)
-{
-    if (ix == NULL)
-        return LR_EINVAL;
-    struct lr__mem m = ix->mem;
-    uint64_t *per_inst = lr__calloc(&m, ix->max_inst, sizeof(uint64_t));
-    if (per_inst == NULL)
-        return LR_ENOMEM;
-    uint64_t holds = 0, remote = 0;
-    lr_status st = verify_nodes(ix, per_inst, &holds, &remote);
-    if (st == LR_OK)
-        st = verify_lists(ix);
-    if (st == LR_OK && (holds != ix->holds || remote != ix->remote))
-        st = LR_ECORRUPT;
-    if (st == LR_OK && ix->holds > ix->capacity)
-        st = LR_ECORRUPT;
-    uint32_t used = 0;
-    for (uint32_t s = 0; st == LR_OK && s < ix->max_inst; s++) {
-        if (!ix->insts[s].used)
-            continue;
-        used++;
-        if (per_inst[s] != ix->insts[s].blocks ||
-            lr__index_inst_lookup(ix, ix->insts[s].id) != s)
-            st = LR_ECORRUPT;
-    }
-    if (st == LR_OK &&
-        (used + ix->n_ifree != ix->max_inst || ix->itab.count != used ||
-         lr__table_verify(&ix->itab) != LR_OK))
-        st = LR_ECORRUPT;
-    if (st == LR_OK && (lr__table_verify(&ix->ntab) != LR_OK ||
-                        ix->ntab.count != pool_live(&ix->npool)))
-        st = LR_ECORRUPT;
-    if (st == LR_OK)
-        st = lr__index_emap_verify(ix);
-    lr__free(&m, per_inst, (size_t)ix->max_inst * sizeof(uint64_t));
-    return st;
-}
-
-#define DIGEST_SEED 0x6469676573740000ull /* "digest" */
-
-static inline uint64_t
-dmix(uint64_t d, uint64_t v)
-{
-    return lr__mix64(d ^ v, DIGEST_SEED) + GOLDEN_GAMMA;
-}
-
-uint64_t
-lr__index_digest(const lr_index *ix)
-{
-    uint64_t d = 0;
-    for (uint32_t n = 0; n < ix->npool.top; n++) {
-        const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == INST_FREE)
-            continue;
-        d = dmix(d, nd->key);
-        d = dmix(d, nd->parent == LR_NIL ? 0 : ix->nodes[nd->parent].key);
-        for (uint32_t x = LR_NIL;;) {
-            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-            d = dmix(d, ((uint64_t)ix->insts[h->inst].id << 32) | h->bits);
-            d = dmix(d, h->stamp);
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-    }
-    for (int l = 0; l < N_LISTS; l++)
-        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next)
-            d = dmix(d, ix->nodes[ref_node(ix, r)].key ^ H(ix, r)->inst);
-    d = dmix(d, ix->holds);
-    d = dmix(d, ix->remote);
-    d = dmix(d, pool_live(&ix->npool));
-    d = dmix(d, ix->evicted);
-    d = dmix(d, ix->expired);
-    d = dmix(d, ix->learned);
-    d = dmix(d, ix->j_seq);
-    d = dmix(d, ix->has_epoch ? ix->epoch_ns + 1 : 0);
-    for (uint64_t q = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
-         q < ix->j_seq && ix->j_cap > 0; q++)
-        d = dmix(d, ix->journal[q % ix->j_cap].key ^
-                        ix->journal[q % ix->j_cap].inst_id);
-    for (uint32_t s = 0; s < ix->max_inst; s++)
-        if (ix->insts[s].used)
-            d = dmix(d, ((uint64_t)ix->insts[s].id << 32) ^ s ^
-                            (ix->insts[s].blocks << 40));
-    for (uint32_t i = 0; i < ix->n_ifree; i++)
-        d = dmix(d, ix->ifree[i]);
-    return dmix(d, lr__index_emap_digest(ix));
-}
-
-uint32_t
-lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
-                   uint32_t n_keys)
-{
-    lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
-    uint32_t s = lr__index_inst_lookup(ix, instance);
-    if (s == LR_NIL)
-        return 0;
-    uint32_t ref;
-    return deepest(ix, s, keys, 0, n_keys, LR_NIL, &ref);
-}
-
-uint32_t
-lr__index_last_probes(const lr_index *idx)
-{
-    return idx->last_probes;
 }

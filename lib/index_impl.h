@@ -1,10 +1,12 @@
 /* Private to lib/index*.c: the layout of struct lr_index (pictured at the
- * top of index.c) and the helpers its three files share.
+ * top of index.c) and the helpers its files share.
  *
- *   index.c        the core: nodes, holds, LRU, learn, match, expiry,
- *                  eviction, instances, stats, verify and digest
+ *   index.c        the core: nodes, holds, LRU, learn, expiry, eviction,
+ *                  instances, lifecycle, stats
+ *   index_match.c  lr_index_match and its partition search
  *   index_kv.c     precise mode: the engine-hash map and the KV events
  *   index_delta.c  the delta wire codec and the journal reading
+ *   index_check.c  verify, digest and the test probes
  *
  * lib/index.h stays the internal view for tests, fuzzers and the router;
  * nothing outside lib/index*.c includes this file. */
@@ -246,6 +248,30 @@ node_find(const lr_index *ix, uint64_t key)
     return lr__table_find(&ix->ntab, hkey(ix, key), key, node_eq, ix->nodes);
 }
 
+/* Warm the slot a lookup or an insert of `key` starts at. A real load,
+ * not __builtin_prefetch: on the virtual machines measured here a
+ * prefetch that misses the TLB is dropped and gained nothing, while an
+ * independent load overlaps its miss with the caller's work. */
+static inline void
+prefetch_key(const lr_index *ix, uint64_t key)
+{
+    lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
+}
+
+/* A binary search step at mid over [lo, hi] is followed by a probe in
+ * [mid, hi] or in [lo, mid - 1]: warm both slots while this probe misses. */
+static inline void
+prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
+              uint32_t hi, uint32_t mid)
+{
+    uint32_t up = mid + (hi - mid + 1) / 2;
+    uint32_t dn = lo + (mid - lo) / 2;
+    if (up > mid && up <= hi)
+        prefetch_key(ix, keys[up - 1]);
+    if (dn > lo)
+        prefetch_key(ix, keys[dn - 1]);
+}
+
 struct learn_plan {
     uint32_t s;        /* instance slot; LR_NIL: a new instance */
     uint32_t id;       /* instance id (a slot is added for it if new) */
@@ -260,8 +286,7 @@ struct learn_plan {
     uint32_t d_s, d_any, ref_ds, node_any;
 };
 
-/* ---- shared by index.c, index_kv.c and index_delta.c (all defined in
- * index.c unless noted) ---------------------------------------------------- */
+/* ---- shared by the index files (defined in index.c unless noted) ------ */
 
 /* Host time -> ticks of 2^TICK_SHIFT ns since the first time seen. */
 uint32_t lr__index_tick(lr_index *ix, uint64_t now);
@@ -288,6 +313,19 @@ uint32_t lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
                             uint32_t tick);
 uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
 void lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick);
+
+/* Check a prompt and point *keys at its block keys (the host's, or
+ * computed into ix->kbuf); *n_keys of them. LR_EINVAL, LR_EVERSION,
+ * LR_ENOMEM (the scratch array; not state). */
+lr_status lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
+                                const uint64_t **keys, uint32_t *n_keys);
+
+/* Binary search over a prompt's keys for the deepest depth in [lo, hi]
+ * present at all (s == LR_NIL) or held by instance slot s; see index.c. */
+uint32_t lr__index_deepest(lr_index *ix, uint32_t s, const uint64_t *keys,
+                           uint32_t lo, uint32_t hi, uint32_t lo_ref,
+                           uint32_t *ref_out);
+
 /* A learn in three phases (every mutator that adds holds runs them):
  * plan_learn finds where the instance's holds and anybody's end and
  * reserves the memory (the only step that can fail; LR_ENOMEM changes
@@ -298,6 +336,8 @@ lr_status lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
 uint32_t lr__index_apply_learn(lr_index *ix, struct learn_plan *p,
                                uint32_t tick);
 void lr__index_settle(lr_index *ix, uint32_t tick);
+/* Drop every route unused for ttl_ns (the expiry half of settle). */
+void lr__index_expire_all(lr_index *ix, uint32_t tick);
 
 /* Removal; each preserves invariants 1-3. */
 void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
