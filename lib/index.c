@@ -671,9 +671,10 @@ lr__index_deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
 /* insertion (phase 2: cannot fail; memory was reserved)                    */
 /* ------------------------------------------------------------------------ */
 
-uint32_t
-lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
-                   uint32_t tick)
+/* hold_new and node_new are inlined into apply_learn's loop (one call
+ * per new block); index_delta.c gets the lr__index_ wrappers below. */
+static inline uint32_t
+hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
 {
     struct node *nd = &ix->nodes[n];
     uint32_t ref;
@@ -704,8 +705,8 @@ lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
     return ref;
 }
 
-uint32_t
-lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
+static inline uint32_t
+node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
     uint32_t n = pool_take(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK);
     struct node *nd = &ix->nodes[n];
@@ -725,6 +726,19 @@ lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
     }
     lr__table_insert(&ix->ntab, hkey(ix, key), n);
     return n;
+}
+
+uint32_t
+lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
+                   uint32_t tick)
+{
+    return hold_new(ix, n, s, bits, tick);
+}
+
+uint32_t
+lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
+{
+    return node_new(ix, key, parent);
 }
 
 /* Flip the REMOTE holds of s from `ref` upward to LOCAL (invariant 2). */
@@ -798,15 +812,14 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
         warm += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d - 1]));
     lr__sink(warm);
     for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
-        uint32_t n = d <= p->d_any
-                         ? node_find(ix, p->keys[d - 1])
-                         : lr__index_node_new(ix, p->keys[d - 1], prev_node);
+        uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
+                                   : node_new(ix, p->keys[d - 1], prev_node);
         uint32_t bits = base_bits;
         if (a < p->n_anchors && p->anchors[a] == d) {
             bits |= HB_ANCHOR;
             a++;
         }
-        uint32_t ref = lr__index_hold_new(ix, n, p->s, bits, tick);
+        uint32_t ref = hold_new(ix, n, p->s, bits, tick);
         if (prev_ref != LR_NIL)
             H(ix, prev_ref)->bits++;
         prev_node = n;

@@ -1,10 +1,11 @@
-/* lr__table: insert, backward-shift delete, grow and verify of the one
- * open-addressing table (the layout and the contract are in table.h). */
+/* lr__table: backward-shift delete, growth and the verify walk of the
+ * one open-addressing table (the layout and the contract are in table.h,
+ * with the inline lookup and insert). */
 #include "table.h"
 
-#define TAG_MASK (~(uint64_t)0xffffffffu) /* the tag half of a slot word */
-#define LOAD_NUM 3u /* at most LOAD_NUM / LOAD_DEN of the slots are filled */
-#define LOAD_DEN 4u
+#define TAG_MASK LR__TABLE_TAG
+#define LOAD_NUM LR__TABLE_LOAD_NUM
+#define LOAD_DEN LR__TABLE_LOAD_DEN
 
 /* What an empty table's slots point at: one empty slot, never written
  * (every insert is preceded by a reserve, which replaces it). */
@@ -34,16 +35,6 @@ size_for(uint64_t need)
     return size > UINT32_MAX ? 0 : size;
 }
 
-static void
-put(uint64_t *slots, uint32_t size, uint64_t word)
-{
-    uint32_t b = lr__table_home(word, size);
-    while (slots[b] != 0)
-        if (++b == size)
-            b = 0;
-    slots[b] = word;
-}
-
 /* Move to `size` slots (the caller checked the load). */
 static lr_status
 rehash(struct lr__table *t, struct lr__mem *m, uint64_t size)
@@ -53,7 +44,7 @@ rehash(struct lr__table *t, struct lr__mem *m, uint64_t size)
         return LR_ENOMEM;
     for (uint32_t i = 0; i < t->size; i++)
         if (t->slots[i] != 0)
-            put(ns, (uint32_t)size, t->slots[i]);
+            lr__table_place(ns, (uint32_t)size, t->slots[i]);
     uint32_t count = t->count;
     lr__table_free(t, m);
     t->slots = ns;
@@ -95,15 +86,6 @@ lr__table_reserve(struct lr__table *t, struct lr__mem *m, uint32_t more)
     if (size > UINT32_MAX)
         size = UINT32_MAX;
     return rehash(t, m, size);
-}
-
-void
-lr__table_insert(struct lr__table *t, uint64_t hv, uint32_t value)
-{
-    assert(value < LR_NIL);
-    assert(((uint64_t)t->count + 1) * LOAD_DEN <= (uint64_t)t->size * LOAD_NUM);
-    put(t->slots, t->size, (hv & TAG_MASK) | ((uint64_t)value + 1));
-    t->count++;
 }
 
 /* Slot i may take slot j's word when j's home does not lie cyclically in

@@ -63,6 +63,11 @@ struct lr__table {
 
 /* Smallest table that holds memory, in slots. */
 #define LR__TABLE_MIN_SIZE 8u
+/* At most LOAD_NUM / LOAD_DEN of the slots are filled. */
+#define LR__TABLE_LOAD_NUM 3u
+#define LR__TABLE_LOAD_DEN 4u
+/* The tag half of a slot word. */
+#define LR__TABLE_TAG (~(uint64_t)0xffffffffu)
 
 /* Home slot of hash hv in a table of `size` slots. */
 static inline uint32_t
@@ -92,10 +97,31 @@ void lr__table_free(struct lr__table *t, struct lr__mem *m);
 lr_status lr__table_reserve(struct lr__table *t, struct lr__mem *m,
                             uint32_t more);
 
+/* Internal to the table: put a slot word in the first empty slot from
+ * its home (insert and rehash). */
+static inline void
+lr__table_place(uint64_t *slots, uint32_t size, uint64_t word)
+{
+    uint32_t b = lr__table_home(word, size);
+    while (slots[b] != 0)
+        if (++b == size)
+            b = 0;
+    slots[b] = word;
+}
+
 /* Add `value` (< LR_NIL) under hash hv. Room must have been reserved; no
- * duplicate check (the caller looked it up first, or knows). Never
- * fails. */
-void lr__table_insert(struct lr__table *t, uint64_t hv, uint32_t value);
+ * duplicate check (the caller looked it up first, or knows). Inline: a
+ * learn inserts once per new block. Never fails. */
+static inline void
+lr__table_insert(struct lr__table *t, uint64_t hv, uint32_t value)
+{
+    assert(value < LR_NIL);
+    assert(((uint64_t)t->count + 1) * LR__TABLE_LOAD_DEN <=
+           (uint64_t)t->size * LR__TABLE_LOAD_NUM);
+    lr__table_place(t->slots, t->size,
+                    (hv & LR__TABLE_TAG) | ((uint64_t)value + 1));
+    t->count++;
+}
 
 /* Remove `value`, inserted under hash hv, with backward-shift deletion
  * (no tombstones: every other value stays reachable from its home without
