@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "../tests/mpw.h"
+#include "../tests/table-model.h"
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index.h"
@@ -2514,6 +2515,86 @@ gen_mlp(void)
     mlp_seed("magic-only", 0x02, (const uint8_t *)"LRMLP\0\0\0\1\0\0\0", 12);
 }
 
+/* ---- table ------------------------------------------------------------------ */
+
+/* oom as in put_oom, with allocations 1..64 */
+static void
+tb_header(struct enc *e, uint32_t expect, uint32_t seed, int oom)
+{
+    e->n = 0;
+    put(e, 0, TM_CAP, expect);
+    put(e, 0, UINT32_MAX, seed);
+    put(e, 0, 3, oom == 0 ? 0 : oom > 0 ? 2 : 3);
+    put(e, 1, 64, oom == 0 ? 1 : (uint32_t)(oom > 0 ? oom : -oom));
+}
+
+static void
+tb_op(struct enc *e, uint32_t op, uint32_t key, uint32_t arg)
+{
+    put(e, 0, TM_N_OPS - 1, op);
+    put(e, 0, TM_KEYS - 1, key);
+    put(e, 0, 65535, arg);
+}
+
+static void
+gen_table(void)
+{
+    struct enc e;
+    const char *T = "table";
+
+    /* grow one insert at a time to a full model, then drain in order */
+    tb_header(&e, 0, 0, 0);
+    for (uint32_t k = 0; k < 200; k++)
+        tb_op(&e, TM_INSERT, k, k * 7);
+    for (uint32_t k = 0; k < 200; k += 9)
+        tb_op(&e, TM_FIND, k + 1, 0);
+    for (uint32_t k = 0; k < 200; k++)
+        tb_op(&e, TM_REMOVE, k, 0);
+    write_seed(T, "fill-drain", e.b, e.n);
+
+    /* keys 6j + 1 all carry tag UINT32_MAX: one run wrapping the end */
+    tb_header(&e, 8, 0, 0);
+    for (uint32_t j = 0; j < 40; j++)
+        tb_op(&e, TM_INSERT, 6 * j + 1, j);
+    for (uint32_t j = 0; j < 40; j += 2)
+        tb_op(&e, TM_REMOVE, 6 * j + 1, 0);
+    tb_op(&e, TM_RESERVE, 0, 100);
+    for (uint32_t j = 1; j < 40; j += 2)
+        tb_op(&e, TM_REMOVE, 6 * j + 1, 0);
+    write_seed(T, "wrap", e.b, e.n);
+
+    /* reserve and init under allocation failures, once and for good */
+    for (int oom = -4; oom <= 4; oom += 2) {
+        if (oom == 0)
+            continue;
+        tb_header(&e, 4, 0x12345678u, oom);
+        for (uint32_t k = 0; k < 30; k++)
+            tb_op(&e, TM_INSERT, 2 + 6 * k, k);
+        tb_op(&e, TM_RESERVE, 0, 200);
+        for (uint32_t k = 30; k < 60; k++)
+            tb_op(&e, TM_INSERT, 2 + 6 * k, k);
+        tb_op(&e, TM_REINIT, 0, 100);
+        tb_op(&e, TM_INSERT, 5, 0);
+        char name[32];
+        snprintf(name, sizeof name, "oom-%s%d", oom < 0 ? "sticky" : "once",
+                 oom < 0 ? -oom : oom);
+        write_seed(T, name, e.b, e.n);
+    }
+
+    /* churn: random operations on keys from a small window */
+    for (uint32_t s = 0; s < 3; s++) {
+        tb_header(&e, rnd(0, 64), rnd(0, UINT32_MAX), 0);
+        for (uint32_t i = 0; i < 400; i++) {
+            uint32_t op = rnd(0, 9);
+            op = op >= 5 ? (op < 8 ? TM_INSERT : TM_REMOVE) : op;
+            tb_op(&e, op, rnd(0, 150), rnd(0, op == TM_RESERVE ? 60 : 65535));
+        }
+        char name[32];
+        snprintf(name, sizeof name, "churn-%u", s);
+        write_seed(T, name, e.b, e.n);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -2532,6 +2613,7 @@ main(int argc, char **argv)
     gen_vllm();
     gen_mlp();
     gen_policy();
+    gen_table(); /* last: its rnd() calls leave the other seeds as they were */
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;
 }

@@ -1,9 +1,13 @@
-/* lr_index: the block-aligned prefix index.
+/* lr_index: the block-aligned prefix index. This file holds its core:
+ * nodes, holds, LRU lists, learn, expiry, eviction, instances, lifecycle
+ * and stats. The match's partition search is in index_match.c, precise
+ * mode (KV events) in index_kv.c, the delta codec in index_delta.c,
+ * verify and digest in index_check.c, the shared layout in index_impl.h.
  *
  * Layout
  * ------
  *
- *   slots[] (open addressing, linear probing, fastrange bucket)
+ *   ntab (lr__table, table.h: open addressing, fastrange home slot)
  *   +-------------+-------------+-----+
  *   | tag | n+1   | 0 (empty)   | ... |      tag = high 32 bits of the keyed
  *   +-------------+-------------+-----+      mix of the block key
@@ -67,162 +71,31 @@
  * evict back under capacity. That is what makes LR_ENOMEM leave the index
  * unchanged.
  */
-#include "index.h"
-#include "lr_hash.h"
+#include "index_impl.h"
 
-#define HB_LISTED (1u << 31)
-#define HB_REMOTE (1u << 30)
-#define HB_ANCHOR (1u << 29)
-#define HB_NCHILD ((1u << 29) - 1)
-#define REF_X (1u << 31)
-#define POOL_MAX ((uint32_t)INT32_MAX - 1) /* refs use the top bit */
-#define INST_FREE 0xffffu                  /* node is free */
-#define PENDING 0xfffeu                    /* node emptied, not yet freed */
-#define TICK_SHIFT 24
-
-struct hold {
-    uint16_t inst; /* instance slot; INST_FREE / PENDING in a node */
-    uint16_t aux;  /* in a node's inline hold: holders of the node */
-    uint32_t prev;
-    uint32_t next;
-    uint32_t bits;
-    uint32_t stamp;
-};
-
-struct node {
-    uint64_t key;
-    uint32_t parent;
-    uint32_t child;
-    uint32_t sib_next;
-    uint32_t sib_prev;
-    uint32_t more;
-    struct hold h; /* h.inst == INST_FREE: node is free */
-};
-
-struct xhold {
-    struct hold h;
-    uint32_t node;
-    uint32_t next;
-};
-
-struct inst {
-    uint32_t id;
-    uint32_t used;
-    uint64_t blocks;
-};
-
-struct emap_ent {
-    uint64_t ehash;
-    uint64_t key;
-    uint32_t node;
-    uint32_t inst; /* LR_NIL: empty slot */
-};
-
-struct jent {
-    uint64_t key;
-    uint32_t inst_id;
-    uint32_t pad;
-};
-
-enum {
-    LIST_LOCAL = 0,
-    LIST_REMOTE = 1
-};
-enum {
-    WHY_EVICT,
-    WHY_EXPIRE,
-    WHY_DROP
-};
-
-struct lr_index {
-    struct lr__mem mem;
-    uint64_t seed;
-    uint64_t capacity;
-    uint64_t ttl_ticks; /* UINT64_MAX: never */
-    uint64_t emap_cap;
-    uint32_t B;
-    uint32_t max_inst;
-    uint32_t j_cap;
-
-    struct node *nodes;
-    uint32_t n_cap, n_top, n_free, n_freecnt, n_live;
-    struct xhold *xh;
-    uint32_t x_cap, x_top, x_free, x_freecnt, x_live;
-    uint64_t *slots;
-    uint32_t s_size, s_count;
-
-    uint32_t head[2], tail[2];
-    uint64_t holds, remote;
-
-    struct inst *insts;
-    uint32_t *ifree; /* stack of free instance slots */
-    uint32_t n_ifree;
-    uint32_t *imap; /* id -> slot + 1, power-of-two size */
-    uint32_t imap_mask;
-
-    struct emap_ent *emap;
-    uint64_t e_size, e_count;
-
-    struct jent *journal;
-    uint64_t j_seq;
-
-    bool has_epoch;
-    uint64_t epoch_ns;
-
-    uint64_t evicted, expired, learned;
-
-    /* scratch, never part of the logical state */
-    uint64_t *kbuf;
-    size_t kbuf_cap;
-    uint32_t *abuf;
-    size_t abuf_cap;
-    uint32_t *cand, *cref, *cdepth, *mark, *tref;
-    uint32_t mark_gen;
-    uint32_t last_probes;
-};
+/* Defaults of lr_index_options (documented in lr_index.h). */
+#define DEFAULT_CAPACITY (1u << 20)
+#define DEFAULT_TTL_NS (3600ull * 1000000000ull)
+#define DEFAULT_BLOCK_TOKENS 16u
+#define DEFAULT_MAX_INSTANCES 1024u
+#define DEFAULT_JOURNAL 4096u
+#define EMAP_PER_BLOCK 2u /* engine_map_capacity per capacity block */
+#define MAX_JOURNAL (1u << 24)
+/* The caller's seed is mixed with "lrindex" before keying the tables. */
+#define SEED_MIX 0x6c72696e646578ull
+/* Per-instance scratch arrays of a match: cand, cref, cdepth, mark, tref. */
+#define N_SCRATCH 5u
+/* Nodes the first node table holds (64 slots at most 3/4 full). */
+#define NODE_TABLE_START 48
+/* Smallest array lr__index_grow makes, in elements. */
+#define POOL_MIN 64
 
 /* ------------------------------------------------------------------------ */
-/* small helpers                                                             */
+/* time                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static inline struct hold *
-H(const lr_index *ix, uint32_t ref)
-{
-    return (ref & REF_X) ? &ix->xh[ref & ~REF_X].h : &ix->nodes[ref].h;
-}
-
-static inline uint32_t
-ref_node(const lr_index *ix, uint32_t ref)
-{
-    return (ref & REF_X) ? ix->xh[ref & ~REF_X].node : ref;
-}
-
-static inline int
-list_of(const struct hold *h)
-{
-    return (h->bits & HB_REMOTE) ? LIST_REMOTE : LIST_LOCAL;
-}
-
-static inline uint32_t
-nchild(const struct hold *h)
-{
-    return h->bits & HB_NCHILD;
-}
-
-static uint32_t
-hold_find(const lr_index *ix, uint32_t n, uint32_t s)
-{
-    const struct node *nd = &ix->nodes[n];
-    if (nd->h.inst == s)
-        return n;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-        if (ix->xh[x].h.inst == s)
-            return x | REF_X;
-    return LR_NIL;
-}
-
-static uint32_t
-tick_at(lr_index *ix, uint64_t now)
+uint32_t
+lr__index_tick(lr_index *ix, uint64_t now)
 {
     if (!ix->has_epoch) {
         ix->has_epoch = true;
@@ -246,24 +119,25 @@ is_expired(const lr_index *ix, const struct hold *h, uint32_t tick)
 /* keys                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t
-tenant_root(uint64_t salt)
+uint64_t
+lr__index_tenant_root(uint64_t salt)
 {
-    uint8_t b[8];
+    uint8_t b[sizeof salt];
     lr__put_u64(b, salt);
-    return lr__hash(b, 8, LR_SEED_TENANT);
+    return lr__hash(b, sizeof b, LR_SEED_TENANT);
 }
 
-static void
-chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks, uint32_t B,
-           uint64_t *out)
+void
+lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                     uint32_t B, uint64_t *out)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    uint8_t buf[4 * LR_INDEX_MAX_BLOCK_TOKENS];
+    uint8_t buf[sizeof(uint32_t) * LR_INDEX_MAX_BLOCK_TOKENS];
     for (size_t i = 0; i < nblocks; i++) {
         for (uint32_t j = 0; j < B; j++)
-            lr__put_u32(buf + 4 * j, tok[i * B + j]);
-        prev = lr__hash(buf, (size_t)B * 4, prev ^ LR_SEED_BLOCK);
+            lr__put_u32(buf + sizeof(uint32_t) * j, tok[i * B + j]);
+        prev =
+            lr__hash(buf, (size_t)B * sizeof(uint32_t), prev ^ LR_SEED_BLOCK);
         out[i] = prev;
     }
 #else
@@ -290,7 +164,8 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
     if (keys == NULL)
         return capacity == 0 ? LR_OK : LR_EINVAL;
     LR_RETURN_IF(capacity < n, LR_EBUFSIZE);
-    chain_keys(tenant_root(tenant_salt), tokens, n, block_tokens, keys);
+    lr__index_chain_keys(lr__index_tenant_root(tenant_salt), tokens, n,
+                         block_tokens, keys);
     return LR_OK;
 }
 
@@ -298,109 +173,13 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
 /* node hash table                                                           */
 /* ------------------------------------------------------------------------ */
 
-static inline uint64_t
-hkey(const lr_index *ix, uint64_t key)
-{
-    return lr__mix64(key, ix->seed);
-}
-
-/* The bucket comes from the same 32 bits as the tag kept in the slot, so
- * rehashing and deletion never have to read a node (a DRAM miss each). */
-static inline uint32_t
-bucket_in(uint64_t hv, uint32_t size)
-{
-    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
-}
-
-/* Warm the slot a lookup or an insert of `key` starts at. A real load,
- * not __builtin_prefetch: on the virtual machines measured here a
- * prefetch that misses the TLB is dropped and gained nothing, while an
- * independent load overlaps its miss with the caller's work. */
-static inline void
-prefetch_key(const lr_index *ix, uint64_t key)
-{
-    lr__sink(ix->slots[bucket_in(hkey(ix, key), ix->s_size)]);
-}
-
-/* A binary search step at mid over [lo, hi] is followed by a probe in
- * [mid, hi] or in [lo, mid - 1]: warm both slots while this probe misses. */
-static inline void
-prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
-              uint32_t hi, uint32_t mid)
-{
-    uint32_t up = mid + (hi - mid + 1) / 2;
-    uint32_t dn = lo + (mid - lo) / 2;
-    if (up > mid && up <= hi)
-        prefetch_key(ix, keys[up - 1]);
-    if (dn > lo)
-        prefetch_key(ix, keys[dn - 1]);
-}
-
-static uint32_t
-node_find(const lr_index *ix, uint64_t key)
-{
-    uint64_t hv = hkey(ix, key);
-    uint32_t tag = (uint32_t)(hv >> 32);
-    uint32_t b = bucket_in(hv, ix->s_size);
-    for (;;) {
-        uint64_t s = ix->slots[b];
-        if (s == 0)
-            return LR_NIL;
-        if ((uint32_t)(s >> 32) == tag) {
-            uint32_t n = (uint32_t)s - 1;
-            if (ix->nodes[n].key == key)
-                return n;
-        }
-        if (++b == ix->s_size)
-            b = 0;
-    }
-}
-
-static void
-slot_put(uint64_t *slots, uint32_t size, uint64_t hv, uint32_t n)
-{
-    uint32_t b = bucket_in(hv, size);
-    while (slots[b] != 0)
-        if (++b == size)
-            b = 0;
-    slots[b] = ((hv >> 32) << 32) | (uint64_t)(n + 1);
-}
-
-static void
-slot_del(lr_index *ix, uint32_t n)
-{
-    uint32_t size = ix->s_size;
-    uint32_t i = bucket_in(hkey(ix, ix->nodes[n].key), size);
-    while ((uint32_t)ix->slots[i] != n + 1)
-        if (++i == size)
-            i = 0;
-    /* Backward-shift deletion keeps every probe chain unbroken. */
-    uint32_t j = i;
-    for (;;) {
-        if (++j == size)
-            j = 0;
-        uint64_t s = ix->slots[j];
-        if (s == 0)
-            break;
-        uint32_t home = bucket_in(s, size); /* tag = hash's high half */
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->slots[i] = s;
-            i = j;
-        }
-    }
-    ix->slots[i] = 0;
-    ix->s_count--;
-}
-
 /* ------------------------------------------------------------------------ */
 /* memory reservation (phase 1: the only place mutators can fail)            */
 /* ------------------------------------------------------------------------ */
 
-static lr_status
-grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
-           size_t elem, uint32_t limit)
+lr_status
+lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+               size_t elem, uint32_t limit)
 {
     if (need <= *cap)
         return LR_OK;
@@ -409,8 +188,8 @@ grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     uint64_t want = (uint64_t)*cap + *cap / 2;
     if (want < need)
         want = need;
-    if (want < 64)
-        want = 64;
+    if (want < POOL_MIN)
+        want = POOL_MIN;
     if (want > limit)
         want = limit;
     size_t old_b, new_b;
@@ -428,135 +207,61 @@ grow_array(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     return LR_OK;
 }
 
-static lr_status
-table_reserve(lr_index *ix, uint32_t more)
+/* Room for `nn` more nodes and `nx` more extra holds. */
+lr_status
+lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                       size_t elem, uint64_t more, uint32_t limit)
 {
-    uint64_t need = (uint64_t)ix->s_count + more;
-    if (need * 4 <= (uint64_t)ix->s_size * 3)
-        return LR_OK;
-    uint64_t size = (uint64_t)ix->s_size + ix->s_size / 2;
-    if (size < need * 4 / 3 + 1)
-        size = need * 4 / 3 + 1;
-    if (size < 64)
-        size = 64;
-    if (size > UINT32_MAX - 1)
+    uint64_t need = (uint64_t)p->top + more;
+    need = need > p->nfree ? need - p->nfree : 0;
+    if (need > limit)
         return LR_ENOMEM;
-    uint64_t *ns = lr__calloc(&ix->mem, (size_t)size, sizeof(uint64_t));
-    if (ns == NULL)
-        return LR_ENOMEM;
-    for (uint32_t i = 0; i < ix->s_size; i++) {
-        uint64_t s = ix->slots[i];
-        if (s != 0)
-            slot_put(ns, (uint32_t)size, s & ~(uint64_t)0xffffffffu,
-                     (uint32_t)s - 1);
-    }
-    lr__free(&ix->mem, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
-    ix->slots = ns;
-    ix->s_size = (uint32_t)size;
-    return LR_OK;
+    return lr__index_grow(m, arr, &p->cap, (uint32_t)need, elem, limit);
 }
 
 /* Room for `nn` more nodes and `nx` more extra holds. */
-static lr_status
-reserve(lr_index *ix, uint64_t nn, uint64_t nx)
+lr_status
+lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nx)
 {
-    uint64_t limit64 = ix->capacity + nn + nx + 64;
+    uint64_t limit64 = ix->capacity + nn + nx + POOL_MIN;
     uint32_t limit = limit64 > POOL_MAX ? POOL_MAX : (uint32_t)limit64;
-    uint64_t need_n = (uint64_t)ix->n_top + nn;
-    need_n = need_n > ix->n_freecnt ? need_n - ix->n_freecnt : 0;
-    uint64_t need_x = (uint64_t)ix->x_top + nx;
-    need_x = need_x > ix->x_freecnt ? need_x - ix->x_freecnt : 0;
-    if (need_n > POOL_MAX || need_x > POOL_MAX)
-        return LR_ENOMEM;
-    LR_TRY(grow_array(&ix->mem, (void **)&ix->nodes, &ix->n_cap,
-                      (uint32_t)need_n, sizeof(struct node), limit));
-    LR_TRY(grow_array(&ix->mem, (void **)&ix->xh, &ix->x_cap, (uint32_t)need_x,
-                      sizeof(struct xhold), limit));
-    return table_reserve(ix, nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->npool, (void **)&ix->nodes,
+                                  sizeof(struct node), nn, limit));
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->xpool, (void **)&ix->xh,
+                                  sizeof(struct xhold), nx, limit));
+    return lr__table_reserve(&ix->ntab, &ix->mem,
+                             nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
 
-static lr_status
-scratch_keys(lr_index *ix, size_t n)
+/* Scratch arrays are not state: growing them changes nothing logical. */
+lr_status
+lr__index_scratch_keys(lr_index *ix, size_t n)
 {
-    if (n <= ix->kbuf_cap)
-        return LR_OK;
-    size_t want = n < 64 ? 64 : n;
-    uint64_t *p = lr__realloc(&ix->mem, ix->kbuf, ix->kbuf_cap * 8, want * 8);
-    if (p == NULL)
-        return LR_ENOMEM;
-    ix->kbuf = p;
-    ix->kbuf_cap = want;
-    return LR_OK;
+    return lr__index_grow(&ix->mem, (void **)&ix->kbuf, &ix->kbuf_cap,
+                          (uint32_t)n, sizeof *ix->kbuf, UINT32_MAX);
 }
 
-static lr_status
-scratch_anchors(lr_index *ix, size_t n)
+lr_status
+lr__index_scratch_anchors(lr_index *ix, size_t n)
 {
-    if (n <= ix->abuf_cap)
-        return LR_OK;
-    size_t want = n < 64 ? 64 : n;
-    uint32_t *p = lr__realloc(&ix->mem, ix->abuf, ix->abuf_cap * 4, want * 4);
-    if (p == NULL)
-        return LR_ENOMEM;
-    ix->abuf = p;
-    ix->abuf_cap = want;
-    return LR_OK;
+    return lr__index_grow(&ix->mem, (void **)&ix->abuf, &ix->abuf_cap,
+                          (uint32_t)n, sizeof *ix->abuf, UINT32_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
 /* pools                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t
-node_alloc(lr_index *ix)
-{
-    uint32_t n;
-    if (ix->n_free != LR_NIL) {
-        n = ix->n_free;
-        ix->n_free = ix->nodes[n].child;
-        ix->n_freecnt--;
-    } else {
-        assert(ix->n_top < ix->n_cap);
-        n = ix->n_top++;
-    }
-    ix->n_live++;
-    return n;
-}
+#define NODE_LINK offsetof(struct node, child)
+#define XHOLD_LINK offsetof(struct xhold, next)
 
+/* A free node or extra hold is marked INST_FREE (verify and the walks
+ * over [0, top) skip it). */
 static void
 node_release(lr_index *ix, uint32_t n)
 {
     ix->nodes[n].h.inst = INST_FREE;
-    ix->nodes[n].child = ix->n_free;
-    ix->n_free = n;
-    ix->n_freecnt++;
-    ix->n_live--;
-}
-
-static uint32_t
-xhold_alloc(lr_index *ix)
-{
-    uint32_t x;
-    if (ix->x_free != LR_NIL) {
-        x = ix->x_free;
-        ix->x_free = ix->xh[x].next;
-        ix->x_freecnt--;
-    } else {
-        assert(ix->x_top < ix->x_cap);
-        x = ix->x_top++;
-    }
-    ix->x_live++;
-    return x;
-}
-
-static void
-xhold_release(lr_index *ix, uint32_t x)
-{
-    ix->xh[x].h.inst = INST_FREE;
-    ix->xh[x].next = ix->x_free;
-    ix->x_free = x;
-    ix->x_freecnt++;
-    ix->x_live--;
+    pool_give(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -596,14 +301,18 @@ lru_push_head(lr_index *ix, uint32_t ref)
 }
 
 /* Insert an unlisted hold where its stamp belongs, searching from the tail
- * (where re-entering holds belong) for at most 64 steps. */
+ * (where re-entering holds belong) for at most LRU_SEEK_MAX steps; a
+ * search that runs out inserts where it stopped (bounded work, order then
+ * approximate). */
+#define LRU_SEEK_MAX 64
+
 static void
 lru_insert_by_stamp(lr_index *ix, uint32_t ref)
 {
     struct hold *h = H(ix, ref);
     int l = list_of(h);
     uint32_t cur = ix->tail[l];
-    for (int steps = 0; cur != LR_NIL && steps < 64; steps++) {
+    for (int steps = 0; cur != LR_NIL && steps < LRU_SEEK_MAX; steps++) {
         if (H(ix, cur)->stamp >= h->stamp)
             break;
         cur = H(ix, cur)->prev;
@@ -623,8 +332,8 @@ lru_insert_by_stamp(lr_index *ix, uint32_t ref)
     h->bits |= HB_LISTED;
 }
 
-static void
-touch(lr_index *ix, uint32_t ref, uint32_t tick)
+void
+lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick)
 {
     struct hold *h = H(ix, ref);
     if (h->bits & HB_LISTED)
@@ -637,195 +346,47 @@ touch(lr_index *ix, uint32_t ref, uint32_t tick)
 /* instances                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t
-inst_lookup(const lr_index *ix, uint32_t id)
+/* Instance ids hash apart from node keys under the same handle seed. */
+#define INST_HASH_SALT 0x1du
+
+static inline uint64_t
+inst_hash(const lr_index *ix, uint32_t id)
 {
-    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
-    for (;;) {
-        uint32_t v = ix->imap[i];
-        if (v == 0)
-            return LR_NIL;
-        if (ix->insts[v - 1].id == id)
-            return v - 1;
-        i = (i + 1) & ix->imap_mask;
-    }
+    return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
 }
 
-static uint32_t
-inst_add(lr_index *ix, uint32_t id)
+static bool
+inst_eq(const void *insts, uint64_t id, uint32_t s)
+{
+    return ((const struct inst *)insts)[s].id == id;
+}
+
+uint32_t
+lr__index_inst_lookup(const lr_index *ix, uint32_t id)
+{
+    return lr__table_find(&ix->itab, inst_hash(ix, id), id, inst_eq, ix->insts);
+}
+
+/* The table was sized for max_instances at creation: no reserve. */
+uint32_t
+lr__index_inst_add(lr_index *ix, uint32_t id)
 {
     assert(ix->n_ifree > 0);
     uint32_t s = ix->ifree[--ix->n_ifree];
     ix->insts[s].id = id;
     ix->insts[s].used = 1;
     ix->insts[s].blocks = 0;
-    uint32_t i = (uint32_t)lr__mix64(id, ix->seed ^ 0x1d) & ix->imap_mask;
-    while (ix->imap[i] != 0)
-        i = (i + 1) & ix->imap_mask;
-    ix->imap[i] = s + 1;
+    lr__table_insert(&ix->itab, inst_hash(ix, id), s);
     return s;
 }
 
 static void
 inst_del(lr_index *ix, uint32_t s)
 {
-    uint32_t mask = ix->imap_mask;
-    uint32_t i = (uint32_t)lr__mix64(ix->insts[s].id, ix->seed ^ 0x1d) & mask;
-    while (ix->imap[i] != s + 1)
-        i = (i + 1) & mask;
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        uint32_t v = ix->imap[j];
-        if (v == 0)
-            break;
-        uint32_t home =
-            (uint32_t)lr__mix64(ix->insts[v - 1].id, ix->seed ^ 0x1d) & mask;
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->imap[i] = v;
-            i = j;
-        }
-    }
-    ix->imap[i] = 0;
+    lr__table_remove(&ix->itab, inst_hash(ix, ix->insts[s].id), s);
     ix->insts[s].used = 0;
     ix->insts[s].blocks = 0;
     ix->ifree[ix->n_ifree++] = s;
-}
-
-/* ------------------------------------------------------------------------ */
-/* engine-hash map (precise mode)                                            */
-/* ------------------------------------------------------------------------ */
-
-static inline uint64_t
-ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
-{
-    return lr__mix64(ehash ^ ((uint64_t)s * 0x9e3779b97f4a7c15ull),
-                     ix->seed ^ 0xe4a5);
-}
-
-static struct emap_ent *
-emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
-{
-    if (ix->e_size == 0)
-        return NULL;
-    uint64_t i = ehv(ix, s, ehash) & (ix->e_size - 1);
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL)
-            return NULL;
-        if (e->inst == s && e->ehash == ehash)
-            return e;
-        i = (i + 1) & (ix->e_size - 1);
-    }
-}
-
-/* An entry is live while its node still exists with the same key and its
- * instance still holds it; evictions leave stale entries behind, which are
- * dropped lazily. */
-static bool
-emap_valid(const lr_index *ix, const struct emap_ent *e)
-{
-    if (e->node >= ix->n_top)
-        return false;
-    const struct node *nd = &ix->nodes[e->node];
-    if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
-        return false;
-    return hold_find(ix, e->node, e->inst) != LR_NIL;
-}
-
-static void
-emap_del_at(lr_index *ix, uint64_t i)
-{
-    uint64_t mask = ix->e_size - 1;
-    uint64_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        struct emap_ent *e = &ix->emap[j];
-        if (e->inst == LR_NIL)
-            break;
-        uint64_t home = ehv(ix, e->inst, e->ehash) & mask;
-        bool movable =
-            (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (movable) {
-            ix->emap[i] = *e;
-            i = j;
-        }
-    }
-    ix->emap[i].inst = LR_NIL;
-    ix->e_count--;
-}
-
-static void
-emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
-{
-    uint64_t mask = ix->e_size - 1;
-    uint64_t i = ehv(ix, s, ehash) & mask;
-    for (;;) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst == LR_NIL) {
-            e->inst = s;
-            e->ehash = ehash;
-            ix->e_count++;
-            break;
-        }
-        if (e->inst == s && e->ehash == ehash)
-            break;
-        i = (i + 1) & mask;
-    }
-    ix->emap[i].node = node;
-    ix->emap[i].key = key;
-}
-
-/* Delete entries matching (s or any when s == LR_NIL) and, when
- * stale_only, only those no longer valid. Returns how many went. */
-static uint64_t
-emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
-{
-    uint64_t gone = 0;
-    uint64_t i = 0;
-    while (i < ix->e_size) {
-        struct emap_ent *e = &ix->emap[i];
-        if (e->inst != LR_NIL && (s == LR_NIL || e->inst == s) &&
-            (!stale_only || !emap_valid(ix, e))) {
-            emap_del_at(ix, i);
-            gone++;
-            continue; /* a shifted entry now sits at i */
-        }
-        i++;
-    }
-    return gone;
-}
-
-static lr_status
-emap_reserve(lr_index *ix, uint64_t more)
-{
-    uint64_t need = ix->e_count + more;
-    if (need * 10 <= ix->e_size * 7)
-        return LR_OK;
-    uint64_t size = ix->e_size ? ix->e_size : 64;
-    while (need * 10 > size * 7)
-        size *= 2;
-    size_t bytes;
-    if (size > ((uint64_t)1 << 40) ||
-        !lr__mul_size((size_t)size, sizeof(struct emap_ent), &bytes))
-        return LR_ENOMEM;
-    struct emap_ent *ne = lr__alloc(&ix->mem, bytes);
-    if (ne == NULL)
-        return LR_ENOMEM;
-    for (uint64_t i = 0; i < size; i++)
-        ne[i].inst = LR_NIL;
-    struct emap_ent *old = ix->emap;
-    uint64_t old_size = ix->e_size;
-    ix->emap = ne;
-    ix->e_size = size;
-    ix->e_count = 0;
-    for (uint64_t i = 0; i < old_size; i++)
-        if (old[i].inst != LR_NIL)
-            emap_put(ix, old[i].inst, old[i].ehash, old[i].node, old[i].key);
-    lr__free(&ix->mem, old, (size_t)old_size * sizeof(struct emap_ent));
-    return LR_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -859,6 +420,30 @@ count_drop(lr_index *ix, const struct hold *h, int why)
         ix->expired++;
 }
 
+/* The inline hold of node n is gone: move its first extra hold in. Its
+ * LRU neighbours must now name it by the node's ref. */
+static void
+promote_first_extra(lr_index *ix, uint32_t n)
+{
+    struct node *nd = &ix->nodes[n];
+    uint32_t x = nd->more;
+    uint16_t nh = nd->h.aux;
+    nd->h = ix->xh[x].h;
+    nd->h.aux = nh;
+    nd->more = ix->xh[x].next;
+    if (!(nd->h.bits & HB_LISTED))
+        return;
+    int l = list_of(&nd->h);
+    if (nd->h.prev != LR_NIL)
+        H(ix, nd->h.prev)->next = n;
+    else
+        ix->head[l] = n;
+    if (nd->h.next != LR_NIL)
+        H(ix, nd->h.next)->prev = n;
+    else
+        ix->tail[l] = n;
+}
+
 /* Take hold `ref` off its node. With `free_node`, a node left with no
  * holder is deleted; otherwise it is marked PENDING for a later sweep. The
  * caller fixes the parent hold's child count. */
@@ -872,45 +457,28 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
         lru_unlink(ix, ref);
     count_drop(ix, h, why);
     nd->h.aux--;
+    uint32_t x; /* the extra hold that goes back to its pool */
     if (ref & REF_X) {
-        uint32_t x = ref & ~REF_X;
+        x = ref & ~REF_X;
         uint32_t *pp = &nd->more;
         while (*pp != x)
             pp = &ix->xh[*pp].next;
         *pp = ix->xh[x].next;
-        xhold_release(ix, x);
-        return;
-    }
-    if (nd->more != LR_NIL) {
-        /* Promote the first extra holder into the inline slot; its LRU
-         * neighbours must now name it by the node's ref. */
-        uint32_t x = nd->more;
-        uint16_t nh = nd->h.aux;
-        nd->h = ix->xh[x].h;
-        nd->h.aux = nh;
-        nd->more = ix->xh[x].next;
-        if (nd->h.bits & HB_LISTED) {
-            int l = list_of(&nd->h);
-            if (nd->h.prev != LR_NIL)
-                H(ix, nd->h.prev)->next = n;
-            else
-                ix->head[l] = n;
-            if (nd->h.next != LR_NIL)
-                H(ix, nd->h.next)->prev = n;
-            else
-                ix->tail[l] = n;
-        }
-        xhold_release(ix, x);
-        return;
-    }
-    if (!free_node) {
+    } else if (nd->more != LR_NIL) {
+        x = nd->more;
+        promote_first_extra(ix, n);
+    } else if (!free_node) {
         nd->h.inst = PENDING;
         return;
+    } else {
+        assert(nd->child == LR_NIL);
+        lr__table_remove(&ix->ntab, hkey(ix, nd->key), n);
+        child_unlink(ix, n);
+        node_release(ix, n);
+        return;
     }
-    assert(nd->child == LR_NIL);
-    slot_del(ix, n);
-    child_unlink(ix, n);
-    node_release(ix, n);
+    ix->xh[x].h.inst = INST_FREE;
+    pool_give(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK, x);
 }
 
 /* Remove leaf hold `ref`, then walk up. A parent hold left with no child
@@ -921,8 +489,9 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
  * block) stamps do not matter: the cut goes back to the engine block
  * boundary. A parent that stays becomes a leaf at its inherited recency.
  * Preserves invariants 1-3. */
-static void
-remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why, bool precise)
+void
+lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
+                               bool precise)
 {
     for (;;) {
         struct hold *h = H(ix, ref);
@@ -967,11 +536,11 @@ pop_tail(lr_index *ix, int l, int why)
     lru_unlink(ix, ref);
     if (nchild(h) > 0)
         return;
-    remove_leaf_and_trim(ix, ref, why, false);
+    lr__index_remove_leaf_and_trim(ix, ref, why, false);
 }
 
-static void
-expire_all(lr_index *ix, uint32_t tick)
+void
+lr__index_expire_all(lr_index *ix, uint32_t tick)
 {
     if (ix->ttl_ticks == UINT64_MAX)
         return;
@@ -980,7 +549,7 @@ expire_all(lr_index *ix, uint32_t tick)
     bool more = true;
     while (more) {
         more = false;
-        for (int l = 0; l < 2; l++)
+        for (int l = 0; l < N_LISTS; l++)
             while (ix->tail[l] != LR_NIL &&
                    is_expired(ix, H(ix, ix->tail[l]), tick)) {
                 pop_tail(ix, l, WHY_EXPIRE);
@@ -1000,11 +569,18 @@ evict_to_capacity(lr_index *ix)
     }
 }
 
+void
+lr__index_settle(lr_index *ix, uint32_t tick)
+{
+    lr__index_expire_all(ix, tick);
+    evict_to_capacity(ix);
+}
+
 /* Drop every hold of instance s in the subtree under node root (root's own
  * hold excluded). Walks the child links with no stack: descend to a leaf
  * of s, remove it, climb to its parent, repeat. */
-static void
-remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
+void
+lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 {
     uint32_t cur = root;
     for (;;) {
@@ -1033,7 +609,7 @@ remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
 static void
 remove_all_of(lr_index *ix, uint32_t s)
 {
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
             continue;
         uint32_t ref = hold_find(ix, n, s);
@@ -1042,15 +618,15 @@ remove_all_of(lr_index *ix, uint32_t s)
     }
     /* A PENDING node has no holder left, so (prefix property) none of its
      * descendants has one either: they are all PENDING. */
-    for (uint32_t n = 0; n < ix->n_top; n++) {
+    for (uint32_t n = 0; n < ix->npool.top; n++) {
         if (ix->nodes[n].h.inst != PENDING)
             continue;
-        slot_del(ix, n);
+        lr__table_remove(&ix->ntab, hkey(ix, ix->nodes[n].key), n);
         uint32_t p = ix->nodes[n].parent;
         if (p != LR_NIL && ix->nodes[p].h.inst != PENDING)
             child_unlink(ix, n);
     }
-    for (uint32_t n = 0; n < ix->n_top; n++)
+    for (uint32_t n = 0; n < ix->npool.top; n++)
         if (ix->nodes[n].h.inst == PENDING)
             node_release(ix, n);
     /* Surviving holds of other instances kept their child counts, which
@@ -1061,38 +637,24 @@ remove_all_of(lr_index *ix, uint32_t s)
 /* search                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Deepest depth in [lo, hi] present at all; *node_out is its node (or
- * lo_node when nothing deeper than lo is present). */
-static uint32_t
-deepest_present(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-                uint32_t lo_node, uint32_t *node_out)
+/* Binary search over a prompt's keys: the deepest depth in [lo, hi]
+ * whose node exists (s == LR_NIL) or is held by instance s, given that
+ * depth lo qualifies. *ref_out is that node (or s's hold on it), or lo_ref
+ * when nothing deeper than lo qualifies. A search for any holder (match,
+ * the new part of a learn) warms both slots the next probe may read; an
+ * instance's search (the known part of a learn) does not, as before the
+ * two searches were one function. */
+uint32_t
+lr__index_deepest(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t lo,
+                  uint32_t hi, uint32_t lo_ref, uint32_t *ref_out)
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        prefetch_step(ix, keys, lo, hi, mid);
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        ix->last_probes++;
-        if (n != LR_NIL) {
-            lo = mid;
-            lo_node = n;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    *node_out = lo_node;
-    return lo;
-}
-
-/* Deepest depth in [0, hi] that instance s holds; *ref_out its hold. */
-static uint32_t
-deepest_held(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t hi,
-             uint32_t lo_ref, uint32_t *ref_out)
-{
-    uint32_t lo = 0;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1) / 2;
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        uint32_t r = n != LR_NIL ? hold_find(ix, n, s) : LR_NIL;
+        if (s == LR_NIL)
+            prefetch_step(ix, keys, lo, hi, mid);
+        uint32_t r = node_find(ix, keys[mid - 1]);
+        if (r != LR_NIL && s != LR_NIL)
+            r = hold_find(ix, r, s);
         ix->last_probes++;
         if (r != LR_NIL) {
             lo = mid;
@@ -1105,122 +667,13 @@ deepest_held(lr_index *ix, uint32_t s, const uint64_t *keys, uint32_t hi,
     return lo;
 }
 
-static uint32_t
-next_gen(lr_index *ix)
-{
-    if (++ix->mark_gen == 0) {
-        memset(ix->mark, 0, (size_t)ix->max_inst * sizeof(uint32_t));
-        ix->mark_gen = 1;
-    }
-    return ix->mark_gen;
-}
-
-static uint32_t
-mark_holders(lr_index *ix, uint32_t n)
-{
-    uint32_t g = next_gen(ix);
-    const struct node *nd = &ix->nodes[n];
-    ix->mark[nd->h.inst] = g;
-    ix->tref[nd->h.inst] = n;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next) {
-        ix->mark[ix->xh[x].h.inst] = g;
-        ix->tref[ix->xh[x].h.inst] = x | REF_X;
-    }
-    return g;
-}
-
-/* Partition search. Every candidate in cand[0..k) holds depth lo (cdepth
- * says so) and none holds depth hi + 1. Probing mid splits them into those
- * that hold mid (they go on in [mid, hi]) and the rest ([lo, mid - 1]), so
- * candidates that stop at the same depth share their probes, and the array
- * ends up grouped by depth, deepest first.
- *
- * Most probes need no holder walk. Along one prompt the holder sets only
- * shrink: holders(block 0) contains holders(mid), which contains
- * holders(deepest node). The candidates are the difference of the outer
- * two, so when the node's holder count equals nh_root every candidate holds
- * it, and when it equals nh_deep none does. Otherwise the split walks the
- * node's holders (not the candidates: deep nodes have one or two holders
- * while dozens of instances may share a system prompt), and a sparse set
- * (tref = position in ix->cand) answers "is this holder a candidate in the
- * range" in O(1). */
-static void
-solve(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-      uint32_t *cand, uint32_t k, uint32_t nh_root, uint32_t nh_deep)
-{
-    while (k > 0 && lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1) / 2;
-        prefetch_step(ix, keys, lo, hi, mid);
-        uint32_t n = node_find(ix, keys[mid - 1]);
-        ix->last_probes++;
-        uint32_t nh = n == LR_NIL ? 0 : ix->nodes[n].h.aux;
-        if (n == LR_NIL || nh == nh_deep) {
-            hi = mid - 1;
-            continue;
-        }
-        if (nh == nh_root) {
-            for (uint32_t j = 0; j < k; j++)
-                ix->cdepth[cand[j]] = mid;
-            lo = mid;
-            continue;
-        }
-        uint32_t base = (uint32_t)(cand - ix->cand);
-        uint32_t i = 0;
-        const struct node *nd = &ix->nodes[n];
-        for (uint32_t x = LR_NIL;;) {
-            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
-            uint32_t pos = ix->tref[s];
-            if (pos >= base + i && pos < base + k && ix->cand[pos] == s) {
-                uint32_t other = cand[i];
-                cand[i] = s;
-                cand[pos - base] = other;
-                ix->tref[other] = pos;
-                ix->tref[s] = base + i;
-                ix->cdepth[s] = mid;
-                i++;
-            }
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-        solve(ix, keys, mid, hi, cand, i, nh_root, nh_deep);
-        cand += i;
-        k -= i;
-        hi = mid - 1;
-    }
-}
-
-/* After solve: one holder walk per distinct depth finds each candidate's
- * hold (for the touch). Candidates of one depth are contiguous. */
-static void
-resolve_refs(lr_index *ix, const uint64_t *keys, uint32_t from, uint32_t to)
-{
-    uint32_t i = from;
-    while (i < to) {
-        uint32_t d = ix->cdepth[ix->cand[i]];
-        uint32_t j = i + 1;
-        while (j < to && ix->cdepth[ix->cand[j]] == d)
-            j++;
-        uint32_t n = node_find(ix, keys[d - 1]);
-        const struct node *nd = &ix->nodes[n];
-        for (uint32_t x = LR_NIL;;) {
-            uint32_t s = x == LR_NIL ? nd->h.inst : ix->xh[x].h.inst;
-            uint32_t pos = ix->tref[s];
-            if (pos >= i && pos < j && ix->cand[pos] == s)
-                ix->cref[s] = x == LR_NIL ? n : (x | REF_X);
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-        i = j;
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* insertion (phase 2: cannot fail; memory was reserved)                    */
 /* ------------------------------------------------------------------------ */
 
-static uint32_t
+/* hold_new and node_new are inlined into apply_learn's loop (one call
+ * per new block); index_delta.c gets the lr__index_ wrappers below. */
+static inline uint32_t
 hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
 {
     struct node *nd = &ix->nodes[n];
@@ -1231,7 +684,7 @@ hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
         h = &nd->h;
         nd->h.aux = 0;
     } else {
-        uint32_t x = xhold_alloc(ix);
+        uint32_t x = pool_take(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK);
         ix->xh[x].node = n;
         ix->xh[x].h.aux = 0;
         ix->xh[x].next = nd->more;
@@ -1252,10 +705,10 @@ hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits, uint32_t tick)
     return ref;
 }
 
-static uint32_t
+static inline uint32_t
 node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
-    uint32_t n = node_alloc(ix);
+    uint32_t n = pool_take(&ix->npool, ix->nodes, sizeof *ix->nodes, NODE_LINK);
     struct node *nd = &ix->nodes[n];
     nd->key = key;
     nd->parent = parent;
@@ -1271,9 +724,21 @@ node_new(lr_index *ix, uint64_t key, uint32_t parent)
             ix->nodes[pn->child].sib_prev = n;
         pn->child = n;
     }
-    slot_put(ix->slots, ix->s_size, hkey(ix, key), n);
-    ix->s_count++;
+    lr__table_insert(&ix->ntab, hkey(ix, key), n);
     return n;
+}
+
+uint32_t
+lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
+                   uint32_t tick)
+{
+    return hold_new(ix, n, s, bits, tick);
+}
+
+uint32_t
+lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
+{
+    return node_new(ix, key, parent);
 }
 
 /* Flip the REMOTE holds of s from `ref` upward to LOCAL (invariant 2). */
@@ -1296,35 +761,33 @@ upgrade_up(lr_index *ix, uint32_t ref)
     }
 }
 
-struct learn_plan {
-    uint32_t s;        /* instance slot */
-    uint32_t base;     /* node the keys hang from, LR_NIL for the root */
-    uint32_t base_ref; /* s's hold on base */
-    const uint64_t *keys;
-    uint32_t n;              /* keys to hold */
-    const uint32_t *anchors; /* ascending depths in 1..n */
-    uint32_t n_anchors;
-    bool remote;
-    /* filled by plan_learn */
-    uint32_t d_s, d_any, ref_ds, node_any;
-};
-
 /* Phase 1 of a learn: where the instance's and anybody's holds end. */
-static void
-plan_learn(lr_index *ix, struct learn_plan *p)
+lr_status
+lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
 {
-    p->d_s = deepest_held(ix, p->s, p->keys, p->n, p->base_ref, &p->ref_ds);
-    p->node_any = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
+    ix->last_probes = 0;
+    p->d_s = 0;
+    p->ref_ds = LR_NIL;
+    p->node_any = p->base;
+    if (p->s != LR_NIL) {
+        p->d_s = lr__index_deepest(ix, p->s, p->keys, 0, p->n, p->base_ref,
+                                   &p->ref_ds);
+        if (p->d_s > 0)
+            p->node_any = ref_node(ix, p->ref_ds);
+    }
     p->d_any = p->d_s;
     if (p->d_s < p->n)
-        p->d_any = deepest_present(ix, p->keys, p->d_s, p->n, p->node_any,
-                                   &p->node_any);
+        p->d_any = lr__index_deepest(ix, LR_NIL, p->keys, p->d_s, p->n,
+                                     p->node_any, &p->node_any);
+    return lr__index_reserve(ix, p->n - p->d_any, p->d_any - p->d_s);
 }
 
 /* Phase 2 of a learn. Returns the deepest hold's ref (LR_NIL if n == 0). */
-static uint32_t
-apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
+uint32_t
+lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
 {
+    if (p->s == LR_NIL)
+        p->s = lr__index_inst_add(ix, p->id);
     uint32_t a = 0;
     if (!p->remote && p->ref_ds != LR_NIL)
         upgrade_up(ix, p->ref_ds);
@@ -1335,7 +798,7 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
     }
     if (p->n == p->d_s) {
         if (p->ref_ds != LR_NIL && p->n > 0)
-            touch(ix, p->ref_ds, tick);
+            lr__index_touch(ix, p->ref_ds, tick);
         return p->n > 0 ? p->ref_ds : LR_NIL;
     }
     uint32_t prev_node = p->d_s > 0 ? ref_node(ix, p->ref_ds) : p->base;
@@ -1346,7 +809,7 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
      * below find their lines in cache (43 -> 28 us per new 8k prompt). */
     uint64_t warm = 0;
     for (uint32_t d = p->d_any + 1; d <= p->n; d++)
-        warm += ix->slots[bucket_in(hkey(ix, p->keys[d - 1]), ix->s_size)];
+        warm += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d - 1]));
     lr__sink(warm);
     for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
         uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
@@ -1372,12 +835,12 @@ apply_learn(lr_index *ix, const struct learn_plan *p, uint32_t tick)
 
 static const lr_index_options options_defaults = {
     .struct_size = sizeof(lr_index_options),
-    .capacity_blocks = 1u << 20,
-    .ttl_ns = 3600ull * 1000000000ull,
-    .block_tokens = 16,
-    .max_instances = 1024,
-    .journal_capacity = 4096,
-    .engine_map_capacity = 2u << 20,
+    .capacity_blocks = DEFAULT_CAPACITY,
+    .ttl_ns = DEFAULT_TTL_NS,
+    .block_tokens = DEFAULT_BLOCK_TOKENS,
+    .max_instances = DEFAULT_MAX_INSTANCES,
+    .journal_capacity = DEFAULT_JOURNAL,
+    .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY,
 };
 
 void
@@ -1390,19 +853,56 @@ static void
 index_free(lr_index *ix)
 {
     struct lr__mem *m = &ix->mem;
-    lr__free(m, ix->nodes, (size_t)ix->n_cap * sizeof(struct node));
-    lr__free(m, ix->xh, (size_t)ix->x_cap * sizeof(struct xhold));
-    lr__free(m, ix->slots, (size_t)ix->s_size * sizeof(uint64_t));
+    lr__free(m, ix->nodes, (size_t)ix->npool.cap * sizeof(struct node));
+    lr__free(m, ix->xh, (size_t)ix->xpool.cap * sizeof(struct xhold));
+    lr__table_free(&ix->ntab, m);
     lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
     lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
-    lr__free(m, ix->imap, ((size_t)ix->imap_mask + 1) * sizeof(uint32_t));
-    lr__free(m, ix->emap, (size_t)ix->e_size * sizeof(struct emap_ent));
+    lr__table_free(&ix->itab, m);
+    lr__index_emap_free(ix);
     lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
-    lr__free(m, ix->kbuf, ix->kbuf_cap * sizeof(uint64_t));
-    lr__free(m, ix->abuf, ix->abuf_cap * sizeof(uint32_t));
-    lr__free(m, ix->cand, (size_t)ix->max_inst * 5 * sizeof(uint32_t));
+    lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
+    lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
+    lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
     struct lr__mem mm = *m;
     lr__free(&mm, ix, sizeof *ix);
+}
+
+/* The caller's options over the defaults (zero means default), checked. */
+static lr_status
+resolve_options(const lr_index_options *opt, lr_index_options *o)
+{
+    lr_index_options_init(o);
+    if (opt != NULL) {
+        lr_index_options in;
+        memset(&in, 0, sizeof in);
+        LR_TRY(lr__copy_sized(&in, sizeof in, opt, LR_INDEX_OPTIONS_SIZE_V1));
+        o->allocator = in.allocator;
+        o->seed = in.seed;
+        if (in.capacity_blocks)
+            o->capacity_blocks = in.capacity_blocks;
+        if (in.ttl_ns)
+            o->ttl_ns = in.ttl_ns;
+        if (in.block_tokens)
+            o->block_tokens = in.block_tokens;
+        if (in.max_instances)
+            o->max_instances = in.max_instances;
+        if (in.journal_capacity)
+            o->journal_capacity = in.journal_capacity;
+        o->engine_map_capacity = in.engine_map_capacity
+                                     ? in.engine_map_capacity
+                                     : EMAP_PER_BLOCK * o->capacity_blocks;
+    }
+    LR_RETURN_IF(o->capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
+    LR_RETURN_IF(o->block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(o->max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
+    LR_RETURN_IF(o->journal_capacity != UINT32_MAX &&
+                     o->journal_capacity > MAX_JOURNAL,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->engine_map_capacity >
+                     EMAP_PER_BLOCK * LR_INDEX_MAX_CAPACITY,
+                 LR_EINVAL);
+    return LR_OK;
 }
 
 lr_status
@@ -1411,36 +911,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     LR_RETURN_IF(out == NULL, LR_EINVAL);
     *out = NULL;
     lr_index_options o;
-    lr_index_options_init(&o);
-    if (opt != NULL) {
-        lr_index_options given;
-        memset(&given, 0, sizeof given);
-        LR_TRY(lr__copy_sized(&given, sizeof given, opt,
-                              LR_INDEX_OPTIONS_SIZE_V1));
-        o.allocator = given.allocator;
-        o.seed = given.seed;
-        if (given.capacity_blocks)
-            o.capacity_blocks = given.capacity_blocks;
-        if (given.ttl_ns)
-            o.ttl_ns = given.ttl_ns;
-        if (given.block_tokens)
-            o.block_tokens = given.block_tokens;
-        if (given.max_instances)
-            o.max_instances = given.max_instances;
-        if (given.journal_capacity)
-            o.journal_capacity = given.journal_capacity;
-        o.engine_map_capacity = given.engine_map_capacity
-                                    ? given.engine_map_capacity
-                                    : 2 * o.capacity_blocks;
-    }
-    LR_RETURN_IF(o.capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
-    LR_RETURN_IF(o.block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(o.max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
-    LR_RETURN_IF(o.journal_capacity != UINT32_MAX &&
-                     o.journal_capacity > (1u << 24),
-                 LR_EINVAL);
-    LR_RETURN_IF(o.engine_map_capacity > 2 * LR_INDEX_MAX_CAPACITY, LR_EINVAL);
-
+    LR_TRY(resolve_options(opt, &o));
     struct lr__mem m;
     LR_TRY(lr__mem_init(&m, o.allocator));
     lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
@@ -1448,7 +919,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
         return LR_ENOMEM;
     ix->mem = m;
     ix->mem.live = m.live;
-    ix->seed = lr__mix64(o.seed, 0x6c72696e646578ull);
+    ix->seed = lr__mix64(o.seed, SEED_MIX);
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =
         o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
@@ -1456,24 +927,22 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;
     ix->j_cap = o.journal_capacity == UINT32_MAX ? 0 : o.journal_capacity;
-    ix->n_free = ix->x_free = LR_NIL;
+    ix->npool.free = ix->xpool.free = ix->epool.free = LR_NIL;
+    lr__table_init(&ix->etab, &ix->mem, 0); /* no memory: cannot fail */
     ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
 
-    uint32_t isz = 16;
-    while (isz < 2 * ix->max_inst)
-        isz *= 2;
-    /* Sizes first, so index_free() can release a partial construction. */
-    ix->imap_mask = isz - 1;
-    ix->s_size = 64;
+    /* index_free() can release a partial construction: the sizes it reads
+     * are set above, and a table not yet inited is zero-filled. */
     ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
-    ix->imap = lr__calloc(&ix->mem, isz, sizeof(uint32_t));
-    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * 5, sizeof(uint32_t));
+    lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
+    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
+                          sizeof(uint32_t));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
-    ix->slots = lr__calloc(&ix->mem, 64, sizeof(uint64_t));
-    if (ix->insts == NULL || ix->ifree == NULL || ix->imap == NULL ||
-        ix->cand == NULL || ix->slots == NULL ||
+    lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
+    if (ix->insts == NULL || ix->ifree == NULL || ist != LR_OK ||
+        ix->cand == NULL || tst != LR_OK ||
         (ix->j_cap && ix->journal == NULL)) {
         index_free(ix);
         return LR_ENOMEM;
@@ -1514,27 +983,15 @@ lr_prompt_init_sized(lr_prompt *p, size_t size)
     lr__init_sized(p, size, NULL, 0);
 }
 
-void
-lr_index_match_result_init_sized(lr_index_match_result *r, size_t size)
-{
-    lr__init_sized(r, size, NULL, 0);
-}
-
-void
-lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size)
-{
-    lr__init_sized(ev, size, NULL, 0);
-}
-
 /* ------------------------------------------------------------------------ */
-/* learn / match                                                             */
+/* learn                                                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Validate a prompt and put its keys in ix->kbuf (or point at the host's).
  * Can fail with LR_ENOMEM growing the scratch buffer, which is not state. */
-static lr_status
-prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
-            const uint64_t **keys, uint32_t *n_keys)
+lr_status
+lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
+                      const uint64_t **keys, uint32_t *n_keys)
 {
     LR_RETURN_IF(in == NULL, LR_EINVAL);
     memset(p, 0, sizeof *p);
@@ -1548,8 +1005,9 @@ prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
         *keys = p->keys;
     } else {
         LR_RETURN_IF(p->tokens == NULL && p->n_tokens != 0, LR_EINVAL);
-        LR_TRY(scratch_keys(ix, n));
-        chain_keys(tenant_root(p->tenant_salt), p->tokens, n, ix->B, ix->kbuf);
+        LR_TRY(lr__index_scratch_keys(ix, n));
+        lr__index_chain_keys(lr__index_tenant_root(p->tenant_salt), p->tokens,
+                             n, ix->B, ix->kbuf);
         *keys = ix->kbuf;
     }
     for (size_t i = 0; i < p->n_boundaries; i++) {
@@ -1562,14 +1020,45 @@ prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
 }
 
 /* Slot for an id, or LR_NIL with *room telling whether one can be made. */
-static lr_status
-slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
+lr_status
+lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
 {
     LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
-    *slot = inst_lookup(ix, id);
+    *slot = lr__index_inst_lookup(ix, id);
     if (*slot == LR_NIL && ix->n_ifree == 0)
         return LR_ELIMIT;
     return LR_OK;
+}
+
+/* The anchors of a learn of n blocks into ix->abuf: the boundaries
+ * aligned down to a block and deduplicated, plus the full length. */
+static lr_status
+learn_anchors(lr_index *ix, const lr_prompt *p, uint32_t n, uint32_t *na)
+{
+    LR_TRY(lr__index_scratch_anchors(ix, p->n_boundaries + 1));
+    *na = 0;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        uint32_t d = p->boundaries[i] / ix->B;
+        if (d == 0 || d > n || (*na > 0 && ix->abuf[*na - 1] == d))
+            continue;
+        ix->abuf[(*na)++] = d;
+    }
+    if (n > 0 && (*na == 0 || ix->abuf[*na - 1] != n))
+        ix->abuf[(*na)++] = n;
+    return LR_OK;
+}
+
+/* Remember a LOCAL learn for lr_index_export_delta(): its deepest key.
+ * With no journal only the mark moves. */
+static void
+journal_add(lr_index *ix, uint64_t key, uint32_t id)
+{
+    if (ix->j_cap > 0) {
+        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
+        j->key = key;
+        j->inst_id = id;
+    }
+    ix->j_seq++;
 }
 
 lr_status
@@ -1583,163 +1072,29 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     lr_prompt p;
     const uint64_t *keys;
     uint32_t n;
-    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
+    LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
-    LR_TRY(slot_for(ix, instance, &s));
+    LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (n > ix->capacity)
         n = (uint32_t)ix->capacity;
 
-    /* anchors: boundaries aligned down, deduplicated, plus the full length */
-    LR_TRY(scratch_anchors(ix, p.n_boundaries + 1));
-    uint32_t na = 0;
-    for (size_t i = 0; i < p.n_boundaries; i++) {
-        uint32_t d = p.boundaries[i] / ix->B;
-        if (d == 0 || d > n || (na > 0 && ix->abuf[na - 1] == d))
-            continue;
-        ix->abuf[na++] = d;
-    }
-    if (n > 0 && (na == 0 || ix->abuf[na - 1] != n))
-        ix->abuf[na++] = n;
-
-    struct learn_plan pl = {
-        .s = s,
-        .base = LR_NIL,
-        .base_ref = LR_NIL,
-        .keys = keys,
-        .n = n,
-        .anchors = ix->abuf,
-        .n_anchors = na,
-        .remote = trust == LR_TRUST_REMOTE,
-    };
-    ix->last_probes = 0;
-    if (s != LR_NIL) {
-        plan_learn(ix, &pl);
-    } else {
-        pl.d_s = 0;
-        pl.ref_ds = LR_NIL;
-        pl.d_any = deepest_present(ix, keys, 0, n, LR_NIL, &pl.node_any);
-    }
-    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
-
-    /* phase 2 */
-    uint32_t tick = tick_at(ix, now_ns);
-    if (s == LR_NIL)
-        s = pl.s = inst_add(ix, instance);
-    apply_learn(ix, &pl, tick);
-    if (!pl.remote && n > 0 && ix->j_cap > 0) {
-        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
-        j->key = keys[n - 1];
-        j->inst_id = instance;
-        ix->j_seq++;
-    } else if (!pl.remote && n > 0) {
-        ix->j_seq++;
-    }
-    /* phase 3 */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
-    return LR_OK;
-}
-
-static int
-hit_cmp(const lr_index_hit *a, const lr_index_hit *b)
-{
-    if (a->tokens != b->tokens)
-        return a->tokens > b->tokens ? -1 : 1;
-    return a->instance < b->instance ? -1 : a->instance > b->instance;
-}
-
-static void
-sort_hits(lr_index_hit *h, size_t n)
-{
-    /* insertion sort: n is the number of instances sharing a prefix */
-    for (size_t i = 1; i < n; i++) {
-        lr_index_hit v = h[i];
-        size_t j = i;
-        while (j > 0 && hit_cmp(&v, &h[j - 1]) < 0) {
-            h[j] = h[j - 1];
-            j--;
-        }
-        h[j] = v;
-    }
-}
-
-lr_status
-lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
-               uint32_t flags, lr_index_match_result *result)
-{
-    LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
-    LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
-                 LR_EVERSION);
-    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
-    LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
-    lr_index *ix = idx;
-    lr_prompt p;
-    const uint64_t *keys;
-    uint32_t n;
-    LR_TRY(prompt_keys(ix, prompt, &p, &keys, &n));
-
-    uint32_t tick = tick_at(ix, now_ns);
-    expire_all(ix, tick);
-    ix->last_probes = 0;
-    result->prompt_blocks = n;
-    result->deepest_tokens = 0;
-    result->n_hits = 0;
-
-    uint32_t n_any;
-    uint32_t d_any = deepest_present(ix, keys, 0, n, LR_NIL, &n_any);
-    if (d_any == 0)
-        return LR_OK;
-
-    /* Holders of the deepest node matched that deep. */
-    uint32_t k = 0;
-    uint32_t g = mark_holders(ix, n_any);
-    const struct node *nd = &ix->nodes[n_any];
-    ix->cand[k++] = nd->h.inst;
-    for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-        ix->cand[k++] = ix->xh[x].h.inst;
-    for (uint32_t i = 0; i < k; i++) {
-        ix->cdepth[ix->cand[i]] = d_any;
-        ix->cref[ix->cand[i]] = ix->tref[ix->cand[i]];
-    }
-    uint32_t k_deep = k;
-    if (d_any > 1) {
-        /* Everyone else holding block 0 matched somewhere in [1, d_any). */
-        uint32_t n1 = node_find(ix, keys[0]);
-        const struct node *r = &ix->nodes[n1];
-        uint32_t s = r->h.inst;
-        if (ix->mark[s] != g) {
-            ix->cdepth[s] = 1;
-            ix->cref[s] = n1;
-            ix->cand[k++] = s;
-        }
-        for (uint32_t x = r->more; x != LR_NIL; x = ix->xh[x].next) {
-            s = ix->xh[x].h.inst;
-            if (ix->mark[s] != g) {
-                ix->cdepth[s] = 1;
-                ix->cref[s] = x | REF_X;
-                ix->cand[k++] = s;
-            }
-        }
-        for (uint32_t i = k_deep; i < k; i++)
-            ix->tref[ix->cand[i]] = i; /* sparse-set positions for solve */
-        solve(ix, keys, 1, d_any - 1, ix->cand + k_deep, k - k_deep, r->h.aux,
-              nd->h.aux);
-        resolve_refs(ix, keys, k_deep, k);
-    }
-
-    result->n_hits = k;
-    result->deepest_tokens = (uint64_t)d_any * ix->B;
-    if (k > result->hits_capacity)
-        return LR_EBUFSIZE;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t s = ix->cand[i];
-        result->hits[i].instance = ix->insts[s].id;
-        result->hits[i].tokens = ix->cdepth[s] * ix->B;
-    }
-    sort_hits(result->hits, k);
-    if (!(flags & LR_MATCH_NO_TOUCH))
-        for (uint32_t i = 0; i < k; i++)
-            touch(ix, ix->cref[ix->cand[i]], tick);
+    uint32_t na;
+    LR_TRY(learn_anchors(ix, &p, n, &na));
+    struct learn_plan pl = { .s = s,
+                             .id = instance,
+                             .base = LR_NIL,
+                             .base_ref = LR_NIL,
+                             .keys = keys,
+                             .n = n,
+                             .anchors = ix->abuf,
+                             .n_anchors = na,
+                             .remote = trust == LR_TRUST_REMOTE };
+    LR_TRY(lr__index_plan_learn(ix, &pl));
+    uint32_t tick = lr__index_tick(ix, now_ns);
+    lr__index_apply_learn(ix, &pl, tick);
+    if (!pl.remote && n > 0)
+        journal_add(ix, keys[n - 1], instance);
+    lr__index_settle(ix, tick);
     return LR_OK;
 }
 
@@ -1747,172 +1102,28 @@ lr_status
 lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
     LR_RETURN_IF(idx == NULL, LR_EINVAL);
-    expire_all(idx, tick_at(idx, now_ns));
+    lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
+    return LR_OK;
+}
+
+lr_status
+lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot)
+{
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
+    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
+    remove_all_of(idx, s);
+    lr__index_emap_drop(idx, s);
+    *slot = s;
     return LR_OK;
 }
 
 lr_status
 lr_index_remove_instance(lr_index *idx, uint32_t instance)
 {
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    remove_all_of(idx, s);
-    emap_sweep(idx, s, false);
+    uint32_t s;
+    LR_TRY(lr__index_clear(idx, instance, &s));
     inst_del(idx, s);
-    return LR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* precise mode                                                              */
-/* ------------------------------------------------------------------------ */
-
-lr_status
-lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
-                   uint64_t now_ns)
-{
-    LR_RETURN_IF(idx == NULL || ev == NULL, LR_EINVAL);
-    lr_index *ix = idx;
-    lr_kv_stored e;
-    memset(&e, 0, sizeof e);
-    LR_TRY(lr__copy_sized(&e, sizeof e, ev, LR_KV_STORED_SIZE_V1));
-    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    LR_RETURN_IF(e.block_size == 0 || e.block_size > (1u << 20), LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.n_blocks != 0 &&
-                     (e.block_hashes == NULL || e.token_ids == NULL),
-                 LR_EINVAL);
-    LR_RETURN_IF((uint64_t)e.n_blocks * e.block_size != e.n_tokens, LR_EINVAL);
-    LR_RETURN_IF(e.n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(e.has_parent != 0 && e.has_parent != 1, LR_EINVAL);
-    LR_RETURN_IF(e.block_size % ix->B != 0, LR_ENOTSUP);
-    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
-    LR_TRY(slot_for(ix, instance, &s));
-    if (e.n_blocks == 0)
-        return LR_OK;
-
-    uint32_t m = e.block_size / ix->B;
-    uint64_t base_key = tenant_root(e.tenant_salt);
-    uint32_t base = LR_NIL, base_ref = LR_NIL;
-    if (e.has_parent) {
-        struct emap_ent *pe =
-            s != LR_NIL ? emap_get(ix, s, e.parent_hash) : NULL;
-        if (pe == NULL || !emap_valid(ix, pe))
-            return LR_ENOENT;
-        base = pe->node;
-        base_key = pe->key;
-        base_ref = hold_find(ix, base, s);
-    }
-    uint32_t n = (uint32_t)(e.n_blocks * m);
-    uint32_t eb = (uint32_t)e.n_blocks;
-    if (n > ix->capacity) {
-        eb = (uint32_t)(ix->capacity / m);
-        n = eb * m;
-        if (n == 0)
-            return LR_OK;
-    }
-    LR_TRY(scratch_keys(ix, n));
-    LR_TRY(scratch_anchors(ix, eb));
-    chain_keys(base_key, e.token_ids, n, ix->B, ix->kbuf);
-    for (uint32_t j = 0; j < eb; j++)
-        ix->abuf[j] = (j + 1) * m;
-
-    /* Engine-map room. A hash needs a new entry unless a live one exists:
-     * a stale entry (its block was evicted) may be swept below and then
-     * re-inserted, so it counts as new too. */
-    uint64_t fresh = 0;
-    for (uint32_t j = 0; j < eb; j++) {
-        const struct emap_ent *en =
-            s == LR_NIL ? NULL : emap_get(ix, s, e.block_hashes[j]);
-        if (en == NULL || !emap_valid(ix, en))
-            fresh++;
-    }
-    if (ix->e_count + fresh > ix->emap_cap) {
-        uint64_t stale = 0;
-        for (uint64_t i = 0; i < ix->e_size; i++)
-            if (ix->emap[i].inst != LR_NIL && !emap_valid(ix, &ix->emap[i]))
-                stale++;
-        if (ix->e_count - stale + fresh > ix->emap_cap)
-            return LR_ELIMIT;
-    }
-
-    struct learn_plan pl = {
-        .s = s,
-        .base = base,
-        .base_ref = base_ref,
-        .keys = ix->kbuf,
-        .n = n,
-        .anchors = ix->abuf,
-        .n_anchors = eb,
-        .remote = false,
-    };
-    ix->last_probes = 0;
-    if (s != LR_NIL) {
-        plan_learn(ix, &pl);
-    } else {
-        pl.d_s = 0;
-        pl.ref_ds = LR_NIL;
-        pl.d_any = deepest_present(ix, ix->kbuf, 0, n, base, &pl.node_any);
-    }
-    LR_TRY(reserve(ix, n - pl.d_any, pl.d_any - pl.d_s));
-    LR_TRY(emap_reserve(ix, fresh));
-
-    /* phase 2 */
-    if (ix->e_count + fresh > ix->emap_cap)
-        emap_sweep(ix, LR_NIL, true);
-    uint32_t tick = tick_at(ix, now_ns);
-    if (s == LR_NIL)
-        s = pl.s = inst_add(ix, instance);
-    apply_learn(ix, &pl, tick);
-    for (uint32_t j = 0; j < eb; j++) {
-        uint32_t d = (j + 1) * m;
-        uint32_t node = node_find(ix, ix->kbuf[d - 1]);
-        emap_put(ix, s, e.block_hashes[j], node, ix->kbuf[d - 1]);
-    }
-    /* phase 3 */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
-    return LR_OK;
-}
-
-lr_status
-lr_index_kv_removed(lr_index *idx, uint32_t instance,
-                    const uint64_t *block_hashes, size_t n_blocks,
-                    size_t *n_resolved)
-{
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    LR_RETURN_IF(block_hashes == NULL && n_blocks != 0, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    size_t resolved = 0;
-    for (size_t i = 0; i < n_blocks; i++) {
-        struct emap_ent *e = emap_get(idx, s, block_hashes[i]);
-        if (e == NULL)
-            continue;
-        if (emap_valid(idx, e)) {
-            uint32_t node = e->node;
-            remove_descendants(idx, s, node);
-            remove_leaf_and_trim(idx, hold_find(idx, node, s), WHY_DROP, true);
-            resolved++;
-        }
-        /* the entry may have moved while descendants' entries stayed */
-        e = emap_get(idx, s, block_hashes[i]);
-        if (e != NULL)
-            emap_del_at(idx, (uint64_t)(e - idx->emap));
-    }
-    if (n_resolved != NULL)
-        *n_resolved = resolved;
-    return LR_OK;
-}
-
-lr_status
-lr_index_kv_cleared(lr_index *idx, uint32_t instance)
-{
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    remove_all_of(idx, s);
-    emap_sweep(idx, s, false);
     return LR_OK;
 }
 
@@ -1929,13 +1140,9 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
     memset(&st, 0, sizeof st);
     st.blocks = idx->holds;
     st.remote_blocks = idx->remote;
-    st.prefixes = idx->n_live;
+    st.prefixes = pool_live(&idx->npool);
     st.instances = idx->max_inst - idx->n_ifree;
-    uint64_t live = 0;
-    for (uint64_t i = 0; i < idx->e_size; i++)
-        if (idx->emap[i].inst != LR_NIL && emap_valid(idx, &idx->emap[i]))
-            live++;
-    st.engine_hashes = live;
+    st.engine_hashes = lr__index_emap_live(idx);
     st.bytes = idx->mem.live;
     st.evicted_blocks = idx->evicted;
     st.expired_blocks = idx->expired;
@@ -1952,757 +1159,8 @@ lr_index_instance_blocks(const lr_index *idx, uint32_t instance, uint64_t *out)
 {
     LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
     LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = inst_lookup(idx, instance);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     *out = idx->insts[s].blocks;
     return LR_OK;
-}
-
-uint64_t
-lr_index_mark(const lr_index *idx)
-{
-    return idx == NULL ? 0 : idx->j_seq;
-}
-
-/* ------------------------------------------------------------------------ */
-/* deltas                                                                    */
-/* ------------------------------------------------------------------------ */
-/*
- * Wire format, version 1, all integers little-endian:
- *
- *   off  size  field
- *     0     4  magic "LRDX"
- *     4     2  version (1)
- *     6     2  flags (0)
- *     8     4  block_tokens of the exporting index
- *    12     4  n_nodes
- *    16     4  n_routes
- *    20     4  reserved (0)
- *    24     8  since mark
- *    32     8  mark at export
- *    40        n_nodes x { u64 key; varint parent }   parent: 0 = a root
- *              block, p = node p - 1 of this blob (always an earlier one)
- *              n_routes x { u32 instance id; varint node }
- *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
- *
- * Every route's whole chain is in the blob, so an importer that never saw
- * the prefix can still place it; chains shared by several routes are sent
- * once. Varints are unsigned LEB128 of at most 5 bytes.
- */
-#define DELTA_MAGIC "LRDX"
-#define DELTA_VERSION 1
-#define DELTA_HEADER 40
-
-struct vec32 {
-    uint32_t *v;
-    size_t n, cap;
-};
-
-static lr_status
-vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
-{
-    if (v->n == v->cap) {
-        size_t want = v->cap ? v->cap * 2 : 64;
-        size_t ob, nb;
-        if (!lr__mul_size(v->cap, 4, &ob) || !lr__mul_size(want, 4, &nb))
-            return LR_ENOMEM;
-        uint32_t *p = lr__realloc(m, v->v, ob, nb);
-        if (p == NULL)
-            return LR_ENOMEM;
-        v->v = p;
-        v->cap = want;
-    }
-    v->v[v->n++] = x;
-    return LR_OK;
-}
-
-static void
-vec_free(struct lr__mem *m, struct vec32 *v)
-{
-    lr__free(m, v->v, v->cap * 4);
-    v->v = NULL;
-    v->n = v->cap = 0;
-}
-
-/* Temporary open-addressing map u64 -> u32 for export/import. */
-struct tmap {
-    uint64_t *k;
-    uint32_t *v;
-    size_t size, count;
-};
-
-static lr_status
-tmap_init(struct lr__mem *m, struct tmap *t, size_t expect)
-{
-    size_t size = 64;
-    while (size < expect * 2)
-        size *= 2;
-    t->k = lr__calloc(m, size, sizeof(uint64_t));
-    t->v = lr__calloc(m, size, sizeof(uint32_t));
-    t->size = size;
-    t->count = 0;
-    if (t->k == NULL || t->v == NULL)
-        return LR_ENOMEM;
-    return LR_OK;
-}
-
-static void
-tmap_free(struct lr__mem *m, struct tmap *t)
-{
-    lr__free(m, t->k, t->size * sizeof(uint64_t));
-    lr__free(m, t->v, t->size * sizeof(uint32_t));
-    t->k = NULL;
-    t->v = NULL;
-}
-
-/* Keys are stored + 1 so that 0 marks an empty slot. */
-static uint32_t *
-tmap_slot(const struct tmap *t, uint64_t key, bool *found)
-{
-    size_t i = (size_t)lr__mix64(key, 0x746d6170) & (t->size - 1);
-    for (;;) {
-        if (t->k[i] == 0) {
-            *found = false;
-            return &t->v[i];
-        }
-        if (t->k[i] == key + 1) {
-            *found = true;
-            return &t->v[i];
-        }
-        i = (i + 1) & (t->size - 1);
-    }
-}
-
-static lr_status
-tmap_put(struct lr__mem *m, struct tmap *t, uint64_t key, uint32_t val)
-{
-    if ((t->count + 1) * 2 > t->size) {
-        struct tmap nt;
-        lr_status st = tmap_init(m, &nt, t->size);
-        if (st != LR_OK) {
-            tmap_free(m, &nt);
-            return st;
-        }
-        for (size_t i = 0; i < t->size; i++) {
-            if (t->k[i] == 0)
-                continue;
-            bool f;
-            *tmap_slot(&nt, t->k[i] - 1, &f) = t->v[i];
-            nt.k[(size_t)(tmap_slot(&nt, t->k[i] - 1, &f) - nt.v)] = t->k[i];
-            nt.count++;
-        }
-        tmap_free(m, t);
-        *t = nt;
-    }
-    bool f;
-    uint32_t *v = tmap_slot(t, key, &f);
-    if (!f) {
-        t->k[(size_t)(v - t->v)] = key + 1;
-        t->count++;
-    }
-    *v = val;
-    return LR_OK;
-}
-
-static size_t
-varint_len(uint32_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *
-varint_put(uint8_t *p, uint32_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static bool
-varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 5; i++) {
-        if (*p >= end)
-            return false;
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            if (v > UINT32_MAX || (i > 0 && b == 0))
-                return false; /* overlong or too large */
-            *out = (uint32_t)v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static lr_status
-collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
-               struct vec32 *rn, struct vec32 *rs)
-{
-    uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
-    if (since == 0 || since < oldest) {
-        for (uint32_t n = 0; n < ix->n_top; n++) {
-            const struct node *nd = &ix->nodes[n];
-            if (nd->h.inst == INST_FREE)
-                continue;
-            for (uint32_t x = LR_NIL;;) {
-                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-                if (!(h->bits & HB_REMOTE) &&
-                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
-                    LR_TRY(vec_push(m, rn, n));
-                    LR_TRY(vec_push(m, rs, h->inst));
-                }
-                x = x == LR_NIL ? nd->more : ix->xh[x].next;
-                if (x == LR_NIL)
-                    break;
-            }
-        }
-        return LR_OK;
-    }
-    for (uint64_t q = since; q < ix->j_seq; q++) {
-        const struct jent *e = &ix->journal[q % ix->j_cap];
-        uint32_t n = node_find(ix, e->key);
-        uint32_t s = inst_lookup(ix, e->inst_id);
-        if (n == LR_NIL || s == LR_NIL)
-            continue;
-        uint32_t ref = hold_find(ix, n, s);
-        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
-            continue;
-        LR_TRY(vec_push(m, rn, n));
-        LR_TRY(vec_push(m, rs, s));
-    }
-    return LR_OK;
-}
-
-lr_status
-lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
-                      uint64_t *mark_out)
-{
-    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
-    *out = NULL;
-    LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
-    const lr_index *ix = idx;
-    struct lr__mem m = ix->mem; /* temporaries only; the index is const */
-    struct vec32 rn = { 0 }, rs = { 0 }, order = { 0 }, chain = { 0 };
-    struct tmap seen = { 0 }, rseen = { 0 };
-    lr_status st = collect_routes(ix, &m, since_mark, &rn, &rs);
-    if (st == LR_OK)
-        st = tmap_init(&m, &seen, rn.n);
-    if (st == LR_OK)
-        st = tmap_init(&m, &rseen, rn.n);
-    /* Emit each chain root-first, skipping nodes already emitted. */
-    size_t n_routes = 0;
-    for (size_t r = 0; st == LR_OK && r < rn.n; r++) {
-        bool f;
-        uint64_t rk = ((uint64_t)rn.v[r] << 32) | rs.v[r];
-        tmap_slot(&rseen, rk, &f);
-        if (f) {
-            rs.v[r] = LR_NIL; /* duplicate route */
-            continue;
-        }
-        st = tmap_put(&m, &rseen, rk, 0);
-        n_routes++;
-        chain.n = 0;
-        for (uint32_t c = rn.v[r]; st == LR_OK && c != LR_NIL;
-             c = ix->nodes[c].parent) {
-            tmap_slot(&seen, c, &f);
-            if (f)
-                break;
-            st = vec_push(&m, &chain, c);
-        }
-        while (st == LR_OK && chain.n > 0) {
-            uint32_t c = chain.v[--chain.n];
-            st = tmap_put(&m, &seen, c, (uint32_t)order.n);
-            if (st == LR_OK)
-                st = vec_push(&m, &order, c);
-        }
-    }
-    size_t size = DELTA_HEADER + 8;
-    if (st == LR_OK) {
-        for (size_t i = 0; i < order.n; i++) {
-            uint32_t p = ix->nodes[order.v[i]].parent;
-            bool f = false;
-            uint32_t pi = p == LR_NIL ? 0 : *tmap_slot(&seen, p, &f) + 1;
-            size += 8 + varint_len(pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            size += 4 + varint_len(*tmap_slot(&seen, rn.v[r], &f));
-        }
-    }
-    if (st == LR_OK && (order.n > UINT32_MAX || n_routes > UINT32_MAX))
-        st = LR_ENOMEM;
-    uint8_t *buf = NULL;
-    lr_blob *blob = NULL;
-    if (st == LR_OK)
-        st = lr__blob_new(&ix->mem, size, &blob, &buf);
-    if (st == LR_OK) {
-        memcpy(buf, DELTA_MAGIC, 4);
-        lr__put_u16(buf + 4, DELTA_VERSION);
-        lr__put_u16(buf + 6, 0);
-        lr__put_u32(buf + 8, ix->B);
-        lr__put_u32(buf + 12, (uint32_t)order.n);
-        lr__put_u32(buf + 16, (uint32_t)n_routes);
-        lr__put_u32(buf + 20, 0);
-        lr__put_u64(buf + 24, since_mark);
-        lr__put_u64(buf + 32, ix->j_seq);
-        uint8_t *p = buf + DELTA_HEADER;
-        for (size_t i = 0; i < order.n; i++) {
-            const struct node *nd = &ix->nodes[order.v[i]];
-            bool f = false;
-            uint32_t pi = nd->parent == LR_NIL
-                              ? 0
-                              : *tmap_slot(&seen, nd->parent, &f) + 1;
-            lr__put_u64(p, nd->key);
-            p = varint_put(p + 8, pi);
-        }
-        for (size_t r = 0; r < rn.n; r++) {
-            if (rs.v[r] == LR_NIL)
-                continue;
-            bool f;
-            lr__put_u32(p, ix->insts[rs.v[r]].id);
-            p = varint_put(p + 4, *tmap_slot(&seen, rn.v[r], &f));
-        }
-        lr__put_u64(p, lr__hash(buf, size - 8, LR_SEED_DELTA));
-        assert(p + 8 == buf + size);
-        *out = blob;
-        if (mark_out != NULL)
-            *mark_out = ix->j_seq;
-    }
-    vec_free(&m, &rn);
-    vec_free(&m, &rs);
-    vec_free(&m, &order);
-    vec_free(&m, &chain);
-    tmap_free(&m, &seen);
-    tmap_free(&m, &rseen);
-    return st;
-}
-
-struct delta {
-    uint32_t n_nodes, n_routes;
-    uint64_t *keys;
-    uint32_t *par;
-    uint32_t *rid, *rnode;
-    uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
-};
-
-static void
-delta_free(struct lr__mem *m, struct delta *d)
-{
-    lr__free(m, d->keys, (size_t)d->n_nodes * 8);
-    lr__free(m, d->par, (size_t)d->n_nodes * 4);
-    lr__free(m, d->node_of, (size_t)d->n_nodes * 4);
-    lr__free(m, d->rid, (size_t)d->n_routes * 4);
-    lr__free(m, d->rnode, (size_t)d->n_routes * 4);
-}
-
-static lr_status
-delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
-            size_t len, struct delta *d)
-{
-    LR_RETURN_IF(len < DELTA_HEADER + 8, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != DELTA_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - 8, LR_SEED_DELTA) !=
-                     lr__get_u64(buf + len - 8),
-                 LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 20) != 0,
-                 LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
-    uint32_t nn = lr__get_u32(buf + 12), nr = lr__get_u32(buf + 16);
-    size_t body = len - DELTA_HEADER - 8;
-    LR_RETURN_IF(nn > body / 9 || nr > body / 5, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u64(buf + 24) > lr__get_u64(buf + 32), LR_ECORRUPT);
-    d->n_nodes = nn;
-    d->n_routes = nr;
-    d->keys = lr__calloc(m, nn, 8);
-    d->par = lr__calloc(m, nn, 4);
-    d->node_of = lr__calloc(m, nn, 4);
-    d->rid = lr__calloc(m, nr, 4);
-    d->rnode = lr__calloc(m, nr, 4);
-    if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
-        d->rid == NULL || d->rnode == NULL)
-        return LR_ENOMEM;
-    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - 8;
-    for (uint32_t i = 0; i < nn; i++) {
-        uint32_t v;
-        LR_RETURN_IF(end - p < 9, LR_ECORRUPT);
-        d->keys[i] = lr__get_u64(p);
-        p += 8;
-        LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
-        d->par[i] = v == 0 ? LR_NIL : v - 1;
-    }
-    for (uint32_t r = 0; r < nr; r++) {
-        LR_RETURN_IF(end - p < 5, LR_ECORRUPT);
-        d->rid[r] = lr__get_u32(p);
-        p += 4;
-        LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
-        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
-                     LR_ECORRUPT);
-    }
-    LR_RETURN_IF(p != end, LR_ECORRUPT);
-    return LR_OK;
-}
-
-/* Check the blob against itself and the index before anything changes:
- * no key twice, and a key we already hold hangs from the same parent. */
-static lr_status
-delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
-{
-    struct tmap keys = { 0 };
-    lr_status st = tmap_init(m, &keys, d->n_nodes);
-    for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
-        bool f;
-        tmap_slot(&keys, d->keys[i], &f);
-        if (f) {
-            st = LR_ECORRUPT;
-            break;
-        }
-        st = tmap_put(m, &keys, d->keys[i], i);
-        uint32_t n = node_find(ix, d->keys[i]);
-        d->node_of[i] = n;
-        if (st != LR_OK || n == LR_NIL)
-            continue;
-        uint32_t ip = ix->nodes[n].parent;
-        uint32_t bp = d->par[i];
-        if ((ip == LR_NIL) != (bp == LR_NIL) ||
-            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
-            st = LR_ECORRUPT;
-    }
-    tmap_free(m, &keys);
-    return st;
-}
-
-lr_status
-lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
-                      uint64_t now_ns)
-{
-    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL);
-}
-
-lr_status
-lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
-                          uint64_t now_ns, bool (*keep)(void *, uint32_t),
-                          void *ctx)
-{
-    LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr_index *ix = idx;
-    struct lr__mem *m = &ix->mem;
-    struct delta d = { 0 };
-    struct tmap pairs = { 0 }, ids = { 0 };
-    struct vec32 chain = { 0 };
-    lr_status st = delta_parse(ix, m, buf, len, &d);
-    if (st == LR_OK)
-        st = delta_check(ix, m, &d);
-    if (st == LR_OK)
-        st = tmap_init(m, &pairs, 64);
-    if (st == LR_OK)
-        st = tmap_init(m, &ids, 16);
-    /* Count what could be new: distinct (instance, node) pairs on the
-     * routes' chains, and blob nodes the index lacks. */
-    uint64_t new_nodes = 0, new_ids = 0;
-    for (uint32_t r = 0; st == LR_OK && r < d.n_routes; r++) {
-        bool f;
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        tmap_slot(&ids, d.rid[r], &f);
-        if (!f) {
-            st = tmap_put(m, &ids, d.rid[r], 0);
-            if (inst_lookup(ix, d.rid[r]) == LR_NIL)
-                new_ids++;
-        }
-        for (uint32_t j = d.rnode[r]; st == LR_OK && j != LR_NIL;
-             j = d.par[j]) {
-            uint64_t pk = ((uint64_t)d.rid[r] << 32) | j;
-            tmap_slot(&pairs, pk, &f);
-            if (f)
-                break;
-            if (pairs.count >= ix->capacity) {
-                st = LR_ELIMIT;
-                break;
-            }
-            st = tmap_put(m, &pairs, pk, 0);
-            if (d.node_of[j] == LR_NIL) {
-                d.node_of[j] = LR_NIL - 1; /* counted */
-                new_nodes++;
-            }
-        }
-    }
-    if (st == LR_OK && new_ids > ix->n_ifree)
-        st = LR_ELIMIT;
-    if (st == LR_OK)
-        st = reserve(ix, new_nodes, pairs.count);
-    /* room for the longest chain a route can climb */
-    for (uint32_t i = 0; st == LR_OK && i < d.n_nodes && chain.cap < d.n_nodes;
-         i++)
-        st = vec_push(m, &chain, 0);
-    if (st != LR_OK)
-        goto out;
-
-    /* phase 2: cannot fail from here on */
-    for (uint32_t i = 0; i < d.n_nodes; i++)
-        if (d.node_of[i] == LR_NIL - 1)
-            d.node_of[i] = LR_NIL;
-    uint32_t tick = tick_at(ix, now_ns);
-    for (uint32_t r = 0; r < d.n_routes; r++) {
-        if (keep != NULL && !keep(ctx, d.rid[r]))
-            continue;
-        uint32_t s = inst_lookup(ix, d.rid[r]);
-        if (s == LR_NIL)
-            s = inst_add(ix, d.rid[r]);
-        /* climb to the first blob node s already holds, then create
-         * holds downward, parents first */
-        chain.n = 0;
-        for (uint32_t j = d.rnode[r];
-             j != LR_NIL && (d.node_of[j] == LR_NIL ||
-                             hold_find(ix, d.node_of[j], s) == LR_NIL);
-             j = d.par[j])
-            chain.v[chain.n++] = j;
-        while (chain.n > 0) {
-            uint32_t j = chain.v[--chain.n];
-            uint32_t pj = d.par[j];
-            uint32_t pn = pj == LR_NIL ? LR_NIL : d.node_of[pj];
-            if (d.node_of[j] == LR_NIL)
-                d.node_of[j] = node_new(ix, d.keys[j], pn);
-            hold_new(ix, d.node_of[j], s, HB_REMOTE, tick);
-            if (pn != LR_NIL)
-                H(ix, hold_find(ix, pn, s))->bits++;
-        }
-        uint32_t ref = hold_find(ix, d.node_of[d.rnode[r]], s);
-        H(ix, ref)->bits |= HB_ANCHOR;
-        touch(ix, ref, tick);
-    }
-    /* Holds created as parents got their child in the same pass; the
-     * route ends were touched, so every leaf is listed (invariant 3). */
-    expire_all(ix, tick);
-    evict_to_capacity(ix);
-out:
-    vec_free(m, &chain);
-    tmap_free(m, &pairs);
-    tmap_free(m, &ids);
-    delta_free(m, &d);
-    return st;
-}
-
-/* ------------------------------------------------------------------------ */
-/* verification and digest (tests, fuzzers, debug builds)                    */
-/* ------------------------------------------------------------------------ */
-
-#define CHECK(c)                \
-    do {                        \
-        if (!(c))               \
-            return LR_ECORRUPT; \
-    } while (0)
-
-static lr_status
-verify_hold(const lr_index *ix, uint32_t n, const struct hold *h,
-            uint64_t *per_inst)
-{
-    const struct node *nd = &ix->nodes[n];
-    CHECK(h->inst < ix->max_inst && ix->insts[h->inst].used);
-    per_inst[h->inst]++;
-    if (nd->parent != LR_NIL) {
-        uint32_t pref = hold_find(ix, nd->parent, h->inst);
-        CHECK(pref != LR_NIL); /* invariant 1 */
-        CHECK(!(H(ix, pref)->bits & HB_REMOTE) || (h->bits & HB_REMOTE));
-    }
-    uint32_t kids = 0;
-    for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next)
-        if (hold_find(ix, c, h->inst) != LR_NIL)
-            kids++;
-    CHECK(kids == nchild(h));
-    if (kids == 0)
-        CHECK(h->bits & HB_LISTED); /* invariant 3 */
-    return LR_OK;
-}
-
-static lr_status
-verify_nodes(const lr_index *ix, uint64_t *per_inst, uint64_t *holds,
-             uint64_t *remote)
-{
-    uint32_t live = 0;
-    for (uint32_t n = 0; n < ix->n_top; n++) {
-        const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == INST_FREE)
-            continue;
-        CHECK(nd->h.inst != PENDING);
-        live++;
-        CHECK(node_find(ix, nd->key) == n);
-        if (nd->parent != LR_NIL) {
-            CHECK(nd->parent < ix->n_top);
-            CHECK(ix->nodes[nd->parent].h.inst != INST_FREE);
-        }
-        uint32_t prev = LR_NIL;
-        for (uint32_t c = nd->child; c != LR_NIL; c = ix->nodes[c].sib_next) {
-            CHECK(ix->nodes[c].parent == n);
-            CHECK(ix->nodes[c].sib_prev == prev);
-            prev = c;
-        }
-        uint32_t nh = 0;
-        for (uint32_t x = nd->more; x != LR_NIL; x = ix->xh[x].next)
-            nh++;
-        CHECK(nd->h.aux == nh + 1);
-        /* holders: distinct instances */
-        for (uint32_t x = LR_NIL;;) {
-            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-            if (x != LR_NIL)
-                CHECK(ix->xh[x].node == n);
-            LR_TRY(verify_hold(ix, n, h, per_inst));
-            CHECK(hold_find(ix, n, h->inst) == (x == LR_NIL ? n : (x | REF_X)));
-            (*holds)++;
-            if (h->bits & HB_REMOTE)
-                (*remote)++;
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-    }
-    CHECK(live == ix->n_live);
-    return LR_OK;
-}
-
-static lr_status
-verify_lists(const lr_index *ix)
-{
-    for (int l = 0; l < 2; l++) {
-        uint32_t prev = LR_NIL;
-        uint64_t count = 0;
-        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next) {
-            const struct hold *h = H(ix, r);
-            CHECK(++count <= ix->holds);
-            CHECK(h->bits & HB_LISTED);
-            CHECK(list_of(h) == l);
-            CHECK(h->prev == prev);
-            prev = r;
-        }
-        CHECK(ix->tail[l] == prev);
-    }
-    return LR_OK;
-}
-
-lr_status
-lr__index_verify(const lr_index *ix)
-{
-    if (ix == NULL)
-        return LR_EINVAL;
-    struct lr__mem m = ix->mem;
-    uint64_t *per_inst = lr__calloc(&m, ix->max_inst, sizeof(uint64_t));
-    if (per_inst == NULL)
-        return LR_ENOMEM;
-    uint64_t holds = 0, remote = 0;
-    lr_status st = verify_nodes(ix, per_inst, &holds, &remote);
-    if (st == LR_OK)
-        st = verify_lists(ix);
-    if (st == LR_OK && (holds != ix->holds || remote != ix->remote))
-        st = LR_ECORRUPT;
-    if (st == LR_OK && ix->holds > ix->capacity)
-        st = LR_ECORRUPT;
-    uint32_t used = 0;
-    for (uint32_t s = 0; st == LR_OK && s < ix->max_inst; s++) {
-        if (!ix->insts[s].used)
-            continue;
-        used++;
-        if (per_inst[s] != ix->insts[s].blocks ||
-            inst_lookup(ix, ix->insts[s].id) != s)
-            st = LR_ECORRUPT;
-    }
-    if (st == LR_OK && used + ix->n_ifree != ix->max_inst)
-        st = LR_ECORRUPT;
-    uint32_t filled = 0;
-    for (uint32_t i = 0; st == LR_OK && i < ix->s_size; i++)
-        filled += ix->slots[i] != 0;
-    if (st == LR_OK && (filled != ix->s_count || filled != ix->n_live))
-        st = LR_ECORRUPT;
-    uint64_t ecount = 0;
-    for (uint64_t i = 0; st == LR_OK && i < ix->e_size; i++)
-        ecount += ix->emap[i].inst != LR_NIL;
-    if (st == LR_OK && ecount != ix->e_count)
-        st = LR_ECORRUPT;
-    lr__free(&m, per_inst, (size_t)ix->max_inst * sizeof(uint64_t));
-    return st;
-}
-
-static inline uint64_t
-dmix(uint64_t d, uint64_t v)
-{
-    return lr__mix64(d ^ v, 0x6469676573740000ull) + 0x9e3779b97f4a7c15ull;
-}
-
-uint64_t
-lr__index_digest(const lr_index *ix)
-{
-    uint64_t d = 0;
-    for (uint32_t n = 0; n < ix->n_top; n++) {
-        const struct node *nd = &ix->nodes[n];
-        if (nd->h.inst == INST_FREE)
-            continue;
-        d = dmix(d, nd->key);
-        d = dmix(d, nd->parent == LR_NIL ? 0 : ix->nodes[nd->parent].key);
-        for (uint32_t x = LR_NIL;;) {
-            const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-            d = dmix(d, ((uint64_t)ix->insts[h->inst].id << 32) | h->bits);
-            d = dmix(d, h->stamp);
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
-    }
-    for (int l = 0; l < 2; l++)
-        for (uint32_t r = ix->head[l]; r != LR_NIL; r = H(ix, r)->next)
-            d = dmix(d, ix->nodes[ref_node(ix, r)].key ^ H(ix, r)->inst);
-    d = dmix(d, ix->holds);
-    d = dmix(d, ix->remote);
-    d = dmix(d, ix->n_live);
-    d = dmix(d, ix->evicted);
-    d = dmix(d, ix->expired);
-    d = dmix(d, ix->learned);
-    d = dmix(d, ix->j_seq);
-    d = dmix(d, ix->has_epoch ? ix->epoch_ns + 1 : 0);
-    for (uint64_t q = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
-         q < ix->j_seq && ix->j_cap > 0; q++)
-        d = dmix(d, ix->journal[q % ix->j_cap].key ^
-                        ix->journal[q % ix->j_cap].inst_id);
-    for (uint32_t s = 0; s < ix->max_inst; s++)
-        if (ix->insts[s].used)
-            d = dmix(d, ((uint64_t)ix->insts[s].id << 32) ^ s ^
-                            (ix->insts[s].blocks << 40));
-    for (uint32_t i = 0; i < ix->n_ifree; i++)
-        d = dmix(d, ix->ifree[i]);
-    uint64_t e = 0;
-    for (uint64_t i = 0; i < ix->e_size; i++) {
-        const struct emap_ent *en = &ix->emap[i];
-        if (en->inst != LR_NIL && emap_valid(ix, en))
-            e += lr__mix64(en->ehash ^ en->key, en->inst + 1);
-    }
-    return dmix(d, e);
-}
-
-uint32_t
-lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
-                   uint32_t n_keys)
-{
-    lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
-    uint32_t s = inst_lookup(ix, instance);
-    if (s == LR_NIL)
-        return 0;
-    uint32_t ref;
-    return deepest_held(ix, s, keys, n_keys, LR_NIL, &ref);
-}
-
-uint32_t
-lr__index_last_probes(const lr_index *idx)
-{
-    return idx->last_probes;
 }

@@ -4,16 +4,19 @@
  * Every request in flight has a record (pool `rq`, free list through
  * `next`) that remembers exactly what its dispatch added, so the end of a
  * request subtracts the same amounts whatever happened in between. Records
- * are found by id through an open-addressing table of record indices
- * (linear probing, backward-shift deletion) and chained per instance, so
- * removing an instance drops its requests in O(their number). */
+ * are found by id through an lr__table (table.h) of record indices, sized
+ * for max_requests at creation so that no call after it allocates, and
+ * chained per instance, so removing an instance drops its requests in
+ * O(their number). */
 #include "load.h"
 
 #include <math.h>
 
 #include "lr_hash.h"
+#include "table.h"
 
 #define NONE LR_INSTANCE_NONE
+#define ID_SEED 0x4c524c4f41443031ull /* "LRLOAD01" */
 
 struct req {
     uint64_t id;
@@ -50,8 +53,7 @@ struct lr_load {
     uint64_t seed;
     struct inst *in;
     struct req *rq;
-    uint32_t *tab; /* record index + 1; 0 = empty */
-    uint32_t tab_mask;
+    struct lr__table tab; /* request id -> record index */
     uint32_t free_head;
     uint64_t inflight;
 };
@@ -98,7 +100,7 @@ load_free(lr_load *ld)
     struct lr__mem *m = &ld->mem;
     lr__free(m, ld->in, (size_t)ld->max_inst * sizeof(struct inst));
     lr__free(m, ld->rq, (size_t)ld->max_req * sizeof(struct req));
-    lr__free(m, ld->tab, ((size_t)ld->tab_mask + 1) * sizeof(uint32_t));
+    lr__table_free(&ld->tab, m);
     struct lr__mem mm = *m;
     lr__free(&mm, ld, sizeof *ld);
 }
@@ -136,15 +138,12 @@ lr_load_create(const lr_load_options *opt, lr_load **out)
     ld->max_inst = o.max_instances;
     ld->max_req = o.max_requests;
     ld->alpha = o.rtt_alpha;
-    ld->seed = 0x4c524c4f41443031ull ^ (uint64_t)(uintptr_t)ld;
-    uint32_t tsize = 16;
-    while (tsize < 2u * o.max_requests)
-        tsize <<= 1;
-    ld->tab_mask = tsize - 1;
+    /* Per tracker, from its address: no two trackers probe alike. */
+    ld->seed = ID_SEED ^ (uint64_t)(uintptr_t)ld;
     ld->in = lr__calloc(&ld->mem, ld->max_inst, sizeof(struct inst));
     ld->rq = lr__alloc(&ld->mem, (size_t)ld->max_req * sizeof(struct req));
-    ld->tab = lr__calloc(&ld->mem, tsize, sizeof(uint32_t));
-    if (ld->in == NULL || ld->rq == NULL || ld->tab == NULL) {
+    lr_status tst = lr__table_init(&ld->tab, &ld->mem, ld->max_req);
+    if (ld->in == NULL || ld->rq == NULL || tst != LR_OK) {
         load_free(ld);
         return LR_ENOMEM;
     }
@@ -164,51 +163,24 @@ lr_load_destroy(lr_load *ld)
 
 /* ---- request table --------------------------------------------------------- */
 
-static inline uint32_t
-home(const lr_load *ld, uint64_t id)
+/* Keyed by a per-tracker seed (B26): request ids come from the host. */
+static inline uint64_t
+id_hash(const lr_load *ld, uint64_t id)
 {
-    return (uint32_t)lr__mix64(id, ld->seed) & ld->tab_mask;
+    return lr__mix64(id, ld->seed);
 }
 
-/* Table position of request `id`, or LR_NIL. */
+static bool
+req_eq(const void *rq, uint64_t id, uint32_t r)
+{
+    return ((const struct req *)rq)[r].id == id;
+}
+
+/* Record of request `id` in flight, or LR_NIL. */
 static uint32_t
-tab_find(const lr_load *ld, uint64_t id)
+req_find(const lr_load *ld, uint64_t id)
 {
-    for (uint32_t i = home(ld, id);; i = (i + 1) & ld->tab_mask) {
-        uint32_t s = ld->tab[i];
-        if (s == 0)
-            return LR_NIL;
-        if (ld->rq[s - 1].id == id)
-            return i;
-    }
-}
-
-static void
-tab_put(lr_load *ld, uint64_t id, uint32_t r)
-{
-    uint32_t i = home(ld, id);
-    while (ld->tab[i] != 0)
-        i = (i + 1) & ld->tab_mask;
-    ld->tab[i] = r + 1;
-}
-
-static void
-tab_del(lr_load *ld, uint32_t i)
-{
-    uint32_t mask = ld->tab_mask;
-    for (uint32_t j = i;;) {
-        j = (j + 1) & mask;
-        uint32_t s = ld->tab[j];
-        if (s == 0)
-            break;
-        uint32_t h = home(ld, ld->rq[s - 1].id);
-        /* move s back into the hole at i unless its home lies in (i, j] */
-        if (((j - h) & mask) >= ((j - i) & mask)) {
-            ld->tab[i] = s;
-            i = j;
-        }
-    }
-    ld->tab[i] = 0;
+    return lr__table_find(&ld->tab, id_hash(ld, id), id, req_eq, ld->rq);
 }
 
 static struct inst *
@@ -269,11 +241,10 @@ unlink_req(lr_load *ld, struct inst *in, uint32_t r)
         ld->rq[q->next].prev = q->prev;
 }
 
-/* Subtract what the request added and free its record. */
+/* Subtract what request record r added and free the record. */
 static void
-end_req(lr_load *ld, uint32_t pos)
+end_req(lr_load *ld, uint32_t r)
 {
-    uint32_t r = ld->tab[pos] - 1;
     struct req *q = &ld->rq[r];
     struct inst *in = &ld->in[q->inst];
     if (q->queued)
@@ -285,7 +256,7 @@ end_req(lr_load *ld, uint32_t pos)
     in->prompt -= q->prompt;
     ld->inflight--;
     unlink_req(ld, in, r);
-    tab_del(ld, pos);
+    lr__table_remove(&ld->tab, id_hash(ld, q->id), r);
     q->next = ld->free_head;
     ld->free_head = r;
 }
@@ -318,7 +289,7 @@ lr_load_remove_instance(lr_load *ld, uint32_t instance)
     struct inst *in = inst_get(ld, instance);
     LR_RETURN_IF(in == NULL, LR_ENOENT);
     while (in->head != LR_NIL)
-        end_req(ld, tab_find(ld, ld->rq[in->head].id));
+        end_req(ld, in->head);
     in->live = 0;
     /* It is no one's alternative any more: an instance added again under
      * this id is a new one, with an empty cache. */
@@ -350,7 +321,7 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     LR_RETURN_IF(in == NULL, LR_ENOENT);
     LR_RETURN_IF(d.alt_instance != NONE && inst_get(ld, d.alt_instance) == NULL,
                  LR_ENOENT);
-    LR_RETURN_IF(tab_find(ld, d.request_id) != LR_NIL, LR_EEXIST);
+    LR_RETURN_IF(req_find(ld, d.request_id) != LR_NIL, LR_EEXIST);
     LR_RETURN_IF(ld->free_head == LR_NIL, LR_ELIMIT);
     uint32_t r = ld->free_head;
     struct req *q = &ld->rq[r];
@@ -364,7 +335,7 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     q->alt_cached = d.alt_instance != NONE ? d.alt_cached_tokens : 0;
     q->out = d.expected_output_tokens;
     q->queued = 1;
-    tab_put(ld, d.request_id, r);
+    lr__table_insert(&ld->tab, id_hash(ld, d.request_id), r);
     link_req(ld, in, r);
     enqueue(ld, in, q);
     in->inflight++;
@@ -378,9 +349,9 @@ lr_status
 lr_load_first_token(lr_load *ld, uint64_t request_id, uint64_t now_ns)
 {
     LR_RETURN_IF(ld == NULL, LR_EINVAL);
-    uint32_t pos = tab_find(ld, request_id);
-    LR_RETURN_IF(pos == LR_NIL, LR_ENOENT);
-    struct req *q = &ld->rq[ld->tab[pos] - 1];
+    uint32_t r = req_find(ld, request_id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
+    struct req *q = &ld->rq[r];
     if (!q->queued)
         return LR_OK;
     struct inst *in = &ld->in[q->inst];
@@ -398,20 +369,18 @@ lr_load_complete(lr_load *ld, uint64_t request_id, uint32_t output_tokens,
 {
     (void)output_tokens;
     (void)now_ns;
-    LR_RETURN_IF(ld == NULL, LR_EINVAL);
-    uint32_t pos = tab_find(ld, request_id);
-    LR_RETURN_IF(pos == LR_NIL, LR_ENOENT);
-    end_req(ld, pos);
-    return LR_OK;
+    /* The tracker keeps no per-request history: completing a request
+     * and failing it release the same counters. */
+    return lr_load_fail(ld, request_id);
 }
 
 lr_status
 lr_load_fail(lr_load *ld, uint64_t request_id)
 {
     LR_RETURN_IF(ld == NULL, LR_EINVAL);
-    uint32_t pos = tab_find(ld, request_id);
-    LR_RETURN_IF(pos == LR_NIL, LR_ENOENT);
-    end_req(ld, pos);
+    uint32_t r = req_find(ld, request_id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
+    end_req(ld, r);
     return LR_OK;
 }
 
@@ -420,9 +389,8 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
              uint32_t cached_tokens)
 {
     LR_RETURN_IF(ld == NULL, LR_EINVAL);
-    uint32_t pos = tab_find(ld, request_id);
-    LR_RETURN_IF(pos == LR_NIL, LR_ENOENT);
-    uint32_t r = ld->tab[pos] - 1;
+    uint32_t r = req_find(ld, request_id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
     struct req *q = &ld->rq[r];
     struct inst *to = inst_get(ld, instance);
     LR_RETURN_IF(to == NULL, LR_ENOENT);
@@ -542,9 +510,9 @@ lr_status
 lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v)
 {
     LR_RETURN_IF(ld == NULL || v == NULL, LR_EINVAL);
-    uint32_t pos = tab_find(ld, id);
-    LR_RETURN_IF(pos == LR_NIL, LR_ENOENT);
-    view_of(ld, &ld->rq[ld->tab[pos] - 1], v);
+    uint32_t r = req_find(ld, id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
+    view_of(ld, &ld->rq[r], v);
     return LR_OK;
 }
 
@@ -595,8 +563,7 @@ lr__load_verify(const lr_load *ld)
                 return LR_ECORRUPT;
             if (q->alt != NONE && (q->alt == i || inst_get(ld, q->alt) == NULL))
                 return LR_ECORRUPT;
-            uint32_t pos = tab_find(ld, q->id);
-            if (pos == LR_NIL || ld->tab[pos] - 1 != r)
+            if (req_find(ld, q->id) != r)
                 return LR_ECORRUPT;
             n++;
             kv += (uint64_t)q->prompt + q->out;
@@ -618,10 +585,7 @@ lr__load_verify(const lr_load *ld)
     }
     if (total != ld->inflight)
         return LR_ECORRUPT;
-    uint64_t used = 0;
-    for (uint32_t i = 0; i <= ld->tab_mask; i++)
-        used += ld->tab[i] != 0;
-    if (used != total)
+    if (ld->tab.count != total || lr__table_verify(&ld->tab) != LR_OK)
         return LR_ECORRUPT;
     uint64_t nfree = 0;
     for (uint32_t r = ld->free_head; r != LR_NIL && nfree <= ld->max_req;

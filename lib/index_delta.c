@@ -1,0 +1,598 @@
+/* lr_index, deltas between gateway replicas: the journal position
+ * (lr_index_mark), the wire codec (lr_index_export_delta,
+ * lr_index_import_delta, lr__index_import_delta_if) and its varints. The
+ * index layout is pictured at the top of index.c. */
+#include "index_impl.h"
+
+uint64_t
+lr_index_mark(const lr_index *idx)
+{
+    return idx == NULL ? 0 : idx->j_seq;
+}
+
+/* ------------------------------------------------------------------------ */
+/* deltas                                                                    */
+/* ------------------------------------------------------------------------ */
+/*
+ * Wire format, version 1, all integers little-endian:
+ *
+ *   off  size  field
+ *     0     4  magic "LRDX"
+ *     4     2  version (1)
+ *     6     2  flags (0)
+ *     8     4  block_tokens of the exporting index
+ *    12     4  n_nodes
+ *    16     4  n_routes
+ *    20     4  reserved (0)
+ *    24     8  since mark
+ *    32     8  mark at export
+ *    40        n_nodes x { u64 key; varint parent }   parent: 0 = a root
+ *              block, p = node p - 1 of this blob (always an earlier one)
+ *              n_routes x { u32 instance id; varint node }
+ *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
+ *
+ * Every route's whole chain is in the blob, so an importer that never saw
+ * the prefix can still place it; chains shared by several routes are sent
+ * once. Varints are unsigned LEB128 of at most 5 bytes.
+ */
+#define DELTA_MAGIC "LRDX"
+#define MAGIC_LEN 4
+#define DELTA_VERSION 1
+#define OFF_VERSION 4 /* header field offsets, as in the table above */
+#define OFF_FLAGS 6
+#define OFF_BLOCK 8
+#define OFF_NODES 12
+#define OFF_ROUTES 16
+#define OFF_RESERVED 20
+#define OFF_SINCE 24
+#define OFF_MARK 32
+#define DELTA_HEADER 40
+#define DELTA_SUM 8              /* the trailing checksum */
+#define KEY_BYTES 8              /* a node record's key */
+#define ID_BYTES 4               /* a route record's instance id */
+#define NODE_MIN (KEY_BYTES + 1) /* a record with a 1-byte varint */
+#define ROUTE_MIN (ID_BYTES + 1)
+#define VARINT_MAX 5 /* bytes of a 32-bit LEB128 */
+
+struct vec32 {
+    uint32_t *v;
+    uint32_t n, cap;
+};
+
+/* Lengths stay below LR_NIL, so positions in a vec32 fit a table. */
+static lr_status
+vec_reserve(struct lr__mem *m, struct vec32 *v, uint64_t need)
+{
+    if (need >= LR_NIL)
+        return LR_ENOMEM;
+    return lr__index_grow(m, (void **)&v->v, &v->cap, (uint32_t)need,
+                          sizeof *v->v, LR_NIL - 1);
+}
+
+static lr_status
+vec_push(struct lr__mem *m, struct vec32 *v, uint32_t x)
+{
+    LR_TRY(vec_reserve(m, v, (uint64_t)v->n + 1));
+    v->v[v->n++] = x;
+    return LR_OK;
+}
+
+static void
+vec_free(struct lr__mem *m, struct vec32 *v)
+{
+    lr__free(m, v->v, (size_t)v->cap * sizeof *v->v);
+    v->v = NULL;
+    v->n = v->cap = 0;
+}
+
+/* ---- temporary tables ---------------------------------------------------- */
+
+/* The codec's temporary sets and maps are lr__tables of positions into
+ * arrays the codec keeps anyway (routes, emitted nodes, blob nodes), so
+ * they store no keys of their own. Hashes are keyed by the handle's seed:
+ * an imported blob is network input (B26). */
+#define DELTA_TABLE_SALT 0x746d6170u /* "tmap" */
+
+static inline uint64_t
+thash(const lr_index *ix, uint64_t x)
+{
+    return lr__mix64(x, ix->seed ^ DELTA_TABLE_SALT);
+}
+
+static inline uint64_t
+pair_key(uint32_t a, uint32_t b)
+{
+    return ((uint64_t)a << 32) | b;
+}
+
+/* Add position v under hv, growing the table first. */
+static lr_status
+tab_add(struct lr__mem *m, struct lr__table *t, uint64_t hv, uint32_t v)
+{
+    LR_TRY(lr__table_reserve(t, m, 1));
+    lr__table_insert(t, hv, v);
+    return LR_OK;
+}
+
+static bool
+u32_eq(const void *a, uint64_t x, uint32_t i)
+{
+    return ((const uint32_t *)a)[i] == x;
+}
+
+/* A position i with a[i] == x, or LR_NIL. */
+static uint32_t
+find_u32(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
+         uint32_t x)
+{
+    return lr__table_find(t, thash(ix, x), x, u32_eq, a);
+}
+
+static bool
+u64_eq(const void *a, uint64_t x, uint32_t i)
+{
+    return ((const uint64_t *)a)[i] == x;
+}
+
+/* Two parallel arrays of a table of pairs. */
+struct pairs {
+    const uint32_t *a, *b;
+};
+
+static bool
+pair_eq(const void *ctx, uint64_t xy, uint32_t i)
+{
+    const struct pairs *p = ctx;
+    return pair_key(p->a[i], p->b[i]) == xy;
+}
+
+/* A position i with a[i] == x and b[i] == y, or LR_NIL. */
+static uint32_t
+find_pair(const lr_index *ix, const struct lr__table *t, const uint32_t *a,
+          const uint32_t *b, uint32_t x, uint32_t y)
+{
+    struct pairs p = { a, b };
+    uint64_t xy = pair_key(x, y);
+    return lr__table_find(t, thash(ix, xy), xy, pair_eq, &p);
+}
+
+/* ---- varints and the journal --------------------------------------------- */
+
+static size_t
+varint_len(uint32_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *
+varint_put(uint8_t *p, uint32_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static bool
+varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < VARINT_MAX; i++) {
+        if (*p >= end)
+            return false;
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (v > UINT32_MAX || (i > 0 && b == 0))
+                return false; /* overlong or too large */
+            *out = (uint32_t)v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static lr_status
+collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
+               struct vec32 *rn, struct vec32 *rs)
+{
+    uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
+    if (since == 0 || since < oldest) {
+        for (uint32_t n = 0; n < ix->npool.top; n++) {
+            const struct node *nd = &ix->nodes[n];
+            if (nd->h.inst == INST_FREE)
+                continue;
+            for (uint32_t x = LR_NIL;;) {
+                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
+                if (!(h->bits & HB_REMOTE) &&
+                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
+                    LR_TRY(vec_push(m, rn, n));
+                    LR_TRY(vec_push(m, rs, h->inst));
+                }
+                x = x == LR_NIL ? nd->more : ix->xh[x].next;
+                if (x == LR_NIL)
+                    break;
+            }
+        }
+        return LR_OK;
+    }
+    for (uint64_t q = since; q < ix->j_seq; q++) {
+        const struct jent *e = &ix->journal[q % ix->j_cap];
+        uint32_t n = node_find(ix, e->key);
+        uint32_t s = lr__index_inst_lookup(ix, e->inst_id);
+        if (n == LR_NIL || s == LR_NIL)
+            continue;
+        uint32_t ref = hold_find(ix, n, s);
+        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
+            continue;
+        LR_TRY(vec_push(m, rn, n));
+        LR_TRY(vec_push(m, rs, s));
+    }
+    return LR_OK;
+}
+
+/* ---- export -------------------------------------------------------------- */
+
+struct export_tmp {
+    struct lr__mem m;       /* the index's allocator: temporaries only */
+    struct vec32 rn, rs;    /* routes: node and instance slot */
+    struct vec32 order;     /* nodes to emit, parents first */
+    struct vec32 chain;     /* scratch: one route's unemitted chain */
+    struct lr__table seen;  /* node -> its position in order */
+    struct lr__table rseen; /* (node, slot) -> its first route */
+    uint32_t n_routes;      /* distinct routes */
+};
+
+/* Drop duplicate routes (rs = LR_NIL) and list every route's chain in
+ * `order` root-first, each node once. */
+static lr_status
+export_order(const lr_index *ix, struct export_tmp *x)
+{
+    for (uint32_t r = 0; r < x->rn.n; r++) {
+        uint32_t n = x->rn.v[r], s = x->rs.v[r];
+        if (find_pair(ix, &x->rseen, x->rn.v, x->rs.v, n, s) != LR_NIL) {
+            x->rs.v[r] = LR_NIL; /* duplicate route */
+            continue;
+        }
+        LR_TRY(tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), r));
+        x->n_routes++;
+        x->chain.n = 0;
+        for (uint32_t c = n; c != LR_NIL; c = ix->nodes[c].parent) {
+            if (find_u32(ix, &x->seen, x->order.v, c) != LR_NIL)
+                break;
+            LR_TRY(vec_push(&x->m, &x->chain, c));
+        }
+        while (x->chain.n > 0) {
+            uint32_t c = x->chain.v[--x->chain.n];
+            LR_TRY(vec_push(&x->m, &x->order, c));
+            LR_TRY(tab_add(&x->m, &x->seen, thash(ix, c), x->order.n - 1));
+        }
+    }
+    return LR_OK;
+}
+
+/* Wire reference of node n: its position in order plus one. */
+static uint32_t
+emitted(const lr_index *ix, const struct export_tmp *x, uint32_t n)
+{
+    return n == LR_NIL ? 0 : find_u32(ix, &x->seen, x->order.v, n) + 1;
+}
+
+static size_t
+export_size(const lr_index *ix, const struct export_tmp *x)
+{
+    size_t size = DELTA_HEADER + DELTA_SUM;
+    for (uint32_t i = 0; i < x->order.n; i++)
+        size += KEY_BYTES +
+                varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
+    for (uint32_t r = 0; r < x->rn.n; r++)
+        if (x->rs.v[r] != LR_NIL)
+            size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
+    return size;
+}
+
+static void
+export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
+             uint8_t *buf, size_t size)
+{
+    memcpy(buf, DELTA_MAGIC, MAGIC_LEN);
+    lr__put_u16(buf + OFF_VERSION, DELTA_VERSION);
+    lr__put_u16(buf + OFF_FLAGS, 0);
+    lr__put_u32(buf + OFF_BLOCK, ix->B);
+    lr__put_u32(buf + OFF_NODES, x->order.n);
+    lr__put_u32(buf + OFF_ROUTES, x->n_routes);
+    lr__put_u32(buf + OFF_RESERVED, 0);
+    lr__put_u64(buf + OFF_SINCE, since);
+    lr__put_u64(buf + OFF_MARK, ix->j_seq);
+    uint8_t *p = buf + DELTA_HEADER;
+    for (uint32_t i = 0; i < x->order.n; i++) {
+        const struct node *nd = &ix->nodes[x->order.v[i]];
+        lr__put_u64(p, nd->key);
+        p = varint_put(p + KEY_BYTES, emitted(ix, x, nd->parent));
+    }
+    for (uint32_t r = 0; r < x->rn.n; r++) {
+        if (x->rs.v[r] == LR_NIL)
+            continue;
+        lr__put_u32(p, ix->insts[x->rs.v[r]].id);
+        p = varint_put(p + ID_BYTES, emitted(ix, x, x->rn.v[r]) - 1);
+    }
+    lr__put_u64(p, lr__hash(buf, size - DELTA_SUM, LR_SEED_DELTA));
+    assert(p + DELTA_SUM == buf + size);
+}
+
+lr_status
+lr_index_export_delta(const lr_index *idx, uint64_t since_mark, lr_blob **out,
+                      uint64_t *mark_out)
+{
+    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    LR_RETURN_IF(since_mark > idx->j_seq, LR_EINVAL);
+    /* zero-filled tables may be freed; each is inited before any lookup */
+    struct export_tmp x = { .m = idx->mem };
+    lr_status st = collect_routes(idx, &x.m, since_mark, &x.rn, &x.rs);
+    if (st == LR_OK)
+        st = lr__table_init(&x.rseen, &x.m, x.rn.n);
+    if (st == LR_OK)
+        st = lr__table_init(&x.seen, &x.m, x.rn.n);
+    if (st == LR_OK)
+        st = export_order(idx, &x);
+    lr_blob *blob = NULL;
+    uint8_t *buf = NULL;
+    size_t size = st == LR_OK ? export_size(idx, &x) : 0;
+    if (st == LR_OK)
+        st = lr__blob_new(&idx->mem, size, &blob, &buf);
+    if (st == LR_OK) {
+        export_write(idx, &x, since_mark, buf, size);
+        *out = blob;
+        if (mark_out != NULL)
+            *mark_out = idx->j_seq;
+    }
+    vec_free(&x.m, &x.rn);
+    vec_free(&x.m, &x.rs);
+    vec_free(&x.m, &x.order);
+    vec_free(&x.m, &x.chain);
+    lr__table_free(&x.seen, &x.m);
+    lr__table_free(&x.rseen, &x.m);
+    return st;
+}
+
+/* ---- import -------------------------------------------------------------- */
+
+struct delta {
+    uint32_t n_nodes, n_routes;
+    uint64_t *keys;
+    uint32_t *par;
+    uint32_t *rid, *rnode;
+    uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
+};
+
+static void
+delta_free(struct lr__mem *m, struct delta *d)
+{
+    lr__free(m, d->keys, (size_t)d->n_nodes * sizeof *d->keys);
+    lr__free(m, d->par, (size_t)d->n_nodes * sizeof *d->par);
+    lr__free(m, d->node_of, (size_t)d->n_nodes * sizeof *d->node_of);
+    lr__free(m, d->rid, (size_t)d->n_routes * sizeof *d->rid);
+    lr__free(m, d->rnode, (size_t)d->n_routes * sizeof *d->rnode);
+}
+
+static lr_status
+delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
+            size_t len, struct delta *d)
+{
+    LR_RETURN_IF(len < DELTA_HEADER + DELTA_SUM, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, MAGIC_LEN) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + OFF_VERSION) != DELTA_VERSION, LR_EVERSION);
+    LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
+                     lr__get_u64(buf + len - DELTA_SUM),
+                 LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + OFF_FLAGS) != 0 ||
+                     lr__get_u32(buf + OFF_RESERVED) != 0,
+                 LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u32(buf + OFF_BLOCK) != ix->B, LR_ENOTSUP);
+    uint32_t nn = lr__get_u32(buf + OFF_NODES);
+    uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
+    size_t body = len - DELTA_HEADER - DELTA_SUM;
+    LR_RETURN_IF(nn > body / NODE_MIN || nr > body / ROUTE_MIN, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u64(buf + OFF_SINCE) > lr__get_u64(buf + OFF_MARK),
+                 LR_ECORRUPT);
+    d->n_nodes = nn;
+    d->n_routes = nr;
+    d->keys = lr__calloc(m, nn, sizeof *d->keys);
+    d->par = lr__calloc(m, nn, sizeof *d->par);
+    d->node_of = lr__calloc(m, nn, sizeof *d->node_of);
+    d->rid = lr__calloc(m, nr, sizeof *d->rid);
+    d->rnode = lr__calloc(m, nr, sizeof *d->rnode);
+    if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
+        d->rid == NULL || d->rnode == NULL)
+        return LR_ENOMEM;
+    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - DELTA_SUM;
+    for (uint32_t i = 0; i < nn; i++) {
+        uint32_t v;
+        LR_RETURN_IF(end - p < NODE_MIN, LR_ECORRUPT);
+        d->keys[i] = lr__get_u64(p);
+        p += KEY_BYTES;
+        LR_RETURN_IF(!varint_get(&p, end, &v) || v > i, LR_ECORRUPT);
+        d->par[i] = v == 0 ? LR_NIL : v - 1;
+    }
+    for (uint32_t r = 0; r < nr; r++) {
+        LR_RETURN_IF(end - p < ROUTE_MIN, LR_ECORRUPT);
+        d->rid[r] = lr__get_u32(p);
+        p += ID_BYTES;
+        LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
+        LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
+                     LR_ECORRUPT);
+    }
+    LR_RETURN_IF(p != end, LR_ECORRUPT);
+    return LR_OK;
+}
+
+/* Check the blob against itself and the index before anything changes:
+ * no key twice, and a key we already hold hangs from the same parent. */
+static lr_status
+delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
+{
+    struct lr__table keys; /* key -> blob node */
+    LR_TRY(lr__table_init(&keys, m, d->n_nodes));
+    lr_status st = LR_OK;
+    for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
+        uint64_t hv = thash(ix, d->keys[i]);
+        if (lr__table_find(&keys, hv, d->keys[i], u64_eq, d->keys) != LR_NIL) {
+            st = LR_ECORRUPT;
+            break;
+        }
+        lr__table_insert(&keys, hv, i);
+        uint32_t n = node_find(ix, d->keys[i]);
+        d->node_of[i] = n;
+        if (n == LR_NIL)
+            continue;
+        uint32_t ip = ix->nodes[n].parent;
+        uint32_t bp = d->par[i];
+        if ((ip == LR_NIL) != (bp == LR_NIL) ||
+            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
+            st = LR_ECORRUPT;
+    }
+    lr__table_free(&keys, m);
+    return st;
+}
+
+/* A blob node the index lacks, counted once by import_count. */
+#define NODE_COUNTED (LR_NIL - 1)
+
+struct import_tmp {
+    struct delta d;
+    bool (*keep)(void *, uint32_t);
+    void *ctx;
+    struct lr__table ids;   /* instance id -> a route carrying it */
+    struct lr__table pairs; /* (id, blob node) -> position in prid/pnode */
+    struct vec32 prid, pnode;
+    struct vec32 chain; /* scratch of import_apply */
+    uint64_t new_nodes, new_ids;
+};
+
+static bool
+import_skips(const struct import_tmp *im, uint32_t r)
+{
+    return im->keep != NULL && !im->keep(im->ctx, im->d.rid[r]);
+}
+
+/* Phase 1: count what could be new, distinct (instance, node) pairs on
+ * the routes' chains and blob nodes the index lacks. */
+static lr_status
+import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
+{
+    struct delta *d = &im->d;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        uint32_t id = d->rid[r];
+        if (import_skips(im, r))
+            continue;
+        if (find_u32(ix, &im->ids, d->rid, id) == LR_NIL) {
+            LR_TRY(tab_add(m, &im->ids, thash(ix, id), r));
+            if (lr__index_inst_lookup(ix, id) == LR_NIL)
+                im->new_ids++;
+        }
+        for (uint32_t j = d->rnode[r]; j != LR_NIL; j = d->par[j]) {
+            if (find_pair(ix, &im->pairs, im->prid.v, im->pnode.v, id, j) !=
+                LR_NIL)
+                break;
+            LR_RETURN_IF(im->pairs.count >= ix->capacity, LR_ELIMIT);
+            LR_TRY(vec_push(m, &im->prid, id));
+            LR_TRY(vec_push(m, &im->pnode, j));
+            LR_TRY(tab_add(m, &im->pairs, thash(ix, pair_key(id, j)),
+                           im->prid.n - 1));
+            if (d->node_of[j] == LR_NIL) {
+                d->node_of[j] = NODE_COUNTED;
+                im->new_nodes++;
+            }
+        }
+    }
+    return LR_OK;
+}
+
+/* Phase 2: cannot fail. Each route climbs to the first blob node its
+ * instance already holds, then creates holds downward, parents first. */
+static void
+import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+{
+    struct delta *d = &im->d;
+    for (uint32_t i = 0; i < d->n_nodes; i++)
+        if (d->node_of[i] == NODE_COUNTED)
+            d->node_of[i] = LR_NIL;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        if (import_skips(im, r))
+            continue;
+        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
+        if (s == LR_NIL)
+            s = lr__index_inst_add(ix, d->rid[r]);
+        uint32_t *chain = im->chain.v, depth = 0;
+        for (uint32_t j = d->rnode[r];
+             j != LR_NIL && (d->node_of[j] == LR_NIL ||
+                             hold_find(ix, d->node_of[j], s) == LR_NIL);
+             j = d->par[j])
+            chain[depth++] = j;
+        while (depth > 0) {
+            uint32_t j = chain[--depth];
+            uint32_t pj = d->par[j];
+            uint32_t pn = pj == LR_NIL ? LR_NIL : d->node_of[pj];
+            if (d->node_of[j] == LR_NIL)
+                d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
+            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, tick);
+            if (pn != LR_NIL)
+                H(ix, hold_find(ix, pn, s))->bits++;
+        }
+        uint32_t ref = hold_find(ix, d->node_of[d->rnode[r]], s);
+        H(ix, ref)->bits |= HB_ANCHOR;
+        lr__index_touch(ix, ref, tick);
+    }
+    /* Holds created as parents got their child in the same pass; the
+     * route ends were touched, so every leaf is listed (invariant 3). */
+}
+
+lr_status
+lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
+                      uint64_t now_ns)
+{
+    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL);
+}
+
+lr_status
+lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
+                          uint64_t now_ns, bool (*keep)(void *, uint32_t),
+                          void *ctx)
+{
+    LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    struct lr__mem *m = &idx->mem;
+    struct import_tmp im = { .keep = keep, .ctx = ctx };
+    lr__table_init(&im.ids, m, 0); /* no memory yet: cannot fail */
+    lr__table_init(&im.pairs, m, 0);
+    lr_status st = delta_parse(idx, m, buf, len, &im.d);
+    if (st == LR_OK)
+        st = delta_check(idx, m, &im.d);
+    if (st == LR_OK)
+        st = import_count(idx, m, &im);
+    if (st == LR_OK && im.new_ids > idx->n_ifree)
+        st = LR_ELIMIT;
+    if (st == LR_OK)
+        st = lr__index_reserve(idx, im.new_nodes, im.pairs.count);
+    if (st == LR_OK) /* the longest chain a route can climb */
+        st = vec_reserve(m, &im.chain, im.d.n_nodes);
+    if (st == LR_OK) {
+        uint32_t tick = lr__index_tick(idx, now_ns);
+        import_apply(idx, &im, tick);
+        lr__index_settle(idx, tick);
+    }
+    vec_free(m, &im.prid);
+    vec_free(m, &im.pnode);
+    vec_free(m, &im.chain);
+    lr__table_free(&im.ids, m);
+    lr__table_free(&im.pairs, m);
+    delta_free(m, &im.d);
+    return st;
+}
