@@ -26,9 +26,8 @@
 
 #define NONE LR_INSTANCE_NONE
 #define HOT_SEED 0x4c524e414d455331ull /* "LRNAMES1" */
-#define HOT_MIN_SLOTS 16u
-#define HOT_UP 2.0   /* hot above 2/n of the window */
-#define HOT_DOWN 1.0 /* cold again below 1/n */
+#define HOT_UP 2.0                     /* hot above 2/n of the window */
+#define HOT_DOWN 1.0                   /* cold again below 1/n */
 
 struct lr__hot_ent {
     uint64_t key;
@@ -36,56 +35,61 @@ struct lr__hot_ent {
     uint32_t hot;
 };
 
-/* ---- the hotness window --------------------------------------------------- */
+/* ---- the hotness window ----------------------------------------------------- */
 
 void
 lr__hot_free(struct lr__hot *h, struct lr__mem *m)
 {
-    if (h->tab != NULL)
-        lr__free(m, h->tab, ((size_t)h->mask + 1) * sizeof *h->tab);
-    if (h->win != NULL)
-        lr__free(m, h->win, (size_t)h->w * h->depth * sizeof *h->win);
-    h->tab = NULL;
+    size_t n = (size_t)h->w * h->depth;
+    lr__free(m, h->pool, n * sizeof *h->pool);
+    lr__free(m, h->free, n * sizeof *h->free);
+    lr__free(m, h->win, n * sizeof *h->win);
+    lr__table_free(&h->tab, m);
+    h->pool = NULL;
+    h->free = NULL;
     h->win = NULL;
 }
 
 lr_status
 lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
 {
-    uint32_t size = HOT_MIN_SLOTS;
-    while (size < 2u * w * depth)
-        size <<= 1;
-    struct lr__hot n = { 0 };
-    n.tab = lr__calloc(m, size, sizeof *n.tab);
-    n.win = lr__calloc(m, (size_t)w * depth, sizeof *n.win);
-    n.mask = size - 1;
-    n.w = w;
-    n.depth = depth;
-    if (n.tab == NULL || n.win == NULL) {
-        lr__hot_free(&n, m);
+    size_t n = (size_t)w * depth; /* at most this many distinct keys */
+    struct lr__hot nh = { 0 };
+    nh.w = w;
+    nh.depth = depth;
+    nh.pool = lr__calloc(m, n, sizeof *nh.pool);
+    nh.free = lr__alloc(m, n * sizeof *nh.free);
+    nh.win = lr__calloc(m, n, sizeof *nh.win);
+    if (nh.pool == NULL || nh.free == NULL || nh.win == NULL ||
+        lr__table_init(&nh.tab, m, (uint32_t)n) != LR_OK) {
+        lr__hot_free(&nh, m);
         return LR_ENOMEM;
     }
+    for (size_t i = 0; i < n; i++)
+        nh.free[i] = (uint32_t)(n - 1 - i);
+    nh.n_free = (uint32_t)n;
     lr__hot_free(h, m);
-    *h = n;
+    *h = nh;
     return LR_OK;
 }
 
-static inline uint32_t
-hot_home(const struct lr__hot *h, uint64_t key)
+static inline uint64_t
+hot_hash(uint64_t key)
 {
-    return (uint32_t)lr__mix64(key, HOT_SEED) & h->mask;
+    return lr__mix64(key, HOT_SEED);
 }
 
-static const struct lr__hot_ent *
+static bool
+hot_eq(const void *ctx, uint64_t key, uint32_t e)
+{
+    return ((const struct lr__hot_ent *)ctx)[e].key == key;
+}
+
+/* The entry of `key`, or LR_NIL. */
+static uint32_t
 hot_find(const struct lr__hot *h, uint64_t key)
 {
-    for (uint32_t i = hot_home(h, key);; i = (i + 1) & h->mask) {
-        const struct lr__hot_ent *e = &h->tab[i];
-        if (e->count == 0)
-            return NULL;
-        if (e->key == key)
-            return e;
-    }
+    return lr__table_find(&h->tab, hot_hash(key), key, hot_eq, h->pool);
 }
 
 static void
@@ -100,47 +104,36 @@ hot_update(const struct lr__hot *h, struct lr__hot_ent *e, uint32_t routable)
         e->hot = 0;
 }
 
+/* One more request with `key` in the window. The pool has an entry for
+ * every key the window can hold, and the table room for them. */
 static void
 hot_add(struct lr__hot *h, uint64_t key, uint32_t routable)
 {
-    for (uint32_t i = hot_home(h, key);; i = (i + 1) & h->mask) {
-        struct lr__hot_ent *e = &h->tab[i];
-        if (e->count == 0) {
-            e->key = key;
-            e->hot = 0;
-        } else if (e->key != key) {
-            continue;
-        }
-        e->count++;
-        hot_update(h, e, routable);
-        return;
+    uint32_t i = hot_find(h, key);
+    if (i == LR_NIL) {
+        i = h->free[--h->n_free];
+        h->pool[i].key = key;
+        h->pool[i].count = 0;
+        h->pool[i].hot = 0;
+        lr__table_insert(&h->tab, hot_hash(key), i);
     }
+    h->pool[i].count++;
+    hot_update(h, &h->pool[i], routable);
 }
 
+/* One request with `key` left the window; its entry goes with the last. */
 static void
 hot_del(struct lr__hot *h, uint64_t key, uint32_t routable)
 {
-    uint32_t mask = h->mask;
-    uint32_t i = hot_home(h, key);
-    while (h->tab[i].key != key || h->tab[i].count == 0)
-        i = (i + 1) & mask;
-    if (--h->tab[i].count > 0) {
-        hot_update(h, &h->tab[i], routable);
+    uint32_t i = hot_find(h, key);
+    if (LR_NEVER(i == LR_NIL))
+        return;
+    if (--h->pool[i].count > 0) {
+        hot_update(h, &h->pool[i], routable);
         return;
     }
-    /* backward-shift deletion keeps every probe chain unbroken */
-    for (uint32_t j = i;;) {
-        j = (j + 1) & mask;
-        struct lr__hot_ent *e = &h->tab[j];
-        if (e->count == 0)
-            break;
-        uint32_t home = hot_home(h, e->key);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            h->tab[i] = *e;
-            i = j;
-        }
-    }
-    h->tab[i].count = 0;
+    lr__table_remove(&h->tab, hot_hash(key), i);
+    h->free[h->n_free++] = i;
 }
 
 void
@@ -179,8 +172,8 @@ lr__hot_pick(const struct lr__hot *h, const uint64_t *keys, uint32_t n)
 {
     uint32_t d = 0;
     while (d + 1 < n) {
-        const struct lr__hot_ent *e = hot_find(h, keys[d]);
-        if (e == NULL || !e->hot)
+        uint32_t e = hot_find(h, keys[d]);
+        if (e == LR_NIL || !h->pool[e].hot)
             break;
         d++;
     }
@@ -191,11 +184,18 @@ lr_status
 lr__hot_verify(const struct lr__hot *h)
 {
     uint64_t in_win = 0, counted = 0;
-    for (size_t i = 0; i < (size_t)h->w * h->depth; i++)
+    size_t n = (size_t)h->w * h->depth;
+    for (size_t i = 0; i < n; i++)
         in_win += h->win[i] != 0;
-    for (uint32_t i = 0; i <= h->mask; i++)
-        counted += h->tab[i].count;
-    return in_win == counted ? LR_OK : LR_ECORRUPT;
+    for (uint32_t i = 0; i < n; i++)
+        counted += h->pool[i].count;
+    if (in_win != counted || h->tab.count + h->n_free != n ||
+        lr__table_verify(&h->tab) != LR_OK)
+        return LR_ECORRUPT;
+    for (size_t i = 0; i < n; i++)
+        if (h->win[i] != 0 && hot_find(h, h->win[i]) == LR_NIL)
+            return LR_ECORRUPT;
+    return LR_OK;
 }
 
 uint64_t

@@ -7,14 +7,17 @@
 #include "common.h"
 #include "libroute/lr_router.h"
 #include "load.h"
+#include "table.h"
 
 /* The last `w` requests' prefix keys at each of `depth` key depths, with
  * a count and a hot flag per key. A key is hot when its share of the
  * window passes 2/n (n routable instances) and cold again below 1/n. */
 struct lr__hot {
-    struct lr__hot_ent *tab;
-    uint32_t mask;
-    uint64_t *win; /* w x depth keys, 0 = none */
+    struct lr__hot_ent *pool; /* w x depth entries: one per distinct key */
+    uint32_t *free;           /* stack of unused pool entries */
+    uint32_t n_free;
+    struct lr__table tab; /* key -> pool entry */
+    uint64_t *win;        /* w x depth keys, 0 = none */
     uint32_t w, depth, pos, filled;
 };
 

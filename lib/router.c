@@ -93,7 +93,7 @@ router_free(lr_router *r)
                 lr__free(m, r->inst[i].name, r->inst[i].name_len + 1);
         lr__free(m, r->inst, ni * sizeof *r->inst);
     }
-    lr__free(m, r->names, ((size_t)r->names_mask + 1) * sizeof *r->names);
+    lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
     lr__free(m, r->init_rtt_ms, ni * sizeof(double));
     lr__free(m, r->rows, ni * sizeof *r->rows);
@@ -163,11 +163,7 @@ create_tables(lr_router *r)
 {
     struct lr__mem *m = &r->mem;
     size_t ni = r->max_inst;
-    uint32_t nsize = 16;
-    while (nsize < 2u * r->max_inst)
-        nsize <<= 1;
-    r->names_mask = nsize - 1;
-    r->names = lr__calloc(m, nsize, sizeof *r->names);
+    LR_TRY(lr__table_init(&r->names, m, r->max_inst));
     r->inst = lr__calloc(m, ni, sizeof *r->inst);
     r->act = lr__calloc(m, ni, sizeof *r->act);
     r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
@@ -175,9 +171,9 @@ create_tables(lr_router *r)
     r->score = lr__calloc(m, ni, sizeof *r->score);
     r->hits = lr__calloc(m, ni, sizeof *r->hits);
     r->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
-    if (r->names == NULL || r->inst == NULL || r->act == NULL ||
-        r->init_rtt_ms == NULL || r->rows == NULL || r->score == NULL ||
-        r->hits == NULL || r->cached_by_id == NULL)
+    if (r->inst == NULL || r->act == NULL || r->init_rtt_ms == NULL ||
+        r->rows == NULL || r->score == NULL || r->hits == NULL ||
+        r->cached_by_id == NULL)
         return LR_ENOMEM;
     LR_TRY(lr__hot_setup(&r->hot, m,
                          (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
@@ -294,48 +290,35 @@ lr_router_policy(const lr_router *r)
 
 /* ---- instances ------------------------------------------------------------------ */
 
-static inline uint32_t
-name_home(const lr_router *r, const char *name, size_t len)
+/* Instance names -> ids: an lr__table of ids keyed by the name's hash;
+ * the lookup compares the name held in the instance table. */
+struct name_probe {
+    const struct lr__rinst *inst;
+    const char *name;
+    size_t len;
+};
+
+static inline uint64_t
+name_hash(const char *name, size_t len)
 {
-    return (uint32_t)lr__hash(name, len, SEED_NAMES) & r->names_mask;
+    return lr__hash(name, len, SEED_NAMES);
 }
 
-/* Table position holding `name`, or the empty slot where it would go;
- * *found says which. */
+static bool
+name_eq(const void *ctx, uint64_t key, uint32_t id)
+{
+    const struct name_probe *p = ctx;
+    (void)key;
+    return p->inst[id].name_len == p->len &&
+           memcmp(p->inst[id].name, p->name, p->len) == 0;
+}
+
+/* The id of the instance named `name`, or LR_NIL. */
 static uint32_t
-name_slot(const lr_router *r, const char *name, size_t len, bool *found)
+name_find(const lr_router *r, const char *name, size_t len)
 {
-    for (uint32_t i = name_home(r, name, len);; i = (i + 1) & r->names_mask) {
-        uint32_t s = r->names[i];
-        if (s == 0) {
-            *found = false;
-            return i;
-        }
-        const struct lr__rinst *in = &r->inst[s - 1];
-        if (in->name_len == len && memcmp(in->name, name, len) == 0) {
-            *found = true;
-            return i;
-        }
-    }
-}
-
-static void
-name_del(lr_router *r, uint32_t i)
-{
-    uint32_t mask = r->names_mask;
-    for (uint32_t j = i;;) {
-        j = (j + 1) & mask;
-        uint32_t s = r->names[j];
-        if (s == 0)
-            break;
-        const struct lr__rinst *in = &r->inst[s - 1];
-        uint32_t h = name_home(r, in->name, in->name_len);
-        if (((j - h) & mask) >= ((j - i) & mask)) {
-            r->names[i] = s;
-            i = j;
-        }
-    }
-    r->names[i] = 0;
+    struct name_probe p = { r->inst, name, len };
+    return lr__table_find(&r->names, name_hash(name, len), 0, name_eq, &p);
 }
 
 static void
@@ -391,9 +374,7 @@ valid_name(const char *name, size_t *len)
 static lr_status
 add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
 {
-    bool found;
-    uint32_t slot = name_slot(r, s->name, len, &found);
-    LR_RETURN_IF(found, LR_EEXIST);
+    LR_RETURN_IF(name_find(r, s->name, len) != LR_NIL, LR_EEXIST);
     LR_RETURN_IF(r->n_inst >= r->max_inst, LR_ELIMIT);
     uint32_t n = 0;
     while (r->inst[n].live)
@@ -422,7 +403,7 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
     in->live = 1;
     in->draining = 0;
     r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
-    r->names[slot] = n + 1;
+    lr__table_insert(&r->names, name_hash(copy, len), n); /* sized at create */
     r->n_inst++;
     act_insert(r, n);
     *id = n;
@@ -452,12 +433,11 @@ lr_router_find_instance(const lr_router *r, const char *name, uint32_t *id)
     size_t len;
     LR_RETURN_IF(r == NULL || id == NULL || !valid_name(name, &len), LR_EINVAL);
     lr__router_lock(r);
-    bool found;
-    uint32_t slot = name_slot(r, name, len, &found);
-    if (found)
-        *id = r->names[slot] - 1;
+    uint32_t found = name_find(r, name, len);
+    if (found != LR_NIL)
+        *id = found;
     lr__router_unlock(r);
-    return found ? LR_OK : LR_ENOENT;
+    return found != LR_NIL ? LR_OK : LR_ENOENT;
 }
 
 struct lr__rinst *
@@ -509,10 +489,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     /* LR_ENOENT when it never learned anything: nothing to drop */
     (void)lr_index_remove_instance(r->ix, id);
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
-    bool found;
-    uint32_t slot = name_slot(r, in->name, in->name_len, &found);
-    if (LR_ALWAYS(found))
-        name_del(r, slot);
+    lr__table_remove(&r->names, name_hash(in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);
     memset(in, 0, sizeof *in);
     r->n_inst--;
@@ -846,15 +823,15 @@ verify_instances(const lr_router *r)
         if (!in->live)
             continue;
         live++;
-        bool found;
-        uint32_t slot = name_slot(r, in->name, in->name_len, &found);
-        if (!found || r->names[slot] != i + 1 || !lr__load_has(r->ld, i) ||
+        if (name_find(r, in->name, in->name_len) != i ||
+            !lr__load_has(r->ld, i) ||
             lr_ring_contains(r->ring, i) != !in->draining ||
             (lr__router_act_index(r, i) != NONE) != !in->draining)
             return LR_ECORRUPT;
         routable += !in->draining;
     }
     if (live != r->n_inst || routable != r->n_act ||
+        r->names.count != r->n_inst || lr__table_verify(&r->names) != LR_OK ||
         lr_ring_count(r->ring) != r->n_act)
         return LR_ECORRUPT;
     for (uint32_t k = 1; k < r->n_act; k++)

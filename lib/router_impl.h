@@ -13,6 +13,7 @@
 #include "load.h"
 #include "lodestar.h"
 #include "policy.h"
+#include "table.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
 
@@ -35,9 +36,8 @@ struct lr_router {
     lr_load *ld;
     struct lr__rinst *inst;
     uint32_t n_inst;
-    uint32_t *names; /* id + 1; 0 = empty */
-    uint32_t names_mask;
-    uint32_t *act; /* routable ids, ascending */
+    struct lr__table names; /* name -> id */
+    uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
     double *init_rtt_ms; /* per id: RTT given at add */
     double rate[LR_LOAD_MAX_CLASSES];
