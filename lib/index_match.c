@@ -169,27 +169,40 @@ candidates(lr_index *ix, const uint64_t *keys, uint32_t d_any, uint32_t n_any)
     return k;
 }
 
-static int
-hit_cmp(const lr_index_hit *a, const lr_index_hit *b)
+/* Whether instance slot a's hit goes before b's: deeper first, then the
+ * lower instance id. */
+static bool
+hit_before(const lr_index *ix, uint32_t a, uint32_t b)
 {
-    if (a->tokens != b->tokens)
-        return a->tokens > b->tokens ? -1 : 1;
-    return a->instance < b->instance ? -1 : a->instance > b->instance;
+    if (ix->cdepth[a] != ix->cdepth[b])
+        return ix->cdepth[a] > ix->cdepth[b];
+    return ix->insts[a].id < ix->insts[b].id;
 }
 
+/* Order the k candidate slots in ix->cand as the hits are reported
+ * (insertion sort: k is the number of instances sharing a prefix). */
 static void
-sort_hits(lr_index_hit *h, size_t n)
+sort_cands(lr_index *ix, uint32_t k)
 {
-    /* insertion sort: n is the number of instances sharing a prefix */
-    for (size_t i = 1; i < n; i++) {
-        lr_index_hit v = h[i];
-        size_t j = i;
-        while (j > 0 && hit_cmp(&v, &h[j - 1]) < 0) {
-            h[j] = h[j - 1];
+    uint32_t *c = ix->cand;
+    for (uint32_t i = 1; i < k; i++) {
+        uint32_t v = c[i];
+        uint32_t j = i;
+        while (j > 0 && hit_before(ix, v, c[j - 1])) {
+            c[j] = c[j - 1];
             j--;
         }
-        h[j] = v;
+        c[j] = v;
     }
+}
+
+/* The caller's stride of lr_index_hit: 0.1's size unless it says more. */
+static size_t
+hit_stride(const lr_index_match_result *r)
+{
+    return r->struct_size >= LR_INDEX_MATCH_RESULT_SIZE_V2 && r->hit_size
+               ? r->hit_size
+               : LR_INDEX_HIT_SIZE_V1;
 }
 
 lr_status
@@ -200,6 +213,7 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
                  LR_EVERSION);
     LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
+    LR_RETURN_IF(hit_stride(result) < LR_INDEX_HIT_SIZE_V1, LR_EINVAL);
     LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
     lr_index *ix = idx;
     lr_prompt p;
@@ -224,12 +238,14 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     result->deepest_tokens = (uint64_t)d_any * ix->B;
     if (k > result->hits_capacity)
         return LR_EBUFSIZE;
+    sort_cands(ix, k);
+    size_t stride = hit_stride(result);
     for (uint32_t i = 0; i < k; i++) {
         uint32_t s = ix->cand[i];
-        result->hits[i].instance = ix->insts[s].id;
-        result->hits[i].tokens = ix->cdepth[s] * ix->B;
+        lr_index_hit *h = (lr_index_hit *)((char *)result->hits + i * stride);
+        h->instance = ix->insts[s].id;
+        h->tokens = ix->cdepth[s] * ix->B;
     }
-    sort_hits(result->hits, k);
     if (!(flags & LR_MATCH_NO_TOUCH))
         for (uint32_t i = 0; i < k; i++)
             lr__index_touch(ix, ix->cref[ix->cand[i]], tick);

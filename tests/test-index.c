@@ -205,6 +205,31 @@ learn_match_basics(void **state)
     pk.n_keys = 9; /* must agree with n_tokens */
     assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_EINVAL);
 
+    /* a caller's wider hit struct: written at its stride, in order */
+    struct wide_hit {
+        lr_index_hit h;
+        uint32_t extra;
+    } w[3];
+    memset(w, 0x5a, sizeof w);
+    pk.n_keys = nk;
+    r.hits = &w[0].h;
+    r.hits_capacity = 3;
+    r.hit_size = sizeof w[0];
+    assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_OK);
+    assert_int_equal(r.n_hits, 2);
+    assert_int_equal(w[0].h.instance, 7);
+    assert_int_equal(w[0].h.tokens, 40);
+    assert_int_equal(w[1].h.instance, 9);
+    assert_int_equal(w[0].extra, 0x5a5a5a5a);
+    assert_int_equal(w[2].h.instance, 0x5a5a5a5a);
+    r.hit_size = LR_INDEX_HIT_SIZE_V1 - 1;
+    assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_EINVAL);
+    r.hit_size = 0; /* the 0.1 size */
+    r.hits = h;
+    r.hits_capacity = 2;
+    assert_int_equal(lr_index_match(ix, &pk, 6, 0, &r), LR_OK);
+    assert_int_equal(h[1].instance, 9);
+
     /* re-learning known prompts adds nothing */
     assert_int_equal(learn(ix, a, 40, 7, LR_TRUST_LOCAL, 7), LR_OK);
     assert_int_equal(blocks(ix), 19);

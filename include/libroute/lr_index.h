@@ -219,6 +219,10 @@ typedef struct lr_index_hit {
     uint32_t tokens;
 } lr_index_hit;
 
+/** Size of the 0.1 lr_index_hit: the least stride a caller may give.
+ * @since 0.2 */
+#define LR_INDEX_HIT_SIZE_V1 (offsetof(lr_index_hit, tokens) + 4)
+
 /** Result of a match. The caller provides the hits buffer. @since 0.1 */
 typedef struct lr_index_match_result {
     size_t struct_size;
@@ -234,21 +238,34 @@ typedef struct lr_index_match_result {
     /** Out: complete blocks in the prompt. */
     uint64_t prompt_blocks;
     /* v1 ends here */
+    /** In: the caller's sizeof(lr_index_hit), the stride of `hits`, at
+     * least LR_INDEX_HIT_SIZE_V1 (LR_EINVAL otherwise); 0 means
+     * LR_INDEX_HIT_SIZE_V1, the 0.1 size. @since 0.2 */
+    size_t hit_size;
+    /* v2 ends here */
 } lr_index_match_result;
 
 #define LR_INDEX_MATCH_RESULT_SIZE_V1 \
     (offsetof(lr_index_match_result, prompt_blocks) + sizeof(uint64_t))
+#define LR_INDEX_MATCH_RESULT_SIZE_V2 \
+    (offsetof(lr_index_match_result, hit_size) + sizeof(size_t))
 #ifndef __cplusplus
-#define LR_INDEX_MATCH_RESULT_INIT \
-    { .struct_size = sizeof(lr_index_match_result) }
+#define LR_INDEX_MATCH_RESULT_INIT                    \
+    {                                                 \
+        .struct_size = sizeof(lr_index_match_result), \
+        .hit_size = sizeof(lr_index_hit)              \
+    }
 #endif
-/** Zero the caller's `size` bytes of `r`, stamp struct_size = size and
- * set the defaults. Use the lr_index_match_result_init() macro, which passes
- * sizeof *r as the caller's compiler sees it. @since 0.2 */
+/** Zero the caller's `size` bytes of `r` and stamp struct_size = size
+ * (hit_size stays 0: the 0.1 size). Use the lr_index_match_result_init()
+ * macro, which passes sizeof *r and sets hit_size to sizeof(lr_index_hit)
+ * as the caller's compiler sees them (it evaluates `r` twice).
+ * @since 0.2 */
 LR_API void lr_index_match_result_init_sized(lr_index_match_result *r,
                                              size_t size);
-#define lr_index_match_result_init(r) \
-    lr_index_match_result_init_sized((r), sizeof *(r))
+#define lr_index_match_result_init(r)                    \
+    (lr_index_match_result_init_sized((r), sizeof *(r)), \
+     (void)((r)->hit_size = sizeof(lr_index_hit)))
 
 /** lr_index_match() flag: do not refresh the matched routes' recency (a dry
  * run). Expired routes are still dropped. @since 0.1 */

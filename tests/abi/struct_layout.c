@@ -183,6 +183,20 @@ FIELD(lr_index_match_result, lr_index_match_result_v1, deepest_tokens,
 FIELD(lr_index_match_result, lr_index_match_result_v1, prompt_blocks, uint64_t);
 SIZED(lr_index_match_result, lr_index_match_result_v1,
       LR_INDEX_MATCH_RESULT_SIZE_V1, prompt_blocks);
+/* 0.2 appended the hits' stride. */
+struct lr_index_match_result_v2 {
+    struct lr_index_match_result_v1 v1;
+    size_t hit_size;
+};
+_Static_assert(offsetof(lr_index_match_result, hit_size) ==
+                   offsetof(struct lr_index_match_result_v2, hit_size),
+               "lr_index_match_result.hit_size: offset changed");
+_Static_assert(LR_INDEX_MATCH_RESULT_SIZE_V2 ==
+                   offsetof(struct lr_index_match_result_v2, hit_size) +
+                       sizeof(size_t),
+               "LR_INDEX_MATCH_RESULT_SIZE_V2: does not end at hit_size");
+_Static_assert(LR_INDEX_HIT_SIZE_V1 == 8 && LR_SCORE_SIZE_V1 == 16,
+               "the 0.1 array element sizes");
 
 struct lr_kv_stored_v1 {
     size_t struct_size;
