@@ -1168,8 +1168,10 @@ policy_gorgo_tuner(void **state)
     assert_near(w.queue, 0.1);
     assert_near(p.rtt, 0.5);
     assert_near(p.queue, 0.1);
-    /* 128 slow first tokens measure the incumbent; a candidate serves */
-    gorgo_feed(r, 128, 1.0, 2.0, &rs);
+    /* 128 first tokens (the oldest 32 very slow) measure the incumbent;
+     * a candidate serves */
+    gorgo_feed(r, 32, 9.0, 10.0, &rs);
+    gorgo_feed(r, 96, 1.0, 2.0, &rs);
     w = gorgo_in_service(r);
     p = gorgo_param(r);
     assert_true(w.rtt != 0.5 || w.queue != 0.1);
@@ -1177,9 +1179,14 @@ policy_gorgo_tuner(void **state)
     assert_near(p.queue, 0.1);
     assert_true(in(w.rtt, 0.05, 2.0) && in(w.queue, 0.05, 0.5));
     struct gw cand = w;
-    /* 128 fast ones under the candidate: it wins and becomes the tuned
-     * value */
-    gorgo_feed(r, 128, 0.1, 0.2, &rs);
+    /* one hop of 32 fast ones under the candidate: it is judged then (one
+     * step per hop, as GORGO), on a window the very slow ones have left,
+     * wins and becomes the tuned value */
+    gorgo_feed(r, 31, 0.1, 0.2, &rs);
+    w = gorgo_in_service(r);
+    assert_true(w.rtt == cand.rtt && w.queue == cand.queue);
+    assert_near(gorgo_param(r).rtt, 0.5);
+    gorgo_feed(r, 1, 0.1, 0.2, &rs);
     p = gorgo_param(r);
     assert_near(p.rtt, cand.rtt);
     assert_near(p.queue, cand.queue);
