@@ -184,8 +184,9 @@ prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
                     SEED_SESSION ^ q->tenant_salt);
 }
 
-/* DualMap's key: the deepest hot-enough prefix key (its keys are kept in
- * rt for the hotness window). */
+/* DualMap's key: the deepest hot-enough prefix key, two key blocks at
+ * least (its keys are kept in rt for the hotness window); a shorter
+ * prompt: the hash of its first two key blocks' worth of tokens. */
 static uint64_t
 hotness_key(const lr_router *r, struct route *rt)
 {
@@ -195,7 +196,8 @@ hotness_key(const lr_router *r, struct route *rt)
         lr__hot_keys(&r->hot, r->kbuf, rt->nk, per > 0 ? per : 1, rt->keys);
     if (rt->n_keys == 0)
         return prefix_key(r, rt,
-                          (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
+                          lr__hot_first_blocks(&r->hot) *
+                              (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
     return lr__hot_pick(&r->hot, rt->keys, rt->n_keys);
 }
 

@@ -405,7 +405,8 @@ rule_dynamo(void **state)
 }
 
 /* DualMap: two ring candidates; equal hits -> fewer pending prefill
- * tokens; else the higher hit until its TTFT passes the SLO or it stalls. */
+ * tokens; else the higher hit until its predicted TTFT (stall included)
+ * passes the SLO. */
 static void
 rule_dualmap(void **state)
 {
@@ -431,10 +432,17 @@ rule_dualmap(void **state)
     o = decide(LR_POLICY_DUALMAP, t, 4, 64);
     assert_int_equal(o.d.instance, 13);
     assert_reason(o.d, LR_REASON_SLO_SWITCH);
-    t[1].prefill_tokens = 0;
-    t[1].stall_s = 4; /* a decode stall also switches */
+    /* a decode stall counts in the estimate, and the choice switches on
+     * the estimate alone: 4 s of stall, 4.0025 s < 5 s, the hit stays */
+    t[1].stall_s = 4;
     t[3].prefill_tokens = 10;
     t[1].prefill_tokens = 20;
+    o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    assert_true(fabs(o.d.cost - (20.0 / RATE + 4)) < 1e-12);
+    /* 5 s of stall: 5.0025 s > 5 s, the switch */
+    t[1].stall_s = 5;
     o = decide(LR_POLICY_DUALMAP, t, 4, 64);
     assert_int_equal(o.d.instance, 13);
     assert_reason(o.d, LR_REASON_SLO_SWITCH);
