@@ -431,7 +431,8 @@ min_ttft_row(const struct lr__pctx *c, double w_stall)
 }
 
 /* Preble: the best hit when its ratio passes, else the least estimated
- * TTFT (with the decode-stall term). */
+ * TTFT: queue + prefill (the decode-stall term is DualMap's, not
+ * Preble's). */
 static struct lr__choice
 decide_preble(const struct lr__pctx *c)
 {
@@ -439,7 +440,7 @@ decide_preble(const struct lr__pctx *c)
     if (best > 0 && hit_ratio(c, best) > LR__P(c, PREBLE_HIT))
         return lr__choose(c, lr__least_among_best(c, best),
                           LR_REASON_PREFIX_HIT, LR_POLICY_PREBLE);
-    return lr__choose(c, min_ttft_row(c, 1), LR_REASON_MIN_COST,
+    return lr__choose(c, min_ttft_row(c, 0), LR_REASON_MIN_COST,
                       LR_POLICY_PREBLE);
 }
 

@@ -349,8 +349,9 @@ rule_sglang(void **state)
     assert_int_equal(o.d.instance, 12);
 }
 
-/* Preble: best hit above 50%, else least estimated TTFT (with the stall
- * term); Mooncake's min-ttft: queue + prefill only. */
+/* Preble: best hit above 50%, else least estimated TTFT; Preble and
+ * Mooncake's min-ttft: queue + prefill only, no decode-stall term (that
+ * is DualMap's). */
 static void
 rule_preble_and_min_ttft(void **state)
 {
@@ -365,9 +366,10 @@ rule_preble_and_min_ttft(void **state)
     assert_int_equal(o.d.instance, 10);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
     o = decide(LR_POLICY_PREBLE, t, 3, 160);
-    assert_int_equal(o.d.instance, 11); /* 1.02 s against 2.02 s stalled */
+    assert_int_equal(o.d.instance, 12); /* 0.02 s: the stall does not count */
     assert_reason(o.d, LR_REASON_MIN_COST);
-    assert_true(fabs(o.score[2] - (160.0 / RATE + 2)) < 1e-12);
+    assert_true(fabs(o.score[2] - 160.0 / RATE) < 1e-12);
+    assert_true(fabs(o.score[1] - (8000.0 + 160) / RATE) < 1e-12);
     o = decide(LR_POLICY_MIN_TTFT, t, 3, 160);
     assert_int_equal(o.d.instance, 12); /* the stall does not count */
     assert_true(fabs(o.d.cost - 160.0 / RATE) < 1e-12);
