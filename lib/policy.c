@@ -495,11 +495,11 @@ decide_gorgo(const struct lr__pctx *c)
     return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST, LR_POLICY_GORGO);
 }
 
-/* Upper median of the rows' in-flight counts, by counting. */
+/* The k-th smallest (0-based) of the rows' in-flight counts, by
+ * counting. */
 static double
-median_inflight(const struct lr__pctx *c)
+kth_inflight(const struct lr__pctx *c, size_t want)
 {
-    size_t want = c->n / 2;
     for (size_t k = 0; k < c->n; k++) {
         uint32_t v = lr__row(c, k)->inflight;
         size_t below = 0, eq = 0;
@@ -513,9 +513,20 @@ median_inflight(const struct lr__pctx *c)
     return 0;
 }
 
+/* The median of the rows' in-flight counts: the middle one, or the mean
+ * of the two middle ones. */
+static double
+median_inflight(const struct lr__pctx *c)
+{
+    double lo = kth_inflight(c, (c->n - 1) / 2);
+    return c->n % 2 ? lo : (lo + kth_inflight(c, c->n / 2)) / 2;
+}
+
 /* Ranvier: the longest cached prefix (least in flight among equals); no
  * prefix -> bounded-load hashing; the load override sends a choice whose
- * in flight exceeds PRESSURE x median to the least loaded. */
+ * in flight exceeds PRESSURE x median to the least loaded. The median is
+ * the true one: at low concurrency (median 0) a choice with any request
+ * in flight is overridden. */
 static struct lr__choice
 decide_ranvier(const struct lr__pctx *c)
 {
@@ -529,14 +540,9 @@ decide_ranvier(const struct lr__pctx *c)
     struct lr__choice ch =
         lr__choose(c, lr__least_among_best(c, best), LR_REASON_PREFIX_HIT, me);
     double pressure = LR__P(c, RANVIER_PRESSURE);
-    if (pressure > 0) {
-        double med = median_inflight(c);
-        if (med < 1)
-            med = 1;
-        if ((double)lr__row(c, ch.k)->inflight > pressure * med)
-            ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE,
-                            me);
-    }
+    if (pressure > 0 &&
+        (double)lr__row(c, ch.k)->inflight > pressure * median_inflight(c))
+        ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE, me);
     return ch;
 }
 

@@ -473,7 +473,9 @@ rule_gorgo(void **state)
     assert_int_equal(o.d.instance, 1 + 10); /* 74 + 712 < 558 + 512 */
 }
 
-/* Ranvier: the deepest hit; the override when in flight > 2 x median. */
+/* Ranvier: the deepest hit; the override when in flight > 2 x median, the
+ * true median (the mean of the middle two of an even count, and 0 at low
+ * concurrency: no floor). */
 static void
 rule_ranvier(void **state)
 {
@@ -485,7 +487,7 @@ rule_ranvier(void **state)
     t[1].inflight = 1;
     t[2].inflight = 2;
     t[3].inflight = 3;
-    /* upper median 3: 4 is not > 6 */
+    /* median 2.5: 4 is not > 5 */
     struct out o = decide(LR_POLICY_RANVIER, t, 4, 64);
     assert_int_equal(o.d.instance, 10);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
@@ -493,6 +495,42 @@ rule_ranvier(void **state)
     o = decide(LR_POLICY_RANVIER, t, 4, 64);
     assert_int_equal(o.d.instance, 11);
     assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    /* 0, 2, 4, 7: median 3 (the upper median, 4, would keep 7 <= 8) */
+    t[1].inflight = 0;
+    t[3].inflight = 4;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    t[0].inflight = 6; /* 6 is not > 6 */
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    /* low concurrency: one request on the hit, none elsewhere (median 0):
+     * the override fires; with none anywhere it does not */
+    t[0].inflight = 1;
+    t[1].inflight = 0;
+    t[2].inflight = 0;
+    t[3].inflight = 0;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_not_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    t[0].inflight = 0;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    /* an odd count: the middle one (1, 2, 3 -> 2; 5 > 4) */
+    lr_candidate u[3];
+    table(u, 3);
+    u[0].cached_tokens = 64;
+    u[0].inflight = 5;
+    u[1].inflight = 2;
+    u[2].inflight = 1;
+    o = decide(LR_POLICY_RANVIER, u, 3, 64);
+    assert_int_equal(o.d.instance, 12);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    u[0].inflight = 4;
+    o = decide(LR_POLICY_RANVIER, u, 3, 64);
+    assert_int_equal(o.d.instance, 10);
     /* no hit: bounded-load hashing */
     t[0].cached_tokens = 0;
     t[2].ring_rank = 1;
