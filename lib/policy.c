@@ -398,9 +398,40 @@ decide_aibrix(const struct lr__pctx *c)
                       me);
 }
 
+/* The row whose index holds the fewest blocks (ties drawn), among the
+ * rows that cache prefixes when any does: an instance with prefix caching
+ * off holds no block however much it serves (the router learns nothing
+ * for it), where SGLang's tree would grow with its traffic. Scores are the
+ * block counts of the rows it ranks. */
+static uint32_t
+smallest_tree(const struct lr__pctx *c)
+{
+    bool any = false;
+    for (size_t k = 0; k < c->n; k++)
+        any = any || lr__row(c, k)->prefix_caching;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = r->prefix_caching || !any ? (double)r->tree_blocks : NAN;
+    }
+    uint32_t best = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        if (isnan(c->score[k]))
+            continue;
+        if (best == NONE || c->score[k] < c->score[best]) {
+            best = k;
+            ties = 1;
+        } else if (c->score[k] == c->score[best] &&
+                   lr__rng_below(c->rng, ++ties) == 0) {
+            best = k;
+        }
+    }
+    return best;
+}
+
 /* SGLang's cache-aware router: imbalanced (max - min above the absolute
  * and max above the relative threshold) -> least loaded; else the best
- * match if its ratio passes; else least loaded. */
+ * match if its ratio passes; else the worker with the smallest radix tree
+ * (SGLang's router source; FIELD.md's table says least loaded). */
 static struct lr__choice
 decide_sglang(const struct lr__pctx *c)
 {
@@ -418,7 +449,7 @@ decide_sglang(const struct lr__pctx *c)
     if (best > 0 && hit_ratio(c, best) > LR__P(c, SGLANG_MIN_RATIO))
         return lr__choose(c, lr__least_among_best(c, best),
                           LR_REASON_PREFIX_HIT, me);
-    return lr__choose(c, lr__least_inflight(c), LR_REASON_FALLBACK, me);
+    return lr__choose(c, smallest_tree(c), LR_REASON_FALLBACK, me);
 }
 
 /* TTFT estimate of every row into the scores, then the least. */
@@ -565,7 +596,7 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
                                  decide_prefix_cache },
     [LR_POLICY_PREFIX_CACHE_AND_LOAD] = { "prefix-cache-and-load", M,
                                           LR_RING_KEY_NONE, 0, decide_aibrix },
-    [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M,
+    [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M | LR__NEEDS_TREE,
                                        LR_RING_KEY_NONE, 0, decide_sglang },
     [LR_POLICY_PREBLE] = { "preble", M, LR_RING_KEY_NONE, 0, decide_preble },
     [LR_POLICY_MIN_TTFT] = { "min-ttft", M, LR_RING_KEY_NONE, 0,

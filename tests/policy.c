@@ -326,7 +326,9 @@ rule_aibrix(void **state)
 }
 
 /* SGLang: imbalanced (max - min > 64 and max > 1.5 x min) -> least loaded;
- * else the best match if its ratio > 0.3; else least loaded. */
+ * else the best match if its ratio > 0.3; else the smallest radix tree
+ * (tree_blocks), as SGLang's router source does (FIELD.md's table says
+ * least loaded). */
 static void
 rule_sglang(void **state)
 {
@@ -346,7 +348,31 @@ rule_sglang(void **state)
     assert_int_equal(o.d.instance, 10);
     o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107); /* 0.299 */
     assert_reason(o.d, LR_REASON_FALLBACK);
+    /* every tree empty: a draw among all */
+    assert_int_equal(picks(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107), 0x7);
+    /* the smallest tree, not the least loaded (12, 6 in flight) */
+    t[0].tree_blocks = 900;
+    t[1].tree_blocks = 40;
+    t[2].tree_blocks = 512;
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
+    assert_reason(o.d, LR_REASON_FALLBACK);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(o.d.cost == 40 && o.score[0] == 900 && o.score[2] == 512);
+    /* ties among the smallest are drawn */
+    t[2].tree_blocks = 40;
+    assert_int_equal(picks(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107), 0x6);
+    /* an instance that caches nothing holds no block whatever it serves:
+     * it does not count as a small tree while another caches */
+    t[2].tree_blocks = 0;
+    t[2].prefix_caching = 0;
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(isnan(o.score[2]));
+    for (int i = 0; i < 3; i++)
+        t[i].prefix_caching = 0; /* none caches: all compete */
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
     assert_int_equal(o.d.instance, 12);
+    assert_true(o.d.cost == 0);
 }
 
 /* Preble: best hit above 50%, else least estimated TTFT; Preble and

@@ -646,13 +646,17 @@ policy_sglang(void **state)
     sglang_case(60, 0, 64, 160, &o);
     assert_int_equal(o.d.instance, 0);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
-    /* ratio 48 / 160 = 0.3, not > 0.3: least loaded, fallback */
+    /* ratio 48 / 160 = 0.3, not > 0.3: the smallest radix tree (SGLang's
+     * router source), whatever the load: instance 1 holds no block,
+     * instance 0 the 3 of its match */
     sglang_case(1, 0, 48, 160, &o);
     assert_int_equal(o.d.instance, 1);
     assert_reason(o.d, LR_REASON_FALLBACK);
     assert_int_equal(o.d.best_cached_tokens, 48);
+    assert_near(score_of(&o, 0), 3);
+    assert_near(o.d.cost, 0);
     sglang_case(0, 1, 48, 160, &o);
-    assert_int_equal(o.d.instance, 0);
+    assert_int_equal(o.d.instance, 1);
     assert_reason(o.d, LR_REASON_FALLBACK);
     /* ratio 0.4 with the same loads: the match */
     sglang_case(1, 0, 64, 160, &o);

@@ -258,10 +258,17 @@ typedef struct lr_candidate {
     uint32_t ring_rank;
     /** Reserved; 0. */
     uint32_t flags;
+    /** Blocks the router's index holds for the instance
+     * (lr_index_instance_blocks): the size of its radix tree, which
+     * sglang-cache-aware's low-match branch minimizes, as SGLang's router
+     * does. The router fills it only for the policies that read it
+     * (sglang-cache-aware, and Lodestar when that is its fallback); 0
+     * otherwise. */
+    uint64_t tree_blocks;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
-#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, flags) + 4)
+#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, tree_blocks) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

@@ -483,8 +483,9 @@ pub struct lr_candidate {
     pub prefix_caching: i32,
     pub ring_rank: u32,
     pub flags: u32,
+    pub tree_blocks: u64,
 }
-pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, flags) + 4;
+pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, tree_blocks) + 8;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
