@@ -675,6 +675,21 @@ lodestar_rules(void **state)
     assert_int_equal(o.d.alt_instance, 10);
     for (int i = 0; i < 6; i++)
         assert_true(isnan(o.score[i]) == (i != 0 && i != 3));
+    /* Algorithm 4: with epsilon > 0 the exploration draw comes first,
+     * uniform over every row, K-filter or not; only the drawn row is
+     * scored (its cost) */
+    double explore_kf[] = { LR_PARAM_LODESTAR_EPSILON, 1 };
+    uint64_t drawn = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, explore_kf, 1, s, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_EXPLORE);
+        uint32_t k = o.d.instance - 10;
+        drawn |= 1ull << k;
+        for (uint32_t i = 0; i < 6; i++)
+            assert_true(isnan(o.score[i]) == (i != k));
+        assert_true(o.d.cost == o.score[k]);
+    }
+    assert_int_equal(drawn, 0x3f);
     /* power of d: the deepest hit plus d - 1 drawn others */
     for (int i = 0; i < 6; i++)
         t[i].kv_use = 0;
@@ -693,15 +708,17 @@ lodestar_rules(void **state)
         assert_false(isnan(o.score[0]));
     }
     assert_int_equal(seen, 0x3f);
-    /* exploration draws only among the scored rows */
+    /* the exploration draw comes before power of d too: any row */
     double explore[] = { LR_PARAM_LODESTAR_EPSILON, 1,
-                         LR_PARAM_LODESTAR_CANDIDATES, 2,
-                         LR_PARAM_LODESTAR_OOD, 0 };
-    for (uint64_t s = 1; s < 50; s++) {
-        assert_st(lodestar(t, 6, m, explore, 3, s, &o), LR_OK);
+                         LR_PARAM_LODESTAR_CANDIDATES, 2 };
+    drawn = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, explore, 2, s, &o), LR_OK);
         assert_reason(o.d, LR_REASON_EXPLORE);
+        drawn |= 1ull << (o.d.instance - 10);
         assert_false(isnan(o.score[o.d.instance - 10]));
     }
+    assert_int_equal(drawn, 0x3f);
     lr_mlp_destroy(m);
 }
 

@@ -170,7 +170,8 @@ typedef enum lr_param {
      * until the request ends, as published; 1 releases them at its first
      * token (the published option) (0). */
     LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
-    /** lodestar: probability of a uniform exploration draw (0.1). */
+    /** lodestar: probability of a uniform exploration draw over every
+     * candidate, before the K-filter and scoring (Algorithm 4) (0.1). */
     LR_PARAM_LODESTAR_EPSILON = 25,
     /** lodestar: candidates within this fraction of the best predicted
      * reward tie, and one of them is drawn (0.1). */
