@@ -11,9 +11,13 @@
  *                 draw (the deepest hit + d - 1 others) when configured,
  *                 else every row
  *   features    -> one batched forward pass per LR__CHUNK rows
- *   out of range (any scored row) -> the fallback decides (OOD)
- *   choose      = a draw among the rows within TIE of the best predicted
- *                 reward
+ *   out of range: each row judged alone; the rows out of the model's
+ *                 training range are dropped (OOD on), and the fallback
+ *                 decides only when none is left (OOD)
+ *   choose      = a draw among the rows left within TIE of the best
+ *                 predicted reward: with epsilon 0 this is the only
+ *                 exploration, and it never lands on a row predicted far
+ *                 worse or out of range
  *
  * The candidates are marked in the score array (0 = candidate, NaN = not)
  * and then scored in place (score = -predicted reward), so deciding needs
@@ -129,14 +133,16 @@ mark_sample(const struct lr__pctx *c)
     return d;
 }
 
-/* Score the marked rows in chunks: score = -predicted reward. Counts the
- * rows out of the model's range into *ood. */
+/* Score the marked rows in chunks: score = -predicted reward. With
+ * `drop`, a row out of the model's range is unmarked (NaN) instead. Counts
+ * the rows left into *left. */
 static lr_status
-score_marked(const struct lr__pctx *c, size_t *ood)
+score_marked(const struct lr__pctx *c, bool drop, uint32_t *left)
 {
     float x[LR__CHUNK * F], pred[LR__CHUNK];
     uint32_t idx[LR__CHUNK];
-    *ood = 0;
+    uint8_t out[LR__CHUNK];
+    *left = 0;
     for (uint32_t k = 0; k < c->n;) {
         uint32_t m = 0;
         for (; k < c->n && m < LR__CHUNK; k++) {
@@ -150,11 +156,13 @@ score_marked(const struct lr__pctx *c, size_t *ood)
         if (m == 0)
             break;
         LR_TRY(lr_mlp_predict(c->model, x, m, pred));
-        size_t out = 0;
-        LR_TRY(lr_mlp_out_of_range(c->model, x, m, &out));
-        *ood += out;
-        for (uint32_t i = 0; i < m; i++)
-            c->score[idx[i]] = -(double)pred[i];
+        if (drop)
+            LR_TRY(lr_mlp_out_of_range_rows(c->model, x, m, out, NULL));
+        for (uint32_t i = 0; i < m; i++) {
+            bool gone = drop && out[i];
+            c->score[idx[i]] = gone ? NAN : -(double)pred[i];
+            *left += !gone;
+        }
     }
     return LR_OK;
 }
@@ -216,17 +224,17 @@ lr__lodestar_decide(const struct lr__pctx *c)
     bool kf = mark_kfilter(c) > 0;
     if (!kf)
         (void)mark_sample(c);
-    size_t ood = 0;
-    if (score_marked(c, &ood) != LR_OK)
+    uint32_t left = 0;
+    if (score_marked(c, LR__P(c, LODESTAR_OOD) != 0, &left) != LR_OK)
         return fallback(c, LR_REASON_COLD_START);
-    if (ood > 0 && LR__P(c, LODESTAR_OOD) != 0)
+    if (left == 0) /* every candidate out of range */
         return fallback(c, LR_REASON_OOD);
     uint32_t k = pick_near_best(c);
     if (k == LR_NIL) /* no finite prediction: the model is of no use */
         return fallback(c, LR_REASON_COLD_START);
     struct lr__choice ch = lr__choose(
         c, k, kf ? LR_REASON_K_FILTER : LR_REASON_MIN_COST, LR_POLICY_LODESTAR);
-    if (kf) { /* the other ring candidate */
+    if (kf) { /* the other ring candidate, scored or dropped */
         uint32_t a = lr__row_of_rank(c, 1), b = lr__row_of_rank(c, 2);
         uint32_t other = k == a ? b : a;
         if (other != LR_NIL && other != k)

@@ -304,9 +304,10 @@ learns_the_fast_class(void **state)
     lr_router_destroy(b);
 }
 
-/* Out of range: once trained on small queues, a candidate with a queue
- * far beyond anything seen sends the decision to the fallback (reason
- * ood); with the guard off, the model scores it. */
+/* Out of range: once trained on small queues, every candidate with a
+ * queue far beyond anything seen: each is dropped (judged alone), none is
+ * left, and the fallback decides (reason ood); with the guard off, the
+ * model scores them. */
 static void
 out_of_range_falls_back(void **state)
 {

@@ -567,7 +567,8 @@ rule_ranvier(void **state)
 
 /* ---- Lodestar ------------------------------------------------------------------------ */
 
-/* A small network trained on rows where the reward is -inflight / 10. */
+/* A small network trained on rows where the reward is -inflight / 10
+ * (KV use from 0 to 1, and no effect). */
 static lr_mlp *
 inflight_model(void)
 {
@@ -578,7 +579,8 @@ inflight_model(void)
     for (int i = 0; i < N; i++) {
         lr_candidate c = row(10);
         c.inflight = (uint32_t)tu_below(&s, 11);
-        c.cached_tokens = (uint32_t)tu_below(&s, 2) * 64;
+        c.cached_tokens = (uint32_t)tu_below(&s, 3) * 64;
+        c.kv_use = (double)tu_below(&s, 11) / 10; /* in range: 0 .. 1 */
         lr__lodestar_features(&c, 128, 128, x + (size_t)i * F);
         y[i] = -(float)c.inflight / 10;
     }
@@ -655,13 +657,35 @@ lodestar_rules(void **state)
     }
     assert_int_equal(o.d.instance, t[best].instance);
     assert_int_equal(o.d.instance, 15); /* the least in flight */
-    /* out of range (in flight 40 was never trained on): the fallback */
+    /* out of range, judged per row (docs/learning.md): in flight 40 was
+     * never trained on, so that row alone is dropped and the model
+     * decides among the others */
     t[2].inflight = 40;
     assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_int_equal(o.d.instance, 15);
+    assert_true(isnan(o.score[2]) && !isnan(o.score[1]));
+    /* even the row predicted best goes when it is out of range (an RTT
+     * never trained on): the next best */
+    t[5].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_int_equal(o.d.instance, 14);
+    assert_true(isnan(o.score[5]));
+    /* every row out of range: the fallback decides, reason ood */
+    for (int i = 0; i < 6; i++)
+        t[i].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
     assert_reason(o.d, LR_REASON_OOD);
+    assert_int_equal(o.d.decider, LR_POLICY_PREFIX_CACHE_AND_LOAD);
+    /* the guard off: every row scored */
     double no_ood[] = { LR_PARAM_LODESTAR_OOD, 0 };
     assert_st(lodestar(t, 6, m, no_ood, 1, 3, &o), LR_OK);
     assert_reason(o.d, LR_REASON_MIN_COST);
+    for (int i = 0; i < 6; i++) {
+        assert_false(isnan(o.score[i]));
+        t[i].rtt_ms = 0;
+    }
     t[2].inflight = 6;
     /* K-filter: KV pressure and a long hit -> only ring ranks 1 and 2 */
     for (int i = 0; i < 6; i++)
@@ -675,6 +699,14 @@ lodestar_rules(void **state)
     assert_int_equal(o.d.alt_instance, 10);
     for (int i = 0; i < 6; i++)
         assert_true(isnan(o.score[i]) == (i != 0 && i != 3));
+    /* a K-filter candidate out of range is dropped; the other decides, and
+     * the dropped one is still the other candidate */
+    t[3].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_K_FILTER);
+    assert_int_equal(o.d.instance, 10);
+    assert_int_equal(o.d.alt_instance, 13);
+    t[3].rtt_ms = 0;
     /* Algorithm 4: with epsilon > 0 the exploration draw comes first,
      * uniform over every row, K-filter or not; only the drawn row is
      * scored (its cost) */
@@ -719,6 +751,18 @@ lodestar_rules(void **state)
         assert_false(isnan(o.score[o.d.instance - 10]));
     }
     assert_int_equal(drawn, 0x3f);
+    /* epsilon 0: the only exploration is the draw within the tie band,
+     * among rows in range; a row far worse is never drawn */
+    double band[] = { LR_PARAM_LODESTAR_TIE, 0.1 };
+    t[4].inflight = 3; /* rows 4 and 5 tie; the others are 0.1 s or more
+                        * worse (reward -in flight / 10) */
+    uint64_t in_band = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, band, 1, s, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_MIN_COST);
+        in_band |= 1ull << (o.d.instance - 10);
+    }
+    assert_int_equal(in_band, 0x30);
     lr_mlp_destroy(m);
 }
 

@@ -182,8 +182,9 @@ typedef enum lr_param {
      * and 2 are scored. */
     LR_PARAM_LODESTAR_KV_THRESHOLD = 27,
     LR_PARAM_LODESTAR_KFILTER_TOKENS = 28,
-    /** lodestar: 1 falls back when a candidate's features leave the
-     * training range, 0 scores anyway (1). */
+    /** lodestar: 1 drops the candidates whose features leave the training
+     * range, each judged alone, and falls back when none is left; 0
+     * scores every candidate (1). */
     LR_PARAM_LODESTAR_OOD = 29,
     /** lodestar: the policy used on cold start and out of range (7,
      * prefix-cache-and-load); any policy but lodestar. */
