@@ -751,8 +751,10 @@ lodestar_rules(void **state)
         assert_false(isnan(o.score[o.d.instance - 10]));
     }
     assert_int_equal(drawn, 0x3f);
-    /* epsilon 0: the only exploration is the draw within the tie band,
-     * among rows in range; a row far worse is never drawn */
+    /* epsilon 0 (the default, as the paper's runs): the only exploration
+     * is the draw within the tie band, among rows in range; a row far
+     * worse is never drawn */
+    assert_true(lr_param_bounds(LR_PARAM_LODESTAR_EPSILON).def == 0);
     double band[] = { LR_PARAM_LODESTAR_TIE, 0.1 };
     t[4].inflight = 3; /* rows 4 and 5 tie; the others are 0.1 s or more
                         * worse (reward -in flight / 10) */

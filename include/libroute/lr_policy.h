@@ -171,7 +171,9 @@ typedef enum lr_param {
      * token (the published option) (0). */
     LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
     /** lodestar: probability of a uniform exploration draw over every
-     * candidate, before the K-filter and scoring (Algorithm 4) (0.1). */
+     * candidate, before the K-filter and scoring (Algorithm 4) (0, as in
+     * the paper's runs; its code's default is 0.1). With 0 the tie band
+     * (LODESTAR_TIE) is the only exploration. */
     LR_PARAM_LODESTAR_EPSILON = 25,
     /** lodestar: candidates within this fraction of the best predicted
      * reward tie, and one of them is drawn (0.1). */
