@@ -3,9 +3,10 @@
  * Decide (lr__lodestar_decide), over the candidate table:
  *
  *   no model    -> the fallback policy decides (cold start)
- *   explore     = with probability epsilon a uniform draw over every row,
- *                 before the K-filter and before scoring (its Algorithm
- *                 4); only that row is scored, for the decision's cost
+ *   explore     = with probability epsilon (0 by default, as the paper's
+ *                 runs) a uniform draw over every row, before the K-filter
+ *                 and before scoring (its Algorithm 4); only that row is
+ *                 scored, for the decision's cost
  *   candidates  = the K-filter's two ring candidates when the fleet's KV
  *                 use is high and a long prefix is cached, else a power-of-d
  *                 draw (the deepest hit + d - 1 others) when configured,
@@ -372,13 +373,17 @@ lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
     if (ls->rq_has == NULL || !ls->rq_has[slot])
         return;
     ls->rq_has[slot] = 0;
-    if (ttft_s < 0 || ttft_s > max_ttft_s)
+    if (ttft_s < 0)
         return;
+    /* a slow first token is clipped to max_ttft_s, not dropped here: the
+     * learner keeps it (the model sees what a backlog costs) when that is
+     * within its max_abs_reward, and drops and counts it otherwise
+     * (Lodestar's 15 s rule; the default, see LODESTAR_MAX_TTFT_S) */
     const float *f = ls->rq_feat + (size_t)slot * (F + 1);
     /* a full queue or a reward out of range is counted by the learner */
     (void)lr_learner_add_sample(
-        atomic_load_explicit(&ls->learner, memory_order_relaxed), f, -ttft_s,
-        f[F]);
+        atomic_load_explicit(&ls->learner, memory_order_relaxed), f,
+        -(ttft_s < max_ttft_s ? ttft_s : max_ttft_s), f[F]);
 }
 
 uint64_t

@@ -195,8 +195,14 @@ typedef enum lr_param {
      * deepest cached prefix and a uniform draw of the others (power of d
      * choices); 0 scores every candidate (0). */
     LR_PARAM_LODESTAR_CANDIDATES = 31,
-    /** lodestar: first tokens later than this many seconds after the
-     * route give no sample (15). Router only. */
+    /** lodestar: a first token later than this many seconds after the
+     * route makes a sample clipped to it (reward -this) instead of being
+     * dropped; the learner then keeps it when this is within its
+     * max_abs_reward (15) and drops it (counted) otherwise. The default
+     * (60) is above the learner's 15, so slow first tokens are dropped, as
+     * in the paper; 15 or less clips them into the samples, so the model
+     * sees what a backlog costs (docs/learning.md measures both). Router
+     * only. */
     LR_PARAM_LODESTAR_MAX_TTFT_S = 32
 } lr_param;
 
