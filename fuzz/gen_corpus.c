@@ -1050,6 +1050,7 @@ gen_policy(void)
         c->instance_class = i % 3;
         c->prefix_caching = i != 5;
         c->ring_rank = (i + 2) % 6 < 3 ? (i + 2) % 6 + 1 : 0;
+        c->tree_blocks = 64u * ((i * 5) % 6);
     }
     double param[LR__PARAM_COUNT];
     for (int k = 0; k < LR__PARAM_COUNT; k++)

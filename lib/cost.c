@@ -8,9 +8,10 @@
  * The tuner, per observed TTFT:
  *
  *   window (LR_COST_TUNE_WINDOW samples, rolling) <- ttft
- *   every LR_COST_TUNE_HOP samples, once the window is full:
+ *   every LR_COST_TUNE_HOP samples, once the window is full (one step
+ *   per hop, as GORGO: 18 steps by sample 672):
  *     phase MEASURE: the window scores the incumbent (p95) -> propose
- *     phase TRIAL:   once the window holds only the trial's samples,
+ *     phase TRIAL:   the window (its last hop the trial's own samples)
  *                    p95 < incumbent x (1 - 0.5%) ? accept : roll back;
  *                    1/5 rule over the last 8 trials adapts sigma;
  *                    propose the next trial unless sigma < 0.02
@@ -51,7 +52,6 @@ struct tuner {
     int phase;
     double inc_rtt, inc_queue; /* incumbent while a trial runs */
     double f_inc;              /* incumbent's p95, seconds (NaN: none) */
-    uint32_t trial_samples;
     uint32_t since_hop;
     uint8_t outcomes, n_outcomes; /* last trials, bit = success */
     double win[LR_COST_TUNE_WINDOW];
@@ -222,7 +222,6 @@ propose(lr_cost *c)
     p[LR_COST_W_QUEUE] =
         clampd(exp(lq + sigma * gauss(&c->rng)), lo_q, W_QUEUE_CAP);
     t->phase = PHASE_TRIAL;
-    t->trial_samples = 0;
 }
 
 /* Judge the trial in service against the incumbent by the window's p95,
@@ -276,8 +275,6 @@ lr_cost_observe(lr_cost *c, double ttft_s)
     if (t->win_n < LR_COST_TUNE_WINDOW)
         t->win_n++;
     t->since_hop++;
-    if (t->phase == PHASE_TRIAL)
-        t->trial_samples++;
     if (t->win_n < LR_COST_TUNE_WINDOW || t->since_hop < LR_COST_TUNE_HOP)
         return LR_OK;
     t->since_hop = 0;
@@ -287,9 +284,8 @@ lr_cost_observe(lr_cost *c, double ttft_s)
         propose(c);
         return LR_OK;
     }
-    /* a trial is judged on a window of its own samples only */
-    if (t->trial_samples < LR_COST_TUNE_WINDOW)
-        return LR_OK;
+    /* a trial is judged at every hop, on the rolling window (GORGO's Fig.
+     * 3: 18 steps by sample 672); its last HOP samples are its own */
     judge(c, f);
     if (c->param[LR_COST_SIGMA] >= SIGMA_STOP)
         propose(c);
@@ -466,7 +462,7 @@ lr__cost_digest(const lr_cost *c)
     h = lr__digest_mix(h, lr__double_bits(t->inc_rtt));
     h = lr__digest_mix(h, lr__double_bits(t->inc_queue));
     h = lr__digest_mix(h, lr__double_bits(t->f_inc));
-    h = lr__digest_mix(h, ((uint64_t)t->win_n << 32) | t->trial_samples);
+    h = lr__digest_mix(h, (uint64_t)t->win_n);
     h = lr__digest_mix(h, ((uint64_t)t->since_hop << 32) | t->win_pos);
     h = lr__digest_mix(h, lr__hash(t->win, t->win_n * sizeof(double), 1));
     h = lr__digest_mix(h, t->trials ^ (t->accepted << 24) ^ t->samples);

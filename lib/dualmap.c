@@ -4,19 +4,24 @@
  *
  * The key (router side, before the table is ranked):
  *
- *   prompt blocks  |--512--|--512--|--512--| ...   (DUALMAP_KEY_TOKENS)
- *   keys[d]          k0      k1      k2            chained: k2 names all
+ *   prompt blocks  |--512--|--512--|--512--|--512--| ...  (DUALMAP_KEY_TOKENS)
+ *   keys[d]                  k0      k1      k2       chained: k2 names all
  *   ring key       = k0 unless k0 is hot; then k1 unless k1 is hot; ...
  *
- * so a prefix every request shares spreads over the ring by its longer
- * continuations, and a cold one keeps all its requests on two instances.
+ * The shortest key is two blocks (DualMap's A.2.1: 2 x 512 tokens served
+ * 95% of its conversation requests), or one when MAX_KEY_BLOCKS is 1; a
+ * shorter prompt is keyed by the hash of all its tokens (the router's
+ * short-prompt path). A prefix every request shares spreads over the ring
+ * by its longer continuations, and a cold one keeps all its requests on
+ * two instances.
  * Hot: share of the window > 2/n; cold again below 1/n (hysteresis).
  *
  * The choice (lr__dualmap_decide): the rows of ring ranks 1 and 2 are the
  * two candidates. Equal hits -> the less loaded (fewer pending prefill
  * tokens, a draw on a tie). Otherwise stay with the higher hit until its
- * expected TTFT passes the SLO or it is in a decode bottleneck, then the
- * less loaded (an SLO switch).
+ * expected TTFT (which counts a decode stall) passes the SLO, then the
+ * less loaded (an SLO switch). A stall alone does not switch: it makes an
+ * instance overloaded for the rebalancing plan only.
  */
 #include "dualmap.h"
 
@@ -28,6 +33,7 @@
 #define HOT_SEED 0x4c524e414d455331ull /* "LRNAMES1" */
 #define HOT_UP 2.0                     /* hot above 2/n of the window */
 #define HOT_DOWN 1.0                   /* cold again below 1/n */
+#define KEY_FIRST 2u /* key blocks of the shortest key (DualMap A.2.1) */
 
 struct lr__hot_ent {
     uint64_t key;
@@ -156,15 +162,23 @@ lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
 }
 
 uint32_t
+lr__hot_first_blocks(const struct lr__hot *h)
+{
+    return h->depth < KEY_FIRST ? h->depth : KEY_FIRST;
+}
+
+uint32_t
 lr__hot_keys(const struct lr__hot *h, const uint64_t *block_keys,
              size_t n_blocks, uint32_t per, uint64_t *keys)
 {
-    size_t avail = n_blocks / per;
-    if (avail > h->depth)
-        avail = h->depth;
-    for (size_t d = 0; d < avail; d++)
-        keys[d] = block_keys[(d + 1) * per - 1] | 1; /* never 0 */
-    return (uint32_t)avail;
+    size_t first = lr__hot_first_blocks(h);
+    size_t last = n_blocks / per; /* key blocks the prompt has */
+    if (last > h->depth)
+        last = h->depth;
+    uint32_t n = 0;
+    for (size_t b = first; b <= last; b++)
+        keys[n++] = block_keys[b * per - 1] | 1; /* never 0 */
+    return n;
 }
 
 uint64_t
@@ -243,9 +257,9 @@ lr__dualmap_decide(const struct lr__pctx *c)
         ch = lr__choose(c, less, LR_REASON_LEAST_LOADED, me);
     } else {
         uint32_t hi = ra->cached_tokens > rb->cached_tokens ? a : b;
-        /* overloaded: expected TTFT past the SLO, or a decode bottleneck */
-        bool over =
-            c->score[hi] > LR__P(c, TTFT_SLO_S) || lr__row(c, hi)->stall_s > 0;
+        /* overloaded: its expected TTFT (the stall term included) past
+         * the SLO; a stall under the SLO does not switch */
+        bool over = c->score[hi] > LR__P(c, TTFT_SLO_S);
         if (!over || hi == less)
             ch = lr__choose(c, hi, LR_REASON_PREFIX_HIT, me);
         else

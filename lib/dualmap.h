@@ -27,8 +27,14 @@ lr_status lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w,
                         uint32_t depth);
 void lr__hot_free(struct lr__hot *h, struct lr__mem *m);
 
-/* The prompt's key at each depth (blocks of `per` index blocks, never 0)
- * into keys[0 .. depth - 1]; returns how many it has. */
+/* Key blocks of the shortest key: 2 (DualMap's A.2.1), or the depth when
+ * that is 1. */
+uint32_t lr__hot_first_blocks(const struct lr__hot *h);
+
+/* The prompt's keys (blocks of `per` index blocks, never 0), from its
+ * first lr__hot_first_blocks() key blocks up to `depth` key blocks, into
+ * keys[]; returns how many it has (0: the prompt is shorter than the
+ * shortest key). */
 uint32_t lr__hot_keys(const struct lr__hot *h, const uint64_t *block_keys,
                       size_t n_blocks, uint32_t per, uint64_t *keys);
 

@@ -311,6 +311,24 @@ lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
 }
 
 lr_status
+lr_learner_score_rows(lr_learner *l, const float *x, size_t n, float *out,
+                      uint8_t *ood, size_t *n_ood)
+{
+    LR_RETURN_IF(l == NULL ||
+                     (n > 0 && (x == NULL || out == NULL || ood == NULL)),
+                 LR_EINVAL);
+    lr_mlp *net = lr__learner_model(l);
+    LR_RETURN_IF(net == NULL, LR_ESTATE);
+    if (n == 0) {
+        if (n_ood != NULL)
+            *n_ood = 0;
+        return LR_OK;
+    }
+    LR_TRY(lr_mlp_predict(net, x, n, out));
+    return lr_mlp_out_of_range_rows(net, x, n, ood, n_ood);
+}
+
+lr_status
 lr_learner_get_stats(lr_learner *l, lr_learner_stats *out)
 {
     LR_RETURN_IF(l == NULL || out == NULL, LR_EINVAL);

@@ -2,16 +2,23 @@
  *
  * Decide (lr__lodestar_decide), over the candidate table:
  *
+ *   no model    -> the fallback policy decides (cold start)
+ *   explore     = with probability epsilon (0 by default, as the paper's
+ *                 runs) a uniform draw over every row, before the K-filter
+ *                 and before scoring (its Algorithm 4); only that row is
+ *                 scored, for the decision's cost
  *   candidates  = the K-filter's two ring candidates when the fleet's KV
  *                 use is high and a long prefix is cached, else a power-of-d
  *                 draw (the deepest hit + d - 1 others) when configured,
  *                 else every row
- *   no model    -> the fallback policy decides (cold start)
  *   features    -> one batched forward pass per LR__CHUNK rows
- *   out of range (any scored row) -> the fallback decides (OOD)
- *   choose      = with probability epsilon a uniform draw (exploration),
- *                 else a draw among the rows within TIE of the best
- *                 predicted reward
+ *   out of range: each row judged alone; the rows out of the model's
+ *                 training range are dropped (OOD on), and the fallback
+ *                 decides only when none is left (OOD)
+ *   choose      = a draw among the rows left within TIE of the best
+ *                 predicted reward: with epsilon 0 this is the only
+ *                 exploration, and it never lands on a row predicted far
+ *                 worse or out of range
  *
  * The candidates are marked in the score array (0 = candidate, NaN = not)
  * and then scored in place (score = -predicted reward), so deciding needs
@@ -127,14 +134,16 @@ mark_sample(const struct lr__pctx *c)
     return d;
 }
 
-/* Score the marked rows in chunks: score = -predicted reward. Counts the
- * rows out of the model's range into *ood. */
+/* Score the marked rows in chunks: score = -predicted reward. With
+ * `drop`, a row out of the model's range is unmarked (NaN) instead. Counts
+ * the rows left into *left. */
 static lr_status
-score_marked(const struct lr__pctx *c, size_t *ood)
+score_marked(const struct lr__pctx *c, bool drop, uint32_t *left)
 {
     float x[LR__CHUNK * F], pred[LR__CHUNK];
     uint32_t idx[LR__CHUNK];
-    *ood = 0;
+    uint8_t out[LR__CHUNK];
+    *left = 0;
     for (uint32_t k = 0; k < c->n;) {
         uint32_t m = 0;
         for (; k < c->n && m < LR__CHUNK; k++) {
@@ -148,12 +157,25 @@ score_marked(const struct lr__pctx *c, size_t *ood)
         if (m == 0)
             break;
         LR_TRY(lr_mlp_predict(c->model, x, m, pred));
-        size_t out = 0;
-        LR_TRY(lr_mlp_out_of_range(c->model, x, m, &out));
-        *ood += out;
-        for (uint32_t i = 0; i < m; i++)
-            c->score[idx[i]] = -(double)pred[i];
+        if (drop)
+            LR_TRY(lr_mlp_out_of_range_rows(c->model, x, m, out, NULL));
+        for (uint32_t i = 0; i < m; i++) {
+            bool gone = drop && out[i];
+            c->score[idx[i]] = gone ? NAN : -(double)pred[i];
+            *left += !gone;
+        }
     }
+    return LR_OK;
+}
+
+/* Score row k alone (the exploration draw's cost). */
+static lr_status
+score_one(const struct lr__pctx *c, uint32_t k)
+{
+    float x[F], pred;
+    lr__lodestar_features(lr__row(c, k), c->prompt, c->output, x);
+    LR_TRY(lr_mlp_predict(c->model, x, 1, &pred));
+    c->score[k] = -(double)pred;
     return LR_OK;
 }
 
@@ -167,16 +189,6 @@ fallback(const struct lr__pctx *c, int32_t why)
         lr__policy_decide((int32_t)LR__P(c, LODESTAR_FALLBACK), c);
     ch.reason = why;
     return ch;
-}
-
-/* The n-th scored row (0-based), in table order. */
-static uint32_t
-nth_scored(const struct lr__pctx *c, uint32_t nth)
-{
-    for (uint32_t k = 0; k < c->n; k++)
-        if (!isnan(c->score[k]) && nth-- == 0)
-            return k;
-    return LR_NIL;
 }
 
 /* A draw among the rows within TIE of the best predicted reward. */
@@ -199,31 +211,36 @@ pick_near_best(const struct lr__pctx *c)
 struct lr__choice
 lr__lodestar_decide(const struct lr__pctx *c)
 {
-    uint32_t nc = mark_kfilter(c);
-    bool kf = nc > 0;
-    if (!kf)
-        nc = mark_sample(c);
     if (c->model == NULL)
         return fallback(c, LR_REASON_COLD_START);
-    size_t ood = 0;
-    if (score_marked(c, &ood) != LR_OK)
-        return fallback(c, LR_REASON_COLD_START);
-    if (ood > 0 && LR__P(c, LODESTAR_OOD) != 0)
-        return fallback(c, LR_REASON_OOD);
-    int32_t reason = kf ? LR_REASON_K_FILTER : LR_REASON_MIN_COST;
-    uint32_t k;
-    if (lr__rng_unit(c->rng) < LR__P(c, LODESTAR_EPSILON)) {
-        k = nth_scored(c, (uint32_t)lr__rng_below(c->rng, nc));
-        reason = LR_REASON_EXPLORE;
-    } else {
-        k = pick_near_best(c);
+    /* Algorithm 4's exploration: uniform over every row, before the
+     * K-filter and the scores (no draw at all with epsilon 0) */
+    double eps = LR__P(c, LODESTAR_EPSILON);
+    if (eps > 0 && lr__rng_unit(c->rng) < eps) {
+        uint32_t k = (uint32_t)lr__rng_below(c->rng, c->n);
+        if (score_one(c, k) != LR_OK)
+            return fallback(c, LR_REASON_COLD_START);
+        return lr__choose(c, k, LR_REASON_EXPLORE, LR_POLICY_LODESTAR);
     }
+    bool kf = mark_kfilter(c) > 0;
+    if (!kf)
+        (void)mark_sample(c);
+    uint32_t left = 0;
+    if (score_marked(c, LR__P(c, LODESTAR_OOD) != 0, &left) != LR_OK)
+        return fallback(c, LR_REASON_COLD_START);
+    if (left == 0) /* every candidate out of range */
+        return fallback(c, LR_REASON_OOD);
+    uint32_t k = pick_near_best(c);
     if (k == LR_NIL) /* no finite prediction: the model is of no use */
         return fallback(c, LR_REASON_COLD_START);
-    struct lr__choice ch = lr__choose(c, k, reason, LR_POLICY_LODESTAR);
-    if (kf && nc > 1)
-        ch.alt =
-            lr__row(c, nth_scored(c, k == nth_scored(c, 0) ? 1 : 0))->instance;
+    struct lr__choice ch = lr__choose(
+        c, k, kf ? LR_REASON_K_FILTER : LR_REASON_MIN_COST, LR_POLICY_LODESTAR);
+    if (kf) { /* the other ring candidate, scored or dropped */
+        uint32_t a = lr__row_of_rank(c, 1), b = lr__row_of_rank(c, 2);
+        uint32_t other = k == a ? b : a;
+        if (other != LR_NIL && other != k)
+            ch.alt = lr__row(c, other)->instance;
+    }
     return ch;
 }
 
@@ -356,13 +373,17 @@ lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
     if (ls->rq_has == NULL || !ls->rq_has[slot])
         return;
     ls->rq_has[slot] = 0;
-    if (ttft_s < 0 || ttft_s > max_ttft_s)
+    if (ttft_s < 0)
         return;
+    /* a slow first token is clipped to max_ttft_s, not dropped here: the
+     * learner keeps it (the model sees what a backlog costs) when that is
+     * within its max_abs_reward, and drops and counts it otherwise
+     * (Lodestar's 15 s rule; the default, see LODESTAR_MAX_TTFT_S) */
     const float *f = ls->rq_feat + (size_t)slot * (F + 1);
     /* a full queue or a reward out of range is counted by the learner */
     (void)lr_learner_add_sample(
-        atomic_load_explicit(&ls->learner, memory_order_relaxed), f, -ttft_s,
-        f[F]);
+        atomic_load_explicit(&ls->learner, memory_order_relaxed), f,
+        -(ttft_s < max_ttft_s ? ttft_s : max_ttft_s), f[F]);
 }
 
 uint64_t

@@ -80,8 +80,9 @@ void lr__lodestar_dispatch(struct lr__lodestar *ls, uint32_t slot, bool ours,
                            uint32_t output, float predicted);
 
 /* A request in slot `slot` leaves the queue (first token, ttft_s >= 0)
- * or ends without one (ttft_s < 0): its sample is made when the first
- * token came within max_ttft_s, else dropped. */
+ * or ends without one (ttft_s < 0): its sample goes to the learner with
+ * the TTFT clipped to max_ttft_s (the learner drops it beyond its
+ * max_abs_reward), or nothing when there was no first token. */
 void lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
                          double max_ttft_s);
 

@@ -413,6 +413,16 @@ lr_mlp_fit_normalization(lr_mlp *mlp, const float *x, size_t n_rows,
     return LR_OK;
 }
 
+/* Whether a row has a feature outside the fitted range (NaN included). */
+static bool
+row_out_of_range(const lr_mlp *mlp, const float *row)
+{
+    bool out = false;
+    for (size_t i = 0; i < mlp->d; i++)
+        out |= !(row[i] >= mlp->lo[i] && row[i] <= mlp->hi[i]);
+    return out;
+}
+
 lr_status
 lr_mlp_out_of_range(const lr_mlp *mlp, const float *x, size_t n_rows,
                     size_t *n_out)
@@ -420,16 +430,27 @@ lr_mlp_out_of_range(const lr_mlp *mlp, const float *x, size_t n_rows,
     LR_RETURN_IF(mlp == NULL || n_out == NULL, LR_EINVAL);
     LR_RETURN_IF(x == NULL && n_rows > 0, LR_EINVAL);
     LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
-    const size_t d = mlp->d;
+    size_t bad = 0;
+    for (size_t r = 0; r < n_rows; r++)
+        bad += row_out_of_range(mlp, x + r * mlp->d);
+    *n_out = bad;
+    return LR_OK;
+}
+
+lr_status
+lr_mlp_out_of_range_rows(const lr_mlp *mlp, const float *x, size_t n_rows,
+                         uint8_t *flags, size_t *n_out)
+{
+    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    LR_RETURN_IF((x == NULL || flags == NULL) && n_rows > 0, LR_EINVAL);
+    LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
     size_t bad = 0;
     for (size_t r = 0; r < n_rows; r++) {
-        const float *row = x + r * d;
-        bool out = false;
-        for (size_t i = 0; i < d; i++)
-            out |= !(row[i] >= mlp->lo[i] && row[i] <= mlp->hi[i]);
-        bad += out;
+        flags[r] = row_out_of_range(mlp, x + r * mlp->d);
+        bad += flags[r];
     }
-    *n_out = bad;
+    if (n_out != NULL)
+        *n_out = bad;
     return LR_OK;
 }
 

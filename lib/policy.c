@@ -51,7 +51,7 @@ static const struct lr__pdef pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_STATS_MAX_AGE_S] = { 0.001, 86400, 10, false },
     [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = { 0, 1 << 20, 128, true },
     [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = { 0, 1, 0, true },
-    [LR_PARAM_LODESTAR_EPSILON] = { 0, 1, 0.1, false },
+    [LR_PARAM_LODESTAR_EPSILON] = { 0, 1, 0, false },
     [LR_PARAM_LODESTAR_TIE] = { 0, 10, 0.1, false },
     [LR_PARAM_LODESTAR_KV_THRESHOLD] = { 0, 1, 0.8, false },
     [LR_PARAM_LODESTAR_KFILTER_TOKENS] = { 0, 1 << 24, 100, true },
@@ -59,7 +59,7 @@ static const struct lr__pdef pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_LODESTAR_FALLBACK] = { 0, LR_POLICY_LODESTAR - 1,
                                      LR_POLICY_PREFIX_CACHE_AND_LOAD, true },
     [LR_PARAM_LODESTAR_CANDIDATES] = { 0, 65534, 0, true },
-    [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 15, false },
+    [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 60, false },
 };
 
 const struct lr__pdef *
@@ -398,9 +398,40 @@ decide_aibrix(const struct lr__pctx *c)
                       me);
 }
 
+/* The row whose index holds the fewest blocks (ties drawn), among the
+ * rows that cache prefixes when any does: an instance with prefix caching
+ * off holds no block however much it serves (the router learns nothing
+ * for it), where SGLang's tree would grow with its traffic. Scores are the
+ * block counts of the rows it ranks. */
+static uint32_t
+smallest_tree(const struct lr__pctx *c)
+{
+    bool any = false;
+    for (size_t k = 0; k < c->n; k++)
+        any = any || lr__row(c, k)->prefix_caching;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = r->prefix_caching || !any ? (double)r->tree_blocks : NAN;
+    }
+    uint32_t best = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        if (isnan(c->score[k]))
+            continue;
+        if (best == NONE || c->score[k] < c->score[best]) {
+            best = k;
+            ties = 1;
+        } else if (c->score[k] == c->score[best] &&
+                   lr__rng_below(c->rng, ++ties) == 0) {
+            best = k;
+        }
+    }
+    return best;
+}
+
 /* SGLang's cache-aware router: imbalanced (max - min above the absolute
  * and max above the relative threshold) -> least loaded; else the best
- * match if its ratio passes; else least loaded. */
+ * match if its ratio passes; else the worker with the smallest radix tree
+ * (SGLang's router source; FIELD.md's table says least loaded). */
 static struct lr__choice
 decide_sglang(const struct lr__pctx *c)
 {
@@ -418,7 +449,7 @@ decide_sglang(const struct lr__pctx *c)
     if (best > 0 && hit_ratio(c, best) > LR__P(c, SGLANG_MIN_RATIO))
         return lr__choose(c, lr__least_among_best(c, best),
                           LR_REASON_PREFIX_HIT, me);
-    return lr__choose(c, lr__least_inflight(c), LR_REASON_FALLBACK, me);
+    return lr__choose(c, smallest_tree(c), LR_REASON_FALLBACK, me);
 }
 
 /* TTFT estimate of every row into the scores, then the least. */
@@ -431,7 +462,8 @@ min_ttft_row(const struct lr__pctx *c, double w_stall)
 }
 
 /* Preble: the best hit when its ratio passes, else the least estimated
- * TTFT (with the decode-stall term). */
+ * TTFT: queue + prefill (the decode-stall term is DualMap's, not
+ * Preble's). */
 static struct lr__choice
 decide_preble(const struct lr__pctx *c)
 {
@@ -439,7 +471,7 @@ decide_preble(const struct lr__pctx *c)
     if (best > 0 && hit_ratio(c, best) > LR__P(c, PREBLE_HIT))
         return lr__choose(c, lr__least_among_best(c, best),
                           LR_REASON_PREFIX_HIT, LR_POLICY_PREBLE);
-    return lr__choose(c, min_ttft_row(c, 1), LR_REASON_MIN_COST,
+    return lr__choose(c, min_ttft_row(c, 0), LR_REASON_MIN_COST,
                       LR_POLICY_PREBLE);
 }
 
@@ -494,11 +526,11 @@ decide_gorgo(const struct lr__pctx *c)
     return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST, LR_POLICY_GORGO);
 }
 
-/* Upper median of the rows' in-flight counts, by counting. */
+/* The k-th smallest (0-based) of the rows' in-flight counts, by
+ * counting. */
 static double
-median_inflight(const struct lr__pctx *c)
+kth_inflight(const struct lr__pctx *c, size_t want)
 {
-    size_t want = c->n / 2;
     for (size_t k = 0; k < c->n; k++) {
         uint32_t v = lr__row(c, k)->inflight;
         size_t below = 0, eq = 0;
@@ -512,9 +544,20 @@ median_inflight(const struct lr__pctx *c)
     return 0;
 }
 
+/* The median of the rows' in-flight counts: the middle one, or the mean
+ * of the two middle ones. */
+static double
+median_inflight(const struct lr__pctx *c)
+{
+    double lo = kth_inflight(c, (c->n - 1) / 2);
+    return c->n % 2 ? lo : (lo + kth_inflight(c, c->n / 2)) / 2;
+}
+
 /* Ranvier: the longest cached prefix (least in flight among equals); no
  * prefix -> bounded-load hashing; the load override sends a choice whose
- * in flight exceeds PRESSURE x median to the least loaded. */
+ * in flight exceeds PRESSURE x median to the least loaded. The median is
+ * the true one: at low concurrency (median 0) a choice with any request
+ * in flight is overridden. */
 static struct lr__choice
 decide_ranvier(const struct lr__pctx *c)
 {
@@ -528,14 +571,9 @@ decide_ranvier(const struct lr__pctx *c)
     struct lr__choice ch =
         lr__choose(c, lr__least_among_best(c, best), LR_REASON_PREFIX_HIT, me);
     double pressure = LR__P(c, RANVIER_PRESSURE);
-    if (pressure > 0) {
-        double med = median_inflight(c);
-        if (med < 1)
-            med = 1;
-        if ((double)lr__row(c, ch.k)->inflight > pressure * med)
-            ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE,
-                            me);
-    }
+    if (pressure > 0 &&
+        (double)lr__row(c, ch.k)->inflight > pressure * median_inflight(c))
+        ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE, me);
     return ch;
 }
 
@@ -558,7 +596,7 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
                                  decide_prefix_cache },
     [LR_POLICY_PREFIX_CACHE_AND_LOAD] = { "prefix-cache-and-load", M,
                                           LR_RING_KEY_NONE, 0, decide_aibrix },
-    [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M,
+    [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M | LR__NEEDS_TREE,
                                        LR_RING_KEY_NONE, 0, decide_sglang },
     [LR_POLICY_PREBLE] = { "preble", M, LR_RING_KEY_NONE, 0, decide_preble },
     [LR_POLICY_MIN_TTFT] = { "min-ttft", M, LR_RING_KEY_NONE, 0,

@@ -36,6 +36,7 @@
 /* The rows a policy reads besides the counters every row has. */
 #define LR__NEEDS_MATCH 1u /* cached_tokens from the index */
 #define LR__NEEDS_AGE 2u   /* cached_age_s (Lodestar's decayed hit ratio) */
+#define LR__NEEDS_TREE 4u  /* tree_blocks (SGLang's smallest tree) */
 
 /* DualMap's decode bottleneck: a queue that saw no first token for this
  * long is stuck behind decoding (the router's gather computes stall_s). */

@@ -153,19 +153,25 @@ gather_row(const lr_router *r, uint32_t id, uint64_t now_ns, lr_candidate *c)
     c->prefix_caching = v.prefix_caching;
 }
 
-/* Step 3: rows[0 .. n_act) in id order. With `age`, each cached prefix's
- * recency for Lodestar. */
+/* Step 3: rows[0 .. n_act) in id order. With LR__NEEDS_AGE, each cached
+ * prefix's recency for Lodestar; with LR__NEEDS_TREE, the blocks the
+ * index holds for each instance (SGLang's tree size). */
 static void
-route_gather(lr_router *r, const struct route *rt, bool age)
+route_gather(lr_router *r, const struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->q->now_ns;
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_candidate *c = &r->rows[k];
         gather_row(r, r->act[k], now, c);
         size_t blocks = c->cached_tokens / r->block_tokens;
-        if (age && blocks > 0 && blocks <= rt->nk)
+        if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
             c->cached_age_s =
                 lr__lodestar_age(&r->ls, r->kbuf[blocks - 1], c->instance, now);
+        /* LR_ENOENT: never learned anything, an empty tree (0) */
+        if ((needs & LR__NEEDS_TREE) &&
+            lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
+                LR_OK)
+            c->tree_blocks = 0;
     }
 }
 
@@ -184,8 +190,9 @@ prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
                     SEED_SESSION ^ q->tenant_salt);
 }
 
-/* DualMap's key: the deepest hot-enough prefix key (its keys are kept in
- * rt for the hotness window). */
+/* DualMap's key: the deepest hot-enough prefix key, two key blocks at
+ * least (its keys are kept in rt for the hotness window); a shorter
+ * prompt: the hash of its first two key blocks' worth of tokens. */
 static uint64_t
 hotness_key(const lr_router *r, struct route *rt)
 {
@@ -195,7 +202,8 @@ hotness_key(const lr_router *r, struct route *rt)
         lr__hot_keys(&r->hot, r->kbuf, rt->nk, per > 0 ? per : 1, rt->keys);
     if (rt->n_keys == 0)
         return prefix_key(r, rt,
-                          (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
+                          lr__hot_first_blocks(&r->hot) *
+                              (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
     return lr__hot_pick(&r->hot, rt->keys, rt->n_keys);
 }
 
@@ -240,7 +248,7 @@ route_table(lr_router *r, struct route *rt)
     uint32_t needs = lr__policy_needs(r->policy, r->param);
     LR_TRY(route_keys(r, rt));
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
-    route_gather(r, rt, (needs & LR__NEEDS_AGE) != 0);
+    route_gather(r, rt, needs);
     route_rank(r, rt);
     return LR_OK;
 }

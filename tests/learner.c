@@ -138,6 +138,12 @@ bad_input(void **state)
     assert_st(lr_learner_score(l, x, 1, out, NULL), LR_ESTATE);
     assert_st(lr_learner_score(NULL, x, 1, out, NULL), LR_EINVAL);
     assert_st(lr_learner_score(l, NULL, 1, out, NULL), LR_EINVAL);
+    uint8_t fl[1];
+    assert_st(lr_learner_score_rows(l, x, 1, out, fl, NULL), LR_ESTATE);
+    assert_st(lr_learner_score_rows(NULL, x, 1, out, fl, NULL), LR_EINVAL);
+    assert_st(lr_learner_score_rows(l, NULL, 1, out, fl, NULL), LR_EINVAL);
+    assert_st(lr_learner_score_rows(l, x, 1, NULL, fl, NULL), LR_EINVAL);
+    assert_st(lr_learner_score_rows(l, x, 1, out, NULL, NULL), LR_EINVAL);
     assert_st(lr_learner_step(NULL, 0, NULL), LR_EINVAL);
     assert_st(lr_learner_step(l, 2, NULL), LR_EINVAL);
     int32_t tr = 7;
@@ -408,6 +414,18 @@ learns_a_known_function(void **state)
     size_t ood = 0;
     assert_st(lr_learner_score(l, far, 2, out, &ood), LR_OK);
     assert_int_equal(ood, 1);
+    /* ... and judged per row: the second row, with the same predictions */
+    float out2[2];
+    uint8_t fl[2] = { 9, 9 };
+    ood = 0;
+    assert_st(lr_learner_score_rows(l, far, 2, out2, fl, &ood), LR_OK);
+    assert_int_equal(ood, 1);
+    assert_true(fl[0] == 0 && fl[1] == 1);
+    assert_memory_equal(out, out2, sizeof out);
+    assert_st(lr_learner_score_rows(l, far, 2, out2, fl, NULL), LR_OK);
+    ood = 9;
+    assert_st(lr_learner_score_rows(l, NULL, 0, NULL, NULL, &ood), LR_OK);
+    assert_int_equal(ood, 0);
     lr_learner_destroy(l);
 }
 

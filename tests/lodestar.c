@@ -183,9 +183,12 @@ cold_start_is_the_fallback(void **state)
     }
 }
 
-/* Samples: one per first token in time; none for a request that ends
- * without one, moves, is slower than LODESTAR_MAX_TTFT_S, or was a dry
- * run. */
+/* Samples: one per first token, a slow one clipped to LODESTAR_MAX_TTFT_S;
+ * the learner drops (and counts) one beyond its max_abs_reward (15 s):
+ * with the default cap (60 s) a slow first token is dropped, as in the
+ * paper, and with a cap of 15 s or less it is a sample at -cap (the model
+ * sees what a backlog costs). None for a request that ends without one,
+ * moves, or was a dry run. */
 static void
 samples_from_first_tokens(void **state)
 {
@@ -204,6 +207,32 @@ samples_from_first_tokens(void **state)
     assert_st(lr_router_fail(r, 3, T0 + 300 * MS), LR_OK);
     assert_st(lr_router_first_token(r, 4, T0 + 16 * SEC), LR_OK); /* late */
     assert_int_equal(lstats(r).samples, 1);
+    assert_int_equal(lstats(r).dropped_range, 1); /* -16 s: beyond 15 */
+    assert_st(lr_router_first_token(r, 4, T0 + 99 * SEC), LR_OK); /* no-op */
+    /* a cap of 15 s: the late one is a sample at -15 s */
+    assert_st(lr_router_set_param(r, LR_PARAM_LODESTAR_MAX_TTFT_S, 15), LR_OK);
+    route(r, 8, t, 64, T0, 0);
+    assert_st(lr_router_first_token(r, 8, T0 + 16 * SEC), LR_OK);
+    assert_int_equal(lstats(r).samples, 2);
+    int32_t trained = 1;
+    assert_st(lr_router_learn_step(r, 0, &trained), LR_OK);
+    assert_int_equal(trained, 0);
+    float x[4 * LR_LODESTAR_FEATURES], y[4];
+    size_t ns = 0;
+    assert_st(lr_router_learner_samples(r, x, LR_LODESTAR_FEATURES, y, 4, &ns),
+              LR_OK);
+    assert_int_equal(ns, 2);
+    assert_true(fabs(y[0] + 0.2) < 1e-6 && y[1] == -15.0f);
+    /* a lower cap clips lower */
+    assert_st(lr_router_set_param(r, LR_PARAM_LODESTAR_MAX_TTFT_S, 2), LR_OK);
+    route(r, 9, t, 64, T0, 0);
+    assert_st(lr_router_first_token(r, 9, T0 + 3 * SEC), LR_OK);
+    assert_st(lr_router_learn_step(r, 0, &trained), LR_OK);
+    assert_st(lr_router_learner_samples(r, x, LR_LODESTAR_FEATURES, y, 4, &ns),
+              LR_OK);
+    assert_int_equal(ns, 3);
+    assert_true(y[2] == -2.0f);
+    assert_st(lr_router_set_param(r, LR_PARAM_LODESTAR_MAX_TTFT_S, 60), LR_OK);
     /* a move drops the sample: its features were the old instance's */
     route(r, 5, t, 64, T0, 0);
     lr_decision d = route(r, 6, t, 64, T0, 0);
@@ -211,14 +240,14 @@ samples_from_first_tokens(void **state)
     assert_st(lr_router_move(r, 6, to), LR_OK);
     assert_st(lr_router_first_token(r, 6, T0 + 100 * MS), LR_OK);
     assert_st(lr_router_first_token(r, 5, T0 + 100 * MS), LR_OK);
-    assert_int_equal(lstats(r).samples, 2);
+    assert_int_equal(lstats(r).samples, 4);
     /* a switch away: routes of other policies make no sample */
     assert_st(lr_router_set_policy(r, LR_POLICY_ROUND_ROBIN), LR_OK);
     route(r, 7, t, 64, T0, 0);
     assert_st(lr_router_first_token(r, 7, T0 + 100 * MS), LR_OK);
-    assert_int_equal(lstats(r).samples, 2);
+    assert_int_equal(lstats(r).samples, 4);
     assert_st(lr_router_set_policy(r, LR_POLICY_LODESTAR), LR_OK);
-    assert_int_equal(lstats(r).samples, 2); /* kept across switches */
+    assert_int_equal(lstats(r).samples, 4); /* kept across switches */
     assert_st(lr__router_verify(r), LR_OK);
     lr_router_destroy(r);
 }
@@ -304,9 +333,10 @@ learns_the_fast_class(void **state)
     lr_router_destroy(b);
 }
 
-/* Out of range: once trained on small queues, a candidate with a queue
- * far beyond anything seen sends the decision to the fallback (reason
- * ood); with the guard off, the model scores it. */
+/* Out of range: once trained on small queues, every candidate with a
+ * queue far beyond anything seen: each is dropped (judged alone), none is
+ * left, and the fallback decides (reason ood); with the guard off, the
+ * model scores them. */
 static void
 out_of_range_falls_back(void **state)
 {

@@ -385,6 +385,16 @@ null_handling(void **state)
     assert_st(lr_mlp_out_of_range(m, x, 2, NULL), LR_EINVAL);
     assert_st(lr_mlp_out_of_range(m, NULL, 0, &n), LR_OK);
     assert_int_equal(n, 0);
+    uint8_t fl[2] = { 7, 7 };
+    assert_st(lr_mlp_out_of_range_rows(NULL, x, 2, fl, &n), LR_EINVAL);
+    assert_st(lr_mlp_out_of_range_rows(m, NULL, 2, fl, &n), LR_EINVAL);
+    assert_st(lr_mlp_out_of_range_rows(m, x, 2, NULL, &n), LR_EINVAL);
+    assert_true(fl[0] == 7 && fl[1] == 7);
+    n = 9;
+    assert_st(lr_mlp_out_of_range_rows(m, NULL, 0, NULL, &n), LR_OK);
+    assert_int_equal(n, 0);
+    assert_st(lr_mlp_out_of_range_rows(m, x, 2, fl, NULL), LR_OK);
+    assert_true(fl[0] == 0 && fl[1] == 0); /* never fitted: all in */
     assert_st(lr_mlp_train(NULL, x, y, 2, 1, &d), LR_EINVAL);
     assert_st(lr_mlp_train(m, NULL, y, 2, 1, &d), LR_EINVAL);
     assert_st(lr_mlp_train(m, x, NULL, 2, 1, &d), LR_EINVAL);
@@ -424,6 +434,8 @@ absurd_sizes(void **state)
     assert_st(lr_mlp_predict(m, x, huge, out), LR_EINVAL);
     assert_st(lr_mlp_fit_normalization(m, x, huge, y), LR_EINVAL);
     assert_st(lr_mlp_out_of_range(m, x, huge, &n), LR_EINVAL);
+    uint8_t fl[1];
+    assert_st(lr_mlp_out_of_range_rows(m, x, huge, fl, &n), LR_EINVAL);
     assert_st(lr_mlp_train(m, x, y, huge, 1, &d), LR_EINVAL);
     assert_st(lr_mlp_loss(m, x, y, huge, &d), LR_EINVAL);
     assert_st(lr__mlp_last_hidden(m, x, huge, out), LR_EINVAL);
@@ -686,6 +698,11 @@ predict_rejects_non_finite(void **state)
             assert_st(lr__mlp_last_hidden(m, xs, 3, h), LR_EINVAL);
             assert_st(lr_mlp_out_of_range(m, xs, 3, &n), LR_OK);
             assert_int_equal(n, 1); /* NaN and +-inf: out of range */
+            uint8_t fl[3];
+            assert_st(lr_mlp_out_of_range_rows(m, xs, 3, fl, &n), LR_OK);
+            assert_int_equal(n, 1);
+            for (int r = 0; r < 3; r++)
+                assert_int_equal(fl[r], r == at / 3);
         }
         float ys[3] = { 1, 2, 3 };
         ys[1] = bad[k];
@@ -702,7 +719,7 @@ predict_rejects_non_finite(void **state)
     lr_mlp_destroy(m);
 }
 
-/* predict, loss, out_of_range and last_hidden never allocate. */
+/* predict, loss, out_of_range(_rows) and last_hidden never allocate. */
 static void
 queries_allocate_nothing(void **state)
 {
@@ -722,6 +739,8 @@ queries_allocate_nothing(void **state)
         assert_st(lr_mlp_predict(m, x, rows, out), LR_OK);
         assert_st(lr_mlp_loss(m, x, y, rows, &mse), LR_OK);
         assert_st(lr_mlp_out_of_range(m, x, rows, &n), LR_OK);
+        assert_st(lr_mlp_out_of_range_rows(m, x, rows, (uint8_t *)out, &n),
+                  LR_OK);
         assert_st(lr__mlp_last_hidden(m, x, rows, out), LR_OK);
     }
     assert_int_equal(t.calls, 0);
@@ -826,6 +845,51 @@ constant_target_and_features(void **state)
     assert_int_equal(n, 1);
     assert_st(lr_mlp_out_of_range(m, x, 4, &n), LR_OK);
     assert_int_equal(n, 0);
+    lr_mlp_destroy(m);
+}
+
+/* Each row judged alone: flags agree with a naive [min, max] check per
+ * feature over the fitted rows, and their count with
+ * lr_mlp_out_of_range(); the bounds themselves are in range. */
+static void
+out_of_range_rows(void **state)
+{
+    (void)state;
+    uint64_t s = 31;
+    enum { D = 4, N = 40, Q = 300 };
+    lr_mlp *m = mk(D, 1, 4, 1, 0.0, NULL);
+    float *x = rand_rows(&s, N, D, -1, 1);
+    assert_st(lr_mlp_fit_normalization(m, x, N, NULL), LR_OK);
+    float lo[D], hi[D];
+    for (int i = 0; i < D; i++) {
+        lo[i] = hi[i] = x[i];
+        for (int r = 1; r < N; r++) {
+            lo[i] = x[r * D + i] < lo[i] ? x[r * D + i] : lo[i];
+            hi[i] = x[r * D + i] > hi[i] ? x[r * D + i] : hi[i];
+        }
+    }
+    float *q = rand_rows(&s, Q, D, -1.2f, 1.2f);
+    for (int i = 0; i < D; i++) { /* the bounds themselves */
+        q[i] = lo[i];
+        q[D + i] = hi[i];
+    }
+    uint8_t fl[Q];
+    size_t n = 0, n2 = 0, want = 0;
+    assert_st(lr_mlp_out_of_range_rows(m, q, Q, fl, &n), LR_OK);
+    assert_st(lr_mlp_out_of_range(m, q, Q, &n2), LR_OK);
+    for (int r = 0; r < Q; r++) {
+        bool out = false;
+        for (int i = 0; i < D; i++)
+            out = out || q[r * D + i] < lo[i] || q[r * D + i] > hi[i];
+        assert_int_equal(fl[r], out);
+        want += out;
+    }
+    assert_true(fl[0] == 0 && fl[1] == 0);
+    assert_int_equal(n, want);
+    assert_int_equal(n2, want);
+    assert_true(want > 0 && want < Q);
+    free(x);
+    free(q);
     lr_mlp_destroy(m);
 }
 
@@ -1462,6 +1526,7 @@ main(void)
         cmocka_unit_test(loss_is_mse_of_predictions),
         cmocka_unit_test(fit_without_target_keeps_target_stats),
         cmocka_unit_test(constant_target_and_features),
+        cmocka_unit_test(out_of_range_rows),
         cmocka_unit_test(out_of_range_counts),
         cmocka_unit_test(training_learns_a_function),
         cmocka_unit_test(training_is_deterministic),

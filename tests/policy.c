@@ -326,7 +326,9 @@ rule_aibrix(void **state)
 }
 
 /* SGLang: imbalanced (max - min > 64 and max > 1.5 x min) -> least loaded;
- * else the best match if its ratio > 0.3; else least loaded. */
+ * else the best match if its ratio > 0.3; else the smallest radix tree
+ * (tree_blocks), as SGLang's router source does (FIELD.md's table says
+ * least loaded). */
 static void
 rule_sglang(void **state)
 {
@@ -346,11 +348,36 @@ rule_sglang(void **state)
     assert_int_equal(o.d.instance, 10);
     o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107); /* 0.299 */
     assert_reason(o.d, LR_REASON_FALLBACK);
+    /* every tree empty: a draw among all */
+    assert_int_equal(picks(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107), 0x7);
+    /* the smallest tree, not the least loaded (12, 6 in flight) */
+    t[0].tree_blocks = 900;
+    t[1].tree_blocks = 40;
+    t[2].tree_blocks = 512;
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
+    assert_reason(o.d, LR_REASON_FALLBACK);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(o.d.cost == 40 && o.score[0] == 900 && o.score[2] == 512);
+    /* ties among the smallest are drawn */
+    t[2].tree_blocks = 40;
+    assert_int_equal(picks(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107), 0x6);
+    /* an instance that caches nothing holds no block whatever it serves:
+     * it does not count as a small tree while another caches */
+    t[2].tree_blocks = 0;
+    t[2].prefix_caching = 0;
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(isnan(o.score[2]));
+    for (int i = 0; i < 3; i++)
+        t[i].prefix_caching = 0; /* none caches: all compete */
+    o = decide(LR_POLICY_SGLANG_CACHE_AWARE, t, 3, 107);
     assert_int_equal(o.d.instance, 12);
+    assert_true(o.d.cost == 0);
 }
 
-/* Preble: best hit above 50%, else least estimated TTFT (with the stall
- * term); Mooncake's min-ttft: queue + prefill only. */
+/* Preble: best hit above 50%, else least estimated TTFT; Preble and
+ * Mooncake's min-ttft: queue + prefill only, no decode-stall term (that
+ * is DualMap's). */
 static void
 rule_preble_and_min_ttft(void **state)
 {
@@ -365,9 +392,10 @@ rule_preble_and_min_ttft(void **state)
     assert_int_equal(o.d.instance, 10);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
     o = decide(LR_POLICY_PREBLE, t, 3, 160);
-    assert_int_equal(o.d.instance, 11); /* 1.02 s against 2.02 s stalled */
+    assert_int_equal(o.d.instance, 12); /* 0.02 s: the stall does not count */
     assert_reason(o.d, LR_REASON_MIN_COST);
-    assert_true(fabs(o.score[2] - (160.0 / RATE + 2)) < 1e-12);
+    assert_true(fabs(o.score[2] - 160.0 / RATE) < 1e-12);
+    assert_true(fabs(o.score[1] - (8000.0 + 160) / RATE) < 1e-12);
     o = decide(LR_POLICY_MIN_TTFT, t, 3, 160);
     assert_int_equal(o.d.instance, 12); /* the stall does not count */
     assert_true(fabs(o.d.cost - 160.0 / RATE) < 1e-12);
@@ -405,7 +433,8 @@ rule_dynamo(void **state)
 }
 
 /* DualMap: two ring candidates; equal hits -> fewer pending prefill
- * tokens; else the higher hit until its TTFT passes the SLO or it stalls. */
+ * tokens; else the higher hit until its predicted TTFT (stall included)
+ * passes the SLO. */
 static void
 rule_dualmap(void **state)
 {
@@ -431,10 +460,17 @@ rule_dualmap(void **state)
     o = decide(LR_POLICY_DUALMAP, t, 4, 64);
     assert_int_equal(o.d.instance, 13);
     assert_reason(o.d, LR_REASON_SLO_SWITCH);
-    t[1].prefill_tokens = 0;
-    t[1].stall_s = 4; /* a decode stall also switches */
+    /* a decode stall counts in the estimate, and the choice switches on
+     * the estimate alone: 4 s of stall, 4.0025 s < 5 s, the hit stays */
+    t[1].stall_s = 4;
     t[3].prefill_tokens = 10;
     t[1].prefill_tokens = 20;
+    o = decide(LR_POLICY_DUALMAP, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    assert_true(fabs(o.d.cost - (20.0 / RATE + 4)) < 1e-12);
+    /* 5 s of stall: 5.0025 s > 5 s, the switch */
+    t[1].stall_s = 5;
     o = decide(LR_POLICY_DUALMAP, t, 4, 64);
     assert_int_equal(o.d.instance, 13);
     assert_reason(o.d, LR_REASON_SLO_SWITCH);
@@ -463,7 +499,9 @@ rule_gorgo(void **state)
     assert_int_equal(o.d.instance, 1 + 10); /* 74 + 712 < 558 + 512 */
 }
 
-/* Ranvier: the deepest hit; the override when in flight > 2 x median. */
+/* Ranvier: the deepest hit; the override when in flight > 2 x median, the
+ * true median (the mean of the middle two of an even count, and 0 at low
+ * concurrency: no floor). */
 static void
 rule_ranvier(void **state)
 {
@@ -475,7 +513,7 @@ rule_ranvier(void **state)
     t[1].inflight = 1;
     t[2].inflight = 2;
     t[3].inflight = 3;
-    /* upper median 3: 4 is not > 6 */
+    /* median 2.5: 4 is not > 5 */
     struct out o = decide(LR_POLICY_RANVIER, t, 4, 64);
     assert_int_equal(o.d.instance, 10);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
@@ -483,6 +521,42 @@ rule_ranvier(void **state)
     o = decide(LR_POLICY_RANVIER, t, 4, 64);
     assert_int_equal(o.d.instance, 11);
     assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    /* 0, 2, 4, 7: median 3 (the upper median, 4, would keep 7 <= 8) */
+    t[1].inflight = 0;
+    t[3].inflight = 4;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 11);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    t[0].inflight = 6; /* 6 is not > 6 */
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    /* low concurrency: one request on the hit, none elsewhere (median 0):
+     * the override fires; with none anywhere it does not */
+    t[0].inflight = 1;
+    t[1].inflight = 0;
+    t[2].inflight = 0;
+    t[3].inflight = 0;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_not_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    t[0].inflight = 0;
+    o = decide(LR_POLICY_RANVIER, t, 4, 64);
+    assert_int_equal(o.d.instance, 10);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    /* an odd count: the middle one (1, 2, 3 -> 2; 5 > 4) */
+    lr_candidate u[3];
+    table(u, 3);
+    u[0].cached_tokens = 64;
+    u[0].inflight = 5;
+    u[1].inflight = 2;
+    u[2].inflight = 1;
+    o = decide(LR_POLICY_RANVIER, u, 3, 64);
+    assert_int_equal(o.d.instance, 12);
+    assert_reason(o.d, LR_REASON_LOAD_OVERRIDE);
+    u[0].inflight = 4;
+    o = decide(LR_POLICY_RANVIER, u, 3, 64);
+    assert_int_equal(o.d.instance, 10);
     /* no hit: bounded-load hashing */
     t[0].cached_tokens = 0;
     t[2].ring_rank = 1;
@@ -493,7 +567,8 @@ rule_ranvier(void **state)
 
 /* ---- Lodestar ------------------------------------------------------------------------ */
 
-/* A small network trained on rows where the reward is -inflight / 10. */
+/* A small network trained on rows where the reward is -inflight / 10
+ * (KV use from 0 to 1, and no effect). */
 static lr_mlp *
 inflight_model(void)
 {
@@ -504,7 +579,8 @@ inflight_model(void)
     for (int i = 0; i < N; i++) {
         lr_candidate c = row(10);
         c.inflight = (uint32_t)tu_below(&s, 11);
-        c.cached_tokens = (uint32_t)tu_below(&s, 2) * 64;
+        c.cached_tokens = (uint32_t)tu_below(&s, 3) * 64;
+        c.kv_use = (double)tu_below(&s, 11) / 10; /* in range: 0 .. 1 */
         lr__lodestar_features(&c, 128, 128, x + (size_t)i * F);
         y[i] = -(float)c.inflight / 10;
     }
@@ -581,13 +657,35 @@ lodestar_rules(void **state)
     }
     assert_int_equal(o.d.instance, t[best].instance);
     assert_int_equal(o.d.instance, 15); /* the least in flight */
-    /* out of range (in flight 40 was never trained on): the fallback */
+    /* out of range, judged per row (docs/learning.md): in flight 40 was
+     * never trained on, so that row alone is dropped and the model
+     * decides among the others */
     t[2].inflight = 40;
     assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_int_equal(o.d.instance, 15);
+    assert_true(isnan(o.score[2]) && !isnan(o.score[1]));
+    /* even the row predicted best goes when it is out of range (an RTT
+     * never trained on): the next best */
+    t[5].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_int_equal(o.d.instance, 14);
+    assert_true(isnan(o.score[5]));
+    /* every row out of range: the fallback decides, reason ood */
+    for (int i = 0; i < 6; i++)
+        t[i].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
     assert_reason(o.d, LR_REASON_OOD);
+    assert_int_equal(o.d.decider, LR_POLICY_PREFIX_CACHE_AND_LOAD);
+    /* the guard off: every row scored */
     double no_ood[] = { LR_PARAM_LODESTAR_OOD, 0 };
     assert_st(lodestar(t, 6, m, no_ood, 1, 3, &o), LR_OK);
     assert_reason(o.d, LR_REASON_MIN_COST);
+    for (int i = 0; i < 6; i++) {
+        assert_false(isnan(o.score[i]));
+        t[i].rtt_ms = 0;
+    }
     t[2].inflight = 6;
     /* K-filter: KV pressure and a long hit -> only ring ranks 1 and 2 */
     for (int i = 0; i < 6; i++)
@@ -601,6 +699,29 @@ lodestar_rules(void **state)
     assert_int_equal(o.d.alt_instance, 10);
     for (int i = 0; i < 6; i++)
         assert_true(isnan(o.score[i]) == (i != 0 && i != 3));
+    /* a K-filter candidate out of range is dropped; the other decides, and
+     * the dropped one is still the other candidate */
+    t[3].rtt_ms = 500;
+    assert_st(lodestar(t, 6, m, NULL, 0, 3, &o), LR_OK);
+    assert_reason(o.d, LR_REASON_K_FILTER);
+    assert_int_equal(o.d.instance, 10);
+    assert_int_equal(o.d.alt_instance, 13);
+    t[3].rtt_ms = 0;
+    /* Algorithm 4: with epsilon > 0 the exploration draw comes first,
+     * uniform over every row, K-filter or not; only the drawn row is
+     * scored (its cost) */
+    double explore_kf[] = { LR_PARAM_LODESTAR_EPSILON, 1 };
+    uint64_t drawn = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, explore_kf, 1, s, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_EXPLORE);
+        uint32_t k = o.d.instance - 10;
+        drawn |= 1ull << k;
+        for (uint32_t i = 0; i < 6; i++)
+            assert_true(isnan(o.score[i]) == (i != k));
+        assert_true(o.d.cost == o.score[k]);
+    }
+    assert_int_equal(drawn, 0x3f);
     /* power of d: the deepest hit plus d - 1 drawn others */
     for (int i = 0; i < 6; i++)
         t[i].kv_use = 0;
@@ -619,15 +740,31 @@ lodestar_rules(void **state)
         assert_false(isnan(o.score[0]));
     }
     assert_int_equal(seen, 0x3f);
-    /* exploration draws only among the scored rows */
+    /* the exploration draw comes before power of d too: any row */
     double explore[] = { LR_PARAM_LODESTAR_EPSILON, 1,
-                         LR_PARAM_LODESTAR_CANDIDATES, 2,
-                         LR_PARAM_LODESTAR_OOD, 0 };
-    for (uint64_t s = 1; s < 50; s++) {
-        assert_st(lodestar(t, 6, m, explore, 3, s, &o), LR_OK);
+                         LR_PARAM_LODESTAR_CANDIDATES, 2 };
+    drawn = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, explore, 2, s, &o), LR_OK);
         assert_reason(o.d, LR_REASON_EXPLORE);
+        drawn |= 1ull << (o.d.instance - 10);
         assert_false(isnan(o.score[o.d.instance - 10]));
     }
+    assert_int_equal(drawn, 0x3f);
+    /* epsilon 0 (the default, as the paper's runs): the only exploration
+     * is the draw within the tie band, among rows in range; a row far
+     * worse is never drawn */
+    assert_true(lr_param_bounds(LR_PARAM_LODESTAR_EPSILON).def == 0);
+    double band[] = { LR_PARAM_LODESTAR_TIE, 0.1 };
+    t[4].inflight = 3; /* rows 4 and 5 tie; the others are 0.1 s or more
+                        * worse (reward -in flight / 10) */
+    uint64_t in_band = 0;
+    for (uint64_t s = 1; s < 100; s++) {
+        assert_st(lodestar(t, 6, m, band, 1, s, &o), LR_OK);
+        assert_reason(o.d, LR_REASON_MIN_COST);
+        in_band |= 1ull << (o.d.instance - 10);
+    }
+    assert_int_equal(in_band, 0x30);
     lr_mlp_destroy(m);
 }
 

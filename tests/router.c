@@ -646,13 +646,17 @@ policy_sglang(void **state)
     sglang_case(60, 0, 64, 160, &o);
     assert_int_equal(o.d.instance, 0);
     assert_reason(o.d, LR_REASON_PREFIX_HIT);
-    /* ratio 48 / 160 = 0.3, not > 0.3: least loaded, fallback */
+    /* ratio 48 / 160 = 0.3, not > 0.3: the smallest radix tree (SGLang's
+     * router source), whatever the load: instance 1 holds no block,
+     * instance 0 the 3 of its match */
     sglang_case(1, 0, 48, 160, &o);
     assert_int_equal(o.d.instance, 1);
     assert_reason(o.d, LR_REASON_FALLBACK);
     assert_int_equal(o.d.best_cached_tokens, 48);
+    assert_near(score_of(&o, 0), 3);
+    assert_near(o.d.cost, 0);
     sglang_case(0, 1, 48, 160, &o);
-    assert_int_equal(o.d.instance, 0);
+    assert_int_equal(o.d.instance, 1);
     assert_reason(o.d, LR_REASON_FALLBACK);
     /* ratio 0.4 with the same loads: the match */
     sglang_case(1, 0, 64, 160, &o);
@@ -884,8 +888,8 @@ policy_dualmap_choice(void **state)
     lr_router_destroy(r);
 }
 
-/* Decode bottleneck: a non-empty queue with no first token for 3 s is
- * treated as overloaded, and the interval enters its TTFT estimate. */
+/* Decode bottleneck: a non-empty queue with no first token for 3 s adds
+ * the interval to its TTFT estimate, which the SLO choice switches on. */
 static void
 policy_dualmap_decode_stall(void **state)
 {
@@ -914,28 +918,35 @@ policy_dualmap_decode_stall(void **state)
     dry(r, p, 1024, T0 + 4 * SEC, &o);
     assert_near(score_of(&o, x), (100.0 + 512) / 8000);
     assert_int_equal(o.d.instance, x);
-    /* 4 s after that first token: stalled for 4 s, under the SLO in
-     * time, yet overloaded by the rule */
+    /* 4 s after that first token: stalled for 4 s, but the estimate
+     * (stall included) is under the SLO, so the hit stays: the choice
+     * switches on the predicted TTFT alone (a stall only makes it a
+     * source for the rebalancing plan) */
     dry(r, p, 1024, T0 + 7500 * MS, &o);
     assert_near(score_of(&o, x), (100.0 + 512) / 8000 + 4.0);
+    assert_int_equal(o.d.instance, x);
+    assert_reason(o.d, LR_REASON_PREFIX_HIT);
+    /* 5 s stalled: past the SLO, the switch */
+    dry(r, p, 1024, T0 + 8500 * MS, &o);
+    assert_near(score_of(&o, x), (100.0 + 512) / 8000 + 5.0);
     assert_int_equal(o.d.instance, y);
     assert_reason(o.d, LR_REASON_SLO_SWITCH);
     lr_router_destroy(r);
 }
 
-/* Route `n` requests sharing their first 512 tokens, each with its own
- * 512-token suffix; return the set of instances chosen from request
- * `from` on. */
+/* Route `n` requests sharing their first 1024 tokens (the shortest key,
+ * two key blocks), each with its own 512-token suffix; return the set of
+ * instances chosen from request `from` on. */
 static uint64_t
 dualmap_shared(lr_router *r, const uint32_t *shared, int n, int from,
                uint32_t flags)
 {
-    static uint32_t t[1024];
+    static uint32_t t[1536];
     uint64_t seen = 0;
     for (int i = 0; i < n; i++) {
-        memcpy(t, shared, 512 * sizeof *t);
-        toks(t + 512, 512, next_id + 0x77);
-        lr_request q = req(t, 1024, flags, T0 + (uint64_t)i * MS);
+        memcpy(t, shared, 1024 * sizeof *t);
+        toks(t + 1024, 512, next_id + 0x77);
+        lr_request q = req(t, 1536, flags, T0 + (uint64_t)i * MS);
         struct dec o;
         assert_st(route_q(r, &q, &o), LR_OK);
         if (i >= from)
@@ -947,19 +958,63 @@ dualmap_shared(lr_router *r, const uint32_t *shared, int n, int from,
     return seen;
 }
 
+/* The key starts at two key blocks (DualMap's A.2.1: 2 x 512 tokens):
+ * prompts that share their first 1024 tokens share their two candidates;
+ * sharing only the first 512 does not tie them to one pair; a prompt
+ * shorter than two key blocks is keyed by all its tokens. */
+static void
+policy_dualmap_key_two_blocks(void **state)
+{
+    (void)state;
+    lr_router *r = mk(LR_POLICY_DUALMAP, 8);
+    static uint32_t a[1536], b[1536];
+    toks(a, 1536, 90);
+    struct dec o;
+    dry(r, a, 1536, T0, &o);
+    uint64_t pair = (1ull << o.d.instance) | (1ull << o.d.alt_instance);
+    uint64_t other = 0;
+    for (uint64_t i = 0; i < 20; i++) {
+        memcpy(b, a, 1536 * sizeof *b);
+        toks(b + 1024, 512, 100 + i); /* the same 1024 */
+        dry(r, b, 1536, T0, &o);
+        assert_true(((1ull << o.d.instance) | (1ull << o.d.alt_instance)) ==
+                    pair);
+        toks(b + 512, 1024, 200 + i); /* the same 512 only */
+        dry(r, b, 1536, T0, &o);
+        other |= ((1ull << o.d.instance) | (1ull << o.d.alt_instance)) & ~pair;
+        /* 600 tokens: keyed by all of them */
+        toks(b + 512, 88, 300 + i);
+        dry(r, b, 600, T0, &o);
+        other |= ((1ull << o.d.instance) | (1ull << o.d.alt_instance)) & ~pair;
+    }
+    assert_true(other != 0);
+    /* with one key block at most, the first 512 tokens are the key */
+    set_param(r, LR_PARAM_DUALMAP_MAX_KEY_BLOCKS, 1);
+    dry(r, a, 1536, T0, &o);
+    pair = (1ull << o.d.instance) | (1ull << o.d.alt_instance);
+    for (uint64_t i = 0; i < 20; i++) {
+        toks(b, 1536, 400 + i);
+        memcpy(b, a, 512 * sizeof *b);
+        dry(r, b, 1536, T0, &o);
+        assert_true(((1ull << o.d.instance) | (1ull << o.d.alt_instance)) ==
+                    pair);
+    }
+    lr_router_destroy(r);
+}
+
 static void
 policy_dualmap_hot_prefix(void **state)
 {
     (void)state;
-    static uint32_t shared[512];
-    toks(shared, 512, 83);
-    /* hot: the key grows past the shared 512 tokens, the suffix decides */
+    static uint32_t shared[1024];
+    toks(shared, 1024, 83);
+    /* hot: the key grows past the shared 1024 tokens, the suffix decides */
     lr_router *r = mk(LR_POLICY_DUALMAP, 8);
     uint64_t seen = dualmap_shared(r, shared, 200, 10, 0);
     assert_true(popcount64(seen) > 2);
     assert_router_ok(r);
     lr_router_destroy(r);
-    /* one key block at most: the two candidates of the shared prefix */
+    /* one key block at most: the two candidates of the shared 512 */
     r = mk(LR_POLICY_DUALMAP, 8);
     set_param(r, LR_PARAM_DUALMAP_MAX_KEY_BLOCKS, 1);
     seen = dualmap_shared(r, shared, 200, 0, 0);
@@ -976,19 +1031,19 @@ policy_dualmap_hot_prefix(void **state)
     uint64_t pair;
     struct dec o;
     {
-        uint32_t t[1024];
-        memcpy(t, shared, 512 * sizeof *t);
-        toks(t + 512, 512, 1);
-        dry(r, t, 1024, T0, &o);
+        static uint32_t t[1536];
+        memcpy(t, shared, 1024 * sizeof *t);
+        toks(t + 1024, 512, 1);
+        dry(r, t, 1536, T0, &o);
         pair = (1ull << o.d.instance) | (1ull << o.d.alt_instance);
     }
     dualmap_shared(r, shared, 16, 0, 0);
     seen = dualmap_shared(r, shared, 40, 0, LR_ROUTE_DRY_RUN);
     assert_true(popcount64(seen) > 2);
-    static uint32_t other[1024];
+    static uint32_t other[1536];
     for (int i = 0; i < 16; i++) {
-        toks(other, 1024, 5000 + (uint64_t)i);
-        lr_request q = req(other, 1024, 0, T0);
+        toks(other, 1536, 5000 + (uint64_t)i);
+        lr_request q = req(other, 1536, 0, T0);
         assert_st(route_q(r, &q, &o), LR_OK);
         assert_st(lr_router_complete(r, q.id, 1, T0), LR_OK);
     }
@@ -1168,8 +1223,10 @@ policy_gorgo_tuner(void **state)
     assert_near(w.queue, 0.1);
     assert_near(p.rtt, 0.5);
     assert_near(p.queue, 0.1);
-    /* 128 slow first tokens measure the incumbent; a candidate serves */
-    gorgo_feed(r, 128, 1.0, 2.0, &rs);
+    /* 128 first tokens (the oldest 32 very slow) measure the incumbent;
+     * a candidate serves */
+    gorgo_feed(r, 32, 9.0, 10.0, &rs);
+    gorgo_feed(r, 96, 1.0, 2.0, &rs);
     w = gorgo_in_service(r);
     p = gorgo_param(r);
     assert_true(w.rtt != 0.5 || w.queue != 0.1);
@@ -1177,9 +1234,14 @@ policy_gorgo_tuner(void **state)
     assert_near(p.queue, 0.1);
     assert_true(in(w.rtt, 0.05, 2.0) && in(w.queue, 0.05, 0.5));
     struct gw cand = w;
-    /* 128 fast ones under the candidate: it wins and becomes the tuned
-     * value */
-    gorgo_feed(r, 128, 0.1, 0.2, &rs);
+    /* one hop of 32 fast ones under the candidate: it is judged then (one
+     * step per hop, as GORGO), on a window the very slow ones have left,
+     * wins and becomes the tuned value */
+    gorgo_feed(r, 31, 0.1, 0.2, &rs);
+    w = gorgo_in_service(r);
+    assert_true(w.rtt == cand.rtt && w.queue == cand.queue);
+    assert_near(gorgo_param(r).rtt, 0.5);
+    gorgo_feed(r, 1, 0.1, 0.2, &rs);
     p = gorgo_param(r);
     assert_near(p.rtt, cand.rtt);
     assert_near(p.queue, cand.queue);
@@ -2159,6 +2221,7 @@ main(void)
         cmocka_unit_test(policy_dynamo),
         cmocka_unit_test(policy_dualmap_choice),
         cmocka_unit_test(policy_dualmap_decode_stall),
+        cmocka_unit_test(policy_dualmap_key_two_blocks),
         cmocka_unit_test(policy_dualmap_hot_prefix),
         cmocka_unit_test(policy_gorgo_cost),
         cmocka_unit_test(policy_gorgo_queue_until_finished),

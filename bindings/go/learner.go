@@ -287,6 +287,28 @@ func (l *Learner) ScoreInto(x, out []float32) (outOfRange int, err error) {
 	return int(ood), nil
 }
 
+// ScoreRows is Score with each row judged alone: the predicted rewards,
+// and per row whether it is outside the ranges the model in service was
+// trained on (serving side). ErrState before the first model.
+func (l *Learner) ScoreRows(x []float32) (pred []float32, outOfRange []bool, err error) {
+	const op = "lr_learner_score_rows"
+	n, ok := rows(x, l.nf)
+	if !ok {
+		return nil, nil, invalid(op)
+	}
+	h, err := l.side(&l.serve)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.release(&l.serve)
+	pred = make([]float32, n)
+	flags := make([]uint8, n)
+	if err := check(C.lr_learner_score_rows(h, f32ptr(x), C.size_t(n), f32ptr(pred), u8ptr(flags), nil), op); err != nil {
+		return nil, nil, err
+	}
+	return pred, boolsOf(flags), nil
+}
+
 // Stats returns the learner's counters (serving side).
 func (l *Learner) Stats() (LearnerStats, error) {
 	h, err := l.side(&l.serve)

@@ -69,6 +69,8 @@ func TestLearnerSchedule(t *testing.T) {
 	}
 	_, _, err := l.Score(lrow(0))
 	wantStatus(t, err, ErrState, StatusState, "lr_learner_score")
+	_, _, err = l.ScoreRows(lrow(0))
+	wantStatus(t, err, ErrState, StatusState, "lr_learner_score_rows")
 	addSamples(t, l, 19, 20)
 	if ok, err := l.Step(0); !ok || err != nil {
 		t.Fatalf("20 samples: Step = %v, %v", ok, err)
@@ -79,6 +81,11 @@ func TestLearnerSchedule(t *testing.T) {
 	pred, ood, err := l.Score(append(lrow(1), lrow(2)...))
 	if err != nil || len(pred) != 2 || ood != 0 {
 		t.Fatalf("Score = %v, %d, %v", pred, ood, err)
+	}
+	far := []float32{50, 0, 1}
+	pred2, flags, err := l.ScoreRows(append(lrow(1), far...))
+	if err != nil || len(pred2) != 2 || pred2[0] != pred[0] || len(flags) != 2 || flags[0] || !flags[1] {
+		t.Fatalf("ScoreRows = %v, %v, %v", pred2, flags, err)
 	}
 	st, err := l.Stats()
 	if err != nil || st.ModelRound != 1 || st.ModelSamples != 20 || st.Samples != 20 ||
@@ -187,6 +194,7 @@ func TestLearnerClose(t *testing.T) {
 		func() error { _, err := l.Stats(); return err }(),
 		func() error { _, err := l.Samples(); return err }(),
 		func() error { _, _, err := l.Score(lrow(0)); return err }(),
+		func() error { _, _, err := l.ScoreRows(lrow(0)); return err }(),
 	} {
 		if err != ErrClosed {
 			t.Errorf("after Close: %v", err)

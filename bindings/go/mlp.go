@@ -184,6 +184,22 @@ func f32ptr(s []float32) *C.float {
 	return (*C.float)(unsafe.Pointer(&s[0]))
 }
 
+func u8ptr(s []uint8) *C.uint8_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint8_t)(unsafe.Pointer(&s[0]))
+}
+
+// boolsOf turns C's 0/1 flags into bools.
+func boolsOf(flags []uint8) []bool {
+	out := make([]bool, len(flags))
+	for i, f := range flags {
+		out[i] = f != 0
+	}
+	return out
+}
+
 func f64ptr(s []float64) *C.double {
 	if len(s) == 0 {
 		return nil
@@ -260,6 +276,26 @@ func (m *Mlp) OutOfRange(x []float32) (int, error) {
 		return 0, err
 	}
 	return int(k), nil
+}
+
+// OutOfRangeRows judges each row of x alone: true where it has a feature
+// outside the range FitNormalization saw (NaN counts as outside).
+func (m *Mlp) OutOfRangeRows(x []float32) ([]bool, error) {
+	const op = "lr_mlp_out_of_range_rows"
+	if m.p == nil {
+		return nil, ErrClosed
+	}
+	n, ok := rows(x, m.nIn)
+	if !ok {
+		return nil, invalid(op)
+	}
+	flags := make([]uint8, n)
+	st := C.lr_mlp_out_of_range_rows(m.p, f32ptr(x), C.size_t(n), u8ptr(flags), nil)
+	runtime.KeepAlive(m)
+	if err := check(st, op); err != nil {
+		return nil, err
+	}
+	return boolsOf(flags), nil
 }
 
 // Train runs epochs shuffled passes of mini-batch Adam with dropout over

@@ -154,6 +154,16 @@ func TestMlpCloneAndRanges(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Errorf("OutOfRange = %d, %v; want 3", n, err)
 	}
+	flags, err := m.OutOfRangeRows([]float32{0, 0, 5, 0, 0, -5, float32(math.NaN()), 0})
+	if err != nil || len(flags) != 4 || flags[0] || !flags[1] || !flags[2] || !flags[3] {
+		t.Errorf("OutOfRangeRows = %v, %v; want [false true true true]", flags, err)
+	}
+	if flags, err := m.OutOfRangeRows(nil); err != nil || len(flags) != 0 {
+		t.Errorf("OutOfRangeRows(nil) = %v, %v", flags, err)
+	}
+	if _, err := m.OutOfRangeRows([]float32{1}); err == nil {
+		t.Error("OutOfRangeRows took a partial row")
+	}
 	if _, err := m.Train(x, y, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +259,7 @@ func TestMlpErrors(t *testing.T) {
 		func() error { _, err := m.Train(x, y, 1); return err }(),
 		func() error { _, err := m.Loss(x, y); return err }(),
 		func() error { _, err := m.OutOfRange(x); return err }(),
+		func() error { _, err := m.OutOfRangeRows(x); return err }(),
 		m.FitNormalization(x, y),
 	} {
 		if err != ErrClosed {

@@ -271,6 +271,10 @@ type Candidate struct {
 	RingRank uint32
 	// Reserved; 0.
 	Flags uint32
+	// Blocks the router's index holds for the instance: the radix tree
+	// size sglang-cache-aware's low-match branch minimizes. Routers fill
+	// it only for the policies that read it; 0 otherwise.
+	TreeBlocks uint64
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -307,6 +311,7 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefixCaching)-unsafe.Offsetof(C.lr_candidate{}.prefix_caching)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RingRank)-unsafe.Offsetof(C.lr_candidate{}.ring_rank)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Flags)-unsafe.Offsetof(C.lr_candidate{}.flags)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TreeBlocks)-unsafe.Offsetof(C.lr_candidate{}.tree_blocks)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

@@ -22,9 +22,13 @@
  * Parameters are enum keys with a bounds query per kind (LR_ENOTSUP for a
  * key the kind does not have). A GORGO model carries GORGO's online tuner:
  * a (1+1) evolution strategy over W_RTT and W_QUEUE in log space. Each
- * observed TTFT goes into a rolling window of LR_COST_TUNE_WINDOW samples;
- * every LR_COST_TUNE_HOP samples once the window is full the tuner judges
- * the weights in service by the window's p95: a trial that beats the
+ * observed TTFT goes into a rolling window of LR_COST_TUNE_WINDOW samples,
+ * and the tuner takes one step per LR_COST_TUNE_HOP samples once the
+ * window is full, as GORGO does (its Fig. 3: 18 steps by sample 672). The
+ * first full window (sample 128) scores the incumbent by its p95 and puts
+ * a trial in service; every later hop judges the trial in service by the
+ * window's p95 (the window then holds the trial's hop and the samples
+ * before it) and puts the next trial in service: a trial that beats the
  * incumbent by more than 0.5% replaces it, a failed one is rolled back;
  * the step size follows the 1/5 success rule over the last 8 trials and
  * tuning stops when it falls under 0.02. W_RTT stays in [0.05, W_RTT_MAX]

@@ -28,13 +28,14 @@
  * network and its training scratch, and frees them on failure.
  *
  * Thread safety: the serving calls (lr_learner_add_sample,
- * lr_learner_score, lr_learner_get_stats) one thread at a time; the
- * training calls (lr_learner_step, lr_learner_samples) may come from any
- * thread: they guard themselves, and one that overlaps another gets
- * LR_ESTATE. A serving call and a training call may run at the same time.
- * lr_learner_destroy() overlaps nothing. lr_router wraps all of this. The
- * training side allocates (through the handle's allocator) on its own
- * thread; the serving side never allocates or frees.
+ * lr_learner_score, lr_learner_score_rows, lr_learner_get_stats) one
+ * thread at a time; the training calls (lr_learner_step,
+ * lr_learner_samples) may come from any thread: they guard themselves,
+ * and one that overlaps another gets LR_ESTATE. A serving call and a training
+ * call may run at the same time. lr_learner_destroy() overlaps nothing.
+ * lr_router wraps all of this. The training side allocates (through the
+ * handle's allocator) on its own thread; the serving side never allocates or
+ * frees.
  *
  * Example:
  *   lr_learner_options o; lr_learner_options_init(&o);
@@ -134,6 +135,22 @@ LR_API lr_status lr_learner_add_sample(lr_learner *learner,
  *   model yet). @since 0.1 */
 LR_API lr_status lr_learner_score(lr_learner *learner, const float *x,
                                   size_t n_rows, float *out, size_t *n_ood);
+
+/** Serving side: as lr_learner_score(), and judge each row alone against
+ * the ranges the model in service was trained on
+ * (lr_mlp_out_of_range_rows), so a caller can drop the rows out of range
+ * and keep the others, as Lodestar's router does per candidate. Allocates
+ * nothing.
+ * @param x      n_rows x n_features floats (borrowed).
+ * @param out    out: n_rows floats, the predicted rewards.
+ * @param ood    out: n_rows bytes, 1 where the row is out of range.
+ * @param n_ood  optional out: how many rows are.
+ * @return LR_OK; LR_EINVAL (NULL, a non-finite feature; nothing written);
+ *   LR_ESTATE (no model yet). Thread safety: a serving call, as
+ *   lr_learner_score(). @since 0.2 */
+LR_API lr_status lr_learner_score_rows(lr_learner *learner, const float *x,
+                                       size_t n_rows, float *out, uint8_t *ood,
+                                       size_t *n_ood);
 
 /** lr_learner_step() flag: train now if there is any sample, whatever the
  * counts. */

@@ -124,6 +124,24 @@ LR_API lr_status lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows,
 LR_API lr_status lr_mlp_out_of_range(const lr_mlp *mlp, const float *x,
                                      size_t n_rows, size_t *n_out);
 
+/** Judge each row alone against the range fitted by
+ * lr_mlp_fit_normalization(): flags[r] = 1 when row r has any feature
+ * outside it (NaN and infinities count as outside), else 0. This is what
+ * lets a caller drop the rows the network was not trained on and keep the
+ * others (Lodestar's per-candidate range check), where
+ * lr_mlp_out_of_range() only counts them. A network never fitted flags
+ * only rows with a non-finite feature. Zero rows is a no-op (x and flags may
+ * then be NULL). Allocates nothing.
+ * @param x      n_rows x n_inputs floats, row-major (borrowed).
+ * @param flags  out: n_rows bytes, 1 out of range, 0 in range.
+ * @param n_out  optional out: how many rows are flagged.
+ * @return LR_OK; LR_EINVAL (NULL network, NULL x or flags with rows, a
+ *   size that overflows). Thread safety: reentrant on a network nobody is
+ *   changing. @since 0.2 */
+LR_API lr_status lr_mlp_out_of_range_rows(const lr_mlp *mlp, const float *x,
+                                          size_t n_rows, uint8_t *flags,
+                                          size_t *n_out);
+
 /** Train: `epochs` passes over the rows in a fresh shuffled order each,
  * mini-batch Adam on squared error, with dropout. 0 epochs trains nothing
  * and reports the current loss (no dropout).

@@ -170,7 +170,10 @@ typedef enum lr_param {
      * until the request ends, as published; 1 releases them at its first
      * token (the published option) (0). */
     LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN = 24,
-    /** lodestar: probability of a uniform exploration draw (0.1). */
+    /** lodestar: probability of a uniform exploration draw over every
+     * candidate, before the K-filter and scoring (Algorithm 4) (0, as in
+     * the paper's runs; its code's default is 0.1). With 0 the tie band
+     * (LODESTAR_TIE) is the only exploration. */
     LR_PARAM_LODESTAR_EPSILON = 25,
     /** lodestar: candidates within this fraction of the best predicted
      * reward tie, and one of them is drawn (0.1). */
@@ -181,8 +184,9 @@ typedef enum lr_param {
      * and 2 are scored. */
     LR_PARAM_LODESTAR_KV_THRESHOLD = 27,
     LR_PARAM_LODESTAR_KFILTER_TOKENS = 28,
-    /** lodestar: 1 falls back when a candidate's features leave the
-     * training range, 0 scores anyway (1). */
+    /** lodestar: 1 drops the candidates whose features leave the training
+     * range, each judged alone, and falls back when none is left; 0
+     * scores every candidate (1). */
     LR_PARAM_LODESTAR_OOD = 29,
     /** lodestar: the policy used on cold start and out of range (7,
      * prefix-cache-and-load); any policy but lodestar. */
@@ -191,8 +195,14 @@ typedef enum lr_param {
      * deepest cached prefix and a uniform draw of the others (power of d
      * choices); 0 scores every candidate (0). */
     LR_PARAM_LODESTAR_CANDIDATES = 31,
-    /** lodestar: first tokens later than this many seconds after the
-     * route give no sample (15). Router only. */
+    /** lodestar: a first token later than this many seconds after the
+     * route makes a sample clipped to it (reward -this) instead of being
+     * dropped; the learner then keeps it when this is within its
+     * max_abs_reward (15) and drops it (counted) otherwise. The default
+     * (60) is above the learner's 15, so slow first tokens are dropped, as
+     * in the paper; 15 or less clips them into the samples, so the model
+     * sees what a backlog costs (docs/learning.md measures both). Router
+     * only. */
     LR_PARAM_LODESTAR_MAX_TTFT_S = 32
 } lr_param;
 
@@ -258,10 +268,17 @@ typedef struct lr_candidate {
     uint32_t ring_rank;
     /** Reserved; 0. */
     uint32_t flags;
+    /** Blocks the router's index holds for the instance
+     * (lr_index_instance_blocks): the size of its radix tree, which
+     * sglang-cache-aware's low-match branch minimizes, as SGLang's router
+     * does. The router fills it only for the policies that read it
+     * (sglang-cache-aware, and Lodestar when that is its fallback); 0
+     * otherwise. */
+    uint64_t tree_blocks;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
-#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, flags) + 4)
+#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, tree_blocks) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

@@ -624,6 +624,7 @@ struct lr_candidate_v1 {
     int32_t prefix_caching;
     uint32_t ring_rank;
     uint32_t flags;
+    uint64_t tree_blocks;
 };
 FIELD(lr_candidate, lr_candidate_v1, instance, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, cached_tokens, uint32_t);
@@ -645,10 +646,12 @@ FIELD(lr_candidate, lr_candidate_v1, instance_class, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, prefix_caching, int32_t);
 FIELD(lr_candidate, lr_candidate_v1, ring_rank, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, flags, uint32_t);
+FIELD(lr_candidate, lr_candidate_v1, tree_blocks, uint64_t);
 _Static_assert(sizeof(lr_candidate) >= sizeof(struct lr_candidate_v1),
                "lr_candidate: smaller than its v1 layout");
-_Static_assert(LR_CANDIDATE_SIZE_V1 == offsetof(struct lr_candidate_v1, flags) +
-                                           sizeof(uint32_t),
+_Static_assert(LR_CANDIDATE_SIZE_V1 ==
+                   offsetof(struct lr_candidate_v1, tree_blocks) +
+                       sizeof(uint64_t),
                "LR_CANDIDATE_SIZE_V1: does not end at the v1 last field");
 
 struct lr_policy_input_v1 {

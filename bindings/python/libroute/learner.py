@@ -22,7 +22,7 @@ from __future__ import annotations
 import array
 import math
 import threading
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 from ._ffi import ffi, lib
 from ._util import (F32_TYPECODE, _Handle, f32_in, f32_out, from_struct,
@@ -264,6 +264,27 @@ class Learner(_Handle):
             ffi.release(cx)
         check(st, "lr_learner_score")
         return LearnerScore(res, nood[0])
+
+    def score_rows(self, x: Any, out: Any = None
+                   ) -> Tuple[Any, List[bool]]:
+        """lr_learner_score_rows(): as score(), with each row judged alone:
+        the predicted rewards, and per row True where it is outside the
+        ranges the model in service was trained on. StateError before the
+        first model."""
+        cx, n = f32_in(x, self._n_features, "x")
+        flags = ffi.new("uint8_t[]", max(n, 1))
+        try:
+            res, co = f32_out(out, n, "out")
+            try:
+                with self._serving() as p:
+                    st = lib.lr_learner_score_rows(p, cx, n, co, flags,
+                                                   ffi.NULL)
+            finally:
+                ffi.release(co)
+        finally:
+            ffi.release(cx)
+        check(st, "lr_learner_score_rows")
+        return res, [bool(flags[i]) for i in range(n)]
 
     def stats(self) -> LearnerStats:
         """lr_learner_get_stats() (a serving-side call)."""

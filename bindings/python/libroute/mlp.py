@@ -16,7 +16,7 @@ parallel scoring give each thread its own clone().
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from ._ffi import ffi, lib
 from ._util import (_Handle, bytes_in, f32_in, f32_out, new_sized,
@@ -183,6 +183,20 @@ class Mlp(_Handle):
             ffi.release(cx)
         check(st, "lr_mlp_out_of_range")
         return nout[0]
+
+    def out_of_range_rows(self, x: Any) -> List[bool]:
+        """lr_mlp_out_of_range_rows(): each row judged alone, True where
+        it has a feature outside the range fit_normalization() saw (NaN
+        counts as outside)."""
+        cx, n = self._rows(x)
+        flags = ffi.new("uint8_t[]", max(n, 1))
+        try:
+            with self._use() as p:
+                st = lib.lr_mlp_out_of_range_rows(p, cx, n, flags, ffi.NULL)
+        finally:
+            ffi.release(cx)
+        check(st, "lr_mlp_out_of_range_rows")
+        return [bool(flags[i]) for i in range(n)]
 
     def train(self, x: Any, y: Any, epochs: int = 1) -> float:
         """lr_mlp_train(): ``epochs`` shuffled passes of mini-batch Adam

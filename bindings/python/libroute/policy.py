@@ -166,6 +166,7 @@ class Candidate(NamedTuple):
     prefix_caching: int = 1
     ring_rank: int = 0
     flags: int = 0
+    tree_blocks: int = 0
 
 
 _FIELDS = Candidate._fields

@@ -91,6 +91,12 @@ class Schedule(unittest.TestCase):
             # Outside the trained ranges, and the serving error feeds the
             # stats once predictions come with the samples.
             self.assertEqual(lr.score([[50.0, 0.0, 1.0]]).out_of_range, 1)
+            # ... judged per row, with the same predictions
+            pred, flags = lr.score_rows([row(1), [50.0, 0.0, 1.0]])
+            self.assertEqual(flags, [False, True])
+            self.assertEqual(list(pred),
+                             list(lr.score([row(1), [50.0, 0.0, 1.0]])
+                                  .predictions))
             for i in range(5):
                 lr.add_sample(row(i), reward(row(i)), predicted=out[i])
             st = lr.stats()

@@ -108,6 +108,16 @@ class Training(unittest.TestCase):
             self.assertEqual(m.out_of_range(
                 [[0.0, 0.0], [5.0, 0.0], [0.0, -5.0], [math.nan, 0.0]]), 3)
 
+    def test_out_of_range_rows(self):
+        x, y = plane(128)
+        with small() as m:
+            self.assertEqual(m.out_of_range_rows([[50.0, 50.0]]), [False])
+            m.fit_normalization(x)
+            self.assertEqual(m.out_of_range_rows(
+                [[0.0, 0.0], [5.0, 0.0], [0.0, -5.0], [math.nan, 0.0]]),
+                [False, True, True, True])
+            self.assertEqual(m.out_of_range_rows([]), [])
+
 
 class Buffers(unittest.TestCase):
 

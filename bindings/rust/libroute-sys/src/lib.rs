@@ -483,8 +483,9 @@ pub struct lr_candidate {
     pub prefix_caching: i32,
     pub ring_rank: u32,
     pub flags: u32,
+    pub tree_blocks: u64,
 }
-pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, flags) + 4;
+pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, tree_blocks) + 8;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
@@ -881,6 +882,13 @@ extern "C" {
         n_rows: usize,
         n_out: *mut usize,
     ) -> lr_status;
+    pub fn lr_mlp_out_of_range_rows(
+        mlp: *const lr_mlp,
+        x: *const f32,
+        n_rows: usize,
+        flags: *mut u8,
+        n_out: *mut usize,
+    ) -> lr_status;
     pub fn lr_mlp_train(
         mlp: *mut lr_mlp,
         x: *const f32,
@@ -922,6 +930,14 @@ extern "C" {
         x: *const f32,
         n_rows: usize,
         out: *mut f32,
+        n_ood: *mut usize,
+    ) -> lr_status;
+    pub fn lr_learner_score_rows(
+        learner: *mut lr_learner,
+        x: *const f32,
+        n_rows: usize,
+        out: *mut f32,
+        ood: *mut u8,
         n_ood: *mut usize,
     ) -> lr_status;
     pub fn lr_learner_step(learner: *mut lr_learner, flags: u32, trained: *mut i32) -> lr_status;

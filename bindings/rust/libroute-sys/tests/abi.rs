@@ -179,7 +179,7 @@ fn declarations_match_the_c_headers() {
         lr_candidate { instance, cached_tokens, inflight, queued, prefill_tokens,
             queued_tokens, prompt_tokens, decode_tokens, kv_tokens, running, waiting,
             kv_use, rtt_ms, prefill_rate, stall_s, cached_age_s, instance_class,
-            prefix_caching, ring_rank, flags }
+            prefix_caching, ring_rank, flags, tree_blocks }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model }
         lr_cost_options { struct_size, allocator, kind, seed }

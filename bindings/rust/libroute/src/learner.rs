@@ -429,6 +429,30 @@ impl LearnerServer {
         Ok(ood)
     }
 
+    /// [`LearnerServer::score`] with each row judged alone: the predicted
+    /// rewards, and per row `true` where it is outside the ranges the
+    /// model in service was trained on.
+    pub fn score_rows(&mut self, x: &[f32]) -> Result<(Vec<f32>, Vec<bool>)> {
+        const OP: &str = "lr_learner_score_rows";
+        let n = rows(x, self.shared.n_features, OP)?;
+        let mut out = vec![0.0f32; n];
+        let mut flags = vec![0u8; n];
+        let (po, pf) = if n == 0 {
+            (ptr::null_mut(), ptr::null_mut())
+        } else {
+            (out.as_mut_ptr(), flags.as_mut_ptr())
+        };
+        // SAFETY: serving side, one thread; n rows in x, room for n values
+        // in out and n flags.
+        check(
+            unsafe {
+                sys::lr_learner_score_rows(self.ptr(), ptr_or_null(x), n, po, pf, ptr::null_mut())
+            },
+            OP,
+        )?;
+        Ok((out, flags.into_iter().map(|f| f != 0).collect()))
+    }
+
     /// The learner's counters.
     pub fn stats(&self) -> Result<LearnerStats> {
         let mut s = init(sys::lr_learner_stats_init_sized);

@@ -248,6 +248,32 @@ impl Mlp {
         Ok(k)
     }
 
+    /// Each row of `x` judged alone: `true` where it has a feature outside
+    /// the range [`Mlp::fit_normalization`] saw (NaN counts as outside).
+    pub fn out_of_range_rows(&self, x: &[f32]) -> Result<Vec<bool>> {
+        const OP: &str = "lr_mlp_out_of_range_rows";
+        let n = rows(x, self.n_inputs, OP)?;
+        let mut flags = vec![0u8; n];
+        // SAFETY: n rows in x, room for n flags.
+        check(
+            unsafe {
+                sys::lr_mlp_out_of_range_rows(
+                    self.raw.as_ptr(),
+                    ptr_or_null(x),
+                    n,
+                    if n == 0 {
+                        ptr::null_mut()
+                    } else {
+                        flags.as_mut_ptr()
+                    },
+                    ptr::null_mut(),
+                )
+            },
+            OP,
+        )?;
+        Ok(flags.into_iter().map(|f| f != 0).collect())
+    }
+
     /// Runs `epochs` shuffled passes of mini-batch Adam with dropout over
     /// the rows of `x` and their targets `y`; returns the mean squared
     /// error over the last epoch's batches (target units squared). On

@@ -57,6 +57,10 @@ pub struct Candidate {
     pub ring_rank: u32,
     /// Reserved; 0.
     pub flags: u32,
+    /// Blocks the router's index holds for the instance: the radix tree
+    /// size sglang-cache-aware's low-match branch minimizes. Routers fill
+    /// it only for the policies that read it; 0 otherwise.
+    pub tree_blocks: u64,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -89,7 +93,8 @@ const _: () = {
         instance_class,
         prefix_caching,
         ring_rank,
-        flags
+        flags,
+        tree_blocks
     );
 };
 

@@ -103,6 +103,12 @@ fn mlp_clone_ranges_and_errors() {
             .unwrap(),
         3
     );
+    assert_eq!(
+        m.out_of_range_rows(&[0.0, 0.0, 5.0, 0.0, 0.0, -5.0, f32::NAN, 0.0])
+            .unwrap(),
+        vec![false, true, true, true]
+    );
+    assert!(m.out_of_range_rows(&[]).unwrap().is_empty());
     m.train(&x, &y, 2).unwrap();
     let mut c = m.try_clone().unwrap();
     assert_eq!(m.train(&x, &y, 2).unwrap(), c.train(&x, &y, 2).unwrap());
@@ -242,6 +248,12 @@ fn learner_schedule() {
         "LR_ESTATE",
         "lr_learner_score",
     );
+    want_err(
+        s.score_rows(&lrow(0)),
+        ErrorKind::State,
+        "LR_ESTATE",
+        "lr_learner_score_rows",
+    );
     add(s, 19..20);
     assert!(t.step(LearnFlags::NONE).unwrap());
     assert!(!t.step(LearnFlags::NONE).unwrap(), "nothing new");
@@ -289,6 +301,11 @@ fn learner_force_score_and_drops() {
         );
     }
     assert_eq!(s.score(&[50.0, 0.0, 1.0]).unwrap().1, 1);
+    let far: Vec<f32> = [lrow(1), [50.0, 0.0, 1.0]].concat();
+    let (pred, flags) = s.score_rows(&far).unwrap();
+    assert_eq!(flags, vec![false, true]);
+    assert_eq!(pred[0].to_bits(), out[1].to_bits());
+    assert!(s.score_rows(&[]).unwrap().1.is_empty());
     for (i, p) in out.iter().enumerate().take(5) {
         s.add_sample(&lrow(i), lreward(&lrow(i)), Some(f64::from(*p)))
             .unwrap();
