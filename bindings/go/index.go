@@ -213,6 +213,7 @@ func (x *Index) MatchInto(p *Prompt, now uint64, flags MatchFlags, m *MatchResul
 	for {
 		C.lr_index_match_result_init_sized(&res, C.sizeof_lr_index_match_result)
 		res.hits_capacity = C.size_t(len(hits))
+		res.hit_size = C.sizeof_lr_index_hit
 		st := C.lrgo_index_match(x.p, &q, u32ptr(p.Tokens), u64ptr(p.Keys), C.uint64_t(now),
 			C.uint32_t(flags), (*C.lr_index_hit)(unsafe.Pointer(&hits[0])), &res)
 		runtime.KeepAlive(x)

@@ -24,6 +24,7 @@ __all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "block_keys"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE, the one status the wrappers handle themselves
 _MATCH_SIZE = ffi.sizeof("lr_index_match_result")
+_HIT_SIZE = ffi.sizeof("lr_index_hit")
 
 
 class Hit(NamedTuple):
@@ -191,6 +192,7 @@ class Index(_Handle):
                 lib.lr_index_match_result_init_sized(res, _MATCH_SIZE)
                 res.hits = hits
                 res.hits_capacity = cap
+                res.hit_size = _HIT_SIZE
                 with self._use() as p:
                     st = lib.lr_index_match(p, pr, now, flags, res)
                 # LR_EBUFSIZE touches nothing: retry with the size it gave.

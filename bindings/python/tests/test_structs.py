@@ -42,7 +42,8 @@ COVER = {
                    "n_keys": None}),
     "lr_index_hit": (set(L.Hit._fields), {}),
     "lr_index_match_result": (set(L.Match._fields),
-                              {"hits_capacity": None, "n_hits": None}),
+                              {"hits_capacity": None, "n_hits": None,
+                               "hit_size": None}),  # sizeof(lr_index_hit)
     "lr_kv_stored": (params(L.Index.kv_stored),
                      {"n_blocks": None, "n_tokens": None,
                       "has_parent": None}),   # parent_hash=None

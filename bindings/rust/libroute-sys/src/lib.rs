@@ -169,9 +169,14 @@ pub struct lr_index_match_result {
     pub n_hits: usize,
     pub deepest_tokens: u64,
     pub prompt_blocks: u64,
+    /// Bytes from one hit to the next (0.2); 0 means the 0.1 size.
+    pub hit_size: usize,
 }
 pub const LR_INDEX_MATCH_RESULT_SIZE_V1: usize =
     offset_of!(lr_index_match_result, prompt_blocks) + size_of::<u64>();
+pub const LR_INDEX_MATCH_RESULT_SIZE_V2: usize =
+    offset_of!(lr_index_match_result, hit_size) + size_of::<usize>();
+pub const LR_INDEX_HIT_SIZE_V1: usize = offset_of!(lr_index_hit, tokens) + size_of::<u32>();
 
 pub const LR_MATCH_NO_TOUCH: c_uint = 1;
 

@@ -155,7 +155,7 @@ fn declarations_match_the_c_headers() {
             tenant_salt, keys, n_keys }
         lr_index_hit { instance, tokens }
         lr_index_match_result { struct_size, hits, hits_capacity, n_hits,
-            deepest_tokens, prompt_blocks }
+            deepest_tokens, prompt_blocks, hit_size }
         lr_kv_stored { struct_size, block_hashes, n_blocks, parent_hash, has_parent,
             block_size, token_ids, n_tokens, tenant_salt }
         lr_index_stats { struct_size, blocks, remote_blocks, prefixes, instances,
@@ -213,6 +213,7 @@ fn declarations_match_the_c_headers() {
         LR_INDEX_MAX_TOKENS, LR_INDEX_MAX_BLOCK_TOKENS, LR_INDEX_MAX_CAPACITY,
         LR_INDEX_MAX_INSTANCES, LR_MATCH_NO_TOUCH,
         LR_INDEX_OPTIONS_SIZE_V1, LR_PROMPT_SIZE_V1, LR_INDEX_MATCH_RESULT_SIZE_V1,
+        LR_INDEX_MATCH_RESULT_SIZE_V2, LR_INDEX_HIT_SIZE_V1,
         LR_KV_STORED_SIZE_V1, LR_INDEX_STATS_SIZE_V1,
         LR_RING_MAX_K, LR_RING_MAX_NAME, LR_RING_MAX_VNODES, LR_RING_OPTIONS_SIZE_V1,
         LR_TEXT_MAX_WIDTH, LR_TEXT_MAX_BYTES,

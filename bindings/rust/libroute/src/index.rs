@@ -364,6 +364,7 @@ impl Index {
             let mut r = init(sys::lr_index_match_result_init_sized);
             r.hits = m.hits.as_mut_ptr().cast::<sys::lr_index_hit>();
             r.hits_capacity = m.hits.capacity();
+            r.hit_size = size_of::<sys::lr_index_hit>();
             // SAFETY: exclusive access; the hits buffer has hits_capacity
             // slots of lr_index_hit's layout.
             let st = unsafe { sys::lr_index_match(self.ptr(), &c, now_ns, flags.0, &mut r) };
