@@ -36,14 +36,25 @@ model(void)
     return m;
 }
 
+static bool
+finite_nonneg(double x)
+{
+    return isfinite(x) && x >= 0;
+}
+
 /* The library's own rule for a usable row, restated. */
 static bool
 row_ok(const lr_candidate *r, uint32_t prompt)
 {
     return r->cached_tokens <= prompt && isfinite(r->prefill_rate) &&
-           r->prefill_rate > 0 && isfinite(r->rtt_ms) && r->rtt_ms >= 0 &&
-           isfinite(r->stall_s) && r->stall_s >= 0 && r->kv_use >= 0 &&
-           r->kv_use <= 1 && isfinite(r->cached_age_s) &&
+           finite_nonneg(r->ttft_s_per_token) &&
+           finite_nonneg(r->ttft_base_s) &&
+           finite_nonneg(r->ttft_s_per_decoding) &&
+           finite_nonneg(r->prefill_tokens_avg) &&
+           finite_nonneg(r->route_rate) && r->prefill_rate > 0 &&
+           isfinite(r->rtt_ms) && r->rtt_ms >= 0 && isfinite(r->stall_s) &&
+           r->stall_s >= 0 && r->kv_use >= 0 && r->kv_use <= 1 &&
+           isfinite(r->cached_age_s) &&
            (r->prefix_caching == 0 || r->prefix_caching == 1);
 }
 
@@ -91,16 +102,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in.params = param;
     in.n_params = n_params;
 
-    bool good = n > 0 && policy < LR__POLICY_COUNT &&
-                params_ok(param, n_params);
+    bool good =
+        n > 0 && policy < LR__POLICY_COUNT && params_ok(param, n_params);
     for (size_t k = 0; k < n; k++)
         good = good && row_ok(&rows[k], in.prompt_tokens);
 
     double sc[MAX_ROWS], sc2[MAX_ROWS];
     lr_decision d, d2;
     lr_decision_init(&d);
-    lr_status st = lr_policy_decide(policy, &in, rows, n, sizeof rows[0], sc,
-                                    &d);
+    lr_status st =
+        lr_policy_decide(policy, &in, rows, n, sizeof rows[0], sc, &d);
     if (!good) {
         FUZZ_ASSERT_STATUS(st, st == LR_EINVAL || st == LR_ERANGE ||
                                    st == LR_ENOTSUP);

@@ -1051,6 +1051,12 @@ gen_policy(void)
         c->prefix_caching = i != 5;
         c->ring_rank = (i + 2) % 6 < 3 ? (i + 2) % 6 + 1 : 0;
         c->tree_blocks = 64u * ((i * 5) % 6);
+        /* calibrated rows but two (adaptive falls back to prefill_rate) */
+        c->ttft_s_per_token = i < 4 ? 1.0 / (8000.0 + 2000.0 * i) : 0;
+        c->ttft_base_s = i < 4 ? 0.01 * i : 0;
+        c->ttft_s_per_decoding = 0.002 * (i % 3);
+        c->prefill_tokens_avg = 800.0 * i;
+        c->route_rate = 0.5 * (i + 1);
     }
     double param[LR__PARAM_COUNT];
     for (int k = 0; k < LR__PARAM_COUNT; k++)
@@ -1069,16 +1075,28 @@ gen_policy(void)
                 LR__PARAM_COUNT, 1);
     policy_seed("dynamo-sampled", LR_POLICY_DYNAMO, rows, 6, 512, param,
                 LR__PARAM_COUNT, 0);
+    param[LR_PARAM_ADAPTIVE_TIE_S] = 0.5; /* a wide band: the draw */
+    param[LR_PARAM_ADAPTIVE_WORK_WEIGHT] = 100;
+    policy_seed("adaptive-tie-band", LR_POLICY_ADAPTIVE, rows, 6, 512, param,
+                LR__PARAM_COUNT, 0);
+    param[LR_PARAM_ADAPTIVE_TIE_S] = 0.002;
+    param[LR_PARAM_ADAPTIVE_WORK_WEIGHT] = 3;
     policy_seed("one-row", LR_POLICY_PREFIX_CACHE_AND_LOAD, rows, 1, 512, NULL,
                 0, 0);
     /* bad tables and parameters: clear statuses */
-    policy_seed("cached-past-prompt", LR_POLICY_MIN_TTFT, rows, 6, 100, NULL,
-                0, 0);
+    policy_seed("cached-past-prompt", LR_POLICY_MIN_TTFT, rows, 6, 100, NULL, 0,
+                0);
     param[LR_PARAM_BOUNDED_LOAD] = 0.5;
     policy_seed("param-out-of-range", LR_POLICY_CONSISTENT_HASH, rows, 6, 512,
                 param, LR__PARAM_COUNT, 0);
     rows[2].prefill_rate = 0;
     policy_seed("zero-rate", LR_POLICY_PREBLE, rows, 6, 512, NULL, 0, 0);
+    policy_seed("adaptive-zero-rate", LR_POLICY_ADAPTIVE, rows, 6, 512, NULL, 0,
+                0);
+    rows[2].prefill_rate = 8000;
+    rows[3].ttft_s_per_token = -1; /* a bad calibration: LR_EINVAL */
+    policy_seed("adaptive-bad-calibration", LR_POLICY_ADAPTIVE, rows, 6, 512,
+                NULL, 0, 0);
     policy_seed("unknown-policy", LR__POLICY_COUNT, rows, 6, 512, NULL, 0, 0);
     write_seed("policy_decide", "empty", NULL, 0);
 }

@@ -37,17 +37,11 @@
 #define F LR_LODESTAR_FEATURES
 #define NONE LR_INSTANCE_NONE
 #define LR__CHUNK 64u           /* rows per forward pass */
-#define FRESH_SLOTS 16384u      /* recency table (power of two) */
 #define FRESH_HALF_LIFE_S 15.0  /* the decayed hit ratio's half-life */
 #define FRESH_UNKNOWN_DECAY 0.5 /* unknown age: one half-life */
 #define CANDIDATE_MARK 0.0      /* a score marking a row to be scored */
 
 _Static_assert(LR__F_CLASS + LR__F_CLASSES == F, "feature columns");
-
-struct lr__fresh {
-    uint64_t tag; /* 0: empty */
-    uint64_t ns;
-};
 
 /* ---- features ------------------------------------------------------------- */
 
@@ -283,10 +277,8 @@ lr__lodestar_free(struct lr__lodestar *ls, struct lr__mem *m)
     atomic_store(&ls->learner, NULL);
     lr__free(m, ls->rq_feat, nr * (F + 1) * sizeof(float));
     lr__free(m, ls->rq_has, nr);
-    lr__free(m, ls->fresh, FRESH_SLOTS * sizeof *ls->fresh);
     ls->rq_feat = NULL;
     ls->rq_has = NULL;
-    ls->fresh = NULL;
 }
 
 lr_status
@@ -297,9 +289,8 @@ lr__lodestar_setup(struct lr__lodestar *ls, struct lr__mem *m)
     size_t nr = ls->max_req;
     ls->rq_feat = lr__alloc(m, nr * (F + 1) * sizeof(float));
     ls->rq_has = lr__calloc(m, nr, 1);
-    ls->fresh = lr__calloc(m, FRESH_SLOTS, sizeof *ls->fresh);
     lr_status st = LR_OK;
-    if (ls->rq_feat == NULL || ls->rq_has == NULL || ls->fresh == NULL)
+    if (ls->rq_feat == NULL || ls->rq_has == NULL)
         st = LR_ENOMEM;
     lr_learner *l = NULL;
     if (st == LR_OK) {
@@ -322,35 +313,6 @@ lr__lodestar_model(struct lr__lodestar *ls)
 {
     lr_learner *l = atomic_load_explicit(&ls->learner, memory_order_relaxed);
     return l != NULL ? lr__learner_model(l) : NULL;
-}
-
-static inline uint64_t
-fresh_tag(uint64_t key, uint32_t id)
-{
-    return lr__mix64(key, (uint64_t)id + 1) | 1;
-}
-
-double
-lr__lodestar_age(const struct lr__lodestar *ls, uint64_t key, uint32_t id,
-                 uint64_t now_ns)
-{
-    uint64_t tag = fresh_tag(key, id);
-    const struct lr__fresh *e = &ls->fresh[tag & (FRESH_SLOTS - 1)];
-    if (e->tag != tag)
-        return -1;
-    return now_ns > e->ns ? (double)(now_ns - e->ns) / 1e9 : 0;
-}
-
-void
-lr__lodestar_remember(struct lr__lodestar *ls, const uint64_t *keys,
-                      size_t n_keys, uint32_t id, uint64_t now_ns)
-{
-    for (size_t i = 0; i < n_keys; i++) {
-        uint64_t tag = fresh_tag(keys[i], id);
-        struct lr__fresh *e = &ls->fresh[tag & (FRESH_SLOTS - 1)];
-        e->tag = tag;
-        e->ns = now_ns;
-    }
 }
 
 void
@@ -397,6 +359,5 @@ lr__lodestar_digest(const struct lr__lodestar *ls, uint64_t d)
         if (ls->rq_has[i])
             d = lr__digest_mix(d, lr__hash(ls->rq_feat + (size_t)i * (F + 1),
                                            (F + 1) * sizeof(float), i));
-    return lr__digest_mix(
-        d, lr__hash(ls->fresh, FRESH_SLOTS * sizeof *ls->fresh, 7));
+    return d;
 }

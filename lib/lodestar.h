@@ -1,6 +1,7 @@
 /* Lodestar's state in a router: the learner, the features waiting for a
- * first token to become samples, and the recency of (prefix, instance)
- * routes behind the decayed hit-ratio feature. The decide function is
+ * first token to become samples. The recency of (prefix, instance)
+ * routes behind the decayed hit-ratio feature is the router's
+ * (recency.h). The decide function is
  * lr__lodestar_decide (policy.h); the feature row is shared by both. */
 #ifndef LIBROUTE_LIB_LODESTAR_H
 #define LIBROUTE_LIB_LODESTAR_H
@@ -35,8 +36,6 @@ enum lr__feature {
 void lr__lodestar_features(const lr_candidate *row, uint32_t prompt,
                            uint32_t output, float *f);
 
-struct lr__fresh;
-
 struct lr__lodestar {
     /* Read without the router's mutex by lr_router_learn_step(), hence
      * atomic; it never changes once set. */
@@ -47,7 +46,6 @@ struct lr__lodestar {
     uint32_t max_req;
     float *rq_feat;  /* max_req x (F + 1): features, prediction per slot */
     uint8_t *rq_has; /* max_req: a sample waits for its first token */
-    struct lr__fresh *fresh;
 };
 
 /* Take the host's learner options (copied, checked as lr_learner_create
@@ -62,15 +60,6 @@ void lr__lodestar_free(struct lr__lodestar *ls, struct lr__mem *m);
 
 /* The network in service (serving side), or NULL. */
 lr_mlp *lr__lodestar_model(struct lr__lodestar *ls);
-
-/* Seconds since `id` was last routed through the prefix whose chained key
- * is `key`, or -1 when unknown. */
-double lr__lodestar_age(const struct lr__lodestar *ls, uint64_t key,
-                        uint32_t id, uint64_t now_ns);
-
-/* Remember that `id` took a route through these prefix keys now. */
-void lr__lodestar_remember(struct lr__lodestar *ls, const uint64_t *keys,
-                           size_t n_keys, uint32_t id, uint64_t now_ns);
 
 /* A dispatch: keep the chosen row's features (and the model's
  * prediction, NaN if none) in request slot `slot` until its first token;

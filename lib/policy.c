@@ -60,6 +60,12 @@ static const struct lr__pdef pdefs[LR__PARAM_COUNT] = {
                                      LR_POLICY_PREFIX_CACHE_AND_LOAD, true },
     [LR_PARAM_LODESTAR_CANDIDATES] = { 0, 65534, 0, true },
     [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 60, false },
+    [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = { 0, 100, 3, false },
+    [LR_PARAM_ADAPTIVE_CONTENTION] = { 0, 100, 3, false },
+    [LR_PARAM_ADAPTIVE_TIE_S] = { 0, 10, 0.002, false },
+    [LR_PARAM_ADAPTIVE_FRESH_S] = { 0, 60, 0.01, false },
+    [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = { 0, 100, 1, false },
+    [LR_PARAM_ADAPTIVE_CALIBRATE] = { 0, 1, 1, true },
 };
 
 const struct lr__pdef *
@@ -609,6 +615,8 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
                             decide_ranvier },
     [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
                              2, lr__lodestar_decide },
+    [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
+                             LR_RING_KEY_NONE, 0, lr__adaptive_decide },
 };
 #undef M
 
@@ -715,6 +723,12 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
         LR_RETURN_IF(isnan(r->cached_age_s) || isinf(r->cached_age_s),
                      LR_EINVAL);
         LR_RETURN_IF(r->prefix_caching != 0 && r->prefix_caching != 1,
+                     LR_EINVAL);
+        LR_RETURN_IF(!finite_nonneg(r->ttft_s_per_token) ||
+                         !finite_nonneg(r->ttft_base_s) ||
+                         !finite_nonneg(r->ttft_s_per_decoding) ||
+                         !finite_nonneg(r->prefill_tokens_avg) ||
+                         !finite_nonneg(r->route_rate),
                      LR_EINVAL);
     }
     return LR_OK;

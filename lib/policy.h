@@ -26,8 +26,8 @@
 
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
-#define LR__POLICY_COUNT 16
-#define LR__PARAM_COUNT 33
+#define LR__POLICY_COUNT 17
+#define LR__PARAM_COUNT 39
 #define LR__REASON_COUNT 16
 
 /* "No policy chose": a choice's decider before a policy has made it. */
@@ -37,6 +37,7 @@
 #define LR__NEEDS_MATCH 1u /* cached_tokens from the index */
 #define LR__NEEDS_AGE 2u   /* cached_age_s (Lodestar's decayed hit ratio) */
 #define LR__NEEDS_TREE 4u  /* tree_blocks (SGLang's smallest tree) */
+#define LR__NEEDS_CALIB 8u /* ttft_s_per_token, ttft_base_s (adaptive) */
 
 /* DualMap's decode bottleneck: a queue that saw no first token for this
  * long is stuck behind decoding (the router's gather computes stall_s). */
@@ -150,5 +151,6 @@ void lr__decision_fill(lr_decision *d, const struct lr__pctx *c,
 /* The big policies, each in its own file. */
 struct lr__choice lr__dualmap_decide(const struct lr__pctx *c);
 struct lr__choice lr__lodestar_decide(const struct lr__pctx *c);
+struct lr__choice lr__adaptive_decide(const struct lr__pctx *c);
 
 #endif /* LIBROUTE_LIB_POLICY_H */

@@ -27,8 +27,8 @@
 #define NONE LR_INSTANCE_NONE
 #define SEED_SESSION 0x4c5253455353494full /* "LRSESSIO" */
 #define KBUF_MIN 256u                      /* first size of the key scratch */
-#define FRESH_MAX_BOUNDARIES 16u           /* Lodestar remembers the last 16 */
-#define MAX_HOT_KEYS 64u /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
+#define RECENCY_MAX_BOUNDARIES 16u /* the recency table keeps the last 16 */
+#define MAX_HOT_KEYS 64u           /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
 
 /* One route's working state, between the pipeline's steps. */
 struct route {
@@ -153,25 +153,30 @@ gather_row(const lr_router *r, uint32_t id, uint64_t now_ns, lr_candidate *c)
     c->prefix_caching = v.prefix_caching;
 }
 
-/* Step 3: rows[0 .. n_act) in id order. With LR__NEEDS_AGE, each cached
- * prefix's recency for Lodestar; with LR__NEEDS_TREE, the blocks the
- * index holds for each instance (SGLang's tree size). */
+/* Step 3: rows[0 .. n_act) in id order, with what the policy needs
+ * beyond the counters: each cached prefix's recency for Lodestar
+ * (LR__NEEDS_AGE), the blocks the index holds for each instance for
+ * SGLang's smallest tree (LR__NEEDS_TREE), each instance's calibrated
+ * TTFT model for adaptive (LR__NEEDS_CALIB). */
 static void
 route_gather(lr_router *r, const struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->q->now_ns;
+    bool calib = (needs & LR__NEEDS_CALIB) != 0 && r->ad.rq != NULL;
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_candidate *c = &r->rows[k];
         gather_row(r, r->act[k], now, c);
         size_t blocks = c->cached_tokens / r->block_tokens;
         if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
             c->cached_age_s =
-                lr__lodestar_age(&r->ls, r->kbuf[blocks - 1], c->instance, now);
+                lr__recency_age(&r->rec, r->kbuf[blocks - 1], c->instance, now);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
         if ((needs & LR__NEEDS_TREE) &&
             lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
                 LR_OK)
             c->tree_blocks = 0;
+        if (calib)
+            lr__adaptive_fill(&r->ad, c, now);
     }
 }
 
@@ -283,24 +288,32 @@ route_decide(lr_router *r, struct route *rt)
     return c;
 }
 
-/* Lodestar: keep the dispatch's features for its sample, and remember
- * the route's prefixes (its last boundaries and its whole length). */
+/* Lodestar: keep the dispatch's features for its sample (or clear the
+ * slot when another policy routed it). */
 static void
 record_lodestar(lr_router *r, const struct route *rt, uint32_t slot,
                 const lr_candidate *c)
 {
     const lr_request *q = rt->q;
-    bool ours = r->policy == LR_POLICY_LODESTAR;
     float pred =
         rt->ch.decider == LR_POLICY_LODESTAR ? (float)-rt->ch.cost : NAN;
-    lr__lodestar_dispatch(&r->ls, slot, ours, c, (uint32_t)q->n_tokens,
-                          output_of(r, q), pred);
-    if (!ours || rt->nk == 0 || !c->prefix_caching)
+    lr__lodestar_dispatch(&r->ls, slot, r->policy == LR_POLICY_LODESTAR, c,
+                          (uint32_t)q->n_tokens, output_of(r, q), pred);
+}
+
+/* The policies that read a cached prefix's age (LR__NEEDS_AGE): remember
+ * the route's prefixes, its last boundaries and its whole length. */
+static void
+record_recency(lr_router *r, const struct route *rt, const lr_candidate *c)
+{
+    const lr_request *q = rt->q;
+    if (r->rec.slots == NULL || rt->nk == 0 || !c->prefix_caching ||
+        !(lr__policy_needs(r->policy, r->param) & LR__NEEDS_AGE))
         return;
-    uint64_t keys[FRESH_MAX_BOUNDARIES + 1];
+    uint64_t keys[RECENCY_MAX_BOUNDARIES + 1];
     size_t n = 0;
-    size_t first = q->n_boundaries > FRESH_MAX_BOUNDARIES
-                       ? q->n_boundaries - FRESH_MAX_BOUNDARIES
+    size_t first = q->n_boundaries > RECENCY_MAX_BOUNDARIES
+                       ? q->n_boundaries - RECENCY_MAX_BOUNDARIES
                        : 0;
     for (size_t i = first; i <= q->n_boundaries; i++) {
         size_t b =
@@ -308,7 +321,7 @@ record_lodestar(lr_router *r, const struct route *rt, uint32_t slot,
         if (b > 0 && b <= rt->nk)
             keys[n++] = r->kbuf[b - 1];
     }
-    lr__lodestar_remember(&r->ls, keys, n, c->instance, q->now_ns);
+    lr__recency_remember(&r->rec, keys, n, c->instance, q->now_ns);
 }
 
 /* The dispatch into the load tracker (checked in advance: cannot fail). */
@@ -353,9 +366,16 @@ route_record(lr_router *r, const struct route *rt)
     if (rt->ch.decider == LR_POLICY_DUALMAP && rt->n_keys > 0)
         lr__hot_record(&r->hot, rt->keys, rt->n_keys, r->n_act);
     struct lr__req_view v;
-    if (r->ls.rq_has != NULL &&
-        LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK))
+    bool slot = (r->ls.rq_has != NULL || r->ad.rq != NULL) &&
+                LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK);
+    if (slot && r->ls.rq_has != NULL)
         record_lodestar(r, rt, v.slot, c);
+    record_recency(r, rt, c);
+    if (slot && r->ad.rq != NULL && r->policy == LR_POLICY_ADAPTIVE) {
+        lr__adaptive_dispatch(&r->ad, v.slot, c,
+                              (uint32_t)q->n_tokens - c->cached_tokens);
+        lr__adaptive_observe(&r->ad, r->rows, r->n_act, c->instance, q->now_ns);
+    }
     r->st.routes++;
     r->by_reason[rt->ch.reason]++;
     r->st.prompt_tokens += q->n_tokens;
@@ -559,9 +579,14 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
             (void)lr_cost_observe(r->gorgo, ttft); /* finite, >= 0 */
             lr__router_sync_gorgo(r);
         }
-        if (st == LR_OK)
+        if (st == LR_OK) {
             lr__lodestar_settle(&r->ls, v.slot, ttft,
                                 r->param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
+            /* a frozen fit takes no sample */
+            lr__adaptive_settle(
+                &r->ad, v.slot,
+                r->param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft : -1);
+        }
     }
     lr__router_unlock(r);
     return st;
@@ -580,8 +605,10 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
         st = completed
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
                  : lr_load_fail(r->ld, request_id);
-    if (st == LR_OK)
+    if (st == LR_OK) {
         lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+        lr__adaptive_settle(&r->ad, v.slot, -1);
+    }
     lr__router_unlock(r);
     return st;
 }
@@ -642,8 +669,10 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
         st = lr_load_move(r->ld, request_id, to, cached);
         /* its features were the old instance's: no sample */
-        if (st == LR_OK)
+        if (st == LR_OK) {
             lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+            lr__adaptive_settle(&r->ad, v.slot, -1);
+        }
     }
     lr__router_unlock(r);
     return st;

@@ -103,6 +103,8 @@ router_free(lr_router *r)
     lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
     lr__hot_free(&r->hot, m);
     lr__lodestar_free(&r->ls, m);
+    lr__adaptive_free(&r->ad, m);
+    lr__recency_free(&r->rec, m);
     lr_cost_destroy(r->gorgo);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
@@ -157,6 +159,32 @@ create_parts(lr_router *r, const lr_router_options *o)
     return LR_OK;
 }
 
+/* The state policy p keeps beyond the router's own, made on its first
+ * use and kept (a later switch back finds it). */
+static lr_status
+policy_setup(lr_router *r, int32_t p)
+{
+    bool had_ls = atomic_load(&r->ls.learner) != NULL;
+    bool had_ad = r->ad.rq != NULL;
+    bool had_rec = r->rec.slots != NULL;
+    lr_status st = LR_OK;
+    if (p == LR_POLICY_LODESTAR)
+        st = lr__lodestar_setup(&r->ls, &r->mem);
+    if (st == LR_OK && p == LR_POLICY_ADAPTIVE)
+        st = lr__adaptive_setup(&r->ad, &r->mem, r->max_inst, r->ls.max_req);
+    if (st == LR_OK && (lr__policy_needs(p, r->param) & LR__NEEDS_AGE))
+        st = lr__recency_setup(&r->rec, &r->mem);
+    if (st != LR_OK) { /* all or nothing */
+        if (!had_ls)
+            lr__lodestar_free(&r->ls, &r->mem);
+        if (!had_ad)
+            lr__adaptive_free(&r->ad, &r->mem);
+        if (!had_rec)
+            lr__recency_free(&r->rec, &r->mem);
+    }
+    return st;
+}
+
 /* Tables and scratch sized by max_instances. */
 static lr_status
 create_tables(lr_router *r)
@@ -178,9 +206,7 @@ create_tables(lr_router *r)
     LR_TRY(lr__hot_setup(&r->hot, m,
                          (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
                          (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]));
-    if (r->policy == LR_POLICY_LODESTAR)
-        LR_TRY(lr__lodestar_setup(&r->ls, m));
-    return LR_OK;
+    return policy_setup(r, r->policy);
 }
 
 /* The host's options over the defaults (0 fields keep the default). */
@@ -268,9 +294,7 @@ lr_router_set_policy(lr_router *r, int32_t policy)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_EINVAL);
     lr__router_lock(r);
-    lr_status st = LR_OK;
-    if (policy == LR_POLICY_LODESTAR)
-        st = lr__lodestar_setup(&r->ls, &r->mem);
+    lr_status st = policy_setup(r, policy);
     if (st == LR_OK)
         r->policy = policy;
     lr__router_unlock(r);
@@ -808,6 +832,8 @@ lr__router_digest(const lr_router *r)
                               r->st.prompt_tokens);
     h = lr__digest_mix(h, lr__hash(r->by_reason, sizeof r->by_reason, 3));
     h = lr__lodestar_digest(&r->ls, h);
+    h = lr__adaptive_digest(&r->ad, h);
+    h = lr__recency_digest(&r->rec, h);
     lr__router_unlock(r);
     return h;
 }

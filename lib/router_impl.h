@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include "adaptive.h"
 #include "cost.h"
 #include "dualmap.h"
 #include "index.h"
@@ -13,6 +14,7 @@
 #include "load.h"
 #include "lodestar.h"
 #include "policy.h"
+#include "recency.h"
 #include "table.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
@@ -56,6 +58,8 @@ struct lr_router {
     struct lr__hot hot;
     lr_cost *gorgo;
     struct lr__lodestar ls;
+    struct lr__adaptive ad;
+    struct lr__recency rec; /* for the policies with LR__NEEDS_AGE */
     lr_router_stats st;
     uint64_t by_reason[LR__REASON_COUNT];
 };

@@ -47,6 +47,12 @@ static const char *const names[] = {
     [LR_PARAM_LODESTAR_FALLBACK] = "lodestar-fallback",
     [LR_PARAM_LODESTAR_CANDIDATES] = "lodestar-candidates",
     [LR_PARAM_LODESTAR_MAX_TTFT_S] = "lodestar-max-ttft-s",
+    [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = "adaptive-work-weight",
+    [LR_PARAM_ADAPTIVE_CONTENTION] = "adaptive-contention",
+    [LR_PARAM_ADAPTIVE_TIE_S] = "adaptive-tie-s",
+    [LR_PARAM_ADAPTIVE_FRESH_S] = "adaptive-fresh-s",
+    [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = "adaptive-rtt-weight",
+    [LR_PARAM_ADAPTIVE_CALIBRATE] = "adaptive-calibrate",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

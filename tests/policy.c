@@ -108,8 +108,8 @@ bad_input(void **state)
     assert_st(lr_policy_decide(p, &in, t, 3, LR_CANDIDATE_SIZE_V1 - 1, sc, &d),
               LR_EINVAL);
     assert_st(lr_policy_decide(-1, &in, t, 3, sizeof *t, sc, &d), LR_ENOTSUP);
-    assert_st(lr_policy_decide((int32_t)lr_policy_count(), &in, t, 3,
-                               sizeof *t, sc, &d),
+    assert_st(lr_policy_decide((int32_t)lr_policy_count(), &in, t, 3, sizeof *t,
+                               sc, &d),
               LR_ENOTSUP);
     /* rows the formulas cannot take */
     t[1].cached_tokens = 101;
@@ -153,9 +153,9 @@ bad_input(void **state)
     assert_st(lr_mlp_create(&mo, &m), LR_OK);
     lr_decision_init(&d);
     in.model = m;
-    assert_st(lr_policy_decide(LR_POLICY_LODESTAR, &in, t, 3, sizeof *t, sc,
-                               &d),
-              LR_EINVAL);
+    assert_st(
+        lr_policy_decide(LR_POLICY_LODESTAR, &in, t, 3, sizeof *t, sc, &d),
+        LR_EINVAL);
     lr_mlp_destroy(m);
 }
 
@@ -406,6 +406,86 @@ rule_preble_and_min_ttft(void **state)
     assert_int_equal(o.d.instance, 11);
 }
 
+/* adaptive: predicted TTFT from the calibrated model (the class rate
+ * before a fit), plus the work the placement adds for the requests that
+ * queue behind it and its decode contention; a fresh prefix is not
+ * cached yet; near-ties are drawn. */
+static void
+rule_adaptive(void **state)
+{
+    (void)state;
+    const int32_t A = LR_POLICY_ADAPTIVE;
+    lr_candidate t[3];
+    table(t, 3);
+    t[0].cached_tokens = 64;
+    t[0].prefill_tokens = 80000; /* 10 s of queue */
+    t[1].prefill_tokens = 8000;
+    t[2].rtt_ms = 5;
+    struct out o = decide(A, t, 3, 160); /* no fit: the class rate */
+    assert_int_equal(o.d.instance, 12);
+    assert_reason(o.d, LR_REASON_MIN_COST);
+    assert_true(fabs(o.score[2] - (160.0 / RATE + 0.005)) < 1e-12);
+    assert_true(fabs(o.score[1] - (8000.0 + 160) / RATE) < 1e-12);
+    assert_true(fabs(o.d.cost - o.score[2]) < 1e-12);
+    /* the fit replaces the class rate: 12 is slow, 11 fast */
+    t[2].ttft_s_per_token = 1e-3;
+    t[1].ttft_s_per_token = 1e-5;
+    t[1].ttft_base_s = 0.01;
+    o = decide(A, t, 3, 160);
+    assert_int_equal(o.d.instance, 11);
+    assert_true(fabs(o.score[1] - (8160 * 1e-5 + 0.01)) < 1e-12);
+    /* decode contention: 4 in flight, 0.05 s each, 3 times over */
+    t[1].inflight = 4;
+    t[1].ttft_s_per_decoding = 0.05;
+    o = decide(A, t, 3, 160);
+    assert_int_equal(o.d.instance, 12);
+    assert_true(fabs(o.score[1] - (8160 * 1e-5 + 0.01 + 0.6)) < 1e-12);
+
+    /* overload: the work a placement adds counts for those behind it */
+    lr_candidate u[2];
+    table(u, 2);
+    u[0].cached_tokens = 128;
+    u[0].prefill_tokens = 200; /* 232 tokens of TTFT against 160 */
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 11); /* each for itself */
+    for (int k = 0; k < 2; k++) {
+        u[k].route_rate = 10;           /* 10 routes/s per instance ... */
+        u[k].prefill_tokens_avg = RATE; /* ... behind 1 s of backlog */
+    }
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 10);
+    assert_true(fabs(o.score[0] - (232 + 3 * 10 * 32) / RATE) < 1e-12);
+    assert_true(fabs(o.score[1] - (160 + 3 * 10 * 160) / RATE) < 1e-12);
+    double w0[] = { LR_PARAM_ADAPTIVE_WORK_WEIGHT, 0 };
+    assert_st(decide_p(A, u, 2, 160, 1, w0, 1, &o), LR_OK);
+    assert_int_equal(o.d.instance, 11);
+
+    /* a prefix routed 1 ms ago is not cached yet; 1 s ago it is */
+    table(u, 2);
+    u[0].cached_tokens = 160;
+    u[0].cached_age_s = 0.001;
+    u[0].rtt_ms = 5;
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 11);
+    u[0].cached_age_s = 1;
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 10);
+
+    /* near-ties are drawn, farther ones are not */
+    table(u, 2);
+    u[1].rtt_ms = 1; /* 1 ms: inside the 2 ms band */
+    assert_int_equal(picks(A, u, 2, 160), 3);
+    u[1].rtt_ms = 3;
+    assert_int_equal(picks(A, u, 2, 160), 1);
+
+    /* a calibration that is not finite and >= 0 is refused */
+    u[1].ttft_s_per_token = -1;
+    assert_st(decide_p(A, u, 2, 160, 1, NULL, 0, &o), LR_EINVAL);
+    u[1].ttft_s_per_token = 0;
+    u[1].route_rate = NAN;
+    assert_st(decide_p(A, u, 2, 160, 1, NULL, 0, &o), LR_EINVAL);
+}
+
 /* Dynamo: uncached prefill blocks + decode blocks, argmin at temperature
  * 0, a softmax draw above it. */
 static void
@@ -572,7 +652,9 @@ rule_ranvier(void **state)
 static lr_mlp *
 inflight_model(void)
 {
-    enum { N = 512 };
+    enum {
+        N = 512
+    };
     const uint32_t F = LR_LODESTAR_FEATURES;
     float *x = calloc((size_t)N * F, sizeof *x), y[N];
     uint64_t s = 7;
@@ -635,9 +717,9 @@ lodestar_rules(void **state)
     /* cold start: exactly the fallback (AIBrix) with its own reason */
     struct out o, f;
     assert_st(lodestar(t, 6, NULL, NULL, 0, 3, &o), LR_OK);
-    assert_st(decide_p(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 6, 128, 3, NULL, 0,
-                       &f),
-              LR_OK);
+    assert_st(
+        decide_p(LR_POLICY_PREFIX_CACHE_AND_LOAD, t, 6, 128, 3, NULL, 0, &f),
+        LR_OK);
     assert_int_equal(o.d.instance, f.d.instance);
     assert_reason(o.d, LR_REASON_COLD_START);
     assert_int_equal(o.d.decider, LR_POLICY_PREFIX_CACHE_AND_LOAD);
@@ -910,9 +992,9 @@ fleet_make(struct fleet *f, int32_t policy)
 static void
 fleet_route(struct fleet *f, uint64_t id, uint32_t k, uint64_t now)
 {
-    assert_st(route_one(f->r, id, f->prompt[k % f->n_prompts], 256, 0, now,
-                        NULL),
-              LR_OK);
+    assert_st(
+        route_one(f->r, id, f->prompt[k % f->n_prompts], 256, 0, now, NULL),
+        LR_OK);
 }
 
 /* The table, route()'s dry-run decision, and lr_policy_decide() on the
@@ -1145,6 +1227,7 @@ main(void)
         cmocka_unit_test(rule_dualmap),
         cmocka_unit_test(rule_gorgo),
         cmocka_unit_test(rule_ranvier),
+        cmocka_unit_test(rule_adaptive),
         cmocka_unit_test(lodestar_rules),
         cmocka_unit_test(every_policy_random_tables),
         cmocka_unit_test(agrees_with_route),

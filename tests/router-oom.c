@@ -138,6 +138,37 @@ oom_create(void **state)
     tu_oom_loop(sc_create, &p, 200);
     p = LR_POLICY_LODESTAR; /* makes its learner at create */
     tu_oom_loop(sc_create, &p, 200);
+    p = LR_POLICY_ADAPTIVE; /* its calibration and the recency table */
+    tu_oom_loop(sc_create, &p, 200);
+}
+
+/* ---- set_policy: a policy's own state is made on first use, all or
+ * nothing
+ * ---------------------------------------------------------------------- */
+
+static lr_status
+op_set_policy(lr_router *r, void *ctx)
+{
+    lr_policy to = *(const lr_policy *)ctx;
+    lr_policy was = lr_router_policy(r);
+    lr_status st = lr_router_set_policy(r, to);
+    assert_int_equal(lr_router_policy(r), st == LR_OK ? to : was);
+    return st;
+}
+
+static void
+oom_set_policy(void **state)
+{
+    (void)state;
+    static const lr_policy to[] = { LR_POLICY_ADAPTIVE, LR_POLICY_LODESTAR };
+    for (size_t i = 0; i < sizeof to / sizeof to[0]; i++) {
+        struct frame f = { LR_POLICY_RANDOM, 4, op_set_policy, (void *)&to[i] };
+        tu_oom_loop(sc_frame, &f, 200);
+    }
+    /* lodestar first (its learner), then adaptive (the rest) */
+    static const lr_policy ad = LR_POLICY_ADAPTIVE;
+    struct frame f = { LR_POLICY_LODESTAR, 4, op_set_policy, (void *)&ad };
+    tu_oom_loop(sc_frame, &f, 200);
 }
 
 /* ---- add_instance --------------------------------------------------------------- */
@@ -349,6 +380,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(oom_create),
         cmocka_unit_test(oom_add_instance),
+        cmocka_unit_test(oom_set_policy),
         cmocka_unit_test(oom_route),
         cmocka_unit_test(oom_route_many_instances),
         cmocka_unit_test(oom_set_param),

@@ -468,17 +468,7 @@ ctl_set_param(struct ctl *c)
         v = b.lo + (hi - b.lo) * (double)tu_below(&c->rng, 1001) / 1000.0;
         break;
     }
-    bool integer =
-        key == LR_PARAM_DUALMAP_KEY_TOKENS ||
-        key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS ||
-        key == LR_PARAM_DUALMAP_WINDOW || key == LR_PARAM_GORGO_FROZEN ||
-        key == LR_PARAM_SESSION_TOKENS ||
-        key == LR_PARAM_DEFAULT_OUTPUT_TOKENS ||
-        key == LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN ||
-        key == LR_PARAM_LODESTAR_KFILTER_TOKENS ||
-        key == LR_PARAM_LODESTAR_OOD || key == LR_PARAM_LODESTAR_FALLBACK ||
-        key == LR_PARAM_LODESTAR_CANDIDATES;
-    if (integer)
+    if (b.flags & LR_BOUNDS_INTEGER)
         v = (double)(int64_t)v;
     lr_status st = lr_router_set_param(sh->r, key, v);
     CHECK(sh, st == LR_OK, "set_param within bounds", st);

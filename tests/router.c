@@ -1950,7 +1950,7 @@ policy_names(void **state)
               LR_EINVAL);
     assert_st(lr_router_set_policy(NULL, LR_POLICY_RANDOM), LR_EINVAL);
     assert_true(lr__router_digest(r) == before);
-    assert_int_equal(lr_router_policy(r), LR_POLICY_RANVIER);
+    assert_int_equal(lr_router_policy(r), LR_POLICY_ADAPTIVE);
     assert_int_equal(lr_router_policy(NULL), -1);
     lr_router_destroy(r);
     lr_router_options o;

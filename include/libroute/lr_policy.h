@@ -62,7 +62,8 @@ typedef enum lr_policy {
     LR_POLICY_DUALMAP = 12,              /* "dualmap" */
     LR_POLICY_GORGO = 13,                /* "gorgo" */
     LR_POLICY_RANVIER = 14,              /* "ranvier" */
-    LR_POLICY_LODESTAR = 15 /* "lodestar" (see lr_router_learn_step) */
+    LR_POLICY_LODESTAR = 15, /* "lodestar" (see lr_router_learn_step) */
+    LR_POLICY_ADAPTIVE = 16  /* "adaptive": calibrates itself (@since 0.2) */
 } lr_policy;
 
 /** Number of policies this library has: values 0 .. count - 1 are all
@@ -203,7 +204,33 @@ typedef enum lr_param {
      * in the paper; 15 or less clips them into the samples, so the model
      * sees what a backlog costs (docs/learning.md measures both). Router
      * only. */
-    LR_PARAM_LODESTAR_MAX_TTFT_S = 32
+    LR_PARAM_LODESTAR_MAX_TTFT_S = 32,
+    /** adaptive: weight of the prefill work a placement adds for the
+     * requests that will queue behind it (3): the work's seconds count
+     * this x (requests routed per instance per second) x (the fleet's
+     * lasting backlog, seconds) times over. 0: each request for itself.
+     * @since 0.2 */
+    LR_PARAM_ADAPTIVE_WORK_WEIGHT = 33,
+    /** adaptive: weight of the decode contention a placement adds for the
+     * requests on its instance (3): each of them waits
+     * ttft_s_per_decoding longer, this many times over. 0: off.
+     * @since 0.2 */
+    LR_PARAM_ADAPTIVE_CONTENTION = 34,
+    /** adaptive: scores within this many seconds of the best tie, and one
+     * of them is drawn (0.002): measurement noise must not pile a burst
+     * onto one instance. @since 0.2 */
+    LR_PARAM_ADAPTIVE_TIE_S = 35,
+    /** adaptive: a prefix routed to an instance less than this many
+     * seconds ago counts as not cached there yet (0.01): a request
+     * admitted together with the one bringing it computes it again.
+     * @since 0.2 */
+    LR_PARAM_ADAPTIVE_FRESH_S = 36,
+    /** adaptive: weight of the RTT in the predicted TTFT (1). @since 0.2 */
+    LR_PARAM_ADAPTIVE_RTT_WEIGHT = 37,
+    /** adaptive: 1 fits each class's TTFT model from the first tokens the
+     * router sees, 0 keeps it as it is (the told rates before any fit)
+     * (1). Router only. @since 0.2 */
+    LR_PARAM_ADAPTIVE_CALIBRATE = 38
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all
@@ -275,10 +302,24 @@ typedef struct lr_candidate {
      * (sglang-cache-aware, and Lodestar when that is its fallback); 0
      * otherwise. */
     uint64_t tree_blocks;
+    /** The router's calibrated TTFT model of the instance (adaptive):
+     * seconds per queued prefill token and fixed seconds, fitted online
+     * from the first tokens it observed there; 0 before the first (the
+     * policy then uses prefill_rate). Finite, >= 0. */
+    double ttft_s_per_token;
+    double ttft_base_s;
+    /** ... and the seconds one more request decoding on the instance adds
+     * to a first token there (decode contention), from the same fit. */
+    double ttft_s_per_decoding;
+    /** prefill_tokens averaged over the last ten seconds or so of routes
+     * (adaptive's overload signal: a backlog that lasts, not a burst). */
+    double prefill_tokens_avg;
+    /** Requests routed to it per second, averaged the same way. */
+    double route_rate;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
-#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, tree_blocks) + 8)
+#define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, route_rate) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

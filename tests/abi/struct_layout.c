@@ -625,6 +625,11 @@ struct lr_candidate_v1 {
     uint32_t ring_rank;
     uint32_t flags;
     uint64_t tree_blocks;
+    double ttft_s_per_token;
+    double ttft_base_s;
+    double ttft_s_per_decoding;
+    double prefill_tokens_avg;
+    double route_rate;
 };
 FIELD(lr_candidate, lr_candidate_v1, instance, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, cached_tokens, uint32_t);
@@ -647,11 +652,16 @@ FIELD(lr_candidate, lr_candidate_v1, prefix_caching, int32_t);
 FIELD(lr_candidate, lr_candidate_v1, ring_rank, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, flags, uint32_t);
 FIELD(lr_candidate, lr_candidate_v1, tree_blocks, uint64_t);
+FIELD(lr_candidate, lr_candidate_v1, ttft_s_per_token, double);
+FIELD(lr_candidate, lr_candidate_v1, ttft_base_s, double);
+FIELD(lr_candidate, lr_candidate_v1, ttft_s_per_decoding, double);
+FIELD(lr_candidate, lr_candidate_v1, prefill_tokens_avg, double);
+FIELD(lr_candidate, lr_candidate_v1, route_rate, double);
 _Static_assert(sizeof(lr_candidate) >= sizeof(struct lr_candidate_v1),
                "lr_candidate: smaller than its v1 layout");
 _Static_assert(LR_CANDIDATE_SIZE_V1 ==
-                   offsetof(struct lr_candidate_v1, tree_blocks) +
-                       sizeof(uint64_t),
+                   offsetof(struct lr_candidate_v1, route_rate) +
+                       sizeof(double),
                "LR_CANDIDATE_SIZE_V1: does not end at the v1 last field");
 
 struct lr_policy_input_v1 {

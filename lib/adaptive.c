@@ -1,0 +1,400 @@
+/* adaptive: the library's own policy. It needs nothing a gateway does not
+ * have: no class rates, no profile; it calibrates a TTFT model from the
+ * first tokens the router observes, and it charges each placement what it
+ * costs the other requests, not only what it costs its own.
+ *
+ * Calibration (router side, per class of instances). For each first token
+ * on an instance of class c, with W the prefill tokens the request queued
+ * behind plus its own uncached tokens at dispatch, D the requests decoding
+ * there and Q those waiting, K its scraped KV pressure:
+ *
+ *   TTFT - RTT  ~  W x (s0 + s1 D) + b0 + b1 D + b2 Q + b3 K
+ *
+ * a Kalman filter (recursive least squares with process noise, so it
+ * follows a class whose speed drifts) per class. The prior is the told
+ * class rate (the library default when the host told none), 100%
+ * uncertain, so the first few first tokens already move it. Per class,
+ * not per instance: instances of one kind share one fit, so noise in
+ * per-instance estimates cannot make a homogeneous fleet prefer one
+ * replica. The router writes the fit, evaluated at each row's D, Q and K,
+ * into the candidate rows (ttft_s_per_token, ttft_base_s,
+ * ttft_s_per_decoding), with each instance's time-averaged queue
+ * (prefill_tokens_avg) and route rate: the policy itself stays a pure
+ * function of the table.
+ *
+ * Choice (lr__adaptive_decide), per row, in seconds:
+ *
+ *   ttft   = s x (pending + uncached) + base + RTT
+ *   work   = WORK_WEIGHT x L x s x uncached     (those who queue behind)
+ *   decode = CONTENTION x in flight x s_per_decoding  (those decoding there)
+ *   score  = ttft + work + decode, near-ties (TIE_S) drawn
+ *
+ * L, the fleet's lasting load, is the requests routed per instance per
+ * second times the backlog most instances hold (the lower quartile of
+ * their queued prefill averaged over ~10 s): how many requests will queue
+ * behind the work a placement adds. At low load L ~ 0 and the choice is
+ * the least predicted TTFT; when the fleet is backlogged, a cache miss
+ * costs everyone, so hits win (what preble and ranvier get right under
+ * overload); because L is a fleet-wide, time-averaged figure, a burst does
+ * not turn affinity into a hot spot (what they get wrong). The decode
+ * term is the externality a greedy TTFT choice ignores: sending work to
+ * the nearest or fastest instance slows every request decoding there. A
+ * prefix routed to an instance in the last FRESH_S counts as not cached:
+ * a request admitted together with the one bringing it computes it again.
+ */
+#include "adaptive.h"
+
+#include <math.h>
+
+#include "cost.h"
+#include "lr_hash.h"
+#include "policy.h"
+
+#define KTOK 1000.0           /* W in the filter: thousands of tokens */
+#define DSCALE 100.0          /* D in the filter: hundreds of requests */
+#define QSCALE 10.0           /* Q in the filter: tens of requests */
+#define KV_KNEE 0.85          /* KV use from which admission may stall */
+#define W_MEAN_N 256          /* the typical W: a running mean over this many */
+#define QAVG_TAU_S 10.0       /* the queue average's time constant */
+#define BACKLOG_QUANTILE 0.25 /* the backlog "most instances" hold */
+#define PRIOR_BASE_S 0.02     /* b0's prior: a step */
+#define PRIOR_BASE_SD 0.1     /* ... and its uncertainty */
+#define PRIOR_DEC_SD 0.5      /* s1 and b1 (per 100 decoding): may be large */
+#define NOISE_SD 0.05         /* one TTFT's noise around the model, s */
+#define DRIFT 0.005           /* process noise per sample, relative */
+#define DRIFT_B_SD 0.001      /* ... and absolute on b0, s */
+#define MIN_S0 1e-4           /* a 10M tokens/s class at most (s per ktok) */
+#define MAX_Y_S 60.0          /* a TTFT past a minute teaches nothing new */
+
+enum {
+    S0,
+    S1,
+    B0,
+    B1,
+    B2,
+    B3
+};
+
+/* ---- router side: calibration ---------------------------------------------- */
+
+lr_status
+lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
+                   uint32_t max_inst, uint32_t max_req)
+{
+    if (ad->rq != NULL)
+        return LR_OK;
+    struct lr__calib_req *rq = lr__alloc(m, (size_t)max_req * sizeof *rq);
+    struct lr__qavg *qa = lr__calloc(m, max_inst, sizeof *qa);
+    if (rq == NULL || qa == NULL) {
+        lr__free(m, rq, (size_t)max_req * sizeof *rq);
+        lr__free(m, qa, (size_t)max_inst * sizeof *qa);
+        return LR_ENOMEM;
+    }
+    ad->qavg = qa;
+    ad->max_inst = max_inst;
+    for (size_t i = 0; i < max_req; i++)
+        rq[i].w = NAN;
+    memset(ad->cls, 0, sizeof ad->cls);
+    ad->rq = rq;
+    ad->max_req = max_req;
+    return LR_OK;
+}
+
+void
+lr__adaptive_free(struct lr__adaptive *ad, struct lr__mem *m)
+{
+    lr__free(m, ad->rq, (size_t)ad->max_req * sizeof *ad->rq);
+    lr__free(m, ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg);
+    ad->rq = NULL;
+    ad->qavg = NULL;
+}
+
+/* The class's model before any first token: the told rate (the library
+ * default when the host told none), 100% uncertain; no decode slowdown
+ * known yet. */
+static void
+prior(struct lr__calib *c, double prefill_rate)
+{
+    memset(c, 0, sizeof *c);
+    c->theta[S0] = KTOK / prefill_rate;
+    c->theta[B0] = PRIOR_BASE_S;
+    c->P[S0][S0] = c->theta[S0] * c->theta[S0];
+    c->P[S1][S1] = PRIOR_DEC_SD * PRIOR_DEC_SD;
+    c->P[B0][B0] = PRIOR_BASE_SD * PRIOR_BASE_SD;
+    c->P[B1][B1] = PRIOR_DEC_SD * PRIOR_DEC_SD;
+    c->P[B2][B2] = PRIOR_DEC_SD * PRIOR_DEC_SD;
+    c->P[B3][B3] = PRIOR_DEC_SD * PRIOR_DEC_SD;
+}
+
+/* KV pressure of a row's instance (scraped): 0 under the knee, 1 full. */
+static double
+kv_pressure(const lr_candidate *row)
+{
+    double k = (row->kv_use - KV_KNEE) / (1 - KV_KNEE);
+    return k > 0 ? k : 0;
+}
+
+/* The decoding requests on a row's instance, scaled. */
+static double
+decoding(const lr_candidate *row)
+{
+    uint32_t d = row->inflight > row->queued ? row->inflight - row->queued : 0;
+    return (double)d / DSCALE;
+}
+
+/* The requests waiting for a first token on a row's instance, scaled. */
+static double
+queued(const lr_candidate *row)
+{
+    return (double)row->queued / QSCALE;
+}
+
+/* The weight of q's past at now_ns: exp(-elapsed / tau). */
+static double
+qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
+{
+    if (q->t_ns == 0 || now_ns <= q->t_ns)
+        return q->t_ns == 0 ? 0 : 1;
+    return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
+}
+
+/* An instance's average, brought to now with the current value. */
+static double
+qavg_at(const struct lr__qavg *q, double current, uint64_t now_ns)
+{
+    double keep = qavg_keep(q, now_ns);
+    return keep * q->avg + (1 - keep) * current;
+}
+
+void
+lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
+                     uint32_t n, uint32_t chosen, uint64_t now_ns)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        struct lr__qavg *q = &ad->qavg[rows[k].instance];
+        double keep = qavg_keep(q, now_ns);
+        q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
+        q->routes = keep * q->routes + (rows[k].instance == chosen);
+        if (now_ns > q->t_ns)
+            q->t_ns = now_ns;
+    }
+}
+
+void
+lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
+                  uint64_t now_ns)
+{
+    const struct lr__qavg *q = &ad->qavg[row->instance];
+    row->prefill_tokens_avg = qavg_at(q, (double)row->prefill_tokens, now_ns);
+    row->route_rate = q->routes * qavg_keep(q, now_ns) / QAVG_TAU_S;
+    const struct lr__calib *c = &ad->cls[row->instance_class];
+    if (c->n == 0) {
+        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_decoding = 0;
+        return;
+    }
+    double d = decoding(row);
+    double s = c->theta[S0] + c->theta[S1] * d;
+    double b = c->theta[B0] + c->theta[B1] * d + c->theta[B2] * queued(row) +
+               c->theta[B3] * kv_pressure(row);
+    double w = c->w_mean;
+    double dd = (c->theta[S1] * w + c->theta[B1]) / DSCALE;
+    /* a finite fit at absurd counts (2^32 decoding) may still overflow:
+     * the row then keeps the told rate, as before any fit */
+    if (!isfinite(s) || !isfinite(b) || !isfinite(dd)) {
+        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_decoding = 0;
+        return;
+    }
+    row->ttft_s_per_token = (s > MIN_S0 ? s : MIN_S0) / KTOK;
+    row->ttft_base_s = b > 0 ? b : 0;
+    row->ttft_s_per_decoding = dd > 0 ? dd : 0;
+}
+
+void
+lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
+                      const lr_candidate *row, uint32_t uncached)
+{
+    struct lr__calib *c = &ad->cls[row->instance_class];
+    if (c->n == 0 && c->theta[S0] == 0)
+        prior(c, row->prefill_rate);
+    struct lr__calib_req *r = &ad->rq[slot];
+    r->w = (float)(((double)row->prefill_tokens + uncached) / KTOK);
+    r->d = (float)decoding(row);
+    r->q = (float)queued(row);
+    r->k = (float)kv_pressure(row);
+    r->rtt_s = (float)(row->rtt_ms / 1e3);
+    r->cls = row->instance_class;
+}
+
+static bool
+calib_finite(const struct lr__calib *c)
+{
+    double sum = 0;
+    for (int i = 0; i < LR__CALIB_DIM; i++) {
+        sum += c->theta[i];
+        for (int j = 0; j < LR__CALIB_DIM; j++)
+            sum += c->P[i][j];
+    }
+    return isfinite(sum); /* any inf or NaN makes the sum so */
+}
+
+/* One Kalman step: observation y of x . theta, with drift. */
+static void
+kalman(struct lr__calib *c, const double *x, double y)
+{
+    const int n = LR__CALIB_DIM;
+    for (int i = 0; i < n; i++) {
+        double q = DRIFT * c->theta[i];
+        c->P[i][i] += q * q;
+    }
+    c->P[B0][B0] += DRIFT_B_SD * DRIFT_B_SD;
+    double px[LR__CALIB_DIM], s = NOISE_SD * NOISE_SD, e = y;
+    for (int i = 0; i < n; i++) {
+        px[i] = 0;
+        for (int j = 0; j < n; j++)
+            px[i] += c->P[i][j] * x[j];
+        s += x[i] * px[i];
+        e -= c->theta[i] * x[i];
+    }
+    for (int i = 0; i < n; i++) {
+        c->theta[i] += px[i] / s * e;
+        for (int j = 0; j < n; j++)
+            c->P[i][j] -= px[i] * px[j] / s;
+    }
+    if (c->theta[S0] < MIN_S0)
+        c->theta[S0] = MIN_S0;
+}
+
+void
+lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
+{
+    if (ad->rq == NULL)
+        return;
+    struct lr__calib_req *r = &ad->rq[slot];
+    double w = r->w;
+    r->w = NAN;
+    if (isnan(w) || ttft_s < 0)
+        return;
+    struct lr__calib *c = &ad->cls[r->cls];
+    double y = ttft_s - r->rtt_s;
+    y = y < 0 ? 0 : y > MAX_Y_S ? MAX_Y_S : y;
+    double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d, r->q, r->k };
+    /* absurd telemetry (a queue of 2^60 tokens) must not leave a fit that
+     * is not finite: the rows would be refused and route() with them */
+    struct lr__calib keep = *c;
+    kalman(c, x, y);
+    if (!calib_finite(c)) {
+        *c = keep;
+        return;
+    }
+    c->n++;
+    c->w_mean += (w - c->w_mean) / (c->n < W_MEAN_N ? c->n : W_MEAN_N);
+}
+
+uint64_t
+lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
+{
+    if (ad->rq == NULL)
+        return d;
+    d = lr__digest_mix(d, lr__hash(ad->cls, sizeof ad->cls, 11));
+    d = lr__digest_mix(
+        d, lr__hash(ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg, 13));
+    return lr__digest_mix(
+        d, lr__hash(ad->rq, (size_t)ad->max_req * sizeof *ad->rq, 12));
+}
+
+/* ---- deciding ----------------------------------------------------------------- */
+
+/* Seconds per prefill token of a row: its fit, else its class rate. */
+static double
+s_per_token(const lr_candidate *r)
+{
+    return r->ttft_s_per_token > 0 ? r->ttft_s_per_token
+                                   : 1.0 / r->prefill_rate;
+}
+
+/* The q-quantile (lower) of a[0..n), reordering a (quickselect). */
+static double
+quantile(double *a, size_t n, double q)
+{
+    size_t want = (size_t)(q * (double)(n - 1));
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = a[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        for (;;) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i >= j)
+                break;
+            double t = a[i];
+            a[i++] = a[j];
+            a[j--] = t;
+        }
+        if (want <= j)
+            hi = j;
+        else
+            lo = j + 1;
+    }
+    return a[want];
+}
+
+/* The fleet's lasting load: requests routed per instance per second times
+ * the backlog most instances hold (the lower quartile of their averaged
+ * queued prefill, in seconds): how many requests will queue behind the
+ * work a placement adds. Uses the scores as scratch. */
+static double
+fleet_load(const struct lr__pctx *c)
+{
+    double rate = 0;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        rate += r->route_rate;
+        c->score[k] = s_per_token(r) * r->prefill_tokens_avg;
+    }
+    return rate / (double)c->n * quantile(c->score, c->n, BACKLOG_QUANTILE);
+}
+
+/* The row's predicted TTFT for this request, plus what placing it there
+ * costs the others: its prefill work for those queued behind it, its
+ * decoding for those on the instance. */
+static double
+social_cost(const struct lr__pctx *c, const lr_candidate *r, double load)
+{
+    double s = s_per_token(r);
+    uint32_t cached = r->cached_tokens;
+    /* a prefix routed here so recently that the request bringing it may
+     * be admitted in the same step is not cached yet: a request admitted
+     * with it computes it again */
+    if (r->cached_age_s >= 0 && r->cached_age_s < LR__P(c, ADAPTIVE_FRESH_S))
+        cached = 0;
+    double own = s * (double)(c->prompt - cached);
+    double ttft = s * (double)r->prefill_tokens + own + r->ttft_base_s +
+                  LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3;
+    double work = LR__P(c, ADAPTIVE_WORK_WEIGHT) * load * own;
+    double decode = LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
+                    r->ttft_s_per_decoding;
+    return ttft + work + decode;
+}
+
+struct lr__choice
+lr__adaptive_decide(const struct lr__pctx *c)
+{
+    double load = fleet_load(c);
+    double lo = INFINITY;
+    for (size_t k = 0; k < c->n; k++) {
+        c->score[k] = social_cost(c, lr__row(c, k), load);
+        lo = c->score[k] < lo ? c->score[k] : lo;
+    }
+    /* near-ties are drawn, so that noise (a probe's jitter, a fit's) does
+     * not pile a burst onto one instance */
+    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
+    uint32_t pick = 0, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++)
+        if (c->score[k] <= tie && lr__rng_below(c->rng, ++ties) == 0)
+            pick = k;
+    return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
+}

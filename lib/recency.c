@@ -1,0 +1,71 @@
+/* The recency table (recency.h): direct-mapped, one tag and one time per
+ * slot. 16k slots of 16 bytes (256 KiB) hold the last boundaries of the
+ * routes of the last few seconds of a busy gateway, which is the horizon
+ * the readers care about (a half-life of 15 s, a freshness of 10 ms). */
+#include "recency.h"
+
+#include "lr_hash.h"
+
+#define SLOTS 16384u /* power of two */
+
+struct lr__recency_slot {
+    uint64_t tag; /* 0: empty */
+    uint64_t ns;
+};
+
+lr_status
+lr__recency_setup(struct lr__recency *t, struct lr__mem *m)
+{
+    if (t->slots != NULL)
+        return LR_OK;
+    t->slots = lr__calloc(m, SLOTS, sizeof *t->slots);
+    return t->slots != NULL ? LR_OK : LR_ENOMEM;
+}
+
+void
+lr__recency_free(struct lr__recency *t, struct lr__mem *m)
+{
+    lr__free(m, t->slots, SLOTS * sizeof *t->slots);
+    t->slots = NULL;
+}
+
+static inline uint64_t
+tag_of(uint64_t key, uint32_t id)
+{
+    return lr__mix64(key, (uint64_t)id + 1) | 1;
+}
+
+double
+lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
+                uint64_t now_ns)
+{
+    if (t->slots == NULL)
+        return -1;
+    uint64_t tag = tag_of(key, id);
+    const struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
+    if (e->tag != tag)
+        return -1;
+    return now_ns > e->ns ? (double)(now_ns - e->ns) / 1e9 : 0;
+}
+
+void
+lr__recency_remember(struct lr__recency *t, const uint64_t *keys, size_t n_keys,
+                     uint32_t id, uint64_t now_ns)
+{
+    if (t->slots == NULL)
+        return;
+    for (size_t i = 0; i < n_keys; i++) {
+        uint64_t tag = tag_of(keys[i], id);
+        struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
+        e->tag = tag;
+        e->ns = now_ns;
+    }
+}
+
+uint64_t
+lr__recency_digest(const struct lr__recency *t, uint64_t d)
+{
+    if (t->slots == NULL)
+        return d;
+    return lr__digest_mix(d, lr__hash(t->slots, SLOTS * sizeof *t->slots, 7));
+}
