@@ -32,6 +32,7 @@ const (
 	PolicyGORGO              Policy = C.LR_POLICY_GORGO
 	PolicyRanvier            Policy = C.LR_POLICY_RANVIER
 	PolicyLodestar           Policy = C.LR_POLICY_LODESTAR
+	PolicyAdaptive           Policy = C.LR_POLICY_ADAPTIVE
 )
 
 // PolicyCount returns how many policies the loaded library has
@@ -144,6 +145,12 @@ const (
 	ParamLodestarFallback         Param = C.LR_PARAM_LODESTAR_FALLBACK
 	ParamLodestarCandidates       Param = C.LR_PARAM_LODESTAR_CANDIDATES
 	ParamLodestarMaxTTFTSeconds   Param = C.LR_PARAM_LODESTAR_MAX_TTFT_S
+	ParamAdaptiveWorkWeight       Param = C.LR_PARAM_ADAPTIVE_WORK_WEIGHT
+	ParamAdaptiveContention       Param = C.LR_PARAM_ADAPTIVE_CONTENTION
+	ParamAdaptiveTieSeconds       Param = C.LR_PARAM_ADAPTIVE_TIE_S
+	ParamAdaptiveFreshSeconds     Param = C.LR_PARAM_ADAPTIVE_FRESH_S
+	ParamAdaptiveRTTWeight        Param = C.LR_PARAM_ADAPTIVE_RTT_WEIGHT
+	ParamAdaptiveCalibrate        Param = C.LR_PARAM_ADAPTIVE_CALIBRATE
 )
 
 // ParamCount returns how many parameters the loaded library has
@@ -275,6 +282,18 @@ type Candidate struct {
 	// size sglang-cache-aware's low-match branch minimizes. Routers fill
 	// it only for the policies that read it; 0 otherwise.
 	TreeBlocks uint64
+	// The router's calibrated TTFT model of the instance (adaptive):
+	// seconds per queued prefill token and fixed seconds, fitted online
+	// from the first tokens it saw; 0 before the first (PrefillRate then
+	// stands in).
+	TTFTSecondsPerToken float64
+	TTFTBaseSeconds     float64
+	// The seconds one more request decoding there adds to a first token.
+	TTFTSecondsPerDecoding float64
+	// PrefillTokens averaged over the last ten seconds or so of routes.
+	PrefillTokensAvg float64
+	// Requests routed to it per second, averaged the same way.
+	RouteRate float64
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -312,6 +331,11 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RingRank)-unsafe.Offsetof(C.lr_candidate{}.ring_rank)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Flags)-unsafe.Offsetof(C.lr_candidate{}.flags)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TreeBlocks)-unsafe.Offsetof(C.lr_candidate{}.tree_blocks)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TTFTSecondsPerToken)-unsafe.Offsetof(C.lr_candidate{}.ttft_s_per_token)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TTFTBaseSeconds)-unsafe.Offsetof(C.lr_candidate{}.ttft_base_s)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TTFTSecondsPerDecoding)-unsafe.Offsetof(C.lr_candidate{}.ttft_s_per_decoding)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefillTokensAvg)-unsafe.Offsetof(C.lr_candidate{}.prefill_tokens_avg)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RouteRate)-unsafe.Offsetof(C.lr_candidate{}.route_rate)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

@@ -286,7 +286,7 @@ var allPolicies = []Policy{
 	PolicySessionAffinity, PolicyConsistentHash, PolicyPrefixCache,
 	PolicyPrefixCacheAndLoad, PolicySGLangCacheAware, PolicyPreble,
 	PolicyMinTTFT, PolicyDynamo, PolicyDualMap, PolicyGORGO, PolicyRanvier,
-	PolicyLodestar,
+	PolicyLodestar, PolicyAdaptive,
 }
 
 func TestPolicies(t *testing.T) {
@@ -345,6 +345,8 @@ var allParams = []Param{
 	ParamGORGOReleaseAtFirstToken, ParamLodestarEpsilon, ParamLodestarTie,
 	ParamLodestarKVThreshold, ParamLodestarKFilterTokens, ParamLodestarOOD,
 	ParamLodestarFallback, ParamLodestarCandidates, ParamLodestarMaxTTFTSeconds,
+	ParamAdaptiveWorkWeight, ParamAdaptiveContention, ParamAdaptiveTieSeconds,
+	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
 }
 
 func TestParams(t *testing.T) {

@@ -167,6 +167,11 @@ class Candidate(NamedTuple):
     ring_rank: int = 0
     flags: int = 0
     tree_blocks: int = 0
+    ttft_s_per_token: float = 0.0
+    ttft_base_s: float = 0.0
+    ttft_s_per_decoding: float = 0.0
+    prefill_tokens_avg: float = 0.0
+    route_rate: float = 0.0
 
 
 _FIELDS = Candidate._fields

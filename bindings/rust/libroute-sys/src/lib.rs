@@ -409,6 +409,7 @@ pub const LR_POLICY_DUALMAP: lr_policy = 12;
 pub const LR_POLICY_GORGO: lr_policy = 13;
 pub const LR_POLICY_RANVIER: lr_policy = 14;
 pub const LR_POLICY_LODESTAR: lr_policy = 15;
+pub const LR_POLICY_ADAPTIVE: lr_policy = 16;
 
 pub type lr_reason = c_uint;
 pub const LR_REASON_NONE: lr_reason = 0;
@@ -462,6 +463,12 @@ pub const LR_PARAM_LODESTAR_OOD: lr_param = 29;
 pub const LR_PARAM_LODESTAR_FALLBACK: lr_param = 30;
 pub const LR_PARAM_LODESTAR_CANDIDATES: lr_param = 31;
 pub const LR_PARAM_LODESTAR_MAX_TTFT_S: lr_param = 32;
+pub const LR_PARAM_ADAPTIVE_WORK_WEIGHT: lr_param = 33;
+pub const LR_PARAM_ADAPTIVE_CONTENTION: lr_param = 34;
+pub const LR_PARAM_ADAPTIVE_TIE_S: lr_param = 35;
+pub const LR_PARAM_ADAPTIVE_FRESH_S: lr_param = 36;
+pub const LR_PARAM_ADAPTIVE_RTT_WEIGHT: lr_param = 37;
+pub const LR_PARAM_ADAPTIVE_CALIBRATE: lr_param = 38;
 
 /// One routable instance as a policy sees it. Arrays of rows are passed
 /// with `size_of::<lr_candidate>()` as `row_size`.
@@ -489,8 +496,13 @@ pub struct lr_candidate {
     pub ring_rank: u32,
     pub flags: u32,
     pub tree_blocks: u64,
+    pub ttft_s_per_token: f64,
+    pub ttft_base_s: f64,
+    pub ttft_s_per_decoding: f64,
+    pub prefill_tokens_avg: f64,
+    pub route_rate: f64,
 }
-pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, tree_blocks) + 8;
+pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;

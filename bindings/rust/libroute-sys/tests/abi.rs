@@ -179,7 +179,8 @@ fn declarations_match_the_c_headers() {
         lr_candidate { instance, cached_tokens, inflight, queued, prefill_tokens,
             queued_tokens, prompt_tokens, decode_tokens, kv_tokens, running, waiting,
             kv_use, rtt_ms, prefill_rate, stall_s, cached_age_s, instance_class,
-            prefix_caching, ring_rank, flags, tree_blocks }
+            prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
+            ttft_s_per_decoding, prefill_tokens_avg, route_rate }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model }
         lr_cost_options { struct_size, allocator, kind, seed }
@@ -229,7 +230,7 @@ fn declarations_match_the_c_headers() {
         LR_POLICY_PREFIX_CACHE, LR_POLICY_PREFIX_CACHE_AND_LOAD,
         LR_POLICY_SGLANG_CACHE_AWARE, LR_POLICY_PREBLE, LR_POLICY_MIN_TTFT,
         LR_POLICY_DYNAMO, LR_POLICY_DUALMAP, LR_POLICY_GORGO, LR_POLICY_RANVIER,
-        LR_POLICY_LODESTAR, LR_CANDIDATE_SIZE_V1, LR_RING_KEY_NONE, LR_RING_KEY_SESSION,
+        LR_POLICY_LODESTAR, LR_POLICY_ADAPTIVE, LR_CANDIDATE_SIZE_V1, LR_RING_KEY_NONE, LR_RING_KEY_SESSION,
         LR_RING_KEY_PREFIX, LR_RING_KEY_HOTNESS, LR_SCORE_SIZE_V1, LR_DECISION_SIZE_V2,
         LR_POLICY_INPUT_SIZE_V1,
         LR_COST_TTFT, LR_COST_GORGO, LR_COST_DYNAMO, LR_COST_W_RTT, LR_COST_W_QUEUE,
@@ -257,6 +258,8 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_LODESTAR_TIE, LR_PARAM_LODESTAR_KV_THRESHOLD,
         LR_PARAM_LODESTAR_KFILTER_TOKENS, LR_PARAM_LODESTAR_OOD, LR_PARAM_LODESTAR_FALLBACK,
         LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S,
+        LR_PARAM_ADAPTIVE_WORK_WEIGHT, LR_PARAM_ADAPTIVE_CONTENTION, LR_PARAM_ADAPTIVE_TIE_S,
+        LR_PARAM_ADAPTIVE_FRESH_S, LR_PARAM_ADAPTIVE_RTT_WEIGHT, LR_PARAM_ADAPTIVE_CALIBRATE,
         LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
     );
 

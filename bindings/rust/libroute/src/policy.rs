@@ -61,6 +61,19 @@ pub struct Candidate {
     /// size sglang-cache-aware's low-match branch minimizes. Routers fill
     /// it only for the policies that read it; 0 otherwise.
     pub tree_blocks: u64,
+    /// The router's calibrated TTFT model of the instance (adaptive):
+    /// seconds per queued prefill token and fixed seconds, fitted online
+    /// from the first tokens it saw; 0 before the first (`prefill_rate`
+    /// then stands in).
+    pub ttft_s_per_token: f64,
+    /// See `ttft_s_per_token`.
+    pub ttft_base_s: f64,
+    /// The seconds one more request decoding there adds to a first token.
+    pub ttft_s_per_decoding: f64,
+    /// `prefill_tokens` averaged over the last ten seconds or so of routes.
+    pub prefill_tokens_avg: f64,
+    /// Requests routed to it per second, averaged the same way.
+    pub route_rate: f64,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -94,7 +107,12 @@ const _: () = {
         prefix_caching,
         ring_rank,
         flags,
-        tree_blocks
+        tree_blocks,
+        ttft_s_per_token,
+        ttft_base_s,
+        ttft_s_per_decoding,
+        prefill_tokens_avg,
+        route_rate
     );
 };
 

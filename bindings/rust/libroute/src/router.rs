@@ -50,6 +50,9 @@ named_consts! { Policy, lib sys::lr_policy_name,
     RANVIER = sys::LR_POLICY_RANVIER,
     /// `"lodestar"`: a learned policy; see [`Router::learn_step`].
     LODESTAR = sys::LR_POLICY_LODESTAR,
+    /// `"adaptive"`: self-calibrating predicted TTFT with a load
+    /// externality; see docs/router.md.
+    ADAPTIVE = sys::LR_POLICY_ADAPTIVE,
 }
 
 impl Policy {
@@ -203,6 +206,18 @@ named_consts! { Param, consts,
     LODESTAR_CANDIDATES = sys::LR_PARAM_LODESTAR_CANDIDATES,
     /// lodestar: first tokens later than this (seconds) give no sample.
     LODESTAR_MAX_TTFT_S = sys::LR_PARAM_LODESTAR_MAX_TTFT_S,
+    /// adaptive: weight of the prefill work a placement adds for others.
+    ADAPTIVE_WORK_WEIGHT = sys::LR_PARAM_ADAPTIVE_WORK_WEIGHT,
+    /// adaptive: weight of the decode contention a placement adds.
+    ADAPTIVE_CONTENTION = sys::LR_PARAM_ADAPTIVE_CONTENTION,
+    /// adaptive: scores within this many seconds of the best tie.
+    ADAPTIVE_TIE_S = sys::LR_PARAM_ADAPTIVE_TIE_S,
+    /// adaptive: a prefix routed less than this ago is not cached yet.
+    ADAPTIVE_FRESH_S = sys::LR_PARAM_ADAPTIVE_FRESH_S,
+    /// adaptive: weight of the RTT in the predicted TTFT.
+    ADAPTIVE_RTT_WEIGHT = sys::LR_PARAM_ADAPTIVE_RTT_WEIGHT,
+    /// adaptive: 1 fits each class's TTFT model online, 0 freezes it.
+    ADAPTIVE_CALIBRATE = sys::LR_PARAM_ADAPTIVE_CALIBRATE,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
