@@ -15,6 +15,12 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
+ *   kv_ingest_new           lr_index_vllm_batch() on batches of 500 vLLM
+ *                           BlockStored events of 4 new blocks each
+ *                           (msgpack in, index updated), from 64 engines,
+ *                           into a full index of 1M blocks: ns per batch,
+ *                           and ns_per_event (the batch p50 / 500)
+ *
  * Router cases route 8k-token prompts through a router whose index holds
  * 1M block routes, at 8 and 64 instances, for every policy:
  *   route_<policy>_<instances>  one lr_router_route() as a gateway calls
@@ -38,6 +44,9 @@
 
 #include "index.h"
 #include "libroute.h"
+
+#define MPW_CAP (1 << 20)
+#include "mpw.h"
 
 #define B 16
 #define NINST 64
@@ -300,6 +309,105 @@ bench_index(int quick)
     lr_index_destroy(ix);
 }
 
+/* One batch of kv_ingest_new: KV_EVENTS BlockStored events of 4 new
+ * blocks each. Each request's blocks form a chain of KV_CHAIN events (a
+ * prompt of 16 x 4 blocks being prefilled), the first with no parent. */
+#define KV_EVENTS 500u
+#define KV_BLOCKS 4u
+#define KV_CHAIN 16u
+
+static void
+kv_batch(struct mpw *w, uint64_t *next_hash, uint32_t *chain_pos,
+         uint64_t *last)
+{
+    uint64_t h[KV_BLOCKS];
+    uint32_t t[KV_BLOCKS * B];
+    w->n = 0;
+    mpw_batch(w, KV_EVENTS, false);
+    for (uint32_t e = 0; e < KV_EVENTS; e++) {
+        for (uint32_t i = 0; i < KV_BLOCKS; i++)
+            h[i] = ++*next_hash;
+        for (uint32_t i = 0; i < KV_BLOCKS * B; i++)
+            t[i] = (uint32_t)(rnd() % 151936); /* a Qwen-sized vocabulary */
+        struct mpw_stored st = { .hashes = h,
+                                 .n_blocks = KV_BLOCKS,
+                                 .has_parent = *chain_pos > 0,
+                                 .parent = *last,
+                                 .tokens = t,
+                                 .block_size = B,
+                                 .lora_id = -1,
+                                 .group_idx = -1 };
+        mpw_stored_array(w, &st, MPW_HASH_UINT);
+        *last = h[KV_BLOCKS - 1];
+        *chain_pos = (*chain_pos + 1) % KV_CHAIN;
+    }
+    mpw_batch_end(w, false);
+}
+
+static void
+bench_kv(int quick)
+{
+    if (!wanted("kv_ingest_new"))
+        return;
+    uint64_t held = quick ? (1u << 16) : (1u << 20);
+    size_t iters = quick ? 20 : 200;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.capacity_blocks = held;
+    o.block_tokens = B;
+    o.ttl_ns = UINT64_MAX;
+    o.max_instances = NINST;
+    lr_index *ix;
+    if (lr_index_create(&o, &ix) != LR_OK)
+        exit(1);
+    struct mpw *w = malloc(sizeof *w);
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    memset(w, 0, sizeof *w);
+    uint64_t next_hash = 1, last[NINST] = { 0 };
+    uint32_t pos[NINST] = { 0 };
+    uint64_t t = 1;
+    /* fill until full, then measure: every batch also evicts as much */
+    size_t fill = (size_t)(held / (KV_EVENTS * KV_BLOCKS)) + 1;
+    for (size_t k = 0; k < fill + iters; k++) {
+        uint32_t inst = (uint32_t)(k % NINST);
+        kv_batch(w, &next_hash, &pos[inst], &last[inst]);
+        if (w->overflow) {
+            fprintf(stderr, "libroute-bench: kv batch too large\n");
+            exit(1);
+        }
+        lr_vllm_batch_info info;
+        lr_vllm_batch_info_init(&info);
+        uint64_t t0 = now_ns();
+        lr_status st = lr_index_vllm_batch(ix, inst, w->buf, w->n, t++, &info);
+        uint64_t dt = now_ns() - t0;
+        if (st != LR_OK || info.stored != KV_EVENTS) {
+            fprintf(stderr, "libroute-bench: kv batch: %s, %u stored\n",
+                    lr_strerror(st), info.stored);
+            exit(1);
+        }
+        if (k >= fill)
+            ns[k - fill] = dt;
+    }
+    qsort(ns, iters, sizeof *ns, cmp_u64);
+    lr_index_stats stt;
+    memset(&stt, 0, sizeof stt);
+    stt.struct_size = sizeof stt;
+    lr_index_get_stats(ix, &stt);
+    printf(
+        "{\"name\": \"kv_ingest_new\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
+        "\"iterations\": %zu, \"ns_per_event\": %.0f, "
+        "\"events_per_s\": %.0f, \"blocks\": %llu, \"bytes_per_batch\": %zu}\n",
+        (unsigned long long)ns[iters / 2],
+        (unsigned long long)ns[(iters * 99) / 100], iters,
+        (double)ns[iters / 2] / KV_EVENTS,
+        ns[iters / 2] ? 1e9 * KV_EVENTS / (double)ns[iters / 2] : 0.0,
+        (unsigned long long)stt.blocks, w->n);
+    fflush(stdout);
+    free(ns);
+    free(w);
+    lr_index_destroy(ix);
+}
+
 static void
 bench_ring(int quick)
 {
@@ -503,6 +611,7 @@ main(int argc, char **argv)
     }
     bench_ring(quick);
     bench_index(quick);
+    bench_kv(quick);
     bench_router(quick, 8);
     bench_router(quick, 64);
     return 0;

@@ -446,9 +446,18 @@ promote_first_extra(lr_index *ix, uint32_t n)
 
 /* Take hold `ref` off its node. With `free_node`, a node left with no
  * holder is deleted; otherwise it is marked PENDING for a later sweep. The
- * caller fixes the parent hold's child count. */
+ * caller fixes the parent hold's child count.
+ *
+ * An extra hold is unlinked from its node's singly linked holder list,
+ * which needs its predecessor, and the oldest holds (the ones evicted) sit
+ * at the list's end. *pred is a guess of the predecessor (an extra hold
+ * index, LR_NIL for none), checked before any walk, and comes back as the
+ * real one (LR_NIL: the list's head). A trim walking up one instance's
+ * chain passes the predecessor one level down, minus one: lists along a
+ * chain learned by the same instances in the same order are laid out
+ * alike, so that guess usually hits (see parent_hold). */
 static void
-hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
+hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node, uint32_t *pred)
 {
     struct hold *h = H(ix, ref);
     uint32_t n = ref_node(ix, ref);
@@ -460,11 +469,23 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
     uint32_t x; /* the extra hold that goes back to its pool */
     if (ref & REF_X) {
         x = ref & ~REF_X;
-        uint32_t *pp = &nd->more;
-        while (*pp != x)
-            pp = &ix->xh[*pp].next;
+        uint32_t y = *pred;
+        uint32_t *pp;
+        if (nd->more == x) {
+            pp = &nd->more;
+            y = LR_NIL;
+        } else if (y != LR_NIL && y < ix->xpool.top && ix->xh[y].next == x &&
+                   ix->xh[y].node == n && ix->xh[y].h.inst != INST_FREE) {
+            pp = &ix->xh[y].next;
+        } else {
+            for (y = nd->more; ix->xh[y].next != x; y = ix->xh[y].next)
+                ;
+            pp = &ix->xh[y].next;
+        }
+        *pred = y;
         *pp = ix->xh[x].next;
     } else if (nd->more != LR_NIL) {
+        *pred = LR_NIL;
         x = nd->more;
         promote_first_extra(ix, n);
     } else if (!free_node) {
@@ -481,6 +502,45 @@ hold_remove(lr_index *ix, uint32_t ref, int why, bool free_node)
     pool_give(&ix->xpool, ix->xh, sizeof *ix->xh, XHOLD_LINK, x);
 }
 
+/* Batch eviction. A trim frees a run of blocks (an evicted message is
+ * hundreds of them), and each freed node's table slot is a cache miss
+ * that the backward-shift delete waits for. Before removing anything,
+ * walk the run read-only, as the trim below will (same conditions, same
+ * carried stamp), for at most TRIM_WARM holds, and load the home slot of
+ * every node that will be freed: the loads are independent, so their
+ * misses overlap, and the deletes then find their slots in cache. The
+ * walk also pulls the run's nodes in. Returns the holds covered (>= 1);
+ * the trim warms the next stretch when it gets that far. Reads only. */
+#define TRIM_WARM 64u
+
+static uint32_t
+warm_trim_run(const lr_index *ix, uint32_t ref, bool precise)
+{
+    uint64_t warm = 0;
+    uint32_t k = 0;
+    uint32_t stamp = H(ix, ref)->stamp;
+    while (k < TRIM_WARM) {
+        k++;
+        const struct hold *h = H(ix, ref);
+        uint32_t n = ref_node(ix, ref);
+        const struct node *nd = &ix->nodes[n];
+        if (!(ref & REF_X) && nd->more == LR_NIL)
+            warm += lr__table_peek(&ix->ntab, hkey(ix, nd->key));
+        if (nd->parent == LR_NIL)
+            break;
+        uint32_t pref = parent_hold(ix, ref, nd->parent, h->inst);
+        if (pref == LR_NIL)
+            break;
+        const struct hold *ph = H(ix, pref);
+        if (nchild(ph) != 1 || (ph->bits & HB_ANCHOR) ||
+            !(precise || ph->stamp <= stamp))
+            break;
+        ref = pref;
+    }
+    lr__sink(warm);
+    return k;
+}
+
 /* Remove leaf hold `ref`, then walk up. A parent hold left with no child
  * has the recency of that child (or its own, when newer): if its own stamp
  * is no newer than the child's and it is not an anchor, it goes too, so
@@ -493,14 +553,20 @@ void
 lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t ref, int why,
                                bool precise)
 {
+    uint32_t warmed = 0;    /* holds of the run whose slots are warm */
+    uint32_t pred = LR_NIL; /* guess for hold_remove, see there */
     for (;;) {
+        if (warmed == 0)
+            warmed = warm_trim_run(ix, ref, precise);
+        warmed--;
         struct hold *h = H(ix, ref);
         assert(nchild(h) == 0);
         uint32_t s = h->inst;
         uint32_t stamp = h->stamp;
         uint32_t p = ix->nodes[ref_node(ix, ref)].parent;
-        uint32_t pref = p != LR_NIL ? hold_find(ix, p, s) : LR_NIL;
-        hold_remove(ix, ref, why, true);
+        uint32_t pref = p != LR_NIL ? parent_hold(ix, ref, p, s) : LR_NIL;
+        hold_remove(ix, ref, why, true, &pred);
+        pred = pred != LR_NIL && pred > 0 ? pred - 1 : LR_NIL;
         if (pref == LR_NIL)
             return;
         struct hold *ph = H(ix, pref);
@@ -598,8 +664,10 @@ lr__index_remove_descendants(lr_index *ix, uint32_t s, uint32_t root)
         if (cur == root)
             return;
         uint32_t p = ix->nodes[cur].parent;
-        hold_remove(ix, cref, WHY_DROP, true);
-        H(ix, hold_find(ix, p, s))->bits--;
+        uint32_t pref = parent_hold(ix, cref, p, s);
+        uint32_t pred = LR_NIL;
+        hold_remove(ix, cref, WHY_DROP, true, &pred);
+        H(ix, pref)->bits--;
         cur = p;
     }
 }
@@ -613,8 +681,9 @@ remove_all_of(lr_index *ix, uint32_t s)
         if (ix->nodes[n].h.inst == INST_FREE || ix->nodes[n].h.inst == PENDING)
             continue;
         uint32_t ref = hold_find(ix, n, s);
+        uint32_t pred = LR_NIL;
         if (ref != LR_NIL)
-            hold_remove(ix, ref, WHY_DROP, false);
+            hold_remove(ix, ref, WHY_DROP, false, &pred);
     }
     /* A PENDING node has no holder left, so (prefix property) none of its
      * descendants has one either: they are all PENDING. */
@@ -757,7 +826,7 @@ upgrade_up(lr_index *ix, uint32_t ref)
         if (listed)
             lru_insert_by_stamp(ix, ref);
         uint32_t p = ix->nodes[ref_node(ix, ref)].parent;
-        ref = p != LR_NIL ? hold_find(ix, p, h->inst) : LR_NIL;
+        ref = p != LR_NIL ? parent_hold(ix, ref, p, h->inst) : LR_NIL;
     }
 }
 
@@ -781,6 +850,9 @@ lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
                                      p->node_any, &p->node_any);
     return lr__index_reserve(ix, p->n - p->d_any, p->d_any - p->d_s);
 }
+
+/* Blocks found per stretch of a learn over existing nodes. */
+#define LEARN_WARM 64u
 
 /* Phase 2 of a learn. Returns the deepest hold's ref (LR_NIL if n == 0). */
 uint32_t
@@ -811,19 +883,42 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
     for (uint32_t d = p->d_any + 1; d <= p->n; d++)
         warm += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d - 1]));
     lr__sink(warm);
-    for (uint32_t d = p->d_s + 1; d <= p->n; d++) {
-        uint32_t n = d <= p->d_any ? node_find(ix, p->keys[d - 1])
-                                   : node_new(ix, p->keys[d - 1], prev_node);
-        uint32_t bits = base_bits;
-        if (a < p->n_anchors && p->anchors[a] == d) {
-            bits |= HB_ANCHOR;
-            a++;
+    /* Blocks that exist (another instance holds them, as when a policy
+     * sends a held prompt elsewhere) cost two dependent misses each: the
+     * slot, then the node. Take them in stretches of LEARN_WARM: load
+     * every slot, then find every node and load it, then add the holds,
+     * so that each pass overlaps its misses. */
+    uint32_t found[LEARN_WARM];
+    for (uint32_t d = p->d_s + 1; d <= p->n;) {
+        uint32_t m = 0;
+        if (d <= p->d_any) {
+            m = p->d_any - d + 1;
+            if (m > LEARN_WARM)
+                m = LEARN_WARM;
+            uint64_t w = 0;
+            for (uint32_t i = 0; i < m; i++)
+                w += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d + i - 1]));
+            lr__sink(w);
+            for (uint32_t i = 0; i < m; i++) {
+                found[i] = node_find(ix, p->keys[d + i - 1]);
+                w += ix->nodes[found[i]].more;
+            }
+            lr__sink(w);
         }
-        uint32_t ref = hold_new(ix, n, p->s, bits, tick);
-        if (prev_ref != LR_NIL)
-            H(ix, prev_ref)->bits++;
-        prev_node = n;
-        prev_ref = ref;
+        uint32_t cnt = m ? m : p->n - d + 1;
+        for (uint32_t i = 0; i < cnt; i++, d++) {
+            uint32_t n = m ? found[i] : node_new(ix, p->keys[d - 1], prev_node);
+            uint32_t bits = base_bits;
+            if (a < p->n_anchors && p->anchors[a] == d) {
+                bits |= HB_ANCHOR;
+                a++;
+            }
+            uint32_t ref = hold_new(ix, n, p->s, bits, tick);
+            if (prev_ref != LR_NIL)
+                H(ix, prev_ref)->bits++;
+            prev_node = n;
+            prev_ref = ref;
+        }
     }
     lru_push_head(ix, prev_ref);
     return prev_ref;

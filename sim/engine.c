@@ -260,6 +260,38 @@ blk_alloc(struct sim_engine *e)
     return id;
 }
 
+/* Where warming loads leave their values, so that they are not optimised
+ * away. */
+static volatile uint64_t warm_sink;
+
+/* n blocks into out, as n calls of blk_alloc, in stretches of ALLOC_WARM:
+ * first load the table slot every allocation of the stretch deletes a key
+ * from (independent loads whose misses overlap), then allocate, so the
+ * backward-shift deletes find their slots in cache. Caller checked
+ * n_free >= n (the live queue entries are the free blocks). */
+#define ALLOC_WARM 64u
+
+static void
+blk_alloc_n(struct sim_engine *e, uint32_t *out, uint32_t n)
+{
+    while (n > 0) {
+        uint32_t m = n < ALLOC_WARM ? n : ALLOC_WARM;
+        uint64_t w = 0;
+        for (uint64_t pos = e->fq_head, k = 0; k < m; pos++) {
+            if (!fq_live(e, pos))
+                continue;
+            const struct blk *b = &e->blk[e->fq[pos & e->fq_mask]];
+            if (b->hashed)
+                w += e->table[b->key & e->mask].id;
+            k++;
+        }
+        warm_sink = w;
+        for (uint32_t k = 0; k < m; k++)
+            *out++ = blk_alloc(e);
+        n -= m;
+    }
+}
+
 /* A free block found by a prefix hit comes back into use; its queue entry
  * goes stale. */
 static void
@@ -293,6 +325,25 @@ blk_register(struct sim_engine *e, uint32_t id, uint64_t key)
     b->hashed = 1;
     e->n_hashed++;
     t_insert(e, id);
+}
+
+/* blk_register for s's blocks [from, to), in stretches of ALLOC_WARM
+ * whose table slots and blocks are loaded first (see blk_alloc_n). */
+static void
+blk_register_n(struct sim_engine *e, const struct sim_seq *s, uint32_t from,
+               uint32_t to)
+{
+    if (!e->caching)
+        return;
+    for (uint32_t d0 = from; d0 < to; d0 += ALLOC_WARM) {
+        uint32_t d1 = to - d0 < ALLOC_WARM ? to : d0 + ALLOC_WARM;
+        uint64_t w = 0;
+        for (uint32_t d = d0; d < d1; d++)
+            w += e->table[s->keys[d] & e->mask].id + e->blk[s->blocks[d]].ref;
+        warm_sink = w;
+        for (uint32_t d = d0; d < d1; d++)
+            blk_register(e, s->blocks[d], s->keys[d]);
+    }
 }
 
 static void
@@ -454,8 +505,10 @@ grow_to(struct sim_engine *e, struct sim_seq *s, uint32_t tokens)
         if (victim == s)
             return -1;
     }
-    while (s->n_blocks < need)
-        s->blocks[s->n_blocks++] = blk_alloc(e);
+    if (s->n_blocks < need) {
+        blk_alloc_n(e, s->blocks + s->n_blocks, need - s->n_blocks);
+        s->n_blocks = need;
+    }
     return 0;
 }
 
@@ -472,7 +525,8 @@ schedule(struct sim_engine *e, struct sim_seq *s, uint32_t n, double *t)
     s->sched = n;
     e->sched[e->n_sched++] = s;
     if (s->decoding)
-        *t += e->cls->decode_seq_us + (double)s->computed * e->cls->decode_ctx_us;
+        *t +=
+            e->cls->decode_seq_us + (double)s->computed * e->cls->decode_ctx_us;
     else
         *t += chunk_cost(e->cls, s->computed, n);
 }
@@ -504,8 +558,8 @@ admit(struct sim_engine *e, uint32_t budget, double *t)
     for (uint32_t d = 0; d < h; d++)
         blk_pin(e, s->blocks[d]);
     s->n_blocks = h;
-    for (uint32_t k = 0; k < need; k++)
-        s->blocks[s->n_blocks++] = blk_alloc(e);
+    blk_alloc_n(e, s->blocks + s->n_blocks, need);
+    s->n_blocks += need;
     e->pending -= s->pending;
     s->pending = target - hit;
     e->pending += s->pending;
@@ -596,8 +650,7 @@ sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
             uint32_t last = s->computed / e->bt;
             if (last > s->n_keys)
                 last = s->n_keys;
-            for (uint32_t d = old / e->bt; d < last; d++)
-                blk_register(e, s->blocks[d], s->keys[d]);
+            blk_register_n(e, s, old / e->bt, last);
             if (s->computed < s->target)
                 continue;
             s->decoding = 1;

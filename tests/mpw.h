@@ -9,8 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes a writer holds; a user writing larger batches (the bench)
+ * defines it first. */
+#ifndef MPW_CAP
+#define MPW_CAP (1 << 16)
+#endif
+
 struct mpw {
-    uint8_t buf[1 << 16];
+    uint8_t buf[MPW_CAP];
     size_t n;
     bool wide;
     bool overflow;

@@ -510,6 +510,67 @@ ttl_expires_whole_subtrees(void **state)
     lr_index_destroy(ix);
 }
 
+/* Batch eviction's guesses (index.c: warm_trim_run, parent_hold and
+ * hold_remove's predecessor) against chains shared by several instances:
+ * holder lists laid out alike along a chain (whole prompts learned one
+ * after another), and unlike (instances learning pieces in interleaved
+ * order, so neighbouring extra holds belong to other chains). Every step
+ * is checked by verify, and the survivors by a match. */
+static void
+eviction_of_shared_chains(void **state)
+{
+    (void)state;
+    enum {
+        NB = 24,
+        B4 = 4
+    };
+    uint32_t a[NB * B4];
+    fill(a, NB, B4, 7);
+    for (int interleave = 0; interleave < 2; interleave++) {
+        lr_index *ix = mk(3 * NB, B4, UINT64_MAX);
+        uint64_t t = 1;
+        if (!interleave) {
+            for (uint32_t i = 1; i <= 3; i++)
+                assert_int_equal(learn(ix, a, NB * B4, i, 0, t++), LR_OK);
+        } else {
+            /* instances take the chain 4 blocks at a time, in turn */
+            for (uint32_t n = 4; n <= NB; n += 4)
+                for (uint32_t i = 1; i <= 3; i++)
+                    assert_int_equal(learn(ix, a, n * B4, i, 0, t++), LR_OK);
+        }
+        assert_int_equal(blocks(ix), 3 * NB);
+        /* instance 3 refreshes: 1 then 2 are the oldest leaves */
+        assert_int_equal(held_by(ix, a, NB * B4, 3, t), NB * B4);
+        assert_int_equal(learn(ix, a, NB * B4, 3, 0, t++), LR_OK);
+        /* each new 12-block prompt evicts as many */
+        uint32_t b[12 * B4];
+        fill(b, 12, B4, 900);
+        assert_int_equal(learn(ix, b, 12 * B4, 4, 0, t++), LR_OK);
+        /* without anchors inside, 1's whole chain goes at once (a
+         * message is evicted whole); interleaved, 1 anchored every 4
+         * blocks and loses 3 segments of 4 */
+        assert_int_equal(blocks(ix), interleave ? 3 * NB : 3 * NB - 12);
+        assert_int_equal(held_by(ix, a, NB * B4, 1, t),
+                         interleave ? (NB - 12) * B4 : 0);
+        assert_int_equal(held_by(ix, a, NB * B4, 2, t), NB * B4);
+        fill(b, 12, B4, 1900);
+        assert_int_equal(learn(ix, b, 12 * B4, 5, 0, t++), LR_OK);
+        assert_int_equal(held_by(ix, a, NB * B4, 1, t), 0);
+        assert_int_equal(held_by(ix, a, NB * B4, 3, t), NB * B4);
+        fill(b, 12, B4, 2900);
+        assert_int_equal(learn(ix, b, 12 * B4, 6, 0, t++), LR_OK);
+        fill(b, 12, B4, 3900);
+        assert_int_equal(learn(ix, b, 12 * B4, 6, 0, t++), LR_OK);
+        assert_int_equal(held_by(ix, a, NB * B4, 2, t), 0);
+        assert_int_equal(held_by(ix, a, NB * B4, 3, t), NB * B4);
+        assert_int_equal(blocks(ix), 3 * NB);
+        assert_int_equal(lr_index_remove_instance(ix, 3), LR_OK);
+        assert_int_equal(lr__index_verify(ix), LR_OK);
+        assert_int_equal(held_by(ix, a, NB * B4, 3, t), 0);
+        lr_index_destroy(ix);
+    }
+}
+
 static void
 stats_and_bytes(void **state)
 {
@@ -550,6 +611,7 @@ main(void)
         cmocka_unit_test(eviction_remote_first),
         cmocka_unit_test(prompt_longer_than_capacity),
         cmocka_unit_test(ttl_expires_whole_subtrees),
+        cmocka_unit_test(eviction_of_shared_chains),
         cmocka_unit_test(stats_and_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
