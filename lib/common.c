@@ -300,3 +300,17 @@ lr__rng_unit(struct lr__rng *r)
 {
     return (double)(lr__rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }
+
+lr_bounds
+lr__bounds_of(const struct lr__range *r)
+{
+    lr_bounds b = { LR_ENOTSUP, 0, 0, 0, 0 };
+    if (r == NULL || !(r->hi > r->lo))
+        return b;
+    b.status = LR_OK;
+    b.flags = r->integer ? LR_BOUNDS_INTEGER : 0;
+    b.lo = r->lo;
+    b.hi = r->hi;
+    b.def = r->def;
+    return b;
+}

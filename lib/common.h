@@ -166,4 +166,15 @@ lr__get_u64(const uint8_t *p)
     return v;
 }
 
+/* A parameter's range and default, as the parameter tables hold them
+ * (policy.c, cost.c); hi > lo for every defined one, so an all-zero entry
+ * is an unknown key. */
+struct lr__range {
+    double lo, hi, def;
+    bool integer;
+};
+
+/* Its public form; NULL or an all-zero entry: LR_ENOTSUP. */
+lr_bounds lr__bounds_of(const struct lr__range *r);
+
 #endif /* LIBROUTE_LIB_COMMON_H */

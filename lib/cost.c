@@ -67,28 +67,22 @@ struct lr_cost {
     struct tuner t;
 };
 
-struct kdef {
-    bool has;
-    double lo, hi, def;
-    bool integer;
-};
-
-static const struct kdef kdefs[N_KINDS][N_KEYS] = {
+static const struct lr__range kdefs[N_KINDS][N_KEYS] = {
     [LR_COST_TTFT] = {
-        [LR_COST_W_RTT] = { true, 0, 1000, 1, false },
-        [LR_COST_W_STALL] = { true, 0, 1000, 1, false },
+        [LR_COST_W_RTT] = { 0, 1000, 1, false },
+        [LR_COST_W_STALL] = { 0, 1000, 1, false },
     },
     [LR_COST_GORGO] = {
-        [LR_COST_W_RTT] = { true, 0, 10, 0.5, false },
-        [LR_COST_W_QUEUE] = { true, 0, 10, 0.1, false },
-        [LR_COST_QUEUE_AT_FIRST_TOKEN] = { true, 0, 1, 0, true },
-        [LR_COST_SIGMA] = { true, 0, SIGMA_MAX, 0.5, false },
-        [LR_COST_W_RTT_MAX] = { true, W_RTT_FLOOR, 10, 2.0, false },
-        [LR_COST_W_QUEUE_MIN] = { true, 0, W_QUEUE_CAP, 0.05, false },
+        [LR_COST_W_RTT] = { 0, 10, 0.5, false },
+        [LR_COST_W_QUEUE] = { 0, 10, 0.1, false },
+        [LR_COST_QUEUE_AT_FIRST_TOKEN] = { 0, 1, 0, true },
+        [LR_COST_SIGMA] = { 0, SIGMA_MAX, 0.5, false },
+        [LR_COST_W_RTT_MAX] = { W_RTT_FLOOR, 10, 2.0, false },
+        [LR_COST_W_QUEUE_MIN] = { 0, W_QUEUE_CAP, 0.05, false },
     },
     [LR_COST_DYNAMO] = {
-        [LR_COST_W_UNCACHED] = { true, 0, 1000, 1, false },
-        [LR_COST_BLOCK_TOKENS] = { true, 1, 1 << 20, 16, true },
+        [LR_COST_W_UNCACHED] = { 0, 1000, 1, false },
+        [LR_COST_BLOCK_TOKENS] = { 1, 1 << 20, 16, true },
     },
 };
 
@@ -112,11 +106,11 @@ lr_cost_kind_name(int32_t kind)
     return kind >= 0 && kind < N_KINDS ? kind_names[kind] : NULL;
 }
 
-static const struct kdef *
+static const struct lr__range *
 kdef_of(int32_t kind, int32_t key)
 {
     if (kind < 0 || kind >= N_KINDS || key < 0 || key >= N_KEYS ||
-        !kdefs[kind][key].has)
+        !(kdefs[kind][key].hi > kdefs[kind][key].lo))
         return NULL;
     return &kdefs[kind][key];
 }
@@ -124,16 +118,7 @@ kdef_of(int32_t kind, int32_t key)
 lr_bounds
 lr_cost_param_bounds(int32_t kind, int32_t key)
 {
-    lr_bounds b = { LR_ENOTSUP, 0, 0, 0, 0 };
-    const struct kdef *d = kdef_of(kind, key);
-    if (d == NULL)
-        return b;
-    b.status = LR_OK;
-    b.flags = d->integer ? LR_BOUNDS_INTEGER : 0;
-    b.lo = d->lo;
-    b.hi = d->hi;
-    b.def = d->def;
-    return b;
+    return lr__bounds_of(kdef_of(kind, key));
 }
 
 static const lr_cost_options cost_defaults = {
@@ -382,7 +367,7 @@ lr_status
 lr_cost_set_param(lr_cost *c, int32_t key, double value)
 {
     LR_RETURN_IF(c == NULL || isnan(value), LR_EINVAL);
-    const struct kdef *d = kdef_of(c->kind, key);
+    const struct lr__range *d = kdef_of(c->kind, key);
     LR_RETURN_IF(d == NULL, LR_ENOTSUP);
     LR_RETURN_IF(value < d->lo || value > d->hi, LR_ERANGE);
     LR_RETURN_IF(d->integer && value != floor(value), LR_EINVAL);

@@ -292,11 +292,12 @@ lr__learner_model(lr_learner *l)
     return l->serving != NULL ? l->serving->net : NULL;
 }
 
-lr_status
-lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
-                 size_t *n_ood)
+/* Both scoring calls: predictions, then the out-of-range count (ood
+ * NULL) or the per-row verdicts. */
+static lr_status
+score(lr_learner *l, const float *x, size_t n, float *out, uint8_t *ood,
+      size_t *n_ood)
 {
-    LR_RETURN_IF(l == NULL || (n > 0 && (x == NULL || out == NULL)), LR_EINVAL);
     lr_mlp *net = lr__learner_model(l);
     LR_RETURN_IF(net == NULL, LR_ESTATE);
     if (n == 0) {
@@ -305,9 +306,17 @@ lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
         return LR_OK;
     }
     LR_TRY(lr_mlp_predict(net, x, n, out));
-    if (n_ood != NULL)
-        LR_TRY(lr_mlp_out_of_range(net, x, n, n_ood));
-    return LR_OK;
+    if (ood != NULL)
+        return lr_mlp_out_of_range_rows(net, x, n, ood, n_ood);
+    return n_ood != NULL ? lr_mlp_out_of_range(net, x, n, n_ood) : LR_OK;
+}
+
+lr_status
+lr_learner_score(lr_learner *l, const float *x, size_t n, float *out,
+                 size_t *n_ood)
+{
+    LR_RETURN_IF(l == NULL || (n > 0 && (x == NULL || out == NULL)), LR_EINVAL);
+    return score(l, x, n, out, NULL, n_ood);
 }
 
 lr_status
@@ -317,15 +326,7 @@ lr_learner_score_rows(lr_learner *l, const float *x, size_t n, float *out,
     LR_RETURN_IF(l == NULL ||
                      (n > 0 && (x == NULL || out == NULL || ood == NULL)),
                  LR_EINVAL);
-    lr_mlp *net = lr__learner_model(l);
-    LR_RETURN_IF(net == NULL, LR_ESTATE);
-    if (n == 0) {
-        if (n_ood != NULL)
-            *n_ood = 0;
-        return LR_OK;
-    }
-    LR_TRY(lr_mlp_predict(net, x, n, out));
-    return lr_mlp_out_of_range_rows(net, x, n, ood, n_ood);
+    return score(l, x, n, out, ood, n_ood);
 }
 
 lr_status

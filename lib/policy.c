@@ -25,7 +25,7 @@
 
 /* ---- parameters ------------------------------------------------------------ */
 
-static const struct lr__pdef pdefs[LR__PARAM_COUNT] = {
+static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_PREFIX_MIN_RATIO] = { 0, 1, 0.5, false },
     [LR_PARAM_BOUNDED_LOAD] = { 1, 100, 1.25, false },
     [LR_PARAM_AIBRIX_IMBALANCE] = { 0, 1e6, 8, false },
@@ -68,7 +68,7 @@ static const struct lr__pdef pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_ADAPTIVE_CALIBRATE] = { 0, 1, 1, true },
 };
 
-const struct lr__pdef *
+const struct lr__range *
 lr__param_def(int32_t key)
 {
     return key >= 0 && key < LR__PARAM_COUNT ? &pdefs[key] : NULL;
@@ -84,7 +84,7 @@ lr__param_defaults(double *param)
 lr_status
 lr__param_check(int32_t key, double value)
 {
-    const struct lr__pdef *d = lr__param_def(key);
+    const struct lr__range *d = lr__param_def(key);
     LR_RETURN_IF(isnan(value), LR_EINVAL);
     LR_RETURN_IF(d == NULL, LR_ENOTSUP);
     LR_RETURN_IF(value < d->lo || value > d->hi, LR_ERANGE);
@@ -101,16 +101,7 @@ lr_param_count(void)
 lr_bounds
 lr_param_bounds(int32_t key)
 {
-    lr_bounds b = { LR_ENOTSUP, 0, 0, 0, 0 };
-    const struct lr__pdef *d = lr__param_def(key);
-    if (d == NULL)
-        return b;
-    b.status = LR_OK;
-    b.flags = d->integer ? LR_BOUNDS_INTEGER : 0;
-    b.lo = d->lo;
-    b.hi = d->hi;
-    b.def = d->def;
-    return b;
+    return lr__bounds_of(lr__param_def(key));
 }
 
 /* ---- names ---------------------------------------------------------------------- */

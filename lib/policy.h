@@ -92,13 +92,8 @@ uint32_t lr__policy_needs(int32_t p, const double *param);
 
 /* ---- parameters ---------------------------------------------------------- */
 
-struct lr__pdef {
-    double lo, hi, def;
-    bool integer;
-};
-
 /* Bounds of parameter `key` (0 .. LR__PARAM_COUNT - 1). */
-const struct lr__pdef *lr__param_def(int32_t key);
+const struct lr__range *lr__param_def(int32_t key);
 
 /* Fill `param` with every default. */
 void lr__param_defaults(double *param);
