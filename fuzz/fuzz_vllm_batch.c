@@ -61,13 +61,13 @@ one(const uint8_t *data, size_t size, lr_status *st_out, uint64_t *dig_out)
     if (st == LR_ECORRUPT || st == LR_ENOTSUP) {
         FUZZ_ASSERT(lr__index_digest(ix) == d0);
         FUZZ_ASSERT(info.stored + info.removed + info.cleared + info.unplaced +
-                        info.skipped ==
+                        info.skipped + info.invalid ==
                     0);
     } else {
         FUZZ_ASSERT(info.done <= info.events);
         FUZZ_ASSERT(st != LR_OK || info.done == info.events);
         FUZZ_ASSERT(info.stored + info.removed + info.cleared + info.unplaced +
-                        info.skipped ==
+                        info.skipped + info.invalid ==
                     info.done);
     }
     FUZZ_VERIFY(ix);

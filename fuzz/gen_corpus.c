@@ -20,6 +20,7 @@
 #include "index.h"
 #include "index_util.h"
 #include "libroute/lr_router.h"
+#include "libroute/lr_vllm.h"
 #include "load.h"
 #include "lr_hash.h"
 #include "mlp.h"
@@ -797,7 +798,7 @@ craft_begin(struct craft *c, uint32_t B, uint32_t nn, uint32_t nr)
 {
     memset(c->b, 0, FUZZ_DELTA_HEADER);
     memcpy(c->b, "LRDX", 4);
-    lr__put_u16(c->b + 4, 1);
+    lr__put_u16(c->b + 4, 2);
     lr__put_u32(c->b + 8, B);
     lr__put_u32(c->b + 12, nn);
     lr__put_u32(c->b + 16, nr);
@@ -2614,6 +2615,184 @@ gen_table(void)
     }
 }
 
+/* ---- replicas: snapshots, gauges, KV sequences --------------------------- */
+
+static lr_router *
+replica_router(uint64_t replica, uint32_t n_inst)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.seed = 3;
+    o.max_instances = 16;
+    o.max_requests = 64;
+    o.index_capacity_blocks = 4096;
+    o.replica_id = replica;
+    o.max_peers = 8;
+    lr_router *r = NULL;
+    if (lr_router_create(&o, &r) != LR_OK)
+        exit(1);
+    for (uint32_t i = 0; i < n_inst; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "e%u", i);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = name;
+        sp.instance_class = i % 2;
+        uint32_t id;
+        if (lr_router_add_instance(r, &sp, &id) != LR_OK)
+            exit(1);
+    }
+    return r;
+}
+
+static void
+replica_route(lr_router *r, uint64_t id, uint32_t pattern, uint32_t len)
+{
+    uint32_t t[256];
+    for (uint32_t i = 0; i < len; i++)
+        t[i] = pattern * 1000 + i / 16 + (i % 16) * 7;
+    lr_request q;
+    lr_request_init(&q);
+    q.id = id;
+    q.tokens = t;
+    q.n_tokens = len;
+    q.now_ns = FUZZ_T0 + id * FUZZ_MS;
+    lr_decision d;
+    lr_decision_init(&d);
+    if (lr_router_route(r, &q, &d) != LR_OK)
+        exit(1);
+}
+
+static void
+snap_seed(const char *name, lr_router *r, uint8_t mode)
+{
+    lr_blob *b = NULL;
+    if (lr_router_snapshot(r, FUZZ_T0 + 50 * FUZZ_SEC, &b) != LR_OK)
+        exit(1);
+    size_t n = lr_blob_size(b);
+    uint8_t *p = malloc(n + 1);
+    p[0] = mode;
+    memcpy(p + 1, lr_blob_data(b), n);
+    write_seed("snapshot_load", name, p, n + 1);
+    free(p);
+    lr_blob_destroy(b);
+}
+
+static void
+gen_snapshot(void)
+{
+    lr_router *r = replica_router(1, 0);
+    snap_seed("empty", r, 0);
+    lr_router_destroy(r);
+    r = replica_router(1, 3);
+    snap_seed("instances", r, 1);
+    for (uint64_t i = 1; i <= 6; i++)
+        replica_route(r, i, (uint32_t)i % 3, 48 + 16 * (uint32_t)(i % 4));
+    (void)lr_router_drain_instance(r, 2, 1);
+    snap_seed("routes", r, 2);
+    /* a peer's delta, engine events with a watermark */
+    lr_router *p = replica_router(2, 3);
+    replica_route(p, 1, 5, 64);
+    lr_blob *d = NULL;
+    if (lr_router_export_delta(p, 0, &d, NULL) != LR_OK ||
+        lr_router_import_delta(r, lr_blob_data(d), lr_blob_size(d), FUZZ_T0) !=
+            LR_OK)
+        exit(1);
+    lr_blob_destroy(d);
+    lr_router_destroy(p);
+    struct mpw *w = calloc(1, sizeof *w);
+    uint32_t t[32];
+    for (uint32_t i = 0; i < 32; i++)
+        t[i] = 9000 + i;
+    uint64_t h[2] = { 41, 42 };
+    struct mpw_stored s = { .hashes = h,
+                            .n_blocks = 2,
+                            .tokens = t,
+                            .block_size = 16,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    mpw_batch_ts(w, 1, false, 77.0);
+    mpw_stored_array(w, &s, MPW_HASH_UINT);
+    mpw_batch_end(w, false);
+    if (lr_router_vllm_batch_seq(r, 1, 12, w->buf, w->n, FUZZ_T0, NULL) !=
+        LR_OK)
+        exit(1);
+    free(w);
+    snap_seed("full", r, 2);
+    snap_seed("full-oom", r, 3 | (5 << 2));
+    lr_router_destroy(r);
+}
+
+static void
+gen_gauges(void)
+{
+    lr_router *a = replica_router(7, 4);
+    for (uint64_t i = 1; i <= 9; i++)
+        replica_route(a, i, (uint32_t)i % 4, 32);
+    lr_blob *b = NULL;
+    if (lr_router_export_gauges(a, &b) != LR_OK)
+        exit(1);
+    size_t n = lr_blob_size(b);
+    uint8_t *p = malloc(n + 1);
+    memcpy(p + 1, lr_blob_data(b), n);
+    p[0] = 0;
+    write_seed("gauge_apply", "plain", p, n + 1);
+    p[0] = 1;
+    write_seed("gauge_apply", "resealed", p, n + 1);
+    p[0] = 1 | (1 << 1);
+    write_seed("gauge_apply", "oom", p, n + 1);
+    p[1 + 12] ^= 1; /* a bit of the origin: another replica, resealed */
+    p[0] = 1;
+    write_seed("gauge_apply", "other-origin", p, n + 1);
+    free(p);
+    lr_blob_destroy(b);
+    lr_router *own = replica_router(1, 4);
+    replica_route(own, 1, 1, 32);
+    if (lr_router_export_gauges(own, &b) != LR_OK)
+        exit(1);
+    n = lr_blob_size(b);
+    p = malloc(n + 1);
+    p[0] = 0;
+    memcpy(p + 1, lr_blob_data(b), n);
+    write_seed("gauge_apply", "own-echo", p, n + 1);
+    free(p);
+    lr_blob_destroy(b);
+    lr_router_destroy(own);
+    lr_router_destroy(a);
+}
+
+/* An op of fuzz_kv_seq: op, instance, sequence byte, time step. */
+static void
+kvs_op(struct enc *e, uint32_t op, uint32_t inst, uint32_t sb, uint32_t step)
+{
+    put(e, 0, 255, op);
+    put(e, 0, 3, inst);
+    put(e, 0, 255, sb);
+    put(e, 0, 255, step);
+}
+
+static void
+gen_kv_seq(void)
+{
+    struct enc e = { .n = 0 };
+    /* in order, a duplicate, a gap and its replay, a restart, a reset */
+    kvs_op(&e, 0, 0, 3, 65);   /* first */
+    kvs_op(&e, 0, 0, 3, 65);   /* next */
+    kvs_op(&e, 1, 0, 2, 64);   /* back, same time: duplicate */
+    kvs_op(&e, 0, 0, 5, 65);   /* two ahead: gap */
+    kvs_op(&e, 0, 0, 3, 65);   /* the expected one: fills it */
+    kvs_op(&e, 2, 0, 3, 65);   /* a clear */
+    kvs_op(&e, 0, 0, 0, 90);   /* back in number, forward in time */
+    kvs_op(&e, 0, 1, 250, 65); /* another source, far */
+    kvs_op(&e, 3, 1, 0, 64);   /* reset */
+    kvs_op(&e, 0, 3, 3, 64);   /* no such instance */
+    write_seed("kv_seq", "rules", e.b, e.n);
+    e.n = 0;
+    for (uint32_t i = 0; i < 40; i++)
+        kvs_op(&e, i % 3, i % 3, (i * 37) % 7, 60 + i % 9);
+    write_seed("kv_seq", "mix", e.b, e.n);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -2632,6 +2811,9 @@ main(int argc, char **argv)
     gen_vllm();
     gen_mlp();
     gen_policy();
+    gen_snapshot();
+    gen_gauges();
+    gen_kv_seq();
     gen_table(); /* last: its rnd() calls leave the other seeds as they were */
     printf("wrote %d seeds under %s\n", n_written, root);
     return 0;

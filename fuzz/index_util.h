@@ -122,9 +122,10 @@ void fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
                                          const uint8_t *data, size_t size),
                         const uint8_t *data, size_t size);
 
-/* The delta wire format (lib/index.c): a header of FUZZ_DELTA_HEADER
- * bytes, the tables, then an 8-byte checksum of everything before it. */
-#define FUZZ_DELTA_HEADER 40
+/* The delta wire format (lib/index_delta.c): a header of FUZZ_DELTA_HEADER
+ * bytes (version 2; 0.1's version 1 had 40), the tables, then an 8-byte
+ * checksum of everything before it. */
+#define FUZZ_DELTA_HEADER 48
 /* Rewrite the trailing checksum of the n bytes at b to match what comes
  * before it, so that a mutated delta reaches the parser (n < 8: left as
  * is). */

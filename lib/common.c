@@ -17,7 +17,8 @@
     X(LR_EVERSION, "unsupported struct size or format version") \
     X(LR_ENOTSUP, "not supported")                              \
     X(LR_ESTATE, "not valid in the current state")              \
-    X(LR_EBUFSIZE, "buffer too small")
+    X(LR_EBUFSIZE, "buffer too small")                          \
+    X(LR_EGAP, "sequence gap: earlier events are missing")
 
 #define LR_X_COUNT(name, msg) +1
 enum {
@@ -38,7 +39,7 @@ static const char *const status_sym[] = {
 
 _Static_assert(sizeof(status_msg) / sizeof(status_msg[0]) == LR_STATUS_COUNT,
                "status table has a gap");
-_Static_assert(LR_EBUFSIZE + 1 == LR_STATUS_COUNT,
+_Static_assert(LR_EGAP + 1 == LR_STATUS_COUNT,
                "a status value is missing from LR_STATUS_MAP");
 
 const char *

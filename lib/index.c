@@ -107,12 +107,15 @@ lr__index_tick(lr_index *ix, uint64_t now)
     return t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
 }
 
+/* REMOTE routes (another replica's word) may live shorter than LOCAL
+ * ones (remote_ttl_ns); each list ages by its own TTL. */
 static inline bool
 is_expired(const lr_index *ix, const struct hold *h, uint32_t tick)
 {
-    if (ix->ttl_ticks == UINT64_MAX || tick <= h->stamp)
+    uint64_t ttl = (h->bits & HB_REMOTE) ? ix->remote_ttl_ticks : ix->ttl_ticks;
+    if (ttl == UINT64_MAX || tick <= h->stamp)
         return false;
-    return (uint64_t)(tick - h->stamp) > ix->ttl_ticks;
+    return (uint64_t)(tick - h->stamp) > ttl;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -608,7 +611,7 @@ pop_tail(lr_index *ix, int l, int why)
 void
 lr__index_expire_all(lr_index *ix, uint32_t tick)
 {
-    if (ix->ttl_ticks == UINT64_MAX)
+    if (ix->ttl_ticks == UINT64_MAX && ix->remote_ttl_ticks == UINT64_MAX)
         return;
     /* Until stable: a REMOTE leaf expiring can uncover a LOCAL parent that
      * aged with it, and the other way round. */
@@ -987,6 +990,8 @@ resolve_options(const lr_index_options *opt, lr_index_options *o)
         o->engine_map_capacity = in.engine_map_capacity
                                      ? in.engine_map_capacity
                                      : EMAP_PER_BLOCK * o->capacity_blocks;
+        o->replica_id = in.replica_id;
+        o->remote_ttl_ns = in.remote_ttl_ns;
     }
     LR_RETURN_IF(o->capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
     LR_RETURN_IF(o->block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
@@ -1018,6 +1023,9 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =
         o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
+    uint64_t rttl = o.remote_ttl_ns ? o.remote_ttl_ns : o.ttl_ns;
+    ix->remote_ttl_ticks = rttl == UINT64_MAX ? UINT64_MAX : rttl >> TICK_SHIFT;
+    ix->replica_id = o.replica_id;
     ix->emap_cap = o.engine_map_capacity;
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;

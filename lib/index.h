@@ -33,4 +33,27 @@ lr_status lr__index_import_delta_if(lr_index *idx, const uint8_t *buf,
                                     size_t len, uint64_t now_ns,
                                     bool (*keep)(void *, uint32_t), void *ctx);
 
+/* A delta's header, checked (magic, version, checksum, since <= mark):
+ * its origin replica (0 for a 0.1 delta), the journal marks it covers
+ * and its header size. LR_ECORRUPT, LR_EVERSION. */
+lr_status lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
+                               uint64_t *since, uint64_t *mark, size_t *header);
+
+/* The index's whole logical state for a snapshot: every route with its
+ * trust, anchor flag and recency, the engine-hash map, the time base.
+ * Representation-independent (prefix chains, holds per prefix). The index
+ * is not changed. */
+lr_status lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out);
+
+/* Load a state written by lr__index_save into an index that holds no
+ * route (a fresh one), at host time now_ns. Instance ids must fit the
+ * index's max_instances. LR_ECORRUPT (malformed, or an impossible state:
+ * a hold without its parent, a LOCAL hold under a REMOTE one, ...),
+ * LR_EVERSION, LR_ENOTSUP (block size), LR_ELIMIT (more routes than the
+ * capacity, more instances than max_instances), LR_ESTATE (the index is
+ * not empty), LR_ENOMEM. On failure the index may hold part of the state:
+ * the caller discards it. */
+lr_status lr__index_load(lr_index *idx, const uint8_t *buf, size_t len,
+                         uint64_t now_ns);
+
 #endif

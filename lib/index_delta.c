@@ -14,11 +14,11 @@ lr_index_mark(const lr_index *idx)
 /* deltas                                                                    */
 /* ------------------------------------------------------------------------ */
 /*
- * Wire format, version 1, all integers little-endian:
+ * Wire format, version 2, all integers little-endian:
  *
  *   off  size  field
  *     0     4  magic "LRDX"
- *     4     2  version (1)
+ *     4     2  version (2; 1 in 0.1, which had no origin field)
  *     6     2  flags (0)
  *     8     4  block_tokens of the exporting index
  *    12     4  n_nodes
@@ -26,7 +26,8 @@ lr_index_mark(const lr_index *idx)
  *    20     4  reserved (0)
  *    24     8  since mark
  *    32     8  mark at export
- *    40        n_nodes x { u64 key; varint parent }   parent: 0 = a root
+ *    40     8  origin: the exporter's replica id (0: none)  [version 2]
+ *    48        n_nodes x { u64 key; varint parent }   parent: 0 = a root
  *              block, p = node p - 1 of this blob (always an earlier one)
  *              n_routes x { u32 instance id; varint node }
  *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
@@ -37,8 +38,9 @@ lr_index_mark(const lr_index *idx)
  */
 #define DELTA_MAGIC "LRDX"
 #define MAGIC_LEN 4
-#define DELTA_VERSION 1
-#define OFF_VERSION 4 /* header field offsets, as in the table above */
+#define DELTA_VERSION 2
+#define DELTA_VERSION_01 1 /* 0.1's, without the origin: still imported */
+#define OFF_VERSION 4      /* header field offsets, as in the table above */
 #define OFF_FLAGS 6
 #define OFF_BLOCK 8
 #define OFF_NODES 12
@@ -46,7 +48,9 @@ lr_index_mark(const lr_index *idx)
 #define OFF_RESERVED 20
 #define OFF_SINCE 24
 #define OFF_MARK 32
-#define DELTA_HEADER 40
+#define OFF_ORIGIN 40
+#define DELTA_HEADER_01 40
+#define DELTA_HEADER 48
 #define DELTA_SUM 8              /* the trailing checksum */
 #define KEY_BYTES 8              /* a node record's key */
 #define ID_BYTES 4               /* a route record's instance id */
@@ -311,6 +315,7 @@ export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
     lr__put_u32(buf + OFF_RESERVED, 0);
     lr__put_u64(buf + OFF_SINCE, since);
     lr__put_u64(buf + OFF_MARK, ix->j_seq);
+    lr__put_u64(buf + OFF_ORIGIN, ix->replica_id);
     uint8_t *p = buf + DELTA_HEADER;
     for (uint32_t i = 0; i < x->order.n; i++) {
         const struct node *nd = &ix->nodes[x->order.v[i]];
@@ -383,26 +388,43 @@ delta_free(struct lr__mem *m, struct delta *d)
     lr__free(m, d->rnode, (size_t)d->n_routes * sizeof *d->rnode);
 }
 
-static lr_status
-delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
-            size_t len, struct delta *d)
+lr_status
+lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
+                     uint64_t *since, uint64_t *mark, size_t *header)
 {
-    LR_RETURN_IF(len < DELTA_HEADER + DELTA_SUM, LR_ECORRUPT);
+    LR_RETURN_IF(buf == NULL || len < MAGIC_LEN + 2, LR_ECORRUPT);
     LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, MAGIC_LEN) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + OFF_VERSION) != DELTA_VERSION, LR_EVERSION);
+    uint16_t version = lr__get_u16(buf + OFF_VERSION);
+    LR_RETURN_IF(version != DELTA_VERSION && version != DELTA_VERSION_01,
+                 LR_EVERSION);
+    size_t hdr = version == DELTA_VERSION ? DELTA_HEADER : DELTA_HEADER_01;
+    LR_RETURN_IF(len < hdr + DELTA_SUM, LR_ECORRUPT);
     LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
                      lr__get_u64(buf + len - DELTA_SUM),
                  LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u16(buf + OFF_FLAGS) != 0 ||
                      lr__get_u32(buf + OFF_RESERVED) != 0,
                  LR_ECORRUPT);
+    *since = lr__get_u64(buf + OFF_SINCE);
+    *mark = lr__get_u64(buf + OFF_MARK);
+    LR_RETURN_IF(*since > *mark, LR_ECORRUPT);
+    *origin = version == DELTA_VERSION ? lr__get_u64(buf + OFF_ORIGIN) : 0;
+    *header = hdr;
+    return LR_OK;
+}
+
+static lr_status
+delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
+            size_t len, struct delta *d)
+{
+    uint64_t origin, since, mark;
+    size_t hdr;
+    LR_TRY(lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr));
     LR_RETURN_IF(lr__get_u32(buf + OFF_BLOCK) != ix->B, LR_ENOTSUP);
     uint32_t nn = lr__get_u32(buf + OFF_NODES);
     uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
-    size_t body = len - DELTA_HEADER - DELTA_SUM;
+    size_t body = len - hdr - DELTA_SUM;
     LR_RETURN_IF(nn > body / NODE_MIN || nr > body / ROUTE_MIN, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u64(buf + OFF_SINCE) > lr__get_u64(buf + OFF_MARK),
-                 LR_ECORRUPT);
     d->n_nodes = nn;
     d->n_routes = nr;
     d->keys = lr__calloc(m, nn, sizeof *d->keys);
@@ -413,7 +435,7 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
     if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
         d->rid == NULL || d->rnode == NULL)
         return LR_ENOMEM;
-    const uint8_t *p = buf + DELTA_HEADER, *end = buf + len - DELTA_SUM;
+    const uint8_t *p = buf + hdr, *end = buf + len - DELTA_SUM;
     for (uint32_t i = 0; i < nn; i++) {
         uint32_t v;
         LR_RETURN_IF(end - p < NODE_MIN, LR_ECORRUPT);
@@ -568,6 +590,12 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
                           void *ctx)
 {
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    uint64_t origin, since, mark;
+    size_t hdr;
+    if (idx->replica_id != 0 &&
+        lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr) == LR_OK &&
+        origin == idx->replica_id)
+        return LR_OK; /* our own, back from the bus */
     struct lr__mem *m = &idx->mem;
     struct import_tmp im = { .keep = keep, .ctx = ctx };
     lr__table_init(&im.ids, m, 0); /* no memory yet: cannot fail */

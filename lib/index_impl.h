@@ -98,7 +98,9 @@ struct lr_index {
     struct lr__mem mem;
     uint64_t seed;
     uint64_t capacity;
-    uint64_t ttl_ticks; /* UINT64_MAX: never */
+    uint64_t ttl_ticks;        /* UINT64_MAX: never */
+    uint64_t remote_ttl_ticks; /* of REMOTE holds; UINT64_MAX: never */
+    uint64_t replica_id;       /* stamped on exported deltas */
     uint64_t emap_cap;
     uint32_t B;
     uint32_t max_inst;
@@ -376,5 +378,15 @@ void lr__index_emap_drop(lr_index *ix, uint32_t s);
 void lr__index_emap_free(lr_index *ix);
 uint64_t lr__index_emap_digest(const lr_index *ix);
 lr_status lr__index_emap_verify(const lr_index *ix);
+/* ... and for snapshots (index_state.c): visit every live entry (instance
+ * slot, engine hash, key of its block); room for `more` entries; set one
+ * (room reserved). */
+void lr__index_emap_each(const lr_index *ix,
+                         void (*fn)(void *ctx, uint32_t s, uint64_t ehash,
+                                    uint64_t key),
+                         void *ctx);
+lr_status lr__index_emap_reserve(lr_index *ix, uint32_t more);
+void lr__index_emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node,
+                        uint64_t key);
 
 #endif /* LIBROUTE_LIB_INDEX_IMPL_H */

@@ -155,6 +155,32 @@ lr__index_emap_digest(const lr_index *ix)
     return d;
 }
 
+void
+lr__index_emap_each(const lr_index *ix,
+                    void (*fn)(void *ctx, uint32_t s, uint64_t ehash,
+                               uint64_t key),
+                    void *ctx)
+{
+    for (uint32_t e = 0; e < ix->epool.top; e++) {
+        const struct emap_ent *en = &ix->ep[e];
+        if (en->inst != LR_NIL && emap_valid(ix, en))
+            fn(ctx, en->inst, en->ehash, en->key);
+    }
+}
+
+lr_status
+lr__index_emap_reserve(lr_index *ix, uint32_t more)
+{
+    return emap_reserve(ix, more);
+}
+
+void
+lr__index_emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node,
+                   uint64_t key)
+{
+    emap_put(ix, s, ehash, node, key);
+}
+
 lr_status
 lr__index_emap_verify(const lr_index *ix)
 {

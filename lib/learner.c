@@ -292,6 +292,25 @@ lr__learner_model(lr_learner *l)
     return l->serving != NULL ? l->serving->net : NULL;
 }
 
+lr_status
+lr__learner_install(lr_learner *l, lr_mlp *net)
+{
+    /* l->mem belongs to the training side: hold it as a step would */
+    int expect = 0;
+    LR_RETURN_IF(!atomic_compare_exchange_strong(&l->stepping, &expect, 1),
+                 LR_ESTATE);
+    struct model *m = lr__calloc(&l->mem, 1, sizeof *m);
+    if (m == NULL) {
+        atomic_store(&l->stepping, 0);
+        return LR_ENOMEM;
+    }
+    m->net = net;
+    model_free(atomic_exchange(&l->incoming, m), &l->mem);
+    atomic_store(&l->stepping, 0);
+    take_incoming(l); /* in service now */
+    return LR_OK;
+}
+
 /* Both scoring calls: predictions, then the out-of-range count (ood
  * NULL) or the per-row verdicts. */
 static lr_status

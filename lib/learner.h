@@ -25,4 +25,10 @@ void lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
  * network stays valid until the next serving-side call. */
 lr_mlp *lr__learner_model(lr_learner *l);
 
+/* Put `net` in service (a restored model; the learner takes it over) as
+ * if a step had published it: the serving side takes it at once; the
+ * sample buffers and the round count are unchanged. Not during a step
+ * (LR_ESTATE); LR_ENOMEM changes nothing (net stays the caller's). */
+lr_status lr__learner_install(lr_learner *l, lr_mlp *net);
+
 #endif

@@ -151,6 +151,7 @@ gather_row(const lr_router *r, uint32_t id, uint64_t now_ns, lr_candidate *c)
     c->cached_age_s = -1;
     c->instance_class = v.cls;
     c->prefix_caching = v.prefix_caching;
+    lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
 /* Step 3: rows[0 .. n_act) in id order, with what the policy needs
@@ -440,6 +441,7 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
     /* expiry: time-driven housekeeping (lr_router_expire()), kept even
      * when a later step fails */
     (void)lr_index_expire(r->ix, q->now_ns);
+    lr__peers_expire(&r->peers, q->now_ns);
     struct route rt = { .q = q };
     LR_TRY(route_table(r, &rt));
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */

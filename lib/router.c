@@ -32,6 +32,8 @@ static const lr_router_options options_defaults = {
     .block_tokens = 16,
     .index_ttl_ns = 3600ull * 1000000000ull,
     .ring_vnodes = 160,
+    .gauge_ttl_ns = 2000000000ull,
+    .max_peers = 64,
 };
 
 void
@@ -105,6 +107,8 @@ router_free(lr_router *r)
     lr__lodestar_free(&r->ls, m);
     lr__adaptive_free(&r->ad, m);
     lr__recency_free(&r->rec, m);
+    lr__free(m, r->src, ni * sizeof *r->src);
+    lr__peers_free(&r->peers, m);
     lr_cost_destroy(r->gorgo);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
@@ -123,36 +127,60 @@ lr__router_sync_gorgo(lr_router *r)
         lr__cost_in_service(r->gorgo, LR_COST_W_QUEUE);
 }
 
-/* The parts: index, ring, load tracker and GORGO's cost model. */
-static lr_status
-create_parts(lr_router *r, const lr_router_options *o)
+lr_status
+lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
+                      lr_load **ld)
 {
+    const lr_router_options *o = &r->opt;
+    *ix = NULL;
+    *ring = NULL;
+    *ld = NULL;
     lr_index_options io;
     lr_index_options_init(&io);
-    io.allocator = o->allocator;
+    io.allocator = &r->mem.a;
     io.seed = o->seed;
     io.capacity_blocks = o->index_capacity_blocks;
     io.ttl_ns = o->index_ttl_ns;
     io.block_tokens = o->block_tokens;
     io.max_instances = o->max_instances;
+    io.replica_id = o->replica_id;
+    io.remote_ttl_ns = o->remote_ttl_ns;
     lr_ring_options ro;
     lr_ring_options_init(&ro);
-    ro.allocator = o->allocator;
+    ro.allocator = &r->mem.a;
     ro.vnodes = o->ring_vnodes;
     ro.max_instances = o->max_instances;
     lr_load_options lo;
     lr_load_options_init(&lo);
-    lo.allocator = o->allocator;
+    lo.allocator = &r->mem.a;
     lo.max_instances = o->max_instances;
     lo.max_requests = o->max_requests;
+    lr_status st = lr_index_create(&io, ix);
+    if (st == LR_OK)
+        st = lr_ring_create(&ro, ring);
+    if (st == LR_OK)
+        st = lr_load_create(&lo, ld);
+    if (st != LR_OK) {
+        lr_index_destroy(*ix);
+        lr_ring_destroy(*ring);
+        lr_load_destroy(*ld);
+        *ix = NULL;
+        *ring = NULL;
+        *ld = NULL;
+    }
+    return st;
+}
+
+/* The parts: index, ring, load tracker and GORGO's cost model. */
+static lr_status
+create_parts(lr_router *r, const lr_router_options *o)
+{
     lr_cost_options co;
     lr_cost_options_init(&co);
     co.allocator = o->allocator;
     co.kind = LR_COST_GORGO;
     co.seed = o->seed ^ SEED_GORGO;
-    LR_TRY(lr_index_create(&io, &r->ix));
-    LR_TRY(lr_ring_create(&ro, &r->ring));
-    LR_TRY(lr_load_create(&lo, &r->ld));
+    LR_TRY(lr__router_make_parts(r, &r->ix, &r->ring, &r->ld));
     LR_TRY(lr_cost_create(&co, &r->gorgo));
     (void)lr_cost_tune(r->gorgo, 1); /* a GORGO model: cannot fail */
     lr__router_sync_gorgo(r);
@@ -199,10 +227,13 @@ create_tables(lr_router *r)
     r->score = lr__calloc(m, ni, sizeof *r->score);
     r->hits = lr__calloc(m, ni, sizeof *r->hits);
     r->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
+    r->src = lr__calloc(m, ni, sizeof *r->src);
     if (r->inst == NULL || r->act == NULL || r->init_rtt_ms == NULL ||
         r->rows == NULL || r->score == NULL || r->hits == NULL ||
-        r->cached_by_id == NULL)
+        r->cached_by_id == NULL || r->src == NULL)
         return LR_ENOMEM;
+    LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
+                          r->opt.replica_id, r->opt.gauge_ttl_ns));
     LR_TRY(lr__hot_setup(&r->hot, m,
                          (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
                          (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]));
@@ -235,6 +266,13 @@ read_options(const lr_router_options *opt, lr_router_options *o)
         o->index_ttl_ns = g.index_ttl_ns;
     if (g.ring_vnodes)
         o->ring_vnodes = g.ring_vnodes;
+    o->replica_id = g.replica_id;
+    o->remote_ttl_ns = g.remote_ttl_ns;
+    if (g.gauge_ttl_ns)
+        o->gauge_ttl_ns = g.gauge_ttl_ns;
+    if (g.max_peers)
+        o->max_peers = g.max_peers;
+    LR_RETURN_IF(o->max_peers > LR_ROUTER_MAX_PEERS, LR_EINVAL);
     LR_RETURN_IF(g.flags != 0, LR_EINVAL);
     LR_RETURN_IF(o->policy < 0 || o->policy >= LR__POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(o->max_instances > LR_ROUTER_MAX_INSTANCES, LR_EINVAL);
@@ -259,6 +297,9 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
         lr__free(&m, r, sizeof *r);
         return LR_ENOMEM;
     }
+    r->opt = o;
+    r->opt.learner = NULL; /* borrowed for the call only */
+    r->opt.allocator = NULL;
     r->policy = o.policy;
     r->max_inst = o.max_instances;
     r->block_tokens = o.block_tokens;
@@ -434,6 +475,28 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
     return LR_OK;
 }
 
+void
+lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
+                        bool draining, double init_rtt_ms)
+{
+    struct lr__rinst *in = &r->inst[id];
+    in->name = name;
+    in->name_len = len;
+    in->live = 1;
+    in->draining = draining;
+    r->init_rtt_ms[id] = init_rtt_ms;
+    lr__table_insert(&r->names, name_hash(name, len), id); /* sized */
+    r->n_inst++;
+    if (!draining)
+        act_insert(r, id);
+}
+
+bool
+lr__router_name_ok(const char *name, size_t len)
+{
+    return len >= 1 && len <= NAME_MAX_LEN && memchr(name, 0, len) == NULL;
+}
+
 lr_status
 lr_router_add_instance(lr_router *r, const lr_instance_spec *spec, uint32_t *id)
 {
@@ -516,6 +579,13 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     lr__table_remove(&r->names, name_hash(in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);
     memset(in, 0, sizeof *in);
+    /* a new instance under this id starts anew; the counters stay in the
+     * router's totals */
+    r->st.kv_batches += r->src[id].batches;
+    r->st.kv_duplicates += r->src[id].dups;
+    r->st.kv_gaps += r->src[id].gaps;
+    r->st.kv_restarts += r->src[id].restarts;
+    memset(&r->src[id], 0, sizeof r->src[id]);
     r->n_inst--;
     /* rr_last stays: the cursor is an id position, not a reference */
     lr__router_unlock(r);
@@ -713,6 +783,8 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
+    if (st == LR_OK)
+        r->st.deltas_exported++;
     lr__router_unlock(r);
     return st;
 }
@@ -725,14 +797,46 @@ known_id(void *ctx, uint32_t id)
     return lr__router_inst(ctx, id) != NULL;
 }
 
+static bool
+known_id_const(const void *ctx, uint32_t id)
+{
+    return lr__router_inst(ctx, id) != NULL;
+}
+
+/* A delta is judged by its header (origin, marks) against the peer's
+ * watermark before it is applied, and the watermark moves only once it
+ * applied: a failed import changes nothing. */
+static lr_status
+import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
+                    uint64_t now_ns)
+{
+    uint64_t origin, since, mark;
+    size_t hdr;
+    bool apply = true;
+    if (lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr) == LR_OK)
+        LR_TRY(lr__peers_delta_check(&r->peers, origin, since, mark, now_ns,
+                                     &apply));
+    else
+        origin = 0; /* the import says what is wrong with it */
+    if (!apply) {
+        r->st.deltas_skipped++;
+        return LR_OK;
+    }
+    LR_TRY(lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r));
+    uint64_t lost = r->peers.delta_gaps;
+    lr__peers_delta_done(&r->peers, origin, since, mark, now_ns);
+    r->st.deltas_lost += r->peers.delta_gaps - lost;
+    r->st.deltas_imported++;
+    return LR_OK;
+}
+
 lr_status
 lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
                        uint64_t now_ns)
 {
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
     lr__router_lock(r);
-    lr_status st =
-        lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r);
+    lr_status st = import_delta_locked(r, buf, len, now_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -756,12 +860,163 @@ lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
     return st;
 }
 
+/* ---- KV-event sources ------------------------------------------------------------------------ */
+
+void
+lr_kv_source_init_sized(lr_kv_source *s, size_t size)
+{
+    lr__init_sized(s, size, NULL, 0);
+}
+
+/* An engine restarted: what it cached is gone. */
+static void
+source_restart(lr_router *r, uint32_t id)
+{
+    (void)lr_index_kv_cleared(r->ix, id); /* LR_ENOENT: nothing held */
+    lr__kvsrc_forget(&r->src[id]);
+}
+
+/* The sequence verdict for batch `seq` of source id (peeking the batch's
+ * timestamp when the number went back). */
+static lr_status
+judge_batch(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
+            size_t len, double *ts, int32_t *v)
+{
+    bool need_ts;
+    *ts = NAN;
+    *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
+    if (need_ts) {
+        LR_TRY(lr__vllm_peek(buf, len, ts)); /* corrupt: nothing counted */
+        *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
+    }
+    return LR_OK;
+}
+
+static lr_status
+vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
+                size_t len, uint64_t now_ns, lr_vllm_batch_info *in)
+{
+    struct lr__kvsrc *k = &r->src[id];
+    double ts;
+    int32_t v;
+    lr_status st = judge_batch(r, id, seq, buf, len, &ts, &v);
+    in->seq_state = v;
+    if (st != LR_OK || v == LR_KV_SEQ_DUPLICATE || v == LR_KV_SEQ_GAP) {
+        in->next_seq = k->next;
+        return st != LR_OK ? st : v == LR_KV_SEQ_GAP ? LR_EGAP : LR_OK;
+    }
+    if (v == LR_KV_SEQ_RESTART) {
+        source_restart(r, id);
+        if (seq != 0) { /* batches 0 .. seq - 1 of the new run were lost */
+            k->has = 1;
+            k->gap = 1;
+            k->next = 0;
+            k->last_ts = ts;
+            k->gaps++;
+            in->next_seq = 0;
+            return LR_EGAP;
+        }
+    }
+    st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
+    if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP) {
+        if (isnan(ts))
+            ts = in->timestamp;
+        lr__kvsrc_applied(k, v, seq, ts); /* consumed, whatever it held */
+    }
+    in->next_seq = k->has ? k->next : 0;
+    return st;
+}
+
+lr_status
+lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
+                         const uint8_t *buf, size_t len, uint64_t now_ns,
+                         lr_vllm_batch_info *info)
+{
+    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
+                 LR_EVERSION);
+    lr_vllm_batch_info in;
+    lr_vllm_batch_info_init(&in);
+    lr__router_lock(r);
+    lr_status st = lr__router_inst(r, id) == NULL
+                       ? LR_ENOENT
+                       : vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
+    lr__router_unlock(r);
+    (void)lr__vllm_info_out(info, &in);
+    return st;
+}
+
+lr_status
+lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    LR_RETURN_IF(out->struct_size < LR_KV_SOURCE_SIZE_V1, LR_EVERSION);
+    lr__router_lock(r);
+    lr_status st = LR_ENOENT;
+    if (lr__router_inst(r, id) != NULL) {
+        const struct lr__kvsrc *k = &r->src[id];
+        lr_kv_source s = { .struct_size = sizeof s,
+                           .has_seq = k->has,
+                           .gap = k->gap,
+                           .next_seq = k->has ? k->next : 0,
+                           .batches = k->batches,
+                           .duplicates = k->dups,
+                           .gaps = k->gaps,
+                           .restarts = k->restarts };
+        st = lr__copy_out(out, &s, sizeof s);
+    }
+    lr__router_unlock(r);
+    return st;
+}
+
+lr_status
+lr_router_kv_reset(lr_router *r, uint32_t id)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = LR_ENOENT;
+    if (lr__router_inst(r, id) != NULL) {
+        source_restart(r, id);
+        r->src[id].restarts++;
+        st = LR_OK;
+    }
+    lr__router_unlock(r);
+    return st;
+}
+
+/* ---- replicas: gauges ------------------------------------------------------------------------ */
+
+lr_status
+lr_router_export_gauges(lr_router *r, lr_blob **out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    lr__router_lock(r);
+    lr_status st =
+        lr__gauges_export(&r->peers, &r->mem, r->ld, r->act, r->n_act, out);
+    lr__router_unlock(r);
+    return st;
+}
+
+lr_status
+lr_router_import_gauges(lr_router *r, const uint8_t *buf, size_t len,
+                        uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
+                                     known_id_const, r);
+    lr__router_unlock(r);
+    return st;
+}
+
 lr_status
 lr_router_expire(lr_router *r, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     (void)lr_index_expire(r->ix, now_ns);
+    lr__peers_expire(&r->peers, now_ns);
     lr__router_unlock(r);
     return LR_OK;
 }
@@ -781,6 +1036,19 @@ lr_router_get_stats(const lr_router *r, lr_router_stats *out)
     size_t nr = sizeof s.by_reason / sizeof s.by_reason[0];
     for (size_t i = 0; i < nr && i < LR__REASON_COUNT; i++)
         s.by_reason[i] = r->by_reason[i];
+    for (uint32_t i = 0; i < r->max_inst; i++) {
+        const struct lr__kvsrc *k = &r->src[i];
+        s.kv_batches += k->batches;
+        s.kv_duplicates += k->dups;
+        s.kv_gaps += k->gaps;
+        s.kv_restarts += k->restarts;
+        s.kv_gaps_open += k->gap;
+    }
+    s.gauges_exported = r->peers.gseq_out;
+    s.gauges_imported = r->peers.imported;
+    s.gauges_skipped = r->peers.skipped;
+    s.gauges_expired = r->peers.expired;
+    s.peers_live = lr__peers_live(&r->peers, 0); /* held: not yet swept */
     lr__router_unlock(r);
     return lr__copy_out(out, &s, sizeof s);
 }
@@ -834,6 +1102,13 @@ lr__router_digest(const lr_router *r)
     h = lr__lodestar_digest(&r->ls, h);
     h = lr__adaptive_digest(&r->ad, h);
     h = lr__recency_digest(&r->rec, h);
+    /* the counters of exports and skipped imports are left out */
+    h = lr__peers_digest(&r->peers, h);
+    for (uint32_t i = 0; i < r->max_inst; i++) /* counters left out */
+        if (r->src[i].has)
+            h = lr__digest_mix(h, r->src[i].next ^ ((uint64_t)i << 40) ^
+                                      ((uint64_t)r->src[i].gap << 63) ^
+                                      lr__double_bits(r->src[i].last_ts));
     lr__router_unlock(r);
     return h;
 }

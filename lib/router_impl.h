@@ -15,6 +15,7 @@
 #include "lodestar.h"
 #include "policy.h"
 #include "recency.h"
+#include "replica.h"
 #include "table.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
@@ -60,6 +61,10 @@ struct lr_router {
     struct lr__lodestar ls;
     struct lr__adaptive ad;
     struct lr__recency rec; /* for the policies with LR__NEEDS_AGE */
+    /* replicas and event sources (replica.c) */
+    struct lr__kvsrc *src; /* max_inst: each instance's KV-event stream */
+    struct lr__peers peers;
+    lr_router_options opt; /* as resolved at create (restore rebuilds) */
     lr_router_stats st;
     uint64_t by_reason[LR__REASON_COUNT];
 };
@@ -85,5 +90,17 @@ struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
 
 /* The GORGO weights the policy reads are the tuner's in service. */
 void lr__router_sync_gorgo(lr_router *r);
+
+/* A fresh index, ring and load tracker made with the router's options
+ * (all or none). */
+lr_status lr__router_make_parts(const lr_router *r, lr_index **ix,
+                                lr_ring **ring, lr_load **ld);
+
+/* Snapshot restore: a name an instance may have (1..255 bytes, no NUL);
+ * commit instance `id` (a free slot; its ring and load entries exist;
+ * `name` is taken over). Cannot fail. */
+bool lr__router_name_ok(const char *name, size_t len);
+void lr__router_put_instance(lr_router *r, uint32_t id, char *name,
+                             uint32_t len, bool draining, double init_rtt_ms);
 
 #endif /* LIBROUTE_LIB_ROUTER_IMPL_H */

@@ -8,7 +8,20 @@
  *
  * Pass 1 decodes every event and checks it (types, sizes, block size);
  * it also finds the largest event, so that one scratch allocation serves
- * pass 2. Pass 2 decodes again and applies event by event. */
+ * pass 2. Pass 2 decodes again and applies event by event.
+ *
+ * Two kinds of bad input, two answers. Bytes that are not msgpack, or a
+ * batch or event that is not the schema's shape (no events array, an
+ * event that is neither an array nor a map, no type tag), refuse the whole
+ * batch: nothing after that point can be trusted to be where it seems.
+ * An event that is well framed but whose fields do not add up (a field of
+ * the wrong type, tokens that are not blocks x block size) is one bad
+ * event: it is left out and counted (`invalid`), and the rest of the batch
+ * applies. An event this index does not represent (another medium, a
+ * sliding-window group, a LoRA) is decided on the fields that say so and
+ * skipped without checking the rest: vLLM sends the CPU-offload store
+ * with no token ids and the sliding-window store with its null blocks
+ * left out of the hashes, in the same batch as the GPU stores. */
 #include <string.h>
 
 #include "common.h"
@@ -294,10 +307,12 @@ enum ev_type {
 };
 
 /* One event as decoded: hashes and tokens stay in the buffer (an array of
- * msgpack integers each) until pass 2 copies them out. */
+ * msgpack integers each) until pass 2 copies them out. `skip`: not
+ * representable here; `bad`: well framed, but its fields do not add up. */
 struct event {
     enum ev_type type;
     bool skip;
+    bool bad;
     struct mp hashes; /* positioned at the array's first element */
     uint64_t n_hashes;
     bool has_parent;
@@ -347,20 +362,29 @@ is_token(const struct mv *v)
 }
 
 /* An array whose elements all pass ok(): *n its length, `at` left at its
- * first element (pass 2 reads them again from there). */
+ * first element (pass 2 reads them again from there). Another value, or
+ * an element that fails ok(), sets *bad; false only when the bytes are
+ * not msgpack. */
 static bool
 read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
-           uint64_t *n)
+           uint64_t *n, bool *bad)
 {
+    struct mp start = *m;
     struct mv v;
-    if (!mp_next(m, &v) || v.kind != MP_ARRAY)
+    if (!mp_next(m, &v))
         return false;
+    if (v.kind != MP_ARRAY) {
+        *bad = true;
+        *m = start;
+        return mp_skip(m);
+    }
     *at = *m;
     *n = v.u;
     for (uint64_t i = 0; i < v.u; i++) {
         struct mv e;
-        if (!mp_next(m, &e) || !ok(&e))
+        if (!mp_scalar(m, &e))
             return false;
+        *bad |= !ok(&e);
     }
     return true;
 }
@@ -448,8 +472,19 @@ read_extra(struct mp *m, bool *skip)
     return true;
 }
 
+/* The kinds of KV-cache group whose blocks hold the whole prefix: full
+ * attention, and multi-head latent attention (DeepSeek-style models; in
+ * vLLM a kind of full attention). A sliding window, a Mamba state or a
+ * chunked local attention keeps only part of it. */
+static bool
+full_prefix_kind(const struct mv *v)
+{
+    return str_is(v, "full_attention") || str_is(v, "mla_attention");
+}
+
 /* One field's value into ev. Fields the schema does not know are skipped
- * whatever their type; known ones must have their type. */
+ * whatever their type; a known one of the wrong type makes the event bad.
+ * False only when the bytes are not msgpack. */
 static bool
 read_field(struct mp *m, enum field f, struct event *ev, bool *have)
 {
@@ -457,10 +492,10 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have)
     switch (f) {
     case F_HASHES:
         have[F_HASHES] = true;
-        return read_array(m, is_hash, &ev->hashes, &ev->n_hashes);
+        return read_array(m, is_hash, &ev->hashes, &ev->n_hashes, &ev->bad);
     case F_TOKENS:
         have[F_TOKENS] = true;
-        return read_array(m, is_token, &ev->tokens, &ev->n_tokens);
+        return read_array(m, is_token, &ev->tokens, &ev->n_tokens, &ev->bad);
     case F_EXTRA_KEYS:
         return read_extra(m, &ev->skip);
     case F_OTHER:
@@ -470,34 +505,41 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have)
     }
     if (!mp_scalar(m, &v))
         return false;
+    bool ok = true;
     switch (f) {
     case F_PARENT:
         ev->has_parent = !is_nil(&v);
-        return !ev->has_parent || hash_of(&v, &ev->parent);
+        ok = !ev->has_parent || hash_of(&v, &ev->parent);
+        break;
     case F_BLOCK_SIZE:
         have[F_BLOCK_SIZE] = true;
         ev->block_size = v.u;
-        return v.kind == MP_UINT;
+        ok = v.kind == MP_UINT;
+        break;
     case F_LORA_ID:
     case F_LORA_NAME:
         ev->skip |= !is_nil(&v);
-        return true;
+        break;
     case F_MEDIUM:
-        ev->skip |= !is_nil(&v) && !str_is(&v, "GPU");
-        return v.kind == MP_NIL || v.kind == MP_STR;
+        ev->skip |= v.kind == MP_STR && !str_is(&v, "GPU");
+        ok = v.kind == MP_NIL || v.kind == MP_STR;
+        break;
     case F_GROUP:
-        ev->skip |= !is_nil(&v) && !(v.kind == MP_UINT && v.u == 0);
-        return v.kind == MP_NIL || v.kind == MP_UINT;
-    case F_SPEC_KIND:
-        ev->skip |= !is_nil(&v) && !str_is(&v, "full_attention");
-        return true;
-    default:
-        return false;
+        ev->skip |= v.kind == MP_UINT && v.u != 0;
+        ok = v.kind == MP_NIL || v.kind == MP_UINT;
+        break;
+    default: /* F_SPEC_KIND */
+        ev->skip |= v.kind == MP_STR && !full_prefix_kind(&v);
+        ok = v.kind == MP_NIL || v.kind == MP_STR;
+        break;
     }
+    ev->bad |= !ok;
+    return true;
 }
 
+/* The fields of an event to apply add up. */
 static bool
-check_event(struct event *ev, const bool *have)
+event_ok(const struct event *ev, const bool *have)
 {
     switch (ev->type) {
     case EV_STORED:
@@ -505,7 +547,8 @@ check_event(struct event *ev, const bool *have)
             return false;
         if (ev->block_size == 0 || ev->block_size > LR_INDEX_MAX_BLOCK_TOKENS)
             return false;
-        return ev->n_tokens == ev->n_hashes * ev->block_size;
+        return ev->n_tokens == ev->n_hashes * ev->block_size &&
+               ev->n_tokens <= LR_INDEX_MAX_TOKENS;
     case EV_REMOVED:
         return have[F_HASHES];
     default:
@@ -559,9 +602,14 @@ read_event(struct mp *m, struct event *ev)
     } else {
         return false;
     }
+    /* A skipped event is not checked beyond what decided the skip. */
     if (ev->type == EV_UNKNOWN)
         ev->skip = true;
-    return check_event(ev, have);
+    if (ev->skip)
+        ev->bad = false;
+    else
+        ev->bad |= !event_ok(ev, have);
+    return true;
 }
 
 /* The events array: *events at its first element, m after the last. */
@@ -669,8 +717,8 @@ copy_tokens(struct mp at, uint64_t n, uint32_t *out)
     }
 }
 
-/* Pass 1: every event well formed, its block size placeable, and the
- * largest hash and token counts among the events to apply, which size
+/* Pass 1: every event well framed, the block size of each to apply
+ * placeable, and the largest hash and token counts among them, which size
  * the scratch of pass 2. */
 static lr_status
 check_events(const lr_index *ix, struct mp at, uint64_t n_events,
@@ -681,12 +729,10 @@ check_events(const lr_index *ix, struct mp at, uint64_t n_events,
         struct event ev;
         if (!read_event(&at, &ev))
             return LR_ECORRUPT;
-        if (ev.skip)
+        if (ev.skip || ev.bad)
             continue;
         if (ev.type == EV_STORED && ev.block_size % B != 0)
             return LR_ENOTSUP;
-        if (ev.n_tokens > LR_INDEX_MAX_TOKENS)
-            return LR_ECORRUPT;
         if (ev.n_hashes > *max_hashes)
             *max_hashes = ev.n_hashes;
         if (ev.n_tokens > *max_tokens)
@@ -760,6 +806,10 @@ apply_event(lr_index *ix, uint32_t instance, const struct event *ev,
         info->skipped++;
         return LR_OK;
     }
+    if (ev->bad) {
+        info->invalid++;
+        return LR_OK;
+    }
     switch (ev->type) {
     case EV_STORED:
         return apply_stored(ix, instance, ev, sc, now_ns, info);
@@ -807,6 +857,20 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
     info->done = i;
     lr__free(mem, sc.raw, sc.bytes);
     return st;
+}
+
+lr_status
+lr__vllm_peek(const uint8_t *buf, size_t len, double *ts)
+{
+    struct mp m = { buf, buf + len };
+    struct mp events;
+    uint64_t n_events = 0;
+    lr_vllm_batch_info info;
+    memset(&info, 0, sizeof info);
+    if (len == 0 || !read_batch(&m, &info, &events, &n_events))
+        return LR_ECORRUPT;
+    *ts = info.timestamp;
+    return LR_OK;
 }
 
 static const lr_vllm_batch_info info_defaults = {

@@ -11,6 +11,10 @@ lr_status lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
                          const uint8_t *buf, size_t len, uint64_t now_ns,
                          lr_vllm_batch_info *info);
 
+/* The batch's timestamp (0 when absent), its framing checked (not its
+ * events): LR_OK or LR_ECORRUPT. */
+lr_status lr__vllm_peek(const uint8_t *buf, size_t len, double *ts);
+
 /* Copy `in` out to a caller's struct of any size >= v1 (NULL: nothing). */
 lr_status lr__vllm_info_out(lr_vllm_batch_info *out,
                             const lr_vllm_batch_info *in);

@@ -351,22 +351,29 @@ mpw_cleared(struct mpw *w, bool map)
 
 /* Batch header: [ts, [events...], dp_rank] or the map form; the caller
  * writes n_events events right after. */
+/* A batch header with the engine timestamp ts (seconds). */
 static inline void
-mpw_batch(struct mpw *w, uint32_t n_events, bool map)
+mpw_batch_ts(struct mpw *w, uint32_t n_events, bool map, double ts)
 {
     if (map) {
         mpw_map(w, 3);
         mpw_str(w, "ts");
-        mpw_f64(w, 1234.5);
+        mpw_f64(w, ts);
         mpw_str(w, "data_parallel_rank");
         mpw_uint(w, 0);
         mpw_str(w, "events");
         mpw_arr(w, n_events);
     } else {
         mpw_arr(w, 3);
-        mpw_f64(w, 1234.5);
+        mpw_f64(w, ts);
         mpw_arr(w, n_events);
     }
+}
+
+static inline void
+mpw_batch(struct mpw *w, uint32_t n_events, bool map)
+{
+    mpw_batch_ts(w, n_events, map, 1234.5);
 }
 
 /* The array form puts dp_rank after the events: call this last. */

@@ -74,7 +74,7 @@ static void
 test_status_out_of_range(void **state)
 {
     (void)state;
-    static const long long bad[] = { 12, 13, 100,     1000,    INT_MAX,
+    static const long long bad[] = { 13, 14, 100,     1000,    INT_MAX,
                                      -1, -2, INT_MIN, UINT_MAX };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         lr_status s = (lr_status)bad[i];

@@ -6,9 +6,10 @@
  *
  * The malformed-blob tests rewrite fields of a valid blob and reseal it, so
  * that exactly one thing is wrong. They use the wire layout written in
- * lib/index.c (header of 40 bytes: magic "LRDX", u16 version, u16 flags,
- * u32 block_tokens, u32 n_nodes, u32 n_routes, u32 reserved, u64 since,
- * u64 mark; then n_nodes x {u64 key, varint parent}, n_routes x {u32
+ * lib/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (2),
+ * u16 flags, u32 block_tokens, u32 n_nodes, u32 n_routes, u32 reserved,
+ * u64 since, u64 mark, u64 origin replica id; version 1, 0.1's, has no
+ * origin and a header of 40; then n_nodes x {u64 key, varint parent}, n_routes x {u32
  * instance, varint node}; then the checksum XXH3_64bits_withSeed(bytes
  * before it, "LRDELTA1") as 8 little-endian bytes), with a private copy of
  * xxHash (B25). */
@@ -36,7 +37,11 @@
 #define OFF_BLOCK 8
 #define OFF_NODES 12
 #define OFF_ROUTES 16
-#define HEADER 40
+#define OFF_SINCE 24
+#define OFF_MARK 32
+#define OFF_ORIGIN 40
+#define HEADER 48
+#define HEADER_01 40
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -47,6 +52,8 @@ struct mkopt {
     uint32_t block;
     uint64_t seed;
     const lr_allocator *a;
+    uint64_t replica;
+    uint64_t remote_ttl;
 };
 
 static lr_index *
@@ -59,6 +66,8 @@ mk_with(const struct mkopt *m)
     o.max_instances = m->max_inst;
     o.journal_capacity = m->journal;
     o.block_tokens = m->block ? m->block : BT;
+    o.replica_id = m->replica;
+    o.remote_ttl_ns = m->remote_ttl;
     lr_index *ix = NULL;
     assert_st(lr_index_create(&o, &ix), LR_OK);
     assert_non_null(ix);
@@ -212,6 +221,15 @@ put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
 }
 
 static void
@@ -739,6 +757,83 @@ test_import_keeps_message_ends(void **state)
     lr_index_destroy(a);
 }
 
+/* A delta names its exporter; the exporter ignores its own echo; a 0.1
+ * delta (version 1, no origin) imports as the same routes. */
+static void
+test_origin_echo_and_v1(void **state)
+{
+    (void)state;
+    struct pr p;
+    mkpr(&p, NULL, 0, 5, 0, 700);
+    struct mkopt ma = { .cap = 4096, .replica = 0x1234567890abcdefull };
+    lr_index *a = mk_with(&ma);
+    learn(a, &p, 3, LR_TRUST_LOCAL, T(1));
+    uint64_t mark = 0;
+    lr_blob *blob = export_since(a, 0, &mark);
+    const uint8_t *good = lr_blob_data(blob);
+    size_t len = lr_blob_size(blob);
+    assert_int_equal(good[OFF_VERSION], 2);
+    assert_true(get64(good + OFF_ORIGIN) == ma.replica);
+    assert_true(get64(good + OFF_MARK) == mark);
+    assert_true(get64(good + OFF_SINCE) == 0);
+
+    /* the exporter's own delta, back from the bus: nothing changes */
+    uint64_t da = lr__index_digest(a);
+    assert_st(import_blob(a, blob, T(2)), LR_OK);
+    assert_true(lr__index_digest(a) == da);
+
+    /* a peer takes it as REMOTE */
+    lr_index *b = mk(4096);
+    assert_st(import_blob(b, blob, T(2)), LR_OK);
+    assert_int_equal(held(b, &p, 3), 5 * BT);
+    assert_int_equal(stats(b).remote_blocks, 5);
+
+    /* the same routes written as 0.1 did: version 1, no origin */
+    uint8_t *v1 = malloc(len - 8);
+    assert_non_null(v1);
+    memcpy(v1, good, HEADER_01);
+    memcpy(v1 + HEADER_01, good + HEADER, len - HEADER);
+    put16(v1 + OFF_VERSION, 1);
+    reseal(v1, len - 8);
+    lr_index *c = mk(4096);
+    assert_st(import(c, v1, len - 8, T(2)), LR_OK);
+    assert_true(lr__index_digest(c) == lr__index_digest(b));
+    /* a v1 blob is never an echo, even for its exporter */
+    assert_st(import(a, v1, len - 8, T(2)), LR_OK);
+    free(v1);
+    lr_blob_destroy(blob);
+    lr_index_destroy(c);
+    lr_index_destroy(b);
+    lr_index_destroy(a);
+}
+
+/* REMOTE routes age by remote_ttl_ns, LOCAL ones by ttl_ns. */
+static void
+test_remote_ttl(void **state)
+{
+    (void)state;
+    struct pr p, q;
+    mkpr(&p, NULL, 0, 4, 0, 710);
+    mkpr(&q, NULL, 0, 3, 0, 711);
+    lr_index *a = mk(4096);
+    learn(a, &p, 1, LR_TRUST_LOCAL, T(1));
+    lr_blob *blob = export_since(a, 0, NULL);
+    struct mkopt mb = { .cap = 4096, .remote_ttl = 10 * SEC };
+    lr_index *b = mk_with(&mb);
+    assert_st(import_blob(b, blob, T(1)), LR_OK);
+    learn(b, &q, 2, LR_TRUST_LOCAL, T(1));
+    assert_st(lr_index_expire(b, T(9)), LR_OK);
+    assert_int_equal(held(b, &p, 1), 4 * BT);
+    assert_st(lr_index_expire(b, T(12)), LR_OK);
+    assert_verified(b);
+    assert_int_equal(held(b, &p, 1), 0);     /* REMOTE: gone after 10 s */
+    assert_int_equal(held(b, &q, 2), 3 * BT); /* LOCAL: the hour's TTL */
+    assert_int_equal(stats(b).expired_blocks, 4);
+    lr_blob_destroy(blob);
+    lr_index_destroy(b);
+    lr_index_destroy(a);
+}
+
 /* ---- malformed blobs -------------------------------------------------------- */
 
 struct victim {
@@ -841,7 +936,7 @@ test_malformed_blobs(void **state)
     expect_rejected(&v, buf, len, LR_ECORRUPT, "magic");
 
     /* wrong version, resealed: only the version is wrong */
-    static const uint16_t versions[] = { 0, 2, 0xffff };
+    static const uint16_t versions[] = { 0, 3, 0xffff };
     for (size_t k = 0; k < 3; k++) {
         memcpy(buf, good, len);
         put16(buf + OFF_VERSION, versions[k]);
@@ -1221,6 +1316,8 @@ main(void)
         cmocka_unit_test(test_kv_routes_are_local),
         cmocka_unit_test(test_import_evicts_remote_first),
         cmocka_unit_test(test_import_keeps_message_ends),
+        cmocka_unit_test(test_origin_echo_and_v1),
+        cmocka_unit_test(test_remote_ttl),
         cmocka_unit_test(test_malformed_blobs),
         cmocka_unit_test(test_import_max_instances),
         cmocka_unit_test(test_export_deterministic),

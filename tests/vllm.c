@@ -308,10 +308,14 @@ malformed(void **state)
     }
 
     static const uint64_t h[1] = { 5 };
+    /* Bad events in a good frame: cases 0-3, 6 and 7 are well-framed
+     * events whose fields do not add up (left out, counted invalid; the
+     * good event before them applies); the others break the frame (the
+     * whole batch refused, nothing applied). */
     for (int bad = 0; bad < 10; bad++) {
         w->n = 0;
         mpw_batch(w, 2, false);
-        mpw_cleared(w, false); /* a good event first: not applied either */
+        mpw_cleared(w, false);
         switch (bad) {
         case 0: /* token count != blocks x block size */
             mpw_arr(w, 5);
@@ -376,11 +380,22 @@ malformed(void **state)
             break;
         }
         mpw_batch_end(w, false);
+        bool framed = bad <= 3 || bad == 6 || bad == 7;
+        lr_index *cp = mk_index(NULL);
+        assert_st(apply(cp, good, &info), LR_OK);
         lr_vllm_batch_info_init(&info);
-        lr_status st = lr_index_vllm_batch(ix, INST, w->buf, w->n, T0, &info);
-        if (st != LR_ECORRUPT)
+        lr_status st = lr_index_vllm_batch(cp, INST, w->buf, w->n, T0, &info);
+        if (st != (framed ? LR_OK : LR_ECORRUPT))
             fail_msg("bad batch %d: %s", bad, lr_status_name(st));
-        assert_true(lr__index_digest(ix) == d0);
+        if (framed) {
+            assert_int_equal(info.invalid, 1);
+            assert_int_equal(info.cleared, 1);
+            assert_int_equal(info.done, 2);
+            assert_int_equal(held(cp, t, 3 * BS), 0); /* the clear applied */
+        } else {
+            assert_true(lr__index_digest(cp) == d0);
+        }
+        lr_index_destroy(cp);
     }
     /* the batch itself: too short, wrong type, events not an array */
     static const uint8_t tiny[][4] = { { 0x91, 0x00 },
@@ -627,6 +642,83 @@ oom(void **state)
     free(c.w);
 }
 
+/* ---- what a real fleet sends (tests/data/kv-events) ---------------------- */
+
+static uint8_t *
+read_file(const char *name, size_t *len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/kv-events/%s", LR_TEST_DATA, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    uint8_t *buf = malloc(4096);
+    assert_non_null(buf);
+    *len = fread(buf, 1, 4096, f);
+    assert_true(*len > 0 && *len < 4096);
+    fclose(f);
+    return buf;
+}
+
+/* Each batch of tests/data/kv-events (see its README): the GPU store of
+ * tokens 1000..1063 always applies, under its engine hashes (a removal of
+ * hash 13 then drops blocks 3 and 4); what rides along is skipped or left
+ * out as invalid, never a reason to refuse the batch. */
+static void
+fleet_files(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        uint32_t skipped, invalid;
+    } cases[] = {
+        { "P011_control_gpu_only.msgpack", 0, 0 },
+        { "PNEW_control_gpu_only.msgpack", 0, 0 },
+        { "P011_offload_cpu_bs16.msgpack", 1, 0 },
+        { "P011_offload_cpu_bs0.msgpack", 1, 0 },
+        { "PNEW_offload_cpu_bs16.msgpack", 1, 0 },
+        { "PNEW_offload_cpu_bs0.msgpack", 1, 0 },
+        { "P011_hybrid_swa_group.msgpack", 1, 0 },
+        { "PNEW_hybrid_swa_group.msgpack", 1, 0 },
+        { "P010_hybrid_swa_no_group_idx.msgpack", 0, 1 },
+        { "PNEW_mla_group0.msgpack", 0, 0 },
+    };
+    uint32_t t[64];
+    for (uint32_t i = 0; i < 64; i++)
+        t[i] = 1000 + i;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t len;
+        uint8_t *buf = read_file(cases[c].file, &len);
+        lr_index_options o;
+        lr_index_options_init(&o);
+        o.seed = OPT_SEED;
+        lr_index *ix = NULL;
+        assert_st(lr_index_create(&o, &ix), LR_OK);
+        lr_vllm_batch_info info;
+        lr_vllm_batch_info_init(&info);
+        lr_status st = lr_index_vllm_batch(ix, INST, buf, len, T0, &info);
+        if (st != LR_OK || info.stored != 1 ||
+            info.skipped != cases[c].skipped ||
+            info.invalid != cases[c].invalid ||
+            info.done != info.events)
+            fail_msg("%s: %s, stored %u skipped %u invalid %u done %u/%u",
+                     cases[c].file, lr_status_name(st), info.stored,
+                     info.skipped, info.invalid, info.done, info.events);
+        assert_true(info.timestamp == 1761000000.5);
+        assert_int_equal(info.dp_rank, 0);
+        assert_int_equal(held_by(ix, t, 64, INST, T0), 64);
+        /* the engine hashes resolve: hash 13 is the third block */
+        static const uint64_t h13[1] = { 13 };
+        size_t resolved = 0;
+        assert_st(lr_index_kv_removed(ix, INST, h13, 1, &resolved), LR_OK);
+        assert_int_equal(resolved, 1);
+        assert_int_equal(held_by(ix, t, 64, INST, T0), 32);
+        assert_st(lr__index_verify(ix), LR_OK);
+        lr_index_destroy(ix);
+        free(buf);
+    }
+}
+
 /* ---- the router --------------------------------------------------------- */
 
 static void
@@ -687,6 +779,7 @@ main(void)
         cmocka_unit_test(differential),
         cmocka_unit_test(oom),
         cmocka_unit_test(router_entry),
+        cmocka_unit_test(fleet_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,18 +60,20 @@ extern "C" {
 
 /* ---- status codes: explicit values, append-only ------------------------ */
 typedef enum lr_status {
-    LR_OK = 0,       /* success */
-    LR_EINVAL = 1,   /* bad argument: NULL, NaN, out of domain, absurd size */
-    LR_ENOMEM = 2,   /* allocation failed; the handle is unchanged */
-    LR_ERANGE = 3,   /* parameter outside its bounds (never clamped) */
-    LR_ENOENT = 4,   /* unknown instance, request or engine block */
-    LR_EEXIST = 5,   /* duplicate instance id or name */
-    LR_ELIMIT = 6,   /* a host-set capacity was reached */
-    LR_ECORRUPT = 7, /* malformed delta, snapshot, KV event or model */
-    LR_EVERSION = 8, /* struct_size or serialized format version unsupported */
-    LR_ENOTSUP = 9,  /* unknown parameter or unsupported combination */
-    LR_ESTATE = 10,  /* call not valid in the handle's current state */
-    LR_EBUFSIZE = 11 /* caller buffer too small; the needed size is reported */
+    LR_OK = 0,        /* success */
+    LR_EINVAL = 1,    /* bad argument: NULL, NaN, out of domain, absurd size */
+    LR_ENOMEM = 2,    /* allocation failed; the handle is unchanged */
+    LR_ERANGE = 3,    /* parameter outside its bounds (never clamped) */
+    LR_ENOENT = 4,    /* unknown instance, request or engine block */
+    LR_EEXIST = 5,    /* duplicate instance id or name */
+    LR_ELIMIT = 6,    /* a host-set capacity was reached */
+    LR_ECORRUPT = 7,  /* malformed delta, snapshot, KV event or model */
+    LR_EVERSION = 8,  /* struct_size or serialized format version unsupported */
+    LR_ENOTSUP = 9,   /* unknown parameter or unsupported combination */
+    LR_ESTATE = 10,   /* call not valid in the handle's current state */
+    LR_EBUFSIZE = 11, /* caller buffer too small; the needed size is reported */
+    LR_EGAP = 12      /* a sequence gap: earlier events are missing (replay
+                         them); @since 0.2 */
 } lr_status;
 
 /** Static English description of a status.

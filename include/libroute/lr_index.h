@@ -110,10 +110,23 @@ typedef struct lr_index_options {
      * lr_index_kv_stored() returns LR_ELIMIT. */
     uint64_t engine_map_capacity;
     /* v1 ends here; fields are only ever appended. */
+    /** This gateway replica's id, stamped on every exported delta (0:
+     * none). lr_index_import_delta() ignores a delta that carries it: a
+     * replica's own deltas echoed back by the bus. Give every process
+     * incarnation its own id (a random 64-bit number at start). @since 0.2 */
+    uint64_t replica_id;
+    /** REMOTE routes (imported from other replicas, or learned with
+     * LR_TRUST_REMOTE) unused this long expire; 0: ttl_ns; UINT64_MAX:
+     * never. A replica's word about another's placements is worth less
+     * with age than its own. Resolution 2^24 ns. @since 0.2 */
+    uint64_t remote_ttl_ns;
+    /* v2 ends here */
 } lr_index_options;
 
 #define LR_INDEX_OPTIONS_SIZE_V1 \
     (offsetof(lr_index_options, engine_map_capacity) + sizeof(uint64_t))
+#define LR_INDEX_OPTIONS_SIZE_V2 \
+    (offsetof(lr_index_options, remote_ttl_ns) + sizeof(uint64_t))
 #ifndef __cplusplus
 #define LR_INDEX_OPTIONS_INIT \
     { .struct_size = sizeof(lr_index_options) }
@@ -362,9 +375,12 @@ LR_API lr_status lr_index_kv_cleared(lr_index *idx, uint32_t instance);
 LR_API uint64_t lr_index_mark(const lr_index *idx);
 
 /** Export what was learned LOCALLY since `since_mark` (0: everything held
- * LOCAL) as a versioned, checksummed, little-endian blob: the distinct
- * prefix chains once each, then (instance, prefix) routes. Routes evicted
- * since are left out. When the journal no longer reaches back to
+ * LOCAL) as a versioned, checksummed, little-endian blob: the exporting
+ * replica's id (lr_index_options.replica_id), the journal marks it covers
+ * (since_mark, *mark_out], the distinct prefix chains once each, then
+ * (instance, prefix) routes. REMOTE routes are never exported: what a
+ * replica imported goes back to nobody (no echo between replicas). Routes
+ * evicted since are left out. When the journal no longer reaches back to
  * since_mark, the export holds every LOCAL route instead, which is always
  * a superset. Incremental exports carry what lr_index_learn() learned;
  * routes from engine KV events reach peers through the engine's own event
@@ -380,8 +396,12 @@ LR_API lr_status lr_index_export_delta(const lr_index *idx, uint64_t since_mark,
                                        lr_blob **out, uint64_t *mark_out);
 
 /** Apply a delta from another replica: its routes become REMOTE routes
- * here (LOCAL routes stay LOCAL). Instance ids must mean the same instance
- * on both replicas (hosts derive them from instance names).
+ * here (LOCAL routes stay LOCAL), expiring after remote_ttl_ns unused.
+ * Instance ids must mean the same instance on both replicas (hosts derive
+ * them from instance names). A delta carrying this index's own replica id
+ * changes nothing. Deltas of 0.1 (format version 1, no replica id) are
+ * accepted. The index keeps no per-peer state: a router's
+ * lr_router_import_delta() also ignores a delta it applied already.
  * @return LR_OK; LR_EINVAL (NULL); LR_ECORRUPT (malformed, truncated,
  *   checksum mismatch, or a chain that contradicts this index);
  *   LR_EVERSION (unknown format version); LR_ENOTSUP (other block size);

@@ -91,10 +91,31 @@ typedef struct lr_router_options {
      * Copied; the learner is made when LR_POLICY_LODESTAR is first chosen. */
     const lr_learner_options *learner;
     /* v1 ends here */
+    /** This gateway replica's id: stamped on its deltas and gauges, so
+     * that peers tell replicas apart, never apply one delta twice, and
+     * ignore their own messages echoed back by the bus. 0: none (deltas
+     * then go out anonymous, gauges cannot be exported). Give each
+     * process incarnation its own id (a random 64-bit number at start).
+     * @since 0.2 */
+    uint64_t replica_id;
+    /** REMOTE routes (from other replicas' deltas) unused this long
+     * expire; 0: index_ttl_ns. See lr_index_options. @since 0.2 */
+    uint64_t remote_ttl_ns;
+    /** Other replicas' load gauges count this long after they arrive
+     * (router's clock); default 2 s. @since 0.2 */
+    uint64_t gauge_ttl_ns;
+    /** Other replicas tracked at once (their delta watermarks and
+     * gauges), 1..LR_ROUTER_MAX_PEERS; default 64. @since 0.2 */
+    uint32_t max_peers;
+    /* v2 ends here */
 } lr_router_options;
 
 #define LR_ROUTER_OPTIONS_SIZE_V1 \
     (offsetof(lr_router_options, learner) + sizeof(void *))
+#define LR_ROUTER_OPTIONS_SIZE_V2 \
+    (offsetof(lr_router_options, max_peers) + sizeof(uint32_t))
+/** Largest lr_router_options.max_peers. @since 0.2 */
+#define LR_ROUTER_MAX_PEERS 4096u
 #define LR_ROUTER_MAX_INSTANCES 65534u
 
 #ifndef __cplusplus
@@ -104,7 +125,8 @@ typedef struct lr_router_options {
         .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024, \
         .max_requests = 65536, .block_tokens = 16,                        \
         .index_capacity_blocks = 1u << 20,                                \
-        .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160       \
+        .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160,      \
+        .gauge_ttl_ns = 2000000000ull, .max_peers = 64                    \
     }
 #endif
 
@@ -422,21 +444,149 @@ LR_API lr_status lr_router_kv_removed(lr_router *router, uint32_t id,
                                       size_t n_blocks, size_t *n_resolved);
 LR_API lr_status lr_router_kv_cleared(lr_router *router, uint32_t id);
 
+/** What a batch's sequence number made of it (lr_router_vllm_batch_seq(),
+ * lr_vllm.h). Stored in int32_t fields. @since 0.2 */
+typedef enum lr_kv_seq {
+    LR_KV_SEQ_NONE = 0,      /* no sequence number was involved */
+    LR_KV_SEQ_APPLIED = 1,   /* the next one expected: applied */
+    LR_KV_SEQ_FIRST = 2,     /* the first from this source (since it was
+                                added or reset): applied */
+    LR_KV_SEQ_DUPLICATE = 3, /* applied before (a replay): ignored */
+    LR_KV_SEQ_GAP = 4,       /* batches are missing before it: not applied
+                                (LR_EGAP); replay from next_seq */
+    LR_KV_SEQ_RESTART = 5    /* the engine restarted (sequence back, time
+                                forward): its routes were dropped, then
+                                the batch applied */
+} lr_kv_seq;
+
+/** One KV-event source (an engine instance) as the router applied it.
+ * @since 0.2 */
+typedef struct lr_kv_source {
+    size_t struct_size;
+    /** 1 when a batch was applied since the instance was added or reset. */
+    int32_t has_seq;
+    /** 1 while batches before next_seq are missing: later batches are
+     * refused (LR_EGAP) until a replay from next_seq arrives. */
+    int32_t gap;
+    /** The sequence number expected next: the host's "replay from". */
+    uint64_t next_seq;
+    /** Counters since the instance was added: batches applied, batches
+     * ignored as applied before, gaps found, restarts (found or reset). */
+    uint64_t batches;
+    uint64_t duplicates;
+    uint64_t gaps;
+    uint64_t restarts;
+    /* v1 ends here */
+} lr_kv_source;
+
+#define LR_KV_SOURCE_SIZE_V1 (offsetof(lr_kv_source, restarts) + 8)
+#ifndef __cplusplus
+#define LR_KV_SOURCE_INIT \
+    { .struct_size = sizeof(lr_kv_source) }
+#endif
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use
+ * the lr_kv_source_init() macro. @since 0.2 */
+LR_API void lr_kv_source_init_sized(lr_kv_source *s, size_t size);
+#define lr_kv_source_init(s) lr_kv_source_init_sized((s), sizeof *(s))
+
+/** Read the sequence state of instance `id`'s KV events: whether a gap is
+ * open and the sequence number to replay from.
+ * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ENOENT (no such instance).
+ * @since 0.2 */
+LR_API lr_status lr_router_kv_source(const lr_router *router, uint32_t id,
+                                     lr_kv_source *out);
+
+/** The engine behind instance `id` restarted, or its events cannot be
+ * replayed: drop its routes and forget its sequence, so that the next
+ * batch (any number) starts it again. Counted as a restart.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.2 */
+LR_API lr_status lr_router_kv_reset(lr_router *router, uint32_t id);
+
 /** Deltas for other gateway replicas; see lr_index_mark,
  * lr_index_export_delta and lr_index_import_delta. Instance ids in deltas
  * are this router's ids: replicas that add the same names in the same
- * order agree on them. @since 0.1 */
+ * order agree on them. Exported deltas carry lr_router_options.replica_id
+ * and only the routes this router placed itself (never what it
+ * imported). @since 0.1 */
 LR_API uint64_t lr_router_mark(lr_router *router);
 LR_API lr_status lr_router_export_delta(lr_router *router, uint64_t since_mark,
                                         lr_blob **out, uint64_t *mark_out);
 LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
                                         size_t len, uint64_t now_ns);
 /* lr_router_import_delta() skips the routes of ids this router does not
- * have (any state): a peer's instance added here later starts cold. */
+ * have (any state): a peer's instance added here later starts cold. Since
+ * 0.2 it keeps, per replica id, the journal mark of the last delta
+ * applied: a delta applied already (the same one twice, a replay) and the
+ * router's own (an echo) change nothing and return LR_OK, counted in
+ * deltas_skipped; a full export (since_mark 0) of a replica whose mark
+ * went back (it restarted) or after a lost delta applies again. Besides
+ * lr_index_import_delta()'s statuses: LR_ELIMIT when max_peers replicas
+ * with a live gauge are tracked already. */
 
-/** Drop the routes unused for longer than the index TTL (lr_index_expire).
- * route() and the learning calls do this too; a host with idle periods may
- * call it from a timer. @return LR_OK; LR_EINVAL (NULL). @since 0.1 */
+/* ---- replicas: shared load ------------------------------------------------------------- */
+
+/** This router's own in-flight counters (per instance: requests, queued,
+ * prefill, queued, prompt, decode and KV tokens; only instances with a
+ * request in flight) as a small gauge message for the other replicas,
+ * stamped with replica_id and a sequence number. Publish it every few
+ * hundred ms; peers count it for gauge_ttl_ns (about 2 s).
+ * @param out  out: a blob for lr_blob_destroy().
+ * @return LR_OK; LR_EINVAL; LR_ESTATE (replica_id 0); LR_ENOMEM.
+ * @since 0.2 */
+LR_API lr_status lr_router_export_gauges(lr_router *router, lr_blob **out);
+
+/** Take another replica's gauge message: until it expires (gauge_ttl_ns
+ * after now_ns) or a newer one replaces it, its counts are added to this
+ * router's own in every candidate row (in flight, queued, prefill, queued,
+ * prompt, decode and KV tokens), so the load-aware policies see the
+ * fleet's load, not only this replica's share. lr_router_instance_load()
+ * still reports the router's own counters. Entries of ids this router
+ * does not have are ignored; an older or repeated message, or the
+ * router's own, changes nothing (LR_OK, counted in gauges_skipped).
+ * @return LR_OK; LR_EINVAL; LR_ECORRUPT (malformed, checksum);
+ *   LR_EVERSION; LR_ELIMIT (max_peers replicas with a live gauge);
+ *   LR_ENOMEM. On failure nothing changes. @since 0.2 */
+LR_API lr_status lr_router_import_gauges(lr_router *router, const uint8_t *buf,
+                                         size_t len, uint64_t now_ns);
+
+/* ---- snapshot and restore ----------------------------------------------------------------- */
+
+/** Save the router's learned state as one versioned, checksummed,
+ * little-endian blob: the instances (names, ids, classes, draining,
+ * RTTs), the prefix index (every route with its trust and age, and the
+ * engine-hash map of precise mode), each KV-event source's sequence
+ * watermark, the other replicas' delta watermarks, GORGO's tuned weights,
+ * adaptive's calibrated TTFT models and Lodestar's network in service.
+ * Not saved: requests in flight, load counters and scrapes (they are
+ * re-learned in seconds), gauges, the learner's sample buffers, the
+ * policy and parameters (the host's configuration).
+ * @param now_ns  host time: ages are saved relative to it.
+ * @param out     out: a blob for lr_blob_destroy().
+ * @return LR_OK; LR_EINVAL; LR_ENOMEM. Changes nothing. @since 0.2 */
+LR_API lr_status lr_router_snapshot(lr_router *router, uint64_t now_ns,
+                                    lr_blob **out);
+
+/** Restore a snapshot into a router that has no instance yet (just
+ * created with the host's options and policy). All or nothing: on any
+ * failure the router is as it was. Routes keep their ages on the host
+ * clock (a restore at a later now_ns on the same clock counts the
+ * downtime); a KV-event source resumes at its watermark, so that replaying
+ * each engine's events from there (duplicates are ignored) gives the
+ * state of a router that never stopped. After a restore, the host
+ * reconciles the instances with its configuration (add the new ones,
+ * remove the gone ones).
+ * @return LR_OK; LR_EINVAL; LR_ESTATE (the router has instances);
+ *   LR_ECORRUPT (malformed, checksum mismatch, an impossible state);
+ *   LR_EVERSION (another format version); LR_ENOTSUP (another block
+ *   size); LR_ELIMIT (more instances, routes or peers than this router's
+ *   options allow); LR_ENOMEM. @since 0.2 */
+LR_API lr_status lr_router_restore(lr_router *router, const uint8_t *buf,
+                                   size_t len, uint64_t now_ns);
+
+/** Drop the routes unused for longer than the index TTL (lr_index_expire)
+ * and (since 0.2) the other replicas' gauges past gauge_ttl_ns. route()
+ * and the learning calls do this too; a host with idle periods may call
+ * it from a timer. @return LR_OK; LR_EINVAL (NULL). @since 0.1 */
 LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 
 /* ---- Lodestar: the learned policy ----------------------------------------------------- */
@@ -523,9 +673,33 @@ typedef struct lr_router_stats {
     uint64_t prompt_tokens;
     uint64_t cached_tokens;
     /* v1 ends here */
+    /** KV-event batches with sequence numbers (lr_router_vllm_batch_seq):
+     * applied, ignored as applied before, gaps found, engine restarts
+     * (found or reset), and sources with a gap open now. @since 0.2 */
+    uint64_t kv_batches;
+    uint64_t kv_duplicates;
+    uint64_t kv_gaps;
+    uint64_t kv_restarts;
+    uint64_t kv_gaps_open;
+    /** Deltas exported, imported, and skipped on import (applied before,
+     * or this router's own); deltas found lost (a later one started past
+     * the last applied). @since 0.2 */
+    uint64_t deltas_exported;
+    uint64_t deltas_imported;
+    uint64_t deltas_skipped;
+    uint64_t deltas_lost;
+    /** Gauges exported, imported, skipped (older, repeated or own) and
+     * expired; replicas whose gauge counts now. @since 0.2 */
+    uint64_t gauges_exported;
+    uint64_t gauges_imported;
+    uint64_t gauges_skipped;
+    uint64_t gauges_expired;
+    uint64_t peers_live;
+    /* v2 ends here */
 } lr_router_stats;
 
 #define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
+#define LR_ROUTER_STATS_SIZE_V2 (offsetof(lr_router_stats, peers_live) + 8)
 
 #ifndef __cplusplus
 #define LR_ROUTER_STATS_INIT \

@@ -19,7 +19,27 @@
  * guessed at: blocks on another medium than the GPU (CPU offload), blocks
  * of a LoRA adapter, blocks with extra keys (multimodal inputs, cache
  * salts), KV-cache groups other than 0 or of a kind other than full
- * attention, and event types this version does not know.
+ * attention (`full_attention`, or `mla_attention`, DeepSeek's latent
+ * attention, which vLLM counts as full attention: applied), and event
+ * types this version does not know. A skipped event is checked only as
+ * far as skipping needs: vLLM puts the CPU-offload connector's store (no
+ * token ids, block size 0 or 16) and a sliding-window group's store (its
+ * null blocks left out of the hashes) in the same batch as the GPU
+ * stores, and those still apply.
+ *
+ * A batch that is not msgpack, or not the schema's shape (no events
+ * array; an event that is neither an array nor a map, or has no type
+ * tag), is refused whole (LR_ECORRUPT). An event that is well framed but
+ * whose fields do not add up (a field of the wrong type, token ids that
+ * are not block_hashes x block_size, as vLLM 0.10 sends a sliding-window
+ * group's store without its group_idx) is left out and counted in
+ * `invalid`; the rest of the batch applies.
+ *
+ * Sequence numbers: each ZMQ message carries the batch's sequence number
+ * (the second frame, 8 bytes big endian). A router applies the batches
+ * of one engine in order with lr_router_vllm_batch_seq(): each at most
+ * once, a gap reported for the host to replay, an engine restart dropping
+ * that engine's routes first.
  *
  * Thread safety: as the handle the batch is applied to (a router is
  * internally locked; an index is not). */
@@ -58,9 +78,21 @@ typedef struct lr_vllm_batch_info {
      * the failing one, which are applied. */
     uint32_t done;
     /* v1 ends here */
+    /** Events of a type this index applies left out because their fields
+     * do not add up (see the file comment). @since 0.2 */
+    uint32_t invalid;
+    /** lr_router_vllm_batch_seq() only (0 otherwise): what the batch's
+     * sequence number made of it, an lr_kv_seq value. @since 0.2 */
+    int32_t seq_state;
+    /** lr_router_vllm_batch_seq() only: the sequence number the router
+     * expects next from this source, after the call (on LR_EGAP: replay
+     * from here). @since 0.2 */
+    uint64_t next_seq;
+    /* v2 ends here */
 } lr_vllm_batch_info;
 
 #define LR_VLLM_BATCH_INFO_SIZE_V1 (offsetof(lr_vllm_batch_info, done) + 4)
+#define LR_VLLM_BATCH_INFO_SIZE_V2 (offsetof(lr_vllm_batch_info, next_seq) + 8)
 
 /** Zero the caller's `size` bytes of `info` and set struct_size = size. Use the
  * lr_vllm_batch_info_init() macro, which passes the caller's sizeof. @since 0.2
@@ -74,13 +106,15 @@ LR_API void lr_vllm_batch_info_init_sized(lr_vllm_batch_info *info,
  * index. The whole payload is decoded and checked before anything is
  * applied.
  * @param info  out, optional.
- * @return LR_OK; LR_EINVAL (NULL, instance LR_INSTANCE_NONE); LR_EVERSION
- *   (info too small); LR_ECORRUPT (not msgpack, not the schema, trailing
- *   bytes, absurd sizes: nothing applied); LR_ENOTSUP (an engine block
- *   size that is not a multiple of the index block size: nothing
- *   applied); LR_ELIMIT, LR_ENOMEM (the events before the failing one are
- *   applied, info->done says how many; applying the whole batch again is
- *   safe and ends in the state one uninterrupted call gives).
+ * @return LR_OK (events left out as skipped or invalid included: see
+ *   info); LR_EINVAL (NULL, instance LR_INSTANCE_NONE); LR_EVERSION (info
+ *   too small); LR_ECORRUPT (not msgpack, not the schema's shape, trailing
+ *   bytes, absurd counts: nothing applied); LR_ENOTSUP (an event to apply
+ *   whose engine block size is not a multiple of the index block size:
+ *   nothing applied); LR_ELIMIT, LR_ENOMEM (the events before the
+ *   failing one are applied, info->done says how many; applying the whole
+ *   batch again is safe and ends in the state one uninterrupted call
+ *   gives).
  * @since 0.1 */
 LR_API lr_status lr_index_vllm_batch(lr_index *idx, uint32_t instance,
                                      const uint8_t *buf, size_t len,
@@ -93,6 +127,29 @@ LR_API lr_status lr_router_vllm_batch(lr_router *router, uint32_t instance,
                                       const uint8_t *buf, size_t len,
                                       uint64_t now_ns,
                                       lr_vllm_batch_info *info);
+
+/** lr_router_vllm_batch() for batch number `seq` of the engine behind
+ * `instance` (the ZMQ message's sequence frame): each batch is applied at
+ * most once and in order (see lr_kv_seq and lr_router_kv_source()).
+ *   - the first batch of a source (since its instance was added or
+ *     reset), or the one expected next: applied;
+ *   - a number already applied (a replay): ignored, LR_OK;
+ *   - a number past the one expected: not applied, LR_EGAP; the host asks
+ *     the engine to replay from info->next_seq (vLLM's replay socket), and
+ *     live batches are refused the same way until the replay catches up;
+ *   - a number already passed but a later timestamp than any applied: the
+ *     engine restarted; its routes are dropped first, then the batch
+ *     applies (LR_EGAP after the drop when it is not number 0: what came
+ *     before it was lost).
+ * A corrupt batch (LR_ECORRUPT, LR_ENOTSUP) counts as consumed: nothing of
+ * it applies and the source moves past it. LR_ENOMEM or LR_ELIMIT leave
+ * the source where it was, so the same call can be repeated.
+ * @param info  out, optional; seq_state and next_seq say what happened.
+ * @return as lr_router_vllm_batch(), and LR_EGAP. @since 0.2 */
+LR_API lr_status lr_router_vllm_batch_seq(lr_router *router, uint32_t instance,
+                                          uint64_t seq, const uint8_t *buf,
+                                          size_t len, uint64_t now_ns,
+                                          lr_vllm_batch_info *info);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,7 @@ _Static_assert(LR_EVERSION == 8, "LR_EVERSION renumbered");
 _Static_assert(LR_ENOTSUP == 9, "LR_ENOTSUP renumbered");
 _Static_assert(LR_ESTATE == 10, "LR_ESTATE renumbered");
 _Static_assert(LR_EBUFSIZE == 11, "LR_EBUFSIZE renumbered");
+_Static_assert(LR_EGAP == 12, "LR_EGAP renumbered");
 
 /* ---- lr_index.h ------------------------------------------------------------- */
 
@@ -907,6 +908,97 @@ _Static_assert(LR_ROUTE_NO_LEARN == 4u, "LR_ROUTE_NO_LEARN changed");
 
 /* ---- run time ------------------------------------------------------------- */
 
+/* ---- replicas and KV-event sources (0.2) ------------------------------------- */
+
+/* 0.2 appended to lr_index_options, lr_router_options, lr_router_stats
+ * and lr_vllm_batch_info. */
+#define APPENDED(cur, frozen, f)                                \
+    _Static_assert(offsetof(cur, f) == offsetof(struct frozen, f), \
+                   #cur "." #f ": offset changed")
+
+struct lr_index_options_v2 {
+    struct lr_index_options_v1 v1;
+    uint64_t replica_id;
+    uint64_t remote_ttl_ns;
+};
+APPENDED(lr_index_options, lr_index_options_v2, replica_id);
+APPENDED(lr_index_options, lr_index_options_v2, remote_ttl_ns);
+_Static_assert(LR_INDEX_OPTIONS_SIZE_V2 == sizeof(struct lr_index_options_v2),
+               "LR_INDEX_OPTIONS_SIZE_V2: does not end at remote_ttl_ns");
+
+struct lr_router_options_v2 {
+    struct lr_router_options_v1 v1;
+    uint64_t replica_id;
+    uint64_t remote_ttl_ns;
+    uint64_t gauge_ttl_ns;
+    uint32_t max_peers;
+};
+APPENDED(lr_router_options, lr_router_options_v2, replica_id);
+APPENDED(lr_router_options, lr_router_options_v2, remote_ttl_ns);
+APPENDED(lr_router_options, lr_router_options_v2, gauge_ttl_ns);
+APPENDED(lr_router_options, lr_router_options_v2, max_peers);
+_Static_assert(LR_ROUTER_OPTIONS_SIZE_V2 ==
+                   offsetof(struct lr_router_options_v2, max_peers) + 4,
+               "LR_ROUTER_OPTIONS_SIZE_V2: does not end at max_peers");
+
+struct lr_router_stats_v2 {
+    struct lr_router_stats_v1 v1;
+    uint64_t kv_batches, kv_duplicates, kv_gaps, kv_restarts, kv_gaps_open;
+    uint64_t deltas_exported, deltas_imported, deltas_skipped, deltas_lost;
+    uint64_t gauges_exported, gauges_imported, gauges_skipped, gauges_expired;
+    uint64_t peers_live;
+};
+APPENDED(lr_router_stats, lr_router_stats_v2, kv_batches);
+APPENDED(lr_router_stats, lr_router_stats_v2, kv_gaps_open);
+APPENDED(lr_router_stats, lr_router_stats_v2, deltas_exported);
+APPENDED(lr_router_stats, lr_router_stats_v2, deltas_lost);
+APPENDED(lr_router_stats, lr_router_stats_v2, gauges_exported);
+APPENDED(lr_router_stats, lr_router_stats_v2, peers_live);
+_Static_assert(LR_ROUTER_STATS_SIZE_V2 == sizeof(struct lr_router_stats_v2),
+               "LR_ROUTER_STATS_SIZE_V2: does not end at peers_live");
+
+struct lr_vllm_batch_info_v2 { /* flat: v1 ends on a 4-byte field */
+    size_t struct_size;
+    double timestamp;
+    int64_t dp_rank;
+    uint32_t events, stored, removed, cleared, unplaced, skipped, done;
+    uint32_t invalid;
+    int32_t seq_state;
+    uint64_t next_seq;
+};
+APPENDED(lr_vllm_batch_info, lr_vllm_batch_info_v2, invalid);
+APPENDED(lr_vllm_batch_info, lr_vllm_batch_info_v2, seq_state);
+APPENDED(lr_vllm_batch_info, lr_vllm_batch_info_v2, next_seq);
+_Static_assert(LR_VLLM_BATCH_INFO_SIZE_V2 ==
+                   sizeof(struct lr_vllm_batch_info_v2),
+               "LR_VLLM_BATCH_INFO_SIZE_V2: does not end at next_seq");
+
+struct lr_kv_source_v1 {
+    size_t struct_size;
+    int32_t has_seq;
+    int32_t gap;
+    uint64_t next_seq;
+    uint64_t batches;
+    uint64_t duplicates;
+    uint64_t gaps;
+    uint64_t restarts;
+};
+FIELD(lr_kv_source, lr_kv_source_v1, struct_size, size_t);
+FIELD(lr_kv_source, lr_kv_source_v1, has_seq, int32_t);
+FIELD(lr_kv_source, lr_kv_source_v1, gap, int32_t);
+FIELD(lr_kv_source, lr_kv_source_v1, next_seq, uint64_t);
+FIELD(lr_kv_source, lr_kv_source_v1, batches, uint64_t);
+FIELD(lr_kv_source, lr_kv_source_v1, duplicates, uint64_t);
+FIELD(lr_kv_source, lr_kv_source_v1, gaps, uint64_t);
+FIELD(lr_kv_source, lr_kv_source_v1, restarts, uint64_t);
+SIZED(lr_kv_source, lr_kv_source_v1, LR_KV_SOURCE_SIZE_V1, restarts);
+
+_Static_assert(LR_KV_SEQ_NONE == 0 && LR_KV_SEQ_APPLIED == 1 &&
+                   LR_KV_SEQ_FIRST == 2 && LR_KV_SEQ_DUPLICATE == 3 &&
+                   LR_KV_SEQ_GAP == 4 && LR_KV_SEQ_RESTART == 5,
+               "lr_kv_seq renumbered");
+_Static_assert(LR_ROUTER_MAX_PEERS == 4096u, "LR_ROUTER_MAX_PEERS changed");
+
 static int failures;
 
 #define CHECK(cond)                                                          \
@@ -997,7 +1089,8 @@ check_old_callers(void)
           ra.block_tokens == rb.block_tokens &&
           ra.index_capacity_blocks == rb.index_capacity_blocks &&
           ra.index_ttl_ns == rb.index_ttl_ns &&
-          ra.ring_vnodes == rb.ring_vnodes);
+          ra.ring_vnodes == rb.ring_vnodes &&
+          ra.gauge_ttl_ns == rb.gauge_ttl_ns && ra.max_peers == rb.max_peers);
 }
 
 /* Counts are run-time facts of the library (never compiled into hosts);

@@ -35,7 +35,8 @@ from .enums import (Bounds, CostKind, CostParam, MatchFlag, Param, Policy,
                     cost_kind_count, cost_param_count, lodestar_feature_count,
                     param_count, policy_count, reason_count)
 from .errors import (AlreadyExistsError, BufferSizeError, ClosedError,
-                     CorruptError, InvalidArgumentError, LimitError, LrError,
+                     CorruptError, GapError, InvalidArgumentError, LimitError,
+                     LrError,
                      NotFoundError, NotSupportedError, OutOfMemoryError,
                      OutOfRangeError, StateError, VersionError, status_name,
                      strerror)
@@ -50,7 +51,7 @@ from .policy import (Candidate, Candidates, Decision, PolicyInput, Score,
                      decide, ring_key)
 from .router import Move, Router, RouterStats, param_bounds
 from .text import text_tokens
-from .vllm import VllmBatchInfo
+from .vllm import KvSeq, KvSource, VllmBatchInfo
 
 #: Marks "no instance" (LR_INSTANCE_NONE).
 INSTANCE_NONE: int = lib.LR_INSTANCE_NONE
@@ -99,13 +100,13 @@ __all__ = [
     "LearnerStats", "LearnerScore", "Samples",
     "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
-    "VllmBatchInfo",
+    "VllmBatchInfo", "KvSeq", "KvSource",
     "Status", "Trust", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
     "CostKind", "CostParam", "RingKey",
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
-    "ClosedError",
+    "GapError", "ClosedError",
     "block_keys", "text_tokens", "param_bounds", "strerror", "status_name",
     "policy_name", "policy_from_name", "reason_name", "version_number",
     "version_string", "constants", "INSTANCE_NONE", "HEADER_VERSION",

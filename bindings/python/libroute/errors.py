@@ -19,6 +19,7 @@ ValueError`` catches bad arguments from libroute as from anything else.
      +-- NotSupportedError                     LR_ENOTSUP
      +-- StateError                            LR_ESTATE
      +-- BufferSizeError                       LR_EBUFSIZE
+     +-- GapError                              LR_EGAP
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
-    "ClosedError", "strerror", "status_name", "check",
+    "GapError", "ClosedError", "strerror", "status_name", "check",
 ]
 
 
@@ -114,6 +115,12 @@ class BufferSizeError(LrError):
     buffers themselves, so this reaches Python code only through ``check``."""
 
 
+class GapError(LrError):
+    """LR_EGAP: KV-event batches are missing before this one (a sequence
+    gap); nothing was applied. Replay from ``.info.next_seq``
+    (Router.vllm_batch_seq() attaches the VllmBatchInfo as ``.info``)."""
+
+
 class ClosedError(ValueError):
     """A method was called on a handle after close()."""
 
@@ -130,6 +137,7 @@ _BY_STATUS: Dict[int, Type[LrError]] = {
     Status.ENOTSUP: NotSupportedError,
     Status.ESTATE: StateError,
     Status.EBUFSIZE: BufferSizeError,
+    Status.EGAP: GapError,
 }
 
 

@@ -24,10 +24,10 @@ from .mlp import options_dict
 from .policy import (ROW_SIZE, Candidates, Decision, PolicyInput, Score,
                      decision_from, param_key, policy_input_from,
                      policy_value)
-from .vllm import VllmBatchInfo, finish, new_info
+from .vllm import KvSeq, KvSource, VllmBatchInfo, finish, new_info
 
 __all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
-           "param_bounds"]
+           "param_bounds", "KvSeq", "KvSource"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE
 _NONE = lib.LR_INSTANCE_NONE
@@ -67,6 +67,20 @@ class RouterStats(NamedTuple):
     by_reason: Dict[Reason, int]
     prompt_tokens: int
     cached_tokens: int
+    kv_batches: int = 0
+    kv_duplicates: int = 0
+    kv_gaps: int = 0
+    kv_restarts: int = 0
+    kv_gaps_open: int = 0
+    deltas_exported: int = 0
+    deltas_imported: int = 0
+    deltas_skipped: int = 0
+    deltas_lost: int = 0
+    gauges_exported: int = 0
+    gauges_imported: int = 0
+    gauges_skipped: int = 0
+    gauges_expired: int = 0
+    peers_live: int = 0
 
 
 _policy = policy_value
@@ -128,14 +142,20 @@ class Router(_Handle):
                  index_capacity_blocks: Optional[int] = None,
                  index_ttl_ns: Optional[int] = None,
                  ring_vnodes: Optional[int] = None,
-                 learner: Optional[Mapping[str, Any]] = None) -> None:
+                 learner: Optional[Mapping[str, Any]] = None,
+                 replica_id: Optional[int] = None,
+                 remote_ttl_ns: Optional[int] = None,
+                 gauge_ttl_ns: Optional[int] = None,
+                 max_peers: Optional[int] = None) -> None:
         opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
                    seed=seed, max_instances=max_instances,
                    max_requests=max_requests, block_tokens=block_tokens,
                    index_capacity_blocks=index_capacity_blocks,
-                   index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes)
+                   index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes,
+                   replica_id=replica_id, remote_ttl_ns=remote_ttl_ns,
+                   gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers)
         keep = None
         if learner is not None:
             lopt, keep = learner_options(
@@ -518,6 +538,80 @@ class Router(_Handle):
             st = lib.lr_router_vllm_batch(p, inst, buf, len(buf), now, info)
         return finish(st, info, "lr_router_vllm_batch")
 
+    def vllm_batch_seq(self, instance: int, seq: int, payload: Any, *,
+                       now_ns: int) -> VllmBatchInfo:
+        """lr_router_vllm_batch_seq(): vllm_batch() for batch number
+        ``seq`` of the instance's engine, applied in order and once
+        (``info.seq_state`` says what the number made of it: a replayed
+        batch is a DUPLICATE, an engine restart drops its routes first). A
+        gap raises GapError: nothing applied; replay from
+        ``err.info.next_seq``."""
+        inst, now = u32(instance, "instance"), u64(now_ns, "now_ns")
+        sq = u64(seq, "seq")
+        info = new_info()
+        with bytes_in(payload, "payload") as buf, self._use() as p:
+            st = lib.lr_router_vllm_batch_seq(p, inst, sq, buf, len(buf), now,
+                                              info)
+        return finish(st, info, "lr_router_vllm_batch_seq")
+
+    def kv_source(self, instance: int) -> KvSource:
+        """lr_router_kv_source(): the instance's event stream: whether a
+        gap is open, and the sequence number to replay from."""
+        inst = u32(instance, "instance")
+        s = new_sized("lr_kv_source", lib.lr_kv_source_init_sized)
+        with self._use() as p:
+            st = lib.lr_router_kv_source(p, inst, s)
+        check(st, "lr_router_kv_source")
+        return from_struct(KvSource, s, has_seq=bool(s.has_seq),
+                           gap=bool(s.gap))
+
+    def kv_reset(self, instance: int) -> None:
+        """lr_router_kv_reset(): the engine restarted, or its events cannot
+        be replayed: drop its routes; its next batch starts it anew."""
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_kv_reset(p, inst)
+        check(st, "lr_router_kv_reset")
+
+    def export_gauges(self) -> bytes:
+        """lr_router_export_gauges(): this replica's in-flight counters per
+        instance, for the other replicas (StateError without a
+        replica_id)."""
+        out = ffi.new("lr_blob **")
+        with self._use() as p:
+            st = lib.lr_router_export_gauges(p, out)
+        check(st, "lr_router_export_gauges")
+        return take_blob(out)
+
+    def import_gauges(self, data: Any, *, now_ns: int) -> None:
+        """lr_router_import_gauges(): another replica's gauge; its counts
+        add to this router's own in every candidate row until it expires
+        (gauge_ttl_ns) or a newer one replaces it."""
+        now = u64(now_ns, "now_ns")
+        with bytes_in(data, "data") as buf, self._use() as p:
+            st = lib.lr_router_import_gauges(p, buf, len(buf), now)
+        check(st, "lr_router_import_gauges")
+
+    def snapshot(self, *, now_ns: int) -> bytes:
+        """lr_router_snapshot(): the router's learned state (instances,
+        routes with trust and ages, engine hashes, sequence and delta
+        watermarks, tuned weights, Lodestar's network) as bytes."""
+        now = u64(now_ns, "now_ns")
+        out = ffi.new("lr_blob **")
+        with self._use() as p:
+            st = lib.lr_router_snapshot(p, now, out)
+        check(st, "lr_router_snapshot")
+        return take_blob(out)
+
+    def restore(self, data: Any, *, now_ns: int) -> None:
+        """lr_router_restore(): a snapshot into this router, which has no
+        instance yet; all or nothing (CorruptError, VersionError,
+        StateError, ...)."""
+        now = u64(now_ns, "now_ns")
+        with bytes_in(data, "data") as buf, self._use() as p:
+            st = lib.lr_router_restore(p, buf, len(buf), now)
+        check(st, "lr_router_restore")
+
     def mark(self) -> int:
         """lr_router_mark(): the journal position for export_delta()."""
         with self._use() as p:
@@ -536,7 +630,8 @@ class Router(_Handle):
 
     def import_delta(self, data: Any, *, now_ns: int) -> None:
         """lr_router_import_delta(): a peer's delta (bytes-like, read in
-        place); its routes become REMOTE routes here."""
+        place); its routes become REMOTE routes here. A delta applied
+        before, or this router's own (an echo), changes nothing."""
         now = u64(now_ns, "now_ns")
         with bytes_in(data, "data") as buf, self._use() as p:
             st = lib.lr_router_import_delta(p, buf, len(buf), now)

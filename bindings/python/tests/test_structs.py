@@ -69,6 +69,7 @@ COVER = {
     "lr_move": (set(L.Move._fields), {"from": "from_"}),
     "lr_router_stats": (set(L.RouterStats._fields), {}),
     "lr_vllm_batch_info": (set(L.VllmBatchInfo._fields), {}),
+    "lr_kv_source": (set(L.KvSource._fields), {}),
     "lr_mlp_options": (params(L.Mlp.__init__), {"allocator": None}),
     # mlp (a mapping of Mlp() options): see
     # test_nested_options_are_reachable.

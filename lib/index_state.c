@@ -1,0 +1,563 @@
+/* lr_index, its whole logical state for a router snapshot
+ * (lr__index_save, lr__index_load): every hold (instance, prefix) with its
+ * trust, anchor flag and recency, the engine-hash map of precise mode and
+ * the time base, so that a restored index answers, ages, evicts and
+ * resolves later KV events as the saved one would.
+ *
+ * The format speaks of prefixes and holders, not of the layout: nodes
+ * sorted by key with their parent, holds sorted by (node, instance), map
+ * entries sorted by (instance, engine hash). Two indexes in the same
+ * logical state at the same time base save the same bytes. Only two small
+ * functions below touch the layout (save_holds: visit every hold;
+ * load_apply: make nodes and holds, as the delta import does), and they
+ * use the same primitives as index_delta.c.
+ *
+ * Format, version 1, integers little-endian:
+ *
+ *   off  size  field
+ *     0     4  magic "LRIS"
+ *     4     2  version (1)
+ *     6     2  flags: 1 = the index has a time base (epoch)
+ *     8     4  block_tokens
+ *    12     4  n_nodes
+ *    16     4  n_holds
+ *    20     4  n_emap
+ *    24     8  epoch_ns: host time of tick 0
+ *    32     8  saved_ns: host time of the save
+ *    40        n_nodes x { u64 key (strictly ascending); varint parent }
+ *                 parent: 0 = a root block, p = node p - 1
+ *              n_holds x { varint node; varint instance id; u8 flags
+ *                 (1 REMOTE, 2 ANCHOR); varint stamp (ticks of 2^24 ns
+ *                 since the epoch) }, (node, instance) strictly ascending
+ *              n_emap x { varint instance id; u64 engine hash; varint node
+ *                 }, (instance, engine hash) strictly ascending
+ *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRISTAT1")
+ *
+ * Varints are unsigned LEB128 (wire.h). A loaded state must be one an
+ * index can be in: every node held, every hold's parent held by the same
+ * instance, no LOCAL hold under a REMOTE one, every map entry on a block
+ * its instance holds, no cycle through the parents. */
+#include <stdlib.h>
+
+#include "index_impl.h"
+#include "wire.h"
+
+#define STATE_MAGIC "LRIS"
+#define STATE_VERSION 1
+#define STATE_HEADER 40
+#define STATE_SUM 8
+#define SF_EPOCH 1u
+#define HF_REMOTE 1u
+#define HF_ANCHOR 2u
+#define NODE_MIN 9u /* key + a 1-byte varint */
+#define HOLD_MIN 4u
+#define EMAP_MIN 10u
+#define LR_SEED_ISTATE 0x4c52495354415431ull /* "LRISTAT1" */
+
+struct snode {
+    uint64_t key;
+    uint32_t par;  /* position of the parent, LR_NIL for a root */
+    uint32_t node; /* save: the index's node; load: made node */
+};
+
+struct shold {
+    uint32_t node; /* position in the sorted nodes */
+    uint32_t id;
+    uint32_t flags;
+    uint32_t stamp;
+    uint32_t par; /* load: the parent's hold (position), LR_NIL at a root */
+    uint32_t ref; /* load: the hold made */
+};
+
+struct semap {
+    uint32_t id;
+    uint32_t node;
+    uint64_t ehash;
+};
+
+struct state {
+    struct lr__mem *m;
+    uint32_t n_nodes, n_holds, n_emap;
+    struct snode *nodes;
+    struct shold *holds;
+    struct semap *emap;
+    uint32_t *tmp; /* save: pool index -> position; load: topological order */
+    size_t tmp_n;
+};
+
+static void
+state_free(struct state *st)
+{
+    lr__free(st->m, st->nodes, (size_t)st->n_nodes * sizeof *st->nodes);
+    lr__free(st->m, st->holds, (size_t)st->n_holds * sizeof *st->holds);
+    lr__free(st->m, st->emap, (size_t)st->n_emap * sizeof *st->emap);
+    lr__free(st->m, st->tmp, st->tmp_n * sizeof *st->tmp);
+}
+
+static lr_status
+state_alloc(struct state *st)
+{
+    st->nodes = lr__calloc(st->m, st->n_nodes, sizeof *st->nodes);
+    st->holds = lr__calloc(st->m, st->n_holds, sizeof *st->holds);
+    st->emap = lr__calloc(st->m, st->n_emap, sizeof *st->emap);
+    st->tmp = lr__calloc(st->m, st->tmp_n, sizeof *st->tmp);
+    if ((st->n_nodes && st->nodes == NULL) ||
+        (st->n_holds && st->holds == NULL) ||
+        (st->n_emap && st->emap == NULL) || (st->tmp_n && st->tmp == NULL))
+        return LR_ENOMEM;
+    return LR_OK;
+}
+
+static int
+cmp_node(const void *a, const void *b)
+{
+    uint64_t x = ((const struct snode *)a)->key;
+    uint64_t y = ((const struct snode *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+static int
+cmp_hold(const void *a, const void *b)
+{
+    const struct shold *x = a, *y = b;
+    if (x->node != y->node)
+        return x->node < y->node ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int
+cmp_emap(const void *a, const void *b)
+{
+    const struct semap *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->ehash < y->ehash ? -1 : x->ehash > y->ehash;
+}
+
+/* ---- save ------------------------------------------------------------------ */
+
+static bool
+node_live(const lr_index *ix, uint32_t n)
+{
+    uint16_t s = ix->nodes[n].h.inst;
+    return s != INST_FREE && s != PENDING;
+}
+
+/* The layout half of a save: every live node (key, parent) and every hold,
+ * into st (sized by the caller). */
+static void
+save_holds(const lr_index *ix, struct state *st)
+{
+    uint32_t k = 0;
+    for (uint32_t n = 0; n < ix->npool.top; n++)
+        if (node_live(ix, n))
+            st->nodes[k++] = (struct snode){ ix->nodes[n].key, LR_NIL, n };
+    qsort(st->nodes, st->n_nodes, sizeof *st->nodes, cmp_node);
+    for (uint32_t i = 0; i < st->n_nodes; i++)
+        st->tmp[st->nodes[i].node] = i;
+    uint32_t h = 0;
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        const struct node *nd = &ix->nodes[st->nodes[i].node];
+        if (nd->parent != LR_NIL)
+            st->nodes[i].par = st->tmp[nd->parent];
+        for (uint32_t x = LR_NIL;;) {
+            const struct hold *hd = x == LR_NIL ? &nd->h : &ix->xh[x].h;
+            uint32_t f = ((hd->bits & HB_REMOTE) ? HF_REMOTE : 0) |
+                         ((hd->bits & HB_ANCHOR) ? HF_ANCHOR : 0);
+            st->holds[h++] = (struct shold){ .node = i,
+                                             .id = ix->insts[hd->inst].id,
+                                             .flags = f,
+                                             .stamp = hd->stamp };
+            x = x == LR_NIL ? nd->more : ix->xh[x].next;
+            if (x == LR_NIL)
+                break;
+        }
+    }
+    qsort(st->holds, st->n_holds, sizeof *st->holds, cmp_hold);
+}
+
+struct emap_visit {
+    const lr_index *ix;
+    struct state *st;
+    uint32_t k;
+};
+
+static void
+count_emap(void *ctx, uint32_t s, uint64_t ehash, uint64_t key)
+{
+    (void)s;
+    (void)ehash;
+    (void)key;
+    ((struct emap_visit *)ctx)->k++;
+}
+
+static void
+take_emap(void *ctx, uint32_t s, uint64_t ehash, uint64_t key)
+{
+    struct emap_visit *v = ctx;
+    uint32_t n = node_find(v->ix, key);
+    v->st->emap[v->k++] =
+        (struct semap){ v->ix->insts[s].id, v->st->tmp[n], ehash };
+}
+
+static void
+write_state(struct lr__wr *w, const lr_index *ix, const struct state *st,
+            uint64_t now_ns)
+{
+    lr__wr_bytes(w, STATE_MAGIC, 4);
+    lr__wr_u16(w, STATE_VERSION);
+    lr__wr_u16(w, ix->has_epoch ? SF_EPOCH : 0);
+    lr__wr_u32(w, ix->B);
+    lr__wr_u32(w, st->n_nodes);
+    lr__wr_u32(w, st->n_holds);
+    lr__wr_u32(w, st->n_emap);
+    lr__wr_u64(w, ix->has_epoch ? ix->epoch_ns : 0);
+    lr__wr_u64(w, now_ns);
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        lr__wr_u64(w, st->nodes[i].key);
+        lr__wr_var(w, st->nodes[i].par == LR_NIL ? 0 : st->nodes[i].par + 1ull);
+    }
+    for (uint32_t i = 0; i < st->n_holds; i++) {
+        const struct shold *h = &st->holds[i];
+        lr__wr_var(w, h->node);
+        lr__wr_var(w, h->id);
+        lr__wr_u8(w, (uint8_t)h->flags);
+        lr__wr_var(w, h->stamp);
+    }
+    for (uint32_t i = 0; i < st->n_emap; i++) {
+        lr__wr_var(w, st->emap[i].id);
+        lr__wr_u64(w, st->emap[i].ehash);
+        lr__wr_var(w, st->emap[i].node);
+    }
+}
+
+lr_status
+lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
+{
+    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    struct lr__mem m = idx->mem; /* temporaries only */
+    struct emap_visit v = { idx, NULL, 0 };
+    lr__index_emap_each(idx, count_emap, &v);
+    struct state st = { .m = &m,
+                        .n_nodes = pool_live(&idx->npool),
+                        .n_holds = (uint32_t)idx->holds,
+                        .n_emap = v.k,
+                        .tmp_n = idx->npool.top };
+    lr_status s = state_alloc(&st);
+    if (s == LR_OK) {
+        save_holds(idx, &st);
+        v.st = &st;
+        v.k = 0;
+        lr__index_emap_each(idx, take_emap, &v);
+        qsort(st.emap, st.n_emap, sizeof *st.emap, cmp_emap);
+        struct lr__wr w = { NULL, 0 };
+        write_state(&w, idx, &st, now_ns);
+        uint8_t *buf;
+        s = lr__blob_new(&idx->mem, w.n + STATE_SUM, out, &buf);
+        if (s == LR_OK) {
+            w.p = buf;
+            w.n = 0;
+            write_state(&w, idx, &st, now_ns);
+            lr__put_u64(buf + w.n, lr__hash(buf, w.n, LR_SEED_ISTATE));
+        }
+    }
+    state_free(&st);
+    return s;
+}
+
+/* ---- load ------------------------------------------------------------------ */
+
+struct header {
+    uint32_t flags, n_nodes, n_holds, n_emap;
+    uint64_t epoch_ns, saved_ns;
+};
+
+static lr_status
+read_header(const lr_index *ix, const uint8_t *buf, size_t len,
+            struct header *h)
+{
+    LR_RETURN_IF(len < STATE_HEADER + STATE_SUM, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, STATE_MAGIC, 4) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + 4) != STATE_VERSION, LR_EVERSION);
+    LR_RETURN_IF(lr__hash(buf, len - STATE_SUM, LR_SEED_ISTATE) !=
+                     lr__get_u64(buf + len - STATE_SUM),
+                 LR_ECORRUPT);
+    h->flags = lr__get_u16(buf + 6);
+    LR_RETURN_IF(h->flags & ~SF_EPOCH, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
+    h->n_nodes = lr__get_u32(buf + 12);
+    h->n_holds = lr__get_u32(buf + 16);
+    h->n_emap = lr__get_u32(buf + 20);
+    h->epoch_ns = lr__get_u64(buf + 24);
+    h->saved_ns = lr__get_u64(buf + 32);
+    size_t body = len - STATE_HEADER - STATE_SUM;
+    LR_RETURN_IF(h->n_nodes > body / NODE_MIN || h->n_holds > body / HOLD_MIN ||
+                     h->n_emap > body / EMAP_MIN,
+                 LR_ECORRUPT);
+    LR_RETURN_IF(h->n_holds < h->n_nodes, LR_ECORRUPT); /* nodes are held */
+    LR_RETURN_IF(h->n_holds > ix->capacity, LR_ELIMIT);
+    LR_RETURN_IF(h->n_emap > ix->emap_cap, LR_ELIMIT);
+    return LR_OK;
+}
+
+/* The records, checked one by one: order, ranges, flags. */
+static lr_status
+read_records(struct lr__rd *r, const struct header *h, struct state *st)
+{
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        struct snode *n = &st->nodes[i];
+        n->key = lr__rd_u64(r);
+        uint32_t p = lr__rd_var32(r);
+        LR_RETURN_IF(r->bad || p > st->n_nodes || p == i + 1, LR_ECORRUPT);
+        LR_RETURN_IF(i > 0 && n->key <= st->nodes[i - 1].key, LR_ECORRUPT);
+        n->par = p == 0 ? LR_NIL : p - 1;
+        n->node = LR_NIL;
+    }
+    for (uint32_t i = 0; i < st->n_holds; i++) {
+        struct shold *x = &st->holds[i];
+        x->node = lr__rd_var32(r);
+        x->id = lr__rd_var32(r);
+        x->flags = lr__rd_u8(r);
+        x->stamp = lr__rd_var32(r);
+        LR_RETURN_IF(r->bad || x->node >= st->n_nodes, LR_ECORRUPT);
+        LR_RETURN_IF(x->id == LR_INSTANCE_NONE, LR_ECORRUPT);
+        LR_RETURN_IF(x->flags & ~(HF_REMOTE | HF_ANCHOR), LR_ECORRUPT);
+        LR_RETURN_IF(!(h->flags & SF_EPOCH) && x->stamp != 0, LR_ECORRUPT);
+        LR_RETURN_IF(x->stamp == UINT32_MAX, LR_ECORRUPT);
+        LR_RETURN_IF(i > 0 && cmp_hold(&st->holds[i - 1], x) >= 0, LR_ECORRUPT);
+    }
+    for (uint32_t i = 0; i < st->n_emap; i++) {
+        struct semap *e = &st->emap[i];
+        e->id = lr__rd_var32(r);
+        e->ehash = lr__rd_u64(r);
+        e->node = lr__rd_var32(r);
+        LR_RETURN_IF(r->bad || e->node >= st->n_nodes, LR_ECORRUPT);
+        LR_RETURN_IF(i > 0 && cmp_emap(&st->emap[i - 1], e) >= 0, LR_ECORRUPT);
+    }
+    LR_RETURN_IF(r->p != r->end, LR_ECORRUPT);
+    return LR_OK;
+}
+
+/* The hold of `id` on node position j, or LR_NIL (first[] indexes each
+ * node's run of holds). */
+static uint32_t
+hold_at(const struct state *st, const uint32_t *first, uint32_t j, uint32_t id)
+{
+    uint32_t lo = first[j], hi = first[j + 1];
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (st->holds[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < first[j + 1] && st->holds[lo].id == id ? lo : LR_NIL;
+}
+
+/* Parents first: a depth per node (cycles are corrupt), then the node
+ * positions sorted by depth into order[]. depth[] is scratch of n. */
+static lr_status
+topo_order(struct state *st, uint32_t *depth, uint32_t *order)
+{
+    uint32_t n = st->n_nodes;
+    for (uint32_t i = 0; i < n; i++)
+        depth[i] = LR_NIL;
+    for (uint32_t i = 0; i < n; i++) {
+        /* climb to a node of known depth (or a root), at most n steps */
+        uint32_t j = i, steps = 0;
+        while (depth[j] == LR_NIL && st->nodes[j].par != LR_NIL) {
+            j = st->nodes[j].par;
+            LR_RETURN_IF(++steps > n, LR_ECORRUPT); /* a cycle */
+        }
+        uint32_t d = depth[j] != LR_NIL ? depth[j] : 0;
+        depth[j] = d;
+        /* and down again, numbering the path */
+        uint32_t len = steps;
+        for (uint32_t k = i; k != j; k = st->nodes[k].par)
+            depth[k] = d + len--;
+    }
+    /* counting sort by depth: depths are below n */
+    uint32_t *count = order; /* reuse order[] as the histogram first */
+    memset(count, 0, (size_t)n * sizeof *count);
+    for (uint32_t i = 0; i < n; i++)
+        count[depth[i]]++;
+    for (uint32_t d = 0, acc = 0; d < n; d++) {
+        uint32_t c = count[d];
+        count[d] = acc;
+        acc += c;
+    }
+    /* depth[] becomes each node's slot, then order[] is filled from it */
+    for (uint32_t i = 0; i < n; i++)
+        depth[i] = count[depth[i]]++;
+    for (uint32_t i = 0; i < n; i++)
+        order[depth[i]] = i;
+    return LR_OK;
+}
+
+/* The state is one an index can be in (see the file comment); each hold
+ * learns its parent hold. first[] (n_nodes + 1) indexes the holds by
+ * node. */
+static lr_status
+check_state(struct state *st, uint32_t *first)
+{
+    memset(first, 0, ((size_t)st->n_nodes + 1) * sizeof *first);
+    for (uint32_t i = 0; i < st->n_holds; i++)
+        first[st->holds[i].node + 1]++;
+    for (uint32_t j = 0; j < st->n_nodes; j++) {
+        LR_RETURN_IF(first[j + 1] == 0, LR_ECORRUPT); /* a node nobody holds */
+        first[j + 1] += first[j];
+    }
+    for (uint32_t i = 0; i < st->n_holds; i++) {
+        struct shold *x = &st->holds[i];
+        uint32_t p = st->nodes[x->node].par;
+        x->par = p == LR_NIL ? LR_NIL : hold_at(st, first, p, x->id);
+        LR_RETURN_IF(p != LR_NIL && x->par == LR_NIL, LR_ECORRUPT);
+        LR_RETURN_IF(x->par != LR_NIL && !(x->flags & HF_REMOTE) &&
+                         (st->holds[x->par].flags & HF_REMOTE),
+                     LR_ECORRUPT);
+    }
+    for (uint32_t i = 0; i < st->n_emap; i++)
+        LR_RETURN_IF(hold_at(st, first, st->emap[i].node, st->emap[i].id) ==
+                         LR_NIL,
+                     LR_ECORRUPT);
+    return LR_OK;
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Instance ids the state brings that the index has no slot for. */
+static uint32_t
+new_ids(const lr_index *ix, const struct state *st, uint32_t *scratch)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < st->n_holds; i++)
+        scratch[n++] = st->holds[i].id;
+    qsort(scratch, n, sizeof *scratch, cmp_u32);
+    uint32_t fresh = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if ((i == 0 || scratch[i] != scratch[i - 1]) &&
+            lr__index_inst_lookup(ix, scratch[i]) == LR_NIL)
+            fresh++;
+    return fresh;
+}
+
+/* Stamps of the leaves, for the LRU lists (ascending, ties by position). */
+struct leaf {
+    uint32_t stamp, k;
+};
+
+static int
+cmp_leaf(const void *a, const void *b)
+{
+    const struct leaf *x = a, *y = b;
+    if (x->stamp != y->stamp)
+        return x->stamp < y->stamp ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* The layout half of a load (cannot fail: room was reserved): nodes and
+ * holds parents first, child counts, the leaves listed by recency, the
+ * engine-hash map. `leaves` has room for every hold. */
+static void
+load_apply(lr_index *ix, struct state *st, const uint32_t *order,
+           const uint32_t *first, struct leaf *leaves)
+{
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        struct snode *n = &st->nodes[order[i]];
+        uint32_t parent = n->par == LR_NIL ? LR_NIL : st->nodes[n->par].node;
+        n->node = lr__index_node_new(ix, n->key, parent);
+    }
+    uint32_t n_leaves = 0;
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        uint32_t j = order[i];
+        for (uint32_t k = first[j]; k < first[j + 1]; k++) {
+            struct shold *x = &st->holds[k];
+            uint32_t s = lr__index_inst_lookup(ix, x->id);
+            if (s == LR_NIL)
+                s = lr__index_inst_add(ix, x->id);
+            uint32_t bits = ((x->flags & HF_REMOTE) ? HB_REMOTE : 0) |
+                            ((x->flags & HF_ANCHOR) ? HB_ANCHOR : 0);
+            x->ref =
+                lr__index_hold_new(ix, st->nodes[j].node, s, bits, x->stamp);
+            if (x->par != LR_NIL)
+                H(ix, st->holds[x->par].ref)->bits++; /* a child held */
+        }
+    }
+    for (uint32_t k = 0; k < st->n_holds; k++)
+        if (nchild(H(ix, st->holds[k].ref)) == 0)
+            leaves[n_leaves++] = (struct leaf){ st->holds[k].stamp, k };
+    qsort(leaves, n_leaves, sizeof *leaves, cmp_leaf);
+    for (uint32_t i = 0; i < n_leaves; i++) /* oldest first: newest at head */
+        lr__index_touch(ix, st->holds[leaves[i].k].ref, leaves[i].stamp);
+    for (uint32_t i = 0; i < st->n_emap; i++) {
+        const struct semap *e = &st->emap[i];
+        const struct snode *n = &st->nodes[e->node];
+        lr__index_emap_put(ix, lr__index_inst_lookup(ix, e->id), e->ehash,
+                           n->node, n->key);
+    }
+}
+
+/* The time base: on the same host clock (now at or past the save) the
+ * epoch stays, so the downtime counts as age; on a clock that is behind
+ * (another machine), the saved ages are kept from now. */
+static void
+load_epoch(lr_index *ix, const struct header *h, uint64_t now_ns)
+{
+    ix->has_epoch = (h->flags & SF_EPOCH) != 0;
+    if (!ix->has_epoch) {
+        ix->epoch_ns = 0;
+        return;
+    }
+    uint64_t age = h->saved_ns > h->epoch_ns ? h->saved_ns - h->epoch_ns : 0;
+    if (now_ns >= h->saved_ns)
+        ix->epoch_ns = h->epoch_ns;
+    else
+        ix->epoch_ns = now_ns >= age ? now_ns - age : 0;
+}
+
+lr_status
+lr__index_load(lr_index *idx, const uint8_t *buf, size_t len, uint64_t now_ns)
+{
+    LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    LR_RETURN_IF(idx->holds != 0 || lr__index_emap_live(idx) != 0, LR_ESTATE);
+    struct header h;
+    LR_TRY(read_header(idx, buf, len, &h));
+    struct lr__mem m = idx->mem;
+    /* tmp: depth and order (2 n), first (n + 1), ids or leaves (2 holds) */
+    struct state st = { .m = &m,
+                        .n_nodes = h.n_nodes,
+                        .n_holds = h.n_holds,
+                        .n_emap = h.n_emap,
+                        .tmp_n =
+                            3 * (size_t)h.n_nodes + 1 + 2 * (size_t)h.n_holds };
+    lr_status s = state_alloc(&st);
+    struct lr__rd r = { buf + STATE_HEADER, buf + len - STATE_SUM, false };
+    uint32_t *depth = st.tmp, *order = depth + h.n_nodes;
+    uint32_t *first = order + h.n_nodes;
+    uint32_t *scratch = first + h.n_nodes + 1;
+    if (s == LR_OK)
+        s = read_records(&r, &h, &st);
+    if (s == LR_OK)
+        s = topo_order(&st, depth, order);
+    if (s == LR_OK)
+        s = check_state(&st, first);
+    if (s == LR_OK && new_ids(idx, &st, scratch) > idx->n_ifree)
+        s = LR_ELIMIT;
+    if (s == LR_OK)
+        s = lr__index_reserve(idx, h.n_nodes, h.n_holds - h.n_nodes);
+    if (s == LR_OK)
+        s = lr__index_emap_reserve(idx, h.n_emap);
+    if (s == LR_OK) {
+        load_epoch(idx, &h, now_ns);
+        load_apply(idx, &st, order, first, (struct leaf *)(void *)scratch);
+        lr__index_settle(idx, lr__index_tick(idx, now_ns));
+    }
+    state_free(&st);
+    return s;
+}

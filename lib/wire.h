@@ -1,0 +1,167 @@
+/* A bounded little-endian reader and writer for the router's own wire
+ * formats (gauges, snapshots): fixed-width integers and unsigned LEB128
+ * varints of up to 64 bits. The reader never reads past its end: a short
+ * or malformed input sets `bad` and every later read returns 0, so a
+ * parser checks once at the end (or wherever a value steers it). The
+ * writer's first pass may run with `p == NULL` to measure. */
+#ifndef LIBROUTE_LIB_WIRE_H
+#define LIBROUTE_LIB_WIRE_H
+
+#include "common.h"
+
+#define LR__VARINT64_MAX 10
+
+struct lr__rd {
+    const uint8_t *p, *end;
+    bool bad;
+};
+
+struct lr__wr {
+    uint8_t *p; /* NULL: measure only */
+    size_t n;   /* bytes written (or measured) */
+};
+
+static inline bool
+lr__rd_take(struct lr__rd *r, size_t n, const uint8_t **out)
+{
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = true;
+        return false;
+    }
+    *out = r->p;
+    r->p += n;
+    return true;
+}
+
+static inline uint8_t
+lr__rd_u8(struct lr__rd *r)
+{
+    const uint8_t *q;
+    return lr__rd_take(r, 1, &q) ? q[0] : 0;
+}
+
+static inline uint16_t
+lr__rd_u16(struct lr__rd *r)
+{
+    const uint8_t *q;
+    return lr__rd_take(r, 2, &q) ? lr__get_u16(q) : 0;
+}
+
+static inline uint32_t
+lr__rd_u32(struct lr__rd *r)
+{
+    const uint8_t *q;
+    return lr__rd_take(r, 4, &q) ? lr__get_u32(q) : 0;
+}
+
+static inline uint64_t
+lr__rd_u64(struct lr__rd *r)
+{
+    const uint8_t *q;
+    return lr__rd_take(r, 8, &q) ? lr__get_u64(q) : 0;
+}
+
+static inline double
+lr__rd_f64(struct lr__rd *r)
+{
+    uint64_t u = lr__rd_u64(r);
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* A varint in canonical form (no trailing zero groups, at most 64 bits). */
+static inline uint64_t
+lr__rd_var(struct lr__rd *r)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < LR__VARINT64_MAX; i++) {
+        const uint8_t *q;
+        if (!lr__rd_take(r, 1, &q))
+            return 0;
+        uint8_t b = q[0];
+        if (i == 9 && b > 1)
+            break; /* beyond 64 bits */
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (i > 0 && b == 0)
+                break; /* overlong */
+            return v;
+        }
+    }
+    r->bad = true;
+    return 0;
+}
+
+/* A varint that must fit 32 bits. */
+static inline uint32_t
+lr__rd_var32(struct lr__rd *r)
+{
+    uint64_t v = lr__rd_var(r);
+    if (v > UINT32_MAX) {
+        r->bad = true;
+        return 0;
+    }
+    return (uint32_t)v;
+}
+
+static inline void
+lr__wr_bytes(struct lr__wr *w, const void *src, size_t n)
+{
+    if (w->p != NULL && n > 0)
+        memcpy(w->p + w->n, src, n);
+    w->n += n;
+}
+
+static inline void
+lr__wr_u8(struct lr__wr *w, uint8_t v)
+{
+    lr__wr_bytes(w, &v, 1);
+}
+
+static inline void
+lr__wr_u16(struct lr__wr *w, uint16_t v)
+{
+    uint8_t b[2];
+    lr__put_u16(b, v);
+    lr__wr_bytes(w, b, 2);
+}
+
+static inline void
+lr__wr_u32(struct lr__wr *w, uint32_t v)
+{
+    uint8_t b[4];
+    lr__put_u32(b, v);
+    lr__wr_bytes(w, b, 4);
+}
+
+static inline void
+lr__wr_u64(struct lr__wr *w, uint64_t v)
+{
+    uint8_t b[8];
+    lr__put_u64(b, v);
+    lr__wr_bytes(w, b, 8);
+}
+
+static inline void
+lr__wr_f64(struct lr__wr *w, double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    lr__wr_u64(w, u);
+}
+
+static inline void
+lr__wr_var(struct lr__wr *w, uint64_t v)
+{
+    uint8_t b[LR__VARINT64_MAX];
+    size_t n = 0;
+    while (v >= 0x80) {
+        b[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b[n++] = (uint8_t)v;
+    lr__wr_bytes(w, b, n);
+}
+
+#endif /* LIBROUTE_LIB_WIRE_H */
