@@ -39,6 +39,11 @@ type IndexOptions struct {
 	JournalCapacity uint32
 	// Engine-hash entries kept for KV events, over all instances.
 	EngineMapCapacity uint64
+	// This replica's id, stamped on exported deltas (0: none); a delta
+	// carrying it is this index's own echo and changes nothing.
+	ReplicaID uint64
+	// REMOTE routes unused this long expire; 0: TTL.
+	RemoteTTL time.Duration
 }
 
 // Index is a standalone prefix index (lr_index): which instance caches
@@ -79,6 +84,14 @@ func NewIndex(opt *IndexOptions) (*Index, error) {
 		}
 		if opt.EngineMapCapacity != 0 {
 			o.engine_map_capacity = C.uint64_t(opt.EngineMapCapacity)
+		}
+		o.replica_id = C.uint64_t(opt.ReplicaID)
+		if opt.RemoteTTL != 0 {
+			rttl, ok := durationNs(opt.RemoteTTL)
+			if !ok {
+				return nil, invalid(op)
+			}
+			o.remote_ttl_ns = rttl
 		}
 		co = &o
 	}

@@ -92,6 +92,7 @@ const (
 	StatusNotSupported Status = C.LR_ENOTSUP
 	StatusState        Status = C.LR_ESTATE
 	StatusBufSize      Status = C.LR_EBUFSIZE
+	StatusGap          Status = C.LR_EGAP
 )
 
 // String returns the status's symbol name, for example "LR_EINVAL"
@@ -144,6 +145,9 @@ var (
 	ErrNotSupported error = &Error{Status: StatusNotSupported}
 	ErrState        error = &Error{Status: StatusState}
 	ErrBufSize      error = &Error{Status: StatusBufSize}
+	// ErrGap: KV-event batches are missing before this one; replay from
+	// the VLLMBatchInfo's NextSeq.
+	ErrGap error = &Error{Status: StatusGap}
 )
 
 // ErrClosed is returned by the methods of a handle after its Close.

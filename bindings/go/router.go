@@ -35,6 +35,16 @@ type RouterOptions struct {
 	// (the router's seeds it). Copied at create; the learner is made when
 	// PolicyLodestar is first chosen.
 	Learner *LearnerOptions
+	// This gateway replica's id, stamped on its deltas and gauges (0:
+	// none); give each process incarnation its own (a random number).
+	ReplicaID uint64
+	// REMOTE routes (other replicas' deltas) unused this long expire; 0:
+	// IndexTTL.
+	RemoteTTL time.Duration
+	// Other replicas' gauges count this long after they arrive.
+	GaugeTTL time.Duration
+	// Other replicas tracked at once (their delta marks and gauges).
+	MaxPeers uint32
 }
 
 // DefaultRouterOptions returns the library's defaults
@@ -51,6 +61,8 @@ func DefaultRouterOptions() RouterOptions {
 		IndexCapacityBlocks: uint64(o.index_capacity_blocks),
 		IndexTTL:            nsDuration(o.index_ttl_ns),
 		RingVnodes:          uint32(o.ring_vnodes),
+		GaugeTTL:            nsDuration(o.gauge_ttl_ns),
+		MaxPeers:            uint32(o.max_peers),
 	}
 }
 
@@ -81,6 +93,15 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		o.index_capacity_blocks = C.uint64_t(opt.IndexCapacityBlocks)
 		o.index_ttl_ns = ttl
 		o.ring_vnodes = C.uint32_t(opt.RingVnodes)
+		o.replica_id = C.uint64_t(opt.ReplicaID)
+		rttl, ok1 := durationNs(opt.RemoteTTL)
+		gttl, ok2 := durationNs(opt.GaugeTTL)
+		if !ok1 || !ok2 {
+			return nil, invalid("lr_router_create")
+		}
+		o.remote_ttl_ns = rttl
+		o.gauge_ttl_ns = gttl
+		o.max_peers = C.uint32_t(opt.MaxPeers)
 		co = &o
 	}
 	var p *C.lr_router
@@ -753,6 +774,16 @@ type RouterStats struct {
 	// Prompt tokens routed and tokens expected to hit the cache.
 	PromptTokens uint64
 	CachedTokens uint64
+	// KV-event batches with sequence numbers: applied, ignored as
+	// applied before, gaps found, engine restarts, gaps open now.
+	KVBatches, KVDuplicates, KVGaps, KVRestarts, KVGapsOpen uint64
+	// Deltas exported, imported, skipped on import (applied before, or
+	// this router's own), and found lost.
+	DeltasExported, DeltasImported, DeltasSkipped, DeltasLost uint64
+	// Gauges exported, imported, skipped (older, repeated, own), expired;
+	// replicas whose gauge counts now.
+	GaugesExported, GaugesImported, GaugesSkipped, GaugesExpired uint64
+	PeersLive                                                    uint64
 }
 
 // Stats returns the router's counters.
@@ -775,6 +806,21 @@ func (r *Router) Stats() (RouterStats, error) {
 		Routable:     uint64(s.routable),
 		PromptTokens: uint64(s.prompt_tokens),
 		CachedTokens: uint64(s.cached_tokens),
+
+		KVBatches:      uint64(s.kv_batches),
+		KVDuplicates:   uint64(s.kv_duplicates),
+		KVGaps:         uint64(s.kv_gaps),
+		KVRestarts:     uint64(s.kv_restarts),
+		KVGapsOpen:     uint64(s.kv_gaps_open),
+		DeltasExported: uint64(s.deltas_exported),
+		DeltasImported: uint64(s.deltas_imported),
+		DeltasSkipped:  uint64(s.deltas_skipped),
+		DeltasLost:     uint64(s.deltas_lost),
+		GaugesExported: uint64(s.gauges_exported),
+		GaugesImported: uint64(s.gauges_imported),
+		GaugesSkipped:  uint64(s.gauges_skipped),
+		GaugesExpired:  uint64(s.gauges_expired),
+		PeersLive:      uint64(s.peers_live),
 	}
 	for i := range out.ByReason {
 		out.ByReason[i] = uint64(s.by_reason[i])

@@ -255,7 +255,7 @@ func TestStatusNames(t *testing.T) {
 	all := []Status{
 		StatusOK, StatusInvalid, StatusNoMem, StatusRange, StatusNotFound,
 		StatusExist, StatusLimit, StatusCorrupt, StatusVersion,
-		StatusNotSupported, StatusState, StatusBufSize,
+		StatusNotSupported, StatusState, StatusBufSize, StatusGap,
 	}
 	for i, s := range all {
 		if int(s) != i {

@@ -25,6 +25,13 @@ type VLLMBatchInfo struct {
 	// mid-batch ErrLimit or ErrNoMem, the ones applied before the failure
 	// (applying the whole batch again is safe).
 	Done uint32
+	// Events of a type the index applies left out because their fields
+	// do not add up.
+	Invalid uint32
+	// Router.VLLMBatchSeq only: what the sequence number made of the
+	// batch, and the number expected next (on ErrGap: replay from it).
+	SeqState KVSeq
+	NextSeq  uint64
 }
 
 func vllmBatchInfo(i *C.lr_vllm_batch_info) VLLMBatchInfo {
@@ -38,6 +45,9 @@ func vllmBatchInfo(i *C.lr_vllm_batch_info) VLLMBatchInfo {
 		Unplaced:  uint32(i.unplaced),
 		Skipped:   uint32(i.skipped),
 		Done:      uint32(i.done),
+		Invalid:   uint32(i.invalid),
+		SeqState:  KVSeq(i.seq_state),
+		NextSeq:   uint64(i.next_seq),
 	}
 }
 

@@ -69,6 +69,7 @@ pub const LR_EVERSION: lr_status = 8;
 pub const LR_ENOTSUP: lr_status = 9;
 pub const LR_ESTATE: lr_status = 10;
 pub const LR_EBUFSIZE: lr_status = 11;
+pub const LR_EGAP: lr_status = 12;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -135,9 +136,13 @@ pub struct lr_index_options {
     pub max_instances: u32,
     pub journal_capacity: u32,
     pub engine_map_capacity: u64,
+    pub replica_id: u64,
+    pub remote_ttl_ns: u64,
 }
 pub const LR_INDEX_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_index_options, engine_map_capacity) + size_of::<u64>();
+pub const LR_INDEX_OPTIONS_SIZE_V2: usize =
+    offset_of!(lr_index_options, remote_ttl_ns) + size_of::<u64>();
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -634,10 +639,16 @@ pub struct lr_router_options {
     pub ring_vnodes: u32,
     pub flags: u32,
     pub learner: *const lr_learner_options,
+    pub replica_id: u64,
+    pub remote_ttl_ns: u64,
+    pub gauge_ttl_ns: u64,
+    pub max_peers: u32,
 }
 pub const LR_ROUTER_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_router_options, learner) + size_of::<*const c_void>();
+pub const LR_ROUTER_OPTIONS_SIZE_V2: usize = offset_of!(lr_router_options, max_peers) + 4;
 pub const LR_ROUTER_MAX_INSTANCES: c_uint = 65534;
+pub const LR_ROUTER_MAX_PEERS: c_uint = 4096;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -701,8 +712,46 @@ pub struct lr_router_stats {
     pub by_reason: [u64; 16],
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    pub kv_batches: u64,
+    pub kv_duplicates: u64,
+    pub kv_gaps: u64,
+    pub kv_restarts: u64,
+    pub kv_gaps_open: u64,
+    pub deltas_exported: u64,
+    pub deltas_imported: u64,
+    pub deltas_skipped: u64,
+    pub deltas_lost: u64,
+    pub gauges_exported: u64,
+    pub gauges_imported: u64,
+    pub gauges_skipped: u64,
+    pub gauges_expired: u64,
+    pub peers_live: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
+pub const LR_ROUTER_STATS_SIZE_V2: usize = offset_of!(lr_router_stats, peers_live) + 8;
+
+/// lr_kv_seq: what a KV-event batch's sequence number made of it.
+pub type lr_kv_seq = c_uint;
+pub const LR_KV_SEQ_NONE: lr_kv_seq = 0;
+pub const LR_KV_SEQ_APPLIED: lr_kv_seq = 1;
+pub const LR_KV_SEQ_FIRST: lr_kv_seq = 2;
+pub const LR_KV_SEQ_DUPLICATE: lr_kv_seq = 3;
+pub const LR_KV_SEQ_GAP: lr_kv_seq = 4;
+pub const LR_KV_SEQ_RESTART: lr_kv_seq = 5;
+
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default)]
+pub struct lr_kv_source {
+    pub struct_size: usize,
+    pub has_seq: i32,
+    pub gap: i32,
+    pub next_seq: u64,
+    pub batches: u64,
+    pub duplicates: u64,
+    pub gaps: u64,
+    pub restarts: u64,
+}
+pub const LR_KV_SOURCE_SIZE_V1: usize = offset_of!(lr_kv_source, restarts) + 8;
 
 // ---- lr_vllm.h -----------------------------------------------------------------
 
@@ -719,8 +768,12 @@ pub struct lr_vllm_batch_info {
     pub unplaced: u32,
     pub skipped: u32,
     pub done: u32,
+    pub invalid: u32,
+    pub seq_state: i32,
+    pub next_seq: u64,
 }
 pub const LR_VLLM_BATCH_INFO_SIZE_V1: usize = offset_of!(lr_vllm_batch_info, done) + 4;
+pub const LR_VLLM_BATCH_INFO_SIZE_V2: usize = offset_of!(lr_vllm_batch_info, next_seq) + 8;
 
 // ---- functions -----------------------------------------------------------------
 
@@ -1159,6 +1212,40 @@ extern "C" {
         len: usize,
         now_ns: u64,
         info: *mut lr_vllm_batch_info,
+    ) -> lr_status;
+    pub fn lr_router_vllm_batch_seq(
+        router: *mut lr_router,
+        instance: u32,
+        seq: u64,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+        info: *mut lr_vllm_batch_info,
+    ) -> lr_status;
+    pub fn lr_kv_source_init_sized(s: *mut lr_kv_source, size: usize);
+    pub fn lr_router_kv_source(
+        router: *const lr_router,
+        id: u32,
+        out: *mut lr_kv_source,
+    ) -> lr_status;
+    pub fn lr_router_kv_reset(router: *mut lr_router, id: u32) -> lr_status;
+    pub fn lr_router_export_gauges(router: *mut lr_router, out: *mut *mut lr_blob) -> lr_status;
+    pub fn lr_router_import_gauges(
+        router: *mut lr_router,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
+    ) -> lr_status;
+    pub fn lr_router_snapshot(
+        router: *mut lr_router,
+        now_ns: u64,
+        out: *mut *mut lr_blob,
+    ) -> lr_status;
+    pub fn lr_router_restore(
+        router: *mut lr_router,
+        buf: *const u8,
+        len: usize,
+        now_ns: u64,
     ) -> lr_status;
     pub fn lr_router_vllm_batch(
         router: *mut lr_router,

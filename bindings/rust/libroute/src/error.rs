@@ -41,6 +41,9 @@ pub enum ErrorKind {
     /// `LR_EBUFSIZE`: a caller buffer was too small. The bindings size
     /// their buffers, so this is rare.
     BufSize,
+    /// `LR_EGAP`: KV-event batches are missing before this one; replay
+    /// from the batch info's `next_seq`.
+    Gap,
     /// A status this crate does not know (from a newer library).
     Unknown,
 }
@@ -70,6 +73,7 @@ impl Error {
             sys::LR_ENOTSUP => ErrorKind::NotSupported,
             sys::LR_ESTATE => ErrorKind::State,
             sys::LR_EBUFSIZE => ErrorKind::BufSize,
+            sys::LR_EGAP => ErrorKind::Gap,
             _ => ErrorKind::Unknown,
         }
     }
@@ -136,6 +140,7 @@ mod tests {
             (sys::LR_ENOTSUP, ErrorKind::NotSupported, "LR_ENOTSUP"),
             (sys::LR_ESTATE, ErrorKind::State, "LR_ESTATE"),
             (sys::LR_EBUFSIZE, ErrorKind::BufSize, "LR_EBUFSIZE"),
+            (sys::LR_EGAP, ErrorKind::Gap, "LR_EGAP"),
         ];
         for (i, &(status, kind, name)) in want.iter().enumerate() {
             assert_eq!(status, i as u32 + 1);

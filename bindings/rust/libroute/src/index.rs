@@ -88,6 +88,11 @@ pub struct IndexOptions {
     pub journal_capacity: u32,
     /// Engine-hash entries kept for KV events, over all instances.
     pub engine_map_capacity: u64,
+    /// This replica's id, stamped on exported deltas (0: none); a delta
+    /// carrying it is the index's own echo and changes nothing.
+    pub replica_id: u64,
+    /// REMOTE routes unused this long expire; zero: `ttl`.
+    pub remote_ttl: Duration,
 }
 
 impl Default for IndexOptions {
@@ -101,6 +106,8 @@ impl Default for IndexOptions {
             max_instances: o.max_instances,
             journal_capacity: o.journal_capacity,
             engine_map_capacity: o.engine_map_capacity,
+            replica_id: o.replica_id,
+            remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
         }
     }
 }
@@ -297,6 +304,8 @@ impl Index {
         o.max_instances = opt.max_instances;
         o.journal_capacity = opt.journal_capacity;
         o.engine_map_capacity = opt.engine_map_capacity;
+        o.replica_id = opt.replica_id;
+        o.remote_ttl_ns = nanos(opt.remote_ttl);
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options, out pointer.
         check(

@@ -155,7 +155,7 @@ pub use router::{
     Router, RouterOptions, RouterStats, Score,
 };
 pub use text::text_tokens;
-pub use vllm::{VllmBatchError, VllmBatchInfo};
+pub use vllm::{KvSeq, KvSource, VllmBatchError, VllmBatchInfo};
 
 use std::ffi::{c_char, CStr, CString};
 use std::mem::MaybeUninit;

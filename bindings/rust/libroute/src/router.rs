@@ -299,6 +299,17 @@ pub struct RouterOptions {
     /// it). Copied at creation; the learner is made when
     /// [`Policy::LODESTAR`] is first chosen.
     pub learner: Option<LearnerOptions>,
+    /// This gateway replica's id, stamped on its deltas and gauges (0:
+    /// none); give each process incarnation its own (a random number).
+    pub replica_id: u64,
+    /// REMOTE routes (other replicas' deltas) unused this long expire;
+    /// zero: `index_ttl`.
+    pub remote_ttl: Duration,
+    /// Other replicas' gauges count this long after they arrive (zero:
+    /// the default, 2 s).
+    pub gauge_ttl: Duration,
+    /// Other replicas tracked at once (0: the default).
+    pub max_peers: u32,
 }
 
 impl Default for RouterOptions {
@@ -314,6 +325,10 @@ impl Default for RouterOptions {
             index_ttl: Duration::from_nanos(o.index_ttl_ns),
             ring_vnodes: o.ring_vnodes,
             learner: None,
+            replica_id: o.replica_id,
+            remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
+            gauge_ttl: Duration::from_nanos(o.gauge_ttl_ns),
+            max_peers: o.max_peers,
         }
     }
 }
@@ -555,6 +570,34 @@ pub struct RouterStats {
     pub prompt_tokens: u64,
     /// Tokens expected to hit the cache.
     pub cached_tokens: u64,
+    /// KV-event batches with sequence numbers applied.
+    pub kv_batches: u64,
+    /// Batches ignored as applied before (replays).
+    pub kv_duplicates: u64,
+    /// Gaps found.
+    pub kv_gaps: u64,
+    /// Engine restarts, found or reset.
+    pub kv_restarts: u64,
+    /// Sources with a gap open now.
+    pub kv_gaps_open: u64,
+    /// Deltas exported.
+    pub deltas_exported: u64,
+    /// Deltas imported.
+    pub deltas_imported: u64,
+    /// Deltas skipped on import (applied before, or this router's own).
+    pub deltas_skipped: u64,
+    /// Deltas found lost (a later one started past the last applied).
+    pub deltas_lost: u64,
+    /// Gauges exported.
+    pub gauges_exported: u64,
+    /// Gauges imported.
+    pub gauges_imported: u64,
+    /// Gauges skipped (older, repeated or this router's own).
+    pub gauges_skipped: u64,
+    /// Gauges expired.
+    pub gauges_expired: u64,
+    /// Replicas whose gauge counts now.
+    pub peers_live: u64,
 }
 
 impl RouterStats {
@@ -607,6 +650,10 @@ impl Router {
         o.index_capacity_blocks = opt.index_capacity_blocks;
         o.index_ttl_ns = nanos(opt.index_ttl);
         o.ring_vnodes = opt.ring_vnodes;
+        o.replica_id = opt.replica_id;
+        o.remote_ttl_ns = nanos(opt.remote_ttl);
+        o.gauge_ttl_ns = nanos(opt.gauge_ttl);
+        o.max_peers = opt.max_peers;
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options (the nested learner and network
         // options live for the call; the library copies them) and an out
@@ -962,7 +1009,8 @@ impl Router {
     }
 
     /// Applies a delta from another replica as REMOTE routes; routes naming
-    /// ids this router does not have are skipped.
+    /// ids this router does not have are skipped. A delta applied before,
+    /// or this router's own (an echo), changes nothing.
     pub fn import_delta(&self, delta: &[u8], now_ns: u64) -> Result<()> {
         // SAFETY: slice pointer and length.
         check(
@@ -970,6 +1018,56 @@ impl Router {
                 sys::lr_router_import_delta(self.ptr(), ptr_or_null(delta), delta.len(), now_ns)
             },
             "lr_router_import_delta",
+        )
+    }
+
+    /// This replica's in-flight counters per instance as a gauge message
+    /// for the other replicas (`State` without a replica id).
+    pub fn export_gauges(&self) -> Result<Blob> {
+        let mut b = ptr::null_mut();
+        // SAFETY: out pointer.
+        check(
+            unsafe { sys::lr_router_export_gauges(self.ptr(), &mut b) },
+            "lr_router_export_gauges",
+        )?;
+        Ok(Blob::from_raw(b).expect("lr_router_export_gauges returned LR_OK and no blob"))
+    }
+
+    /// Takes another replica's gauge message: its counts add to this
+    /// router's own in every candidate row until they expire (`gauge_ttl`)
+    /// or a newer message replaces them.
+    pub fn import_gauges(&self, gauges: &[u8], now_ns: u64) -> Result<()> {
+        // SAFETY: slice pointer and length.
+        check(
+            unsafe {
+                sys::lr_router_import_gauges(self.ptr(), ptr_or_null(gauges), gauges.len(), now_ns)
+            },
+            "lr_router_import_gauges",
+        )
+    }
+
+    /// The router's learned state (instances, routes with trust and ages,
+    /// engine hashes, sequence and delta watermarks, tuned weights,
+    /// Lodestar's network) as one versioned, checksummed blob.
+    pub fn snapshot(&self, now_ns: u64) -> Result<Blob> {
+        let mut b = ptr::null_mut();
+        // SAFETY: out pointer.
+        check(
+            unsafe { sys::lr_router_snapshot(self.ptr(), now_ns, &mut b) },
+            "lr_router_snapshot",
+        )?;
+        Ok(Blob::from_raw(b).expect("lr_router_snapshot returned LR_OK and no blob"))
+    }
+
+    /// Loads a snapshot into a router that has no instance yet, all or
+    /// nothing (`Corrupt`, `Version`, `State`, ...).
+    pub fn restore(&self, snapshot: &[u8], now_ns: u64) -> Result<()> {
+        // SAFETY: slice pointer and length.
+        check(
+            unsafe {
+                sys::lr_router_restore(self.ptr(), ptr_or_null(snapshot), snapshot.len(), now_ns)
+            },
+            "lr_router_restore",
         )
     }
 
@@ -1050,6 +1148,20 @@ impl Router {
             by_reason: s.by_reason,
             prompt_tokens: s.prompt_tokens,
             cached_tokens: s.cached_tokens,
+            kv_batches: s.kv_batches,
+            kv_duplicates: s.kv_duplicates,
+            kv_gaps: s.kv_gaps,
+            kv_restarts: s.kv_restarts,
+            kv_gaps_open: s.kv_gaps_open,
+            deltas_exported: s.deltas_exported,
+            deltas_imported: s.deltas_imported,
+            deltas_skipped: s.deltas_skipped,
+            deltas_lost: s.deltas_lost,
+            gauges_exported: s.gauges_exported,
+            gauges_imported: s.gauges_imported,
+            gauges_skipped: s.gauges_skipped,
+            gauges_expired: s.gauges_expired,
+            peers_live: s.peers_live,
         })
     }
 
