@@ -1056,7 +1056,7 @@ retarget(uint8_t *b, size_t n, uint32_t to)
             return false;
         lr__put_u32((uint8_t *)p, to);
         p += 4;
-        if (!varint_skip(&p, end))
+        if (!varint_skip(&p, end) || !varint_skip(&p, end)) /* node, age */
             return false;
     }
     fuzz_delta_reseal(b, n);

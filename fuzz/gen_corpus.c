@@ -830,6 +830,7 @@ craft_route(struct craft *c, uint32_t id, uint32_t node)
     lr__put_u32(c->b + c->n, id);
     c->n += 4;
     craft_varint(c, node);
+    craft_varint(c, 3); /* age, ticks (version 2) */
 }
 
 static void

@@ -104,7 +104,10 @@ lr__index_tick(lr_index *ix, uint64_t now)
     if (now <= ix->epoch_ns)
         return 0;
     uint64_t t = (now - ix->epoch_ns) >> TICK_SHIFT;
-    return t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+    uint32_t tick = t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+    if (tick > ix->last_tick)
+        ix->last_tick = tick;
+    return tick;
 }
 
 /* REMOTE routes (another replica's word) may live shorter than LOCAL
@@ -343,6 +346,47 @@ lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick)
         lru_unlink(ix, ref);
     h->stamp = tick;
     lru_push_head(ix, ref);
+}
+
+void
+lr__index_touch_at(lr_index *ix, uint32_t ref, uint32_t stamp)
+{
+    struct hold *h = H(ix, ref);
+    if (h->stamp >= stamp && (h->bits & HB_LISTED))
+        return; /* already as recent, and listed */
+    if (h->bits & HB_LISTED)
+        lru_unlink(ix, ref);
+    if (h->stamp < stamp)
+        h->stamp = stamp;
+    int l = list_of(h);
+    uint32_t head = ix->head[l], tail = ix->tail[l];
+    if (head == LR_NIL || H(ix, head)->stamp <= h->stamp) {
+        lru_push_head(ix, ref);
+        return;
+    }
+    if (h->stamp - H(ix, tail)->stamp < H(ix, head)->stamp - h->stamp) {
+        lru_insert_by_stamp(ix, ref); /* nearer the tail: from there */
+        return;
+    }
+    /* nearer the head (a route used a moment before the newest): walk
+     * from the head, as boundedly as lru_insert_by_stamp walks from the
+     * tail */
+    uint32_t cur = head;
+    for (int steps = 0; steps < LRU_SEEK_MAX; steps++) {
+        uint32_t next = H(ix, cur)->next;
+        if (next == LR_NIL || H(ix, next)->stamp <= h->stamp)
+            break;
+        cur = next;
+    }
+    struct hold *c = H(ix, cur);
+    h->prev = cur;
+    h->next = c->next;
+    if (c->next != LR_NIL)
+        H(ix, c->next)->prev = ref;
+    else
+        ix->tail[l] = ref;
+    c->next = ref;
+    h->bits |= HB_LISTED;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -627,11 +671,24 @@ lr__index_expire_all(lr_index *ix, uint32_t tick)
     }
 }
 
+/* The list memory pressure takes from: REMOTE while it has a route, or
+ * (LR_EVICT_LRU) the one whose tail was used least recently. */
+static int
+evict_list(const lr_index *ix)
+{
+    uint32_t r = ix->tail[LIST_REMOTE], l = ix->tail[LIST_LOCAL];
+    if (r == LR_NIL)
+        return LIST_LOCAL;
+    if (l == LR_NIL || !ix->evict_lru)
+        return LIST_REMOTE;
+    return H(ix, r)->stamp <= H(ix, l)->stamp ? LIST_REMOTE : LIST_LOCAL;
+}
+
 static void
 evict_to_capacity(lr_index *ix)
 {
     while (ix->holds > ix->capacity) {
-        int l = ix->tail[LIST_REMOTE] != LR_NIL ? LIST_REMOTE : LIST_LOCAL;
+        int l = evict_list(ix);
         if (LR_NEVER(ix->tail[l] == LR_NIL))
             return;
         pop_tail(ix, l, WHY_EVICT);
@@ -992,7 +1049,11 @@ resolve_options(const lr_index_options *opt, lr_index_options *o)
                                      : EMAP_PER_BLOCK * o->capacity_blocks;
         o->replica_id = in.replica_id;
         o->remote_ttl_ns = in.remote_ttl_ns;
+        o->eviction = in.eviction;
     }
+    LR_RETURN_IF(o->eviction != LR_EVICT_REMOTE_FIRST &&
+                     o->eviction != LR_EVICT_LRU,
+                 LR_EINVAL);
     LR_RETURN_IF(o->capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
     LR_RETURN_IF(o->block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
     LR_RETURN_IF(o->max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
@@ -1026,6 +1087,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     uint64_t rttl = o.remote_ttl_ns ? o.remote_ttl_ns : o.ttl_ns;
     ix->remote_ttl_ticks = rttl == UINT64_MAX ? UINT64_MAX : rttl >> TICK_SHIFT;
     ix->replica_id = o.replica_id;
+    ix->evict_lru = o.eviction == LR_EVICT_LRU;
     ix->emap_cap = o.engine_map_capacity;
     ix->B = o.block_tokens;
     ix->max_inst = o.max_instances;

@@ -29,7 +29,12 @@ lr_index_mark(const lr_index *idx)
  *    40     8  origin: the exporter's replica id (0: none)  [version 2]
  *    48        n_nodes x { u64 key; varint parent }   parent: 0 = a root
  *              block, p = node p - 1 of this blob (always an earlier one)
- *              n_routes x { u32 instance id; varint node }
+ *              n_routes x { u32 instance id; varint node; varint age }
+ *              age [version 2]: ticks of 2^24 ns since the route was last
+ *              used, at the exporter's latest time; the importer stamps
+ *              the route as used that long ago (never newer than it
+ *              had), so that a full export does not make old routes look
+ *              fresh
  *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
  *
  * Every route's whole chain is in the blob, so an importer that never saw
@@ -56,6 +61,7 @@ lr_index_mark(const lr_index *idx)
 #define ID_BYTES 4               /* a route record's instance id */
 #define NODE_MIN (KEY_BYTES + 1) /* a record with a 1-byte varint */
 #define ROUTE_MIN (ID_BYTES + 1)
+#define ROUTE_MIN_V2 (ID_BYTES + 2)
 #define VARINT_MAX 5 /* bytes of a 32-bit LEB128 */
 
 struct vec32 {
@@ -282,6 +288,17 @@ export_order(const lr_index *ix, struct export_tmp *x)
     return LR_OK;
 }
 
+/* Ticks since slot s last used node n, at the index's latest time. */
+static uint32_t
+route_age(const lr_index *ix, uint32_t n, uint32_t s)
+{
+    uint32_t ref = hold_find(ix, n, s);
+    if (LR_NEVER(ref == LR_NIL))
+        return 0;
+    uint32_t stamp = H(ix, ref)->stamp;
+    return ix->last_tick > stamp ? ix->last_tick - stamp : 0;
+}
+
 /* Wire reference of node n: its position in order plus one. */
 static uint32_t
 emitted(const lr_index *ix, const struct export_tmp *x, uint32_t n)
@@ -298,7 +315,8 @@ export_size(const lr_index *ix, const struct export_tmp *x)
                 varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
     for (uint32_t r = 0; r < x->rn.n; r++)
         if (x->rs.v[r] != LR_NIL)
-            size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
+            size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1) +
+                    varint_len(route_age(ix, x->rn.v[r], x->rs.v[r]));
     return size;
 }
 
@@ -327,6 +345,7 @@ export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
             continue;
         lr__put_u32(p, ix->insts[x->rs.v[r]].id);
         p = varint_put(p + ID_BYTES, emitted(ix, x, x->rn.v[r]) - 1);
+        p = varint_put(p, route_age(ix, x->rn.v[r], x->rs.v[r]));
     }
     lr__put_u64(p, lr__hash(buf, size - DELTA_SUM, LR_SEED_DELTA));
     assert(p + DELTA_SUM == buf + size);
@@ -375,6 +394,7 @@ struct delta {
     uint64_t *keys;
     uint32_t *par;
     uint32_t *rid, *rnode;
+    uint32_t *rage;    /* ticks since last use; 0 in a 0.1 delta */
     uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
 };
 
@@ -386,6 +406,7 @@ delta_free(struct lr__mem *m, struct delta *d)
     lr__free(m, d->node_of, (size_t)d->n_nodes * sizeof *d->node_of);
     lr__free(m, d->rid, (size_t)d->n_routes * sizeof *d->rid);
     lr__free(m, d->rnode, (size_t)d->n_routes * sizeof *d->rnode);
+    lr__free(m, d->rage, (size_t)d->n_routes * sizeof *d->rage);
 }
 
 lr_status
@@ -424,7 +445,10 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
     uint32_t nn = lr__get_u32(buf + OFF_NODES);
     uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
     size_t body = len - hdr - DELTA_SUM;
-    LR_RETURN_IF(nn > body / NODE_MIN || nr > body / ROUTE_MIN, LR_ECORRUPT);
+    bool v2 = hdr == DELTA_HEADER;
+    LR_RETURN_IF(nn > body / NODE_MIN ||
+                     nr > body / (v2 ? ROUTE_MIN_V2 : ROUTE_MIN),
+                 LR_ECORRUPT);
     d->n_nodes = nn;
     d->n_routes = nr;
     d->keys = lr__calloc(m, nn, sizeof *d->keys);
@@ -432,8 +456,9 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
     d->node_of = lr__calloc(m, nn, sizeof *d->node_of);
     d->rid = lr__calloc(m, nr, sizeof *d->rid);
     d->rnode = lr__calloc(m, nr, sizeof *d->rnode);
+    d->rage = lr__calloc(m, nr, sizeof *d->rage);
     if (d->keys == NULL || d->par == NULL || d->node_of == NULL ||
-        d->rid == NULL || d->rnode == NULL)
+        d->rid == NULL || d->rnode == NULL || d->rage == NULL)
         return LR_ENOMEM;
     const uint8_t *p = buf + hdr, *end = buf + len - DELTA_SUM;
     for (uint32_t i = 0; i < nn; i++) {
@@ -451,6 +476,7 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
         LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
         LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
                      LR_ECORRUPT);
+        LR_RETURN_IF(v2 && !varint_get(&p, end, &d->rage[r]), LR_ECORRUPT);
     }
     LR_RETURN_IF(p != end, LR_ECORRUPT);
     return LR_OK;
@@ -539,7 +565,9 @@ import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
 }
 
 /* Phase 2: cannot fail. Each route climbs to the first blob node its
- * instance already holds, then creates holds downward, parents first. */
+ * instance already holds, then creates holds downward, parents first; its
+ * end is stamped as used `age` ticks before now (never newer than it
+ * was). */
 static void
 import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
 {
@@ -559,19 +587,20 @@ import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
                              hold_find(ix, d->node_of[j], s) == LR_NIL);
              j = d->par[j])
             chain[depth++] = j;
+        uint32_t used = tick > d->rage[r] ? tick - d->rage[r] : 0;
         while (depth > 0) {
             uint32_t j = chain[--depth];
             uint32_t pj = d->par[j];
             uint32_t pn = pj == LR_NIL ? LR_NIL : d->node_of[pj];
             if (d->node_of[j] == LR_NIL)
                 d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
-            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, tick);
+            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, used);
             if (pn != LR_NIL)
                 H(ix, hold_find(ix, pn, s))->bits++;
         }
         uint32_t ref = hold_find(ix, d->node_of[d->rnode[r]], s);
         H(ix, ref)->bits |= HB_ANCHOR;
-        lr__index_touch(ix, ref, tick);
+        lr__index_touch_at(ix, ref, used);
     }
     /* Holds created as parents got their child in the same pass; the
      * route ends were touched, so every leaf is listed (invariant 3). */

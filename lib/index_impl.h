@@ -101,6 +101,7 @@ struct lr_index {
     uint64_t ttl_ticks;        /* UINT64_MAX: never */
     uint64_t remote_ttl_ticks; /* of REMOTE holds; UINT64_MAX: never */
     uint64_t replica_id;       /* stamped on exported deltas */
+    bool evict_lru;            /* LR_EVICT_LRU: by recency alone */
     uint64_t emap_cap;
     uint32_t B;
     uint32_t max_inst;
@@ -129,6 +130,7 @@ struct lr_index {
 
     bool has_epoch;
     uint64_t epoch_ns;
+    uint32_t last_tick; /* the latest tick any call brought (delta ages) */
 
     uint64_t evicted, expired, learned;
 
@@ -326,6 +328,10 @@ uint32_t lr__index_hold_new(lr_index *ix, uint32_t n, uint32_t s, uint32_t bits,
                             uint32_t tick);
 uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
 void lr__index_touch(lr_index *ix, uint32_t ref, uint32_t tick);
+/* Give a hold the recency `stamp` (never older than it had) and list it
+ * where that stamp belongs: an imported route keeps the age its exporter
+ * gave it. */
+void lr__index_touch_at(lr_index *ix, uint32_t ref, uint32_t stamp);
 
 /* Check a prompt and point *keys at its block keys (the host's, or
  * computed into ix->kbuf); *n_keys of them. LR_EINVAL, LR_EVERSION,

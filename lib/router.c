@@ -145,6 +145,7 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
     io.max_instances = o->max_instances;
     io.replica_id = o->replica_id;
     io.remote_ttl_ns = o->remote_ttl_ns;
+    io.eviction = o->index_eviction;
     lr_ring_options ro;
     lr_ring_options_init(&ro);
     ro.allocator = &r->mem.a;
@@ -272,6 +273,10 @@ read_options(const lr_router_options *opt, lr_router_options *o)
         o->gauge_ttl_ns = g.gauge_ttl_ns;
     if (g.max_peers)
         o->max_peers = g.max_peers;
+    o->index_eviction = g.index_eviction;
+    LR_RETURN_IF(o->index_eviction != LR_EVICT_REMOTE_FIRST &&
+                     o->index_eviction != LR_EVICT_LRU,
+                 LR_EINVAL);
     LR_RETURN_IF(o->max_peers > LR_ROUTER_MAX_PEERS, LR_EINVAL);
     LR_RETURN_IF(g.flags != 0, LR_EINVAL);
     LR_RETURN_IF(o->policy < 0 || o->policy >= LR__POLICY_COUNT, LR_EINVAL);

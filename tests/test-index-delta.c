@@ -9,10 +9,11 @@
  * lib/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (2),
  * u16 flags, u32 block_tokens, u32 n_nodes, u32 n_routes, u32 reserved,
  * u64 since, u64 mark, u64 origin replica id; version 1, 0.1's, has no
- * origin and a header of 40; then n_nodes x {u64 key, varint parent}, n_routes x {u32
- * instance, varint node}; then the checksum XXH3_64bits_withSeed(bytes
- * before it, "LRDELTA1") as 8 little-endian bytes), with a private copy of
- * xxHash (B25). */
+ * origin and a header of 40; then n_nodes x {u64 key, varint parent},
+ * n_routes x {u32 instance, varint node, varint age} (version 1 has no
+ * age); then the checksum XXH3_64bits_withSeed(bytes before it,
+ * "LRDELTA1") as 8 little-endian bytes), with a private copy of xxHash
+ * (B25). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -310,6 +311,8 @@ parse(const uint8_t *buf, size_t len, struct parsed *p)
         p->roff[r] = off;
         p->rnode[r] = varint(buf, &off, &p->roff_len[r]);
         assert_true(p->rnode[r] < p->nn);
+        size_t age_len;
+        (void)varint(buf, &off, &age_len); /* the route's age */
     }
     assert_int_equal(off + 8, len);
 }
@@ -788,18 +791,30 @@ test_origin_echo_and_v1(void **state)
     assert_int_equal(held(b, &p, 3), 5 * BT);
     assert_int_equal(stats(b).remote_blocks, 5);
 
-    /* the same routes written as 0.1 did: version 1, no origin */
-    uint8_t *v1 = malloc(len - 8);
+    /* the same routes written as 0.1 did: version 1, no origin, no ages
+     * (every age here is 0: a one-byte varint after each route) */
+    struct parsed pb;
+    parse(good, len, &pb);
+    uint8_t *v1 = malloc(len);
     assert_non_null(v1);
     memcpy(v1, good, HEADER_01);
-    memcpy(v1 + HEADER_01, good + HEADER, len - HEADER);
+    size_t n1 = HEADER_01, from = HEADER;
+    for (uint32_t r = 0; r < pb.nr; r++) {
+        size_t end = pb.roff[r] + pb.roff_len[r];
+        memcpy(v1 + n1, good + from, end - from);
+        n1 += end - from;
+        assert_int_equal(good[end], 0); /* the age */
+        from = end + 1;
+    }
+    memcpy(v1 + n1, good + from, len - from);
+    n1 += len - from;
     put16(v1 + OFF_VERSION, 1);
-    reseal(v1, len - 8);
+    reseal(v1, n1);
     lr_index *c = mk(4096);
-    assert_st(import(c, v1, len - 8, T(2)), LR_OK);
+    assert_st(import(c, v1, n1, T(2)), LR_OK);
     assert_true(lr__index_digest(c) == lr__index_digest(b));
     /* a v1 blob is never an echo, even for its exporter */
-    assert_st(import(a, v1, len - 8, T(2)), LR_OK);
+    assert_st(import(a, v1, n1, T(2)), LR_OK);
     free(v1);
     lr_blob_destroy(blob);
     lr_index_destroy(c);
@@ -831,6 +846,63 @@ test_remote_ttl(void **state)
     assert_int_equal(stats(b).expired_blocks, 4);
     lr_blob_destroy(blob);
     lr_index_destroy(b);
+
+    /* ages travel: p last used 40 s before q at the exporter is imported
+     * as 40 s older, so a full export does not make it look fresh */
+    learn(a, &q, 2, LR_TRUST_LOCAL, T(41));
+    blob = export_since(a, 0, NULL);
+    b = mk_with(&mb);
+    struct pr z;
+    mkpr(&z, NULL, 0, 1, 0, 712);
+    learn(b, &z, 3, LR_TRUST_LOCAL, T(1)); /* B's clock starts early */
+    assert_st(import_blob(b, blob, T(100)), LR_OK);
+    assert_st(lr_index_expire(b, T(105)), LR_OK);
+    assert_int_equal(held(b, &p, 1), 0);     /* 44 s old: past 10 s */
+    assert_int_equal(held(b, &q, 2), 3 * BT); /* 4 s old */
+    assert_verified(b);
+    lr_blob_destroy(blob);
+    lr_index_destroy(b);
+    lr_index_destroy(a);
+}
+
+/* LR_EVICT_LRU: a full index drops the least recently used route, REMOTE
+ * or LOCAL; the default drops REMOTE ones first. */
+static void
+test_eviction_lru(void **state)
+{
+    (void)state;
+    struct pr old, fresh, add;
+    mkpr(&old, NULL, 0, 3, 0, 720);
+    mkpr(&fresh, NULL, 0, 3, 0, 721);
+    mkpr(&add, NULL, 0, 2, 0, 722);
+    lr_index *a = mk(4096);
+    learn(a, &fresh, 1, LR_TRUST_LOCAL, T(20));
+    lr_blob *blob = export_since(a, 0, NULL);
+    for (int lru = 0; lru < 2; lru++) {
+        lr_index_options o = LR_INDEX_OPTIONS_INIT;
+        o.seed = OPT_SEED;
+        o.capacity_blocks = 7;
+        o.eviction = lru ? LR_EVICT_LRU : LR_EVICT_REMOTE_FIRST;
+        lr_index *b = NULL;
+        assert_st(lr_index_create(&o, &b), LR_OK);
+        learn(b, &old, 2, LR_TRUST_LOCAL, T(1));    /* LOCAL, old */
+        assert_st(import_blob(b, blob, T(20)), LR_OK); /* REMOTE, fresh */
+        learn(b, &add, 3, LR_TRUST_LOCAL, T(21));   /* 8 > 7: one goes */
+        assert_verified(b);
+        if (lru) { /* the old LOCAL route's tail went */
+            assert_int_equal(held(b, &old, 2), 0);
+            assert_int_equal(held(b, &fresh, 1), 3 * BT);
+        } else {
+            assert_int_equal(held(b, &old, 2), 3 * BT);
+            assert_true(held(b, &fresh, 1) < 3 * BT);
+        }
+        lr_index_destroy(b);
+    }
+    lr_index_options o = LR_INDEX_OPTIONS_INIT;
+    o.eviction = 2;
+    lr_index *bad = NULL;
+    assert_st(lr_index_create(&o, &bad), LR_EINVAL);
+    lr_blob_destroy(blob);
     lr_index_destroy(a);
 }
 
@@ -1318,6 +1390,7 @@ main(void)
         cmocka_unit_test(test_import_keeps_message_ends),
         cmocka_unit_test(test_origin_echo_and_v1),
         cmocka_unit_test(test_remote_ttl),
+        cmocka_unit_test(test_eviction_lru),
         cmocka_unit_test(test_malformed_blobs),
         cmocka_unit_test(test_import_max_instances),
         cmocka_unit_test(test_export_deterministic),

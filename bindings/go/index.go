@@ -44,7 +44,19 @@ type IndexOptions struct {
 	ReplicaID uint64
 	// REMOTE routes unused this long expire; 0: TTL.
 	RemoteTTL time.Duration
+	// What a full index drops first: EvictRemoteFirst (the default) or
+	// EvictLRU (replicas sharing deltas).
+	Eviction Eviction
 }
+
+// Eviction is an lr_eviction: what a full index drops first.
+type Eviction int32
+
+// The lr_eviction values.
+const (
+	EvictRemoteFirst Eviction = C.LR_EVICT_REMOTE_FIRST
+	EvictLRU         Eviction = C.LR_EVICT_LRU
+)
 
 // Index is a standalone prefix index (lr_index): which instance caches
 // which token prefix. The router has its own; this one is for hosts that
@@ -86,6 +98,7 @@ func NewIndex(opt *IndexOptions) (*Index, error) {
 			o.engine_map_capacity = C.uint64_t(opt.EngineMapCapacity)
 		}
 		o.replica_id = C.uint64_t(opt.ReplicaID)
+		o.eviction = C.int32_t(opt.Eviction)
 		if opt.RemoteTTL != 0 {
 			rttl, ok := durationNs(opt.RemoteTTL)
 			if !ok {

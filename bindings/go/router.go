@@ -45,6 +45,8 @@ type RouterOptions struct {
 	GaugeTTL time.Duration
 	// Other replicas tracked at once (their delta marks and gauges).
 	MaxPeers uint32
+	// The index's eviction; EvictLRU for replicas sharing deltas.
+	IndexEviction Eviction
 }
 
 // DefaultRouterOptions returns the library's defaults
@@ -102,6 +104,7 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		o.remote_ttl_ns = rttl
 		o.gauge_ttl_ns = gttl
 		o.max_peers = C.uint32_t(opt.MaxPeers)
+		o.index_eviction = C.int32_t(opt.IndexEviction)
 		co = &o
 	}
 	var p *C.lr_router

@@ -23,8 +23,9 @@
  *   recorded as REMOTE.
  *
  * Memory is bounded by capacity_blocks routes. When full, the least
- * recently used routes go first, REMOTE before LOCAL, always from the deep
- * end of a prefix so that no hole appears. An eviction trims a prefix back
+ * recently used routes go first, REMOTE before LOCAL (or by recency alone:
+ * lr_index_options.eviction), always from the deep end of a prefix so
+ * that no hole appears. An eviction trims a prefix back
  * to the nearest anchor: a boundary the host named when it learned (a
  * message end), a fork shared with another prefix, or an engine block
  * boundary. Routes unused for ttl_ns (host time) expire.
@@ -66,6 +67,19 @@ typedef enum lr_trust {
     LR_TRUST_LOCAL = 0,
     LR_TRUST_REMOTE = 1
 } lr_trust;
+
+/** Which routes memory pressure takes first (lr_index_options.eviction).
+ * Stored in int32_t fields. @since 0.2 */
+typedef enum lr_eviction {
+    /** REMOTE routes before any LOCAL one, each kind least recently used
+     * first (Ranvier: a peer's word is worth less than one's own). */
+    LR_EVICT_REMOTE_FIRST = 0,
+    /** The least recently used route, REMOTE or LOCAL: for replicas that
+     * share one view of the fleet (deltas of each other's placements),
+     * where a peer's fresh placement is worth more than one's own stale
+     * one, as the engines' own LRU caches treat them. */
+    LR_EVICT_LRU = 1
+} lr_eviction;
 
 /** Largest prompt the index accepts, in tokens; longer ones are LR_EINVAL.
  * @since 0.1 */
@@ -120,13 +134,16 @@ typedef struct lr_index_options {
      * never. A replica's word about another's placements is worth less
      * with age than its own. Resolution 2^24 ns. @since 0.2 */
     uint64_t remote_ttl_ns;
+    /** An lr_eviction: what goes first when the index is full; default
+     * LR_EVICT_REMOTE_FIRST. Other values are LR_EINVAL. @since 0.2 */
+    int32_t eviction;
     /* v2 ends here */
 } lr_index_options;
 
 #define LR_INDEX_OPTIONS_SIZE_V1 \
     (offsetof(lr_index_options, engine_map_capacity) + sizeof(uint64_t))
 #define LR_INDEX_OPTIONS_SIZE_V2 \
-    (offsetof(lr_index_options, remote_ttl_ns) + sizeof(uint64_t))
+    (offsetof(lr_index_options, eviction) + sizeof(int32_t))
 #ifndef __cplusplus
 #define LR_INDEX_OPTIONS_INIT \
     { .struct_size = sizeof(lr_index_options) }

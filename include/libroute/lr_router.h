@@ -107,13 +107,17 @@ typedef struct lr_router_options {
     /** Other replicas tracked at once (their delta watermarks and
      * gauges), 1..LR_ROUTER_MAX_PEERS; default 64. @since 0.2 */
     uint32_t max_peers;
+    /** The index's lr_eviction; default LR_EVICT_REMOTE_FIRST. Replicas
+     * that import each other's deltas route better with LR_EVICT_LRU
+     * (docs/scale.md). @since 0.2 */
+    int32_t index_eviction;
     /* v2 ends here */
 } lr_router_options;
 
 #define LR_ROUTER_OPTIONS_SIZE_V1 \
     (offsetof(lr_router_options, learner) + sizeof(void *))
 #define LR_ROUTER_OPTIONS_SIZE_V2 \
-    (offsetof(lr_router_options, max_peers) + sizeof(uint32_t))
+    (offsetof(lr_router_options, index_eviction) + sizeof(int32_t))
 /** Largest lr_router_options.max_peers. @since 0.2 */
 #define LR_ROUTER_MAX_PEERS 4096u
 #define LR_ROUTER_MAX_INSTANCES 65534u

@@ -920,11 +920,14 @@ struct lr_index_options_v2 {
     struct lr_index_options_v1 v1;
     uint64_t replica_id;
     uint64_t remote_ttl_ns;
+    int32_t eviction;
 };
 APPENDED(lr_index_options, lr_index_options_v2, replica_id);
 APPENDED(lr_index_options, lr_index_options_v2, remote_ttl_ns);
-_Static_assert(LR_INDEX_OPTIONS_SIZE_V2 == sizeof(struct lr_index_options_v2),
-               "LR_INDEX_OPTIONS_SIZE_V2: does not end at remote_ttl_ns");
+APPENDED(lr_index_options, lr_index_options_v2, eviction);
+_Static_assert(LR_INDEX_OPTIONS_SIZE_V2 ==
+                   offsetof(struct lr_index_options_v2, eviction) + 4,
+               "LR_INDEX_OPTIONS_SIZE_V2: does not end at eviction");
 
 struct lr_router_options_v2 {
     struct lr_router_options_v1 v1;
@@ -932,14 +935,18 @@ struct lr_router_options_v2 {
     uint64_t remote_ttl_ns;
     uint64_t gauge_ttl_ns;
     uint32_t max_peers;
+    int32_t index_eviction;
 };
 APPENDED(lr_router_options, lr_router_options_v2, replica_id);
 APPENDED(lr_router_options, lr_router_options_v2, remote_ttl_ns);
 APPENDED(lr_router_options, lr_router_options_v2, gauge_ttl_ns);
 APPENDED(lr_router_options, lr_router_options_v2, max_peers);
+APPENDED(lr_router_options, lr_router_options_v2, index_eviction);
 _Static_assert(LR_ROUTER_OPTIONS_SIZE_V2 ==
-                   offsetof(struct lr_router_options_v2, max_peers) + 4,
-               "LR_ROUTER_OPTIONS_SIZE_V2: does not end at max_peers");
+                   offsetof(struct lr_router_options_v2, index_eviction) + 4,
+               "LR_ROUTER_OPTIONS_SIZE_V2: does not end at index_eviction");
+_Static_assert(LR_EVICT_REMOTE_FIRST == 0 && LR_EVICT_LRU == 1,
+               "lr_eviction renumbered");
 
 struct lr_router_stats_v2 {
     struct lr_router_stats_v1 v1;

@@ -30,7 +30,8 @@ during every C call.
 from __future__ import annotations
 
 from ._ffi import HEADER_VERSION, HEADER_VERSION_NUMBER, ffi, lib
-from .enums import (Bounds, CostKind, CostParam, MatchFlag, Param, Policy,
+from .enums import (Bounds, CostKind, CostParam, Eviction, MatchFlag, Param,
+                    Policy,
                     Reason, RingKey, RouteFlag, Status, Trust, constants,
                     cost_kind_count, cost_param_count, lodestar_feature_count,
                     param_count, policy_count, reason_count)
@@ -101,7 +102,7 @@ __all__ = [
     "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
     "VllmBatchInfo", "KvSeq", "KvSource",
-    "Status", "Trust", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
+    "Status", "Trust", "Eviction", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
     "CostKind", "CostParam", "RingKey",
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",

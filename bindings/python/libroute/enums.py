@@ -6,6 +6,7 @@ appears here on the next build, with no Python to edit.
 
 - ``Status``  lr_status without the ``LR_`` prefix (``Status.EINVAL``)
 - ``Trust``   lr_trust (``Trust.LOCAL``, ``Trust.REMOTE``)
+- ``Eviction`` lr_eviction (``Eviction.REMOTE_FIRST``, ``Eviction.LRU``)
 - ``Policy``  lr_policy (``Policy.DUALMAP``); ``.label`` is the library's
   name for it (``"dualmap"``), ``Policy.from_label()`` the reverse
 - ``Reason``  lr_reason (``Reason.PREFIX_HIT``); ``.label`` as for Policy
@@ -34,7 +35,7 @@ from typing import Dict, NamedTuple, Union
 
 from ._ffi import ffi, lib
 
-__all__ = ["Status", "Trust", "Policy", "Reason", "Param", "CostKind",
+__all__ = ["Status", "Trust", "Eviction", "Policy", "Reason", "Param", "CostKind",
            "CostParam", "RingKey", "RouteFlag", "MatchFlag", "Bounds",
            "constants", "policy_count", "param_count", "reason_count",
            "cost_kind_count", "cost_param_count", "lodestar_feature_count"]
@@ -132,6 +133,9 @@ Status = _make(enum.IntEnum, "Status", "lr_status", "LR_",
 Trust = _make(enum.IntEnum, "Trust", "lr_trust", "LR_TRUST_",
               "lr_trust: LOCAL routes were seen by this gateway, REMOTE "
               "ones told by a peer.")
+Eviction = _make(enum.IntEnum, "Eviction", "lr_eviction", "LR_EVICT_",
+                 "lr_eviction: what a full index drops first (REMOTE_FIRST, "
+                 "or LRU for replicas sharing deltas).")
 Policy = _make(_PolicyBase, "Policy", "lr_policy", "LR_POLICY_",
                "lr_policy: the router's routing rules (docs/router.md).")
 Reason = _make(_ReasonBase, "Reason", "lr_reason", "LR_REASON_",

@@ -146,7 +146,8 @@ class Router(_Handle):
                  replica_id: Optional[int] = None,
                  remote_ttl_ns: Optional[int] = None,
                  gauge_ttl_ns: Optional[int] = None,
-                 max_peers: Optional[int] = None) -> None:
+                 max_peers: Optional[int] = None,
+                 index_eviction: Optional[int] = None) -> None:
         opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
@@ -155,7 +156,8 @@ class Router(_Handle):
                    index_capacity_blocks=index_capacity_blocks,
                    index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes,
                    replica_id=replica_id, remote_ttl_ns=remote_ttl_ns,
-                   gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers)
+                   gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers,
+                   index_eviction=index_eviction)
         keep = None
         if learner is not None:
             lopt, keep = learner_options(

@@ -138,11 +138,15 @@ pub struct lr_index_options {
     pub engine_map_capacity: u64,
     pub replica_id: u64,
     pub remote_ttl_ns: u64,
+    pub eviction: i32,
 }
+/// lr_eviction: what a full index drops first.
+pub type lr_eviction = c_uint;
+pub const LR_EVICT_REMOTE_FIRST: lr_eviction = 0;
+pub const LR_EVICT_LRU: lr_eviction = 1;
 pub const LR_INDEX_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_index_options, engine_map_capacity) + size_of::<u64>();
-pub const LR_INDEX_OPTIONS_SIZE_V2: usize =
-    offset_of!(lr_index_options, remote_ttl_ns) + size_of::<u64>();
+pub const LR_INDEX_OPTIONS_SIZE_V2: usize = offset_of!(lr_index_options, eviction) + 4;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -643,10 +647,11 @@ pub struct lr_router_options {
     pub remote_ttl_ns: u64,
     pub gauge_ttl_ns: u64,
     pub max_peers: u32,
+    pub index_eviction: i32,
 }
 pub const LR_ROUTER_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_router_options, learner) + size_of::<*const c_void>();
-pub const LR_ROUTER_OPTIONS_SIZE_V2: usize = offset_of!(lr_router_options, max_peers) + 4;
+pub const LR_ROUTER_OPTIONS_SIZE_V2: usize = offset_of!(lr_router_options, index_eviction) + 4;
 pub const LR_ROUTER_MAX_INSTANCES: c_uint = 65534;
 pub const LR_ROUTER_MAX_PEERS: c_uint = 4096;
 

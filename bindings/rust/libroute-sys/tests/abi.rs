@@ -151,7 +151,7 @@ fn declarations_match_the_c_headers() {
         lr_bounds { status, flags, lo, hi, def }
         lr_index_options { struct_size, allocator, seed, capacity_blocks, ttl_ns,
             block_tokens, max_instances, journal_capacity, engine_map_capacity,
-            replica_id, remote_ttl_ns }
+            replica_id, remote_ttl_ns, eviction }
         lr_prompt { struct_size, tokens, n_tokens, boundaries, n_boundaries,
             tenant_salt, keys, n_keys }
         lr_index_hit { instance, tokens }
@@ -189,7 +189,8 @@ fn declarations_match_the_c_headers() {
             incumbent_p95_s, samples }
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
-            flags, learner, replica_id, remote_ttl_ns, gauge_ttl_ns, max_peers }
+            flags, learner, replica_id, remote_ttl_ns, gauge_ttl_ns, max_peers,
+            index_eviction }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
@@ -210,7 +211,7 @@ fn declarations_match_the_c_headers() {
             restarts }
     );
     enums!(e; lr_status, lr_trust, lr_policy, lr_reason, lr_param, lr_cost_kind,
-        lr_cost_param, lr_kv_seq);
+        lr_cost_param, lr_kv_seq, lr_eviction);
     constants!(e;
         LR_VERSION_MAJOR, LR_VERSION_MINOR,
         LR_OK, LR_EINVAL, LR_ENOMEM, LR_ERANGE, LR_ENOENT, LR_EEXIST, LR_ELIMIT,
@@ -218,7 +219,7 @@ fn declarations_match_the_c_headers() {
         LR_KV_SEQ_NONE, LR_KV_SEQ_APPLIED, LR_KV_SEQ_FIRST, LR_KV_SEQ_DUPLICATE,
         LR_KV_SEQ_GAP, LR_KV_SEQ_RESTART, LR_KV_SOURCE_SIZE_V1, LR_ROUTER_MAX_PEERS,
         LR_ROUTER_OPTIONS_SIZE_V2, LR_ROUTER_STATS_SIZE_V2, LR_INDEX_OPTIONS_SIZE_V2,
-        LR_VLLM_BATCH_INFO_SIZE_V2,
+        LR_VLLM_BATCH_INFO_SIZE_V2, LR_EVICT_REMOTE_FIRST, LR_EVICT_LRU,
         LR_INSTANCE_NONE, LR_BOUNDS_INTEGER,
         LR_TRUST_LOCAL, LR_TRUST_REMOTE,
         LR_INDEX_MAX_TOKENS, LR_INDEX_MAX_BLOCK_TOKENS, LR_INDEX_MAX_CAPACITY,

@@ -93,6 +93,36 @@ pub struct IndexOptions {
     pub replica_id: u64,
     /// REMOTE routes unused this long expire; zero: `ttl`.
     pub remote_ttl: Duration,
+    /// What a full index drops first.
+    pub eviction: Eviction,
+}
+
+/// What a full index drops first (`lr_eviction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Eviction {
+    /// REMOTE routes before any LOCAL one (the default).
+    #[default]
+    RemoteFirst,
+    /// The least recently used route, REMOTE or LOCAL (replicas sharing
+    /// deltas).
+    Lru,
+}
+
+impl Eviction {
+    pub(crate) fn c(self) -> i32 {
+        match self {
+            Eviction::RemoteFirst => sys::LR_EVICT_REMOTE_FIRST as i32,
+            Eviction::Lru => sys::LR_EVICT_LRU as i32,
+        }
+    }
+
+    pub(crate) fn from_c(v: i32) -> Eviction {
+        if v == sys::LR_EVICT_LRU as i32 {
+            Eviction::Lru
+        } else {
+            Eviction::RemoteFirst
+        }
+    }
 }
 
 impl Default for IndexOptions {
@@ -108,6 +138,7 @@ impl Default for IndexOptions {
             engine_map_capacity: o.engine_map_capacity,
             replica_id: o.replica_id,
             remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
+            eviction: Eviction::from_c(o.eviction),
         }
     }
 }
@@ -306,6 +337,7 @@ impl Index {
         o.engine_map_capacity = opt.engine_map_capacity;
         o.replica_id = opt.replica_id;
         o.remote_ttl_ns = nanos(opt.remote_ttl);
+        o.eviction = opt.eviction.c();
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options, out pointer.
         check(

@@ -139,8 +139,8 @@ pub use cost::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use index::{
-    block_keys, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult, Prompt,
-    Trust,
+    block_keys, Eviction, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult,
+    Prompt, Trust,
 };
 pub use learner::{
     LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,

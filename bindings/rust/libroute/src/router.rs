@@ -310,6 +310,9 @@ pub struct RouterOptions {
     pub gauge_ttl: Duration,
     /// Other replicas tracked at once (0: the default).
     pub max_peers: u32,
+    /// The index's eviction; [`crate::Eviction::Lru`] for replicas
+    /// sharing deltas.
+    pub index_eviction: crate::Eviction,
 }
 
 impl Default for RouterOptions {
@@ -329,6 +332,7 @@ impl Default for RouterOptions {
             remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
             gauge_ttl: Duration::from_nanos(o.gauge_ttl_ns),
             max_peers: o.max_peers,
+            index_eviction: crate::Eviction::from_c(o.index_eviction),
         }
     }
 }
@@ -654,6 +658,7 @@ impl Router {
         o.remote_ttl_ns = nanos(opt.remote_ttl);
         o.gauge_ttl_ns = nanos(opt.gauge_ttl);
         o.max_peers = opt.max_peers;
+        o.index_eviction = opt.index_eviction.c();
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options (the nested learner and network
         // options live for the call; the library copies them) and an out
