@@ -66,6 +66,7 @@ struct sim_engine {
     int busy;
     uint64_t pending;
     struct sim_engine_counters c;
+    struct sim_kv_sink sink; /* KV events; hooks NULL: none */
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -251,6 +252,8 @@ blk_alloc(struct sim_engine *e)
         b->hashed = 0;
         e->n_hashed--;
         e->c.evicted_blocks++;
+        if (e->sink.removed != NULL)
+            e->sink.removed(e->sink.ctx, b->key);
     }
     b->ref = 1;
     e->n_free--;
@@ -314,17 +317,19 @@ blk_release(struct sim_engine *e, uint32_t id)
 }
 
 /* Give a computed prompt block its key, unless another block already
- * holds that key (two sequences computed the same prefix at once). */
-static void
+ * holds that key (two sequences computed the same prefix at once).
+ * Returns whether the key is new in the cache. */
+static int
 blk_register(struct sim_engine *e, uint32_t id, uint64_t key)
 {
     struct blk *b = &e->blk[id];
     if (!e->caching || b->hashed || t_find(e, key) != NIL)
-        return;
+        return 0;
     b->key = key;
     b->hashed = 1;
     e->n_hashed++;
     t_insert(e, id);
+    return 1;
 }
 
 /* blk_register for s's blocks [from, to), in stretches of ALLOC_WARM
@@ -335,15 +340,34 @@ blk_register_n(struct sim_engine *e, const struct sim_seq *s, uint32_t from,
 {
     if (!e->caching)
         return;
+    uint32_t run_from = NIL;
     for (uint32_t d0 = from; d0 < to; d0 += ALLOC_WARM) {
         uint32_t d1 = to - d0 < ALLOC_WARM ? to : d0 + ALLOC_WARM;
         uint64_t w = 0;
         for (uint32_t d = d0; d < d1; d++)
             w += e->table[s->keys[d] & e->mask].id + e->blk[s->blocks[d]].ref;
         warm_sink = w;
-        for (uint32_t d = d0; d < d1; d++)
-            blk_register(e, s->blocks[d], s->keys[d]);
+        for (uint32_t d = d0; d < d1; d++) {
+            int fresh = blk_register(e, s->blocks[d], s->keys[d]);
+            if (e->sink.stored == NULL)
+                continue;
+            /* one event per run of newly stored blocks */
+            if (fresh && run_from == NIL)
+                run_from = d;
+            if (!fresh && run_from != NIL) {
+                e->sink.stored(e->sink.ctx, s, run_from, d);
+                run_from = NIL;
+            }
+        }
     }
+    if (run_from != NIL)
+        e->sink.stored(e->sink.ctx, s, run_from, to);
+}
+
+void
+sim_engine_set_sink(struct sim_engine *e, const struct sim_kv_sink *sink)
+{
+    e->sink = *sink;
 }
 
 static void

@@ -138,6 +138,20 @@ sim_engine_counters(const struct sim_engine *e);
 int sim_engine_busy(const struct sim_engine *e);
 uint32_t sim_engine_max_batch(const struct sim_engine *e);
 
+/* KV-cache events, as a vLLM engine publishes them (lrsim --sync
+ * events): a run of blocks [from, to) of sequence s became findable in the
+ * prefix cache (BlockStored; block d's engine hash is s->keys[d]), or the
+ * block of engine hash `key` was evicted (BlockRemoved). Called from
+ * inside sim_engine_start_step (evictions) and sim_engine_finish_step
+ * (stores). NULL hooks: no events (the default). */
+struct sim_kv_sink {
+    void (*stored)(void *ctx, const struct sim_seq *s, uint32_t from,
+                   uint32_t to);
+    void (*removed)(void *ctx, uint64_t key);
+    void *ctx;
+};
+void sim_engine_set_sink(struct sim_engine *e, const struct sim_kv_sink *sink);
+
 /* Check every invariant (block accounting, free queue, table, pins);
  * 0, or -1 with the first violation in err. O(capacity). */
 int sim_engine_verify(const struct sim_engine *e, struct sim_err *err);

@@ -39,6 +39,7 @@ struct opts {
     size_t requests;
     double rate;
     double time_scale;
+    double spread_ms; /* --spread: 0 none */
     uint64_t seed;
     double slo;
     uint32_t block_tokens;
@@ -70,6 +71,9 @@ struct opts {
     uint64_t seeds[SIM_SUITE_MAX_SEEDS];
     size_t n_seeds;
     int seed_given;
+    /* --replicas, --front, --sync, --gauge-ms; --replica-suite */
+    struct sim_replicas rep;
+    int replica_suite;
 };
 
 /* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
@@ -95,6 +99,8 @@ usage(FILE *f)
 "  --rate R            generators: mean arrival rate in requests/s\n"
 "  --time-scale X      multiply arrival times by X (0.5 = twice the rate)\n"
 "  --trace-block N     tokens per trace hash id (default 512)\n"
+"  --spread MS         spread requests that share an arrival time over the\n"
+"                      next MS ms (a trace rounded to 3 s: 3000)\n"
 "  --seed N            seeds the workload, the routers and the probes (42)\n"
 "\n"
 "Cluster:\n"
@@ -141,6 +147,24 @@ usage(FILE *f)
 "  --curve             print lodestar's learning curve (about 30 rows)\n"
 "\n");
     fprintf(f,
+"Gateway replicas (docs/scale.md):\n"
+"  --replicas R        R routers behind a front load balancer (1)\n"
+"  --front F           which replica gets a request: random (default),\n"
+"                      round-robin, session (the session's, else random)\n"
+"  --sync S            what the replicas share: none (default), events\n"
+"                      (every engine's KV events to every router; routes\n"
+"                      learn nothing), deltas:MS[:LOSS] (each publishes its\n"
+"                      placements every MS ms, a share LOSS of deliveries\n"
+"                      lost; a full publication every 10 s)\n"
+"  --gauge-ms MS       period of the replicas' load gauges when they share\n"
+"                      (100; 0: none)\n"
+"  --eviction E        the routers' index eviction: remote-first (the\n"
+"                      library's default) or lru (the default of replicas\n"
+"                      sharing deltas)\n"
+"  --replica-suite     every policy with 1 router and with --replicas (4)\n"
+"                      routers for each sync: none, events, deltas:100,\n"
+"                      deltas:1000; hit rate and TTFT mean side by side\n"
+"\n"
 "Regime suite (every policy over a grid of cells; docs/simulator.md):\n"
 "  --suite             run the built-in cells and print each policy's TTFT\n"
 "                      mean and p99 as a ratio to each cell's best policy\n"
@@ -242,7 +266,8 @@ static const char *const value_flags[] = {
     "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
-    "--seeds", "--suite-cells",
+    "--seeds", "--suite-cells", "--replicas", "--front", "--sync",
+    "--gauge-ms", "--eviction", "--spread",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -250,7 +275,7 @@ static const char *const value_flags[] = {
 static const char *const not_in_cell[] = {
     "--seed",  "--seeds", "--suite-cells", "--policies",     "--jobs",
     "--json",  "--svg",   "--dump-samples", "--suite",      "--quiet",
-    "--curve", "--reasons",
+    "--curve", "--reasons", "--replica-suite",
 };
 
 static int
@@ -433,7 +458,29 @@ take(struct opts *o, const char *flag, const char *v)
         o->dump_samples = v;
     else if (strcmp(flag, "--lodestar-max-reward") == 0)
         return parse_pos(flag, v, 1e9, &o->lodestar_max_reward);
-    else
+    else if (strcmp(flag, "--replicas") == 0)
+        return parse_u32(flag, v, 1, SIM_MAX_REPLICAS, &o->rep.n);
+    else if (strcmp(flag, "--front") == 0 || strcmp(flag, "--sync") == 0) {
+        struct sim_err err = { { 0 } };
+        int rc = flag[2] == 'f' ? sim_front_parse(v, &o->rep, &err)
+                                : sim_sync_parse(v, &o->rep, &err);
+        if (rc != 0)
+            return bad("%s: %s", flag, err.msg);
+    } else if (strcmp(flag, "--spread") == 0) {
+        return parse_nonneg(flag, v, 3.6e6, &o->spread_ms);
+    } else if (strcmp(flag, "--eviction") == 0) {
+        if (strcmp(v, "remote-first") == 0)
+            o->rep.eviction = LR_EVICT_REMOTE_FIRST;
+        else if (strcmp(v, "lru") == 0)
+            o->rep.eviction = LR_EVICT_LRU;
+        else
+            return bad("--eviction: remote-first or lru, got '%s'", v);
+    } else if (strcmp(flag, "--gauge-ms") == 0) {
+        double ms;
+        if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
+            return -1;
+        o->rep.gauge_us = (uint64_t)llround(ms * 1000.0);
+    } else
         return bad("unknown option '%s'", flag);
     return 0;
 }
@@ -495,6 +542,10 @@ parse_words(int argc, char **argv, int start, int in_cell, struct opts *o,
             o->suite = 1;
             continue;
         }
+        if (strcmp(a, "--replica-suite") == 0) {
+            o->replica_suite = 1;
+            continue;
+        }
         const char *v;
         if (eq != NULL) {
             v = eq + 1;
@@ -520,6 +571,9 @@ check_opts(const struct opts *o)
     if (o->trace && o->rate > 0)
         return bad("--rate applies to generated workloads; scale a trace "
                    "with --time-scale");
+    if (o->replica_suite && (o->suite || o->svg || o->dump_samples))
+        return bad("--replica-suite makes its own runs: not with --suite, "
+                   "--svg or --dump-samples");
     return 0;
 }
 
@@ -822,6 +876,13 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
         sim_workload_truncate(w, o->requests);
     if (o->time_scale != 1.0)
         sim_workload_scale_time(w, o->time_scale);
+    struct sim_err err2 = { { 0 } };
+    if (o->spread_ms > 0 &&
+        sim_workload_spread(w, (uint64_t)llround(o->spread_ms * 1000.0),
+                            o->seed, &err2) != 0) {
+        fprintf(stderr, "lrsim: %s--spread: %s\n", where_prefix, err2.msg);
+        return -1;
+    }
     return 0;
 }
 
@@ -854,6 +915,9 @@ opts_init(struct opts *o)
     o->split_s = -1;
     o->learn_ms = 1000;
     o->freeze_s = -1;
+    struct sim_config d;
+    sim_config_init(&d);
+    o->rep = d.rep;
 }
 
 /* The run's settings from the options (everything but the policy and its
@@ -887,6 +951,7 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->lodestar_epochs = o->lodestar_epochs;
     cfg->lodestar_max_reward = o->lodestar_max_reward;
     cfg->keep_samples = o->dump_samples != NULL;
+    cfg->rep = o->rep;
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */
@@ -956,6 +1021,148 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
         }
     }
     return 0;
+}
+
+static int write_file(const char *path, int (*fn)(FILE *, const void *),
+                      const void *arg);
+
+/* ---- the replica preset ------------------------------------------------------------------ */
+
+/* The replica settings --replica-suite compares: one router, then R with
+ * each way of sharing (R from --replicas, 4 by default). */
+#define REPLICA_CONFIGS 5
+
+static void
+replica_configs(const struct opts *o, struct sim_replicas *out)
+{
+    static const char *const sync[REPLICA_CONFIGS] = {
+        "none", "none", "events", "deltas:100", "deltas:1000"
+    };
+    for (int k = 0; k < REPLICA_CONFIGS; k++) {
+        out[k] = o->rep;
+        out[k].n = k == 0 ? 1 : (o->rep.n > 1 ? o->rep.n : 4);
+        struct sim_err err = { { 0 } };
+        (void)sim_sync_parse(sync[k], &out[k], &err); /* valid */
+    }
+}
+
+static int
+replica_json(FILE *f, const void *arg)
+{
+    const struct sim_report *rep = arg;
+    fprintf(f, "{\n  \"lrsim\": ");
+    sim_json_str(f, LRSIM_VERSION);
+    fprintf(f, ",\n  \"source\": ");
+    sim_json_str(f, rep->source);
+    fprintf(f, ",\n  \"seed\": %llu,\n  \"runs\": [\n",
+            (unsigned long long)rep->cfg->seed);
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        sim_report_json_run(f, rep, &rep->runs[k], 0);
+        fprintf(f, "%s\n", k + 1 < rep->n_runs ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    return ferror(f) ? -1 : 0;
+}
+
+/* One row per policy: hit rate and TTFT mean for each setting, the
+ * shared ones also as a ratio to the single router's. */
+static void
+replica_table(FILE *f, const struct sim_report *rep, size_t n_pol)
+{
+    fprintf(f, "lrsim %s, libroute %s: %s, %u requests, seed %llu\n",
+            LRSIM_VERSION, lr_version_string(), rep->source,
+            (unsigned)rep->w->n_reqs, (unsigned long long)rep->cfg->seed);
+    char cl[256];
+    sim_cluster_describe(rep->c, cl, sizeof cl);
+    fprintf(f, "cluster: %s\n", cl);
+    fprintf(f, "hit%%: engine-measured prefix cache hit rate; TTFT: mean, "
+               "s; (x): ratio to 1 router\n\n");
+    fprintf(f, "%-22s", "policy");
+    for (int k = 0; k < REPLICA_CONFIGS; k++)
+        fprintf(f, " | %-25s", rep->runs[k].replicas_desc);
+    fprintf(f, "\n");
+    for (size_t p = 0; p < n_pol; p++) {
+        const struct sim_result *one = &rep->runs[p * REPLICA_CONFIGS];
+        fprintf(f, "%-22s", one->policy_name);
+        for (int k = 0; k < REPLICA_CONFIGS; k++) {
+            const struct sim_result *r = &rep->runs[p * REPLICA_CONFIGS + k];
+            if (k == 0)
+                fprintf(f, " | %5.1f %7.3f %11s", 100 * r->cache_hit_rate,
+                        r->ttft_mean_s, "");
+            else
+                fprintf(f, " | %5.1f (%.2f) %6.3f (%.2f)",
+                        100 * r->cache_hit_rate,
+                        one->cache_hit_rate > 0
+                            ? r->cache_hit_rate / one->cache_hit_rate
+                            : NAN,
+                        r->ttft_mean_s, r->ttft_mean_s / one->ttft_mean_s);
+        }
+        fprintf(f, "\n");
+    }
+}
+
+/* lrsim --replica-suite: every selected policy, each replica setting. */
+static int
+run_replica_suite(const struct opts *o, const struct sim_config *base,
+                  struct sim_report *rep, double t0)
+{
+    int32_t pol[MAX_POLICIES];
+    size_t n_pol;
+    if (select_policies(o->policies, pol, &n_pol) != 0)
+        return EXIT_USAGE;
+    struct sim_replicas rc_of[REPLICA_CONFIGS];
+    replica_configs(o, rc_of);
+    struct pool p = { 0 };
+    p.n = n_pol * REPLICA_CONFIGS;
+    p.jobs = sim_calloc(p.n, sizeof *p.jobs);
+    struct sim_result *runs = sim_calloc(p.n, sizeof *runs);
+    int rc = 1;
+    if (p.jobs == NULL || runs == NULL) {
+        fprintf(stderr, "lrsim: out of memory\n");
+        goto out;
+    }
+    p.progress = isatty(STDERR_FILENO) && !o->quiet;
+    for (size_t k = 0; k < p.n; k++) {
+        p.jobs[k].cfg = *base;
+        p.jobs[k].cfg.policy = pol[k / REPLICA_CONFIGS];
+        p.jobs[k].cfg.rates = rates_of(o, pol[k / REPLICA_CONFIGS]);
+        p.jobs[k].cfg.rep = rc_of[k % REPLICA_CONFIGS];
+    }
+    run_all(&p, o->jobs ? o->jobs : default_jobs());
+    for (size_t k = 0; k < p.n; k++) {
+        struct job *j = &p.jobs[k];
+        if (j->rc != 0) {
+            fprintf(stderr, "lrsim: %s (%s)\n", j->err.msg,
+                    j->res.replicas_desc);
+            goto out;
+        }
+        sim_result_drop_requests(&j->res);
+        runs[k] = j->res;
+        memset(&j->res, 0, sizeof j->res);
+    }
+    rep->runs = runs;
+    rep->n_runs = p.n;
+    rep->wall_s = mono_s() - t0;
+    rc = 0;
+    if (!o->quiet)
+        replica_table(stdout, rep, n_pol);
+    if (fflush(stdout) != 0)
+        rc = 1;
+    if (rc == 0 && o->json != NULL && write_file(o->json, replica_json, rep))
+        rc = 1;
+    fprintf(stderr, "lrsim: replica suite: %zu runs in %.1f s\n", p.n,
+            mono_s() - t0);
+out:
+    for (size_t k = 0; k < p.n; k++) {
+        sim_result_free(&p.jobs[k].res);
+        if (runs != NULL)
+            sim_result_free(&runs[k]);
+    }
+    free(p.jobs);
+    free(runs);
+    rep->runs = NULL;
+    rep->n_runs = 0;
+    return rc;
 }
 
 /* ---- the regime suite ------------------------------------------------------------------ */
@@ -1273,6 +1480,10 @@ main(int argc, char **argv)
     rep.c = &c;
     rep.cfg = &cfg;
     rep.time_scale = o.time_scale;
+    if (o.replica_suite) {
+        rc = run_replica_suite(&o, &cfg, &rep, t0);
+        goto out;
+    }
     rc = simulate(&o, &cfg, &p, &runs, &skips, &rep);
     if (rc != 0)
         goto out;

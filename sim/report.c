@@ -102,6 +102,24 @@ table_rates(FILE *f, const struct sim_report *rep)
                     k + 1 < rep->n_runs ? ", " : "\n");
 }
 
+/* Gateway replicas, when there are several: the setting and what they
+ * exchanged (the first run's; every run has the same setting). */
+static void
+table_replicas(FILE *f, const struct sim_report *rep)
+{
+    if (rep->n_runs == 0 || rep->runs[0].replicas <= 1)
+        return;
+    const struct sim_result *r = &rep->runs[0];
+    fprintf(f, "  gateway replicas: %s", r->replicas_desc);
+    if (r->deltas_sent)
+        fprintf(f, "; deltas of %.0f B on average",
+                (double)r->delta_bytes / (double)r->deltas_sent);
+    if (r->gauges_sent)
+        fprintf(f, "; gauges of %.0f B", (double)r->gauge_bytes /
+                                             (double)r->gauges_sent);
+    fprintf(f, "\n");
+}
+
 static void
 table_header(FILE *f, const struct sim_report *rep)
 {
@@ -130,6 +148,7 @@ table_header(FILE *f, const struct sim_report *rep)
             (unsigned long long)rep->cfg->seed, rep->cfg->slo_ttft_s,
             (double)rep->cfg->scrape_us / 1000.0, rep->cfg->block_tokens);
     table_rates(f, rep);
+    table_replicas(f, rep);
     fprintf(f, "\n");
 }
 
@@ -584,6 +603,23 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     }
     jkey(f, "      ", "router_rates");
     jstr(f, r->router_rates);
+    if (r->replicas > 1) {
+        jkey(f, "      ", "replicas");
+        jstr(f, r->replicas_desc);
+        jkey(f, "      ", "exchanged");
+        fprintf(f,
+                "{\"deltas\": %llu, \"delta_bytes\": %llu, "
+                "\"deltas_dropped\": %llu, \"gauges\": %llu, "
+                "\"gauge_bytes\": %llu, \"kv_events\": %llu, "
+                "\"kv_unplaced\": %llu}",
+                (unsigned long long)r->deltas_sent,
+                (unsigned long long)r->delta_bytes,
+                (unsigned long long)r->deltas_dropped,
+                (unsigned long long)r->gauges_sent,
+                (unsigned long long)r->gauge_bytes,
+                (unsigned long long)r->kv_events,
+                (unsigned long long)r->kv_unplaced);
+    }
     JD("ttft_mean_s", r->ttft_mean_s);
     JD("ttft_p50_s", r->ttft_p50_s);
     JD("ttft_p95_s", r->ttft_p95_s);

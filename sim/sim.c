@@ -31,7 +31,9 @@ enum ev_kind {
     EV_SCRAPE_BACK,  /* its answer reaches the gateway */
     EV_SAMPLE,       /* load-CV sample (measurement only) */
     EV_REBALANCE,    /* DualMap rebalancing plan */
-    EV_LEARN         /* lodestar: the host's learning thread runs a step */
+    EV_LEARN,        /* lodestar: the host's learning thread runs a step */
+    EV_DELTAS,       /* replicas publish their deltas (--sync deltas) */
+    EV_GAUGES        /* replicas publish their load gauges */
 };
 
 struct ev {
@@ -98,13 +100,36 @@ heap_pop(struct heap *h)
 
 /* ---- run state ------------------------------------------------------------------ */
 
+/* An engine's KV-event hooks' context (--sync events). */
+struct sink {
+    struct run *r;
+    uint32_t inst;
+};
+
 struct run {
     const struct sim_config *cfg;
     const struct sim_workload *w;
     const struct sim_cluster *c;
     struct sim_result *res;
     struct sim_err *err;
-    lr_router *router;
+    lr_router *router; /* routers[0]: the one with a single router */
+    /* gateway replicas (cfg->rep): routers[k] is replica k; a request's
+     * later events go to the replica that routed it */
+    lr_router **routers;
+    uint32_t n_rep;
+    uint8_t *rep_of;
+    struct sim_rng front_rng, loss_rng;
+    uint64_t *marks; /* deltas: each replica's journal mark */
+    uint64_t delta_ticks;
+    /* --sync events: the engines' hooks, a token scratch to rebuild a
+     * stored run's token ids, the removals of the engine stepping */
+    struct sink *sinks;
+    uint32_t *ev_tok, *ev_bnd;
+    size_t ev_tok_cap, ev_bnd_cap;
+    uint64_t *rm;
+    size_t rm_n, rm_cap;
+    uint32_t rm_inst;
+    int sink_failed;
     uint32_t *rid;     /* router id per instance */
     uint32_t *inst_of; /* instance per router id */
     uint32_t max_rid;
@@ -213,10 +238,14 @@ finish_req(struct run *r, size_t q, int state)
     return 0;
 }
 
+static int flush_removed(struct run *r);
+
 static int
 kick(struct run *r, uint32_t i)
 {
     uint64_t us = sim_engine_start_step(r->eng[i]);
+    if (flush_removed(r) != 0) /* the evictions of its admissions */
+        return -1;
     if (us == 0)
         return 0;
     return push(r, r->now + us, EV_STEP, i, 0, 0);
@@ -245,6 +274,25 @@ now_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The front load balancer: which replica gets request q. */
+static uint32_t
+pick_replica(struct run *r, size_t q)
+{
+    if (r->n_rep == 1)
+        return 0;
+    const struct sim_req *rq = &r->w->reqs[q];
+    switch (r->cfg->rep.front) {
+    case SIM_FRONT_ROUND_ROBIN:
+        return (uint32_t)(q % r->n_rep);
+    case SIM_FRONT_SESSION:
+        if (rq->has_session)
+            return (uint32_t)(sim_mix64(rq->session) % r->n_rep);
+        return (uint32_t)sim_rng_range(&r->front_rng, 0, r->n_rep - 1);
+    default:
+        return (uint32_t)sim_rng_range(&r->front_rng, 0, r->n_rep - 1);
+    }
+}
+
 static int
 on_arrival(struct run *r, size_t q)
 {
@@ -263,10 +311,15 @@ on_arrival(struct run *r, size_t q)
     lq.session = rq->session;
     lq.has_session = rq->has_session ? 1 : 0;
     lq.now_ns = ns_of(r->now);
+    /* precise mode: the engines' events are what the routers know */
+    if (r->cfg->rep.sync == SIM_SYNC_EVENTS)
+        lq.flags |= LR_ROUTE_NO_LEARN;
+    uint32_t k = pick_replica(r, q);
+    r->rep_of[q] = (uint8_t)k;
     lr_decision d;
     lr_decision_init(&d);
     uint64_t t0 = now_mono_ns();
-    lr_status st = lr_router_route(r->router, &lq, &d);
+    lr_status st = lr_router_route(r->routers[k], &lq, &d);
     uint64_t t1 = now_mono_ns();
     r->res->route_ns[q] = (uint32_t)(t1 - t0 > UINT32_MAX ? UINT32_MAX
                                                            : t1 - t0);
@@ -371,9 +424,10 @@ on_router_event(struct run *r, const struct ev *e)
     uint64_t id = e->a + 1, now = ns_of(r->now);
     lr_status st;
     size_t q = (size_t)e->a;
+    lr_router *router = r->routers[r->rep_of[q]];
     switch (e->kind) {
     case EV_FIRST_TOKEN:
-        st = lr_router_first_token(r->router, id, now);
+        st = lr_router_first_token(router, id, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_first_token", st);
         if (!isnan(r->res->pred_ttft_s[q])) {
@@ -384,13 +438,12 @@ on_router_event(struct run *r, const struct ev *e)
         }
         return 0;
     case EV_COMPLETE:
-        st = lr_router_complete(r->router, id, r->w->reqs[q].output_tokens,
-                                now);
+        st = lr_router_complete(router, id, r->w->reqs[q].output_tokens, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_complete", st);
         return finish_req(r, q, REQ_DONE);
     default: /* EV_FAIL: the engine refused a request it can never fit */
-        st = lr_router_fail(r->router, id, now);
+        st = lr_router_fail(router, id, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_fail", st);
         seq_put(r, r->seq_of[q]);
@@ -438,15 +491,19 @@ on_scrape_back(struct run *r, const struct ev *e)
     st.waiting = (uint32_t)e->a;
     st.kv_use = e->x;
     st.scraped_ns = ns_of(r->now - half_rtt(r, i));
-    lr_status s = lr_router_set_stats(r->router, r->rid[i], &st);
-    if (s != LR_OK)
-        return lib_fail(r, "lr_router_set_stats", s);
-    double j = r->cfg->probe_jitter;
-    double f = 1.0 + j * (2.0 * sim_rng_unit(&r->jitter) - 1.0);
-    uint64_t rtt_ns = (uint64_t)llround((double)r->c->inst[i].rtt_us * 1000.0 * f);
-    s = lr_router_observe_rtt(r->router, r->rid[i], rtt_ns);
-    if (s != LR_OK)
-        return lib_fail(r, "lr_router_observe_rtt", s);
+    /* every replica scrapes and probes every engine (the same answer) */
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status s = lr_router_set_stats(r->routers[k], r->rid[i], &st);
+        if (s != LR_OK)
+            return lib_fail(r, "lr_router_set_stats", s);
+        double j = r->cfg->probe_jitter;
+        double f = 1.0 + j * (2.0 * sim_rng_unit(&r->jitter) - 1.0);
+        uint64_t rtt_ns =
+            (uint64_t)llround((double)r->c->inst[i].rtt_us * 1000.0 * f);
+        s = lr_router_observe_rtt(r->routers[k], r->rid[i], rtt_ns);
+        if (s != LR_OK)
+            return lib_fail(r, "lr_router_observe_rtt", s);
+    }
     return 0;
 }
 
@@ -477,11 +534,11 @@ on_sample(struct run *r)
 }
 
 static int
-on_rebalance(struct run *r)
+rebalance_one(struct run *r, lr_router *router)
 {
     size_t n = 0;
     lr_status st =
-        lr_router_rebalance_plan(r->router, ns_of(r->now), r->moves, MAX_MOVES,
+        lr_router_rebalance_plan(router, ns_of(r->now), r->moves, MAX_MOVES,
                                  sizeof r->moves[0], &n);
     if (st != LR_OK)
         return lib_fail(r, "lr_router_rebalance_plan", st);
@@ -499,13 +556,23 @@ on_rebalance(struct run *r)
         if (s == NULL || !sim_engine_fits(r->eng[to], s->prompt, s->output) ||
             sim_engine_remove_waiting(r->eng[s->inst], s) != 0)
             continue;
-        st = lr_router_move(r->router, m->request_id, m->to);
+        st = lr_router_move(router, m->request_id, m->to);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_move", st);
         r->res->moves++;
         if (push(r, r->now + half_rtt(r, to), EV_RECV, to, q, 0) != 0)
             return -1;
     }
+    return 0;
+}
+
+/* Each replica plans for the requests it routed. */
+static int
+on_rebalance(struct run *r)
+{
+    for (uint32_t k = 0; k < r->n_rep; k++)
+        if (rebalance_one(r, r->routers[k]) != 0)
+            return -1;
     return periodic(r, EV_REBALANCE, r->cfg->scrape_us);
 }
 
@@ -569,19 +636,171 @@ on_learn(struct run *r)
     int32_t trained = 0;
     double wall = 0;
     if (r->now < r->cfg->freeze_us) {
-        uint64_t t0 = now_mono_ns();
-        lr_status st = lr_router_learn_step(r->router, 0, &trained);
-        wall = (double)(now_mono_ns() - t0) / 1e9;
-        r->res->learn_wall_s += wall;
-        /* LR_ENOMEM keeps the samples for the next step, as in a gateway */
-        if (st != LR_OK && st != LR_ENOMEM)
-            return lib_fail(r, "lr_router_learn_step", st);
+        /* every replica learns on its own samples; the curve follows
+         * replica 0's */
+        for (uint32_t k = 0; k < r->n_rep; k++) {
+            int32_t tr = 0;
+            uint64_t t0 = now_mono_ns();
+            lr_status st = lr_router_learn_step(r->routers[k], 0, &tr);
+            double w = (double)(now_mono_ns() - t0) / 1e9;
+            r->res->learn_wall_s += w;
+            /* LR_ENOMEM keeps the samples for the next step */
+            if (st != LR_OK && st != LR_ENOMEM)
+                return lib_fail(r, "lr_router_learn_step", st);
+            if (k == 0) {
+                trained = tr;
+                wall = w;
+            }
+        }
         stepped = 1;
         r->res->learn_steps++;
     }
     if (add_point(r, stepped, trained != 0, wall) != 0)
         return -1;
     return periodic(r, EV_LEARN, r->cfg->learn_us);
+}
+
+/* ---- replicas: deltas, gauges, engine events --------------------------------------------- */
+
+/* Every replica publishes what it learned since its last publication
+ * (every full_us, everything: what heals a lost delta) to every other;
+ * each delivery is lost with probability rep.loss. */
+static int
+on_deltas(struct run *r)
+{
+    const struct sim_replicas *rep = &r->cfg->rep;
+    uint64_t every = rep->full_us > rep->delta_us ? rep->full_us / rep->delta_us
+                                                  : 1;
+    int full = rep->full_us > 0 && r->delta_ticks % every == every - 1;
+    r->delta_ticks++;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_blob *b = NULL;
+        uint64_t mark = 0;
+        lr_status st = lr_router_export_delta(r->routers[k],
+                                              full ? 0 : r->marks[k], &b, &mark);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_export_delta", st);
+        r->marks[k] = mark;
+        r->res->deltas_sent++;
+        r->res->delta_bytes += lr_blob_size(b);
+        for (uint32_t j = 0; j < r->n_rep && st == LR_OK; j++) {
+            if (j == k)
+                continue;
+            if (rep->loss > 0 && sim_rng_unit(&r->loss_rng) < rep->loss) {
+                r->res->deltas_dropped++;
+                continue;
+            }
+            st = lr_router_import_delta(r->routers[j], lr_blob_data(b),
+                                        lr_blob_size(b), ns_of(r->now));
+        }
+        lr_blob_destroy(b);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_import_delta", st);
+    }
+    return periodic(r, EV_DELTAS, rep->delta_us);
+}
+
+/* Every replica's in-flight counters to every other. */
+static int
+on_gauges(struct run *r)
+{
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_blob *b = NULL;
+        lr_status st = lr_router_export_gauges(r->routers[k], &b);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_export_gauges", st);
+        r->res->gauges_sent++;
+        r->res->gauge_bytes += lr_blob_size(b);
+        for (uint32_t j = 0; j < r->n_rep && st == LR_OK; j++)
+            if (j != k)
+                st = lr_router_import_gauges(r->routers[j], lr_blob_data(b),
+                                             lr_blob_size(b), ns_of(r->now));
+        lr_blob_destroy(b);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_import_gauges", st);
+    }
+    return periodic(r, EV_GAUGES, r->cfg->rep.gauge_us);
+}
+
+/* An engine's evictions, as one BlockRemoved per replica. */
+static int
+flush_removed(struct run *r)
+{
+    if (r->rm_n == 0)
+        return 0;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status st = lr_router_kv_removed(r->routers[k], r->rid[r->rm_inst],
+                                            r->rm, r->rm_n, NULL);
+        if (st != LR_OK && st != LR_ENOENT) /* ENOENT: nothing stored yet */
+            return lib_fail(r, "lr_router_kv_removed", st);
+    }
+    r->res->kv_events++;
+    r->rm_n = 0;
+    return 0;
+}
+
+static void
+sink_removed(void *ctx, uint64_t key)
+{
+    struct sink *sk = ctx;
+    struct run *r = sk->r;
+    if (r->rm_n > 0 && r->rm_inst != sk->inst && flush_removed(r) != 0)
+        r->sink_failed = 1;
+    if (sim_grow((void **)&r->rm, &r->rm_cap, r->rm_n + 1, sizeof *r->rm) !=
+        0) {
+        r->sink_failed = 1;
+        sim_errf(r->err, "out of memory (KV events)");
+        return;
+    }
+    r->rm_inst = sk->inst;
+    r->rm[r->rm_n++] = key;
+}
+
+/* A run of blocks stored on an engine: BlockStored to every replica, with
+ * the token ids rebuilt from the workload. */
+static void
+sink_stored(void *ctx, const struct sim_seq *s, uint32_t from, uint32_t to)
+{
+    struct sink *sk = ctx;
+    struct run *r = sk->r;
+    const struct sim_req *rq = &r->w->reqs[s->req];
+    if (r->sink_failed || flush_removed(r) != 0) {
+        r->sink_failed = 1;
+        return;
+    }
+    size_t n_bnd;
+    if (sim_grow((void **)&r->ev_tok, &r->ev_tok_cap, rq->input_tokens,
+                 sizeof *r->ev_tok) != 0 ||
+        sim_grow((void **)&r->ev_bnd, &r->ev_bnd_cap, rq->n_segs,
+                 sizeof *r->ev_bnd) != 0) {
+        r->sink_failed = 1;
+        sim_errf(r->err, "out of memory (KV events)");
+        return;
+    }
+    sim_workload_tokens(r->w, s->req, r->ev_tok, r->ev_bnd, &n_bnd);
+    uint32_t bt = r->cfg->block_tokens;
+    lr_kv_stored ev;
+    lr_kv_stored_init(&ev);
+    ev.block_hashes = s->keys + from;
+    ev.n_blocks = to - from;
+    ev.has_parent = from > 0;
+    ev.parent_hash = from > 0 ? s->keys[from - 1] : 0;
+    ev.block_size = bt;
+    ev.token_ids = r->ev_tok + (size_t)from * bt;
+    ev.n_tokens = (size_t)(to - from) * bt;
+    ev.tenant_salt = rq->tenant;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status st = lr_router_kv_stored(r->routers[k], r->rid[sk->inst], &ev,
+                                           ns_of(r->now));
+        if (st == LR_ENOENT) { /* its parent was evicted: not placeable */
+            r->res->kv_unplaced++;
+        } else if (st != LR_OK) {
+            lib_fail(r, "lr_router_kv_stored", st);
+            r->sink_failed = 1;
+            return;
+        }
+    }
+    r->res->kv_events++;
 }
 
 /* ---- set-up and tear-down --------------------------------------------------------------- */
@@ -600,6 +819,10 @@ sim_config_init(struct sim_config *cfg)
     cfg->split_us = SIM_NEVER;
     cfg->learn_us = 1000000;
     cfg->freeze_us = SIM_NEVER;
+    cfg->rep.n = 1;
+    cfg->rep.gauge_us = 100000;
+    cfg->rep.full_us = 10000000;
+    cfg->rep.eviction = -1;
 }
 
 void
@@ -664,14 +887,24 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     return 0;
 }
 
+/* Replica k's router (replica 0's is the only one without replicas). All
+ * add the same instances in the same order, so they agree on the ids. */
 static int
-make_router(struct run *r)
+make_router(struct run *r, uint32_t rk)
 {
     const struct sim_config *cfg = r->cfg;
     lr_router_options o;
     lr_router_options_init(&o);
     o.policy = cfg->policy;
-    o.seed = cfg->seed;
+    o.seed = cfg->seed + rk; /* replicas draw differently */
+    if (r->n_rep > 1)
+        o.replica_id = rk + 1;
+    /* replicas that import each other's placements keep the fleet's
+     * recency order, as the engines do (docs/scale.md) */
+    if (cfg->rep.eviction >= 0)
+        o.index_eviction = cfg->rep.eviction;
+    else if (r->n_rep > 1 && cfg->rep.sync == SIM_SYNC_DELTAS)
+        o.index_eviction = LR_EVICT_LRU;
     o.block_tokens = cfg->block_tokens;
     o.max_instances = r->c->n;
     uint64_t total = 0;
@@ -692,7 +925,9 @@ make_router(struct run *r)
     if (cfg->lodestar_max_reward > 0)
         lo.max_abs_reward = cfg->lodestar_max_reward;
     o.learner = &lo;
-    lr_status st = lr_router_create(&o, &r->router);
+    lr_router *router = NULL;
+    lr_status st = lr_router_create(&o, &router);
+    r->routers[rk] = router;
     if (st == LR_ENOTSUP) {
         sim_errf(r->err, "%s: not supported by this libroute (%s)",
                  r->res->policy_name, lr_status_name(st));
@@ -700,12 +935,12 @@ make_router(struct run *r)
     }
     if (st != LR_OK)
         return lib_fail(r, "lr_router_create", st);
-    st = lr_router_set_param(r->router, LR_PARAM_TTFT_SLO_S, cfg->slo_ttft_s);
+    st = lr_router_set_param(router, LR_PARAM_TTFT_SLO_S, cfg->slo_ttft_s);
     if (st != LR_OK)
         return lib_fail(r, "lr_router_set_param(TTFT_SLO_S)", st);
     for (size_t k = 0; k < cfg->n_params; k++) {
         const struct sim_param *p = &cfg->params[k];
-        st = lr_router_set_param(r->router, (lr_param)p->key, p->value);
+        st = lr_router_set_param(router, (lr_param)p->key, p->value);
         if (st != LR_OK)
             return sim_errf(r->err, "%s: --param %s=%g: %s",
                             r->res->policy_name, sim_param_name(p->key),
@@ -720,16 +955,18 @@ make_router(struct run *r)
         cs.prefill_tokens_per_s = 1e6 / k->prefill_us;
         if (cfg->rates.mode == SIM_RATES_SCALE)
             cs.prefill_tokens_per_s *= cfg->rates.scale;
-        st = lr_router_set_class(r->router, (uint32_t)(k - sim_classes), &cs);
+        st = lr_router_set_class(router, (uint32_t)(k - sim_classes), &cs);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_set_class", st);
     }
-    r->max_rid = o.max_instances + 1;
-    r->inst_of = sim_calloc(r->max_rid, sizeof *r->inst_of);
-    r->rid = sim_calloc(r->c->n, sizeof *r->rid);
-    if (r->inst_of == NULL || r->rid == NULL)
-        return sim_errf(r->err, "out of memory");
-    memset(r->inst_of, 0xff, r->max_rid * sizeof *r->inst_of);
+    if (rk == 0) {
+        r->max_rid = o.max_instances + 1;
+        r->inst_of = sim_calloc(r->max_rid, sizeof *r->inst_of);
+        r->rid = sim_calloc(r->c->n, sizeof *r->rid);
+        if (r->inst_of == NULL || r->rid == NULL)
+            return sim_errf(r->err, "out of memory");
+        memset(r->inst_of, 0xff, r->max_rid * sizeof *r->inst_of);
+    }
     for (uint32_t i = 0; i < r->c->n; i++) {
         const struct sim_instance *in = &r->c->inst[i];
         lr_instance_spec s;
@@ -738,12 +975,50 @@ make_router(struct run *r)
         s.instance_class = in->class_id;
         s.prefix_caching = in->prefix_caching;
         s.rtt_ns = in->rtt_us * 1000u;
-        st = lr_router_add_instance(r->router, &s, &r->rid[i]);
+        uint32_t id;
+        st = lr_router_add_instance(router, &s, &id);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_add_instance", st);
+        if (rk > 0 && id != r->rid[i])
+            return sim_errf(r->err, "replica %u gave instance %u id %u, "
+                                    "replica 0 %u",
+                            rk, i, id, r->rid[i]);
+        r->rid[i] = id;
         if (r->rid[i] >= r->max_rid)
             return sim_errf(r->err, "router id %u out of range", r->rid[i]);
         r->inst_of[r->rid[i]] = i;
+    }
+    return 0;
+}
+
+/* The routers, and what the replicas share. */
+static int
+setup_replicas(struct run *r)
+{
+    const struct sim_replicas *rep = &r->cfg->rep;
+    r->n_rep = rep->n ? rep->n : 1;
+    r->routers = sim_calloc(r->n_rep, sizeof *r->routers);
+    r->rep_of = sim_calloc(r->w->n_reqs ? r->w->n_reqs : 1, sizeof *r->rep_of);
+    r->marks = sim_calloc(r->n_rep, sizeof *r->marks);
+    if (r->routers == NULL || r->rep_of == NULL || r->marks == NULL)
+        return sim_errf(r->err, "out of memory (replicas)");
+    sim_rng_seed(&r->front_rng, r->cfg->seed ^ 0x66726f6e74ull);
+    sim_rng_seed(&r->loss_rng, r->cfg->seed ^ 0x6c6f7373ull);
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        int rc = make_router(r, k);
+        if (rc != 0)
+            return rc;
+    }
+    r->router = r->routers[0];
+    if (rep->sync != SIM_SYNC_EVENTS)
+        return 0;
+    r->sinks = sim_calloc(r->c->n, sizeof *r->sinks);
+    if (r->sinks == NULL)
+        return sim_errf(r->err, "out of memory (replicas)");
+    for (uint32_t i = 0; i < r->c->n; i++) {
+        r->sinks[i] = (struct sink){ r, i };
+        struct sim_kv_sink ks = { sink_stored, sink_removed, &r->sinks[i] };
+        sim_engine_set_sink(r->eng[i], &ks);
     }
     return 0;
 }
@@ -774,7 +1049,7 @@ setup(struct run *r)
     sim_rng_seed(&r->jitter, r->cfg->seed ^ 0x6c7273696d6a6974ull);
     if (r->w->n_reqs > 0)
         r->last_arrival_us = r->w->reqs[r->w->n_reqs - 1].arrival_us;
-    return make_router(r);
+    return setup_replicas(r);
 }
 
 static void
@@ -793,7 +1068,15 @@ teardown(struct run *r)
     if (r->eng != NULL)
         for (uint32_t i = 0; i < r->c->n; i++)
             sim_engine_destroy(r->eng[i]);
-    lr_router_destroy(r->router);
+    for (uint32_t k = 0; r->routers != NULL && k < r->n_rep; k++)
+        lr_router_destroy(r->routers[k]);
+    free(r->routers);
+    free(r->rep_of);
+    free(r->marks);
+    free(r->sinks);
+    free(r->ev_tok);
+    free(r->ev_bnd);
+    free(r->rm);
     free(r->eng);
     free(r->seq_of);
     free(r->pool);
@@ -832,6 +1115,10 @@ dispatch(struct run *r, const struct ev *e)
         return on_sample(r);
     case EV_LEARN:
         return on_learn(r);
+    case EV_DELTAS:
+        return on_deltas(r);
+    case EV_GAUGES:
+        return on_gauges(r);
     default:
         return on_rebalance(r);
     }
@@ -851,11 +1138,20 @@ loop(struct run *r)
     if (r->cfg->policy == LR_POLICY_LODESTAR &&
         push(r, r->cfg->learn_us, EV_LEARN, 0, 0, 0) != 0)
         return -1;
+    const struct sim_replicas *rep = &r->cfg->rep;
+    if (r->n_rep > 1 && rep->sync == SIM_SYNC_DELTAS &&
+        push(r, rep->delta_us, EV_DELTAS, 0, 0, 0) != 0)
+        return -1;
+    if (r->n_rep > 1 && rep->sync != SIM_SYNC_NONE && rep->gauge_us > 0 &&
+        push(r, rep->gauge_us, EV_GAUGES, 0, 0, 0) != 0)
+        return -1;
     while (r->heap.n > 0) {
         struct ev e = heap_pop(&r->heap);
         r->now = e.t;
         r->res->events++;
         int rc = dispatch(r, &e);
+        if (rc == 0 && r->sink_failed)
+            rc = -1; /* an engine event hook failed (err says why) */
         if (rc != 0)
             return rc;
     }
@@ -1067,15 +1363,25 @@ summarize(struct run *r)
                               ? (double)res->hit_tokens /
                                     (double)res->query_tokens
                               : 0;
-    lr_router_stats rs;
-    lr_router_stats_init(&rs);
-    if (lr_router_get_stats(r->router, &rs) == LR_OK) {
-        res->router_hit_belief =
-            rs.prompt_tokens ? (double)rs.cached_tokens / (double)rs.prompt_tokens
-                             : 0;
-        if (read_reasons(r, res->by_reason) != 0)
-            return -1;
+    uint64_t prompt = 0, cached = 0;
+    memset(res->by_reason, 0, sizeof res->by_reason);
+    for (uint32_t rk = 0; rk < r->n_rep; rk++) { /* over the replicas */
+        lr_router_stats rs;
+        lr_router_stats_init(&rs);
+        lr_status st = lr_router_get_stats(r->routers[rk], &rs);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_get_stats", st);
+        prompt += rs.prompt_tokens;
+        cached += rs.cached_tokens;
+        uint64_t by[SIM_REASONS];
+        size_t nb = 0;
+        st = lr_router_reason_counts(r->routers[rk], by, SIM_REASONS, &nb);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_reason_counts", st);
+        for (size_t j = 0; j < nb; j++)
+            res->by_reason[j] += by[j];
     }
+    res->router_hit_belief = prompt ? (double)cached / (double)prompt : 0;
     size_t pn = 0;
     double psum = 0;
     for (size_t q = 0; q < n; q++)
@@ -1114,9 +1420,14 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
              name ? name : "?");
     sim_rates_describe(&cfg->rates, out->router_rates,
                        sizeof out->router_rates);
+    out->replicas = cfg->rep.n ? cfg->rep.n : 1;
+    sim_replicas_describe(&cfg->rep, out->replicas_desc,
+                          sizeof out->replicas_desc);
     if (cfg->w == NULL || cfg->c == NULL || cfg->c->n == 0 ||
         cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0 ||
-        cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL))
+        cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL) ||
+        cfg->rep.n > SIM_MAX_REPLICAS ||
+        (cfg->rep.sync == SIM_SYNC_DELTAS && cfg->rep.delta_us == 0))
         return sim_errf(err, "bad simulation configuration");
     uint64_t t0 = now_mono_ns();
     struct run r;

@@ -30,6 +30,36 @@
  * the library it runs (a run fails otherwise). */
 #define SIM_REASONS 32
 
+/* Gateway replicas (--replicas, --front, --sync): n routers, each a full
+ * lr_router, behind a front load balancer, sharing what they know (or
+ * not). n = 1 is a single router, as without these options. */
+enum { SIM_FRONT_RANDOM, SIM_FRONT_ROUND_ROBIN, SIM_FRONT_SESSION };
+enum { SIM_SYNC_NONE, SIM_SYNC_EVENTS, SIM_SYNC_DELTAS };
+#define SIM_MAX_REPLICAS 64u
+
+struct sim_replicas {
+    uint32_t n;        /* routers (1..SIM_MAX_REPLICAS) */
+    int front;         /* SIM_FRONT_*: who gets each request */
+    int sync;          /* SIM_SYNC_*: none; every engine's KV events to
+                        * every router (routes learn nothing themselves);
+                        * deltas every delta_us */
+    uint64_t delta_us; /* deltas: publication period */
+    double loss;       /* deltas: share of deliveries lost, [0, 1) */
+    uint64_t gauge_us; /* load gauges' period when n > 1 and sync is not
+                        * none (100 ms); 0: none */
+    uint64_t full_us; /* deltas: a full publication at least this often,
+                       * what heals a lost one (10 s, as AIBrix syncs) */
+    int eviction; /* the routers' lr_eviction; -1: LR_EVICT_LRU for
+                   * replicas sharing deltas, else the library's default */
+};
+
+/* Parse --front and --sync values into r (0, or -1 with err). */
+int sim_front_parse(const char *v, struct sim_replicas *r, struct sim_err *err);
+int sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err);
+/* "4 x random, deltas:100:0.1" */
+void sim_replicas_describe(const struct sim_replicas *r, char *buf,
+                           size_t len);
+
 struct sim_config {
     const struct sim_workload *w;
     const struct sim_cluster *c;
@@ -63,6 +93,7 @@ struct sim_config {
     uint32_t lodestar_epochs; /* epochs; 0: default */
     double lodestar_max_reward; /* max_abs_reward (s); 0: default (15) */
     int keep_samples; /* copy lr_router_learner_samples() into the result */
+    struct sim_replicas rep; /* n = 1: a single router */
 };
 
 #define SIM_NEVER UINT64_MAX
@@ -160,6 +191,12 @@ struct sim_result {
     /* totals for the conservation checks */
     uint64_t input_tokens, output_tokens, sampled_tokens;
     uint64_t query_tokens, hit_tokens, prefilled_tokens, abandoned_tokens;
+    /* replicas: the setting, described, and what they exchanged */
+    uint32_t replicas;
+    char replicas_desc[48];
+    uint64_t deltas_sent, delta_bytes, deltas_dropped;
+    uint64_t gauges_sent, gauge_bytes;
+    uint64_t kv_events, kv_unplaced;
     /* measured (vary between runs; never compared) */
     double route_ns_p50, route_ns_p99, route_ns_mean;
     double wall_s;

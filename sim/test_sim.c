@@ -261,6 +261,110 @@ test_deterministic(void **state)
     sim_cluster_free(&c);
 }
 
+/* Gateway replicas: every front and sync balances its books, runs the
+ * same twice, and exchanged what its sync says; sharing beats not
+ * sharing on a conversation workload; one "replica" is the plain run. */
+static void
+run_rep(const struct sim_workload *w, const struct sim_cluster *c,
+        int32_t policy, const char *front, const char *sync, uint32_t n,
+        struct sim_result *res)
+{
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = w;
+    cfg.c = c;
+    cfg.policy = policy;
+    cfg.verify_engines = 1;
+    cfg.rep.n = n;
+    struct sim_err err = { { 0 } };
+    if (sim_front_parse(front, &cfg.rep, &err) != 0 ||
+        sim_sync_parse(sync, &cfg.rep, &err) != 0)
+        fail_msg("%s", err.msg);
+    if (sim_run(&cfg, res, &err) != 0)
+        fail_msg("%s %s %s: %s", lr_policy_name((lr_policy)policy), front,
+                 sync, err.msg);
+    check_books(w, c, res);
+}
+
+static void
+test_replicas(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("conversation", 500, 14, 5, &w);
+    struct sim_cluster c;
+    parse_cluster("6xa100", &c);
+    const int32_t pol = LR_POLICY_PREFIX_CACHE_AND_LOAD;
+    static const char *const fronts[] = { "random", "round-robin", "session" };
+    static const char *const syncs[] = { "none", "events", "deltas:100",
+                                         "deltas:250:0.3" };
+    double hit[4] = { 0 };
+    for (int f = 0; f < 3; f++)
+        for (int k = 0; k < 4; k++) {
+            struct sim_result a, b;
+            memset(&b, 0, sizeof b);
+            run_rep(&w, &c, pol, fronts[f], syncs[k], 3, &a);
+            assert_int_equal(a.replicas, 3);
+            if (f == 0) { /* the same twice */
+                run_rep(&w, &c, pol, fronts[f], syncs[k], 3, &b);
+                assert_true(a.ttft_mean_s == b.ttft_mean_s &&
+                            a.hit_tokens == b.hit_tokens);
+            }
+            assert_int_equal(a.kv_events > 0, k == 1);
+            assert_int_equal(a.deltas_sent > 0, k >= 2);
+            assert_int_equal(a.gauges_sent > 0, k >= 1);
+            assert_int_equal(a.deltas_dropped > 0, k == 3);
+            if (f == 0)
+                hit[k] = a.cache_hit_rate;
+            sim_result_free(&a);
+            sim_result_free(&b);
+        }
+    /* not sharing loses hits; events and deltas keep them */
+    assert_true(hit[0] < 0.85 * hit[1]);
+    assert_true(hit[0] < 0.85 * hit[2]);
+    /* one replica is a single router, whatever the sync */
+    struct sim_result one, plain;
+    run_rep(&w, &c, pol, "random", "deltas:100", 1, &one);
+    assert_int_equal(run_checked(&w, &c, pol, &plain), 0);
+    assert_true(one.ttft_mean_s == plain.ttft_mean_s &&
+                one.hit_tokens == plain.hit_tokens);
+    assert_int_equal(one.deltas_sent + one.gauges_sent, 0);
+    sim_result_free(&one);
+    sim_result_free(&plain);
+    /* the options */
+    struct sim_replicas r = { 0 };
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_sync_parse("deltas:0", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("deltas:10:1", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("deltas:10:0.5x", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("gossip", &r, &err), -1);
+    assert_int_equal(sim_front_parse("sticky", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("deltas:2.5:0.25", &r, &err), 0);
+    assert_int_equal(r.delta_us, 2500);
+    assert_true(r.loss == 0.25);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* A rounded trace's bursts, spread: same requests, arrival order sorted,
+ * each within its window, deterministic. */
+static void
+test_spread(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("conversation", 200, 14, 5, &w);
+    for (size_t q = 0; q < w.n_reqs; q++) /* bursts every 3 s */
+        w.reqs[q].arrival_us = (q / 10) * 3000000ull;
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_workload_spread(&w, 3000000, 1, &err), 0);
+    for (size_t q = 1; q < w.n_reqs; q++)
+        assert_true(w.reqs[q - 1].arrival_us <= w.reqs[q].arrival_us);
+    assert_true(w.reqs[w.n_reqs - 1].arrival_us < 20 * 3000000ull);
+    assert_true(w.reqs[1].arrival_us != w.reqs[2].arrival_us);
+    sim_workload_free(&w);
+}
+
 /* Every generator: n requests, sorted, deterministic for a seed. */
 static void
 test_generators(void **state)
@@ -842,6 +946,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conservation_all_policies),
+        cmocka_unit_test(test_replicas),
+        cmocka_unit_test(test_spread),
         cmocka_unit_test(test_conservation_pressure),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_deterministic),

@@ -81,6 +81,28 @@ sim_workload_scale_time(struct sim_workload *w, double scale)
     w->rate = w->rate > 0 ? w->rate / scale : 0;
 }
 
+int
+sim_workload_spread(struct sim_workload *w, uint64_t window_us, uint64_t seed,
+                    struct sim_err *err)
+{
+    if (window_us == 0 || w->n_reqs == 0)
+        return 0;
+    struct sim_rng rng;
+    sim_rng_seed(&rng, seed ^ 0x737072656164ull); /* "spread" */
+    for (size_t i = 0; i < w->n_reqs;) {
+        size_t j = i;
+        uint64_t t = w->reqs[i].arrival_us;
+        while (j < w->n_reqs && w->reqs[j].arrival_us == t)
+            j++;
+        if (j - i > 1)
+            for (size_t k = i; k < j; k++)
+                w->reqs[k].arrival_us = t + sim_rng_range(&rng, 0,
+                                                          window_us - 1);
+        i = j;
+    }
+    return sim_workload_sort(w, err);
+}
+
 void
 sim_workload_tokens(const struct sim_workload *w, size_t r, uint32_t *tok,
                     uint32_t *bnd, size_t *n_bnd)

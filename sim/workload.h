@@ -77,6 +77,13 @@ int sim_workload_sort(struct sim_workload *w, struct sim_err *err);
 /* Multiply arrival times by `scale` (> 0). */
 void sim_workload_scale_time(struct sim_workload *w, double scale);
 
+/* Spread the requests that share an arrival time uniformly over
+ * [t, t + window_us) (a trace that rounds its timestamps replays its
+ * arrivals as bursts otherwise), drawing from seed, then sort again.
+ * 0 or -1 (out of memory). */
+int sim_workload_spread(struct sim_workload *w, uint64_t window_us,
+                        uint64_t seed, struct sim_err *err);
+
 /* Expand request r's prompt into tokens (capacity >= input_tokens) and,
  * if bnd is non-NULL, its message ends (capacity >= n_segs) into bnd and
  * *n_bnd. */
