@@ -4,7 +4,10 @@
 #   tools/deps.sh            build + unit tests
 #   tools/deps.sh --full     everything tools/run-tests uses (clang and
 #                            libFuzzer, valgrind, g++, clang-format,
-#                            python3 + cffi, binutils, abigail-tools)
+#                            python3 + cffi, binutils, abigail-tools,
+#                            and for the gateway replicas' end-to-end
+#                            test redis-server, python3-redis,
+#                            python3-zmq, python3-msgpack)
 #
 # or, from another bash script:
 #
@@ -18,7 +21,8 @@
 LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
     uthash-dev libcmocka-dev)
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
-    python3-cffi binutils abigail-tools)
+    python3-cffi binutils abigail-tools redis-server python3-redis python3-zmq
+    python3-msgpack)
 
 # Print the packages of "$@" that are not installed, one per line.
 lr_deps_missing()

@@ -58,11 +58,26 @@ class Gateway:
 
     def __init__(self, backends: List[Tuple[str, str, int]], *,
                  policy: str = "prefix-cache", scrape_s: float = 0.1,
-                 health_s: float = 0.25, timeout_s: float = 30.0) -> None:
-        self.router = Router(policy, seed=1)
+                 health_s: float = 0.25, timeout_s: float = 30.0,
+                 router_options: Optional[Dict[str, Any]] = None,
+                 prepare: Optional[Any] = None,
+                 learn: bool = True) -> None:
+        self.router = Router(policy, seed=1, **(router_options or {}))
+        # A replica restarting restores its router first (fleet.py), then
+        # finds the backends the snapshot names.
+        self.restored = bool(prepare(self.router)) if prepare else False
+        self.learn = learn  # False: the engines' KV events are the truth
+        self.on_backend_up: List[Any] = []  # callbacks (Backend)
+        self.status_parts: Dict[str, Any] = {}  # name -> () -> dict
         self.backends: Dict[int, Backend] = {}
         for name, host, port in backends:
-            ident = self.router.add_instance(name)
+            try:
+                ident = self.router.find_instance(name)
+                # drained when the snapshot was taken: the health checks
+                # below drain it again if it still is down
+                self.router.drain_instance(ident, False)
+            except libroute.NotFoundError:
+                ident = self.router.add_instance(name)
             self.backends[ident] = Backend(name, host, port, ident)
         self.ids = itertools.count(1)
         self.lock = threading.Lock()
@@ -99,6 +114,8 @@ class Gateway:
                 return
             b.up = True
         self.router.drain_instance(b.id, False)
+        for fn in self.on_backend_up:  # it restarted: its cache is empty
+            fn(b)
 
     def _get(self, b: Backend, path: str) -> Optional[str]:
         try:
@@ -168,6 +185,17 @@ class Gateway:
                         self.router.reason_counts().items() if n},
             "inflight": s.inflight,
             "retries": self.retries,
+            "restored": self.restored,
+            "replicas": {
+                "kv_batches": s.kv_batches, "kv_duplicates": s.kv_duplicates,
+                "kv_gaps": s.kv_gaps, "kv_restarts": s.kv_restarts,
+                "deltas_exported": s.deltas_exported,
+                "deltas_imported": s.deltas_imported,
+                "deltas_skipped": s.deltas_skipped,
+                "gauges_imported": s.gauges_imported,
+                "peers_live": s.peers_live,
+                **{k: fn() for k, fn in self.status_parts.items()},
+            },
         }
 
 
@@ -219,7 +247,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for _ in range(len(gw.backends)):
             try:
                 d = gw.router.route(toks, request_id=rid, now_ns=now_ns(),
-                                    boundaries=ends,
+                                    boundaries=ends, learn=gw.learn,
                                     expected_output_tokens=max_tokens)
             except libroute.StateError:
                 break  # every backend drained
@@ -307,10 +335,73 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class GatewayServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # bursts of clients: the default 5 resets them
 
     def __init__(self, addr: Tuple[str, int], gateway: Gateway) -> None:
         super().__init__(addr, Handler)
         self.gateway = gateway
+
+
+def add_fleet_args(ap: argparse.ArgumentParser) -> None:
+    """The replica options (fleet.py, docs/scale.md)."""
+    g = ap.add_argument_group("replicas")
+    g.add_argument("--name", default="gateway",
+                   help="this gateway's name (its snapshot's key)")
+    g.add_argument("--redis", metavar="HOST:PORT",
+                   help="share placements and load with the other gateways "
+                        "over Redis pub/sub; snapshots in Redis")
+    g.add_argument("--fleet", default="default",
+                   help="the fleet: its gateways share one Redis channel")
+    g.add_argument("--kv-events", action="store_true",
+                   help="apply the engines' vLLM KV events (ZeroMQ)")
+    g.add_argument("--kv-endpoint", action="append", default=[],
+                   metavar="NAME=PUB,REPLAY",
+                   help="an engine's ZMQ event and replay endpoints")
+    g.add_argument("--sync-ms", type=float, default=50.0,
+                   help="delta publication period (default 50)")
+    g.add_argument("--snapshot-s", type=float, default=2.0,
+                   help="snapshot period (default 2)")
+
+
+def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
+                policy: str) -> Tuple[Gateway, List[Any]]:
+    """The gateway with its replica wiring: Redis sync and KV events."""
+    import fleet
+    sync = None
+    opts: Dict[str, Any] = {"replica_id": fleet.new_replica_id()}
+    if a.redis:
+        host, _, port = a.redis.rpartition(":")
+        opts["index_eviction"] = libroute.Eviction.LRU
+        sync = fleet.RedisSync(None, host or "127.0.0.1", int(port),
+                               fleet=a.fleet, name=a.name,
+                               backends=[b[0] for b in backends],
+                               sync_s=a.sync_ms / 1e3,
+                               snapshot_s=a.snapshot_s)
+
+    def prepare(router: Router) -> bool:
+        if sync is None:
+            return False
+        sync.router = router
+        return sync.restore()
+
+    gw = Gateway(backends, policy=policy, router_options=opts,
+                 prepare=prepare, learn=not a.kv_events)
+    stoppers: List[Any] = []
+    if sync is not None:
+        sync.start()
+        gw.status_parts["redis"] = sync.status
+        stoppers.append(sync.close)
+    if a.kv_events:
+        eps = fleet.kv_endpoints(a.kv_endpoint)
+        missing = [b.name for b in gw.backends.values() if b.name not in eps]
+        if missing:
+            raise SystemExit(f"--kv-events: no --kv-endpoint for {missing}")
+        sub = fleet.KvEventSubscriber(
+            gw.router, {b.id: eps[b.name] for b in gw.backends.values()})
+        gw.status_parts["kv"] = sub.status
+        gw.on_backend_up.append(lambda b: gw.router.kv_reset(b.id))
+        stoppers.append(sub.close)
+    return gw, stoppers
 
 
 def main() -> None:
@@ -322,6 +413,7 @@ def main() -> None:
                     help="a libroute policy name (default prefix-cache)")
     ap.add_argument("--backend", action="append", required=True,
                     metavar="NAME=HOST:PORT")
+    add_fleet_args(ap)
     a = ap.parse_args()
     backends = []
     for spec in a.backend:
@@ -329,16 +421,24 @@ def main() -> None:
         if not m:
             ap.error(f"--backend {spec!r}: expected NAME=HOST:PORT")
         backends.append((m.group(1), m.group(2), int(m.group(3))))
-    gw = Gateway(backends, policy=a.policy)
+    stoppers: List[Any] = []
+    if a.redis or a.kv_events:
+        gw, stoppers = start_fleet(a, backends, a.policy)
+    else:
+        gw = Gateway(backends, policy=a.policy)
     srv = GatewayServer((a.host, a.port), gw)
-    print(f"gateway on http://{a.host}:{a.port} ({a.policy}), "
+    print(f"gateway on http://{a.host}:{srv.server_address[1]} ({a.policy}), "
           f"{len(backends)} backends", flush=True)
+    print("READY " + json.dumps({"http": srv.server_address[1],
+                                 "restored": gw.restored}), flush=True)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         srv.server_close()
+        for stop in stoppers:
+            stop()
         gw.close()
 
 
