@@ -21,6 +21,8 @@
  * router's own count). s0 is the class's seconds per prefill token, s1
  * how much each decoding request slows a prefill (it shares the steps),
  * b0 + b1 x D the step a first token waits for. Every term is >= 0.
+ * Only first tokens whose own prefill was a fifth of W or more are
+ * folded in (adaptive.c says why).
  * theta holds (s0, s1, b0, b1) in scaled units (see adaptive.c); A and
  * bv are the fit's discounted normal equations, prior and ridge the
  * prior it shrinks to; n counts the first tokens folded in. */
@@ -35,9 +37,10 @@ struct lr__calib {
     uint32_t n;
 };
 
-/* A dispatch's features, kept until its first token. */
+/* A dispatch's features, kept until its first token (w and own in
+ * thousands of tokens). */
 struct lr__calib_req {
-    float w, d, rtt_s; /* w NaN: none */
+    float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
 };
 
