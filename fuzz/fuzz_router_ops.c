@@ -8,7 +8,8 @@
  *            (default, 1 s, 60 s, never); policy 0..14 (never lodestar);
  *            ring vnodes 1..64; allocation failure: mode (none, none, once,
  *            from then on) and which allocation 1..256 after the initial
- *            instances; a mask of the names added at start
+ *            instances; a mask of the names added at start. The router
+ *            starts with the smallest DualMap window (16 requests)
  *   op 0     add_instance: name (8 valid, "" and 256 bytes invalid), class
  *            (64 invalid), prefix_caching (2 invalid), initial RTT (up to
  *            past LR_LOAD_MAX_RTT_NS), struct_size (too small)
@@ -25,7 +26,7 @@
  *   op 7     set_policy (and an out-of-range value)
  *   op 8     set_param: key (two unknown), value (bounds, default, just
  *            outside, NaN, +-inf, -0, in between, a fraction for an
- *            integer key); the DualMap window x key blocks stays <= 65536
+ *            integer key); the DualMap window x key blocks stays <= 4096
  *   op 9     set_stats: instance, running, waiting, kv_use (NaN, inf, out
  *            of [0,1] among them), scrape time, struct_size
  *   op 10    observe_rtt: instance, RTT
@@ -82,6 +83,12 @@
 #define N_IDS 10
 #define NONE LR_INSTANCE_NONE
 #define WRAPPED (1ull << 40)
+/* The DualMap window the router starts with (LR_PARAM_DUALMAP_WINDOW's
+ * least value; the default 1024 x 16 key blocks made every call walk
+ * 16384 entries twice and held the fuzzer to ~50 inputs/s) and the most
+ * window x key blocks entries a set_param may make. */
+#define START_WINDOW 16
+#define MAX_WINDOW 4096
 
 static const uint32_t inst_ids[N_IDS] = { 0, 1, 2, 3, 4, 5, 6, 7, 1000, NONE };
 
@@ -204,7 +211,8 @@ policy_matches(int32_t p)
            p == LR_POLICY_SGLANG_CACHE_AWARE || p == LR_POLICY_PREBLE ||
            p == LR_POLICY_MIN_TTFT || p == LR_POLICY_DYNAMO ||
            p == LR_POLICY_DUALMAP || p == LR_POLICY_GORGO ||
-           p == LR_POLICY_RANVIER || p == LR_POLICY_LODESTAR;
+           p == LR_POLICY_RANVIER || p == LR_POLICY_LODESTAR ||
+           p == LR_POLICY_ADAPTIVE;
 }
 
 /* The statuses each call's documentation lists. */
@@ -764,13 +772,14 @@ op_set_param(struct run *r, fuzz_dp *dp)
         break;
     }
     /* keep the DualMap window (window x key blocks entries, walked by
-     * lr__router_verify after every call) small enough to stay fast */
+     * lr__router_verify and the digest around every call) small enough
+     * to stay fast */
     if (key == LR_PARAM_DUALMAP_WINDOW && v >= lo && v <= hi &&
-        v * r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] > 65536)
-        v = floor(65536 / r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
+        v * r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] > MAX_WINDOW)
+        v = floor(MAX_WINDOW / r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
     if (key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS && v >= lo && v <= hi &&
-        v * r->param[LR_PARAM_DUALMAP_WINDOW] > 65536)
-        v = floor(65536 / r->param[LR_PARAM_DUALMAP_WINDOW]);
+        v * r->param[LR_PARAM_DUALMAP_WINDOW] > MAX_WINDOW)
+        v = floor(MAX_WINDOW / r->param[LR_PARAM_DUALMAP_WINDOW]);
     int want;
     if (isnan(v))
         want = LR_EINVAL;
@@ -1314,6 +1323,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
                r->oom.sticky ? " and every one after" : "", mask);
     lr_status st = lr_router_create(&o, &r->r);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    st = lr_router_set_param(r->r, LR_PARAM_DUALMAP_WINDOW, START_WINDOW);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+    r->param[LR_PARAM_DUALMAP_WINDOW] = START_WINDOW;
     for (uint32_t k = 0; k < 8; k++) {
         if (!(mask & (1u << k)))
             continue;

@@ -146,6 +146,8 @@ void
 lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
                uint32_t routable)
 {
+    if (h->pool == NULL) /* no window made (lr__hot_setup): nothing kept */
+        return;
     uint64_t *slot = &h->win[(size_t)h->pos * h->depth];
     if (h->filled == h->w) {
         for (uint32_t d = 0; d < h->depth && slot[d] != 0; d++)
@@ -185,7 +187,7 @@ uint64_t
 lr__hot_pick(const struct lr__hot *h, const uint64_t *keys, uint32_t n)
 {
     uint32_t d = 0;
-    while (d + 1 < n) {
+    while (d + 1 < n && h->pool != NULL) {
         uint32_t e = hot_find(h, keys[d]);
         if (e == LR_NIL || !h->pool[e].hot)
             break;
@@ -217,7 +219,7 @@ lr__hot_digest(const struct lr__hot *h, uint64_t d)
 {
     d = lr__digest_mix(d, ((uint64_t)h->w << 32) | h->depth);
     d = lr__digest_mix(d, ((uint64_t)h->pos << 32) | h->filled);
-    for (size_t i = 0; i < (size_t)h->w * h->depth; i++)
+    for (size_t i = 0; h->win != NULL && i < (size_t)h->w * h->depth; i++)
         if (h->win[i] != 0)
             d = lr__digest_mix(d, h->win[i] ^ i);
     return d;

@@ -42,7 +42,8 @@ uint32_t lr__hot_keys(const struct lr__hot *h, const uint64_t *block_keys,
 uint64_t lr__hot_pick(const struct lr__hot *h, const uint64_t *keys,
                       uint32_t n);
 
-/* Record one request's keys (n of them) in the window, with `routable`
+/* Record one request's keys (n of them) in the window (none made: a
+ * no-op), with `routable`
  * instances setting the thresholds. */
 void lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
                     uint32_t routable);

@@ -18,6 +18,7 @@ lr__recency_setup(struct lr__recency *t, struct lr__mem *m)
 {
     if (t->slots != NULL)
         return LR_OK;
+    t->sum = 0;
     t->slots = lr__calloc(m, SLOTS, sizeof *t->slots);
     return t->slots != NULL ? LR_OK : LR_ENOMEM;
 }
@@ -29,10 +30,22 @@ lr__recency_free(struct lr__recency *t, struct lr__mem *m)
     t->slots = NULL;
 }
 
+/* Keyed by the router's hash seed: the keys are prompt hashes a client
+ * can aim, and a known slot function would let it knock chosen pairs
+ * out. */
 static inline uint64_t
-tag_of(uint64_t key, uint32_t id)
+tag_of(const struct lr__recency *t, uint64_t key, uint32_t id)
 {
-    return lr__mix64(key, (uint64_t)id + 1) | 1;
+    return lr__mix64(key ^ t->seed, (uint64_t)id + 1) | 1;
+}
+
+/* What a slot adds to the running sum (0 for an empty slot). */
+static inline uint64_t
+slot_sum(const struct lr__recency_slot *e, size_t i)
+{
+    return e->tag == 0
+               ? 0
+               : lr__mix64(e->tag ^ lr__mix64(e->ns, i), 0x9e3779b97f4a7c15ull);
 }
 
 double
@@ -41,7 +54,7 @@ lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
 {
     if (t->slots == NULL)
         return -1;
-    uint64_t tag = tag_of(key, id);
+    uint64_t tag = tag_of(t, key, id);
     const struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
     if (e->tag != tag)
         return -1;
@@ -55,10 +68,13 @@ lr__recency_remember(struct lr__recency *t, const uint64_t *keys, size_t n_keys,
     if (t->slots == NULL)
         return;
     for (size_t i = 0; i < n_keys; i++) {
-        uint64_t tag = tag_of(keys[i], id);
-        struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
+        uint64_t tag = tag_of(t, keys[i], id);
+        size_t at = tag & (SLOTS - 1);
+        struct lr__recency_slot *e = &t->slots[at];
+        t->sum -= slot_sum(e, at);
         e->tag = tag;
         e->ns = now_ns;
+        t->sum += slot_sum(e, at);
     }
 }
 
@@ -67,5 +83,5 @@ lr__recency_digest(const struct lr__recency *t, uint64_t d)
 {
     if (t->slots == NULL)
         return d;
-    return lr__digest_mix(d, lr__hash(t->slots, SLOTS * sizeof *t->slots, 7));
+    return lr__digest_mix(d, t->sum);
 }

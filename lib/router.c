@@ -167,8 +167,17 @@ policy_setup(lr_router *r, int32_t p)
     bool had_ls = atomic_load(&r->ls.learner) != NULL;
     bool had_ad = r->ad.rq != NULL;
     bool had_rec = r->rec.slots != NULL;
+    bool had_hot = r->hot.pool != NULL;
     lr_status st = LR_OK;
-    if (p == LR_POLICY_LODESTAR)
+    /* DualMap's hotness window (window x key blocks entries, 600 KiB at
+     * the defaults) only for a router whose ring key is DualMap's (DualMap,
+     * or Lodestar falling back to it); until then no key is hot. */
+    uint32_t k;
+    if (lr__policy_ring(p, r->param, &k) == LR_RING_KEY_HOTNESS && !had_hot)
+        st = lr__hot_setup(&r->hot, &r->mem,
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
+    if (st == LR_OK && p == LR_POLICY_LODESTAR)
         st = lr__lodestar_setup(&r->ls, &r->mem);
     if (st == LR_OK && p == LR_POLICY_ADAPTIVE)
         st = lr__adaptive_setup(&r->ad, &r->mem, r->max_inst, r->ls.max_req);
@@ -181,6 +190,8 @@ policy_setup(lr_router *r, int32_t p)
             lr__adaptive_free(&r->ad, &r->mem);
         if (!had_rec)
             lr__recency_free(&r->rec, &r->mem);
+        if (!had_hot)
+            lr__hot_free(&r->hot, &r->mem);
     }
     return st;
 }
@@ -203,9 +214,8 @@ create_tables(lr_router *r)
         r->rows == NULL || r->score == NULL || r->hits == NULL ||
         r->cached_by_id == NULL)
         return LR_ENOMEM;
-    LR_TRY(lr__hot_setup(&r->hot, m,
-                         (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
-                         (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]));
+    r->hot.w = (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW];
+    r->hot.depth = (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS];
     return policy_setup(r, r->policy);
 }
 
@@ -610,12 +620,27 @@ static lr_status
 set_param_locked(lr_router *r, int32_t key, double value)
 {
     switch (key) {
-    case LR_PARAM_DUALMAP_WINDOW:
-        LR_TRY(lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
+    case LR_PARAM_DUALMAP_WINDOW: /* a window made for DualMap starts again */
+        if (r->hot.pool != NULL)
+            LR_TRY(
+                lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
+        r->hot.w = (uint32_t)value;
         break;
     case LR_PARAM_DUALMAP_MAX_KEY_BLOCKS:
-        LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
+        if (r->hot.pool != NULL)
+            LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
+        r->hot.depth = (uint32_t)value;
         break;
+    case LR_PARAM_LODESTAR_FALLBACK: { /* what the new fallback needs */
+        double old = r->param[key];
+        r->param[key] = value;
+        lr_status st = policy_setup(r, r->policy);
+        if (st != LR_OK) {
+            r->param[key] = old;
+            return st;
+        }
+        break;
+    }
     case LR_PARAM_GORGO_FROZEN:
         (void)lr_cost_tune(r->gorgo, value == 0); /* GORGO model, 0 or 1 */
         break;
@@ -878,7 +903,7 @@ lr__router_verify(const lr_router *r)
         st = lr__load_verify(r->ld);
     if (st == LR_OK)
         st = verify_instances(r);
-    if (st == LR_OK)
+    if (st == LR_OK && r->hot.pool != NULL)
         st = lr__hot_verify(&r->hot);
     lr__router_unlock(r);
     return st;
