@@ -61,6 +61,7 @@ lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
 {
     size_t n = (size_t)w * depth; /* at most this many distinct keys */
     struct lr__hot nh = { 0 };
+    nh.seed = h->seed;
     nh.w = w;
     nh.depth = depth;
     nh.pool = lr__calloc(m, n, sizeof *nh.pool);
@@ -79,10 +80,12 @@ lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
     return LR_OK;
 }
 
+/* Keyed by the router's hash seed: the keys are prompt hashes a client
+ * can aim (issue 16). */
 static inline uint64_t
-hot_hash(uint64_t key)
+hot_hash(const struct lr__hot *h, uint64_t key)
 {
-    return lr__mix64(key, HOT_SEED);
+    return lr__mix64(key, h->seed ^ HOT_SEED);
 }
 
 static bool
@@ -95,7 +98,7 @@ hot_eq(const void *ctx, uint64_t key, uint32_t e)
 static uint32_t
 hot_find(const struct lr__hot *h, uint64_t key)
 {
-    return lr__table_find(&h->tab, hot_hash(key), key, hot_eq, h->pool);
+    return lr__table_find(&h->tab, hot_hash(h, key), key, hot_eq, h->pool);
 }
 
 static void
@@ -121,7 +124,7 @@ hot_add(struct lr__hot *h, uint64_t key, uint32_t routable)
         h->pool[i].key = key;
         h->pool[i].count = 0;
         h->pool[i].hot = 0;
-        lr__table_insert(&h->tab, hot_hash(key), i);
+        lr__table_insert(&h->tab, hot_hash(h, key), i);
     }
     h->pool[i].count++;
     hot_update(h, &h->pool[i], routable);
@@ -138,7 +141,7 @@ hot_del(struct lr__hot *h, uint64_t key, uint32_t routable)
         hot_update(h, &h->pool[i], routable);
         return;
     }
-    lr__table_remove(&h->tab, hot_hash(key), i);
+    lr__table_remove(&h->tab, hot_hash(h, key), i);
     h->free[h->n_free++] = i;
 }
 

@@ -13,6 +13,7 @@
  * a count and a hot flag per key. A key is hot when its share of the
  * window passes 2/n (n routable instances) and cold again below 1/n. */
 struct lr__hot {
+    uint64_t seed;            /* keys the table: the router's hash seed */
     struct lr__hot_ent *pool; /* w x depth entries: one per distinct key */
     uint32_t *free;           /* stack of unused pool entries */
     uint32_t n_free;

@@ -30,13 +30,15 @@ lr__recency_free(struct lr__recency *t, struct lr__mem *m)
     t->slots = NULL;
 }
 
-/* Keyed by the router's hash seed: the keys are prompt hashes a client
- * can aim, and a known slot function would let it knock chosen pairs
- * out. */
+/* Not keyed by the router's hash seed, unlike its hash tables: which
+ * pairs this lossy table keeps changes what Lodestar and adaptive read,
+ * so a random slot function would make decisions differ between runs
+ * (B24). Aimed keys cannot make it slower (one slot per lookup); at worst
+ * they knock pairs out, which reads as "not routed there lately". */
 static inline uint64_t
-tag_of(const struct lr__recency *t, uint64_t key, uint32_t id)
+tag_of(uint64_t key, uint32_t id)
 {
-    return lr__mix64(key ^ t->seed, (uint64_t)id + 1) | 1;
+    return lr__mix64(key, (uint64_t)id + 1) | 1;
 }
 
 /* What a slot adds to the running sum (0 for an empty slot). */
@@ -54,7 +56,7 @@ lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
 {
     if (t->slots == NULL)
         return -1;
-    uint64_t tag = tag_of(t, key, id);
+    uint64_t tag = tag_of(key, id);
     const struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
     if (e->tag != tag)
         return -1;
@@ -68,7 +70,7 @@ lr__recency_remember(struct lr__recency *t, const uint64_t *keys, size_t n_keys,
     if (t->slots == NULL)
         return;
     for (size_t i = 0; i < n_keys; i++) {
-        uint64_t tag = tag_of(t, keys[i], id);
+        uint64_t tag = tag_of(keys[i], id);
         size_t at = tag & (SLOTS - 1);
         struct lr__recency_slot *e = &t->slots[at];
         t->sum -= slot_sum(e, at);

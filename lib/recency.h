@@ -13,8 +13,7 @@ struct lr__recency_slot;
 
 struct lr__recency {
     struct lr__recency_slot *slots; /* NULL until set up */
-    uint64_t seed; /* keys the slot of a pair (the router's hash seed) */
-    uint64_t sum;  /* sum over the slots of a hash of (slot, tag, time) */
+    uint64_t sum; /* sum over the slots of a hash of (slot, tag, time) */
 };
 
 /* Make the table, once (no-op when it exists); on failure nothing is
