@@ -36,9 +36,10 @@
  * meets a D vnode before its old pick keeps its old candidates exactly.
  *
  * Why this shape. A query costs, per point, one XXH3 call on 8 bytes, one
- * table read, usually one `last` read and a binary search of one leaf
- * (positions and ids are separate arrays, so the search reads 8-byte
- * positions only). Nothing is written, so queries are safe from many
+ * table read, usually one `last` read, and in one leaf a guess from its
+ * bounds (positions are hashes, spread evenly) that is usually right
+ * within a step; position and id sit side by side, so the pick reads the
+ * line the search loaded. Nothing is written, so queries are safe from many
  * threads at once. Ties between positions are broken by name bytes
  * (memcmp, then length): the order is a function of the set of names
  * alone, never of insertion order, so every gateway replica agrees.
@@ -108,10 +109,16 @@ struct inst {
     char name[];  /* copied from the caller (B7) */
 };
 
+/* One point on the circle: position and id side by side, so the id is
+ * read from the line the search loaded. */
+struct vnode {
+    uint64_t pos;
+    uint32_t id;
+};
+
 struct leaf {
-    uint32_t n;         /* entries, 1..LEAF in a ring (0 only while built) */
-    uint64_t pos[LEAF]; /* sorted by (position, name) */
-    uint32_t id[LEAF];
+    uint32_t n;           /* entries, 1..LEAF in a ring (0 only while built) */
+    struct vnode e[LEAF]; /* sorted by (position, name) */
 };
 
 struct lr_ring {
@@ -123,7 +130,7 @@ struct lr_ring {
     struct inst *by_id;     /* uthash head over hh_id */
     struct inst *by_name;   /* uthash head over hh_name */
     struct leaf **lv;       /* nl leaves in ring order; NULL if none */
-    uint64_t *last;         /* last[i] = lv[i]->pos[lv[i]->n - 1] */
+    uint64_t *last;         /* last[i] = lv[i]->e[lv[i]->n - 1].pos */
     size_t nl;              /* leaves */
     size_t nl_cap;          /* leaf slots allocated in lv and last */
     size_t n;               /* entries: count * vnodes */
@@ -277,12 +284,36 @@ lower_in_leaf(const struct leaf *l, uint64_t p)
     uint32_t lo = 0, hi = l->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        if (l->pos[mid] < p)
+        if (l->e[mid].pos < p)
             lo = mid + 1;
         else
             hi = mid;
     }
     return lo;
+}
+
+/* lower_in_leaf for leaf i by interpolation: positions are hashes, spread
+ * evenly, so the guess from the leaf's bounds (the previous leaf's last
+ * position and its own, both in last[], one cache line) is usually within
+ * a step of the answer, and one line of the leaf is read instead of a
+ * binary search's six. Any spread is still answered exactly, in at most
+ * LEAF steps. */
+static uint32_t
+lower_in_leaf_at(const lr_ring *r, size_t i, uint64_t p)
+{
+    const struct leaf *l = r->lv[i];
+    uint32_t n = l->n;
+    uint64_t lo = i > 0 ? r->last[i - 1] : 0, hi = r->last[i];
+    uint32_t g = 0;
+    if (p > lo && hi > lo)
+        g = (uint32_t)((double)(p - lo) / (double)(hi - lo) * (double)n);
+    if (g > n)
+        g = n;
+    while (g > 0 && l->e[g - 1].pos >= p)
+        g--;
+    while (g < n && l->e[g].pos < p)
+        g++;
+    return g;
 }
 
 static struct leaf *
@@ -365,7 +396,7 @@ target_leaf(const lr_ring *r, uint64_t p, const struct inst *e)
     }
     while (lo < r->nl) { /* ties: step past leaves ending before e */
         const struct leaf *l = r->lv[lo];
-        if (after_new(r, l->pos[l->n - 1], l->id[l->n - 1], p, e))
+        if (after_new(r, l->e[l->n - 1].pos, l->e[l->n - 1].id, p, e))
             break;
         lo++;
     }
@@ -390,9 +421,8 @@ struct add_plan {
     size_t ncap;
     uint32_t *ntab; /* a bigger jump table, or NULL */
     size_t ntab_cap;
-    uint64_t *mpos; /* merge scratch: LEAF + v entries */
-    uint32_t *mid;
-    size_t scratch; /* entries in mpos and mid */
+    struct vnode *mv; /* merge scratch: LEAF + v entries */
+    size_t scratch;   /* entries in mv */
 };
 
 static void
@@ -408,8 +438,7 @@ plan_free(lr_ring *r, struct add_plan *pl, size_t v)
     lr__free(m, pl->nlv, pl->ncap * sizeof *pl->nlv);
     lr__free(m, pl->nlast, pl->ncap * sizeof *pl->nlast);
     lr__free(m, pl->ntab, pl->ntab_cap * sizeof *pl->ntab);
-    lr__free(m, pl->mpos, pl->scratch * sizeof *pl->mpos);
-    lr__free(m, pl->mid, pl->scratch * sizeof *pl->mid);
+    lr__free(m, pl->mv, pl->scratch * sizeof *pl->mv);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -424,10 +453,8 @@ plan_add(lr_ring *r, const struct inst *e, const uint64_t *pos,
     pl->fresh = lr__alloc(m, v * sizeof *pl->fresh);
     pl->grp = lr__alloc(m, v * sizeof *pl->grp);
     pl->scratch = LEAF + v;
-    pl->mpos = lr__alloc(m, pl->scratch * sizeof *pl->mpos);
-    pl->mid = lr__alloc(m, pl->scratch * sizeof *pl->mid);
-    if (pl->fresh == NULL || pl->grp == NULL || pl->mpos == NULL ||
-        pl->mid == NULL)
+    pl->mv = lr__alloc(m, pl->scratch * sizeof *pl->mv);
+    if (pl->fresh == NULL || pl->grp == NULL || pl->mv == NULL)
         return LR_ENOMEM;
     for (uint32_t i = 0; i < v; i++)
         pl->fresh[i] = pos != NULL ? pos[i] : vnode_pos(e->name, e->len, i);
@@ -483,8 +510,7 @@ spread(struct add_plan *pl, size_t m, struct leaf **out, size_t q)
     for (size_t j = 0; j < q; j++) {
         size_t take = m / q + (j < m % q ? 1 : 0);
         struct leaf *l = out[j];
-        memcpy(l->pos, pl->mpos + at, take * sizeof *l->pos);
-        memcpy(l->id, pl->mid + at, take * sizeof *l->id);
+        memcpy(l->e, pl->mv + at, take * sizeof *l->e);
         l->n = (uint32_t)take;
         at += take;
     }
@@ -502,13 +528,12 @@ commit_add(lr_ring *r, const struct inst *e, struct add_plan *pl)
     uint64_t *dlast = pl->nlast != NULL ? pl->nlast : r->last;
     size_t spare = 0;
     if (r->nl == 0) {
-        memcpy(pl->mpos, pl->fresh, v * sizeof *pl->mpos);
         for (size_t i = 0; i < v; i++)
-            pl->mid[i] = e->id;
+            pl->mv[i] = (struct vnode){ pl->fresh[i], e->id };
         spread(pl, v, pl->spare, pl->extra);
         for (size_t j = 0; j < pl->extra; j++) {
             dst[j] = pl->spare[j];
-            dlast[j] = dst[j]->pos[dst[j]->n - 1];
+            dlast[j] = dst[j]->e[dst[j]->n - 1].pos;
         }
         spare = pl->extra;
     } else {
@@ -528,15 +553,13 @@ commit_add(lr_ring *r, const struct inst *e, struct add_plan *pl)
             size_t x = 0, y = a, k = 0;
             while (x < l->n || y < b) {
                 bool take_old =
-                    y == b || (x < l->n && !after_new(r, l->pos[x], l->id[x],
-                                                      pl->fresh[y], e));
-                if (take_old) {
-                    pl->mpos[k] = l->pos[x];
-                    pl->mid[k++] = l->id[x++];
-                } else {
-                    pl->mpos[k] = pl->fresh[y++];
-                    pl->mid[k++] = e->id;
-                }
+                    y == b ||
+                    (x < l->n &&
+                     !after_new(r, l->e[x].pos, l->e[x].id, pl->fresh[y], e));
+                if (take_old)
+                    pl->mv[k++] = l->e[x++];
+                else
+                    pl->mv[k++] = (struct vnode){ pl->fresh[y++], e->id };
             }
             size_t q = leaves_for(k);
             struct leaf *out[LEAF + LR_RING_MAX_VNODES];
@@ -546,7 +569,7 @@ commit_add(lr_ring *r, const struct inst *e, struct add_plan *pl)
             spread(pl, k, out, q);
             for (size_t j = q; j-- > 0;) {
                 dst[--w] = out[j];
-                dlast[w] = out[j]->pos[out[j]->n - 1];
+                dlast[w] = out[j]->e[out[j]->n - 1].pos;
             }
             b = a;
         }
@@ -713,15 +736,13 @@ delete_entry(lr_ring *r, uint64_t p, uint32_t id)
     for (size_t i = leaf_for(r, p); i < r->nl; i++) {
         struct leaf *l = r->lv[i];
         uint32_t j = lower_in_leaf(l, p);
-        while (j < l->n && l->pos[j] == p && l->id[j] != id)
+        while (j < l->n && l->e[j].pos == p && l->e[j].id != id)
             j++;
-        if (j < l->n && l->pos[j] == p) {
-            memmove(l->pos + j, l->pos + j + 1,
-                    (l->n - j - 1) * sizeof *l->pos);
-            memmove(l->id + j, l->id + j + 1, (l->n - j - 1) * sizeof *l->id);
+        if (j < l->n && l->e[j].pos == p) {
+            memmove(l->e + j, l->e + j + 1, (l->n - j - 1) * sizeof *l->e);
             l->n--;
             if (l->n > 0)
-                r->last[i] = l->pos[l->n - 1];
+                r->last[i] = l->e[l->n - 1].pos;
             return;
         }
         if (j < l->n) /* a later position: not in the ring */
@@ -744,15 +765,14 @@ compact_leaves(lr_ring *r)
         }
         if (w > 0 && r->lv[w - 1]->n + l->n <= LEAF_MERGE) {
             struct leaf *p = r->lv[w - 1];
-            memcpy(p->pos + p->n, l->pos, l->n * sizeof *l->pos);
-            memcpy(p->id + p->n, l->id, l->n * sizeof *l->id);
+            memcpy(p->e + p->n, l->e, l->n * sizeof *l->e);
             p->n += l->n;
-            r->last[w - 1] = p->pos[p->n - 1];
+            r->last[w - 1] = p->e[p->n - 1].pos;
             leaf_free(r, l);
             continue;
         }
         r->lv[w] = l;
-        r->last[w] = l->pos[l->n - 1];
+        r->last[w] = l->e[l->n - 1].pos;
         w++;
     }
     r->nl = w;
@@ -808,10 +828,8 @@ lr_ring_remove(lr_ring *ring, uint32_t id)
             struct leaf *l = ring->lv[i];
             uint32_t w = 0;
             for (uint32_t j = 0; j < l->n; j++) {
-                if (l->id[j] != id) {
-                    l->pos[w] = l->pos[j];
-                    l->id[w++] = l->id[j];
-                }
+                if (l->e[j].id != id)
+                    l->e[w++] = l->e[j];
             }
             l->n = w;
         }
@@ -890,11 +908,11 @@ lr_ring_candidates(const lr_ring *ring, uint64_t key, uint32_t k, uint32_t *out,
         if (i == nl)
             i = 0;
         else
-            e = lower_in_leaf(ring->lv[i], pt[j]);
+            e = lower_in_leaf_at(ring, i, pt[j]);
         /* Walk on past instances already picked. It ends: fewer than
          * `count` are picked, so an unpicked instance owns some entry. */
         for (;;) {
-            uint32_t id = ring->lv[i]->id[e];
+            uint32_t id = ring->lv[i]->e[e].id;
             uint32_t p = 0;
             while (p < j && out[p] != id)
                 p++;
@@ -906,7 +924,7 @@ lr_ring_candidates(const lr_ring *ring, uint64_t key, uint32_t k, uint32_t *out,
                     i = 0;
             }
         }
-        out[j] = ring->lv[i]->id[e];
+        out[j] = ring->lv[i]->e[e].id;
     }
     *n_out = want;
     return LR_OK;
@@ -921,8 +939,8 @@ has_entry(const lr_ring *r, uint64_t p, uint32_t id)
     for (size_t i = leaf_for(r, p); i < r->nl; i++) {
         const struct leaf *l = r->lv[i];
         uint32_t j = lower_in_leaf(l, p);
-        while (j < l->n && l->pos[j] == p) {
-            if (l->id[j] == id)
+        while (j < l->n && l->e[j].pos == p) {
+            if (l->e[j].id == id)
                 return true;
             j++;
         }
@@ -975,20 +993,20 @@ lr__ring_verify(const lr_ring *r)
     for (size_t i = 0; i < r->nl; i++) {
         const struct leaf *l = r->lv[i];
         LR_RETURN_IF(l == NULL || l->n == 0 || l->n > LEAF, LR_ECORRUPT);
-        LR_RETURN_IF(r->last[i] != l->pos[l->n - 1], LR_ECORRUPT);
+        LR_RETURN_IF(r->last[i] != l->e[l->n - 1].pos, LR_ECORRUPT);
         total += l->n;
         for (uint32_t j = 0; j < l->n; j++) {
-            const struct inst *cur = map_find_id(r, l->id[j]);
+            const struct inst *cur = map_find_id(r, l->e[j].id);
             LR_RETURN_IF(cur == NULL, LR_ECORRUPT);
             if (prev != NULL) {
-                LR_RETURN_IF(prev_pos > l->pos[j], LR_ECORRUPT);
-                LR_RETURN_IF(prev_pos == l->pos[j] &&
+                LR_RETURN_IF(prev_pos > l->e[j].pos, LR_ECORRUPT);
+                LR_RETURN_IF(prev_pos == l->e[j].pos &&
                                  name_cmp(prev->name, prev->len, cur->name,
                                           cur->len) > 0,
                              LR_ECORRUPT);
             }
             prev = cur;
-            prev_pos = l->pos[j];
+            prev_pos = l->e[j].pos;
         }
     }
     LR_RETURN_IF(total != r->n, LR_ECORRUPT);
@@ -1035,8 +1053,8 @@ lr__ring_digest(const lr_ring *r)
     for (size_t i = 0; i < r->nl; i++) {
         const struct leaf *l = r->lv[i];
         for (uint32_t j = 0; j < l->n; j++) {
-            lr__put_u64(b, l->pos[j]);
-            lr__put_u32(b + 8, l->id[j]);
+            lr__put_u64(b, l->e[j].pos);
+            lr__put_u32(b + 8, l->e[j].id);
             d = lr__hash(b, 12, d);
         }
     }
