@@ -436,8 +436,10 @@ route_check(lr_router *r, const lr_request *q, lr_decision *d)
 static lr_status
 route_locked(lr_router *r, const lr_request *q, lr_decision *d)
 {
-    LR_TRY(route_check(r, q, d));
+    /* the clock before the router's state (lr_router.h: the request's
+     * own checks, then the clock, then the rest) */
     LR_TRY(lr__router_clock(r, q->now_ns, true));
+    LR_TRY(route_check(r, q, d));
     /* expiry: time-driven housekeeping (lr_router_expire()), kept even
      * when a later step fails */
     (void)lr_index_expire(r->ix, q->now_ns);
