@@ -98,7 +98,7 @@ lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
 {
     if (ad->rq != NULL)
         return LR_OK;
-    struct lr__calib_req *rq = lr__alloc(m, (size_t)max_req * sizeof *rq);
+    struct lr__calib_req *rq = lr__calloc(m, max_req, sizeof *rq);
     struct lr__qavg *qa = lr__calloc(m, max_inst, sizeof *qa);
     if (rq == NULL || qa == NULL) {
         lr__free(m, rq, (size_t)max_req * sizeof *rq);

@@ -128,14 +128,16 @@ class Router(_Handle):
                  index_capacity_blocks: Optional[int] = None,
                  index_ttl_ns: Optional[int] = None,
                  ring_vnodes: Optional[int] = None,
-                 learner: Optional[Mapping[str, Any]] = None) -> None:
+                 learner: Optional[Mapping[str, Any]] = None,
+                 hash_seed: Optional[int] = None) -> None:
         opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
                    seed=seed, max_instances=max_instances,
                    max_requests=max_requests, block_tokens=block_tokens,
                    index_capacity_blocks=index_capacity_blocks,
-                   index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes)
+                   index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes,
+                   hash_seed=hash_seed)
         keep = None
         if learner is not None:
             lopt, keep = learner_options(
