@@ -12,6 +12,10 @@
  *   index_learn_new_<len>   learn an entirely new prompt (index full, so
  *                           this includes evicting as much)
  *   ring_candidates_256     2 candidates from a ring of 256 instances
+ *   instance_add_<n>, instance_remove_<n>
+ *                           one lr_router_add_instance() / _remove_instance()
+ *                           at n instances (64, 1k, 10k; 160 vnodes each):
+ *                           how long route() can be held off by churn
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
@@ -445,6 +449,71 @@ bench_ring(int quick)
     lr_ring_destroy(ring);
 }
 
+/* Instance churn (issue 16): a router holding n instances (160 vnodes
+ * each, the default) removes one and adds it back, iters times; each
+ * call's time under the router's lock, which is how long a route() on
+ * another thread can be held off. */
+static void
+bench_churn(int quick, uint32_t n, const char *tag)
+{
+    char add_name[64], rm_name[64];
+    snprintf(add_name, sizeof add_name, "instance_add_%s", tag);
+    snprintf(rm_name, sizeof rm_name, "instance_remove_%s", tag);
+    if (!wanted(add_name) && !wanted(rm_name))
+        return;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.max_instances = n + 1;
+    o.index_capacity_blocks = 1u << 12;
+    lr_router *r;
+    if (lr_router_create(&o, &r) != LR_OK) {
+        fprintf(stderr, "libroute-bench: cannot create router\n");
+        exit(1);
+    }
+    char nm[64];
+    uint32_t *ids = malloc(n * sizeof *ids);
+    for (uint32_t i = 0; i < n; i++) {
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250,
+                 i % 250);
+        s.name = nm;
+        if (lr_router_add_instance(r, &s, &ids[i]) != LR_OK) {
+            fprintf(stderr, "libroute-bench: add_instance failed\n");
+            exit(1);
+        }
+    }
+    size_t iters = quick ? 20 : 1000;
+    uint64_t *ta = malloc(iters * sizeof *ta), *tr = malloc(iters * sizeof *tr);
+    for (size_t k = 0; k < iters; k++) {
+        uint32_t i = (uint32_t)(rnd() % n);
+        uint64_t t0 = now_ns();
+        lr_status st = lr_router_remove_instance(r, ids[i]);
+        uint64_t t1 = now_ns();
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250,
+                 i % 250);
+        s.name = nm;
+        uint64_t t2 = now_ns();
+        if (st == LR_OK)
+            st = lr_router_add_instance(r, &s, &ids[i]);
+        uint64_t t3 = now_ns();
+        if (st != LR_OK) {
+            fprintf(stderr, "libroute-bench: churn: %s\n", lr_strerror(st));
+            exit(1);
+        }
+        tr[k] = t1 - t0;
+        ta[k] = t3 - t2;
+    }
+    report(rm_name, tr, iters, NULL, -1);
+    report(add_name, ta, iters, NULL, -1);
+    free(ta);
+    free(tr);
+    free(ids);
+    lr_router_destroy(r);
+}
+
 static void
 bench_router(int quick, uint32_t ninst)
 {
@@ -610,6 +679,10 @@ main(int argc, char **argv)
         }
     }
     bench_ring(quick);
+    bench_churn(quick, 64, "64");
+    bench_churn(quick, 1000, "1k");
+    if (!quick)
+        bench_churn(quick, 10000, "10k");
     bench_index(quick);
     bench_kv(quick);
     bench_router(quick, 8);

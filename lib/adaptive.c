@@ -5,22 +5,41 @@
  *
  * Calibration (router side, per class of instances). For each first token
  * on an instance of class c, with W the prefill tokens the request queued
- * behind plus its own uncached tokens at dispatch, D the requests decoding
- * there and Q those waiting, K its scraped KV pressure:
+ * behind plus its own uncached tokens at dispatch and D the requests
+ * decoding there:
  *
- *   TTFT - RTT  ~  W x (s0 + s1 D) + b0 + b1 D + b2 Q + b3 K
+ *   TTFT - RTT  ~  W x (s0 + s1 D) + b0 + b1 D,   every term >= 0
  *
- * a Kalman filter (recursive least squares with process noise, so it
- * follows a class whose speed drifts) per class. The prior is the told
- * class rate (the library default when the host told none), 100%
- * uncertain, so the first few first tokens already move it. Per class,
- * not per instance: instances of one kind share one fit, so noise in
- * per-instance estimates cannot make a homogeneous fleet prefer one
- * replica. The router writes the fit, evaluated at each row's D, Q and K,
- * into the candidate rows (ttft_s_per_token, ttft_base_s,
- * ttft_s_per_decoding), with each instance's time-averaged queue
- * (prefill_tokens_avg) and route rate: the policy itself stays a pure
- * function of the table.
+ * fitted per class by least squares over the last ~FIT_MEMORY first
+ * tokens (older ones weigh exponentially less, so the fit follows a class
+ * whose speed drifts), shrunk towards a prior: the told class rate (the
+ * library default when the host told none), 100% uncertain, so the first
+ * few first tokens already move it. The terms are kept >= 0 (the
+ * constrained least squares solved exactly per first token: four terms,
+ * sixteen active sets). The signs matter more than they seem: in a fleet
+ * past its capacity W, D and the queue all grow together, and an
+ * unconstrained fit (a Kalman filter, tried first) explained the waits
+ * with a negative slowdown against a large per-decoding step, until the
+ * seconds per token it reported fell to nothing and the choice stopped
+ * seeing the cache at all. Terms in the queue's length or the KV cache's
+ * use did the same (they grow with W) and were dropped: W carries them.
+ * The fit learns from the first tokens whose own prefill was at least a
+ * fifth of W (QUEUE_RATIO_MAX): one that waited mostly behind others
+ * measures how that queue drained, and in a saturated engine a queue
+ * drains at the pace of KV space and decoding, not of prefill; learning
+ * it as the class's speed made a class whose small KV cache stalls look
+ * slow, its cache was left, and its backlog grew (conversation on the
+ * "lodestar" cluster at 4 requests/s: 1.17x the best policy's mean, 1.00x
+ * with the filter). So in a fleet past its capacity the fit keeps what
+ * it learnt before the queues grew; the work term below is what makes
+ * hits win there.
+ *
+ * Per class, not per instance: instances of one kind share one fit, so
+ * noise in per-instance estimates cannot make a homogeneous fleet prefer
+ * one replica. The router writes the fit, evaluated at each row's D, into
+ * the candidate rows (ttft_s_per_token, ttft_base_s, ttft_s_per_decoding),
+ * with each instance's time-averaged queue (prefill_tokens_avg) and route
+ * rate: the policy itself stays a pure function of the table.
  *
  * Choice (lr__adaptive_decide), per row, in seconds:
  *
@@ -50,10 +69,8 @@
 #include "lr_hash.h"
 #include "policy.h"
 
-#define KTOK 1000.0           /* W in the filter: thousands of tokens */
-#define DSCALE 100.0          /* D in the filter: hundreds of requests */
-#define QSCALE 10.0           /* Q in the filter: tens of requests */
-#define KV_KNEE 0.85          /* KV use from which admission may stall */
+#define KTOK 1000.0           /* W in the fit: thousands of tokens */
+#define DSCALE 100.0          /* D in the fit: hundreds of requests */
 #define W_MEAN_N 256          /* the typical W: a running mean over this many */
 #define QAVG_TAU_S 10.0       /* the queue average's time constant */
 #define BACKLOG_QUANTILE 0.25 /* the backlog "most instances" hold */
@@ -61,18 +78,16 @@
 #define PRIOR_BASE_SD 0.1     /* ... and its uncertainty */
 #define PRIOR_DEC_SD 0.5      /* s1 and b1 (per 100 decoding): may be large */
 #define NOISE_SD 0.05         /* one TTFT's noise around the model, s */
-#define DRIFT 0.005           /* process noise per sample, relative */
-#define DRIFT_B_SD 0.001      /* ... and absolute on b0, s */
+#define FIT_MEMORY 500.0      /* first tokens the fit remembers, per class */
 #define MIN_S0 1e-4           /* a 10M tokens/s class at most (s per ktok) */
-#define MAX_Y_S 60.0          /* a TTFT past a minute teaches nothing new */
+#define QUEUE_RATIO_MAX 4.0   /* learn if the queue ahead <= 4x own prefill */
+#define MAX_Y_S 3600.0        /* a first token after an hour: absurd input */
 
 enum {
     S0,
     S1,
     B0,
-    B1,
-    B2,
-    B3
+    B1
 };
 
 /* ---- router side: calibration ---------------------------------------------- */
@@ -83,7 +98,6 @@ lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
 {
     if (ad->rq != NULL)
         return LR_OK;
-    /* zeroed: the digest hashes every slot, used or not */
     struct lr__calib_req *rq = lr__calloc(m, max_req, sizeof *rq);
     struct lr__qavg *qa = lr__calloc(m, max_inst, sizeof *qa);
     if (rq == NULL || qa == NULL) {
@@ -112,27 +126,22 @@ lr__adaptive_free(struct lr__adaptive *ad, struct lr__mem *m)
 
 /* The class's model before any first token: the told rate (the library
  * default when the host told none), 100% uncertain; no decode slowdown
- * known yet. */
+ * known yet. The ridge is the prior's weight in the fit, in first tokens
+ * of noise NOISE_SD: sigma^2 / prior variance, per term. */
 static void
 prior(struct lr__calib *c, double prefill_rate)
 {
+    static const double sd[LR__CALIB_DIM] = {
+        [S1] = PRIOR_DEC_SD, [B0] = PRIOR_BASE_SD, [B1] = PRIOR_DEC_SD
+    };
     memset(c, 0, sizeof *c);
-    c->theta[S0] = KTOK / prefill_rate;
-    c->theta[B0] = PRIOR_BASE_S;
-    c->P[S0][S0] = c->theta[S0] * c->theta[S0];
-    c->P[S1][S1] = PRIOR_DEC_SD * PRIOR_DEC_SD;
-    c->P[B0][B0] = PRIOR_BASE_SD * PRIOR_BASE_SD;
-    c->P[B1][B1] = PRIOR_DEC_SD * PRIOR_DEC_SD;
-    c->P[B2][B2] = PRIOR_DEC_SD * PRIOR_DEC_SD;
-    c->P[B3][B3] = PRIOR_DEC_SD * PRIOR_DEC_SD;
-}
-
-/* KV pressure of a row's instance (scraped): 0 under the knee, 1 full. */
-static double
-kv_pressure(const lr_candidate *row)
-{
-    double k = (row->kv_use - KV_KNEE) / (1 - KV_KNEE);
-    return k > 0 ? k : 0;
+    c->prior[S0] = KTOK / prefill_rate;
+    c->prior[B0] = PRIOR_BASE_S;
+    for (int i = 0; i < LR__CALIB_DIM; i++) {
+        double v = i == S0 ? c->prior[S0] : sd[i];
+        c->ridge[i] = NOISE_SD * NOISE_SD / (v * v);
+        c->theta[i] = c->prior[i];
+    }
 }
 
 /* The decoding requests on a row's instance, scaled. */
@@ -141,13 +150,6 @@ decoding(const lr_candidate *row)
 {
     uint32_t d = row->inflight > row->queued ? row->inflight - row->queued : 0;
     return (double)d / DSCALE;
-}
-
-/* The requests waiting for a first token on a row's instance, scaled. */
-static double
-queued(const lr_candidate *row)
-{
-    return (double)row->queued / QSCALE;
 }
 
 /* The weight of q's past at now_ns: exp(-elapsed / tau). */
@@ -196,8 +198,7 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     }
     double d = decoding(row);
     double s = c->theta[S0] + c->theta[S1] * d;
-    double b = c->theta[B0] + c->theta[B1] * d + c->theta[B2] * queued(row) +
-               c->theta[B3] * kv_pressure(row);
+    double b = c->theta[B0] + c->theta[B1] * d;
     double w = c->w_mean;
     double dd = (c->theta[S1] * w + c->theta[B1]) / DSCALE;
     /* a finite fit at absurd counts (2^32 decoding) may still overflow:
@@ -217,13 +218,12 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
                       const lr_candidate *row, uint32_t uncached)
 {
     struct lr__calib *c = &ad->cls[row->instance_class];
-    if (c->n == 0 && c->theta[S0] == 0)
+    if (c->n == 0 && c->prior[S0] == 0)
         prior(c, row->prefill_rate);
     struct lr__calib_req *r = &ad->rq[slot];
     r->w = (float)(((double)row->prefill_tokens + uncached) / KTOK);
     r->d = (float)decoding(row);
-    r->q = (float)queued(row);
-    r->k = (float)kv_pressure(row);
+    r->own = (float)(uncached / KTOK);
     r->rtt_s = (float)(row->rtt_ms / 1e3);
     r->cls = row->instance_class;
 }
@@ -233,38 +233,120 @@ calib_finite(const struct lr__calib *c)
 {
     double sum = 0;
     for (int i = 0; i < LR__CALIB_DIM; i++) {
-        sum += c->theta[i];
+        sum += c->theta[i] + c->bv[i];
         for (int j = 0; j < LR__CALIB_DIM; j++)
-            sum += c->P[i][j];
+            sum += c->A[i][j];
     }
     return isfinite(sum); /* any inf or NaN makes the sum so */
 }
 
-/* One Kalman step: observation y of x . theta, with drift. */
-static void
-kalman(struct lr__calib *c, const double *x, double y)
+/* Solve the k x k system M z = r (Gaussian elimination with partial
+ * pivoting, M and r overwritten); false when M is singular. */
+static bool
+solve(int k, double M[LR__CALIB_DIM][LR__CALIB_DIM], double *r, double *z)
 {
-    const int n = LR__CALIB_DIM;
-    for (int i = 0; i < n; i++) {
-        double q = DRIFT * c->theta[i];
-        c->P[i][i] += q * q;
+    for (int c = 0; c < k; c++) {
+        int p = c;
+        for (int i = c + 1; i < k; i++)
+            if (fabs(M[i][c]) > fabs(M[p][c]))
+                p = i;
+        if (!(fabs(M[p][c]) > 0))
+            return false;
+        for (int j = 0; j < k; j++) {
+            double t = M[c][j];
+            M[c][j] = M[p][j];
+            M[p][j] = t;
+        }
+        double t = r[c];
+        r[c] = r[p];
+        r[p] = t;
+        for (int i = c + 1; i < k; i++) {
+            double f = M[i][c] / M[c][c];
+            for (int j = c; j < k; j++)
+                M[i][j] -= f * M[c][j];
+            r[i] -= f * r[c];
+        }
     }
-    c->P[B0][B0] += DRIFT_B_SD * DRIFT_B_SD;
-    double px[LR__CALIB_DIM], s = NOISE_SD * NOISE_SD, e = y;
-    for (int i = 0; i < n; i++) {
-        px[i] = 0;
-        for (int j = 0; j < n; j++)
-            px[i] += c->P[i][j] * x[j];
-        s += x[i] * px[i];
-        e -= c->theta[i] * x[i];
+    for (int i = k - 1; i >= 0; i--) {
+        double v = r[i];
+        for (int j = i + 1; j < k; j++)
+            v -= M[i][j] * z[j];
+        z[i] = v / M[i][i];
     }
-    for (int i = 0; i < n; i++) {
-        c->theta[i] += px[i] / s * e;
-        for (int j = 0; j < n; j++)
-            c->P[i][j] -= px[i] * px[j] / s;
+    return true;
+}
+
+/* Fold one observation y of x . theta into the class's fit: discount the
+ * normal equations, add the observation, and solve
+ *
+ *   min  sum_k keep^k (y_k - x_k . theta)^2 + sum_i ridge_i (theta_i -
+ * prior_i)^2 s.t. theta_i >= lo_i
+ *
+ * exactly. With H = A + diag(ridge) (positive definite: every ridge is
+ * > 0) and g = bv + ridge . prior, the minimum is the one point where, for
+ * some set F of free terms, theta solves H theta = g on F with the others
+ * at their bounds, every free term is >= its bound, and the gradient
+ * pushes every bound term against its bound (KKT). Four terms make
+ * sixteen sets: each is tried, the first that satisfies KKT is the
+ * answer (there is exactly one). The old theta stays if none passes
+ * numerically. */
+static void
+fit(struct lr__calib *c, const double *x, double y)
+{
+    static const double lo[LR__CALIB_DIM] = { [S0] = MIN_S0 };
+    enum {
+        N = LR__CALIB_DIM
+    };
+    const double keep = 1.0 - 1.0 / FIT_MEMORY;
+    double H[N][N], g[N];
+    for (int i = 0; i < N; i++) {
+        c->bv[i] = keep * c->bv[i] + x[i] * y;
+        for (int j = 0; j < N; j++)
+            c->A[i][j] = keep * c->A[i][j] + x[i] * x[j];
     }
-    if (c->theta[S0] < MIN_S0)
-        c->theta[S0] = MIN_S0;
+    for (int i = 0; i < N; i++) {
+        g[i] = c->bv[i] + c->ridge[i] * c->prior[i];
+        for (int j = 0; j < N; j++)
+            H[i][j] = c->A[i][j] + (i == j ? c->ridge[i] : 0);
+    }
+    /* the all-free set first: in light load it is the answer */
+    for (unsigned fixed = 0; fixed < 1u << N; fixed++) {
+        double M[N][N], r[N], z[N], theta[N];
+        int idx[N], k = 0;
+        for (int i = 0; i < N; i++) {
+            theta[i] = lo[i];
+            if (!(fixed >> i & 1))
+                idx[k++] = i;
+        }
+        for (int a = 0; a < k; a++) {
+            r[a] = g[idx[a]];
+            for (int j = 0; j < N; j++)
+                if (fixed >> j & 1)
+                    r[a] -= H[idx[a]][j] * lo[j];
+            for (int e = 0; e < k; e++)
+                M[a][e] = H[idx[a]][idx[e]];
+        }
+        if (k > 0 && !solve(k, M, r, z))
+            continue;
+        bool kkt = true;
+        for (int a = 0; a < k; a++) {
+            theta[idx[a]] = z[a];
+            kkt &= z[a] >= lo[idx[a]];
+        }
+        /* a bound term must not want to move inwards: (H theta - g)_i >= 0 */
+        for (int i = 0; i < N && kkt; i++) {
+            if (!(fixed >> i & 1))
+                continue;
+            double grad = -g[i];
+            for (int j = 0; j < N; j++)
+                grad += H[i][j] * theta[j];
+            kkt &= grad >= -1e-12 * (fabs(g[i]) + 1);
+        }
+        if (kkt) {
+            memcpy(c->theta, theta, sizeof theta);
+            return;
+        }
+    }
 }
 
 void
@@ -277,14 +359,17 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
     r->w = NAN;
     if (isnan(w) || ttft_s < 0)
         return;
+    /* waited mostly behind others: a measure of the queue, not the class */
+    if (w - r->own > QUEUE_RATIO_MAX * r->own)
+        return;
     struct lr__calib *c = &ad->cls[r->cls];
     double y = ttft_s - r->rtt_s;
     y = y < 0 ? 0 : y > MAX_Y_S ? MAX_Y_S : y;
-    double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d, r->q, r->k };
+    double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d };
     /* absurd telemetry (a queue of 2^60 tokens) must not leave a fit that
      * is not finite: the rows would be refused and route() with them */
     struct lr__calib keep = *c;
-    kalman(c, x, y);
+    fit(c, x, y);
     if (!calib_finite(c)) {
         *c = keep;
         return;

@@ -12,29 +12,35 @@
 #include "libroute/lr_policy.h"
 
 /* One class's TTFT model (a class is a group of instances of one kind,
- * as the host set them up), fitted online by a Kalman filter:
+ * as the host set them up), fitted online:
  *
- *   TTFT - RTT = W x (s0 + s1 x D) + b0 + b1 x D + b2 x Q + b3 x K
+ *   TTFT - RTT = W x (s0 + s1 x D) + b0 + b1 x D
  *
  * W: the prefill tokens the request queued behind plus its own uncached
  * tokens at dispatch; D: the requests decoding on its instance then (the
  * router's own count). s0 is the class's seconds per prefill token, s1
  * how much each decoding request slows a prefill (it shares the steps),
- * b0 + b1 x D the step a first token waits for, b2 x Q and b3 x K what
- * the Q requests waiting there and a KV cache past its knee (K) add.
- * theta holds (s0, s1, b0, b1, b2, b3) in scaled units (see adaptive.c),
- * P its covariance; n counts the first tokens folded in. */
-#define LR__CALIB_DIM 6
+ * b0 + b1 x D the step a first token waits for. Every term is >= 0.
+ * Only first tokens whose own prefill was a fifth of W or more are
+ * folded in (adaptive.c says why).
+ * theta holds (s0, s1, b0, b1) in scaled units (see adaptive.c); A and
+ * bv are the fit's discounted normal equations, prior and ridge the
+ * prior it shrinks to; n counts the first tokens folded in. */
+#define LR__CALIB_DIM 4
 struct lr__calib {
     double theta[LR__CALIB_DIM];
+    double A[LR__CALIB_DIM][LR__CALIB_DIM];
+    double bv[LR__CALIB_DIM];
+    double prior[LR__CALIB_DIM];
+    double ridge[LR__CALIB_DIM];
     double w_mean; /* the typical W (scaled), for the contention term */
-    double P[LR__CALIB_DIM][LR__CALIB_DIM];
     uint32_t n;
 };
 
-/* A dispatch's features, kept until its first token. */
+/* A dispatch's features, kept until its first token (w and own in
+ * thousands of tokens). */
 struct lr__calib_req {
-    float w, d, q, k, rtt_s; /* w NaN: none */
+    float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
 };
 

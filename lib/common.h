@@ -106,6 +106,19 @@ void lr__init_sized(void *p, size_t size, const void *defaults,
 lr_status lr__blob_new(const struct lr__mem *m, size_t size, lr_blob **out,
                        uint8_t **data);
 
+/* ---- hash seeds (entropy.c) ---------------------------------------------- */
+
+/* The seed a handle keys its hash tables with: `given` when the host set
+ * one (non-zero), else 64 bits from the operating system (getrandom), else
+ * a mix of addresses, a counter and the clocks. Never 0, never fails.
+ * `salt` (the handle, say) only feeds the fallback. Separate from every
+ * routing generator: fixing a router's seed for reproducible decisions
+ * never fixes its hash seed. */
+uint64_t lr__hash_seed(uint64_t given, const void *salt);
+/* The same with the entropy source given (tests pass one that fails):
+ * source fills n bytes and says whether it could. */
+uint64_t lr__seed_from(bool (*source)(void *buf, size_t n), const void *salt);
+
 /* ---- PRNG: splitmix64 seeding a xoshiro256** (B24) ---------------------- */
 
 struct lr__rng {

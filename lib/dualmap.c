@@ -61,6 +61,7 @@ lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
 {
     size_t n = (size_t)w * depth; /* at most this many distinct keys */
     struct lr__hot nh = { 0 };
+    nh.seed = h->seed;
     nh.w = w;
     nh.depth = depth;
     nh.pool = lr__calloc(m, n, sizeof *nh.pool);
@@ -79,10 +80,12 @@ lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
     return LR_OK;
 }
 
+/* Keyed by the router's hash seed: the keys are prompt hashes a client
+ * can aim (issue 16). */
 static inline uint64_t
-hot_hash(uint64_t key)
+hot_hash(const struct lr__hot *h, uint64_t key)
 {
-    return lr__mix64(key, HOT_SEED);
+    return lr__mix64(key, h->seed ^ HOT_SEED);
 }
 
 static bool
@@ -95,7 +98,7 @@ hot_eq(const void *ctx, uint64_t key, uint32_t e)
 static uint32_t
 hot_find(const struct lr__hot *h, uint64_t key)
 {
-    return lr__table_find(&h->tab, hot_hash(key), key, hot_eq, h->pool);
+    return lr__table_find(&h->tab, hot_hash(h, key), key, hot_eq, h->pool);
 }
 
 static void
@@ -121,7 +124,7 @@ hot_add(struct lr__hot *h, uint64_t key, uint32_t routable)
         h->pool[i].key = key;
         h->pool[i].count = 0;
         h->pool[i].hot = 0;
-        lr__table_insert(&h->tab, hot_hash(key), i);
+        lr__table_insert(&h->tab, hot_hash(h, key), i);
     }
     h->pool[i].count++;
     hot_update(h, &h->pool[i], routable);
@@ -138,7 +141,7 @@ hot_del(struct lr__hot *h, uint64_t key, uint32_t routable)
         hot_update(h, &h->pool[i], routable);
         return;
     }
-    lr__table_remove(&h->tab, hot_hash(key), i);
+    lr__table_remove(&h->tab, hot_hash(h, key), i);
     h->free[h->n_free++] = i;
 }
 
@@ -146,6 +149,8 @@ void
 lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
                uint32_t routable)
 {
+    if (h->pool == NULL) /* no window made (lr__hot_setup): nothing kept */
+        return;
     uint64_t *slot = &h->win[(size_t)h->pos * h->depth];
     if (h->filled == h->w) {
         for (uint32_t d = 0; d < h->depth && slot[d] != 0; d++)
@@ -185,7 +190,7 @@ uint64_t
 lr__hot_pick(const struct lr__hot *h, const uint64_t *keys, uint32_t n)
 {
     uint32_t d = 0;
-    while (d + 1 < n) {
+    while (d + 1 < n && h->pool != NULL) {
         uint32_t e = hot_find(h, keys[d]);
         if (e == LR_NIL || !h->pool[e].hot)
             break;
@@ -217,7 +222,7 @@ lr__hot_digest(const struct lr__hot *h, uint64_t d)
 {
     d = lr__digest_mix(d, ((uint64_t)h->w << 32) | h->depth);
     d = lr__digest_mix(d, ((uint64_t)h->pos << 32) | h->filled);
-    for (size_t i = 0; i < (size_t)h->w * h->depth; i++)
+    for (size_t i = 0; h->win != NULL && i < (size_t)h->w * h->depth; i++)
         if (h->win[i] != 0)
             d = lr__digest_mix(d, h->win[i] ^ i);
     return d;

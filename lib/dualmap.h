@@ -13,6 +13,7 @@
  * a count and a hot flag per key. A key is hot when its share of the
  * window passes 2/n (n routable instances) and cold again below 1/n. */
 struct lr__hot {
+    uint64_t seed;            /* keys the table: the router's hash seed */
     struct lr__hot_ent *pool; /* w x depth entries: one per distinct key */
     uint32_t *free;           /* stack of unused pool entries */
     uint32_t n_free;
@@ -42,7 +43,8 @@ uint32_t lr__hot_keys(const struct lr__hot *h, const uint64_t *block_keys,
 uint64_t lr__hot_pick(const struct lr__hot *h, const uint64_t *keys,
                       uint32_t n);
 
-/* Record one request's keys (n of them) in the window, with `routable`
+/* Record one request's keys (n of them) in the window (none made: a
+ * no-op), with `routable`
  * instances setting the thresholds. */
 void lr__hot_record(struct lr__hot *h, const uint64_t *keys, uint32_t n,
                     uint32_t routable);

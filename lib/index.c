@@ -1080,7 +1080,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
         return LR_ENOMEM;
     ix->mem = m;
     ix->mem.live = m.live;
-    ix->seed = lr__mix64(o.seed, SEED_MIX);
+    ix->seed = lr__mix64(lr__hash_seed(o.seed, ix), SEED_MIX);
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =
         o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;

@@ -33,6 +33,18 @@ lr_status lr__index_import_delta_if(lr_index *idx, const uint8_t *buf,
                                     size_t len, uint64_t now_ns,
                                     bool (*keep)(void *, uint32_t), void *ctx);
 
+/* The hash the node table keys `key` with (the handle's seed mixed in):
+ * tests aim keys at one spot of the table with it, as a client who knew
+ * the seed could. */
+uint64_t lr__index_key_hash(const lr_index *idx, uint64_t key);
+
+/* The node table's count, size, longest and summed probe lengths of the
+ * values held (lr__table_probe_stats) and its re-salts: flooding tests
+ * count work instead of timing it. O(size). */
+void lr__index_node_table_stats(const lr_index *idx, uint32_t *count,
+                                uint32_t *size, uint32_t *max_probe,
+                                uint64_t *sum_probe, uint32_t *resalts);
+
 /* A delta's header, checked (magic, version, checksum, since <= mark):
  * its origin replica (0 for a 0.1 delta), the journal marks it covers
  * and its header size. LR_ECORRUPT, LR_EVERSION. */

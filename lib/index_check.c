@@ -203,3 +203,22 @@ lr__index_last_probes(const lr_index *idx)
 {
     return idx->last_probes;
 }
+
+/* ---- flooding (issue 16) -------------------------------------------------- */
+
+uint64_t
+lr__index_key_hash(const lr_index *ix, uint64_t key)
+{
+    return hkey(ix, key);
+}
+
+void
+lr__index_node_table_stats(const lr_index *ix, uint32_t *count, uint32_t *size,
+                           uint32_t *max_probe, uint64_t *sum_probe,
+                           uint32_t *resalts)
+{
+    *count = ix->ntab.count;
+    *size = ix->ntab.size;
+    *resalts = ix->ntab.resalts;
+    lr__table_probe_stats(&ix->ntab, max_probe, sum_probe);
+}

@@ -152,7 +152,8 @@ check_options(const lr_learner_options *o)
                  LR_EINVAL);
     LR_RETURN_IF(o->min_samples < 1 || o->retrain_every < 1, LR_EINVAL);
     LR_RETURN_IF(o->epochs < 1 || o->epochs > 10000, LR_EINVAL);
-    LR_RETURN_IF(!(o->max_abs_reward > 0) || isinf(o->max_abs_reward),
+    LR_RETURN_IF(!(o->max_abs_reward > 0) ||
+                     !(o->max_abs_reward <= LR_MLP_MAX_VALUE),
                  LR_EINVAL);
     return LR_OK;
 }
@@ -191,7 +192,9 @@ lr__learner_check_options(const lr_learner_options *opt)
 lr_status
 lr_learner_create(const lr_learner_options *opt, lr_learner **out)
 {
-    LR_RETURN_IF(opt == NULL || out == NULL, LR_EINVAL);
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL; /* on any failure (B5) */
+    LR_RETURN_IF(opt == NULL, LR_EINVAL);
     lr_learner_options o;
     lr_mlp_options mo;
     LR_TRY(take_options(opt, &o, &mo));
@@ -675,7 +678,16 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
     lr_status st = build_buffers(l, &n, t0, n_new);
     if (st == LR_OK && train)
         st = train_round(l, &n);
-    if (st != LR_OK) {
+    if (st == LR_ERANGE) {
+        /* training diverged (lr_mlp_train undid it): the samples are
+         * taken as usual, so the next round does not retry the same
+         * set forever, and nothing is published */
+        lr_mlp_destroy(n.net);
+        model_free(n.pub, &l->mem);
+        n.net = NULL;
+        n.pub = NULL;
+        train = false;
+    } else if (st != LR_OK) {
         next_free(l, &n);
         return st;
     }
@@ -702,7 +714,7 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
         *trained = 1;
     }
     next_free(l, &n);
-    return LR_OK;
+    return st;
 }
 
 lr_status

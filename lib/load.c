@@ -138,8 +138,9 @@ lr_load_create(const lr_load_options *opt, lr_load **out)
     ld->max_inst = o.max_instances;
     ld->max_req = o.max_requests;
     ld->alpha = o.rtt_alpha;
-    /* Per tracker, from its address: no two trackers probe alike. */
-    ld->seed = ID_SEED ^ (uint64_t)(uintptr_t)ld;
+    /* Per tracker, from the operating system: a client sending request
+     * ids cannot aim them at one spot of the table (issue 16). */
+    ld->seed = lr__hash_seed(0, ld) ^ ID_SEED;
     ld->in = lr__calloc(&ld->mem, ld->max_inst, sizeof(struct inst));
     ld->rq = lr__alloc(&ld->mem, (size_t)ld->max_req * sizeof(struct req));
     lr_status tst = lr__table_init(&ld->tab, &ld->mem, ld->max_req);
@@ -682,4 +683,11 @@ int
 lr__load_has_room(const lr_load *ld)
 {
     return ld != NULL && ld->free_head != LR_NIL;
+}
+
+void
+lr__load_set_seed(lr_load *ld, uint64_t seed)
+{
+    if (LR_ALWAYS(ld->inflight == 0 && ld->tab.count == 0))
+        ld->seed = seed ^ ID_SEED;
 }

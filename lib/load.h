@@ -38,6 +38,12 @@ lr_status lr__load_verify(const lr_load *ld);
 /* Checksum of the logical state; equal before and after a failed call. */
 uint64_t lr__load_digest(const lr_load *ld);
 
+/* Key the request-id table with `seed` instead of the one drawn at create
+ * (the router passes one derived from its hash seed). Only on a tracker
+ * holding no request (asserts; a no-op in release builds otherwise).
+ * Never fails. */
+void lr__load_set_seed(lr_load *ld, uint64_t seed);
+
 /* An instance's counters, for the router's hot path (no struct_size
  * dance). */
 struct lr__inst_view {

@@ -54,6 +54,10 @@
 #define MLP_MAGIC "LRMLP\0\0\0"
 #define MLP_VERSION 1u
 #define HDR_SIZE 84u
+/* The public bounds as the floats they are compared with (1e30f is a
+ * little above 1e30), so a float at the bound is accepted everywhere. */
+#define MAX_VALUE ((double)(float)LR_MLP_MAX_VALUE)
+#define MAX_WEIGHT ((double)(float)LR_MLP_MAX_WEIGHT)
 
 struct lr_mlp {
     struct lr__mem mem;
@@ -338,6 +342,16 @@ size_ok(size_t n_rows, uint32_t d)
     return lr__mul_size(n_rows, d, &n) && lr__mul_size(n, sizeof(float), &n);
 }
 
+/* Every |x[i]| <= bound (NaN fails). */
+static bool
+all_within(const float *x, size_t n, double bound)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (uint32_t) !(fabs((double)x[i]) <= bound);
+    return bad == 0;
+}
+
 static bool
 all_finite(const float *x, size_t n)
 {
@@ -359,6 +373,11 @@ lr_mlp_fit_normalization(lr_mlp *mlp, const float *x, size_t n_rows,
     const size_t d = mlp->d;
     LR_RETURN_IF(!all_finite(x, n_rows * d), LR_EINVAL);
     LR_RETURN_IF(y != NULL && !all_finite(y, n_rows), LR_EINVAL);
+    /* Values within the bound keep every mean and deviation within it
+     * (a deviation is at most half the range), so lr_mlp_load() takes
+     * what this fits. */
+    LR_RETURN_IF(!all_within(x, n_rows * d, MAX_VALUE), LR_ERANGE);
+    LR_RETURN_IF(y != NULL && !all_within(y, n_rows, MAX_VALUE), LR_ERANGE);
     for (size_t i = 0; i < d; i++) {
         double sum = 0.0;
         float lo = x[i], hi = x[i];
@@ -542,11 +561,19 @@ lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
     LR_RETURN_IF(n_rows > 0 && !all_finite(x, n_rows * mlp->d), LR_EINVAL);
     const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     float *f = tile_f(mlp);
+    uint32_t bad = 0;
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
         forward_tile(mlp, k, x, r0, n, f);
-        for (size_t r = 0; r < n; r++)
-            out[r0 + r] = (float)((double)f[r] * mlp->tstd + mlp->tmean);
+        for (size_t r = 0; r < n; r++) {
+            float v = (float)((double)f[r] * mlp->tstd + mlp->tmean);
+            bad |= (uint32_t)!isfinite(v);
+            out[r0 + r] = v;
+        }
+    }
+    if (bad) { /* an extreme network overflowed: no infinity escapes */
+        memset(out, 0, n_rows * sizeof *out);
+        return LR_ERANGE;
     }
     return LR_OK;
 }
@@ -590,6 +617,7 @@ lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
             sse += e * e;
         }
     }
+    LR_RETURN_IF(!isfinite(sse), LR_ERANGE);
     *mse = sse / (double)n_rows;
     return LR_OK;
 }
@@ -833,11 +861,62 @@ xy_ok(const lr_mlp *m, const float *x, const float *y, size_t n)
            all_finite(x, n * m->d) && all_finite(y, n);
 }
 
+static bool probe_ok(lr_mlp *m);
+
+/* Whether training left every parameter finite and within the bound a
+ * load accepts. */
+static bool
+params_ok(const lr_mlp *m)
+{
+    return all_within(m->params, m->n_params, MAX_WEIGHT);
+}
+
+/* What a training call may have to undo: parameters, both Adam moments,
+ * the step count and the generator. */
+struct undo {
+    float *f; /* params, adam_m, adam_v */
+    uint64_t step;
+    struct lr__rng rng;
+};
+
+static lr_status
+undo_save(lr_mlp *m, struct undo *u)
+{
+    size_t np = m->n_params;
+    u->f = lr__alloc(&m->mem, 3 * np * sizeof(float)); /* small: no ovf */
+    if (u->f == NULL)
+        return LR_ENOMEM;
+    memcpy(u->f, m->params, np * sizeof(float));
+    memcpy(u->f + np, m->adam_m, np * sizeof(float));
+    memcpy(u->f + 2 * np, m->adam_v, np * sizeof(float));
+    u->step = m->step;
+    u->rng = m->rng;
+    return LR_OK;
+}
+
+static void
+undo_apply(lr_mlp *m, const struct undo *u)
+{
+    size_t np = m->n_params;
+    memcpy(m->params, u->f, np * sizeof(float));
+    memcpy(m->adam_m, u->f + np, np * sizeof(float));
+    memcpy(m->adam_v, u->f + 2 * np, np * sizeof(float));
+    m->step = u->step;
+    m->rng = u->rng;
+}
+
+static void
+undo_free(lr_mlp *m, struct undo *u)
+{
+    lr__free(&m->mem, u->f, 3 * m->n_params * sizeof(float));
+}
+
 lr_status
 lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
              uint32_t epochs, double *loss)
 {
     LR_RETURN_IF(mlp == NULL || !xy_ok(mlp, x, y, n_rows), LR_EINVAL);
+    LR_RETURN_IF(!all_within(y, n_rows, MAX_VALUE), LR_ERANGE);
     if (epochs == 0) {
         /* nothing to train: report the loss as it stands */
         double mse = 0.0;
@@ -848,12 +927,18 @@ lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
         return LR_OK;
     }
     struct ws ws;
+    struct undo u;
     LR_TRY(ws_alloc(mlp, n_rows, &ws));
-    /* nothing below fails */
+    if (undo_save(mlp, &u) != LR_OK) {
+        ws_free(mlp, &ws);
+        return LR_ENOMEM;
+    }
+    /* nothing below fails but divergence, which is undone */
     const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     const size_t B = mlp->opt.batch_size;
     double sse = 0.0;
-    for (uint32_t e = 0; e < epochs; e++) {
+    bool diverged = false;
+    for (uint32_t e = 0; e < epochs && !diverged; e++) {
         /* a fresh order from the rng alone, so that n epochs in one call
          * are the same as in several */
         for (size_t i = 0; i < n_rows; i++)
@@ -865,15 +950,22 @@ lr_mlp_train(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
             ws.perm[j] = t;
         }
         sse = 0.0;
-        for (size_t b0 = 0; b0 < n_rows; b0 += B) {
+        for (size_t b0 = 0; b0 < n_rows && !diverged; b0 += B) {
             size_t nb = n_rows - b0 < B ? n_rows - b0 : B;
             memset(ws.grad, 0, mlp->n_params * sizeof(float));
             pass(mlp, k, &ws, x, y, ws.perm + b0, 0, nb, true,
                  (float)(1.0 / (double)nb), &sse);
             optimizer_step(mlp, k, ws.grad);
+            diverged = !isfinite(sse) || !params_ok(mlp);
         }
     }
     ws_free(mlp, &ws);
+    /* and never leave a network lr_mlp_load() would refuse */
+    diverged = diverged || !probe_ok(mlp);
+    if (diverged)
+        undo_apply(mlp, &u);
+    undo_free(mlp, &u);
+    LR_RETURN_IF(diverged, LR_ERANGE);
     if (loss != NULL)
         *loss = sse / (double)n_rows * mlp->tstd * mlp->tstd;
     return LR_OK;
@@ -1025,6 +1117,22 @@ f32s_finite(const uint8_t *p, size_t n)
     return bad == 0;
 }
 
+/* A finite network whose weights multiply up past float's range predicts
+ * infinities: try it on the rows of the feature means, minima and maxima
+ * (on the stack: 3 KiB at most). */
+static bool
+probe_ok(lr_mlp *m)
+{
+    const size_t d = m->d;
+    float x[3 * LR_MLP_MAX_INPUTS], out[3];
+    for (size_t i = 0; i < d; i++) {
+        x[i] = m->mean[i];
+        x[d + i] = m->lo[i];
+        x[2 * d + i] = m->hi[i];
+    }
+    return lr_mlp_predict(m, x, 3, out) == LR_OK;
+}
+
 lr_status
 lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
             lr_mlp **out)
@@ -1055,16 +1163,24 @@ lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
     size_t np = count_params(o.n_inputs, o.hidden_layers, o.width);
     LR_RETURN_IF(len != blob_size(o.n_inputs, np), LR_ECORRUPT);
     double tmean = get_f64(buf + 68), tstd = get_f64(buf + 76);
-    LR_RETURN_IF(!isfinite(tmean) || !isfinite(tstd) || !(tstd > 0.0),
+    LR_RETURN_IF(!(fabs(tmean) <= MAX_VALUE) ||
+                     !(tstd > 0.0 && tstd <= MAX_VALUE),
                  LR_ECORRUPT);
     const uint8_t *q = buf + HDR_SIZE;
     LR_RETURN_IF(!f32s_finite(q, 4 * d + np), LR_ECORRUPT);
     for (size_t i = 0; i < d; i++) {
+        float mean = get_f32(q + 4 * i);
         float sd = get_f32(q + 4 * (d + i));
         float lo = get_f32(q + 4 * (2 * d + i));
         float hi = get_f32(q + 4 * (3 * d + i));
-        LR_RETURN_IF(!(sd > 0.0f) || !(lo <= hi), LR_ECORRUPT);
+        LR_RETURN_IF(!(fabs((double)mean) <= MAX_VALUE) || !(sd > 0.0f) ||
+                         !((double)sd <= MAX_VALUE) || !(lo <= hi),
+                     LR_ECORRUPT);
     }
+    for (size_t i = 0; i < np; i++)
+        LR_RETURN_IF(
+            !(fabs((double)get_f32(q + 4 * (4 * d + i))) <= MAX_WEIGHT),
+            LR_ECORRUPT);
     /* valid: only now allocate */
     lr_mlp *m;
     LR_TRY(mlp_alloc(&o, allocator, &m));
@@ -1076,6 +1192,10 @@ lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
         m->params[i] = get_f32(q);
     m->tmean = tmean;
     m->tstd = tstd;
+    if (!probe_ok(m)) {
+        lr_mlp_destroy(m);
+        return LR_ECORRUPT;
+    }
     *out = m;
     return LR_OK;
 }

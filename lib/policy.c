@@ -66,6 +66,7 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_ADAPTIVE_FRESH_S] = { 0, 60, 0.01, false },
     [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = { 0, 100, 1, false },
     [LR_PARAM_ADAPTIVE_CALIBRATE] = { 0, 1, 1, true },
+    [LR_PARAM_CLOCK_SKEW_S] = { 0.001, 4.7e9, 60, false },
 };
 
 const struct lr__range *

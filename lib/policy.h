@@ -27,7 +27,7 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 17
-#define LR__PARAM_COUNT 39
+#define LR__PARAM_COUNT 40
 #define LR__REASON_COUNT 16
 
 /* "No policy chose": a choice's decider before a policy has made it. */

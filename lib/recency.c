@@ -18,6 +18,7 @@ lr__recency_setup(struct lr__recency *t, struct lr__mem *m)
 {
     if (t->slots != NULL)
         return LR_OK;
+    t->sum = 0;
     t->slots = lr__calloc(m, SLOTS, sizeof *t->slots);
     return t->slots != NULL ? LR_OK : LR_ENOMEM;
 }
@@ -29,10 +30,24 @@ lr__recency_free(struct lr__recency *t, struct lr__mem *m)
     t->slots = NULL;
 }
 
+/* Not keyed by the router's hash seed, unlike its hash tables: which
+ * pairs this lossy table keeps changes what Lodestar and adaptive read,
+ * so a random slot function would make decisions differ between runs
+ * (B24). Aimed keys cannot make it slower (one slot per lookup); at worst
+ * they knock pairs out, which reads as "not routed there lately". */
 static inline uint64_t
 tag_of(uint64_t key, uint32_t id)
 {
     return lr__mix64(key, (uint64_t)id + 1) | 1;
+}
+
+/* What a slot adds to the running sum (0 for an empty slot). */
+static inline uint64_t
+slot_sum(const struct lr__recency_slot *e, size_t i)
+{
+    return e->tag == 0
+               ? 0
+               : lr__mix64(e->tag ^ lr__mix64(e->ns, i), 0x9e3779b97f4a7c15ull);
 }
 
 double
@@ -56,9 +71,12 @@ lr__recency_remember(struct lr__recency *t, const uint64_t *keys, size_t n_keys,
         return;
     for (size_t i = 0; i < n_keys; i++) {
         uint64_t tag = tag_of(keys[i], id);
-        struct lr__recency_slot *e = &t->slots[tag & (SLOTS - 1)];
+        size_t at = tag & (SLOTS - 1);
+        struct lr__recency_slot *e = &t->slots[at];
+        t->sum -= slot_sum(e, at);
         e->tag = tag;
         e->ns = now_ns;
+        t->sum += slot_sum(e, at);
     }
 }
 
@@ -67,5 +85,5 @@ lr__recency_digest(const struct lr__recency *t, uint64_t d)
 {
     if (t->slots == NULL)
         return d;
-    return lr__digest_mix(d, lr__hash(t->slots, SLOTS * sizeof *t->slots, 7));
+    return lr__digest_mix(d, t->sum);
 }

@@ -13,6 +13,7 @@ struct lr__recency_slot;
 
 struct lr__recency {
     struct lr__recency_slot *slots; /* NULL until set up */
+    uint64_t sum; /* sum over the slots of a hash of (slot, tag, time) */
 };
 
 /* Make the table, once (no-op when it exists); on failure nothing is
@@ -29,6 +30,8 @@ double lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
 void lr__recency_remember(struct lr__recency *t, const uint64_t *keys,
                           size_t n_keys, uint32_t id, uint64_t now_ns);
 
+/* Fold the table into a digest: O(1), from the running sum that
+ * remember keeps, so a caller may take it around every call. */
 uint64_t lr__recency_digest(const struct lr__recency *t, uint64_t d);
 
 #endif /* LIBROUTE_LIB_RECENCY_H */

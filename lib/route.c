@@ -437,6 +437,9 @@ route_check(lr_router *r, const lr_request *q, lr_decision *d)
 static lr_status
 route_locked(lr_router *r, const lr_request *q, lr_decision *d)
 {
+    /* the clock before the router's state (lr_router.h: the request's
+     * own checks, then the clock, then the rest) */
+    LR_TRY(lr__router_clock(r, q->now_ns, true));
     LR_TRY(route_check(r, q, d));
     /* expiry: time-driven housekeeping (lr_router_expire()), kept even
      * when a later step fails */
@@ -466,6 +469,7 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
     d->n_scores = 0;
     if (q->flags & LR_ROUTE_SCORES)
         fill_scores(r, d);
+    lr__router_clock_take(r, q->now_ns);
     return LR_OK;
 }
 
@@ -526,6 +530,8 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     LR_TRY(check_request(&q));
     lr__router_lock(r);
     lr_status st = r->n_act == 0 ? LR_ESTATE : LR_OK;
+    if (st == LR_OK) /* a query: judged, never taken */
+        st = lr__router_clock(r, q.now_ns, false);
     *n_rows = r->n_act;
     if (st == LR_OK && capacity < r->n_act)
         st = LR_EBUFSIZE;
@@ -571,7 +577,9 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     struct lr__req_view v;
-    lr_status st = lr__load_req(r->ld, request_id, &v);
+    lr_status st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK && v.queued) {
         st = lr_load_first_token(r->ld, request_id, now_ns);
         double ttft = now_ns >= v.dispatch_ns
@@ -590,6 +598,8 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
                 r->param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft : -1);
         }
     }
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -602,7 +612,9 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
 {
     lr__router_lock(r);
     struct lr__req_view v;
-    lr_status st = lr__load_req(r->ld, request_id, &v);
+    lr_status st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK)
         st = completed
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
@@ -610,6 +622,7 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
     if (st == LR_OK) {
         lr__lodestar_settle(&r->ls, v.slot, -1, 0);
         lr__adaptive_settle(&r->ad, v.slot, -1);
+        lr__router_clock_take(r, now_ns);
     }
     lr__router_unlock(r);
     return st;
@@ -641,6 +654,11 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     LR_RETURN_IF(move_size < sizeof(lr_move), LR_EINVAL);
     *n_moves = 0;
     lr__router_lock(r);
+    lr_status st = lr__router_clock(r, now_ns, false); /* a query */
+    if (st != LR_OK) {
+        lr__router_unlock(r);
+        return st;
+    }
     for (uint32_t k = 0; k < r->n_act; k++) {
         r->cached_by_id[r->act[k]] = 0;
         gather_row(r, r->act[k], now_ns, &r->rows[k]);

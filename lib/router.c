@@ -18,6 +18,10 @@
 #define NONE LR_INSTANCE_NONE
 #define NAME_MAX_LEN 255u
 #define SEED_NAMES 0x4c524e414d455331ull /* "LRNAMES1" */
+/* The parts' hash seeds, derived from the router's (never its routing
+ * seed): the index's and the load tracker's. */
+#define SEED_INDEX 0x4c52494e44455831ull /* "LRINDEX1" */
+#define SEED_LOAD 0x4c524c4f41444831ull  /* "LRLOADH1" */
 #define SEED_GORGO 0x4c52474f52474f31ull /* "LRGORGO1" */
 #define DEFAULT_RATE LR__ROUTER_DEFAULT_RATE
 
@@ -138,7 +142,7 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
     lr_index_options io;
     lr_index_options_init(&io);
     io.allocator = &r->mem.a;
-    io.seed = o->seed;
+    io.seed = lr__mix64(r->hash_seed, SEED_INDEX);
     io.capacity_blocks = o->index_capacity_blocks;
     io.ttl_ns = o->index_ttl_ns;
     io.block_tokens = o->block_tokens;
@@ -161,6 +165,8 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
         st = lr_ring_create(&ro, ring);
     if (st == LR_OK)
         st = lr_load_create(&lo, ld);
+    if (st == LR_OK)
+        lr__load_set_seed(*ld, lr__mix64(r->hash_seed, SEED_LOAD));
     if (st != LR_OK) {
         lr_index_destroy(*ix);
         lr_ring_destroy(*ring);
@@ -196,8 +202,17 @@ policy_setup(lr_router *r, int32_t p)
     bool had_ls = atomic_load(&r->ls.learner) != NULL;
     bool had_ad = r->ad.rq != NULL;
     bool had_rec = r->rec.slots != NULL;
+    bool had_hot = r->hot.pool != NULL;
     lr_status st = LR_OK;
-    if (p == LR_POLICY_LODESTAR)
+    /* DualMap's hotness window (window x key blocks entries, 600 KiB at
+     * the defaults) only for a router whose ring key is DualMap's (DualMap,
+     * or Lodestar falling back to it); until then no key is hot. */
+    uint32_t k;
+    if (lr__policy_ring(p, r->param, &k) == LR_RING_KEY_HOTNESS && !had_hot)
+        st = lr__hot_setup(&r->hot, &r->mem,
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
+    if (st == LR_OK && p == LR_POLICY_LODESTAR)
         st = lr__lodestar_setup(&r->ls, &r->mem);
     if (st == LR_OK && p == LR_POLICY_ADAPTIVE)
         st = lr__adaptive_setup(&r->ad, &r->mem, r->max_inst, r->ls.max_req);
@@ -210,6 +225,8 @@ policy_setup(lr_router *r, int32_t p)
             lr__adaptive_free(&r->ad, &r->mem);
         if (!had_rec)
             lr__recency_free(&r->rec, &r->mem);
+        if (!had_hot)
+            lr__hot_free(&r->hot, &r->mem);
     }
     return st;
 }
@@ -235,9 +252,8 @@ create_tables(lr_router *r)
         return LR_ENOMEM;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
                           r->opt.replica_id, r->opt.gauge_ttl_ns));
-    LR_TRY(lr__hot_setup(&r->hot, m,
-                         (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
-                         (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]));
+    r->hot.w = (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW];
+    r->hot.depth = (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS];
     return policy_setup(r, r->policy);
 }
 
@@ -253,6 +269,7 @@ read_options(const lr_router_options *opt, lr_router_options *o)
     LR_TRY(lr__copy_sized(&g, sizeof g, opt, LR_ROUTER_OPTIONS_SIZE_V1));
     o->allocator = g.allocator;
     o->seed = g.seed;
+    o->hash_seed = g.hash_seed;
     o->policy = g.policy;
     o->learner = g.learner;
     if (g.max_instances)
@@ -310,6 +327,8 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     r->block_tokens = o.block_tokens;
     r->rr_last = NONE;
     lr__rng_seed(&r->rng, o.seed);
+    r->hash_seed = lr__hash_seed(o.hash_seed, r);
+    r->hot.seed = r->hash_seed;
     lr__param_defaults(r->param);
     for (unsigned c = 0; c < LR_LOAD_MAX_CLASSES; c++)
         r->rate[c] = DEFAULT_RATE;
@@ -358,6 +377,36 @@ lr_router_policy(const lr_router *r)
     return p;
 }
 
+/* ---- the clock (router_impl.h) ------------------------------------------ */
+
+lr_status
+lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates)
+{
+    LR_RETURN_IF(t_ns > LR_ROUTER_MAX_TIME_NS, LR_ERANGE);
+    /* skew <= 4.7e9 s and clock <= 2^62 ns: the sum fits in 64 bits */
+    uint64_t skew = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
+    if (r->clock_ns == 0 || t_ns <= r->clock_ns + skew) {
+        if (mutates)
+            r->clock_ahead_ns = 0; /* an honest value breaks a pair */
+        return LR_OK;
+    }
+    if (!mutates)
+        return LR_ERANGE;
+    uint64_t prev = r->clock_ahead_ns;
+    if (prev != 0 && t_ns >= prev && t_ns - prev <= skew)
+        return LR_OK; /* the second of a pair: the clock moved */
+    r->clock_ahead_ns = t_ns;
+    return LR_ERANGE;
+}
+
+void
+lr__router_clock_take(lr_router *r, uint64_t t_ns)
+{
+    if (t_ns > r->clock_ns)
+        r->clock_ns = t_ns;
+    r->clock_ahead_ns = 0;
+}
+
 /* ---- instances ------------------------------------------------------------------ */
 
 /* Instance names -> ids: an lr__table of ids keyed by the name's hash;
@@ -369,9 +418,9 @@ struct name_probe {
 };
 
 static inline uint64_t
-name_hash(const char *name, size_t len)
+name_hash(const lr_router *r, const char *name, size_t len)
 {
-    return lr__hash(name, len, SEED_NAMES);
+    return lr__hash(name, len, r->hash_seed ^ SEED_NAMES);
 }
 
 static bool
@@ -388,7 +437,7 @@ static uint32_t
 name_find(const lr_router *r, const char *name, size_t len)
 {
     struct name_probe p = { r->inst, name, len };
-    return lr__table_find(&r->names, name_hash(name, len), 0, name_eq, &p);
+    return lr__table_find(&r->names, name_hash(r, name, len), 0, name_eq, &p);
 }
 
 static void
@@ -473,7 +522,8 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
     in->live = 1;
     in->draining = 0;
     r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
-    lr__table_insert(&r->names, name_hash(copy, len), n); /* sized at create */
+    lr__table_insert(&r->names, name_hash(r, copy, len),
+                     n); /* sized at create */
     r->n_inst++;
     act_insert(r, n);
     *id = n;
@@ -490,7 +540,7 @@ lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
     in->live = 1;
     in->draining = draining;
     r->init_rtt_ms[id] = init_rtt_ms;
-    lr__table_insert(&r->names, name_hash(name, len), id); /* sized */
+    lr__table_insert(&r->names, name_hash(r, name, len), id); /* sized */
     r->n_inst++;
     if (!draining)
         act_insert(r, id);
@@ -581,7 +631,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     /* LR_ENOENT when it never learned anything: nothing to drop */
     (void)lr_index_remove_instance(r->ix, id);
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
-    lr__table_remove(&r->names, name_hash(in->name, in->name_len), id);
+    lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);
     memset(in, 0, sizeof *in);
     /* a new instance under this id starts anew; the counters stay in the
@@ -631,8 +681,17 @@ lr_status
 lr_router_set_stats(lr_router *r, uint32_t id, const lr_engine_stats *stats)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
+    /* the scrape's own time is what the clock judges (a mis-stamped
+     * scrape must not make the honest ones after it look old) */
+    bool stamped =
+        stats != NULL && stats->struct_size >= LR_ENGINE_STATS_SIZE_V1;
     lr__router_lock(r);
-    lr_status st = lr_load_set_stats(r->ld, id, stats);
+    lr_status st =
+        stamped ? lr__router_clock(r, stats->scraped_ns, true) : LR_OK;
+    if (st == LR_OK)
+        st = lr_load_set_stats(r->ld, id, stats);
+    if (st == LR_OK && stamped)
+        lr__router_clock_take(r, stats->scraped_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -685,12 +744,27 @@ static lr_status
 set_param_locked(lr_router *r, int32_t key, double value)
 {
     switch (key) {
-    case LR_PARAM_DUALMAP_WINDOW:
-        LR_TRY(lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
+    case LR_PARAM_DUALMAP_WINDOW: /* a window made for DualMap starts again */
+        if (r->hot.pool != NULL)
+            LR_TRY(
+                lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
+        r->hot.w = (uint32_t)value;
         break;
     case LR_PARAM_DUALMAP_MAX_KEY_BLOCKS:
-        LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
+        if (r->hot.pool != NULL)
+            LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
+        r->hot.depth = (uint32_t)value;
         break;
+    case LR_PARAM_LODESTAR_FALLBACK: { /* what the new fallback needs */
+        double old = r->param[key];
+        r->param[key] = value;
+        lr_status st = policy_setup(r, r->policy);
+        if (st != LR_OK) {
+            r->param[key] = old;
+            return st;
+        }
+        break;
+    }
     case LR_PARAM_GORGO_FROZEN:
         (void)lr_cost_tune(r->gorgo, value == 0); /* GORGO model, 0 or 1 */
         break;
@@ -739,7 +813,11 @@ lr_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
     lr__router_lock(r);
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
-                       : lr_index_kv_stored(r->ix, id, ev, now_ns);
+                       : lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = lr_index_kv_stored(r->ix, id, ev, now_ns);
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -841,7 +919,11 @@ lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
 {
     LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
     lr__router_lock(r);
-    lr_status st = import_delta_locked(r, buf, len, now_ns);
+    lr_status st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = import_delta_locked(r, buf, len, now_ns);
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -856,10 +938,13 @@ lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
     lr__router_lock(r);
-    lr_status st =
-        lr__router_inst(r, id) == NULL
-            ? LR_ENOENT
-            : lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+    lr_status st = lr__router_inst(r, id) == NULL
+                       ? LR_ENOENT
+                       : lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
     return st;
@@ -945,7 +1030,11 @@ lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
     lr__router_lock(r);
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
-                       : vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
+                       : lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     (void)lr__vllm_info_out(info, &in);
     return st;
@@ -1009,8 +1098,12 @@ lr_router_import_gauges(lr_router *r, const uint8_t *buf, size_t len,
 {
     LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
     lr__router_lock(r);
-    lr_status st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
-                                     known_id_const, r);
+    lr_status st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
+        st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
+                               known_id_const, r);
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
     lr__router_unlock(r);
     return st;
 }
@@ -1020,10 +1113,14 @@ lr_router_expire(lr_router *r, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
-    (void)lr_index_expire(r->ix, now_ns);
-    lr__peers_expire(&r->peers, now_ns);
+    lr_status st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK) {
+        (void)lr_index_expire(r->ix, now_ns);
+        lr__peers_expire(&r->peers, now_ns);
+        lr__router_clock_take(r, now_ns);
+    }
     lr__router_unlock(r);
-    return LR_OK;
+    return st;
 }
 
 /* ---- statistics ---------------------------------------------------------------------------------- */
@@ -1084,6 +1181,7 @@ lr__router_digest(const lr_router *r)
     h = lr__digest_mix(h, lr__ring_digest(r->ring));
     h = lr__digest_mix(h, lr__load_digest(r->ld));
     h = lr__digest_mix(h, lr__cost_digest(r->gorgo));
+    h = lr__digest_mix(h, r->clock_ns); /* not clock_ahead_ns: a refusal's */
     h = lr__digest_mix(h, ((uint64_t)r->policy << 32) | r->n_inst);
     h = lr__digest_mix(h, ((uint64_t)r->n_act << 32) | r->rr_last);
     for (uint32_t i = 0; i < r->max_inst; i++) {
@@ -1158,7 +1256,7 @@ lr__router_verify(const lr_router *r)
         st = lr__load_verify(r->ld);
     if (st == LR_OK)
         st = verify_instances(r);
-    if (st == LR_OK)
+    if (st == LR_OK && r->hot.pool != NULL)
         st = lr__hot_verify(&r->hot);
     lr__router_unlock(r);
     return st;

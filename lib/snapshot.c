@@ -149,12 +149,15 @@ write_adaptive(struct lr__wr *w, const lr_router *r)
     lr__wr_u32(w, LR_LOAD_MAX_CLASSES);
     for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
         const struct lr__calib *k = &r->ad.cls[c];
-        for (int i = 0; i < LR__CALIB_DIM; i++)
+        for (int i = 0; i < LR__CALIB_DIM; i++) {
             lr__wr_f64(w, k->theta[i]);
-        lr__wr_f64(w, k->w_mean);
-        for (int i = 0; i < LR__CALIB_DIM; i++)
+            lr__wr_f64(w, k->bv[i]);
+            lr__wr_f64(w, k->prior[i]);
+            lr__wr_f64(w, k->ridge[i]);
             for (int j = 0; j < LR__CALIB_DIM; j++)
-                lr__wr_f64(w, k->P[i][j]);
+                lr__wr_f64(w, k->A[i][j]);
+        }
+        lr__wr_f64(w, k->w_mean);
         lr__wr_u32(w, k->n);
     }
 }
@@ -245,7 +248,9 @@ lr_router_snapshot(lr_router *r, uint64_t now_ns, lr_blob **out)
     LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
     *out = NULL;
     lr__router_lock(r);
-    lr_status st = snapshot_locked(r, now_ns, out);
+    lr_status st = lr__router_clock(r, now_ns, false); /* changes nothing */
+    if (st == LR_OK)
+        st = snapshot_locked(r, now_ns, out);
     lr__router_unlock(r);
     return st;
 }
@@ -523,10 +528,13 @@ static bool
 finite_calib(const struct lr__calib *k)
 {
     for (int i = 0; i < LR__CALIB_DIM; i++) {
-        if (!isfinite(k->theta[i]))
+        /* every term is >= 0; the fit solves with A + diag(ridge) */
+        if (!(k->theta[i] >= 0) || !isfinite(k->theta[i]) ||
+            !isfinite(k->bv[i]) || !isfinite(k->prior[i]) ||
+            !(k->ridge[i] >= 0) || !isfinite(k->ridge[i]))
             return false;
         for (int j = 0; j < LR__CALIB_DIM; j++)
-            if (!isfinite(k->P[i][j]))
+            if (!isfinite(k->A[i][j]))
                 return false;
     }
     return isfinite(k->w_mean);
@@ -542,12 +550,15 @@ read_adaptive(const lr_router *r, struct restore *rs)
     LR_RETURN_IF(lr__rd_u32(&rd) != LR_LOAD_MAX_CLASSES, LR_ECORRUPT);
     for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
         struct lr__calib *k = &rs->calib[c];
-        for (int i = 0; i < LR__CALIB_DIM; i++)
+        for (int i = 0; i < LR__CALIB_DIM; i++) {
             k->theta[i] = lr__rd_f64(&rd);
-        k->w_mean = lr__rd_f64(&rd);
-        for (int i = 0; i < LR__CALIB_DIM; i++)
+            k->bv[i] = lr__rd_f64(&rd);
+            k->prior[i] = lr__rd_f64(&rd);
+            k->ridge[i] = lr__rd_f64(&rd);
             for (int j = 0; j < LR__CALIB_DIM; j++)
-                k->P[i][j] = lr__rd_f64(&rd);
+                k->A[i][j] = lr__rd_f64(&rd);
+        }
+        k->w_mean = lr__rd_f64(&rd);
         k->n = lr__rd_u32(&rd);
         LR_RETURN_IF(rd.bad || !finite_calib(k), LR_ECORRUPT);
     }
@@ -640,6 +651,8 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
     rs.max_inst = r->max_inst;
     lr_status st = r->n_inst != 0 ? LR_ESTATE : LR_OK;
     if (st == LR_OK)
+        st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK)
         st = read_sections(r, buf, len, &rs);
     if (st == LR_OK)
         st = read_inst(&rs);
@@ -657,8 +670,10 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
         st = read_model(&rs);
     if (st == LR_OK)
         st = install_model(r, &rs);
-    if (st == LR_OK)
+    if (st == LR_OK) {
         commit(r, &rs);
+        lr__router_clock_take(r, now_ns);
+    }
     restore_free(&rs);
     lr__router_unlock(r);
     return st;

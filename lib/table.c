@@ -17,6 +17,8 @@ set_empty(struct lr__table *t)
     t->slots = (uint64_t *)(uintptr_t)no_slots;
     t->size = 1;
     t->count = 0;
+    t->worst = 0;
+    t->since = 0;
 }
 
 static bool
@@ -35,21 +37,27 @@ size_for(uint64_t need)
     return size > UINT32_MAX ? 0 : size;
 }
 
-/* Move to `size` slots (the caller checked the load). */
+/* Move to `size` slots under `salt` (the caller checked the load). */
 static lr_status
-rehash(struct lr__table *t, struct lr__mem *m, uint64_t size)
+rehash(struct lr__table *t, struct lr__mem *m, uint64_t size, uint64_t salt)
 {
     uint64_t *ns = lr__calloc(m, (size_t)size, sizeof(uint64_t));
     if (ns == NULL)
         return LR_ENOMEM;
-    for (uint32_t i = 0; i < t->size; i++)
-        if (t->slots[i] != 0)
-            lr__table_place(ns, (uint32_t)size, t->slots[i]);
+    uint32_t worst = 0;
+    for (uint32_t i = 0; i < t->size; i++) {
+        if (t->slots[i] != 0) {
+            uint32_t d = lr__table_place(ns, (uint32_t)size, salt, t->slots[i]);
+            worst = d > worst ? d : worst;
+        }
+    }
     uint32_t count = t->count;
     lr__table_free(t, m);
     t->slots = ns;
     t->size = (uint32_t)size;
     t->count = count;
+    t->salt = salt;
+    t->worst = worst;
     return LR_OK;
 }
 
@@ -57,10 +65,12 @@ lr_status
 lr__table_init(struct lr__table *t, struct lr__mem *m, uint32_t expect)
 {
     set_empty(t);
+    t->salt = 0;
+    t->resalts = 0;
     if (expect == 0)
         return LR_OK;
     uint64_t size = size_for(expect);
-    return size == 0 ? LR_ENOMEM : rehash(t, m, size);
+    return size == 0 ? LR_ENOMEM : rehash(t, m, size, 0);
 }
 
 void
@@ -75,17 +85,47 @@ lr_status
 lr__table_reserve(struct lr__table *t, struct lr__mem *m, uint32_t more)
 {
     uint64_t need = (uint64_t)t->count + more;
-    if (need * LOAD_DEN <= (uint64_t)t->size * LOAD_NUM)
+    bool fits = need * LOAD_DEN <= (uint64_t)t->size * LOAD_NUM;
+    /* A probe past the bound, with size / 8 inserts since the last
+     * rebuild to pay for this one: re-salt (at the size it needs). */
+    bool flood =
+        t->worst > LR__TABLE_PROBE_BOUND(t->size) && t->since >= t->size / 8;
+    if (fits && !flood)
         return LR_OK;
-    uint64_t size = (uint64_t)t->size + t->size / 2;
-    uint64_t fit = size_for(need);
-    if (fit == 0)
-        return LR_ENOMEM;
-    if (size < fit)
-        size = fit;
-    if (size > UINT32_MAX)
-        size = UINT32_MAX;
-    return rehash(t, m, size);
+    uint64_t size = t->size;
+    if (!fits) {
+        size = (uint64_t)t->size + t->size / 2;
+        uint64_t fit = size_for(need);
+        if (fit == 0)
+            return LR_ENOMEM;
+        if (size < fit)
+            size = fit;
+        if (size > UINT32_MAX)
+            size = UINT32_MAX;
+    }
+    uint64_t salt = flood ? lr__hash_seed(0, t) : t->salt;
+    LR_TRY(rehash(t, m, size, salt));
+    t->since = 0;
+    t->resalts += flood;
+    return LR_OK;
+}
+
+void
+lr__table_probe_stats(const struct lr__table *t, uint32_t *max, uint64_t *sum)
+{
+    uint32_t size = t->size, mx = 0;
+    uint64_t s = 0;
+    for (uint32_t j = 0; j < size; j++) {
+        uint64_t w = t->slots[j];
+        if (w == 0)
+            continue;
+        uint32_t home = lr__table_home(w, size, t->salt);
+        uint32_t d = (uint32_t)(((uint64_t)j + size - home) % size);
+        mx = d > mx ? d : mx;
+        s += d;
+    }
+    *max = mx;
+    *sum = s;
 }
 
 /* Slot i may take slot j's word when j's home does not lie cyclically in
@@ -101,7 +141,7 @@ lr__table_remove(struct lr__table *t, uint64_t hv, uint32_t value)
 {
     uint32_t size = t->size;
     uint64_t want = (hv & TAG_MASK) | ((uint64_t)value + 1);
-    uint32_t i = lr__table_home(hv, size);
+    uint32_t i = lr__table_home(hv, size, t->salt);
     while (t->slots[i] != want) {
         if (LR_NEVER(t->slots[i] == 0))
             return;
@@ -117,7 +157,7 @@ lr__table_remove(struct lr__table *t, uint64_t hv, uint32_t value)
         uint64_t s = t->slots[j];
         if (s == 0)
             break;
-        if (can_move(i, j, lr__table_home(s, size))) {
+        if (can_move(i, j, lr__table_home(s, size, t->salt))) {
             t->slots[i] = s;
             i = j;
         }
@@ -149,7 +189,7 @@ lr__table_verify(const struct lr__table *t)
             continue;
         }
         filled++;
-        uint32_t home = lr__table_home(s, size);
+        uint32_t home = lr__table_home(s, size, t->salt);
         uint64_t back = ((uint64_t)j + size - home) % size; /* home -> j */
         if (back > (uint64_t)(k - run_start))
             return LR_ECORRUPT;

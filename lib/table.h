@@ -15,6 +15,8 @@
  *
  *   tag  = hv >> 32, the high half of the caller's keyed 64-bit hash
  *   home = (tag * size) >> 32  (fastrange: any size, no modulo, no mask)
+ *          or, once the table has re-salted itself (below),
+ *          (mix(tag, salt) >> 32) * size >> 32
  *   v    = the value, < LR_NIL; stored plus one so that 0 means empty
  *
  * The tag picks the home slot, so rehashing and backward-shift deletion
@@ -30,6 +32,20 @@
  *     tag matches, eq(ctx, key, 9) is true -> 9
  *   remove(hv = 0x20000000_..., 5)  empties slot 1, then shifts slot 2
  *     back into it (its home 1 does not lie in (1, 2]): no tombstone.
+ *
+ * Flooding bound (issue 16). Owners key hv with a per-handle random seed
+ * (lr__hash_seed), so a client cannot aim keys at one region of the
+ * table. Should that seed leak, linear probing would let aimed keys pile
+ * into one run that every lookup near it walks. So every insert notes its
+ * probe length, and the next reserve after a probe longer than
+ * LR__TABLE_PROBE_BOUND(size) re-salts the table: a fresh salt from the
+ * operating system re-spreads the stored tags over the slots (from the
+ * slot words alone, as a growth does) and aimed keys lose their aim. Only
+ * keys whose whole 32-bit tags collide (2^32 hash evaluations each for a
+ * client who knows the seed) stay together. A re-salt waits for size / 8
+ * inserts since the last rebuild, so even such keys cost O(1) amortized.
+ * The salt starts at 0, which keeps the plain fastrange home and the hot
+ * path as it was; nothing a table answers depends on where a value sits.
  *
  * Contract for every user:
  * - A value is in the table at most once, under the hash it was inserted
@@ -56,9 +72,13 @@
 #include "common.h"
 
 struct lr__table {
-    uint64_t *slots; /* `size` slot words; see the picture */
-    uint32_t size;   /* slots, >= 1 */
-    uint32_t count;  /* values held */
+    uint64_t *slots;  /* `size` slot words; see the picture */
+    uint32_t size;    /* slots, >= 1 */
+    uint32_t count;   /* values held */
+    uint64_t salt;    /* 0: plain fastrange home; else re-salted */
+    uint32_t worst;   /* longest insert probe since the last rebuild */
+    uint32_t since;   /* inserts since the last rebuild */
+    uint32_t resalts; /* re-salts so far (tests, observability) */
 };
 
 /* Smallest table that holds memory, in slots. */
@@ -69,11 +89,36 @@ struct lr__table {
 /* The tag half of a slot word. */
 #define LR__TABLE_TAG (~(uint64_t)0xffffffffu)
 
-/* Home slot of hash hv in a table of `size` slots. */
-static inline uint32_t
-lr__table_home(uint64_t hv, uint32_t size)
+/* Probes an insert may take before the next reserve re-salts the table:
+ * far past what random keys reach (linear probing at 3/4 load has
+ * expected maximum runs of a few log2(size) slots). */
+#define LR__TABLE_PROBE_BOUND(size) (64u + 16u * (uint32_t)lr__log2_u32(size))
+
+static inline unsigned
+lr__log2_u32(uint32_t x)
 {
-    return (uint32_t)(((hv >> 32) * (uint64_t)size) >> 32);
+    unsigned b = 0;
+    while (x >>= 1)
+        b++;
+    return b;
+}
+
+/* Home slot of hash hv (or a slot word: the tag is its high half) in a
+ * table of `size` slots with `salt`. */
+static inline uint32_t
+lr__table_home(uint64_t hv, uint32_t size, uint64_t salt)
+{
+    uint64_t tag = hv >> 32;
+    if (salt != 0) { /* only after a flood was seen: murmur's finalizer */
+        uint64_t x = tag ^ salt;
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 33;
+        x *= 0xc4ceb9fe1a85ec53ull;
+        x ^= x >> 33;
+        tag = x >> 32;
+    }
+    return (uint32_t)((tag * (uint64_t)size) >> 32);
 }
 
 /* Set up a table with room for `expect` values (at most 3/4 full), or
@@ -92,21 +137,26 @@ void lr__table_free(struct lr__table *t, struct lr__mem *m);
 
 /* Make room for `more` inserts beyond count, keeping the table at most 3/4
  * full. Growth is 1.5x (or to what is needed) and rehashes from the slot
- * words alone. LR_OK or LR_ENOMEM; on LR_ENOMEM the table is unchanged and
- * usable. O(size) when it grows, O(1) otherwise. */
+ * words alone; so does a re-salt (see the flooding bound). LR_OK or
+ * LR_ENOMEM; on LR_ENOMEM the table is unchanged and usable. O(size) when
+ * it grows or re-salts, O(1) otherwise. */
 lr_status lr__table_reserve(struct lr__table *t, struct lr__mem *m,
                             uint32_t more);
 
 /* Internal to the table: put a slot word in the first empty slot from
- * its home (insert and rehash). */
-static inline void
-lr__table_place(uint64_t *slots, uint32_t size, uint64_t word)
+ * its home (insert and rehash); returns how many slots it passed. */
+static inline uint32_t
+lr__table_place(uint64_t *slots, uint32_t size, uint64_t salt, uint64_t word)
 {
-    uint32_t b = lr__table_home(word, size);
-    while (slots[b] != 0)
+    uint32_t b = lr__table_home(word, size, salt);
+    uint32_t d = 0;
+    while (slots[b] != 0) {
         if (++b == size)
             b = 0;
+        d++;
+    }
     slots[b] = word;
+    return d;
 }
 
 /* Add `value` (< LR_NIL) under hash hv. Room must have been reserved; no
@@ -118,8 +168,10 @@ lr__table_insert(struct lr__table *t, uint64_t hv, uint32_t value)
     assert(value < LR_NIL);
     assert(((uint64_t)t->count + 1) * LR__TABLE_LOAD_DEN <=
            (uint64_t)t->size * LR__TABLE_LOAD_NUM);
-    lr__table_place(t->slots, t->size,
-                    (hv & LR__TABLE_TAG) | ((uint64_t)value + 1));
+    uint32_t d = lr__table_place(t->slots, t->size, t->salt,
+                                 (hv & LR__TABLE_TAG) | ((uint64_t)value + 1));
+    t->worst = d > t->worst ? d : t->worst;
+    t->since++;
     t->count++;
 }
 
@@ -148,7 +200,7 @@ lr__table_find(const struct lr__table *t, uint64_t hv, uint64_t key,
 {
     uint32_t tag = (uint32_t)(hv >> 32);
     uint32_t size = t->size;
-    uint32_t b = lr__table_home(hv, size);
+    uint32_t b = lr__table_home(hv, size, t->salt);
     for (;;) {
         uint64_t s = t->slots[b];
         if (s == 0)
@@ -167,8 +219,15 @@ lr__table_find(const struct lr__table *t, uint64_t hv, uint64_t key,
 static inline uint64_t
 lr__table_peek(const struct lr__table *t, uint64_t hv)
 {
-    return t->slots[lr__table_home(hv, t->size)];
+    return t->slots[lr__table_home(hv, t->size, t->salt)];
 }
+
+/* Probe lengths of the values held: the longest and the sum of the slots
+ * each value sits past its home (a successful lookup of it reads that
+ * many slots plus one). O(size); for tests and benchmarks that count
+ * work instead of timing it. */
+void lr__table_probe_stats(const struct lr__table *t, uint32_t *max,
+                           uint64_t *sum);
 
 /* Walk the invariants: count equals the filled slots, the table is at
  * most 3/4 full (so an empty slot ends every probe), and every value is

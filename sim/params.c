@@ -53,6 +53,7 @@ static const char *const names[] = {
     [LR_PARAM_ADAPTIVE_FRESH_S] = "adaptive-fresh-s",
     [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = "adaptive-rtt-weight",
     [LR_PARAM_ADAPTIVE_CALIBRATE] = "adaptive-calibrate",
+    [LR_PARAM_CLOCK_SKEW_S] = "clock-skew-s",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 
@@ -79,8 +80,7 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
     if (key < 0) {
         char known[2048] = "";
         size_t used = 0;
-        for (int32_t k = 0; k < N_NAMES && used < sizeof known;
-             k++) {
+        for (int32_t k = 0; k < N_NAMES && used < sizeof known; k++) {
             int w =
                 snprintf(known + used, sizeof known - used, " %s", names[k]);
             if (w > 0)
@@ -158,8 +158,9 @@ sim_rates_parse(const char *v, struct sim_rates *out, struct sim_err *err)
     }
     lr_router_destroy(r);
     if (st != LR_OK)
-        return sim_errf(err, "scale:%s: the router refuses class %s's rate "
-                             "%.6g tokens/s (%s)",
+        return sim_errf(err,
+                        "scale:%s: the router refuses class %s's rate "
+                        "%.6g tokens/s (%s)",
                         num, k->name ? k->name : "?",
                         k->name ? 1e6 / k->prefill_us * x : 0.0,
                         lr_strerror(st));

@@ -102,6 +102,16 @@ options_checked(void **state)
     bad = o;
     bad.max_abs_reward = NAN;
     assert_st(lr_learner_create(&bad, &l), LR_EINVAL);
+    /* a bound past what a network trains on would let a 1e300 reward
+     * through to a float target of infinity (issue 16) */
+    bad.max_abs_reward = 1e31;
+    assert_st(lr_learner_create(&bad, &l), LR_EINVAL);
+    assert_null(l);
+    bad.max_abs_reward = LR_MLP_MAX_VALUE;
+    assert_st(lr_learner_create(&bad, &l), LR_OK);
+    lr_learner_destroy(l);
+    l = (lr_learner *)&l; /* a failed create clears it (B5) */
+    bad = o;
     bad = o;
     bad.retrain_every = 0;
     assert_st(lr_learner_create(&bad, &l), LR_EINVAL);

@@ -208,7 +208,7 @@ samples_from_first_tokens(void **state)
     assert_st(lr_router_first_token(r, 4, T0 + 16 * SEC), LR_OK); /* late */
     assert_int_equal(lstats(r).samples, 1);
     assert_int_equal(lstats(r).dropped_range, 1); /* -16 s: beyond 15 */
-    assert_st(lr_router_first_token(r, 4, T0 + 99 * SEC), LR_OK); /* no-op */
+    assert_st(lr_router_first_token(r, 4, T0 + 60 * SEC), LR_OK); /* no-op */
     /* a cap of 15 s: the late one is a sample at -15 s */
     assert_st(lr_router_set_param(r, LR_PARAM_LODESTAR_MAX_TTFT_S, 15), LR_OK);
     route(r, 8, t, 64, T0, 0);
@@ -232,6 +232,24 @@ samples_from_first_tokens(void **state)
               LR_OK);
     assert_int_equal(ns, 3);
     assert_true(y[2] == -2.0f);
+    /* wider rows: the same features, then zeros */
+    assert_int_equal(lr_router_learner_feature_count(r), LR_LODESTAR_FEATURES);
+    enum {
+        W = LR_LODESTAR_FEATURES + 3
+    };
+    float xw[4 * W], yw[4];
+    memset(xw, 0x5a, sizeof xw);
+    assert_st(lr_router_learner_samples(r, xw, W, yw, 4, &ns), LR_OK);
+    assert_int_equal(ns, 3);
+    for (size_t i = 0; i < ns; i++) {
+        assert_memory_equal(xw + i * W, x + i * LR_LODESTAR_FEATURES,
+                            LR_LODESTAR_FEATURES * sizeof *x);
+        for (size_t j = LR_LODESTAR_FEATURES; j < W; j++)
+            assert_true(xw[i * W + j] == 0.0f);
+    }
+    assert_st(
+        lr_router_learner_samples(r, xw, LR_LODESTAR_FEATURES - 1, yw, 4, &ns),
+        LR_EINVAL);
     assert_st(lr_router_set_param(r, LR_PARAM_LODESTAR_MAX_TTFT_S, 60), LR_OK);
     /* a move drops the sample: its features were the old instance's */
     route(r, 5, t, 64, T0, 0);

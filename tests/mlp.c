@@ -856,7 +856,11 @@ out_of_range_rows(void **state)
 {
     (void)state;
     uint64_t s = 31;
-    enum { D = 4, N = 40, Q = 300 };
+    enum {
+        D = 4,
+        N = 40,
+        Q = 300
+    };
     lr_mlp *m = mk(D, 1, 4, 1, 0.0, NULL);
     float *x = rand_rows(&s, N, D, -1, 1);
     assert_st(lr_mlp_fit_normalization(m, x, N, NULL), LR_OK);
@@ -1391,6 +1395,165 @@ put_f64_at(uint8_t *p, double v)
     lr__put_u64(p, u);
 }
 
+/* Whether two networks save to the same bytes. */
+static bool
+same_bytes(const lr_mlp *a, const lr_mlp *b)
+{
+    lr_blob *x = save(a), *y = save(b);
+    bool same = lr_blob_size(x) == lr_blob_size(y) &&
+                memcmp(lr_blob_data(x), lr_blob_data(y), lr_blob_size(x)) == 0;
+    lr_blob_destroy(x);
+    lr_blob_destroy(y);
+    return same;
+}
+
+/* Issue 16, hostile case 3: lr_mlp_load accepted finite but extreme
+ * models that then predicted +-inf with LR_OK. Weights or normalization
+ * past the bounds are refused (load_rejects_crafted_blobs), and so is a
+ * model within them whose outputs overflow on its own probe rows (means,
+ * minima, maxima). */
+static void
+regress_load_refuses_extreme_models(void **state)
+{
+    (void)state;
+    lr_mlp *m = trained_small(7);
+    lr_blob *b = save(m);
+    const size_t np = lr__mlp_n_params(m), par_at = HDR + 16 * 3;
+    size_t n;
+    uint8_t *p;
+    /* every weight near the bound (9000) and the target deviation at
+     * 1e30: each value is legal, the product overflows float on the
+     * probe. The probe runs on the loaded network, so this refusal
+     * allocates (and frees) where the others allocate nothing. */
+    p = resealed(b, &n);
+    for (size_t i = 0; i < np; i++)
+        put_f32_at(p + par_at + 4 * i, 9000.0f);
+    put_f64_at(p + OFF_TSTD, 1e30);
+    reseal(p, n);
+    struct tu_alloc t;
+    tu_alloc_init(&t);
+    lr_mlp *got = (lr_mlp *)&got;
+    assert_st(lr_mlp_load(p, n, &t.a, &got), LR_ECORRUPT);
+    assert_null(got);
+    assert_int_equal(t.live_bytes, 0);
+    /* the same with an ordinary deviation loads: the probe is what
+     * refused it */
+    put_f64_at(p + OFF_TSTD, 1.0);
+    reseal(p, n);
+    assert_st(load_counted(p, n), LR_OK);
+    free(p);
+    lr_blob_destroy(b);
+    lr_mlp_destroy(m);
+}
+
+/* Issue 16, hostile case 3: predictions came back NaN or infinite with
+ * LR_OK. A network that passes its load probe but overflows on a far
+ * input says LR_ERANGE and writes zeros. */
+static void
+regress_predict_never_returns_non_finite(void **state)
+{
+    (void)state;
+    lr_mlp *m = mk(2, 2, 8, 3, 0.0, NULL);
+    float fit[4] = { 0, 0, 1, 1 }, ty[2] = { -1e30f, 1e30f };
+    assert_st(lr_mlp_fit_normalization(m, fit, 2, ty), LR_OK);
+    /* weights 9000, biases 0: layers [8][2] + 8, [8][8] + 8, [1][8] + 1 */
+    float *w = lr__mlp_params(m);
+    assert_int_equal(lr__mlp_n_params(m), 16 + 8 + 64 + 8 + 8 + 1);
+    for (size_t i = 0; i < lr__mlp_n_params(m); i++)
+        w[i] = 9000.0f;
+    memset(w + 16, 0, 8 * sizeof *w);
+    memset(w + 24 + 64, 0, 8 * sizeof *w);
+    w[24 + 72 + 8] = 0.0f;
+    /* the fitted mean row has z = 0: output 0 x 1e30 + 0 */
+    float ok[2] = { 0.5f, 0.5f }, out[2] = { 1, 1 };
+    assert_st(lr_mlp_predict(m, ok, 1, out), LR_OK);
+    assert_true(out[0] == 0.0f);
+    /* z clamped at 1e6: 2 x 1e6 x 9000 -> x 8 x 9000 -> x 8 x 9000, about
+     * 9e19, times the target deviation 1e30 is past float's 3.4e38 */
+    float far[4] = { 0.5f, 0.5f, 3e38f, 3e38f };
+    assert_st(lr_mlp_predict(m, far, 2, out), LR_ERANGE);
+    assert_true(out[0] == 0.0f && out[1] == 0.0f);
+    double mse;
+    float y[2] = { 0, 0 };
+    assert_st(lr_mlp_loss(m, far, y, 2, &mse), LR_ERANGE);
+    lr_mlp_destroy(m);
+}
+
+/* Issue 16, hostile case 3: lr_mlp_train on a target of 3e38 returned
+ * LR_OK, after which its own saved blob was refused. Absurd targets are
+ * refused, a step whose loss or weights turn non-finite undoes the whole
+ * call, and whatever training leaves loads again. */
+static void
+regress_train_refuses_absurd_targets(void **state)
+{
+    (void)state;
+    lr_mlp *m = trained_small(11);
+    lr_mlp *keep;
+    assert_st(lr_mlp_clone(m, &keep), LR_OK);
+    float x[6] = { 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f };
+    float y[2] = { 3e38f, 1.0f };
+    assert_st(lr_mlp_train(m, x, y, 2, 3, NULL), LR_ERANGE);
+    assert_st(lr_mlp_fit_normalization(m, x, 2, y), LR_ERANGE);
+    assert_true(same_bytes(m, keep));
+    y[0] = NAN;
+    assert_st(lr_mlp_train(m, x, y, 2, 3, NULL), LR_EINVAL);
+    y[0] = INFINITY;
+    assert_st(lr_mlp_train(m, x, y, 2, 3, NULL), LR_EINVAL);
+    assert_true(same_bytes(m, keep));
+    lr_mlp_destroy(keep);
+    lr_mlp_destroy(m);
+
+    /* a step that carries a weight past LR_MLP_MAX_WEIGHT (Adam moves
+     * each by about the rate, 1 here): the call is undone */
+    lr_mlp_options o;
+    lr_mlp_options_init(&o);
+    o.n_inputs = 3;
+    o.hidden_layers = 2;
+    o.width = 16;
+    o.batch_size = 2;
+    o.learning_rate = 1.0;
+    o.grad_clip = 0.0;
+    o.dropout = 0.0;
+    assert_st(lr_mlp_create(&o, &m), LR_OK);
+    float *w = lr__mlp_params(m);
+    for (size_t i = 0; i < lr__mlp_n_params(m); i++)
+        w[i] = w[i] > 0 ? 9999.5f : -9999.5f;
+    assert_st(lr_mlp_clone(m, &keep), LR_OK);
+    float sane[2] = { 1.0f, -1.0f };
+    double loss = -1;
+    assert_st(lr_mlp_train(m, x, sane, 2, 4, &loss), LR_ERANGE);
+    assert_true(loss == -1);
+    assert_true(same_bytes(m, keep));
+    lr_mlp_destroy(keep);
+    lr_mlp_destroy(m);
+    /* a step whose loss turns non-finite: weights within the bound whose
+     * activations overflow float on these inputs (z clamped at 1e6, then
+     * x 64 x 9000 per layer, six layers); undone too */
+    float fx[6] = { 3e38f, 3e38f, 3e38f, -3e38f, -3e38f, -3e38f };
+    o.learning_rate = 1e-3;
+    o.hidden_layers = 6;
+    o.width = 64;
+    assert_st(lr_mlp_create(&o, &m), LR_OK);
+    w = lr__mlp_params(m);
+    for (size_t i = 0; i < lr__mlp_n_params(m); i++)
+        w[i] = 9000.0f;
+    assert_st(lr_mlp_clone(m, &keep), LR_OK);
+    assert_st(lr_mlp_train(m, fx, sane, 2, 1, &loss), LR_ERANGE);
+    assert_true(same_bytes(m, keep));
+    /* and a fresh network trains on sane targets; the result loads */
+    lr_mlp_destroy(m);
+    assert_st(lr_mlp_create(&o, &m), LR_OK);
+    assert_st(lr_mlp_train(m, x, sane, 2, 4, &loss), LR_OK);
+    assert_true(isfinite(loss));
+    lr_blob *b = save(m);
+    lr_mlp *m2;
+    assert_st(lr_mlp_load(lr_blob_data(b), lr_blob_size(b), NULL, &m2), LR_OK);
+    lr_mlp_destroy(m2);
+    lr_blob_destroy(b);
+    lr_mlp_destroy(keep);
+    lr_mlp_destroy(m);
+}
+
 static void
 load_rejects_crafted_blobs(void **state)
 {
@@ -1425,6 +1588,11 @@ load_rejects_crafted_blobs(void **state)
         { max_at + 4, NAN },
         { min_at, 1e30f }, /* min > max */
         { max_at + 8, -1e30f },
+        /* issue 16: finite but past LR_MLP_MAX_WEIGHT or _VALUE */
+        { par_at, 2e4f },
+        { par_at + 4 * (np - 1), -1e5f },
+        { mean_at, 1e31f },
+        { std_at + 4, 3e38f },
     };
     for (size_t i = 0; i < sizeof f32s / sizeof f32s[0]; i++) {
         p = resealed(b, &n);
@@ -1444,6 +1612,7 @@ load_rejects_crafted_blobs(void **state)
         { OFF_WD, 1.0 },        { OFF_WD, -1e-9 },     { OFF_CLIP, -1.0 },
         { OFF_CLIP, INFINITY }, { OFF_TMEAN, NAN },    { OFF_TMEAN, -INFINITY },
         { OFF_TSTD, 0.0 },      { OFF_TSTD, -2.0 },    { OFF_TSTD, INFINITY },
+        { OFF_TMEAN, -2e30 },   { OFF_TSTD, 1e31 }, /* past LR_MLP_MAX_VALUE */
     };
     for (size_t i = 0; i < sizeof f64s / sizeof f64s[0]; i++) {
         p = resealed(b, &n);
@@ -1538,6 +1707,9 @@ main(void)
         cmocka_unit_test(load_starts_fresh_optimizer),
         cmocka_unit_test(load_rejects_truncations_and_flips),
         cmocka_unit_test(load_rejects_crafted_blobs),
+        cmocka_unit_test(regress_load_refuses_extreme_models),
+        cmocka_unit_test(regress_predict_never_returns_non_finite),
+        cmocka_unit_test(regress_train_refuses_absurd_targets),
     };
     printf("# kernel: %s\n", lr__mlp_kernel());
     return cmocka_run_group_tests(tests, NULL, NULL);

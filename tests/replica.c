@@ -848,6 +848,66 @@ gauges_peer_limit(void **state)
     lr_router_destroy(b);
 }
 
+/* Every replica call that takes a time is judged by the router's clock
+ * (lr_router.h, "Clock"): a timestamp far ahead is LR_ERANGE and changes
+ * nothing (no sequence consumed, no gauge, no delta mark, no snapshot). */
+static void
+clock_refusals(void **state)
+{
+    (void)state;
+    const uint64_t far = T0 + 3600 * SEC, bad = UINT64_MAX;
+    lr_router *a = mk_router(LR_POLICY_PREFIX_CACHE_AND_LOAD, 5, 2, NULL);
+    lr_router *b = mk_router(LR_POLICY_PREFIX_CACHE_AND_LOAD, 6, 2, NULL);
+    uint32_t t[4 * BT];
+    toks(t, 4 * BT, 8);
+    assert_st(route_one(a, 1, t, 4 * BT, 0, T0, NULL), LR_OK);
+    assert_st(route_one(b, 1, t, 4 * BT, LR_ROUTE_DRY_RUN, T0, NULL), LR_OK);
+    struct mpw *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    one_store(w, 100, 10.0, 1);
+    lr_blob *g = gauges(a), *d = export(a, 0, NULL), *sn = NULL;
+    uint64_t before = lr__router_digest(b);
+    /* (an honest call between two far ones: a pair would be a jump) */
+    for (int k = 0; k < 2; k++) {
+        uint64_t at = k ? bad : far;
+        assert_st(lr_router_vllm_batch_seq(b, 1, 7, w->buf, w->n, at, NULL),
+                  LR_ERANGE);
+        assert_st(lr_router_expire(b, T0), LR_OK);
+        assert_st(take_gauges(b, g, at), LR_ERANGE);
+        assert_st(lr_router_expire(b, T0), LR_OK);
+        assert_st(lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d),
+                                         at),
+                  LR_ERANGE);
+        assert_st(lr_router_expire(b, T0), LR_OK);
+        assert_st(lr_router_snapshot(b, at, &sn), LR_ERANGE);
+        assert_null(sn);
+    }
+    assert_int_equal(lr__router_digest(b), before);
+    lr_kv_source src;
+    lr_kv_source_init(&src);
+    assert_st(lr_router_kv_source(b, 1, &src), LR_OK);
+    assert_int_equal(src.has_seq, 0);
+    lr_router_stats st = rstats(b);
+    assert_int_equal(st.kv_batches + st.gauges_imported + st.deltas_imported,
+                     0);
+    /* a restore at a refused time leaves the router empty */
+    assert_st(lr_router_snapshot(a, T0, &sn), LR_OK);
+    lr_router *c = mk_router(LR_POLICY_PREFIX_CACHE_AND_LOAD, 7, 0, NULL);
+    assert_st(lr_router_restore(c, lr_blob_data(sn), lr_blob_size(sn), bad),
+              LR_ERANGE);
+    assert_int_equal(rstats(c).instances, 0);
+    assert_st(lr_router_restore(c, lr_blob_data(sn), lr_blob_size(sn), T0),
+              LR_OK);
+    assert_int_equal(rstats(c).instances, 2);
+    lr_blob_destroy(sn);
+    lr_blob_destroy(g);
+    lr_blob_destroy(d);
+    free(w);
+    lr_router_destroy(c);
+    lr_router_destroy(b);
+    lr_router_destroy(a);
+}
+
 int
 main(void)
 {
@@ -860,6 +920,7 @@ main(void)
         cmocka_unit_test(gauges_malformed),
         cmocka_unit_test(gauges_oom),
         cmocka_unit_test(gauges_peer_limit),
+        cmocka_unit_test(clock_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

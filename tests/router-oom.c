@@ -160,7 +160,9 @@ static void
 oom_set_policy(void **state)
 {
     (void)state;
-    static const lr_policy to[] = { LR_POLICY_ADAPTIVE, LR_POLICY_LODESTAR };
+    /* dualmap: its hotness window is made on first use (issue 16) */
+    static const lr_policy to[] = { LR_POLICY_ADAPTIVE, LR_POLICY_LODESTAR,
+                                    LR_POLICY_DUALMAP };
     for (size_t i = 0; i < sizeof to / sizeof to[0]; i++) {
         struct frame f = { LR_POLICY_RANDOM, 4, op_set_policy, (void *)&to[i] };
         tu_oom_loop(sc_frame, &f, 200);
@@ -260,6 +262,21 @@ op_key_blocks(lr_router *r, void *ctx)
     return lr_router_set_param(r, LR_PARAM_DUALMAP_MAX_KEY_BLOCKS, 4);
 }
 
+/* Lodestar falling back to DualMap needs DualMap's hotness window: made
+ * by the set_param, all or nothing (the fallback stays as it was). */
+static lr_status
+op_fallback_dualmap(lr_router *r, void *ctx)
+{
+    (void)ctx;
+    double old, now;
+    assert_st(lr_router_get_param(r, LR_PARAM_LODESTAR_FALLBACK, &old), LR_OK);
+    lr_status st =
+        lr_router_set_param(r, LR_PARAM_LODESTAR_FALLBACK, LR_POLICY_DUALMAP);
+    assert_st(lr_router_get_param(r, LR_PARAM_LODESTAR_FALLBACK, &now), LR_OK);
+    assert_true(now == (st == LR_OK ? LR_POLICY_DUALMAP : old));
+    return st;
+}
+
 static void
 oom_set_param(void **state)
 {
@@ -271,6 +288,8 @@ oom_set_param(void **state)
     tu_oom_loop(sc_frame, &f, 50);
     f.op = op_key_blocks;
     tu_oom_loop(sc_frame, &f, 50);
+    struct frame h = { LR_POLICY_LODESTAR, 4, op_fallback_dualmap, NULL };
+    tu_oom_loop(sc_frame, &h, 50);
 }
 
 /* ---- kv_stored ---------------------------------------------------------------------- */

@@ -914,6 +914,10 @@ test_differential(void **state)
         { "hashed, 160 vnodes", 160, 24, false, 800 },
         { "ties, 1 vnode", 1, 40, true, 3000 },
         { "ties, 3 vnodes", 3, 24, true, 3000 },
+        /* up to 960 entries in a few dozen leaves, most of them on 16
+         * positions: runs of ties longer than a leaf, split and merged
+         * across leaf boundaries (issue 16's leaves) */
+        { "ties, 40 vnodes", 40, 24, true, 1200 },
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         char what[64];

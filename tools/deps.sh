@@ -8,6 +8,8 @@
 #                            and for the gateway replicas' end-to-end
 #                            test redis-server, python3-redis,
 #                            python3-zmq, python3-msgpack)
+#   tools/deps.sh --coverage the basic set and gcovr, for tools/coverage
+#                            only (not on CI's path)
 #
 # or, from another bash script:
 #
@@ -23,6 +25,7 @@ LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
     python3-cffi binutils abigail-tools redis-server python3-redis python3-zmq
     python3-msgpack)
+LR_DEPS_COVERAGE=(gcovr)
 
 # Print the packages of "$@" that are not installed, one per line.
 lr_deps_missing()
@@ -37,15 +40,18 @@ lr_deps_missing()
     done
 }
 
-# lr_deps_install [--full]: returns 0 when everything asked for is present.
+# lr_deps_install [--full|--coverage]: returns 0 when everything asked for
+# is present.
 lr_deps_install()
 {
     local want=("${LR_DEPS_BASIC[@]}")
     case ${1:-} in
     --full) want+=("${LR_DEPS_FULL[@]}") ;;
+    --coverage) want+=("${LR_DEPS_COVERAGE[@]}") ;;
     "" | --basic) ;;
     *)
-        echo "deps.sh: unknown option '$1' (use --full or nothing)" >&2
+        echo "deps.sh: unknown option '$1' (use --full, --coverage or" \
+            "nothing)" >&2
         return 2
         ;;
     esac

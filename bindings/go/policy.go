@@ -151,6 +151,9 @@ const (
 	ParamAdaptiveFreshSeconds     Param = C.LR_PARAM_ADAPTIVE_FRESH_S
 	ParamAdaptiveRTTWeight        Param = C.LR_PARAM_ADAPTIVE_RTT_WEIGHT
 	ParamAdaptiveCalibrate        Param = C.LR_PARAM_ADAPTIVE_CALIBRATE
+	// The router's clock: a timestamp more than this many seconds ahead
+	// of the newest one taken is refused (StatusRange).
+	ParamClockSkewSeconds Param = C.LR_PARAM_CLOCK_SKEW_S
 )
 
 // ParamCount returns how many parameters the loaded library has

@@ -30,6 +30,10 @@ type RouterOptions struct {
 	IndexTTL            time.Duration
 	// Virtual nodes per instance on the ring.
 	RingVnodes uint32
+	// Keys the router's hash tables against flooding; 0: a random one
+	// from the operating system. Independent of Seed; set it only to
+	// reproduce a table layout.
+	HashSeed uint64
 	// Lodestar's learner (buffers, schedule, network); nil: the library's
 	// defaults. NFeatures must be 0 or LodestarFeatureCount(); Seed is ignored
 	// (the router's seeds it). Copied at create; the learner is made when
@@ -95,6 +99,7 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		o.index_capacity_blocks = C.uint64_t(opt.IndexCapacityBlocks)
 		o.index_ttl_ns = ttl
 		o.ring_vnodes = C.uint32_t(opt.RingVnodes)
+		o.hash_seed = C.uint64_t(opt.HashSeed)
 		o.replica_id = C.uint64_t(opt.ReplicaID)
 		rttl, ok1 := durationNs(opt.RemoteTTL)
 		gttl, ok2 := durationNs(opt.GaugeTTL)

@@ -347,6 +347,7 @@ var allParams = []Param{
 	ParamLodestarFallback, ParamLodestarCandidates, ParamLodestarMaxTTFTSeconds,
 	ParamAdaptiveWorkWeight, ParamAdaptiveContention, ParamAdaptiveTieSeconds,
 	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
+	ParamClockSkewSeconds,
 }
 
 func TestParams(t *testing.T) {

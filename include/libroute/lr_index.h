@@ -99,7 +99,11 @@ typedef struct lr_index_options {
     /** Borrowed for the call and copied; NULL means libc. */
     const lr_allocator *allocator;
     /** Seed of the in-process hash tables (defence against hash flooding).
-     * Does not affect block keys, which are the same in every process. */
+     * 0 (the default): a random one from the operating system (getrandom;
+     * @since 0.2, in 0.1 a fixed constant). Set it only to reproduce a
+     * table layout: a seed a client knows lets it aim keys at one spot.
+     * Does not affect block keys, which are the same in every process,
+     * nor anything the index answers. */
     uint64_t seed;
     /** Most block routes held at once; default 1048576, at most
      * LR_INDEX_MAX_CAPACITY. Memory grows with use up to this bound. */

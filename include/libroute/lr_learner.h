@@ -88,7 +88,7 @@ typedef struct lr_learner_options {
     /** Training passes per round, 1..10000; default 30. */
     uint32_t epochs;
     /** Samples with |reward| above this are dropped (Lodestar drops TTFT
-     * above 15 s); > 0, default 15. */
+     * above 15 s); > 0 and at most LR_MLP_MAX_VALUE (1e30), default 15. */
     double max_abs_reward;
     /** The network's shape and training options; NULL: lr_mlp defaults.
      * n_inputs, allocator and seed are the learner's. Copied. */
@@ -132,7 +132,8 @@ LR_API lr_status lr_learner_add_sample(lr_learner *learner,
  * @param out     n_rows floats.
  * @param n_ood   optional: rows out of range.
  * @return LR_OK; LR_EINVAL (NULL, a non-finite feature); LR_ESTATE (no
- *   model yet). @since 0.1 */
+ *   model yet); LR_ERANGE (the model predicted a non-finite value; out
+ *   holds zeros; @since 0.2). @since 0.1 */
 LR_API lr_status lr_learner_score(lr_learner *learner, const float *x,
                                   size_t n_rows, float *out, size_t *n_ood);
 
@@ -146,7 +147,8 @@ LR_API lr_status lr_learner_score(lr_learner *learner, const float *x,
  * @param ood    out: n_rows bytes, 1 where the row is out of range.
  * @param n_ood  optional out: how many rows are.
  * @return LR_OK; LR_EINVAL (NULL, a non-finite feature; nothing written);
- *   LR_ESTATE (no model yet). Thread safety: a serving call, as
+ *   LR_ESTATE (no model yet); LR_ERANGE (as lr_learner_score(); @since
+ *   0.2). Thread safety: a serving call, as
  *   lr_learner_score(). @since 0.2 */
 LR_API lr_status lr_learner_score_rows(lr_learner *learner, const float *x,
                                        size_t n_rows, float *out, uint8_t *ood,
@@ -163,7 +165,9 @@ LR_API lr_status lr_learner_score_rows(lr_learner *learner, const float *x,
  * @param trained  optional: 1 if a model was published, else 0.
  * @return LR_OK; LR_EINVAL (NULL, unknown flags); LR_ESTATE (another step
  *   is running); LR_ENOMEM (nothing taken, nothing published: the same
- *   samples are there for the next step). @since 0.1 */
+ *   samples are there for the next step); LR_ERANGE (training diverged,
+ *   lr_mlp_train: the samples were taken, no model was published and the
+ *   one in service stays; @since 0.2). @since 0.1 */
 LR_API lr_status lr_learner_step(lr_learner *learner, uint32_t flags,
                                  int32_t *trained);
 

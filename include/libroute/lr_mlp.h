@@ -45,6 +45,17 @@ typedef struct lr_mlp lr_mlp; /* opaque */
 #define LR_MLP_MAX_WIDTH 1024u
 /** Largest mini-batch. @since 0.1 */
 #define LR_MLP_MAX_BATCH 65536u
+/** Largest magnitude of a training target (lr_mlp_train,
+ * lr_mlp_fit_normalization) and of a normalization statistic (a feature's
+ * mean and deviation, the target's mean and deviation) that a network
+ * accepts, fits or loads. Beyond it a float network's output overflows.
+ * @since 0.2 */
+#define LR_MLP_MAX_VALUE 1e30
+/** Largest magnitude of a weight or bias that lr_mlp_load() accepts and
+ * lr_mlp_train() leaves: a step that would pass it is undone
+ * (LR_ERANGE). Trained networks stay orders of magnitude below. @since 0.2
+ */
+#define LR_MLP_MAX_WEIGHT 1e4
 
 /** Options for lr_mlp_create(). Initialize with lr_mlp_options_init().
  * @since 0.1 */
@@ -104,15 +115,20 @@ LR_API uint32_t lr_mlp_n_inputs(const lr_mlp *mlp);
  * deviation (1 where a feature is constant) and [min, max] range; with
  * `y` non-NULL also the target's mean and deviation. Weights are kept.
  * @param x  n_rows x n_inputs floats, row-major.
- * @return LR_OK; LR_EINVAL (NULL, n_rows 0, a non-finite value).
+ * @return LR_OK; LR_EINVAL (NULL, n_rows 0, a non-finite value);
+ *   LR_ERANGE (a feature or target beyond LR_MLP_MAX_VALUE, so that a
+ *   mean or deviation could pass it; nothing changed; @since 0.2).
  * @since 0.1 */
 LR_API lr_status lr_mlp_fit_normalization(lr_mlp *mlp, const float *x,
                                           size_t n_rows, const float *y);
 
 /** Predict one value per row (inference: no dropout). Allocates nothing.
- * Zero rows is a no-op (x and out may then be NULL).
+ * Zero rows is a no-op (x and out may then be NULL). Every value written
+ * with LR_OK is finite.
  * @param out  n_rows floats.
- * @return LR_OK; LR_EINVAL (NULL, a non-finite input; nothing written).
+ * @return LR_OK; LR_EINVAL (NULL, a non-finite input; nothing written);
+ *   LR_ERANGE (a prediction overflowed to infinity or NaN: what out then
+ *   holds is unspecified, but never a non-finite value; @since 0.2).
  * @since 0.1 */
 LR_API lr_status lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows,
                                 float *out);
@@ -144,16 +160,21 @@ LR_API lr_status lr_mlp_out_of_range_rows(const lr_mlp *mlp, const float *x,
 
 /** Train: `epochs` passes over the rows in a fresh shuffled order each,
  * mini-batch Adam on squared error, with dropout. 0 epochs trains nothing
- * and reports the current loss (no dropout).
+ * and reports the current loss (no dropout). A step whose loss turns
+ * non-finite, or that leaves a parameter non-finite or beyond
+ * LR_MLP_MAX_WEIGHT (a diverging learning rate), undoes the whole call.
  * @param loss  optional: mean squared error over the last epoch's batches,
  *   in the target's units squared.
  * @return LR_OK; LR_EINVAL (NULL, n_rows 0, a non-finite value);
- *   LR_ENOMEM (the network is unchanged). @since 0.1 */
+ *   LR_ERANGE (a target beyond LR_MLP_MAX_VALUE, or the training
+ *   diverged; the network is unchanged; @since 0.2); LR_ENOMEM (the
+ *   network is unchanged). @since 0.1 */
 LR_API lr_status lr_mlp_train(lr_mlp *mlp, const float *x, const float *y,
                               size_t n_rows, uint32_t epochs, double *loss);
 
 /** Mean squared error of the predictions (no dropout). Allocates nothing.
- * @return LR_OK; LR_EINVAL. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ERANGE (a prediction or the error
+ *   overflowed; @since 0.2). @since 0.1 */
 LR_API lr_status lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y,
                              size_t n_rows, double *mse);
 
@@ -169,11 +190,15 @@ LR_API lr_status lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y,
 LR_API lr_status lr_mlp_save(const lr_mlp *mlp, lr_blob **out);
 
 /** Load a network lr_mlp_save() wrote. It predicts exactly as the saved
- * one; training starts with a fresh optimizer state.
+ * one; training starts with a fresh optimizer state. A blob is refused
+ * when a weight or bias is beyond LR_MLP_MAX_WEIGHT, a mean or deviation
+ * beyond LR_MLP_MAX_VALUE, or when the network predicts a non-finite
+ * value for the rows of the per-feature means, minima and maxima (a
+ * finite but extreme model).
  * @param allocator  NULL: libc.
  * @return LR_OK; LR_EINVAL; LR_EVERSION (a format this library does not
  *   read); LR_ECORRUPT (truncated, checksum, bad shape or value; nothing
- *   allocated); LR_ENOMEM. @since 0.1 */
+ *   kept); LR_ENOMEM. @since 0.1 */
 LR_API lr_status lr_mlp_load(const uint8_t *buf, size_t len,
                              const lr_allocator *allocator, lr_mlp **out);
 

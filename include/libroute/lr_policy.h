@@ -230,7 +230,13 @@ typedef enum lr_param {
     /** adaptive: 1 fits each class's TTFT model from the first tokens the
      * router sees, 0 keeps it as it is (the told rates before any fit)
      * (1). Router only. @since 0.2 */
-    LR_PARAM_ADAPTIVE_CALIBRATE = 38
+    LR_PARAM_ADAPTIVE_CALIBRATE = 38,
+    /** The router's clock: a timestamp more than this many seconds ahead
+     * of the newest one the router has taken is refused with LR_ERANGE
+     * and changes nothing (60; 0.001 .. 4.7e9, past LR_ROUTER_MAX_TIME_NS:
+     * the top turns the check off). See
+     * "Clock" in lr_router.h. Router only. @since 0.2 */
+    LR_PARAM_CLOCK_SKEW_S = 39
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all

@@ -15,6 +15,23 @@
  * Time is the host's monotonic clock in nanoseconds, passed in every call
  * that needs it. Tokens are borrowed for the call.
  *
+ * Clock (@since 0.2). The router judges every timestamp it is given (a
+ * request's now_ns, a scrape's scraped_ns, the now_ns of lifecycle
+ * events, KV events, deltas, vLLM batches, expiry and plans) against the
+ * newest one it has taken. One more than LR_PARAM_CLOCK_SKEW_S (60 s)
+ * ahead of it, or past LR_ROUTER_MAX_TIME_NS, is refused with LR_ERANGE
+ * and the call changes nothing: a wall-clock value among monotonic ones,
+ * or 2^63, can neither make every honest scrape after it look old nor
+ * learn a route that never expires. A successful call's timestamp becomes
+ * the newest (timestamps behind it are fine: hosts' threads race). When
+ * the host's clock really jumps (an idle gap longer than the skew, a
+ * restarted clock), the first call after the jump is refused and the next
+ * one that agrees with it (not earlier, within the skew) is taken: retry
+ * a refused call, or call lr_router_expire() from a timer more often than
+ * the skew. A stray value between honest ones never moves the clock.
+ * Queries (lr_router_candidates, lr_router_rebalance_plan) are judged the
+ * same way but never move it.
+ *
  * Thread safety: every lr_router_* call on one router may be made from
  * many threads at once; the router serializes them with one mutex. It
  * starts no thread. lr_router_learn_step() trains outside that mutex, so
@@ -91,6 +108,14 @@ typedef struct lr_router_options {
      * Copied; the learner is made when LR_POLICY_LODESTAR is first chosen. */
     const lr_learner_options *learner;
     /* v1 ends here */
+    /** Keys the router's in-process hash tables (prefix index, request
+     * ids, DualMap's hot prefixes, names): the defence against
+     * hash flooding. 0 (the default): a random one from the operating
+     * system (getrandom), drawn at create. Independent of `seed`, so a
+     * host that fixes `seed` for reproducible decisions does not thereby
+     * let clients aim keys at the tables; decisions never depend on it.
+     * Set it only to reproduce a table layout. @since 0.2 */
+    uint64_t hash_seed;
     /** This gateway replica's id: stamped on its deltas and gauges, so
      * that peers tell replicas apart, never apply one delta twice, and
      * ignore their own messages echoed back by the bus. 0: none (deltas
@@ -121,6 +146,9 @@ typedef struct lr_router_options {
 /** Largest lr_router_options.max_peers. @since 0.2 */
 #define LR_ROUTER_MAX_PEERS 4096u
 #define LR_ROUTER_MAX_INSTANCES 65534u
+/** Latest timestamp the router takes, 2^62 ns (146 years of a monotonic
+ * clock, 2116 of a wall clock): later ones are LR_ERANGE. @since 0.2 */
+#define LR_ROUTER_MAX_TIME_NS (1ull << 62)
 
 #ifndef __cplusplus
 #define LR_ROUTER_OPTIONS_INIT                                            \
@@ -244,14 +272,19 @@ typedef struct lr_class_spec {
 LR_API void lr_class_spec_init_sized(lr_class_spec *s, size_t size);
 #define lr_class_spec_init(s) lr_class_spec_init_sized((s), sizeof *(s))
 
-/** Set a class's speed. @return LR_OK; LR_EINVAL; LR_EVERSION; LR_ERANGE
- * (rate not in [1, 1e9]). @since 0.1 */
+/** Set a class's speed.
+ * @return LR_OK; LR_EINVAL (NULL, instance_class >= LR_LOAD_MAX_CLASSES,
+ *   a NaN rate: not a number is bad input, as in lr_router_set_param);
+ *   LR_EVERSION; LR_ERANGE (a rate, infinities included, not in
+ *   [1, 1e9]). @since 0.1 */
 LR_API lr_status lr_router_set_class(lr_router *router, uint32_t instance_class,
                                      const lr_class_spec *spec);
 
 /* ---- telemetry ------------------------------------------------------------------ */
 
-/** Scraped engine metrics; see lr_load_set_stats. @since 0.1 */
+/** Scraped engine metrics; see lr_load_set_stats. Also LR_ERANGE (@since
+ * 0.2): scraped_ns refused by the clock (see "Clock"); nothing changes.
+ * @since 0.1 */
 LR_API lr_status lr_router_set_stats(lr_router *router, uint32_t id,
                                      const lr_engine_stats *stats);
 
@@ -323,7 +356,9 @@ LR_API void lr_request_init_sized(lr_request *q, size_t size);
  * @return LR_OK; LR_EINVAL (NULL, absurd length, bad boundaries);
  *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EEXIST (id in
  *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
- *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM.
+ *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM;
+ *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged after the
+ *   request's own checks and before the router's state; @since 0.2).
  *   On failure nothing is recorded. Once the request is valid (the checks
  *   up to LR_ELIMIT passed), route() first drops the routes older than the
  *   index TTL at now_ns, as lr_router_expire() does; that housekeeping
@@ -342,7 +377,8 @@ LR_API lr_status lr_router_route(lr_router *router, const lr_request *request,
  * @param n_rows    out: rows written, or needed with LR_EBUFSIZE.
  * @return LR_OK; LR_EINVAL (as route(), or row_size too small);
  *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EBUFSIZE;
- *   LR_ENOMEM (the prompt's keys did not fit the scratch buffer).
+ *   LR_ENOMEM (the prompt's keys did not fit the scratch buffer);
+ *   LR_ERANGE (now_ns refused by the clock; @since 0.2).
  * @since 0.2 */
 LR_API lr_status lr_router_candidates(lr_router *router,
                                       const lr_request *request,
@@ -373,17 +409,23 @@ LR_API lr_status lr_router_policy_input(lr_router *router,
 
 /** First token of a request: it leaves its instance's queue. The TTFT
  * (now - route time) feeds the tuners. A repeat is a no-op.
- * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT;
+ *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
+ *   first; @since 0.2). @since 0.1 */
 LR_API lr_status lr_router_first_token(lr_router *router, uint64_t request_id,
                                        uint64_t now_ns);
 
 /** A request finished with `output_tokens` generated.
- * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT;
+ *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
+ *   first; @since 0.2). @since 0.1 */
 LR_API lr_status lr_router_complete(lr_router *router, uint64_t request_id,
                                     uint32_t output_tokens, uint64_t now_ns);
 
 /** A request failed or was cancelled.
- * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT;
+ *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
+ *   first; @since 0.2). @since 0.1 */
 LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
                                 uint64_t now_ns);
 
@@ -408,7 +450,8 @@ typedef struct lr_move {
  * @param moves      caller buffer of `capacity` entries, move_size bytes
  *                   apart (the caller's sizeof(lr_move), at least the 0.1
  *                   size); *n_moves is set to the moves written.
- * @return LR_OK; LR_EINVAL (NULL, move_size too small). Never allocates.
+ * @return LR_OK; LR_EINVAL (NULL, move_size too small); LR_ERANGE (now_ns
+ *   refused by the clock; a query: it never moves it). Never allocates.
  * @since 0.2 (0.1 had no move_size) */
 LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           lr_move *moves, size_t capacity,
@@ -440,7 +483,9 @@ LR_API lr_status lr_router_get_param(const lr_router *router, int32_t key,
 
 /* ---- precise mode and replicas: the router's index ------------------------------------- */
 
-/** KV-cache events of instance `id`; see lr_index_kv_*. @since 0.1 */
+/** KV-cache events of instance `id`; see lr_index_kv_*. kv_stored also
+ * returns LR_ERANGE (@since 0.2) when the clock refuses now_ns (judged
+ * after the instance: LR_ENOENT first). @since 0.1 */
 LR_API lr_status lr_router_kv_stored(lr_router *router, uint32_t id,
                                      const lr_kv_stored *ev, uint64_t now_ns);
 LR_API lr_status lr_router_kv_removed(lr_router *router, uint32_t id,
@@ -525,7 +570,8 @@ LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
  * deltas_skipped; a full export (since_mark 0) of a replica whose mark
  * went back (it restarted) or after a lost delta applies again. Besides
  * lr_index_import_delta()'s statuses: LR_ELIMIT when max_peers replicas
- * with a live gauge are tracked already. */
+ * with a live gauge are tracked already; LR_ERANGE (@since 0.2) when the
+ * clock refuses now_ns. */
 
 /* ---- replicas: shared load ------------------------------------------------------------- */
 
@@ -549,7 +595,8 @@ LR_API lr_status lr_router_export_gauges(lr_router *router, lr_blob **out);
  * router's own, changes nothing (LR_OK, counted in gauges_skipped).
  * @return LR_OK; LR_EINVAL; LR_ECORRUPT (malformed, checksum);
  *   LR_EVERSION; LR_ELIMIT (max_peers replicas with a live gauge);
- *   LR_ENOMEM. On failure nothing changes. @since 0.2 */
+ *   LR_ERANGE (the clock refuses now_ns); LR_ENOMEM. On failure nothing
+ *   changes. @since 0.2 */
 LR_API lr_status lr_router_import_gauges(lr_router *router, const uint8_t *buf,
                                          size_t len, uint64_t now_ns);
 
@@ -566,7 +613,8 @@ LR_API lr_status lr_router_import_gauges(lr_router *router, const uint8_t *buf,
  * policy and parameters (the host's configuration).
  * @param now_ns  host time: ages are saved relative to it.
  * @param out     out: a blob for lr_blob_destroy().
- * @return LR_OK; LR_EINVAL; LR_ENOMEM. Changes nothing. @since 0.2 */
+ * @return LR_OK; LR_EINVAL; LR_ERANGE (now_ns ahead of the clock, as a
+ *   dry-run route); LR_ENOMEM. Changes nothing. @since 0.2 */
 LR_API lr_status lr_router_snapshot(lr_router *router, uint64_t now_ns,
                                     lr_blob **out);
 
@@ -583,14 +631,17 @@ LR_API lr_status lr_router_snapshot(lr_router *router, uint64_t now_ns,
  *   LR_ECORRUPT (malformed, checksum mismatch, an impossible state);
  *   LR_EVERSION (another format version); LR_ENOTSUP (another block
  *   size); LR_ELIMIT (more instances, routes or peers than this router's
- *   options allow); LR_ENOMEM. @since 0.2 */
+ *   options allow); LR_ERANGE (the clock refuses now_ns); LR_ENOMEM.
+ *   @since 0.2 */
 LR_API lr_status lr_router_restore(lr_router *router, const uint8_t *buf,
                                    size_t len, uint64_t now_ns);
 
 /** Drop the routes unused for longer than the index TTL (lr_index_expire)
  * and (since 0.2) the other replicas' gauges past gauge_ttl_ns. route()
  * and the learning calls do this too; a host with idle periods may call
- * it from a timer. @return LR_OK; LR_EINVAL (NULL). @since 0.1 */
+ * it from a timer, which also keeps the clock (see "Clock") moving.
+ * @return LR_OK; LR_EINVAL (NULL); LR_ERANGE (now_ns refused by the
+ * clock; nothing expired; @since 0.2). @since 0.1 */
 LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 
 /* ---- Lodestar: the learned policy ----------------------------------------------------- */

@@ -121,8 +121,13 @@ LR_API lr_status lr_index_vllm_batch(lr_index *idx, uint32_t instance,
                                      uint64_t now_ns, lr_vllm_batch_info *info);
 
 /** lr_index_vllm_batch() on a router's index, under the router's lock.
- * @return as lr_index_vllm_batch(), and LR_ENOENT for an instance the
- *   router does not have. @since 0.1 */
+ * @return as lr_index_vllm_batch(), except that an instance the router
+ *   does not have, LR_INSTANCE_NONE included, is LR_ENOENT (as in every
+ *   lr_router_* call that takes an id; a bare index has no instances to
+ *   look up, so lr_index_vllm_batch() says LR_EINVAL for
+ *   LR_INSTANCE_NONE); and LR_ERANGE (@since 0.2) when the router's clock
+ *   refuses now_ns (see "Clock" in lr_router.h), judged after the
+ *   instance. @since 0.1 */
 LR_API lr_status lr_router_vllm_batch(lr_router *router, uint32_t instance,
                                       const uint8_t *buf, size_t len,
                                       uint64_t now_ns,
@@ -142,8 +147,9 @@ LR_API lr_status lr_router_vllm_batch(lr_router *router, uint32_t instance,
  *     applies (LR_EGAP after the drop when it is not number 0: what came
  *     before it was lost).
  * A corrupt batch (LR_ECORRUPT, LR_ENOTSUP) counts as consumed: nothing of
- * it applies and the source moves past it. LR_ENOMEM or LR_ELIMIT leave
- * the source where it was, so the same call can be repeated.
+ * it applies and the source moves past it. LR_ENOMEM, LR_ELIMIT or
+ * LR_ERANGE (the clock) leave the source where it was, so the same call
+ * can be repeated.
  * @param info  out, optional; seq_state and next_seq say what happened.
  * @return as lr_router_vllm_batch(), and LR_EGAP. @since 0.2 */
 LR_API lr_status lr_router_vllm_batch_seq(lr_router *router, uint32_t instance,

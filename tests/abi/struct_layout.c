@@ -931,12 +931,14 @@ _Static_assert(LR_INDEX_OPTIONS_SIZE_V2 ==
 
 struct lr_router_options_v2 {
     struct lr_router_options_v1 v1;
+    uint64_t hash_seed;
     uint64_t replica_id;
     uint64_t remote_ttl_ns;
     uint64_t gauge_ttl_ns;
     uint32_t max_peers;
     int32_t index_eviction;
 };
+APPENDED(lr_router_options, lr_router_options_v2, hash_seed);
 APPENDED(lr_router_options, lr_router_options_v2, replica_id);
 APPENDED(lr_router_options, lr_router_options_v2, remote_ttl_ns);
 APPENDED(lr_router_options, lr_router_options_v2, gauge_ttl_ns);

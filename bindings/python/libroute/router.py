@@ -143,6 +143,7 @@ class Router(_Handle):
                  index_ttl_ns: Optional[int] = None,
                  ring_vnodes: Optional[int] = None,
                  learner: Optional[Mapping[str, Any]] = None,
+                 hash_seed: Optional[int] = None,
                  replica_id: Optional[int] = None,
                  remote_ttl_ns: Optional[int] = None,
                  gauge_ttl_ns: Optional[int] = None,
@@ -155,6 +156,7 @@ class Router(_Handle):
                    max_requests=max_requests, block_tokens=block_tokens,
                    index_capacity_blocks=index_capacity_blocks,
                    index_ttl_ns=index_ttl_ns, ring_vnodes=ring_vnodes,
+                   hash_seed=hash_seed,
                    replica_id=replica_id, remote_ttl_ns=remote_ttl_ns,
                    gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers,
                    index_eviction=index_eviction)

@@ -431,9 +431,40 @@ class KvEventsAndDeltas(unittest.TestCase):
         with make(index_ttl_ns=10 * S) as r:
             t = tokens(64)
             r.route(t, request_id=1, now_ns=S)
-            r.expire(100 * S)
-            d = r.route(t, request_id=2, now_ns=100 * S, dry_run=True)
+            r.expire(50 * S)  # within the clock's skew (60 s)
+            d = r.route(t, request_id=2, now_ns=50 * S, dry_run=True)
             self.assertEqual(d.best_cached_tokens, 0)
+
+    def test_clock(self):
+        # issue 16: a timestamp far ahead of the newest one taken is
+        # refused and changes nothing; a second that agrees moves the
+        # clock (the host's clock really jumped)
+        with make(index_ttl_ns=10 * S) as r:
+            t = tokens(64)
+            r.route(t, request_id=1, now_ns=S)
+            with self.assertRaises(L.OutOfRangeError):
+                r.route(t, request_id=2, now_ns=2**63)
+            with self.assertRaises(L.OutOfRangeError):
+                r.set_stats(0, running=1, waiting=1, kv_use=0.5,
+                            scraped_ns=3600 * S)
+            r.set_stats(0, running=1, waiting=2, kv_use=0.5,
+                        scraped_ns=3601 * S)
+            self.assertEqual(r.stats().inflight, 1)
+            b = L.param_bounds(L.Param.CLOCK_SKEW_S)
+            self.assertEqual(b.default, 60)
+            r.set_param(L.Param.CLOCK_SKEW_S, b.hi)
+            r.route(t, request_id=3, now_ns=10**18)
+
+    def test_hash_seed(self):
+        # the tables' hash seed never changes a decision
+        picks = []
+        for hs in (None, 1, 0xdeadbeef):
+            with make("prefix-cache-and-load", seed=5, hash_seed=hs) as r:
+                picks.append([r.route(tokens(64 + 16 * (i % 5), i % 3),
+                                      request_id=i + 1, now_ns=S).instance
+                              for i in range(20)])
+        self.assertEqual(picks[0], picks[1])
+        self.assertEqual(picks[0], picks[2])
 
 
 class Stats(unittest.TestCase):

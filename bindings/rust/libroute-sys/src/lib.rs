@@ -478,6 +478,8 @@ pub const LR_PARAM_ADAPTIVE_TIE_S: lr_param = 35;
 pub const LR_PARAM_ADAPTIVE_FRESH_S: lr_param = 36;
 pub const LR_PARAM_ADAPTIVE_RTT_WEIGHT: lr_param = 37;
 pub const LR_PARAM_ADAPTIVE_CALIBRATE: lr_param = 38;
+pub const LR_PARAM_CLOCK_SKEW_S: lr_param = 39;
+pub const LR_ROUTER_MAX_TIME_NS: u64 = 1 << 62;
 
 /// One routable instance as a policy sees it. Arrays of rows are passed
 /// with `size_of::<lr_candidate>()` as `row_size`.
@@ -643,6 +645,7 @@ pub struct lr_router_options {
     pub ring_vnodes: u32,
     pub flags: u32,
     pub learner: *const lr_learner_options,
+    pub hash_seed: u64,
     pub replica_id: u64,
     pub remote_ttl_ns: u64,
     pub gauge_ttl_ns: u64,

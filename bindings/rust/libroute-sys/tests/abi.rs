@@ -189,8 +189,8 @@ fn declarations_match_the_c_headers() {
             incumbent_p95_s, samples }
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
-            flags, learner, replica_id, remote_ttl_ns, gauge_ttl_ns, max_peers,
-            index_eviction }
+            flags, learner, hash_seed, replica_id, remote_ttl_ns, gauge_ttl_ns,
+            max_peers, index_eviction }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
@@ -271,6 +271,7 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S,
         LR_PARAM_ADAPTIVE_WORK_WEIGHT, LR_PARAM_ADAPTIVE_CONTENTION, LR_PARAM_ADAPTIVE_TIE_S,
         LR_PARAM_ADAPTIVE_FRESH_S, LR_PARAM_ADAPTIVE_RTT_WEIGHT, LR_PARAM_ADAPTIVE_CALIBRATE,
+        LR_PARAM_CLOCK_SKEW_S, LR_ROUTER_MAX_TIME_NS,
         LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
     );
 

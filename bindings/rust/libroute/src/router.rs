@@ -218,6 +218,9 @@ named_consts! { Param, consts,
     ADAPTIVE_RTT_WEIGHT = sys::LR_PARAM_ADAPTIVE_RTT_WEIGHT,
     /// adaptive: 1 fits each class's TTFT model online, 0 freezes it.
     ADAPTIVE_CALIBRATE = sys::LR_PARAM_ADAPTIVE_CALIBRATE,
+    /// The router's clock: a timestamp more than this many seconds ahead
+    /// of the newest one taken is refused ([`crate::ErrorKind::Range`]).
+    CLOCK_SKEW_S = sys::LR_PARAM_CLOCK_SKEW_S,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -293,6 +296,10 @@ pub struct RouterOptions {
     pub index_ttl: Duration,
     /// Virtual nodes per instance on the ring (0: the default).
     pub ring_vnodes: u32,
+    /// Keys the router's hash tables against flooding; 0: a random one
+    /// from the operating system. Independent of `seed`; set it only to
+    /// reproduce a table layout.
+    pub hash_seed: u64,
     /// Lodestar's learner (buffers, schedule, network); `None`: the
     /// library's defaults. `n_features` must be 0 or
     /// [`crate::lodestar_feature_count`]; `seed` is ignored (the router's seeds
@@ -327,6 +334,7 @@ impl Default for RouterOptions {
             index_capacity_blocks: o.index_capacity_blocks,
             index_ttl: Duration::from_nanos(o.index_ttl_ns),
             ring_vnodes: o.ring_vnodes,
+            hash_seed: o.hash_seed,
             learner: None,
             replica_id: o.replica_id,
             remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
@@ -654,6 +662,7 @@ impl Router {
         o.index_capacity_blocks = opt.index_capacity_blocks;
         o.index_ttl_ns = nanos(opt.index_ttl);
         o.ring_vnodes = opt.ring_vnodes;
+        o.hash_seed = opt.hash_seed;
         o.replica_id = opt.replica_id;
         o.remote_ttl_ns = nanos(opt.remote_ttl);
         o.gauge_ttl_ns = nanos(opt.gauge_ttl);

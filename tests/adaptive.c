@@ -1,0 +1,464 @@
+/* adaptive's calibration (lib/adaptive.c): the per-class fit against a
+ * naive solver of the same problem (every active set tried, the discounted
+ * normal equations rebuilt from the whole history), the fit's terms kept
+ * >= 0, a fleet past its capacity that must not teach it that prefill is
+ * free, and, through lr_router, learning which class is fast when the host
+ * told no rates. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adaptive.h"
+#include "libroute/lr_router.h"
+#include "router-helpers.h"
+#include "router.h"
+#include "testutil.h"
+
+/* The fit's scales and constants, as lib/adaptive.c has them. */
+#define KTOK 1000.0
+#define DSCALE 100.0
+#define MEMORY 500.0
+#define QUEUE_RATIO_MAX 4.0
+#define DIM LR__CALIB_DIM
+
+struct setup {
+    struct lr__mem mem;
+    struct lr__adaptive ad;
+};
+
+static struct setup *
+mk_ad(void)
+{
+    struct setup *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    assert_st(lr__mem_init(&s->mem, NULL), LR_OK);
+    assert_st(lr__adaptive_setup(&s->ad, &s->mem, 8, 64), LR_OK);
+    return s;
+}
+
+static void
+rm_ad(struct setup *s)
+{
+    lr__adaptive_free(&s->ad, &s->mem);
+    assert_int_equal(s->mem.live, 0);
+    free(s);
+}
+
+/* A row of class `cls` told `rate` tokens/s, with `pending` prefill tokens
+ * queued and `decoding` requests past their first token. */
+static lr_candidate
+row_of(uint32_t cls, double rate, uint64_t pending, uint32_t decoding)
+{
+    lr_candidate c;
+    memset(&c, 0, sizeof c);
+    c.instance = cls;
+    c.instance_class = cls;
+    c.prefill_rate = rate;
+    c.prefill_tokens = pending;
+    c.inflight = decoding;
+    c.cached_age_s = -1;
+    return c;
+}
+
+/* Dispatch one request (slot 0) with `uncached` tokens on `row`, and
+ * settle it with a first token after ttft_s. */
+static void
+observe(struct setup *s, const lr_candidate *row, uint32_t uncached,
+        double ttft_s)
+{
+    lr__adaptive_dispatch(&s->ad, 0, row, uncached);
+    lr__adaptive_settle(&s->ad, 0, ttft_s);
+}
+
+/* The fitted seconds per token and base of class `cls` at `decoding`
+ * requests decoding, as the router writes them into a row. */
+static void
+fitted(const struct setup *s, uint32_t cls, uint32_t decoding,
+       double *s_per_token, double *base)
+{
+    lr_candidate c = row_of(cls, 8000, 0, decoding);
+    lr__adaptive_fill(&s->ad, &c, T0);
+    *s_per_token = c.ttft_s_per_token;
+    *base = c.ttft_base_s;
+}
+
+/* ---- the naive model: the same problem, solved from scratch -------------- */
+
+/* Solve the k x k system M z = r in place (Gaussian elimination, partial
+ * pivoting); false when singular. */
+static bool
+solve(int k, double M[DIM][DIM], double *r, double *z)
+{
+    for (int c = 0; c < k; c++) {
+        int p = c;
+        for (int i = c + 1; i < k; i++)
+            if (fabs(M[i][c]) > fabs(M[p][c]))
+                p = i;
+        if (fabs(M[p][c]) < 1e-300)
+            return false;
+        for (int j = 0; j < k; j++) {
+            double t = M[c][j];
+            M[c][j] = M[p][j];
+            M[p][j] = t;
+        }
+        double t = r[c];
+        r[c] = r[p];
+        r[p] = t;
+        for (int i = c + 1; i < k; i++) {
+            double f = M[i][c] / M[c][c];
+            for (int j = c; j < k; j++)
+                M[i][j] -= f * M[c][j];
+            r[i] -= f * r[c];
+        }
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double v = r[i];
+        for (int j = i + 1; j < k; j++)
+            v -= M[i][j] * z[j];
+        z[i] = v / M[i][i];
+    }
+    return true;
+}
+
+struct naive {
+    int n;
+    double x[4096][DIM], y[4096];
+};
+
+/* The objective sum_k keep^(n-1-k) (y_k - x_k.theta)^2 + ridge terms. */
+static double
+objective(const struct naive *nv, const struct lr__calib *c,
+          const double *theta)
+{
+    const double keep = 1.0 - 1.0 / MEMORY;
+    double f = 0, wgt = 1;
+    for (int k = nv->n - 1; k >= 0; k--, wgt *= keep) {
+        double e = nv->y[k];
+        for (int i = 0; i < DIM; i++)
+            e -= nv->x[k][i] * theta[i];
+        f += wgt * e * e;
+    }
+    for (int i = 0; i < DIM; i++)
+        f += c->ridge[i] * (theta[i] - c->prior[i]) * (theta[i] - c->prior[i]);
+    return f;
+}
+
+/* The constrained minimum: every subset of terms held at their bounds,
+ * the rest solved exactly; the feasible solution of least objective. */
+static void
+naive_fit(const struct naive *nv, const struct lr__calib *c, const double *lo,
+          double *best)
+{
+    const double keep = 1.0 - 1.0 / MEMORY;
+    double A[DIM][DIM] = { { 0 } }, b[DIM] = { 0 }, wgt = 1;
+    for (int k = nv->n - 1; k >= 0; k--, wgt *= keep)
+        for (int i = 0; i < DIM; i++) {
+            b[i] += wgt * nv->x[k][i] * nv->y[k];
+            for (int j = 0; j < DIM; j++)
+                A[i][j] += wgt * nv->x[k][i] * nv->x[k][j];
+        }
+    double fbest = INFINITY;
+    for (unsigned fixed = 0; fixed < (1u << DIM); fixed++) {
+        int idx[DIM], k = 0;
+        double theta[DIM];
+        for (int i = 0; i < DIM; i++) {
+            theta[i] = lo[i];
+            if (!(fixed >> i & 1))
+                idx[k++] = i;
+        }
+        double M[DIM][DIM], r[DIM], z[DIM];
+        for (int a = 0; a < k; a++) {
+            int i = idx[a];
+            r[a] = b[i] + c->ridge[i] * c->prior[i];
+            for (int j = 0; j < DIM; j++)
+                if (fixed >> j & 1)
+                    r[a] -= A[i][j] * lo[j];
+            for (int e = 0; e < k; e++)
+                M[a][e] = A[i][idx[e]] + (a == e ? c->ridge[i] : 0);
+        }
+        if (k > 0 && !solve(k, M, r, z))
+            continue;
+        bool ok = true;
+        for (int a = 0; a < k; a++) {
+            theta[idx[a]] = z[a];
+            ok &= z[a] >= lo[idx[a]] - 1e-12;
+        }
+        double f = ok ? objective(nv, c, theta) : INFINITY;
+        if (f < fbest) {
+            fbest = f;
+            memcpy(best, theta, sizeof theta);
+        }
+    }
+}
+
+/* The fit after every first token against the naive model: its
+ * objective is the constrained minimum's (to a part in 1e6), its terms
+ * are >= their bounds, and it folded in exactly the first tokens whose
+ * queue ahead was at most 4x their own prefill. The traffic moves from
+ * light load (W small, D varying: the slowdown is identifiable) to a
+ * loaded fleet (longer queues, D nearly fixed), with noise. */
+static void
+fit_matches_the_naive_solver(void **state)
+{
+    (void)state;
+    struct setup *s = mk_ad();
+    static struct naive nv;
+    nv.n = 0;
+    const double lo[DIM] = { 1e-4, 0, 0, 0 };
+    uint64_t rng = 7;
+    int skipped = 0;
+    for (int k = 0; k < 1500; k++) {
+        bool saturated = k >= 700;
+        uint64_t pending =
+            saturated ? 2000 + tu_below(&rng, 30000) : tu_below(&rng, 8000);
+        uint32_t dec = saturated ? 95 + (uint32_t)tu_below(&rng, 10)
+                                 : (uint32_t)tu_below(&rng, 120);
+        uint32_t uncached = 200 + (uint32_t)tu_below(&rng, 4000);
+        double w = (double)(pending + uncached) / KTOK, d = dec / DSCALE;
+        double truth = w * (0.09 + 0.05 * d) + 0.02 + 0.01 * d;
+        double y = truth * (0.8 + 0.4 * tu_unit(&rng));
+        lr_candidate c = row_of(1, 8000, pending, dec);
+        observe(s, &c, uncached, y);
+        const struct lr__calib *cl = &s->ad.cls[1];
+        if ((double)pending > QUEUE_RATIO_MAX * uncached) {
+            assert_int_equal(cl->n, (uint32_t)nv.n); /* not folded in */
+            skipped++;
+            continue;
+        }
+        nv.x[nv.n][0] = w;
+        nv.x[nv.n][1] = w * d;
+        nv.x[nv.n][2] = 1;
+        nv.x[nv.n][3] = d;
+        nv.y[nv.n++] = y;
+        assert_int_equal(cl->n, (uint32_t)nv.n);
+        double want[DIM];
+        naive_fit(&nv, cl, lo, want);
+        double f_got = objective(&nv, cl, cl->theta);
+        double f_want = objective(&nv, cl, want);
+        for (int i = 0; i < DIM; i++)
+            assert_true(cl->theta[i] >= lo[i]);
+        if (!(f_got <= f_want * (1 + 1e-6) + 1e-12))
+            fail_msg("first token %d: objective %.9g, the minimum %.9g", k,
+                     f_got, f_want);
+    }
+    /* both kinds were there */
+    assert_true(skipped > 100 && nv.n > 700);
+    rm_ad(s);
+}
+
+/* A fleet past its capacity. First, light load teaches the class its
+ * speed (0.09 s per thousand tokens). Then every first token waits
+ * behind a long queue (W of 50k to 2M tokens) that drains at its own
+ * pace (here 0.3 s per thousand, with ~100 requests decoding everywhere,
+ * and a minute's floor): what such a wait measures is the queue, not the
+ * class. The seconds per token the fit reports must stay the class's:
+ * an unconstrained fit over every first token (0.2's first Kalman
+ * filter) explained those waits with the decoding count, reported
+ * tokens as nearly free (0.003 s per thousand), and the policy stopped
+ * seeing the cache. */
+static void
+saturated_fleet_keeps_its_token_cost(void **state)
+{
+    (void)state;
+    struct setup *s = mk_ad();
+    uint64_t rng = 11;
+    for (int k = 0; k < 600; k++) {
+        uint64_t pending = tu_below(&rng, 4000);
+        uint32_t dec = (uint32_t)tu_below(&rng, 60);
+        uint32_t uncached = 1000 + (uint32_t)tu_below(&rng, 8000);
+        double w = (double)(pending + uncached) / KTOK;
+        double y = 0.09 * w + 0.02 + 0.01 * (tu_unit(&rng) - 0.5);
+        lr_candidate c = row_of(2, 8000, pending, dec);
+        observe(s, &c, uncached, y);
+    }
+    double spt, base;
+    fitted(s, 2, 0, &spt, &base);
+    assert_true(fabs(spt * KTOK - 0.09) < 0.09 * 0.1);
+    for (int k = 0; k < 4000; k++) {
+        uint64_t pending = 50000 + tu_below(&rng, 2000000);
+        uint32_t dec = 90 + (uint32_t)tu_below(&rng, 20);
+        uint32_t uncached = 500 + (uint32_t)tu_below(&rng, 8000);
+        double w = (double)(pending + uncached) / KTOK;
+        double y = 60 + 0.3 * w + 2.0 * (tu_unit(&rng) - 0.5);
+        lr_candidate c = row_of(2, 8000, pending, dec);
+        observe(s, &c, uncached, y);
+    }
+    for (uint32_t dec = 0; dec <= 110; dec += 10) {
+        fitted(s, 2, dec, &spt, &base);
+        if (!(fabs(spt * KTOK - 0.09) < 0.09 * 0.25))
+            fail_msg("after saturation, at %u decoding: %.4f s per ktok, "
+                     "learnt 0.09",
+                     dec, spt * KTOK);
+    }
+    print_message("after saturation: %.4f s per ktok (learnt 0.09)\n",
+                  spt * KTOK);
+    rm_ad(s);
+}
+
+/* First tokens that explain nothing (a constant wait, whatever W and D)
+ * leave every term >= 0 and finite, and a per-token cost >= the floor. */
+static void
+uninformative_first_tokens_stay_sane(void **state)
+{
+    (void)state;
+    struct setup *s = mk_ad();
+    uint64_t rng = 3;
+    for (int k = 0; k < 3000; k++) {
+        uint64_t pending = tu_below(&rng, 3000000);
+        uint32_t dec = (uint32_t)tu_below(&rng, 300);
+        lr_candidate c = row_of(0, 8000, pending, dec);
+        observe(s, &c, 1 + (uint32_t)tu_below(&rng, 9000),
+                k % 7 == 0 ? 3599.0 : 60.0);
+    }
+    const struct lr__calib *cl = &s->ad.cls[0];
+    for (int i = 0; i < DIM; i++)
+        assert_true(isfinite(cl->theta[i]) && cl->theta[i] >= 0);
+    double spt, base;
+    fitted(s, 0, 50, &spt, &base);
+    assert_true(spt > 0 && isfinite(spt) && base >= 0 && isfinite(base));
+    /* absurd inputs (an hour's first token and more, a negative one, a
+     * queue of 2^60 tokens) change nothing that is not finite */
+    lr_candidate c = row_of(0, 8000, 1ull << 60, 1u << 31);
+    observe(s, &c, 4000, 1e300);
+    observe(s, &c, 4000, -1);
+    for (int i = 0; i < DIM; i++)
+        assert_true(isfinite(cl->theta[i]) && cl->theta[i] >= 0);
+    rm_ad(s);
+}
+
+/* ---- through the router --------------------------------------------------- */
+
+/* Two classes: even instances prefill at 20000 tokens/s, odd ones at
+ * 4000; the router is told neither (both at the library default). */
+struct fleet {
+    double busy_until[8]; /* seconds */
+};
+
+static double
+serve(struct fleet *f, uint32_t inst, double now_s, uint32_t uncached)
+{
+    double rate = inst % 2 == 0 ? 20000.0 : 4000.0;
+    double start = f->busy_until[inst] > now_s ? f->busy_until[inst] : now_s;
+    double done = start + 0.01 + uncached / rate;
+    f->busy_until[inst] = done;
+    return done - now_s;
+}
+
+static lr_router *
+mk_router(lr_policy policy)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = policy;
+    o.seed = 0xada;
+    o.max_instances = 16;
+    o.max_requests = 1024;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(add_instance(r, "10.7", i, i % 2, 0), i);
+    return r;
+}
+
+/* Route n requests of fresh 256-767 token prompts every 40 ms through the
+ * fleet; returns their mean TTFT and counts the fast class's share. */
+static double
+drive(lr_router *r, struct fleet *f, uint64_t *id, uint64_t *now, int n,
+      int *on_fast)
+{
+    uint32_t t[768];
+    uint64_t rng = *id * 7919;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = 256 + tu_below(&rng, 512);
+        toks(t, len, tu_rand(&rng));
+        lr_decision d;
+        assert_st(route_one(r, *id, t, len, 0, *now, &d), LR_OK);
+        *on_fast += d.instance % 2 == 0;
+        double ttft = serve(f, d.instance, (double)*now / 1e9,
+                            (uint32_t)(len - d.cached_tokens));
+        sum += ttft;
+        uint64_t at = *now + (uint64_t)(ttft * 1e9);
+        assert_st(lr_router_first_token(r, *id, at), LR_OK);
+        assert_st(lr_router_complete(r, *id, 1, at), LR_OK);
+        (*id)++;
+        *now += 40 * MS;
+    }
+    return sum / n;
+}
+
+/* Told no rates, adaptive learns each class's speed from the first
+ * tokens (the rows it writes come within 25% of the truth) and routes
+ * better than min-ttft, which cannot tell the classes apart. */
+static void
+learns_class_speeds_untold(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_ADAPTIVE);
+    struct fleet f = { { 0 } };
+    uint64_t id = 1, now = T0;
+    int fast = 0;
+    drive(r, &f, &id, &now, 300, &fast);
+    fast = 0;
+    double warm = drive(r, &f, &id, &now, 300, &fast);
+    lr_candidate rows[4];
+    size_t n = 0;
+    uint32_t t[64];
+    toks(t, 64, 1);
+    lr_request q;
+    lr_request_init(&q);
+    q.id = id;
+    q.tokens = t;
+    q.n_tokens = 64;
+    q.now_ns = now;
+    assert_st(lr_router_candidates(r, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    assert_int_equal(n, 4);
+    /* the fast class, which takes most first tokens, within 25%; the
+     * slow one, which it learns to avoid, at least 2x slower (it began at
+     * the default 8000 tokens/s, between the two) */
+    for (size_t k = 0; k < n; k++) {
+        double truth = rows[k].instance % 2 == 0 ? 1 / 20000.0 : 1 / 4000.0;
+        print_message("instance %u: %.1f us per token (true %.1f)\n",
+                      rows[k].instance, rows[k].ttft_s_per_token * 1e6,
+                      truth * 1e6);
+        if (rows[k].instance % 2 == 0)
+            assert_true(fabs(rows[k].ttft_s_per_token - truth) < 0.25 * truth);
+        else
+            assert_true(rows[k].ttft_s_per_token >
+                        2 * rows[0].ttft_s_per_token);
+    }
+    lr_router *m = mk_router(LR_POLICY_MIN_TTFT);
+    struct fleet g = { { 0 } };
+    uint64_t id2 = 1, now2 = T0;
+    int fast2 = 0;
+    drive(m, &g, &id2, &now2, 300, &fast2);
+    fast2 = 0;
+    double base = drive(m, &g, &id2, &now2, 300, &fast2);
+    print_message("TTFT mean: adaptive %.4f s (%d/300 on the fast class), "
+                  "min-ttft %.4f s (%d/300)\n",
+                  warm, fast, base, fast2);
+    assert_true(warm < base * 0.8);
+    assert_true(fast > fast2);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+    lr_router_destroy(m);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fit_matches_the_naive_solver),
+        cmocka_unit_test(saturated_fleet_keeps_its_token_cost),
+        cmocka_unit_test(uninformative_first_tokens_stay_sane),
+        cmocka_unit_test(learns_class_speeds_untold),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
