@@ -49,18 +49,26 @@ emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
     return lr__table_find(&ix->etab, ehv(ix, s, ehash), ehash, emap_eq, &p);
 }
 
-/* An entry is live while its node still exists with the same key and its
- * instance still holds it; evictions leave stale entries behind, which are
- * dropped lazily. */
+/* An entry is live while a node with its key exists and its instance
+ * holds it; evictions leave stale entries behind, which are dropped
+ * lazily. `node` is where the key was, a hint (keys are unique). Returns
+ * the node, or LR_NIL for a stale entry. */
+static uint32_t
+emap_node(const lr_index *ix, const struct emap_ent *e)
+{
+    uint32_t n = e->node;
+    if (!((n >> CHUNK_SHIFT) < ix->cpool.top &&
+          ix->chunks[n >> CHUNK_SHIFT].run != LR_NIL &&
+          node_off(ix, n) < ix->runs[node_run(ix, n)].len &&
+          ix->keys[n] == e->key))
+        n = node_find(ix, e->key);
+    return n != LR_NIL && holds_node(ix, n, e->inst) ? n : LR_NIL;
+}
+
 static bool
 emap_valid(const lr_index *ix, const struct emap_ent *e)
 {
-    if (e->node >= ix->npool.top)
-        return false;
-    const struct node *nd = &ix->nodes[e->node];
-    if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
-        return false;
-    return hold_find(ix, e->node, e->inst) != LR_NIL;
+    return emap_node(ix, e) != LR_NIL;
 }
 
 static void
@@ -214,14 +222,14 @@ static lr_status
 kv_base(const lr_index *ix, uint32_t s, const lr_kv_stored *e,
         struct learn_plan *pl, uint64_t *base_key)
 {
-    pl->base = pl->base_ref = LR_NIL;
+    pl->base = LR_NIL;
     *base_key = lr__index_tenant_root(e->tenant_salt);
     if (!e->has_parent)
         return LR_OK;
     uint32_t pi = s != LR_NIL ? emap_get(ix, s, e->parent_hash) : LR_NIL;
-    LR_RETURN_IF(pi == LR_NIL || !emap_valid(ix, &ix->ep[pi]), LR_ENOENT);
-    pl->base = ix->ep[pi].node;
-    pl->base_ref = hold_find(ix, pl->base, s);
+    uint32_t n = pi != LR_NIL ? emap_node(ix, &ix->ep[pi]) : LR_NIL;
+    LR_RETURN_IF(n == LR_NIL, LR_ENOENT);
+    pl->base = n;
     *base_key = ix->ep[pi].key;
     return LR_OK;
 }
@@ -310,11 +318,11 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
         uint32_t e = emap_get(idx, s, block_hashes[i]);
         if (e == LR_NIL)
             continue;
-        if (emap_valid(idx, &idx->ep[e])) {
-            uint32_t node = idx->ep[e].node;
-            lr__index_remove_descendants(idx, s, node);
-            lr__index_remove_leaf_and_trim(idx, hold_find(idx, node, s),
-                                           WHY_DROP, true);
+        uint32_t node = emap_node(idx, &idx->ep[e]);
+        if (node != LR_NIL) {
+            uint32_t x = lr__index_remove_below(idx, s, node_run(idx, node),
+                                                node_off(idx, node));
+            lr__index_remove_leaf_and_trim(idx, x, WHY_DROP, true);
             resolved++;
         }
         /* Removal leaves the map alone (entries of the dropped deeper

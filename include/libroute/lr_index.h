@@ -201,7 +201,9 @@ LR_API void lr_prompt_init_sized(lr_prompt *p, size_t size);
  * Boundaries become eviction anchors. Already-held blocks are refreshed;
  * a LOCAL learn upgrades REMOTE routes on the path. If the prompt has more
  * blocks than capacity_blocks, only the first capacity_blocks are learned.
- * Cost: O(prompt length) hashing plus O(new blocks).
+ * Cost: O(prompt length) hashing, about log2(blocks) lookups, and then
+ * O(runs on the path + boundaries + new blocks): recording that an instance
+ * holds a prefix others already hold does not cost one step per block.
  * @param instance  host-chosen id, any value but LR_INSTANCE_NONE.
  * @param trust     LR_TRUST_LOCAL (journaled for export) or LR_TRUST_REMOTE.
  * @return LR_OK; LR_EINVAL (NULL, bad boundaries, absurd length, bad trust);
@@ -273,18 +275,21 @@ LR_API void lr_index_match_result_init_sized(lr_index_match_result *r,
 
 /** For every instance, the longest block-aligned prefix of the prompt it
  * holds. Hashing is O(prompt length); lookups are a binary search over the
- * prompt's keys, about log2(blocks) probes per distinct match depth.
+ * prompt's keys, about log2(blocks) probes, then one step per run on the
+ * matched path (holders are kept per run, not per block).
  * Matched routes are refreshed (least recently used goes first on eviction)
  * unless flags has LR_MATCH_NO_TOUCH. Expired routes are dropped first.
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_EBUFSIZE (n_hits says how many
- *   are needed; the index is unchanged apart from expiry).
+ *   are needed; the index is unchanged apart from expiry); LR_ENOMEM (the
+ *   key scratch, or a refresh that needs room; unchanged apart from
+ *   expiry).
  * @since 0.1 */
 LR_API lr_status lr_index_match(lr_index *idx, const lr_prompt *prompt,
                                 uint64_t now_ns, uint32_t flags,
                                 lr_index_match_result *result);
 
 /** Drop every route of an instance and forget its id (and its engine-hash
- * map). O(routes held).
+ * map). O(runs and spans of the index).
  * @return LR_OK; LR_ENOENT when the index never saw the id. @since 0.1 */
 LR_API lr_status lr_index_remove_instance(lr_index *idx, uint32_t instance);
 
