@@ -319,6 +319,50 @@ lr__index_digest(const lr_index *ix)
     return dmix(d, lr__index_emap_digest(ix));
 }
 
+void
+lr__index_holds(const lr_index *ix,
+                void (*hold)(void *ctx, const struct lr__hold_view *h),
+                void (*listed)(void *ctx, int list, uint64_t key,
+                               uint32_t instance),
+                void *ctx)
+{
+    for (uint32_t x = 0; x < ix->spool.top; x++) {
+        const struct span *S = &ix->sp[x];
+        if (S->inst == INST_FREE)
+            continue;
+        const struct run *R = &ix->runs[S->run];
+        struct lr__hold_view v;
+        v.instance = ix->insts[S->inst].id;
+        uint32_t n = lr__index_node_at(ix, S->run, S->from);
+        v.parent_key = S->from > 0 ? ix->keys[lr__index_node_parent(ix, n)]
+                       : R->hang == LR_NIL ? 0
+                                           : ix->keys[R->hang];
+        for (uint32_t p = S->from; p < S->to; p++) {
+            bool bottom = p + 1 == S->to;
+            uint32_t bits = bottom ? S->bits : (S->bits & HB_REMOTE) | 1u;
+            v.key = ix->keys[n];
+            v.depth = R->top + p + 1;
+            v.flags = ((bits & HB_LISTED) ? LR__HOLD_LISTED : 0) |
+                      ((bits & HB_REMOTE) ? LR__HOLD_REMOTE : 0) |
+                      ((bits & HB_ANCHOR) ? LR__HOLD_ANCHOR : 0);
+            v.children = bits & HB_NCHILD;
+            v.stamp = bottom ? S->stamp : S->stamp_top;
+            hold(ctx, &v);
+            v.parent_key = v.key;
+            if (!bottom)
+                n = (n & CHUNK_MASK) != CHUNK_MASK
+                        ? n + 1
+                        : ix->chunks[n >> CHUNK_SHIFT].next << CHUNK_SHIFT;
+        }
+    }
+    for (int l = 0; l < N_LISTS; l++)
+        for (uint32_t x = ix->head[l]; x != LR_NIL; x = ix->sp[x].next) {
+            const struct span *S = &ix->sp[x];
+            listed(ctx, l, ix->keys[lr__index_node_at(ix, S->run, S->to - 1)],
+                   ix->insts[S->inst].id);
+        }
+}
+
 uint32_t
 lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
                    uint32_t n_keys)
