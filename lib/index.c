@@ -141,26 +141,42 @@ lr__index_tenant_root(uint64_t salt)
     return lr__hash(b, sizeof b, LR_SEED_TENANT);
 }
 
+/* One step of the chain: a bijection of the previous key for a given
+ * block hash, so prefixes that differ stay different (an odd multiplier,
+ * then the halves swapped so that the next multiply mixes the high bits
+ * down). Its latency (xor, multiply, rotate) is all the chain costs: the
+ * block hashes do not depend on it and overlap. */
+static inline uint64_t
+chain_step(uint64_t prev, uint64_t g)
+{
+    uint64_t x = (prev ^ g) * LR_CHAIN_MUL;
+    return (x << 32) | (x >> 32);
+}
+
 void
 lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
                      uint32_t B, uint64_t *out)
 {
+    size_t bytes = (size_t)B * sizeof(uint32_t);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     uint8_t buf[sizeof(uint32_t) * LR_INDEX_MAX_BLOCK_TOKENS];
     for (size_t i = 0; i < nblocks; i++) {
         for (uint32_t j = 0; j < B; j++)
             lr__put_u32(buf + sizeof(uint32_t) * j, tok[i * B + j]);
-        prev =
-            lr__hash(buf, (size_t)B * sizeof(uint32_t), prev ^ LR_SEED_BLOCK);
-        out[i] = prev;
+        out[i] = lr__hash(buf, bytes, LR_SEED_BLOCK);
     }
 #else
-    size_t bytes = (size_t)B * sizeof(uint32_t);
+    if (B == 16) /* the default: a constant length lets XXH3 specialise */
+        for (size_t i = 0; i < nblocks; i++)
+            out[i] = lr__hash(tok + i * 16, 64, LR_SEED_BLOCK);
+    else
+        for (size_t i = 0; i < nblocks; i++)
+            out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
+#endif
     for (size_t i = 0; i < nblocks; i++) {
-        prev = lr__hash(tok + i * B, bytes, prev ^ LR_SEED_BLOCK);
+        prev = chain_step(prev, out[i]);
         out[i] = prev;
     }
-#endif
 }
 
 lr_status
@@ -1302,6 +1318,7 @@ index_free(lr_index *ix)
     lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
     lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
     lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
+    lr__free(m, ix->hk, (size_t)ix->max_inst * 2 * sizeof(struct lr__hitkey));
     struct lr__mem mm = *m;
     lr__free(&mm, ix, sizeof *ix);
 }
@@ -1378,11 +1395,13 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
     ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
                           sizeof(uint32_t));
+    ix->hk = lr__calloc(&ix->mem, (size_t)ix->max_inst * 2,
+                        sizeof(struct lr__hitkey));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
     if (ix->insts == NULL || ix->ifree == NULL || ist != LR_OK ||
-        ix->cand == NULL || tst != LR_OK ||
+        ix->cand == NULL || ix->hk == NULL || tst != LR_OK ||
         (ix->j_cap && ix->journal == NULL)) {
         index_free(ix);
         return LR_ENOMEM;

@@ -14,11 +14,12 @@ lr_index_mark(const lr_index *idx)
 /* deltas                                                                    */
 /* ------------------------------------------------------------------------ */
 /*
- * Wire format, version 1, all integers little-endian:
+ * Wire format, version 2, all integers little-endian (version 1 carried
+ * the block keys of format 1: an importer refuses it, LR_EVERSION):
  *
  *   off  size  field
  *     0     4  magic "LRDX"
- *     4     2  version (1)
+ *     4     2  version (2)
  *     6     2  flags (0)
  *     8     4  block_tokens of the exporting index
  *    12     4  n_nodes
@@ -37,7 +38,7 @@ lr_index_mark(const lr_index *idx)
  */
 #define DELTA_MAGIC "LRDX"
 #define MAGIC_LEN 4
-#define DELTA_VERSION 1
+#define DELTA_VERSION 2
 #define OFF_VERSION 4 /* header field offsets, as in the table above */
 #define OFF_FLAGS 6
 #define OFF_BLOCK 8

@@ -154,6 +154,13 @@ struct hclass {
     struct pool p;  /* free elements chain through their first span */
 };
 
+/* A match's sort key (depth, then id) and the instance slot it is for. */
+struct lr__hitkey {
+    uint64_t key;
+    uint32_t slot;
+    uint32_t pad;
+};
+
 /* One stretch of a path inside a run: offsets [lo, hi]. */
 struct seg {
     uint32_t run, lo, hi;
@@ -210,6 +217,7 @@ struct lr_index {
     struct seg *path;
     uint32_t path_cap;
     uint32_t *cand, *cspan, *cdepth, *mark, *cpos;
+    struct lr__hitkey *hk; /* 2 * max_inst: a match's sort */
     uint32_t mark_gen;
     uint32_t last_probes;
 };

@@ -55,32 +55,38 @@ candidates(lr_index *ix, uint32_t n)
     return k;
 }
 
-/* Whether instance slot a's hit goes before b's: deeper first, then the
- * lower instance id. */
-static bool
-hit_before(const lr_index *ix, uint32_t a, uint32_t b)
-{
-    if (ix->cdepth[a] != ix->cdepth[b])
-        return ix->cdepth[a] > ix->cdepth[b];
-    return ix->insts[a].id < ix->insts[b].id;
-}
-
-/* Order the k candidate slots in ix->cand as the hits are reported
- * (insertion sort: k is the number of instances sharing a prefix, and
- * the walk found them nearly in order, deepest runs first). */
+/* Order the k candidate slots in ix->cand as the hits are reported:
+ * deeper first, then the lower instance id. A merge sort of one 64-bit
+ * key per hit (the walk finds dozens of holders of a shared prefix at one
+ * depth, in no order of id). */
 static void
 sort_cands(lr_index *ix, uint32_t k)
 {
-    uint32_t *c = ix->cand;
-    for (uint32_t i = 1; i < k; i++) {
-        uint32_t v = c[i];
-        uint32_t j = i;
-        while (j > 0 && hit_before(ix, v, c[j - 1])) {
-            c[j] = c[j - 1];
-            j--;
-        }
-        c[j] = v;
+    struct lr__hitkey *a = ix->hk, *b = ix->hk + ix->max_inst;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t s = ix->cand[i];
+        a[i].key = ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) |
+                   ix->insts[s].id;
+        a[i].slot = s;
     }
+    for (uint32_t w = 1; w < k; w *= 2) {
+        for (uint32_t lo = 0; lo < k; lo += 2 * w) {
+            uint32_t mid = lo + w < k ? lo + w : k;
+            uint32_t hi = lo + 2 * w < k ? lo + 2 * w : k;
+            uint32_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                b[o++] = a[j].key < a[i].key ? a[j++] : a[i++];
+            while (i < mid)
+                b[o++] = a[i++];
+            while (j < hi)
+                b[o++] = a[j++];
+        }
+        struct lr__hitkey *t = a;
+        a = b;
+        b = t;
+    }
+    for (uint32_t i = 0; i < k; i++)
+        ix->cand[i] = a[i].slot;
 }
 
 /* The caller's stride of lr_index_hit: 0.1's size unless it says more. */

@@ -3,11 +3,12 @@
  * holds which token prefix in its KV cache.
  *
  * A prompt is cut into blocks of B tokens (B = block_tokens, 16 by default).
- * Block d's key is a 64-bit XXH3 hash of its tokens seeded with block d-1's
- * key; block 0 is seeded with a key derived from the tenant salt. One key
+ * Block d's key chains a 64-bit XXH3 hash of its tokens onto block d-1's
+ * key; block 0 chains onto a key derived from the tenant salt. One key
  * therefore names the whole prefix up to and including its block, and two
  * tenants never share a key. Keys are a pure function of (B, tokens, salt),
- * stable across processes and releases (see lr_block_keys()).
+ * stable across processes and across releases of one key format (see
+ * lr_block_keys()).
  *
  * The index holds *block routes*: (prefix key, instance) pairs. An instance
  * that holds a prefix of d blocks holds every shorter prefix of it too, and
@@ -144,8 +145,13 @@ LR_API void lr_index_destroy(lr_index *idx);
  *
  * key[-1] = XXH3_64bits_withSeed(salt as 8 little-endian bytes,
  *                                0x4c52544e414e5431 "LRTNANT1")
- * key[d]  = XXH3_64bits_withSeed(tokens of block d as little-endian uint32,
- *                                key[d-1] ^ 0x4c52424c4f434b31 "LRBLOCK1")
+ * g[d]    = XXH3_64bits_withSeed(tokens of block d as little-endian uint32,
+ *                                0x4c52424c4f434b32 "LRBLOCK2")
+ * x       = (key[d-1] ^ g[d]) * 0x9e3779b97f4a7c15 (mod 2^64)
+ * key[d]  = x rotated by 32 bits
+ *
+ * This is key format 2 (0.2); 0.1's format 1 seeded each block's hash with
+ * the previous key. Deltas carry keys, so their wire version is 2 too.
  *
  * @param block_tokens  1..LR_INDEX_MAX_BLOCK_TOKENS.
  * @param tokens        borrowed; may be NULL when n_tokens is 0.
