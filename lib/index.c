@@ -203,15 +203,21 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
 /* memory reservation (phase 1: the only place mutators can fail)            */
 /* ------------------------------------------------------------------------ */
 
+/* Growth of the arrays whose size follows the routes (node keys and
+ * chunks, spans, the engine-hash slots): 1.25x, so that memory at any
+ * size stays within a quarter of what is used; the others: 1.5x. */
+#define GROW_SHIFT 1u
+#define GROW_SHIFT_BIG 2u
+
 static lr_status
-grow_min(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
-         size_t elem, uint32_t limit, uint32_t min)
+grow_by(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+        size_t elem, uint32_t limit, uint32_t min, uint32_t shift)
 {
     if (need <= *cap)
         return LR_OK;
     if (need > limit)
         return LR_ENOMEM;
-    uint64_t want = (uint64_t)*cap + *cap / 2;
+    uint64_t want = (uint64_t)*cap + (*cap >> shift);
     if (want < need)
         want = need;
     if (want < min)
@@ -233,6 +239,13 @@ grow_min(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
     return LR_OK;
 }
 
+static lr_status
+grow_min(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+         size_t elem, uint32_t limit, uint32_t min)
+{
+    return grow_by(m, arr, cap, need, elem, limit, min, GROW_SHIFT);
+}
+
 lr_status
 lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
                size_t elem, uint32_t limit)
@@ -241,14 +254,29 @@ lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
 }
 
 lr_status
-lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
-                       size_t elem, uint64_t more, uint32_t limit)
+lr__index_grow_big(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+                   size_t elem, uint32_t limit)
+{
+    return grow_by(m, arr, cap, need, elem, limit, POOL_MIN, GROW_SHIFT_BIG);
+}
+
+static lr_status
+pool_reserve_by(struct lr__mem *m, struct pool *p, void **arr, size_t elem,
+                uint64_t more, uint32_t limit, uint32_t shift)
 {
     uint64_t need = (uint64_t)p->top + more;
     need = need > p->nfree ? need - p->nfree : 0;
     if (need > limit)
         return LR_ENOMEM;
-    return lr__index_grow(m, arr, &p->cap, (uint32_t)need, elem, limit);
+    return grow_by(m, arr, &p->cap, (uint32_t)need, elem, limit, POOL_MIN,
+                   shift);
+}
+
+lr_status
+lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                       size_t elem, uint64_t more, uint32_t limit)
+{
+    return pool_reserve_by(m, p, arr, elem, more, limit, GROW_SHIFT);
 }
 
 /* Room for `more` chunks: keys[] and chunks[] grow to the same size. */
@@ -262,17 +290,20 @@ chunk_reserve(lr_index *ix, uint64_t more)
     uint32_t limit = POOL_MAX >> CHUNK_SHIFT;
     if (need > limit)
         return LR_ENOMEM;
-    uint32_t kcap = p->cap, ccap = p->cap;
-    /* keys[] may end up larger than chunks[] when the second growth
-     * fails: harmless, it is grown from its own size next time */
-    if (ix->kcap > kcap)
-        kcap = ix->kcap;
-    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->keys, &kcap, (uint32_t)need,
-                          CHUNK * sizeof(uint64_t), limit));
+    /* keys[], chunks[] and (in precise mode) the engine-hash slot arrays
+     * each keep their own size: when one growth fails, the others stay
+     * grown, harmlessly, and the pool uses the smallest */
+    uint32_t kcap = ix->kcap, ccap = ix->chcap;
+    LR_TRY(lr__index_grow_big(&ix->mem, (void **)&ix->keys, &kcap,
+                              (uint32_t)need, CHUNK * sizeof(uint64_t), limit));
     ix->kcap = kcap;
-    LR_TRY(lr__index_grow(&ix->mem, (void **)&ix->chunks, &ccap, (uint32_t)need,
-                          sizeof(struct chunk), limit));
-    p->cap = ccap < kcap ? ccap : kcap;
+    LR_TRY(lr__index_grow_big(&ix->mem, (void **)&ix->chunks, &ccap,
+                              (uint32_t)need, sizeof(struct chunk), limit));
+    ix->chcap = ccap;
+    uint32_t cap = ccap < kcap ? ccap : kcap;
+    if (ix->ecap > 0) /* precise mode */
+        LR_TRY(lr__index_emap_slots(ix, cap));
+    p->cap = cap;
     return LR_OK;
 }
 
@@ -283,8 +314,8 @@ lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nr, uint64_t ns)
     LR_TRY(chunk_reserve(ix, nn == 0 ? 0 : (nn + CHUNK - 1) / CHUNK + nr + 1));
     LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->rpool, (void **)&ix->runs,
                                   sizeof(struct run), nr, POOL_MAX));
-    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->spool, (void **)&ix->sp,
-                                  sizeof(struct span), ns, POOL_MAX));
+    LR_TRY(pool_reserve_by(&ix->mem, &ix->spool, (void **)&ix->sp,
+                           sizeof(struct span), ns, POOL_MAX, GROW_SHIFT_BIG));
     return lr__table_reserve(&ix->ntab, &ix->mem,
                              nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
 }
@@ -664,6 +695,7 @@ run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
         uint32_t n = (c << CHUNK_SHIFT) | (o & CHUNK_MASK);
         ix->keys[n] ^= DEAD_KEY;
         ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
+        lr__index_emap_slots_freed(ix, n);
         if ((o & CHUNK_MASK) == 0) {
             uint32_t p = ix->chunks[c].prev;
             ix->chunks[c].run = LR_NIL;
@@ -732,13 +764,13 @@ run_fit(lr_index *ix, uint32_t r, bool defer)
 
 static uint32_t
 span_new(lr_index *ix, uint32_t r, uint32_t s, uint32_t from, uint32_t to,
-         uint32_t bits, uint32_t stamp, uint32_t up)
+         uint32_t bits, uint32_t flags, uint32_t stamp, uint32_t up)
 {
     uint32_t x = pool_take(&ix->spool, ix->sp, sizeof *ix->sp, SPAN_LINK);
     struct span *S = &ix->sp[x];
     S->run = r;
     S->inst = (uint16_t)s;
-    S->pad = 0;
+    S->flags = (uint16_t)flags;
     S->bits = bits;
     S->from = from;
     S->to = to;
@@ -762,8 +794,8 @@ lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
     assert(p >= S->from && p < S->to);
     if (p + 1 == S->to)
         return x;
-    uint32_t u = span_new(ix, S->run, S->inst, S->from, p + 1,
-                          (S->bits & HB_REMOTE) | 1u, S->stamp_top, S->up);
+    uint32_t u = span_new(ix, S->run, S->inst, S->from, p + 1, plain_bits(S),
+                          S->flags, S->stamp_top, S->up);
     S = &ix->sp[x];
     S->from = p + 1;
     S->up = u;
@@ -794,6 +826,7 @@ span_remove(lr_index *ix, uint32_t x, int why, bool defer)
     if (S->bits & HB_LISTED)
         lru_unlink(ix, x);
     count_drop(ix, S, span_len(S), why);
+    lr__index_emap_forget(ix, S->inst, r, S->from, S->to);
     struct hent *h = hent_of(ix, r, S->inst);
     assert(h != NULL && h->span == x);
     h->span = S->up;
@@ -844,14 +877,18 @@ lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why, bool precise)
         assert(nchild(S) == 0);
         uint32_t stamp = S->stamp;
         if (span_len(S) > 1) {
-            if (!precise && S->stamp_top > stamp) {
-                /* the block above the bottom was used later: it stays */
+            /* the block above the bottom stays if it is an anchor (it
+             * takes the newer stamp), or (unless precise) if it was used
+             * later (a clock that went back) */
+            bool anchor = (S->flags & SF_ANCHORS) != 0;
+            if (anchor || (!precise && S->stamp_top > stamp)) {
                 if (S->bits & HB_LISTED)
                     lru_unlink(ix, x);
                 count_drop(ix, S, 1, why);
+                lr__index_emap_forget(ix, S->inst, S->run, S->to - 1, S->to);
                 S->to--;
-                S->stamp = S->stamp_top;
-                S->bits &= HB_REMOTE;
+                S->stamp = S->stamp_top > stamp ? S->stamp_top : stamp;
+                S->bits = plain_bits(S) & ~HB_NCHILD;
                 struct hent *h = hent_of(ix, S->run, S->inst);
                 h->to = S->to;
                 run_fit(ix, S->run, false);
@@ -949,6 +986,7 @@ drop_run(lr_index *ix, uint32_t s, uint32_t r, bool defer)
         if (S->bits & HB_LISTED)
             lru_unlink(ix, x);
         count_drop(ix, S, span_len(S), WHY_DROP);
+        lr__index_emap_forget(ix, s, r, S->from, S->to);
         span_free(ix, x);
         x = up;
     }
@@ -1001,6 +1039,7 @@ lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
         if (S->bits & HB_LISTED)
             lru_unlink(ix, x);
         count_drop(ix, S, span_len(S), WHY_DROP);
+        lr__index_emap_forget(ix, s, r, S->from, S->to);
         h->span = S->up;
         span_free(ix, x);
     }
@@ -1011,9 +1050,10 @@ lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
         if (S->bits & HB_LISTED)
             lru_unlink(ix, x);
         count_drop(ix, S, S->to - p - 1, WHY_DROP);
+        lr__index_emap_forget(ix, s, r, p + 1, S->to);
         S->to = p + 1;
         S->stamp = S->stamp_top;
-        S->bits &= HB_REMOTE;
+        S->bits = plain_bits(S) & ~HB_NCHILD;
     } else {
         S->bits &= ~HB_NCHILD;
     }
@@ -1098,6 +1138,8 @@ lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs, uint32_t n,
                 uint32_t bits, uint32_t tick, const uint32_t *anchors,
                 uint32_t na, uint32_t depth0)
 {
+    bool every = na == LR_NIL;
+    uint32_t flags = every ? SF_ANCHORS : 0;
     uint32_t depth = depth0, a = 0, last = LR_NIL;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t r = segs[i].run;
@@ -1110,13 +1152,16 @@ lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs, uint32_t n,
         for (uint32_t p = segs[i].lo; p <= segs[i].hi;) {
             uint32_t end = segs[i].hi;
             uint32_t b = bits | 1u; /* one child: the next block */
-            if (a < na && anchors[a] <= depth + (end - p + 1)) {
+            if (every) {
+                b |= HB_ANCHOR;
+            } else if (a < na && anchors[a] <= depth + (end - p + 1)) {
                 end = p + (anchors[a] - depth - 1);
                 b |= HB_ANCHOR;
                 a++;
             }
             uint32_t len = end - p + 1;
-            uint32_t x = span_new(ix, r, s, p, end + 1, b, tick, h->span);
+            uint32_t x =
+                span_new(ix, r, s, p, end + 1, b, flags, tick, h->span);
             h->span = x;
             h->to = end + 1;
             ix->holds += len;
@@ -1228,8 +1273,9 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
     for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
         uint32_t nd = node_find(ix, p->keys[p->anchors[a] - 1]);
         uint32_t r = node_run(ix, nd), o = node_off(ix, nd);
-        uint32_t x = lr__index_cut(ix, hold_span(ix, r, o, s), o);
-        ix->sp[x].bits |= HB_ANCHOR;
+        uint32_t x = hold_span(ix, r, o, s);
+        if (!(ix->sp[x].flags & SF_ANCHORS))
+            ix->sp[lr__index_cut(ix, x, o)].bits |= HB_ANCHOR;
     }
     if (p->n == p->d_s) {
         if (p->n == 0 || p->ds_run == LR_NIL)
@@ -1272,8 +1318,9 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
         else
             g[ns++] = nw;
     }
-    uint32_t x = lr__index_grant(ix, s, g, ns, p->remote ? HB_REMOTE : 0, tick,
-                                 p->anchors + a, p->n_anchors - a, p->d_s);
+    uint32_t x = lr__index_grant(
+        ix, s, g, ns, p->remote ? HB_REMOTE : 0, tick, p->anchors + a,
+        p->all_anchors ? LR_NIL : p->n_anchors - a, p->d_s);
     lru_push_head(ix, x);
     return x;
 }
@@ -1303,7 +1350,7 @@ index_free(lr_index *ix)
 {
     struct lr__mem *m = &ix->mem;
     lr__free(m, ix->keys, (size_t)ix->kcap * CHUNK * sizeof(uint64_t));
-    lr__free(m, ix->chunks, (size_t)ix->cpool.cap * sizeof(struct chunk));
+    lr__free(m, ix->chunks, (size_t)ix->chcap * sizeof(struct chunk));
     lr__table_free(&ix->ntab, m);
     lr__free(m, ix->runs, (size_t)ix->rpool.cap * sizeof(struct run));
     lr__free(m, ix->sp, (size_t)ix->spool.cap * sizeof(struct span));
@@ -1386,6 +1433,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     for (uint32_t c = 0; c < HCLASSES; c++)
         ix->hc[c].p.free = LR_NIL;
     lr__table_init(&ix->etab, &ix->mem, 0); /* no memory: cannot fail */
+    lr__table_init(&ix->otab, &ix->mem, 0);
     ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
 
     /* index_free() can release a partial construction: the sizes it reads

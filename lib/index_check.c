@@ -272,7 +272,7 @@ span_digest(const lr_index *ix, const struct span *S)
     uint64_t sum = 0;
     for (uint32_t p = S->from; p < S->to; p++) {
         bool bottom = p + 1 == S->to;
-        uint32_t bits = bottom ? S->bits : (S->bits & HB_REMOTE) | 1u;
+        uint32_t bits = bottom ? S->bits : plain_bits(S);
         uint32_t stamp = bottom ? S->stamp : S->stamp_top;
         sum += hold_digest(ix->keys[n], pkey, id, bits, stamp);
         pkey = ix->keys[n];
@@ -339,7 +339,7 @@ lr__index_holds(const lr_index *ix,
                                            : ix->keys[R->hang];
         for (uint32_t p = S->from; p < S->to; p++) {
             bool bottom = p + 1 == S->to;
-            uint32_t bits = bottom ? S->bits : (S->bits & HB_REMOTE) | 1u;
+            uint32_t bits = bottom ? S->bits : plain_bits(S);
             v.key = ix->keys[n];
             v.depth = R->top + p + 1;
             v.flags = ((bits & HB_LISTED) ? LR__HOLD_LISTED : 0) |

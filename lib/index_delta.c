@@ -207,14 +207,21 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
     uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
     if (since == 0 || since < oldest) {
         /* every LOCAL anchor or leaf: span bottoms (plain blocks are
-         * neither) */
+         * neither), and every block of an all-anchor span */
         for (uint32_t x = 0; x < ix->spool.top; x++) {
             const struct span *S = &ix->sp[x];
-            if (S->inst == INST_FREE || (S->bits & HB_REMOTE) ||
-                !((S->bits & HB_ANCHOR) || nchild(S) == 0))
+            if (S->inst == INST_FREE || (S->bits & HB_REMOTE))
                 continue;
-            LR_TRY(vec_push(m, rn, lr__index_node_at(ix, S->run, S->to - 1)));
-            LR_TRY(vec_push(m, rs, S->inst));
+            uint32_t from = (S->flags & SF_ANCHORS) ? S->from : S->to - 1;
+            if (from == S->to - 1 && !((S->bits & HB_ANCHOR) || nchild(S) == 0))
+                continue;
+            uint32_t n = lr__index_node_at(ix, S->run, S->to - 1);
+            for (uint32_t p = S->to; p-- > from;) {
+                LR_TRY(vec_push(m, rn, n));
+                LR_TRY(vec_push(m, rs, S->inst));
+                if (p > from)
+                    n = lr__index_node_parent(ix, n);
+            }
         }
         return LR_OK;
     }

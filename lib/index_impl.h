@@ -94,11 +94,15 @@ struct hent {
  * The bottom carries `bits` (listed, remote, anchor, children held by
  * inst) and `stamp`. Spans of one (run, instance) tile [0, to) and are
  * chained upward through `up`. An LRU list links spans; their bottoms are
- * what it orders. */
+ * what it orders. One exception to "plain": with SF_ANCHORS every block of
+ * the span is an anchor (precise mode, where each engine block end is one:
+ * one span per KV event, not one per block). */
+#define SF_ANCHORS 1u
+
 struct span {
     uint32_t run;
-    uint16_t inst; /* instance slot; INST_FREE: free span */
-    uint16_t pad;
+    uint16_t inst;  /* instance slot; INST_FREE: free span */
+    uint16_t flags; /* SF_* */
     uint32_t bits;
     uint32_t from, to;
     uint32_t stamp;      /* the bottom block's last use */
@@ -114,12 +118,14 @@ struct inst {
     uint64_t blocks;
 };
 
+/* An overflow entry of the engine-hash map (index_kv.c). */
 struct emap_ent {
     uint64_t ehash;
-    uint64_t key;
-    uint32_t node; /* slot where key was (a hint: keys are unique) */
-    uint32_t inst; /* LR_NIL: empty slot */
+    uint32_t node; /* its block's slot; the free list's link while free */
+    uint16_t inst; /* EINST_NONE: free */
+    uint16_t pad;
 };
+#define EINST_NONE 0xffffu
 
 struct jent {
     uint64_t key;
@@ -178,7 +184,8 @@ struct lr_index {
 
     uint64_t *keys; /* CHUNK per chunk, kcap chunks */
     uint32_t kcap;
-    struct chunk *chunks; /* free chunks chain through next */
+    struct chunk *chunks; /* free chunks chain through next; chcap of them */
+    uint32_t chcap;
     struct pool cpool;
     struct lr__table ntab; /* block key -> node slot */
     struct run *runs;      /* free runs chain through hidx */
@@ -196,9 +203,17 @@ struct lr_index {
     uint32_t n_ifree;
     struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
-    struct emap_ent *ep;   /* engine-hash entries, see index_kv.c */
-    struct pool epool;     /* free entries chain through node */
-    struct lr__table etab; /* (instance slot, engine hash) -> entry */
+    /* the engine-hash map, see index_kv.c */
+    uint64_t *ehash; /* per node slot, NULL before precise mode */
+    uint16_t *einst; /* per node slot, EINST_NONE: no entry */
+    uint16_t *eovf;  /* per chunk, a bit a slot: overflow entries */
+    uint32_t ecap;   /* chunks all three slot arrays cover */
+    uint32_t ecap_h, ecap_i, ecap_o; /* chunks each one covers */
+    struct emap_ent *ep;             /* overflow entries */
+    struct pool epool;               /* free entries chain through node */
+    struct lr__table etab;           /* (instance slot, engine hash) -> entry */
+    struct lr__table otab; /* (instance slot, node slot) -> overflow */
+    uint64_t emap_live;    /* entries */
 
     struct jent *journal;
     uint64_t j_seq;
@@ -242,6 +257,14 @@ static inline uint32_t
 span_len(const struct span *x)
 {
     return x->to - x->from;
+}
+
+/* The bits of a block of span x above its bottom. */
+static inline uint32_t
+plain_bits(const struct span *x)
+{
+    return (x->bits & HB_REMOTE) | ((x->flags & SF_ANCHORS) ? HB_ANCHOR : 0) |
+           1u;
 }
 
 static inline uint32_t
@@ -404,6 +427,7 @@ struct learn_plan {
     const uint32_t *anchors; /* ascending depths in 1..n */
     uint32_t n_anchors;
     bool remote;
+    bool all_anchors; /* every block is an anchor (anchors unused) */
     /* filled by lr__index_plan_learn */
     uint32_t d_s, d_any;     /* depths below base held by s, by anyone */
     uint32_t node_any;       /* node at d_any (base when 0) */
@@ -515,14 +539,26 @@ lr_status lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot);
 lr_status lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap,
                          uint32_t need, size_t elem, uint32_t limit);
 
+/* The same, 1.25x at a time: for the arrays whose size follows the
+ * routes (node keys and chunks, spans, the engine-hash slot arrays). */
+lr_status lr__index_grow_big(struct lr__mem *m, void **arr, uint32_t *cap,
+                             uint32_t need, size_t elem, uint32_t limit);
+
 /* Room in pool p (array *arr) for `more` elements beyond the live ones.
  * LR_ENOMEM leaves both as they were. */
 lr_status lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
                                  size_t elem, uint64_t more, uint32_t limit);
 
-/* index_kv.c, the engine-hash map: live entries (a walk); drop every
- * entry of instance slot s; free it all; an order-independent checksum of
- * the live entries; its invariants (LR_OK or LR_ECORRUPT). */
+/* index_kv.c, the engine-hash map: instance s no longer holds offsets
+ * [from, to) of run r (called before the nodes may go): forget their
+ * hashes; a node slot was freed; the per-slot arrays for `cap` chunks
+ * (once precise mode started); live entries; drop every entry of s; free
+ * it all; an order-independent checksum of the entries; its invariants
+ * (LR_OK or LR_ECORRUPT). */
+void lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
+                           uint32_t to);
+void lr__index_emap_slots_freed(lr_index *ix, uint32_t n);
+lr_status lr__index_emap_slots(lr_index *ix, uint32_t cap);
 uint64_t lr__index_emap_live(const lr_index *ix);
 void lr__index_emap_drop(lr_index *ix, uint32_t s);
 void lr__index_emap_free(lr_index *ix);

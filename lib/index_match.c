@@ -65,8 +65,8 @@ sort_cands(lr_index *ix, uint32_t k)
     struct lr__hitkey *a = ix->hk, *b = ix->hk + ix->max_inst;
     for (uint32_t i = 0; i < k; i++) {
         uint32_t s = ix->cand[i];
-        a[i].key = ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) |
-                   ix->insts[s].id;
+        a[i].key =
+            ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) | ix->insts[s].id;
         a[i].slot = s;
     }
     for (uint32_t w = 1; w < k; w *= 2) {

@@ -21,7 +21,9 @@
  *  - KV events: a stored event is a LOCAL learn under its parent with an
  *    anchor at each engine block end; a removed hash drops its block, every
  *    deeper block of the instance, and walks up (precise); cleared drops
- *    the instance's routes.
+ *    the instance's routes. An engine hash maps to its block exactly while
+ *    the instance holds the block: every removal of a route forgets the
+ *    instance's hashes of it.
  * After every operation the index's routes (keys, parents, depths, flags,
  * child counts, stamps), both LRU lists in order, and the counters must
  * equal the model's. The index stores spans over runs; the model stores
@@ -64,6 +66,7 @@ struct mr {
 struct ment { /* an engine hash of an instance: the tokens of its prefix */
     uint32_t inst;
     uint64_t hash;
+    uint64_t key; /* the prefix's key */
     uint32_t ntok;
     uint32_t tok[MAXBLK * B];
 };
@@ -176,9 +179,15 @@ m_touch(struct model *m, int s, uint32_t t)
     m_push_head(m, s);
 }
 
+/* A route goes; the map forgets the instance's engine hashes of it. */
 static void
 m_remove(struct model *m, int s, int why)
 {
+    for (uint32_t i = 0; i < m->ne;)
+        if (m->e[i].inst == m->r[s].inst && m->e[i].key == m->r[s].key)
+            m->e[i] = m->e[--m->ne];
+        else
+            i++;
     if (m->r[s].listed)
         m_unlink(m, s);
     m->holds--;
@@ -579,9 +588,9 @@ op_kv_stored(struct rig *g, uint32_t inst, const uint32_t *tok, uint32_t nb,
         nfull = pe->ntok;
     }
     uint64_t keys[MAXBLK + 1];
-    bool known = parent == NULL ||
-                 (pe != NULL && (keys_of(full, nfull, keys),
-                                 m_find(m, inst, keys[nfull / B - 1]) >= 0));
+    bool known = parent == NULL || pe != NULL;
+    if (pe != NULL) /* a hash lives as long as its route */
+        assert_true(m_find(m, inst, pe->key) >= 0);
     bool fits = nfull + nb * mb * B <= MAXBLK * B && nb * mb <= m->capacity;
     if (!fits && known)
         return; /* longer than the model keeps: skip on both */
@@ -609,6 +618,7 @@ op_kv_stored(struct rig *g, uint32_t inst, const uint32_t *tok, uint32_t nb,
         e->inst = inst;
         e->hash = hashes[j];
         e->ntok = (bd + (j + 1) * mb) * B;
+        e->key = keys[bd + (j + 1) * mb - 1];
         memcpy(e->tok, full, e->ntok * sizeof *full);
     }
     m_settle(m, t);
@@ -632,22 +642,19 @@ op_kv_removed(struct rig *g, uint32_t inst, const uint64_t *hashes, size_t n)
         struct ment *e = m_ent(m, inst, hashes[i]);
         if (e == NULL)
             continue;
-        uint64_t keys[MAXBLK + 1];
-        keys_of(e->tok, e->ntok, keys);
         uint32_t d = e->ntok / B;
-        int s = m_find(m, inst, keys[d - 1]);
-        if (s >= 0) {
-            static bool under[MAXR]; /* found first: removal cuts chains */
-            for (int j = 0; j < m->hi; j++)
-                under[j] = m->r[j].alive && m->r[j].inst == inst &&
-                           m->r[j].depth > d && m_under(m, j, d, keys[d - 1]);
-            for (int j = 0; j < m->hi; j++)
-                if (under[j])
-                    m_remove(m, j, DROP);
-            m_trim(m, s, DROP, true);
-            want++;
-        }
-        *e = m->e[--m->ne];
+        uint64_t k = e->key;
+        int s = m_find(m, inst, k);
+        assert_true(s >= 0);     /* a hash lives as long as its route */
+        static bool under[MAXR]; /* found first: removal cuts chains */
+        for (int j = 0; j < m->hi; j++)
+            under[j] = m->r[j].alive && m->r[j].inst == inst &&
+                       m->r[j].depth > d && m_under(m, j, d, k);
+        for (int j = 0; j < m->hi; j++)
+            if (under[j])
+                m_remove(m, j, DROP);
+        m_trim(m, s, DROP, true); /* forgets this hash with its route */
+        want++;
     }
     assert_int_equal(resolved, want);
 }

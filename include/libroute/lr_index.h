@@ -104,11 +104,13 @@ typedef struct lr_index_options {
     uint32_t journal_capacity;
     /** Engine-hash entries kept for precise mode, over all instances;
      * default 2 * capacity_blocks, at most 2 * LR_INDEX_MAX_CAPACITY.
-     * Entries of evicted blocks are dropped when room is needed. Live
-     * entries outnumber routes only when one block is stored under several
-     * engine hashes (the same tokens with different engine extra keys: give
-     * those different tenant salts); while live entries fill the bound,
-     * lr_index_kv_stored() returns LR_ELIMIT. */
+     * An entry lives exactly while its instance holds its block: evicting,
+     * expiring or removing the block forgets the hash (0.1 kept stale
+     * entries until room was needed). Entries outnumber routes only when
+     * one block is stored under several engine hashes (the same tokens
+     * with different engine extra keys: give those different tenant
+     * salts); while entries fill the bound, lr_index_kv_stored() returns
+     * LR_ELIMIT. */
     uint64_t engine_map_capacity;
     /* v1 ends here; fields are only ever appended. */
 } lr_index_options;
