@@ -363,6 +363,8 @@ kv_base(const lr_index *ix, uint32_t s, const lr_kv_stored *e,
 static lr_status
 kv_fresh(const lr_index *ix, uint32_t s, const uint64_t *hashes, uint32_t eb)
 {
+    if (ix->emap_live + eb <= ix->emap_cap)
+        return LR_OK; /* even if every hash is new */
     uint32_t fresh = 0;
     for (uint32_t j = 0; j < eb; j++)
         if (s == LR_NIL || emap_get(ix, s, hashes[j]) == LR_NIL)
