@@ -15,6 +15,12 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
+ *   route_lodestar_64       lr_router_route() with LR_POLICY_LODESTAR and a
+ *                           trained model (lodestar-rig.h: 64 instances,
+ *                           1-4k-token prompts, 10k samples), scoring the
+ *                           default candidates (8); route_lodestar_64_all
+ *                           scores all 64
+ *
  *   kv_ingest_new           lr_index_vllm_batch() on batches of 500 vLLM
  *                           BlockStored events of 4 new blocks each
  *                           (msgpack in, index updated), from 64 engines,
@@ -46,6 +52,7 @@
 #include "libroute.h"
 
 #define MPW_CAP (1 << 20)
+#include "lodestar-rig.h"
 #include "mpw.h"
 
 #define B 16
@@ -591,6 +598,35 @@ bench_router(int quick, uint32_t ninst)
     lr_router_destroy(r);
 }
 
+static void
+bench_lodestar(int quick)
+{
+    if (!wanted("route_lodestar_64"))
+        return;
+    size_t nsamp;
+    lr_router *r = lsr_trained_router(quick, &nsamp);
+    size_t iters = quick ? 100 : 4000;
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    static const struct {
+        const char *name;
+        double d; /* LR_PARAM_LODESTAR_CANDIDATES; < 0: the default */
+    } cases[] = { { "route_lodestar_64", -1 }, { "route_lodestar_64_all", 0 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (!wanted(cases[c].name))
+            continue;
+        double d = cases[c].d >= 0
+                       ? cases[c].d
+                       : lr_param_bounds(LR_PARAM_LODESTAR_CANDIDATES).def;
+        lr_router_set_param(r, LR_PARAM_LODESTAR_CANDIDATES, d);
+        for (size_t k = 0; k < iters; k++)
+            ns[k] = lsr_one(r, 0);
+        report(cases[c].name, ns, iters, NULL, -1);
+    }
+    free(ns);
+    free(lsr_prompt_buf);
+    lr_router_destroy(r);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -614,5 +650,6 @@ main(int argc, char **argv)
     bench_kv(quick);
     bench_router(quick, 8);
     bench_router(quick, 64);
+    bench_lodestar(quick);
     return 0;
 }
