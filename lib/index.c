@@ -389,12 +389,21 @@ lr__index_hent_room(lr_index *ix, uint32_t r, uint32_t more)
     return LR_OK;
 }
 
+/* A run's holders stay sorted by instance id, so that a match reads the
+ * holders of a shared prefix in the order it reports them (index_match.c
+ * then has next to nothing left to sort). */
 static struct hent *
 hent_add(lr_index *ix, uint32_t r, uint32_t s)
 {
     struct run *R = &ix->runs[r];
     assert(R->nh < (1u << R->hcls));
-    struct hent *h = &run_hents(ix, R)[R->nh++];
+    struct hent *a = run_hents(ix, R);
+    uint32_t id = ix->insts[s].id, i = R->nh;
+    while (i > 0 && ix->insts[a[i - 1].inst].id > id)
+        i--;
+    memmove(a + i + 1, a + i, (size_t)(R->nh - i) * sizeof *a);
+    R->nh++;
+    struct hent *h = &a[i];
     h->inst = (uint16_t)s;
     h->pad = 0;
     h->to = 0;
@@ -407,7 +416,9 @@ hent_del(lr_index *ix, uint32_t r, struct hent *h)
 {
     struct run *R = &ix->runs[r];
     struct hent *a = run_hents(ix, R);
-    *h = a[--R->nh];
+    uint32_t i = (uint32_t)(h - a);
+    memmove(a + i, a + i + 1, (size_t)(R->nh - i - 1) * sizeof *a);
+    R->nh--;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1365,7 +1376,7 @@ index_free(lr_index *ix)
     lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
     lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
     lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
-    lr__free(m, ix->hk, (size_t)ix->max_inst * 2 * sizeof(struct lr__hitkey));
+    lr__free(m, ix->hk, (size_t)ix->max_inst * sizeof(struct lr__hitkey));
     struct lr__mem mm = *m;
     lr__free(&mm, ix, sizeof *ix);
 }
@@ -1443,8 +1454,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
     ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
                           sizeof(uint32_t));
-    ix->hk = lr__calloc(&ix->mem, (size_t)ix->max_inst * 2,
-                        sizeof(struct lr__hitkey));
+    ix->hk =
+        lr__calloc(&ix->mem, (size_t)ix->max_inst, sizeof(struct lr__hitkey));
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);

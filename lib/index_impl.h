@@ -232,7 +232,7 @@ struct lr_index {
     struct seg *path;
     uint32_t path_cap;
     uint32_t *cand, *cspan, *cdepth, *mark, *cpos;
-    struct lr__hitkey *hk; /* 2 * max_inst: a match's sort */
+    struct lr__hitkey *hk; /* max_inst: a match's sort */
     uint32_t mark_gen;
     uint32_t last_probes;
 };

@@ -56,34 +56,25 @@ candidates(lr_index *ix, uint32_t n)
 }
 
 /* Order the k candidate slots in ix->cand as the hits are reported:
- * deeper first, then the lower instance id. A merge sort of one 64-bit
- * key per hit (the walk finds dozens of holders of a shared prefix at one
- * depth, in no order of id). */
+ * deeper first, then the lower instance id. The walk met them nearly so:
+ * runs deepest first, each run's holders by id (only a holder of part of
+ * a run is out of place), so an insertion sort of one 64-bit key per hit
+ * does about k steps. */
 static void
 sort_cands(lr_index *ix, uint32_t k)
 {
-    struct lr__hitkey *a = ix->hk, *b = ix->hk + ix->max_inst;
+    struct lr__hitkey *a = ix->hk;
     for (uint32_t i = 0; i < k; i++) {
         uint32_t s = ix->cand[i];
-        a[i].key =
-            ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) | ix->insts[s].id;
-        a[i].slot = s;
-    }
-    for (uint32_t w = 1; w < k; w *= 2) {
-        for (uint32_t lo = 0; lo < k; lo += 2 * w) {
-            uint32_t mid = lo + w < k ? lo + w : k;
-            uint32_t hi = lo + 2 * w < k ? lo + 2 * w : k;
-            uint32_t i = lo, j = mid, o = lo;
-            while (i < mid && j < hi)
-                b[o++] = a[j].key < a[i].key ? a[j++] : a[i++];
-            while (i < mid)
-                b[o++] = a[i++];
-            while (j < hi)
-                b[o++] = a[j++];
+        struct lr__hitkey v = { ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) |
+                                    ix->insts[s].id,
+                                s, 0 };
+        uint32_t j = i;
+        while (j > 0 && a[j - 1].key > v.key) {
+            a[j] = a[j - 1];
+            j--;
         }
-        struct lr__hitkey *t = a;
-        a = b;
-        b = t;
+        a[j] = v;
     }
     for (uint32_t i = 0; i < k; i++)
         ix->cand[i] = a[i].slot;

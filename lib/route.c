@@ -57,16 +57,43 @@ scratch_keys(lr_router *r, size_t n)
     return LR_OK;
 }
 
-/* Step 1: the prompt's block keys into kbuf. */
-static lr_status
-route_keys(lr_router *r, struct route *rt)
+/* The leading block keys a route needs: every one when it records (the
+ * learn, the recency table) or the policy matches, follows recency or
+ * DualMap's hotness; only those of the ring key's prefix for a ring
+ * policy's decision alone (prefix_key reads no further); none for a
+ * decision that reads only the load. The keys computed are the same
+ * either way, so the decision is too. */
+static size_t
+keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
+            bool records)
 {
     const lr_request *q = rt->q;
-    rt->nk = q->n_tokens / r->block_tokens;
+    size_t all = q->n_tokens / r->block_tokens;
+    if (records || (needs & (LR__NEEDS_MATCH | LR__NEEDS_AGE)))
+        return all;
+    uint32_t want = 0;
+    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    if (kind == LR_RING_KEY_HOTNESS)
+        return all;
+    if (kind == LR_RING_KEY_PREFIX ||
+        (kind == LR_RING_KEY_SESSION && !q->has_session)) {
+        size_t b = (size_t)r->param[LR_PARAM_SESSION_TOKENS] / r->block_tokens;
+        return b < all ? b : all;
+    }
+    return 0;
+}
+
+/* Step 1: the prompt's block keys (those keys_needed says) into kbuf. */
+static lr_status
+route_keys(lr_router *r, struct route *rt, size_t n)
+{
+    const lr_request *q = rt->q;
+    rt->nk = n;
     LR_TRY(scratch_keys(r, rt->nk));
     if (rt->nk > 0)
-        LR_TRY(lr_block_keys(r->block_tokens, q->tokens, q->n_tokens,
-                             q->tenant_salt, r->kbuf, r->kbuf_cap, &rt->nk));
+        LR_TRY(lr_block_keys(r->block_tokens, q->tokens,
+                             rt->nk * r->block_tokens, q->tenant_salt, r->kbuf,
+                             r->kbuf_cap, &rt->nk));
     return LR_OK;
 }
 
@@ -246,12 +273,13 @@ route_rank(lr_router *r, struct route *rt)
     }
 }
 
-/* Steps 1-4: the table route() decides on. */
+/* Steps 1-4: the table route() decides on; `records`: the route will
+ * learn and record (not a dry run, not lr_router_candidates()). */
 static lr_status
-route_table(lr_router *r, struct route *rt)
+route_table(lr_router *r, struct route *rt, bool records)
 {
     uint32_t needs = lr__policy_needs(r->policy, r->param);
-    LR_TRY(route_keys(r, rt));
+    LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
     route_gather(r, rt, needs);
     route_rank(r, rt);
@@ -441,7 +469,7 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
      * when a later step fails */
     (void)lr_index_expire(r->ix, q->now_ns);
     struct route rt = { .q = q };
-    LR_TRY(route_table(r, &rt));
+    LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     rt.seed = lr__rng_next(&r->rng);
     struct lr__rng prng;
@@ -529,7 +557,7 @@ lr_router_candidates(lr_router *r, const lr_request *request,
         st = LR_EBUFSIZE;
     struct route rt = { .q = &q };
     if (st == LR_OK)
-        st = route_table(r, &rt);
+        st = route_table(r, &rt, false);
     if (st == LR_OK)
         copy_rows(r, rows, row_size);
     lr__router_unlock(r);
