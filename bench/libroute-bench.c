@@ -15,6 +15,11 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
+ *   route_threads_<policy>_64_t<T>  routes/s of T threads (1 and 2)
+ *                           calling lr_router_route() on one router (the
+ *                           index, prompts and load of the route cases),
+ *                           each ending its own requests; wall time
+ *
  *   route_lodestar_64       lr_router_route() with LR_POLICY_LODESTAR and a
  *                           trained model (lodestar-rig.h: 64 instances,
  *                           1-4k-token prompts, 10k samples), scoring the
@@ -42,6 +47,7 @@
  * Medians are what to compare; the machine is shared and noisy.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -452,6 +458,87 @@ bench_ring(int quick)
     lr_ring_destroy(ring);
 }
 
+/* route_threads: T threads on one router, each with its own prompts
+ * (the route cases' held conversations, their last 0-10% new), request
+ * ids and generator, each ending its requests after 2 are in flight. */
+struct tjob {
+    lr_router *r;
+    const struct conv *convs;
+    size_t nconv, n;
+    uint64_t rid0, t0, seed;
+};
+
+static void *
+thread_routes(void *arg)
+{
+    struct tjob *j = arg;
+    uint32_t *tok = malloc(8192 * sizeof *tok);
+    uint64_t z = j->seed, live[2] = { 0, 0 };
+    for (size_t k = 0; k < j->n; k++) {
+        z += 0x9e3779b97f4a7c15ull;
+        uint64_t x = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+        const struct conv *c = &j->convs[(x >> 16) % j->nconv];
+        make_tokens(c, tok, 8192);
+        uint32_t keep = 8192 - (uint32_t)(x % 820);
+        for (uint32_t i = keep; i < 8192; i++)
+            tok[i] = (uint32_t)(x * (i + 1));
+        lr_request q;
+        lr_request_init(&q);
+        q.id = j->rid0 + k;
+        q.tokens = tok;
+        q.n_tokens = 8192;
+        q.now_ns = j->t0 + k * 1000000;
+        lr_decision d;
+        lr_decision_init(&d);
+        if (lr_router_route(j->r, &q, &d) != LR_OK)
+            exit(1);
+        if (live[k % 2] != 0)
+            lr_router_complete(j->r, live[k % 2], 100, q.now_ns);
+        live[k % 2] = q.id;
+    }
+    for (int i = 0; i < 2; i++)
+        if (live[i] != 0)
+            lr_router_complete(j->r, live[i], 100, j->t0);
+    free(tok);
+    return NULL;
+}
+
+static void
+bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
+              lr_policy pol, uint32_t threads, int quick, uint64_t *rid,
+              uint64_t *t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "route_threads_%s_64_t%u", lr_policy_name(pol),
+             threads);
+    if (!wanted(name) || lr_router_set_policy(r, pol) != LR_OK)
+        return;
+    size_t per = quick ? 200 : 20000;
+    struct tjob job[2];
+    pthread_t th[2];
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < threads; i++) {
+        job[i] = (struct tjob){ .r = r,
+                                .convs = convs,
+                                .nconv = nconv,
+                                .n = per,
+                                .rid0 = *rid,
+                                .t0 = *t,
+                                .seed = 0x7468726561647300ull + i };
+        *rid += per;
+        pthread_create(&th[i], NULL, thread_routes, &job[i]);
+    }
+    for (uint32_t i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    uint64_t wall = now_ns() - t0;
+    *t += per * 1000000ull;
+    printf("{\"name\": \"%s\", \"threads\": %u, \"routes\": %zu, "
+           "\"wall_ms\": %.1f, \"routes_per_s\": %.0f}\n",
+           name, threads, per * threads, (double)wall / 1e6,
+           (double)(per * threads) * 1e9 / (double)wall);
+    fflush(stdout);
+}
+
 static void
 bench_router(int quick, uint32_t ninst)
 {
@@ -461,6 +548,8 @@ bench_router(int quick, uint32_t ninst)
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
         any |= pol != LR_POLICY_LODESTAR && wanted(name);
+        snprintf(name, sizeof name, "route_threads_%s_%u_t1", pn, ninst);
+        any |= wanted(name);
     }
     if (!any)
         return;
@@ -589,6 +678,13 @@ bench_router(int quick, uint32_t ninst)
                (unsigned long long)dry[iters / 2],
                (unsigned long long)dry[(iters * 99) / 100]);
         fflush(stdout);
+    }
+    if (ninst == 64) {
+        static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
+                                        LR_POLICY_RANDOM };
+        for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++)
+            for (uint32_t th = 1; th <= 2; th++)
+                bench_threads(r, convs, nconv, tp[i], th, quick, &rid, &t);
     }
     free(ring);
     free(dry);
