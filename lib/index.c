@@ -678,6 +678,39 @@ run_push(lr_index *ix, uint32_t r, uint64_t key)
     return n;
 }
 
+/* Prefetch the table slots of the stale entries that n nodes appended
+ * below `parent` (LR_NIL: the root) will give up (run_push): those of the
+ * parent's last chunk past its end, if the nodes extend its run, and of
+ * the chunks at the head of the free list, which they will take (the
+ * eviction that made room has just freed them, so they are in cache). */
+static void
+warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
+{
+    const uint64_t *sl = ix->ntab.slots;
+    uint32_t size = ix->ntab.size;
+    if (parent != LR_NIL) {
+        const struct run *R = &ix->runs[node_run(ix, parent)];
+        if (node_off(ix, parent) + 1 == R->len && (R->len & CHUNK_MASK)) {
+            uint32_t c = R->last, st = ix->chunks[c].stale;
+            st &= ~((1u << (R->len & CHUNK_MASK)) - 1);
+            for (; st != 0; st &= st - 1) {
+                uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
+                __builtin_prefetch(&sl[lr__table_home(
+                    hkey(ix, ix->keys[n2] ^ DEAD_KEY), size)]);
+            }
+        }
+    }
+    uint32_t c = ix->cpool.free;
+    for (uint32_t k = 0; k < n / CHUNK + 1 && c != LR_NIL; k++) {
+        for (uint32_t st = ix->chunks[c].stale; st != 0; st &= st - 1) {
+            uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
+            __builtin_prefetch(
+                &sl[lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY), size)]);
+        }
+        c = ix->chunks[c].next;
+    }
+}
+
 uint32_t
 lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
@@ -1309,13 +1342,20 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
         g[ns - 1 - i] = t;
     }
     if (p->n > p->d_any) {
-        /* Every new node's insert misses in the slot table. Touch them
-         * all first, as independent loads the CPU overlaps, so that the
-         * inserts below find their lines in cache. */
-        uint64_t warm = 0;
-        for (uint32_t d = p->d_any + 1; d <= p->n; d++)
-            warm += lr__table_peek(&ix->ntab, hkey(ix, p->keys[d - 1]));
-        lr__sink(warm);
+        /* Every new node's insert misses in the slot table, and so does
+         * the removal of a stale entry its slot gives up. Prefetch them
+         * all first, so that the misses overlap and the inserts below
+         * find their lines in cache. */
+        warm_stale(ix, p->node_any, p->n - p->d_any);
+        const uint64_t *sl = ix->ntab.slots;
+        uint32_t size = ix->ntab.size;
+        for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
+            /* the home slot's line and the next, where a probe from the
+             * end of a line continues */
+            uint32_t h = lr__table_home(hkey(ix, p->keys[d - 1]), size);
+            __builtin_prefetch(&sl[h]);
+            __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
+        }
         uint32_t parent = p->node_any, first = LR_NIL;
         for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
             parent = lr__index_node_new(ix, p->keys[d - 1], parent);
