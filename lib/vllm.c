@@ -295,6 +295,53 @@ mp_fast_uint(struct mp *m, uint64_t *u)
     return true;
 }
 
+/* A token id of the forms a packer writes for 0..2^32-1 (positive
+ * fixint, uint 8, 16, 32) at p, with at least 5 bytes from p: *u and the
+ * length, or 0 for any other form (the general reader's to judge). */
+static inline size_t
+mp_token_at(const uint8_t *p, uint32_t *u)
+{
+    uint8_t c = p[0];
+    if (c <= 0x7f) {
+        *u = c;
+        return 1;
+    }
+    switch (c) {
+    case 0xcc:
+        *u = p[1];
+        return 2;
+    case 0xcd:
+        *u = (uint32_t)p[1] << 8 | p[2];
+        return 3;
+    case 0xce:
+        *u = be32(p + 1);
+        return 5;
+    default:
+        return 0;
+    }
+}
+
+/* Past up to n integers (any msgpack integer form) at m, while at least 9
+ * bytes remain: how many. A token array is skipped here in one loop. */
+static inline uint64_t
+mp_skip_ints(struct mp *m, uint64_t n)
+{
+    const uint8_t *p = m->p, *end = m->end;
+    uint64_t k = 0;
+    while (k < n && end - p >= 9) {
+        uint8_t c = p[0];
+        if (c <= 0x7f || c >= 0xe0)
+            p += 1;
+        else if (c >= 0xcc && c <= 0xd3)
+            p += 1 + ((size_t)1 << ((c - 0xcc) & 3));
+        else
+            break;
+        k++;
+    }
+    m->p = p;
+    return k;
+}
+
 /* Skip one whole value, nested containers included, without recursion. */
 static bool
 mp_skip(struct mp *m)
@@ -302,7 +349,7 @@ mp_skip(struct mp *m)
     uint64_t pending = 1;
     while (pending > 0) {
         uint64_t u;
-        if (mp_fast_uint(m, &u)) { /* token arrays, mostly */
+        if (mp_fast_uint(m, &u)) {
             pending--;
             continue;
         }
@@ -311,7 +358,7 @@ mp_skip(struct mp *m)
             return false;
         pending--;
         if (v.kind == MP_ARRAY)
-            pending += v.u;
+            pending += v.u - mp_skip_ints(m, v.u); /* its leading integers */
         else if (v.kind == MP_MAP)
             pending += 2 * v.u;
     }
@@ -441,10 +488,10 @@ read_tokens(struct mp *m, struct mp *at, uint64_t *n)
     *at = *m;
     *n = v.u;
     for (uint64_t i = 0; i < v.u; i++) {
-        uint64_t u;
-        if (mp_fast_uint(m, &u)) {
-            if (u > UINT32_MAX)
-                return false;
+        uint32_t t;
+        size_t k = m->end - m->p >= 5 ? mp_token_at(m->p, &t) : 0;
+        if (k > 0) {
+            m->p += k;
             continue;
         }
         struct mv e;
@@ -752,13 +799,16 @@ static void
 copy_tokens(struct mp at, uint64_t n, uint32_t *out)
 {
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t u;
-        if (!mp_fast_uint(&at, &u)) {
+        uint32_t t;
+        size_t k = at.end - at.p >= 5 ? mp_token_at(at.p, &t) : 0;
+        if (k > 0) {
+            at.p += k;
+        } else {
             struct mv v;
             (void)mp_next(&at, &v); /* checked in pass 1 */
-            u = v.u;
+            t = (uint32_t)v.u;
         }
-        out[i] = (uint32_t)u;
+        out[i] = t;
     }
 }
 
