@@ -30,7 +30,9 @@
  *                           BlockStored events of 4 new blocks each
  *                           (msgpack in, index updated), from 64 engines,
  *                           into a full index of 1M blocks: ns per batch,
- *                           and ns_per_event (the batch p50 / 500)
+ *                           ns_per_event (the batch p50 / 500), and the
+ *                           precise-mode index's bytes_per_block, its
+ *                           engine-hash map included
  *
  * Router cases route 8k-token prompts through a router whose index holds
  * 1M block routes, at 8 and 64 instances, for every policy:
@@ -409,12 +411,15 @@ bench_kv(int quick)
     printf(
         "{\"name\": \"kv_ingest_new\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
         "\"iterations\": %zu, \"ns_per_event\": %.0f, "
-        "\"events_per_s\": %.0f, \"blocks\": %llu, \"bytes_per_batch\": %zu}\n",
+        "\"events_per_s\": %.0f, \"blocks\": %llu, \"bytes_per_batch\": %zu, "
+        "\"bytes_per_block\": %.1f, \"engine_hashes\": %llu}\n",
         (unsigned long long)ns[iters / 2],
         (unsigned long long)ns[(iters * 99) / 100], iters,
         (double)ns[iters / 2] / KV_EVENTS,
         ns[iters / 2] ? 1e9 * KV_EVENTS / (double)ns[iters / 2] : 0.0,
-        (unsigned long long)stt.blocks, w->n);
+        (unsigned long long)stt.blocks, w->n,
+        stt.blocks ? (double)stt.bytes / (double)stt.blocks : 0.0,
+        (unsigned long long)stt.engine_hashes);
     fflush(stdout);
     free(ns);
     free(w);
