@@ -426,22 +426,6 @@ next_free(lr_learner *l, struct next *n)
     memset(n, 0, sizeof *n);
 }
 
-static float
-dot(const float *a, const float *b, size_t n)
-{
-    /* eight partial sums: vectorizable without reassociation flags */
-    float s[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += a[i + k] * b[i + k];
-    float t = 0;
-    for (; i < n; i++)
-        t += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
-           t;
-}
-
 /* Embed the pool rows for the diversity choice: the previous network's
  * last hidden activations times its absolute error on the row, or with no
  * network yet the rows' z-scored features; then L2-normalize. */
@@ -475,7 +459,7 @@ embed_pool(lr_learner *l, struct next *n, size_t m)
     }
     for (size_t i = 0; i < m; i++) {
         float *v = n->emb + i * w;
-        float nn = sqrtf(dot(v, v, w));
+        float nn = sqrtf(lr__mlp_dot(v, v, w));
         if (nn > 0)
             for (size_t k = 0; k < w; k++)
                 v[k] /= nn;

@@ -182,8 +182,8 @@ adam_portable(float *p, float *mo, float *v, const float *g, size_t n, float wd,
     }
 }
 
-static float
-dot_portable(const float *a, const float *b, size_t n)
+float
+lr__mlp_dot(const float *a, const float *b, size_t n)
 {
     /* eight partial sums: vectorizable without reassociation flags */
     float s[8] = { 0 };
@@ -203,7 +203,7 @@ dots_portable(const float *x, size_t w, const uint32_t *idx, size_t n,
               const float *c, float *out)
 {
     for (size_t j = 0; j < n; j++)
-        out[j] = dot_portable(x + (size_t)idx[j] * w, c, w);
+        out[j] = lr__mlp_dot(x + (size_t)idx[j] * w, c, w);
 }
 
 /* ---- AVX2 + FMA ---------------------------------------------------------- */
@@ -367,7 +367,7 @@ relu_back_avx2(float *dh, const float *h, size_t rows, size_t R, size_t ld,
     }
 }
 
-/* The eight lanes of s combined as dot_portable combines its sums, plus
+/* The eight lanes of s combined as lr__mlp_dot combines its sums, plus
  * the tail of rows r against c from k = w8 (the same bits). */
 AVX_INLINE float
 dot_finish_avx2(__m256 s, const float *r, const float *c, size_t w8, size_t w)

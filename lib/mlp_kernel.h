@@ -50,6 +50,10 @@ struct lr__mlp_kernels {
                  const float *c, float *out);
 };
 
+/* The dot product of a and b (n floats) as `dots` computes it, in
+ * portable C: the same bits as either kernel set. */
+float lr__mlp_dot(const float *a, const float *b, size_t n);
+
 /* The kernels to use now: AVX2+FMA when the CPU has them and
  * lr__mlp_force_portable() is off, else portable. Never fails. */
 const struct lr__mlp_kernels *lr__mlp_kernels_get(void);
