@@ -14,11 +14,12 @@ lr_index_mark(const lr_index *idx)
 /* deltas                                                                    */
 /* ------------------------------------------------------------------------ */
 /*
- * Wire format, version 1, all integers little-endian:
+ * Wire format, version 2, all integers little-endian (version 1 carried
+ * the block keys of format 1: an importer refuses it, LR_EVERSION):
  *
  *   off  size  field
  *     0     4  magic "LRDX"
- *     4     2  version (1)
+ *     4     2  version (2)
  *     6     2  flags (0)
  *     8     4  block_tokens of the exporting index
  *    12     4  n_nodes
@@ -37,7 +38,7 @@ lr_index_mark(const lr_index *idx)
  */
 #define DELTA_MAGIC "LRDX"
 #define MAGIC_LEN 4
-#define DELTA_VERSION 1
+#define DELTA_VERSION 2
 #define OFF_VERSION 4 /* header field offsets, as in the table above */
 #define OFF_FLAGS 6
 #define OFF_BLOCK 8
@@ -205,20 +206,21 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
 {
     uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
     if (since == 0 || since < oldest) {
-        for (uint32_t n = 0; n < ix->npool.top; n++) {
-            const struct node *nd = &ix->nodes[n];
-            if (nd->h.inst == INST_FREE)
+        /* every LOCAL anchor or leaf: span bottoms (plain blocks are
+         * neither), and every block of an all-anchor span */
+        for (uint32_t x = 0; x < ix->spool.top; x++) {
+            const struct span *S = &ix->sp[x];
+            if (S->inst == INST_FREE || (S->bits & HB_REMOTE))
                 continue;
-            for (uint32_t x = LR_NIL;;) {
-                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-                if (!(h->bits & HB_REMOTE) &&
-                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
-                    LR_TRY(vec_push(m, rn, n));
-                    LR_TRY(vec_push(m, rs, h->inst));
-                }
-                x = x == LR_NIL ? nd->more : ix->xh[x].next;
-                if (x == LR_NIL)
-                    break;
+            uint32_t from = (S->flags & SF_ANCHORS) ? S->from : S->to - 1;
+            if (from == S->to - 1 && !((S->bits & HB_ANCHOR) || nchild(S) == 0))
+                continue;
+            uint32_t n = lr__index_node_at(ix, S->run, S->to - 1);
+            for (uint32_t p = S->to; p-- > from;) {
+                LR_TRY(vec_push(m, rn, n));
+                LR_TRY(vec_push(m, rs, S->inst));
+                if (p > from)
+                    n = lr__index_node_parent(ix, n);
             }
         }
         return LR_OK;
@@ -229,8 +231,8 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
         uint32_t s = lr__index_inst_lookup(ix, e->inst_id);
         if (n == LR_NIL || s == LR_NIL)
             continue;
-        uint32_t ref = hold_find(ix, n, s);
-        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
+        uint32_t x = hold_span(ix, node_run(ix, n), node_off(ix, n), s);
+        if (x == LR_NIL || (ix->sp[x].bits & HB_REMOTE))
             continue;
         LR_TRY(vec_push(m, rn, n));
         LR_TRY(vec_push(m, rs, s));
@@ -264,7 +266,7 @@ export_order(const lr_index *ix, struct export_tmp *x)
         LR_TRY(tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), r));
         x->n_routes++;
         x->chain.n = 0;
-        for (uint32_t c = n; c != LR_NIL; c = ix->nodes[c].parent) {
+        for (uint32_t c = n; c != LR_NIL; c = lr__index_node_parent(ix, c)) {
             if (find_u32(ix, &x->seen, x->order.v, c) != LR_NIL)
                 break;
             LR_TRY(vec_push(&x->m, &x->chain, c));
@@ -291,7 +293,8 @@ export_size(const lr_index *ix, const struct export_tmp *x)
     size_t size = DELTA_HEADER + DELTA_SUM;
     for (uint32_t i = 0; i < x->order.n; i++)
         size += KEY_BYTES +
-                varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
+                varint_len(
+                    emitted(ix, x, lr__index_node_parent(ix, x->order.v[i])));
     for (uint32_t r = 0; r < x->rn.n; r++)
         if (x->rs.v[r] != LR_NIL)
             size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1);
@@ -313,9 +316,10 @@ export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
     lr__put_u64(buf + OFF_MARK, ix->j_seq);
     uint8_t *p = buf + DELTA_HEADER;
     for (uint32_t i = 0; i < x->order.n; i++) {
-        const struct node *nd = &ix->nodes[x->order.v[i]];
-        lr__put_u64(p, nd->key);
-        p = varint_put(p + KEY_BYTES, emitted(ix, x, nd->parent));
+        uint32_t n = x->order.v[i];
+        lr__put_u64(p, ix->keys[n]);
+        p = varint_put(p + KEY_BYTES,
+                       emitted(ix, x, lr__index_node_parent(ix, n)));
     }
     for (uint32_t r = 0; r < x->rn.n; r++) {
         if (x->rs.v[r] == LR_NIL)
@@ -453,10 +457,10 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
         d->node_of[i] = n;
         if (n == LR_NIL)
             continue;
-        uint32_t ip = ix->nodes[n].parent;
+        uint32_t ip = lr__index_node_parent(ix, n);
         uint32_t bp = d->par[i];
         if ((ip == LR_NIL) != (bp == LR_NIL) ||
-            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
+            (ip != LR_NIL && ix->keys[ip] != d->keys[bp]))
             st = LR_ECORRUPT;
     }
     lr__table_free(&keys, m);
@@ -473,7 +477,8 @@ struct import_tmp {
     struct lr__table ids;   /* instance id -> a route carrying it */
     struct lr__table pairs; /* (id, blob node) -> position in prid/pnode */
     struct vec32 prid, pnode;
-    struct vec32 chain; /* scratch of import_apply */
+    struct vec32 chain; /* scratch of import_nodes and import_apply */
+    struct vec32 made;  /* nodes import_nodes made, in order */
     uint64_t new_nodes, new_ids;
 };
 
@@ -516,10 +521,12 @@ import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
     return LR_OK;
 }
 
-/* Phase 2: cannot fail. Each route climbs to the first blob node its
- * instance already holds, then creates holds downward, parents first. */
+/* Phase 2a, undone by import_undo: the nodes the index lacks, in the
+ * order the routes reach them (each route's missing chain, top down), so
+ * that holder rooms can be counted run by run. Their slots go into
+ * im->made. */
 static void
-import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+import_nodes(lr_index *ix, struct import_tmp *im)
 {
     struct delta *d = &im->d;
     for (uint32_t i = 0; i < d->n_nodes; i++)
@@ -528,28 +535,117 @@ import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
     for (uint32_t r = 0; r < d->n_routes; r++) {
         if (import_skips(im, r))
             continue;
-        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
-        if (s == LR_NIL)
-            s = lr__index_inst_add(ix, d->rid[r]);
         uint32_t *chain = im->chain.v, depth = 0;
-        for (uint32_t j = d->rnode[r];
-             j != LR_NIL && (d->node_of[j] == LR_NIL ||
-                             hold_find(ix, d->node_of[j], s) == LR_NIL);
+        for (uint32_t j = d->rnode[r]; j != LR_NIL && d->node_of[j] == LR_NIL;
              j = d->par[j])
             chain[depth++] = j;
         while (depth > 0) {
             uint32_t j = chain[--depth];
             uint32_t pj = d->par[j];
             uint32_t pn = pj == LR_NIL ? LR_NIL : d->node_of[pj];
-            if (d->node_of[j] == LR_NIL)
-                d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
-            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, tick);
-            if (pn != LR_NIL)
-                H(ix, hold_find(ix, pn, s))->bits++;
+            d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
+            im->made.v[im->made.n++] = d->node_of[j];
         }
-        uint32_t ref = hold_find(ix, d->node_of[d->rnode[r]], s);
-        H(ix, ref)->bits |= HB_ANCHOR;
-        lr__index_touch(ix, ref, tick);
+    }
+}
+
+/* Take back what import_nodes made, newest first: each is then the last
+ * node of its run. Nothing else changed, so the index is as it was. */
+static void
+import_undo(lr_index *ix, struct import_tmp *im)
+{
+    while (im->made.n > 0)
+        lr__index_node_pop(ix, im->made.v[--im->made.n]);
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Phase 1b, after the nodes exist: room in each run's holder array for
+ * the instances a route will give a hold there (distinct (id, run)
+ * pairs of instances not holding the run yet). */
+static lr_status
+import_rooms(lr_index *ix, struct lr__mem *m, struct import_tmp *im)
+{
+    struct delta *d = &im->d;
+    struct vec32 rid = { 0 }, rrun = { 0 };
+    struct lr__table seen; /* (id, run) -> position in rid/rrun */
+    lr_status st = lr__table_init(&seen, m, im->prid.n);
+    for (uint32_t i = 0; st == LR_OK && i < im->prid.n; i++) {
+        uint32_t id = im->prid.v[i];
+        uint32_t r = node_run(ix, d->node_of[im->pnode.v[i]]);
+        uint32_t s = lr__index_inst_lookup(ix, id);
+        if ((s != LR_NIL && hent_of(ix, r, s) != NULL) ||
+            find_pair(ix, &seen, rid.v, rrun.v, id, r) != LR_NIL)
+            continue;
+        st = vec_push(m, &rid, id);
+        if (st == LR_OK)
+            st = vec_push(m, &rrun, r);
+        if (st == LR_OK)
+            lr__table_insert(&seen, thash(ix, pair_key(id, r)), rid.n - 1);
+    }
+    /* a run's rooms at once: sort the runs and count each */
+    if (st == LR_OK && rrun.n > 0)
+        qsort(rrun.v, rrun.n, sizeof *rrun.v, cmp_u32);
+    for (uint32_t i = 0, k; st == LR_OK && i < rrun.n; i = k) {
+        for (k = i + 1; k < rrun.n && rrun.v[k] == rrun.v[i]; k++)
+            ;
+        st = lr__index_hent_room(ix, rrun.v[i], k - i);
+    }
+    vec_free(m, &rid);
+    vec_free(m, &rrun);
+    lr__table_free(&seen, m);
+    return st;
+}
+
+/* Phase 2b: cannot fail. Each route climbs to the first blob node its
+ * instance already holds, then gets holds downward, parents first; the
+ * route's end becomes an anchor and is touched. */
+static void
+import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+{
+    struct delta *d = &im->d;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        if (import_skips(im, r))
+            continue;
+        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
+        if (s == LR_NIL)
+            s = lr__index_inst_add(ix, d->rid[r]);
+        uint32_t *chain = im->chain.v, depth = 0;
+        uint32_t j = d->rnode[r];
+        for (; j != LR_NIL && !holds_node(ix, d->node_of[j], s); j = d->par[j])
+            chain[depth++] = j;
+        uint32_t x;
+        if (depth == 0) {
+            uint32_t n = d->node_of[d->rnode[r]];
+            x = lr__index_cut(
+                ix, hold_span(ix, node_run(ix, n), node_off(ix, n), s),
+                node_off(ix, n));
+        } else {
+            if (j != LR_NIL) { /* the block above gains a child */
+                uint32_t n = d->node_of[j];
+                uint32_t pr = node_run(ix, n), po = node_off(ix, n);
+                ix->sp[lr__index_cut(ix, hold_span(ix, pr, po, s), po)].bits++;
+            }
+            uint32_t ns = 0;
+            while (depth > 0) {
+                uint32_t n = d->node_of[chain[--depth]];
+                uint32_t nr = node_run(ix, n), no = node_off(ix, n);
+                if (ns > 0 && ix->path[ns - 1].run == nr &&
+                    ix->path[ns - 1].hi + 1 == no)
+                    ix->path[ns - 1].hi = no;
+                else
+                    ix->path[ns++] = (struct seg){ nr, no, no };
+            }
+            x = lr__index_grant(ix, s, ix->path, ns, HB_REMOTE, tick, NULL, 0,
+                                0);
+        }
+        ix->sp[x].bits |= HB_ANCHOR;
+        lr__index_touch(ix, x, tick);
     }
     /* Holds created as parents got their child in the same pass; the
      * route ends were touched, so every leaf is listed (invariant 3). */
@@ -579,10 +675,25 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
         st = import_count(idx, m, &im);
     if (st == LR_OK && im.new_ids > idx->n_ifree)
         st = LR_ELIMIT;
+    /* spans: one per pair at most, and per route a cut above and at its
+     * end; a new node may start a run */
     if (st == LR_OK)
-        st = lr__index_reserve(idx, im.new_nodes, im.pairs.count);
+        st = lr__index_reserve(idx, im.new_nodes, im.new_nodes,
+                               im.pairs.count + 2ull * im.d.n_routes);
     if (st == LR_OK) /* the longest chain a route can climb */
         st = vec_reserve(m, &im.chain, im.d.n_nodes);
+    if (st == LR_OK)
+        st = vec_reserve(m, &im.made, im.new_nodes);
+    if (st == LR_OK)
+        st = lr__index_scratch_path(idx, im.d.n_nodes + 1);
+    if (st == LR_OK) /* holder arrays of the runs new nodes may start */
+        st = lr__index_hent_room(idx, LR_NIL, (uint32_t)im.new_nodes);
+    if (st == LR_OK) {
+        import_nodes(idx, &im);
+        st = import_rooms(idx, m, &im);
+        if (st != LR_OK)
+            import_undo(idx, &im);
+    }
     if (st == LR_OK) {
         uint32_t tick = lr__index_tick(idx, now_ns);
         import_apply(idx, &im, tick);
@@ -591,6 +702,7 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
     vec_free(m, &im.prid);
     vec_free(m, &im.pnode);
     vec_free(m, &im.chain);
+    vec_free(m, &im.made);
     lr__table_free(&im.ids, m);
     lr__table_free(&im.pairs, m);
     delta_free(m, &im.d);

@@ -25,4 +25,11 @@ void lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
  * network stays valid until the next serving-side call. */
 lr_mlp *lr__learner_model(lr_learner *l);
 
+/* The replay choice: greedy k-center (farthest point, cosine distance
+ * 1 - dot) over m rows of w floats (L2-normalized), k picks into pick[k]
+ * (learner.c says exactly which). LR_ENOMEM on scratch allocation
+ * failure; LR_EINVAL when m is 0. */
+lr_status lr__k_center(struct lr__mem *mem, const float *emb, size_t w,
+                       size_t m, size_t k, uint32_t *pick);
+
 #endif

@@ -841,7 +841,7 @@ test_malformed_blobs(void **state)
     expect_rejected(&v, buf, len, LR_ECORRUPT, "magic");
 
     /* wrong version, resealed: only the version is wrong */
-    static const uint16_t versions[] = { 0, 2, 0xffff };
+    static const uint16_t versions[] = { 0, 1, 0xffff };
     for (size_t k = 0; k < 3; k++) {
         memcpy(buf, good, len);
         put16(buf + OFF_VERSION, versions[k]);
