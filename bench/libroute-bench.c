@@ -19,11 +19,24 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
+ *   route_threads_<policy>_64_t<T>  routes/s of T threads (1 and 2)
+ *                           calling lr_router_route() on one router (the
+ *                           index, prompts and load of the route cases),
+ *                           each ending its own requests; wall time
+ *
+ *   route_lodestar_64       lr_router_route() with LR_POLICY_LODESTAR and a
+ *                           trained model (lodestar-rig.h: 64 instances,
+ *                           1-4k-token prompts, 10k samples), scoring the
+ *                           default candidates (8); route_lodestar_64_all
+ *                           scores all 64
+ *
  *   kv_ingest_new           lr_index_vllm_batch() on batches of 500 vLLM
  *                           BlockStored events of 4 new blocks each
  *                           (msgpack in, index updated), from 64 engines,
  *                           into a full index of 1M blocks: ns per batch,
- *                           and ns_per_event (the batch p50 / 500)
+ *                           ns_per_event (the batch p50 / 500), and the
+ *                           precise-mode index's bytes_per_block, its
+ *                           engine-hash map included
  *
  * Router cases route 8k-token prompts through a router whose index holds
  * 1M block routes, at 8 and 64 instances, for every policy:
@@ -40,6 +53,7 @@
  * Medians are what to compare; the machine is shared and noisy.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +64,7 @@
 #include "libroute.h"
 
 #define MPW_CAP (1 << 20)
+#include "lodestar-rig.h"
 #include "mpw.h"
 
 #define B 16
@@ -400,12 +415,15 @@ bench_kv(int quick)
     printf(
         "{\"name\": \"kv_ingest_new\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
         "\"iterations\": %zu, \"ns_per_event\": %.0f, "
-        "\"events_per_s\": %.0f, \"blocks\": %llu, \"bytes_per_batch\": %zu}\n",
+        "\"events_per_s\": %.0f, \"blocks\": %llu, \"bytes_per_batch\": %zu, "
+        "\"bytes_per_block\": %.1f, \"engine_hashes\": %llu}\n",
         (unsigned long long)ns[iters / 2],
         (unsigned long long)ns[(iters * 99) / 100], iters,
         (double)ns[iters / 2] / KV_EVENTS,
         ns[iters / 2] ? 1e9 * KV_EVENTS / (double)ns[iters / 2] : 0.0,
-        (unsigned long long)stt.blocks, w->n);
+        (unsigned long long)stt.blocks, w->n,
+        stt.blocks ? (double)stt.bytes / (double)stt.blocks : 0.0,
+        (unsigned long long)stt.engine_hashes);
     fflush(stdout);
     free(ns);
     free(w);
@@ -514,6 +532,87 @@ bench_churn(int quick, uint32_t n, const char *tag)
     lr_router_destroy(r);
 }
 
+/* route_threads: T threads on one router, each with its own prompts
+ * (the route cases' held conversations, their last 0-10% new), request
+ * ids and generator, each ending its requests after 2 are in flight. */
+struct tjob {
+    lr_router *r;
+    const struct conv *convs;
+    size_t nconv, n;
+    uint64_t rid0, t0, seed;
+};
+
+static void *
+thread_routes(void *arg)
+{
+    struct tjob *j = arg;
+    uint32_t *tok = malloc(8192 * sizeof *tok);
+    uint64_t z = j->seed, live[2] = { 0, 0 };
+    for (size_t k = 0; k < j->n; k++) {
+        z += 0x9e3779b97f4a7c15ull;
+        uint64_t x = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+        const struct conv *c = &j->convs[(x >> 16) % j->nconv];
+        make_tokens(c, tok, 8192);
+        uint32_t keep = 8192 - (uint32_t)(x % 820);
+        for (uint32_t i = keep; i < 8192; i++)
+            tok[i] = (uint32_t)(x * (i + 1));
+        lr_request q;
+        lr_request_init(&q);
+        q.id = j->rid0 + k;
+        q.tokens = tok;
+        q.n_tokens = 8192;
+        q.now_ns = j->t0 + k * 1000000;
+        lr_decision d;
+        lr_decision_init(&d);
+        if (lr_router_route(j->r, &q, &d) != LR_OK)
+            exit(1);
+        if (live[k % 2] != 0)
+            lr_router_complete(j->r, live[k % 2], 100, q.now_ns);
+        live[k % 2] = q.id;
+    }
+    for (int i = 0; i < 2; i++)
+        if (live[i] != 0)
+            lr_router_complete(j->r, live[i], 100, j->t0);
+    free(tok);
+    return NULL;
+}
+
+static void
+bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
+              lr_policy pol, uint32_t threads, int quick, uint64_t *rid,
+              uint64_t *t)
+{
+    char name[96];
+    snprintf(name, sizeof name, "route_threads_%s_64_t%u", lr_policy_name(pol),
+             threads);
+    if (!wanted(name) || lr_router_set_policy(r, pol) != LR_OK)
+        return;
+    size_t per = quick ? 200 : 20000;
+    struct tjob job[2];
+    pthread_t th[2];
+    uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < threads; i++) {
+        job[i] = (struct tjob){ .r = r,
+                                .convs = convs,
+                                .nconv = nconv,
+                                .n = per,
+                                .rid0 = *rid,
+                                .t0 = *t,
+                                .seed = 0x7468726561647300ull + i };
+        *rid += per;
+        pthread_create(&th[i], NULL, thread_routes, &job[i]);
+    }
+    for (uint32_t i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    uint64_t wall = now_ns() - t0;
+    *t += per * 1000000ull;
+    printf("{\"name\": \"%s\", \"threads\": %u, \"routes\": %zu, "
+           "\"wall_ms\": %.1f, \"routes_per_s\": %.0f}\n",
+           name, threads, per * threads, (double)wall / 1e6,
+           (double)(per * threads) * 1e9 / (double)wall);
+    fflush(stdout);
+}
+
 static void
 bench_router(int quick, uint32_t ninst)
 {
@@ -523,6 +622,8 @@ bench_router(int quick, uint32_t ninst)
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
         any |= pol != LR_POLICY_LODESTAR && wanted(name);
+        snprintf(name, sizeof name, "route_threads_%s_%u_t1", pn, ninst);
+        any |= wanted(name);
     }
     if (!any)
         return;
@@ -652,11 +753,47 @@ bench_router(int quick, uint32_t ninst)
                (unsigned long long)dry[(iters * 99) / 100]);
         fflush(stdout);
     }
+    if (ninst == 64) {
+        static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
+                                        LR_POLICY_RANDOM };
+        for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++)
+            for (uint32_t th = 1; th <= 2; th++)
+                bench_threads(r, convs, nconv, tp[i], th, quick, &rid, &t);
+    }
     free(ring);
     free(dry);
     free(ns);
     free(tok);
     free(convs);
+    lr_router_destroy(r);
+}
+
+static void
+bench_lodestar(int quick)
+{
+    if (!wanted("route_lodestar_64"))
+        return;
+    size_t nsamp;
+    lr_router *r = lsr_trained_router(quick, &nsamp);
+    size_t iters = quick ? 100 : 4000;
+    uint64_t *ns = malloc(iters * sizeof *ns);
+    static const struct {
+        const char *name;
+        double d; /* LR_PARAM_LODESTAR_CANDIDATES; < 0: the default */
+    } cases[] = { { "route_lodestar_64", -1 }, { "route_lodestar_64_all", 0 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (!wanted(cases[c].name))
+            continue;
+        double d = cases[c].d >= 0
+                       ? cases[c].d
+                       : lr_param_bounds(LR_PARAM_LODESTAR_CANDIDATES).def;
+        lr_router_set_param(r, LR_PARAM_LODESTAR_CANDIDATES, d);
+        for (size_t k = 0; k < iters; k++)
+            ns[k] = lsr_one(r, 0);
+        report(cases[c].name, ns, iters, NULL, -1);
+    }
+    free(ns);
+    free(lsr_prompt_buf);
     lr_router_destroy(r);
 }
 
@@ -687,5 +824,6 @@ main(int argc, char **argv)
     bench_kv(quick);
     bench_router(quick, 8);
     bench_router(quick, 64);
+    bench_lodestar(quick);
     return 0;
 }

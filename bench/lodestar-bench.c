@@ -9,7 +9,8 @@
  *
  *   route_lodestar_64_d<D>   lr_router_route() (a real route, ended right
  *                            after) scoring all 64 candidates (D = 0) or
- *                            D of them (power of d); ns_p50, ns_p99
+ *                            D of them (the deepest hit and the D - 1
+ *                            of least TTFT estimate); ns_p50, ns_p99
  *   route_while_training     the same route() (D = 0) on this thread while
  *                            another thread runs lr_router_learn_step()
  *                            retraining on the 10k samples; the step's
@@ -40,27 +41,7 @@
 
 #include "libroute.h"
 
-#define NINST 64
-#define NSYS 32
-
-static uint64_t rs = 0x6c6f6465ull;
-
-static uint64_t
-rnd(void)
-{
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "lodestar-rig.h"
 
 static int
 cmp_u64(const void *a, const void *b)
@@ -69,65 +50,10 @@ cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void
-die(const char *what, lr_status st)
-{
-    fprintf(stderr, "lodestar-bench: %s: %s\n", what, lr_strerror(st));
-    exit(1);
-}
-
-static uint32_t *prompt_buf;
-static uint64_t host_ns = 1000000000000ull;
-static uint64_t next_id = 1;
-
-/* A prompt: a shared system prompt, then its own tokens. */
-static size_t
-make_prompt(void)
-{
-    uint32_t sys = (uint32_t)(rnd() % NSYS);
-    size_t len = 1024 + rnd() % 3072;
-    uint64_t s = sys * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < 512; i++)
-        prompt_buf[i] = (uint32_t)(s = s * 6364136223846793005ull +
-                                       1442695040888963407ull) >>
-                        7;
-    for (size_t i = 512; i < len; i++)
-        prompt_buf[i] = (uint32_t)rnd();
-    return len;
-}
-
-/* Route one request and end it at once, with a TTFT from a simple model
- * so the samples mean something. Returns route()'s time in ns. */
-static uint64_t
-one(lr_router *r, int with_sample)
-{
-    size_t n = make_prompt();
-    lr_request q;
-    lr_request_init(&q);
-    q.id = next_id++;
-    q.tokens = prompt_buf;
-    q.n_tokens = n;
-    q.now_ns = host_ns;
-    lr_decision d;
-    lr_decision_init(&d);
-    uint64_t t0 = now_ns();
-    lr_status st = lr_router_route(r, &q, &d);
-    uint64_t t1 = now_ns();
-    if (st != LR_OK)
-        die("route", st);
-    host_ns += 2000000; /* 2 ms between requests */
-    if (with_sample) {
-        double rate = 4000.0 * (1 + d.instance % 4);
-        double ttft = 0.02 + (double)(n - d.cached_tokens) / rate;
-        st = lr_router_first_token(r, q.id, host_ns + (uint64_t)(ttft * 1e9));
-        if (st != LR_OK)
-            die("first_token", st);
-    }
-    st = lr_router_complete(r, q.id, 1, host_ns);
-    if (st != LR_OK)
-        die("complete", st);
-    return t1 - t0;
-}
+#define rnd lsr_rnd
+#define now_ns lsr_now_ns
+#define die lsr_die
+#define one lsr_one
 
 static void
 report(const char *name, uint64_t *v, size_t n, const char *extra)
@@ -220,54 +146,8 @@ main(int argc, char **argv)
 {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     learner_steps(quick);
-    prompt_buf = malloc(4096 * sizeof *prompt_buf);
-    lr_mlp_options mo;
-    lr_mlp_options_init(&mo);
-    lr_learner_options lo;
-    lr_learner_options_init(&lo);
-    if (quick) {
-        mo.width = 16;
-        lo.fifo_capacity = 300;
-        lo.replay_capacity = 200;
-        lo.min_samples = 300;
-        lo.epochs = 2;
-    }
-    lo.mlp = &mo;
-    lr_router_options o;
-    lr_router_options_init(&o);
-    o.policy = LR_POLICY_LODESTAR;
-    o.max_instances = NINST;
-    o.learner = &lo;
-    lr_router *r;
-    lr_status st = lr_router_create(&o, &r);
-    if (st != LR_OK)
-        die("create", st);
-    for (uint32_t i = 0; i < NINST; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "10.2.0.%u:8000", i);
-        lr_instance_spec s;
-        lr_instance_spec_init(&s);
-        s.name = name;
-        s.instance_class = i % 4;
-        uint32_t id;
-        if ((st = lr_router_add_instance(r, &s, &id)) != LR_OK)
-            die("add", st);
-    }
-    /* no exploration, no range guard: every measured route scores */
-    lr_router_set_param(r, LR_PARAM_LODESTAR_EPSILON, 0);
-    lr_router_set_param(r, LR_PARAM_LODESTAR_OOD, 0);
-    size_t want = (size_t)lo.fifo_capacity + lo.replay_capacity;
-    size_t feed = quick ? want + 200 : want + 2000;
-    for (size_t i = 0; i < feed; i++) {
-        one(r, 1);
-        if (i % 1000 == 999 && (st = lr_router_learn_step(r, 0, NULL)) != LR_OK)
-            die("learn_step", st);
-    }
-    int32_t tr = 0;
-    if ((st = lr_router_learn_step(r, LR_LEARN_FORCE, &tr)) != LR_OK || !tr)
-        die("first model", st);
     size_t nsamp = 0;
-    lr_router_learner_samples(r, NULL, LR_LODESTAR_FEATURES, NULL, 0, &nsamp);
+    lr_router *r = lsr_trained_router(quick, &nsamp);
     fprintf(stderr, "lodestar-bench: model trained on %zu samples\n", nsamp);
 
     size_t reps = quick ? 200 : 20000;
@@ -311,7 +191,7 @@ main(int argc, char **argv)
     free(ref);
     free(w);
     free(v);
-    free(prompt_buf);
+    free(lsr_prompt_buf);
     lr_router_destroy(r);
     return 0;
 }

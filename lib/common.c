@@ -1,5 +1,11 @@
 /* Status names, version, allocator plumbing, blobs and the PRNG. */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* madvise */
+#endif
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "common.h"
 
@@ -72,11 +78,37 @@ lr_version_string(void)
 
 /* ---- allocator ---------------------------------------------------------- */
 
+/* Blocks this large ask the kernel for transparent huge pages. The
+ * index's tables are read at random: with 4 KiB pages nearly every probe
+ * of a large index misses the TLB, and on a virtual machine a TLB miss
+ * walks two page tables (measured here: an independent random load into
+ * 32 MiB 11-15 ns with 4 KiB pages, 2-4 ns with huge pages; a dependent
+ * one 190-230 ns against 130 ns). Only the default allocator does it: a
+ * host's allocator decides for itself. Advice, never an error. */
+#define HUGE_MIN ((size_t)4 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+static void *
+advise_huge(void *p, size_t n)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p != NULL && n >= HUGE_MIN) {
+        uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        uintptr_t b = ((uintptr_t)p + n) & ~(HUGE_PAGE - 1);
+        if (b > a)
+            (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+    }
+#else
+    (void)n;
+#endif
+    return p;
+}
+
 static void *
 libc_alloc(void *ud, size_t n)
 {
     (void)ud;
-    return malloc(n);
+    return advise_huge(malloc(n), n);
 }
 
 static void *
@@ -84,7 +116,7 @@ libc_realloc(void *ud, void *p, size_t old_n, size_t new_n)
 {
     (void)ud;
     (void)old_n;
-    return realloc(p, new_n);
+    return advise_huge(realloc(p, new_n), new_n);
 }
 
 static void

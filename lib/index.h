@@ -19,6 +19,26 @@ uint64_t lr__index_digest(const lr_index *idx);
 uint32_t lr__index_depth_of(const lr_index *idx, uint32_t instance,
                             const uint64_t *keys, uint32_t n_keys);
 
+/* One block route as the block-by-block semantics see it (for the naive
+ * model tests): the prefix's key and its parent's (0 at the root), its
+ * depth, the instance id, its flags, its child count (children held by the
+ * same instance) and its recency stamp (ticks of 2^24 ns). */
+#define LR__HOLD_LISTED 1u
+#define LR__HOLD_REMOTE 2u
+#define LR__HOLD_ANCHOR 4u
+struct lr__hold_view {
+    uint64_t key, parent_key;
+    uint32_t depth, instance, flags, children, stamp;
+};
+
+/* Every route (in no particular order), then every listed route of the
+ * LOCAL list and of the REMOTE list from head to tail (list 0 and 1). */
+void lr__index_holds(const lr_index *idx,
+                     void (*hold)(void *ctx, const struct lr__hold_view *h),
+                     void (*listed)(void *ctx, int list, uint64_t key,
+                                    uint32_t instance),
+                     void *ctx);
+
 /* Number of binary-search probes the last match made (bench/tests). */
 uint32_t lr__index_last_probes(const lr_index *idx);
 

@@ -14,11 +14,13 @@ lr_index_mark(const lr_index *idx)
 /* deltas                                                                    */
 /* ------------------------------------------------------------------------ */
 /*
- * Wire format, version 2, all integers little-endian:
+ * Wire format, version 3, all integers little-endian (version 2 had no
+ * origin and no ages: still imported; version 1 carried the block keys of
+ * format 1: an importer refuses it, LR_EVERSION):
  *
  *   off  size  field
  *     0     4  magic "LRDX"
- *     4     2  version (2; 1 in 0.1, which had no origin field)
+ *     4     2  version (3)
  *     6     2  flags (0)
  *     8     4  block_tokens of the exporting index
  *    12     4  n_nodes
@@ -26,11 +28,11 @@ lr_index_mark(const lr_index *idx)
  *    20     4  reserved (0)
  *    24     8  since mark
  *    32     8  mark at export
- *    40     8  origin: the exporter's replica id (0: none)  [version 2]
+ *    40     8  origin: the exporter's replica id (0: none)  [version 3]
  *    48        n_nodes x { u64 key; varint parent }   parent: 0 = a root
  *              block, p = node p - 1 of this blob (always an earlier one)
  *              n_routes x { u32 instance id; varint node; varint age }
- *              age [version 2]: ticks of 2^24 ns since the route was last
+ *              age [version 3]: ticks of 2^24 ns since the route was last
  *              used, at the exporter's latest time; the importer stamps
  *              the route as used that long ago (never newer than it
  *              had), so that a full export does not make old routes look
@@ -43,9 +45,9 @@ lr_index_mark(const lr_index *idx)
  */
 #define DELTA_MAGIC "LRDX"
 #define MAGIC_LEN 4
-#define DELTA_VERSION 2
-#define DELTA_VERSION_01 1 /* 0.1's, without the origin: still imported */
-#define OFF_VERSION 4      /* header field offsets, as in the table above */
+#define DELTA_VERSION 3
+#define DELTA_VERSION_NOAGE 2 /* no origin, no ages: still imported */
+#define OFF_VERSION 4         /* header field offsets, as in the table above */
 #define OFF_FLAGS 6
 #define OFF_BLOCK 8
 #define OFF_NODES 12
@@ -54,14 +56,14 @@ lr_index_mark(const lr_index *idx)
 #define OFF_SINCE 24
 #define OFF_MARK 32
 #define OFF_ORIGIN 40
-#define DELTA_HEADER_01 40
+#define DELTA_HEADER_NOAGE 40
 #define DELTA_HEADER 48
 #define DELTA_SUM 8              /* the trailing checksum */
 #define KEY_BYTES 8              /* a node record's key */
 #define ID_BYTES 4               /* a route record's instance id */
 #define NODE_MIN (KEY_BYTES + 1) /* a record with a 1-byte varint */
 #define ROUTE_MIN (ID_BYTES + 1)
-#define ROUTE_MIN_V2 (ID_BYTES + 2)
+#define ROUTE_MIN_AGE (ID_BYTES + 2)
 #define VARINT_MAX 5 /* bytes of a 32-bit LEB128 */
 
 struct vec32 {
@@ -215,20 +217,21 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
 {
     uint64_t oldest = ix->j_seq > ix->j_cap ? ix->j_seq - ix->j_cap : 0;
     if (since == 0 || since < oldest) {
-        for (uint32_t n = 0; n < ix->npool.top; n++) {
-            const struct node *nd = &ix->nodes[n];
-            if (nd->h.inst == INST_FREE)
+        /* every LOCAL anchor or leaf: span bottoms (plain blocks are
+         * neither), and every block of an all-anchor span */
+        for (uint32_t x = 0; x < ix->spool.top; x++) {
+            const struct span *S = &ix->sp[x];
+            if (S->inst == INST_FREE || (S->bits & HB_REMOTE))
                 continue;
-            for (uint32_t x = LR_NIL;;) {
-                const struct hold *h = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-                if (!(h->bits & HB_REMOTE) &&
-                    ((h->bits & HB_ANCHOR) || nchild(h) == 0)) {
-                    LR_TRY(vec_push(m, rn, n));
-                    LR_TRY(vec_push(m, rs, h->inst));
-                }
-                x = x == LR_NIL ? nd->more : ix->xh[x].next;
-                if (x == LR_NIL)
-                    break;
+            uint32_t from = (S->flags & SF_ANCHORS) ? S->from : S->to - 1;
+            if (from == S->to - 1 && !((S->bits & HB_ANCHOR) || nchild(S) == 0))
+                continue;
+            uint32_t n = lr__index_node_at(ix, S->run, S->to - 1);
+            for (uint32_t p = S->to; p-- > from;) {
+                LR_TRY(vec_push(m, rn, n));
+                LR_TRY(vec_push(m, rs, S->inst));
+                if (p > from)
+                    n = lr__index_node_parent(ix, n);
             }
         }
         return LR_OK;
@@ -239,8 +242,8 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
         uint32_t s = lr__index_inst_lookup(ix, e->inst_id);
         if (n == LR_NIL || s == LR_NIL)
             continue;
-        uint32_t ref = hold_find(ix, n, s);
-        if (ref == LR_NIL || (H(ix, ref)->bits & HB_REMOTE))
+        uint32_t x = hold_span(ix, node_run(ix, n), node_off(ix, n), s);
+        if (x == LR_NIL || (ix->sp[x].bits & HB_REMOTE))
             continue;
         LR_TRY(vec_push(m, rn, n));
         LR_TRY(vec_push(m, rs, s));
@@ -274,7 +277,7 @@ export_order(const lr_index *ix, struct export_tmp *x)
         LR_TRY(tab_add(&x->m, &x->rseen, thash(ix, pair_key(n, s)), r));
         x->n_routes++;
         x->chain.n = 0;
-        for (uint32_t c = n; c != LR_NIL; c = ix->nodes[c].parent) {
+        for (uint32_t c = n; c != LR_NIL; c = lr__index_node_parent(ix, c)) {
             if (find_u32(ix, &x->seen, x->order.v, c) != LR_NIL)
                 break;
             LR_TRY(vec_push(&x->m, &x->chain, c));
@@ -292,10 +295,12 @@ export_order(const lr_index *ix, struct export_tmp *x)
 static uint32_t
 route_age(const lr_index *ix, uint32_t n, uint32_t s)
 {
-    uint32_t ref = hold_find(ix, n, s);
-    if (LR_NEVER(ref == LR_NIL))
+    uint32_t r = node_run(ix, n), p = node_off(ix, n);
+    uint32_t x = hold_span(ix, r, p, s);
+    if (LR_NEVER(x == LR_NIL))
         return 0;
-    uint32_t stamp = H(ix, ref)->stamp;
+    const struct span *S = &ix->sp[x];
+    uint32_t stamp = p == S->to - 1 ? S->stamp : S->stamp_top;
     return ix->last_tick > stamp ? ix->last_tick - stamp : 0;
 }
 
@@ -312,7 +317,8 @@ export_size(const lr_index *ix, const struct export_tmp *x)
     size_t size = DELTA_HEADER + DELTA_SUM;
     for (uint32_t i = 0; i < x->order.n; i++)
         size += KEY_BYTES +
-                varint_len(emitted(ix, x, ix->nodes[x->order.v[i]].parent));
+                varint_len(
+                    emitted(ix, x, lr__index_node_parent(ix, x->order.v[i])));
     for (uint32_t r = 0; r < x->rn.n; r++)
         if (x->rs.v[r] != LR_NIL)
             size += ID_BYTES + varint_len(emitted(ix, x, x->rn.v[r]) - 1) +
@@ -336,9 +342,10 @@ export_write(const lr_index *ix, const struct export_tmp *x, uint64_t since,
     lr__put_u64(buf + OFF_ORIGIN, ix->replica_id);
     uint8_t *p = buf + DELTA_HEADER;
     for (uint32_t i = 0; i < x->order.n; i++) {
-        const struct node *nd = &ix->nodes[x->order.v[i]];
-        lr__put_u64(p, nd->key);
-        p = varint_put(p + KEY_BYTES, emitted(ix, x, nd->parent));
+        uint32_t n = x->order.v[i];
+        lr__put_u64(p, ix->keys[n]);
+        p = varint_put(p + KEY_BYTES,
+                       emitted(ix, x, lr__index_node_parent(ix, n)));
     }
     for (uint32_t r = 0; r < x->rn.n; r++) {
         if (x->rs.v[r] == LR_NIL)
@@ -394,7 +401,7 @@ struct delta {
     uint64_t *keys;
     uint32_t *par;
     uint32_t *rid, *rnode;
-    uint32_t *rage;    /* ticks since last use; 0 in a 0.1 delta */
+    uint32_t *rage;    /* ticks since last use; 0 in a version 2 delta */
     uint32_t *node_of; /* index node per blob node, LR_NIL if absent */
 };
 
@@ -416,9 +423,9 @@ lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
     LR_RETURN_IF(buf == NULL || len < MAGIC_LEN + 2, LR_ECORRUPT);
     LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, MAGIC_LEN) != 0, LR_ECORRUPT);
     uint16_t version = lr__get_u16(buf + OFF_VERSION);
-    LR_RETURN_IF(version != DELTA_VERSION && version != DELTA_VERSION_01,
+    LR_RETURN_IF(version != DELTA_VERSION && version != DELTA_VERSION_NOAGE,
                  LR_EVERSION);
-    size_t hdr = version == DELTA_VERSION ? DELTA_HEADER : DELTA_HEADER_01;
+    size_t hdr = version == DELTA_VERSION ? DELTA_HEADER : DELTA_HEADER_NOAGE;
     LR_RETURN_IF(len < hdr + DELTA_SUM, LR_ECORRUPT);
     LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
                      lr__get_u64(buf + len - DELTA_SUM),
@@ -445,9 +452,9 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
     uint32_t nn = lr__get_u32(buf + OFF_NODES);
     uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
     size_t body = len - hdr - DELTA_SUM;
-    bool v2 = hdr == DELTA_HEADER;
+    bool ages = hdr == DELTA_HEADER;
     LR_RETURN_IF(nn > body / NODE_MIN ||
-                     nr > body / (v2 ? ROUTE_MIN_V2 : ROUTE_MIN),
+                     nr > body / (ages ? ROUTE_MIN_AGE : ROUTE_MIN),
                  LR_ECORRUPT);
     d->n_nodes = nn;
     d->n_routes = nr;
@@ -476,7 +483,7 @@ delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
         LR_RETURN_IF(d->rid[r] == LR_INSTANCE_NONE, LR_ECORRUPT);
         LR_RETURN_IF(!varint_get(&p, end, &d->rnode[r]) || d->rnode[r] >= nn,
                      LR_ECORRUPT);
-        LR_RETURN_IF(v2 && !varint_get(&p, end, &d->rage[r]), LR_ECORRUPT);
+        LR_RETURN_IF(ages && !varint_get(&p, end, &d->rage[r]), LR_ECORRUPT);
     }
     LR_RETURN_IF(p != end, LR_ECORRUPT);
     return LR_OK;
@@ -501,10 +508,10 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
         d->node_of[i] = n;
         if (n == LR_NIL)
             continue;
-        uint32_t ip = ix->nodes[n].parent;
+        uint32_t ip = lr__index_node_parent(ix, n);
         uint32_t bp = d->par[i];
         if ((ip == LR_NIL) != (bp == LR_NIL) ||
-            (ip != LR_NIL && ix->nodes[ip].key != d->keys[bp]))
+            (ip != LR_NIL && ix->keys[ip] != d->keys[bp]))
             st = LR_ECORRUPT;
     }
     lr__table_free(&keys, m);
@@ -521,7 +528,8 @@ struct import_tmp {
     struct lr__table ids;   /* instance id -> a route carrying it */
     struct lr__table pairs; /* (id, blob node) -> position in prid/pnode */
     struct vec32 prid, pnode;
-    struct vec32 chain; /* scratch of import_apply */
+    struct vec32 chain; /* scratch of import_nodes and import_apply */
+    struct vec32 made;  /* nodes import_nodes made, in order */
     uint64_t new_nodes, new_ids;
 };
 
@@ -564,12 +572,12 @@ import_count(const lr_index *ix, struct lr__mem *m, struct import_tmp *im)
     return LR_OK;
 }
 
-/* Phase 2: cannot fail. Each route climbs to the first blob node its
- * instance already holds, then creates holds downward, parents first; its
- * end is stamped as used `age` ticks before now (never newer than it
- * was). */
+/* Phase 2a, undone by import_undo: the nodes the index lacks, in the
+ * order the routes reach them (each route's missing chain, top down), so
+ * that holder rooms can be counted run by run. Their slots go into
+ * im->made. */
 static void
-import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+import_nodes(lr_index *ix, struct import_tmp *im)
 {
     struct delta *d = &im->d;
     for (uint32_t i = 0; i < d->n_nodes; i++)
@@ -578,29 +586,119 @@ import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
     for (uint32_t r = 0; r < d->n_routes; r++) {
         if (import_skips(im, r))
             continue;
-        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
-        if (s == LR_NIL)
-            s = lr__index_inst_add(ix, d->rid[r]);
         uint32_t *chain = im->chain.v, depth = 0;
-        for (uint32_t j = d->rnode[r];
-             j != LR_NIL && (d->node_of[j] == LR_NIL ||
-                             hold_find(ix, d->node_of[j], s) == LR_NIL);
+        for (uint32_t j = d->rnode[r]; j != LR_NIL && d->node_of[j] == LR_NIL;
              j = d->par[j])
             chain[depth++] = j;
-        uint32_t used = tick > d->rage[r] ? tick - d->rage[r] : 0;
         while (depth > 0) {
             uint32_t j = chain[--depth];
             uint32_t pj = d->par[j];
             uint32_t pn = pj == LR_NIL ? LR_NIL : d->node_of[pj];
-            if (d->node_of[j] == LR_NIL)
-                d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
-            lr__index_hold_new(ix, d->node_of[j], s, HB_REMOTE, used);
-            if (pn != LR_NIL)
-                H(ix, hold_find(ix, pn, s))->bits++;
+            d->node_of[j] = lr__index_node_new(ix, d->keys[j], pn);
+            im->made.v[im->made.n++] = d->node_of[j];
         }
-        uint32_t ref = hold_find(ix, d->node_of[d->rnode[r]], s);
-        H(ix, ref)->bits |= HB_ANCHOR;
-        lr__index_touch_at(ix, ref, used);
+    }
+}
+
+/* Take back what import_nodes made, newest first: each is then the last
+ * node of its run. Nothing else changed, so the index is as it was. */
+static void
+import_undo(lr_index *ix, struct import_tmp *im)
+{
+    while (im->made.n > 0)
+        lr__index_node_pop(ix, im->made.v[--im->made.n]);
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Phase 1b, after the nodes exist: room in each run's holder array for
+ * the instances a route will give a hold there (distinct (id, run)
+ * pairs of instances not holding the run yet). */
+static lr_status
+import_rooms(lr_index *ix, struct lr__mem *m, struct import_tmp *im)
+{
+    struct delta *d = &im->d;
+    struct vec32 rid = { 0 }, rrun = { 0 };
+    struct lr__table seen; /* (id, run) -> position in rid/rrun */
+    lr_status st = lr__table_init(&seen, m, im->prid.n);
+    for (uint32_t i = 0; st == LR_OK && i < im->prid.n; i++) {
+        uint32_t id = im->prid.v[i];
+        uint32_t r = node_run(ix, d->node_of[im->pnode.v[i]]);
+        uint32_t s = lr__index_inst_lookup(ix, id);
+        if ((s != LR_NIL && hent_of(ix, r, s) != NULL) ||
+            find_pair(ix, &seen, rid.v, rrun.v, id, r) != LR_NIL)
+            continue;
+        st = vec_push(m, &rid, id);
+        if (st == LR_OK)
+            st = vec_push(m, &rrun, r);
+        if (st == LR_OK)
+            lr__table_insert(&seen, thash(ix, pair_key(id, r)), rid.n - 1);
+    }
+    /* a run's rooms at once: sort the runs and count each */
+    if (st == LR_OK && rrun.n > 0)
+        qsort(rrun.v, rrun.n, sizeof *rrun.v, cmp_u32);
+    for (uint32_t i = 0, k; st == LR_OK && i < rrun.n; i = k) {
+        for (k = i + 1; k < rrun.n && rrun.v[k] == rrun.v[i]; k++)
+            ;
+        st = lr__index_hent_room(ix, rrun.v[i], k - i);
+    }
+    vec_free(m, &rid);
+    vec_free(m, &rrun);
+    lr__table_free(&seen, m);
+    return st;
+}
+
+/* Phase 2b: cannot fail. Each route climbs to the first blob node its
+ * instance already holds, then gets holds downward, parents first; the
+ * route's end becomes an anchor and is stamped as used `age` ticks before
+ * now (never newer than it was). */
+static void
+import_apply(lr_index *ix, struct import_tmp *im, uint32_t tick)
+{
+    struct delta *d = &im->d;
+    for (uint32_t r = 0; r < d->n_routes; r++) {
+        if (import_skips(im, r))
+            continue;
+        uint32_t s = lr__index_inst_lookup(ix, d->rid[r]);
+        if (s == LR_NIL)
+            s = lr__index_inst_add(ix, d->rid[r]);
+        uint32_t *chain = im->chain.v, depth = 0;
+        uint32_t j = d->rnode[r];
+        for (; j != LR_NIL && !holds_node(ix, d->node_of[j], s); j = d->par[j])
+            chain[depth++] = j;
+        uint32_t used = tick > d->rage[r] ? tick - d->rage[r] : 0;
+        uint32_t x;
+        if (depth == 0) {
+            uint32_t n = d->node_of[d->rnode[r]];
+            x = lr__index_cut(
+                ix, hold_span(ix, node_run(ix, n), node_off(ix, n), s),
+                node_off(ix, n));
+        } else {
+            if (j != LR_NIL) { /* the block above gains a child */
+                uint32_t n = d->node_of[j];
+                uint32_t pr = node_run(ix, n), po = node_off(ix, n);
+                ix->sp[lr__index_cut(ix, hold_span(ix, pr, po, s), po)].bits++;
+            }
+            uint32_t ns = 0;
+            while (depth > 0) {
+                uint32_t n = d->node_of[chain[--depth]];
+                uint32_t nr = node_run(ix, n), no = node_off(ix, n);
+                if (ns > 0 && ix->path[ns - 1].run == nr &&
+                    ix->path[ns - 1].hi + 1 == no)
+                    ix->path[ns - 1].hi = no;
+                else
+                    ix->path[ns++] = (struct seg){ nr, no, no };
+            }
+            x = lr__index_grant(ix, s, ix->path, ns, HB_REMOTE, used, NULL, 0,
+                                0);
+        }
+        ix->sp[x].bits |= HB_ANCHOR;
+        lr__index_touch_at(ix, x, used);
     }
     /* Holds created as parents got their child in the same pass; the
      * route ends were touched, so every leaf is listed (invariant 3). */
@@ -636,10 +734,25 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
         st = import_count(idx, m, &im);
     if (st == LR_OK && im.new_ids > idx->n_ifree)
         st = LR_ELIMIT;
+    /* spans: one per pair at most, and per route a cut above and at its
+     * end; a new node may start a run */
     if (st == LR_OK)
-        st = lr__index_reserve(idx, im.new_nodes, im.pairs.count);
+        st = lr__index_reserve(idx, im.new_nodes, im.new_nodes,
+                               im.pairs.count + 2ull * im.d.n_routes);
     if (st == LR_OK) /* the longest chain a route can climb */
         st = vec_reserve(m, &im.chain, im.d.n_nodes);
+    if (st == LR_OK)
+        st = vec_reserve(m, &im.made, im.new_nodes);
+    if (st == LR_OK)
+        st = lr__index_scratch_path(idx, im.d.n_nodes + 1);
+    if (st == LR_OK) /* holder arrays of the runs new nodes may start */
+        st = lr__index_hent_room(idx, LR_NIL, (uint32_t)im.new_nodes);
+    if (st == LR_OK) {
+        import_nodes(idx, &im);
+        st = import_rooms(idx, m, &im);
+        if (st != LR_OK)
+            import_undo(idx, &im);
+    }
     if (st == LR_OK) {
         uint32_t tick = lr__index_tick(idx, now_ns);
         import_apply(idx, &im, tick);
@@ -648,6 +761,7 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
     vec_free(m, &im.prid);
     vec_free(m, &im.pnode);
     vec_free(m, &im.chain);
+    vec_free(m, &im.made);
     lr__table_free(&im.ids, m);
     lr__table_free(&im.pairs, m);
     delta_free(m, &im.d);

@@ -13,14 +13,29 @@ lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size)
 /* ------------------------------------------------------------------------ */
 /* engine-hash map (precise mode)                                            */
 /* ------------------------------------------------------------------------ */
-
-/* Entries live in a pool (ep[], free list through `node`, inst ==
- * LR_NIL when free) and etab maps (instance slot, engine hash) to an entry
- * index. Entries never move, so a caller may hold an index across other
- * map changes. The hash is keyed by the handle's seed (B26): engine hashes
- * come from the network. */
+/*
+ * (instance slot, engine hash) -> node slot, for BlockRemoved events and
+ * parent hashes. An entry lives exactly as long as its instance holds its
+ * block: every removal of holds (eviction, expiry, KV removal, clearing)
+ * forgets the hashes of the blocks it takes (lr__index_emap_forget), so
+ * no entry is ever stale and the map never holds more than the routes.
+ *
+ *   etab: keyed hash of (s, ehash) -> value
+ *         value < EV_OVF: a node slot n, whose primary entry this is:
+ *             ehash[n] = ehash, einst[n] = s   (10 bytes a slot)
+ *         value >= EV_OVF: entry ep[value - EV_OVF] of the overflow pool
+ *             {ehash, node, inst}: a second instance (or a second hash) on
+ *             one block, as with a system prompt many engines hold; also
+ *             in otab, keyed by (s, node), and eovf marks the node
+ *
+ * The per-slot arrays exist from the first KV event on and grow with the
+ * node slots (chunk_reserve); an index that never sees one pays nothing.
+ * Hashes are keyed by the handle's seed (B26): engine hashes come from the
+ * network. */
 #define EMAP_HASH_SALT 0xe4a5u
+#define OMAP_HASH_SALT 0x0e4au
 #define EMAP_LINK offsetof(struct emap_ent, node)
+#define EV_OVF (1u << 31)
 
 static inline uint64_t
 ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
@@ -29,128 +44,221 @@ ehv(const lr_index *ix, uint32_t s, uint64_t ehash)
                      ix->seed ^ EMAP_HASH_SALT);
 }
 
+static inline uint64_t
+ohv(const lr_index *ix, uint32_t s, uint32_t n)
+{
+    return lr__mix64(((uint64_t)s << 32) | n, ix->seed ^ OMAP_HASH_SALT);
+}
+
+static inline bool
+ovf_bit(const lr_index *ix, uint32_t n)
+{
+    return (ix->eovf[n >> CHUNK_SHIFT] >> (n & CHUNK_MASK)) & 1;
+}
+
 struct emap_probe {
-    const struct emap_ent *ep;
+    const lr_index *ix;
     uint32_t s;
 };
 
 static bool
-emap_eq(const void *ctx, uint64_t ehash, uint32_t e)
+emap_eq(const void *ctx, uint64_t ehash, uint32_t v)
 {
     const struct emap_probe *p = ctx;
-    return p->ep[e].inst == p->s && p->ep[e].ehash == ehash;
+    const lr_index *ix = p->ix;
+    if (v >= EV_OVF)
+        return ix->ep[v - EV_OVF].inst == p->s &&
+               ix->ep[v - EV_OVF].ehash == ehash;
+    return ix->einst[v] == p->s && ix->ehash[v] == ehash;
 }
 
-/* Entry of (s, ehash), live or stale, or LR_NIL. */
+/* Value of (s, ehash) in etab, or LR_NIL. */
 static uint32_t
 emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
 {
-    struct emap_probe p = { ix->ep, s };
+    if (ix->ecap == 0)
+        return LR_NIL;
+    struct emap_probe p = { ix, s };
     return lr__table_find(&ix->etab, ehv(ix, s, ehash), ehash, emap_eq, &p);
 }
 
-/* An entry is live while its node still exists with the same key and its
- * instance still holds it; evictions leave stale entries behind, which are
- * dropped lazily. */
+static uint32_t
+emap_node(const lr_index *ix, uint32_t v)
+{
+    return v >= EV_OVF ? ix->ep[v - EV_OVF].node : v;
+}
+
 static bool
-emap_valid(const lr_index *ix, const struct emap_ent *e)
+omap_eq(const void *ctx, uint64_t n, uint32_t e)
 {
-    if (e->node >= ix->npool.top)
-        return false;
-    const struct node *nd = &ix->nodes[e->node];
-    if (nd->h.inst == INST_FREE || nd->h.inst == PENDING || nd->key != e->key)
-        return false;
-    return hold_find(ix, e->node, e->inst) != LR_NIL;
+    const struct emap_probe *p = ctx;
+    return p->ix->ep[e].inst == p->s && p->ix->ep[e].node == n;
 }
 
+/* Drop the entry behind etab value v of instance s. */
 static void
-emap_del(lr_index *ix, uint32_t e)
+emap_del(lr_index *ix, uint32_t s, uint32_t v)
 {
-    struct emap_ent *en = &ix->ep[e];
-    lr__table_remove(&ix->etab, ehv(ix, en->inst, en->ehash), e);
-    en->inst = LR_NIL;
-    pool_give(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK, e);
+    if (v < EV_OVF) {
+        lr__table_remove(&ix->etab, ehv(ix, s, ix->ehash[v]), v);
+        ix->einst[v] = EINST_NONE;
+    } else {
+        uint32_t e = v - EV_OVF;
+        struct emap_ent *en = &ix->ep[e];
+        lr__table_remove(&ix->etab, ehv(ix, s, en->ehash), v);
+        lr__table_remove(&ix->otab, ohv(ix, s, en->node), e);
+        en->inst = EINST_NONE;
+        pool_give(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK, e);
+    }
+    ix->emap_live--;
 }
 
-/* Set (s, ehash) -> (node, key), adding the entry if needed. Room was
- * reserved by emap_reserve(). */
+/* Set (s, ehash) -> node n. Room was reserved by emap_reserve(). */
 static void
-emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node, uint64_t key)
+emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t n)
 {
-    uint32_t e = emap_get(ix, s, ehash);
-    if (e == LR_NIL) {
-        e = pool_take(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK);
-        ix->ep[e].inst = s;
+    uint32_t v = emap_get(ix, s, ehash);
+    if (v != LR_NIL) {
+        if (emap_node(ix, v) == n)
+            return;
+        emap_del(ix, s, v);
+    }
+    if (ix->einst[n] == EINST_NONE) {
+        ix->ehash[n] = ehash;
+        ix->einst[n] = (uint16_t)s;
+        v = n;
+    } else {
+        uint32_t e = pool_take(&ix->epool, ix->ep, sizeof *ix->ep, EMAP_LINK);
         ix->ep[e].ehash = ehash;
-        lr__table_insert(&ix->etab, ehv(ix, s, ehash), e);
+        ix->ep[e].node = n;
+        ix->ep[e].inst = (uint16_t)s;
+        lr__table_insert(&ix->otab, ohv(ix, s, n), e);
+        ix->eovf[n >> CHUNK_SHIFT] |= (uint16_t)(1u << (n & CHUNK_MASK));
+        v = e + EV_OVF;
     }
-    ix->ep[e].node = node;
-    ix->ep[e].key = key;
+    lr__table_insert(&ix->etab, ehv(ix, s, ehash), v);
+    ix->emap_live++;
 }
 
-/* Delete entries of s (any when s == LR_NIL) and, when stale_only, only
- * those no longer valid. Returns how many went. */
-static uint64_t
-emap_sweep(lr_index *ix, uint32_t s, bool stale_only)
+void
+lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
+                      uint32_t to)
 {
-    uint64_t gone = 0;
-    for (uint32_t e = 0; e < ix->epool.top; e++) {
-        const struct emap_ent *en = &ix->ep[e];
-        if (en->inst != LR_NIL && (s == LR_NIL || en->inst == s) &&
-            (!stale_only || !emap_valid(ix, en))) {
-            emap_del(ix, e);
-            gone++;
+    if (ix->ecap == 0 || from >= to)
+        return;
+    uint32_t n = lr__index_node_at(ix, r, from);
+    for (uint32_t p = from;;) {
+        if (ix->einst[n] == s)
+            emap_del(ix, s, n);
+        if (ovf_bit(ix, n) && ix->otab.count > 0) {
+            struct emap_probe pr = { ix, s };
+            uint32_t e;
+            while ((e = lr__table_find(&ix->otab, ohv(ix, s, n), n, omap_eq,
+                                       &pr)) != LR_NIL)
+                emap_del(ix, s, e + EV_OVF);
         }
+        if (++p == to)
+            return;
+        n = (n & CHUNK_MASK) != CHUNK_MASK
+                ? n + 1
+                : ix->chunks[n >> CHUNK_SHIFT].next << CHUNK_SHIFT;
     }
-    return gone;
 }
 
-/* Room for `more` new entries in the pool and the table. */
+void
+lr__index_emap_slots_freed(lr_index *ix, uint32_t n)
+{
+    if (ix->ecap > 0) {
+        assert(ix->einst[n] == EINST_NONE);
+        ix->eovf[n >> CHUNK_SHIFT] &= (uint16_t) ~(1u << (n & CHUNK_MASK));
+    }
+}
+
+/* The per-slot arrays for slots [0, cap * CHUNK) of the node pool (grown
+ * by chunk_reserve once they exist). LR_ENOMEM changes nothing logical. */
+static lr_status
+grow_slots(struct lr__mem *m, void **arr, uint32_t *have, uint32_t cap,
+           size_t per_chunk, int fill)
+{
+    if (*have >= cap)
+        return LR_OK;
+    size_t old = (size_t)*have * per_chunk, n = (size_t)cap * per_chunk;
+    uint8_t *p = lr__realloc(m, *arr, old, n);
+    if (p == NULL)
+        return LR_ENOMEM;
+    memset(p + old, fill, n - old);
+    *arr = p;
+    *have = cap;
+    return LR_OK;
+}
+
+lr_status
+lr__index_emap_slots(lr_index *ix, uint32_t cap)
+{
+    if (cap <= ix->ecap)
+        return LR_OK;
+    /* each array keeps its own size, so a failure half way is harmless */
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->ehash, &ix->ecap_h, cap,
+                      CHUNK * sizeof(uint64_t), 0));
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->einst, &ix->ecap_i, cap,
+                      CHUNK * sizeof(uint16_t), 0xff)); /* EINST_NONE */
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->eovf, &ix->ecap_o, cap,
+                      sizeof(uint16_t), 0));
+    ix->ecap = cap;
+    return LR_OK;
+}
+
+/* Room for `more` new entries: the slot arrays, the overflow pool, both
+ * tables. */
 static lr_status
 emap_reserve(lr_index *ix, uint32_t more)
 {
+    LR_TRY(lr__index_emap_slots(ix, ix->cpool.cap));
     LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->epool, (void **)&ix->ep,
-                                  sizeof *ix->ep, more, LR_NIL - 1));
+                                  sizeof *ix->ep, more, EV_OVF - 1));
+    LR_TRY(lr__table_reserve(&ix->otab, &ix->mem, more));
     return lr__table_reserve(&ix->etab, &ix->mem, more);
-}
-
-static uint64_t
-emap_count_if(const lr_index *ix, bool valid)
-{
-    uint64_t n = 0;
-    for (uint32_t e = 0; e < ix->epool.top; e++)
-        if (ix->ep[e].inst != LR_NIL && emap_valid(ix, &ix->ep[e]) == valid)
-            n++;
-    return n;
 }
 
 uint64_t
 lr__index_emap_live(const lr_index *ix)
 {
-    return emap_count_if(ix, true);
+    return ix->emap_live;
 }
 
 void
 lr__index_emap_drop(lr_index *ix, uint32_t s)
 {
-    emap_sweep(ix, s, false);
+    (void)ix;
+    (void)s; /* forgotten with its holds (remove_all_of) */
 }
 
 void
 lr__index_emap_free(lr_index *ix)
 {
+    lr__free(&ix->mem, ix->ehash,
+             (size_t)ix->ecap_h * CHUNK * sizeof(uint64_t));
+    lr__free(&ix->mem, ix->einst,
+             (size_t)ix->ecap_i * CHUNK * sizeof(uint16_t));
+    lr__free(&ix->mem, ix->eovf, (size_t)ix->ecap_o * sizeof(uint16_t));
     lr__free(&ix->mem, ix->ep, (size_t)ix->epool.cap * sizeof(struct emap_ent));
     lr__table_free(&ix->etab, &ix->mem);
+    lr__table_free(&ix->otab, &ix->mem);
 }
 
 uint64_t
 lr__index_emap_digest(const lr_index *ix)
 {
     uint64_t d = 0; /* a sum: independent of where entries sit */
+    for (uint32_t n = 0; ix->ecap > 0 && n < ix->cpool.top * CHUNK; n++)
+        if (ix->einst[n] != EINST_NONE)
+            d += lr__mix64(ix->ehash[n] ^ ix->keys[n],
+                           (uint64_t)ix->insts[ix->einst[n]].id + 1);
     for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
-        if (en->inst != LR_NIL && emap_valid(ix, en))
-            d += lr__mix64(en->ehash ^ en->key, en->inst + 1);
+        if (en->inst != EINST_NONE)
+            d += lr__mix64(en->ehash ^ ix->keys[en->node],
+                           (uint64_t)ix->insts[en->inst].id + 1);
     }
     return d;
 }
@@ -158,13 +266,16 @@ lr__index_emap_digest(const lr_index *ix)
 void
 lr__index_emap_each(const lr_index *ix,
                     void (*fn)(void *ctx, uint32_t s, uint64_t ehash,
-                               uint64_t key),
+                               uint32_t node),
                     void *ctx)
 {
+    for (uint32_t n = 0; ix->ecap > 0 && n < ix->cpool.top * CHUNK; n++)
+        if (ix->einst[n] != EINST_NONE)
+            fn(ctx, ix->einst[n], ix->ehash[n], n);
     for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
-        if (en->inst != LR_NIL && emap_valid(ix, en))
-            fn(ctx, en->inst, en->ehash, en->key);
+        if (en->inst != EINST_NONE)
+            fn(ctx, en->inst, en->ehash, en->node);
     }
 }
 
@@ -175,33 +286,56 @@ lr__index_emap_reserve(lr_index *ix, uint32_t more)
 }
 
 void
-lr__index_emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node,
-                   uint64_t key)
+lr__index_emap_put(lr_index *ix, uint32_t s, uint64_t ehash, uint32_t node)
 {
-    emap_put(ix, s, ehash, node, key);
+    emap_put(ix, s, ehash, node);
 }
 
+/* Every entry's instance holds its block and the tables find it; the
+ * counts agree. */
 lr_status
 lr__index_emap_verify(const lr_index *ix)
 {
-    uint32_t used = 0, nfree = 0;
+    uint64_t live = 0, ovf = 0;
+    uint32_t nfree = 0;
+    if (ix->ecap > 0 && ix->ecap < ix->cpool.cap)
+        return LR_ECORRUPT; /* the slot arrays cover every slot */
+    for (uint32_t n = 0; ix->ecap > 0 && n < ix->cpool.top * CHUNK; n++) {
+        if (ix->einst[n] == EINST_NONE)
+            continue;
+        uint32_t s = ix->einst[n];
+        live++;
+        if (s >= ix->max_inst || !ix->insts[s].used ||
+            ix->chunks[n >> CHUNK_SHIFT].run == LR_NIL ||
+            node_off(ix, n) >= ix->runs[node_run(ix, n)].len ||
+            !holds_node(ix, n, s) || emap_get(ix, s, ix->ehash[n]) != n)
+            return LR_ECORRUPT;
+    }
     for (uint32_t e = 0; e < ix->epool.top; e++) {
         const struct emap_ent *en = &ix->ep[e];
-        if (en->inst == LR_NIL)
+        if (en->inst == EINST_NONE)
             continue;
-        used++;
+        live++;
+        ovf++;
+        uint32_t n = en->node;
         if (en->inst >= ix->max_inst || !ix->insts[en->inst].used ||
-            emap_get(ix, en->inst, en->ehash) != e)
+            ix->ecap == 0 || !ovf_bit(ix, n) ||
+            ix->chunks[n >> CHUNK_SHIFT].run == LR_NIL ||
+            !holds_node(ix, n, en->inst) ||
+            emap_get(ix, en->inst, en->ehash) != e + EV_OVF)
             return LR_ECORRUPT;
     }
     for (uint32_t e = ix->epool.free; e != LR_NIL; e = ix->ep[e].node)
-        if (e >= ix->epool.top || ix->ep[e].inst != LR_NIL ||
+        if (e >= ix->epool.top || ix->ep[e].inst != EINST_NONE ||
             ++nfree > ix->epool.top)
             return LR_ECORRUPT;
-    if (used != ix->etab.count || nfree != ix->epool.nfree ||
-        used + nfree != ix->epool.top)
+    if (live != ix->emap_live || live != ix->etab.count ||
+        ovf != ix->otab.count || nfree != ix->epool.nfree ||
+        ovf + nfree != ix->epool.top)
         return LR_ECORRUPT;
-    return lr__table_verify(&ix->etab);
+    if (lr__table_verify(&ix->etab) != LR_OK)
+        return LR_ECORRUPT;
+    return lr__table_verify(&ix->otab);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -235,40 +369,35 @@ kv_event(const lr_index *ix, uint32_t instance, const lr_kv_stored *ev,
 }
 
 /* Where the event's chain hangs: the tenant's root, or the block of the
- * parent hash, which slot s must hold (LR_ENOENT otherwise). */
+ * parent hash, which slot s must hold (LR_ENOENT otherwise: an entry
+ * exists only while its block is held). */
 static lr_status
 kv_base(const lr_index *ix, uint32_t s, const lr_kv_stored *e,
         struct learn_plan *pl, uint64_t *base_key)
 {
-    pl->base = pl->base_ref = LR_NIL;
+    pl->base = LR_NIL;
     *base_key = lr__index_tenant_root(e->tenant_salt);
     if (!e->has_parent)
         return LR_OK;
-    uint32_t pi = s != LR_NIL ? emap_get(ix, s, e->parent_hash) : LR_NIL;
-    LR_RETURN_IF(pi == LR_NIL || !emap_valid(ix, &ix->ep[pi]), LR_ENOENT);
-    pl->base = ix->ep[pi].node;
-    pl->base_ref = hold_find(ix, pl->base, s);
-    *base_key = ix->ep[pi].key;
+    uint32_t v = s != LR_NIL ? emap_get(ix, s, e->parent_hash) : LR_NIL;
+    LR_RETURN_IF(v == LR_NIL, LR_ENOENT);
+    pl->base = emap_node(ix, v);
+    *base_key = ix->keys[pl->base];
     return LR_OK;
 }
 
-/* Engine-map entries the event needs, LR_ELIMIT past engine_map_capacity.
- * A hash needs a new entry unless a live one exists: a stale entry (its
- * block was evicted) may be swept and then re-inserted, so it counts as
- * new too. */
+/* Engine-map entries the event adds (hashes s has not mapped yet),
+ * LR_ELIMIT past engine_map_capacity. */
 static lr_status
-kv_fresh(const lr_index *ix, uint32_t s, const uint64_t *hashes, uint32_t eb,
-         uint32_t *fresh)
+kv_fresh(const lr_index *ix, uint32_t s, const uint64_t *hashes, uint32_t eb)
 {
-    *fresh = 0;
-    for (uint32_t j = 0; j < eb; j++) {
-        uint32_t en = s == LR_NIL ? LR_NIL : emap_get(ix, s, hashes[j]);
-        if (en == LR_NIL || !emap_valid(ix, &ix->ep[en]))
-            (*fresh)++;
-    }
-    uint64_t want = (uint64_t)ix->etab.count + *fresh;
-    if (want > ix->emap_cap && want - emap_count_if(ix, false) > ix->emap_cap)
-        return LR_ELIMIT;
+    if (ix->emap_live + eb <= ix->emap_cap)
+        return LR_OK; /* even if every hash is new */
+    uint32_t fresh = 0;
+    for (uint32_t j = 0; j < eb; j++)
+        if (s == LR_NIL || emap_get(ix, s, hashes[j]) == LR_NIL)
+            fresh++;
+    LR_RETURN_IF(ix->emap_live + fresh > ix->emap_cap, LR_ELIMIT);
     return LR_OK;
 }
 
@@ -295,6 +424,7 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
         eb = (uint32_t)(ix->capacity / m);
     pl.n = eb * m;
     pl.n_anchors = eb;
+    pl.all_anchors = m == 1; /* every block ends an engine block */
     if (pl.n == 0)
         return LR_OK;
     LR_TRY(lr__index_scratch_keys(ix, pl.n));
@@ -304,20 +434,16 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     pl.anchors = ix->abuf;
     for (uint32_t j = 0; j < eb; j++)
         ix->abuf[j] = (j + 1) * m;
-    uint32_t fresh;
-    LR_TRY(kv_fresh(ix, s, e.block_hashes, eb, &fresh));
+    LR_TRY(kv_fresh(ix, s, e.block_hashes, eb));
     LR_TRY(lr__index_plan_learn(ix, &pl));
-    LR_TRY(emap_reserve(ix, fresh));
+    LR_TRY(emap_reserve(ix, eb));
 
     /* phase 2 */
-    if (ix->etab.count + fresh > ix->emap_cap)
-        emap_sweep(ix, LR_NIL, true);
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_apply_learn(ix, &pl, tick);
-    for (uint32_t j = 0; j < eb; j++) {
-        uint64_t key = ix->kbuf[(j + 1) * m - 1];
-        emap_put(ix, pl.s, e.block_hashes[j], node_find(ix, key), key);
-    }
+    for (uint32_t j = 0; j < eb; j++)
+        emap_put(ix, pl.s, e.block_hashes[j],
+                 node_find(ix, ix->kbuf[(j + 1) * m - 1]));
     lr__index_settle(ix, tick);
     return LR_OK;
 }
@@ -333,19 +459,16 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
     LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
     size_t resolved = 0;
     for (size_t i = 0; i < n_blocks; i++) {
-        uint32_t e = emap_get(idx, s, block_hashes[i]);
-        if (e == LR_NIL)
+        uint32_t v = emap_get(idx, s, block_hashes[i]);
+        if (v == LR_NIL)
             continue;
-        if (emap_valid(idx, &idx->ep[e])) {
-            uint32_t node = idx->ep[e].node;
-            lr__index_remove_descendants(idx, s, node);
-            lr__index_remove_leaf_and_trim(idx, hold_find(idx, node, s),
-                                           WHY_DROP, true);
-            resolved++;
-        }
-        /* Removal leaves the map alone (entries of the dropped deeper
-         * blocks go stale), so e is still this hash's entry. */
-        emap_del(idx, e);
+        /* the removal forgets this hash with its block, and the hashes
+         * of every deeper block it takes */
+        uint32_t node = emap_node(idx, v);
+        uint32_t x = lr__index_remove_below(idx, s, node_run(idx, node),
+                                            node_off(idx, node));
+        lr__index_remove_leaf_and_trim(idx, x, WHY_DROP, true);
+        resolved++;
     }
     if (n_resolved != NULL)
         *n_resolved = resolved;

@@ -7,10 +7,11 @@
  * The format speaks of prefixes and holders, not of the layout: nodes
  * sorted by key with their parent, holds sorted by (node, instance), map
  * entries sorted by (instance, engine hash). Two indexes in the same
- * logical state at the same time base save the same bytes. Only two small
- * functions below touch the layout (save_holds: visit every hold;
- * load_apply: make nodes and holds, as the delta import does), and they
- * use the same primitives as index_delta.c.
+ * logical state at the same time base save the same bytes. A save reads
+ * the holds through lr__index_holds (the view the tests use), so it never
+ * sees runs or spans; a load makes the nodes and grants the holds a span
+ * at a time with the primitives the delta import uses (load_nodes,
+ * load_apply), cutting spans where a block stops being plain.
  *
  * Format, version 1, integers little-endian:
  *
@@ -65,8 +66,10 @@ struct shold {
     uint32_t id;
     uint32_t flags;
     uint32_t stamp;
-    uint32_t par; /* load: the parent's hold (position), LR_NIL at a root */
-    uint32_t ref; /* load: the hold made */
+    uint32_t par;  /* load: the parent's hold (position), LR_NIL at a root */
+    uint32_t nch;  /* load: children held by the same instance */
+    uint32_t kid;  /* load: the only such child when nch is 1 */
+    uint32_t done; /* load: granted */
 };
 
 struct semap {
@@ -109,14 +112,6 @@ state_alloc(struct state *st)
 }
 
 static int
-cmp_node(const void *a, const void *b)
-{
-    uint64_t x = ((const struct snode *)a)->key;
-    uint64_t y = ((const struct snode *)b)->key;
-    return x < y ? -1 : x > y;
-}
-
-static int
 cmp_hold(const void *a, const void *b)
 {
     const struct shold *x = a, *y = b;
@@ -136,44 +131,94 @@ cmp_emap(const void *a, const void *b)
 
 /* ---- save ------------------------------------------------------------------ */
 
-static bool
-node_live(const lr_index *ix, uint32_t n)
+/* A hold as lr__index_holds shows it: its key and its parent's, and
+ * whether it is at the root. */
+struct kp {
+    uint64_t key, pkey;
+    uint32_t root;
+    uint32_t pad;
+};
+
+struct save_visit {
+    struct state *st;
+    struct kp *kp;
+    uint32_t k;
+};
+
+static void
+save_hold(void *ctx, const struct lr__hold_view *h)
 {
-    uint16_t s = ix->nodes[n].h.inst;
-    return s != INST_FREE && s != PENDING;
+    struct save_visit *v = ctx;
+    if (v->k >= v->st->n_holds)
+        return; /* cannot be: the counts agree (checked by the caller) */
+    uint32_t f = ((h->flags & LR__HOLD_REMOTE) ? HF_REMOTE : 0) |
+                 ((h->flags & LR__HOLD_ANCHOR) ? HF_ANCHOR : 0);
+    v->kp[v->k] = (struct kp){ h->key, h->parent_key, h->depth == 1, 0 };
+    v->st->holds[v->k++] =
+        (struct shold){ .id = h->instance, .flags = f, .stamp = h->stamp };
 }
 
-/* The layout half of a save: every live node (key, parent) and every hold,
- * into st (sized by the caller). */
 static void
-save_holds(const lr_index *ix, struct state *st)
+save_listed(void *ctx, int list, uint64_t key, uint32_t instance)
 {
-    uint32_t k = 0;
-    for (uint32_t n = 0; n < ix->npool.top; n++)
-        if (node_live(ix, n))
-            st->nodes[k++] = (struct snode){ ix->nodes[n].key, LR_NIL, n };
-    qsort(st->nodes, st->n_nodes, sizeof *st->nodes, cmp_node);
-    for (uint32_t i = 0; i < st->n_nodes; i++)
-        st->tmp[st->nodes[i].node] = i;
-    uint32_t h = 0;
-    for (uint32_t i = 0; i < st->n_nodes; i++) {
-        const struct node *nd = &ix->nodes[st->nodes[i].node];
-        if (nd->parent != LR_NIL)
-            st->nodes[i].par = st->tmp[nd->parent];
-        for (uint32_t x = LR_NIL;;) {
-            const struct hold *hd = x == LR_NIL ? &nd->h : &ix->xh[x].h;
-            uint32_t f = ((hd->bits & HB_REMOTE) ? HF_REMOTE : 0) |
-                         ((hd->bits & HB_ANCHOR) ? HF_ANCHOR : 0);
-            st->holds[h++] = (struct shold){ .node = i,
-                                             .id = ix->insts[hd->inst].id,
-                                             .flags = f,
-                                             .stamp = hd->stamp };
-            x = x == LR_NIL ? nd->more : ix->xh[x].next;
-            if (x == LR_NIL)
-                break;
-        }
+    (void)ctx;
+    (void)list;
+    (void)key;
+    (void)instance;
+}
+
+static int
+cmp_kp(const void *a, const void *b)
+{
+    uint64_t x = ((const struct kp *)a)->key, y = ((const struct kp *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Position of `key` among the sorted nodes (it is there). */
+static uint32_t
+node_pos(const struct state *st, uint64_t key)
+{
+    uint32_t lo = 0, hi = st->n_nodes;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (st->nodes[mid].key <= key)
+            lo = mid;
+        else
+            hi = mid;
     }
+    return lo;
+}
+
+/* Every node (key, parent) and every hold, into st (sized by the caller):
+ * the nodes are the distinct keys of the holds (every node is held). kp
+ * has room for every hold. */
+static lr_status
+save_holds(const lr_index *ix, struct state *st, struct kp *kp)
+{
+    struct save_visit v = { st, kp, 0 };
+    lr__index_holds(ix, save_hold, save_listed, &v);
+    if (LR_NEVER(v.k != st->n_holds))
+        return LR_ECORRUPT;
+    /* the hold keys, before kp is sorted */
+    uint64_t *hkey = (uint64_t *)(void *)st->tmp;
+    for (uint32_t k = 0; k < st->n_holds; k++)
+        hkey[k] = kp[k].key;
+    qsort(kp, st->n_holds, sizeof *kp, cmp_kp);
+    uint32_t u = 0;
+    for (uint32_t k = 0; k < st->n_holds; k++)
+        if (u == 0 || kp[k].key != kp[u - 1].key)
+            kp[u++] = kp[k];
+    if (LR_NEVER(u != st->n_nodes))
+        return LR_ECORRUPT;
+    for (uint32_t i = 0; i < u; i++)
+        st->nodes[i] = (struct snode){ kp[i].key, LR_NIL, LR_NIL };
+    for (uint32_t i = 0; i < u; i++)
+        if (!kp[i].root)
+            st->nodes[i].par = node_pos(st, kp[i].pkey);
+    for (uint32_t k = 0; k < st->n_holds; k++)
+        st->holds[k].node = node_pos(st, hkey[k]);
     qsort(st->holds, st->n_holds, sizeof *st->holds, cmp_hold);
+    return LR_OK;
 }
 
 struct emap_visit {
@@ -183,21 +228,21 @@ struct emap_visit {
 };
 
 static void
-count_emap(void *ctx, uint32_t s, uint64_t ehash, uint64_t key)
+count_emap(void *ctx, uint32_t s, uint64_t ehash, uint32_t node)
 {
     (void)s;
     (void)ehash;
-    (void)key;
+    (void)node;
     ((struct emap_visit *)ctx)->k++;
 }
 
 static void
-take_emap(void *ctx, uint32_t s, uint64_t ehash, uint64_t key)
+take_emap(void *ctx, uint32_t s, uint64_t ehash, uint32_t node)
 {
     struct emap_visit *v = ctx;
-    uint32_t n = node_find(v->ix, key);
     v->st->emap[v->k++] =
-        (struct semap){ v->ix->insts[s].id, v->st->tmp[n], ehash };
+        (struct semap){ v->ix->insts[s].id, node_pos(v->st, v->ix->keys[node]),
+                        ehash };
 }
 
 static void
@@ -239,14 +284,24 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
     struct lr__mem m = idx->mem; /* temporaries only */
     struct emap_visit v = { idx, NULL, 0 };
     lr__index_emap_each(idx, count_emap, &v);
+    LR_RETURN_IF(idx->holds > UINT32_MAX / 2, LR_ELIMIT);
+    /* tmp: the holds' keys (2 words a hold) */
     struct state st = { .m = &m,
-                        .n_nodes = pool_live(&idx->npool),
+                        .n_nodes = (uint32_t)idx->nodes,
                         .n_holds = (uint32_t)idx->holds,
                         .n_emap = v.k,
-                        .tmp_n = idx->npool.top };
+                        .tmp_n = 2 * (size_t)idx->holds };
     lr_status s = state_alloc(&st);
+    struct kp *kp = NULL;
+    if (s == LR_OK && st.n_holds > 0) {
+        kp = lr__calloc(&m, st.n_holds, sizeof *kp);
+        if (kp == NULL)
+            s = LR_ENOMEM;
+    }
+    if (s == LR_OK)
+        s = save_holds(idx, &st, kp);
+    lr__free(&m, kp, (size_t)st.n_holds * sizeof *kp);
     if (s == LR_OK) {
-        save_holds(idx, &st);
         v.st = &st;
         v.k = 0;
         lr__index_emap_each(idx, take_emap, &v);
@@ -416,6 +471,10 @@ check_state(struct state *st, uint32_t *first)
         LR_RETURN_IF(x->par != LR_NIL && !(x->flags & HF_REMOTE) &&
                          (st->holds[x->par].flags & HF_REMOTE),
                      LR_ECORRUPT);
+        if (x->par != LR_NIL) {
+            st->holds[x->par].nch++;
+            st->holds[x->par].kid = i;
+        }
     }
     for (uint32_t i = 0; i < st->n_emap; i++)
         LR_RETURN_IF(hold_at(st, first, st->emap[i].node, st->emap[i].id) ==
@@ -461,45 +520,133 @@ cmp_leaf(const void *a, const void *b)
     return x->k < y->k ? -1 : x->k > y->k;
 }
 
-/* The layout half of a load (cannot fail: room was reserved): nodes and
- * holds parents first, child counts, the leaves listed by recency, the
- * engine-hash map. `leaves` has room for every hold. */
-static void
-load_apply(lr_index *ix, struct state *st, const uint32_t *order,
-           const uint32_t *first, struct leaf *leaves)
+/* Phase 2a, undone by unmake_nodes: the nodes, parents first, and room in
+ * each run's holder array for the instances holding its first node (who
+ * holds a run holds its first node). LR_ENOMEM: the holder rooms. */
+static lr_status
+load_nodes(lr_index *ix, struct state *st, const uint32_t *order,
+           const uint32_t *first, uint32_t *made)
 {
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         struct snode *n = &st->nodes[order[i]];
         uint32_t parent = n->par == LR_NIL ? LR_NIL : st->nodes[n->par].node;
         n->node = lr__index_node_new(ix, n->key, parent);
+        made[i] = n->node;
     }
+    for (uint32_t i = 0; i < st->n_nodes; i++) {
+        uint32_t j = order[i], n = st->nodes[j].node;
+        if (node_off(ix, n) == 0)
+            LR_TRY(lr__index_hent_room(ix, node_run(ix, n),
+                                       first[j + 1] - first[j]));
+    }
+    return LR_OK;
+}
+
+static void
+unmake_nodes(lr_index *ix, const uint32_t *made, uint32_t n)
+{
+    while (n > 0) /* newest first: each is then the last of its run */
+        lr__index_node_pop(ix, made[--n]);
+}
+
+/* Whether hold c (the only child of the hold above it) can lie in the
+ * same span as that hold, below it: next in the same run, the same trust,
+ * and not older than the span's upper blocks. */
+static bool
+joins(const lr_index *ix, const struct state *st, uint32_t k, uint32_t c,
+      uint32_t top_stamp)
+{
+    const struct shold *x = &st->holds[k], *y = &st->holds[c];
+    uint32_t nx = st->nodes[x->node].node, ny = st->nodes[y->node].node;
+    return node_run(ix, nx) == node_run(ix, ny) &&
+           node_off(ix, ny) == node_off(ix, nx) + 1 &&
+           (x->flags & HF_REMOTE) == (y->flags & HF_REMOTE) &&
+           y->stamp >= top_stamp;
+}
+
+/* The holds of one span, from hold k down: while a hold has one child,
+ * which joins, and is plain in the span's way (not an anchor, or, when
+ * the span's first two are anchors, an anchor: precise mode's spans), the
+ * span goes on. Returns the bottom; *len its length, *every the mode. */
+static uint32_t
+span_end(const lr_index *ix, const struct state *st, uint32_t k, uint32_t *len,
+         bool *every)
+{
+    const struct shold *h = st->holds;
+    uint32_t top_stamp = h[k].stamp;
+    bool anchor = (h[k].flags & HF_ANCHOR) != 0;
+    *len = 1;
+    *every = false;
+    if (anchor && !(h[k].nch == 1 && joins(ix, st, k, h[k].kid, top_stamp) &&
+                    (h[h[k].kid].flags & HF_ANCHOR)))
+        return k; /* an anchor that ends its span */
+    *every = anchor;
+    while (h[k].nch == 1 && joins(ix, st, k, h[k].kid, top_stamp)) {
+        uint32_t c = h[k].kid;
+        (*len)++;
+        k = c;
+        /* c is the bottom unless it is plain in the span's way too */
+        if (h[c].stamp != top_stamp ||
+            ((h[c].flags & HF_ANCHOR) != 0) != anchor)
+            break;
+    }
+    return k;
+}
+
+/* Phase 2b (cannot fail: room was reserved): the instances, then the
+ * holds a span at a time, parents first; child counts, stamps, the
+ * leaves listed by recency, the engine-hash map. `leaves` has room for
+ * every hold. */
+static void
+load_apply(lr_index *ix, struct state *st, const uint32_t *order,
+           const uint32_t *first, struct leaf *leaves)
+{
+    for (uint32_t k = 0; k < st->n_holds; k++)
+        if (lr__index_inst_lookup(ix, st->holds[k].id) == LR_NIL)
+            (void)lr__index_inst_add(ix, st->holds[k].id);
+    uint64_t learned = ix->learned; /* a load learns nothing */
     uint32_t n_leaves = 0;
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         uint32_t j = order[i];
         for (uint32_t k = first[j]; k < first[j + 1]; k++) {
             struct shold *x = &st->holds[k];
-            uint32_t s = lr__index_inst_lookup(ix, x->id);
-            if (s == LR_NIL)
-                s = lr__index_inst_add(ix, x->id);
-            uint32_t bits = ((x->flags & HF_REMOTE) ? HB_REMOTE : 0) |
-                            ((x->flags & HF_ANCHOR) ? HB_ANCHOR : 0);
-            x->ref =
-                lr__index_hold_new(ix, st->nodes[j].node, s, bits, x->stamp);
-            if (x->par != LR_NIL)
-                H(ix, st->holds[x->par].ref)->bits++; /* a child held */
+            if (x->done)
+                continue;
+            uint32_t len;
+            bool every;
+            uint32_t b = span_end(ix, st, k, &len, &every);
+            uint32_t n = st->nodes[j].node;
+            uint32_t r = node_run(ix, n), lo = node_off(ix, n);
+            uint32_t depth0 = ix->runs[r].top + lo;
+            uint32_t anchor = depth0 + len;
+            const struct shold *y = &st->holds[b];
+            bool banchor = (y->flags & HF_ANCHOR) != 0;
+            struct seg seg = { r, lo, lo + len - 1 };
+            uint32_t sp = lr__index_grant(
+                ix, lr__index_inst_lookup(ix, x->id), &seg, 1,
+                (x->flags & HF_REMOTE) ? HB_REMOTE : 0, x->stamp, &anchor,
+                every     ? LR_NIL
+                : banchor ? 1u
+                          : 0u,
+                depth0);
+            struct span *S = &ix->sp[sp];
+            S->bits = (S->bits & ~(HB_NCHILD | HB_ANCHOR)) | y->nch |
+                      (banchor ? HB_ANCHOR : 0);
+            S->stamp = y->stamp;
+            for (uint32_t c = k, m = 0; m < len; m++, c = st->holds[c].kid)
+                st->holds[c].done = 1;
+            if (y->nch == 0)
+                leaves[n_leaves++] = (struct leaf){ y->stamp, sp };
         }
     }
-    for (uint32_t k = 0; k < st->n_holds; k++)
-        if (nchild(H(ix, st->holds[k].ref)) == 0)
-            leaves[n_leaves++] = (struct leaf){ st->holds[k].stamp, k };
+    ix->learned = learned;
     qsort(leaves, n_leaves, sizeof *leaves, cmp_leaf);
     for (uint32_t i = 0; i < n_leaves; i++) /* oldest first: newest at head */
-        lr__index_touch(ix, st->holds[leaves[i].k].ref, leaves[i].stamp);
+        lr__index_touch(ix, leaves[i].k, leaves[i].stamp);
     for (uint32_t i = 0; i < st->n_emap; i++) {
         const struct semap *e = &st->emap[i];
-        const struct snode *n = &st->nodes[e->node];
         lr__index_emap_put(ix, lr__index_inst_lookup(ix, e->id), e->ehash,
-                           n->node, n->key);
+                           st->nodes[e->node].node);
     }
 }
 
@@ -529,18 +676,20 @@ lr__index_load(lr_index *idx, const uint8_t *buf, size_t len, uint64_t now_ns)
     struct header h;
     LR_TRY(read_header(idx, buf, len, &h));
     struct lr__mem m = idx->mem;
-    /* tmp: depth and order (2 n), first (n + 1), ids or leaves (2 holds) */
+    /* tmp: depth and order (2 n), first (n + 1), made (n), ids or leaves
+     * (2 holds) */
     struct state st = { .m = &m,
                         .n_nodes = h.n_nodes,
                         .n_holds = h.n_holds,
                         .n_emap = h.n_emap,
                         .tmp_n =
-                            3 * (size_t)h.n_nodes + 1 + 2 * (size_t)h.n_holds };
+                            4 * (size_t)h.n_nodes + 1 + 2 * (size_t)h.n_holds };
     lr_status s = state_alloc(&st);
     struct lr__rd r = { buf + STATE_HEADER, buf + len - STATE_SUM, false };
     uint32_t *depth = st.tmp, *order = depth + h.n_nodes;
     uint32_t *first = order + h.n_nodes;
-    uint32_t *scratch = first + h.n_nodes + 1;
+    uint32_t *made = first + h.n_nodes + 1;
+    uint32_t *scratch = made + h.n_nodes;
     if (s == LR_OK)
         s = read_records(&r, &h, &st);
     if (s == LR_OK)
@@ -549,10 +698,18 @@ lr__index_load(lr_index *idx, const uint8_t *buf, size_t len, uint64_t now_ns)
         s = check_state(&st, first);
     if (s == LR_OK && new_ids(idx, &st, scratch) > idx->n_ifree)
         s = LR_ELIMIT;
+    /* at worst a run a node and a span a hold */
     if (s == LR_OK)
-        s = lr__index_reserve(idx, h.n_nodes, h.n_holds - h.n_nodes);
+        s = lr__index_reserve(idx, h.n_nodes, h.n_nodes, h.n_holds);
     if (s == LR_OK)
+        s = lr__index_hent_room(idx, LR_NIL, h.n_nodes);
+    if (s == LR_OK && h.n_emap > 0)
         s = lr__index_emap_reserve(idx, h.n_emap);
+    if (s == LR_OK) {
+        s = load_nodes(idx, &st, order, first, made);
+        if (s != LR_OK)
+            unmake_nodes(idx, made, h.n_nodes);
+    }
     if (s == LR_OK) {
         load_epoch(idx, &h, now_ns);
         load_apply(idx, &st, order, first, (struct leaf *)(void *)scratch);

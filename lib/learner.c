@@ -24,6 +24,7 @@
 
 #include "lr_hash.h"
 #include "mlp.h"
+#include "mlp_kernel.h"
 
 struct model {
     lr_mlp *net;
@@ -447,22 +448,6 @@ next_free(lr_learner *l, struct next *n)
     memset(n, 0, sizeof *n);
 }
 
-static float
-dot(const float *a, const float *b, size_t n)
-{
-    /* eight partial sums: vectorizable without reassociation flags */
-    float s[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += a[i + k] * b[i + k];
-    float t = 0;
-    for (; i < n; i++)
-        t += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
-           t;
-}
-
 /* Embed the pool rows for the diversity choice: the previous network's
  * last hidden activations times its absolute error on the row, or with no
  * network yet the rows' z-scored features; then L2-normalize. */
@@ -496,7 +481,7 @@ embed_pool(lr_learner *l, struct next *n, size_t m)
     }
     for (size_t i = 0; i < m; i++) {
         float *v = n->emb + i * w;
-        float nn = sqrtf(dot(v, v, w));
+        float nn = sqrtf(lr__mlp_dot(v, v, w));
         if (nn > 0)
             for (size_t k = 0; k < w; k++)
                 v[k] /= nn;
@@ -507,33 +492,293 @@ embed_pool(lr_learner *l, struct next *n, size_t m)
 /* Greedy k-center over the pool (farthest point, cosine distance): pick
  * `k` rows into n->pick. The first is the row with the largest embedding
  * before normalization would be ideal; the pool order (oldest replay
- * first) is used instead, which keeps the choice deterministic. */
-static void
-k_center(struct next *n, size_t m, size_t k)
+ * first) is used instead, which keeps the choice deterministic. See
+ * lr__k_center. */
+static lr_status
+k_center(lr_learner *l, struct next *n, size_t m, size_t k)
 {
-    size_t w = n->emb_w;
-    for (size_t i = 0; i < m; i++)
-        n->mind[i] = INFINITY;
-    size_t cur = 0;
-    for (size_t j = 0; j < k; j++) {
-        n->pick[j] = (uint32_t)cur;
-        n->mind[cur] = -1; /* taken */
-        const float *c = n->emb + cur * w;
-        size_t far = 0;
-        float best = -1;
-        for (size_t i = 0; i < m; i++) {
-            if (n->mind[i] < 0)
-                continue;
-            float dist = 1.0f - dot(n->emb + i * w, c, w);
-            if (dist < n->mind[i])
-                n->mind[i] = dist;
-            if (n->mind[i] > best) {
-                best = n->mind[i];
-                far = i;
+    return lr__k_center(&l->mem, n->emb, n->emb_w, m, k, n->pick);
+}
+
+/* ---- the k-center choice ------------------------------------------------------
+ *
+ * What it computes (the definition, and what the model in tests/learner.c
+ * runs): every row starts at distance +inf; pick 0 is row 0; after each
+ * pick c, every row whose distance is not below 0 takes min(its distance,
+ * 1 - dot(row, c)) (dot: the kernels' `dots`), and the next pick is the
+ * first such row of the largest distance above -1 (a row whose distance
+ * fell below 0 is out: a near-copy of a pick; none left: row 0 again).
+ *
+ * How: a scan of all rows per pick reads the whole embedding (2.5 MB for
+ * 5000 rows of 128) k times, which is memory-bound. Instead only the KC_TOP
+ * rows of largest distance (the "top") follow every pick; the others keep
+ * the distance of the last refresh, an upper bound of their own (a
+ * distance only falls), and the largest of them (the threshold). While
+ * the top's best beats the threshold it is the pick; otherwise a refresh
+ * brings every row up to date (KC_CHUNK rows at a time against every pick
+ * since the last, so a row is read once per refresh) and chooses the top
+ * again. A distance is a min over the same dot products whatever their
+ * order, so the picks are those of the scan, bit for bit. Ties go to the
+ * lower row: keys compare (distance, -row). */
+#define KC_TOP 256u
+#define KC_CHUNK 64u
+
+struct kc_key {
+    float d;
+    uint32_t i;
+};
+
+static inline bool
+kc_gt(float ad, uint32_t ai, float bd, uint32_t bi)
+{
+    return ad > bd || (ad == bd && ai < bi);
+}
+
+/* Row states. */
+enum {
+    KC_OUT,
+    KC_TOP_ROW,
+    KC_GONE
+};
+
+struct kc {
+    const struct lr__mlp_kernels *kr;
+    const float *emb;
+    size_t w;
+    float *d;      /* per row: its distance (up to date for top rows) */
+    uint8_t *st;   /* per row: KC_* */
+    uint32_t *out; /* rows KC_OUT, any order */
+    size_t n_out;
+    uint32_t *top; /* rows KC_TOP_ROW, any order */
+    size_t n_top;
+    struct kc_key *heap; /* refresh: the top chosen, a min-heap */
+    float *dd;           /* dot products, max(KC_TOP, KC_CHUNK) */
+    bool thr_any;        /* the largest (stale) key of the KC_OUT rows */
+    float thr_d;
+    uint32_t thr_i;
+};
+
+/* rows[0..n) against the pick c: each takes the min of its distance and
+ * 1 - dot(row, c). (A row below 0 is out for good, whatever its distance
+ * becomes after, so a refresh may update one before dropping it.) */
+static void
+kc_apply(struct kc *s, const uint32_t *rows, size_t n, uint32_t c)
+{
+    s->kr->dots(s->emb, s->w, rows, n, s->emb + (size_t)c * s->w, s->dd);
+    for (size_t q = 0; q < n; q++) {
+        float dist = 1.0f - s->dd[q];
+        if (dist < s->d[rows[q]])
+            s->d[rows[q]] = dist;
+    }
+}
+
+static void
+kc_heap_down(struct kc_key *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && kc_gt(h[m].d, h[m].i, h[l].d, h[l].i))
+            m = l;
+        if (r < n && kc_gt(h[m].d, h[m].i, h[r].d, h[r].i))
+            m = r;
+        if (m == i)
+            return;
+        struct kc_key t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static void
+kc_heap_up(struct kc_key *h, size_t i)
+{
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!kc_gt(h[p].d, h[p].i, h[i].d, h[i].i))
+            return;
+        struct kc_key t = h[i];
+        h[i] = h[p];
+        h[p] = t;
+        i = p;
+    }
+}
+
+/* A key passed over for the top: the threshold keeps the largest. */
+static void
+kc_thr(struct kc *s, float d, uint32_t i)
+{
+    if (!s->thr_any || kc_gt(d, i, s->thr_d, s->thr_i)) {
+        s->thr_any = true;
+        s->thr_d = d;
+        s->thr_i = i;
+    }
+}
+
+/* Bring every KC_OUT row up to date with picks[0..np) (the picks since
+ * the last refresh; the last is the pick just made, which the top rows
+ * have already taken), drop the rows out before the last, then choose
+ * the top and the threshold again among all rows left. */
+static void
+kc_refresh(struct kc *s, const uint32_t *picks, size_t np)
+{
+    size_t w = 0;
+    for (size_t c0 = 0; c0 < s->n_out; c0 += KC_CHUNK) {
+        size_t cn = s->n_out - c0 < KC_CHUNK ? s->n_out - c0 : KC_CHUNK;
+        uint32_t *rows = s->out + c0;
+        for (size_t p = 0; p + 1 < np; p++)
+            kc_apply(s, rows, cn, picks[p]);
+        /* out before the last pick: below 0 after the ones before it */
+        size_t keep = 0;
+        for (size_t q = 0; q < cn; q++) {
+            if (s->d[rows[q]] < 0)
+                s->st[rows[q]] = KC_GONE;
+            else
+                rows[keep++] = rows[q];
+        }
+        if (np > 0)
+            kc_apply(s, rows, keep, picks[np - 1]);
+        memmove(s->out + w, rows, keep * sizeof *rows);
+        w += keep;
+    }
+    s->n_out = w;
+    /* the top again: the KC_TOP largest keys among top and out rows */
+    size_t nh = 0;
+    s->thr_any = false;
+    for (size_t src = 0; src < 2; src++) {
+        const uint32_t *rows = src == 0 ? s->top : s->out;
+        size_t n = src == 0 ? s->n_top : s->n_out;
+        for (size_t q = 0; q < n; q++) {
+            struct kc_key k = { s->d[rows[q]], rows[q] };
+            if (nh < KC_TOP) {
+                s->heap[nh] = k;
+                kc_heap_up(s->heap, nh++);
+            } else if (kc_gt(k.d, k.i, s->heap[0].d, s->heap[0].i)) {
+                kc_thr(s, s->heap[0].d, s->heap[0].i);
+                s->heap[0] = k;
+                kc_heap_down(s->heap, nh, 0);
+            } else {
+                kc_thr(s, k.d, k.i);
             }
         }
-        cur = far;
     }
+    /* old top rows are out rows unless chosen again */
+    for (size_t q = 0; q < s->n_top; q++)
+        s->st[s->top[q]] = KC_OUT;
+    for (size_t q = 0; q < nh; q++)
+        s->st[s->heap[q].i] = KC_TOP_ROW;
+    w = 0;
+    for (size_t q = 0; q < s->n_out; q++)
+        if (s->st[s->out[q]] == KC_OUT)
+            s->out[w++] = s->out[q];
+    for (size_t q = 0; q < s->n_top; q++)
+        if (s->st[s->top[q]] == KC_OUT)
+            s->out[w++] = s->top[q];
+    s->n_out = w;
+    s->n_top = nh;
+    for (size_t q = 0; q < nh; q++)
+        s->top[q] = s->heap[q].i;
+}
+
+/* The best key above -1 among the top rows: *row, or false. */
+static bool
+kc_best(const struct kc *s, uint32_t *row)
+{
+    bool any = false;
+    float bd = -1;
+    uint32_t bi = 0;
+    for (size_t q = 0; q < s->n_top; q++) {
+        uint32_t r = s->top[q];
+        if (s->d[r] > -1 && (!any || kc_gt(s->d[r], r, bd, bi))) {
+            any = true;
+            bd = s->d[r];
+            bi = r;
+        }
+    }
+    /* the top wins when its best beats every out row's bound */
+    if (!any ||
+        (s->thr_any && s->thr_d > -1 && kc_gt(s->thr_d, s->thr_i, bd, bi)))
+        return false;
+    *row = bi;
+    return true;
+}
+
+lr_status
+lr__k_center(struct lr__mem *mem, const float *emb, size_t w, size_t m,
+             size_t k, uint32_t *pick)
+{
+    LR_RETURN_IF(m == 0 || m > UINT32_MAX, LR_EINVAL);
+    struct kc s = { .kr = lr__mlp_kernels_get(), .emb = emb, .w = w };
+    size_t nd = KC_TOP > KC_CHUNK ? KC_TOP : KC_CHUNK;
+    s.d = lr__alloc(mem, m * sizeof *s.d);
+    s.st = lr__alloc(mem, m);
+    s.out = lr__alloc(mem, m * sizeof *s.out);
+    s.top = lr__alloc(mem, KC_TOP * sizeof *s.top);
+    s.heap = lr__alloc(mem, KC_TOP * sizeof *s.heap);
+    s.dd = lr__alloc(mem, nd * sizeof *s.dd);
+    lr_status st = LR_ENOMEM;
+    if (s.d == NULL || s.st == NULL || s.out == NULL || s.top == NULL ||
+        s.heap == NULL || s.dd == NULL)
+        goto done;
+    for (size_t i = 0; i < m; i++) {
+        s.d[i] = INFINITY;
+        s.st[i] = KC_OUT;
+        s.out[i] = (uint32_t)i;
+    }
+    s.n_out = m;
+    size_t pend = 0; /* picks from here on are not in the out rows yet */
+    uint32_t cur = 0;
+    for (size_t j = 0; j < k; j++) {
+        pick[j] = cur;
+        if (s.st[cur] != KC_GONE) {
+            /* (row 0 again when nothing was left is gone already) */
+            if (s.st[cur] == KC_OUT) {
+                /* only the refresh's top or its best can be picked */
+                for (size_t q = 0; q < s.n_out; q++)
+                    if (s.out[q] == cur) {
+                        s.out[q] = s.out[--s.n_out];
+                        break;
+                    }
+            } else {
+                for (size_t q = 0; q < s.n_top; q++)
+                    if (s.top[q] == cur) {
+                        s.top[q] = s.top[--s.n_top];
+                        break;
+                    }
+            }
+            s.st[cur] = KC_GONE;
+        }
+        /* the top rows: out when below 0, else against the pick */
+        size_t keep = 0;
+        for (size_t q = 0; q < s.n_top; q++) {
+            uint32_t r = s.top[q];
+            if (s.d[r] < 0)
+                s.st[r] = KC_GONE;
+            else
+                s.top[keep++] = r;
+        }
+        s.n_top = keep;
+        kc_apply(&s, s.top, s.n_top, cur);
+        if (j + 1 == k)
+            break;
+        uint32_t next;
+        if (!kc_best(&s, &next)) {
+            kc_refresh(&s, pick + pend, j + 1 - pend);
+            pend = j + 1;
+            if (!kc_best(&s, &next))
+                next = 0;
+        }
+        cur = next;
+    }
+    st = LR_OK;
+done:
+    lr__free(mem, s.d, m * sizeof *s.d);
+    lr__free(mem, s.st, m);
+    lr__free(mem, s.out, m * sizeof *s.out);
+    lr__free(mem, s.top, KC_TOP * sizeof *s.top);
+    lr__free(mem, s.heap, KC_TOP * sizeof *s.heap);
+    lr__free(mem, s.dd, nd * sizeof *s.dd);
+    return st;
 }
 
 /* Build the next FIFO (the newest fifo_capacity of FIFO + new rows) and
@@ -608,7 +853,7 @@ build_buffers(lr_learner *l, struct next *n, uint64_t t0, uint64_t n_new)
         return LR_OK;
     }
     LR_TRY(embed_pool(l, n, pool));
-    k_center(n, pool, rc);
+    LR_TRY(k_center(l, n, pool, rc));
     for (size_t j = 0; j < rc; j++) {
         uint32_t p = n->pick[j];
         memcpy(n->rx + j * d, n->px + (size_t)p * d, d * sizeof(float));

@@ -30,5 +30,11 @@ lr_mlp *lr__learner_model(lr_learner *l);
  * sample buffers and the round count are unchanged. Not during a step
  * (LR_ESTATE); LR_ENOMEM changes nothing (net stays the caller's). */
 lr_status lr__learner_install(lr_learner *l, lr_mlp *net);
+/* The replay choice: greedy k-center (farthest point, cosine distance
+ * 1 - dot) over m rows of w floats (L2-normalized), k picks into pick[k]
+ * (learner.c says exactly which). LR_ENOMEM on scratch allocation
+ * failure; LR_EINVAL when m is 0. */
+lr_status lr__k_center(struct lr__mem *mem, const float *emb, size_t w,
+                       size_t m, size_t k, uint32_t *pick);
 
 #endif

@@ -8,9 +8,9 @@
  *                 and before scoring (its Algorithm 4); only that row is
  *                 scored, for the decision's cost
  *   candidates  = the K-filter's two ring candidates when the fleet's KV
- *                 use is high and a long prefix is cached, else a power-of-d
- *                 draw (the deepest hit + d - 1 others) when configured,
- *                 else every row
+ *                 use is high and a long prefix is cached, else the
+ *                 deepest hit + the d - 1 rows of least estimated TTFT
+ *                 (d = LR_PARAM_LODESTAR_CANDIDATES; 0: every row)
  *   features    -> one batched forward pass per LR__CHUNK rows
  *   out of range: each row judged alone; the rows out of the model's
  *                 training range are dropped (OOD on), and the fallback
@@ -30,6 +30,7 @@
  * the decayed hit ratio (a collision forgets). */
 #include "lodestar.h"
 
+#include "cost.h"
 #include "learner.h"
 #include "lr_hash.h"
 #include "policy.h"
@@ -100,14 +101,20 @@ mark_kfilter(const struct lr__pctx *c)
     return nc;
 }
 
-/* Power of d: the deepest hit and d - 1 others drawn uniformly (Floyd's
- * sampling, the marks serving as the set); or every row. */
+/* The candidates a cheap model thinks best: the deepest hit, and the
+ * d - 1 other rows with the least estimated TTFT (the queue and prefill
+ * estimate of min-ttft, lr__cost_ttft), ties to the lower row; or every
+ * row. The network then only ranks what the cheap model could not rule
+ * out: scoring 8 rows costs a sixth of scoring 64 (docs/learning.md has
+ * what it does to decisions). */
+#define TOPD_MAX 64u
+
 static uint32_t
 mark_sample(const struct lr__pctx *c)
 {
     uint32_t n = (uint32_t)c->n;
     uint32_t d = (uint32_t)LR__P(c, LODESTAR_CANDIDATES);
-    if (d == 0 || n <= d) {
+    if (d == 0 || n <= d || d > TOPD_MAX) {
         for (uint32_t k = 0; k < n; k++)
             c->score[k] = CANDIDATE_MARK;
         return n;
@@ -117,15 +124,26 @@ mark_sample(const struct lr__pctx *c)
         if (lr__row(c, k)->cached_tokens > lr__row(c, bk)->cached_tokens)
             bk = k;
     c->score[bk] = CANDIDATE_MARK;
-    /* d - 1 of the other n - 1 rows; index j < n - 1 stands for row j, or
-     * for row n - 1 when j == bk */
-    for (uint32_t j = n - d; j < n - 1; j++) {
-        uint32_t t = (uint32_t)lr__rng_below(c->rng, (uint64_t)j + 1);
-        uint32_t rt = t == bk ? n - 1 : t;
-        uint32_t rj = j == bk ? n - 1 : j;
-        c->score[isnan(c->score[rt]) ? rt : rj] = CANDIDATE_MARK;
+    /* the d - 1 least estimates among the others, kept sorted */
+    double best[TOPD_MAX];
+    uint32_t row[TOPD_MAX], m = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (k == bk)
+            continue;
+        double e = lr__cost_ttft(lr__row(c, k), c->prompt, 0, 0);
+        if (m == d - 1 && !(e < best[m - 1]))
+            continue;
+        uint32_t i = m < d - 1 ? m++ : m - 1;
+        for (; i > 0 && e < best[i - 1]; i--) {
+            best[i] = best[i - 1];
+            row[i] = row[i - 1];
+        }
+        best[i] = e;
+        row[i] = k;
     }
-    return d;
+    for (uint32_t i = 0; i < m; i++)
+        c->score[row[i]] = CANDIDATE_MARK;
+    return m + 1;
 }
 
 /* Score the marked rows in chunks: score = -predicted reward. With

@@ -11,7 +11,8 @@
 
 /* Persistent seeds (B26): documented in the public headers, never change. */
 #define LR_SEED_TENANT 0x4c52544e414e5431ull /* "LRTNANT1" */
-#define LR_SEED_BLOCK 0x4c52424c4f434b31ull  /* "LRBLOCK1" */
+#define LR_SEED_BLOCK 0x4c52424c4f434b32ull  /* "LRBLOCK2" (key format 2) */
+#define LR_CHAIN_MUL 0x9e3779b97f4a7c15ull   /* 2^64 / phi, odd */
 #define LR_SEED_VNODE 0x4c52564e4f444531ull  /* "LRVNODE1" */
 #define LR_SEED_RINGK 0x4c5252494e474b31ull  /* "LRRINGK1" */
 #define LR_SEED_TEXT 0x4c52544558543031ull   /* "LRTEXT01" */

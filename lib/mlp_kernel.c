@@ -182,6 +182,30 @@ adam_portable(float *p, float *mo, float *v, const float *g, size_t n, float wd,
     }
 }
 
+float
+lr__mlp_dot(const float *a, const float *b, size_t n)
+{
+    /* eight partial sums: vectorizable without reassociation flags */
+    float s[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    float t = 0;
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
+           t;
+}
+
+static void
+dots_portable(const float *x, size_t w, const uint32_t *idx, size_t n,
+              const float *c, float *out)
+{
+    for (size_t j = 0; j < n; j++)
+        out[j] = lr__mlp_dot(x + (size_t)idx[j] * w, c, w);
+}
+
 /* ---- AVX2 + FMA ---------------------------------------------------------- */
 
 #if MLP_X86
@@ -343,6 +367,73 @@ relu_back_avx2(float *dh, const float *h, size_t rows, size_t R, size_t ld,
     }
 }
 
+/* The eight lanes of s combined as lr__mlp_dot combines its sums, plus
+ * the tail of rows r against c from k = w8 (the same bits). */
+AVX_INLINE float
+dot_finish_avx2(__m256 s, const float *r, const float *c, size_t w8, size_t w)
+{
+    __m128 lo = _mm256_castps256_ps128(s), hi = _mm256_extractf128_ps(s, 1);
+    /* (s0+s1, s2+s3, s4+s5, s6+s7), then ((s0+s1)+(s2+s3), (s4+s5)+(s6+s7)) */
+    __m128 p = _mm_hadd_ps(lo, hi);
+    p = _mm_hadd_ps(p, p);
+    float v = _mm_cvtss_f32(p) + _mm_cvtss_f32(_mm_shuffle_ps(p, p, 1));
+    float t = 0;
+    for (size_t k = w8; k < w; k++)
+        t += r[k] * c[k];
+    return v + t;
+}
+
+/* Eight rows at a time: eight independent lane-sum chains share each load
+ * of c (no FMA: a product is rounded before it is added, as in C). */
+AVX_FN static void
+dots_avx2(const float *x, size_t w, const uint32_t *idx, size_t n,
+          const float *c, float *out)
+{
+    size_t w8 = w & ~(size_t)7, j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const float *r[8];
+        for (int q = 0; q < 8; q++)
+            r[q] = x + (size_t)idx[j + q] * w;
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        __m256 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        for (size_t k = 0; k < w8; k += 8) {
+            __m256 ck = _mm256_loadu_ps(c + k);
+            s0 =
+                _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(r[0] + k), ck));
+            s1 =
+                _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(r[1] + k), ck));
+            s2 =
+                _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(r[2] + k), ck));
+            s3 =
+                _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(r[3] + k), ck));
+            s4 =
+                _mm256_add_ps(s4, _mm256_mul_ps(_mm256_loadu_ps(r[4] + k), ck));
+            s5 =
+                _mm256_add_ps(s5, _mm256_mul_ps(_mm256_loadu_ps(r[5] + k), ck));
+            s6 =
+                _mm256_add_ps(s6, _mm256_mul_ps(_mm256_loadu_ps(r[6] + k), ck));
+            s7 =
+                _mm256_add_ps(s7, _mm256_mul_ps(_mm256_loadu_ps(r[7] + k), ck));
+        }
+        out[j] = dot_finish_avx2(s0, r[0], c, w8, w);
+        out[j + 1] = dot_finish_avx2(s1, r[1], c, w8, w);
+        out[j + 2] = dot_finish_avx2(s2, r[2], c, w8, w);
+        out[j + 3] = dot_finish_avx2(s3, r[3], c, w8, w);
+        out[j + 4] = dot_finish_avx2(s4, r[4], c, w8, w);
+        out[j + 5] = dot_finish_avx2(s5, r[5], c, w8, w);
+        out[j + 6] = dot_finish_avx2(s6, r[6], c, w8, w);
+        out[j + 7] = dot_finish_avx2(s7, r[7], c, w8, w);
+    }
+    for (; j < n; j++) {
+        const float *r = x + (size_t)idx[j] * w;
+        __m256 s = _mm256_setzero_ps();
+        for (size_t k = 0; k < w8; k += 8)
+            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_loadu_ps(r + k),
+                                               _mm256_loadu_ps(c + k)));
+        out[j] = dot_finish_avx2(s, r, c, w8, w);
+    }
+}
+
 /* The same operations in the same order (no FMA), so both give the same
  * bits. */
 AVX_FN static void
@@ -379,6 +470,7 @@ static const struct lr__mlp_kernels kernels_portable = {
     .gemm = gemm_portable,
     .relu_back = relu_back_portable,
     .adam = adam_portable,
+    .dots = dots_portable,
 };
 
 #if MLP_X86
@@ -387,6 +479,7 @@ static const struct lr__mlp_kernels kernels_avx2 = {
     .gemm = gemm_avx2,
     .relu_back = relu_back_avx2,
     .adam = adam_avx2,
+    .dots = dots_avx2,
 };
 #endif
 

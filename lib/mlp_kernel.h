@@ -1,10 +1,12 @@
-/* Internal: the compute kernels of lr_mlp (mlp_kernel.c), for mlp.c only.
- * The network asks lr__mlp_kernels_get() for one table and calls through
- * it; which table (AVX2+FMA or portable C) is chosen at run time. */
+/* Internal: the compute kernels of lr_mlp (mlp_kernel.c), for mlp.c (and
+ * the learner's replay choice, which uses `dots`). The caller asks
+ * lr__mlp_kernels_get() for one table and calls through it; which table
+ * (AVX2+FMA or portable C) is chosen at run time. */
 #ifndef LIBROUTE_LIB_MLP_KERNEL_H
 #define LIBROUTE_LIB_MLP_KERNEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* C[m][n] for m < M, n < N (row stride ldc) is either
  *   act(bias[m] + sum_k A(m, k) B[k][n])   (accumulate == 0; act is ReLU
@@ -38,7 +40,19 @@ struct lr__mlp_kernels {
      * g: weight decay wd added to g, step a, 1 / sqrt(bias correction) c. */
     void (*adam)(float *p, float *mo, float *v, const float *g, size_t n,
                  float wd, float a, float c);
+    /* out[j] = the dot product of c with row idx[j] of x (rows of w
+     * floats) for j < n: eight lane sums s[k % 8] += x[k] * c[k] over
+     * k < w & ~7 in order, combined ((s0 + s1) + (s2 + s3)) + ((s4 + s5) +
+     * (s6 + s7)), plus the remaining k summed in order from 0. Both sets
+     * give the same bits (no FMA), and a row's bits do not depend on its
+     * neighbours. */
+    void (*dots)(const float *x, size_t w, const uint32_t *idx, size_t n,
+                 const float *c, float *out);
 };
+
+/* The dot product of a and b (n floats) as `dots` computes it, in
+ * portable C: the same bits as either kernel set. */
+float lr__mlp_dot(const float *a, const float *b, size_t n);
 
 /* The kernels to use now: AVX2+FMA when the CPU has them and
  * lr__mlp_force_portable() is off, else portable. Never fails. */

@@ -58,7 +58,7 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_LODESTAR_OOD] = { 0, 1, 1, true },
     [LR_PARAM_LODESTAR_FALLBACK] = { 0, LR_POLICY_LODESTAR - 1,
                                      LR_POLICY_PREFIX_CACHE_AND_LOAD, true },
-    [LR_PARAM_LODESTAR_CANDIDATES] = { 0, 65534, 0, true },
+    [LR_PARAM_LODESTAR_CANDIDATES] = { 0, 65534, 8, true },
     [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 60, false },
     [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = { 0, 100, 3, false },
     [LR_PARAM_ADAPTIVE_CONTENTION] = { 0, 100, 3, false },

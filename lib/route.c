@@ -29,11 +29,13 @@
 #define KBUF_MIN 256u                      /* first size of the key scratch */
 #define RECENCY_MAX_BOUNDARIES 16u /* the recency table keeps the last 16 */
 #define MAX_HOT_KEYS 64u           /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
+#define UNLOCKED_KEYS 2048u        /* keys hashed on the stack (16 KiB) */
 
 /* One route's working state, between the pipeline's steps. */
 struct route {
     const lr_request *q;
-    size_t nk; /* block keys in r->kbuf */
+    size_t nk;          /* block keys in kb */
+    const uint64_t *kb; /* r->kbuf, or the caller's stack (hashed unlocked) */
     uint64_t keys[MAX_HOT_KEYS];
     uint32_t n_keys; /* DualMap's keys, recorded after the dispatch */
     uint64_t seed;   /* the policy's draws */
@@ -57,21 +59,51 @@ scratch_keys(lr_router *r, size_t n)
     return LR_OK;
 }
 
-/* Step 1: the prompt's block keys into kbuf. */
-static lr_status
-route_keys(lr_router *r, struct route *rt)
+/* The leading block keys a route needs: every one when it records (the
+ * learn, the recency table) or the policy matches, follows recency or
+ * DualMap's hotness; only those of the ring key's prefix for a ring
+ * policy's decision alone (prefix_key reads no further); none for a
+ * decision that reads only the load. The keys computed are the same
+ * either way, so the decision is too. */
+static size_t
+keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
+            bool records)
 {
     const lr_request *q = rt->q;
-    rt->nk = q->n_tokens / r->block_tokens;
+    size_t all = q->n_tokens / r->block_tokens;
+    if (records || (needs & (LR__NEEDS_MATCH | LR__NEEDS_AGE)))
+        return all;
+    uint32_t want = 0;
+    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    if (kind == LR_RING_KEY_HOTNESS)
+        return all;
+    if (kind == LR_RING_KEY_PREFIX ||
+        (kind == LR_RING_KEY_SESSION && !q->has_session)) {
+        size_t b = (size_t)r->param[LR_PARAM_SESSION_TOKENS] / r->block_tokens;
+        return b < all ? b : all;
+    }
+    return 0;
+}
+
+/* Step 1: the prompt's block keys (those keys_needed says) into kbuf. */
+static lr_status
+route_keys(lr_router *r, struct route *rt, size_t n)
+{
+    const lr_request *q = rt->q;
+    if (rt->kb != NULL && n <= rt->nk)
+        return LR_OK; /* hashed before the lock was taken */
+    rt->nk = n;
     LR_TRY(scratch_keys(r, rt->nk));
+    rt->kb = r->kbuf;
     if (rt->nk > 0)
-        LR_TRY(lr_block_keys(r->block_tokens, q->tokens, q->n_tokens,
-                             q->tenant_salt, r->kbuf, r->kbuf_cap, &rt->nk));
+        LR_TRY(lr_block_keys(r->block_tokens, q->tokens,
+                             rt->nk * r->block_tokens, q->tenant_salt, r->kbuf,
+                             r->kbuf_cap, &rt->nk));
     return LR_OK;
 }
 
 static void
-prompt_of(const lr_router *r, const struct route *rt, lr_prompt *p)
+prompt_of(const struct route *rt, lr_prompt *p)
 {
     const lr_request *q = rt->q;
     lr_prompt_init(p);
@@ -80,7 +112,7 @@ prompt_of(const lr_router *r, const struct route *rt, lr_prompt *p)
     p->boundaries = q->boundaries;
     p->n_boundaries = q->n_boundaries;
     p->tenant_salt = q->tenant_salt;
-    p->keys = rt->nk > 0 ? r->kbuf : NULL;
+    p->keys = rt->nk > 0 ? rt->kb : NULL;
     p->n_keys = rt->nk;
 }
 
@@ -94,7 +126,7 @@ route_match(lr_router *r, const struct route *rt, bool want)
     if (!want || rt->nk == 0)
         return LR_OK;
     lr_prompt p;
-    prompt_of(r, rt, &p);
+    prompt_of(rt, &p);
     lr_index_match_result mr;
     lr_index_match_result_init(&mr);
     mr.hits = r->hits;
@@ -170,7 +202,7 @@ route_gather(lr_router *r, const struct route *rt, uint32_t needs)
         size_t blocks = c->cached_tokens / r->block_tokens;
         if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
             c->cached_age_s =
-                lr__recency_age(&r->rec, r->kbuf[blocks - 1], c->instance, now);
+                lr__recency_age(&r->rec, rt->kb[blocks - 1], c->instance, now);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
         if ((needs & LR__NEEDS_TREE) &&
             lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
@@ -191,7 +223,7 @@ prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
     size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
     size_t b = m / r->block_tokens;
     if (b > 0 && b <= rt->nk && b * r->block_tokens == m)
-        return r->kbuf[b - 1];
+        return rt->kb[b - 1];
     return lr__hash(q->tokens, m * sizeof(uint32_t),
                     SEED_SESSION ^ q->tenant_salt);
 }
@@ -205,7 +237,7 @@ hotness_key(const lr_router *r, struct route *rt)
     uint32_t per =
         (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS] / r->block_tokens;
     rt->n_keys =
-        lr__hot_keys(&r->hot, r->kbuf, rt->nk, per > 0 ? per : 1, rt->keys);
+        lr__hot_keys(&r->hot, rt->kb, rt->nk, per > 0 ? per : 1, rt->keys);
     if (rt->n_keys == 0)
         return prefix_key(r, rt,
                           lr__hot_first_blocks(&r->hot) *
@@ -247,12 +279,13 @@ route_rank(lr_router *r, struct route *rt)
     }
 }
 
-/* Steps 1-4: the table route() decides on. */
+/* Steps 1-4: the table route() decides on; `records`: the route will
+ * learn and record (not a dry run, not lr_router_candidates()). */
 static lr_status
-route_table(lr_router *r, struct route *rt)
+route_table(lr_router *r, struct route *rt, bool records)
 {
     uint32_t needs = lr__policy_needs(r->policy, r->param);
-    LR_TRY(route_keys(r, rt));
+    LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
     route_gather(r, rt, needs);
     route_rank(r, rt);
@@ -320,7 +353,7 @@ record_recency(lr_router *r, const struct route *rt, const lr_candidate *c)
         size_t b =
             i < q->n_boundaries ? q->boundaries[i] / r->block_tokens : rt->nk;
         if (b > 0 && b <= rt->nk)
-            keys[n++] = r->kbuf[b - 1];
+            keys[n++] = rt->kb[b - 1];
     }
     lr__recency_remember(&r->rec, keys, n, c->instance, q->now_ns);
 }
@@ -355,7 +388,7 @@ route_record(lr_router *r, const struct route *rt)
     const lr_candidate *c = &r->rows[rt->ch.k];
     if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && rt->nk > 0) {
         lr_prompt p;
-        prompt_of(r, rt, &p);
+        prompt_of(rt, &p);
         LR_TRY(
             lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns));
     }
@@ -434,8 +467,10 @@ route_check(lr_router *r, const lr_request *q, lr_decision *d)
     return LR_OK;
 }
 
+/* kb[0, nk): the prompt's keys, hashed before the lock (NULL: none). */
 static lr_status
-route_locked(lr_router *r, const lr_request *q, lr_decision *d)
+route_locked(lr_router *r, const lr_request *q, lr_decision *d,
+             const uint64_t *kb, size_t nk)
 {
     /* the clock before the router's state (lr_router.h: the request's
      * own checks, then the clock, then the rest) */
@@ -445,8 +480,8 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d)
      * when a later step fails */
     (void)lr_index_expire(r->ix, q->now_ns);
     lr__peers_expire(&r->peers, q->now_ns);
-    struct route rt = { .q = q };
-    LR_TRY(route_table(r, &rt));
+    struct route rt = { .q = q, .kb = kb, .nk = nk };
+    LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     rt.seed = lr__rng_next(&r->rng);
     struct lr__rng prng;
@@ -500,8 +535,20 @@ lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
     LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
     LR_RETURN_IF(decision->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
     LR_TRY(check_request(&q));
+    /* Hashing is pure and a recording route needs every key: hash before
+     * taking the lock, so that another thread's route runs meanwhile
+     * (block_tokens never changes after creation). On the stack, up to
+     * UNLOCKED_KEYS; a longer prompt is hashed under the lock as before
+     * (the host's allocator is never called outside it). */
+    uint64_t kb[UNLOCKED_KEYS];
+    size_t nk = q.n_tokens / r->block_tokens;
+    const uint64_t *pre = NULL;
+    if (!(q.flags & LR_ROUTE_DRY_RUN) && nk > 0 && nk <= UNLOCKED_KEYS &&
+        lr_block_keys(r->block_tokens, q.tokens, nk * r->block_tokens,
+                      q.tenant_salt, kb, UNLOCKED_KEYS, &nk) == LR_OK)
+        pre = kb;
     lr__router_lock(r);
-    lr_status st = route_locked(r, &q, decision);
+    lr_status st = route_locked(r, &q, decision, pre, pre != NULL ? nk : 0);
     lr__router_unlock(r);
     return st;
 }
@@ -537,7 +584,7 @@ lr_router_candidates(lr_router *r, const lr_request *request,
         st = LR_EBUFSIZE;
     struct route rt = { .q = &q };
     if (st == LR_OK)
-        st = route_table(r, &rt);
+        st = route_table(r, &rt, false);
     if (st == LR_OK)
         copy_rows(r, rows, row_size);
     lr__router_unlock(r);

@@ -257,18 +257,121 @@ mp_next(struct mp *m, struct mv *v)
     }
 }
 
+static inline uint32_t
+be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
+/* The fast path of the integer forms (positive fixint, uint 8..64, int
+ * 8..64 holding a non-negative value), which is what token arrays are
+ * made of: *u and true, m past it; false when the next value is not one
+ * of them (or is truncated), with m unmoved, for the general reader to
+ * judge. The same values mp_next() reads as MP_UINT. */
+static inline bool
+mp_fast_uint(struct mp *m, uint64_t *u)
+{
+    const uint8_t *p = m->p;
+    if (p >= m->end)
+        return false;
+    uint8_t c = p[0];
+    if (c <= 0x7f) {
+        *u = c;
+        m->p = p + 1;
+        return true;
+    }
+    if (c < 0xcc || c > 0xd3)
+        return false;
+    size_t n = (size_t)1 << ((c - 0xcc) & 3);
+    if ((size_t)(m->end - p) < n + 1)
+        return false;
+    uint64_t v;
+    switch (n) {
+    case 1:
+        v = p[1];
+        break;
+    case 2:
+        v = (uint64_t)p[1] << 8 | p[2];
+        break;
+    case 4:
+        v = be32(p + 1);
+        break;
+    default:
+        v = (uint64_t)be32(p + 1) << 32 | be32(p + 5);
+        break;
+    }
+    if (c >= 0xd0 && (v >> (8 * n - 1)) != 0)
+        return false; /* negative: the general reader says MP_NINT */
+    *u = v;
+    m->p = p + 1 + n;
+    return true;
+}
+
+/* A token id of the forms a packer writes for 0..2^32-1 (positive
+ * fixint, uint 8, 16, 32) at p, with at least 5 bytes from p: *u and the
+ * length, or 0 for any other form (the general reader's to judge). */
+static inline size_t
+mp_token_at(const uint8_t *p, uint32_t *u)
+{
+    uint8_t c = p[0];
+    if (c <= 0x7f) {
+        *u = c;
+        return 1;
+    }
+    switch (c) {
+    case 0xcc:
+        *u = p[1];
+        return 2;
+    case 0xcd:
+        *u = (uint32_t)p[1] << 8 | p[2];
+        return 3;
+    case 0xce:
+        *u = be32(p + 1);
+        return 5;
+    default:
+        return 0;
+    }
+}
+
+/* Past up to n integers (any msgpack integer form) at m, while at least 9
+ * bytes remain: how many. A token array is skipped here in one loop. */
+static inline uint64_t
+mp_skip_ints(struct mp *m, uint64_t n)
+{
+    const uint8_t *p = m->p, *end = m->end;
+    uint64_t k = 0;
+    while (k < n && end - p >= 9) {
+        uint8_t c = p[0];
+        if (c <= 0x7f || c >= 0xe0)
+            p += 1;
+        else if (c >= 0xcc && c <= 0xd3)
+            p += 1 + ((size_t)1 << ((c - 0xcc) & 3));
+        else
+            break;
+        k++;
+    }
+    m->p = p;
+    return k;
+}
+
 /* Skip one whole value, nested containers included, without recursion. */
 static bool
 mp_skip(struct mp *m)
 {
     uint64_t pending = 1;
     while (pending > 0) {
+        uint64_t u;
+        if (mp_fast_uint(m, &u)) {
+            pending--;
+            continue;
+        }
         struct mv v;
         if (!mp_next(m, &v))
             return false;
         pending--;
         if (v.kind == MP_ARRAY)
-            pending += v.u;
+            pending += v.u - mp_skip_ints(m, v.u); /* its leading integers */
         else if (v.kind == MP_MAP)
             pending += 2 * v.u;
     }
@@ -364,7 +467,8 @@ is_token(const struct mv *v)
 /* An array whose elements all pass ok(): *n its length, `at` left at its
  * first element (pass 2 reads them again from there). Another value, or
  * an element that fails ok(), sets *bad; false only when the bytes are
- * not msgpack. */
+ * not msgpack. Integers take the fast path; anything else, the general
+ * reader. */
 static bool
 read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
            uint64_t *n, bool *bad)
@@ -382,9 +486,44 @@ read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
     *n = v.u;
     for (uint64_t i = 0; i < v.u; i++) {
         struct mv e;
+        if (mp_fast_uint(m, &e.u)) {
+            e.kind = MP_UINT;
+            e.data = NULL;
+        } else if (!mp_scalar(m, &e)) {
+            return false;
+        }
+        *bad |= !ok(&e);
+    }
+    return true;
+}
+
+/* read_array(m, is_token, ...) with the test inlined: a token array is
+ * the bulk of every BlockStored event. */
+static bool
+read_tokens(struct mp *m, struct mp *at, uint64_t *n, bool *bad)
+{
+    struct mp start = *m;
+    struct mv v;
+    if (!mp_next(m, &v))
+        return false;
+    if (v.kind != MP_ARRAY) {
+        *bad = true;
+        *m = start;
+        return mp_skip(m);
+    }
+    *at = *m;
+    *n = v.u;
+    for (uint64_t i = 0; i < v.u; i++) {
+        uint32_t t;
+        size_t k = m->end - m->p >= 5 ? mp_token_at(m->p, &t) : 0;
+        if (k > 0) {
+            m->p += k;
+            continue;
+        }
+        struct mv e;
         if (!mp_scalar(m, &e))
             return false;
-        *bad |= !ok(&e);
+        *bad |= !is_token(&e);
     }
     return true;
 }
@@ -495,7 +634,7 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have)
         return read_array(m, is_hash, &ev->hashes, &ev->n_hashes, &ev->bad);
     case F_TOKENS:
         have[F_TOKENS] = true;
-        return read_array(m, is_token, &ev->tokens, &ev->n_tokens, &ev->bad);
+        return read_tokens(m, &ev->tokens, &ev->n_tokens, &ev->bad);
     case F_EXTRA_KEYS:
         return read_extra(m, &ev->skip);
     case F_OTHER:
@@ -711,24 +850,34 @@ static void
 copy_tokens(struct mp at, uint64_t n, uint32_t *out)
 {
     for (uint64_t i = 0; i < n; i++) {
-        struct mv v;
-        (void)mp_next(&at, &v);
-        out[i] = (uint32_t)v.u;
+        uint32_t t;
+        size_t k = at.end - at.p >= 5 ? mp_token_at(at.p, &t) : 0;
+        if (k > 0) {
+            at.p += k;
+        } else {
+            struct mv v;
+            (void)mp_next(&at, &v); /* checked in pass 1 */
+            t = (uint32_t)v.u;
+        }
+        out[i] = t;
     }
 }
 
-/* Pass 1: every event well framed, the block size of each to apply
- * placeable, and the largest hash and token counts among them, which size
- * the scratch of pass 2. */
+/* Pass 1: every event well formed, its block size placeable, and the
+ * largest hash and token counts among the events to apply, which size
+ * the scratch of pass 2. With `out`, each event as read goes there, so
+ * that pass 2 does not read it again. */
 static lr_status
 check_events(const lr_index *ix, struct mp at, uint64_t n_events,
-             uint64_t *max_hashes, uint64_t *max_tokens)
+             uint64_t *max_hashes, uint64_t *max_tokens, struct event *out)
 {
     uint32_t B = lr_index_block_tokens(ix);
     for (uint64_t i = 0; i < n_events; i++) {
         struct event ev;
         if (!read_event(&at, &ev))
             return LR_ECORRUPT;
+        if (out != NULL)
+            out[i] = ev;
         if (ev.skip || ev.bad)
             continue;
         if (ev.type == EV_STORED && ev.block_size % B != 0)
@@ -839,23 +988,35 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
         n_events > UINT32_MAX)
         return LR_ECORRUPT;
     info->events = (uint32_t)n_events;
+    /* pass 1 keeps what it read, so pass 2 reads each event once more
+     * only when that memory cannot be had */
+    size_t evbytes = 0;
+    struct event *evs = NULL;
+    if (lr__mul_size((size_t)n_events, sizeof *evs, &evbytes) && evbytes > 0)
+        evs = lr__alloc(mem, evbytes);
     uint64_t max_hashes = 0, max_tokens = 0;
-    LR_TRY(check_events(ix, events, n_events, &max_hashes, &max_tokens));
-    struct scratch sc;
-    LR_TRY(scratch_alloc(mem, max_hashes, max_tokens, &sc));
+    lr_status st =
+        check_events(ix, events, n_events, &max_hashes, &max_tokens, evs);
+    struct scratch sc = { 0 };
+    if (st == LR_OK)
+        st = scratch_alloc(mem, max_hashes, max_tokens, &sc);
     /* in order, up to the first failure; info->done says how far */
-    lr_status st = LR_OK;
     struct mp at = events;
-    uint32_t i;
-    for (i = 0; i < n_events; i++) {
+    uint32_t i = 0;
+    for (; st == LR_OK && i < n_events; i++) {
         struct event ev;
-        (void)read_event(&at, &ev); /* checked in pass 1 */
+        if (evs != NULL)
+            ev = evs[i];
+        else
+            (void)read_event(&at, &ev); /* checked in pass 1 */
         st = apply_event(ix, instance, &ev, &sc, now_ns, info);
         if (st != LR_OK)
             break;
     }
     info->done = i;
     lr__free(mem, sc.raw, sc.bytes);
+    if (evs != NULL)
+        lr__free(mem, evs, evbytes);
     return st;
 }
 

@@ -263,13 +263,10 @@ blk_alloc(struct sim_engine *e)
     return id;
 }
 
-/* Where warming loads leave their values, so that they are not optimised
- * away. */
-static volatile uint64_t warm_sink;
-
 /* n blocks into out, as n calls of blk_alloc, in stretches of ALLOC_WARM:
- * first load the table slot every allocation of the stretch deletes a key
- * from (independent loads whose misses overlap), then allocate, so the
+ * first prefetch the blocks of the queue's next entries, then the table
+ * slot every allocation of the stretch deletes a key from (prefetches:
+ * their misses overlap and nothing waits for them), then allocate, so the
  * backward-shift deletes find their slots in cache. Caller checked
  * n_free >= n (the live queue entries are the free blocks). */
 #define ALLOC_WARM 64u
@@ -279,16 +276,18 @@ blk_alloc_n(struct sim_engine *e, uint32_t *out, uint32_t n)
 {
     while (n > 0) {
         uint32_t m = n < ALLOC_WARM ? n : ALLOC_WARM;
-        uint64_t w = 0;
+        /* the blocks first (prefetches: nothing waits for them), then the
+         * table slots their keys name */
+        for (uint64_t pos = e->fq_head, k = 0; k < 2 * m; pos++, k++)
+            __builtin_prefetch(&e->blk[e->fq[pos & e->fq_mask]]);
         for (uint64_t pos = e->fq_head, k = 0; k < m; pos++) {
             if (!fq_live(e, pos))
                 continue;
             const struct blk *b = &e->blk[e->fq[pos & e->fq_mask]];
             if (b->hashed)
-                w += e->table[b->key & e->mask].id;
+                __builtin_prefetch(&e->table[b->key & e->mask]);
             k++;
         }
-        warm_sink = w;
         for (uint32_t k = 0; k < m; k++)
             *out++ = blk_alloc(e);
         n -= m;
@@ -333,7 +332,7 @@ blk_register(struct sim_engine *e, uint32_t id, uint64_t key)
 }
 
 /* blk_register for s's blocks [from, to), in stretches of ALLOC_WARM
- * whose table slots and blocks are loaded first (see blk_alloc_n). */
+ * whose table slots and blocks are prefetched first (see blk_alloc_n). */
 static void
 blk_register_n(struct sim_engine *e, const struct sim_seq *s, uint32_t from,
                uint32_t to)
@@ -343,10 +342,10 @@ blk_register_n(struct sim_engine *e, const struct sim_seq *s, uint32_t from,
     uint32_t run_from = NIL;
     for (uint32_t d0 = from; d0 < to; d0 += ALLOC_WARM) {
         uint32_t d1 = to - d0 < ALLOC_WARM ? to : d0 + ALLOC_WARM;
-        uint64_t w = 0;
-        for (uint32_t d = d0; d < d1; d++)
-            w += e->table[s->keys[d] & e->mask].id + e->blk[s->blocks[d]].ref;
-        warm_sink = w;
+        for (uint32_t d = d0; d < d1; d++) {
+            __builtin_prefetch(&e->table[s->keys[d] & e->mask]);
+            __builtin_prefetch(&e->blk[s->blocks[d]]);
+        }
         for (uint32_t d = d0; d < d1; d++) {
             int fresh = blk_register(e, s->blocks[d], s->keys[d]);
             if (e->sink.stored == NULL)

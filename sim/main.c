@@ -711,6 +711,7 @@ struct job {
 struct pool {
     struct job *jobs;
     size_t n;
+    size_t *order; /* the jobs in the order they start (NULL: in order) */
     atomic_size_t next;
     atomic_size_t finished;
     int progress;
@@ -747,6 +748,8 @@ worker(void *arg)
         size_t k = atomic_fetch_add(&p->next, 1);
         if (k >= p->n)
             return NULL;
+        if (p->order != NULL)
+            k = p->order[k];
         struct job *j = &p->jobs[k];
         j->rc = sim_run(&j->cfg, &j->res, &j->err);
         if (p->per_cell) {
@@ -769,6 +772,17 @@ run_all(struct pool *p, unsigned jobs)
     atomic_init(&p->finished, 0);
     if (jobs > p->n)
         jobs = (unsigned)p->n;
+    /* Lodestar's runs first: a learned policy trains all along and takes
+     * several times as long as any other, so started last it would run
+     * alone at the end. Which thread runs a job changes no result. */
+    p->order = jobs > 1 ? sim_calloc(p->n, sizeof *p->order) : NULL;
+    if (p->order != NULL) {
+        size_t w = 0;
+        for (int heavy = 1; heavy >= 0; heavy--)
+            for (size_t k = 0; k < p->n; k++)
+                if ((p->jobs[k].cfg.policy == LR_POLICY_LODESTAR) == heavy)
+                    p->order[w++] = k;
+    }
     pthread_t th[256];
     unsigned started = 0;
     for (unsigned t = 1; t < jobs; t++) {
@@ -779,6 +793,8 @@ run_all(struct pool *p, unsigned jobs)
     worker(p);
     for (unsigned t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+    free(p->order);
+    p->order = NULL;
     return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "learner.h"
 #include "libroute/lr_learner.h"
+#include "mlp.h"
 #include "testutil.h"
 
 #define D 3
@@ -546,6 +547,142 @@ oom_create(void **state)
     tu_oom_loop(sc_create, NULL, 64);
 }
 
+/* ---- the k-center choice against the scan it replaces ---------------------- */
+
+static float
+naive_dot(const float *a, const float *b, size_t n)
+{
+    float s[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    float t = 0;
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
+           t;
+}
+
+/* The scan of every row per pick (the learner's code before the top and
+ * the refreshes). */
+static void
+naive_k_center(const float *emb, size_t w, size_t m, size_t k, uint32_t *pick)
+{
+    float *mind = malloc(m * sizeof *mind);
+    assert_non_null(mind);
+    for (size_t i = 0; i < m; i++)
+        mind[i] = INFINITY;
+    size_t cur = 0;
+    for (size_t j = 0; j < k; j++) {
+        pick[j] = (uint32_t)cur;
+        mind[cur] = -1;
+        const float *c = emb + cur * w;
+        size_t far = 0;
+        float best = -1;
+        for (size_t i = 0; i < m; i++) {
+            if (mind[i] < 0)
+                continue;
+            float dist = 1.0f - naive_dot(emb + i * w, c, w);
+            if (dist < mind[i])
+                mind[i] = dist;
+            if (mind[i] > best) {
+                best = mind[i];
+                far = i;
+            }
+        }
+        cur = far;
+    }
+    free(mind);
+}
+
+/* Rows of a few kinds: random directions, exact and near copies (whose
+ * distances fall below 0 and leave), rows on a few clusters (ties and
+ * long stretches without a refresh), zero rows, and with `odd` an
+ * infinite and a NaN row. L2-normalized as the learner does. */
+static float *
+kc_rows(size_t m, size_t w, uint64_t seed, int odd)
+{
+    float *e = malloc(m * w * sizeof *e);
+    assert_non_null(e);
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < m; i++) {
+        float *v = e + i * w;
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned kind = (unsigned)(x >> 60);
+        size_t src = i > 0 ? (size_t)((x >> 20) % i) : 0;
+        for (size_t q = 0; q < w; q++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            float r = (float)((double)(x >> 40) / (double)(1ull << 24)) - 0.5f;
+            if (kind < 2 && i > 0)
+                v[q] = e[src * w + q]; /* an exact copy */
+            else if (kind < 4 && i > 0)
+                v[q] = e[src * w + q] + r * 1e-6f; /* a near copy */
+            else if (kind < 8)
+                v[q] = (float)((src % 5) == q % 5) + r * 0.01f; /* clusters */
+            else if (kind == 8)
+                v[q] = 0;
+            else
+                v[q] = r;
+        }
+        if (odd && i == m / 3)
+            v[0] = INFINITY;
+        if (odd && i == m / 2)
+            v[w - 1] = NAN;
+        float nn = sqrtf(naive_dot(v, v, w));
+        if (nn > 0)
+            for (size_t q = 0; q < w; q++)
+                v[q] /= nn;
+    }
+    return e;
+}
+
+static void
+k_center_matches_the_scan(void **state)
+{
+    (void)state;
+    static const size_t ms[] = { 1, 2, 3, 9, 200, 700, 1300 };
+    static const size_t ws[] = { 1, 3, 8, 16, 37, 128 };
+    struct lr__mem mem;
+    assert_int_equal(lr__mem_init(&mem, NULL), LR_OK);
+    uint64_t seed = 1;
+    for (int portable = 0; portable < 2; portable++) {
+        lr__mlp_force_portable(portable);
+        for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+            for (size_t b = 0; b < sizeof ws / sizeof *ws; b++)
+                for (int odd = 0; odd < 2; odd++) {
+                    size_t m = ms[a], w = ws[b];
+                    if (m * w > 200000)
+                        continue;
+                    float *e = kc_rows(m, w, seed++, odd);
+                    size_t ks[] = { 1, m / 2, m > 1 ? m - 1 : 1, m, m + 3 };
+                    uint32_t *p0 = malloc((m + 3) * sizeof *p0);
+                    uint32_t *p1 = malloc((m + 3) * sizeof *p1);
+                    assert_non_null(p0);
+                    assert_non_null(p1);
+                    for (size_t c = 0; c < sizeof ks / sizeof *ks; c++) {
+                        size_t k = ks[c] > 0 ? ks[c] : 1;
+                        naive_k_center(e, w, m, k, p0);
+                        assert_int_equal(lr__k_center(&mem, e, w, m, k, p1),
+                                         LR_OK);
+                        if (memcmp(p0, p1, k * sizeof *p0) != 0) {
+                            size_t j = 0;
+                            while (p0[j] == p1[j])
+                                j++;
+                            fail_msg("m %zu w %zu k %zu odd %d portable %d: "
+                                     "pick %zu is %u, the scan's %u",
+                                     m, w, k, odd, portable, j, p1[j], p0[j]);
+                        }
+                    }
+                    free(p0);
+                    free(p1);
+                    free(e);
+                }
+    }
+    lr__mlp_force_portable(0);
+    assert_int_equal(lr__k_center(&mem, NULL, 4, 0, 1, NULL), LR_EINVAL);
+}
+
 int
 main(void)
 {
@@ -556,6 +693,7 @@ main(void)
         cmocka_unit_test(schedule),
         cmocka_unit_test(buffers_against_naive_model),
         cmocka_unit_test(replay_keeps_the_diverse),
+        cmocka_unit_test(k_center_matches_the_scan),
         cmocka_unit_test(learns_a_known_function),
         cmocka_unit_test(deterministic_for_a_seed),
         cmocka_unit_test(oom_create),

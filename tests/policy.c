@@ -804,25 +804,30 @@ lodestar_rules(void **state)
         assert_true(o.d.cost == o.score[k]);
     }
     assert_int_equal(drawn, 0x3f);
-    /* power of d: the deepest hit plus d - 1 drawn others */
-    for (int i = 0; i < 6; i++)
+    /* candidates: the deepest hit plus the d - 1 others of least TTFT
+     * estimate (pending prefill + uncached prompt, over the rate), the
+     * same rows whatever the seed; ties to the lower row */
+    for (int i = 0; i < 6; i++) {
         t[i].kv_use = 0;
+        t[i].prefill_tokens = 1000u * (uint32_t)(6 - i);
+    }
+    t[1].prefill_tokens = t[4].prefill_tokens; /* 1 ties 4: 1 goes first */
     double pod[] = { LR_PARAM_LODESTAR_CANDIDATES, 3, LR_PARAM_LODESTAR_OOD,
                      0 };
-    uint64_t seen = 0;
-    for (uint64_t s = 1; s < 100; s++) {
+    for (uint64_t s = 1; s < 20; s++) {
         assert_st(lodestar(t, 6, m, pod, 2, s, &o), LR_OK);
-        int scored = 0;
-        for (int i = 0; i < 6; i++) {
-            scored += !isnan(o.score[i]);
-            if (!isnan(o.score[i]))
-                seen |= 1ull << i;
-        }
-        assert_int_equal(scored, 3);
-        assert_false(isnan(o.score[0]));
+        for (int i = 0; i < 6; i++)
+            assert_true(isnan(o.score[i]) == (i != 0 && i != 5 && i != 1));
     }
-    assert_int_equal(seen, 0x3f);
-    /* the exploration draw comes before power of d too: any row */
+    /* d = 0 or d >= the rows: every row */
+    double all[] = { LR_PARAM_LODESTAR_CANDIDATES, 0 };
+    assert_st(lodestar(t, 6, m, all, 1, 1, &o), LR_OK);
+    for (int i = 0; i < 6; i++)
+        assert_false(isnan(o.score[i]));
+    assert_true(lr_param_bounds(LR_PARAM_LODESTAR_CANDIDATES).def == 8);
+    for (int i = 0; i < 6; i++)
+        t[i].prefill_tokens = 0;
+    /* the exploration draw comes before the candidates too: any row */
     double explore[] = { LR_PARAM_LODESTAR_EPSILON, 1,
                          LR_PARAM_LODESTAR_CANDIDATES, 2 };
     drawn = 0;

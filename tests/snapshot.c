@@ -450,6 +450,150 @@ corrupt_blobs(void **state)
     lr_router_destroy(a);
 }
 
+/* ---- random index states ------------------------------------------------- */
+
+#define RT_BLOCKS 16u
+
+/* Block k of conversation c of family f: the first two blocks are the
+ * family's (a shared system prompt). */
+static uint64_t
+rt_ehash(uint32_t f, uint32_t c, uint32_t k)
+{
+    return k < 2 ? (uint64_t)f * 1000 + k + 1
+                 : ((uint64_t)f * 100 + c + 1) * 1000 + k + 1;
+}
+
+static void
+rt_tokens(uint32_t *t, uint32_t f, uint32_t c)
+{
+    toks(t, 2 * BT, 50 + f);
+    toks(t + 2 * BT, (RT_BLOCKS - 2) * BT, 1000 + f * 100 + c);
+}
+
+/* A random sequence of learns (LOCAL and REMOTE, with message ends),
+ * refreshing matches, KV events, time and expiry, on a small index that
+ * evicts. */
+static void
+rt_churn(lr_index *a, uint64_t seed, uint64_t *now)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    uint32_t t[RT_BLOCKS * BT];
+    for (int step = 0; step < 400; step++) {
+        x = lr__mix64(x, 7);
+        uint32_t f = (uint32_t)(x >> 8) % 3, c = (uint32_t)(x >> 16) % 5;
+        uint32_t len = 1 + (uint32_t)(x >> 24) % RT_BLOCKS;
+        uint32_t inst = 1 + (uint32_t)(x >> 32) % 5;
+        rt_tokens(t, f, c);
+        lr_prompt p;
+        lr_prompt_init(&p);
+        p.tokens = t;
+        p.n_tokens = (size_t)len * BT;
+        uint32_t bnd[2] = { 2 * BT, len * BT };
+        switch ((x >> 40) % 6) {
+        case 0:
+        case 1:
+            p.boundaries = bnd;
+            p.n_boundaries = len > 2 ? 2 : 1;
+            if (len <= 2)
+                bnd[0] = len * BT;
+            (void)lr_index_learn(a, &p, inst,
+                                 (x >> 48) & 1 ? LR_TRUST_REMOTE
+                                               : LR_TRUST_LOCAL,
+                                 *now);
+            break;
+        case 2: {
+            lr_index_hit hits[8];
+            lr_index_match_result m;
+            lr_index_match_result_init(&m);
+            m.hits = hits;
+            m.hits_capacity = 8;
+            assert_st(lr_index_match(a, &p, *now, 0, &m), LR_OK);
+            break;
+        }
+        case 3: {
+            /* blocks [from, len) of the conversation, one engine event */
+            uint32_t from = (uint32_t)(x >> 48) % len;
+            uint64_t eh[RT_BLOCKS];
+            for (uint32_t k = from; k < len; k++)
+                eh[k - from] = rt_ehash(f, c, k);
+            lr_kv_stored ev;
+            lr_kv_stored_init(&ev);
+            ev.block_hashes = eh;
+            ev.n_blocks = len - from;
+            ev.has_parent = from > 0;
+            ev.parent_hash = from > 0 ? rt_ehash(f, c, from - 1) : 0;
+            ev.block_size = BT;
+            ev.token_ids = t + (size_t)from * BT;
+            ev.n_tokens = (size_t)(len - from) * BT;
+            lr_status st = lr_index_kv_stored(a, inst, &ev, *now);
+            assert_true(st == LR_OK || st == LR_ENOENT);
+            break;
+        }
+        case 4:
+            *now += ((x >> 48) % 2000) * MS;
+            break;
+        default:
+            *now += 30 * SEC;
+            assert_st(lr_index_expire(a, *now), LR_OK);
+            break;
+        }
+    }
+}
+
+/* Random states save, load into a fresh index, and save again to the
+ * same bytes; the loaded index keeps every invariant and answers every
+ * prompt as the saved one. */
+static void
+random_index_roundtrip(void **state)
+{
+    (void)state;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.capacity_blocks = 96;
+    o.ttl_ns = 120 * SEC;
+    o.seed = 3;
+    uint32_t t[RT_BLOCKS * BT];
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        lr_index *a = NULL, *c = NULL;
+        assert_st(lr_index_create(&o, &a), LR_OK);
+        assert_st(lr_index_create(&o, &c), LR_OK);
+        uint64_t now = T0;
+        rt_churn(a, seed, &now);
+        lr_blob *sa = NULL, *sc = NULL;
+        assert_st(lr__index_save(a, now, &sa), LR_OK);
+        assert_st(lr__index_load(c, lr_blob_data(sa), lr_blob_size(sa), now),
+                  LR_OK);
+        assert_st(lr__index_verify(c), LR_OK);
+        assert_st(lr__index_save(c, now, &sc), LR_OK);
+        assert_same_blob(sa, sc, "a loaded index's state");
+        for (uint32_t f = 0; f < 3; f++)
+            for (uint32_t k = 0; k < 5; k++) {
+                rt_tokens(t, f, k);
+                lr_prompt p;
+                lr_prompt_init(&p);
+                p.tokens = t;
+                p.n_tokens = RT_BLOCKS * BT;
+                lr_index_hit ha[8], hc[8];
+                lr_index_match_result ma, mc;
+                lr_index_match_result_init(&ma);
+                lr_index_match_result_init(&mc);
+                ma.hits = ha;
+                mc.hits = hc;
+                ma.hits_capacity = mc.hits_capacity = 8;
+                assert_st(lr_index_match(a, &p, now, LR_MATCH_NO_TOUCH, &ma),
+                          LR_OK);
+                assert_st(lr_index_match(c, &p, now, LR_MATCH_NO_TOUCH, &mc),
+                          LR_OK);
+                assert_int_equal(ma.n_hits, mc.n_hits);
+                assert_memory_equal(ha, hc, ma.n_hits * sizeof ha[0]);
+            }
+        lr_blob_destroy(sa);
+        lr_blob_destroy(sc);
+        lr_index_destroy(c);
+        lr_index_destroy(a);
+    }
+}
+
 /* States an index can never be in, each in an otherwise valid blob. */
 static void
 impossible_index_states(void **state)
@@ -617,6 +761,7 @@ main(void)
         cmocka_unit_test(ages_across_downtime),
         cmocka_unit_test(corrupt_blobs),
         cmocka_unit_test(impossible_index_states),
+        cmocka_unit_test(random_index_roundtrip),
         cmocka_unit_test(oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

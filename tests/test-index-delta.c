@@ -6,12 +6,11 @@
  *
  * The malformed-blob tests rewrite fields of a valid blob and reseal it, so
  * that exactly one thing is wrong. They use the wire layout written in
- * lib/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (2),
+ * lib/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (3),
  * u16 flags, u32 block_tokens, u32 n_nodes, u32 n_routes, u32 reserved,
- * u64 since, u64 mark, u64 origin replica id; version 1, 0.1's, has no
- * origin and a header of 40; then n_nodes x {u64 key, varint parent},
- * n_routes x {u32 instance, varint node, varint age} (version 1 has no
- * age); then the checksum XXH3_64bits_withSeed(bytes before it,
+ * u64 since, u64 mark, u64 origin replica id; version 2 has no origin and
+ * a header of 40; then n_nodes x {u64 key, varint parent}, n_routes x
+ * {u32 instance, varint node, varint age} (version 2 has no age); then the checksum XXH3_64bits_withSeed(bytes before it,
  * "LRDELTA1") as 8 little-endian bytes), with a private copy of xxHash
  * (B25). */
 #include <setjmp.h>
@@ -42,7 +41,7 @@
 #define OFF_MARK 32
 #define OFF_ORIGIN 40
 #define HEADER 48
-#define HEADER_01 40
+#define HEADER_V2 40
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -760,10 +759,11 @@ test_import_keeps_message_ends(void **state)
     lr_index_destroy(a);
 }
 
-/* A delta names its exporter; the exporter ignores its own echo; a 0.1
- * delta (version 1, no origin) imports as the same routes. */
+/* A delta names its exporter; the exporter ignores its own echo; a
+ * version-2 delta (key format 2, no origin, no ages) imports as the same
+ * routes. */
 static void
-test_origin_echo_and_v1(void **state)
+test_origin_echo_and_v2(void **state)
 {
     (void)state;
     struct pr p;
@@ -775,7 +775,7 @@ test_origin_echo_and_v1(void **state)
     lr_blob *blob = export_since(a, 0, &mark);
     const uint8_t *good = lr_blob_data(blob);
     size_t len = lr_blob_size(blob);
-    assert_int_equal(good[OFF_VERSION], 2);
+    assert_int_equal(good[OFF_VERSION], 3);
     assert_true(get64(good + OFF_ORIGIN) == ma.replica);
     assert_true(get64(good + OFF_MARK) == mark);
     assert_true(get64(good + OFF_SINCE) == 0);
@@ -791,14 +791,14 @@ test_origin_echo_and_v1(void **state)
     assert_int_equal(held(b, &p, 3), 5 * BT);
     assert_int_equal(stats(b).remote_blocks, 5);
 
-    /* the same routes written as 0.1 did: version 1, no origin, no ages
+    /* the same routes written as version 2: no origin, no ages
      * (every age here is 0: a one-byte varint after each route) */
     struct parsed pb;
     parse(good, len, &pb);
     uint8_t *v1 = malloc(len);
     assert_non_null(v1);
-    memcpy(v1, good, HEADER_01);
-    size_t n1 = HEADER_01, from = HEADER;
+    memcpy(v1, good, HEADER_V2);
+    size_t n1 = HEADER_V2, from = HEADER;
     for (uint32_t r = 0; r < pb.nr; r++) {
         size_t end = pb.roff[r] + pb.roff_len[r];
         memcpy(v1 + n1, good + from, end - from);
@@ -808,12 +808,12 @@ test_origin_echo_and_v1(void **state)
     }
     memcpy(v1 + n1, good + from, len - from);
     n1 += len - from;
-    put16(v1 + OFF_VERSION, 1);
+    put16(v1 + OFF_VERSION, 2);
     reseal(v1, n1);
     lr_index *c = mk(4096);
     assert_st(import(c, v1, n1, T(2)), LR_OK);
     assert_true(lr__index_digest(c) == lr__index_digest(b));
-    /* a v1 blob is never an echo, even for its exporter */
+    /* a version-2 blob is never an echo, even for its exporter */
     assert_st(import(a, v1, n1, T(2)), LR_OK);
     free(v1);
     lr_blob_destroy(blob);
@@ -1008,8 +1008,8 @@ test_malformed_blobs(void **state)
     expect_rejected(&v, buf, len, LR_ECORRUPT, "magic");
 
     /* wrong version, resealed: only the version is wrong */
-    static const uint16_t versions[] = { 0, 3, 0xffff };
-    for (size_t k = 0; k < 3; k++) {
+    static const uint16_t versions[] = { 0, 1, 4, 0xffff };
+    for (size_t k = 0; k < 4; k++) {
         memcpy(buf, good, len);
         put16(buf + OFF_VERSION, versions[k]);
         reseal(buf, len);
@@ -1388,7 +1388,7 @@ main(void)
         cmocka_unit_test(test_kv_routes_are_local),
         cmocka_unit_test(test_import_evicts_remote_first),
         cmocka_unit_test(test_import_keeps_message_ends),
-        cmocka_unit_test(test_origin_echo_and_v1),
+        cmocka_unit_test(test_origin_echo_and_v2),
         cmocka_unit_test(test_remote_ttl),
         cmocka_unit_test(test_eviction_lru),
         cmocka_unit_test(test_malformed_blobs),

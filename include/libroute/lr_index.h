@@ -3,11 +3,12 @@
  * holds which token prefix in its KV cache.
  *
  * A prompt is cut into blocks of B tokens (B = block_tokens, 16 by default).
- * Block d's key is a 64-bit XXH3 hash of its tokens seeded with block d-1's
- * key; block 0 is seeded with a key derived from the tenant salt. One key
+ * Block d's key chains a 64-bit XXH3 hash of its tokens onto block d-1's
+ * key; block 0 chains onto a key derived from the tenant salt. One key
  * therefore names the whole prefix up to and including its block, and two
  * tenants never share a key. Keys are a pure function of (B, tokens, salt),
- * stable across processes and releases (see lr_block_keys()).
+ * stable across processes and across releases of one key format (see
+ * lr_block_keys()).
  *
  * The index holds *block routes*: (prefix key, instance) pairs. An instance
  * that holds a prefix of d blocks holds every shorter prefix of it too, and
@@ -121,11 +122,13 @@ typedef struct lr_index_options {
     uint32_t journal_capacity;
     /** Engine-hash entries kept for precise mode, over all instances;
      * default 2 * capacity_blocks, at most 2 * LR_INDEX_MAX_CAPACITY.
-     * Entries of evicted blocks are dropped when room is needed. Live
-     * entries outnumber routes only when one block is stored under several
-     * engine hashes (the same tokens with different engine extra keys: give
-     * those different tenant salts); while live entries fill the bound,
-     * lr_index_kv_stored() returns LR_ELIMIT. */
+     * An entry lives exactly while its instance holds its block: evicting,
+     * expiring or removing the block forgets the hash (0.1 kept stale
+     * entries until room was needed). Entries outnumber routes only when
+     * one block is stored under several engine hashes (the same tokens
+     * with different engine extra keys: give those different tenant
+     * salts); while entries fill the bound, lr_index_kv_stored() returns
+     * LR_ELIMIT. */
     uint64_t engine_map_capacity;
     /* v1 ends here; fields are only ever appended. */
     /** This gateway replica's id, stamped on every exported delta (0:
@@ -178,8 +181,13 @@ LR_API void lr_index_destroy(lr_index *idx);
  *
  * key[-1] = XXH3_64bits_withSeed(salt as 8 little-endian bytes,
  *                                0x4c52544e414e5431 "LRTNANT1")
- * key[d]  = XXH3_64bits_withSeed(tokens of block d as little-endian uint32,
- *                                key[d-1] ^ 0x4c52424c4f434b31 "LRBLOCK1")
+ * g[d]    = XXH3_64bits_withSeed(tokens of block d as little-endian uint32,
+ *                                0x4c52424c4f434b32 "LRBLOCK2")
+ * x       = (key[d-1] ^ g[d]) * 0x9e3779b97f4a7c15 (mod 2^64)
+ * key[d]  = x rotated by 32 bits
+ *
+ * This is key format 2 (0.2); 0.1's format 1 seeded each block's hash with
+ * the previous key. Deltas carry keys, so their wire version is 2 too.
  *
  * @param block_tokens  1..LR_INDEX_MAX_BLOCK_TOKENS.
  * @param tokens        borrowed; may be NULL when n_tokens is 0.
@@ -235,7 +243,9 @@ LR_API void lr_prompt_init_sized(lr_prompt *p, size_t size);
  * Boundaries become eviction anchors. Already-held blocks are refreshed;
  * a LOCAL learn upgrades REMOTE routes on the path. If the prompt has more
  * blocks than capacity_blocks, only the first capacity_blocks are learned.
- * Cost: O(prompt length) hashing plus O(new blocks).
+ * Cost: O(prompt length) hashing, about log2(blocks) lookups, and then
+ * O(runs on the path + boundaries + new blocks): recording that an instance
+ * holds a prefix others already hold does not cost one step per block.
  * @param instance  host-chosen id, any value but LR_INSTANCE_NONE.
  * @param trust     LR_TRUST_LOCAL (journaled for export) or LR_TRUST_REMOTE.
  * @return LR_OK; LR_EINVAL (NULL, bad boundaries, absurd length, bad trust);
@@ -307,18 +317,21 @@ LR_API void lr_index_match_result_init_sized(lr_index_match_result *r,
 
 /** For every instance, the longest block-aligned prefix of the prompt it
  * holds. Hashing is O(prompt length); lookups are a binary search over the
- * prompt's keys, about log2(blocks) probes per distinct match depth.
+ * prompt's keys, about log2(blocks) probes, then one step per run on the
+ * matched path (holders are kept per run, not per block).
  * Matched routes are refreshed (least recently used goes first on eviction)
  * unless flags has LR_MATCH_NO_TOUCH. Expired routes are dropped first.
  * @return LR_OK; LR_EINVAL; LR_EVERSION; LR_EBUFSIZE (n_hits says how many
- *   are needed; the index is unchanged apart from expiry).
+ *   are needed; the index is unchanged apart from expiry); LR_ENOMEM (the
+ *   key scratch, or a refresh that needs room; unchanged apart from
+ *   expiry).
  * @since 0.1 */
 LR_API lr_status lr_index_match(lr_index *idx, const lr_prompt *prompt,
                                 uint64_t now_ns, uint32_t flags,
                                 lr_index_match_result *result);
 
 /** Drop every route of an instance and forget its id (and its engine-hash
- * map). O(routes held).
+ * map). O(runs and spans of the index).
  * @return LR_OK; LR_ENOENT when the index never saw the id. @since 0.1 */
 LR_API lr_status lr_index_remove_instance(lr_index *idx, uint32_t instance);
 
@@ -420,8 +433,9 @@ LR_API lr_status lr_index_export_delta(const lr_index *idx, uint64_t since_mark,
  * here (LOCAL routes stay LOCAL), expiring after remote_ttl_ns unused.
  * Instance ids must mean the same instance on both replicas (hosts derive
  * them from instance names). A delta carrying this index's own replica id
- * changes nothing. Deltas of 0.1 (format version 1, no replica id) are
- * accepted. The index keeps no per-peer state: a router's
+ * changes nothing. Deltas of format version 2 (no replica id, no ages)
+ * are accepted; 0.1's (version 1, format-1 block keys) get LR_EVERSION.
+ * The index keeps no per-peer state: a router's
  * lr_router_import_delta() also ignores a delta it applied already.
  * @return LR_OK; LR_EINVAL (NULL); LR_ECORRUPT (malformed, truncated,
  *   checksum mismatch, or a chain that contradicts this index);

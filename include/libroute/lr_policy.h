@@ -192,9 +192,10 @@ typedef enum lr_param {
     /** lodestar: the policy used on cold start and out of range (7,
      * prefix-cache-and-load); any policy but lodestar. */
     LR_PARAM_LODESTAR_FALLBACK = 30,
-    /** lodestar: score at most this many candidates, the one with the
-     * deepest cached prefix and a uniform draw of the others (power of d
-     * choices); 0 scores every candidate (0). */
+    /** lodestar: score at most this many candidates: the one with the
+     * deepest cached prefix and those a cheap TTFT estimate (queue and
+     * uncached prefill, as min-ttft) ranks best; 0 scores every candidate
+     * (8). Before 0.2's release this was a uniform draw, default 0. */
     LR_PARAM_LODESTAR_CANDIDATES = 31,
     /** lodestar: a first token later than this many seconds after the
      * route makes a sample clipped to it (reward -this) instead of being
