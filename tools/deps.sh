@@ -4,7 +4,9 @@
 #   tools/deps.sh            build + unit tests
 #   tools/deps.sh --full     everything tools/run-tests uses (clang and
 #                            libFuzzer, valgrind, g++, clang-format,
-#                            python3 + cffi, binutils, abigail-tools)
+#                            python3 + cffi, binutils, abigail-tools,
+#                            python3-prometheus-client for the gateway's
+#                            /metrics)
 #
 # or, from another bash script:
 #
@@ -18,7 +20,7 @@
 LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
     uthash-dev libcmocka-dev)
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
-    python3-cffi binutils abigail-tools)
+    python3-cffi binutils abigail-tools python3-prometheus-client)
 
 # Print the packages of "$@" that are not installed, one per line.
 lr_deps_missing()

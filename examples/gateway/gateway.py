@@ -14,7 +14,8 @@ the failure) to the router. Behind it:
   request is retried on the router's next choice, and a health thread
   undrains the backend once GET /health answers again.
 
-GET /status shows the backends and the router's counters.
+GET /status shows the backends and the router's counters; GET /metrics
+the Prometheus metric set of docs/gateway.md (metrics.py).
 
     python3 gateway.py --port 8100 --backend e1=127.0.0.1:8101 \\
         --backend e2=127.0.0.1:8102 --policy prefix-cache
@@ -40,11 +41,26 @@ from libroute import Router, text_tokens
 
 from fake_engine import prompt_text
 
+try:
+    from metrics import GatewayMetrics
+    _NO_METRICS = ""
+except ImportError as _e:  # python3-prometheus-client is not installed
+    GatewayMetrics = None  # type: ignore[assignment,misc]
+    _NO_METRICS = str(_e)
+
 _METRIC = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$")
 
 
 def now_ns() -> int:
     return time.monotonic_ns()
+
+
+class _NoMetrics:
+    """Stands in for GatewayMetrics without prometheus_client: every
+    event is dropped, and /metrics says what is missing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
 
 
 class Backend:
@@ -58,8 +74,17 @@ class Gateway:
 
     def __init__(self, backends: List[Tuple[str, str, int]], *,
                  policy: str = "prefix-cache", scrape_s: float = 0.1,
-                 health_s: float = 0.25, timeout_s: float = 30.0) -> None:
-        self.router = Router(policy, seed=1)
+                 health_s: float = 0.25, timeout_s: float = 30.0,
+                 index_capacity_blocks: Optional[int] = None,
+                 learn_every: Optional[int] = None) -> None:
+        # learn_every: Lodestar trains on its first `learn_every` samples
+        # and again after each `learn_every` more (None: the library's
+        # schedule).
+        learner = (None if learn_every is None else
+                   {"min_samples": learn_every, "retrain_every": learn_every})
+        self.router = Router(policy, seed=1,
+                             index_capacity_blocks=index_capacity_blocks,
+                             learner=learner)
         self.backends: Dict[int, Backend] = {}
         for name, host, port in backends:
             ident = self.router.add_instance(name)
@@ -70,7 +95,11 @@ class Gateway:
                                                          timeout_s)
         self.stop = threading.Event()
         self.retries = 0
+        self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
+                             GatewayMetrics(self.router, self._backend_rows))
         self.threads = [threading.Thread(target=self._scrape_loop,
+                                         daemon=True),
+                        threading.Thread(target=self._learn_loop,
                                          daemon=True)]
         for t in self.threads:
             t.start()
@@ -141,6 +170,21 @@ class Gateway:
             if time.monotonic() >= next_health:
                 next_health = time.monotonic() + self.health_s
 
+    def _learn_loop(self) -> None:
+        """Lodestar's training, off the request path: route() never waits
+        for it. Other policies have no learner (StateError): the loop
+        keeps asking, so a switch to lodestar starts training."""
+        while not self.stop.wait(0.2):
+            try:
+                self.router.learn_step()
+            except libroute.StateError:
+                pass
+            except libroute.ClosedError:
+                return
+
+    def _backend_rows(self) -> List[Tuple[int, str, bool]]:
+        return [(b.id, b.name, b.up) for b in self.backends.values()]
+
     # ---- requests -------------------------------------------------------
 
     @staticmethod
@@ -196,8 +240,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/status":
             self._json(200, self.gw.status())
+        elif self.path == "/metrics":
+            self._metrics()
         else:
             self._json(404, {"error": "not found"})
+
+    def _metrics(self) -> None:
+        m = self.gw.metrics
+        if isinstance(m, _NoMetrics):
+            self._json(503, {"error": "no metrics: python3-prometheus-client "
+                                      f"is missing ({_NO_METRICS})"})
+            return
+        data, ctype = m.exposition()
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
@@ -213,16 +272,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             toks, ends = gw.tokenize(body)
             max_tokens = int(body.get("max_tokens", 16))
         except (ValueError, TypeError) as e:
+            gw.metrics.on_response(400)
             self._json(400, {"error": f"bad request: {e}"})
             return
         rid = next(gw.ids)
         for _ in range(len(gw.backends)):
+            t0 = now_ns()
             try:
-                d = gw.router.route(toks, request_id=rid, now_ns=now_ns(),
+                d = gw.router.route(toks, request_id=rid, now_ns=t0,
                                     boundaries=ends,
                                     expected_output_tokens=max_tokens)
             except libroute.StateError:
                 break  # every backend drained
+            gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
             b = gw.backends[d.instance]
             try:
                 conn = http.client.HTTPConnection(b.host, b.port,
@@ -235,15 +297,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 gw.mark_down(b)
                 with gw.lock:
                     gw.retries += 1
+                gw.metrics.on_retry()
                 continue
-            self._relay(rid, b, d, conn, resp, bool(body.get("stream")))
+            self._relay(rid, b, d, conn, resp, bool(body.get("stream")), t0)
             return
+        gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
 
     def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
                conn: http.client.HTTPConnection,
-               resp: http.client.HTTPResponse, stream: bool) -> None:
+               resp: http.client.HTTPResponse, stream: bool,
+               routed_ns: int) -> None:
         gw = self.gw
+        gw.metrics.on_response(resp.status)
+
+        def first_token() -> None:
+            t = now_ns()
+            gw.router.first_token(rid, now_ns=t)
+            gw.metrics.on_first_token((t - routed_ns) / 1e9)
+
+        def usage(u: Any) -> None:
+            # The engine's cached prompt tokens (vLLM's and OpenAI's
+            # usage.prompt_tokens_details.cached_tokens) against the
+            # router's expectation.
+            try:
+                cached = int(u["prompt_tokens_details"]["cached_tokens"])
+            except (KeyError, TypeError, ValueError):
+                return
+            gw.metrics.on_cached(d.cached_tokens, cached)
+
         hdr = {"X-Libroute-Backend": b.name,
                "X-Libroute-Reason": d.reason.label,
                # The policy that chose: the gateway's, or Lodestar's
@@ -255,10 +337,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             if not stream or resp.status != 200:
                 data = resp.read()
-                gw.router.first_token(rid, now_ns=now_ns())
+                first_token()
                 try:
-                    out_tokens = int(json.loads(data)["usage"]
-                                     ["completion_tokens"])
+                    u = json.loads(data)["usage"]
+                    out_tokens = int(u["completion_tokens"])
+                    usage(u)
                 except (ValueError, KeyError, TypeError):
                     out_tokens = 0
                 # The engine has answered in full: the request ends here,
@@ -289,10 +372,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if line.startswith(b"data: ") and \
                             not line.startswith(b"data: [DONE]"):
                         if first:
-                            gw.router.first_token(rid, now_ns=now_ns())
+                            first_token()
                             first = False
                         if b'"delta"' in line or b'"text"' in line:
                             out_tokens += 1
+                        elif b'"usage"' in line:
+                            try:
+                                usage(json.loads(line[6:])["usage"])
+                            except (ValueError, KeyError, TypeError):
+                                pass
                     self.wfile.write(line)
                     self.wfile.flush()
             if not completed:
@@ -322,6 +410,10 @@ def main() -> None:
                     help="a libroute policy name (default prefix-cache)")
     ap.add_argument("--backend", action="append", required=True,
                     metavar="NAME=HOST:PORT")
+    ap.add_argument("--index-capacity-blocks", type=int, default=None,
+                    help="prefix index capacity in blocks (library default)")
+    ap.add_argument("--learn-every", type=int, default=None, metavar="N",
+                    help="lodestar: train after N samples and every N more")
     a = ap.parse_args()
     backends = []
     for spec in a.backend:
@@ -329,7 +421,9 @@ def main() -> None:
         if not m:
             ap.error(f"--backend {spec!r}: expected NAME=HOST:PORT")
         backends.append((m.group(1), m.group(2), int(m.group(3))))
-    gw = Gateway(backends, policy=a.policy)
+    gw = Gateway(backends, policy=a.policy,
+                 index_capacity_blocks=a.index_capacity_blocks,
+                 learn_every=a.learn_every)
     srv = GatewayServer((a.host, a.port), gw)
     print(f"gateway on http://{a.host}:{a.port} ({a.policy}), "
           f"{len(backends)} backends", flush=True)
