@@ -32,3 +32,33 @@ func TextTokens(text []byte, width uint32) ([]uint32, error) {
 	}
 	return out[:n], nil
 }
+
+// TextTokensAppend appends the pseudo-tokens of text to dst and returns
+// the extended slice, as TextTokens cuts them, in one call into the
+// library, writing into dst's room when it has enough: for a host that
+// cuts each message of every request into one buffer (the token count is
+// ceil(len(text) / width)).
+// On error dst is returned unchanged.
+func TextTokensAppend(dst []uint32, text []byte, width uint32) ([]uint32, error) {
+	const op = "lr_text_tokens"
+	if width == 0 || width > TextMaxWidth || uint64(len(text)) > C.LR_TEXT_MAX_BYTES {
+		return dst, invalid(op)
+	}
+	n := (len(text) + int(width) - 1) / int(width)
+	if n == 0 {
+		return dst, nil
+	}
+	if cap(dst)-len(dst) < n {
+		grown := make([]uint32, len(dst), 2*cap(dst)+n)
+		copy(grown, dst)
+		dst = grown
+	}
+	out := dst[len(dst) : len(dst)+n]
+	var got C.size_t
+	st := C.lr_text_tokens(unsafe.Pointer(&text[0]), C.size_t(len(text)), C.uint32_t(width),
+		u32ptr(out), C.size_t(n), &got)
+	if err := check(st, op); err != nil {
+		return dst, err
+	}
+	return dst[:len(dst)+int(got)], nil
+}
