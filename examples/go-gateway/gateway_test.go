@@ -25,6 +25,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"libroute"
 )
 
 const (
@@ -697,8 +699,8 @@ func TestKVEventAndDeltaFamilies(t *testing.T) {
 func TestParseCompletion(t *testing.T) {
 	c, err := parseCompletion([]byte(`{"messages": [{"role": "system", "content": "a"},
 		{"content": "b"}], "max_tokens": 7, "stream": true}`))
-	if err != nil || len(c.parts) != 2 || c.parts[0] != "<|system|>a" ||
-		c.parts[1] != "<|user|>b" || c.maxTokens != 7 || !c.stream {
+	if err != nil || len(c.parts) != 2 || string(c.parts[0]) != "<|system|>a" ||
+		string(c.parts[1]) != "<|user|>b" || c.maxTokens != 7 || !c.stream {
 		t.Fatalf("%+v %v", c, err)
 	}
 	toks, ends, err := c.tokens()
@@ -706,8 +708,15 @@ func TestParseCompletion(t *testing.T) {
 	if err != nil || len(toks) != 6 || len(ends) != 2 || ends[0] != 3 || ends[1] != 6 {
 		t.Fatalf("%v %v %v", toks, ends, err)
 	}
+	// the generic path: content parts, a numeric role, a string stream
+	c, err = parseCompletion([]byte(`{"messages": [{"role": 7, "content": [{"type": "text"}]}],
+		"stream": "yes"}`))
+	if err != nil || len(c.parts) != 1 || string(c.parts[0]) != "<|7|>[map[type:text]]" || c.stream ||
+		c.maxTokens != 16 {
+		t.Fatalf("generic: %+v %v", c, err)
+	}
 	c, err = parseCompletion(nil)
-	if err != nil || len(c.parts) != 1 || c.parts[0] != "" || c.maxTokens != 16 || c.stream {
+	if err != nil || len(c.parts) != 1 || len(c.parts[0]) != 0 || c.maxTokens != 16 || c.stream {
 		t.Fatalf("empty body: %+v %v", c, err)
 	}
 	for _, bad := range []string{`[]`, `{"prompt": 5}`, `{"messages": [1]}`,
@@ -760,5 +769,111 @@ func TestRelayBodySplitsAnywhere(t *testing.T) {
 			t.Fatalf("cut %d: first %v done %v out %d", cut, b.first, b.done, b.out)
 		}
 		b.Close()
+	}
+}
+
+// ---- the libroute part of a request, alone ----------------------------------------
+
+// loadPrompts are the chat bodies of tools/load-test.lua's shape: 64
+// conversations of 8 turns, a shared 2 KB system prompt, each turn with
+// its history.
+func loadPrompts() [][]byte {
+	words := func(seed uint64, n int) string {
+		var sb strings.Builder
+		x := seed
+		for i := 0; i < n; i++ {
+			x = (x*1103515245 + 12345) % 2147483648
+			if i > 0 {
+				sb.WriteByte(' ')
+			}
+			fmt.Fprintf(&sb, "w%d", x%5000)
+		}
+		return sb.String()
+	}
+	system := "You are a helpful assistant. " + words(1, 330)
+	var bodies [][]byte
+	for t := 0; t < 8; t++ {
+		for c := 0; c < 64; c++ {
+			msgs := []map[string]string{{"role": "system", "content": system}}
+			for k := 0; k <= t; k++ {
+				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf(
+					"Conversation %d, question %d: %s", c, k, words(uint64(1000*c+k+7), 60))})
+				if k < t {
+					msgs = append(msgs, map[string]string{"role": "assistant", "content": " tok0 tok1"})
+				}
+			}
+			b, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 2, "messages": msgs})
+			bodies = append(bodies, b)
+		}
+	}
+	return bodies
+}
+
+// benchRequestPath times what libroute adds to one request of the load
+// test in the gateway: cutting the prompt, Route, FirstToken and Complete
+// (parsing the body, which the gateway does without libroute too, is not
+// counted). docs/perf.md quotes it next to the load test.
+func benchRequestPath(b *testing.B, policy string, withTokens bool) {
+	g := &Gateway{cfg: Config{Policy: policy}}
+	if err := g.newRouter(); err != nil {
+		b.Fatal(err)
+	}
+	defer g.router.Close()
+	for i := 1; i <= 4; i++ {
+		if _, err := g.router.AddInstance(libroute.InstanceSpec{Name: fmt.Sprintf("e%d", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var cs []completion
+	for _, body := range loadPrompts() {
+		c, err := parseCompletion(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	type cut struct{ toks, ends []uint32 }
+	cuts := make([]cut, len(cs))
+	for i := range cs {
+		cuts[i].toks, cuts[i].ends, _ = cs[i].tokens()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := i % len(cs)
+		toks, ends := cuts[k].toks, cuts[k].ends
+		if withTokens {
+			var err error
+			if toks, ends, err = cs[k].tokens(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		id := uint64(i + 1)
+		if _, err := g.router.Route(&libroute.Request{ID: id, Tokens: toks, Boundaries: ends,
+			ExpectedOutputTokens: 2, Now: now()}); err != nil {
+			b.Fatal(err)
+		}
+		_ = g.router.FirstToken(id, now())
+		_ = g.router.Complete(id, 2, now())
+	}
+}
+
+func BenchmarkRequestPathPrefixCacheAndLoad(b *testing.B) {
+	benchRequestPath(b, "prefix-cache-and-load", true)
+}
+func BenchmarkRequestPathAdaptive(b *testing.B) { benchRequestPath(b, "adaptive", true) }
+func BenchmarkRouteOnlyPrefixCacheAndLoad(b *testing.B) {
+	benchRequestPath(b, "prefix-cache-and-load", false)
+}
+func BenchmarkRouteOnlyAdaptive(b *testing.B) { benchRequestPath(b, "adaptive", false) }
+
+// BenchmarkParse is the body parsing both modes do, for scale.
+func BenchmarkParse(b *testing.B) {
+	bodies := loadPrompts()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := parseCompletion(bodies[i%len(bodies)]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

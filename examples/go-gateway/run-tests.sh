@@ -8,8 +8,9 @@
 # fake engines (examples/gateway/fake_engine.py under python3) behind the
 # gateway on loopback, routing, failover, /metrics against
 # examples/metric-set.txt; then the tests again under the race detector
-# (LR_GO_RACE=0 skips that). Also builds BUILD_DIR/go-gateway, the binary
-# tools/load-test runs.
+# (LR_GO_RACE=0 skips that). Also builds BUILD_DIR/go-gateway and
+# BUILD_DIR/instant-engine, what tools/load-test runs. The benchmarks
+# (go test -bench .) are not run here.
 #
 # Installs golang-go and golang-github-prometheus-client-golang-dev when
 # missing and run as root. Exit status: 0 passed, 1 failed, 77 skipped
@@ -38,8 +39,9 @@ if [ -n "$unformatted" ]; then
     echo "go-gateway: gofmt would change: $unformatted"
     status=1
 fi
-go vet . || status=1
+go vet . ./instant-engine || status=1
 go build -o "$build/go-gateway" . || status=1
+go build -o "$build/instant-engine" ./instant-engine || status=1
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
