@@ -6,7 +6,8 @@
 #                            libFuzzer, valgrind, g++, clang-format,
 #                            python3 + cffi, binutils, abigail-tools,
 #                            python3-prometheus-client for the gateway's
-#                            /metrics)
+#                            /metrics, debhelper and lintian for the
+#                            Debian packages)
 #
 # or, from another bash script:
 #
@@ -20,7 +21,8 @@
 LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
     uthash-dev libcmocka-dev)
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
-    python3-cffi binutils abigail-tools python3-prometheus-client)
+    python3-cffi binutils abigail-tools python3-prometheus-client
+    debhelper lintian)
 
 # Print the packages of "$@" that are not installed, one per line.
 lr_deps_missing()
