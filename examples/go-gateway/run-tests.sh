@@ -43,29 +43,6 @@ go vet . ./instant-engine || status=1
 go build -o "$build/go-gateway" . || status=1
 go build -o "$build/instant-engine" ./instant-engine || status=1
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-if go test -v -timeout 300s . >"$log" 2>&1; then
-    grep -E '^(--- |ok)' "$log"
-else
-    cat "$log"
-    status=1
-fi
-passed=$(grep -c '^--- PASS' "$log" || true)
-failed=$(grep -c '^--- FAIL' "$log" || true)
-if [ $status = 1 ] && [ "$failed" = 0 ]; then
-    failed=1 # did not build, or died outside a test
-fi
-
-if [ "${LR_GO_RACE:-1}" != 0 ]; then
-    if go test -race -timeout 300s . >"$log" 2>&1; then
-        echo "go-gateway: race detector: ok"
-    else
-        cat "$log"
-        echo "go-gateway: race detector: FAILED"
-        status=1
-        failed=$((failed + 1))
-    fi
-fi
-echo "go-gateway: $passed passed, $failed failed"
-exit $status
+# shellcheck source=tools/go-test.sh
+. "$here/../../tools/go-test.sh"
+lr_go_test go-gateway "$status" -timeout 300s .
