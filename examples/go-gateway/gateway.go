@@ -395,7 +395,13 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 		return
 	}
-	c, err := parseCompletion(raw)
+	// Without libroute the prompt is not needed: only the envelope is
+	// read, so the baseline does not pay for what only routing uses.
+	parse := parseCompletion
+	if g.router == nil {
+		parse = parseEnvelope
+	}
+	c, err := parse(raw)
 	if err != nil {
 		g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 		return

@@ -715,6 +715,15 @@ func TestParseCompletion(t *testing.T) {
 		c.maxTokens != 16 {
 		t.Fatalf("generic: %+v %v", c, err)
 	}
+	c, err = parseEnvelope([]byte(`{"messages": 5, "max_tokens": 3, "stream": true}`))
+	if err != nil || len(c.parts) != 0 || c.maxTokens != 3 || !c.stream {
+		t.Fatalf("envelope: %+v %v", c, err)
+	}
+	for _, bad := range []string{`[]`, `{"max_tokens": "a"}`, `{"max_tokens": -2}`, `{`} {
+		if _, err := parseEnvelope([]byte(bad)); err == nil {
+			t.Errorf("envelope %s: accepted", bad)
+		}
+	}
 	c, err = parseCompletion(nil)
 	if err != nil || len(c.parts) != 1 || len(c.parts[0]) != 0 || c.maxTokens != 16 || c.stream {
 		t.Fatalf("empty body: %+v %v", c, err)
@@ -867,12 +876,17 @@ func BenchmarkRouteOnlyPrefixCacheAndLoad(b *testing.B) {
 }
 func BenchmarkRouteOnlyAdaptive(b *testing.B) { benchRequestPath(b, "adaptive", false) }
 
-// BenchmarkParse is the body parsing both modes do, for scale.
-func BenchmarkParse(b *testing.B) {
+// BenchmarkParse is the body parsing with libroute (the messages too),
+// BenchmarkParseEnvelope without: the difference is libroute's.
+func BenchmarkParse(b *testing.B)         { benchParse(b, parseCompletion) }
+func BenchmarkParseEnvelope(b *testing.B) { benchParse(b, parseEnvelope) }
+
+func benchParse(b *testing.B, parse func([]byte) (completion, error)) {
 	bodies := loadPrompts()
 	b.ReportAllocs()
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := parseCompletion(bodies[i%len(bodies)]); err != nil {
+		if _, err := parse(bodies[i%len(bodies)]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -86,6 +86,31 @@ func parseCompletion(raw []byte) (completion, error) {
 	return c, nil
 }
 
+// parseEnvelope reads what a gateway that does not route by the prompt
+// needs: a JSON object, max_tokens and stream (the prompt is skipped, not
+// decoded).
+func parseEnvelope(raw []byte) (completion, error) {
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	var body struct {
+		MaxTokens *float64 `json:"max_tokens"`
+		Stream    *bool    `json:"stream"`
+	}
+	c := completion{maxTokens: 16}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return c, fmt.Errorf("the body must be a JSON object with a numeric max_tokens: %v", err)
+	}
+	if n := body.MaxTokens; n != nil {
+		if *n < 0 || *n > 1<<31 {
+			return c, errors.New("max_tokens: expected a non-negative integer")
+		}
+		c.maxTokens = uint32(*n)
+	}
+	c.stream = body.Stream != nil && *body.Stream
+	return c, nil
+}
+
 // parseGeneric reads a body of any shape, as the Python gateway does: a
 // non-string content or role is written as its value.
 func parseGeneric(raw []byte) (completion, error) {
