@@ -564,8 +564,8 @@ func (b *relayBody) Read(p []byte) (int, error) {
 				b.first = true
 				b.a.firstToken()
 			}
-			if len(b.whole)+n <= maxKeep {
-				b.whole = append(b.whole, p[:n]...)
+			if b.a.g.router != nil && len(b.whole)+n <= maxKeep {
+				b.whole = append(b.whole, p[:n]...) // for its usage
 			}
 		}
 		if b.left >= 0 {
@@ -625,7 +625,7 @@ func (b *relayBody) event(line []byte) {
 	}
 	if bytes.Contains(line, deltaKey) || bytes.Contains(line, textKey) {
 		b.out++
-	} else if bytes.Contains(line, usageKey) {
+	} else if b.a.g.router != nil && bytes.Contains(line, usageKey) {
 		b.a.usage(line[len(dataPrefix):])
 	}
 }
@@ -641,14 +641,16 @@ func (b *relayBody) finish() {
 		b.a.firstToken()
 	}
 	b.done = true
+	r := b.a.g.router
+	if r == nil {
+		return // no router to tell, no usage to read
+	}
 	out := b.out
 	if !b.stream {
 		out, _ = b.a.usage(b.whole)
 		b.whole = nil
 	}
-	if r := b.a.g.router; r != nil {
-		_ = r.Complete(b.a.id, out, now())
-	}
+	_ = r.Complete(b.a.id, out, now())
 }
 
 // abort reports a failure once: the engine or the client went away.
