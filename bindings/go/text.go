@@ -1,7 +1,7 @@
 package libroute
 
 /*
-#include <libroute.h>
+#include "shim.h"
 */
 import "C"
 
@@ -54,11 +54,11 @@ func TextTokensAppend(dst []uint32, text []byte, width uint32) ([]uint32, error)
 		dst = grown
 	}
 	out := dst[len(dst) : len(dst)+n]
-	var got C.size_t
-	st := C.lr_text_tokens(unsafe.Pointer(&text[0]), C.size_t(len(text)), C.uint32_t(width),
-		u32ptr(out), C.size_t(n), &got)
+	// The shim keeps lr_text_tokens' count on its stack (it is n).
+	st := C.lrgo_text_tokens(unsafe.Pointer(&text[0]), C.size_t(len(text)), C.uint32_t(width),
+		u32ptr(out), C.size_t(n))
 	if err := check(st, op); err != nil {
 		return dst, err
 	}
-	return dst[:len(dst)+int(got)], nil
+	return dst[:len(dst)+n], nil
 }
