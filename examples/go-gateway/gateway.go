@@ -408,7 +408,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 	var toks, ends []uint32
 	if g.router != nil {
-		if toks, ends, err = c.tokens(); err != nil {
+		k := getCut()
+		defer putCut(k)
+		if toks, ends, err = c.tokens(k); err != nil {
 			g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 			return
 		}

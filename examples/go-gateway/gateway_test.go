@@ -701,11 +701,11 @@ func TestKVEventAndDeltaFamilies(t *testing.T) {
 func TestParseCompletion(t *testing.T) {
 	c, err := parseCompletion([]byte(`{"messages": [{"role": "system", "content": "a"},
 		{"content": "b"}], "max_tokens": 7, "stream": true}`))
-	if err != nil || len(c.parts) != 2 || string(c.parts[0]) != "<|system|>a" ||
-		string(c.parts[1]) != "<|user|>b" || c.maxTokens != 7 || !c.stream {
+	if err != nil || len(c.parts) != 2 || c.parts[0] != (part{"<|system|>", "a"}) ||
+		c.parts[1] != (part{"<|user|>", "b"}) || c.maxTokens != 7 || !c.stream {
 		t.Fatalf("%+v %v", c, err)
 	}
-	toks, ends, err := c.tokens()
+	toks, ends, err := c.tokens(new(cut))
 	// "<|system|>a" is 11 bytes: 3 tokens of 4; "<|user|>b" 9: 3 more
 	if err != nil || len(toks) != 6 || len(ends) != 2 || ends[0] != 3 || ends[1] != 6 {
 		t.Fatalf("%v %v %v", toks, ends, err)
@@ -713,7 +713,7 @@ func TestParseCompletion(t *testing.T) {
 	// the generic path: content parts, a numeric role, a string stream
 	c, err = parseCompletion([]byte(`{"messages": [{"role": 7, "content": [{"type": "text"}]}],
 		"stream": "yes"}`))
-	if err != nil || len(c.parts) != 1 || string(c.parts[0]) != "<|7|>[map[type:text]]" || c.stream ||
+	if err != nil || len(c.parts) != 1 || c.parts[0] != (part{"<|7|>", "[map[type:text]]"}) || c.stream ||
 		c.maxTokens != 16 {
 		t.Fatalf("generic: %+v %v", c, err)
 	}
@@ -727,7 +727,7 @@ func TestParseCompletion(t *testing.T) {
 		}
 	}
 	c, err = parseCompletion(nil)
-	if err != nil || len(c.parts) != 1 || len(c.parts[0]) != 0 || c.maxTokens != 16 || c.stream {
+	if err != nil || len(c.parts) != 1 || c.parts[0] != (part{}) || c.maxTokens != 16 || c.stream {
 		t.Fatalf("empty body: %+v %v", c, err)
 	}
 	for _, bad := range []string{`[]`, `{"prompt": 5}`, `{"messages": [1]}`,
@@ -843,22 +843,23 @@ func benchRequestPath(b *testing.B, policy string, withTokens bool) {
 		}
 		cs = append(cs, c)
 	}
-	type cut struct{ toks, ends []uint32 }
-	cuts := make([]cut, len(cs))
+	type cutOf struct{ toks, ends []uint32 }
+	pre := make([]cutOf, len(cs))
 	for i := range cs {
-		cuts[i].toks, cuts[i].ends, _ = cs[i].tokens()
+		pre[i].toks, pre[i].ends, _ = cs[i].tokens(new(cut))
 	}
+	k := new(cut)
 	b.ReportAllocs()
 	runtime.GC()
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
 	for i := 0; i < b.N; i++ {
-		k := i % len(cs)
-		toks, ends := cuts[k].toks, cuts[k].ends
+		j := i % len(cs)
+		toks, ends := pre[j].toks, pre[j].ends
 		if withTokens {
 			var err error
-			if toks, ends, err = cs[k].tokens(); err != nil {
+			if toks, ends, err = cs[j].tokens(k); err != nil {
 				b.Fatal(err)
 			}
 		}

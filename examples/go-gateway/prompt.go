@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"libroute"
 )
@@ -15,20 +16,18 @@ const tokenWidth = 4
 // completion is what the gateway reads of an OpenAI-style request body.
 type completion struct {
 	// Each message as "<|role|>content" (one part for a completion's
-	// prompt), as examples/gateway/fake_engine.py's prompt_text cuts it.
-	parts     [][]byte
+	// prompt), as examples/gateway/fake_engine.py's prompt_text cuts it:
+	// kept as its two pieces, joined only in cut's scratch buffer.
+	parts     []part
 	maxTokens uint32
 	stream    bool
 }
 
-// part is one message as the engine sees it: "<|role|>content".
-func part(role, content string) []byte {
-	b := make([]byte, 0, len(role)+len(content)+4)
-	b = append(b, "<|"...)
-	b = append(b, role...)
-	b = append(b, "|>"...)
-	return append(b, content...)
-}
+// part is one message as the engine sees it: head + body, "<|role|>"
+// and the content ("" and the prompt for a completion).
+type part struct{ head, body string }
+
+func message(role, content string) part { return part{"<|" + role + "|>", content} }
 
 // parseCompletion reads a /v1/completions or /v1/chat/completions body.
 // Errors are the client's (HTTP 400).
@@ -58,7 +57,7 @@ func parseCompletion(raw []byte) (completion, error) {
 	}
 	c := completion{maxTokens: 16}
 	if body.Messages != nil {
-		c.parts = make([][]byte, len(*body.Messages))
+		c.parts = make([]part, len(*body.Messages))
 		for i, m := range *body.Messages {
 			role, content := "user", ""
 			if m.Role != nil {
@@ -67,14 +66,14 @@ func parseCompletion(raw []byte) (completion, error) {
 			if m.Content != nil {
 				content = *m.Content
 			}
-			c.parts[i] = part(role, content)
+			c.parts[i] = message(role, content)
 		}
 	} else {
 		prompt := ""
 		if body.Prompt != nil {
 			prompt = *body.Prompt
 		}
-		c.parts = [][]byte{[]byte(prompt)}
+		c.parts = []part{{body: prompt}}
 	}
 	if n := body.MaxTokens; n != nil {
 		if *n < 0 || *n > 1<<31 {
@@ -132,7 +131,7 @@ func parseGeneric(raw []byte) (completion, error) {
 			if v, ok := msg["content"]; ok && v != nil {
 				content = fmt.Sprint(v)
 			}
-			c.parts = append(c.parts, part(role, content))
+			c.parts = append(c.parts, message(role, content))
 		}
 	} else {
 		prompt := ""
@@ -141,7 +140,7 @@ func parseGeneric(raw []byte) (completion, error) {
 				return c, errors.New("prompt: expected a string")
 			}
 		}
-		c.parts = [][]byte{[]byte(prompt)}
+		c.parts = []part{{body: prompt}}
 	}
 	c.maxTokens = 16
 	if m, ok := body["max_tokens"]; ok && string(m) != "null" {
@@ -157,22 +156,47 @@ func parseGeneric(raw []byte) (completion, error) {
 	return c, nil
 }
 
+// cut holds a request's tokens and message ends, and the scratch buffer
+// each message is joined in. The router only borrows tokens for the call
+// (B7), so one cut serves a request's routes and then the next request.
+type cut struct {
+	toks, ends []uint32
+	scratch    []byte
+}
+
+var cuts = sync.Pool{New: func() any { return new(cut) }}
+
+// maxPooled bounds what a pooled cut keeps between requests.
+const maxPooled = 1 << 20
+
+func getCut() *cut { return cuts.Get().(*cut) }
+
+func putCut(c *cut) {
+	if cap(c.toks) <= maxPooled && cap(c.scratch) <= 4*maxPooled {
+		cuts.Put(c)
+	}
+}
+
 // tokens cuts each part on its own, so that a conversation's turn starts
-// with the previous turn's tokens, and returns the tokens and each part's
-// end (the message boundaries the router learns at). One buffer, one call
-// into the library per part.
-func (c *completion) tokens() (toks, ends []uint32, err error) {
+// with the previous turn's tokens, into k: the tokens and each part's end
+// (the message boundaries the router learns at). One call into the
+// library per part; no allocation once k has grown to the prompt.
+func (c *completion) tokens(k *cut) (toks, ends []uint32, err error) {
 	n := 0
 	for _, p := range c.parts {
-		n += (len(p) + tokenWidth - 1) / tokenWidth
+		n += (len(p.head) + len(p.body) + tokenWidth - 1) / tokenWidth
 	}
-	toks = make([]uint32, 0, n)
-	ends = make([]uint32, 0, len(c.parts))
+	if cap(k.toks) < n {
+		k.toks = make([]uint32, 0, n)
+	}
+	toks, ends = k.toks[:0], k.ends[:0]
 	for _, p := range c.parts {
-		if toks, err = libroute.TextTokensAppend(toks, p, tokenWidth); err != nil {
+		k.scratch = append(append(k.scratch[:0], p.head...), p.body...)
+		if toks, err = libroute.TextTokensAppend(toks, k.scratch, tokenWidth); err != nil {
 			return nil, nil, err
 		}
 		ends = append(ends, uint32(len(toks)))
 	}
+	k.toks, k.ends = toks, ends
 	return toks, ends, nil
 }
