@@ -1,9 +1,9 @@
 """A small OpenAI-compatible HTTP gateway that routes with libroute.
 
 For each POST /v1/completions or /v1/chat/completions it tokenizes the
-prompt with libroute's text helper (one token per 4 bytes, each message on
-its own, so that a conversation's history is a token prefix of its next
-turn), asks the router, proxies the request to the chosen backend, streams
+prompt with libroute's text helper (one token per 4 bytes over the messages
+joined, so that a conversation's history is a token prefix of its next
+turn; message ends are the boundaries), asks the router, proxies the request to the chosen backend, streams
 the answer back as it comes, and reports the first token and the end (or
 the failure) to the router. Behind it:
 
@@ -189,14 +189,20 @@ class Gateway:
 
     @staticmethod
     def tokenize(body: Dict[str, Any]) -> Tuple[array, array]:
-        """Tokens and message ends: each message is cut on its own so that
-        a turn's tokens start with the previous turn's."""
-        parts, _ = prompt_text(body)
-        toks = array("I")
+        """Tokens and message ends: the messages joined as the engine reads
+        them, cut once; each message's end rounded down to a whole token,
+        the last one the whole prompt. A conversation's history is a byte
+        prefix of its next turn, so its whole tokens start the next turn's
+        (examples/go-gateway cuts the same way)."""
+        parts, text = prompt_text(body)
+        toks = text_tokens(text)
         ends = array("I")
+        end = 0
         for p in parts:
-            toks.extend(text_tokens(p))
-            ends.append(len(toks))
+            end += len(p.encode("utf-8"))
+            ends.append(end // 4)
+        if ends:
+            ends[-1] = len(toks)
         return toks, ends
 
     def status(self) -> Dict[str, Any]:

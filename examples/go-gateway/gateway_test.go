@@ -706,9 +706,28 @@ func TestParseCompletion(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 	toks, ends, err := c.tokens(new(cut))
-	// "<|system|>a" is 11 bytes: 3 tokens of 4; "<|user|>b" 9: 3 more
-	if err != nil || len(toks) != 6 || len(ends) != 2 || ends[0] != 3 || ends[1] != 6 {
+	// "<|system|>a<|user|>b" is 20 bytes: 5 tokens of 4; the first
+	// message ends inside the third
+	if err != nil || len(toks) != 5 || len(ends) != 2 || ends[0] != 2 || ends[1] != 5 {
 		t.Fatalf("%v %v %v", toks, ends, err)
+	}
+	whole, _ := libroute.TextTokens([]byte("<|system|>a<|user|>b"), 4)
+	for i := range whole {
+		if toks[i] != whole[i] {
+			t.Fatalf("token %d: not the joined prompt's", i)
+		}
+	}
+	// the next turn starts with this one's whole tokens
+	next, _ := parseCompletion([]byte(`{"messages": [{"role": "system", "content": "a"},
+		{"content": "b"}, {"role": "assistant", "content": "c"}]}`))
+	nt, ne, _ := next.tokens(new(cut))
+	for i := range toks { // 20 bytes: all five whole
+		if nt[i] != toks[i] {
+			t.Fatalf("next turn: token %d differs", i)
+		}
+	}
+	if ne[0] != 2 || ne[1] != 5 || ne[2] != uint32(len(nt)) || len(nt) != 9 {
+		t.Fatalf("next turn ends %v", ne)
 	}
 	// the generic path: content parts, a numeric role, a string stream
 	c, err = parseCompletion([]byte(`{"messages": [{"role": 7, "content": [{"type": "text"}]}],

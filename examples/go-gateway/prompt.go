@@ -177,25 +177,23 @@ func putCut(c *cut) {
 	}
 }
 
-// tokens cuts each part on its own, so that a conversation's turn starts
-// with the previous turn's tokens, into k: the tokens and each part's end
-// (the message boundaries the router learns at). One call into the
-// library per part; no allocation once k has grown to the prompt.
+// tokens cuts the prompt into k: the tokens of the messages joined as the
+// engine reads them, cut once, and each message's end (the boundaries the
+// router learns at) rounded down to a whole token, the last one the whole
+// prompt. A conversation's history is a byte prefix of its next turn, so
+// its whole tokens are a token prefix of the next turn's. One call into
+// the library; no allocation once k has grown to the prompt.
 func (c *completion) tokens(k *cut) (toks, ends []uint32, err error) {
-	n := 0
+	k.scratch, ends = k.scratch[:0], k.ends[:0]
 	for _, p := range c.parts {
-		n += (len(p.head) + len(p.body) + tokenWidth - 1) / tokenWidth
+		k.scratch = append(append(k.scratch, p.head...), p.body...)
+		ends = append(ends, uint32(len(k.scratch)/tokenWidth))
 	}
-	if cap(k.toks) < n {
-		k.toks = make([]uint32, 0, n)
+	if toks, err = libroute.TextTokensAppend(k.toks[:0], k.scratch, tokenWidth); err != nil {
+		return nil, nil, err
 	}
-	toks, ends = k.toks[:0], k.ends[:0]
-	for _, p := range c.parts {
-		k.scratch = append(append(k.scratch[:0], p.head...), p.body...)
-		if toks, err = libroute.TextTokensAppend(toks, k.scratch, tokenWidth); err != nil {
-			return nil, nil, err
-		}
-		ends = append(ends, uint32(len(toks)))
+	if len(ends) > 0 {
+		ends[len(ends)-1] = uint32(len(toks))
 	}
 	k.toks, k.ends = toks, ends
 	return toks, ends, nil
