@@ -772,6 +772,33 @@ func TestParseEngineStats(t *testing.T) {
 	}
 }
 
+// The usage counts are read by key after the last "usage" key, however
+// the JSON is spaced, and never from an answer's text.
+func TestUsage(t *testing.T) {
+	m := NewMetrics(nil, nil, nil, nil)
+	a := &attempt{g: &Gateway{metrics: m}}
+	for _, c := range []struct {
+		json string
+		out  uint32
+		ok   bool
+	}{
+		{`{"usage":{"prompt_tokens":9,"completion_tokens":7}}`, 7, true},
+		{`{"choices": [], "usage" : { "completion_tokens" :  12 , "x": 1}}`, 12, true},
+		{"{\"usage\":\n{\"completion_tokens\":\n\t3}}", 3, true},
+		{`{"choices":[{"text":"\"usage\": {\"completion_tokens\": 99}"}]}`, 0, false},
+		{`{"choices":[{"text":"\"completion_tokens\": 99"}],"usage":{"prompt_tokens":1}}`, 0, false},
+		{`{"usage":{"completion_tokens":null}}`, 0, false},
+		{`{"usage":{"completion_tokens":-4}}`, 0, false},
+		{`{"usage":{"completion_tokens":99999999999}}`, 1 << 31, true},
+		{`{"usage"`, 0, false},
+		{``, 0, false},
+	} {
+		if out, ok := a.usage([]byte(c.json)); out != c.out || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", c.json, out, ok, c.out, c.ok)
+		}
+	}
+}
+
 // A stream cut anywhere between reads gives the same events: one first
 // token, the output tokens counted, the end at [DONE] before EOF.
 func TestRelayBodySplitsAnywhere(t *testing.T) {
