@@ -1156,6 +1156,16 @@ lr_router_get_stats(const lr_router *r, lr_router_stats *out)
 }
 
 lr_status
+lr_router_index_stats(const lr_router *r, lr_index_stats *out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr_index_get_stats(r->ix, out);
+    lr__router_unlock(r);
+    return st;
+}
+
+lr_status
 lr_router_reason_counts(const lr_router *r, uint64_t *counts, size_t capacity,
                         size_t *n_counts)
 {

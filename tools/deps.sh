@@ -7,7 +7,10 @@
 #                            python3 + cffi, binutils, abigail-tools,
 #                            and for the gateway replicas' end-to-end
 #                            test redis-server, python3-redis,
-#                            python3-zmq, python3-msgpack)
+#                            python3-zmq, python3-msgpack;
+#                            python3-prometheus-client for the gateway's
+#                            /metrics, debhelper and lintian for the
+#                            Debian packages)
 #   tools/deps.sh --coverage the basic set and gcovr, for tools/coverage
 #                            only (not on CI's path)
 #
@@ -24,7 +27,7 @@ LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
     uthash-dev libcmocka-dev)
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
     python3-cffi binutils abigail-tools redis-server python3-redis python3-zmq
-    python3-msgpack)
+    python3-msgpack python3-prometheus-client debhelper lintian)
 LR_DEPS_COVERAGE=(gcovr)
 
 # Print the packages of "$@" that are not installed, one per line.

@@ -411,6 +411,11 @@ func (x *Index) Stats() (IndexStats, error) {
 	if err := check(st, "lr_index_get_stats"); err != nil {
 		return IndexStats{}, err
 	}
+	return indexStats(&s), nil
+}
+
+// indexStats converts lr_index_stats.
+func indexStats(s *C.lr_index_stats) IndexStats {
 	return IndexStats{
 		Blocks:        uint64(s.blocks),
 		RemoteBlocks:  uint64(s.remote_blocks),
@@ -421,7 +426,7 @@ func (x *Index) Stats() (IndexStats, error) {
 		EvictedBlocks: uint64(s.evicted_blocks),
 		ExpiredBlocks: uint64(s.expired_blocks),
 		LearnedBlocks: uint64(s.learned_blocks),
-	}, nil
+	}
 }
 
 // InstanceBlocks returns the block routes one instance holds.

@@ -836,6 +836,24 @@ func (r *Router) Stats() (RouterStats, error) {
 	return out, nil
 }
 
+// IndexStats returns the counters of the router's prefix index
+// (lr_router_index_stats): blocks held, evicted, expired and learned. It
+// holds the router's lock while counting engine hashes: call it from a
+// metrics scrape, not per request.
+func (r *Router) IndexStats() (IndexStats, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return IndexStats{}, err
+	}
+	defer r.mu.RUnlock()
+	var s C.lr_index_stats
+	s.struct_size = C.sizeof_lr_index_stats
+	if err := check(C.lr_router_index_stats(h, &s), "lr_router_index_stats"); err != nil {
+		return IndexStats{}, err
+	}
+	return indexStats(&s), nil
+}
+
 // ReasonCounts returns the decisions recorded by reason, indexed by Reason,
 // for every reason the library has (lr_router_reason_counts; ReasonCount()
 // entries).

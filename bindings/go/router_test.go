@@ -692,6 +692,45 @@ func TestExpire(t *testing.T) {
 	}
 }
 
+// IndexStats counts what the router's index learned, evicted for capacity
+// and expired.
+func TestIndexStats(t *testing.T) {
+	o := DefaultRouterOptions()
+	o.Policy = PolicyRoundRobin
+	o.IndexCapacityBlocks = 64
+	o.IndexTTL = time.Second
+	r, err := NewRouter(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range instanceNames(2) {
+		if _, err := r.AddInstance(InstanceSpec{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 40 distinct prompts of 4 blocks: 160 learned, 64 held.
+	for i := 0; i < 40; i++ {
+		if _, err := r.Route(&Request{ID: uint64(i), Tokens: prompt(64, int64(100+i)), Now: sec}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := r.IndexStats()
+	if err != nil || s.LearnedBlocks != 160 || s.Blocks != 64 || s.EvictedBlocks != 96 ||
+		s.ExpiredBlocks != 0 || s.RemoteBlocks != 0 {
+		t.Fatalf("%+v %v", s, err)
+	}
+	if err := r.Expire(10 * sec); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = r.IndexStats(); err != nil || s.Blocks != 0 || s.ExpiredBlocks != 64 {
+		t.Errorf("after expiry: %+v %v", s, err)
+	}
+	r.Close()
+	if _, err := r.IndexStats(); err != ErrClosed {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
 // One slow and one fast instance under DualMap: the slow one's queue breaks
 // the SLO, and the plan moves requests to their other candidate.
 func TestRebalance(t *testing.T) {

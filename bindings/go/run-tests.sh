@@ -62,30 +62,6 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./... || status=1
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-if GODEBUG=cgocheck=2 go test -v ./... >"$log" 2>&1; then
-    grep -E '^(--- |ok)' "$log"
-else
-    cat "$log"
-    status=1
-fi
-passed=$(grep -c '^--- PASS' "$log" || true)
-failed=$(grep -c '^--- FAIL' "$log" || true)
-if [ $status = 1 ] && [ "$failed" = 0 ]; then
-    failed=1 # did not build, or died outside a test
-fi
-
-if [ "${LR_GO_RACE:-1}" != 0 ]; then
-    if go test -race ./... >"$log" 2>&1; then
-        echo "go-binding: race detector: ok"
-    else
-        cat "$log"
-        echo "go-binding: race detector: FAILED"
-        status=1
-        failed=$((failed + 1))
-    fi
-fi
-
-echo "go-binding: $passed passed, $failed failed"
-exit $status
+# shellcheck source=tools/go-test.sh
+. "$here/../../tools/go-test.sh"
+LR_GO_TEST_ENV=GODEBUG=cgocheck=2 lr_go_test go-binding "$status" ./...

@@ -141,3 +141,12 @@ lrgo_router_create(const lr_router_options *o,
     }
     return lr_router_create(&ro, out);
 }
+
+lr_status
+lrgo_text_tokens(const void *text, size_t len, uint32_t width, uint32_t *out,
+                 size_t capacity)
+{
+    size_t needed;
+    lr_status st = lr_text_tokens(text, len, width, out, capacity, &needed);
+    return st == LR_OK && needed != capacity ? LR_EINVAL : st;
+}

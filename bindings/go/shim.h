@@ -22,6 +22,12 @@
 
 #include <libroute.h>
 
+/* lr_text_tokens into out[0..capacity), the count being the caller's:
+ * TextTokensAppend's out-parameter would otherwise be a Go variable that
+ * escapes to the heap on every call. */
+lr_status lrgo_text_tokens(const void *text, size_t len, uint32_t width,
+                           uint32_t *out, size_t capacity);
+
 lr_status lrgo_router_route(lr_router *r, const lr_request *q,
                             const uint32_t *tokens, const uint32_t *boundaries,
                             lr_score *scores, lr_decision *d);

@@ -1,7 +1,7 @@
 package libroute
 
 /*
-#include <libroute.h>
+#include "shim.h"
 */
 import "C"
 
@@ -31,4 +31,34 @@ func TextTokens(text []byte, width uint32) ([]uint32, error) {
 		return nil, err
 	}
 	return out[:n], nil
+}
+
+// TextTokensAppend appends the pseudo-tokens of text to dst and returns
+// the extended slice, as TextTokens cuts them, in one call into the
+// library, writing into dst's room when it has enough: for a host that
+// cuts each message of every request into one buffer (the token count is
+// ceil(len(text) / width)).
+// On error dst is returned unchanged.
+func TextTokensAppend(dst []uint32, text []byte, width uint32) ([]uint32, error) {
+	const op = "lr_text_tokens"
+	if width == 0 || width > TextMaxWidth || uint64(len(text)) > C.LR_TEXT_MAX_BYTES {
+		return dst, invalid(op)
+	}
+	n := (len(text) + int(width) - 1) / int(width)
+	if n == 0 {
+		return dst, nil
+	}
+	if cap(dst)-len(dst) < n {
+		grown := make([]uint32, len(dst), 2*cap(dst)+n)
+		copy(grown, dst)
+		dst = grown
+	}
+	out := dst[len(dst) : len(dst)+n]
+	// The shim keeps lr_text_tokens' count on its stack (it is n).
+	st := C.lrgo_text_tokens(unsafe.Pointer(&text[0]), C.size_t(len(text)), C.uint32_t(width),
+		u32ptr(out), C.size_t(n))
+	if err := check(st, op); err != nil {
+		return dst, err
+	}
+	return dst[:len(dst)+n], nil
 }

@@ -370,8 +370,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             cached, blocks = e.admit(text)
         try:
             time.sleep(e.base_s + e.per_block_s * (blocks - cached))
+            # cached_tokens as vLLM reports it, in 4-byte tokens (the
+            # gateway's pseudo-tokens): 16 per 64-byte block.
             usage = {"prompt_tokens": len(text.encode()) // 4,
                      "completion_tokens": max_tokens,
+                     "prompt_tokens_details": {
+                         "cached_tokens": cached * BLOCK // 4},
                      "cached_blocks": cached, "prompt_blocks": blocks}
             chat = self.path.endswith("chat/completions")
             if body.get("stream"):

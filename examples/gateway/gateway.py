@@ -1,9 +1,9 @@
 """A small OpenAI-compatible HTTP gateway that routes with libroute.
 
 For each POST /v1/completions or /v1/chat/completions it tokenizes the
-prompt with libroute's text helper (one token per 4 bytes, each message on
-its own, so that a conversation's history is a token prefix of its next
-turn), asks the router, proxies the request to the chosen backend, streams
+prompt with libroute's text helper (one token per 4 bytes over the messages
+joined, so that a conversation's history is a token prefix of its next
+turn; message ends are the boundaries), asks the router, proxies the request to the chosen backend, streams
 the answer back as it comes, and reports the first token and the end (or
 the failure) to the router. Behind it:
 
@@ -14,7 +14,8 @@ the failure) to the router. Behind it:
   request is retried on the router's next choice, and a health thread
   undrains the backend once GET /health answers again.
 
-GET /status shows the backends and the router's counters.
+GET /status shows the backends and the router's counters; GET /metrics
+the Prometheus metric set of docs/gateway.md (metrics.py).
 
     python3 gateway.py --port 8100 --backend e1=127.0.0.1:8101 \\
         --backend e2=127.0.0.1:8102 --policy prefix-cache
@@ -40,11 +41,26 @@ from libroute import Router, text_tokens
 
 from fake_engine import prompt_text
 
+try:
+    from metrics import GatewayMetrics
+    _NO_METRICS = ""
+except ImportError as _e:  # python3-prometheus-client is not installed
+    GatewayMetrics = None  # type: ignore[assignment,misc]
+    _NO_METRICS = str(_e)
+
 _METRIC = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$")
 
 
 def now_ns() -> int:
     return time.monotonic_ns()
+
+
+class _NoMetrics:
+    """Stands in for GatewayMetrics without prometheus_client: every
+    event is dropped, and /metrics says what is missing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
 
 
 class Backend:
@@ -61,8 +77,19 @@ class Gateway:
                  health_s: float = 0.25, timeout_s: float = 30.0,
                  router_options: Optional[Dict[str, Any]] = None,
                  prepare: Optional[Any] = None,
-                 learn: bool = True) -> None:
-        self.router = Router(policy, seed=1, **(router_options or {}))
+                 learn: bool = True,
+                 index_capacity_blocks: Optional[int] = None,
+                 learn_every: Optional[int] = None) -> None:
+        # learn_every: Lodestar trains on its first `learn_every` samples
+        # and again after each `learn_every` more (None: the library's
+        # schedule).
+        opts = dict(router_options or {})
+        if index_capacity_blocks is not None:
+            opts["index_capacity_blocks"] = index_capacity_blocks
+        if learn_every is not None:
+            opts["learner"] = {"min_samples": learn_every,
+                               "retrain_every": learn_every}
+        self.router = Router(policy, seed=1, **opts)
         # A replica restarting restores its router first (fleet.py), then
         # finds the backends the snapshot names.
         self.restored = bool(prepare(self.router)) if prepare else False
@@ -85,7 +112,11 @@ class Gateway:
                                                          timeout_s)
         self.stop = threading.Event()
         self.retries = 0
+        self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
+                             GatewayMetrics(self.router, self._backend_rows))
         self.threads = [threading.Thread(target=self._scrape_loop,
+                                         daemon=True),
+                        threading.Thread(target=self._learn_loop,
                                          daemon=True)]
         for t in self.threads:
             t.start()
@@ -158,18 +189,39 @@ class Gateway:
             if time.monotonic() >= next_health:
                 next_health = time.monotonic() + self.health_s
 
+    def _learn_loop(self) -> None:
+        """Lodestar's training, off the request path: route() never waits
+        for it. Other policies have no learner (StateError): the loop
+        keeps asking, so a switch to lodestar starts training."""
+        while not self.stop.wait(0.2):
+            try:
+                self.router.learn_step()
+            except libroute.StateError:
+                pass
+            except libroute.ClosedError:
+                return
+
+    def _backend_rows(self) -> List[Tuple[int, str, bool]]:
+        return [(b.id, b.name, b.up) for b in self.backends.values()]
+
     # ---- requests -------------------------------------------------------
 
     @staticmethod
     def tokenize(body: Dict[str, Any]) -> Tuple[array, array]:
-        """Tokens and message ends: each message is cut on its own so that
-        a turn's tokens start with the previous turn's."""
-        parts, _ = prompt_text(body)
-        toks = array("I")
+        """Tokens and message ends: the messages joined as the engine reads
+        them, cut once; each message's end rounded down to a whole token,
+        the last one the whole prompt. A conversation's history is a byte
+        prefix of its next turn, so its whole tokens start the next turn's
+        (examples/go-gateway cuts the same way)."""
+        parts, text = prompt_text(body)
+        toks = text_tokens(text)
         ends = array("I")
+        end = 0
         for p in parts:
-            toks.extend(text_tokens(p))
-            ends.append(len(toks))
+            end += len(p.encode("utf-8"))
+            ends.append(end // 4)
+        if ends:
+            ends[-1] = len(toks)
         return toks, ends
 
     def status(self) -> Dict[str, Any]:
@@ -224,8 +276,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/status":
             self._json(200, self.gw.status())
+        elif self.path == "/metrics":
+            self._metrics()
         else:
             self._json(404, {"error": "not found"})
+
+    def _metrics(self) -> None:
+        m = self.gw.metrics
+        if isinstance(m, _NoMetrics):
+            self._json(503, {"error": "no metrics: python3-prometheus-client "
+                                      f"is missing ({_NO_METRICS})"})
+            return
+        data, ctype = m.exposition()
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
@@ -241,16 +308,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             toks, ends = gw.tokenize(body)
             max_tokens = int(body.get("max_tokens", 16))
         except (ValueError, TypeError) as e:
+            gw.metrics.on_response(400)
             self._json(400, {"error": f"bad request: {e}"})
             return
         rid = next(gw.ids)
         for _ in range(len(gw.backends)):
+            t0 = now_ns()
             try:
-                d = gw.router.route(toks, request_id=rid, now_ns=now_ns(),
+                d = gw.router.route(toks, request_id=rid, now_ns=t0,
                                     boundaries=ends, learn=gw.learn,
                                     expected_output_tokens=max_tokens)
             except libroute.StateError:
                 break  # every backend drained
+            gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
             b = gw.backends[d.instance]
             try:
                 conn = http.client.HTTPConnection(b.host, b.port,
@@ -263,15 +333,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 gw.mark_down(b)
                 with gw.lock:
                     gw.retries += 1
+                gw.metrics.on_retry()
                 continue
-            self._relay(rid, b, d, conn, resp, bool(body.get("stream")))
+            self._relay(rid, b, d, conn, resp, bool(body.get("stream")), t0)
             return
+        gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
 
     def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
                conn: http.client.HTTPConnection,
-               resp: http.client.HTTPResponse, stream: bool) -> None:
+               resp: http.client.HTTPResponse, stream: bool,
+               routed_ns: int) -> None:
         gw = self.gw
+        gw.metrics.on_response(resp.status)
+
+        def first_token() -> None:
+            t = now_ns()
+            gw.router.first_token(rid, now_ns=t)
+            gw.metrics.on_first_token((t - routed_ns) / 1e9)
+
+        def usage(u: Any) -> None:
+            # The engine's cached prompt tokens (vLLM's and OpenAI's
+            # usage.prompt_tokens_details.cached_tokens) against the
+            # router's expectation.
+            try:
+                cached = int(u["prompt_tokens_details"]["cached_tokens"])
+            except (KeyError, TypeError, ValueError):
+                return
+            gw.metrics.on_cached(d.cached_tokens, cached)
+
         hdr = {"X-Libroute-Backend": b.name,
                "X-Libroute-Reason": d.reason.label,
                # The policy that chose: the gateway's, or Lodestar's
@@ -283,10 +373,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             if not stream or resp.status != 200:
                 data = resp.read()
-                gw.router.first_token(rid, now_ns=now_ns())
+                first_token()
                 try:
-                    out_tokens = int(json.loads(data)["usage"]
-                                     ["completion_tokens"])
+                    u = json.loads(data)["usage"]
+                    out_tokens = int(u["completion_tokens"])
+                    usage(u)
                 except (ValueError, KeyError, TypeError):
                     out_tokens = 0
                 # The engine has answered in full: the request ends here,
@@ -317,10 +408,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if line.startswith(b"data: ") and \
                             not line.startswith(b"data: [DONE]"):
                         if first:
-                            gw.router.first_token(rid, now_ns=now_ns())
+                            first_token()
                             first = False
                         if b'"delta"' in line or b'"text"' in line:
                             out_tokens += 1
+                        elif b'"usage"' in line:
+                            try:
+                                usage(json.loads(line[6:])["usage"])
+                            except (ValueError, KeyError, TypeError):
+                                pass
                     self.wfile.write(line)
                     self.wfile.flush()
             if not completed:
@@ -384,8 +480,11 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
         sync.router = router
         return sync.restore()
 
+    if a.index_capacity_blocks is not None:
+        opts["index_capacity_blocks"] = a.index_capacity_blocks
     gw = Gateway(backends, policy=policy, router_options=opts,
-                 prepare=prepare, learn=not a.kv_events)
+                 prepare=prepare, learn=not a.kv_events,
+                 learn_every=a.learn_every)
     stoppers: List[Any] = []
     if sync is not None:
         sync.start()
@@ -414,6 +513,10 @@ def main() -> None:
     ap.add_argument("--backend", action="append", required=True,
                     metavar="NAME=HOST:PORT")
     add_fleet_args(ap)
+    ap.add_argument("--index-capacity-blocks", type=int, default=None,
+                    help="prefix index capacity in blocks (library default)")
+    ap.add_argument("--learn-every", type=int, default=None, metavar="N",
+                    help="lodestar: train after N samples and every N more")
     a = ap.parse_args()
     backends = []
     for spec in a.backend:
@@ -425,7 +528,9 @@ def main() -> None:
     if a.redis or a.kv_events:
         gw, stoppers = start_fleet(a, backends, a.policy)
     else:
-        gw = Gateway(backends, policy=a.policy)
+        gw = Gateway(backends, policy=a.policy,
+                     index_capacity_blocks=a.index_capacity_blocks,
+                     learn_every=a.learn_every)
     srv = GatewayServer((a.host, a.port), gw)
     print(f"gateway on http://{a.host}:{srv.server_address[1]} ({a.policy}), "
           f"{len(backends)} backends", flush=True)

@@ -780,6 +780,19 @@ LR_API lr_status lr_router_reason_counts(const lr_router *router,
                                          uint64_t *counts, size_t capacity,
                                          size_t *n_counts);
 
+/** The counters of the router's prefix index (lr_index_get_stats): block
+ * routes held (LOCAL and REMOTE), prefixes, bytes, and the cumulative
+ * evicted, expired and learned blocks, for a host's metrics. Takes the
+ * router's mutex for as long as lr_index_get_stats takes (engine_hashes
+ * walks the engine-hash map, so it grows with KV events held): call it
+ * from a metrics scrape, not per request. Set out->struct_size first
+ * (>= LR_INDEX_STATS_SIZE_V1).
+ * @param out  out: the counters; fields past out->struct_size untouched.
+ * @return LR_OK; LR_EINVAL (NULL); LR_EVERSION (struct_size too small).
+ * Thread safety: like every lr_router_* call. @since 0.2 */
+LR_API lr_status lr_router_index_stats(const lr_router *router,
+                                       lr_index_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,7 +16,7 @@ from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
                     set_fields, take_blob, u32, u32_in, u64, u64_in)
 from .enums import Bounds, Param, Policy, Reason, as_enum, bounds_from
 from .errors import check
-from .index import Delta, _kv_stored
+from .index import Delta, IndexStats, _kv_stored
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
@@ -719,6 +719,19 @@ class Router(_Handle):
                      for i in range(min(len(s.by_reason),
                                         lib.lr_reason_count()))}
         return from_struct(RouterStats, s, by_reason=by_reason)
+
+    def index_stats(self) -> IndexStats:
+        """lr_router_index_stats(): the counters of the router's prefix
+        index (blocks held, evicted, expired, learned). For a metrics
+        scrape, not per request: it holds the router's lock while it
+        counts."""
+        s = ffi.new("lr_index_stats *")
+        # No lr_index_stats_init() exists: stamp the size as the header says.
+        s.struct_size = ffi.sizeof("lr_index_stats")
+        with self._use() as p:
+            st = lib.lr_router_index_stats(p, s)
+        check(st, "lr_router_index_stats")
+        return from_struct(IndexStats, s)
 
     def reason_counts(self) -> Dict[Reason, int]:
         """lr_router_reason_counts(): decisions recorded by reason, for

@@ -500,6 +500,26 @@ class Stats(unittest.TestCase):
             with self.assertRaises(L.ClosedError):
                 r.reason_counts()
 
+    def test_index_stats(self):
+        with make("round-robin", index_capacity_blocks=64,
+                  index_ttl_ns=10 * S) as r:
+            self.assertEqual(r.index_stats().blocks, 0)
+            # 40 distinct prompts of 4 blocks: 160 learned, 64 held
+            for i in range(40):
+                r.route(tokens(64, 100 + i), request_id=i, now_ns=S)
+            st = r.index_stats()
+            self.assertIsInstance(st, L.IndexStats)
+            self.assertEqual(st.learned_blocks, 160)
+            self.assertEqual(st.blocks, 64)
+            self.assertEqual(st.evicted_blocks, 160 - 64)
+            self.assertEqual(st.expired_blocks, 0)
+            r.expire(60 * S)
+            st = r.index_stats()
+            self.assertEqual((st.blocks, st.expired_blocks), (0, 64))
+            r.close()
+            with self.assertRaises(L.ClosedError):
+                r.index_stats()
+
 
 class Ownership(unittest.TestCase):
 

@@ -1210,6 +1210,7 @@ extern "C" {
         capacity: usize,
         n_counts: *mut usize,
     ) -> lr_status;
+    pub fn lr_router_index_stats(router: *const lr_router, out: *mut lr_index_stats) -> lr_status;
 
     // lr_vllm.h
     pub fn lr_vllm_batch_info_init_sized(info: *mut lr_vllm_batch_info, size: usize);

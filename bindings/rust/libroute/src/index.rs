@@ -292,6 +292,22 @@ pub struct IndexStats {
     pub learned_blocks: u64,
 }
 
+impl IndexStats {
+    pub(crate) fn from_c(s: &sys::lr_index_stats) -> Self {
+        IndexStats {
+            blocks: s.blocks,
+            remote_blocks: s.remote_blocks,
+            prefixes: s.prefixes,
+            instances: s.instances,
+            engine_hashes: s.engine_hashes,
+            bytes: s.bytes,
+            evicted_blocks: s.evicted_blocks,
+            expired_blocks: s.expired_blocks,
+            learned_blocks: s.learned_blocks,
+        }
+    }
+}
+
 /// A standalone prefix index (`lr_index`): which instance caches which
 /// token prefix. The router has its own; this one is for hosts that route
 /// by themselves.
@@ -535,17 +551,7 @@ impl Index {
             unsafe { sys::lr_index_get_stats(self.ptr(), &mut s) },
             "lr_index_get_stats",
         )?;
-        Ok(IndexStats {
-            blocks: s.blocks,
-            remote_blocks: s.remote_blocks,
-            prefixes: s.prefixes,
-            instances: s.instances,
-            engine_hashes: s.engine_hashes,
-            bytes: s.bytes,
-            evicted_blocks: s.evicted_blocks,
-            expired_blocks: s.expired_blocks,
-            learned_blocks: s.learned_blocks,
-        })
+        Ok(IndexStats::from_c(&s))
     }
 
     /// Block routes held by one instance.

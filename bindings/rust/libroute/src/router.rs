@@ -1,7 +1,7 @@
 //! The router (`lr_router.h`).
 
 use crate::error::{check, Error, Result};
-use crate::index::KvStored;
+use crate::index::{IndexStats, KvStored};
 use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
 use crate::policy::{Candidate, PolicyInput};
@@ -1177,6 +1177,25 @@ impl Router {
             gauges_expired: s.gauges_expired,
             peers_live: s.peers_live,
         })
+    }
+
+    /// The counters of the router's prefix index
+    /// (`lr_router_index_stats`): blocks held, evicted, expired and
+    /// learned. It holds the router's lock while counting engine hashes:
+    /// call it from a metrics scrape, not per request.
+    pub fn index_stats(&self) -> Result<IndexStats> {
+        // lr_index_stats has no init function: stamp the size as
+        // LR_*_INIT would and zero the rest.
+        let mut s = sys::lr_index_stats {
+            struct_size: size_of::<sys::lr_index_stats>(),
+            ..Default::default()
+        };
+        // SAFETY: initialized out struct.
+        check(
+            unsafe { sys::lr_router_index_stats(self.ptr(), &mut s) },
+            "lr_router_index_stats",
+        )?;
+        Ok(IndexStats::from_c(&s))
     }
 
     /// Decisions recorded by reason, indexed by [`Reason::raw`], for every

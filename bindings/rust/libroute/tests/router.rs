@@ -704,6 +704,37 @@ fn expire() {
     );
 }
 
+/// The router's index counters: learned, evicted for capacity, expired.
+#[test]
+fn index_stats() {
+    let mut o = RouterOptions::default();
+    o.policy = Policy::ROUND_ROBIN;
+    o.index_capacity_blocks = 64;
+    o.index_ttl = Duration::from_secs(1);
+    let r = Router::new(&o).unwrap();
+    r.add_instance(&InstanceSpec::new("a:1")).unwrap();
+    r.add_instance(&InstanceSpec::new("b:1")).unwrap();
+    assert_eq!(r.index_stats().unwrap().blocks, 0);
+    // 40 distinct prompts of 4 blocks: 160 learned, 64 held.
+    for i in 0..40u64 {
+        let toks = prompt(64, 100 + i);
+        r.route(&Request::new(i, &toks, SEC)).unwrap();
+    }
+    let s = r.index_stats().unwrap();
+    assert_eq!(
+        (
+            s.learned_blocks,
+            s.blocks,
+            s.evicted_blocks,
+            s.expired_blocks
+        ),
+        (160, 64, 96, 0)
+    );
+    r.expire(10 * SEC).unwrap();
+    let s = r.index_stats().unwrap();
+    assert_eq!((s.blocks, s.expired_blocks), (0, 64));
+}
+
 /// One slow and one fast instance under DualMap: the slow one's queue breaks
 /// the SLO, and the plan moves requests to their other candidate.
 #[test]

@@ -1,0 +1,745 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"libroute"
+)
+
+// Config is what the gateway is started with.
+type Config struct {
+	// Backends as name and host:port; the name places the instance on the
+	// router's ring.
+	Backends []BackendSpec
+	// A libroute policy name (Policy.String), unless NoLibroute.
+	Policy string
+	// NoLibroute routes with the gateway's own round-robin and never calls
+	// the library: the load test's baseline (docs/perf.md).
+	NoLibroute bool
+	// Prefix index capacity in blocks; 0: the library's default.
+	IndexCapacityBlocks uint64
+	// Lodestar trains after LearnEvery samples and every LearnEvery more;
+	// 0: the library's schedule.
+	LearnEvery uint32
+	// How often each backend's metrics are scraped, how often a drained
+	// backend's /health is tried, and the limit on one answer.
+	ScrapeEvery, HealthEvery, Timeout time.Duration
+}
+
+// BackendSpec names one engine.
+type BackendSpec struct {
+	Name, Addr string
+}
+
+// Backend is one engine behind the gateway.
+type Backend struct {
+	Name string
+	Addr string
+	ID   libroute.InstanceID
+	up   atomic.Bool
+	// Proxies to this backend, sharing the gateway's transport.
+	proxy *httputil.ReverseProxy
+}
+
+// Gateway is an http.Handler that routes OpenAI-style requests.
+type Gateway struct {
+	cfg      Config
+	backends []*Backend
+	byID     map[libroute.InstanceID]*Backend
+	// nil with NoLibroute.
+	router *libroute.Router
+	// The names of the library's policies and reasons, by value, so that
+	// a request's labels cost no call into C.
+	policyNames, reasonNames []string
+	metrics                  *Metrics
+	handler                  http.Handler
+
+	transport *http.Transport // to the backends, kept alive
+	probe     *http.Client    // scrapes and health checks
+
+	ids     atomic.Uint64
+	rr      atomic.Uint64
+	retries atomic.Uint64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// epoch anchors now(): the router wants a monotonic clock in nanoseconds.
+var epoch = time.Now()
+
+func now() uint64 { return uint64(time.Since(epoch)) + 1 }
+
+// NewGateway creates the router (unless NoLibroute), adds the backends and
+// starts the scrape and learner goroutines. Close stops them.
+func NewGateway(cfg Config) (*Gateway, error) {
+	if len(cfg.Backends) == 0 {
+		return nil, errors.New("no backends")
+	}
+	if cfg.ScrapeEvery <= 0 {
+		cfg.ScrapeEvery = 100 * time.Millisecond
+	}
+	if cfg.HealthEvery <= 0 {
+		cfg.HealthEvery = 250 * time.Millisecond
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	g := &Gateway{
+		cfg:  cfg,
+		byID: make(map[libroute.InstanceID]*Backend),
+		transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			// Answers are read as they come (SSE); no transparent gzip.
+			DisableCompression:    true,
+			ResponseHeaderTimeout: cfg.Timeout,
+		},
+		stop: make(chan struct{}),
+	}
+	g.probe = &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		Proxy: nil, MaxIdleConnsPerHost: 4, DisableCompression: true,
+	}}
+	if !cfg.NoLibroute {
+		if err := g.newRouter(); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range cfg.Backends {
+		b := &Backend{Name: s.Name, Addr: s.Addr, ID: libroute.InstanceID(len(g.backends))}
+		if g.router != nil {
+			id, err := g.router.AddInstance(libroute.InstanceSpec{Name: s.Name})
+			if err != nil {
+				g.router.Close()
+				return nil, fmt.Errorf("backend %s: %w", s.Name, err)
+			}
+			b.ID = id
+		}
+		u, err := url.Parse("http://" + s.Addr)
+		if err != nil || u.Host != s.Addr {
+			if g.router != nil {
+				g.router.Close()
+			}
+			return nil, fmt.Errorf("backend %s: bad address %q", s.Name, s.Addr)
+		}
+		b.proxy = g.newProxy(u)
+		b.up.Store(true)
+		g.backends = append(g.backends, b)
+		g.byID[b.ID] = b
+	}
+	g.metrics = NewMetrics(g.router, g.backendRows, g.policyNames, g.reasonNames)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/completions", g.serveCompletion)
+	mux.HandleFunc("/v1/chat/completions", g.serveCompletion)
+	mux.HandleFunc("/status", g.serveStatus)
+	mux.Handle("/metrics", g.metrics.Handler())
+	g.handler = mux
+	g.wg.Add(1)
+	go g.scrapeLoop()
+	if g.router != nil {
+		g.wg.Add(1)
+		go g.learnLoop()
+	}
+	return g, nil
+}
+
+func (g *Gateway) newRouter() error {
+	p, err := libroute.ParsePolicy(g.cfg.Policy)
+	if err != nil {
+		return fmt.Errorf("policy %q: %w", g.cfg.Policy, err)
+	}
+	o := libroute.DefaultRouterOptions()
+	o.Policy = p
+	o.Seed = 1
+	if g.cfg.IndexCapacityBlocks > 0 {
+		o.IndexCapacityBlocks = g.cfg.IndexCapacityBlocks
+	}
+	if g.cfg.LearnEvery > 0 {
+		lo := libroute.DefaultLearnerOptions()
+		lo.MinSamples, lo.RetrainEvery = g.cfg.LearnEvery, g.cfg.LearnEvery
+		o.Learner = &lo
+	}
+	if g.router, err = libroute.NewRouter(&o); err != nil {
+		return err
+	}
+	for i := 0; i < libroute.PolicyCount(); i++ {
+		g.policyNames = append(g.policyNames, libroute.Policy(i).String())
+	}
+	for i := 0; i < libroute.ReasonCount(); i++ {
+		g.reasonNames = append(g.reasonNames, libroute.Reason(i).String())
+	}
+	return nil
+}
+
+// Close stops the background goroutines and destroys the router.
+func (g *Gateway) Close() {
+	close(g.stop)
+	g.wg.Wait()
+	if g.router != nil {
+		g.router.Close()
+	}
+	g.transport.CloseIdleConnections()
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.handler.ServeHTTP(w, r)
+}
+
+func (g *Gateway) backendRows() []backendRow {
+	rows := make([]backendRow, len(g.backends))
+	for i, b := range g.backends {
+		rows[i] = backendRow{ID: b.ID, Name: b.Name, Up: b.up.Load()}
+	}
+	return rows
+}
+
+// ---- backend health and telemetry ------------------------------------------
+
+func (g *Gateway) markDown(b *Backend) {
+	if b.up.CompareAndSwap(true, false) && g.router != nil {
+		_ = g.router.DrainInstance(b.ID, true)
+	}
+}
+
+func (g *Gateway) markUp(b *Backend) {
+	if b.up.CompareAndSwap(false, true) && g.router != nil {
+		_ = g.router.DrainInstance(b.ID, false)
+	}
+}
+
+func (g *Gateway) get(b *Backend, path string) ([]byte, error) {
+	resp, err := g.probe.Get("http://" + b.Addr + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s%s: HTTP %d", b.Addr, path, resp.StatusCode)
+	}
+	return data, err
+}
+
+// vllmMetric matches one sample of the vLLM metrics the router takes.
+var vllmMetric = regexp.MustCompile(`^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$`)
+
+// parseEngineStats reads vLLM's running, waiting and KV-use gauges.
+func parseEngineStats(text []byte) libroute.EngineStats {
+	m := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if g := vllmMetric.FindSubmatch(sc.Bytes()); g != nil {
+			if v, err := strconv.ParseFloat(string(g[2]), 64); err == nil {
+				m[string(g[1])] = v
+			}
+		}
+	}
+	kv, ok := m["vllm:kv_cache_usage_perc"]
+	if !ok {
+		kv = m["vllm:gpu_cache_usage_perc"] // vLLM before 0.7
+	}
+	if !(kv >= 0) { // NaN too
+		kv = 0
+	} else if kv > 1 {
+		kv = 1
+	}
+	return libroute.EngineStats{
+		Running: clampU32(m["vllm:num_requests_running"]),
+		Waiting: clampU32(m["vllm:num_requests_waiting"]),
+		KVUse:   kv,
+	}
+}
+
+func clampU32(v float64) uint32 {
+	if !(v > 0) {
+		return 0
+	}
+	if v > 1<<31 {
+		return 1 << 31
+	}
+	return uint32(v)
+}
+
+// scrapeLoop feeds each live backend's vLLM metrics to the router every
+// ScrapeEvery, with the probe's time as the RTT. A backend whose scrape
+// fails is drained; a drained one is undrained when /health answers.
+func (g *Gateway) scrapeLoop() {
+	defer g.wg.Done()
+	tick := time.NewTicker(g.cfg.ScrapeEvery)
+	defer tick.Stop()
+	var nextHealth time.Time
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+		}
+		health := !time.Now().Before(nextHealth)
+		if health {
+			nextHealth = time.Now().Add(g.cfg.HealthEvery)
+		}
+		for _, b := range g.backends {
+			if !b.up.Load() {
+				if health {
+					if _, err := g.get(b, "/health"); err == nil {
+						g.markUp(b)
+					}
+				}
+				continue
+			}
+			t0 := now()
+			text, err := g.get(b, "/metrics")
+			t1 := now()
+			if err != nil {
+				g.markDown(b)
+				continue
+			}
+			if g.router == nil {
+				continue
+			}
+			st := parseEngineStats(text)
+			st.ScrapedAt = t1
+			_ = g.router.SetStats(b.ID, st)
+			_ = g.router.ObserveRTT(b.ID, time.Duration(t1-t0))
+		}
+	}
+}
+
+// learnLoop runs Lodestar's learner step every 200 ms, off the request
+// path (Route never waits for it). Other policies have no learner
+// (ErrState), and the loop keeps asking, so a switch to lodestar trains.
+func (g *Gateway) learnLoop() {
+	defer g.wg.Done()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+			_, _ = g.router.LearnStep(0)
+		}
+	}
+}
+
+// ---- requests ---------------------------------------------------------------
+
+// attempt is one try of a request on one backend; the proxy's hooks find
+// it in the request's context.
+type attempt struct {
+	g        *Gateway
+	id       uint64
+	b        *Backend
+	reason   string
+	decider  string
+	cached   uint32
+	routedAt time.Time
+	err      error // set by the proxy's ErrorHandler: nothing was sent
+}
+
+type attemptKey struct{}
+
+// copyBuffers lends the proxies the buffers they copy answers through
+// (boxing the slice header to pool it costs 24 bytes, not 32 KB).
+var copyBuffers = &bufferPool{sync.Pool{New: func() any { return make([]byte, 32<<10) }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return b.p.Get().([]byte) }
+func (b *bufferPool) Put(x []byte) { b.p.Put(x) }
+
+func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
+	p := httputil.NewSingleHostReverseProxy(target)
+	p.Transport = g.transport
+	p.BufferPool = copyBuffers // not 32 KB of garbage per answer
+	p.FlushInterval = -1       // stream every write of the engine at once
+	p.ErrorLog = nil
+	p.ModifyResponse = func(resp *http.Response) error {
+		a := resp.Request.Context().Value(attemptKey{}).(*attempt)
+		a.relay(resp)
+		return nil
+	}
+	p.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		// Only reached before anything was written to the client: the
+		// backend refused the request or died before answering. The
+		// handler retries on the router's next choice.
+		r.Context().Value(attemptKey{}).(*attempt).err = err
+	}
+	return p
+}
+
+func (g *Gateway) jsonError(w http.ResponseWriter, code int, msg string) {
+	g.metrics.OnResponse(code)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	data, _ := json.Marshal(map[string]string{"error": msg})
+	_, _ = w.Write(data)
+}
+
+func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		g.jsonError(w, http.StatusNotFound, "not found")
+		return
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+		return
+	}
+	// Without libroute the prompt is not needed: only the envelope is
+	// read, so the baseline does not pay for what only routing uses.
+	parse := parseCompletion
+	if g.router == nil {
+		parse = parseEnvelope
+	}
+	c, err := parse(raw)
+	if err != nil {
+		g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+		return
+	}
+	var toks, ends []uint32
+	if g.router != nil {
+		k := getCut()
+		defer putCut(k)
+		if toks, ends, err = c.tokens(k); err != nil {
+			g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+			return
+		}
+	}
+	id := g.ids.Add(1)
+	for try := 0; try < len(g.backends); try++ {
+		a := &attempt{g: g, id: id}
+		if !g.pick(a, toks, ends, c.maxTokens) {
+			break // every backend drained
+		}
+		out := r.Clone(context.WithValue(r.Context(), attemptKey{}, a))
+		out.Body = io.NopCloser(bytes.NewReader(raw))
+		out.ContentLength = int64(len(raw))
+		out.Header.Del("Accept-Encoding")
+		a.b.proxy.ServeHTTP(w, out)
+		if a.err == nil {
+			return
+		}
+		if g.router != nil {
+			_ = g.router.Fail(id, now())
+		}
+		if r.Context().Err() != nil {
+			return // the client went away, not the backend
+		}
+		g.markDown(a.b)
+		g.retries.Add(1)
+		g.metrics.OnRetry()
+	}
+	g.jsonError(w, http.StatusServiceUnavailable, "no backend available")
+}
+
+// pick chooses the backend for a: the router's decision, or the next live
+// backend in turn without libroute. False when none is left.
+func (g *Gateway) pick(a *attempt, toks, ends []uint32, maxTokens uint32) bool {
+	if g.router == nil {
+		n := uint64(len(g.backends))
+		start := g.rr.Add(1)
+		for k := uint64(0); k < n; k++ {
+			if b := g.backends[(start+k)%n]; b.up.Load() {
+				a.b, a.reason, a.decider, a.routedAt = b, "host-round-robin", "none", time.Now()
+				return true
+			}
+		}
+		return false
+	}
+	t0 := time.Now()
+	d, err := g.router.Route(&libroute.Request{
+		ID: a.id, Tokens: toks, Boundaries: ends,
+		ExpectedOutputTokens: maxTokens, Now: now(),
+	})
+	took := time.Since(t0)
+	if err != nil {
+		return false // ErrState: nothing routable
+	}
+	a.b, a.cached, a.routedAt = g.byID[d.Instance], d.CachedTokens, t0
+	a.reason = label(g.reasonNames, int(d.Reason))
+	a.decider = label(g.policyNames, int(d.Decider))
+	g.metrics.OnRoute(a.decider, a.reason, took)
+	return true
+}
+
+func label(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return ""
+}
+
+// relay sets the decision headers and wraps the engine's answer so that
+// the first token and the end reach the router as the answer passes.
+func (a *attempt) relay(resp *http.Response) {
+	h := resp.Header
+	h.Set("X-Libroute-Backend", a.b.Name)
+	h.Set("X-Libroute-Reason", a.reason)
+	// The policy that chose: the gateway's, or Lodestar's fallback while
+	// it has no model.
+	h.Set("X-Libroute-Decider", a.decider)
+	h.Set("X-Libroute-Cached-Tokens", strconv.FormatUint(uint64(a.cached), 10))
+	a.g.metrics.OnResponse(resp.StatusCode)
+	stream := resp.StatusCode == http.StatusOK &&
+		mediaType(h.Get("Content-Type")) == "text/event-stream"
+	resp.Body = &relayBody{rc: resp.Body, a: a, stream: stream, left: resp.ContentLength}
+}
+
+func mediaType(ct string) string {
+	for i := 0; i < len(ct); i++ {
+		if ct[i] == ';' || ct[i] == ' ' {
+			return ct[:i]
+		}
+	}
+	return ct
+}
+
+func (a *attempt) firstToken() {
+	t := time.Now()
+	if r := a.g.router; r != nil {
+		_ = r.FirstToken(a.id, now())
+	}
+	a.g.metrics.OnFirstToken(t.Sub(a.routedAt))
+}
+
+// usage takes an engine's usage object: output tokens, and the cached
+// prompt tokens (vLLM's and OpenAI's prompt_tokens_details.cached_tokens)
+// against the router's expectation. raw is a whole answer or one SSE
+// event's JSON. The two counts are found by key after the last "usage"
+// key rather than by decoding the answer (a tenth of the time): in JSON
+// text a quote inside a string is escaped, so "usage" and the keys after
+// it can only be keys, whatever the answer's content says.
+func (a *attempt) usage(raw []byte) (outTokens uint32, ok bool) {
+	i := bytes.LastIndex(raw, usageKey)
+	if i < 0 {
+		return 0, false
+	}
+	u := raw[i:]
+	if cached, found := countAfter(u, cachedKey); found && a.g.router != nil {
+		a.g.metrics.OnCached(a.cached, cached)
+	}
+	return countAfter(u, completionKey)
+}
+
+// countAfter reads the non-negative integer that is the value of the
+// first key in b (spaces and the colon skipped); false if there is none.
+func countAfter(b, key []byte) (uint32, bool) {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+len(key):]
+	colon := false
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r' || (b[0] == ':' && !colon)) {
+		colon = colon || b[0] == ':'
+		b = b[1:]
+	}
+	var v uint64
+	n := 0
+	for ; n < len(b) && b[n] >= '0' && b[n] <= '9'; n++ {
+		if v = v*10 + uint64(b[n]-'0'); v > 1<<31 {
+			v = 1 << 31
+		}
+	}
+	return uint32(v), colon && n > 0
+}
+
+// relayBody passes an engine's answer through and tells the router: the
+// first token at the first bytes (a whole answer) or the first SSE data
+// event (a stream), the end before the client can see it (the last byte
+// of a known length, a stream's [DONE], or EOF), a failure when the copy
+// stops early. Used by one goroutine, the proxy's.
+type relayBody struct {
+	rc     io.ReadCloser
+	a      *attempt
+	stream bool
+	left   int64 // bytes still to come when the length is known, else < 0
+	line   []byte
+	whole  []byte // a non-streamed answer, for its usage (bounded)
+	first  bool
+	done   bool
+	out    uint32
+}
+
+// maxKeep bounds what is kept to parse: an answer's usage, a stream's line.
+const maxKeep = 1 << 20
+
+func (b *relayBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 && !b.done {
+		if b.stream {
+			b.scan(p[:n])
+		} else {
+			if !b.first {
+				b.first = true
+				b.a.firstToken()
+			}
+			if b.a.g.router != nil && len(b.whole)+n <= maxKeep {
+				b.whole = append(b.whole, p[:n]...) // for its usage
+			}
+		}
+		if b.left >= 0 {
+			if b.left -= int64(n); b.left <= 0 {
+				b.finish()
+			}
+		}
+	}
+	if err == io.EOF {
+		b.finish()
+	} else if err != nil {
+		b.abort()
+	}
+	return n, err
+}
+
+// scan reads the SSE lines of a stream as they pass.
+func (b *relayBody) scan(p []byte) {
+	for len(p) > 0 && !b.done {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(b.line)+len(p) <= maxKeep {
+				b.line = append(b.line, p...)
+			}
+			return
+		}
+		line := p[:i]
+		if len(b.line) > 0 {
+			b.line = append(b.line, line...)
+			line = b.line
+		}
+		b.event(line)
+		b.line = b.line[:0]
+		p = p[i+1:]
+	}
+}
+
+var (
+	dataPrefix    = []byte("data: ")
+	doneEvent     = []byte("data: [DONE]")
+	deltaKey      = []byte(`"delta"`)
+	textKey       = []byte(`"text"`)
+	usageKey      = []byte(`"usage"`)
+	cachedKey     = []byte(`"cached_tokens"`)
+	completionKey = []byte(`"completion_tokens"`)
+)
+
+func (b *relayBody) event(line []byte) {
+	if !bytes.HasPrefix(line, dataPrefix) {
+		return
+	}
+	if bytes.HasPrefix(line, doneEvent) {
+		b.finish()
+		return
+	}
+	if !b.first {
+		b.first = true
+		b.a.firstToken()
+	}
+	if bytes.Contains(line, deltaKey) || bytes.Contains(line, textKey) {
+		b.out++
+	} else if b.a.g.router != nil && bytes.Contains(line, usageKey) {
+		b.a.usage(line[len(dataPrefix):])
+	}
+}
+
+// finish reports the end once: a whole answer's output tokens come from
+// its usage, a stream's are the events counted.
+func (b *relayBody) finish() {
+	if b.done {
+		return
+	}
+	if !b.first {
+		b.first = true
+		b.a.firstToken()
+	}
+	b.done = true
+	r := b.a.g.router
+	if r == nil {
+		return // no router to tell, no usage to read
+	}
+	out := b.out
+	if !b.stream {
+		out, _ = b.a.usage(b.whole)
+		b.whole = nil
+	}
+	_ = r.Complete(b.a.id, out, now())
+}
+
+// abort reports a failure once: the engine or the client went away.
+func (b *relayBody) abort() {
+	if b.done {
+		return
+	}
+	b.done = true
+	if r := b.a.g.router; r != nil {
+		_ = r.Fail(b.a.id, now())
+	}
+}
+
+func (b *relayBody) Close() error {
+	b.abort() // a no-op after the end
+	return b.rc.Close()
+}
+
+// ---- status -----------------------------------------------------------------
+
+func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
+	type backend struct {
+		Name     string `json:"name"`
+		ID       uint32 `json:"id"`
+		Up       bool   `json:"up"`
+		Inflight uint32 `json:"inflight"`
+	}
+	st := struct {
+		Policy   string            `json:"policy"`
+		Backends []backend         `json:"backends"`
+		Routes   uint64            `json:"routes"`
+		Reasons  map[string]uint64 `json:"reasons"`
+		Inflight uint64            `json:"inflight"`
+		Retries  uint64            `json:"retries"`
+	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load()}
+	for _, b := range g.backends {
+		row := backend{Name: b.Name, ID: uint32(b.ID), Up: b.up.Load()}
+		if g.router != nil {
+			if l, err := g.router.InstanceLoad(b.ID); err == nil {
+				row.Inflight = l.Inflight
+			}
+		}
+		st.Backends = append(st.Backends, row)
+	}
+	if g.router != nil {
+		st.Policy = g.router.Policy().String()
+		if s, err := g.router.Stats(); err == nil {
+			st.Routes, st.Inflight = s.Routes, s.Inflight
+		}
+		if c, err := g.router.ReasonCounts(); err == nil {
+			for i, n := range c {
+				if n > 0 {
+					st.Reasons[label(g.reasonNames, i)] = n
+				}
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(st)
+}

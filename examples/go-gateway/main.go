@@ -1,0 +1,105 @@
+// Command go-gateway is an OpenAI-style reverse proxy in front of LLM
+// engines that routes every request with libroute through its Go binding:
+// the Go counterpart of examples/gateway/gateway.py, with the same
+// decision headers and the same /metrics.
+//
+//	go-gateway -listen 127.0.0.1:8200 -policy prefix-cache \
+//	    -backend e1=127.0.0.1:8101 -backend e2=127.0.0.1:8102
+//
+// POST /v1/completions and /v1/chat/completions are routed (streamed or
+// not), GET /status shows the backends and the router's counters, GET
+// /metrics the Prometheus metric set of docs/gateway.md. See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type backendFlags []BackendSpec
+
+func (b *backendFlags) String() string { return fmt.Sprint(*b) }
+
+func (b *backendFlags) Set(v string) error {
+	name, addr, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: expected NAME=HOST:PORT", v)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%q: %v", v, err)
+	}
+	*b = append(*b, BackendSpec{Name: name, Addr: addr})
+	return nil
+}
+
+func main() {
+	var cfg Config
+	var backends backendFlags
+	listen := flag.String("listen", "127.0.0.1:8200", "address to serve on")
+	flag.StringVar(&cfg.Policy, "policy", "prefix-cache", "a libroute policy name")
+	flag.Var(&backends, "backend", "an engine as NAME=HOST:PORT (repeat)")
+	flag.BoolVar(&cfg.NoLibroute, "no-libroute", false,
+		"route with the gateway's own round-robin, never calling libroute (the load test's baseline)")
+	flag.Uint64Var(&cfg.IndexCapacityBlocks, "index-capacity-blocks", 0,
+		"prefix index capacity in blocks (0: the library's default)")
+	learnEvery := flag.Uint("learn-every", 0, "lodestar: train after N samples and every N more (0: the library's schedule)")
+	flag.DurationVar(&cfg.ScrapeEvery, "scrape", 100*time.Millisecond, "engine metrics scrape period")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "longest wait for an engine's response headers")
+	gogc := flag.Int("gogc", 400, "the collector's GOGC percent, unless the GOGC environment variable is set")
+	flag.Parse()
+	// A proxy's live heap is small (1 MB here) and its garbage
+	// short-lived: at the runtime's default of 100 the collector ran 100
+	// times a second at 7K requests/s in the load test (docs/perf.md), 20
+	// times at 400.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(*gogc)
+	}
+	if flag.NArg() > 0 || len(backends) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: go-gateway -backend NAME=HOST:PORT [-backend ...] [flags]")
+		flag.PrintDefaults()
+		os.Exit(2)
+	}
+	cfg.Backends = backends
+	cfg.LearnEvery = uint32(*learnEvery)
+
+	g, err := NewGateway(cfg)
+	if err != nil {
+		log.Fatalf("go-gateway: %v", err)
+	}
+	srv := &http.Server{Addr: *listen, Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("go-gateway: %v", err)
+	}
+	mode := "libroute " + cfg.Policy
+	if cfg.NoLibroute {
+		mode = "round-robin without libroute"
+	}
+	fmt.Printf("go-gateway on http://%s (%s), %d backends\n", ln.Addr(), mode, len(backends))
+
+	done := make(chan struct{})
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		<-sig
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		close(done)
+	}()
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		log.Fatalf("go-gateway: %v", err)
+	}
+	<-done
+	g.Close()
+}
