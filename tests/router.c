@@ -1532,7 +1532,7 @@ same_loads(const lr_router *r, uint32_t n, const lr_load_snapshot *a)
 {
     for (uint32_t i = 0; i < n; i++) {
         lr_load_snapshot s = snap(r, i);
-        if (memcmp(&s, &a[i], sizeof s) != 0)
+        if (!tu_same_load(&s, &a[i]))
             return false;
     }
     return true;

@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "libroute/lr_load.h"
+
 /* Every block carries its size in a header, so the counters can check that
  * the library hands back the size it asked for (lr_allocator contract). */
 struct hdr {
@@ -159,4 +161,24 @@ tu_oom_loop(tu_scenario scenario, void *ctx, uint64_t max_n)
             fail_msg("OOM loop did not finish within %llu allocations",
                      (unsigned long long)max_n);
     }
+}
+
+bool
+tu_same_load(const lr_load_snapshot *a, const lr_load_snapshot *b)
+{
+    return a->struct_size == b->struct_size &&
+           a->instance_class == b->instance_class &&
+           a->prefix_caching == b->prefix_caching &&
+           a->inflight == b->inflight && a->queued == b->queued &&
+           a->prefill_tokens == b->prefill_tokens &&
+           a->queued_tokens == b->queued_tokens &&
+           a->decode_tokens == b->decode_tokens &&
+           a->kv_tokens == b->kv_tokens && a->has_stats == b->has_stats &&
+           a->running == b->running && a->waiting == b->waiting &&
+           memcmp(&a->kv_use, &b->kv_use, sizeof a->kv_use) == 0 &&
+           a->scraped_ns == b->scraped_ns && a->has_rtt == b->has_rtt &&
+           a->rtt_ns == b->rtt_ns &&
+           a->last_first_token_ns == b->last_first_token_ns &&
+           a->queue_since_ns == b->queue_since_ns &&
+           a->prompt_tokens == b->prompt_tokens;
 }

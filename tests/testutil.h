@@ -68,6 +68,13 @@ void tu_alloc_resume(struct tu_alloc *t, struct tu_arming arm);
  * to stderr so a failure can be replayed. */
 uint64_t tu_seed(const char *what, uint64_t fallback);
 
+/* Whether two load snapshots hold the same values, field by field. Not
+ * memcmp(): a snapshot returned by value need not carry its padding
+ * bytes along (optimised builds copy only the fields). */
+struct lr_load_snapshot;
+bool tu_same_load(const struct lr_load_snapshot *a,
+                  const struct lr_load_snapshot *b);
+
 /* Tiny deterministic PRNG for tests (splitmix64). */
 static inline uint64_t
 tu_rand(uint64_t *s)
