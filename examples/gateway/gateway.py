@@ -489,6 +489,7 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
     if sync is not None:
         sync.start()
         gw.status_parts["redis"] = sync.status
+        gw.metrics.enable_deltas()
         stoppers.append(sync.close)
     if a.kv_events:
         eps = fleet.kv_endpoints(a.kv_endpoint)
@@ -498,6 +499,7 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
         sub = fleet.KvEventSubscriber(
             gw.router, {b.id: eps[b.name] for b in gw.backends.values()})
         gw.status_parts["kv"] = sub.status
+        gw.metrics.enable_kv_events(lambda: sub.counts["replays"])
         gw.on_backend_up.append(lambda b: gw.router.kv_reset(b.id))
         stoppers.append(sub.close)
     return gw, stoppers

@@ -11,11 +11,15 @@ Two kinds:
   retries;
 - what the library counts, read from the router when Prometheus scrapes
   (a collector): prompt tokens, the index (blocks, evictions, expiries),
-  the learner (rounds, samples, online error) and each instance's load.
+  the learner (rounds, samples, online error), each instance's load, and
+  the replica counters (KV-event batches and gaps, deltas exported and
+  imported).
 
 KV-event and delta families exist once a gateway that consumes events or
 exchanges deltas calls enable_kv_events() / enable_deltas(), so a gateway
-that does neither does not show counters stuck at zero.
+that does neither does not show counters stuck at zero. Replays are the
+host's doing (it asks the engine), so the KV-event subscriber's count is
+passed in.
 
 Uses Debian's python3-prometheus-client (tools/deps.sh installs it).
 """
@@ -57,6 +61,9 @@ class _RouterCollector:
     def __init__(self, router: libroute.Router, backends: Backends) -> None:
         self.router = router
         self.backends = backends
+        self.kv_events = False
+        self.replays: Callable[[], int] = lambda: 0
+        self.deltas = False
 
     def describe(self) -> List[Metric]:
         return []  # the families depend on the policy: no registry check
@@ -87,8 +94,30 @@ class _RouterCollector:
                 ("libroute_index_expired_blocks",
                  "Block routes dropped by the TTL.", ix.expired_blocks)):
             yield CounterMetricFamily(name, doc, value=v)
+        if self.kv_events:
+            yield from self._kv_events(st)
+        if self.deltas:
+            for name, doc, v in (
+                    ("libroute_deltas_exported",
+                     "Index deltas exported to other replicas.",
+                     st.deltas_exported),
+                    ("libroute_deltas_imported",
+                     "Index deltas imported from other replicas.",
+                     st.deltas_imported)):
+                yield CounterMetricFamily(name, doc, value=v)
         yield from self._learner()
         yield from self._instances()
+
+    def _kv_events(self, st: libroute.RouterStats) -> Iterator[Metric]:
+        for name, doc, v in (
+                ("libroute_kv_event_batches",
+                 "Engine KV-event batches applied to the router.",
+                 st.kv_batches),
+                ("libroute_kv_event_gaps",
+                 "Gaps found in an engine's KV-event sequence.", st.kv_gaps),
+                ("libroute_kv_event_replays",
+                 "Replays asked of an engine after a gap.", self.replays())):
+            yield CounterMetricFamily(name, doc, value=v)
 
     def _learner(self) -> Iterator[Metric]:
         try:
@@ -166,12 +195,8 @@ class GatewayMetrics:
             "libroute_gateway_retries",
             "Requests re-routed after their backend refused them.",
             registry=reg)
-        self.kv_batches: Optional[Counter] = None
-        self.kv_gaps: Optional[Counter] = None
-        self.kv_replays: Optional[Counter] = None
-        self.deltas_exported: Optional[Counter] = None
-        self.deltas_imported: Optional[Counter] = None
-        reg.register(_RouterCollector(router, backends))
+        self.collector = _RouterCollector(router, backends)
+        reg.register(self.collector)
 
     # ---- the gateway's own events -------------------------------------
 
@@ -198,30 +223,19 @@ class GatewayMetrics:
 
     # ---- KV events and deltas (gateways that have them) -----------------
 
-    def enable_kv_events(self) -> None:
-        """Export the KV-event families: batches applied, sequence gaps
-        found, replays asked for. Call once, before counting."""
-        reg = self.registry
-        self.kv_batches = Counter(
-            "libroute_kv_event_batches",
-            "Engine KV-event batches applied to the router.", registry=reg)
-        self.kv_gaps = Counter(
-            "libroute_kv_event_gaps",
-            "Gaps found in an engine's KV-event sequence.", registry=reg)
-        self.kv_replays = Counter(
-            "libroute_kv_event_replays",
-            "Replays asked of an engine after a gap.", registry=reg)
+    def enable_kv_events(self,
+                         replays: Optional[Callable[[], int]] = None) -> None:
+        """Export the KV-event families: batches applied and sequence gaps
+        found (the router's counts), replays asked for (``replays()``, the
+        subscriber's count; none when not given)."""
+        self.collector.kv_events = True
+        if replays is not None:
+            self.collector.replays = replays
 
     def enable_deltas(self) -> None:
         """Export the delta families: index deltas sent to and applied
-        from other gateway replicas. Call once, before counting."""
-        reg = self.registry
-        self.deltas_exported = Counter(
-            "libroute_deltas_exported",
-            "Index deltas exported to other replicas.", registry=reg)
-        self.deltas_imported = Counter(
-            "libroute_deltas_imported",
-            "Index deltas imported from other replicas.", registry=reg)
+        from other gateway replicas (the router's counts)."""
+        self.collector.deltas = True
 
     # ---- exposition -----------------------------------------------------
 

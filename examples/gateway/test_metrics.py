@@ -17,6 +17,7 @@ import unittest
 from typing import Dict, FrozenSet, Tuple
 
 from fake_engine import Engine, EngineServer
+import libroute
 from gateway import Gateway, GatewayMetrics, GatewayServer
 from test_gateway import Chat, post, serve
 
@@ -197,11 +198,24 @@ class Metrics(unittest.TestCase):
                   "libroute_deltas_exported_total",
                   "libroute_deltas_imported_total"):
             self.assertEqual(total(s, f), 0)
-        m.kv_batches.inc()
-        m.deltas_imported.inc(2)
+        # the router's counts: a peer's two deltas in, one out; replays
+        # are the host's
+        peer = libroute.Router("prefix-cache", seed=2, replica_id=7)
+        for e in self.engines:
+            peer.add_instance(e.engine.name)
+        for k in range(2):
+            peer.route(list(range(64 * (k + 1))), request_id=k + 1,
+                       now_ns=1_000_000 * (k + 1))
+            m_ = peer.export_delta(0)
+            self.gw.router.import_delta(m_.data, now_ns=1_000_000 * (k + 1))
+        self.gw.router.export_delta(0)
+        m.enable_kv_events(lambda: 3)
         _, s = scrape(port)
-        self.assertEqual(total(s, "libroute_kv_event_batches_total"), 1)
         self.assertEqual(total(s, "libroute_deltas_imported_total"), 2)
+        self.assertEqual(total(s, "libroute_deltas_exported_total"), 1)
+        self.assertEqual(total(s, "libroute_kv_event_replays_total"), 3)
+        self.assertEqual(total(s, "libroute_kv_event_batches_total"), 0)
+        peer.close()
 
 
 @unittest.skipIf(GatewayMetrics is not None, "prometheus_client is here")
