@@ -107,13 +107,11 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 
 def prompt_tokens(body: Dict[str, Any]) -> List[int]:
-    """The prompt's tokens exactly as the gateway computes them."""
+    """The prompt's tokens exactly as the gateway computes them: the
+    messages joined, cut once (gateway.py's Gateway.tokenize)."""
     from libroute import text_tokens  # the binding, on PYTHONPATH
-    parts, _ = prompt_text(body)
-    toks: List[int] = []
-    for p in parts:
-        toks.extend(text_tokens(p))
-    return toks
+    _, text = prompt_text(body)
+    return list(text_tokens(text))
 
 
 class KvPublisher:
