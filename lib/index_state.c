@@ -195,6 +195,8 @@ node_pos(const struct state *st, uint64_t key)
 static lr_status
 save_holds(const lr_index *ix, struct state *st, struct kp *kp)
 {
+    if (st->n_holds == 0) /* and so no nodes: nothing to sort */
+        return st->n_nodes == 0 ? LR_OK : LR_ECORRUPT;
     struct save_visit v = { st, kp, 0 };
     lr__index_holds(ix, save_hold, save_listed, &v);
     if (LR_NEVER(v.k != st->n_holds))
@@ -305,7 +307,8 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
         v.st = &st;
         v.k = 0;
         lr__index_emap_each(idx, take_emap, &v);
-        qsort(st.emap, st.n_emap, sizeof *st.emap, cmp_emap);
+        if (st.n_emap > 1)
+            qsort(st.emap, st.n_emap, sizeof *st.emap, cmp_emap);
         struct lr__wr w = { NULL, 0 };
         write_state(&w, idx, &st, now_ns);
         uint8_t *buf;
