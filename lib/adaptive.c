@@ -161,14 +161,6 @@ qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
     return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
 }
 
-/* An instance's average, brought to now with the current value. */
-static double
-qavg_at(const struct lr__qavg *q, double current, uint64_t now_ns)
-{
-    double keep = qavg_keep(q, now_ns);
-    return keep * q->avg + (1 - keep) * current;
-}
-
 void
 lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
                      uint32_t n, uint32_t chosen, uint64_t now_ns)
@@ -185,11 +177,17 @@ lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
 
 void
 lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
-                  uint64_t now_ns)
+                  uint64_t now_ns, struct lr__keep_memo *memo)
 {
     const struct lr__qavg *q = &ad->qavg[row->instance];
-    row->prefill_tokens_avg = qavg_at(q, (double)row->prefill_tokens, now_ns);
-    row->route_rate = q->routes * qavg_keep(q, now_ns) / QAVG_TAU_S;
+    if (q->t_ns != memo->t_ns) {
+        memo->t_ns = q->t_ns;
+        memo->keep = qavg_keep(q, now_ns);
+    }
+    double keep = memo->keep; /* the average brought to now */
+    row->prefill_tokens_avg =
+        keep * q->avg + (1 - keep) * (double)row->prefill_tokens;
+    row->route_rate = q->routes * keep / QAVG_TAU_S;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
         row->ttft_s_per_token = row->ttft_base_s = 0;

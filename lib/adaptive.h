@@ -63,11 +63,24 @@ lr_status lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
                              uint32_t max_inst, uint32_t max_req);
 void lr__adaptive_free(struct lr__adaptive *ad, struct lr__mem *m);
 
+/* The decay of the time averages from one update time to now, for the
+ * rows of one route: lr__adaptive_observe stamps every candidate with the
+ * same time, so one exp() serves them all. Start each route with
+ * LR__KEEP_MEMO_INIT. */
+struct lr__keep_memo {
+    uint64_t t_ns; /* the update time `keep` is for; UINT64_MAX: none */
+    double keep;
+};
+#define LR__KEEP_MEMO_INIT \
+    {                      \
+        UINT64_MAX, 0      \
+    }
+
 /* Write the row's class model, at the row's decoding count, into the row
  * (ttft_s_per_token, ttft_base_s; 0 before the class's first
- * observation). */
+ * observation), and its time averages brought to now. */
 void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
-                       uint64_t now_ns);
+                       uint64_t now_ns, struct lr__keep_memo *memo);
 
 /* A route to instance `chosen` was recorded at now_ns over these rows:
  * fold each instance's queued prefill into its time average, and count

@@ -196,6 +196,7 @@ route_gather(lr_router *r, const struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->q->now_ns;
     bool calib = (needs & LR__NEEDS_CALIB) != 0 && r->ad.rq != NULL;
+    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_candidate *c = &r->rows[k];
         gather_row(r, r->act[k], now, c);
@@ -209,7 +210,7 @@ route_gather(lr_router *r, const struct route *rt, uint32_t needs)
                 LR_OK)
             c->tree_blocks = 0;
         if (calib)
-            lr__adaptive_fill(&r->ad, c, now);
+            lr__adaptive_fill(&r->ad, c, now, &memo);
     }
 }
 

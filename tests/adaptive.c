@@ -84,7 +84,8 @@ fitted(const struct setup *s, uint32_t cls, uint32_t decoding,
        double *s_per_token, double *base)
 {
     lr_candidate c = row_of(cls, 8000, 0, decoding);
-    lr__adaptive_fill(&s->ad, &c, T0);
+    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    lr__adaptive_fill(&s->ad, &c, T0, &memo);
     *s_per_token = c.ttft_s_per_token;
     *base = c.ttft_base_s;
 }
