@@ -172,12 +172,15 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
         out[i] = lr__hash(buf, bytes, LR_SEED_BLOCK);
     }
 #else
-    if (B == 16) /* the default: a constant length lets XXH3 specialise */
-        for (size_t i = 0; i < nblocks; i++)
-            out[i] = lr__hash(tok + i * 16, 64, LR_SEED_BLOCK);
-    else
-        for (size_t i = 0; i < nblocks; i++)
-            out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
+    if (B == 16) { /* the default: a constant length lets XXH3 specialise */
+        for (size_t i = 0; i < nblocks; i++) {
+            prev = chain_step(prev, lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
+            out[i] = prev;
+        }
+        return;
+    }
+    for (size_t i = 0; i < nblocks; i++)
+        out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
 #endif
     for (size_t i = 0; i < nblocks; i++) {
         prev = chain_step(prev, out[i]);
