@@ -1,6 +1,7 @@
 /* The router's private layout, shared by router.c (instances, telemetry,
- * parameters, the parts' pass-through, statistics) and route.c (the
- * request path: route(), its table, the lifecycle, rebalancing). */
+ * parameters, statistics), router_kv.c (the parts' pass-through: KV
+ * events, deltas, gauges) and route.c (the request path: route(), its
+ * table, the lifecycle, rebalancing). */
 #ifndef LIBROUTE_LIB_ROUTER_IMPL_H
 #define LIBROUTE_LIB_ROUTER_IMPL_H
 
@@ -10,6 +11,7 @@
 #include "cost.h"
 #include "dualmap.h"
 #include "index.h"
+#include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "load.h"
 #include "lodestar.h"
