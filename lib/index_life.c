@@ -89,21 +89,12 @@ lr_index_remove_instance(lr_index *idx, uint32_t instance)
 /* lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static const lr_index_options options_defaults = {
-    .struct_size = sizeof(lr_index_options),
-    .capacity_blocks = DEFAULT_CAPACITY,
-    .ttl_ns = DEFAULT_TTL_NS,
-    .block_tokens = DEFAULT_BLOCK_TOKENS,
-    .max_instances = DEFAULT_MAX_INSTANCES,
-    .journal_capacity = DEFAULT_JOURNAL,
-    .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY,
-};
-
-void
-lr_index_options_init_sized(lr_index_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_index_options, options_defaults,
+               .capacity_blocks = DEFAULT_CAPACITY, .ttl_ns = DEFAULT_TTL_NS,
+               .block_tokens = DEFAULT_BLOCK_TOKENS,
+               .max_instances = DEFAULT_MAX_INSTANCES,
+               .journal_capacity = DEFAULT_JOURNAL,
+               .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY)
 
 static void
 index_free(lr_index *ix)
@@ -254,11 +245,7 @@ lr_index_block_tokens(const lr_index *idx)
     return idx == NULL ? 0 : idx->B;
 }
 
-void
-lr_prompt_init_sized(lr_prompt *p, size_t size)
-{
-    lr__init_sized(p, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_prompt)
 
 /* ------------------------------------------------------------------------ */
 /* queries                                                                   */

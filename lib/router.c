@@ -26,58 +26,21 @@
 
 /* ---- init helpers ----------------------------------------------------------- */
 
-static const lr_router_options options_defaults = {
-    .struct_size = sizeof(lr_router_options),
-    .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD,
-    .max_instances = 1024,
-    .max_requests = 65536,
-    .index_capacity_blocks = 1u << 20,
-    .block_tokens = 16,
-    .index_ttl_ns = 3600ull * 1000000000ull,
-    .ring_vnodes = 160,
-    .gauge_ttl_ns = 2000000000ull,
-    .max_peers = 64,
-};
+LR__INIT_SIZED(lr_router_options, options_defaults,
+               .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024,
+               .max_requests = 65536, .index_capacity_blocks = 1u << 20,
+               .block_tokens = 16, .index_ttl_ns = 3600ull * 1000000000ull,
+               .ring_vnodes = 160, .gauge_ttl_ns = 2000000000ull,
+               .max_peers = 64)
 
-void
-lr_router_options_init_sized(lr_router_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_instance_spec, spec_defaults, .prefix_caching = 1)
 
-static const lr_instance_spec spec_defaults = {
-    .struct_size = sizeof(lr_instance_spec),
-    .prefix_caching = 1,
-};
+LR__INIT_SIZED(lr_class_spec, class_defaults,
+               .prefill_tokens_per_s = DEFAULT_RATE)
 
-void
-lr_instance_spec_init_sized(lr_instance_spec *s, size_t size)
-{
-    lr__init_sized(s, size, &spec_defaults, sizeof spec_defaults);
-}
+LR__INIT_SIZED_ZERO(lr_request)
 
-static const lr_class_spec class_defaults = {
-    .struct_size = sizeof(lr_class_spec),
-    .prefill_tokens_per_s = DEFAULT_RATE,
-};
-
-void
-lr_class_spec_init_sized(lr_class_spec *s, size_t size)
-{
-    lr__init_sized(s, size, &class_defaults, sizeof class_defaults);
-}
-
-void
-lr_request_init_sized(lr_request *q, size_t size)
-{
-    lr__init_sized(q, size, NULL, 0);
-}
-
-void
-lr_router_stats_init_sized(lr_router_stats *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_router_stats)
 
 lr_bounds
 lr_router_param_bounds(int32_t key)

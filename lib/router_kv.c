@@ -156,11 +156,7 @@ lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
 
 /* ---- KV-event sources ------------------------------------------------------------------------ */
 
-void
-lr_kv_source_init_sized(lr_kv_source *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_kv_source)
 
 /* An engine restarted: what it cached is gone. */
 static void

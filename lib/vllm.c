@@ -1034,16 +1034,7 @@ lr__vllm_peek(const uint8_t *buf, size_t len, double *ts)
     return LR_OK;
 }
 
-static const lr_vllm_batch_info info_defaults = {
-    .struct_size = sizeof(lr_vllm_batch_info),
-    .dp_rank = -1,
-};
-
-void
-lr_vllm_batch_info_init_sized(lr_vllm_batch_info *info, size_t size)
-{
-    lr__init_sized(info, size, &info_defaults, sizeof info_defaults);
-}
+LR__INIT_SIZED(lr_vllm_batch_info, info_defaults, .dp_rank = -1)
 
 lr_status
 lr__vllm_info_out(lr_vllm_batch_info *out, const lr_vllm_batch_info *in)
