@@ -408,6 +408,22 @@ lru_push_head(lr_index *ix, uint32_t x)
     h->bits |= HB_LISTED;
 }
 
+/* List unlisted span x right after span cur of list l. */
+static inline void
+lru_link_after(lr_index *ix, uint32_t x, uint32_t cur, int l)
+{
+    struct span *h = &ix->sp[x];
+    struct span *c = &ix->sp[cur];
+    h->prev = cur;
+    h->next = c->next;
+    if (c->next != LR_NIL)
+        ix->sp[c->next].prev = x;
+    else
+        ix->tail[l] = x;
+    c->next = x;
+    h->bits |= HB_LISTED;
+}
+
 /* Insert an unlisted span where its stamp belongs, searching from the
  * tail (where re-entering holds belong) for at most LRU_SEEK_MAX steps; a
  * search that runs out inserts where it stopped (bounded work, order then
@@ -429,15 +445,7 @@ lr__index_lru_insert(lr_index *ix, uint32_t x)
         lru_push_head(ix, x);
         return;
     }
-    struct span *c = &ix->sp[cur];
-    h->prev = cur;
-    h->next = c->next;
-    if (c->next != LR_NIL)
-        ix->sp[c->next].prev = x;
-    else
-        ix->tail[l] = x;
-    c->next = x;
-    h->bits |= HB_LISTED;
+    lru_link_after(ix, x, cur, l);
 }
 
 void
@@ -480,15 +488,7 @@ lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp)
             break;
         cur = next;
     }
-    struct span *c = &ix->sp[cur];
-    h->prev = cur;
-    h->next = c->next;
-    if (c->next != LR_NIL)
-        ix->sp[c->next].prev = x;
-    else
-        ix->tail[l] = x;
-    c->next = x;
-    h->bits |= HB_LISTED;
+    lru_link_after(ix, x, cur, l);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -14,16 +14,10 @@ lr_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
                     uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter_inst(r, id, now_ns);
     if (st == LR_OK)
         st = lr_index_kv_stored(r->ix, id, ev, now_ns);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_leave(r, st, now_ns);
 }
 
 lr_status
@@ -117,19 +111,25 @@ import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
     return LR_OK;
 }
 
+/* What a peer sent (a delta, gauges), judged by the clock and taken
+ * under the mutex by `fn`. */
+static lr_status
+import_from_peer(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns,
+                 lr_status (*fn)(lr_router *r, const uint8_t *buf, size_t len,
+                                 uint64_t now_ns))
+{
+    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    lr_status st = lr__router_enter(r, now_ns);
+    if (st == LR_OK)
+        st = fn(r, buf, len, now_ns);
+    return lr__router_leave(r, st, now_ns);
+}
+
 lr_status
 lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
                        uint64_t now_ns)
 {
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = import_delta_locked(r, buf, len, now_ns);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
+    return import_from_peer(r, buf, len, now_ns, import_delta_locked);
 }
 
 lr_status
@@ -141,15 +141,10 @@ lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
                  LR_EVERSION);
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter_inst(r, id, now_ns);
     if (st == LR_OK)
         st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
+    st = lr__router_leave(r, st, now_ns);
     (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
     return st;
 }
@@ -227,15 +222,10 @@ lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
                  LR_EVERSION);
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter_inst(r, id, now_ns);
     if (st == LR_OK)
         st = vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
+    st = lr__router_leave(r, st, now_ns);
     (void)lr__vllm_info_out(info, &in);
     return st;
 }
@@ -292,33 +282,29 @@ lr_router_export_gauges(lr_router *r, lr_blob **out)
     return st;
 }
 
+static lr_status
+import_gauges_locked(lr_router *r, const uint8_t *buf, size_t len,
+                     uint64_t now_ns)
+{
+    return lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
+                             known_id_const, r);
+}
+
 lr_status
 lr_router_import_gauges(lr_router *r, const uint8_t *buf, size_t len,
                         uint64_t now_ns)
 {
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
-                               known_id_const, r);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
+    return import_from_peer(r, buf, len, now_ns, import_gauges_locked);
 }
 
 lr_status
 lr_router_expire(lr_router *r, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK) {
         (void)lr_index_expire(r->ix, now_ns);
         lr__peers_expire(&r->peers, now_ns);
-        lr__router_clock_take(r, now_ns);
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_leave(r, st, now_ns);
 }
