@@ -99,6 +99,23 @@ lr_status lr__copy_out(void *dst, const void *src, size_t src_size);
 void lr__init_sized(void *p, size_t size, const void *defaults,
                     size_t def_size);
 
+/* Define `static const T name`, the defaults of public struct T (its
+ * struct_size and the designated initializers that follow), and the
+ * exported `void T_init_sized(T *p, size_t size)` that copies them
+ * (declared in T's header); the _ZERO form: every field zero but
+ * struct_size. */
+#define LR__INIT_SIZED(T, name, ...)                                 \
+    static const T name = { .struct_size = sizeof(T), __VA_ARGS__ }; \
+    void T##_init_sized(T *p, size_t size)                           \
+    {                                                                \
+        lr__init_sized(p, size, &name, sizeof name);                 \
+    }
+#define LR__INIT_SIZED_ZERO(T)             \
+    void T##_init_sized(T *p, size_t size) \
+    {                                      \
+        lr__init_sized(p, size, NULL, 0);  \
+    }
+
 /* ---- blobs -------------------------------------------------------------- */
 
 /* A blob carries a copy of the allocator that made it, so it can be freed

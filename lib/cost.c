@@ -121,22 +121,9 @@ lr_cost_param_bounds(int32_t kind, int32_t key)
     return lr__bounds_of(kdef_of(kind, key));
 }
 
-static const lr_cost_options cost_defaults = {
-    .struct_size = sizeof(lr_cost_options),
-    .kind = LR_COST_TTFT,
-};
+LR__INIT_SIZED(lr_cost_options, cost_defaults, .kind = LR_COST_TTFT)
 
-void
-lr_cost_options_init_sized(lr_cost_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &cost_defaults, sizeof cost_defaults);
-}
-
-void
-lr_cost_tuner_stats_init_sized(lr_cost_tuner_stats *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_cost_tuner_stats)
 
 /* ---- the tuner ------------------------------------------------------------ */
 

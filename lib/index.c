@@ -1,8 +1,11 @@
 /* lr_index: the block-aligned prefix index. This file holds its core:
- * runs, spans, LRU lists, learn, expiry, eviction, instances, lifecycle
- * and stats. The match is in index_match.c, precise mode (KV events) in
- * index_kv.c, the delta codec in index_delta.c, verify and digest in
- * index_check.c, the shared layout in index_impl.h.
+ * block keys, memory reservation, runs, spans, LRU lists and learn.
+ * Removal (trim, expiry, eviction, dropping an instance) is in
+ * index_evict.c, the handle (options, create, destroy, the instance
+ * table, stats) in index_life.c, the match in index_match.c, precise mode
+ * (KV events) in index_kv.c, the delta codec in index_delta.c, snapshots
+ * in index_state.c, verify and digest in index_check.c, the shared layout
+ * in index_impl.h.
  *
  * What it stores
  * --------------
@@ -87,20 +90,6 @@
  */
 #include "index_impl.h"
 
-/* Defaults of lr_index_options (documented in lr_index.h). */
-#define DEFAULT_CAPACITY (1u << 20)
-#define DEFAULT_TTL_NS (3600ull * 1000000000ull)
-#define DEFAULT_BLOCK_TOKENS 16u
-#define DEFAULT_MAX_INSTANCES 1024u
-#define DEFAULT_JOURNAL 4096u
-#define EMAP_PER_BLOCK 2u /* engine_map_capacity per capacity block */
-#define MAX_JOURNAL (1u << 24)
-/* The caller's seed is mixed with "lrindex" before keying the tables. */
-#define SEED_MIX 0x6c72696e646578ull
-/* Per-instance scratch arrays of a match: cand, cspan, cdepth, mark, cpos. */
-#define N_SCRATCH 5u
-/* Nodes the first node table holds (64 slots at most 3/4 full). */
-#define NODE_TABLE_START 48
 /* Smallest array lr__index_grow makes, in elements. */
 #define POOL_MIN 64
 
@@ -122,17 +111,6 @@ lr__index_tick(lr_index *ix, uint64_t now)
     if (tick > ix->last_tick)
         ix->last_tick = tick;
     return tick;
-}
-
-/* REMOTE routes (another replica's word) may live shorter than LOCAL
- * ones (remote_ttl_ns); each list ages by its own TTL. */
-static inline bool
-is_expired(const lr_index *ix, const struct span *x, uint32_t tick)
-{
-    uint64_t ttl = (x->bits & HB_REMOTE) ? ix->remote_ttl_ticks : ix->ttl_ticks;
-    if (ttl == UINT64_MAX || tick <= x->stamp)
-        return false;
-    return (uint64_t)(tick - x->stamp) > ttl;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -355,12 +333,6 @@ lr__index_scratch_path(lr_index *ix, size_t n)
 
 #define HENT_LINK offsetof(struct hent, span)
 
-static size_t
-hc_elem(uint32_t c)
-{
-    return sizeof(struct hent) << c;
-}
-
 static lr_status
 hc_reserve(lr_index *ix, uint32_t c, uint32_t more)
 {
@@ -420,36 +392,9 @@ hent_add(lr_index *ix, uint32_t r, uint32_t s)
     return h;
 }
 
-static void
-hent_del(lr_index *ix, uint32_t r, struct hent *h)
-{
-    struct run *R = &ix->runs[r];
-    struct hent *a = run_hents(ix, R);
-    uint32_t i = (uint32_t)(h - a);
-    memmove(a + i, a + i + 1, (size_t)(R->nh - i - 1) * sizeof *a);
-    R->nh--;
-}
-
 /* ------------------------------------------------------------------------ */
 /* LRU lists                                                                 */
 /* ------------------------------------------------------------------------ */
-
-static void
-lru_unlink(lr_index *ix, uint32_t x)
-{
-    struct span *h = &ix->sp[x];
-    int l = list_of(h);
-    if (h->prev != LR_NIL)
-        ix->sp[h->prev].next = h->next;
-    else
-        ix->head[l] = h->next;
-    if (h->next != LR_NIL)
-        ix->sp[h->next].prev = h->prev;
-    else
-        ix->tail[l] = h->prev;
-    h->prev = h->next = LR_NIL;
-    h->bits &= ~HB_LISTED;
-}
 
 static void
 lru_push_head(lr_index *ix, uint32_t x)
@@ -466,14 +411,30 @@ lru_push_head(lr_index *ix, uint32_t x)
     h->bits |= HB_LISTED;
 }
 
+/* List unlisted span x right after span cur of list l. */
+static inline void
+lru_link_after(lr_index *ix, uint32_t x, uint32_t cur, int l)
+{
+    struct span *h = &ix->sp[x];
+    struct span *c = &ix->sp[cur];
+    h->prev = cur;
+    h->next = c->next;
+    if (c->next != LR_NIL)
+        ix->sp[c->next].prev = x;
+    else
+        ix->tail[l] = x;
+    c->next = x;
+    h->bits |= HB_LISTED;
+}
+
 /* Insert an unlisted span where its stamp belongs, searching from the
  * tail (where re-entering holds belong) for at most LRU_SEEK_MAX steps; a
  * search that runs out inserts where it stopped (bounded work, order then
  * approximate). */
 #define LRU_SEEK_MAX 64
 
-static void
-lru_insert_by_stamp(lr_index *ix, uint32_t x)
+void
+lr__index_lru_insert(lr_index *ix, uint32_t x)
 {
     struct span *h = &ix->sp[x];
     int l = list_of(h);
@@ -487,15 +448,7 @@ lru_insert_by_stamp(lr_index *ix, uint32_t x)
         lru_push_head(ix, x);
         return;
     }
-    struct span *c = &ix->sp[cur];
-    h->prev = cur;
-    h->next = c->next;
-    if (c->next != LR_NIL)
-        ix->sp[c->next].prev = x;
-    else
-        ix->tail[l] = x;
-    c->next = x;
-    h->bits |= HB_LISTED;
+    lru_link_after(ix, x, cur, l);
 }
 
 void
@@ -525,11 +478,11 @@ lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp)
         return;
     }
     if (h->stamp - ix->sp[tail].stamp < ix->sp[head].stamp - h->stamp) {
-        lru_insert_by_stamp(ix, x); /* nearer the tail: from there */
+        lr__index_lru_insert(ix, x); /* nearer the tail: from there */
         return;
     }
     /* nearer the head (a route used a moment before the newest): walk
-     * from the head, as boundedly as lru_insert_by_stamp walks from the
+     * from the head, as boundedly as lr__index_lru_insert walks from the
      * tail */
     uint32_t cur = head;
     for (int steps = 0; steps < LRU_SEEK_MAX; steps++) {
@@ -538,62 +491,7 @@ lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp)
             break;
         cur = next;
     }
-    struct span *c = &ix->sp[cur];
-    h->prev = cur;
-    h->next = c->next;
-    if (c->next != LR_NIL)
-        ix->sp[c->next].prev = x;
-    else
-        ix->tail[l] = x;
-    c->next = x;
-    h->bits |= HB_LISTED;
-}
-
-/* ------------------------------------------------------------------------ */
-/* instances                                                                 */
-/* ------------------------------------------------------------------------ */
-
-/* Instance ids hash apart from node keys under the same handle seed. */
-#define INST_HASH_SALT 0x1du
-
-static inline uint64_t
-inst_hash(const lr_index *ix, uint32_t id)
-{
-    return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
-}
-
-static bool
-inst_eq(const void *insts, uint64_t id, uint32_t s)
-{
-    return ((const struct inst *)insts)[s].id == id;
-}
-
-uint32_t
-lr__index_inst_lookup(const lr_index *ix, uint32_t id)
-{
-    return lr__table_find(&ix->itab, inst_hash(ix, id), id, inst_eq, ix->insts);
-}
-
-/* The table was sized for max_instances at creation: no reserve. */
-uint32_t
-lr__index_inst_add(lr_index *ix, uint32_t id)
-{
-    assert(ix->n_ifree > 0);
-    uint32_t s = ix->ifree[--ix->n_ifree];
-    ix->insts[s].id = id;
-    ix->insts[s].used = 1;
-    ix->insts[s].blocks = 0;
-    lr__table_insert(&ix->itab, inst_hash(ix, id), s);
-    return s;
-}
-
-static void
-inst_del(lr_index *ix, uint32_t s)
-{
-    lr__table_remove(&ix->itab, inst_hash(ix, ix->insts[s].id), s);
-    ix->insts[s].used = 0;
-    ix->insts[s].blocks = 0;
-    ix->ifree[ix->n_ifree++] = s;
+    lru_link_after(ix, x, cur, l);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -602,7 +500,6 @@ inst_del(lr_index *ix, uint32_t s)
 
 #define CHUNK_LINK offsetof(struct chunk, next)
 #define RUN_LINK offsetof(struct run, hidx)
-#define SPAN_LINK offsetof(struct span, next)
 
 uint32_t
 lr__index_node_at(const lr_index *ix, uint32_t r, uint32_t off)
@@ -646,8 +543,8 @@ child_link(lr_index *ix, uint32_t r)
     P->child = r;
 }
 
-static void
-child_unlink(lr_index *ix, uint32_t r)
+void
+lr__index_child_unlink(lr_index *ix, uint32_t r)
 {
     struct run *R = &ix->runs[r];
     if (R->prun == LR_NIL)
@@ -806,8 +703,8 @@ run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
         ix->chunks[c].next = LR_NIL;
 }
 
-static void
-run_release(lr_index *ix, uint32_t r)
+void
+lr__index_run_release(lr_index *ix, uint32_t r)
 {
     struct run *R = &ix->runs[r];
     assert(R->len == 0 && R->nh == 0 && R->child == LR_NIL);
@@ -824,16 +721,16 @@ lr__index_node_pop(lr_index *ix, uint32_t n)
     assert(node_off(ix, n) + 1 == ix->runs[r].len);
     run_cut_nodes(ix, r, ix->runs[r].len - 1);
     if (ix->runs[r].len == 0) {
-        child_unlink(ix, r);
-        run_release(ix, r);
+        lr__index_child_unlink(ix, r);
+        lr__index_run_release(ix, r);
     }
 }
 
 /* After run r lost holders or blocks: its nodes are what its holders
  * hold (invariant 4). An emptied run is freed, or with `defer` marked
  * RUN_PENDING for remove_all_of to free. */
-static void
-run_fit(lr_index *ix, uint32_t r, bool defer)
+void
+lr__index_run_fit(lr_index *ix, uint32_t r, bool defer)
 {
     struct run *R = &ix->runs[r];
     const struct hent *h = run_hents(ix, R);
@@ -849,8 +746,8 @@ run_fit(lr_index *ix, uint32_t r, bool defer)
         R->state = RUN_PENDING;
         return;
     }
-    child_unlink(ix, r);
-    run_release(ix, r);
+    lr__index_child_unlink(ix, r);
+    lr__index_run_release(ix, r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -875,13 +772,6 @@ span_new(lr_index *ix, uint32_t r, uint32_t s, uint32_t from, uint32_t to,
     return x;
 }
 
-static void
-span_free(lr_index *ix, uint32_t x)
-{
-    ix->sp[x].inst = INST_FREE;
-    pool_give(&ix->spool, ix->sp, sizeof *ix->sp, SPAN_LINK, x);
-}
-
 uint32_t
 lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
 {
@@ -895,303 +785,6 @@ lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
     S->from = p + 1;
     S->up = u;
     return u;
-}
-
-/* The counters for `len` blocks of span x going. */
-static void
-count_drop(lr_index *ix, const struct span *x, uint32_t len, int why)
-{
-    ix->holds -= len;
-    if (x->bits & HB_REMOTE)
-        ix->remote -= len;
-    ix->insts[x->inst].blocks -= len;
-    if (why == WHY_EVICT)
-        ix->evicted += len;
-    else if (why == WHY_EXPIRE)
-        ix->expired += len;
-}
-
-/* Take span x (its instance's deepest in its run) out whole; the run
- * shrinks or goes. The caller fixes the parent block's child count. */
-static void
-span_remove(lr_index *ix, uint32_t x, int why, bool defer)
-{
-    struct span *S = &ix->sp[x];
-    uint32_t r = S->run;
-    if (S->bits & HB_LISTED)
-        lru_unlink(ix, x);
-    count_drop(ix, S, span_len(S), why);
-    lr__index_emap_forget(ix, S->inst, r, S->from, S->to);
-    struct hent *h = hent_of(ix, r, S->inst);
-    assert(h != NULL && h->span == x);
-    h->span = S->up;
-    h->to = S->from;
-    if (h->to == 0)
-        hent_del(ix, r, h);
-    span_free(ix, x);
-    run_fit(ix, r, defer);
-}
-
-/* The span whose bottom is the block above span x's top, or LR_NIL. */
-static uint32_t
-span_parent(const lr_index *ix, uint32_t x)
-{
-    const struct span *S = &ix->sp[x];
-    if (S->from > 0)
-        return S->up;
-    const struct run *R = &ix->runs[S->run];
-    if (R->prun == LR_NIL)
-        return LR_NIL;
-    uint32_t p = hold_span(ix, R->prun, R->poff, S->inst);
-    assert(p != LR_NIL && ix->sp[p].to == R->poff + 1);
-    return p;
-}
-
-/* ------------------------------------------------------------------------ */
-/* removal                                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* Remove leaf span x's bottom block, then walk up, a span at a time. A
- * parent hold left with no child has the recency of that child (or its
- * own, when newer): if its own stamp is no newer than the child's and it
- * is not an anchor, it goes too, so evictions cut whole segments back to a
- * message boundary and expiry takes everything that aged together. In
- * precise mode (the engine dropped the block) stamps do not matter: the
- * cut goes back to the engine block boundary. A parent that stays becomes
- * a leaf at its inherited recency. The plain blocks above a bottom go
- * with it unless their own stamp is newer (a clock that went back), in
- * which case the block above the bottom stays as a leaf. This is the
- * block-by-block walk of the documented semantics, done a span at a time:
- * one step frees a whole span, and the nodes no one holds any more in one
- * batch. Preserves the invariants. */
-void
-lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why, bool precise)
-{
-    for (;;) {
-        struct span *S = &ix->sp[x];
-        assert(nchild(S) == 0);
-        uint32_t stamp = S->stamp;
-        if (span_len(S) > 1) {
-            /* the block above the bottom stays if it is an anchor (it
-             * takes the newer stamp), or (unless precise) if it was used
-             * later (a clock that went back) */
-            bool anchor = (S->flags & SF_ANCHORS) != 0;
-            if (anchor || (!precise && S->stamp_top > stamp)) {
-                if (S->bits & HB_LISTED)
-                    lru_unlink(ix, x);
-                count_drop(ix, S, 1, why);
-                lr__index_emap_forget(ix, S->inst, S->run, S->to - 1, S->to);
-                S->to--;
-                S->stamp = S->stamp_top > stamp ? S->stamp_top : stamp;
-                S->bits = plain_bits(S) & ~HB_NCHILD;
-                struct hent *h = hent_of(ix, S->run, S->inst);
-                h->to = S->to;
-                run_fit(ix, S->run, false);
-                lru_insert_by_stamp(ix, x);
-                return;
-            }
-            if (stamp < S->stamp_top)
-                stamp = S->stamp_top; /* precise: the walk carries the max */
-        }
-        uint32_t px = span_parent(ix, x);
-        span_remove(ix, x, why, false);
-        if (px == LR_NIL)
-            return;
-        struct span *P = &ix->sp[px];
-        if (LR_NEVER(nchild(P) == 0))
-            return;
-        P->bits--;
-        if (nchild(P) > 0)
-            return;
-        if (!(P->bits & HB_ANCHOR) && (precise || P->stamp <= stamp)) {
-            if (P->stamp < stamp)
-                P->stamp = stamp; /* the walk carries the subtree's recency */
-            x = px;
-            continue;
-        }
-        if (P->stamp < stamp) {
-            P->stamp = stamp;
-            if (P->bits & HB_LISTED)
-                lru_unlink(ix, px);
-        }
-        if (!(P->bits & HB_LISTED))
-            lru_insert_by_stamp(ix, px);
-        return;
-    }
-}
-
-/* Pop the tail of list l: a leaf is removed (and trimmed), an internal hold
- * is only unlisted, being protected by its newer descendants. */
-static void
-pop_tail(lr_index *ix, int l, int why)
-{
-    uint32_t x = ix->tail[l];
-    lru_unlink(ix, x);
-    if (nchild(&ix->sp[x]) > 0)
-        return;
-    lr__index_remove_leaf_and_trim(ix, x, why, false);
-}
-
-void
-lr__index_expire_all(lr_index *ix, uint32_t tick)
-{
-    if (ix->ttl_ticks == UINT64_MAX && ix->remote_ttl_ticks == UINT64_MAX)
-        return;
-    /* Until stable: a REMOTE leaf expiring can uncover a LOCAL parent that
-     * aged with it, and the other way round. */
-    bool more = true;
-    while (more) {
-        more = false;
-        for (int l = 0; l < N_LISTS; l++)
-            while (ix->tail[l] != LR_NIL &&
-                   is_expired(ix, &ix->sp[ix->tail[l]], tick)) {
-                pop_tail(ix, l, WHY_EXPIRE);
-                more = true;
-            }
-    }
-}
-
-/* The list memory pressure takes from: REMOTE while it has a route, or
- * (LR_EVICT_LRU) the one whose tail was used least recently. */
-static int
-evict_list(const lr_index *ix)
-{
-    uint32_t r = ix->tail[LIST_REMOTE], l = ix->tail[LIST_LOCAL];
-    if (r == LR_NIL)
-        return LIST_LOCAL;
-    if (l == LR_NIL || !ix->evict_lru)
-        return LIST_REMOTE;
-    return ix->sp[r].stamp <= ix->sp[l].stamp ? LIST_REMOTE : LIST_LOCAL;
-}
-
-static void
-evict_to_capacity(lr_index *ix)
-{
-    while (ix->holds > ix->capacity) {
-        int l = evict_list(ix);
-        if (LR_NEVER(ix->tail[l] == LR_NIL))
-            return;
-        pop_tail(ix, l, WHY_EVICT);
-    }
-}
-
-void
-lr__index_settle(lr_index *ix, uint32_t tick)
-{
-    lr__index_expire_all(ix, tick);
-    evict_to_capacity(ix);
-}
-
-/* Drop instance s's holds in run r (all of them: no child run of r is
- * held by s any more). The run shrinks or, unless `defer`, goes. */
-static void
-drop_run(lr_index *ix, uint32_t s, uint32_t r, bool defer)
-{
-    struct hent *h = hent_of(ix, r, s);
-    for (uint32_t x = h->span; x != LR_NIL;) {
-        struct span *S = &ix->sp[x];
-        uint32_t up = S->up;
-        if (S->bits & HB_LISTED)
-            lru_unlink(ix, x);
-        count_drop(ix, S, span_len(S), WHY_DROP);
-        lr__index_emap_forget(ix, s, r, S->from, S->to);
-        span_free(ix, x);
-        x = up;
-    }
-    hent_del(ix, r, h);
-    run_fit(ix, r, defer);
-}
-
-/* Drop instance s from the subtree of run c (s holds c's first node):
- * a walk with no stack, children before their run, resuming the scan of
- * a run's children after the one just left. */
-static void
-drop_subtree(lr_index *ix, uint32_t s, uint32_t c)
-{
-    uint32_t cur = c, scan = ix->runs[c].child;
-    for (;;) {
-        uint32_t d = scan;
-        while (d != LR_NIL && hent_of(ix, d, s) == NULL)
-            d = ix->runs[d].sib;
-        if (d != LR_NIL) {
-            cur = d;
-            scan = ix->runs[d].child;
-            continue;
-        }
-        uint32_t next = ix->runs[cur].sib, up = ix->runs[cur].prun;
-        bool done = cur == c;
-        drop_run(ix, s, cur, false);
-        if (done)
-            return;
-        cur = up;
-        scan = next;
-    }
-}
-
-uint32_t
-lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
-{
-    /* child runs hanging at p or below */
-    for (uint32_t c = ix->runs[r].child; c != LR_NIL;) {
-        uint32_t next = ix->runs[c].sib;
-        if (ix->runs[c].poff >= p && hent_of(ix, c, s) != NULL)
-            drop_subtree(ix, s, c);
-        c = next;
-    }
-    struct hent *h = hent_of(ix, r, s);
-    assert(h != NULL && h->to > p);
-    /* spans wholly below p */
-    while (ix->sp[h->span].from > p) {
-        uint32_t x = h->span;
-        struct span *S = &ix->sp[x];
-        if (S->bits & HB_LISTED)
-            lru_unlink(ix, x);
-        count_drop(ix, S, span_len(S), WHY_DROP);
-        lr__index_emap_forget(ix, s, r, S->from, S->to);
-        h->span = S->up;
-        span_free(ix, x);
-    }
-    uint32_t x = h->span;
-    struct span *S = &ix->sp[x];
-    if (S->to > p + 1) {
-        /* p was plain: it becomes the bottom, with its own state */
-        if (S->bits & HB_LISTED)
-            lru_unlink(ix, x);
-        count_drop(ix, S, S->to - p - 1, WHY_DROP);
-        lr__index_emap_forget(ix, s, r, p + 1, S->to);
-        S->to = p + 1;
-        S->stamp = S->stamp_top;
-        S->bits = plain_bits(S) & ~HB_NCHILD;
-    } else {
-        S->bits &= ~HB_NCHILD;
-    }
-    h->to = p + 1;
-    run_fit(ix, r, false);
-    return x;
-}
-
-/* Drop every hold of instance s: O(runs + spans). Emptied runs are
- * freed at the end, so that no run is freed while a child still hangs
- * from it. */
-static void
-remove_all_of(lr_index *ix, uint32_t s)
-{
-    for (uint32_t r = 0; r < ix->rpool.top; r++)
-        if (ix->runs[r].state == RUN_LIVE && hent_of(ix, r, s) != NULL)
-            drop_run(ix, s, r, true);
-    /* A pending run has no holder left, so (prefix property) none of its
-     * children has one either: they are all pending. */
-    for (uint32_t r = 0; r < ix->rpool.top; r++) {
-        const struct run *R = &ix->runs[r];
-        if (R->state == RUN_PENDING && R->prun != LR_NIL &&
-            ix->runs[R->prun].state != RUN_PENDING)
-            child_unlink(ix, r);
-    }
-    for (uint32_t r = 0; r < ix->rpool.top; r++)
-        if (ix->runs[r].state == RUN_PENDING) {
-            ix->runs[r].child = LR_NIL;
-            run_release(ix, r);
-        }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1306,7 +899,7 @@ upgrade_up(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
         S->bits &= ~HB_REMOTE;
         ix->remote -= span_len(S);
         if (listed)
-            lru_insert_by_stamp(ix, x);
+            lr__index_lru_insert(ix, x);
         x = span_parent(ix, x);
     }
 }
@@ -1442,181 +1035,6 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
 }
 
 /* ------------------------------------------------------------------------ */
-/* lifecycle                                                                 */
-/* ------------------------------------------------------------------------ */
-
-static const lr_index_options options_defaults = {
-    .struct_size = sizeof(lr_index_options),
-    .capacity_blocks = DEFAULT_CAPACITY,
-    .ttl_ns = DEFAULT_TTL_NS,
-    .block_tokens = DEFAULT_BLOCK_TOKENS,
-    .max_instances = DEFAULT_MAX_INSTANCES,
-    .journal_capacity = DEFAULT_JOURNAL,
-    .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY,
-};
-
-void
-lr_index_options_init_sized(lr_index_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
-
-static void
-index_free(lr_index *ix)
-{
-    struct lr__mem *m = &ix->mem;
-    lr__free(m, ix->keys, (size_t)ix->kcap * CHUNK * sizeof(uint64_t));
-    lr__free(m, ix->chunks, (size_t)ix->chcap * sizeof(struct chunk));
-    lr__table_free(&ix->ntab, m);
-    lr__free(m, ix->runs, (size_t)ix->rpool.cap * sizeof(struct run));
-    lr__free(m, ix->sp, (size_t)ix->spool.cap * sizeof(struct span));
-    for (uint32_t c = 0; c < HCLASSES; c++)
-        lr__free(m, ix->hc[c].v, (size_t)ix->hc[c].p.cap * hc_elem(c));
-    lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
-    lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
-    lr__table_free(&ix->itab, m);
-    lr__index_emap_free(ix);
-    lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
-    lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
-    lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
-    lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
-    lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
-    lr__free(m, ix->hk, (size_t)ix->max_inst * sizeof(struct lr__hitkey));
-    struct lr__mem mm = *m;
-    lr__free(&mm, ix, sizeof *ix);
-}
-
-/* The caller's options over the defaults (zero means default), checked. */
-static lr_status
-resolve_options(const lr_index_options *opt, lr_index_options *o)
-{
-    lr_index_options_init(o);
-    if (opt != NULL) {
-        lr_index_options in;
-        memset(&in, 0, sizeof in);
-        LR_TRY(lr__copy_sized(&in, sizeof in, opt, LR_INDEX_OPTIONS_SIZE_V1));
-        o->allocator = in.allocator;
-        o->seed = in.seed;
-        if (in.capacity_blocks)
-            o->capacity_blocks = in.capacity_blocks;
-        if (in.ttl_ns)
-            o->ttl_ns = in.ttl_ns;
-        if (in.block_tokens)
-            o->block_tokens = in.block_tokens;
-        if (in.max_instances)
-            o->max_instances = in.max_instances;
-        if (in.journal_capacity)
-            o->journal_capacity = in.journal_capacity;
-        o->engine_map_capacity = in.engine_map_capacity
-                                     ? in.engine_map_capacity
-                                     : EMAP_PER_BLOCK * o->capacity_blocks;
-        o->replica_id = in.replica_id;
-        o->remote_ttl_ns = in.remote_ttl_ns;
-        o->eviction = in.eviction;
-    }
-    LR_RETURN_IF(o->eviction != LR_EVICT_REMOTE_FIRST &&
-                     o->eviction != LR_EVICT_LRU,
-                 LR_EINVAL);
-    LR_RETURN_IF(o->capacity_blocks > LR_INDEX_MAX_CAPACITY, LR_EINVAL);
-    LR_RETURN_IF(o->block_tokens > LR_INDEX_MAX_BLOCK_TOKENS, LR_EINVAL);
-    LR_RETURN_IF(o->max_instances > LR_INDEX_MAX_INSTANCES, LR_EINVAL);
-    LR_RETURN_IF(o->journal_capacity != UINT32_MAX &&
-                     o->journal_capacity > MAX_JOURNAL,
-                 LR_EINVAL);
-    LR_RETURN_IF(o->engine_map_capacity >
-                     EMAP_PER_BLOCK * LR_INDEX_MAX_CAPACITY,
-                 LR_EINVAL);
-    return LR_OK;
-}
-
-lr_status
-lr_index_create(const lr_index_options *opt, lr_index **out)
-{
-    LR_RETURN_IF(out == NULL, LR_EINVAL);
-    *out = NULL;
-    lr_index_options o;
-    LR_TRY(resolve_options(opt, &o));
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
-    if (ix == NULL)
-        return LR_ENOMEM;
-    ix->mem = m;
-    ix->mem.live = m.live;
-    ix->seed = lr__mix64(lr__hash_seed(o.seed, ix), SEED_MIX);
-    ix->capacity = o.capacity_blocks;
-    ix->ttl_ticks =
-        o.ttl_ns == UINT64_MAX ? UINT64_MAX : o.ttl_ns >> TICK_SHIFT;
-    uint64_t rttl = o.remote_ttl_ns ? o.remote_ttl_ns : o.ttl_ns;
-    ix->remote_ttl_ticks = rttl == UINT64_MAX ? UINT64_MAX : rttl >> TICK_SHIFT;
-    ix->replica_id = o.replica_id;
-    ix->evict_lru = o.eviction == LR_EVICT_LRU;
-    ix->emap_cap = o.engine_map_capacity;
-    ix->B = o.block_tokens;
-    ix->max_inst = o.max_instances;
-    ix->j_cap = o.journal_capacity == UINT32_MAX ? 0 : o.journal_capacity;
-    ix->cpool.free = ix->rpool.free = ix->spool.free = ix->epool.free = LR_NIL;
-    for (uint32_t c = 0; c < HCLASSES; c++)
-        ix->hc[c].p.free = LR_NIL;
-    lr__table_init(&ix->etab, &ix->mem, 0); /* no memory: cannot fail */
-    lr__table_init(&ix->otab, &ix->mem, 0);
-    ix->head[0] = ix->head[1] = ix->tail[0] = ix->tail[1] = LR_NIL;
-
-    /* index_free() can release a partial construction: the sizes it reads
-     * are set above, and a table not yet inited is zero-filled. */
-    ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
-    ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
-    lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
-    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
-                          sizeof(uint32_t));
-    ix->hk =
-        lr__calloc(&ix->mem, (size_t)ix->max_inst, sizeof(struct lr__hitkey));
-    ix->journal =
-        ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
-    lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
-    if (ix->insts == NULL || ix->ifree == NULL || ist != LR_OK ||
-        ix->cand == NULL || ix->hk == NULL || tst != LR_OK ||
-        (ix->j_cap && ix->journal == NULL)) {
-        index_free(ix);
-        return LR_ENOMEM;
-    }
-    ix->cspan = ix->cand + ix->max_inst;
-    ix->cdepth = ix->cspan + ix->max_inst;
-    ix->mark = ix->cdepth + ix->max_inst;
-    ix->cpos = ix->mark + ix->max_inst;
-    for (uint32_t i = 0; i < ix->max_inst; i++)
-        ix->ifree[i] = ix->max_inst - 1 - i;
-    ix->n_ifree = ix->max_inst;
-    *out = ix;
-    return LR_OK;
-}
-
-void
-lr_index_destroy(lr_index *idx)
-{
-    if (idx != NULL)
-        index_free(idx);
-}
-
-struct lr__mem *
-lr__index_mem(lr_index *idx)
-{
-    return &idx->mem;
-}
-
-uint32_t
-lr_index_block_tokens(const lr_index *idx)
-{
-    return idx == NULL ? 0 : idx->B;
-}
-
-void
-lr_prompt_init_sized(lr_prompt *p, size_t size)
-{
-    lr__init_sized(p, size, NULL, 0);
-}
-
-/* ------------------------------------------------------------------------ */
 /* learn                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -1649,17 +1067,6 @@ lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
                      LR_EINVAL);
     }
     *n_keys = (uint32_t)n;
-    return LR_OK;
-}
-
-/* Slot for an id, or LR_NIL with *room telling whether one can be made. */
-lr_status
-lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
-{
-    LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
-    *slot = lr__index_inst_lookup(ix, id);
-    if (*slot == LR_NIL && ix->n_ifree == 0)
-        return LR_ELIMIT;
     return LR_OK;
 }
 
@@ -1727,72 +1134,5 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     if (!pl.remote && n > 0)
         journal_add(ix, keys[n - 1], instance);
     lr__index_settle(ix, tick);
-    return LR_OK;
-}
-
-lr_status
-lr_index_expire(lr_index *idx, uint64_t now_ns)
-{
-    LR_RETURN_IF(idx == NULL, LR_EINVAL);
-    lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
-    return LR_OK;
-}
-
-lr_status
-lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot)
-{
-    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = lr__index_inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    remove_all_of(idx, s);
-    lr__index_emap_drop(idx, s);
-    *slot = s;
-    return LR_OK;
-}
-
-lr_status
-lr_index_remove_instance(lr_index *idx, uint32_t instance)
-{
-    uint32_t s;
-    LR_TRY(lr__index_clear(idx, instance, &s));
-    inst_del(idx, s);
-    return LR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* queries                                                                   */
-/* ------------------------------------------------------------------------ */
-
-lr_status
-lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
-{
-    LR_RETURN_IF(idx == NULL || stats == NULL, LR_EINVAL);
-    LR_RETURN_IF(stats->struct_size < LR_INDEX_STATS_SIZE_V1, LR_EVERSION);
-    lr_index_stats st;
-    memset(&st, 0, sizeof st);
-    st.blocks = idx->holds;
-    st.remote_blocks = idx->remote;
-    st.prefixes = idx->nodes;
-    st.instances = idx->max_inst - idx->n_ifree;
-    st.engine_hashes = lr__index_emap_live(idx);
-    st.bytes = idx->mem.live;
-    st.evicted_blocks = idx->evicted;
-    st.expired_blocks = idx->expired;
-    st.learned_blocks = idx->learned;
-    size_t n = stats->struct_size < sizeof st ? stats->struct_size : sizeof st;
-    size_t keep = stats->struct_size;
-    memcpy(stats, &st, n);
-    stats->struct_size = keep;
-    return LR_OK;
-}
-
-lr_status
-lr_index_instance_blocks(const lr_index *idx, uint32_t instance, uint64_t *out)
-{
-    LR_RETURN_IF(idx == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
-    uint32_t s = lr__index_inst_lookup(idx, instance);
-    LR_RETURN_IF(s == LR_NIL, LR_ENOENT);
-    *out = idx->insts[s].blocks;
     return LR_OK;
 }

@@ -1,11 +1,15 @@
 /* Private to lib/index*.c: the layout of struct lr_index (pictured at the
  * top of index.c) and the helpers its files share.
  *
- *   index.c        the core: runs, spans, LRU, learn, expiry, eviction,
- *                  instances, lifecycle, stats
+ *   index.c        the core: block keys, reservation, runs, spans, LRU,
+ *                  learn
+ *   index_evict.c  removal: trim, expiry, eviction, dropping an instance
+ *   index_life.c   the handle: options, create, destroy, the instance
+ *                  table, stats
  *   index_match.c  lr_index_match: the search and the walk up the path
  *   index_kv.c     precise mode: the engine-hash map and the KV events
  *   index_delta.c  the delta wire codec and the journal reading
+ *   index_state.c  the whole index as routes, for snapshots
  *   index_check.c  verify, digest and the test probes
  *
  * lib/index.h stays the internal view for tests, fuzzers and the router;
@@ -332,6 +336,46 @@ holds_node(const lr_index *ix, uint32_t n, uint32_t s)
     return hold_span(ix, node_run(ix, n), node_off(ix, n), s) != LR_NIL;
 }
 
+/* Elements of holder class c, in bytes. */
+static inline size_t
+hc_elem(uint32_t c)
+{
+    return sizeof(struct hent) << c;
+}
+
+/* The span whose bottom is the block above span x's top, or LR_NIL. */
+static inline uint32_t
+span_parent(const lr_index *ix, uint32_t x)
+{
+    const struct span *S = &ix->sp[x];
+    if (S->from > 0)
+        return S->up;
+    const struct run *R = &ix->runs[S->run];
+    if (R->prun == LR_NIL)
+        return LR_NIL;
+    uint32_t p = hold_span(ix, R->prun, R->poff, S->inst);
+    assert(p != LR_NIL && ix->sp[p].to == R->poff + 1);
+    return p;
+}
+
+/* Take span x out of its LRU list. */
+static inline void
+lru_unlink(lr_index *ix, uint32_t x)
+{
+    struct span *h = &ix->sp[x];
+    int l = list_of(h);
+    if (h->prev != LR_NIL)
+        ix->sp[h->prev].next = h->next;
+    else
+        ix->head[l] = h->next;
+    if (h->next != LR_NIL)
+        ix->sp[h->next].prev = h->prev;
+    else
+        ix->tail[l] = h->prev;
+    h->prev = h->next = LR_NIL;
+    h->bits &= ~HB_LISTED;
+}
+
 /* ---- pools (room reserved by lr__index_pool_reserve) --------------------- */
 
 static inline uint32_t *
@@ -373,6 +417,9 @@ pool_has(const struct pool *p, uint64_t more)
 {
     return (uint64_t)p->cap - p->top + p->nfree >= more;
 }
+
+/* Where a free span keeps its pool link. */
+#define SPAN_LINK offsetof(struct span, next)
 
 /* ------------------------------------------------------------------------ */
 /* node hash table                                                           */
@@ -462,8 +509,9 @@ lr_status lr__index_scratch_keys(lr_index *ix, size_t n);
 lr_status lr__index_scratch_anchors(lr_index *ix, size_t n);
 lr_status lr__index_scratch_path(lr_index *ix, size_t n);
 
-/* Instances: slot of an id or LR_NIL; add one (a free slot must exist);
- * slot_for is lookup plus "is there room" (LR_EINVAL, LR_ELIMIT). */
+/* index_life.c, instances: slot of an id or LR_NIL; add one (a free slot
+ * must exist); slot_for is lookup plus "is there room" (LR_EINVAL,
+ * LR_ELIMIT). */
 uint32_t lr__index_inst_lookup(const lr_index *ix, uint32_t id);
 uint32_t lr__index_inst_add(lr_index *ix, uint32_t id);
 lr_status lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot);
@@ -526,11 +574,22 @@ uint32_t lr__index_depth_on(const lr_index *ix, uint32_t s, uint32_t n,
 lr_status lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
 uint32_t lr__index_apply_learn(lr_index *ix, struct learn_plan *p,
                                uint32_t tick);
+/* index_evict.c: settle, and the expiry half of it (drop every route
+ * unused for its TTL). */
 void lr__index_settle(lr_index *ix, uint32_t tick);
-/* Drop every route unused for ttl_ns (the expiry half of settle). */
 void lr__index_expire_all(lr_index *ix, uint32_t tick);
 
-/* Removal; each preserves the invariants. */
+/* Insert unlisted span x into its LRU list where its stamp belongs. */
+void lr__index_lru_insert(lr_index *ix, uint32_t x);
+/* After run r lost holders or blocks: its nodes are what its holders
+ * hold. An emptied run is freed, or with `defer` marked RUN_PENDING. */
+void lr__index_run_fit(lr_index *ix, uint32_t r, bool defer);
+/* Unhook run r from its parent run's children; free a run that is empty,
+ * unheld and childless. */
+void lr__index_child_unlink(lr_index *ix, uint32_t r);
+void lr__index_run_release(lr_index *ix, uint32_t r);
+
+/* index_evict.c: removal; each preserves the invariants. */
 void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why,
                                     bool precise);
 /* Drop every hold of instance s strictly below offset p of run r (which s

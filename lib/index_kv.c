@@ -4,11 +4,7 @@
  * The index layout is pictured at the top of index.c. */
 #include "index_impl.h"
 
-void
-lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size)
-{
-    lr__init_sized(ev, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_kv_stored)
 
 /* ------------------------------------------------------------------------ */
 /* engine-hash map (precise mode)                                            */

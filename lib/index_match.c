@@ -10,11 +10,7 @@
  * at the top of index.c. */
 #include "index_impl.h"
 
-void
-lr_index_match_result_init_sized(lr_index_match_result *r, size_t size)
-{
-    lr__init_sized(r, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_index_match_result)
 
 static uint32_t
 next_gen(lr_index *ix)

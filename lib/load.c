@@ -58,41 +58,14 @@ struct lr_load {
     uint64_t inflight;
 };
 
-static const lr_load_options options_defaults = {
-    .struct_size = sizeof(lr_load_options),
-    .max_instances = 1024,
-    .max_requests = 65536,
-    .rtt_alpha = 0.3,
-};
+LR__INIT_SIZED(lr_load_options, options_defaults, .max_instances = 1024,
+               .max_requests = 65536, .rtt_alpha = 0.3)
 
-void
-lr_load_options_init_sized(lr_load_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_dispatch, dispatch_defaults, .alt_instance = NONE)
 
-static const lr_dispatch dispatch_defaults = {
-    .struct_size = sizeof(lr_dispatch),
-    .alt_instance = NONE,
-};
+LR__INIT_SIZED_ZERO(lr_engine_stats)
 
-void
-lr_dispatch_init_sized(lr_dispatch *d, size_t size)
-{
-    lr__init_sized(d, size, &dispatch_defaults, sizeof dispatch_defaults);
-}
-
-void
-lr_engine_stats_init_sized(lr_engine_stats *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
-
-void
-lr_load_snapshot_init_sized(lr_load_snapshot *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_load_snapshot)
 
 static void
 load_free(lr_load *ld)

@@ -77,22 +77,9 @@ struct lr_mlp {
 
 /* ---- options -------------------------------------------------------------- */
 
-static const lr_mlp_options options_defaults = {
-    .struct_size = sizeof(lr_mlp_options),
-    .hidden_layers = 3,
-    .width = 128,
-    .batch_size = 256,
-    .dropout = 0.1,
-    .learning_rate = 1e-3,
-    .weight_decay = 1e-5,
-    .grad_clip = 1.0,
-};
-
-void
-lr_mlp_options_init_sized(lr_mlp_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_mlp_options, options_defaults, .hidden_layers = 3,
+               .width = 128, .batch_size = 256, .dropout = 0.1,
+               .learning_rate = 1e-3, .weight_decay = 1e-5, .grad_clip = 1.0)
 
 static bool
 options_ok(const lr_mlp_options *o)

@@ -667,30 +667,11 @@ lr_policy_ring_key(int32_t policy, uint32_t *ranks)
 
 /* ---- the public entry ---------------------------------------------------------------- */
 
-static const lr_policy_input input_defaults = {
-    .struct_size = sizeof(lr_policy_input),
-    .block_tokens = 16,
-    .last_instance = NONE,
-};
+LR__INIT_SIZED(lr_policy_input, input_defaults, .block_tokens = 16,
+               .last_instance = NONE)
 
-void
-lr_policy_input_init_sized(lr_policy_input *in, size_t size)
-{
-    lr__init_sized(in, size, &input_defaults, sizeof input_defaults);
-}
-
-static const lr_decision decision_defaults = {
-    .struct_size = sizeof(lr_decision),
-    .instance = NONE,
-    .alt_instance = NONE,
-    .decider = LR__POLICY_NONE,
-};
-
-void
-lr_decision_init_sized(lr_decision *d, size_t size)
-{
-    lr__init_sized(d, size, &decision_defaults, sizeof decision_defaults);
-}
+LR__INIT_SIZED(lr_decision, decision_defaults, .instance = NONE,
+               .alt_instance = NONE, .decider = LR__POLICY_NONE)
 
 static bool
 finite_nonneg(double x)

@@ -604,17 +604,8 @@ commit_add(lr_ring *r, const struct inst *e, struct add_plan *pl)
 
 /* ---- public API -------------------------------------------------------- */
 
-static const lr_ring_options options_defaults = {
-    .struct_size = sizeof(lr_ring_options),
-    .vnodes = DEFAULT_VNODES,
-    .max_instances = DEFAULT_MAX_INSTANCES,
-};
-
-void
-lr_ring_options_init_sized(lr_ring_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_ring_options, options_defaults, .vnodes = DEFAULT_VNODES,
+               .max_instances = DEFAULT_MAX_INSTANCES)
 
 lr_status
 lr_ring_create(const lr_ring_options *opt, lr_ring **out)

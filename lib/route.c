@@ -623,9 +623,8 @@ lr_status
 lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
     struct lr__req_view v;
-    lr_status st = lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK)
         st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK && v.queued) {
@@ -646,10 +645,7 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
                 r->param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft : -1);
         }
     }
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_leave(r, st, now_ns);
 }
 
 /* A request ends (complete, fail): its record goes, and a sample still
@@ -658,9 +654,8 @@ static lr_status
 end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
             uint64_t now_ns, bool completed)
 {
-    lr__router_lock(r);
     struct lr__req_view v;
-    lr_status st = lr__router_clock(r, now_ns, true);
+    lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK)
         st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK)
@@ -670,10 +665,8 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
     if (st == LR_OK) {
         lr__lodestar_settle(&r->ls, v.slot, -1, 0);
         lr__adaptive_settle(&r->ad, v.slot, -1);
-        lr__router_clock_take(r, now_ns);
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_leave(r, st, now_ns);
 }
 
 lr_status

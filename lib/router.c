@@ -1,9 +1,9 @@
-/* lr_router: instances, telemetry intake, parameters, locking, the parts'
- * pass-through (KV events, deltas) and statistics. The request path
- * (route() and the lifecycle) is in route.c; the policies are behind the
- * policy table (policy.c) and see nothing of the router; the per-policy
- * state the router keeps lives in dualmap.c, lodestar.c and GORGO's cost
- * model (cost.c).
+/* lr_router: instances, telemetry intake, parameters, locking and
+ * statistics. The request path (route() and the lifecycle) is in route.c;
+ * the parts' pass-through (KV events, deltas, gauges, expiry) in
+ * router_kv.c; the policies are behind the policy table (policy.c) and
+ * see nothing of the router; the per-policy state the router keeps lives
+ * in dualmap.c, lodestar.c and GORGO's cost model (cost.c).
  *
  * A mutex serializes every public call on a router, except the learner's
  * training (lr_router_learn_step), which runs outside it. */
@@ -13,7 +13,6 @@
 #include "lr_hash.h"
 #include "ring.h"
 #include "router_impl.h"
-#include "vllm.h"
 
 #define NONE LR_INSTANCE_NONE
 #define NAME_MAX_LEN 255u
@@ -27,58 +26,21 @@
 
 /* ---- init helpers ----------------------------------------------------------- */
 
-static const lr_router_options options_defaults = {
-    .struct_size = sizeof(lr_router_options),
-    .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD,
-    .max_instances = 1024,
-    .max_requests = 65536,
-    .index_capacity_blocks = 1u << 20,
-    .block_tokens = 16,
-    .index_ttl_ns = 3600ull * 1000000000ull,
-    .ring_vnodes = 160,
-    .gauge_ttl_ns = 2000000000ull,
-    .max_peers = 64,
-};
+LR__INIT_SIZED(lr_router_options, options_defaults,
+               .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024,
+               .max_requests = 65536, .index_capacity_blocks = 1u << 20,
+               .block_tokens = 16, .index_ttl_ns = 3600ull * 1000000000ull,
+               .ring_vnodes = 160, .gauge_ttl_ns = 2000000000ull,
+               .max_peers = 64)
 
-void
-lr_router_options_init_sized(lr_router_options *opt, size_t size)
-{
-    lr__init_sized(opt, size, &options_defaults, sizeof options_defaults);
-}
+LR__INIT_SIZED(lr_instance_spec, spec_defaults, .prefix_caching = 1)
 
-static const lr_instance_spec spec_defaults = {
-    .struct_size = sizeof(lr_instance_spec),
-    .prefix_caching = 1,
-};
+LR__INIT_SIZED(lr_class_spec, class_defaults,
+               .prefill_tokens_per_s = DEFAULT_RATE)
 
-void
-lr_instance_spec_init_sized(lr_instance_spec *s, size_t size)
-{
-    lr__init_sized(s, size, &spec_defaults, sizeof spec_defaults);
-}
+LR__INIT_SIZED_ZERO(lr_request)
 
-static const lr_class_spec class_defaults = {
-    .struct_size = sizeof(lr_class_spec),
-    .prefill_tokens_per_s = DEFAULT_RATE,
-};
-
-void
-lr_class_spec_init_sized(lr_class_spec *s, size_t size)
-{
-    lr__init_sized(s, size, &class_defaults, sizeof class_defaults);
-}
-
-void
-lr_request_init_sized(lr_request *q, size_t size)
-{
-    lr__init_sized(q, size, NULL, 0);
-}
-
-void
-lr_router_stats_init_sized(lr_router_stats *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
+LR__INIT_SIZED_ZERO(lr_router_stats)
 
 lr_bounds
 lr_router_param_bounds(int32_t key)
@@ -801,326 +763,6 @@ lr_router_get_param(const lr_router *r, int32_t key, double *value)
         *value = r->param[key];
     lr__router_unlock(r);
     return LR_OK;
-}
-
-/* ---- index pass-through ------------------------------------------------------------------------ */
-
-lr_status
-lr_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
-                    uint64_t now_ns)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = lr_index_kv_stored(r->ix, id, ev, now_ns);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
-                     size_t n_blocks, size_t *n_resolved)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr_index_kv_removed(r->ix, id, block_hashes, n_blocks,
-                                             n_resolved);
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_kv_cleared(lr_router *r, uint32_t id)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr_index_kv_cleared(r->ix, id);
-    lr__router_unlock(r);
-    return st;
-}
-
-uint64_t
-lr_router_mark(lr_router *r)
-{
-    if (r == NULL)
-        return 0;
-    lr__router_lock(r);
-    uint64_t m = lr_index_mark(r->ix);
-    lr__router_unlock(r);
-    return m;
-}
-
-lr_status
-lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
-                       uint64_t *mark_out)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
-    if (st == LR_OK)
-        r->st.deltas_exported++;
-    lr__router_unlock(r);
-    return st;
-}
-
-/* Routes of instances this router does not have are not imported: they
- * could never be chosen, and they would take the index's instance slots. */
-static bool
-known_id(void *ctx, uint32_t id)
-{
-    return lr__router_inst(ctx, id) != NULL;
-}
-
-static bool
-known_id_const(const void *ctx, uint32_t id)
-{
-    return lr__router_inst(ctx, id) != NULL;
-}
-
-/* A delta is judged by its header (origin, marks) against the peer's
- * watermark before it is applied, and the watermark moves only once it
- * applied: a failed import changes nothing. */
-static lr_status
-import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
-                    uint64_t now_ns)
-{
-    uint64_t origin, since, mark;
-    size_t hdr;
-    bool apply = true;
-    if (lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr) == LR_OK)
-        LR_TRY(lr__peers_delta_check(&r->peers, origin, since, mark, now_ns,
-                                     &apply));
-    else
-        origin = 0; /* the import says what is wrong with it */
-    if (!apply) {
-        r->st.deltas_skipped++;
-        return LR_OK;
-    }
-    LR_TRY(lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r));
-    uint64_t lost = r->peers.delta_gaps;
-    lr__peers_delta_done(&r->peers, origin, since, mark, now_ns);
-    r->st.deltas_lost += r->peers.delta_gaps - lost;
-    r->st.deltas_imported++;
-    return LR_OK;
-}
-
-lr_status
-lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
-                       uint64_t now_ns)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = import_delta_locked(r, buf, len, now_ns);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
-                     uint64_t now_ns, lr_vllm_batch_info *info)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
-                 LR_EVERSION);
-    lr_vllm_batch_info in;
-    lr_vllm_batch_info_init(&in);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
-    return st;
-}
-
-/* ---- KV-event sources ------------------------------------------------------------------------ */
-
-void
-lr_kv_source_init_sized(lr_kv_source *s, size_t size)
-{
-    lr__init_sized(s, size, NULL, 0);
-}
-
-/* An engine restarted: what it cached is gone. */
-static void
-source_restart(lr_router *r, uint32_t id)
-{
-    (void)lr_index_kv_cleared(r->ix, id); /* LR_ENOENT: nothing held */
-    lr__kvsrc_forget(&r->src[id]);
-}
-
-/* The sequence verdict for batch `seq` of source id (peeking the batch's
- * timestamp when the number went back). */
-static lr_status
-judge_batch(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
-            size_t len, double *ts, int32_t *v)
-{
-    bool need_ts;
-    *ts = NAN;
-    *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
-    if (need_ts) {
-        LR_TRY(lr__vllm_peek(buf, len, ts)); /* corrupt: nothing counted */
-        *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
-    }
-    return LR_OK;
-}
-
-static lr_status
-vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
-                size_t len, uint64_t now_ns, lr_vllm_batch_info *in)
-{
-    struct lr__kvsrc *k = &r->src[id];
-    double ts;
-    int32_t v;
-    lr_status st = judge_batch(r, id, seq, buf, len, &ts, &v);
-    in->seq_state = v;
-    if (st != LR_OK || v == LR_KV_SEQ_DUPLICATE || v == LR_KV_SEQ_GAP) {
-        in->next_seq = k->next;
-        return st != LR_OK ? st : v == LR_KV_SEQ_GAP ? LR_EGAP : LR_OK;
-    }
-    if (v == LR_KV_SEQ_RESTART) {
-        source_restart(r, id);
-        if (seq != 0) { /* batches 0 .. seq - 1 of the new run were lost */
-            k->has = 1;
-            k->gap = 1;
-            k->next = 0;
-            k->last_ts = ts;
-            k->gaps++;
-            in->next_seq = 0;
-            return LR_EGAP;
-        }
-    }
-    st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
-    if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP) {
-        if (isnan(ts))
-            ts = in->timestamp;
-        lr__kvsrc_applied(k, v, seq, ts); /* consumed, whatever it held */
-    }
-    in->next_seq = k->has ? k->next : 0;
-    return st;
-}
-
-lr_status
-lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
-                         const uint8_t *buf, size_t len, uint64_t now_ns,
-                         lr_vllm_batch_info *info)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
-                 LR_EVERSION);
-    lr_vllm_batch_info in;
-    lr_vllm_batch_info_init(&in);
-    lr__router_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    (void)lr__vllm_info_out(info, &in);
-    return st;
-}
-
-lr_status
-lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
-{
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_KV_SOURCE_SIZE_V1, LR_EVERSION);
-    lr__router_lock(r);
-    lr_status st = LR_ENOENT;
-    if (lr__router_inst(r, id) != NULL) {
-        const struct lr__kvsrc *k = &r->src[id];
-        lr_kv_source s = { .struct_size = sizeof s,
-                           .has_seq = k->has,
-                           .gap = k->gap,
-                           .next_seq = k->has ? k->next : 0,
-                           .batches = k->batches,
-                           .duplicates = k->dups,
-                           .gaps = k->gaps,
-                           .restarts = k->restarts };
-        st = lr__copy_out(out, &s, sizeof s);
-    }
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_kv_reset(lr_router *r, uint32_t id)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = LR_ENOENT;
-    if (lr__router_inst(r, id) != NULL) {
-        source_restart(r, id);
-        r->src[id].restarts++;
-        st = LR_OK;
-    }
-    lr__router_unlock(r);
-    return st;
-}
-
-/* ---- replicas: gauges ------------------------------------------------------------------------ */
-
-lr_status
-lr_router_export_gauges(lr_router *r, lr_blob **out)
-{
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    *out = NULL;
-    lr__router_lock(r);
-    lr_status st =
-        lr__gauges_export(&r->peers, &r->mem, r->ld, r->act, r->n_act, out);
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_import_gauges(lr_router *r, const uint8_t *buf, size_t len,
-                        uint64_t now_ns)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
-    if (st == LR_OK)
-        st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
-                               known_id_const, r);
-    if (st == LR_OK)
-        lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
-}
-
-lr_status
-lr_router_expire(lr_router *r, uint64_t now_ns)
-{
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_status st = lr__router_clock(r, now_ns, true);
-    if (st == LR_OK) {
-        (void)lr_index_expire(r->ix, now_ns);
-        lr__peers_expire(&r->peers, now_ns);
-        lr__router_clock_take(r, now_ns);
-    }
-    lr__router_unlock(r);
-    return st;
 }
 
 /* ---- statistics ---------------------------------------------------------------------------------- */

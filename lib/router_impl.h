@@ -1,6 +1,7 @@
 /* The router's private layout, shared by router.c (instances, telemetry,
- * parameters, the parts' pass-through, statistics) and route.c (the
- * request path: route(), its table, the lifecycle, rebalancing). */
+ * parameters, statistics), router_kv.c (the parts' pass-through: KV
+ * events, deltas, gauges) and route.c (the request path: route(), its
+ * table, the lifecycle, rebalancing). */
 #ifndef LIBROUTE_LIB_ROUTER_IMPL_H
 #define LIBROUTE_LIB_ROUTER_IMPL_H
 
@@ -10,6 +11,7 @@
 #include "cost.h"
 #include "dualmap.h"
 #include "index.h"
+#include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "load.h"
 #include "lodestar.h"
@@ -112,12 +114,41 @@ lr__router_unlock(const lr_router *r)
     pthread_mutex_unlock(&((lr_router *)r)->mu);
 }
 
+/* A live instance, or NULL. */
+struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
+
+/* The clock protocol above, for a timestamped call that mutates: enter
+ * takes the mutex and returns the clock's verdict on now_ns; enter_inst
+ * first returns LR_ENOENT when `id` is not an instance; leave takes now_ns
+ * when st is LR_OK, releases the mutex and returns st. Every enter is
+ * followed by one leave. */
+static inline lr_status
+lr__router_enter(lr_router *r, uint64_t now_ns)
+{
+    lr__router_lock(r);
+    return lr__router_clock(r, now_ns, true);
+}
+
+static inline lr_status
+lr__router_enter_inst(lr_router *r, uint32_t id, uint64_t now_ns)
+{
+    lr__router_lock(r);
+    return lr__router_inst(r, id) == NULL ? LR_ENOENT
+                                          : lr__router_clock(r, now_ns, true);
+}
+
+static inline lr_status
+lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
+{
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
+    lr__router_unlock(r);
+    return st;
+}
+
 /* Position of a routable id in act[] (and in a route's rows), or
  * LR_INSTANCE_NONE. */
 uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
-
-/* A live instance, or NULL. */
-struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
 
 /* The GORGO weights the policy reads are the tuner's in service. */
 void lr__router_sync_gorgo(lr_router *r);

@@ -464,6 +464,28 @@ is_token(const struct mv *v)
     return v->kind == MP_UINT && v->u <= UINT32_MAX;
 }
 
+/* The head of an array field: true with *at (its first element) and *n
+ * set when it is one; else false with *done what the reader returns (a
+ * field that is not an array is marked bad and skipped). */
+static inline bool
+array_head(struct mp *m, struct mp *at, uint64_t *n, bool *bad, bool *done)
+{
+    struct mp start = *m;
+    struct mv v;
+    *done = false;
+    if (!mp_next(m, &v))
+        return false;
+    if (v.kind != MP_ARRAY) {
+        *bad = true;
+        *m = start;
+        *done = mp_skip(m);
+        return false;
+    }
+    *at = *m;
+    *n = v.u;
+    return true;
+}
+
 /* An array whose elements all pass ok(): *n its length, `at` left at its
  * first element (pass 2 reads them again from there). Another value, or
  * an element that fails ok(), sets *bad; false only when the bytes are
@@ -473,18 +495,10 @@ static bool
 read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
            uint64_t *n, bool *bad)
 {
-    struct mp start = *m;
-    struct mv v;
-    if (!mp_next(m, &v))
-        return false;
-    if (v.kind != MP_ARRAY) {
-        *bad = true;
-        *m = start;
-        return mp_skip(m);
-    }
-    *at = *m;
-    *n = v.u;
-    for (uint64_t i = 0; i < v.u; i++) {
+    bool done;
+    if (!array_head(m, at, n, bad, &done))
+        return done;
+    for (uint64_t i = 0; i < *n; i++) {
         struct mv e;
         if (mp_fast_uint(m, &e.u)) {
             e.kind = MP_UINT;
@@ -502,18 +516,10 @@ read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
 static bool
 read_tokens(struct mp *m, struct mp *at, uint64_t *n, bool *bad)
 {
-    struct mp start = *m;
-    struct mv v;
-    if (!mp_next(m, &v))
-        return false;
-    if (v.kind != MP_ARRAY) {
-        *bad = true;
-        *m = start;
-        return mp_skip(m);
-    }
-    *at = *m;
-    *n = v.u;
-    for (uint64_t i = 0; i < v.u; i++) {
+    bool done;
+    if (!array_head(m, at, n, bad, &done))
+        return done;
+    for (uint64_t i = 0; i < *n; i++) {
         uint32_t t;
         size_t k = m->end - m->p >= 5 ? mp_token_at(m->p, &t) : 0;
         if (k > 0) {
@@ -1034,16 +1040,7 @@ lr__vllm_peek(const uint8_t *buf, size_t len, double *ts)
     return LR_OK;
 }
 
-static const lr_vllm_batch_info info_defaults = {
-    .struct_size = sizeof(lr_vllm_batch_info),
-    .dp_rank = -1,
-};
-
-void
-lr_vllm_batch_info_init_sized(lr_vllm_batch_info *info, size_t size)
-{
-    lr__init_sized(info, size, &info_defaults, sizeof info_defaults);
-}
+LR__INIT_SIZED(lr_vllm_batch_info, info_defaults, .dp_rank = -1)
 
 lr_status
 lr__vllm_info_out(lr_vllm_batch_info *out, const lr_vllm_batch_info *in)
