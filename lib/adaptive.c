@@ -48,14 +48,23 @@
  *   decode = CONTENTION x in flight x s_per_decoding  (those decoding there)
  *   score  = ttft + work + decode, near-ties (TIE_S) drawn
  *
- * L, the fleet's lasting load, is the requests routed per instance per
- * second times the backlog most instances hold (the lower quartile of
- * their queued prefill averaged over ~10 s): how many requests will queue
- * behind the work a placement adds. At low load L ~ 0 and the choice is
- * the least predicted TTFT; when the fleet is backlogged, a cache miss
- * costs everyone, so hits win (what preble and ranvier get right under
- * overload); because L is a fleet-wide, time-averaged figure, a burst does
- * not turn affinity into a hot spot (what they get wrong). The decode
+ * L, the fleet's load, is the requests routed per instance per second
+ * times the backlog most instances hold (the lower quartile of their
+ * queued prefill, averaged over ~10 s or as it is now, whichever is
+ * more): how many requests will queue behind the work a placement adds.
+ * At low load L ~ 0 and the choice is the least predicted TTFT; when the
+ * fleet is backlogged, a cache miss costs everyone, so hits win (what
+ * preble and ranvier get right under overload); because L is a
+ * fleet-wide figure, held by most instances, a burst on one prefix does
+ * not turn affinity into a hot spot (what they get wrong). The averages
+ * cover the part of their window the router has seen (1 - exp(-age /
+ * tau) of it): counting the time before the router's first route as
+ * idle made the route rate 1/10 of the truth after a second, and a fleet
+ * driven past its capacity from the start was routed greedily for its
+ * first ten or twenty seconds (share-70 on 4 L20 + 4 A100: 1.16x the best
+ * mean, 1.01x with both). The backlog now counts for the same reason: a
+ * fleet all of whose instances are behind now is behind, whatever the
+ * last ten seconds were (4 A100 past capacity: p99 1.60x, 1.01x). The decode
  * term is the externality a greedy TTFT choice ignores: sending work to
  * the nearest or fastest instance slows every request decoding there. A
  * prefix routed to an instance in the last FRESH_S counts as not cached:
@@ -73,6 +82,7 @@
 #define DSCALE 100.0          /* D in the fit: hundreds of requests */
 #define W_MEAN_N 256          /* the typical W: a running mean over this many */
 #define QAVG_TAU_S 10.0       /* the queue average's time constant */
+#define QAVG_MIN_SEEN 0.01    /* a rate over 0.1 s of history at least */
 #define BACKLOG_QUANTILE 0.25 /* the backlog "most instances" hold */
 #define PRIOR_BASE_S 0.02     /* b0's prior: a step */
 #define PRIOR_BASE_SD 0.1     /* ... and its uncertainty */
@@ -152,12 +162,13 @@ decoding(const lr_candidate *row)
     return (double)d / DSCALE;
 }
 
-/* The weight of q's past at now_ns: exp(-elapsed / tau). */
+/* The weight of q's past at now_ns: exp(-elapsed / tau); 1 before its
+ * first update (an empty average: nothing to decay). */
 static double
 qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
 {
     if (q->t_ns == 0 || now_ns <= q->t_ns)
-        return q->t_ns == 0 ? 0 : 1;
+        return 1;
     return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
 }
 
@@ -169,6 +180,7 @@ lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
         struct lr__qavg *q = &ad->qavg[rows[k].instance];
         double keep = qavg_keep(q, now_ns);
         q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
+        q->seen = keep * q->seen + (1 - keep);
         q->routes = keep * q->routes + (rows[k].instance == chosen);
         if (now_ns > q->t_ns)
             q->t_ns = now_ns;
@@ -184,10 +196,15 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
         memo->t_ns = q->t_ns;
         memo->keep = qavg_keep(q, now_ns);
     }
-    double keep = memo->keep; /* the average brought to now */
-    row->prefill_tokens_avg =
-        keep * q->avg + (1 - keep) * (double)row->prefill_tokens;
-    row->route_rate = q->routes * keep / QAVG_TAU_S;
+    /* the averages brought to now, over the part of the window the router
+     * has seen: in its first seconds, the time before it is not idle time */
+    double keep = memo->keep;
+    double seen = keep * q->seen + (1 - keep);
+    double now = (double)row->prefill_tokens;
+    double avg = keep * q->avg + (1 - keep) * now;
+    row->prefill_tokens_avg = seen > 0 ? avg / seen : now;
+    row->route_rate = q->routes * keep / QAVG_TAU_S /
+                      (seen > QAVG_MIN_SEEN ? seen : QAVG_MIN_SEEN);
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
         row->ttft_s_per_token = row->ttft_base_s = 0;
@@ -426,10 +443,11 @@ quantile(double *a, size_t n, double q)
     return a[want];
 }
 
-/* The fleet's lasting load: requests routed per instance per second times
- * the backlog most instances hold (the lower quartile of their averaged
- * queued prefill, in seconds): how many requests will queue behind the
- * work a placement adds. Uses the scores as scratch. */
+/* The fleet's load: requests routed per instance per second times the
+ * backlog most instances hold (the lower quartile of their queued
+ * prefill, in seconds), averaged over ~10 s or now, whichever is more:
+ * how many requests will queue behind the work a placement adds. Uses
+ * the scores as scratch. */
 static double
 fleet_load(const struct lr__pctx *c)
 {
@@ -439,7 +457,13 @@ fleet_load(const struct lr__pctx *c)
         rate += r->route_rate;
         c->score[k] = s_per_token(r) * r->prefill_tokens_avg;
     }
-    return rate / (double)c->n * quantile(c->score, c->n, BACKLOG_QUANTILE);
+    double lasting = quantile(c->score, c->n, BACKLOG_QUANTILE);
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = s_per_token(r) * (double)r->prefill_tokens;
+    }
+    double now = quantile(c->score, c->n, BACKLOG_QUANTILE);
+    return rate / (double)c->n * (lasting > now ? lasting : now);
 }
 
 /* The row's predicted TTFT for this request, plus what placing it there

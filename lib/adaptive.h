@@ -49,6 +49,7 @@ struct lr__qavg {
     uint64_t t_ns; /* last update; 0: none */
     double avg;
     double routes; /* routes here, decayed with the same time constant */
+    double seen;   /* the share of the window observed: 1 - exp(-age / tau) */
 };
 
 struct lr__adaptive {

@@ -452,6 +452,68 @@ learns_class_speeds_untold(void **state)
     lr_router_destroy(m);
 }
 
+/* The time averages (routes per second, queued prefill) cover the part of
+ * their ~10 s window the router has seen: one second after its first
+ * route, a fleet routed 20 requests/s is routed 20/s, not 2/s (the window
+ * with the time before the router counted as idle), and the queue is its
+ * mean over that second. Against a naive model: each interval between
+ * routes weighs exp(-age / tau) of its length (its queue is the one seen
+ * at its end), over tau x (1 - exp(-seen / tau)). */
+static void
+averages_cover_the_time_seen(void **state)
+{
+    (void)state;
+    struct setup *s = mk_ad();
+    const double tau = 10.0;
+    lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(1, 8000, 0, 0) };
+    rows[1].instance = 1;
+    enum {
+        N = 20
+    };
+    uint64_t t[N + 1];
+    double q[N + 1];
+    for (int i = 0; i <= N; i++) {
+        /* instance 0 takes every route; its queue is 0 for the first half
+         * second, 500 tokens for the second */
+        t[i] = T0 + (uint64_t)i * (SEC / N);
+        q[i] = i <= N / 2 ? 0 : 500;
+        rows[0].prefill_tokens = (uint64_t)q[i];
+        lr__adaptive_observe(&s->ad, rows, 2, 0, t[i]);
+    }
+    double age[N + 1], routes = 0, queue = 0;
+    for (int i = 0; i <= N; i++) {
+        age[i] = (double)(t[N] - t[i]) / 1e9;
+        routes += exp(-age[i] / tau);
+        if (i > 0)
+            queue += q[i] * (exp(-age[i] / tau) - exp(-age[i - 1] / tau));
+    }
+    double seen = 1 - exp(-age[0] / tau);
+    double want_rate = routes / (tau * seen), want_queue = queue / seen;
+    for (int k = 0; k < 2; k++) {
+        lr_candidate c = rows[k];
+        struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+        lr__adaptive_fill(&s->ad, &c, t[N], &memo);
+        print_message("instance %d: %.3f routes/s, %.1f tokens queued\n", k,
+                      c.route_rate, c.prefill_tokens_avg);
+        if (k == 0) {
+            assert_true(fabs(c.route_rate - want_rate) < 1e-9 * want_rate);
+            assert_true(fabs(c.prefill_tokens_avg - want_queue) <
+                        1e-9 * want_queue);
+            assert_true(c.route_rate > 20 && c.route_rate < 22);
+            assert_true(c.prefill_tokens_avg > 240 &&
+                        c.prefill_tokens_avg < 260);
+        } else {
+            assert_true(c.route_rate == 0 && c.prefill_tokens_avg == 0);
+        }
+    }
+    /* an instance never observed: its queue now, no routes */
+    lr_candidate c = row_of(2, 8000, 777, 0);
+    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    lr__adaptive_fill(&s->ad, &c, t[N], &memo);
+    assert_true(c.route_rate == 0 && c.prefill_tokens_avg == 777);
+    rm_ad(s);
+}
+
 int
 main(void)
 {
@@ -460,6 +522,7 @@ main(void)
         cmocka_unit_test(saturated_fleet_keeps_its_token_cost),
         cmocka_unit_test(uninformative_first_tokens_stay_sane),
         cmocka_unit_test(learns_class_speeds_untold),
+        cmocka_unit_test(averages_cover_the_time_seen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -459,6 +459,21 @@ rule_adaptive(void **state)
     double w0[] = { LR_PARAM_ADAPTIVE_WORK_WEIGHT, 0 };
     assert_st(decide_p(A, u, 2, 160, 1, w0, 1, &o), LR_OK);
     assert_int_equal(o.d.instance, 11);
+    /* ... and a backlog most instances hold now counts as one that lasts
+     * (a cold start into overload, before the averages know of it): the
+     * hit wins though its queue is longer */
+    for (int k = 0; k < 2; k++) {
+        u[k].prefill_tokens_avg = 0;
+        u[k].prefill_tokens = (uint64_t)RATE + (k == 0 ? 200 : 0);
+    }
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 10);
+    assert_true(fabs(o.score[0] - (RATE + 232 + 3 * 10 * 32) / RATE) < 1e-12);
+    assert_true(fabs(o.score[1] - (RATE + 160 + 3 * 10 * 160) / RATE) < 1e-12);
+    for (int k = 0; k < 2; k++)
+        u[k].route_rate = 0; /* nothing routed: each for itself */
+    o = decide(A, u, 2, 160);
+    assert_int_equal(o.d.instance, 11);
 
     /* a prefix routed 1 ms ago is not cached yet; 1 s ago it is */
     table(u, 2);
