@@ -318,8 +318,9 @@ typedef struct lr_candidate {
     /** ... and the seconds one more request decoding on the instance adds
      * to a first token there (decode contention), from the same fit. */
     double ttft_s_per_decoding;
-    /** prefill_tokens averaged over the last ten seconds or so of routes
-     * (adaptive's overload signal: a backlog that lasts, not a burst). */
+    /** prefill_tokens averaged over the last ten seconds or so of routes,
+     * or over the time the router has seen when that is less (adaptive's
+     * overload signal: a backlog that lasts, not a burst). */
     double prefill_tokens_avg;
     /** Requests routed to it per second, averaged the same way. */
     double route_rate;
