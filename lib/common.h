@@ -165,13 +165,6 @@ lr__put_u32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static inline void
-lr__put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static inline uint16_t
 lr__get_u16(const uint8_t *p)
 {
@@ -187,14 +180,39 @@ lr__get_u32(const uint8_t *p)
     return v;
 }
 
+/* 64 bits: the low word first. */
+static inline void
+lr__put_u64(uint8_t *p, uint64_t v)
+{
+    lr__put_u32(p, (uint32_t)v);
+    lr__put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
 static inline uint64_t
 lr__get_u64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return lr__get_u32(p) | (uint64_t)lr__get_u32(p + 4) << 32;
 }
+
+/* Floats: their IEEE-754 bits, through an integer of their width (memcpy,
+ * no aliasing); one definition for float (32) and double (64). */
+#define LR__FLOAT_LE(F, N)                           \
+    static inline void lr__put_f##N(uint8_t *p, F v) \
+    {                                                \
+        uint##N##_t u;                               \
+        memcpy(&u, &v, sizeof u);                    \
+        lr__put_u##N(p, u);                          \
+    }                                                \
+    static inline F lr__get_f##N(const uint8_t *p)   \
+    {                                                \
+        uint##N##_t u = lr__get_u##N(p);             \
+        F v;                                         \
+        memcpy(&v, &u, sizeof v);                    \
+        return v;                                    \
+    }
+LR__FLOAT_LE(float, 32)
+LR__FLOAT_LE(double, 64)
+#undef LR__FLOAT_LE
 
 /* A parameter's range and default, as the parameter tables hold them
  * (policy.c, cost.c); hi > lo for every defined one, so an all-zero entry

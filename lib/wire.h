@@ -40,36 +40,6 @@ lr__rd_u8(struct lr__rd *r)
     return lr__rd_take(r, 1, &q) ? q[0] : 0;
 }
 
-static inline uint16_t
-lr__rd_u16(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 2, &q) ? lr__get_u16(q) : 0;
-}
-
-static inline uint32_t
-lr__rd_u32(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 4, &q) ? lr__get_u32(q) : 0;
-}
-
-static inline uint64_t
-lr__rd_u64(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 8, &q) ? lr__get_u64(q) : 0;
-}
-
-static inline double
-lr__rd_f64(struct lr__rd *r)
-{
-    uint64_t u = lr__rd_u64(r);
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-
 /* A varint in canonical form (no trailing zero groups, at most 64 bits). */
 static inline uint64_t
 lr__rd_var(struct lr__rd *r)
@@ -119,37 +89,24 @@ lr__wr_u8(struct lr__wr *w, uint8_t v)
     lr__wr_bytes(w, &v, 1);
 }
 
-static inline void
-lr__wr_u16(struct lr__wr *w, uint16_t v)
-{
-    uint8_t b[2];
-    lr__put_u16(b, v);
-    lr__wr_bytes(w, b, 2);
-}
-
-static inline void
-lr__wr_u32(struct lr__wr *w, uint32_t v)
-{
-    uint8_t b[4];
-    lr__put_u32(b, v);
-    lr__wr_bytes(w, b, 4);
-}
-
-static inline void
-lr__wr_u64(struct lr__wr *w, uint64_t v)
-{
-    uint8_t b[8];
-    lr__put_u64(b, v);
-    lr__wr_bytes(w, b, 8);
-}
-
-static inline void
-lr__wr_f64(struct lr__wr *w, double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    lr__wr_u64(w, u);
-}
+/* The fixed widths, little-endian: a read takes them whole or not at all. */
+#define LR__WIRE_LE(T, X, N)                               \
+    static inline T lr__rd_##X(struct lr__rd *r)           \
+    {                                                      \
+        const uint8_t *q;                                  \
+        return lr__rd_take(r, N, &q) ? lr__get_##X(q) : 0; \
+    }                                                      \
+    static inline void lr__wr_##X(struct lr__wr *w, T v)   \
+    {                                                      \
+        uint8_t b[N];                                      \
+        lr__put_##X(b, v);                                 \
+        lr__wr_bytes(w, b, N);                             \
+    }
+LR__WIRE_LE(uint16_t, u16, 2)
+LR__WIRE_LE(uint32_t, u32, 4)
+LR__WIRE_LE(uint64_t, u64, 8)
+LR__WIRE_LE(double, f64, 8)
+#undef LR__WIRE_LE
 
 static inline void
 lr__wr_var(struct lr__wr *w, uint64_t v)
