@@ -8,6 +8,7 @@
 #define LIBROUTE_LIB_WIRE_H
 
 #include "common.h"
+#include "lr_hash.h"
 
 #define LR__VARINT64_MAX 10
 
@@ -119,6 +120,34 @@ lr__wr_var(struct lr__wr *w, uint64_t v)
     }
     b[n++] = (uint8_t)v;
     lr__wr_bytes(w, b, n);
+}
+
+/* The frame of the router's own formats (index state, snapshot, gauge):
+ * 4 magic bytes and a u16 version first, the u64 lr__hash (seeded `seed`)
+ * of everything before it last. */
+#define LR__FRAME_SUM 8
+
+static inline void
+lr__wr_frame(struct lr__wr *w, const char magic[4], uint16_t version)
+{
+    lr__wr_bytes(w, magic, 4);
+    lr__wr_u16(w, version);
+}
+
+/* A frame of `len` bytes with room for a `header` at least: LR_ECORRUPT
+ * when it is shorter, has another magic or a wrong sum, LR_EVERSION for
+ * another version (checked in that order). */
+static inline lr_status
+lr__frame_check(const uint8_t *buf, size_t len, size_t header,
+                const char magic[4], uint16_t version, uint64_t seed)
+{
+    LR_RETURN_IF(len < header + LR__FRAME_SUM, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, magic, 4) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + 4) != version, LR_EVERSION);
+    LR_RETURN_IF(lr__hash(buf, len - LR__FRAME_SUM, seed) !=
+                     lr__get_u64(buf + len - LR__FRAME_SUM),
+                 LR_ECORRUPT);
+    return LR_OK;
 }
 
 #endif /* LIBROUTE_LIB_WIRE_H */
