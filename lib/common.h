@@ -63,6 +63,17 @@ void *lr__calloc(struct lr__mem *m, size_t count, size_t size);
 void *lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n);
 void lr__free(struct lr__mem *m, void *p, size_t n);
 
+/* A new handle: `size` zeroed bytes from the caller's allocator `a` (NULL:
+ * libc's; one without all three functions: LR_EINVAL), which the handle
+ * keeps at byte `mem_at` (its `struct lr__mem` field, counting the handle)
+ * for its later allocations and its destroy. `out` is the address of the
+ * caller's pointer to it, left as it was on failure. */
+lr_status lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at,
+                         void *out);
+/* The same for a handle `h` of type T (with its lr__mem as `mem`). */
+#define LR__HANDLE_NEW(h, T, a) \
+    lr__handle_new((a), sizeof(T), offsetof(T, mem), &(h))
+
 /* Overflow-checked size arithmetic (B22): false on overflow. */
 static inline bool
 lr__mul_size(size_t a, size_t b, size_t *out)

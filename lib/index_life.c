@@ -171,13 +171,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     *out = NULL;
     lr_index_options o;
     LR_TRY(resolve_options(opt, &o));
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
-    if (ix == NULL)
-        return LR_ENOMEM;
-    ix->mem = m;
-    ix->mem.live = m.live;
+    lr_index *ix;
+    LR_TRY(LR__HANDLE_NEW(ix, lr_index, o.allocator));
     ix->seed = lr__mix64(lr__hash_seed(o.seed, ix), SEED_MIX);
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =

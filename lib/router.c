@@ -270,14 +270,10 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     *out = NULL;
     lr_router_options o;
     LR_TRY(read_options(opt, &o));
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_router *r = lr__alloc(&m, sizeof *r);
-    if (r == NULL)
-        return LR_ENOMEM;
-    memset(r, 0, sizeof *r);
-    r->mem = m;
+    lr_router *r;
+    LR_TRY(LR__HANDLE_NEW(r, lr_router, o.allocator));
     if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        struct lr__mem m = r->mem;
         lr__free(&m, r, sizeof *r);
         return LR_ENOMEM;
     }
