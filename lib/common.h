@@ -74,6 +74,12 @@ lr_status lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at,
 #define LR__HANDLE_NEW(h, T, a) \
     lr__handle_new((a), sizeof(T), offsetof(T, mem), &(h))
 
+/* Options read over their defaults `def`: a field the caller left 0 keeps
+ * its default (for the fields where 0 is not a choice of its own). */
+#define LR__ZERO_KEEPS_DEFAULT(o, def, f) \
+    if ((o)->f == 0)                      \
+        (o)->f = (def)->f;
+
 /* Overflow-checked size arithmetic (B22): false on overflow. */
 static inline bool
 lr__mul_size(size_t a, size_t b, size_t *out)
