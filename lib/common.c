@@ -194,6 +194,19 @@ lr__free(struct lr__mem *m, void *p, size_t n)
 }
 
 lr_status
+lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at, void *out)
+{
+    struct lr__mem m;
+    LR_TRY(lr__mem_init(&m, a));
+    void *h = lr__calloc(&m, 1, size);
+    if (h == NULL)
+        return LR_ENOMEM;
+    memcpy((char *)h + mem_at, &m, sizeof m);
+    memcpy(out, &h, sizeof h); /* a T *: same representation as void * */
+    return LR_OK;
+}
+
+lr_status
 lr__copy_sized(void *dst, size_t dst_size, const void *src, size_t min_size)
 {
     size_t given;

@@ -63,6 +63,23 @@ void *lr__calloc(struct lr__mem *m, size_t count, size_t size);
 void *lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n);
 void lr__free(struct lr__mem *m, void *p, size_t n);
 
+/* A new handle: `size` zeroed bytes from the caller's allocator `a` (NULL:
+ * libc's; one without all three functions: LR_EINVAL), which the handle
+ * keeps at byte `mem_at` (its `struct lr__mem` field, counting the handle)
+ * for its later allocations and its destroy. `out` is the address of the
+ * caller's pointer to it, left as it was on failure. */
+lr_status lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at,
+                         void *out);
+/* The same for a handle `h` of type T (with its lr__mem as `mem`). */
+#define LR__HANDLE_NEW(h, T, a) \
+    lr__handle_new((a), sizeof(T), offsetof(T, mem), &(h))
+
+/* Options read over their defaults `def`: a field the caller left 0 keeps
+ * its default (for the fields where 0 is not a choice of its own). */
+#define LR__ZERO_KEEPS_DEFAULT(o, def, f) \
+    if ((o)->f == 0)                      \
+        (o)->f = (def)->f;
+
 /* Overflow-checked size arithmetic (B22): false on overflow. */
 static inline bool
 lr__mul_size(size_t a, size_t b, size_t *out)
@@ -165,13 +182,6 @@ lr__put_u32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static inline void
-lr__put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static inline uint16_t
 lr__get_u16(const uint8_t *p)
 {
@@ -187,14 +197,39 @@ lr__get_u32(const uint8_t *p)
     return v;
 }
 
+/* 64 bits: the low word first. */
+static inline void
+lr__put_u64(uint8_t *p, uint64_t v)
+{
+    lr__put_u32(p, (uint32_t)v);
+    lr__put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
 static inline uint64_t
 lr__get_u64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return lr__get_u32(p) | (uint64_t)lr__get_u32(p + 4) << 32;
 }
+
+/* Floats: their IEEE-754 bits, through an integer of their width (memcpy,
+ * no aliasing); one definition for float (32) and double (64). */
+#define LR__FLOAT_LE(F, N)                           \
+    static inline void lr__put_f##N(uint8_t *p, F v) \
+    {                                                \
+        uint##N##_t u;                               \
+        memcpy(&u, &v, sizeof u);                    \
+        lr__put_u##N(p, u);                          \
+    }                                                \
+    static inline F lr__get_f##N(const uint8_t *p)   \
+    {                                                \
+        uint##N##_t u = lr__get_u##N(p);             \
+        F v;                                         \
+        memcpy(&v, &u, sizeof v);                    \
+        return v;                                    \
+    }
+LR__FLOAT_LE(float, 32)
+LR__FLOAT_LE(double, 64)
+#undef LR__FLOAT_LE
 
 /* A parameter's range and default, as the parameter tables hold them
  * (policy.c, cost.c); hi > lo for every defined one, so an all-zero entry

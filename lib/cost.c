@@ -319,13 +319,8 @@ lr_cost_create(const lr_cost_options *opt, lr_cost **out)
     if (opt != NULL)
         LR_TRY(lr__copy_sized(&o, sizeof o, opt, LR_COST_OPTIONS_SIZE_V1));
     LR_RETURN_IF(o.kind < 0 || o.kind >= N_KINDS, LR_EINVAL);
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_cost *c = lr__alloc(&m, sizeof *c);
-    if (c == NULL)
-        return LR_ENOMEM;
-    memset(c, 0, sizeof *c);
-    c->mem = m;
+    lr_cost *c;
+    LR_TRY(LR__HANDLE_NEW(c, lr_cost, o.allocator));
     c->kind = o.kind;
     for (int k = 0; k < N_KEYS; k++)
         c->param[k] = kdefs[o.kind][k].def;

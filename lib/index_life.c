@@ -96,6 +96,15 @@ LR__INIT_SIZED(lr_index_options, options_defaults,
                .journal_capacity = DEFAULT_JOURNAL,
                .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY)
 
+/* The options whose 0 keeps the default; the others are the caller's as
+ * given. */
+#define ZERO_KEEPS_DEFAULT(X) \
+    X(capacity_blocks)        \
+    X(ttl_ns)                 \
+    X(block_tokens)           \
+    X(max_instances)          \
+    X(journal_capacity)
+
 static void
 index_free(lr_index *ix)
 {
@@ -127,27 +136,13 @@ resolve_options(const lr_index_options *opt, lr_index_options *o)
 {
     lr_index_options_init(o);
     if (opt != NULL) {
-        lr_index_options in;
-        memset(&in, 0, sizeof in);
-        LR_TRY(lr__copy_sized(&in, sizeof in, opt, LR_INDEX_OPTIONS_SIZE_V1));
-        o->allocator = in.allocator;
-        o->seed = in.seed;
-        if (in.capacity_blocks)
-            o->capacity_blocks = in.capacity_blocks;
-        if (in.ttl_ns)
-            o->ttl_ns = in.ttl_ns;
-        if (in.block_tokens)
-            o->block_tokens = in.block_tokens;
-        if (in.max_instances)
-            o->max_instances = in.max_instances;
-        if (in.journal_capacity)
-            o->journal_capacity = in.journal_capacity;
-        o->engine_map_capacity = in.engine_map_capacity
-                                     ? in.engine_map_capacity
-                                     : EMAP_PER_BLOCK * o->capacity_blocks;
-        o->replica_id = in.replica_id;
-        o->remote_ttl_ns = in.remote_ttl_ns;
-        o->eviction = in.eviction;
+        memset(o, 0, sizeof *o);
+        LR_TRY(lr__copy_sized(o, sizeof *o, opt, LR_INDEX_OPTIONS_SIZE_V1));
+#define KEEP(f) LR__ZERO_KEEPS_DEFAULT(o, &options_defaults, f)
+        ZERO_KEEPS_DEFAULT(KEEP);
+#undef KEEP
+        if (o->engine_map_capacity == 0)
+            o->engine_map_capacity = EMAP_PER_BLOCK * o->capacity_blocks;
     }
     LR_RETURN_IF(o->eviction != LR_EVICT_REMOTE_FIRST &&
                      o->eviction != LR_EVICT_LRU,
@@ -171,13 +166,8 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     *out = NULL;
     lr_index_options o;
     LR_TRY(resolve_options(opt, &o));
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_index *ix = lr__calloc(&m, 1, sizeof *ix);
-    if (ix == NULL)
-        return LR_ENOMEM;
-    ix->mem = m;
-    ix->mem.live = m.live;
+    lr_index *ix;
+    LR_TRY(LR__HANDLE_NEW(ix, lr_index, o.allocator));
     ix->seed = lr__mix64(lr__hash_seed(o.seed, ix), SEED_MIX);
     ix->capacity = o.capacity_blocks;
     ix->ttl_ticks =

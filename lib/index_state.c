@@ -46,7 +46,7 @@
 #define STATE_MAGIC "LRIS"
 #define STATE_VERSION 1
 #define STATE_HEADER 40
-#define STATE_SUM 8
+#define STATE_SUM LR__FRAME_SUM
 #define SF_EPOCH 1u
 #define HF_REMOTE 1u
 #define HF_ANCHOR 2u
@@ -251,8 +251,7 @@ static void
 write_state(struct lr__wr *w, const lr_index *ix, const struct state *st,
             uint64_t now_ns)
 {
-    lr__wr_bytes(w, STATE_MAGIC, 4);
-    lr__wr_u16(w, STATE_VERSION);
+    lr__wr_frame(w, STATE_MAGIC, STATE_VERSION);
     lr__wr_u16(w, ix->has_epoch ? SF_EPOCH : 0);
     lr__wr_u32(w, ix->B);
     lr__wr_u32(w, st->n_nodes);
@@ -335,12 +334,8 @@ static lr_status
 read_header(const lr_index *ix, const uint8_t *buf, size_t len,
             struct header *h)
 {
-    LR_RETURN_IF(len < STATE_HEADER + STATE_SUM, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, STATE_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != STATE_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - STATE_SUM, LR_SEED_ISTATE) !=
-                     lr__get_u64(buf + len - STATE_SUM),
-                 LR_ECORRUPT);
+    LR_TRY(lr__frame_check(buf, len, STATE_HEADER, STATE_MAGIC, STATE_VERSION,
+                           LR_SEED_ISTATE));
     h->flags = lr__get_u16(buf + 6);
     LR_RETURN_IF(h->flags & ~SF_EPOCH, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);

@@ -183,11 +183,8 @@ lr_learner_create(const lr_learner_options *opt, lr_learner **out)
     lr_learner_options o;
     lr_mlp_options mo;
     LR_TRY(take_options(opt, &o, &mo));
-    struct lr__mem mem;
-    LR_TRY(lr__mem_init(&mem, o.allocator));
-    lr_learner *l = lr__calloc(&mem, 1, sizeof *l);
-    LR_RETURN_IF(l == NULL, LR_ENOMEM);
-    l->mem = mem;
+    lr_learner *l;
+    LR_TRY(LR__HANDLE_NEW(l, lr_learner, o.allocator));
     l->o = o;
     l->mo = mo;
     l->d = o.n_features;

@@ -101,13 +101,8 @@ lr_load_create(const lr_load_options *opt, lr_load **out)
     LR_RETURN_IF(o.max_instances > LR_LOAD_MAX_INSTANCES, LR_EINVAL);
     LR_RETURN_IF(o.max_requests > LR_LOAD_MAX_REQUESTS, LR_EINVAL);
     LR_RETURN_IF(!(o.rtt_alpha > 0.0 && o.rtt_alpha <= 1.0), LR_EINVAL);
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_load *ld = lr__alloc(&m, sizeof *ld);
-    if (ld == NULL)
-        return LR_ENOMEM;
-    memset(ld, 0, sizeof *ld);
-    ld->mem = m;
+    lr_load *ld;
+    LR_TRY(LR__HANDLE_NEW(ld, lr_load, o.allocator));
     ld->max_inst = o.max_instances;
     ld->max_req = o.max_requests;
     ld->alpha = o.rtt_alpha;

@@ -1023,40 +1023,6 @@ blob_size(uint32_t d, size_t n_params)
     return HDR_SIZE + 16 * (size_t)d + 4 * n_params + 8;
 }
 
-static inline void
-put_f32(uint8_t *p, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    lr__put_u32(p, u);
-}
-
-static inline float
-get_f32(const uint8_t *p)
-{
-    uint32_t u = lr__get_u32(p);
-    float v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
-static inline void
-put_f64(uint8_t *p, double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    lr__put_u64(p, u);
-}
-
-static inline double
-get_f64(const uint8_t *p)
-{
-    uint64_t u = lr__get_u64(p);
-    double v;
-    memcpy(&v, &u, sizeof v);
-    return v;
-}
-
 lr_status
 lr_mlp_save(const lr_mlp *mlp, lr_blob **out)
 {
@@ -1076,19 +1042,19 @@ lr_mlp_save(const lr_mlp *mlp, lr_blob **out)
     lr__put_u32(q + 20, mlp->W);
     lr__put_u32(q + 24, mlp->opt.batch_size);
     lr__put_u64(q + 28, mlp->opt.seed);
-    put_f64(q + 36, mlp->opt.dropout);
-    put_f64(q + 44, mlp->opt.learning_rate);
-    put_f64(q + 52, mlp->opt.weight_decay);
-    put_f64(q + 60, mlp->opt.grad_clip);
-    put_f64(q + 68, mlp->tmean);
-    put_f64(q + 76, mlp->tstd);
+    lr__put_f64(q + 36, mlp->opt.dropout);
+    lr__put_f64(q + 44, mlp->opt.learning_rate);
+    lr__put_f64(q + 52, mlp->opt.weight_decay);
+    lr__put_f64(q + 60, mlp->opt.grad_clip);
+    lr__put_f64(q + 68, mlp->tmean);
+    lr__put_f64(q + 76, mlp->tstd);
     q += HDR_SIZE;
     const float *arr[4] = { mlp->mean, mlp->std, mlp->lo, mlp->hi };
     for (int a = 0; a < 4; a++)
         for (size_t i = 0; i < d; i++, q += 4)
-            put_f32(q, arr[a][i]);
+            lr__put_f32(q, arr[a][i]);
     for (size_t i = 0; i < np; i++, q += 4)
-        put_f32(q, mlp->params[i]);
+        lr__put_f32(q, mlp->params[i]);
     lr__put_u64(q, lr__hash(p, size - 8, MLP_HASH_SEED));
     *out = b;
     return LR_OK;
@@ -1141,32 +1107,32 @@ lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
     o.width = lr__get_u32(buf + 20);
     o.batch_size = lr__get_u32(buf + 24);
     o.seed = lr__get_u64(buf + 28);
-    o.dropout = get_f64(buf + 36);
-    o.learning_rate = get_f64(buf + 44);
-    o.weight_decay = get_f64(buf + 52);
-    o.grad_clip = get_f64(buf + 60);
+    o.dropout = lr__get_f64(buf + 36);
+    o.learning_rate = lr__get_f64(buf + 44);
+    o.weight_decay = lr__get_f64(buf + 52);
+    o.grad_clip = lr__get_f64(buf + 60);
     LR_RETURN_IF(!options_ok(&o), LR_ECORRUPT);
     const size_t d = o.n_inputs;
     size_t np = count_params(o.n_inputs, o.hidden_layers, o.width);
     LR_RETURN_IF(len != blob_size(o.n_inputs, np), LR_ECORRUPT);
-    double tmean = get_f64(buf + 68), tstd = get_f64(buf + 76);
+    double tmean = lr__get_f64(buf + 68), tstd = lr__get_f64(buf + 76);
     LR_RETURN_IF(!(fabs(tmean) <= MAX_VALUE) ||
                      !(tstd > 0.0 && tstd <= MAX_VALUE),
                  LR_ECORRUPT);
     const uint8_t *q = buf + HDR_SIZE;
     LR_RETURN_IF(!f32s_finite(q, 4 * d + np), LR_ECORRUPT);
     for (size_t i = 0; i < d; i++) {
-        float mean = get_f32(q + 4 * i);
-        float sd = get_f32(q + 4 * (d + i));
-        float lo = get_f32(q + 4 * (2 * d + i));
-        float hi = get_f32(q + 4 * (3 * d + i));
+        float mean = lr__get_f32(q + 4 * i);
+        float sd = lr__get_f32(q + 4 * (d + i));
+        float lo = lr__get_f32(q + 4 * (2 * d + i));
+        float hi = lr__get_f32(q + 4 * (3 * d + i));
         LR_RETURN_IF(!(fabs((double)mean) <= MAX_VALUE) || !(sd > 0.0f) ||
                          !((double)sd <= MAX_VALUE) || !(lo <= hi),
                      LR_ECORRUPT);
     }
     for (size_t i = 0; i < np; i++)
         LR_RETURN_IF(
-            !(fabs((double)get_f32(q + 4 * (4 * d + i))) <= MAX_WEIGHT),
+            !(fabs((double)lr__get_f32(q + 4 * (4 * d + i))) <= MAX_WEIGHT),
             LR_ECORRUPT);
     /* valid: only now allocate */
     lr_mlp *m;
@@ -1174,9 +1140,9 @@ lr_mlp_load(const uint8_t *buf, size_t len, const lr_allocator *allocator,
     float *arr[4] = { m->mean, m->std, m->lo, m->hi };
     for (int a = 0; a < 4; a++)
         for (size_t i = 0; i < d; i++, q += 4)
-            arr[a][i] = get_f32(q);
+            arr[a][i] = lr__get_f32(q);
     for (size_t i = 0; i < np; i++, q += 4)
-        m->params[i] = get_f32(q);
+        m->params[i] = lr__get_f32(q);
     m->tmean = tmean;
     m->tstd = tstd;
     if (!probe_ok(m)) {

@@ -114,7 +114,7 @@ lr__kvsrc_forget(struct lr__kvsrc *k)
 #define GAUGE_MAGIC "LRGA"
 #define GAUGE_VERSION 1
 #define GAUGE_HEADER 32
-#define GAUGE_SUM 8
+#define GAUGE_SUM LR__FRAME_SUM
 #define GAUGE_FIELDS 8 /* varints per entry: id and seven counters */
 #define LR_SEED_GAUGE 0x4c52474155474531ull /* "LRGAUGE1" */
 
@@ -417,8 +417,7 @@ static void
 write_gauge(struct lr__wr *w, const struct lr__peers *ps, uint64_t seq,
             const lr_load *ld, const uint32_t *ids, uint32_t n, uint32_t n_e)
 {
-    lr__wr_bytes(w, GAUGE_MAGIC, 4);
-    lr__wr_u16(w, GAUGE_VERSION);
+    lr__wr_frame(w, GAUGE_MAGIC, GAUGE_VERSION);
     lr__wr_u16(w, 0);
     lr__wr_u64(w, ps->self);
     lr__wr_u64(w, seq);
@@ -474,12 +473,8 @@ struct gauge_msg {
 static lr_status
 gauge_header(const uint8_t *buf, size_t len, struct gauge_msg *g)
 {
-    LR_RETURN_IF(len < GAUGE_HEADER + GAUGE_SUM, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, GAUGE_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != GAUGE_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - GAUGE_SUM, LR_SEED_GAUGE) !=
-                     lr__get_u64(buf + len - GAUGE_SUM),
-                 LR_ECORRUPT);
+    LR_TRY(lr__frame_check(buf, len, GAUGE_HEADER, GAUGE_MAGIC, GAUGE_VERSION,
+                           LR_SEED_GAUGE));
     LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 28) != 0,
                  LR_ECORRUPT);
     g->origin = lr__get_u64(buf + 8);

@@ -623,18 +623,10 @@ lr_ring_create(const lr_ring_options *opt, lr_ring **out)
     if (o.max_instances == 0)
         o.max_instances = DEFAULT_MAX_INSTANCES;
 
-    struct lr__mem mem;
-    LR_TRY(lr__mem_init(&mem, o.allocator));
-    lr_ring *r = lr__calloc(&mem, 1, sizeof *r);
-    LR_RETURN_IF(r == NULL, LR_ENOMEM);
-    r->mem = mem; /* after the allocation, so `live` counts the ring */
+    lr_ring *r;
+    LR_TRY(LR__HANDLE_NEW(r, lr_ring, o.allocator));
     r->vnodes = o.vnodes;
     r->max_instances = o.max_instances;
-    r->by_id = NULL;
-    r->by_name = NULL;
-    r->lv = NULL;
-    r->last = NULL;
-    r->tab = NULL;
     *out = r;
     return LR_OK;
 }

@@ -33,6 +33,18 @@ LR__INIT_SIZED(lr_router_options, options_defaults,
                .ring_vnodes = 160, .gauge_ttl_ns = 2000000000ull,
                .max_peers = 64)
 
+/* The options whose 0 keeps the default; the others are the caller's as
+ * given. */
+#define ZERO_KEEPS_DEFAULT(X) \
+    X(max_instances)          \
+    X(max_requests)           \
+    X(index_capacity_blocks)  \
+    X(block_tokens)           \
+    X(index_ttl_ns)           \
+    X(ring_vnodes)            \
+    X(gauge_ttl_ns)           \
+    X(max_peers)
+
 LR__INIT_SIZED(lr_instance_spec, spec_defaults, .prefix_caching = 1)
 
 LR__INIT_SIZED(lr_class_spec, class_defaults,
@@ -226,38 +238,17 @@ read_options(const lr_router_options *opt, lr_router_options *o)
     *o = options_defaults;
     if (opt == NULL)
         return LR_OK;
-    lr_router_options g;
-    memset(&g, 0, sizeof g);
-    LR_TRY(lr__copy_sized(&g, sizeof g, opt, LR_ROUTER_OPTIONS_SIZE_V1));
-    o->allocator = g.allocator;
-    o->seed = g.seed;
-    o->hash_seed = g.hash_seed;
-    o->policy = g.policy;
-    o->learner = g.learner;
-    if (g.max_instances)
-        o->max_instances = g.max_instances;
-    if (g.max_requests)
-        o->max_requests = g.max_requests;
-    if (g.index_capacity_blocks)
-        o->index_capacity_blocks = g.index_capacity_blocks;
-    if (g.block_tokens)
-        o->block_tokens = g.block_tokens;
-    if (g.index_ttl_ns)
-        o->index_ttl_ns = g.index_ttl_ns;
-    if (g.ring_vnodes)
-        o->ring_vnodes = g.ring_vnodes;
-    o->replica_id = g.replica_id;
-    o->remote_ttl_ns = g.remote_ttl_ns;
-    if (g.gauge_ttl_ns)
-        o->gauge_ttl_ns = g.gauge_ttl_ns;
-    if (g.max_peers)
-        o->max_peers = g.max_peers;
-    o->index_eviction = g.index_eviction;
+    memset(o, 0, sizeof *o);
+    LR_TRY(lr__copy_sized(o, sizeof *o, opt, LR_ROUTER_OPTIONS_SIZE_V1));
+    /* the policy's 0 is a policy of its own: taken as given */
+#define KEEP(f) LR__ZERO_KEEPS_DEFAULT(o, &options_defaults, f)
+    ZERO_KEEPS_DEFAULT(KEEP);
+#undef KEEP
     LR_RETURN_IF(o->index_eviction != LR_EVICT_REMOTE_FIRST &&
                      o->index_eviction != LR_EVICT_LRU,
                  LR_EINVAL);
     LR_RETURN_IF(o->max_peers > LR_ROUTER_MAX_PEERS, LR_EINVAL);
-    LR_RETURN_IF(g.flags != 0, LR_EINVAL);
+    LR_RETURN_IF(o->flags != 0, LR_EINVAL);
     LR_RETURN_IF(o->policy < 0 || o->policy >= LR__POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(o->max_instances > LR_ROUTER_MAX_INSTANCES, LR_EINVAL);
     return LR_OK;
@@ -270,14 +261,10 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     *out = NULL;
     lr_router_options o;
     LR_TRY(read_options(opt, &o));
-    struct lr__mem m;
-    LR_TRY(lr__mem_init(&m, o.allocator));
-    lr_router *r = lr__alloc(&m, sizeof *r);
-    if (r == NULL)
-        return LR_ENOMEM;
-    memset(r, 0, sizeof *r);
-    r->mem = m;
+    lr_router *r;
+    LR_TRY(LR__HANDLE_NEW(r, lr_router, o.allocator));
     if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        struct lr__mem m = r->mem;
         lr__free(&m, r, sizeof *r);
         return LR_ENOMEM;
     }

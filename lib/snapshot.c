@@ -47,7 +47,7 @@
 #define SNAP_MAGIC "LRSN"
 #define SNAP_VERSION 1
 #define SNAP_HEADER 32
-#define SNAP_SUM 8
+#define SNAP_SUM LR__FRAME_SUM
 #define SECTION_HEADER 16
 #define LR_SEED_SNAP 0x4c52534e41505331ull /* "LRSNAPS1" */
 
@@ -198,8 +198,7 @@ write_snapshot(struct lr__wr *w, const lr_router *r, const struct parts *pt,
                uint64_t now_ns)
 {
     uint32_t n_sec = 5 + (r->ad.rq != NULL) + (pt->model != NULL);
-    lr__wr_bytes(w, SNAP_MAGIC, 4);
-    lr__wr_u16(w, SNAP_VERSION);
+    lr__wr_frame(w, SNAP_MAGIC, SNAP_VERSION);
     lr__wr_u16(w, 0);
     lr__wr_u32(w, r->block_tokens);
     lr__wr_u32(w, n_sec);
@@ -335,12 +334,8 @@ static lr_status
 read_sections(const lr_router *r, const uint8_t *buf, size_t len,
               struct restore *rs)
 {
-    LR_RETURN_IF(len < SNAP_HEADER + SNAP_SUM, LR_ECORRUPT);
-    LR_RETURN_IF(memcmp(buf, SNAP_MAGIC, 4) != 0, LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + 4) != SNAP_VERSION, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - SNAP_SUM, LR_SEED_SNAP) !=
-                     lr__get_u64(buf + len - SNAP_SUM),
-                 LR_ECORRUPT);
+    LR_TRY(lr__frame_check(buf, len, SNAP_HEADER, SNAP_MAGIC, SNAP_VERSION,
+                           LR_SEED_SNAP));
     LR_RETURN_IF(lr__get_u16(buf + 6) != 0, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u32(buf + 8) != r->block_tokens, LR_ENOTSUP);
     uint32_t n = lr__get_u32(buf + 12);

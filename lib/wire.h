@@ -8,6 +8,7 @@
 #define LIBROUTE_LIB_WIRE_H
 
 #include "common.h"
+#include "lr_hash.h"
 
 #define LR__VARINT64_MAX 10
 
@@ -38,36 +39,6 @@ lr__rd_u8(struct lr__rd *r)
 {
     const uint8_t *q;
     return lr__rd_take(r, 1, &q) ? q[0] : 0;
-}
-
-static inline uint16_t
-lr__rd_u16(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 2, &q) ? lr__get_u16(q) : 0;
-}
-
-static inline uint32_t
-lr__rd_u32(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 4, &q) ? lr__get_u32(q) : 0;
-}
-
-static inline uint64_t
-lr__rd_u64(struct lr__rd *r)
-{
-    const uint8_t *q;
-    return lr__rd_take(r, 8, &q) ? lr__get_u64(q) : 0;
-}
-
-static inline double
-lr__rd_f64(struct lr__rd *r)
-{
-    uint64_t u = lr__rd_u64(r);
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
 }
 
 /* A varint in canonical form (no trailing zero groups, at most 64 bits). */
@@ -119,37 +90,24 @@ lr__wr_u8(struct lr__wr *w, uint8_t v)
     lr__wr_bytes(w, &v, 1);
 }
 
-static inline void
-lr__wr_u16(struct lr__wr *w, uint16_t v)
-{
-    uint8_t b[2];
-    lr__put_u16(b, v);
-    lr__wr_bytes(w, b, 2);
-}
-
-static inline void
-lr__wr_u32(struct lr__wr *w, uint32_t v)
-{
-    uint8_t b[4];
-    lr__put_u32(b, v);
-    lr__wr_bytes(w, b, 4);
-}
-
-static inline void
-lr__wr_u64(struct lr__wr *w, uint64_t v)
-{
-    uint8_t b[8];
-    lr__put_u64(b, v);
-    lr__wr_bytes(w, b, 8);
-}
-
-static inline void
-lr__wr_f64(struct lr__wr *w, double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    lr__wr_u64(w, u);
-}
+/* The fixed widths, little-endian: a read takes them whole or not at all. */
+#define LR__WIRE_LE(T, X, N)                               \
+    static inline T lr__rd_##X(struct lr__rd *r)           \
+    {                                                      \
+        const uint8_t *q;                                  \
+        return lr__rd_take(r, N, &q) ? lr__get_##X(q) : 0; \
+    }                                                      \
+    static inline void lr__wr_##X(struct lr__wr *w, T v)   \
+    {                                                      \
+        uint8_t b[N];                                      \
+        lr__put_##X(b, v);                                 \
+        lr__wr_bytes(w, b, N);                             \
+    }
+LR__WIRE_LE(uint16_t, u16, 2)
+LR__WIRE_LE(uint32_t, u32, 4)
+LR__WIRE_LE(uint64_t, u64, 8)
+LR__WIRE_LE(double, f64, 8)
+#undef LR__WIRE_LE
 
 static inline void
 lr__wr_var(struct lr__wr *w, uint64_t v)
@@ -162,6 +120,34 @@ lr__wr_var(struct lr__wr *w, uint64_t v)
     }
     b[n++] = (uint8_t)v;
     lr__wr_bytes(w, b, n);
+}
+
+/* The frame of the router's own formats (index state, snapshot, gauge):
+ * 4 magic bytes and a u16 version first, the u64 lr__hash (seeded `seed`)
+ * of everything before it last. */
+#define LR__FRAME_SUM 8
+
+static inline void
+lr__wr_frame(struct lr__wr *w, const char magic[4], uint16_t version)
+{
+    lr__wr_bytes(w, magic, 4);
+    lr__wr_u16(w, version);
+}
+
+/* A frame of `len` bytes with room for a `header` at least: LR_ECORRUPT
+ * when it is shorter, has another magic or a wrong sum, LR_EVERSION for
+ * another version (checked in that order). */
+static inline lr_status
+lr__frame_check(const uint8_t *buf, size_t len, size_t header,
+                const char magic[4], uint16_t version, uint64_t seed)
+{
+    LR_RETURN_IF(len < header + LR__FRAME_SUM, LR_ECORRUPT);
+    LR_RETURN_IF(memcmp(buf, magic, 4) != 0, LR_ECORRUPT);
+    LR_RETURN_IF(lr__get_u16(buf + 4) != version, LR_EVERSION);
+    LR_RETURN_IF(lr__hash(buf, len - LR__FRAME_SUM, seed) !=
+                     lr__get_u64(buf + len - LR__FRAME_SUM),
+                 LR_ECORRUPT);
+    return LR_OK;
 }
 
 #endif /* LIBROUTE_LIB_WIRE_H */
