@@ -166,6 +166,36 @@ uint64_t lr__rng_below(struct lr__rng *r, uint64_t n);
 /* Uniform in [0, 1). */
 double lr__rng_unit(struct lr__rng *r);
 
+/* ---- search over id-sorted arrays ---------------------------------------- */
+
+/* First position in [lo, hi) of an array of `size`-byte elements, sorted
+ * ascending by the uint32_t at byte offset `off` of each, whose key is not
+ * below `id` (hi when none is). Use LR__LOWER_BOUND, which fills in the
+ * element's size and the key's offset. */
+static inline uint32_t
+lr__lower_bound_u32(const void *base, size_t size, size_t off, uint32_t lo,
+                    uint32_t hi, uint32_t id)
+{
+    const unsigned char *b = base;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint32_t key;
+        memcpy(&key, b + (size_t)mid * size + off, sizeof key);
+        if (key < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* LR__LOWER_BOUND(struct x, field, array, lo, hi, id): the above over an
+ * array of struct x keyed by its `field` (a uint32_t, checked at compile
+ * time). */
+#define LR__LOWER_BOUND(T, f, a, lo, hi, id)                               \
+    ((void)sizeof(char[sizeof(((T *)0)->f) == sizeof(uint32_t) ? 1 : -1]), \
+     lr__lower_bound_u32((a), sizeof(T), offsetof(T, f), (lo), (hi), (id)))
+
 /* ---- little-endian byte helpers (B26: never raw memory on the wire) ----- */
 
 static inline void

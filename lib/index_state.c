@@ -397,14 +397,8 @@ read_records(struct lr__rd *r, const struct header *h, struct state *st)
 static uint32_t
 hold_at(const struct state *st, const uint32_t *first, uint32_t j, uint32_t id)
 {
-    uint32_t lo = first[j], hi = first[j + 1];
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (st->holds[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = LR__LOWER_BOUND(struct shold, id, st->holds, first[j],
+                                  first[j + 1], id);
     return lo < first[j + 1] && st->holds[lo].id == id ? lo : LR_NIL;
 }
 

@@ -203,14 +203,7 @@ resum(struct lr__peers *ps)
 static const struct lr__gauge *
 gauge_find(const struct lr__peer *p, uint32_t id)
 {
-    uint32_t lo = 0, hi = p->n_g;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (p->g[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = LR__LOWER_BOUND(struct lr__gauge, id, p->g, 0, p->n_g, id);
     return lo < p->n_g && p->g[lo].id == id ? &p->g[lo] : NULL;
 }
 
