@@ -30,8 +30,7 @@ lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
                        ? LR_ENOENT
                        : lr_index_kv_removed(r->ix, id, block_hashes, n_blocks,
                                              n_resolved);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -42,8 +41,7 @@ lr_router_kv_cleared(lr_router *r, uint32_t id)
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
                        : lr_index_kv_cleared(r->ix, id);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 uint64_t
@@ -66,8 +64,7 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
     lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
     if (st == LR_OK)
         r->st.deltas_exported++;
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* Routes of instances this router does not have are not imported: they
@@ -249,8 +246,7 @@ lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
                            .restarts = k->restarts };
         st = lr__copy_out(out, &s, sizeof s);
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -264,8 +260,7 @@ lr_router_kv_reset(lr_router *r, uint32_t id)
         r->src[id].restarts++;
         st = LR_OK;
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* ---- replicas: gauges ------------------------------------------------------------------------ */
@@ -278,8 +273,7 @@ lr_router_export_gauges(lr_router *r, lr_blob **out)
     lr__router_lock(r);
     lr_status st =
         lr__gauges_export(&r->peers, &r->mem, r->ld, r->act, r->n_act, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 static lr_status

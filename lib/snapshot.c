@@ -250,8 +250,7 @@ lr_router_snapshot(lr_router *r, uint64_t now_ns, lr_blob **out)
     lr_status st = lr__router_clock(r, now_ns, false); /* changes nothing */
     if (st == LR_OK)
         st = snapshot_locked(r, now_ns, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* ---- restore ----------------------------------------------------------------- */
@@ -670,6 +669,5 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
         lr__router_clock_take(r, now_ns);
     }
     restore_free(&rs);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
