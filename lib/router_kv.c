@@ -129,23 +129,6 @@ lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
     return import_from_peer(r, buf, len, now_ns, import_delta_locked);
 }
 
-lr_status
-lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
-                     uint64_t now_ns, lr_vllm_batch_info *info)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
-                 LR_EVERSION);
-    lr_vllm_batch_info in;
-    lr_vllm_batch_info_init(&in);
-    lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK)
-        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
-    st = lr__router_leave(r, st, now_ns);
-    (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
-    return st;
-}
-
 /* ---- KV-event sources ------------------------------------------------------------------------ */
 
 LR__INIT_SIZED_ZERO(lr_kv_source)
@@ -209,10 +192,11 @@ vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
     return st;
 }
 
-lr_status
-lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
-                         const uint8_t *buf, size_t len, uint64_t now_ns,
-                         lr_vllm_batch_info *info)
+/* One vLLM batch from instance id: with its sequence number *seq, or
+ * unsequenced when seq is NULL. */
+static lr_status
+vllm_batch(lr_router *r, uint32_t id, const uint64_t *seq, const uint8_t *buf,
+           size_t len, uint64_t now_ns, lr_vllm_batch_info *info)
 {
     LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
     LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
@@ -220,11 +204,28 @@ lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
     lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK)
-        st = vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
+    if (st == LR_OK && seq == NULL)
+        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+    else if (st == LR_OK)
+        st = vllm_seq_locked(r, id, *seq, buf, len, now_ns, &in);
     st = lr__router_leave(r, st, now_ns);
-    (void)lr__vllm_info_out(info, &in);
+    (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
     return st;
+}
+
+lr_status
+lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
+                     uint64_t now_ns, lr_vllm_batch_info *info)
+{
+    return vllm_batch(r, id, NULL, buf, len, now_ns, info);
+}
+
+lr_status
+lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
+                         const uint8_t *buf, size_t len, uint64_t now_ns,
+                         lr_vllm_batch_info *info)
+{
+    return vllm_batch(r, id, &seq, buf, len, now_ns, info);
 }
 
 lr_status
