@@ -109,6 +109,19 @@ lr_status lr__copy_sized(void *dst, size_t dst_size, const void *src,
  * keeping the caller's struct_size. Never fails; returns LR_OK. */
 lr_status lr__copy_out(void *dst, const void *src, size_t src_size);
 
+/* The checks before a query fills a caller's output struct: LR_EINVAL for
+ * a NULL handle `h` or `out`, LR_EVERSION when out's struct_size is under
+ * `min_size`, else LR_OK. */
+static inline lr_status
+lr__out_check(const void *h, const void *out, size_t min_size)
+{
+    if (h == NULL || out == NULL)
+        return LR_EINVAL;
+    size_t have;
+    memcpy(&have, out, sizeof have);
+    return have < min_size ? LR_EVERSION : LR_OK;
+}
+
 /* The lr_X_init_sized() functions: zero the caller's `size` bytes, copy
  * the library's defaults (def_size bytes; NULL for none) into the prefix
  * both know and stamp struct_size = size. NULL or a size too small to

@@ -336,8 +336,7 @@ lr_learner_score_rows(lr_learner *l, const float *x, size_t n, float *out,
 lr_status
 lr_learner_get_stats(lr_learner *l, lr_learner_stats *out)
 {
-    LR_RETURN_IF(l == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_LEARNER_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(l, out, LR_LEARNER_STATS_SIZE_V1));
     take_incoming(l);
     lr_learner_stats s;
     lr_learner_stats_init(&s);

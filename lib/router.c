@@ -746,8 +746,7 @@ lr_router_get_param(const lr_router *r, int32_t key, double *value)
 lr_status
 lr_router_get_stats(const lr_router *r, lr_router_stats *out)
 {
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_ROUTER_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(r, out, LR_ROUTER_STATS_SIZE_V1));
     lr__router_lock(r);
     lr_router_stats s = r->st;
     s.inflight = lr_load_inflight(r->ld);

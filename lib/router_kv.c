@@ -231,8 +231,7 @@ lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
 lr_status
 lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
 {
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_KV_SOURCE_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(r, out, LR_KV_SOURCE_SIZE_V1));
     lr__router_lock(r);
     lr_status st = LR_ENOENT;
     if (lr__router_inst(r, id) != NULL) {
