@@ -86,6 +86,8 @@ struct state {
     struct semap *emap;
     uint32_t *tmp; /* save: pool index -> position; load: topological order */
     size_t tmp_n;
+    const lr_index *ix; /* save: the index and the time it is saved at */
+    uint64_t saved_ns;
 };
 
 static void
@@ -247,18 +249,20 @@ take_emap(void *ctx, uint32_t s, uint64_t ehash, uint32_t node)
                         ehash };
 }
 
+/* The frame's body (lr__frame_blob writes its head and sum) for the
+ * index st->ix. */
 static void
-write_state(struct lr__wr *w, const lr_index *ix, const struct state *st,
-            uint64_t now_ns)
+write_state(struct lr__wr *w, const void *arg)
 {
-    lr__wr_frame(w, STATE_MAGIC, STATE_VERSION);
+    const struct state *st = arg;
+    const lr_index *ix = st->ix;
     lr__wr_u16(w, ix->has_epoch ? SF_EPOCH : 0);
     lr__wr_u32(w, ix->B);
     lr__wr_u32(w, st->n_nodes);
     lr__wr_u32(w, st->n_holds);
     lr__wr_u32(w, st->n_emap);
     lr__wr_u64(w, ix->has_epoch ? ix->epoch_ns : 0);
-    lr__wr_u64(w, now_ns);
+    lr__wr_u64(w, st->saved_ns);
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         lr__wr_u64(w, st->nodes[i].key);
         lr__wr_var(w, st->nodes[i].par == LR_NIL ? 0 : st->nodes[i].par + 1ull);
@@ -291,7 +295,9 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
                         .n_nodes = (uint32_t)idx->nodes,
                         .n_holds = (uint32_t)idx->holds,
                         .n_emap = v.k,
-                        .tmp_n = 2 * (size_t)idx->holds };
+                        .tmp_n = 2 * (size_t)idx->holds,
+                        .ix = idx,
+                        .saved_ns = now_ns };
     lr_status s = state_alloc(&st);
     struct kp *kp = NULL;
     if (s == LR_OK && st.n_holds > 0) {
@@ -308,16 +314,8 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
         lr__index_emap_each(idx, take_emap, &v);
         if (st.n_emap > 1)
             qsort(st.emap, st.n_emap, sizeof *st.emap, cmp_emap);
-        struct lr__wr w = { NULL, 0 };
-        write_state(&w, idx, &st, now_ns);
-        uint8_t *buf;
-        s = lr__blob_new(&idx->mem, w.n + STATE_SUM, out, &buf);
-        if (s == LR_OK) {
-            w.p = buf;
-            w.n = 0;
-            write_state(&w, idx, &st, now_ns);
-            lr__put_u64(buf + w.n, lr__hash(buf, w.n, LR_SEED_ISTATE));
-        }
+        s = lr__frame_blob(&idx->mem, STATE_MAGIC, STATE_VERSION,
+                           LR_SEED_ISTATE, write_state, &st, out);
     }
     state_free(&st);
     return s;
