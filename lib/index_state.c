@@ -113,23 +113,19 @@ state_alloc(struct state *st)
     return LR_OK;
 }
 
-static int
-cmp_hold(const void *a, const void *b)
-{
-    const struct shold *x = a, *y = b;
-    if (x->node != y->node)
-        return x->node < y->node ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
+/* `static int name(const void *, const void *)`, a qsort order of struct
+ * T's: ascending by field f, ties by field g. */
+#define CMP_BY(name, T, f, g)                     \
+    static int name(const void *a, const void *b) \
+    {                                             \
+        const T *x = a, *y = b;                   \
+        if (x->f != y->f)                         \
+            return x->f < y->f ? -1 : 1;          \
+        return x->g < y->g ? -1 : x->g > y->g;    \
+    }
 
-static int
-cmp_emap(const void *a, const void *b)
-{
-    const struct semap *x = a, *y = b;
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->ehash < y->ehash ? -1 : x->ehash > y->ehash;
-}
+CMP_BY(cmp_hold, struct shold, node, id)
+CMP_BY(cmp_emap, struct semap, id, ehash)
 
 /* ---- save ------------------------------------------------------------------ */
 
@@ -501,14 +497,7 @@ struct leaf {
     uint32_t stamp, k;
 };
 
-static int
-cmp_leaf(const void *a, const void *b)
-{
-    const struct leaf *x = a, *y = b;
-    if (x->stamp != y->stamp)
-        return x->stamp < y->stamp ? -1 : 1;
-    return x->k < y->k ? -1 : x->k > y->k;
-}
+CMP_BY(cmp_leaf, struct leaf, stamp, k)
 
 /* Phase 2a, undone by unmake_nodes: the nodes, parents first, and room in
  * each run's holder array for the instances holding its first node (who
