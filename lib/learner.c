@@ -552,6 +552,14 @@ kc_apply(struct kc *s, const uint32_t *rows, size_t n, uint32_t c)
     }
 }
 
+static inline void
+kc_swap(struct kc_key *h, size_t i, size_t j)
+{
+    struct kc_key t = h[i];
+    h[i] = h[j];
+    h[j] = t;
+}
+
 static void
 kc_heap_down(struct kc_key *h, size_t n, size_t i)
 {
@@ -563,9 +571,7 @@ kc_heap_down(struct kc_key *h, size_t n, size_t i)
             m = r;
         if (m == i)
             return;
-        struct kc_key t = h[i];
-        h[i] = h[m];
-        h[m] = t;
+        kc_swap(h, i, m);
         i = m;
     }
 }
@@ -577,9 +583,7 @@ kc_heap_up(struct kc_key *h, size_t i)
         size_t p = (i - 1) / 2;
         if (!kc_gt(h[p].d, h[p].i, h[i].d, h[i].i))
             return;
-        struct kc_key t = h[i];
-        h[i] = h[p];
-        h[p] = t;
+        kc_swap(h, i, p);
         i = p;
     }
 }
