@@ -469,13 +469,6 @@ check_state(struct state *st, uint32_t *first)
     return LR_OK;
 }
 
-static int
-cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Instance ids the state brings that the index has no slot for. */
 static uint32_t
 new_ids(const lr_index *ix, const struct state *st, uint32_t *scratch)
@@ -483,7 +476,7 @@ new_ids(const lr_index *ix, const struct state *st, uint32_t *scratch)
     uint32_t n = 0;
     for (uint32_t i = 0; i < st->n_holds; i++)
         scratch[n++] = st->holds[i].id;
-    qsort(scratch, n, sizeof *scratch, cmp_u32);
+    qsort(scratch, n, sizeof *scratch, lr__index_cmp_u32);
     uint32_t fresh = 0;
     for (uint32_t i = 0; i < n; i++)
         if ((i == 0 || scratch[i] != scratch[i - 1]) &&
