@@ -109,6 +109,19 @@ lr_status lr__copy_sized(void *dst, size_t dst_size, const void *src,
  * keeping the caller's struct_size. Never fails; returns LR_OK. */
 lr_status lr__copy_out(void *dst, const void *src, size_t src_size);
 
+/* The checks before a query fills a caller's output struct: LR_EINVAL for
+ * a NULL handle `h` or `out`, LR_EVERSION when out's struct_size is under
+ * `min_size`, else LR_OK. */
+static inline lr_status
+lr__out_check(const void *h, const void *out, size_t min_size)
+{
+    if (h == NULL || out == NULL)
+        return LR_EINVAL;
+    size_t have;
+    memcpy(&have, out, sizeof have);
+    return have < min_size ? LR_EVERSION : LR_OK;
+}
+
 /* The lr_X_init_sized() functions: zero the caller's `size` bytes, copy
  * the library's defaults (def_size bytes; NULL for none) into the prefix
  * both know and stamp struct_size = size. NULL or a size too small to
@@ -165,6 +178,36 @@ uint64_t lr__rng_next(struct lr__rng *r);
 uint64_t lr__rng_below(struct lr__rng *r, uint64_t n);
 /* Uniform in [0, 1). */
 double lr__rng_unit(struct lr__rng *r);
+
+/* ---- search over id-sorted arrays ---------------------------------------- */
+
+/* First position in [lo, hi) of an array of `size`-byte elements, sorted
+ * ascending by the uint32_t at byte offset `off` of each, whose key is not
+ * below `id` (hi when none is). Use LR__LOWER_BOUND, which fills in the
+ * element's size and the key's offset. */
+static inline uint32_t
+lr__lower_bound_u32(const void *base, size_t size, size_t off, uint32_t lo,
+                    uint32_t hi, uint32_t id)
+{
+    const unsigned char *b = base;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint32_t key;
+        memcpy(&key, b + (size_t)mid * size + off, sizeof key);
+        if (key < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* LR__LOWER_BOUND(struct x, field, array, lo, hi, id): the above over an
+ * array of struct x keyed by its `field` (a uint32_t, checked at compile
+ * time). */
+#define LR__LOWER_BOUND(T, f, a, lo, hi, id)                               \
+    ((void)sizeof(char[sizeof(((T *)0)->f) == sizeof(uint32_t) ? 1 : -1]), \
+     lr__lower_bound_u32((a), sizeof(T), offsetof(T, f), (lo), (hi), (id)))
 
 /* ---- little-endian byte helpers (B26: never raw memory on the wire) ----- */
 

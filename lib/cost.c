@@ -289,8 +289,7 @@ lr_cost_tune(lr_cost *c, int32_t on)
 lr_status
 lr_cost_tuner_get_stats(const lr_cost *c, lr_cost_tuner_stats *out)
 {
-    LR_RETURN_IF(c == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_COST_TUNER_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(c, out, LR_COST_TUNER_STATS_SIZE_V1));
     lr_cost_tuner_stats s;
     memset(&s, 0, sizeof s);
     const struct tuner *t = &c->t;

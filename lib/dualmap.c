@@ -310,14 +310,7 @@ planned(const struct plan *p, uint64_t id)
 static uint32_t
 row_of(const struct plan *p, uint32_t id)
 {
-    uint32_t lo = 0, hi = p->n;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (p->rows[mid].instance < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = LR__LOWER_BOUND(lr_candidate, instance, p->rows, 0, p->n, id);
     return lo < p->n && p->rows[lo].instance == id ? lo : LR_NIL;
 }
 

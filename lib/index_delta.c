@@ -609,13 +609,6 @@ import_undo(lr_index *ix, struct import_tmp *im)
         lr__index_node_pop(ix, im->made.v[--im->made.n]);
 }
 
-static int
-cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Phase 1b, after the nodes exist: room in each run's holder array for
  * the instances a route will give a hold there (distinct (id, run)
  * pairs of instances not holding the run yet). */
@@ -641,7 +634,7 @@ import_rooms(lr_index *ix, struct lr__mem *m, struct import_tmp *im)
     }
     /* a run's rooms at once: sort the runs and count each */
     if (st == LR_OK && rrun.n > 0)
-        qsort(rrun.v, rrun.n, sizeof *rrun.v, cmp_u32);
+        qsort(rrun.v, rrun.n, sizeof *rrun.v, lr__index_cmp_u32);
     for (uint32_t i = 0, k; st == LR_OK && i < rrun.n; i = k) {
         for (k = i + 1; k < rrun.n && rrun.v[k] == rrun.v[i]; k++)
             ;

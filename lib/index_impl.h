@@ -248,6 +248,14 @@ struct lr_index {
 /* small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* qsort's ascending order of uint32_t ids (the delta codec, the state). */
+static inline int
+lr__index_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static inline int
 list_of(const struct span *x)
 {

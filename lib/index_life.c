@@ -244,8 +244,7 @@ LR__INIT_SIZED_ZERO(lr_prompt)
 lr_status
 lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
 {
-    LR_RETURN_IF(idx == NULL || stats == NULL, LR_EINVAL);
-    LR_RETURN_IF(stats->struct_size < LR_INDEX_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(idx, stats, LR_INDEX_STATS_SIZE_V1));
     lr_index_stats st;
     memset(&st, 0, sizeof st);
     st.blocks = idx->holds;

@@ -86,6 +86,8 @@ struct state {
     struct semap *emap;
     uint32_t *tmp; /* save: pool index -> position; load: topological order */
     size_t tmp_n;
+    const lr_index *ix; /* save: the index and the time it is saved at */
+    uint64_t saved_ns;
 };
 
 static void
@@ -111,23 +113,19 @@ state_alloc(struct state *st)
     return LR_OK;
 }
 
-static int
-cmp_hold(const void *a, const void *b)
-{
-    const struct shold *x = a, *y = b;
-    if (x->node != y->node)
-        return x->node < y->node ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
+/* `static int name(const void *, const void *)`, a qsort order of struct
+ * T's: ascending by field f, ties by field g. */
+#define CMP_BY(name, T, f, g)                     \
+    static int name(const void *a, const void *b) \
+    {                                             \
+        const T *x = a, *y = b;                   \
+        if (x->f != y->f)                         \
+            return x->f < y->f ? -1 : 1;          \
+        return x->g < y->g ? -1 : x->g > y->g;    \
+    }
 
-static int
-cmp_emap(const void *a, const void *b)
-{
-    const struct semap *x = a, *y = b;
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->ehash < y->ehash ? -1 : x->ehash > y->ehash;
-}
+CMP_BY(cmp_hold, struct shold, node, id)
+CMP_BY(cmp_emap, struct semap, id, ehash)
 
 /* ---- save ------------------------------------------------------------------ */
 
@@ -247,18 +245,20 @@ take_emap(void *ctx, uint32_t s, uint64_t ehash, uint32_t node)
                         ehash };
 }
 
+/* The frame's body (lr__frame_blob writes its head and sum) for the
+ * index st->ix. */
 static void
-write_state(struct lr__wr *w, const lr_index *ix, const struct state *st,
-            uint64_t now_ns)
+write_state(struct lr__wr *w, const void *arg)
 {
-    lr__wr_frame(w, STATE_MAGIC, STATE_VERSION);
+    const struct state *st = arg;
+    const lr_index *ix = st->ix;
     lr__wr_u16(w, ix->has_epoch ? SF_EPOCH : 0);
     lr__wr_u32(w, ix->B);
     lr__wr_u32(w, st->n_nodes);
     lr__wr_u32(w, st->n_holds);
     lr__wr_u32(w, st->n_emap);
     lr__wr_u64(w, ix->has_epoch ? ix->epoch_ns : 0);
-    lr__wr_u64(w, now_ns);
+    lr__wr_u64(w, st->saved_ns);
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         lr__wr_u64(w, st->nodes[i].key);
         lr__wr_var(w, st->nodes[i].par == LR_NIL ? 0 : st->nodes[i].par + 1ull);
@@ -291,7 +291,9 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
                         .n_nodes = (uint32_t)idx->nodes,
                         .n_holds = (uint32_t)idx->holds,
                         .n_emap = v.k,
-                        .tmp_n = 2 * (size_t)idx->holds };
+                        .tmp_n = 2 * (size_t)idx->holds,
+                        .ix = idx,
+                        .saved_ns = now_ns };
     lr_status s = state_alloc(&st);
     struct kp *kp = NULL;
     if (s == LR_OK && st.n_holds > 0) {
@@ -308,16 +310,8 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
         lr__index_emap_each(idx, take_emap, &v);
         if (st.n_emap > 1)
             qsort(st.emap, st.n_emap, sizeof *st.emap, cmp_emap);
-        struct lr__wr w = { NULL, 0 };
-        write_state(&w, idx, &st, now_ns);
-        uint8_t *buf;
-        s = lr__blob_new(&idx->mem, w.n + STATE_SUM, out, &buf);
-        if (s == LR_OK) {
-            w.p = buf;
-            w.n = 0;
-            write_state(&w, idx, &st, now_ns);
-            lr__put_u64(buf + w.n, lr__hash(buf, w.n, LR_SEED_ISTATE));
-        }
+        s = lr__frame_blob(&idx->mem, STATE_MAGIC, STATE_VERSION,
+                           LR_SEED_ISTATE, write_state, &st, out);
     }
     state_free(&st);
     return s;
@@ -397,14 +391,8 @@ read_records(struct lr__rd *r, const struct header *h, struct state *st)
 static uint32_t
 hold_at(const struct state *st, const uint32_t *first, uint32_t j, uint32_t id)
 {
-    uint32_t lo = first[j], hi = first[j + 1];
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (st->holds[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = LR__LOWER_BOUND(struct shold, id, st->holds, first[j],
+                                  first[j + 1], id);
     return lo < first[j + 1] && st->holds[lo].id == id ? lo : LR_NIL;
 }
 
@@ -481,13 +469,6 @@ check_state(struct state *st, uint32_t *first)
     return LR_OK;
 }
 
-static int
-cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Instance ids the state brings that the index has no slot for. */
 static uint32_t
 new_ids(const lr_index *ix, const struct state *st, uint32_t *scratch)
@@ -495,7 +476,7 @@ new_ids(const lr_index *ix, const struct state *st, uint32_t *scratch)
     uint32_t n = 0;
     for (uint32_t i = 0; i < st->n_holds; i++)
         scratch[n++] = st->holds[i].id;
-    qsort(scratch, n, sizeof *scratch, cmp_u32);
+    qsort(scratch, n, sizeof *scratch, lr__index_cmp_u32);
     uint32_t fresh = 0;
     for (uint32_t i = 0; i < n; i++)
         if ((i == 0 || scratch[i] != scratch[i - 1]) &&
@@ -509,14 +490,7 @@ struct leaf {
     uint32_t stamp, k;
 };
 
-static int
-cmp_leaf(const void *a, const void *b)
-{
-    const struct leaf *x = a, *y = b;
-    if (x->stamp != y->stamp)
-        return x->stamp < y->stamp ? -1 : 1;
-    return x->k < y->k ? -1 : x->k > y->k;
-}
+CMP_BY(cmp_leaf, struct leaf, stamp, k)
 
 /* Phase 2a, undone by unmake_nodes: the nodes, parents first, and room in
  * each run's holder array for the instances holding its first node (who

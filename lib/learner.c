@@ -336,8 +336,7 @@ lr_learner_score_rows(lr_learner *l, const float *x, size_t n, float *out,
 lr_status
 lr_learner_get_stats(lr_learner *l, lr_learner_stats *out)
 {
-    LR_RETURN_IF(l == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_LEARNER_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(l, out, LR_LEARNER_STATS_SIZE_V1));
     take_incoming(l);
     lr_learner_stats s;
     lr_learner_stats_init(&s);
@@ -553,6 +552,14 @@ kc_apply(struct kc *s, const uint32_t *rows, size_t n, uint32_t c)
     }
 }
 
+static inline void
+kc_swap(struct kc_key *h, size_t i, size_t j)
+{
+    struct kc_key t = h[i];
+    h[i] = h[j];
+    h[j] = t;
+}
+
 static void
 kc_heap_down(struct kc_key *h, size_t n, size_t i)
 {
@@ -564,9 +571,7 @@ kc_heap_down(struct kc_key *h, size_t n, size_t i)
             m = r;
         if (m == i)
             return;
-        struct kc_key t = h[i];
-        h[i] = h[m];
-        h[m] = t;
+        kc_swap(h, i, m);
         i = m;
     }
 }
@@ -578,9 +583,7 @@ kc_heap_up(struct kc_key *h, size_t i)
         size_t p = (i - 1) / 2;
         if (!kc_gt(h[p].d, h[p].i, h[i].d, h[i].i))
             return;
-        struct kc_key t = h[i];
-        h[i] = h[p];
-        h[p] = t;
+        kc_swap(h, i, p);
         i = p;
     }
 }

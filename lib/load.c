@@ -424,8 +424,7 @@ lr_load_observe_rtt(lr_load *ld, uint32_t instance, uint64_t rtt_ns)
 lr_status
 lr_load_get(const lr_load *ld, uint32_t instance, lr_load_snapshot *out)
 {
-    LR_RETURN_IF(ld == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_LOAD_SNAPSHOT_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(ld, out, LR_LOAD_SNAPSHOT_SIZE_V1));
     const struct inst *in = inst_get(ld, instance);
     LR_RETURN_IF(in == NULL, LR_ENOENT);
     lr_load_snapshot s;

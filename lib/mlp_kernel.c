@@ -384,7 +384,14 @@ dot_finish_avx2(__m256 s, const float *r, const float *c, size_t w8, size_t w)
 }
 
 /* Eight rows at a time: eight independent lane-sum chains share each load
- * of c (no FMA: a product is rounded before it is added, as in C). */
+ * of c (no FMA: a product is rounded before it is added, as in C). The
+ * chains stay eight named registers, spelled out once by EIGHT_ROWS: row
+ * q's sum s<q> takes r[q] * c over k, then becomes out[j + q]. */
+#define EIGHT_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define DOT_ACC(q) \
+    s##q = _mm256_add_ps(s##q, _mm256_mul_ps(_mm256_loadu_ps(r[q] + k), ck));
+#define DOT_OUT(q) out[j + (q)] = dot_finish_avx2(s##q, r[q], c, w8, w);
+
 AVX_FN static void
 dots_avx2(const float *x, size_t w, const uint32_t *idx, size_t n,
           const float *c, float *out)
@@ -398,31 +405,9 @@ dots_avx2(const float *x, size_t w, const uint32_t *idx, size_t n,
         __m256 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
         for (size_t k = 0; k < w8; k += 8) {
             __m256 ck = _mm256_loadu_ps(c + k);
-            s0 =
-                _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(r[0] + k), ck));
-            s1 =
-                _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(r[1] + k), ck));
-            s2 =
-                _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(r[2] + k), ck));
-            s3 =
-                _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(r[3] + k), ck));
-            s4 =
-                _mm256_add_ps(s4, _mm256_mul_ps(_mm256_loadu_ps(r[4] + k), ck));
-            s5 =
-                _mm256_add_ps(s5, _mm256_mul_ps(_mm256_loadu_ps(r[5] + k), ck));
-            s6 =
-                _mm256_add_ps(s6, _mm256_mul_ps(_mm256_loadu_ps(r[6] + k), ck));
-            s7 =
-                _mm256_add_ps(s7, _mm256_mul_ps(_mm256_loadu_ps(r[7] + k), ck));
+            EIGHT_ROWS(DOT_ACC)
         }
-        out[j] = dot_finish_avx2(s0, r[0], c, w8, w);
-        out[j + 1] = dot_finish_avx2(s1, r[1], c, w8, w);
-        out[j + 2] = dot_finish_avx2(s2, r[2], c, w8, w);
-        out[j + 3] = dot_finish_avx2(s3, r[3], c, w8, w);
-        out[j + 4] = dot_finish_avx2(s4, r[4], c, w8, w);
-        out[j + 5] = dot_finish_avx2(s5, r[5], c, w8, w);
-        out[j + 6] = dot_finish_avx2(s6, r[6], c, w8, w);
-        out[j + 7] = dot_finish_avx2(s7, r[7], c, w8, w);
+        EIGHT_ROWS(DOT_OUT)
     }
     for (; j < n; j++) {
         const float *r = x + (size_t)idx[j] * w;
@@ -433,6 +418,9 @@ dots_avx2(const float *x, size_t w, const uint32_t *idx, size_t n,
         out[j] = dot_finish_avx2(s, r, c, w8, w);
     }
 }
+#undef DOT_OUT
+#undef DOT_ACC
+#undef EIGHT_ROWS
 
 /* The same operations in the same order (no FMA), so both give the same
  * bits. */

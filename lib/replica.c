@@ -203,14 +203,7 @@ resum(struct lr__peers *ps)
 static const struct lr__gauge *
 gauge_find(const struct lr__peer *p, uint32_t id)
 {
-    uint32_t lo = 0, hi = p->n_g;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (p->g[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = LR__LOWER_BOUND(struct lr__gauge, id, p->g, 0, p->n_g, id);
     return lo < p->n_g && p->g[lo].id == id ? &p->g[lo] : NULL;
 }
 
@@ -412,12 +405,25 @@ write_entry(struct lr__wr *w, const struct lr__gauge *e)
     lr__wr_var(w, e->kv);
 }
 
-/* The message for these entries: measured when w->p is NULL. */
+/* What write_gauge writes: the message for these entries. */
+struct gauge_out {
+    const struct lr__peers *ps;
+    uint64_t seq;
+    const lr_load *ld;
+    const uint32_t *ids;
+    uint32_t n, n_e;
+};
+
+/* The frame's body (lr__frame_blob writes its head and sum). */
 static void
-write_gauge(struct lr__wr *w, const struct lr__peers *ps, uint64_t seq,
-            const lr_load *ld, const uint32_t *ids, uint32_t n, uint32_t n_e)
+write_gauge(struct lr__wr *w, const void *arg)
 {
-    lr__wr_frame(w, GAUGE_MAGIC, GAUGE_VERSION);
+    const struct gauge_out *a = arg;
+    const struct lr__peers *ps = a->ps;
+    uint64_t seq = a->seq;
+    const lr_load *ld = a->ld;
+    const uint32_t *ids = a->ids;
+    uint32_t n = a->n, n_e = a->n_e;
     lr__wr_u16(w, 0);
     lr__wr_u64(w, ps->self);
     lr__wr_u64(w, seq);
@@ -451,15 +457,9 @@ lr__gauges_export(struct lr__peers *ps, const struct lr__mem *m,
         n_e += lr__load_view(ld, ids[k], &v) == LR_OK && v.inflight > 0;
     }
     uint64_t seq = ps->gseq_out + 1;
-    struct lr__wr w = { NULL, 0 };
-    write_gauge(&w, ps, seq, ld, ids, n, n_e);
-    size_t size = w.n + GAUGE_SUM;
-    uint8_t *buf;
-    LR_TRY(lr__blob_new(m, size, out, &buf));
-    w.p = buf;
-    w.n = 0;
-    write_gauge(&w, ps, seq, ld, ids, n, n_e);
-    lr__put_u64(buf + w.n, lr__hash(buf, w.n, LR_SEED_GAUGE));
+    struct gauge_out a = { ps, seq, ld, ids, n, n_e };
+    LR_TRY(lr__frame_blob(m, GAUGE_MAGIC, GAUGE_VERSION, LR_SEED_GAUGE,
+                          write_gauge, &a, out));
     ps->gseq_out = seq;
     return LR_OK;
 }

@@ -550,8 +550,7 @@ lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
         pre = kb;
     lr__router_lock(r);
     lr_status st = route_locked(r, &q, decision, pre, pre != NULL ? nk : 0);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 static void
@@ -588,8 +587,7 @@ lr_router_candidates(lr_router *r, const lr_request *request,
         st = route_table(r, &rt, false);
     if (st == LR_OK)
         copy_rows(r, rows, row_size);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -613,8 +611,7 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     in->last_instance = r->rr_last;
     in->seed = 0;
     in->model = NULL;
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -697,8 +694,7 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     lr__router_lock(r);
     lr_status st = lr__router_clock(r, now_ns, false); /* a query */
     if (st != LR_OK) {
-        lr__router_unlock(r);
-        return st;
+        return lr__router_release(r, st);
     }
     for (uint32_t k = 0; k < r->n_act; k++) {
         r->cached_by_id[r->act[k]] = 0;
@@ -706,8 +702,7 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     }
     *n_moves = lr__dualmap_plan(r->rows, r->n_act, r->param, r->ld, r->score,
                                 moves, capacity, move_size);
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 lr_status
@@ -735,6 +730,5 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
             lr__adaptive_settle(&r->ad, v.slot, -1);
         }
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }

@@ -311,8 +311,7 @@ lr_router_set_policy(lr_router *r, int32_t policy)
     lr_status st = policy_setup(r, policy);
     if (st == LR_OK)
         r->policy = policy;
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 int32_t
@@ -514,8 +513,7 @@ lr_router_add_instance(lr_router *r, const lr_instance_spec *spec, uint32_t *id)
     LR_RETURN_IF(s.rtt_ns > LR_LOAD_MAX_RTT_NS, LR_ERANGE);
     lr__router_lock(r);
     lr_status st = add_locked(r, &s, len, id);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -559,8 +557,7 @@ lr_router_drain_instance(lr_router *r, uint32_t id, int32_t draining)
             in->draining = 0;
         }
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -570,8 +567,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     lr__router_lock(r);
     struct lr__rinst *in = lr__router_inst(r, id);
     if (in == NULL) {
-        lr__router_unlock(r);
-        return LR_ENOENT;
+        return lr__router_release(r, LR_ENOENT);
     }
     if (!in->draining) {
         (void)lr_ring_remove(r->ring, id); /* on the ring: cannot fail */
@@ -592,8 +588,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     memset(&r->src[id], 0, sizeof r->src[id]);
     r->n_inst--;
     /* rr_last stays: the cursor is an id position, not a reference */
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 uint32_t
@@ -620,8 +615,7 @@ lr_router_set_class(lr_router *r, uint32_t cls, const lr_class_spec *spec)
         LR_ERANGE);
     lr__router_lock(r);
     r->rate[cls] = s.prefill_tokens_per_s;
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 /* ---- telemetry --------------------------------------------------------------------- */
@@ -641,8 +635,7 @@ lr_router_set_stats(lr_router *r, uint32_t id, const lr_engine_stats *stats)
         st = lr_load_set_stats(r->ld, id, stats);
     if (st == LR_OK && stamped)
         lr__router_clock_take(r, stats->scraped_ns);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -651,8 +644,7 @@ lr_router_observe_rtt(lr_router *r, uint32_t id, uint64_t rtt_ns)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = lr_load_observe_rtt(r->ld, id, rtt_ns);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -661,8 +653,7 @@ lr_router_instance_load(const lr_router *r, uint32_t id, lr_load_snapshot *out)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = lr_load_get(r->ld, id, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* ---- parameters ---------------------------------------------------------------------------- */
@@ -734,8 +725,7 @@ lr_router_set_param(lr_router *r, int32_t key, double value)
     LR_TRY(lr__param_check(key, value));
     lr__router_lock(r);
     lr_status st = set_param_locked(r, key, value);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -748,8 +738,7 @@ lr_router_get_param(const lr_router *r, int32_t key, double *value)
         (void)lr_cost_get_param(r->gorgo, gorgo_key(key), value);
     else
         *value = r->param[key];
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 /* ---- statistics ---------------------------------------------------------------------------------- */
@@ -757,8 +746,7 @@ lr_router_get_param(const lr_router *r, int32_t key, double *value)
 lr_status
 lr_router_get_stats(const lr_router *r, lr_router_stats *out)
 {
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_ROUTER_STATS_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(r, out, LR_ROUTER_STATS_SIZE_V1));
     lr__router_lock(r);
     lr_router_stats s = r->st;
     s.inflight = lr_load_inflight(r->ld);
@@ -790,8 +778,7 @@ lr_router_index_stats(const lr_router *r, lr_index_stats *out)
     LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = lr_index_get_stats(r->ix, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -804,8 +791,7 @@ lr_router_reason_counts(const lr_router *r, uint64_t *counts, size_t capacity,
     LR_RETURN_IF(capacity < LR__REASON_COUNT, LR_EBUFSIZE);
     lr__router_lock(r);
     memcpy(counts, r->by_reason, sizeof r->by_reason);
-    lr__router_unlock(r);
-    return LR_OK;
+    return lr__router_release(r, LR_OK);
 }
 
 /* ---- internal hooks ------------------------------------------------------------------------------ */
@@ -897,8 +883,7 @@ lr__router_verify(const lr_router *r)
         st = verify_instances(r);
     if (st == LR_OK && r->hot.pool != NULL)
         st = lr__hot_verify(&r->hot);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 size_t
@@ -966,8 +951,7 @@ lr_router_learner_save(lr_router *r, lr_blob **out)
     lr__router_lock(r);
     lr_mlp *net = lr__lodestar_model(&r->ls);
     lr_status st = net != NULL ? lr_mlp_save(net, out) : LR_ESTATE;
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -977,6 +961,5 @@ lr_router_learner_stats(const lr_router *r, lr_learner_stats *out)
     lr__router_lock(r);
     lr_learner *l = learner_of(r);
     lr_status st = l != NULL ? lr_learner_get_stats(l, out) : LR_ESTATE;
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }

@@ -114,6 +114,14 @@ lr__router_unlock(const lr_router *r)
     pthread_mutex_unlock(&((lr_router *)r)->mu);
 }
 
+/* Unlock, then return st: the tail of every call that holds the mutex. */
+static inline lr_status
+lr__router_release(const lr_router *r, lr_status st)
+{
+    lr__router_unlock(r);
+    return st;
+}
+
 /* A live instance, or NULL. */
 struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
 
@@ -142,8 +150,7 @@ lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
 {
     if (st == LR_OK)
         lr__router_clock_take(r, now_ns);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* Position of a routable id in act[] (and in a route's rows), or

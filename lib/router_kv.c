@@ -30,8 +30,7 @@ lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
                        ? LR_ENOENT
                        : lr_index_kv_removed(r->ix, id, block_hashes, n_blocks,
                                              n_resolved);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -42,8 +41,7 @@ lr_router_kv_cleared(lr_router *r, uint32_t id)
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
                        : lr_index_kv_cleared(r->ix, id);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 uint64_t
@@ -66,8 +64,7 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
     lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
     if (st == LR_OK)
         r->st.deltas_exported++;
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* Routes of instances this router does not have are not imported: they
@@ -130,23 +127,6 @@ lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
                        uint64_t now_ns)
 {
     return import_from_peer(r, buf, len, now_ns, import_delta_locked);
-}
-
-lr_status
-lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
-                     uint64_t now_ns, lr_vllm_batch_info *info)
-{
-    LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
-                 LR_EVERSION);
-    lr_vllm_batch_info in;
-    lr_vllm_batch_info_init(&in);
-    lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK)
-        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
-    st = lr__router_leave(r, st, now_ns);
-    (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
-    return st;
 }
 
 /* ---- KV-event sources ------------------------------------------------------------------------ */
@@ -212,10 +192,11 @@ vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
     return st;
 }
 
-lr_status
-lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
-                         const uint8_t *buf, size_t len, uint64_t now_ns,
-                         lr_vllm_batch_info *info)
+/* One vLLM batch from instance id: with its sequence number *seq, or
+ * unsequenced when seq is NULL. */
+static lr_status
+vllm_batch(lr_router *r, uint32_t id, const uint64_t *seq, const uint8_t *buf,
+           size_t len, uint64_t now_ns, lr_vllm_batch_info *info)
 {
     LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
     LR_RETURN_IF(info != NULL && info->struct_size < LR_VLLM_BATCH_INFO_SIZE_V1,
@@ -223,18 +204,34 @@ lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
     lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK)
-        st = vllm_seq_locked(r, id, seq, buf, len, now_ns, &in);
+    if (st == LR_OK && seq == NULL)
+        st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+    else if (st == LR_OK)
+        st = vllm_seq_locked(r, id, *seq, buf, len, now_ns, &in);
     st = lr__router_leave(r, st, now_ns);
-    (void)lr__vllm_info_out(info, &in);
+    (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
     return st;
+}
+
+lr_status
+lr_router_vllm_batch(lr_router *r, uint32_t id, const uint8_t *buf, size_t len,
+                     uint64_t now_ns, lr_vllm_batch_info *info)
+{
+    return vllm_batch(r, id, NULL, buf, len, now_ns, info);
+}
+
+lr_status
+lr_router_vllm_batch_seq(lr_router *r, uint32_t id, uint64_t seq,
+                         const uint8_t *buf, size_t len, uint64_t now_ns,
+                         lr_vllm_batch_info *info)
+{
+    return vllm_batch(r, id, &seq, buf, len, now_ns, info);
 }
 
 lr_status
 lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
 {
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    LR_RETURN_IF(out->struct_size < LR_KV_SOURCE_SIZE_V1, LR_EVERSION);
+    LR_TRY(lr__out_check(r, out, LR_KV_SOURCE_SIZE_V1));
     lr__router_lock(r);
     lr_status st = LR_ENOENT;
     if (lr__router_inst(r, id) != NULL) {
@@ -249,8 +246,7 @@ lr_router_kv_source(const lr_router *r, uint32_t id, lr_kv_source *out)
                            .restarts = k->restarts };
         st = lr__copy_out(out, &s, sizeof s);
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 lr_status
@@ -264,8 +260,7 @@ lr_router_kv_reset(lr_router *r, uint32_t id)
         r->src[id].restarts++;
         st = LR_OK;
     }
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* ---- replicas: gauges ------------------------------------------------------------------------ */
@@ -278,8 +273,7 @@ lr_router_export_gauges(lr_router *r, lr_blob **out)
     lr__router_lock(r);
     lr_status st =
         lr__gauges_export(&r->peers, &r->mem, r->ld, r->act, r->n_act, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 static lr_status

@@ -70,7 +70,11 @@
 /* ---- snapshot ---------------------------------------------------------------- */
 
 /* The blobs of the parts that write their own format. */
+/* What a snapshot writes: the router, the time, and the parts saved by
+ * their own formats. */
 struct parts {
+    const lr_router *r;
+    uint64_t now_ns;
     lr_blob *index, *model;
 };
 
@@ -193,16 +197,17 @@ write_gorgo(struct lr__wr *w, const lr_router *r)
         lr__wr_f64(w, v[i]);
 }
 
-static uint32_t
-write_snapshot(struct lr__wr *w, const lr_router *r, const struct parts *pt,
-               uint64_t now_ns)
+/* The frame's body (lr__frame_blob writes its head and sum). */
+static void
+write_snapshot(struct lr__wr *w, const void *arg)
 {
+    const struct parts *pt = arg;
+    const lr_router *r = pt->r;
     uint32_t n_sec = 5 + (r->ad.rq != NULL) + (pt->model != NULL);
-    lr__wr_frame(w, SNAP_MAGIC, SNAP_VERSION);
     lr__wr_u16(w, 0);
     lr__wr_u32(w, r->block_tokens);
     lr__wr_u32(w, n_sec);
-    lr__wr_u64(w, now_ns);
+    lr__wr_u64(w, pt->now_ns);
     lr__wr_u64(w, r->opt.replica_id);
     put_section(w, T_INST, r, write_inst);
     put_blob(w, T_INDX, pt->index);
@@ -213,29 +218,19 @@ write_snapshot(struct lr__wr *w, const lr_router *r, const struct parts *pt,
         put_section(w, T_ADPT, r, write_adaptive);
     if (pt->model != NULL)
         put_blob(w, T_LODE, pt->model);
-    return n_sec;
 }
 
 static lr_status
 snapshot_locked(lr_router *r, uint64_t now_ns, lr_blob **out)
 {
-    struct parts pt = { NULL, NULL };
+    struct parts pt = { .r = r, .now_ns = now_ns };
     lr_status st = lr__index_save(r->ix, now_ns, &pt.index);
     lr_mlp *net = st == LR_OK ? lr__lodestar_model(&r->ls) : NULL;
     if (net != NULL)
         st = lr_mlp_save(net, &pt.model);
-    uint8_t *buf = NULL;
-    struct lr__wr w = { NULL, 0 };
-    if (st == LR_OK) {
-        write_snapshot(&w, r, &pt, now_ns);
-        st = lr__blob_new(&r->mem, w.n + SNAP_SUM, out, &buf);
-    }
-    if (st == LR_OK) {
-        w.p = buf;
-        w.n = 0;
-        write_snapshot(&w, r, &pt, now_ns);
-        lr__put_u64(buf + w.n, lr__hash(buf, w.n, LR_SEED_SNAP));
-    }
+    if (st == LR_OK)
+        st = lr__frame_blob(&r->mem, SNAP_MAGIC, SNAP_VERSION, LR_SEED_SNAP,
+                            write_snapshot, &pt, out);
     lr_blob_destroy(pt.index);
     lr_blob_destroy(pt.model);
     return st;
@@ -250,8 +245,7 @@ lr_router_snapshot(lr_router *r, uint64_t now_ns, lr_blob **out)
     lr_status st = lr__router_clock(r, now_ns, false); /* changes nothing */
     if (st == LR_OK)
         st = snapshot_locked(r, now_ns, out);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }
 
 /* ---- restore ----------------------------------------------------------------- */
@@ -670,6 +664,5 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
         lr__router_clock_take(r, now_ns);
     }
     restore_free(&rs);
-    lr__router_unlock(r);
-    return st;
+    return lr__router_release(r, st);
 }

@@ -134,6 +134,26 @@ lr__wr_frame(struct lr__wr *w, const char magic[4], uint16_t version)
     lr__wr_u16(w, version);
 }
 
+/* A new blob (from m's allocator) holding one frame: the head, what
+ * `write` writes of `ctx`, the sum. `write` runs twice, first with w->p
+ * NULL to measure, and writes the same bytes both times. */
+static inline lr_status
+lr__frame_blob(const struct lr__mem *m, const char magic[4], uint16_t version,
+               uint64_t seed, void (*write)(struct lr__wr *, const void *),
+               const void *ctx, lr_blob **out)
+{
+    struct lr__wr w = { NULL, 0 };
+    lr__wr_frame(&w, magic, version);
+    write(&w, ctx);
+    uint8_t *buf;
+    LR_TRY(lr__blob_new(m, w.n + LR__FRAME_SUM, out, &buf));
+    w = (struct lr__wr){ buf, 0 };
+    lr__wr_frame(&w, magic, version);
+    write(&w, ctx);
+    lr__put_u64(buf + w.n, lr__hash(buf, w.n, seed));
+    return LR_OK;
+}
+
 /* A frame of `len` bytes with room for a `header` at least: LR_ECORRUPT
  * when it is shorter, has another magic or a wrong sum, LR_EVERSION for
  * another version (checked in that order). */
