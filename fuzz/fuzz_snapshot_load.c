@@ -122,7 +122,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(lr_router_restore(r, buf, n, now) == LR_ESTATE ||
                     lr_router_instance_count(r) == 0);
         lr_blob *s1 = snapshot(r, now);
-        lr_router *r2 = fresh(NULL, 10);
+        /* the same replica id: a restore skips a peer watermark under the
+         * restoring router's own id (its own deltas are echoes), so a
+         * blob that names r2's id as a peer would not come back whole */
+        lr_router *r2 = fresh(NULL, 9);
         st = lr_router_restore(r2, lr_blob_data(s1), lr_blob_size(s1), now);
         FUZZ_ASSERT_STATUS(st, st == LR_OK);
         FUZZ_ASSERT(lr__router_verify(r2) == LR_OK);
