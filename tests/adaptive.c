@@ -92,38 +92,39 @@ fitted(const struct setup *s, uint32_t cls, uint32_t decoding,
 
 /* ---- the naive model: the same problem, solved from scratch -------------- */
 
-/* Solve the k x k system M z = r in place (Gaussian elimination, partial
- * pivoting); false when singular. */
+/* The determinant of the k x k matrix M (k <= DIM), by cofactor expansion
+ * along the first row: slow, and independent of the library's
+ * elimination, which is the point of a model. */
+static double
+det(int k, const double M[DIM][DIM])
+{
+    if (k == 1)
+        return M[0][0];
+    double d = 0, sign = 1;
+    for (int col = 0; col < k; col++, sign = -sign) {
+        double m[DIM][DIM] = { { 0 } };
+        for (int i = 1; i < k; i++)
+            for (int j = 0, jj = 0; j < k; j++)
+                if (j != col)
+                    m[i - 1][jj++] = M[i][j];
+        d += sign * M[0][col] * det(k - 1, (const double(*)[DIM])m);
+    }
+    return d;
+}
+
+/* Solve the k x k system M z = r by Cramer's rule; false when singular. */
 static bool
 solve(int k, double M[DIM][DIM], double *r, double *z)
 {
-    for (int c = 0; c < k; c++) {
-        int p = c;
-        for (int i = c + 1; i < k; i++)
-            if (fabs(M[i][c]) > fabs(M[p][c]))
-                p = i;
-        if (fabs(M[p][c]) < 1e-300)
-            return false;
-        for (int j = 0; j < k; j++) {
-            double t = M[c][j];
-            M[c][j] = M[p][j];
-            M[p][j] = t;
-        }
-        double t = r[c];
-        r[c] = r[p];
-        r[p] = t;
-        for (int i = c + 1; i < k; i++) {
-            double f = M[i][c] / M[c][c];
-            for (int j = c; j < k; j++)
-                M[i][j] -= f * M[c][j];
-            r[i] -= f * r[c];
-        }
-    }
-    for (int i = k - 1; i >= 0; i--) {
-        double v = r[i];
-        for (int j = i + 1; j < k; j++)
-            v -= M[i][j] * z[j];
-        z[i] = v / M[i][i];
+    double d = det(k, (const double(*)[DIM])M);
+    if (!(fabs(d) > 1e-300))
+        return false;
+    for (int a = 0; a < k; a++) {
+        double m[DIM][DIM] = { { 0 } };
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++)
+                m[i][j] = j == a ? r[i] : M[i][j];
+        z[a] = det(k, (const double(*)[DIM])m) / d;
     }
     return true;
 }
