@@ -61,6 +61,7 @@
 #include <time.h>
 
 #include "index.h"
+#include "bench-util.h"
 #include "libroute.h"
 
 #define MPW_CAP (1 << 20)
@@ -77,26 +78,15 @@ static uint32_t nsys = 16; /* shared system prompts (--system-prompts) */
 static uint64_t
 rnd(void)
 {
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return bench_splitmix(&rs);
 }
 
 static uint64_t
 now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return bench_now_ns();
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static const char *filter;
 
@@ -129,7 +119,7 @@ static void
 report(const char *name, uint64_t *ns, size_t n, const lr_index *ix,
        double probes)
 {
-    qsort(ns, n, sizeof *ns, cmp_u64);
+    qsort(ns, n, sizeof *ns, bench_cmp_u64);
     printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
            "\"iterations\": %zu",
            name, (unsigned long long)ns[n / 2],
@@ -407,7 +397,7 @@ bench_kv(int quick)
         if (k >= fill)
             ns[k - fill] = dt;
     }
-    qsort(ns, iters, sizeof *ns, cmp_u64);
+    qsort(ns, iters, sizeof *ns, bench_cmp_u64);
     lr_index_stats stt;
     memset(&stt, 0, sizeof stt);
     stt.struct_size = sizeof stt;
@@ -741,8 +731,8 @@ bench_router(int quick, uint32_t ninst)
             lr_router_first_token(r, id, t);
             lr_router_complete(r, id, 100, t);
         }
-        qsort(ns, iters, sizeof *ns, cmp_u64);
-        qsort(dry, iters, sizeof *dry, cmp_u64);
+        qsort(ns, iters, sizeof *ns, bench_cmp_u64);
+        qsort(dry, iters, sizeof *dry, bench_cmp_u64);
         printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
                "\"iterations\": %zu, \"routes_per_s\": %.0f, "
                "\"decide_ns_p50\": %llu, \"decide_ns_p99\": %llu}\n",

@@ -43,12 +43,6 @@
 
 #include "lodestar-rig.h"
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
 
 #define rnd lsr_rnd
 #define now_ns lsr_now_ns
@@ -62,7 +56,7 @@ report(const char *name, uint64_t *v, size_t n, const char *extra)
         printf("{\"name\": \"%s\", \"n\": 0%s}\n", name, extra);
         return;
     }
-    qsort(v, n, sizeof *v, cmp_u64);
+    qsort(v, n, sizeof *v, bench_cmp_u64);
     printf("{\"name\": \"%s\", \"n\": %zu, \"ns_p50\": %llu, \"ns_p99\": %llu, "
            "\"ns_max\": %llu%s}\n",
            name, n, (unsigned long long)v[n / 2],

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "libroute.h"
+#include "bench-util.h"
 
 #define LSR_NINST 64
 #define LSR_NSYS 32
@@ -22,18 +23,13 @@ static uint64_t lsr_rs = 0x6c6f6465ull;
 static uint64_t
 lsr_rnd(void)
 {
-    uint64_t z = (lsr_rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return bench_splitmix(&lsr_rs);
 }
 
 static uint64_t
 lsr_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return bench_now_ns();
 }
 
 static void

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-util.h"
 #include "libroute.h"
 #include "mlp.h"
 
@@ -35,27 +36,16 @@ static uint64_t rs = 0x6d6c7062656e6368ull;
 static double
 unit(void)
 {
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = bench_splitmix(&rs);
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static uint64_t
 now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return bench_now_ns();
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static const char *filter;
 
@@ -128,7 +118,7 @@ bench_predict(lr_mlp *m, const float *x, size_t rows, int reps)
         check(lr_mlp_predict(m, xi, rows, out), "lr_mlp_predict");
         t[i] = now_ns() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_u64);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_u64);
     double p50 = (double)t[reps / 2], p99 = (double)t[reps * 99 / 100];
     printf("{\"name\": \"%s\", \"kernel\": \"%s\", \"rows\": %zu, "
            "\"shape\": \"%dx%dx%d\", \"us_p50\": %.2f, \"us_p99\": %.2f, "
@@ -156,7 +146,7 @@ bench_train(const float *x, const float *y, size_t n, uint32_t epochs, int reps,
         t[i] = now_ns() - t0;
         lr_mlp_destroy(m);
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_u64);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_u64);
     double p50 = (double)t[reps / 2];
     /* forward + two backward products: about 3x the forward flops */
     double fl = 3.0 * flops_per_row() * (double)n * epochs;

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-util.h"
 #include "libroute.h"
 
 #define B 16
@@ -46,31 +47,20 @@ static uint64_t rs = 0x7265706cull;
 static uint64_t
 rnd(void)
 {
-    uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return bench_splitmix(&rs);
 }
 
 static uint64_t
 wall_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+    return bench_now_ns();
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static uint64_t
 median(uint64_t *v, size_t n)
 {
-    qsort(v, n, sizeof *v, cmp_u64);
+    qsort(v, n, sizeof *v, bench_cmp_u64);
     return v[n / 2];
 }
 
