@@ -6,9 +6,12 @@
  * gains nothing from a second dependency for ~200 lines that the fuzzer
  * covers completely.
  *
- * Pass 1 decodes every event and checks it (types, sizes, block size);
+ * Pass 1 decodes every event and checks it (types, sizes, block size)
+ * as the batch header is read, so the events are not stepped over first;
  * it also finds the largest event, so that one scratch allocation serves
- * pass 2. Pass 2 decodes again and applies event by event.
+ * pass 2, and keeps each event it read. Pass 2 applies event by event,
+ * copying each event's hashes and tokens out of the buffer (and decoding
+ * it again only when the memory to keep the events could not be had).
  *
  * Two kinds of bad input, two answers. Bytes that are not msgpack, or a
  * batch or event that is not the schema's shape (no events array, an
@@ -757,16 +760,32 @@ read_event(struct mp *m, struct event *ev)
     return true;
 }
 
+/* What reads the events array for read_batch(): given m at the first of
+ * n events, it leaves m after the last and returns true, or false when
+ * the bytes are not a batch. */
+struct events_reader {
+    bool (*read)(struct events_reader *er, struct mp *m, uint64_t n);
+};
+
 /* The events array: *events at its first element, m after the last. */
 static bool
-read_events(struct mp *m, struct mp *events, uint64_t *n_events)
+read_events(struct mp *m, struct events_reader *er, struct mp *events,
+            uint64_t *n_events)
 {
     struct mv v;
     if (!mp_next(m, &v) || v.kind != MP_ARRAY)
         return false;
     *events = *m;
     *n_events = v.u;
-    for (uint64_t i = 0; i < v.u; i++)
+    return er->read(er, m, v.u);
+}
+
+/* The reader that only steps over the events (lr__vllm_peek). */
+static bool
+skip_events(struct events_reader *er, struct mp *m, uint64_t n)
+{
+    (void)er;
+    for (uint64_t i = 0; i < n; i++)
         if (!mp_skip(m))
             return false;
     return true;
@@ -794,8 +813,8 @@ batch_dp_rank(lr_vllm_batch_info *info, const struct mv *v)
  * Positional form [ts, events, dp_rank, ...] or a map with the keys "ts",
  * "events" and "data_parallel_rank"; other entries are skipped. */
 static bool
-read_batch(struct mp *m, lr_vllm_batch_info *info, struct mp *events,
-           uint64_t *n_events)
+read_batch(struct mp *m, lr_vllm_batch_info *info, struct events_reader *er,
+           struct mp *events, uint64_t *n_events)
 {
     struct mv v, e;
     bool have_events = false;
@@ -806,7 +825,7 @@ read_batch(struct mp *m, lr_vllm_batch_info *info, struct mp *events,
             return false;
         for (uint64_t i = 0; i < v.u; i++) {
             if (i == 1) {
-                if (!read_events(m, events, n_events))
+                if (!read_events(m, er, events, n_events))
                     return false;
                 have_events = true;
             } else if (!mp_scalar(m, &e)) {
@@ -823,7 +842,7 @@ read_batch(struct mp *m, lr_vllm_batch_info *info, struct mp *events,
             if (!mp_next(m, &k) || k.kind != MP_STR)
                 return false;
             if (str_is(&k, "events")) {
-                if (have_events || !read_events(m, events, n_events))
+                if (have_events || !read_events(m, er, events, n_events))
                     return false;
                 have_events = true;
             } else if (!mp_scalar(m, &e)) {
@@ -869,31 +888,59 @@ copy_tokens(struct mp at, uint64_t n, uint32_t *out)
     }
 }
 
-/* Pass 1: every event well formed, its block size placeable, and the
- * largest hash and token counts among the events to apply, which size
- * the scratch of pass 2. With `out`, each event as read goes there, so
- * that pass 2 does not read it again. */
-static lr_status
-check_events(const lr_index *ix, struct mp at, uint64_t n_events,
-             uint64_t *max_hashes, uint64_t *max_tokens, struct event *out)
+/* Pass 1, run as read_batch()'s events reader, so that the events are
+ * read once before pass 2 and not stepped over first: every event well
+ * formed, its block size placeable, and the largest hash and token counts
+ * among the events to apply, which size the scratch of pass 2. Each
+ * event as read goes to evs when that memory could be had, so that pass 2
+ * does not read it again. The first event that cannot be applied decides
+ * the status (LR_ECORRUPT: not an event; LR_ENOTSUP: a block size the
+ * index cannot place); from there on the events are only stepped over,
+ * so that bytes broken further on still refuse the batch as corrupt. */
+struct pass1 {
+    struct events_reader er; /* first: the reader is handed &er */
+    const lr_index *ix;
+    struct lr__mem *mem;
+    struct event *evs;
+    size_t evbytes;
+    uint64_t max_hashes, max_tokens;
+    lr_status st;
+};
+
+static bool
+check_events(struct events_reader *er, struct mp *m, uint64_t n)
 {
-    uint32_t B = lr_index_block_tokens(ix);
-    for (uint64_t i = 0; i < n_events; i++) {
+    struct pass1 *p = (struct pass1 *)(void *)er;
+    if (n > UINT32_MAX)
+        return false;
+    if (lr__mul_size((size_t)n, sizeof *p->evs, &p->evbytes) && p->evbytes > 0)
+        p->evs = lr__alloc(p->mem, p->evbytes);
+    uint32_t B = lr_index_block_tokens(p->ix);
+    for (uint64_t i = 0; i < n; i++) {
+        struct mp start = *m;
         struct event ev;
-        if (!read_event(&at, &ev))
-            return LR_ECORRUPT;
-        if (out != NULL)
-            out[i] = ev;
+        if (p->st == LR_OK && !read_event(m, &ev))
+            p->st = LR_ECORRUPT;
+        if (p->st != LR_OK) {
+            *m = start;
+            if (!mp_skip(m))
+                return false;
+            continue;
+        }
+        if (p->evs != NULL)
+            p->evs[i] = ev;
         if (ev.skip || ev.bad)
             continue;
-        if (ev.type == EV_STORED && ev.block_size % B != 0)
-            return LR_ENOTSUP;
-        if (ev.n_hashes > *max_hashes)
-            *max_hashes = ev.n_hashes;
-        if (ev.n_tokens > *max_tokens)
-            *max_tokens = ev.n_tokens;
+        if (ev.type == EV_STORED && ev.block_size % B != 0) {
+            p->st = LR_ENOTSUP;
+            continue;
+        }
+        if (ev.n_hashes > p->max_hashes)
+            p->max_hashes = ev.n_hashes;
+        if (ev.n_tokens > p->max_tokens)
+            p->max_tokens = ev.n_tokens;
     }
-    return LR_OK;
+    return true;
 }
 
 /* Hashes and tokens of one event copied out of the buffer, in one
@@ -988,24 +1035,18 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
                lr_vllm_batch_info *info)
 {
     struct mp m = { buf, buf + len };
-    struct mp events;
+    struct mp events = m;
     uint64_t n_events = 0;
-    if (len == 0 || !read_batch(&m, info, &events, &n_events) ||
-        n_events > UINT32_MAX)
-        return LR_ECORRUPT;
-    info->events = (uint32_t)n_events;
-    /* pass 1 keeps what it read, so pass 2 reads each event once more
-     * only when that memory cannot be had */
-    size_t evbytes = 0;
-    struct event *evs = NULL;
-    if (lr__mul_size((size_t)n_events, sizeof *evs, &evbytes) && evbytes > 0)
-        evs = lr__alloc(mem, evbytes);
-    uint64_t max_hashes = 0, max_tokens = 0;
-    lr_status st =
-        check_events(ix, events, n_events, &max_hashes, &max_tokens, evs);
+    struct pass1 p1 = { .er = { check_events }, .ix = ix, .mem = mem };
+    lr_status st = LR_ECORRUPT;
+    if (len > 0 && read_batch(&m, info, &p1.er, &events, &n_events)) {
+        info->events = (uint32_t)n_events;
+        st = p1.st;
+    }
+    struct event *evs = p1.evs;
     struct scratch sc = { 0 };
     if (st == LR_OK)
-        st = scratch_alloc(mem, max_hashes, max_tokens, &sc);
+        st = scratch_alloc(mem, p1.max_hashes, p1.max_tokens, &sc);
     /* in order, up to the first failure; info->done says how far */
     struct mp at = events;
     uint32_t i = 0;
@@ -1022,7 +1063,7 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
     info->done = i;
     lr__free(mem, sc.raw, sc.bytes);
     if (evs != NULL)
-        lr__free(mem, evs, evbytes);
+        lr__free(mem, evs, p1.evbytes);
     return st;
 }
 
@@ -1034,7 +1075,8 @@ lr__vllm_peek(const uint8_t *buf, size_t len, double *ts)
     uint64_t n_events = 0;
     lr_vllm_batch_info info;
     memset(&info, 0, sizeof info);
-    if (len == 0 || !read_batch(&m, &info, &events, &n_events))
+    struct events_reader skip = { skip_events };
+    if (len == 0 || !read_batch(&m, &info, &skip, &events, &n_events))
         return LR_ECORRUPT;
     *ts = info.timestamp;
     return LR_OK;
