@@ -7,11 +7,14 @@
  *
  * A mutex serializes every public call on a router, except the learner's
  * training (lr_router_learn_step), which runs outside it. */
-#include "router.h"
+#define _DEFAULT_SOURCE /* sysconf(_SC_NPROCESSORS_ONLN) */
+#include <unistd.h>
+
 #include "learner.h"
 #include "libroute/lr_ring.h"
 #include "lr_hash.h"
 #include "ring.h"
+#include "router.h"
 #include "router_impl.h"
 
 #define NONE LR_INSTANCE_NONE
@@ -268,6 +271,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
         lr__free(&m, r, sizeof *r);
         return LR_ENOMEM;
     }
+    r->spins = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? LR__ROUTER_SPINS : 0;
     r->opt = o;
     r->opt.learner = NULL; /* borrowed for the call only */
     r->opt.allocator = NULL;

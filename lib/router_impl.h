@@ -36,6 +36,7 @@ struct lr_router {
     /* 1 while a thread holds mu (lr__router_lock): what a waiter reads
      * while it spins, so that spinning writes nothing the holder reads. */
     _Atomic uint32_t busy;
+    uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
     struct lr__rng rng;
     int32_t policy;
     uint32_t max_inst;
@@ -116,7 +117,8 @@ void lr__router_clock_take(lr_router *r, uint64_t t_ns);
  * and tries the mutex only when it looks free; its bound is about 100 us
  * at a 25 ns pause (measured: 1024 spins gained half as much as 4096).
  * A holder that was descheduled makes the waiter sleep after the bound,
- * as before. */
+ * as before; on a single processor, where the holder cannot run while the
+ * waiter spins, the waiter sleeps at once (lr_router.spins = 0). */
 #define LR__ROUTER_SPINS 4096u
 
 static inline void
@@ -134,7 +136,7 @@ lr__router_lock(const lr_router *r)
 {
     lr_router *w = (lr_router *)r;
     bool held = pthread_mutex_trylock(&w->mu) == 0;
-    for (unsigned i = 0; !held && i < LR__ROUTER_SPINS; i++) {
+    for (unsigned i = 0; !held && i < w->spins; i++) {
         lr__router_pause();
         held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
                pthread_mutex_trylock(&w->mu) == 0;
