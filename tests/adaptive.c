@@ -167,6 +167,7 @@ naive_fit(const struct naive *nv, const struct lr__calib *c, const double *lo,
                 A[i][j] += wgt * nv->x[k][i] * nv->x[k][j];
         }
     double fbest = INFINITY;
+    memcpy(best, lo, DIM * sizeof *best); /* every term at its bound */
     for (unsigned fixed = 0; fixed < (1u << DIM); fixed++) {
         int idx[DIM], k = 0;
         double theta[DIM];
