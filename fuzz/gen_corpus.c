@@ -770,8 +770,10 @@ export_seed(const char *name, lr_index *ix, uint64_t since, int variants)
         /* bit flips in the header and the body */
         static const size_t offs[] = { 0, 4, 6, 8, 12, 16, 20, 24, 40, 48 };
         uint8_t *c = malloc(n);
+        if (c == NULL)
+            exit(1);
         for (size_t i = 0; i < sizeof offs / sizeof *offs; i++) {
-            if (offs[i] >= n - 8)
+            if (offs[i] + 8 >= n)
                 continue;
             memcpy(c, p, n);
             c[offs[i]] ^= offs[i] == 24 ? 0xff : 0x01;
