@@ -646,6 +646,39 @@ lr__load_view(const lr_load *ld, uint32_t instance, struct lr__inst_view *v)
     return LR_OK;
 }
 
+lr_status
+lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
+              uint64_t max_age_ns, uint64_t stall_ns, double rtt_ms,
+              lr_candidate *c)
+{
+    const struct inst *in = inst_get(ld, instance);
+    LR_RETURN_IF(in == NULL, LR_ENOENT);
+    bool fresh = in->has_stats && now_ns >= in->st.scraped_ns &&
+                 now_ns - in->st.scraped_ns <= max_age_ns;
+    c->inflight = in->inflight;
+    c->queued = in->queued;
+    c->prefill_tokens = in->prefill;
+    c->queued_tokens = in->queued_tokens;
+    c->prompt_tokens = in->prompt;
+    c->decode_tokens = in->decode;
+    c->kv_tokens = in->kv;
+    c->running = fresh ? in->st.running : 0;
+    c->waiting = fresh ? in->st.waiting : 0;
+    c->kv_use = fresh ? in->st.kv_use : 0;
+    c->rtt_ms = in->has_rtt ? in->rtt / 1e6 : rtt_ms;
+    c->instance_class = in->cls;
+    c->prefix_caching = in->prefix_caching;
+    c->stall_s = 0;
+    if (in->queued > 0) {
+        uint64_t since = in->last_first_ns > in->queue_since_ns
+                             ? in->last_first_ns
+                             : in->queue_since_ns;
+        if (now_ns > since && now_ns - since > stall_ns)
+            c->stall_s = (double)(now_ns - since) / 1e9;
+    }
+    return LR_OK;
+}
+
 int
 lr__load_has_room(const lr_load *ld)
 {

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "libroute/lr_load.h"
+#include "libroute/lr_policy.h"
 
 /* One request in flight, as the router reads it. */
 struct lr__req_view {
@@ -63,6 +64,18 @@ struct lr__inst_view {
 /* Fill *v for a tracked instance; LR_ENOENT otherwise. */
 lr_status lr__load_view(const lr_load *ld, uint32_t instance,
                         struct lr__inst_view *v);
+
+/* The load tracker's half of a tracked instance's candidate row, written
+ * straight into *c (the route's hot path: no view in between): the
+ * counters, the scraped stats when scraped at most max_age_ns before
+ * now_ns (else 0), the class, prefix caching, DualMap's stall (seconds a
+ * non-empty queue has gone without a first token, once past stall_ns),
+ * and the probed RTT in milliseconds, or `rtt_ms` when none was probed.
+ * Leaves every other field of *c as it was. LR_ENOENT when the instance
+ * is not tracked (c untouched). */
+lr_status lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
+                        uint64_t max_age_ns, uint64_t stall_ns, double rtt_ms,
+                        lr_candidate *c);
 
 /* Whether one more dispatch fits (max_requests). */
 int lr__load_has_room(const lr_load *ld);

@@ -140,49 +140,30 @@ route_match(lr_router *r, const struct route *rt, bool want)
 
 /* ---- route: gather and rank ---------------------------------------------------------- */
 
-/* DualMap's decode bottleneck: seconds a non-empty queue has gone without
- * a first token, once past LR__DECODE_STALL_NS; else 0. */
-static double
-stall_of(const struct lr__inst_view *v, uint64_t now_ns)
+/* How old scraped stats may be and still count, in ns. */
+static uint64_t
+stats_max_age_ns(const lr_router *r)
 {
-    if (v->queued == 0)
-        return 0;
-    uint64_t since = v->last_first_ns > v->queue_since_ns ? v->last_first_ns
-                                                          : v->queue_since_ns;
-    if (now_ns > since && now_ns - since > LR__DECODE_STALL_NS)
-        return (double)(now_ns - since) / 1e9;
-    return 0;
+    return (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
 }
 
-/* One routable instance's row. */
+/* A row with nothing known: what every field not filled below holds. */
+static const lr_candidate empty_row = { .cached_age_s = -1 };
+
+/* One routable instance's row: the load tracker's counters, stats, RTT
+ * and DualMap's stall (lr__load_fill), then the router's own columns. */
 static void
-gather_row(const lr_router *r, uint32_t id, uint64_t now_ns, lr_candidate *c)
+gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
+           uint64_t max_age_ns, lr_candidate *c)
 {
-    struct lr__inst_view v;
-    if (LR_NEVER(lr__load_view(r->ld, id, &v) != LR_OK))
-        memset(&v, 0, sizeof v);
-    uint64_t max_age = (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
-    bool fresh = v.has_stats && now_ns >= v.scraped_ns &&
-                 now_ns - v.scraped_ns <= max_age;
-    memset(c, 0, sizeof *c);
+    *c = empty_row;
     c->instance = id;
-    c->cached_tokens = v.prefix_caching ? r->cached_by_id[id] : 0;
-    c->inflight = v.inflight;
-    c->queued = v.queued;
-    c->prefill_tokens = v.prefill;
-    c->queued_tokens = v.queued_tokens;
-    c->prompt_tokens = v.prompt;
-    c->decode_tokens = v.decode;
-    c->kv_tokens = v.kv;
-    c->running = fresh ? v.running : 0;
-    c->waiting = fresh ? v.waiting : 0;
-    c->kv_use = fresh ? v.kv_use : 0;
-    c->rtt_ms = v.has_rtt ? v.rtt_ns / 1e6 : r->init_rtt_ms[id];
-    c->prefill_rate = r->rate[v.cls];
-    c->stall_s = stall_of(&v, now_ns);
-    c->cached_age_s = -1;
-    c->instance_class = v.cls;
-    c->prefix_caching = v.prefix_caching;
+    if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
+                               LR__DECODE_STALL_NS, r->init_rtt_ms[id],
+                               c) != LR_OK))
+        c->rtt_ms = r->init_rtt_ms[id];
+    c->cached_tokens = c->prefix_caching ? r->cached_by_id[id] : 0;
+    c->prefill_rate = r->rate[c->instance_class];
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
@@ -197,9 +178,10 @@ route_gather(lr_router *r, const struct route *rt, uint32_t needs)
     uint64_t now = rt->q->now_ns;
     bool calib = (needs & LR__NEEDS_CALIB) != 0 && r->ad.rq != NULL;
     struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    uint64_t max_age = stats_max_age_ns(r);
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_candidate *c = &r->rows[k];
-        gather_row(r, r->act[k], now, c);
+        gather_row(r, r->act[k], now, max_age, c);
         size_t blocks = c->cached_tokens / r->block_tokens;
         if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
             c->cached_age_s =
@@ -696,9 +678,10 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     if (st != LR_OK) {
         return lr__router_release(r, st);
     }
+    uint64_t max_age = stats_max_age_ns(r);
     for (uint32_t k = 0; k < r->n_act; k++) {
         r->cached_by_id[r->act[k]] = 0;
-        gather_row(r, r->act[k], now_ns, &r->rows[k]);
+        gather_row(r, r->act[k], now_ns, max_age, &r->rows[k]);
     }
     *n_moves = lr__dualmap_plan(r->rows, r->n_act, r->param, r->ld, r->score,
                                 moves, capacity, move_size);
