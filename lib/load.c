@@ -621,32 +621,6 @@ lr__load_digest(const lr_load *ld)
 }
 
 lr_status
-lr__load_view(const lr_load *ld, uint32_t instance, struct lr__inst_view *v)
-{
-    const struct inst *in = inst_get(ld, instance);
-    LR_RETURN_IF(in == NULL, LR_ENOENT);
-    v->cls = in->cls;
-    v->prefix_caching = in->prefix_caching;
-    v->inflight = in->inflight;
-    v->queued = in->queued;
-    v->prefill = in->prefill;
-    v->queued_tokens = in->queued_tokens;
-    v->decode = in->decode;
-    v->kv = in->kv;
-    v->prompt = in->prompt;
-    v->has_stats = in->has_stats;
-    v->running = in->st.running;
-    v->waiting = in->st.waiting;
-    v->kv_use = in->st.kv_use;
-    v->scraped_ns = in->st.scraped_ns;
-    v->has_rtt = in->has_rtt;
-    v->rtt_ns = in->rtt;
-    v->last_first_ns = in->last_first_ns;
-    v->queue_since_ns = in->queued ? in->queue_since_ns : 0;
-    return LR_OK;
-}
-
-lr_status
 lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
               uint64_t max_age_ns, uint64_t stall_ns, double rtt_ms,
               lr_candidate *c)
@@ -677,6 +651,16 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
             c->stall_s = (double)(now_ns - since) / 1e9;
     }
     return LR_OK;
+}
+
+bool
+lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns)
+{
+    const struct inst *in = inst_get(ld, instance);
+    if (in == NULL || !in->has_rtt)
+        return false;
+    *rtt_ns = in->rtt;
+    return true;
 }
 
 int

@@ -45,26 +45,6 @@ uint64_t lr__load_digest(const lr_load *ld);
  * Never fails. */
 void lr__load_set_seed(lr_load *ld, uint64_t seed);
 
-/* An instance's counters, for the router's hot path (no struct_size
- * dance). */
-struct lr__inst_view {
-    uint32_t cls;
-    int32_t prefix_caching;
-    uint32_t inflight, queued;
-    uint64_t prefill, queued_tokens, decode, kv, prompt;
-    int32_t has_stats;
-    uint32_t running, waiting;
-    double kv_use;
-    uint64_t scraped_ns;
-    int32_t has_rtt;
-    double rtt_ns;
-    uint64_t last_first_ns, queue_since_ns;
-};
-
-/* Fill *v for a tracked instance; LR_ENOENT otherwise. */
-lr_status lr__load_view(const lr_load *ld, uint32_t instance,
-                        struct lr__inst_view *v);
-
 /* The load tracker's half of a tracked instance's candidate row, written
  * straight into *c (the route's hot path: no view in between): the
  * counters, the scraped stats when scraped at most max_age_ns before
@@ -76,6 +56,10 @@ lr_status lr__load_view(const lr_load *ld, uint32_t instance,
 lr_status lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
                         uint64_t max_age_ns, uint64_t stall_ns, double rtt_ms,
                         lr_candidate *c);
+
+/* The RTT probed for a tracked instance, in ns: true and *rtt_ns, or false
+ * when none was probed or the instance is not tracked. */
+bool lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns);
 
 /* Whether one more dispatch fits (max_requests). */
 int lr__load_has_room(const lr_load *ld);

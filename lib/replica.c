@@ -405,6 +405,15 @@ write_entry(struct lr__wr *w, const struct lr__gauge *e)
     lr__wr_var(w, e->kv);
 }
 
+/* An instance's load counters into *v, if it is tracked and has a request
+ * in flight (only those are sent). */
+static bool
+counters(const lr_load *ld, uint32_t id, lr_candidate *v)
+{
+    return lr__load_fill(ld, id, 0, 0, UINT64_MAX, 0, v) == LR_OK &&
+           v->inflight > 0;
+}
+
 /* What write_gauge writes: the message for these entries. */
 struct gauge_out {
     const struct lr__peers *ps;
@@ -430,17 +439,17 @@ write_gauge(struct lr__wr *w, const void *arg)
     lr__wr_u32(w, n_e);
     lr__wr_u32(w, 0);
     for (uint32_t k = 0; k < n; k++) {
-        struct lr__inst_view v;
-        if (lr__load_view(ld, ids[k], &v) != LR_OK || v.inflight == 0)
+        lr_candidate v;
+        if (!counters(ld, ids[k], &v))
             continue;
         struct lr__gauge e = { .id = ids[k],
                                .inflight = v.inflight,
                                .queued = v.queued,
-                               .prefill = v.prefill,
+                               .prefill = v.prefill_tokens,
                                .queued_tokens = v.queued_tokens,
-                               .prompt = v.prompt,
-                               .decode = v.decode,
-                               .kv = v.kv };
+                               .prompt = v.prompt_tokens,
+                               .decode = v.decode_tokens,
+                               .kv = v.kv_tokens };
         write_entry(w, &e);
     }
 }
@@ -453,8 +462,8 @@ lr__gauges_export(struct lr__peers *ps, const struct lr__mem *m,
     LR_RETURN_IF(ps->self == 0, LR_ESTATE);
     uint32_t n_e = 0;
     for (uint32_t k = 0; k < n; k++) {
-        struct lr__inst_view v;
-        n_e += lr__load_view(ld, ids[k], &v) == LR_OK && v.inflight > 0;
+        lr_candidate v;
+        n_e += counters(ld, ids[k], &v);
     }
     uint64_t seq = ps->gseq_out + 1;
     struct gauge_out a = { ps, seq, ld, ids, n, n_e };

@@ -94,16 +94,19 @@ write_inst(struct lr__wr *w, const lr_router *r)
         const struct lr__rinst *in = &r->inst[id];
         if (!in->live)
             continue;
-        struct lr__inst_view v;
-        if (LR_NEVER(lr__load_view(r->ld, id, &v) != LR_OK))
-            memset(&v, 0, sizeof v);
+        lr_candidate v;
+        memset(&v, 0, sizeof v);
+        (void)LR_NEVER(lr__load_fill(r->ld, id, 0, 0, UINT64_MAX, 0, &v) !=
+                       LR_OK);
+        double rtt_ns = 0;
+        bool has_rtt = lr__load_rtt(r->ld, id, &rtt_ns);
         lr__wr_u32(w, id);
-        lr__wr_u32(w, v.cls);
+        lr__wr_u32(w, v.instance_class);
         lr__wr_u8(w, (uint8_t)((in->draining ? IF_DRAINING : 0) |
                                (v.prefix_caching ? IF_CACHING : 0)));
         lr__wr_f64(w, r->init_rtt_ms[id]);
-        lr__wr_u8(w, v.has_rtt != 0);
-        lr__wr_u64(w, v.has_rtt ? (uint64_t)llround(v.rtt_ns) : 0);
+        lr__wr_u8(w, has_rtt);
+        lr__wr_u64(w, has_rtt ? (uint64_t)llround(rtt_ns) : 0);
         lr__wr_u16(w, (uint16_t)in->name_len);
         lr__wr_bytes(w, in->name, in->name_len);
     }
