@@ -15,6 +15,7 @@
 #include "learner.h"
 #include "libroute/lr_learner.h"
 #include "mlp.h"
+#include "mlp_kernel.h"
 #include "testutil.h"
 
 #define D 3
@@ -549,21 +550,6 @@ oom_create(void **state)
 
 /* ---- the k-center choice against the scan it replaces ---------------------- */
 
-static float
-naive_dot(const float *a, const float *b, size_t n)
-{
-    float s[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += a[i + k] * b[i + k];
-    float t = 0;
-    for (; i < n; i++)
-        t += a[i] * b[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])) +
-           t;
-}
-
 /* The scan of every row per pick (the learner's code before the top and
  * the refreshes). */
 static void
@@ -583,7 +569,7 @@ naive_k_center(const float *emb, size_t w, size_t m, size_t k, uint32_t *pick)
         for (size_t i = 0; i < m; i++) {
             if (mind[i] < 0)
                 continue;
-            float dist = 1.0f - naive_dot(emb + i * w, c, w);
+            float dist = 1.0f - lr__mlp_dot(emb + i * w, c, w);
             if (dist < mind[i])
                 mind[i] = dist;
             if (mind[i] > best) {
@@ -629,7 +615,7 @@ kc_rows(size_t m, size_t w, uint64_t seed, int odd)
             v[0] = INFINITY;
         if (odd && i == m / 2)
             v[w - 1] = NAN;
-        float nn = sqrtf(naive_dot(v, v, w));
+        float nn = sqrtf(lr__mlp_dot(v, v, w));
         if (nn > 0)
             for (size_t q = 0; q < w; q++)
                 v[q] /= nn;

@@ -432,6 +432,36 @@ malformed(void **state)
     mpw_batch_end(w, false);
     assert_st(apply(ix, w, &info), LR_ENOTSUP);
     assert_true(lr__index_digest(ix) == d0);
+
+    /* The first event that cannot apply decides, in order; pass 1 steps
+     * over the events after it, and bytes broken further on still refuse
+     * the batch as corrupt. An event that is the integer 5 is msgpack but
+     * not an event; 0xc1 is no msgpack at all. */
+    static const struct {
+        int first, second; /* 0: block size 8, 1: the integer 5, 2: 0xc1 */
+        lr_status want;
+    } order[] = { { 0, 1, LR_ENOTSUP },
+                  { 1, 0, LR_ECORRUPT },
+                  { 0, 2, LR_ECORRUPT },
+                  { 1, 2, LR_ECORRUPT } };
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        w->n = 0;
+        mpw_batch(w, 2, false);
+        for (int k = 0; k < 2; k++) {
+            int e = k == 0 ? order[i].first : order[i].second;
+            if (e == 0)
+                mpw_stored_array(w, &s, MPW_HASH_UINT);
+            else
+                mpw_byte(w, e == 1 ? 0x05 : 0xc1);
+        }
+        mpw_batch_end(w, false);
+        lr_status st = apply(ix, w, &info);
+        if (st != order[i].want)
+            fail_msg("order %zu: %s, want %s", i, lr_status_name(st),
+                     lr_status_name(order[i].want));
+        assert_int_equal(info.done, 0);
+        assert_true(lr__index_digest(ix) == d0);
+    }
     free(w);
     free(good);
     lr_index_destroy(ix);
