@@ -81,13 +81,6 @@ rnd(void)
     return bench_splitmix(&rs);
 }
 
-static uint64_t
-now_ns(void)
-{
-    return bench_now_ns();
-}
-
-
 static const char *filter;
 
 static int
@@ -221,9 +214,9 @@ bench_index(int quick)
             lr_index_match_result_init(&r);
             r.hits = hits;
             r.hits_capacity = NINST;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_index_match(ix, &p, t++, 0, &r);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
             probes += lr__index_last_probes(ix);
         }
         report(name, ns, iters, ix, (double)probes / (double)iters);
@@ -242,9 +235,9 @@ bench_index(int quick)
             lr_prompt_init(&p);
             p.tokens = tok;
             p.n_tokens = c->len;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_index_learn(ix, &p, c->inst, LR_TRUST_LOCAL, t++);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
         }
         report(name, ns, iters, ix, -1);
     }
@@ -260,9 +253,9 @@ bench_index(int quick)
             lr_prompt_init(&p);
             p.tokens = tok;
             p.n_tokens = c.len;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_index_learn(ix, &p, c.inst, LR_TRUST_LOCAL, t++);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
         }
         report("index_evict_new_8k", ns, new_iters, ix, -1);
     }
@@ -294,9 +287,9 @@ bench_index(int quick)
             lr_prompt_init(&p);
             p.tokens = tok;
             p.n_tokens = c.len;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_index_learn(ix, &p, c.inst, LR_TRUST_LOCAL, t++);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
         }
         report(name, ns, new_iters, ix, -1);
     }
@@ -305,9 +298,9 @@ bench_index(int quick)
         uint64_t *keys = malloc(2048 * sizeof *keys);
         for (size_t k = 0; k < iters; k++) {
             size_t nk;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_block_keys(B, tok, 8192, 0, keys, 2048, &nk);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
         }
         report("block_keys_8k", ns, iters, NULL, -1);
         free(keys);
@@ -386,9 +379,9 @@ bench_kv(int quick)
         }
         lr_vllm_batch_info info;
         lr_vllm_batch_info_init(&info);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         lr_status st = lr_index_vllm_batch(ix, inst, w->buf, w->n, t++, &info);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = bench_now_ns() - t0;
         if (st != LR_OK || info.stored != KV_EVENTS) {
             fprintf(stderr, "libroute-bench: kv batch: %s, %u stored\n",
                     lr_strerror(st), info.stored);
@@ -443,12 +436,12 @@ bench_ring(int quick)
     for (size_t k = 0; k < iters; k++) {
         for (int j = 0; j < BATCH; j++)
             keys[j] = rnd();
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         for (int j = 0; j < BATCH; j++) {
             lr_ring_candidates(ring, keys[j], 2, out, &n);
             sink += out[0] + out[1];
         }
-        ns[k] = (now_ns() - t0) / BATCH;
+        ns[k] = (bench_now_ns() - t0) / BATCH;
     }
     report("ring_candidates_256", ns, iters, NULL, -1);
     if (sink == 42)
@@ -495,18 +488,18 @@ bench_churn(int quick, uint32_t n, const char *tag)
     uint64_t *ta = malloc(iters * sizeof *ta), *tr = malloc(iters * sizeof *tr);
     for (size_t k = 0; k < iters; k++) {
         uint32_t i = (uint32_t)(rnd() % n);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         lr_status st = lr_router_remove_instance(r, ids[i]);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = bench_now_ns();
         lr_instance_spec s;
         lr_instance_spec_init(&s);
         snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250,
                  i % 250);
         s.name = nm;
-        uint64_t t2 = now_ns();
+        uint64_t t2 = bench_now_ns();
         if (st == LR_OK)
             st = lr_router_add_instance(r, &s, &ids[i]);
-        uint64_t t3 = now_ns();
+        uint64_t t3 = bench_now_ns();
         if (st != LR_OK) {
             fprintf(stderr, "libroute-bench: churn: %s\n", lr_strerror(st));
             exit(1);
@@ -580,7 +573,7 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
     size_t per = quick ? 200 : 20000;
     struct tjob job[2];
     pthread_t th[2];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (uint32_t i = 0; i < threads; i++) {
         job[i] = (struct tjob){ .r = r,
                                 .convs = convs,
@@ -594,7 +587,7 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
     }
     for (uint32_t i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    uint64_t wall = now_ns() - t0;
+    uint64_t wall = bench_now_ns() - t0;
     *t += per * 1000000ull;
     printf("{\"name\": \"%s\", \"threads\": %u, \"routes\": %zu, "
            "\"wall_ms\": %.1f, \"routes_per_s\": %.0f}\n",
@@ -697,18 +690,18 @@ bench_router(int quick, uint32_t ninst)
             /* the decision alone (a dry run) on a request of its own, so
              * that it does not warm the caches for the real call */
             q.flags = LR_ROUTE_DRY_RUN;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             lr_router_route(r, &q, &d);
-            dry[k] = now_ns() - t0;
+            dry[k] = bench_now_ns() - t0;
             q.flags = 0;
             c = &convs[rnd() % nconv];
             make_tokens(c, tok, 8192);
             keep = 8192 - (uint32_t)(rnd() % 820);
             for (uint32_t i = keep; i < 8192; i++)
                 tok[i] = (uint32_t)rnd();
-            t0 = now_ns();
+            t0 = bench_now_ns();
             lr_status st = lr_router_route(r, &q, &d);
-            ns[k] = now_ns() - t0;
+            ns[k] = bench_now_ns() - t0;
             total += ns[k];
             if (st != LR_OK) {
                 fprintf(stderr, "libroute-bench: route: %s\n", lr_strerror(st));

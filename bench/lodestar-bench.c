@@ -45,8 +45,6 @@
 
 
 #define rnd lsr_rnd
-#define now_ns lsr_now_ns
-#define die lsr_die
 #define one lsr_one
 
 static void
@@ -77,9 +75,9 @@ static void *
 train_main(void *arg)
 {
     struct trainer *t = arg;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     t->st = lr_router_learn_step(t->r, LR_LEARN_FORCE, &t->trained);
-    t->ns = now_ns() - t0;
+    t->ns = bench_now_ns() - t0;
     atomic_store(&t->done, 1);
     return NULL;
 }
@@ -103,7 +101,7 @@ learner_steps(int quick)
     lr_learner *l;
     lr_status st = lr_learner_create(&o, &l);
     if (st != LR_OK)
-        die("learner", st);
+        bench_check(st, "learner");
     static const char *const names[3] = { "first_round", "full_no_choice",
                                           "replay_choice" };
     uint32_t adds[3] = { o.min_samples, o.fifo_capacity, o.retrain_every };
@@ -114,14 +112,14 @@ learner_steps(int quick)
                 x[k] = (float)(rnd() % 1000) / 100.0f;
             double y = -(0.1 * x[0] + 0.01 * x[1] * x[2]);
             if ((st = lr_learner_add_sample(l, x, y, NAN)) != LR_OK)
-                die("add_sample", st);
+                bench_check(st, "add_sample");
         }
         int32_t tr = 0;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         st = lr_learner_step(l, round == 1 ? LR_LEARN_FORCE : 0, &tr);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = bench_now_ns();
         if (st != LR_OK || !tr)
-            die("learner step", st);
+            bench_check(st, "learner step");
         lr_learner_stats ls;
         lr_learner_stats_init(&ls);
         lr_learner_get_stats(l, &ls);
@@ -169,7 +167,7 @@ main(int argc, char **argv)
         w[n++] = one(r, 0);
     pthread_join(th, NULL);
     if (t.st != LR_OK || !t.trained)
-        die("retrain", t.st);
+        bench_check(t.st, "retrain");
     /* the reference: as many routes with no training */
     size_t nref = n < reps ? reps : n;
     if (nref > cap)

@@ -26,19 +26,6 @@ lsr_rnd(void)
     return bench_splitmix(&lsr_rs);
 }
 
-static uint64_t
-lsr_now_ns(void)
-{
-    return bench_now_ns();
-}
-
-static void
-lsr_die(const char *what, lr_status st)
-{
-    fprintf(stderr, "lodestar rig: %s: %s\n", what, lr_strerror(st));
-    exit(1);
-}
-
 static uint32_t *lsr_prompt_buf;
 static uint64_t lsr_host_ns = 1000000000000ull;
 static uint64_t lsr_next_id = 1;
@@ -73,11 +60,11 @@ lsr_one(lr_router *r, int with_sample)
     q.now_ns = lsr_host_ns;
     lr_decision d;
     lr_decision_init(&d);
-    uint64_t t0 = lsr_now_ns();
+    uint64_t t0 = bench_now_ns();
     lr_status st = lr_router_route(r, &q, &d);
-    uint64_t t1 = lsr_now_ns();
+    uint64_t t1 = bench_now_ns();
     if (st != LR_OK)
-        lsr_die("route", st);
+        bench_check(st, "route");
     lsr_host_ns += 2000000; /* 2 ms between requests */
     if (with_sample) {
         double rate = 4000.0 * (1 + d.instance % 4);
@@ -85,11 +72,11 @@ lsr_one(lr_router *r, int with_sample)
         st = lr_router_first_token(r, q.id,
                                    lsr_host_ns + (uint64_t)(ttft * 1e9));
         if (st != LR_OK)
-            lsr_die("first_token", st);
+            bench_check(st, "first_token");
     }
     st = lr_router_complete(r, q.id, 1, lsr_host_ns);
     if (st != LR_OK)
-        lsr_die("complete", st);
+        bench_check(st, "complete");
     return t1 - t0;
 }
 
@@ -119,7 +106,7 @@ lsr_trained_router(int quick, size_t *nsamp)
     lr_router *r;
     lr_status st = lr_router_create(&o, &r);
     if (st != LR_OK)
-        lsr_die("create", st);
+        bench_check(st, "create");
     for (uint32_t i = 0; i < LSR_NINST; i++) {
         char name[32];
         snprintf(name, sizeof name, "10.2.0.%u:8000", i);
@@ -129,7 +116,7 @@ lsr_trained_router(int quick, size_t *nsamp)
         s.instance_class = i % 4;
         uint32_t id;
         if ((st = lr_router_add_instance(r, &s, &id)) != LR_OK)
-            lsr_die("add", st);
+            bench_check(st, "add");
     }
     /* no exploration, no range guard: every measured route scores */
     lr_router_set_param(r, LR_PARAM_LODESTAR_EPSILON, 0);
@@ -139,11 +126,11 @@ lsr_trained_router(int quick, size_t *nsamp)
     for (size_t i = 0; i < feed; i++) {
         lsr_one(r, 1);
         if (i % 1000 == 999 && (st = lr_router_learn_step(r, 0, NULL)) != LR_OK)
-            lsr_die("learn_step", st);
+            bench_check(st, "learn_step");
     }
     int32_t tr = 0;
     if ((st = lr_router_learn_step(r, LR_LEARN_FORCE, &tr)) != LR_OK || !tr)
-        lsr_die("first model", st);
+        bench_check(st, "first model");
     *nsamp = 0;
     lr_router_learner_samples(r, NULL, LR_LODESTAR_FEATURES, NULL, 0, nsamp);
     return r;

@@ -40,28 +40,12 @@ unit(void)
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static uint64_t
-now_ns(void)
-{
-    return bench_now_ns();
-}
-
-
 static const char *filter;
 
 static int
 wanted(const char *name)
 {
     return filter == NULL || strstr(name, filter) != NULL;
-}
-
-static void
-check(lr_status st, const char *what)
-{
-    if (st != LR_OK) {
-        fprintf(stderr, "%s: %s\n", what, lr_status_name(st));
-        exit(1);
-    }
 }
 
 /* Rows of a smooth function of the features, so training does work. */
@@ -88,7 +72,7 @@ make_net(void)
     o.width = WIDTH;
     o.seed = 42;
     lr_mlp *m;
-    check(lr_mlp_create(&o, &m), "lr_mlp_create");
+    bench_check(lr_mlp_create(&o, &m), "lr_mlp_create");
     return m;
 }
 
@@ -111,12 +95,12 @@ bench_predict(lr_mlp *m, const float *x, size_t rows, int reps)
     if (t == NULL)
         exit(1);
     for (int i = 0; i < 50; i++) /* warm up */
-        check(lr_mlp_predict(m, x, rows, out), "lr_mlp_predict");
+        bench_check(lr_mlp_predict(m, x, rows, out), "lr_mlp_predict");
     for (int i = 0; i < reps; i++) {
         const float *xi = x + (size_t)(i % 8) * rows * D; /* < 1000 rows */
-        uint64_t t0 = now_ns();
-        check(lr_mlp_predict(m, xi, rows, out), "lr_mlp_predict");
-        t[i] = now_ns() - t0;
+        uint64_t t0 = bench_now_ns();
+        bench_check(lr_mlp_predict(m, xi, rows, out), "lr_mlp_predict");
+        t[i] = bench_now_ns() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, bench_cmp_u64);
     double p50 = (double)t[reps / 2], p99 = (double)t[reps * 99 / 100];
@@ -140,10 +124,10 @@ bench_train(const float *x, const float *y, size_t n, uint32_t epochs, int reps,
     double loss = 0.0;
     for (int i = 0; i < reps; i++) {
         lr_mlp *m = make_net();
-        check(lr_mlp_fit_normalization(m, x, n, y), "fit_normalization");
-        uint64_t t0 = now_ns();
-        check(lr_mlp_train(m, x, y, n, epochs, &loss), "lr_mlp_train");
-        t[i] = now_ns() - t0;
+        bench_check(lr_mlp_fit_normalization(m, x, n, y), "fit_normalization");
+        uint64_t t0 = bench_now_ns();
+        bench_check(lr_mlp_train(m, x, y, n, epochs, &loss), "lr_mlp_train");
+        t[i] = bench_now_ns() - t0;
         lr_mlp_destroy(m);
     }
     qsort(t, (size_t)reps, sizeof *t, bench_cmp_u64);
@@ -181,8 +165,8 @@ main(int argc, char **argv)
     make_data(ntrain, x, y);
 
     lr_mlp *m = make_net();
-    check(lr_mlp_fit_normalization(m, x, ntrain, y), "fit_normalization");
-    check(lr_mlp_train(m, x, y, ntrain, 1, NULL), "lr_mlp_train");
+    bench_check(lr_mlp_fit_normalization(m, x, ntrain, y), "fit_normalization");
+    bench_check(lr_mlp_train(m, x, y, ntrain, 1, NULL), "lr_mlp_train");
     static const size_t rows[] = { 64, 8, 16 };
     /* the run-time choice, then the portable kernel if that was not it */
     int kernels = strcmp(lr__mlp_kernel(), "portable") == 0 ? 1 : 2;

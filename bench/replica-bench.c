@@ -50,29 +50,6 @@ rnd(void)
     return bench_splitmix(&rs);
 }
 
-static uint64_t
-wall_ns(void)
-{
-    return bench_now_ns();
-}
-
-
-static uint64_t
-median(uint64_t *v, size_t n)
-{
-    qsort(v, n, sizeof *v, bench_cmp_u64);
-    return v[n / 2];
-}
-
-static void
-check(lr_status st, const char *what)
-{
-    if (st != LR_OK) {
-        fprintf(stderr, "replica-bench: %s: %s\n", what, lr_strerror(st));
-        exit(1);
-    }
-}
-
 static uint32_t
 rd_u32(const uint8_t *p)
 {
@@ -138,7 +115,7 @@ make_router(uint64_t replica, uint32_t capacity, int32_t policy)
     o.replica_id = replica;
     o.index_eviction = LR_EVICT_LRU;
     lr_router *r;
-    check(lr_router_create(&o, &r), "create");
+    bench_check(lr_router_create(&o, &r), "create");
     return r;
 }
 
@@ -152,7 +129,7 @@ add_instances(lr_router *r)
         lr_instance_spec_init(&sp);
         sp.name = nm;
         uint32_t id;
-        check(lr_router_add_instance(r, &sp, &id), "add_instance");
+        bench_check(lr_router_add_instance(r, &sp, &id), "add_instance");
     }
 }
 
@@ -187,8 +164,8 @@ route_conv(lr_router *r, const struct conv *c, uint32_t *tok, uint64_t t)
     q.now_ns = t;
     lr_decision d;
     lr_decision_init(&d);
-    check(lr_router_route(r, &q, &d), "route");
-    check(lr_router_complete(r, q.id, 100, t), "complete");
+    bench_check(lr_router_route(r, &q, &d), "route");
+    bench_check(lr_router_complete(r, q.id, 100, t), "complete");
 }
 
 static void
@@ -211,12 +188,12 @@ full_delta(lr_router *a, lr_router *b, const char *name, uint64_t t)
 {
     lr_blob *d = NULL;
     uint64_t mark = 0;
-    uint64_t t0 = wall_ns();
-    check(lr_router_export_delta(a, 0, &d, &mark), "export_delta");
-    uint64_t t1 = wall_ns();
-    check(lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), t),
+    uint64_t t0 = bench_now_ns();
+    bench_check(lr_router_export_delta(a, 0, &d, &mark), "export_delta");
+    uint64_t t1 = bench_now_ns();
+    bench_check(lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), t),
           "import_delta");
-    uint64_t t2 = wall_ns();
+    uint64_t t2 = bench_now_ns();
     print_delta_case(name, lr_blob_size(d), delta_blocks(d), t1 - t0, t2 - t1);
     lr_blob_destroy(d);
     return mark;
@@ -258,7 +235,7 @@ main(int argc, char **argv)
     (void)mark;
 
     /* publication periods: n turns each, prefix-cache keeps them home */
-    check(lr_router_set_policy(a, LR_POLICY_PREFIX_CACHE), "set_policy");
+    bench_check(lr_router_set_policy(a, LR_POLICY_PREFIX_CACHE), "set_policy");
     const uint32_t per[3] = { 1, 16, 128 };
     size_t periods = quick ? 10 : 100;
     uint64_t *bytes = malloc(periods * sizeof *bytes);
@@ -279,13 +256,13 @@ main(int argc, char **argv)
                 route_conv(a, c, tok, t += 1000);
             }
             lr_blob *d = NULL;
-            uint64_t t0 = wall_ns();
-            check(lr_router_export_delta(a, mark, &d, &mark), "export_delta");
-            uint64_t t1 = wall_ns();
-            check(
+            uint64_t t0 = bench_now_ns();
+            bench_check(lr_router_export_delta(a, mark, &d, &mark), "export_delta");
+            uint64_t t1 = bench_now_ns();
+            bench_check(
                 lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), t),
                 "import_delta");
-            uint64_t t2 = wall_ns();
+            uint64_t t2 = bench_now_ns();
             bytes[p] = lr_blob_size(d);
             routes[p] = delta_blocks(d);
             exp_ns[p] = t1 - t0;
@@ -296,14 +273,14 @@ main(int argc, char **argv)
         }
         char name[32];
         snprintf(name, sizeof name, "delta_incr_%u", per[k]);
-        uint64_t pr = median(per_route, periods);
+        uint64_t pr = bench_median(per_route, periods);
         printf("{\"name\": \"%s\", \"periods\": %zu, \"bytes_p50\": %llu, "
                "\"routes_p50\": %llu, \"export_ns_p50\": %llu, "
                "\"import_ns_p50\": %llu, \"import_ns_per_route_p50\": %.1f}\n",
-               name, periods, (unsigned long long)median(bytes, periods),
-               (unsigned long long)median(routes, periods),
-               (unsigned long long)median(exp_ns, periods),
-               (unsigned long long)median(imp_ns, periods), (double)pr / 10);
+               name, periods, (unsigned long long)bench_median(bytes, periods),
+               (unsigned long long)bench_median(routes, periods),
+               (unsigned long long)bench_median(exp_ns, periods),
+               (unsigned long long)bench_median(imp_ns, periods), (double)pr / 10);
         fflush(stdout);
     }
     /* the periodic full publication, into a B that holds it all but the
@@ -312,7 +289,7 @@ main(int argc, char **argv)
     (void)full_delta(a, b, "delta_full_again", t);
 
     /* gauges: 2 requests in flight on every instance */
-    check(lr_router_set_policy(a, LR_POLICY_ROUND_ROBIN), "set_policy");
+    bench_check(lr_router_set_policy(a, LR_POLICY_ROUND_ROBIN), "set_policy");
     uint64_t first = rid;
     for (uint32_t i = 0; i < 2 * NINST; i++) {
         struct conv c = { 0, (uint32_t)rnd(), 2048 };
@@ -325,7 +302,7 @@ main(int argc, char **argv)
         q.now_ns = t;
         lr_decision d;
         lr_decision_init(&d);
-        check(lr_router_route(a, &q, &d), "route");
+        bench_check(lr_router_route(a, &q, &d), "route");
     }
     size_t gi = quick ? 100 : 2000;
     uint64_t *g_exp = malloc(gi * sizeof *g_exp);
@@ -335,12 +312,12 @@ main(int argc, char **argv)
     size_t g_bytes = 0;
     for (size_t i = 0; i < gi; i++) {
         lr_blob *g = NULL;
-        uint64_t t0 = wall_ns();
-        check(lr_router_export_gauges(a, &g), "export_gauges");
-        uint64_t t1 = wall_ns();
-        check(lr_router_import_gauges(b, lr_blob_data(g), lr_blob_size(g), t),
+        uint64_t t0 = bench_now_ns();
+        bench_check(lr_router_export_gauges(a, &g), "export_gauges");
+        uint64_t t1 = bench_now_ns();
+        bench_check(lr_router_import_gauges(b, lr_blob_data(g), lr_blob_size(g), t),
               "import_gauges");
-        uint64_t t2 = wall_ns();
+        uint64_t t2 = bench_now_ns();
         g_exp[i] = t1 - t0;
         g_imp[i] = t2 - t1;
         g_bytes = lr_blob_size(g);
@@ -348,25 +325,25 @@ main(int argc, char **argv)
     }
     printf("{\"name\": \"gauges_%u\", \"bytes\": %zu, \"export_ns_p50\": "
            "%llu, \"import_ns_p50\": %llu}\n",
-           NINST, g_bytes, (unsigned long long)median(g_exp, gi),
-           (unsigned long long)median(g_imp, gi));
+           NINST, g_bytes, (unsigned long long)bench_median(g_exp, gi),
+           (unsigned long long)bench_median(g_imp, gi));
     fflush(stdout);
     for (uint64_t id = first; id < rid; id++)
-        check(lr_router_complete(a, id, 100, t), "complete");
+        bench_check(lr_router_complete(a, id, 100, t), "complete");
 
     /* snapshot and restore */
     lr_blob *full = NULL, *sn = NULL;
-    check(lr_router_export_delta(a, 0, &full, NULL), "export_delta");
+    bench_check(lr_router_export_delta(a, 0, &full, NULL), "export_delta");
     uint64_t n_routes = delta_blocks(full);
     lr_blob_destroy(full);
-    uint64_t t0 = wall_ns();
-    check(lr_router_snapshot(a, t, &sn), "snapshot");
-    uint64_t t1 = wall_ns();
+    uint64_t t0 = bench_now_ns();
+    bench_check(lr_router_snapshot(a, t, &sn), "snapshot");
+    uint64_t t1 = bench_now_ns();
     lr_router *c = make_router(3, cap, LR_POLICY_ROUND_ROBIN);
-    uint64_t t2 = wall_ns();
-    check(lr_router_restore(c, lr_blob_data(sn), lr_blob_size(sn), t),
+    uint64_t t2 = bench_now_ns();
+    bench_check(lr_router_restore(c, lr_blob_data(sn), lr_blob_size(sn), t),
           "restore");
-    uint64_t t3 = wall_ns();
+    uint64_t t3 = bench_now_ns();
     printf("{\"name\": \"snapshot\", \"bytes\": %zu, \"routes\": %llu, "
            "\"bytes_per_route\": %.2f, \"snapshot_ms\": %.1f, "
            "\"restore_ms\": %.1f}\n",
