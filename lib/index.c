@@ -630,6 +630,15 @@ run_push(lr_index *ix, uint32_t r, uint64_t key)
  * parent's last chunk past its end, if the nodes extend its run, and of
  * the chunks at the head of the free list, which they will take (the
  * eviction that made room has just freed them, so they are in cache). */
+/* Warm the line of slot h and the next: a removal's backward shift reads
+ * on past its entry (at 3/4 load, about eight slots), as a probe does. */
+static inline void
+warm_slot(const uint64_t *sl, uint32_t size, uint32_t h)
+{
+    __builtin_prefetch(&sl[h]);
+    __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
+}
+
 static void
 warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
 {
@@ -643,8 +652,9 @@ warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
             st &= ~((1u << (R->len & CHUNK_MASK)) - 1);
             for (; st != 0; st &= st - 1) {
                 uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
-                __builtin_prefetch(&sl[lr__table_home(
-                    hkey(ix, ix->keys[n2] ^ DEAD_KEY), size, salt)]);
+                warm_slot(sl, size,
+                          lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY),
+                                         size, salt));
             }
         }
     }
@@ -652,8 +662,9 @@ warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
     for (uint32_t k = 0; k < n / CHUNK + 1 && c != LR_NIL; k++) {
         for (uint32_t st = ix->chunks[c].stale; st != 0; st &= st - 1) {
             uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
-            __builtin_prefetch(&sl[lr__table_home(
-                hkey(ix, ix->keys[n2] ^ DEAD_KEY), size, salt)]);
+            warm_slot(
+                sl, size,
+                lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY), size, salt));
         }
         c = ix->chunks[c].next;
     }

@@ -42,6 +42,20 @@ struct route {
     struct lr__choice ch;
 };
 
+/* A route's state before its table. keys[] is left as it is: only its
+ * first n_keys are read, and zeroing it was a 512-byte store a call. */
+static void
+route_start(struct route *rt, const lr_request *q, const uint64_t *kb,
+            size_t nk)
+{
+    rt->q = q;
+    rt->nk = nk;
+    rt->kb = kb;
+    rt->n_keys = 0;
+    rt->seed = 0;
+    rt->ch = (struct lr__choice){ 0 };
+}
+
 /* ---- route: keys and match ------------------------------------------------------------ */
 
 static lr_status
@@ -147,8 +161,13 @@ stats_max_age_ns(const lr_router *r)
     return (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
 }
 
-/* A row with nothing known: what every field not filled below holds. */
+/* A row with nothing known (what lr__load_fill() would leave unset). */
 static const lr_candidate empty_row = { .cached_age_s = -1 };
+/* gather_row() writes every field by name instead of copying empty_row
+ * first (a 168-byte `rep stos` a row was 5% of a call): a new field must
+ * be written there. */
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V1,
+               "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
  * and DualMap's stall (lr__load_fill), then the router's own columns. */
@@ -156,14 +175,24 @@ static void
 gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
            uint64_t max_age_ns, lr_candidate *c)
 {
-    *c = empty_row;
-    c->instance = id;
     if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
                                LR__DECODE_STALL_NS, r->init_rtt_ms[id],
-                               c) != LR_OK))
+                               c) != LR_OK)) {
+        *c = empty_row;
         c->rtt_ms = r->init_rtt_ms[id];
+    }
+    c->instance = id;
     c->cached_tokens = c->prefix_caching ? r->cached_by_id[id] : 0;
     c->prefill_rate = r->rate[c->instance_class];
+    c->cached_age_s = -1;
+    c->ring_rank = 0;
+    c->flags = 0;
+    c->tree_blocks = 0;
+    c->ttft_s_per_token = 0;
+    c->ttft_base_s = 0;
+    c->ttft_s_per_decoding = 0;
+    c->prefill_tokens_avg = 0;
+    c->route_rate = 0;
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
@@ -463,7 +492,8 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d,
      * when a later step fails */
     (void)lr_index_expire(r->ix, q->now_ns);
     lr__peers_expire(&r->peers, q->now_ns);
-    struct route rt = { .q = q, .kb = kb, .nk = nk };
+    struct route rt;
+    route_start(&rt, q, kb, nk);
     LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     rt.seed = lr__rng_next(&r->rng);
