@@ -619,7 +619,8 @@ run_push(lr_index *ix, uint32_t r, uint64_t key)
         ix->stale--;
     }
     ix->keys[n] = key;
-    lr__table_insert(&ix->ntab, hkey(ix, key), n);
+    if (node_tabled(o, R->top + o + 1))
+        lr__table_insert(&ix->ntab, hkey(ix, key), n);
     R->len++;
     ix->nodes++;
     return n;
@@ -692,12 +693,14 @@ run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
     struct run *R = &ix->runs[r];
     uint32_t c = R->last;
     ix->nodes -= R->len - len;
-    ix->stale += R->len - len;
     while (R->len > len) {
         uint32_t o = --R->len;
         uint32_t n = (c << CHUNK_SHIFT) | (o & CHUNK_MASK);
         ix->keys[n] ^= DEAD_KEY;
-        ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
+        if (node_tabled(o, R->top + o + 1)) {
+            ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
+            ix->stale++;
+        }
         lr__index_emap_slots_freed(ix, n);
         if ((o & CHUNK_MASK) == 0) {
             uint32_t p = ix->chunks[c].prev;
@@ -802,24 +805,87 @@ lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
 /* search                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* A run's first node under `key` hanging from node `parent`: the table
+ * lookup of lr__index_child_of(), which passes over a node of the same
+ * key elsewhere (only a collision or a forged delta puts one there). */
+struct child_probe {
+    const lr_index *ix;
+    uint32_t parent;
+};
+
+static bool
+child_eq(const void *ctx, uint64_t key, uint32_t n)
+{
+    const struct child_probe *p = ctx;
+    const lr_index *ix = p->ix;
+    return ix->keys[n] == key && node_off(ix, n) == 0 &&
+           ix->runs[node_run(ix, n)].hang == p->parent;
+}
+
+uint32_t
+lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
+                   uint32_t *probes)
+{
+    if (x != LR_NIL) {
+        uint32_t y = node_next(ix, x);
+        if (y != LR_NIL && ix->keys[y] == key)
+            return y;
+    }
+    struct child_probe p = { ix, x };
+    *probes += 1;
+    return lr__table_find(&ix->ntab, hkey(ix, key), key, child_eq, &p);
+}
+
+/* The table position t (keys[t - 1]) that is the j-th multiple of
+ * TAB_STRIDE in depth after `first`. */
+#define TAB_POS(first, j) ((first) + ((j)-1u) * TAB_STRIDE)
+
 uint32_t
 lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
                   uint32_t lo_node, uint32_t *node_out)
 {
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1) / 2;
-        prefetch_step(ix, keys, lo, hi, mid);
-        uint32_t n = node_find(ix, keys[mid - 1]);
+    /* keys[t - 1] is at depth a + t; the table holds every node whose
+     * depth is a multiple of TAB_STRIDE: binary search over those (at
+     * positions first, first + TAB_STRIDE, ...), then walk the rest. */
+    uint32_t a = lo_node == LR_NIL ? 0 : node_depth(ix, lo_node) - lo;
+    uint32_t first = lo + TAB_STRIDE - (a + lo) % TAB_STRIDE;
+    uint32_t c = first <= hi ? (hi - first) / TAB_STRIDE + 1 : 0;
+    uint32_t jl = 0, jh = c, x = lo_node;
+    while (jl < jh) {
+        uint32_t mid = jl + (jh - jl + 1) / 2;
+        uint32_t up = mid + (jh - mid + 1) / 2, dn = jl + (mid - jl) / 2;
+        if (up > mid && up <= jh)
+            prefetch_key(ix, keys[TAB_POS(first, up) - 1]);
+        if (dn > jl)
+            prefetch_key(ix, keys[TAB_POS(first, dn) - 1]);
+        uint32_t n = node_find(ix, keys[TAB_POS(first, mid) - 1]);
         ix->last_probes++;
         if (n != LR_NIL) {
-            lo = mid;
-            lo_node = n;
+            jl = mid;
+            x = n;
         } else {
-            hi = mid - 1;
+            jh = mid - 1;
         }
     }
-    *node_out = lo_node;
-    return lo;
+    uint32_t d = jl == 0 ? lo : TAB_POS(first, jl);
+    /* the next multiple is absent (or past hi): walk at most to before it */
+    uint32_t end = jl < c ? TAB_POS(first, jl + 1) - 1 : hi;
+    for (; d < end; d++) {
+        uint32_t y = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
+        if (y == LR_NIL)
+            break;
+        x = y;
+    }
+    *node_out = x;
+    return d;
+}
+
+uint32_t
+lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
+                     uint32_t base)
+{
+    uint32_t n;
+    return lr__index_deepest(ix, keys, 0, t, base, &n) == t ? n : LR_NIL;
 }
 
 uint32_t
@@ -979,11 +1045,12 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
     if (p->s == LR_NIL)
         p->s = lr__index_inst_add(ix, p->id);
     uint32_t s = p->s, a = 0;
+    p->node_n = p->node_any; /* unless new nodes follow it (below) */
     if (!p->remote && p->ds_run != LR_NIL)
         upgrade_up(ix, s, p->ds_run, p->ds_pos);
     /* anchors on what is already held */
     for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
-        uint32_t nd = node_find(ix, p->keys[p->anchors[a] - 1]);
+        uint32_t nd = lr__index_chain_node(ix, p->keys, p->anchors[a], p->base);
         uint32_t r = node_run(ix, nd), o = node_off(ix, nd);
         uint32_t x = hold_span(ix, r, o, s);
         if (!(ix->sp[x].flags & SF_ANCHORS))
@@ -1018,12 +1085,15 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
         const uint64_t *sl = ix->ntab.slots;
         uint32_t size = ix->ntab.size;
         uint64_t salt = ix->ntab.salt;
+        /* depth of keys[0]'s parent; the first new node may start a run */
+        uint32_t top = p->base == LR_NIL ? 0 : node_depth(ix, p->base);
         for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
+            if (d > p->d_any + 1 && (top + d) % TAB_STRIDE != 0)
+                continue; /* not in the table (node_tabled) */
             /* the home slot's line and the next, where a probe from the
              * end of a line continues */
             uint32_t h = lr__table_home(hkey(ix, p->keys[d - 1]), size, salt);
-            __builtin_prefetch(&sl[h]);
-            __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
+            warm_slot(sl, size, h);
         }
         uint32_t parent = p->node_any, first = LR_NIL;
         for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
@@ -1031,6 +1101,7 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
             if (first == LR_NIL)
                 first = parent;
         }
+        p->node_n = parent;
         struct seg nw = { node_run(ix, first), node_off(ix, first),
                           node_off(ix, first) + (p->n - p->d_any) - 1 };
         if (ns > 0 && g[ns - 1].run == nw.run && g[ns - 1].hi + 1 == nw.lo)
@@ -1102,12 +1173,13 @@ learn_anchors(lr_index *ix, const lr_prompt *p, uint32_t n, uint32_t *na)
 /* Remember a LOCAL learn for lr_index_export_delta(): its deepest key.
  * With no journal only the mark moves. */
 static void
-journal_add(lr_index *ix, uint64_t key, uint32_t id)
+journal_add(lr_index *ix, uint64_t key, uint32_t node, uint32_t id)
 {
     if (ix->j_cap > 0) {
         struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
         j->key = key;
         j->inst_id = id;
+        j->node = node;
     }
     ix->j_seq++;
 }
@@ -1143,7 +1215,7 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_apply_learn(ix, &pl, tick);
     if (!pl.remote && n > 0)
-        journal_add(ix, keys[n - 1], instance);
+        journal_add(ix, keys[n - 1], pl.node_n, instance);
     lr__index_settle(ix, tick);
     return LR_OK;
 }

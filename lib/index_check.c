@@ -15,7 +15,16 @@
 struct vcount {
     uint64_t *per_inst;
     uint64_t holds, remote, nodes, spans, chunks;
+    uint64_t tabled; /* nodes the node table holds */
 };
+
+/* A table entry that is slot n itself (whatever key the slot holds). */
+static bool
+slot_eq(const void *ctx, uint64_t n, uint32_t v)
+{
+    (void)ctx;
+    return v == n;
+}
 
 /* Child runs of r hanging at offset `off` held by s. */
 static uint32_t
@@ -40,7 +49,10 @@ verify_chunks(const lr_index *ix, uint32_t r, struct vcount *v)
         CHECK(C->run == r && C->base == i * CHUNK && C->prev == prev);
         for (uint32_t k = 0; k < CHUNK && C->base + k < R->len; k++) {
             uint32_t n = (c << CHUNK_SHIFT) | k;
-            CHECK(node_find(ix, ix->keys[n]) == n);
+            bool tabled = node_tabled(C->base + k, R->top + C->base + k + 1);
+            CHECK(lr__table_find(&ix->ntab, hkey(ix, ix->keys[n]), n, slot_eq,
+                                 NULL) == (tabled ? n : LR_NIL));
+            v->tabled += tabled;
         }
         prev = c;
     }
@@ -169,13 +181,6 @@ verify_lists(const lr_index *ix)
     return LR_OK;
 }
 
-static bool
-slot_eq(const void *ctx, uint64_t n, uint32_t v)
-{
-    (void)ctx;
-    return v == n;
-}
-
 /* Every stale bit names a slot whose entry is in the table under its
  * flipped key, and only those: the count matches. */
 static lr_status
@@ -207,7 +212,7 @@ verify_all(const lr_index *ix, struct vcount *v)
     LR_TRY(verify_lists(ix));
     CHECK(v->holds == ix->holds && v->remote == ix->remote);
     CHECK(ix->holds <= ix->capacity);
-    CHECK(v->nodes == ix->nodes && ix->ntab.count == ix->nodes + ix->stale);
+    CHECK(v->nodes == ix->nodes && ix->ntab.count == v->tabled + ix->stale);
     LR_TRY(verify_stale(ix));
     CHECK(v->spans == pool_live(&ix->spool));
     CHECK(v->chunks == pool_live(&ix->cpool));

@@ -238,7 +238,8 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
     }
     for (uint64_t q = since; q < ix->j_seq; q++) {
         const struct jent *e = &ix->journal[q % ix->j_cap];
-        uint32_t n = node_find(ix, e->key);
+        uint32_t n =
+            lr__index_node_live(ix, e->node, e->key) ? e->node : LR_NIL;
         uint32_t s = lr__index_inst_lookup(ix, e->inst_id);
         if (n == LR_NIL || s == LR_NIL)
             continue;
@@ -496,6 +497,7 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
 {
     struct lr__table keys; /* key -> blob node */
     LR_TRY(lr__table_init(&keys, m, d->n_nodes));
+    uint32_t probes = 0; /* not counted: a delta is not a match */
     lr_status st = LR_OK;
     for (uint32_t i = 0; st == LR_OK && i < d->n_nodes; i++) {
         uint64_t hv = thash(ix, d->keys[i]);
@@ -504,14 +506,16 @@ delta_check(const lr_index *ix, struct lr__mem *m, struct delta *d)
             break;
         }
         lr__table_insert(&keys, hv, i);
-        uint32_t n = node_find(ix, d->keys[i]);
-        d->node_of[i] = n;
-        if (n == LR_NIL)
-            continue;
-        uint32_t ip = lr__index_node_parent(ix, n);
+        /* parents come first: the node is its parent's child, if any */
         uint32_t bp = d->par[i];
-        if ((ip == LR_NIL) != (bp == LR_NIL) ||
-            (ip != LR_NIL && ix->keys[ip] != d->keys[bp]))
+        uint32_t pn = bp == LR_NIL ? LR_NIL : d->node_of[bp];
+        uint32_t n = bp == LR_NIL || pn != LR_NIL
+                         ? lr__index_child_of(ix, pn, d->keys[i], &probes)
+                         : LR_NIL;
+        d->node_of[i] = n;
+        /* a key the index holds under another parent (one the table
+         * holds; the others are out of reach, and as harmless) */
+        if (n == LR_NIL && node_find(ix, d->keys[i]) != LR_NIL)
             st = LR_ECORRUPT;
     }
     lr__table_free(&keys, m);

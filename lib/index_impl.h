@@ -61,6 +61,20 @@ struct chunk {
  * again. */
 #define DEAD_KEY 0xdeadbeefdeadbeefull
 
+/* The node table holds a node when it starts its run or when its depth
+ * is a multiple of TAB_STRIDE: a search finds the deepest such node by
+ * key and walks the last blocks along the runs (lr__index_deepest). A
+ * new block then costs a table insert (a random line, and another for
+ * the stale entry its slot gives up) once in TAB_STRIDE blocks, not on
+ * every block. */
+#define TAB_STRIDE 16u
+
+static inline bool
+node_tabled(uint32_t off, uint32_t depth)
+{
+    return off == 0 || depth % TAB_STRIDE == 0;
+}
+
 /* A run: a chain of nodes, each the only in-run child of the one
  * before. Other chains may hang from any of its nodes (child runs). A run
  * never splits and never merges; it grows at its end and shrinks from it.
@@ -134,7 +148,7 @@ struct emap_ent {
 struct jent {
     uint64_t key;
     uint32_t inst_id;
-    uint32_t pad;
+    uint32_t node; /* key's node then; the key tells whether it still is */
 };
 
 enum {
@@ -301,6 +315,31 @@ node_depth(const lr_index *ix, uint32_t n)
     return ix->runs[node_run(ix, n)].top + node_off(ix, n) + 1;
 }
 
+/* Whether slot n (remembered earlier: its node may be gone and the slot
+ * used again) holds a live node under `key`. */
+static inline bool
+lr__index_node_live(const lr_index *ix, uint32_t n, uint64_t key)
+{
+    if (n == LR_NIL || (n >> CHUNK_SHIFT) >= ix->cpool.top)
+        return false;
+    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
+    return c->run != LR_NIL &&
+           c->base + (n & CHUNK_MASK) < ix->runs[c->run].len &&
+           ix->keys[n] == key;
+}
+
+/* The node after n in its run, or LR_NIL at the run's end. */
+static inline uint32_t
+node_next(const lr_index *ix, uint32_t n)
+{
+    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
+    if (c->base + (n & CHUNK_MASK) + 1 >= ix->runs[c->run].len)
+        return LR_NIL;
+    if ((n & CHUNK_MASK) != CHUNK_MASK)
+        return n + 1;
+    return c->next << CHUNK_SHIFT;
+}
+
 static inline struct hent *
 run_hents(const lr_index *ix, const struct run *r)
 {
@@ -461,20 +500,6 @@ prefetch_key(const lr_index *ix, uint64_t key)
     lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
 }
 
-/* A binary search step at mid over [lo, hi] is followed by a probe in
- * [mid, hi] or in [lo, mid - 1]: warm both slots while this probe misses. */
-static inline void
-prefetch_step(const lr_index *ix, const uint64_t *keys, uint32_t lo,
-              uint32_t hi, uint32_t mid)
-{
-    uint32_t up = mid + (hi - mid + 1) / 2;
-    uint32_t dn = lo + (mid - lo) / 2;
-    if (up > mid && up <= hi)
-        prefetch_key(ix, keys[up - 1]);
-    if (dn > lo)
-        prefetch_key(ix, keys[dn - 1]);
-}
-
 struct learn_plan {
     uint32_t s;    /* instance slot; LR_NIL: a new instance */
     uint32_t id;   /* instance id (a slot is added for it if new) */
@@ -493,6 +518,8 @@ struct learn_plan {
                                 LR_NIL when s holds nothing there */
     uint32_t nseg;           /* ix->path[0, nseg): the stretches of the
                                 path below d_s to d_any, deepest first */
+    /* filled by lr__index_apply_learn */
+    uint32_t node_n; /* node at depth n (base when n is 0) */
 };
 
 /* ---- shared by the index files (defined in index.c unless noted) ------ */
@@ -560,12 +587,24 @@ void lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp);
 lr_status lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
                                 const uint64_t **keys, uint32_t *n_keys);
 
-/* Binary search over keys[lo, hi) (depths lo+1..hi below the node keys
- * hang from) for the deepest present node, given that depth lo is
- * (lo_node its node, LR_NIL for the root). Returns that depth; *node_out
- * its node. */
+/* The deepest present node along keys[lo, hi) (depths lo+1..hi below
+ * the node keys hang from), given that depth lo is (lo_node its node,
+ * LR_NIL for the root): a binary search over the depths the node table
+ * holds (TAB_STRIDE), then a walk of at most TAB_STRIDE - 1 blocks along
+ * the runs. Returns that depth; *node_out its node. */
 uint32_t lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo,
                            uint32_t hi, uint32_t lo_node, uint32_t *node_out);
+
+/* The child of node x (LR_NIL: the root) under `key`, or LR_NIL: the
+ * next node of x's run, or the first node of a run hanging from x (the
+ * table holds those; *probes counts the table lookups). */
+uint32_t lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
+                            uint32_t *probes);
+
+/* The node of keys[t - 1] (keys hanging from node base, LR_NIL for the
+ * root), or LR_NIL when the index does not hold that deep. */
+uint32_t lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
+                              uint32_t base);
 
 /* Instance s's deepest depth on the path from the root to node n (n at
  * depth d), 0 when it holds none of it; *run_out and *pos_out name the

@@ -437,9 +437,16 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     /* phase 2 */
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_apply_learn(ix, &pl, tick);
+    /* engine block j ends at depth (j + 1) m: its node, up the chain from
+     * the end (into abuf, whose anchors the learn has used) */
+    uint32_t n = pl.node_n;
+    for (uint32_t j = eb; j-- > 0;) {
+        ix->abuf[j] = n;
+        for (uint32_t k = 0; j > 0 && k < m; k++)
+            n = lr__index_node_parent(ix, n);
+    }
     for (uint32_t j = 0; j < eb; j++)
-        emap_put(ix, pl.s, e.block_hashes[j],
-                 node_find(ix, ix->kbuf[(j + 1) * m - 1]));
+        emap_put(ix, pl.s, e.block_hashes[j], ix->abuf[j]);
     lr__index_settle(ix, tick);
     return LR_OK;
 }

@@ -86,6 +86,7 @@ struct learn_ctx {
     uint32_t inst; /* 10..12 known, 13 new */
     uint64_t cap;
     int trust;
+    bool warm_scratch; /* grow the key scratch before arming */
 };
 
 static bool
@@ -94,6 +95,18 @@ sc_learn(struct tu_alloc *t, void *vctx)
     struct learn_ctx *c = vctx;
     struct tu_arming arm = tu_alloc_pause(t);
     lr_index *ix = populated(t, c->cap);
+    if (c->warm_scratch) { /* so that only the index's state allocates */
+        uint32_t *w = calloc(c->ntok, sizeof *w);
+        lr_prompt p;
+        lr_prompt_init(&p);
+        p.tokens = w;
+        p.n_tokens = c->ntok;
+        lr_index_match_result r;
+        lr_index_match_result_init(&r);
+        assert_int_equal(lr_index_match(ix, &p, 50, LR_MATCH_NO_TOUCH, &r),
+                         LR_OK);
+        free(w);
+    }
     uint64_t before = lr__index_digest(ix);
     tu_alloc_resume(t, arm);
 
@@ -169,7 +182,11 @@ static void
 oom_learn_under_eviction(void **state)
 {
     (void)state;
-    struct learn_ctx c = { .ntok = 120, .base = 7000, .inst = 12, .cap = 40 };
+    /* 50 new blocks into a full index of 60: most of it is evicted, and
+     * the node table's reservation for the new nodes makes it grow */
+    struct learn_ctx c = {
+        .ntok = 200, .base = 7000, .inst = 12, .cap = 60, .warm_scratch = true
+    };
     tu_oom_loop(sc_learn, &c, 200);
     c.trust = LR_TRUST_REMOTE;
     tu_oom_loop(sc_learn, &c, 200);

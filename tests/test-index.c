@@ -145,6 +145,48 @@ keys_are_the_documented_chain(void **state)
         LR_EINVAL);
 }
 
+/* The node table holds a run's first node and every TAB_STRIDE-th (16th)
+ * depth; a match walks the runs for the rest (index_impl.h). Every fork
+ * depth over two and a half strides, every prefix length: the exact
+ * deepest hold of each instance; then with the fork's run gone, and with
+ * its slots used again by a new learn (stale table entries given up). */
+static void
+forks_around_the_table_stride(void **state)
+{
+    (void)state;
+    enum {
+        NB = 40
+    };
+    uint32_t a[NB * 4], b[NB * 4];
+    fill(a, NB, 4, 0);
+    for (uint32_t f = 0; f <= NB; f++) {
+        lr_index *ix = mk(1000, 4, UINT64_MAX);
+        fill(b, NB, 4, 0);
+        fill(b + f * 4, NB - f, 4, 500 + f); /* b forks from a at block f */
+        assert_int_equal(learn(ix, a, NB * 4, 1, LR_TRUST_LOCAL, 1), LR_OK);
+        assert_int_equal(learn(ix, b, NB * 4, 2, LR_TRUST_LOCAL, 2), LR_OK);
+        for (uint32_t l = 0; l <= NB; l++) {
+            uint32_t shared = (l < f ? l : f) * 4;
+            assert_int_equal(held_by(ix, a, l * 4, 1, 3), l * 4);
+            assert_int_equal(held_by(ix, a, l * 4, 2, 3), shared);
+            assert_int_equal(held_by(ix, b, l * 4, 2, 3), l * 4);
+            assert_int_equal(held_by(ix, b, l * 4, 1, 3), shared);
+        }
+        assert_int_equal(lr_index_remove_instance(ix, 2), LR_OK);
+        assert_int_equal(lr__index_verify(ix), LR_OK);
+        assert_int_equal(blocks(ix), NB);
+        for (uint32_t l = 0; l <= NB; l++) {
+            assert_int_equal(held_by(ix, a, l * 4, 1, 4), l * 4);
+            assert_int_equal(held_by(ix, b, l * 4, 1, 4), (l < f ? l : f) * 4);
+            assert_int_equal(held_by(ix, b, l * 4, 2, 4), 0);
+        }
+        assert_int_equal(learn(ix, b, NB * 4, 3, LR_TRUST_LOCAL, 5), LR_OK);
+        for (uint32_t l = 0; l <= NB; l++)
+            assert_int_equal(held_by(ix, b, l * 4, 3, 6), l * 4);
+        lr_index_destroy(ix);
+    }
+}
+
 static void
 learn_match_basics(void **state)
 {
@@ -603,6 +645,7 @@ main(void)
         cmocka_unit_test(create_validation),
         cmocka_unit_test(keys_are_the_documented_chain),
         cmocka_unit_test(learn_match_basics),
+        cmocka_unit_test(forks_around_the_table_stride),
         cmocka_unit_test(tenants_never_share),
         cmocka_unit_test(bad_input_changes_nothing),
         cmocka_unit_test(instance_limit),
