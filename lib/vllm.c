@@ -317,24 +317,19 @@ mp_fast_uint(struct mp *m, uint64_t *u)
 static inline size_t
 mp_token_at(const uint8_t *p, uint32_t *u)
 {
+    /* Without branches on the form: token ids of a real vocabulary mix
+     * uint 16 and uint 32 about evenly, and a branch on it mispredicted
+     * at every other token. uint 8, 16, 32 (0xcc + k, k = 0..2) carry
+     * 1 << k bytes: the big-endian word after the tag shifted right by
+     * 32 - 8 (1 << k). */
     uint8_t c = p[0];
-    if (c <= 0x7f) {
-        *u = c;
-        return 1;
-    }
-    switch (c) {
-    case 0xcc:
-        *u = p[1];
-        return 2;
-    case 0xcd:
-        *u = (uint32_t)p[1] << 8 | p[2];
-        return 3;
-    case 0xce:
-        *u = be32(p + 1);
-        return 5;
-    default:
-        return 0;
-    }
+    unsigned k = (unsigned)c - 0xccu;
+    bool fix = c <= 0x7f, uint = k < 3;
+    unsigned kk = uint ? k : 0;
+    uint64_t w = be32(p + 1);
+    uint32_t v = (uint32_t)(w >> (32u - (8u << kk)));
+    *u = fix ? c : v;
+    return fix ? 1 : uint ? 1 + ((size_t)1 << kk) : 0;
 }
 
 /* Past up to n integers (any msgpack integer form) at m, while at least 9
