@@ -658,10 +658,16 @@ lr__index_load(lr_index *idx, const uint8_t *buf, size_t len, uint64_t now_ns)
                             4 * (size_t)h.n_nodes + 1 + 2 * (size_t)h.n_holds };
     lr_status s = state_alloc(&st);
     struct lr__rd r = { buf + STATE_HEADER, buf + len - STATE_SUM, false };
-    uint32_t *depth = st.tmp, *order = depth + h.n_nodes;
-    uint32_t *first = order + h.n_nodes;
-    uint32_t *made = first + h.n_nodes + 1;
-    uint32_t *scratch = made + h.n_nodes;
+    /* carved only once tmp exists: no arithmetic on a null pointer */
+    uint32_t *depth = NULL, *order = NULL, *first = NULL, *made = NULL;
+    uint32_t *scratch = NULL;
+    if (s == LR_OK) {
+        depth = st.tmp;
+        order = depth + h.n_nodes;
+        first = order + h.n_nodes;
+        made = first + h.n_nodes + 1;
+        scratch = made + h.n_nodes;
+    }
     if (s == LR_OK)
         s = read_records(&r, &h, &st);
     if (s == LR_OK)
