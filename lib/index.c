@@ -17,8 +17,9 @@
  * holds a node holds its parent. The representation records holders
  * where they change, not on every block:
  *
- *   ntab (lr__table: block key -> node slot)
- *          |
+ *   ntab (lr__table: block key -> node slot, for the nodes that start
+ *          |  a run or lie at a depth that is a multiple of TAB_STRIDE;
+ *          |  lr__index_deepest walks the runs to the others)
  *          v
  *   keys[] (8 bytes a slot) + chunks[] (one header per CHUNK = 16 slots)
  *   +---------------------------+   +---------------------------+
@@ -805,21 +806,15 @@ lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
 /* search                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* A run's first node under `key` hanging from node `parent`: the table
+/* A run's first node under `key` hanging from node p->slot: the table
  * lookup of lr__index_child_of(), which passes over a node of the same
  * key elsewhere (only a collision or a forged delta puts one there). */
-struct child_probe {
-    const lr_index *ix;
-    uint32_t parent;
-};
-
 static bool
 child_eq(const void *ctx, uint64_t key, uint32_t n)
 {
-    const struct child_probe *p = ctx;
-    const lr_index *ix = p->ix;
-    return ix->keys[n] == key && node_off(ix, n) == 0 &&
-           ix->runs[node_run(ix, n)].hang == p->parent;
+    const struct lr__index_probe *p = ctx;
+    return p->ix->keys[n] == key && node_off(p->ix, n) == 0 &&
+           p->ix->runs[node_run(p->ix, n)].hang == p->slot;
 }
 
 uint32_t
@@ -831,7 +826,7 @@ lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
         if (y != LR_NIL && ix->keys[y] == key)
             return y;
     }
-    struct child_probe p = { ix, x };
+    struct lr__index_probe p = { ix, x };
     *probes += 1;
     return lr__table_find(&ix->ntab, hkey(ix, key), key, child_eq, &p);
 }

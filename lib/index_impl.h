@@ -595,6 +595,14 @@ lr_status lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
 uint32_t lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo,
                            uint32_t hi, uint32_t lo_node, uint32_t *node_out);
 
+/* What an index table lookup's equality needs beside the key: the index
+ * and one slot (the instance of an engine-map lookup, the parent of a
+ * node-table lookup by lr__index_child_of). */
+struct lr__index_probe {
+    const lr_index *ix;
+    uint32_t slot;
+};
+
 /* The child of node x (LR_NIL: the root) under `key`, or LR_NIL: the
  * next node of x's run, or the first node of a run hanging from x (the
  * table holds those; *probes counts the table lookups). */

@@ -52,20 +52,15 @@ ovf_bit(const lr_index *ix, uint32_t n)
     return (ix->eovf[n >> CHUNK_SHIFT] >> (n & CHUNK_MASK)) & 1;
 }
 
-struct emap_probe {
-    const lr_index *ix;
-    uint32_t s;
-};
-
 static bool
 emap_eq(const void *ctx, uint64_t ehash, uint32_t v)
 {
-    const struct emap_probe *p = ctx;
+    const struct lr__index_probe *p = ctx;
     const lr_index *ix = p->ix;
     if (v >= EV_OVF)
-        return ix->ep[v - EV_OVF].inst == p->s &&
+        return ix->ep[v - EV_OVF].inst == p->slot &&
                ix->ep[v - EV_OVF].ehash == ehash;
-    return ix->einst[v] == p->s && ix->ehash[v] == ehash;
+    return ix->einst[v] == p->slot && ix->ehash[v] == ehash;
 }
 
 /* Value of (s, ehash) in etab, or LR_NIL. */
@@ -74,7 +69,7 @@ emap_get(const lr_index *ix, uint32_t s, uint64_t ehash)
 {
     if (ix->ecap == 0)
         return LR_NIL;
-    struct emap_probe p = { ix, s };
+    struct lr__index_probe p = { ix, s };
     return lr__table_find(&ix->etab, ehv(ix, s, ehash), ehash, emap_eq, &p);
 }
 
@@ -87,8 +82,8 @@ emap_node(const lr_index *ix, uint32_t v)
 static bool
 omap_eq(const void *ctx, uint64_t n, uint32_t e)
 {
-    const struct emap_probe *p = ctx;
-    return p->ix->ep[e].inst == p->s && p->ix->ep[e].node == n;
+    const struct lr__index_probe *p = ctx;
+    return p->ix->ep[e].inst == p->slot && p->ix->ep[e].node == n;
 }
 
 /* Drop the entry behind etab value v of instance s. */
@@ -147,7 +142,7 @@ lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
         if (ix->einst[n] == s)
             emap_del(ix, s, n);
         if (ovf_bit(ix, n) && ix->otab.count > 0) {
-            struct emap_probe pr = { ix, s };
+            struct lr__index_probe pr = { ix, s };
             uint32_t e;
             while ((e = lr__table_find(&ix->otab, ohv(ix, s, n), n, omap_eq,
                                        &pr)) != LR_NIL)
