@@ -825,6 +825,10 @@ lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
         uint32_t y = node_next(ix, x);
         if (y != LR_NIL && ix->keys[y] == key)
             return y;
+        /* no run hangs from x's run: nothing to look up (a learn that
+         * extends a prompt's end, a KV event after its parent's) */
+        if (ix->runs[node_run(ix, x)].child == LR_NIL)
+            return LR_NIL;
     }
     struct lr__index_probe p = { ix, x };
     *probes += 1;
