@@ -627,11 +627,6 @@ run_push(lr_index *ix, uint32_t r, uint64_t key)
     return n;
 }
 
-/* Prefetch the table slots of the stale entries that n nodes appended
- * below `parent` (LR_NIL: the root) will give up (run_push): those of the
- * parent's last chunk past its end, if the nodes extend its run, and of
- * the chunks at the head of the free list, which they will take (the
- * eviction that made room has just freed them, so they are in cache). */
 /* Warm the line of slot h and the next: a removal's backward shift reads
  * on past its entry (at 3/4 load, about eight slots), as a probe does. */
 static inline void
@@ -641,6 +636,11 @@ warm_slot(const uint64_t *sl, uint32_t size, uint32_t h)
     __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
 }
 
+/* Prefetch the table slots of the stale entries that n nodes appended
+ * below `parent` (LR_NIL: the root) will give up (run_push): those of the
+ * parent's last chunk past its end, if the nodes extend its run, and of
+ * the chunks at the head of the free list, which they will take (the
+ * eviction that made room has just freed them, so they are in cache). */
 static void
 warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
 {
@@ -883,8 +883,24 @@ uint32_t
 lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
                      uint32_t base)
 {
-    uint32_t n;
-    return lr__index_deepest(ix, keys, 0, t, base, &n) == t ? n : LR_NIL;
+    /* from the table's node at or above depth t, down the runs: one
+     * lookup and at most TAB_STRIDE - 1 steps, not a whole search (a
+     * learn resolves every held anchor of a conversation this way) */
+    uint32_t a = base == LR_NIL ? 0 : node_depth(ix, base);
+    uint32_t r = (a + t) % TAB_STRIDE;
+    uint32_t d = r <= t ? t - r : 0, x = base;
+    if (d > 0) {
+        x = node_find(ix, keys[d - 1]);
+        ix->last_probes++;
+        if (x == LR_NIL)
+            return LR_NIL;
+    }
+    for (; d < t; d++) { /* x may be the root (LR_NIL) before the first */
+        x = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
+        if (x == LR_NIL)
+            return LR_NIL;
+    }
+    return x;
 }
 
 uint32_t

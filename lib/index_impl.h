@@ -610,7 +610,8 @@ uint32_t lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
                             uint32_t *probes);
 
 /* The node of keys[t - 1] (keys hanging from node base, LR_NIL for the
- * root), or LR_NIL when the index does not hold that deep. */
+ * root; base itself when t is 0), or LR_NIL when the index does not hold
+ * that deep. */
 uint32_t lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
                               uint32_t base);
 
