@@ -688,6 +688,18 @@ lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
  * empty. Their table entries stay, under flipped keys that no lookup
  * matches, until their slots are used again (run_push): freeing a run of
  * nodes touches only its own chunks, in order. */
+/* Node at offset o (in chunk c) of a run, one the node table holds,
+ * goes: its entry stays, under its flipped key, until the slot is used
+ * again (run_push). The other nodes' keys are left as they are: nothing
+ * reads a key past its run's end. */
+static inline void
+tabled_gone(lr_index *ix, uint32_t c, uint32_t o)
+{
+    ix->keys[(c << CHUNK_SHIFT) | (o & CHUNK_MASK)] ^= DEAD_KEY;
+    ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
+    ix->stale++;
+}
+
 static void
 run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
 {
@@ -695,17 +707,24 @@ run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
     uint32_t c = R->last;
     ix->nodes -= R->len - len;
     while (R->len > len) {
-        uint32_t o = --R->len;
-        uint32_t n = (c << CHUNK_SHIFT) | (o & CHUNK_MASK);
-        ix->keys[n] ^= DEAD_KEY;
-        if (node_tabled(o, R->top + o + 1)) {
-            ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
-            ix->stale++;
-        }
-        lr__index_emap_slots_freed(ix, n);
-        if ((o & CHUNK_MASK) == 0) {
-            uint32_t p = ix->chunks[c].prev;
-            ix->chunks[c].run = LR_NIL;
+        /* offsets [lo, R->len) of the last chunk go, a chunk at a time:
+         * only the nodes the table holds are touched (their keys flipped,
+         * their slots marked stale), one or two in a chunk */
+        struct chunk *C = &ix->chunks[c];
+        uint32_t lo = len > C->base ? len : C->base;
+        uint32_t top = R->top + 1; /* depth of offset 0 */
+        if (lo == 0)
+            tabled_gone(ix, c, 0); /* the run's first node */
+        for (uint32_t o =
+                 lo + (TAB_STRIDE - (top + lo) % TAB_STRIDE) % TAB_STRIDE;
+             o < R->len; o += TAB_STRIDE)
+            if (o != 0)
+                tabled_gone(ix, c, o);
+        lr__index_emap_slots_freed(ix, c, lo - C->base, R->len - C->base);
+        R->len = lo;
+        if (lo == C->base) {
+            uint32_t p = C->prev;
+            C->run = LR_NIL;
             pool_give(&ix->cpool, ix->chunks, sizeof *ix->chunks, CHUNK_LINK,
                       c);
             c = p;

@@ -673,13 +673,14 @@ lr_status lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
 
 /* index_kv.c, the engine-hash map: instance s no longer holds offsets
  * [from, to) of run r (called before the nodes may go): forget their
- * hashes; a node slot was freed; the per-slot arrays for `cap` chunks
- * (once precise mode started); live entries; drop every entry of s; free
+ * hashes; slots [from, to) of chunk c were freed; the per-slot arrays for `cap`
+ * chunks (once precise mode started); live entries; drop every entry of s; free
  * it all; an order-independent checksum of the entries; its invariants
  * (LR_OK or LR_ECORRUPT). */
 void lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
                            uint32_t to);
-void lr__index_emap_slots_freed(lr_index *ix, uint32_t n);
+void lr__index_emap_slots_freed(lr_index *ix, uint32_t c, uint32_t from,
+                                uint32_t to);
 lr_status lr__index_emap_slots(lr_index *ix, uint32_t cap);
 uint64_t lr__index_emap_live(const lr_index *ix);
 void lr__index_emap_drop(lr_index *ix, uint32_t s);

@@ -157,11 +157,13 @@ lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
 }
 
 void
-lr__index_emap_slots_freed(lr_index *ix, uint32_t n)
+lr__index_emap_slots_freed(lr_index *ix, uint32_t c, uint32_t from, uint32_t to)
 {
     if (ix->ecap > 0) {
-        assert(ix->einst[n] == EINST_NONE);
-        ix->eovf[n >> CHUNK_SHIFT] &= (uint16_t) ~(1u << (n & CHUNK_MASK));
+        for (uint32_t k = from; k < to; k++)
+            assert(ix->einst[(c << CHUNK_SHIFT) | k] == EINST_NONE);
+        uint32_t bits = ((1u << to) - 1) & ~((1u << from) - 1);
+        ix->eovf[c] &= (uint16_t)~bits;
     }
 }
 
