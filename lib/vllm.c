@@ -420,6 +420,7 @@ struct event {
     uint64_t parent;
     struct mp tokens;
     uint64_t n_tokens;
+    uint64_t tok_kept; /* its tokens in pass 1's buffer, or TOK_NONE */
     uint64_t block_size;
 };
 
@@ -509,25 +510,72 @@ read_array(struct mp *m, bool (*ok)(const struct mv *), struct mp *at,
     return true;
 }
 
-/* read_array(m, is_token, ...) with the test inlined: a token array is
- * the bulk of every BlockStored event. */
+/* The token ids pass 1 decodes, kept for pass 2 so that it does not
+ * decode them again: every event's in one buffer, grown as it goes. An
+ * event whose tokens could not be kept (no memory) has TOK_NONE, and
+ * pass 2 decodes its tokens from the batch as before. */
+struct tokbuf {
+    struct lr__mem *mem;
+    uint32_t *v;
+    size_t n, cap;
+};
+
+#define TOK_NONE UINT64_MAX
+
+/* Room for `more` tokens after the n kept; false when it cannot be had
+ * (the buffer stays as it was). */
 static bool
-read_tokens(struct mp *m, struct mp *at, uint64_t *n, bool *bad)
+tok_room(struct tokbuf *tb, uint64_t more)
+{
+    if (more <= tb->cap - tb->n)
+        return true;
+    size_t want;
+    if (more > SIZE_MAX / sizeof *tb->v - tb->n ||
+        !lr__mul_size(tb->n + (size_t)more, 2, &want) ||
+        want > SIZE_MAX / sizeof *tb->v)
+        return false;
+    if (want < 1024)
+        want = 1024;
+    uint32_t *v =
+        lr__realloc(tb->mem, tb->v, tb->cap * sizeof *v, want * sizeof *v);
+    if (v == NULL)
+        return false;
+    tb->v = v;
+    tb->cap = want;
+    return true;
+}
+
+/* read_array(m, is_token, ...) with the test inlined: a token array is
+ * the bulk of every BlockStored event. With tb (pass 1), the ids go to
+ * the buffer as they are read (*kept: where, or TOK_NONE). */
+static bool
+read_tokens(struct mp *m, struct mp *at, uint64_t *n, bool *bad,
+            struct tokbuf *tb, uint64_t *kept)
 {
     bool done;
     if (!array_head(m, at, n, bad, &done))
         return done;
+    uint32_t *out = NULL;
+    *kept = TOK_NONE;
+    if (tb != NULL && tok_room(tb, *n)) {
+        out = tb->v + tb->n;
+        *kept = tb->n;
+        tb->n += (size_t)*n;
+    }
     for (uint64_t i = 0; i < *n; i++) {
         uint32_t t;
         size_t k = m->end - m->p >= 5 ? mp_token_at(m->p, &t) : 0;
         if (k > 0) {
             m->p += k;
-            continue;
+        } else {
+            struct mv e;
+            if (!mp_scalar(m, &e))
+                return false;
+            *bad |= !is_token(&e);
+            t = (uint32_t)e.u;
         }
-        struct mv e;
-        if (!mp_scalar(m, &e))
-            return false;
-        *bad |= !is_token(&e);
+        if (out != NULL)
+            out[i] = t;
     }
     return true;
 }
@@ -629,7 +677,8 @@ full_prefix_kind(const struct mv *v)
  * whatever their type; a known one of the wrong type makes the event bad.
  * False only when the bytes are not msgpack. */
 static bool
-read_field(struct mp *m, enum field f, struct event *ev, bool *have)
+read_field(struct mp *m, enum field f, struct event *ev, bool *have,
+           struct tokbuf *tb)
 {
     struct mv v;
     switch (f) {
@@ -638,7 +687,8 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have)
         return read_array(m, is_hash, &ev->hashes, &ev->n_hashes, &ev->bad);
     case F_TOKENS:
         have[F_TOKENS] = true;
-        return read_tokens(m, &ev->tokens, &ev->n_tokens, &ev->bad);
+        return read_tokens(m, &ev->tokens, &ev->n_tokens, &ev->bad, tb,
+                           &ev->tok_kept);
     case F_EXTRA_KEYS:
         return read_extra(m, &ev->skip);
     case F_OTHER:
@@ -701,9 +751,10 @@ event_ok(const struct event *ev, const bool *have)
 
 /* One event, positional or map form. */
 static bool
-read_event(struct mp *m, struct event *ev)
+read_event(struct mp *m, struct event *ev, struct tokbuf *tb)
 {
     memset(ev, 0, sizeof *ev);
+    ev->tok_kept = TOK_NONE;
     bool have[F_OTHER + 1] = { false };
     struct mv v, t;
     if (!mp_next(m, &v))
@@ -722,7 +773,8 @@ read_event(struct mp *m, struct event *ev)
             npos = sizeof removed_pos / sizeof removed_pos[0];
         }
         for (uint64_t i = 1; i < v.u; i++)
-            if (!read_field(m, i - 1 < npos ? pos[i - 1] : F_OTHER, ev, have))
+            if (!read_field(m, i - 1 < npos ? pos[i - 1] : F_OTHER, ev, have,
+                            tb))
                 return false;
     } else if (v.kind == MP_MAP) {
         bool typed = false;
@@ -737,7 +789,7 @@ read_event(struct mp *m, struct event *ev)
                 ev->type = type_named(&t);
                 continue;
             }
-            if (!read_field(m, field_named(&k), ev, have))
+            if (!read_field(m, field_named(&k), ev, have, tb))
                 return false;
         }
         if (!typed)
@@ -898,6 +950,7 @@ struct pass1 {
     struct lr__mem *mem;
     struct event *evs;
     size_t evbytes;
+    struct tokbuf tb; /* used only when evs could be had */
     uint64_t max_hashes, max_tokens;
     lr_status st;
 };
@@ -914,7 +967,8 @@ check_events(struct events_reader *er, struct mp *m, uint64_t n)
     for (uint64_t i = 0; i < n; i++) {
         struct mp start = *m;
         struct event ev;
-        if (p->st == LR_OK && !read_event(m, &ev))
+        if (p->st == LR_OK &&
+            !read_event(m, &ev, p->evs != NULL ? &p->tb : NULL))
             p->st = LR_ECORRUPT;
         if (p->st != LR_OK) {
             *m = start;
@@ -970,11 +1024,15 @@ scratch_alloc(struct lr__mem *mem, uint64_t max_hashes, uint64_t max_tokens,
  * there) counts as unplaced; any other failure stops the batch. */
 static lr_status
 apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
-             const struct scratch *sc, uint64_t now_ns,
+             const struct scratch *sc, const struct tokbuf *tb, uint64_t now_ns,
              lr_vllm_batch_info *info)
 {
     copy_hashes(ev->hashes, ev->n_hashes, sc->hashes);
-    copy_tokens(ev->tokens, ev->n_tokens, sc->tokens);
+    const uint32_t *tokens = sc->tokens;
+    if (ev->tok_kept != TOK_NONE)
+        tokens = tb->v + ev->tok_kept;
+    else
+        copy_tokens(ev->tokens, ev->n_tokens, sc->tokens);
     lr_kv_stored k;
     lr_kv_stored_init(&k);
     k.block_hashes = sc->hashes;
@@ -982,7 +1040,7 @@ apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
     k.has_parent = ev->has_parent;
     k.parent_hash = ev->parent;
     k.block_size = (uint32_t)ev->block_size;
-    k.token_ids = sc->tokens;
+    k.token_ids = tokens;
     k.n_tokens = (size_t)ev->n_tokens;
     lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
     if (s == LR_ENOENT) {
@@ -997,7 +1055,8 @@ apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
 /* Pass 2's step: one event checked by pass 1, counted in info. */
 static lr_status
 apply_event(lr_index *ix, uint32_t instance, const struct event *ev,
-            const struct scratch *sc, uint64_t now_ns, lr_vllm_batch_info *info)
+            const struct scratch *sc, const struct tokbuf *tb, uint64_t now_ns,
+            lr_vllm_batch_info *info)
 {
     if (ev->skip) {
         info->skipped++;
@@ -1009,7 +1068,7 @@ apply_event(lr_index *ix, uint32_t instance, const struct event *ev,
     }
     switch (ev->type) {
     case EV_STORED:
-        return apply_stored(ix, instance, ev, sc, now_ns, info);
+        return apply_stored(ix, instance, ev, sc, tb, now_ns, info);
     case EV_REMOVED:
         copy_hashes(ev->hashes, ev->n_hashes, sc->hashes);
         /* LR_ENOENT: the index never saw the instance, nothing to drop */
@@ -1032,7 +1091,9 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
     struct mp m = { buf, buf + len };
     struct mp events = m;
     uint64_t n_events = 0;
-    struct pass1 p1 = { .er = { check_events }, .ix = ix, .mem = mem };
+    struct pass1 p1 = {
+        .er = { check_events }, .ix = ix, .mem = mem, .tb = { .mem = mem }
+    };
     lr_status st = LR_ECORRUPT;
     if (len > 0 && read_batch(&m, info, &p1.er, &events, &n_events)) {
         info->events = (uint32_t)n_events;
@@ -1050,13 +1111,14 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
         if (evs != NULL)
             ev = evs[i];
         else
-            (void)read_event(&at, &ev); /* checked in pass 1 */
-        st = apply_event(ix, instance, &ev, &sc, now_ns, info);
+            (void)read_event(&at, &ev, NULL); /* checked in pass 1 */
+        st = apply_event(ix, instance, &ev, &sc, &p1.tb, now_ns, info);
         if (st != LR_OK)
             break;
     }
     info->done = i;
     lr__free(mem, sc.raw, sc.bytes);
+    lr__free(mem, p1.tb.v, p1.tb.cap * sizeof *p1.tb.v);
     if (evs != NULL)
         lr__free(mem, evs, p1.evbytes);
     return st;
