@@ -557,7 +557,7 @@ read_tokens(struct mp *m, struct mp *at, uint64_t *n, bool *bad,
         return done;
     uint32_t *out = NULL;
     *kept = TOK_NONE;
-    if (tb != NULL && tok_room(tb, *n)) {
+    if (tb != NULL && *n > 0 && tok_room(tb, *n)) {
         out = tb->v + tb->n;
         *kept = tb->n;
         tb->n += (size_t)*n;
