@@ -317,11 +317,14 @@ mp_fast_uint(struct mp *m, uint64_t *u)
 static inline size_t
 mp_token_at(const uint8_t *p, uint32_t *u)
 {
-    /* Without branches on the form: token ids of a real vocabulary mix
-     * uint 16 and uint 32 about evenly, and a branch on it mispredicted
-     * at every other token. uint 8, 16, 32 (0xcc + k, k = 0..2) carry
-     * 1 << k bytes: the big-endian word after the tag shifted right by
-     * 32 - 8 (1 << k). */
+    /* Without a branch on the width: token ids of a real vocabulary mix
+     * uint 16 and uint 32 about evenly, and a switch on the tag
+     * mispredicted at every other token. uint 8, 16, 32 (0xcc + k, k =
+     * 0..2) carry 1 << k bytes: the big-endian word after the tag shifted
+     * right by 32 - 8 (1 << k). (The compiler may still branch on "a
+     * fixint or not", which a vocabulary's ids answer the same way
+     * nearly every time.) kv_ingest_new: 1044 -> 934 ns per event
+     * against the switch, ten alternating pairs. */
     uint8_t c = p[0];
     unsigned k = (unsigned)c - 0xccu;
     bool fix = c <= 0x7f, uint = k < 3;
