@@ -194,6 +194,26 @@ lr__free(struct lr__mem *m, void *p, size_t n)
 }
 
 lr_status
+lr__grow(struct lr__mem *m, void **arr, size_t *cap, size_t need, size_t elem,
+         size_t min)
+{
+    if (need <= *cap)
+        return LR_OK;
+    size_t want = need > SIZE_MAX - need / 2 ? need : need + need / 2;
+    if (want < min)
+        want = min;
+    size_t old_bytes = *cap * elem, bytes; /* *cap * elem fitted before */
+    if (!lr__mul_size(want, elem, &bytes))
+        return LR_ENOMEM;
+    void *p = lr__realloc(m, *arr, old_bytes, bytes);
+    if (p == NULL)
+        return LR_ENOMEM;
+    *arr = p;
+    *cap = want;
+    return LR_OK;
+}
+
+lr_status
 lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at, void *out)
 {
     struct lr__mem m;

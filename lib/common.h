@@ -63,6 +63,12 @@ void *lr__calloc(struct lr__mem *m, size_t count, size_t size);
 void *lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n);
 void lr__free(struct lr__mem *m, void *p, size_t n);
 
+/* Room for `need` elements of `elem` bytes in *arr (*cap of them now):
+ * grown to need + need / 2, at least `min`, when it holds fewer. LR_OK,
+ * or LR_ENOMEM with *arr and *cap as they were. For scratch arrays. */
+lr_status lr__grow(struct lr__mem *m, void **arr, size_t *cap, size_t need,
+                   size_t elem, size_t min);
+
 /* A new handle: `size` zeroed bytes from the caller's allocator `a` (NULL:
  * libc's; one without all three functions: LR_EINVAL), which the handle
  * keeps at byte `mem_at` (its `struct lr__mem` field, counting the handle)

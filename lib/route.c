@@ -61,16 +61,8 @@ route_start(struct route *rt, const lr_request *q, const uint64_t *kb,
 static lr_status
 scratch_keys(lr_router *r, size_t n)
 {
-    if (n <= r->kbuf_cap)
-        return LR_OK;
-    size_t want = n < KBUF_MIN ? KBUF_MIN : n + n / 2;
-    uint64_t *p = lr__realloc(&r->mem, r->kbuf, r->kbuf_cap * sizeof *p,
-                              want * sizeof *p);
-    if (p == NULL)
-        return LR_ENOMEM;
-    r->kbuf = p;
-    r->kbuf_cap = want;
-    return LR_OK;
+    return lr__grow(&r->mem, (void **)&r->kbuf, &r->kbuf_cap, n,
+                    sizeof *r->kbuf, KBUF_MIN);
 }
 
 /* The leading block keys a route needs: every one when it records (the

@@ -524,28 +524,16 @@ struct tokbuf {
 };
 
 #define TOK_NONE UINT64_MAX
+#define TOK_MIN 1024u /* first size of the buffer, in tokens */
 
 /* Room for `more` tokens after the n kept; false when it cannot be had
  * (the buffer stays as it was). */
 static bool
 tok_room(struct tokbuf *tb, uint64_t more)
 {
-    if (more <= tb->cap - tb->n)
-        return true;
-    size_t want;
-    if (more > SIZE_MAX / sizeof *tb->v - tb->n ||
-        !lr__mul_size(tb->n + (size_t)more, 2, &want) ||
-        want > SIZE_MAX / sizeof *tb->v)
-        return false;
-    if (want < 1024)
-        want = 1024;
-    uint32_t *v =
-        lr__realloc(tb->mem, tb->v, tb->cap * sizeof *v, want * sizeof *v);
-    if (v == NULL)
-        return false;
-    tb->v = v;
-    tb->cap = want;
-    return true;
+    return more <= SIZE_MAX - tb->n &&
+           lr__grow(tb->mem, (void **)&tb->v, &tb->cap, tb->n + (size_t)more,
+                    sizeof *tb->v, TOK_MIN) == LR_OK;
 }
 
 /* read_array(m, is_token, ...) with the test inlined: a token array is
