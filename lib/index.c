@@ -1085,8 +1085,14 @@ lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
     /* anchors on what is already held */
     for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
         uint32_t nd = lr__index_chain_node(ix, p->keys, p->anchors[a], p->base);
+        /* s holds the anchor's block; only a key that collided on the path
+         * (or that a forged delta put there) can make either lookup miss */
+        if (nd == LR_NIL)
+            continue;
         uint32_t r = node_run(ix, nd), o = node_off(ix, nd);
         uint32_t x = hold_span(ix, r, o, s);
+        if (x == LR_NIL)
+            continue;
         if (!(ix->sp[x].flags & SF_ANCHORS))
             ix->sp[lr__index_cut(ix, x, o)].bits |= HB_ANCHOR;
     }
