@@ -310,21 +310,12 @@ lr_blob_destroy(lr_blob *blob)
 
 /* ---- PRNG --------------------------------------------------------------- */
 
-static uint64_t
-splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void
 lr__rng_seed(struct lr__rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = lr__splitmix64(&x);
 }
 
 static inline uint64_t

@@ -179,6 +179,17 @@ struct lr__rng {
 };
 
 void lr__rng_seed(struct lr__rng *r, uint64_t seed);
+
+/* splitmix64: the next of the sequence seeded at *x (it seeds lr__rng;
+ * tests and benchmarks use it as their repeatable PRNG). */
+static inline uint64_t
+lr__splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 uint64_t lr__rng_next(struct lr__rng *r);
 /* Uniform in [0, n) for n >= 1, without modulo bias. */
 uint64_t lr__rng_below(struct lr__rng *r, uint64_t n);

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "common.h"
 #include "libroute/lr_common.h"
 
 /* Fail with both status names when a call returns the wrong status. */
@@ -75,14 +76,11 @@ struct lr_load_snapshot;
 bool tu_same_load(const struct lr_load_snapshot *a,
                   const struct lr_load_snapshot *b);
 
-/* Tiny deterministic PRNG for tests (splitmix64). */
+/* Tiny deterministic PRNG for tests (the library's splitmix64). */
 static inline uint64_t
 tu_rand(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return lr__splitmix64(s);
 }
 
 static inline uint64_t
