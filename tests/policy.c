@@ -1090,6 +1090,64 @@ agrees_with_route(void **state)
     }
 }
 
+/* route() writes each row field by field (lib/route.c, gather_row): what
+ * one policy filled (sglang's tree sizes, adaptive's averages, a ring's
+ * ranks) must not stay in the rows of the next. */
+static void
+rows_keep_nothing_of_the_last_policy(void **state)
+{
+    (void)state;
+    struct fleet f;
+    fleet_make(&f, LR_POLICY_SGLANG_CACHE_AWARE);
+    const int32_t fill[] = { LR_POLICY_SGLANG_CACHE_AWARE, LR_POLICY_ADAPTIVE,
+                             LR_POLICY_CONSISTENT_HASH };
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 1u << 30;
+    q.tokens = f.prompt[0];
+    q.n_tokens = 256;
+    lr_candidate rows[16];
+    size_t n = 0;
+    uint64_t now = T0, id = 100;
+    for (size_t p = 0; p < sizeof fill / sizeof fill[0]; p++) {
+        assert_st(lr_router_set_policy(f.r, fill[p]), LR_OK);
+        for (uint32_t i = 0; i < 12; i++, now += MS)
+            fleet_route(&f, id++, i, now);
+    }
+    /* the fills this test is about did happen */
+    double got = 0;
+    q.now_ns = now;
+    assert_st(lr_router_set_policy(f.r, LR_POLICY_SGLANG_CACHE_AWARE), LR_OK);
+    assert_st(lr_router_candidates(f.r, &q, rows, 16, sizeof rows[0], &n),
+              LR_OK);
+    for (size_t k = 0; k < n; k++)
+        got += (double)rows[k].tree_blocks;
+    assert_true(got > 0);
+    assert_st(lr_router_set_policy(f.r, LR_POLICY_ADAPTIVE), LR_OK);
+    assert_st(lr_router_candidates(f.r, &q, rows, 16, sizeof rows[0], &n),
+              LR_OK);
+    got = 0;
+    for (size_t k = 0; k < n; k++)
+        got += rows[k].route_rate;
+    assert_true(got > 0);
+    /* then a policy that reads only the load: none of it */
+    assert_st(lr_router_set_policy(f.r, LR_POLICY_RANDOM), LR_OK);
+    assert_st(lr_router_candidates(f.r, &q, rows, 16, sizeof rows[0], &n),
+              LR_OK);
+    assert_int_equal(n, 6);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(rows[k].tree_blocks, 0);
+        assert_int_equal(rows[k].ring_rank, 0);
+        assert_int_equal(rows[k].flags, 0);
+        assert_true(rows[k].cached_age_s < 0);
+        assert_true(rows[k].ttft_s_per_token == 0 && rows[k].ttft_base_s == 0 &&
+                    rows[k].ttft_s_per_decoding == 0);
+        assert_true(rows[k].prefill_tokens_avg == 0 && rows[k].route_rate == 0);
+        assert_int_equal(rows[k].cached_tokens, 0); /* random matches nothing */
+    }
+    lr_router_destroy(f.r);
+}
+
 static void
 agrees_with_route_lodestar(void **state)
 {
@@ -1251,6 +1309,7 @@ main(void)
         cmocka_unit_test(lodestar_rules),
         cmocka_unit_test(every_policy_random_tables),
         cmocka_unit_test(agrees_with_route),
+        cmocka_unit_test(rows_keep_nothing_of_the_last_policy),
         cmocka_unit_test(agrees_with_route_lodestar),
         cmocka_unit_test(agrees_with_route_gorgo_trial),
         cmocka_unit_test(router_api_bad_input),
