@@ -35,6 +35,15 @@ struct model {
 
 #define ERR_WINDOW 256u
 
+/* The training side's rows: a FIFO of the newest samples (oldest first)
+ * and a replay chosen from the ones that left it; x rows of the learner's
+ * feature width, y their targets. The learner's own, or a step's next. */
+struct bufs {
+    float *fx, *fy; /* fifo_n rows, fifo_capacity allocated */
+    float *rx, *ry; /* replay_n rows, replay_capacity allocated */
+    uint32_t fifo_n, replay_n;
+};
+
 struct lr_learner {
     struct lr__mem mem; /* training side (and create/destroy) only */
     lr_learner_options o;
@@ -56,10 +65,7 @@ struct lr_learner {
     float err[ERR_WINDOW];
     uint32_t err_n, err_pos;
     /* training side */
-    float *fx, *fy; /* FIFO, oldest first, fifo_n rows */
-    uint32_t fifo_n;
-    float *rx, *ry; /* replay, rx_n rows */
-    uint32_t replay_n;
+    struct bufs b;        /* FIFO and replay */
     uint64_t taken;       /* samples taken over the learner's life */
     uint64_t since_round; /* samples taken since the last round */
     uint64_t round;
@@ -90,17 +96,34 @@ rows_bytes(size_t rows, size_t width)
     return rows * width * sizeof(float);
 }
 
-/* Free a FIFO (fx, fy) and a replay (rx, ry) of l's capacities: the
- * learner's own or a step's next ones. */
-static void
-fifo_replay_free(lr_learner *l, float *fx, float *fy, float *rx, float *ry)
+/* Buffers of l's capacities (the replay's only if it has one), empty.
+ * LR_ENOMEM leaves what it got in b for bufs_free(). */
+static lr_status
+bufs_alloc(lr_learner *l, struct bufs *b)
 {
     struct lr__mem *m = &l->mem;
     uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
-    lr__free(m, fx, rows_bytes(fc, l->d));
-    lr__free(m, fy, rows_bytes(fc, 1));
-    lr__free(m, rx, rows_bytes(rc, l->d));
-    lr__free(m, ry, rows_bytes(rc, 1));
+    b->fx = lr__alloc(m, rows_bytes(fc, l->d));
+    b->fy = lr__alloc(m, rows_bytes(fc, 1));
+    LR_RETURN_IF(b->fx == NULL || b->fy == NULL, LR_ENOMEM);
+    if (rc > 0) {
+        b->rx = lr__alloc(m, rows_bytes(rc, l->d));
+        b->ry = lr__alloc(m, rows_bytes(rc, 1));
+        LR_RETURN_IF(b->rx == NULL || b->ry == NULL, LR_ENOMEM);
+    }
+    return LR_OK;
+}
+
+static void
+bufs_free(lr_learner *l, struct bufs *b)
+{
+    struct lr__mem *m = &l->mem;
+    uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
+    lr__free(m, b->fx, rows_bytes(fc, l->d));
+    lr__free(m, b->fy, rows_bytes(fc, 1));
+    lr__free(m, b->rx, rows_bytes(rc, l->d));
+    lr__free(m, b->ry, rows_bytes(rc, 1));
+    memset(b, 0, sizeof *b);
 }
 
 void
@@ -118,9 +141,8 @@ lr_learner_destroy(lr_learner *l)
     }
     lr_mlp_destroy(l->prev);
     lr__free(m, l->pq, rows_bytes(l->pcap, l->row));
-    fifo_replay_free(l, l->fx, l->fy, l->rx, l->ry);
-    struct lr__mem mm = *m;
-    lr__free(&mm, l, sizeof *l);
+    bufs_free(l, &l->b);
+    LR__HANDLE_FREE(l, lr_learner);
 }
 
 static lr_status
@@ -196,14 +218,7 @@ lr_learner_create(const lr_learner_options *opt, lr_learner **out)
     atomic_init(&l->retired, NULL);
     atomic_init(&l->stepping, 0);
     l->pq = lr__alloc(&l->mem, rows_bytes(l->pcap, l->row));
-    l->fx = lr__alloc(&l->mem, rows_bytes(o.fifo_capacity, l->d));
-    l->fy = lr__alloc(&l->mem, rows_bytes(o.fifo_capacity, 1));
-    if (o.replay_capacity > 0) {
-        l->rx = lr__alloc(&l->mem, rows_bytes(o.replay_capacity, l->d));
-        l->ry = lr__alloc(&l->mem, rows_bytes(o.replay_capacity, 1));
-    }
-    if (l->pq == NULL || l->fx == NULL || l->fy == NULL ||
-        (o.replay_capacity > 0 && (l->rx == NULL || l->ry == NULL))) {
+    if (l->pq == NULL || bufs_alloc(l, &l->b) != LR_OK) {
         lr_learner_destroy(l);
         return LR_ENOMEM;
     }
@@ -367,18 +382,18 @@ static lr_status
 samples_locked(const lr_learner *l, float *x, float *y, size_t cap,
                size_t *n_out)
 {
-    size_t n = (size_t)l->fifo_n + l->replay_n;
+    size_t n = (size_t)l->b.fifo_n + l->b.replay_n;
     *n_out = n;
     LR_RETURN_IF(cap < n, LR_EBUFSIZE);
     LR_RETURN_IF(n > 0 && (x == NULL || y == NULL), LR_EINVAL);
-    if (l->fifo_n > 0) {
-        memcpy(x, l->fx, rows_bytes(l->fifo_n, l->d));
-        memcpy(y, l->fy, rows_bytes(l->fifo_n, 1));
+    if (l->b.fifo_n > 0) {
+        memcpy(x, l->b.fx, rows_bytes(l->b.fifo_n, l->d));
+        memcpy(y, l->b.fy, rows_bytes(l->b.fifo_n, 1));
     }
-    if (l->replay_n > 0) {
-        memcpy(x + (size_t)l->fifo_n * l->d, l->rx,
-               rows_bytes(l->replay_n, l->d));
-        memcpy(y + l->fifo_n, l->ry, rows_bytes(l->replay_n, 1));
+    if (l->b.replay_n > 0) {
+        memcpy(x + (size_t)l->b.fifo_n * l->d, l->b.rx,
+               rows_bytes(l->b.replay_n, l->d));
+        memcpy(y + l->b.fifo_n, l->b.ry, rows_bytes(l->b.replay_n, 1));
     }
     return LR_OK;
 }
@@ -397,8 +412,7 @@ lr_learner_samples(lr_learner *l, float *x, float *y, size_t cap, size_t *n_out)
 
 /* The next buffers a step builds before it commits. */
 struct next {
-    float *fx, *fy, *rx, *ry;
-    uint32_t fifo_n, replay_n;
+    struct bufs b;
     float *tx, *ty; /* training set: FIFO then replay */
     struct model *pub;
     lr_mlp *net;
@@ -415,7 +429,7 @@ next_free(lr_learner *l, struct next *n)
 {
     struct lr__mem *m = &l->mem;
     uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
-    fifo_replay_free(l, n->fx, n->fy, n->rx, n->ry);
+    bufs_free(l, &n->b);
     lr__free(m, n->tx, rows_bytes((size_t)fc + rc, l->d));
     lr__free(m, n->ty, rows_bytes((size_t)fc + rc, 1));
     lr__free(m, n->px, rows_bytes(n->pool_cap, l->d));
@@ -773,20 +787,13 @@ build_buffers(lr_learner *l, struct next *n, uint64_t t0, uint64_t n_new)
     struct lr__mem *mem = &l->mem;
     uint32_t fc = l->o.fifo_capacity, rc = l->o.replay_capacity;
     size_t d = l->d;
-    n->fx = lr__alloc(mem, rows_bytes(fc, d));
-    n->fy = lr__alloc(mem, rows_bytes(fc, 1));
-    LR_RETURN_IF(n->fx == NULL || n->fy == NULL, LR_ENOMEM);
-    if (rc > 0) {
-        n->rx = lr__alloc(mem, rows_bytes(rc, d));
-        n->ry = lr__alloc(mem, rows_bytes(rc, 1));
-        LR_RETURN_IF(n->rx == NULL || n->ry == NULL, LR_ENOMEM);
-    }
+    LR_TRY(bufs_alloc(l, &n->b));
     /* all rows in age order: FIFO (0..fifo_n), then pending (new) */
-    uint64_t total = (uint64_t)l->fifo_n + n_new;
+    uint64_t total = (uint64_t)l->b.fifo_n + n_new;
     uint64_t leave = total > fc ? total - fc : 0; /* oldest `leave` go */
     /* pool for the replay choice: replay + leaving rows */
-    size_t pool = (size_t)l->replay_n + (size_t)leave;
-    n->fifo_n = (uint32_t)(total - leave);
+    size_t pool = (size_t)l->b.replay_n + (size_t)leave;
+    n->b.fifo_n = (uint32_t)(total - leave);
     if (rc > 0 && pool > 0) {
         n->pool_cap = pool;
         n->emb_w = l->prev != NULL ? lr__mlp_width(l->prev) : d;
@@ -798,21 +805,21 @@ build_buffers(lr_learner *l, struct next *n, uint64_t t0, uint64_t n_new)
         LR_RETURN_IF(n->px == NULL || n->py == NULL || n->emb == NULL ||
                          n->mind == NULL || n->pick == NULL,
                      LR_ENOMEM);
-        if (l->replay_n > 0) {
-            memcpy(n->px, l->rx, rows_bytes(l->replay_n, d));
-            memcpy(n->py, l->ry, rows_bytes(l->replay_n, 1));
+        if (l->b.replay_n > 0) {
+            memcpy(n->px, l->b.rx, rows_bytes(l->b.replay_n, d));
+            memcpy(n->py, l->b.ry, rows_bytes(l->b.replay_n, 1));
         }
     }
-    size_t pi = l->replay_n, fi = 0;
+    size_t pi = l->b.replay_n, fi = 0;
     for (uint64_t i = 0; i < total; i++) {
         const float *x;
         float y;
-        if (i < l->fifo_n) {
-            x = l->fx + (size_t)i * d;
-            y = l->fy[i];
+        if (i < l->b.fifo_n) {
+            x = l->b.fx + (size_t)i * d;
+            y = l->b.fy[i];
         } else {
             const float *row =
-                l->pq + (size_t)((t0 + (i - l->fifo_n)) % l->pcap) * l->row;
+                l->pq + (size_t)((t0 + (i - l->b.fifo_n)) % l->pcap) * l->row;
             x = row;
             y = row[d];
         }
@@ -822,28 +829,28 @@ build_buffers(lr_learner *l, struct next *n, uint64_t t0, uint64_t n_new)
                 n->py[pi++] = y;
             }
         } else {
-            memcpy(n->fx + fi * d, x, d * sizeof(float));
-            n->fy[fi++] = y;
+            memcpy(n->b.fx + fi * d, x, d * sizeof(float));
+            n->b.fy[fi++] = y;
         }
     }
     if (rc == 0)
         return LR_OK;
     if (pool <= rc) {
         if (pool > 0) {
-            memcpy(n->rx, n->px, rows_bytes(pool, d));
-            memcpy(n->ry, n->py, rows_bytes(pool, 1));
+            memcpy(n->b.rx, n->px, rows_bytes(pool, d));
+            memcpy(n->b.ry, n->py, rows_bytes(pool, 1));
         }
-        n->replay_n = (uint32_t)pool;
+        n->b.replay_n = (uint32_t)pool;
         return LR_OK;
     }
     LR_TRY(embed_pool(l, n, pool));
     LR_TRY(k_center(l, n, pool, rc));
     for (size_t j = 0; j < rc; j++) {
         uint32_t p = n->pick[j];
-        memcpy(n->rx + j * d, n->px + (size_t)p * d, d * sizeof(float));
-        n->ry[j] = n->py[p];
+        memcpy(n->b.rx + j * d, n->px + (size_t)p * d, d * sizeof(float));
+        n->b.ry[j] = n->py[p];
     }
-    n->replay_n = rc;
+    n->b.replay_n = rc;
     return LR_OK;
 }
 
@@ -852,19 +859,19 @@ train_round(lr_learner *l, struct next *n)
 {
     struct lr__mem *mem = &l->mem;
     size_t d = l->d;
-    size_t rows = (size_t)n->fifo_n + n->replay_n;
+    size_t rows = (size_t)n->b.fifo_n + n->b.replay_n;
     LR_RETURN_IF(rows == 0, LR_ESTATE);
     size_t cap = (size_t)l->o.fifo_capacity + l->o.replay_capacity;
     n->tx = lr__alloc(mem, rows_bytes(cap, d));
     n->ty = lr__alloc(mem, rows_bytes(cap, 1));
     n->pub = lr__calloc(mem, 1, sizeof *n->pub);
     LR_RETURN_IF(n->tx == NULL || n->ty == NULL || n->pub == NULL, LR_ENOMEM);
-    memcpy(n->tx, n->fx, rows_bytes(n->fifo_n, d));
-    memcpy(n->ty, n->fy, rows_bytes(n->fifo_n, 1));
-    if (n->replay_n > 0) {
-        memcpy(n->tx + (size_t)n->fifo_n * d, n->rx,
-               rows_bytes(n->replay_n, d));
-        memcpy(n->ty + n->fifo_n, n->ry, rows_bytes(n->replay_n, 1));
+    memcpy(n->tx, n->b.fx, rows_bytes(n->b.fifo_n, d));
+    memcpy(n->ty, n->b.fy, rows_bytes(n->b.fifo_n, 1));
+    if (n->b.replay_n > 0) {
+        memcpy(n->tx + (size_t)n->b.fifo_n * d, n->b.rx,
+               rows_bytes(n->b.replay_n, d));
+        memcpy(n->ty + n->b.fifo_n, n->b.ry, rows_bytes(n->b.replay_n, 1));
     }
     lr_mlp_options mo = l->mo;
     mo.seed = lr__mix64(l->o.seed, l->round + 1);
@@ -875,7 +882,7 @@ train_round(lr_learner *l, struct next *n)
     LR_TRY(lr_mlp_clone(n->net, &n->pub->net));
     n->pub->round = l->round + 1;
     n->pub->samples = rows;
-    n->pub->replay = n->replay_n;
+    n->pub->replay = n->b.replay_n;
     n->pub->mse = mse;
     return LR_OK;
 }
@@ -892,7 +899,7 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
     uint64_t t0 = atomic_load_explicit(&l->tail, memory_order_relaxed);
     uint64_t h = atomic_load_explicit(&l->head, memory_order_acquire);
     uint64_t n_new = h - t0;
-    bool have = l->fifo_n + l->replay_n + n_new > 0;
+    bool have = l->b.fifo_n + l->b.replay_n + n_new > 0;
     bool train;
     if ((flags & LR_LEARN_FORCE) != 0)
         train = have;
@@ -921,14 +928,9 @@ step_locked(lr_learner *l, uint32_t flags, int32_t *trained)
         return st;
     }
     /* commit: nothing below fails */
-    fifo_replay_free(l, l->fx, l->fy, l->rx, l->ry);
-    l->fx = n.fx;
-    l->fy = n.fy;
-    l->rx = n.rx;
-    l->ry = n.ry;
-    l->fifo_n = n.fifo_n;
-    l->replay_n = n.replay_n;
-    n.fx = n.fy = n.rx = n.ry = NULL;
+    bufs_free(l, &l->b);
+    l->b = n.b;
+    memset(&n.b, 0, sizeof n.b);
     atomic_store_explicit(&l->tail, h, memory_order_release);
     l->taken += n_new;
     l->since_round += n_new;
@@ -967,15 +969,15 @@ lr_learner_step(lr_learner *l, uint32_t flags, int32_t *trained)
 uint64_t
 lr__learner_digest(const lr_learner *l)
 {
-    uint64_t h = lr__hash(&l->fifo_n, sizeof l->fifo_n, 1);
-    h = lr__hash(&l->replay_n, sizeof l->replay_n, h);
-    if (l->fifo_n > 0) {
-        h = lr__hash(l->fx, rows_bytes(l->fifo_n, l->d), h);
-        h = lr__hash(l->fy, rows_bytes(l->fifo_n, 1), h);
+    uint64_t h = lr__hash(&l->b.fifo_n, sizeof l->b.fifo_n, 1);
+    h = lr__hash(&l->b.replay_n, sizeof l->b.replay_n, h);
+    if (l->b.fifo_n > 0) {
+        h = lr__hash(l->b.fx, rows_bytes(l->b.fifo_n, l->d), h);
+        h = lr__hash(l->b.fy, rows_bytes(l->b.fifo_n, 1), h);
     }
-    if (l->replay_n > 0) {
-        h = lr__hash(l->rx, rows_bytes(l->replay_n, l->d), h);
-        h = lr__hash(l->ry, rows_bytes(l->replay_n, 1), h);
+    if (l->b.replay_n > 0) {
+        h = lr__hash(l->b.rx, rows_bytes(l->b.replay_n, l->d), h);
+        h = lr__hash(l->b.ry, rows_bytes(l->b.replay_n, 1), h);
     }
     uint64_t v[6] = { atomic_load(&l->head),
                       atomic_load(&l->tail),
@@ -991,6 +993,6 @@ lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
                   uint32_t *replay)
 {
     *pending = atomic_load(&l->head) - atomic_load(&l->tail);
-    *fifo = l->fifo_n;
-    *replay = l->replay_n;
+    *fifo = l->b.fifo_n;
+    *replay = l->b.replay_n;
 }
