@@ -226,6 +226,14 @@ lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at, void *out)
     return LR_OK;
 }
 
+void
+lr__handle_free(void *h, size_t size, size_t mem_at)
+{
+    struct lr__mem m;
+    memcpy(&m, (char *)h + mem_at, sizeof m);
+    lr__free(&m, h, size);
+}
+
 lr_status
 lr__copy_sized(void *dst, size_t dst_size, const void *src, size_t min_size)
 {

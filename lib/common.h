@@ -79,6 +79,10 @@ lr_status lr__handle_new(const lr_allocator *a, size_t size, size_t mem_at,
 /* The same for a handle `h` of type T (with its lr__mem as `mem`). */
 #define LR__HANDLE_NEW(h, T, a) \
     lr__handle_new((a), sizeof(T), offsetof(T, mem), &(h))
+/* The handle's own bytes back to the allocator it keeps inside them (read
+ * out first): the last step of a destroy, after its parts are freed. */
+void lr__handle_free(void *h, size_t size, size_t mem_at);
+#define LR__HANDLE_FREE(h, T) lr__handle_free((h), sizeof(T), offsetof(T, mem))
 
 /* Options read over their defaults `def`: a field the caller left 0 keeps
  * its default (for the fields where 0 is not a choice of its own). */

@@ -332,10 +332,8 @@ lr_cost_create(const lr_cost_options *opt, lr_cost **out)
 void
 lr_cost_destroy(lr_cost *c)
 {
-    if (c == NULL)
-        return;
-    struct lr__mem m = c->mem;
-    lr__free(&m, c, sizeof *c);
+    if (c != NULL)
+        LR__HANDLE_FREE(c, lr_cost);
 }
 
 int32_t

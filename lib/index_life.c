@@ -126,8 +126,7 @@ index_free(lr_index *ix)
     lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
     lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
     lr__free(m, ix->hk, (size_t)ix->max_inst * sizeof(struct lr__hitkey));
-    struct lr__mem mm = *m;
-    lr__free(&mm, ix, sizeof *ix);
+    LR__HANDLE_FREE(ix, lr_index);
 }
 
 /* The caller's options over the defaults (zero means default), checked. */
@@ -162,9 +161,9 @@ resolve_options(const lr_index_options *opt, lr_index_options *o)
 lr_status
 lr_index_create(const lr_index_options *opt, lr_index **out)
 {
+    lr_index_options o;
     LR_RETURN_IF(out == NULL, LR_EINVAL);
     *out = NULL;
-    lr_index_options o;
     LR_TRY(resolve_options(opt, &o));
     lr_index *ix;
     LR_TRY(LR__HANDLE_NEW(ix, lr_index, o.allocator));

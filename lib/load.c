@@ -74,8 +74,7 @@ load_free(lr_load *ld)
     lr__free(m, ld->in, (size_t)ld->max_inst * sizeof(struct inst));
     lr__free(m, ld->rq, (size_t)ld->max_req * sizeof(struct req));
     lr__table_free(&ld->tab, m);
-    struct lr__mem mm = *m;
-    lr__free(&mm, ld, sizeof *ld);
+    LR__HANDLE_FREE(ld, lr_load);
 }
 
 lr_status

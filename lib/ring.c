@@ -648,9 +648,7 @@ lr_ring_destroy(lr_ring *ring)
     lr__free(&ring->mem, ring->lv, ring->nl_cap * sizeof *ring->lv);
     lr__free(&ring->mem, ring->last, ring->nl_cap * sizeof *ring->last);
     lr__free(&ring->mem, ring->tab, ring->tab_cap * sizeof *ring->tab);
-    struct lr__mem mem = ring->mem; /* the ring cannot free itself from
-                                     * inside itself */
-    lr__free(&mem, ring, sizeof *ring);
+    LR__HANDLE_FREE(ring, lr_ring);
 }
 
 /* 1..LR_RING_MAX_NAME bytes. The scan stops one byte past the longest legal

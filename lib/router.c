@@ -95,8 +95,7 @@ router_free(lr_router *r)
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
     pthread_mutex_destroy(&r->mu);
-    struct lr__mem mm = *m;
-    lr__free(&mm, r, sizeof *r);
+    LR__HANDLE_FREE(r, lr_router);
 }
 
 void
@@ -267,8 +266,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     lr_router *r;
     LR_TRY(LR__HANDLE_NEW(r, lr_router, o.allocator));
     if (pthread_mutex_init(&r->mu, NULL) != 0) {
-        struct lr__mem m = r->mem;
-        lr__free(&m, r, sizeof *r);
+        LR__HANDLE_FREE(r, lr_router);
         return LR_ENOMEM;
     }
     r->spins = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? LR__ROUTER_SPINS : 0;
