@@ -453,23 +453,20 @@ adam_avx2(float *p, float *mo, float *v, const float *g, size_t n, float wd,
 
 /* ---- kernel choice ------------------------------------------------------- */
 
-static const struct lr__mlp_kernels kernels_portable = {
-    .name = "portable",
-    .gemm = gemm_portable,
-    .relu_back = relu_back_portable,
-    .adam = adam_portable,
-    .dots = dots_portable,
-};
+/* One table per instruction set, each naming its variant of every kernel
+ * (a new kernel is one line here). */
+#define KERNELS(label, isa)                                              \
+    {                                                                    \
+        .name = label, .gemm = gemm_##isa, .relu_back = relu_back_##isa, \
+        .adam = adam_##isa, .dots = dots_##isa,                          \
+    }
 
+static const struct lr__mlp_kernels kernels_portable =
+    KERNELS("portable", portable);
 #if MLP_X86
-static const struct lr__mlp_kernels kernels_avx2 = {
-    .name = "avx2-fma",
-    .gemm = gemm_avx2,
-    .relu_back = relu_back_avx2,
-    .adam = adam_avx2,
-    .dots = dots_avx2,
-};
+static const struct lr__mlp_kernels kernels_avx2 = KERNELS("avx2-fma", avx2);
 #endif
+#undef KERNELS
 
 static _Atomic int cpu_has_avx2 = -1; /* -1: not asked yet */
 static _Atomic int forced_portable = 0;
