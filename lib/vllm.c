@@ -206,6 +206,29 @@ mp_next(struct mp *m, struct mv *v)
     v->f = 0;
     if (c < 0xc0 || c >= 0xe0)
         return mp_fix(m, c, v);
+    if (c >= 0xcc && c <= 0xd3) /* uint 8..64, int 8..64 */
+        return mp_int(m, c, v);
+    if (c == 0xca || c == 0xcb) /* float 32, 64 */
+        return mp_float(m, c, v);
+    if ((c >= 0xc7 && c <= 0xc9) || (c >= 0xd4 && c <= 0xd8))
+        return mp_ext(m, c, v); /* ext 8..32, fixext 1..16 */
+    /* the sized forms: 1, 2 or 4 bytes of length (bin, str) or count */
+    if (c >= 0xc4 && c <= 0xc6) {
+        v->kind = MP_BIN;
+        return payload(m, (size_t)1 << (c - 0xc4), v);
+    }
+    if (c >= 0xd9 && c <= 0xdb) {
+        v->kind = MP_STR;
+        return payload(m, (size_t)1 << (c - 0xd9), v);
+    }
+    if (c == 0xdc || c == 0xdd) {
+        v->kind = MP_ARRAY;
+        return count(m, (size_t)2 << (c - 0xdc), 1, v);
+    }
+    if (c == 0xde || c == 0xdf) {
+        v->kind = MP_MAP;
+        return count(m, (size_t)2 << (c - 0xde), 2, v);
+    }
     switch (c) {
     case 0xc0:
         v->kind = MP_NIL;
@@ -215,46 +238,6 @@ mp_next(struct mp *m, struct mv *v)
         v->kind = MP_BOOL;
         v->u = c & 1;
         return true;
-    case 0xc4:
-    case 0xc5:
-    case 0xc6:
-        v->kind = MP_BIN;
-        return payload(m, (size_t)1 << (c - 0xc4), v);
-    case 0xc7:
-    case 0xc8:
-    case 0xc9:
-        return mp_ext(m, c, v);
-    case 0xca:
-    case 0xcb:
-        return mp_float(m, c, v);
-    case 0xcc:
-    case 0xcd:
-    case 0xce:
-    case 0xcf:
-    case 0xd0:
-    case 0xd1:
-    case 0xd2:
-    case 0xd3:
-        return mp_int(m, c, v);
-    case 0xd4:
-    case 0xd5:
-    case 0xd6:
-    case 0xd7:
-    case 0xd8:
-        return mp_ext(m, c, v);
-    case 0xd9:
-    case 0xda:
-    case 0xdb:
-        v->kind = MP_STR;
-        return payload(m, (size_t)1 << (c - 0xd9), v);
-    case 0xdc:
-    case 0xdd:
-        v->kind = MP_ARRAY;
-        return count(m, (size_t)2 << (c - 0xdc), 1, v);
-    case 0xde:
-    case 0xdf:
-        v->kind = MP_MAP;
-        return count(m, (size_t)2 << (c - 0xde), 2, v);
     default: /* 0xc1 is never used */
         return false;
     }
