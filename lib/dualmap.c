@@ -280,8 +280,9 @@ struct plan {
     const lr_candidate *rows;
     uint32_t n;
     const double *param;
-    uint32_t src;  /* the row being relieved */
-    double *extra; /* per row: net prefill tokens planned onto it */
+    uint32_t src;     /* the row being relieved */
+    size_t src_first; /* its first move in moves[] */
+    double *extra;    /* per row: net prefill tokens planned onto it */
     lr_move *moves;
     size_t move_size, n_moves;
     /* the best movable request of the current pass */
@@ -297,10 +298,12 @@ move_at(const struct plan *p, size_t i)
     return (lr_move *)((char *)p->moves + i * p->move_size);
 }
 
+/* Whether request id already has a move: only the current source's moves
+ * can hold it (a request is queued on one instance). */
 static bool
 planned(const struct plan *p, uint64_t id)
 {
-    for (size_t i = 0; i < p->n_moves; i++)
+    for (size_t i = p->src_first; i < p->n_moves; i++)
         if (move_at(p, i)->request_id == id)
             return true;
     return false;
@@ -370,6 +373,7 @@ lr__dualmap_plan(const lr_candidate *rows, uint32_t n, const double *param,
     memset(extra, 0, n * sizeof *extra);
     for (uint32_t k = 0; k < n && p.n_moves < capacity; k++) {
         p.src = k;
+        p.src_first = p.n_moves;
         /* move the best request off k while k is overloaded */
         while (p.n_moves < capacity && overloaded(&p, k)) {
             p.best_benefit = 0;
