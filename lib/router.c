@@ -327,6 +327,17 @@ lr_router_policy(const lr_router *r)
     return p;
 }
 
+uint32_t
+lr_router_instance_count(const lr_router *r)
+{
+    if (r == NULL)
+        return 0;
+    lr__router_lock(r);
+    uint32_t n = r->n_inst;
+    lr__router_unlock(r);
+    return n;
+}
+
 /* ---- the clock (router_impl.h) ------------------------------------------ */
 
 lr_status
@@ -591,17 +602,6 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     r->n_inst--;
     /* rr_last stays: the cursor is an id position, not a reference */
     return lr__router_release(r, LR_OK);
-}
-
-uint32_t
-lr_router_instance_count(const lr_router *r)
-{
-    if (r == NULL)
-        return 0;
-    lr__router_lock(r);
-    uint32_t n = r->n_inst;
-    lr__router_unlock(r);
-    return n;
 }
 
 lr_status
