@@ -12,24 +12,19 @@
 #include "libroute/lr_learner.h"
 #include "libroute/lr_policy.h"
 
-/* Lodestar's feature columns (LR_LODESTAR_FEATURES, lr_router.h lists
- * them for hosts). */
+/* Lodestar's feature columns, laid out as lr_router.h lists them for
+ * hosts: the numbers are part of the ABI. */
+/* clang-format off */
 enum lr__feature {
-    LR__F_PROMPT = 0,
-    LR__F_OUTPUT = 1,
-    LR__F_HIT = 2,
-    LR__F_HIT_DECAYED = 3,
-    LR__F_INFLIGHT = 4,
-    LR__F_QUEUED = 5,
-    LR__F_PREFILL = 6,
-    LR__F_DECODE = 7,
-    LR__F_RUNNING = 8,
-    LR__F_WAITING = 9,
-    LR__F_KV_USE = 10,
+    LR__F_PROMPT = 0, LR__F_OUTPUT = 1,              /* the request */
+    LR__F_HIT = 2, LR__F_HIT_DECAYED = 3,            /* its cached prefix */
+    LR__F_INFLIGHT = 4, LR__F_QUEUED = 5,            /* the load tracker's */
+    LR__F_PREFILL = 6, LR__F_DECODE = 7,
+    LR__F_RUNNING = 8, LR__F_WAITING = 9, LR__F_KV_USE = 10, /* scraped */
     LR__F_RTT_MS = 11,
-    LR__F_CLASS = 12, /* one-hot, LR__F_CLASSES columns */
-    LR__F_CLASSES = 8
+    LR__F_CLASS = 12, LR__F_CLASSES = 8 /* one-hot, LR__F_CLASSES columns */
 };
+/* clang-format on */
 
 /* The feature row of a candidate for a request of `prompt` tokens and
  * `output` expected output tokens. */

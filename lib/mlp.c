@@ -500,11 +500,8 @@ layer_forward(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
     struct lr__mlp_gemm g = { .M = nout,
                               .N = R,
                               .K = nin,
-                              .A = w,
-                              .sam = nin,
-                              .sak = 1,
-                              .B = in,
-                              .ldb = TILE,
+                              .A = { w, nin, 1 },
+                              .B = { in, TILE },
                               .C = out,
                               .ldc = TILE,
                               .bias = w + nout * nin,
@@ -533,10 +530,18 @@ forward_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
     return a;
 }
 
-static float *
-tile_f(lr_mlp *m)
+/* Rows r0..r0 + n - 1 of x (n <= TILE) through the network: their
+ * predictions in target units, rounded to float, in the handle's scratch
+ * (valid until its next pass). */
+static const float *
+predict_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
+             size_t r0, size_t n)
 {
-    return m->scratch + 2 * max_feat(m) * TILE;
+    float *f = m->scratch + 2 * max_feat(m) * TILE;
+    forward_tile(m, k, x, r0, n, f);
+    for (size_t r = 0; r < n; r++)
+        f[r] = (float)((double)f[r] * m->tstd + m->tmean);
+    return f;
 }
 
 lr_status
@@ -547,18 +552,12 @@ lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
     LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
     LR_RETURN_IF(n_rows > 0 && !all_finite(x, n_rows * mlp->d), LR_EINVAL);
     const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
-    float *f = tile_f(mlp);
-    uint32_t bad = 0;
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        forward_tile(mlp, k, x, r0, n, f);
-        for (size_t r = 0; r < n; r++) {
-            float v = (float)((double)f[r] * mlp->tstd + mlp->tmean);
-            bad |= (uint32_t)!isfinite(v);
-            out[r0 + r] = v;
-        }
+        memcpy(out + r0, predict_tile(mlp, k, x, r0, n), n * sizeof *out);
     }
-    if (bad) { /* an extreme network overflowed: no infinity escapes */
+    /* an extreme network overflowed: no infinity escapes */
+    if (!all_finite(out, n_rows)) {
         memset(out, 0, n_rows * sizeof *out);
         return LR_ERANGE;
     }
@@ -593,14 +592,12 @@ lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
     LR_RETURN_IF(!all_finite(x, n_rows * mlp->d) || !all_finite(y, n_rows),
                  LR_EINVAL);
     const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
-    float *f = tile_f(mlp);
     double sse = 0.0;
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        forward_tile(mlp, k, x, r0, n, f);
+        const float *p = predict_tile(mlp, k, x, r0, n);
         for (size_t r = 0; r < n; r++) {
-            double p = (double)(float)((double)f[r] * mlp->tstd + mlp->tmean);
-            double e = p - (double)y[r0 + r];
+            double e = (double)p[r] - (double)y[r0 + r];
             sse += e * e;
         }
     }
@@ -717,11 +714,8 @@ weight_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
     struct lr__mlp_gemm g = { .M = layer_out(m, l),
                               .N = nin,
                               .K = n,
-                              .A = dz,
-                              .sam = TILE,
-                              .sak = 1,
-                              .B = xt,
-                              .ldb = nin,
+                              .A = { dz, TILE, 1 },
+                              .B = { xt, nin },
                               .C = grad + layer_off(m, l),
                               .ldc = nin,
                               .accumulate = 1 };
@@ -737,11 +731,8 @@ input_grad(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
     struct lr__mlp_gemm g = { .M = nin,
                               .N = R,
                               .K = layer_out(m, l),
-                              .A = m->params + layer_off(m, l),
-                              .sam = 1,
-                              .sak = nin,
-                              .B = dz,
-                              .ldb = TILE,
+                              .A = { m->params + layer_off(m, l), 1, nin },
+                              .B = { dz, TILE },
                               .C = dx,
                               .ldc = TILE };
     k->gemm(&g);

@@ -81,12 +81,12 @@ tile4x8_p(const struct lr__mlp_gemm *g, size_t m0, size_t n0)
 {
     float acc[4][8];
     memset(acc, 0, sizeof acc);
-    const float *a0 = g->A + m0 * g->sam;
-    const float *a1 = a0 + g->sam;
-    const float *a2 = a1 + g->sam;
-    const float *a3 = a2 + g->sam;
-    const float *b = g->B + n0;
-    const size_t sak = g->sak, ldb = g->ldb, K = g->K;
+    const float *a0 = g->A.p + m0 * g->A.sm;
+    const float *a1 = a0 + g->A.sm;
+    const float *a2 = a1 + g->A.sm;
+    const float *a3 = a2 + g->A.sm;
+    const float *b = g->B.p + n0;
+    const size_t sak = g->A.sk, ldb = g->B.ld, K = g->K;
     for (size_t k = 0; k < K; k++) {
         const float w0 = a0[k * sak], w1 = a1[k * sak];
         const float w2 = a2[k * sak], w3 = a3[k * sak];
@@ -122,9 +122,9 @@ tile_any_p(const struct lr__mlp_gemm *g, size_t m0, size_t n0, size_t mr,
     float acc[4][8];
     memset(acc, 0, sizeof acc);
     for (size_t k = 0; k < g->K; k++) {
-        const float *b = g->B + k * g->ldb + n0;
+        const float *b = g->B.p + k * g->B.ld + n0;
         for (size_t i = 0; i < mr; i++) {
-            const float w = g->A[(m0 + i) * g->sam + k * g->sak];
+            const float w = g->A.p[(m0 + i) * g->A.sm + k * g->A.sk];
             for (size_t j = 0; j < nr; j++)
                 acc[i][j] += w * b[j];
         }
@@ -250,9 +250,9 @@ AVX_INLINE void
 tile_avx2(const struct lr__mlp_gemm *g, size_t m0, size_t n0, const int mr,
           const int nv, const int masked, __m256i mask)
 {
-    const size_t sam = g->sam, sak = g->sak, ldb = g->ldb, K = g->K;
-    const float *a = g->A + m0 * sam;
-    const float *b = g->B + n0;
+    const size_t sam = g->A.sm, sak = g->A.sk, ldb = g->B.ld, K = g->K;
+    const float *a = g->A.p + m0 * sam;
+    const float *b = g->B.p + n0;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
     __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m256 c40 = c00, c41 = c00, c50 = c00, c51 = c00;

@@ -13,14 +13,18 @@
  *                                          when relu, else identity; bias
  *                                          may be NULL)
  * or C[m][n] + sum_k A(m, k) B[k][n]       (accumulate == 1),
- * with A(m, k) = A[m * sam + k * sak] and B[k][n] = B[k * ldb + n]. Sums
- * run over k in order, each C element on its own. */
+ * with A(m, k) and B[k][n] as the operands below say. Sums run over k
+ * in order, each C element on its own. */
 struct lr__mlp_gemm {
     size_t M, N, K;
-    const float *A;
-    size_t sam, sak;
-    const float *B;
-    size_t ldb;
+    struct {
+        const float *p;
+        size_t sm, sk;
+    } A; /* A(m, k) = A.p[m * A.sm + k * A.sk]: either layout of a matrix */
+    struct {
+        const float *p;
+        size_t ld;
+    } B; /* B[k][n] = B.p[k * B.ld + n] */
     float *C;
     size_t ldc;
     const float *bias;
