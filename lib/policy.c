@@ -25,49 +25,69 @@
 
 /* ---- parameters ------------------------------------------------------------ */
 
+/* A parameter's kind says its bounds and whether it is a whole number:
+ *   FRACTION(def)       a share, in [0, 1]
+ *   SWITCH(def)         0 (off) or 1 (on)
+ *   UPTO(hi, def)       a real in [0, hi]
+ *   REAL(lo, hi, def)   a real in [lo, hi]
+ *   COUNT(lo, hi, def)  a whole number in [lo, hi] */
+/* clang-format off */
+#define FRACTION(d)       { 0, 1, (d), false }
+#define SWITCH(d)         { 0, 1, (d), true }
+#define UPTO(hi, d)       { 0, (hi), (d), false }
+#define REAL(lo, hi, d)   { (lo), (hi), (d), false }
+#define COUNT(lo, hi, d)  { (lo), (hi), (d), true }
+/* clang-format on */
+
 static const struct lr__range pdefs[LR__PARAM_COUNT] = {
-    [LR_PARAM_PREFIX_MIN_RATIO] = { 0, 1, 0.5, false },
-    [LR_PARAM_BOUNDED_LOAD] = { 1, 100, 1.25, false },
-    [LR_PARAM_AIBRIX_IMBALANCE] = { 0, 1e6, 8, false },
-    [LR_PARAM_AIBRIX_STDDEV] = { 0, 100, 1, false },
-    [LR_PARAM_SGLANG_ABS] = { 0, 1e6, 64, false },
-    [LR_PARAM_SGLANG_REL] = { 1, 1e6, 1.5, false },
-    [LR_PARAM_SGLANG_MIN_RATIO] = { 0, 1, 0.3, false },
-    [LR_PARAM_PREBLE_HIT] = { 0, 1, 0.5, false },
-    [LR_PARAM_DYNAMO_OVERLAP] = { 0, 1000, 1, false },
-    [LR_PARAM_DYNAMO_TEMPERATURE] = { 0, 100, 0, false },
-    [LR_PARAM_TTFT_SLO_S] = { 0.001, 3600, 5, false },
-    [LR_PARAM_DUALMAP_KEY_TOKENS] = { 1, 1 << 20, 512, true },
-    [LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] = { 1, 64, 16, true },
-    [LR_PARAM_DUALMAP_WINDOW] = { 16, 1 << 16, 1024, true },
-    [LR_PARAM_GORGO_W_RTT] = { 0, 10, 0.5, false },
-    [LR_PARAM_GORGO_W_QUEUE] = { 0, 10, 0.1, false },
-    [LR_PARAM_GORGO_SIGMA] = { 0, 4, 0.5, false },
-    [LR_PARAM_GORGO_FROZEN] = { 0, 1, 0, true },
-    [LR_PARAM_GORGO_W_RTT_MAX] = { 0.05, 10, 2.0, false },
-    [LR_PARAM_GORGO_W_QUEUE_MIN] = { 0, 0.5, 0.05, false },
-    [LR_PARAM_RANVIER_PRESSURE] = { 0, 1000, 2, false },
-    [LR_PARAM_SESSION_TOKENS] = { 1, 1 << 20, 256, true },
-    [LR_PARAM_STATS_MAX_AGE_S] = { 0.001, 86400, 10, false },
-    [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = { 0, 1 << 20, 128, true },
-    [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = { 0, 1, 0, true },
-    [LR_PARAM_LODESTAR_EPSILON] = { 0, 1, 0, false },
-    [LR_PARAM_LODESTAR_TIE] = { 0, 10, 0.1, false },
-    [LR_PARAM_LODESTAR_KV_THRESHOLD] = { 0, 1, 0.8, false },
-    [LR_PARAM_LODESTAR_KFILTER_TOKENS] = { 0, 1 << 24, 100, true },
-    [LR_PARAM_LODESTAR_OOD] = { 0, 1, 1, true },
-    [LR_PARAM_LODESTAR_FALLBACK] = { 0, LR_POLICY_LODESTAR - 1,
-                                     LR_POLICY_PREFIX_CACHE_AND_LOAD, true },
-    [LR_PARAM_LODESTAR_CANDIDATES] = { 0, 65534, 8, true },
-    [LR_PARAM_LODESTAR_MAX_TTFT_S] = { 0.001, 86400, 60, false },
-    [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = { 0, 100, 3, false },
-    [LR_PARAM_ADAPTIVE_CONTENTION] = { 0, 100, 3, false },
-    [LR_PARAM_ADAPTIVE_TIE_S] = { 0, 10, 0.002, false },
-    [LR_PARAM_ADAPTIVE_FRESH_S] = { 0, 60, 0.01, false },
-    [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = { 0, 100, 1, false },
-    [LR_PARAM_ADAPTIVE_CALIBRATE] = { 0, 1, 1, true },
-    [LR_PARAM_CLOCK_SKEW_S] = { 0.001, 4.7e9, 60, false },
+    [LR_PARAM_PREFIX_MIN_RATIO] = FRACTION(0.5),
+    [LR_PARAM_BOUNDED_LOAD] = REAL(1, 100, 1.25),
+    [LR_PARAM_AIBRIX_IMBALANCE] = UPTO(1e6, 8),
+    [LR_PARAM_AIBRIX_STDDEV] = UPTO(100, 1),
+    [LR_PARAM_SGLANG_ABS] = UPTO(1e6, 64),
+    [LR_PARAM_SGLANG_REL] = REAL(1, 1e6, 1.5),
+    [LR_PARAM_SGLANG_MIN_RATIO] = FRACTION(0.3),
+    [LR_PARAM_PREBLE_HIT] = FRACTION(0.5),
+    [LR_PARAM_DYNAMO_OVERLAP] = UPTO(1000, 1),
+    [LR_PARAM_DYNAMO_TEMPERATURE] = UPTO(100, 0),
+    [LR_PARAM_TTFT_SLO_S] = REAL(0.001, 3600, 5),
+    [LR_PARAM_DUALMAP_KEY_TOKENS] = COUNT(1, 1 << 20, 512),
+    [LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] = COUNT(1, 64, 16),
+    [LR_PARAM_DUALMAP_WINDOW] = COUNT(16, 1 << 16, 1024),
+    [LR_PARAM_GORGO_W_RTT] = UPTO(10, 0.5),
+    [LR_PARAM_GORGO_W_QUEUE] = UPTO(10, 0.1),
+    [LR_PARAM_GORGO_SIGMA] = UPTO(4, 0.5),
+    [LR_PARAM_GORGO_FROZEN] = SWITCH(0),
+    [LR_PARAM_GORGO_W_RTT_MAX] = REAL(0.05, 10, 2.0),
+    [LR_PARAM_GORGO_W_QUEUE_MIN] = UPTO(0.5, 0.05),
+    [LR_PARAM_RANVIER_PRESSURE] = UPTO(1000, 2),
+    [LR_PARAM_SESSION_TOKENS] = COUNT(1, 1 << 20, 256),
+    [LR_PARAM_STATS_MAX_AGE_S] = REAL(0.001, 86400, 10),
+    [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = COUNT(0, 1 << 20, 128),
+    [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = SWITCH(0),
+    [LR_PARAM_LODESTAR_EPSILON] = FRACTION(0),
+    [LR_PARAM_LODESTAR_TIE] = UPTO(10, 0.1),
+    [LR_PARAM_LODESTAR_KV_THRESHOLD] = FRACTION(0.8),
+    [LR_PARAM_LODESTAR_KFILTER_TOKENS] = COUNT(0, 1 << 24, 100),
+    [LR_PARAM_LODESTAR_OOD] = SWITCH(1),
+    [LR_PARAM_LODESTAR_FALLBACK] =
+        COUNT(0, LR_POLICY_LODESTAR - 1, LR_POLICY_PREFIX_CACHE_AND_LOAD),
+    [LR_PARAM_LODESTAR_CANDIDATES] = COUNT(0, 65534, 8),
+    [LR_PARAM_LODESTAR_MAX_TTFT_S] = REAL(0.001, 86400, 60),
+    [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = UPTO(100, 3),
+    [LR_PARAM_ADAPTIVE_CONTENTION] = UPTO(100, 3),
+    [LR_PARAM_ADAPTIVE_TIE_S] = UPTO(10, 0.002),
+    [LR_PARAM_ADAPTIVE_FRESH_S] = UPTO(60, 0.01),
+    [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = UPTO(100, 1),
+    [LR_PARAM_ADAPTIVE_CALIBRATE] = SWITCH(1),
+    [LR_PARAM_CLOCK_SKEW_S] = REAL(0.001, 4.7e9, 60),
 };
+
+#undef FRACTION
+#undef SWITCH
+#undef UPTO
+#undef REAL
+#undef COUNT
 
 const struct lr__range *
 lr__param_def(int32_t key)
