@@ -118,12 +118,15 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
     lr_index_options io;
     lr_index_options_init(&io);
     io.allocator = &r->mem.a;
-    io.seed = lr__mix64(r->hash_seed, SEED_INDEX);
+    /* its size */
     io.capacity_blocks = o->index_capacity_blocks;
-    io.ttl_ns = o->index_ttl_ns;
     io.block_tokens = o->block_tokens;
     io.max_instances = o->max_instances;
+    /* who it is */
+    io.seed = lr__mix64(r->hash_seed, SEED_INDEX);
     io.replica_id = o->replica_id;
+    /* what it forgets, and when */
+    io.ttl_ns = o->index_ttl_ns;
     io.remote_ttl_ns = o->remote_ttl_ns;
     io.eviction = o->index_eviction;
     lr_ring_options ro;
