@@ -93,8 +93,7 @@ LR__INIT_SIZED(lr_index_options, options_defaults,
                .capacity_blocks = DEFAULT_CAPACITY, .ttl_ns = DEFAULT_TTL_NS,
                .block_tokens = DEFAULT_BLOCK_TOKENS,
                .max_instances = DEFAULT_MAX_INSTANCES,
-               .journal_capacity = DEFAULT_JOURNAL,
-               .engine_map_capacity = EMAP_PER_BLOCK * DEFAULT_CAPACITY)
+               .journal_capacity = DEFAULT_JOURNAL)
 
 /* The options whose 0 keeps the default; the others are the caller's as
  * given. */
@@ -140,9 +139,10 @@ resolve_options(const lr_index_options *opt, lr_index_options *o)
 #define KEEP(f) LR__ZERO_KEEPS_DEFAULT(o, &options_defaults, f)
         ZERO_KEEPS_DEFAULT(KEEP);
 #undef KEEP
-        if (o->engine_map_capacity == 0)
-            o->engine_map_capacity = EMAP_PER_BLOCK * o->capacity_blocks;
     }
+    /* 0, as lr_index_options_init() leaves it: follows capacity_blocks */
+    if (o->engine_map_capacity == 0)
+        o->engine_map_capacity = EMAP_PER_BLOCK * o->capacity_blocks;
     LR_RETURN_IF(o->eviction != LR_EVICT_REMOTE_FIRST &&
                      o->eviction != LR_EVICT_LRU,
                  LR_EINVAL);

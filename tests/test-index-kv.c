@@ -804,6 +804,36 @@ test_engine_map_capacity(void **state)
     drop(ix);
 }
 
+/* Options from lr_index_options_init() with only capacity_blocks set: the
+ * engine map follows it (two entries a block), as with
+ * LR_INDEX_OPTIONS_INIT. It stayed at the default capacity's 2M before,
+ * whatever capacity the host (or the router) chose. */
+static void
+test_engine_map_follows_capacity(void **state)
+{
+    (void)state;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    assert_int_equal(o.engine_map_capacity, 0);
+    o.seed = OPT_SEED;
+    o.capacity_blocks = 2;
+    o.block_tokens = BT;
+    lr_index *ix = NULL;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    track(ix);
+    uint32_t t[BT];
+    toks(t, BT, 43);
+    /* one block under five engine hashes: four entries fit */
+    for (uint64_t k = 0; k < 4; k++)
+        assert_st(store(ix, 1, (const uint64_t[]){ 100 + k }, 1, 0, 0, BT, t, 0,
+                        T(1)),
+                  LR_OK);
+    assert_int_equal(stats(ix).engine_hashes, 4);
+    assert_st(store(ix, 1, (const uint64_t[]){ 104 }, 1, 0, 0, BT, t, 0, T(1)),
+              LR_ELIMIT);
+    drop(ix);
+}
+
 /* The bound holds however the entries are counted: after any successful
  * store the index remembers at most engine_map_capacity engine hashes. */
 static void
@@ -1413,6 +1443,7 @@ main(void)
                                   teardown),
         cmocka_unit_test_teardown(test_tenant_salt_separates, teardown),
         cmocka_unit_test_teardown(test_engine_map_capacity, teardown),
+        cmocka_unit_test_teardown(test_engine_map_follows_capacity, teardown),
         cmocka_unit_test_teardown(test_engine_map_never_exceeds_capacity,
                                   teardown),
         cmocka_unit_test_teardown(test_capacity_pressure_evicts_lru, teardown),
