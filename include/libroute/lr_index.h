@@ -121,7 +121,8 @@ typedef struct lr_index_options {
      * UINT32_MAX disables the journal (every export is then full). */
     uint32_t journal_capacity;
     /** Engine-hash entries kept for precise mode, over all instances;
-     * default 2 * capacity_blocks, at most 2 * LR_INDEX_MAX_CAPACITY.
+     * 0 (what lr_index_options_init() leaves): 2 * capacity_blocks; at
+     * most 2 * LR_INDEX_MAX_CAPACITY.
      * An entry lives exactly while its instance holds its block: evicting,
      * expiring or removing the block forgets the hash (0.1 kept stale
      * entries until room was needed). Entries outnumber routes only when
