@@ -331,14 +331,9 @@ kv_batch(struct mpw *w, uint64_t *next_hash, uint32_t *chain_pos,
             h[i] = ++*next_hash;
         for (uint32_t i = 0; i < KV_BLOCKS * B; i++)
             t[i] = (uint32_t)(rnd() % 151936); /* a Qwen-sized vocabulary */
-        struct mpw_stored st = { .hashes = h,
-                                 .n_blocks = KV_BLOCKS,
-                                 .has_parent = *chain_pos > 0,
-                                 .parent = *last,
-                                 .tokens = t,
-                                 .block_size = B,
-                                 .lora_id = -1,
-                                 .group_idx = -1 };
+        struct mpw_stored st = mpw_stored_of(h, KV_BLOCKS, t, B);
+        st.has_parent = *chain_pos > 0;
+        st.parent = *last;
         mpw_stored_array(w, &st, MPW_HASH_UINT);
         *last = h[KV_BLOCKS - 1];
         *chain_pos = (*chain_pos + 1) % KV_CHAIN;

@@ -2366,14 +2366,9 @@ gen_vllm(void)
     static const uint64_t nh[2] = { 10, 11 };
     static struct mpw w;
     for (int map = 0; map < 2; map++) {
-        struct mpw_stored s = { .hashes = nh,
-                                .n_blocks = 2,
-                                .has_parent = true,
-                                .parent = 2,
-                                .tokens = tok,
-                                .block_size = 16,
-                                .lora_id = -1,
-                                .group_idx = -1 };
+        struct mpw_stored s = mpw_stored_of(nh, 2, tok, 16);
+        s.has_parent = true;
+        s.parent = 2;
         mpw_batch(&w, 3, map);
         if (map)
             mpw_stored_map(&w, &s, MPW_HASH_UINT);
@@ -2412,12 +2407,7 @@ gen_vllm(void)
         vllm_seed(map ? "skipped-map" : "skipped-array", &w);
     }
     /* a block size the index cannot place */
-    struct mpw_stored b = { .hashes = nh,
-                            .n_blocks = 1,
-                            .tokens = tok,
-                            .block_size = 8,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored b = mpw_stored_of(nh, 1, tok, 8);
     mpw_batch(&w, 1, false);
     mpw_stored_array(&w, &b, MPW_HASH_UINT);
     mpw_batch_end(&w, false);
@@ -2708,12 +2698,7 @@ gen_snapshot(void)
     for (uint32_t i = 0; i < 32; i++)
         t[i] = 9000 + i;
     uint64_t h[2] = { 41, 42 };
-    struct mpw_stored s = { .hashes = h,
-                            .n_blocks = 2,
-                            .tokens = t,
-                            .block_size = 16,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored s = mpw_stored_of(h, 2, t, 16);
     mpw_batch_ts(w, 1, false, 77.0);
     mpw_stored_array(w, &s, MPW_HASH_UINT);
     mpw_batch_end(w, false);

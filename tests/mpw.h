@@ -208,6 +208,20 @@ struct mpw_stored {
     bool extra_keys;    /* a non-nil entry */
 };
 
+/* A BlockStored of n blocks (hashes h, tokens t, block_size bs) with no
+ * parent, medium, LoRA or group; a case sets what else it needs. */
+static inline struct mpw_stored
+mpw_stored_of(const uint64_t *h, uint32_t n, const uint32_t *t, uint32_t bs)
+{
+    struct mpw_stored s = { .hashes = h,
+                            .n_blocks = n,
+                            .tokens = t,
+                            .block_size = bs,
+                            .lora_id = -1,
+                            .group_idx = -1 };
+    return s;
+}
+
 static inline void
 mpw_hashes(struct mpw *w, const uint64_t *h, uint32_t n, enum mpw_hash form)
 {

@@ -112,15 +112,11 @@ produce(struct engine *e)
             for (uint32_t i = 0; i < nb; i++)
                 h[i] = ehash(e, c, e->depth[c] + i);
             chain_tokens(c, e->depth[c], nb, t);
-            struct mpw_stored s = { .hashes = h,
-                                    .n_blocks = nb,
-                                    .has_parent = e->depth[c] > 0,
-                                    .parent = ehash(e, c, e->depth[c] - 1),
-                                    .tokens = t,
-                                    .block_size = BS,
-                                    .medium = "GPU",
-                                    .lora_id = -1,
-                                    .group_idx = 0 };
+            struct mpw_stored s = mpw_stored_of(h, nb, t, BS);
+            s.has_parent = e->depth[c] > 0;
+            s.parent = ehash(e, c, e->depth[c] - 1);
+            s.medium = "GPU";
+            s.group_idx = 0;
             if (map)
                 mpw_stored_map(w, &s, MPW_HASH_UINT);
             else
@@ -270,12 +266,7 @@ one_store(struct mpw *w, uint64_t hash, double ts, uint32_t tok_seed)
 {
     uint32_t t[BS];
     tu_tokens(t, BS, tok_seed);
-    struct mpw_stored s = { .hashes = &hash,
-                            .n_blocks = 1,
-                            .tokens = t,
-                            .block_size = BS,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored s = mpw_stored_of(&hash, 1, t, BS);
     w->n = 0;
     mpw_batch_ts(w, 1, false, ts);
     mpw_stored_array(w, &s, MPW_HASH_UINT);

@@ -86,14 +86,10 @@ store(struct mpw *w, uint32_t c, uint32_t d, uint32_t nb, double ts)
             t[i * BS + j] = (uint32_t)tu_rand(&s);
         }
     }
-    struct mpw_stored s = { .hashes = h,
-                            .n_blocks = nb,
-                            .has_parent = d > 0,
-                            .parent = ((uint64_t)c << 32) | d,
-                            .tokens = t,
-                            .block_size = BS,
-                            .lora_id = -1,
-                            .group_idx = 0 };
+    struct mpw_stored s = mpw_stored_of(h, nb, t, BS);
+    s.has_parent = d > 0;
+    s.parent = ((uint64_t)c << 32) | d;
+    s.group_idx = 0;
     w->n = 0;
     mpw_batch_ts(w, 1, false, ts);
     mpw_stored_array(w, &s, MPW_HASH_UINT);

@@ -62,12 +62,7 @@ write_basic(struct mpw *w, bool map, enum mpw_hash form, const uint32_t *t,
     static const uint64_t h[3] = { (uint64_t)-100, (uint64_t)-16,
                                    (uint64_t)-100000 };
     mpw_batch(w, with_remove ? 3 : 2, map);
-    struct mpw_stored a = { .hashes = h,
-                            .n_blocks = 1,
-                            .tokens = t,
-                            .block_size = BS,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored a = mpw_stored_of(h, 1, t, BS);
     struct mpw_stored b = a;
     b.hashes = h + 1;
     b.n_blocks = 2;
@@ -144,14 +139,9 @@ cleared_and_unplaced(void **state)
     /* a child of a parent never seen: unplaced, the rest applies */
     w->n = 0;
     static const uint64_t orphan[1] = { 77 };
-    struct mpw_stored o = { .hashes = orphan,
-                            .n_blocks = 1,
-                            .has_parent = true,
-                            .parent = 999,
-                            .tokens = t,
-                            .block_size = BS,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored o = mpw_stored_of(orphan, 1, t, BS);
+    o.has_parent = true;
+    o.parent = 999;
     mpw_batch(w, 2, false);
     mpw_stored_array(w, &o, MPW_HASH_UINT);
     mpw_cleared(w, false);
@@ -186,12 +176,7 @@ skipped_events(void **state)
             lr_index *ix = mk_index(NULL);
             uint64_t d0 = lr__index_digest(ix);
             struct mpw *w = calloc(1, sizeof *w);
-            struct mpw_stored s = { .hashes = h,
-                                    .n_blocks = 1,
-                                    .tokens = t,
-                                    .block_size = BS,
-                                    .lora_id = -1,
-                                    .group_idx = -1 };
+            struct mpw_stored s = mpw_stored_of(h, 1, t, BS);
             mpw_batch(w, 1, map);
             switch (kind) {
             case 0:
@@ -306,12 +291,7 @@ unknown_event_of_every_form(void **state)
     mpw_str(w, "BlockFrobbed");
     for (uint32_t k = 0; k < n_forms; k++)
         mpw_bytes(w, forms[k].b, forms[k].n);
-    struct mpw_stored st = { .hashes = h,
-                             .n_blocks = 1,
-                             .tokens = t,
-                             .block_size = BS,
-                             .lora_id = -1,
-                             .group_idx = -1 };
+    struct mpw_stored st = mpw_stored_of(h, 1, t, BS);
     mpw_stored_array(w, &st, MPW_HASH_UINT);
     mpw_batch_end(w, false);
     lr_vllm_batch_info info;
@@ -502,12 +482,7 @@ malformed(void **state)
 
     /* a block size the index cannot place: LR_ENOTSUP, nothing applied */
     w->n = 0;
-    struct mpw_stored s = { .hashes = h,
-                            .n_blocks = 1,
-                            .tokens = t,
-                            .block_size = 8,
-                            .lora_id = -1,
-                            .group_idx = -1 };
+    struct mpw_stored s = mpw_stored_of(h, 1, t, 8);
     mpw_batch(w, 2, false);
     mpw_cleared(w, false);
     mpw_stored_array(w, &s, MPW_HASH_UINT);
@@ -612,15 +587,11 @@ static void
 encode(struct mpw *w, const struct dev *e, bool map, enum mpw_hash form)
 {
     if (e->type == 0) {
-        struct mpw_stored s = { .hashes = e->hashes,
-                                .n_blocks = e->n,
-                                .has_parent = e->has_parent,
-                                .parent = e->parent,
-                                .tokens = e->tokens,
-                                .block_size = BS,
-                                .medium = map ? "GPU" : NULL,
-                                .lora_id = -1,
-                                .group_idx = map ? 0 : -1 };
+        struct mpw_stored s = mpw_stored_of(e->hashes, e->n, e->tokens, BS);
+        s.has_parent = e->has_parent;
+        s.parent = e->parent;
+        s.medium = map ? "GPU" : NULL;
+        s.group_idx = map ? 0 : -1;
         if (map)
             mpw_stored_map(w, &s, form);
         else
