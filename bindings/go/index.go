@@ -37,7 +37,8 @@ type IndexOptions struct {
 	// Local learns remembered for ExportDelta; ^uint32(0) disables the
 	// journal (every export is then full).
 	JournalCapacity uint32
-	// Engine-hash entries kept for KV events, over all instances.
+	// Engine-hash entries kept for KV events, over all instances; 0:
+	// twice CapacityBlocks.
 	EngineMapCapacity uint64
 	// This replica's id, stamped on exported deltas (0: none); a delta
 	// carrying it is this index's own echo and changes nothing.

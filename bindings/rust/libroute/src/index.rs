@@ -86,7 +86,8 @@ pub struct IndexOptions {
     /// Local learns remembered for [`Index::export_delta`]; `u32::MAX`
     /// disables the journal.
     pub journal_capacity: u32,
-    /// Engine-hash entries kept for KV events, over all instances.
+    /// Engine-hash entries kept for KV events, over all instances; 0 (the
+    /// default): twice `capacity_blocks`.
     pub engine_map_capacity: u64,
     /// This replica's id, stamped on exported deltas (0: none); a delta
     /// carrying it is the index's own echo and changes nothing.
