@@ -496,7 +496,7 @@ k_center(lr_learner *l, struct next *n, size_t m, size_t k)
 
 /* ---- the k-center choice ------------------------------------------------------
  *
- * What it computes (the definition, and what the model in tests/learner.c
+ * What it computes (the definition, and what the model in tests/test-learner.c
  * runs): every row starts at distance +inf; pick 0 is row 0; after each
  * pick c, every row whose distance is not below 0 takes min(its distance,
  * 1 - dot(row, c)) (dot: the kernels' `dots`), and the next pick is the

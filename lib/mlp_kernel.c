@@ -15,7 +15,7 @@
  *   order, started from zero, with the same epilogue, whether it falls in
  *   a full tile, an edge tile or a masked lane. So an output does not
  *   depend on how many rows share the pass or where a row sits in it:
- *   a row predicted alone gives the bits it gets in a batch (tests/mlp.c
+ *   a row predicted alone gives the bits it gets in a batch (tests/test-mlp.c
  *   checks this).
  * - Between the two sets, the GEMM and the ReLU backward differ in the
  *   last bits (FMA rounds once where the portable code rounds twice; the
