@@ -48,6 +48,12 @@
  *                               decide_ns_*: the same call as a dry run
  *                               (hash, match, decide; nothing recorded).
  *
+ * lr_policy_decide() alone on a host's table of 16k and 65,534 rows
+ * (tests/policy-table.h: distinct loads in random order, hits on a sixteenth
+ * of the rows, ring ranks on the first eight), for every policy:
+ *   decide_<policy>_<16k|64k>   ns per call, and ns_per_row (the p50 / n);
+ *                               Lodestar with a small untrained model
+ *
  * Usage: libroute-bench [--quick] [--filter SUBSTRING] [--system-prompts N]
  * (--system-prompts 0: no prompt shared between conversations)
  * Medians are what to compare; the machine is shared and noisy.
@@ -67,6 +73,7 @@
 #define MPW_CAP (1 << 20)
 #include "lodestar-rig.h"
 #include "mpw.h"
+#include "policy-table.h"
 
 #define B 16
 #define NINST 64
@@ -775,6 +782,63 @@ bench_lodestar(int quick)
     lr_router_destroy(r);
 }
 
+static void
+bench_decide(int quick)
+{
+    static const struct {
+        const char *name;
+        size_t n;
+    } sizes[] = { { "16k", 16384 }, { "64k", 65534 } };
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    mo.n_inputs = LR_LODESTAR_FEATURES;
+    lr_mlp *net = NULL;
+    if (lr_mlp_create(&mo, &net) != LR_OK)
+        exit(1);
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t n = sizes[z].n;
+        if (quick && n > 16384)
+            break;
+        lr_candidate *rows = malloc(n * sizeof *rows);
+        double *sc = malloc(n * sizeof *sc);
+        pt_fill(rows, n, 8192, 7);
+        size_t iters = quick ? 3 : 21;
+        uint64_t ns[21];
+        char name[64];
+        for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
+            snprintf(name, sizeof name, "decide_%s_%s", lr_policy_name(pol),
+                     sizes[z].name);
+            if (!wanted(name))
+                continue;
+            lr_policy_input in;
+            lr_policy_input_init(&in);
+            in.prompt_tokens = 8192;
+            in.model = pol == LR_POLICY_LODESTAR ? net : NULL;
+            for (size_t k = 0; k < iters; k++) {
+                in.seed = k;
+                lr_decision d;
+                lr_decision_init(&d);
+                uint64_t t0 = bench_now_ns();
+                lr_status st = lr_policy_decide(pol, &in, rows, n,
+                                                sizeof *rows, sc, &d);
+                ns[k] = bench_now_ns() - t0;
+                if (st != LR_OK)
+                    exit(1);
+            }
+            qsort(ns, iters, sizeof *ns, bench_cmp_u64);
+            printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_max\": "
+                   "%llu, \"iterations\": %zu, \"ns_per_row\": %.1f}\n",
+                   name, (unsigned long long)ns[iters / 2],
+                   (unsigned long long)ns[iters - 1], iters,
+                   (double)ns[iters / 2] / (double)n);
+            fflush(stdout);
+        }
+        free(sc);
+        free(rows);
+    }
+    lr_mlp_destroy(net);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -803,5 +867,6 @@ main(int argc, char **argv)
     bench_router(quick, 8);
     bench_router(quick, 64);
     bench_lodestar(quick);
+    bench_decide(quick);
     return 0;
 }

@@ -6,9 +6,14 @@
  *
  * Input: parameters from the back (policy, row count, prompt length,
  * seed, cursor, block size, how many parameter values, whether Lodestar
- * gets a model), then from the front the rows as raw bytes (every bit
- * pattern: NaN rates, absurd counts, ranks past the ring) and the
- * parameter values as raw doubles. */
+ * gets a model, whether the rows are shaped), then from the front the
+ * rows and the parameter values as raw doubles. Raw rows are bytes (every
+ * bit pattern: NaN rates, absurd counts, ranks past the ring); shaped
+ * rows are valid ones built field by field from small ranges (instances
+ * 0-15 and ring ranks 0 .. LR_RING_MAX_K + 1, so that tables repeat
+ * instances and ranks; loads, hits and rates that the policies' branches
+ * turn on), so that the fuzzer spends its time in the policies rather
+ * than in the row check. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +21,7 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "libroute/lr_policy.h"
+#include "libroute/lr_ring.h"
 #include "policy.h"
 
 #define MAX_ROWS 64
@@ -46,8 +52,8 @@ finite_nonneg(double x)
 static bool
 row_ok(const lr_candidate *r, uint32_t prompt)
 {
-    return r->cached_tokens <= prompt && isfinite(r->prefill_rate) &&
-           finite_nonneg(r->ttft_s_per_token) &&
+    return r->instance != LR_INSTANCE_NONE && r->cached_tokens <= prompt &&
+           isfinite(r->prefill_rate) && finite_nonneg(r->ttft_s_per_token) &&
            finite_nonneg(r->ttft_base_s) &&
            finite_nonneg(r->ttft_s_per_decoding) &&
            finite_nonneg(r->prefill_tokens_avg) &&
@@ -56,6 +62,37 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            r->stall_s >= 0 && r->kv_use >= 0 && r->kv_use <= 1 &&
            isfinite(r->cached_age_s) &&
            (r->prefix_caching == 0 || r->prefix_caching == 1);
+}
+
+/* A valid row from small ranges (see the opening). */
+static void
+shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
+{
+    r->instance = fuzz_dp_next_range(dp, 0, 15);
+    r->cached_tokens = fuzz_dp_next_range(dp, 0, prompt);
+    r->inflight = fuzz_dp_next_range(dp, 0, 64);
+    r->queued = fuzz_dp_next_range(dp, 0, r->inflight);
+    r->prefill_tokens = fuzz_dp_next_range(dp, 0, 1u << 16);
+    r->queued_tokens = r->prefill_tokens;
+    r->prompt_tokens = r->prefill_tokens;
+    r->decode_tokens = fuzz_dp_next_range(dp, 0, 1u << 16);
+    r->kv_tokens = r->prompt_tokens + r->decode_tokens;
+    r->running = fuzz_dp_next_range(dp, 0, 64);
+    r->waiting = fuzz_dp_next_range(dp, 0, 64);
+    r->kv_use = fuzz_dp_next_range(dp, 0, 100) / 100.0;
+    r->rtt_ms = fuzz_dp_next_range(dp, 0, 500);
+    r->prefill_rate = 1 + fuzz_dp_next_range(dp, 0, 100000);
+    r->stall_s = fuzz_dp_next_range(dp, 0, 10);
+    r->cached_age_s = (double)fuzz_dp_next_range(dp, 0, 100) - 1;
+    r->instance_class = fuzz_dp_next_range(dp, 0, 3);
+    r->prefix_caching = fuzz_dp_next_bool(dp);
+    r->ring_rank = fuzz_dp_next_range(dp, 0, LR_RING_MAX_K + 1);
+    r->tree_blocks = fuzz_dp_next_range(dp, 0, 1000);
+    r->ttft_s_per_token = fuzz_dp_next_range(dp, 0, 1000) * 1e-6;
+    r->ttft_base_s = fuzz_dp_next_range(dp, 0, 1000) * 1e-3;
+    r->ttft_s_per_decoding = fuzz_dp_next_range(dp, 0, 1000) * 1e-4;
+    r->prefill_tokens_avg = fuzz_dp_next_range(dp, 0, 1u << 16);
+    r->route_rate = fuzz_dp_next_range(dp, 0, 1000) * 0.1;
 }
 
 static bool
@@ -87,12 +124,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n_params = fuzz_dp_take_range(&dp, 0, LR__PARAM_COUNT + 2);
     in.model = fuzz_dp_take_bool(&dp) ? model() : NULL;
 
+    bool shaped = fuzz_dp_take_bool(&dp);
+
     lr_candidate rows[MAX_ROWS];
     memset(rows, 0, sizeof rows);
     size_t got = 0;
-    const uint8_t *raw = fuzz_dp_bytes(&dp, n * sizeof rows[0], &got);
-    if (got > 0)
-        memcpy(rows, raw, got);
+    if (shaped) {
+        for (size_t k = 0; k < n; k++)
+            shape_row(&dp, in.prompt_tokens, &rows[k]);
+    } else {
+        const uint8_t *raw = fuzz_dp_bytes(&dp, n * sizeof rows[0], &got);
+        if (got > 0)
+            memcpy(rows, raw, got);
+    }
     double param[LR__PARAM_COUNT + 2];
     memset(param, 0, sizeof param);
     const uint8_t *praw = fuzz_dp_bytes(&dp, n_params * sizeof(double), &got);

@@ -415,32 +415,11 @@ s_per_token(const lr_candidate *r)
                                    : 1.0 / r->prefill_rate;
 }
 
-/* The q-quantile (lower) of a[0..n), reordering a (quickselect). */
+/* The q-quantile (lower) of a[0..n), reordering a. */
 static double
 quantile(double *a, size_t n, double q)
 {
-    size_t want = (size_t)(q * (double)(n - 1));
-    size_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        double pivot = a[lo + (hi - lo) / 2];
-        size_t i = lo, j = hi;
-        for (;;) {
-            while (a[i] < pivot)
-                i++;
-            while (a[j] > pivot)
-                j--;
-            if (i >= j)
-                break;
-            double t = a[i];
-            a[i++] = a[j];
-            a[j--] = t;
-        }
-        if (want <= j)
-            hi = j;
-        else
-            lo = j + 1;
-    }
-    return a[want];
+    return lr__select(a, n, (size_t)(q * (double)(n - 1)));
 }
 
 /* The fleet's load: requests routed per instance per second times the

@@ -379,3 +379,111 @@ lr__bounds_of(const struct lr__range *r)
     b.def = r->def;
     return b;
 }
+
+/* ---- selection ------------------------------------------------------------ */
+
+static void
+swap_d(double *a, size_t i, size_t j)
+{
+    double t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+}
+
+/* Sift a[i] down the max-heap a[0..n). */
+static void
+sift_down(double *a, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && a[c + 1] > a[c])
+            c++;
+        if (!(a[c] > a[i]))
+            return;
+        swap_d(a, i, c);
+        i = c;
+    }
+}
+
+static void
+heap_sort(double *a, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(a, i, n);
+    for (size_t end = n; end-- > 1;) {
+        swap_d(a, 0, end);
+        sift_down(a, 0, end);
+    }
+}
+
+double
+lr__select(double *a, size_t n, size_t k)
+{
+    size_t lo = 0, hi = n - 1;
+    unsigned budget = 2;
+    for (size_t m = n; m > 1; m >>= 1)
+        budget += 2;
+    while (lo < hi) {
+        if (budget-- == 0) {
+            heap_sort(a + lo, hi - lo + 1);
+            break;
+        }
+        /* median of three to a[lo], then Hoare's partition around it */
+        size_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < a[lo])
+            swap_d(a, mid, lo);
+        if (a[hi] < a[lo])
+            swap_d(a, hi, lo);
+        if (a[hi] < a[mid])
+            swap_d(a, hi, mid);
+        double pivot = a[mid];
+        size_t i = lo, j = hi;
+        for (;;) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i >= j)
+                break;
+            swap_d(a, i++, j--);
+        }
+        /* a[lo..j] <= pivot <= a[j+1..hi] */
+        if (k <= j)
+            hi = j;
+        else
+            lo = j + 1;
+    }
+    return a[k];
+}
+
+/* ---- the clock -------------------------------------------------------------- */
+
+lr_status
+lr__clock_judge(struct lr__clock *c, uint64_t t_ns, bool mutates)
+{
+    LR_RETURN_IF(t_ns > LR_MAX_TIME_NS, LR_ERANGE);
+    /* newest <= 2^60 and a skew below 2^63: the sum fits in 64 bits */
+    uint64_t skew = c->skew_ns > INT64_MAX ? INT64_MAX : c->skew_ns;
+    if (c->newest == 0 || t_ns <= c->newest + skew) {
+        if (mutates)
+            c->ahead = 0; /* an honest value breaks a pair */
+        return LR_OK;
+    }
+    if (!mutates)
+        return LR_ERANGE;
+    uint64_t prev = c->ahead;
+    if (prev != 0 && t_ns >= prev && t_ns - prev <= skew)
+        return LR_OK; /* the second of a pair: the clock moved */
+    c->ahead = t_ns;
+    return LR_ERANGE;
+}
+
+void
+lr__clock_take(struct lr__clock *c, uint64_t t_ns)
+{
+    if (t_ns > c->newest)
+        c->newest = t_ns;
+    c->ahead = 0;
+}

@@ -306,4 +306,42 @@ struct lr__range {
 /* Its public form; NULL or an all-zero entry: LR_ENOTSUP. */
 lr_bounds lr__bounds_of(const struct lr__range *r);
 
+/* ---- the clock --------------------------------------------------------------
+ *
+ * How a handle judges the host's timestamps (lr_common.h, LR_MAX_TIME_NS;
+ * lr_router.h, "Clock"). Every call that takes a timestamp judges it before
+ * it changes anything and takes it once it succeeded:
+ *
+ *   LR_TRY(lr__clock_judge(&clock, now_ns, true));   // LR_ERANGE: refused
+ *   ... the call's work; on success:
+ *   lr__clock_take(&clock, now_ns);
+ *
+ * A timestamp past LR_MAX_TIME_NS, or more than skew_ns ahead of the newest
+ * one taken, is refused; the first one too when it is past the bound. Two
+ * calls in a row that are both that far ahead, the second not earlier and
+ * within the skew of the first, mean the host's clock really moved (an
+ * idle gap, a restart of its clock): the second is taken. Any timestamp
+ * within the skew in between breaks such a pair, so a stray value (a wall
+ * clock among monotonic ones, 2^59) never moves the clock. `mutates` is
+ * false for queries: they are judged but never count towards a pair. The
+ * pair's bookkeeping is the only thing a refusal changes; no digest sees
+ * it. skew_ns UINT64_MAX judges the bound only (a part whose owner judged
+ * the timestamp already). */
+struct lr__clock {
+    uint64_t newest; /* newest timestamp taken; 0: none yet */
+    uint64_t ahead;  /* the last one refused as ahead, when the call
+                        before this one was refused so too (0: none) */
+    uint64_t skew_ns;
+};
+
+lr_status lr__clock_judge(struct lr__clock *c, uint64_t t_ns, bool mutates);
+void lr__clock_take(struct lr__clock *c, uint64_t t_ns);
+
+/* The k-th smallest (0-based, k < n) of a[0..n), which it reorders; no
+ * NaN in a. O(n) expected and O(n log n) at worst, whatever the values
+ * (a host's candidate table can be shaped against a plain quickselect):
+ * partitions around a median of three until 2 log2(n) rounds have not
+ * finished, then heap-sorts what is left. Never fails. */
+double lr__select(double *a, size_t n, size_t k);
+
 #endif /* LIBROUTE_LIB_COMMON_H */

@@ -314,27 +314,27 @@ decide_session(const struct lr__pctx *c)
 
 /* Bounded-load consistent hashing: the ring's candidates in rank order,
  * the first under cap = ceil(c x (in flight + 1) / n), else the least
- * loaded. A rank's score is its position. */
+ * loaded. A rank's score is its position. A host's table may repeat a
+ * rank: the first row holding it is that rank's candidate (as for
+ * lr__row_of_rank), so at most LR_RING_MAX_K rows are ever ranked. */
 static struct lr__choice
 bounded(const struct lr__pctx *c, int32_t policy)
 {
-    uint32_t by_rank[LR_RING_MAX_K], n_ranks = 0;
+    uint32_t by_rank[LR_RING_MAX_K];
     uint64_t total = 0;
+    for (uint32_t i = 0; i < LR_RING_MAX_K; i++)
+        by_rank[i] = LR_NIL;
     for (uint32_t k = 0; k < c->n; k++) {
         const lr_candidate *r = lr__row(c, k);
         total += r->inflight;
-        if (r->ring_rank >= 1 && r->ring_rank <= LR_RING_MAX_K)
-            by_rank[n_ranks++] = k;
+        if (r->ring_rank >= 1 && r->ring_rank <= LR_RING_MAX_K &&
+            by_rank[r->ring_rank - 1] == LR_NIL)
+            by_rank[r->ring_rank - 1] = k;
     }
-    /* rank order (at most LR_RING_MAX_K rows: insertion sort) */
-    for (uint32_t i = 1; i < n_ranks; i++)
-        for (uint32_t j = i; j > 0 && lr__row(c, by_rank[j])->ring_rank <
-                                          lr__row(c, by_rank[j - 1])->ring_rank;
-             j--) {
-            uint32_t t = by_rank[j];
-            by_rank[j] = by_rank[j - 1];
-            by_rank[j - 1] = t;
-        }
+    uint32_t n_ranks = 0; /* the ranks present, in rank order */
+    for (uint32_t i = 0; i < LR_RING_MAX_K; i++)
+        if (by_rank[i] != LR_NIL)
+            by_rank[n_ranks++] = by_rank[i];
     double cap =
         ceil(LR__P(c, BOUNDED_LOAD) * (double)(total + 1) / (double)c->n);
     for (uint32_t i = 0; i < n_ranks; i++) {
@@ -544,31 +544,23 @@ decide_gorgo(const struct lr__pctx *c)
     return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST, LR_POLICY_GORGO);
 }
 
-/* The k-th smallest (0-based) of the rows' in-flight counts, by
- * counting. */
-static double
-kth_inflight(const struct lr__pctx *c, size_t want)
-{
-    for (size_t k = 0; k < c->n; k++) {
-        uint32_t v = lr__row(c, k)->inflight;
-        size_t below = 0, eq = 0;
-        for (size_t j = 0; j < c->n; j++) {
-            below += lr__row(c, j)->inflight < v;
-            eq += lr__row(c, j)->inflight == v;
-        }
-        if (below <= want && want < below + eq)
-            return (double)v;
-    }
-    return 0;
-}
-
 /* The median of the rows' in-flight counts: the middle one, or the mean
- * of the two middle ones. */
+ * of the two middle ones. Selects in the scores, which the caller
+ * overwrites afterwards: O(n) expected, O(n log n) at worst. */
 static double
 median_inflight(const struct lr__pctx *c)
 {
-    double lo = kth_inflight(c, (c->n - 1) / 2);
-    return c->n % 2 ? lo : (lo + kth_inflight(c, c->n / 2)) / 2;
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = (double)lr__row(c, k)->inflight;
+    double lo = lr__select(c->score, c->n, (c->n - 1) / 2);
+    if (c->n % 2)
+        return lo;
+    /* the upper middle: the least of the upper half, which lr__select
+     * left above the lower middle */
+    double hi = c->score[c->n / 2];
+    for (size_t k = c->n / 2; k < c->n; k++)
+        hi = c->score[k] < hi ? c->score[k] : hi;
+    return (lo + hi) / 2;
 }
 
 /* Ranvier: the longest cached prefix (least in flight among equals); no
@@ -586,11 +578,11 @@ decide_ranvier(const struct lr__pctx *c)
         ch.reason = LR_REASON_FALLBACK;
         return ch;
     }
+    double pressure = LR__P(c, RANVIER_PRESSURE);
+    double median = pressure > 0 ? median_inflight(c) : 0;
     struct lr__choice ch =
         lr__choose(c, lr__least_among_best(c, best), LR_REASON_PREFIX_HIT, me);
-    double pressure = LR__P(c, RANVIER_PRESSURE);
-    if (pressure > 0 &&
-        (double)lr__row(c, ch.k)->inflight > pressure * median_inflight(c))
+    if (pressure > 0 && (double)lr__row(c, ch.k)->inflight > pressure * median)
         ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE, me);
     return ch;
 }
@@ -707,6 +699,8 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
     for (size_t k = 0; k < n; k++) {
         const lr_candidate *r =
             (const lr_candidate *)((const char *)rows + k * row_size);
+        /* NONE is "no instance": a decision naming it names nothing */
+        LR_RETURN_IF(r->instance == LR_INSTANCE_NONE, LR_EINVAL);
         LR_RETURN_IF(r->cached_tokens > prompt, LR_EINVAL);
         LR_RETURN_IF(!(isfinite(r->prefill_rate) && r->prefill_rate > 0),
                      LR_EINVAL);

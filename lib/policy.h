@@ -102,9 +102,9 @@ void lr__param_defaults(double *param);
  * an integer key) or LR_ERANGE. */
 lr_status lr__param_check(int32_t key, double value);
 
-/* Check a row table a host passed: row_size, cached <= prompt, positive
- * finite rates, non-negative finite times and loads, kv_use in [0, 1].
- * LR_OK or LR_EINVAL. */
+/* Check a row table a host passed: row_size, an instance (not NONE),
+ * cached <= prompt, positive finite rates, non-negative finite times and loads,
+ * kv_use in [0, 1]. LR_OK or LR_EINVAL. */
 lr_status lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
                          uint32_t prompt);
 

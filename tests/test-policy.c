@@ -12,7 +12,10 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <time.h>
+
 #include "lodestar.h"
+#include "policy-table.h"
 #include "router-helpers.h"
 
 #define NROWS_MAX 64
@@ -1288,6 +1291,133 @@ router_api_bad_input(void **state)
     lr_router_destroy(f.r);
 }
 
+/* A host's table may repeat ring ranks (lr_policy.h allows it). 0.2's
+ * bounded-load hashing kept every row of rank 1-8 in an array of 8: 18
+ * such rows wrote past it (a stack-buffer overflow under ASan, a crash in
+ * a release build). Now the first row of each rank is that rank's
+ * candidate, whatever the table repeats. */
+static void
+regress_duplicate_ranks_stay_in_bounds(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    lr_candidate t[N];
+    table(t, N);
+    for (size_t i = 0; i < N; i++)
+        t[i].ring_rank = (uint32_t)(i % LR_RING_MAX_K) + 1;
+    static const int32_t pols[] = { LR_POLICY_CONSISTENT_HASH,
+                                    LR_POLICY_RANVIER };
+    for (size_t p = 0; p < 2; p++) {
+        struct out o;
+        assert_st(decide_p(pols[p], t, N, 256, 1, NULL, 0, &o), LR_OK);
+        /* nothing in flight: rank 1's first row, rank 2's first next */
+        assert_int_equal(o.d.instance, t[0].instance);
+        assert_int_equal(o.d.alt_instance, t[1].instance);
+        /* rank 1 is scored its position, no repeat is ranked */
+        assert_true(o.score[0] == 0);
+        for (size_t i = 1; i < N; i++)
+            assert_true(isnan(o.score[i]));
+    }
+    /* the first rows of ranks 1-7 are loaded past the bound: rank 8's
+     * first, each rank scored once at its position */
+    for (size_t i = 0; i < LR_RING_MAX_K - 1; i++)
+        t[i].inflight = 100;
+    struct out o;
+    assert_st(decide_p(LR_POLICY_CONSISTENT_HASH, t, N, 256, 1, NULL, 0, &o),
+              LR_OK);
+    assert_int_equal(o.d.instance, t[LR_RING_MAX_K - 1].instance);
+    for (size_t i = 0; i < N; i++) {
+        if (i < LR_RING_MAX_K)
+            assert_true(o.score[i] == (double)i);
+        else
+            assert_true(isnan(o.score[i]));
+    }
+}
+
+/* LR_INSTANCE_NONE is "no instance": 0.2 let such a row be chosen and
+ * returned with LR_OK, so a host replaying a table got a decision that
+ * named nothing. */
+static void
+regress_row_of_no_instance_refused(void **state)
+{
+    (void)state;
+    lr_candidate t[3];
+    table(t, 3);
+    t[1].instance = LR_INSTANCE_NONE;
+    for (int32_t p = 0; p < (int32_t)lr_policy_count(); p++) {
+        struct out o;
+        assert_st(decide_p(p, t, 3, 256, 1, NULL, 0, &o), LR_EINVAL);
+        assert_int_equal(o.d.instance, LR_INSTANCE_NONE);
+    }
+}
+
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The least time of `reps` decisions of policy p over rows[0 .. n). */
+static double
+least_decide_ns(int32_t p, const lr_candidate *rows, size_t n, double *sc,
+                lr_mlp *net, int reps)
+{
+    double best = INFINITY;
+    for (int i = 0; i < reps; i++) {
+        lr_policy_input in;
+        lr_policy_input_init(&in);
+        in.prompt_tokens = 8192;
+        in.seed = (uint64_t)i;
+        in.model = p == LR_POLICY_LODESTAR ? net : NULL;
+        lr_decision d;
+        lr_decision_init(&d);
+        uint64_t t0 = mono_ns();
+        assert_st(lr_policy_decide(p, &in, rows, n, sizeof *rows, sc, &d),
+                  LR_OK);
+        double dt = (double)(mono_ns() - t0);
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+/* Every policy's decision costs O(n log n) at worst in the rows: its time
+ * per row at 16k rows is within a small factor of its time per row at 1k
+ * (a log factor is 1.4 here; a quadratic policy is 16x, as Ranvier's
+ * median by counting was in 0.2: 8.3 s at 65,534 rows). Least of several
+ * runs, so that a noisy machine does not fail it; the numbers themselves
+ * are the bench's (decide_<policy>_16k). */
+static void
+regress_decide_grows_n_log_n(void **state)
+{
+    (void)state;
+    enum { SMALL = 1024, LARGE = 16384 };
+    lr_candidate *rows = malloc(LARGE * sizeof *rows);
+    double *sc = malloc(LARGE * sizeof *sc);
+    assert_non_null(rows);
+    assert_non_null(sc);
+    lr_mlp_options mo;
+    lr_mlp_options_init(&mo);
+    mo.n_inputs = LR_LODESTAR_FEATURES;
+    mo.hidden_layers = 1;
+    mo.width = 8;
+    lr_mlp *net;
+    assert_st(lr_mlp_create(&mo, &net), LR_OK);
+    for (int32_t p = 0; p < (int32_t)lr_policy_count(); p++) {
+        pt_fill(rows, SMALL, 8192, 3);
+        double small = least_decide_ns(p, rows, SMALL, sc, net, 15) / SMALL;
+        pt_fill(rows, LARGE, 8192, 3);
+        double large = least_decide_ns(p, rows, LARGE, sc, net, 5) / LARGE;
+        print_message("%-22s %6.1f ns/row at 1k, %6.1f at 16k\n",
+                      lr_policy_name(p), small, large);
+        assert_true(large < 6 * small);
+    }
+    lr_mlp_destroy(net);
+    free(sc);
+    free(rows);
+}
+
 int
 main(void)
 {
@@ -1313,6 +1443,9 @@ main(void)
         cmocka_unit_test(agrees_with_route_lodestar),
         cmocka_unit_test(agrees_with_route_gorgo_trial),
         cmocka_unit_test(router_api_bad_input),
+        cmocka_unit_test(regress_duplicate_ranks_stay_in_bounds),
+        cmocka_unit_test(regress_row_of_no_instance_refused),
+        cmocka_unit_test(regress_decide_grows_n_log_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -492,14 +492,17 @@ LR_API uint32_t lr_lodestar_feature_count(void);
  *                  best_cached_tokens, cost, alt_instance and (when its
  *                  struct_size has them) decider and seed; its scores
  *                  buffer is not used (n_scores = 0).
- * @return LR_OK; LR_EINVAL (NULL, n_rows 0, row_size too small, a row's
- *   cached_tokens above prompt_tokens, a prefill_rate not finite and
+ * @return LR_OK; LR_EINVAL (NULL, n_rows 0, row_size too small, a row
+ *   whose instance is LR_INSTANCE_NONE, a row's cached_tokens above
+ *   prompt_tokens, a prefill_rate not finite and
  *   positive, a negative or non-finite rtt_ms or stall_s, kv_use outside
  *   [0, 1], a NaN parameter or a fraction for an integer key, a model of
  *   the wrong width); LR_EVERSION (a struct_size); LR_ENOTSUP (unknown
  *   policy); LR_ERANGE (a parameter outside its bounds). Rows may name
- *   the same instance twice: the policy ranks rows, not instances.
- *   Allocates nothing; deterministic for a seed.
+ *   the same instance twice: the policy ranks rows, not instances; and
+ *   two rows may carry the same ring_rank: the first one of a rank is
+ *   that rank's candidate. Allocates nothing; deterministic for a seed;
+ *   O(n_rows log n_rows) at worst for every policy.
  * @since 0.2 */
 LR_API lr_status lr_policy_decide(int32_t policy, const lr_policy_input *input,
                                   const lr_candidate *rows, size_t n_rows,
