@@ -366,6 +366,8 @@ run_once(struct fuzz_index_run *r, const uint8_t *data, size_t size)
         case 10: {
             now += fuzz_index_dt(&dp);
             fuzz_trace("now = %llu", (unsigned long long)now);
+            for (int t = 0; t < 2; t++)
+                fuzz_index_clock(ixs[t], now);
             break;
         }
         default:

@@ -337,6 +337,7 @@ run_once(struct fuzz_index_run *r, const uint8_t *data, size_t size)
         case 6: {
             now += fuzz_index_dt(&dp);
             fuzz_trace("now = %llu", (unsigned long long)now);
+            fuzz_index_clock(ix, now);
             break;
         }
         case 7: {

@@ -4,17 +4,22 @@
  *
  * Each op (front of the input): a byte op, a byte instance (0..3; 3 is no
  * instance), a byte for the sequence number (relative to the model's
- * expected one, or absolute), a byte for the engine time step; then
+ * expected one, or absolute), a byte for the engine time step (-64 ..
+ * +191 s); then
  *   op % 4 == 0..1  an empty batch [ts, [], 0]
  *   op % 4 == 2     a batch [ts, [AllBlocksCleared], 0]
  *   op % 4 == 3     lr_router_kv_reset()
  * (The batches' bytes are the vllm_batch harness's business: here they
- * are always well formed.)
+ * are well formed but for their timestamp, which goes negative, and so
+ * corrupt, as it likes.) The host's clock stands still: the engine's may
+ * run at most the skew ahead of the last batch applied (the router's
+ * clock has its own harness, router_ops).
  *
  * Properties: the status and seq_state are exactly the ones the model
- * predicts; next_seq and lr_router_kv_source() agree with it; the router
- * verifies (every 16 ops and at the end); the counters in the stats equal
- * the model's. */
+ * predicts, the engine's timestamps judged by the host's clock as
+ * lr__kvsrc_window() says; next_seq and lr_router_kv_source() agree with
+ * it; the router verifies (every 16 ops and at the end); the counters in
+ * the stats equal the model's. */
 #include <math.h>
 #include <string.h>
 
@@ -25,12 +30,34 @@
 
 #define N_INST 3u
 
+#define SKEW_S 60.0 /* LR_PARAM_CLOCK_SKEW_S's default */
+
 struct src {
-    bool has, gap;
-    uint64_t next;
-    double last_ts;
+    bool has, gap, has_ahead;
+    uint64_t next, at_ns;
+    double last_ts, ahead_ts;
     uint64_t batches, dups, gaps, restarts;
 };
+
+/* The engine's clock judged by the host's (replica.h). */
+static bool
+window(struct src *s, double ts, uint64_t now_ns)
+{
+    if (!s->has)
+        return true;
+    double since = now_ns > s->at_ns ? (double)(now_ns - s->at_ns) / 1e9 : 0;
+    if (ts <= s->last_ts + since + SKEW_S) {
+        s->has_ahead = false;
+        return true;
+    }
+    if (s->has_ahead && ts >= s->ahead_ts && ts - s->ahead_ts <= SKEW_S) {
+        s->has_ahead = false;
+        return true;
+    }
+    s->ahead_ts = ts;
+    s->has_ahead = true;
+    return false;
+}
 
 static size_t
 batch(uint8_t *b, double ts, bool clear)
@@ -57,18 +84,26 @@ batch(uint8_t *b, double ts, bool clear)
 }
 
 /* What the router must do with batch seq at engine time ts (see
- * lr_router_vllm_batch_seq), and the model updated as it does. */
+ * lr_router_vllm_batch_seq) and host time now_ns, and the model updated
+ * as it does. A negative timestamp makes the batch corrupt: consumed
+ * where it is expected, refused where the sequence went back. */
 static lr_status
-model(struct src *s, uint64_t seq, double ts, int32_t *state)
+model(struct src *s, uint64_t seq, double ts, uint64_t now_ns, int32_t *state)
 {
+    bool corrupt = ts < 0;
+    *state = LR_KV_SEQ_NONE;
+    if (!corrupt && !window(s, ts, now_ns))
+        return LR_ERANGE;
     if (!s->has || seq == s->next) {
         *state = s->has ? LR_KV_SEQ_APPLIED : LR_KV_SEQ_FIRST;
         s->has = true;
         s->gap = false;
         s->next = seq + 1;
-        s->last_ts = ts;
+        if (!corrupt)
+            s->last_ts = ts;
+        s->at_ns = now_ns;
         s->batches++;
-        return LR_OK;
+        return corrupt ? LR_ECORRUPT : LR_OK;
     }
     if (seq > s->next) {
         *state = LR_KV_SEQ_GAP;
@@ -76,21 +111,23 @@ model(struct src *s, uint64_t seq, double ts, int32_t *state)
         s->gap = true;
         return LR_EGAP;
     }
+    if (corrupt)
+        return LR_ECORRUPT; /* a replay or a restart? nothing to tell */
     if (ts > s->last_ts) {
         *state = LR_KV_SEQ_RESTART;
         s->restarts++;
+        s->has = true;
+        s->has_ahead = false;
+        s->last_ts = ts;
+        s->at_ns = now_ns;
         if (seq == 0) {
-            s->has = true;
             s->gap = false;
             s->next = 1;
-            s->last_ts = ts;
             s->batches++;
             return LR_OK;
         }
-        s->has = true;
         s->gap = true;
         s->next = 0;
-        s->last_ts = ts;
         s->gaps++;
         return LR_EGAP;
     }
@@ -120,6 +157,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct src m[N_INST];
     memset(m, 0, sizeof m);
     double ts = 1000;
+    const uint64_t now = FUZZ_T0;
     uint32_t ops = 0;
     fuzz_dp dp;
     fuzz_dp_init(&dp, data, size);
@@ -134,8 +172,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             lr_status st = lr_router_kv_reset(r, inst);
             FUZZ_ASSERT(st == (s != NULL ? LR_OK : LR_ENOENT));
             if (s != NULL) {
-                s->has = s->gap = false;
+                s->has = s->gap = s->has_ahead = false;
                 s->next = 0;
+                s->at_ns = 0;
                 s->last_ts = 0;
                 s->restarts++;
             }
@@ -150,12 +189,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             lr_vllm_batch_info info;
             lr_vllm_batch_info_init(&info);
             lr_status st =
-                lr_router_vllm_batch_seq(r, inst, seq, b, n, FUZZ_T0, &info);
+                lr_router_vllm_batch_seq(r, inst, seq, b, n, now, &info);
             if (s == NULL) {
                 FUZZ_ASSERT_STATUS(st, st == LR_ENOENT);
             } else {
                 int32_t want_state;
-                lr_status want = model(s, seq, ts, &want_state);
+                lr_status want = model(s, seq, ts, now, &want_state);
                 FUZZ_ASSERT_STATUS(st, st == want);
                 FUZZ_ASSERT(info.seq_state == want_state);
                 FUZZ_ASSERT(info.next_seq == (s->has ? s->next : 0));

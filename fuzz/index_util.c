@@ -183,6 +183,15 @@ fuzz_index_dt(fuzz_dp *dp)
 }
 
 void
+fuzz_index_clock(lr_index *ix, uint64_t now)
+{
+    lr_status st = lr_index_expire(ix, now);
+    if (st == LR_ERANGE)
+        st = lr_index_expire(ix, now);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK);
+}
+
+void
 fuzz_index_after(struct fuzz_index_run *r, lr_index *ix, lr_status st,
                  uint64_t d0, bool failed)
 {

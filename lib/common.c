@@ -277,6 +277,12 @@ struct lr_blob {
     uint8_t *data;
 };
 
+uint8_t *
+lr__blob_bytes(lr_blob *b)
+{
+    return b->data;
+}
+
 lr_status
 lr__blob_new(const struct lr__mem *m, size_t size, lr_blob **out,
              uint8_t **data)
@@ -486,4 +492,58 @@ lr__clock_take(struct lr__clock *c, uint64_t t_ns)
     if (t_ns > c->newest)
         c->newest = t_ns;
     c->ahead = 0;
+}
+
+/* ---- SipHash-2-4 ------------------------------------------------------------ */
+
+static inline uint64_t
+rotl64(uint64_t x, int b)
+{
+    return (x << b) | (x >> (64 - b));
+}
+
+#define SIPROUND(v0, v1, v2, v3) \
+    do {                         \
+        v0 += v1;                \
+        v1 = rotl64(v1, 13);     \
+        v1 ^= v0;                \
+        v0 = rotl64(v0, 32);     \
+        v2 += v3;                \
+        v3 = rotl64(v3, 16);     \
+        v3 ^= v2;                \
+        v0 += v3;                \
+        v3 = rotl64(v3, 21);     \
+        v3 ^= v0;                \
+        v2 += v1;                \
+        v1 = rotl64(v1, 17);     \
+        v1 ^= v2;                \
+        v2 = rotl64(v2, 32);     \
+    } while (0)
+
+uint64_t
+lr__siphash(const uint8_t key[16], const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    uint64_t k0 = lr__get_u64(key), k1 = lr__get_u64(key + 8);
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+    size_t whole = len - len % 8;
+    for (size_t i = 0; i < whole; i += 8) {
+        uint64_t m = lr__get_u64(p + i);
+        v3 ^= m;
+        SIPROUND(v0, v1, v2, v3);
+        SIPROUND(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+    uint64_t last = (uint64_t)len << 56;
+    for (size_t i = whole; i < len; i++)
+        last |= (uint64_t)p[i] << (8 * (i - whole));
+    v3 ^= last;
+    SIPROUND(v0, v1, v2, v3);
+    SIPROUND(v0, v1, v2, v3);
+    v0 ^= last;
+    v2 ^= 0xff;
+    for (int i = 0; i < 4; i++)
+        SIPROUND(v0, v1, v2, v3);
+    return v0 ^ v1 ^ v2 ^ v3;
 }

@@ -163,6 +163,9 @@ void lr__init_sized(void *p, size_t size, const void *defaults,
 lr_status lr__blob_new(const struct lr__mem *m, size_t size, lr_blob **out,
                        uint8_t **data);
 
+/* The bytes of a blob the library made, writable (a frame resealed). */
+uint8_t *lr__blob_bytes(lr_blob *b);
+
 /* ---- hash seeds (entropy.c) ---------------------------------------------- */
 
 /* The seed a handle keys its hash tables with: `given` when the host set
@@ -305,6 +308,11 @@ struct lr__range {
 
 /* Its public form; NULL or an all-zero entry: LR_ENOTSUP. */
 lr_bounds lr__bounds_of(const struct lr__range *r);
+
+/* SipHash-2-4 (Aumasson and Bernstein) of buf under a 16-byte key: the
+ * MAC of the frames replicas exchange when the host sets a peer key
+ * (lr_router_set_peer_key). Never fails. */
+uint64_t lr__siphash(const uint8_t key[16], const void *buf, size_t len);
 
 /* ---- the clock --------------------------------------------------------------
  *

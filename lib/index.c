@@ -98,9 +98,16 @@
 /* time                                                                      */
 /* ------------------------------------------------------------------------ */
 
+lr_status
+lr__index_judge(lr_index *idx, uint64_t now_ns)
+{
+    return lr__clock_judge(&idx->clock, now_ns, true);
+}
+
 uint32_t
 lr__index_tick(lr_index *ix, uint64_t now)
 {
+    lr__clock_take(&ix->clock, now); /* judged at the call's start */
     if (!ix->has_epoch) {
         ix->has_epoch = true;
         ix->epoch_ns = now;
@@ -1131,6 +1138,7 @@ lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
     const uint64_t *keys;
     uint32_t n;
     LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
+    LR_TRY(lr__index_judge(ix, now_ns));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
     LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (n > ix->capacity)

@@ -45,13 +45,21 @@ uint32_t lr__index_last_probes(const lr_index *idx);
 /* The index's allocator (for callers' scratch owned by the same host). */
 struct lr__mem *lr__index_mem(lr_index *idx);
 
+/* Judge a call's now_ns by the index's clock (lr_index_options
+ * clock_skew_ns; common.h, "the clock") before the call changes anything:
+ * LR_OK or LR_ERANGE. The time is taken when the call commits (its
+ * first lr__index_tick). */
+lr_status lr__index_judge(lr_index *idx, uint64_t now_ns);
+
 /* lr_index_import_delta() restricted to the routes whose instance id
  * keep(ctx, id) accepts (keep NULL: all); the others are skipped as if the
- * delta did not carry them, so they take no instance slot. Same contract
- * otherwise: on failure the index is unchanged. */
+ * delta did not carry them, so they take no instance slot. With a key the
+ * delta must be sealed with it (wire.h). Same contract otherwise: on
+ * failure the index is unchanged. */
 lr_status lr__index_import_delta_if(lr_index *idx, const uint8_t *buf,
                                     size_t len, uint64_t now_ns,
-                                    bool (*keep)(void *, uint32_t), void *ctx);
+                                    bool (*keep)(void *, uint32_t), void *ctx,
+                                    const uint8_t *key);
 
 /* The hash the node table keys `key` with (the handle's seed mixed in):
  * tests aim keys at one spot of the table with it, as a client who knew
@@ -65,10 +73,12 @@ void lr__index_node_table_stats(const lr_index *idx, uint32_t *count,
                                 uint32_t *size, uint32_t *max_probe,
                                 uint64_t *sum_probe, uint32_t *resalts);
 
-/* A delta's header, checked (magic, version, checksum, since <= mark):
- * its origin replica (0 for a 0.1 delta), the journal marks it covers
- * and its header size. LR_ECORRUPT, LR_EVERSION. */
-lr_status lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
+/* A delta's header, checked (magic, version, checksum or the MAC under
+ * key when not NULL, since <= mark): its origin replica (0 for a 0.1
+ * delta), the journal marks it covers and its header size. LR_ECORRUPT,
+ * LR_EVERSION. */
+lr_status lr__index_delta_peek(const uint8_t *buf, size_t len,
+                               const uint8_t *key, uint64_t *origin,
                                uint64_t *since, uint64_t *mark, size_t *header);
 
 /* The index's whole logical state for a snapshot: every route with its

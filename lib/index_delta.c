@@ -3,6 +3,7 @@
  * lr_index_import_delta, lr__index_import_delta_if) and its varints. The
  * index layout is pictured at the top of index.c. */
 #include "index_impl.h"
+#include "wire.h"
 
 uint64_t
 lr_index_mark(const lr_index *idx)
@@ -21,7 +22,7 @@ lr_index_mark(const lr_index *idx)
  *   off  size  field
  *     0     4  magic "LRDX"
  *     4     2  version (3)
- *     6     2  flags (0)
+ *     6     2  flags: 0x8000 the sum is a MAC (wire.h, a peer key)
  *     8     4  block_tokens of the exporting index
  *    12     4  n_nodes
  *    16     4  n_routes
@@ -37,7 +38,8 @@ lr_index_mark(const lr_index *idx)
  *              the route as used that long ago (never newer than it
  *              had), so that a full export does not make old routes look
  *              fresh
- *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1")
+ *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRDELTA1"), or
+ *              with a peer key SipHash-2-4(key, bytes [0, end-8))
  *
  * Every route's whole chain is in the blob, so an importer that never saw
  * the prefix can still place it; chains shared by several routes are sent
@@ -418,8 +420,9 @@ delta_free(struct lr__mem *m, struct delta *d)
 }
 
 lr_status
-lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
-                     uint64_t *since, uint64_t *mark, size_t *header)
+lr__index_delta_peek(const uint8_t *buf, size_t len, const uint8_t *key,
+                     uint64_t *origin, uint64_t *since, uint64_t *mark,
+                     size_t *header)
 {
     LR_RETURN_IF(buf == NULL || len < MAGIC_LEN + 2, LR_ECORRUPT);
     LR_RETURN_IF(memcmp(buf, DELTA_MAGIC, MAGIC_LEN) != 0, LR_ECORRUPT);
@@ -428,10 +431,8 @@ lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
                  LR_EVERSION);
     size_t hdr = version == DELTA_VERSION ? DELTA_HEADER : DELTA_HEADER_NOAGE;
     LR_RETURN_IF(len < hdr + DELTA_SUM, LR_ECORRUPT);
-    LR_RETURN_IF(lr__hash(buf, len - DELTA_SUM, LR_SEED_DELTA) !=
-                     lr__get_u64(buf + len - DELTA_SUM),
-                 LR_ECORRUPT);
-    LR_RETURN_IF(lr__get_u16(buf + OFF_FLAGS) != 0 ||
+    LR_RETURN_IF(!lr__frame_sum_ok(buf, len, LR_SEED_DELTA, key), LR_ECORRUPT);
+    LR_RETURN_IF((lr__get_u16(buf + OFF_FLAGS) & ~LR__FRAME_KEYED) != 0 ||
                      lr__get_u32(buf + OFF_RESERVED) != 0,
                  LR_ECORRUPT);
     *since = lr__get_u64(buf + OFF_SINCE);
@@ -444,11 +445,11 @@ lr__index_delta_peek(const uint8_t *buf, size_t len, uint64_t *origin,
 
 static lr_status
 delta_parse(const lr_index *ix, struct lr__mem *m, const uint8_t *buf,
-            size_t len, struct delta *d)
+            size_t len, const uint8_t *key, struct delta *d)
 {
     uint64_t origin, since, mark;
     size_t hdr;
-    LR_TRY(lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr));
+    LR_TRY(lr__index_delta_peek(buf, len, key, &origin, &since, &mark, &hdr));
     LR_RETURN_IF(lr__get_u32(buf + OFF_BLOCK) != ix->B, LR_ENOTSUP);
     uint32_t nn = lr__get_u32(buf + OFF_NODES);
     uint32_t nr = lr__get_u32(buf + OFF_ROUTES);
@@ -705,26 +706,28 @@ lr_status
 lr_index_import_delta(lr_index *idx, const uint8_t *buf, size_t len,
                       uint64_t now_ns)
 {
-    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL);
+    return lr__index_import_delta_if(idx, buf, len, now_ns, NULL, NULL, NULL);
 }
 
 lr_status
 lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
                           uint64_t now_ns, bool (*keep)(void *, uint32_t),
-                          void *ctx)
+                          void *ctx, const uint8_t *key)
 {
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
+    LR_TRY(lr__index_judge(idx, now_ns));
     uint64_t origin, since, mark;
     size_t hdr;
     if (idx->replica_id != 0 &&
-        lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr) == LR_OK &&
+        lr__index_delta_peek(buf, len, key, &origin, &since, &mark, &hdr) ==
+            LR_OK &&
         origin == idx->replica_id)
         return LR_OK; /* our own, back from the bus */
     struct lr__mem *m = &idx->mem;
     struct import_tmp im = { .keep = keep, .ctx = ctx };
     lr__table_init(&im.ids, m, 0); /* no memory yet: cannot fail */
     lr__table_init(&im.pairs, m, 0);
-    lr_status st = delta_parse(idx, m, buf, len, &im.d);
+    lr_status st = delta_parse(idx, m, buf, len, key, &im.d);
     if (st == LR_OK)
         st = delta_check(idx, m, &im.d);
     if (st == LR_OK)

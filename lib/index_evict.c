@@ -333,6 +333,7 @@ lr_status
 lr_index_expire(lr_index *idx, uint64_t now_ns)
 {
     LR_RETURN_IF(idx == NULL, LR_EINVAL);
+    LR_TRY(lr__index_judge(idx, now_ns));
     lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
     return LR_OK;
 }

@@ -239,6 +239,7 @@ struct lr_index {
     struct jent *journal;
     uint64_t j_seq;
 
+    struct lr__clock clock; /* judges every now_ns (lr__index_judge) */
     bool has_epoch;
     uint64_t epoch_ns;
     uint32_t last_tick; /* the latest tick any call brought (delta ages) */

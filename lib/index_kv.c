@@ -402,6 +402,7 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     lr_index *ix = idx;
     lr_kv_stored e;
     LR_TRY(kv_event(ix, instance, ev, &e));
+    LR_TRY(lr__index_judge(ix, now_ns));
     uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
     LR_TRY(lr__index_slot_for(ix, instance, &s));
     if (e.n_blocks == 0)

@@ -9,6 +9,7 @@
 #define DEFAULT_BLOCK_TOKENS 16u
 #define DEFAULT_MAX_INSTANCES 1024u
 #define DEFAULT_JOURNAL 4096u
+#define DEFAULT_CLOCK_SKEW_NS 60000000000ull /* as the router's */
 #define EMAP_PER_BLOCK 2u /* engine_map_capacity per capacity block */
 #define MAX_JOURNAL (1u << 24)
 /* The caller's seed is mixed with "lrindex" before keying the tables. */
@@ -93,7 +94,8 @@ LR__INIT_SIZED(lr_index_options, options_defaults,
                .capacity_blocks = DEFAULT_CAPACITY, .ttl_ns = DEFAULT_TTL_NS,
                .block_tokens = DEFAULT_BLOCK_TOKENS,
                .max_instances = DEFAULT_MAX_INSTANCES,
-               .journal_capacity = DEFAULT_JOURNAL)
+               .journal_capacity = DEFAULT_JOURNAL,
+               .clock_skew_ns = DEFAULT_CLOCK_SKEW_NS)
 
 /* The options whose 0 keeps the default; the others are the caller's as
  * given. */
@@ -102,7 +104,8 @@ LR__INIT_SIZED(lr_index_options, options_defaults,
     X(ttl_ns)                 \
     X(block_tokens)           \
     X(max_instances)          \
-    X(journal_capacity)
+    X(journal_capacity)       \
+    X(clock_skew_ns)
 
 static void
 index_free(lr_index *ix)
@@ -174,6 +177,7 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     uint64_t rttl = o.remote_ttl_ns ? o.remote_ttl_ns : o.ttl_ns;
     ix->remote_ttl_ticks = rttl == UINT64_MAX ? UINT64_MAX : rttl >> TICK_SHIFT;
     ix->replica_id = o.replica_id;
+    ix->clock.skew_ns = o.clock_skew_ns;
     ix->evict_lru = o.eviction == LR_EVICT_LRU;
     ix->emap_cap = o.engine_map_capacity;
     ix->B = o.block_tokens;

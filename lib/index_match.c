@@ -100,6 +100,7 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     const uint64_t *keys;
     uint32_t n;
     LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
+    LR_TRY(lr__index_judge(ix, now_ns));
 
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_expire_all(ix, tick);

@@ -88,6 +88,7 @@ struct state {
     size_t tmp_n;
     const lr_index *ix; /* save: the index and the time it is saved at */
     uint64_t saved_ns;
+    uint32_t saved_tick; /* save: its tick; no stamp is written later */
 };
 
 static void
@@ -268,13 +269,27 @@ write_state(struct lr__wr *w, const void *arg)
         lr__wr_var(w, h->node);
         lr__wr_var(w, h->id);
         lr__wr_u8(w, (uint8_t)h->flags);
-        lr__wr_var(w, h->stamp);
+        /* a use after the save's time (a call of another thread, whose
+         * time was ahead of the save's) is written as at the save: a
+         * restore refuses stamps past it (read_records) */
+        lr__wr_var(w, h->stamp < st->saved_tick ? h->stamp : st->saved_tick);
     }
     for (uint32_t i = 0; i < st->n_emap; i++) {
         lr__wr_var(w, st->emap[i].id);
         lr__wr_u64(w, st->emap[i].ehash);
         lr__wr_var(w, st->emap[i].node);
     }
+}
+
+/* The tick of time t on the index's time base (lr__index_tick, without
+ * taking it). */
+static uint32_t
+saved_tick(const lr_index *ix, uint64_t t)
+{
+    if (!ix->has_epoch || t <= ix->epoch_ns)
+        return 0;
+    uint64_t k = (t - ix->epoch_ns) >> TICK_SHIFT;
+    return k >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)k;
 }
 
 lr_status
@@ -293,7 +308,8 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
                         .n_emap = v.k,
                         .tmp_n = 2 * (size_t)idx->holds,
                         .ix = idx,
-                        .saved_ns = now_ns };
+                        .saved_ns = now_ns,
+                        .saved_tick = saved_tick(idx, now_ns) };
     lr_status s = state_alloc(&st);
     struct kp *kp = NULL;
     if (s == LR_OK && st.n_holds > 0) {
@@ -322,6 +338,7 @@ lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out)
 struct header {
     uint32_t flags, n_nodes, n_holds, n_emap;
     uint64_t epoch_ns, saved_ns;
+    uint32_t saved_tick; /* the latest stamp a hold may carry */
 };
 
 static lr_status
@@ -329,7 +346,7 @@ read_header(const lr_index *ix, const uint8_t *buf, size_t len,
             struct header *h)
 {
     LR_TRY(lr__frame_check(buf, len, STATE_HEADER, STATE_MAGIC, STATE_VERSION,
-                           LR_SEED_ISTATE));
+                           LR_SEED_ISTATE, NULL));
     h->flags = lr__get_u16(buf + 6);
     LR_RETURN_IF(h->flags & ~SF_EPOCH, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u32(buf + 8) != ix->B, LR_ENOTSUP);
@@ -338,6 +355,15 @@ read_header(const lr_index *ix, const uint8_t *buf, size_t len,
     h->n_emap = lr__get_u32(buf + 20);
     h->epoch_ns = lr__get_u64(buf + 24);
     h->saved_ns = lr__get_u64(buf + 32);
+    /* the time base is judged as a call's now_ns is: an epoch after the
+     * save, or a save past LR_MAX_TIME_NS, would make the restored routes
+     * (and every route learned after them) never expire */
+    LR_RETURN_IF(h->saved_ns > LR_MAX_TIME_NS, LR_ECORRUPT);
+    LR_RETURN_IF((h->flags & SF_EPOCH) && h->epoch_ns > h->saved_ns,
+                 LR_ECORRUPT);
+    uint64_t t =
+        (h->saved_ns - ((h->flags & SF_EPOCH) ? h->epoch_ns : 0)) >> TICK_SHIFT;
+    h->saved_tick = t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
     size_t body = len - STATE_HEADER - STATE_SUM;
     LR_RETURN_IF(h->n_nodes > body / NODE_MIN || h->n_holds > body / HOLD_MIN ||
                      h->n_emap > body / EMAP_MIN,
@@ -371,7 +397,7 @@ read_records(struct lr__rd *r, const struct header *h, struct state *st)
         LR_RETURN_IF(x->id == LR_INSTANCE_NONE, LR_ECORRUPT);
         LR_RETURN_IF(x->flags & ~(HF_REMOTE | HF_ANCHOR), LR_ECORRUPT);
         LR_RETURN_IF(!(h->flags & SF_EPOCH) && x->stamp != 0, LR_ECORRUPT);
-        LR_RETURN_IF(x->stamp == UINT32_MAX, LR_ECORRUPT);
+        LR_RETURN_IF(x->stamp > h->saved_tick, LR_ECORRUPT); /* used later */
         LR_RETURN_IF(i > 0 && cmp_hold(&st->holds[i - 1], x) >= 0, LR_ECORRUPT);
     }
     for (uint32_t i = 0; i < st->n_emap; i++) {
@@ -645,6 +671,7 @@ lr__index_load(lr_index *idx, const uint8_t *buf, size_t len, uint64_t now_ns)
 {
     LR_RETURN_IF(idx == NULL || (buf == NULL && len != 0), LR_EINVAL);
     LR_RETURN_IF(idx->holds != 0 || lr__index_emap_live(idx) != 0, LR_ESTATE);
+    LR_TRY(lr__index_judge(idx, now_ns));
     struct header h;
     LR_TRY(read_header(idx, buf, len, &h));
     struct lr__mem m = idx->mem;

@@ -49,7 +49,8 @@
  *    28     4  reserved (0)
  *    32        n x { varint id, strictly ascending; varint inflight,
  *                    queued, prefill, queued_tokens, prompt, decode, kv }
- *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRGAUGE1")
+ *   end-8   8  XXH3_64bits_withSeed(bytes [0, end-8), "LRGAUGE1"), or
+ *              with a peer key SipHash-2-4(key, bytes [0, end-8))
  *
  * Varints are unsigned LEB128 (wire.h). Only instances with a request in
  * flight are sent: a missing id means zero. */
@@ -62,9 +63,8 @@
 /* ---- KV-event sources ------------------------------------------------------ */
 
 int32_t
-lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts, bool *need_ts)
+lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts)
 {
-    *need_ts = false;
     if (!k->has)
         return LR_KV_SEQ_FIRST;
     if (seq == k->next)
@@ -75,10 +75,8 @@ lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts, bool *need_ts)
         k->gap = 1;
         return LR_KV_SEQ_GAP;
     }
-    if (isnan(ts)) {
-        *need_ts = true;
+    if (isnan(ts))
         return LR_KV_SEQ_NONE;
-    }
     if (ts > k->last_ts) {
         /* a restart first seen past 0 lost the batches before it */
         k->restarts++;
@@ -88,15 +86,35 @@ lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts, bool *need_ts)
     return LR_KV_SEQ_DUPLICATE;
 }
 
-void
-lr__kvsrc_applied(struct lr__kvsrc *k, int32_t v, uint64_t seq, double ts)
+bool
+lr__kvsrc_window(struct lr__kvsrc *k, double ts, uint64_t now_ns, double skew_s)
 {
-    (void)v;
+    if (!k->has)
+        return true;
+    double since =
+        now_ns > k->last_at_ns ? (double)(now_ns - k->last_at_ns) / 1e9 : 0;
+    if (ts <= k->last_ts + since + skew_s) {
+        k->has_ahead = 0; /* an honest value breaks a pair */
+        return true;
+    }
+    if (k->has_ahead && ts >= k->ahead_ts && ts - k->ahead_ts <= skew_s) {
+        k->has_ahead = 0; /* the second of a pair: the clock stepped */
+        return true;
+    }
+    k->ahead_ts = ts;
+    k->has_ahead = 1;
+    return false;
+}
+
+void
+lr__kvsrc_applied(struct lr__kvsrc *k, uint64_t seq, double ts, uint64_t now_ns)
+{
     k->has = 1;
     k->gap = 0;
     k->next = seq + 1;
     if (!isnan(ts))
         k->last_ts = ts;
+    k->last_at_ns = now_ns;
     k->batches++;
 }
 
@@ -107,6 +125,8 @@ lr__kvsrc_forget(struct lr__kvsrc *k)
     k->gap = 0;
     k->next = 0;
     k->last_ts = 0;
+    k->last_at_ns = 0;
+    k->has_ahead = 0;
 }
 
 /* ---- peers ----------------------------------------------------------------- */
@@ -276,36 +296,50 @@ peer_find(struct lr__peers *ps, uint64_t id)
     return NULL;
 }
 
-/* A slot for a new peer: a free one, else the one heard from least
- * recently among those without a live gauge (its delta watermark goes:
- * at worst a replayed delta of it is applied again). NULL: every slot
- * has a live gauge. */
+/* A slot for a new peer: a free one; else the one heard from least
+ * recently among those without a live gauge (its delta watermark goes: at
+ * worst a replayed delta of it is applied again); else, for a newcomer
+ * that brings a delta (`delta`), the live peer with the least evidence:
+ * one that never sent a delta, the latest of those to arrive. A peer that
+ * sent deltas keeps its slot against every newcomer, and a newcomer with
+ * gauges alone takes no live peer's: gauges from many made-up origins
+ * cannot lock out a replica that shares deltas (docs/scale.md says what a
+ * peer key adds). NULL: no slot. */
 static struct lr__peer *
-peer_slot(struct lr__peers *ps, uint64_t now_ns)
+peer_slot(struct lr__peers *ps, uint64_t now_ns, bool delta)
 {
-    struct lr__peer *best = NULL;
+    struct lr__peer *dead = NULL, *weak = NULL;
     for (uint32_t i = 0; i < ps->max; i++) {
         struct lr__peer *p = &ps->p[i];
         if (p->id == 0)
             return p;
-        if (!gauge_live(p, now_ns) &&
-            (best == NULL || p->seen_ns < best->seen_ns))
-            best = p;
+        if (!gauge_live(p, now_ns)) {
+            if (dead == NULL || p->seen_ns < dead->seen_ns)
+                dead = p;
+        } else if (!p->has_delta &&
+                   (weak == NULL || p->first_ns > weak->first_ns)) {
+            weak = p;
+        }
     }
-    return best;
+    return dead != NULL ? dead : delta ? weak : NULL;
 }
 
-/* Take slot p for peer id (p from peer_slot). */
+/* Take slot p for peer id (p from peer_slot) at now_ns. */
 static void
-peer_claim(struct lr__peers *ps, struct lr__peer *p, uint64_t id)
+peer_claim(struct lr__peers *ps, struct lr__peer *p, uint64_t id,
+           uint64_t now_ns)
 {
     bool had_gauge = p->id != 0 && p->has_gauge;
     p->id = id;
     p->mark = 0;
     p->has_mark = 0;
+    p->has_last = 0;
+    p->has_delta = 0;
+    p->delta_gap = 0;
     p->has_gauge = 0;
     p->n_g = 0;
     p->gseq = 0;
+    p->first_ns = now_ns;
     if (had_gauge)
         resum(ps);
 }
@@ -323,13 +357,8 @@ lr__peers_delta_check(struct lr__peers *ps, uint64_t origin, uint64_t since,
     }
     struct lr__peer *p = peer_find(ps, origin);
     if (p == NULL)
-        return peer_slot(ps, now_ns) != NULL ? LR_OK : LR_ELIMIT;
-    if (!p->has_mark)
-        return LR_OK;
-    if (since == 0) /* full: new learns, a restart, or it heals a loss */
-        *apply = mark != p->mark || p->delta_gap;
-    else
-        *apply = mark > p->mark;
+        return peer_slot(ps, now_ns, true) != NULL ? LR_OK : LR_ELIMIT;
+    *apply = !(p->has_last && p->last_since == since && p->last_mark == mark);
     return LR_OK;
 }
 
@@ -341,19 +370,27 @@ lr__peers_delta_done(struct lr__peers *ps, uint64_t origin, uint64_t since,
         return;
     struct lr__peer *p = peer_find(ps, origin);
     if (p == NULL) {
-        p = peer_slot(ps, now_ns);
+        p = peer_slot(ps, now_ns, true);
         if (LR_NEVER(p == NULL)) /* checked by lr__peers_delta_check */
             return;
-        peer_claim(ps, p, origin);
+        peer_claim(ps, p, origin, now_ns);
     }
     if (since == 0) {
         p->delta_gap = 0;
-    } else if (p->has_mark && since > p->mark) {
-        p->delta_gap = 1; /* deltas (p->mark, since] never arrived */
-        ps->delta_gaps++;
+        p->mark = mark;
+    } else {
+        if (p->has_mark && since > p->mark) {
+            p->delta_gap = 1; /* deltas (p->mark, since] never arrived */
+            ps->delta_gaps++;
+        }
+        if (!p->has_mark || mark > p->mark)
+            p->mark = mark;
     }
-    p->mark = mark;
     p->has_mark = 1;
+    p->last_since = since;
+    p->last_mark = mark;
+    p->has_last = 1;
+    p->has_delta = 1;
     p->seen_ns = now_ns;
 }
 
@@ -381,12 +418,13 @@ lr__peers_set_mark(struct lr__peers *ps, uint64_t id, uint64_t mark)
     LR_RETURN_IF(id == 0 || id == ps->self, LR_ECORRUPT);
     struct lr__peer *p = peer_find(ps, id);
     if (p == NULL) {
-        p = peer_slot(ps, 0);
+        p = peer_slot(ps, 0, true);
         LR_RETURN_IF(p == NULL, LR_ELIMIT);
-        peer_claim(ps, p, id);
+        peer_claim(ps, p, id, 0);
     }
-    p->mark = mark;
+    p->mark = mark; /* finds losses; skips nothing (no last delta) */
     p->has_mark = 1;
+    p->has_delta = 1;
     return LR_OK;
 }
 
@@ -469,6 +507,7 @@ lr__gauges_export(struct lr__peers *ps, const struct lr__mem *m,
     struct gauge_out a = { ps, seq, ld, ids, n, n_e };
     LR_TRY(lr__frame_blob(m, GAUGE_MAGIC, GAUGE_VERSION, LR_SEED_GAUGE,
                           write_gauge, &a, out));
+    lr__frame_seal(lr__blob_bytes(*out), lr_blob_size(*out), lr__peers_key(ps));
     ps->gseq_out = seq;
     return LR_OK;
 }
@@ -480,11 +519,14 @@ struct gauge_msg {
 };
 
 static lr_status
-gauge_header(const uint8_t *buf, size_t len, struct gauge_msg *g)
+gauge_header(const uint8_t *buf, size_t len, const uint8_t *key,
+             struct gauge_msg *g)
 {
     LR_TRY(lr__frame_check(buf, len, GAUGE_HEADER, GAUGE_MAGIC, GAUGE_VERSION,
-                           LR_SEED_GAUGE));
-    LR_RETURN_IF(lr__get_u16(buf + 6) != 0 || lr__get_u32(buf + 28) != 0,
+                           LR_SEED_GAUGE, key));
+    LR_RETURN_IF((lr__get_u16(buf + LR__FRAME_OFF_FLAGS) & ~LR__FRAME_KEYED) !=
+                         0 ||
+                     lr__get_u32(buf + 28) != 0,
                  LR_ECORRUPT);
     g->origin = lr__get_u64(buf + 8);
     g->seq = lr__get_u64(buf + 16);
@@ -539,7 +581,7 @@ lr__gauges_import(struct lr__peers *ps, struct lr__mem *m, const uint8_t *buf,
                   bool (*known)(const void *, uint32_t), const void *ctx)
 {
     struct gauge_msg g;
-    LR_TRY(gauge_header(buf, len, &g));
+    LR_TRY(gauge_header(buf, len, lr__peers_key(ps), &g));
     struct gauge_msg pass1 = g;
     uint32_t kept;
     LR_TRY(gauge_entries(&pass1, NULL, &kept, known, ctx));
@@ -552,7 +594,7 @@ lr__gauges_import(struct lr__peers *ps, struct lr__mem *m, const uint8_t *buf,
         ps->skipped++; /* an older or the same gauge */
         return LR_OK;
     }
-    struct lr__peer *slot = p != NULL ? p : peer_slot(ps, now_ns);
+    struct lr__peer *slot = p != NULL ? p : peer_slot(ps, now_ns, false);
     LR_RETURN_IF(slot == NULL, LR_ELIMIT);
     /* the entries into an array of the peer's (grown first: all or
      * nothing) */
@@ -564,7 +606,7 @@ lr__gauges_import(struct lr__peers *ps, struct lr__mem *m, const uint8_t *buf,
         cap = kept;
     }
     if (p == NULL)
-        peer_claim(ps, slot, g.origin);
+        peer_claim(ps, slot, g.origin, now_ns);
     if (arr != slot->g) {
         lr__free(m, slot->g, (size_t)slot->cap_g * sizeof *slot->g);
         slot->g = arr;
@@ -590,7 +632,10 @@ lr__peers_digest(const struct lr__peers *ps, uint64_t d)
             continue;
         d = lr__digest_mix(d, p->id);
         d = lr__digest_mix(d, p->mark ^ ((uint64_t)p->has_mark << 62) ^
-                                  ((uint64_t)p->delta_gap << 61));
+                                  ((uint64_t)p->delta_gap << 61) ^
+                                  ((uint64_t)p->has_delta << 60));
+        d = lr__digest_mix(d, p->has_last ? p->last_since ^ ~p->last_mark : 0);
+        d = lr__digest_mix(d, p->first_ns);
         d = lr__digest_mix(d, p->has_gauge ? p->gseq ^ p->gexpire_ns : 0);
         for (uint32_t j = 0; p->has_gauge && j < p->n_g; j++)
             d = lr__digest_mix(d, lr__hash(&p->g[j], sizeof p->g[j], j));

@@ -19,27 +19,42 @@
  * batches from `next` on are missing and later ones are refused until a
  * replay fills it; `last_ts` is the engine timestamp of the last batch
  * applied (a later batch that goes back in sequence but forward in time
- * is a restarted engine). */
+ * is a restarted engine) and `last_at_ns` the router's time then.
+ * `ahead_ts` (when `has_ahead`) is the last timestamp refused as too far
+ * ahead, for the pair rule (lr__kvsrc_window). */
 struct lr__kvsrc {
     uint64_t next;
     double last_ts;
+    uint64_t last_at_ns;
+    double ahead_ts;
     uint8_t has;
     uint8_t gap;
+    uint8_t has_ahead;
     uint64_t batches, dups, gaps, restarts;
 };
 
-/* What to do with batch `seq` (timestamp ts, known only when the caller
- * peeked it; NaN otherwise) from source k: an lr_kv_seq value. A
+/* What to do with batch `seq` (timestamp ts, NaN when the batch is too
+ * corrupt to read it) from source k: an lr_kv_seq value. A
  * LR_KV_SEQ_DUPLICATE or _GAP changes k's counters only; the caller
- * applies the others and then calls lr__kvsrc_applied(). `need_ts` says
- * the decision needs the batch's timestamp (seq went back): the caller
- * peeks it and asks again. */
-int32_t lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts,
-                        bool *need_ts);
+ * applies the others and then calls lr__kvsrc_applied(). LR_KV_SEQ_NONE:
+ * the sequence went back and the batch has no timestamp to tell a replay
+ * from a restart (a corrupt batch): refuse it, nothing counted. */
+int32_t lr__kvsrc_judge(struct lr__kvsrc *k, uint64_t seq, double ts);
 
-/* Batch seq (timestamp ts) was applied (or consumed: a corrupt batch is
- * not replayed) under verdict v. */
-void lr__kvsrc_applied(struct lr__kvsrc *k, int32_t v, uint64_t seq, double ts);
+/* The engine's clock judged by the router's: ts (finite) may be at most
+ * skew_s ahead of the last batch applied plus the router's time since
+ * (now_ns). A source with nothing applied takes any. As the router's
+ * clock (common.h): a refusal is remembered, and the next timestamp that
+ * agrees with it (not earlier, within the skew) is taken, so a real step
+ * of the engine's clock costs one refused batch (a retry passes) while a
+ * stray value never moves it. Changes only that bookkeeping. */
+bool lr__kvsrc_window(struct lr__kvsrc *k, double ts, uint64_t now_ns,
+                      double skew_s);
+
+/* Batch seq (timestamp ts, NaN: unknown) was applied at router time now_ns
+ * (or consumed: a corrupt batch is not replayed). */
+void lr__kvsrc_applied(struct lr__kvsrc *k, uint64_t seq, double ts,
+                       uint64_t now_ns);
 
 /* Forget the stream (an explicit reset, a restart): keep the counters. */
 void lr__kvsrc_forget(struct lr__kvsrc *k);
@@ -55,10 +70,14 @@ struct lr__gauge {
 };
 
 struct lr__peer {
-    uint64_t id; /* its replica id; 0: a free slot */
-    uint64_t mark;
-    uint64_t seen_ns; /* host time of its last message */
+    uint64_t id;   /* its replica id; 0: a free slot */
+    uint64_t mark; /* the latest journal mark applied (gap detection) */
+    uint64_t last_since, last_mark; /* the last delta applied */
+    uint64_t seen_ns;               /* host time of its last message */
+    uint64_t first_ns;              /* host time it took its slot */
     uint8_t has_mark;
+    uint8_t has_last;
+    uint8_t has_delta; /* it sent a delta that applied (evidence) */
     uint8_t delta_gap; /* a delta was lost since the last full one */
     uint8_t has_gauge;
     uint64_t gseq;
@@ -68,6 +87,8 @@ struct lr__peer {
 };
 
 struct lr__peers {
+    uint8_t key[16]; /* the peer key (lr__peers_key), when keyed */
+    bool keyed;
     uint64_t self;   /* this router's replica id */
     uint64_t ttl_ns; /* of a gauge */
     uint32_t max, max_inst;
@@ -78,6 +99,13 @@ struct lr__peers {
     uint64_t imported, skipped, expired; /* gauges */
     uint64_t delta_gaps; /* deltas found lost (a later one's since) */
 };
+
+/* The key deltas and gauges are sealed with, or NULL (the plain sum). */
+static inline const uint8_t *
+lr__peers_key(const struct lr__peers *ps)
+{
+    return ps->keyed ? ps->key : NULL;
+}
 
 lr_status lr__peers_init(struct lr__peers *ps, struct lr__mem *m,
                          uint32_t max_peers, uint32_t max_inst, uint64_t self,
@@ -96,17 +124,19 @@ void lr__peers_expire(struct lr__peers *ps, uint64_t now_ns);
 uint64_t lr__peers_live(const struct lr__peers *ps, uint64_t now_ns);
 
 /* A delta from replica `origin` covering journal marks (since, mark]:
- * LR_OK with *apply true when it brings something new (then call
- * lr__peers_delta_done after applying it), false when it is this
- * router's own echo or was applied already. LR_ELIMIT: no slot for a new
- * peer. Origin 0 (a 0.1 delta, or a replica with no id) is never judged
- * a duplicate.
+ * LR_OK with *apply true unless it is this router's own echo or the very
+ * delta of that peer applied last (the bus delivered it twice); then
+ * call lr__peers_delta_done after applying it. LR_ELIMIT: no slot for a
+ * new peer (lr__peers_delta_done's). Origin 0 (a 0.1 delta, or a replica
+ * with no id) is never judged a duplicate.
  *
- * Per peer: an incremental delta (since > 0) is new when its mark is
- * past the last one applied; one whose since is past that mark shows the
- * deltas between were lost (delta_gap). A full delta (since 0) is new
- * when its mark differs (ahead: new learns; behind: the peer restarted
- * and its journal counts from 0 again) or when it heals a loss. */
+ * Marks are the peer's, unchecked: a delta re-applied is harmless (its
+ * routes keep their ages), so nothing a delta says about its marks can
+ * make later deltas be skipped. They serve to find losses: an
+ * incremental delta (since > 0) whose since is past the latest mark
+ * applied shows the deltas between were lost (delta_gap) until a full
+ * delta (since 0) heals it; a full delta resets the mark (a restarted
+ * peer counts from 0 again). */
 lr_status lr__peers_delta_check(struct lr__peers *ps, uint64_t origin,
                                 uint64_t since, uint64_t mark, uint64_t now_ns,
                                 bool *apply);

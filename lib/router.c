@@ -129,6 +129,7 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
     io.ttl_ns = o->index_ttl_ns;
     io.remote_ttl_ns = o->remote_ttl_ns;
     io.eviction = o->index_eviction;
+    io.clock_skew_ns = UINT64_MAX; /* the router's clock judges */
     lr_ring_options ro;
     lr_ring_options_init(&ro);
     ro.allocator = &r->mem.a;
@@ -346,29 +347,15 @@ lr_router_instance_count(const lr_router *r)
 lr_status
 lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates)
 {
-    LR_RETURN_IF(t_ns > LR_ROUTER_MAX_TIME_NS, LR_ERANGE);
-    /* skew <= 4.7e9 s and clock <= 2^62 ns: the sum fits in 64 bits */
-    uint64_t skew = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
-    if (r->clock_ns == 0 || t_ns <= r->clock_ns + skew) {
-        if (mutates)
-            r->clock_ahead_ns = 0; /* an honest value breaks a pair */
-        return LR_OK;
-    }
-    if (!mutates)
-        return LR_ERANGE;
-    uint64_t prev = r->clock_ahead_ns;
-    if (prev != 0 && t_ns >= prev && t_ns - prev <= skew)
-        return LR_OK; /* the second of a pair: the clock moved */
-    r->clock_ahead_ns = t_ns;
-    return LR_ERANGE;
+    /* skew <= 4.7e9 s: in 64 bits */
+    r->clock.skew_ns = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
+    return lr__clock_judge(&r->clock, t_ns, mutates);
 }
 
 void
 lr__router_clock_take(lr_router *r, uint64_t t_ns)
 {
-    if (t_ns > r->clock_ns)
-        r->clock_ns = t_ns;
-    r->clock_ahead_ns = 0;
+    lr__clock_take(&r->clock, t_ns);
 }
 
 /* ---- instances ------------------------------------------------------------------ */
@@ -811,7 +798,7 @@ lr__router_digest(const lr_router *r)
     h = lr__digest_mix(h, lr__ring_digest(r->ring));
     h = lr__digest_mix(h, lr__load_digest(r->ld));
     h = lr__digest_mix(h, lr__cost_digest(r->gorgo));
-    h = lr__digest_mix(h, r->clock_ns); /* not clock_ahead_ns: a refusal's */
+    h = lr__digest_mix(h, r->clock.newest); /* not .ahead: a refusal's */
     h = lr__digest_mix(h, ((uint64_t)r->policy << 32) | r->n_inst);
     h = lr__digest_mix(h, ((uint64_t)r->n_act << 32) | r->rr_last);
     for (uint32_t i = 0; i < r->max_inst; i++) {
@@ -841,7 +828,8 @@ lr__router_digest(const lr_router *r)
         if (r->src[i].has)
             h = lr__digest_mix(h, r->src[i].next ^ ((uint64_t)i << 40) ^
                                       ((uint64_t)r->src[i].gap << 63) ^
-                                      lr__double_bits(r->src[i].last_ts));
+                                      lr__double_bits(r->src[i].last_ts) ^
+                                      r->src[i].last_at_ns);
     lr__router_unlock(r);
     return h;
 }

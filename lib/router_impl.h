@@ -46,15 +46,12 @@ struct lr_router {
     lr_load *ld;
     struct lr__rinst *inst;
     uint32_t n_inst;
-    /* Keys every table of the router and its parts (issue 16): the host's
+    /* Keys every table of the router and its parts: the host's
      * hash_seed, else from the operating system; never the routing
      * generator's seed. */
     uint64_t hash_seed;
-    /* The clock (lr__router_clock): the newest timestamp taken (0: none
-     * yet), and the last one refused as too far ahead when the call
-     * before this one was refused so too (0: none). */
-    uint64_t clock_ns;
-    uint64_t clock_ahead_ns;
+    /* The clock (lr__router_clock), its skew LR_PARAM_CLOCK_SKEW_S. */
+    struct lr__clock clock;
     struct lr__table names; /* name -> id */
     uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
@@ -85,25 +82,16 @@ struct lr_router {
     uint64_t by_reason[LR__REASON_COUNT];
 };
 
-/* ---- the clock (issue 16) ------------------------------------------------
+/* ---- the clock ------------------------------------------------------------
  *
  * Every call that takes a timestamp judges it here, under the lock, before
- * it changes anything, and takes it once it succeeded:
+ * it changes anything, and takes it once it succeeded (common.h, "the
+ * clock"; the skew is LR_PARAM_CLOCK_SKEW_S):
  *
  *   LR_TRY(lr__router_clock(r, now_ns, true));   // LR_ERANGE: refused
  *   ... the call's work; on success:
  *   lr__router_clock_take(r, now_ns);
- *
- * A timestamp past LR_ROUTER_MAX_TIME_NS, or more than
- * LR_PARAM_CLOCK_SKEW_S ahead of the newest one taken, is refused. Two
- * calls in a row that are both that far ahead, the second not earlier and
- * within the skew of the first, mean the host's clock really moved (an
- * idle gap, a restart of its clock): the second is taken. Any timestamp
- * within the skew in between breaks such a pair, so a stray value (a wall
- * clock among monotonic ones, 2^63) never moves the clock. `mutates` is
- * false for queries: they are judged but never count towards a pair. Never
- * allocates; the pair's bookkeeping is the only thing a refusal changes,
- * and no digest or decision sees it. */
+ */
 lr_status lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates);
 void lr__router_clock_take(lr_router *r, uint64_t t_ns);
 

@@ -6,6 +6,7 @@
  * owns them (index, vllm.c, the peers table). */
 #include "router_impl.h"
 #include "vllm.h"
+#include "wire.h"
 
 /* ---- index pass-through ------------------------------------------------------------------------ */
 
@@ -62,8 +63,11 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
-    if (st == LR_OK)
+    if (st == LR_OK) {
+        lr__frame_seal(lr__blob_bytes(*out), lr_blob_size(*out),
+                       lr__peers_key(&r->peers));
         r->st.deltas_exported++;
+    }
     return lr__router_release(r, st);
 }
 
@@ -91,7 +95,9 @@ import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
     uint64_t origin, since, mark;
     size_t hdr;
     bool apply = true;
-    if (lr__index_delta_peek(buf, len, &origin, &since, &mark, &hdr) == LR_OK)
+    const uint8_t *key = lr__peers_key(&r->peers);
+    if (lr__index_delta_peek(buf, len, key, &origin, &since, &mark, &hdr) ==
+        LR_OK)
         LR_TRY(lr__peers_delta_check(&r->peers, origin, since, mark, now_ns,
                                      &apply));
     else
@@ -100,7 +106,8 @@ import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
         r->st.deltas_skipped++;
         return LR_OK;
     }
-    LR_TRY(lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r));
+    LR_TRY(
+        lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r, key));
     uint64_t lost = r->peers.delta_gaps;
     lr__peers_delta_done(&r->peers, origin, since, mark, now_ns);
     r->st.deltas_lost += r->peers.delta_gaps - lost;
@@ -141,34 +148,32 @@ source_restart(lr_router *r, uint32_t id)
     lr__kvsrc_forget(&r->src[id]);
 }
 
-/* The sequence verdict for batch `seq` of source id (peeking the batch's
- * timestamp when the number went back). */
-static lr_status
-judge_batch(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
-            size_t len, double *ts, int32_t *v)
-{
-    bool need_ts;
-    *ts = NAN;
-    *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
-    if (need_ts) {
-        LR_TRY(lr__vllm_peek(buf, len, ts)); /* corrupt: nothing counted */
-        *v = lr__kvsrc_judge(&r->src[id], seq, *ts, &need_ts);
-    }
-    return LR_OK;
-}
-
+/* A sequenced batch: its timestamp judged against the engine's clock as
+ * the router has seen it run (lr__kvsrc_window: one too far ahead is
+ * refused, LR_ERANGE, and changes nothing), then its sequence number
+ * (replica.c's rules). A batch too corrupt to read its timestamp is
+ * applied as corrupt where the sequence expects it (consumed: a replay
+ * would not mend it) and refused where the sequence went back. */
 static lr_status
 vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
                 size_t len, uint64_t now_ns, lr_vllm_batch_info *in)
 {
     struct lr__kvsrc *k = &r->src[id];
     double ts;
-    int32_t v;
-    lr_status st = judge_batch(r, id, seq, buf, len, &ts, &v);
-    in->seq_state = v;
-    if (st != LR_OK || v == LR_KV_SEQ_DUPLICATE || v == LR_KV_SEQ_GAP) {
+    if (lr__vllm_peek(buf, len, &ts) != LR_OK) {
+        ts = NAN;
+    } else if (!lr__kvsrc_window(k, ts, now_ns,
+                                 r->param[LR_PARAM_CLOCK_SKEW_S])) {
         in->next_seq = k->next;
-        return st != LR_OK ? st : v == LR_KV_SEQ_GAP ? LR_EGAP : LR_OK;
+        return LR_ERANGE;
+    }
+    int32_t v = lr__kvsrc_judge(k, seq, ts);
+    in->seq_state = v;
+    if (v == LR_KV_SEQ_NONE || v == LR_KV_SEQ_DUPLICATE || v == LR_KV_SEQ_GAP) {
+        in->next_seq = k->next;
+        return v == LR_KV_SEQ_NONE  ? LR_ECORRUPT
+               : v == LR_KV_SEQ_GAP ? LR_EGAP
+                                    : LR_OK;
     }
     if (v == LR_KV_SEQ_RESTART) {
         source_restart(r, id);
@@ -177,17 +182,15 @@ vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
             k->gap = 1;
             k->next = 0;
             k->last_ts = ts;
+            k->last_at_ns = now_ns;
             k->gaps++;
             in->next_seq = 0;
             return LR_EGAP;
         }
     }
-    st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
-    if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP) {
-        if (isnan(ts))
-            ts = in->timestamp;
-        lr__kvsrc_applied(k, v, seq, ts); /* consumed, whatever it held */
-    }
+    lr_status st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
+    if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP)
+        lr__kvsrc_applied(k, seq, ts, now_ns); /* consumed, whatever it held */
     in->next_seq = k->has ? k->next : 0;
     return st;
 }
@@ -264,6 +267,20 @@ lr_router_kv_reset(lr_router *r, uint32_t id)
 }
 
 /* ---- replicas: gauges ------------------------------------------------------------------------ */
+
+lr_status
+lr_router_set_peer_key(lr_router *r, const uint8_t *key, size_t len)
+{
+    LR_RETURN_IF(r == NULL || (key == NULL && len != 0), LR_EINVAL);
+    LR_RETURN_IF(len != 0 && len != sizeof r->peers.key, LR_EINVAL);
+    lr__router_lock(r);
+    r->peers.keyed = len != 0;
+    if (len != 0)
+        memcpy(r->peers.key, key, len);
+    else
+        memset(r->peers.key, 0, sizeof r->peers.key);
+    return lr__router_release(r, LR_OK);
+}
 
 lr_status
 lr_router_export_gauges(lr_router *r, lr_blob **out)

@@ -42,6 +42,7 @@
 #include "libroute/lr_ring.h"
 #include "lr_hash.h"
 #include "router_impl.h"
+#include "vllm.h"
 #include "wire.h"
 
 #define SNAP_MAGIC "LRSN"
@@ -332,7 +333,7 @@ read_sections(const lr_router *r, const uint8_t *buf, size_t len,
               struct restore *rs)
 {
     LR_TRY(lr__frame_check(buf, len, SNAP_HEADER, SNAP_MAGIC, SNAP_VERSION,
-                           LR_SEED_SNAP));
+                           LR_SEED_SNAP, NULL));
     LR_RETURN_IF(lr__get_u16(buf + 6) != 0, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u32(buf + 8) != r->block_tokens, LR_ENOTSUP);
     uint32_t n = lr__get_u32(buf + 12);
@@ -441,8 +442,11 @@ build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
     return LR_OK;
 }
 
+/* The engines' timestamps are judged as a batch's are (vllm.h's bound);
+ * the router's time of each is the restore's: the engine's clock is
+ * judged from there on (lr__kvsrc_window). */
 static lr_status
-read_kseq(struct restore *rs)
+read_kseq(struct restore *rs, uint64_t now_ns)
 {
     rs->src = lr__calloc(rs->m, rs->max_inst, sizeof *rs->src);
     LR_RETURN_IF(rs->src == NULL, LR_ENOMEM);
@@ -458,11 +462,13 @@ read_kseq(struct restore *rs)
         double ts = lr__rd_f64(&rd);
         LR_RETURN_IF(rd.bad || inst_by_id(rs, id) == NULL, LR_ECORRUPT);
         LR_RETURN_IF(!(f & KF_HAS) || (f & ~(KF_HAS | KF_GAP)), LR_ECORRUPT);
-        LR_RETURN_IF(isnan(ts) || rs->src[id].has, LR_ECORRUPT);
+        LR_RETURN_IF(!(ts >= 0 && ts <= LR__KV_TS_MAX) || rs->src[id].has,
+                     LR_ECORRUPT);
         rs->src[id].has = 1;
         rs->src[id].gap = (f & KF_GAP) != 0;
         rs->src[id].next = next;
         rs->src[id].last_ts = ts;
+        rs->src[id].last_at_ns = now_ns;
     }
     LR_RETURN_IF(rd.bad || rd.p != rd.end, LR_ECORRUPT);
     return LR_OK;
@@ -651,7 +657,7 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
     if (st == LR_OK)
         st = build_parts(r, &rs, now_ns);
     if (st == LR_OK)
-        st = read_kseq(&rs);
+        st = read_kseq(&rs, now_ns);
     if (st == LR_OK)
         st = read_peers(r, &rs);
     if (st == LR_OK)

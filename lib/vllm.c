@@ -25,6 +25,7 @@
  * skipped without checking the rest: vLLM sends the CPU-offload store
  * with no token ids and the sliding-window store with its null blocks
  * left out of the hashes, in the same batch as the GPU stores. */
+#include <math.h>
 #include <string.h>
 
 #include "common.h"
@@ -813,14 +814,23 @@ skip_events(struct events_reader *er, struct mp *m, uint64_t n)
 }
 
 /* The batch's timestamp (a float or an integer) and data-parallel rank
- * are informational: of another type, they are ignored. */
-static void
+ * are informational: of another type, they are ignored. A timestamp that
+ * is not a time (NaN, infinite, negative, past LR__KV_TS_MAX) makes the
+ * batch corrupt: a router orders an engine's batches by it. */
+static bool
 batch_ts(lr_vllm_batch_info *info, const struct mv *v)
 {
+    double t;
     if (v->kind == MP_FLOAT)
-        info->timestamp = v->f;
+        t = v->f;
     else if (v->kind == MP_UINT)
-        info->timestamp = (double)v->u;
+        t = v->u > (uint64_t)LR__KV_TS_MAX ? INFINITY : (double)v->u;
+    else
+        return true;
+    if (!(t >= 0 && t <= LR__KV_TS_MAX)) /* NaN fails too */
+        return false;
+    info->timestamp = t;
+    return true;
 }
 
 static void
@@ -852,7 +862,8 @@ read_batch(struct mp *m, lr_vllm_batch_info *info, struct events_reader *er,
             } else if (!mp_scalar(m, &e)) {
                 return false;
             } else if (i == 0) {
-                batch_ts(info, &e);
+                if (!batch_ts(info, &e))
+                    return false;
             } else if (i == 2) {
                 batch_dp_rank(info, &e);
             }
@@ -869,7 +880,8 @@ read_batch(struct mp *m, lr_vllm_batch_info *info, struct events_reader *er,
             } else if (!mp_scalar(m, &e)) {
                 return false;
             } else if (str_is(&k, "ts")) {
-                batch_ts(info, &e);
+                if (!batch_ts(info, &e))
+                    return false;
             } else if (str_is(&k, "data_parallel_rank")) {
                 batch_dp_rank(info, &e);
             }
@@ -1137,8 +1149,10 @@ lr_index_vllm_batch(lr_index *idx, uint32_t instance, const uint8_t *buf,
                  LR_EVERSION);
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
-    lr_status st = lr__vllm_apply(idx, lr__index_mem(idx), instance, buf, len,
-                                  now_ns, &in);
+    lr_status st = lr__index_judge(idx, now_ns);
+    if (st == LR_OK)
+        st = lr__vllm_apply(idx, lr__index_mem(idx), instance, buf, len, now_ns,
+                            &in);
     lr__vllm_info_out(info, &in);
     return st;
 }

@@ -154,19 +154,54 @@ lr__frame_blob(const struct lr__mem *m, const char magic[4], uint16_t version,
     return LR_OK;
 }
 
+/* Frames that replicas exchange (deltas, gauges) carry a u16 of flags
+ * after the version. With a peer key (lr_router_set_peer_key) the sum is
+ * the frame's SipHash-2-4 under the key instead, and this flag says so: a
+ * router with a key takes only frames sealed with it, one without a key
+ * only frames with the plain sum. */
+#define LR__FRAME_OFF_FLAGS 6
+#define LR__FRAME_KEYED 0x8000u
+
+/* Whether the frame's sum is right: the plain sum (seeded `seed`) when
+ * key is NULL, else the MAC under key; the KEYED flag must agree. The
+ * frame is at least LR__FRAME_OFF_FLAGS + 2 + LR__FRAME_SUM bytes. */
+static inline bool
+lr__frame_sum_ok(const uint8_t *buf, size_t len, uint64_t seed,
+                 const uint8_t *key)
+{
+    bool keyed = (lr__get_u16(buf + LR__FRAME_OFF_FLAGS) & LR__FRAME_KEYED);
+    uint64_t sum = lr__get_u64(buf + len - LR__FRAME_SUM);
+    if (key == NULL)
+        return !keyed && lr__hash(buf, len - LR__FRAME_SUM, seed) == sum;
+    return keyed && lr__siphash(key, buf, len - LR__FRAME_SUM) == sum;
+}
+
+/* Seal a frame of ours (its flags' KEYED bit clear) with key: set the
+ * bit and write the MAC over the plain sum. key NULL: leave it. */
+static inline void
+lr__frame_seal(uint8_t *buf, size_t len, const uint8_t *key)
+{
+    if (key == NULL)
+        return;
+    uint16_t f = lr__get_u16(buf + LR__FRAME_OFF_FLAGS);
+    lr__put_u16(buf + LR__FRAME_OFF_FLAGS, (uint16_t)(f | LR__FRAME_KEYED));
+    lr__put_u64(buf + len - LR__FRAME_SUM,
+                lr__siphash(key, buf, len - LR__FRAME_SUM));
+}
+
 /* A frame of `len` bytes with room for a `header` at least: LR_ECORRUPT
- * when it is shorter, has another magic or a wrong sum, LR_EVERSION for
- * another version (checked in that order). */
+ * when it is shorter, has another magic or a wrong sum (under key, when
+ * not NULL: lr__frame_sum_ok), LR_EVERSION for another version (checked
+ * in that order). */
 static inline lr_status
 lr__frame_check(const uint8_t *buf, size_t len, size_t header,
-                const char magic[4], uint16_t version, uint64_t seed)
+                const char magic[4], uint16_t version, uint64_t seed,
+                const uint8_t *key)
 {
     LR_RETURN_IF(len < header + LR__FRAME_SUM, LR_ECORRUPT);
     LR_RETURN_IF(memcmp(buf, magic, 4) != 0, LR_ECORRUPT);
     LR_RETURN_IF(lr__get_u16(buf + 4) != version, LR_EVERSION);
-    LR_RETURN_IF(lr__hash(buf, len - LR__FRAME_SUM, seed) !=
-                     lr__get_u64(buf + len - LR__FRAME_SUM),
-                 LR_ECORRUPT);
+    LR_RETURN_IF(!lr__frame_sum_ok(buf, len, seed, key), LR_ECORRUPT);
     return LR_OK;
 }
 

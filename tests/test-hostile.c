@@ -454,6 +454,95 @@ regress_route_at_2_63_cannot_defeat_ttl(void **state)
     lr_router_destroy(r);
 }
 
+/* The first timestamp a router sees was taken as it came in 0.2: a scrape
+ * stamped with the wall clock made every honest scrape of that instance
+ * after it "older" (waiting read 0 against 5,500), and a first route so
+ * stamped set the time base so far ahead that no route ever expired
+ * (336 blocks still held four hours later). A wall clock in nanoseconds
+ * is past LR_MAX_TIME_NS: refused, first or not. */
+static void
+regress_first_timestamp_judged(void **state)
+{
+    (void)state;
+    const uint64_t wall = 1764000000ull * SEC;
+    lr_router *r = clock_router();
+    uint64_t d0 = lr__router_digest(r);
+    assert_st(scrape(r, 0, 0, wall), LR_ERANGE);
+    assert_true(lr__router_digest(r) == d0);
+    assert_st(scrape(r, 0, 5500, T0), LR_OK);
+    assert_int_equal(waiting_of(r, 0), 5500);
+    lr_router_destroy(r);
+
+    r = clock_router(); /* TTL 10 s */
+    uint32_t t[64];
+    toks(t, 64, 6);
+    d0 = lr__router_digest(r);
+    assert_st(route_one(r, 1, t, 64, 0, wall, NULL), LR_ERANGE);
+    assert_true(lr__router_digest(r) == d0);
+    lr_decision d;
+    assert_st(route_one(r, 2, t, 64, 0, T0, &d), LR_OK);
+    assert_st(lr_router_expire(r, T0 + 12 * SEC), LR_OK);
+    assert_st(route_one(r, 3, t, 64, LR_ROUTE_DRY_RUN, T0 + 12 * SEC, &d),
+              LR_OK);
+    assert_int_equal(d.best_cached_tokens, 0); /* expired */
+    lr_router_destroy(r);
+}
+
+/* A bare lr_index took any timestamp in 0.2: a learn stamped 2^63 (or any
+ * far-ahead time) made routes that never expired. It judges them as the
+ * router does now (lr_index_options.clock_skew_ns). */
+static void
+regress_bare_index_judges_time(void **state)
+{
+    (void)state;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.ttl_ns = 10 * SEC;
+    lr_index *ix = NULL;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    uint32_t t[64];
+    toks(t, 64, 7);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = 64;
+    uint64_t d0 = lr__index_digest(ix);
+    assert_st(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, 1ull << 63), LR_ERANGE);
+    assert_st(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, 1764000000ull * SEC),
+              LR_ERANGE);
+    assert_true(lr__index_digest(ix) == d0);
+    assert_st(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, T0), LR_OK);
+    /* far ahead of the newest time taken, under the bound: every call
+     * (an honest one between, or two would agree: a clock that moved) */
+    lr_index_match_result mr;
+    lr_index_match_result_init(&mr);
+    for (int k = 0; k < 4; k++) {
+        const uint64_t far = 1ull << 59;
+        lr_status st = k == 0   ? lr_index_learn(ix, &p, 2, 0, far)
+                       : k == 1 ? lr_index_match(ix, &p, far, 0, &mr)
+                       : k == 2 ? lr_index_expire(ix, far)
+                                : lr_index_import_delta(ix, NULL, 0, far);
+        assert_st(st, LR_ERANGE);
+        assert_st(lr_index_expire(ix, T0 + SEC), LR_OK);
+    }
+    /* the honest route expires with the TTL */
+    assert_st(lr_index_expire(ix, T0 + 12 * SEC), LR_OK);
+    lr_index_stats is = { .struct_size = sizeof is };
+    assert_st(lr_index_get_stats(ix, &is), LR_OK);
+    assert_int_equal(is.blocks, 0);
+    /* a host clock that really moved: refused once, taken at the retry */
+    assert_st(lr_index_expire(ix, T0 + 3600 * SEC), LR_ERANGE);
+    assert_st(lr_index_expire(ix, T0 + 3600 * SEC), LR_OK);
+    /* the bound only, for an owner that judges (the router) */
+    lr_index_destroy(ix);
+    o.clock_skew_ns = UINT64_MAX;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    assert_st(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, T0), LR_OK);
+    assert_st(lr_index_expire(ix, T0 + 3600 * SEC), LR_OK);
+    assert_st(lr_index_expire(ix, LR_MAX_TIME_NS + 1), LR_ERANGE);
+    lr_index_destroy(ix);
+}
+
 /* Every call that takes a timestamp judges it: scrapes, routes (learns
  * and dry runs), lifecycle events, KV events (learns from the engine),
  * deltas, vLLM batches, expiry; the queries (candidates, rebalance plan)
@@ -570,7 +659,7 @@ clock_resyncs_only_on_agreement(void **state)
     assert_st(scrape(r, 0, 1, later + 2 * SEC), LR_OK);
     /* a wall-clock scrape among monotonic calls, again and again: each is
      * refused, because an honest call comes between */
-    const uint64_t wall = 1764000000ull * SEC;
+    const uint64_t wall = 1ull << 59; /* far ahead, under the bound */
     for (int i = 0; i < 5; i++) {
         assert_st(scrape(r, 0, 7, wall + (uint64_t)i * SEC), LR_ERANGE);
         assert_st(scrape(r, 1, 1, later + (uint64_t)(3 + i) * SEC), LR_OK);
@@ -638,6 +727,8 @@ main(void)
         cmocka_unit_test(router_hash_seed_apart_from_the_routing_seed),
         cmocka_unit_test(regress_future_scrape_cannot_blind),
         cmocka_unit_test(regress_route_at_2_63_cannot_defeat_ttl),
+        cmocka_unit_test(regress_first_timestamp_judged),
+        cmocka_unit_test(regress_bare_index_judges_time),
         cmocka_unit_test(clock_judges_every_timestamp),
         cmocka_unit_test(clock_resyncs_only_on_agreement),
         cmocka_unit_test(documented_statuses),

@@ -174,8 +174,9 @@ deliver(struct host *h, const struct engine *e, uint32_t seq)
 {
     lr_vllm_batch_info info;
     lr_vllm_batch_info_init(&info);
+    uint64_t now = T0;
     lr_status st = lr_router_vllm_batch_seq(h->r, h->id, seq, e->b[seq].buf,
-                                            e->b[seq].len, T0, &info);
+                                            e->b[seq].len, now, &info);
     assert_true(st == LR_OK || st == LR_EGAP);
     if (st == LR_EGAP) {
         assert_int_equal(info.seq_state == LR_KV_SEQ_GAP ||
@@ -192,7 +193,7 @@ deliver(struct host *h, const struct engine *e, uint32_t seq)
             lr_vllm_batch_info ri;
             lr_vllm_batch_info_init(&ri);
             assert_st(lr_router_vllm_batch_seq(h->r, h->id, s, e->b[s].buf,
-                                               e->b[s].len, T0, &ri),
+                                               e->b[s].len, now, &ri),
                       LR_OK);
         }
     }
@@ -209,6 +210,9 @@ seq_differential(void **state)
     uint64_t rs = seed;
     for (int round = 0; round < 12; round++) {
         lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE, 0, 3, NULL);
+        /* a restart puts the engine's clock 100 s on while the host's
+         * stays (a wider window than the router's time since allows) */
+        assert_st(lr_router_set_param(r, LR_PARAM_CLOCK_SKEW_S, 1000), LR_OK);
         lr_index *ref = NULL;
         lr_index_options io;
         lr_index_options_init(&io);
@@ -260,10 +264,16 @@ seq_differential(void **state)
     }
 }
 
+/* The engine time of the last batch one_store() wrote: seq_apply() passes
+ * the router T0 + that many seconds, so that the router's clock runs with
+ * the engine's. */
+static double last_store_ts;
+
 /* One batch storing one chain block, numbered seq, at engine time ts. */
 static void
 one_store(struct mpw *w, uint64_t hash, double ts, uint32_t tok_seed)
 {
+    last_store_ts = ts;
     uint32_t t[BS];
     tu_tokens(t, BS, tok_seed);
     struct mpw_stored s = mpw_stored_of(&hash, 1, t, BS);
@@ -287,8 +297,8 @@ seq_apply(lr_router *r, uint32_t id, uint64_t seq, const struct mpw *w,
 {
     lr_vllm_batch_info info;
     lr_vllm_batch_info_init(&info);
-    lr_status st =
-        lr_router_vllm_batch_seq(r, id, seq, w->buf, w->n, T0, &info);
+    lr_status st = lr_router_vllm_batch_seq(
+        r, id, seq, w->buf, w->n, T0 + (uint64_t)(last_store_ts * 1e9), &info);
     if (info.seq_state != want_state || info.next_seq != want_next)
         fail_msg("seq %llu: state %d next %llu, want %d %llu",
                  (unsigned long long)seq, info.seq_state,
@@ -297,12 +307,128 @@ seq_apply(lr_router *r, uint32_t id, uint64_t seq, const struct mpw *w,
     return st;
 }
 
+/* Batches 0..5 of one engine, one block each, engine time 10..15 s. */
+static void
+six_batches(lr_router *r, struct mpw *w)
+{
+    for (uint64_t q = 0; q <= 5; q++) {
+        one_store(w, 700 + q, 10.0 + (double)q, 70 + (uint32_t)q);
+        assert_st(seq_apply(r, 1, q, w,
+                            q == 0 ? LR_KV_SEQ_FIRST : LR_KV_SEQ_APPLIED,
+                            q + 1),
+                  LR_OK);
+    }
+    assert_int_equal(held_blocks(r, 1), 6);
+}
+
+/* A replay of an applied batch whose timestamp is NaN: 0.2 could not tell
+ * it from a restart or a duplicate, applied it (LR_OK, state NONE), moved
+ * the expected number back (6 -> 4) and made the next live batch a gap.
+ * A timestamp that is not a time makes the batch corrupt: refused where
+ * the sequence went back, nothing changed. */
+static void
+regress_nan_replay_cannot_rewind(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE, 0, 2, NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    six_batches(r, w);
+    assert_st(lr_router_kv_removed(r, 1, (uint64_t[]){ 705 }, 1, NULL), LR_OK);
+    uint64_t d0 = lr__router_digest(r);
+    one_store(w, 705, NAN, 75);
+    last_store_ts = 15.0;
+    assert_st(seq_apply(r, 1, 3, w, LR_KV_SEQ_NONE, 6), LR_ECORRUPT);
+    assert_true(lr__router_digest(r) == d0);
+    assert_int_equal(held_blocks(r, 1), 5); /* the removed block stays out */
+    one_store(w, 706, 16.0, 76);
+    assert_st(seq_apply(r, 1, 6, w, LR_KV_SEQ_APPLIED, 7), LR_OK);
+    free(w);
+    lr_router_destroy(r);
+}
+
+/* One batch stamped +inf, 1e308 or far ahead: in 0.2 it became the
+ * engine's last time, so the batches of a real restart after it (number
+ * back, time "behind") were dropped as duplicates with LR_OK, its old
+ * routes stayed and no restart was counted. Now the first two are corrupt
+ * (consumed where expected: a replay would not mend them) and the third is
+ * outside the engine clock's window (LR_ERANGE, nothing changed); the
+ * restart is seen. */
+static void
+regress_far_timestamp_cannot_blind_restarts(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE, 0, 2, NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    six_batches(r, w);
+    one_store(w, 706, INFINITY, 76);
+    last_store_ts = 16.0;
+    assert_st(seq_apply(r, 1, 6, w, LR_KV_SEQ_APPLIED, 7), LR_ECORRUPT);
+    one_store(w, 707, 1e308, 77);
+    last_store_ts = 17.0;
+    assert_st(seq_apply(r, 1, 7, w, LR_KV_SEQ_APPLIED, 8), LR_ECORRUPT);
+    uint64_t d0 = lr__router_digest(r);
+    one_store(w, 708, 1e10, 78); /* a valid time, 300 years on */
+    last_store_ts = 18.0;
+    assert_st(seq_apply(r, 1, 8, w, LR_KV_SEQ_NONE, 8), LR_ERANGE);
+    assert_true(lr__router_digest(r) == d0);
+    assert_int_equal(held_blocks(r, 1), 6);
+    /* the engine restarts 20 s later */
+    one_store(w, 800, 38.0, 80);
+    assert_st(seq_apply(r, 1, 0, w, LR_KV_SEQ_RESTART, 1), LR_OK);
+    assert_int_equal(held_blocks(r, 1), 1);
+    lr_kv_source src;
+    lr_kv_source_init(&src);
+    assert_st(lr_router_kv_source(r, 1, &src), LR_OK);
+    assert_int_equal(src.restarts, 1);
+    free(w);
+    lr_router_destroy(r);
+}
+
+/* The engine's clock may step (an NTP correction): the first batch past
+ * the window is refused and the next that agrees with it is taken, as the
+ * router's own clock does; a stray value between honest ones never moves
+ * it. */
+static void
+engine_clock_window(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE, 0, 2, NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    six_batches(r, w); /* engine 10..15 s at host T0 + 10..15 s */
+    /* the host's time since counts: 100 s later, 150 s on is fine */
+    assert_st(lr_router_expire(r, T0 + 70 * SEC), LR_OK);
+    one_store(w, 706, 165.0, 76);
+    last_store_ts = 115.0;
+    assert_st(seq_apply(r, 1, 6, w, LR_KV_SEQ_APPLIED, 7), LR_OK);
+    /* a stray far value, then an honest one, then the stray again */
+    one_store(w, 707, 5000.0, 77);
+    last_store_ts = 116.0;
+    assert_st(seq_apply(r, 1, 7, w, LR_KV_SEQ_NONE, 7), LR_ERANGE);
+    one_store(w, 707, 166.0, 77);
+    last_store_ts = 116.0;
+    assert_st(seq_apply(r, 1, 7, w, LR_KV_SEQ_APPLIED, 8), LR_OK);
+    one_store(w, 708, 5000.0, 78);
+    last_store_ts = 117.0;
+    assert_st(seq_apply(r, 1, 8, w, LR_KV_SEQ_NONE, 8), LR_ERANGE);
+    /* the clock really stepped: the retry agrees, and is taken */
+    one_store(w, 708, 5001.0, 78);
+    last_store_ts = 117.0;
+    assert_st(seq_apply(r, 1, 8, w, LR_KV_SEQ_APPLIED, 9), LR_OK);
+    free(w);
+    lr_router_destroy(r);
+}
+
 /* The rules one by one, with the stats and the source query. */
 static void
 seq_rules(void **state)
 {
     (void)state;
     lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE, 0, 2, NULL);
+    /* the restarts below put the engine's clock (and the host's) 100 s on */
+    assert_st(lr_router_set_param(r, LR_PARAM_CLOCK_SKEW_S, 1000), LR_OK);
     struct mpw *w = calloc(1, sizeof *w);
     assert_non_null(w);
     lr_kv_source src;
@@ -839,6 +965,172 @@ gauges_peer_limit(void **state)
     lr_router_destroy(b);
 }
 
+/* A copy of delta b whose header says (since, mark), resealed: what
+ * anyone on the bus can send in a replica's name when no peer key is
+ * set. */
+static uint8_t *
+forge_marks(const lr_blob *b, uint64_t since, uint64_t mark)
+{
+    size_t n = lr_blob_size(b);
+    uint8_t *x = malloc(n);
+    assert_non_null(x);
+    memcpy(x, lr_blob_data(b), n);
+    for (int i = 0; i < 8; i++) {
+        x[24 + i] = (uint8_t)(since >> (8 * i));
+        x[32 + i] = (uint8_t)(mark >> (8 * i));
+    }
+    uint64_t h = XXH3_64bits_withSeed(x, n - 8, LR_SEED_DELTA);
+    for (int i = 0; i < 8; i++)
+        x[n - 8 + i] = (uint8_t)(h >> (8 * i));
+    return x;
+}
+
+/* A delta in a replica's name with mark 2^64 - 1: 0.2 then skipped every
+ * later incremental delta of that replica with LR_OK (deltas_skipped
+ * rising, deltas_lost 0) until its next full export. Now only the very
+ * delta applied last is a duplicate: the replica's next delta applies. */
+static void
+regress_forged_delta_mark_skips_nothing(void **state)
+{
+    (void)state;
+    lr_router *a = mk_router(LR_POLICY_PREFIX_CACHE, 0xA, 4, NULL);
+    lr_router *b = mk_router(LR_POLICY_PREFIX_CACHE, 0xB, 4, NULL);
+    uint32_t t[4][6 * BT];
+    for (int i = 0; i < 4; i++)
+        toks(t[i], 6 * BT, 300 + (uint64_t)i);
+    assert_st(route_one(a, 1, t[0], 6 * BT, 0, T0, NULL), LR_OK);
+    uint64_t m1, m2;
+    lr_blob *d1 = export(a, 0, &m1);
+    assert_st(import(b, d1, T0), LR_OK);
+    uint8_t *forged = forge_marks(d1, m1, UINT64_MAX);
+    assert_st(lr_router_import_delta(b, forged, lr_blob_size(d1), T0), LR_OK);
+    assert_int_equal(rstats(b).deltas_imported, 2);
+    /* a's next learns, incremental from m1 */
+    assert_st(route_one(a, 2, t[1], 6 * BT, 0, T0, NULL), LR_OK);
+    lr_blob *d2 = export(a, m1, &m2);
+    assert_st(import(b, d2, T0), LR_OK);
+    assert_int_equal(rstats(b).deltas_imported, 3);
+    assert_int_equal(rstats(b).deltas_skipped, 0);
+    lr_candidate rows[4];
+    size_t n = 0;
+    lr_request q;
+    lr_request_init(&q);
+    q.tokens = t[1];
+    q.n_tokens = 6 * BT;
+    q.now_ns = T0;
+    assert_st(lr_router_candidates(b, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    uint32_t best = 0;
+    for (size_t k = 0; k < n; k++)
+        best = rows[k].cached_tokens > best ? rows[k].cached_tokens : best;
+    assert_int_equal(best, 6 * BT); /* learned from d2 */
+    /* the bus delivers d2 twice: the second is a duplicate */
+    assert_st(import(b, d2, T0), LR_OK);
+    assert_int_equal(rstats(b).deltas_skipped, 1);
+    free(forged);
+    lr_blob_destroy(d1);
+    lr_blob_destroy(d2);
+    lr_router_destroy(a);
+    lr_router_destroy(b);
+}
+
+/* max_peers made-up origins that refresh gauges before they expire held
+ * every peer slot in 0.2: an honest new replica's gauges and deltas got
+ * LR_ELIMIT for as long as the flood went on. A replica that brings a
+ * delta now takes the slot of the live peer with the least evidence
+ * (gauges only, the latest to arrive); one with gauges alone still waits
+ * for a free or dead slot, and a peer that sent deltas keeps its slot. */
+static void
+regress_gauge_flood_cannot_lock_out_a_replica(void **state)
+{
+    (void)state;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_LEAST_REQUEST;
+    o.replica_id = 100;
+    o.max_peers = 2;
+    lr_router *b = NULL;
+    assert_st(lr_router_create(&o, &b), LR_OK);
+    for (uint32_t i = 0; i < 4; i++)
+        add_instance(b, "10.0", i, 0, 0);
+    lr_blob *g[2];
+    for (int i = 0; i < 2; i++) {
+        lr_router *p =
+            mk_router(LR_POLICY_ROUND_ROBIN, 900 + (uint64_t)i, 4, NULL);
+        g[i] = gauges(p);
+        lr_router_destroy(p);
+    }
+    /* the flood holds both slots, refreshed every second */
+    assert_st(take_gauges(b, g[0], T0), LR_OK);
+    assert_st(take_gauges(b, g[1], T0 + SEC / 2), LR_OK);
+    lr_router *honest = mk_router(LR_POLICY_PREFIX_CACHE, 7, 4, NULL);
+    uint32_t t[6 * BT];
+    toks(t, 6 * BT, 31);
+    assert_st(route_one(honest, 1, t, 6 * BT, 0, T0, NULL), LR_OK);
+    lr_blob *hg = gauges(honest), *hd = export(honest, 0, NULL);
+    uint64_t d0 = lr__router_digest(b);
+    assert_st(take_gauges(b, hg, T0 + SEC), LR_ELIMIT); /* gauges alone */
+    assert_true(lr__router_digest(b) == d0);
+    assert_st(import(b, hd, T0 + SEC), LR_OK); /* a delta: evidence */
+    assert_st(take_gauges(b, hg, T0 + SEC), LR_OK);
+    assert_int_equal(rstats(b).deltas_imported, 1);
+    /* the flood's newest origin lost its slot and cannot take it back */
+    assert_st(take_gauges(b, g[0], T0 + 3 * SEC / 2), LR_OK);
+    assert_st(take_gauges(b, g[1], T0 + 3 * SEC / 2), LR_ELIMIT);
+    lr_blob_destroy(hg);
+    lr_blob_destroy(hd);
+    for (int i = 0; i < 2; i++)
+        lr_blob_destroy(g[i]);
+    lr_router_destroy(honest);
+    lr_router_destroy(b);
+}
+
+/* With a peer key, only messages sealed with it are taken: anything made
+ * up on the bus (or sealed with another key, or not sealed) is
+ * LR_ECORRUPT and changes nothing. */
+static void
+peer_key_seals_deltas_and_gauges(void **state)
+{
+    (void)state;
+    static const uint8_t key[16] = { 1, 2,  3,  4,  5,  6,  7,  8,
+                                     9, 10, 11, 12, 13, 14, 15, 16 };
+    uint8_t other[16];
+    memcpy(other, key, 16);
+    other[15] ^= 1;
+    lr_router *a = mk_router(LR_POLICY_PREFIX_CACHE, 0xA, 4, NULL);
+    lr_router *b = mk_router(LR_POLICY_PREFIX_CACHE, 0xB, 4, NULL);
+    assert_st(lr_router_set_peer_key(a, key, 16), LR_OK);
+    uint32_t t[6 * BT];
+    toks(t, 6 * BT, 41);
+    assert_st(route_one(a, 1, t, 6 * BT, 0, T0, NULL), LR_OK);
+    lr_blob *d = export(a, 0, NULL), *g = gauges(a);
+    uint64_t d0 = lr__router_digest(b);
+    assert_st(import(b, d, T0), LR_ECORRUPT); /* b has no key */
+    assert_st(take_gauges(b, g, T0), LR_ECORRUPT);
+    assert_st(lr_router_set_peer_key(b, other, 16), LR_OK);
+    assert_st(import(b, d, T0), LR_ECORRUPT);
+    assert_st(take_gauges(b, g, T0), LR_ECORRUPT);
+    /* a delta forged without the key, in a's name */
+    uint8_t *f = forge_marks(d, 0, 5);
+    assert_st(lr_router_set_peer_key(b, key, 16), LR_OK);
+    assert_st(lr_router_import_delta(b, f, lr_blob_size(d), T0), LR_ECORRUPT);
+    assert_true(lr__router_digest(b) == d0);
+    /* the right key */
+    assert_st(import(b, d, T0), LR_OK);
+    assert_st(take_gauges(b, g, T0), LR_OK);
+    assert_int_equal(rstats(b).gauges_imported, 1);
+    /* bad arguments */
+    assert_st(lr_router_set_peer_key(b, key, 15), LR_EINVAL);
+    assert_st(lr_router_set_peer_key(b, NULL, 16), LR_EINVAL);
+    assert_st(lr_router_set_peer_key(NULL, key, 16), LR_EINVAL);
+    assert_st(lr_router_set_peer_key(b, NULL, 0), LR_OK); /* cleared */
+    assert_st(import(b, d, T0), LR_ECORRUPT);
+    free(f);
+    lr_blob_destroy(d);
+    lr_blob_destroy(g);
+    lr_router_destroy(a);
+    lr_router_destroy(b);
+}
+
 /* Every replica call that takes a time is judged by the router's clock
  * (lr_router.h, "Clock"): a timestamp far ahead is LR_ERANGE and changes
  * nothing (no sequence consumed, no gauge, no delta mark, no snapshot). */
@@ -866,9 +1158,9 @@ clock_refusals(void **state)
         assert_st(lr_router_expire(b, T0), LR_OK);
         assert_st(take_gauges(b, g, at), LR_ERANGE);
         assert_st(lr_router_expire(b, T0), LR_OK);
-        assert_st(lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d),
-                                         at),
-                  LR_ERANGE);
+        assert_st(
+            lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), at),
+            LR_ERANGE);
         assert_st(lr_router_expire(b, T0), LR_OK);
         assert_st(lr_router_snapshot(b, at, &sn), LR_ERANGE);
         assert_null(sn);
@@ -904,6 +1196,9 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(seq_rules),
+        cmocka_unit_test(regress_nan_replay_cannot_rewind),
+        cmocka_unit_test(regress_far_timestamp_cannot_blind_restarts),
+        cmocka_unit_test(engine_clock_window),
         cmocka_unit_test(seq_differential),
         cmocka_unit_test(seq_oom),
         cmocka_unit_test(delta_once_and_no_echo),
@@ -911,6 +1206,9 @@ main(void)
         cmocka_unit_test(gauges_malformed),
         cmocka_unit_test(gauges_oom),
         cmocka_unit_test(gauges_peer_limit),
+        cmocka_unit_test(regress_forged_delta_mark_skips_nothing),
+        cmocka_unit_test(regress_gauge_flood_cannot_lock_out_a_replica),
+        cmocka_unit_test(peer_key_seals_deltas_and_gauges),
         cmocka_unit_test(clock_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
  * - corrupt, truncated, foreign-version or impossible blobs are refused
  *   and change nothing, and restore is all or nothing under allocation
  *   failures, with nothing leaked. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -492,10 +493,9 @@ rt_churn(lr_index *a, uint64_t seed, uint64_t *now)
             p.n_boundaries = len > 2 ? 2 : 1;
             if (len <= 2)
                 bnd[0] = len * BT;
-            (void)lr_index_learn(a, &p, inst,
-                                 (x >> 48) & 1 ? LR_TRUST_REMOTE
-                                               : LR_TRUST_LOCAL,
-                                 *now);
+            (void)lr_index_learn(
+                a, &p, inst, (x >> 48) & 1 ? LR_TRUST_REMOTE : LR_TRUST_LOCAL,
+                *now);
             break;
         case 2: {
             lr_index_hit hits[8];
@@ -678,6 +678,178 @@ impossible_index_states(void **state)
     lr_index_destroy(a);
 }
 
+/* ---- forged times ----------------------------------------------------------------- */
+
+#define ISTATE_SEED 0x4c52495354415431ull /* "LRISTAT1" */
+
+static void
+put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* An index state's time base, forged with its checksum recomputed: in 0.2
+ * an epoch of 2^62 (every later time before it: tick 0) or a hold stamped
+ * 2^32 - 2 made the restored routes, and every route learned after them,
+ * never expire. The time base is judged now: an epoch after the save, a
+ * save past LR_MAX_TIME_NS, a stamp after the save are LR_ECORRUPT. */
+static void
+regress_forged_index_times_refused(void **state)
+{
+    (void)state;
+    lr_index_options o;
+    lr_index_options_init(&o);
+    lr_index *a = NULL;
+    assert_st(lr_index_create(&o, &a), LR_OK);
+    uint32_t t[3 * BT];
+    toks(t, 3 * BT, 1);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = 3 * BT;
+    assert_st(lr_index_learn(a, &p, 5, LR_TRUST_LOCAL, T0), LR_OK);
+    lr_blob *b = NULL;
+    assert_st(lr__index_save(a, T0, &b), LR_OK);
+    size_t n = lr_blob_size(b);
+    const uint8_t *g = lr_blob_data(b);
+    /* 40-byte header, 3 nodes of 9 bytes, 3 holds of 4 one-byte fields */
+    assert_int_equal(n, 40 + 3 * 9 + 3 * 4 + 8);
+    const size_t holds = 40 + 3 * 9;
+    uint8_t *x = malloc(n);
+    assert_non_null(x);
+    lr_index *c = NULL;
+    assert_st(lr_index_create(&o, &c), LR_OK);
+    uint64_t d0 = lr__index_digest(c);
+    for (int k = 0; k < 4; k++) {
+        memcpy(x, g, n);
+        if (k == 0)
+            put64(x + 24, 1ull << 62); /* epoch */
+        else if (k == 1)
+            put64(x + 24, T0 + SEC); /* epoch after the save */
+        else if (k == 2)
+            put64(x + 32, LR_MAX_TIME_NS + 1); /* saved */
+        else
+            x[holds + 2 * 4 + 3] = 0x7f; /* a stamp 2 s after the save */
+        reseal(x, n, ISTATE_SEED);
+        lr_status st = lr__index_load(c, x, n, T0);
+        if (st != LR_ECORRUPT)
+            fail_msg("forged time %d: %s", k, lr_status_name(st));
+        assert_true(lr__index_digest(c) == d0);
+    }
+    /* the honest state loads, and its routes expire */
+    memcpy(x, g, n);
+    assert_st(lr__index_load(c, x, n, T0), LR_OK);
+    assert_st(lr_index_expire(c, T0 + 60 * SEC), LR_OK);
+    assert_st(lr_index_expire(c, T0 + 120 * SEC), LR_OK);
+    for (uint64_t h = 1; h <= 70; h++) /* an hour on, a minute at a time */
+        assert_st(lr_index_expire(c, T0 + 120 * SEC + h * 60 * SEC), LR_OK);
+    lr_index_stats is = { .struct_size = sizeof is };
+    assert_st(lr_index_get_stats(c, &is), LR_OK);
+    assert_int_equal(is.blocks, 0);
+    free(x);
+    lr_blob_destroy(b);
+    lr_index_destroy(c);
+    lr_index_destroy(a);
+}
+
+/* Offset of the first byte of section `tag` in snapshot x (n bytes), or
+ * 0. */
+static size_t
+section_at(const uint8_t *x, size_t n, const char tag[4])
+{
+    size_t off = 32;
+    while (off + 16 <= n - 8) {
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++)
+            len |= (uint64_t)x[off + 8 + i] << (8 * i);
+        if (memcmp(x + off, tag, 4) == 0)
+            return off + 16;
+        off += 16 + (size_t)len;
+    }
+    return 0;
+}
+
+/* A KV source's last engine timestamp of +inf in a snapshot (NaN was
+ * refused in 0.2, +inf taken): restart detection was off for that engine
+ * after the restore. Refused now, as a batch so stamped is. */
+static void
+regress_forged_kv_time_refused(void **state)
+{
+    (void)state;
+    lr_router *a = busy_router();
+    lr_blob *sa = snap(a, T0 + 30 * SEC);
+    size_t n = lr_blob_size(sa);
+    uint8_t *x = malloc(n);
+    assert_non_null(x);
+    memcpy(x, lr_blob_data(sa), n);
+    size_t k = section_at(x, n, "KSEQ");
+    assert_true(k != 0);
+    /* u32 n; then { u32 id; u8 flags; u64 next; f64 ts } */
+    double inf = INFINITY;
+    uint64_t bits;
+    memcpy(&bits, &inf, 8);
+    put64(x + k + 4 + 4 + 1 + 8, bits);
+    reseal(x, n, SNAP_SEED);
+    lr_router *b = mk(LR_POLICY_GORGO, 2, NULL);
+    uint64_t d0 = lr__router_digest(b);
+    assert_st(lr_router_restore(b, x, n, T0 + 30 * SEC), LR_ECORRUPT);
+    assert_true(lr__router_digest(b) == d0);
+    free(x);
+    lr_blob_destroy(sa);
+    lr_router_destroy(b);
+    lr_router_destroy(a);
+}
+
+/* A peer's delta mark of 2^64 - 1 in a snapshot: after the restore, 0.2
+ * skipped that peer's incremental deltas until its next full export. A
+ * restored mark now only finds losses: the peer's next delta applies. */
+static void
+regress_forged_peer_mark_skips_nothing(void **state)
+{
+    (void)state;
+    lr_router *r = mk(LR_POLICY_PREFIX_CACHE, 0x61, NULL);
+    lr_router *peer = mk(LR_POLICY_PREFIX_CACHE, 0x62, NULL);
+    add_fleet(r, 3);
+    add_fleet(peer, 3);
+    uint32_t t[6 * BT];
+    toks(t, 6 * BT, 91);
+    assert_st(route_one(peer, 1, t, 6 * BT, 0, T0, NULL), LR_OK);
+    uint64_t m1, m2;
+    lr_blob *d1 = NULL, *d2 = NULL;
+    assert_st(lr_router_export_delta(peer, 0, &d1, &m1), LR_OK);
+    assert_st(lr_router_import_delta(r, lr_blob_data(d1), lr_blob_size(d1), T0),
+              LR_OK);
+    lr_blob *sr = snap(r, T0);
+    size_t n = lr_blob_size(sr);
+    uint8_t *x = malloc(n);
+    assert_non_null(x);
+    memcpy(x, lr_blob_data(sr), n);
+    size_t k = section_at(x, n, "PEER");
+    assert_true(k != 0);
+    put64(x + k + 4 + 8, UINT64_MAX); /* u32 n; { u64 id; u64 mark } */
+    reseal(x, n, SNAP_SEED);
+    lr_router *b = mk(LR_POLICY_PREFIX_CACHE, 0x63, NULL);
+    assert_st(lr_router_restore(b, x, n, T0), LR_OK);
+    toks(t, 6 * BT, 92);
+    assert_st(route_one(peer, 2, t, 6 * BT, 0, T0, NULL), LR_OK);
+    assert_st(lr_router_export_delta(peer, m1, &d2, &m2), LR_OK);
+    assert_st(lr_router_import_delta(b, lr_blob_data(d2), lr_blob_size(d2), T0),
+              LR_OK);
+    lr_router_stats st;
+    lr_router_stats_init(&st);
+    assert_st(lr_router_get_stats(b, &st), LR_OK);
+    assert_int_equal(st.deltas_imported, 1);
+    assert_int_equal(st.deltas_skipped, 0);
+    free(x);
+    lr_blob_destroy(d1);
+    lr_blob_destroy(d2);
+    lr_blob_destroy(sr);
+    lr_router_destroy(b);
+    lr_router_destroy(peer);
+    lr_router_destroy(r);
+}
+
 /* ---- allocation failures ------------------------------------------------------------ */
 
 struct oom_ctx {
@@ -757,6 +929,9 @@ main(void)
         cmocka_unit_test(ages_across_downtime),
         cmocka_unit_test(corrupt_blobs),
         cmocka_unit_test(impossible_index_states),
+        cmocka_unit_test(regress_forged_index_times_refused),
+        cmocka_unit_test(regress_forged_kv_time_refused),
+        cmocka_unit_test(regress_forged_peer_mark_skips_nothing),
         cmocka_unit_test(random_index_roundtrip),
         cmocka_unit_test(oom),
     };

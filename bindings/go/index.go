@@ -48,7 +48,16 @@ type IndexOptions struct {
 	// What a full index drops first: EvictRemoteFirst (the default) or
 	// EvictLRU (replicas sharing deltas).
 	Eviction Eviction
+	// How far ahead of the newest time the index has taken a call's time
+	// may be; a call further ahead is ErrRange and changes nothing (a
+	// clock that really moved is taken at the next call that agrees).
+	// 0: 60 s; NoExpiry: only the MaxTime bound.
+	ClockSkew time.Duration
 }
+
+// MaxTime is the latest timestamp any handle takes (LR_MAX_TIME_NS, 2^60
+// ns): times are a monotonic clock, never a wall clock in nanoseconds.
+const MaxTime uint64 = C.LR_MAX_TIME_NS
 
 // Eviction is an lr_eviction: what a full index drops first.
 type Eviction int32
@@ -106,6 +115,13 @@ func NewIndex(opt *IndexOptions) (*Index, error) {
 				return nil, invalid(op)
 			}
 			o.remote_ttl_ns = rttl
+		}
+		if opt.ClockSkew != 0 {
+			skew, ok := durationNs(opt.ClockSkew)
+			if !ok {
+				return nil, invalid(op)
+			}
+			o.clock_skew_ns = skew
 		}
 		co = &o
 	}

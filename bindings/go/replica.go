@@ -104,6 +104,19 @@ func (r *Router) ExportGauges() ([]byte, error) {
 	return blobBytes(b), nil
 }
 
+// SetPeerKey sets the 16-byte key every replica shares: exported deltas
+// and gauges are then sealed with it (SipHash-2-4) and only those sealed
+// with it are imported (ErrCorrupt otherwise). nil clears it.
+func (r *Router) SetPeerKey(key []byte) error {
+	h, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer r.mu.RUnlock()
+	return check(C.lr_router_set_peer_key(h, bytesPtr(key), C.size_t(len(key))),
+		"lr_router_set_peer_key")
+}
+
 // ImportGauges takes another replica's gauge message: its counts add to
 // this router's own in every candidate row until they expire (GaugeTTL)
 // or a newer message replaces them.

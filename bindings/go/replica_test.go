@@ -56,7 +56,7 @@ func TestVLLMBatchSeq(t *testing.T) {
 			t.Fatalf("replay %d: %v", s, err)
 		}
 	}
-	info, err = r.VLLMBatchSeq(1, 0, oneStore(100, 60, toks[:16]), sec)
+	info, err = r.VLLMBatchSeq(1, 0, oneStore(50, 60, toks[:16]), sec)
 	if err != nil || info.SeqState != KVSeqRestart {
 		t.Fatalf("restart: %+v %v", info, err)
 	}

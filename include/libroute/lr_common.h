@@ -117,6 +117,19 @@ typedef struct lr_allocator {
  * @since 0.1 */
 #define LR_INSTANCE_NONE UINT32_MAX
 
+/* ---- time ------------------------------------------------------------------ */
+
+/** Every timestamp a handle takes is the host's monotonic clock in
+ * nanoseconds from an origin within the last 36 years (boot, the process's
+ * start: CLOCK_MONOTONIC, CLOCK_BOOTTIME, Go's time since a start, Python's
+ * time.monotonic_ns()), never past this bound, 2^60 ns. A wall clock in
+ * nanoseconds since 1970 (above 1.6e18 since 2020) is past it, so a
+ * wall-clock value mixed among monotonic ones is refused (LR_ERANGE) even
+ * when it is the first timestamp a handle sees. Each handle also refuses a
+ * timestamp too far ahead of the newest it has taken (lr_router.h, "Clock").
+ * @since 0.3 */
+#define LR_MAX_TIME_NS (1ull << 60)
+
 /* ---- parameter bounds ------------------------------------------------------ */
 
 /** Bounds of a run-time parameter: values in [lo, hi] are accepted, `def`

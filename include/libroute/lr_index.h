@@ -146,12 +146,24 @@ typedef struct lr_index_options {
      * LR_EVICT_REMOTE_FIRST. Other values are LR_EINVAL. @since 0.2 */
     int32_t eviction;
     /* v2 ends here */
+    /** How far ahead of the newest timestamp the index has taken a call's
+     * now_ns may be (nanoseconds); one further ahead is refused with
+     * LR_ERANGE and changes nothing, as the router's clock does
+     * (lr_router.h, "Clock": a host clock that really moved is taken at
+     * its second call); every timestamp past LR_MAX_TIME_NS is refused,
+     * the first too. 0: 60 s; UINT64_MAX: only the LR_MAX_TIME_NS bound
+     * (an owner that judges the timestamps itself, as the router does).
+     * @since 0.3 */
+    uint64_t clock_skew_ns;
+    /* v3 ends here */
 } lr_index_options;
 
 #define LR_INDEX_OPTIONS_SIZE_V1 \
     (offsetof(lr_index_options, engine_map_capacity) + sizeof(uint64_t))
 #define LR_INDEX_OPTIONS_SIZE_V2 \
     (offsetof(lr_index_options, eviction) + sizeof(int32_t))
+#define LR_INDEX_OPTIONS_SIZE_V3 \
+    (offsetof(lr_index_options, clock_skew_ns) + sizeof(uint64_t))
 #ifndef __cplusplus
 #define LR_INDEX_OPTIONS_INIT \
     { .struct_size = sizeof(lr_index_options) }

@@ -146,9 +146,10 @@ typedef struct lr_router_options {
 /** Largest lr_router_options.max_peers. @since 0.2 */
 #define LR_ROUTER_MAX_PEERS 4096u
 #define LR_ROUTER_MAX_INSTANCES 65534u
-/** Latest timestamp the router takes, 2^62 ns (146 years of a monotonic
- * clock, 2116 of a wall clock): later ones are LR_ERANGE. @since 0.2 */
-#define LR_ROUTER_MAX_TIME_NS (1ull << 62)
+/** Latest timestamp the router takes: LR_MAX_TIME_NS (2^60 ns, 36 years of
+ * a monotonic clock; 2^62 in 0.2, which let a wall clock in nanoseconds
+ * through); later ones are LR_ERANGE. @since 0.2 */
+#define LR_ROUTER_MAX_TIME_NS LR_MAX_TIME_NS
 
 #ifndef __cplusplus
 #define LR_ROUTER_OPTIONS_INIT                                            \
@@ -563,15 +564,34 @@ LR_API lr_status lr_router_export_delta(lr_router *router, uint64_t since_mark,
 LR_API lr_status lr_router_import_delta(lr_router *router, const uint8_t *buf,
                                         size_t len, uint64_t now_ns);
 /* lr_router_import_delta() skips the routes of ids this router does not
- * have (any state): a peer's instance added here later starts cold. Since
- * 0.2 it keeps, per replica id, the journal mark of the last delta
- * applied: a delta applied already (the same one twice, a replay) and the
- * router's own (an echo) change nothing and return LR_OK, counted in
- * deltas_skipped; a full export (since_mark 0) of a replica whose mark
- * went back (it restarted) or after a lost delta applies again. Besides
- * lr_index_import_delta()'s statuses: LR_ELIMIT when max_peers replicas
- * with a live gauge are tracked already; LR_ERANGE (@since 0.2) when the
- * clock refuses now_ns. */
+ * have (any state): a peer's instance added here later starts cold. The
+ * router's own delta (an echo) and the very delta of a replica applied
+ * last (the bus delivered it twice) change nothing and return LR_OK,
+ * counted in deltas_skipped; any other applies (applying a delta again is
+ * harmless: its routes keep their ages), so a delta's marks, which the
+ * sender alone vouches for, can make no later delta be skipped (0.2
+ * skipped every delta below the highest mark seen: one forged mark of
+ * 2^64 - 1 silenced a replica until its next full export). Per replica
+ * the marks find lost deltas (deltas_lost). With a peer key
+ * (lr_router_set_peer_key) exported deltas are sealed with it and only
+ * deltas sealed with it are taken. Besides lr_index_import_delta()'s
+ * statuses: LR_ELIMIT when no peer slot can be had (docs/scale.md,
+ * "Peers"); LR_ERANGE (@since 0.2) when the clock refuses now_ns. */
+
+/** Authenticate what replicas exchange: with a 16-byte key shared by every
+ * replica (the host's secret, from its configuration), the deltas and
+ * gauges this router exports carry a SipHash-2-4 MAC under the key in
+ * place of their checksum, and it imports only those that do (a message
+ * without it, or under another key, is LR_ECORRUPT). Without a key
+ * (the default, and key NULL with len 0) messages carry their plain
+ * checksum, and anyone who can publish on the bus is a peer. The key is
+ * copied; it is not saved in snapshots. Set it on every replica before
+ * they exchange anything: during a change of key, messages under the
+ * other key are refused.
+ * @return LR_OK; LR_EINVAL (NULL router, len other than 0 or 16, key NULL
+ *   with len 16). @since 0.3 */
+LR_API lr_status lr_router_set_peer_key(lr_router *router, const uint8_t *key,
+                                        size_t len);
 
 /* ---- replicas: shared load ------------------------------------------------------------- */
 
@@ -593,8 +613,10 @@ LR_API lr_status lr_router_export_gauges(lr_router *router, lr_blob **out);
  * still reports the router's own counters. Entries of ids this router
  * does not have are ignored; an older or repeated message, or the
  * router's own, changes nothing (LR_OK, counted in gauges_skipped).
- * @return LR_OK; LR_EINVAL; LR_ECORRUPT (malformed, checksum);
- *   LR_EVERSION; LR_ELIMIT (max_peers replicas with a live gauge);
+ * @return LR_OK; LR_EINVAL; LR_ECORRUPT (malformed, checksum, or not
+ *   sealed with the peer key); LR_EVERSION; LR_ELIMIT (no peer slot: every
+ *   one has a live gauge, and a peer that has sent only gauges never takes
+ *   a live peer's slot, docs/scale.md);
  *   LR_ERANGE (the clock refuses now_ns); LR_ENOMEM. On failure nothing
  *   changes. @since 0.2 */
 LR_API lr_status lr_router_import_gauges(lr_router *router, const uint8_t *buf,

@@ -148,7 +148,8 @@ class Index(_Handle):
                  seed: Optional[int] = None,
                  replica_id: Optional[int] = None,
                  remote_ttl_ns: Optional[int] = None,
-                 eviction: Optional[int] = None) -> None:
+                 eviction: Optional[int] = None,
+                 clock_skew_ns: Optional[int] = None) -> None:
         opt = new_sized("lr_index_options", lib.lr_index_options_init_sized)
         set_fields(opt, "Index", capacity_blocks=capacity_blocks,
                    ttl_ns=ttl_ns, block_tokens=block_tokens,
@@ -156,7 +157,7 @@ class Index(_Handle):
                    journal_capacity=journal_capacity,
                    engine_map_capacity=engine_map_capacity, seed=seed,
                    replica_id=replica_id, remote_ttl_ns=remote_ttl_ns,
-                   eviction=eviction)
+                   eviction=eviction, clock_skew_ns=clock_skew_ns)
         out = ffi.new("lr_index **")
         check(lib.lr_index_create(opt, out), "lr_index_create")
         self._own(out[0], lib.lr_index_destroy, exclusive=True)

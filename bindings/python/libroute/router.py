@@ -596,6 +596,18 @@ class Router(_Handle):
             st = lib.lr_router_import_gauges(p, buf, len(buf), now)
         check(st, "lr_router_import_gauges")
 
+    def set_peer_key(self, key: Optional[bytes]) -> None:
+        """lr_router_set_peer_key(): a 16-byte key shared by every replica;
+        deltas and gauges are then sealed with it and only those sealed
+        with it are taken. None clears it."""
+        if key is None:
+            with self._use() as p:
+                st = lib.lr_router_set_peer_key(p, ffi.NULL, 0)
+        else:
+            with bytes_in(key, "key") as buf, self._use() as p:
+                st = lib.lr_router_set_peer_key(p, buf, len(buf))
+        check(st, "lr_router_set_peer_key")
+
     def snapshot(self, *, now_ns: int) -> bytes:
         """lr_router_snapshot(): the router's learned state (instances,
         routes with trust and ages, engine hashes, sequence and delta

@@ -89,7 +89,7 @@ class Sequence(unittest.TestCase):
             self.assertEqual(r.stats().kv_gaps, 1)
             self.assertEqual(r.stats().kv_duplicates, 1)
             # the engine restarts: number 0 again, a later time
-            info = r.vllm_batch_seq(1, 0, batch(99.0), now_ns=T0)
+            info = r.vllm_batch_seq(1, 0, batch(50.0), now_ns=T0)
             self.assertEqual(info.seq_state, L.KvSeq.RESTART)
             self.assertEqual(r.kv_source(1).restarts, 1)
             self.assertEqual(r.candidates(toks(16, 0), now_ns=T0)[1]
@@ -103,6 +103,31 @@ class Sequence(unittest.TestCase):
 
 
 class Deltas(unittest.TestCase):
+    def test_peer_key(self):
+        key = bytes(range(16))
+        a = L.Router("prefix-cache", replica_id=11)
+        b = L.Router("prefix-cache", replica_id=12)
+        fleet(a)
+        fleet(b)
+        a.set_peer_key(key)
+        a.route(toks(64, 1), request_id=1, now_ns=T0)
+        d = a.export_delta().data
+        g = a.export_gauges()
+        with self.assertRaises(L.CorruptError):  # b has no key
+            b.import_delta(d, now_ns=T0)
+        b.set_peer_key(bytes(16))  # another key
+        with self.assertRaises(L.CorruptError):
+            b.import_gauges(g, now_ns=T0)
+        b.set_peer_key(key)
+        b.import_delta(d, now_ns=T0)
+        b.import_gauges(g, now_ns=T0)
+        self.assertEqual(b.stats().deltas_imported, 1)
+        with self.assertRaises(L.InvalidArgumentError):
+            b.set_peer_key(b"short")
+        b.set_peer_key(None)
+        with self.assertRaises(L.CorruptError):
+            b.import_delta(d, now_ns=T0)
+
     def test_once_and_no_echo(self):
         a = L.Router("prefix-cache", replica_id=11)
         b = L.Router("prefix-cache", replica_id=12, remote_ttl_ns=60 * SEC)

@@ -17,7 +17,7 @@ use std::env;
 use std::process::Command;
 
 /// The libroute minor series src/lib.rs declares.
-const DECLARED: (u32, u32) = (0, 2);
+const DECLARED: (u32, u32) = (0, 3);
 
 fn pkg_config(args: &[&str]) -> String {
     let prog = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".to_string());

@@ -52,7 +52,7 @@ macro_rules! opaque {
 /// compare `lr_version_number() / 100` with `LR_VERSION_MAJOR * 100 +
 /// LR_VERSION_MINOR` at run time to detect a swapped shared library.
 pub const LR_VERSION_MAJOR: c_uint = 0;
-pub const LR_VERSION_MINOR: c_uint = 2;
+pub const LR_VERSION_MINOR: c_uint = 3;
 
 // ---- lr_common.h ---------------------------------------------------------------
 
@@ -139,6 +139,7 @@ pub struct lr_index_options {
     pub replica_id: u64,
     pub remote_ttl_ns: u64,
     pub eviction: i32,
+    pub clock_skew_ns: u64,
 }
 /// lr_eviction: what a full index drops first.
 pub type lr_eviction = c_uint;
@@ -147,6 +148,8 @@ pub const LR_EVICT_LRU: lr_eviction = 1;
 pub const LR_INDEX_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_index_options, engine_map_capacity) + size_of::<u64>();
 pub const LR_INDEX_OPTIONS_SIZE_V2: usize = offset_of!(lr_index_options, eviction) + 4;
+pub const LR_INDEX_OPTIONS_SIZE_V3: usize =
+    offset_of!(lr_index_options, clock_skew_ns) + size_of::<u64>();
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -479,7 +482,8 @@ pub const LR_PARAM_ADAPTIVE_FRESH_S: lr_param = 36;
 pub const LR_PARAM_ADAPTIVE_RTT_WEIGHT: lr_param = 37;
 pub const LR_PARAM_ADAPTIVE_CALIBRATE: lr_param = 38;
 pub const LR_PARAM_CLOCK_SKEW_S: lr_param = 39;
-pub const LR_ROUTER_MAX_TIME_NS: u64 = 1 << 62;
+pub const LR_MAX_TIME_NS: u64 = 1 << 60;
+pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
 /// One routable instance as a policy sees it. Arrays of rows are passed
 /// with `size_of::<lr_candidate>()` as `row_size`.
@@ -1245,6 +1249,7 @@ extern "C" {
         len: usize,
         now_ns: u64,
     ) -> lr_status;
+    pub fn lr_router_set_peer_key(router: *mut lr_router, key: *const u8, len: usize) -> lr_status;
     pub fn lr_router_snapshot(
         router: *mut lr_router,
         now_ns: u64,

@@ -151,7 +151,7 @@ fn declarations_match_the_c_headers() {
         lr_bounds { status, flags, lo, hi, def }
         lr_index_options { struct_size, allocator, seed, capacity_blocks, ttl_ns,
             block_tokens, max_instances, journal_capacity, engine_map_capacity,
-            replica_id, remote_ttl_ns, eviction }
+            replica_id, remote_ttl_ns, eviction, clock_skew_ns }
         lr_prompt { struct_size, tokens, n_tokens, boundaries, n_boundaries,
             tenant_salt, keys, n_keys }
         lr_index_hit { instance, tokens }
@@ -271,7 +271,8 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_LODESTAR_CANDIDATES, LR_PARAM_LODESTAR_MAX_TTFT_S,
         LR_PARAM_ADAPTIVE_WORK_WEIGHT, LR_PARAM_ADAPTIVE_CONTENTION, LR_PARAM_ADAPTIVE_TIE_S,
         LR_PARAM_ADAPTIVE_FRESH_S, LR_PARAM_ADAPTIVE_RTT_WEIGHT, LR_PARAM_ADAPTIVE_CALIBRATE,
-        LR_PARAM_CLOCK_SKEW_S, LR_ROUTER_MAX_TIME_NS,
+        LR_PARAM_CLOCK_SKEW_S, LR_ROUTER_MAX_TIME_NS, LR_MAX_TIME_NS,
+        LR_INDEX_OPTIONS_SIZE_V3,
         LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
     );
 

@@ -96,6 +96,11 @@ pub struct IndexOptions {
     pub remote_ttl: Duration,
     /// What a full index drops first.
     pub eviction: Eviction,
+    /// How far ahead of the newest time the index has taken a call's time
+    /// may be; a call further ahead is `Error::Range` and changes nothing
+    /// (a clock that really moved is taken at the next call that agrees).
+    /// `Duration::MAX`: only the `LR_MAX_TIME_NS` bound.
+    pub clock_skew: Duration,
 }
 
 /// What a full index drops first (`lr_eviction`).
@@ -140,6 +145,7 @@ impl Default for IndexOptions {
             replica_id: o.replica_id,
             remote_ttl: Duration::from_nanos(o.remote_ttl_ns),
             eviction: Eviction::from_c(o.eviction),
+            clock_skew: Duration::from_nanos(o.clock_skew_ns),
         }
     }
 }
@@ -355,6 +361,7 @@ impl Index {
         o.replica_id = opt.replica_id;
         o.remote_ttl_ns = nanos(opt.remote_ttl);
         o.eviction = opt.eviction.c();
+        o.clock_skew_ns = nanos(opt.clock_skew);
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options, out pointer.
         check(

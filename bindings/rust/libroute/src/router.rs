@@ -1047,6 +1047,21 @@ impl Router {
         Ok(Blob::from_raw(b).expect("lr_router_export_gauges returned LR_OK and no blob"))
     }
 
+    /// Sets the 16-byte key every replica shares: exported deltas and
+    /// gauges are then sealed with it (SipHash-2-4) and only those sealed
+    /// with it are imported (`Error::Corrupt` otherwise). `None` clears it.
+    pub fn set_peer_key(&self, key: Option<&[u8; 16]>) -> Result<()> {
+        let (p, n) = match key {
+            Some(k) => (k.as_ptr(), k.len()),
+            None => (ptr::null(), 0),
+        };
+        // SAFETY: a 16-byte array or NULL with 0.
+        check(
+            unsafe { sys::lr_router_set_peer_key(self.ptr(), p, n) },
+            "lr_router_set_peer_key",
+        )
+    }
+
     /// Takes another replica's gauge message: its counts add to this
     /// router's own in every candidate row until they expire (`gauge_ttl`)
     /// or a newer message replaces them.

@@ -68,7 +68,7 @@ fn batches_in_sequence() {
     r.vllm_batch_seq(1, 7, &store(3.0, 12, &t[32..48]), SEC)
         .unwrap();
     let info = r
-        .vllm_batch_seq(1, 0, &store(90.0, 20, &t[..16]), SEC)
+        .vllm_batch_seq(1, 0, &store(50.0, 20, &t[..16]), SEC)
         .unwrap();
     assert_eq!(info.seq_state, KvSeq::Restart);
     r.kv_reset(1).unwrap();
