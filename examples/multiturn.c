@@ -2,6 +2,11 @@
  * prefix index and dual hash ring, and print what was learned, matched and
  * where it went.
  *
+ * This example routes by hand on the parts (lr_index_*, lr_ring_*), for a
+ * host that wants its own rule; examples/route.c is the example of the
+ * router, which does all of this (and the load, the lifecycle and the
+ * policies) in lr_router_route().
+ *
  * Each conversation starts from one of a few shared system prompts and
  * grows by a user message and an assistant reply per turn; every turn's
  * prompt is the whole history. For each request the example:
