@@ -66,7 +66,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "bench-util.h"
 #include "libroute.h"
 

@@ -25,7 +25,7 @@
 
 #include "bench-util.h"
 #include "libroute.h"
-#include "mlp.h"
+#include "learn/mlp.h"
 
 #define D 20
 #define LAYERS 3

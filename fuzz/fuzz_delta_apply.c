@@ -25,9 +25,9 @@
 
 #include "data_producer.h"
 #include "fuzz_helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "index_util.h"
-#include "lr_hash.h"
+#include "common/lr_hash.h"
 
 #define MAX_PROMPTS 12
 #define MAX_LEN 96

@@ -17,8 +17,8 @@
 
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
-#include "router.h"
+#include "common/lr_hash.h"
+#include "router/router.h"
 
 #define GAUGE_SEED 0x4c52474155474531ull /* "LRGAUGE1" */
 #define N_INST 4u

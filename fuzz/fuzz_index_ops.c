@@ -37,7 +37,7 @@
 
 #include "data_producer.h"
 #include "fuzz_helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "index_util.h"
 
 #define MAX_OPS 128

@@ -26,7 +26,7 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "libroute/lr_vllm.h"
-#include "router.h"
+#include "router/router.h"
 
 #define N_INST 3u
 

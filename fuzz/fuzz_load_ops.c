@@ -47,7 +47,7 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "load.h"
+#include "parts/load.h"
 
 #define MAX_OPS 256
 #define MAX_INST 8

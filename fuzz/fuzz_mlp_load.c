@@ -23,10 +23,10 @@
 
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
-#include "mlp.h"
+#include "common/lr_hash.h"
+#include "learn/mlp.h"
 
-#define SEAL_SEED 0x4c524d4c50303031ull /* lib/mlp.c MLP_HASH_SEED */
+#define SEAL_SEED 0x4c524d4c50303031ull /* lib/learn/mlp.c MLP_HASH_SEED */
 #define ROWS 5
 
 static bool

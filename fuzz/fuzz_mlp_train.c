@@ -28,8 +28,8 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
-#include "mlp.h"
+#include "common/lr_hash.h"
+#include "learn/mlp.h"
 
 #define MAX_ROWS 24
 #define MAX_D 6

@@ -22,7 +22,7 @@
 #include "fuzz_helpers.h"
 #include "libroute/lr_policy.h"
 #include "libroute/lr_ring.h"
-#include "policy.h"
+#include "policy/policy.h"
 
 #define MAX_ROWS 64
 

@@ -68,13 +68,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
-#include "policy.h"
-#include "router.h"
+#include "common/lr_hash.h"
+#include "policy/policy.h"
+#include "router/router.h"
 
 #define MAX_OPS 192
 #define MAX_INST 8

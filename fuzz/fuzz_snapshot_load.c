@@ -19,8 +19,8 @@
 
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "lr_hash.h"
-#include "router.h"
+#include "common/lr_hash.h"
+#include "router/router.h"
 
 #define SNAP_SEED 0x4c52534e41505331ull   /* "LRSNAPS1" */
 #define ISTATE_SEED 0x4c52495354415431ull /* "LRISTAT1" */

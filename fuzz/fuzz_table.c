@@ -1,4 +1,4 @@
-/* lr__table (lib/table.h) as a sequence of operations, checked against the
+/* lr__table (lib/common/table.h) as a sequence of operations, checked against the
  * trivial model of tests/table-model.h (a linear scan of the owner's
  * array), under injected allocation failures.
  *

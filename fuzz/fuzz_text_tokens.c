@@ -10,7 +10,7 @@
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "libroute/lr_text.h"
-#include "lr_hash.h"
+#include "common/lr_hash.h"
 
 #define SENTINEL 0xa5a5a5a5u
 

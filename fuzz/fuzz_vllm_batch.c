@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz_helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "index_util.h"
 #include "libroute/lr_vllm.h"
 

@@ -17,14 +17,14 @@
 #include "../tests/table-model.h"
 #include "data_producer.h"
 #include "fuzz_helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "index_util.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
-#include "load.h"
-#include "lr_hash.h"
-#include "mlp.h"
-#include "policy.h"
+#include "parts/load.h"
+#include "common/lr_hash.h"
+#include "learn/mlp.h"
+#include "policy/policy.h"
 
 static const char *root;
 static int n_written;

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "fuzz_helpers.h"
-#include "index.h"
-#include "lr_hash.h"
+#include "index/index.h"
+#include "common/lr_hash.h"
 
 uint32_t
 fuzz_pattern_token(uint32_t pattern, uint32_t pos)

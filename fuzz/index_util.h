@@ -127,7 +127,7 @@ void fuzz_index_replays(void (*run_once)(struct fuzz_index_run *r,
                                          const uint8_t *data, size_t size),
                         const uint8_t *data, size_t size);
 
-/* The delta wire format (lib/index_delta.c): a header of FUZZ_DELTA_HEADER
+/* The delta wire format (lib/index/index_delta.c): a header of FUZZ_DELTA_HEADER
  * bytes (version 2; 0.1's version 1 had 40), the tables, then an 8-byte
  * checksum of everything before it. */
 #define FUZZ_DELTA_HEADER 48

@@ -37,7 +37,7 @@
 #include "cluster.h"
 #include "engine.h"
 #include "libroute.h"
-#include "router.h"
+#include "router/router.h"
 #include "util.h"
 
 #define MS 1000000ull

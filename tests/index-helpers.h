@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 #define assert_verified(ix) assert_st(lr__index_verify(ix), LR_OK)

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "load.h"
+#include "parts/load.h"
 #include "testutil.h"
 
 #define assert_load_ok(ld) assert_st(lr__load_verify(ld), LR_OK)

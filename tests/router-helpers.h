@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
-#include "router.h"
+#include "router/router.h"
 #include "testutil.h"
 
 /* Fail with both reason names when a decision gives the wrong reason. */

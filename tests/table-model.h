@@ -1,4 +1,4 @@
-/* A trivial model of lr__table (lib/table.h) and an operation driver that
+/* A trivial model of lr__table (lib/common/table.h) and an operation driver that
  * checks the table against it, shared by the randomized differential test
  * (tests/test-table.c) and the fuzzer (fuzz/fuzz_table.c) (STYLE B34).
  *
@@ -19,8 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "lr_hash.h"
-#include "table.h"
+#include "common/lr_hash.h"
+#include "common/table.h"
 
 #define TM_CAP 256u   /* values 0..TM_CAP-1 */
 #define TM_KEYS 1024u /* keys 0..TM_KEYS-1 */

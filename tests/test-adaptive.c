@@ -1,4 +1,4 @@
-/* adaptive's calibration (lib/adaptive.c): the per-class fit against a
+/* adaptive's calibration (lib/policy/adaptive.c): the per-class fit against a
  * naive solver of the same problem (every active set tried, the discounted
  * normal equations rebuilt from the whole history), the fit's terms kept
  * >= 0, a fleet past its capacity that must not teach it that prefill is
@@ -15,13 +15,13 @@
 
 #include <cmocka.h>
 
-#include "adaptive.h"
+#include "policy/adaptive.h"
 #include "libroute/lr_router.h"
 #include "router-helpers.h"
-#include "router.h"
+#include "router/router.h"
 #include "testutil.h"
 
-/* The fit's scales and constants, as lib/adaptive.c has them. */
+/* The fit's scales and constants, as lib/policy/adaptive.c has them. */
 #define KTOK 1000.0
 #define DSCALE 100.0
 #define MEMORY 500.0

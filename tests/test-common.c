@@ -1,5 +1,5 @@
 /* lr_common.h: status names and messages, versions, blobs; and the internal
- * helpers of lib/common.c (allocator plumbing, size arithmetic, sized-struct
+ * helpers of lib/common/common.c (allocator plumbing, size arithmetic, sized-struct
  * copies, the PRNG). */
 #include <limits.h>
 #include <setjmp.h>
@@ -11,13 +11,13 @@
 
 #include <cmocka.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "libroute/lr_common.h"
 #include "testutil.h"
 
 /* ---- status names and messages ------------------------------------------ */
 
-/* Written out independently of lib/common.c: a renumbered or renamed status
+/* Written out independently of lib/common/common.c: a renumbered or renamed status
  * fails here. */
 static const struct {
     lr_status status;

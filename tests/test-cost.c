@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "cost.h"
+#include "policy/cost.h"
 #include "testutil.h"
 
 static lr_cost *

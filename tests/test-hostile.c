@@ -14,15 +14,15 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "libroute/lr_index.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
 #include "router-helpers.h"
-#include "router.h"
-#include "router_impl.h"
-#include "table.h"
+#include "router/router.h"
+#include "router/router_impl.h"
+#include "common/table.h"
 #include "testutil.h"
 
 #define SEC 1000000000ull

@@ -6,7 +6,7 @@
  *
  * The malformed-blob tests rewrite fields of a valid blob and reseal it, so
  * that exactly one thing is wrong. They use the wire layout written in
- * lib/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (3),
+ * lib/index/index_delta.c (header of 48 bytes: magic "LRDX", u16 version (3),
  * u16 flags, u32 block_tokens, u32 n_nodes, u32 n_routes, u32 reserved,
  * u64 since, u64 mark, u64 origin replica id; version 2 has no origin and
  * a header of 40; then n_nodes x {u64 key, varint parent}, n_routes x
@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "index-helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 #define XXH_INLINE_ALL

@@ -24,7 +24,7 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 #define B 4

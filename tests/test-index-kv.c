@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "index-helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 /* ---- helpers -------------------------------------------------------------- */

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 static void

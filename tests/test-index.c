@@ -12,7 +12,7 @@
 #include <xxhash.h>
 
 #include "index-helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "testutil.h"
 
 static lr_index *

@@ -12,10 +12,10 @@
 
 #include <cmocka.h>
 
-#include "learner.h"
+#include "learn/learner.h"
 #include "libroute/lr_learner.h"
-#include "mlp.h"
-#include "mlp_kernel.h"
+#include "learn/mlp.h"
+#include "learn/mlp_kernel.h"
 #include "testutil.h"
 
 #define D 3

@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "load-helpers.h"
-#include "load.h"
+#include "parts/load.h"
 #include "testutil.h"
 
 #define MAXINST 8

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "load-helpers.h"
-#include "load.h"
+#include "parts/load.h"
 #include "testutil.h"
 
 struct create_ctx {

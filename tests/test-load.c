@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "load-helpers.h"
-#include "load.h"
+#include "parts/load.h"
 #include "testutil.h"
 
 /* ---- options and create ---------------------------------------------------- */

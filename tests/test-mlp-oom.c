@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "mlp.h"
+#include "learn/mlp.h"
 #include "testutil.h"
 
 #define N_ROWS 90

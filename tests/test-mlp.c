@@ -15,11 +15,11 @@
 
 #include <cmocka.h>
 
-#include "lr_hash.h"
-#include "mlp.h"
+#include "common/lr_hash.h"
+#include "learn/mlp.h"
 #include "testutil.h"
 
-/* The serialized layout (lib/mlp.c), for the crafted-blob tests. */
+/* The serialized layout (lib/learn/mlp.c), for the crafted-blob tests. */
 #define HDR 84u
 #define OFF_VERSION 8u
 #define OFF_D 12u

@@ -14,7 +14,7 @@
 
 #include <time.h>
 
-#include "lodestar.h"
+#include "policy/lodestar.h"
 #include "policy-table.h"
 #include "router-helpers.h"
 
@@ -1093,7 +1093,7 @@ agrees_with_route(void **state)
     }
 }
 
-/* route() writes each row field by field (lib/route.c, gather_row): what
+/* route() writes each row field by field (lib/router/route.c, gather_row): what
  * one policy filled (sglang's tree sizes, adaptive's averages, a ring's
  * ranks) must not stay in the rows of the next. */
 static void

@@ -12,8 +12,8 @@
 #include <cmocka.h>
 
 #include "libroute/lr_ring.h"
-#include "lr_hash.h"
-#include "ring.h"
+#include "common/lr_hash.h"
+#include "parts/ring.h"
 #include "testutil.h"
 
 /* The seeds exactly as lr_ring.h documents them: if the library's
@@ -24,7 +24,7 @@
 _Static_assert(DOC_SEED_VNODE == LR_SEED_VNODE, "vnode seed drifted");
 _Static_assert(DOC_SEED_RINGK == LR_SEED_RINGK, "key seed drifted");
 
-/* The documented vnode formula, written out independently of lib/ring.c. */
+/* The documented vnode formula, written out independently of lib/parts/ring.c. */
 static uint64_t
 doc_vnode_pos(const char *name, size_t len, uint32_t v)
 {
@@ -84,7 +84,7 @@ has_id(const uint32_t *ids, uint32_t n, uint32_t id)
 
 /* Every vnode of every instance in one array, re-sorted from scratch after
  * each change and scanned linearly, with positions computed here from the
- * documented formulas. Nothing is shared with lib/ring.c but XXH3. */
+ * documented formulas. Nothing is shared with lib/parts/ring.c but XXH3. */
 #define M_MAX_INST 64
 #define M_MAX_VN 160
 

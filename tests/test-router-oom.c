@@ -16,7 +16,7 @@
 
 #include "libroute/lr_router.h"
 #include "router-helpers.h"
-#include "router.h"
+#include "router/router.h"
 #include "testutil.h"
 
 static void

@@ -38,7 +38,7 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
-#include "router.h"
+#include "router/router.h"
 #include "testutil.h"
 
 #define N_WORKERS 4

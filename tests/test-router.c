@@ -22,7 +22,7 @@
 
 #include "libroute/lr_router.h"
 #include "router-helpers.h"
-#include "router.h"
+#include "router/router.h"
 #include "testutil.h"
 
 #define assert_near(a, b)                                   \

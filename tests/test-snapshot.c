@@ -15,13 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "index.h"
+#include "index/index.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_vllm.h"
-#include "lr_hash.h"
+#include "common/lr_hash.h"
 #include "mpw.h"
 #include "router-helpers.h"
-#include "router_impl.h"
+#include "router/router_impl.h"
 
 #define BS 16u
 

@@ -1,4 +1,4 @@
-/* lr__table (lib/table.h): the worked example of its header, a randomized
+/* lr__table (lib/common/table.h): the worked example of its header, a randomized
  * differential test against a linear scan (tests/table-model.h) with
  * crafted hashes that make collisions and wrap-around the rule, the
  * verify walk on hand-broken tables, and an OOM loop over reserve and
@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "table-model.h"
-#include "table.h"
+#include "common/table.h"
 #include "testutil.h"
 
 #define TAG(t) ((uint64_t)(t) << 32)

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "index-helpers.h"
-#include "index.h"
+#include "index/index.h"
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
 #include "mpw.h"

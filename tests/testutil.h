@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "common.h"
+#include "common/common.h"
 #include "libroute/lr_common.h"
 
 /* Fail with both status names when a call returns the wrong status. */

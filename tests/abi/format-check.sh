@@ -30,7 +30,7 @@ fi
 
 cd "$root" || exit 1
 set --
-for f in lib/*.c lib/*.h include/*.h include/*/*.h; do
+for f in lib/*/*.c lib/*/*.h include/*.h include/*/*.h; do
     [ -f "$f" ] && set -- "$@" "$f"
 done
 if [ $# -eq 0 ]; then

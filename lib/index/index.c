@@ -1,0 +1,1164 @@
+/* lr_index: the block-aligned prefix index. This file holds its core:
+ * memory reservation, runs, spans, LRU lists, the search and learn.
+ * Block keys (hashing a prompt's tokens) are in index_keys.c. Removal (trim,
+ * expiry, eviction, dropping an instance) is in index_evict.c, the handle
+ * (options, create, destroy, the instance table, stats) in index_life.c, the
+ * match in index_match.c, precise mode (KV events) in index_kv.c, the delta
+ * codec in index_delta.c, snapshots in index_state.c, verify and digest in
+ * index_check.c, the shared layout in index_impl.h.
+ *
+ * What it stores
+ * --------------
+ *
+ * Logically, the index is a tree of prefixes (one node per distinct
+ * block key) and a set of holds: (node, instance), each with a recency
+ * stamp and flags (anchor, remote, listed). An engine's prefix cache is
+ * prefix-closed, and so is each instance's set of holds: an instance that
+ * holds a node holds its parent. The representation records holders
+ * where they change, not on every block:
+ *
+ *   ntab (lr__table: block key -> node slot, for the nodes that start
+ *          |  a run or lie at a depth that is a multiple of TAB_STRIDE;
+ *          |  lr__index_deepest walks the runs to the others)
+ *          v
+ *   keys[] (8 bytes a slot) + chunks[] (one header per CHUNK = 16 slots)
+ *   +---------------------------+   +---------------------------+
+ *   | k0 k1 k2 ... k15          |   | k16 k17 ...               |  run 7
+ *   +---------------------------+   +---------------------------+
+ *     chunk {run 7, base 0}           chunk {run 7, base 16}
+ *
+ *   runs[] (a chain of nodes; child runs hang from any of its nodes)
+ *   +--------------------------------------------------------------+
+ *   | chunks, len, top (depth above it), hang (node it hangs from),|
+ *   | child / sibling runs, holders: hent[] = {inst, to, span}     |
+ *   +--------------------------------------------------------------+
+ *          |  instance s holds offsets [0, to) of the run
+ *          v
+ *   spans[] (per run and instance, tiling [0, to), chained by `up`)
+ *   +--------------------------------------------------------------+
+ *   | [from, to), bits and stamp of the bottom block, stamp_top of |
+ *   | the others, LRU prev/next                                    |
+ *   +--------------------------------------------------------------+
+ *
+ * A span's blocks above its bottom are plain: not anchors, not listed,
+ * with one child (the next block of the run) held by the same instance,
+ * the span's trust and recency stamp_top. Anything else (an anchor, a
+ * fork, a touch, a trust change) ends a span: a span is cut in two where
+ * a block stops being plain. So the per-block holds are exactly the
+ * spans' blocks with those states, and the LRU lists (which order span
+ * bottoms) hold exactly the listed holds.
+ *
+ * Invariants (lr__index_verify checks them all):
+ *  1. Prefix property: if instance s holds a node, s holds its parent. A
+ *     holder holds a prefix of every run, and the node a run hangs from.
+ *     So along one prompt, "s holds depth d" is monotone in d.
+ *  2. LOCAL is closed upward: the parent of a LOCAL hold is LOCAL.
+ *  3. Every leaf hold (no child held by its instance) is in the LRU list
+ *     of its trust class. Internal holds may be listed or not.
+ *  4. A node exists exactly while someone holds it: a run's length is
+ *     the largest `to` of its holders.
+ *
+ * Recency without touching whole paths: a hold's effective recency is the
+ * newest stamp in its subtree (an ancestor is used whenever a descendant
+ * is). Match and learn therefore stamp only the deepest hold they reach and
+ * move it to the head of its list. Eviction pops the tail: a leaf is the
+ * least recently used prefix and goes; an internal hold at the tail is
+ * protected by its newer descendants and is just unlisted. When its last
+ * child goes it becomes a leaf again and re-enters the list at the position
+ * of that child's stamp, which is exactly where LRU order puts it.
+ *
+ * Worked example, B = 16, capacity 6:
+ *   learn(A B C D | E F, inst 1)     boundary after D, full length F
+ *       run 0: A-B-C-D*-E-F*   (* = anchor); inst 1: spans [A..D], [E, F]
+ *   learn(A B X, inst 2)             X hangs from B in a new run
+ *       run 1: X* (hangs from B); inst 2: span [A, B] of run 0 and [X]
+ *       of run 1. Inst 1's span [A..D] stays whole: under B it holds only
+ *       C, so B is plain for it.
+ *   match(A B C D E Q) -> inst 1: 5 blocks (80 tokens), inst 2: 2 blocks
+ *       the search finds E in run 0; walking up the path, run 0's
+ *       holders answer both (inst 2 holds [0, 2) of it).
+ *   learn(P Q, inst 3) needs 2 routes and 7 + 2 > 6, so LRU leaves go:
+ *   X (inst 2's only leaf, the oldest) is evicted, and the eviction trims
+ *   on through B and A of inst 2, which are neither anchors nor used on
+ *   their own: inst 2 never said a message ended there. Run 1 empties and
+ *   goes. Inst 1's A-B-C-D stays: D is an anchor, so evicting F trims only
+ *   back to D. The whole span [E, F] goes in one step.
+ *
+ * Every mutating call runs in three phases: validate and reserve memory
+ * (the only phase that can fail), mutate (cannot fail), then expire and
+ * evict back under capacity. That is what makes LR_ENOMEM leave the index
+ * unchanged.
+ */
+#include "index/index_impl.h"
+
+/* Smallest array lr__index_grow makes, in elements. */
+#define POOL_MIN 64
+
+/* ------------------------------------------------------------------------ */
+/* time                                                                      */
+/* ------------------------------------------------------------------------ */
+
+lr_status
+lr__index_judge(lr_index *idx, uint64_t now_ns)
+{
+    return lr__clock_judge(&idx->clock, now_ns, true);
+}
+
+uint32_t
+lr__index_tick(lr_index *ix, uint64_t now)
+{
+    lr__clock_take(&ix->clock, now); /* judged at the call's start */
+    if (!ix->has_epoch) {
+        ix->has_epoch = true;
+        ix->epoch_ns = now;
+    }
+    if (now <= ix->epoch_ns)
+        return 0;
+    uint64_t t = (now - ix->epoch_ns) >> TICK_SHIFT;
+    uint32_t tick = t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+    if (tick > ix->last_tick)
+        ix->last_tick = tick;
+    return tick;
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory reservation (phase 1: the only place mutators can fail)            */
+/* ------------------------------------------------------------------------ */
+
+/* Growth of the arrays whose size follows the routes (node keys and
+ * chunks, spans, the engine-hash slots): 1.25x, so that memory at any
+ * size stays within a quarter of what is used; the others: 1.5x. */
+#define GROW_SHIFT 1u
+#define GROW_SHIFT_BIG 2u
+
+static lr_status
+grow_by(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+        size_t elem, uint32_t limit, uint32_t min, uint32_t shift)
+{
+    if (need <= *cap)
+        return LR_OK;
+    if (need > limit)
+        return LR_ENOMEM;
+    uint64_t want = (uint64_t)*cap + (*cap >> shift);
+    if (want < need)
+        want = need;
+    if (want < min)
+        want = min;
+    if (want > limit)
+        want = limit;
+    size_t old_b, new_b;
+    if (!lr__mul_size(*cap, elem, &old_b) ||
+        !lr__mul_size((size_t)want, elem, &new_b))
+        return LR_ENOMEM;
+    void *p = lr__realloc(m, *arr, old_b, new_b);
+    if (p == NULL)
+        return LR_ENOMEM;
+    /* Fault the new pages in now, in the call that grows the pool, not
+     * one page at a time in the calls that follow. */
+    memset((char *)p + old_b, 0, new_b - old_b);
+    *arr = p;
+    *cap = (uint32_t)want;
+    return LR_OK;
+}
+
+static lr_status
+grow_min(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+         size_t elem, uint32_t limit, uint32_t min)
+{
+    return grow_by(m, arr, cap, need, elem, limit, min, GROW_SHIFT);
+}
+
+lr_status
+lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+               size_t elem, uint32_t limit)
+{
+    return grow_min(m, arr, cap, need, elem, limit, POOL_MIN);
+}
+
+lr_status
+lr__index_grow_big(struct lr__mem *m, void **arr, uint32_t *cap, uint32_t need,
+                   size_t elem, uint32_t limit)
+{
+    return grow_by(m, arr, cap, need, elem, limit, POOL_MIN, GROW_SHIFT_BIG);
+}
+
+static lr_status
+pool_reserve_by(struct lr__mem *m, struct pool *p, void **arr, size_t elem,
+                uint64_t more, uint32_t limit, uint32_t shift)
+{
+    uint64_t need = (uint64_t)p->top + more;
+    need = need > p->nfree ? need - p->nfree : 0;
+    if (need > limit)
+        return LR_ENOMEM;
+    return grow_by(m, arr, &p->cap, (uint32_t)need, elem, limit, POOL_MIN,
+                   shift);
+}
+
+lr_status
+lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                       size_t elem, uint64_t more, uint32_t limit)
+{
+    return pool_reserve_by(m, p, arr, elem, more, limit, GROW_SHIFT);
+}
+
+/* Room for `more` chunks: keys[] and chunks[] grow to the same size. */
+static lr_status
+chunk_reserve(lr_index *ix, uint64_t more)
+{
+    struct pool *p = &ix->cpool;
+    if (pool_has(p, more))
+        return LR_OK;
+    uint64_t need = (uint64_t)p->top + more - p->nfree;
+    uint32_t limit = POOL_MAX >> CHUNK_SHIFT;
+    if (need > limit)
+        return LR_ENOMEM;
+    /* keys[], chunks[] and (in precise mode) the engine-hash slot arrays
+     * each keep their own size: when one growth fails, the others stay
+     * grown, harmlessly, and the pool uses the smallest */
+    uint32_t kcap = ix->kcap, ccap = ix->chcap;
+    LR_TRY(lr__index_grow_big(&ix->mem, (void **)&ix->keys, &kcap,
+                              (uint32_t)need, CHUNK * sizeof(uint64_t), limit));
+    ix->kcap = kcap;
+    LR_TRY(lr__index_grow_big(&ix->mem, (void **)&ix->chunks, &ccap,
+                              (uint32_t)need, sizeof(struct chunk), limit));
+    ix->chcap = ccap;
+    uint32_t cap = ccap < kcap ? ccap : kcap;
+    if (ix->ecap > 0) /* precise mode */
+        LR_TRY(lr__index_emap_slots(ix, cap));
+    p->cap = cap;
+    return LR_OK;
+}
+
+lr_status
+lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nr, uint64_t ns)
+{
+    /* a new stretch may start a run and so a chunk of its own */
+    LR_TRY(chunk_reserve(ix, nn == 0 ? 0 : (nn + CHUNK - 1) / CHUNK + nr + 1));
+    LR_TRY(lr__index_pool_reserve(&ix->mem, &ix->rpool, (void **)&ix->runs,
+                                  sizeof(struct run), nr, POOL_MAX));
+    LR_TRY(pool_reserve_by(&ix->mem, &ix->spool, (void **)&ix->sp,
+                           sizeof(struct span), ns, POOL_MAX, GROW_SHIFT_BIG));
+    return lr__table_reserve(&ix->ntab, &ix->mem,
+                             nn > UINT32_MAX ? UINT32_MAX : (uint32_t)nn);
+}
+
+/* Scratch arrays are not state: growing them changes nothing logical. */
+lr_status
+lr__index_scratch_keys(lr_index *ix, size_t n)
+{
+    return lr__index_grow(&ix->mem, (void **)&ix->kbuf, &ix->kbuf_cap,
+                          (uint32_t)n, sizeof *ix->kbuf, UINT32_MAX);
+}
+
+lr_status
+lr__index_scratch_anchors(lr_index *ix, size_t n)
+{
+    return lr__index_grow(&ix->mem, (void **)&ix->abuf, &ix->abuf_cap,
+                          (uint32_t)n, sizeof *ix->abuf, UINT32_MAX);
+}
+
+lr_status
+lr__index_scratch_path(lr_index *ix, size_t n)
+{
+    return lr__index_grow(&ix->mem, (void **)&ix->path, &ix->path_cap,
+                          (uint32_t)n, sizeof *ix->path, UINT32_MAX);
+}
+
+/* ---- holder arrays ------------------------------------------------------- */
+
+#define HENT_LINK offsetof(struct hent, span)
+
+static lr_status
+hc_reserve(lr_index *ix, uint32_t c, uint32_t more)
+{
+    struct pool *p = &ix->hc[c].p;
+    if (pool_has(p, more))
+        return LR_OK;
+    uint64_t need = (uint64_t)p->top + more - p->nfree;
+    uint32_t min = (POOL_MIN >> c) > 0 ? POOL_MIN >> c : 1;
+    return grow_min(&ix->mem, (void **)&ix->hc[c].v, &p->cap, (uint32_t)need,
+                    hc_elem(c), POOL_MAX >> c, min);
+}
+
+lr_status
+lr__index_hent_room(lr_index *ix, uint32_t r, uint32_t more)
+{
+    if (r == LR_NIL)
+        return hc_reserve(ix, 0, more);
+    struct run *R = &ix->runs[r];
+    uint32_t c = R->hcls;
+    while ((uint64_t)R->nh + more > (1ull << c))
+        c++;
+    if (c == R->hcls)
+        return LR_OK;
+    if (LR_NEVER(c >= HCLASSES))
+        return LR_ENOMEM;
+    LR_TRY(hc_reserve(ix, c, 1));
+    /* a bigger array, the same holders: not a logical change */
+    uint32_t i = pool_take(&ix->hc[c].p, ix->hc[c].v, hc_elem(c), HENT_LINK);
+    memcpy(ix->hc[c].v + ((size_t)i << c), run_hents(ix, R),
+           (size_t)R->nh * sizeof(struct hent));
+    pool_give(&ix->hc[R->hcls].p, ix->hc[R->hcls].v, hc_elem(R->hcls),
+              HENT_LINK, R->hidx);
+    R->hidx = i;
+    R->hcls = (uint8_t)c;
+    return LR_OK;
+}
+
+/* A run's holders stay sorted by instance id, so that a match reads the
+ * holders of a shared prefix in the order it reports them (index_match.c
+ * then has next to nothing left to sort). */
+static struct hent *
+hent_add(lr_index *ix, uint32_t r, uint32_t s)
+{
+    struct run *R = &ix->runs[r];
+    assert(R->nh < (1u << R->hcls));
+    struct hent *a = run_hents(ix, R);
+    uint32_t id = ix->insts[s].id, i = R->nh;
+    while (i > 0 && ix->insts[a[i - 1].inst].id > id)
+        i--;
+    memmove(a + i + 1, a + i, (size_t)(R->nh - i) * sizeof *a);
+    R->nh++;
+    struct hent *h = &a[i];
+    h->inst = (uint16_t)s;
+    h->pad = 0;
+    h->to = 0;
+    h->span = LR_NIL;
+    return h;
+}
+
+/* ------------------------------------------------------------------------ */
+/* LRU lists                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void
+lru_push_head(lr_index *ix, uint32_t x)
+{
+    struct span *h = &ix->sp[x];
+    int l = list_of(h);
+    h->prev = LR_NIL;
+    h->next = ix->head[l];
+    if (ix->head[l] != LR_NIL)
+        ix->sp[ix->head[l]].prev = x;
+    else
+        ix->tail[l] = x;
+    ix->head[l] = x;
+    h->bits |= HB_LISTED;
+}
+
+/* List unlisted span x right after span cur of list l. */
+static inline void
+lru_link_after(lr_index *ix, uint32_t x, uint32_t cur, int l)
+{
+    struct span *h = &ix->sp[x];
+    struct span *c = &ix->sp[cur];
+    h->prev = cur;
+    h->next = c->next;
+    if (c->next != LR_NIL)
+        ix->sp[c->next].prev = x;
+    else
+        ix->tail[l] = x;
+    c->next = x;
+    h->bits |= HB_LISTED;
+}
+
+/* Insert an unlisted span where its stamp belongs, searching from the
+ * tail (where re-entering holds belong) for at most LRU_SEEK_MAX steps; a
+ * search that runs out inserts where it stopped (bounded work, order then
+ * approximate). */
+#define LRU_SEEK_MAX 64
+
+void
+lr__index_lru_insert(lr_index *ix, uint32_t x)
+{
+    struct span *h = &ix->sp[x];
+    int l = list_of(h);
+    uint32_t cur = ix->tail[l];
+    for (int steps = 0; cur != LR_NIL && steps < LRU_SEEK_MAX; steps++) {
+        if (ix->sp[cur].stamp >= h->stamp)
+            break;
+        cur = ix->sp[cur].prev;
+    }
+    if (cur == LR_NIL) {
+        lru_push_head(ix, x);
+        return;
+    }
+    lru_link_after(ix, x, cur, l);
+}
+
+void
+lr__index_touch(lr_index *ix, uint32_t x, uint32_t tick)
+{
+    struct span *h = &ix->sp[x];
+    if (h->bits & HB_LISTED)
+        lru_unlink(ix, x);
+    h->stamp = tick;
+    lru_push_head(ix, x);
+}
+
+void
+lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp)
+{
+    struct span *h = &ix->sp[x];
+    if (h->stamp >= stamp && (h->bits & HB_LISTED))
+        return; /* already as recent, and listed */
+    if (h->bits & HB_LISTED)
+        lru_unlink(ix, x);
+    if (h->stamp < stamp)
+        h->stamp = stamp;
+    int l = list_of(h);
+    uint32_t head = ix->head[l], tail = ix->tail[l];
+    if (head == LR_NIL || ix->sp[head].stamp <= h->stamp) {
+        lru_push_head(ix, x);
+        return;
+    }
+    if (h->stamp - ix->sp[tail].stamp < ix->sp[head].stamp - h->stamp) {
+        lr__index_lru_insert(ix, x); /* nearer the tail: from there */
+        return;
+    }
+    /* nearer the head (a route used a moment before the newest): walk
+     * from the head, as boundedly as lr__index_lru_insert walks from the
+     * tail */
+    uint32_t cur = head;
+    for (int steps = 0; steps < LRU_SEEK_MAX; steps++) {
+        uint32_t next = ix->sp[cur].next;
+        if (next == LR_NIL || ix->sp[next].stamp <= h->stamp)
+            break;
+        cur = next;
+    }
+    lru_link_after(ix, x, cur, l);
+}
+
+/* ------------------------------------------------------------------------ */
+/* nodes and runs                                                            */
+/* ------------------------------------------------------------------------ */
+
+#define CHUNK_LINK offsetof(struct chunk, next)
+#define RUN_LINK offsetof(struct run, hidx)
+
+uint32_t
+lr__index_node_at(const lr_index *ix, uint32_t r, uint32_t off)
+{
+    const struct run *R = &ix->runs[r];
+    uint32_t k = off >> CHUNK_SHIFT;
+    uint32_t nc = (R->len + CHUNK - 1) >> CHUNK_SHIFT;
+    uint32_t c;
+    if (k < nc - 1 - k) {
+        c = R->first;
+        for (uint32_t i = 0; i < k; i++)
+            c = ix->chunks[c].next;
+    } else {
+        c = R->last;
+        for (uint32_t i = nc - 1; i > k; i--)
+            c = ix->chunks[c].prev;
+    }
+    return (c << CHUNK_SHIFT) | (off & CHUNK_MASK);
+}
+
+uint32_t
+lr__index_node_parent(const lr_index *ix, uint32_t n)
+{
+    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
+    if (n & CHUNK_MASK)
+        return n - 1;
+    if (c->base == 0)
+        return ix->runs[c->run].hang;
+    return (c->prev << CHUNK_SHIFT) | CHUNK_MASK;
+}
+
+static void
+child_link(lr_index *ix, uint32_t r)
+{
+    struct run *R = &ix->runs[r];
+    struct run *P = &ix->runs[R->prun];
+    R->sib_prev = LR_NIL;
+    R->sib = P->child;
+    if (P->child != LR_NIL)
+        ix->runs[P->child].sib_prev = r;
+    P->child = r;
+}
+
+void
+lr__index_child_unlink(lr_index *ix, uint32_t r)
+{
+    struct run *R = &ix->runs[r];
+    if (R->prun == LR_NIL)
+        return;
+    if (R->sib_prev != LR_NIL)
+        ix->runs[R->sib_prev].sib = R->sib;
+    else
+        ix->runs[R->prun].child = R->sib;
+    if (R->sib != LR_NIL)
+        ix->runs[R->sib].sib_prev = R->sib_prev;
+    R->sib = R->sib_prev = LR_NIL;
+}
+
+/* A new, empty run hanging from node `hang` (LR_NIL: the root). A run and
+ * a holder array of class 0 were reserved. */
+static uint32_t
+run_new(lr_index *ix, uint32_t hang)
+{
+    uint32_t r = pool_take(&ix->rpool, ix->runs, sizeof *ix->runs, RUN_LINK);
+    struct run *R = &ix->runs[r];
+    R->first = R->last = LR_NIL;
+    R->len = 0;
+    R->hang = hang;
+    R->child = R->sib = R->sib_prev = LR_NIL;
+    R->nh = 0;
+    R->hcls = 0;
+    R->state = RUN_LIVE;
+    R->hidx = pool_take(&ix->hc[0].p, ix->hc[0].v, hc_elem(0), HENT_LINK);
+    if (hang == LR_NIL) {
+        R->top = 0;
+        R->prun = R->poff = LR_NIL;
+    } else {
+        R->prun = node_run(ix, hang);
+        R->poff = node_off(ix, hang);
+        R->top = ix->runs[R->prun].top + R->poff + 1;
+        child_link(ix, r);
+    }
+    return r;
+}
+
+/* Append a node for `key` at the end of run r (a chunk reserved). A slot
+ * whose earlier node's table entry is still there (see run_cut_nodes)
+ * gives that entry up now: a remove and an insert, where deleting at
+ * eviction and inserting now would cost the same, but the eviction is
+ * then free, and a fleet that shares more than it learns anew (a held
+ * prompt sent to one more instance) never pays for most of them. */
+static uint32_t
+run_push(lr_index *ix, uint32_t r, uint64_t key)
+{
+    struct run *R = &ix->runs[r];
+    uint32_t o = R->len;
+    if ((o & CHUNK_MASK) == 0) {
+        uint32_t c =
+            pool_take(&ix->cpool, ix->chunks, sizeof *ix->chunks, CHUNK_LINK);
+        struct chunk *C = &ix->chunks[c];
+        C->run = r;
+        C->base = o;
+        C->next = LR_NIL;
+        C->prev = R->last;
+        if (R->last != LR_NIL)
+            ix->chunks[R->last].next = c;
+        else
+            R->first = c;
+        R->last = c;
+    }
+    uint32_t n = (R->last << CHUNK_SHIFT) | (o & CHUNK_MASK);
+    struct chunk *C = &ix->chunks[R->last];
+    uint32_t bit = 1u << (o & CHUNK_MASK);
+    if (C->stale & bit) {
+        lr__table_remove(&ix->ntab, hkey(ix, ix->keys[n] ^ DEAD_KEY), n);
+        C->stale &= ~bit;
+        ix->stale--;
+    }
+    ix->keys[n] = key;
+    if (node_tabled(o, R->top + o + 1))
+        lr__table_insert(&ix->ntab, hkey(ix, key), n);
+    R->len++;
+    ix->nodes++;
+    return n;
+}
+
+/* Warm the line of slot h and the next: a removal's backward shift reads
+ * on past its entry (at 3/4 load, about eight slots), as a probe does. */
+static inline void
+warm_slot(const uint64_t *sl, uint32_t size, uint32_t h)
+{
+    __builtin_prefetch(&sl[h]);
+    __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
+}
+
+/* Prefetch the table slots of the stale entries that n nodes appended
+ * below `parent` (LR_NIL: the root) will give up (run_push): those of the
+ * parent's last chunk past its end, if the nodes extend its run, and of
+ * the chunks at the head of the free list, which they will take (the
+ * eviction that made room has just freed them, so they are in cache). */
+static void
+warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
+{
+    const uint64_t *sl = ix->ntab.slots;
+    uint32_t size = ix->ntab.size;
+    uint64_t salt = ix->ntab.salt;
+    if (parent != LR_NIL) {
+        const struct run *R = &ix->runs[node_run(ix, parent)];
+        if (node_off(ix, parent) + 1 == R->len && (R->len & CHUNK_MASK)) {
+            uint32_t c = R->last, st = ix->chunks[c].stale;
+            st &= ~((1u << (R->len & CHUNK_MASK)) - 1);
+            for (; st != 0; st &= st - 1) {
+                uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
+                warm_slot(sl, size,
+                          lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY),
+                                         size, salt));
+            }
+        }
+    }
+    uint32_t c = ix->cpool.free;
+    for (uint32_t k = 0; k < n / CHUNK + 1 && c != LR_NIL; k++) {
+        for (uint32_t st = ix->chunks[c].stale; st != 0; st &= st - 1) {
+            uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
+            warm_slot(
+                sl, size,
+                lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY), size, salt));
+        }
+        c = ix->chunks[c].next;
+    }
+}
+
+uint32_t
+lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
+{
+    uint32_t r;
+    if (parent != LR_NIL &&
+        node_off(ix, parent) + 1 == ix->runs[node_run(ix, parent)].len)
+        r = node_run(ix, parent);
+    else
+        r = run_new(ix, parent);
+    return run_push(ix, r, key);
+}
+
+/* The nodes at offsets [len, R->len) of run r go, and the chunks left
+ * empty. Their table entries stay, under flipped keys that no lookup
+ * matches, until their slots are used again (run_push): freeing a run of
+ * nodes touches only its own chunks, in order. */
+/* Node at offset o (in chunk c) of a run, one the node table holds,
+ * goes: its entry stays, under its flipped key, until the slot is used
+ * again (run_push). The other nodes' keys are left as they are: nothing
+ * reads a key past its run's end. */
+static inline void
+tabled_gone(lr_index *ix, uint32_t c, uint32_t o)
+{
+    ix->keys[(c << CHUNK_SHIFT) | (o & CHUNK_MASK)] ^= DEAD_KEY;
+    ix->chunks[c].stale |= 1u << (o & CHUNK_MASK);
+    ix->stale++;
+}
+
+static void
+run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
+{
+    struct run *R = &ix->runs[r];
+    uint32_t c = R->last;
+    ix->nodes -= R->len - len;
+    while (R->len > len) {
+        /* offsets [lo, R->len) of the last chunk go, a chunk at a time:
+         * only the nodes the table holds are touched (their keys flipped,
+         * their slots marked stale), one or two in a chunk */
+        struct chunk *C = &ix->chunks[c];
+        uint32_t lo = len > C->base ? len : C->base;
+        uint32_t top = R->top + 1; /* depth of offset 0 */
+        if (lo == 0)
+            tabled_gone(ix, c, 0); /* the run's first node */
+        for (uint32_t o =
+                 lo + (TAB_STRIDE - (top + lo) % TAB_STRIDE) % TAB_STRIDE;
+             o < R->len; o += TAB_STRIDE)
+            if (o != 0)
+                tabled_gone(ix, c, o);
+        lr__index_emap_slots_freed(ix, c, lo - C->base, R->len - C->base);
+        R->len = lo;
+        if (lo == C->base) {
+            uint32_t p = C->prev;
+            C->run = LR_NIL;
+            pool_give(&ix->cpool, ix->chunks, sizeof *ix->chunks, CHUNK_LINK,
+                      c);
+            c = p;
+        }
+    }
+    R->last = c;
+    if (c == LR_NIL)
+        R->first = LR_NIL;
+    else
+        ix->chunks[c].next = LR_NIL;
+}
+
+void
+lr__index_run_release(lr_index *ix, uint32_t r)
+{
+    struct run *R = &ix->runs[r];
+    assert(R->len == 0 && R->nh == 0 && R->child == LR_NIL);
+    pool_give(&ix->hc[R->hcls].p, ix->hc[R->hcls].v, hc_elem(R->hcls),
+              HENT_LINK, R->hidx);
+    R->state = RUN_FREE;
+    pool_give(&ix->rpool, ix->runs, sizeof *ix->runs, RUN_LINK, r);
+}
+
+void
+lr__index_node_pop(lr_index *ix, uint32_t n)
+{
+    uint32_t r = node_run(ix, n);
+    assert(node_off(ix, n) + 1 == ix->runs[r].len);
+    run_cut_nodes(ix, r, ix->runs[r].len - 1);
+    if (ix->runs[r].len == 0) {
+        lr__index_child_unlink(ix, r);
+        lr__index_run_release(ix, r);
+    }
+}
+
+/* After run r lost holders or blocks: its nodes are what its holders
+ * hold (invariant 4). An emptied run is freed, or with `defer` marked
+ * RUN_PENDING for remove_all_of to free. */
+void
+lr__index_run_fit(lr_index *ix, uint32_t r, bool defer)
+{
+    struct run *R = &ix->runs[r];
+    const struct hent *h = run_hents(ix, R);
+    uint32_t len = 0;
+    for (uint32_t i = 0; i < R->nh; i++)
+        if (h[i].to > len)
+            len = h[i].to;
+    if (len < R->len)
+        run_cut_nodes(ix, r, len);
+    if (len > 0)
+        return;
+    if (defer) {
+        R->state = RUN_PENDING;
+        return;
+    }
+    lr__index_child_unlink(ix, r);
+    lr__index_run_release(ix, r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* spans                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t
+span_new(lr_index *ix, uint32_t r, uint32_t s, uint32_t from, uint32_t to,
+         uint32_t bits, uint32_t flags, uint32_t stamp, uint32_t up)
+{
+    uint32_t x = pool_take(&ix->spool, ix->sp, sizeof *ix->sp, SPAN_LINK);
+    struct span *S = &ix->sp[x];
+    S->run = r;
+    S->inst = (uint16_t)s;
+    S->flags = (uint16_t)flags;
+    S->bits = bits;
+    S->from = from;
+    S->to = to;
+    S->stamp = S->stamp_top = stamp;
+    S->prev = S->next = LR_NIL;
+    S->up = up;
+    return x;
+}
+
+uint32_t
+lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
+{
+    struct span *S = &ix->sp[x];
+    assert(p >= S->from && p < S->to);
+    if (p + 1 == S->to)
+        return x;
+    uint32_t u = span_new(ix, S->run, S->inst, S->from, p + 1, plain_bits(S),
+                          S->flags, S->stamp_top, S->up);
+    S = &ix->sp[x];
+    S->from = p + 1;
+    S->up = u;
+    return u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* search                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A run's first node under `key` hanging from node p->slot: the table
+ * lookup of lr__index_child_of(), which passes over a node of the same
+ * key elsewhere (only a collision or a forged delta puts one there). */
+static bool
+child_eq(const void *ctx, uint64_t key, uint32_t n)
+{
+    const struct lr__index_probe *p = ctx;
+    return p->ix->keys[n] == key && node_off(p->ix, n) == 0 &&
+           p->ix->runs[node_run(p->ix, n)].hang == p->slot;
+}
+
+uint32_t
+lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
+                   uint32_t *probes)
+{
+    if (x != LR_NIL) {
+        uint32_t y = node_next(ix, x);
+        if (y != LR_NIL && ix->keys[y] == key)
+            return y;
+        /* no run hangs from x's run: nothing to look up (a learn that
+         * extends a prompt's end, a KV event after its parent's) */
+        if (ix->runs[node_run(ix, x)].child == LR_NIL)
+            return LR_NIL;
+    }
+    struct lr__index_probe p = { ix, x };
+    *probes += 1;
+    return lr__table_find(&ix->ntab, hkey(ix, key), key, child_eq, &p);
+}
+
+/* The table position t (keys[t - 1]) that is the j-th multiple of
+ * TAB_STRIDE in depth after `first`. */
+#define TAB_POS(first, j) ((first) + ((j)-1u) * TAB_STRIDE)
+
+uint32_t
+lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
+                  uint32_t lo_node, uint32_t *node_out)
+{
+    /* keys[t - 1] is at depth a + t; the table holds every node whose
+     * depth is a multiple of TAB_STRIDE: binary search over those (at
+     * positions first, first + TAB_STRIDE, ...), then walk the rest. */
+    uint32_t a = lo_node == LR_NIL ? 0 : node_depth(ix, lo_node) - lo;
+    uint32_t first = lo + TAB_STRIDE - (a + lo) % TAB_STRIDE;
+    uint32_t c = first <= hi ? (hi - first) / TAB_STRIDE + 1 : 0;
+    uint32_t jl = 0, jh = c, x = lo_node;
+    while (jl < jh) {
+        uint32_t mid = jl + (jh - jl + 1) / 2;
+        uint32_t up = mid + (jh - mid + 1) / 2, dn = jl + (mid - jl) / 2;
+        if (up > mid && up <= jh)
+            prefetch_key(ix, keys[TAB_POS(first, up) - 1]);
+        if (dn > jl)
+            prefetch_key(ix, keys[TAB_POS(first, dn) - 1]);
+        uint32_t n = node_find(ix, keys[TAB_POS(first, mid) - 1]);
+        ix->last_probes++;
+        if (n != LR_NIL) {
+            jl = mid;
+            x = n;
+        } else {
+            jh = mid - 1;
+        }
+    }
+    uint32_t d = jl == 0 ? lo : TAB_POS(first, jl);
+    /* the next multiple is absent (or past hi): walk at most to before it */
+    uint32_t end = jl < c ? TAB_POS(first, jl + 1) - 1 : hi;
+    for (; d < end; d++) {
+        uint32_t y = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
+        if (y == LR_NIL)
+            break;
+        x = y;
+    }
+    *node_out = x;
+    return d;
+}
+
+uint32_t
+lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
+                     uint32_t base)
+{
+    /* from the table's node at or above depth t, down the runs: one
+     * lookup and at most TAB_STRIDE - 1 steps, not a whole search (a
+     * learn resolves every held anchor of a conversation this way) */
+    uint32_t a = base == LR_NIL ? 0 : node_depth(ix, base);
+    uint32_t r = (a + t) % TAB_STRIDE;
+    uint32_t d = r <= t ? t - r : 0, x = base;
+    if (d > 0) {
+        x = node_find(ix, keys[d - 1]);
+        ix->last_probes++;
+        if (x == LR_NIL)
+            return LR_NIL;
+    }
+    for (; d < t; d++) { /* x may be the root (LR_NIL) before the first */
+        x = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
+        if (x == LR_NIL)
+            return LR_NIL;
+    }
+    return x;
+}
+
+uint32_t
+lr__index_depth_on(const lr_index *ix, uint32_t s, uint32_t n,
+                   uint32_t *run_out, uint32_t *pos_out)
+{
+    *run_out = *pos_out = LR_NIL;
+    while (n != LR_NIL) {
+        uint32_t r = node_run(ix, n), o = node_off(ix, n);
+        const struct hent *h = hent_of(ix, r, s);
+        if (h != NULL) {
+            uint32_t hs = h->to < o + 1 ? h->to : o + 1;
+            *run_out = r;
+            *pos_out = hs - 1;
+            return ix->runs[r].top + hs;
+        }
+        n = ix->runs[r].hang;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* insertion (phase 2: cannot fail; memory was reserved)                    */
+/* ------------------------------------------------------------------------ */
+
+uint32_t
+lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs, uint32_t n,
+                uint32_t bits, uint32_t tick, const uint32_t *anchors,
+                uint32_t na, uint32_t depth0)
+{
+    bool every = na == LR_NIL;
+    uint32_t flags = every ? SF_ANCHORS : 0;
+    uint32_t depth = depth0, a = 0, last = LR_NIL;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t r = segs[i].run;
+        struct hent *h = hent_of(ix, r, s);
+        if (h == NULL) {
+            assert(segs[i].lo == 0);
+            h = hent_add(ix, r, s);
+        }
+        assert(h->to == segs[i].lo);
+        for (uint32_t p = segs[i].lo; p <= segs[i].hi;) {
+            uint32_t end = segs[i].hi;
+            uint32_t b = bits | 1u; /* one child: the next block */
+            if (every) {
+                b |= HB_ANCHOR;
+            } else if (a < na && anchors[a] <= depth + (end - p + 1)) {
+                end = p + (anchors[a] - depth - 1);
+                b |= HB_ANCHOR;
+                a++;
+            }
+            uint32_t len = end - p + 1;
+            uint32_t x =
+                span_new(ix, r, s, p, end + 1, b, flags, tick, h->span);
+            h->span = x;
+            h->to = end + 1;
+            ix->holds += len;
+            if (bits & HB_REMOTE)
+                ix->remote += len;
+            ix->insts[s].blocks += len;
+            ix->learned += len;
+            depth += len;
+            p = end + 1;
+            last = x;
+        }
+    }
+    if (last != LR_NIL)
+        ix->sp[last].bits--; /* the deepest has no child */
+    return last;
+}
+
+/* Flip instance s's REMOTE holds from offset p of run r upward to LOCAL
+ * (invariant 2). */
+static void
+upgrade_up(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
+{
+    uint32_t x = hold_span(ix, r, p, s);
+    if (!(ix->sp[x].bits & HB_REMOTE))
+        return;
+    x = lr__index_cut(ix, x, p);
+    while (x != LR_NIL) {
+        struct span *S = &ix->sp[x];
+        if (!(S->bits & HB_REMOTE))
+            return;
+        bool listed = (S->bits & HB_LISTED) != 0;
+        if (listed)
+            lru_unlink(ix, x);
+        S->bits &= ~HB_REMOTE;
+        ix->remote -= span_len(S);
+        if (listed)
+            lr__index_lru_insert(ix, x);
+        x = span_parent(ix, x);
+    }
+}
+
+/* Phase 1 of a learn: where anybody's holds and the instance's end, and
+ * the stretches of the path between the two (into ix->path, deepest
+ * first); then the memory. */
+lr_status
+lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
+{
+    ix->last_probes = 0;
+    p->d_s = 0;
+    p->ds_run = p->ds_pos = LR_NIL;
+    p->nseg = 0;
+    p->d_any = lr__index_deepest(ix, p->keys, 0, p->n, p->base, &p->node_any);
+    uint32_t br = LR_NIL, bo = 0;
+    if (p->base != LR_NIL) {
+        br = node_run(ix, p->base);
+        bo = node_off(ix, p->base);
+        p->ds_run = br; /* s holds base (the caller checked) */
+        p->ds_pos = bo;
+    }
+    uint32_t d = p->d_any, n = p->node_any;
+    while (d > 0) {
+        uint32_t r = node_run(ix, n), o = node_off(ix, n);
+        uint32_t lo = r == br ? bo + 1 : 0;
+        const struct hent *h = p->s != LR_NIL ? hent_of(ix, r, p->s) : NULL;
+        uint32_t hs = lo;
+        if (h != NULL && h->to > lo) {
+            hs = h->to < o + 1 ? h->to : o + 1;
+            p->d_s = d - (o + 1 - hs);
+            p->ds_run = r;
+            p->ds_pos = hs - 1;
+        }
+        if (hs <= o) {
+            LR_TRY(lr__index_scratch_path(ix, (size_t)p->nseg + 2));
+            ix->path[p->nseg++] = (struct seg){ r, hs, o };
+        }
+        if (hs > lo || lo > 0)
+            break; /* s's deepest, or base's run */
+        d -= o + 1;
+        n = ix->runs[r].hang;
+        if (LR_NEVER(n == LR_NIL && d > 0))
+            break; /* two keys collided: stop at the root */
+    }
+    LR_TRY(lr__index_scratch_path(ix, (size_t)p->nseg + 2));
+    for (uint32_t i = 0; i < p->nseg; i++)
+        if (p->s == LR_NIL || hent_of(ix, ix->path[i].run, p->s) == NULL)
+            LR_TRY(lr__index_hent_room(ix, ix->path[i].run, 1));
+    uint32_t m = p->n - p->d_any;
+    bool new_run = m > 0 && (p->node_any == LR_NIL ||
+                             node_off(ix, p->node_any) + 1 !=
+                                 ix->runs[node_run(ix, p->node_any)].len);
+    if (new_run)
+        LR_TRY(lr__index_hent_room(ix, LR_NIL, 1));
+    /* spans: one per stretch and anchor, plus the cuts (anchors on held
+     * blocks, the fork, the upgrade, the touch) */
+    uint64_t spans = (uint64_t)p->nseg + 1 + 2 * (uint64_t)p->n_anchors + 4;
+    return lr__index_reserve(ix, m, new_run ? 1 : 0, spans);
+}
+
+/* Phase 2 of a learn. Returns the deepest hold's span (LR_NIL if n is 0). */
+uint32_t
+lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
+{
+    if (p->s == LR_NIL)
+        p->s = lr__index_inst_add(ix, p->id);
+    uint32_t s = p->s, a = 0;
+    p->node_n = p->node_any; /* unless new nodes follow it (below) */
+    if (!p->remote && p->ds_run != LR_NIL)
+        upgrade_up(ix, s, p->ds_run, p->ds_pos);
+    /* anchors on what is already held */
+    for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
+        uint32_t nd = lr__index_chain_node(ix, p->keys, p->anchors[a], p->base);
+        /* s holds the anchor's block; only a key that collided on the path
+         * (or that a forged delta put there) can make either lookup miss */
+        if (nd == LR_NIL)
+            continue;
+        uint32_t r = node_run(ix, nd), o = node_off(ix, nd);
+        uint32_t x = hold_span(ix, r, o, s);
+        if (x == LR_NIL)
+            continue;
+        if (!(ix->sp[x].flags & SF_ANCHORS))
+            ix->sp[lr__index_cut(ix, x, o)].bits |= HB_ANCHOR;
+    }
+    if (p->n == p->d_s) {
+        if (p->n == 0 || p->ds_run == LR_NIL)
+            return LR_NIL;
+        uint32_t x = lr__index_cut(ix, hold_span(ix, p->ds_run, p->ds_pos, s),
+                                   p->ds_pos);
+        lr__index_touch(ix, x, tick);
+        return x;
+    }
+    if (p->ds_run != LR_NIL) /* the block above the new ones forks */
+        ix->sp[lr__index_cut(ix, hold_span(ix, p->ds_run, p->ds_pos, s),
+                             p->ds_pos)]
+            .bits++;
+    /* the path's stretches, top down, then the new nodes */
+    struct seg *g = ix->path;
+    uint32_t ns = p->nseg;
+    for (uint32_t i = 0; i < ns / 2; i++) {
+        struct seg t = g[i];
+        g[i] = g[ns - 1 - i];
+        g[ns - 1 - i] = t;
+    }
+    if (p->n > p->d_any) {
+        /* Every new node's insert misses in the slot table, and so does
+         * the removal of a stale entry its slot gives up. Prefetch them
+         * all first, so that the misses overlap and the inserts below
+         * find their lines in cache. */
+        warm_stale(ix, p->node_any, p->n - p->d_any);
+        const uint64_t *sl = ix->ntab.slots;
+        uint32_t size = ix->ntab.size;
+        uint64_t salt = ix->ntab.salt;
+        /* depth of keys[0]'s parent; the first new node may start a run */
+        uint32_t top = p->base == LR_NIL ? 0 : node_depth(ix, p->base);
+        for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
+            if (d > p->d_any + 1 && (top + d) % TAB_STRIDE != 0)
+                continue; /* not in the table (node_tabled) */
+            /* the home slot's line and the next, where a probe from the
+             * end of a line continues */
+            uint32_t h = lr__table_home(hkey(ix, p->keys[d - 1]), size, salt);
+            warm_slot(sl, size, h);
+        }
+        uint32_t parent = p->node_any, first = LR_NIL;
+        for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
+            parent = lr__index_node_new(ix, p->keys[d - 1], parent);
+            if (first == LR_NIL)
+                first = parent;
+        }
+        p->node_n = parent;
+        struct seg nw = { node_run(ix, first), node_off(ix, first),
+                          node_off(ix, first) + (p->n - p->d_any) - 1 };
+        if (ns > 0 && g[ns - 1].run == nw.run && g[ns - 1].hi + 1 == nw.lo)
+            g[ns - 1].hi = nw.hi;
+        else
+            g[ns++] = nw;
+    }
+    uint32_t x = lr__index_grant(
+        ix, s, g, ns, p->remote ? HB_REMOTE : 0, tick, p->anchors + a,
+        p->all_anchors ? LR_NIL : p->n_anchors - a, p->d_s);
+    lru_push_head(ix, x);
+    return x;
+}
+
+/* ------------------------------------------------------------------------ */
+/* learn                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The anchors of a learn of n blocks into ix->abuf: the boundaries
+ * aligned down to a block and deduplicated, plus the full length. */
+static lr_status
+learn_anchors(lr_index *ix, const lr_prompt *p, uint32_t n, uint32_t *na)
+{
+    LR_TRY(lr__index_scratch_anchors(ix, p->n_boundaries + 1));
+    *na = 0;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        uint32_t d = p->boundaries[i] / ix->B;
+        if (d == 0 || d > n || (*na > 0 && ix->abuf[*na - 1] == d))
+            continue;
+        ix->abuf[(*na)++] = d;
+    }
+    if (n > 0 && (*na == 0 || ix->abuf[*na - 1] != n))
+        ix->abuf[(*na)++] = n;
+    return LR_OK;
+}
+
+/* Remember a LOCAL learn for lr_index_export_delta(): its deepest key.
+ * With no journal only the mark moves. */
+static void
+journal_add(lr_index *ix, uint64_t key, uint32_t node, uint32_t id)
+{
+    if (ix->j_cap > 0) {
+        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
+        j->key = key;
+        j->inst_id = id;
+        j->node = node;
+    }
+    ix->j_seq++;
+}
+
+lr_status
+lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
+               int32_t trust, uint64_t now_ns)
+{
+    LR_RETURN_IF(idx == NULL, LR_EINVAL);
+    LR_RETURN_IF(trust != LR_TRUST_LOCAL && trust != LR_TRUST_REMOTE,
+                 LR_EINVAL);
+    lr_index *ix = idx;
+    lr_prompt p;
+    const uint64_t *keys;
+    uint32_t n;
+    LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
+    LR_TRY(lr__index_judge(ix, now_ns));
+    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
+    LR_TRY(lr__index_slot_for(ix, instance, &s));
+    if (n > ix->capacity)
+        n = (uint32_t)ix->capacity;
+
+    uint32_t na;
+    LR_TRY(learn_anchors(ix, &p, n, &na));
+    struct learn_plan pl = { .s = s,
+                             .id = instance,
+                             .base = LR_NIL,
+                             .keys = keys,
+                             .n = n,
+                             .anchors = ix->abuf,
+                             .n_anchors = na,
+                             .remote = trust == LR_TRUST_REMOTE };
+    LR_TRY(lr__index_plan_learn(ix, &pl));
+    uint32_t tick = lr__index_tick(ix, now_ns);
+    lr__index_apply_learn(ix, &pl, tick);
+    if (!pl.remote && n > 0)
+        journal_add(ix, keys[n - 1], pl.node_n, instance);
+    lr__index_settle(ix, tick);
+    return LR_OK;
+}

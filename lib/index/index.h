@@ -1,0 +1,101 @@
+/* Internal view of lr_index for tests, fuzzers and the router. */
+#ifndef LIBROUTE_LIB_INDEX_H
+#define LIBROUTE_LIB_INDEX_H
+
+#include "common/common.h"
+#include "libroute/lr_index.h"
+
+/* Walk every invariant (prefix property, child counts, LRU membership,
+ * hash table contents, counters). LR_OK or LR_ECORRUPT. O(size). */
+lr_status lr__index_verify(const lr_index *idx);
+
+/* Checksum of the logical state (routes, flags, recency, LRU order,
+ * instances, engine hashes, journal, counters); equal before and after a
+ * failed call. O(size). */
+uint64_t lr__index_digest(const lr_index *idx);
+
+/* Deepest prefix (in blocks) that `instance` holds for these keys, with no
+ * touch; for differential tests. */
+uint32_t lr__index_depth_of(const lr_index *idx, uint32_t instance,
+                            const uint64_t *keys, uint32_t n_keys);
+
+/* One block route as the block-by-block semantics see it (for the naive
+ * model tests): the prefix's key and its parent's (0 at the root), its
+ * depth, the instance id, its flags, its child count (children held by the
+ * same instance) and its recency stamp (ticks of 2^24 ns). */
+#define LR__HOLD_LISTED 1u
+#define LR__HOLD_REMOTE 2u
+#define LR__HOLD_ANCHOR 4u
+struct lr__hold_view {
+    uint64_t key, parent_key;
+    uint32_t depth, instance, flags, children, stamp;
+};
+
+/* Every route (in no particular order), then every listed route of the
+ * LOCAL list and of the REMOTE list from head to tail (list 0 and 1). */
+void lr__index_holds(const lr_index *idx,
+                     void (*hold)(void *ctx, const struct lr__hold_view *h),
+                     void (*listed)(void *ctx, int list, uint64_t key,
+                                    uint32_t instance),
+                     void *ctx);
+
+/* Number of binary-search probes the last match made (bench/tests). */
+uint32_t lr__index_last_probes(const lr_index *idx);
+
+/* The index's allocator (for callers' scratch owned by the same host). */
+struct lr__mem *lr__index_mem(lr_index *idx);
+
+/* Judge a call's now_ns by the index's clock (lr_index_options
+ * clock_skew_ns; common.h, "the clock") before the call changes anything:
+ * LR_OK or LR_ERANGE. The time is taken when the call commits (its
+ * first lr__index_tick). */
+lr_status lr__index_judge(lr_index *idx, uint64_t now_ns);
+
+/* lr_index_import_delta() restricted to the routes whose instance id
+ * keep(ctx, id) accepts (keep NULL: all); the others are skipped as if the
+ * delta did not carry them, so they take no instance slot. With a key the
+ * delta must be sealed with it (wire.h). Same contract otherwise: on
+ * failure the index is unchanged. */
+lr_status lr__index_import_delta_if(lr_index *idx, const uint8_t *buf,
+                                    size_t len, uint64_t now_ns,
+                                    bool (*keep)(void *, uint32_t), void *ctx,
+                                    const uint8_t *key);
+
+/* The hash the node table keys `key` with (the handle's seed mixed in):
+ * tests aim keys at one spot of the table with it, as a client who knew
+ * the seed could. */
+uint64_t lr__index_key_hash(const lr_index *idx, uint64_t key);
+
+/* The node table's count, size, longest and summed probe lengths of the
+ * values held (lr__table_probe_stats) and its re-salts: flooding tests
+ * count work instead of timing it. O(size). */
+void lr__index_node_table_stats(const lr_index *idx, uint32_t *count,
+                                uint32_t *size, uint32_t *max_probe,
+                                uint64_t *sum_probe, uint32_t *resalts);
+
+/* A delta's header, checked (magic, version, checksum or the MAC under
+ * key when not NULL, since <= mark): its origin replica (0 for a 0.1
+ * delta), the journal marks it covers and its header size. LR_ECORRUPT,
+ * LR_EVERSION. */
+lr_status lr__index_delta_peek(const uint8_t *buf, size_t len,
+                               const uint8_t *key, uint64_t *origin,
+                               uint64_t *since, uint64_t *mark, size_t *header);
+
+/* The index's whole logical state for a snapshot: every route with its
+ * trust, anchor flag and recency, the engine-hash map, the time base.
+ * Representation-independent (prefix chains, holds per prefix). The index
+ * is not changed. */
+lr_status lr__index_save(const lr_index *idx, uint64_t now_ns, lr_blob **out);
+
+/* Load a state written by lr__index_save into an index that holds no
+ * route (a fresh one), at host time now_ns. Instance ids must fit the
+ * index's max_instances. LR_ECORRUPT (malformed, or an impossible state:
+ * a hold without its parent, a LOCAL hold under a REMOTE one, ...),
+ * LR_EVERSION, LR_ENOTSUP (block size), LR_ELIMIT (more routes than the
+ * capacity, more instances than max_instances), LR_ESTATE (the index is
+ * not empty), LR_ENOMEM. On failure the index may hold part of the state:
+ * the caller discards it. */
+lr_status lr__index_load(lr_index *idx, const uint8_t *buf, size_t len,
+                         uint64_t now_ns);
+
+#endif

@@ -1,0 +1,108 @@
+/* lr_index, the block keys: a prompt's tokens become one key a full
+ * block, each chained to the one before it, so that a key names the whole
+ * prefix up to its block (layout of the index: index.c). The chain starts
+ * from a root per tenant salt, so that equal prompts under two salts never
+ * share a node. lr_block_keys() gives hosts the same keys, to hash at the
+ * edge. */
+#include "index/index_impl.h"
+
+uint64_t
+lr__index_tenant_root(uint64_t salt)
+{
+    uint8_t b[sizeof salt];
+    lr__put_u64(b, salt);
+    return lr__hash(b, sizeof b, LR_SEED_TENANT);
+}
+
+/* One step of the chain: a bijection of the previous key for a given
+ * block hash, so prefixes that differ stay different (an odd multiplier,
+ * then the halves swapped so that the next multiply mixes the high bits
+ * down). Its latency (xor, multiply, rotate) is all the chain costs: the
+ * block hashes do not depend on it and overlap. */
+static inline uint64_t
+chain_step(uint64_t prev, uint64_t g)
+{
+    uint64_t x = (prev ^ g) * LR_CHAIN_MUL;
+    return (x << 32) | (x >> 32);
+}
+
+void
+lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                     uint32_t B, uint64_t *out)
+{
+    size_t bytes = (size_t)B * sizeof(uint32_t);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    uint8_t buf[sizeof(uint32_t) * LR_INDEX_MAX_BLOCK_TOKENS];
+    for (size_t i = 0; i < nblocks; i++) {
+        for (uint32_t j = 0; j < B; j++)
+            lr__put_u32(buf + sizeof(uint32_t) * j, tok[i * B + j]);
+        out[i] = lr__hash(buf, bytes, LR_SEED_BLOCK);
+    }
+#else
+    if (B == 16) { /* the default: a constant length lets XXH3 specialise */
+        for (size_t i = 0; i < nblocks; i++) {
+            prev = chain_step(prev, lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
+            out[i] = prev;
+        }
+        return;
+    }
+    for (size_t i = 0; i < nblocks; i++)
+        out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
+#endif
+    for (size_t i = 0; i < nblocks; i++) {
+        prev = chain_step(prev, out[i]);
+        out[i] = prev;
+    }
+}
+
+lr_status
+lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
+              uint64_t tenant_salt, uint64_t *keys, size_t capacity,
+              size_t *n_keys)
+{
+    LR_RETURN_IF(n_keys == NULL, LR_EINVAL);
+    LR_RETURN_IF(block_tokens == 0 || block_tokens > LR_INDEX_MAX_BLOCK_TOKENS,
+                 LR_EINVAL);
+    LR_RETURN_IF(n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(tokens == NULL && n_tokens != 0, LR_EINVAL);
+    size_t n = n_tokens / block_tokens;
+    *n_keys = n;
+    if (keys == NULL)
+        return capacity == 0 ? LR_OK : LR_EINVAL;
+    LR_RETURN_IF(capacity < n, LR_EBUFSIZE);
+    lr__index_chain_keys(lr__index_tenant_root(tenant_salt), tokens, n,
+                         block_tokens, keys);
+    return LR_OK;
+}
+
+/* Validate a prompt and put its keys in ix->kbuf (or point at the host's).
+ * Can fail with LR_ENOMEM growing the scratch buffer, which is not state. */
+lr_status
+lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
+                      const uint64_t **keys, uint32_t *n_keys)
+{
+    LR_RETURN_IF(in == NULL, LR_EINVAL);
+    memset(p, 0, sizeof *p);
+    LR_TRY(lr__copy_sized(p, sizeof *p, in, LR_PROMPT_SIZE_V1));
+    LR_RETURN_IF(p->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(p->boundaries == NULL && p->n_boundaries != 0, LR_EINVAL);
+    LR_RETURN_IF(p->n_boundaries > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    size_t n = p->n_tokens / ix->B;
+    if (p->keys != NULL) {
+        LR_RETURN_IF(p->n_keys != n, LR_EINVAL);
+        *keys = p->keys;
+    } else {
+        LR_RETURN_IF(p->tokens == NULL && p->n_tokens != 0, LR_EINVAL);
+        LR_TRY(lr__index_scratch_keys(ix, n));
+        lr__index_chain_keys(lr__index_tenant_root(p->tenant_salt), p->tokens,
+                             n, ix->B, ix->kbuf);
+        *keys = ix->kbuf;
+    }
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        LR_RETURN_IF(p->boundaries[i] > p->n_tokens, LR_EINVAL);
+        LR_RETURN_IF(i > 0 && p->boundaries[i] < p->boundaries[i - 1],
+                     LR_EINVAL);
+    }
+    *n_keys = (uint32_t)n;
+    return LR_OK;
+}

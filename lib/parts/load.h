@@ -1,0 +1,70 @@
+/* Internal view of lr_load for the router, tests and fuzzers. */
+#ifndef LIBROUTE_LIB_LOAD_H
+#define LIBROUTE_LIB_LOAD_H
+
+#include "common/common.h"
+#include "libroute/lr_load.h"
+#include "libroute/lr_policy.h"
+
+/* One request in flight, as the router reads it. */
+struct lr__req_view {
+    uint64_t id;
+    uint32_t instance;
+    uint32_t alt_instance; /* LR_INSTANCE_NONE if none */
+    uint32_t prompt_tokens;
+    uint32_t cached_tokens;
+    uint32_t alt_cached_tokens;
+    uint32_t expected_output_tokens;
+    uint64_t dispatch_ns;
+    int queued;
+    /* The request's record, 0..max_requests-1: fixed while it is in
+     * flight, reused after it ends (the router keys per-request data on
+     * it). */
+    uint32_t slot;
+};
+
+/* Read one request; LR_ENOENT if not in flight. */
+lr_status lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v);
+
+/* Visit the requests of an instance, newest first. The callback returns
+ * nonzero to stop. The tracker must not change during the walk. */
+void lr__load_each_req(const lr_load *ld, uint32_t instance,
+                       int (*fn)(void *ctx, const struct lr__req_view *v),
+                       void *ctx);
+
+/* Walk every invariant: per-instance counters equal the sums over their
+ * requests, the id table finds every request. LR_OK or LR_ECORRUPT. */
+lr_status lr__load_verify(const lr_load *ld);
+
+/* Checksum of the logical state; equal before and after a failed call. */
+uint64_t lr__load_digest(const lr_load *ld);
+
+/* Key the request-id table with `seed` instead of the one drawn at create
+ * (the router passes one derived from its hash seed). Only on a tracker
+ * holding no request (asserts; a no-op in release builds otherwise).
+ * Never fails. */
+void lr__load_set_seed(lr_load *ld, uint64_t seed);
+
+/* The load tracker's half of a tracked instance's candidate row, written
+ * straight into *c (the route's hot path: no view in between): the
+ * counters, the scraped stats when scraped at most max_age_ns before
+ * now_ns (else 0), the class, prefix caching, DualMap's stall (seconds a
+ * non-empty queue has gone without a first token, once past stall_ns),
+ * and the probed RTT in milliseconds, or `rtt_ms` when none was probed.
+ * Leaves every other field of *c as it was. LR_ENOENT when the instance
+ * is not tracked (c untouched). */
+lr_status lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
+                        uint64_t max_age_ns, uint64_t stall_ns, double rtt_ms,
+                        lr_candidate *c);
+
+/* The RTT probed for a tracked instance, in ns: true and *rtt_ns, or false
+ * when none was probed or the instance is not tracked. */
+bool lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns);
+
+/* Whether one more dispatch fits (max_requests). */
+int lr__load_has_room(const lr_load *ld);
+
+/* Whether `instance` is tracked. */
+int lr__load_has(const lr_load *ld, uint32_t instance);
+
+#endif /* LIBROUTE_LIB_LOAD_H */

@@ -1,0 +1,487 @@
+/* adaptive: the library's own policy. It needs nothing a gateway does not
+ * have: no class rates, no profile; it calibrates a TTFT model from the
+ * first tokens the router observes, and it charges each placement what it
+ * costs the other requests, not only what it costs its own.
+ *
+ * Calibration (router side, per class of instances). For each first token
+ * on an instance of class c, with W the prefill tokens the request queued
+ * behind plus its own uncached tokens at dispatch and D the requests
+ * decoding there:
+ *
+ *   TTFT - RTT  ~  W x (s0 + s1 D) + b0 + b1 D,   every term >= 0
+ *
+ * fitted per class by least squares over the last ~FIT_MEMORY first
+ * tokens (older ones weigh exponentially less, so the fit follows a class
+ * whose speed drifts), shrunk towards a prior: the told class rate (the
+ * library default when the host told none), 100% uncertain, so the first
+ * few first tokens already move it. The terms are kept >= 0 (the
+ * constrained least squares solved exactly per first token: four terms,
+ * sixteen active sets). The signs matter more than they seem: in a fleet
+ * past its capacity W, D and the queue all grow together, and an
+ * unconstrained fit (a Kalman filter, tried first) explained the waits
+ * with a negative slowdown against a large per-decoding step, until the
+ * seconds per token it reported fell to nothing and the choice stopped
+ * seeing the cache at all. Terms in the queue's length or the KV cache's
+ * use did the same (they grow with W) and were dropped: W carries them.
+ * The fit learns from the first tokens whose own prefill was at least a
+ * fifth of W (QUEUE_RATIO_MAX): one that waited mostly behind others
+ * measures how that queue drained, and in a saturated engine a queue
+ * drains at the pace of KV space and decoding, not of prefill; learning
+ * it as the class's speed made a class whose small KV cache stalls look
+ * slow, its cache was left, and its backlog grew (conversation on the
+ * "lodestar" cluster at 4 requests/s: 1.17x the best policy's mean, 1.00x
+ * with the filter). So in a fleet past its capacity the fit keeps what
+ * it learnt before the queues grew; the work term below is what makes
+ * hits win there.
+ *
+ * Per class, not per instance: instances of one kind share one fit, so
+ * noise in per-instance estimates cannot make a homogeneous fleet prefer
+ * one replica. The router writes the fit, evaluated at each row's D, into
+ * the candidate rows (ttft_s_per_token, ttft_base_s, ttft_s_per_decoding),
+ * with each instance's time-averaged queue (prefill_tokens_avg) and route
+ * rate: the policy itself stays a pure function of the table.
+ *
+ * Choice (lr__adaptive_decide), per row, in seconds:
+ *
+ *   ttft   = s x (pending + uncached) + base + RTT
+ *   work   = WORK_WEIGHT x L x s x uncached     (those who queue behind)
+ *   decode = CONTENTION x in flight x s_per_decoding  (those decoding there)
+ *   score  = ttft + work + decode, near-ties (TIE_S) drawn
+ *
+ * L, the fleet's load, is the requests routed per instance per second
+ * times the backlog most instances hold (the lower quartile of their
+ * queued prefill, averaged over ~10 s or as it is now, whichever is
+ * more): how many requests will queue behind the work a placement adds.
+ * At low load L ~ 0 and the choice is the least predicted TTFT; when the
+ * fleet is backlogged, a cache miss costs everyone, so hits win (what
+ * preble and ranvier get right under overload); because L is a
+ * fleet-wide figure, held by most instances, a burst on one prefix does
+ * not turn affinity into a hot spot (what they get wrong). The averages
+ * cover the part of their window the router has seen (1 - exp(-age /
+ * tau) of it): counting the time before the router's first route as
+ * idle made the route rate 1/10 of the truth after a second, and a fleet
+ * driven past its capacity from the start was routed greedily for its
+ * first ten or twenty seconds (share-70 on 4 L20 + 4 A100: 1.16x the best
+ * mean, 1.01x with both). The backlog now counts for the same reason: a
+ * fleet all of whose instances are behind now is behind, whatever the
+ * last ten seconds were (4 A100 past capacity: p99 1.60x, 1.01x). The decode
+ * term is the externality a greedy TTFT choice ignores: sending work to
+ * the nearest or fastest instance slows every request decoding there. A
+ * prefix routed to an instance in the last FRESH_S counts as not cached:
+ * a request admitted together with the one bringing it computes it again.
+ */
+#include "policy/adaptive.h"
+
+#include <math.h>
+
+#include "common/lr_hash.h"
+#include "policy/cost.h"
+#include "policy/policy.h"
+
+#define KTOK 1000.0           /* W in the fit: thousands of tokens */
+#define DSCALE 100.0          /* D in the fit: hundreds of requests */
+#define W_MEAN_N 256          /* the typical W: a running mean over this many */
+#define QAVG_TAU_S 10.0       /* the queue average's time constant */
+#define QAVG_MIN_SEEN 0.01    /* a rate over 0.1 s of history at least */
+#define BACKLOG_QUANTILE 0.25 /* the backlog "most instances" hold */
+#define PRIOR_BASE_S 0.02     /* b0's prior: a step */
+#define PRIOR_BASE_SD 0.1     /* ... and its uncertainty */
+#define PRIOR_DEC_SD 0.5      /* s1 and b1 (per 100 decoding): may be large */
+#define NOISE_SD 0.05         /* one TTFT's noise around the model, s */
+#define FIT_MEMORY 500.0      /* first tokens the fit remembers, per class */
+#define MIN_S0 1e-4           /* a 10M tokens/s class at most (s per ktok) */
+#define QUEUE_RATIO_MAX 4.0   /* learn if the queue ahead <= 4x own prefill */
+#define MAX_Y_S 3600.0        /* a first token after an hour: absurd input */
+
+enum {
+    S0,
+    S1,
+    B0,
+    B1
+};
+
+/* ---- router side: calibration ---------------------------------------------- */
+
+lr_status
+lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
+                   uint32_t max_inst, uint32_t max_req)
+{
+    if (ad->rq != NULL)
+        return LR_OK;
+    struct lr__calib_req *rq = lr__calloc(m, max_req, sizeof *rq);
+    struct lr__qavg *qa = lr__calloc(m, max_inst, sizeof *qa);
+    if (rq == NULL || qa == NULL) {
+        lr__free(m, rq, (size_t)max_req * sizeof *rq);
+        lr__free(m, qa, (size_t)max_inst * sizeof *qa);
+        return LR_ENOMEM;
+    }
+    ad->qavg = qa;
+    ad->max_inst = max_inst;
+    for (size_t i = 0; i < max_req; i++)
+        rq[i].w = NAN;
+    memset(ad->cls, 0, sizeof ad->cls);
+    ad->rq = rq;
+    ad->max_req = max_req;
+    return LR_OK;
+}
+
+void
+lr__adaptive_free(struct lr__adaptive *ad, struct lr__mem *m)
+{
+    lr__free(m, ad->rq, (size_t)ad->max_req * sizeof *ad->rq);
+    lr__free(m, ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg);
+    ad->rq = NULL;
+    ad->qavg = NULL;
+}
+
+/* The class's model before any first token: the told rate (the library
+ * default when the host told none), 100% uncertain; no decode slowdown
+ * known yet. The ridge is the prior's weight in the fit, in first tokens
+ * of noise NOISE_SD: sigma^2 / prior variance, per term. */
+static void
+prior(struct lr__calib *c, double prefill_rate)
+{
+    static const double sd[LR__CALIB_DIM] = {
+        [S1] = PRIOR_DEC_SD, [B0] = PRIOR_BASE_SD, [B1] = PRIOR_DEC_SD
+    };
+    memset(c, 0, sizeof *c);
+    c->prior[S0] = KTOK / prefill_rate;
+    c->prior[B0] = PRIOR_BASE_S;
+    for (int i = 0; i < LR__CALIB_DIM; i++) {
+        double v = i == S0 ? c->prior[S0] : sd[i];
+        c->ridge[i] = NOISE_SD * NOISE_SD / (v * v);
+        c->theta[i] = c->prior[i];
+    }
+}
+
+/* The decoding requests on a row's instance, scaled. */
+static double
+decoding(const lr_candidate *row)
+{
+    uint32_t d = row->inflight > row->queued ? row->inflight - row->queued : 0;
+    return (double)d / DSCALE;
+}
+
+/* The weight of q's past at now_ns: exp(-elapsed / tau); 1 before its
+ * first update (an empty average: nothing to decay). */
+static double
+qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
+{
+    if (q->t_ns == 0 || now_ns <= q->t_ns)
+        return 1;
+    return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
+}
+
+void
+lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
+                     uint32_t n, uint32_t chosen, uint64_t now_ns)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        struct lr__qavg *q = &ad->qavg[rows[k].instance];
+        double keep = qavg_keep(q, now_ns);
+        q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
+        q->seen = keep * q->seen + (1 - keep);
+        q->routes = keep * q->routes + (rows[k].instance == chosen);
+        if (now_ns > q->t_ns)
+            q->t_ns = now_ns;
+    }
+}
+
+void
+lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
+                  uint64_t now_ns, struct lr__keep_memo *memo)
+{
+    const struct lr__qavg *q = &ad->qavg[row->instance];
+    if (q->t_ns != memo->t_ns) {
+        memo->t_ns = q->t_ns;
+        memo->keep = qavg_keep(q, now_ns);
+    }
+    /* the averages brought to now, over the part of the window the router
+     * has seen: in its first seconds, the time before it is not idle time */
+    double keep = memo->keep;
+    double seen = keep * q->seen + (1 - keep);
+    double now = (double)row->prefill_tokens;
+    double avg = keep * q->avg + (1 - keep) * now;
+    row->prefill_tokens_avg = seen > 0 ? avg / seen : now;
+    row->route_rate = q->routes * keep / QAVG_TAU_S /
+                      (seen > QAVG_MIN_SEEN ? seen : QAVG_MIN_SEEN);
+    const struct lr__calib *c = &ad->cls[row->instance_class];
+    if (c->n == 0) {
+        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_decoding = 0;
+        return;
+    }
+    double d = decoding(row);
+    double s = c->theta[S0] + c->theta[S1] * d;
+    double b = c->theta[B0] + c->theta[B1] * d;
+    double w = c->w_mean;
+    double dd = (c->theta[S1] * w + c->theta[B1]) / DSCALE;
+    /* a finite fit at absurd counts (2^32 decoding) may still overflow:
+     * the row then keeps the told rate, as before any fit */
+    if (!isfinite(s) || !isfinite(b) || !isfinite(dd)) {
+        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_decoding = 0;
+        return;
+    }
+    row->ttft_s_per_token = (s > MIN_S0 ? s : MIN_S0) / KTOK;
+    row->ttft_base_s = b > 0 ? b : 0;
+    row->ttft_s_per_decoding = dd > 0 ? dd : 0;
+}
+
+void
+lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
+                      const lr_candidate *row, uint32_t uncached)
+{
+    struct lr__calib *c = &ad->cls[row->instance_class];
+    if (c->n == 0 && c->prior[S0] == 0)
+        prior(c, row->prefill_rate);
+    struct lr__calib_req *r = &ad->rq[slot];
+    r->w = (float)(((double)row->prefill_tokens + uncached) / KTOK);
+    r->d = (float)decoding(row);
+    r->own = (float)(uncached / KTOK);
+    r->rtt_s = (float)(row->rtt_ms / 1e3);
+    r->cls = row->instance_class;
+}
+
+static bool
+calib_finite(const struct lr__calib *c)
+{
+    double sum = 0;
+    for (int i = 0; i < LR__CALIB_DIM; i++) {
+        sum += c->theta[i] + c->bv[i];
+        for (int j = 0; j < LR__CALIB_DIM; j++)
+            sum += c->A[i][j];
+    }
+    return isfinite(sum); /* any inf or NaN makes the sum so */
+}
+
+/* Solve the k x k system M z = r (Gaussian elimination with partial
+ * pivoting, M and r overwritten); false when M is singular. */
+static bool
+solve(int k, double M[LR__CALIB_DIM][LR__CALIB_DIM], double *r, double *z)
+{
+    for (int c = 0; c < k; c++) {
+        int p = c;
+        for (int i = c + 1; i < k; i++)
+            if (fabs(M[i][c]) > fabs(M[p][c]))
+                p = i;
+        if (!(fabs(M[p][c]) > 0))
+            return false;
+        for (int j = 0; j < k; j++) {
+            double t = M[c][j];
+            M[c][j] = M[p][j];
+            M[p][j] = t;
+        }
+        double t = r[c];
+        r[c] = r[p];
+        r[p] = t;
+        for (int i = c + 1; i < k; i++) {
+            double f = M[i][c] / M[c][c];
+            for (int j = c; j < k; j++)
+                M[i][j] -= f * M[c][j];
+            r[i] -= f * r[c];
+        }
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double v = r[i];
+        for (int j = i + 1; j < k; j++)
+            v -= M[i][j] * z[j];
+        z[i] = v / M[i][i];
+    }
+    return true;
+}
+
+/* Fold one observation y of x . theta into the class's fit: discount the
+ * normal equations, add the observation, and solve
+ *
+ *   min  sum_k keep^k (y_k - x_k . theta)^2 + sum_i ridge_i (theta_i -
+ * prior_i)^2 s.t. theta_i >= lo_i
+ *
+ * exactly. With H = A + diag(ridge) (positive definite: every ridge is
+ * > 0) and g = bv + ridge . prior, the minimum is the one point where, for
+ * some set F of free terms, theta solves H theta = g on F with the others
+ * at their bounds, every free term is >= its bound, and the gradient
+ * pushes every bound term against its bound (KKT). Four terms make
+ * sixteen sets: each is tried, the first that satisfies KKT is the
+ * answer (there is exactly one). The old theta stays if none passes
+ * numerically. */
+static void
+fit(struct lr__calib *c, const double *x, double y)
+{
+    static const double lo[LR__CALIB_DIM] = { [S0] = MIN_S0 };
+    enum {
+        N = LR__CALIB_DIM
+    };
+    const double keep = 1.0 - 1.0 / FIT_MEMORY;
+    double H[N][N], g[N];
+    for (int i = 0; i < N; i++) {
+        c->bv[i] = keep * c->bv[i] + x[i] * y;
+        for (int j = 0; j < N; j++)
+            c->A[i][j] = keep * c->A[i][j] + x[i] * x[j];
+    }
+    for (int i = 0; i < N; i++) {
+        g[i] = c->bv[i] + c->ridge[i] * c->prior[i];
+        for (int j = 0; j < N; j++)
+            H[i][j] = c->A[i][j] + (i == j ? c->ridge[i] : 0);
+    }
+    /* the all-free set first: in light load it is the answer */
+    for (unsigned fixed = 0; fixed < 1u << N; fixed++) {
+        double M[N][N], r[N], z[N], theta[N];
+        int idx[N], k = 0;
+        for (int i = 0; i < N; i++) {
+            theta[i] = lo[i];
+            if (!(fixed >> i & 1))
+                idx[k++] = i;
+        }
+        for (int a = 0; a < k; a++) {
+            r[a] = g[idx[a]];
+            for (int j = 0; j < N; j++)
+                if (fixed >> j & 1)
+                    r[a] -= H[idx[a]][j] * lo[j];
+            for (int e = 0; e < k; e++)
+                M[a][e] = H[idx[a]][idx[e]];
+        }
+        if (k > 0 && !solve(k, M, r, z))
+            continue;
+        bool kkt = true;
+        for (int a = 0; a < k; a++) {
+            theta[idx[a]] = z[a];
+            kkt &= z[a] >= lo[idx[a]];
+        }
+        /* a bound term must not want to move inwards: (H theta - g)_i >= 0 */
+        for (int i = 0; i < N && kkt; i++) {
+            if (!(fixed >> i & 1))
+                continue;
+            double grad = -g[i];
+            for (int j = 0; j < N; j++)
+                grad += H[i][j] * theta[j];
+            kkt &= grad >= -1e-12 * (fabs(g[i]) + 1);
+        }
+        if (kkt) {
+            memcpy(c->theta, theta, sizeof theta);
+            return;
+        }
+    }
+}
+
+void
+lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
+{
+    if (ad->rq == NULL)
+        return;
+    struct lr__calib_req *r = &ad->rq[slot];
+    double w = r->w;
+    r->w = NAN;
+    if (isnan(w) || ttft_s < 0)
+        return;
+    /* waited mostly behind others: a measure of the queue, not the class */
+    if (w - r->own > QUEUE_RATIO_MAX * r->own)
+        return;
+    struct lr__calib *c = &ad->cls[r->cls];
+    double y = ttft_s - r->rtt_s;
+    y = y < 0 ? 0 : y > MAX_Y_S ? MAX_Y_S : y;
+    double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d };
+    /* absurd telemetry (a queue of 2^60 tokens) must not leave a fit that
+     * is not finite: the rows would be refused and route() with them */
+    struct lr__calib keep = *c;
+    fit(c, x, y);
+    if (!calib_finite(c)) {
+        *c = keep;
+        return;
+    }
+    c->n++;
+    c->w_mean += (w - c->w_mean) / (c->n < W_MEAN_N ? c->n : W_MEAN_N);
+}
+
+uint64_t
+lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
+{
+    if (ad->rq == NULL)
+        return d;
+    d = lr__digest_mix(d, lr__hash(ad->cls, sizeof ad->cls, 11));
+    d = lr__digest_mix(
+        d, lr__hash(ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg, 13));
+    return lr__digest_mix(
+        d, lr__hash(ad->rq, (size_t)ad->max_req * sizeof *ad->rq, 12));
+}
+
+/* ---- deciding ----------------------------------------------------------------- */
+
+/* Seconds per prefill token of a row: its fit, else its class rate. */
+static double
+s_per_token(const lr_candidate *r)
+{
+    return r->ttft_s_per_token > 0 ? r->ttft_s_per_token
+                                   : 1.0 / r->prefill_rate;
+}
+
+/* The q-quantile (lower) of a[0..n), reordering a. */
+static double
+quantile(double *a, size_t n, double q)
+{
+    return lr__select(a, n, (size_t)(q * (double)(n - 1)));
+}
+
+/* The fleet's load: requests routed per instance per second times the
+ * backlog most instances hold (the lower quartile of their queued
+ * prefill, in seconds), averaged over ~10 s or now, whichever is more:
+ * how many requests will queue behind the work a placement adds. Uses
+ * the scores as scratch. */
+static double
+fleet_load(const struct lr__pctx *c)
+{
+    double rate = 0;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        rate += r->route_rate;
+        c->score[k] = s_per_token(r) * r->prefill_tokens_avg;
+    }
+    double lasting = quantile(c->score, c->n, BACKLOG_QUANTILE);
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = s_per_token(r) * (double)r->prefill_tokens;
+    }
+    double now = quantile(c->score, c->n, BACKLOG_QUANTILE);
+    return rate / (double)c->n * (lasting > now ? lasting : now);
+}
+
+/* The row's predicted TTFT for this request, plus what placing it there
+ * costs the others: its prefill work for those queued behind it, its
+ * decoding for those on the instance. */
+static double
+social_cost(const struct lr__pctx *c, const lr_candidate *r, double load)
+{
+    double s = s_per_token(r);
+    uint32_t cached = r->cached_tokens;
+    /* a prefix routed here so recently that the request bringing it may
+     * be admitted in the same step is not cached yet: a request admitted
+     * with it computes it again */
+    if (r->cached_age_s >= 0 && r->cached_age_s < LR__P(c, ADAPTIVE_FRESH_S))
+        cached = 0;
+    double own = s * (double)(c->prompt - cached);
+    double ttft = s * (double)r->prefill_tokens + own + r->ttft_base_s +
+                  LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3;
+    double work = LR__P(c, ADAPTIVE_WORK_WEIGHT) * load * own;
+    double decode = LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
+                    r->ttft_s_per_decoding;
+    return ttft + work + decode;
+}
+
+struct lr__choice
+lr__adaptive_decide(const struct lr__pctx *c)
+{
+    double load = fleet_load(c);
+    double lo = INFINITY;
+    for (size_t k = 0; k < c->n; k++) {
+        c->score[k] = social_cost(c, lr__row(c, k), load);
+        lo = c->score[k] < lo ? c->score[k] : lo;
+    }
+    /* near-ties are drawn, so that noise (a probe's jitter, a fit's) does
+     * not pile a burst onto one instance */
+    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
+    uint32_t pick = 0, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++)
+        if (c->score[k] <= tie && lr__rng_below(c->rng, ++ties) == 0)
+            pick = k;
+    return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
+}

@@ -1,0 +1,103 @@
+/* adaptive: the library's own policy, a TTFT model per class of
+ * instances calibrated from the first tokens the router observes, and a
+ * choice that weighs what a placement costs the other requests. The
+ * decide function is lr__adaptive_decide (policy.h); this header is the
+ * router's side: the per-class calibration, the per-instance averages and
+ * the per-request features that wait for a first token. */
+#ifndef LIBROUTE_LIB_ADAPTIVE_H
+#define LIBROUTE_LIB_ADAPTIVE_H
+
+#include "common/common.h"
+#include "libroute/lr_load.h"
+#include "libroute/lr_policy.h"
+
+/* One class's TTFT model (a class is a group of instances of one kind,
+ * as the host set them up), fitted online:
+ *
+ *   TTFT - RTT = W x (s0 + s1 x D) + b0 + b1 x D
+ *
+ * W: the prefill tokens the request queued behind plus its own uncached
+ * tokens at dispatch; D: the requests decoding on its instance then (the
+ * router's own count). s0 is the class's seconds per prefill token, s1
+ * how much each decoding request slows a prefill (it shares the steps),
+ * b0 + b1 x D the step a first token waits for. Every term is >= 0.
+ * Only first tokens whose own prefill was a fifth of W or more are
+ * folded in (adaptive.c says why).
+ * theta holds (s0, s1, b0, b1) in scaled units (see adaptive.c); A and
+ * bv are the fit's discounted normal equations, prior and ridge the
+ * prior it shrinks to; n counts the first tokens folded in. */
+#define LR__CALIB_DIM 4
+struct lr__calib {
+    double theta[LR__CALIB_DIM];
+    double A[LR__CALIB_DIM][LR__CALIB_DIM];
+    double bv[LR__CALIB_DIM];
+    double prior[LR__CALIB_DIM];
+    double ridge[LR__CALIB_DIM];
+    double w_mean; /* the typical W (scaled), for the contention term */
+    uint32_t n;
+};
+
+/* A dispatch's features, kept until its first token (w and own in
+ * thousands of tokens). */
+struct lr__calib_req {
+    float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
+    uint32_t cls;
+};
+
+/* An instance's queued prefill tokens, averaged over time. */
+struct lr__qavg {
+    uint64_t t_ns; /* last update; 0: none */
+    double avg;
+    double routes; /* routes here, decayed with the same time constant */
+    double seen;   /* the share of the window observed: 1 - exp(-age / tau) */
+};
+
+struct lr__adaptive {
+    uint32_t max_req, max_inst;
+    struct lr__qavg *qavg;                     /* max_inst */
+    struct lr__calib cls[LR_LOAD_MAX_CLASSES]; /* n == 0: the prior */
+    struct lr__calib_req *rq;                  /* max_req */
+};
+
+/* Make the calibration tables, once; on failure nothing is kept. */
+lr_status lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
+                             uint32_t max_inst, uint32_t max_req);
+void lr__adaptive_free(struct lr__adaptive *ad, struct lr__mem *m);
+
+/* The decay of the time averages from one update time to now, for the
+ * rows of one route: lr__adaptive_observe stamps every candidate with the
+ * same time, so one exp() serves them all. Start each route with
+ * LR__KEEP_MEMO_INIT. */
+struct lr__keep_memo {
+    uint64_t t_ns; /* the update time `keep` is for; UINT64_MAX: none */
+    double keep;
+};
+#define LR__KEEP_MEMO_INIT \
+    {                      \
+        UINT64_MAX, 0      \
+    }
+
+/* Write the row's class model, at the row's decoding count, into the row
+ * (ttft_s_per_token, ttft_base_s; 0 before the class's first
+ * observation), and its time averages brought to now. */
+void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
+                       uint64_t now_ns, struct lr__keep_memo *memo);
+
+/* A route to instance `chosen` was recorded at now_ns over these rows:
+ * fold each instance's queued prefill into its time average, and count
+ * the route. */
+void lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
+                          uint32_t n, uint32_t chosen, uint64_t now_ns);
+
+/* A dispatch to `row`'s instance with `uncached` tokens to prefill: keep
+ * the work it queued behind for its first token. */
+void lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
+                           const lr_candidate *row, uint32_t uncached);
+
+/* The request in `slot` got its first token after ttft_s (ttft_s < 0: it
+ * ended without one, or moved): fold it into its class's model. */
+void lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s);
+
+uint64_t lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d);
+
+#endif /* LIBROUTE_LIB_ADAPTIVE_H */

@@ -1,0 +1,764 @@
+/* The policy table and the policies that fit in a few lines each.
+ *
+ * Each entry of lr__policies[] names a policy, says what the router must
+ * gather for it (index match, prefix recency, ring ranks of which key) and
+ * points at its decide function. Adding a policy is one entry here plus
+ * its decide function; nothing in the router changes. DualMap and Lodestar
+ * have files of their own (dualmap.c, lodestar.c); every cost formula is
+ * in cost.h.
+ *
+ * Conventions every decide function keeps:
+ * - scores are NaN on entry; a policy writes the figure it ranks by (lower
+ *   is better) for the rows it ranks;
+ * - ties break by a uniform draw from c->rng (reservoir over the rows in
+ *   table order), so a fleet at low concurrency does not pile onto the
+ *   first row;
+ * - "in flight" is the router's own count of requests dispatched and not
+ *   ended; the scraped running/waiting enter least-load only.
+ */
+#include "policy/policy.h"
+
+#include "libroute/lr_ring.h"
+#include "policy/cost.h"
+
+#define NONE LR_INSTANCE_NONE
+
+/* ---- parameters ------------------------------------------------------------ */
+
+/* A parameter's kind says its bounds and whether it is a whole number:
+ *   FRACTION(def)       a share, in [0, 1]
+ *   SWITCH(def)         0 (off) or 1 (on)
+ *   UPTO(hi, def)       a real in [0, hi]
+ *   REAL(lo, hi, def)   a real in [lo, hi]
+ *   COUNT(lo, hi, def)  a whole number in [lo, hi] */
+/* clang-format off */
+#define FRACTION(d)       { 0, 1, (d), false }
+#define SWITCH(d)         { 0, 1, (d), true }
+#define UPTO(hi, d)       { 0, (hi), (d), false }
+#define REAL(lo, hi, d)   { (lo), (hi), (d), false }
+#define COUNT(lo, hi, d)  { (lo), (hi), (d), true }
+/* clang-format on */
+
+static const struct lr__range pdefs[LR__PARAM_COUNT] = {
+    [LR_PARAM_PREFIX_MIN_RATIO] = FRACTION(0.5),
+    [LR_PARAM_BOUNDED_LOAD] = REAL(1, 100, 1.25),
+    [LR_PARAM_AIBRIX_IMBALANCE] = UPTO(1e6, 8),
+    [LR_PARAM_AIBRIX_STDDEV] = UPTO(100, 1),
+    [LR_PARAM_SGLANG_ABS] = UPTO(1e6, 64),
+    [LR_PARAM_SGLANG_REL] = REAL(1, 1e6, 1.5),
+    [LR_PARAM_SGLANG_MIN_RATIO] = FRACTION(0.3),
+    [LR_PARAM_PREBLE_HIT] = FRACTION(0.5),
+    [LR_PARAM_DYNAMO_OVERLAP] = UPTO(1000, 1),
+    [LR_PARAM_DYNAMO_TEMPERATURE] = UPTO(100, 0),
+    [LR_PARAM_TTFT_SLO_S] = REAL(0.001, 3600, 5),
+    [LR_PARAM_DUALMAP_KEY_TOKENS] = COUNT(1, 1 << 20, 512),
+    [LR_PARAM_DUALMAP_MAX_KEY_BLOCKS] = COUNT(1, 64, 16),
+    [LR_PARAM_DUALMAP_WINDOW] = COUNT(16, 1 << 16, 1024),
+    [LR_PARAM_GORGO_W_RTT] = UPTO(10, 0.5),
+    [LR_PARAM_GORGO_W_QUEUE] = UPTO(10, 0.1),
+    [LR_PARAM_GORGO_SIGMA] = UPTO(4, 0.5),
+    [LR_PARAM_GORGO_FROZEN] = SWITCH(0),
+    [LR_PARAM_GORGO_W_RTT_MAX] = REAL(0.05, 10, 2.0),
+    [LR_PARAM_GORGO_W_QUEUE_MIN] = UPTO(0.5, 0.05),
+    [LR_PARAM_RANVIER_PRESSURE] = UPTO(1000, 2),
+    [LR_PARAM_SESSION_TOKENS] = COUNT(1, 1 << 20, 256),
+    [LR_PARAM_STATS_MAX_AGE_S] = REAL(0.001, 86400, 10),
+    [LR_PARAM_DEFAULT_OUTPUT_TOKENS] = COUNT(0, 1 << 20, 128),
+    [LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN] = SWITCH(0),
+    [LR_PARAM_LODESTAR_EPSILON] = FRACTION(0),
+    [LR_PARAM_LODESTAR_TIE] = UPTO(10, 0.1),
+    [LR_PARAM_LODESTAR_KV_THRESHOLD] = FRACTION(0.8),
+    [LR_PARAM_LODESTAR_KFILTER_TOKENS] = COUNT(0, 1 << 24, 100),
+    [LR_PARAM_LODESTAR_OOD] = SWITCH(1),
+    [LR_PARAM_LODESTAR_FALLBACK] =
+        COUNT(0, LR_POLICY_LODESTAR - 1, LR_POLICY_PREFIX_CACHE_AND_LOAD),
+    [LR_PARAM_LODESTAR_CANDIDATES] = COUNT(0, 65534, 8),
+    [LR_PARAM_LODESTAR_MAX_TTFT_S] = REAL(0.001, 86400, 60),
+    [LR_PARAM_ADAPTIVE_WORK_WEIGHT] = UPTO(100, 3),
+    [LR_PARAM_ADAPTIVE_CONTENTION] = UPTO(100, 3),
+    [LR_PARAM_ADAPTIVE_TIE_S] = UPTO(10, 0.002),
+    [LR_PARAM_ADAPTIVE_FRESH_S] = UPTO(60, 0.01),
+    [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = UPTO(100, 1),
+    [LR_PARAM_ADAPTIVE_CALIBRATE] = SWITCH(1),
+    [LR_PARAM_CLOCK_SKEW_S] = REAL(0.001, 4.7e9, 60),
+};
+
+#undef FRACTION
+#undef SWITCH
+#undef UPTO
+#undef REAL
+#undef COUNT
+
+const struct lr__range *
+lr__param_def(int32_t key)
+{
+    return key >= 0 && key < LR__PARAM_COUNT ? &pdefs[key] : NULL;
+}
+
+void
+lr__param_defaults(double *param)
+{
+    for (int k = 0; k < LR__PARAM_COUNT; k++)
+        param[k] = pdefs[k].def;
+}
+
+lr_status
+lr__param_check(int32_t key, double value)
+{
+    const struct lr__range *d = lr__param_def(key);
+    LR_RETURN_IF(isnan(value), LR_EINVAL);
+    LR_RETURN_IF(d == NULL, LR_ENOTSUP);
+    LR_RETURN_IF(value < d->lo || value > d->hi, LR_ERANGE);
+    LR_RETURN_IF(d->integer && value != floor(value), LR_EINVAL);
+    return LR_OK;
+}
+
+uint32_t
+lr_param_count(void)
+{
+    return LR__PARAM_COUNT;
+}
+
+lr_bounds
+lr_param_bounds(int32_t key)
+{
+    return lr__bounds_of(lr__param_def(key));
+}
+
+/* ---- names ---------------------------------------------------------------------- */
+
+static const char *const reason_names[LR__REASON_COUNT] = {
+    "none",       "random",   "round-robin", "least-loaded",
+    "session",    "hash",     "prefix-hit",  "load-override",
+    "slo-switch", "fallback", "min-cost",    "sampled",
+    "k-filter",   "explore",  "cold-start",  "ood",
+};
+
+uint32_t
+lr_reason_count(void)
+{
+    return LR__REASON_COUNT;
+}
+
+const char *
+lr_reason_name(int32_t reason)
+{
+    return reason >= 0 && reason < LR__REASON_COUNT ? reason_names[reason]
+                                                    : NULL;
+}
+
+uint32_t
+lr_policy_count(void)
+{
+    return LR__POLICY_COUNT;
+}
+
+const char *
+lr_policy_name(int32_t policy)
+{
+    return policy >= 0 && policy < LR__POLICY_COUNT ? lr__policies[policy].name
+                                                    : NULL;
+}
+
+lr_status
+lr_policy_from_name(const char *name, int32_t *out)
+{
+    LR_RETURN_IF(name == NULL || out == NULL, LR_EINVAL);
+    for (int32_t i = 0; i < LR__POLICY_COUNT; i++) {
+        if (strcmp(name, lr__policies[i].name) == 0) {
+            *out = i;
+            return LR_OK;
+        }
+    }
+    return LR_ENOENT;
+}
+
+uint32_t
+lr_lodestar_feature_count(void)
+{
+    return LR_LODESTAR_FEATURES;
+}
+
+/* ---- shared helpers -------------------------------------------------------------- */
+
+struct lr__choice
+lr__choose(const struct lr__pctx *c, uint32_t k, int32_t reason, int32_t policy)
+{
+    struct lr__choice ch = { k, reason, c->score[k], NONE, policy };
+    return ch;
+}
+
+uint32_t
+lr__pick_min(const struct lr__pctx *c)
+{
+    const double *val = c->score;
+    uint32_t best = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        if (best == NONE || val[k] < val[best]) {
+            best = k;
+            ties = 1;
+        } else if (val[k] == val[best] && lr__rng_below(c->rng, ++ties) == 0) {
+            best = k;
+        }
+    }
+    return best;
+}
+
+uint32_t
+lr__best_cached(const struct lr__pctx *c)
+{
+    uint32_t b = 0;
+    for (size_t k = 0; k < c->n; k++)
+        if (lr__row(c, k)->cached_tokens > b)
+            b = lr__row(c, k)->cached_tokens;
+    return b;
+}
+
+uint32_t
+lr__least_among_best(const struct lr__pctx *c, uint32_t best)
+{
+    uint32_t pick = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = -(double)r->cached_tokens;
+        if (r->cached_tokens != best)
+            continue;
+        if (pick == NONE || r->inflight < lr__row(c, pick)->inflight) {
+            pick = k;
+            ties = 1;
+        } else if (r->inflight == lr__row(c, pick)->inflight &&
+                   lr__rng_below(c->rng, ++ties) == 0) {
+            pick = k;
+        }
+    }
+    return pick;
+}
+
+uint32_t
+lr__least_inflight(const struct lr__pctx *c)
+{
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = (double)lr__row(c, k)->inflight;
+    return lr__pick_min(c);
+}
+
+uint32_t
+lr__row_of_rank(const struct lr__pctx *c, uint32_t rank)
+{
+    for (uint32_t k = 0; k < c->n; k++)
+        if (lr__row(c, k)->ring_rank == rank)
+            return k;
+    return LR_NIL;
+}
+
+static double
+hit_ratio(const struct lr__pctx *c, uint32_t best)
+{
+    return c->prompt > 0 ? (double)best / (double)c->prompt : 0;
+}
+
+/* ---- the simple policies -------------------------------------------------------------- */
+
+static struct lr__choice
+decide_random(const struct lr__pctx *c)
+{
+    uint32_t k = (uint32_t)lr__rng_below(c->rng, c->n);
+    return lr__choose(c, k, LR_REASON_RANDOM, LR_POLICY_RANDOM);
+}
+
+/* The instance with the least id above the last one served, wrapping to
+ * the least id. */
+static struct lr__choice
+decide_round_robin(const struct lr__pctx *c)
+{
+    uint32_t next = NONE, first = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        uint32_t id = lr__row(c, k)->instance;
+        if (id < lr__row(c, first)->instance)
+            first = k;
+        if ((c->last == NONE || id > c->last) &&
+            (next == NONE || id < lr__row(c, next)->instance))
+            next = k;
+    }
+    return lr__choose(c, next != NONE ? next : first, LR_REASON_ROUND_ROBIN,
+                      LR_POLICY_ROUND_ROBIN);
+}
+
+static struct lr__choice
+decide_least_request(const struct lr__pctx *c)
+{
+    return lr__choose(c, lr__least_inflight(c), LR_REASON_LEAST_LOADED,
+                      LR_POLICY_LEAST_REQUEST);
+}
+
+/* Least load: in flight plus the engine's running and waiting. */
+static struct lr__choice
+decide_least_load(const struct lr__pctx *c)
+{
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] =
+            (double)r->inflight + ((double)r->running + (double)r->waiting);
+    }
+    return lr__choose(c, lr__pick_min(c), LR_REASON_LEAST_LOADED,
+                      LR_POLICY_LEAST_LOAD);
+}
+
+static struct lr__choice
+decide_session(const struct lr__pctx *c)
+{
+    uint32_t k = lr__row_of_rank(c, 1);
+    return lr__choose(c, k != LR_NIL ? k : 0, LR_REASON_SESSION,
+                      LR_POLICY_SESSION_AFFINITY);
+}
+
+/* Bounded-load consistent hashing: the ring's candidates in rank order,
+ * the first under cap = ceil(c x (in flight + 1) / n), else the least
+ * loaded. A rank's score is its position. A host's table may repeat a
+ * rank: the first row holding it is that rank's candidate (as for
+ * lr__row_of_rank), so at most LR_RING_MAX_K rows are ever ranked. */
+static struct lr__choice
+bounded(const struct lr__pctx *c, int32_t policy)
+{
+    uint32_t by_rank[LR_RING_MAX_K];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < LR_RING_MAX_K; i++)
+        by_rank[i] = LR_NIL;
+    for (uint32_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        total += r->inflight;
+        if (r->ring_rank >= 1 && r->ring_rank <= LR_RING_MAX_K &&
+            by_rank[r->ring_rank - 1] == LR_NIL)
+            by_rank[r->ring_rank - 1] = k;
+    }
+    uint32_t n_ranks = 0; /* the ranks present, in rank order */
+    for (uint32_t i = 0; i < LR_RING_MAX_K; i++)
+        if (by_rank[i] != LR_NIL)
+            by_rank[n_ranks++] = by_rank[i];
+    double cap =
+        ceil(LR__P(c, BOUNDED_LOAD) * (double)(total + 1) / (double)c->n);
+    for (uint32_t i = 0; i < n_ranks; i++) {
+        uint32_t k = by_rank[i];
+        c->score[k] = (double)i;
+        if ((double)lr__row(c, k)->inflight + 1 <= cap) {
+            struct lr__choice ch = lr__choose(c, k, LR_REASON_HASH, policy);
+            ch.cost = (double)lr__row(c, k)->inflight;
+            if (i + 1 < n_ranks)
+                ch.alt = lr__row(c, by_rank[i + 1])->instance;
+            return ch;
+        }
+    }
+    return lr__choose(c, lr__least_inflight(c), LR_REASON_LEAST_LOADED, policy);
+}
+
+static struct lr__choice
+decide_consistent_hash(const struct lr__pctx *c)
+{
+    return bounded(c, LR_POLICY_CONSISTENT_HASH);
+}
+
+static struct lr__choice
+decide_prefix_cache(const struct lr__pctx *c)
+{
+    uint32_t best = lr__best_cached(c);
+    if (best > 0 && hit_ratio(c, best) >= LR__P(c, PREFIX_MIN_RATIO))
+        return lr__choose(c, lr__least_among_best(c, best),
+                          LR_REASON_PREFIX_HIT, LR_POLICY_PREFIX_CACHE);
+    return lr__choose(c, lr__least_inflight(c), LR_REASON_FALLBACK,
+                      LR_POLICY_PREFIX_CACHE);
+}
+
+/* AIBrix: max - min in flight above the imbalance threshold -> least
+ * request; else the best (match, load) among the rows under mean + k x
+ * stddev in flight; else least request. */
+static struct lr__choice
+decide_aibrix(const struct lr__pctx *c)
+{
+    const int32_t me = LR_POLICY_PREFIX_CACHE_AND_LOAD;
+    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
+    for (size_t k = 0; k < c->n; k++) {
+        double l = (double)lr__row(c, k)->inflight;
+        mn = l < mn ? l : mn;
+        mx = l > mx ? l : mx;
+        sum += l;
+        sq += l * l;
+    }
+    if (mx - mn > LR__P(c, AIBRIX_IMBALANCE))
+        return lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE,
+                          me);
+    double mean = sum / (double)c->n;
+    double var = sq / (double)c->n - mean * mean;
+    double limit = mean + LR__P(c, AIBRIX_STDDEV) * sqrt(var > 0 ? var : 0);
+    uint32_t best = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = -(double)r->cached_tokens;
+        if ((double)r->inflight > limit)
+            continue;
+        const lr_candidate *b = best != NONE ? lr__row(c, best) : NULL;
+        if (b == NULL || r->cached_tokens > b->cached_tokens ||
+            (r->cached_tokens == b->cached_tokens &&
+             r->inflight < b->inflight)) {
+            best = k;
+            ties = 1;
+        } else if (r->cached_tokens == b->cached_tokens &&
+                   r->inflight == b->inflight &&
+                   lr__rng_below(c->rng, ++ties) == 0) {
+            best = k;
+        }
+    }
+    if (best == NONE)
+        return lr__choose(c, lr__least_inflight(c), LR_REASON_LEAST_LOADED, me);
+    return lr__choose(c, best,
+                      lr__row(c, best)->cached_tokens > 0
+                          ? LR_REASON_PREFIX_HIT
+                          : LR_REASON_LEAST_LOADED,
+                      me);
+}
+
+/* The row whose index holds the fewest blocks (ties drawn), among the
+ * rows that cache prefixes when any does: an instance with prefix caching
+ * off holds no block however much it serves (the router learns nothing
+ * for it), where SGLang's tree would grow with its traffic. Scores are the
+ * block counts of the rows it ranks. */
+static uint32_t
+smallest_tree(const struct lr__pctx *c)
+{
+    bool any = false;
+    for (size_t k = 0; k < c->n; k++)
+        any = any || lr__row(c, k)->prefix_caching;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = r->prefix_caching || !any ? (double)r->tree_blocks : NAN;
+    }
+    uint32_t best = NONE, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++) {
+        if (isnan(c->score[k]))
+            continue;
+        if (best == NONE || c->score[k] < c->score[best]) {
+            best = k;
+            ties = 1;
+        } else if (c->score[k] == c->score[best] &&
+                   lr__rng_below(c->rng, ++ties) == 0) {
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* SGLang's cache-aware router: imbalanced (max - min above the absolute
+ * and max above the relative threshold) -> least loaded; else the best
+ * match if its ratio passes; else the worker with the smallest radix tree
+ * (SGLang's router source; FIELD.md's table says least loaded). */
+static struct lr__choice
+decide_sglang(const struct lr__pctx *c)
+{
+    const int32_t me = LR_POLICY_SGLANG_CACHE_AWARE;
+    double mn = INFINITY, mx = -INFINITY;
+    for (size_t k = 0; k < c->n; k++) {
+        double l = (double)lr__row(c, k)->inflight;
+        mn = l < mn ? l : mn;
+        mx = l > mx ? l : mx;
+    }
+    if (mx - mn > LR__P(c, SGLANG_ABS) && mx > LR__P(c, SGLANG_REL) * mn)
+        return lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE,
+                          me);
+    uint32_t best = lr__best_cached(c);
+    if (best > 0 && hit_ratio(c, best) > LR__P(c, SGLANG_MIN_RATIO))
+        return lr__choose(c, lr__least_among_best(c, best),
+                          LR_REASON_PREFIX_HIT, me);
+    return lr__choose(c, smallest_tree(c), LR_REASON_FALLBACK, me);
+}
+
+/* TTFT estimate of every row into the scores, then the least. */
+static uint32_t
+min_ttft_row(const struct lr__pctx *c, double w_stall)
+{
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = lr__cost_ttft(lr__row(c, k), c->prompt, 0, w_stall);
+    return lr__pick_min(c);
+}
+
+/* Preble: the best hit when its ratio passes, else the least estimated
+ * TTFT: queue + prefill (the decode-stall term is DualMap's, not
+ * Preble's). */
+static struct lr__choice
+decide_preble(const struct lr__pctx *c)
+{
+    uint32_t best = lr__best_cached(c);
+    if (best > 0 && hit_ratio(c, best) > LR__P(c, PREBLE_HIT))
+        return lr__choose(c, lr__least_among_best(c, best),
+                          LR_REASON_PREFIX_HIT, LR_POLICY_PREBLE);
+    return lr__choose(c, min_ttft_row(c, 0), LR_REASON_MIN_COST,
+                      LR_POLICY_PREBLE);
+}
+
+/* Mooncake: queue + prefill only. */
+static struct lr__choice
+decide_min_ttft(const struct lr__pctx *c)
+{
+    return lr__choose(c, min_ttft_row(c, 0), LR_REASON_MIN_COST,
+                      LR_POLICY_MIN_TTFT);
+}
+
+/* Dynamo: argmin of its cost at temperature 0, else a softmax draw over
+ * min-max normalized costs, as Dynamo samples. */
+static struct lr__choice
+decide_dynamo(const struct lr__pctx *c)
+{
+    double mn = INFINITY, mx = -INFINITY;
+    for (size_t k = 0; k < c->n; k++) {
+        c->score[k] =
+            lr__cost_dynamo(lr__row(c, k), c->prompt, (double)c->block_tokens,
+                            LR__P(c, DYNAMO_OVERLAP));
+        mn = c->score[k] < mn ? c->score[k] : mn;
+        mx = c->score[k] > mx ? c->score[k] : mx;
+    }
+    double t = LR__P(c, DYNAMO_TEMPERATURE);
+    if (t <= 0 || mx == mn)
+        return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST,
+                          LR_POLICY_DYNAMO);
+    double z = 0;
+    for (size_t k = 0; k < c->n; k++)
+        z += exp(-((c->score[k] - mn) / (mx - mn)) / t);
+    double u = lr__rng_unit(c->rng) * z, acc = 0;
+    uint32_t pick = (uint32_t)c->n - 1;
+    for (uint32_t k = 0; k < c->n; k++) {
+        acc += exp(-((c->score[k] - mn) / (mx - mn)) / t);
+        if (u < acc) {
+            pick = k;
+            break;
+        }
+    }
+    return lr__choose(c, pick, LR_REASON_SAMPLED, LR_POLICY_DYNAMO);
+}
+
+static struct lr__choice
+decide_gorgo(const struct lr__pctx *c)
+{
+    bool at_first = LR__P(c, GORGO_RELEASE_AT_FIRST_TOKEN) != 0;
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] =
+            lr__cost_gorgo(lr__row(c, k), c->prompt, LR__P(c, GORGO_W_RTT),
+                           LR__P(c, GORGO_W_QUEUE), at_first);
+    return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST, LR_POLICY_GORGO);
+}
+
+/* The median of the rows' in-flight counts: the middle one, or the mean
+ * of the two middle ones. Selects in the scores, which the caller
+ * overwrites afterwards: O(n) expected, O(n log n) at worst. */
+static double
+median_inflight(const struct lr__pctx *c)
+{
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = (double)lr__row(c, k)->inflight;
+    double lo = lr__select(c->score, c->n, (c->n - 1) / 2);
+    if (c->n % 2)
+        return lo;
+    /* the upper middle: the least of the upper half, which lr__select
+     * left above the lower middle */
+    double hi = c->score[c->n / 2];
+    for (size_t k = c->n / 2; k < c->n; k++)
+        hi = c->score[k] < hi ? c->score[k] : hi;
+    return (lo + hi) / 2;
+}
+
+/* Ranvier: the longest cached prefix (least in flight among equals); no
+ * prefix -> bounded-load hashing; the load override sends a choice whose
+ * in flight exceeds PRESSURE x median to the least loaded. The median is
+ * the true one: at low concurrency (median 0) a choice with any request
+ * in flight is overridden. */
+static struct lr__choice
+decide_ranvier(const struct lr__pctx *c)
+{
+    const int32_t me = LR_POLICY_RANVIER;
+    uint32_t best = lr__best_cached(c);
+    if (best == 0) {
+        struct lr__choice ch = bounded(c, me);
+        ch.reason = LR_REASON_FALLBACK;
+        return ch;
+    }
+    double pressure = LR__P(c, RANVIER_PRESSURE);
+    double median = pressure > 0 ? median_inflight(c) : 0;
+    struct lr__choice ch =
+        lr__choose(c, lr__least_among_best(c, best), LR_REASON_PREFIX_HIT, me);
+    if (pressure > 0 && (double)lr__row(c, ch.k)->inflight > pressure * median)
+        ch = lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE, me);
+    return ch;
+}
+
+/* ---- the table ----------------------------------------------------------------------- */
+
+#define M LR__NEEDS_MATCH
+const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
+    [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random },
+    [LR_POLICY_ROUND_ROBIN] = { "round-robin", 0, LR_RING_KEY_NONE, 0,
+                                decide_round_robin },
+    [LR_POLICY_LEAST_REQUEST] = { "least-request", 0, LR_RING_KEY_NONE, 0,
+                                  decide_least_request },
+    [LR_POLICY_LEAST_LOAD] = { "least-load", 0, LR_RING_KEY_NONE, 0,
+                               decide_least_load },
+    [LR_POLICY_SESSION_AFFINITY] = { "session-affinity", 0, LR_RING_KEY_SESSION,
+                                     1, decide_session },
+    [LR_POLICY_CONSISTENT_HASH] = { "consistent-hash", 0, LR_RING_KEY_PREFIX,
+                                    LR_RING_MAX_K, decide_consistent_hash },
+    [LR_POLICY_PREFIX_CACHE] = { "prefix-cache", M, LR_RING_KEY_NONE, 0,
+                                 decide_prefix_cache },
+    [LR_POLICY_PREFIX_CACHE_AND_LOAD] = { "prefix-cache-and-load", M,
+                                          LR_RING_KEY_NONE, 0, decide_aibrix },
+    [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M | LR__NEEDS_TREE,
+                                       LR_RING_KEY_NONE, 0, decide_sglang },
+    [LR_POLICY_PREBLE] = { "preble", M, LR_RING_KEY_NONE, 0, decide_preble },
+    [LR_POLICY_MIN_TTFT] = { "min-ttft", M, LR_RING_KEY_NONE, 0,
+                             decide_min_ttft },
+    [LR_POLICY_DYNAMO] = { "dynamo", M, LR_RING_KEY_NONE, 0, decide_dynamo },
+    [LR_POLICY_DUALMAP] = { "dualmap", M, LR_RING_KEY_HOTNESS, 2,
+                            lr__dualmap_decide },
+    [LR_POLICY_GORGO] = { "gorgo", M, LR_RING_KEY_NONE, 0, decide_gorgo },
+    [LR_POLICY_RANVIER] = { "ranvier", M, LR_RING_KEY_PREFIX, LR_RING_MAX_K,
+                            decide_ranvier },
+    [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
+                             2, lr__lodestar_decide },
+    [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
+                             LR_RING_KEY_NONE, 0, lr__adaptive_decide },
+};
+#undef M
+
+struct lr__choice
+lr__policy_decide(int32_t p, const struct lr__pctx *c)
+{
+    return lr__policies[p].decide(c);
+}
+
+/* Lodestar falls back to another policy: it needs what that one needs. */
+static int32_t
+fallback_of(int32_t p, const double *param)
+{
+    return p == LR_POLICY_LODESTAR ? (int32_t)param[LR_PARAM_LODESTAR_FALLBACK]
+                                   : LR__POLICY_NONE;
+}
+
+int32_t
+lr__policy_ring(int32_t p, const double *param, uint32_t *ranks)
+{
+    int32_t fb = fallback_of(p, param);
+    const struct lr__policy_def *d = &lr__policies[p];
+    int32_t key = d->ring_key;
+    uint32_t k = d->ring_k;
+    if (fb != LR__POLICY_NONE &&
+        lr__policies[fb].ring_key != LR_RING_KEY_NONE) {
+        key = lr__policies[fb].ring_key;
+        k = lr__policies[fb].ring_k > k ? lr__policies[fb].ring_k : k;
+    }
+    *ranks = k;
+    return key;
+}
+
+uint32_t
+lr__policy_needs(int32_t p, const double *param)
+{
+    int32_t fb = fallback_of(p, param);
+    return lr__policies[p].needs |
+           (fb != LR__POLICY_NONE ? lr__policies[fb].needs : 0);
+}
+
+int32_t
+lr_policy_ring_key(int32_t policy, uint32_t *ranks)
+{
+    uint32_t k = 0;
+    int32_t key = -1;
+    if (policy >= 0 && policy < LR__POLICY_COUNT) {
+        double param[LR__PARAM_COUNT];
+        lr__param_defaults(param);
+        key = lr__policy_ring(policy, param, &k);
+    }
+    if (ranks != NULL)
+        *ranks = k;
+    return key;
+}
+
+/* ---- the public entry ---------------------------------------------------------------- */
+
+LR__INIT_SIZED(lr_policy_input, input_defaults, .block_tokens = 16,
+               .last_instance = NONE)
+
+LR__INIT_SIZED(lr_decision, decision_defaults, .instance = NONE,
+               .alt_instance = NONE, .decider = LR__POLICY_NONE)
+
+/* The caller's parameters over the defaults, each checked. */
+static lr_status
+params_from(const lr_policy_input *in, double *param)
+{
+    lr__param_defaults(param);
+    LR_RETURN_IF(in->n_params > 0 && in->params == NULL, LR_EINVAL);
+    size_t n = in->n_params < LR__PARAM_COUNT ? in->n_params : LR__PARAM_COUNT;
+    for (size_t k = 0; k < n; k++) {
+        LR_TRY(lr__param_check((int32_t)k, in->params[k]));
+        param[k] = in->params[k];
+    }
+    return LR_OK;
+}
+
+/* The choice into a decision, as route() reports it. */
+void
+lr__decision_fill(lr_decision *d, const struct lr__pctx *c,
+                  const struct lr__choice *ch, uint64_t seed)
+{
+    const lr_candidate *r = lr__row(c, ch->k);
+    d->instance = r->instance;
+    d->reason = ch->reason;
+    d->cached_tokens = r->cached_tokens;
+    d->best_cached_tokens = lr__best_cached(c);
+    d->cost = ch->cost;
+    d->alt_instance = ch->alt;
+    if (d->struct_size >= LR_DECISION_SIZE_V2) {
+        d->decider = ch->decider;
+        d->seed = seed;
+    }
+}
+
+lr_status
+lr_policy_decide(int32_t policy, const lr_policy_input *input,
+                 const lr_candidate *rows, size_t n_rows, size_t row_size,
+                 double *scores, lr_decision *out)
+{
+    LR_RETURN_IF(input == NULL || rows == NULL || n_rows == 0 ||
+                     scores == NULL || out == NULL,
+                 LR_EINVAL);
+    LR_RETURN_IF(n_rows > UINT32_MAX - 1, LR_EINVAL);
+    LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_ENOTSUP);
+    lr_policy_input in;
+    LR_TRY(lr__copy_sized(&in, sizeof in, input, LR_POLICY_INPUT_SIZE_V1));
+    LR_RETURN_IF(out->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
+    double param[LR__PARAM_COUNT];
+    LR_TRY(params_from(&in, param));
+    LR_TRY(lr__rows_check(rows, n_rows, row_size, in.prompt_tokens));
+    if (in.block_tokens == 0)
+        in.block_tokens = input_defaults.block_tokens;
+    LR_RETURN_IF(in.model != NULL &&
+                     lr_mlp_n_inputs(in.model) != LR_LODESTAR_FEATURES,
+                 LR_EINVAL);
+    struct lr__rng rng;
+    lr__rng_seed(&rng, in.seed);
+    for (size_t k = 0; k < n_rows; k++)
+        scores[k] = NAN;
+    struct lr__pctx c = {
+        .rows = rows,
+        .n = n_rows,
+        .stride = row_size,
+        .param = param,
+        .prompt = in.prompt_tokens,
+        .output = in.expected_output_tokens
+                      ? in.expected_output_tokens
+                      : (uint32_t)param[LR_PARAM_DEFAULT_OUTPUT_TOKENS],
+        .block_tokens = in.block_tokens,
+        .last = in.last_instance,
+        .model = in.model,
+        .rng = &rng,
+        .score = scores,
+    };
+    struct lr__choice ch = lr__policy_decide(policy, &c);
+    lr__decision_fill(out, &c, &ch, in.seed);
+    out->n_scores = 0;
+    return LR_OK;
+}

@@ -1,0 +1,37 @@
+/* When each instance last took a route through a prefix: a fixed table of
+ * (prefix key, instance) -> time, owned by the router and filled at
+ * dispatch for the policies that read a cached prefix's age
+ * (LR__NEEDS_AGE: Lodestar's decayed hit ratio, adaptive's "not cached
+ * yet"). Lossy on purpose: a slot holds the last pair hashed to it, and an
+ * overwritten pair reads as unknown (-1), never as another pair's age. */
+#ifndef LIBROUTE_LIB_RECENCY_H
+#define LIBROUTE_LIB_RECENCY_H
+
+#include "common/common.h"
+
+struct lr__recency_slot;
+
+struct lr__recency {
+    struct lr__recency_slot *slots; /* NULL until set up */
+    uint64_t sum; /* sum over the slots of a hash of (slot, tag, time) */
+};
+
+/* Make the table, once (no-op when it exists); on failure nothing is
+ * kept. */
+lr_status lr__recency_setup(struct lr__recency *t, struct lr__mem *m);
+void lr__recency_free(struct lr__recency *t, struct lr__mem *m);
+
+/* Seconds since `id` was last routed through the prefix whose chained key
+ * is `key`, or -1 when unknown (or no table). */
+double lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
+                       uint64_t now_ns);
+
+/* Remember that `id` took a route through these prefix keys now. */
+void lr__recency_remember(struct lr__recency *t, const uint64_t *keys,
+                          size_t n_keys, uint32_t id, uint64_t now_ns);
+
+/* Fold the table into a digest: O(1), from the running sum that
+ * remember keeps, so a caller may take it around every call. */
+uint64_t lr__recency_digest(const struct lr__recency *t, uint64_t d);
+
+#endif /* LIBROUTE_LIB_RECENCY_H */

@@ -1,0 +1,739 @@
+/* The request path of lr_router: route(), the candidate table, the
+ * lifecycle events and the rebalancing plan.
+ *
+ * The pipeline (route_locked), one step per function:
+ *
+ *   request --keys--> block keys (kbuf)
+ *           --match-> cached tokens per instance (index, no touch)
+ *           --gather> rows[]: one lr_candidate per routable instance, in
+ *                     id order (load tracker, scrapes, RTT, class rate,
+ *                     stall, prefix recency for Lodestar)
+ *           --rank--> ring ranks of the policy's key (ring; DualMap's key
+ *                     from its hotness window)
+ *           --decide> lr__policy_decide(): the policy table (policy.c),
+ *                     with a seed drawn from the router's generator
+ *           --record> learn the prompt (index), dispatch (load tracker),
+ *                     per-policy state: round-robin cursor, hotness
+ *                     window, Lodestar's pending sample
+ *
+ * Only the record step changes anything, and only its first part (the
+ * learn) can fail, atomically. Feedback runs the other way: first token
+ * -> load tracker, GORGO's tuner (lr_cost), Lodestar's sample; completion
+ * and failure -> load tracker. */
+#include "common/lr_hash.h"
+#include "libroute/lr_ring.h"
+#include "router/router_impl.h"
+
+#define NONE LR_INSTANCE_NONE
+#define SEED_SESSION 0x4c5253455353494full /* "LRSESSIO" */
+#define KBUF_MIN 256u                      /* first size of the key scratch */
+#define RECENCY_MAX_BOUNDARIES 16u /* the recency table keeps the last 16 */
+#define MAX_HOT_KEYS 64u           /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
+#define UNLOCKED_KEYS 2048u        /* keys hashed on the stack (16 KiB) */
+
+/* One route's working state, between the pipeline's steps. */
+struct route {
+    const lr_request *q;
+    size_t nk;          /* block keys in kb */
+    const uint64_t *kb; /* r->kbuf, or the caller's stack (hashed unlocked) */
+    uint64_t keys[MAX_HOT_KEYS];
+    uint32_t n_keys; /* DualMap's keys, recorded after the dispatch */
+    uint64_t seed;   /* the policy's draws */
+    struct lr__choice ch;
+};
+
+/* A route's state before its table. keys[] is left as it is: only its
+ * first n_keys are read, and zeroing it was a 512-byte store a call. */
+static void
+route_start(struct route *rt, const lr_request *q, const uint64_t *kb,
+            size_t nk)
+{
+    rt->q = q;
+    rt->nk = nk;
+    rt->kb = kb;
+    rt->n_keys = 0;
+    rt->seed = 0;
+    rt->ch = (struct lr__choice){ 0 };
+}
+
+/* ---- route: keys and match ------------------------------------------------------------ */
+
+static lr_status
+scratch_keys(lr_router *r, size_t n)
+{
+    return lr__grow(&r->mem, (void **)&r->kbuf, &r->kbuf_cap, n,
+                    sizeof *r->kbuf, KBUF_MIN);
+}
+
+/* The leading block keys a route needs: every one when it records (the
+ * learn, the recency table) or the policy matches, follows recency or
+ * DualMap's hotness; only those of the ring key's prefix for a ring
+ * policy's decision alone (prefix_key reads no further); none for a
+ * decision that reads only the load. The keys computed are the same
+ * either way, so the decision is too. */
+static size_t
+keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
+            bool records)
+{
+    const lr_request *q = rt->q;
+    size_t all = q->n_tokens / r->block_tokens;
+    if (records || (needs & (LR__NEEDS_MATCH | LR__NEEDS_AGE)))
+        return all;
+    uint32_t want = 0;
+    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    if (kind == LR_RING_KEY_HOTNESS)
+        return all;
+    if (kind == LR_RING_KEY_PREFIX ||
+        (kind == LR_RING_KEY_SESSION && !q->has_session)) {
+        size_t b = (size_t)r->param[LR_PARAM_SESSION_TOKENS] / r->block_tokens;
+        return b < all ? b : all;
+    }
+    return 0;
+}
+
+/* Step 1: the prompt's block keys (those keys_needed says) into kbuf. */
+static lr_status
+route_keys(lr_router *r, struct route *rt, size_t n)
+{
+    const lr_request *q = rt->q;
+    if (rt->kb != NULL && n <= rt->nk)
+        return LR_OK; /* hashed before the lock was taken */
+    rt->nk = n;
+    LR_TRY(scratch_keys(r, rt->nk));
+    rt->kb = r->kbuf;
+    if (rt->nk > 0)
+        LR_TRY(lr_block_keys(r->block_tokens, q->tokens,
+                             rt->nk * r->block_tokens, q->tenant_salt, r->kbuf,
+                             r->kbuf_cap, &rt->nk));
+    return LR_OK;
+}
+
+static void
+prompt_of(const struct route *rt, lr_prompt *p)
+{
+    const lr_request *q = rt->q;
+    lr_prompt_init(p);
+    p->tokens = q->tokens;
+    p->n_tokens = q->n_tokens;
+    p->boundaries = q->boundaries;
+    p->n_boundaries = q->n_boundaries;
+    p->tenant_salt = q->tenant_salt;
+    p->keys = rt->nk > 0 ? rt->kb : NULL;
+    p->n_keys = rt->nk;
+}
+
+/* Step 2: cached tokens per routable instance into cached_by_id (0 for
+ * all when the policy does not match). */
+static lr_status
+route_match(lr_router *r, const struct route *rt, bool want)
+{
+    for (uint32_t k = 0; k < r->n_act; k++)
+        r->cached_by_id[r->act[k]] = 0;
+    if (!want || rt->nk == 0)
+        return LR_OK;
+    lr_prompt p;
+    prompt_of(rt, &p);
+    lr_index_match_result mr;
+    lr_index_match_result_init(&mr);
+    mr.hits = r->hits;
+    mr.hits_capacity = r->max_inst;
+    LR_TRY(lr_index_match(r->ix, &p, rt->q->now_ns, LR_MATCH_NO_TOUCH, &mr));
+    for (size_t i = 0; i < mr.n_hits; i++)
+        if (r->hits[i].instance < r->max_inst)
+            r->cached_by_id[r->hits[i].instance] = r->hits[i].tokens;
+    return LR_OK;
+}
+
+/* ---- route: gather and rank ---------------------------------------------------------- */
+
+/* How old scraped stats may be and still count, in ns. */
+static uint64_t
+stats_max_age_ns(const lr_router *r)
+{
+    return (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
+}
+
+/* A row with nothing known (what lr__load_fill() would leave unset). */
+static const lr_candidate empty_row = { .cached_age_s = -1 };
+/* gather_row() writes every field by name instead of copying empty_row
+ * first (a 168-byte `rep stos` a row was 5% of a call): a new field must
+ * be written there. */
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V1,
+               "gather_row() writes each field of lr_candidate");
+
+/* One routable instance's row: the load tracker's counters, stats, RTT
+ * and DualMap's stall (lr__load_fill), then the router's own columns. */
+static void
+gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
+           uint64_t max_age_ns, lr_candidate *c)
+{
+    if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
+                               LR__DECODE_STALL_NS, r->init_rtt_ms[id],
+                               c) != LR_OK)) {
+        *c = empty_row;
+        c->rtt_ms = r->init_rtt_ms[id];
+    }
+    c->instance = id;
+    c->cached_tokens = c->prefix_caching ? r->cached_by_id[id] : 0;
+    c->prefill_rate = r->rate[c->instance_class];
+    c->cached_age_s = -1;
+    c->ring_rank = 0;
+    c->flags = 0;
+    c->tree_blocks = 0;
+    c->ttft_s_per_token = 0;
+    c->ttft_base_s = 0;
+    c->ttft_s_per_decoding = 0;
+    c->prefill_tokens_avg = 0;
+    c->route_rate = 0;
+    lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
+}
+
+/* Step 3: rows[0 .. n_act) in id order, with what the policy needs
+ * beyond the counters: each cached prefix's recency for Lodestar
+ * (LR__NEEDS_AGE), the blocks the index holds for each instance for
+ * SGLang's smallest tree (LR__NEEDS_TREE), each instance's calibrated
+ * TTFT model for adaptive (LR__NEEDS_CALIB). */
+static void
+route_gather(lr_router *r, const struct route *rt, uint32_t needs)
+{
+    uint64_t now = rt->q->now_ns;
+    bool calib = (needs & LR__NEEDS_CALIB) != 0 && r->ad.rq != NULL;
+    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    uint64_t max_age = stats_max_age_ns(r);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        lr_candidate *c = &r->rows[k];
+        gather_row(r, r->act[k], now, max_age, c);
+        size_t blocks = c->cached_tokens / r->block_tokens;
+        if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
+            c->cached_age_s =
+                lr__recency_age(&r->rec, rt->kb[blocks - 1], c->instance, now);
+        /* LR_ENOENT: never learned anything, an empty tree (0) */
+        if ((needs & LR__NEEDS_TREE) &&
+            lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
+                LR_OK)
+            c->tree_blocks = 0;
+        if (calib)
+            lr__adaptive_fill(&r->ad, c, now, &memo);
+    }
+}
+
+/* Key of the prompt's first `tokens` tokens (session and consistent hash):
+ * the chained block key when those tokens are whole blocks, else a hash of
+ * the tokens (a block key of fewer tokens would ignore the tail). */
+static uint64_t
+prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
+{
+    const lr_request *q = rt->q;
+    size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
+    size_t b = m / r->block_tokens;
+    if (b > 0 && b <= rt->nk && b * r->block_tokens == m)
+        return rt->kb[b - 1];
+    return lr__hash(q->tokens, m * sizeof(uint32_t),
+                    SEED_SESSION ^ q->tenant_salt);
+}
+
+/* DualMap's key: the deepest hot-enough prefix key, two key blocks at
+ * least (its keys are kept in rt for the hotness window); a shorter
+ * prompt: the hash of its first two key blocks' worth of tokens. */
+static uint64_t
+hotness_key(const lr_router *r, struct route *rt)
+{
+    uint32_t per =
+        (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS] / r->block_tokens;
+    rt->n_keys =
+        lr__hot_keys(&r->hot, rt->kb, rt->nk, per > 0 ? per : 1, rt->keys);
+    if (rt->n_keys == 0)
+        return prefix_key(r, rt,
+                          lr__hot_first_blocks(&r->hot) *
+                              (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
+    return lr__hot_pick(&r->hot, rt->keys, rt->n_keys);
+}
+
+/* Step 4: ring ranks of the policy's key into the rows. */
+static void
+route_rank(lr_router *r, struct route *rt)
+{
+    uint32_t want = 0;
+    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    uint32_t session_tokens = (uint32_t)r->param[LR_PARAM_SESSION_TOKENS];
+    uint64_t key;
+    rt->n_keys = 0;
+    switch (kind) {
+    case LR_RING_KEY_SESSION:
+        key = rt->q->has_session ? lr__mix64(rt->q->session, SEED_SESSION)
+                                 : prefix_key(r, rt, session_tokens);
+        break;
+    case LR_RING_KEY_PREFIX:
+        key = prefix_key(r, rt, session_tokens);
+        break;
+    case LR_RING_KEY_HOTNESS:
+        key = hotness_key(r, rt);
+        break;
+    default:
+        return;
+    }
+    uint32_t ids[LR_RING_MAX_K], got = 0;
+    if (want > r->n_act)
+        want = r->n_act;
+    (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k in range */
+    for (uint32_t i = 0; i < got; i++) {
+        uint32_t k = lr__router_act_index(r, ids[i]);
+        if (LR_ALWAYS(k != NONE)) /* the ring holds exactly the routable */
+            r->rows[k].ring_rank = i + 1;
+    }
+}
+
+/* Steps 1-4: the table route() decides on; `records`: the route will
+ * learn and record (not a dry run, not lr_router_candidates()). */
+static lr_status
+route_table(lr_router *r, struct route *rt, bool records)
+{
+    uint32_t needs = lr__policy_needs(r->policy, r->param);
+    LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
+    LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
+    route_gather(r, rt, needs);
+    route_rank(r, rt);
+    return LR_OK;
+}
+
+/* ---- route: decide and record ----------------------------------------------------------- */
+
+static uint32_t
+output_of(const lr_router *r, const lr_request *q)
+{
+    return q->expected_output_tokens
+               ? q->expected_output_tokens
+               : (uint32_t)r->param[LR_PARAM_DEFAULT_OUTPUT_TOKENS];
+}
+
+/* Step 5: the policy's choice, with a seed from the router's generator. */
+static struct lr__pctx
+route_decide(lr_router *r, struct route *rt)
+{
+    struct lr__pctx c = {
+        .rows = r->rows,
+        .n = r->n_act,
+        .stride = sizeof *r->rows,
+        .param = r->param,
+        .prompt = (uint32_t)rt->q->n_tokens,
+        .output = output_of(r, rt->q),
+        .block_tokens = r->block_tokens,
+        .last = r->rr_last,
+        .model =
+            r->policy == LR_POLICY_LODESTAR ? lr__lodestar_model(&r->ls) : NULL,
+        .score = r->score,
+    };
+    return c;
+}
+
+/* Lodestar: keep the dispatch's features for its sample (or clear the
+ * slot when another policy routed it). */
+static void
+record_lodestar(lr_router *r, const struct route *rt, uint32_t slot,
+                const lr_candidate *c)
+{
+    const lr_request *q = rt->q;
+    float pred =
+        rt->ch.decider == LR_POLICY_LODESTAR ? (float)-rt->ch.cost : NAN;
+    lr__lodestar_dispatch(&r->ls, slot, r->policy == LR_POLICY_LODESTAR, c,
+                          (uint32_t)q->n_tokens, output_of(r, q), pred);
+}
+
+/* The policies that read a cached prefix's age (LR__NEEDS_AGE): remember
+ * the route's prefixes, its last boundaries and its whole length. */
+static void
+record_recency(lr_router *r, const struct route *rt, const lr_candidate *c)
+{
+    const lr_request *q = rt->q;
+    if (r->rec.slots == NULL || rt->nk == 0 || !c->prefix_caching ||
+        !(lr__policy_needs(r->policy, r->param) & LR__NEEDS_AGE))
+        return;
+    uint64_t keys[RECENCY_MAX_BOUNDARIES + 1];
+    size_t n = 0;
+    size_t first = q->n_boundaries > RECENCY_MAX_BOUNDARIES
+                       ? q->n_boundaries - RECENCY_MAX_BOUNDARIES
+                       : 0;
+    for (size_t i = first; i <= q->n_boundaries; i++) {
+        size_t b =
+            i < q->n_boundaries ? q->boundaries[i] / r->block_tokens : rt->nk;
+        if (b > 0 && b <= rt->nk)
+            keys[n++] = rt->kb[b - 1];
+    }
+    lr__recency_remember(&r->rec, keys, n, c->instance, q->now_ns);
+}
+
+/* The dispatch into the load tracker (checked in advance: cannot fail). */
+static lr_status
+record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
+{
+    lr_dispatch dp;
+    lr_dispatch_init(&dp);
+    dp.request_id = rt->q->id;
+    dp.instance = c->instance;
+    dp.prompt_tokens = (uint32_t)rt->q->n_tokens;
+    dp.cached_tokens = c->cached_tokens;
+    dp.expected_output_tokens = output_of(r, rt->q);
+    uint32_t alt = rt->ch.alt;
+    if (alt != NONE && alt != c->instance) {
+        uint32_t ak = lr__router_act_index(r, alt);
+        dp.alt_instance = alt;
+        dp.alt_cached_tokens = ak != NONE ? r->rows[ak].cached_tokens : 0;
+    }
+    dp.now_ns = rt->q->now_ns;
+    return lr_load_dispatch(r->ld, &dp);
+}
+
+/* Step 6: learn the prompt (the one step that can fail, atomically),
+ * dispatch, and advance the per-policy state. */
+static lr_status
+route_record(lr_router *r, const struct route *rt)
+{
+    const lr_request *q = rt->q;
+    const lr_candidate *c = &r->rows[rt->ch.k];
+    if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && rt->nk > 0) {
+        lr_prompt p;
+        prompt_of(rt, &p);
+        LR_TRY(
+            lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns));
+    }
+    lr_status st = record_dispatch(r, rt, c);
+    if (LR_NEVER(st != LR_OK))
+        return st; /* checked up front; the learn stays, harmlessly */
+    if (rt->ch.decider == LR_POLICY_ROUND_ROBIN)
+        r->rr_last = c->instance;
+    if (rt->ch.decider == LR_POLICY_DUALMAP && rt->n_keys > 0)
+        lr__hot_record(&r->hot, rt->keys, rt->n_keys, r->n_act);
+    struct lr__req_view v;
+    bool slot = (r->ls.rq_has != NULL || r->ad.rq != NULL) &&
+                LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK);
+    if (slot && r->ls.rq_has != NULL)
+        record_lodestar(r, rt, v.slot, c);
+    record_recency(r, rt, c);
+    if (slot && r->ad.rq != NULL && r->policy == LR_POLICY_ADAPTIVE) {
+        lr__adaptive_dispatch(&r->ad, v.slot, c,
+                              (uint32_t)q->n_tokens - c->cached_tokens);
+        lr__adaptive_observe(&r->ad, r->rows, r->n_act, c->instance, q->now_ns);
+    }
+    r->st.routes++;
+    r->by_reason[rt->ch.reason]++;
+    r->st.prompt_tokens += q->n_tokens;
+    r->st.cached_tokens += c->cached_tokens;
+    return LR_OK;
+}
+
+static lr_score *
+score_at(const lr_decision *d, size_t stride, size_t k)
+{
+    return (lr_score *)((char *)d->scores + k * stride);
+}
+
+/* The caller's stride of lr_score: 0.1's size unless it says more. */
+static size_t
+score_stride(const lr_decision *d)
+{
+    return d->struct_size >= LR_DECISION_SIZE_V2 && d->score_size != 0
+               ? d->score_size
+               : LR_SCORE_SIZE_V1;
+}
+
+/* Every row's score into the caller's buffer. */
+static void
+fill_scores(const lr_router *r, lr_decision *d)
+{
+    size_t stride = score_stride(d);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        lr_score *s = score_at(d, stride, k);
+        s->instance = r->rows[k].instance;
+        s->cached_tokens = r->rows[k].cached_tokens;
+        s->score = r->score[k];
+    }
+    d->n_scores = r->n_act;
+}
+
+/* Checks that need the router's state, before anything changes. */
+static lr_status
+route_check(lr_router *r, const lr_request *q, lr_decision *d)
+{
+    LR_RETURN_IF(r->n_act == 0, LR_ESTATE);
+    if (q->flags & LR_ROUTE_SCORES) {
+        if (d->scores_capacity < r->n_act) {
+            d->n_scores = r->n_act;
+            return LR_EBUFSIZE;
+        }
+        LR_RETURN_IF(d->scores == NULL, LR_EINVAL);
+        LR_RETURN_IF(score_stride(d) < LR_SCORE_SIZE_V1, LR_EINVAL);
+    }
+    if (!(q->flags & LR_ROUTE_DRY_RUN)) {
+        struct lr__req_view v;
+        LR_RETURN_IF(lr__load_req(r->ld, q->id, &v) == LR_OK, LR_EEXIST);
+        LR_RETURN_IF(!lr__load_has_room(r->ld), LR_ELIMIT);
+    }
+    return LR_OK;
+}
+
+/* kb[0, nk): the prompt's keys, hashed before the lock (NULL: none). */
+static lr_status
+route_locked(lr_router *r, const lr_request *q, lr_decision *d,
+             const uint64_t *kb, size_t nk)
+{
+    /* the clock before the router's state (lr_router.h: the request's
+     * own checks, then the clock, then the rest) */
+    LR_TRY(lr__router_clock(r, q->now_ns, true));
+    LR_TRY(route_check(r, q, d));
+    /* expiry: time-driven housekeeping (lr_router_expire()), kept even
+     * when a later step fails */
+    (void)lr_index_expire(r->ix, q->now_ns);
+    lr__peers_expire(&r->peers, q->now_ns);
+    struct route rt;
+    route_start(&rt, q, kb, nk);
+    LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
+    struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
+    rt.seed = lr__rng_next(&r->rng);
+    struct lr__rng prng;
+    lr__rng_seed(&prng, rt.seed);
+    struct lr__pctx c = route_decide(r, &rt);
+    c.rng = &prng;
+    for (uint32_t k = 0; k < r->n_act; k++)
+        r->score[k] = NAN;
+    rt.ch = lr__policy_decide(r->policy, &c);
+    if (q->flags & LR_ROUTE_DRY_RUN) {
+        r->st.dry_runs++;
+    } else {
+        lr_status st = route_record(r, &rt);
+        if (st != LR_OK) {
+            r->rng = rng_before;
+            return st;
+        }
+    }
+    lr__decision_fill(d, &c, &rt.ch, rt.seed);
+    d->n_scores = 0;
+    if (q->flags & LR_ROUTE_SCORES)
+        fill_scores(r, d);
+    lr__router_clock_take(r, q->now_ns);
+    return LR_OK;
+}
+
+static lr_status
+check_request(const lr_request *q)
+{
+    LR_RETURN_IF(q->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(q->n_tokens > 0 && q->tokens == NULL, LR_EINVAL);
+    LR_RETURN_IF(q->n_boundaries > 0 && q->boundaries == NULL, LR_EINVAL);
+    LR_RETURN_IF(q->n_boundaries > q->n_tokens + 1, LR_EINVAL);
+    for (size_t i = 0; i < q->n_boundaries; i++) {
+        LR_RETURN_IF(q->boundaries[i] > q->n_tokens, LR_EINVAL);
+        LR_RETURN_IF(i > 0 && q->boundaries[i] < q->boundaries[i - 1],
+                     LR_EINVAL);
+    }
+    LR_RETURN_IF(q->flags & ~(uint32_t)(LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES |
+                                        LR_ROUTE_NO_LEARN),
+                 LR_EINVAL);
+    LR_RETURN_IF(q->has_session != 0 && q->has_session != 1, LR_EINVAL);
+    return LR_OK;
+}
+
+lr_status
+lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || decision == NULL, LR_EINVAL);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_RETURN_IF(decision->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
+    LR_TRY(check_request(&q));
+    /* Hashing is pure and a recording route needs every key: hash before
+     * taking the lock, so that another thread's route runs meanwhile
+     * (block_tokens never changes after creation). On the stack, up to
+     * UNLOCKED_KEYS; a longer prompt is hashed under the lock as before
+     * (the host's allocator is never called outside it). */
+    uint64_t kb[UNLOCKED_KEYS];
+    size_t nk = q.n_tokens / r->block_tokens;
+    const uint64_t *pre = NULL;
+    if (!(q.flags & LR_ROUTE_DRY_RUN) && nk > 0 && nk <= UNLOCKED_KEYS &&
+        lr_block_keys(r->block_tokens, q.tokens, nk * r->block_tokens,
+                      q.tenant_salt, kb, UNLOCKED_KEYS, &nk) == LR_OK)
+        pre = kb;
+    lr__router_lock(r);
+    lr_status st = route_locked(r, &q, decision, pre, pre != NULL ? nk : 0);
+    return lr__router_release(r, st);
+}
+
+static void
+copy_rows(const lr_router *r, lr_candidate *rows, size_t row_size)
+{
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        char *dst = (char *)rows + k * row_size;
+        memset(dst, 0, row_size);
+        memcpy(dst, &r->rows[k],
+               row_size < sizeof *r->rows ? row_size : sizeof *r->rows);
+    }
+}
+
+lr_status
+lr_router_candidates(lr_router *r, const lr_request *request,
+                     lr_candidate *rows, size_t capacity, size_t row_size,
+                     size_t *n_rows)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || n_rows == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && rows == NULL, LR_EINVAL);
+    LR_RETURN_IF(row_size < LR_CANDIDATE_SIZE_V1, LR_EINVAL);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_TRY(check_request(&q));
+    lr__router_lock(r);
+    lr_status st = r->n_act == 0 ? LR_ESTATE : LR_OK;
+    if (st == LR_OK) /* a query: judged, never taken */
+        st = lr__router_clock(r, q.now_ns, false);
+    *n_rows = r->n_act;
+    if (st == LR_OK && capacity < r->n_act)
+        st = LR_EBUFSIZE;
+    struct route rt = { .q = &q };
+    if (st == LR_OK)
+        st = route_table(r, &rt, false);
+    if (st == LR_OK)
+        copy_rows(r, rows, row_size);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_policy_input(lr_router *r, const lr_request *request,
+                       lr_policy_input *in, double *params, size_t capacity)
+{
+    LR_RETURN_IF(r == NULL || request == NULL || in == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && params == NULL, LR_EINVAL);
+    LR_RETURN_IF(in->struct_size < LR_POLICY_INPUT_SIZE_V1, LR_EVERSION);
+    lr_request q;
+    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
+    LR_TRY(check_request(&q));
+    in->n_params = LR__PARAM_COUNT;
+    LR_RETURN_IF(capacity < LR__PARAM_COUNT, LR_EBUFSIZE);
+    lr__router_lock(r);
+    memcpy(params, r->param, sizeof r->param);
+    in->params = params;
+    in->prompt_tokens = (uint32_t)q.n_tokens;
+    in->expected_output_tokens = output_of(r, &q);
+    in->block_tokens = r->block_tokens;
+    in->last_instance = r->rr_last;
+    in->seed = 0;
+    in->model = NULL;
+    return lr__router_release(r, LR_OK);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+lr_status
+lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    struct lr__req_view v;
+    lr_status st = lr__router_enter(r, now_ns);
+    if (st == LR_OK)
+        st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK && v.queued) {
+        st = lr_load_first_token(r->ld, request_id, now_ns);
+        double ttft = now_ns >= v.dispatch_ns
+                          ? (double)(now_ns - v.dispatch_ns) / 1e9
+                          : -1;
+        if (st == LR_OK && ttft >= 0 && r->policy == LR_POLICY_GORGO) {
+            (void)lr_cost_observe(r->gorgo, ttft); /* finite, >= 0 */
+            lr__router_sync_gorgo(r);
+        }
+        if (st == LR_OK) {
+            lr__lodestar_settle(&r->ls, v.slot, ttft,
+                                r->param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
+            /* a frozen fit takes no sample */
+            lr__adaptive_settle(
+                &r->ad, v.slot,
+                r->param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft : -1);
+        }
+    }
+    return lr__router_leave(r, st, now_ns);
+}
+
+/* A request ends (complete, fail): its record goes, and a sample still
+ * waiting for its first token is dropped. */
+static lr_status
+end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
+            uint64_t now_ns, bool completed)
+{
+    struct lr__req_view v;
+    lr_status st = lr__router_enter(r, now_ns);
+    if (st == LR_OK)
+        st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK)
+        st = completed
+                 ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
+                 : lr_load_fail(r->ld, request_id);
+    if (st == LR_OK) {
+        lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+        lr__adaptive_settle(&r->ad, v.slot, -1);
+    }
+    return lr__router_leave(r, st, now_ns);
+}
+
+lr_status
+lr_router_complete(lr_router *r, uint64_t request_id, uint32_t output_tokens,
+                   uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    return end_request(r, request_id, output_tokens, now_ns, true);
+}
+
+lr_status
+lr_router_fail(lr_router *r, uint64_t request_id, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    return end_request(r, request_id, 0, now_ns, false);
+}
+
+/* ---- rebalancing ------------------------------------------------------------------------------ */
+
+lr_status
+lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
+                         size_t capacity, size_t move_size, size_t *n_moves)
+{
+    LR_RETURN_IF(r == NULL || n_moves == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && moves == NULL, LR_EINVAL);
+    LR_RETURN_IF(move_size < sizeof(lr_move), LR_EINVAL);
+    *n_moves = 0;
+    lr__router_lock(r);
+    lr_status st = lr__router_clock(r, now_ns, false); /* a query */
+    if (st != LR_OK) {
+        return lr__router_release(r, st);
+    }
+    uint64_t max_age = stats_max_age_ns(r);
+    for (uint32_t k = 0; k < r->n_act; k++) {
+        r->cached_by_id[r->act[k]] = 0;
+        gather_row(r, r->act[k], now_ns, max_age, &r->rows[k]);
+    }
+    *n_moves = lr__dualmap_plan(r->rows, r->n_act, r->param, r->ld, r->score,
+                                moves, capacity, move_size);
+    return lr__router_release(r, LR_OK);
+}
+
+lr_status
+lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = LR_OK;
+    struct lr__req_view v;
+    const struct lr__rinst *in = lr__router_inst(r, to);
+    if (in == NULL)
+        st = LR_ENOENT;
+    else if (in->draining)
+        st = LR_ESTATE;
+    else
+        st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK && !v.queued)
+        st = LR_ESTATE;
+    if (st == LR_OK) {
+        uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
+        st = lr_load_move(r->ld, request_id, to, cached);
+        /* its features were the old instance's: no sample */
+        if (st == LR_OK) {
+            lr__lodestar_settle(&r->ls, v.slot, -1, 0);
+            lr__adaptive_settle(&r->ad, v.slot, -1);
+        }
+    }
+    return lr__router_release(r, st);
+}

@@ -1,0 +1,958 @@
+/* lr_router: instances, telemetry intake, parameters, locking and
+ * statistics. The request path (route() and the lifecycle) is in route.c;
+ * the parts' pass-through (KV events, deltas, gauges, expiry) in
+ * router_kv.c; the policies are behind the policy table (policy.c) and
+ * see nothing of the router; the per-policy state the router keeps lives
+ * in dualmap.c, lodestar.c and GORGO's cost model (cost.c).
+ *
+ * A mutex serializes every public call on a router, except the learner's
+ * training (lr_router_learn_step), which runs outside it. */
+#define _DEFAULT_SOURCE /* sysconf(_SC_NPROCESSORS_ONLN) */
+#include <unistd.h>
+
+#include "common/lr_hash.h"
+#include "learn/learner.h"
+#include "libroute/lr_ring.h"
+#include "parts/ring.h"
+#include "router/router.h"
+#include "router/router_impl.h"
+
+#define NONE LR_INSTANCE_NONE
+#define NAME_MAX_LEN 255u
+#define SEED_NAMES 0x4c524e414d455331ull /* "LRNAMES1" */
+/* The parts' hash seeds, derived from the router's (never its routing
+ * seed): the index's and the load tracker's. */
+#define SEED_INDEX 0x4c52494e44455831ull /* "LRINDEX1" */
+#define SEED_LOAD 0x4c524c4f41444831ull  /* "LRLOADH1" */
+#define SEED_GORGO 0x4c52474f52474f31ull /* "LRGORGO1" */
+#define DEFAULT_RATE LR__ROUTER_DEFAULT_RATE
+
+/* ---- init helpers ----------------------------------------------------------- */
+
+LR__INIT_SIZED(lr_router_options, options_defaults,
+               .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024,
+               .max_requests = 65536, .index_capacity_blocks = 1u << 20,
+               .block_tokens = 16, .index_ttl_ns = 3600ull * 1000000000ull,
+               .ring_vnodes = 160, .gauge_ttl_ns = 2000000000ull,
+               .max_peers = 64)
+
+/* The options whose 0 keeps the default; the others are the caller's as
+ * given. */
+#define ZERO_KEEPS_DEFAULT(X) \
+    X(max_instances)          \
+    X(max_requests)           \
+    X(index_capacity_blocks)  \
+    X(block_tokens)           \
+    X(index_ttl_ns)           \
+    X(ring_vnodes)            \
+    X(gauge_ttl_ns)           \
+    X(max_peers)
+
+LR__INIT_SIZED(lr_instance_spec, spec_defaults, .prefix_caching = 1)
+
+LR__INIT_SIZED(lr_class_spec, class_defaults,
+               .prefill_tokens_per_s = DEFAULT_RATE)
+
+LR__INIT_SIZED_ZERO(lr_request)
+
+LR__INIT_SIZED_ZERO(lr_router_stats)
+
+lr_bounds
+lr_router_param_bounds(int32_t key)
+{
+    return lr_param_bounds(key);
+}
+
+/* ---- create / destroy ------------------------------------------------------------- */
+
+static void
+router_free(lr_router *r)
+{
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst;
+    if (r->inst != NULL) {
+        for (uint32_t i = 0; i < r->max_inst; i++)
+            if (r->inst[i].live)
+                lr__free(m, r->inst[i].name, r->inst[i].name_len + 1);
+        lr__free(m, r->inst, ni * sizeof *r->inst);
+    }
+    lr__table_free(&r->names, m);
+    lr__free(m, r->act, ni * sizeof *r->act);
+    lr__free(m, r->init_rtt_ms, ni * sizeof(double));
+    lr__free(m, r->rows, ni * sizeof *r->rows);
+    lr__free(m, r->score, ni * sizeof *r->score);
+    lr__free(m, r->hits, ni * sizeof *r->hits);
+    lr__free(m, r->cached_by_id, ni * sizeof(uint32_t));
+    lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
+    lr__hot_free(&r->hot, m);
+    lr__lodestar_free(&r->ls, m);
+    lr__adaptive_free(&r->ad, m);
+    lr__recency_free(&r->rec, m);
+    lr__free(m, r->src, ni * sizeof *r->src);
+    lr__peers_free(&r->peers, m);
+    lr_cost_destroy(r->gorgo);
+    lr_index_destroy(r->ix);
+    lr_ring_destroy(r->ring);
+    lr_load_destroy(r->ld);
+    pthread_mutex_destroy(&r->mu);
+    LR__HANDLE_FREE(r, lr_router);
+}
+
+void
+lr__router_sync_gorgo(lr_router *r)
+{
+    r->param[LR_PARAM_GORGO_W_RTT] =
+        lr__cost_in_service(r->gorgo, LR_COST_W_RTT);
+    r->param[LR_PARAM_GORGO_W_QUEUE] =
+        lr__cost_in_service(r->gorgo, LR_COST_W_QUEUE);
+}
+
+lr_status
+lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
+                      lr_load **ld)
+{
+    const lr_router_options *o = &r->opt;
+    *ix = NULL;
+    *ring = NULL;
+    *ld = NULL;
+    lr_index_options io;
+    lr_index_options_init(&io);
+    io.allocator = &r->mem.a;
+    /* its size */
+    io.capacity_blocks = o->index_capacity_blocks;
+    io.block_tokens = o->block_tokens;
+    io.max_instances = o->max_instances;
+    /* who it is */
+    io.seed = lr__mix64(r->hash_seed, SEED_INDEX);
+    io.replica_id = o->replica_id;
+    /* what it forgets, and when */
+    io.ttl_ns = o->index_ttl_ns;
+    io.remote_ttl_ns = o->remote_ttl_ns;
+    io.eviction = o->index_eviction;
+    io.clock_skew_ns = UINT64_MAX; /* the router's clock judges */
+    lr_ring_options ro;
+    lr_ring_options_init(&ro);
+    ro.allocator = &r->mem.a;
+    ro.vnodes = o->ring_vnodes;
+    ro.max_instances = o->max_instances;
+    lr_load_options lo;
+    lr_load_options_init(&lo);
+    lo.allocator = &r->mem.a;
+    lo.max_instances = o->max_instances;
+    lo.max_requests = o->max_requests;
+    lr_status st = lr_index_create(&io, ix);
+    if (st == LR_OK)
+        st = lr_ring_create(&ro, ring);
+    if (st == LR_OK)
+        st = lr_load_create(&lo, ld);
+    if (st == LR_OK)
+        lr__load_set_seed(*ld, lr__mix64(r->hash_seed, SEED_LOAD));
+    if (st != LR_OK) {
+        lr_index_destroy(*ix);
+        lr_ring_destroy(*ring);
+        lr_load_destroy(*ld);
+        *ix = NULL;
+        *ring = NULL;
+        *ld = NULL;
+    }
+    return st;
+}
+
+/* The parts: index, ring, load tracker and GORGO's cost model. */
+static lr_status
+create_parts(lr_router *r, const lr_router_options *o)
+{
+    lr_cost_options co;
+    lr_cost_options_init(&co);
+    co.allocator = o->allocator;
+    co.kind = LR_COST_GORGO;
+    co.seed = o->seed ^ SEED_GORGO;
+    LR_TRY(lr__router_make_parts(r, &r->ix, &r->ring, &r->ld));
+    LR_TRY(lr_cost_create(&co, &r->gorgo));
+    (void)lr_cost_tune(r->gorgo, 1); /* a GORGO model: cannot fail */
+    lr__router_sync_gorgo(r);
+    return LR_OK;
+}
+
+/* The state policy p keeps beyond the router's own, made on its first
+ * use and kept (a later switch back finds it). */
+static lr_status
+policy_setup(lr_router *r, int32_t p)
+{
+    bool had_ls = atomic_load(&r->ls.learner) != NULL;
+    bool had_ad = r->ad.rq != NULL;
+    bool had_rec = r->rec.slots != NULL;
+    bool had_hot = r->hot.pool != NULL;
+    lr_status st = LR_OK;
+    /* DualMap's hotness window (window x key blocks entries, 600 KiB at
+     * the defaults) only for a router whose ring key is DualMap's (DualMap,
+     * or Lodestar falling back to it); until then no key is hot. */
+    uint32_t k;
+    if (lr__policy_ring(p, r->param, &k) == LR_RING_KEY_HOTNESS && !had_hot)
+        st = lr__hot_setup(&r->hot, &r->mem,
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
+                           (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
+    if (st == LR_OK && p == LR_POLICY_LODESTAR)
+        st = lr__lodestar_setup(&r->ls, &r->mem);
+    if (st == LR_OK && p == LR_POLICY_ADAPTIVE)
+        st = lr__adaptive_setup(&r->ad, &r->mem, r->max_inst, r->ls.max_req);
+    if (st == LR_OK && (lr__policy_needs(p, r->param) & LR__NEEDS_AGE))
+        st = lr__recency_setup(&r->rec, &r->mem);
+    if (st != LR_OK) { /* all or nothing */
+        if (!had_ls)
+            lr__lodestar_free(&r->ls, &r->mem);
+        if (!had_ad)
+            lr__adaptive_free(&r->ad, &r->mem);
+        if (!had_rec)
+            lr__recency_free(&r->rec, &r->mem);
+        if (!had_hot)
+            lr__hot_free(&r->hot, &r->mem);
+    }
+    return st;
+}
+
+/* Tables and scratch sized by max_instances. */
+static lr_status
+create_tables(lr_router *r)
+{
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst;
+    LR_TRY(lr__table_init(&r->names, m, r->max_inst));
+    r->inst = lr__calloc(m, ni, sizeof *r->inst);
+    r->act = lr__calloc(m, ni, sizeof *r->act);
+    r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
+    r->rows = lr__calloc(m, ni, sizeof *r->rows);
+    r->score = lr__calloc(m, ni, sizeof *r->score);
+    r->hits = lr__calloc(m, ni, sizeof *r->hits);
+    r->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
+    r->src = lr__calloc(m, ni, sizeof *r->src);
+    if (r->inst == NULL || r->act == NULL || r->init_rtt_ms == NULL ||
+        r->rows == NULL || r->score == NULL || r->hits == NULL ||
+        r->cached_by_id == NULL || r->src == NULL)
+        return LR_ENOMEM;
+    LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
+                          r->opt.replica_id, r->opt.gauge_ttl_ns));
+    r->hot.w = (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW];
+    r->hot.depth = (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS];
+    return policy_setup(r, r->policy);
+}
+
+/* The host's options over the defaults (0 fields keep the default). */
+static lr_status
+read_options(const lr_router_options *opt, lr_router_options *o)
+{
+    *o = options_defaults;
+    if (opt == NULL)
+        return LR_OK;
+    memset(o, 0, sizeof *o);
+    LR_TRY(lr__copy_sized(o, sizeof *o, opt, LR_ROUTER_OPTIONS_SIZE_V1));
+    /* the policy's 0 is a policy of its own: taken as given */
+#define KEEP(f) LR__ZERO_KEEPS_DEFAULT(o, &options_defaults, f)
+    ZERO_KEEPS_DEFAULT(KEEP);
+#undef KEEP
+    LR_RETURN_IF(o->index_eviction != LR_EVICT_REMOTE_FIRST &&
+                     o->index_eviction != LR_EVICT_LRU,
+                 LR_EINVAL);
+    LR_RETURN_IF(o->max_peers > LR_ROUTER_MAX_PEERS, LR_EINVAL);
+    LR_RETURN_IF(o->flags != 0, LR_EINVAL);
+    LR_RETURN_IF(o->policy < 0 || o->policy >= LR__POLICY_COUNT, LR_EINVAL);
+    LR_RETURN_IF(o->max_instances > LR_ROUTER_MAX_INSTANCES, LR_EINVAL);
+    return LR_OK;
+}
+
+lr_status
+lr_router_create(const lr_router_options *opt, lr_router **out)
+{
+    LR_RETURN_IF(out == NULL, LR_EINVAL);
+    *out = NULL;
+    lr_router_options o;
+    LR_TRY(read_options(opt, &o));
+    lr_router *r;
+    LR_TRY(LR__HANDLE_NEW(r, lr_router, o.allocator));
+    if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        LR__HANDLE_FREE(r, lr_router);
+        return LR_ENOMEM;
+    }
+    r->spins = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? LR__ROUTER_SPINS : 0;
+    r->opt = o;
+    r->opt.learner = NULL; /* borrowed for the call only */
+    r->opt.allocator = NULL;
+    r->policy = o.policy;
+    r->max_inst = o.max_instances;
+    r->block_tokens = o.block_tokens;
+    r->rr_last = NONE;
+    lr__rng_seed(&r->rng, o.seed);
+    r->hash_seed = lr__hash_seed(o.hash_seed, r);
+    r->hot.seed = r->hash_seed;
+    lr__param_defaults(r->param);
+    for (unsigned c = 0; c < LR_LOAD_MAX_CLASSES; c++)
+        r->rate[c] = DEFAULT_RATE;
+    lr_status st =
+        lr__lodestar_init(&r->ls, o.learner, o.allocator, o.max_requests);
+    if (st == LR_OK)
+        st = create_parts(r, &o);
+    if (st == LR_OK)
+        st = create_tables(r);
+    if (st != LR_OK) {
+        router_free(r);
+        return st;
+    }
+    *out = r;
+    return LR_OK;
+}
+
+void
+lr_router_destroy(lr_router *r)
+{
+    if (r != NULL)
+        router_free(r);
+}
+
+lr_status
+lr_router_set_policy(lr_router *r, int32_t policy)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = policy_setup(r, policy);
+    if (st == LR_OK)
+        r->policy = policy;
+    return lr__router_release(r, st);
+}
+
+int32_t
+lr_router_policy(const lr_router *r)
+{
+    if (r == NULL)
+        return -1;
+    lr__router_lock(r);
+    int32_t p = r->policy;
+    lr__router_unlock(r);
+    return p;
+}
+
+uint32_t
+lr_router_instance_count(const lr_router *r)
+{
+    if (r == NULL)
+        return 0;
+    lr__router_lock(r);
+    uint32_t n = r->n_inst;
+    lr__router_unlock(r);
+    return n;
+}
+
+/* ---- the clock (router_impl.h) ------------------------------------------ */
+
+lr_status
+lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates)
+{
+    /* skew <= 4.7e9 s: in 64 bits */
+    r->clock.skew_ns = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
+    return lr__clock_judge(&r->clock, t_ns, mutates);
+}
+
+void
+lr__router_clock_take(lr_router *r, uint64_t t_ns)
+{
+    lr__clock_take(&r->clock, t_ns);
+}
+
+/* ---- instances ------------------------------------------------------------------ */
+
+/* Instance names -> ids: an lr__table of ids keyed by the name's hash;
+ * the lookup compares the name held in the instance table. */
+struct name_probe {
+    const struct lr__rinst *inst;
+    const char *name;
+    size_t len;
+};
+
+static inline uint64_t
+name_hash(const lr_router *r, const char *name, size_t len)
+{
+    return lr__hash(name, len, r->hash_seed ^ SEED_NAMES);
+}
+
+static bool
+name_eq(const void *ctx, uint64_t key, uint32_t id)
+{
+    const struct name_probe *p = ctx;
+    (void)key;
+    return p->inst[id].name_len == p->len &&
+           memcmp(p->inst[id].name, p->name, p->len) == 0;
+}
+
+/* The id of the instance named `name`, or LR_NIL. */
+static uint32_t
+name_find(const lr_router *r, const char *name, size_t len)
+{
+    struct name_probe p = { r->inst, name, len };
+    return lr__table_find(&r->names, name_hash(r, name, len), 0, name_eq, &p);
+}
+
+static void
+act_insert(lr_router *r, uint32_t id)
+{
+    uint32_t k = r->n_act;
+    while (k > 0 && r->act[k - 1] > id) {
+        r->act[k] = r->act[k - 1];
+        k--;
+    }
+    r->act[k] = id;
+    r->n_act++;
+}
+
+static void
+act_remove(lr_router *r, uint32_t id)
+{
+    uint32_t k = 0;
+    while (k < r->n_act && r->act[k] != id)
+        k++;
+    if (k == r->n_act)
+        return;
+    memmove(&r->act[k], &r->act[k + 1], (r->n_act - k - 1) * sizeof *r->act);
+    r->n_act--;
+}
+
+uint32_t
+lr__router_act_index(const lr_router *r, uint32_t id)
+{
+    uint32_t lo = 0, hi = r->n_act;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (r->act[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->n_act && r->act[lo] == id ? lo : NONE;
+}
+
+static bool
+valid_name(const char *name, size_t *len)
+{
+    if (name == NULL)
+        return false;
+    size_t n = 0;
+    while (n <= NAME_MAX_LEN && name[n] != '\0')
+        n++;
+    *len = n;
+    return n >= 1 && n <= NAME_MAX_LEN;
+}
+
+static lr_status
+add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
+{
+    LR_RETURN_IF(name_find(r, s->name, len) != LR_NIL, LR_EEXIST);
+    LR_RETURN_IF(r->n_inst >= r->max_inst, LR_ELIMIT);
+    uint32_t n = 0;
+    while (r->inst[n].live)
+        n++;
+    char *copy = lr__alloc(&r->mem, len + 1);
+    if (copy == NULL)
+        return LR_ENOMEM;
+    memcpy(copy, s->name, len);
+    copy[len] = '\0';
+    lr_status st = lr_ring_add(r->ring, copy, n);
+    if (st != LR_OK) {
+        lr__free(&r->mem, copy, len + 1);
+        return st;
+    }
+    st = lr_load_add_instance(r->ld, n, s->instance_class, s->prefix_caching);
+    if (LR_NEVER(st != LR_OK)) {          /* n < max_inst and free */
+        (void)lr_ring_remove(r->ring, n); /* just added: cannot fail */
+        lr__free(&r->mem, copy, len + 1);
+        return st;
+    }
+    /* The initial RTT is not a probe: it serves (init_rtt_ms, see gather)
+     * until the first probe, which then sets the EWMA. */
+    struct lr__rinst *in = &r->inst[n];
+    in->name = copy;
+    in->name_len = (uint32_t)len;
+    in->live = 1;
+    in->draining = 0;
+    r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
+    lr__table_insert(&r->names, name_hash(r, copy, len),
+                     n); /* sized at create */
+    r->n_inst++;
+    act_insert(r, n);
+    *id = n;
+    return LR_OK;
+}
+
+void
+lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
+                        bool draining, double init_rtt_ms)
+{
+    struct lr__rinst *in = &r->inst[id];
+    in->name = name;
+    in->name_len = len;
+    in->live = 1;
+    in->draining = draining;
+    r->init_rtt_ms[id] = init_rtt_ms;
+    lr__table_insert(&r->names, name_hash(r, name, len), id); /* sized */
+    r->n_inst++;
+    if (!draining)
+        act_insert(r, id);
+}
+
+bool
+lr__router_name_ok(const char *name, size_t len)
+{
+    return len >= 1 && len <= NAME_MAX_LEN && memchr(name, 0, len) == NULL;
+}
+
+lr_status
+lr_router_add_instance(lr_router *r, const lr_instance_spec *spec, uint32_t *id)
+{
+    LR_RETURN_IF(r == NULL || spec == NULL || id == NULL, LR_EINVAL);
+    lr_instance_spec s = spec_defaults;
+    LR_TRY(lr__copy_sized(&s, sizeof s, spec, LR_INSTANCE_SPEC_SIZE_V1));
+    size_t len;
+    LR_RETURN_IF(!valid_name(s.name, &len), LR_EINVAL);
+    LR_RETURN_IF(s.instance_class >= LR_LOAD_MAX_CLASSES, LR_EINVAL);
+    LR_RETURN_IF(s.prefix_caching != 0 && s.prefix_caching != 1, LR_EINVAL);
+    LR_RETURN_IF(s.rtt_ns > LR_LOAD_MAX_RTT_NS, LR_ERANGE);
+    lr__router_lock(r);
+    lr_status st = add_locked(r, &s, len, id);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_find_instance(const lr_router *r, const char *name, uint32_t *id)
+{
+    size_t len;
+    LR_RETURN_IF(r == NULL || id == NULL || !valid_name(name, &len), LR_EINVAL);
+    lr__router_lock(r);
+    uint32_t found = name_find(r, name, len);
+    if (found != LR_NIL)
+        *id = found;
+    lr__router_unlock(r);
+    return found != LR_NIL ? LR_OK : LR_ENOENT;
+}
+
+struct lr__rinst *
+lr__router_inst(const lr_router *r, uint32_t id)
+{
+    if (id >= r->max_inst || !r->inst[id].live)
+        return NULL;
+    return &r->inst[id];
+}
+
+lr_status
+lr_router_drain_instance(lr_router *r, uint32_t id, int32_t draining)
+{
+    LR_RETURN_IF(r == NULL || (draining != 0 && draining != 1), LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = LR_OK;
+    struct lr__rinst *in = lr__router_inst(r, id);
+    if (in == NULL) {
+        st = LR_ENOENT;
+    } else if (draining && !in->draining) {
+        (void)lr_ring_remove(r->ring, id); /* on the ring: cannot fail */
+        act_remove(r, id);
+        in->draining = 1;
+    } else if (!draining && in->draining) {
+        st = lr_ring_add(r->ring, in->name, id);
+        if (st == LR_OK) {
+            act_insert(r, id);
+            in->draining = 0;
+        }
+    }
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_remove_instance(lr_router *r, uint32_t id)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    struct lr__rinst *in = lr__router_inst(r, id);
+    if (in == NULL) {
+        return lr__router_release(r, LR_ENOENT);
+    }
+    if (!in->draining) {
+        (void)lr_ring_remove(r->ring, id); /* on the ring: cannot fail */
+        act_remove(r, id);
+    }
+    /* LR_ENOENT when it never learned anything: nothing to drop */
+    (void)lr_index_remove_instance(r->ix, id);
+    (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
+    lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);
+    lr__free(&r->mem, in->name, in->name_len + 1);
+    memset(in, 0, sizeof *in);
+    /* a new instance under this id starts anew; the counters stay in the
+     * router's totals */
+    r->st.kv_batches += r->src[id].batches;
+    r->st.kv_duplicates += r->src[id].dups;
+    r->st.kv_gaps += r->src[id].gaps;
+    r->st.kv_restarts += r->src[id].restarts;
+    memset(&r->src[id], 0, sizeof r->src[id]);
+    r->n_inst--;
+    /* rr_last stays: the cursor is an id position, not a reference */
+    return lr__router_release(r, LR_OK);
+}
+
+lr_status
+lr_router_set_class(lr_router *r, uint32_t cls, const lr_class_spec *spec)
+{
+    LR_RETURN_IF(r == NULL || spec == NULL, LR_EINVAL);
+    LR_RETURN_IF(cls >= LR_LOAD_MAX_CLASSES, LR_EINVAL);
+    lr_class_spec s = class_defaults;
+    LR_TRY(lr__copy_sized(&s, sizeof s, spec, LR_CLASS_SPEC_SIZE_V1));
+    LR_RETURN_IF(isnan(s.prefill_tokens_per_s), LR_EINVAL);
+    LR_RETURN_IF(
+        !(s.prefill_tokens_per_s >= 1 && s.prefill_tokens_per_s <= 1e9),
+        LR_ERANGE);
+    lr__router_lock(r);
+    r->rate[cls] = s.prefill_tokens_per_s;
+    return lr__router_release(r, LR_OK);
+}
+
+/* ---- telemetry --------------------------------------------------------------------- */
+
+lr_status
+lr_router_set_stats(lr_router *r, uint32_t id, const lr_engine_stats *stats)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    /* the scrape's own time is what the clock judges (a mis-stamped
+     * scrape must not make the honest ones after it look old) */
+    bool stamped =
+        stats != NULL && stats->struct_size >= LR_ENGINE_STATS_SIZE_V1;
+    lr__router_lock(r);
+    lr_status st =
+        stamped ? lr__router_clock(r, stats->scraped_ns, true) : LR_OK;
+    if (st == LR_OK)
+        st = lr_load_set_stats(r->ld, id, stats);
+    if (st == LR_OK && stamped)
+        lr__router_clock_take(r, stats->scraped_ns);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_observe_rtt(lr_router *r, uint32_t id, uint64_t rtt_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr_load_observe_rtt(r->ld, id, rtt_ns);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_instance_load(const lr_router *r, uint32_t id, lr_load_snapshot *out)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr_load_get(r->ld, id, out);
+    return lr__router_release(r, st);
+}
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+/* The router parameters that live in GORGO's cost model. */
+static int32_t
+gorgo_key(int32_t key)
+{
+    switch (key) {
+    case LR_PARAM_GORGO_W_RTT:
+        return LR_COST_W_RTT;
+    case LR_PARAM_GORGO_W_QUEUE:
+        return LR_COST_W_QUEUE;
+    case LR_PARAM_GORGO_SIGMA:
+        return LR_COST_SIGMA;
+    case LR_PARAM_GORGO_W_RTT_MAX:
+        return LR_COST_W_RTT_MAX;
+    case LR_PARAM_GORGO_W_QUEUE_MIN:
+        return LR_COST_W_QUEUE_MIN;
+    case LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN:
+        return LR_COST_QUEUE_AT_FIRST_TOKEN;
+    default:
+        return -1;
+    }
+}
+
+static lr_status
+set_param_locked(lr_router *r, int32_t key, double value)
+{
+    switch (key) {
+    case LR_PARAM_DUALMAP_WINDOW: /* a window made for DualMap starts again */
+        if (r->hot.pool != NULL)
+            LR_TRY(
+                lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
+        r->hot.w = (uint32_t)value;
+        break;
+    case LR_PARAM_DUALMAP_MAX_KEY_BLOCKS:
+        if (r->hot.pool != NULL)
+            LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
+        r->hot.depth = (uint32_t)value;
+        break;
+    case LR_PARAM_LODESTAR_FALLBACK: { /* what the new fallback needs */
+        double old = r->param[key];
+        r->param[key] = value;
+        lr_status st = policy_setup(r, r->policy);
+        if (st != LR_OK) {
+            r->param[key] = old;
+            return st;
+        }
+        break;
+    }
+    case LR_PARAM_GORGO_FROZEN:
+        (void)lr_cost_tune(r->gorgo, value == 0); /* GORGO model, 0 or 1 */
+        break;
+    default:
+        if (gorgo_key(key) >= 0) /* same bounds: cannot fail */
+            (void)lr_cost_set_param(r->gorgo, gorgo_key(key), value);
+        break;
+    }
+    r->param[key] = value;
+    lr__router_sync_gorgo(r);
+    return LR_OK;
+}
+
+lr_status
+lr_router_set_param(lr_router *r, int32_t key, double value)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    LR_TRY(lr__param_check(key, value));
+    lr__router_lock(r);
+    lr_status st = set_param_locked(r, key, value);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_get_param(const lr_router *r, int32_t key, double *value)
+{
+    LR_RETURN_IF(r == NULL || value == NULL, LR_EINVAL);
+    LR_RETURN_IF(lr__param_def(key) == NULL, LR_ENOTSUP);
+    lr__router_lock(r);
+    if (gorgo_key(key) >= 0) /* the tuned values */
+        (void)lr_cost_get_param(r->gorgo, gorgo_key(key), value);
+    else
+        *value = r->param[key];
+    return lr__router_release(r, LR_OK);
+}
+
+/* ---- statistics ---------------------------------------------------------------------------------- */
+
+lr_status
+lr_router_get_stats(const lr_router *r, lr_router_stats *out)
+{
+    LR_TRY(lr__out_check(r, out, LR_ROUTER_STATS_SIZE_V1));
+    lr__router_lock(r);
+    lr_router_stats s = r->st;
+    s.inflight = lr_load_inflight(r->ld);
+    s.instances = r->n_inst;
+    s.routable = r->n_act;
+    size_t nr = sizeof s.by_reason / sizeof s.by_reason[0];
+    for (size_t i = 0; i < nr && i < LR__REASON_COUNT; i++)
+        s.by_reason[i] = r->by_reason[i];
+    for (uint32_t i = 0; i < r->max_inst; i++) {
+        const struct lr__kvsrc *k = &r->src[i];
+        s.kv_batches += k->batches;
+        s.kv_duplicates += k->dups;
+        s.kv_gaps += k->gaps;
+        s.kv_restarts += k->restarts;
+        s.kv_gaps_open += k->gap;
+    }
+    s.gauges_exported = r->peers.gseq_out;
+    s.gauges_imported = r->peers.imported;
+    s.gauges_skipped = r->peers.skipped;
+    s.gauges_expired = r->peers.expired;
+    s.peers_live = lr__peers_live(&r->peers, 0); /* held: not yet swept */
+    lr__router_unlock(r);
+    return lr__copy_out(out, &s, sizeof s);
+}
+
+lr_status
+lr_router_index_stats(const lr_router *r, lr_index_stats *out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr_index_get_stats(r->ix, out);
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_reason_counts(const lr_router *r, uint64_t *counts, size_t capacity,
+                        size_t *n_counts)
+{
+    LR_RETURN_IF(r == NULL || n_counts == NULL, LR_EINVAL);
+    LR_RETURN_IF(capacity > 0 && counts == NULL, LR_EINVAL);
+    *n_counts = LR__REASON_COUNT;
+    LR_RETURN_IF(capacity < LR__REASON_COUNT, LR_EBUFSIZE);
+    lr__router_lock(r);
+    memcpy(counts, r->by_reason, sizeof r->by_reason);
+    return lr__router_release(r, LR_OK);
+}
+
+/* ---- internal hooks ------------------------------------------------------------------------------ */
+
+uint64_t
+lr__router_digest(const lr_router *r)
+{
+    if (r == NULL)
+        return 0;
+    lr__router_lock(r);
+    uint64_t h = lr__index_digest(r->ix);
+    h = lr__digest_mix(h, lr__ring_digest(r->ring));
+    h = lr__digest_mix(h, lr__load_digest(r->ld));
+    h = lr__digest_mix(h, lr__cost_digest(r->gorgo));
+    h = lr__digest_mix(h, r->clock.newest); /* not .ahead: a refusal's */
+    h = lr__digest_mix(h, ((uint64_t)r->policy << 32) | r->n_inst);
+    h = lr__digest_mix(h, ((uint64_t)r->n_act << 32) | r->rr_last);
+    for (uint32_t i = 0; i < r->max_inst; i++) {
+        const struct lr__rinst *in = &r->inst[i];
+        if (!in->live)
+            continue;
+        h = lr__digest_mix(h, lr__hash(in->name, in->name_len, i));
+        h = lr__digest_mix(h, in->draining);
+        h = lr__digest_mix(h, lr__double_bits(r->init_rtt_ms[i]));
+    }
+    for (uint32_t k = 0; k < r->n_act; k++)
+        h = lr__digest_mix(h, r->act[k]);
+    h = lr__digest_mix(h, lr__hash(r->param, sizeof r->param, 1));
+    h = lr__digest_mix(h, lr__hash(r->rate, sizeof r->rate, 2));
+    for (int k = 0; k < 4; k++)
+        h = lr__digest_mix(h, r->rng.s[k]);
+    h = lr__hot_digest(&r->hot, h);
+    h = lr__digest_mix(h, r->st.routes ^ (r->st.dry_runs << 20) ^
+                              r->st.prompt_tokens);
+    h = lr__digest_mix(h, lr__hash(r->by_reason, sizeof r->by_reason, 3));
+    h = lr__lodestar_digest(&r->ls, h);
+    h = lr__adaptive_digest(&r->ad, h);
+    h = lr__recency_digest(&r->rec, h);
+    /* the counters of exports and skipped imports are left out */
+    h = lr__peers_digest(&r->peers, h);
+    for (uint32_t i = 0; i < r->max_inst; i++) /* counters left out */
+        if (r->src[i].has)
+            h = lr__digest_mix(h, r->src[i].next ^ ((uint64_t)i << 40) ^
+                                      ((uint64_t)r->src[i].gap << 63) ^
+                                      lr__double_bits(r->src[i].last_ts) ^
+                                      r->src[i].last_at_ns);
+    lr__router_unlock(r);
+    return h;
+}
+
+/* Every live instance is named, tracked, and on the ring and routable
+ * exactly when not draining. */
+static lr_status
+verify_instances(const lr_router *r)
+{
+    uint32_t live = 0, routable = 0;
+    for (uint32_t i = 0; i < r->max_inst; i++) {
+        const struct lr__rinst *in = &r->inst[i];
+        if (!in->live)
+            continue;
+        live++;
+        if (name_find(r, in->name, in->name_len) != i ||
+            !lr__load_has(r->ld, i) ||
+            lr_ring_contains(r->ring, i) != !in->draining ||
+            (lr__router_act_index(r, i) != NONE) != !in->draining)
+            return LR_ECORRUPT;
+        routable += !in->draining;
+    }
+    if (live != r->n_inst || routable != r->n_act ||
+        r->names.count != r->n_inst || lr__table_verify(&r->names) != LR_OK ||
+        lr_ring_count(r->ring) != r->n_act)
+        return LR_ECORRUPT;
+    for (uint32_t k = 1; k < r->n_act; k++)
+        if (r->act[k - 1] >= r->act[k])
+            return LR_ECORRUPT;
+    return LR_OK;
+}
+
+lr_status
+lr__router_verify(const lr_router *r)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = lr__index_verify(r->ix);
+    if (st == LR_OK)
+        st = lr__ring_verify(r->ring);
+    if (st == LR_OK)
+        st = lr__load_verify(r->ld);
+    if (st == LR_OK)
+        st = verify_instances(r);
+    if (st == LR_OK && r->hot.pool != NULL)
+        st = lr__hot_verify(&r->hot);
+    return lr__router_release(r, st);
+}
+
+size_t
+lr__router_mem_live(const lr_router *r)
+{
+    return r != NULL ? r->mem.live : 0;
+}
+
+/* ---- Lodestar: the host's learner calls ------------------------------------------------------ */
+
+static lr_learner *
+learner_of(const lr_router *r)
+{
+    return atomic_load_explicit(&((lr_router *)r)->ls.learner,
+                                memory_order_acquire);
+}
+
+lr_status
+lr_router_learn_step(lr_router *r, uint32_t flags, int32_t *trained)
+{
+    LR_RETURN_IF(r == NULL || (flags & ~LR_LEARN_FORCE) != 0, LR_EINVAL);
+    lr_learner *l = learner_of(r);
+    LR_RETURN_IF(l == NULL, LR_ESTATE);
+    return lr_learner_step(l, flags, trained);
+}
+
+uint32_t
+lr_router_learner_feature_count(const lr_router *r)
+{
+    (void)r;
+    return LR_LODESTAR_FEATURES;
+}
+
+/* Rows of F floats packed at the start of x spread out to row_width,
+ * last row first (row_width >= F, so nothing is overwritten early). */
+static void
+spread_rows(float *x, size_t n, size_t row_width)
+{
+    const size_t f = LR_LODESTAR_FEATURES;
+    for (size_t i = n; i-- > 0;) {
+        memmove(x + i * row_width, x + i * f, f * sizeof *x);
+        memset(x + i * row_width + f, 0, (row_width - f) * sizeof *x);
+    }
+}
+
+lr_status
+lr_router_learner_samples(lr_router *r, float *x, size_t row_width, float *y,
+                          size_t capacity, size_t *n_samples)
+{
+    LR_RETURN_IF(r == NULL || n_samples == NULL, LR_EINVAL);
+    LR_RETURN_IF(row_width < LR_LODESTAR_FEATURES, LR_EINVAL);
+    lr_learner *l = learner_of(r);
+    LR_RETURN_IF(l == NULL, LR_ESTATE);
+    LR_TRY(lr_learner_samples(l, x, y, capacity, n_samples));
+    if (x != NULL && row_width > LR_LODESTAR_FEATURES)
+        spread_rows(x, *n_samples, row_width);
+    return LR_OK;
+}
+
+lr_status
+lr_router_learner_save(lr_router *r, lr_blob **out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    lr__router_lock(r);
+    lr_mlp *net = lr__lodestar_model(&r->ls);
+    lr_status st = net != NULL ? lr_mlp_save(net, out) : LR_ESTATE;
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_learner_stats(const lr_router *r, lr_learner_stats *out)
+{
+    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
+    lr__router_lock(r);
+    lr_learner *l = learner_of(r);
+    lr_status st = l != NULL ? lr_learner_get_stats(l, out) : LR_ESTATE;
+    return lr__router_release(r, st);
+}

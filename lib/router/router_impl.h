@@ -1,0 +1,203 @@
+/* The router's private layout, shared by router.c (instances, telemetry,
+ * parameters, statistics), router_kv.c (the parts' pass-through: KV
+ * events, deltas, gauges) and route.c (the request path: route(), its
+ * table, the lifecycle, rebalancing). */
+#ifndef LIBROUTE_LIB_ROUTER_IMPL_H
+#define LIBROUTE_LIB_ROUTER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/table.h"
+#include "index/index.h"
+#include "libroute/lr_ring.h"
+#include "libroute/lr_router.h"
+#include "parts/load.h"
+#include "policy/adaptive.h"
+#include "policy/cost.h"
+#include "policy/dualmap.h"
+#include "policy/lodestar.h"
+#include "policy/policy.h"
+#include "policy/recency.h"
+#include "router/replica.h"
+
+#define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
+
+struct lr__rinst {
+    char *name;
+    uint32_t name_len;
+    uint8_t live;
+    uint8_t draining;
+};
+
+struct lr_router {
+    struct lr__mem mem;
+    pthread_mutex_t mu;
+    /* 1 while a thread holds mu (lr__router_lock): what a waiter reads
+     * while it spins, so that spinning writes nothing the holder reads. */
+    _Atomic uint32_t busy;
+    uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
+    struct lr__rng rng;
+    int32_t policy;
+    uint32_t max_inst;
+    uint32_t block_tokens;
+    lr_index *ix;
+    lr_ring *ring;
+    lr_load *ld;
+    struct lr__rinst *inst;
+    uint32_t n_inst;
+    /* Keys every table of the router and its parts: the host's
+     * hash_seed, else from the operating system; never the routing
+     * generator's seed. */
+    uint64_t hash_seed;
+    /* The clock (lr__router_clock), its skew LR_PARAM_CLOCK_SKEW_S. */
+    struct lr__clock clock;
+    struct lr__table names; /* name -> id */
+    uint32_t *act;          /* routable ids, ascending */
+    uint32_t n_act;
+    double *init_rtt_ms; /* per id: RTT given at add */
+    double rate[LR_LOAD_MAX_CLASSES];
+    /* Policy parameters; the GORGO weights mirror the tuner's weights in
+     * service (lr__router_sync_gorgo). */
+    double param[LR__PARAM_COUNT];
+    /* per-route scratch, sized at create */
+    lr_candidate *rows;
+    double *score;
+    lr_index_hit *hits;
+    uint32_t *cached_by_id;
+    uint64_t *kbuf;
+    size_t kbuf_cap;
+    /* per-policy state */
+    uint32_t rr_last;
+    struct lr__hot hot;
+    lr_cost *gorgo;
+    struct lr__lodestar ls;
+    struct lr__adaptive ad;
+    struct lr__recency rec; /* for the policies with LR__NEEDS_AGE */
+    /* replicas and event sources (replica.c) */
+    struct lr__kvsrc *src; /* max_inst: each instance's KV-event stream */
+    struct lr__peers peers;
+    lr_router_options opt; /* as resolved at create (restore rebuilds) */
+    lr_router_stats st;
+    uint64_t by_reason[LR__REASON_COUNT];
+};
+
+/* ---- the clock ------------------------------------------------------------
+ *
+ * Every call that takes a timestamp judges it here, under the lock, before
+ * it changes anything, and takes it once it succeeded (common.h, "the
+ * clock"; the skew is LR_PARAM_CLOCK_SKEW_S):
+ *
+ *   LR_TRY(lr__router_clock(r, now_ns, true));   // LR_ERANGE: refused
+ *   ... the call's work; on success:
+ *   lr__router_clock_take(r, now_ns);
+ */
+lr_status lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates);
+void lr__router_clock_take(lr_router *r, uint64_t t_ns);
+
+/* Waits a contended lock spins before it sleeps. A route() holds the
+ * mutex for a few microseconds, and a thread that routes back to back
+ * takes it again within a few more (route, complete, route), so a waiter
+ * often sees several holds go by. A plain mutex puts it to sleep at once:
+ * a futex wait, the holder's futex wake and the scheduler's wake-up
+ * latency cost more than the wait, and two threads routed fewer requests
+ * a second than one (docs/perf.md, "Two threads"). The spin reads `busy`
+ * and tries the mutex only when it looks free; its bound is about 100 us
+ * at a 25 ns pause (measured: 1024 spins gained half as much as 4096).
+ * A holder that was descheduled makes the waiter sleep after the bound,
+ * as before; on a single processor, where the holder cannot run while the
+ * waiter spins, the waiter sleeps at once (lr_router.spins = 0). */
+#define LR__ROUTER_SPINS 4096u
+
+static inline void
+lr__router_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void
+lr__router_lock(const lr_router *r)
+{
+    lr_router *w = (lr_router *)r;
+    bool held = pthread_mutex_trylock(&w->mu) == 0;
+    for (unsigned i = 0; !held && i < w->spins; i++) {
+        lr__router_pause();
+        held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
+               pthread_mutex_trylock(&w->mu) == 0;
+    }
+    if (!held)
+        pthread_mutex_lock(&w->mu);
+    atomic_store_explicit(&w->busy, 1, memory_order_relaxed);
+}
+
+static inline void
+lr__router_unlock(const lr_router *r)
+{
+    lr_router *w = (lr_router *)r;
+    atomic_store_explicit(&w->busy, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Unlock, then return st: the tail of every call that holds the mutex. */
+static inline lr_status
+lr__router_release(const lr_router *r, lr_status st)
+{
+    lr__router_unlock(r);
+    return st;
+}
+
+/* A live instance, or NULL. */
+struct lr__rinst *lr__router_inst(const lr_router *r, uint32_t id);
+
+/* The clock protocol above, for a timestamped call that mutates: enter
+ * takes the mutex and returns the clock's verdict on now_ns; enter_inst
+ * first returns LR_ENOENT when `id` is not an instance; leave takes now_ns
+ * when st is LR_OK, releases the mutex and returns st. Every enter is
+ * followed by one leave. */
+static inline lr_status
+lr__router_enter(lr_router *r, uint64_t now_ns)
+{
+    lr__router_lock(r);
+    return lr__router_clock(r, now_ns, true);
+}
+
+static inline lr_status
+lr__router_enter_inst(lr_router *r, uint32_t id, uint64_t now_ns)
+{
+    lr__router_lock(r);
+    return lr__router_inst(r, id) == NULL ? LR_ENOENT
+                                          : lr__router_clock(r, now_ns, true);
+}
+
+static inline lr_status
+lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
+{
+    if (st == LR_OK)
+        lr__router_clock_take(r, now_ns);
+    return lr__router_release(r, st);
+}
+
+/* Position of a routable id in act[] (and in a route's rows), or
+ * LR_INSTANCE_NONE. */
+uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
+
+/* The GORGO weights the policy reads are the tuner's in service. */
+void lr__router_sync_gorgo(lr_router *r);
+
+/* A fresh index, ring and load tracker made with the router's options
+ * (all or none). */
+lr_status lr__router_make_parts(const lr_router *r, lr_index **ix,
+                                lr_ring **ring, lr_load **ld);
+
+/* Snapshot restore: a name an instance may have (1..255 bytes, no NUL);
+ * commit instance `id` (a free slot; its ring and load entries exist;
+ * `name` is taken over). Cannot fail. */
+bool lr__router_name_ok(const char *name, size_t len);
+void lr__router_put_instance(lr_router *r, uint32_t id, char *name,
+                             uint32_t len, bool draining, double init_rtt_ms);
+
+#endif /* LIBROUTE_LIB_ROUTER_IMPL_H */
