@@ -8,8 +8,9 @@
  * policy's entry names, calls lr__policy_decide(), then records the
  * choice and updates the per-policy state it keeps (round-robin cursor,
  * DualMap's hotness window in lib/policy/dualmap.c, GORGO's tuner in
- * lib/policy/cost.c, Lodestar's samples in lib/policy/lodestar.c). lr_policy_decide()
- * (the public entry) builds the same context from the caller's table.
+ * lib/policy/cost.c, Lodestar's samples in lib/policy/lodestar.c).
+ * lr_policy_decide() (the public entry) builds the same context from the
+ * caller's table.
  *
  *   router.c --gather--> rows[] --lr__policy_decide(p)--> choice
  *                          ^                  |
