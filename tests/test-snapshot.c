@@ -21,6 +21,7 @@
 #include "common/lr_hash.h"
 #include "mpw.h"
 #include "router-helpers.h"
+#include "policy/adaptive.h"
 #include "router/router_impl.h"
 
 #define BS 16u
@@ -223,8 +224,11 @@ roundtrip(void **state)
     assert_st(lr_router_learner_save(a, &ma), LR_OK);
     assert_st(lr_router_learner_save(b, &mb), LR_OK);
     assert_same_blob(ma, mb, "the network");
-    assert_true(b->ad.rq != NULL);
-    assert_memory_equal(a->ad.cls, b->ad.cls, sizeof a->ad.cls);
+    const struct lr__adaptive *aa = lr__router_pstate(a, LR_POLICY_ADAPTIVE);
+    const struct lr__adaptive *ab = lr__router_pstate(b, LR_POLICY_ADAPTIVE);
+    assert_non_null(aa);
+    assert_non_null(ab);
+    assert_memory_equal(aa->cls, ab->cls, sizeof aa->cls);
     /* a router with instances refuses; so does one of another block */
     uint64_t d0 = lr__router_digest(b);
     assert_st(lr_router_restore(b, lr_blob_data(sa), lr_blob_size(sa), now),

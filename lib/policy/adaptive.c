@@ -72,6 +72,8 @@
  */
 #include "policy/adaptive.h"
 
+#include "common/wire.h"
+
 #include <math.h>
 
 #include "common/lr_hash.h"
@@ -485,3 +487,165 @@ lr__adaptive_decide(const struct lr__pctx *c)
             pick = k;
     return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
 }
+
+/* ---- the state, behind its operations ------------------------------------------ */
+
+static lr_status
+ad_create(const struct lr__penv *env, void **out)
+{
+    struct lr__adaptive *ad = lr__calloc(env->mem, 1, sizeof *ad);
+    LR_RETURN_IF(ad == NULL, LR_ENOMEM);
+    lr_status st =
+        lr__adaptive_setup(ad, env->mem, env->max_inst, env->max_req);
+    if (st != LR_OK) {
+        lr__free(env->mem, ad, sizeof *ad);
+        return st;
+    }
+    *out = ad;
+    return LR_OK;
+}
+
+static void
+ad_destroy(void *st, struct lr__mem *m)
+{
+    lr__adaptive_free(st, m);
+    lr__free(m, st, sizeof(struct lr__adaptive));
+}
+
+/* Each row's calibrated model and time averages (lr__adaptive_fill). */
+static void
+ad_gather(const void *st, lr_candidate *rows, uint32_t n,
+          struct lr__route_view *v, uint64_t now_ns)
+{
+    (void)v;
+    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    for (uint32_t k = 0; k < n; k++)
+        lr__adaptive_fill(st, &rows[k], now_ns, &memo);
+}
+
+/* Its own placements: what the fit will learn from at the first token,
+ * and the averages of every row it saw. */
+static void
+ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
+{
+    if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL)
+        return;
+    const lr_candidate *c = &p->rows[p->k];
+    lr__adaptive_dispatch(st, p->slot, c,
+                          (uint32_t)p->v->q->n_tokens - c->cached_tokens);
+    lr__adaptive_observe(st, p->rows, p->n, c->instance, now_ns);
+}
+
+static void
+ad_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
+               const double *param)
+{
+    (void)policy;
+    /* a frozen fit takes no sample */
+    lr__adaptive_settle(st, slot,
+                        param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft_s : -1);
+}
+
+static void
+ad_ended(void *st, uint32_t slot)
+{
+    lr__adaptive_settle(st, slot, -1);
+}
+
+/* Snapshot section ADPT: u32 classes; per class f64 theta, bv, prior,
+ * ridge and a row of A per term, f64 w_mean, u32 first tokens fitted. */
+static void
+write_fits(struct lr__wr *w, const struct lr__adaptive *ad)
+{
+    lr__wr_u32(w, LR_LOAD_MAX_CLASSES);
+    for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
+        const struct lr__calib *k = &ad->cls[c];
+        for (int i = 0; i < LR__CALIB_DIM; i++) {
+            lr__wr_f64(w, k->theta[i]);
+            lr__wr_f64(w, k->bv[i]);
+            lr__wr_f64(w, k->prior[i]);
+            lr__wr_f64(w, k->ridge[i]);
+            for (int j = 0; j < LR__CALIB_DIM; j++)
+                lr__wr_f64(w, k->A[i][j]);
+        }
+        lr__wr_f64(w, k->w_mean);
+        lr__wr_u32(w, k->n);
+    }
+}
+
+static lr_status
+ad_save(const void *st, struct lr__mem *m, lr_blob **out)
+{
+    struct lr__wr w = { NULL, 0 };
+    write_fits(&w, st);
+    uint8_t *buf;
+    LR_TRY(lr__blob_new(m, w.n, out, &buf));
+    w = (struct lr__wr){ buf, 0 };
+    write_fits(&w, st);
+    return LR_OK;
+}
+
+/* A fit a restore may take: every term >= 0 and finite (the fit solves
+ * with A + diag(ridge)). */
+static bool
+finite_calib(const struct lr__calib *k)
+{
+    for (int i = 0; i < LR__CALIB_DIM; i++) {
+        if (!(k->theta[i] >= 0) || !isfinite(k->theta[i]) ||
+            !isfinite(k->bv[i]) || !isfinite(k->prior[i]) ||
+            !(k->ridge[i] >= 0) || !isfinite(k->ridge[i]))
+            return false;
+        for (int j = 0; j < LR__CALIB_DIM; j++)
+            if (!isfinite(k->A[i][j]))
+                return false;
+    }
+    return isfinite(k->w_mean);
+}
+
+static lr_status
+ad_load(const struct lr__penv *env, const uint8_t *p, size_t n, void **out)
+{
+    struct lr__calib cls[LR_LOAD_MAX_CLASSES];
+    memset(cls, 0, sizeof cls); /* padding too: the digest hashes the bytes */
+    struct lr__rd rd = { p, p + n, false };
+    LR_RETURN_IF(lr__rd_u32(&rd) != LR_LOAD_MAX_CLASSES, LR_ECORRUPT);
+    for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
+        struct lr__calib *k = &cls[c];
+        for (int i = 0; i < LR__CALIB_DIM; i++) {
+            k->theta[i] = lr__rd_f64(&rd);
+            k->bv[i] = lr__rd_f64(&rd);
+            k->prior[i] = lr__rd_f64(&rd);
+            k->ridge[i] = lr__rd_f64(&rd);
+            for (int j = 0; j < LR__CALIB_DIM; j++)
+                k->A[i][j] = lr__rd_f64(&rd);
+        }
+        k->w_mean = lr__rd_f64(&rd);
+        k->n = lr__rd_u32(&rd);
+        LR_RETURN_IF(rd.bad || !finite_calib(k), LR_ECORRUPT);
+    }
+    LR_RETURN_IF(rd.p != rd.end, LR_ECORRUPT);
+    void *st = NULL;
+    LR_TRY(ad_create(env, &st));
+    memcpy(((struct lr__adaptive *)st)->cls, cls, sizeof cls);
+    *out = st;
+    return LR_OK;
+}
+
+static uint64_t
+ad_digest(const void *st, uint64_t d)
+{
+    return lr__adaptive_digest(st, d);
+}
+
+const struct lr__pstate_ops lr__adaptive_ops = {
+    .create = ad_create,
+    .destroy = ad_destroy,
+    .gather = ad_gather,
+    .record = ad_record,
+    .first_token = ad_first_token,
+    .ended = ad_ended,
+    .tag = 0x54504441u, /* "ADPT" little-endian */
+    .save = ad_save,
+    .load = ad_load,
+    .digest = ad_digest,
+};

@@ -393,3 +393,90 @@ lr__dualmap_plan(const lr_candidate *rows, uint32_t n, const double *param,
     }
     return p.n_moves;
 }
+
+/* ---- the state: the hotness window ---------------------------------------------- */
+
+/* Made for a router whose ring key is DualMap's (DualMap, or Lodestar
+ * falling back to it): window x key blocks entries, 600 KiB at the
+ * defaults. */
+static lr_status
+hot_create(const struct lr__penv *env, void **out)
+{
+    struct lr__hot *h = lr__calloc(env->mem, 1, sizeof *h);
+    LR_RETURN_IF(h == NULL, LR_ENOMEM);
+    h->seed = env->hash_seed;
+    lr_status st = lr__hot_setup(
+        h, env->mem, (uint32_t)env->param[LR_PARAM_DUALMAP_WINDOW],
+        (uint32_t)env->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
+    if (st != LR_OK) {
+        lr__free(env->mem, h, sizeof *h);
+        return st;
+    }
+    *out = h;
+    return LR_OK;
+}
+
+static void
+hot_destroy(void *st, struct lr__mem *m)
+{
+    lr__hot_free(st, m);
+    lr__free(m, st, sizeof(struct lr__hot));
+}
+
+/* A window of another size starts again (LR_ENOMEM: the old one stays). */
+static lr_status
+hot_set_param(void *st, const struct lr__penv *env, int32_t key, double value)
+{
+    struct lr__hot *h = st;
+    if (key == LR_PARAM_DUALMAP_WINDOW)
+        return lr__hot_setup(h, env->mem, (uint32_t)value, h->depth);
+    if (key == LR_PARAM_DUALMAP_MAX_KEY_BLOCKS)
+        return lr__hot_setup(h, env->mem, h->w, (uint32_t)value);
+    return LR_OK;
+}
+
+/* DualMap's ring key: the deepest hot-enough prefix key, two key blocks
+ * at least (the keys are left in v->scratch for the record); a shorter
+ * prompt: the hash of its first two key blocks' worth of tokens. */
+static uint64_t
+hot_ring_key(const void *st, struct lr__route_view *v)
+{
+    const struct lr__hot *h = st;
+    uint32_t key_tokens = (uint32_t)v->param[LR_PARAM_DUALMAP_KEY_TOKENS];
+    uint32_t per = key_tokens / v->block_tokens;
+    v->n_scratch =
+        lr__hot_keys(h, v->keys, v->n_keys, per > 0 ? per : 1, v->scratch);
+    if (v->n_scratch == 0)
+        return lr__prefix_key(v, lr__hot_first_blocks(h) * key_tokens);
+    return lr__hot_pick(h, v->scratch, v->n_scratch);
+}
+
+static void
+hot_record_placed(void *st, const struct lr__placed *p, uint64_t now_ns)
+{
+    (void)now_ns;
+    if (p->ch.decider == LR_POLICY_DUALMAP && p->v->n_scratch > 0)
+        lr__hot_record(st, p->v->scratch, p->v->n_scratch, p->v->routable);
+}
+
+static uint64_t
+hot_digest_of(const void *st, uint64_t d)
+{
+    return lr__hot_digest(st, d);
+}
+
+static lr_status
+hot_verify_of(const void *st)
+{
+    return lr__hot_verify(st);
+}
+
+const struct lr__pstate_ops lr__dualmap_ops = {
+    .create = hot_create,
+    .destroy = hot_destroy,
+    .set_param = hot_set_param,
+    .ring_key = hot_ring_key,
+    .record = hot_record_placed,
+    .digest = hot_digest_of,
+    .verify = hot_verify_of,
+};

@@ -379,3 +379,136 @@ lr__lodestar_digest(const struct lr__lodestar *ls, uint64_t d)
                                            (F + 1) * sizeof(float), i));
     return d;
 }
+
+/* ---- the state, behind its operations ------------------------------------------ */
+
+static lr_status
+ls_check(const struct lr__penv *env)
+{
+    struct lr__lodestar ls;
+    return lr__lodestar_init(&ls, env->learner, &env->mem->a, env->max_req);
+}
+
+static lr_status
+ls_create(const struct lr__penv *env, void **out)
+{
+    struct lr__lodestar *ls = lr__alloc(env->mem, sizeof *ls);
+    LR_RETURN_IF(ls == NULL, LR_ENOMEM);
+    lr_status st = lr__lodestar_init(ls, env->learner, &env->mem->a,
+                                     env->max_req); /* checked at create */
+    if (st == LR_OK)
+        st = lr__lodestar_setup(ls, env->mem);
+    if (st != LR_OK) {
+        lr__free(env->mem, ls, sizeof *ls);
+        return st;
+    }
+    *out = ls;
+    return LR_OK;
+}
+
+static void
+ls_destroy(void *st, struct lr__mem *m)
+{
+    lr__lodestar_free(st, m);
+    lr__free(m, st, sizeof(struct lr__lodestar));
+}
+
+static void
+ls_prepare(const void *st, struct lr__pctx *c)
+{
+    c->model = lr__lodestar_model((struct lr__lodestar *)st);
+}
+
+/* Every placement: the dispatch's features wait for its first token when
+ * Lodestar is the router's policy (its samples are its own placements),
+ * with the prediction when Lodestar (not its fallback) chose; otherwise
+ * the slot is cleared. */
+static void
+ls_record(void *st, const struct lr__placed *p, uint64_t now_ns)
+{
+    (void)now_ns;
+    if (p->slot == LR_NIL)
+        return;
+    float pred = p->ch.decider == LR_POLICY_LODESTAR ? (float)-p->ch.cost : NAN;
+    lr__lodestar_dispatch(st, p->slot, p->v->policy == LR_POLICY_LODESTAR,
+                          &p->rows[p->k], (uint32_t)p->v->q->n_tokens,
+                          p->output, pred);
+}
+
+static void
+ls_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
+               const double *param)
+{
+    (void)policy;
+    lr__lodestar_settle(st, slot, ttft_s, param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
+}
+
+static void
+ls_ended(void *st, uint32_t slot)
+{
+    lr__lodestar_settle(st, slot, -1, 0);
+}
+
+/* Snapshot section LODE: the network in service (lr_mlp_save's format),
+ * when there is one. */
+static lr_status
+ls_save(const void *st, struct lr__mem *m, lr_blob **out)
+{
+    (void)m;
+    lr_mlp *net = lr__lodestar_model((struct lr__lodestar *)st);
+    *out = NULL;
+    return net != NULL ? lr_mlp_save(net, out) : LR_OK;
+}
+
+static lr_status
+ls_load(const struct lr__penv *env, const uint8_t *p, size_t n, void **out)
+{
+    lr_mlp *net = NULL;
+    LR_TRY(lr_mlp_load(p, n, &env->mem->a, &net));
+    lr_status st =
+        lr_mlp_n_inputs(net) == LR_LODESTAR_FEATURES ? LR_OK : LR_ECORRUPT;
+    void *ls = NULL;
+    if (st == LR_OK)
+        st = ls_create(env, &ls);
+    if (st == LR_OK) {
+        st = lr__learner_install(lr__lodestar_learner(ls), net);
+        if (st == LR_OK)
+            net = NULL; /* the learner's now */
+        else
+            ls_destroy(ls, env->mem);
+    }
+    lr_mlp_destroy(net);
+    if (st == LR_OK)
+        *out = ls;
+    return st;
+}
+
+static uint64_t
+ls_digest(const void *st, uint64_t d)
+{
+    return lr__lodestar_digest(st, d);
+}
+
+lr_learner *
+lr__lodestar_learner(const void *st)
+{
+    const struct lr__lodestar *ls = st;
+    return ls != NULL
+               ? atomic_load_explicit(&((struct lr__lodestar *)ls)->learner,
+                                      memory_order_acquire)
+               : NULL;
+}
+
+const struct lr__pstate_ops lr__lodestar_ops = {
+    .check = ls_check,
+    .create = ls_create,
+    .destroy = ls_destroy,
+    .prepare = ls_prepare,
+    .record = ls_record,
+    .first_token = ls_first_token,
+    .ended = ls_ended,
+    .tag = 0x45444f4cu, /* "LODE" little-endian */
+    .save = ls_save,
+    .load = ls_load,
+    .digest = ls_digest,
+};

@@ -72,4 +72,9 @@ void lr__lodestar_settle(struct lr__lodestar *ls, uint32_t slot, double ttft_s,
 
 uint64_t lr__lodestar_digest(const struct lr__lodestar *ls, uint64_t d);
 
+/* The learner of a Lodestar state (the router's, for the host's learner
+ * calls; NULL for NULL). Read without the router's lock: the learner
+ * trains on the host's thread. */
+lr_learner *lr__lodestar_learner(const void *st);
+
 #endif /* LIBROUTE_LIB_LODESTAR_H */

@@ -18,6 +18,7 @@
  */
 #include "policy/policy.h"
 
+#include "common/lr_hash.h"
 #include "libroute/lr_ring.h"
 #include "policy/cost.h"
 
@@ -533,17 +534,6 @@ decide_dynamo(const struct lr__pctx *c)
     return lr__choose(c, pick, LR_REASON_SAMPLED, LR_POLICY_DYNAMO);
 }
 
-static struct lr__choice
-decide_gorgo(const struct lr__pctx *c)
-{
-    bool at_first = LR__P(c, GORGO_RELEASE_AT_FIRST_TOKEN) != 0;
-    for (size_t k = 0; k < c->n; k++)
-        c->score[k] =
-            lr__cost_gorgo(lr__row(c, k), c->prompt, LR__P(c, GORGO_W_RTT),
-                           LR__P(c, GORGO_W_QUEUE), at_first);
-    return lr__choose(c, lr__pick_min(c), LR_REASON_MIN_COST, LR_POLICY_GORGO);
-}
-
 /* The median of the rows' in-flight counts: the middle one, or the mean
  * of the two middle ones. Selects in the scores, which the caller
  * overwrites afterwards: O(n) expected, O(n log n) at worst. */
@@ -593,7 +583,7 @@ decide_ranvier(const struct lr__pctx *c)
 const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random },
     [LR_POLICY_ROUND_ROBIN] = { "round-robin", 0, LR_RING_KEY_NONE, 0,
-                                decide_round_robin },
+                                decide_round_robin, &lr__round_robin_ops },
     [LR_POLICY_LEAST_REQUEST] = { "least-request", 0, LR_RING_KEY_NONE, 0,
                                   decide_least_request },
     [LR_POLICY_LEAST_LOAD] = { "least-load", 0, LR_RING_KEY_NONE, 0,
@@ -613,14 +603,16 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
                              decide_min_ttft },
     [LR_POLICY_DYNAMO] = { "dynamo", M, LR_RING_KEY_NONE, 0, decide_dynamo },
     [LR_POLICY_DUALMAP] = { "dualmap", M, LR_RING_KEY_HOTNESS, 2,
-                            lr__dualmap_decide },
-    [LR_POLICY_GORGO] = { "gorgo", M, LR_RING_KEY_NONE, 0, decide_gorgo },
+                            lr__dualmap_decide, &lr__dualmap_ops },
+    [LR_POLICY_GORGO] = { "gorgo", M, LR_RING_KEY_NONE, 0, lr__gorgo_decide,
+                          &lr__gorgo_ops },
     [LR_POLICY_RANVIER] = { "ranvier", M, LR_RING_KEY_PREFIX, LR_RING_MAX_K,
                             decide_ranvier },
     [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
-                             2, lr__lodestar_decide },
+                             2, lr__lodestar_decide, &lr__lodestar_ops },
     [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
-                             LR_RING_KEY_NONE, 0, lr__adaptive_decide },
+                             LR_RING_KEY_NONE, 0, lr__adaptive_decide,
+                             &lr__adaptive_ops },
 };
 #undef M
 
@@ -637,6 +629,102 @@ fallback_of(int32_t p, const double *param)
     return p == LR_POLICY_LODESTAR ? (int32_t)param[LR_PARAM_LODESTAR_FALLBACK]
                                    : LR__POLICY_NONE;
 }
+
+int32_t
+lr__policy_ring_owner(int32_t p, const double *param)
+{
+    int32_t fb = fallback_of(p, param);
+    if (fb != LR__POLICY_NONE && lr__policies[fb].ring_key != LR_RING_KEY_NONE)
+        return fb;
+    return lr__policies[p].ring_key != LR_RING_KEY_NONE ? p : LR__POLICY_NONE;
+}
+
+uint32_t
+lr__policy_states(int32_t p, const double *param)
+{
+    int32_t fb = fallback_of(p, param);
+    uint32_t kinds = 0;
+    if (lr__policies[p].ops != NULL)
+        kinds |= 1u << p;
+    if (fb != LR__POLICY_NONE && lr__policies[fb].ops != NULL)
+        kinds |= 1u << fb;
+    if (lr__policy_needs(p, param) & LR__NEEDS_AGE)
+        kinds |= 1u << LR__STATE_RECENCY;
+    return kinds;
+}
+
+const struct lr__pstate_ops *
+lr__pstate_ops_of(uint32_t kind)
+{
+    if (kind < LR__POLICY_COUNT)
+        return lr__policies[kind].ops;
+    return kind == LR__STATE_RECENCY ? &lr__recency_ops : NULL;
+}
+
+uint64_t
+lr__prefix_key(const struct lr__route_view *v, uint32_t tokens)
+{
+    const lr_request *q = v->q;
+    size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
+    size_t b = m / v->block_tokens;
+    if (b > 0 && b <= v->n_keys && b * v->block_tokens == m)
+        return v->keys[b - 1];
+    return lr__hash(q->tokens, m * sizeof(uint32_t),
+                    LR__SEED_SESSION ^ q->tenant_salt);
+}
+
+/* ---- round-robin's cursor ---------------------------------------------------------- */
+
+/* The instance a round-robin decision served last: the next goes to the
+ * least id above it. An id position, not a reference: it stays when that
+ * instance goes. */
+struct rr_state {
+    uint32_t last;
+};
+
+static lr_status
+rr_create(const struct lr__penv *env, void **out)
+{
+    struct rr_state *s = lr__alloc(env->mem, sizeof *s);
+    LR_RETURN_IF(s == NULL, LR_ENOMEM);
+    s->last = NONE;
+    *out = s;
+    return LR_OK;
+}
+
+static void
+rr_destroy(void *st, struct lr__mem *m)
+{
+    lr__free(m, st, sizeof(struct rr_state));
+}
+
+static void
+rr_prepare(const void *st, struct lr__pctx *c)
+{
+    c->last = ((const struct rr_state *)st)->last;
+}
+
+static void
+rr_record(void *st, const struct lr__placed *p, uint64_t now_ns)
+{
+    (void)now_ns;
+    if (p->ch.decider == LR_POLICY_ROUND_ROBIN)
+        ((struct rr_state *)st)->last = p->rows[p->k].instance;
+}
+
+static uint64_t
+rr_digest(const void *st, uint64_t d)
+{
+    return lr__digest_mix(d, ((const struct rr_state *)st)->last);
+}
+
+const struct lr__pstate_ops lr__round_robin_ops = {
+    .create = rr_create,
+    .destroy = rr_destroy,
+    .prepare = rr_prepare,
+    .record = rr_record,
+    .digest = rr_digest,
+};
 
 int32_t
 lr__policy_ring(int32_t p, const double *param, uint32_t *ranks)

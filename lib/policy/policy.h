@@ -1,21 +1,22 @@
-/* The policies: one table, one decide function each.
+/* The policies: one table, one decide function each, and for a policy
+ * that keeps state, its operations.
  *
- * A policy sees a struct lr__pctx and nothing else: the candidate rows
- * (public lr_candidate), the request's facts, the parameter values, a
+ * A policy's decide sees a struct lr__pctx and nothing else: the candidate
+ * rows (public lr_candidate), the request's facts, the parameter values, a
  * random generator and, for Lodestar, a model. It writes a score per row
- * and returns a struct lr__choice. It never sees the router: the router
- * gathers the rows (lib/router/router.c), ranks them by the ring key the
- * policy's entry names, calls lr__policy_decide(), then records the
- * choice and updates the per-policy state it keeps (round-robin cursor,
- * DualMap's hotness window in lib/policy/dualmap.c, GORGO's tuner in
- * lib/policy/cost.c, Lodestar's samples in lib/policy/lodestar.c).
- * lr_policy_decide() (the public entry) builds the same context from the
- * caller's table.
+ * and returns a struct lr__choice; lr_policy_decide() (the public entry)
+ * builds the same context from a host's table.
  *
- *   router.c --gather--> rows[] --lr__policy_decide(p)--> choice
- *                          ^                  |
- *      index, ring, load --+     lr__policies[p].decide (policy.c,
- *                                dualmap.c, lodestar.c) -> cost.c formulas
+ * A policy that learns from what it routes (round-robin's cursor,
+ * DualMap's hotness window, GORGO's tuner, Lodestar's samples and
+ * network, adaptive's TTFT fit) owns that state behind a table of
+ * operations (struct lr__pstate_ops, after SQLite's io methods): the
+ * router holds one opaque pointer per state kind, made on first use and
+ * kept, and calls the operations at each step of a route and of the
+ * feedback path without knowing which policy it is. So does the recency
+ * table that the policies reading prefix ages share (a state kind of its
+ * own, LR__STATE_RECENCY). Adding a stateful policy is its file and one
+ * row of the table. docs/architecture.md draws where each operation runs.
  */
 #ifndef LIBROUTE_LIB_POLICY_H
 #define LIBROUTE_LIB_POLICY_H
@@ -23,13 +24,18 @@
 #include <math.h>
 
 #include "common/common.h"
+#include "libroute/lr_learner.h"
 #include "libroute/lr_policy.h"
+#include "libroute/lr_router.h"
 
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 17
 #define LR__PARAM_COUNT 40
 #define LR__REASON_COUNT 16
+
+/* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
+#define LR__SEED_SESSION 0x4c5253455353494full
 
 /* "No policy chose": a choice's decider before a policy has made it. */
 #define LR__POLICY_NONE (-1)
@@ -68,12 +74,15 @@ struct lr__choice {
     int32_t decider; /* the policy that chose */
 };
 
+struct lr__pstate_ops;
+
 struct lr__policy_def {
     const char *name;
     uint32_t needs;   /* LR__NEEDS_* */
     int32_t ring_key; /* LR_RING_KEY_* */
     uint32_t ring_k;  /* ranks it reads */
     struct lr__choice (*decide)(const struct lr__pctx *c);
+    const struct lr__pstate_ops *ops; /* its state, or NULL */
 };
 
 /* The table of policies, indexed by lr_policy. */
@@ -90,6 +99,119 @@ int32_t lr__policy_ring(int32_t p, const double *param, uint32_t *ranks);
 /* What policy p needs gathered (LR__NEEDS_*), Lodestar's fallback's
  * needs included. */
 uint32_t lr__policy_needs(int32_t p, const double *param);
+
+/* ---- state behind operations ---------------------------------------------- */
+
+/* State kinds: one per policy (the kind is the policy's id), then the
+ * shared ones. */
+#define LR__STATE_RECENCY LR__POLICY_COUNT /* prefix ages (LR__NEEDS_AGE) */
+#define LR__STATE_COUNT (LR__POLICY_COUNT + 1)
+
+/* What a state is made with: the router's allocator and sizes, its
+ * seeds, its parameters, and the options a host gave for a policy. */
+struct lr__penv {
+    struct lr__mem *mem;
+    uint32_t max_inst, max_req;
+    uint64_t seed;       /* the routing seed (lr_router_options.seed) */
+    uint64_t hash_seed;  /* keys in-process tables (never the routing seed) */
+    const double *param; /* LR__PARAM_COUNT values, in bounds */
+    /* lr_router_options.learner as given at create, copied (NULL: none) */
+    const lr_learner_options *learner;
+};
+
+/* One route as the request path's steps see it. The read-side operations
+ * get it const but for `scratch`: what the policy whose ring key it is
+ * leaves for its record (DualMap's hot keys), per route, so that routes
+ * on several threads never share it. */
+#define LR__ROUTE_SCRATCH 64u
+struct lr__route_view {
+    const lr_request *q;
+    const uint64_t *keys; /* the prompt's block keys, n_keys of them */
+    size_t n_keys;
+    uint32_t block_tokens;
+    uint32_t routable; /* instances the router can route to */
+    int32_t policy;    /* the router's policy */
+    const double *param;
+    uint64_t scratch[LR__ROUTE_SCRATCH];
+    uint32_t n_scratch;
+};
+
+/* A placement, as the record operation is told of it (every state the
+ * router has is told of every placement, whoever decided it). */
+struct lr__placed {
+    const struct lr__route_view *v;
+    const lr_candidate *rows; /* the table decided on */
+    uint32_t n;
+    uint32_t k; /* the chosen row */
+    struct lr__choice ch;
+    uint32_t slot;   /* the load tracker's slot for the request (LR_NIL) */
+    uint32_t output; /* expected output tokens */
+};
+
+/* The operations of a state kind; any may be NULL (nothing to do).
+ * Read-side ones run under the router's read lock, from several threads
+ * at once: they read the state and write only their arguments. Write-side
+ * ones run under its write lock. A failed operation changes nothing. */
+struct lr__pstate_ops {
+    /* At router create, before any state exists: refuse bad options. */
+    lr_status (*check)(const struct lr__penv *env);
+    lr_status (*create)(const struct lr__penv *env, void **out);
+    void (*destroy)(void *st, struct lr__mem *m);
+    /* Parameter `key` is set to `value` (env->param still holds the old
+     * one): rebuild what depends on it (LR_ENOMEM: nothing changed). */
+    lr_status (*set_param)(void *st, const struct lr__penv *env, int32_t key,
+                           double value);
+    /* The values of the parameters the state owns (GORGO's tuned weights)
+     * over `param`, which the policies read; and a parameter's value as
+     * lr_router_get_param() reports it when the state owns it (true). */
+    void (*sync)(const void *st, double *param);
+    bool (*get)(const void *st, int32_t key, double *value);
+
+    /* read side */
+    void (*gather)(const void *st, lr_candidate *rows, uint32_t n,
+                   struct lr__route_view *v, uint64_t now_ns);
+    uint64_t (*ring_key)(const void *st, struct lr__route_view *v);
+    void (*prepare)(const void *st, struct lr__pctx *c);
+
+    /* write side */
+    void (*record)(void *st, const struct lr__placed *p, uint64_t now_ns);
+    /* A request of load slot `slot` saw its first token after ttft_s
+     * (finite, >= 0). */
+    void (*first_token)(void *st, uint32_t slot, double ttft_s, int32_t policy,
+                        const double *param);
+    /* It ended (complete, fail) or moved: what waits on it goes. */
+    void (*ended)(void *st, uint32_t slot);
+
+    /* Snapshot: a section of this tag, when the state has something to
+     * keep (save: *out NULL for nothing); load builds a whole state aside
+     * from a section (the router swaps it in once everything is made). */
+    uint32_t tag;
+    lr_status (*save)(const void *st, struct lr__mem *m, lr_blob **out);
+    lr_status (*load)(const struct lr__penv *env, const uint8_t *p, size_t n,
+                      void **out);
+
+    uint64_t (*digest)(const void *st, uint64_t d);
+    lr_status (*verify)(const void *st);
+};
+
+/* The operations of state kind `kind` (0 .. LR__STATE_COUNT - 1), or NULL
+ * for a policy without state. */
+const struct lr__pstate_ops *lr__pstate_ops_of(uint32_t kind);
+
+/* The state kinds policy p uses with parameters `param`: its own, its
+ * fallback's (Lodestar), the recency table when it reads prefix ages. A
+ * bit per kind. */
+uint32_t lr__policy_states(int32_t p, const double *param);
+
+/* The policy whose ring key policy p ranks by (p, or Lodestar's
+ * fallback); LR__POLICY_NONE for none. */
+int32_t lr__policy_ring_owner(int32_t p, const double *param);
+
+/* Key of the prompt's first `tokens` tokens (session and consistent hash,
+ * and DualMap's short prompts): the chained block key when those tokens
+ * are whole blocks, else a hash of the tokens (a block key of fewer
+ * tokens would ignore the tail). */
+uint64_t lr__prefix_key(const struct lr__route_view *v, uint32_t tokens);
 
 /* ---- parameters ---------------------------------------------------------- */
 
@@ -138,9 +260,17 @@ struct lr__choice lr__choose(const struct lr__pctx *c, uint32_t k,
 void lr__decision_fill(lr_decision *d, const struct lr__pctx *c,
                        const struct lr__choice *ch, uint64_t seed);
 
-/* The big policies, each in its own file. */
+/* The policies with files of their own: their decide and, for those that
+ * keep state, their operations. */
 struct lr__choice lr__dualmap_decide(const struct lr__pctx *c);
+struct lr__choice lr__gorgo_decide(const struct lr__pctx *c);
 struct lr__choice lr__lodestar_decide(const struct lr__pctx *c);
 struct lr__choice lr__adaptive_decide(const struct lr__pctx *c);
+extern const struct lr__pstate_ops lr__round_robin_ops;
+extern const struct lr__pstate_ops lr__dualmap_ops;
+extern const struct lr__pstate_ops lr__gorgo_ops;
+extern const struct lr__pstate_ops lr__lodestar_ops;
+extern const struct lr__pstate_ops lr__adaptive_ops;
+extern const struct lr__pstate_ops lr__recency_ops;
 
 #endif /* LIBROUTE_LIB_POLICY_H */

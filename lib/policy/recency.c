@@ -5,6 +5,7 @@
 #include "policy/recency.h"
 
 #include "common/lr_hash.h"
+#include "policy/policy.h"
 
 #define SLOTS 16384u /* power of two */
 
@@ -87,3 +88,80 @@ lr__recency_digest(const struct lr__recency *t, uint64_t d)
         return d;
     return lr__digest_mix(d, t->sum);
 }
+
+/* ---- the state, behind its operations ------------------------------------------ */
+
+#define RECENCY_MAX_BOUNDARIES 16u /* the last 16 of a route are kept */
+
+static lr_status
+rec_create(const struct lr__penv *env, void **out)
+{
+    struct lr__recency *t = lr__calloc(env->mem, 1, sizeof *t);
+    LR_RETURN_IF(t == NULL, LR_ENOMEM);
+    if (lr__recency_setup(t, env->mem) != LR_OK) {
+        lr__free(env->mem, t, sizeof *t);
+        return LR_ENOMEM;
+    }
+    *out = t;
+    return LR_OK;
+}
+
+static void
+rec_destroy(void *st, struct lr__mem *m)
+{
+    lr__recency_free(st, m);
+    lr__free(m, st, sizeof(struct lr__recency));
+}
+
+/* Each cached prefix's age: seconds since a route through it (negative:
+ * unknown). */
+static void
+rec_gather(const void *st, lr_candidate *rows, uint32_t n,
+           struct lr__route_view *v, uint64_t now_ns)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        lr_candidate *c = &rows[k];
+        size_t blocks = c->cached_tokens / v->block_tokens;
+        if (blocks > 0 && blocks <= v->n_keys)
+            c->cached_age_s =
+                lr__recency_age(st, v->keys[blocks - 1], c->instance, now_ns);
+    }
+}
+
+/* While the router's policy reads ages: the placement's prefixes, its
+ * last boundaries and its whole length. */
+static void
+rec_record(void *st, const struct lr__placed *p, uint64_t now_ns)
+{
+    const struct lr__route_view *v = p->v;
+    const lr_request *q = v->q;
+    if (v->n_keys == 0 || !p->rows[p->k].prefix_caching ||
+        !(lr__policy_needs(v->policy, v->param) & LR__NEEDS_AGE))
+        return;
+    uint64_t keys[RECENCY_MAX_BOUNDARIES + 1];
+    size_t n = 0;
+    size_t first = q->n_boundaries > RECENCY_MAX_BOUNDARIES
+                       ? q->n_boundaries - RECENCY_MAX_BOUNDARIES
+                       : 0;
+    for (size_t i = first; i <= q->n_boundaries; i++) {
+        size_t b = i < q->n_boundaries ? q->boundaries[i] / v->block_tokens
+                                       : v->n_keys;
+        if (b > 0 && b <= v->n_keys)
+            keys[n++] = v->keys[b - 1];
+    }
+    lr__recency_remember(st, keys, n, p->rows[p->k].instance, now_ns);
+}
+
+static uint64_t
+rec_digest(const void *st, uint64_t d)
+{
+    return lr__recency_digest(st, d);
+}
+
+const struct lr__pstate_ops lr__recency_ops = {
+    .create = rec_create,
+    .destroy = rec_destroy,
+    .gather = rec_gather,
+    .record = rec_record,
+    .digest = rec_digest,
+};

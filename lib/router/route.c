@@ -22,36 +22,38 @@
  * and failure -> load tracker. */
 #include "common/lr_hash.h"
 #include "libroute/lr_ring.h"
+#include "policy/dualmap.h"
 #include "router/router_impl.h"
 
 #define NONE LR_INSTANCE_NONE
-#define SEED_SESSION 0x4c5253455353494full /* "LRSESSIO" */
-#define KBUF_MIN 256u                      /* first size of the key scratch */
-#define RECENCY_MAX_BOUNDARIES 16u /* the recency table keeps the last 16 */
-#define MAX_HOT_KEYS 64u           /* LR_PARAM_DUALMAP_MAX_KEY_BLOCKS' hi */
-#define UNLOCKED_KEYS 2048u        /* keys hashed on the stack (16 KiB) */
+#define KBUF_MIN 256u       /* first size of the key scratch */
+#define UNLOCKED_KEYS 2048u /* keys hashed on the stack (16 KiB) */
 
-/* One route's working state, between the pipeline's steps. */
+/* One route's working state, between the pipeline's steps: what the
+ * states' operations see of it (v), the key buffer, the seed of the
+ * policy's draws and the choice. */
 struct route {
-    const lr_request *q;
-    size_t nk;          /* block keys in kb */
+    struct lr__route_view v;
     const uint64_t *kb; /* r->kbuf, or the caller's stack (hashed unlocked) */
-    uint64_t keys[MAX_HOT_KEYS];
-    uint32_t n_keys; /* DualMap's keys, recorded after the dispatch */
-    uint64_t seed;   /* the policy's draws */
+    uint64_t seed;      /* the policy's draws */
     struct lr__choice ch;
 };
 
-/* A route's state before its table. keys[] is left as it is: only its
- * first n_keys are read, and zeroing it was a 512-byte store a call. */
+/* A route's state before its table. v.scratch is left as it is: only its
+ * first n_scratch are read, and zeroing it was a 512-byte store a call. */
 static void
-route_start(struct route *rt, const lr_request *q, const uint64_t *kb,
-            size_t nk)
+route_start(const lr_router *r, struct route *rt, const lr_request *q,
+            const uint64_t *kb, size_t nk)
 {
-    rt->q = q;
-    rt->nk = nk;
+    rt->v.q = q;
+    rt->v.keys = kb;
+    rt->v.n_keys = nk;
+    rt->v.block_tokens = r->block_tokens;
+    rt->v.routable = r->n_act;
+    rt->v.policy = r->policy;
+    rt->v.param = r->param;
+    rt->v.n_scratch = 0;
     rt->kb = kb;
-    rt->n_keys = 0;
     rt->seed = 0;
     rt->ch = (struct lr__choice){ 0 };
 }
@@ -75,7 +77,7 @@ static size_t
 keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
             bool records)
 {
-    const lr_request *q = rt->q;
+    const lr_request *q = rt->v.q;
     size_t all = q->n_tokens / r->block_tokens;
     if (records || (needs & (LR__NEEDS_MATCH | LR__NEEDS_AGE)))
         return all;
@@ -95,31 +97,31 @@ keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
 static lr_status
 route_keys(lr_router *r, struct route *rt, size_t n)
 {
-    const lr_request *q = rt->q;
-    if (rt->kb != NULL && n <= rt->nk)
+    const lr_request *q = rt->v.q;
+    if (rt->kb != NULL && n <= rt->v.n_keys)
         return LR_OK; /* hashed before the lock was taken */
-    rt->nk = n;
-    LR_TRY(scratch_keys(r, rt->nk));
-    rt->kb = r->kbuf;
-    if (rt->nk > 0)
-        LR_TRY(lr_block_keys(r->block_tokens, q->tokens,
-                             rt->nk * r->block_tokens, q->tenant_salt, r->kbuf,
-                             r->kbuf_cap, &rt->nk));
+    rt->v.n_keys = n;
+    LR_TRY(scratch_keys(r, n));
+    rt->kb = rt->v.keys = r->kbuf;
+    if (n > 0)
+        LR_TRY(lr_block_keys(r->block_tokens, q->tokens, n * r->block_tokens,
+                             q->tenant_salt, r->kbuf, r->kbuf_cap,
+                             &rt->v.n_keys));
     return LR_OK;
 }
 
 static void
 prompt_of(const struct route *rt, lr_prompt *p)
 {
-    const lr_request *q = rt->q;
+    const lr_request *q = rt->v.q;
     lr_prompt_init(p);
     p->tokens = q->tokens;
     p->n_tokens = q->n_tokens;
     p->boundaries = q->boundaries;
     p->n_boundaries = q->n_boundaries;
     p->tenant_salt = q->tenant_salt;
-    p->keys = rt->nk > 0 ? rt->kb : NULL;
-    p->n_keys = rt->nk;
+    p->keys = rt->v.n_keys > 0 ? rt->v.keys : NULL;
+    p->n_keys = rt->v.n_keys;
 }
 
 /* Step 2: cached tokens per routable instance into cached_by_id (0 for
@@ -129,7 +131,7 @@ route_match(lr_router *r, const struct route *rt, bool want)
 {
     for (uint32_t k = 0; k < r->n_act; k++)
         r->cached_by_id[r->act[k]] = 0;
-    if (!want || rt->nk == 0)
+    if (!want || rt->v.n_keys == 0)
         return LR_OK;
     lr_prompt p;
     prompt_of(rt, &p);
@@ -137,7 +139,7 @@ route_match(lr_router *r, const struct route *rt, bool want)
     lr_index_match_result_init(&mr);
     mr.hits = r->hits;
     mr.hits_capacity = r->max_inst;
-    LR_TRY(lr_index_match(r->ix, &p, rt->q->now_ns, LR_MATCH_NO_TOUCH, &mr));
+    LR_TRY(lr_index_match(r->ix, &p, rt->v.q->now_ns, LR_MATCH_NO_TOUCH, &mr));
     for (size_t i = 0; i < mr.n_hits; i++)
         if (r->hits[i].instance < r->max_inst)
             r->cached_by_id[r->hits[i].instance] = r->hits[i].tokens;
@@ -189,89 +191,55 @@ gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
 }
 
 /* Step 3: rows[0 .. n_act) in id order, with what the policy needs
- * beyond the counters: each cached prefix's recency for Lodestar
- * (LR__NEEDS_AGE), the blocks the index holds for each instance for
- * SGLang's smallest tree (LR__NEEDS_TREE), each instance's calibrated
- * TTFT model for adaptive (LR__NEEDS_CALIB). */
+ * beyond the counters: the blocks the index holds for each instance for
+ * SGLang's smallest tree (LR__NEEDS_TREE), then what the policy's states
+ * add (their gather: prefix ages, adaptive's calibrated model). */
 static void
-route_gather(lr_router *r, const struct route *rt, uint32_t needs)
+route_gather(lr_router *r, struct route *rt, uint32_t needs)
 {
-    uint64_t now = rt->q->now_ns;
-    bool calib = (needs & LR__NEEDS_CALIB) != 0 && r->ad.rq != NULL;
-    struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
     for (uint32_t k = 0; k < r->n_act; k++) {
         lr_candidate *c = &r->rows[k];
         gather_row(r, r->act[k], now, max_age, c);
-        size_t blocks = c->cached_tokens / r->block_tokens;
-        if ((needs & LR__NEEDS_AGE) && blocks > 0 && blocks <= rt->nk)
-            c->cached_age_s =
-                lr__recency_age(&r->rec, rt->kb[blocks - 1], c->instance, now);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
         if ((needs & LR__NEEDS_TREE) &&
             lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
                 LR_OK)
             c->tree_blocks = 0;
-        if (calib)
-            lr__adaptive_fill(&r->ad, c, now, &memo);
+    }
+    uint32_t kinds = lr__policy_states(r->policy, r->param);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if ((kinds >> kind & 1) && ops->gather != NULL)
+            ops->gather(st, r->rows, r->n_act, &rt->v, now);
     }
 }
 
-/* Key of the prompt's first `tokens` tokens (session and consistent hash):
- * the chained block key when those tokens are whole blocks, else a hash of
- * the tokens (a block key of fewer tokens would ignore the tail). */
-static uint64_t
-prefix_key(const lr_router *r, const struct route *rt, uint32_t tokens)
-{
-    const lr_request *q = rt->q;
-    size_t m = q->n_tokens < tokens ? q->n_tokens : tokens;
-    size_t b = m / r->block_tokens;
-    if (b > 0 && b <= rt->nk && b * r->block_tokens == m)
-        return rt->kb[b - 1];
-    return lr__hash(q->tokens, m * sizeof(uint32_t),
-                    SEED_SESSION ^ q->tenant_salt);
-}
-
-/* DualMap's key: the deepest hot-enough prefix key, two key blocks at
- * least (its keys are kept in rt for the hotness window); a shorter
- * prompt: the hash of its first two key blocks' worth of tokens. */
-static uint64_t
-hotness_key(const lr_router *r, struct route *rt)
-{
-    uint32_t per =
-        (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS] / r->block_tokens;
-    rt->n_keys =
-        lr__hot_keys(&r->hot, rt->kb, rt->nk, per > 0 ? per : 1, rt->keys);
-    if (rt->n_keys == 0)
-        return prefix_key(r, rt,
-                          lr__hot_first_blocks(&r->hot) *
-                              (uint32_t)r->param[LR_PARAM_DUALMAP_KEY_TOKENS]);
-    return lr__hot_pick(&r->hot, rt->keys, rt->n_keys);
-}
-
-/* Step 4: ring ranks of the policy's key into the rows. */
+/* Step 4: ring ranks of the policy's key into the rows. The key is the
+ * session's, the prompt's leading tokens', or what the state of the
+ * policy that owns the key computes (DualMap's hot prefix). */
 static void
 route_rank(lr_router *r, struct route *rt)
 {
     uint32_t want = 0;
     int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    int32_t owner = lr__policy_ring_owner(r->policy, r->param);
     uint32_t session_tokens = (uint32_t)r->param[LR_PARAM_SESSION_TOKENS];
+    const lr_request *q = rt->v.q;
+    const struct lr__pstate_ops *ops =
+        owner != LR__POLICY_NONE ? lr__pstate_ops_of((uint32_t)owner) : NULL;
+    void *st = ops != NULL ? lr__router_pstate(r, (uint32_t)owner) : NULL;
     uint64_t key;
-    rt->n_keys = 0;
-    switch (kind) {
-    case LR_RING_KEY_SESSION:
-        key = rt->q->has_session ? lr__mix64(rt->q->session, SEED_SESSION)
-                                 : prefix_key(r, rt, session_tokens);
-        break;
-    case LR_RING_KEY_PREFIX:
-        key = prefix_key(r, rt, session_tokens);
-        break;
-    case LR_RING_KEY_HOTNESS:
-        key = hotness_key(r, rt);
-        break;
-    default:
+    rt->v.n_scratch = 0;
+    if (kind == LR_RING_KEY_NONE)
         return;
-    }
+    if (st != NULL && ops->ring_key != NULL)
+        key = ops->ring_key(st, &rt->v);
+    else if (kind == LR_RING_KEY_SESSION && q->has_session)
+        key = lr__mix64(q->session, LR__SEED_SESSION);
+    else
+        key = lr__prefix_key(&rt->v, session_tokens);
     uint32_t ids[LR_RING_MAX_K], got = 0;
     if (want > r->n_act)
         want = r->n_act;
@@ -306,7 +274,9 @@ output_of(const lr_router *r, const lr_request *q)
                : (uint32_t)r->param[LR_PARAM_DEFAULT_OUTPUT_TOKENS];
 }
 
-/* Step 5: the policy's choice, with a seed from the router's generator. */
+/* Step 5: the policy's context: the table, the request, the parameters,
+ * and what the policy's states prepare (round-robin's cursor, Lodestar's
+ * network). */
 static struct lr__pctx
 route_decide(lr_router *r, struct route *rt)
 {
@@ -315,51 +285,20 @@ route_decide(lr_router *r, struct route *rt)
         .n = r->n_act,
         .stride = sizeof *r->rows,
         .param = r->param,
-        .prompt = (uint32_t)rt->q->n_tokens,
-        .output = output_of(r, rt->q),
+        .prompt = (uint32_t)rt->v.q->n_tokens,
+        .output = output_of(r, rt->v.q),
         .block_tokens = r->block_tokens,
-        .last = r->rr_last,
-        .model =
-            r->policy == LR_POLICY_LODESTAR ? lr__lodestar_model(&r->ls) : NULL,
+        .last = NONE,
+        .model = NULL,
         .score = r->score,
     };
-    return c;
-}
-
-/* Lodestar: keep the dispatch's features for its sample (or clear the
- * slot when another policy routed it). */
-static void
-record_lodestar(lr_router *r, const struct route *rt, uint32_t slot,
-                const lr_candidate *c)
-{
-    const lr_request *q = rt->q;
-    float pred =
-        rt->ch.decider == LR_POLICY_LODESTAR ? (float)-rt->ch.cost : NAN;
-    lr__lodestar_dispatch(&r->ls, slot, r->policy == LR_POLICY_LODESTAR, c,
-                          (uint32_t)q->n_tokens, output_of(r, q), pred);
-}
-
-/* The policies that read a cached prefix's age (LR__NEEDS_AGE): remember
- * the route's prefixes, its last boundaries and its whole length. */
-static void
-record_recency(lr_router *r, const struct route *rt, const lr_candidate *c)
-{
-    const lr_request *q = rt->q;
-    if (r->rec.slots == NULL || rt->nk == 0 || !c->prefix_caching ||
-        !(lr__policy_needs(r->policy, r->param) & LR__NEEDS_AGE))
-        return;
-    uint64_t keys[RECENCY_MAX_BOUNDARIES + 1];
-    size_t n = 0;
-    size_t first = q->n_boundaries > RECENCY_MAX_BOUNDARIES
-                       ? q->n_boundaries - RECENCY_MAX_BOUNDARIES
-                       : 0;
-    for (size_t i = first; i <= q->n_boundaries; i++) {
-        size_t b =
-            i < q->n_boundaries ? q->boundaries[i] / r->block_tokens : rt->nk;
-        if (b > 0 && b <= rt->nk)
-            keys[n++] = rt->kb[b - 1];
+    uint32_t kinds = lr__policy_states(r->policy, r->param);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if ((kinds >> kind & 1) && ops->prepare != NULL)
+            ops->prepare(st, &c);
     }
-    lr__recency_remember(&r->rec, keys, n, c->instance, q->now_ns);
+    return c;
 }
 
 /* The dispatch into the load tracker (checked in advance: cannot fail). */
@@ -368,29 +307,30 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
 {
     lr_dispatch dp;
     lr_dispatch_init(&dp);
-    dp.request_id = rt->q->id;
+    dp.request_id = rt->v.q->id;
     dp.instance = c->instance;
-    dp.prompt_tokens = (uint32_t)rt->q->n_tokens;
+    dp.prompt_tokens = (uint32_t)rt->v.q->n_tokens;
     dp.cached_tokens = c->cached_tokens;
-    dp.expected_output_tokens = output_of(r, rt->q);
+    dp.expected_output_tokens = output_of(r, rt->v.q);
     uint32_t alt = rt->ch.alt;
     if (alt != NONE && alt != c->instance) {
         uint32_t ak = lr__router_act_index(r, alt);
         dp.alt_instance = alt;
         dp.alt_cached_tokens = ak != NONE ? r->rows[ak].cached_tokens : 0;
     }
-    dp.now_ns = rt->q->now_ns;
+    dp.now_ns = rt->v.q->now_ns;
     return lr_load_dispatch(r->ld, &dp);
 }
 
 /* Step 6: learn the prompt (the one step that can fail, atomically),
- * dispatch, and advance the per-policy state. */
+ * dispatch, and tell every state of the placement. */
 static lr_status
 route_record(lr_router *r, const struct route *rt)
 {
-    const lr_request *q = rt->q;
+    const lr_request *q = rt->v.q;
     const lr_candidate *c = &r->rows[rt->ch.k];
-    if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching && rt->nk > 0) {
+    if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching &&
+        rt->v.n_keys > 0) {
         lr_prompt p;
         prompt_of(rt, &p);
         LR_TRY(
@@ -399,20 +339,21 @@ route_record(lr_router *r, const struct route *rt)
     lr_status st = record_dispatch(r, rt, c);
     if (LR_NEVER(st != LR_OK))
         return st; /* checked up front; the learn stays, harmlessly */
-    if (rt->ch.decider == LR_POLICY_ROUND_ROBIN)
-        r->rr_last = c->instance;
-    if (rt->ch.decider == LR_POLICY_DUALMAP && rt->n_keys > 0)
-        lr__hot_record(&r->hot, rt->keys, rt->n_keys, r->n_act);
     struct lr__req_view v;
-    bool slot = (r->ls.rq_has != NULL || r->ad.rq != NULL) &&
-                LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK);
-    if (slot && r->ls.rq_has != NULL)
-        record_lodestar(r, rt, v.slot, c);
-    record_recency(r, rt, c);
-    if (slot && r->ad.rq != NULL && r->policy == LR_POLICY_ADAPTIVE) {
-        lr__adaptive_dispatch(&r->ad, v.slot, c,
-                              (uint32_t)q->n_tokens - c->cached_tokens);
-        lr__adaptive_observe(&r->ad, r->rows, r->n_act, c->instance, q->now_ns);
+    struct lr__placed pl = {
+        .v = &rt->v,
+        .rows = r->rows,
+        .n = r->n_act,
+        .k = rt->ch.k,
+        .ch = rt->ch,
+        .slot = LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK) ? v.slot
+                                                                   : LR_NIL,
+        .output = output_of(r, q),
+    };
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
+    {
+        if (ops->record != NULL)
+            ops->record(sp, &pl, q->now_ns);
     }
     r->st.routes++;
     r->by_reason[rt->ch.reason]++;
@@ -485,7 +426,7 @@ route_locked(lr_router *r, const lr_request *q, lr_decision *d,
     (void)lr_index_expire(r->ix, q->now_ns);
     lr__peers_expire(&r->peers, q->now_ns);
     struct route rt;
-    route_start(&rt, q, kb, nk);
+    route_start(r, &rt, q, kb, nk);
     LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
     struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
     rt.seed = lr__rng_next(&r->rng);
@@ -586,7 +527,8 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     *n_rows = r->n_act;
     if (st == LR_OK && capacity < r->n_act)
         st = LR_EBUFSIZE;
-    struct route rt = { .q = &q };
+    struct route rt;
+    route_start(r, &rt, &q, NULL, 0);
     if (st == LR_OK)
         st = route_table(r, &rt, false);
     if (st == LR_OK)
@@ -612,7 +554,9 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     in->prompt_tokens = (uint32_t)q.n_tokens;
     in->expected_output_tokens = output_of(r, &q);
     in->block_tokens = r->block_tokens;
-    in->last_instance = r->rr_last;
+    struct route rt;
+    route_start(r, &rt, &q, NULL, 0);
+    in->last_instance = route_decide(r, &rt).last; /* the cursor, if any */
     in->seed = 0;
     in->model = NULL;
     return lr__router_release(r, LR_OK);
@@ -628,29 +572,37 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
     lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK)
         st = lr__load_req(r->ld, request_id, &v);
-    if (st == LR_OK && v.queued) {
+    if (st == LR_OK && v.queued)
         st = lr_load_first_token(r->ld, request_id, now_ns);
+    if (st == LR_OK && v.queued) {
+        /* -1: a first token before its dispatch (threads race): no sample */
         double ttft = now_ns >= v.dispatch_ns
                           ? (double)(now_ns - v.dispatch_ns) / 1e9
                           : -1;
-        if (st == LR_OK && ttft >= 0 && r->policy == LR_POLICY_GORGO) {
-            (void)lr_cost_observe(r->gorgo, ttft); /* finite, >= 0 */
-            lr__router_sync_gorgo(r);
+        LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
+        {
+            if (ops->first_token != NULL)
+                ops->first_token(sp, v.slot, ttft, r->policy, r->param);
         }
-        if (st == LR_OK) {
-            lr__lodestar_settle(&r->ls, v.slot, ttft,
-                                r->param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
-            /* a frozen fit takes no sample */
-            lr__adaptive_settle(
-                &r->ad, v.slot,
-                r->param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft : -1);
-        }
+        lr__router_pstates_sync(r);
     }
     return lr__router_leave(r, st, now_ns);
 }
 
-/* A request ends (complete, fail): its record goes, and a sample still
- * waiting for its first token is dropped. */
+/* What waits on request slot `slot` in the states goes (it ended, or
+ * moved: its features were another instance's). */
+static void
+settle_ended(lr_router *r, uint32_t slot)
+{
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
+    {
+        if (ops->ended != NULL)
+            ops->ended(sp, slot);
+    }
+}
+
+/* A request ends (complete, fail): its record goes, and what waits on
+ * its first token in the states is dropped. */
 static lr_status
 end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
             uint64_t now_ns, bool completed)
@@ -663,10 +615,8 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
         st = completed
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
                  : lr_load_fail(r->ld, request_id);
-    if (st == LR_OK) {
-        lr__lodestar_settle(&r->ls, v.slot, -1, 0);
-        lr__adaptive_settle(&r->ad, v.slot, -1);
-    }
+    if (st == LR_OK)
+        settle_ended(r, v.slot);
     return lr__router_leave(r, st, now_ns);
 }
 
@@ -729,11 +679,8 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
     if (st == LR_OK) {
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
         st = lr_load_move(r->ld, request_id, to, cached);
-        /* its features were the old instance's: no sample */
-        if (st == LR_OK) {
-            lr__lodestar_settle(&r->ls, v.slot, -1, 0);
-            lr__adaptive_settle(&r->ad, v.slot, -1);
-        }
+        if (st == LR_OK) /* its features were the old instance's */
+            settle_ended(r, v.slot);
     }
     return lr__router_release(r, st);
 }

@@ -84,13 +84,12 @@ router_free(lr_router *r)
     lr__free(m, r->hits, ni * sizeof *r->hits);
     lr__free(m, r->cached_by_id, ni * sizeof(uint32_t));
     lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
-    lr__hot_free(&r->hot, m);
-    lr__lodestar_free(&r->ls, m);
-    lr__adaptive_free(&r->ad, m);
-    lr__recency_free(&r->rec, m);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        ops->destroy(st, m);
+    }
     lr__free(m, r->src, ni * sizeof *r->src);
     lr__peers_free(&r->peers, m);
-    lr_cost_destroy(r->gorgo);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
@@ -98,13 +97,60 @@ router_free(lr_router *r)
     LR__HANDLE_FREE(r, lr_router);
 }
 
-void
-lr__router_sync_gorgo(lr_router *r)
+struct lr__penv
+lr__router_env(lr_router *r)
 {
-    r->param[LR_PARAM_GORGO_W_RTT] =
-        lr__cost_in_service(r->gorgo, LR_COST_W_RTT);
-    r->param[LR_PARAM_GORGO_W_QUEUE] =
-        lr__cost_in_service(r->gorgo, LR_COST_W_QUEUE);
+    struct lr__penv e = {
+        .mem = &r->mem,
+        .max_inst = r->max_inst,
+        .max_req = r->opt.max_requests,
+        .seed = r->opt.seed,
+        .hash_seed = r->hash_seed,
+        .param = r->param,
+        .learner = r->has_opt_learner ? &r->opt_learner : NULL,
+    };
+    return e;
+}
+
+lr_status
+lr__router_pstates_setup(lr_router *r, int32_t p)
+{
+    uint32_t want = lr__policy_states(p, r->param), made = 0;
+    struct lr__penv env = lr__router_env(r);
+    lr_status st = LR_OK;
+    for (uint32_t kind = 0; kind < LR__STATE_COUNT && st == LR_OK; kind++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind);
+        if (!(want >> kind & 1) || ops == NULL ||
+            lr__router_pstate(r, kind) != NULL)
+            continue;
+        void *x = NULL;
+        st = ops->create(&env, &x);
+        if (st == LR_OK) {
+            atomic_store_explicit(&r->pstate[kind], x, memory_order_release);
+            made |= 1u << kind;
+        }
+    }
+    if (st != LR_OK) { /* all or none */
+        LR__ROUTER_EACH_PSTATE(r, kind, ops, x)
+        {
+            if (made >> kind & 1) {
+                atomic_store(&r->pstate[kind], NULL);
+                ops->destroy(x, &r->mem);
+            }
+        }
+    }
+    lr__router_pstates_sync(r);
+    return st;
+}
+
+void
+lr__router_pstates_sync(lr_router *r)
+{
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if (ops->sync != NULL)
+            ops->sync(st, r->param);
+    }
 }
 
 lr_status
@@ -158,59 +204,6 @@ lr__router_make_parts(const lr_router *r, lr_index **ix, lr_ring **ring,
     return st;
 }
 
-/* The parts: index, ring, load tracker and GORGO's cost model. */
-static lr_status
-create_parts(lr_router *r, const lr_router_options *o)
-{
-    lr_cost_options co;
-    lr_cost_options_init(&co);
-    co.allocator = o->allocator;
-    co.kind = LR_COST_GORGO;
-    co.seed = o->seed ^ SEED_GORGO;
-    LR_TRY(lr__router_make_parts(r, &r->ix, &r->ring, &r->ld));
-    LR_TRY(lr_cost_create(&co, &r->gorgo));
-    (void)lr_cost_tune(r->gorgo, 1); /* a GORGO model: cannot fail */
-    lr__router_sync_gorgo(r);
-    return LR_OK;
-}
-
-/* The state policy p keeps beyond the router's own, made on its first
- * use and kept (a later switch back finds it). */
-static lr_status
-policy_setup(lr_router *r, int32_t p)
-{
-    bool had_ls = atomic_load(&r->ls.learner) != NULL;
-    bool had_ad = r->ad.rq != NULL;
-    bool had_rec = r->rec.slots != NULL;
-    bool had_hot = r->hot.pool != NULL;
-    lr_status st = LR_OK;
-    /* DualMap's hotness window (window x key blocks entries, 600 KiB at
-     * the defaults) only for a router whose ring key is DualMap's (DualMap,
-     * or Lodestar falling back to it); until then no key is hot. */
-    uint32_t k;
-    if (lr__policy_ring(p, r->param, &k) == LR_RING_KEY_HOTNESS && !had_hot)
-        st = lr__hot_setup(&r->hot, &r->mem,
-                           (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW],
-                           (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS]);
-    if (st == LR_OK && p == LR_POLICY_LODESTAR)
-        st = lr__lodestar_setup(&r->ls, &r->mem);
-    if (st == LR_OK && p == LR_POLICY_ADAPTIVE)
-        st = lr__adaptive_setup(&r->ad, &r->mem, r->max_inst, r->ls.max_req);
-    if (st == LR_OK && (lr__policy_needs(p, r->param) & LR__NEEDS_AGE))
-        st = lr__recency_setup(&r->rec, &r->mem);
-    if (st != LR_OK) { /* all or nothing */
-        if (!had_ls)
-            lr__lodestar_free(&r->ls, &r->mem);
-        if (!had_ad)
-            lr__adaptive_free(&r->ad, &r->mem);
-        if (!had_rec)
-            lr__recency_free(&r->rec, &r->mem);
-        if (!had_hot)
-            lr__hot_free(&r->hot, &r->mem);
-    }
-    return st;
-}
-
 /* Tables and scratch sized by max_instances. */
 static lr_status
 create_tables(lr_router *r)
@@ -232,9 +225,36 @@ create_tables(lr_router *r)
         return LR_ENOMEM;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
                           r->opt.replica_id, r->opt.gauge_ttl_ns));
-    r->hot.w = (uint32_t)r->param[LR_PARAM_DUALMAP_WINDOW];
-    r->hot.depth = (uint32_t)r->param[LR_PARAM_DUALMAP_MAX_KEY_BLOCKS];
-    return policy_setup(r, r->policy);
+    return lr__router_pstates_setup(r, r->policy);
+}
+
+/* opt.learner, copied with the MLP options it points to (both borrowed
+ * for the call), and judged by every state kind that takes options. */
+static lr_status
+copy_policy_options(lr_router *r, const lr_learner_options *learner)
+{
+    if (learner != NULL) {
+        lr_learner_options_init(&r->opt_learner);
+        LR_TRY(lr__copy_sized(&r->opt_learner, sizeof r->opt_learner, learner,
+                              LR_LEARNER_OPTIONS_SIZE_V1));
+        const lr_mlp_options *mo = r->opt_learner.mlp;
+        r->opt_learner.mlp = NULL;
+        if (mo != NULL) {
+            lr_mlp_options_init(&r->opt_learner_mlp);
+            LR_TRY(lr__copy_sized(&r->opt_learner_mlp,
+                                  sizeof r->opt_learner_mlp, mo,
+                                  LR_MLP_OPTIONS_SIZE_V1));
+            r->opt_learner.mlp = &r->opt_learner_mlp;
+        }
+        r->has_opt_learner = true;
+    }
+    struct lr__penv env = lr__router_env(r);
+    for (uint32_t kind = 0; kind < LR__STATE_COUNT; kind++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind);
+        if (ops != NULL && ops->check != NULL)
+            LR_TRY(ops->check(&env));
+    }
+    return LR_OK;
 }
 
 /* The host's options over the defaults (0 fields keep the default). */
@@ -280,17 +300,16 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     r->policy = o.policy;
     r->max_inst = o.max_instances;
     r->block_tokens = o.block_tokens;
-    r->rr_last = NONE;
     lr__rng_seed(&r->rng, o.seed);
     r->hash_seed = lr__hash_seed(o.hash_seed, r);
-    r->hot.seed = r->hash_seed;
     lr__param_defaults(r->param);
     for (unsigned c = 0; c < LR_LOAD_MAX_CLASSES; c++)
         r->rate[c] = DEFAULT_RATE;
-    lr_status st =
-        lr__lodestar_init(&r->ls, o.learner, o.allocator, o.max_requests);
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        atomic_init(&r->pstate[k], NULL);
+    lr_status st = copy_policy_options(r, o.learner);
     if (st == LR_OK)
-        st = create_parts(r, &o);
+        st = lr__router_make_parts(r, &r->ix, &r->ring, &r->ld);
     if (st == LR_OK)
         st = create_tables(r);
     if (st != LR_OK) {
@@ -314,7 +333,7 @@ lr_router_set_policy(lr_router *r, int32_t policy)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_EINVAL);
     lr__router_lock(r);
-    lr_status st = policy_setup(r, policy);
+    lr_status st = lr__router_pstates_setup(r, policy);
     if (st == LR_OK)
         r->policy = policy;
     return lr__router_release(r, st);
@@ -590,7 +609,6 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     r->st.kv_restarts += r->src[id].restarts;
     memset(&r->src[id], 0, sizeof r->src[id]);
     r->n_inst--;
-    /* rr_last stays: the cursor is an id position, not a reference */
     return lr__router_release(r, LR_OK);
 }
 
@@ -650,64 +668,26 @@ lr_router_instance_load(const lr_router *r, uint32_t id, lr_load_snapshot *out)
 
 /* ---- parameters ---------------------------------------------------------------------------- */
 
-/* The router parameters that live in GORGO's cost model. */
-static int32_t
-gorgo_key(int32_t key)
-{
-    switch (key) {
-    case LR_PARAM_GORGO_W_RTT:
-        return LR_COST_W_RTT;
-    case LR_PARAM_GORGO_W_QUEUE:
-        return LR_COST_W_QUEUE;
-    case LR_PARAM_GORGO_SIGMA:
-        return LR_COST_SIGMA;
-    case LR_PARAM_GORGO_W_RTT_MAX:
-        return LR_COST_W_RTT_MAX;
-    case LR_PARAM_GORGO_W_QUEUE_MIN:
-        return LR_COST_W_QUEUE_MIN;
-    case LR_PARAM_GORGO_RELEASE_AT_FIRST_TOKEN:
-        return LR_COST_QUEUE_AT_FIRST_TOKEN;
-    default:
-        return -1;
-    }
-}
-
+/* Every state that depends on `key` rebuilds first (a key belongs to at
+ * most one state: LR_ENOMEM there leaves everything as it was); then the
+ * value is taken, the states the policy now uses are made (Lodestar's
+ * fallback names other states), and the states' own values synced. */
 static lr_status
 set_param_locked(lr_router *r, int32_t key, double value)
 {
-    switch (key) {
-    case LR_PARAM_DUALMAP_WINDOW: /* a window made for DualMap starts again */
-        if (r->hot.pool != NULL)
-            LR_TRY(
-                lr__hot_setup(&r->hot, &r->mem, (uint32_t)value, r->hot.depth));
-        r->hot.w = (uint32_t)value;
-        break;
-    case LR_PARAM_DUALMAP_MAX_KEY_BLOCKS:
-        if (r->hot.pool != NULL)
-            LR_TRY(lr__hot_setup(&r->hot, &r->mem, r->hot.w, (uint32_t)value));
-        r->hot.depth = (uint32_t)value;
-        break;
-    case LR_PARAM_LODESTAR_FALLBACK: { /* what the new fallback needs */
-        double old = r->param[key];
-        r->param[key] = value;
-        lr_status st = policy_setup(r, r->policy);
-        if (st != LR_OK) {
-            r->param[key] = old;
-            return st;
-        }
-        break;
+    struct lr__penv env = lr__router_env(r);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if (ops->set_param != NULL)
+            LR_TRY(ops->set_param(st, &env, key, value));
     }
-    case LR_PARAM_GORGO_FROZEN:
-        (void)lr_cost_tune(r->gorgo, value == 0); /* GORGO model, 0 or 1 */
-        break;
-    default:
-        if (gorgo_key(key) >= 0) /* same bounds: cannot fail */
-            (void)lr_cost_set_param(r->gorgo, gorgo_key(key), value);
-        break;
-    }
+    double old = r->param[key];
     r->param[key] = value;
-    lr__router_sync_gorgo(r);
-    return LR_OK;
+    lr_status st = lr__router_pstates_setup(r, r->policy);
+    if (st != LR_OK)
+        r->param[key] = old;
+    lr__router_pstates_sync(r);
+    return st;
 }
 
 lr_status
@@ -726,9 +706,13 @@ lr_router_get_param(const lr_router *r, int32_t key, double *value)
     LR_RETURN_IF(r == NULL || value == NULL, LR_EINVAL);
     LR_RETURN_IF(lr__param_def(key) == NULL, LR_ENOTSUP);
     lr__router_lock(r);
-    if (gorgo_key(key) >= 0) /* the tuned values */
-        (void)lr_cost_get_param(r->gorgo, gorgo_key(key), value);
-    else
+    bool owned = false;
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if (!owned && ops->get != NULL)
+            owned = ops->get(st, key, value);
+    }
+    if (!owned)
         *value = r->param[key];
     return lr__router_release(r, LR_OK);
 }
@@ -797,10 +781,9 @@ lr__router_digest(const lr_router *r)
     uint64_t h = lr__index_digest(r->ix);
     h = lr__digest_mix(h, lr__ring_digest(r->ring));
     h = lr__digest_mix(h, lr__load_digest(r->ld));
-    h = lr__digest_mix(h, lr__cost_digest(r->gorgo));
     h = lr__digest_mix(h, r->clock.newest); /* not .ahead: a refusal's */
     h = lr__digest_mix(h, ((uint64_t)r->policy << 32) | r->n_inst);
-    h = lr__digest_mix(h, ((uint64_t)r->n_act << 32) | r->rr_last);
+    h = lr__digest_mix(h, r->n_act);
     for (uint32_t i = 0; i < r->max_inst; i++) {
         const struct lr__rinst *in = &r->inst[i];
         if (!in->live)
@@ -815,13 +798,15 @@ lr__router_digest(const lr_router *r)
     h = lr__digest_mix(h, lr__hash(r->rate, sizeof r->rate, 2));
     for (int k = 0; k < 4; k++)
         h = lr__digest_mix(h, r->rng.s[k]);
-    h = lr__hot_digest(&r->hot, h);
     h = lr__digest_mix(h, r->st.routes ^ (r->st.dry_runs << 20) ^
                               r->st.prompt_tokens);
     h = lr__digest_mix(h, lr__hash(r->by_reason, sizeof r->by_reason, 3));
-    h = lr__lodestar_digest(&r->ls, h);
-    h = lr__adaptive_digest(&r->ad, h);
-    h = lr__recency_digest(&r->rec, h);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        h = lr__digest_mix(h, kind);
+        if (ops->digest != NULL)
+            h = ops->digest(st, h);
+    }
     /* the counters of exports and skipped imports are left out */
     h = lr__peers_digest(&r->peers, h);
     for (uint32_t i = 0; i < r->max_inst; i++) /* counters left out */
@@ -874,8 +859,11 @@ lr__router_verify(const lr_router *r)
         st = lr__load_verify(r->ld);
     if (st == LR_OK)
         st = verify_instances(r);
-    if (st == LR_OK && r->hot.pool != NULL)
-        st = lr__hot_verify(&r->hot);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, x)
+    {
+        if (st == LR_OK && ops->verify != NULL)
+            st = ops->verify(x);
+    }
     return lr__router_release(r, st);
 }
 
@@ -883,76 +871,4 @@ size_t
 lr__router_mem_live(const lr_router *r)
 {
     return r != NULL ? r->mem.live : 0;
-}
-
-/* ---- Lodestar: the host's learner calls ------------------------------------------------------ */
-
-static lr_learner *
-learner_of(const lr_router *r)
-{
-    return atomic_load_explicit(&((lr_router *)r)->ls.learner,
-                                memory_order_acquire);
-}
-
-lr_status
-lr_router_learn_step(lr_router *r, uint32_t flags, int32_t *trained)
-{
-    LR_RETURN_IF(r == NULL || (flags & ~LR_LEARN_FORCE) != 0, LR_EINVAL);
-    lr_learner *l = learner_of(r);
-    LR_RETURN_IF(l == NULL, LR_ESTATE);
-    return lr_learner_step(l, flags, trained);
-}
-
-uint32_t
-lr_router_learner_feature_count(const lr_router *r)
-{
-    (void)r;
-    return LR_LODESTAR_FEATURES;
-}
-
-/* Rows of F floats packed at the start of x spread out to row_width,
- * last row first (row_width >= F, so nothing is overwritten early). */
-static void
-spread_rows(float *x, size_t n, size_t row_width)
-{
-    const size_t f = LR_LODESTAR_FEATURES;
-    for (size_t i = n; i-- > 0;) {
-        memmove(x + i * row_width, x + i * f, f * sizeof *x);
-        memset(x + i * row_width + f, 0, (row_width - f) * sizeof *x);
-    }
-}
-
-lr_status
-lr_router_learner_samples(lr_router *r, float *x, size_t row_width, float *y,
-                          size_t capacity, size_t *n_samples)
-{
-    LR_RETURN_IF(r == NULL || n_samples == NULL, LR_EINVAL);
-    LR_RETURN_IF(row_width < LR_LODESTAR_FEATURES, LR_EINVAL);
-    lr_learner *l = learner_of(r);
-    LR_RETURN_IF(l == NULL, LR_ESTATE);
-    LR_TRY(lr_learner_samples(l, x, y, capacity, n_samples));
-    if (x != NULL && row_width > LR_LODESTAR_FEATURES)
-        spread_rows(x, *n_samples, row_width);
-    return LR_OK;
-}
-
-lr_status
-lr_router_learner_save(lr_router *r, lr_blob **out)
-{
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    *out = NULL;
-    lr__router_lock(r);
-    lr_mlp *net = lr__lodestar_model(&r->ls);
-    lr_status st = net != NULL ? lr_mlp_save(net, out) : LR_ESTATE;
-    return lr__router_release(r, st);
-}
-
-lr_status
-lr_router_learner_stats(const lr_router *r, lr_learner_stats *out)
-{
-    LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr_learner *l = learner_of(r);
-    lr_status st = l != NULL ? lr_learner_get_stats(l, out) : LR_ESTATE;
-    return lr__router_release(r, st);
 }

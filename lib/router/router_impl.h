@@ -13,12 +13,7 @@
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
 #include "parts/load.h"
-#include "policy/adaptive.h"
-#include "policy/cost.h"
-#include "policy/dualmap.h"
-#include "policy/lodestar.h"
 #include "policy/policy.h"
-#include "policy/recency.h"
 #include "router/replica.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
@@ -57,8 +52,8 @@ struct lr_router {
     uint32_t n_act;
     double *init_rtt_ms; /* per id: RTT given at add */
     double rate[LR_LOAD_MAX_CLASSES];
-    /* Policy parameters; the GORGO weights mirror the tuner's weights in
-     * service (lr__router_sync_gorgo). */
+    /* Policy parameters; the values a state owns (GORGO's weights in
+     * service) are synced in from it (lr__router_pstates_sync). */
     double param[LR__PARAM_COUNT];
     /* per-route scratch, sized at create */
     lr_candidate *rows;
@@ -67,17 +62,19 @@ struct lr_router {
     uint32_t *cached_by_id;
     uint64_t *kbuf;
     size_t kbuf_cap;
-    /* per-policy state */
-    uint32_t rr_last;
-    struct lr__hot hot;
-    lr_cost *gorgo;
-    struct lr__lodestar ls;
-    struct lr__adaptive ad;
-    struct lr__recency rec; /* for the policies with LR__NEEDS_AGE */
+    /* Each state kind's state (policy.h: the policies' own, the recency
+     * table), made on first use and kept; NULL until then. Read without
+     * the lock by the host's learner calls, hence atomic. */
+    _Atomic(void *) pstate[LR__STATE_COUNT];
     /* replicas and event sources (replica.c) */
     struct lr__kvsrc *src; /* max_inst: each instance's KV-event stream */
     struct lr__peers peers;
     lr_router_options opt; /* as resolved at create (restore rebuilds) */
+    /* opt.learner as given, copied (with the MLP options it points to):
+     * what a policy state is made with (lr__router_env) */
+    lr_learner_options opt_learner;
+    lr_mlp_options opt_learner_mlp;
+    bool has_opt_learner;
     lr_router_stats st;
     uint64_t by_reason[LR__REASON_COUNT];
 };
@@ -185,8 +182,37 @@ lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
  * LR_INSTANCE_NONE. */
 uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
 
-/* The GORGO weights the policy reads are the tuner's in service. */
-void lr__router_sync_gorgo(lr_router *r);
+/* ---- policy state (policy.h, struct lr__pstate_ops) ----------------------
+ *
+ * The router knows no policy: it makes the state kinds its policy uses
+ * (lr__policy_states) and calls each state's operations. */
+
+/* What states are made with: the router's allocator, sizes, seeds,
+ * parameters and learner options. */
+struct lr__penv lr__router_env(lr_router *r);
+
+/* The state of kind `kind`, or NULL when none was made. */
+static inline void *
+lr__router_pstate(const lr_router *r, uint32_t kind)
+{
+    return atomic_load_explicit(&((lr_router *)r)->pstate[kind],
+                                memory_order_acquire);
+}
+
+/* Make the states policy p uses that do not exist yet: all or none
+ * (LR_ENOMEM). */
+lr_status lr__router_pstates_setup(lr_router *r, int32_t p);
+
+/* The values the states own over the router's parameters (GORGO's tuned
+ * weights), after anything that may move them. */
+void lr__router_pstates_sync(lr_router *r);
+
+/* Every state the router has, in kind order: `kind` and `ops`, `st`. */
+#define LR__ROUTER_EACH_PSTATE(r, kind, ops, st)                         \
+    for (uint32_t kind = 0; kind < LR__STATE_COUNT; kind++)              \
+        for (const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind); \
+             ops != NULL; ops = NULL)                                    \
+            for (void *st = lr__router_pstate((r), kind); st != NULL; st = NULL)
 
 /* A fresh index, ring and load tracker made with the router's options
  * (all or none). */

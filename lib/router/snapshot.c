@@ -27,15 +27,17 @@
  *         u64 next sequence number; f64 last engine timestamp }
  *   PEER  u32 n; n x { u64 replica id; u64 journal mark of its last
  *         delta applied }
- *   GORG  f64 w_rtt, f64 w_queue, f64 sigma: GORGO's tuned weights
- *   ADPT  u32 n; n x { f64 theta[6]; f64 w_mean; f64 P[6][6]; u32 count }:
- *         adaptive's calibrated TTFT model per class
- *   LODE  Lodestar's network in service (lr_mlp_save's format)
+ *   and one section per policy state that keeps something (each state
+ *   kind's save and load: GORG GORGO's tuned weights, gorgo.c; ADPT
+ *   adaptive's calibrated TTFT model per class, adaptive.c; LODE
+ *   Lodestar's network in service, lodestar.c)
  *
  * A restore builds every part it replaces on the side (a new index, ring
- * and load tracker, the names, the source and peer tables, the network)
- * and commits only when all of them are made: nothing before the commit
- * touches the router, and nothing in it can fail. */
+ * and load tracker, the names, the source and peer tables, each policy
+ * state a section names) without the router's lock, then takes the lock
+ * to judge the time and commit: nothing before the commit touches the
+ * router, nothing in it can fail, and other calls wait only for the
+ * swap, not for the build. */
 #include <math.h>
 
 #include "common/lr_hash.h"
@@ -59,9 +61,6 @@
 #define T_INDX TAG('I', 'N', 'D', 'X')
 #define T_KSEQ TAG('K', 'S', 'E', 'Q')
 #define T_PEER TAG('P', 'E', 'E', 'R')
-#define T_GORG TAG('G', 'O', 'R', 'G')
-#define T_ADPT TAG('A', 'D', 'P', 'T')
-#define T_LODE TAG('L', 'O', 'D', 'E')
 
 #define IF_DRAINING 1u
 #define IF_CACHING 2u
@@ -70,13 +69,13 @@
 
 /* ---- snapshot ---------------------------------------------------------------- */
 
-/* The blobs of the parts that write their own format. */
-/* What a snapshot writes: the router, the time, and the parts saved by
- * their own formats. */
+/* What a snapshot writes: the router, the time, and the parts and states
+ * saved by their own formats. */
 struct parts {
     const lr_router *r;
     uint64_t now_ns;
-    lr_blob *index, *model;
+    lr_blob *index;
+    lr_blob *state[LR__STATE_COUNT]; /* NULL: nothing kept */
 };
 
 static void
@@ -151,25 +150,6 @@ write_peers(struct lr__wr *w, const lr_router *r)
     }
 }
 
-static void
-write_adaptive(struct lr__wr *w, const lr_router *r)
-{
-    lr__wr_u32(w, LR_LOAD_MAX_CLASSES);
-    for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
-        const struct lr__calib *k = &r->ad.cls[c];
-        for (int i = 0; i < LR__CALIB_DIM; i++) {
-            lr__wr_f64(w, k->theta[i]);
-            lr__wr_f64(w, k->bv[i]);
-            lr__wr_f64(w, k->prior[i]);
-            lr__wr_f64(w, k->ridge[i]);
-            for (int j = 0; j < LR__CALIB_DIM; j++)
-                lr__wr_f64(w, k->A[i][j]);
-        }
-        lr__wr_f64(w, k->w_mean);
-        lr__wr_u32(w, k->n);
-    }
-}
-
 /* One section, measured first (w->p NULL) for its length. */
 static void
 put_section(struct lr__wr *w, uint32_t tag, const lr_router *r,
@@ -190,24 +170,15 @@ put_blob(struct lr__wr *w, uint32_t tag, const lr_blob *b)
     lr__wr_bytes(w, lr_blob_data(b), lr_blob_size(b));
 }
 
-static void
-write_gorgo(struct lr__wr *w, const lr_router *r)
-{
-    double v[3] = { 0, 0, 0 };
-    (void)lr_cost_get_param(r->gorgo, LR_COST_W_RTT, &v[0]);
-    (void)lr_cost_get_param(r->gorgo, LR_COST_W_QUEUE, &v[1]);
-    (void)lr_cost_get_param(r->gorgo, LR_COST_SIGMA, &v[2]);
-    for (int i = 0; i < 3; i++)
-        lr__wr_f64(w, v[i]);
-}
-
 /* The frame's body (lr__frame_blob writes its head and sum). */
 static void
 write_snapshot(struct lr__wr *w, const void *arg)
 {
     const struct parts *pt = arg;
     const lr_router *r = pt->r;
-    uint32_t n_sec = 5 + (r->ad.rq != NULL) + (pt->model != NULL);
+    uint32_t n_sec = 4;
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        n_sec += pt->state[k] != NULL;
     lr__wr_u16(w, 0);
     lr__wr_u32(w, r->block_tokens);
     lr__wr_u32(w, n_sec);
@@ -217,11 +188,9 @@ write_snapshot(struct lr__wr *w, const void *arg)
     put_blob(w, T_INDX, pt->index);
     put_section(w, T_KSEQ, r, write_kseq);
     put_section(w, T_PEER, r, write_peers);
-    put_section(w, T_GORG, r, write_gorgo);
-    if (r->ad.rq != NULL)
-        put_section(w, T_ADPT, r, write_adaptive);
-    if (pt->model != NULL)
-        put_blob(w, T_LODE, pt->model);
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        if (pt->state[k] != NULL)
+            put_blob(w, lr__pstate_ops_of(k)->tag, pt->state[k]);
 }
 
 static lr_status
@@ -229,14 +198,17 @@ snapshot_locked(lr_router *r, uint64_t now_ns, lr_blob **out)
 {
     struct parts pt = { .r = r, .now_ns = now_ns };
     lr_status st = lr__index_save(r->ix, now_ns, &pt.index);
-    lr_mlp *net = st == LR_OK ? lr__lodestar_model(&r->ls) : NULL;
-    if (net != NULL)
-        st = lr_mlp_save(net, &pt.model);
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, x)
+    {
+        if (st == LR_OK && ops->save != NULL)
+            st = ops->save(x, &r->mem, &pt.state[kind]);
+    }
     if (st == LR_OK)
         st = lr__frame_blob(&r->mem, SNAP_MAGIC, SNAP_VERSION, LR_SEED_SNAP,
                             write_snapshot, &pt, out);
     lr_blob_destroy(pt.index);
-    lr_blob_destroy(pt.model);
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        lr_blob_destroy(pt.state[k]);
     return st;
 }
 
@@ -270,62 +242,76 @@ struct rinst {
     char *copy; /* the name, allocated for the commit */
 };
 
-/* Everything a restore builds before it commits. */
-struct restore {
-    struct lr__mem *m;
-    uint32_t max_inst;
-    struct sec s[7];
-    uint32_t n_inst;
-    struct rinst *inst;
-    lr_index *ix;
-    lr_ring *ring;
-    lr_load *ld;
-    struct lr__kvsrc *src;
-    struct lr__peers peers;
-    bool has_gorgo;
-    double gorgo[3];
-    bool has_calib;
-    struct lr__calib calib[LR_LOAD_MAX_CLASSES];
-    struct lr__adaptive ad; /* made here when the router has none */
-    lr_mlp *net;
-};
-
 enum {
     S_INST,
     S_INDX,
     S_KSEQ,
     S_PEER,
-    S_GORG,
-    S_ADPT,
-    S_LODE
+    S_FIXED
 };
 
-static int
-section_index(uint32_t tag)
+/* Everything a restore builds before it commits. Its allocations go
+ * through `am`, a copy of the router's allocator with a count of its own
+ * (the build runs without the lock): the commit adds that count to the
+ * router's. */
+struct restore {
+    struct lr__mem am;
+    uint32_t max_inst;
+    struct sec s[S_FIXED];
+    struct sec ss[LR__STATE_COUNT]; /* the policy states' sections */
+    uint32_t n_inst;
+    struct rinst *inst;
+    uint32_t *at; /* max_inst: index in inst + 1 of each id, 0 none */
+    lr_index *ix;
+    lr_ring *ring;
+    lr_load *ld;
+    struct lr__kvsrc *src;
+    struct lr__peers peers;
+    double param[LR__PARAM_COUNT]; /* the router's, when the build began */
+    void *aside[LR__STATE_COUNT];  /* states made from their sections */
+};
+
+static uint32_t
+fixed_index(uint32_t tag)
 {
-    static const uint32_t tags[] = { T_INST, T_INDX, T_KSEQ, T_PEER,
-                                     T_GORG, T_ADPT, T_LODE };
-    for (int i = 0; i < 7; i++)
+    static const uint32_t tags[S_FIXED] = { T_INST, T_INDX, T_KSEQ, T_PEER };
+    for (uint32_t i = 0; i < S_FIXED; i++)
         if (tags[i] == tag)
             return i;
-    return -1;
+    return S_FIXED;
 }
 
+/* The state kind whose section `tag` is, or LR__STATE_COUNT. */
+static uint32_t
+state_index(uint32_t tag)
+{
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(k);
+        if (ops != NULL && ops->load != NULL && ops->tag == tag)
+            return k;
+    }
+    return LR__STATE_COUNT;
+}
+
+/* Free what the build made and the commit did not take (mem: the
+ * allocator it was made with). */
 static void
-restore_free(struct restore *rs)
+restore_free(struct restore *rs, struct lr__mem *mem)
 {
     if (rs->inst != NULL)
         for (uint32_t i = 0; i < rs->n_inst; i++)
             if (rs->inst[i].copy != NULL)
-                lr__free(rs->m, rs->inst[i].copy, rs->inst[i].len + 1u);
-    lr__free(rs->m, rs->inst, (size_t)rs->n_inst * sizeof *rs->inst);
-    lr__free(rs->m, rs->src, (size_t)rs->max_inst * sizeof *rs->src);
-    lr__peers_free(&rs->peers, rs->m);
-    lr__adaptive_free(&rs->ad, rs->m);
+                lr__free(mem, rs->inst[i].copy, rs->inst[i].len + 1u);
+    lr__free(mem, rs->inst, (size_t)rs->n_inst * sizeof *rs->inst);
+    lr__free(mem, rs->at, (size_t)rs->max_inst * sizeof *rs->at);
+    lr__free(mem, rs->src, (size_t)rs->max_inst * sizeof *rs->src);
+    lr__peers_free(&rs->peers, mem);
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        if (rs->aside[k] != NULL)
+            lr__pstate_ops_of(k)->destroy(rs->aside[k], mem);
     lr_index_destroy(rs->ix);
     lr_ring_destroy(rs->ring);
     lr_load_destroy(rs->ld);
-    lr_mlp_destroy(rs->net);
 }
 
 static lr_status
@@ -346,24 +332,56 @@ read_sections(const lr_router *r, const uint8_t *buf, size_t len,
         LR_RETURN_IF(n_bytes > (uint64_t)(rd.end - rd.p), LR_ECORRUPT);
         const uint8_t *p;
         (void)lr__rd_take(&rd, (size_t)n_bytes, &p);
-        int k = section_index(tag);
-        if (k < 0)
+        uint32_t f = fixed_index(tag), k = state_index(tag);
+        struct sec *sp = f < S_FIXED           ? &rs->s[f]
+                         : k < LR__STATE_COUNT ? &rs->ss[k]
+                                               : NULL;
+        if (sp == NULL)
             continue; /* a later writer's section */
-        LR_RETURN_IF(rs->s[k].has, LR_ECORRUPT);
-        rs->s[k] = (struct sec){ p, (size_t)n_bytes, true };
+        LR_RETURN_IF(sp->has, LR_ECORRUPT);
+        *sp = (struct sec){ p, (size_t)n_bytes, true };
     }
     LR_RETURN_IF(rd.p != rd.end, LR_ECORRUPT);
     LR_RETURN_IF(!rs->s[S_INST].has || !rs->s[S_INDX].has, LR_ECORRUPT);
     return LR_OK;
 }
 
-static struct rinst *
-inst_by_id(const struct restore *rs, uint32_t id)
+/* Two instances of a snapshot with one name: sorted by a hash of the
+ * name, equal names are neighbours (O(n log n), not a pair-wise scan). */
+struct name_key {
+    uint64_t h;
+    uint32_t i;
+};
+
+static int
+cmp_name_key(const void *a, const void *b)
 {
+    const struct name_key *x = a, *y = b;
+    return (x->h > y->h) - (x->h < y->h);
+}
+
+static lr_status
+names_distinct(struct restore *rs)
+{
+    if (rs->n_inst < 2)
+        return LR_OK;
+    size_t bytes = (size_t)rs->n_inst * sizeof(struct name_key);
+    struct name_key *k = lr__alloc(&rs->am, bytes);
+    LR_RETURN_IF(k == NULL, LR_ENOMEM);
     for (uint32_t i = 0; i < rs->n_inst; i++)
-        if (rs->inst[i].id == id)
-            return &rs->inst[i];
-    return NULL;
+        k[i] =
+            (struct name_key){ lr__hash(rs->inst[i].name, rs->inst[i].len, 0),
+                               i };
+    qsort(k, rs->n_inst, sizeof *k, cmp_name_key);
+    lr_status st = LR_OK;
+    for (uint32_t i = 1; i < rs->n_inst && st == LR_OK; i++)
+        for (uint32_t j = i; j-- > 0 && k[j].h == k[i].h;) {
+            const struct rinst *a = &rs->inst[k[i].i], *b = &rs->inst[k[j].i];
+            if (a->len == b->len && memcmp(a->name, b->name, a->len) == 0)
+                st = LR_ECORRUPT;
+        }
+    lr__free(&rs->am, k, bytes);
+    return st;
 }
 
 /* INST: checked record by record (ids and names distinct). */
@@ -376,9 +394,11 @@ read_inst(struct restore *rs)
     LR_RETURN_IF(rd.bad, LR_ECORRUPT);
     LR_RETURN_IF(n > (size_t)(rd.end - rd.p) / 28, LR_ECORRUPT);
     LR_RETURN_IF(n > rs->max_inst, LR_ELIMIT);
-    rs->inst = lr__calloc(rs->m, n, sizeof *rs->inst);
+    rs->inst = lr__calloc(&rs->am, n, sizeof *rs->inst);
     LR_RETURN_IF(n > 0 && rs->inst == NULL, LR_ENOMEM);
     rs->n_inst = n;
+    rs->at = lr__calloc(&rs->am, rs->max_inst, sizeof *rs->at);
+    LR_RETURN_IF(rs->at == NULL, LR_ENOMEM);
     for (uint32_t i = 0; i < n; i++) {
         struct rinst *x = &rs->inst[i];
         x->id = lr__rd_u32(&rd);
@@ -399,14 +419,11 @@ read_inst(struct restore *rs)
         LR_RETURN_IF(x->rtt_ns > LR_LOAD_MAX_RTT_NS, LR_ECORRUPT);
         LR_RETURN_IF(!lr__router_name_ok((const char *)x->name, x->len),
                      LR_ECORRUPT);
-        for (uint32_t j = 0; j < i; j++)
-            LR_RETURN_IF(rs->inst[j].id == x->id ||
-                             (rs->inst[j].len == x->len &&
-                              memcmp(rs->inst[j].name, x->name, x->len) == 0),
-                         LR_ECORRUPT);
+        LR_RETURN_IF(rs->at[x->id] != 0, LR_ECORRUPT);
+        rs->at[x->id] = i + 1;
     }
     LR_RETURN_IF(rd.p != rd.end, LR_ECORRUPT);
-    return LR_OK;
+    return names_distinct(rs);
 }
 
 /* New index, ring and load tracker holding the snapshot's instances; the
@@ -417,7 +434,7 @@ build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
     LR_TRY(lr__router_make_parts(r, &rs->ix, &rs->ring, &rs->ld));
     for (uint32_t i = 0; i < rs->n_inst; i++) {
         struct rinst *x = &rs->inst[i];
-        x->copy = lr__alloc(rs->m, x->len + 1u);
+        x->copy = lr__alloc(&rs->am, x->len + 1u);
         LR_RETURN_IF(x->copy == NULL, LR_ENOMEM);
         memcpy(x->copy, x->name, x->len);
         x->copy[x->len] = '\0';
@@ -448,7 +465,7 @@ build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
 static lr_status
 read_kseq(struct restore *rs, uint64_t now_ns)
 {
-    rs->src = lr__calloc(rs->m, rs->max_inst, sizeof *rs->src);
+    rs->src = lr__calloc(&rs->am, rs->max_inst, sizeof *rs->src);
     LR_RETURN_IF(rs->src == NULL, LR_ENOMEM);
     if (!rs->s[S_KSEQ].has)
         return LR_OK;
@@ -460,7 +477,8 @@ read_kseq(struct restore *rs, uint64_t now_ns)
         uint8_t f = lr__rd_u8(&rd);
         uint64_t next = lr__rd_u64(&rd);
         double ts = lr__rd_f64(&rd);
-        LR_RETURN_IF(rd.bad || inst_by_id(rs, id) == NULL, LR_ECORRUPT);
+        LR_RETURN_IF(rd.bad || id >= rs->max_inst || rs->at[id] == 0,
+                     LR_ECORRUPT);
         LR_RETURN_IF(!(f & KF_HAS) || (f & ~(KF_HAS | KF_GAP)), LR_ECORRUPT);
         LR_RETURN_IF(!(ts >= 0 && ts <= LR__KV_TS_MAX) || rs->src[id].has,
                      LR_ECORRUPT);
@@ -477,7 +495,7 @@ read_kseq(struct restore *rs, uint64_t now_ns)
 static lr_status
 read_peers(const lr_router *r, struct restore *rs)
 {
-    LR_TRY(lr__peers_init(&rs->peers, rs->m, r->peers.max, r->max_inst,
+    LR_TRY(lr__peers_init(&rs->peers, &rs->am, r->peers.max, r->max_inst,
                           r->peers.self, r->peers.ttl_ns));
     if (!rs->s[S_PEER].has)
         return LR_OK;
@@ -502,97 +520,18 @@ read_peers(const lr_router *r, struct restore *rs)
     return LR_OK;
 }
 
+/* Each policy state a section names, made whole from it (with the
+ * router's parameters as the build found them). */
 static lr_status
-read_gorgo(struct restore *rs)
+read_states(lr_router *r, struct restore *rs)
 {
-    if (!rs->s[S_GORG].has)
-        return LR_OK;
-    static const int32_t keys[3] = { LR_COST_W_RTT, LR_COST_W_QUEUE,
-                                     LR_COST_SIGMA };
-    struct lr__rd rd = { rs->s[S_GORG].p, rs->s[S_GORG].p + rs->s[S_GORG].n,
-                         false };
-    for (int i = 0; i < 3; i++) {
-        rs->gorgo[i] = lr__rd_f64(&rd);
-        lr_bounds b = lr_cost_param_bounds(LR_COST_GORGO, keys[i]);
-        LR_RETURN_IF(!(rs->gorgo[i] >= b.lo && rs->gorgo[i] <= b.hi),
-                     LR_ECORRUPT);
-    }
-    LR_RETURN_IF(rd.bad || rd.p != rd.end, LR_ECORRUPT);
-    rs->has_gorgo = true;
-    return LR_OK;
-}
-
-static bool
-finite_calib(const struct lr__calib *k)
-{
-    for (int i = 0; i < LR__CALIB_DIM; i++) {
-        /* every term is >= 0; the fit solves with A + diag(ridge) */
-        if (!(k->theta[i] >= 0) || !isfinite(k->theta[i]) ||
-            !isfinite(k->bv[i]) || !isfinite(k->prior[i]) ||
-            !(k->ridge[i] >= 0) || !isfinite(k->ridge[i]))
-            return false;
-        for (int j = 0; j < LR__CALIB_DIM; j++)
-            if (!isfinite(k->A[i][j]))
-                return false;
-    }
-    return isfinite(k->w_mean);
-}
-
-static lr_status
-read_adaptive(const lr_router *r, struct restore *rs)
-{
-    if (!rs->s[S_ADPT].has)
-        return LR_OK;
-    struct lr__rd rd = { rs->s[S_ADPT].p, rs->s[S_ADPT].p + rs->s[S_ADPT].n,
-                         false };
-    LR_RETURN_IF(lr__rd_u32(&rd) != LR_LOAD_MAX_CLASSES, LR_ECORRUPT);
-    for (uint32_t c = 0; c < LR_LOAD_MAX_CLASSES; c++) {
-        struct lr__calib *k = &rs->calib[c];
-        for (int i = 0; i < LR__CALIB_DIM; i++) {
-            k->theta[i] = lr__rd_f64(&rd);
-            k->bv[i] = lr__rd_f64(&rd);
-            k->prior[i] = lr__rd_f64(&rd);
-            k->ridge[i] = lr__rd_f64(&rd);
-            for (int j = 0; j < LR__CALIB_DIM; j++)
-                k->A[i][j] = lr__rd_f64(&rd);
-        }
-        k->w_mean = lr__rd_f64(&rd);
-        k->n = lr__rd_u32(&rd);
-        LR_RETURN_IF(rd.bad || !finite_calib(k), LR_ECORRUPT);
-    }
-    LR_RETURN_IF(rd.p != rd.end, LR_ECORRUPT);
-    rs->has_calib = true;
-    if (r->ad.rq == NULL) /* the tables, made on the side */
-        LR_TRY(lr__adaptive_setup(&rs->ad, rs->m, r->max_inst, r->ls.max_req));
-    return LR_OK;
-}
-
-static lr_status
-read_model(struct restore *rs)
-{
-    if (!rs->s[S_LODE].has)
-        return LR_OK;
-    LR_TRY(lr_mlp_load(rs->s[S_LODE].p, rs->s[S_LODE].n, &rs->m->a, &rs->net));
-    LR_RETURN_IF(lr_mlp_n_inputs(rs->net) != LR_LODESTAR_FEATURES, LR_ECORRUPT);
-    return LR_OK;
-}
-
-/* The last fallible step: Lodestar's learner (made if the router has
- * none) takes the network. On failure a learner made here goes again. */
-static lr_status
-install_model(lr_router *r, struct restore *rs)
-{
-    if (rs->net == NULL)
-        return LR_OK;
-    bool had = atomic_load(&r->ls.learner) != NULL;
-    LR_TRY(lr__lodestar_setup(&r->ls, &r->mem));
-    lr_status st = lr__learner_install(atomic_load(&r->ls.learner), rs->net);
-    if (st != LR_OK) {
-        if (!had)
-            lr__lodestar_free(&r->ls, &r->mem);
-        return st;
-    }
-    rs->net = NULL; /* the learner's now */
+    struct lr__penv env = lr__router_env(r);
+    env.mem = &rs->am;
+    env.param = rs->param;
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+        if (rs->ss[k].has)
+            LR_TRY(lr__pstate_ops_of(k)->load(&env, rs->ss[k].p, rs->ss[k].n,
+                                              &rs->aside[k]));
     return LR_OK;
 }
 
@@ -605,10 +544,12 @@ swap_ptr(void *a, void *b)
     memcpy(b, &t, sizeof t);
 }
 
-/* Cannot fail: everything was made. The old parts go to rs for freeing. */
+/* Cannot fail: everything was made. What the router held goes to rs, to
+ * be freed with the router's allocator. */
 static void
 commit(lr_router *r, struct restore *rs)
 {
+    r->mem.live += rs->am.live; /* the build's bytes are the router's now */
     swap_ptr(&r->ix, &rs->ix);
     swap_ptr(&r->ring, &rs->ring);
     swap_ptr(&r->ld, &rs->ld);
@@ -620,36 +561,35 @@ commit(lr_router *r, struct restore *rs)
     }
     swap_ptr(&r->src, &rs->src);
     struct lr__peers tp = r->peers;
+    memcpy(rs->peers.key, tp.key, sizeof tp.key); /* the host's, kept */
+    rs->peers.keyed = tp.keyed;
     r->peers = rs->peers;
     rs->peers = tp;
-    if (rs->has_gorgo) {
-        (void)lr_cost_set_param(r->gorgo, LR_COST_W_RTT, rs->gorgo[0]);
-        (void)lr_cost_set_param(r->gorgo, LR_COST_W_QUEUE, rs->gorgo[1]);
-        (void)lr_cost_set_param(r->gorgo, LR_COST_SIGMA, rs->gorgo[2]);
-        lr__router_sync_gorgo(r);
+    for (uint32_t k = 0; k < LR__STATE_COUNT; k++) {
+        if (rs->aside[k] == NULL)
+            continue;
+        void *old = atomic_exchange(&r->pstate[k], rs->aside[k]);
+        rs->aside[k] = old; /* a fresh router's: freed below */
     }
-    if (rs->has_calib) {
-        if (r->ad.rq == NULL) {
-            struct lr__adaptive t = r->ad;
-            r->ad = rs->ad;
-            rs->ad = t;
-        }
-        memcpy(r->ad.cls, rs->calib, sizeof rs->calib);
-    }
+    lr__router_pstates_sync(r);
 }
 
 lr_status
 lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL || (buf == NULL && len != 0), LR_EINVAL);
-    lr__router_lock(r);
     struct restore rs;
     memset(&rs, 0, sizeof rs);
-    rs.m = &r->mem;
-    rs.max_inst = r->max_inst;
+    rs.am = r->mem; /* the hooks; its own count */
+    rs.am.live = 0;
+    rs.max_inst = r->max_inst; /* fixed at create, as the rest read here */
+    lr__router_lock(r);
+    memcpy(rs.param, r->param, sizeof rs.param);
     lr_status st = r->n_inst != 0 ? LR_ESTATE : LR_OK;
-    if (st == LR_OK)
-        st = lr__router_clock(r, now_ns, true);
+    if (st == LR_OK) /* judged now (a query), taken at the commit */
+        st = lr__router_clock(r, now_ns, false);
+    lr__router_unlock(r);
+    /* the build: no lock held */
     if (st == LR_OK)
         st = read_sections(r, buf, len, &rs);
     if (st == LR_OK)
@@ -661,17 +601,21 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
     if (st == LR_OK)
         st = read_peers(r, &rs);
     if (st == LR_OK)
-        st = read_gorgo(&rs);
-    if (st == LR_OK)
-        st = read_adaptive(r, &rs);
-    if (st == LR_OK)
-        st = read_model(&rs);
-    if (st == LR_OK)
-        st = install_model(r, &rs);
+        st = read_states(r, &rs);
+    if (st != LR_OK) {
+        restore_free(&rs, &rs.am);
+        return st;
+    }
+    /* the commit: the router may have changed meanwhile */
+    lr__router_lock(r);
+    st = r->n_inst != 0 ? LR_ESTATE : lr__router_clock(r, now_ns, true);
     if (st == LR_OK) {
         commit(r, &rs);
         lr__router_clock_take(r, now_ns);
+        restore_free(&rs, &r->mem);
     }
-    restore_free(&rs);
-    return lr__router_release(r, st);
+    lr__router_unlock(r);
+    if (st != LR_OK)
+        restore_free(&rs, &rs.am);
+    return st;
 }
