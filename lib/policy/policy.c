@@ -609,55 +609,60 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_RANVIER] = { "ranvier", M, LR_RING_KEY_PREFIX, LR_RING_MAX_K,
                             decide_ranvier },
     [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
-                             2, lr__lodestar_decide, &lr__lodestar_ops },
+                             2, lr__lodestar_decide, &lr__lodestar_ops,
+                             LR_PARAM_LODESTAR_FALLBACK + 1 },
     [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
                              LR_RING_KEY_NONE, 0, lr__adaptive_decide,
                              &lr__adaptive_ops },
 };
 #undef M
 
+const struct lr__ptable lr__builtin_policies = { lr__policies,
+                                                 LR__POLICY_COUNT };
+
 struct lr__choice
 lr__policy_decide(int32_t p, const struct lr__pctx *c)
 {
-    return lr__policies[p].decide(c);
+    return c->pt->def[p].decide(c);
 }
 
 /* Lodestar falls back to another policy: it needs what that one needs. */
 static int32_t
-fallback_of(int32_t p, const double *param)
+fallback_of(const struct lr__ptable *t, int32_t p, const double *param)
 {
-    return p == LR_POLICY_LODESTAR ? (int32_t)param[LR_PARAM_LODESTAR_FALLBACK]
-                                   : LR__POLICY_NONE;
+    int32_t key = t->def[p].fallback_param - 1;
+    return key >= 0 ? (int32_t)param[key] : LR__POLICY_NONE;
 }
 
 int32_t
-lr__policy_ring_owner(int32_t p, const double *param)
+lr__policy_ring_owner(const struct lr__ptable *t, int32_t p,
+                      const double *param)
 {
-    int32_t fb = fallback_of(p, param);
-    if (fb != LR__POLICY_NONE && lr__policies[fb].ring_key != LR_RING_KEY_NONE)
+    int32_t fb = fallback_of(t, p, param);
+    if (fb != LR__POLICY_NONE && t->def[fb].ring_key != LR_RING_KEY_NONE)
         return fb;
-    return lr__policies[p].ring_key != LR_RING_KEY_NONE ? p : LR__POLICY_NONE;
+    return t->def[p].ring_key != LR_RING_KEY_NONE ? p : LR__POLICY_NONE;
 }
 
 uint32_t
-lr__policy_states(int32_t p, const double *param)
+lr__policy_states(const struct lr__ptable *t, int32_t p, const double *param)
 {
-    int32_t fb = fallback_of(p, param);
+    int32_t fb = fallback_of(t, p, param);
     uint32_t kinds = 0;
-    if (lr__policies[p].ops != NULL)
+    if (t->def[p].ops != NULL)
         kinds |= 1u << p;
-    if (fb != LR__POLICY_NONE && lr__policies[fb].ops != NULL)
+    if (fb != LR__POLICY_NONE && t->def[fb].ops != NULL)
         kinds |= 1u << fb;
-    if (lr__policy_needs(p, param) & LR__NEEDS_AGE)
+    if (lr__policy_needs(t, p, param) & LR__NEEDS_AGE)
         kinds |= 1u << LR__STATE_RECENCY;
     return kinds;
 }
 
 const struct lr__pstate_ops *
-lr__pstate_ops_of(uint32_t kind)
+lr__pstate_ops_of(const struct lr__ptable *t, uint32_t kind)
 {
-    if (kind < LR__POLICY_COUNT)
-        return lr__policies[kind].ops;
+    if (kind < t->n)
+        return t->def[kind].ops;
     return kind == LR__STATE_RECENCY ? &lr__recency_ops : NULL;
 }
 
@@ -727,27 +732,26 @@ const struct lr__pstate_ops lr__round_robin_ops = {
 };
 
 int32_t
-lr__policy_ring(int32_t p, const double *param, uint32_t *ranks)
+lr__policy_ring(const struct lr__ptable *t, int32_t p, const double *param,
+                uint32_t *ranks)
 {
-    int32_t fb = fallback_of(p, param);
-    const struct lr__policy_def *d = &lr__policies[p];
+    int32_t fb = fallback_of(t, p, param);
+    const struct lr__policy_def *d = &t->def[p];
     int32_t key = d->ring_key;
     uint32_t k = d->ring_k;
-    if (fb != LR__POLICY_NONE &&
-        lr__policies[fb].ring_key != LR_RING_KEY_NONE) {
-        key = lr__policies[fb].ring_key;
-        k = lr__policies[fb].ring_k > k ? lr__policies[fb].ring_k : k;
+    if (fb != LR__POLICY_NONE && t->def[fb].ring_key != LR_RING_KEY_NONE) {
+        key = t->def[fb].ring_key;
+        k = t->def[fb].ring_k > k ? t->def[fb].ring_k : k;
     }
     *ranks = k;
     return key;
 }
 
 uint32_t
-lr__policy_needs(int32_t p, const double *param)
+lr__policy_needs(const struct lr__ptable *t, int32_t p, const double *param)
 {
-    int32_t fb = fallback_of(p, param);
-    return lr__policies[p].needs |
-           (fb != LR__POLICY_NONE ? lr__policies[fb].needs : 0);
+    int32_t fb = fallback_of(t, p, param);
+    return t->def[p].needs | (fb != LR__POLICY_NONE ? t->def[fb].needs : 0);
 }
 
 int32_t
@@ -758,7 +762,7 @@ lr_policy_ring_key(int32_t policy, uint32_t *ranks)
     if (policy >= 0 && policy < LR__POLICY_COUNT) {
         double param[LR__PARAM_COUNT];
         lr__param_defaults(param);
-        key = lr__policy_ring(policy, param, &k);
+        key = lr__policy_ring(&lr__builtin_policies, policy, param, &k);
     }
     if (ranks != NULL)
         *ranks = k;
@@ -842,6 +846,7 @@ lr_policy_decide(int32_t policy, const lr_policy_input *input,
         .block_tokens = in.block_tokens,
         .last = in.last_instance,
         .model = in.model,
+        .pt = &lr__builtin_policies,
         .rng = &rng,
         .score = scores,
     };

@@ -61,6 +61,7 @@ struct lr__pctx {
     uint32_t block_tokens;
     uint32_t last; /* round-robin cursor: instance served last, or NONE */
     lr_mlp *model; /* lodestar's scorer, or NULL */
+    const struct lr__ptable *pt; /* the table p is a row of (a fallback's) */
     struct lr__rng *rng;
     double *score; /* n: out, NaN on entry */
 };
@@ -83,29 +84,43 @@ struct lr__policy_def {
     uint32_t ring_k;  /* ranks it reads */
     struct lr__choice (*decide)(const struct lr__pctx *c);
     const struct lr__pstate_ops *ops; /* its state, or NULL */
+    /* The parameter naming the policy it falls back to (Lodestar's), plus
+     * one; 0: none. The router gathers and keeps state for both. */
+    int32_t fallback_param;
 };
 
 /* The table of policies, indexed by lr_policy. */
 extern const struct lr__policy_def lr__policies[LR__POLICY_COUNT];
 
-/* Decide with policy p (0 .. LR__POLICY_COUNT - 1) on a context whose
- * scores are NaN; fills c->score and returns the choice. Never fails. */
+/* Decide with policy p (a row of c->pt) on a context whose scores are
+ * NaN; fills c->score and returns the choice. Never fails. */
 struct lr__choice lr__policy_decide(int32_t p, const struct lr__pctx *c);
 
 /* The ring key a router ranks rows by for policy p, and how many ranks;
  * Lodestar's is its fallback's when that one has a key. */
-int32_t lr__policy_ring(int32_t p, const double *param, uint32_t *ranks);
+int32_t lr__policy_ring(const struct lr__ptable *t, int32_t p,
+                        const double *param, uint32_t *ranks);
 
 /* What policy p needs gathered (LR__NEEDS_*), Lodestar's fallback's
  * needs included. */
-uint32_t lr__policy_needs(int32_t p, const double *param);
+uint32_t lr__policy_needs(const struct lr__ptable *t, int32_t p,
+                          const double *param);
 
 /* ---- state behind operations ---------------------------------------------- */
 
-/* State kinds: one per policy (the kind is the policy's id), then the
- * shared ones. */
-#define LR__STATE_RECENCY LR__POLICY_COUNT /* prefix ages (LR__NEEDS_AGE) */
-#define LR__STATE_COUNT (LR__POLICY_COUNT + 1)
+/* State kinds: one per policy of the router's table (the kind is the
+ * policy's id), and the shared ones from the top. */
+#define LR__STATE_MAX 24u
+#define LR__STATE_RECENCY (LR__STATE_MAX - 1) /* prefix ages (NEEDS_AGE) */
+
+/* A table of policies: the library's own (lr__builtin_policies), or, in
+ * tests, a longer one (lr__router_set_policies): a policy is its row, and
+ * its id the row's index. At most LR__STATE_MAX - 1 rows. */
+struct lr__ptable {
+    const struct lr__policy_def *def;
+    uint32_t n;
+};
+extern const struct lr__ptable lr__builtin_policies;
 
 /* What a state is made with: the router's allocator and sizes, its
  * seeds, its parameters, and the options a host gave for a policy. */
@@ -125,6 +140,7 @@ struct lr__penv {
  * on several threads never share it. */
 #define LR__ROUTE_SCRATCH 64u
 struct lr__route_view {
+    const struct lr__ptable *pt; /* the router's policies */
     const lr_request *q;
     const uint64_t *keys; /* the prompt's block keys, n_keys of them */
     size_t n_keys;
@@ -194,18 +210,21 @@ struct lr__pstate_ops {
     lr_status (*verify)(const void *st);
 };
 
-/* The operations of state kind `kind` (0 .. LR__STATE_COUNT - 1), or NULL
- * for a policy without state. */
-const struct lr__pstate_ops *lr__pstate_ops_of(uint32_t kind);
+/* The operations of state kind `kind` (0 .. LR__STATE_MAX - 1) with
+ * table t, or NULL for a policy without state or no such kind. */
+const struct lr__pstate_ops *lr__pstate_ops_of(const struct lr__ptable *t,
+                                               uint32_t kind);
 
 /* The state kinds policy p uses with parameters `param`: its own, its
  * fallback's (Lodestar), the recency table when it reads prefix ages. A
  * bit per kind. */
-uint32_t lr__policy_states(int32_t p, const double *param);
+uint32_t lr__policy_states(const struct lr__ptable *t, int32_t p,
+                           const double *param);
 
 /* The policy whose ring key policy p ranks by (p, or Lodestar's
  * fallback); LR__POLICY_NONE for none. */
-int32_t lr__policy_ring_owner(int32_t p, const double *param);
+int32_t lr__policy_ring_owner(const struct lr__ptable *t, int32_t p,
+                              const double *param);
 
 /* Key of the prompt's first `tokens` tokens (session and consistent hash,
  * and DualMap's short prompts): the chained block key when those tokens

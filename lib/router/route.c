@@ -45,6 +45,7 @@ static void
 route_start(const lr_router *r, struct route *rt, const lr_request *q,
             const uint64_t *kb, size_t nk)
 {
+    rt->v.pt = r->pt;
     rt->v.q = q;
     rt->v.keys = kb;
     rt->v.n_keys = nk;
@@ -82,7 +83,7 @@ keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
     if (records || (needs & (LR__NEEDS_MATCH | LR__NEEDS_AGE)))
         return all;
     uint32_t want = 0;
-    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
+    int32_t kind = lr__policy_ring(r->pt, r->policy, r->param, &want);
     if (kind == LR_RING_KEY_HOTNESS)
         return all;
     if (kind == LR_RING_KEY_PREFIX ||
@@ -208,7 +209,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
                 LR_OK)
             c->tree_blocks = 0;
     }
-    uint32_t kinds = lr__policy_states(r->policy, r->param);
+    uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
         if ((kinds >> kind & 1) && ops->gather != NULL)
@@ -223,12 +224,13 @@ static void
 route_rank(lr_router *r, struct route *rt)
 {
     uint32_t want = 0;
-    int32_t kind = lr__policy_ring(r->policy, r->param, &want);
-    int32_t owner = lr__policy_ring_owner(r->policy, r->param);
+    int32_t kind = lr__policy_ring(r->pt, r->policy, r->param, &want);
+    int32_t owner = lr__policy_ring_owner(r->pt, r->policy, r->param);
     uint32_t session_tokens = (uint32_t)r->param[LR_PARAM_SESSION_TOKENS];
     const lr_request *q = rt->v.q;
     const struct lr__pstate_ops *ops =
-        owner != LR__POLICY_NONE ? lr__pstate_ops_of((uint32_t)owner) : NULL;
+        owner != LR__POLICY_NONE ? lr__pstate_ops_of(r->pt, (uint32_t)owner)
+                                 : NULL;
     void *st = ops != NULL ? lr__router_pstate(r, (uint32_t)owner) : NULL;
     uint64_t key;
     rt->v.n_scratch = 0;
@@ -256,7 +258,7 @@ route_rank(lr_router *r, struct route *rt)
 static lr_status
 route_table(lr_router *r, struct route *rt, bool records)
 {
-    uint32_t needs = lr__policy_needs(r->policy, r->param);
+    uint32_t needs = lr__policy_needs(r->pt, r->policy, r->param);
     LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
     route_gather(r, rt, needs);
@@ -290,9 +292,10 @@ route_decide(lr_router *r, struct route *rt)
         .block_tokens = r->block_tokens,
         .last = NONE,
         .model = NULL,
+        .pt = r->pt,
         .score = r->score,
     };
-    uint32_t kinds = lr__policy_states(r->policy, r->param);
+    uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
         if ((kinds >> kind & 1) && ops->prepare != NULL)

@@ -115,11 +115,11 @@ lr__router_env(lr_router *r)
 lr_status
 lr__router_pstates_setup(lr_router *r, int32_t p)
 {
-    uint32_t want = lr__policy_states(p, r->param), made = 0;
+    uint32_t want = lr__policy_states(r->pt, p, r->param), made = 0;
     struct lr__penv env = lr__router_env(r);
     lr_status st = LR_OK;
-    for (uint32_t kind = 0; kind < LR__STATE_COUNT && st == LR_OK; kind++) {
-        const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind);
+    for (uint32_t kind = 0; kind < LR__STATE_MAX && st == LR_OK; kind++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(r->pt, kind);
         if (!(want >> kind & 1) || ops == NULL ||
             lr__router_pstate(r, kind) != NULL)
             continue;
@@ -249,8 +249,8 @@ copy_policy_options(lr_router *r, const lr_learner_options *learner)
         r->has_opt_learner = true;
     }
     struct lr__penv env = lr__router_env(r);
-    for (uint32_t kind = 0; kind < LR__STATE_COUNT; kind++) {
-        const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind);
+    for (uint32_t kind = 0; kind < LR__STATE_MAX; kind++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(r->pt, kind);
         if (ops != NULL && ops->check != NULL)
             LR_TRY(ops->check(&env));
     }
@@ -305,8 +305,9 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     lr__param_defaults(r->param);
     for (unsigned c = 0; c < LR_LOAD_MAX_CLASSES; c++)
         r->rate[c] = DEFAULT_RATE;
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         atomic_init(&r->pstate[k], NULL);
+    r->pt = &lr__builtin_policies;
     lr_status st = copy_policy_options(r, o.learner);
     if (st == LR_OK)
         st = lr__router_make_parts(r, &r->ix, &r->ring, &r->ld);
@@ -328,12 +329,29 @@ lr_router_destroy(lr_router *r)
 }
 
 lr_status
+lr__router_set_policies(lr_router *r, const struct lr__ptable *t)
+{
+    LR_RETURN_IF(r == NULL || t == NULL || t->n < LR__POLICY_COUNT ||
+                     t->n >= LR__STATE_MAX,
+                 LR_EINVAL);
+    lr__router_lock(r);
+    lr_status st = r->n_inst != 0 ? LR_ESTATE : LR_OK;
+    if (st == LR_OK) {
+        r->pt = t;
+        st = lr__router_pstates_setup(r, r->policy);
+    }
+    return lr__router_release(r, st);
+}
+
+lr_status
 lr_router_set_policy(lr_router *r, int32_t policy)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
-    LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_EINVAL);
+    LR_RETURN_IF(policy < 0, LR_EINVAL);
     lr__router_lock(r);
-    lr_status st = lr__router_pstates_setup(r, policy);
+    lr_status st = (uint32_t)policy < r->pt->n ? LR_OK : LR_EINVAL;
+    if (st == LR_OK)
+        st = lr__router_pstates_setup(r, policy);
     if (st == LR_OK)
         r->policy = policy;
     return lr__router_release(r, st);

@@ -17,4 +17,11 @@ lr_status lr__router_verify(const lr_router *r);
  * (its parts count their own). */
 size_t lr__router_mem_live(const lr_router *r);
 
+/* Route with policy table t instead of the library's (tests: a table of
+ * the library's rows and more, a stateful policy added through its row
+ * alone). t is borrowed for the router's life; at least the library's
+ * LR__POLICY_COUNT rows. LR_ESTATE once the router has an instance. */
+struct lr__ptable;
+lr_status lr__router_set_policies(lr_router *r, const struct lr__ptable *t);
+
 #endif /* LIBROUTE_LIB_ROUTER_H */

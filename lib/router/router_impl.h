@@ -65,7 +65,8 @@ struct lr_router {
     /* Each state kind's state (policy.h: the policies' own, the recency
      * table), made on first use and kept; NULL until then. Read without
      * the lock by the host's learner calls, hence atomic. */
-    _Atomic(void *) pstate[LR__STATE_COUNT];
+    _Atomic(void *) pstate[LR__STATE_MAX];
+    const struct lr__ptable *pt; /* its policies (lr__builtin_policies) */
     /* replicas and event sources (replica.c) */
     struct lr__kvsrc *src; /* max_inst: each instance's KV-event stream */
     struct lr__peers peers;
@@ -208,10 +209,11 @@ lr_status lr__router_pstates_setup(lr_router *r, int32_t p);
 void lr__router_pstates_sync(lr_router *r);
 
 /* Every state the router has, in kind order: `kind` and `ops`, `st`. */
-#define LR__ROUTER_EACH_PSTATE(r, kind, ops, st)                         \
-    for (uint32_t kind = 0; kind < LR__STATE_COUNT; kind++)              \
-        for (const struct lr__pstate_ops *ops = lr__pstate_ops_of(kind); \
-             ops != NULL; ops = NULL)                                    \
+#define LR__ROUTER_EACH_PSTATE(r, kind, ops, st)          \
+    for (uint32_t kind = 0; kind < LR__STATE_MAX; kind++) \
+        for (const struct lr__pstate_ops *ops =           \
+                 lr__pstate_ops_of((r)->pt, kind);        \
+             ops != NULL; ops = NULL)                     \
             for (void *st = lr__router_pstate((r), kind); st != NULL; st = NULL)
 
 /* A fresh index, ring and load tracker made with the router's options

@@ -75,7 +75,7 @@ struct parts {
     const lr_router *r;
     uint64_t now_ns;
     lr_blob *index;
-    lr_blob *state[LR__STATE_COUNT]; /* NULL: nothing kept */
+    lr_blob *state[LR__STATE_MAX]; /* NULL: nothing kept */
 };
 
 static void
@@ -177,7 +177,7 @@ write_snapshot(struct lr__wr *w, const void *arg)
     const struct parts *pt = arg;
     const lr_router *r = pt->r;
     uint32_t n_sec = 4;
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         n_sec += pt->state[k] != NULL;
     lr__wr_u16(w, 0);
     lr__wr_u32(w, r->block_tokens);
@@ -188,9 +188,9 @@ write_snapshot(struct lr__wr *w, const void *arg)
     put_blob(w, T_INDX, pt->index);
     put_section(w, T_KSEQ, r, write_kseq);
     put_section(w, T_PEER, r, write_peers);
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (pt->state[k] != NULL)
-            put_blob(w, lr__pstate_ops_of(k)->tag, pt->state[k]);
+            put_blob(w, lr__pstate_ops_of(r->pt, k)->tag, pt->state[k]);
 }
 
 static lr_status
@@ -207,7 +207,7 @@ snapshot_locked(lr_router *r, uint64_t now_ns, lr_blob **out)
         st = lr__frame_blob(&r->mem, SNAP_MAGIC, SNAP_VERSION, LR_SEED_SNAP,
                             write_snapshot, &pt, out);
     lr_blob_destroy(pt.index);
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         lr_blob_destroy(pt.state[k]);
     return st;
 }
@@ -258,7 +258,7 @@ struct restore {
     struct lr__mem am;
     uint32_t max_inst;
     struct sec s[S_FIXED];
-    struct sec ss[LR__STATE_COUNT]; /* the policy states' sections */
+    struct sec ss[LR__STATE_MAX]; /* the policy states' sections */
     uint32_t n_inst;
     struct rinst *inst;
     uint32_t *at; /* max_inst: index in inst + 1 of each id, 0 none */
@@ -268,7 +268,7 @@ struct restore {
     struct lr__kvsrc *src;
     struct lr__peers peers;
     double param[LR__PARAM_COUNT]; /* the router's, when the build began */
-    void *aside[LR__STATE_COUNT];  /* states made from their sections */
+    void *aside[LR__STATE_MAX];    /* states made from their sections */
 };
 
 static uint32_t
@@ -281,22 +281,22 @@ fixed_index(uint32_t tag)
     return S_FIXED;
 }
 
-/* The state kind whose section `tag` is, or LR__STATE_COUNT. */
+/* The state kind whose section `tag` is, or LR__STATE_MAX. */
 static uint32_t
-state_index(uint32_t tag)
+state_index(const lr_router *r, uint32_t tag)
 {
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++) {
-        const struct lr__pstate_ops *ops = lr__pstate_ops_of(k);
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++) {
+        const struct lr__pstate_ops *ops = lr__pstate_ops_of(r->pt, k);
         if (ops != NULL && ops->load != NULL && ops->tag == tag)
             return k;
     }
-    return LR__STATE_COUNT;
+    return LR__STATE_MAX;
 }
 
 /* Free what the build made and the commit did not take (mem: the
  * allocator it was made with). */
 static void
-restore_free(struct restore *rs, struct lr__mem *mem)
+restore_free(const lr_router *r, struct restore *rs, struct lr__mem *mem)
 {
     if (rs->inst != NULL)
         for (uint32_t i = 0; i < rs->n_inst; i++)
@@ -306,9 +306,9 @@ restore_free(struct restore *rs, struct lr__mem *mem)
     lr__free(mem, rs->at, (size_t)rs->max_inst * sizeof *rs->at);
     lr__free(mem, rs->src, (size_t)rs->max_inst * sizeof *rs->src);
     lr__peers_free(&rs->peers, mem);
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (rs->aside[k] != NULL)
-            lr__pstate_ops_of(k)->destroy(rs->aside[k], mem);
+            lr__pstate_ops_of(r->pt, k)->destroy(rs->aside[k], mem);
     lr_index_destroy(rs->ix);
     lr_ring_destroy(rs->ring);
     lr_load_destroy(rs->ld);
@@ -332,10 +332,10 @@ read_sections(const lr_router *r, const uint8_t *buf, size_t len,
         LR_RETURN_IF(n_bytes > (uint64_t)(rd.end - rd.p), LR_ECORRUPT);
         const uint8_t *p;
         (void)lr__rd_take(&rd, (size_t)n_bytes, &p);
-        uint32_t f = fixed_index(tag), k = state_index(tag);
-        struct sec *sp = f < S_FIXED           ? &rs->s[f]
-                         : k < LR__STATE_COUNT ? &rs->ss[k]
-                                               : NULL;
+        uint32_t f = fixed_index(tag), k = state_index(r, tag);
+        struct sec *sp = f < S_FIXED         ? &rs->s[f]
+                         : k < LR__STATE_MAX ? &rs->ss[k]
+                                             : NULL;
         if (sp == NULL)
             continue; /* a later writer's section */
         LR_RETURN_IF(sp->has, LR_ECORRUPT);
@@ -528,10 +528,10 @@ read_states(lr_router *r, struct restore *rs)
     struct lr__penv env = lr__router_env(r);
     env.mem = &rs->am;
     env.param = rs->param;
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++)
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (rs->ss[k].has)
-            LR_TRY(lr__pstate_ops_of(k)->load(&env, rs->ss[k].p, rs->ss[k].n,
-                                              &rs->aside[k]));
+            LR_TRY(lr__pstate_ops_of(r->pt, k)->load(
+                &env, rs->ss[k].p, rs->ss[k].n, &rs->aside[k]));
     return LR_OK;
 }
 
@@ -565,7 +565,7 @@ commit(lr_router *r, struct restore *rs)
     rs->peers.keyed = tp.keyed;
     r->peers = rs->peers;
     rs->peers = tp;
-    for (uint32_t k = 0; k < LR__STATE_COUNT; k++) {
+    for (uint32_t k = 0; k < LR__STATE_MAX; k++) {
         if (rs->aside[k] == NULL)
             continue;
         void *old = atomic_exchange(&r->pstate[k], rs->aside[k]);
@@ -603,7 +603,7 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
     if (st == LR_OK)
         st = read_states(r, &rs);
     if (st != LR_OK) {
-        restore_free(&rs, &rs.am);
+        restore_free(r, &rs, &rs.am);
         return st;
     }
     /* the commit: the router may have changed meanwhile */
@@ -612,10 +612,10 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
     if (st == LR_OK) {
         commit(r, &rs);
         lr__router_clock_take(r, now_ns);
-        restore_free(&rs, &r->mem);
+        restore_free(r, &rs, &r->mem);
     }
     lr__router_unlock(r);
     if (st != LR_OK)
-        restore_free(&rs, &rs.am);
+        restore_free(r, &rs, &rs.am);
     return st;
 }
