@@ -19,7 +19,7 @@
  *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
- *   route_threads_<policy>_64_t<T>  routes/s of T threads (1 and 2)
+ *   route_threads_<policy>_64_t<T>  routes/s of T threads (1, 2 and 4)
  *                           calling lr_router_route() on one router (the
  *                           index, prompts and load of the route cases),
  *                           each ending its own requests; wall time
@@ -573,8 +573,8 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
     if (!wanted(name) || lr_router_set_policy(r, pol) != LR_OK)
         return;
     size_t per = quick ? 200 : 20000;
-    struct tjob job[2];
-    pthread_t th[2];
+    struct tjob job[4];
+    pthread_t th[4];
     uint64_t t0 = bench_now_ns();
     for (uint32_t i = 0; i < threads; i++) {
         job[i] = (struct tjob){ .r = r,
@@ -740,9 +740,10 @@ bench_router(int quick, uint32_t ninst)
     }
     if (ninst == 64) {
         static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
-                                        LR_POLICY_RANDOM };
+                                        LR_POLICY_MIN_TTFT,
+                                        LR_POLICY_ADAPTIVE, LR_POLICY_RANDOM };
         for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++)
-            for (uint32_t th = 1; th <= 2; th++)
+            for (uint32_t th = 1; th <= 4; th *= 2)
                 bench_threads(r, convs, nconv, tp[i], th, quick, &rid, &t);
     }
     free(ring);

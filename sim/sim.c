@@ -1256,7 +1256,7 @@ summarize_lodestar(struct run *r)
     if (!r->cfg->keep_samples)
         return 0;
     size_t n = 0;
-    const size_t d = lr_router_learner_feature_count(r->router);
+    const size_t d = lr_lodestar_feature_count();
     lr_status st = lr_router_learner_samples(r->router, NULL, d, NULL, 0, &n);
     if (st != LR_OK && st != LR_EBUFSIZE)
         return lib_fail(r, "lr_router_learner_samples", st);

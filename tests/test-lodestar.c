@@ -233,7 +233,7 @@ samples_from_first_tokens(void **state)
     assert_int_equal(ns, 3);
     assert_true(y[2] == -2.0f);
     /* wider rows: the same features, then zeros */
-    assert_int_equal(lr_router_learner_feature_count(r), LR_LODESTAR_FEATURES);
+    assert_int_equal(lr_lodestar_feature_count(), LR_LODESTAR_FEATURES);
     enum {
         W = LR_LODESTAR_FEATURES + 3
     };

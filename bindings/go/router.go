@@ -702,14 +702,14 @@ func (r *Router) LearnStep(flags LearnFlags) (trained bool, err error) {
 }
 
 // LearnerFeatureCount returns the width of the router's learner rows
-// (lr_router_learner_feature_count; 0 after Close).
+// (lr_lodestar_feature_count; 0 after Close).
 func (r *Router) LearnerFeatureCount() int {
-	h, err := r.acquire()
+	_, err := r.acquire()
 	if err != nil {
 		return 0
 	}
 	defer r.mu.RUnlock()
-	return int(C.lr_router_learner_feature_count(h))
+	return int(C.lr_lodestar_feature_count())
 }
 
 // LearnerSamples copies the samples the learner's next round would train
@@ -721,7 +721,7 @@ func (r *Router) LearnerSamples() (LearnerSamples, error) {
 		return LearnerSamples{}, err
 	}
 	defer r.mu.RUnlock()
-	width := C.lr_router_learner_feature_count(h)
+	width := C.lr_lodestar_feature_count()
 	return samples(int(width), "lr_router_learner_samples",
 		func(x, y *C.float, capacity C.size_t, n *C.size_t) C.lr_status {
 			return C.lr_router_learner_samples(h, x, C.size_t(width), y, capacity, n)

@@ -700,9 +700,11 @@ LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 LR_API lr_status lr_router_learn_step(lr_router *router, uint32_t flags,
                                       int32_t *trained);
 
-/** Width of the router's learner rows: lr_lodestar_feature_count().
- * Never fails. @since 0.2 */
-LR_API uint32_t lr_router_learner_feature_count(const lr_router *router);
+/** Width of the router's learner rows: the same number as
+ * lr_lodestar_feature_count(), which says it once; use that. Never fails.
+ * @since 0.2, deprecated since 0.3 (exported until the next soname). */
+LR_API LR_DEPRECATED("use lr_lodestar_feature_count") uint32_t
+    lr_router_learner_feature_count(const lr_router *router);
 
 /** Copy the samples the learner's next round would train on (FIFO, then
  * replay; see lr_learner_samples). Same thread rule as
@@ -710,7 +712,7 @@ LR_API uint32_t lr_router_learner_feature_count(const lr_router *router);
  * @param x          out: capacity rows of row_width floats; each row
  *                   starts with the features, the rest is zeroed.
  * @param row_width  floats per row of x, at least
- *                   lr_router_learner_feature_count().
+ *                   lr_lodestar_feature_count().
  * @param y          out: capacity rewards.
  * @return LR_OK; LR_EINVAL (NULL, row_width too small); LR_ESTATE (no
  *   learner, or a step running); LR_EBUFSIZE (*n_samples says how many).

@@ -130,7 +130,7 @@ libc_free(void *ud, void *p, size_t n)
 lr_status
 lr__mem_init(struct lr__mem *m, const lr_allocator *a)
 {
-    m->live = 0;
+    atomic_init(&m->live, 0);
     if (a == NULL) {
         m->a.alloc = libc_alloc;
         m->a.realloc = libc_realloc;
@@ -151,7 +151,7 @@ lr__alloc(struct lr__mem *m, size_t n)
         n = 1;
     void *p = m->a.alloc(m->a.ud, n);
     if (p != NULL)
-        m->live += n;
+        atomic_fetch_add_explicit(&m->live, n, memory_order_relaxed);
     return p;
 }
 
@@ -177,8 +177,10 @@ lr__realloc(struct lr__mem *m, void *p, size_t old_n, size_t new_n)
     if (old_n == 0)
         old_n = 1;
     void *q = m->a.realloc(m->a.ud, p, old_n, new_n);
-    if (q != NULL)
-        m->live = m->live - old_n + new_n;
+    if (q != NULL) {
+        atomic_fetch_add_explicit(&m->live, new_n, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&m->live, old_n, memory_order_relaxed);
+    }
     return q;
 }
 
@@ -190,7 +192,7 @@ lr__free(struct lr__mem *m, void *p, size_t n)
     if (n == 0)
         n = 1;
     m->a.free(m->a.ud, p, n);
-    m->live -= n;
+    atomic_fetch_sub_explicit(&m->live, n, memory_order_relaxed);
 }
 
 lr_status
@@ -472,28 +474,35 @@ lr__clock_judge(struct lr__clock *c, uint64_t t_ns, bool mutates)
     LR_RETURN_IF(t_ns > LR_MAX_TIME_NS, LR_ERANGE);
     /* newest <= 2^60 and a skew below 2^63: the sum fits in 64 bits */
     uint64_t skew = c->skew_ns > INT64_MAX ? INT64_MAX : c->skew_ns;
-    if (c->newest == 0 || t_ns <= c->newest + skew) {
-        if (mutates)
-            c->ahead = 0; /* an honest value breaks a pair */
+    uint64_t newest = atomic_load_explicit(&c->newest, memory_order_relaxed);
+    if (newest == 0 || t_ns <= newest + skew) {
+        /* an honest value breaks a pair (written only when one is open:
+         * routes on several threads do not share a line for nothing) */
+        if (mutates &&
+            atomic_load_explicit(&c->ahead, memory_order_relaxed) != 0)
+            atomic_store_explicit(&c->ahead, 0, memory_order_relaxed);
         return LR_OK;
     }
     if (!mutates)
         return LR_ERANGE;
-    uint64_t prev = c->ahead;
+    uint64_t prev = atomic_load_explicit(&c->ahead, memory_order_relaxed);
     if (prev != 0 && t_ns >= prev && t_ns - prev <= skew)
         return LR_OK; /* the second of a pair: the clock moved */
-    c->ahead = t_ns;
+    atomic_store_explicit(&c->ahead, t_ns, memory_order_relaxed);
     return LR_ERANGE;
 }
 
 void
 lr__clock_take(struct lr__clock *c, uint64_t t_ns)
 {
-    if (t_ns > c->newest)
-        c->newest = t_ns;
-    c->ahead = 0;
+    uint64_t n = atomic_load_explicit(&c->newest, memory_order_relaxed);
+    while (t_ns > n && !atomic_compare_exchange_weak_explicit(
+                           &c->newest, &n, t_ns, memory_order_relaxed,
+                           memory_order_relaxed))
+        ;
+    if (atomic_load_explicit(&c->ahead, memory_order_relaxed) != 0)
+        atomic_store_explicit(&c->ahead, 0, memory_order_relaxed);
 }
-
 /* ---- SipHash-2-4 ------------------------------------------------------------ */
 
 static inline uint64_t

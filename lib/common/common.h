@@ -3,6 +3,7 @@
 #define LIBROUTE_LIB_COMMON_H
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,7 +54,9 @@ lr__sink(uint64_t v)
 
 struct lr__mem {
     lr_allocator a;
-    size_t live; /* bytes allocated now through this handle */
+    /* bytes allocated now through this handle; atomic: a router's routes
+     * on several threads take their scratch through one lr__mem */
+    _Atomic size_t live;
 };
 
 /* Copy `a` (or libc when NULL) into m. LR_EINVAL for a partly-set hook set. */
@@ -141,19 +144,20 @@ void lr__init_sized(void *p, size_t size, const void *defaults,
 
 /* Define `static const T name`, the defaults of public struct T (its
  * struct_size and the designated initializers that follow), and the
- * exported `void T_init_sized(T *p, size_t size)` that copies them
- * (declared in T's header); the _ZERO form: every field zero but
+ * exported `void fn(T *p, size_t size)` that copies them (declared in
+ * T's header; fn is written out, T_init_sized, so that a grep for it
+ * finds its definition); the _ZERO form: every field zero but
  * struct_size. */
-#define LR__INIT_SIZED(T, name, ...)                                 \
+#define LR__INIT_SIZED(fn, T, name, ...)                             \
     static const T name = { .struct_size = sizeof(T), __VA_ARGS__ }; \
-    void T##_init_sized(T *p, size_t size)                           \
+    void fn(T *p, size_t size)                                       \
     {                                                                \
         lr__init_sized(p, size, &name, sizeof name);                 \
     }
-#define LR__INIT_SIZED_ZERO(T)             \
-    void T##_init_sized(T *p, size_t size) \
-    {                                      \
-        lr__init_sized(p, size, NULL, 0);  \
+#define LR__INIT_SIZED_ZERO(fn, T)        \
+    void fn(T *p, size_t size)            \
+    {                                     \
+        lr__init_sized(p, size, NULL, 0); \
     }
 
 /* ---- blobs -------------------------------------------------------------- */
@@ -336,9 +340,12 @@ uint64_t lr__siphash(const uint8_t key[16], const void *buf, size_t len);
  * it. skew_ns UINT64_MAX judges the bound only (a part whose owner judged
  * the timestamp already). */
 struct lr__clock {
-    uint64_t newest; /* newest timestamp taken; 0: none yet */
-    uint64_t ahead;  /* the last one refused as ahead, when the call
-                        before this one was refused so too (0: none) */
+    /* Atomic: a router judges and takes the times of routes on several
+     * threads at once (relaxed: the clock orders nothing else). */
+    _Atomic uint64_t newest; /* newest timestamp taken; 0: none yet */
+    _Atomic uint64_t ahead;  /* the last one refused as ahead, when the
+                                call before this one was refused so too (0:
+                                none) */
     uint64_t skew_ns;
 };
 

@@ -1,4 +1,4 @@
-/* Hash seeds from the operating system (issue 16).
+/* Hash seeds from the operating system.
  *
  * Every handle that hashes data a client can choose (prompt block keys,
  * request ids, engine block hashes, instance names) keys its tables with

@@ -33,7 +33,7 @@
  *   remove(hv = 0x20000000_..., 5)  empties slot 1, then shifts slot 2
  *     back into it (its home 1 does not lie in (1, 2]): no tombstone.
  *
- * Flooding bound (issue 16). Owners key hv with a per-handle random seed
+ * Flooding bound. Owners key hv with a per-handle random seed
  * (lr__hash_seed), so a client cannot aim keys at one region of the
  * table. Should that seed leak, linear probing would let aimed keys pile
  * into one run that every lookup near it walks. So every insert notes its

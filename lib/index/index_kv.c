@@ -4,7 +4,7 @@
  * The index layout is pictured at the top of index.c. */
 #include "index/index_impl.h"
 
-LR__INIT_SIZED_ZERO(lr_kv_stored)
+LR__INIT_SIZED_ZERO(lr_kv_stored_init_sized, lr_kv_stored)
 
 /* ------------------------------------------------------------------------ */
 /* engine-hash map (precise mode)                                            */

@@ -90,7 +90,7 @@ lr_index_remove_instance(lr_index *idx, uint32_t instance)
 /* lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
-LR__INIT_SIZED(lr_index_options, options_defaults,
+LR__INIT_SIZED(lr_index_options_init_sized, lr_index_options, options_defaults,
                .capacity_blocks = DEFAULT_CAPACITY, .ttl_ns = DEFAULT_TTL_NS,
                .block_tokens = DEFAULT_BLOCK_TOKENS,
                .max_instances = DEFAULT_MAX_INSTANCES,
@@ -238,7 +238,7 @@ lr_index_block_tokens(const lr_index *idx)
     return idx == NULL ? 0 : idx->B;
 }
 
-LR__INIT_SIZED_ZERO(lr_prompt)
+LR__INIT_SIZED_ZERO(lr_prompt_init_sized, lr_prompt)
 
 /* ------------------------------------------------------------------------ */
 /* queries                                                                   */

@@ -10,7 +10,7 @@
  * at the top of index.c. */
 #include "index/index_impl.h"
 
-LR__INIT_SIZED_ZERO(lr_index_match_result)
+LR__INIT_SIZED_ZERO(lr_index_match_result_init_sized, lr_index_match_result)
 
 static uint32_t
 next_gen(lr_index *ix)

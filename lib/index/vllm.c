@@ -1125,7 +1125,8 @@ lr__vllm_peek(const uint8_t *buf, size_t len, double *ts)
     return LR_OK;
 }
 
-LR__INIT_SIZED(lr_vllm_batch_info, info_defaults, .dp_rank = -1)
+LR__INIT_SIZED(lr_vllm_batch_info_init_sized, lr_vllm_batch_info, info_defaults,
+               .dp_rank = -1)
 
 lr_status
 lr__vllm_info_out(lr_vllm_batch_info *out, const lr_vllm_batch_info *in)

@@ -72,12 +72,12 @@ struct lr_learner {
     lr_mlp *prev; /* the last trained network (training side's copy) */
 };
 
-LR__INIT_SIZED(lr_learner_options, options_defaults, .fifo_capacity = 5000,
-               .replay_capacity = 5000, .pending_capacity = 8192,
-               .min_samples = 5000, .retrain_every = 1000, .epochs = 30,
-               .max_abs_reward = 15.0)
+LR__INIT_SIZED(lr_learner_options_init_sized, lr_learner_options,
+               options_defaults, .fifo_capacity = 5000, .replay_capacity = 5000,
+               .pending_capacity = 8192, .min_samples = 5000,
+               .retrain_every = 1000, .epochs = 30, .max_abs_reward = 15.0)
 
-LR__INIT_SIZED_ZERO(lr_learner_stats)
+LR__INIT_SIZED_ZERO(lr_learner_stats_init_sized, lr_learner_stats)
 
 /* ---- create / destroy ------------------------------------------------------ */
 

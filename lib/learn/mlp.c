@@ -77,9 +77,10 @@ struct lr_mlp {
 
 /* ---- options -------------------------------------------------------------- */
 
-LR__INIT_SIZED(lr_mlp_options, options_defaults, .hidden_layers = 3,
-               .width = 128, .batch_size = 256, .dropout = 0.1,
-               .learning_rate = 1e-3, .weight_decay = 1e-5, .grad_clip = 1.0)
+LR__INIT_SIZED(lr_mlp_options_init_sized, lr_mlp_options, options_defaults,
+               .hidden_layers = 3, .width = 128, .batch_size = 256,
+               .dropout = 0.1, .learning_rate = 1e-3, .weight_decay = 1e-5,
+               .grad_clip = 1.0)
 
 static bool
 options_ok(const lr_mlp_options *o)

@@ -58,14 +58,15 @@ struct lr_load {
     uint64_t inflight;
 };
 
-LR__INIT_SIZED(lr_load_options, options_defaults, .max_instances = 1024,
-               .max_requests = 65536, .rtt_alpha = 0.3)
+LR__INIT_SIZED(lr_load_options_init_sized, lr_load_options, options_defaults,
+               .max_instances = 1024, .max_requests = 65536, .rtt_alpha = 0.3)
 
-LR__INIT_SIZED(lr_dispatch, dispatch_defaults, .alt_instance = NONE)
+LR__INIT_SIZED(lr_dispatch_init_sized, lr_dispatch, dispatch_defaults,
+               .alt_instance = NONE)
 
-LR__INIT_SIZED_ZERO(lr_engine_stats)
+LR__INIT_SIZED_ZERO(lr_engine_stats_init_sized, lr_engine_stats)
 
-LR__INIT_SIZED_ZERO(lr_load_snapshot)
+LR__INIT_SIZED_ZERO(lr_load_snapshot_init_sized, lr_load_snapshot)
 
 static void
 load_free(lr_load *ld)
@@ -106,7 +107,7 @@ lr_load_create(const lr_load_options *opt, lr_load **out)
     ld->max_req = o.max_requests;
     ld->alpha = o.rtt_alpha;
     /* Per tracker, from the operating system: a client sending request
-     * ids cannot aim them at one spot of the table (issue 16). */
+     * ids cannot aim them at one spot of the table. */
     ld->seed = lr__hash_seed(0, ld) ^ ID_SEED;
     ld->in = lr__calloc(&ld->mem, ld->max_inst, sizeof(struct inst));
     ld->rq = lr__alloc(&ld->mem, (size_t)ld->max_req * sizeof(struct req));

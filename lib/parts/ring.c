@@ -604,8 +604,8 @@ commit_add(lr_ring *r, const struct inst *e, struct add_plan *pl)
 
 /* ---- public API -------------------------------------------------------- */
 
-LR__INIT_SIZED(lr_ring_options, options_defaults, .vnodes = DEFAULT_VNODES,
-               .max_instances = DEFAULT_MAX_INSTANCES)
+LR__INIT_SIZED(lr_ring_options_init_sized, lr_ring_options, options_defaults,
+               .vnodes = DEFAULT_VNODES, .max_instances = DEFAULT_MAX_INSTANCES)
 
 lr_status
 lr_ring_create(const lr_ring_options *opt, lr_ring **out)

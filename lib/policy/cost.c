@@ -120,9 +120,10 @@ lr_cost_param_bounds(int32_t kind, int32_t key)
     return lr__bounds_of(kdef_of(kind, key));
 }
 
-LR__INIT_SIZED(lr_cost_options, cost_defaults, .kind = LR_COST_TTFT)
+LR__INIT_SIZED(lr_cost_options_init_sized, lr_cost_options, cost_defaults,
+               .kind = LR_COST_TTFT)
 
-LR__INIT_SIZED_ZERO(lr_cost_tuner_stats)
+LR__INIT_SIZED_ZERO(lr_cost_tuner_stats_init_sized, lr_cost_tuner_stats)
 
 /* ---- the tuner ------------------------------------------------------------ */
 

@@ -81,7 +81,7 @@ lr__hot_setup(struct lr__hot *h, struct lr__mem *m, uint32_t w, uint32_t depth)
 }
 
 /* Keyed by the router's hash seed: the keys are prompt hashes a client
- * can aim (issue 16). */
+ * can aim. */
 static inline uint64_t
 hot_hash(const struct lr__hot *h, uint64_t key)
 {

@@ -771,11 +771,12 @@ lr_policy_ring_key(int32_t policy, uint32_t *ranks)
 
 /* ---- the public entry ---------------------------------------------------------------- */
 
-LR__INIT_SIZED(lr_policy_input, input_defaults, .block_tokens = 16,
-               .last_instance = NONE)
+LR__INIT_SIZED(lr_policy_input_init_sized, lr_policy_input, input_defaults,
+               .block_tokens = 16, .last_instance = NONE)
 
-LR__INIT_SIZED(lr_decision, decision_defaults, .instance = NONE,
-               .alt_instance = NONE, .decider = LR__POLICY_NONE)
+LR__INIT_SIZED(lr_decision_init_sized, lr_decision, decision_defaults,
+               .instance = NONE, .alt_instance = NONE,
+               .decider = LR__POLICY_NONE)
 
 /* The caller's parameters over the defaults, each checked. */
 static lr_status

@@ -29,12 +29,12 @@
 
 /* ---- init helpers ----------------------------------------------------------- */
 
-LR__INIT_SIZED(lr_router_options, options_defaults,
-               .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD, .max_instances = 1024,
-               .max_requests = 65536, .index_capacity_blocks = 1u << 20,
-               .block_tokens = 16, .index_ttl_ns = 3600ull * 1000000000ull,
-               .ring_vnodes = 160, .gauge_ttl_ns = 2000000000ull,
-               .max_peers = 64)
+LR__INIT_SIZED(lr_router_options_init_sized, lr_router_options,
+               options_defaults, .policy = LR_POLICY_PREFIX_CACHE_AND_LOAD,
+               .max_instances = 1024, .max_requests = 65536,
+               .index_capacity_blocks = 1u << 20, .block_tokens = 16,
+               .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160,
+               .gauge_ttl_ns = 2000000000ull, .max_peers = 64)
 
 /* The options whose 0 keeps the default; the others are the caller's as
  * given. */
@@ -48,14 +48,15 @@ LR__INIT_SIZED(lr_router_options, options_defaults,
     X(gauge_ttl_ns)           \
     X(max_peers)
 
-LR__INIT_SIZED(lr_instance_spec, spec_defaults, .prefix_caching = 1)
+LR__INIT_SIZED(lr_instance_spec_init_sized, lr_instance_spec, spec_defaults,
+               .prefix_caching = 1)
 
-LR__INIT_SIZED(lr_class_spec, class_defaults,
+LR__INIT_SIZED(lr_class_spec_init_sized, lr_class_spec, class_defaults,
                .prefill_tokens_per_s = DEFAULT_RATE)
 
-LR__INIT_SIZED_ZERO(lr_request)
+LR__INIT_SIZED_ZERO(lr_request_init_sized, lr_request)
 
-LR__INIT_SIZED_ZERO(lr_router_stats)
+LR__INIT_SIZED_ZERO(lr_router_stats_init_sized, lr_router_stats)
 
 lr_bounds
 lr_router_param_bounds(int32_t key)

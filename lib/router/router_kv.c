@@ -138,7 +138,7 @@ lr_router_import_delta(lr_router *r, const uint8_t *buf, size_t len,
 
 /* ---- KV-event sources ------------------------------------------------------------------------ */
 
-LR__INIT_SIZED_ZERO(lr_kv_source)
+LR__INIT_SIZED_ZERO(lr_kv_source_init_sized, lr_kv_source)
 
 /* An engine restarted: what it cached is gone. */
 static void

@@ -23,6 +23,7 @@ lr_router_learn_step(lr_router *r, uint32_t flags, int32_t *trained)
     return lr_learner_step(l, flags, trained);
 }
 
+/* Deprecated: lr_lodestar_feature_count() says the same. */
 uint32_t
 lr_router_learner_feature_count(const lr_router *r)
 {

@@ -680,17 +680,17 @@ class Router(_Handle):
 
     @property
     def learner_feature_count(self) -> int:
-        """lr_router_learner_feature_count(): floats per learner row
+        """lr_lodestar_feature_count(): floats per learner row
         (lodestar_feature_count())."""
-        with self._use() as p:
-            return lib.lr_router_learner_feature_count(p)
+        with self._use():
+            return lib.lr_lodestar_feature_count()
 
     def learner_samples(self) -> Samples:
         """lr_router_learner_samples(): the samples the learner's next
         round would train on, learner_feature_count floats per row.
         StateError with no learner or during a step."""
         with self._use() as p:
-            width = lib.lr_router_learner_feature_count(p)
+            width = lib.lr_lodestar_feature_count()
             return samples_into(
                 lambda x, y, cap, n: lib.lr_router_learner_samples(
                     p, x, width, y, cap, n),

@@ -1129,10 +1129,10 @@ impl Router {
         Ok(trained != 0)
     }
 
-    /// The width of the learner's rows (`lr_router_learner_feature_count`).
+    /// The width of the learner's rows (`lr_lodestar_feature_count`).
     pub fn learner_feature_count(&self) -> usize {
         // SAFETY: live router; never fails.
-        unsafe { sys::lr_router_learner_feature_count(self.ptr()) as usize }
+        unsafe { sys::lr_lodestar_feature_count() as usize }
     }
 
     /// A copy of the samples the learner's next round would train on,
