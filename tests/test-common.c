@@ -378,6 +378,50 @@ test_rng(void **state)
     }
 }
 
+/* SipHash-2-4 against the reference vectors of the paper (Aumasson and
+ * Bernstein, appendix A): key 00..0f, messages 00, 00 01, ...; and
+ * against a one-bit change of the key or the message. */
+static void
+test_siphash(void **state)
+{
+    (void)state;
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(lr__siphash(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(lr__siphash(key, msg, 8) == 0x93f5f5799a932462ull);
+    assert_true(lr__siphash(key, msg, 15) == 0xa129ca6149be45e5ull);
+    uint64_t h = lr__siphash(key, msg, 63);
+    key[0] ^= 1;
+    assert_true(lr__siphash(key, msg, 63) != h);
+    key[0] ^= 1;
+    msg[62] ^= 0x80;
+    assert_true(lr__siphash(key, msg, 63) != h);
+}
+
+/* The clock's rules (common.h): the bound, the skew, the pair. */
+static void
+test_clock(void **state)
+{
+    (void)state;
+    struct lr__clock c = { .skew_ns = 60 };
+    assert_int_equal(lr__clock_judge(&c, LR_MAX_TIME_NS + 1, true), LR_ERANGE);
+    assert_int_equal(lr__clock_judge(&c, 1000, true), LR_OK); /* first */
+    lr__clock_take(&c, 1000);
+    assert_int_equal(lr__clock_judge(&c, 1060, false), LR_OK);
+    assert_int_equal(lr__clock_judge(&c, 1061, false), LR_ERANGE);
+    assert_int_equal(lr__clock_judge(&c, 5000, true), LR_ERANGE);
+    assert_int_equal(lr__clock_judge(&c, 900, true), LR_OK); /* breaks it */
+    assert_int_equal(lr__clock_judge(&c, 5000, true), LR_ERANGE);
+    assert_int_equal(lr__clock_judge(&c, 5030, true), LR_OK); /* a pair */
+    lr__clock_take(&c, 5030);
+    assert_int_equal(lr__clock_judge(&c, 5000, true), LR_OK); /* behind */
+    lr__clock_take(&c, 5000);
+    assert_true(c.newest == 5030);
+}
+
 int
 main(void)
 {
@@ -395,6 +439,8 @@ main(void)
         cmocka_unit_test(test_copy_sized),
         cmocka_unit_test(test_le_bytes),
         cmocka_unit_test(test_rng),
+        cmocka_unit_test(test_siphash),
+        cmocka_unit_test(test_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
