@@ -36,4 +36,10 @@ uint64_t lr__ring_digest(const lr_ring *r);
  * included. 0 for NULL. Never fails. */
 size_t lr__ring_mem_live(const lr_ring *r);
 
+/* Steps mutators have taken since creation: entries moved or merged,
+ * jump-table slots written, leaves stepped over while searching. Tests
+ * use it to show, deterministically, that an add's or a removal's cost
+ * does not grow with the ring. 0 for NULL. Never fails. */
+uint64_t lr__ring_work(const lr_ring *r);
+
 #endif /* LIBROUTE_LIB_RING_H */

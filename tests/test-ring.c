@@ -62,6 +62,13 @@ add_named(lr_ring *r, const char *prefix, uint32_t first, uint32_t count,
     }
 }
 
+/* Instance i's name as a fleet would spell it: "10.A.B.C:8000". */
+static void
+ip_name(char *buf, size_t cap, uint32_t i)
+{
+    snprintf(buf, cap, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250, i % 250);
+}
+
 static void
 assert_verified(const lr_ring *r)
 {
@@ -1114,6 +1121,72 @@ test_short_names_balance(void **state)
     }
 }
 
+/* ---- churn cost (issue: O(leaves) per add) ------------------------------ */
+
+/* Work per add and per removal must not grow with the ring. Counted, not
+ * timed (lr__ring_work: entries moved, table slots written, leaves
+ * stepped over), so the test is deterministic. Each window doubles the
+ * ring, so each holds about one table rebuild (the leaf count doubles
+ * too) and compares like with like. Rebuilding the whole table on
+ * every add, as 0.2's first leaves did (with an array of every leaf
+ * besides), makes the 8k..16k window cost 6.3x the 1k..2k one per add
+ * (checked by forcing it); bounded work stays within a few percent. */
+static void
+test_churn_cost_flat(void **state)
+{
+    (void)state;
+    enum {
+        VN = 16,
+        BIG = 16384
+    };
+    lr_ring *r = new_ring(NULL, VN, BIG);
+    char name[32];
+    uint64_t *w = malloc((BIG + 1) * sizeof *w);
+    assert_non_null(w);
+    w[0] = lr__ring_work(r);
+    for (uint32_t i = 0; i < BIG; i++) {
+        ip_name(name, sizeof name, i);
+        assert_int_equal(lr_ring_add(r, name, i), LR_OK);
+        w[i + 1] = lr__ring_work(r);
+    }
+    assert_verified(r);
+    double small = (double)(w[2048] - w[1024]) / 1024.0;
+    double big = (double)(w[16384] - w[8192]) / 8192.0;
+    print_message("# work per add: %.1f at 1k..2k, %.1f at 8k..16k (%.2fx)\n",
+                  small, big, big / small);
+    assert_true(big <= 1.3 * small);
+    /* and no single add pays for the whole ring but the few that
+     * rebuild the table (about one per doubling) */
+    unsigned heavy = 0;
+    for (uint32_t i = 1024; i < BIG; i++)
+        heavy += w[i + 1] - w[i] > 4 * small;
+    assert_true(heavy <= 8);
+    free(w);
+
+    /* removals: 1024 from a ring of 2048, and from the 16k ring */
+    lr_ring *s = new_ring(NULL, VN, BIG);
+    for (uint32_t i = 0; i < 2048; i++) {
+        ip_name(name, sizeof name, i);
+        assert_int_equal(lr_ring_add(s, name, i), LR_OK);
+    }
+    uint64_t s0 = lr__ring_work(s);
+    uint64_t r0 = lr__ring_work(r);
+    for (uint32_t i = 0; i < 1024; i++) {
+        uint32_t id = i * 2 + 1;
+        assert_int_equal(lr_ring_remove(s, id), LR_OK);
+        assert_int_equal(lr_ring_remove(r, id * 8), LR_OK);
+    }
+    double rm_small = (double)(lr__ring_work(s) - s0) / 1024.0;
+    double rm_big = (double)(lr__ring_work(r) - r0) / 1024.0;
+    print_message("# work per removal: %.1f at 2k, %.1f at 16k (%.2fx)\n",
+                  rm_small, rm_big, rm_big / rm_small);
+    assert_true(rm_big <= 1.3 * rm_small);
+    assert_verified(r);
+    assert_verified(s);
+    lr_ring_destroy(s);
+    lr_ring_destroy(r);
+}
+
 /* ---- OOM loops (B33) --------------------------------------------------- */
 
 static bool
@@ -1217,18 +1290,30 @@ test_oom_add(void **state)
 }
 
 /* Removal allocates nothing it needs: under any failure it succeeds, and
- * the only casualty is the optional shrink (a larger block stays). */
+ * the only casualty is the optional shrink (a larger block stays). The
+ * jump table shrinks only once the leaf count has fallen below half of
+ * what it was sized for (hysteresis), so the ring is big enough for that
+ * to happen on the way down. */
+enum {
+    RM_N = 16
+};
+
+static uint32_t
+rm_order(int i)
+{
+    return (uint32_t)(i * 7 + 3) % RM_N; /* a permutation of 0..15 */
+}
+
 static bool
 oom_remove(struct tu_alloc *t, void *vctx)
 {
     const uint64_t *want = vctx; /* digests after each removal */
     struct tu_arming a = tu_alloc_pause(t);
     lr_ring *r = new_ring(t, 50, 0);
-    add_named(r, "rm", 0, 6, 0);
+    add_named(r, "rm", 0, RM_N, 0);
     tu_alloc_resume(t, a);
-    static const uint32_t order[6] = { 4, 0, 5, 2, 1, 3 };
-    for (int i = 0; i < 6; i++) {
-        assert_int_equal(lr_ring_remove(r, order[i]), LR_OK);
+    for (int i = 0; i < RM_N; i++) {
+        assert_int_equal(lr_ring_remove(r, rm_order(i)), LR_OK);
         assert_verified(r);
         assert_int_equal(lr__ring_mem_live(r), t->live_bytes);
         assert_int_equal(lr__ring_digest(r), want[i]);
@@ -1241,13 +1326,15 @@ static void
 test_oom_remove(void **state)
 {
     (void)state;
-    static const uint32_t order[6] = { 4, 0, 5, 2, 1, 3 };
-    uint64_t want[6];
-    for (int i = 0; i < 6; i++) {
+    uint64_t want[RM_N];
+    for (int i = 0; i < RM_N; i++) {
         /* the reference: the survivors placed from scratch */
         lr_ring *ref = new_ring(NULL, 50, 0);
-        for (uint32_t id = 0; id < 6; id++) {
-            if (!has_id(order, (uint32_t)i + 1, id))
+        for (uint32_t id = 0; id < RM_N; id++) {
+            bool gone = false;
+            for (int j = 0; j <= i; j++)
+                gone = gone || rm_order(j) == id;
+            if (!gone)
                 add_named(ref, "rm", id, 1, 0);
         }
         want[i] = lr__ring_digest(ref);
@@ -1358,6 +1445,7 @@ main(void)
         cmocka_unit_test(test_balance),
         cmocka_unit_test(test_short_names_balance),
         cmocka_unit_test(test_remove_shrinks),
+        cmocka_unit_test(test_churn_cost_flat),
         cmocka_unit_test(test_oom_create),
         cmocka_unit_test(test_oom_add),
         cmocka_unit_test(test_oom_remove),
