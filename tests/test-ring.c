@@ -62,6 +62,13 @@ add_named(lr_ring *r, const char *prefix, uint32_t first, uint32_t count,
     }
 }
 
+/* Instance i's name as a fleet would spell it: "10.A.B.C:8000". */
+static void
+ip_name(char *buf, size_t cap, uint32_t i)
+{
+    snprintf(buf, cap, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250, i % 250);
+}
+
 static void
 assert_verified(const lr_ring *r)
 {
@@ -264,6 +271,70 @@ m_fresh_ring(const struct model *m, bool explicit_pos, uint64_t *seed)
             lr__ring_add_at(r, e->name, e->id, explicit_pos ? e->pos : NULL),
             LR_OK);
     }
+    return r;
+}
+
+/* The status lr__ring_add_many must return (ring.h: LR_EINVAL for any
+ * invalid name or id, then LR_ELIMIT, then the first LR_EEXIST in batch
+ * order), applying all n on LR_OK and nothing otherwise. */
+static lr_status
+m_add_many(struct model *m, const char *const *names, const uint32_t *ids,
+           size_t n, const uint64_t *pos)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (names[i] == NULL || ids[i] == UINT32_MAX)
+            return LR_EINVAL;
+        size_t len = strlen(names[i]);
+        if (len == 0 || len > LR_RING_MAX_NAME)
+            return LR_EINVAL;
+    }
+    if (m->count + n > m->max)
+        return LR_ELIMIT;
+    struct model *c = malloc(sizeof *c);
+    assert_non_null(c);
+    memcpy(c, m, sizeof *c);
+    for (size_t i = 0; i < n; i++) {
+        lr_status st = m_add(c, names[i], ids[i],
+                             pos != NULL ? pos + i * m->vnodes : NULL);
+        if (st != LR_OK) {
+            free(c);
+            return st;
+        }
+    }
+    memcpy(m, c, sizeof *m);
+    free(c);
+    m_rebuild(m); /* its entries pointed into the copy */
+    return LR_OK;
+}
+
+/* A fresh ring holding the model's instances, placed by one bulk build in
+ * a random order. */
+static lr_ring *
+m_fresh_bulk(const struct model *m, bool explicit_pos, uint64_t *seed)
+{
+    static uint64_t pos[M_MAX_INST * M_MAX_VN];
+    const char *names[M_MAX_INST];
+    uint32_t ids[M_MAX_INST];
+    size_t order[M_MAX_INST];
+    for (size_t i = 0; i < m->count; i++)
+        order[i] = i;
+    for (size_t i = m->count; i > 1; i--) {
+        size_t j = (size_t)tu_below(seed, i);
+        size_t t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    for (size_t i = 0; i < m->count; i++) {
+        const struct m_inst *e = &m->inst[order[i]];
+        names[i] = e->name;
+        ids[i] = e->id;
+        memcpy(pos + i * m->vnodes, e->pos, m->vnodes * sizeof pos[0]);
+    }
+    lr_ring *r = new_ring(NULL, m->vnodes, m->max);
+    assert_int_equal(lr__ring_add_many_at(r, names, ids, m->count,
+                                          explicit_pos ? pos : NULL),
+                     LR_OK);
+    assert_verified(r);
     return r;
 }
 
@@ -842,7 +913,7 @@ run_diff(const struct diff_cfg *cfg, uint64_t *seed)
         uint64_t what = tu_below(seed, 100);
         lr_status want;
         lr_status got;
-        if (what < 40) {
+        if (what < 36) {
             rand_name(seed, cfg->explicit_pos, name, sizeof name);
             const char *np = tu_below(seed, 100) == 0 ? NULL : name;
             uint32_t id = rand_id(seed, m);
@@ -859,6 +930,27 @@ run_diff(const struct diff_cfg *cfg, uint64_t *seed)
             if (got != want)
                 fail_msg("op %d add: got %s, model %s", op, lr_status_name(got),
                          lr_status_name(want));
+        } else if (what < 40) {
+            /* a bulk build of 1..3 onto the ring as it is */
+            static char bn[3][LR_RING_MAX_NAME + 8];
+            static uint64_t bpos[3 * M_MAX_VN];
+            const char *names[3];
+            uint32_t ids[3];
+            size_t nb = 1 + (size_t)tu_below(seed, 3);
+            for (size_t i = 0; i < nb; i++) {
+                rand_name(seed, cfg->explicit_pos, bn[i], sizeof bn[i]);
+                names[i] = tu_below(seed, 100) == 0 ? NULL : bn[i];
+                ids[i] = rand_id(seed, m);
+            }
+            for (uint32_t v = 0; v < nb * cfg->vnodes; v++)
+                bpos[v] = tu_below(seed, 4) == 0 ? tu_rand(seed)
+                                                 : pool[tu_below(seed, 16)];
+            const uint64_t *pp = cfg->explicit_pos ? bpos : NULL;
+            want = m_add_many(m, names, ids, nb, pp);
+            got = lr__ring_add_many_at(r, names, ids, nb, pp);
+            if (got != want)
+                fail_msg("op %d add_many(%zu): got %s, model %s", op, nb,
+                         lr_status_name(got), lr_status_name(want));
         } else if (what < 65) {
             uint32_t id = rand_id(seed, m);
             want = m_remove(m, id);
@@ -895,6 +987,9 @@ run_diff(const struct diff_cfg *cfg, uint64_t *seed)
          * random order must be the same ring. */
         if (op % 250 == 249) {
             lr_ring *fresh = m_fresh_ring(m, cfg->explicit_pos, seed);
+            assert_int_equal(lr__ring_digest(fresh), lr__ring_digest(r));
+            lr_ring_destroy(fresh);
+            fresh = m_fresh_bulk(m, cfg->explicit_pos, seed);
             assert_int_equal(lr__ring_digest(fresh), lr__ring_digest(r));
             lr_ring_destroy(fresh);
         }
@@ -1114,6 +1209,307 @@ test_short_names_balance(void **state)
     }
 }
 
+/* ---- bulk build (lr__ring_add_many) ------------------------------------ */
+
+/* Same instances, same ring: digest, verifier and the candidates of many
+ * keys agree between a ring built one by one and one built in bulk. */
+static void
+assert_same_ring(const lr_ring *a, const lr_ring *b, uint64_t *seed)
+{
+    assert_verified(a);
+    assert_verified(b);
+    assert_int_equal(lr_ring_count(a), lr_ring_count(b));
+    assert_int_equal(lr__ring_digest(a), lr__ring_digest(b));
+    if (lr_ring_count(a) == 0)
+        return;
+    for (int q = 0; q < 2000; q++) {
+        uint64_t key = tu_rand(seed);
+        uint32_t k = 1 + (uint32_t)tu_below(seed, LR_RING_MAX_K);
+        uint32_t oa[LR_RING_MAX_K];
+        uint32_t ob[LR_RING_MAX_K];
+        uint32_t na;
+        uint32_t nb;
+        assert_int_equal(lr_ring_candidates(a, key, k, oa, &na), LR_OK);
+        assert_int_equal(lr_ring_candidates(b, key, k, ob, &nb), LR_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(oa, ob, na * sizeof oa[0]);
+    }
+}
+
+static void
+shuffle_u32(uint32_t *a, uint32_t n, uint64_t *seed)
+{
+    for (uint32_t i = n; i > 1; i--) {
+        uint32_t j = (uint32_t)tu_below(seed, i);
+        uint32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+/* The bulk build gives the ring that one-by-one adds give, in any order:
+ * into an empty ring, in two batches, and onto a ring already holding
+ * part of the set; and the result takes later adds and removals like any
+ * other ring. */
+static void
+test_bulk_matches_adds(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("bulk_matches_adds", 29);
+    static const struct {
+        uint32_t vnodes, n;
+    } cfgs[] = { { 1, 1 },   { 1, 300 },   { 16, 5 },  { 16, 700 },
+                 { 160, 1 }, { 160, 200 }, { 4096, 3 } };
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        uint32_t vn = cfgs[c].vnodes;
+        uint32_t n = cfgs[c].n;
+        char(*nb)[32] = malloc(n * sizeof *nb);
+        const char **names = malloc(n * sizeof *names);
+        uint32_t *ids = malloc(n * sizeof *ids);
+        uint32_t *order = malloc(n * sizeof *order);
+        assert_true(nb && names && ids && order);
+        for (uint32_t i = 0; i < n; i++)
+            order[i] = i;
+
+        /* one by one, in a random order */
+        lr_ring *one = new_ring(NULL, vn, n);
+        shuffle_u32(order, n, &seed);
+        for (uint32_t i = 0; i < n; i++) {
+            ip_name(nb[i], sizeof nb[i], order[i]);
+            assert_int_equal(lr_ring_add(one, nb[i], 7 * order[i]), LR_OK);
+        }
+
+        /* all at once, in another order */
+        shuffle_u32(order, n, &seed);
+        for (uint32_t i = 0; i < n; i++) {
+            ip_name(nb[i], sizeof nb[i], order[i]);
+            names[i] = nb[i];
+            ids[i] = 7 * order[i];
+        }
+        lr_ring *all = new_ring(NULL, vn, n);
+        assert_int_equal(lr__ring_add_many(all, names, ids, n), LR_OK);
+        assert_same_ring(one, all, &seed);
+
+        /* two batches, then a third of them added one by one before a
+         * batch of the rest */
+        uint32_t half = n / 2;
+        lr_ring *two = new_ring(NULL, vn, n);
+        assert_int_equal(lr__ring_add_many(two, names, ids, half), LR_OK);
+        assert_verified(two);
+        assert_int_equal(
+            lr__ring_add_many(two, names + half, ids + half, n - half), LR_OK);
+        assert_same_ring(one, two, &seed);
+        lr_ring *mix = new_ring(NULL, vn, n);
+        uint32_t third = n / 3;
+        for (uint32_t i = 0; i < third; i++)
+            assert_int_equal(lr_ring_add(mix, names[i], ids[i]), LR_OK);
+        assert_int_equal(
+            lr__ring_add_many(mix, names + third, ids + third, n - third),
+            LR_OK);
+        assert_same_ring(one, mix, &seed);
+
+        /* churn on both sides keeps them equal */
+        for (uint32_t i = 0; i < n && i < 40; i++) {
+            assert_int_equal(lr_ring_remove(one, ids[i]), LR_OK);
+            assert_int_equal(lr_ring_remove(all, ids[i]), LR_OK);
+        }
+        assert_same_ring(one, all, &seed);
+        for (uint32_t i = 0; i < n && i < 20; i++) {
+            assert_int_equal(lr_ring_add(one, names[i], ids[i]), LR_OK);
+            assert_int_equal(lr_ring_add(all, names[i], ids[i]), LR_OK);
+        }
+        assert_same_ring(one, all, &seed);
+
+        lr_ring_destroy(one);
+        lr_ring_destroy(all);
+        lr_ring_destroy(two);
+        lr_ring_destroy(mix);
+        free(nb);
+        free(names);
+        free(ids);
+        free(order);
+    }
+}
+
+/* Explicit positions from a pool of four: long runs of ties, ordered by
+ * name, across leaf and bucket boundaries, must come out as the one by
+ * one adds order them. */
+static void
+test_bulk_ties(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("bulk_ties", 31);
+    enum {
+        N = 48,
+        VN = 40
+    };
+    static const uint64_t pool[4] = { 5, 1ull << 40, 1ull << 63, UINT64_MAX };
+    static uint64_t pos[N * VN];
+    static char nb[N][16];
+    const char *names[N];
+    uint32_t ids[N];
+    for (uint32_t i = 0; i < N; i++) {
+        /* prefixes and high bytes, so ties compare whole names */
+        snprintf(nb[i], sizeof nb[i], "%s%u", i % 3 == 0 ? "\xc3" : "a",
+                 i * 37 % 101);
+        names[i] = nb[i];
+        ids[i] = 1000 + i;
+        for (uint32_t v = 0; v < VN; v++)
+            pos[i * VN + v] = tu_below(&seed, 3) == 0
+                                  ? tu_rand(&seed)
+                                  : pool[tu_below(&seed, 4)];
+    }
+    lr_ring *one = new_ring(NULL, VN, N);
+    uint32_t order[N];
+    for (uint32_t i = 0; i < N; i++)
+        order[i] = i;
+    shuffle_u32(order, N, &seed);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t o = order[i];
+        assert_int_equal(lr__ring_add_at(one, names[o], ids[o], pos + o * VN),
+                         LR_OK);
+    }
+    lr_ring *all = new_ring(NULL, VN, N);
+    assert_int_equal(lr__ring_add_many_at(all, names, ids, N, pos), LR_OK);
+    assert_same_ring(one, all, &seed);
+    lr_ring *two = new_ring(NULL, VN, N);
+    assert_int_equal(lr__ring_add_many_at(two, names + N / 2, ids + N / 2,
+                                          N - N / 2, pos + (N / 2) * VN),
+                     LR_OK);
+    assert_int_equal(lr__ring_add_many_at(two, names, ids, N / 2, pos), LR_OK);
+    assert_same_ring(one, two, &seed);
+    lr_ring_destroy(one);
+    lr_ring_destroy(all);
+    lr_ring_destroy(two);
+}
+
+/* Refusals change nothing: not the digest, not the count, not the bytes
+ * held beyond what uthash may keep from a grown table. */
+static void
+test_bulk_bad(void **state)
+{
+    (void)state;
+    struct tu_alloc t;
+    tu_alloc_init(&t);
+    lr_ring *r = new_ring(&t, 8, 6);
+    add_named(r, "b", 0, 2, 0); /* b-0 -> 0, b-1 -> 1 */
+    uint64_t d = lr__ring_digest(r);
+    const char *names[4] = { "n0", "n1", "n2", "n3" };
+    uint32_t ids[4] = { 10, 11, 12, 13 };
+
+    assert_int_equal(lr__ring_add_many(NULL, names, ids, 1), LR_EINVAL);
+    assert_int_equal(lr__ring_add_many(r, NULL, ids, 1), LR_EINVAL);
+    assert_int_equal(lr__ring_add_many(r, names, NULL, 1), LR_EINVAL);
+    assert_int_equal(lr__ring_add_many(r, NULL, NULL, 0), LR_OK);
+    const char *bad_name[3] = { "ok", "", "ok2" };
+    assert_int_equal(lr__ring_add_many(r, bad_name, ids, 3), LR_EINVAL);
+    bad_name[1] = NULL;
+    assert_int_equal(lr__ring_add_many(r, bad_name, ids, 3), LR_EINVAL);
+    uint32_t bad_id[2] = { 10, UINT32_MAX };
+    assert_int_equal(lr__ring_add_many(r, names, bad_id, 2), LR_EINVAL);
+    /* EINVAL before ELIMIT, ELIMIT before EEXIST */
+    const char *five[5] = { "a", "b", "c", "", "e" };
+    uint32_t five_ids[5] = { 20, 21, 22, 23, 24 };
+    assert_int_equal(lr__ring_add_many(r, five, five_ids, 5), LR_EINVAL);
+    five[3] = "b-0";
+    assert_int_equal(lr__ring_add_many(r, five, five_ids, 5), LR_ELIMIT);
+    /* EEXIST: a placed name, a placed id, a name or an id twice */
+    const char *dup_name[3] = { "x", "b-1", "y" };
+    assert_int_equal(lr__ring_add_many(r, dup_name, ids, 3), LR_EEXIST);
+    uint32_t dup_id[3] = { 10, 11, 1 };
+    assert_int_equal(lr__ring_add_many(r, names, dup_id, 3), LR_EEXIST);
+    const char *twice[3] = { "x", "y", "x" };
+    assert_int_equal(lr__ring_add_many(r, twice, ids, 3), LR_EEXIST);
+    uint32_t twice_id[3] = { 10, 11, 10 };
+    assert_int_equal(lr__ring_add_many(r, names, twice_id, 3), LR_EEXIST);
+
+    assert_int_equal(lr__ring_digest(r), d);
+    assert_int_equal(lr_ring_count(r), 2);
+    for (int i = 0; i < 4; i++)
+        assert_false(lr_ring_contains(r, ids[i]));
+    assert_int_equal(lr__ring_mem_live(r), t.live_bytes);
+    assert_verified(r);
+
+    /* and the good batch goes in, up to the limit exactly */
+    assert_int_equal(lr__ring_add_many(r, names, ids, 4), LR_OK);
+    assert_int_equal(lr_ring_count(r), 6);
+    assert_verified(r);
+    lr_ring *ref = new_ring(NULL, 8, 6);
+    add_named(ref, "b", 0, 2, 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(lr_ring_add(ref, names[i], ids[i]), LR_OK);
+    assert_int_equal(lr__ring_digest(r), lr__ring_digest(ref));
+    lr_ring_destroy(ref);
+    lr_ring_destroy(r);
+    assert_int_equal(t.live_bytes, 0);
+}
+
+/* ---- churn cost (issue: O(leaves) per add) ------------------------------ */
+
+/* Work per add and per removal must not grow with the ring. Counted, not
+ * timed (lr__ring_work: entries moved, table slots written, leaves
+ * stepped over), so the test is deterministic. Each window doubles the
+ * ring, so each holds about one table rebuild (the leaf count doubles
+ * too) and compares like with like. Rebuilding the whole table on
+ * every add, as 0.2's first leaves did (with an array of every leaf
+ * besides), makes the 8k..16k window cost 6.3x the 1k..2k one per add
+ * (checked by forcing it); bounded work stays within a few percent. */
+static void
+test_churn_cost_flat(void **state)
+{
+    (void)state;
+    enum {
+        VN = 16,
+        BIG = 16384
+    };
+    lr_ring *r = new_ring(NULL, VN, BIG);
+    char name[32];
+    uint64_t *w = malloc((BIG + 1) * sizeof *w);
+    assert_non_null(w);
+    w[0] = lr__ring_work(r);
+    for (uint32_t i = 0; i < BIG; i++) {
+        ip_name(name, sizeof name, i);
+        assert_int_equal(lr_ring_add(r, name, i), LR_OK);
+        w[i + 1] = lr__ring_work(r);
+    }
+    assert_verified(r);
+    double small = (double)(w[2048] - w[1024]) / 1024.0;
+    double big = (double)(w[16384] - w[8192]) / 8192.0;
+    print_message("# work per add: %.1f at 1k..2k, %.1f at 8k..16k (%.2fx)\n",
+                  small, big, big / small);
+    assert_true(big <= 1.3 * small);
+    /* and no single add pays for the whole ring but the few that
+     * rebuild the table (about one per doubling) */
+    unsigned heavy = 0;
+    for (uint32_t i = 1024; i < BIG; i++)
+        heavy += w[i + 1] - w[i] > 4 * small;
+    assert_true(heavy <= 8);
+    free(w);
+
+    /* removals: 1024 from a ring of 2048, and from the 16k ring */
+    lr_ring *s = new_ring(NULL, VN, BIG);
+    for (uint32_t i = 0; i < 2048; i++) {
+        ip_name(name, sizeof name, i);
+        assert_int_equal(lr_ring_add(s, name, i), LR_OK);
+    }
+    uint64_t s0 = lr__ring_work(s);
+    uint64_t r0 = lr__ring_work(r);
+    for (uint32_t i = 0; i < 1024; i++) {
+        uint32_t id = i * 2 + 1;
+        assert_int_equal(lr_ring_remove(s, id), LR_OK);
+        assert_int_equal(lr_ring_remove(r, id * 8), LR_OK);
+    }
+    double rm_small = (double)(lr__ring_work(s) - s0) / 1024.0;
+    double rm_big = (double)(lr__ring_work(r) - r0) / 1024.0;
+    print_message("# work per removal: %.1f at 2k, %.1f at 16k (%.2fx)\n",
+                  rm_small, rm_big, rm_big / rm_small);
+    assert_true(rm_big <= 1.3 * rm_small);
+    assert_verified(r);
+    assert_verified(s);
+    lr_ring_destroy(s);
+    lr_ring_destroy(r);
+}
+
 /* ---- OOM loops (B33) --------------------------------------------------- */
 
 static bool
@@ -1217,18 +1613,30 @@ test_oom_add(void **state)
 }
 
 /* Removal allocates nothing it needs: under any failure it succeeds, and
- * the only casualty is the optional shrink (a larger block stays). */
+ * the only casualty is the optional shrink (a larger block stays). The
+ * jump table shrinks only once the leaf count has fallen below half of
+ * what it was sized for (hysteresis), so the ring is big enough for that
+ * to happen on the way down. */
+enum {
+    RM_N = 16
+};
+
+static uint32_t
+rm_order(int i)
+{
+    return (uint32_t)(i * 7 + 3) % RM_N; /* a permutation of 0..15 */
+}
+
 static bool
 oom_remove(struct tu_alloc *t, void *vctx)
 {
     const uint64_t *want = vctx; /* digests after each removal */
     struct tu_arming a = tu_alloc_pause(t);
     lr_ring *r = new_ring(t, 50, 0);
-    add_named(r, "rm", 0, 6, 0);
+    add_named(r, "rm", 0, RM_N, 0);
     tu_alloc_resume(t, a);
-    static const uint32_t order[6] = { 4, 0, 5, 2, 1, 3 };
-    for (int i = 0; i < 6; i++) {
-        assert_int_equal(lr_ring_remove(r, order[i]), LR_OK);
+    for (int i = 0; i < RM_N; i++) {
+        assert_int_equal(lr_ring_remove(r, rm_order(i)), LR_OK);
         assert_verified(r);
         assert_int_equal(lr__ring_mem_live(r), t->live_bytes);
         assert_int_equal(lr__ring_digest(r), want[i]);
@@ -1241,19 +1649,87 @@ static void
 test_oom_remove(void **state)
 {
     (void)state;
-    static const uint32_t order[6] = { 4, 0, 5, 2, 1, 3 };
-    uint64_t want[6];
-    for (int i = 0; i < 6; i++) {
+    uint64_t want[RM_N];
+    for (int i = 0; i < RM_N; i++) {
         /* the reference: the survivors placed from scratch */
         lr_ring *ref = new_ring(NULL, 50, 0);
-        for (uint32_t id = 0; id < 6; id++) {
-            if (!has_id(order, (uint32_t)i + 1, id))
+        for (uint32_t id = 0; id < RM_N; id++) {
+            bool gone = false;
+            for (int j = 0; j <= i; j++)
+                gone = gone || rm_order(j) == id;
+            if (!gone)
                 add_named(ref, "rm", id, 1, 0);
         }
         want[i] = lr__ring_digest(ref);
         lr_ring_destroy(ref);
     }
     tu_oom_loop(oom_remove, want, 1000);
+}
+
+/* A bulk build under failure: all or nothing, onto an empty ring and onto
+ * one already holding instances. */
+struct oom_bulk_ctx {
+    uint32_t pre;
+    uint64_t before, after; /* digests without failures */
+};
+
+enum {
+    BULK_N = 24
+};
+
+static bool
+oom_bulk(struct tu_alloc *t, void *vctx)
+{
+    const struct oom_bulk_ctx *c = vctx;
+    struct tu_arming a = tu_alloc_pause(t);
+    lr_ring *r = new_ring(t, 16, 0);
+    add_named(r, "pre", 0, c->pre, 0);
+    tu_alloc_resume(t, a);
+    static char nb[BULK_N][32];
+    const char *names[BULK_N];
+    uint32_t ids[BULK_N];
+    for (uint32_t i = 0; i < BULK_N; i++) {
+        ip_name(nb[i], sizeof nb[i], i);
+        names[i] = nb[i];
+        ids[i] = 100000 + i;
+    }
+    lr_status st = lr__ring_add_many(r, names, ids, BULK_N);
+    assert_int_equal(lr__ring_mem_live(r), t->live_bytes);
+    assert_verified(r);
+    bool complete = st == LR_OK;
+    if (complete) {
+        assert_int_equal(lr__ring_digest(r), c->after);
+    } else {
+        assert_int_equal(st, LR_ENOMEM);
+        assert_int_equal(lr__ring_digest(r), c->before);
+        assert_int_equal(lr_ring_count(r), c->pre);
+        for (uint32_t i = 0; i < BULK_N; i++)
+            assert_false(lr_ring_contains(r, ids[i]));
+    }
+    lr_ring_destroy(r);
+    return complete && !t->failed;
+}
+
+static void
+test_oom_bulk(void **state)
+{
+    (void)state;
+    static const uint32_t pres[2] = { 0, 5 };
+    for (int i = 0; i < 2; i++) {
+        struct oom_bulk_ctx c;
+        c.pre = pres[i];
+        lr_ring *ref = new_ring(NULL, 16, 0);
+        add_named(ref, "pre", 0, c.pre, 0);
+        c.before = lr__ring_digest(ref);
+        char name[32];
+        for (uint32_t j = 0; j < BULK_N; j++) {
+            ip_name(name, sizeof name, j);
+            assert_int_equal(lr_ring_add(ref, name, 100000 + j), LR_OK);
+        }
+        c.after = lr__ring_digest(ref);
+        lr_ring_destroy(ref);
+        tu_oom_loop(oom_bulk, &c, 10000);
+    }
 }
 
 /* A whole life under failure: create, adds, queries, removals, re-adds.
@@ -1358,9 +1834,14 @@ main(void)
         cmocka_unit_test(test_balance),
         cmocka_unit_test(test_short_names_balance),
         cmocka_unit_test(test_remove_shrinks),
+        cmocka_unit_test(test_bulk_matches_adds),
+        cmocka_unit_test(test_bulk_ties),
+        cmocka_unit_test(test_bulk_bad),
+        cmocka_unit_test(test_churn_cost_flat),
         cmocka_unit_test(test_oom_create),
         cmocka_unit_test(test_oom_add),
         cmocka_unit_test(test_oom_remove),
+        cmocka_unit_test(test_oom_bulk),
         cmocka_unit_test(test_oom_lifecycle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
