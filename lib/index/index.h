@@ -1,4 +1,22 @@
-/* Internal view of lr_index for tests, fuzzers and the router. */
+/* Internal view of lr_index for tests, fuzzers and the router.
+ *
+ * lib/index/ is layered: a file includes the private headers of the layers
+ * below its own only, and calls only into them. From the bottom:
+ *
+ *   index_store   the layout and its primitives: pools, reservation, time,
+ *                 instances, nodes and runs, spans, LRU lists, scratch
+ *   index_find    the read-only search of a prompt's keys
+ *   index_emap    the engine-hash map of precise mode
+ *   index_keys    block keys, prompt checks
+ *   index_evict   trims, expiry, eviction (settle), clearing an instance
+ *   index_learn   the learn's plan and apply, the journal, lr_index_learn
+ *   index_match   lr_index_match
+ *   index_kv, index_delta, index_check, index_state, index_life, vllm
+ *                 the features on top (KV events, deltas, verify and
+ *                 digest, snapshots, the handle, the vLLM decoder)
+ *
+ * This header is the folder's face: it declares what the rest of lib/ and
+ * the tests use, and the files that define it include it. */
 #ifndef LIBROUTE_LIB_INDEX_H
 #define LIBROUTE_LIB_INDEX_H
 

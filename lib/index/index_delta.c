@@ -1,9 +1,15 @@
 /* lr_index, deltas between gateway replicas: the journal position
  * (lr_index_mark), the wire codec (lr_index_export_delta,
- * lr_index_import_delta, lr__index_import_delta_if) and its varints. The
- * index layout is pictured at the top of index.c. */
+ * lr_index_import_delta, lr__index_import_delta_if) and its varints. An
+ * export reads the journal of LOCAL learns (index_learn.c), or every LOCAL
+ * anchor and leaf; an import is a mutator of its own, in the three phases
+ * a learn has: check and reserve, make nodes and grant holds, settle. */
 #include "common/wire.h"
-#include "index/index_impl.h"
+#include "index/index.h"
+#include "index/index_evict.h"
+#include "index/index_find.h"
+#include "index/index_learn.h"
+#include "index/index_store.h"
 
 uint64_t
 lr_index_mark(const lr_index *idx)
