@@ -391,6 +391,13 @@ lr__index_last_probes(const lr_index *idx)
     return idx->last_probes;
 }
 
+const void *
+lr__index_raw(const lr_index *idx, size_t *size)
+{
+    *size = sizeof *idx;
+    return idx;
+}
+
 /* ---- flooding (issue 16) -------------------------------------------------- */
 
 uint64_t

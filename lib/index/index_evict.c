@@ -189,6 +189,18 @@ lr__index_expire_all(lr_index *ix, uint32_t tick)
     }
 }
 
+bool
+lr__index_expiry_due(const lr_index *ix, uint64_t now_ns)
+{
+    if (!ix->has_epoch)
+        return true; /* the first call sets the time base */
+    uint32_t tick = lr__index_tick_at(ix, now_ns);
+    for (int l = 0; l < N_LISTS; l++)
+        if (ix->tail[l] != LR_NIL && is_expired(ix, &ix->sp[ix->tail[l]], tick))
+            return true;
+    return false;
+}
+
 /* The list memory pressure takes from: REMOTE while it has a route, or
  * (LR_EVICT_LRU) the one whose tail was used least recently. */
 static int

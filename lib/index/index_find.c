@@ -15,8 +15,9 @@
  * more lookup if a run hangs from 70's run): depth 70.
  *
  * Everything here only reads the index: the learn asks it where a prompt
- * forks from what is held, the match where its hits end. Lookups are
- * counted into the caller's counter, never into the index. */
+ * forks from what is held, the match where its hits end, concurrent
+ * readers too (lr__index_peek). Lookups are counted into the caller's
+ * counter, never into the index. */
 #include "index/index_find.h"
 #include "index/index_store.h"
 

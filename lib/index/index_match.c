@@ -10,7 +10,13 @@
  * Worked example (the layout's, index_store.c): match(A B C D E Q) finds
  * E at depth 5 in run 0; run 0's holders are inst 1 (to 6) and inst 2 (to
  * 2): inst 1 holds 5 blocks here, inst 2 holds 2; run 0 hangs from the
- * root, so the walk ends. Hits: inst 1 80 tokens, inst 2 32. */
+ * root, so the walk ends. Hits: inst 1 80 tokens, inst 2 32.
+ *
+ * Two entry points share the search, the walk and the sort:
+ * lr_index_match() expires first, works in the index's own scratch and
+ * touches the hits; lr__index_peek() reads the index only, writing its
+ * caller's scratch, so that several threads may peek at one index while
+ * no one writes it (the router's route() under a read lock). */
 #include "index/index.h"
 #include "index/index_evict.h"
 #include "index/index_find.h"
@@ -180,4 +186,55 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
             lr__index_touch(ix, lr__index_cut(ix, x, pos), tick);
         }
     return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* concurrent readers                                                        */
+/* ------------------------------------------------------------------------ */
+
+lr_status
+lr__index_peek(const lr_index *idx, const uint64_t *keys, size_t n_keys,
+               uint64_t now_ns, struct lr__match_scratch *scratch,
+               lr_index_match_result *result)
+{
+    LR_RETURN_IF(idx == NULL || scratch == NULL || result == NULL, LR_EINVAL);
+    LR_TRY(result_check(result));
+    LR_RETURN_IF(keys == NULL && n_keys != 0, LR_EINVAL);
+    LR_RETURN_IF(n_keys > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(scratch->max_inst < idx->max_inst, LR_EINVAL);
+    /* judged as a query is: never counts towards a clock jump */
+    struct lr__clock clock = idx->clock;
+    LR_TRY(lr__clock_judge(&clock, now_ns, false));
+    LR_RETURN_IF(lr__index_expiry_due(idx, now_ns), LR_ESTATE);
+    uint32_t k, probes = 0;
+    lr_status st =
+        find_hits(idx, keys, (uint32_t)n_keys, scratch, &probes, result, &k);
+    if (st == LR_OK)
+        write_hits(idx, scratch, k, result);
+    return st;
+}
+
+lr_status
+lr__index_scratch_new(const lr_index *idx, struct lr__mem *mem,
+                      struct lr__match_scratch **out)
+{
+    LR_RETURN_IF(idx == NULL || mem == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    struct lr__match_scratch *ms = lr__alloc(mem, sizeof *ms);
+    LR_RETURN_IF(ms == NULL, LR_ENOMEM);
+    if (lr__index_ms_init(mem, ms, idx->max_inst) != LR_OK) {
+        lr__free(mem, ms, sizeof *ms);
+        return LR_ENOMEM;
+    }
+    *out = ms;
+    return LR_OK;
+}
+
+void
+lr__index_scratch_free(struct lr__mem *mem, struct lr__match_scratch *scratch)
+{
+    if (scratch == NULL)
+        return;
+    lr__index_ms_fini(mem, scratch);
+    lr__free(mem, scratch, sizeof *scratch);
 }

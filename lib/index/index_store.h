@@ -170,7 +170,9 @@ struct lr__hitkey {
  * the walk up (cand[0, k)), and per instance slot its depth, its deepest
  * span in the run of its answer and the offset there; mark[s] == mark_gen
  * says slot s was met by the current walk; hk is the sort. Every array
- * has max_inst elements. The index keeps one for lr_index_match(). */
+ * has max_inst elements. The index keeps one for lr_index_match();
+ * lr__index_peek() takes the caller's, so that readers share the index
+ * and write only their own scratch. */
 struct lr__match_scratch {
     uint32_t max_inst;
     uint32_t mark_gen;
