@@ -1,7 +1,8 @@
 /* Internal view of lr_index for tests, fuzzers and the router.
  *
  * lib/index/ is layered: a file includes the private headers of the layers
- * below its own only, and calls only into them. From the bottom:
+ * below its own only, and calls only into them (tests/abi/include-layers.py
+ * and call-layers.py hold it so). From the bottom:
  *
  *   index_store   the layout and its primitives: pools, reservation, time,
  *                 instances, nodes and runs, spans, LRU lists, scratch
