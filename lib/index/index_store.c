@@ -344,6 +344,13 @@ eslots_freed(lr_index *ix, uint32_t c, uint32_t from, uint32_t to)
 
 /* ---- holder arrays ------------------------------------------------------- */
 
+/* Elements of holder class c, in bytes. */
+static inline size_t
+hc_elem(uint32_t c)
+{
+    return sizeof(struct hent) << c;
+}
+
 #define HENT_LINK offsetof(struct hent, span)
 
 static lr_status

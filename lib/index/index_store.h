@@ -309,31 +309,6 @@ node_depth(const lr_index *ix, uint32_t n)
     return ix->runs[node_run(ix, n)].top + node_off(ix, n) + 1;
 }
 
-/* Whether slot n (remembered earlier: its node may be gone and the slot
- * used again) holds a live node under `key`. */
-static inline bool
-lr__index_node_live(const lr_index *ix, uint32_t n, uint64_t key)
-{
-    if (n == LR_NIL || (n >> CHUNK_SHIFT) >= ix->cpool.top)
-        return false;
-    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
-    return c->run != LR_NIL &&
-           c->base + (n & CHUNK_MASK) < ix->runs[c->run].len &&
-           ix->keys[n] == key;
-}
-
-/* The node after n in its run, or LR_NIL at the run's end. */
-static inline uint32_t
-node_next(const lr_index *ix, uint32_t n)
-{
-    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
-    if (c->base + (n & CHUNK_MASK) + 1 >= ix->runs[c->run].len)
-        return LR_NIL;
-    if ((n & CHUNK_MASK) != CHUNK_MASK)
-        return n + 1;
-    return c->next << CHUNK_SHIFT;
-}
-
 static inline struct hent *
 run_hents(const lr_index *ix, const struct run *r)
 {
@@ -375,13 +350,6 @@ static inline bool
 holds_node(const lr_index *ix, uint32_t n, uint32_t s)
 {
     return hold_span(ix, node_run(ix, n), node_off(ix, n), s) != LR_NIL;
-}
-
-/* Elements of holder class c, in bytes. */
-static inline size_t
-hc_elem(uint32_t c)
-{
-    return sizeof(struct hent) << c;
 }
 
 /* The span whose bottom is the block above span x's top, or LR_NIL. */
@@ -482,16 +450,6 @@ static inline uint32_t
 node_find(const lr_index *ix, uint64_t key)
 {
     return lr__table_find(&ix->ntab, hkey(ix, key), key, node_eq, ix->keys);
-}
-
-/* Warm the slot a lookup or an insert of `key` starts at. A real load,
- * not __builtin_prefetch: on the virtual machines measured here a
- * prefetch that misses the TLB is dropped and gained nothing, while an
- * independent load overlaps its miss with the caller's work. */
-static inline void
-prefetch_key(const lr_index *ix, uint64_t key)
-{
-    lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
 }
 
 /* What an index table lookup's equality needs beside the key: the index
