@@ -115,7 +115,7 @@ result_check(const lr_index_match_result *result)
  * added to *probes: fills the result's counts and, unless LR_EBUFSIZE,
  * leaves the k hits (*k) sorted in ms->cand. k is 0 when nobody holds the
  * first block. Reads the index only. */
-static lr_status
+static inline lr_status
 find_hits(const lr_index *ix, const uint64_t *keys, uint32_t n,
           struct lr__match_scratch *ms, uint32_t *probes,
           lr_index_match_result *result, uint32_t *k)
@@ -138,7 +138,7 @@ find_hits(const lr_index *ix, const uint64_t *keys, uint32_t n,
     return LR_OK;
 }
 
-static void
+static inline void
 write_hits(const lr_index *ix, const struct lr__match_scratch *ms, uint32_t k,
            lr_index_match_result *result)
 {
