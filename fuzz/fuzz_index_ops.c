@@ -28,8 +28,10 @@
  * After every call: lr__index_verify() == LR_OK; a failed call (other
  * than LR_EBUFSIZE from match, which may still expire) leaves the digest
  * unchanged; statuses are documented ones; match results agree with
- * lr__index_depth_of() for every id; a LOCAL learn leaves its instance
- * holding the prompt (up to capacity). Then the same input is run again
+ * lr__index_depth_of() for every id, and a match with LR_MATCH_NO_TOUCH
+ * agrees with lr__index_peek(), which changes no byte of the index; a
+ * LOCAL learn leaves its instance holding the prompt (up to capacity).
+ * Then the same input is run again
  * on fresh indexes with the same seed and with another seed: the digests
  * and the transcript of every result must be the same (B24). */
 #include <stdlib.h>
@@ -177,6 +179,8 @@ do_match(struct fuzz_index_run *r, lr_index *ix, struct prompt *q, uint64_t now,
         if (st == LR_OK || st == LR_EBUFSIZE)
             fuzz_check_match(ix, st, q->keys, q->n_keys, &res, before, ids,
                              N_VALID_IDS);
+        if ((st == LR_OK || st == LR_EBUFSIZE) && flags == LR_MATCH_NO_TOUCH)
+            fuzz_check_peek(ix, st, q->keys, q->n_keys, now, &res);
     }
     fuzz_index_after(r, ix, st, d0, st != LR_OK && st != LR_EBUFSIZE);
 }

@@ -15,7 +15,8 @@
  *   op 6    time moves forward (0, 1 tick, 16 ticks, past the TTL)
  *   op 7    lr_index_expire
  *   op 8    lr_index_match of a pattern prompt, checked against
- *           lr__index_depth_of for every instance id
+ *           lr__index_depth_of for every instance id (and, with
+ *           LR_MATCH_NO_TOUCH, against lr__index_peek)
  *   op 9    lr_index_remove_instance
  *   op 10   lr_index_get_stats and lr_index_instance_blocks
  * Instance ids come from a table of six: five valid ones against
@@ -260,6 +261,8 @@ op_match(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
         } else {
             size_t nk = fuzz_keys(B, tok, len, salt, keys, len / B + 1);
             fuzz_check_match(ix, st, keys, nk, &res, before, ids, N_VALID_IDS);
+            if (flags == LR_MATCH_NO_TOUCH)
+                fuzz_check_peek(ix, st, keys, nk, now, &res);
         }
     }
     free(keys);

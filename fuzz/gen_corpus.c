@@ -503,7 +503,7 @@ gen_index_ops(void)
     const char *T = "index_ops";
     struct iop p;
 
-    /* the worked example of index.c: two instances, a fork, a match */
+    /* the worked example of index_store.c: two instances, a fork, a match */
     io_header(&e, 3, 8, 4, 0, 0);
     p = P(0, 96, 255);
     p.nb = 1;

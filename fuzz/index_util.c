@@ -283,6 +283,43 @@ in_hits(const lr_index_match_result *r, uint32_t id, uint32_t *tokens)
 }
 
 void
+fuzz_check_peek(lr_index *ix, lr_status st, const uint64_t *keys, size_t n_keys,
+                uint64_t now, const lr_index_match_result *r)
+{
+    FUZZ_ASSERT(!lr__index_expiry_due(ix, now));
+    struct lr__match_scratch *ms;
+    fuzz_oom_pause();
+    FUZZ_ASSERT(lr__index_scratch_new(ix, lr__index_mem(ix), &ms) == LR_OK);
+    fuzz_oom_resume();
+    lr_index_hit hits[16];
+    memset(hits, 0, sizeof hits);
+    lr_index_match_result pr;
+    lr_index_match_result_init(&pr);
+    pr.hits = r->hits_capacity > 0 ? hits : NULL;
+    pr.hits_capacity = r->hits_capacity;
+    FUZZ_ASSERT(r->hits_capacity <= 16);
+    size_t size;
+    const void *raw = lr__index_raw(ix, &size);
+    uint8_t *before = malloc(size);
+    FUZZ_ASSERT(before != NULL);
+    memcpy(before, raw, size);
+    uint64_t d0 = lr__index_digest(ix);
+    lr_status ps = lr__index_peek(ix, keys, n_keys, now, ms, &pr);
+    FUZZ_ASSERT(memcmp(lr__index_raw(ix, &size), before, size) == 0);
+    FUZZ_ASSERT(lr__index_digest(ix) == d0);
+    free(before);
+    fuzz_oom_pause();
+    lr__index_scratch_free(lr__index_mem(ix), ms);
+    fuzz_oom_resume();
+    FUZZ_ASSERT_STATUS(ps, ps == st);
+    FUZZ_ASSERT(pr.n_hits == r->n_hits &&
+                pr.prompt_blocks == r->prompt_blocks &&
+                pr.deepest_tokens == r->deepest_tokens);
+    if (st == LR_OK && r->n_hits > 0)
+        FUZZ_ASSERT(memcmp(hits, r->hits, r->n_hits * sizeof *hits) == 0);
+}
+
+void
 fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
                  size_t n_keys, const lr_index_match_result *r,
                  const lr_index_hit *hits_before, const uint32_t *ids,

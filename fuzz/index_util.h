@@ -81,6 +81,16 @@ void fuzz_check_match(const lr_index *ix, lr_status st, const uint64_t *keys,
                       const lr_index_hit *hits_before, const uint32_t *ids,
                       size_t n_ids);
 
+/* After lr_index_match(LR_MATCH_NO_TOUCH) at now returned st (LR_OK or
+ * LR_EBUFSIZE) and *r for these keys: the match left expiry settled, so
+ * lr__index_peek() (with a scratch of its own and a buffer of the same
+ * capacity) must give the same status, counts and hits, and change neither
+ * the digest nor any byte of the index's struct. The scratch comes from
+ * the index's allocator with failure injection paused. */
+void fuzz_check_peek(lr_index *ix, lr_status st, const uint64_t *keys,
+                     size_t n_keys, uint64_t now,
+                     const lr_index_match_result *r);
+
 /* ---- the op-stream harnesses on lr_index (index_ops, kv_events) ---- */
 
 /* Host time: a run starts at FUZZ_SEC and moves on in ticks. */

@@ -146,7 +146,7 @@ keys_are_the_documented_chain(void **state)
 }
 
 /* The node table holds a run's first node and every TAB_STRIDE-th (16th)
- * depth; a match walks the runs for the rest (index_impl.h). Every fork
+ * depth; a match walks the runs for the rest (index_find.c). Every fork
  * depth over two and a half strides, every prefix length: the exact
  * deepest hold of each instance; then with the fork's run gone, and with
  * its slots used again by a new learn (stale table entries given up). */
@@ -552,12 +552,12 @@ ttl_expires_whole_subtrees(void **state)
     lr_index_destroy(ix);
 }
 
-/* Batch eviction's guesses (index.c: warm_trim_run, parent_hold and
- * hold_remove's predecessor) against chains shared by several instances:
- * holder lists laid out alike along a chain (whole prompts learned one
- * after another), and unlike (instances learning pieces in interleaved
- * order, so neighbouring extra holds belong to other chains). Every step
- * is checked by verify, and the survivors by a match. */
+/* Batch eviction (index_evict.c, a span at a time) against chains shared
+ * by several instances: holder lists laid out alike along a chain (whole
+ * prompts learned one after another), and unlike (instances learning
+ * pieces in interleaved order, so neighbouring extra holds belong to other
+ * chains). Every step is checked by verify, and the survivors by a
+ * match. */
 static void
 eviction_of_shared_chains(void **state)
 {

@@ -1,4 +1,23 @@
-/* Internal view of lr_index for tests, fuzzers and the router. */
+/* Internal view of lr_index for tests, fuzzers and the router.
+ *
+ * lib/index/ is layered: a file includes the private headers of the layers
+ * below its own only, and calls only into them (tests/abi/include-layers.py
+ * and call-layers.py hold it so). From the bottom:
+ *
+ *   index_store   the layout and its primitives: pools, reservation, time,
+ *                 instances, nodes and runs, spans, LRU lists, scratch
+ *   index_find    the read-only search of a prompt's keys
+ *   index_emap    the engine-hash map of precise mode
+ *   index_keys    block keys, prompt checks
+ *   index_evict   trims, expiry, eviction (settle), clearing an instance
+ *   index_learn   the learn's plan and apply, the journal, lr_index_learn
+ *   index_match   lr_index_match, lr__index_peek
+ *   index_kv, index_delta, index_check, index_state, index_life, vllm
+ *                 the features on top (KV events, deltas, verify and
+ *                 digest, snapshots, the handle, the vLLM decoder)
+ *
+ * This header is the folder's face: it declares what the rest of lib/ and
+ * the tests use, and the files that define it include it. */
 #ifndef LIBROUTE_LIB_INDEX_H
 #define LIBROUTE_LIB_INDEX_H
 
@@ -41,6 +60,54 @@ void lr__index_holds(const lr_index *idx,
 
 /* Number of binary-search probes the last match made (bench/tests). */
 uint32_t lr__index_last_probes(const lr_index *idx);
+
+/* The bytes of the handle's own struct (its counters, time base, clock,
+ * list heads, pointers and the match's scratch generation): a test that a
+ * reader wrote nothing compares them before and after. */
+const void *lr__index_raw(const lr_index *idx, size_t *size);
+
+/* ---- concurrent readers ----
+ *
+ * lr_index is one thread at a time, except lr__index_peek() and
+ * lr__index_expiry_due(): any number of threads may call them at once on
+ * one index while no thread calls anything else on it (a read lock around
+ * them, a write lock around every other call). */
+
+/* What a match writes as it works, sized for an index's max_instances;
+ * one per reading thread. */
+struct lr__match_scratch;
+
+/* A scratch for idx's peeks, from allocator mem: lr__index_mem(idx) (its
+ * bytes then count as the index's: call it where the index may be
+ * written) or the caller's own. Free it from the same allocator (NULL is
+ * accepted). LR_EINVAL, LR_ENOMEM. */
+lr_status lr__index_scratch_new(const lr_index *idx, struct lr__mem *mem,
+                                struct lr__match_scratch **out);
+void lr__index_scratch_free(struct lr__mem *mem,
+                            struct lr__match_scratch *scratch);
+
+/* Whether a mutator at host time now_ns would change the index before its
+ * own work: true when no call has set the time base yet (the first one
+ * does), or when a route is expired at now_ns (the tail of an LRU list).
+ * O(1); reads only. */
+bool lr__index_expiry_due(const lr_index *idx, uint64_t now_ns);
+
+/* lr_index_match(idx, a prompt whose block keys are keys[0, n_keys),
+ * now_ns, LR_MATCH_NO_TOUCH, result), writing nothing in idx: no expiry,
+ * no time, no probe count, no scratch of its own (scratch is the caller's,
+ * from lr__index_scratch_new for this index). Precondition: expiry is not
+ * due at now_ns (lr__index_expiry_due); then its hits are lr_index_match's.
+ * LR_OK; LR_EBUFSIZE (n_hits says how many; no hit written); LR_EINVAL
+ * (NULL, keys NULL with n_keys, n_keys > LR_INDEX_MAX_TOKENS, a scratch
+ * for fewer instances, a bad hits buffer); LR_EVERSION (result's
+ * struct_size); LR_ERANGE (now_ns refused by the index's clock, judged as
+ * a query: a jump ahead waits for a writer to take it); LR_ESTATE (expiry
+ * due: the caller runs lr_index_expire(), or a match, as a writer first).
+ * Thread safety: see above. */
+lr_status lr__index_peek(const lr_index *idx, const uint64_t *keys,
+                         size_t n_keys, uint64_t now_ns,
+                         struct lr__match_scratch *scratch,
+                         lr_index_match_result *result);
 
 /* The index's allocator (for callers' scratch owned by the same host). */
 struct lr__mem *lr__index_mem(lr_index *idx);

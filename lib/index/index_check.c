@@ -1,10 +1,14 @@
 /* lr_index, checks for tests, fuzzers and debug builds: lr__index_verify
- * walks every invariant listed at the top of index.c (and the layout's
- * own: chunks, run links, holder arrays, span tiling), lr__index_digest
- * checksums the logical state (equal before and after a failed call, and
- * blind to the layout), and two probes for differential tests. They only
- * read the index. */
-#include "index/index_impl.h"
+ * walks every invariant listed at the top of index_store.c (and the
+ * layout's own: chunks, run links, holder arrays, span tiling),
+ * lr__index_digest checksums the logical state (equal before and after a
+ * failed call, and blind to the layout), and the probes differential and
+ * flooding tests use. They only read the index. */
+#include "index/index.h"
+#include "index/index_emap.h"
+#include "index/index_find.h"
+#include "index/index_learn.h"
+#include "index/index_store.h"
 
 #define CHECK(c)                \
     do {                        \
@@ -372,20 +376,26 @@ uint32_t
 lr__index_depth_of(const lr_index *idx, uint32_t instance, const uint64_t *keys,
                    uint32_t n_keys)
 {
-    lr_index *ix = (lr_index *)(uintptr_t)idx; /* only last_probes moves */
-    uint32_t s = lr__index_inst_lookup(ix, instance);
+    uint32_t s = lr__index_inst_lookup(idx, instance);
     if (s == LR_NIL)
         return 0;
-    uint32_t n, r, p;
-    if (lr__index_deepest(ix, keys, 0, n_keys, LR_NIL, &n) == 0)
+    uint32_t n, r, p, probes = 0; /* not a match: not counted */
+    if (lr__index_deepest(idx, keys, 0, n_keys, LR_NIL, &n, &probes) == 0)
         return 0;
-    return lr__index_depth_on(ix, s, n, &r, &p);
+    return lr__index_depth_on(idx, s, n, &r, &p);
 }
 
 uint32_t
 lr__index_last_probes(const lr_index *idx)
 {
     return idx->last_probes;
+}
+
+const void *
+lr__index_raw(const lr_index *idx, size_t *size)
+{
+    *size = sizeof *idx;
+    return idx;
 }
 
 /* ---- flooding (issue 16) -------------------------------------------------- */

@@ -1,9 +1,15 @@
 /* lr_index, deltas between gateway replicas: the journal position
  * (lr_index_mark), the wire codec (lr_index_export_delta,
- * lr_index_import_delta, lr__index_import_delta_if) and its varints. The
- * index layout is pictured at the top of index.c. */
+ * lr_index_import_delta, lr__index_import_delta_if) and its varints. An
+ * export reads the journal of LOCAL learns (index_learn.c), or every LOCAL
+ * anchor and leaf; an import is a mutator of its own, in the three phases
+ * a learn has: check and reserve, make nodes and grant holds, settle. */
 #include "common/wire.h"
-#include "index/index_impl.h"
+#include "index/index.h"
+#include "index/index_evict.h"
+#include "index/index_find.h"
+#include "index/index_learn.h"
+#include "index/index_store.h"
 
 uint64_t
 lr_index_mark(const lr_index *idx)
@@ -213,6 +219,19 @@ varint_get(const uint8_t **p, const uint8_t *end, uint32_t *out)
     return false;
 }
 
+/* Whether slot n (remembered earlier: its node may be gone and the slot
+ * used again) holds a live node under `key`. */
+static inline bool
+node_live(const lr_index *ix, uint32_t n, uint64_t key)
+{
+    if (n == LR_NIL || (n >> CHUNK_SHIFT) >= ix->cpool.top)
+        return false;
+    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
+    return c->run != LR_NIL &&
+           c->base + (n & CHUNK_MASK) < ix->runs[c->run].len &&
+           ix->keys[n] == key;
+}
+
 static lr_status
 collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
                struct vec32 *rn, struct vec32 *rs)
@@ -240,8 +259,7 @@ collect_routes(const lr_index *ix, struct lr__mem *m, uint64_t since,
     }
     for (uint64_t q = since; q < ix->j_seq; q++) {
         const struct jent *e = &ix->journal[q % ix->j_cap];
-        uint32_t n =
-            lr__index_node_live(ix, e->node, e->key) ? e->node : LR_NIL;
+        uint32_t n = node_live(ix, e->node, e->key) ? e->node : LR_NIL;
         uint32_t s = lr__index_inst_lookup(ix, e->inst_id);
         if (n == LR_NIL || s == LR_NIL)
             continue;

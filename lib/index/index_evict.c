@@ -2,10 +2,21 @@
  * a message boundary (lr__index_remove_leaf_and_trim), expiry by TTL per
  * trust class, eviction down to capacity from the LRU tails (settle, the
  * third phase of every mutator), and dropping an instance's holds below a
- * block or all of them (lr__index_remove_below, lr__index_clear). The
- * layout and the invariants every step keeps are at the top of index.c.
- * None of it allocates, so none of it can fail. */
-#include "index/index_impl.h"
+ * block or all of them (lr__index_remove_below, lr__index_clear). Every
+ * step keeps the invariants listed with the layout (index_store.c), and
+ * forgets the engine hashes of the blocks it takes (index_emap.c). None of
+ * it allocates, so none of it can fail.
+ *
+ * Worked example, capacity 6, inst 1 holding A-B-C-D*-E-F* (* an anchor,
+ * F the oldest leaf) when a learn adds two holds: settle pops the LOCAL
+ * list's tail, F's span [E, F], which goes whole; D becomes a leaf and
+ * re-enters the list where F's recency puts it, and stays, being an
+ * anchor: 4 holds and the 2 new ones. Had D not been an anchor, the trim
+ * would have gone on up while the blocks were no newer than F. */
+#include "index/index_evict.h"
+#include "index/index.h"
+#include "index/index_emap.h"
+#include "index/index_store.h"
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
@@ -176,6 +187,18 @@ lr__index_expire_all(lr_index *ix, uint32_t tick)
                 more = true;
             }
     }
+}
+
+bool
+lr__index_expiry_due(const lr_index *ix, uint64_t now_ns)
+{
+    if (!ix->has_epoch)
+        return true; /* the first call sets the time base */
+    uint32_t tick = lr__index_tick_at(ix, now_ns);
+    for (int l = 0; l < N_LISTS; l++)
+        if (ix->tail[l] != LR_NIL && is_expired(ix, &ix->sp[ix->tail[l]], tick))
+            return true;
+    return false;
 }
 
 /* The list memory pressure takes from: REMOTE while it has a route, or

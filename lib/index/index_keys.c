@@ -1,10 +1,18 @@
 /* lr_index, the block keys: a prompt's tokens become one key a full
  * block, each chained to the one before it, so that a key names the whole
- * prefix up to its block (layout of the index: index.c). The chain starts
- * from a root per tenant salt, so that equal prompts under two salts never
- * share a node. lr_block_keys() gives hosts the same keys, to hash at the
- * edge. */
-#include "index/index_impl.h"
+ * prefix up to its block. The chain starts from a root per tenant salt, so
+ * that equal prompts under two salts never share a node. lr_block_keys()
+ * gives hosts the same keys, to hash at the edge; lr__index_prompt_keys()
+ * checks a prompt for the calls that take one and hashes it unless the
+ * host did.
+ *
+ * Worked example, B = 4, 10 tokens t0..t9, salt 0: two full blocks (t8,
+ * t9 are a partial block and count for nothing); key[-1] = the tenant
+ * root of salt 0, g[0] = XXH3(t0..t3), key[0] = step(key[-1], g[0]),
+ * g[1] = XXH3(t4..t7), key[1] = step(key[0], g[1]) (docs/index.md, Keys).
+ * The hashes do not depend on each other, only the cheap steps do. */
+#include "index/index_keys.h"
+#include "index/index_store.h"
 
 uint64_t
 lr__index_tenant_root(uint64_t salt)

@@ -1,7 +1,12 @@
 /* lr_index, the handle: options and their defaults, create and destroy,
- * the instance table (instance id -> slot), and the stats queries. The
- * tree and learn are in index.c, removal in index_evict.c. */
-#include "index/index_impl.h"
+ * removing an instance, and the stats queries. It puts the layers
+ * together (index.h lists them): the store's arrays, the engine-hash map,
+ * the journal and the match's scratch are made here and freed here. */
+#include "index/index.h"
+#include "index/index_emap.h"
+#include "index/index_evict.h"
+#include "index/index_learn.h"
+#include "index/index_store.h"
 
 /* Defaults of lr_index_options (documented in lr_index.h). */
 #define DEFAULT_CAPACITY (1u << 20)
@@ -14,75 +19,15 @@
 #define MAX_JOURNAL (1u << 24)
 /* The caller's seed is mixed with "lrindex" before keying the tables. */
 #define SEED_MIX 0x6c72696e646578ull
-/* Per-instance scratch arrays of a match: cand, cspan, cdepth, mark, cpos. */
-#define N_SCRATCH 5u
 /* Nodes the first node table holds (64 slots at most 3/4 full). */
 #define NODE_TABLE_START 48
-
-/* ------------------------------------------------------------------------ */
-/* instances                                                                 */
-/* ------------------------------------------------------------------------ */
-
-/* Instance ids hash apart from node keys under the same handle seed. */
-#define INST_HASH_SALT 0x1du
-
-static inline uint64_t
-inst_hash(const lr_index *ix, uint32_t id)
-{
-    return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
-}
-
-static bool
-inst_eq(const void *insts, uint64_t id, uint32_t s)
-{
-    return ((const struct inst *)insts)[s].id == id;
-}
-
-uint32_t
-lr__index_inst_lookup(const lr_index *ix, uint32_t id)
-{
-    return lr__table_find(&ix->itab, inst_hash(ix, id), id, inst_eq, ix->insts);
-}
-
-/* The table was sized for max_instances at creation: no reserve. */
-uint32_t
-lr__index_inst_add(lr_index *ix, uint32_t id)
-{
-    assert(ix->n_ifree > 0);
-    uint32_t s = ix->ifree[--ix->n_ifree];
-    ix->insts[s].id = id;
-    ix->insts[s].used = 1;
-    ix->insts[s].blocks = 0;
-    lr__table_insert(&ix->itab, inst_hash(ix, id), s);
-    return s;
-}
-
-static void
-inst_del(lr_index *ix, uint32_t s)
-{
-    lr__table_remove(&ix->itab, inst_hash(ix, ix->insts[s].id), s);
-    ix->insts[s].used = 0;
-    ix->insts[s].blocks = 0;
-    ix->ifree[ix->n_ifree++] = s;
-}
-
-/* Slot for an id, or LR_NIL with *room telling whether one can be made. */
-lr_status
-lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
-{
-    LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
-    *slot = lr__index_inst_lookup(ix, id);
-    if (*slot == LR_NIL && ix->n_ifree == 0)
-        return LR_ELIMIT;
-    return LR_OK;
-}
 
 lr_status
 lr_index_remove_instance(lr_index *idx, uint32_t instance)
 {
     uint32_t s;
     LR_TRY(lr__index_clear(idx, instance, &s));
-    inst_del(idx, s);
+    lr__index_inst_del(idx, s);
     return LR_OK;
 }
 
@@ -110,24 +55,9 @@ LR__INIT_SIZED(lr_index_options_init_sized, lr_index_options, options_defaults,
 static void
 index_free(lr_index *ix)
 {
-    struct lr__mem *m = &ix->mem;
-    lr__free(m, ix->keys, (size_t)ix->kcap * CHUNK * sizeof(uint64_t));
-    lr__free(m, ix->chunks, (size_t)ix->chcap * sizeof(struct chunk));
-    lr__table_free(&ix->ntab, m);
-    lr__free(m, ix->runs, (size_t)ix->rpool.cap * sizeof(struct run));
-    lr__free(m, ix->sp, (size_t)ix->spool.cap * sizeof(struct span));
-    for (uint32_t c = 0; c < HCLASSES; c++)
-        lr__free(m, ix->hc[c].v, (size_t)ix->hc[c].p.cap * hc_elem(c));
-    lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
-    lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
-    lr__table_free(&ix->itab, m);
+    lr__index_store_free(ix);
     lr__index_emap_free(ix);
-    lr__free(m, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
-    lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
-    lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
-    lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
-    lr__free(m, ix->cand, (size_t)ix->max_inst * N_SCRATCH * sizeof(uint32_t));
-    lr__free(m, ix->hk, (size_t)ix->max_inst * sizeof(struct lr__hitkey));
+    lr__free(&ix->mem, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
     LR__HANDLE_FREE(ix, lr_index);
 }
 
@@ -195,23 +125,15 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     ix->insts = lr__calloc(&ix->mem, ix->max_inst, sizeof(struct inst));
     ix->ifree = lr__calloc(&ix->mem, ix->max_inst, sizeof(uint32_t));
     lr_status ist = lr__table_init(&ix->itab, &ix->mem, ix->max_inst);
-    ix->cand = lr__calloc(&ix->mem, (size_t)ix->max_inst * N_SCRATCH,
-                          sizeof(uint32_t));
-    ix->hk =
-        lr__calloc(&ix->mem, (size_t)ix->max_inst, sizeof(struct lr__hitkey));
+    lr_status mst = lr__index_ms_init(&ix->mem, &ix->ms, ix->max_inst);
     ix->journal =
         ix->j_cap ? lr__calloc(&ix->mem, ix->j_cap, sizeof(struct jent)) : NULL;
     lr_status tst = lr__table_init(&ix->ntab, &ix->mem, NODE_TABLE_START);
     if (ix->insts == NULL || ix->ifree == NULL || ist != LR_OK ||
-        ix->cand == NULL || ix->hk == NULL || tst != LR_OK ||
-        (ix->j_cap && ix->journal == NULL)) {
+        mst != LR_OK || tst != LR_OK || (ix->j_cap && ix->journal == NULL)) {
         index_free(ix);
         return LR_ENOMEM;
     }
-    ix->cspan = ix->cand + ix->max_inst;
-    ix->cdepth = ix->cspan + ix->max_inst;
-    ix->mark = ix->cdepth + ix->max_inst;
-    ix->cpos = ix->mark + ix->max_inst;
     for (uint32_t i = 0; i < ix->max_inst; i++)
         ix->ifree[i] = ix->max_inst - 1 - i;
     ix->n_ifree = ix->max_inst;

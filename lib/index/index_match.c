@@ -1,68 +1,83 @@
-/* lr_index, the match: lr_index_match() finds, for every instance, the
- * longest prefix of a prompt it holds. A binary search over the prompt's
- * keys (lr__index_deepest, shared with learn in index.c) finds the
- * deepest node anyone holds; every other answer is on the path from that
- * node up to the root. The walk up visits each run of the path once and
- * reads its holder array, where each holder says how much of the run it
- * holds: the first run (from the bottom) that names an instance gives its
- * depth. A prompt that shares a system prompt with 55 instances costs one
- * holder array of 55 entries, not 55 probes. The index layout is pictured
- * at the top of index.c. */
-#include "index/index_impl.h"
+/* lr_index, the match: for every instance, the longest prefix of a prompt
+ * it holds. The search (index_find.c) finds the deepest node anyone holds
+ * along the prompt; every other answer is on the path from that node up
+ * to the root. The walk up visits each run of the path once and reads its
+ * holder array, where each holder says how much of the run it holds: the
+ * first run (from the bottom) that names an instance gives its depth. A
+ * prompt that shares a system prompt with 55 instances costs one holder
+ * array of 55 entries, not 55 probes.
+ *
+ * Worked example (the layout's, index_store.c): match(A B C D E Q) finds
+ * E at depth 5 in run 0; run 0's holders are inst 1 (to 6) and inst 2 (to
+ * 2): inst 1 holds 5 blocks here, inst 2 holds 2; run 0 hangs from the
+ * root, so the walk ends. Hits: inst 1 80 tokens, inst 2 32.
+ *
+ * Two entry points share the search, the walk and the sort:
+ * lr_index_match() expires first, works in the index's own scratch and
+ * touches the hits; lr__index_peek() reads the index only, writing its
+ * caller's scratch, so that several threads may peek at one index while
+ * no one writes it (the router's route() under a read lock). */
+#include "index/index.h"
+#include "index/index_evict.h"
+#include "index/index_find.h"
+#include "index/index_keys.h"
+#include "index/index_store.h"
 
 LR__INIT_SIZED_ZERO(lr_index_match_result_init_sized, lr_index_match_result)
 
 static uint32_t
-next_gen(lr_index *ix)
+next_gen(struct lr__match_scratch *ms)
 {
-    if (++ix->mark_gen == 0) {
-        memset(ix->mark, 0, (size_t)ix->max_inst * sizeof(uint32_t));
-        ix->mark_gen = 1;
+    if (++ms->mark_gen == 0) {
+        memset(ms->mark, 0, (size_t)ms->max_inst * sizeof(uint32_t));
+        ms->mark_gen = 1;
     }
-    return ix->mark_gen;
+    return ms->mark_gen;
 }
 
 /* Every instance holding some prefix of the path from the root to node n
- * into ix->cand[0..k) (returned), with its depth in ix->cdepth, its
- * deepest span in the run of its answer in ix->cspan and the offset there
- * in ix->cpos. */
+ * into ms->cand[0..k) (returned), with its depth in ms->cdepth, its
+ * deepest span in the run of its answer in ms->cspan and the offset there
+ * in ms->cpos. Reads the index only. */
 static uint32_t
-candidates(lr_index *ix, uint32_t n)
+candidates(const lr_index *ix, struct lr__match_scratch *ms, uint32_t n)
 {
     uint32_t k = 0;
-    uint32_t g = next_gen(ix);
+    uint32_t g = next_gen(ms);
+    uint32_t *mark = ms->mark, *cand = ms->cand, *cdepth = ms->cdepth;
+    uint32_t *cspan = ms->cspan, *cpos = ms->cpos;
     while (n != LR_NIL) {
         uint32_t r = node_run(ix, n), o = node_off(ix, n);
         const struct run *R = &ix->runs[r];
         const struct hent *h = run_hents(ix, R);
         for (uint32_t i = 0; i < R->nh; i++) {
             uint32_t s = h[i].inst;
-            if (ix->mark[s] == g)
+            if (mark[s] == g)
                 continue;
-            ix->mark[s] = g;
+            mark[s] = g;
             uint32_t hs = h[i].to < o + 1 ? h[i].to : o + 1;
-            ix->cand[k++] = s;
-            ix->cdepth[s] = R->top + hs;
-            ix->cspan[s] = h[i].span;
-            ix->cpos[s] = hs - 1;
+            cand[k++] = s;
+            cdepth[s] = R->top + hs;
+            cspan[s] = h[i].span;
+            cpos[s] = hs - 1;
         }
         n = R->hang;
     }
     return k;
 }
 
-/* Order the k candidate slots in ix->cand as the hits are reported:
+/* Order the k candidate slots in ms->cand as the hits are reported:
  * deeper first, then the lower instance id. The walk met them nearly so:
  * runs deepest first, each run's holders by id (only a holder of part of
  * a run is out of place), so an insertion sort of one 64-bit key per hit
  * does about k steps. */
 static void
-sort_cands(lr_index *ix, uint32_t k)
+sort_cands(const lr_index *ix, struct lr__match_scratch *ms, uint32_t k)
 {
-    struct lr__hitkey *a = ix->hk;
+    struct lr__hitkey *a = ms->hk;
     for (uint32_t i = 0; i < k; i++) {
-        uint32_t s = ix->cand[i];
-        struct lr__hitkey v = { ((uint64_t)(UINT32_MAX - ix->cdepth[s]) << 32) |
+        uint32_t s = ms->cand[i];
+        struct lr__hitkey v = { ((uint64_t)(UINT32_MAX - ms->cdepth[s]) << 32) |
                                     ix->insts[s].id,
                                 s, 0 };
         uint32_t j = i;
@@ -73,7 +88,7 @@ sort_cands(lr_index *ix, uint32_t k)
         a[j] = v;
     }
     for (uint32_t i = 0; i < k; i++)
-        ix->cand[i] = a[i].slot;
+        ms->cand[i] = a[i].slot;
 }
 
 /* The caller's stride of lr_index_hit: 0.1's size unless it says more. */
@@ -85,15 +100,63 @@ hit_stride(const lr_index_match_result *r)
                : LR_INDEX_HIT_SIZE_V1;
 }
 
+/* The checks of a result buffer both entry points make first. */
+static lr_status
+result_check(const lr_index_match_result *result)
+{
+    LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
+                 LR_EVERSION);
+    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
+    LR_RETURN_IF(hit_stride(result) < LR_INDEX_HIT_SIZE_V1, LR_EINVAL);
+    return LR_OK;
+}
+
+/* The search and the walk up for keys[0, n), in scratch ms, the probes
+ * added to *probes: fills the result's counts and, unless LR_EBUFSIZE,
+ * leaves the k hits (*k) sorted in ms->cand. k is 0 when nobody holds the
+ * first block. Reads the index only. */
+static inline lr_status
+find_hits(const lr_index *ix, const uint64_t *keys, uint32_t n,
+          struct lr__match_scratch *ms, uint32_t *probes,
+          lr_index_match_result *result, uint32_t *k)
+{
+    result->prompt_blocks = n;
+    result->deepest_tokens = 0;
+    result->n_hits = 0;
+    *k = 0;
+    uint32_t n_any;
+    uint32_t d_any = lr__index_deepest(ix, keys, 0, n, LR_NIL, &n_any, probes);
+    if (d_any == 0)
+        return LR_OK;
+    /* a node exists only while someone holds it: k >= 1 */
+    *k = candidates(ix, ms, n_any);
+    result->n_hits = *k;
+    result->deepest_tokens = (uint64_t)d_any * ix->B;
+    if (*k > result->hits_capacity)
+        return LR_EBUFSIZE;
+    sort_cands(ix, ms, *k);
+    return LR_OK;
+}
+
+static inline void
+write_hits(const lr_index *ix, const struct lr__match_scratch *ms, uint32_t k,
+           lr_index_match_result *result)
+{
+    size_t stride = hit_stride(result);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t s = ms->cand[i];
+        lr_index_hit *h = (lr_index_hit *)((char *)result->hits + i * stride);
+        h->instance = ix->insts[s].id;
+        h->tokens = ms->cdepth[s] * ix->B;
+    }
+}
+
 lr_status
 lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
                uint32_t flags, lr_index_match_result *result)
 {
     LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
-    LR_RETURN_IF(result->struct_size < LR_INDEX_MATCH_RESULT_SIZE_V1,
-                 LR_EVERSION);
-    LR_RETURN_IF(result->hits == NULL && result->hits_capacity != 0, LR_EINVAL);
-    LR_RETURN_IF(hit_stride(result) < LR_INDEX_HIT_SIZE_V1, LR_EINVAL);
+    LR_TRY(result_check(result));
     LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
     lr_index *ix = idx;
     lr_prompt p;
@@ -105,38 +168,73 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_expire_all(ix, tick);
     ix->last_probes = 0;
-    result->prompt_blocks = n;
-    result->deepest_tokens = 0;
-    result->n_hits = 0;
-
-    uint32_t n_any;
-    uint32_t d_any = lr__index_deepest(ix, keys, 0, n, LR_NIL, &n_any);
-    if (d_any == 0)
+    struct lr__match_scratch *ms = &ix->ms;
+    uint32_t k;
+    LR_TRY(find_hits(ix, keys, n, ms, &ix->last_probes, result, &k));
+    if (k == 0)
         return LR_OK;
-
-    uint32_t k = candidates(ix, n_any);
-    result->n_hits = k;
-    result->deepest_tokens = (uint64_t)d_any * ix->B;
-    if (k > result->hits_capacity)
-        return LR_EBUFSIZE;
     /* a touch below a span's bottom cuts the span there: one span each */
     if (!(flags & LR_MATCH_NO_TOUCH))
         LR_TRY(lr__index_reserve(ix, 0, 0, k));
-    sort_cands(ix, k);
-    size_t stride = hit_stride(result);
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t s = ix->cand[i];
-        lr_index_hit *h = (lr_index_hit *)((char *)result->hits + i * stride);
-        h->instance = ix->insts[s].id;
-        h->tokens = ix->cdepth[s] * ix->B;
-    }
+    write_hits(ix, ms, k, result);
     if (!(flags & LR_MATCH_NO_TOUCH))
         for (uint32_t i = 0; i < k; i++) {
-            uint32_t s = ix->cand[i];
-            uint32_t x = ix->cspan[s], pos = ix->cpos[s];
+            uint32_t s = ms->cand[i];
+            uint32_t x = ms->cspan[s], pos = ms->cpos[s];
             while (ix->sp[x].from > pos)
                 x = ix->sp[x].up;
             lr__index_touch(ix, lr__index_cut(ix, x, pos), tick);
         }
     return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* concurrent readers                                                        */
+/* ------------------------------------------------------------------------ */
+
+lr_status
+lr__index_peek(const lr_index *idx, const uint64_t *keys, size_t n_keys,
+               uint64_t now_ns, struct lr__match_scratch *scratch,
+               lr_index_match_result *result)
+{
+    LR_RETURN_IF(idx == NULL || scratch == NULL || result == NULL, LR_EINVAL);
+    LR_TRY(result_check(result));
+    LR_RETURN_IF(keys == NULL && n_keys != 0, LR_EINVAL);
+    LR_RETURN_IF(n_keys > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_RETURN_IF(scratch->max_inst < idx->max_inst, LR_EINVAL);
+    /* judged as a query is: never counts towards a clock jump */
+    struct lr__clock clock = idx->clock;
+    LR_TRY(lr__clock_judge(&clock, now_ns, false));
+    LR_RETURN_IF(lr__index_expiry_due(idx, now_ns), LR_ESTATE);
+    uint32_t k, probes = 0;
+    lr_status st =
+        find_hits(idx, keys, (uint32_t)n_keys, scratch, &probes, result, &k);
+    if (st == LR_OK)
+        write_hits(idx, scratch, k, result);
+    return st;
+}
+
+lr_status
+lr__index_scratch_new(const lr_index *idx, struct lr__mem *mem,
+                      struct lr__match_scratch **out)
+{
+    LR_RETURN_IF(idx == NULL || mem == NULL || out == NULL, LR_EINVAL);
+    *out = NULL;
+    struct lr__match_scratch *ms = lr__alloc(mem, sizeof *ms);
+    LR_RETURN_IF(ms == NULL, LR_ENOMEM);
+    if (lr__index_ms_init(mem, ms, idx->max_inst) != LR_OK) {
+        lr__free(mem, ms, sizeof *ms);
+        return LR_ENOMEM;
+    }
+    *out = ms;
+    return LR_OK;
+}
+
+void
+lr__index_scratch_free(struct lr__mem *mem, struct lr__match_scratch *scratch)
+{
+    if (scratch == NULL)
+        return;
+    lr__index_ms_fini(mem, scratch);
+    lr__free(mem, scratch, sizeof *scratch);
 }

@@ -41,7 +41,10 @@
 #include <stdlib.h>
 
 #include "common/wire.h"
-#include "index/index_impl.h"
+#include "index/index.h"
+#include "index/index_emap.h"
+#include "index/index_evict.h"
+#include "index/index_store.h"
 
 #define STATE_MAGIC "LRIS"
 #define STATE_VERSION 1
@@ -286,10 +289,7 @@ write_state(struct lr__wr *w, const void *arg)
 static uint32_t
 saved_tick(const lr_index *ix, uint64_t t)
 {
-    if (!ix->has_epoch || t <= ix->epoch_ns)
-        return 0;
-    uint64_t k = (t - ix->epoch_ns) >> TICK_SHIFT;
-    return k >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)k;
+    return ix->has_epoch ? lr__index_tick_at(ix, t) : 0;
 }
 
 lr_status

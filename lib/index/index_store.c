@@ -1,11 +1,9 @@
-/* lr_index: the block-aligned prefix index. This file holds its core:
- * memory reservation, runs, spans, LRU lists, the search and learn.
- * Block keys (hashing a prompt's tokens) are in index_keys.c. Removal (trim,
- * expiry, eviction, dropping an instance) is in index_evict.c, the handle
- * (options, create, destroy, the instance table, stats) in index_life.c, the
- * match in index_match.c, precise mode (KV events) in index_kv.c, the delta
- * codec in index_delta.c, snapshots in index_state.c, verify and digest in
- * index_check.c, the shared layout in index_impl.h.
+/* lr_index, the store: the layout every layer of lib/index works on, and
+ * the primitives that keep it. The layers above it (index.h lists them)
+ * decide what to learn, match, forget and exchange; this file only holds
+ * the routes: memory reservation (phase 1 of every mutator, the only step
+ * that can fail), host time, the instance table, nodes and runs, spans and
+ * holder arrays, the LRU lists and the scratch buffers.
  *
  * What it stores
  * --------------
@@ -83,13 +81,9 @@
  *   their own: inst 2 never said a message ended there. Run 1 empties and
  *   goes. Inst 1's A-B-C-D stays: D is an anchor, so evicting F trims only
  *   back to D. The whole span [E, F] goes in one step.
- *
- * Every mutating call runs in three phases: validate and reserve memory
- * (the only phase that can fail), mutate (cannot fail), then expire and
- * evict back under capacity. That is what makes LR_ENOMEM leave the index
- * unchanged.
  */
-#include "index/index_impl.h"
+#include "index/index_store.h"
+#include "index/index.h"
 
 /* Smallest array lr__index_grow makes, in elements. */
 #define POOL_MIN 64
@@ -112,10 +106,7 @@ lr__index_tick(lr_index *ix, uint64_t now)
         ix->has_epoch = true;
         ix->epoch_ns = now;
     }
-    if (now <= ix->epoch_ns)
-        return 0;
-    uint64_t t = (now - ix->epoch_ns) >> TICK_SHIFT;
-    uint32_t tick = t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+    uint32_t tick = lr__index_tick_at(ix, now);
     if (tick > ix->last_tick)
         ix->last_tick = tick;
     return tick;
@@ -224,7 +215,7 @@ chunk_reserve(lr_index *ix, uint64_t more)
     ix->chcap = ccap;
     uint32_t cap = ccap < kcap ? ccap : kcap;
     if (ix->ecap > 0) /* precise mode */
-        LR_TRY(lr__index_emap_slots(ix, cap));
+        LR_TRY(lr__index_eslots_reserve(ix, cap));
     p->cap = cap;
     return LR_OK;
 }
@@ -264,7 +255,101 @@ lr__index_scratch_path(lr_index *ix, size_t n)
                           (uint32_t)n, sizeof *ix->path, UINT32_MAX);
 }
 
+/* A match's scratch: the five per-instance arrays in one allocation, the
+ * sort's keys in another (the order lr_index_create has always made them
+ * in, which the OOM tests count). */
+#define MS_ARRAYS 5u
+
+lr_status
+lr__index_ms_init(struct lr__mem *m, struct lr__match_scratch *ms,
+                  uint32_t max_inst)
+{
+    memset(ms, 0, sizeof *ms);
+    uint32_t *a = lr__calloc(m, (size_t)max_inst * MS_ARRAYS, sizeof(uint32_t));
+    if (a == NULL)
+        return LR_ENOMEM;
+    struct lr__hitkey *hk =
+        lr__calloc(m, (size_t)max_inst, sizeof(struct lr__hitkey));
+    if (hk == NULL) {
+        lr__free(m, a, (size_t)max_inst * MS_ARRAYS * sizeof(uint32_t));
+        return LR_ENOMEM;
+    }
+    ms->max_inst = max_inst;
+    ms->cand = a;
+    ms->cspan = a + max_inst;
+    ms->cdepth = ms->cspan + max_inst;
+    ms->mark = ms->cdepth + max_inst;
+    ms->cpos = ms->mark + max_inst;
+    ms->hk = hk;
+    return LR_OK;
+}
+
+void
+lr__index_ms_fini(struct lr__mem *m, struct lr__match_scratch *ms)
+{
+    lr__free(m, ms->cand, (size_t)ms->max_inst * MS_ARRAYS * sizeof(uint32_t));
+    lr__free(m, ms->hk, (size_t)ms->max_inst * sizeof(struct lr__hitkey));
+    memset(ms, 0, sizeof *ms);
+}
+
+/* ---- the engine-hash map's per-slot arrays -------------------------------- */
+
+/* They follow the node slots (index_emap.c gives them their meaning): they
+ * exist from precise mode's first event on, and from then on grow with
+ * chunk_reserve, so an index that never sees a KV event pays nothing. */
+static lr_status
+grow_slots(struct lr__mem *m, void **arr, uint32_t *have, uint32_t cap,
+           size_t per_chunk, int fill)
+{
+    if (*have >= cap)
+        return LR_OK;
+    size_t old = (size_t)*have * per_chunk, n = (size_t)cap * per_chunk;
+    uint8_t *p = lr__realloc(m, *arr, old, n);
+    if (p == NULL)
+        return LR_ENOMEM;
+    memset(p + old, fill, n - old);
+    *arr = p;
+    *have = cap;
+    return LR_OK;
+}
+
+lr_status
+lr__index_eslots_reserve(lr_index *ix, uint32_t cap)
+{
+    if (cap <= ix->ecap)
+        return LR_OK;
+    /* each array keeps its own size, so a failure half way is harmless */
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->ehash, &ix->ecap_h, cap,
+                      CHUNK * sizeof(uint64_t), 0));
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->einst, &ix->ecap_i, cap,
+                      CHUNK * sizeof(uint16_t), 0xff)); /* EINST_NONE */
+    LR_TRY(grow_slots(&ix->mem, (void **)&ix->eovf, &ix->ecap_o, cap,
+                      sizeof(uint16_t), 0));
+    ix->ecap = cap;
+    return LR_OK;
+}
+
+/* Slots [from, to) of chunk c were freed: their nodes' entries were
+ * forgotten with their holds, and no overflow entry is marked there. */
+static void
+eslots_freed(lr_index *ix, uint32_t c, uint32_t from, uint32_t to)
+{
+    if (ix->ecap > 0) {
+        for (uint32_t k = from; k < to; k++)
+            assert(ix->einst[(c << CHUNK_SHIFT) | k] == EINST_NONE);
+        uint32_t bits = ((1u << to) - 1) & ~((1u << from) - 1);
+        ix->eovf[c] &= (uint16_t)~bits;
+    }
+}
+
 /* ---- holder arrays ------------------------------------------------------- */
+
+/* Elements of holder class c, in bytes. */
+static inline size_t
+hc_elem(uint32_t c)
+{
+    return sizeof(struct hent) << c;
+}
 
 #define HENT_LINK offsetof(struct hent, span)
 
@@ -344,6 +429,12 @@ lru_push_head(lr_index *ix, uint32_t x)
         ix->tail[l] = x;
     ix->head[l] = x;
     h->bits |= HB_LISTED;
+}
+
+void
+lr__index_lru_push_head(lr_index *ix, uint32_t x)
+{
+    lru_push_head(ix, x);
 }
 
 /* List unlisted span x right after span cur of list l. */
@@ -561,51 +652,6 @@ run_push(lr_index *ix, uint32_t r, uint64_t key)
     return n;
 }
 
-/* Warm the line of slot h and the next: a removal's backward shift reads
- * on past its entry (at 3/4 load, about eight slots), as a probe does. */
-static inline void
-warm_slot(const uint64_t *sl, uint32_t size, uint32_t h)
-{
-    __builtin_prefetch(&sl[h]);
-    __builtin_prefetch(&sl[h + 8 < size ? h + 8 : 0]);
-}
-
-/* Prefetch the table slots of the stale entries that n nodes appended
- * below `parent` (LR_NIL: the root) will give up (run_push): those of the
- * parent's last chunk past its end, if the nodes extend its run, and of
- * the chunks at the head of the free list, which they will take (the
- * eviction that made room has just freed them, so they are in cache). */
-static void
-warm_stale(const lr_index *ix, uint32_t parent, uint32_t n)
-{
-    const uint64_t *sl = ix->ntab.slots;
-    uint32_t size = ix->ntab.size;
-    uint64_t salt = ix->ntab.salt;
-    if (parent != LR_NIL) {
-        const struct run *R = &ix->runs[node_run(ix, parent)];
-        if (node_off(ix, parent) + 1 == R->len && (R->len & CHUNK_MASK)) {
-            uint32_t c = R->last, st = ix->chunks[c].stale;
-            st &= ~((1u << (R->len & CHUNK_MASK)) - 1);
-            for (; st != 0; st &= st - 1) {
-                uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
-                warm_slot(sl, size,
-                          lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY),
-                                         size, salt));
-            }
-        }
-    }
-    uint32_t c = ix->cpool.free;
-    for (uint32_t k = 0; k < n / CHUNK + 1 && c != LR_NIL; k++) {
-        for (uint32_t st = ix->chunks[c].stale; st != 0; st &= st - 1) {
-            uint32_t n2 = (c << CHUNK_SHIFT) | (uint32_t)__builtin_ctz(st);
-            warm_slot(
-                sl, size,
-                lr__table_home(hkey(ix, ix->keys[n2] ^ DEAD_KEY), size, salt));
-        }
-        c = ix->chunks[c].next;
-    }
-}
-
 uint32_t
 lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent)
 {
@@ -654,7 +700,7 @@ run_cut_nodes(lr_index *ix, uint32_t r, uint32_t len)
              o < R->len; o += TAB_STRIDE)
             if (o != 0)
                 tabled_gone(ix, c, o);
-        lr__index_emap_slots_freed(ix, c, lo - C->base, R->len - C->base);
+        eslots_freed(ix, c, lo - C->base, R->len - C->base);
         R->len = lo;
         if (lo == C->base) {
             uint32_t p = C->prev;
@@ -756,126 +802,6 @@ lr__index_cut(lr_index *ix, uint32_t x, uint32_t p)
 }
 
 /* ------------------------------------------------------------------------ */
-/* search                                                                    */
-/* ------------------------------------------------------------------------ */
-
-/* A run's first node under `key` hanging from node p->slot: the table
- * lookup of lr__index_child_of(), which passes over a node of the same
- * key elsewhere (only a collision or a forged delta puts one there). */
-static bool
-child_eq(const void *ctx, uint64_t key, uint32_t n)
-{
-    const struct lr__index_probe *p = ctx;
-    return p->ix->keys[n] == key && node_off(p->ix, n) == 0 &&
-           p->ix->runs[node_run(p->ix, n)].hang == p->slot;
-}
-
-uint32_t
-lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
-                   uint32_t *probes)
-{
-    if (x != LR_NIL) {
-        uint32_t y = node_next(ix, x);
-        if (y != LR_NIL && ix->keys[y] == key)
-            return y;
-        /* no run hangs from x's run: nothing to look up (a learn that
-         * extends a prompt's end, a KV event after its parent's) */
-        if (ix->runs[node_run(ix, x)].child == LR_NIL)
-            return LR_NIL;
-    }
-    struct lr__index_probe p = { ix, x };
-    *probes += 1;
-    return lr__table_find(&ix->ntab, hkey(ix, key), key, child_eq, &p);
-}
-
-/* The table position t (keys[t - 1]) that is the j-th multiple of
- * TAB_STRIDE in depth after `first`. */
-#define TAB_POS(first, j) ((first) + ((j)-1u) * TAB_STRIDE)
-
-uint32_t
-lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo, uint32_t hi,
-                  uint32_t lo_node, uint32_t *node_out)
-{
-    /* keys[t - 1] is at depth a + t; the table holds every node whose
-     * depth is a multiple of TAB_STRIDE: binary search over those (at
-     * positions first, first + TAB_STRIDE, ...), then walk the rest. */
-    uint32_t a = lo_node == LR_NIL ? 0 : node_depth(ix, lo_node) - lo;
-    uint32_t first = lo + TAB_STRIDE - (a + lo) % TAB_STRIDE;
-    uint32_t c = first <= hi ? (hi - first) / TAB_STRIDE + 1 : 0;
-    uint32_t jl = 0, jh = c, x = lo_node;
-    while (jl < jh) {
-        uint32_t mid = jl + (jh - jl + 1) / 2;
-        uint32_t up = mid + (jh - mid + 1) / 2, dn = jl + (mid - jl) / 2;
-        if (up > mid && up <= jh)
-            prefetch_key(ix, keys[TAB_POS(first, up) - 1]);
-        if (dn > jl)
-            prefetch_key(ix, keys[TAB_POS(first, dn) - 1]);
-        uint32_t n = node_find(ix, keys[TAB_POS(first, mid) - 1]);
-        ix->last_probes++;
-        if (n != LR_NIL) {
-            jl = mid;
-            x = n;
-        } else {
-            jh = mid - 1;
-        }
-    }
-    uint32_t d = jl == 0 ? lo : TAB_POS(first, jl);
-    /* the next multiple is absent (or past hi): walk at most to before it */
-    uint32_t end = jl < c ? TAB_POS(first, jl + 1) - 1 : hi;
-    for (; d < end; d++) {
-        uint32_t y = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
-        if (y == LR_NIL)
-            break;
-        x = y;
-    }
-    *node_out = x;
-    return d;
-}
-
-uint32_t
-lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
-                     uint32_t base)
-{
-    /* from the table's node at or above depth t, down the runs: one
-     * lookup and at most TAB_STRIDE - 1 steps, not a whole search (a
-     * learn resolves every held anchor of a conversation this way) */
-    uint32_t a = base == LR_NIL ? 0 : node_depth(ix, base);
-    uint32_t r = (a + t) % TAB_STRIDE;
-    uint32_t d = r <= t ? t - r : 0, x = base;
-    if (d > 0) {
-        x = node_find(ix, keys[d - 1]);
-        ix->last_probes++;
-        if (x == LR_NIL)
-            return LR_NIL;
-    }
-    for (; d < t; d++) { /* x may be the root (LR_NIL) before the first */
-        x = lr__index_child_of(ix, x, keys[d], &ix->last_probes);
-        if (x == LR_NIL)
-            return LR_NIL;
-    }
-    return x;
-}
-
-uint32_t
-lr__index_depth_on(const lr_index *ix, uint32_t s, uint32_t n,
-                   uint32_t *run_out, uint32_t *pos_out)
-{
-    *run_out = *pos_out = LR_NIL;
-    while (n != LR_NIL) {
-        uint32_t r = node_run(ix, n), o = node_off(ix, n);
-        const struct hent *h = hent_of(ix, r, s);
-        if (h != NULL) {
-            uint32_t hs = h->to < o + 1 ? h->to : o + 1;
-            *run_out = r;
-            *pos_out = hs - 1;
-            return ix->runs[r].top + hs;
-        }
-        n = ix->runs[r].hang;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
 /* insertion (phase 2: cannot fail; memory was reserved)                    */
 /* ------------------------------------------------------------------------ */
 
@@ -925,240 +851,87 @@ lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs, uint32_t n,
     return last;
 }
 
-/* Flip instance s's REMOTE holds from offset p of run r upward to LOCAL
- * (invariant 2). */
-static void
-upgrade_up(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
+/* ------------------------------------------------------------------------ */
+/* instances                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Instance ids hash apart from node keys under the same handle seed. */
+#define INST_HASH_SALT 0x1du
+
+static inline uint64_t
+inst_hash(const lr_index *ix, uint32_t id)
 {
-    uint32_t x = hold_span(ix, r, p, s);
-    if (!(ix->sp[x].bits & HB_REMOTE))
-        return;
-    x = lr__index_cut(ix, x, p);
-    while (x != LR_NIL) {
-        struct span *S = &ix->sp[x];
-        if (!(S->bits & HB_REMOTE))
-            return;
-        bool listed = (S->bits & HB_LISTED) != 0;
-        if (listed)
-            lru_unlink(ix, x);
-        S->bits &= ~HB_REMOTE;
-        ix->remote -= span_len(S);
-        if (listed)
-            lr__index_lru_insert(ix, x);
-        x = span_parent(ix, x);
-    }
+    return lr__mix64(id, ix->seed ^ INST_HASH_SALT);
 }
 
-/* Phase 1 of a learn: where anybody's holds and the instance's end, and
- * the stretches of the path between the two (into ix->path, deepest
- * first); then the memory. */
-lr_status
-lr__index_plan_learn(lr_index *ix, struct learn_plan *p)
+static bool
+inst_eq(const void *insts, uint64_t id, uint32_t s)
 {
-    ix->last_probes = 0;
-    p->d_s = 0;
-    p->ds_run = p->ds_pos = LR_NIL;
-    p->nseg = 0;
-    p->d_any = lr__index_deepest(ix, p->keys, 0, p->n, p->base, &p->node_any);
-    uint32_t br = LR_NIL, bo = 0;
-    if (p->base != LR_NIL) {
-        br = node_run(ix, p->base);
-        bo = node_off(ix, p->base);
-        p->ds_run = br; /* s holds base (the caller checked) */
-        p->ds_pos = bo;
-    }
-    uint32_t d = p->d_any, n = p->node_any;
-    while (d > 0) {
-        uint32_t r = node_run(ix, n), o = node_off(ix, n);
-        uint32_t lo = r == br ? bo + 1 : 0;
-        const struct hent *h = p->s != LR_NIL ? hent_of(ix, r, p->s) : NULL;
-        uint32_t hs = lo;
-        if (h != NULL && h->to > lo) {
-            hs = h->to < o + 1 ? h->to : o + 1;
-            p->d_s = d - (o + 1 - hs);
-            p->ds_run = r;
-            p->ds_pos = hs - 1;
-        }
-        if (hs <= o) {
-            LR_TRY(lr__index_scratch_path(ix, (size_t)p->nseg + 2));
-            ix->path[p->nseg++] = (struct seg){ r, hs, o };
-        }
-        if (hs > lo || lo > 0)
-            break; /* s's deepest, or base's run */
-        d -= o + 1;
-        n = ix->runs[r].hang;
-        if (LR_NEVER(n == LR_NIL && d > 0))
-            break; /* two keys collided: stop at the root */
-    }
-    LR_TRY(lr__index_scratch_path(ix, (size_t)p->nseg + 2));
-    for (uint32_t i = 0; i < p->nseg; i++)
-        if (p->s == LR_NIL || hent_of(ix, ix->path[i].run, p->s) == NULL)
-            LR_TRY(lr__index_hent_room(ix, ix->path[i].run, 1));
-    uint32_t m = p->n - p->d_any;
-    bool new_run = m > 0 && (p->node_any == LR_NIL ||
-                             node_off(ix, p->node_any) + 1 !=
-                                 ix->runs[node_run(ix, p->node_any)].len);
-    if (new_run)
-        LR_TRY(lr__index_hent_room(ix, LR_NIL, 1));
-    /* spans: one per stretch and anchor, plus the cuts (anchors on held
-     * blocks, the fork, the upgrade, the touch) */
-    uint64_t spans = (uint64_t)p->nseg + 1 + 2 * (uint64_t)p->n_anchors + 4;
-    return lr__index_reserve(ix, m, new_run ? 1 : 0, spans);
+    return ((const struct inst *)insts)[s].id == id;
 }
 
-/* Phase 2 of a learn. Returns the deepest hold's span (LR_NIL if n is 0). */
 uint32_t
-lr__index_apply_learn(lr_index *ix, struct learn_plan *p, uint32_t tick)
+lr__index_inst_lookup(const lr_index *ix, uint32_t id)
 {
-    if (p->s == LR_NIL)
-        p->s = lr__index_inst_add(ix, p->id);
-    uint32_t s = p->s, a = 0;
-    p->node_n = p->node_any; /* unless new nodes follow it (below) */
-    if (!p->remote && p->ds_run != LR_NIL)
-        upgrade_up(ix, s, p->ds_run, p->ds_pos);
-    /* anchors on what is already held */
-    for (; a < p->n_anchors && p->anchors[a] <= p->d_s; a++) {
-        uint32_t nd = lr__index_chain_node(ix, p->keys, p->anchors[a], p->base);
-        /* s holds the anchor's block; only a key that collided on the path
-         * (or that a forged delta put there) can make either lookup miss */
-        if (nd == LR_NIL)
-            continue;
-        uint32_t r = node_run(ix, nd), o = node_off(ix, nd);
-        uint32_t x = hold_span(ix, r, o, s);
-        if (x == LR_NIL)
-            continue;
-        if (!(ix->sp[x].flags & SF_ANCHORS))
-            ix->sp[lr__index_cut(ix, x, o)].bits |= HB_ANCHOR;
-    }
-    if (p->n == p->d_s) {
-        if (p->n == 0 || p->ds_run == LR_NIL)
-            return LR_NIL;
-        uint32_t x = lr__index_cut(ix, hold_span(ix, p->ds_run, p->ds_pos, s),
-                                   p->ds_pos);
-        lr__index_touch(ix, x, tick);
-        return x;
-    }
-    if (p->ds_run != LR_NIL) /* the block above the new ones forks */
-        ix->sp[lr__index_cut(ix, hold_span(ix, p->ds_run, p->ds_pos, s),
-                             p->ds_pos)]
-            .bits++;
-    /* the path's stretches, top down, then the new nodes */
-    struct seg *g = ix->path;
-    uint32_t ns = p->nseg;
-    for (uint32_t i = 0; i < ns / 2; i++) {
-        struct seg t = g[i];
-        g[i] = g[ns - 1 - i];
-        g[ns - 1 - i] = t;
-    }
-    if (p->n > p->d_any) {
-        /* Every new node's insert misses in the slot table, and so does
-         * the removal of a stale entry its slot gives up. Prefetch them
-         * all first, so that the misses overlap and the inserts below
-         * find their lines in cache. */
-        warm_stale(ix, p->node_any, p->n - p->d_any);
-        const uint64_t *sl = ix->ntab.slots;
-        uint32_t size = ix->ntab.size;
-        uint64_t salt = ix->ntab.salt;
-        /* depth of keys[0]'s parent; the first new node may start a run */
-        uint32_t top = p->base == LR_NIL ? 0 : node_depth(ix, p->base);
-        for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
-            if (d > p->d_any + 1 && (top + d) % TAB_STRIDE != 0)
-                continue; /* not in the table (node_tabled) */
-            /* the home slot's line and the next, where a probe from the
-             * end of a line continues */
-            uint32_t h = lr__table_home(hkey(ix, p->keys[d - 1]), size, salt);
-            warm_slot(sl, size, h);
-        }
-        uint32_t parent = p->node_any, first = LR_NIL;
-        for (uint32_t d = p->d_any + 1; d <= p->n; d++) {
-            parent = lr__index_node_new(ix, p->keys[d - 1], parent);
-            if (first == LR_NIL)
-                first = parent;
-        }
-        p->node_n = parent;
-        struct seg nw = { node_run(ix, first), node_off(ix, first),
-                          node_off(ix, first) + (p->n - p->d_any) - 1 };
-        if (ns > 0 && g[ns - 1].run == nw.run && g[ns - 1].hi + 1 == nw.lo)
-            g[ns - 1].hi = nw.hi;
-        else
-            g[ns++] = nw;
-    }
-    uint32_t x = lr__index_grant(
-        ix, s, g, ns, p->remote ? HB_REMOTE : 0, tick, p->anchors + a,
-        p->all_anchors ? LR_NIL : p->n_anchors - a, p->d_s);
-    lru_push_head(ix, x);
-    return x;
+    return lr__table_find(&ix->itab, inst_hash(ix, id), id, inst_eq, ix->insts);
 }
 
-/* ------------------------------------------------------------------------ */
-/* learn                                                                     */
-/* ------------------------------------------------------------------------ */
-
-/* The anchors of a learn of n blocks into ix->abuf: the boundaries
- * aligned down to a block and deduplicated, plus the full length. */
-static lr_status
-learn_anchors(lr_index *ix, const lr_prompt *p, uint32_t n, uint32_t *na)
+/* The table was sized for max_instances at creation: no reserve. */
+uint32_t
+lr__index_inst_add(lr_index *ix, uint32_t id)
 {
-    LR_TRY(lr__index_scratch_anchors(ix, p->n_boundaries + 1));
-    *na = 0;
-    for (size_t i = 0; i < p->n_boundaries; i++) {
-        uint32_t d = p->boundaries[i] / ix->B;
-        if (d == 0 || d > n || (*na > 0 && ix->abuf[*na - 1] == d))
-            continue;
-        ix->abuf[(*na)++] = d;
-    }
-    if (n > 0 && (*na == 0 || ix->abuf[*na - 1] != n))
-        ix->abuf[(*na)++] = n;
-    return LR_OK;
+    assert(ix->n_ifree > 0);
+    uint32_t s = ix->ifree[--ix->n_ifree];
+    ix->insts[s].id = id;
+    ix->insts[s].used = 1;
+    ix->insts[s].blocks = 0;
+    lr__table_insert(&ix->itab, inst_hash(ix, id), s);
+    return s;
 }
 
-/* Remember a LOCAL learn for lr_index_export_delta(): its deepest key.
- * With no journal only the mark moves. */
-static void
-journal_add(lr_index *ix, uint64_t key, uint32_t node, uint32_t id)
+void
+lr__index_inst_del(lr_index *ix, uint32_t s)
 {
-    if (ix->j_cap > 0) {
-        struct jent *j = &ix->journal[ix->j_seq % ix->j_cap];
-        j->key = key;
-        j->inst_id = id;
-        j->node = node;
-    }
-    ix->j_seq++;
+    lr__table_remove(&ix->itab, inst_hash(ix, ix->insts[s].id), s);
+    ix->insts[s].used = 0;
+    ix->insts[s].blocks = 0;
+    ix->ifree[ix->n_ifree++] = s;
 }
 
+/* Slot for an id, or LR_NIL with *room telling whether one can be made. */
 lr_status
-lr_index_learn(lr_index *idx, const lr_prompt *prompt, uint32_t instance,
-               int32_t trust, uint64_t now_ns)
+lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot)
 {
-    LR_RETURN_IF(idx == NULL, LR_EINVAL);
-    LR_RETURN_IF(trust != LR_TRUST_LOCAL && trust != LR_TRUST_REMOTE,
-                 LR_EINVAL);
-    lr_index *ix = idx;
-    lr_prompt p;
-    const uint64_t *keys;
-    uint32_t n;
-    LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
-    LR_TRY(lr__index_judge(ix, now_ns));
-    uint32_t s; /* after the input checks: bad input is EINVAL, not ELIMIT */
-    LR_TRY(lr__index_slot_for(ix, instance, &s));
-    if (n > ix->capacity)
-        n = (uint32_t)ix->capacity;
-
-    uint32_t na;
-    LR_TRY(learn_anchors(ix, &p, n, &na));
-    struct learn_plan pl = { .s = s,
-                             .id = instance,
-                             .base = LR_NIL,
-                             .keys = keys,
-                             .n = n,
-                             .anchors = ix->abuf,
-                             .n_anchors = na,
-                             .remote = trust == LR_TRUST_REMOTE };
-    LR_TRY(lr__index_plan_learn(ix, &pl));
-    uint32_t tick = lr__index_tick(ix, now_ns);
-    lr__index_apply_learn(ix, &pl, tick);
-    if (!pl.remote && n > 0)
-        journal_add(ix, keys[n - 1], pl.node_n, instance);
-    lr__index_settle(ix, tick);
+    LR_RETURN_IF(id == LR_INSTANCE_NONE, LR_EINVAL);
+    *slot = lr__index_inst_lookup(ix, id);
+    if (*slot == LR_NIL && ix->n_ifree == 0)
+        return LR_ELIMIT;
     return LR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* release                                                                   */
+/* ------------------------------------------------------------------------ */
+
+void
+lr__index_store_free(lr_index *ix)
+{
+    struct lr__mem *m = &ix->mem;
+    lr__free(m, ix->keys, (size_t)ix->kcap * CHUNK * sizeof(uint64_t));
+    lr__free(m, ix->chunks, (size_t)ix->chcap * sizeof(struct chunk));
+    lr__table_free(&ix->ntab, m);
+    lr__free(m, ix->runs, (size_t)ix->rpool.cap * sizeof(struct run));
+    lr__free(m, ix->sp, (size_t)ix->spool.cap * sizeof(struct span));
+    for (uint32_t c = 0; c < HCLASSES; c++)
+        lr__free(m, ix->hc[c].v, (size_t)ix->hc[c].p.cap * hc_elem(c));
+    lr__free(m, ix->insts, (size_t)ix->max_inst * sizeof(struct inst));
+    lr__free(m, ix->ifree, (size_t)ix->max_inst * sizeof(uint32_t));
+    lr__table_free(&ix->itab, m);
+    lr__free(m, ix->ehash, (size_t)ix->ecap_h * CHUNK * sizeof(uint64_t));
+    lr__free(m, ix->einst, (size_t)ix->ecap_i * CHUNK * sizeof(uint16_t));
+    lr__free(m, ix->eovf, (size_t)ix->ecap_o * sizeof(uint16_t));
+    lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
+    lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
+    lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
+    lr__index_ms_fini(m, &ix->ms);
 }

@@ -1,25 +1,18 @@
-/* Private to lib/index*.c: the layout of struct lr_index (pictured at the
- * top of index.c) and the helpers its files share.
+/* lr_index, the store: the layout of struct lr_index (pictured, with its
+ * invariants, at the top of index_store.c) and the primitives every layer
+ * of lib/index builds on: pools and the memory reservation of a call's
+ * first phase, host time, the instance table, nodes and runs, spans and
+ * holder arrays, the LRU lists, the per-slot arrays of the engine-hash
+ * map, and the scratch buffers. None of it knows what a learn, a match or
+ * an eviction is; the layers above (index.h names them) do.
  *
- *   index.c        the core: block keys, reservation, runs, spans, LRU,
- *                  learn
- *   index_evict.c  removal: trim, expiry, eviction, dropping an instance
- *   index_life.c   the handle: options, create, destroy, the instance
- *                  table, stats
- *   index_match.c  lr_index_match: the search and the walk up the path
- *   index_kv.c     precise mode: the engine-hash map and the KV events
- *   index_delta.c  the delta wire codec and the journal reading
- *   index_state.c  the whole index as routes, for snapshots
- *   index_check.c  verify, digest and the test probes
- *
- * lib/index/index.h stays the internal view for tests, fuzzers and the router;
- * nothing outside lib/index*.c includes this file. */
-#ifndef LIBROUTE_LIB_INDEX_IMPL_H
-#define LIBROUTE_LIB_INDEX_IMPL_H
+ * Private to lib/index/: only the files of this folder include it. */
+#ifndef LIBROUTE_LIB_INDEX_STORE_H
+#define LIBROUTE_LIB_INDEX_STORE_H
 
 #include "common/lr_hash.h"
 #include "common/table.h"
-#include "index/index.h"
+#include "libroute/lr_index.h"
 
 /* span.bits: the bottom block's flags and its child count */
 #define HB_LISTED (1u << 31)
@@ -136,32 +129,20 @@ struct inst {
     uint64_t blocks;
 };
 
-/* An overflow entry of the engine-hash map (index_kv.c). */
-struct emap_ent {
-    uint64_t ehash;
-    uint32_t node; /* its block's slot; the free list's link while free */
-    uint16_t inst; /* EINST_NONE: free */
-    uint16_t pad;
-};
+/* "No entry" in einst[], a per-slot array of the engine-hash map (the
+ * map is index_emap.c's; the store grows its per-slot arrays with the
+ * node slots). */
 #define EINST_NONE 0xffffu
-
-struct jent {
-    uint64_t key;
-    uint32_t inst_id;
-    uint32_t node; /* key's node then; the key tells whether it still is */
-};
+/* Pointed to by the layout, defined by their layers: an overflow entry of
+ * the engine-hash map (index_emap.c), a journal entry (index_learn.h). */
+struct emap_ent;
+struct jent;
 
 enum {
     LIST_LOCAL = 0,
     LIST_REMOTE = 1,
     N_LISTS = 2
 };
-enum {
-    WHY_EVICT,
-    WHY_EXPIRE,
-    WHY_DROP
-};
-
 /* A pool of fixed-size elements named by 32-bit index. Freed elements
  * are chained through a uint32_t field of their own (at offset `link`)
  * and handed out again first; `top` only grows, so [0, top) is every
@@ -183,6 +164,20 @@ struct lr__hitkey {
     uint64_t key;
     uint32_t slot;
     uint32_t pad;
+};
+
+/* What a match writes while it works (index_match.c): the instances met on
+ * the walk up (cand[0, k)), and per instance slot its depth, its deepest
+ * span in the run of its answer and the offset there; mark[s] == mark_gen
+ * says slot s was met by the current walk; hk is the sort. Every array
+ * has max_inst elements. The index keeps one for lr_index_match();
+ * lr__index_peek() takes the caller's, so that readers share the index
+ * and write only their own scratch. */
+struct lr__match_scratch {
+    uint32_t max_inst;
+    uint32_t mark_gen;
+    uint32_t *cand, *cspan, *cdepth, *mark, *cpos; /* one allocation */
+    struct lr__hitkey *hk;
 };
 
 /* One stretch of a path inside a run: offsets [lo, hi]. */
@@ -224,7 +219,7 @@ struct lr_index {
     uint32_t n_ifree;
     struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
-    /* the engine-hash map, see index_kv.c */
+    /* the engine-hash map, see index_emap.c */
     uint64_t *ehash; /* per node slot, NULL before precise mode */
     uint16_t *einst; /* per node slot, EINST_NONE: no entry */
     uint16_t *eovf;  /* per chunk, a bit a slot: overflow entries */
@@ -236,7 +231,7 @@ struct lr_index {
     struct lr__table otab; /* (instance slot, node slot) -> overflow */
     uint64_t emap_live;    /* entries */
 
-    struct jent *journal;
+    struct jent *journal; /* the LOCAL learns, see index_learn.c */
     uint64_t j_seq;
 
     struct lr__clock clock; /* judges every now_ns (lr__index_judge) */
@@ -253,10 +248,8 @@ struct lr_index {
     uint32_t abuf_cap;
     struct seg *path;
     uint32_t path_cap;
-    uint32_t *cand, *cspan, *cdepth, *mark, *cpos;
-    struct lr__hitkey *hk; /* max_inst: a match's sort */
-    uint32_t mark_gen;
-    uint32_t last_probes;
+    uint32_t last_probes;        /* node-table lookups of the last match */
+    struct lr__match_scratch ms; /* lr_index_match's */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -316,31 +309,6 @@ node_depth(const lr_index *ix, uint32_t n)
     return ix->runs[node_run(ix, n)].top + node_off(ix, n) + 1;
 }
 
-/* Whether slot n (remembered earlier: its node may be gone and the slot
- * used again) holds a live node under `key`. */
-static inline bool
-lr__index_node_live(const lr_index *ix, uint32_t n, uint64_t key)
-{
-    if (n == LR_NIL || (n >> CHUNK_SHIFT) >= ix->cpool.top)
-        return false;
-    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
-    return c->run != LR_NIL &&
-           c->base + (n & CHUNK_MASK) < ix->runs[c->run].len &&
-           ix->keys[n] == key;
-}
-
-/* The node after n in its run, or LR_NIL at the run's end. */
-static inline uint32_t
-node_next(const lr_index *ix, uint32_t n)
-{
-    const struct chunk *c = &ix->chunks[n >> CHUNK_SHIFT];
-    if (c->base + (n & CHUNK_MASK) + 1 >= ix->runs[c->run].len)
-        return LR_NIL;
-    if ((n & CHUNK_MASK) != CHUNK_MASK)
-        return n + 1;
-    return c->next << CHUNK_SHIFT;
-}
-
 static inline struct hent *
 run_hents(const lr_index *ix, const struct run *r)
 {
@@ -382,13 +350,6 @@ static inline bool
 holds_node(const lr_index *ix, uint32_t n, uint32_t s)
 {
     return hold_span(ix, node_run(ix, n), node_off(ix, n), s) != LR_NIL;
-}
-
-/* Elements of holder class c, in bytes. */
-static inline size_t
-hc_elem(uint32_t c)
-{
-    return sizeof(struct hent) << c;
 }
 
 /* The span whose bottom is the block above span x's top, or LR_NIL. */
@@ -491,111 +452,6 @@ node_find(const lr_index *ix, uint64_t key)
     return lr__table_find(&ix->ntab, hkey(ix, key), key, node_eq, ix->keys);
 }
 
-/* Warm the slot a lookup or an insert of `key` starts at. A real load,
- * not __builtin_prefetch: on the virtual machines measured here a
- * prefetch that misses the TLB is dropped and gained nothing, while an
- * independent load overlaps its miss with the caller's work. */
-static inline void
-prefetch_key(const lr_index *ix, uint64_t key)
-{
-    lr__sink(lr__table_peek(&ix->ntab, hkey(ix, key)));
-}
-
-struct learn_plan {
-    uint32_t s;    /* instance slot; LR_NIL: a new instance */
-    uint32_t id;   /* instance id (a slot is added for it if new) */
-    uint32_t base; /* node the keys hang from, LR_NIL for the root (s
-                      holds it) */
-    const uint64_t *keys;
-    uint32_t n;              /* keys to hold */
-    const uint32_t *anchors; /* ascending depths in 1..n */
-    uint32_t n_anchors;
-    bool remote;
-    bool all_anchors; /* every block is an anchor (anchors unused) */
-    /* filled by lr__index_plan_learn */
-    uint32_t d_s, d_any;     /* depths below base held by s, by anyone */
-    uint32_t node_any;       /* node at d_any (base when 0) */
-    uint32_t ds_run, ds_pos; /* s's block at d_s (on base when 0), or
-                                LR_NIL when s holds nothing there */
-    uint32_t nseg;           /* ix->path[0, nseg): the stretches of the
-                                path below d_s to d_any, deepest first */
-    /* filled by lr__index_apply_learn */
-    uint32_t node_n; /* node at depth n (base when n is 0) */
-};
-
-/* ---- shared by the index files (defined in index.c unless noted) ------ */
-
-/* Host time -> ticks of 2^TICK_SHIFT ns since the first time seen; never
- * less than a tick returned before. */
-uint32_t lr__index_tick(lr_index *ix, uint64_t now);
-
-/* key[-1] of a tenant and the chained block keys (see lr_block_keys()). */
-uint64_t lr__index_tenant_root(uint64_t salt);
-void lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
-                          uint32_t B, uint64_t *out);
-
-/* Phase 1: room for `nn` more nodes, `nr` more runs and `ns` more spans
- * (and the table slots of the nodes). LR_ENOMEM changes nothing logical. */
-lr_status lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nr,
-                            uint64_t ns);
-/* Room for `more` holders in run r (which may move its holder array: not
- * a logical change), or for `more` new runs' arrays when r is LR_NIL. */
-lr_status lr__index_hent_room(lr_index *ix, uint32_t r, uint32_t more);
-lr_status lr__index_scratch_keys(lr_index *ix, size_t n);
-lr_status lr__index_scratch_anchors(lr_index *ix, size_t n);
-lr_status lr__index_scratch_path(lr_index *ix, size_t n);
-
-/* index_life.c, instances: slot of an id or LR_NIL; add one (a free slot
- * must exist); slot_for is lookup plus "is there room" (LR_EINVAL,
- * LR_ELIMIT). */
-uint32_t lr__index_inst_lookup(const lr_index *ix, uint32_t id);
-uint32_t lr__index_inst_add(lr_index *ix, uint32_t id);
-lr_status lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot);
-
-/* Slot of the node at offset `off` of run r (a walk over its chunks), and
- * the parent of node n (LR_NIL at the root). */
-uint32_t lr__index_node_at(const lr_index *ix, uint32_t r, uint32_t off);
-uint32_t lr__index_node_parent(const lr_index *ix, uint32_t n);
-
-/* Phase 2 (cannot fail; memory was reserved). */
-/* Make offset p of span x's range the bottom of a span (splitting off the
- * blocks above it into a span of their own); returns that span. */
-uint32_t lr__index_cut(lr_index *ix, uint32_t x, uint32_t p);
-void lr__index_touch(lr_index *ix, uint32_t x, uint32_t tick);
-/* A new node for `key` under node `parent` (LR_NIL: the root): at the end
- * of parent's run when parent is its last node, else in a new run. One
- * chunk and one run must be reserved. */
-uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
-/* Take back node n, the last node of its run, which no one holds (an
- * import's undo); an emptied run goes. */
-void lr__index_node_pop(lr_index *ix, uint32_t n);
-/* Give instance s the blocks of stretches segs[0, n) (top down, each
- * starting right below a block s holds, or at the root), with `bits`
- * (REMOTE or 0), stamp tick, anchors at the depths in anchors[0, na)
- * counted from depth0 (the depth just above the first block); returns
- * the deepest new span, unlisted. Spans, holder rooms: reserved. */
-uint32_t lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs,
-                         uint32_t n, uint32_t bits, uint32_t tick,
-                         const uint32_t *anchors, uint32_t na, uint32_t depth0);
-/* Give a span's bottom the recency `stamp` (never older than it had) and list
- * it where that stamp belongs: an imported route keeps the age its exporter
- * gave it. */
-void lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp);
-
-/* Check a prompt and point *keys at its block keys (the host's, or
- * computed into ix->kbuf); *n_keys of them. LR_EINVAL, LR_EVERSION,
- * LR_ENOMEM (the scratch array; not state). */
-lr_status lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
-                                const uint64_t **keys, uint32_t *n_keys);
-
-/* The deepest present node along keys[lo, hi) (depths lo+1..hi below
- * the node keys hang from), given that depth lo is (lo_node its node,
- * LR_NIL for the root): a binary search over the depths the node table
- * holds (TAB_STRIDE), then a walk of at most TAB_STRIDE - 1 blocks along
- * the runs. Returns that depth; *node_out its node. */
-uint32_t lr__index_deepest(lr_index *ix, const uint64_t *keys, uint32_t lo,
-                           uint32_t hi, uint32_t lo_node, uint32_t *node_out);
-
 /* What an index table lookup's equality needs beside the key: the index
  * and one slot (the instance of an engine-map lookup, the parent of a
  * node-table lookup by lr__index_child_of). */
@@ -604,40 +460,89 @@ struct lr__index_probe {
     uint32_t slot;
 };
 
-/* The child of node x (LR_NIL: the root) under `key`, or LR_NIL: the
- * next node of x's run, or the first node of a run hanging from x (the
- * table holds those; *probes counts the table lookups). */
-uint32_t lr__index_child_of(const lr_index *ix, uint32_t x, uint64_t key,
-                            uint32_t *probes);
+/* ------------------------------------------------------------------------ */
+/* defined in index_store.c                                                  */
+/* ------------------------------------------------------------------------ */
 
-/* The node of keys[t - 1] (keys hanging from node base, LR_NIL for the
- * root; base itself when t is 0), or LR_NIL when the index does not hold
- * that deep. */
-uint32_t lr__index_chain_node(lr_index *ix, const uint64_t *keys, uint32_t t,
-                              uint32_t base);
+/* ---- time ---- */
 
-/* Instance s's deepest depth on the path from the root to node n (n at
- * depth d), 0 when it holds none of it; *run_out and *pos_out name the
- * block (LR_NIL when 0). */
-uint32_t lr__index_depth_on(const lr_index *ix, uint32_t s, uint32_t n,
-                            uint32_t *run_out, uint32_t *pos_out);
+/* The tick of host time `now` on the index's time base (its epoch): ticks
+ * of 2^TICK_SHIFT ns, 0 at or before the epoch. Reads only; the epoch must
+ * be set. */
+static inline uint32_t
+lr__index_tick_at(const lr_index *ix, uint64_t now)
+{
+    if (now <= ix->epoch_ns)
+        return 0;
+    uint64_t t = (now - ix->epoch_ns) >> TICK_SHIFT;
+    return t >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)t;
+}
 
-/* A learn in three phases (every mutator that adds holds runs them):
- * plan_learn finds where the instance's holds and anybody's end and
- * reserves the memory (the only step that can fail; LR_ENOMEM changes
- * nothing logical); apply_learn adds the instance if new and the holds,
- * anchors at p->anchors, and returns the deepest span (LR_NIL when n is
- * 0); settle expires and evicts back under capacity. */
-lr_status lr__index_plan_learn(lr_index *ix, struct learn_plan *p);
-uint32_t lr__index_apply_learn(lr_index *ix, struct learn_plan *p,
-                               uint32_t tick);
-/* index_evict.c: settle, and the expiry half of it (drop every route
- * unused for its TTL). */
-void lr__index_settle(lr_index *ix, uint32_t tick);
-void lr__index_expire_all(lr_index *ix, uint32_t tick);
+/* Take host time `now` (judged at the call's start, lr__index_judge) as
+ * the call commits: the first one sets the epoch; the clock and last_tick
+ * move on. Returns lr__index_tick_at(now). */
+uint32_t lr__index_tick(lr_index *ix, uint64_t now);
 
-/* Insert unlisted span x into its LRU list where its stamp belongs. */
-void lr__index_lru_insert(lr_index *ix, uint32_t x);
+/* ---- memory (phase 1 of a mutator: the only place it can fail) ---- */
+
+/* Grow array *arr of *cap elements to hold `need` (1.5x, at most limit),
+ * zeroing the new part. LR_ENOMEM leaves it as it was. */
+lr_status lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap,
+                         uint32_t need, size_t elem, uint32_t limit);
+/* The same, 1.25x at a time: for the arrays whose size follows the
+ * routes (node keys and chunks, spans, the engine-hash slot arrays). */
+lr_status lr__index_grow_big(struct lr__mem *m, void **arr, uint32_t *cap,
+                             uint32_t need, size_t elem, uint32_t limit);
+/* Room in pool p (array *arr) for `more` elements beyond the live ones.
+ * LR_ENOMEM leaves both as they were. */
+lr_status lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
+                                 size_t elem, uint64_t more, uint32_t limit);
+/* Room for `nn` more nodes, `nr` more runs and `ns` more spans (and the
+ * table slots of the nodes). LR_ENOMEM changes nothing logical. */
+lr_status lr__index_reserve(lr_index *ix, uint64_t nn, uint64_t nr,
+                            uint64_t ns);
+/* Room for `more` holders in run r (which may move its holder array: not
+ * a logical change), or for `more` new runs' arrays when r is LR_NIL. */
+lr_status lr__index_hent_room(lr_index *ix, uint32_t r, uint32_t more);
+/* The engine-hash map's per-slot arrays for `cap` chunks of node slots;
+ * once they exist, every reserve grows them with the slots. */
+lr_status lr__index_eslots_reserve(lr_index *ix, uint32_t cap);
+/* Scratch arrays (not state): kbuf, abuf, path. */
+lr_status lr__index_scratch_keys(lr_index *ix, size_t n);
+lr_status lr__index_scratch_anchors(lr_index *ix, size_t n);
+lr_status lr__index_scratch_path(lr_index *ix, size_t n);
+/* A match scratch for max_inst instance slots from m (zeroed): LR_OK or
+ * LR_ENOMEM with nothing allocated; and its release (a zeroed one too). */
+lr_status lr__index_ms_init(struct lr__mem *m, struct lr__match_scratch *ms,
+                            uint32_t max_inst);
+void lr__index_ms_fini(struct lr__mem *m, struct lr__match_scratch *ms);
+/* Free every array of the store (of a partial construction too: a size
+ * not yet set is 0 and a table not yet inited is zero-filled). */
+void lr__index_store_free(lr_index *ix);
+
+/* ---- instances ---- */
+
+/* Slot of an id or LR_NIL; add one (a free slot must exist); take one
+ * back (it holds nothing); slot_for is lookup plus "is there room"
+ * (LR_EINVAL, LR_ELIMIT). */
+uint32_t lr__index_inst_lookup(const lr_index *ix, uint32_t id);
+uint32_t lr__index_inst_add(lr_index *ix, uint32_t id);
+void lr__index_inst_del(lr_index *ix, uint32_t s);
+lr_status lr__index_slot_for(lr_index *ix, uint32_t id, uint32_t *slot);
+
+/* ---- nodes and runs (phase 2: cannot fail; memory was reserved) ---- */
+
+/* Slot of the node at offset `off` of run r (a walk over its chunks), and
+ * the parent of node n (LR_NIL at the root). */
+uint32_t lr__index_node_at(const lr_index *ix, uint32_t r, uint32_t off);
+uint32_t lr__index_node_parent(const lr_index *ix, uint32_t n);
+/* A new node for `key` under node `parent` (LR_NIL: the root): at the end
+ * of parent's run when parent is its last node, else in a new run. One
+ * chunk and one run must be reserved. */
+uint32_t lr__index_node_new(lr_index *ix, uint64_t key, uint32_t parent);
+/* Take back node n, the last node of its run, which no one holds (an
+ * import's undo); an emptied run goes. */
+void lr__index_node_pop(lr_index *ix, uint32_t n);
 /* After run r lost holders or blocks: its nodes are what its holders
  * hold. An emptied run is freed, or with `defer` marked RUN_PENDING. */
 void lr__index_run_fit(lr_index *ix, uint32_t r, bool defer);
@@ -646,57 +551,32 @@ void lr__index_run_fit(lr_index *ix, uint32_t r, bool defer);
 void lr__index_child_unlink(lr_index *ix, uint32_t r);
 void lr__index_run_release(lr_index *ix, uint32_t r);
 
-/* index_evict.c: removal; each preserves the invariants. */
-void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why,
-                                    bool precise);
-/* Drop every hold of instance s strictly below offset p of run r (which s
- * holds); returns the span whose bottom is now p. Needs no memory. */
-uint32_t lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r,
-                                uint32_t p);
-/* Drop every route and engine hash of instance id `instance`; *slot is
- * its slot, which stays in use. LR_EINVAL, LR_ENOENT (never seen). */
-lr_status lr__index_clear(lr_index *idx, uint32_t instance, uint32_t *slot);
+/* ---- spans and holders ---- */
 
-/* Grow array *arr of *cap elements to hold `need` (1.5x, at most limit),
- * zeroing the new part. LR_ENOMEM leaves it as it was. */
-lr_status lr__index_grow(struct lr__mem *m, void **arr, uint32_t *cap,
-                         uint32_t need, size_t elem, uint32_t limit);
+/* Make offset p of span x's range the bottom of a span (splitting off the
+ * blocks above it into a span of their own); returns that span. */
+uint32_t lr__index_cut(lr_index *ix, uint32_t x, uint32_t p);
+/* Give instance s the blocks of stretches segs[0, n) (top down, each
+ * starting right below a block s holds, or at the root), with `bits`
+ * (REMOTE or 0), stamp tick, anchors at the depths in anchors[0, na)
+ * counted from depth0 (the depth just above the first block; na LR_NIL:
+ * every block is one); returns the deepest new span, unlisted. Spans,
+ * holder rooms: reserved. */
+uint32_t lr__index_grant(lr_index *ix, uint32_t s, const struct seg *segs,
+                         uint32_t n, uint32_t bits, uint32_t tick,
+                         const uint32_t *anchors, uint32_t na, uint32_t depth0);
 
-/* The same, 1.25x at a time: for the arrays whose size follows the
- * routes (node keys and chunks, spans, the engine-hash slot arrays). */
-lr_status lr__index_grow_big(struct lr__mem *m, void **arr, uint32_t *cap,
-                             uint32_t need, size_t elem, uint32_t limit);
+/* ---- LRU lists ---- */
 
-/* Room in pool p (array *arr) for `more` elements beyond the live ones.
- * LR_ENOMEM leaves both as they were. */
-lr_status lr__index_pool_reserve(struct lr__mem *m, struct pool *p, void **arr,
-                                 size_t elem, uint64_t more, uint32_t limit);
+/* List unlisted span x at the head of its list (the newest). */
+void lr__index_lru_push_head(lr_index *ix, uint32_t x);
+/* Insert unlisted span x into its list where its stamp belongs. */
+void lr__index_lru_insert(lr_index *ix, uint32_t x);
+/* Stamp span x's bottom with tick and move it to the head of its list. */
+void lr__index_touch(lr_index *ix, uint32_t x, uint32_t tick);
+/* Give a span's bottom the recency `stamp` (never older than it had) and
+ * list it where that stamp belongs: an imported route keeps the age its
+ * exporter gave it. */
+void lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp);
 
-/* index_kv.c, the engine-hash map: instance s no longer holds offsets
- * [from, to) of run r (called before the nodes may go): forget their
- * hashes; slots [from, to) of chunk c were freed; the per-slot arrays for `cap`
- * chunks (once precise mode started); live entries; drop every entry of s; free
- * it all; an order-independent checksum of the entries; its invariants
- * (LR_OK or LR_ECORRUPT). */
-void lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
-                           uint32_t to);
-void lr__index_emap_slots_freed(lr_index *ix, uint32_t c, uint32_t from,
-                                uint32_t to);
-lr_status lr__index_emap_slots(lr_index *ix, uint32_t cap);
-uint64_t lr__index_emap_live(const lr_index *ix);
-void lr__index_emap_drop(lr_index *ix, uint32_t s);
-void lr__index_emap_free(lr_index *ix);
-uint64_t lr__index_emap_digest(const lr_index *ix);
-lr_status lr__index_emap_verify(const lr_index *ix);
-/* ... and for snapshots (index_state.c): visit every entry (instance
- * slot, engine hash, node slot of its block); room for `more` entries;
- * set one (room reserved). */
-void lr__index_emap_each(const lr_index *ix,
-                         void (*fn)(void *ctx, uint32_t s, uint64_t ehash,
-                                    uint32_t node),
-                         void *ctx);
-lr_status lr__index_emap_reserve(lr_index *ix, uint32_t more);
-void lr__index_emap_put(lr_index *ix, uint32_t s, uint64_t ehash,
-                        uint32_t node);
-
-#endif /* LIBROUTE_LIB_INDEX_IMPL_H */
+#endif /* LIBROUTE_LIB_INDEX_STORE_H */
