@@ -197,8 +197,10 @@ fallback(const struct lr__pctx *c, int32_t why)
 {
     for (size_t k = 0; k < c->n; k++)
         c->score[k] = NAN;
+    /* the fallback's row of the same table (not lr__policy_decide: the
+     * table calls this file, and this file does not call the table) */
     struct lr__choice ch =
-        lr__policy_decide((int32_t)LR__P(c, LODESTAR_FALLBACK), c);
+        c->pt->def[(int32_t)LR__P(c, LODESTAR_FALLBACK)].decide(c);
     ch.reason = why;
     return ch;
 }

@@ -147,6 +147,7 @@ struct lr__route_view {
     uint32_t block_tokens;
     uint32_t routable; /* instances the router can route to */
     int32_t policy;    /* the router's policy */
+    uint32_t needs;    /* what it needs gathered (lr__policy_needs) */
     const double *param;
     uint64_t scratch[LR__ROUTE_SCRATCH];
     uint32_t n_scratch;
@@ -244,7 +245,7 @@ void lr__param_defaults(double *param);
  * an integer key) or LR_ERANGE. */
 lr_status lr__param_check(int32_t key, double value);
 
-/* ---- helpers the policy files share ---------------------------------------- */
+/* ---- helpers the policy files share (rows.c) ------------------------------- */
 
 static inline const lr_candidate *
 lr__row(const struct lr__pctx *c, size_t k)

@@ -136,7 +136,7 @@ rec_record(void *st, const struct lr__placed *p, uint64_t now_ns)
     const struct lr__route_view *v = p->v;
     const lr_request *q = v->q;
     if (v->n_keys == 0 || !p->rows[p->k].prefix_caching ||
-        !(lr__policy_needs(v->pt, v->policy, v->param) & LR__NEEDS_AGE))
+        !(v->needs & LR__NEEDS_AGE))
         return;
     uint64_t keys[RECENCY_MAX_BOUNDARIES + 1];
     size_t n = 0;

@@ -52,6 +52,7 @@ route_start(const lr_router *r, struct route *rt, const lr_request *q,
     rt->v.block_tokens = r->block_tokens;
     rt->v.routable = r->n_act;
     rt->v.policy = r->policy;
+    rt->v.needs = lr__policy_needs(r->pt, r->policy, r->param);
     rt->v.param = r->param;
     rt->v.n_scratch = 0;
     rt->kb = kb;

@@ -33,12 +33,7 @@ import subprocess
 import sys
 
 # folder -> why its modules may call each other in a circle (for now)
-KNOWN_CYCLES = {
-    "policy": "policy.c's table calls each policy's decide function, and "
-              "the policies call policy.c's shared helpers (lr__choose, "
-              "lr__row_of_rank, ...); splitting the helpers from the table "
-              "is the policy folder's own change",
-}
+KNOWN_CYCLES = {}
 
 # archive[member]: name type ...   or   object: name type ...
 NM_LINE = re.compile(r"^(?:.*\[(?P<member>[^\]]+)\]|(?P<obj>[^:\[]+)): "
