@@ -816,11 +816,146 @@ threads_hammer_one_router(void **state)
     free(sh);
 }
 
+/* ---- torn reads --------------------------------------------------------------
+
+ * Readers (routes, dry runs with scores, candidate tables) run at once
+ * under the router's read lock while one writer keeps rewriting every
+ * instance's scrape so that a row read whole satisfies running ==
+ * waiting == kv_use x 1000. A reader that saw half of a write (a table
+ * gathered without the lock while a scrape lands) finds a row that breaks
+ * it. */
+
+#define TORN_INST 6
+#define TORN_READERS 3
+
+struct torn {
+    lr_router *r;
+    _Atomic uint32_t stop;
+    _Atomic uint32_t bad;
+    _Atomic uint64_t reads;
+    char msg[160];
+    pthread_mutex_t mu;
+};
+
+static void
+torn_fail(struct torn *t, const char *what, const lr_candidate *c)
+{
+    pthread_mutex_lock(&t->mu);
+    if (atomic_fetch_add(&t->bad, 1) == 0)
+        snprintf(t->msg, sizeof t->msg,
+                 "%s: instance %u running %u waiting %u kv_use %g rtt %g", what,
+                 c->instance, c->running, c->waiting, c->kv_use, c->rtt_ms);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void *
+torn_writer(void *arg)
+{
+    struct torn *t = arg;
+    for (uint32_t k = 1; !atomic_load(&t->stop); k = k % 999 + 1) {
+        for (uint32_t id = 0; id < TORN_INST; id++) {
+            lr_engine_stats es;
+            lr_engine_stats_init(&es);
+            es.running = es.waiting = k;
+            es.kv_use = k / 1000.0;
+            es.scraped_ns = SEC;
+            (void)lr_router_set_stats(t->r, id, &es);
+        }
+    }
+    return NULL;
+}
+
+static void *
+torn_reader(void *arg)
+{
+    struct torn *t = arg;
+    uint32_t tok[64];
+    for (int i = 0; i < 64; i++)
+        tok[i] = (uint32_t)i * 7 + 1;
+    lr_candidate rows[TORN_INST];
+    lr_score sc[TORN_INST];
+    uint64_t n = 0;
+    while (!atomic_load(&t->stop)) {
+        lr_request q;
+        lr_request_init(&q);
+        q.tokens = tok;
+        q.n_tokens = 64;
+        q.now_ns = SEC;
+        size_t got = 0;
+        lr_status st = lr_router_candidates(t->r, &q, rows, TORN_INST,
+                                            sizeof rows[0], &got);
+        if (st != LR_OK || got != TORN_INST) {
+            torn_fail(t, "candidates failed", &rows[0]);
+            break;
+        }
+        for (size_t k = 0; k < got; k++) {
+            const lr_candidate *c = &rows[k];
+            /* the stats age out (SEC old at SEC: fresh) */
+            if (c->running != c->waiting ||
+                (c->running != 0 && c->kv_use != c->running / 1000.0))
+                torn_fail(t, "a torn scrape", c);
+        }
+        /* a dry run with scores: the decision's table, read whole */
+        lr_decision d;
+        lr_decision_init(&d);
+        d.scores = sc;
+        d.scores_capacity = TORN_INST;
+        q.flags = LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES;
+        q.id = n;
+        st = lr_router_route(t->r, &q, &d);
+        if (st != LR_OK || d.n_scores != TORN_INST)
+            torn_fail(t, "dry run failed", &rows[0]);
+        n++;
+    }
+    atomic_fetch_add(&t->reads, n);
+    return NULL;
+}
+
+static void
+threads_no_torn_reads(void **state)
+{
+    (void)state;
+    struct torn t = { 0 };
+    pthread_mutex_init(&t.mu, NULL);
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_LEAST_LOAD; /* reads running and waiting */
+    o.max_instances = TORN_INST;
+    assert_int_equal(lr_router_create(&o, &t.r), LR_OK);
+    for (uint32_t i = 0; i < TORN_INST; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "10.7.0.%u:8000", i);
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        s.name = name;
+        uint32_t id;
+        assert_int_equal(lr_router_add_instance(t.r, &s, &id), LR_OK);
+    }
+    pthread_t w, rd[TORN_READERS];
+    assert_int_equal(pthread_create(&w, NULL, torn_writer, &t), 0);
+    for (int i = 0; i < TORN_READERS; i++)
+        assert_int_equal(pthread_create(&rd[i], NULL, torn_reader, &t), 0);
+    struct timespec ts = { 1, 0 }; /* 1 s */
+    nanosleep(&ts, NULL);
+    atomic_store(&t.stop, 1);
+    for (int i = 0; i < TORN_READERS; i++)
+        assert_int_equal(pthread_join(rd[i], NULL), 0);
+    assert_int_equal(pthread_join(w, NULL), 0);
+    fprintf(stderr, "router-threads: %llu torn-read checks\n",
+            (unsigned long long)atomic_load(&t.reads));
+    if (atomic_load(&t.bad) != 0)
+        fail_msg("%u torn reads; first: %s", atomic_load(&t.bad), t.msg);
+    assert_true(atomic_load(&t.reads) > 0);
+    lr_router_destroy(t.r);
+    pthread_mutex_destroy(&t.mu);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(threads_hammer_one_router),
+        cmocka_unit_test(threads_no_torn_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

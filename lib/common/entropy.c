@@ -14,7 +14,9 @@
  * (read for this only, never for a decision, B24).
  * Weaker, but never a constant. errno is left as the caller had it (B12).
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* getrandom, clock_gettime */
+#endif
 #include <errno.h>
 #include <time.h>
 

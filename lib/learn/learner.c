@@ -292,6 +292,19 @@ lr__learner_model(lr_learner *l)
     return l->serving != NULL ? l->serving->net : NULL;
 }
 
+bool
+lr__learner_incoming(const lr_learner *l)
+{
+    return atomic_load_explicit(&((lr_learner *)l)->incoming,
+                                memory_order_acquire) != NULL;
+}
+
+lr_mlp *
+lr__learner_serving(const lr_learner *l)
+{
+    return l->serving != NULL ? l->serving->net : NULL;
+}
+
 lr_status
 lr__learner_install(lr_learner *l, lr_mlp *net)
 {

@@ -25,6 +25,14 @@ void lr__learner_sizes(const lr_learner *l, uint64_t *pending, uint32_t *fifo,
  * network stays valid until the next serving-side call. */
 lr_mlp *lr__learner_model(lr_learner *l);
 
+/* The serving side split in two for readers that run at once (a router's
+ * decisions under its read lock): whether a newly trained model waits to
+ * be taken (any thread), and the network in service without taking one
+ * (readers, while no serving-side call runs: the caller's write lock
+ * orders lr__learner_model() against them). */
+bool lr__learner_incoming(const lr_learner *l);
+lr_mlp *lr__learner_serving(const lr_learner *l);
+
 /* Put `net` in service (a restored model; the learner takes it over) as
  * if a step had published it: the serving side takes it at once; the
  * sample buffers and the round count are unchanged. Not during a step

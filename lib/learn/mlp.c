@@ -510,15 +510,15 @@ layer_forward(const lr_mlp *m, const struct lr__mlp_kernels *k, uint32_t l,
     k->gemm(&g);
 }
 
-/* Inference for up to TILE rows into the handle's scratch. Returns the
- * last hidden layer's activations (feature-major); with f != NULL also the
- * z-unit outputs. */
+/* Inference for up to TILE rows in `scratch` (lr__mlp_scratch_floats).
+ * Returns the last hidden layer's activations (feature-major); with
+ * f != NULL also the z-unit outputs. Reads the network only. */
 static const float *
-forward_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
-             size_t base, size_t n, float *f)
+forward_tile(const lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
+             size_t base, size_t n, float *f, float *scratch)
 {
     size_t R = round_up8(n);
-    float *a = m->scratch, *b = m->scratch + max_feat(m) * TILE;
+    float *a = scratch, *b = scratch + max_feat(m) * TILE;
     load_inputs(m, x, NULL, base, n, R, a);
     for (uint32_t l = 0; l < m->L; l++) {
         layer_forward(m, k, l, a, b, R);
@@ -532,30 +532,38 @@ forward_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
 }
 
 /* Rows r0..r0 + n - 1 of x (n <= TILE) through the network: their
- * predictions in target units, rounded to float, in the handle's scratch
- * (valid until its next pass). */
+ * predictions in target units, rounded to float, in `scratch` (valid
+ * until its next pass). */
 static const float *
-predict_tile(lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
-             size_t r0, size_t n)
+predict_tile(const lr_mlp *m, const struct lr__mlp_kernels *k, const float *x,
+             size_t r0, size_t n, float *scratch)
 {
-    float *f = m->scratch + 2 * max_feat(m) * TILE;
-    forward_tile(m, k, x, r0, n, f);
+    float *f = scratch + 2 * max_feat(m) * TILE;
+    forward_tile(m, k, x, r0, n, f, scratch);
     for (size_t r = 0; r < n; r++)
         f[r] = (float)((double)f[r] * m->tstd + m->tmean);
     return f;
 }
 
-lr_status
-lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
+size_t
+lr__mlp_scratch_floats(const lr_mlp *m)
 {
-    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    return 2 * max_feat(m) * TILE + TILE;
+}
+
+lr_status
+lr__mlp_predict_into(const lr_mlp *mlp, const float *x, size_t n_rows,
+                     float *out, float *scratch)
+{
+    LR_RETURN_IF(mlp == NULL || scratch == NULL, LR_EINVAL);
     LR_RETURN_IF(n_rows > 0 && (x == NULL || out == NULL), LR_EINVAL);
     LR_RETURN_IF(!size_ok(n_rows, mlp->d), LR_EINVAL);
     LR_RETURN_IF(n_rows > 0 && !all_finite(x, n_rows * mlp->d), LR_EINVAL);
     const struct lr__mlp_kernels *k = lr__mlp_kernels_get();
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        memcpy(out + r0, predict_tile(mlp, k, x, r0, n), n * sizeof *out);
+        memcpy(out + r0, predict_tile(mlp, k, x, r0, n, scratch),
+               n * sizeof *out);
     }
     /* an extreme network overflowed: no infinity escapes */
     if (!all_finite(out, n_rows)) {
@@ -563,6 +571,13 @@ lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
         return LR_ERANGE;
     }
     return LR_OK;
+}
+
+lr_status
+lr_mlp_predict(lr_mlp *mlp, const float *x, size_t n_rows, float *out)
+{
+    LR_RETURN_IF(mlp == NULL, LR_EINVAL);
+    return lr__mlp_predict_into(mlp, x, n_rows, out, mlp->scratch);
 }
 
 lr_status
@@ -575,7 +590,7 @@ lr__mlp_last_hidden(lr_mlp *m, const float *x, size_t n, float *out)
     const size_t W = m->W;
     for (size_t r0 = 0; r0 < n; r0 += TILE) {
         size_t nt = n - r0 < TILE ? n - r0 : TILE;
-        const float *h = forward_tile(m, k, x, r0, nt, NULL);
+        const float *h = forward_tile(m, k, x, r0, nt, NULL, m->scratch);
         for (size_t r = 0; r < nt; r++)
             for (size_t o = 0; o < W; o++)
                 out[(r0 + r) * W + o] = h[o * TILE + r];
@@ -596,7 +611,7 @@ lr_mlp_loss(lr_mlp *mlp, const float *x, const float *y, size_t n_rows,
     double sse = 0.0;
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         size_t n = n_rows - r0 < TILE ? n_rows - r0 : TILE;
-        const float *p = predict_tile(mlp, k, x, r0, n);
+        const float *p = predict_tile(mlp, k, x, r0, n, mlp->scratch);
         for (size_t r = 0; r < n; r++) {
             double e = (double)p[r] - (double)y[r0 + r];
             sse += e * e;

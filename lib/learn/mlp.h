@@ -13,6 +13,13 @@ uint32_t lr__mlp_width(const lr_mlp *m);
  * out is n x width floats. Allocates nothing. LR_EINVAL as lr_mlp_predict. */
 lr_status lr__mlp_last_hidden(lr_mlp *m, const float *x, size_t n, float *out);
 
+/* Inference as lr_mlp_predict, in the caller's scratch of
+ * lr__mlp_scratch_floats(m) floats instead of the handle's: reads the
+ * network only, so that threads may share one. */
+size_t lr__mlp_scratch_floats(const lr_mlp *m);
+lr_status lr__mlp_predict_into(const lr_mlp *m, const float *x, size_t n,
+                               float *out, float *scratch);
+
 /* Every trainable parameter, one contiguous float vector (layer by layer:
  * weights row-major [out][in], then biases). */
 size_t lr__mlp_n_params(const lr_mlp *m);

@@ -32,6 +32,7 @@
 
 #include "common/lr_hash.h"
 #include "learn/learner.h"
+#include "learn/mlp.h"
 #include "policy/cost.h"
 #include "policy/policy.h"
 
@@ -146,6 +147,14 @@ mark_sample(const struct lr__pctx *c)
     return m + 1;
 }
 
+static lr_status
+predict(const struct lr__pctx *c, const float *x, size_t n, float *out)
+{
+    return c->model_scratch != NULL
+               ? lr__mlp_predict_into(c->model, x, n, out, c->model_scratch)
+               : lr_mlp_predict(c->model, x, n, out);
+}
+
 /* Score the marked rows in chunks: score = -predicted reward. With
  * `drop`, a row out of the model's range is unmarked (NaN) instead. Counts
  * the rows left into *left. */
@@ -168,7 +177,7 @@ score_marked(const struct lr__pctx *c, bool drop, uint32_t *left)
         }
         if (m == 0)
             break;
-        LR_TRY(lr_mlp_predict(c->model, x, m, pred));
+        LR_TRY(predict(c, x, m, pred));
         if (drop)
             LR_TRY(lr_mlp_out_of_range_rows(c->model, x, m, out, NULL));
         for (uint32_t i = 0; i < m; i++) {
@@ -186,7 +195,7 @@ score_one(const struct lr__pctx *c, uint32_t k)
 {
     float x[F], pred;
     lr__lodestar_features(lr__row(c, k), c->prompt, c->output, x);
-    LR_TRY(lr_mlp_predict(c->model, x, 1, &pred));
+    LR_TRY(predict(c, x, 1, &pred));
     c->score[k] = -(double)pred;
     return LR_OK;
 }
@@ -415,10 +424,28 @@ ls_destroy(void *st, struct lr__mem *m)
     lr__free(m, st, sizeof(struct lr__lodestar));
 }
 
+/* The network in service, as its learner published it: taken over under
+ * the router's write lock (refresh) before the decisions that read it, so
+ * that decisions on several threads read one network and none is retired
+ * while a decision holds it. */
 static void
 ls_prepare(const void *st, struct lr__pctx *c)
 {
-    c->model = lr__lodestar_model((struct lr__lodestar *)st);
+    lr_learner *l = lr__lodestar_learner(st);
+    c->model = l != NULL ? lr__learner_serving(l) : NULL;
+}
+
+static bool
+ls_refresh_due(const void *st)
+{
+    lr_learner *l = lr__lodestar_learner(st);
+    return l != NULL && lr__learner_incoming(l);
+}
+
+static void
+ls_refresh(void *st)
+{
+    (void)lr__lodestar_model(st);
 }
 
 /* Every placement: the dispatch's features wait for its first token when
@@ -505,6 +532,8 @@ const struct lr__pstate_ops lr__lodestar_ops = {
     .check = ls_check,
     .create = ls_create,
     .destroy = ls_destroy,
+    .refresh_due = ls_refresh_due,
+    .refresh = ls_refresh,
     .prepare = ls_prepare,
     .record = ls_record,
     .first_token = ls_first_token,

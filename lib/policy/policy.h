@@ -61,6 +61,9 @@ struct lr__pctx {
     uint32_t block_tokens;
     uint32_t last; /* round-robin cursor: instance served last, or NONE */
     lr_mlp *model; /* lodestar's scorer, or NULL */
+    /* lr__mlp_scratch_floats(model) floats the decision may write, so
+     * that threads share the model; NULL: the model's own (one thread) */
+    float *model_scratch;
     const struct lr__ptable *pt; /* the table p is a row of (a fallback's) */
     struct lr__rng *rng;
     double *score; /* n: out, NaN on entry */
@@ -183,6 +186,12 @@ struct lr__pstate_ops {
      * lr_router_get_param() reports it when the state owns it (true). */
     void (*sync)(const void *st, double *param);
     bool (*get)(const void *st, int32_t key, double *value);
+
+    /* Work the state must do before a decision reads it (Lodestar: take
+     * the network its learner published): due is asked under the read
+     * lock, refresh runs under the write lock. */
+    bool (*refresh_due)(const void *st);
+    void (*refresh)(void *st);
 
     /* read side */
     void (*gather)(const void *st, lr_candidate *rows, uint32_t n,

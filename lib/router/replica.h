@@ -120,6 +120,13 @@ void lr__peers_add(const struct lr__peers *ps, uint64_t now_ns,
 /* Drop the gauges expired at now_ns. */
 void lr__peers_expire(struct lr__peers *ps, uint64_t now_ns);
 
+/* Whether lr__peers_expire(now_ns) would drop anything. Reads only. */
+static inline bool
+lr__peers_expiry_due(const struct lr__peers *ps, uint64_t now_ns)
+{
+    return ps->p != NULL && now_ns >= ps->next_expire;
+}
+
 /* Peers whose gauge is live at now_ns. */
 uint64_t lr__peers_live(const struct lr__peers *ps, uint64_t now_ns);
 

@@ -21,6 +21,7 @@
  * -> load tracker, GORGO's tuner (lr_cost), Lodestar's sample; completion
  * and failure -> load tracker. */
 #include "common/lr_hash.h"
+#include "learn/mlp.h"
 #include "libroute/lr_ring.h"
 #include "policy/dualmap.h"
 #include "router/router_impl.h"
@@ -34,17 +35,20 @@
  * policy's draws and the choice. */
 struct route {
     struct lr__route_view v;
-    const uint64_t *kb; /* r->kbuf, or the caller's stack (hashed unlocked) */
-    uint64_t seed;      /* the policy's draws */
+    struct lr__rscratch *sc; /* its table, scores, hits and keys */
+    const uint64_t *kb;      /* the keys hashed so far (sc->kbuf, or the
+                                caller's stack), v.n_keys of them */
+    uint64_t seed;           /* the policy's draws */
     struct lr__choice ch;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
  * first n_scratch are read, and zeroing it was a 512-byte store a call. */
 static void
-route_start(const lr_router *r, struct route *rt, const lr_request *q,
-            const uint64_t *kb, size_t nk)
+route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
+            const lr_request *q, const uint64_t *kb, size_t nk)
 {
+    rt->sc = sc;
     rt->v.pt = r->pt;
     rt->v.q = q;
     rt->v.keys = kb;
@@ -63,10 +67,10 @@ route_start(const lr_router *r, struct route *rt, const lr_request *q,
 /* ---- route: keys and match ------------------------------------------------------------ */
 
 static lr_status
-scratch_keys(lr_router *r, size_t n)
+scratch_keys(lr_router *r, struct lr__rscratch *sc, size_t n)
 {
-    return lr__grow(&r->mem, (void **)&r->kbuf, &r->kbuf_cap, n,
-                    sizeof *r->kbuf, KBUF_MIN);
+    return lr__grow(&r->mem, (void **)&sc->kbuf, &sc->kbuf_cap, n,
+                    sizeof *sc->kbuf, KBUF_MIN);
 }
 
 /* The leading block keys a route needs: every one when it records (the
@@ -95,7 +99,8 @@ keys_needed(const lr_router *r, const struct route *rt, uint32_t needs,
     return 0;
 }
 
-/* Step 1: the prompt's block keys (those keys_needed says) into kbuf. */
+/* Step 1: the prompt's block keys (those keys_needed says) into the
+ * scratch, unless they were hashed already. */
 static lr_status
 route_keys(lr_router *r, struct route *rt, size_t n)
 {
@@ -103,11 +108,11 @@ route_keys(lr_router *r, struct route *rt, size_t n)
     if (rt->kb != NULL && n <= rt->v.n_keys)
         return LR_OK; /* hashed before the lock was taken */
     rt->v.n_keys = n;
-    LR_TRY(scratch_keys(r, n));
-    rt->kb = rt->v.keys = r->kbuf;
+    LR_TRY(scratch_keys(r, rt->sc, n));
+    rt->kb = rt->v.keys = rt->sc->kbuf;
     if (n > 0)
         LR_TRY(lr_block_keys(r->block_tokens, q->tokens, n * r->block_tokens,
-                             q->tenant_salt, r->kbuf, r->kbuf_cap,
+                             q->tenant_salt, rt->sc->kbuf, rt->sc->kbuf_cap,
                              &rt->v.n_keys));
     return LR_OK;
 }
@@ -126,25 +131,26 @@ prompt_of(const struct route *rt, lr_prompt *p)
     p->n_keys = rt->v.n_keys;
 }
 
-/* Step 2: cached tokens per routable instance into cached_by_id (0 for
- * all when the policy does not match). */
+/* Step 2: cached tokens per routable instance into the scratch's
+ * cached_by_id (0 for all when the policy does not match). A peek: the
+ * index is only read (expiry was made not due before, route_housekeep). */
 static lr_status
 route_match(lr_router *r, const struct route *rt, bool want)
 {
+    struct lr__rscratch *sc = rt->sc;
     for (uint32_t k = 0; k < r->n_act; k++)
-        r->cached_by_id[r->act[k]] = 0;
+        sc->cached_by_id[r->act[k]] = 0;
     if (!want || rt->v.n_keys == 0)
         return LR_OK;
-    lr_prompt p;
-    prompt_of(rt, &p);
     lr_index_match_result mr;
     lr_index_match_result_init(&mr);
-    mr.hits = r->hits;
+    mr.hits = sc->hits;
     mr.hits_capacity = r->max_inst;
-    LR_TRY(lr_index_match(r->ix, &p, rt->v.q->now_ns, LR_MATCH_NO_TOUCH, &mr));
+    LR_TRY(lr__index_peek(r->ix, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
+                          sc->ms, &mr));
     for (size_t i = 0; i < mr.n_hits; i++)
-        if (r->hits[i].instance < r->max_inst)
-            r->cached_by_id[r->hits[i].instance] = r->hits[i].tokens;
+        if (sc->hits[i].instance < r->max_inst)
+            sc->cached_by_id[sc->hits[i].instance] = sc->hits[i].tokens;
     return LR_OK;
 }
 
@@ -168,8 +174,8 @@ _Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V1,
 /* One routable instance's row: the load tracker's counters, stats, RTT
  * and DualMap's stall (lr__load_fill), then the router's own columns. */
 static void
-gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
-           uint64_t max_age_ns, lr_candidate *c)
+gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
+           uint64_t now_ns, uint64_t max_age_ns, lr_candidate *c)
 {
     if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
                                LR__DECODE_STALL_NS, r->init_rtt_ms[id],
@@ -178,7 +184,7 @@ gather_row(const lr_router *r, uint32_t id, uint64_t now_ns,
         c->rtt_ms = r->init_rtt_ms[id];
     }
     c->instance = id;
-    c->cached_tokens = c->prefix_caching ? r->cached_by_id[id] : 0;
+    c->cached_tokens = c->prefix_caching ? cached_by_id[id] : 0;
     c->prefill_rate = r->rate[c->instance_class];
     c->cached_age_s = -1;
     c->ring_rank = 0;
@@ -201,9 +207,10 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
+    lr_candidate *rows = rt->sc->rows;
     for (uint32_t k = 0; k < r->n_act; k++) {
-        lr_candidate *c = &r->rows[k];
-        gather_row(r, r->act[k], now, max_age, c);
+        lr_candidate *c = &rows[k];
+        gather_row(r, rt->sc->cached_by_id, r->act[k], now, max_age, c);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
         if ((needs & LR__NEEDS_TREE) &&
             lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
@@ -214,7 +221,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
         if ((kinds >> kind & 1) && ops->gather != NULL)
-            ops->gather(st, r->rows, r->n_act, &rt->v, now);
+            ops->gather(st, rows, r->n_act, &rt->v, now);
     }
 }
 
@@ -250,7 +257,7 @@ route_rank(lr_router *r, struct route *rt)
     for (uint32_t i = 0; i < got; i++) {
         uint32_t k = lr__router_act_index(r, ids[i]);
         if (LR_ALWAYS(k != NONE)) /* the ring holds exactly the routable */
-            r->rows[k].ring_rank = i + 1;
+            rt->sc->rows[k].ring_rank = i + 1;
     }
 }
 
@@ -284,9 +291,9 @@ static struct lr__pctx
 route_decide(lr_router *r, struct route *rt)
 {
     struct lr__pctx c = {
-        .rows = r->rows,
+        .rows = rt->sc->rows,
         .n = r->n_act,
-        .stride = sizeof *r->rows,
+        .stride = sizeof(lr_candidate),
         .param = r->param,
         .prompt = (uint32_t)rt->v.q->n_tokens,
         .output = output_of(r, rt->v.q),
@@ -294,7 +301,7 @@ route_decide(lr_router *r, struct route *rt)
         .last = NONE,
         .model = NULL,
         .pt = r->pt,
-        .score = r->score,
+        .score = rt->sc->score,
     };
     uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
@@ -316,11 +323,18 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
     dp.prompt_tokens = (uint32_t)rt->v.q->n_tokens;
     dp.cached_tokens = c->cached_tokens;
     dp.expected_output_tokens = output_of(r, rt->v.q);
+    /* the other candidate, while it is still routable (the table may be
+     * older than the fleet: another thread may have drained it since) */
     uint32_t alt = rt->ch.alt;
-    if (alt != NONE && alt != c->instance) {
-        uint32_t ak = lr__router_act_index(r, alt);
+    if (alt != NONE && alt != c->instance &&
+        lr__router_act_index(r, alt) != NONE) {
+        const lr_candidate *rows = rt->sc->rows;
+        uint32_t ak = LR__LOWER_BOUND(lr_candidate, instance, rows, 0,
+                                      rt->v.routable, alt);
         dp.alt_instance = alt;
-        dp.alt_cached_tokens = ak != NONE ? r->rows[ak].cached_tokens : 0;
+        dp.alt_cached_tokens = ak < rt->v.routable && rows[ak].instance == alt
+                                   ? rows[ak].cached_tokens
+                                   : 0;
     }
     dp.now_ns = rt->v.q->now_ns;
     return lr_load_dispatch(r->ld, &dp);
@@ -332,7 +346,7 @@ static lr_status
 route_record(lr_router *r, const struct route *rt)
 {
     const lr_request *q = rt->v.q;
-    const lr_candidate *c = &r->rows[rt->ch.k];
+    const lr_candidate *c = &rt->sc->rows[rt->ch.k];
     if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching &&
         rt->v.n_keys > 0) {
         lr_prompt p;
@@ -346,8 +360,8 @@ route_record(lr_router *r, const struct route *rt)
     struct lr__req_view v;
     struct lr__placed pl = {
         .v = &rt->v,
-        .rows = r->rows,
-        .n = r->n_act,
+        .rows = rt->sc->rows,
+        .n = rt->v.routable,
         .k = rt->ch.k,
         .ch = rt->ch,
         .slot = LR_ALWAYS(lr__load_req(r->ld, q->id, &v) == LR_OK) ? v.slot
@@ -383,16 +397,28 @@ score_stride(const lr_decision *d)
 
 /* Every row's score into the caller's buffer. */
 static void
-fill_scores(const lr_router *r, lr_decision *d)
+fill_scores(const struct route *rt, lr_decision *d)
 {
     size_t stride = score_stride(d);
-    for (uint32_t k = 0; k < r->n_act; k++) {
+    for (uint32_t k = 0; k < rt->v.routable; k++) {
         lr_score *s = score_at(d, stride, k);
-        s->instance = r->rows[k].instance;
-        s->cached_tokens = r->rows[k].cached_tokens;
-        s->score = r->score[k];
+        s->instance = rt->sc->rows[k].instance;
+        s->cached_tokens = rt->sc->rows[k].cached_tokens;
+        s->score = rt->sc->score[k];
     }
-    d->n_scores = r->n_act;
+    d->n_scores = rt->v.routable;
+}
+
+/* What the record step needs of the load tracker: the id not in flight,
+ * room for one more; judged before the decision and again under the write
+ * lock (another thread may have dispatched meanwhile). */
+static lr_status
+record_check(const lr_router *r, const lr_request *q)
+{
+    struct lr__req_view v;
+    LR_RETURN_IF(lr__load_req(r->ld, q->id, &v) == LR_OK, LR_EEXIST);
+    LR_RETURN_IF(!lr__load_has_room(r->ld), LR_ELIMIT);
+    return LR_OK;
 }
 
 /* Checks that need the router's state, before anything changes. */
@@ -408,54 +434,154 @@ route_check(lr_router *r, const lr_request *q, lr_decision *d)
         LR_RETURN_IF(d->scores == NULL, LR_EINVAL);
         LR_RETURN_IF(score_stride(d) < LR_SCORE_SIZE_V1, LR_EINVAL);
     }
-    if (!(q->flags & LR_ROUTE_DRY_RUN)) {
-        struct lr__req_view v;
-        LR_RETURN_IF(lr__load_req(r->ld, q->id, &v) == LR_OK, LR_EEXIST);
-        LR_RETURN_IF(!lr__load_has_room(r->ld), LR_ELIMIT);
-    }
+    if (!(q->flags & LR_ROUTE_DRY_RUN))
+        LR_TRY(record_check(r, q));
     return LR_OK;
 }
 
-/* kb[0, nk): the prompt's keys, hashed before the lock (NULL: none). */
-static lr_status
-route_locked(lr_router *r, const lr_request *q, lr_decision *d,
-             const uint64_t *kb, size_t nk)
+/* Housekeeping a route's decision must not see undone: index routes past
+ * their TTL (and its time base, at the first call), peers' expired
+ * gauges, what the policy states must refresh (a network to take over).
+ * Checked under the read lock; when due, done under the write lock, and
+ * kept even when a later step fails. Returns with the read lock held. */
+static bool
+states_due(const lr_router *r)
 {
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+    {
+        if (ops->refresh_due != NULL && ops->refresh_due(st))
+            return true;
+    }
+    return false;
+}
+
+static void
+route_housekeep(lr_router *r, uint64_t now_ns)
+{
+    while (lr__index_expiry_due(r->ix, now_ns) ||
+           lr__peers_expiry_due(&r->peers, now_ns) || states_due(r)) {
+        lr__router_rdunlock(r);
+        lr__router_lock(r);
+        (void)lr_index_expire(r->ix, now_ns); /* judged: in bounds */
+        lr__peers_expire(&r->peers, now_ns);
+        LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+        {
+            if (ops->refresh != NULL)
+                ops->refresh(st);
+        }
+        lr__router_unlock(r);
+        lr__router_rdlock(r);
+    }
+}
+
+/* A seed for the policy's draws: the routing generator's next, in the
+ * order the decisions take it; *before and *after say what to undo. */
+static uint64_t
+draw(lr_router *r, struct lr__rng *before, struct lr__rng *after)
+{
+    pthread_mutex_lock(&r->rng_mu);
+    *before = r->rng;
+    uint64_t seed = lr__rng_next(&r->rng);
+    *after = r->rng;
+    pthread_mutex_unlock(&r->rng_mu);
+    return seed;
+}
+
+/* A failed route draws nothing: undone unless another route drew since
+ * (then the draw is simply spent, as the decision of a route that a
+ * concurrent one made fail). */
+static void
+undraw(lr_router *r, const struct lr__rng *before, const struct lr__rng *after)
+{
+    pthread_mutex_lock(&r->rng_mu);
+    if (memcmp(&r->rng, after, sizeof *after) == 0)
+        r->rng = *before;
+    pthread_mutex_unlock(&r->rng_mu);
+}
+
+/* Steps 1-5 under the read lock: the table and the choice. */
+static lr_status
+route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
+           struct lr__rng *prng, struct lr__rng *before, struct lr__rng *after)
+{
+    const lr_request *q = rt->v.q;
     /* the clock before the router's state (lr_router.h: the request's
      * own checks, then the clock, then the rest) */
     LR_TRY(lr__router_clock(r, q->now_ns, true));
     LR_TRY(route_check(r, q, d));
-    /* expiry: time-driven housekeeping (lr_router_expire()), kept even
-     * when a later step fails */
-    (void)lr_index_expire(r->ix, q->now_ns);
-    lr__peers_expire(&r->peers, q->now_ns);
-    struct route rt;
-    route_start(r, &rt, q, kb, nk);
-    LR_TRY(route_table(r, &rt, !(q->flags & LR_ROUTE_DRY_RUN)));
-    struct lr__rng rng_before = r->rng; /* a failed call draws nothing */
-    rt.seed = lr__rng_next(&r->rng);
-    struct lr__rng prng;
-    lr__rng_seed(&prng, rt.seed);
-    struct lr__pctx c = route_decide(r, &rt);
-    c.rng = &prng;
-    for (uint32_t k = 0; k < r->n_act; k++)
-        r->score[k] = NAN;
-    rt.ch = lr__policy_decide(r->policy, &c);
-    if (q->flags & LR_ROUTE_DRY_RUN) {
-        r->st.dry_runs++;
-    } else {
-        lr_status st = route_record(r, &rt);
-        if (st != LR_OK) {
-            r->rng = rng_before;
-            return st;
-        }
+    route_housekeep(r, q->now_ns);
+    route_start(r, rt, rt->sc, q, rt->kb, rt->v.n_keys);
+    LR_TRY(route_table(r, rt, !(q->flags & LR_ROUTE_DRY_RUN)));
+    *c = route_decide(r, rt);
+    if (c->model != NULL) {
+        LR_TRY(lr__router_scratch_model(r, rt->sc,
+                                        lr__mlp_scratch_floats(c->model)));
+        c->model_scratch = rt->sc->model;
     }
-    lr__decision_fill(d, &c, &rt.ch, rt.seed);
-    d->n_scores = 0;
-    if (q->flags & LR_ROUTE_SCORES)
-        fill_scores(r, d);
-    lr__router_clock_take(r, q->now_ns);
+    rt->seed = draw(r, before, after);
+    lr__rng_seed(prng, rt->seed);
+    c->rng = prng;
+    for (uint32_t k = 0; k < r->n_act; k++)
+        rt->sc->score[k] = NAN;
+    rt->ch = lr__policy_decide(r->policy, c);
     return LR_OK;
+}
+
+/* How often a route decides again when its choice stopped being routable
+ * between the decision and the record (an instance drained or removed by
+ * another thread meanwhile). */
+#define ROUTE_TRIES 8
+
+/* The decision under the read lock (many routes at once), the record
+ * under the write lock (one at a time, and short: the learn, the
+ * dispatch, the states' records). */
+static lr_status
+route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
+{
+    const lr_request *q = rt->v.q;
+    bool dry = (q->flags & LR_ROUTE_DRY_RUN) != 0;
+    const uint64_t *kb = rt->kb;
+    size_t nk = rt->v.n_keys;
+    for (int tries = 0;; tries++) {
+        struct lr__pctx c;
+        struct lr__rng prng, before, after;
+        rt->kb = kb;
+        rt->v.n_keys = nk;
+        lr__router_rdlock(r);
+        lr_status st = route_read(r, rt, d, &c, &prng, &before, &after);
+        if (st == LR_OK && dry) {
+            atomic_fetch_add_explicit(&r->dry_runs, 1, memory_order_relaxed);
+            lr__router_clock_take(r, q->now_ns);
+        }
+        lr__router_rdunlock(r);
+        if (st != LR_OK)
+            return st;
+        if (!dry) {
+            lr__router_lock(r);
+            uint32_t id = rt->sc->rows[rt->ch.k].instance;
+            st = record_check(r, q);
+            bool moved = st == LR_OK && lr__router_act_index(r, id) == NONE;
+            if (st == LR_OK && !moved)
+                st = route_record(r, rt);
+            if (st == LR_OK && !moved)
+                lr__router_clock_take(r, q->now_ns);
+            lr__router_unlock(r);
+            if (st != LR_OK || moved)
+                undraw(r, &before, &after);
+            if (st != LR_OK)
+                return st;
+            if (moved) {
+                if (tries + 1 < ROUTE_TRIES)
+                    continue;
+                return LR_ESTATE; /* the fleet changed under every try */
+            }
+        }
+        lr__decision_fill(d, &c, &rt->ch, rt->seed);
+        d->n_scores = 0;
+        if (q->flags & LR_ROUTE_SCORES)
+            fill_scores(rt, d);
+        return LR_OK;
+    }
 }
 
 static lr_status
@@ -485,31 +611,45 @@ lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
     LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
     LR_RETURN_IF(decision->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
     LR_TRY(check_request(&q));
+    struct lr__rscratch *sc;
+    LR_TRY(lr__router_scratch_get(r, &sc));
     /* Hashing is pure and a recording route needs every key: hash before
-     * taking the lock, so that another thread's route runs meanwhile
-     * (block_tokens never changes after creation). On the stack, up to
-     * UNLOCKED_KEYS; a longer prompt is hashed under the lock as before
-     * (the host's allocator is never called outside it). */
+     * any lock (block_tokens never changes after creation), on the stack
+     * up to UNLOCKED_KEYS, in the scratch beyond. A dry run hashes under
+     * the read lock only what its policy reads (keys_needed). */
     uint64_t kb[UNLOCKED_KEYS];
     size_t nk = q.n_tokens / r->block_tokens;
-    const uint64_t *pre = NULL;
-    if (!(q.flags & LR_ROUTE_DRY_RUN) && nk > 0 && nk <= UNLOCKED_KEYS &&
-        lr_block_keys(r->block_tokens, q.tokens, nk * r->block_tokens,
-                      q.tenant_salt, kb, UNLOCKED_KEYS, &nk) == LR_OK)
-        pre = kb;
-    lr__router_lock(r);
-    lr_status st = route_locked(r, &q, decision, pre, pre != NULL ? nk : 0);
-    return lr__router_release(r, st);
+    struct route rt = { .sc = sc }; /* the rest under the lock */
+    rt.v.q = &q;
+    lr_status st = LR_OK;
+    if (!(q.flags & LR_ROUTE_DRY_RUN) && nk > 0) {
+        uint64_t *buf = kb;
+        if (nk > UNLOCKED_KEYS) {
+            st = scratch_keys(r, sc, nk);
+            buf = sc->kbuf;
+        }
+        if (st == LR_OK &&
+            lr_block_keys(r->block_tokens, q.tokens, nk * r->block_tokens,
+                          q.tenant_salt, buf, nk, &nk) == LR_OK) {
+            rt.kb = buf;
+            rt.v.n_keys = nk;
+        }
+    }
+    if (st == LR_OK)
+        st = route_two_phase(r, &rt, decision);
+    lr__router_scratch_put(r, sc);
+    return st;
 }
 
 static void
-copy_rows(const lr_router *r, lr_candidate *rows, size_t row_size)
+copy_rows(const struct route *rt, lr_candidate *rows, size_t row_size)
 {
-    for (uint32_t k = 0; k < r->n_act; k++) {
+    for (uint32_t k = 0; k < rt->v.routable; k++) {
         char *dst = (char *)rows + k * row_size;
         memset(dst, 0, row_size);
-        memcpy(dst, &r->rows[k],
-               row_size < sizeof *r->rows ? row_size : sizeof *r->rows);
+        memcpy(dst, &rt->sc->rows[k],
+               row_size < sizeof(lr_candidate) ? row_size
+                                               : sizeof(lr_candidate));
     }
 }
 
@@ -524,20 +664,26 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     lr_request q;
     LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
     LR_TRY(check_request(&q));
-    lr__router_lock(r);
+    struct lr__rscratch *sc;
+    LR_TRY(lr__router_scratch_get(r, &sc));
+    lr__router_rdlock(r);
     lr_status st = r->n_act == 0 ? LR_ESTATE : LR_OK;
     if (st == LR_OK) /* a query: judged, never taken */
         st = lr__router_clock(r, q.now_ns, false);
     *n_rows = r->n_act;
     if (st == LR_OK && capacity < r->n_act)
         st = LR_EBUFSIZE;
+    if (st == LR_OK)
+        route_housekeep(r, q.now_ns);
     struct route rt;
-    route_start(r, &rt, &q, NULL, 0);
+    route_start(r, &rt, sc, &q, NULL, 0);
     if (st == LR_OK)
         st = route_table(r, &rt, false);
     if (st == LR_OK)
-        copy_rows(r, rows, row_size);
-    return lr__router_release(r, st);
+        copy_rows(&rt, rows, row_size);
+    lr__router_rdunlock(r);
+    lr__router_scratch_put(r, sc);
+    return st;
 }
 
 lr_status
@@ -552,18 +698,22 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     LR_TRY(check_request(&q));
     in->n_params = LR__PARAM_COUNT;
     LR_RETURN_IF(capacity < LR__PARAM_COUNT, LR_EBUFSIZE);
-    lr__router_lock(r);
+    struct lr__rscratch *sc;
+    LR_TRY(lr__router_scratch_get(r, &sc));
+    lr__router_rdlock(r);
     memcpy(params, r->param, sizeof r->param);
     in->params = params;
     in->prompt_tokens = (uint32_t)q.n_tokens;
     in->expected_output_tokens = output_of(r, &q);
     in->block_tokens = r->block_tokens;
     struct route rt;
-    route_start(r, &rt, &q, NULL, 0);
+    route_start(r, &rt, sc, &q, NULL, 0);
     in->last_instance = route_decide(r, &rt).last; /* the cursor, if any */
     in->seed = 0;
     in->model = NULL;
-    return lr__router_release(r, LR_OK);
+    lr__router_rdunlock(r);
+    lr__router_scratch_put(r, sc);
+    return LR_OK;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -649,19 +799,23 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     LR_RETURN_IF(capacity > 0 && moves == NULL, LR_EINVAL);
     LR_RETURN_IF(move_size < sizeof(lr_move), LR_EINVAL);
     *n_moves = 0;
-    lr__router_lock(r);
+    struct lr__rscratch *sc;
+    LR_TRY(lr__router_scratch_get(r, &sc));
+    lr__router_rdlock(r);
     lr_status st = lr__router_clock(r, now_ns, false); /* a query */
-    if (st != LR_OK) {
-        return lr__router_release(r, st);
+    if (st == LR_OK) {
+        uint64_t max_age = stats_max_age_ns(r);
+        for (uint32_t k = 0; k < r->n_act; k++) {
+            sc->cached_by_id[r->act[k]] = 0;
+            gather_row(r, sc->cached_by_id, r->act[k], now_ns, max_age,
+                       &sc->rows[k]);
+        }
+        *n_moves = lr__dualmap_plan(sc->rows, r->n_act, r->param, r->ld,
+                                    sc->score, moves, capacity, move_size);
     }
-    uint64_t max_age = stats_max_age_ns(r);
-    for (uint32_t k = 0; k < r->n_act; k++) {
-        r->cached_by_id[r->act[k]] = 0;
-        gather_row(r, r->act[k], now_ns, max_age, &r->rows[k]);
-    }
-    *n_moves = lr__dualmap_plan(r->rows, r->n_act, r->param, r->ld, r->score,
-                                moves, capacity, move_size);
-    return lr__router_release(r, LR_OK);
+    lr__router_rdunlock(r);
+    lr__router_scratch_put(r, sc);
+    return st;
 }
 
 lr_status

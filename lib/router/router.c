@@ -66,6 +66,88 @@ lr_router_param_bounds(int32_t key)
 
 /* ---- create / destroy ------------------------------------------------------------- */
 
+/* ---- route scratch ------------------------------------------------------------ */
+
+static void
+scratch_free(lr_router *r, struct lr__rscratch *sc)
+{
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst;
+    lr__free(m, sc->rows, ni * sizeof *sc->rows);
+    lr__free(m, sc->score, ni * sizeof *sc->score);
+    lr__free(m, sc->hits, ni * sizeof *sc->hits);
+    lr__free(m, sc->cached_by_id, ni * sizeof(uint32_t));
+    lr__free(m, sc->kbuf, sc->kbuf_cap * sizeof(uint64_t));
+    lr__index_scratch_free(m, sc->ms);
+    lr__free(m, sc->model, sc->model_cap * sizeof(float));
+    lr__free(m, sc, sizeof *sc);
+}
+
+/* One more scratch (the first at create: a router used from one thread
+ * never allocates one on its request path). */
+static lr_status
+scratch_new(lr_router *r, struct lr__rscratch **out)
+{
+    struct lr__mem *m = &r->mem;
+    size_t ni = r->max_inst;
+    struct lr__rscratch *sc = lr__calloc(m, 1, sizeof *sc);
+    LR_RETURN_IF(sc == NULL, LR_ENOMEM);
+    sc->rows = lr__calloc(m, ni, sizeof *sc->rows);
+    sc->score = lr__calloc(m, ni, sizeof *sc->score);
+    sc->hits = lr__calloc(m, ni, sizeof *sc->hits);
+    sc->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
+    lr_status st = sc->rows == NULL || sc->score == NULL || sc->hits == NULL ||
+                           sc->cached_by_id == NULL
+                       ? LR_ENOMEM
+                       : lr__index_scratch_new(r->ix, m, &sc->ms);
+    if (st != LR_OK) {
+        scratch_free(r, sc);
+        return st;
+    }
+    *out = sc;
+    return LR_OK;
+}
+
+lr_status
+lr__router_scratch_get(lr_router *r, struct lr__rscratch **out)
+{
+    pthread_mutex_lock(&r->pool_mu);
+    struct lr__rscratch *sc = r->pool;
+    if (sc != NULL)
+        r->pool = sc->next;
+    pthread_mutex_unlock(&r->pool_mu);
+    if (sc == NULL) {
+        LR_TRY(scratch_new(r, &sc));
+        pthread_mutex_lock(&r->pool_mu);
+        r->n_scratch++;
+        pthread_mutex_unlock(&r->pool_mu);
+    }
+    *out = sc;
+    return LR_OK;
+}
+
+lr_status
+lr__router_scratch_model(lr_router *r, struct lr__rscratch *sc, size_t n)
+{
+    if (n <= sc->model_cap)
+        return LR_OK;
+    float *p = lr__calloc(&r->mem, n, sizeof *p);
+    LR_RETURN_IF(p == NULL, LR_ENOMEM);
+    lr__free(&r->mem, sc->model, sc->model_cap * sizeof(float));
+    sc->model = p;
+    sc->model_cap = n;
+    return LR_OK;
+}
+
+void
+lr__router_scratch_put(lr_router *r, struct lr__rscratch *sc)
+{
+    pthread_mutex_lock(&r->pool_mu);
+    sc->next = r->pool;
+    r->pool = sc;
+    pthread_mutex_unlock(&r->pool_mu);
+}
+
 static void
 router_free(lr_router *r)
 {
@@ -80,11 +162,11 @@ router_free(lr_router *r)
     lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
     lr__free(m, r->init_rtt_ms, ni * sizeof(double));
-    lr__free(m, r->rows, ni * sizeof *r->rows);
-    lr__free(m, r->score, ni * sizeof *r->score);
-    lr__free(m, r->hits, ni * sizeof *r->hits);
-    lr__free(m, r->cached_by_id, ni * sizeof(uint32_t));
-    lr__free(m, r->kbuf, r->kbuf_cap * sizeof(uint64_t));
+    while (r->pool != NULL) {
+        struct lr__rscratch *sc = r->pool;
+        r->pool = sc->next;
+        scratch_free(r, sc);
+    }
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
         ops->destroy(st, m);
@@ -94,7 +176,9 @@ router_free(lr_router *r)
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
-    pthread_mutex_destroy(&r->mu);
+    pthread_rwlock_destroy(&r->rw);
+    pthread_mutex_destroy(&r->rng_mu);
+    pthread_mutex_destroy(&r->pool_mu);
     LR__HANDLE_FREE(r, lr_router);
 }
 
@@ -152,6 +236,14 @@ lr__router_pstates_sync(lr_router *r)
         if (ops->sync != NULL)
             ops->sync(st, r->param);
     }
+}
+
+/* The clock's skew from its parameter (<= 4.7e9 s: in 64 bits), set
+ * when the parameter is: the read side judges times without writing. */
+static void
+clock_skew(lr_router *r)
+{
+    r->clock.skew_ns = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
 }
 
 lr_status
@@ -215,15 +307,12 @@ create_tables(lr_router *r)
     r->inst = lr__calloc(m, ni, sizeof *r->inst);
     r->act = lr__calloc(m, ni, sizeof *r->act);
     r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
-    r->rows = lr__calloc(m, ni, sizeof *r->rows);
-    r->score = lr__calloc(m, ni, sizeof *r->score);
-    r->hits = lr__calloc(m, ni, sizeof *r->hits);
-    r->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
     r->src = lr__calloc(m, ni, sizeof *r->src);
     if (r->inst == NULL || r->act == NULL || r->init_rtt_ms == NULL ||
-        r->rows == NULL || r->score == NULL || r->hits == NULL ||
-        r->cached_by_id == NULL || r->src == NULL)
+        r->src == NULL)
         return LR_ENOMEM;
+    LR_TRY(scratch_new(r, &r->pool));
+    r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
                           r->opt.replica_id, r->opt.gauge_ttl_ns));
     return lr__router_pstates_setup(r, r->policy);
@@ -254,6 +343,35 @@ copy_policy_options(lr_router *r, const lr_learner_options *learner)
         const struct lr__pstate_ops *ops = lr__pstate_ops_of(r->pt, kind);
         if (ops != NULL && ops->check != NULL)
             LR_TRY(ops->check(&env));
+    }
+    return LR_OK;
+}
+
+/* The read-write lock (writers first where the C library can say so:
+ * routes, which read, must not starve telemetry, which writes), the
+ * generator's and the scratch pool's mutexes: all or none. */
+static lr_status
+locks_init(lr_router *r)
+{
+    pthread_rwlockattr_t a;
+    if (pthread_rwlockattr_init(&a) != 0)
+        return LR_ENOMEM;
+#if defined(__GLIBC__)
+    (void)pthread_rwlockattr_setkind_np(
+        &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    int e = pthread_rwlock_init(&r->rw, &a);
+    pthread_rwlockattr_destroy(&a);
+    if (e != 0)
+        return LR_ENOMEM;
+    if (pthread_mutex_init(&r->rng_mu, NULL) != 0) {
+        pthread_rwlock_destroy(&r->rw);
+        return LR_ENOMEM;
+    }
+    if (pthread_mutex_init(&r->pool_mu, NULL) != 0) {
+        pthread_mutex_destroy(&r->rng_mu);
+        pthread_rwlock_destroy(&r->rw);
+        return LR_ENOMEM;
     }
     return LR_OK;
 }
@@ -290,7 +408,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     LR_TRY(read_options(opt, &o));
     lr_router *r;
     LR_TRY(LR__HANDLE_NEW(r, lr_router, o.allocator));
-    if (pthread_mutex_init(&r->mu, NULL) != 0) {
+    if (locks_init(r) != LR_OK) {
         LR__HANDLE_FREE(r, lr_router);
         return LR_ENOMEM;
     }
@@ -304,6 +422,7 @@ lr_router_create(const lr_router_options *opt, lr_router **out)
     lr__rng_seed(&r->rng, o.seed);
     r->hash_seed = lr__hash_seed(o.hash_seed, r);
     lr__param_defaults(r->param);
+    clock_skew(r);
     for (unsigned c = 0; c < LR_LOAD_MAX_CLASSES; c++)
         r->rate[c] = DEFAULT_RATE;
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
@@ -385,8 +504,6 @@ lr_router_instance_count(const lr_router *r)
 lr_status
 lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates)
 {
-    /* skew <= 4.7e9 s: in 64 bits */
-    r->clock.skew_ns = (uint64_t)(r->param[LR_PARAM_CLOCK_SKEW_S] * 1e9);
     return lr__clock_judge(&r->clock, t_ns, mutates);
 }
 
@@ -706,6 +823,7 @@ set_param_locked(lr_router *r, int32_t key, double value)
     if (st != LR_OK)
         r->param[key] = old;
     lr__router_pstates_sync(r);
+    clock_skew(r);
     return st;
 }
 
@@ -744,6 +862,7 @@ lr_router_get_stats(const lr_router *r, lr_router_stats *out)
     LR_TRY(lr__out_check(r, out, LR_ROUTER_STATS_SIZE_V1));
     lr__router_lock(r);
     lr_router_stats s = r->st;
+    s.dry_runs = atomic_load(&((lr_router *)r)->dry_runs);
     s.inflight = lr_load_inflight(r->ld);
     s.instances = r->n_inst;
     s.routable = r->n_act;
@@ -817,7 +936,7 @@ lr__router_digest(const lr_router *r)
     h = lr__digest_mix(h, lr__hash(r->rate, sizeof r->rate, 2));
     for (int k = 0; k < 4; k++)
         h = lr__digest_mix(h, r->rng.s[k]);
-    h = lr__digest_mix(h, r->st.routes ^ (r->st.dry_runs << 20) ^
+    h = lr__digest_mix(h, r->st.routes ^ (atomic_load(&r->dry_runs) << 20) ^
                               r->st.prompt_tokens);
     h = lr__digest_mix(h, lr__hash(r->by_reason, sizeof r->by_reason, 3));
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)

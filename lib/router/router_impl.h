@@ -25,14 +25,45 @@ struct lr__rinst {
     uint8_t draining;
 };
 
+/* One route's scratch: its table, scores, hits and keys, sized for
+ * max_instances (rows, scores, hits, cached tokens by id) or grown to the
+ * prompt (keys). Routes on several threads each take one from the
+ * router's pool (lr__router_scratch_get), so the read side of route()
+ * shares nothing it writes. */
+struct lr__rscratch {
+    struct lr__rscratch *next; /* the pool's free list */
+    lr_candidate *rows;
+    double *score;
+    lr_index_hit *hits;
+    uint32_t *cached_by_id;
+    uint64_t *kbuf;
+    size_t kbuf_cap;
+    struct lr__match_scratch *ms; /* the index's peek */
+    float *model;                 /* the scorer's pass (lr__pctx) */
+    size_t model_cap;             /* floats */
+};
+
 struct lr_router {
     struct lr__mem mem;
-    pthread_mutex_t mu;
-    /* 1 while a thread holds mu (lr__router_lock): what a waiter reads
-     * while it spins, so that spinning writes nothing the holder reads. */
+    /* The router's lock (lr__router_lock / lr__router_rdlock): route()'s
+     * decision and the queries read under it, everything that changes
+     * the router writes. Writers are preferred (glibc), so that routes
+     * cannot starve the telemetry. */
+    pthread_rwlock_t rw;
+    /* 1 while a writer holds rw: what a waiter reads while it spins, so
+     * that spinning writes nothing the holder reads. */
     _Atomic uint32_t busy;
     uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
+    /* The routing generator: one draw per decision, in order, under its
+     * own small lock (the decision runs under the read lock). */
+    pthread_mutex_t rng_mu;
     struct lr__rng rng;
+    /* Routes' scratch not in use (lr__router_scratch_get/put). */
+    pthread_mutex_t pool_mu;
+    struct lr__rscratch *pool;
+    size_t n_scratch; /* made, in use or not */
+    /* dry runs: counted under the read lock */
+    _Atomic uint64_t dry_runs;
     int32_t policy;
     uint32_t max_inst;
     uint32_t block_tokens;
@@ -55,13 +86,6 @@ struct lr_router {
     /* Policy parameters; the values a state owns (GORGO's weights in
      * service) are synced in from it (lr__router_pstates_sync). */
     double param[LR__PARAM_COUNT];
-    /* per-route scratch, sized at create */
-    lr_candidate *rows;
-    double *score;
-    lr_index_hit *hits;
-    uint32_t *cached_by_id;
-    uint64_t *kbuf;
-    size_t kbuf_cap;
     /* Each state kind's state (policy.h: the policies' own, the recency
      * table), made on first use and kept; NULL until then. Read without
      * the lock by the host's learner calls, hence atomic. */
@@ -93,18 +117,16 @@ struct lr_router {
 lr_status lr__router_clock(lr_router *r, uint64_t t_ns, bool mutates);
 void lr__router_clock_take(lr_router *r, uint64_t t_ns);
 
-/* Waits a contended lock spins before it sleeps. A route() holds the
- * mutex for a few microseconds, and a thread that routes back to back
- * takes it again within a few more (route, complete, route), so a waiter
- * often sees several holds go by. A plain mutex puts it to sleep at once:
- * a futex wait, the holder's futex wake and the scheduler's wake-up
- * latency cost more than the wait, and two threads routed fewer requests
- * a second than one (docs/perf.md, "Two threads"). The spin reads `busy`
- * and tries the mutex only when it looks free; its bound is about 100 us
- * at a 25 ns pause (measured: 1024 spins gained half as much as 4096).
- * A holder that was descheduled makes the waiter sleep after the bound,
- * as before; on a single processor, where the holder cannot run while the
- * waiter spins, the waiter sleeps at once (lr_router.spins = 0). */
+/* Waits a contended lock spins before it sleeps. A route()'s write
+ * section holds the lock for a few microseconds, and a thread that routes
+ * back to back takes it again within a few more (route, complete, route),
+ * so a waiter often sees several holds go by. Sleeping at once costs a
+ * futex wait, the holder's wake and the scheduler's wake-up latency, more
+ * than the wait (docs/perf.md, "Threads"). The spin reads `busy` and
+ * tries the lock only when no writer looks to hold it; its bound is about
+ * 100 us at a 25 ns pause. A holder that was descheduled makes the waiter
+ * sleep after the bound; on a single processor, where the holder cannot
+ * run while the waiter spins, the waiter sleeps at once (spins = 0). */
 #define LR__ROUTER_SPINS 4096u
 
 static inline void
@@ -117,18 +139,19 @@ lr__router_pause(void)
 #endif
 }
 
+/* The write side: everything that changes the router. */
 static inline void
 lr__router_lock(const lr_router *r)
 {
     lr_router *w = (lr_router *)r;
-    bool held = pthread_mutex_trylock(&w->mu) == 0;
+    bool held = pthread_rwlock_trywrlock(&w->rw) == 0;
     for (unsigned i = 0; !held && i < w->spins; i++) {
         lr__router_pause();
         held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
-               pthread_mutex_trylock(&w->mu) == 0;
+               pthread_rwlock_trywrlock(&w->rw) == 0;
     }
     if (!held)
-        pthread_mutex_lock(&w->mu);
+        pthread_rwlock_wrlock(&w->rw);
     atomic_store_explicit(&w->busy, 1, memory_order_relaxed);
 }
 
@@ -137,10 +160,39 @@ lr__router_unlock(const lr_router *r)
 {
     lr_router *w = (lr_router *)r;
     atomic_store_explicit(&w->busy, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&w->mu);
+    pthread_rwlock_unlock(&w->rw);
 }
 
-/* Unlock, then return st: the tail of every call that holds the mutex. */
+/* The read side: route()'s decision and the queries, many at once. */
+static inline void
+lr__router_rdlock(const lr_router *r)
+{
+    lr_router *w = (lr_router *)r;
+    bool held = pthread_rwlock_tryrdlock(&w->rw) == 0;
+    for (unsigned i = 0; !held && i < w->spins; i++) {
+        lr__router_pause();
+        held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
+               pthread_rwlock_tryrdlock(&w->rw) == 0;
+    }
+    if (!held)
+        pthread_rwlock_rdlock(&w->rw);
+}
+
+static inline void
+lr__router_rdunlock(const lr_router *r)
+{
+    pthread_rwlock_unlock(&((lr_router *)r)->rw);
+}
+
+/* A route's scratch from the pool (made when none is free: LR_ENOMEM),
+ * and back. Under neither lock. */
+lr_status lr__router_scratch_get(lr_router *r, struct lr__rscratch **out);
+void lr__router_scratch_put(lr_router *r, struct lr__rscratch *sc);
+/* Grow sc's scorer buffer to n floats: LR_ENOMEM leaves it as it was. */
+lr_status lr__router_scratch_model(lr_router *r, struct lr__rscratch *sc,
+                                   size_t n);
+
+/* Unlock, then return st: the tail of every call that writes. */
 static inline lr_status
 lr__router_release(const lr_router *r, lr_status st)
 {
