@@ -1192,6 +1192,7 @@ extern "C" {
     pub fn lr_router_expire(router: *mut lr_router, now_ns: u64) -> lr_status;
     pub fn lr_router_learn_step(router: *mut lr_router, flags: u32, trained: *mut i32)
         -> lr_status;
+    #[deprecated(note = "use lr_lodestar_feature_count")]
     pub fn lr_router_learner_feature_count(router: *const lr_router) -> u32;
     pub fn lr_router_learner_samples(
         router: *mut lr_router,
