@@ -453,7 +453,7 @@ bench_ring(int quick)
     lr_ring_destroy(ring);
 }
 
-/* Instance churn (issue 16): a router holding n instances (160 vnodes
+/* Instance churn: a router holding n instances (160 vnodes
  * each, the default) removes one and adds it back, iters times; each
  * call's time under the router's lock, which is how long a route() on
  * another thread can be held off. */

@@ -1,4 +1,4 @@
-/* The soak (issue 16): lrsim's engines behind one router for an hour of
+/* The soak: lrsim's engines behind one router for an hour of
  * simulated traffic, everything a long-lived gateway sees going wrong at
  * once, then a clean end.
  *

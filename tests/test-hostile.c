@@ -1,4 +1,4 @@
-/* Hostile inputs, part two (issue 16): hash flooding against the index's
+/* Hostile inputs: hash flooding against the index's
  * tables, the router's clock, and where their seeds come from. Every
  * cost here is counted (probe lengths, re-salts), never timed, so the
  * tests cannot flake. The MLP's non-finite models are in mlp.c, instance

@@ -105,7 +105,7 @@ options_checked(void **state)
     bad.max_abs_reward = NAN;
     assert_st(lr_learner_create(&bad, &l), LR_EINVAL);
     /* a bound past what a network trains on would let a 1e300 reward
-     * through to a float target of infinity (issue 16) */
+     * through to a float target of infinity */
     bad.max_abs_reward = 1e31;
     assert_st(lr_learner_create(&bad, &l), LR_EINVAL);
     assert_null(l);

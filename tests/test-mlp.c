@@ -1588,7 +1588,7 @@ load_rejects_crafted_blobs(void **state)
         { max_at + 4, NAN },
         { min_at, 1e30f }, /* min > max */
         { max_at + 8, -1e30f },
-        /* issue 16: finite but past LR_MLP_MAX_WEIGHT or _VALUE */
+        /* finite but past LR_MLP_MAX_WEIGHT or _VALUE */
         { par_at, 2e4f },
         { par_at + 4 * (np - 1), -1e5f },
         { mean_at, 1e31f },

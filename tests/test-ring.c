@@ -1011,7 +1011,7 @@ test_differential(void **state)
         { "ties, 3 vnodes", 3, 24, true, 3000 },
         /* up to 960 entries in a few dozen leaves, most of them on 16
          * positions: runs of ties longer than a leaf, split and merged
-         * across leaf boundaries (issue 16's leaves) */
+         * across leaf boundaries */
         { "ties, 40 vnodes", 40, 24, true, 1200 },
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -1444,7 +1444,7 @@ test_bulk_bad(void **state)
     assert_int_equal(t.live_bytes, 0);
 }
 
-/* ---- churn cost (issue: O(leaves) per add) ------------------------------ */
+/* ---- churn cost: nothing O(leaves) per add ------------------------------- */
 
 /* Work per add and per removal must not grow with the ring. Counted, not
  * timed (lr__ring_work: entries moved, table slots written, leaves

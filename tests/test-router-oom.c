@@ -160,7 +160,7 @@ static void
 oom_set_policy(void **state)
 {
     (void)state;
-    /* dualmap: its hotness window is made on first use (issue 16) */
+    /* dualmap: its hotness window is made on first use */
     static const lr_policy to[] = { LR_POLICY_ADAPTIVE, LR_POLICY_LODESTAR,
                                     LR_POLICY_DUALMAP };
     for (size_t i = 0; i < sizeof to / sizeof to[0]; i++) {

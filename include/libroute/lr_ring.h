@@ -60,8 +60,8 @@ typedef struct lr_ring_options {
     size_t struct_size;
     const lr_allocator *allocator; /* borrowed, copied; NULL = libc */
     uint32_t vnodes;               /* per instance; default 160 */
-    uint32_t max_instances;        /* default 4096, at most 65536; each add
-                                      costs O(instances x vnodes) */
+    uint32_t max_instances;        /* default 4096, at most 65536; an add
+                                      or remove costs O(vnodes x log) */
     /* v1 ends here */
 } lr_ring_options;
 

@@ -33,9 +33,13 @@
  * same way but never move it.
  *
  * Thread safety: every lr_router_* call on one router may be made from
- * many threads at once; the router serializes them with one mutex. It
- * starts no thread. lr_router_learn_step() trains outside that mutex, so
- * route() never waits behind training.
+ * many threads at once (lr_router_destroy excepted). route() decides
+ * under a shared lock, so routes from several threads run in parallel,
+ * and takes the exclusive lock only to record its choice; every call
+ * that changes the router takes it exclusively (with glibc, waiting
+ * writers go first). The allocator may be called from several threads
+ * at once. The router starts no thread. lr_router_learn_step() trains outside
+ * the lock, so route() never waits behind training.
  *
  * Missing or stale telemetry: an instance with no scrape counts as
  * running = waiting = 0 and kv_use = 0; a scrape older than
@@ -180,11 +184,12 @@ LR_API lr_status lr_router_create(const lr_router_options *opt,
 LR_API void lr_router_destroy(lr_router *router);
 
 /** Switch policy. State the policies share (index, load, ring) is kept;
- * per-policy state (round-robin cursor, hotness tree, tuner, Lodestar's
- * learner and samples) is kept too.
+ * so is each policy's own state (round-robin cursor, hotness window,
+ * tuner, Lodestar's learner and samples, adaptive's calibration), made
+ * the first time a policy that needs it is chosen.
  * @param policy  an lr_policy value.
- * @return LR_OK; LR_EINVAL (NULL, unknown policy); LR_ENOMEM (the first
- *   switch to LR_POLICY_LODESTAR makes its learner; the policy stays).
+ * @return LR_OK; LR_EINVAL (NULL, unknown policy); LR_ENOMEM (making the
+ *   new policy's state failed; the old policy stays).
  * @since 0.1 */
 LR_API lr_status lr_router_set_policy(lr_router *router, int32_t policy);
 
@@ -409,7 +414,8 @@ LR_API lr_status lr_router_policy_input(lr_router *router,
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
 /** First token of a request: it leaves its instance's queue. The TTFT
- * (now - route time) feeds the tuners. A repeat is a no-op.
+ * (now - route time) feeds the policies that learn from it (GORGO's
+ * tuner, Lodestar's samples, adaptive's calibration). A repeat is a no-op.
  * @return LR_OK; LR_EINVAL; LR_ENOENT;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
  *   first; @since 0.2). @since 0.1 */

@@ -37,8 +37,9 @@
 
 #define LR_NIL UINT32_MAX
 
-/* Keep a value the compiler would otherwise drop, so that a load made only
- * to pull a cache line in (see prefetch_key in index.c) stays a load. */
+/* Keep a value the compiler would otherwise drop, so that a load made
+ * only to pull a cache line in (the ring's and the index's prefetches)
+ * stays a load. */
 static inline void
 lr__sink(uint64_t v)
 {

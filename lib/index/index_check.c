@@ -398,7 +398,7 @@ lr__index_raw(const lr_index *idx, size_t *size)
     return idx;
 }
 
-/* ---- flooding (issue 16) -------------------------------------------------- */
+/* ---- flooding ------------------------------------------------------------ */
 
 uint64_t
 lr__index_key_hash(const lr_index *ix, uint64_t key)

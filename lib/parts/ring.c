@@ -53,9 +53,9 @@
  * replica agrees.
  *
  * Churn is O(vnodes x log(total vnodes)) and nothing in it grows with the
- * number of leaves (issue 16: 0.1 kept one sorted array, instances x
- * vnodes per add; 0.2's first leaves still rewrote an array of every leaf
- * and the whole jump table per add: 65,534 adds to a router took 69 s).
+ * number of leaves (a sorted array, or leaves kept in one array with a
+ * jump table rebuilt per add, cost instances x vnodes per add: 65,534
+ * adds to a router took 69 s that way).
  * Adding an instance sorts its vnodes, finds each one's leaf through the
  * table, merges each leaf's share into it and splits a leaf that
  * overflows into leaves at most 3/4 full, linked in after it. Only a split
@@ -652,7 +652,7 @@ plan_add(lr_ring *r, const struct inst *e, const uint64_t *pos,
             pl->grp[i] = NULL;
     } else {
         /* Three passes, so the cache misses overlap instead of queueing
-         * (real loads, as index.c's prefetch_key explains): the table
+         * (real loads, kept by lr__sink): the table
          * slots of all new positions, then the headers they point at,
          * then the targets, by then mostly cached. */
         for (size_t i = 0; i < v; i++)
@@ -1036,7 +1036,7 @@ delete_entry(lr_ring *r, uint64_t p, uint32_t id)
  * on the stack (removal allocates nothing): first the table slots of the
  * whole chunk, then the leaf headers they point at, then the lines each
  * entry's guess falls on, so the cache misses of a chunk overlap instead
- * of queueing (real loads, as index.c's prefetch_key explains); then the
+ * of queueing (real loads, kept by lr__sink); then the
  * deletions, which find all of it cached. The warm-up only reads, so the
  * deletions reshaping the leaves after it cannot mislead it. */
 static void

@@ -1,7 +1,7 @@
 /* lr_cost: the cost models and GORGO's online tuner.
  *
- * The formulas themselves are inline in cost.h so that the policies
- * (policy.c, dualmap.c) and lr_cost_eval() run the same code. This file
+ * The formulas themselves are inline in cost.h so that the decide
+ * functions and lr_cost_eval() run the same code. This file
  * holds the handle: its kind, the parameter vector with per-kind bounds,
  * and the (1+1) evolution strategy that tunes a GORGO model's weights.
  *

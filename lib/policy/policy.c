@@ -1,11 +1,15 @@
 /* The policy table and the policies that fit in a few lines each.
  *
  * Each entry of lr__policies[] names a policy, says what the router must
- * gather for it (index match, prefix recency, ring ranks of which key) and
- * points at its decide function. Adding a policy is one entry here plus
- * its decide function; nothing in the router changes. DualMap and Lodestar
- * have files of their own (dualmap.c, lodestar.c); every cost formula is
- * in cost.h.
+ * gather for it (index match, prefix ages, tree sizes, calibration; ring
+ * ranks of which key), points at its decide function and, for a policy
+ * with state, at its state operations (policy.h). A router decides on a
+ * copy of this table (struct lr__ptable), so tests add rows without
+ * touching the built-ins. Adding a policy is its decide function, its
+ * state operations if it keeps any, and one entry here; the router
+ * names none of them. The larger policies have files of their own
+ * (dualmap.c, gorgo.c, lodestar.c, adaptive.c); the row helpers every
+ * policy shares are in rows.c, and every cost formula is in cost.h.
  *
  * Conventions every decide function keeps:
  * - scores are NaN on entry; a policy writes the figure it ranks by (lower

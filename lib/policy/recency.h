@@ -1,9 +1,10 @@
-/* When each instance last took a route through a prefix: a fixed table of
- * (prefix key, instance) -> time, owned by the router and filled at
- * dispatch for the policies that read a cached prefix's age
- * (LR__NEEDS_AGE: Lodestar's decayed hit ratio, adaptive's "not cached
- * yet"). Lossy on purpose: a slot holds the last pair hashed to it, and an
- * overwritten pair reads as unknown (-1), never as another pair's age. */
+/* When each instance last took a route through a prefix: a fixed table
+ * of (prefix key, instance) -> time, a policy state of its own
+ * (LR__STATE_RECENCY) filled at dispatch for the policies that read a
+ * cached prefix's age (LR__NEEDS_AGE: Lodestar's decayed hit ratio,
+ * adaptive's "not cached yet"). Lossy on purpose: a slot holds the last pair
+ * hashed to it, and an overwritten pair reads as unknown (-1), never as another
+ * pair's age. */
 #ifndef LIBROUTE_LIB_RECENCY_H
 #define LIBROUTE_LIB_RECENCY_H
 

@@ -1,25 +1,32 @@
 /* The request path of lr_router: route(), the candidate table, the
  * lifecycle events and the rebalancing plan.
  *
- * The pipeline (route_locked), one step per function:
+ * route() runs in two phases (route_two_phase), one step per function:
  *
- *   request --keys--> block keys (kbuf)
- *           --match-> cached tokens per instance (index, no touch)
- *           --gather> rows[]: one lr_candidate per routable instance, in
- *                     id order (load tracker, scrapes, RTT, class rate,
- *                     stall, prefix recency for Lodestar)
- *           --rank--> ring ranks of the policy's key (ring; DualMap's key
- *                     from its hotness window)
- *           --decide> lr__policy_decide(): the policy table (policy.c),
- *                     with a seed drawn from the router's generator
- *           --record> learn the prompt (index), dispatch (load tracker),
- *                     per-policy state: round-robin cursor, hotness
- *                     window, Lodestar's pending sample
+ *   read lock, many routes at once:
+ *     keys    block keys of the prompt (the route's scratch)
+ *     match   cached tokens per instance (the index's peek: no touch)
+ *     gather  rows[]: one lr_candidate per routable instance, in id order
+ *             (load tracker, scrapes, RTT, class rate, stall, and what
+ *             the policy's states gather: prefix ages, calibration)
+ *     rank    ring ranks of the policy's key (the states may supply it)
+ *     decide  lr__policy_decide() on the router's policy table, with a
+ *             seed drawn under the generator's own mutex
+ *   write lock, one route at a time:
+ *     record  learn the prompt (index), dispatch (load tracker), then
+ *             every state's record operation
  *
- * Only the record step changes anything, and only its first part (the
- * learn) can fail, atomically. Feedback runs the other way: first token
- * -> load tracker, GORGO's tuner (lr_cost), Lodestar's sample; completion
- * and failure -> load tracker. */
+ * The table is read-only and each route writes only its own scratch (the
+ * pool in router.c), so decisions run in parallel. Between the phases
+ * another thread may drain the chosen instance: the record checks, and the
+ * route decides again. Only the learn can fail in the record step, and
+ * atomically. Housekeeping that writes (index and peer expiry, a state's
+ * refresh) is found due under the read lock and done under the write lock
+ * before the table is built.
+ *
+ * Feedback runs the other way: first token -> load tracker and the
+ * states' observe operation (GORGO's tuner, Lodestar's sample, adaptive's
+ * calibration); completion and failure -> load tracker and the states. */
 #include "common/lr_hash.h"
 #include "learn/mlp.h"
 #include "libroute/lr_ring.h"

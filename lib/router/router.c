@@ -1,12 +1,15 @@
-/* lr_router: instances, telemetry intake, parameters, locking and
- * statistics. The request path (route() and the lifecycle) is in route.c;
- * the parts' pass-through (KV events, deltas, gauges, expiry) in
- * router_kv.c; the policies are behind the policy table (policy.c) and
- * see nothing of the router; the per-policy state the router keeps lives
- * in dualmap.c, lodestar.c and GORGO's cost model (cost.c).
+/* lr_router: instances, telemetry intake, parameters, locking, the
+ * route scratch pool and statistics. The request path (route() and the
+ * lifecycle) is in route.c; the parts' pass-through (KV events, deltas,
+ * gauges, expiry) in router_kv.c; the learner's calls in
+ * router_learner.c; snapshots in snapshot.c. The policies sit behind the
+ * router's policy table and keep their own state behind state operations
+ * (policy.h): nothing here names a policy.
  *
- * A mutex serializes every public call on a router, except the learner's
- * training (lr_router_learn_step), which runs outside it. */
+ * Locking (router_impl.h): a read-write lock. route()'s decision and the
+ * queries take it shared; every call that changes the router takes it
+ * exclusive. The learner's training (lr_router_learn_step) runs outside
+ * it and swaps its network in under it. */
 #define _DEFAULT_SOURCE /* sysconf(_SC_NPROCESSORS_ONLN) */
 #include <unistd.h>
 

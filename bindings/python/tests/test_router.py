@@ -436,7 +436,7 @@ class KvEventsAndDeltas(unittest.TestCase):
             self.assertEqual(d.best_cached_tokens, 0)
 
     def test_clock(self):
-        # issue 16: a timestamp far ahead of the newest one taken is
+        # a timestamp far ahead of the newest one taken is
         # refused and changes nothing; a second that agrees moves the
         # clock (the host's clock really jumped)
         with make(index_ttl_ns=10 * S) as r:
