@@ -223,6 +223,7 @@ class Gateway:
                                                    dead_after_s)
         self.stop = threading.Event()
         self.retries = 0
+        self.failures = 0  # requests (tries) told to the router as failed
         self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
                              GatewayMetrics(self.router, self._backend_rows))
         self.threads = [threading.Thread(target=self._watch, args=(b,),
@@ -456,6 +457,12 @@ class Gateway:
                           for t in got])
         return toks, piece_ends(text, got, contents)
 
+    def fail(self, rid: int) -> None:
+        """Request rid ended without an answer."""
+        with self.lock:
+            self.failures += 1
+        self.router.fail(rid, now_ns=now_ns())
+
     def on_observed(self, rid: int, b: Backend, d: "libroute.Decision",
                     observed: int) -> None:
         """The engine reused `observed` prompt tokens of request `rid`,
@@ -487,6 +494,7 @@ class Gateway:
                         self.router.reason_counts().items() if n},
             "inflight": s.inflight,
             "retries": self.retries,
+            "failures": self.failures,
             "restored": self.restored,
             "replicas": {
                 "kv_batches": s.kv_batches, "kv_duplicates": s.kv_duplicates,
@@ -635,7 +643,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 continue
             except OSError as e:  # no answer in time: busy, not gone
                 conn.close()
-                gw.router.fail(rid, now_ns=now_ns())
+                gw.fail(rid)
                 gw.metrics.on_response(504)
                 self._json(504, {"error": f"backend {b.name}: {e}"})
                 return
@@ -650,7 +658,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _refused(self, rid: int, b: Backend) -> None:
         gw = self.gw
-        gw.router.fail(rid, now_ns=now_ns())
+        gw.fail(rid)
         gw.mark_down(b)
         with gw.lock:
             gw.retries += 1
@@ -804,7 +812,7 @@ class _Answer:
         if self.ended:
             return
         self.ended = True
-        self.gw.router.fail(self.rid, now_ns=now_ns())
+        self.gw.fail(self.rid)
 
 
 class GatewayServer(http.server.ThreadingHTTPServer):

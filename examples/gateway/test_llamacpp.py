@@ -214,7 +214,8 @@ class LlamaCpp(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(data)["usage"]["completion_tokens"], 3)
         self.assertEqual(self.rec.last(), ["route", "first", "complete"])
-        self.assertEqual(get(self.port, "/status")["inflight"], 0)
+        st = get(self.port, "/status")
+        self.assertEqual((st["inflight"], st["failures"]), (0, 5))
         self.assertTrue(all(b["up"] for b in
                             get(self.port, "/status")["backends"]))
 
