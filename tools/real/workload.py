@@ -26,9 +26,9 @@ from typing import Any, Dict, List
 class Spec:
     def __init__(self, conversations: int = 24, turns: int = 4,
                  systems: int = 4, rate: float = 1.0,
-                 system_tokens: "tuple[int, int]" = (600, 1200),
-                 user_tokens: "tuple[int, int]" = (40, 200),
-                 output_tokens: "tuple[int, int]" = (16, 32),
+                 system_tokens: "tuple[int, int]" = (300, 600),
+                 user_tokens: "tuple[int, int]" = (30, 120),
+                 output_tokens: "tuple[int, int]" = (8, 16),
                  think_s: "tuple[float, float]" = (2.0, 6.0),
                  vocab: int = 32000, first_id: int = 259,
                  seed: int = 1) -> None:
