@@ -103,19 +103,19 @@ def engine_stats(text: str) -> Optional[Tuple[int, int, float, str]]:
             except ValueError:
                 pass
 
-    def first(names: Tuple[str, ...]) -> Optional[float]:
+    def first(names: Tuple[str, ...]) -> Tuple[Optional[float], str]:
         for n in names:
             v = m.get(n)
             if v is not None and v == v:  # not NaN
-                return v
-        return None
+                return v, n
+        return None, ""
 
-    running = first(_RUNNING)
+    running, name = first(_RUNNING)
     if running is None:
         return None
-    kv = first(_KV_USE) or 0.0
-    return (int(max(running, 0)), int(max(first(_WAITING) or 0, 0)),
-            min(max(kv, 0.0), 1.0), next(iter(m)).split(":")[0])
+    kv = first(_KV_USE)[0] or 0.0
+    return (int(max(running, 0)), int(max(first(_WAITING)[0] or 0, 0)),
+            min(max(kv, 0.0), 1.0), name.split(":")[0])
 
 
 def observed_cached(obj: Any) -> Optional[int]:
