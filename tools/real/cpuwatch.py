@@ -100,16 +100,24 @@ def foreign_now(pids: Callable[[], List[int]], seconds: float = 2.0) -> float:
 
 
 def wait_quiet(pids: Callable[[], List[int]], limit: float,
-               timeout_s: float, log: Callable[[str], None]) -> float:
-    """Wait until the foreign load over 3 s is under `limit` cores (at
-    most timeout_s); returns the last reading."""
+               timeout_s: float, log: Callable[[str], None],
+               window_s: int = 10) -> float:
+    """Wait until the foreign load has been under `limit` cores on average
+    over the last `window_s` seconds, and under 0.5 in each of them (a
+    gap of a few seconds between someone's jobs is not a quiet machine);
+    at most timeout_s. Returns the window's mean."""
     deadline = time.monotonic() + timeout_s
     said = False
-    while True:
-        f = foreign_now(pids, 3.0)
-        if f < limit or time.monotonic() > deadline:
-            return f
-        if not said:
-            log(f"waiting for the machine to be quiet ({f:.2f} foreign "
-                f"cores, limit {limit:.2f})")
-            said = True
+    w = CpuWatch(pids, period_s=1.0)
+    with w:
+        while True:
+            time.sleep(1.0)
+            last = w.samples[-window_s:]
+            mean = sum(last) / len(last) if last else 0.0
+            if (len(last) == window_s and mean < limit and
+                    max(last) < 0.5) or time.monotonic() > deadline:
+                return mean
+            if not said and len(last) == window_s:
+                log(f"waiting for the machine to be quiet ({mean:.2f} "
+                    f"foreign cores over {window_s} s, limit {limit:.2f})")
+                said = True
