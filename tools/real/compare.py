@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import bench
 import workload
@@ -33,8 +33,7 @@ REPLY_BASE = 3 << 40
 
 def trace_lines(run: Dict[str, Any]) -> List[str]:
     """The run's requests as lrsim trace lines (see the module doc)."""
-    spec = workload.Spec(**{k: (tuple(v) if isinstance(v, list) else v)
-                            for k, v in run["spec"].items()})
+    spec = workload.spec_from(run["spec"])
     convs = {c.id: c for c in workload.generate(spec)}
     rows = sorted(bench.rows_of(run), key=lambda r: (r["conv"], r["turn"]))
     out = []
@@ -101,17 +100,13 @@ def spearman(a: List[float], b: List[float]) -> float:
 
 def compare(runs: List[Dict[str, Any]], lrsim: str,
             classes: List[Tuple[str, str]], engines: int,
-            mean_limit: float, max5_limit: float,
-            rate: Optional[float] = None) -> str:
-    """The side-by-side table for one workload (its rate), for each
-    profiled class (name, class file)."""
+            mean_limit: float, max5_limit: float) -> str:
+    """The side-by-side table for one workload's runs, for each profiled
+    class (name, class file)."""
     clean: Dict[str, List[Dict[str, Any]]] = {}
     for r in runs:
-        if bench.disturbed(r, mean_limit, max5_limit):
-            continue
-        if rate is not None and r["spec"]["rate"] != rate:
-            continue
-        clean.setdefault(r["policy"], []).append(r)
+        if not bench.disturbed(r, mean_limit, max5_limit):
+            clean.setdefault(r["policy"], []).append(r)
     if not clean:
         return "no clean runs"
     real = {p: bench.stats([x for r in rs for x in bench.rows_of(r)])

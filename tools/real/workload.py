@@ -25,9 +25,9 @@ from typing import Any, Dict, List
 
 class Spec:
     def __init__(self, conversations: int = 24, turns: int = 4,
-                 systems: int = 4, rate: float = 1.0,
+                 systems: int = 4, rate: float = 0.75,
                  system_tokens: "tuple[int, int]" = (300, 600),
-                 user_tokens: "tuple[int, int]" = (30, 120),
+                 user_tokens: "tuple[int, int]" = (60, 180),
                  output_tokens: "tuple[int, int]" = (8, 16),
                  think_s: "tuple[float, float]" = (2.0, 6.0),
                  vocab: int = 32000, first_id: int = 259,
@@ -41,6 +41,21 @@ class Spec:
 
     def to_json(self) -> Dict[str, Any]:
         return dict(self.__dict__)
+
+    def describe(self) -> str:
+        def r(x: Any) -> str:
+            return f"{x[0]}-{x[1]}"
+        return (f"{self.conversations} conversations x {self.turns} turns, "
+                f"{self.systems} system prompts of {r(self.system_tokens)} "
+                f"tokens, user messages {r(self.user_tokens)}, answers "
+                f"{r(self.output_tokens)}, {self.rate:g} conversations/s, "
+                f"{r(self.think_s)} s between turns, seed {self.seed}")
+
+
+def spec_from(d: Dict[str, Any]) -> Spec:
+    """A Spec from its to_json()."""
+    return Spec(**{k: (tuple(v) if isinstance(v, list) else v)
+                   for k, v in d.items()})
 
 
 class Turn:
