@@ -20,8 +20,24 @@
 
 #include "util.h"
 
+/* How an engine keeps prompts for reuse. */
+enum {
+    /* vLLM's (and SGLang's): a paged KV cache whose full prompt blocks
+     * stay findable by key until their memory is taken (engine.h) */
+    SIM_CACHE_PAGED = 0,
+    /* llama.cpp's llama-server: max_batch slots, each keeping the prompt
+     * of its last request; a request takes the idle slot whose prompt
+     * shares the longest prefix with its own (more than slot_similarity
+     * of it), else the least recently used one, and reuses the shared
+     * prefix; a slot about to lose most of what it holds saves it to a
+     * host-memory prompt cache (host_cache_tokens), from which a request
+     * loads a better prefix (engine.c, "Slots") */
+    SIM_CACHE_SLOTS = 1,
+};
+
 /* An engine speed profile: a 7-8B dense model (Llama-3-8B-like, bf16, 128
- * KiB of KV per token) on one GPU of a kind, as vLLM would run it. */
+ * KiB of KV per token) on one GPU of a kind, as vLLM would run it; or one
+ * measured by an operator (--class-file: sim_class_file_load). */
 struct sim_class {
     const char *name;
     const char *what;
@@ -37,10 +53,29 @@ struct sim_class {
     uint32_t token_budget; /* tokens per step (max_num_batched_tokens) */
     uint64_t kv_tokens;    /* KV cache capacity in tokens */
     uint32_t max_model_len;
+    int cache_kind;             /* SIM_CACHE_* (built-in classes: paged) */
+    uint64_t host_cache_tokens; /* slots: host prompt cache (0: none) */
+    double slot_similarity;     /* slots: share of the prompt that picks a
+                                 * slot by its prefix (llama.cpp's 0.1) */
 };
 
-extern const struct sim_class sim_classes[];
+/* The built-in classes, then those loaded from class files, then an entry
+ * whose name is NULL. A class's index is its class id (the router's
+ * instance class). */
+#define SIM_BUILTIN_CLASSES 5u
+#define SIM_MAX_CLASSES 32u
+extern struct sim_class sim_classes[SIM_MAX_CLASSES + 1];
 const struct sim_class *sim_class_find(const char *name);
+
+/* Add the classes a class file describes (docs/simulator.md, "Engine
+ * classes of your own"): one or more blocks of `key = value` lines, each
+ * starting with `name = NAME`; `#` starts a comment. Keys: what,
+ * overhead_us, prefill_us, ctx_double, decode_seq_us, decode_ctx_us,
+ * max_batch, token_budget, kv_tokens, max_model_len, cache (paged or
+ * slots), host_cache_tokens, slot_similarity. A name must be new (or
+ * define the same class again). Not thread-safe: load before any run.
+ * 0, or -1 with "PATH:LINE: reason" in err. */
+int sim_class_file_load(const char *path, struct sim_err *err);
 
 #define SIM_DEFAULT_CLASS "a100"
 #define SIM_DEFAULT_RTT_US 1000u

@@ -40,6 +40,15 @@ struct queue {
     uint32_t n;
 };
 
+/* A slot of a slots engine, or an entry of its host prompt cache: the
+ * chained keys of a prompt's full blocks (max_keys at most). */
+struct kept {
+    uint64_t *keys;
+    uint32_t n;
+    uint32_t busy;  /* a slot: a running sequence holds it */
+    uint64_t stamp; /* a slot: last use; an entry: when it was saved */
+};
+
 struct sim_engine {
     const struct sim_class *cls;
     int caching;
@@ -67,6 +76,17 @@ struct sim_engine {
     uint64_t pending;
     struct sim_engine_counters c;
     struct sim_kv_sink sink; /* KV events; hooks NULL: none */
+    /* slots (SIM_CACHE_SLOTS): max_batch slots and the host prompt cache
+     * (host[0..n_host) in the order they were saved, oldest first), all
+     * keys in one pool made at create */
+    int slots_mode, slot_reuse;
+    struct kept *slot;
+    struct kept *host;
+    uint32_t n_host, cap_host;
+    uint64_t host_blocks, host_cap_blocks;
+    uint32_t max_keys;
+    uint64_t clock;
+    uint64_t *pool;
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -378,6 +398,192 @@ seq_release_blocks(struct sim_engine *e, struct sim_seq *s)
     s->n_blocks = 0;
 }
 
+/* ---- Slots (llama.cpp's llama-server) -----------------------------------------------
+ *
+ * A slots engine runs at most max_batch sequences, one per slot. Each slot
+ * keeps the prompt of its last request (its full blocks' keys: the
+ * engine does not know the output's tokens, so a conversation's next turn
+ * reuses the previous prompt, not the reply, as in the paged model).
+ * Admission, as llama-server's get_available_slot() and its prompt cache:
+ *
+ *   slot   = the idle slot whose prompt shares the longest prefix with
+ *            the new one, if that is more than slot_similarity of it;
+ *            else the least recently used idle slot
+ *   if the slot was taken by recency, or keeps under half of what it
+ *   held (shared / its length < 0.5), and there is a host cache:
+ *     save its prompt to the host cache (unless an entry holds it all),
+ *       dropping entries it holds all of, then the oldest for room
+ *     load the entry that beats the slot on both the share of itself it
+ *       keeps and the share of the new prompt it covers (entries that
+ *       would keep under a quarter of themselves are passed over); the
+ *       entry leaves the cache for the slot
+ *   hit    = the prefix the slot's prompt shares with the new one, at
+ *            most all but the last token (in whole blocks)
+ *
+ * Idle slots' KV is not counted against kv_tokens: the blocks count only
+ * what running sequences hold. */
+
+static int
+slots_create(struct sim_engine *e)
+{
+    uint32_t n = e->cls->max_batch;
+    e->max_keys = e->cls->max_model_len / e->bt + 1;
+    uint64_t host = e->cls->host_cache_tokens / e->bt;
+    e->host_cap_blocks = host;
+    /* entries: as many prompts of a quarter of max_model_len as fit, at
+     * least 4, at most 256 (llama.cpp counts only their size) */
+    uint64_t per = e->max_keys / 4 + 1;
+    uint64_t cap = host ? host / per + 4 : 0;
+    e->cap_host = (uint32_t)(cap > 256 ? 256 : cap);
+    e->slot = sim_calloc(n, sizeof *e->slot);
+    e->host = sim_calloc(e->cap_host ? e->cap_host : 1, sizeof *e->host);
+    e->pool =
+        sim_calloc((uint64_t)(n + e->cap_host) * e->max_keys, sizeof *e->pool);
+    if (e->slot == NULL || e->host == NULL || e->pool == NULL)
+        return -1;
+    for (uint32_t i = 0; i < n; i++)
+        e->slot[i].keys = e->pool + (uint64_t)i * e->max_keys;
+    for (uint32_t i = 0; i < e->cap_host; i++)
+        e->host[i].keys = e->pool + (uint64_t)(n + i) * e->max_keys;
+    return 0;
+}
+
+static uint32_t
+lcp_keys(const uint64_t *a, uint32_t na, const uint64_t *b, uint32_t nb)
+{
+    uint32_t n = na < nb ? na : nb, d = 0;
+    while (d < n && a[d] == b[d])
+        d++;
+    return d;
+}
+
+/* Drop host entry i (the others keep their order). */
+static void
+host_drop(struct sim_engine *e, uint32_t i)
+{
+    struct kept gone = e->host[i];
+    e->host_blocks -= gone.n;
+    memmove(&e->host[i], &e->host[i + 1],
+            (e->n_host - i - 1) * sizeof *e->host);
+    e->host[--e->n_host] = gone; /* its buffer waits past the end */
+    e->host[e->n_host].n = 0;
+}
+
+/* llama-server's prompt cache alloc(): keep a slot's prompt. */
+static void
+host_save(struct sim_engine *e, const struct kept *k)
+{
+    if (k->n == 0 || k->n > e->host_cap_blocks)
+        return;
+    for (uint32_t i = 0; i < e->n_host; i++)
+        if (lcp_keys(e->host[i].keys, e->host[i].n, k->keys, k->n) == k->n)
+            return; /* held already */
+    for (uint32_t i = e->n_host; i-- > 0;)
+        if (lcp_keys(e->host[i].keys, e->host[i].n, k->keys, k->n) ==
+            e->host[i].n)
+            host_drop(e, i); /* it holds it all */
+    while (e->n_host > 0 && (e->host_blocks + k->n > e->host_cap_blocks ||
+                             e->n_host == e->cap_host)) {
+        host_drop(e, 0); /* the oldest */
+        e->c.host_drops++;
+    }
+    struct kept *h = &e->host[e->n_host++];
+    memcpy(h->keys, k->keys, (size_t)k->n * sizeof *k->keys);
+    h->n = k->n;
+    h->stamp = ++e->clock;
+    e->host_blocks += k->n;
+    e->c.host_saves++;
+}
+
+/* Give s a slot (one is idle: running.n < max_batch) and return the
+ * blocks of its prompt the slot then holds (see "Slots" above). */
+static uint32_t
+slot_admit(struct sim_engine *e, struct sim_seq *s)
+{
+    uint32_t nk = s->n_keys;
+    double total = (double)(nk ? nk : 1);
+    uint32_t pick = UINT32_MAX, lcp = 0;
+    double best = 0;
+    for (uint32_t i = 0; e->slot_reuse && i < e->cls->max_batch; i++) {
+        const struct kept *k = &e->slot[i];
+        if (k->busy || k->n == 0)
+            continue;
+        uint32_t l = lcp_keys(k->keys, k->n, s->keys, nk);
+        double sim = (double)l / total;
+        if (sim > best && sim > e->cls->slot_similarity) {
+            pick = i;
+            best = sim;
+            lcp = l;
+        }
+    }
+    int save;
+    if (pick != UINT32_MAX) {
+        save = (double)lcp / (double)e->slot[pick].n < 0.5;
+    } else {
+        for (uint32_t i = 0; i < e->cls->max_batch; i++)
+            if (!e->slot[i].busy &&
+                (pick == UINT32_MAX || e->slot[i].stamp < e->slot[pick].stamp))
+                pick = i;
+        save = 1;
+        lcp = e->slot_reuse
+                  ? lcp_keys(e->slot[pick].keys, e->slot[pick].n, s->keys, nk)
+                  : 0;
+    }
+    struct kept *k = &e->slot[pick];
+    int from_host = 0;
+    if (save && e->cap_host > 0 && e->slot_reuse) {
+        host_save(e, k);
+        /* prompt_load(): an entry that keeps more of itself and covers
+         * more of the new prompt than the slot does */
+        double keep = k->n ? (double)lcp / (double)k->n : -1.0;
+        double sim = (double)lcp / total;
+        int32_t load = -1;
+        for (uint32_t i = 0; i < e->n_host; i++) {
+            const struct kept *h = &e->host[i];
+            uint32_t l = lcp_keys(h->keys, h->n, s->keys, nk);
+            double kc = (double)l / (double)h->n, sc = (double)l / total;
+            if (kc >= 0.25 && keep < kc && sim < sc) {
+                keep = kc;
+                sim = sc;
+                load = (int32_t)i;
+                lcp = l;
+            }
+        }
+        if (load >= 0) {
+            memcpy(k->keys, e->host[load].keys,
+                   (size_t)e->host[load].n * sizeof *k->keys);
+            k->n = e->host[load].n;
+            host_drop(e, (uint32_t)load);
+            from_host = 1;
+        }
+    }
+    uint32_t max_hit = (s->prompt + s->generated - 1) / e->bt;
+    uint32_t hit = lcp < max_hit ? lcp : max_hit;
+    if (hit > 0) {
+        if (from_host)
+            e->c.host_hits++;
+        else
+            e->c.slot_hits++;
+    }
+    k->busy = 1;
+    s->slot = pick;
+    return hit;
+}
+
+/* s leaves its slot: the slot keeps its prompt's first `blocks` blocks. */
+static void
+slot_leave(struct sim_engine *e, const struct sim_seq *s, uint32_t blocks)
+{
+    struct kept *k = &e->slot[s->slot];
+    uint32_t n = blocks < s->n_keys ? blocks : s->n_keys;
+    if (n > e->max_keys)
+        n = e->max_keys;
+    memcpy(k->keys, s->keys, (size_t)n * sizeof *k->keys);
+    k->n = n;
+    k->busy = 0;
+    k->stamp = ++e->clock;
+}
+
 /* ---- create ------------------------------------------------------------------- */
 
 struct sim_engine *
@@ -390,7 +596,9 @@ sim_engine_create(const struct sim_instance *inst, uint32_t bt)
     if (e == NULL)
         return NULL;
     e->cls = inst->cls;
-    e->caching = inst->prefix_caching;
+    e->slots_mode = inst->cls->cache_kind == SIM_CACHE_SLOTS;
+    e->caching = inst->prefix_caching && !e->slots_mode;
+    e->slot_reuse = inst->prefix_caching && e->slots_mode;
     e->bt = bt;
     e->cap = (uint32_t)(inst->cls->kv_tokens / bt);
     e->watermark = e->cap / 100; /* vLLM's 1% admission watermark */
@@ -407,7 +615,7 @@ sim_engine_create(const struct sim_instance *inst, uint32_t bt)
     e->fq = sim_calloc(ring, sizeof *e->fq);
     e->sched = sim_calloc(inst->cls->max_batch, sizeof *e->sched);
     if (e->blk == NULL || e->table == NULL || e->fq == NULL ||
-        e->sched == NULL) {
+        e->sched == NULL || (e->slots_mode && slots_create(e) != 0)) {
         sim_engine_destroy(e);
         return NULL;
     }
@@ -429,6 +637,9 @@ sim_engine_destroy(struct sim_engine *e)
     free(e->fq);
     free(e->table);
     free(e->sched);
+    free(e->slot);
+    free(e->host);
+    free(e->pool);
     free(e);
 }
 
@@ -508,6 +719,8 @@ preempt(struct sim_engine *e, struct sim_seq *s)
         e->c.abandoned_tokens += s->target - s->computed;
     e->pending -= s->pending;
     s->pending = 0;
+    if (e->slots_mode)
+        slot_leave(e, s, s->computed / e->bt);
     seq_release_blocks(e, s);
     q_remove(&e->running, s);
     s->preemptions++;
@@ -564,23 +777,40 @@ admit(struct sim_engine *e, uint32_t budget, double *t)
         return -1; /* nothing freed since it did not fit */
     e->stuck = NULL;
     uint32_t target = target_of(s);
-    /* the hit blocks' ids land in s->blocks, which is empty while waiting */
-    uint32_t h = leading_hits(e, s, (target - 1) / e->bt, s->blocks);
-    uint32_t hit = h * e->bt;
-    uint32_t n = target - hit < budget ? target - hit : budget;
-    uint32_t need = blocks_for(e, (uint64_t)hit + n) - h;
-    uint32_t revived = 0; /* hit blocks now in the free queue */
-    for (uint32_t d = 0; d < h; d++)
-        revived += e->blk[s->blocks[d]].ref == 0;
-    if ((uint64_t)need + e->watermark + revived > e->n_free) {
-        e->stuck = s;
-        e->stuck_free = e->n_free;
-        return -1;
+    uint32_t h, hit, n, need;
+    if (e->slots_mode) {
+        /* the hit is known once a slot is taken, and a slot's KV is the
+         * sequence's own blocks: memory is checked for the whole target,
+         * more than any chunk of it needs */
+        if ((uint64_t)blocks_for(e, target) + e->watermark > e->n_free) {
+            e->stuck = s;
+            e->stuck_free = e->n_free;
+            return -1;
+        }
+        q_remove(&e->waiting, s);
+        hit = slot_admit(e, s) * e->bt;
+        n = target - hit < budget ? target - hit : budget;
+        need = blocks_for(e, (uint64_t)hit + n);
+        s->n_blocks = 0;
+    } else {
+        /* the hit blocks' ids land in s->blocks, empty while waiting */
+        h = leading_hits(e, s, (target - 1) / e->bt, s->blocks);
+        hit = h * e->bt;
+        n = target - hit < budget ? target - hit : budget;
+        need = blocks_for(e, (uint64_t)hit + n) - h;
+        uint32_t revived = 0; /* hit blocks now in the free queue */
+        for (uint32_t d = 0; d < h; d++)
+            revived += e->blk[s->blocks[d]].ref == 0;
+        if ((uint64_t)need + e->watermark + revived > e->n_free) {
+            e->stuck = s;
+            e->stuck_free = e->n_free;
+            return -1;
+        }
+        q_remove(&e->waiting, s);
+        for (uint32_t d = 0; d < h; d++)
+            blk_pin(e, s->blocks[d]);
+        s->n_blocks = h;
     }
-    q_remove(&e->waiting, s);
-    for (uint32_t d = 0; d < h; d++)
-        blk_pin(e, s->blocks[d]);
-    s->n_blocks = h;
     blk_alloc_n(e, s->blocks + s->n_blocks, need);
     s->n_blocks += need;
     e->pending -= s->pending;
@@ -646,6 +876,8 @@ static void
 finish(struct sim_engine *e, struct sim_seq *s)
 {
     q_remove(&e->running, s);
+    if (e->slots_mode)
+        slot_leave(e, s, s->n_keys);
     seq_release_blocks(e, s);
     s->state = SEQ_IDLE;
     e->c.completed++;
@@ -757,6 +989,25 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
     if (e->running.n > e->cls->max_batch)
         return sim_errf(err, "%u running > max batch %u", e->running.n,
                         e->cls->max_batch);
+    if (e->slots_mode) {
+        uint32_t busy = 0;
+        uint64_t held = 0;
+        for (uint32_t i = 0; i < e->cls->max_batch; i++)
+            busy += e->slot[i].busy;
+        for (const struct sim_seq *s = e->running.head; s; s = s->next)
+            if (s->slot >= e->cls->max_batch || !e->slot[s->slot].busy)
+                return sim_errf(err, "req %u runs without its slot", s->req);
+        for (uint32_t i = 0; i < e->n_host; i++)
+            held += e->host[i].n;
+        if (busy != e->running.n)
+            return sim_errf(err, "%u slots busy, %u running", busy,
+                            e->running.n);
+        if (held != e->host_blocks || e->host_blocks > e->host_cap_blocks ||
+            e->n_host > e->cap_host)
+            return sim_errf(err, "host cache holds %llu blocks, counted %llu",
+                            (unsigned long long)held,
+                            (unsigned long long)e->host_blocks);
+    }
     /* references: exactly the running sequences' block lists */
     uint32_t *refs = sim_calloc(e->cap, sizeof *refs);
     if (refs == NULL)

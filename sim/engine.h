@@ -21,6 +21,11 @@
  * in the table (at most target - 1 tokens: the last token is always
  * computed, as in vLLM).
  *
+ * An engine of a SIM_CACHE_SLOTS class (llama.cpp) finds hits its own
+ * way instead (engine.c, "Slots"): in the prompt its slot kept, or in the
+ * host prompt cache; its blocks then only count KV memory, and no block
+ * gets a key.
+ *
  * The engine never allocates after create and never fails after it:
  * requests that could never fit are refused at enqueue time. */
 #ifndef LRSIM_ENGINE_H
@@ -51,6 +56,7 @@ struct sim_seq {
     uint8_t state;
     uint8_t decoding;
     uint32_t inst; /* the engine it was sent to (the simulator's index) */
+    uint32_t slot; /* slots engines: the slot it holds while running */
     uint64_t *keys; /* full prompt blocks' chained keys */
     uint32_t n_keys, cap_keys;
     uint32_t *blocks; /* block ids held, in token order */
@@ -90,6 +96,10 @@ struct sim_engine_counters {
     uint64_t steps;
     uint64_t busy_us;
     uint64_t peak_used_blocks;
+    /* slots engines: admissions that found their prefix in the slot they
+     * took, and in the host prompt cache; prompts saved to it, and
+     * dropped from it for room */
+    uint64_t slot_hits, host_hits, host_saves, host_drops;
 };
 
 struct sim_engine;

@@ -33,7 +33,11 @@ canonical(const struct sim_trace_rec *r, size_t *len)
     for (size_t i = 0; i < r->n_hash_ids; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%" PRIu64, i ? ", " : "",
                               r->hash_ids[i]);
-    n += (size_t)snprintf(buf + n, cap - n, "]}");
+    n += (size_t)snprintf(buf + n, cap - n, "]");
+    if (r->has_session)
+        n += (size_t)snprintf(buf + n, cap - n, ", \"session_id\": %" PRIu64,
+                              r->session);
+    n += (size_t)snprintf(buf + n, cap - n, "}");
     FUZZ_ASSERT(n < cap);
     *len = n;
     return buf;
@@ -69,6 +73,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(again.input_length == rec.input_length);
         FUZZ_ASSERT(again.output_length == rec.output_length);
         FUZZ_ASSERT(again.n_hash_ids == rec.n_hash_ids);
+        FUZZ_ASSERT(again.has_session == rec.has_session &&
+                    again.session == rec.session);
         FUZZ_ASSERT(memcmp(again.hash_ids, rec.hash_ids,
                            rec.n_hash_ids * sizeof *rec.hash_ids) == 0);
         free(again.hash_ids);

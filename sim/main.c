@@ -112,6 +112,9 @@ usage(FILE *f)
 "                        regions[:K]           3 x K a100, RTT 37/279/456 ms\n"
 "                        lodestar              4xa30+4xv100-nocache\n"
 "                        hetero                2xh100+4xa100+2xv100-nocache\n"
+"  --class-file FILE   engine classes of your own (a measured profile:\n"
+"                      prefill and decode cost, step overhead, KV capacity,\n"
+"                      cache = paged or slots); --list-classes shows them\n"
 "  --block-tokens N    KV block of the engines and the router's index (16)\n"
 "  --index-blocks N    router index capacity (default: the cluster's KV)\n"
 "  --scrape-ms MS      engine metrics and RTT probe period (100)\n"
@@ -267,7 +270,7 @@ static const char *const value_flags[] = {
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
     "--seeds", "--suite-cells", "--replicas", "--front", "--sync",
-    "--gauge-ms", "--eviction", "--spread",
+    "--gauge-ms", "--eviction", "--spread", "--class-file",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -475,6 +478,10 @@ take(struct opts *o, const char *flag, const char *v)
             o->rep.eviction = LR_EVICT_LRU;
         else
             return bad("--eviction: remote-first or lru, got '%s'", v);
+    } else if (strcmp(flag, "--class-file") == 0) {
+        struct sim_err err = { { 0 } };
+        if (sim_class_file_load(v, &err) != 0)
+            return bad("--class-file: %s", err.msg);
     } else if (strcmp(flag, "--gauge-ms") == 0) {
         double ms;
         if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
@@ -628,11 +635,17 @@ list_classes(void)
     printf("%-6s %9s %9s %8s %9s %9s %6s %7s %9s  %s\n", "class", "step_ms",
            "prefill", "ctx2x", "dec_seq", "dec_ctx", "batch", "budget",
            "kv_tok", "what");
-    for (const struct sim_class *c = sim_classes; c->name; c++)
-        printf("%-6s %9.1f %6.0fus %8.0f %7.0fus %7.3fus %6u %7u %9llu  %s\n",
+    for (const struct sim_class *c = sim_classes; c->name; c++) {
+        printf("%-6s %9.1f %6.0fus %8.0f %7.0fus %7.3fus %6u %7u %9llu  %s",
                c->name, c->overhead_us / 1000, c->prefill_us, c->ctx_double,
                c->decode_seq_us, c->decode_ctx_us, c->max_batch,
                c->token_budget, (unsigned long long)c->kv_tokens, c->what);
+        if (c->cache_kind == SIM_CACHE_SLOTS)
+            printf(" [slots, host cache %llu tokens, similarity %g]",
+                   (unsigned long long)c->host_cache_tokens,
+                   c->slot_similarity);
+        printf("\n");
+    }
 }
 
 static int

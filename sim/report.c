@@ -654,6 +654,19 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
         JD("gorgo_w_rtt", r->param_w_rtt);
         JD("gorgo_w_queue", r->param_w_queue);
     }
+    if (r->has_slots) {
+        /* llama.cpp-like engines: what they delivered of what the router
+         * predicted, and how (docs/simulator.md, "Slots") */
+        JU("predicted_tokens", r->predicted_tokens);
+        JD("delivered_per_predicted",
+           r->predicted_tokens ? (double)r->hit_tokens /
+                                     (double)r->predicted_tokens
+                               : NAN);
+        JU("slot_hits", r->slot_hits);
+        JU("host_cache_hits", r->host_hits);
+        JU("host_cache_saves", r->host_saves);
+        JU("host_cache_drops", r->host_drops);
+    }
     fprintf(f, ",\n      \"reasons\": {");
     int first = 1;
     for (int k = 0; k < SIM_REASONS; k++) {

@@ -1358,6 +1358,13 @@ summarize(struct run *r)
         res->abandoned_tokens += c->abandoned_tokens;
         res->sampled_tokens += c->sampled_tokens;
         res->steps += c->steps;
+        if (r->c->inst[i].cls->cache_kind == SIM_CACHE_SLOTS) {
+            res->has_slots = 1;
+            res->slot_hits += c->slot_hits;
+            res->host_hits += c->host_hits;
+            res->host_saves += c->host_saves;
+            res->host_drops += c->host_drops;
+        }
     }
     res->cache_hit_rate = res->query_tokens
                               ? (double)res->hit_tokens /
@@ -1382,6 +1389,7 @@ summarize(struct run *r)
             res->by_reason[j] += by[j];
     }
     res->router_hit_belief = prompt ? (double)cached / (double)prompt : 0;
+    res->predicted_tokens = cached;
     size_t pn = 0;
     double psum = 0;
     for (size_t q = 0; q < n; q++)

@@ -191,6 +191,13 @@ struct sim_result {
     /* totals for the conservation checks */
     uint64_t input_tokens, output_tokens, sampled_tokens;
     uint64_t query_tokens, hit_tokens, prefilled_tokens, abandoned_tokens;
+    /* slots engines (SIM_CACHE_SLOTS) in the cluster: their counters and
+     * the router's predicted cached tokens (what it expected where it
+     * sent each request), against which hit_tokens is what they
+     * delivered */
+    int has_slots;
+    uint64_t slot_hits, host_hits, host_saves, host_drops;
+    uint64_t predicted_tokens;
     /* replicas: the setting, described, and what they exchanged */
     uint32_t replicas;
     char replicas_desc[48];

@@ -54,6 +54,30 @@ expect 0 '' -- --list-policies
 grep -q '^dualmap' "$tmp/out" || { echo "FAIL: --list-policies"; fails=$((fails + 1)); }
 grep -Eq '^lodestar *$' "$tmp/out" || { echo "FAIL: lodestar not supported"; fails=$((fails + 1)); }
 
+# engine classes of your own: a slots class (llama.cpp) in a cluster; its
+# delivered against predicted hits in the JSON; bad files exit 2
+cat >"$tmp/cls" <<'EOF2'
+# two classes
+name = cpua   # paged, a100's figures but the prefill
+prefill_us = 900
+name = cpub
+max_batch = 2
+cache = slots
+host_cache_tokens = 4096
+EOF2
+expect 0 '' -- --class-file "$tmp/cls" --list-classes
+grep -Eq '^cpub .*slots, host cache 4096' "$tmp/out" || { echo "FAIL: --list-classes with a class file"; fails=$((fails + 1)); }
+expect 0 '' -- --class-file "$tmp/cls" --class-file "$tmp/cls" --cluster 1xcpua+2xcpub \
+    --requests 120 --policies prefix-cache-and-load --quiet --json "$tmp/cls.json"
+grep -q '"delivered_per_predicted"' "$tmp/cls.json" || { echo "FAIL: no delivered_per_predicted"; fails=$((fails + 1)); }
+printf 'max_batch = 2\n' >"$tmp/bad1"
+expect 2 "bad1:1: name = NAME must come first" -- --class-file "$tmp/bad1" --list-classes
+printf 'name = x\ncache = radix\n' >"$tmp/bad2"
+expect 2 "bad2:2: cache: paged or slots" -- --class-file "$tmp/bad2" --list-classes
+printf 'name = v100\n' >"$tmp/bad3"
+expect 2 "class v100 is defined already" -- --class-file "$tmp/bad3" --list-classes
+expect 2 "--class-file: .*nothere" -- --class-file "$tmp/nothere" --list-classes
+
 expect 2 "unknown option '--bogus'" -- --bogus
 expect 2 "--requests: expected a whole number, got 'abc'" -- --requests abc
 expect 2 "--requests: 0 is out of range" -- --requests 0

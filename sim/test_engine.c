@@ -21,7 +21,7 @@ static struct sim_class
 tiny(uint64_t kv, uint32_t batch, uint32_t budget)
 {
     struct sim_class c = { "tiny", "test", 100, 1, 1000, 1, 0.01, batch,
-                           budget, kv, 100000 };
+                           budget, kv, 100000, SIM_CACHE_PAGED, 0, 0 };
     return c;
 }
 
@@ -39,6 +39,23 @@ rig_init(struct rig *r, uint64_t kv, int caching, uint32_t batch,
 {
     memset(r, 0, sizeof *r);
     r->cls = tiny(kv, batch, budget);
+    r->inst.cls = &r->cls;
+    r->inst.prefix_caching = caching;
+    r->e = sim_engine_create(&r->inst, BT);
+    assert_non_null(r->e);
+}
+
+/* A slots engine (llama.cpp): `batch` slots, a host prompt cache of
+ * `host` tokens. */
+static void
+rig_init_slots(struct rig *r, uint64_t kv, int caching, uint32_t batch,
+               uint32_t budget, uint64_t host)
+{
+    memset(r, 0, sizeof *r);
+    r->cls = tiny(kv, batch, budget);
+    r->cls.cache_kind = SIM_CACHE_SLOTS;
+    r->cls.host_cache_tokens = host;
+    r->cls.slot_similarity = 0.1;
     r->inst.cls = &r->cls;
     r->inst.prefix_caching = caching;
     r->e = sim_engine_create(&r->inst, BT);
@@ -243,18 +260,91 @@ test_fits(void **state)
     sim_engine_destroy(r.e);
 }
 
+/* A slot keeps its last prompt: the same conversation reuses it, another
+ * with the same system prompt takes the slot and the first one's history
+ * is gone (kept under half: not saved); a slot taken by recency saves its
+ * prompt to the host cache, from which a later request loads it back. */
+static void
+test_slots(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init_slots(&r, 4000, 1, 1, 64, 64);
+    uint32_t sys[16], a[40], b[24], z[24], p[32];
+    fill(sys, 16, 1000);
+    memcpy(a, sys, sizeof sys);
+    fill(a + 16, 24, 2000); /* a[0..24): turn 1, a[0..32): 2, a[0..40): 3 */
+    memcpy(b, sys, sizeof sys);
+    fill(b + 16, 8, 3000);
+    struct sim_seq s[8];
+    seq_init(&s[0], 0, a, 24, 2);
+    sim_engine_enqueue(r.e, &s[0], 0);
+    drain(&r);
+    assert_int_equal(s[0].first_hit, 0);
+    seq_init(&s[1], 1, a, 32, 2); /* the next turn: its slot's prompt */
+    sim_engine_enqueue(r.e, &s[1], 0);
+    drain(&r);
+    assert_int_equal(s[1].first_hit, 24);
+    seq_init(&s[2], 2, b, 24, 2); /* another conversation, same system */
+    sim_engine_enqueue(r.e, &s[2], 0);
+    drain(&r);
+    assert_int_equal(s[2].first_hit, 16);
+    seq_init(&s[3], 3, a, 40, 2); /* turn 3: only the system prompt left */
+    sim_engine_enqueue(r.e, &s[3], 0);
+    drain(&r);
+    assert_int_equal(s[3].first_hit, 16);
+    const struct sim_engine_counters *c = sim_engine_counters(r.e);
+    assert_int_equal(c->slot_hits, 3);
+    assert_int_equal(c->host_saves, 0);
+    /* an unrelated prompt takes the slot by recency: a[0..40) is saved */
+    fill(z, 24, 5000);
+    seq_init(&s[4], 4, z, 24, 2);
+    sim_engine_enqueue(r.e, &s[4], 0);
+    drain(&r);
+    assert_int_equal(s[4].first_hit, 0);
+    assert_int_equal(c->host_saves, 1);
+    /* conversation a comes back: z is saved, a loaded from the host */
+    memcpy(p, a, 32 * sizeof *p);
+    seq_init(&s[5], 5, a, 40, 2);
+    sim_engine_enqueue(r.e, &s[5], 0);
+    drain(&r);
+    assert_int_equal(s[5].first_hit, 36); /* all but the last block */
+    assert_int_equal(c->host_saves, 2);
+    assert_int_equal(c->host_hits, 1);
+    /* caching off: nothing is reused or saved */
+    struct rig off;
+    rig_init_slots(&off, 4000, 0, 1, 64, 64);
+    seq_init(&s[6], 6, a, 24, 2);
+    sim_engine_enqueue(off.e, &s[6], 0);
+    drain(&off);
+    seq_init(&s[7], 7, a, 32, 2);
+    sim_engine_enqueue(off.e, &s[7], 0);
+    drain(&off);
+    assert_int_equal(s[7].first_hit, 0);
+    assert_int_equal(sim_engine_counters(off.e)->host_saves, 0);
+    for (int i = 0; i < 8; i++)
+        sim_seq_free(&s[i]);
+    (void)p;
+    sim_engine_destroy(r.e);
+    sim_engine_destroy(off.e);
+}
+
 /* Random prompts over a few shared prefixes, random arrivals between
- * steps, tight memory: every invariant after every step. */
+ * steps, tight memory: every invariant after every step (rounds 4 and 5:
+ * slots engines, with and without a host cache). */
 static void
 test_stress(void **state)
 {
     (void)state;
     struct sim_rng rng;
     sim_rng_seed(&rng, 7);
-    for (int round = 0; round < 4; round++) {
+    for (int round = 0; round < 6; round++) {
         struct rig r;
-        rig_init(&r, 600 + 200 * (uint64_t)round, round != 3, 8 + 4u * (uint32_t)round,
-                 32 + 16u * (uint32_t)round);
+        if (round < 4)
+            rig_init(&r, 600 + 200 * (uint64_t)round, round != 3,
+                     8 + 4u * (uint32_t)round, 32 + 16u * (uint32_t)round);
+        else
+            rig_init_slots(&r, 800, 1, 4, 48, round == 4 ? 400 : 0);
         enum { N = 300 };
         struct sim_seq *s = calloc(N, sizeof *s);
         assert_non_null(s);
@@ -315,6 +405,7 @@ main(void)
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_fits),
+        cmocka_unit_test(test_slots),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

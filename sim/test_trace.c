@@ -54,6 +54,20 @@ test_good_lines(void **state)
                            "\"output_length\": 1, \"hash_ids\": [0]}",
                            &rec, &err),
                      0);
+    assert_false(rec.has_session);
+    /* a session (a conversation), passed to the router */
+    assert_int_equal(parse("{\"timestamp\": 0, \"input_length\": 1, "
+                           "\"output_length\": 1, \"hash_ids\": [0], "
+                           "\"session_id\": 18446744073709551615}",
+                           &rec, &err),
+                     0);
+    assert_true(rec.has_session);
+    assert_true(rec.session == UINT64_MAX);
+    struct sim_workload w;
+    sim_workload_init(&w);
+    assert_int_equal(sim_trace_add(&w, &rec, SIM_TRACE_BLOCK, &err), 0);
+    assert_true(w.reqs[0].has_session && w.reqs[0].session == UINT64_MAX);
+    sim_workload_free(&w);
     /* blank lines */
     assert_int_equal(parse("", &rec, &err), 1);
     assert_int_equal(parse("  \t\r\n", &rec, &err), 1);
@@ -94,6 +108,12 @@ test_bad_lines(void **state)
         { "{\"timestamp\": 1, \"input_length\": 1000, \"output_length\": 1, "
           "\"hash_ids\": [1]}",
           "needs ceil(1000/512) = 2" },
+        { "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, "
+          "\"hash_ids\": [1], \"session_id\": -1}",
+          "session_id must not be negative" },
+        { "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, "
+          "\"hash_ids\": [1], \"session_id\": 1, \"session_id\": 2}",
+          "key \"session_id\" appears twice" },
         { "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, "
           "\"hash_ids\": [1, \"2\"]}",
           "hash_ids element must be a number" },

@@ -352,7 +352,7 @@ scan_hash_ids(struct scan *s, struct sim_trace_rec *rec)
     }
 }
 
-enum { F_TS = 1, F_IN = 2, F_OUT = 4, F_IDS = 8, F_ALL = 15 };
+enum { F_TS = 1, F_IN = 2, F_OUT = 4, F_IDS = 8, F_ALL = 15, F_SESSION = 16 };
 
 static int
 scan_member(struct scan *s, struct sim_trace_rec *rec, unsigned *seen)
@@ -375,6 +375,8 @@ scan_member(struct scan *s, struct sim_trace_rec *rec, unsigned *seen)
             f = F_OUT;
         else if (strcmp(key, "hash_ids") == 0)
             f = F_IDS;
+        else if (strcmp(key, "session_id") == 0)
+            f = F_SESSION;
     }
     if (f == 0)
         return scan_skip_value(s, 1);
@@ -394,6 +396,11 @@ scan_member(struct scan *s, struct sim_trace_rec *rec, unsigned *seen)
         if (scan_uint(s, "output_length", 1, SIM_TRACE_MAX_OUTPUT, &v) != 0)
             return -1;
         rec->output_length = (uint32_t)v;
+        return 0;
+    case F_SESSION:
+        if (scan_uint(s, "session_id", 0, UINT64_MAX, &rec->session) != 0)
+            return -1;
+        rec->has_session = 1;
         return 0;
     default:
         return scan_hash_ids(s, rec);
@@ -432,6 +439,8 @@ sim_trace_parse_line(const char *line, size_t len, uint32_t block,
     rec->timestamp_ms = 0;
     rec->input_length = rec->output_length = 0;
     rec->n_hash_ids = 0;
+    rec->has_session = 0;
+    rec->session = 0;
     if (*s.p != '{')
         return fail(&s, "a line must be one JSON object ('{' ... '}')");
     s.p++;
@@ -498,6 +507,8 @@ sim_trace_add(struct sim_workload *w, const struct sim_trace_rec *rec,
     q->output_tokens = rec->output_length;
     q->seg_first = first;
     q->n_segs = (uint32_t)n;
+    q->has_session = (uint32_t)rec->has_session;
+    q->session = rec->session;
     return 0;
 }
 

@@ -6,7 +6,9 @@
  *
  * timestamp: arrival in ms (a non-negative number); input_length and
  * output_length: whole numbers >= 1; hash_ids: one non-negative integer per
- * block of `block` (512) prompt tokens, the last partial block included.
+ * block of `block` (512) prompt tokens, the last partial block included;
+ * optionally session_id, a whole number: the request's session (a
+ * conversation), which the router gets (session-affinity hashes it).
  * Other keys are ignored; a known key twice, a wrong type, a number out of
  * range, a hash_ids count that does not match input_length or anything
  * after the object is an error. Blank lines are skipped.
@@ -39,6 +41,8 @@ struct sim_trace_rec {
     uint64_t *hash_ids;
     size_t n_hash_ids;
     size_t cap_hash_ids;
+    int has_session;
+    uint64_t session;
 };
 
 /* Parse one line (no newline needed; a trailing "\r" or "\n" is

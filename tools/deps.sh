@@ -10,7 +10,10 @@
 #                            python3-zmq, python3-msgpack;
 #                            python3-prometheus-client for the gateway's
 #                            /metrics, debhelper and lintian for the
-#                            Debian packages)
+#                            Debian packages, cmake, git, python3-numpy
+#                            and python3-yaml for the real-engine test;
+#                            tools/real/realfleet.py adds nodejs and npm
+#                            when there is no npm command)
 #   tools/deps.sh --coverage the basic set and gcovr, for tools/coverage
 #                            only (not on CI's path)
 #
@@ -27,7 +30,8 @@ LR_DEPS_BASIC=(build-essential meson ninja-build pkg-config libxxhash-dev
     uthash-dev libcmocka-dev)
 LR_DEPS_FULL=(clang libclang-rt-14-dev valgrind g++ clang-format python3
     python3-cffi binutils abigail-tools redis-server python3-redis python3-zmq
-    python3-msgpack python3-prometheus-client debhelper lintian)
+    python3-msgpack python3-prometheus-client debhelper lintian cmake git
+    python3-numpy python3-yaml)
 LR_DEPS_COVERAGE=(gcovr)
 
 # Print the packages of "$@" that are not installed, one per line.

@@ -21,6 +21,13 @@ a PUB socket as [topic, sequence number (8 bytes big endian), msgpack
 payload] and stays in a replay buffer served on a ROUTER socket.
 
     python3 fake_engine.py --port 8101 --name e1 --kv-events
+
+With --llamacpp it speaks llama.cpp's llama-server API instead (see
+LlamaEngine): token-id prompts, slots with a per-slot prompt cache,
+`timings.cache_n`, /tokenize, /apply-template, /slots, and `llamacpp:`
+metrics (501 with --no-metrics).
+
+    python3 fake_engine.py --port 8101 --name e1 --llamacpp --slots 2
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import collections
 import hashlib
 import http.server
 import json
+import re
 import struct
 import threading
 import time
@@ -407,12 +415,393 @@ class Handler(http.server.BaseHTTPRequestHandler):
             e.done()
 
 
+# ---- llama.cpp's llama-server, in small ---------------------------------------
+
+LLAMA_VOCAB = 32000
+_PIECE = re.compile(r"\s*\S+|\s+$")
+
+
+class LlamaEngine:
+    """What a gateway sees of llama.cpp's llama-server (tools/real-fleet
+    runs the real one):
+
+    - prompts are token ids, or text tokenized by a small word tokenizer of
+      its own (`tokenize`: each word with its leading spaces is one token,
+      its id a hash; `add_special` puts BOS (1) first); chat messages are
+      rendered with a ChatML template first (`/apply-template`);
+    - `slots` slots, each keeping the tokens of its last request (prompt
+      and output): a request takes the idle slot whose tokens share the
+      longest prefix with its prompt when that is more than a tenth of the
+      prompt, else the least recently used idle slot, and waits while none
+      is idle; the shared prefix is reused (`timings.cache_n`, at most all
+      but the last prompt token), the rest computed (`timings.prompt_n`),
+      at `per_token_s` each after `base_s`;
+    - POST /completion (native: `n_predict`, `return_tokens`, a stream of
+      `{"content", "tokens", "stop": false}` events ending with a `"stop":
+      true` event that has the timings, and no [DONE]), /v1/completions
+      and /v1/chat/completions (OpenAI's shape plus `timings`, and
+      `usage.prompt_tokens_details.cached_tokens`), /tokenize,
+      /apply-template, /health, /slots, and /metrics with llama.cpp's
+      `llamacpp:` names, or 501 as without `--metrics`; with
+      `metrics_wait`, /metrics waits while a prompt is being computed, as
+      the real one's answer waits for its task loop;
+    - POST /admin/fail_next {"after": K}: the next completion fails after K
+      output tokens (K = 0: an HTTP 500 before any, as llama.cpp answers an
+      error that comes before the first token; a stream that has begun
+      gets a `data: {"error": ...}` event and ends).
+    """
+
+    def __init__(self, name: str, *, slots: int = 2, base_s: float = 0.005,
+                 per_token_s: float = 0.0005, decode_s: float = 0.001,
+                 metrics: bool = True, metrics_wait: bool = False) -> None:
+        self.name = name
+        self.base_s, self.per_token_s, self.decode_s = (base_s, per_token_s,
+                                                        decode_s)
+        self.metrics, self.metrics_wait = metrics, metrics_wait
+        self.cond = threading.Condition()
+        self.slots: List[Dict[str, Any]] = [
+            {"id": i, "tokens": [], "busy": False, "last": 0.0}
+            for i in range(slots)]
+        self.deferred = 0
+        self.prefilling = 0
+        self.prompt_tokens_total = 0
+        self.cached_total = 0
+        self.predicted_total = 0
+        self.served = 0
+        self.fail_after: Optional[int] = None
+
+    # ---- the tokenizer and the template -------------------------------
+
+    @staticmethod
+    def tokenize(text: str, add_special: bool = True
+                 ) -> Tuple[List[int], List[str]]:
+        pieces = _PIECE.findall(text)
+        ids = [3 + int.from_bytes(hashlib.blake2b(
+            p.encode(), digest_size=4).digest(), "little")
+            % (LLAMA_VOCAB - 3) for p in pieces]
+        if add_special:
+            return [1] + ids, [""] + pieces
+        return ids, pieces
+
+    @staticmethod
+    def render(messages: Any) -> str:
+        if not isinstance(messages, list):
+            raise ValueError("messages: expected a list")
+        out = []
+        for m in messages:
+            if not isinstance(m, dict):
+                raise ValueError("messages: each must be an object")
+            out.append(f"<|im_start|>{m.get('role', 'user')}\n"
+                       f"{m.get('content', '')}<|im_end|>\n")
+        return "".join(out) + "<|im_start|>assistant\n"
+
+    def prompt_of(self, path: str, body: Dict[str, Any]) -> List[int]:
+        if path.endswith("chat/completions"):
+            return self.tokenize(self.render(body.get("messages")))[0]
+        p = body.get("prompt", "")
+        if isinstance(p, str):
+            return self.tokenize(p)[0]
+        if isinstance(p, list) and all(isinstance(t, int) and
+                                       0 <= t < LLAMA_VOCAB for t in p):
+            return list(p)
+        raise ValueError("prompt: a string or a list of token ids "
+                         f"below {LLAMA_VOCAB}")
+
+    # ---- slots ----------------------------------------------------------
+
+    def acquire(self, toks: List[int]) -> Tuple[Dict[str, Any], int]:
+        """A slot for the prompt (waiting while every slot is busy) and
+        the prompt tokens it reuses."""
+        with self.cond:
+            self.deferred += 1
+            while all(s["busy"] for s in self.slots):
+                self.cond.wait()
+            self.deferred -= 1
+            best, best_sim = None, 0.0
+            for s in self.slots:
+                if s["busy"] or not s["tokens"]:
+                    continue
+                sim = _lcp(s["tokens"], toks) / max(len(toks), 1)
+                if sim > best_sim and sim > 0.1:
+                    best, best_sim = s, sim
+            if best is None:
+                best = min((s for s in self.slots if not s["busy"]),
+                           key=lambda s: s["last"])
+            best["busy"] = True
+            cached = min(_lcp(best["tokens"], toks), max(len(toks) - 1, 0))
+            self.prefilling += 1
+            self.served += 1
+            fail, self.fail_after = self.fail_after, None
+        best["fail"] = fail
+        return best, cached
+
+    def prefilled(self) -> None:
+        with self.cond:
+            self.prefilling -= 1
+            self.cond.notify_all()
+
+    def release(self, slot: Dict[str, Any], tokens: List[int]) -> None:
+        """Once per acquire(): the slot keeps `tokens`."""
+        with self.cond:
+            if not slot["busy"]:
+                return
+            slot["tokens"] = tokens
+            slot["busy"] = False
+            slot["last"] = time.monotonic()
+            self.cond.notify_all()
+
+    def metrics_text(self) -> str:
+        with self.cond:
+            if self.metrics_wait:
+                self.cond.wait_for(lambda: self.prefilling == 0, timeout=30)
+            busy = sum(s["busy"] for s in self.slots)
+            return (f"# TYPE llamacpp:prompt_tokens_total counter\n"
+                    f"llamacpp:prompt_tokens_total {self.prompt_tokens_total}\n"
+                    f"llamacpp:prompt_tokens_cached_total {self.cached_total}\n"
+                    f"llamacpp:tokens_predicted_total {self.predicted_total}\n"
+                    f"# TYPE llamacpp:requests_processing gauge\n"
+                    f"llamacpp:requests_processing {busy}\n"
+                    f"llamacpp:requests_deferred {self.deferred}\n")
+
+
+def _lcp(a: List[int], b: List[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class LlamaHandler(http.server.BaseHTTPRequestHandler):
+    server_version = "fake-llama-server/0.1"
+    protocol_version = "HTTP/1.0"
+
+    @property
+    def engine(self) -> LlamaEngine:
+        return self.server.engine  # type: ignore[attr-defined]
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        pass
+
+    def _json(self, code: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, code: int, msg: str, kind: str) -> None:
+        self._json(code, {"error": {"code": code, "message": msg,
+                                    "type": kind}})
+
+    def do_GET(self) -> None:
+        try:
+            self._get()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up waiting (metrics_wait)
+
+    def _get(self) -> None:
+        e = self.engine
+        if self.path in ("/health", "/v1/health"):
+            self._json(200, {"status": "ok"})
+        elif self.path == "/metrics":
+            if not e.metrics:
+                self._error(501, "This server does not support metrics "
+                            "endpoint. Start it with `--metrics`",
+                            "not_supported_error")
+                return
+            data = e.metrics_text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif self.path == "/slots":
+            with e.cond:
+                rows = [{"id": s["id"], "is_processing": s["busy"],
+                         "n_ctx": 4096} for s in e.slots]
+            self._json(200, rows)
+        else:
+            self._error(404, "File Not Found", "not_found_error")
+
+    def do_POST(self) -> None:
+        e = self.engine
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(n) or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except (ValueError, TypeError) as err:
+            self._error(400, str(err), "invalid_request_error")
+            return
+        if self.path == "/admin/fail_next":
+            with e.cond:
+                e.fail_after = int(body.get("after", 0))
+            self._json(200, {"ok": True})
+            return
+        if self.path == "/tokenize":
+            ids, pieces = e.tokenize(str(body.get("content", "")),
+                                     bool(body.get("add_special", False)))
+            if body.get("with_pieces"):
+                self._json(200, {"tokens": [{"id": i, "piece": p} for i, p
+                                            in zip(ids, pieces)]})
+            else:
+                self._json(200, {"tokens": ids})
+            return
+        if self.path == "/apply-template":
+            try:
+                self._json(200, {"prompt": e.render(body.get("messages"))})
+            except ValueError as err:
+                self._error(400, str(err), "invalid_request_error")
+            return
+        if self.path not in ("/completion", "/completions", "/v1/completions",
+                             "/v1/chat/completions"):
+            self._error(404, "File Not Found", "not_found_error")
+            return
+        try:
+            toks = e.prompt_of(self.path, body)
+            native = not self.path.startswith("/v1/")
+            n_out = int(body.get("n_predict" if native else "max_tokens",
+                                 16))
+        except (ValueError, TypeError) as err:
+            self._error(400, str(err), "invalid_request_error")
+            return
+        self._complete(e, toks, body, native, n_out)
+
+    def _complete(self, e: LlamaEngine, toks: List[int], body: Dict[str, Any],
+                  native: bool, n_out: int) -> None:
+        slot, cached = e.acquire(toks)
+        out: List[int] = []
+        try:
+            prompt_n = len(toks) - cached
+            t0 = time.monotonic()
+            time.sleep(e.base_s + e.per_token_s * prompt_n)
+            prompt_ms = (time.monotonic() - t0) * 1e3
+            e.prefilled()
+            with e.cond:
+                e.prompt_tokens_total += prompt_n
+                e.cached_total += cached
+            fail = slot.pop("fail", None)
+            if fail == 0 or (fail is not None and not body.get("stream")):
+                self._error(500, "injected failure", "server_error")
+                return
+            seed = int.from_bytes(hashlib.blake2b(
+                struct.pack(f"<{len(toks)}I", *toks),
+                digest_size=4).digest(), "little")
+            out = [3 + (seed + 7919 * i) % (LLAMA_VOCAB - 3)
+                   for i in range(n_out)]
+            timings = {"cache_n": cached, "prompt_n": prompt_n,
+                       "prompt_ms": prompt_ms, "predicted_n": n_out,
+                       "predicted_ms": e.decode_s * n_out * 1e3}
+            chat = self.path.endswith("chat/completions")
+            if body.get("stream"):
+                self._stream(e, slot, toks, out, fail, native, chat, body,
+                             timings)
+            else:
+                time.sleep(e.decode_s * n_out)
+                # as llama.cpp does, the slot is free before the answer
+                # goes out
+                e.release(slot, toks + out)
+                self._whole(e, slot, toks, out, native, chat, body, timings)
+            with e.cond:
+                e.predicted_total += len(out)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            e.release(slot, toks + out)
+
+    def _usage(self, toks: List[int], out: List[int],
+               timings: Dict[str, Any]) -> Dict[str, Any]:
+        return {"completion_tokens": len(out), "prompt_tokens": len(toks),
+                "total_tokens": len(out) + len(toks),
+                "prompt_tokens_details": {"cached_tokens":
+                                          timings["cache_n"]}}
+
+    def _whole(self, e: LlamaEngine, slot: Dict[str, Any], toks: List[int],
+               out: List[int], native: bool, chat: bool,
+               body: Dict[str, Any], timings: Dict[str, Any]) -> None:
+        text = "".join(f" w{t}" for t in out)
+        if native:
+            res = {"index": 0, "content": text, "id_slot": slot["id"],
+                   "stop": True, "model": e.name, "tokens_predicted": len(out),
+                   "tokens_evaluated": len(toks),
+                   "tokens_cached": timings["cache_n"] + len(out),
+                   "timings": timings,
+                   "tokens": out if body.get("return_tokens") else []}
+        else:
+            choice = ({"index": 0, "finish_reason": "length",
+                       "message": {"role": "assistant", "content": text}}
+                      if chat else
+                      {"index": 0, "finish_reason": "length", "text": text})
+            res = {"choices": [choice], "model": e.name,
+                   "object": "chat.completion" if chat else "text_completion",
+                   "usage": self._usage(toks, out, timings),
+                   "timings": timings}
+        self._json(200, res)
+
+    def _stream(self, e: LlamaEngine, slot: Dict[str, Any], toks: List[int],
+                out: List[int], fail: Optional[int], native: bool, chat: bool,
+                body: Dict[str, Any], timings: Dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def send(obj: Any) -> None:
+            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+            self.wfile.flush()
+
+        for i, t in enumerate(out):
+            if fail is not None and i == fail:
+                send({"error": {"code": 500, "message": "injected failure",
+                                "type": "server_error"}})
+                return
+            if i > 0:
+                time.sleep(e.decode_s)
+            piece = f" w{t}"
+            if native:
+                ev = {"index": 0, "content": piece, "stop": False,
+                      "id_slot": slot["id"], "tokens_predicted": i + 1,
+                      "tokens_evaluated": len(toks)}
+                if body.get("return_tokens"):
+                    ev["tokens"] = [t]
+            elif chat:
+                ev = {"choices": [{"index": 0, "finish_reason": None,
+                                   "delta": {"content": piece}}],
+                      "object": "chat.completion.chunk"}
+            else:
+                ev = {"choices": [{"index": 0, "finish_reason": None,
+                                   "text": piece}],
+                      "object": "text_completion"}
+            send(ev)
+        e.release(slot, toks + out)
+        if native:
+            send({"index": 0, "content": "", "stop": True,
+                  "id_slot": slot["id"], "model": e.name,
+                  "tokens_predicted": len(out), "tokens_evaluated": len(toks),
+                  "tokens_cached": timings["cache_n"] + len(out),
+                  "timings": timings})
+            return  # llama.cpp's native stream has no [DONE]
+        last: Dict[str, Any] = {
+            "choices": [{"index": 0, "finish_reason": "length",
+                         "delta" if chat else "text": {} if chat else ""}],
+            "object": "chat.completion.chunk" if chat else "text_completion"}
+        if (body.get("stream_options") or {}).get("include_usage"):
+            send(last)
+            last = {"choices": [], "usage": self._usage(toks, out, timings)}
+        last["timings"] = timings
+        send(last)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
 class EngineServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # bursts of clients: the default 5 resets them
 
-    def __init__(self, addr: Tuple[str, int], engine: Engine) -> None:
-        super().__init__(addr, Handler)
+    def __init__(self, addr: Tuple[str, int], engine: Any) -> None:
+        super().__init__(addr, LlamaHandler if isinstance(engine, LlamaEngine)
+                         else Handler)
         self.engine = engine
 
 
@@ -424,9 +813,24 @@ def main() -> None:
     ap.add_argument("--cache-blocks", type=int, default=4096)
     ap.add_argument("--kv-events", action="store_true",
                     help="publish vLLM KV-cache events over ZeroMQ")
+    ap.add_argument("--llamacpp", action="store_true",
+                    help="speak llama.cpp's llama-server API (LlamaEngine)")
+    ap.add_argument("--slots", type=int, default=2,
+                    help="--llamacpp: slots (default 2)")
+    ap.add_argument("--no-metrics", action="store_true",
+                    help="--llamacpp: /metrics answers 501")
+    ap.add_argument("--metrics-wait", action="store_true",
+                    help="--llamacpp: /metrics waits while a prompt is "
+                         "computed")
     a = ap.parse_args()
-    engine = (KvEngine(a.name, cache_blocks=a.cache_blocks) if a.kv_events
-              else Engine(a.name, cache_blocks=a.cache_blocks))
+    engine: Any
+    if a.llamacpp:
+        engine = LlamaEngine(a.name, slots=a.slots, metrics=not a.no_metrics,
+                             metrics_wait=a.metrics_wait)
+    elif a.kv_events:
+        engine = KvEngine(a.name, cache_blocks=a.cache_blocks)
+    else:
+        engine = Engine(a.name, cache_blocks=a.cache_blocks)
     srv = EngineServer((a.host, a.port), engine)
     # one line for whoever started us: where to reach it
     ready: Dict[str, Any] = {"http": srv.server_address[1]}

@@ -1,18 +1,39 @@
 """A small OpenAI-compatible HTTP gateway that routes with libroute.
 
-For each POST /v1/completions or /v1/chat/completions it tokenizes the
-prompt with libroute's text helper (one token per 4 bytes over the messages
-joined, so that a conversation's history is a token prefix of its next
-turn; message ends are the boundaries), asks the router, proxies the request to the chosen backend, streams
-the answer back as it comes, and reports the first token and the end (or
-the failure) to the router. Behind it:
+For each POST /v1/completions or /v1/chat/completions (and llama.cpp's
+native /completion) it finds the prompt's tokens, asks the router,
+proxies the request to the chosen backend, streams the answer back as it
+comes, and reports the first token and the end (or the failure) to the
+router. The tokens are, by the prompt:
 
-- a scraper thread reads each backend's vLLM-named metrics every 100 ms
-  (running, waiting, KV use) and feeds them to the router with the probe
-  time as the RTT;
-- a backend that refuses a connection or fails a scrape is drained, the
-  request is retried on the router's next choice, and a health thread
-  undrains the backend once GET /health answers again.
+- token ids (a prompt that is a list of ints): those;
+- text, with --tokenize: the engine's own, from a backend's /tokenize
+  (llama.cpp's; chat messages rendered by its /apply-template first), so
+  the router sees the model's real tokens;
+- text otherwise: libroute's text helper (one token per 4 bytes over the
+  messages joined, so that a conversation's history is a token prefix of
+  its next turn; message ends are the boundaries).
+
+Behind it, one thread per backend, every 100 ms:
+
+- GET /health, timed: the RTT; a backend that refuses the connection or
+  answers anything but 200 (llama.cpp's 503 while it loads) is drained,
+  and undrained once it answers 200 again; one that does not answer in
+  time is drained only after --dead-after-s without any answer (an engine
+  whose HTTP threads are all busy answers late, and is not dead);
+- GET /metrics: running, waiting and KV use by vLLM's, llama.cpp's
+  (`llamacpp:`) or SGLang's names into the router; an engine without
+  metrics (llama.cpp without --metrics answers 501) is read from its
+  /slots instead (running only), and a late answer (llama.cpp answers
+  between two steps of its loop) is skipped, never a reason to drain.
+
+A request whose backend refuses it is retried on the router's next
+choice. An engine's error, as an HTTP status or inside a stream (a
+`data: {"error": ...}` event), is a failure for the router, not a first
+token. The cached prompt tokens each engine reports (llama.cpp's
+`timings.cache_n`, vLLM's and SGLang's
+`usage.prompt_tokens_details.cached_tokens`) are set against the router's
+prediction (Gateway.on_observed).
 
 GET /status shows the backends and the router's counters; GET /metrics
 the Prometheus metric set of docs/gateway.md (metrics.py).
@@ -48,11 +69,81 @@ except ImportError as _e:  # python3-prometheus-client is not installed
     GatewayMetrics = None  # type: ignore[assignment,misc]
     _NO_METRICS = str(_e)
 
-_METRIC = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$")
+_METRIC = re.compile(r"^((?:vllm|llamacpp|sglang):[a-z_]+)(?:\{[^}]*\})?\s+"
+                     r"([0-9.eE+-]+|NaN)\s*$")
+# An engine's running and waiting requests and KV use, by the names vLLM,
+# llama.cpp and SGLang give them: the first name present wins. llama.cpp
+# has no KV-use gauge.
+_RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing",
+            "sglang:num_running_reqs")
+_WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred",
+            "sglang:num_queue_reqs")
+_KV_USE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+           "sglang:token_usage")
+
+# The engine's native completion endpoint (llama.cpp's), routed like the
+# OpenAI ones.
+PATHS = ("/v1/completions", "/v1/chat/completions", "/completion",
+         "/completions")
 
 
 def now_ns() -> int:
     return time.monotonic_ns()
+
+
+def engine_stats(text: str) -> Optional[Tuple[int, int, float, str]]:
+    """(running, waiting, KV use, family) from a /metrics text, or None
+    when it has none of the known names."""
+    m: Dict[str, float] = {}
+    for line in text.splitlines():
+        g = _METRIC.match(line)
+        if g:
+            try:
+                m[g.group(1)] = float(g.group(2))
+            except ValueError:
+                pass
+
+    def first(names: Tuple[str, ...]) -> Tuple[Optional[float], str]:
+        for n in names:
+            v = m.get(n)
+            if v is not None and v == v:  # not NaN
+                return v, n
+        return None, ""
+
+    running, name = first(_RUNNING)
+    if running is None:
+        return None
+    kv = first(_KV_USE)[0] or 0.0
+    return (int(max(running, 0)), int(max(first(_WAITING)[0] or 0, 0)),
+            min(max(kv, 0.0), 1.0), name.split(":")[0])
+
+
+def observed_cached(obj: Any) -> Optional[int]:
+    """The prompt tokens an engine says it reused, from an answer or a
+    stream event: llama.cpp's `timings.cache_n`, vLLM's and SGLang's (and
+    OpenAI's) `usage.prompt_tokens_details.cached_tokens`."""
+    if not isinstance(obj, dict):
+        return None
+    t = obj.get("timings")
+    if isinstance(t, dict) and isinstance(t.get("cache_n"), int):
+        return t["cache_n"]
+    try:
+        return int(obj["usage"]["prompt_tokens_details"]["cached_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def output_tokens(obj: Any) -> Optional[int]:
+    """An answer's output tokens: `usage.completion_tokens` (OpenAI), or
+    llama.cpp's native `tokens_predicted`."""
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return int(obj["usage"]["completion_tokens"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    n = obj.get("tokens_predicted")
+    return n if isinstance(n, int) else None
 
 
 class _NoMetrics:
@@ -67,6 +158,18 @@ class Backend:
     def __init__(self, name: str, host: str, port: int, ident: int) -> None:
         self.name, self.host, self.port, self.id = name, host, port, ident
         self.up = True
+        # Where its load comes from: "vllm", "llamacpp" or "sglang"
+        # (/metrics), "slots" (llama.cpp's /slots), "none", or "" before
+        # the first scrape.
+        self.metrics = ""
+        self.last_answer = time.monotonic()  # of any probe
+        # Cached prompt tokens over the requests whose engine reported
+        # them: what the router predicted, what the engine reused.
+        self.predicted = self.observed = self.reports = 0
+
+
+class TokenizeError(Exception):
+    """No backend could tokenize the prompt (--tokenize)."""
 
 
 class Gateway:
@@ -79,10 +182,14 @@ class Gateway:
                  prepare: Optional[Any] = None,
                  learn: bool = True,
                  index_capacity_blocks: Optional[int] = None,
-                 learn_every: Optional[int] = None) -> None:
+                 learn_every: Optional[int] = None,
+                 engine_tokenizer: bool = False,
+                 probe_timeout_s: float = 1.0,
+                 dead_after_s: float = 5.0) -> None:
         # learn_every: Lodestar trains on its first `learn_every` samples
         # and again after each `learn_every` more (None: the library's
-        # schedule).
+        # schedule). engine_tokenizer: text prompts are tokenized by a
+        # backend's /tokenize (llama.cpp's), not by the text helper.
         opts = dict(router_options or {})
         if index_capacity_blocks is not None:
             opts["index_capacity_blocks"] = index_capacity_blocks
@@ -94,6 +201,7 @@ class Gateway:
         # finds the backends the snapshot names.
         self.restored = bool(prepare(self.router)) if prepare else False
         self.learn = learn  # False: the engines' KV events are the truth
+        self.engine_tokenizer = engine_tokenizer
         self.on_backend_up: List[Any] = []  # callbacks (Backend)
         self.status_parts: Dict[str, Any] = {}  # name -> () -> dict
         self.backends: Dict[int, Backend] = {}
@@ -107,17 +215,22 @@ class Gateway:
                 ident = self.router.add_instance(name)
             self.backends[ident] = Backend(name, host, port, ident)
         self.ids = itertools.count(1)
+        self.tok_turn = itertools.count()
         self.lock = threading.Lock()
         self.scrape_s, self.health_s, self.timeout_s = (scrape_s, health_s,
                                                          timeout_s)
+        self.probe_timeout_s, self.dead_after_s = (probe_timeout_s,
+                                                   dead_after_s)
         self.stop = threading.Event()
         self.retries = 0
+        self.failures = 0  # requests (tries) told to the router as failed
         self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
                              GatewayMetrics(self.router, self._backend_rows))
-        self.threads = [threading.Thread(target=self._scrape_loop,
-                                         daemon=True),
-                        threading.Thread(target=self._learn_loop,
-                                         daemon=True)]
+        self.threads = [threading.Thread(target=self._watch, args=(b,),
+                                         daemon=True)
+                        for b in self.backends.values()]
+        self.threads.append(threading.Thread(target=self._learn_loop,
+                                             daemon=True))
         for t in self.threads:
             t.start()
 
@@ -148,46 +261,99 @@ class Gateway:
         for fn in self.on_backend_up:  # it restarted: its cache is empty
             fn(b)
 
+    def _fetch(self, b: Backend, method: str, path: str,
+               body: Optional[bytes] = None,
+               timeout: Optional[float] = None) -> Tuple[int, bytes]:
+        """(status, body) of one request to b; OSError (socket.timeout
+        included) when it does not answer."""
+        c = http.client.HTTPConnection(
+            b.host, b.port, timeout=timeout or self.probe_timeout_s)
+        try:
+            c.request(method, path, body,
+                      {"Content-Type": "application/json"} if body else {})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
     def _get(self, b: Backend, path: str) -> Optional[str]:
         try:
-            c = http.client.HTTPConnection(b.host, b.port, timeout=1.0)
-            c.request("GET", path)
-            r = c.getresponse()
-            data = r.read().decode("utf-8", "replace")
-            c.close()
-            return data if r.status == 200 else None
+            status, data = self._fetch(b, "GET", path)
         except OSError:
             return None
+        return data.decode("utf-8", "replace") if status == 200 else None
 
-    def _scrape_loop(self) -> None:
-        next_health = 0.0
-        while not self.stop.wait(self.scrape_s):
-            for b in list(self.backends.values()):
-                if not b.up:
-                    if time.monotonic() >= next_health and \
-                            self._get(b, "/health") is not None:
-                        self._mark_up(b)
-                    continue
-                t0 = now_ns()
-                text = self._get(b, "/metrics")
-                t1 = now_ns()
-                if text is None:
+    def _watch(self, b: Backend) -> None:
+        """One backend's probes: /health (the RTT and whether it is up),
+        then its load (/metrics, or /slots)."""
+        period = self.scrape_s
+        while not self.stop.wait(period):
+            period = self.scrape_s if b.up else self.health_s
+            t0 = now_ns()
+            try:
+                status, _ = self._fetch(b, "GET", "/health")
+            except ConnectionError:  # refused, reset: nothing listens
+                self.mark_down(b)
+                continue
+            except OSError:  # no answer in time: busy, or hung
+                if time.monotonic() - b.last_answer > self.dead_after_s:
                     self.mark_down(b)
-                    continue
-                m = {}
-                for line in text.splitlines():
-                    g = _METRIC.match(line)
-                    if g:
-                        m[g.group(1)] = float(g.group(2))
-                kv = m.get("vllm:kv_cache_usage_perc",
-                           m.get("vllm:gpu_cache_usage_perc", 0.0))
-                self.router.set_stats(
-                    b.id, running=int(m.get("vllm:num_requests_running", 0)),
-                    waiting=int(m.get("vllm:num_requests_waiting", 0)),
-                    kv_use=min(max(kv, 0.0), 1.0), scraped_ns=t1)
+                continue
+            t1 = now_ns()
+            b.last_answer = time.monotonic()
+            if status != 200:  # llama.cpp answers 503 while it loads
+                self.mark_down(b)
+                continue
+            self._mark_up(b)
+            try:
                 self.router.observe_rtt(b.id, t1 - t0)
-            if time.monotonic() >= next_health:
-                next_health = time.monotonic() + self.health_s
+                self._scrape(b)
+            except libroute.ClosedError:
+                return
+            except libroute.LrError:
+                pass  # refused (a clock the host set apart): next round
+
+    def _scrape(self, b: Backend) -> None:
+        """The engine's load into the router. A late or failed answer is
+        skipped: /health alone says whether the backend is up."""
+        if b.metrics in ("slots", "none"):
+            st = self._slots(b)
+        else:
+            try:
+                status, data = self._fetch(b, "GET", "/metrics",
+                                           timeout=2 * self.probe_timeout_s)
+            except OSError:
+                return
+            if status in (404, 501):  # llama.cpp without --metrics: 501
+                b.metrics = "slots"
+                st = self._slots(b)
+            elif status != 200:
+                return
+            else:
+                st = engine_stats(data.decode("utf-8", "replace"))
+                if st is not None:
+                    b.metrics = st[3]
+        if st is not None:
+            self.router.set_stats(b.id, running=st[0], waiting=st[1],
+                                  kv_use=st[2], scraped_ns=now_ns())
+
+    def _slots(self, b: Backend) -> Optional[Tuple[int, int, float, str]]:
+        """Running requests from llama.cpp's /slots (busy slots)."""
+        try:
+            status, data = self._fetch(b, "GET", "/slots",
+                                       timeout=2 * self.probe_timeout_s)
+        except OSError:
+            return None
+        if status in (404, 501):
+            b.metrics = "none"
+            return None
+        try:
+            rows = json.loads(data) if status == 200 else None
+            running = sum(1 for s in rows if s.get("is_processing"))
+        except (ValueError, TypeError, AttributeError):
+            return None
+        b.metrics = "slots"
+        return running, 0, 0.0, "slots"
 
     def _learn_loop(self) -> None:
         """Lodestar's training, off the request path: route() never waits
@@ -206,13 +372,21 @@ class Gateway:
 
     # ---- requests -------------------------------------------------------
 
-    @staticmethod
-    def tokenize(body: Dict[str, Any]) -> Tuple[array, array]:
-        """Tokens and message ends: the messages joined as the engine reads
-        them, cut once; each message's end rounded down to a whole token,
-        the last one the whole prompt. A conversation's history is a byte
-        prefix of its next turn, so its whole tokens start the next turn's
+    def tokenize(self, body: Dict[str, Any],
+                 path: str = "/v1/chat/completions") -> Tuple[array, array]:
+        """The prompt's tokens and message ends (see the module doc): token
+        ids as given; the engine's tokens (engine_tokenizer); or the text
+        helper's: the messages joined as the engine reads them, cut once,
+        each message's end rounded down to a whole token, the last one the
+        whole prompt. A conversation's history is a byte prefix of its
+        next turn, so its whole tokens start the next turn's
         (examples/go-gateway cuts the same way)."""
+        prompt = body.get("prompt")
+        if "messages" not in body and isinstance(prompt, list):
+            toks = token_ids(prompt)
+            return toks, array("I", [len(toks)])
+        if self.engine_tokenizer:
+            return self._engine_tokens(body)
         parts, text = prompt_text(body)
         toks = text_tokens(text)
         ends = array("I")
@@ -224,12 +398,95 @@ class Gateway:
             ends[-1] = len(toks)
         return toks, ends
 
+    def _engine_tokens(self, body: Dict[str, Any]) -> Tuple[array, array]:
+        """Tokens from a live backend's /tokenize (with BOS, as the engine
+        reads a prompt); chat messages are rendered by its /apply-template
+        first, and each message's end is found in the rendered text and
+        turned into a token offset through the tokens' pieces."""
+        ups = [b for b in self.backends.values() if b.up]
+        if not ups:
+            raise TokenizeError("no backend is up")
+        start = next(self.tok_turn)
+        err = "no backend answered"
+        for k in range(len(ups)):
+            b = ups[(start + k) % len(ups)]
+            try:
+                return self._tokens_from(b, body)
+            except OSError as e:
+                err = f"{b.name}: {e}"
+            except TokenizeError as e:
+                err = f"{b.name}: {e}"
+        raise TokenizeError(err)
+
+    def _post_json(self, b: Backend, path: str, obj: Any) -> Any:
+        status, data = self._fetch(b, "POST", path, json.dumps(obj).encode(),
+                                   timeout=self.timeout_s)
+        if status != 200:
+            raise TokenizeError(f"{path}: HTTP {status}")
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise TokenizeError(f"{path}: not JSON") from None
+
+    def _tokens_from(self, b: Backend,
+                     body: Dict[str, Any]) -> Tuple[array, array]:
+        contents: List[str] = []
+        if "messages" in body:
+            msgs = body["messages"]
+            if not isinstance(msgs, list) or not all(isinstance(m, dict)
+                                                     for m in msgs):
+                raise ValueError("messages: each must be an object")
+            contents = [str(m.get("content", "")) for m in msgs]
+            text = self._post_json(b, "/apply-template",
+                                   {"messages": msgs}).get("prompt")
+            if not isinstance(text, str):
+                raise TokenizeError("/apply-template: no prompt")
+        else:
+            text = body.get("prompt", "")
+            if not isinstance(text, str):
+                raise ValueError("prompt: expected a string or token ids")
+        got = self._post_json(b, "/tokenize", {
+            "content": text, "add_special": True,
+            "with_pieces": bool(contents)}).get("tokens")
+        if not isinstance(got, list):
+            raise TokenizeError("/tokenize: no tokens")
+        if not contents:
+            toks = token_ids(got)
+            return toks, array("I", [len(toks)])
+        toks = token_ids([t.get("id") if isinstance(t, dict) else t
+                          for t in got])
+        return toks, piece_ends(text, got, contents)
+
+    def fail(self, rid: int) -> None:
+        """Request rid ended without an answer."""
+        with self.lock:
+            self.failures += 1
+        self.router.fail(rid, now_ns=now_ns())
+
+    def on_observed(self, rid: int, b: Backend, d: "libroute.Decision",
+                    observed: int) -> None:
+        """The engine reused `observed` prompt tokens of request `rid`,
+        for which the router predicted d.cached_tokens (in the router's
+        tokens: the engine's own with --tokenize or token-id prompts,
+        4-byte pieces of text otherwise). Called once per request whose
+        engine reports it, before the request ends; the place to hand
+        the figure to the router."""
+        self.metrics.on_cached(d.cached_tokens, observed)
+        with self.lock:
+            b.predicted += d.cached_tokens
+            b.observed += observed
+            b.reports += 1
+
     def status(self) -> Dict[str, Any]:
         s = self.router.stats()
         return {
             "policy": self.router.policy.label,
             "backends": [{"name": b.name, "id": b.id, "up": b.up,
-                          "inflight": self.router.instance_load(b.id).inflight}
+                          "inflight": self.router.instance_load(b.id).inflight,
+                          "metrics": b.metrics,
+                          "cached_tokens": {"predicted": b.predicted,
+                                            "observed": b.observed,
+                                            "requests": b.reports}}
                          for b in self.backends.values()],
             "routes": s.routes,
             # Decisions by reason, every reason the library has.
@@ -237,6 +494,7 @@ class Gateway:
                         self.router.reason_counts().items() if n},
             "inflight": s.inflight,
             "retries": self.retries,
+            "failures": self.failures,
             "restored": self.restored,
             "replicas": {
                 "kv_batches": s.kv_batches, "kv_duplicates": s.kv_duplicates,
@@ -249,6 +507,50 @@ class Gateway:
                 **{k: fn() for k, fn in self.status_parts.items()},
             },
         }
+
+
+def token_ids(obj: Any) -> array:
+    """A list of token ids as the uint32 array the binding takes without
+    a copy (libroute.Router.route's fast path)."""
+    try:
+        return array("I", obj)
+    except (TypeError, OverflowError):
+        raise ValueError("prompt: token ids must be integers in "
+                         "0..2**32-1") from None
+
+
+def piece_ends(text: str, pieces: List[Any], contents: List[str]) -> array:
+    """Each message's end as a token offset: the end of its content in the
+    rendered `text`, found in order, and the tokens whose pieces end at or
+    before it. A special token whose piece is not in the text (BOS)
+    counts as a token and no bytes."""
+    data = text.encode("utf-8")
+    ends_b = []
+    pos = 0
+    for c in contents:
+        i = text.find(c, pos) if c else -1
+        if i >= 0:
+            pos = i + len(c)
+        ends_b.append(len(text[:pos].encode("utf-8")))
+    offs = []  # byte offset after each token
+    at = 0
+    for t in pieces:
+        p = t.get("piece", "") if isinstance(t, dict) else ""
+        pb = bytes(p) if isinstance(p, list) else str(p).encode("utf-8")
+        if pb and data.startswith(pb, at):
+            at += len(pb)
+        elif pb and data.startswith(pb.lstrip(b" "), at):
+            at += len(pb.lstrip(b" "))  # a word's added leading space
+        offs.append(at)
+    out = array("I")
+    k = 0
+    for e in ends_b:
+        while k < len(offs) and offs[k] <= e:
+            k += 1
+        out.append(k)
+    if out:
+        out[-1] = len(pieces)
+    return out
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -295,7 +597,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_POST(self) -> None:
-        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+        if self.path not in PATHS:
             self._json(404, {"error": "not found"})
             return
         gw = self.gw
@@ -305,11 +607,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-            toks, ends = gw.tokenize(body)
-            max_tokens = int(body.get("max_tokens", 16))
+            toks, ends = gw.tokenize(body, self.path)
+            # OpenAI's max_tokens, or llama.cpp's n_predict (-1: no limit)
+            max_tokens = int(body.get("max_tokens",
+                                      body.get("n_predict", 16)))
+            max_tokens = max(max_tokens, 0)
         except (ValueError, TypeError) as e:
             gw.metrics.on_response(400)
             self._json(400, {"error": f"bad request: {e}"})
+            return
+        except TokenizeError as e:
+            gw.metrics.on_response(503)
+            self._json(503, {"error": f"no tokenizer: {e}"})
             return
         rid = next(gw.ids)
         for _ in range(len(gw.backends)):
@@ -322,69 +631,65 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 break  # every backend drained
             gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
             b = gw.backends[d.instance]
+            conn = http.client.HTTPConnection(b.host, b.port,
+                                              timeout=gw.timeout_s)
             try:
-                conn = http.client.HTTPConnection(b.host, b.port,
-                                                  timeout=gw.timeout_s)
                 conn.request("POST", self.path, raw,
                              {"Content-Type": "application/json"})
                 resp = conn.getresponse()
-            except OSError:
-                gw.router.fail(rid, now_ns=now_ns())
-                gw.mark_down(b)
-                with gw.lock:
-                    gw.retries += 1
-                gw.metrics.on_retry()
+            except ConnectionError:  # refused or reset: retry elsewhere
+                conn.close()
+                self._refused(rid, b)
+                continue
+            except OSError as e:  # no answer in time: busy, not gone
+                conn.close()
+                gw.fail(rid)
+                gw.metrics.on_response(504)
+                self._json(504, {"error": f"backend {b.name}: {e}"})
+                return
+            if resp.status == 503:  # not ready (llama.cpp while loading)
+                conn.close()
+                self._refused(rid, b)
                 continue
             self._relay(rid, b, d, conn, resp, bool(body.get("stream")), t0)
             return
         gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
 
+    def _refused(self, rid: int, b: Backend) -> None:
+        gw = self.gw
+        gw.fail(rid)
+        gw.mark_down(b)
+        with gw.lock:
+            gw.retries += 1
+        gw.metrics.on_retry()
+
     def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
                conn: http.client.HTTPConnection,
                resp: http.client.HTTPResponse, stream: bool,
                routed_ns: int) -> None:
+        """Pass the engine's answer through, telling the router: the first
+        token (the first data event of a stream, a whole answer's
+        arrival), then the end (a stream's [DONE], or llama.cpp's native
+        `"stop": true` event; a whole answer) or a failure (an error
+        status, an error event, a stream cut short)."""
         gw = self.gw
         gw.metrics.on_response(resp.status)
-
-        def first_token() -> None:
-            t = now_ns()
-            gw.router.first_token(rid, now_ns=t)
-            gw.metrics.on_first_token((t - routed_ns) / 1e9)
-
-        def usage(u: Any) -> None:
-            # The engine's cached prompt tokens (vLLM's and OpenAI's
-            # usage.prompt_tokens_details.cached_tokens) against the
-            # router's expectation.
-            try:
-                cached = int(u["prompt_tokens_details"]["cached_tokens"])
-            except (KeyError, TypeError, ValueError):
-                return
-            gw.metrics.on_cached(d.cached_tokens, cached)
-
+        a = _Answer(gw, rid, b, d, routed_ns)
         hdr = {"X-Libroute-Backend": b.name,
                "X-Libroute-Reason": d.reason.label,
                # The policy that chose: the gateway's, or Lodestar's
                # fallback while it has no model.
                "X-Libroute-Decider": d.decider.label,
                "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
-        out_tokens = 0
-        completed = False
         try:
             if not stream or resp.status != 200:
                 data = resp.read()
-                first_token()
-                try:
-                    u = json.loads(data)["usage"]
-                    out_tokens = int(u["completion_tokens"])
-                    usage(u)
-                except (ValueError, KeyError, TypeError):
-                    out_tokens = 0
+                b.last_answer = time.monotonic()
+                a.whole(resp.status, data)
                 # The engine has answered in full: the request ends here,
                 # before the client can see the answer (and, say, read the
                 # gateway's /status) and whether or not it reads it.
-                gw.router.complete(rid, out_tokens, now_ns=now_ns())
-                completed = True
                 self.send_response(resp.status)
                 self.send_header("Content-Type",
                                  resp.getheader("Content-Type",
@@ -400,33 +705,114 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 for k, v in hdr.items():
                     self.send_header(k, v)
                 self.end_headers()
-                first = True
                 while True:
                     line = resp.readline()
                     if not line:
                         break
-                    if line.startswith(b"data: ") and \
-                            not line.startswith(b"data: [DONE]"):
-                        if first:
-                            first_token()
-                            first = False
-                        if b'"delta"' in line or b'"text"' in line:
-                            out_tokens += 1
-                        elif b'"usage"' in line:
-                            try:
-                                usage(json.loads(line[6:])["usage"])
-                            except (ValueError, KeyError, TypeError):
-                                pass
+                    b.last_answer = time.monotonic()
+                    if line.startswith(b"data: "):
+                        a.event(line[6:])
                     self.wfile.write(line)
                     self.wfile.flush()
-            if not completed:
-                gw.router.complete(rid, out_tokens, now_ns=now_ns())
+                a.eof()
         except OSError:
             # the backend or the client went away mid-answer
-            if not completed:
-                gw.router.fail(rid, now_ns=now_ns())
+            a.cut()
         finally:
             conn.close()
+
+
+class _Answer:
+    """One answer as it passes, and what the router hears of it (exactly
+    one end: complete or fail)."""
+
+    def __init__(self, gw: Gateway, rid: int, b: Backend,
+                 d: "libroute.Decision", routed_ns: int) -> None:
+        self.gw, self.rid, self.b, self.d = gw, rid, b, d
+        self.routed_ns = routed_ns
+        self.first = False
+        self.ended = False
+        self.done = False    # the engine said it finished
+        self.error = False   # the engine said it failed
+        self.out = 0         # output tokens: events counted
+        self.out_told: Optional[int] = None  # or the engine's count
+        self.cached: Optional[int] = None
+
+    def first_token(self) -> None:
+        if self.first:
+            return
+        self.first = True
+        t = now_ns()
+        self.gw.router.first_token(self.rid, now_ns=t)
+        self.gw.metrics.on_first_token((t - self.routed_ns) / 1e9)
+
+    def _take(self, obj: Any) -> None:
+        c = observed_cached(obj)
+        if c is not None and self.cached is None:
+            self.cached = c
+            self.gw.on_observed(self.rid, self.b, self.d, c)
+        n = output_tokens(obj)
+        if n is not None:
+            self.out_told = n
+
+    def whole(self, status: int, data: bytes) -> None:
+        """A whole answer: an error status or an error object is a
+        failure; otherwise the first token and the end at once."""
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if status != 200 or (isinstance(obj, dict) and "error" in obj):
+            self.fail()
+            return
+        self.first_token()
+        self._take(obj)
+        self.complete()
+
+    def event(self, payload: bytes) -> None:
+        """One SSE data event of a stream."""
+        if payload.startswith(b"[DONE]"):
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "error" in obj:
+            self.error = True  # llama.cpp's error inside a stream
+            return
+        if self.error:
+            return
+        self.first_token()
+        if isinstance(obj, dict):
+            if obj.get("choices") or "content" in obj and \
+                    obj.get("stop") is False:
+                self.out += 1
+            if obj.get("stop") is True:  # llama.cpp's native end
+                self.done = True
+            self._take(obj)
+
+    def eof(self) -> None:
+        if self.done and not self.error:
+            self.complete()
+        else:
+            self.fail()
+
+    def cut(self) -> None:
+        self.fail()
+
+    def complete(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        n = self.out_told if self.out_told is not None else self.out
+        self.gw.router.complete(self.rid, n, now_ns=now_ns())
+
+    def fail(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.gw.fail(self.rid)
 
 
 class GatewayServer(http.server.ThreadingHTTPServer):
@@ -459,6 +845,28 @@ def add_fleet_args(ap: argparse.ArgumentParser) -> None:
                    help="snapshot period (default 2)")
 
 
+def add_engine_args(ap: argparse.ArgumentParser) -> None:
+    """How the gateway talks to its engines."""
+    g = ap.add_argument_group("engines")
+    g.add_argument("--tokenize", action="store_true",
+                   help="tokenize text prompts with a backend's /tokenize "
+                        "(llama.cpp's), so the router sees the model's "
+                        "tokens")
+    g.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="longest wait for an engine's answer to start "
+                        "(llama.cpp streams only from the first token; "
+                        "default 30)")
+    g.add_argument("--dead-after", type=float, default=5.0, metavar="S",
+                   help="drain a backend whose /health has not answered "
+                        "for S seconds (default 5; a refused connection "
+                        "drains at once)")
+
+
+def engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
+    return {"engine_tokenizer": a.tokenize, "timeout_s": a.timeout,
+            "dead_after_s": a.dead_after}
+
+
 def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
                 policy: str) -> Tuple[Gateway, List[Any]]:
     """The gateway with its replica wiring: Redis sync and KV events."""
@@ -484,7 +892,7 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
         opts["index_capacity_blocks"] = a.index_capacity_blocks
     gw = Gateway(backends, policy=policy, router_options=opts,
                  prepare=prepare, learn=not a.kv_events,
-                 learn_every=a.learn_every)
+                 learn_every=a.learn_every, **engine_kwargs(a))
     stoppers: List[Any] = []
     if sync is not None:
         sync.start()
@@ -519,6 +927,7 @@ def main() -> None:
                     help="prefix index capacity in blocks (library default)")
     ap.add_argument("--learn-every", type=int, default=None, metavar="N",
                     help="lodestar: train after N samples and every N more")
+    add_engine_args(ap)
     a = ap.parse_args()
     backends = []
     for spec in a.backend:
@@ -532,7 +941,7 @@ def main() -> None:
     else:
         gw = Gateway(backends, policy=a.policy,
                      index_capacity_blocks=a.index_capacity_blocks,
-                     learn_every=a.learn_every)
+                     learn_every=a.learn_every, **engine_kwargs(a))
     srv = GatewayServer((a.host, a.port), gw)
     print(f"gateway on http://{a.host}:{srv.server_address[1]} ({a.policy}), "
           f"{len(backends)} backends", flush=True)

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +37,19 @@ type Config struct {
 	// Lodestar trains after LearnEvery samples and every LearnEvery more;
 	// 0: the library's schedule.
 	LearnEvery uint32
-	// How often each backend's metrics are scraped, how often a drained
-	// backend's /health is tried, and the limit on one answer.
+	// How often each backend is probed (/health, then its metrics), how
+	// often a drained backend's /health is tried, and the limit on the
+	// wait for an answer to start (llama.cpp streams its headers only
+	// with the first token).
 	ScrapeEvery, HealthEvery, Timeout time.Duration
+	// The limit on one probe, and how long a backend may leave /health
+	// unanswered before it is drained (a refused connection drains at
+	// once): an engine whose HTTP threads are all busy answers late.
+	ProbeTimeout, DeadAfter time.Duration
+	// Text prompts are tokenized by a backend's /tokenize (llama.cpp's;
+	// chat messages rendered by its /apply-template first), so the router
+	// sees the model's own tokens.
+	EngineTokenizer bool
 }
 
 // BackendSpec names one engine.
@@ -54,6 +65,20 @@ type Backend struct {
 	up   atomic.Bool
 	// Proxies to this backend, sharing the gateway's transport.
 	proxy *httputil.ReverseProxy
+	// Where its load comes from: "vllm", "llamacpp" or "sglang"
+	// (/metrics), "slots" (llama.cpp's /slots), "none", or "" before the
+	// first scrape. Written by its probe goroutine only.
+	metrics atomic.Value
+	// When it last answered anything (UnixNano).
+	lastAnswer atomic.Int64
+	// Cached prompt tokens over the requests whose engine reported them:
+	// what the router predicted, what the engine reused.
+	predicted, observed, reports atomic.Uint64
+}
+
+func (b *Backend) metricsKind() string {
+	s, _ := b.metrics.Load().(string)
+	return s
 }
 
 // Gateway is an http.Handler that routes OpenAI-style requests.
@@ -72,9 +97,11 @@ type Gateway struct {
 	transport *http.Transport // to the backends, kept alive
 	probe     *http.Client    // scrapes and health checks
 
-	ids     atomic.Uint64
-	rr      atomic.Uint64
-	retries atomic.Uint64
+	ids      atomic.Uint64
+	rr       atomic.Uint64
+	retries  atomic.Uint64
+	failures atomic.Uint64
+	tokTurn  atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -100,6 +127,12 @@ func NewGateway(cfg Config) (*Gateway, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = time.Second
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = 5 * time.Second
+	}
 	g := &Gateway{
 		cfg:  cfg,
 		byID: make(map[libroute.InstanceID]*Backend),
@@ -115,7 +148,7 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		},
 		stop: make(chan struct{}),
 	}
-	g.probe = &http.Client{Timeout: time.Second, Transport: &http.Transport{
+	g.probe = &http.Client{Transport: &http.Transport{
 		Proxy: nil, MaxIdleConnsPerHost: 4, DisableCompression: true,
 	}}
 	if !cfg.NoLibroute {
@@ -142,6 +175,8 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		}
 		b.proxy = g.newProxy(u)
 		b.up.Store(true)
+		b.metrics.Store("")
+		b.lastAnswer.Store(time.Now().UnixNano())
 		g.backends = append(g.backends, b)
 		g.byID[b.ID] = b
 	}
@@ -149,11 +184,16 @@ func NewGateway(cfg Config) (*Gateway, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/completions", g.serveCompletion)
 	mux.HandleFunc("/v1/chat/completions", g.serveCompletion)
+	// llama.cpp's native completion endpoint, routed alike
+	mux.HandleFunc("/completion", g.serveCompletion)
+	mux.HandleFunc("/completions", g.serveCompletion)
 	mux.HandleFunc("/status", g.serveStatus)
 	mux.Handle("/metrics", g.metrics.Handler())
 	g.handler = mux
-	g.wg.Add(1)
-	go g.scrapeLoop()
+	for _, b := range g.backends {
+		g.wg.Add(1)
+		go g.watch(b)
+	}
 	if g.router != nil {
 		g.wg.Add(1)
 		go g.learnLoop()
@@ -225,48 +265,92 @@ func (g *Gateway) markUp(b *Backend) {
 	}
 }
 
-func (g *Gateway) get(b *Backend, path string) ([]byte, error) {
-	resp, err := g.probe.Get("http://" + b.Addr + path)
+// fetch does one request to b within timeout: its status and body (at
+// most 4 MB).
+func (g *Gateway) fetch(b *Backend, method, path string, body []byte, timeout time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+b.Addr+path, rd)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := g.probe.Do(req)
+	if err != nil {
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s%s: HTTP %d", b.Addr, path, resp.StatusCode)
-	}
-	return data, err
+	return resp.StatusCode, data, err
 }
 
-// vllmMetric matches one sample of the vLLM metrics the router takes.
-var vllmMetric = regexp.MustCompile(`^(vllm:[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$`)
+// timedOut says whether err is a probe that got no answer in time (the
+// engine may be busy), rather than a refused or reset connection.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
 
-// parseEngineStats reads vLLM's running, waiting and KV-use gauges.
+// Running and waiting requests and KV use, by the names vLLM, llama.cpp
+// and SGLang give them: the first present wins. llama.cpp has no KV-use
+// gauge.
+var (
+	engineMetric = regexp.MustCompile(`^((?:vllm|llamacpp|sglang):[a-z_]+)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$`)
+	runningNames = []string{"vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"}
+	waitingNames = []string{"vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs"}
+	kvUseNames   = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
+)
+
+// parseEngineStats reads an engine's running, waiting and KV-use gauges.
 func parseEngineStats(text []byte) libroute.EngineStats {
+	st, _ := readEngineStats(text)
+	return st
+}
+
+// readEngineStats is parseEngineStats with the family whose names it
+// found ("vllm", "llamacpp", "sglang"), "" when none.
+func readEngineStats(text []byte) (libroute.EngineStats, string) {
 	m := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if g := vllmMetric.FindSubmatch(sc.Bytes()); g != nil {
-			if v, err := strconv.ParseFloat(string(g[2]), 64); err == nil {
+		if g := engineMetric.FindSubmatch(sc.Bytes()); g != nil {
+			if v, err := strconv.ParseFloat(string(g[2]), 64); err == nil && v == v {
 				m[string(g[1])] = v
 			}
 		}
 	}
-	kv, ok := m["vllm:kv_cache_usage_perc"]
-	if !ok {
-		kv = m["vllm:gpu_cache_usage_perc"] // vLLM before 0.7
+	first := func(names []string) (float64, string) {
+		for _, n := range names {
+			if v, ok := m[n]; ok {
+				return v, n
+			}
+		}
+		return 0, ""
 	}
-	if !(kv >= 0) { // NaN too
+	running, name := first(runningNames)
+	waiting, _ := first(waitingNames)
+	kv, _ := first(kvUseNames)
+	if !(kv >= 0) {
 		kv = 0
 	} else if kv > 1 {
 		kv = 1
 	}
-	return libroute.EngineStats{
-		Running: clampU32(m["vllm:num_requests_running"]),
-		Waiting: clampU32(m["vllm:num_requests_waiting"]),
-		KVUse:   kv,
+	family := ""
+	if i := strings.IndexByte(name, ':'); i > 0 {
+		family = name[:i]
 	}
+	return libroute.EngineStats{
+		Running: clampU32(running),
+		Waiting: clampU32(waiting),
+		KVUse:   kv,
+	}, family
 }
 
 func clampU32(v float64) uint32 {
@@ -279,49 +363,94 @@ func clampU32(v float64) uint32 {
 	return uint32(v)
 }
 
-// scrapeLoop feeds each live backend's vLLM metrics to the router every
-// ScrapeEvery, with the probe's time as the RTT. A backend whose scrape
-// fails is drained; a drained one is undrained when /health answers.
-func (g *Gateway) scrapeLoop() {
+// watch probes one backend every ScrapeEvery (HealthEvery while drained):
+// GET /health, timed, is the RTT and says whether it is up (a refused
+// connection or a status other than 200, such as llama.cpp's 503 while it
+// loads, drains it at once; silence only after DeadAfter); then its load
+// from /metrics, or /slots for an engine without metrics (llama.cpp
+// without --metrics answers 501). A late or failed load answer is
+// skipped, never a reason to drain.
+func (g *Gateway) watch(b *Backend) {
 	defer g.wg.Done()
-	tick := time.NewTicker(g.cfg.ScrapeEvery)
-	defer tick.Stop()
-	var nextHealth time.Time
 	for {
+		wait := g.cfg.ScrapeEvery
+		if !b.up.Load() {
+			wait = g.cfg.HealthEvery
+		}
 		select {
 		case <-g.stop:
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
-		health := !time.Now().Before(nextHealth)
-		if health {
-			nextHealth = time.Now().Add(g.cfg.HealthEvery)
-		}
-		for _, b := range g.backends {
-			if !b.up.Load() {
-				if health {
-					if _, err := g.get(b, "/health"); err == nil {
-						g.markUp(b)
-					}
-				}
-				continue
-			}
-			t0 := now()
-			text, err := g.get(b, "/metrics")
-			t1 := now()
-			if err != nil {
+		t0 := now()
+		code, _, err := g.fetch(b, http.MethodGet, "/health", nil, g.cfg.ProbeTimeout)
+		t1 := now()
+		if err != nil {
+			if !timedOut(err) || time.Since(time.Unix(0, b.lastAnswer.Load())) > g.cfg.DeadAfter {
 				g.markDown(b)
-				continue
 			}
-			if g.router == nil {
-				continue
-			}
-			st := parseEngineStats(text)
-			st.ScrapedAt = t1
+			continue
+		}
+		b.lastAnswer.Store(time.Now().UnixNano())
+		if code != http.StatusOK {
+			g.markDown(b)
+			continue
+		}
+		g.markUp(b)
+		if g.router == nil {
+			continue
+		}
+		_ = g.router.ObserveRTT(b.ID, time.Duration(t1-t0))
+		if st, ok := g.load(b); ok {
+			st.ScrapedAt = now()
 			_ = g.router.SetStats(b.ID, st)
-			_ = g.router.ObserveRTT(b.ID, time.Duration(t1-t0))
 		}
 	}
+}
+
+// load reads b's running, waiting and KV use from /metrics, or /slots.
+func (g *Gateway) load(b *Backend) (libroute.EngineStats, bool) {
+	kind := b.metricsKind()
+	if kind != "slots" && kind != "none" {
+		code, text, err := g.fetch(b, http.MethodGet, "/metrics", nil, 2*g.cfg.ProbeTimeout)
+		switch {
+		case err != nil:
+			return libroute.EngineStats{}, false
+		case code == http.StatusNotFound || code == http.StatusNotImplemented:
+			b.metrics.Store("slots")
+		case code != http.StatusOK:
+			return libroute.EngineStats{}, false
+		default:
+			st, family := readEngineStats(text)
+			if family == "" {
+				return st, false
+			}
+			b.metrics.Store(family)
+			return st, true
+		}
+	}
+	code, data, err := g.fetch(b, http.MethodGet, "/slots", nil, 2*g.cfg.ProbeTimeout)
+	if err != nil {
+		return libroute.EngineStats{}, false
+	}
+	if code == http.StatusNotFound || code == http.StatusNotImplemented {
+		b.metrics.Store("none")
+		return libroute.EngineStats{}, false
+	}
+	var slots []struct {
+		IsProcessing bool `json:"is_processing"`
+	}
+	if code != http.StatusOK || json.Unmarshal(data, &slots) != nil {
+		return libroute.EngineStats{}, false
+	}
+	b.metrics.Store("slots")
+	var st libroute.EngineStats
+	for _, s := range slots {
+		if s.IsProcessing {
+			st.Running++
+		}
+	}
+	return st, true
 }
 
 // learnLoop runs Lodestar's learner step every 200 ms, off the request
@@ -354,6 +483,7 @@ type attempt struct {
 	cached   uint32
 	routedAt time.Time
 	err      error // set by the proxy's ErrorHandler: nothing was sent
+	observed bool  // the engine's cached tokens were taken
 }
 
 type attemptKey struct{}
@@ -374,14 +504,18 @@ func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
 	p.FlushInterval = -1       // stream every write of the engine at once
 	p.ErrorLog = nil
 	p.ModifyResponse = func(resp *http.Response) error {
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return errUnavailable // the proxy closes the body
+		}
 		a := resp.Request.Context().Value(attemptKey{}).(*attempt)
 		a.relay(resp)
 		return nil
 	}
 	p.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		// Only reached before anything was written to the client: the
-		// backend refused the request or died before answering. The
-		// handler retries on the router's next choice.
+		// backend refused the request, died or answered 503 (the handler
+		// retries on the router's next choice), or did not answer in
+		// time (a 504).
 		r.Context().Value(attemptKey{}).(*attempt).err = err
 	}
 	return p
@@ -417,7 +551,12 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var toks, ends []uint32
-	if g.router != nil {
+	if g.router != nil && g.cfg.EngineTokenizer && c.ids == nil {
+		if toks, ends, err = g.engineTokens(raw, &c); err != nil {
+			g.jsonError(w, http.StatusServiceUnavailable, "no tokenizer: "+err.Error())
+			return
+		}
+	} else if g.router != nil {
 		k := getCut()
 		defer putCut(k)
 		if toks, ends, err = c.tokens(k); err != nil {
@@ -439,11 +578,14 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		if a.err == nil {
 			return
 		}
-		if g.router != nil {
-			_ = g.router.Fail(id, now())
-		}
+		g.fail(id)
 		if r.Context().Err() != nil {
 			return // the client went away, not the backend
+		}
+		if timedOut(a.err) && !errors.Is(a.err, errUnavailable) {
+			// no answer in time: the engine is busy, not gone
+			g.jsonError(w, http.StatusGatewayTimeout, fmt.Sprintf("backend %s: %v", a.b.Name, a.err))
+			return
 		}
 		g.markDown(a.b)
 		g.retries.Add(1)
@@ -482,6 +624,18 @@ func (g *Gateway) pick(a *attempt, toks, ends []uint32, maxTokens uint32) bool {
 	return true
 }
 
+// fail tells the router that request id ended without an answer.
+func (g *Gateway) fail(id uint64) {
+	g.failures.Add(1)
+	if g.router != nil {
+		_ = g.router.Fail(id, now())
+	}
+}
+
+// errUnavailable is an engine's 503 (llama.cpp's while it loads): the
+// request is retried on the router's next choice, as on a refusal.
+var errUnavailable = errors.New("backend answered 503")
+
 func label(names []string, i int) string {
 	if i >= 0 && i < len(names) {
 		return names[i]
@@ -502,7 +656,9 @@ func (a *attempt) relay(resp *http.Response) {
 	a.g.metrics.OnResponse(resp.StatusCode)
 	stream := resp.StatusCode == http.StatusOK &&
 		mediaType(h.Get("Content-Type")) == "text/event-stream"
-	resp.Body = &relayBody{rc: resp.Body, a: a, stream: stream, left: resp.ContentLength}
+	a.b.lastAnswer.Store(time.Now().UnixNano())
+	resp.Body = &relayBody{rc: resp.Body, a: a, stream: stream, left: resp.ContentLength,
+		failed: resp.StatusCode != http.StatusOK}
 }
 
 func mediaType(ct string) string {
@@ -522,23 +678,75 @@ func (a *attempt) firstToken() {
 	a.g.metrics.OnFirstToken(t.Sub(a.routedAt))
 }
 
-// usage takes an engine's usage object: output tokens, and the cached
-// prompt tokens (vLLM's and OpenAI's prompt_tokens_details.cached_tokens)
-// against the router's expectation. raw is a whole answer or one SSE
-// event's JSON. The two counts are found by key after the last "usage"
-// key rather than by decoding the answer (a tenth of the time): in JSON
-// text a quote inside a string is escaped, so "usage" and the keys after
-// it can only be keys, whatever the answer's content says.
+// usage takes an engine's answer or one SSE event's JSON: the output
+// tokens (usage.completion_tokens; llama.cpp's native tokens_predicted),
+// and the cached prompt tokens the engine reports (llama.cpp's
+// timings.cache_n, vLLM's and SGLang's usage.prompt_tokens_details.
+// cached_tokens) against the router's expectation, once per request.
+// The counts are found by key after the last "usage" (or "timings") key
+// rather than by decoding the answer (a tenth of the time): in JSON text
+// a quote inside a string is escaped, so "usage" and the keys after it
+// can only be keys, whatever the answer's content says.
 func (a *attempt) usage(raw []byte) (outTokens uint32, ok bool) {
-	i := bytes.LastIndex(raw, usageKey)
-	if i < 0 {
+	if !a.observed && a.g.router != nil {
+		if cached, found := observedCached(raw); found {
+			a.observed = true
+			a.g.onObserved(a, cached)
+		}
+	}
+	if i := bytes.LastIndex(raw, usageKey); i >= 0 {
+		if n, found := countAfter(raw[i:], completionKey); found {
+			return n, true
+		}
 		return 0, false
 	}
-	u := raw[i:]
-	if cached, found := countAfter(u, cachedKey); found && a.g.router != nil {
-		a.g.metrics.OnCached(a.cached, cached)
+	return countAfter(raw, predictedKey)
+}
+
+// observedCached reads the prompt tokens an engine says it reused.
+func observedCached(raw []byte) (uint32, bool) {
+	if i := bytes.LastIndex(raw, timingsKey); i >= 0 {
+		if n, ok := countAfter(raw[i:], cacheNKey); ok {
+			return n, true
+		}
 	}
-	return countAfter(u, completionKey)
+	if i := bytes.LastIndex(raw, usageKey); i >= 0 {
+		return countAfter(raw[i:], cachedKey)
+	}
+	return 0, false
+}
+
+// onObserved: the engine reused `observed` prompt tokens of a's request,
+// for which the router predicted a.cached (in the router's tokens: the
+// engine's own with EngineTokenizer or token-id prompts, 4-byte pieces
+// of text otherwise). Called at most once per request, before it ends:
+// the place to hand the figure to the router.
+func (g *Gateway) onObserved(a *attempt, observed uint32) {
+	g.metrics.OnCached(a.cached, observed)
+	a.b.predicted.Add(uint64(a.cached))
+	a.b.observed.Add(uint64(observed))
+	a.b.reports.Add(1)
+}
+
+// boolAfter reads the JSON boolean that is the value of the first key in
+// b; false when there is none.
+func boolAfter(b, key []byte) (value, ok bool) {
+	i := bytes.Index(b, key)
+	if i < 0 {
+		return false, false
+	}
+	b = bytes.TrimLeft(b[i+len(key):], " \t\r\n")
+	if len(b) == 0 || b[0] != ':' {
+		return false, false
+	}
+	b = bytes.TrimLeft(b[1:], " \t\r\n")
+	switch {
+	case bytes.HasPrefix(b, []byte("true")):
+		return true, true
+	case bytes.HasPrefix(b, []byte("false")):
+		return false, true
+	}
+	return false, false
 }
 
 // countAfter reads the non-negative integer that is the value of the
@@ -573,6 +781,7 @@ type relayBody struct {
 	rc     io.ReadCloser
 	a      *attempt
 	stream bool
+	failed bool  // an error status: the answer is a failure, not a token
 	left   int64 // bytes still to come when the length is known, else < 0
 	line   []byte
 	whole  []byte // a non-streamed answer, for its usage (bounded)
@@ -590,7 +799,7 @@ func (b *relayBody) Read(p []byte) (int, error) {
 		if b.stream {
 			b.scan(p[:n])
 		} else {
-			if !b.first {
+			if !b.first && !b.failed {
 				b.first = true
 				b.a.firstToken()
 			}
@@ -604,9 +813,11 @@ func (b *relayBody) Read(p []byte) (int, error) {
 			}
 		}
 	}
-	if err == io.EOF {
+	if err == io.EOF && !b.stream {
 		b.finish()
 	} else if err != nil {
+		// a stream ends at [DONE] or llama.cpp's "stop": true event;
+		// one that stops before is cut short
 		b.abort()
 	}
 	return n, err
@@ -641,6 +852,12 @@ var (
 	usageKey      = []byte(`"usage"`)
 	cachedKey     = []byte(`"cached_tokens"`)
 	completionKey = []byte(`"completion_tokens"`)
+	// llama.cpp's: its error event, its native stream's end and counts
+	errorEvent   = []byte(`{"error"`)
+	stopKey      = []byte(`"stop"`)
+	timingsKey   = []byte(`"timings"`)
+	cacheNKey    = []byte(`"cache_n"`)
+	predictedKey = []byte(`"tokens_predicted"`)
 )
 
 func (b *relayBody) event(line []byte) {
@@ -651,14 +868,26 @@ func (b *relayBody) event(line []byte) {
 		b.finish()
 		return
 	}
+	payload := line[len(dataPrefix):]
+	if bytes.HasPrefix(bytes.TrimLeft(payload, " "), errorEvent) {
+		b.abort() // llama.cpp's error inside a stream: a failure
+		return
+	}
 	if !b.first {
 		b.first = true
 		b.a.firstToken()
 	}
-	if bytes.Contains(line, deltaKey) || bytes.Contains(line, textKey) {
+	if b.a.g.router != nil && (bytes.Contains(payload, usageKey) || bytes.Contains(payload, timingsKey)) {
+		b.a.usage(payload)
+	}
+	if bytes.Contains(payload, deltaKey) || bytes.Contains(payload, textKey) {
 		b.out++
-	} else if b.a.g.router != nil && bytes.Contains(line, usageKey) {
-		b.a.usage(line[len(dataPrefix):])
+	} else if stop, ok := boolAfter(payload, stopKey); ok {
+		if stop { // llama.cpp's native stream ends here, without [DONE]
+			b.finish()
+		} else {
+			b.out++
+		}
 	}
 }
 
@@ -666,6 +895,10 @@ func (b *relayBody) event(line []byte) {
 // its usage, a stream's are the events counted.
 func (b *relayBody) finish() {
 	if b.done {
+		return
+	}
+	if b.failed {
+		b.abort()
 		return
 	}
 	if !b.first {
@@ -691,9 +924,7 @@ func (b *relayBody) abort() {
 		return
 	}
 	b.done = true
-	if r := b.a.g.router; r != nil {
-		_ = r.Fail(b.a.id, now())
-	}
+	b.a.g.fail(b.a.id)
 }
 
 func (b *relayBody) Close() error {
@@ -704,11 +935,18 @@ func (b *relayBody) Close() error {
 // ---- status -----------------------------------------------------------------
 
 func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
+	type cachedTokens struct {
+		Predicted uint64 `json:"predicted"`
+		Observed  uint64 `json:"observed"`
+		Requests  uint64 `json:"requests"`
+	}
 	type backend struct {
-		Name     string `json:"name"`
-		ID       uint32 `json:"id"`
-		Up       bool   `json:"up"`
-		Inflight uint32 `json:"inflight"`
+		Name     string       `json:"name"`
+		ID       uint32       `json:"id"`
+		Up       bool         `json:"up"`
+		Inflight uint32       `json:"inflight"`
+		Metrics  string       `json:"metrics"`
+		Cached   cachedTokens `json:"cached_tokens"`
 	}
 	st := struct {
 		Policy   string            `json:"policy"`
@@ -717,9 +955,12 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		Reasons  map[string]uint64 `json:"reasons"`
 		Inflight uint64            `json:"inflight"`
 		Retries  uint64            `json:"retries"`
-	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load()}
+		Failures uint64            `json:"failures"`
+	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load(),
+		Failures: g.failures.Load()}
 	for _, b := range g.backends {
-		row := backend{Name: b.Name, ID: uint32(b.ID), Up: b.up.Load()}
+		row := backend{Name: b.Name, ID: uint32(b.ID), Up: b.up.Load(), Metrics: b.metricsKind(),
+			Cached: cachedTokens{b.predicted.Load(), b.observed.Load(), b.reports.Load()}}
 		if g.router != nil {
 			if l, err := g.router.InstanceLoad(b.ID); err == nil {
 				row.Inflight = l.Inflight

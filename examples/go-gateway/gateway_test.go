@@ -55,9 +55,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startEngine runs fake_engine.py on port (0: a free one) and waits until
-// it answers /health.
-func startEngine(t *testing.T, name string, port int) *engine {
+// startEngine runs fake_engine.py on port (0: a free one), with args
+// (--llamacpp, ...), and waits until it answers /health.
+func startEngine(t *testing.T, name string, port int, args ...string) *engine {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -69,7 +69,7 @@ func startEngine(t *testing.T, name string, port int) *engine {
 	script := filepath.Join("..", "gateway", "fake_engine.py")
 	e := &engine{name: name, port: port}
 	for try := 0; ; try++ {
-		e.cmd = exec.Command(py, script, "--port", fmt.Sprint(port), "--name", name)
+		e.cmd = exec.Command(py, append([]string{script, "--port", fmt.Sprint(port), "--name", name}, args...)...)
 		e.cmd.Stderr = os.Stderr
 		if err := e.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -54,7 +54,12 @@ func main() {
 		"prefix index capacity in blocks (0: the library's default)")
 	learnEvery := flag.Uint("learn-every", 0, "lodestar: train after N samples and every N more (0: the library's schedule)")
 	flag.DurationVar(&cfg.ScrapeEvery, "scrape", 100*time.Millisecond, "engine metrics scrape period")
-	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "longest wait for an engine's response headers")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second,
+		"longest wait for an engine's response headers (llama.cpp sends a stream's with its first token)")
+	flag.DurationVar(&cfg.DeadAfter, "dead-after", 5*time.Second,
+		"drain a backend whose /health has not answered for this long (a refused connection drains at once)")
+	flag.BoolVar(&cfg.EngineTokenizer, "tokenize", false,
+		"tokenize text prompts with a backend's /tokenize (llama.cpp's), so the router sees the model's tokens")
 	gogc := flag.Int("gogc", 400, "the collector's GOGC percent, unless the GOGC environment variable is set")
 	flag.Parse()
 	// A proxy's live heap is small (1 MB here) and its garbage

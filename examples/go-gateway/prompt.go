@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"libroute"
@@ -18,7 +20,11 @@ type completion struct {
 	// Each message as "<|role|>content" (one part for a completion's
 	// prompt), as examples/gateway/fake_engine.py's prompt_text cuts it:
 	// kept as its two pieces, joined only in cut's scratch buffer.
-	parts     []part
+	parts []part
+	// A prompt given as token ids (llama.cpp and vLLM take them): the
+	// router's tokens as they are. nil for text.
+	ids       []uint32
+	chat      bool // messages, not a prompt
 	maxTokens uint32
 	stream    bool
 }
@@ -45,6 +51,7 @@ func parseCompletion(raw []byte) (completion, error) {
 		} `json:"messages"`
 		Prompt    *string  `json:"prompt"`
 		MaxTokens *float64 `json:"max_tokens"`
+		NPredict  *float64 `json:"n_predict"`
 		Stream    *bool    `json:"stream"`
 	}
 	err := json.Unmarshal(raw, &body)
@@ -57,6 +64,7 @@ func parseCompletion(raw []byte) (completion, error) {
 	}
 	c := completion{maxTokens: 16}
 	if body.Messages != nil {
+		c.chat = true
 		c.parts = make([]part, len(*body.Messages))
 		for i, m := range *body.Messages {
 			role, content := "user", ""
@@ -80,9 +88,31 @@ func parseCompletion(raw []byte) (completion, error) {
 			return c, errors.New("max_tokens: expected a non-negative integer")
 		}
 		c.maxTokens = uint32(*n)
+	} else if n := body.NPredict; n != nil && *n >= 0 && *n <= 1<<31 {
+		c.maxTokens = uint32(*n) // llama.cpp's; -1 (no limit) keeps 16
 	}
 	c.stream = body.Stream != nil && *body.Stream
 	return c, nil
+}
+
+// tokenIDs reads a prompt given as token ids: a JSON array of integers
+// in 0..2^32-1.
+func tokenIDs(raw json.RawMessage) ([]uint32, error) {
+	var nums []json.Number
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&nums); err != nil {
+		return nil, errors.New("prompt: expected a string or token ids")
+	}
+	ids := make([]uint32, len(nums))
+	for i, n := range nums {
+		v, err := strconv.ParseUint(string(n), 10, 32)
+		if err != nil {
+			return nil, errors.New("prompt: token ids must be integers in 0..2^32-1")
+		}
+		ids[i] = uint32(v)
+	}
+	return ids, nil
 }
 
 // parseEnvelope reads what a gateway that does not route by the prompt
@@ -119,6 +149,7 @@ func parseGeneric(raw []byte) (completion, error) {
 		return c, fmt.Errorf("the body must be a JSON object: %v", err)
 	}
 	if m, ok := body["messages"]; ok && string(m) != "null" {
+		c.chat = true
 		var msgs []map[string]any
 		if err := json.Unmarshal(m, &msgs); err != nil {
 			return c, errors.New("messages: each must be an object")
@@ -136,8 +167,14 @@ func parseGeneric(raw []byte) (completion, error) {
 	} else {
 		prompt := ""
 		if p, ok := body["prompt"]; ok && string(p) != "null" {
-			if err := json.Unmarshal(p, &prompt); err != nil {
-				return c, errors.New("prompt: expected a string")
+			if len(p) > 0 && p[0] == '[' {
+				ids, err := tokenIDs(p)
+				if err != nil {
+					return c, err
+				}
+				c.ids = ids
+			} else if err := json.Unmarshal(p, &prompt); err != nil {
+				return c, errors.New("prompt: expected a string or token ids")
 			}
 		}
 		c.parts = []part{{body: prompt}}
@@ -149,6 +186,11 @@ func parseGeneric(raw []byte) (completion, error) {
 			return c, errors.New("max_tokens: expected a non-negative integer")
 		}
 		c.maxTokens = uint32(n)
+	} else if m, ok := body["n_predict"]; ok {
+		var n float64 // llama.cpp's; -1 (no limit) keeps 16
+		if json.Unmarshal(m, &n) == nil && n >= 0 && n <= 1<<31 {
+			c.maxTokens = uint32(n)
+		}
 	}
 	if s, ok := body["stream"]; ok {
 		_ = json.Unmarshal(s, &c.stream) // anything but true: no stream
@@ -184,6 +226,9 @@ func putCut(c *cut) {
 // its whole tokens are a token prefix of the next turn's. One call into
 // the library; no allocation once k has grown to the prompt.
 func (c *completion) tokens(k *cut) (toks, ends []uint32, err error) {
+	if c.ids != nil { // token ids: the router's tokens as they are
+		return c.ids, append(k.ends[:0], uint32(len(c.ids))), nil
+	}
 	k.scratch, ends = k.scratch[:0], k.ends[:0]
 	for _, p := range c.parts {
 		k.scratch = append(append(k.scratch, p.head...), p.body...)

@@ -294,8 +294,11 @@ class Router(_Handle):
         complete() or fail()).
 
         ``tokens`` and ``boundaries`` (message ends, token offsets) take
-        any sequence of ints, or an ``array('I')``/uint32 buffer without a
-        copy. ``learn=False`` records the dispatch but learns nothing
+        an ``array('I')`` (or any uint32 buffer) without a copy: pass
+        that. Any other sequence of ints (a list, a tuple) is converted on
+        every call, 6-10 ns a token (55-97 us for 8k tokens against 10-16
+        us for the array); a gateway converts once, or keeps each
+        conversation's tokens in one ``array('I')`` and extends it. ``learn=False`` records the dispatch but learns nothing
         (hosts that feed KV events). ``scores=True`` fills
         Decision.scores. A failed call records nothing and raises.
         """
