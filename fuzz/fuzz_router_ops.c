@@ -69,10 +69,10 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/lr_hash.h"
 #include "data_producer.h"
 #include "fuzz_helpers.h"
 #include "index_util.h"
-#include "common/lr_hash.h"
 #include "policy/policy.h"
 #include "router/router.h"
 
@@ -261,6 +261,7 @@ enum call {
     C_RTT,
     C_LOAD,
     C_EVENT, /* first_token, complete, fail */
+    C_OBSERVE,
     C_PLAN,
     C_MOVE,
     C_KV_STORED,
@@ -276,12 +277,12 @@ enum call {
 };
 
 static const char *const call_names[C_COUNT_] = {
-    "add_instance", "drain_instance", "remove_instance", "route",
-    "set_policy",   "set_param",      "get_param",       "set_stats",
-    "observe_rtt",  "instance_load",  "lifecycle event", "rebalance_plan",
-    "move",         "kv_stored",      "kv_removed",      "kv_cleared",
-    "export_delta", "import_delta",   "get_stats",       "find_instance",
-    "set_class",    "learn_step",
+    "add_instance",   "drain_instance", "remove_instance", "route",
+    "set_policy",     "set_param",      "get_param",       "set_stats",
+    "observe_rtt",    "instance_load",  "lifecycle event", "observe_cached",
+    "rebalance_plan", "move",           "kv_stored",       "kv_removed",
+    "kv_cleared",     "export_delta",   "import_delta",    "get_stats",
+    "find_instance",  "set_class",      "learn_step",
 };
 
 #define B_(s) (1u << (s))
@@ -305,6 +306,7 @@ static const uint32_t documented[C_COUNT_] = {
     /* lr_load_get */
     [C_LOAD] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ENOENT),
     [C_EVENT] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT) | B_(LR_ERANGE),
+    [C_OBSERVE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT) | B_(LR_ERANGE),
     [C_PLAN] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ERANGE),
     [C_MOVE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT) | B_(LR_ESTATE),
     /* lr_index_kv_* */
@@ -939,6 +941,28 @@ op_event(struct run *r, fuzz_dp *dp, int kind)
         s_drop(r, i);
 }
 
+/* An engine's report of the prompt tokens it reused: up to a little
+ * past the prompt, for a request in flight or not. */
+static void
+op_observe(struct run *r, fuzz_dp *dp)
+{
+    uint64_t id = dec_req_id(r, dp);
+    int i = s_find(r, id);
+    uint32_t prompt = i >= 0 ? r->rq[i].prompt : 64;
+    uint32_t seen = fuzz_dp_next_range(dp, 0, prompt + 2);
+    int want = clock_judge(r, r->now, true) != LR_OK ? LR_ERANGE
+               : i < 0                               ? LR_ENOENT
+               : seen > prompt                       ? LR_EINVAL
+                                                     : LR_OK;
+    uint64_t d0 = digest(r);
+    lr_status st = lr_router_observe_cached(r->r, id, seen, r->now);
+    fuzz_trace("observe_cached(%llu, %u) = %s", (unsigned long long)id, seen,
+               lr_status_name(st));
+    after(r, C_OBSERVE, st, want, d0);
+    if (st == LR_OK)
+        clock_took(r, r->now);
+}
+
 /* The shadow of a move the router accepted. */
 static void
 s_move(struct run *r, int i, uint32_t to)
@@ -1469,6 +1493,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             fuzz_trace("now = %llu", (unsigned long long)r->now);
             break;
         }
+        case 19:
+            op_observe(r, &dp);
+            break;
         case 20:
             op_learn(r, &dp);
             break;

@@ -438,6 +438,11 @@ on_router_event(struct run *r, const struct ev *e)
         }
         return 0;
     case EV_COMPLETE:
+        /* what the engine reused at admission, as a gateway reads it from
+         * the response (llama.cpp's timings.cache_n, vLLM's usage) */
+        st = lr_router_observe_cached(router, id, r->res->hit[q], now);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_observe_cached", st);
         st = lr_router_complete(router, id, r->w->reqs[q].output_tokens, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_complete", st);

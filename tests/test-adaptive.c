@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "policy/adaptive.h"
 #include "libroute/lr_router.h"
+#include "policy/adaptive.h"
 #include "router-helpers.h"
 #include "router/router.h"
 #include "testutil.h"
@@ -516,6 +516,182 @@ averages_cover_the_time_seen(void **state)
     rm_ad(s);
 }
 
+/* ---- what each engine delivers ---------------------------------------------- */
+
+/* The share of expected hits an instance's engine did not deliver
+ * (lr_router_observe_cached, the rows' cached_lost), against a naive
+ * model: each report's share lost, weighted keep^(reports after it), over
+ * the weights plus LOST_PRIOR reports of nothing lost, as
+ * lib/parts/load.c has them. A request's later reports, and reports of
+ * requests that expected no hit, change no share; the stats count each
+ * request's first report. */
+#define LOST_KEEP (1.0 - 1.0 / 32)
+#define LOST_PRIOR 2.0
+
+static void
+observed_hits_calibrate_each_instance(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE_AND_LOAD);
+    enum {
+        N = 400,
+        LEN = 512
+    };
+    static double shares[4][N];
+    size_t n_shares[4] = { 0 };
+    uint64_t reports = 0, expected = 0, got = 0;
+    uint64_t rng = 99, now = T0;
+    uint32_t t[LEN];
+    for (uint64_t id = 1; id <= N; id++, now += 10 * MS) {
+        /* eight prompts: most requests expect a hit somewhere */
+        toks(t, LEN, 1 + tu_below(&rng, 8));
+        lr_decision d;
+        assert_st(route_one(r, id, t, LEN, 0, now, &d), LR_OK);
+        uint32_t seen = (uint32_t)tu_below(&rng, LEN + 1);
+        assert_st(lr_router_observe_cached(r, id, seen, now), LR_OK);
+        reports++;
+        expected += d.cached_tokens;
+        got += seen;
+        if (d.cached_tokens > 0) {
+            double lost =
+                seen >= d.cached_tokens
+                    ? 0
+                    : (double)(d.cached_tokens - seen) / d.cached_tokens;
+            shares[d.instance][n_shares[d.instance]++] = lost;
+        }
+        /* a second report is not a second sample */
+        assert_st(lr_router_observe_cached(r, id, 0, now), LR_OK);
+        assert_st(lr_router_first_token(r, id, now + MS), LR_OK);
+        assert_st(lr_router_complete(r, id, 1, now + 2 * MS), LR_OK);
+        /* ended: not in flight any more */
+        assert_st(lr_router_observe_cached(r, id, 0, now + 2 * MS), LR_ENOENT);
+    }
+    lr_request q;
+    lr_request_init(&q);
+    q.id = N + 1;
+    q.tokens = t;
+    q.n_tokens = LEN;
+    q.now_ns = now;
+    lr_candidate rows[4];
+    size_t n = 0;
+    assert_st(lr_router_candidates(r, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    assert_int_equal(n, 4);
+    size_t judged = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t i = rows[k].instance;
+        double num = 0, den = 0, w = 1;
+        for (size_t j = n_shares[i]; j-- > 0; w *= LOST_KEEP) {
+            num += w * shares[i][j];
+            den += w;
+        }
+        double want = n_shares[i] > 0 ? num / (den + LOST_PRIOR) : 0;
+        print_message("instance %u: %zu reports, %.4f lost (model %.4f)\n", i,
+                      n_shares[i], rows[k].cached_lost, want);
+        assert_true(fabs(rows[k].cached_lost - want) < 1e-9);
+        assert_true(rows[k].cached_lost >= 0 && rows[k].cached_lost <= 1);
+        judged += n_shares[i];
+    }
+    assert_true(judged > N / 2); /* most requests expected a hit */
+    lr_router_stats s;
+    lr_router_stats_init(&s);
+    assert_st(lr_router_get_stats(r, &s), LR_OK);
+    assert_int_equal(s.observed_reports, reports);
+    assert_int_equal(s.observed_expected_tokens, expected);
+    assert_int_equal(s.observed_cached_tokens, got);
+    /* a v2 caller's struct ends before the counters: nothing written there */
+    lr_router_stats v2;
+    memset(&v2, 0xee, sizeof v2);
+    lr_router_stats_init_sized(&v2, LR_ROUTER_STATS_SIZE_V2);
+    assert_st(lr_router_get_stats(r, &v2), LR_OK);
+    assert_true(v2.observed_reports == 0xeeeeeeeeeeeeeeeeull);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
+/* Bad reports get a status and change nothing. */
+static void
+observe_cached_bad_input(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_ADAPTIVE);
+    uint32_t t[100];
+    toks(t, 100, 5);
+    assert_st(route_one(r, 1, t, 100, 0, T0, NULL), LR_OK);
+    uint64_t before = lr__router_digest(r);
+    assert_st(lr_router_observe_cached(NULL, 1, 0, T0), LR_EINVAL);
+    assert_st(lr_router_observe_cached(r, 1, 101, T0), LR_EINVAL);
+    assert_st(lr_router_observe_cached(r, 2, 0, T0), LR_ENOENT);
+    assert_st(lr_router_observe_cached(r, 1, 0, LR_MAX_TIME_NS + 1), LR_ERANGE);
+    assert_true(lr__router_digest(r) == before);
+    lr_router_stats s;
+    lr_router_stats_init(&s);
+    assert_st(lr_router_get_stats(r, &s), LR_OK);
+    assert_int_equal(s.observed_reports, 0);
+    /* the whole prompt is a valid report */
+    assert_st(lr_router_observe_cached(r, 1, 100, T0), LR_OK);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
+/* adaptive credits a row with the hit its engine delivers: of two idle
+ * rows, the one expecting 900 of 1000 tokens whose engine lately lost 90%
+ * of its hits (90 delivered) loses to one expecting 500 that delivers
+ * them; in a row table too short to carry cached_lost (0.2's rows), the
+ * expected hit is taken whole. A share outside [0, 1] is refused. */
+static void
+adaptive_credits_delivered_hits(void **state)
+{
+    (void)state;
+    double param[64];
+    size_t np = lr_param_count();
+    assert_true(np <= 64);
+    for (size_t k = 0; k < np; k++)
+        param[k] = lr_param_bounds((int32_t)k).def;
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.params = param;
+    in.n_params = np;
+    in.prompt_tokens = 1000;
+    in.seed = 1;
+    lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(0, 8000, 0, 0) };
+    rows[0].instance = 10;
+    rows[0].cached_tokens = 900;
+    rows[0].cached_lost = 0.9;
+    rows[0].prefix_caching = 1;
+    rows[1].instance = 11;
+    rows[1].cached_tokens = 500;
+    rows[1].prefix_caching = 1;
+    double sc[2];
+    lr_decision d;
+    lr_decision_init(&d);
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 11);
+    rows[0].cached_lost = 0;
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 10);
+    /* rows of LR_CANDIDATE_SIZE_V1 bytes: the share is not there to read */
+    rows[0].cached_lost = 0.9;
+    _Alignas(lr_candidate) unsigned char v1[2 * LR_CANDIDATE_SIZE_V1];
+    memcpy(v1, &rows[0], LR_CANDIDATE_SIZE_V1);
+    memcpy(v1 + LR_CANDIDATE_SIZE_V1, &rows[1], LR_CANDIDATE_SIZE_V1);
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in,
+                               (const lr_candidate *)(const void *)v1, 2,
+                               LR_CANDIDATE_SIZE_V1, sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 10);
+    double bad[] = { -0.1, 1.5, NAN, INFINITY };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        rows[1].cached_lost = bad[k];
+        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
+                                   sizeof rows[0], sc, &d),
+                  LR_EINVAL);
+    }
+}
+
 int
 main(void)
 {
@@ -525,6 +701,9 @@ main(void)
         cmocka_unit_test(uninformative_first_tokens_stay_sane),
         cmocka_unit_test(learns_class_speeds_untold),
         cmocka_unit_test(averages_cover_the_time_seen),
+        cmocka_unit_test(observed_hits_calibrate_each_instance),
+        cmocka_unit_test(observe_cached_bad_input),
+        cmocka_unit_test(adaptive_credits_delivered_hits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

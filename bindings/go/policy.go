@@ -297,6 +297,10 @@ type Candidate struct {
 	PrefillTokensAvg float64
 	// Requests routed to it per second, averaged the same way.
 	RouteRate float64
+	// The share of its expected cached tokens its engine lately reported
+	// not reusing (Router.ObserveCached), in [0, 1]; adaptive counts
+	// CachedTokens x (1 - CachedLost).
+	CachedLost float64
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -339,6 +343,7 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.TTFTSecondsPerDecoding)-unsafe.Offsetof(C.lr_candidate{}.ttft_s_per_decoding)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefillTokensAvg)-unsafe.Offsetof(C.lr_candidate{}.prefill_tokens_avg)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RouteRate)-unsafe.Offsetof(C.lr_candidate{}.route_rate)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CachedLost)-unsafe.Offsetof(C.lr_candidate{}.cached_lost)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

@@ -466,6 +466,22 @@ func (r *Router) Complete(requestID uint64, outputTokens uint32, now uint64) err
 		C.uint64_t(now)), "lr_router_complete")
 }
 
+// ObserveCached reports how many prompt tokens the request's engine
+// reused from its cache (llama.cpp's timings.cache_n, vLLM's
+// usage.prompt_tokens_details.cached_tokens), in the router's tokens.
+// Once per request, before Complete or Fail; a repeat changes nothing.
+// The router keeps, per instance, the share of its expected hits the
+// engine did not deliver (Candidate.CachedLost), which adaptive discounts.
+func (r *Router) ObserveCached(requestID uint64, cachedTokens uint32, now uint64) error {
+	h, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer r.mu.RUnlock()
+	return check(C.lr_router_observe_cached(h, C.uint64_t(requestID), C.uint32_t(cachedTokens),
+		C.uint64_t(now)), "lr_router_observe_cached")
+}
+
 // Fail reports that a request failed or was cancelled.
 func (r *Router) Fail(requestID, now uint64) error {
 	h, err := r.acquire()
@@ -792,6 +808,9 @@ type RouterStats struct {
 	// replicas whose gauge counts now.
 	GaugesExported, GaugesImported, GaugesSkipped, GaugesExpired uint64
 	PeersLive                                                    uint64
+	// ObserveCached reports: requests reported, the tokens the router
+	// expected to hit for them, and the tokens their engines reused.
+	ObservedReports, ObservedExpectedTokens, ObservedCachedTokens uint64
 }
 
 // Stats returns the router's counters.
@@ -829,6 +848,10 @@ func (r *Router) Stats() (RouterStats, error) {
 		GaugesSkipped:  uint64(s.gauges_skipped),
 		GaugesExpired:  uint64(s.gauges_expired),
 		PeersLive:      uint64(s.peers_live),
+
+		ObservedReports:        uint64(s.observed_reports),
+		ObservedExpectedTokens: uint64(s.observed_expected_tokens),
+		ObservedCachedTokens:   uint64(s.observed_cached_tokens),
 	}
 	for i := range out.ByReason {
 		out.ByReason[i] = uint64(s.by_reason[i])

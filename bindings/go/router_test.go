@@ -168,6 +168,47 @@ func TestLifecycleReturnsCountersToZero(t *testing.T) {
 	wantStatus(t, r.Fail(3, 5000), ErrNotFound, StatusNotFound, "lr_router_fail")
 }
 
+func TestObserveCached(t *testing.T) {
+	const sec = uint64(1e9)
+	r, _ := newTestRouter(t, PolicyAdaptive, instanceNames(2)...)
+	toks := make([]uint32, 512)
+	for j := range toks {
+		toks[j] = uint32(j*7919 + 1)
+	}
+	if _, err := r.Route(&Request{ID: 1, Tokens: toks, Now: 1 * sec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(1, 1, 2*sec); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Route(&Request{ID: 2, Tokens: toks, Now: 3 * sec})
+	if err != nil || d.CachedTokens == 0 {
+		t.Fatalf("second route: %+v, %v", d, err)
+	}
+	if err := r.ObserveCached(2, 0, 4*sec); err != nil { // nothing reused
+		t.Fatal(err)
+	}
+	wantStatus(t, r.ObserveCached(2, 513, 4*sec), ErrInvalid, StatusInvalid, "lr_router_observe_cached")
+	wantStatus(t, r.ObserveCached(9, 0, 4*sec), ErrNotFound, StatusNotFound, "lr_router_observe_cached")
+	rows, err := r.Candidates(&Request{ID: 3, Tokens: toks, Now: 5 * sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		want := 0.0
+		if row.Instance == d.Instance {
+			want = 1.0 / 3 // one report of all lost, over 1 + a prior of 2
+		}
+		if math.Abs(row.CachedLost-want) > 1e-12 {
+			t.Errorf("instance %d: CachedLost %g, want %g", row.Instance, row.CachedLost, want)
+		}
+	}
+	s, _ := r.Stats()
+	if s.ObservedReports != 1 || s.ObservedExpectedTokens != uint64(d.CachedTokens) || s.ObservedCachedTokens != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
 func TestErrorsCarryStatus(t *testing.T) {
 	r, ids := newTestRouter(t, PolicyPrefixCache)
 	toks := []uint32{1, 2, 3, 4}

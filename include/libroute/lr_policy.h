@@ -324,10 +324,19 @@ typedef struct lr_candidate {
     double prefill_tokens_avg;
     /** Requests routed to it per second, averaged the same way. */
     double route_rate;
+    /* v1 ends here */
+    /** The share of its expected cached tokens that its engine lately
+     * reported not reusing (lr_router_observe_cached()): in [0, 1], 0
+     * while it reported nothing, and 0 in a row shorter than
+     * LR_CANDIDATE_SIZE_V2. adaptive counts cached_tokens x (1 - this).
+     * @since 0.3 */
+    double cached_lost;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
 #define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, route_rate) + 8)
+/** row_size that carries cached_lost. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V2 (offsetof(lr_candidate, cached_lost) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

@@ -429,6 +429,27 @@ LR_API lr_status lr_router_first_token(lr_router *router, uint64_t request_id,
 LR_API lr_status lr_router_complete(lr_router *router, uint64_t request_id,
                                     uint32_t output_tokens, uint64_t now_ns);
 
+/** The engine serving a request reports how many of its prompt tokens it
+ * reused from its cache (llama.cpp's `timings.cache_n`, vLLM's and
+ * SGLang's `usage.prompt_tokens_details.cached_tokens`), counted in the
+ * router's tokens: a host whose engine tokenizes differently scales it to
+ * the prompt it routed. Call it once, between route() and the request's
+ * end. The router compares it with the hit it expected there
+ * (lr_decision.cached_tokens) and keeps, per instance, the share of
+ * expected hits its engine did not deliver: the rows' cached_lost, which
+ * adaptive discounts, so an engine whose own cache policy drops what the
+ * router thinks it keeps stops being credited with it. Only a request's
+ * first report counts; a later one changes nothing and returns LR_OK.
+ * Not kept in snapshots: a restored router learns it again.
+ * @param cached_tokens  at most the request's prompt tokens.
+ * @return LR_OK; LR_EINVAL (NULL, more than the prompt); LR_ENOENT (not
+ *   in flight); LR_ERANGE (now_ns refused by the clock, see "Clock").
+ * @since 0.3 */
+LR_API lr_status lr_router_observe_cached(lr_router *router,
+                                          uint64_t request_id,
+                                          uint32_t cached_tokens,
+                                          uint64_t now_ns);
+
 /** A request failed or was cancelled.
  * @return LR_OK; LR_EINVAL; LR_ENOENT;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
@@ -781,10 +802,21 @@ typedef struct lr_router_stats {
     uint64_t gauges_expired;
     uint64_t peers_live;
     /* v2 ends here */
+    /** lr_router_observe_cached(): requests whose engine reported the
+     * prompt tokens it reused (each request's first report), the tokens
+     * the router expected to hit for them, and the tokens their engines
+     * reported (each at most the prompt). observed / expected is how
+     * much of its predicted hits the fleet delivered. @since 0.3 */
+    uint64_t observed_reports;
+    uint64_t observed_expected_tokens;
+    uint64_t observed_cached_tokens;
+    /* v3 ends here */
 } lr_router_stats;
 
 #define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
 #define LR_ROUTER_STATS_SIZE_V2 (offsetof(lr_router_stats, peers_live) + 8)
+#define LR_ROUTER_STATS_SIZE_V3 \
+    (offsetof(lr_router_stats, observed_cached_tokens) + 8)
 
 #ifndef __cplusplus
 #define LR_ROUTER_STATS_INIT \

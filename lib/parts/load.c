@@ -30,6 +30,7 @@ struct req {
     uint32_t prev,
         next; /* per-instance list; `next` also links the free list */
     uint8_t queued;
+    uint8_t observed; /* its engine reported the tokens it reused */
 };
 
 struct inst {
@@ -44,7 +45,17 @@ struct inst {
     int32_t has_rtt;
     double rtt;
     uint64_t last_first_ns, queue_since_ns;
+    /* What its engine reported reusing of the hits expected there: the
+     * reports (each request's once) and their shares not delivered, both
+     * decayed per report by LOST_KEEP */
+    double lost_n, lost_sum;
 };
+
+/* The share lost is remembered over about 32 reports, and starts from 2
+ * reports of "all delivered": one unlucky request does not halve an
+ * instance's hits, a steady loss shows within a few dozen. */
+#define LOST_KEEP (1.0 - 1.0 / 32)
+#define LOST_PRIOR 2.0
 
 struct lr_load {
     struct lr__mem mem;
@@ -304,6 +315,7 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     q->alt_cached = d.alt_instance != NONE ? d.alt_cached_tokens : 0;
     q->out = d.expected_output_tokens;
     q->queued = 1;
+    q->observed = 0;
     lr__table_insert(&ld->tab, id_hash(ld, d.request_id), r);
     link_req(ld, in, r);
     enqueue(ld, in, q);
@@ -485,6 +497,29 @@ lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v)
 }
 
 lr_status
+lr__load_observe_cached(lr_load *ld, uint64_t id, uint32_t cached_tokens,
+                        uint32_t *expected)
+{
+    uint32_t r = req_find(ld, id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
+    struct req *q = &ld->rq[r];
+    LR_RETURN_IF(cached_tokens > q->prompt, LR_EINVAL);
+    *expected = q->cached;
+    if (q->observed)
+        return LR_EEXIST;
+    q->observed = 1;
+    if (q->cached == 0) /* nothing was expected: nothing to judge */
+        return LR_OK;
+    struct inst *in = &ld->in[q->inst];
+    double lost = cached_tokens >= q->cached
+                      ? 0
+                      : (double)(q->cached - cached_tokens) / q->cached;
+    in->lost_n = LOST_KEEP * in->lost_n + 1;
+    in->lost_sum = LOST_KEEP * in->lost_sum + lost;
+    return LR_OK;
+}
+
+lr_status
 lr_load_request(const lr_load *ld, uint64_t request_id, uint32_t *instance,
                 int32_t *queued)
 {
@@ -602,7 +637,9 @@ lr__load_digest(const lr_load *ld)
                          (uint64_t)in->has_rtt,
                          rtt,
                          in->last_first_ns,
-                         in->queued ? in->queue_since_ns : 0 };
+                         in->queued ? in->queue_since_ns : 0,
+                         lr__double_bits(in->lost_n),
+                         lr__double_bits(in->lost_sum) };
         for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
             h = mixin(h, f[k]);
         /* requests: order-independent sum */
@@ -612,7 +649,8 @@ lr__load_digest(const lr_load *ld)
             uint64_t g = mixin(q->id, q->dispatch_ns);
             g = mixin(g, ((uint64_t)q->alt << 32) | q->prompt);
             g = mixin(g, ((uint64_t)q->cached << 32) | q->alt_cached);
-            g = mixin(g, ((uint64_t)q->out << 1) | q->queued);
+            g = mixin(g, ((uint64_t)q->out << 2) | (uint64_t)q->observed << 1 |
+                             q->queued);
             s += g;
         }
         h = mixin(h, s);
@@ -642,6 +680,8 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
     c->rtt_ms = in->has_rtt ? in->rtt / 1e6 : rtt_ms;
     c->instance_class = in->cls;
     c->prefix_caching = in->prefix_caching;
+    c->cached_lost =
+        in->lost_n > 0 ? in->lost_sum / (in->lost_n + LOST_PRIOR) : 0;
     c->stall_s = 0;
     if (in->queued > 0) {
         uint64_t since = in->last_first_ns > in->queue_since_ns

@@ -26,6 +26,14 @@ struct lr__req_view {
 /* Read one request; LR_ENOENT if not in flight. */
 lr_status lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v);
 
+/* Request `id`'s engine reused `cached_tokens` of its prompt: fold the
+ * share of its expected hit (*expected, its cached tokens at dispatch or
+ * move) that was not delivered into its instance's cached_lost. Only a
+ * request's first report counts: LR_EEXIST for a later one (nothing
+ * changes). LR_ENOENT when not in flight; LR_EINVAL past its prompt. */
+lr_status lr__load_observe_cached(lr_load *ld, uint64_t id,
+                                  uint32_t cached_tokens, uint32_t *expected);
+
 /* Visit the requests of an instance, newest first. The callback returns
  * nonzero to stop. The tracker must not change during the walk. */
 void lr__load_each_req(const lr_load *ld, uint32_t instance,
@@ -50,6 +58,7 @@ void lr__load_set_seed(lr_load *ld, uint64_t seed);
  * counters, the scraped stats when scraped at most max_age_ns before
  * now_ns (else 0), the class, prefix caching, DualMap's stall (seconds a
  * non-empty queue has gone without a first token, once past stall_ns),
+ * the share of expected hits its engine did not deliver (cached_lost),
  * and the probed RTT in milliseconds, or `rtt_ms` when none was probed.
  * Leaves every other field of *c as it was. LR_ENOENT when the instance
  * is not tracked (c untouched). */

@@ -69,6 +69,15 @@
  * the nearest or fastest instance slows every request decoding there. A
  * prefix routed to an instance in the last FRESH_S counts as not cached:
  * a request admitted together with the one bringing it computes it again.
+ *
+ * uncached is the prompt less the hit the instance's engine is expected
+ * to deliver: cached_tokens x (1 - cached_lost), the share of its
+ * expected hits it lately reported not reusing (lr_router_observe_cached).
+ * An engine whose own cache keeps less than the router's index believes
+ * (llama.cpp's slots, where another conversation took the slot in
+ * between) is credited with what it delivers, and the fit learns from the
+ * same figure; an engine that delivers what it was expected to keeps
+ * cached_lost = 0, and its choices are unchanged.
  */
 #include "policy/adaptive.h"
 
@@ -232,7 +241,7 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
 
 void
 lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
-                      const lr_candidate *row, uint32_t uncached)
+                      const lr_candidate *row, double uncached)
 {
     struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0 && c->prior[S0] == 0)
@@ -454,13 +463,13 @@ static double
 social_cost(const struct lr__pctx *c, const lr_candidate *r, double load)
 {
     double s = s_per_token(r);
-    uint32_t cached = r->cached_tokens;
+    double cached = lr__adaptive_delivered(r, c->stride);
     /* a prefix routed here so recently that the request bringing it may
      * be admitted in the same step is not cached yet: a request admitted
      * with it computes it again */
     if (r->cached_age_s >= 0 && r->cached_age_s < LR__P(c, ADAPTIVE_FRESH_S))
         cached = 0;
-    double own = s * (double)(c->prompt - cached);
+    double own = s * ((double)c->prompt - cached);
     double ttft = s * (double)r->prefill_tokens + own + r->ttft_base_s +
                   LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3;
     double work = LR__P(c, ADAPTIVE_WORK_WEIGHT) * load * own;
@@ -531,8 +540,9 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
     if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL)
         return;
     const lr_candidate *c = &p->rows[p->k];
+    double delivered = lr__adaptive_delivered(c, sizeof *c);
     lr__adaptive_dispatch(st, p->slot, c,
-                          (uint32_t)p->v->q->n_tokens - c->cached_tokens);
+                          (double)p->v->q->n_tokens - delivered);
     lr__adaptive_observe(st, p->rows, p->n, c->instance, now_ns);
 }
 

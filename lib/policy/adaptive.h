@@ -92,7 +92,17 @@ void lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
 /* A dispatch to `row`'s instance with `uncached` tokens to prefill: keep
  * the work it queued behind for its first token. */
 void lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
-                           const lr_candidate *row, uint32_t uncached);
+                           const lr_candidate *row, double uncached);
+
+/* The cached tokens a row's engine is expected to deliver: cached_tokens
+ * less the share it lately did not (cached_lost, in rows of at least
+ * LR_CANDIDATE_SIZE_V2 bytes). */
+static inline double
+lr__adaptive_delivered(const lr_candidate *row, size_t row_size)
+{
+    double lost = row_size >= LR_CANDIDATE_SIZE_V2 ? row->cached_lost : 0;
+    return (double)row->cached_tokens * (1 - lost);
+}
 
 /* The request in `slot` got its first token after ttft_s (ttft_s < 0: it
  * ended without one, or moved): fold it into its class's model. */

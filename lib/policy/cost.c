@@ -476,6 +476,9 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
                          !row_finite_nonneg(r->prefill_tokens_avg) ||
                          !row_finite_nonneg(r->route_rate),
                      LR_EINVAL);
+        LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V2 &&
+                         !(r->cached_lost >= 0 && r->cached_lost <= 1),
+                     LR_EINVAL);
     }
     return LR_OK;
 }

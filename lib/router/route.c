@@ -175,7 +175,7 @@ static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
  * first (a 168-byte `rep stos` a row was 5% of a call): a new field must
  * be written there. */
-_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V1,
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V2,
                "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
@@ -787,6 +787,26 @@ lr_router_complete(lr_router *r, uint64_t request_id, uint32_t output_tokens,
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     return end_request(r, request_id, output_tokens, now_ns, true);
+}
+
+lr_status
+lr_router_observe_cached(lr_router *r, uint64_t request_id,
+                         uint32_t cached_tokens, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    uint32_t expected = 0;
+    lr_status st = lr__router_enter(r, now_ns);
+    if (st == LR_OK)
+        st = lr__load_observe_cached(r->ld, request_id, cached_tokens,
+                                     &expected);
+    if (st == LR_OK) {
+        r->st.observed_reports++;
+        r->st.observed_expected_tokens += expected;
+        r->st.observed_cached_tokens += cached_tokens;
+    } else if (st == LR_EEXIST) {
+        st = LR_OK; /* a repeat: the first report stands */
+    }
+    return lr__router_leave(r, st, now_ns);
 }
 
 lr_status

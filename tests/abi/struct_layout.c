@@ -664,6 +664,18 @@ _Static_assert(LR_CANDIDATE_SIZE_V1 ==
                    offsetof(struct lr_candidate_v1, route_rate) +
                        sizeof(double),
                "LR_CANDIDATE_SIZE_V1: does not end at the v1 last field");
+/* 0.3 appended the share of expected hits the engine did not deliver. */
+struct lr_candidate_v2 {
+    struct lr_candidate_v1 v1;
+    double cached_lost;
+};
+_Static_assert(offsetof(lr_candidate, cached_lost) ==
+                   offsetof(struct lr_candidate_v2, cached_lost),
+               "lr_candidate.cached_lost: offset changed");
+_Static_assert(LR_CANDIDATE_SIZE_V2 ==
+                   offsetof(struct lr_candidate_v2, cached_lost) +
+                       sizeof(double),
+               "LR_CANDIDATE_SIZE_V2: does not end at cached_lost");
 
 struct lr_policy_input_v1 {
     size_t struct_size;
@@ -715,8 +727,8 @@ FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, accepted, uint64_t);
 FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, sigma, double);
 FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, incumbent_p95_s, double);
 FIELD(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, samples, uint64_t);
-SIZED(lr_cost_tuner_stats, lr_cost_tuner_stats_v1,
-      LR_COST_TUNER_STATS_SIZE_V1, samples);
+SIZED(lr_cost_tuner_stats, lr_cost_tuner_stats_v1, LR_COST_TUNER_STATS_SIZE_V1,
+      samples);
 
 _Static_assert(LR_RING_KEY_NONE == 0 && LR_RING_KEY_SESSION == 1 &&
                    LR_RING_KEY_PREFIX == 2 && LR_RING_KEY_HOTNESS == 3,
@@ -769,6 +781,12 @@ FIELD(lr_router_stats, lr_router_stats_v1, prompt_tokens, uint64_t);
 FIELD(lr_router_stats, lr_router_stats_v1, cached_tokens, uint64_t);
 SIZED(lr_router_stats, lr_router_stats_v1, LR_ROUTER_STATS_SIZE_V1,
       cached_tokens);
+_Static_assert(LR_ROUTER_STATS_SIZE_V2 ==
+                   offsetof(lr_router_stats, peers_live) + sizeof(uint64_t),
+               "LR_ROUTER_STATS_SIZE_V2: does not end at peers_live");
+_Static_assert(LR_ROUTER_STATS_SIZE_V3 ==
+                   LR_ROUTER_STATS_SIZE_V2 + 3 * sizeof(uint64_t),
+               "lr_router_stats: 0.3 appended three counters");
 
 struct lr_vllm_batch_info_v1 {
     size_t struct_size;
@@ -912,7 +930,7 @@ _Static_assert(LR_ROUTE_NO_LEARN == 4u, "LR_ROUTE_NO_LEARN changed");
 
 /* 0.2 appended to lr_index_options, lr_router_options, lr_router_stats
  * and lr_vllm_batch_info. */
-#define APPENDED(cur, frozen, f)                                \
+#define APPENDED(cur, frozen, f)                                   \
     _Static_assert(offsetof(cur, f) == offsetof(struct frozen, f), \
                    #cur "." #f ": offset changed")
 

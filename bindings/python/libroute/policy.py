@@ -172,6 +172,7 @@ class Candidate(NamedTuple):
     ttft_s_per_decoding: float = 0.0
     prefill_tokens_avg: float = 0.0
     route_rate: float = 0.0
+    cached_lost: float = 0.0
 
 
 _FIELDS = Candidate._fields

@@ -81,6 +81,9 @@ class RouterStats(NamedTuple):
     gauges_skipped: int = 0
     gauges_expired: int = 0
     peers_live: int = 0
+    observed_reports: int = 0
+    observed_expected_tokens: int = 0
+    observed_cached_tokens: int = 0
 
 
 _policy = policy_value
@@ -432,6 +435,21 @@ class Router(_Handle):
         with self._use() as p:
             st = lib.lr_router_complete(p, rid, out, now)
         check(st, "lr_router_complete")
+
+    def observe_cached(self, request_id: int, cached_tokens: int, *,
+                       now_ns: int) -> None:
+        """lr_router_observe_cached(): the engine reused ``cached_tokens``
+        of the request's prompt (llama.cpp's ``timings.cache_n``, vLLM's
+        ``usage.prompt_tokens_details.cached_tokens``), in the router's
+        tokens. Once per request, before complete() or fail(); a repeat
+        changes nothing. The router keeps, per instance, the share of its
+        expected hits the engine did not deliver (Candidate.cached_lost),
+        which adaptive discounts."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        n = u32(cached_tokens, "cached_tokens")
+        with self._use() as p:
+            st = lib.lr_router_observe_cached(p, rid, n, now)
+        check(st, "lr_router_observe_cached")
 
     def fail(self, request_id: int, *, now_ns: int) -> None:
         """lr_router_fail(): the request failed or was cancelled."""

@@ -278,6 +278,32 @@ class Lifecycle(unittest.TestCase):
             with self.assertRaises(L.NotFoundError):
                 r.fail(99, now_ns=4 * S)
 
+    def test_observed_cached_tokens(self):
+        with make("adaptive", n=2) as r:
+            t = tokens(512, 7)
+            r.route(t, request_id=1, now_ns=S)
+            r.complete(1, 1, now_ns=S + 1)
+            d = r.route(t, request_id=2, now_ns=2 * S)
+            self.assertGreater(d.cached_tokens, 0)
+            # the engine reused none of the expected hit
+            r.observe_cached(2, 0, now_ns=2 * S)
+            r.observe_cached(2, 512, now_ns=2 * S)  # a repeat: no change
+            with self.assertRaises(L.InvalidArgumentError):
+                r.observe_cached(2, 513, now_ns=2 * S)
+            with self.assertRaises(L.NotFoundError):
+                r.observe_cached(99, 0, now_ns=2 * S)
+            rows = r.candidates(t, now_ns=2 * S)
+            lost = {row.instance: row.cached_lost for row in rows}
+            self.assertAlmostEqual(lost[d.instance], 1 / 3)  # 1 / (1 + 2)
+            self.assertEqual(lost[1 - d.instance], 0)
+            s = r.stats()
+            self.assertEqual((s.observed_reports, s.observed_expected_tokens,
+                              s.observed_cached_tokens),
+                             (1, d.cached_tokens, 0))
+            r.complete(2, 1, now_ns=3 * S)
+            with self.assertRaises(L.NotFoundError):
+                r.observe_cached(2, 0, now_ns=3 * S)
+
 
 class Telemetry(unittest.TestCase):
 

@@ -516,8 +516,10 @@ pub struct lr_candidate {
     pub ttft_s_per_decoding: f64,
     pub prefill_tokens_avg: f64,
     pub route_rate: f64,
+    pub cached_lost: f64,
 }
 pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
+pub const LR_CANDIDATE_SIZE_V2: usize = offset_of!(lr_candidate, cached_lost) + 8;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
@@ -738,9 +740,13 @@ pub struct lr_router_stats {
     pub gauges_skipped: u64,
     pub gauges_expired: u64,
     pub peers_live: u64,
+    pub observed_reports: u64,
+    pub observed_expected_tokens: u64,
+    pub observed_cached_tokens: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
 pub const LR_ROUTER_STATS_SIZE_V2: usize = offset_of!(lr_router_stats, peers_live) + 8;
+pub const LR_ROUTER_STATS_SIZE_V3: usize = offset_of!(lr_router_stats, observed_cached_tokens) + 8;
 
 /// lr_kv_seq: what a KV-event batch's sequence number made of it.
 pub type lr_kv_seq = c_uint;
@@ -1149,6 +1155,12 @@ extern "C" {
         now_ns: u64,
     ) -> lr_status;
     pub fn lr_router_fail(router: *mut lr_router, request_id: u64, now_ns: u64) -> lr_status;
+    pub fn lr_router_observe_cached(
+        router: *mut lr_router,
+        request_id: u64,
+        cached_tokens: u32,
+        now_ns: u64,
+    ) -> lr_status;
     pub fn lr_router_rebalance_plan(
         router: *mut lr_router,
         now_ns: u64,

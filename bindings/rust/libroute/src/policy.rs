@@ -74,6 +74,10 @@ pub struct Candidate {
     pub prefill_tokens_avg: f64,
     /// Requests routed to it per second, averaged the same way.
     pub route_rate: f64,
+    /// The share of its expected cached tokens its engine lately reported
+    /// not reusing ([`crate::Router::observe_cached`]), in [0, 1];
+    /// adaptive counts `cached_tokens` x (1 - this).
+    pub cached_lost: f64,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -112,7 +116,8 @@ const _: () = {
         ttft_base_s,
         ttft_s_per_decoding,
         prefill_tokens_avg,
-        route_rate
+        route_rate,
+        cached_lost
     );
 };
 

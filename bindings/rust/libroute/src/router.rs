@@ -610,6 +610,13 @@ pub struct RouterStats {
     pub gauges_expired: u64,
     /// Replicas whose gauge counts now.
     pub peers_live: u64,
+    /// Requests whose engine reported the tokens it reused
+    /// ([`Router::observe_cached`]).
+    pub observed_reports: u64,
+    /// The tokens the router expected to hit for them.
+    pub observed_expected_tokens: u64,
+    /// The tokens their engines reported reusing.
+    pub observed_cached_tokens: u64,
 }
 
 impl RouterStats {
@@ -875,6 +882,21 @@ impl Router {
         check(
             unsafe { sys::lr_router_complete(self.ptr(), request_id, output_tokens, now_ns) },
             "lr_router_complete",
+        )
+    }
+
+    /// The request's engine reused `cached_tokens` of its prompt
+    /// (llama.cpp's `timings.cache_n`, vLLM's
+    /// `usage.prompt_tokens_details.cached_tokens`), in the router's
+    /// tokens. Once per request, before [`Router::complete`] or
+    /// [`Router::fail`]; a repeat changes nothing. The router keeps, per
+    /// instance, the share of its expected hits the engine did not
+    /// deliver (`Candidate::cached_lost`), which adaptive discounts.
+    pub fn observe_cached(&self, request_id: u64, cached_tokens: u32, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_observe_cached(self.ptr(), request_id, cached_tokens, now_ns) },
+            "lr_router_observe_cached",
         )
     }
 
@@ -1191,6 +1213,9 @@ impl Router {
             gauges_skipped: s.gauges_skipped,
             gauges_expired: s.gauges_expired,
             peers_live: s.peers_live,
+            observed_reports: s.observed_reports,
+            observed_expected_tokens: s.observed_expected_tokens,
+            observed_cached_tokens: s.observed_cached_tokens,
         })
     }
 
