@@ -133,6 +133,32 @@ def observed_cached(obj: Any) -> Optional[int]:
         return None
 
 
+def engine_prompt_tokens(obj: Any) -> Optional[int]:
+    """The prompt tokens in the engine's own count, from the same answer:
+    llama.cpp's `timings.prompt_n + cache_n`, or `usage.prompt_tokens`."""
+    if not isinstance(obj, dict):
+        return None
+    t = obj.get("timings")
+    if isinstance(t, dict) and isinstance(t.get("cache_n"), int) and \
+            isinstance(t.get("prompt_n"), int):
+        return t["cache_n"] + t["prompt_n"]
+    try:
+        return int(obj["usage"]["prompt_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def in_router_tokens(observed: int, engine_prompt: Optional[int],
+                     routed: int) -> int:
+    """An engine's count of reused tokens in the router's tokens: the
+    same when the router saw the engine's tokens (or the engine's prompt
+    size is unknown), else scaled by routed / engine_prompt; at most the
+    prompt routed."""
+    if engine_prompt and engine_prompt != routed:
+        observed = round(observed * routed / engine_prompt)
+    return max(0, min(observed, routed))
+
+
 def output_tokens(obj: Any) -> Optional[int]:
     """An answer's output tokens: `usage.completion_tokens` (OpenAI), or
     llama.cpp's native `tokens_predicted`."""
@@ -465,12 +491,16 @@ class Gateway:
 
     def on_observed(self, rid: int, b: Backend, d: "libroute.Decision",
                     observed: int) -> None:
-        """The engine reused `observed` prompt tokens of request `rid`,
-        for which the router predicted d.cached_tokens (in the router's
-        tokens: the engine's own with --tokenize or token-id prompts,
-        4-byte pieces of text otherwise). Called once per request whose
-        engine reports it, before the request ends; the place to hand
-        the figure to the router."""
+        """The engine reused `observed` prompt tokens of request `rid`
+        (in the router's tokens: see in_router_tokens), for which the
+        router predicted d.cached_tokens. Called once per request whose
+        engine reports it, before the request ends: the router learns from
+        it how much of its predicted hits each engine delivers
+        (Router.observe_cached; adaptive discounts the rest)."""
+        try:
+            self.router.observe_cached(rid, observed, now_ns=now_ns())
+        except libroute.LrError:
+            pass  # ended already (a stream cut short): nothing to learn
         self.metrics.on_cached(d.cached_tokens, observed)
         with self.lock:
             b.predicted += d.cached_tokens
@@ -651,7 +681,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 conn.close()
                 self._refused(rid, b)
                 continue
-            self._relay(rid, b, d, conn, resp, bool(body.get("stream")), t0)
+            self._relay(rid, b, d, conn, resp, bool(body.get("stream")), t0,
+                        len(toks))
             return
         gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
@@ -667,7 +698,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
                conn: http.client.HTTPConnection,
                resp: http.client.HTTPResponse, stream: bool,
-               routed_ns: int) -> None:
+               routed_ns: int, routed_tokens: int) -> None:
         """Pass the engine's answer through, telling the router: the first
         token (the first data event of a stream, a whole answer's
         arrival), then the end (a stream's [DONE], or llama.cpp's native
@@ -675,7 +706,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         status, an error event, a stream cut short)."""
         gw = self.gw
         gw.metrics.on_response(resp.status)
-        a = _Answer(gw, rid, b, d, routed_ns)
+        a = _Answer(gw, rid, b, d, routed_ns, routed_tokens)
         hdr = {"X-Libroute-Backend": b.name,
                "X-Libroute-Reason": d.reason.label,
                # The policy that chose: the gateway's, or Lodestar's
@@ -727,9 +758,11 @@ class _Answer:
     one end: complete or fail)."""
 
     def __init__(self, gw: Gateway, rid: int, b: Backend,
-                 d: "libroute.Decision", routed_ns: int) -> None:
+                 d: "libroute.Decision", routed_ns: int,
+                 routed_tokens: int) -> None:
         self.gw, self.rid, self.b, self.d = gw, rid, b, d
         self.routed_ns = routed_ns
+        self.routed_tokens = routed_tokens
         self.first = False
         self.ended = False
         self.done = False    # the engine said it finished
@@ -749,6 +782,8 @@ class _Answer:
     def _take(self, obj: Any) -> None:
         c = observed_cached(obj)
         if c is not None and self.cached is None:
+            c = in_router_tokens(c, engine_prompt_tokens(obj),
+                                 self.routed_tokens)
             self.cached = c
             self.gw.on_observed(self.rid, self.b, self.d, c)
         n = output_tokens(obj)

@@ -129,6 +129,10 @@ class Metrics(unittest.TestCase):
         self.assertGreater(pred, 0)
         self.assertGreater(obs, 0)
         self.assertLess(abs(obs - pred), 0.5 * pred, (obs, pred))
+        # ... and the router was told the same figures
+        self.assertEqual(st.observed_cached_tokens, obs)
+        self.assertEqual(st.observed_expected_tokens, pred)
+        self.assertEqual(st.observed_reports, n)
         ix = self.gw.router.index_stats()
         self.assertGreater(ix.evicted_blocks, 0)  # 48 blocks: it overflowed
         self.assertEqual(total(after, "libroute_index_evicted_blocks_total"),

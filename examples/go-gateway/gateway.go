@@ -481,6 +481,7 @@ type attempt struct {
 	reason   string
 	decider  string
 	cached   uint32
+	prompt   uint32 // tokens routed (the router's)
 	routedAt time.Time
 	err      error // set by the proxy's ErrorHandler: nothing was sent
 	observed bool  // the engine's cached tokens were taken
@@ -566,7 +567,7 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	}
 	id := g.ids.Add(1)
 	for try := 0; try < len(g.backends); try++ {
-		a := &attempt{g: g, id: id}
+		a := &attempt{g: g, id: id, prompt: uint32(len(toks))}
 		if !g.pick(a, toks, ends, c.maxTokens) {
 			break // every backend drained
 		}
@@ -691,7 +692,7 @@ func (a *attempt) usage(raw []byte) (outTokens uint32, ok bool) {
 	if !a.observed && a.g.router != nil {
 		if cached, found := observedCached(raw); found {
 			a.observed = true
-			a.g.onObserved(a, cached)
+			a.g.onObserved(a, inRouterTokens(cached, enginePrompt(raw), a.prompt))
 		}
 	}
 	if i := bytes.LastIndex(raw, usageKey); i >= 0 {
@@ -716,12 +717,50 @@ func observedCached(raw []byte) (uint32, bool) {
 	return 0, false
 }
 
-// onObserved: the engine reused `observed` prompt tokens of a's request,
-// for which the router predicted a.cached (in the router's tokens: the
-// engine's own with EngineTokenizer or token-id prompts, 4-byte pieces
-// of text otherwise). Called at most once per request, before it ends:
-// the place to hand the figure to the router.
+// enginePrompt reads the prompt tokens in the engine's own count:
+// llama.cpp's timings.prompt_n + cache_n, or usage.prompt_tokens; 0 when
+// the answer does not say.
+func enginePrompt(raw []byte) uint32 {
+	if i := bytes.LastIndex(raw, timingsKey); i >= 0 {
+		c, ok1 := countAfter(raw[i:], cacheNKey)
+		p, ok2 := countAfter(raw[i:], promptNKey)
+		if ok1 && ok2 {
+			return c + p
+		}
+	}
+	if i := bytes.LastIndex(raw, usageKey); i >= 0 {
+		if n, ok := countAfter(raw[i:], promptTokensKey); ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// inRouterTokens converts an engine's count of reused tokens to the
+// router's tokens: the same when the router saw the engine's tokens
+// (EngineTokenizer, token-id prompts) or the engine's prompt size is
+// unknown, else scaled by routed / enginePrompt (4-byte pieces of text);
+// at most the prompt routed.
+func inRouterTokens(observed, enginePrompt, routed uint32) uint32 {
+	v := uint64(observed)
+	if enginePrompt != 0 && enginePrompt != routed {
+		v = (v*uint64(routed) + uint64(enginePrompt)/2) / uint64(enginePrompt)
+	}
+	if v > uint64(routed) {
+		v = uint64(routed)
+	}
+	return uint32(v)
+}
+
+// onObserved: the engine reused `observed` prompt tokens (the router's)
+// of a's request, for which the router predicted a.cached. Called at
+// most once per request, before it ends: the router learns from it how
+// much of its predicted hits each engine delivers (ObserveCached;
+// adaptive discounts the rest). An ended request has nothing to learn.
 func (g *Gateway) onObserved(a *attempt, observed uint32) {
+	if g.router != nil {
+		_ = g.router.ObserveCached(a.id, observed, now())
+	}
 	g.metrics.OnCached(a.cached, observed)
 	a.b.predicted.Add(uint64(a.cached))
 	a.b.observed.Add(uint64(observed))
@@ -857,7 +896,10 @@ var (
 	stopKey      = []byte(`"stop"`)
 	timingsKey   = []byte(`"timings"`)
 	cacheNKey    = []byte(`"cache_n"`)
+	promptNKey   = []byte(`"prompt_n"`)
 	predictedKey = []byte(`"tokens_predicted"`)
+	// the engine's prompt size, OpenAI's usage
+	promptTokensKey = []byte(`"prompt_tokens"`)
 )
 
 func (b *relayBody) event(line []byte) {

@@ -772,6 +772,30 @@ func TestParseEngineStats(t *testing.T) {
 	}
 }
 
+// An engine's reused tokens reach the router in the router's tokens:
+// scaled by routed / the engine's prompt when the two counts differ,
+// never past the prompt routed.
+func TestObservedInRouterTokens(t *testing.T) {
+	for _, c := range []struct {
+		json         string
+		routed, want uint32
+	}{
+		{`{"timings":{"cache_n":300,"prompt_n":100}}`, 400, 300}, // same tokens
+		{`{"timings":{"cache_n":300,"prompt_n":100}}`, 100, 75},  // text pieces
+		{`{"usage":{"prompt_tokens":200,"prompt_tokens_details":{"cached_tokens":50}}}`, 800, 200},
+		{`{"usage":{"prompt_tokens_details":{"cached_tokens":50}}}`, 40, 40}, // size unknown: capped
+	} {
+		raw := []byte(c.json)
+		n, ok := observedCached(raw)
+		if !ok {
+			t.Fatalf("%s: no cached tokens found", c.json)
+		}
+		if got := inRouterTokens(n, enginePrompt(raw), c.routed); got != c.want {
+			t.Errorf("%s routed %d: %d, want %d", c.json, c.routed, got, c.want)
+		}
+	}
+}
+
 // The usage counts are read by key after the last "usage" key, however
 // the JSON is spaced, and never from an answer's text.
 func TestUsage(t *testing.T) {

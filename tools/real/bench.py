@@ -133,7 +133,8 @@ class Direct:
 
     def __init__(self, backends: List[Tuple[str, str, int]], policy: str,
                  timeout_s: float) -> None:
-        from gateway import Gateway
+        from gateway import Gateway, in_router_tokens
+        self.in_router_tokens = in_router_tokens
         self.gw = Gateway(backends, policy=policy, timeout_s=timeout_s)
         self.ids = itertools.count(1)
         self.timeout_s = timeout_s
@@ -183,7 +184,8 @@ class Direct:
             t1 = time.monotonic_ns()
             res.cache_n = int(timings.get("cache_n", 0))
             res.prompt_n = int(timings.get("prompt_n", 0))
-            gw.on_observed(rid, b, d, res.cache_n)
+            gw.on_observed(rid, b, d, self.in_router_tokens(
+                res.cache_n, res.cache_n + res.prompt_n, len(toks)))
             gw.router.complete(rid, len(out), now_ns=t1)
             res.ttft_ms = (got[0] - t0) / 1e6
             res.e2e_ms = (t1 - t0) / 1e6
