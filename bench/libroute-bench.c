@@ -18,6 +18,13 @@
  *                           vnodes each): how long route() can be held off
  *                           by churn
  *
+ *   router_fill_64k         65,534 lr_router_add_instance() calls one by
+ *                           one on an empty router: wall time in all
+ *   router_restore_64k      lr_router_restore() of that router's snapshot
+ *                           into an empty router, and the longest wait of
+ *                           another thread's call meanwhile
+ *                           (lock_wait_ns_max)
+ *
  *   index_evict_new_8k      learn a new 8k prompt into a full index
  *
  *   route_threads_<policy>_64_t<T>  routes/s of T threads (1, 2 and 4)
@@ -61,14 +68,15 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "index/index.h"
 #include "bench-util.h"
+#include "index/index.h"
 #include "libroute.h"
 
 #define MPW_CAP (1 << 20)
@@ -520,6 +528,90 @@ bench_churn(int quick, uint32_t n, const char *tag)
     lr_router_destroy(r);
 }
 
+/* A router filled to the maximum, and restored from its snapshot: the
+ * fill's wall time (65,534 lr_router_add_instance() calls, one by one, on
+ * an empty router), and the restore's into an empty router while another
+ * thread calls lr_router_instance_count() back to back; lock_wait_ns_max
+ * is the longest of those calls, which is how long the restore held the
+ * router's lock at most. */
+struct probe {
+    lr_router *r;
+    _Atomic int stop;
+    uint64_t max_ns;
+};
+
+static void *
+probe_lock(void *arg)
+{
+    struct probe *p = arg;
+    while (!atomic_load(&p->stop)) {
+        uint64_t t0 = bench_now_ns();
+        (void)lr_router_instance_count(p->r);
+        uint64_t d = bench_now_ns() - t0;
+        if (d > p->max_ns)
+            p->max_ns = d;
+    }
+    return NULL;
+}
+
+static void
+bench_fill_restore(int quick)
+{
+    if (!wanted("router_fill_64k") && !wanted("router_restore_64k"))
+        return;
+    uint32_t n = quick ? 4096 : LR_ROUTER_MAX_INSTANCES;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.max_instances = n;
+    o.index_capacity_blocks = 1u << 12;
+    lr_router *r;
+    bench_check(lr_router_create(&o, &r), "router_create");
+    char nm[64];
+    uint64_t t0 = bench_now_ns();
+    for (uint32_t i = 0; i < n; i++) {
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", i / 62500, i / 250 % 250,
+                 i % 250);
+        s.name = nm;
+        uint32_t id;
+        bench_check(lr_router_add_instance(r, &s, &id), "add_instance");
+    }
+    uint64_t fill = bench_now_ns() - t0;
+    printf("{\"name\": \"router_fill_64k\", \"instances\": %u, \"ns\": "
+           "%llu, \"ns_per_add\": %.1f}\n",
+           n, (unsigned long long)fill, (double)fill / n);
+    fflush(stdout);
+    lr_blob *b;
+    bench_check(lr_router_snapshot(r, 1, &b), "snapshot");
+    lr_router_destroy(r);
+    size_t iters = quick ? 1 : 3;
+    uint64_t ns[3], wait[3];
+    for (size_t k = 0; k < iters; k++) {
+        bench_check(lr_router_create(&o, &r), "router_create");
+        struct probe p = { .r = r };
+        pthread_t th;
+        pthread_create(&th, NULL, probe_lock, &p);
+        t0 = bench_now_ns();
+        bench_check(lr_router_restore(r, lr_blob_data(b), lr_blob_size(b), 2),
+                    "restore");
+        ns[k] = bench_now_ns() - t0;
+        atomic_store(&p.stop, 1);
+        pthread_join(th, NULL);
+        wait[k] = p.max_ns;
+        lr_router_destroy(r);
+    }
+    qsort(ns, iters, sizeof *ns, bench_cmp_u64);
+    qsort(wait, iters, sizeof *wait, bench_cmp_u64);
+    printf("{\"name\": \"router_restore_64k\", \"instances\": %u, "
+           "\"ns_p50\": %llu, \"iterations\": %zu, \"lock_wait_ns_max\": "
+           "%llu, \"snapshot_bytes\": %zu}\n",
+           n, (unsigned long long)ns[iters / 2], iters,
+           (unsigned long long)wait[iters - 1], lr_blob_size(b));
+    fflush(stdout);
+    lr_blob_destroy(b);
+}
+
 /* route_threads: T threads on one router, each with its own prompts
  * (the route cases' held conversations, their last 0-10% new), request
  * ids and generator, each ending its requests after 2 are in flight. */
@@ -743,8 +835,8 @@ bench_router(int quick, uint32_t ninst)
     }
     if (ninst == 64) {
         static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
-                                        LR_POLICY_MIN_TTFT,
-                                        LR_POLICY_ADAPTIVE, LR_POLICY_RANDOM };
+                                        LR_POLICY_MIN_TTFT, LR_POLICY_ADAPTIVE,
+                                        LR_POLICY_RANDOM };
         for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++)
             for (uint32_t th = 1; th <= 4; th *= 2)
                 bench_threads(r, convs, nconv, tp[i], th, quick, &rid, &t);
@@ -823,8 +915,8 @@ bench_decide(int quick)
                 lr_decision d;
                 lr_decision_init(&d);
                 uint64_t t0 = bench_now_ns();
-                lr_status st = lr_policy_decide(pol, &in, rows, n,
-                                                sizeof *rows, sc, &d);
+                lr_status st =
+                    lr_policy_decide(pol, &in, rows, n, sizeof *rows, sc, &d);
                 ns[k] = bench_now_ns() - t0;
                 if (st != LR_OK)
                     exit(1);
@@ -870,6 +962,7 @@ main(int argc, char **argv)
          * adds them one by one, about 15 s */
         bench_churn(quick, 65534, "64k");
     }
+    bench_fill_restore(quick);
     bench_index(quick);
     bench_kv(quick);
     bench_router(quick, 8);

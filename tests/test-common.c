@@ -1,12 +1,13 @@
 /* lr_common.h: status names and messages, versions, blobs; and the internal
- * helpers of lib/common/common.c (allocator plumbing, size arithmetic, sized-struct
- * copies, the PRNG). */
+ * helpers of lib/common/common.c (allocator plumbing, size arithmetic,
+ * sized-struct copies, the PRNG). */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -17,8 +18,8 @@
 
 /* ---- status names and messages ------------------------------------------ */
 
-/* Written out independently of lib/common/common.c: a renumbered or renamed status
- * fails here. */
+/* Written out independently of lib/common/common.c: a renumbered or renamed
+ * status fails here. */
 static const struct {
     lr_status status;
     int value;
@@ -422,6 +423,51 @@ test_clock(void **state)
     assert_true(c.newest == 5030);
 }
 
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* lr__select gives the k-th smallest, as a sort does, on both sides of
+ * its band pass's size: random, few distinct, ascending, descending and
+ * all-equal values, k at either end and in between. */
+static void
+test_select(void **state)
+{
+    (void)state;
+    static double a[20000], sorted[20000];
+    static const size_t sizes[] = { 1, 2, 7, 100, 4095, 4096, 20000 };
+    uint64_t rs = tu_seed("test_select", 0x5e1ec7);
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t n = sizes[z];
+        for (int shape = 0; shape < 5; shape++) {
+            for (size_t i = 0; i < n; i++)
+                sorted[i] = shape == 0   ? tu_unit(&rs)
+                            : shape == 1 ? (double)tu_below(&rs, 5)
+                            : shape == 2 ? (double)i
+                            : shape == 3 ? (double)(n - i)
+                                         : 3.0;
+            qsort(sorted, n, sizeof *sorted, cmp_double);
+            size_t ks[] = { 0, n / 4, n / 2, n - 1, tu_below(&rs, n) };
+            for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
+                for (size_t i = 0; i < n; i++)
+                    a[i] = shape == 0   ? sorted[(i * 7919) % n]
+                           : shape == 3 ? sorted[n - 1 - i]
+                                        : sorted[(i * 31) % n];
+                /* the want: the k-th of a's own sort */
+                double want;
+                static double b[20000];
+                memcpy(b, a, n * sizeof *a);
+                qsort(b, n, sizeof *b, cmp_double);
+                want = b[ks[q]];
+                assert_true(lr__select(a, n, ks[q]) == want);
+            }
+        }
+    }
+}
+
 int
 main(void)
 {
@@ -441,6 +487,7 @@ main(void)
         cmocka_unit_test(test_rng),
         cmocka_unit_test(test_siphash),
         cmocka_unit_test(test_clock),
+        cmocka_unit_test(test_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

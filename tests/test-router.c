@@ -1629,6 +1629,187 @@ lifecycle_remove_instance(void **state)
     lr_router_destroy(r);
 }
 
+/* Instance ids under churn, against a model: an add takes the lowest id
+ * no live instance holds, a removal frees its id, and the routable ids
+ * (lr_router_candidates' rows) are the live, undrained ones ascending.
+ * 4200 ids span two words of the router's free-id summary and end in a
+ * partial word; the router is filled to its maximum, thinned and refilled,
+ * and a restore of its snapshot must give the same ids and go on the same
+ * way. */
+#define IDS_MAX 4200u
+
+struct id_model {
+    uint32_t name[IDS_MAX]; /* the name number an id holds */
+    uint8_t live[IDS_MAX];
+    uint8_t draining[IDS_MAX];
+    uint32_t n_live;
+    uint32_t next_name;
+};
+
+static lr_status
+ids_add_name(lr_router *r, uint32_t name, uint32_t *id)
+{
+    char nm[32];
+    snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", name / 40000, name / 200 % 200,
+             name % 200);
+    lr_instance_spec s;
+    lr_instance_spec_init(&s);
+    s.name = nm;
+    return lr_router_add_instance(r, &s, id);
+}
+
+static void
+ids_add(lr_router *r, struct id_model *m)
+{
+    uint32_t want = 0;
+    while (want < IDS_MAX && m->live[want])
+        want++;
+    uint32_t id = LR_INSTANCE_NONE;
+    if (want == IDS_MAX) {
+        assert_st(ids_add_name(r, m->next_name++, &id), LR_ELIMIT);
+        return;
+    }
+    assert_st(ids_add_name(r, m->next_name, &id), LR_OK);
+    assert_int_equal(id, want);
+    m->name[id] = m->next_name++;
+    m->live[id] = 1;
+    m->draining[id] = 0;
+    m->n_live++;
+}
+
+/* A live id picked at random (the model holds at least one). */
+static uint32_t
+ids_pick(const struct id_model *m, uint64_t *rs)
+{
+    uint32_t id = (uint32_t)tu_below(rs, IDS_MAX);
+    while (!m->live[id])
+        id = (id + 1) % IDS_MAX;
+    return id;
+}
+
+static void
+ids_check(lr_router *r, const struct id_model *m)
+{
+    static lr_candidate rows[IDS_MAX];
+    static uint32_t want[IDS_MAX];
+    uint32_t n_want = 0;
+    for (uint32_t id = 0; id < IDS_MAX; id++)
+        if (m->live[id] && !m->draining[id])
+            want[n_want++] = id;
+    lr_router_stats st = rstats(r);
+    assert_int_equal(st.instances, m->n_live);
+    assert_int_equal(st.routable, n_want);
+    lr_request q;
+    lr_request_init(&q);
+    q.now_ns = T0;
+    size_t n_rows = 0;
+    assert_st(
+        lr_router_candidates(r, &q, rows, IDS_MAX, sizeof rows[0], &n_rows),
+        n_want > 0 ? LR_OK : LR_ESTATE);
+    assert_int_equal(n_rows, n_want);
+    for (uint32_t k = 0; k < n_want; k++)
+        assert_int_equal(rows[k].instance, want[k]);
+    for (uint32_t id = 0; id < IDS_MAX; id += 97) {
+        if (!m->live[id])
+            continue;
+        char nm[32];
+        snprintf(nm, sizeof nm, "10.%u.%u.%u:8000", m->name[id] / 40000,
+                 m->name[id] / 200 % 200, m->name[id] % 200);
+        uint32_t got = LR_INSTANCE_NONE;
+        assert_st(lr_router_find_instance(r, nm, &got), LR_OK);
+        assert_int_equal(got, id);
+    }
+    assert_router_ok(r);
+}
+
+/* n random steps: adds (the lowest free id), removals and drains. */
+static void
+ids_churn(lr_router *r, struct id_model *m, uint64_t *rs, uint32_t n,
+          uint32_t add_pct)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t x = tu_below(rs, 100);
+        if (m->n_live == 0 || x < add_pct) {
+            ids_add(r, m);
+        } else if (x < add_pct + (100 - add_pct) * 3 / 4) {
+            uint32_t id = ids_pick(m, rs);
+            assert_st(lr_router_remove_instance(r, id), LR_OK);
+            m->live[id] = 0;
+            m->n_live--;
+        } else {
+            uint32_t id = ids_pick(m, rs);
+            uint8_t d = !m->draining[id];
+            assert_st(lr_router_drain_instance(r, id, d), LR_OK);
+            m->draining[id] = d;
+        }
+    }
+}
+
+static lr_router *
+ids_router(void)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_LEAST_REQUEST;
+    o.seed = OPT_SEED;
+    o.max_instances = IDS_MAX;
+    o.ring_vnodes = 4;
+    o.index_capacity_blocks = 1024;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    return r;
+}
+
+static void
+lifecycle_id_reuse(void **state)
+{
+    (void)state;
+    static struct id_model m;
+    memset(&m, 0, sizeof m);
+    uint64_t rs = tu_seed("lifecycle_id_reuse", 0x1d5e);
+    lr_router *r = ids_router();
+    /* low ids freed and taken again while the router is small */
+    ids_churn(r, &m, &rs, 600, 55);
+    ids_check(r, &m);
+    /* to the maximum, where an add is refused */
+    while (m.n_live < IDS_MAX)
+        ids_add(r, &m);
+    ids_add(r, &m);
+    ids_check(r, &m);
+    /* at the maximum: every freed id, in both summary words and the
+     * partial last word, is the next add's */
+    static const uint32_t holes[] = { 4199, 4096, 4095, 64, 63, 0 };
+    for (size_t h = 0; h < sizeof holes / sizeof holes[0]; h++) {
+        assert_st(lr_router_remove_instance(r, holes[h]), LR_OK);
+        m.live[holes[h]] = 0;
+        m.n_live--;
+    }
+    ids_check(r, &m);
+    while (m.n_live < IDS_MAX)
+        ids_add(r, &m);
+    /* thinned at random, then churned near the maximum */
+    ids_churn(r, &m, &rs, 3000, 10);
+    ids_check(r, &m);
+    ids_churn(r, &m, &rs, 4000, 60);
+    ids_check(r, &m);
+    /* a restore holds the same ids, routable and free alike */
+    lr_blob *b = NULL;
+    assert_st(lr_router_snapshot(r, T0, &b), LR_OK);
+    lr_router *r2 = ids_router();
+    assert_st(lr_router_restore(r2, lr_blob_data(b), lr_blob_size(b), T0),
+              LR_OK);
+    lr_blob_destroy(b);
+    ids_check(r2, &m);
+    uint64_t rs2 = rs;
+    struct id_model m2 = m;
+    ids_churn(r, &m, &rs, 1500, 50);
+    ids_churn(r2, &m2, &rs2, 1500, 50);
+    ids_check(r, &m);
+    ids_check(r2, &m2);
+    lr_router_destroy(r2);
+    lr_router_destroy(r);
+}
+
 static void
 lifecycle_draining(void **state)
 {
@@ -2286,6 +2467,7 @@ main(void)
         cmocka_unit_test(lifecycle_unknown_duplicate),
         cmocka_unit_test(lifecycle_dry_run),
         cmocka_unit_test(lifecycle_remove_instance),
+        cmocka_unit_test(lifecycle_id_reuse),
         cmocka_unit_test(lifecycle_draining),
         cmocka_unit_test(lifecycle_scores_buffer),
         cmocka_unit_test(lifecycle_bad_input),

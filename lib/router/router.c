@@ -30,6 +30,9 @@
 #define SEED_GORGO 0x4c52474f52474f31ull /* "LRGORGO1" */
 #define DEFAULT_RATE LR__ROUTER_DEFAULT_RATE
 
+/* Words of the free-id bits (router_impl.h, free_w and free_s). */
+#define FREE_WORDS(n) (((size_t)(n) + 63) / 64)
+
 /* ---- init helpers ----------------------------------------------------------- */
 
 LR__INIT_SIZED(lr_router_options_init_sized, lr_router_options,
@@ -151,6 +154,36 @@ lr__router_scratch_put(lr_router *r, struct lr__rscratch *sc)
     pthread_mutex_unlock(&r->pool_mu);
 }
 
+/* ---- free ids (router_impl.h, free_w and free_s) -------------------------- */
+
+static void
+id_free(lr_router *r, uint32_t id)
+{
+    r->free_w[id / 64] |= 1ull << (id % 64);
+    r->free_s[id / 4096] |= 1ull << (id / 64 % 64);
+}
+
+static void
+id_take(lr_router *r, uint32_t id)
+{
+    uint64_t *w = &r->free_w[id / 64];
+    *w &= ~(1ull << (id % 64));
+    if (*w == 0)
+        r->free_s[id / 4096] &= ~(1ull << (id / 64 % 64));
+}
+
+/* The lowest id no live instance holds; the caller has checked that
+ * n_inst < max_inst, so there is one. */
+static uint32_t
+id_lowest_free(const lr_router *r)
+{
+    uint32_t s = 0;
+    while (r->free_s[s] == 0)
+        s++;
+    uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(r->free_s[s]);
+    return w * 64 + (uint32_t)__builtin_ctzll(r->free_w[w]);
+}
+
 static void
 router_free(lr_router *r)
 {
@@ -164,6 +197,8 @@ router_free(lr_router *r)
     }
     lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
+    lr__free(m, r->free_w, FREE_WORDS(ni) * sizeof(uint64_t));
+    lr__free(m, r->free_s, FREE_WORDS(FREE_WORDS(ni)) * sizeof(uint64_t));
     lr__free(m, r->init_rtt_ms, ni * sizeof(double));
     while (r->pool != NULL) {
         struct lr__rscratch *sc = r->pool;
@@ -309,11 +344,15 @@ create_tables(lr_router *r)
     LR_TRY(lr__table_init(&r->names, m, r->max_inst));
     r->inst = lr__calloc(m, ni, sizeof *r->inst);
     r->act = lr__calloc(m, ni, sizeof *r->act);
+    r->free_w = lr__calloc(m, FREE_WORDS(ni), sizeof(uint64_t));
+    r->free_s = lr__calloc(m, FREE_WORDS(FREE_WORDS(ni)), sizeof(uint64_t));
     r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
     r->src = lr__calloc(m, ni, sizeof *r->src);
-    if (r->inst == NULL || r->act == NULL || r->init_rtt_ms == NULL ||
-        r->src == NULL)
+    if (r->inst == NULL || r->act == NULL || r->free_w == NULL ||
+        r->free_s == NULL || r->init_rtt_ms == NULL || r->src == NULL)
         return LR_ENOMEM;
+    for (uint32_t id = 0; id < r->max_inst; id++)
+        id_free(r, id);
     LR_TRY(scratch_new(r, &r->pool));
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
@@ -549,32 +588,9 @@ name_find(const lr_router *r, const char *name, size_t len)
     return lr__table_find(&r->names, name_hash(r, name, len), 0, name_eq, &p);
 }
 
-static void
-act_insert(lr_router *r, uint32_t id)
-{
-    uint32_t k = r->n_act;
-    while (k > 0 && r->act[k - 1] > id) {
-        r->act[k] = r->act[k - 1];
-        k--;
-    }
-    r->act[k] = id;
-    r->n_act++;
-}
-
-static void
-act_remove(lr_router *r, uint32_t id)
-{
-    uint32_t k = 0;
-    while (k < r->n_act && r->act[k] != id)
-        k++;
-    if (k == r->n_act)
-        return;
-    memmove(&r->act[k], &r->act[k + 1], (r->n_act - k - 1) * sizeof *r->act);
-    r->n_act--;
-}
-
-uint32_t
-lr__router_act_index(const lr_router *r, uint32_t id)
+/* The first position in act[] whose id is not below `id`. */
+static uint32_t
+act_lower(const lr_router *r, uint32_t id)
 {
     uint32_t lo = 0, hi = r->n_act;
     while (lo < hi) {
@@ -584,7 +600,37 @@ lr__router_act_index(const lr_router *r, uint32_t id)
         else
             hi = mid;
     }
-    return lo < r->n_act && r->act[lo] == id ? lo : NONE;
+    return lo;
+}
+
+/* act[] stays ascending: an id above every routable one (adds in id
+ * order, a restore) is appended; one below moves the tail up by one, a
+ * memmove no longer than the table a route() builds. */
+static void
+act_insert(lr_router *r, uint32_t id)
+{
+    uint32_t k =
+        r->n_act > 0 && r->act[r->n_act - 1] > id ? act_lower(r, id) : r->n_act;
+    memmove(&r->act[k + 1], &r->act[k], (r->n_act - k) * sizeof *r->act);
+    r->act[k] = id;
+    r->n_act++;
+}
+
+static void
+act_remove(lr_router *r, uint32_t id)
+{
+    uint32_t k = act_lower(r, id);
+    if (k == r->n_act || r->act[k] != id)
+        return;
+    memmove(&r->act[k], &r->act[k + 1], (r->n_act - k - 1) * sizeof *r->act);
+    r->n_act--;
+}
+
+uint32_t
+lr__router_act_index(const lr_router *r, uint32_t id)
+{
+    uint32_t k = act_lower(r, id);
+    return k < r->n_act && r->act[k] == id ? k : NONE;
 }
 
 static bool
@@ -604,9 +650,7 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
 {
     LR_RETURN_IF(name_find(r, s->name, len) != LR_NIL, LR_EEXIST);
     LR_RETURN_IF(r->n_inst >= r->max_inst, LR_ELIMIT);
-    uint32_t n = 0;
-    while (r->inst[n].live)
-        n++;
+    uint32_t n = id_lowest_free(r);
     char *copy = lr__alloc(&r->mem, len + 1);
     if (copy == NULL)
         return LR_ENOMEM;
@@ -633,6 +677,7 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
     r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
     lr__table_insert(&r->names, name_hash(r, copy, len),
                      n); /* sized at create */
+    id_take(r, n);
     r->n_inst++;
     act_insert(r, n);
     *id = n;
@@ -650,6 +695,7 @@ lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
     in->draining = draining;
     r->init_rtt_ms[id] = init_rtt_ms;
     lr__table_insert(&r->names, name_hash(r, name, len), id); /* sized */
+    id_take(r, id);
     r->n_inst++;
     if (!draining)
         act_insert(r, id);
@@ -747,6 +793,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     r->st.kv_gaps += r->src[id].gaps;
     r->st.kv_restarts += r->src[id].restarts;
     memset(&r->src[id], 0, sizeof r->src[id]);
+    id_free(r, id);
     r->n_inst--;
     return lr__router_release(r, LR_OK);
 }
@@ -984,6 +1031,19 @@ verify_instances(const lr_router *r)
         return LR_ECORRUPT;
     for (uint32_t k = 1; k < r->n_act; k++)
         if (r->act[k - 1] >= r->act[k])
+            return LR_ECORRUPT;
+    /* an id's free bit is set exactly when no live instance holds it, a
+     * summary bit exactly when its word is not 0, and no bit past the
+     * last id is set */
+    for (uint32_t i = 0; i < r->max_inst; i++)
+        if ((r->free_w[i / 64] >> (i % 64) & 1) == r->inst[i].live)
+            return LR_ECORRUPT;
+    size_t nw = FREE_WORDS(r->max_inst), ns = FREE_WORDS(nw);
+    if (r->max_inst % 64 != 0 && r->free_w[nw - 1] >> (r->max_inst % 64) != 0)
+        return LR_ECORRUPT;
+    for (size_t w = 0; w < ns * 64; w++)
+        if ((r->free_s[w / 64] >> (w % 64) & 1) !=
+            (w < nw && r->free_w[w] != 0))
             return LR_ECORRUPT;
     return LR_OK;
 }

@@ -81,6 +81,12 @@ struct lr_router {
     struct lr__table names; /* name -> id */
     uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
+    /* The ids no live instance holds, as bits: free_w[w] bit b for id
+     * 64w + b; free_s[s] bit b set while free_w[64s + b] is not 0. An add
+     * takes the lowest free id: the first summary word that is not 0 (at
+     * most 16 of them), then the word it names. */
+    uint64_t *free_w;
+    uint64_t *free_s;
     double *init_rtt_ms; /* per id: RTT given at add */
     double rate[LR_LOAD_MAX_CLASSES];
     /* Policy parameters; the values a state owns (GORGO's weights in

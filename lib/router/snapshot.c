@@ -45,6 +45,7 @@
 #include "index/vllm.h"
 #include "learn/learner.h"
 #include "libroute/lr_ring.h"
+#include "parts/ring.h"
 #include "router/router_impl.h"
 
 #define SNAP_MAGIC "LRSN"
@@ -426,6 +427,30 @@ read_inst(struct restore *rs)
     return names_distinct(rs);
 }
 
+/* The ring's instances (those not draining) placed in one bulk build,
+ * which makes the ring that adding them one by one makes. */
+static lr_status
+build_ring(struct restore *rs)
+{
+    size_t n = rs->n_inst;
+    const char **names = lr__calloc(&rs->am, n, sizeof *names);
+    uint32_t *ids = lr__calloc(&rs->am, n, sizeof *ids);
+    lr_status st = n > 0 && (names == NULL || ids == NULL) ? LR_ENOMEM : LR_OK;
+    size_t k = 0;
+    for (uint32_t i = 0; i < rs->n_inst && st == LR_OK; i++) {
+        const struct rinst *x = &rs->inst[i];
+        if (x->flags & IF_DRAINING)
+            continue;
+        names[k] = x->copy;
+        ids[k++] = x->id;
+    }
+    if (st == LR_OK)
+        st = lr__ring_add_many(rs->ring, names, ids, k);
+    lr__free(&rs->am, names, n * sizeof *names);
+    lr__free(&rs->am, ids, n * sizeof *ids);
+    return st;
+}
+
 /* New index, ring and load tracker holding the snapshot's instances; the
  * names copied for the commit. */
 static lr_status
@@ -438,13 +463,12 @@ build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
         LR_RETURN_IF(x->copy == NULL, LR_ENOMEM);
         memcpy(x->copy, x->name, x->len);
         x->copy[x->len] = '\0';
-        if (!(x->flags & IF_DRAINING))
-            LR_TRY(lr_ring_add(rs->ring, x->copy, x->id));
         LR_TRY(lr_load_add_instance(rs->ld, x->id, x->cls,
                                     (x->flags & IF_CACHING) != 0));
         if (x->has_rtt)
             LR_TRY(lr_load_observe_rtt(rs->ld, x->id, x->rtt_ns));
     }
+    LR_TRY(build_ring(rs));
     LR_TRY(lr__index_load(rs->ix, rs->s[S_INDX].p, rs->s[S_INDX].n, now_ns));
     /* every route is an instance's of the snapshot */
     lr_index_stats is;
@@ -553,8 +577,12 @@ commit(lr_router *r, struct restore *rs)
     swap_ptr(&r->ix, &rs->ix);
     swap_ptr(&r->ring, &rs->ring);
     swap_ptr(&r->ld, &rs->ld);
-    for (uint32_t i = 0; i < rs->n_inst; i++) {
-        struct rinst *x = &rs->inst[i];
+    /* in id order, whatever the snapshot's: each routable id is appended
+     * to the router's ascending list */
+    for (uint32_t id = 0; id < rs->max_inst; id++) {
+        if (rs->at[id] == 0)
+            continue;
+        struct rinst *x = &rs->inst[rs->at[id] - 1];
         lr__router_put_instance(r, x->id, x->copy, x->len,
                                 (x->flags & IF_DRAINING) != 0, x->init_rtt_ms);
         x->copy = NULL;
