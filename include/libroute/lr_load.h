@@ -16,7 +16,8 @@
  * later call allocates, so no later call can fail with LR_ENOMEM.
  *
  * Thread safety: none; one thread at a time per tracker. lr_router
- * serializes its own.
+ * reads its own from several routes at once under its shared lock and
+ * changes it only under its exclusive lock.
  *
  * Example:
  *   lr_load *ld;

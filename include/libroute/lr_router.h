@@ -716,7 +716,7 @@ LR_API lr_status lr_router_expire(lr_router *router, uint64_t now_ns);
 /** Run one learner step (lr_learner_step) on the calling thread: take the
  * samples routes produced and, when enough have arrived, train and publish
  * a new model. Call it from a background thread of the host, as often as
- * convenient (every few hundred ms); it does not take the router's mutex
+ * convenient (every few hundred ms); it does not take the router's lock
  * while training, so route() never waits for it. Steps on one router are
  * serialized: a concurrent one gets LR_ESTATE.
  * @param flags    0 or LR_LEARN_FORCE.
@@ -844,11 +844,11 @@ LR_API lr_status lr_router_reason_counts(const lr_router *router,
 
 /** The counters of the router's prefix index (lr_index_get_stats): block
  * routes held (LOCAL and REMOTE), prefixes, bytes, and the cumulative
- * evicted, expired and learned blocks, for a host's metrics. Takes the
- * router's mutex for as long as lr_index_get_stats takes (engine_hashes
- * walks the engine-hash map, so it grows with KV events held): call it
- * from a metrics scrape, not per request. Set out->struct_size first
- * (>= LR_INDEX_STATS_SIZE_V1).
+ * evicted, expired and learned blocks, for a host's metrics. Holds the
+ * router's lock exclusively for as long as lr_index_get_stats takes
+ * (engine_hashes walks the engine-hash map, so it grows with KV events
+ * held): call it from a metrics scrape, not per request. Set
+ * out->struct_size first (>= LR_INDEX_STATS_SIZE_V1).
  * @param out  out: the counters; fields past out->struct_size untouched.
  * @return LR_OK; LR_EINVAL (NULL); LR_EVERSION (struct_size too small).
  * Thread safety: like every lr_router_* call. @since 0.2 */

@@ -32,7 +32,7 @@ void lr__lodestar_features(const lr_candidate *row, uint32_t prompt,
                            uint32_t output, float *f);
 
 struct lr__lodestar {
-    /* Read without the router's mutex by lr_router_learn_step(), hence
+    /* Read without the router's lock by lr_router_learn_step(), hence
      * atomic; it never changes once set. */
     _Atomic(lr_learner *) learner;
     lr_learner_options lopt;
