@@ -129,13 +129,20 @@ class Direct:
     """The request path of a gateway, in this process: the binding's
     route(), then the engine. The Gateway object (examples/gateway) runs
     its probe threads, so the router gets the same telemetry as behind
-    the HTTP gateway, and its on_observed() takes each engine's cache_n."""
+    the HTTP gateway, and its on_observed() takes each engine's cache_n.
+    A policy named `NAME/blind` is NAME with the router told nothing of
+    what the engines reused (no lr_router_observe_cached): what that
+    feedback is worth."""
 
     def __init__(self, backends: List[Tuple[str, str, int]], policy: str,
                  timeout_s: float) -> None:
         from gateway import Gateway, in_router_tokens
+        base, _, variant = policy.partition("/")
+        if variant not in ("", "blind"):
+            raise SystemExit(f"real-bench: unknown variant {policy!r}")
+        self.observe = variant != "blind"
         self.in_router_tokens = in_router_tokens
-        self.gw = Gateway(backends, policy=policy, timeout_s=timeout_s)
+        self.gw = Gateway(backends, policy=base, timeout_s=timeout_s)
         self.ids = itertools.count(1)
         self.timeout_s = timeout_s
 
@@ -184,8 +191,9 @@ class Direct:
             t1 = time.monotonic_ns()
             res.cache_n = int(timings.get("cache_n", 0))
             res.prompt_n = int(timings.get("prompt_n", 0))
-            gw.on_observed(rid, b, d, self.in_router_tokens(
-                res.cache_n, res.cache_n + res.prompt_n, len(toks)))
+            if self.observe:
+                gw.on_observed(rid, b, d, self.in_router_tokens(
+                    res.cache_n, res.cache_n + res.prompt_n, len(toks)))
             gw.router.complete(rid, len(out), now_ns=t1)
             res.ttft_ms = (got[0] - t0) / 1e6
             res.e2e_ms = (t1 - t0) / 1e6

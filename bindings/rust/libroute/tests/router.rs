@@ -171,6 +171,41 @@ fn lifecycle_returns_counters_to_zero() {
 }
 
 #[test]
+fn observe_cached_calibrates_the_instance() {
+    const S: u64 = 1_000_000_000;
+    let (r, _) = router(Policy::ADAPTIVE, &names(2));
+    let toks = prompt(512, 7);
+    r.route(&Request::new(1, &toks, S)).unwrap();
+    r.complete(1, 1, S + 1).unwrap();
+    let d = r.route(&Request::new(2, &toks, 2 * S)).unwrap();
+    assert!(d.cached_tokens > 0, "{d:?}");
+    r.observe_cached(2, 0, 2 * S).unwrap(); // none of the hit delivered
+    r.observe_cached(2, 512, 2 * S).unwrap(); // a repeat: no change
+    want_err(
+        r.observe_cached(2, 513, 2 * S),
+        ErrorKind::Invalid,
+        "LR_EINVAL",
+        "lr_router_observe_cached",
+    );
+    want_err(
+        r.observe_cached(9, 0, 2 * S),
+        ErrorKind::NotFound,
+        "LR_ENOENT",
+        "lr_router_observe_cached",
+    );
+    for row in r.candidates(&Request::new(3, &toks, 2 * S)).unwrap() {
+        // one report of all lost, over 1 + a prior of 2 reports
+        let want = if row.instance == d.instance { 1.0 / 3.0 } else { 0.0 };
+        assert!((row.cached_lost - want).abs() < 1e-12, "{row:?}");
+    }
+    let s = r.stats().unwrap();
+    assert_eq!(
+        (s.observed_reports, s.observed_expected_tokens, s.observed_cached_tokens),
+        (1, d.cached_tokens as u64, 0)
+    );
+}
+
+#[test]
 fn errors_carry_the_status() {
     let (r, _) = router(Policy::PREFIX_CACHE, &[]);
     let toks = [1u32, 2, 3, 4];
