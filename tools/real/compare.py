@@ -105,6 +105,9 @@ def compare(runs: List[Dict[str, Any]], lrsim: str,
     class (name, class file)."""
     clean: Dict[str, List[Dict[str, Any]]] = {}
     for r in runs:
+        # a variant of the benchmark's own (NAME/blind) has no lrsim twin
+        if "/" in r["policy"]:
+            continue
         if not bench.disturbed(r, mean_limit, max5_limit):
             clean.setdefault(r["policy"], []).append(r)
     if not clean:
