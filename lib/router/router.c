@@ -7,9 +7,11 @@
  * (policy.h): nothing here names a policy.
  *
  * Locking (router_impl.h): a read-write lock. route()'s decision and the
- * queries take it shared; every call that changes the router takes it
- * exclusive. The learner's training (lr_router_learn_step) runs outside
- * it and swaps its network in under it. */
+ * queries that build candidate rows (lr_router_candidates,
+ * lr_router_policy_input, lr_router_rebalance_plan) take it shared; every
+ * call that changes the router, and the short getters, take it exclusive.
+ * The learner's training (lr_router_learn_step) runs outside it and swaps
+ * its network in under it. */
 #define _DEFAULT_SOURCE /* sysconf(_SC_NPROCESSORS_ONLN) */
 #include <unistd.h>
 
