@@ -195,12 +195,20 @@ fn observe_cached_calibrates_the_instance() {
     );
     for row in r.candidates(&Request::new(3, &toks, 2 * S)).unwrap() {
         // one report of all lost, over 1 + a prior of 2 reports
-        let want = if row.instance == d.instance { 1.0 / 3.0 } else { 0.0 };
+        let want = if row.instance == d.instance {
+            1.0 / 3.0
+        } else {
+            0.0
+        };
         assert!((row.cached_lost - want).abs() < 1e-12, "{row:?}");
     }
     let s = r.stats().unwrap();
     assert_eq!(
-        (s.observed_reports, s.observed_expected_tokens, s.observed_cached_tokens),
+        (
+            s.observed_reports,
+            s.observed_expected_tokens,
+            s.observed_cached_tokens
+        ),
         (1, d.cached_tokens as u64, 0)
     );
 }
