@@ -61,7 +61,8 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            isfinite(r->rtt_ms) && r->rtt_ms >= 0 && isfinite(r->stall_s) &&
            r->stall_s >= 0 && r->kv_use >= 0 && r->kv_use <= 1 &&
            isfinite(r->cached_age_s) &&
-           (r->prefix_caching == 0 || r->prefix_caching == 1);
+           (r->prefix_caching == 0 || r->prefix_caching == 1) &&
+           r->cached_lost >= 0 && r->cached_lost <= 1;
 }
 
 /* A valid row from small ranges (see the opening). */
@@ -93,6 +94,7 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->ttft_s_per_decoding = fuzz_dp_next_range(dp, 0, 1000) * 1e-4;
     r->prefill_tokens_avg = fuzz_dp_next_range(dp, 0, 1u << 16);
     r->route_rate = fuzz_dp_next_range(dp, 0, 1000) * 0.1;
+    r->cached_lost = fuzz_dp_next_range(dp, 0, 100) / 100.0;
 }
 
 static bool
