@@ -10,8 +10,9 @@
  *   2. routes it (lr_router_route) and prints the decision: the
  *      instance's name, the reason and the tokens expected to be cached
  *      there;
- *   3. reports the engine's first token (lr_router_first_token) and the
- *      end of the request (lr_router_complete);
+ *   3. reports the engine's first token (lr_router_first_token), the
+ *      prompt tokens the engine says it reused (lr_router_observe_cached)
+ *      and the end of the request (lr_router_complete);
  *
  * and after each round it passes on what it scraped from the engines
  * (lr_router_set_stats) and the round trips it measured
@@ -143,6 +144,7 @@ main(int argc, char **argv)
         uint64_t round_ns = (uint64_t)t * 20000 * MS; /* a turn every 20 s */
         uint32_t inflight[N_INST] = { 0 };
         uint64_t req[N_CONV];
+        uint32_t expected[N_CONV]; /* cached tokens the router expected */
         for (int c = 0; c < N_CONV; c++) {
             char line[160];
             snprintf(line, sizeof line,
@@ -175,6 +177,7 @@ main(int argc, char **argv)
                 return die("lr_router_route", st);
             int i = inst_of(id, d.instance);
             inflight[i]++;
+            expected[c] = d.cached_tokens;
             if (!quiet)
                 printf("%4d %4d %6zu -> %-14s %-14s %6" PRIu32 "\n", c + 1,
                        t + 1, n, names[i], lr_reason_name(d.reason),
@@ -211,6 +214,11 @@ main(int argc, char **argv)
             if ((st = lr_router_first_token(r, req[c], sent + 150 * MS)) !=
                 LR_OK)
                 return die("lr_router_first_token", st);
+            /* what the engine says it reused (vLLM's usage, llama.cpp's
+             * timings.cache_n): these engines keep all they were sent */
+            if ((st = lr_router_observe_cached(r, req[c], expected[c],
+                                               sent + 150 * MS)) != LR_OK)
+                return die("lr_router_observe_cached", st);
             char line[160];
             snprintf(line, sizeof line,
                      "[assistant] For conversation %d, answer %d: check the "
