@@ -642,15 +642,8 @@ static void
 adaptive_credits_delivered_hits(void **state)
 {
     (void)state;
-    double param[64];
-    size_t np = lr_param_count();
-    assert_true(np <= 64);
-    for (size_t k = 0; k < np; k++)
-        param[k] = lr_param_bounds((int32_t)k).def;
     lr_policy_input in;
-    lr_policy_input_init(&in);
-    in.params = param;
-    in.n_params = np;
+    lr_policy_input_init(&in); /* params NULL: every default */
     in.prompt_tokens = 1000;
     in.seed = 1;
     lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(0, 8000, 0, 0) };

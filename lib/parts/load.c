@@ -47,8 +47,9 @@ struct inst {
     uint64_t last_first_ns, queue_since_ns;
     /* What its engine reported reusing of the hits expected there: the
      * reports (each request's once) and their shares not delivered, both
-     * decayed per report by LOST_KEEP */
-    double lost_n, lost_sum;
+     * decayed per report by LOST_KEEP; `lost` is the share the rows get,
+     * kept at each report so that a route divides nothing */
+    double lost_n, lost_sum, lost;
 };
 
 /* The share lost is remembered over about 32 reports, and starts from 2
@@ -516,6 +517,7 @@ lr__load_observe_cached(lr_load *ld, uint64_t id, uint32_t cached_tokens,
                       : (double)(q->cached - cached_tokens) / q->cached;
     in->lost_n = LOST_KEEP * in->lost_n + 1;
     in->lost_sum = LOST_KEEP * in->lost_sum + lost;
+    in->lost = in->lost_sum / (in->lost_n + LOST_PRIOR);
     return LR_OK;
 }
 
@@ -680,8 +682,7 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
     c->rtt_ms = in->has_rtt ? in->rtt / 1e6 : rtt_ms;
     c->instance_class = in->cls;
     c->prefix_caching = in->prefix_caching;
-    c->cached_lost =
-        in->lost_n > 0 ? in->lost_sum / (in->lost_n + LOST_PRIOR) : 0;
+    c->cached_lost = in->lost;
     c->stall_s = 0;
     if (in->queued > 0) {
         uint64_t since = in->last_first_ns > in->queue_since_ns
