@@ -173,7 +173,7 @@ stats_max_age_ns(const lr_router *r)
 /* A row with nothing known (what lr__load_fill() would leave unset). */
 static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
- * first (a 168-byte `rep stos` a row was 5% of a call): a new field must
+ * first (a `rep stos` over each whole row was 5% of a call): a new field must
  * be written there. */
 _Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V2,
                "gather_row() writes each field of lr_candidate");
