@@ -35,9 +35,10 @@
  * Thread safety: every lr_router_* call on one router may be made from
  * many threads at once (lr_router_destroy excepted). route() decides
  * under a shared lock, so routes from several threads run in parallel,
- * and takes the exclusive lock only to record its choice; every call
- * that changes the router takes it exclusively (with glibc, waiting
- * writers go first). The allocator may be called from several threads
+ * learns the prompt under the index's own lock (one learn at a time,
+ * beside other routes' decisions) and takes the exclusive lock only to
+ * record its choice; every call that changes the router takes it
+ * exclusively (with glibc, waiting writers go first). The allocator may be called from several threads
  * at once. The router starts no thread. lr_router_learn_step() trains outside
  * the lock, so route() never waits behind training.
  *

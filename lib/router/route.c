@@ -1,28 +1,37 @@
 /* The request path of lr_router: route(), the candidate table, the
  * lifecycle events and the rebalancing plan.
  *
- * route() runs in two phases (route_two_phase), one step per function:
+ * route() runs in four sections (route_two_phase), one step per
+ * function:
  *
- *   read lock, many routes at once:
+ *   no lock:
  *     keys    block keys of the prompt (the route's scratch)
- *     match   cached tokens per instance (the index's peek: no touch)
+ *   read lock, many routes at once:
+ *     match   cached tokens per instance (the index's peek: no touch;
+ *             under the index's read lock)
  *     gather  rows[]: one lr_candidate per routable instance, in id order
  *             (load tracker, scrapes, RTT, class rate, stall, and what
  *             the policy's states gather: prefix ages, calibration)
  *     rank    ring ranks of the policy's key (the states may supply it)
  *     decide  lr__policy_decide() on the router's policy table, with a
  *             seed drawn under the generator's own mutex
+ *   the index's write lock alone, one learn at a time:
+ *     learn   the prompt at the chosen instance, unless it left meanwhile
  *   write lock, one route at a time:
- *     record  learn the prompt (index), dispatch (load tracker), then
- *             every state's record operation
+ *     record  dispatch (load tracker), then every state's record
+ *             operation
  *
  * The table is read-only and each route writes only its own scratch (the
- * pool in router.c), so decisions run in parallel. Between the phases
- * another thread may drain the chosen instance: the record checks, and the
- * route decides again. Only the learn can fail in the record step, and
- * atomically. Housekeeping that writes (index and peer expiry, a state's
- * refresh) is found due under the read lock and done under the write lock
- * before the table is built.
+ * pool in router.c), so decisions run in parallel, and one route's learn
+ * runs beside the others' decisions and records. Every other touch of the
+ * index holds the index's lock inside the router's. Between the sections
+ * another thread may drain or remove the chosen instance: the learn skips
+ * an instance that left (its generation moved), the record checks, and
+ * the route decides again (the learn for a drained instance stays, as
+ * its cache does). Only the learn can fail, and atomically, before
+ * anything else changes. Housekeeping that writes (index and peer expiry,
+ * a state's refresh) is found due under the read lock and done under the
+ * write lock before the table is built.
  *
  * Feedback runs the other way: first token -> load tracker and the
  * states' observe operation (GORGO's tuner, Lodestar's sample, adaptive's
@@ -47,6 +56,11 @@ struct route {
                                 caller's stack), v.n_keys of them */
     uint64_t seed;           /* the policy's draws */
     struct lr__choice ch;
+    /* a match made before the router's lock (route_early_match): its
+     * hits in sc->hits, and the instances' generation then */
+    bool early;
+    size_t early_hits;
+    uint64_t early_gen;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
@@ -147,18 +161,56 @@ route_match(lr_router *r, const struct route *rt, bool want)
     struct lr__rscratch *sc = rt->sc;
     for (uint32_t k = 0; k < r->n_act; k++)
         sc->cached_by_id[r->act[k]] = 0;
+    uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
+    if (hint != (want ? 1u : 0u))
+        atomic_store_explicit(&r->match_hint, want ? 1u : 0u,
+                              memory_order_relaxed);
     if (!want || rt->v.n_keys == 0)
         return LR_OK;
     lr_index_match_result mr;
     lr_index_match_result_init(&mr);
     mr.hits = sc->hits;
     mr.hits_capacity = r->max_inst;
-    LR_TRY(lr__index_peek(r->ix, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
-                          sc->ms, &mr));
+    if (rt->early && rt->early_gen == r->ixgen_all) {
+        mr.n_hits = rt->early_hits; /* no instance left since */
+    } else {
+        lr__router_ix_rdlock(r);
+        lr_status st = lr__index_peek(r->ix, rt->v.keys, rt->v.n_keys,
+                                      rt->v.q->now_ns, sc->ms, &mr);
+        lr__router_ix_rdunlock(r);
+        LR_TRY(st);
+    }
     for (size_t i = 0; i < mr.n_hits; i++)
         if (sc->hits[i].instance < r->max_inst)
             sc->cached_by_id[sc->hits[i].instance] = sc->hits[i].tokens;
     return LR_OK;
+}
+
+/* Step 2 ahead of the router's lock, for a recording route whose policy
+ * (the last route's, as the hint says) matches: the peek under the
+ * index's read lock alone, so that the router's read section is shorter.
+ * Nothing if expiry is due (housekeeping comes first) or the clock is
+ * out of bounds (the router judges it): route_match then peeks under the
+ * lock, as it does when an instance left meanwhile. The same keys, the
+ * same index (no expiry was due): the same hits as a peek under the
+ * lock would find. */
+static void
+route_early_match(lr_router *r, struct route *rt)
+{
+    rt->early = false;
+    if (rt->v.n_keys == 0 ||
+        atomic_load_explicit(&r->match_hint, memory_order_relaxed) == 0)
+        return;
+    lr_index_match_result mr;
+    lr_index_match_result_init(&mr);
+    mr.hits = rt->sc->hits;
+    mr.hits_capacity = r->max_inst;
+    lr__router_ix_rdlock(r);
+    rt->early = lr__index_peek(r->ix, rt->kb, rt->v.n_keys, rt->v.q->now_ns,
+                               rt->sc->ms, &mr) == LR_OK;
+    rt->early_gen = r->ixgen_all;
+    lr__router_ix_rdunlock(r);
+    rt->early_hits = mr.n_hits;
 }
 
 /* ---- route: gather and rank ---------------------------------------------------------- */
@@ -215,14 +267,16 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
-    for (uint32_t k = 0; k < r->n_act; k++) {
-        lr_candidate *c = &rows[k];
-        gather_row(r, rt->sc->cached_by_id, r->act[k], now, max_age, c);
+    for (uint32_t k = 0; k < r->n_act; k++)
+        gather_row(r, rt->sc->cached_by_id, r->act[k], now, max_age, &rows[k]);
+    if (needs & LR__NEEDS_TREE) {
+        lr__router_ix_rdlock(r);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
-        if ((needs & LR__NEEDS_TREE) &&
-            lr_index_instance_blocks(r->ix, c->instance, &c->tree_blocks) !=
-                LR_OK)
-            c->tree_blocks = 0;
+        for (uint32_t k = 0; k < r->n_act; k++)
+            if (lr_index_instance_blocks(r->ix, rows[k].instance,
+                                         &rows[k].tree_blocks) != LR_OK)
+                rows[k].tree_blocks = 0;
+        lr__router_ix_rdunlock(r);
     }
     uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
@@ -347,23 +401,40 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
     return lr_load_dispatch(r->ld, &dp);
 }
 
-/* Step 6: learn the prompt (the one step that can fail, atomically),
- * dispatch, and tell every state of the placement. */
+/* Step 6: learn the prompt at the chosen instance: the one step of a
+ * recording route that can fail for want of memory, and then it changes
+ * nothing. Under the index's write lock alone, so that it runs beside
+ * other routes' decisions and records; gen, read with the decision, says
+ * whether the instance left since (its generation moved), and then there
+ * is nothing to learn. */
+static lr_status
+route_learn(lr_router *r, const struct route *rt, uint32_t gen)
+{
+    const lr_request *q = rt->v.q;
+    const lr_candidate *c = &rt->sc->rows[rt->ch.k];
+    if ((q->flags & LR_ROUTE_NO_LEARN) || !c->prefix_caching ||
+        rt->v.n_keys == 0)
+        return LR_OK;
+    lr_prompt p;
+    prompt_of(rt, &p);
+    lr__router_ix_lock(r);
+    lr_status st =
+        r->ixgen[c->instance] != gen
+            ? LR_OK
+            : lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns);
+    lr__router_ix_unlock(r);
+    return st;
+}
+
+/* Step 7: dispatch, and tell every state of the placement. */
 static lr_status
 route_record(lr_router *r, const struct route *rt)
 {
     const lr_request *q = rt->v.q;
     const lr_candidate *c = &rt->sc->rows[rt->ch.k];
-    if (!(q->flags & LR_ROUTE_NO_LEARN) && c->prefix_caching &&
-        rt->v.n_keys > 0) {
-        lr_prompt p;
-        prompt_of(rt, &p);
-        LR_TRY(
-            lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns));
-    }
     lr_status st = record_dispatch(r, rt, c);
     if (LR_NEVER(st != LR_OK))
-        return st; /* checked up front; the learn stays, harmlessly */
+        return st; /* checked just before; the learn stays, harmlessly */
     struct lr__req_view v;
     struct lr__placed pl = {
         .v = &rt->v,
@@ -462,14 +533,25 @@ states_due(const lr_router *r)
     return false;
 }
 
+static bool
+index_due(const lr_router *r, uint64_t now_ns)
+{
+    lr__router_ix_rdlock(r);
+    bool due = lr__index_expiry_due(r->ix, now_ns);
+    lr__router_ix_rdunlock(r);
+    return due;
+}
+
 static void
 route_housekeep(lr_router *r, uint64_t now_ns)
 {
-    while (lr__index_expiry_due(r->ix, now_ns) ||
-           lr__peers_expiry_due(&r->peers, now_ns) || states_due(r)) {
+    while (index_due(r, now_ns) || lr__peers_expiry_due(&r->peers, now_ns) ||
+           states_due(r)) {
         lr__router_rdunlock(r);
         lr__router_lock(r);
+        lr__router_ix_lock(r);
         (void)lr_index_expire(r->ix, now_ns); /* judged: in bounds */
+        lr__router_ix_unlock(r);
         lr__peers_expire(&r->peers, now_ns);
         LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
         {
@@ -539,9 +621,10 @@ route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
  * another thread meanwhile). */
 #define ROUTE_TRIES 8
 
-/* The decision under the read lock (many routes at once), the record
- * under the write lock (one at a time, and short: the learn, the
- * dispatch, the states' records). */
+/* The decision under the read lock (many routes at once), then the learn
+ * under the index's write lock alone (one learn at a time, beside other
+ * routes' decisions and records), then the record under the write lock
+ * (one at a time, and short: the dispatch, the states' records). */
 static lr_status
 route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
 {
@@ -560,9 +643,18 @@ route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
             atomic_fetch_add_explicit(&r->dry_runs, 1, memory_order_relaxed);
             lr__router_clock_take(r, q->now_ns);
         }
+        uint32_t gen =
+            st == LR_OK && !dry ? r->ixgen[rt->sc->rows[rt->ch.k].instance] : 0;
         lr__router_rdunlock(r);
         if (st != LR_OK)
             return st;
+        if (!dry) {
+            st = route_learn(r, rt, gen);
+            if (st != LR_OK) {
+                undraw(r, &before, &after);
+                return st;
+            }
+        }
         if (!dry) {
             lr__router_lock(r);
             uint32_t id = rt->sc->rows[rt->ch.k].instance;
@@ -578,6 +670,7 @@ route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
             if (st != LR_OK)
                 return st;
             if (moved) {
+                rt->early = false; /* this route's learn is in the index */
                 if (tries + 1 < ROUTE_TRIES)
                     continue;
                 return LR_ESTATE; /* the fleet changed under every try */
@@ -642,6 +735,8 @@ lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
             rt.v.n_keys = nk;
         }
     }
+    if (st == LR_OK && rt.kb != NULL)
+        route_early_match(r, &rt);
     if (st == LR_OK)
         st = route_two_phase(r, &rt, decision);
     lr__router_scratch_put(r, sc);
@@ -683,6 +778,7 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     if (st == LR_OK)
         route_housekeep(r, q.now_ns);
     struct route rt;
+    rt.early = false;
     route_start(r, &rt, sc, &q, NULL, 0);
     if (st == LR_OK)
         st = route_table(r, &rt, false);
@@ -714,6 +810,7 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     in->expected_output_tokens = output_of(r, &q);
     in->block_tokens = r->block_tokens;
     struct route rt;
+    rt.early = false;
     route_start(r, &rt, sc, &q, NULL, 0);
     in->last_instance = route_decide(r, &rt).last; /* the cursor, if any */
     in->seed = 0;

@@ -212,11 +212,13 @@ router_free(lr_router *r)
         ops->destroy(st, m);
     }
     lr__free(m, r->src, ni * sizeof *r->src);
+    lr__free(m, r->ixgen, ni * sizeof *r->ixgen);
     lr__peers_free(&r->peers, m);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
-    pthread_rwlock_destroy(&r->rw);
+    pthread_rwlock_destroy(&r->ixlk.rw);
+    pthread_rwlock_destroy(&r->lk.rw);
     pthread_mutex_destroy(&r->rng_mu);
     pthread_mutex_destroy(&r->pool_mu);
     LR__HANDLE_FREE(r, lr_router);
@@ -350,8 +352,10 @@ create_tables(lr_router *r)
     r->free_s = lr__calloc(m, FREE_WORDS(FREE_WORDS(ni)), sizeof(uint64_t));
     r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
     r->src = lr__calloc(m, ni, sizeof *r->src);
+    r->ixgen = lr__calloc(m, ni, sizeof *r->ixgen);
     if (r->inst == NULL || r->act == NULL || r->free_w == NULL ||
-        r->free_s == NULL || r->init_rtt_ms == NULL || r->src == NULL)
+        r->free_s == NULL || r->init_rtt_ms == NULL || r->src == NULL ||
+        r->ixgen == NULL)
         return LR_ENOMEM;
     for (uint32_t id = 0; id < r->max_inst; id++)
         id_free(r, id);
@@ -391,30 +395,43 @@ copy_policy_options(lr_router *r, const lr_learner_options *learner)
     return LR_OK;
 }
 
-/* The read-write lock (writers first where the C library can say so:
+/* The read-write locks (writers first where the C library can say so:
  * routes, which read, must not starve telemetry, which writes), the
  * generator's and the scratch pool's mutexes: all or none. */
-static lr_status
-locks_init(lr_router *r)
+static int
+rwl_init(struct lr__rwl *l)
 {
     pthread_rwlockattr_t a;
     if (pthread_rwlockattr_init(&a) != 0)
-        return LR_ENOMEM;
+        return -1;
 #if defined(__GLIBC__)
     (void)pthread_rwlockattr_setkind_np(
         &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 #endif
-    int e = pthread_rwlock_init(&r->rw, &a);
+    int e = pthread_rwlock_init(&l->rw, &a);
     pthread_rwlockattr_destroy(&a);
-    if (e != 0)
+    atomic_init(&l->busy, 0);
+    return e;
+}
+
+static lr_status
+locks_init(lr_router *r)
+{
+    if (rwl_init(&r->lk) != 0)
         return LR_ENOMEM;
+    if (rwl_init(&r->ixlk) != 0) {
+        pthread_rwlock_destroy(&r->lk.rw);
+        return LR_ENOMEM;
+    }
     if (pthread_mutex_init(&r->rng_mu, NULL) != 0) {
-        pthread_rwlock_destroy(&r->rw);
+        pthread_rwlock_destroy(&r->ixlk.rw);
+        pthread_rwlock_destroy(&r->lk.rw);
         return LR_ENOMEM;
     }
     if (pthread_mutex_init(&r->pool_mu, NULL) != 0) {
         pthread_mutex_destroy(&r->rng_mu);
-        pthread_rwlock_destroy(&r->rw);
+        pthread_rwlock_destroy(&r->ixlk.rw);
+        pthread_rwlock_destroy(&r->lk.rw);
         return LR_ENOMEM;
     }
     return LR_OK;
@@ -782,8 +799,14 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
         (void)lr_ring_remove(r->ring, id); /* on the ring: cannot fail */
         act_remove(r, id);
     }
-    /* LR_ENOENT when it never learned anything: nothing to drop */
+    /* LR_ENOENT when it never learned anything: nothing to drop; a
+     * route that chose it and has yet to learn sees the new generation
+     * and does not (route_learn) */
+    lr__router_ix_lock(r);
     (void)lr_index_remove_instance(r->ix, id);
+    r->ixgen[id]++;
+    r->ixgen_all++;
+    lr__router_ix_unlock(r);
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
     lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);
@@ -943,7 +966,9 @@ lr_router_index_stats(const lr_router *r, lr_index_stats *out)
 {
     LR_RETURN_IF(r == NULL || out == NULL, LR_EINVAL);
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     lr_status st = lr_index_get_stats(r->ix, out);
+    lr__router_ix_unlock(r);
     return lr__router_release(r, st);
 }
 
@@ -968,7 +993,9 @@ lr__router_digest(const lr_router *r)
     if (r == NULL)
         return 0;
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     uint64_t h = lr__index_digest(r->ix);
+    lr__router_ix_unlock(r);
     h = lr__digest_mix(h, lr__ring_digest(r->ring));
     h = lr__digest_mix(h, lr__load_digest(r->ld));
     h = lr__digest_mix(h, r->clock.newest); /* not .ahead: a refusal's */
@@ -1055,7 +1082,9 @@ lr__router_verify(const lr_router *r)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     lr_status st = lr__index_verify(r->ix);
+    lr__router_ix_unlock(r);
     if (st == LR_OK)
         st = lr__ring_verify(r->ring);
     if (st == LR_OK)

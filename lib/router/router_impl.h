@@ -43,16 +43,30 @@ struct lr__rscratch {
     size_t model_cap;             /* floats */
 };
 
+/* A read-write lock whose waiters spin a while before they sleep
+ * (lr__rwl_*, below). */
+struct lr__rwl {
+    pthread_rwlock_t rw;
+    /* 1 while a writer holds rw: what a waiter reads while it spins, so
+     * that spinning writes nothing the holder reads. */
+    _Atomic uint32_t busy;
+};
+
 struct lr_router {
     struct lr__mem mem;
     /* The router's lock (lr__router_lock / lr__router_rdlock): route()'s
      * decision and the queries read under it, everything that changes
      * the router writes. Writers are preferred (glibc), so that routes
      * cannot starve the telemetry. */
-    pthread_rwlock_t rw;
-    /* 1 while a writer holds rw: what a waiter reads while it spins, so
-     * that spinning writes nothing the holder reads. */
-    _Atomic uint32_t busy;
+    struct lr__rwl lk;
+    /* The index's lock (lr__router_ix_*), taken inside the router's: the
+     * one writer that holds only the router's read lock, a route's learn,
+     * holds it to write; what reads the index under the router's read
+     * lock (the match, the housekeeping's check, SGLang's tree sizes)
+     * holds it to read. Under the router's write lock the index needs
+     * nothing more. So one route's learn runs beside another's gather and
+     * decision. */
+    struct lr__rwl ixlk;
     uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
     /* The routing generator: one draw per decision, in order, under its
      * own small lock (the decision runs under the read lock). */
@@ -64,6 +78,10 @@ struct lr_router {
     size_t n_scratch; /* made, in use or not */
     /* dry runs: counted under the read lock */
     _Atomic uint64_t dry_runs;
+    /* 1 when the last route's policy matched the prompt: whether the
+     * next matches before it takes the router's lock (a hint, read and
+     * written relaxed; route_match checks) */
+    _Atomic uint32_t match_hint;
     int32_t policy;
     uint32_t max_inst;
     uint32_t block_tokens;
@@ -99,6 +117,11 @@ struct lr_router {
     const struct lr__ptable *pt; /* its policies (lr__builtin_policies) */
     /* replicas and event sources (replica.c) */
     struct lr__kvsrc *src; /* max_inst: each instance's KV-event stream */
+    /* max_inst: each id's generation, bumped when the instance leaves,
+     * under both locks: a route reads it with its decision and learns
+     * only if it has not moved (route_learn) */
+    uint32_t *ixgen;
+    uint64_t ixgen_all; /* bumped with any of ixgen */
     struct lr__peers peers;
     lr_router_options opt; /* as resolved at create (restore rebuilds) */
     /* opt.learner as given, copied (with the MLP options it points to):
@@ -145,49 +168,96 @@ lr__router_pause(void)
 #endif
 }
 
+/* Write and read sides of a lock with a spinning wait (above). */
+static inline void
+lr__rwl_lock(struct lr__rwl *l, uint32_t spins)
+{
+    bool held = pthread_rwlock_trywrlock(&l->rw) == 0;
+    for (unsigned i = 0; !held && i < spins; i++) {
+        lr__router_pause();
+        held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
+               pthread_rwlock_trywrlock(&l->rw) == 0;
+    }
+    if (!held)
+        pthread_rwlock_wrlock(&l->rw);
+    atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
+}
+
+static inline void
+lr__rwl_unlock(struct lr__rwl *l)
+{
+    atomic_store_explicit(&l->busy, 0, memory_order_relaxed);
+    pthread_rwlock_unlock(&l->rw);
+}
+
+static inline void
+lr__rwl_rdlock(struct lr__rwl *l, uint32_t spins)
+{
+    bool held = pthread_rwlock_tryrdlock(&l->rw) == 0;
+    for (unsigned i = 0; !held && i < spins; i++) {
+        lr__router_pause();
+        held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
+               pthread_rwlock_tryrdlock(&l->rw) == 0;
+    }
+    if (!held)
+        pthread_rwlock_rdlock(&l->rw);
+}
+
+static inline void
+lr__rwl_rdunlock(struct lr__rwl *l)
+{
+    pthread_rwlock_unlock(&l->rw);
+}
+
 /* The write side: everything that changes the router. */
 static inline void
 lr__router_lock(const lr_router *r)
 {
-    lr_router *w = (lr_router *)r;
-    bool held = pthread_rwlock_trywrlock(&w->rw) == 0;
-    for (unsigned i = 0; !held && i < w->spins; i++) {
-        lr__router_pause();
-        held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_trywrlock(&w->rw) == 0;
-    }
-    if (!held)
-        pthread_rwlock_wrlock(&w->rw);
-    atomic_store_explicit(&w->busy, 1, memory_order_relaxed);
+    lr__rwl_lock(&((lr_router *)r)->lk, r->spins);
 }
 
 static inline void
 lr__router_unlock(const lr_router *r)
 {
-    lr_router *w = (lr_router *)r;
-    atomic_store_explicit(&w->busy, 0, memory_order_relaxed);
-    pthread_rwlock_unlock(&w->rw);
+    lr__rwl_unlock(&((lr_router *)r)->lk);
 }
 
 /* The read side: route()'s decision and the queries, many at once. */
 static inline void
 lr__router_rdlock(const lr_router *r)
 {
-    lr_router *w = (lr_router *)r;
-    bool held = pthread_rwlock_tryrdlock(&w->rw) == 0;
-    for (unsigned i = 0; !held && i < w->spins; i++) {
-        lr__router_pause();
-        held = atomic_load_explicit(&w->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_tryrdlock(&w->rw) == 0;
-    }
-    if (!held)
-        pthread_rwlock_rdlock(&w->rw);
+    lr__rwl_rdlock(&((lr_router *)r)->lk, r->spins);
 }
 
 static inline void
 lr__router_rdunlock(const lr_router *r)
 {
-    pthread_rwlock_unlock(&((lr_router *)r)->rw);
+    lr__rwl_rdunlock(&((lr_router *)r)->lk);
+}
+
+/* The index's lock, taken while the router's read lock is held. */
+static inline void
+lr__router_ix_lock(const lr_router *r)
+{
+    lr__rwl_lock(&((lr_router *)r)->ixlk, r->spins);
+}
+
+static inline void
+lr__router_ix_unlock(const lr_router *r)
+{
+    lr__rwl_unlock(&((lr_router *)r)->ixlk);
+}
+
+static inline void
+lr__router_ix_rdlock(const lr_router *r)
+{
+    lr__rwl_rdlock(&((lr_router *)r)->ixlk, r->spins);
+}
+
+static inline void
+lr__router_ix_rdunlock(const lr_router *r)
+{
+    lr__rwl_rdunlock(&((lr_router *)r)->ixlk);
 }
 
 /* A route's scratch from the pool (made when none is free: LR_ENOMEM),

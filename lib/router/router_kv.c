@@ -16,8 +16,11 @@ lr_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK)
+    if (st == LR_OK) {
+        lr__router_ix_lock(r);
         st = lr_index_kv_stored(r->ix, id, ev, now_ns);
+        lr__router_ix_unlock(r);
+    }
     return lr__router_leave(r, st, now_ns);
 }
 
@@ -27,10 +30,12 @@ lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
                        : lr_index_kv_removed(r->ix, id, block_hashes, n_blocks,
                                              n_resolved);
+    lr__router_ix_unlock(r);
     return lr__router_release(r, st);
 }
 
@@ -39,9 +44,11 @@ lr_router_kv_cleared(lr_router *r, uint32_t id)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
                        : lr_index_kv_cleared(r->ix, id);
+    lr__router_ix_unlock(r);
     return lr__router_release(r, st);
 }
 
@@ -51,7 +58,9 @@ lr_router_mark(lr_router *r)
     if (r == NULL)
         return 0;
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     uint64_t m = lr_index_mark(r->ix);
+    lr__router_ix_unlock(r);
     lr__router_unlock(r);
     return m;
 }
@@ -62,7 +71,9 @@ lr_router_export_delta(lr_router *r, uint64_t since_mark, lr_blob **out,
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr__router_lock(r);
+    lr__router_ix_lock(r);
     lr_status st = lr_index_export_delta(r->ix, since_mark, out, mark_out);
+    lr__router_ix_unlock(r);
     if (st == LR_OK) {
         lr__frame_seal(lr__blob_bytes(*out), lr_blob_size(*out),
                        lr__peers_key(&r->peers));
@@ -106,8 +117,11 @@ import_delta_locked(lr_router *r, const uint8_t *buf, size_t len,
         r->st.deltas_skipped++;
         return LR_OK;
     }
-    LR_TRY(
-        lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r, key));
+    lr__router_ix_lock(r);
+    lr_status st =
+        lr__index_import_delta_if(r->ix, buf, len, now_ns, known_id, r, key);
+    lr__router_ix_unlock(r);
+    LR_TRY(st);
     uint64_t lost = r->peers.delta_gaps;
     lr__peers_delta_done(&r->peers, origin, since, mark, now_ns);
     r->st.deltas_lost += r->peers.delta_gaps - lost;
@@ -144,7 +158,9 @@ LR__INIT_SIZED_ZERO(lr_kv_source_init_sized, lr_kv_source)
 static void
 source_restart(lr_router *r, uint32_t id)
 {
+    lr__router_ix_lock(r);
     (void)lr_index_kv_cleared(r->ix, id); /* LR_ENOENT: nothing held */
+    lr__router_ix_unlock(r);
     lr__kvsrc_forget(&r->src[id]);
 }
 
@@ -188,7 +204,9 @@ vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
             return LR_EGAP;
         }
     }
+    lr__router_ix_lock(r);
     lr_status st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
+    lr__router_ix_unlock(r);
     if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP)
         lr__kvsrc_applied(k, seq, ts, now_ns); /* consumed, whatever it held */
     in->next_seq = k->has ? k->next : 0;
@@ -207,9 +225,11 @@ vllm_batch(lr_router *r, uint32_t id, const uint64_t *seq, const uint8_t *buf,
     lr_vllm_batch_info in;
     lr_vllm_batch_info_init(&in);
     lr_status st = lr__router_enter_inst(r, id, now_ns);
-    if (st == LR_OK && seq == NULL)
+    if (st == LR_OK && seq == NULL) {
+        lr__router_ix_lock(r);
         st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
-    else if (st == LR_OK)
+        lr__router_ix_unlock(r);
+    } else if (st == LR_OK)
         st = vllm_seq_locked(r, id, *seq, buf, len, now_ns, &in);
     st = lr__router_leave(r, st, now_ns);
     (void)lr__vllm_info_out(info, &in); /* NULL or checked above */
@@ -314,7 +334,9 @@ lr_router_expire(lr_router *r, uint64_t now_ns)
     LR_RETURN_IF(r == NULL, LR_EINVAL);
     lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK) {
+        lr__router_ix_lock(r);
         (void)lr_index_expire(r->ix, now_ns);
+        lr__router_ix_unlock(r);
         lr__peers_expire(&r->peers, now_ns);
     }
     return lr__router_leave(r, st, now_ns);

@@ -198,7 +198,9 @@ static lr_status
 snapshot_locked(lr_router *r, uint64_t now_ns, lr_blob **out)
 {
     struct parts pt = { .r = r, .now_ns = now_ns };
+    lr__router_ix_lock(r);
     lr_status st = lr__index_save(r->ix, now_ns, &pt.index);
+    lr__router_ix_unlock(r);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, x)
     {
         if (st == LR_OK && ops->save != NULL)
@@ -574,7 +576,9 @@ static void
 commit(lr_router *r, struct restore *rs)
 {
     r->mem.live += rs->am.live; /* the build's bytes are the router's now */
+    lr__router_ix_lock(r);
     swap_ptr(&r->ix, &rs->ix);
+    lr__router_ix_unlock(r);
     swap_ptr(&r->ring, &rs->ring);
     swap_ptr(&r->ld, &rs->ld);
     /* in id order, whatever the snapshot's: each routable id is appended
