@@ -337,12 +337,12 @@ lr_status lr__router_pstates_setup(lr_router *r, int32_t p);
 void lr__router_pstates_sync(lr_router *r);
 
 /* Every state the router has, in kind order: `kind` and `ops`, `st`. */
-#define LR__ROUTER_EACH_PSTATE(r, kind, ops, st)          \
-    for (uint32_t kind = 0; kind < LR__STATE_MAX; kind++) \
-        for (const struct lr__pstate_ops *ops =           \
-                 lr__pstate_ops_of((r)->pt, kind);        \
-             ops != NULL; ops = NULL)                     \
-            for (void *st = lr__router_pstate((r), kind); st != NULL; st = NULL)
+#define LR__ROUTER_EACH_PSTATE(r, kind, ops, st)                             \
+    for (uint32_t kind = 0; kind < LR__STATE_MAX; kind++)                    \
+        for (void *st = lr__router_pstate((r), kind); st != NULL; st = NULL) \
+            for (const struct lr__pstate_ops *ops =                          \
+                     lr__pstate_ops_of((r)->pt, kind);                       \
+                 ops != NULL; ops = NULL)
 
 /* A fresh index, ring and load tracker made with the router's options
  * (all or none). */
