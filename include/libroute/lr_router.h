@@ -38,9 +38,10 @@
  * learns the prompt under the index's own lock (one learn at a time,
  * beside other routes' decisions) and takes the exclusive lock only to
  * record its choice; every call that changes the router takes it
- * exclusively (with glibc, waiting writers go first). The allocator may be called from several threads
- * at once. The router starts no thread. lr_router_learn_step() trains outside
- * the lock, so route() never waits behind training.
+ * exclusively (with glibc, waiting writers go first). The allocator may be
+ * called from several threads at once. The router starts no thread.
+ * lr_router_learn_step() trains outside the lock, so route() never waits behind
+ * training.
  *
  * Missing or stale telemetry: an instance with no scrape counts as
  * running = waiting = 0 and kv_use = 0; a scrape older than
