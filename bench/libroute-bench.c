@@ -614,12 +614,16 @@ bench_fill_restore(int quick)
 
 /* route_threads: T threads on one router, each with its own prompts
  * (the route cases' held conversations, their last 0-10% new), request
- * ids and generator, each ending its requests after 2 are in flight. */
+ * ids and generator, each ending its requests after 2 are in flight.
+ * With no router (r NULL) a thread does the same work but the route: its
+ * prompts and their block keys, the part of a route that takes no lock:
+ * the control, what T threads get on this machine with nothing shared. */
 struct tjob {
     lr_router *r;
     const struct conv *convs;
     size_t nconv, n;
     uint64_t rid0, t0, seed;
+    uint64_t sink;
 };
 
 static void *
@@ -627,6 +631,7 @@ thread_routes(void *arg)
 {
     struct tjob *j = arg;
     uint32_t *tok = malloc(8192 * sizeof *tok);
+    uint64_t *kb = malloc(512 * sizeof *kb);
     uint64_t z = j->seed, live[2] = { 0, 0 };
     for (size_t k = 0; k < j->n; k++) {
         z += 0x9e3779b97f4a7c15ull;
@@ -636,6 +641,12 @@ thread_routes(void *arg)
         uint32_t keep = 8192 - (uint32_t)(x % 820);
         for (uint32_t i = keep; i < 8192; i++)
             tok[i] = (uint32_t)(x * (i + 1));
+        if (j->r == NULL) {
+            size_t nk;
+            lr_block_keys(B, tok, 8192, 0, kb, 512, &nk);
+            j->sink += kb[nk - 1];
+            continue;
+        }
         lr_request q;
         lr_request_init(&q);
         q.id = j->rid0 + k;
@@ -653,21 +664,16 @@ thread_routes(void *arg)
     for (int i = 0; i < 2; i++)
         if (live[i] != 0)
             lr_router_complete(j->r, live[i], 100, j->t0);
+    free(kb);
     free(tok);
     return NULL;
 }
 
-static void
-bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
-              lr_policy pol, uint32_t threads, int quick, uint64_t *rid,
-              uint64_t *t)
+/* One run of T threads; routes (or control iterations) per second. */
+static double
+threads_run(lr_router *r, const struct conv *convs, size_t nconv,
+            uint32_t threads, size_t per, uint64_t *rid, uint64_t *t)
 {
-    char name[96];
-    snprintf(name, sizeof name, "route_threads_%s_64_t%u", lr_policy_name(pol),
-             threads);
-    if (!wanted(name) || lr_router_set_policy(r, pol) != LR_OK)
-        return;
-    size_t per = quick ? 200 : 20000;
     struct tjob job[4];
     pthread_t th[4];
     uint64_t t0 = bench_now_ns();
@@ -686,10 +692,68 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
         pthread_join(th[i], NULL);
     uint64_t wall = bench_now_ns() - t0;
     *t += per * 1000000ull;
-    printf("{\"name\": \"%s\", \"threads\": %u, \"routes\": %zu, "
-           "\"wall_ms\": %.1f, \"routes_per_s\": %.0f}\n",
-           name, threads, per * threads, (double)wall / 1e6,
-           (double)(per * threads) * 1e9 / (double)wall);
+    return (double)(per * threads) * 1e9 / (double)wall;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define THREAD_ROUNDS 5
+
+/* route_threads_<policy>_64_t<T> for T = 1, 2, 4, in THREAD_ROUNDS
+ * rounds that each run every T and the control once, interleaved, so
+ * that the machine's drift falls on all alike; medians. ratio_t1 is the
+ * median of each round's T-thread rate over its one-thread rate, and
+ * control_ratio_t1 the same of the control: what T threads get here with
+ * nothing shared. */
+static void
+bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
+              lr_policy pol, int quick, uint64_t *rid, uint64_t *t)
+{
+    char name[96];
+    static const uint32_t tn[3] = { 1, 2, 4 };
+    bool want[3], any = false;
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "route_threads_%s_64_t%u",
+                 lr_policy_name(pol), tn[k]);
+        any |= want[k] = wanted(name);
+    }
+    if (!any || lr_router_set_policy(r, pol) != LR_OK)
+        return;
+    size_t per = quick ? 200 : 20000, rounds = quick ? 1 : THREAD_ROUNDS;
+    double rate[3][THREAD_ROUNDS], ctl[3][THREAD_ROUNDS];
+    double ratio[3][THREAD_ROUNDS], cratio[3][THREAD_ROUNDS];
+    for (size_t i = 0; i < rounds; i++) {
+        for (int k = 0; k < 3; k++) {
+            if (k > 0 && !want[k])
+                continue; /* one thread: every ratio's base */
+            rate[k][i] = threads_run(r, convs, nconv, tn[k], per, rid, t);
+            ctl[k][i] = threads_run(NULL, convs, nconv, tn[k], per, rid, t);
+        }
+        for (int k = 0; k < 3; k++) {
+            ratio[k][i] = rate[k][i] / rate[0][i];
+            cratio[k][i] = ctl[k][i] / ctl[0][i];
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        if (!want[k])
+            continue;
+        qsort(rate[k], rounds, sizeof(double), cmp_double);
+        qsort(ctl[k], rounds, sizeof(double), cmp_double);
+        qsort(ratio[k], rounds, sizeof(double), cmp_double);
+        qsort(cratio[k], rounds, sizeof(double), cmp_double);
+        snprintf(name, sizeof name, "route_threads_%s_64_t%u",
+                 lr_policy_name(pol), tn[k]);
+        printf("{\"name\": \"%s\", \"threads\": %u, \"rounds\": %zu, "
+               "\"routes\": %zu, \"routes_per_s\": %.0f, "
+               "\"ratio_t1\": %.2f, \"control_ratio_t1\": %.2f}\n",
+               name, tn[k], rounds, per * tn[k], rate[k][rounds / 2],
+               ratio[k][rounds / 2], cratio[k][rounds / 2]);
+    }
     fflush(stdout);
 }
 
@@ -838,8 +902,7 @@ bench_router(int quick, uint32_t ninst)
                                         LR_POLICY_MIN_TTFT, LR_POLICY_ADAPTIVE,
                                         LR_POLICY_RANDOM };
         for (size_t i = 0; i < sizeof tp / sizeof tp[0]; i++)
-            for (uint32_t th = 1; th <= 4; th *= 2)
-                bench_threads(r, convs, nconv, tp[i], th, quick, &rid, &t);
+            bench_threads(r, convs, nconv, tp[i], quick, &rid, &t);
     }
     free(ring);
     free(dry);
