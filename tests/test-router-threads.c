@@ -21,6 +21,11 @@
  * is all zeros, lr_router_get_stats() says nothing is in flight and counts
  * exactly the routes and dry runs the threads made.
  *
+ * Two more cases: readers of one instance's load must never see a torn
+ * update, and a route's learn must not land on an instance removed since
+ * its decision (with the generation check off it did in about a quarter
+ * of the cycles).
+ *
  * LR_THREADS_OPS (default 20000) bounds the routes over all workers;
  * LR_TEST_SEED replays a seed. */
 #include <pthread.h>
@@ -950,12 +955,141 @@ threads_no_torn_reads(void **state)
     pthread_mutex_destroy(&t.mu);
 }
 
+/* ---- a learn for an instance removed since its route's decision ----
+ *
+ * A route decides under the shared lock and learns afterwards under the
+ * index's lock alone; a removal in between must win. One thread routes
+ * prompts of its own to two instances, A and B, under sglang-cache-aware
+ * (which learns); another removes A and adds it again, under the same id
+ * and with prefix caching off, so that nothing may learn for it; then,
+ * once a few more routes went by, it reads A's tree size from the
+ * candidate rows: any block there was learned by a route that chose the
+ * removed A. A waiting remover takes the write lock the moment the
+ * router's reader lets go, that is just before the reader's learn, so
+ * the race runs every cycle. */
+#define GONE_CYCLES 200
+
+struct gone {
+    lr_router *r;
+    uint32_t a, b;
+    atomic_int stop;
+    _Atomic uint64_t routes;
+    _Atomic uint64_t clock;
+    atomic_uint bad, errors;
+};
+
+static void *
+gone_router(void *arg)
+{
+    struct gone *g = arg;
+    uint32_t tok[64];
+    for (uint64_t k = 1; !atomic_load(&g->stop); k++) {
+        for (uint32_t i = 0; i < 64; i++)
+            tok[i] = (uint32_t)(k * 2654435761u + i * 40503u);
+        lr_request q;
+        lr_request_init(&q);
+        q.id = k;
+        q.tokens = tok;
+        q.n_tokens = 64;
+        q.now_ns = atomic_fetch_add(&g->clock, 1000) + 1000;
+        lr_decision d;
+        lr_decision_init(&d);
+        lr_status st = lr_router_route(g->r, &q, &d);
+        if (st == LR_OK)
+            st = lr_router_complete(g->r, k, 1, q.now_ns);
+        if (st != LR_OK && st != LR_ENOENT && st != LR_ESTATE)
+            atomic_fetch_add(&g->errors, 1);
+        atomic_fetch_add(&g->routes, 1);
+    }
+    return NULL;
+}
+
+static uint32_t
+gone_add(struct gone *g, int32_t caching)
+{
+    lr_instance_spec s;
+    lr_instance_spec_init(&s);
+    s.name = "10.8.0.1:8000";
+    s.prefix_caching = caching;
+    uint32_t id = UINT32_MAX;
+    if (lr_router_add_instance(g->r, &s, &id) != LR_OK)
+        atomic_fetch_add(&g->errors, 1);
+    return id;
+}
+
+/* A's tree size, as the candidate rows say it. */
+static uint64_t
+gone_tree(struct gone *g)
+{
+    uint32_t tok[16] = { 1 };
+    lr_request q;
+    lr_request_init(&q);
+    q.tokens = tok;
+    q.n_tokens = 16;
+    q.now_ns = atomic_load(&g->clock);
+    lr_candidate rows[2];
+    size_t n = 0;
+    if (lr_router_candidates(g->r, &q, rows, 2, sizeof rows[0], &n) != LR_OK) {
+        atomic_fetch_add(&g->errors, 1);
+        return 0;
+    }
+    for (size_t k = 0; k < n; k++)
+        if (rows[k].instance == g->a)
+            return rows[k].tree_blocks;
+    return 0;
+}
+
+static void
+threads_no_learn_after_remove(void **state)
+{
+    (void)state;
+    struct gone g = { 0 };
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_SGLANG_CACHE_AWARE; /* learns; gathers tree sizes */
+    o.max_instances = 2;
+    assert_int_equal(lr_router_create(&o, &g.r), LR_OK);
+    g.a = gone_add(&g, 1);
+    lr_instance_spec s;
+    lr_instance_spec_init(&s);
+    s.name = "10.8.0.2:8000";
+    assert_int_equal(lr_router_add_instance(g.r, &s, &g.b), LR_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, gone_router, &g), 0);
+    for (int c = 0; c < GONE_CYCLES; c++) {
+        uint64_t seen = atomic_load(&g.routes);
+        while (atomic_load(&g.routes) < seen + 4)
+            sched_yield(); /* A (caching on) takes routes and learns */
+        assert_int_equal(lr_router_remove_instance(g.r, g.a), LR_OK);
+        uint32_t id = gone_add(&g, 0);
+        assert_int_equal(id, g.a); /* the lowest free id, again */
+        seen = atomic_load(&g.routes);
+        while (atomic_load(&g.routes) < seen + 4)
+            sched_yield();
+        if (gone_tree(&g) != 0)
+            atomic_fetch_add(&g.bad, 1);
+        assert_int_equal(lr_router_remove_instance(g.r, g.a), LR_OK);
+        assert_int_equal(gone_add(&g, 1), g.a);
+    }
+    atomic_store(&g.stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    fprintf(stderr, "router-threads: %d remove cycles, %llu routes\n",
+            GONE_CYCLES, (unsigned long long)atomic_load(&g.routes));
+    assert_int_equal(atomic_load(&g.errors), 0);
+    if (atomic_load(&g.bad) != 0)
+        fail_msg("%u of %d cycles: blocks learned for a removed instance",
+                 atomic_load(&g.bad), GONE_CYCLES);
+    assert_int_equal(lr__router_verify(g.r), LR_OK);
+    lr_router_destroy(g.r);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(threads_hammer_one_router),
         cmocka_unit_test(threads_no_torn_reads),
+        cmocka_unit_test(threads_no_learn_after_remove),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
