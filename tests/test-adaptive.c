@@ -524,7 +524,8 @@ averages_cover_the_time_seen(void **state)
  * the weights plus LOST_PRIOR reports of nothing lost, as
  * lib/parts/load.c has them. A request's later reports, and reports of
  * requests that expected no hit, change no share; the stats count each
- * request's first report. */
+ * request's first report. No engine here reports its KV cache, so every
+ * report counts (the next test). */
 #define LOST_KEEP (1.0 - 1.0 / 32)
 #define LOST_PRIOR 2.0
 
@@ -604,6 +605,78 @@ observed_hits_calibrate_each_instance(void **state)
     lr_router_stats_init_sized(&v2, LR_ROUTER_STATS_SIZE_V2);
     assert_st(lr_router_get_stats(r, &v2), LR_OK);
     assert_true(v2.observed_reports == 0xeeeeeeeeeeeeeeeeull);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
+/* The cached_lost of instance `id` in the candidate rows. */
+static double
+lost_of(lr_router *r, uint32_t id, uint64_t now)
+{
+    uint32_t t[16];
+    toks(t, 16, 77);
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 999;
+    q.tokens = t;
+    q.n_tokens = 16;
+    q.now_ns = now;
+    lr_candidate rows[4];
+    size_t n = 0;
+    assert_st(lr_router_candidates(r, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    for (size_t k = 0; k < n; k++)
+        if (rows[k].instance == id)
+            return rows[k].cached_lost;
+    fail_msg("instance %u not a candidate", id);
+    return -1;
+}
+
+/* Instance id's engine scraped with its KV cache `kv_use` full. */
+static void
+scrape_kv(lr_router *r, uint32_t id, double kv_use, uint64_t now)
+{
+    lr_engine_stats st;
+    lr_engine_stats_init(&st);
+    st.kv_use = kv_use;
+    st.scraped_ns = now;
+    assert_st(lr_router_set_stats(r, id, &st), LR_OK);
+}
+
+/* A report from a request sent while its engine's KV cache was at least
+ * 80% full says nothing of what the engine keeps (an engine evicting for
+ * room loses prefixes to the wait): counted in the stats, not in the
+ * share. The same report from a request sent when the cache had room is
+ * a full loss: 1 over the report and LOST_PRIOR's two. */
+static void
+observed_from_a_full_cache_say_nothing(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_PREFIX_CACHE);
+    uint32_t big[1024];
+    toks(big, 1024, 3);
+    lr_decision a, b, c;
+    uint64_t now = T0;
+    assert_st(route_one(r, 1, big, 1024, 0, now, &a), LR_OK);
+    scrape_kv(r, a.instance, 0.8, now + MS);
+    assert_st(route_one(r, 2, big, 512, 0, now + 2 * MS, &b), LR_OK);
+    assert_int_equal(b.instance, a.instance);
+    assert_true(b.cached_tokens > 0);
+    assert_st(lr_router_observe_cached(r, 2, 0, now + 3 * MS), LR_OK);
+    assert_true(lost_of(r, a.instance, now + 3 * MS) == 0);
+    /* room again: the same prompt, the same report, now counted */
+    scrape_kv(r, a.instance, 0.79, now + 4 * MS);
+    assert_st(route_one(r, 3, big, 512, 0, now + 5 * MS, &c), LR_OK);
+    assert_int_equal(c.instance, a.instance);
+    assert_true(c.cached_tokens > 0);
+    assert_st(lr_router_observe_cached(r, 3, 0, now + 6 * MS), LR_OK);
+    assert_true(fabs(lost_of(r, a.instance, now + 6 * MS) -
+                     1.0 / (1.0 + LOST_PRIOR)) < 1e-12);
+    lr_router_stats s;
+    lr_router_stats_init(&s);
+    assert_st(lr_router_get_stats(r, &s), LR_OK);
+    assert_int_equal(s.observed_reports, 2);
+    assert_int_equal(s.observed_expected_tokens,
+                     b.cached_tokens + c.cached_tokens);
     assert_router_ok(r);
     lr_router_destroy(r);
 }
@@ -695,6 +768,7 @@ main(void)
         cmocka_unit_test(learns_class_speeds_untold),
         cmocka_unit_test(averages_cover_the_time_seen),
         cmocka_unit_test(observed_hits_calibrate_each_instance),
+        cmocka_unit_test(observed_from_a_full_cache_say_nothing),
         cmocka_unit_test(observe_cached_bad_input),
         cmocka_unit_test(adaptive_credits_delivered_hits),
     };

@@ -31,6 +31,7 @@ struct req {
         next; /* per-instance list; `next` also links the free list */
     uint8_t queued;
     uint8_t observed; /* its engine reported the tokens it reused */
+    uint8_t kv_full;  /* sent while its engine's KV cache was full */
 };
 
 struct inst {
@@ -57,6 +58,12 @@ struct inst {
  * instance's hits, a steady loss shows within a few dozen. */
 #define LOST_KEEP (1.0 - 1.0 / 32)
 #define LOST_PRIOR 2.0
+/* A report counts only from a request sent while its engine's last
+ * scrape showed its KV cache under this use: an engine whose cache is
+ * full evicts for room, and loses what its queued requests were sent for
+ * to the wait, which says how far behind it is, not what its cache policy
+ * keeps. */
+#define LOST_KV_FULL 0.8
 
 struct lr_load {
     struct lr__mem mem;
@@ -181,8 +188,9 @@ lr__load_has(const lr_load *ld, uint32_t instance)
 /* ---- counters ---------------------------------------------------------------- */
 
 static void
-enqueue(lr_load *ld, struct inst *in, const struct req *r)
+enqueue(lr_load *ld, struct inst *in, struct req *r)
 {
+    r->kv_full = in->has_stats && in->st.kv_use >= LOST_KV_FULL;
     if (in->queued == 0)
         in->queue_since_ns = r->dispatch_ns;
     in->queued++;
@@ -511,6 +519,8 @@ lr__load_observe_cached(lr_load *ld, uint64_t id, uint32_t cached_tokens,
     q->observed = 1;
     if (q->cached == 0) /* nothing was expected: nothing to judge */
         return LR_OK;
+    if (q->kv_full)
+        return LR_OK; /* lost to the wait, if lost */
     struct inst *in = &ld->in[q->inst];
     double lost = cached_tokens >= q->cached
                       ? 0
@@ -651,8 +661,8 @@ lr__load_digest(const lr_load *ld)
             uint64_t g = mixin(q->id, q->dispatch_ns);
             g = mixin(g, ((uint64_t)q->alt << 32) | q->prompt);
             g = mixin(g, ((uint64_t)q->cached << 32) | q->alt_cached);
-            g = mixin(g, ((uint64_t)q->out << 2) | (uint64_t)q->observed << 1 |
-                             q->queued);
+            g = mixin(g, ((uint64_t)q->out << 3) | (uint64_t)q->kv_full << 2 |
+                             (uint64_t)q->observed << 1 | q->queued);
             s += g;
         }
         h = mixin(h, s);
