@@ -121,7 +121,7 @@ struct lr_router {
      * under both locks: a route reads it with its decision and learns
      * only if it has not moved (route_learn) */
     uint32_t *ixgen;
-    uint64_t ixgen_all; /* bumped with any of ixgen */
+    uint64_t ixgen_all; /* bumped with any of ixgen, and at a restore */
     struct lr__peers peers;
     lr_router_options opt; /* as resolved at create (restore rebuilds) */
     /* opt.learner as given, copied (with the MLP options it points to):

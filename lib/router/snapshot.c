@@ -578,6 +578,7 @@ commit(lr_router *r, struct restore *rs)
     r->mem.live += rs->am.live; /* the build's bytes are the router's now */
     lr__router_ix_lock(r);
     swap_ptr(&r->ix, &rs->ix);
+    r->ixgen_all++; /* a match made on the old index is not used */
     lr__router_ix_unlock(r);
     swap_ptr(&r->ring, &rs->ring);
     swap_ptr(&r->ld, &rs->ld);
