@@ -11,141 +11,113 @@
 
 /* ---- heaps ------------------------------------------------------------ */
 
-/* Tenant x before tenant y in band b's heap. */
+/* One heap code for the bands' heaps (h < LR__ADMIT_BANDS: tenant slots by
+ * counter, then their first request's push order) and the deadline heap
+ * (h == DL: entries by deadline, then push order). */
+#define DL LR__ADMIT_BANDS
+
+static uint32_t *
+h_arr(struct lr__admit *a, uint32_t h)
+{
+    return h == DL ? a->dheap : a->bheap[h];
+}
+
+static uint32_t *
+h_count(struct lr__admit *a, uint32_t h)
+{
+    return h == DL ? &a->dn : &a->bn[h];
+}
+
+/* Where item v's place in heap h is kept. */
+static uint32_t *
+h_pos(struct lr__admit *a, uint32_t h, uint32_t v)
+{
+    return h == DL ? &a->ent[v].dpos : &a->ten[v].hpos[h];
+}
+
+/* Item x before item y in heap h. */
 static bool
-ten_less(const struct lr__admit *a, uint32_t b, uint32_t x, uint32_t y)
+h_less(const struct lr__admit *a, uint32_t h, uint32_t x, uint32_t y)
 {
-    const struct lr__admit_ten *X = &a->ten[x], *Y = &a->ten[y];
-    if (X->counter != Y->counter)
-        return X->counter < Y->counter;
-    return a->ent[X->head[b]].seq < a->ent[Y->head[b]].seq;
+    uint64_t kx, ky, sx, sy;
+    if (h == DL) {
+        kx = a->ent[x].q.deadline_ns;
+        ky = a->ent[y].q.deadline_ns;
+        sx = a->ent[x].seq;
+        sy = a->ent[y].seq;
+    } else {
+        kx = a->ten[x].counter;
+        ky = a->ten[y].counter;
+        sx = a->ent[a->ten[x].head[h]].seq;
+        sy = a->ent[a->ten[y].head[h]].seq;
+    }
+    return kx != ky ? kx < ky : sx < sy;
 }
 
 static void
-bheap_set(struct lr__admit *a, uint32_t b, uint32_t i, uint32_t t)
+h_set(struct lr__admit *a, uint32_t h, uint32_t i, uint32_t v)
 {
-    a->bheap[b][i] = t;
-    a->ten[t].hpos[b] = i;
+    h_arr(a, h)[i] = v;
+    *h_pos(a, h, v) = i;
 }
 
 static void
-bheap_up(struct lr__admit *a, uint32_t b, uint32_t i)
+heap_up(struct lr__admit *a, uint32_t h, uint32_t i)
 {
-    uint32_t t = a->bheap[b][i];
+    uint32_t *arr = h_arr(a, h), v = arr[i];
     while (i > 0) {
         uint32_t p = (i - 1) / 2;
-        if (!ten_less(a, b, t, a->bheap[b][p]))
+        if (!h_less(a, h, v, arr[p]))
             break;
-        bheap_set(a, b, i, a->bheap[b][p]);
+        h_set(a, h, i, arr[p]);
         i = p;
     }
-    bheap_set(a, b, i, t);
+    h_set(a, h, i, v);
 }
 
 static void
-bheap_down(struct lr__admit *a, uint32_t b, uint32_t i)
+heap_down(struct lr__admit *a, uint32_t h, uint32_t i)
 {
-    uint32_t n = a->bn[b], t = a->bheap[b][i];
+    uint32_t *arr = h_arr(a, h), n = *h_count(a, h), v = arr[i];
     for (;;) {
         uint32_t c = 2 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && ten_less(a, b, a->bheap[b][c + 1], a->bheap[b][c]))
+        if (c + 1 < n && h_less(a, h, arr[c + 1], arr[c]))
             c++;
-        if (!ten_less(a, b, a->bheap[b][c], t))
+        if (!h_less(a, h, arr[c], v))
             break;
-        bheap_set(a, b, i, a->bheap[b][c]);
+        h_set(a, h, i, arr[c]);
         i = c;
     }
-    bheap_set(a, b, i, t);
+    h_set(a, h, i, v);
 }
 
-/* Tenant t's key in band b moved (either way). */
+/* Item v's key in heap h moved (either way). */
 static void
-bheap_fix(struct lr__admit *a, uint32_t b, uint32_t t)
+heap_fix(struct lr__admit *a, uint32_t h, uint32_t v)
 {
-    uint32_t i = a->ten[t].hpos[b];
-    bheap_up(a, b, i);
-    bheap_down(a, b, a->ten[t].hpos[b]);
-}
-
-static void
-bheap_push(struct lr__admit *a, uint32_t b, uint32_t t)
-{
-    bheap_set(a, b, a->bn[b]++, t);
-    bheap_up(a, b, a->bn[b] - 1);
+    heap_up(a, h, *h_pos(a, h, v));
+    heap_down(a, h, *h_pos(a, h, v));
 }
 
 static void
-bheap_remove(struct lr__admit *a, uint32_t b, uint32_t t)
+heap_push(struct lr__admit *a, uint32_t h, uint32_t v)
 {
-    uint32_t i = a->ten[t].hpos[b], last = a->bheap[b][--a->bn[b]];
-    a->ten[t].hpos[b] = LR_NIL;
-    if (last == t)
+    uint32_t i = (*h_count(a, h))++;
+    h_set(a, h, i, v);
+    heap_up(a, h, i);
+}
+
+static void
+heap_remove(struct lr__admit *a, uint32_t h, uint32_t v)
+{
+    uint32_t i = *h_pos(a, h, v), last = h_arr(a, h)[--*h_count(a, h)];
+    *h_pos(a, h, v) = LR_NIL;
+    if (last == v)
         return;
-    bheap_set(a, b, i, last);
-    bheap_fix(a, b, last);
-}
-
-/* Entry x before entry y in the deadline heap. */
-static bool
-dl_less(const struct lr__admit *a, uint32_t x, uint32_t y)
-{
-    const struct lr__admit_ent *X = &a->ent[x], *Y = &a->ent[y];
-    if (X->q.deadline_ns != Y->q.deadline_ns)
-        return X->q.deadline_ns < Y->q.deadline_ns;
-    return X->seq < Y->seq;
-}
-
-static void
-dheap_set(struct lr__admit *a, uint32_t i, uint32_t e)
-{
-    a->dheap[i] = e;
-    a->ent[e].dpos = i;
-}
-
-static void
-dheap_up(struct lr__admit *a, uint32_t i)
-{
-    uint32_t e = a->dheap[i];
-    while (i > 0) {
-        uint32_t p = (i - 1) / 2;
-        if (!dl_less(a, e, a->dheap[p]))
-            break;
-        dheap_set(a, i, a->dheap[p]);
-        i = p;
-    }
-    dheap_set(a, i, e);
-}
-
-static void
-dheap_down(struct lr__admit *a, uint32_t i)
-{
-    uint32_t n = a->dn, e = a->dheap[i];
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && dl_less(a, a->dheap[c + 1], a->dheap[c]))
-            c++;
-        if (!dl_less(a, a->dheap[c], e))
-            break;
-        dheap_set(a, i, a->dheap[c]);
-        i = c;
-    }
-    dheap_set(a, i, e);
-}
-
-static void
-dheap_remove(struct lr__admit *a, uint32_t e)
-{
-    uint32_t i = a->ent[e].dpos, last = a->dheap[--a->dn];
-    a->ent[e].dpos = LR_NIL;
-    if (last == e)
-        return;
-    dheap_set(a, i, last);
-    dheap_up(a, i);
-    dheap_down(a, a->ent[last].dpos);
+    h_set(a, h, i, last);
+    heap_fix(a, h, last);
 }
 
 /* ---- tables ----------------------------------------------------------- */
@@ -321,7 +293,7 @@ lr__admit_push(struct lr__admit *a, const struct lr__admit_req *r)
             T->counter = floor;
             for (uint32_t c = 0; c < a->bands; c++)
                 if (T->hpos[c] != LR_NIL)
-                    bheap_fix(a, c, t);
+                    heap_fix(a, c, t);
         }
     }
     if (T->waiting == 0 && (T->iprev != LR_NIL || a->idle_head == t))
@@ -339,13 +311,11 @@ lr__admit_push(struct lr__admit *a, const struct lr__admit_req *r)
         a->ent[T->tail[b]].next = e;
     T->tail[b] = e;
     lr__table_insert(&a->ids, hv_of(a, r->id, KIND_ID), e);
-    if (r->deadline_ns != 0) {
-        dheap_set(a, a->dn++, e);
-        dheap_up(a, a->dn - 1);
-    }
+    if (r->deadline_ns != 0)
+        heap_push(a, DL, e);
     if (T->head[b] == LR_NIL) {
         T->head[b] = e;
-        bheap_push(a, b, t);
+        heap_push(a, b, t);
     }
     T->waiting++;
     a->count++;
@@ -382,21 +352,21 @@ remove_entry(struct lr__admit *a, uint32_t e, bool charge)
         T->tail[b] = E->prev;
     lr__table_remove(&a->ids, hv_of(a, E->q.id, KIND_ID), e);
     if (E->dpos != LR_NIL)
-        dheap_remove(a, e);
+        heap_remove(a, DL, e);
     if (charge) {
         uint64_t c = T->counter + E->q.cost;
         T->counter = c < T->counter ? UINT64_MAX : c;
     }
     if (T->head[b] == LR_NIL) {
-        bheap_remove(a, b, t);
+        heap_remove(a, b, t);
         a->last[b] = T->counter;
     } else if (was_head || charge) {
-        bheap_fix(a, b, t);
+        heap_fix(a, b, t);
     }
     if (charge)
         for (uint32_t c = 0; c < a->bands; c++)
             if (c != b && T->hpos[c] != LR_NIL)
-                bheap_fix(a, c, t);
+                heap_fix(a, c, t);
     T->waiting--;
     if (T->waiting == 0)
         idle_append(a, t);
@@ -549,9 +519,9 @@ lr__admit_verify(const struct lr__admit *a)
     /* heap orders */
     for (uint32_t b = 0; b < a->bands; b++)
         for (uint32_t i = 1; i < a->bn[b]; i++)
-            CHECK(!ten_less(a, b, a->bheap[b][i], a->bheap[b][(i - 1) / 2]));
+            CHECK(!h_less(a, b, a->bheap[b][i], a->bheap[b][(i - 1) / 2]));
     for (uint32_t i = 1; i < a->dn; i++)
-        CHECK(!dl_less(a, a->dheap[i], a->dheap[(i - 1) / 2]));
+        CHECK(!h_less(a, DL, a->dheap[i], a->dheap[(i - 1) / 2]));
     return lr__table_verify(&a->ids) == LR_OK &&
                    lr__table_verify(&a->tens) == LR_OK
                ? LR_OK
