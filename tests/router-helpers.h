@@ -83,4 +83,23 @@ route_one(lr_router *r, uint64_t id, const uint32_t *t, size_t n,
     return lr_router_route(r, &q, d);
 }
 
+/* The candidate rows lr_router_candidates() gives for n tokens of t at
+ * now (request id 999) into rows[cap]; the row count, failing the test
+ * on any status but LR_OK. */
+static inline size_t
+candidates_of(lr_router *r, const uint32_t *t, size_t n, uint64_t now,
+              lr_candidate *rows, size_t cap)
+{
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 999;
+    q.tokens = t;
+    q.n_tokens = n;
+    q.now_ns = now;
+    size_t got = 0;
+    assert_st(lr_router_candidates(r, &q, rows, cap, sizeof rows[0], &got),
+              LR_OK);
+    return got;
+}
+
 #endif

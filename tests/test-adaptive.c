@@ -615,15 +615,8 @@ lost_of(lr_router *r, uint32_t id, uint64_t now)
 {
     uint32_t t[16];
     toks(t, 16, 77);
-    lr_request q;
-    lr_request_init(&q);
-    q.id = 999;
-    q.tokens = t;
-    q.n_tokens = 16;
-    q.now_ns = now;
     lr_candidate rows[4];
-    size_t n = 0;
-    assert_st(lr_router_candidates(r, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    size_t n = candidates_of(r, t, 16, now, rows, 4);
     for (size_t k = 0; k < n; k++)
         if (rows[k].instance == id)
             return rows[k].cached_lost;

@@ -809,8 +809,7 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     in->prompt_tokens = (uint32_t)q.n_tokens;
     in->expected_output_tokens = output_of(r, &q);
     in->block_tokens = r->block_tokens;
-    struct route rt;
-    rt.early = false;
+    struct route rt; /* only the decision's context: no match */
     route_start(r, &rt, sc, &q, NULL, 0);
     in->last_instance = route_decide(r, &rt).last; /* the cursor, if any */
     in->seed = 0;
