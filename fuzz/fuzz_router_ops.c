@@ -629,7 +629,7 @@ op_route(struct run *r, fuzz_dp *dp)
     q.has_session = sess < 2 ? 0 : (int32_t)sess - 1;
     q.session = session;
     q.expected_output_tokens = out;
-    q.flags = (fl & 7u) | (fl & 8u ? 8u : 0u);
+    q.flags = (fl & 7u) | (fl & 8u ? 0x80u : 0u); /* 0x80: no such flag */
     q.now_ns = r->now;
     if (variant == 1)
         q.struct_size = LR_REQUEST_SIZE_V1 - 1;
@@ -652,7 +652,7 @@ op_route(struct run *r, fuzz_dp *dp)
         want = LR_EVERSION;
     else if (q.tokens == NULL && len > 0)
         want = LR_EINVAL;
-    else if (bad_bounds || (q.flags & 8u) || q.has_session > 1)
+    else if (bad_bounds || (q.flags & 0x80u) || q.has_session > 1)
         want = LR_EINVAL;
     else if (clock_judge(r, q.now_ns, true) != LR_OK)
         want = LR_ERANGE;

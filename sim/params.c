@@ -54,6 +54,10 @@ static const char *const names[] = {
     [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = "adaptive-rtt-weight",
     [LR_PARAM_ADAPTIVE_CALIBRATE] = "adaptive-calibrate",
     [LR_PARAM_CLOCK_SKEW_S] = "clock-skew-s",
+    [LR_PARAM_SATURATION_QUEUE] = "saturation-queue",
+    [LR_PARAM_SATURATION_KV] = "saturation-kv",
+    [LR_PARAM_FAIR_INPUT_WEIGHT] = "fair-input-weight",
+    [LR_PARAM_FAIR_OUTPUT_WEIGHT] = "fair-output-weight",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

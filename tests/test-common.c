@@ -37,6 +37,9 @@ static const struct {
     { LR_ENOTSUP, 9, "LR_ENOTSUP" },
     { LR_ESTATE, 10, "LR_ESTATE" },
     { LR_EBUFSIZE, 11, "LR_EBUFSIZE" },
+    { LR_EGAP, 12, "LR_EGAP" },
+    { LR_EBUSY, 13, "LR_EBUSY" },
+    { LR_EEXPIRED, 14, "LR_EEXPIRED" },
 };
 #define N_STATUSES (sizeof statuses / sizeof statuses[0])
 
@@ -70,12 +73,12 @@ test_strerror_every_status(void **state)
     assert_string_equal(lr_strerror(LR_OK), "success");
 }
 
-/* The table ends at LR_EBUFSIZE: the next value is not a status yet. */
+/* The table ends at LR_EEXPIRED: the next value is not a status yet. */
 static void
 test_status_out_of_range(void **state)
 {
     (void)state;
-    static const long long bad[] = { 13, 14, 100,     1000,    INT_MAX,
+    static const long long bad[] = { 15, 16, 100,     1000,    INT_MAX,
                                      -1, -2, INT_MIN, UINT_MAX };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         lr_status s = (lr_status)bad[i];

@@ -1947,7 +1947,7 @@ lifecycle_bad_input(void **state)
             q.n_boundaries = 1;
             break;
         case 5:
-            q.flags = 8;
+            q.flags = 32; /* no such flag */
             break;
         case 6:
             q.flags = 0x80000000u | LR_ROUTE_DRY_RUN;
@@ -2116,10 +2116,11 @@ policy_names(void **state)
     assert_st(lr_policy_from_name("Random", &p), LR_ENOENT);
     assert_st(lr_policy_from_name(NULL, &p), LR_EINVAL);
     assert_st(lr_policy_from_name("random", NULL), LR_EINVAL);
-    for (int k = 0; k < 16; k++)
+    for (int k = 0; k < 17; k++)
         assert_non_null(lr_reason_name((lr_reason)k));
     assert_string_equal(lr_reason_name(LR_REASON_SLO_SWITCH), "slo-switch");
-    assert_null(lr_reason_name((lr_reason)16));
+    assert_string_equal(lr_reason_name(LR_REASON_WAITING), "waiting");
+    assert_null(lr_reason_name((lr_reason)17));
 
     lr_router *r = mk(LR_POLICY_RANDOM, 1);
     for (size_t i = 0; i < N_SUPPORTED; i++) {

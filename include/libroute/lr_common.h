@@ -72,8 +72,12 @@ typedef enum lr_status {
     LR_ENOTSUP = 9,   /* unknown parameter or unsupported combination */
     LR_ESTATE = 10,   /* call not valid in the handle's current state */
     LR_EBUFSIZE = 11, /* caller buffer too small; the needed size is reported */
-    LR_EGAP = 12      /* a sequence gap: earlier events are missing (replay
+    LR_EGAP = 12,     /* a sequence gap: earlier events are missing (replay
                          them); @since 0.2 */
+    LR_EBUSY = 13,    /* the fleet is saturated: a sheddable request refused;
+                         @since 0.3 */
+    LR_EEXPIRED = 14  /* a waiting request's deadline passed before it could
+                         be sent; @since 0.3 */
 } lr_status;
 
 /** Static English description of a status.

@@ -99,7 +99,9 @@ typedef enum lr_reason {
     LR_REASON_K_FILTER = 12,     /* restricted to hash candidates (Lodestar) */
     LR_REASON_EXPLORE = 13,      /* exploration draw (Lodestar) */
     LR_REASON_COLD_START = 14,   /* no trained model yet (Lodestar) */
-    LR_REASON_OOD = 15           /* input out of the model's range (Lodestar) */
+    LR_REASON_OOD = 15,          /* input out of the model's range (Lodestar) */
+    LR_REASON_WAITING = 16       /* held in the router's queue: no instance yet
+                                    (LR_ROUTE_MAY_WAIT; @since 0.3) */
 } lr_reason;
 
 /** Number of reasons this library has (values 0 .. count - 1). Never
@@ -237,7 +239,21 @@ typedef enum lr_param {
      * and changes nothing (60; 0.001 .. 4.7e9, past LR_ROUTER_MAX_TIME_NS:
      * the top turns the check off). See
      * "Clock" in lr_router.h. Router only. @since 0.2 */
-    LR_PARAM_CLOCK_SKEW_S = 39
+    LR_PARAM_CLOCK_SKEW_S = 39,
+    /** Saturation: an instance is saturated when this many of the
+     * router's requests there wait for their first token, or its scrape
+     * reports this many waiting (8; 1 .. 1e6). See "Waiting" in
+     * lr_router.h. Router only. @since 0.3 */
+    LR_PARAM_SATURATION_QUEUE = 40,
+    /** Saturation: ... or its scrape reports at least this share of its
+     * KV cache in use (0.8; 0.01 .. 1). Router only. @since 0.3 */
+    LR_PARAM_SATURATION_KV = 41,
+    /** The waiting queue's fair share (the Virtual Token Counter): a
+     * request let out charges its tenant input_weight * prompt tokens +
+     * output_weight * expected output tokens (1 and 2; 0 .. 1000 each).
+     * Router only. @since 0.3 */
+    LR_PARAM_FAIR_INPUT_WEIGHT = 42,
+    LR_PARAM_FAIR_OUTPUT_WEIGHT = 43
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all

@@ -143,12 +143,30 @@ typedef struct lr_router_options {
      * (docs/scale.md). @since 0.2 */
     int32_t index_eviction;
     /* v2 ends here */
+    /** The waiting queue (see "Waiting"): requests held at once,
+     * 1..LR_ROUTER_MAX_WAITING (default 4096); their prompt tokens held
+     * at once (default 16M, 64 MiB; 1..2^40); tenants whose fair share is
+     * kept at once, 1..LR_ROUTER_MAX_TENANTS (default 1024). Taken at the
+     * first request that may wait, never before. @since 0.3 */
+    uint32_t queue_capacity;
+    uint32_t queue_tenants;
+    uint64_t queue_tokens;
+    /* v3 ends here */
 } lr_router_options;
 
 #define LR_ROUTER_OPTIONS_SIZE_V1 \
     (offsetof(lr_router_options, learner) + sizeof(void *))
 #define LR_ROUTER_OPTIONS_SIZE_V2 \
     (offsetof(lr_router_options, index_eviction) + sizeof(int32_t))
+#define LR_ROUTER_OPTIONS_SIZE_V3 \
+    (offsetof(lr_router_options, queue_tokens) + sizeof(uint64_t))
+/** Bounds of the waiting queue's options. @since 0.3 */
+#define LR_ROUTER_MAX_WAITING (1u << 24)
+#define LR_ROUTER_MAX_TENANTS (1u << 20)
+#define LR_ROUTER_MAX_QUEUE_TOKENS (1ull << 40)
+/** Priority bands of the waiting queue: lr_request.urgency is 0 .. this
+ * - 1. @since 0.3 */
+#define LR_ROUTER_URGENCIES 8u
 /** Largest lr_router_options.max_peers. @since 0.2 */
 #define LR_ROUTER_MAX_PEERS 4096u
 #define LR_ROUTER_MAX_INSTANCES 65534u
@@ -165,7 +183,9 @@ typedef struct lr_router_options {
         .max_requests = 65536, .block_tokens = 16,                        \
         .index_capacity_blocks = 1u << 20,                                \
         .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160,      \
-        .gauge_ttl_ns = 2000000000ull, .max_peers = 64                    \
+        .gauge_ttl_ns = 2000000000ull, .max_peers = 64,                   \
+        .queue_capacity = 4096, .queue_tenants = 1024,                    \
+        .queue_tokens = 1ull << 24                                        \
     }
 #endif
 
@@ -329,9 +349,22 @@ typedef struct lr_request {
     /** Host time now. */
     uint64_t now_ns;
     /* v1 ends here */
+    /** The tenant whose fair share of the waiting queue this request
+     * counts against (any value; 0 is a tenant like any other). Unlike
+     * tenant_salt it does not separate cached prefixes. @since 0.3 */
+    uint64_t tenant;
+    /** Its TTFT deadline on the host's clock: still waiting then, it
+     * comes back from lr_router_dispatch() as LR_EEXPIRED. 0: none.
+     * @since 0.3 */
+    uint64_t deadline_ns;
+    /** Its priority band in the waiting queue, as RFC 9218's urgency: 0
+     * (most urgent) .. LR_ROUTER_URGENCIES - 1. @since 0.3 */
+    uint32_t urgency;
+    /* v2 ends here */
 } lr_request;
 
 #define LR_REQUEST_SIZE_V1 (offsetof(lr_request, now_ns) + 8)
+#define LR_REQUEST_SIZE_V2 (offsetof(lr_request, urgency) + 4)
 
 /** Only ask: record no dispatch, learn nothing, touch no recency, advance
  * no cursor or tuner (random draws still advance the generator). */
@@ -341,6 +374,11 @@ typedef struct lr_request {
 /** Record the dispatch but do not learn the prompt into the index (a host
  * that feeds KV events instead). */
 #define LR_ROUTE_NO_LEARN 4u
+/** The request may wait in the router's queue (see "Waiting"). @since 0.3 */
+#define LR_ROUTE_MAY_WAIT 8u
+/** Refuse the request (LR_EBUSY) when it would have to wait: the fleet is
+ * saturated, or requests at least as urgent wait. @since 0.3 */
+#define LR_ROUTE_SHEDDABLE 16u
 
 #ifndef __cplusplus
 #define LR_REQUEST_INIT \
@@ -366,7 +404,14 @@ LR_API void lr_request_init_sized(lr_request *q, size_t size);
  *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
  *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged after the
- *   request's own checks and before the router's state; @since 0.2).
+ *   request's own checks and before the router's state; @since 0.2);
+ *   LR_EBUSY (LR_ROUTE_SHEDDABLE and it would wait; @since 0.3);
+ *   LR_ELIMIT also when the waiting queue is full (@since 0.3).
+ *   With LR_ROUTE_MAY_WAIT, LR_OK with decision->instance
+ *   LR_INSTANCE_NONE and reason LR_REASON_WAITING: the request waits
+ *   ("Waiting"); the decision's other fields are zero, cost NaN.
+ *   LR_ROUTE_DRY_RUN never waits nor sheds: it answers what route() would
+ *   choose if the request went now.
  *   On failure nothing is recorded. Once the request is valid (the checks
  *   up to LR_ELIMIT passed), route() first drops the routes older than the
  *   index TTL at now_ns, as lr_router_expire() does; that housekeeping
@@ -452,12 +497,121 @@ LR_API lr_status lr_router_observe_cached(lr_router *router,
                                           uint32_t cached_tokens,
                                           uint64_t now_ns);
 
-/** A request failed or was cancelled.
+/** A request failed or was cancelled. A request waiting in the queue
+ * (LR_ROUTE_MAY_WAIT) is withdrawn: it is never dispatched (@since 0.3).
  * @return LR_OK; LR_EINVAL; LR_ENOENT;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
  *   first; @since 0.2). @since 0.1 */
 LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
                                 uint64_t now_ns);
+
+/* ---- waiting: admission, priorities, fair share ------------------------------------------ */
+
+/* Waiting (@since 0.3). By default route() sends every request at once,
+ * even to a saturated fleet, where it waits in an engine's FIFO behind
+ * whatever came first. A request routed with LR_ROUTE_MAY_WAIT may be
+ * held in the router instead, and let out later, most urgent first:
+ *
+ *   route(q | MAY_WAIT)  -> LR_OK, instance LR_INSTANCE_NONE,
+ *                           reason LR_REASON_WAITING: the router holds it
+ *   lr_router_dispatch(now) whenever capacity may have freed (a first
+ *                           token, a completion, a scrape, a timer)
+ *                        -> the requests to send now, each routed with the
+ *                           state of that moment (and recorded in flight,
+ *                           as route() records), and those whose deadline
+ *                           passed (LR_EEXPIRED)
+ *   lr_router_fail(id)   -> withdraws a waiting request (cancelled)
+ *
+ * Saturation. An instance is saturated when LR_PARAM_SATURATION_QUEUE of
+ * the router's requests there wait for their first token, or its fresh
+ * scrape (lr_engine_stats) reports that many waiting or at least
+ * LR_PARAM_SATURATION_KV of its KV cache in use; a scrape older than
+ * LR_PARAM_STATS_MAX_AGE_S counts as saturated while the router has a
+ * request in flight there (so an instance whose scrapes stopped takes one
+ * request at a time). An instance never scraped is judged by the router's
+ * counters alone. The fleet is saturated when every routable instance
+ * is. Draining instances do not count.
+ *
+ * A MAY_WAIT request waits when the fleet is saturated or requests at
+ * least as urgent wait already (it never overtakes them); otherwise it is
+ * routed at once, as any request. A request without the flag is routed
+ * at once always. With LR_ROUTE_SHEDDABLE, a request that would wait is
+ * refused with LR_EBUSY instead and nothing is recorded.
+ *
+ * Order. Waiting requests go out by urgency (band 0 first); within a
+ * band by fair share between tenants, after the Virtual Token Counter
+ * (Sheng et al., OSDI 2024): each request let out charges its tenant
+ * LR_PARAM_FAIR_INPUT_WEIGHT * prompt tokens + LR_PARAM_FAIR_OUTPUT_WEIGHT
+ * * expected output tokens, and the tenant charged least goes next; a
+ * tenant that starts waiting is lifted to the least counter of those
+ * waiting, so idle time is not credit; within a tenant, by arrival.
+ * dispatch lets requests out while the fleet is not saturated, checking
+ * again after each.
+ *
+ * Every request that waits leaves the queue exactly one way: dispatched
+ * (routed), expired (LR_EEXPIRED from dispatch), cancelled
+ * (lr_router_fail), or, when its routing fails for good at dispatch (its
+ * id came in flight meanwhile: LR_EEXIST), returned with that status.
+ * The queue holds copies of the waiting requests' tokens and boundaries,
+ * within lr_router_options.queue_capacity requests and queue_tokens
+ * tokens: past either, route() answers LR_ELIMIT. No thread, no clock:
+ * nothing happens between the host's calls. A snapshot does not carry
+ * the queue (its requests are the host's open connections): a restored
+ * router starts with none waiting, and lr_router_destroy() drops the
+ * waiting requests. Routes that may wait take the queue's lock, one at a
+ * time; routes without the flag never touch it. */
+
+/** One request lr_router_dispatch() let out of the queue. @since 0.3 */
+typedef struct lr_dispatched {
+    /** The request's id. */
+    uint64_t request_id;
+    /** LR_OK: routed and recorded in flight at `instance`; send it now.
+     * LR_EEXPIRED: its deadline passed while it waited; answer it (429,
+     * 504). LR_EEXIST: its id came in flight meanwhile; it is dropped. */
+    int32_t status;
+    /** The instance (LR_INSTANCE_NONE unless status is LR_OK). */
+    uint32_t instance;
+    /** The decision's reason, cached tokens and cost, as lr_decision's. */
+    int32_t reason;
+    uint32_t cached_tokens;
+    double cost;
+    /** How long it waited: now - its route()'s now_ns. */
+    uint64_t waited_ns;
+    /** Its urgency and tenant, as routed. */
+    uint32_t urgency;
+    uint64_t tenant;
+} lr_dispatched;
+
+/** Size of the 0.3 lr_dispatched: the least stride a caller may give.
+ * @since 0.3 */
+#define LR_DISPATCHED_SIZE_V1 (offsetof(lr_dispatched, tenant) + 8)
+
+/** Let waiting requests out: first every one whose deadline is at or
+ * before now_ns (LR_EEXPIRED; earliest deadline first), then, while the
+ * fleet is not saturated, the next in order, routed now as route() would
+ * route it (the router's policy, the state of now; LR_ROUTE_DRY_RUN
+ * aside, its flags kept). Stops when `capacity` entries are written:
+ * call again while it fills them all.
+ * @param out       caller buffer of `capacity` entries, item_size bytes
+ *                  apart (the caller's sizeof(lr_dispatched), at least
+ *                  LR_DISPATCHED_SIZE_V1); may be NULL when capacity is 0.
+ * @param n_out     out: entries written; each entry's request has left
+ *                  the queue.
+ * @return LR_OK; LR_EINVAL (NULL, item_size too small); LR_ERANGE (now_ns
+ *   refused by the clock, see "Clock"; nothing changes); LR_ENOMEM (a
+ *   route's learn failed: that request stays waiting, the entries before
+ *   it stand). No routable instance is not an error: nothing is sent.
+ * @since 0.3 */
+LR_API lr_status lr_router_dispatch(lr_router *router, uint64_t now_ns,
+                                    lr_dispatched *out, size_t capacity,
+                                    size_t item_size, size_t *n_out);
+
+/** Whether the fleet is saturated now (1) or not (0), as route() and
+ * dispatch judge it ("Waiting"); 1 with no routable instance.
+ * @return LR_OK; LR_EINVAL; LR_ERANGE (now_ns refused by the clock; a
+ *   query: it never moves it). @since 0.3 */
+LR_API lr_status lr_router_saturated(lr_router *router, uint64_t now_ns,
+                                     int32_t *saturated);
 
 /* ---- rebalancing (DualMap) -------------------------------------------------------------- */
 
@@ -812,13 +966,27 @@ typedef struct lr_router_stats {
     uint64_t observed_reports;
     uint64_t observed_expected_tokens;
     uint64_t observed_cached_tokens;
+    /** The waiting queue: requests waiting now, and the tokens of their
+     * prompts; requests that have waited (route() answered
+     * LR_REASON_WAITING), and of those dispatched, expired, cancelled
+     * and dropped at dispatch (LR_EEXIST); sheddable requests refused
+     * (LR_EBUSY); and the total time the dispatched ones waited, in ns.
+     * @since 0.3 */
+    uint64_t waiting;
+    uint64_t waiting_tokens;
+    uint64_t waited;
+    uint64_t waited_dispatched;
+    uint64_t waited_expired;
+    uint64_t waited_cancelled;
+    uint64_t waited_dropped;
+    uint64_t shed;
+    uint64_t wait_ns;
     /* v3 ends here */
 } lr_router_stats;
 
 #define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
 #define LR_ROUTER_STATS_SIZE_V2 (offsetof(lr_router_stats, peers_live) + 8)
-#define LR_ROUTER_STATS_SIZE_V3 \
-    (offsetof(lr_router_stats, observed_cached_tokens) + 8)
+#define LR_ROUTER_STATS_SIZE_V3 (offsetof(lr_router_stats, wait_ns) + 8)
 
 #ifndef __cplusplus
 #define LR_ROUTER_STATS_INIT \

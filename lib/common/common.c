@@ -24,7 +24,9 @@
     X(LR_ENOTSUP, "not supported")                              \
     X(LR_ESTATE, "not valid in the current state")              \
     X(LR_EBUFSIZE, "buffer too small")                          \
-    X(LR_EGAP, "sequence gap: earlier events are missing")
+    X(LR_EGAP, "sequence gap: earlier events are missing")      \
+    X(LR_EBUSY, "saturated: a sheddable request refused")       \
+    X(LR_EEXPIRED, "deadline passed while the request waited")
 
 #define LR_X_COUNT(name, msg) +1
 enum {
@@ -45,7 +47,7 @@ static const char *const status_sym[] = {
 
 _Static_assert(sizeof(status_msg) / sizeof(status_msg[0]) == LR_STATUS_COUNT,
                "status table has a gap");
-_Static_assert(LR_EGAP + 1 == LR_STATUS_COUNT,
+_Static_assert(LR_EEXPIRED + 1 == LR_STATUS_COUNT,
                "a status value is missing from LR_STATUS_MAP");
 
 const char *

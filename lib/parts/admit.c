@@ -257,8 +257,10 @@ lr__admit_init(struct lr__admit *a, struct lr__mem *m, uint32_t max_waiting,
         lr__admit_free(a, m); /* by the sizes; what is NULL is skipped */
         return LR_ENOMEM;
     }
-    for (uint32_t i = 0; i < max_waiting; i++)
+    for (uint32_t i = 0; i < max_waiting; i++) {
         a->ent[i].next = i + 1 < max_waiting ? i + 1 : LR_NIL;
+        a->ent[i].q.data = NULL;
+    }
     for (uint32_t i = 0; i < max_tenants; i++) {
         memset(&a->ten[i], 0, sizeof a->ten[i]);
         a->ten[i].inext = i + 1 < max_tenants ? i + 1 : LR_NIL;
@@ -372,6 +374,7 @@ remove_entry(struct lr__admit *a, uint32_t e, bool charge)
         idle_append(a, t);
     E->next = a->free_ent;
     E->prev = LR_NIL;
+    E->q.data = NULL; /* a free entry holds nothing of the owner's */
     a->free_ent = e;
     a->count--;
 }
@@ -429,6 +432,15 @@ lr__admit_find(const struct lr__admit *a, uint64_t id,
     if (out != NULL)
         *out = a->ent[e].q;
     return true;
+}
+
+bool
+lr__admit_waits_upto(const struct lr__admit *a, uint32_t band)
+{
+    for (uint32_t b = 0; b <= band && b < a->bands; b++)
+        if (a->bn[b] > 0)
+            return true;
+    return false;
 }
 
 uint64_t

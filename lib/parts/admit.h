@@ -52,6 +52,7 @@ struct lr__admit_req {
     uint64_t deadline_ns; /* expired from then on; 0: never */
     uint32_t band;        /* 0 (most urgent) .. bands - 1 */
     uint32_t flags;       /* the owner's, kept */
+    void *data;           /* the owner's, kept */
 };
 
 struct lr__admit_ent {
@@ -126,6 +127,8 @@ size_t lr__admit_expire(struct lr__admit *a, uint64_t now_ns,
 /* Whether request `id` waits (and a copy, when out is not NULL). */
 bool lr__admit_find(const struct lr__admit *a, uint64_t id,
                     struct lr__admit_req *out);
+/* Whether a request waits in band `band` or a more urgent one. */
+bool lr__admit_waits_upto(const struct lr__admit *a, uint32_t band);
 /* Tenant `tenant`'s counter, or 0 when it has no slot. */
 uint64_t lr__admit_counter(const struct lr__admit *a, uint64_t tenant);
 

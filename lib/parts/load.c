@@ -705,6 +705,25 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
 }
 
 bool
+lr__load_saturated(const lr_load *ld, uint32_t instance, uint64_t now_ns,
+                   uint64_t max_age_ns, uint32_t depth, double kv)
+{
+    const struct inst *in = inst_get(ld, instance);
+    if (in == NULL)
+        return true;
+    if (in->queued >= depth)
+        return true;
+    if (!in->has_stats)
+        return false;
+    /* a scrape stamped after now (threads race) is fresh */
+    bool fresh =
+        now_ns < in->st.scraped_ns || now_ns - in->st.scraped_ns <= max_age_ns;
+    if (!fresh)
+        return in->inflight > 0;
+    return in->st.waiting >= depth || in->st.kv_use >= kv;
+}
+
+bool
 lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns)
 {
     const struct inst *in = inst_get(ld, instance);

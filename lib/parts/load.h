@@ -70,6 +70,15 @@ lr_status lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
  * when none was probed or the instance is not tracked. */
 bool lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns);
 
+/* Whether a tracked instance is saturated at now_ns (lr_router.h,
+ * "Waiting"): `depth` of its requests before their first token, or a
+ * scrape at most max_age_ns old reporting `depth` waiting or kv_use >=
+ * `kv`, or an older scrape while a request is in flight there. An
+ * instance never scraped is judged by its counters alone; an untracked
+ * one is saturated. */
+bool lr__load_saturated(const lr_load *ld, uint32_t instance, uint64_t now_ns,
+                        uint64_t max_age_ns, uint32_t depth, double kv);
+
 /* Whether one more dispatch fits (max_requests). */
 int lr__load_has_room(const lr_load *ld);
 

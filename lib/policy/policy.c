@@ -86,6 +86,10 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_ADAPTIVE_RTT_WEIGHT] = UPTO(100, 1),
     [LR_PARAM_ADAPTIVE_CALIBRATE] = SWITCH(1),
     [LR_PARAM_CLOCK_SKEW_S] = REAL(0.001, 4.7e9, 60),
+    [LR_PARAM_SATURATION_QUEUE] = COUNT(1, 1e6, 8),
+    [LR_PARAM_SATURATION_KV] = REAL(0.01, 1, 0.8),
+    [LR_PARAM_FAIR_INPUT_WEIGHT] = UPTO(1000, 1),
+    [LR_PARAM_FAIR_OUTPUT_WEIGHT] = UPTO(1000, 2),
 };
 
 #undef FRACTION
@@ -133,10 +137,10 @@ lr_param_bounds(int32_t key)
 /* ---- names ---------------------------------------------------------------------- */
 
 static const char *const reason_names[LR__REASON_COUNT] = {
-    "none",       "random",   "round-robin", "least-loaded",
-    "session",    "hash",     "prefix-hit",  "load-override",
-    "slo-switch", "fallback", "min-cost",    "sampled",
-    "k-filter",   "explore",  "cold-start",  "ood",
+    "none",     "random",     "round-robin",   "least-loaded", "session",
+    "hash",     "prefix-hit", "load-override", "slo-switch",   "fallback",
+    "min-cost", "sampled",    "k-filter",      "explore",      "cold-start",
+    "ood",      "waiting",
 };
 
 uint32_t

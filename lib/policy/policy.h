@@ -31,8 +31,8 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 17
-#define LR__PARAM_COUNT 40
-#define LR__REASON_COUNT 16
+#define LR__PARAM_COUNT 44
+#define LR__REASON_COUNT 17
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
 #define LR__SEED_SESSION 0x4c5253455353494full

@@ -684,8 +684,8 @@ route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
     }
 }
 
-static lr_status
-check_request(const lr_request *q)
+lr_status
+lr__router_check_request(const lr_request *q)
 {
     LR_RETURN_IF(q->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     LR_RETURN_IF(q->n_tokens > 0 && q->tokens == NULL, LR_EINVAL);
@@ -697,20 +697,19 @@ check_request(const lr_request *q)
                      LR_EINVAL);
     }
     LR_RETURN_IF(q->flags & ~(uint32_t)(LR_ROUTE_DRY_RUN | LR_ROUTE_SCORES |
-                                        LR_ROUTE_NO_LEARN),
+                                        LR_ROUTE_NO_LEARN | LR_ROUTE_MAY_WAIT |
+                                        LR_ROUTE_SHEDDABLE),
                  LR_EINVAL);
     LR_RETURN_IF(q->has_session != 0 && q->has_session != 1, LR_EINVAL);
+    LR_RETURN_IF(q->urgency >= LR_ROUTER_URGENCIES, LR_EINVAL);
+    LR_RETURN_IF(q->deadline_ns > LR_ROUTER_MAX_TIME_NS, LR_EINVAL);
     return LR_OK;
 }
 
 lr_status
-lr_router_route(lr_router *r, const lr_request *request, lr_decision *decision)
+lr__router_route_now(lr_router *r, const lr_request *qp, lr_decision *decision)
 {
-    LR_RETURN_IF(r == NULL || request == NULL || decision == NULL, LR_EINVAL);
-    lr_request q;
-    LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
-    LR_RETURN_IF(decision->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
-    LR_TRY(check_request(&q));
+    lr_request q = *qp;
     struct lr__rscratch *sc;
     LR_TRY(lr__router_scratch_get(r, &sc));
     /* Hashing is pure and a recording route needs every key: hash before
@@ -763,9 +762,9 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     LR_RETURN_IF(r == NULL || request == NULL || n_rows == NULL, LR_EINVAL);
     LR_RETURN_IF(capacity > 0 && rows == NULL, LR_EINVAL);
     LR_RETURN_IF(row_size < LR_CANDIDATE_SIZE_V1, LR_EINVAL);
-    lr_request q;
+    lr_request q = { 0 }; /* lr__copy_sized() fills only what the caller has */
     LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
-    LR_TRY(check_request(&q));
+    LR_TRY(lr__router_check_request(&q));
     struct lr__rscratch *sc;
     LR_TRY(lr__router_scratch_get(r, &sc));
     lr__router_rdlock(r);
@@ -796,9 +795,9 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     LR_RETURN_IF(r == NULL || request == NULL || in == NULL, LR_EINVAL);
     LR_RETURN_IF(capacity > 0 && params == NULL, LR_EINVAL);
     LR_RETURN_IF(in->struct_size < LR_POLICY_INPUT_SIZE_V1, LR_EVERSION);
-    lr_request q;
+    lr_request q = { 0 }; /* lr__copy_sized() fills only what the caller has */
     LR_TRY(lr__copy_sized(&q, sizeof q, request, LR_REQUEST_SIZE_V1));
-    LR_TRY(check_request(&q));
+    LR_TRY(lr__router_check_request(&q));
     in->n_params = LR__PARAM_COUNT;
     LR_RETURN_IF(capacity < LR__PARAM_COUNT, LR_EBUFSIZE);
     struct lr__rscratch *sc;
@@ -906,9 +905,8 @@ lr_router_observe_cached(lr_router *r, uint64_t request_id,
 }
 
 lr_status
-lr_router_fail(lr_router *r, uint64_t request_id, uint64_t now_ns)
+lr__router_fail_inflight(lr_router *r, uint64_t request_id, uint64_t now_ns)
 {
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
     return end_request(r, request_id, 0, now_ns, false);
 }
 

@@ -42,7 +42,9 @@ LR__INIT_SIZED(lr_router_options_init_sized, lr_router_options,
                .max_instances = 1024, .max_requests = 65536,
                .index_capacity_blocks = 1u << 20, .block_tokens = 16,
                .index_ttl_ns = 3600ull * 1000000000ull, .ring_vnodes = 160,
-               .gauge_ttl_ns = 2000000000ull, .max_peers = 64)
+               .gauge_ttl_ns = 2000000000ull, .max_peers = 64,
+               .queue_capacity = 4096, .queue_tenants = 1024,
+               .queue_tokens = 1ull << 24)
 
 /* The options whose 0 keeps the default; the others are the caller's as
  * given. */
@@ -54,7 +56,10 @@ LR__INIT_SIZED(lr_router_options_init_sized, lr_router_options,
     X(index_ttl_ns)           \
     X(ring_vnodes)            \
     X(gauge_ttl_ns)           \
-    X(max_peers)
+    X(max_peers)              \
+    X(queue_capacity)         \
+    X(queue_tenants)          \
+    X(queue_tokens)
 
 LR__INIT_SIZED(lr_instance_spec_init_sized, lr_instance_spec, spec_defaults,
                .prefix_caching = 1)
@@ -214,6 +219,7 @@ router_free(lr_router *r)
     lr__free(m, r->src, ni * sizeof *r->src);
     lr__free(m, r->ixgen, ni * sizeof *r->ixgen);
     lr__peers_free(&r->peers, m);
+    lr__router_wait_free(r);
     lr_index_destroy(r->ix);
     lr_ring_destroy(r->ring);
     lr_load_destroy(r->ld);
@@ -221,6 +227,7 @@ router_free(lr_router *r)
     pthread_rwlock_destroy(&r->lk.rw);
     pthread_mutex_destroy(&r->rng_mu);
     pthread_mutex_destroy(&r->pool_mu);
+    pthread_mutex_destroy(&r->wait_mu);
     LR__HANDLE_FREE(r, lr_router);
 }
 
@@ -434,6 +441,13 @@ locks_init(lr_router *r)
         pthread_rwlock_destroy(&r->lk.rw);
         return LR_ENOMEM;
     }
+    if (pthread_mutex_init(&r->wait_mu, NULL) != 0) {
+        pthread_mutex_destroy(&r->pool_mu);
+        pthread_mutex_destroy(&r->rng_mu);
+        pthread_rwlock_destroy(&r->ixlk.rw);
+        pthread_rwlock_destroy(&r->lk.rw);
+        return LR_ENOMEM;
+    }
     return LR_OK;
 }
 
@@ -457,6 +471,10 @@ read_options(const lr_router_options *opt, lr_router_options *o)
     LR_RETURN_IF(o->flags != 0, LR_EINVAL);
     LR_RETURN_IF(o->policy < 0 || o->policy >= LR__POLICY_COUNT, LR_EINVAL);
     LR_RETURN_IF(o->max_instances > LR_ROUTER_MAX_INSTANCES, LR_EINVAL);
+    LR_RETURN_IF(o->queue_capacity > LR_ROUTER_MAX_WAITING ||
+                     o->queue_tenants > LR_ROUTER_MAX_TENANTS ||
+                     o->queue_tokens > LR_ROUTER_MAX_QUEUE_TOKENS,
+                 LR_EINVAL);
     return LR_OK;
 }
 
@@ -958,6 +976,7 @@ lr_router_get_stats(const lr_router *r, lr_router_stats *out)
     s.gauges_expired = r->peers.expired;
     s.peers_live = lr__peers_live(&r->peers, 0); /* held: not yet swept */
     lr__router_unlock(r);
+    lr__router_wait_stats((lr_router *)r, &s);
     return lr__copy_out(out, &s, sizeof s);
 }
 
@@ -1033,7 +1052,7 @@ lr__router_digest(const lr_router *r)
                                       lr__double_bits(r->src[i].last_ts) ^
                                       r->src[i].last_at_ns);
     lr__router_unlock(r);
-    return h;
+    return lr__router_wait_digest((lr_router *)r, h); /* its lock first */
 }
 
 /* Every live instance is named, tracked, and on the ring and routable
@@ -1096,7 +1115,8 @@ lr__router_verify(const lr_router *r)
         if (st == LR_OK && ops->verify != NULL)
             st = ops->verify(x);
     }
-    return lr__router_release(r, st);
+    lr__router_unlock(r);
+    return st == LR_OK ? lr__router_wait_verify((lr_router *)r) : st;
 }
 
 size_t

@@ -12,6 +12,7 @@
 #include "index/index.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
+#include "parts/admit.h"
 #include "parts/load.h"
 #include "policy/policy.h"
 #include "router/replica.h"
@@ -131,6 +132,18 @@ struct lr_router {
     bool has_opt_learner;
     lr_router_stats st;
     uint64_t by_reason[LR__REASON_COUNT];
+    /* The waiting queue (router_wait.c): its lock, taken before the
+     * router's and the index's, by the calls that touch the queue (a
+     * route that may wait or shed, dispatch, fail, the stats); the queue
+     * is made at the first request that may wait. Each entry's data is
+     * its struct lr__waiter. */
+    pthread_mutex_t wait_mu;
+    struct lr__admit aq;
+    bool aq_made;
+    uint64_t wait_tokens; /* prompt tokens of the waiting */
+    struct {
+        uint64_t waited, dispatched, expired, cancelled, dropped, shed, wait_ns;
+    } wst;
 };
 
 /* ---- the clock ------------------------------------------------------------
@@ -348,6 +361,37 @@ void lr__router_pstates_sync(lr_router *r);
  * (all or none). */
 lr_status lr__router_make_parts(const lr_router *r, lr_index **ix,
                                 lr_ring **ring, lr_load **ld);
+
+/* ---- route and the waiting queue (route.c, queue.c, admission.c) -------- */
+
+/* A waiting request (admission.c): the request as routed, its tokens and
+ * boundaries copied into tail (q's pointers point there), and the size
+ * of this allocation. */
+struct lr__waiter {
+    lr_request q;
+    size_t bytes;
+    uint32_t tail[]; /* tokens, then boundaries */
+};
+
+/* route()'s checks of a request alone (sizes, boundaries, flags). */
+lr_status lr__router_check_request(const lr_request *q);
+
+/* route() on a checked request: the pipeline, the record. */
+lr_status lr__router_route_now(lr_router *r, const lr_request *q,
+                               lr_decision *d);
+
+/* lr_router_fail() of a request in flight. */
+lr_status lr__router_fail_inflight(lr_router *r, uint64_t request_id,
+                                   uint64_t now_ns);
+
+/* queue.c: a waiter freed and its tokens uncounted; the queue's part of
+ * the stats, digest and checks; the queue and its waiters freed. Each
+ * takes wait_mu but free (the router is being destroyed). */
+void lr__router_waiter_free(lr_router *r, struct lr__waiter *w);
+void lr__router_wait_stats(lr_router *r, lr_router_stats *s);
+uint64_t lr__router_wait_digest(lr_router *r, uint64_t h);
+lr_status lr__router_wait_verify(lr_router *r);
+void lr__router_wait_free(lr_router *r);
 
 /* Snapshot restore: a name an instance may have (1..255 bytes, no NUL);
  * commit instance `id` (a free slot; its ring and load entries exist;

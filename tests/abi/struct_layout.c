@@ -545,6 +545,35 @@ FIELD(lr_request, lr_request_v1, expected_output_tokens, uint32_t);
 FIELD(lr_request, lr_request_v1, flags, uint32_t);
 FIELD(lr_request, lr_request_v1, now_ns, uint64_t);
 SIZED(lr_request, lr_request_v1, LR_REQUEST_SIZE_V1, now_ns);
+_Static_assert(offsetof(lr_request, tenant) == LR_REQUEST_SIZE_V1 &&
+                   offsetof(lr_request, deadline_ns) == LR_REQUEST_SIZE_V1 + 8 &&
+                   offsetof(lr_request, urgency) == LR_REQUEST_SIZE_V1 + 16 &&
+                   LR_REQUEST_SIZE_V2 == LR_REQUEST_SIZE_V1 + 20,
+               "lr_request: 0.3 appended tenant, deadline_ns, urgency");
+
+struct lr_dispatched_v1 {
+    uint64_t request_id;
+    int32_t status;
+    uint32_t instance;
+    int32_t reason;
+    uint32_t cached_tokens;
+    double cost;
+    uint64_t waited_ns;
+    uint32_t urgency;
+    uint64_t tenant;
+};
+FIELD(lr_dispatched, lr_dispatched_v1, request_id, uint64_t);
+FIELD(lr_dispatched, lr_dispatched_v1, status, int32_t);
+FIELD(lr_dispatched, lr_dispatched_v1, instance, uint32_t);
+FIELD(lr_dispatched, lr_dispatched_v1, reason, int32_t);
+FIELD(lr_dispatched, lr_dispatched_v1, cached_tokens, uint32_t);
+FIELD(lr_dispatched, lr_dispatched_v1, cost, double);
+FIELD(lr_dispatched, lr_dispatched_v1, waited_ns, uint64_t);
+FIELD(lr_dispatched, lr_dispatched_v1, urgency, uint32_t);
+FIELD(lr_dispatched, lr_dispatched_v1, tenant, uint64_t);
+FIXED(lr_dispatched, lr_dispatched_v1);
+_Static_assert(LR_DISPATCHED_SIZE_V1 == sizeof(lr_dispatched),
+               "LR_DISPATCHED_SIZE_V1: the whole 0.3 struct");
 
 struct lr_score_v1 {
     uint32_t instance;
@@ -785,8 +814,11 @@ _Static_assert(LR_ROUTER_STATS_SIZE_V2 ==
                    offsetof(lr_router_stats, peers_live) + sizeof(uint64_t),
                "LR_ROUTER_STATS_SIZE_V2: does not end at peers_live");
 _Static_assert(LR_ROUTER_STATS_SIZE_V3 ==
+                   LR_ROUTER_STATS_SIZE_V2 + 12 * sizeof(uint64_t),
+               "lr_router_stats: 0.3 appended twelve counters");
+_Static_assert(offsetof(lr_router_stats, waiting) ==
                    LR_ROUTER_STATS_SIZE_V2 + 3 * sizeof(uint64_t),
-               "lr_router_stats: 0.3 appended three counters");
+               "lr_router_stats: the queue's counters follow observed_*");
 
 struct lr_vllm_batch_info_v1 {
     size_t struct_size;
@@ -967,6 +999,19 @@ _Static_assert(LR_ROUTER_OPTIONS_SIZE_V2 ==
                "LR_ROUTER_OPTIONS_SIZE_V2: does not end at index_eviction");
 _Static_assert(LR_EVICT_REMOTE_FIRST == 0 && LR_EVICT_LRU == 1,
                "lr_eviction renumbered");
+
+struct lr_router_options_v3 {
+    struct lr_router_options_v2 v2;
+    uint32_t queue_capacity;
+    uint32_t queue_tenants;
+    uint64_t queue_tokens;
+};
+APPENDED(lr_router_options, lr_router_options_v3, queue_capacity);
+APPENDED(lr_router_options, lr_router_options_v3, queue_tenants);
+APPENDED(lr_router_options, lr_router_options_v3, queue_tokens);
+_Static_assert(LR_ROUTER_OPTIONS_SIZE_V3 ==
+                   offsetof(struct lr_router_options_v3, queue_tokens) + 8,
+               "LR_ROUTER_OPTIONS_SIZE_V3: does not end at queue_tokens");
 
 struct lr_router_stats_v2 {
     struct lr_router_stats_v1 v1;
