@@ -96,4 +96,5 @@ func wantStatus(t *testing.T, err error, sentinel error, want Status, op string)
 var allSentinels = []error{
 	ErrInvalid, ErrNoMem, ErrRange, ErrNotFound, ErrExist, ErrLimit,
 	ErrCorrupt, ErrVersion, ErrNotSupported, ErrState, ErrBufSize, ErrGap,
+	ErrBusy, ErrExpired,
 }

@@ -93,6 +93,8 @@ const (
 	StatusState        Status = C.LR_ESTATE
 	StatusBufSize      Status = C.LR_EBUFSIZE
 	StatusGap          Status = C.LR_EGAP
+	StatusBusy         Status = C.LR_EBUSY
+	StatusExpired      Status = C.LR_EEXPIRED
 )
 
 // String returns the status's symbol name, for example "LR_EINVAL"
@@ -148,6 +150,12 @@ var (
 	// ErrGap: KV-event batches are missing before this one; replay from
 	// the VLLMBatchInfo's NextSeq.
 	ErrGap error = &Error{Status: StatusGap}
+	// ErrBusy: the fleet is saturated and a request routed with
+	// RouteSheddable was refused rather than held; nothing was recorded.
+	ErrBusy error = &Error{Status: StatusBusy}
+	// ErrExpired: a waiting request's deadline passed before it could be
+	// sent (Dispatched.Err of a request Router.Dispatch let out).
+	ErrExpired error = &Error{Status: StatusExpired}
 )
 
 // ErrClosed is returned by the methods of a handle after its Close.

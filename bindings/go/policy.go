@@ -88,6 +88,9 @@ const (
 	ReasonExplore      Reason = C.LR_REASON_EXPLORE
 	ReasonColdStart    Reason = C.LR_REASON_COLD_START
 	ReasonOOD          Reason = C.LR_REASON_OOD
+	// ReasonWaiting: held in the router's queue, no instance yet
+	// (RouteMayWait; see Router.Dispatch).
+	ReasonWaiting Reason = C.LR_REASON_WAITING
 )
 
 // ReasonCount returns how many reasons the loaded library has
@@ -154,6 +157,17 @@ const (
 	// The router's clock: a timestamp more than this many seconds ahead
 	// of the newest one taken is refused (StatusRange).
 	ParamClockSkewSeconds Param = C.LR_PARAM_CLOCK_SKEW_S
+	// The waiting queue (Router.Dispatch): an instance is saturated when
+	// this many of the router's requests there wait for their first
+	// token, or its fresh scrape reports this many waiting or at least
+	// ParamSaturationKV of its KV cache in use.
+	ParamSaturationQueue Param = C.LR_PARAM_SATURATION_QUEUE
+	ParamSaturationKV    Param = C.LR_PARAM_SATURATION_KV
+	// The waiting queue's fair share between tenants: a request let out
+	// charges its tenant input weight x prompt tokens + output weight x
+	// expected output tokens.
+	ParamFairInputWeight  Param = C.LR_PARAM_FAIR_INPUT_WEIGHT
+	ParamFairOutputWeight Param = C.LR_PARAM_FAIR_OUTPUT_WEIGHT
 )
 
 // ParamCount returns how many parameters the loaded library has

@@ -51,7 +51,24 @@ type RouterOptions struct {
 	MaxPeers uint32
 	// The index's eviction; EvictLRU for replicas sharing deltas.
 	IndexEviction Eviction
+	// The waiting queue (RouteMayWait): requests held at once (at most
+	// RouterMaxWaiting), their prompt tokens held at once (at most
+	// RouterMaxQueueTokens), and tenants whose fair share is kept (at
+	// most RouterMaxTenants). Taken at the first request that waits.
+	QueueCapacity uint32
+	QueueTenants  uint32
+	QueueTokens   uint64
 }
+
+// Bounds of the waiting queue's options and of Request.Urgency.
+const (
+	RouterMaxWaiting     = C.LR_ROUTER_MAX_WAITING
+	RouterMaxTenants     = C.LR_ROUTER_MAX_TENANTS
+	RouterMaxQueueTokens = C.LR_ROUTER_MAX_QUEUE_TOKENS
+	// Urgencies is the number of priority bands: Request.Urgency is 0
+	// (the most urgent) .. Urgencies-1.
+	Urgencies = C.LR_ROUTER_URGENCIES
+)
 
 // DefaultRouterOptions returns the library's defaults
 // (lr_router_options_init).
@@ -69,6 +86,9 @@ func DefaultRouterOptions() RouterOptions {
 		RingVnodes:          uint32(o.ring_vnodes),
 		GaugeTTL:            nsDuration(o.gauge_ttl_ns),
 		MaxPeers:            uint32(o.max_peers),
+		QueueCapacity:       uint32(o.queue_capacity),
+		QueueTenants:        uint32(o.queue_tenants),
+		QueueTokens:         uint64(o.queue_tokens),
 	}
 }
 
@@ -110,6 +130,9 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		o.gauge_ttl_ns = gttl
 		o.max_peers = C.uint32_t(opt.MaxPeers)
 		o.index_eviction = C.int32_t(opt.IndexEviction)
+		o.queue_capacity = C.uint32_t(opt.QueueCapacity)
+		o.queue_tenants = C.uint32_t(opt.QueueTenants)
+		o.queue_tokens = C.uint64_t(opt.QueueTokens)
 		co = &o
 	}
 	var p *C.lr_router
@@ -352,6 +375,12 @@ const (
 	// RouteNoLearn records the dispatch but does not learn the prompt (for
 	// hosts that feed engine KV events instead).
 	RouteNoLearn RouteFlags = C.LR_ROUTE_NO_LEARN
+	// RouteMayWait lets the router hold the request in its queue when the
+	// fleet is saturated or requests at least as urgent wait: Route then
+	// returns InstanceNone with ReasonWaiting, and Dispatch lets it out.
+	RouteMayWait RouteFlags = C.LR_ROUTE_MAY_WAIT
+	// RouteSheddable refuses such a request with ErrBusy instead.
+	RouteSheddable RouteFlags = C.LR_ROUTE_SHEDDABLE
 )
 
 // Request is a request to route. Its slices are borrowed for the call.
@@ -372,10 +401,24 @@ type Request struct {
 	Flags                RouteFlags
 	// Host time now, nanoseconds.
 	Now uint64
+	// The tenant whose fair share of the waiting queue the request counts
+	// against (any value, 0 included); unlike TenantSalt it does not
+	// separate cached prefixes.
+	Tenant uint64
+	// The request's TTFT deadline on the host's clock, nanoseconds (0:
+	// none): still waiting then, Dispatch returns it with ErrExpired.
+	Deadline uint64
+	// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
+	// most urgent) .. Urgencies-1.
+	Urgency uint32
 }
 
 // Route chooses an instance for a request and, unless RouteDryRun, records
-// the dispatch and learns the prompt there.
+// the dispatch and learns the prompt there. With RouteMayWait the router
+// may hold the request instead: the decision's Instance is InstanceNone and
+// its Reason ReasonWaiting (its other fields zero, Cost NaN); Dispatch lets
+// it out later and Fail withdraws it. With RouteSheddable too, a request
+// that would wait is refused with ErrBusy.
 func (r *Router) Route(req *Request) (Decision, error) {
 	var d Decision
 	err := r.RouteInto(req, &d)
@@ -397,6 +440,9 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 	q.expected_output_tokens = C.uint32_t(req.ExpectedOutputTokens)
 	q.flags = C.uint32_t(req.Flags)
 	q.now_ns = C.uint64_t(req.Now)
+	q.tenant = C.uint64_t(req.Tenant)
+	q.deadline_ns = C.uint64_t(req.Deadline)
+	q.urgency = C.uint32_t(req.Urgency)
 	scores := d.Scores[:0]
 	wantScores := req.Flags&RouteScores != 0
 
@@ -482,7 +528,9 @@ func (r *Router) ObserveCached(requestID uint64, cachedTokens uint32, now uint64
 		C.uint64_t(now)), "lr_router_observe_cached")
 }
 
-// Fail reports that a request failed or was cancelled.
+// Fail reports that a request failed or was cancelled. A request waiting
+// in the router's queue (RouteMayWait) is withdrawn: it is never
+// dispatched.
 func (r *Router) Fail(requestID, now uint64) error {
 	h, err := r.acquire()
 	if err != nil {
@@ -490,6 +538,120 @@ func (r *Router) Fail(requestID, now uint64) error {
 	}
 	defer r.mu.RUnlock()
 	return check(C.lr_router_fail(h, C.uint64_t(requestID), C.uint64_t(now)), "lr_router_fail")
+}
+
+// Dispatched is one request Dispatch let out of the waiting queue
+// (lr_dispatched). Whatever its Status, it has left the queue.
+type Dispatched struct {
+	RequestID uint64
+	// StatusOK: routed now and recorded in flight at Instance; send it.
+	// StatusExpired: its Deadline passed while it waited; answer it (429,
+	// 504). StatusExist: its id came in flight meanwhile; it is dropped.
+	// Err gives the same as an error.
+	Status Status
+	// The instance; InstanceNone unless Status is StatusOK.
+	Instance InstanceID
+	// The decision's reason, cached tokens and predicted cost (NaN if
+	// the policy predicts none), as Decision's.
+	Reason       Reason
+	CachedTokens uint32
+	Cost         float64
+	// How long it waited: Dispatch's now minus its Route's Request.Now.
+	Waited time.Duration
+	// Its Request.Urgency and Request.Tenant.
+	Urgency uint32
+	Tenant  uint64
+}
+
+// Err returns nil if the request was routed (StatusOK), else an *Error
+// matching ErrExpired or ErrExist.
+func (d *Dispatched) Err() error {
+	return check(C.lr_status(d.Status), "lr_router_dispatch")
+}
+
+// Dispatched is passed to C as an lr_dispatched array: the layouts must
+// agree (each line fails to compile otherwise).
+var (
+	_ [unsafe.Sizeof(Dispatched{}) - C.sizeof_lr_dispatched]struct{}
+	_ [C.sizeof_lr_dispatched - unsafe.Sizeof(Dispatched{})]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Status) - unsafe.Offsetof(C.lr_dispatched{}.status)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.status) - unsafe.Offsetof(Dispatched{}.Status)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Instance) - unsafe.Offsetof(C.lr_dispatched{}.instance)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.instance) - unsafe.Offsetof(Dispatched{}.Instance)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Reason) - unsafe.Offsetof(C.lr_dispatched{}.reason)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.reason) - unsafe.Offsetof(Dispatched{}.Reason)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.CachedTokens) - unsafe.Offsetof(C.lr_dispatched{}.cached_tokens)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.cached_tokens) - unsafe.Offsetof(Dispatched{}.CachedTokens)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Cost) - unsafe.Offsetof(C.lr_dispatched{}.cost)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.cost) - unsafe.Offsetof(Dispatched{}.Cost)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Waited) - unsafe.Offsetof(C.lr_dispatched{}.waited_ns)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.waited_ns) - unsafe.Offsetof(Dispatched{}.Waited)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Urgency) - unsafe.Offsetof(C.lr_dispatched{}.urgency)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.urgency) - unsafe.Offsetof(Dispatched{}.Urgency)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.Tenant) - unsafe.Offsetof(C.lr_dispatched{}.tenant)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.tenant) - unsafe.Offsetof(Dispatched{}.Tenant)]struct{}
+)
+
+// dispatchChunk is how many entries Dispatch asks for per C call.
+const dispatchChunk = 64
+
+// Dispatch lets waiting requests out of the queue (lr_router_dispatch):
+// call it whenever capacity may have freed (a first token, a completion, a
+// scrape, a timer). First come those whose deadline is at or before now
+// (StatusExpired, earliest first), then, while the fleet is not saturated,
+// the next by urgency, fair share between tenants and arrival, each routed
+// now as Route would route it (StatusOK: send it to its Instance). It
+// returns every request that may go now. On an error (ErrNoMem: that
+// request stays waiting) the entries returned with it have left the queue
+// too and must be handled.
+func (r *Router) Dispatch(now uint64) ([]Dispatched, error) {
+	var out []Dispatched
+	buf := make([]Dispatched, dispatchChunk)
+	for {
+		n, err := r.DispatchInto(now, buf)
+		out = append(out, buf[:n]...)
+		if err != nil || n < len(buf) {
+			return out, err
+		}
+	}
+}
+
+// DispatchInto is Dispatch letting at most len(out) requests out, into
+// out; it returns how many it wrote. While it fills out, more may be
+// waiting to go: call it again. On an error, the n entries written have
+// left the queue and must be handled.
+func (r *Router) DispatchInto(now uint64, out []Dispatched) (int, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer r.mu.RUnlock()
+	var p *C.lr_dispatched
+	if len(out) > 0 {
+		p = (*C.lr_dispatched)(unsafe.Pointer(&out[0]))
+	}
+	var n C.size_t
+	st := C.lr_router_dispatch(h, C.uint64_t(now), p, C.size_t(len(out)),
+		C.size_t(unsafe.Sizeof(Dispatched{})), &n)
+	return int(n), check(st, "lr_router_dispatch")
+}
+
+// Saturated reports whether the fleet is saturated now, as Route and
+// Dispatch judge it (true with no routable instance): every routable
+// instance has ParamSaturationQueue of the router's requests waiting for
+// their first token, or a fresh scrape reporting that many waiting or
+// ParamSaturationKV of its KV cache in use. It changes nothing.
+func (r *Router) Saturated(now uint64) (bool, error) {
+	h, err := r.acquire()
+	if err != nil {
+		return false, err
+	}
+	defer r.mu.RUnlock()
+	var s C.int32_t
+	if err := check(C.lr_router_saturated(h, C.uint64_t(now), &s), "lr_router_saturated"); err != nil {
+		return false, err
+	}
+	return s != 0, nil
 }
 
 // Move is one proposed move of a queued request to its other candidate.
@@ -811,6 +973,17 @@ type RouterStats struct {
 	// ObserveCached reports: requests reported, the tokens the router
 	// expected to hit for them, and the tokens their engines reused.
 	ObservedReports, ObservedExpectedTokens, ObservedCachedTokens uint64
+	// The waiting queue: requests waiting now and their prompt tokens.
+	Waiting, WaitingTokens uint64
+	// Requests that have waited (Route answered ReasonWaiting), and of
+	// those: dispatched, expired, cancelled (Fail), and dropped at
+	// dispatch (their id came in flight meanwhile).
+	Waited, WaitedDispatched, WaitedExpired, WaitedCancelled uint64
+	WaitedDropped                                            uint64
+	// Sheddable requests refused (ErrBusy).
+	Shed uint64
+	// The total time the dispatched ones waited, nanoseconds.
+	WaitNs uint64
 }
 
 // Stats returns the router's counters.
@@ -852,6 +1025,16 @@ func (r *Router) Stats() (RouterStats, error) {
 		ObservedReports:        uint64(s.observed_reports),
 		ObservedExpectedTokens: uint64(s.observed_expected_tokens),
 		ObservedCachedTokens:   uint64(s.observed_cached_tokens),
+
+		Waiting:          uint64(s.waiting),
+		WaitingTokens:    uint64(s.waiting_tokens),
+		Waited:           uint64(s.waited),
+		WaitedDispatched: uint64(s.waited_dispatched),
+		WaitedExpired:    uint64(s.waited_expired),
+		WaitedCancelled:  uint64(s.waited_cancelled),
+		WaitedDropped:    uint64(s.waited_dropped),
+		Shed:             uint64(s.shed),
+		WaitNs:           uint64(s.wait_ns),
 	}
 	for i := range out.ByReason {
 		out.ByReason[i] = uint64(s.by_reason[i])

@@ -297,6 +297,7 @@ func TestStatusNames(t *testing.T) {
 		StatusOK, StatusInvalid, StatusNoMem, StatusRange, StatusNotFound,
 		StatusExist, StatusLimit, StatusCorrupt, StatusVersion,
 		StatusNotSupported, StatusState, StatusBufSize, StatusGap,
+		StatusBusy, StatusExpired,
 	}
 	for i, s := range all {
 		if int(s) != i {
@@ -362,16 +363,16 @@ func TestPolicies(t *testing.T) {
 	if s := Policy(PolicyCount()).String(); s != fmt.Sprintf("Policy(%d)", PolicyCount()) {
 		t.Errorf("out-of-range policy prints %q", s)
 	}
-	for reason := ReasonNone; reason <= ReasonOOD; reason++ {
+	for reason := ReasonNone; reason <= ReasonWaiting; reason++ {
 		if strings.HasPrefix(reason.String(), "Reason(") {
 			t.Errorf("reason %d has no name", reason)
 		}
 	}
-	if s := (ReasonOOD + 1).String(); !strings.HasPrefix(s, "Reason(") {
-		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonOOD+1, s)
+	if s := (ReasonWaiting + 1).String(); !strings.HasPrefix(s, "Reason(") {
+		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonWaiting+1, s)
 	}
-	if ReasonCount() != int(ReasonOOD)+1 {
-		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonOOD+1)
+	if ReasonCount() != int(ReasonWaiting)+1 {
+		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonWaiting+1)
 	}
 }
 
@@ -388,7 +389,8 @@ var allParams = []Param{
 	ParamLodestarFallback, ParamLodestarCandidates, ParamLodestarMaxTTFTSeconds,
 	ParamAdaptiveWorkWeight, ParamAdaptiveContention, ParamAdaptiveTieSeconds,
 	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
-	ParamClockSkewSeconds,
+	ParamClockSkewSeconds, ParamSaturationQueue, ParamSaturationKV,
+	ParamFairInputWeight, ParamFairOutputWeight,
 }
 
 func TestParams(t *testing.T) {

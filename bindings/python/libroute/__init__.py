@@ -35,9 +35,9 @@ from .enums import (Bounds, CostKind, CostParam, Eviction, MatchFlag, Param,
                     Reason, RingKey, RouteFlag, Status, Trust, constants,
                     cost_kind_count, cost_param_count, lodestar_feature_count,
                     param_count, policy_count, reason_count)
-from .errors import (AlreadyExistsError, BufferSizeError, ClosedError,
-                     CorruptError, GapError, InvalidArgumentError, LimitError,
-                     LrError,
+from .errors import (AlreadyExistsError, BufferSizeError, BusyError,
+                     ClosedError, CorruptError, ExpiredError, GapError,
+                     InvalidArgumentError, LimitError, LrError,
                      NotFoundError, NotSupportedError, OutOfMemoryError,
                      OutOfRangeError, StateError, VersionError, status_name,
                      strerror)
@@ -50,7 +50,7 @@ from .mlp import Mlp
 from .ring import Ring
 from .policy import (Candidate, Candidates, Decision, PolicyInput, Score,
                      decide, ring_key)
-from .router import Move, Router, RouterStats, param_bounds
+from .router import Dispatched, Move, Router, RouterStats, param_bounds
 from .text import text_tokens
 from .vllm import KvSeq, KvSource, VllmBatchInfo
 
@@ -99,7 +99,7 @@ __all__ = [
     "reason_count", "cost_kind_count", "cost_param_count",
     "lodestar_feature_count",
     "LearnerStats", "LearnerScore", "Samples",
-    "Decision", "Score", "Move", "RouterStats", "LoadSnapshot",
+    "Decision", "Score", "Move", "Dispatched", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
     "VllmBatchInfo", "KvSeq", "KvSource",
     "Status", "Trust", "Eviction", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
@@ -107,7 +107,7 @@ __all__ = [
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
-    "GapError", "ClosedError",
+    "GapError", "BusyError", "ExpiredError", "ClosedError",
     "block_keys", "text_tokens", "param_bounds", "strerror", "status_name",
     "policy_name", "policy_from_name", "reason_name", "version_number",
     "version_string", "constants", "INSTANCE_NONE", "HEADER_VERSION",

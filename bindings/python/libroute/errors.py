@@ -20,6 +20,8 @@ ValueError`` catches bad arguments from libroute as from anything else.
      +-- StateError                            LR_ESTATE
      +-- BufferSizeError                       LR_EBUFSIZE
      +-- GapError                              LR_EGAP
+     +-- BusyError                             LR_EBUSY
+     +-- ExpiredError                          LR_EEXPIRED
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ __all__ = [
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
-    "GapError", "ClosedError", "strerror", "status_name", "check",
+    "GapError", "BusyError", "ExpiredError", "ClosedError", "strerror",
+    "status_name", "check",
 ]
 
 
@@ -121,6 +124,18 @@ class GapError(LrError):
     (Router.vllm_batch_seq() attaches the VllmBatchInfo as ``.info``)."""
 
 
+class BusyError(LrError):
+    """LR_EBUSY: the fleet is saturated and the request, routed
+    sheddable, was refused rather than held in the router's queue; nothing
+    was recorded (answer it 429 or 503)."""
+
+
+class ExpiredError(LrError):
+    """LR_EEXPIRED: a waiting request's deadline passed before it could
+    be sent. Router.dispatch() reports it as a Dispatched entry's status;
+    this class is what error_for() gives for it."""
+
+
 class ClosedError(ValueError):
     """A method was called on a handle after close()."""
 
@@ -138,6 +153,8 @@ _BY_STATUS: Dict[int, Type[LrError]] = {
     Status.ESTATE: StateError,
     Status.EBUFSIZE: BufferSizeError,
     Status.EGAP: GapError,
+    Status.EBUSY: BusyError,
+    Status.EEXPIRED: ExpiredError,
 }
 
 

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
 from ._ffi import ffi, lib
 from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
                     set_fields, take_blob, u32, u32_in, u64, u64_in)
-from .enums import Bounds, Param, Policy, Reason, as_enum, bounds_from
-from .errors import check
+from .enums import Bounds, Param, Policy, Reason, Status, as_enum, bounds_from
+from .errors import check, error_for
 from .index import Delta, IndexStats, _kv_stored
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
@@ -26,7 +26,7 @@ from .policy import (ROW_SIZE, Candidates, Decision, PolicyInput, Score,
                      policy_value)
 from .vllm import KvSeq, KvSource, VllmBatchInfo, finish, new_info
 
-__all__ = ["Router", "Decision", "Score", "Move", "RouterStats",
+__all__ = ["Router", "Decision", "Score", "Move", "Dispatched", "RouterStats",
            "param_bounds", "KvSeq", "KvSource"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE
@@ -34,12 +34,18 @@ _NONE = lib.LR_INSTANCE_NONE
 _DRY_RUN = lib.LR_ROUTE_DRY_RUN
 _NO_LEARN = lib.LR_ROUTE_NO_LEARN
 _SCORES = lib.LR_ROUTE_SCORES
+_MAY_WAIT = lib.LR_ROUTE_MAY_WAIT
+_SHEDDABLE = lib.LR_ROUTE_SHEDDABLE
 _FORCE = lib.LR_LEARN_FORCE
 # This build's struct sizes, passed to the library with each struct or
 # array (the lr_*_init_sized() functions, score_size, move_size).
 _DECISION_SIZE = ffi.sizeof("lr_decision")
 _SCORE_SIZE = ffi.sizeof("lr_score")
 _MOVE_SIZE = ffi.sizeof("lr_move")
+_DISPATCHED_SIZE = ffi.sizeof("lr_dispatched")
+# Entries asked of lr_router_dispatch() per call when the caller sets no
+# capacity (it is called again while it fills them all).
+_DISPATCH_CHUNK = 64
 
 PolicyLike = Union[Policy, int, str]
 ParamLike = Union[Param, int, str]
@@ -55,9 +61,45 @@ class Move(NamedTuple):
     benefit_s: float
 
 
+class Dispatched(NamedTuple):
+    """One request Router.dispatch() let out of the waiting queue
+    (lr_dispatched); it has left the queue whatever its status.
+
+    ``status`` is Status.OK: routed now and recorded in flight at
+    ``instance``, send it; Status.EEXPIRED: its ``deadline_ns`` passed
+    while it waited, answer it (429, 504); Status.EEXIST: its id came in
+    flight meanwhile, it is dropped. ``instance`` is LR_INSTANCE_NONE
+    unless the status is OK; ``reason``, ``cached_tokens`` and ``cost``
+    are the decision's (``cost`` NaN when the policy predicts none).
+    ``waited_ns`` is how long it waited; ``urgency`` and ``tenant`` are
+    the request's.
+    """
+
+    request_id: int
+    status: Status
+    instance: int
+    reason: Reason
+    cached_tokens: int
+    cost: float
+    waited_ns: int
+    urgency: int
+    tenant: int
+
+
+def _dispatched(e) -> Dispatched:
+    return Dispatched(e.request_id, as_enum(Status, e.status), e.instance,
+                      as_enum(Reason, e.reason), e.cached_tokens, e.cost,
+                      e.waited_ns, e.urgency, e.tenant)
+
+
 class RouterStats(NamedTuple):
     """Router counters (lr_router_stats). ``by_reason`` maps each Reason
-    to the decisions it explains."""
+    to the decisions it explains. The waiting queue's: ``waiting`` and
+    ``waiting_tokens`` now; ``waited`` (routes answered Reason.WAITING)
+    and of those ``waited_dispatched``, ``waited_expired``,
+    ``waited_cancelled`` and ``waited_dropped``; ``shed`` (sheddable
+    requests refused with BusyError); ``wait_ns``, the total time the
+    dispatched ones waited."""
 
     routes: int
     dry_runs: int
@@ -84,6 +126,15 @@ class RouterStats(NamedTuple):
     observed_reports: int = 0
     observed_expected_tokens: int = 0
     observed_cached_tokens: int = 0
+    waiting: int = 0
+    waiting_tokens: int = 0
+    waited: int = 0
+    waited_dispatched: int = 0
+    waited_expired: int = 0
+    waited_cancelled: int = 0
+    waited_dropped: int = 0
+    shed: int = 0
+    wait_ns: int = 0
 
 
 _policy = policy_value
@@ -98,7 +149,8 @@ def param_bounds(key: ParamLike) -> Bounds:
 
 
 def _request(request_id, now_ns, tenant_salt, session,
-             expected_output_tokens, flags):
+             expected_output_tokens, flags, tenant=0, deadline_ns=0,
+             urgency=0):
     """An lr_request with the scalar fields (the arrays are the caller's)."""
     q = new_sized("lr_request", lib.lr_request_init_sized)
     try:  # the hot path: plain assignments, checked by cffi
@@ -110,11 +162,16 @@ def _request(request_id, now_ns, tenant_salt, session,
         if session is not None:
             q.session = session
             q.has_session = 1
+        if tenant or deadline_ns or urgency:
+            q.tenant = tenant
+            q.deadline_ns = deadline_ns
+            q.urgency = urgency
     except (OverflowError, TypeError):
         # Again, slowly, for an error that names the argument.
         set_fields(q, "route", id=request_id, tenant_salt=tenant_salt,
                    expected_output_tokens=expected_output_tokens,
-                   now_ns=now_ns, session=session)
+                   now_ns=now_ns, session=session, tenant=tenant,
+                   deadline_ns=deadline_ns, urgency=urgency)
         raise  # pragma: no cover - set_fields raised already
     return q
 
@@ -130,6 +187,9 @@ class Router(_Handle):
     options); its seed is the router's and n_features is
     lodestar_feature_count(), so neither is taken. The library copies them at
     create; the learner itself is made when lodestar is first chosen.
+    ``queue_capacity``, ``queue_tenants`` and ``queue_tokens`` bound the
+    waiting queue (route(may_wait=True)): requests and their prompt
+    tokens held at once, tenants whose fair share is kept.
     Use it as a context manager or call close(); otherwise the garbage
     collector destroys it.
     """
@@ -151,7 +211,10 @@ class Router(_Handle):
                  remote_ttl_ns: Optional[int] = None,
                  gauge_ttl_ns: Optional[int] = None,
                  max_peers: Optional[int] = None,
-                 index_eviction: Optional[int] = None) -> None:
+                 index_eviction: Optional[int] = None,
+                 queue_capacity: Optional[int] = None,
+                 queue_tenants: Optional[int] = None,
+                 queue_tokens: Optional[int] = None) -> None:
         opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
@@ -162,7 +225,9 @@ class Router(_Handle):
                    hash_seed=hash_seed,
                    replica_id=replica_id, remote_ttl_ns=remote_ttl_ns,
                    gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers,
-                   index_eviction=index_eviction)
+                   index_eviction=index_eviction,
+                   queue_capacity=queue_capacity,
+                   queue_tenants=queue_tenants, queue_tokens=queue_tokens)
         keep = None
         if learner is not None:
             lopt, keep = learner_options(
@@ -291,7 +356,10 @@ class Router(_Handle):
               boundaries: Any = None, tenant_salt: int = 0,
               session: Optional[int] = None,
               expected_output_tokens: int = 0, dry_run: bool = False,
-              learn: bool = True, scores: bool = False) -> Decision:
+              learn: bool = True, scores: bool = False,
+              may_wait: bool = False, sheddable: bool = False,
+              tenant: int = 0, deadline_ns: int = 0,
+              urgency: int = 0) -> Decision:
         """lr_router_route(): choose an instance and, unless ``dry_run``,
         record the dispatch (the request is then in flight until
         complete() or fail()).
@@ -304,12 +372,27 @@ class Router(_Handle):
         conversation's tokens in one ``array('I')`` and extends it. ``learn=False`` records the dispatch but learns nothing
         (hosts that feed KV events). ``scores=True`` fills
         Decision.scores. A failed call records nothing and raises.
+
+        ``may_wait=True``: when the fleet is saturated, or requests at
+        least as urgent already wait, the router holds the request instead
+        of sending it: the Decision's ``instance`` is LR_INSTANCE_NONE and
+        its ``reason`` Reason.WAITING (its other fields zero, ``cost``
+        NaN). dispatch() lets it out later; fail() withdraws it.
+        ``sheddable=True`` refuses such a request with BusyError instead.
+        ``urgency`` is its priority band (0, the most urgent, ..
+        LR_ROUTER_URGENCIES - 1), ``tenant`` the tenant whose fair share
+        it counts against (unlike ``tenant_salt`` it does not separate
+        cached prefixes), ``deadline_ns`` its TTFT deadline on the host's
+        clock (0: none), past which dispatch() reports it expired.
         """
         flags = ((_DRY_RUN if dry_run else 0) |
                  (0 if learn else _NO_LEARN) |
-                 (_SCORES if scores else 0))
+                 (_SCORES if scores else 0) |
+                 (_MAY_WAIT if may_wait else 0) |
+                 (_SHEDDABLE if sheddable else 0))
         q = _request(request_id, now_ns, tenant_salt, session,
-                     expected_output_tokens, flags)
+                     expected_output_tokens, flags, tenant, deadline_ns,
+                     urgency)
         tok = u32_in(tokens, "tokens")
         bnd = None
         d = ffi.new("lr_decision *")
@@ -452,11 +535,67 @@ class Router(_Handle):
         check(st, "lr_router_observe_cached")
 
     def fail(self, request_id: int, *, now_ns: int) -> None:
-        """lr_router_fail(): the request failed or was cancelled."""
+        """lr_router_fail(): the request failed or was cancelled. A
+        request waiting in the queue is withdrawn: never dispatched."""
         rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
         with self._use() as p:
             st = lib.lr_router_fail(p, rid, now)
         check(st, "lr_router_fail")
+
+    # ---- waiting --------------------------------------------------------
+
+    def dispatch(self, now_ns: int, *,
+                 capacity: Optional[int] = None) -> List[Dispatched]:
+        """lr_router_dispatch(): let waiting requests out of the queue.
+        Call it whenever capacity may have freed (a first token, a
+        completion, a scrape, a timer). First come those whose deadline is
+        at or before ``now_ns`` (Status.EEXPIRED, earliest first), then,
+        while the fleet is not saturated, the next by urgency, fair share
+        between tenants and arrival, each routed now as route() would
+        route it (Status.OK: send it to its ``instance``). Every entry has
+        left the queue.
+
+        ``capacity`` lets at most that many out (one call); by default
+        every one that may go now is returned. A failure (OutOfMemoryError:
+        that request stays waiting) raises with the entries let out before
+        it attached as ``.dispatched``: they have left the queue too."""
+        now = u64(now_ns, "now_ns")
+        if capacity is None:
+            cap = _DISPATCH_CHUNK
+        else:
+            cap = int(capacity)
+            if cap < 0:
+                raise ValueError("capacity must be >= 0")
+        buf = ffi.new("lr_dispatched[]", cap) if cap else ffi.NULL
+        n = ffi.new("size_t *")
+        out: List[Dispatched] = []
+        while True:
+            with self._use() as p:
+                st = lib.lr_router_dispatch(p, now, buf, cap,
+                                            _DISPATCHED_SIZE, n)
+            if n[0]:
+                out.extend([_dispatched(e) for e in buf[0:n[0]]])
+            if st != 0:
+                err = error_for(st, "lr_router_dispatch")
+                err.dispatched = out  # type: ignore[attr-defined]
+                raise err
+            # A full buffer may have stopped it: ask again.
+            if capacity is not None or n[0] < cap:
+                return out
+
+    def saturated(self, now_ns: int) -> bool:
+        """lr_router_saturated(): whether every routable instance is
+        saturated now (True with none routable), as route() and dispatch()
+        judge it: Param.SATURATION_QUEUE of the router's requests waiting
+        for their first token there, or a fresh scrape reporting that many
+        waiting or Param.SATURATION_KV of its KV cache in use. A query:
+        changes nothing."""
+        now = u64(now_ns, "now_ns")
+        out = ffi.new("int32_t *")
+        with self._use() as p:
+            st = lib.lr_router_saturated(p, now, out)
+        check(st, "lr_router_saturated")
+        return bool(out[0])
 
     # ---- rebalancing ----------------------------------------------------
 

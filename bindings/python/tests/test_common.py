@@ -62,6 +62,8 @@ class Errors(unittest.TestCase):
         self.assertTrue(issubclass(L.OutOfMemoryError, MemoryError))
         self.assertTrue(issubclass(L.OutOfRangeError, ValueError))
         self.assertTrue(issubclass(L.CorruptError, ValueError))
+        self.assertTrue(issubclass(L.BusyError, L.LrError))
+        self.assertTrue(issubclass(L.ExpiredError, L.LrError))
 
     def test_errors_pickle(self):
         e = L.errors.error_for(L.Status.ENOENT, "lr_router_complete")
@@ -71,6 +73,10 @@ class Errors(unittest.TestCase):
 
     def test_strerror_and_name_come_from_the_library(self):
         self.assertEqual(L.status_name(L.Status.EBUFSIZE), "LR_EBUFSIZE")
+        self.assertEqual(L.status_name(L.Status.EBUSY), "LR_EBUSY")
+        self.assertIs(type(L.errors.error_for(L.Status.EBUSY)), L.BusyError)
+        self.assertIs(type(L.errors.error_for(L.Status.EEXPIRED)),
+                      L.ExpiredError)
         self.assertEqual(L.strerror(0),
                          ffi.string(lib.lr_strerror(0)).decode())
 
@@ -157,6 +163,8 @@ class Enums(unittest.TestCase):
     def test_flags(self):
         self.assertEqual(L.RouteFlag.DRY_RUN, lib.LR_ROUTE_DRY_RUN)
         self.assertEqual(L.RouteFlag.NO_LEARN, lib.LR_ROUTE_NO_LEARN)
+        self.assertEqual(L.RouteFlag.MAY_WAIT, lib.LR_ROUTE_MAY_WAIT)
+        self.assertEqual(L.RouteFlag.SHEDDABLE, lib.LR_ROUTE_SHEDDABLE)
         self.assertEqual(L.MatchFlag.NO_TOUCH, lib.LR_MATCH_NO_TOUCH)
 
     def test_constants(self):

@@ -57,7 +57,8 @@ COVER = {
     "lr_request": (params(L.Router.route),
                    {"id": "request_id", "n_tokens": None,
                     "n_boundaries": None, "has_session": None,
-                    "flags": None}),  # dry_run, learn, scores
+                    "flags": None}),  # dry_run, learn, scores,
+                                      # may_wait, sheddable
     "lr_score": (set(L.Score._fields), {}),
     "lr_decision": (set(L.Decision._fields),
                     {"scores_capacity": None, "n_scores": None,
@@ -67,6 +68,7 @@ COVER = {
     "lr_cost_options": (params(L.Cost.__init__), {"allocator": None}),
     "lr_cost_tuner_stats": (set(L.CostTunerStats._fields), {}),
     "lr_move": (set(L.Move._fields), {"from": "from_"}),
+    "lr_dispatched": (set(L.Dispatched._fields), {}),
     "lr_router_stats": (set(L.RouterStats._fields), {}),
     "lr_vllm_batch_info": (set(L.VllmBatchInfo._fields), {}),
     "lr_kv_source": (set(L.KvSource._fields), {}),

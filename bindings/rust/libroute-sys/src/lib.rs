@@ -70,6 +70,8 @@ pub const LR_ENOTSUP: lr_status = 9;
 pub const LR_ESTATE: lr_status = 10;
 pub const LR_EBUFSIZE: lr_status = 11;
 pub const LR_EGAP: lr_status = 12;
+pub const LR_EBUSY: lr_status = 13;
+pub const LR_EEXPIRED: lr_status = 14;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -440,6 +442,7 @@ pub const LR_REASON_K_FILTER: lr_reason = 12;
 pub const LR_REASON_EXPLORE: lr_reason = 13;
 pub const LR_REASON_COLD_START: lr_reason = 14;
 pub const LR_REASON_OOD: lr_reason = 15;
+pub const LR_REASON_WAITING: lr_reason = 16;
 
 pub type lr_param = c_uint;
 pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
@@ -482,6 +485,10 @@ pub const LR_PARAM_ADAPTIVE_FRESH_S: lr_param = 36;
 pub const LR_PARAM_ADAPTIVE_RTT_WEIGHT: lr_param = 37;
 pub const LR_PARAM_ADAPTIVE_CALIBRATE: lr_param = 38;
 pub const LR_PARAM_CLOCK_SKEW_S: lr_param = 39;
+pub const LR_PARAM_SATURATION_QUEUE: lr_param = 40;
+pub const LR_PARAM_SATURATION_KV: lr_param = 41;
+pub const LR_PARAM_FAIR_INPUT_WEIGHT: lr_param = 42;
+pub const LR_PARAM_FAIR_OUTPUT_WEIGHT: lr_param = 43;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
@@ -657,10 +664,20 @@ pub struct lr_router_options {
     pub gauge_ttl_ns: u64,
     pub max_peers: u32,
     pub index_eviction: i32,
+    /// The waiting queue's bounds (0.3).
+    pub queue_capacity: u32,
+    pub queue_tenants: u32,
+    pub queue_tokens: u64,
 }
 pub const LR_ROUTER_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_router_options, learner) + size_of::<*const c_void>();
 pub const LR_ROUTER_OPTIONS_SIZE_V2: usize = offset_of!(lr_router_options, index_eviction) + 4;
+pub const LR_ROUTER_OPTIONS_SIZE_V3: usize =
+    offset_of!(lr_router_options, queue_tokens) + size_of::<u64>();
+pub const LR_ROUTER_MAX_WAITING: c_uint = 1 << 24;
+pub const LR_ROUTER_MAX_TENANTS: c_uint = 1 << 20;
+pub const LR_ROUTER_MAX_QUEUE_TOKENS: u64 = 1 << 40;
+pub const LR_ROUTER_URGENCIES: c_uint = 8;
 pub const LR_ROUTER_MAX_INSTANCES: c_uint = 65534;
 pub const LR_ROUTER_MAX_PEERS: c_uint = 4096;
 
@@ -698,12 +715,37 @@ pub struct lr_request {
     pub expected_output_tokens: u32,
     pub flags: u32,
     pub now_ns: u64,
+    /// The waiting queue's tenant, deadline and urgency (0.3).
+    pub tenant: u64,
+    pub deadline_ns: u64,
+    pub urgency: u32,
 }
 pub const LR_REQUEST_SIZE_V1: usize = offset_of!(lr_request, now_ns) + 8;
+pub const LR_REQUEST_SIZE_V2: usize = offset_of!(lr_request, urgency) + 4;
 
 pub const LR_ROUTE_DRY_RUN: c_uint = 1;
 pub const LR_ROUTE_SCORES: c_uint = 2;
 pub const LR_ROUTE_NO_LEARN: c_uint = 4;
+pub const LR_ROUTE_MAY_WAIT: c_uint = 8;
+pub const LR_ROUTE_SHEDDABLE: c_uint = 16;
+
+/// One request lr_router_dispatch() let out of the waiting queue (0.3).
+/// Arrays are passed with `size_of::<lr_dispatched>()` as `item_size`.
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Default, PartialEq)]
+pub struct lr_dispatched {
+    pub request_id: u64,
+    /// An lr_status: LR_OK, LR_EEXPIRED or LR_EEXIST.
+    pub status: i32,
+    pub instance: u32,
+    pub reason: i32,
+    pub cached_tokens: u32,
+    pub cost: f64,
+    pub waited_ns: u64,
+    pub urgency: u32,
+    pub tenant: u64,
+}
+pub const LR_DISPATCHED_SIZE_V1: usize = offset_of!(lr_dispatched, tenant) + 8;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default, PartialEq)]
@@ -743,10 +785,19 @@ pub struct lr_router_stats {
     pub observed_reports: u64,
     pub observed_expected_tokens: u64,
     pub observed_cached_tokens: u64,
+    pub waiting: u64,
+    pub waiting_tokens: u64,
+    pub waited: u64,
+    pub waited_dispatched: u64,
+    pub waited_expired: u64,
+    pub waited_cancelled: u64,
+    pub waited_dropped: u64,
+    pub shed: u64,
+    pub wait_ns: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
 pub const LR_ROUTER_STATS_SIZE_V2: usize = offset_of!(lr_router_stats, peers_live) + 8;
-pub const LR_ROUTER_STATS_SIZE_V3: usize = offset_of!(lr_router_stats, observed_cached_tokens) + 8;
+pub const LR_ROUTER_STATS_SIZE_V3: usize = offset_of!(lr_router_stats, wait_ns) + 8;
 
 /// lr_kv_seq: what a KV-event batch's sequence number made of it.
 pub type lr_kv_seq = c_uint;
@@ -1155,6 +1206,19 @@ extern "C" {
         now_ns: u64,
     ) -> lr_status;
     pub fn lr_router_fail(router: *mut lr_router, request_id: u64, now_ns: u64) -> lr_status;
+    pub fn lr_router_dispatch(
+        router: *mut lr_router,
+        now_ns: u64,
+        out: *mut lr_dispatched,
+        capacity: usize,
+        item_size: usize,
+        n_out: *mut usize,
+    ) -> lr_status;
+    pub fn lr_router_saturated(
+        router: *mut lr_router,
+        now_ns: u64,
+        saturated: *mut i32,
+    ) -> lr_status;
     pub fn lr_router_observe_cached(
         router: *mut lr_router,
         request_id: u64,

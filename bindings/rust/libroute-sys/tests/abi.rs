@@ -190,21 +190,26 @@ fn declarations_match_the_c_headers() {
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
             flags, learner, hash_seed, replica_id, remote_ttl_ns, gauge_ttl_ns,
-            max_peers, index_eviction }
+            max_peers, index_eviction, queue_capacity, queue_tenants, queue_tokens }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
-            tenant_salt, session, has_session, expected_output_tokens, flags, now_ns }
+            tenant_salt, session, has_session, expected_output_tokens, flags, now_ns,
+            tenant, deadline_ns, urgency }
         lr_score { instance, cached_tokens, score }
         lr_decision { struct_size, instance, reason, cached_tokens, best_cached_tokens,
             cost, alt_instance, scores, scores_capacity, n_scores, decider, seed,
             score_size }
         lr_move { request_id, from, to, benefit_s }
+        lr_dispatched { request_id, status, instance, reason, cached_tokens, cost,
+            waited_ns, urgency, tenant }
         lr_router_stats { struct_size, routes, dry_runs, inflight, instances, routable,
             by_reason, prompt_tokens, cached_tokens, kv_batches, kv_duplicates, kv_gaps,
             kv_restarts, kv_gaps_open, deltas_exported, deltas_imported, deltas_skipped,
             deltas_lost, gauges_exported, gauges_imported, gauges_skipped, gauges_expired,
-            peers_live }
+            peers_live, observed_reports, observed_expected_tokens, observed_cached_tokens,
+            waiting, waiting_tokens, waited, waited_dispatched, waited_expired,
+            waited_cancelled, waited_dropped, shed, wait_ns }
         lr_vllm_batch_info { struct_size, timestamp, dp_rank, events, stored, removed,
             cleared, unplaced, skipped, done, invalid, seq_state, next_seq }
         lr_kv_source { struct_size, has_seq, gap, next_seq, batches, duplicates, gaps,
@@ -216,6 +221,7 @@ fn declarations_match_the_c_headers() {
         LR_VERSION_MAJOR, LR_VERSION_MINOR,
         LR_OK, LR_EINVAL, LR_ENOMEM, LR_ERANGE, LR_ENOENT, LR_EEXIST, LR_ELIMIT,
         LR_ECORRUPT, LR_EVERSION, LR_ENOTSUP, LR_ESTATE, LR_EBUFSIZE, LR_EGAP,
+        LR_EBUSY, LR_EEXPIRED,
         LR_KV_SEQ_NONE, LR_KV_SEQ_APPLIED, LR_KV_SEQ_FIRST, LR_KV_SEQ_DUPLICATE,
         LR_KV_SEQ_GAP, LR_KV_SEQ_RESTART, LR_KV_SOURCE_SIZE_V1, LR_ROUTER_MAX_PEERS,
         LR_ROUTER_OPTIONS_SIZE_V2, LR_ROUTER_STATS_SIZE_V2, LR_INDEX_OPTIONS_SIZE_V2,
@@ -274,6 +280,11 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_CLOCK_SKEW_S, LR_ROUTER_MAX_TIME_NS, LR_MAX_TIME_NS,
         LR_INDEX_OPTIONS_SIZE_V3,
         LR_ROUTER_STATS_SIZE_V1, LR_LODESTAR_FEATURES, LR_VLLM_BATCH_INFO_SIZE_V1,
+        LR_ROUTER_STATS_SIZE_V3, LR_ROUTER_OPTIONS_SIZE_V3, LR_REQUEST_SIZE_V2,
+        LR_ROUTER_MAX_WAITING, LR_ROUTER_MAX_TENANTS, LR_ROUTER_MAX_QUEUE_TOKENS,
+        LR_ROUTER_URGENCIES, LR_ROUTE_MAY_WAIT, LR_ROUTE_SHEDDABLE, LR_DISPATCHED_SIZE_V1,
+        LR_REASON_WAITING, LR_PARAM_SATURATION_QUEUE, LR_PARAM_SATURATION_KV,
+        LR_PARAM_FAIR_INPUT_WEIGHT, LR_PARAM_FAIR_OUTPUT_WEIGHT,
     );
 
     let decls = declarations();

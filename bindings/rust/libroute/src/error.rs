@@ -44,6 +44,13 @@ pub enum ErrorKind {
     /// `LR_EGAP`: KV-event batches are missing before this one; replay
     /// from the batch info's `next_seq`.
     Gap,
+    /// `LR_EBUSY`: the fleet is saturated and a sheddable request
+    /// ([`crate::RouteFlags::SHEDDABLE`]) was refused rather than held;
+    /// nothing was recorded.
+    Busy,
+    /// `LR_EEXPIRED`: a waiting request's deadline passed before it could
+    /// be sent (a [`crate::Dispatched`] result).
+    Expired,
     /// A status this crate does not know (from a newer library).
     Unknown,
 }
@@ -74,6 +81,8 @@ impl Error {
             sys::LR_ESTATE => ErrorKind::State,
             sys::LR_EBUFSIZE => ErrorKind::BufSize,
             sys::LR_EGAP => ErrorKind::Gap,
+            sys::LR_EBUSY => ErrorKind::Busy,
+            sys::LR_EEXPIRED => ErrorKind::Expired,
             _ => ErrorKind::Unknown,
         }
     }
@@ -141,6 +150,8 @@ mod tests {
             (sys::LR_ESTATE, ErrorKind::State, "LR_ESTATE"),
             (sys::LR_EBUFSIZE, ErrorKind::BufSize, "LR_EBUFSIZE"),
             (sys::LR_EGAP, ErrorKind::Gap, "LR_EGAP"),
+            (sys::LR_EBUSY, ErrorKind::Busy, "LR_EBUSY"),
+            (sys::LR_EEXPIRED, ErrorKind::Expired, "LR_EEXPIRED"),
         ];
         for (i, &(status, kind, name)) in want.iter().enumerate() {
             assert_eq!(status, i as u32 + 1);

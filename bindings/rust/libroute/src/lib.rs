@@ -151,8 +151,8 @@ pub use mlp::{Mlp, MlpOptions};
 pub use policy::{decide, decide_into, lodestar_feature_count, Candidate, PolicyInput, RingKey};
 pub use ring::{Candidates, Ring, RingOptions};
 pub use router::{
-    Bounds, ClassSpec, Decision, InstanceSpec, Move, Param, Policy, Reason, Request, RouteFlags,
-    Router, RouterOptions, RouterStats, Score,
+    Bounds, ClassSpec, Decision, DispatchError, Dispatched, InstanceSpec, Move, Param, Policy,
+    Reason, Request, RouteFlags, Router, RouterOptions, RouterStats, Score, URGENCIES,
 };
 pub use text::text_tokens;
 pub use vllm::{KvSeq, KvSource, VllmBatchError, VllmBatchInfo};

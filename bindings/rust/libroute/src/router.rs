@@ -123,6 +123,9 @@ named_consts! { Reason, lib sys::lr_reason_name,
     COLD_START = sys::LR_REASON_COLD_START,
     /// Input out of the model's range (Lodestar).
     OOD = sys::LR_REASON_OOD,
+    /// Held in the router's queue, no instance yet
+    /// ([`RouteFlags::MAY_WAIT`]; see [`Router::dispatch`]).
+    WAITING = sys::LR_REASON_WAITING,
 }
 
 impl Reason {
@@ -221,6 +224,17 @@ named_consts! { Param, consts,
     /// The router's clock: a timestamp more than this many seconds ahead
     /// of the newest one taken is refused ([`crate::ErrorKind::Range`]).
     CLOCK_SKEW_S = sys::LR_PARAM_CLOCK_SKEW_S,
+    /// The waiting queue: an instance is saturated when this many of the
+    /// router's requests there wait for their first token, or its fresh
+    /// scrape reports this many waiting.
+    SATURATION_QUEUE = sys::LR_PARAM_SATURATION_QUEUE,
+    /// The waiting queue: ... or at least this share of its KV cache in use.
+    SATURATION_KV = sys::LR_PARAM_SATURATION_KV,
+    /// The waiting queue's fair share: a request let out charges its
+    /// tenant this weight x its prompt tokens ...
+    FAIR_INPUT_WEIGHT = sys::LR_PARAM_FAIR_INPUT_WEIGHT,
+    /// ... plus this weight x its expected output tokens.
+    FAIR_OUTPUT_WEIGHT = sys::LR_PARAM_FAIR_OUTPUT_WEIGHT,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -320,6 +334,16 @@ pub struct RouterOptions {
     /// The index's eviction; [`crate::Eviction::Lru`] for replicas
     /// sharing deltas.
     pub index_eviction: crate::Eviction,
+    /// The waiting queue ([`RouteFlags::MAY_WAIT`]): requests held at once,
+    /// at most `sys::LR_ROUTER_MAX_WAITING` (0: the default). Taken at the
+    /// first request that waits.
+    pub queue_capacity: u32,
+    /// Tenants whose fair share is kept at once, at most
+    /// `sys::LR_ROUTER_MAX_TENANTS` (0: the default).
+    pub queue_tenants: u32,
+    /// Prompt tokens of the waiting requests held at once, at most
+    /// `sys::LR_ROUTER_MAX_QUEUE_TOKENS` (0: the default).
+    pub queue_tokens: u64,
 }
 
 impl Default for RouterOptions {
@@ -341,6 +365,9 @@ impl Default for RouterOptions {
             gauge_ttl: Duration::from_nanos(o.gauge_ttl_ns),
             max_peers: o.max_peers,
             index_eviction: crate::Eviction::from_c(o.index_eviction),
+            queue_capacity: o.queue_capacity,
+            queue_tenants: o.queue_tenants,
+            queue_tokens: o.queue_tokens,
         }
     }
 }
@@ -402,6 +429,13 @@ impl RouteFlags {
     /// Record the dispatch but do not learn the prompt (hosts that feed
     /// engine KV events instead).
     pub const NO_LEARN: RouteFlags = RouteFlags(sys::LR_ROUTE_NO_LEARN);
+    /// The router may hold the request in its queue when the fleet is
+    /// saturated or requests at least as urgent wait: the decision is then
+    /// [`Reason::WAITING`] with no instance, and [`Router::dispatch`] lets
+    /// it out later.
+    pub const MAY_WAIT: RouteFlags = RouteFlags(sys::LR_ROUTE_MAY_WAIT);
+    /// Refuse such a request with [`crate::ErrorKind::Busy`] instead.
+    pub const SHEDDABLE: RouteFlags = RouteFlags(sys::LR_ROUTE_SHEDDABLE);
 
     /// Whether every flag of `other` is set.
     pub const fn contains(self, other: RouteFlags) -> bool {
@@ -442,10 +476,25 @@ pub struct Request<'a> {
     pub flags: RouteFlags,
     /// Host time now, nanoseconds.
     pub now_ns: u64,
+    /// The tenant whose fair share of the waiting queue the request counts
+    /// against (any value, 0 included); unlike `tenant_salt` it does not
+    /// separate cached prefixes.
+    pub tenant: u64,
+    /// Its TTFT deadline on the host's clock, nanoseconds (0: none): still
+    /// waiting then, [`Router::dispatch`] returns it expired.
+    pub deadline_ns: u64,
+    /// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
+    /// most urgent) .. [`URGENCIES`] - 1.
+    pub urgency: u32,
 }
 
+/// Priority bands of the waiting queue: [`Request::urgency`] is
+/// `0..URGENCIES`.
+pub const URGENCIES: u32 = sys::LR_ROUTER_URGENCIES;
+
 impl<'a> Request<'a> {
-    /// A request with no boundaries, salt, session or flags.
+    /// A request with no boundaries, salt, session, flags, tenant,
+    /// deadline or urgency.
     pub fn new(id: u64, tokens: &'a [u32], now_ns: u64) -> Self {
         Request {
             id,
@@ -456,6 +505,9 @@ impl<'a> Request<'a> {
             expected_output_tokens: 0,
             flags: RouteFlags::NONE,
             now_ns,
+            tenant: 0,
+            deadline_ns: 0,
+            urgency: 0,
         }
     }
 
@@ -472,6 +524,9 @@ impl<'a> Request<'a> {
         q.expected_output_tokens = self.expected_output_tokens;
         q.flags = self.flags.0;
         q.now_ns = self.now_ns;
+        q.tenant = self.tenant;
+        q.deadline_ns = self.deadline_ns;
+        q.urgency = self.urgency;
         q
     }
 }
@@ -561,6 +616,84 @@ const _: () = {
     assert!(offset_of!(Move, benefit_s) == offset_of!(sys::lr_move, benefit_s));
 };
 
+/// Entries asked of `lr_router_dispatch` per call.
+const DISPATCH_CHUNK: usize = 32;
+
+/// One request [`Router::dispatch`] let out of the waiting queue
+/// (`lr_dispatched`). Whatever its result, it has left the queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Dispatched {
+    /// The request.
+    pub request_id: u64,
+    /// `Ok(instance)`: routed now and recorded in flight there; send it.
+    /// [`crate::ErrorKind::Expired`]: its deadline passed while it waited;
+    /// answer it (429, 504). [`crate::ErrorKind::Exists`]: its id came in
+    /// flight meanwhile; it is dropped.
+    pub result: Result<InstanceId>,
+    /// The decision's reason.
+    pub reason: Reason,
+    /// Tokens expected to hit the cache on its instance.
+    pub cached_tokens: u32,
+    /// The policy's predicted cost, if it predicts one.
+    pub cost: Option<f64>,
+    /// How long it waited: dispatch's `now_ns` minus its route's.
+    pub waited: Duration,
+    /// Its [`Request::urgency`].
+    pub urgency: u32,
+    /// Its [`Request::tenant`].
+    pub tenant: u64,
+}
+
+impl Dispatched {
+    fn from_c(e: &sys::lr_dispatched) -> Dispatched {
+        Dispatched {
+            request_id: e.request_id,
+            result: check(e.status as sys::lr_status, "lr_router_dispatch").map(|()| e.instance),
+            reason: Reason(e.reason as u32),
+            cached_tokens: e.cached_tokens,
+            cost: if e.cost.is_nan() { None } else { Some(e.cost) },
+            waited: Duration::from_nanos(e.waited_ns),
+            urgency: e.urgency,
+            tenant: e.tenant,
+        }
+    }
+}
+
+/// A failed [`Router::dispatch`]: the status, and the requests let out
+/// before it, which have left the queue and must be handled. Converts into
+/// [`Error`] for `?`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchError {
+    /// The status.
+    pub error: Error,
+    /// The requests let out before the failure.
+    pub dispatched: Vec<Dispatched>,
+}
+
+impl fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} requests let out before it)",
+            self.error,
+            self.dispatched.len()
+        )
+    }
+}
+
+impl std::error::Error for DispatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<DispatchError> for Error {
+    fn from(e: DispatchError) -> Error {
+        e.error
+    }
+}
+
 /// The router's counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -617,6 +750,24 @@ pub struct RouterStats {
     pub observed_expected_tokens: u64,
     /// The tokens their engines reported reusing.
     pub observed_cached_tokens: u64,
+    /// Requests waiting in the queue now.
+    pub waiting: u64,
+    /// The prompt tokens of those.
+    pub waiting_tokens: u64,
+    /// Requests that have waited (`route` answered [`Reason::WAITING`]).
+    pub waited: u64,
+    /// Of those, dispatched.
+    pub waited_dispatched: u64,
+    /// Of those, expired.
+    pub waited_expired: u64,
+    /// Of those, cancelled ([`Router::fail`]).
+    pub waited_cancelled: u64,
+    /// Of those, dropped at dispatch (their id came in flight meanwhile).
+    pub waited_dropped: u64,
+    /// Sheddable requests refused ([`crate::ErrorKind::Busy`]).
+    pub shed: u64,
+    /// The total time the dispatched ones waited, nanoseconds.
+    pub wait_ns: u64,
 }
 
 impl RouterStats {
@@ -675,6 +826,9 @@ impl Router {
         o.gauge_ttl_ns = nanos(opt.gauge_ttl);
         o.max_peers = opt.max_peers;
         o.index_eviction = opt.index_eviction.c();
+        o.queue_capacity = opt.queue_capacity;
+        o.queue_tenants = opt.queue_tenants;
+        o.queue_tokens = opt.queue_tokens;
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options (the nested learner and network
         // options live for the call; the library copies them) and an out
@@ -812,7 +966,12 @@ impl Router {
 
     /// Chooses an instance for a request and, unless
     /// [`RouteFlags::DRY_RUN`], records the dispatch and learns the prompt
-    /// there.
+    /// there. With [`RouteFlags::MAY_WAIT`] the router may hold the request
+    /// instead: the decision's `instance` is [`INSTANCE_NONE`] and its
+    /// `reason` [`Reason::WAITING`] (its other fields zero);
+    /// [`Router::dispatch`] lets it out later and [`Router::fail`]
+    /// withdraws it. With [`RouteFlags::SHEDDABLE`] too, a request that
+    /// would wait is refused with [`crate::ErrorKind::Busy`].
     pub fn route(&self, req: &Request<'_>) -> Result<Decision> {
         let q = req.to_c();
         let mut d = init(sys::lr_decision_init_sized);
@@ -900,13 +1059,89 @@ impl Router {
         )
     }
 
-    /// A request failed or was cancelled.
+    /// A request failed or was cancelled. A request waiting in the queue
+    /// ([`RouteFlags::MAY_WAIT`]) is withdrawn: it is never dispatched.
     pub fn fail(&self, request_id: u64, now_ns: u64) -> Result<()> {
         // SAFETY: plain values.
         check(
             unsafe { sys::lr_router_fail(self.ptr(), request_id, now_ns) },
             "lr_router_fail",
         )
+    }
+
+    /// Lets waiting requests out of the queue (`lr_router_dispatch`): call
+    /// it whenever capacity may have freed (a first token, a completion, a
+    /// scrape, a timer). First come those whose deadline is at or before
+    /// `now_ns` ([`crate::ErrorKind::Expired`], earliest first), then,
+    /// while the fleet is not saturated, the next by urgency, fair share
+    /// between tenants and arrival, each routed now as [`Router::route`]
+    /// would route it (`Ok(instance)`: send it there). Returns every
+    /// request that may go now; each has left the queue.
+    ///
+    /// On a failure ([`crate::ErrorKind::NoMem`]: that request stays
+    /// waiting) the [`DispatchError`] carries the requests let out before
+    /// it, which have left the queue too and must be handled.
+    pub fn dispatch(&self, now_ns: u64) -> Result<Vec<Dispatched>, DispatchError> {
+        let mut out = Vec::new();
+        match self.dispatch_into(now_ns, usize::MAX, &mut out) {
+            Ok(_) => Ok(out),
+            Err(error) => Err(DispatchError {
+                error,
+                dispatched: out,
+            }),
+        }
+    }
+
+    /// [`Router::dispatch`] letting at most `max` requests out, appended to
+    /// `out` (its allocation reused); returns how many. Those appended
+    /// before an error stay in `out`: they have left the queue.
+    pub fn dispatch_into(
+        &self,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> Result<usize> {
+        const OP: &str = "lr_router_dispatch";
+        let mut buf = [sys::lr_dispatched::default(); DISPATCH_CHUNK];
+        let mut total = 0usize;
+        loop {
+            let cap = (max - total).min(DISPATCH_CHUNK);
+            let mut n = 0usize;
+            // SAFETY: the buffer has `cap` entries of lr_dispatched.
+            let st = unsafe {
+                sys::lr_router_dispatch(
+                    self.ptr(),
+                    now_ns,
+                    buf.as_mut_ptr(),
+                    cap,
+                    size_of::<sys::lr_dispatched>(),
+                    &mut n,
+                )
+            };
+            assert!(n <= cap, "lr_router_dispatch overran its buffer");
+            out.extend(buf[..n].iter().map(Dispatched::from_c));
+            total += n;
+            check(st, OP)?;
+            // A full buffer may have stopped it: ask again.
+            if n < cap || total == max {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Whether the fleet is saturated now, as `route` and `dispatch` judge
+    /// it (`true` with no routable instance): every routable instance has
+    /// [`Param::SATURATION_QUEUE`] of the router's requests waiting for
+    /// their first token, or a fresh scrape reporting that many waiting or
+    /// [`Param::SATURATION_KV`] of its KV cache in use. Changes nothing.
+    pub fn saturated(&self, now_ns: u64) -> Result<bool> {
+        let mut s = 0;
+        // SAFETY: out pointer.
+        check(
+            unsafe { sys::lr_router_saturated(self.ptr(), now_ns, &mut s) },
+            "lr_router_saturated",
+        )?;
+        Ok(s != 0)
     }
 
     /// Proposes moves of queued requests off instances whose expected TTFT
@@ -1216,6 +1451,15 @@ impl Router {
             observed_reports: s.observed_reports,
             observed_expected_tokens: s.observed_expected_tokens,
             observed_cached_tokens: s.observed_cached_tokens,
+            waiting: s.waiting,
+            waiting_tokens: s.waiting_tokens,
+            waited: s.waited,
+            waited_dispatched: s.waited_dispatched,
+            waited_expired: s.waited_expired,
+            waited_cancelled: s.waited_cancelled,
+            waited_dropped: s.waited_dropped,
+            shed: s.shed,
+            wait_ns: s.wait_ns,
         })
     }
 
