@@ -17,6 +17,7 @@
 
 #include "libroute/lr_router.h"
 #include "policy/adaptive.h"
+#include "policy/policy.h"
 #include "router-helpers.h"
 #include "router/router.h"
 #include "testutil.h"
@@ -751,6 +752,72 @@ adaptive_credits_delivered_hits(void **state)
     }
 }
 
+/* With a deadline, adaptive keeps its least-cost choice when that meets
+ * it, takes the least-cost instance predicted to meet it when it would
+ * not (reason slo-switch), and the one predicted fastest when none would.
+ * Row 0 queues 2 s of prefill and decodes nothing; row 1 queues nothing
+ * but decodes 100 requests, each costing 0.1 s to a first token there:
+ * its cost (the decode term, 30 s) is far above row 0's, its TTFT far
+ * below. */
+static void
+adaptive_meets_deadlines(void **state)
+{
+    (void)state;
+    lr_candidate rows[2] = { row_of(0, 8000, 16000, 0),
+                             row_of(1, 8000, 0, 100) };
+    rows[1].ttft_s_per_decoding = 0.1;
+    rows[1].ttft_s_per_token = 1.0 / 8000;
+    double params[LR__PARAM_COUNT];
+    for (int k = 0; k < LR__PARAM_COUNT; k++)
+        params[k] = lr_param_bounds(k).def;
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.params = params;
+    in.n_params = LR__PARAM_COUNT;
+    in.prompt_tokens = 800; /* 0.1 s of its own */
+    in.seed = 3;
+    double sc[2];
+    lr_decision d;
+    lr_decision_init(&d);
+    struct {
+        double budget;
+        double on;
+        uint32_t want;
+        int32_t reason;
+    } cases[] = {
+        { 0, 1, 0, LR_REASON_MIN_COST },      /* no deadline */
+        { 5, 1, 0, LR_REASON_MIN_COST },      /* row 0 meets 5 s */
+        { 1, 1, 1, LR_REASON_SLO_SWITCH },    /* only row 1 meets 1 s */
+        { 0.01, 1, 1, LR_REASON_SLO_SWITCH }, /* none: the fastest */
+        { 1, 0, 0, LR_REASON_MIN_COST },      /* switched off */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        in.ttft_budget_s = cases[k].budget;
+        params[LR_PARAM_ADAPTIVE_DEADLINE] = cases[k].on;
+        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
+                                   sizeof rows[0], sc, &d),
+                  LR_OK);
+        assert_int_equal(d.instance, cases[k].want);
+        assert_reason(d, cases[k].reason);
+    }
+    /* a 0.2 caller's input has no budget; a bad budget is refused */
+    in.ttft_budget_s = 1;
+    params[LR_PARAM_ADAPTIVE_DEADLINE] = 1;
+    in.struct_size = LR_POLICY_INPUT_SIZE_V1;
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 0);
+    in.struct_size = sizeof in;
+    double bad[] = { -1, NAN, INFINITY };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        in.ttft_budget_s = bad[k];
+        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
+                                   sizeof rows[0], sc, &d),
+                  LR_EINVAL);
+    }
+}
+
 int
 main(void)
 {
@@ -764,6 +831,7 @@ main(void)
         cmocka_unit_test(observed_from_a_full_cache_say_nothing),
         cmocka_unit_test(observe_cached_bad_input),
         cmocka_unit_test(adaptive_credits_delivered_hits),
+        cmocka_unit_test(adaptive_meets_deadlines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -438,6 +438,34 @@ limits_and_bad_input(void **state)
     lr_router_destroy(r); /* with requests waiting: nothing leaks */
 }
 
+/* The router hands a request's deadline to the policy as its TTFT budget
+ * (lr_policy_input.ttft_budget_s), so lr_policy_decide() replays it. */
+static void
+budget_in_policy_input(void **state)
+{
+    (void)state;
+    lr_router *r = mk(1, 8);
+    uint32_t t[16];
+    toks(t, 16, 1);
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 1;
+    q.tokens = t;
+    q.n_tokens = 16;
+    q.now_ns = T0;
+    double params[64];
+    uint64_t deadlines[] = { 0, T0 + 2 * SEC, T0, T0 - 1 };
+    double want[] = { 0, 2.0, 1e-9, 1e-9 };
+    for (size_t k = 0; k < 4; k++) {
+        q.deadline_ns = deadlines[k];
+        lr_policy_input in;
+        lr_policy_input_init(&in);
+        assert_st(lr_router_policy_input(r, &q, &in, params, 64), LR_OK);
+        assert_true(in.ttft_budget_s == want[k]);
+    }
+    lr_router_destroy(r);
+}
+
 /* ---- the differential run ------------------------------------------------------------ */
 
 enum {
@@ -726,6 +754,7 @@ main(void)
         cmocka_unit_test(expire_and_cancel),
         cmocka_unit_test(saturation_from_scrapes),
         cmocka_unit_test(limits_and_bad_input),
+        cmocka_unit_test(budget_in_policy_input),
         cmocka_unit_test(differential),
         cmocka_unit_test(oom_wait_and_dispatch),
     };

@@ -253,7 +253,12 @@ typedef enum lr_param {
      * output_weight * expected output tokens (1 and 2; 0 .. 1000 each).
      * Router only. @since 0.3 */
     LR_PARAM_FAIR_INPUT_WEIGHT = 42,
-    LR_PARAM_FAIR_OUTPUT_WEIGHT = 43
+    LR_PARAM_FAIR_OUTPUT_WEIGHT = 43,
+    /** adaptive: 1 chooses, for a request with a deadline, among the
+     * instances predicted to meet it (its headroom) when its least-cost
+     * choice would not, and the one predicted fastest when none would
+     * (reason LR_REASON_SLO_SWITCH); 0 ignores deadlines (1). @since 0.3 */
+    LR_PARAM_ADAPTIVE_DEADLINE = 44
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all
@@ -476,10 +481,19 @@ typedef struct lr_policy_input {
      * inputs; NULL: cold start, the fallback decides. */
     lr_mlp *model;
     /* v1 ends here */
+    /** The request's TTFT budget: seconds left until its deadline
+     * (lr_request.deadline_ns less now), the smallest positive value
+     * (1e-9) once it has passed; 0: no deadline. Finite, >= 0. adaptive
+     * prefers an instance predicted to meet it (LR_PARAM_ADAPTIVE_DEADLINE).
+     * @since 0.3 */
+    double ttft_budget_s;
+    /* v2 ends here */
 } lr_policy_input;
 
 #define LR_POLICY_INPUT_SIZE_V1 \
     (offsetof(lr_policy_input, model) + sizeof(void *))
+#define LR_POLICY_INPUT_SIZE_V2 \
+    (offsetof(lr_policy_input, ttft_budget_s) + sizeof(double))
 
 #ifndef __cplusplus
 #define LR_POLICY_INPUT_INIT                                        \

@@ -456,11 +456,12 @@ fleet_load(const struct lr__pctx *c)
     return rate / (double)c->n * (lasting > now ? lasting : now);
 }
 
-/* The row's predicted TTFT for this request, plus what placing it there
- * costs the others: its prefill work for those queued behind it, its
- * decoding for those on the instance. */
+/* The row's predicted TTFT for this request (*ttft), plus what placing
+ * it there costs the others: its prefill work for those queued behind
+ * it, its decoding for those on the instance. */
 static double
-social_cost(const struct lr__pctx *c, const lr_candidate *r, double load)
+social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
+            double *ttft_out)
 {
     double s = s_per_token(r);
     double cached = lr__adaptive_delivered(r, c->stride);
@@ -475,26 +476,78 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load)
     double work = LR__P(c, ADAPTIVE_WORK_WEIGHT) * load * own;
     double decode = LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
                     r->ttft_s_per_decoding;
+    *ttft_out = ttft;
     return ttft + work + decode;
+}
+
+/* Whether row k is predicted to meet a TTFT budget (0: every row is). */
+static bool
+meets(const struct lr__pctx *c, size_t k, double load, double budget_s)
+{
+    if (budget_s <= 0)
+        return true;
+    double t;
+    (void)social_cost(c, lr__row(c, k), load, &t);
+    return t <= budget_s;
+}
+
+/* The least score among the rows predicted to meet budget_s (0: every
+ * row), near-ties drawn so that noise (a probe's jitter, a fit's) does
+ * not pile a burst onto one instance; LR_INSTANCE_NONE when no row
+ * meets it. */
+static uint32_t
+least(const struct lr__pctx *c, double load, double budget_s)
+{
+    double lo = INFINITY;
+    for (size_t k = 0; k < c->n; k++)
+        if (c->score[k] < lo && meets(c, k, load, budget_s))
+            lo = c->score[k];
+    if (lo == INFINITY)
+        return LR_INSTANCE_NONE;
+    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
+    uint32_t pick = 0, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++)
+        if (c->score[k] <= tie && meets(c, k, load, budget_s) &&
+            lr__rng_below(c->rng, ++ties) == 0)
+            pick = k;
+    return pick;
+}
+
+/* The row predicted fastest for this request. */
+static uint32_t
+fastest(const struct lr__pctx *c, double load)
+{
+    uint32_t best = 0;
+    double lo = INFINITY, t;
+    for (uint32_t k = 0; k < c->n; k++) {
+        (void)social_cost(c, lr__row(c, k), load, &t);
+        if (t < lo) {
+            lo = t;
+            best = k;
+        }
+    }
+    return best;
 }
 
 struct lr__choice
 lr__adaptive_decide(const struct lr__pctx *c)
 {
-    double load = fleet_load(c);
-    double lo = INFINITY;
-    for (size_t k = 0; k < c->n; k++) {
-        c->score[k] = social_cost(c, lr__row(c, k), load);
-        lo = c->score[k] < lo ? c->score[k] : lo;
-    }
-    /* near-ties are drawn, so that noise (a probe's jitter, a fit's) does
-     * not pile a burst onto one instance */
-    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
-    uint32_t pick = 0, ties = 0;
-    for (uint32_t k = 0; k < c->n; k++)
-        if (c->score[k] <= tie && lr__rng_below(c->rng, ++ties) == 0)
-            pick = k;
-    return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
+    double load = fleet_load(c), t;
+    for (size_t k = 0; k < c->n; k++)
+        c->score[k] = social_cost(c, lr__row(c, k), load, &t);
+    uint32_t pick = least(c, load, 0);
+    if (c->budget_s <= 0 || LR__P(c, ADAPTIVE_DEADLINE) == 0 ||
+        meets(c, pick, load, c->budget_s))
+        return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
+    /* Headroom: the least-cost choice would miss the request's deadline.
+     * Among the instances predicted to meet it, the least cost; when none
+     * is, the one predicted fastest, the request's best chance. */
+    uint32_t k = least(c, load, c->budget_s);
+    if (k == LR_INSTANCE_NONE)
+        k = fastest(c, load);
+    return lr__choose(c, k,
+                      k == pick ? LR_REASON_MIN_COST : LR_REASON_SLO_SWITCH,
+                      LR_POLICY_ADAPTIVE);
 }
 
 /* ---- the state, behind its operations ------------------------------------------ */

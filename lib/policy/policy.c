@@ -90,6 +90,7 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_SATURATION_KV] = REAL(0.01, 1, 0.8),
     [LR_PARAM_FAIR_INPUT_WEIGHT] = UPTO(1000, 1),
     [LR_PARAM_FAIR_OUTPUT_WEIGHT] = UPTO(1000, 2),
+    [LR_PARAM_ADAPTIVE_DEADLINE] = SWITCH(1),
 };
 
 #undef FRACTION
@@ -744,8 +745,10 @@ lr_policy_decide(int32_t policy, const lr_policy_input *input,
                  LR_EINVAL);
     LR_RETURN_IF(n_rows > UINT32_MAX - 1, LR_EINVAL);
     LR_RETURN_IF(policy < 0 || policy >= LR__POLICY_COUNT, LR_ENOTSUP);
-    lr_policy_input in;
+    lr_policy_input in = { 0 }; /* a 0.2 caller's has no budget */
     LR_TRY(lr__copy_sized(&in, sizeof in, input, LR_POLICY_INPUT_SIZE_V1));
+    LR_RETURN_IF(!(in.ttft_budget_s >= 0) || isinf(in.ttft_budget_s),
+                 LR_EINVAL);
     LR_RETURN_IF(out->struct_size < LR_DECISION_SIZE_V1, LR_EVERSION);
     double param[LR__PARAM_COUNT];
     LR_TRY(params_from(&in, param));
@@ -774,6 +777,7 @@ lr_policy_decide(int32_t policy, const lr_policy_input *input,
         .pt = &lr__builtin_policies,
         .rng = &rng,
         .score = scores,
+        .budget_s = in.ttft_budget_s,
     };
     struct lr__choice ch = lr__policy_decide(policy, &c);
     lr__decision_fill(out, &c, &ch, in.seed);

@@ -31,7 +31,7 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 17
-#define LR__PARAM_COUNT 44
+#define LR__PARAM_COUNT 45
 #define LR__REASON_COUNT 17
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
@@ -66,7 +66,8 @@ struct lr__pctx {
     float *model_scratch;
     const struct lr__ptable *pt; /* the table p is a row of (a fallback's) */
     struct lr__rng *rng;
-    double *score; /* n: out, NaN on entry */
+    double *score;   /* n: out, NaN on entry */
+    double budget_s; /* TTFT budget (lr_policy_input.ttft_budget_s), 0: none */
 };
 
 /* A policy's pick. */

@@ -337,6 +337,17 @@ route_table(lr_router *r, struct route *rt, bool records)
 
 /* ---- route: decide and record ----------------------------------------------------------- */
 
+/* The request's TTFT budget at its now (lr_policy_input.ttft_budget_s). */
+static double
+budget_of(const lr_request *q)
+{
+    if (q->deadline_ns == 0)
+        return 0;
+    if (q->deadline_ns <= q->now_ns)
+        return 1e-9;
+    return (double)(q->deadline_ns - q->now_ns) / 1e9;
+}
+
 static uint32_t
 output_of(const lr_router *r, const lr_request *q)
 {
@@ -363,6 +374,7 @@ route_decide(lr_router *r, struct route *rt)
         .model = NULL,
         .pt = r->pt,
         .score = rt->sc->score,
+        .budget_s = budget_of(rt->v.q),
     };
     uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
@@ -813,6 +825,8 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
     in->last_instance = route_decide(r, &rt).last; /* the cursor, if any */
     in->seed = 0;
     in->model = NULL;
+    if (in->struct_size >= LR_POLICY_INPUT_SIZE_V2)
+        in->ttft_budget_s = budget_of(&q);
     lr__router_rdunlock(r);
     lr__router_scratch_put(r, sc);
     return LR_OK;

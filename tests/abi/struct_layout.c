@@ -727,6 +727,10 @@ FIELD(lr_policy_input, lr_policy_input_v1, last_instance, uint32_t);
 FIELD(lr_policy_input, lr_policy_input_v1, seed, uint64_t);
 FIELD(lr_policy_input, lr_policy_input_v1, model, lr_mlp *);
 SIZED(lr_policy_input, lr_policy_input_v1, LR_POLICY_INPUT_SIZE_V1, model);
+_Static_assert(offsetof(lr_policy_input, ttft_budget_s) ==
+                       LR_POLICY_INPUT_SIZE_V1 &&
+                   LR_POLICY_INPUT_SIZE_V2 == LR_POLICY_INPUT_SIZE_V1 + 8,
+               "lr_policy_input: 0.3 appended ttft_budget_s");
 
 struct lr_cost_options_v1 {
     size_t struct_size;
