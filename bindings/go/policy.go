@@ -168,6 +168,12 @@ const (
 	// expected output tokens.
 	ParamFairInputWeight  Param = C.LR_PARAM_FAIR_INPUT_WEIGHT
 	ParamFairOutputWeight Param = C.LR_PARAM_FAIR_OUTPUT_WEIGHT
+	// adaptive: 1 (the default) chooses, for a request with a TTFT budget
+	// (PolicyInput.TTFTBudgetSeconds, Request.Deadline), among the
+	// instances predicted to meet it when its least-cost choice would not,
+	// and the one predicted fastest when none would (ReasonSLOSwitch); 0
+	// ignores deadlines.
+	ParamAdaptiveDeadline Param = C.LR_PARAM_ADAPTIVE_DEADLINE
 )
 
 // ParamCount returns how many parameters the loaded library has
@@ -394,6 +400,10 @@ type PolicyInput struct {
 	// LodestarFeatureCount() inputs; nil: cold start, its fallback decides.
 	// Used as Mlp.Predict uses it: not concurrently with other calls on it.
 	Model *Mlp
+	// The request's TTFT budget: seconds left until its deadline (1e-9
+	// once it has passed); 0: no deadline. Finite, >= 0. adaptive prefers
+	// an instance predicted to meet it (ParamAdaptiveDeadline).
+	TTFTBudgetSeconds float64
 }
 
 // DefaultPolicyInput returns the library's defaults
@@ -418,7 +428,8 @@ func LodestarFeatureCount() int {
 // the returned Decision has one Score per row. nil in means
 // DefaultPolicyInput(). Bad rows (none, cached tokens above the prompt, a
 // prefill rate that is not positive, KV use outside [0, 1], a negative or
-// non-finite RTT or stall) are ErrInvalid, an unknown policy
+// non-finite RTT or stall) and a negative or non-finite TTFTBudgetSeconds
+// are ErrInvalid, an unknown policy
 // ErrNotSupported, a parameter out of bounds ErrRange, a closed Model
 // ErrClosed. Rows may name one instance twice: the policy ranks rows, not
 // instances.
@@ -436,6 +447,7 @@ func Decide(p Policy, in *PolicyInput, rows []Candidate) (Decision, error) {
 	ci.block_tokens = C.uint32_t(in.BlockTokens)
 	ci.last_instance = C.uint32_t(in.LastInstance)
 	ci.seed = C.uint64_t(in.Seed)
+	ci.ttft_budget_s = C.double(in.TTFTBudgetSeconds)
 	var model *C.lr_mlp
 	if in.Model != nil {
 		if in.Model.p == nil {

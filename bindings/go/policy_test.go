@@ -162,6 +162,64 @@ func TestDecideErrors(t *testing.T) {
 	}
 }
 
+// adaptive with a TTFT budget: it keeps its least-cost row when that is
+// predicted to meet the budget, takes the one predicted to meet it when it
+// would not (ReasonSLOSwitch), and the fastest when none would. Row 0
+// queues 2 s of prefill and decodes nothing; row 1 queues nothing but
+// decodes 100 requests at 0.1 s each to a first token: its cost is far
+// above row 0's, its predicted TTFT far below.
+func TestDecideAdaptiveDeadline(t *testing.T) {
+	const op = "lr_policy_decide"
+	rs := candidates(0, 1)
+	rs[0].PrefillTokens = 16000
+	rs[1].Class, rs[1].Inflight = 1, 100
+	rs[1].TTFTSecondsPerDecoding, rs[1].TTFTSecondsPerToken = 0.1, 1.0/8000
+	for i := range rs {
+		rs[i].PrefillRate = 8000
+	}
+	if b, err := ParamAdaptiveDeadline.Bounds(); err != nil || b.Default != 1 || !b.Integer {
+		t.Fatalf("ParamAdaptiveDeadline bounds %+v, %v", b, err)
+	}
+	cases := []struct {
+		budget float64
+		on     float64
+		want   InstanceID
+		reason Reason
+	}{
+		{0, 1, 0, ReasonMinCost},      // no deadline
+		{5, 1, 0, ReasonMinCost},      // row 0 meets 5 s
+		{1, 1, 1, ReasonSLOSwitch},    // only row 1 meets 1 s
+		{0.01, 1, 1, ReasonSLOSwitch}, // none does: the fastest
+		{1, 0, 0, ReasonMinCost},      // switched off
+	}
+	for _, c := range cases {
+		in := DefaultPolicyInput()
+		in.PromptTokens, in.Seed = 800, 3
+		in.Params = DefaultParams()
+		in.Params[ParamAdaptiveDeadline] = c.on
+		in.TTFTBudgetSeconds = c.budget
+		d, err := Decide(PolicyAdaptive, &in, rs)
+		if err != nil {
+			t.Fatalf("budget %v on %v: %v", c.budget, c.on, err)
+		}
+		if d.Instance != c.want || d.Reason != c.reason {
+			t.Errorf("budget %v on %v: instance %v reason %v, want %v %v",
+				c.budget, c.on, d.Instance, d.Reason, c.want, c.reason)
+		}
+	}
+	// On by default: a budget alone switches.
+	in := DefaultPolicyInput()
+	in.PromptTokens, in.Seed, in.TTFTBudgetSeconds = 800, 3, 1
+	if d, err := Decide(PolicyAdaptive, &in, rs); err != nil || d.Instance != 1 {
+		t.Errorf("default params, budget 1 s: %+v, %v", d, err)
+	}
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		in.TTFTBudgetSeconds = bad
+		_, err := Decide(PolicyAdaptive, &in, rs)
+		wantStatus(t, err, ErrInvalid, StatusInvalid, op)
+	}
+}
+
 // DualMap over a table with no ring rank 1 (0: not among the ring's
 // candidates, or no ring) has no ring candidates and decides by load.
 func TestDecideDualMapWithoutRingRanks(t *testing.T) {
@@ -614,8 +672,19 @@ func TestRouterPolicyInput(t *testing.T) {
 	}
 	if in.PromptTokens != 100 || in.ExpectedOutputTokens != 7 || in.BlockTokens != 16 ||
 		in.LastInstance != InstanceNone || in.Seed != 0 || in.Model != nil ||
-		len(in.Params) != ParamCount() {
+		len(in.Params) != ParamCount() || in.TTFTBudgetSeconds != 0 {
 		t.Fatalf("%+v", in)
+	}
+	// A deadline reaches the policy as the seconds left at Now.
+	for _, c := range []struct {
+		deadline uint64
+		budget   float64
+	}{{3 * sec, 2}, {sec + sec/4, 0.25}, {sec, 1e-9}, {sec - 1, 1e-9}, {0, 0}} {
+		q := Request{Tokens: make([]uint32, 100), Now: sec, Deadline: c.deadline}
+		if in, err := r.PolicyInput(&q); err != nil || in.TTFTBudgetSeconds != c.budget {
+			t.Errorf("deadline %d at %d: budget %v, want %v (%v)",
+				c.deadline, sec, in.TTFTBudgetSeconds, c.budget, err)
+		}
 	}
 	if v, _ := r.Param(ParamPrefixMinRatio); in.Params[ParamPrefixMinRatio] != v {
 		t.Errorf("prefix_min_ratio %v, router %v", in.Params[ParamPrefixMinRatio], v)

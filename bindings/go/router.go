@@ -407,6 +407,8 @@ type Request struct {
 	Tenant uint64
 	// The request's TTFT deadline on the host's clock, nanoseconds (0:
 	// none): still waiting then, Dispatch returns it with ErrExpired.
+	// adaptive routes it where it is predicted to meet it (the policy's
+	// PolicyInput.TTFTBudgetSeconds; ParamAdaptiveDeadline).
 	Deadline uint64
 	// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
 	// most urgent) .. Urgencies-1.
@@ -1128,9 +1130,11 @@ func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 // (lr_router_policy_input), besides the table (Candidates), the seed
 // (Decision.Seed) and Lodestar's model (LearnerSave): the prompt length,
 // the expected output tokens with the router's default applied, the block
-// size, round-robin's cursor (InstanceNone before its first route) and
-// every parameter in service, indexed by Param. During a GORGO tuner trial
-// its weights are the trial's, not the incumbent Param and Params report.
+// size, round-robin's cursor (InstanceNone before its first route), every
+// parameter in service, indexed by Param, and the TTFT budget (Deadline
+// less Now in seconds, 1e-9 once it has passed, 0 without a deadline).
+// During a GORGO tuner trial its weights are the trial's, not the
+// incumbent Param and Params report.
 // Seed is 0 and Model nil: set them, and Decide replays the route. req is
 // checked as Route checks it (ErrInvalid); nothing in the router changes.
 func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
@@ -1146,6 +1150,9 @@ func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
 	q.expected_output_tokens = C.uint32_t(req.ExpectedOutputTokens)
 	q.flags = C.uint32_t(req.Flags)
 	q.now_ns = C.uint64_t(req.Now)
+	q.tenant = C.uint64_t(req.Tenant)
+	q.deadline_ns = C.uint64_t(req.Deadline)
+	q.urgency = C.uint32_t(req.Urgency)
 	h, err := r.acquire()
 	if err != nil {
 		return PolicyInput{}, err
@@ -1171,6 +1178,7 @@ func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
 			ExpectedOutputTokens: uint32(in.expected_output_tokens),
 			BlockTokens:          uint32(in.block_tokens),
 			LastInstance:         InstanceID(in.last_instance),
+			TTFTBudgetSeconds:    float64(in.ttft_budget_s),
 		}, nil
 	}
 }

@@ -390,7 +390,7 @@ var allParams = []Param{
 	ParamAdaptiveWorkWeight, ParamAdaptiveContention, ParamAdaptiveTieSeconds,
 	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
 	ParamClockSkewSeconds, ParamSaturationQueue, ParamSaturationKV,
-	ParamFairInputWeight, ParamFairOutputWeight,
+	ParamFairInputWeight, ParamFairOutputWeight, ParamAdaptiveDeadline,
 }
 
 func TestParams(t *testing.T) {

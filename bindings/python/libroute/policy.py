@@ -88,7 +88,10 @@ class PolicyInput(NamedTuple):
     GORGO's weights during a tuner trial, the trial's, which differ from
     Router.get_param()'s incumbent); ``expected_output_tokens`` has the
     router's default applied; ``last_instance`` is round-robin's cursor,
-    None before its first route.
+    None before its first route; ``ttft_budget_s`` is the request's TTFT
+    budget, the seconds from its ``now_ns`` to its ``deadline_ns`` (1e-9
+    once that has passed, 0.0 without a deadline), which adaptive tries to
+    meet (Param.ADAPTIVE_DEADLINE).
     """
 
     prompt_tokens: int
@@ -96,6 +99,7 @@ class PolicyInput(NamedTuple):
     block_tokens: int
     last_instance: Optional[int]
     params: Tuple[float, ...]
+    ttft_budget_s: float = 0.0
 
 
 def policy_input_from(inp, params) -> PolicyInput:
@@ -103,7 +107,7 @@ def policy_input_from(inp, params) -> PolicyInput:
     last = inp.last_instance
     return PolicyInput(inp.prompt_tokens, inp.expected_output_tokens,
                        inp.block_tokens, None if last == _NONE else last,
-                       tuple(params[0:inp.n_params]))
+                       tuple(params[0:inp.n_params]), inp.ttft_budget_s)
 
 
 def decision_from(d, scores) -> Decision:
@@ -327,7 +331,8 @@ def params_array(params) -> Tuple[Any, int]:
 def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
            params=None, model=None, expected_output_tokens: int = 0,
            block_tokens: int = 16,
-           last_instance: Optional[int] = None) -> Decision:
+           last_instance: Optional[int] = None,
+           ttft_budget_s: float = 0.0) -> Decision:
     """lr_policy_decide(): choose one row of a candidate table.
 
     ``rows`` is a Candidates (read in place) or an iterable of Candidate
@@ -335,13 +340,18 @@ def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
     bounds raise OutOfRangeError, unknown keys NotSupportedError).
     ``model`` is an Mlp with lodestar_feature_count() inputs that scores
     Lodestar's candidates (None: cold start, its fallback decides).
-    ``last_instance`` is the instance round-robin served last. A
-    Router.policy_input() supplies all but ``seed`` and ``model``.
+    ``last_instance`` is the instance round-robin served last.
+    ``ttft_budget_s`` is the request's TTFT budget in seconds (0.0: no
+    deadline); adaptive, with Param.ADAPTIVE_DEADLINE on, prefers a row
+    predicted to meet it (reason Reason.SLO_SWITCH when that changes its
+    choice). A Router.policy_input() supplies all but ``seed`` and
+    ``model``.
 
     Returns a Decision whose ``scores`` has one Score per row, in the
     table's order. Bad rows (cached_tokens above prompt_tokens, a
     prefill_rate that is not positive, kv_use outside [0, 1], a negative
-    or non-finite rtt_ms or stall_s, no rows) raise InvalidArgumentError;
+    or non-finite rtt_ms or stall_s, no rows) and a negative or
+    non-finite ``ttft_budget_s`` raise InvalidArgumentError;
     an unknown policy NotSupportedError. Rows may name one instance twice:
     the policy ranks rows, not instances.
     """
@@ -356,7 +366,8 @@ def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
                                           "expected_output_tokens"),
                block_tokens=u32(block_tokens, "block_tokens"),
                last_instance=_NONE if last_instance is None
-               else u32(last_instance, "last_instance"))
+               else u32(last_instance, "last_instance"),
+               ttft_budget_s=ttft_budget_s)
     pa, npa = params_array(params)
     inp.params = pa
     inp.n_params = npa

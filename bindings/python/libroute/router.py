@@ -470,18 +470,21 @@ class Router(_Handle):
                      request_id: int = 0, tenant_salt: int = 0,
                      session: Optional[int] = None,
                      expected_output_tokens: int = 0,
-                     boundaries: Any = None) -> PolicyInput:
+                     boundaries: Any = None,
+                     deadline_ns: int = 0) -> PolicyInput:
         """lr_router_policy_input(): the rest of what route() hands the
         policy for this request now, besides the table (candidates()), the
         seed (Decision.seed) and Lodestar's model (learner_save()): the
         request's prompt and expected output tokens (the router's default
-        applied), the block size, round-robin's cursor and the parameters
+        applied), the block size, round-robin's cursor, the parameters
         in service (for GORGO during a tuner trial, the trial's weights,
-        not params()' incumbent). Changes nothing. The request is checked
-        as route() checks it (InvalidArgumentError); ``now_ns`` is not
-        read. See PolicyInput for replaying a route with it."""
+        not params()' incumbent) and the TTFT budget, ``deadline_ns`` less
+        ``now_ns`` in seconds (1e-9 once it has passed; 0.0 without a
+        deadline). Changes nothing. The request is checked as route()
+        checks it (InvalidArgumentError); ``now_ns`` is read only for the
+        budget. See PolicyInput for replaying a route with it."""
         q = _request(request_id, now_ns, tenant_salt, session,
-                     expected_output_tokens, 0)
+                     expected_output_tokens, 0, deadline_ns=deadline_ns)
         inp = new_sized("lr_policy_input", lib.lr_policy_input_init_sized)
         cap = lib.lr_param_count()
         with u32_in(tokens, "tokens") as tok, \

@@ -184,6 +184,41 @@ class Decide(unittest.TestCase):
         with self.assertRaises(TypeError):
             L.decide("random", "rows", prompt_tokens=10)
 
+    def test_adaptive_meets_a_ttft_budget(self):
+        # Row 0 queues 2 s of prefill and decodes nothing; row 1 queues
+        # nothing but decodes 100 requests at 0.1 s each to a first token:
+        # its cost is far above row 0's, its predicted TTFT far below.
+        rows = [row(0, prefill_tokens=16000, prefill_rate=8000.0),
+                row(1, instance_class=1, prefill_rate=8000.0, inflight=100,
+                    ttft_s_per_decoding=0.1, ttft_s_per_token=1 / 8000)]
+        cases = [  # budget, ADAPTIVE_DEADLINE, instance, reason
+            (0.0, 1, 0, L.Reason.MIN_COST),     # no deadline
+            (5.0, 1, 0, L.Reason.MIN_COST),     # row 0 meets 5 s
+            (1.0, 1, 1, L.Reason.SLO_SWITCH),   # only row 1 meets 1 s
+            (0.01, 1, 1, L.Reason.SLO_SWITCH),  # none does: the fastest
+            (1.0, 0, 0, L.Reason.MIN_COST),     # switched off
+        ]
+        for budget, on, want, reason in cases:
+            with self.subTest(budget=budget, on=on):
+                d = L.decide("adaptive", rows, prompt_tokens=800, seed=3,
+                             ttft_budget_s=budget,
+                             params={L.Param.ADAPTIVE_DEADLINE: on})
+                self.assertEqual((d.instance, d.reason), (want, reason))
+        # The parameter is on by default; no budget is decide()'s default.
+        self.assertEqual(L.Param.ADAPTIVE_DEADLINE.bounds.default, 1)
+        self.assertEqual(L.decide("adaptive", rows, prompt_tokens=800,
+                                  seed=3).instance, 0)
+        self.assertEqual(L.decide("adaptive", rows, prompt_tokens=800,
+                                  seed=3, ttft_budget_s=1).instance, 1)
+        for bad in (-1.0, math.nan, math.inf):
+            with self.subTest(budget=bad):
+                with self.assertRaises(L.InvalidArgumentError):
+                    L.decide("adaptive", rows, prompt_tokens=800,
+                             ttft_budget_s=bad)
+        with self.assertRaises(TypeError):
+            L.decide("adaptive", rows, prompt_tokens=800,
+                     ttft_budget_s="1")
+
     def test_lodestar_model_and_cold_start(self):
         rows = [row(i, inflight=i) for i in range(4)]
         cold = L.decide("lodestar", rows, prompt_tokens=100, seed=1)
@@ -439,6 +474,7 @@ class Replay(unittest.TestCase):
                               inp.block_tokens, inp.last_instance),
                              (100, 7, 16, None))
             self.assertEqual(len(inp.params), L.param_count())
+            self.assertEqual(inp.ttft_budget_s, 0.0)  # no deadline
             self.assertEqual(inp.params[L.Param.PREFIX_MIN_RATIO],
                              r.get_param(L.Param.PREFIX_MIN_RATIO))
             # The router's default output applies to 0, as route() does.
@@ -446,6 +482,16 @@ class Replay(unittest.TestCase):
             self.assertEqual(r.policy_input(t).expected_output_tokens, 300)
             d = r.route(t, request_id=1, now_ns=S)
             self.assertEqual(r.policy_input(t).last_instance, d.instance)
+            # A deadline reaches the policy as the seconds left at now_ns.
+            for deadline, budget in ((S + 2 * S, 2.0), (S, 1e-9),
+                                     (S - 1, 1e-9), (0, 0.0)):
+                with self.subTest(deadline_ns=deadline):
+                    self.assertEqual(r.policy_input(
+                        t, now_ns=S, deadline_ns=deadline).ttft_budget_s,
+                        budget)
+            self.assertEqual(r.policy_input(
+                t, now_ns=S, deadline_ns=S + 250_000_000).ttft_budget_s,
+                0.25)
             # Its fields are decide()'s keywords.
             self.assertLessEqual(set(L.PolicyInput._fields),
                                  set(inspect.signature(L.decide).parameters))

@@ -489,6 +489,7 @@ pub const LR_PARAM_SATURATION_QUEUE: lr_param = 40;
 pub const LR_PARAM_SATURATION_KV: lr_param = 41;
 pub const LR_PARAM_FAIR_INPUT_WEIGHT: lr_param = 42;
 pub const LR_PARAM_FAIR_OUTPUT_WEIGHT: lr_param = 43;
+pub const LR_PARAM_ADAPTIVE_DEADLINE: lr_param = 44;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
@@ -577,9 +578,13 @@ pub struct lr_policy_input {
     pub last_instance: u32,
     pub seed: u64,
     pub model: *mut lr_mlp,
+    // v1 ends here
+    /// The request's TTFT budget in seconds (0: no deadline) (0.3).
+    pub ttft_budget_s: f64,
 }
 pub const LR_POLICY_INPUT_SIZE_V1: usize =
     offset_of!(lr_policy_input, model) + size_of::<*const c_void>();
+pub const LR_POLICY_INPUT_SIZE_V2: usize = offset_of!(lr_policy_input, ttft_budget_s) + 8;
 
 /// Lodestar's features in the headers this crate declares; the loaded
 /// library's count is `lr_lodestar_feature_count()`.

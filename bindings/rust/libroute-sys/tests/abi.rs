@@ -181,9 +181,10 @@ fn declarations_match_the_c_headers() {
             queued_tokens, prompt_tokens, decode_tokens, kv_tokens, running, waiting,
             kv_use, rtt_ms, prefill_rate, stall_s, cached_age_s, instance_class,
             prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
-            ttft_s_per_decoding, prefill_tokens_avg, route_rate }
+            ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
-            expected_output_tokens, block_tokens, last_instance, seed, model }
+            expected_output_tokens, block_tokens, last_instance, seed, model,
+            ttft_budget_s }
         lr_cost_options { struct_size, allocator, kind, seed }
         lr_cost_tuner_stats { struct_size, state, trials, accepted, sigma,
             incumbent_p95_s, samples }
@@ -285,6 +286,7 @@ fn declarations_match_the_c_headers() {
         LR_ROUTER_URGENCIES, LR_ROUTE_MAY_WAIT, LR_ROUTE_SHEDDABLE, LR_DISPATCHED_SIZE_V1,
         LR_REASON_WAITING, LR_PARAM_SATURATION_QUEUE, LR_PARAM_SATURATION_KV,
         LR_PARAM_FAIR_INPUT_WEIGHT, LR_PARAM_FAIR_OUTPUT_WEIGHT,
+        LR_PARAM_ADAPTIVE_DEADLINE, LR_POLICY_INPUT_SIZE_V2, LR_CANDIDATE_SIZE_V2,
     );
 
     let decls = declarations();

@@ -162,6 +162,10 @@ pub struct PolicyInput<'a> {
     pub last_instance: Option<InstanceId>,
     /// Seeds every draw the policy makes.
     pub seed: u64,
+    /// The request's TTFT budget: seconds left until its deadline (1e-9
+    /// once it has passed); 0: no deadline. Finite, >= 0. adaptive prefers
+    /// an instance predicted to meet it ([`crate::Param::ADAPTIVE_DEADLINE`]).
+    pub ttft_budget_s: f64,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -176,6 +180,7 @@ impl<'a> PolicyInput<'a> {
             block_tokens: i.block_tokens,
             last_instance: (i.last_instance != INSTANCE_NONE).then_some(i.last_instance),
             seed: i.seed,
+            ttft_budget_s: i.ttft_budget_s,
         }
     }
 }
@@ -186,7 +191,8 @@ impl<'a> PolicyInput<'a> {
 /// fallback decides). Deterministic for `input.seed`; allocates nothing in
 /// the library. Bad rows (none, cached tokens above the prompt, a prefill
 /// rate that is not positive, KV use outside [0, 1], a negative or
-/// non-finite RTT or stall) are [`crate::ErrorKind::Invalid`], an unknown
+/// non-finite RTT or stall) and a negative or non-finite `ttft_budget_s`
+/// are [`crate::ErrorKind::Invalid`], an unknown
 /// policy [`crate::ErrorKind::NotSupported`], a parameter out of bounds
 /// [`crate::ErrorKind::Range`]. Rows may name one instance twice: the
 /// policy ranks rows, not instances.
@@ -219,6 +225,7 @@ pub fn decide_into(
     i.block_tokens = input.block_tokens;
     i.last_instance = input.last_instance.unwrap_or(INSTANCE_NONE);
     i.seed = input.seed;
+    i.ttft_budget_s = input.ttft_budget_s;
     i.model = model.map_or(ptr::null_mut(), |m| m.raw_ptr());
     scores.clear();
     scores.resize(rows.len(), f64::NAN);

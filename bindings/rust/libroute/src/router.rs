@@ -235,6 +235,11 @@ named_consts! { Param, consts,
     FAIR_INPUT_WEIGHT = sys::LR_PARAM_FAIR_INPUT_WEIGHT,
     /// ... plus this weight x its expected output tokens.
     FAIR_OUTPUT_WEIGHT = sys::LR_PARAM_FAIR_OUTPUT_WEIGHT,
+    /// adaptive: 1 chooses, for a request with a deadline, among the
+    /// instances predicted to meet it when its least-cost choice would
+    /// not, and the one predicted fastest when none would
+    /// ([`Reason::SLO_SWITCH`]); 0 ignores deadlines.
+    ADAPTIVE_DEADLINE = sys::LR_PARAM_ADAPTIVE_DEADLINE,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -481,7 +486,9 @@ pub struct Request<'a> {
     /// separate cached prefixes.
     pub tenant: u64,
     /// Its TTFT deadline on the host's clock, nanoseconds (0: none): still
-    /// waiting then, [`Router::dispatch`] returns it expired.
+    /// waiting then, [`Router::dispatch`] returns it expired. adaptive
+    /// routes it where it is predicted to meet it
+    /// ([`PolicyInput::ttft_budget_s`], [`Param::ADAPTIVE_DEADLINE`]).
     pub deadline_ns: u64,
     /// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
     /// most urgent) .. [`URGENCIES`] - 1.
@@ -1553,9 +1560,11 @@ impl Router {
     /// ([`Router::candidates`]), the seed ([`Decision::seed`]) and
     /// Lodestar's model ([`Router::learner_save`]): the prompt length, the
     /// expected output tokens with the router's default applied, the block
-    /// size, round-robin's cursor and every parameter in service. During a
-    /// GORGO tuner trial its weights are the trial's, not the incumbent
-    /// [`Router::params`] reports.
+    /// size, round-robin's cursor, every parameter in service and the TTFT
+    /// budget (`deadline_ns` less `now_ns` in seconds, 1e-9 once it has
+    /// passed, 0 without a deadline). During a GORGO tuner trial its
+    /// weights are the trial's, not the incumbent [`Router::params`]
+    /// reports.
     ///
     /// The parameters go to `params` (resized to [`Param::count`], its
     /// allocation reused), which the returned input borrows; its `seed` is
@@ -1599,6 +1608,7 @@ impl Router {
                 block_tokens: i.block_tokens,
                 last_instance: (i.last_instance != INSTANCE_NONE).then_some(i.last_instance),
                 seed: i.seed,
+                ttft_budget_s: i.ttft_budget_s,
             });
         }
     }

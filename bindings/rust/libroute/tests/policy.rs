@@ -101,6 +101,64 @@ fn decide_follows_each_rule() {
     );
 }
 
+/// adaptive with a TTFT budget keeps its least-cost row when that is
+/// predicted to meet it, takes the one predicted to meet it when it would
+/// not (SLO_SWITCH), and the fastest when none would. Row 0 queues 2 s of
+/// prefill and decodes nothing; row 1 queues nothing but decodes 100
+/// requests at 0.1 s each to a first token: its cost is far above row 0's,
+/// its predicted TTFT far below.
+#[test]
+fn adaptive_meets_a_ttft_budget() {
+    let mut rs = rows(&[0, 1]);
+    rs[0].prefill_tokens = 16000;
+    rs[1].instance_class = 1;
+    rs[1].inflight = 100;
+    rs[1].ttft_s_per_decoding = 0.1;
+    rs[1].ttft_s_per_token = 1.0 / 8000.0;
+    for r in &mut rs {
+        r.prefill_rate = 8000.0;
+    }
+    let b = Param::ADAPTIVE_DEADLINE.bounds().unwrap();
+    assert_eq!((b.default, b.integer), (1.0, true));
+    let cases = [
+        (0.0, 1.0, 0, Reason::MIN_COST),    // no deadline
+        (5.0, 1.0, 0, Reason::MIN_COST),    // row 0 meets 5 s
+        (1.0, 1.0, 1, Reason::SLO_SWITCH),  // only row 1 meets 1 s
+        (0.01, 1.0, 1, Reason::SLO_SWITCH), // none does: the fastest
+        (1.0, 0.0, 0, Reason::MIN_COST),    // switched off
+    ];
+    for (budget, on, want, reason) in cases {
+        let mut params = Param::defaults();
+        params[Param::ADAPTIVE_DEADLINE.raw() as usize] = on;
+        let mut input = PolicyInput::new(800);
+        input.seed = 3;
+        input.params = &params;
+        input.ttft_budget_s = budget;
+        let d = decide(Policy::ADAPTIVE, &input, &rs).unwrap();
+        assert_eq!(
+            (d.instance, d.reason),
+            (want, reason),
+            "budget {budget} on {on}"
+        );
+    }
+    // No budget by default; the parameter is on by default.
+    let mut input = PolicyInput::new(800);
+    input.seed = 3;
+    assert_eq!(input.ttft_budget_s, 0.0);
+    assert_eq!(decide(Policy::ADAPTIVE, &input, &rs).unwrap().instance, 0);
+    input.ttft_budget_s = 1.0;
+    assert_eq!(decide(Policy::ADAPTIVE, &input, &rs).unwrap().instance, 1);
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        input.ttft_budget_s = bad;
+        want_err(
+            decide(Policy::ADAPTIVE, &input, &rs),
+            ErrorKind::Invalid,
+            "LR_EINVAL",
+            "lr_policy_decide",
+        );
+    }
+}
+
 #[test]
 fn decide_refuses_bad_input() {
     const OP: &str = "lr_policy_decide";
@@ -543,14 +601,29 @@ fn router_policy_input() {
             input.block_tokens,
             input.last_instance,
             input.seed,
-            input.params.len()
+            input.params.len(),
+            input.ttft_budget_s
         ),
-        (100, 7, 16, None, 0, Param::count() as usize)
+        (100, 7, 16, None, 0, Param::count() as usize, 0.0)
     );
     assert_eq!(
         input.params[Param::PREFIX_MIN_RATIO.raw() as usize],
         r.param(Param::PREFIX_MIN_RATIO).unwrap()
     );
+    // A deadline reaches the policy as the seconds left at now_ns.
+    let mut p = Vec::new();
+    for (deadline, budget) in [
+        (3 * SEC, 2.0),
+        (SEC + SEC / 4, 0.25),
+        (SEC, 1e-9),
+        (SEC - 1, 1e-9),
+        (0, 0.0),
+    ] {
+        let mut q = Request::new(0, &toks, SEC);
+        q.deadline_ns = deadline;
+        let input = r.policy_input(&q, &mut p).unwrap();
+        assert_eq!(input.ttft_budget_s, budget, "deadline {deadline}");
+    }
     // The router's default output applies to 0, as in route().
     r.set_param(Param::DEFAULT_OUTPUT_TOKENS, 300.0).unwrap();
     req.expected_output_tokens = 0;
