@@ -10,6 +10,12 @@ not cached, so a gateway that keeps a conversation on one engine is
 measurably faster. Prompts are serialised exactly as the gateway does
 (see prompt_text), so both sides agree on what a prefix is.
 
+For tests of a saturated fleet it can hold requests before their first
+token (POST /admin/hold, then /admin/release N at a time) and lists the
+requests' OpenAI `user` fields in the order they arrived (GET
+/admin/state), so a test controls when capacity frees and sees the order
+in which the gateway let requests through.
+
     python3 fake_engine.py --port 8101 --name e1
 
 With --kv-events it also publishes vLLM KV-cache events over ZeroMQ, as
@@ -65,6 +71,8 @@ def prompt_text(body: Dict[str, Any]) -> Tuple[List[str], str]:
 class Engine:
     """The state one fake engine shares between its request threads."""
 
+    ARRIVALS = 1000  # arrivals kept for GET /admin/state
+
     def __init__(self, name: str, *, cache_blocks: int = 4096,
                  base_s: float = 0.01, per_block_s: float = 0.002,
                  per_token_s: float = 0.002) -> None:
@@ -78,6 +86,50 @@ class Engine:
             collections.OrderedDict()
         self.running = 0
         self.served = 0
+        # Test hooks (POST /admin/hold, /admin/release, GET /admin/state):
+        # while `hold` is on, a request waits before its first token until
+        # a permit is released for it; `arrivals` are the requests' "user"
+        # fields in the order they arrived (the last ARRIVALS).
+        self.gate = threading.Condition(self.lock)
+        self.hold = False
+        self.permits = 0
+        self.held = 0
+        self.arrivals: List[str] = []
+
+    def arrive(self, tag: str) -> None:
+        with self.lock:
+            self.arrivals.append(tag)
+            del self.arrivals[:-self.ARRIVALS]
+
+    def set_hold(self, on: bool) -> None:
+        with self.lock:
+            self.hold = on
+            self.gate.notify_all()
+
+    def release(self, n: int) -> None:
+        """Let n held requests (or the next n to arrive) go on."""
+        with self.lock:
+            self.permits += n
+            self.gate.notify_all()
+
+    def wait_gate(self) -> None:
+        """Before the first token: wait while held (at most a minute, so
+        that a test that fails never leaves a thread behind for good)."""
+        with self.lock:
+            if not self.hold:
+                return
+            self.held += 1
+            self.gate.wait_for(lambda: not self.hold or self.permits > 0,
+                               timeout=60)
+            if self.permits > 0:
+                self.permits -= 1
+            self.held -= 1
+
+    def state(self) -> Dict[str, Any]:
+        with self.lock:
+            return {"arrivals": list(self.arrivals), "held": self.held,
+                    "running": self.running, "hold": self.hold,
+                    "permits": self.permits}
 
     def admit(self, text: str) -> Tuple[int, int]:
         """Look the prompt up in the cache and insert it: (cached blocks,
@@ -311,11 +363,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _admin(self) -> None:
-        """Test hooks of a KvEngine: POST /admin/drop_next_batch (the next
-        batch is kept for replay but never sent), /admin/clear (the cache
-        is emptied: AllBlocksCleared)."""
+        """Test hooks: POST /admin/hold {"on": true} (requests wait before
+        their first token from now on; false lets every one go),
+        /admin/release {"n": N} (N of them go on); of a KvEngine, POST
+        /admin/drop_next_batch (the next batch is kept for replay but
+        never sent), /admin/clear (the cache is emptied:
+        AllBlocksCleared)."""
         e = self.engine
-        if not isinstance(e, KvEngine):
+        if self.path in ("/admin/hold", "/admin/release"):
+            try:
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                if self.path == "/admin/hold":
+                    e.set_hold(bool(body.get("on", True)))
+                else:
+                    e.release(int(body.get("n", 1)))
+            except (ValueError, TypeError, AttributeError) as err:
+                self._json(400, {"error": str(err)})
+                return
+            self._json(200, e.state())
+        elif not isinstance(e, KvEngine):
             self._json(404, {"error": "no KV events"})
         elif self.path == "/admin/drop_next_batch":
             with e.kv.lock:
@@ -335,7 +402,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                              "sent": kv.sent, "dropped": kv.dropped,
                              "replays": kv.replays})
             return
-        if self.path == "/health":
+        if self.path == "/admin/state":
+            self._json(200, self.engine.state())
+        elif self.path == "/health":
             self._json(200, {"ok": True, "name": self.engine.name})
         elif self.path == "/metrics":
             e = self.engine
@@ -370,11 +439,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(400, {"error": str(e)})
             return
         e = self.engine
+        e.arrive(str(body.get("user", "")))
         if isinstance(e, KvEngine):
             cached, blocks = e.admit_tokens(prompt_tokens(body))
         else:
             cached, blocks = e.admit(text)
         try:
+            e.wait_gate()
             time.sleep(e.base_s + e.per_block_s * (blocks - cached))
             # cached_tokens as vLLM reports it, in 4-byte tokens (the
             # gateway's pseudo-tokens): 16 per 64-byte block.

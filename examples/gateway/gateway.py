@@ -35,6 +35,15 @@ token. The cached prompt tokens each engine reports (llama.cpp's
 `usage.prompt_tokens_details.cached_tokens`) are set against the router's
 prediction (Gateway.on_observed).
 
+While every backend is saturated, a request waits in the router's queue
+(waiting.py) and is let out, most urgent first and by fair share between
+tenants, as capacity frees; its priority, tenant and TTFT deadline come
+from its headers (x-llm-priority or x-gateway-inference-objective,
+x-gateway-inference-fairness-id or x-tenant-id, x-slo-ttft-ms; README,
+"Waiting"). A sheddable request (negative priority) that would wait gets
+429 at once, one whose deadline passes while it waits 429; --no-queue
+sends every request at once.
+
 GET /status shows the backends and the router's counters; GET /metrics
 the Prometheus metric set of docs/gateway.md (metrics.py).
 
@@ -55,12 +64,14 @@ import re
 import threading
 import time
 from array import array
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import libroute
 from libroute import Router, text_tokens
 
 from fake_engine import prompt_text
+from waiting import (Admission, Classifier, Waiting, parse_objectives,
+                     parse_slo)
 
 try:
     from metrics import GatewayMetrics
@@ -80,6 +91,9 @@ _WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred",
             "sglang:num_queue_reqs")
 _KV_USE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
            "sglang:token_usage")
+
+# Deadlines past the router's clock (LR_ROUTER_MAX_TIME_NS) are cut there.
+_MAX_TIME_NS = 1 << 60
 
 # The engine's native completion endpoint (llama.cpp's), routed like the
 # OpenAI ones.
@@ -198,6 +212,39 @@ class TokenizeError(Exception):
     """No backend could tokenize the prompt (--tokenize)."""
 
 
+class Choice(NamedTuple):
+    """Where a request goes and why, from route()'s Decision or from the
+    entry dispatch() let out of the queue: what the response headers and
+    the metrics say of it."""
+
+    instance: int
+    reason: str
+    decider: str
+    cached_tokens: int
+
+    @staticmethod
+    def of(d: "libroute.Decision") -> "Choice":
+        return Choice(d.instance, d.reason.label,
+                      d.decider.label if d.decider is not None else "",
+                      d.cached_tokens)
+
+
+class Refusal(NamedTuple):
+    """A request the queue turned away: its status, why (the
+    X-Libroute-Dropped header: shed, queue-full, expired, dropped) and
+    the error message."""
+
+    code: int
+    dropped: str
+    message: str
+
+
+# _Handler._choose's other outcomes: nothing is routable; the client hung
+# up while its request waited (withdrawn: nothing to answer).
+_NOWHERE = object()
+_GONE = object()
+
+
 class Gateway:
     """The routing state shared by the handler threads."""
 
@@ -211,14 +258,31 @@ class Gateway:
                  learn_every: Optional[int] = None,
                  engine_tokenizer: bool = False,
                  probe_timeout_s: float = 1.0,
-                 dead_after_s: float = 5.0) -> None:
+                 dead_after_s: float = 5.0,
+                 queue: bool = True,
+                 saturation_queue: Optional[int] = None,
+                 saturation_kv: Optional[float] = None,
+                 queue_capacity: Optional[int] = None,
+                 ttft_slo_s: Optional[Dict[int, float]] = None,
+                 objectives: Optional[Dict[str, int]] = None,
+                 dispatch_s: float = 0.1) -> None:
         # learn_every: Lodestar trains on its first `learn_every` samples
         # and again after each `learn_every` more (None: the library's
         # schedule). engine_tokenizer: text prompts are tokenized by a
         # backend's /tokenize (llama.cpp's), not by the text helper.
+        # queue: a request may wait in the router's queue while the fleet
+        # is saturated (waiting.py); False routes every one at once.
+        # saturation_queue, saturation_kv: the library's saturation
+        # thresholds (Param.SATURATION_QUEUE, SATURATION_KV; None: its
+        # defaults); queue_capacity: requests waiting at once;
+        # ttft_slo_s: the deadline of each urgency's requests that carry
+        # no SLO header (the rest: timeout_s); objectives: the priority of
+        # each InferenceObjective name; dispatch_s: the dispatch timer.
         opts = dict(router_options or {})
         if index_capacity_blocks is not None:
             opts["index_capacity_blocks"] = index_capacity_blocks
+        if queue_capacity is not None:
+            opts["queue_capacity"] = queue_capacity
         if learn_every is not None:
             opts["learner"] = {"min_samples": learn_every,
                                "retrain_every": learn_every}
@@ -226,6 +290,11 @@ class Gateway:
         # A replica restarting restores its router first (fleet.py), then
         # finds the backends the snapshot names.
         self.restored = bool(prepare(self.router)) if prepare else False
+        if saturation_queue is not None:
+            self.router.set_param(libroute.Param.SATURATION_QUEUE,
+                                  saturation_queue)
+        if saturation_kv is not None:
+            self.router.set_param(libroute.Param.SATURATION_KV, saturation_kv)
         self.learn = learn  # False: the engines' KV events are the truth
         self.engine_tokenizer = engine_tokenizer
         self.on_backend_up: List[Any] = []  # callbacks (Backend)
@@ -252,6 +321,14 @@ class Gateway:
         self.failures = 0  # requests (tries) told to the router as failed
         self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
                              GatewayMetrics(self.router, self._backend_rows))
+        self.classifier = Classifier(objectives=objectives,
+                                     ttft_slo_s=ttft_slo_s,
+                                     default_slo_s=timeout_s)
+        self.waiting: Optional[Waiting] = None
+        if queue:
+            self.waiting = Waiting(lambda: self.router, tick_s=dispatch_s)
+            self.metrics.enable_queue(
+                lambda: self.router.saturated(now_ns()))
         self.threads = [threading.Thread(target=self._watch, args=(b,),
                                          daemon=True)
                         for b in self.backends.values()]
@@ -264,7 +341,18 @@ class Gateway:
         self.stop.set()
         for t in self.threads:
             t.join()
+        if self.waiting is not None:
+            self.waiting.close()
         self.router.close()
+
+    def kick(self) -> None:
+        """Capacity may have freed (a first token, a completion, a
+        failure, a scrape, a backend back up): let waiting requests out."""
+        if self.waiting is not None:
+            self.waiting.kick()
+
+    def any_up(self) -> bool:
+        return any(b.up for b in self.backends.values())
 
     # ---- backend health -------------------------------------------------
 
@@ -286,6 +374,7 @@ class Gateway:
         self.router.drain_instance(b.id, False)
         for fn in self.on_backend_up:  # it restarted: its cache is empty
             fn(b)
+        self.kick()
 
     def _fetch(self, b: Backend, method: str, path: str,
                body: Optional[bytes] = None,
@@ -362,6 +451,7 @@ class Gateway:
         if st is not None:
             self.router.set_stats(b.id, running=st[0], waiting=st[1],
                                   kv_use=st[2], scraped_ns=now_ns())
+            self.kick()
 
     def _slots(self, b: Backend) -> Optional[Tuple[int, int, float, str]]:
         """Running requests from llama.cpp's /slots (busy slots)."""
@@ -488,8 +578,9 @@ class Gateway:
         with self.lock:
             self.failures += 1
         self.router.fail(rid, now_ns=now_ns())
+        self.kick()
 
-    def on_observed(self, rid: int, b: Backend, d: "libroute.Decision",
+    def on_observed(self, rid: int, b: Backend, d: Choice,
                     observed: int) -> None:
         """The engine reused `observed` prompt tokens of request `rid`
         (in the router's tokens: see in_router_tokens), for which the
@@ -526,6 +617,14 @@ class Gateway:
             "retries": self.retries,
             "failures": self.failures,
             "restored": self.restored,
+            **({"queue": {
+                "saturated": self.router.saturated(now_ns()),
+                "waiting": s.waiting, "waited": s.waited,
+                "dispatched": s.waited_dispatched,
+                "expired": s.waited_expired,
+                "cancelled": s.waited_cancelled,
+                "dropped": s.waited_dropped, "shed": s.shed,
+            }} if self.waiting is not None else {}),
             "replicas": {
                 "kv_batches": s.kv_batches, "kv_duplicates": s.kv_duplicates,
                 "kv_gaps": s.kv_gaps, "kv_restarts": s.kv_restarts,
@@ -637,6 +736,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
+            # without the queue the headers are not read
+            adm = (gw.classifier.classify(self.headers)
+                   if gw.waiting is not None else None)
             toks, ends = gw.tokenize(body, self.path)
             # OpenAI's max_tokens, or llama.cpp's n_predict (-1: no limit)
             max_tokens = int(body.get("max_tokens",
@@ -651,15 +753,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(503, {"error": f"no tokenizer: {e}"})
             return
         rid = next(gw.ids)
+        # the TTFT deadline counts from the request's arrival, across tries
+        deadline = (min(now_ns() + int(adm.slo_s * 1e9), _MAX_TIME_NS)
+                    if adm is not None else 0)
         for _ in range(len(gw.backends)):
             t0 = now_ns()
-            try:
-                d = gw.router.route(toks, request_id=rid, now_ns=t0,
-                                    boundaries=ends, learn=gw.learn,
-                                    expected_output_tokens=max_tokens)
-            except libroute.StateError:
+            d = self._choose(rid, toks, ends, max_tokens, adm, deadline, t0)
+            if d is _GONE:
+                return  # the client hung up while it waited
+            if d is _NOWHERE:
                 break  # every backend drained
-            gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
+            if isinstance(d, Refusal):
+                gw.metrics.on_response(d.code)
+                extra = {"X-Libroute-Dropped": d.dropped}
+                if d.code == 429:
+                    extra["Retry-After"] = "1"
+                self._json(d.code, {"error": d.message}, extra)
+                return
+            assert isinstance(d, Choice)
             b = gw.backends[d.instance]
             conn = http.client.HTTPConnection(b.host, b.port,
                                               timeout=gw.timeout_s)
@@ -687,6 +798,71 @@ class Handler(http.server.BaseHTTPRequestHandler):
         gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
 
+    def _choose(self, rid: int, toks: array, ends: array, max_tokens: int,
+                adm: Optional[Admission], deadline: int,
+                t0: int) -> Union[Choice, Refusal, object]:
+        """Where request rid goes: route() now, or, with the queue, route()
+        with may_wait and, when the router holds it, the entry dispatch()
+        lets out for it. A Choice (recorded in flight), a Refusal, _NOWHERE
+        (nothing routable) or _GONE (the client hung up while it waited:
+        withdrawn)."""
+        gw = self.gw
+        if gw.waiting is None or adm is None:
+            try:
+                d = gw.router.route(toks, request_id=rid, now_ns=t0,
+                                    boundaries=ends, learn=gw.learn,
+                                    expected_output_tokens=max_tokens)
+            except libroute.StateError:
+                return _NOWHERE
+            gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
+            return Choice.of(d)
+        if not gw.any_up():
+            return _NOWHERE  # the router would hold it: none to wait for
+        w = gw.waiting.expect(rid, self.connection)
+        try:
+            d = gw.router.route(toks, request_id=rid, now_ns=t0,
+                                boundaries=ends, learn=gw.learn,
+                                expected_output_tokens=max_tokens,
+                                may_wait=True, sheddable=adm.sheddable,
+                                tenant=adm.tenant, deadline_ns=deadline,
+                                urgency=adm.urgency)
+        except libroute.BusyError:
+            gw.waiting.forget(w)
+            gw.metrics.on_route_call((now_ns() - t0) / 1e9)
+            return Refusal(429, "shed", "the fleet is saturated: a "
+                           f"request of priority {adm.priority} is shed")
+        except libroute.LimitError:
+            gw.waiting.forget(w)
+            gw.metrics.on_route_call((now_ns() - t0) / 1e9)
+            return Refusal(429, "queue-full", "the waiting queue is full")
+        except libroute.StateError:
+            gw.waiting.forget(w)
+            return _NOWHERE
+        except BaseException:
+            gw.waiting.forget(w)
+            raise
+        if d.instance != libroute.INSTANCE_NONE:  # sent at once
+            gw.waiting.forget(w)
+            gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
+            return Choice.of(d)
+        gw.metrics.on_route_call((now_ns() - t0) / 1e9)
+        e = gw.waiting.wait(w)
+        if e is None:
+            return _GONE
+        if e.status == libroute.Status.OK:
+            decider = gw.router.policy.label
+            gw.metrics.on_dispatched(decider, e.reason.label,
+                                     e.waited_ns / 1e9)
+            return Choice(e.instance, e.reason.label, decider,
+                          e.cached_tokens)
+        if e.status == libroute.Status.EEXPIRED:
+            # backpressure while backends serve (429); none left: 503
+            return Refusal(429 if gw.any_up() else 503, "expired",
+                           f"no capacity within the TTFT deadline "
+                           f"({e.waited_ns / 1e6:.0f} ms waited)")
+        return Refusal(503, "dropped", f"dropped from the waiting queue "
+                       f"({e.status.name})")
+
     def _refused(self, rid: int, b: Backend) -> None:
         gw = self.gw
         gw.fail(rid)
@@ -695,7 +871,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             gw.retries += 1
         gw.metrics.on_retry()
 
-    def _relay(self, rid: int, b: Backend, d: "libroute.Decision",
+    def _relay(self, rid: int, b: Backend, d: Choice,
                conn: http.client.HTTPConnection,
                resp: http.client.HTTPResponse, stream: bool,
                routed_ns: int, routed_tokens: int) -> None:
@@ -708,10 +884,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         gw.metrics.on_response(resp.status)
         a = _Answer(gw, rid, b, d, routed_ns, routed_tokens)
         hdr = {"X-Libroute-Backend": b.name,
-               "X-Libroute-Reason": d.reason.label,
+               "X-Libroute-Reason": d.reason,
                # The policy that chose: the gateway's, or Lodestar's
                # fallback while it has no model.
-               "X-Libroute-Decider": d.decider.label,
+               "X-Libroute-Decider": d.decider,
                "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
         try:
             if not stream or resp.status != 200:
@@ -758,7 +934,7 @@ class _Answer:
     one end: complete or fail)."""
 
     def __init__(self, gw: Gateway, rid: int, b: Backend,
-                 d: "libroute.Decision", routed_ns: int,
+                 d: Choice, routed_ns: int,
                  routed_tokens: int) -> None:
         self.gw, self.rid, self.b, self.d = gw, rid, b, d
         self.routed_ns = routed_ns
@@ -778,6 +954,7 @@ class _Answer:
         t = now_ns()
         self.gw.router.first_token(self.rid, now_ns=t)
         self.gw.metrics.on_first_token((t - self.routed_ns) / 1e9)
+        self.gw.kick()
 
     def _take(self, obj: Any) -> None:
         c = observed_cached(obj)
@@ -842,6 +1019,7 @@ class _Answer:
         self.ended = True
         n = self.out_told if self.out_told is not None else self.out
         self.gw.router.complete(self.rid, n, now_ns=now_ns())
+        self.gw.kick()
 
     def fail(self) -> None:
         if self.ended:
@@ -902,8 +1080,55 @@ def engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
             "dead_after_s": a.dead_after}
 
 
+def add_queue_args(ap: argparse.ArgumentParser) -> None:
+    """The waiting queue (waiting.py, README "Waiting")."""
+    g = ap.add_argument_group("waiting queue")
+    g.add_argument("--no-queue", action="store_true",
+                   help="route every request at once, even to a saturated "
+                        "fleet (no waiting, no shedding; the priority, "
+                        "tenant and SLO headers are ignored)")
+    g.add_argument("--saturation-queue", type=int, default=None, metavar="N",
+                   help="an instance is saturated with N requests before "
+                        "their first token, or N waiting in its scrape "
+                        "(library default 8)")
+    g.add_argument("--saturation-kv", type=float, default=None, metavar="F",
+                   help="... or its scrape's KV-cache use at F (0.01..1; "
+                        "library default 0.8)")
+    g.add_argument("--queue-capacity", type=int, default=None, metavar="N",
+                   help="requests waiting at once; more get 429 (library "
+                        "default 4096)")
+    g.add_argument("--ttft-slo", action="append", default=[],
+                   metavar="[URGENCY=]MS",
+                   help="deadline of the requests of that urgency (0..7; "
+                        "without it: every urgency) that carry no "
+                        "x-slo-ttft-ms header; past it a waiting request "
+                        "gets 429 (default: --timeout)")
+    g.add_argument("--objective", action="append", default=[],
+                   metavar="NAME=PRIORITY",
+                   help="the priority of requests whose "
+                        "x-gateway-inference-objective is NAME (as an "
+                        "InferenceObjective's; unknown names: 0)")
+    g.add_argument("--dispatch-ms", type=float, default=100.0, metavar="MS",
+                   help="dispatch timer while requests wait (default 100)")
+
+
+def queue_kwargs(ap: argparse.ArgumentParser,
+                 a: argparse.Namespace) -> Dict[str, Any]:
+    try:
+        slo = parse_slo(a.ttft_slo)
+        objectives = parse_objectives(a.objective)
+    except ValueError as e:
+        ap.error(str(e))
+    return {"queue": not a.no_queue, "saturation_queue": a.saturation_queue,
+            "saturation_kv": a.saturation_kv,
+            "queue_capacity": a.queue_capacity, "ttft_slo_s": slo,
+            "objectives": objectives, "dispatch_s": a.dispatch_ms / 1e3}
+
+
 def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
-                policy: str) -> Tuple[Gateway, List[Any]]:
+                policy: str,
+                queue: Optional[Dict[str, Any]] = None
+                ) -> Tuple[Gateway, List[Any]]:
     """The gateway with its replica wiring: Redis sync and KV events."""
     import fleet
     sync = None
@@ -927,7 +1152,8 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
         opts["index_capacity_blocks"] = a.index_capacity_blocks
     gw = Gateway(backends, policy=policy, router_options=opts,
                  prepare=prepare, learn=not a.kv_events,
-                 learn_every=a.learn_every, **engine_kwargs(a))
+                 learn_every=a.learn_every, **engine_kwargs(a),
+                 **(queue or {}))
     stoppers: List[Any] = []
     if sync is not None:
         sync.start()
@@ -963,7 +1189,9 @@ def main() -> None:
     ap.add_argument("--learn-every", type=int, default=None, metavar="N",
                     help="lodestar: train after N samples and every N more")
     add_engine_args(ap)
+    add_queue_args(ap)
     a = ap.parse_args()
+    queue = queue_kwargs(ap, a)
     backends = []
     for spec in a.backend:
         m = re.fullmatch(r"([^=]+)=([^:]+):(\d+)", spec)
@@ -972,11 +1200,11 @@ def main() -> None:
         backends.append((m.group(1), m.group(2), int(m.group(3))))
     stoppers: List[Any] = []
     if a.redis or a.kv_events:
-        gw, stoppers = start_fleet(a, backends, a.policy)
+        gw, stoppers = start_fleet(a, backends, a.policy, queue)
     else:
         gw = Gateway(backends, policy=a.policy,
                      index_capacity_blocks=a.index_capacity_blocks,
-                     learn_every=a.learn_every, **engine_kwargs(a))
+                     learn_every=a.learn_every, **engine_kwargs(a), **queue)
     srv = GatewayServer((a.host, a.port), gw)
     print(f"gateway on http://{a.host}:{srv.server_address[1]} ({a.policy}), "
           f"{len(backends)} backends", flush=True)

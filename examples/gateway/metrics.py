@@ -11,13 +11,15 @@ Two kinds:
   retries;
 - what the library counts, read from the router when Prometheus scrapes
   (a collector): prompt tokens, the index (blocks, evictions, expiries),
-  the learner (rounds, samples, online error), each instance's load, and
-  the replica counters (KV-event batches and gaps, deltas exported and
-  imported).
+  the learner (rounds, samples, online error), each instance's load, the
+  waiting queue (requests waiting now; waited, dispatched, expired,
+  cancelled, shed), and the replica counters (KV-event batches and gaps,
+  deltas exported and imported).
 
-KV-event and delta families exist once a gateway that consumes events or
-exchanges deltas calls enable_kv_events() / enable_deltas(), so a gateway
-that does neither does not show counters stuck at zero. Replays are the
+Waiting-queue, KV-event and delta families exist once a gateway that
+queues, consumes events or exchanges deltas calls enable_queue() /
+enable_kv_events() / enable_deltas(), so a gateway that does none of it
+does not show counters stuck at zero. Replays are the
 host's doing (it asks the engine), so the KV-event subscriber's count is
 passed in.
 
@@ -50,6 +52,9 @@ ROUTE_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
 # Time to first token as the gateway sees it: 5 ms to 30 s.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                 10.0, 30.0)
+# Time a request waited in the router's queue: 1 ms to 60 s.
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                5.0, 10.0, 30.0, 60.0)
 
 # (instance id, name, up) of each backend, read at scrape time.
 Backends = Callable[[], Iterable[Tuple[int, str, bool]]]
@@ -64,6 +69,7 @@ class _RouterCollector:
         self.kv_events = False
         self.replays: Callable[[], int] = lambda: 0
         self.deltas = False
+        self.saturated: Optional[Callable[[], bool]] = None  # queueing
 
     def describe(self) -> List[Metric]:
         return []  # the families depend on the policy: no registry check
@@ -94,6 +100,8 @@ class _RouterCollector:
                 ("libroute_index_expired_blocks",
                  "Block routes dropped by the TTL.", ix.expired_blocks)):
             yield CounterMetricFamily(name, doc, value=v)
+        if self.saturated is not None:
+            yield from self._queue(st)
         if self.kv_events:
             yield from self._kv_events(st)
         if self.deltas:
@@ -107,6 +115,40 @@ class _RouterCollector:
                 yield CounterMetricFamily(name, doc, value=v)
         yield from self._learner()
         yield from self._instances()
+
+    def _queue(self, st: libroute.RouterStats) -> Iterator[Metric]:
+        try:
+            sat = self.saturated() if self.saturated else False
+        except (libroute.LrError, libroute.ClosedError):
+            sat = False
+        for name, doc, v in (
+                ("libroute_queue_waiting",
+                 "Requests waiting in the router's queue now.", st.waiting),
+                ("libroute_queue_waiting_tokens",
+                 "Prompt tokens of the requests waiting now.",
+                 st.waiting_tokens),
+                ("libroute_queue_saturated",
+                 "1: every routable instance is saturated (new requests "
+                 "wait); 0: not.", 1.0 if sat else 0.0)):
+            yield GaugeMetricFamily(name, doc, value=v)
+        for name, doc, v in (
+                ("libroute_queue_waited",
+                 "Requests that waited (route() held them).", st.waited),
+                ("libroute_queue_dispatched",
+                 "Of those, let out and sent.", st.waited_dispatched),
+                ("libroute_queue_expired",
+                 "Of those, whose deadline passed while they waited.",
+                 st.waited_expired),
+                ("libroute_queue_cancelled",
+                 "Of those, withdrawn (the client went away).",
+                 st.waited_cancelled),
+                ("libroute_queue_dropped",
+                 "Of those, dropped at dispatch (their id in flight).",
+                 st.waited_dropped),
+                ("libroute_queue_shed",
+                 "Sheddable requests refused while the fleet was "
+                 "saturated.", st.shed)):
+            yield CounterMetricFamily(name, doc, value=v)
 
     def _kv_events(self, st: libroute.RouterStats) -> Iterator[Metric]:
         for name, doc, v in (
@@ -195,6 +237,7 @@ class GatewayMetrics:
             "libroute_gateway_retries",
             "Requests re-routed after their backend refused them.",
             registry=reg)
+        self.queue_wait: Optional[Histogram] = None  # enable_queue()
         self.collector = _RouterCollector(router, backends)
         reg.register(self.collector)
 
@@ -205,6 +248,20 @@ class GatewayMetrics:
         decider = d.decider.label if d.decider is not None else ""
         self.decisions.labels(decider, d.reason.label).inc()
         self.route_seconds.observe(seconds)
+
+    def on_route_call(self, seconds: float) -> None:
+        """A route() call that made no decision: the router held the
+        request (Reason.WAITING) or refused it (shed, queue full). Its
+        time, and no decision."""
+        self.route_seconds.observe(seconds)
+
+    def on_dispatched(self, policy: str, reason: str,
+                      waited_s: float) -> None:
+        """A request the router let out of its queue: its decision, and
+        how long it waited."""
+        self.decisions.labels(policy, reason).inc()
+        if self.queue_wait is not None:
+            self.queue_wait.observe(waited_s)
 
     def on_cached(self, predicted: int, observed: int) -> None:
         """The engine reported `observed` cached prompt tokens for a
@@ -221,7 +278,18 @@ class GatewayMetrics:
     def on_retry(self) -> None:
         self.retries.inc()
 
-    # ---- KV events and deltas (gateways that have them) -----------------
+    # ---- the waiting queue, KV events and deltas (gateways that have them)
+
+    def enable_queue(self, saturated: Callable[[], bool]) -> None:
+        """Export the waiting queue's families: the router's counts, and
+        ``saturated()`` (Router.saturated now) as a gauge; the wait
+        histogram is the gateway's (on_dispatched)."""
+        if self.queue_wait is None:
+            self.queue_wait = Histogram(
+                "libroute_queue_wait_seconds",
+                "Time a request waited in the router's queue before it was "
+                "sent.", buckets=WAIT_BUCKETS, registry=self.registry)
+        self.collector.saturated = saturated
 
     def enable_kv_events(self,
                          replays: Optional[Callable[[], int]] = None) -> None:

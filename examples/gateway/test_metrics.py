@@ -87,8 +87,9 @@ class Metrics(unittest.TestCase):
     def test_metric_set_and_counters_move(self) -> None:
         port = self.start("prefix-cache", index_capacity_blocks=48)
         text, before = scrape(port)
-        # no learner, no KV events, no deltas in this gateway: not shown
-        check_set(self, text, {"gateway", "router"})
+        # no learner, no KV events, no deltas in this gateway: not shown;
+        # requests may wait (the default): the queue's families are
+        check_set(self, text, {"gateway", "router", "queue"})
         self.assertEqual(total(before, "libroute_decisions_total"), 0)
 
         chats = [Chat(i) for i in range(6)]
@@ -178,7 +179,7 @@ class Metrics(unittest.TestCase):
             if total(s, "libroute_learner_rounds_total") >= 1:
                 break
             time.sleep(0.1)
-        check_set(self, text, {"gateway", "router", "learner"})
+        check_set(self, text, {"gateway", "router", "queue", "learner"})
         self.assertGreaterEqual(total(s, "libroute_learner_rounds_total"), 1)
         self.assertGreaterEqual(total(s, "libroute_learner_samples_total"),
                                 16)
@@ -195,7 +196,8 @@ class Metrics(unittest.TestCase):
         m.enable_kv_events()
         m.enable_deltas()
         text, s = scrape(port)
-        check_set(self, text, {"gateway", "router", "kv-events", "deltas"})
+        check_set(self, text, {"gateway", "router", "queue", "kv-events",
+                               "deltas"})
         for f in ("libroute_kv_event_batches_total",
                   "libroute_kv_event_gaps_total",
                   "libroute_kv_event_replays_total",

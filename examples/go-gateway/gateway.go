@@ -50,6 +50,24 @@ type Config struct {
 	// chat messages rendered by its /apply-template first), so the router
 	// sees the model's own tokens.
 	EngineTokenizer bool
+	// NoQueue routes every request at once, even to a saturated fleet:
+	// no waiting, no shedding, the priority, tenant and SLO headers
+	// ignored. Otherwise a request may wait in the router's queue while
+	// the fleet is saturated (queue.go).
+	NoQueue bool
+	// The library's saturation thresholds (ParamSaturationQueue,
+	// ParamSaturationKV; 0: its defaults) and the requests waiting at
+	// once (0: its default).
+	SaturationQueue uint32
+	SaturationKV    float64
+	QueueCapacity   uint32
+	// The deadline of each urgency's requests that carry no SLO header;
+	// an urgency without one: Timeout.
+	TTFTSLO map[uint32]time.Duration
+	// The priority of each InferenceObjective name (objectiveHeader).
+	Objectives map[string]int
+	// The dispatch timer's period while requests wait.
+	DispatchEvery time.Duration
 }
 
 // BackendSpec names one engine.
@@ -88,6 +106,8 @@ type Gateway struct {
 	byID     map[libroute.InstanceID]*Backend
 	// nil with NoLibroute.
 	router *libroute.Router
+	// nil with NoQueue or NoLibroute.
+	queue *waitQueue
 	// The names of the library's policies and reasons, by value, so that
 	// a request's labels cost no call into C.
 	policyNames, reasonNames []string
@@ -132,6 +152,9 @@ func NewGateway(cfg Config) (*Gateway, error) {
 	}
 	if cfg.DeadAfter <= 0 {
 		cfg.DeadAfter = 5 * time.Second
+	}
+	if cfg.DispatchEvery <= 0 {
+		cfg.DispatchEvery = 100 * time.Millisecond
 	}
 	g := &Gateway{
 		cfg:  cfg,
@@ -181,6 +204,13 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		g.byID[b.ID] = b
 	}
 	g.metrics = NewMetrics(g.router, g.backendRows, g.policyNames, g.reasonNames)
+	if g.router != nil && !cfg.NoQueue {
+		g.queue = newWaitQueue(g)
+		g.metrics.EnableQueue(func() bool {
+			s, _ := g.router.Saturated(now())
+			return s
+		})
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/completions", g.serveCompletion)
 	mux.HandleFunc("/v1/chat/completions", g.serveCompletion)
@@ -197,6 +227,10 @@ func NewGateway(cfg Config) (*Gateway, error) {
 	if g.router != nil {
 		g.wg.Add(1)
 		go g.learnLoop()
+	}
+	if g.queue != nil {
+		g.wg.Add(1)
+		go g.queue.loop()
 	}
 	return g, nil
 }
@@ -217,8 +251,28 @@ func (g *Gateway) newRouter() error {
 		lo.MinSamples, lo.RetrainEvery = g.cfg.LearnEvery, g.cfg.LearnEvery
 		o.Learner = &lo
 	}
+	if g.cfg.QueueCapacity > 0 {
+		o.QueueCapacity = g.cfg.QueueCapacity
+	}
 	if g.router, err = libroute.NewRouter(&o); err != nil {
 		return err
+	}
+	for _, p := range []struct {
+		key   libroute.Param
+		name  string
+		value float64
+	}{
+		{libroute.ParamSaturationQueue, "saturation queue", float64(g.cfg.SaturationQueue)},
+		{libroute.ParamSaturationKV, "saturation KV", g.cfg.SaturationKV},
+	} {
+		if p.value == 0 {
+			continue
+		}
+		if err := g.router.SetParam(p.key, p.value); err != nil {
+			g.router.Close()
+			g.router = nil
+			return fmt.Errorf("%s %v: %w", p.name, p.value, err)
+		}
 	}
 	for i := 0; i < libroute.PolicyCount(); i++ {
 		g.policyNames = append(g.policyNames, libroute.Policy(i).String())
@@ -262,6 +316,7 @@ func (g *Gateway) markDown(b *Backend) {
 func (g *Gateway) markUp(b *Backend) {
 	if b.up.CompareAndSwap(false, true) && g.router != nil {
 		_ = g.router.DrainInstance(b.ID, false)
+		g.kick()
 	}
 }
 
@@ -404,6 +459,7 @@ func (g *Gateway) watch(b *Backend) {
 		if st, ok := g.load(b); ok {
 			st.ScrapedAt = now()
 			_ = g.router.SetStats(b.ID, st)
+			g.kick()
 		}
 	}
 }
@@ -551,6 +607,13 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 		return
 	}
+	var adm admission
+	if g.queue != nil {
+		if adm, err = g.classify(r.Header); err != nil {
+			g.jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+			return
+		}
+	}
 	var toks, ends []uint32
 	if g.router != nil && g.cfg.EngineTokenizer && c.ids == nil {
 		if toks, ends, err = g.engineTokens(raw, &c); err != nil {
@@ -566,10 +629,21 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	id := g.ids.Add(1)
+	// the TTFT deadline counts from the request's arrival, across tries
+	deadline := deadlineOf(now(), adm)
 	for try := 0; try < len(g.backends); try++ {
 		a := &attempt{g: g, id: id, prompt: uint32(len(toks))}
-		if !g.pick(a, toks, ends, c.maxTokens) {
+		res := picked
+		if g.queue != nil {
+			res = g.pickWaiting(w, r, a, toks, ends, c.maxTokens, adm, deadline)
+		} else if !g.pick(a, toks, ends, c.maxTokens) {
+			res = noBackend
+		}
+		if res == noBackend {
 			break // every backend drained
+		}
+		if res != picked {
+			return // refused, or the client hung up while it waited
 		}
 		out := r.Clone(context.WithValue(r.Context(), attemptKey{}, a))
 		out.Body = io.NopCloser(bytes.NewReader(raw))
@@ -595,8 +669,9 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 	g.jsonError(w, http.StatusServiceUnavailable, "no backend available")
 }
 
-// pick chooses the backend for a: the router's decision, or the next live
-// backend in turn without libroute. False when none is left.
+// pick chooses the backend for a without the waiting queue: the router's
+// decision, or the next live backend in turn without libroute. False when
+// none is left. With the queue, pickWaiting does it (queue.go).
 func (g *Gateway) pick(a *attempt, toks, ends []uint32, maxTokens uint32) bool {
 	if g.router == nil {
 		n := uint64(len(g.backends))
@@ -630,6 +705,7 @@ func (g *Gateway) fail(id uint64) {
 	g.failures.Add(1)
 	if g.router != nil {
 		_ = g.router.Fail(id, now())
+		g.kick()
 	}
 }
 
@@ -677,6 +753,7 @@ func (a *attempt) firstToken() {
 		_ = r.FirstToken(a.id, now())
 	}
 	a.g.metrics.OnFirstToken(t.Sub(a.routedAt))
+	a.g.kick()
 }
 
 // usage takes an engine's answer or one SSE event's JSON: the output
@@ -958,6 +1035,7 @@ func (b *relayBody) finish() {
 		b.whole = nil
 	}
 	_ = r.Complete(b.a.id, out, now())
+	b.a.g.kick()
 }
 
 // abort reports a failure once: the engine or the client went away.
@@ -998,6 +1076,7 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		Inflight uint64            `json:"inflight"`
 		Retries  uint64            `json:"retries"`
 		Failures uint64            `json:"failures"`
+		Queue    *queueStatus      `json:"queue,omitempty"`
 	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load(),
 		Failures: g.failures.Load()}
 	for _, b := range g.backends {
@@ -1014,6 +1093,9 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		st.Policy = g.router.Policy().String()
 		if s, err := g.router.Stats(); err == nil {
 			st.Routes, st.Inflight = s.Routes, s.Inflight
+			if g.queue != nil {
+				st.Queue = g.queueStatus(s)
+			}
 		}
 		if c, err := g.router.ReasonCounts(); err == nil {
 			for i, n := range c {

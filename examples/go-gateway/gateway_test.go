@@ -110,8 +110,14 @@ func (e *engine) stop() {
 // setup starts three engines and a gateway over them.
 func setup(t *testing.T, cfg Config) (*Gateway, string, []*engine) {
 	t.Helper()
+	return setupEngines(t, cfg, "e1", "e2", "e3")
+}
+
+// setupEngines starts an engine of each name and a gateway over them.
+func setupEngines(t *testing.T, cfg Config, names ...string) (*Gateway, string, []*engine) {
+	t.Helper()
 	var engines []*engine
-	for _, name := range []string{"e1", "e2", "e3"} {
+	for _, name := range names {
 		e := startEngine(t, name, 0)
 		engines = append(engines, e)
 		cfg.Backends = append(cfg.Backends, BackendSpec{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", e.port)})
@@ -584,8 +590,9 @@ func TestMetricSetAndCountersMove(t *testing.T) {
 	}
 	n := float64(len(chats) * 3)
 	fams := scrape(t, url)
-	// no learner, no KV events, no deltas in this gateway: not shown
-	checkSet(t, fams, "gateway", "router")
+	// no learner, no KV events, no deltas in this gateway: not shown;
+	// requests may wait (the default): the queue's families are
+	checkSet(t, fams, "gateway", "router", "queue")
 	st, _ := g.router.Stats()
 	counts, _ := g.router.ReasonCounts()
 	if v := value(fams, "libroute_decisions_total"); v != n || float64(st.Routes) != n {
@@ -676,7 +683,7 @@ func TestLearnerFamilies(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		fams = scrape(t, url)
 	}
-	checkSet(t, fams, "gateway", "router", "learner")
+	checkSet(t, fams, "gateway", "router", "queue", "learner")
 	if v := value(fams, "libroute_learner_samples_total"); v < 16 {
 		t.Errorf("samples %v", v)
 	}
@@ -693,7 +700,7 @@ func TestKVEventAndDeltaFamilies(t *testing.T) {
 		t.Fatalf("HTTP %d", code)
 	}
 	fams := scrape(t, url)
-	checkSet(t, fams, "gateway", "router", "kv-events", "deltas")
+	checkSet(t, fams, "gateway", "router", "queue", "kv-events", "deltas")
 	g.metrics.KVBatches.Inc()
 	g.metrics.DeltasImported.Add(2)
 	fams = scrape(t, url)

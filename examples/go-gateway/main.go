@@ -7,8 +7,10 @@
 //	    -backend e1=127.0.0.1:8101 -backend e2=127.0.0.1:8102
 //
 // POST /v1/completions and /v1/chat/completions are routed (streamed or
-// not), GET /status shows the backends and the router's counters, GET
-// /metrics the Prometheus metric set of docs/gateway.md. See README.md.
+// not); while the fleet is saturated they wait in the router's queue,
+// most urgent first (queue.go; -no-queue sends every one at once). GET
+// /status shows the backends and the router's counters, GET /metrics the
+// Prometheus metric set of docs/gateway.md. See README.md.
 package main
 
 import (
@@ -61,6 +63,19 @@ func main() {
 	flag.BoolVar(&cfg.EngineTokenizer, "tokenize", false,
 		"tokenize text prompts with a backend's /tokenize (llama.cpp's), so the router sees the model's tokens")
 	gogc := flag.Int("gogc", 400, "the collector's GOGC percent, unless the GOGC environment variable is set")
+	flag.BoolVar(&cfg.NoQueue, "no-queue", false,
+		"route every request at once, even to a saturated fleet (no waiting, no shedding; the priority, tenant and SLO headers are ignored)")
+	satQueue := flag.Uint("saturation-queue", 0,
+		"an instance is saturated with N requests before their first token, or N waiting in its scrape (0: the library's default, 8)")
+	flag.Float64Var(&cfg.SaturationKV, "saturation-kv", 0,
+		"... or its scrape's KV-cache use at this share (0.01..1; 0: the library's default, 0.8)")
+	queueCap := flag.Uint("queue-capacity", 0, "requests waiting at once; more get 429 (0: the library's default, 4096)")
+	var slo, objectives stringsFlag
+	flag.Var(&slo, "ttft-slo",
+		"[URGENCY=]MS: the deadline of that urgency's requests (0..7; without it: every urgency) that carry no x-slo-ttft-ms header; past it a waiting request gets 429 (default: -timeout; repeat)")
+	flag.Var(&objectives, "objective",
+		"NAME=PRIORITY: the priority of requests whose x-gateway-inference-objective is NAME (as an InferenceObjective's; unknown names: 0; repeat)")
+	flag.DurationVar(&cfg.DispatchEvery, "dispatch-every", 100*time.Millisecond, "dispatch timer while requests wait")
 	flag.Parse()
 	// A proxy's live heap is small (1 MB here) and its garbage
 	// short-lived: at the runtime's default of 100 the collector ran 100
@@ -76,6 +91,15 @@ func main() {
 	}
 	cfg.Backends = backends
 	cfg.LearnEvery = uint32(*learnEvery)
+	cfg.SaturationQueue, cfg.QueueCapacity = uint32(*satQueue), uint32(*queueCap)
+	var err error
+	if cfg.TTFTSLO, err = parseSLO(slo); err == nil {
+		cfg.Objectives, err = parseObjectives(objectives)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "go-gateway:", err)
+		os.Exit(2)
+	}
 
 	g, err := NewGateway(cfg)
 	if err != nil {
@@ -89,6 +113,8 @@ func main() {
 	mode := "libroute " + cfg.Policy
 	if cfg.NoLibroute {
 		mode = "round-robin without libroute"
+	} else if !cfg.NoQueue {
+		mode += ", waiting queue"
 	}
 	fmt.Printf("go-gateway on http://%s (%s), %d backends\n", ln.Addr(), mode, len(backends))
 

@@ -12,11 +12,14 @@ package main
 //     tokens, TTFT, responses and retries;
 //   - what the library counts, read from the router at each scrape:
 //     prompt tokens, the index (blocks, evictions, expiries), the learner
-//     (rounds, samples, online error) and each instance's load.
+//     (rounds, samples, online error), each instance's load and the
+//     waiting queue (requests waiting now; waited, dispatched, expired,
+//     cancelled, shed).
 //
-// The KV-event and delta families appear once EnableKVEvents /
-// EnableDeltas is called by a gateway that has those feeds. Without
-// libroute (Config.NoLibroute) only the gateway_* families exist.
+// The waiting-queue, KV-event and delta families appear once EnableQueue
+// / EnableKVEvents / EnableDeltas is called by a gateway that queues or
+// has those feeds. Without libroute (Config.NoLibroute) only the
+// gateway_* families exist.
 
 import (
 	"net/http"
@@ -36,6 +39,9 @@ var (
 	// Time to first token as the gateway sees it: 5 ms to 30 s.
 	ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 		10, 30}
+	// Time a request waited in the router's queue: 1 ms to 60 s.
+	waitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+		2.5, 5, 10, 30, 60}
 )
 
 // backendRow is one backend as the metrics see it at a scrape.
@@ -57,6 +63,8 @@ type Metrics struct {
 	ttft         prometheus.Histogram
 	responses    *prometheus.CounterVec
 	retries      prometheus.Counter
+	queueWait    prometheus.Histogram // set by EnableQueue
+	collector    *routerCollector     // nil without libroute
 
 	// Set by EnableKVEvents and EnableDeltas.
 	KVBatches, KVGaps, KVReplays   prometheus.Counter
@@ -101,8 +109,8 @@ func NewMetrics(router *libroute.Router, backends func() []backendRow,
 		Name: "libroute_observed_cached_tokens_total",
 		Help: "Cached prompt tokens the engine reported for those requests.",
 	})
-	m.reg.MustRegister(m.decisions, m.routeSeconds, m.predicted, m.observed,
-		&routerCollector{r: router, backends: backends})
+	m.collector = &routerCollector{r: router, backends: backends}
+	m.reg.MustRegister(m.decisions, m.routeSeconds, m.predicted, m.observed, m.collector)
 	return m
 }
 
@@ -115,6 +123,20 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) OnRoute(policy, reason string, took time.Duration) {
 	m.decisions.WithLabelValues(policy, reason).Inc()
 	m.routeSeconds.Observe(took.Seconds())
+}
+
+// OnRouteCall observes the time of a Route call that made no decision:
+// the router held the request (ReasonWaiting) or refused it (shed, queue
+// full).
+func (m *Metrics) OnRouteCall(took time.Duration) { m.routeSeconds.Observe(took.Seconds()) }
+
+// OnDispatched counts the decision of a request the router let out of its
+// queue, and observes how long it waited.
+func (m *Metrics) OnDispatched(policy, reason string, waited time.Duration) {
+	m.decisions.WithLabelValues(policy, reason).Inc()
+	if m.queueWait != nil {
+		m.queueWait.Observe(waited.Seconds())
+	}
 }
 
 // OnCached adds a request's predicted and engine-reported cached tokens.
@@ -131,6 +153,19 @@ func (m *Metrics) OnResponse(code int) { m.responses.WithLabelValues(strconv.Ito
 
 // OnRetry counts a request re-routed after its backend refused it.
 func (m *Metrics) OnRetry() { m.retries.Inc() }
+
+// EnableQueue registers the waiting queue's families for a gateway whose
+// requests may wait: the router's counts, saturated() (Router.Saturated
+// now) as a gauge, and the wait histogram (OnDispatched). Call once,
+// before serving.
+func (m *Metrics) EnableQueue(saturated func() bool) {
+	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "libroute_queue_wait_seconds", Buckets: waitBuckets,
+		Help: "Time a request waited in the router's queue before it was sent.",
+	})
+	m.reg.MustRegister(m.queueWait)
+	m.collector.saturated = saturated
+}
 
 // EnableKVEvents registers the KV-event families (batches applied, gaps
 // found, replays asked for) for a gateway that applies engine KV events.
@@ -165,6 +200,9 @@ func (m *Metrics) counter(name, help string) prometheus.Counter {
 type routerCollector struct {
 	r        *libroute.Router
 	backends func() []backendRow
+	// Set by EnableQueue: the queue's families, and whether the fleet is
+	// saturated now.
+	saturated func() bool
 }
 
 func (c *routerCollector) Describe(chan<- *prometheus.Desc) {}
@@ -192,6 +230,16 @@ var (
 	dQueued   = desc("libroute_instance_queued", "Of which before their first token.", instanceLabel)
 	dQTokens  = desc("libroute_instance_queued_tokens",
 		"Prompt tokens of the requests before their first token.", instanceLabel)
+	dWaiting       = desc("libroute_queue_waiting", "Requests waiting in the router's queue now.", nil)
+	dWaitingTokens = desc("libroute_queue_waiting_tokens", "Prompt tokens of the requests waiting now.", nil)
+	dSaturated     = desc("libroute_queue_saturated",
+		"1: every routable instance is saturated (new requests wait); 0: not.", nil)
+	dWaited      = desc("libroute_queue_waited_total", "Requests that waited (route() held them).", nil)
+	dDispatched  = desc("libroute_queue_dispatched_total", "Of those, let out and sent.", nil)
+	dWaitExpired = desc("libroute_queue_expired_total", "Of those, whose deadline passed while they waited.", nil)
+	dCancelled   = desc("libroute_queue_cancelled_total", "Of those, withdrawn (the client went away).", nil)
+	dDropped     = desc("libroute_queue_dropped_total", "Of those, dropped at dispatch (their id in flight).", nil)
+	dShed        = desc("libroute_queue_shed_total", "Sheddable requests refused while the fleet was saturated.", nil)
 )
 
 func (c *routerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -216,6 +264,21 @@ func (c *routerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dLearned, float64(ix.LearnedBlocks))
 	counter(dEvicted, float64(ix.EvictedBlocks))
 	counter(dExpired, float64(ix.ExpiredBlocks))
+	if c.saturated != nil {
+		sat := 0.0
+		if c.saturated() {
+			sat = 1
+		}
+		gauge(dWaiting, float64(st.Waiting))
+		gauge(dWaitingTokens, float64(st.WaitingTokens))
+		gauge(dSaturated, sat)
+		counter(dWaited, float64(st.Waited))
+		counter(dDispatched, float64(st.WaitedDispatched))
+		counter(dWaitExpired, float64(st.WaitedExpired))
+		counter(dCancelled, float64(st.WaitedCancelled))
+		counter(dDropped, float64(st.WaitedDropped))
+		counter(dShed, float64(st.Shed))
+	}
 	if ls, err := c.r.LearnerStats(); err == nil { // ErrState: no learner
 		counter(dRounds, float64(ls.ModelRound))
 		counter(dSamples, float64(ls.Samples))
