@@ -21,10 +21,12 @@
  * is all zeros, lr_router_get_stats() says nothing is in flight and counts
  * exactly the routes and dry runs the threads made.
  *
- * Two more cases: readers of one instance's load must never see a torn
- * update, and a route's learn must not land on an instance removed since
+ * Three more cases: readers of one instance's load must never see a torn
+ * update; a route's learn must not land on an instance removed since
  * its decision (with the generation check off it did in about a quarter
- * of the cycles).
+ * of the cycles); and the waiting queue under routes that may wait,
+ * dispatches, withdrawals and completions from four threads, where every
+ * request must end exactly one way and the queue's counters add up.
  *
  * LR_THREADS_OPS (default 20000) bounds the routes over all workers;
  * LR_TEST_SEED replays a seed. */
@@ -1083,6 +1085,241 @@ threads_no_learn_after_remove(void **state)
     lr_router_destroy(g.r);
 }
 
+/* ---- the waiting queue under threads ----------------------------------------------- */
+
+#define WQ_WORKERS 3
+#define WQ_PER 400
+#define WQ_IDS (WQ_WORKERS * WQ_PER)
+#define WQ_OPEN 3 /* a worker's requests routed at once and running */
+
+/* Each request id's story: 1 routed at once, 2 waited; then dispatched,
+ * expired, cancelled by its worker (each at most once). */
+struct wq {
+    lr_router *r;
+    _Atomic uint32_t how[WQ_IDS + 1];
+    _Atomic uint32_t out[WQ_IDS + 1];
+    _Atomic uint64_t now;
+    _Atomic int stop;
+    _Atomic uint32_t errors;
+};
+
+static uint64_t
+wq_now(struct wq *w)
+{
+    return atomic_fetch_add(&w->now, 1000) + 1000;
+}
+
+/* A request in flight ends (its worker may have failed it already). */
+static void
+wq_end(struct wq *w, uint64_t id)
+{
+    lr_status a = lr_router_first_token(w->r, id, wq_now(w));
+    lr_status b = lr_router_complete(w->r, id, 3, wq_now(w));
+    if ((a != LR_OK && a != LR_ENOENT) || (b != LR_OK && b != LR_ENOENT))
+        atomic_fetch_add(&w->errors, 1);
+}
+
+/* A request out of the queue: it must have waited (or be in its route
+ * still, 3: dispatch may take it before its worker hears back), and
+ * leave only once; a dispatched one runs and ends. Its worker's fail()
+ * may come between the dispatch and this: fail() then ended it in flight,
+ * and the worker, which cannot tell that from a withdrawal (both LR_OK),
+ * marked it withdrawn (1); the dispatch's mark replaces it. */
+static void
+wq_take(struct wq *w, const lr_dispatched *d, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint64_t id = d[k].request_id;
+        uint32_t how = id == 0 || id > WQ_IDS ? 0 : atomic_load(&w->how[id]);
+        if (how != 2 && how != 3) {
+            atomic_fetch_add(&w->errors, 1);
+            continue;
+        }
+        uint32_t was =
+            atomic_exchange(&w->out[id], (uint32_t)d[k].status + 100);
+        if (was != 0 && !(was == 1 && d[k].status == LR_OK)) {
+            atomic_fetch_add(&w->errors, 1);
+            continue;
+        }
+        if (d[k].status == LR_OK)
+            wq_end(w, id);
+    }
+}
+
+static void *
+wq_dispatcher(void *arg)
+{
+    struct wq *w = arg;
+    lr_dispatched d[8];
+    while (!atomic_load(&w->stop)) {
+        size_t n = 0;
+        lr_status st =
+            lr_router_dispatch(w->r, wq_now(w), d, 8, sizeof d[0], &n);
+        if (st != LR_OK)
+            atomic_fetch_add(&w->errors, 1);
+        wq_take(w, d, n);
+        if (n == 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+struct wq_worker {
+    struct wq *w;
+    uint32_t first;
+    uint64_t seed;
+};
+
+static void *
+wq_route(void *arg)
+{
+    struct wq_worker *k = arg;
+    struct wq *w = k->w;
+    uint32_t t[64];
+    uint64_t open[WQ_OPEN]; /* its requests running, oldest at head */
+    uint32_t head = 0, n_open = 0;
+    for (uint32_t i = 0; i < WQ_PER; i++) {
+        uint64_t id = k->first + i;
+        if (n_open > 0 && (n_open == WQ_OPEN || tu_below(&k->seed, 2))) {
+            wq_end(w, open[head]); /* one finishes as time goes by */
+            head = (head + 1) % WQ_OPEN;
+            n_open--;
+        }
+        for (uint32_t j = 0; j < 64; j++)
+            t[j] = (uint32_t)(tu_rand(&k->seed) % 7);
+        lr_request q;
+        lr_request_init(&q);
+        q.id = id;
+        q.tokens = t;
+        q.n_tokens = 16 + tu_below(&k->seed, 48);
+        q.flags = LR_ROUTE_MAY_WAIT;
+        q.tenant = tu_below(&k->seed, 4);
+        q.urgency = (uint32_t)tu_below(&k->seed, 3);
+        q.now_ns = wq_now(w);
+        q.deadline_ns = tu_below(&k->seed, 4) == 0 ? q.now_ns + 20000 : 0;
+        lr_decision d;
+        lr_decision_init(&d);
+        atomic_store(&w->how[id], 3); /* in its route */
+        lr_status st = lr_router_route(w->r, &q, &d);
+        if (st == LR_ELIMIT) { /* the queue is full: refused */
+            atomic_store(&w->how[id], 4);
+            continue;
+        }
+        if (st != LR_OK) {
+            atomic_fetch_add(&w->errors, 1);
+            continue;
+        }
+        if (d.instance == LR_INSTANCE_NONE) {
+            atomic_store(&w->how[id], 2);
+            if (tu_below(&k->seed, 8) == 0) { /* the client leaves */
+                lr_status f = lr_router_fail(w->r, id, wq_now(w));
+                uint32_t zero = 0;
+                /* withdrawn, unless dispatch took it first (then fail
+                 * ended it in flight, or it had ended: LR_ENOENT) */
+                if (f == LR_OK)
+                    atomic_compare_exchange_strong(&w->out[id], &zero, 1);
+                else if (f != LR_ENOENT)
+                    atomic_fetch_add(&w->errors, 1);
+            }
+        } else { /* it runs while the worker's next ones are routed */
+            atomic_store(&w->how[id], 1);
+            open[(head + n_open++) % WQ_OPEN] = id;
+        }
+    }
+    for (uint32_t j = 0; j < n_open; j++)
+        wq_end(w, open[(head + j) % WQ_OPEN]);
+    return NULL;
+}
+
+/* Routes that may wait, dispatches, cancellations and completions from
+ * four threads at once: every request ends one way, the queue's
+ * counters add up, and nothing is left in flight or waiting. */
+static void
+threads_waiting_queue(void **state)
+{
+    (void)state;
+    struct wq *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    atomic_store(&w->now, 1000 * 1000000000ull);
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_ADAPTIVE;
+    o.max_instances = 4;
+    o.queue_capacity = 64; /* small enough to fill: LR_ELIMIT too */
+    assert_int_equal(lr_router_create(&o, &w->r), LR_OK);
+    for (uint32_t i = 0; i < 2; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "10.9.0.%u:8000", i);
+        lr_instance_spec s;
+        lr_instance_spec_init(&s);
+        s.name = nm;
+        uint32_t id;
+        assert_int_equal(lr_router_add_instance(w->r, &s, &id), LR_OK);
+    }
+    assert_int_equal(lr_router_set_param(w->r, LR_PARAM_SATURATION_QUEUE, 1),
+                     LR_OK);
+    pthread_t disp, th[WQ_WORKERS];
+    struct wq_worker k[WQ_WORKERS];
+    assert_int_equal(pthread_create(&disp, NULL, wq_dispatcher, w), 0);
+    for (uint32_t i = 0; i < WQ_WORKERS; i++) {
+        k[i] = (struct wq_worker){ w, 1 + i * WQ_PER, 77 + i };
+        assert_int_equal(pthread_create(&th[i], NULL, wq_route, &k[i]), 0);
+    }
+    for (uint32_t i = 0; i < WQ_WORKERS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    atomic_store(&w->stop, 1);
+    assert_int_equal(pthread_join(disp, NULL), 0);
+    /* what still waits goes now: nothing is in flight */
+    for (;;) {
+        lr_dispatched d[8];
+        size_t n = 0;
+        assert_int_equal(
+            lr_router_dispatch(w->r, wq_now(w), d, 8, sizeof d[0], &n), LR_OK);
+        if (n == 0)
+            break;
+        wq_take(w, d, n);
+    }
+    assert_int_equal(atomic_load(&w->errors), 0);
+    lr_router_stats s;
+    lr_router_stats_init(&s);
+    assert_int_equal(lr_router_get_stats(w->r, &s), LR_OK);
+    uint64_t waited = 0, now = 0, gone = 0, full = 0, by[3] = { 0 };
+    for (uint32_t id = 1; id <= WQ_IDS; id++) {
+        uint32_t h = atomic_load(&w->how[id]), o2 = atomic_load(&w->out[id]);
+        now += h == 1;
+        waited += h == 2;
+        full += h == 4;
+        gone += h == 2 && o2 != 0;
+        by[0] += o2 == 100 + LR_OK;
+        by[1] += o2 == 100 + LR_EEXPIRED;
+        by[2] += o2 == 1;
+        if (h == 1 && o2 != 0)
+            fail_msg("request %u routed at once left the queue", id);
+    }
+    fprintf(stderr,
+            "router-threads: %llu routed at once, %llu refused (queue "
+            "full), %llu waited: %llu dispatched, %llu expired, %llu "
+            "cancelled\n",
+            (unsigned long long)now, (unsigned long long)full,
+            (unsigned long long)waited, (unsigned long long)s.waited_dispatched,
+            (unsigned long long)s.waited_expired,
+            (unsigned long long)s.waited_cancelled);
+    assert_int_equal(now + waited + full, WQ_IDS);
+    assert_int_equal(gone, waited); /* each left one way */
+    assert_int_equal(s.waited, waited);
+    assert_int_equal(s.waited_dispatched, by[0]);
+    assert_int_equal(s.waited_expired, by[1]);
+    assert_int_equal(s.waited_cancelled, by[2]);
+    assert_int_equal(s.waiting, 0);
+    assert_int_equal(s.inflight, 0);
+    assert_int_equal(s.waited_dispatched + s.waited_expired +
+                         s.waited_cancelled + s.waited_dropped,
+                     waited);
+    assert_int_equal(lr__router_verify(w->r), LR_OK);
+    lr_router_destroy(w->r);
+    free(w);
+}
+
 int
 main(void)
 {
@@ -1090,6 +1327,7 @@ main(void)
         cmocka_unit_test(threads_hammer_one_router),
         cmocka_unit_test(threads_no_torn_reads),
         cmocka_unit_test(threads_no_learn_after_remove),
+        cmocka_unit_test(threads_waiting_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
