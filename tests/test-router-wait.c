@@ -346,6 +346,32 @@ saturation_from_scrapes(void **state)
     lr_router_destroy(r);
 }
 
+/* The prefill the router queued at an instance saturates it when it
+ * would take LR_PARAM_SATURATION_PREFILL_S at its class's rate: at 1000
+ * tokens/s and 0.15 s, 150 tokens; one request at least, whatever its
+ * size (an instance with nothing queued has room). */
+static void
+saturation_from_queued_prefill(void **state)
+{
+    (void)state;
+    lr_router *r = mk(1, 1000);
+    lr_class_spec cs;
+    lr_class_spec_init(&cs);
+    cs.prefill_tokens_per_s = 1000;
+    assert_st(lr_router_set_class(r, 0, &cs), LR_OK);
+    assert_int_equal(saturated(r, T0), 0);
+    assert_st(rq(r, 1, 128, 0, 0, 0, 0, T0, NULL), LR_OK);
+    assert_int_equal(saturated(r, T0), 0); /* 0.128 s */
+    assert_st(rq(r, 2, 32, 0, 0, 0, 0, T0, NULL), LR_OK);
+    assert_int_equal(saturated(r, T0), 1); /* 0.16 s */
+    assert_st(lr_router_first_token(r, 1, T0 + MS), LR_OK);
+    assert_int_equal(saturated(r, T0 + MS), 0);
+    assert_st(lr_router_set_param(r, LR_PARAM_SATURATION_PREFILL_S, 0.02),
+              LR_OK);
+    assert_int_equal(saturated(r, T0 + MS), 1); /* 32 tokens: 0.032 s */
+    lr_router_destroy(r);
+}
+
 /* ---- limits, bad input, the clock, ids ------------------------------------------- */
 
 static void
@@ -753,6 +779,7 @@ main(void)
         cmocka_unit_test(shed_when_saturated),
         cmocka_unit_test(expire_and_cancel),
         cmocka_unit_test(saturation_from_scrapes),
+        cmocka_unit_test(saturation_from_queued_prefill),
         cmocka_unit_test(limits_and_bad_input),
         cmocka_unit_test(budget_in_policy_input),
         cmocka_unit_test(differential),

@@ -174,6 +174,10 @@ const (
 	// and the one predicted fastest when none would (ReasonSLOSwitch); 0
 	// ignores deadlines.
 	ParamAdaptiveDeadline Param = C.LR_PARAM_ADAPTIVE_DEADLINE
+	// Saturation: an instance is also saturated when the prefill the
+	// router queued there (uncached prompt tokens before their first
+	// token) would take this many seconds at its class's rate (0.15).
+	ParamSaturationPrefillSeconds Param = C.LR_PARAM_SATURATION_PREFILL_S
 )
 
 // ParamCount returns how many parameters the loaded library has

@@ -391,6 +391,7 @@ var allParams = []Param{
 	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
 	ParamClockSkewSeconds, ParamSaturationQueue, ParamSaturationKV,
 	ParamFairInputWeight, ParamFairOutputWeight, ParamAdaptiveDeadline,
+	ParamSaturationPrefillSeconds,
 }
 
 func TestParams(t *testing.T) {

@@ -240,9 +240,11 @@ func TestDispatchInto(t *testing.T) {
 		waitRoute(t, r, Request{ID: id, Now: sec, Flags: RouteMayWait, Tokens: make([]uint32, 16)})
 		ids = append(ids, id)
 	}
-	b, _ := ParamSaturationQueue.Bounds()
-	if err := r.SetParam(ParamSaturationQueue, b.Hi); err != nil {
-		t.Fatal(err)
+	for _, p := range []Param{ParamSaturationQueue, ParamSaturationPrefillSeconds} {
+		b, _ := p.Bounds()
+		if err := r.SetParam(p, b.Hi); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n, err := r.DispatchInto(2*sec, nil); n != 0 || err != nil {
 		t.Fatalf("DispatchInto(nil) = %d, %v", n, err)

@@ -258,7 +258,13 @@ typedef enum lr_param {
      * instances predicted to meet it (its headroom) when its least-cost
      * choice would not, and the one predicted fastest when none would
      * (reason LR_REASON_SLO_SWITCH); 0 ignores deadlines (1). @since 0.3 */
-    LR_PARAM_ADAPTIVE_DEADLINE = 44
+    LR_PARAM_ADAPTIVE_DEADLINE = 44,
+    /** Saturation: ... or the prefill the router has queued there (its
+     * requests' uncached prompt tokens before their first token) would
+     * take this many seconds at its class's rate (lr_router_set_class;
+     * 8000 tokens/s untold) (0.15; 0.001 .. 3600). Router only.
+     * @since 0.3 */
+    LR_PARAM_SATURATION_PREFILL_S = 45
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all

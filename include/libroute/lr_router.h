@@ -499,6 +499,9 @@ LR_API lr_status lr_router_observe_cached(lr_router *router,
 
 /** A request failed or was cancelled. A request waiting in the queue
  * (LR_ROUTE_MAY_WAIT) is withdrawn: it is never dispatched (@since 0.3).
+ * One that another thread's lr_router_dispatch() let out a moment before
+ * is failed in flight instead, with LR_OK too: a host that withdraws a
+ * request ignores a dispatch entry for it that it has not handled yet.
  * @return LR_OK; LR_EINVAL; LR_ENOENT;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged
  *   first; @since 0.2). @since 0.1 */
@@ -523,9 +526,11 @@ LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
  *   lr_router_fail(id)   -> withdraws a waiting request (cancelled)
  *
  * Saturation. An instance is saturated when LR_PARAM_SATURATION_QUEUE of
- * the router's requests there wait for their first token, or its fresh
- * scrape (lr_engine_stats) reports that many waiting or at least
- * LR_PARAM_SATURATION_KV of its KV cache in use; a scrape older than
+ * the router's requests there wait for their first token, or their
+ * uncached prompt tokens would take LR_PARAM_SATURATION_PREFILL_S at its
+ * class's prefill rate, or its fresh scrape (lr_engine_stats) reports
+ * LR_PARAM_SATURATION_QUEUE waiting or at least LR_PARAM_SATURATION_KV of
+ * its KV cache in use; a scrape older than
  * LR_PARAM_STATS_MAX_AGE_S counts as saturated while the router has a
  * request in flight there (so an instance whose scrapes stopped takes one
  * request at a time). An instance never scraped is judged by the router's

@@ -706,21 +706,24 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
 
 bool
 lr__load_saturated(const lr_load *ld, uint32_t instance, uint64_t now_ns,
-                   uint64_t max_age_ns, uint32_t depth, double kv)
+                   const struct lr__saturation *sat)
 {
     const struct inst *in = inst_get(ld, instance);
     if (in == NULL)
         return true;
-    if (in->queued >= depth)
+    if (in->queued >= sat->depth)
+        return true;
+    if (in->queued > 0 &&
+        (double)in->prefill >= sat->prefill_s * sat->rate[in->cls])
         return true;
     if (!in->has_stats)
         return false;
     /* a scrape stamped after now (threads race) is fresh */
-    bool fresh =
-        now_ns < in->st.scraped_ns || now_ns - in->st.scraped_ns <= max_age_ns;
+    bool fresh = now_ns < in->st.scraped_ns ||
+                 now_ns - in->st.scraped_ns <= sat->max_age_ns;
     if (!fresh)
         return in->inflight > 0;
-    return in->st.waiting >= depth || in->st.kv_use >= kv;
+    return in->st.waiting >= sat->depth || in->st.kv_use >= sat->kv;
 }
 
 bool

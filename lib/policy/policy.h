@@ -31,7 +31,7 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 17
-#define LR__PARAM_COUNT 45
+#define LR__PARAM_COUNT 46
 #define LR__REASON_COUNT 17
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */

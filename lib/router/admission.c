@@ -71,11 +71,9 @@ queue_make(lr_router *r)
 static bool
 fleet_saturated(const lr_router *r, uint64_t now_ns)
 {
-    uint64_t max_age = (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9);
-    uint32_t depth = (uint32_t)r->param[LR_PARAM_SATURATION_QUEUE];
-    double kv = r->param[LR_PARAM_SATURATION_KV];
+    struct lr__saturation sat = lr__router_saturation(r);
     for (uint32_t k = 0; k < r->n_act; k++)
-        if (!lr__load_saturated(r->ld, r->act[k], now_ns, max_age, depth, kv))
+        if (!lr__load_saturated(r->ld, r->act[k], now_ns, &sat))
             return false;
     return true;
 }

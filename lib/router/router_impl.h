@@ -373,6 +373,21 @@ struct lr__waiter {
     uint32_t tail[]; /* tokens, then boundaries */
 };
 
+/* The saturation rule's parameters as the router holds them now (under
+ * its lock). */
+static inline struct lr__saturation
+lr__router_saturation(const lr_router *r)
+{
+    struct lr__saturation sat = {
+        .max_age_ns = (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9),
+        .depth = (uint32_t)r->param[LR_PARAM_SATURATION_QUEUE],
+        .kv = r->param[LR_PARAM_SATURATION_KV],
+        .prefill_s = r->param[LR_PARAM_SATURATION_PREFILL_S],
+        .rate = r->rate,
+    };
+    return sat;
+}
+
 /* route()'s checks of a request alone (sizes, boundaries, flags). */
 lr_status lr__router_check_request(const lr_request *q);
 

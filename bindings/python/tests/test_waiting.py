@@ -207,8 +207,8 @@ class Waiting(unittest.TestCase):
                 r.route(tokens(16, rid), request_id=rid, now_ns=S,
                         may_wait=True)
             self.assertEqual(r.stats().waiting, len(ids))
-            r.set_param(L.Param.SATURATION_QUEUE,
-                        L.Param.SATURATION_QUEUE.bounds.hi)
+            for p in (L.Param.SATURATION_QUEUE, L.Param.SATURATION_PREFILL_S):
+                r.set_param(p, p.bounds.hi)
             self.assertEqual(r.dispatch(2 * S, capacity=0), [])
             one = r.dispatch(2 * S, capacity=1)
             self.assertEqual([e.request_id for e in one], ids[:1])

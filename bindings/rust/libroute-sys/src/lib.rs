@@ -490,6 +490,7 @@ pub const LR_PARAM_SATURATION_KV: lr_param = 41;
 pub const LR_PARAM_FAIR_INPUT_WEIGHT: lr_param = 42;
 pub const LR_PARAM_FAIR_OUTPUT_WEIGHT: lr_param = 43;
 pub const LR_PARAM_ADAPTIVE_DEADLINE: lr_param = 44;
+pub const LR_PARAM_SATURATION_PREFILL_S: lr_param = 45;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 

@@ -240,6 +240,10 @@ named_consts! { Param, consts,
     /// not, and the one predicted fastest when none would
     /// ([`Reason::SLO_SWITCH`]); 0 ignores deadlines.
     ADAPTIVE_DEADLINE = sys::LR_PARAM_ADAPTIVE_DEADLINE,
+    /// Saturation: an instance is also saturated when the prefill the
+    /// router queued there would take this many seconds at its class's
+    /// rate (0.15).
+    SATURATION_PREFILL_S = sys::LR_PARAM_SATURATION_PREFILL_S,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted

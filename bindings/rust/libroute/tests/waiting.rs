@@ -224,8 +224,10 @@ fn dispatch_into_and_many_at_once() {
     for &id in &ids {
         route(&r, id, SEC, WAIT, 0, 0);
     }
-    let hi = Param::SATURATION_QUEUE.bounds().unwrap().hi;
-    r.set_param(Param::SATURATION_QUEUE, hi).unwrap();
+    for p in [Param::SATURATION_QUEUE, Param::SATURATION_PREFILL_S] {
+        let hi = p.bounds().unwrap().hi;
+        r.set_param(p, hi).unwrap();
+    }
     let mut out = Vec::new();
     assert_eq!(r.dispatch_into(2 * SEC, 0, &mut out), Ok(0));
     assert_eq!(r.dispatch_into(2 * SEC, 1, &mut out), Ok(1));
