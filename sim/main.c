@@ -74,6 +74,9 @@ struct opts {
     /* --replicas, --front, --sync, --gauge-ms; --replica-suite */
     struct sim_replicas rep;
     int replica_suite;
+    /* --mix, --tenants, --burst; --admit */
+    struct sim_mix mix;
+    int admit;
 };
 
 /* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
@@ -102,7 +105,16 @@ usage(FILE *f)
 "  --spread MS         spread requests that share an arrival time over the\n"
 "                      next MS ms (a trace rounded to 3 s: 3000)\n"
 "  --seed N            seeds the workload, the routers and the probes (42)\n"
-"\n"
+"  --mix LIST          request classes: NAME=SHARE[:URGENCY:SLO_S][:shed],\n"
+"                      comma-separated; built in: interactive (urgency 0,\n"
+"                      SLO 2 s), batch (4, 60 s). A session keeps one\n"
+"                      class. E.g. interactive=0.3,batch=0.7\n"
+"  --tenants N|W,W,..  N tenants of equal rates, or one per weight, its\n"
+"                      rate in proportion (10,1,1,1: one sends 10x)\n"
+"  --burst X[:S]       arrivals in waves: each S s (60) of traffic comes in\n"
+"                      its first S/X s, at X times the mean rate\n"
+"\n");
+    fprintf(f,
 "Cluster:\n"
 "  --cluster SPEC      instances (default: the workload's, usually 8xa100):\n"
 "                        8                     8 x a100, 1 ms RTT\n"
@@ -128,6 +140,10 @@ usage(FILE *f)
 "                      lodestar-candidates, lodestar-ood, aibrix-imbalance,\n"
 "                      ...: every LR_PARAM_* in kebab case)\n"
 "  --split-s S         also report TTFT of requests arriving before / from S\n"
+"  --admit MODE        now (default): route() sends every request at once;\n"
+"                      queue: requests may wait in the router's queue\n"
+"                      (their class's urgency and deadline, their tenant),\n"
+"                      let out by lr_router_dispatch()\n"
 "  --jobs N            policies simulated at once (default: CPUs)\n"
 "  --router-rates MODE what every router is told of each class's prefill\n"
 "                      speed: nominal (default: the true rates), none (no\n"
@@ -271,6 +287,7 @@ static const char *const value_flags[] = {
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
     "--seeds", "--suite-cells", "--replicas", "--front", "--sync",
     "--gauge-ms", "--eviction", "--spread", "--class-file",
+    "--mix", "--tenants", "--burst", "--admit",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -482,6 +499,21 @@ take(struct opts *o, const char *flag, const char *v)
         struct sim_err err = { { 0 } };
         if (sim_class_file_load(v, &err) != 0)
             return bad("--class-file: %s", err.msg);
+    } else if (strcmp(flag, "--mix") == 0 || strcmp(flag, "--tenants") == 0 ||
+               strcmp(flag, "--burst") == 0) {
+        struct sim_err err = { { 0 } };
+        int rc = flag[2] == 'm'   ? sim_mix_parse_classes(v, &o->mix, &err)
+                 : flag[2] == 't' ? sim_mix_parse_tenants(v, &o->mix, &err)
+                                  : sim_mix_parse_burst(v, &o->mix, &err);
+        if (rc != 0)
+            return bad("%s: %s", flag, err.msg);
+    } else if (strcmp(flag, "--admit") == 0) {
+        if (strcmp(v, "now") == 0)
+            o->admit = SIM_ADMIT_NOW;
+        else if (strcmp(v, "queue") == 0)
+            o->admit = SIM_ADMIT_QUEUE;
+        else
+            return bad("--admit: now or queue, got '%s'", v);
     } else if (strcmp(flag, "--gauge-ms") == 0) {
         double ms;
         if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
@@ -912,6 +944,8 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
         fprintf(stderr, "lrsim: %s--spread: %s\n", where_prefix, err2.msg);
         return -1;
     }
+    if (sim_mix_any(&o->mix) || o->mix.burst > 1)
+        sim_workload_mix(w, &o->mix, o->seed);
     return 0;
 }
 
@@ -981,6 +1015,7 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->lodestar_max_reward = o->lodestar_max_reward;
     cfg->keep_samples = o->dump_samples != NULL;
     cfg->rep = o->rep;
+    cfg->admit = o->admit;
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */

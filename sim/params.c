@@ -59,6 +59,7 @@ static const char *const names[] = {
     [LR_PARAM_FAIR_INPUT_WEIGHT] = "fair-input-weight",
     [LR_PARAM_FAIR_OUTPUT_WEIGHT] = "fair-output-weight",
     [LR_PARAM_ADAPTIVE_DEADLINE] = "adaptive-deadline",
+    [LR_PARAM_SATURATION_PREFILL_S] = "saturation-prefill-s",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

@@ -120,6 +120,31 @@ table_replicas(FILE *f, const struct sim_report *rep)
     fprintf(f, "\n");
 }
 
+static const char *
+admit_name(int admit)
+{
+    return admit == SIM_ADMIT_QUEUE ? "queue" : "now";
+}
+
+/* Request classes, tenants, bursts and the admission mode, when any. */
+static void
+table_mix(FILE *f, const struct sim_report *rep)
+{
+    const struct sim_mix *m = &rep->w->mix;
+    if (!sim_mix_any(m) && !(m->burst > 1) &&
+        rep->cfg->admit != SIM_ADMIT_QUEUE)
+        return;
+    char buf[1024];
+    sim_mix_describe(m, buf, sizeof buf);
+    if (buf[0])
+        fprintf(f, "  %s\n", buf);
+    fprintf(f, "  admission (--admit): %s\n",
+            rep->cfg->admit == SIM_ADMIT_QUEUE
+                ? "queue: requests may wait in the router's queue "
+                  "(LR_ROUTE_MAY_WAIT), let out by lr_router_dispatch()"
+                : "now: route() sends every request at once");
+}
+
 static void
 table_header(FILE *f, const struct sim_report *rep)
 {
@@ -149,6 +174,7 @@ table_header(FILE *f, const struct sim_report *rep)
             (double)rep->cfg->scrape_us / 1000.0, rep->cfg->block_tokens);
     table_rates(f, rep);
     table_replicas(f, rep);
+    table_mix(f, rep);
     fprintf(f, "\n");
 }
 
@@ -368,6 +394,103 @@ sim_report_table(FILE *f, const struct sim_report *rep)
         reason_shares(f, r->by_reason, sum_reasons(r->by_reason));
         fprintf(f, "\n");
     }
+    if (rep->n_runs > 0 && rep->runs[0].has_admission)
+        sim_report_admission(f, rep);
+}
+
+/* ---- admission -------------------------------------------------------------------- */
+
+#define TABLE_TENANTS 8 /* tenants shown in the table (the JSON has all) */
+
+void
+sim_report_admission(FILE *f, const struct sim_report *rep)
+{
+    const struct sim_mix *m = &rep->w->mix;
+    const struct sim_result *r0 = &rep->runs[0];
+    fprintf(f, "\n  admission (%s): ", admit_name(r0->admit));
+    fprintf(f, "waited = requests held in the router's queue; expired = "
+               "their deadline passed there;\n  shed = refused at once "
+               "(sheddable); failed = refused by route() (a full queue: "
+               "LR_ELIMIT) or by\n  the engine; wait = mean time in the "
+               "queue of those sent (s)\n");
+    fprintf(f, "  %-22s %8s %8s %8s %8s %8s %8s\n", "policy", "served",
+            "waited", "wait", "expired", "shed", "failed");
+    for (size_t k = 0; k < rep->n_runs; k++) {
+        const struct sim_result *r = &rep->runs[k];
+        fprintf(f, "  %-22s %8llu %8llu %8.2f %8llu %8llu %8llu\n",
+                r->policy_name, (unsigned long long)r->completed,
+                (unsigned long long)r->n_waited, r->wait_mean_s,
+                (unsigned long long)r->expired, (unsigned long long)r->shed,
+                (unsigned long long)r->failed);
+    }
+    if (m->n_cls > 0) {
+        fprintf(f, "\n  per class: SLO%% = TTFT <= the class's SLO, of all "
+                   "its requests (expired, shed and failed\n  ones miss); "
+                   "done%% = served; TTFT mean / p99 of those served (s); "
+                   "good/s = SLO-meeting\n  requests per second of the "
+                   "arrival window (%.1f s)\n",
+                r0->arrival_span_s);
+        fprintf(f, "  %-22s", "");
+        for (uint32_t c = 0; c < m->n_cls; c++) {
+            char h[64];
+            snprintf(h, sizeof h, "%s (%g s)", m->cls[c].name,
+                     m->cls[c].slo_s);
+            fprintf(f, " | %-38s", h);
+        }
+        fprintf(f, "\n  %-22s", "policy");
+        for (uint32_t c = 0; c < m->n_cls; c++)
+            fprintf(f, " | %6s %6s %7s %7s %7s", "SLO%", "done%", "mean",
+                    "p99", "good/s");
+        fprintf(f, "\n");
+        for (size_t k = 0; k < rep->n_runs; k++) {
+            const struct sim_result *r = &rep->runs[k];
+            fprintf(f, "  %-22s", r->policy_name);
+            for (uint32_t c = 0; c < r->n_rclasses; c++) {
+                const struct sim_rclass_result *cr = &r->rclass[c];
+                fprintf(f, " | %6.1f %6.1f %7.2f %7.2f %7.2f",
+                        100 * cr->slo_attainment,
+                        cr->requests ? 100.0 * (double)cr->completed /
+                                           (double)cr->requests
+                                     : NAN,
+                        cr->ttft_mean_s, cr->ttft_p99_s, cr->goodput_rps);
+            }
+            fprintf(f, "\n");
+        }
+    }
+    if (m->n_tenants > 0) {
+        uint32_t nt = m->n_tenants < TABLE_TENANTS ? m->n_tenants
+                                                   : TABLE_TENANTS;
+        fprintf(f, "\n  per tenant (its share of the tokens that arrived in "
+                   "brackets): served%% = its share of the\n  tokens served "
+                   "while requests arrived; SLO%%; TTFT mean (s). jain = "
+                   "Jain's index of each\n  tenant's service over its "
+                   "max-min fair share, mean over windows of %.0f s\n",
+                r0->jain_window_s);
+        fprintf(f, "  %-22s %6s", "", "");
+        for (uint32_t i = 0; i < nt; i++) {
+            char h[64];
+            snprintf(h, sizeof h, "tenant %u (%.1f%%)", i,
+                     100 * r0->tenant[i].demand_share);
+            fprintf(f, " | %-22s", h);
+        }
+        fprintf(f, "\n  %-22s %6s", "policy", "jain");
+        for (uint32_t i = 0; i < nt; i++)
+            fprintf(f, " | %7s %6s %7s", "served%", "SLO%", "mean");
+        fprintf(f, "\n");
+        for (size_t k = 0; k < rep->n_runs; k++) {
+            const struct sim_result *r = &rep->runs[k];
+            fprintf(f, "  %-22s %6.3f", r->policy_name, r->jain);
+            for (uint32_t i = 0; i < nt && i < r->n_tenants; i++) {
+                const struct sim_tenant_result *t = &r->tenant[i];
+                fprintf(f, " | %7.1f %6.1f %7.2f", 100 * t->service_share,
+                        100 * t->slo_attainment, t->ttft_mean_s);
+            }
+            fprintf(f, "\n");
+        }
+        if (m->n_tenants > nt)
+            fprintf(f, "  (%u more tenants in the JSON)\n",
+                    m->n_tenants - nt);
+    }
 }
 
 /* ---- JSON --------------------------------------------------------------------------- */
@@ -425,6 +548,13 @@ json_workload(FILE *f, const struct sim_report *rep)
     fprintf(f, "%u", wi.max_input);
     jkey(f, "    ", "time_scale");
     jnum(f, rep->time_scale);
+    const struct sim_mix *m = &rep->w->mix;
+    if (sim_mix_any(m) || m->burst > 1) {
+        char buf[1024];
+        sim_mix_describe(m, buf, sizeof buf);
+        jkey(f, "    ", "mix");
+        jstr(f, buf);
+    }
     fprintf(f, "\n  },\n");
 }
 
@@ -590,6 +720,91 @@ json_lodestar(FILE *f, const struct sim_report *rep, const struct sim_result *r,
 }
 
 static void
+json_admission(FILE *f, const struct sim_report *rep,
+               const struct sim_result *r)
+{
+    const struct sim_mix *m = &rep->w->mix;
+    fprintf(f, ",\n      \"admission\": {\n        \"admit\": ");
+    jstr(f, admit_name(r->admit));
+    fprintf(f, ", \"arrival_span_s\": ");
+    jnum(f, r->arrival_span_s);
+    fprintf(f, ", \"served\": %llu, \"waited\": %llu, \"wait_mean_s\": ",
+            (unsigned long long)r->completed,
+            (unsigned long long)r->n_waited);
+    jnum(f, r->wait_mean_s);
+    fprintf(f, ", \"expired\": %llu, \"shed\": %llu, \"failed\": %llu,\n"
+               "        \"router\": {\"waited\": %llu, \"dispatched\": "
+               "%llu, \"expired\": %llu, \"shed\": %llu}",
+            (unsigned long long)r->expired, (unsigned long long)r->shed,
+            (unsigned long long)r->failed,
+            (unsigned long long)r->router_waited,
+            (unsigned long long)r->router_dispatched,
+            (unsigned long long)r->router_expired,
+            (unsigned long long)r->router_shed);
+    fprintf(f, ",\n        \"classes\": [");
+    for (uint32_t c = 0; c < r->n_rclasses; c++) {
+        const struct sim_rclass *k = &m->cls[c];
+        const struct sim_rclass_result *cr = &r->rclass[c];
+        fprintf(f, "%s\n          {\"name\": ", c ? "," : "");
+        jstr(f, k->name);
+        fprintf(f, ", \"urgency\": %u, \"slo_s\": ", k->urgency);
+        jnum(f, k->slo_s);
+        fprintf(f, ", \"sheddable\": %s, \"share\": ",
+                k->sheddable ? "true" : "false");
+        jnum(f, k->share);
+        fprintf(f, ", \"requests\": %llu, \"met\": %llu, \"served\": %llu, "
+                   "\"expired\": %llu, \"shed\": %llu, \"failed\": %llu, "
+                   "\"waited\": %llu,\n           \"slo_attainment\": ",
+                (unsigned long long)cr->requests, (unsigned long long)cr->met,
+                (unsigned long long)cr->completed,
+                (unsigned long long)cr->expired, (unsigned long long)cr->shed,
+                (unsigned long long)cr->failed,
+                (unsigned long long)cr->waited);
+        jnum(f, cr->slo_attainment);
+        fprintf(f, ", \"goodput_rps\": ");
+        jnum(f, cr->goodput_rps);
+        fprintf(f, ", \"ttft_mean_s\": ");
+        jnum(f, cr->ttft_mean_s);
+        fprintf(f, ", \"ttft_p99_s\": ");
+        jnum(f, cr->ttft_p99_s);
+        fprintf(f, ", \"wait_mean_s\": ");
+        jnum(f, cr->wait_mean_s);
+        fputc('}', f);
+    }
+    fprintf(f, "%s],\n        \"tenants\": [", r->n_rclasses ? "\n        "
+                                                                 : "");
+    for (uint32_t i = 0; i < r->n_tenants; i++) {
+        const struct sim_tenant_result *t = &r->tenant[i];
+        fprintf(f, "%s\n          {\"tenant\": %u, \"weight\": ",
+                i ? "," : "", i);
+        jnum(f, m->tenant_w[i]);
+        fprintf(f, ", \"requests\": %llu, \"met\": %llu, \"served\": %llu, "
+                   "\"expired\": %llu, \"shed\": %llu, \"failed\": %llu,\n"
+                   "           \"demand_share\": ",
+                (unsigned long long)t->requests, (unsigned long long)t->met,
+                (unsigned long long)t->completed,
+                (unsigned long long)t->expired, (unsigned long long)t->shed,
+                (unsigned long long)t->failed);
+        jnum(f, t->demand_share);
+        fprintf(f, ", \"service_share\": ");
+        jnum(f, t->service_share);
+        fprintf(f, ", \"backlogged\": ");
+        jnum(f, t->backlogged);
+        fprintf(f, ", \"slo_attainment\": ");
+        jnum(f, t->slo_attainment);
+        fprintf(f, ", \"ttft_mean_s\": ");
+        jnum(f, t->ttft_mean_s);
+        fputc('}', f);
+    }
+    fprintf(f, "%s],\n        \"jain\": ", r->n_tenants ? "\n        " : "");
+    jnum(f, r->jain);
+    fprintf(f, ", \"jain_windows\": %u, \"jain_window_s\": ",
+            r->jain_windows);
+    jnum(f, r->n_tenants ? r->jain_window_s : NAN);
+    fprintf(f, "\n      }");
+}
+
+static void
 json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
          int with_timing)
 {
@@ -690,6 +905,8 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     }
     if (r->policy == LR_POLICY_LODESTAR)
         json_lodestar(f, rep, r, with_timing);
+    if (r->has_admission)
+        json_admission(f, rep, r);
     json_per_inst(f, r);
     fprintf(f, "\n    }");
 }

@@ -34,6 +34,11 @@ struct sim_report {
 /* The table, one row per policy, with a header naming the set-up. */
 void sim_report_table(FILE *f, const struct sim_report *rep);
 
+/* The admission figures under the table (with request classes, tenants
+ * or --admit queue): how requests ended, per class SLO attainment and
+ * goodput, per tenant service and Jain's index. */
+void sim_report_admission(FILE *f, const struct sim_report *rep);
+
 /* The JSON document. with_timing = 0 leaves out every measured field
  * (route_ns_*, wall_s), so that two runs with one seed give identical
  * bytes. Returns 0, or -1 on a write error. */

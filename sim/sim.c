@@ -18,6 +18,10 @@
 
 #define NS_BASE 1000000000ull /* simulated t = 0 is 1 s on the router's clock */
 #define MAX_MOVES 256
+#define MAX_DISPATCH 64 /* lr_router_dispatch()'s entries per call */
+/* --admit queue: a request still waiting this long after the last arrival
+ * means the router never let it out (a run would not end otherwise) */
+#define STUCK_US (24ull * 3600 * 1000000)
 
 enum ev_kind {
     EV_ARRIVAL,
@@ -33,7 +37,8 @@ enum ev_kind {
     EV_REBALANCE,    /* DualMap rebalancing plan */
     EV_LEARN,        /* lodestar: the host's learning thread runs a step */
     EV_DELTAS,       /* replicas publish their deltas (--sync deltas) */
-    EV_GAUGES        /* replicas publish their load gauges */
+    EV_GAUGES,       /* replicas publish their load gauges */
+    EV_DEADLINE      /* --admit queue: a waiting request's deadline */
 };
 
 struct ev {
@@ -152,6 +157,11 @@ struct run {
     uint64_t cv_n, samples;
     double *pending_sum;
     lr_move moves[MAX_MOVES];
+    /* --admit queue: requests waiting in each replica's router queue, and
+     * whether request q waits there now */
+    uint64_t *waiting;
+    uint8_t *in_queue;
+    lr_dispatched out[MAX_DISPATCH];
     /* lodestar's learning curve: counters at the previous point */
     uint64_t reason_prev[SIM_REASONS];
     uint64_t routes_prev;
@@ -233,8 +243,14 @@ finish_req(struct run *r, size_t q, int state)
     r->done++;
     if (state == REQ_DONE)
         res->completed++;
+    else if (state == REQ_EXPIRED)
+        res->expired++;
+    else if (state == REQ_SHED)
+        res->shed++;
     else
         res->failed++;
+    if (state != REQ_DONE)
+        res->gone_us[q] = r->now;
     return 0;
 }
 
@@ -293,6 +309,39 @@ pick_replica(struct run *r, size_t q)
     }
 }
 
+static int send_req(struct run *r, size_t q, uint32_t rid, int32_t reason,
+                    double cost);
+
+/* Request q's TTFT deadline: its arrival + its class's SLO. */
+static uint64_t
+deadline_us(const struct run *r, size_t q)
+{
+    const struct sim_req *rq = &r->w->reqs[q];
+    const struct sim_rclass *c = &r->w->mix.cls[rq->rclass];
+    return rq->arrival_us + (uint64_t)llround(c->slo_s * 1e6);
+}
+
+/* What the request tells the router of its tenant and class (urgency,
+ * deadline) when the workload has them, in both modes (adaptive weighs a
+ * deadline); with --admit queue, that it may wait, or be shed. */
+static void
+admission_fields(struct run *r, size_t q, lr_request *lq)
+{
+    const struct sim_req *rq = &r->w->reqs[q];
+    const struct sim_mix *m = &r->w->mix;
+    int queue = r->cfg->admit == SIM_ADMIT_QUEUE;
+    if (queue)
+        lq->flags |= LR_ROUTE_MAY_WAIT;
+    lq->tenant = rq->owner;
+    if (m->n_cls == 0)
+        return; /* no class: urgency 0, no deadline */
+    const struct sim_rclass *c = &m->cls[rq->rclass];
+    lq->urgency = c->urgency;
+    lq->deadline_ns = ns_of(deadline_us(r, q));
+    if (queue && c->sheddable)
+        lq->flags |= LR_ROUTE_SHEDDABLE;
+}
+
 static int
 on_arrival(struct run *r, size_t q)
 {
@@ -314,6 +363,9 @@ on_arrival(struct run *r, size_t q)
     /* precise mode: the engines' events are what the routers know */
     if (r->cfg->rep.sync == SIM_SYNC_EVENTS)
         lq.flags |= LR_ROUTE_NO_LEARN;
+    int queue = r->cfg->admit == SIM_ADMIT_QUEUE;
+    if (queue || sim_mix_any(&r->w->mix))
+        admission_fields(r, q, &lq);
     uint32_t k = pick_replica(r, q);
     r->rep_of[q] = (uint8_t)k;
     lr_decision d;
@@ -328,19 +380,42 @@ on_arrival(struct run *r, size_t q)
                  r->res->policy_name, lr_status_name(st));
         return 1;
     }
+    if (queue && st == LR_EBUSY) /* sheddable, and it would have waited */
+        return finish_req(r, q, REQ_SHED);
     if (st != LR_OK) {
         /* a gateway answers 503; the request is lost */
         r->res->route_errors++;
         return finish_req(r, q, REQ_FAILED);
     }
-    if (d.instance >= r->max_rid || r->inst_of[d.instance] == UINT32_MAX)
+    if (queue && d.instance == LR_INSTANCE_NONE &&
+        d.reason == LR_REASON_WAITING) {
+        /* held in the router's queue: let out by lr_router_dispatch(),
+         * or expired there at its deadline */
+        r->res->waited[q] = 1;
+        r->in_queue[q] = 1;
+        r->waiting[k]++;
+        if (lq.deadline_ns == 0)
+            return 0;
+        return push(r, deadline_us(r, q), EV_DEADLINE, 0, q, 0);
+    }
+    return send_req(r, q, d.instance, d.reason, d.cost);
+}
+
+/* Request q, routed to router id `rid` (its tokens in r->tok): its
+ * sequence, then the engine's queue RTT/2 later, or the refusal of a
+ * request the engine can never fit. */
+static int
+send_req(struct run *r, size_t q, uint32_t rid, int32_t reason, double cost)
+{
+    const struct sim_req *rq = &r->w->reqs[q];
+    if (rid >= r->max_rid || r->inst_of[rid] == UINT32_MAX)
         return sim_errf(r->err, "%s: route() chose unknown instance %u",
-                        r->res->policy_name, d.instance);
-    uint32_t i = r->inst_of[d.instance];
+                        r->res->policy_name, rid);
+    uint32_t i = r->inst_of[rid];
     if (r->cfg->policy == LR_POLICY_LODESTAR &&
-        (d.reason == LR_REASON_MIN_COST || d.reason == LR_REASON_K_FILTER ||
-         d.reason == LR_REASON_EXPLORE))
-        r->res->pred_ttft_s[q] = (float)d.cost; /* cost = -predicted reward */
+        (reason == LR_REASON_MIN_COST || reason == LR_REASON_K_FILTER ||
+         reason == LR_REASON_EXPLORE))
+        r->res->pred_ttft_s[q] = (float)cost; /* cost = -predicted reward */
     struct sim_seq *s = seq_get(r);
     if (s == NULL)
         return sim_errf(r->err, "out of memory (sequence)");
@@ -366,6 +441,66 @@ on_arrival(struct run *r, size_t q)
     if (!sim_engine_fits(r->eng[i], s->prompt, s->output))
         return push(r, r->now + r->c->inst[i].rtt_us, EV_FAIL, i, q, 0);
     return push(r, r->now + half_rtt(r, i), EV_RECV, i, q, 0);
+}
+
+/* --admit queue: what replica k's router lets out of its queue now: each
+ * request routed (sent to its engine) or expired. Called whenever
+ * capacity may have freed: a first token, a completion, a failure, a
+ * scrape, a gauge exchange, and at each waiting request's deadline. */
+static int
+let_out(struct run *r, uint32_t k)
+{
+    if (r->cfg->admit != SIM_ADMIT_QUEUE || r->waiting[k] == 0)
+        return 0;
+    struct sim_result *res = r->res;
+    for (;;) {
+        size_t n = 0;
+        lr_status st = lr_router_dispatch(r->routers[k], ns_of(r->now), r->out,
+                                          MAX_DISPATCH, sizeof r->out[0], &n);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_dispatch", st);
+        for (size_t j = 0; j < n; j++) {
+            const lr_dispatched *d = &r->out[j];
+            size_t q = (size_t)(d->request_id - 1);
+            if (d->request_id == 0 || q >= r->w->n_reqs || !r->in_queue[q] ||
+                r->rep_of[q] != k)
+                return sim_errf(r->err, "%s: lr_router_dispatch() let out "
+                                        "request %llu, which does not wait "
+                                        "there",
+                                res->policy_name,
+                                (unsigned long long)d->request_id);
+            r->in_queue[q] = 0;
+            r->waiting[k]--;
+            res->wait_us[q] = r->now - r->w->reqs[q].arrival_us;
+            if (d->status == LR_OK) {
+                size_t n_bnd;
+                if (prepare_tokens(r, q, &n_bnd) != 0 ||
+                    send_req(r, q, d->instance, d->reason, d->cost) != 0)
+                    return -1;
+            } else if (d->status == LR_EEXPIRED) {
+                if (finish_req(r, q, REQ_EXPIRED) != 0)
+                    return -1;
+            } else if (d->status == LR_EEXIST) {
+                res->route_errors++; /* ids are unique here: never */
+                if (finish_req(r, q, REQ_FAILED) != 0)
+                    return -1;
+            } else {
+                return lib_fail(r, "lr_router_dispatch entry",
+                                (lr_status)d->status);
+            }
+        }
+        if (n < MAX_DISPATCH)
+            return 0;
+    }
+}
+
+static int
+let_out_all(struct run *r)
+{
+    for (uint32_t k = 0; k < r->n_rep; k++)
+        if (let_out(r, k) != 0)
+            return -1;
+    return 0;
 }
 
 static int
@@ -436,7 +571,7 @@ on_router_event(struct run *r, const struct ev *e)
             r->pmae_sum += fabs((double)r->res->pred_ttft_s[q] - obs);
             r->pmae_n++;
         }
-        return 0;
+        return let_out(r, r->rep_of[q]);
     case EV_COMPLETE:
         /* what the engine reused at admission, as a gateway reads it from
          * the response (llama.cpp's timings.cache_n, vLLM's usage) */
@@ -446,15 +581,29 @@ on_router_event(struct run *r, const struct ev *e)
         st = lr_router_complete(router, id, r->w->reqs[q].output_tokens, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_complete", st);
-        return finish_req(r, q, REQ_DONE);
+        if (finish_req(r, q, REQ_DONE) != 0)
+            return -1;
+        return let_out(r, r->rep_of[q]);
     default: /* EV_FAIL: the engine refused a request it can never fit */
         st = lr_router_fail(router, id, now);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_fail", st);
         seq_put(r, r->seq_of[q]);
         r->seq_of[q] = NULL;
-        return finish_req(r, q, REQ_FAILED);
+        if (finish_req(r, q, REQ_FAILED) != 0)
+            return -1;
+        return let_out(r, r->rep_of[q]);
     }
+}
+
+/* --admit queue: request q's deadline. Still waiting, it expires now:
+ * its router says so at this dispatch. */
+static int
+on_deadline(struct run *r, size_t q)
+{
+    if (!r->in_queue[q])
+        return 0;
+    return let_out(r, r->rep_of[q]);
 }
 
 /* ---- telemetry ------------------------------------------------------------------------- */
@@ -470,6 +619,11 @@ periodic(struct run *r, uint32_t kind, uint64_t period)
 static int
 on_scrape_tick(struct run *r)
 {
+    if (r->cfg->admit == SIM_ADMIT_QUEUE &&
+        r->now > r->last_arrival_us + STUCK_US)
+        return sim_errf(r->err, "%s: requests still wait in the router's "
+                                "queue a day after the last arrival",
+                        r->res->policy_name);
     for (uint32_t i = 0; i < r->c->n; i++)
         if (push(r, r->now + half_rtt(r, i), EV_SCRAPE_AT, i, 0, 0) != 0)
             return -1;
@@ -509,7 +663,7 @@ on_scrape_back(struct run *r, const struct ev *e)
         if (s != LR_OK)
             return lib_fail(r, "lr_router_observe_rtt", s);
     }
-    return 0;
+    return let_out_all(r);
 }
 
 static int
@@ -724,6 +878,8 @@ on_gauges(struct run *r)
         if (st != LR_OK)
             return lib_fail(r, "lr_router_import_gauges", st);
     }
+    if (let_out_all(r) != 0)
+        return -1;
     return periodic(r, EV_GAUGES, r->cfg->rep.gauge_us);
 }
 
@@ -842,6 +998,9 @@ sim_result_free(struct sim_result *r)
     free(r->route_ns);
     free(r->state);
     free(r->finishes);
+    free(r->waited);
+    free(r->wait_us);
+    free(r->gone_us);
     free(r->per_inst);
     free(r->pred_ttft_s);
     free(r->curve);
@@ -859,8 +1018,13 @@ sim_result_drop_requests(struct sim_result *r)
     free(r->route_ns);
     free(r->state);
     free(r->finishes);
+    free(r->waited);
+    free(r->wait_us);
+    free(r->gone_us);
     free(r->pred_ttft_s);
     free(r->samples);
+    r->waited = NULL;
+    r->wait_us = r->gone_us = NULL;
     r->ttft_us = r->e2e_us = NULL;
     r->inst = r->hit = r->route_ns = NULL;
     r->state = r->finishes = NULL;
@@ -880,11 +1044,14 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     res->route_ns = sim_calloc(n, sizeof *res->route_ns);
     res->state = sim_calloc(n, sizeof *res->state);
     res->finishes = sim_calloc(n, sizeof *res->finishes);
+    res->waited = sim_calloc(n, sizeof *res->waited);
+    res->wait_us = sim_calloc(n, sizeof *res->wait_us);
+    res->gone_us = sim_calloc(n, sizeof *res->gone_us);
     res->per_inst = sim_calloc(n_inst, sizeof *res->per_inst);
     res->pred_ttft_s = sim_calloc(n, sizeof *res->pred_ttft_s);
     if (!res->ttft_us || !res->e2e_us || !res->inst || !res->hit ||
         !res->route_ns || !res->state || !res->finishes || !res->per_inst ||
-        !res->pred_ttft_s)
+        !res->pred_ttft_s || !res->waited || !res->wait_us || !res->gone_us)
         return -1;
     for (size_t q = 0; q < n; q++)
         res->pred_ttft_s[q] = NAN;
@@ -1005,7 +1172,11 @@ setup_replicas(struct run *r)
     r->routers = sim_calloc(r->n_rep, sizeof *r->routers);
     r->rep_of = sim_calloc(r->w->n_reqs ? r->w->n_reqs : 1, sizeof *r->rep_of);
     r->marks = sim_calloc(r->n_rep, sizeof *r->marks);
-    if (r->routers == NULL || r->rep_of == NULL || r->marks == NULL)
+    r->waiting = sim_calloc(r->n_rep, sizeof *r->waiting);
+    r->in_queue = sim_calloc(r->w->n_reqs ? r->w->n_reqs : 1,
+                             sizeof *r->in_queue);
+    if (r->routers == NULL || r->rep_of == NULL || r->marks == NULL ||
+        r->waiting == NULL || r->in_queue == NULL)
         return sim_errf(r->err, "out of memory (replicas)");
     sim_rng_seed(&r->front_rng, r->cfg->seed ^ 0x66726f6e74ull);
     sim_rng_seed(&r->loss_rng, r->cfg->seed ^ 0x6c6f7373ull);
@@ -1078,6 +1249,8 @@ teardown(struct run *r)
     free(r->routers);
     free(r->rep_of);
     free(r->marks);
+    free(r->waiting);
+    free(r->in_queue);
     free(r->sinks);
     free(r->ev_tok);
     free(r->ev_bnd);
@@ -1124,6 +1297,8 @@ dispatch(struct run *r, const struct ev *e)
         return on_deltas(r);
     case EV_GAUGES:
         return on_gauges(r);
+    case EV_DEADLINE:
+        return on_deadline(r, (size_t)e->a);
     default:
         return on_rebalance(r);
     }
@@ -1195,11 +1370,32 @@ check_books(struct run *r)
         if (res->finishes[q] != 1)
             return sim_errf(r->err, "internal: request %zu finished %u times",
                             q, res->finishes[q]);
-    if (res->completed + res->failed != res->n_reqs)
-        return sim_errf(r->err, "internal: %llu completed + %llu failed != "
-                                "%zu requests",
+    if (res->completed + res->failed + res->expired + res->shed !=
+        res->n_reqs)
+        return sim_errf(r->err, "internal: %llu completed + %llu failed + "
+                                "%llu expired + %llu shed != %zu requests",
                         (unsigned long long)res->completed,
-                        (unsigned long long)res->failed, res->n_reqs);
+                        (unsigned long long)res->failed,
+                        (unsigned long long)res->expired,
+                        (unsigned long long)res->shed, res->n_reqs);
+    /* the routers' books agree: every request that waited left the queue
+     * once, dispatched or expired, and the shed ones were refused */
+    if (r->cfg->admit == SIM_ADMIT_QUEUE &&
+        (res->router_waited != res->n_waited ||
+         res->router_dispatched + res->router_expired != res->n_waited ||
+         res->router_expired != res->expired ||
+         res->router_shed != res->shed))
+        return sim_errf(r->err, "%s: the routers count %llu waited, %llu "
+                                "dispatched, %llu expired, %llu shed; lrsim "
+                                "%llu waited, %llu expired, %llu shed",
+                        res->policy_name,
+                        (unsigned long long)res->router_waited,
+                        (unsigned long long)res->router_dispatched,
+                        (unsigned long long)res->router_expired,
+                        (unsigned long long)res->router_shed,
+                        (unsigned long long)res->n_waited,
+                        (unsigned long long)res->expired,
+                        (unsigned long long)res->shed);
     if (res->query_tokens !=
         res->hit_tokens + res->prefilled_tokens + res->abandoned_tokens)
         return sim_errf(r->err, "internal: prefill books do not balance");
@@ -1213,6 +1409,290 @@ check_books(struct run *r)
                         (unsigned long long)res->sampled_tokens,
                         (unsigned long long)want);
     return 0;
+}
+
+/* ---- admission: classes, tenants, fairness ----------------------------------------- */
+
+/* Fairness windows: the arrival period in windows of about this length. */
+#define FAIR_WINDOW_US 30000000ull
+
+/* Add `tok` tokens served over [a, b) (a point at a when a == b) to the
+ * windows of row `srv` (n_win windows of wl us from t0); what falls after
+ * the last window is not counted. */
+static void
+spread_served(double *srv, size_t n_win, uint64_t t0, double wl, uint64_t a,
+              uint64_t b, double tok)
+{
+    double end = (double)n_win * wl;
+    double x = (double)(a - t0), y = (double)(b - t0);
+    if (x >= end || tok <= 0)
+        return;
+    if (b <= a) {
+        srv[(size_t)(x / wl)] += tok;
+        return;
+    }
+    double rate = tok / (y - x);
+    for (size_t k = (size_t)(x / wl); k < n_win; k++) {
+        double lo = (double)k * wl, hi = lo + wl;
+        double from = x > lo ? x : lo, to = y < hi ? y : hi;
+        if (to > from)
+            srv[k] += rate * (to - from);
+        if (y <= hi)
+            break;
+    }
+}
+
+static size_t
+window_of(uint64_t t, uint64_t t0, double wl, size_t n_win)
+{
+    size_t k = t <= t0 ? 0 : (size_t)((double)(t - t0) / wl);
+    return k < n_win ? k : n_win - 1;
+}
+
+/* Jain's fairness index of the tenants' service, window by window over
+ * the arrival period (windows of about FAIR_WINDOW_US; one if it is
+ * shorter). In a window, tenant i's demand D_i is the tokens (prompt +
+ * output) it had waiting at the window's start (arrived, neither served
+ * nor ended unserved) plus those arriving in it; S_i is what it was
+ * served there (a prompt at its first token, the output evenly over its
+ * decode). Its fair share f_i is its max-min share of the window's
+ * service S = sum S_i given the demands: min(D_i, theta), theta the level
+ * at which the shares sum to S. Tenants with D_i > theta are backlogged:
+ * they wanted more than the fleet gave each; their fair share is equal.
+ * The window's index is Jain's over x_i = S_i / f_i of the tenants with
+ * demand: (sum x)^2 / (n sum x^2), 1 when every backlogged tenant got the
+ * same and every other one what it asked. The run's is the mean over the
+ * windows with at least two tenants with demand. */
+static int
+fairness(struct run *r)
+{
+    struct sim_result *res = r->res;
+    const struct sim_workload *w = r->w;
+    uint32_t nt = w->mix.n_tenants;
+    res->jain = NAN;
+    if (nt == 0 || w->n_reqs == 0)
+        return 0;
+    uint64_t t0 = w->reqs[0].arrival_us, t1 = r->last_arrival_us;
+    uint64_t span = t1 > t0 ? t1 - t0 : 1;
+    size_t n_win = (size_t)(span / FAIR_WINDOW_US);
+    if (n_win == 0)
+        n_win = 1;
+    double wl = (double)span / (double)n_win;
+    res->jain_window_s = wl / 1e6;
+    double *arr = sim_calloc((size_t)nt * n_win, sizeof *arr);
+    double *srv = sim_calloc((size_t)nt * n_win, sizeof *srv);
+    double *drop = sim_calloc((size_t)nt * n_win, sizeof *drop);
+    double *served_row = sim_calloc(nt, sizeof *served_row);
+    double *d = sim_calloc(nt, sizeof *d);
+    double *sorted = sim_calloc(nt, sizeof *sorted);
+    double *backlog = sim_calloc(nt, sizeof *backlog);
+    if (!arr || !srv || !drop || !served_row || !d || !sorted || !backlog) {
+        free(arr);
+        free(srv);
+        free(drop);
+        free(served_row);
+        free(d);
+        free(sorted);
+        free(backlog);
+        return sim_errf(r->err, "out of memory (fairness)");
+    }
+    double arr_total = 0, srv_total = 0;
+    for (size_t q = 0; q < w->n_reqs; q++) {
+        const struct sim_req *rq = &w->reqs[q];
+        uint32_t i = rq->owner;
+        double tok = (double)rq->input_tokens + (double)rq->output_tokens;
+        arr[(size_t)i * n_win + window_of(rq->arrival_us, t0, wl, n_win)] +=
+            tok;
+        if (res->state[q] == REQ_DONE) {
+            uint64_t ft = rq->arrival_us + res->ttft_us[q];
+            uint64_t end = rq->arrival_us + res->e2e_us[q];
+            spread_served(srv + (size_t)i * n_win, n_win, t0, wl, ft, ft,
+                          (double)rq->input_tokens);
+            spread_served(srv + (size_t)i * n_win, n_win, t0, wl, ft,
+                          end > ft ? end : ft, (double)rq->output_tokens);
+        } else if (res->gone_us[q] <= t1) {
+            drop[(size_t)i * n_win +
+                 window_of(res->gone_us[q], t0, wl, n_win)] += tok;
+        }
+    }
+    double jsum = 0;
+    uint32_t jn = 0;
+    uint64_t backlogged[SIM_MAX_TENANTS] = { 0 };
+    for (size_t k = 0; k < n_win; k++) {
+        double s_tot = 0;
+        uint32_t m = 0;
+        for (uint32_t i = 0; i < nt; i++) {
+            d[i] = backlog[i] + arr[(size_t)i * n_win + k];
+            if (d[i] < 0.5) /* rounding of the spread output */
+                d[i] = 0;
+            s_tot += srv[(size_t)i * n_win + k];
+            served_row[i] += srv[(size_t)i * n_win + k];
+            if (d[i] > 0)
+                sorted[m++] = d[i];
+        }
+        /* water-filling: theta such that sum min(D_i, theta) = S */
+        qsort(sorted, m, sizeof *sorted, cmp_d);
+        double theta = INFINITY, left = s_tot;
+        for (uint32_t j = 0; j < m; j++) {
+            if (sorted[j] * (double)(m - j) > left) {
+                theta = left / (double)(m - j);
+                break;
+            }
+            left -= sorted[j];
+        }
+        if (m >= 2 && s_tot > 0) {
+            double sx = 0, sxx = 0;
+            for (uint32_t i = 0; i < nt; i++) {
+                if (d[i] <= 0)
+                    continue;
+                double f = d[i] < theta ? d[i] : theta;
+                double x = f > 0 ? srv[(size_t)i * n_win + k] / f : 0;
+                sx += x;
+                sxx += x * x;
+                backlogged[i] += d[i] > theta;
+            }
+            jsum += sxx > 0 ? sx * sx / ((double)m * sxx) : 0;
+            jn++;
+        }
+        for (uint32_t i = 0; i < nt; i++) {
+            backlog[i] = d[i] - srv[(size_t)i * n_win + k] -
+                         drop[(size_t)i * n_win + k];
+            if (backlog[i] < 0)
+                backlog[i] = 0;
+        }
+    }
+    for (uint32_t i = 0; i < nt; i++) {
+        for (size_t k = 0; k < n_win; k++)
+            arr_total += arr[(size_t)i * n_win + k];
+        srv_total += served_row[i];
+    }
+    for (uint32_t i = 0; i < nt; i++) {
+        struct sim_tenant_result *t = &res->tenant[i];
+        double a = 0;
+        for (size_t k = 0; k < n_win; k++)
+            a += arr[(size_t)i * n_win + k];
+        t->demand_share = arr_total > 0 ? a / arr_total : 0;
+        t->service_share = srv_total > 0 ? served_row[i] / srv_total : 0;
+        t->backlogged = jn ? (double)backlogged[i] / (double)jn : 0;
+    }
+    res->jain = jn ? jsum / (double)jn : NAN;
+    res->jain_windows = jn;
+    free(arr);
+    free(srv);
+    free(drop);
+    free(served_row);
+    free(d);
+    free(sorted);
+    free(backlog);
+    return 0;
+}
+
+/* Per class and per tenant: how requests ended, SLO attainment (TTFT <=
+ * the class's SLO, or --slo-ttft without classes; every request counts,
+ * an unserved one as a miss), TTFT and waits; then fairness(). */
+static int
+summarize_admission(struct run *r)
+{
+    struct sim_result *res = r->res;
+    const struct sim_workload *w = r->w;
+    res->admit = r->cfg->admit;
+    res->has_admission =
+        sim_mix_any(&w->mix) || r->cfg->admit == SIM_ADMIT_QUEUE;
+    if (!res->has_admission)
+        return 0;
+    size_t n = res->n_reqs;
+    uint64_t t0 = w->reqs[0].arrival_us;
+    res->arrival_span_s = (double)(r->last_arrival_us - t0) / 1e6;
+    double span = res->arrival_span_s > 0 ? res->arrival_span_s : 1;
+    uint32_t nc = w->mix.n_cls ? w->mix.n_cls : 0;
+    uint32_t nt = w->mix.n_tenants;
+    res->n_rclasses = nc;
+    res->n_tenants = nt;
+    double *v = sim_calloc(n ? n : 1, sizeof *v);
+    if (v == NULL)
+        return sim_errf(r->err, "out of memory");
+    double wsum = 0;
+    uint64_t wn = 0;
+    for (size_t q = 0; q < n; q++) {
+        res->n_waited += res->waited[q];
+        if (res->waited[q] && res->state[q] != REQ_EXPIRED) {
+            wsum += (double)res->wait_us[q] / 1e6;
+            wn++;
+        }
+    }
+    res->wait_mean_s = wn ? wsum / (double)wn : 0;
+    for (uint32_t c = 0; c < nc; c++) {
+        struct sim_rclass_result *cr = &res->rclass[c];
+        double slo = w->mix.cls[c].slo_s, sum = 0, wsc = 0;
+        size_t k = 0;
+        uint64_t wnc = 0;
+        for (size_t q = 0; q < n; q++) {
+            if (w->reqs[q].rclass != c)
+                continue;
+            cr->requests++;
+            cr->waited += res->waited[q];
+            if (res->waited[q] && res->state[q] != REQ_EXPIRED) {
+                wsc += (double)res->wait_us[q] / 1e6;
+                wnc++;
+            }
+            switch (res->state[q]) {
+            case REQ_DONE: {
+                double t = (double)res->ttft_us[q] / 1e6;
+                cr->completed++;
+                cr->met += t <= slo;
+                v[k++] = t;
+                sum += t;
+                break;
+            }
+            case REQ_EXPIRED:
+                cr->expired++;
+                break;
+            case REQ_SHED:
+                cr->shed++;
+                break;
+            default:
+                cr->failed++;
+            }
+        }
+        qsort(v, k, sizeof *v, cmp_d);
+        cr->slo_attainment =
+            cr->requests ? (double)cr->met / (double)cr->requests : NAN;
+        cr->goodput_rps = (double)cr->met / span;
+        cr->ttft_mean_s = k ? sum / (double)k : NAN;
+        cr->ttft_p99_s = sim_percentile(v, k, 99);
+        cr->wait_mean_s = wnc ? wsc / (double)wnc : 0;
+    }
+    free(v);
+    for (uint32_t i = 0; i < nt; i++) {
+        struct sim_tenant_result *t = &res->tenant[i];
+        double sum = 0;
+        for (size_t q = 0; q < n; q++) {
+            if (w->reqs[q].owner != i)
+                continue;
+            t->requests++;
+            switch (res->state[q]) {
+            case REQ_DONE: {
+                double tt = (double)res->ttft_us[q] / 1e6;
+                t->completed++;
+                t->met += tt <= sim_req_slo(w, q, r->cfg->slo_ttft_s);
+                sum += tt;
+                break;
+            }
+            case REQ_EXPIRED:
+                t->expired++;
+                break;
+            case REQ_SHED:
+                t->shed++;
+                break;
+            default:
+                t->failed++;
+            }
+        }
+        t->slo_attainment =
+            t->requests ? (double)t->met / (double)t->requests : NAN;
+        t->ttft_mean_s = t->completed ? sum / (double)t->completed : NAN;
+    }
+    return fairness(r);
 }
 
 /* TTFT and prediction error of the requests arriving in [from, to). */
@@ -1385,6 +1865,10 @@ summarize(struct run *r)
             return lib_fail(r, "lr_router_get_stats", st);
         prompt += rs.prompt_tokens;
         cached += rs.cached_tokens;
+        res->router_waited += rs.waited;
+        res->router_dispatched += rs.waited_dispatched;
+        res->router_expired += rs.waited_expired;
+        res->router_shed += rs.shed;
         uint64_t by[SIM_REASONS];
         size_t nb = 0;
         st = lr_router_reason_counts(r->routers[rk], by, SIM_REASONS, &nb);
@@ -1412,6 +1896,8 @@ summarize(struct run *r)
             return -1;
     }
     if (r->cfg->policy == LR_POLICY_LODESTAR && summarize_lodestar(r) != 0)
+        return -1;
+    if (summarize_admission(r) != 0)
         return -1;
     res->param_w_rtt = res->param_w_queue = NAN;
     if (r->cfg->policy == LR_POLICY_GORGO) {

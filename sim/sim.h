@@ -60,6 +60,13 @@ int sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err);
 void sim_replicas_describe(const struct sim_replicas *r, char *buf,
                            size_t len);
 
+/* --admit: how the gateway hands requests to the router. now: route()
+ * sends every request at once (what lrsim always did); queue: requests
+ * are routed with LR_ROUTE_MAY_WAIT (their class's urgency and deadline,
+ * their tenant) and the router's queue lets them out through
+ * lr_router_dispatch(). */
+enum { SIM_ADMIT_NOW = 0, SIM_ADMIT_QUEUE = 1 };
+
 struct sim_config {
     const struct sim_workload *w;
     const struct sim_cluster *c;
@@ -94,6 +101,7 @@ struct sim_config {
     double lodestar_max_reward; /* max_abs_reward (s); 0: default (15) */
     int keep_samples; /* copy lr_router_learner_samples() into the result */
     struct sim_replicas rep; /* n = 1: a single router */
+    int admit; /* SIM_ADMIT_* */
 };
 
 #define SIM_NEVER UINT64_MAX
@@ -101,7 +109,16 @@ struct sim_config {
 /* Fill defaults (everything but w, c, policy). */
 void sim_config_init(struct sim_config *cfg);
 
-enum { REQ_PENDING = 0, REQ_DONE = 1, REQ_FAILED = 2 };
+/* How a request ended. Expired: its deadline passed while it waited in
+ * the router's queue; shed: refused at arrival (LR_EBUSY); both only with
+ * --admit queue, and neither is served. */
+enum {
+    REQ_PENDING = 0,
+    REQ_DONE = 1,
+    REQ_FAILED = 2,
+    REQ_EXPIRED = 3,
+    REQ_SHED = 4
+};
 
 /* One point of lodestar's learning curve: taken at every learning event
  * (and once at the end of the run). Counts marked "since" cover the time
@@ -143,6 +160,30 @@ struct sim_inst_result {
     uint64_t peak_used_blocks, capacity_blocks;
 };
 
+/* Per request class (--mix): its requests and how they ended. SLO
+ * attainment counts every request of the class: an expired, shed or
+ * failed one is a miss. */
+struct sim_rclass_result {
+    uint64_t requests, met, completed, expired, shed, failed, waited;
+    double slo_attainment; /* met / requests */
+    double goodput_rps;    /* met per second of the arrival window */
+    double ttft_mean_s, ttft_p99_s; /* completed requests */
+    double wait_mean_s;    /* in the router's queue, of those dispatched */
+};
+
+/* Per tenant (--tenants). Tokens are prompt + output; "served" counts
+ * those served while requests arrived (a prompt at its first token, the
+ * output evenly over its decode), so a fleet that is overloaded
+ * throughout shows whom it served. */
+struct sim_tenant_result {
+    uint64_t requests, met, completed, expired, shed, failed;
+    double demand_share;  /* its share of the tokens that arrived */
+    double service_share; /* its share of the tokens served */
+    double slo_attainment;
+    double ttft_mean_s;
+    double backlogged; /* share of the fairness windows it was backlogged */
+};
+
 struct sim_result {
     int32_t policy;
     char policy_name[32];
@@ -157,6 +198,9 @@ struct sim_result {
     uint32_t *route_ns;  /* measured time of its route() call */
     uint8_t *state;      /* REQ_* */
     uint8_t *finishes;   /* how many times it finished (must be 1) */
+    uint8_t *waited;     /* it waited in the router's queue (--admit queue) */
+    uint64_t *wait_us;   /* how long, until dispatched or expired */
+    uint64_t *gone_us;   /* when it ended unserved (expired, shed, failed) */
     float *pred_ttft_s;  /* lodestar's predicted TTFT when its model chose
                           * (min-cost, k-filter, explore); else NAN */
     struct sim_inst_result *per_inst;
@@ -204,6 +248,25 @@ struct sim_result {
     uint64_t deltas_sent, delta_bytes, deltas_dropped;
     uint64_t gauges_sent, gauge_bytes;
     uint64_t kv_events, kv_unplaced;
+    /* admission: with request classes, tenants or --admit queue
+     * (has_admission), how requests ended and whom the fleet served */
+    int has_admission;
+    int admit; /* SIM_ADMIT_* */
+    uint64_t expired, shed, n_waited; /* requests */
+    double wait_mean_s;   /* router queue, of the dispatched ones */
+    double arrival_span_s; /* first to last arrival: goodput's unit */
+    /* the routers' own counts (lr_router_stats, summed over replicas) */
+    uint64_t router_waited, router_dispatched, router_expired, router_shed;
+    uint32_t n_rclasses;
+    struct sim_rclass_result rclass[SIM_MAX_RCLASSES];
+    uint32_t n_tenants;
+    struct sim_tenant_result tenant[SIM_MAX_TENANTS];
+    /* Jain's index of the tenants' service, each over its max-min fair
+     * share, per window of the arrival period, averaged (see sim.c,
+     * fairness()); NAN with fewer than 2 tenants */
+    double jain;
+    uint32_t jain_windows;
+    double jain_window_s;
     /* measured (vary between runs; never compared) */
     double route_ns_p50, route_ns_p99, route_ns_mean;
     double wall_s;

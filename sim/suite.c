@@ -538,6 +538,144 @@ ratio_table(FILE *f, const struct sim_suite *s,
     fprintf(f, "|\n");
 }
 
+/* The mean of a run figure over the seeds that ran (NAN: none did). */
+static double
+seed_mean(const struct sim_suite *s, size_t c, size_t p,
+          double (*get)(const struct sim_result *, size_t), size_t arg)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t seed = 0; seed < s->n_seeds; seed++) {
+        const struct sim_result *r = run_of(s, c, seed, p);
+        if (r == NULL)
+            continue;
+        double x = get(r, arg);
+        if (isnan(x))
+            continue;
+        sum += x;
+        n++;
+    }
+    return n ? sum / (double)n : NAN;
+}
+
+static double
+get_cls_slo(const struct sim_result *r, size_t c)
+{
+    return c < r->n_rclasses ? 100 * r->rclass[c].slo_attainment : NAN;
+}
+
+static double
+get_cls_done(const struct sim_result *r, size_t c)
+{
+    const struct sim_rclass_result *cr = &r->rclass[c];
+    return c < r->n_rclasses && cr->requests
+               ? 100.0 * (double)cr->completed / (double)cr->requests
+               : NAN;
+}
+
+static double
+get_goodput(const struct sim_result *r, size_t unused)
+{
+    (void)unused;
+    double g = 0;
+    for (uint32_t c = 0; c < r->n_rclasses; c++)
+        g += r->rclass[c].goodput_rps;
+    return r->n_rclasses ? g : NAN;
+}
+
+static double
+get_jain(const struct sim_result *r, size_t unused)
+{
+    (void)unused;
+    return r->jain;
+}
+
+static double
+get_count(const struct sim_result *r, size_t which)
+{
+    return (double)(which == 0   ? r->n_waited
+                    : which == 1 ? r->expired
+                    : which == 2 ? r->shed
+                                 : r->failed);
+}
+
+static double
+get_wait(const struct sim_result *r, size_t unused)
+{
+    (void)unused;
+    return r->wait_mean_s;
+}
+
+static void
+num_col(FILE *f, double x, int width, int prec)
+{
+    if (isnan(x))
+        fprintf(f, " %*s", width, "-");
+    else
+        fprintf(f, " %*.*f", width, prec, x);
+}
+
+/* The cells with request classes, tenants or --admit queue: per policy,
+ * each class's SLO attainment and share served, goodput, Jain's index
+ * over the tenants, and what the router's queue did (means over the
+ * seeds). */
+static void
+admission_tables(FILE *f, const struct sim_suite *s)
+{
+    int head = 0;
+    for (size_t c = 0; c < s->n_cells; c++) {
+        const struct sim_report *rep = &s->reps[c * s->n_seeds];
+        if (rep->n_runs == 0 || !rep->runs[0].has_admission)
+            continue;
+        const struct sim_result *r0 = &rep->runs[0];
+        const struct sim_mix *m = &rep->w->mix;
+        if (!head)
+            fprintf(f, "\nAdmission cells: per class SLO%% (TTFT <= its SLO, "
+                       "of all its requests: expired and shed\nones miss) and "
+                       "done%% (served); good/s = SLO-meeting requests per "
+                       "second of the arrival\nwindow; jain = Jain's index "
+                       "of the tenants' service over their max-min fair "
+                       "shares;\nwaited, wait (s), expired, shed: the "
+                       "router's queue; failed: refused by route() (a full "
+                       "queue)\nor by the engine.%s\n",
+                    s->n_seeds > 1 ? " Means over the seeds." : "");
+        head = 1;
+        fprintf(f, "\n  %zu %s (--admit %s)\n", c + 1, s->cells[c].name,
+                r0->admit == 1 ? "queue" : "now");
+        fprintf(f, "  %-22s", "policy");
+        for (uint32_t k = 0; k < m->n_cls; k++) {
+            char h[40];
+            snprintf(h, sizeof h, "%.11s SLO%%", m->cls[k].name);
+            fprintf(f, " %16s %6s", h, "done%");
+        }
+        if (m->n_cls)
+            fprintf(f, " %7s", "good/s");
+        if (m->n_tenants)
+            fprintf(f, " %6s", "jain");
+        fprintf(f, " %7s %6s %7s %6s %6s\n", "waited", "wait", "expired",
+                "shed", "failed");
+        for (size_t p = 0; p < s->n_pol; p++) {
+            if (isnan(seed_mean(s, c, p, get_wait, 0)))
+                continue; /* did not run */
+            fprintf(f, "  %-22s", lr_policy_name(s->policies[p]));
+            for (uint32_t k = 0; k < m->n_cls; k++) {
+                num_col(f, seed_mean(s, c, p, get_cls_slo, k), 16, 1);
+                num_col(f, seed_mean(s, c, p, get_cls_done, k), 6, 1);
+            }
+            if (m->n_cls)
+                num_col(f, seed_mean(s, c, p, get_goodput, 0), 7, 2);
+            if (m->n_tenants)
+                num_col(f, seed_mean(s, c, p, get_jain, 0), 6, 3);
+            num_col(f, seed_mean(s, c, p, get_count, 0), 7, 0);
+            num_col(f, seed_mean(s, c, p, get_wait, 0), 6, 2);
+            num_col(f, seed_mean(s, c, p, get_count, 1), 7, 0);
+            num_col(f, seed_mean(s, c, p, get_count, 2), 6, 0);
+            num_col(f, seed_mean(s, c, p, get_count, 3), 6, 0);
+            fprintf(f, "\n");
+        }
+    }
+}
+
 int
 sim_suite_table(FILE *f, const struct sim_suite *s)
 {
@@ -596,6 +734,7 @@ sim_suite_table(FILE *f, const struct sim_suite *s)
         if (head)
             fprintf(f, "\n");
     }
+    admission_tables(f, s);
     for (size_t p = 0; p < s->n_pol; p++) {
         if (ran(&mean, p))
             continue;

@@ -389,6 +389,37 @@ if [ -n "$fit" ]; then
     fexpect 2 'too few to split' -- "$tmp/one.csv"
 fi
 
+# Request classes, tenants, bursts and the router's queue: bad values exit
+# 2; a run with them prints and writes the admission figures, and a suite
+# cell takes them; without them neither the table nor the JSON has any.
+expect 2 "--admit: now or queue, got 'later'" -- --admit later
+expect 2 "--mix: class chat: give its urgency and SLO" -- --mix chat=1
+expect 2 "--mix: class x: urgency '9' is not 0..7" -- --mix x=1:9:2
+expect 2 "--mix: the shares sum to 0" -- --mix interactive=0,batch=0
+expect 2 "--tenants: expected a count 1..64" -- --tenants 0
+expect 2 "--tenants: weight 'x' is not a number" -- --tenants 1,x
+expect 2 "--burst: expected X\\[:PERIOD_S\\] with X >= 1" -- --burst 0.5
+expect 0 '' -- --workload share-mixed --cluster 2 --rate 30 --requests 200 \
+    --mix interactive=0.3,batch=0.7:shed --tenants 10,1,1,1 --burst 2:20 \
+    --admit queue --policies least-request,adaptive --json "$tmp/adm.json"
+for k in '"admission": {' '"admit": "queue"' '"slo_attainment"' '"goodput_rps"' \
+    '"jain"' '"service_share"' '"expired"' '"shed"' '"waited"' '"mix": "classes'; do
+    grep -qF "$k" "$tmp/adm.json" || { echo "FAIL: no $k in the admission JSON"; fails=$((fails + 1)); }
+done
+for k in 'admission (--admit): queue' 'interactive (2 s)' 'tenant 0 (' 'jain'; do
+    grep -qF "$k" "$tmp/out" || { echo "FAIL: no '$k' in the admission table"; fails=$((fails + 1)); }
+done
+expect 0 '' -- --workload share-mixed --cluster 2 --requests 100 \
+    --policies least-request --json "$tmp/plain.json"
+if grep -q 'admission' "$tmp/plain.json" "$tmp/out"; then
+    echo "FAIL: admission figures without classes, tenants or --admit queue"
+    fails=$((fails + 1))
+fi
+printf 'q: --workload share-mixed --cluster 2 --rate 30 --requests 150 --mix interactive=1 --admit queue\nn: --workload share-mixed --cluster 2 --rate 30 --requests 150 --mix interactive=1\n' >"$tmp/adm.cells"
+expect 0 '' -- --suite-cells "$tmp/adm.cells" --policies least-request,adaptive --jobs 1
+grep -q '^Admission cells' "$tmp/out" && grep -q '1 q (--admit queue)' "$tmp/out" &&
+    grep -q '2 n (--admit now)' "$tmp/out" || { echo "FAIL: the suite's admission table"; fails=$((fails + 1)); }
+
 # The real trace, when it is beside the project (never copied into it).
 trace="$srcdir/../../shared/traces/mooncake_conversation.jsonl"
 if [ -r "$trace" ]; then

@@ -941,6 +941,384 @@ test_suite_cells(void **state)
     sim_suite_cells_free(&cells);
 }
 
+/* ---- request classes, tenants, the router's queue ------------------------------------ */
+
+/* --mix, --tenants and --burst: what they accept and refuse, and what they
+ * lay over a workload: classes and tenants by their shares, one per
+ * session, deterministic; the requests themselves untouched; bursts in
+ * the first 1/X of each period, the order kept. */
+static void
+test_mix(void **state)
+{
+    (void)state;
+    struct sim_mix m;
+    struct sim_err err = { { 0 } };
+    memset(&m, 0, sizeof m);
+    assert_int_equal(sim_mix_parse_classes("interactive=3,batch=7", &m, &err),
+                     0);
+    assert_int_equal(m.n_cls, 2);
+    assert_true(fabs(m.cls[0].share - 0.3) < 1e-12);
+    assert_int_equal(m.cls[0].urgency, 0);
+    assert_true(m.cls[0].slo_s == 2.0 && m.cls[1].slo_s == 60.0);
+    assert_int_equal(m.cls[1].urgency, 4);
+    assert_int_equal(sim_mix_parse_classes("chat=1:1:0.5:shed,batch=1:shed",
+                                           &m, &err),
+                     0);
+    assert_true(m.cls[0].sheddable && m.cls[1].sheddable);
+    assert_int_equal(m.cls[0].urgency, 1);
+    assert_true(m.cls[0].slo_s == 0.5 && m.cls[1].slo_s == 60.0);
+    static const char *const bad_cls[] = {
+        "", "chat=1", "interactive", "=1", "interactive=-1",
+        "interactive=0,batch=0", "x=1:8:1", "x=1:0", "x=1:0:0", "Chat=1:0:1",
+        "interactive=1,interactive=1", "x=1:0:1:shed:x",
+    };
+    for (size_t k = 0; k < sizeof bad_cls / sizeof *bad_cls; k++) {
+        memset(&err, 0, sizeof err);
+        if (sim_mix_parse_classes(bad_cls[k], &m, &err) == 0)
+            fail_msg("--mix %s accepted", bad_cls[k]);
+    }
+    memset(&m, 0, sizeof m);
+    assert_int_equal(sim_mix_parse_tenants("3", &m, &err), 0);
+    assert_int_equal(m.n_tenants, 3);
+    assert_int_equal(sim_mix_parse_tenants("10,1,1,1", &m, &err), 0);
+    assert_int_equal(m.n_tenants, 4);
+    assert_true(m.tenant_w[0] == 10 && m.tenant_w[3] == 1);
+    static const char *const bad_ten[] = { "0", "65", "1.5", "x", "0,0",
+                                           "1,-1" };
+    for (size_t k = 0; k < sizeof bad_ten / sizeof *bad_ten; k++)
+        assert_int_equal(sim_mix_parse_tenants(bad_ten[k], &m, &err), -1);
+    assert_int_equal(sim_mix_parse_burst("4", &m, &err), 0);
+    assert_true(m.burst == 4 && m.burst_period_s == 60);
+    assert_int_equal(sim_mix_parse_burst("3:20", &m, &err), 0);
+    assert_true(m.burst == 3 && m.burst_period_s == 20);
+    assert_int_equal(sim_mix_parse_burst("0.5", &m, &err), -1);
+    assert_int_equal(sim_mix_parse_burst("2:0", &m, &err), -1);
+    char desc[512];
+    sim_mix_describe(&m, desc, sizeof desc);
+    assert_non_null(strstr(desc, "4 tenants at rates 10:1:1:1"));
+    assert_non_null(strstr(desc, "bursts of x3"));
+
+    /* laid over a workload without sessions: shares, and nothing else
+     * moves but the arrivals of the bursts */
+    struct sim_workload w, plain, again;
+    build("tools-zipf", 4000, 30, 7, &w);
+    build("tools-zipf", 4000, 30, 7, &plain);
+    build("tools-zipf", 4000, 30, 7, &again);
+    memset(&m, 0, sizeof m);
+    assert_int_equal(sim_mix_parse_classes("interactive=0.3,batch=0.7", &m,
+                                           &err),
+                     0);
+    assert_int_equal(sim_mix_parse_tenants("10,1,1,1", &m, &err), 0);
+    assert_int_equal(sim_mix_parse_burst("4:10", &m, &err), 0);
+    sim_workload_mix(&w, &m, 7);
+    sim_workload_mix(&again, &m, 7);
+    assert_true(sim_mix_any(&w.mix));
+    size_t by_cls[2] = { 0 }, by_ten[4] = { 0 };
+    for (size_t q = 0; q < w.n_reqs; q++) {
+        const struct sim_req *a = &w.reqs[q], *b = &plain.reqs[q];
+        assert_int_equal(a->input_tokens, b->input_tokens);
+        assert_int_equal(a->output_tokens, b->output_tokens);
+        assert_int_equal(a->seg_first, b->seg_first);
+        assert_int_equal(a->rclass, again.reqs[q].rclass);
+        assert_int_equal(a->owner, again.reqs[q].owner);
+        assert_true(a->rclass < 2 && a->owner < 4);
+        by_cls[a->rclass]++;
+        by_ten[a->owner]++;
+        /* in the first 10 / 4 s of its 10 s period, order kept */
+        assert_true(a->arrival_us % 10000000ull <= 2500000ull);
+        assert_true(a->arrival_us / 10000000ull ==
+                    b->arrival_us / 10000000ull);
+        if (q > 0)
+            assert_true(w.reqs[q - 1].arrival_us <= a->arrival_us);
+        assert_true(sim_req_slo(&w, q, 5) ==
+                    (a->rclass == 0 ? 2.0 : 60.0));
+        assert_true(sim_req_slo(&plain, q, 5) == 5.0);
+    }
+    assert_true(by_cls[0] > 1000 && by_cls[0] < 1400); /* 30% of 4000 */
+    assert_true(by_ten[0] > 2900 && by_ten[0] < 3250); /* 10/13 */
+    for (int i = 1; i < 4; i++)
+        assert_true(by_ten[i] > 220 && by_ten[i] < 400);
+    sim_workload_free(&w);
+    sim_workload_free(&plain);
+    sim_workload_free(&again);
+
+    /* sessions keep one class and one tenant */
+    build("conversation", 1500, 14, 3, &w);
+    sim_workload_mix(&w, &m, 3);
+    for (size_t q = 0; q < w.n_reqs; q++)
+        for (size_t j = q + 1; j < w.n_reqs && j < q + 200; j++)
+            if (w.reqs[j].session == w.reqs[q].session) {
+                assert_int_equal(w.reqs[j].rclass, w.reqs[q].rclass);
+                assert_int_equal(w.reqs[j].owner, w.reqs[q].owner);
+            }
+    sim_workload_free(&w);
+}
+
+/* Every request ends one way (served, expired, shed or failed), and the
+ * per class and per tenant books add up to it; what waited, expired or
+ * was shed agrees with the request's class and with the routers' own
+ * counts (sim_run checks those too). */
+static void
+check_admission(const struct sim_workload *w, const struct sim_result *res)
+{
+    assert_true(res->has_admission);
+    assert_int_equal(res->completed + res->failed + res->expired + res->shed,
+                     w->n_reqs);
+    uint64_t by_state[5] = { 0 }, waited = 0;
+    for (size_t q = 0; q < w->n_reqs; q++) {
+        assert_int_equal(res->finishes[q], 1);
+        assert_true(res->state[q] >= REQ_DONE && res->state[q] <= REQ_SHED);
+        by_state[res->state[q]]++;
+        waited += res->waited[q];
+        const struct sim_req *rq = &w->reqs[q];
+        double slo = sim_req_slo(w, q, 5);
+        if (res->state[q] == REQ_EXPIRED) {
+            /* only a waiting request expires, at its deadline */
+            assert_true(res->waited[q]);
+            assert_true(w->mix.n_cls > 0);
+            assert_true((double)res->wait_us[q] >= slo * 1e6 - 1);
+            assert_true(res->gone_us[q] == rq->arrival_us + res->wait_us[q]);
+        }
+        if (res->state[q] == REQ_SHED) {
+            assert_false(res->waited[q]);
+            assert_true(w->mix.cls[rq->rclass].sheddable);
+            assert_true(res->gone_us[q] == rq->arrival_us);
+        }
+        if (res->state[q] == REQ_DONE && res->waited[q])
+            assert_true(res->ttft_us[q] > res->wait_us[q]);
+        if (res->admit == SIM_ADMIT_NOW)
+            assert_false(res->waited[q]);
+    }
+    assert_int_equal(by_state[REQ_DONE], res->completed);
+    assert_int_equal(by_state[REQ_EXPIRED], res->expired);
+    assert_int_equal(by_state[REQ_SHED], res->shed);
+    assert_int_equal(waited, res->n_waited);
+    if (res->admit == SIM_ADMIT_QUEUE) {
+        assert_int_equal(res->router_waited, res->n_waited);
+        assert_int_equal(res->router_dispatched + res->router_expired,
+                         res->n_waited);
+        assert_int_equal(res->router_expired, res->expired);
+        assert_int_equal(res->router_shed, res->shed);
+    }
+    uint64_t req = 0, met = 0, done = 0, exp = 0, shed = 0, fail = 0;
+    assert_int_equal(res->n_rclasses, w->mix.n_cls);
+    for (uint32_t c = 0; c < res->n_rclasses; c++) {
+        const struct sim_rclass_result *cr = &res->rclass[c];
+        assert_int_equal(cr->requests, cr->completed + cr->expired + cr->shed +
+                                           cr->failed);
+        assert_true(cr->met <= cr->completed);
+        assert_true(cr->slo_attainment >= 0 && cr->slo_attainment <= 1);
+        req += cr->requests;
+        met += cr->met;
+        done += cr->completed;
+        exp += cr->expired;
+        shed += cr->shed;
+        fail += cr->failed;
+    }
+    if (res->n_rclasses > 0) {
+        assert_int_equal(req, w->n_reqs);
+        assert_int_equal(done, res->completed);
+        assert_int_equal(exp, res->expired);
+        assert_int_equal(shed, res->shed);
+        assert_int_equal(fail, res->failed);
+    }
+    req = done = exp = shed = 0;
+    double demand = 0, service = 0;
+    assert_int_equal(res->n_tenants, w->mix.n_tenants);
+    for (uint32_t i = 0; i < res->n_tenants; i++) {
+        const struct sim_tenant_result *t = &res->tenant[i];
+        assert_int_equal(t->requests, t->completed + t->expired + t->shed +
+                                          t->failed);
+        req += t->requests;
+        done += t->completed;
+        demand += t->demand_share;
+        service += t->service_share;
+    }
+    if (res->n_tenants > 0) {
+        assert_int_equal(req, w->n_reqs);
+        assert_int_equal(done, res->completed);
+        assert_true(fabs(demand - 1) < 1e-9);
+        assert_true(fabs(service - 1) < 1e-9);
+        assert_true(res->jain_windows > 0);
+        assert_true(res->jain > 0 && res->jain <= 1 + 1e-12);
+    }
+}
+
+static void
+run_admit(const struct sim_workload *w, const struct sim_cluster *c,
+          int32_t policy, int admit, uint32_t replicas,
+          struct sim_result *res)
+{
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = w;
+    cfg.c = c;
+    cfg.policy = policy;
+    cfg.verify_engines = 1;
+    cfg.admit = admit;
+    cfg.rep.n = replicas;
+    struct sim_err err = { { 0 } };
+    if (sim_run(&cfg, res, &err) != 0)
+        fail_msg("%s, admit %d, %u replicas: %s",
+                 lr_policy_name((lr_policy)policy), admit, replicas, err.msg);
+    check_admission(w, res);
+}
+
+/* An overloaded fleet, with and without the router's queue: interactive
+ * requests with a tight SLO, sheddable batch ones, four tenants; one
+ * router and three (each its own queue). */
+static void
+test_admission(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("share-mixed", 500, 40, 13, &w);
+    struct sim_mix m;
+    struct sim_err err = { { 0 } };
+    memset(&m, 0, sizeof m);
+    assert_int_equal(sim_mix_parse_classes("interactive=0.3:0:1.5,"
+                                           "batch=0.5,bulk=0.2:6:20:shed",
+                                           &m, &err),
+                     0);
+    assert_int_equal(sim_mix_parse_tenants("10,1,1,1", &m, &err), 0);
+    sim_workload_mix(&w, &m, 13);
+    struct sim_cluster c;
+    parse_cluster("3xa100", &c);
+    int32_t pols[] = { LR_POLICY_LEAST_REQUEST, LR_POLICY_PREFIX_CACHE_AND_LOAD,
+                       LR_POLICY_ADAPTIVE };
+    for (size_t k = 0; k < sizeof pols / sizeof *pols; k++) {
+        struct sim_result now, q, q3;
+        run_admit(&w, &c, pols[k], SIM_ADMIT_NOW, 1, &now);
+        run_admit(&w, &c, pols[k], SIM_ADMIT_QUEUE, 1, &q);
+        run_admit(&w, &c, pols[k], SIM_ADMIT_QUEUE, 3, &q3);
+        /* dispatching at once: nothing waits, expires or is shed */
+        assert_int_equal(now.n_waited + now.expired + now.shed, 0);
+        assert_int_equal(now.completed, w.n_reqs);
+        /* the queue under overload holds requests, and lets some expire or
+         * sheds them */
+        assert_true(q.n_waited > 0);
+        assert_true(q.expired + q.shed > 0);
+        assert_true(q3.n_waited > 0);
+        sim_result_free(&now);
+        sim_result_free(&q);
+        sim_result_free(&q3);
+    }
+    /* without classes: tenants only, nothing has a deadline */
+    struct sim_workload t;
+    build("share-mixed", 300, 40, 14, &t);
+    struct sim_mix mt;
+    memset(&mt, 0, sizeof mt);
+    assert_int_equal(sim_mix_parse_tenants("4", &mt, &err), 0);
+    sim_workload_mix(&t, &mt, 14);
+    struct sim_result r;
+    run_admit(&t, &c, LR_POLICY_LEAST_REQUEST, SIM_ADMIT_QUEUE, 1, &r);
+    assert_int_equal(r.expired + r.shed, 0);
+    assert_int_equal(r.completed, t.n_reqs);
+    sim_result_free(&r);
+    /* neither classes nor tenants nor the queue: no admission figures */
+    struct sim_workload p;
+    build("share-mixed", 100, 10, 14, &p);
+    run_admit(&p, &c, LR_POLICY_LEAST_REQUEST, SIM_ADMIT_QUEUE, 1, &r);
+    sim_result_free(&r);
+    assert_int_equal(run_checked(&p, &c, LR_POLICY_LEAST_REQUEST, &r), 0);
+    assert_false(r.has_admission);
+    sim_result_free(&r);
+    sim_workload_free(&p);
+    sim_workload_free(&t);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* The JSON of a run with classes and tenants names every admission
+ * figure, and the same seed gives the same bytes; a run without them
+ * has none. */
+static char *
+render_admit(const struct sim_workload *w, const struct sim_cluster *c,
+             int admit)
+{
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = w;
+    cfg.c = c;
+    cfg.admit = admit;
+    cfg.policy = LR_POLICY_PREFIX_CACHE_AND_LOAD;
+    struct sim_result res;
+    struct sim_err err = { { 0 } };
+    if (sim_run(&cfg, &res, &err) != 0)
+        fail_msg("%s", err.msg);
+    struct sim_report rep = { "workload test", w, c, &cfg, 1.0, &res, 1,
+                              NULL, 0, 0, 1, 0, 0, NULL };
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_int_equal(sim_report_json(f, &rep, 0), 0);
+    /* the table after a NUL: its route() column is measured */
+    fputc('\0', f);
+    sim_report_table(f, &rep);
+    fclose(f);
+    sim_result_free(&res);
+    return buf;
+}
+
+/* The table that render_admit() wrote after the JSON. */
+static const char *
+table_of(const char *buf)
+{
+    return buf + strlen(buf) + 1;
+}
+
+static void
+test_admission_json(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("share-mixed", 300, 30, 5, &w);
+    struct sim_cluster c;
+    parse_cluster("2xa100", &c);
+    char *plain = render_admit(&w, &c, SIM_ADMIT_NOW);
+    assert_null(strstr(plain, "admission"));
+    assert_null(strstr(plain, "\"mix\""));
+    struct sim_mix m;
+    struct sim_err err = { { 0 } };
+    memset(&m, 0, sizeof m);
+    assert_int_equal(sim_mix_parse_classes("interactive=0.3,batch=0.7:shed",
+                                           &m, &err),
+                     0);
+    assert_int_equal(sim_mix_parse_tenants("10,1,1,1", &m, &err), 0);
+    sim_workload_mix(&w, &m, 5);
+    char *a = render_admit(&w, &c, SIM_ADMIT_QUEUE);
+    char *b = render_admit(&w, &c, SIM_ADMIT_QUEUE);
+    assert_string_equal(a, b);
+    static const char *const keys[] = {
+        "\"mix\": \"classes interactive 30%", "\"admission\": {",
+        "\"admit\": \"queue\"", "\"arrival_span_s\"", "\"waited\"",
+        "\"wait_mean_s\"", "\"expired\"", "\"shed\"", "\"router\": {",
+        "\"dispatched\"", "\"classes\": [", "\"name\": \"interactive\"",
+        "\"urgency\": 4", "\"slo_s\": 60", "\"sheddable\": true",
+        "\"slo_attainment\"", "\"goodput_rps\"", "\"ttft_p99_s\"",
+        "\"tenants\": [", "\"weight\": 10", "\"demand_share\"",
+        "\"service_share\"", "\"backlogged\"", "\"jain\"",
+        "\"jain_windows\"", "\"jain_window_s\"",
+        /* the table */
+        "admission (queue)", "interactive (2 s)", "batch (60 s)",
+        "tenant 3", "jain",
+    };
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        if (strstr(a, keys[k]) == NULL && strstr(table_of(a), keys[k]) == NULL)
+            fail_msg("no %s in the output", keys[k]);
+    assert_null(strstr(table_of(plain), "admission"));
+    char *n = render_admit(&w, &c, SIM_ADMIT_NOW);
+    assert_non_null(strstr(n, "\"admit\": \"now\""));
+    assert_non_null(strstr(n, "\"waited\": 0"));
+    free(plain);
+    free(a);
+    free(b);
+    free(n);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
 int
 main(void)
 {
@@ -962,6 +1340,9 @@ main(void)
         cmocka_unit_test(test_rates),
         cmocka_unit_test(test_suite_ratios),
         cmocka_unit_test(test_suite_cells),
+        cmocka_unit_test(test_mix),
+        cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_admission_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -630,3 +630,285 @@ sim_generator_find(const char *name)
             return g;
     return NULL;
 }
+
+/* ---- request classes, tenants, bursts ---------------------------------------- */
+
+static const struct sim_rclass builtin_rclasses[] = {
+    { "interactive", 0, 2.0, 0, 0 },
+    { "batch", 4, 60.0, 0, 0 },
+};
+
+static int
+parse_num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || *end != '\0' || !(x >= lo) || !(x <= hi))
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* One "NAME=SHARE[:URGENCY:SLO_S][:shed]". */
+static int
+parse_rclass(char *item, struct sim_rclass *c, struct sim_err *err)
+{
+    char *eq = strchr(item, '=');
+    if (eq == NULL || eq == item)
+        return sim_errf(err, "expected NAME=SHARE[:URGENCY:SLO_S][:shed], "
+                             "got '%s'", item);
+    *eq = '\0';
+    size_t nl = strlen(item);
+    if (nl >= SIM_RCLASS_NAME)
+        return sim_errf(err, "class name '%s' longer than %d characters",
+                        item, SIM_RCLASS_NAME - 1);
+    for (const char *p = item; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_'))
+            return sim_errf(err, "class name '%s': lowercase letters, digits, "
+                                 "'-' and '_' only", item);
+    memset(c, 0, sizeof *c);
+    memcpy(c->name, item, nl + 1);
+    const struct sim_rclass *known = NULL;
+    for (size_t k = 0; k < sizeof builtin_rclasses / sizeof *builtin_rclasses;
+         k++)
+        if (strcmp(builtin_rclasses[k].name, item) == 0)
+            known = &builtin_rclasses[k];
+    char *f[5];
+    int nf = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(eq + 1, ":", &save); t != NULL;
+         t = strtok_r(NULL, ":", &save)) {
+        if (nf == 4)
+            return sim_errf(err, "class %s: too many fields", c->name);
+        f[nf++] = t;
+    }
+    if (nf > 0 && strcmp(f[nf - 1], "shed") == 0) {
+        c->sheddable = 1;
+        nf--;
+    }
+    if (nf == 0 || parse_num(f[0], 0, 1e9, &c->share) != 0)
+        return sim_errf(err, "class %s: expected a share >= 0", c->name);
+    if (nf == 1) {
+        if (known == NULL)
+            return sim_errf(err, "class %s: give its urgency and SLO "
+                                 "(%s=SHARE:URGENCY:SLO_S); only interactive "
+                                 "and batch are built in", c->name, c->name);
+        c->urgency = known->urgency;
+        c->slo_s = known->slo_s;
+        return 0;
+    }
+    double u;
+    if (nf != 3)
+        return sim_errf(err, "class %s: give both urgency and SLO", c->name);
+    if (parse_num(f[1], 0, LR_ROUTER_URGENCIES - 1, &u) != 0 || u != floor(u))
+        return sim_errf(err, "class %s: urgency '%s' is not 0..%u", c->name,
+                        f[1], LR_ROUTER_URGENCIES - 1);
+    c->urgency = (uint32_t)u;
+    if (parse_num(f[2], 1e-3, 86400, &c->slo_s) != 0)
+        return sim_errf(err, "class %s: SLO '%s' is not 0.001..86400 s",
+                        c->name, f[2]);
+    return 0;
+}
+
+int
+sim_mix_parse_classes(const char *spec, struct sim_mix *m, struct sim_err *err)
+{
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf)
+        return sim_errf(err, "list too long");
+    strcpy(buf, spec);
+    struct sim_rclass cls[SIM_MAX_RCLASSES];
+    uint32_t n = 0;
+    double total = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == SIM_MAX_RCLASSES)
+            return sim_errf(err, "more than %d classes", SIM_MAX_RCLASSES);
+        if (parse_rclass(t, &cls[n], err) != 0)
+            return -1;
+        for (uint32_t k = 0; k < n; k++)
+            if (strcmp(cls[k].name, cls[n].name) == 0)
+                return sim_errf(err, "class %s given twice", cls[n].name);
+        total += cls[n].share;
+        n++;
+    }
+    if (n == 0)
+        return sim_errf(err, "empty list");
+    if (!(total > 0))
+        return sim_errf(err, "the shares sum to 0");
+    for (uint32_t k = 0; k < n; k++)
+        cls[k].share /= total;
+    memcpy(m->cls, cls, sizeof cls);
+    m->n_cls = n;
+    return 0;
+}
+
+int
+sim_mix_parse_tenants(const char *spec, struct sim_mix *m, struct sim_err *err)
+{
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf)
+        return sim_errf(err, "list too long");
+    strcpy(buf, spec);
+    double w[SIM_MAX_TENANTS];
+    uint32_t n = 0;
+    if (strchr(spec, ',') == NULL) {
+        double x;
+        if (parse_num(spec, 1, SIM_MAX_TENANTS, &x) != 0 || x != floor(x))
+            return sim_errf(err, "expected a count 1..%d or weights W1,W2,..."
+                                 ", got '%s'", SIM_MAX_TENANTS, spec);
+        n = (uint32_t)x;
+        for (uint32_t k = 0; k < n; k++)
+            w[k] = 1;
+    } else {
+        char *save = NULL;
+        for (char *t = strtok_r(buf, ",", &save); t != NULL;
+             t = strtok_r(NULL, ",", &save)) {
+            if (n == SIM_MAX_TENANTS)
+                return sim_errf(err, "more than %d tenants", SIM_MAX_TENANTS);
+            if (parse_num(t, 0, 1e9, &w[n]) != 0)
+                return sim_errf(err, "weight '%s' is not a number >= 0", t);
+            n++;
+        }
+        double total = 0;
+        for (uint32_t k = 0; k < n; k++)
+            total += w[k];
+        if (n == 0 || !(total > 0))
+            return sim_errf(err, "the weights sum to 0");
+    }
+    memcpy(m->tenant_w, w, n * sizeof *w);
+    m->n_tenants = n;
+    return 0;
+}
+
+int
+sim_mix_parse_burst(const char *spec, struct sim_mix *m, struct sim_err *err)
+{
+    char buf[128];
+    if (strlen(spec) >= sizeof buf)
+        return sim_errf(err, "'%s' is too long", spec);
+    strcpy(buf, spec);
+    double period = 60;
+    char *colon = strchr(buf, ':');
+    if (colon != NULL) {
+        *colon = '\0';
+        if (parse_num(colon + 1, 1e-3, 1e6, &period) != 0)
+            return sim_errf(err, "period '%s' is not 0.001..1e6 s", colon + 1);
+    }
+    double x;
+    if (parse_num(buf, 1, 1e6, &x) != 0)
+        return sim_errf(err, "expected X[:PERIOD_S] with X >= 1, got '%s'",
+                        spec);
+    m->burst = x;
+    m->burst_period_s = period;
+    return 0;
+}
+
+int
+sim_mix_any(const struct sim_mix *m)
+{
+    return m->n_cls > 0 || m->n_tenants > 0;
+}
+
+/* Index drawn from cumulative weights by u in [0, 1). */
+static uint32_t
+draw_weighted(const double *w, uint32_t n, double total, double u)
+{
+    double acc = 0, at = u * total;
+    for (uint32_t k = 0; k + 1 < n; k++) {
+        acc += w[k];
+        if (at < acc)
+            return k;
+    }
+    return n - 1;
+}
+
+void
+sim_workload_mix(struct sim_workload *w, const struct sim_mix *m,
+                 uint64_t seed)
+{
+    w->mix = *m;
+    struct sim_rng rng;
+    sim_rng_seed(&rng, seed ^ 0x6c7273696d6d6978ull); /* "lrsimmix" */
+    double cls_w[SIM_MAX_RCLASSES];
+    for (uint32_t k = 0; k < m->n_cls; k++)
+        cls_w[k] = m->cls[k].share;
+    double ten_total = 0;
+    for (uint32_t k = 0; k < m->n_tenants; k++)
+        ten_total += m->tenant_w[k];
+    for (size_t i = 0; i < w->n_reqs; i++) {
+        struct sim_req *q = &w->reqs[i];
+        /* two uniforms: from the session, so that its turns agree, or from
+         * the stream */
+        double u1, u2;
+        if (q->has_session) {
+            uint64_t h = sim_mix64(seed ^ sim_mix64(q->session ^
+                                                    0x636c617373ull));
+            u1 = (double)(h >> 11) * 0x1.0p-53;
+            u2 = (double)(sim_mix64(h) >> 11) * 0x1.0p-53;
+        } else {
+            u1 = sim_rng_unit(&rng);
+            u2 = sim_rng_unit(&rng);
+        }
+        q->rclass = m->n_cls ? draw_weighted(cls_w, m->n_cls, 1.0, u1) : 0;
+        q->owner = m->n_tenants
+                       ? draw_weighted(m->tenant_w, m->n_tenants, ten_total, u2)
+                       : 0;
+    }
+    if (m->burst > 1 && m->burst_period_s > 0) {
+        /* t -> P floor(t / P) + (t mod P) / X: monotone, so the order
+         * stays */
+        uint64_t p = (uint64_t)llround(m->burst_period_s * US_PER_S);
+        if (p == 0)
+            p = 1;
+        for (size_t i = 0; i < w->n_reqs; i++) {
+            uint64_t t = w->reqs[i].arrival_us;
+            w->reqs[i].arrival_us =
+                t / p * p + (uint64_t)llround((double)(t % p) / m->burst);
+        }
+    }
+}
+
+void
+sim_mix_describe(const struct sim_mix *m, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+#define PUT(...)                                                          \
+    do {                                                                  \
+        if (used < len) {                                                 \
+            int w_ = snprintf(buf + used, len - used, __VA_ARGS__);       \
+            if (w_ > 0)                                                   \
+                used += (size_t)w_;                                       \
+        }                                                                 \
+    } while (0)
+    for (uint32_t k = 0; k < m->n_cls; k++) {
+        const struct sim_rclass *c = &m->cls[k];
+        PUT("%s%s %.0f%% (urgency %u, SLO %g s%s)", k ? ", " : "classes ",
+            c->name, 100 * c->share, c->urgency, c->slo_s,
+            c->sheddable ? ", sheddable" : "");
+    }
+    if (m->n_tenants > 0) {
+        PUT("%s%u tenant%s", used ? "; " : "", m->n_tenants,
+            m->n_tenants == 1 ? "" : "s");
+        int equal = 1;
+        for (uint32_t k = 1; k < m->n_tenants; k++)
+            equal &= m->tenant_w[k] == m->tenant_w[0];
+        for (uint32_t k = 0; !equal && k < m->n_tenants; k++)
+            PUT("%s%g", k ? ":" : " at rates ", m->tenant_w[k]);
+    }
+    if (m->burst > 1)
+        PUT("%sbursts of x%g the mean rate, one every %g s", used ? "; " : "",
+            m->burst, m->burst_period_s);
+#undef PUT
+}
+
+double
+sim_req_slo(const struct sim_workload *w, size_t r, double dflt)
+{
+    if (w->mix.n_cls == 0)
+        return dflt;
+    return w->mix.cls[w->reqs[r].rclass].slo_s;
+}

@@ -35,6 +35,39 @@ struct sim_req {
     uint32_t has_session;
     uint64_t session;
     uint64_t tenant; /* tenant salt: 0 for every built-in workload */
+    /* With --mix and --tenants (sim_workload_mix): the request's class, an
+     * index into sim_workload.mix.cls, and the tenant whose fair share it
+     * counts against (lr_request.tenant), 0 .. mix.n_tenants - 1. Both 0
+     * without them. Unlike `tenant`, the fair-share tenant does not
+     * separate cached prefixes. */
+    uint32_t rclass;
+    uint32_t owner;
+};
+
+/* ---- request classes, tenants, bursts --------------------------------------- */
+
+#define SIM_MAX_RCLASSES 8
+#define SIM_MAX_TENANTS 64
+#define SIM_RCLASS_NAME 16
+
+/* A request class: what its clients ask of the first token. */
+struct sim_rclass {
+    char name[SIM_RCLASS_NAME];
+    uint32_t urgency; /* lr_request.urgency: 0 (most urgent) .. 7 */
+    double slo_s;     /* TTFT objective; with --admit queue the deadline */
+    int sheddable;    /* --admit queue: routed with LR_ROUTE_SHEDDABLE */
+    double share;     /* of the requests (the shares sum to 1) */
+};
+
+/* What --mix, --tenants and --burst lay over a workload's requests. Zeroed:
+ * nothing (the workload as generated or read). */
+struct sim_mix {
+    struct sim_rclass cls[SIM_MAX_RCLASSES];
+    uint32_t n_cls;    /* 0: no classes */
+    double tenant_w[SIM_MAX_TENANTS]; /* relative request rates */
+    uint32_t n_tenants; /* 0: no tenants */
+    double burst;       /* on-off bursts: peak / mean rate; <= 1: none */
+    double burst_period_s;
 };
 
 struct sim_workload {
@@ -48,6 +81,7 @@ struct sim_workload {
     char cluster[96];
     uint64_t seed;
     double rate; /* mean arrival rate it was generated with, req/s; 0 for traces */
+    struct sim_mix mix; /* what sim_workload_mix() laid over it */
 };
 
 /* Parameters a user may override on any generator. 0 / NAN = the
@@ -99,6 +133,45 @@ struct sim_workload_info {
 };
 void sim_workload_info(const struct sim_workload *w,
                        struct sim_workload_info *out);
+
+/* --mix LIST: "NAME=SHARE[:URGENCY:SLO_S][:shed]", comma-separated. The
+ * built-in names interactive (urgency 0, SLO 2 s) and batch (4, 60 s) may
+ * leave out urgency and SLO; other names must give them. Shares are
+ * normalized. 0 or -1 (err). */
+int sim_mix_parse_classes(const char *spec, struct sim_mix *m,
+                          struct sim_err *err);
+
+/* --tenants N (N tenants of equal rates) or W1,W2,... (one tenant per
+ * weight, its rate in proportion). 0 or -1 (err). */
+int sim_mix_parse_tenants(const char *spec, struct sim_mix *m,
+                          struct sim_err *err);
+
+/* --burst X[:PERIOD_S]: X >= 1, period 60 s unless given. 0 or -1 (err). */
+int sim_mix_parse_burst(const char *spec, struct sim_mix *m,
+                        struct sim_err *err);
+
+/* Lay m over w, drawing from seed (a stream of its own: the requests, their
+ * tokens and arrival order are those of the workload without it):
+ *   - each request gets a class by the shares and a tenant by the weights;
+ *     the turns of one session share both (drawn from the session id);
+ *   - bursts move the arrivals: every period of the original time is
+ *     squeezed into its first period / X, so the traffic comes in waves
+ *     at X times the mean rate, the mean rate unchanged (an on-off
+ *     modulated Poisson process, when the arrivals were Poisson).
+ * Copies m into w->mix. */
+void sim_workload_mix(struct sim_workload *w, const struct sim_mix *m,
+                      uint64_t seed);
+
+/* Does w carry classes or tenants? */
+int sim_mix_any(const struct sim_mix *m);
+
+/* "interactive 30% (urgency 0, SLO 2 s), batch 70% (4, 60 s, sheddable);
+ * 4 tenants 10:1:1:1; bursts x4 every 60 s", or "" for none. */
+void sim_mix_describe(const struct sim_mix *m, char *buf, size_t len);
+
+/* The TTFT objective of request r: its class's, or `dflt` without
+ * classes. */
+double sim_req_slo(const struct sim_workload *w, size_t r, double dflt);
 
 /* ---- built-in generators ------------------------------------------------- */
 
