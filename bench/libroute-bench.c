@@ -757,6 +757,85 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
     fflush(stdout);
 }
 
+/* The route loop of bench_router on one policy: `iters` decisions (a dry
+ * run, then the recorded route with `flags`) over the filled index,
+ * 2 requests per instance kept in flight; prints one line as `name`. */
+static void
+route_loop(lr_router *r, const struct conv *convs, size_t nconv, uint32_t *tok,
+           size_t iters, uint32_t flags, const char *name, uint32_t ninst,
+           uint64_t *ns, uint64_t *dry, uint64_t *ring, uint64_t *rid_io,
+           uint64_t *t_io)
+{
+    uint64_t rid = *rid_io, t = *t_io;
+    size_t head = 0, live = 0;
+    uint64_t total = 0;
+    for (size_t k = 0; k < iters; k++) {
+        const struct conv *c = &convs[rnd() % nconv];
+        make_tokens(c, tok, 8192);
+        uint32_t keep = 8192 - (uint32_t)(rnd() % 820);
+        for (uint32_t i = keep; i < 8192; i++)
+            tok[i] = (uint32_t)rnd();
+        lr_request q;
+        lr_request_init(&q);
+        q.id = rid++;
+        q.tokens = tok;
+        q.n_tokens = 8192;
+        q.now_ns = t;
+        t += 1000000;
+        lr_decision d;
+        lr_decision_init(&d);
+        /* the decision alone (a dry run) on a request of its own, so
+         * that it does not warm the caches for the real call */
+        q.flags = LR_ROUTE_DRY_RUN;
+        uint64_t t0 = bench_now_ns();
+        lr_router_route(r, &q, &d);
+        dry[k] = bench_now_ns() - t0;
+        q.flags = flags;
+        c = &convs[rnd() % nconv];
+        make_tokens(c, tok, 8192);
+        keep = 8192 - (uint32_t)(rnd() % 820);
+        for (uint32_t i = keep; i < 8192; i++)
+            tok[i] = (uint32_t)rnd();
+        t0 = bench_now_ns();
+        lr_status st = lr_router_route(r, &q, &d);
+        ns[k] = bench_now_ns() - t0;
+        total += ns[k];
+        if (st != LR_OK) {
+            fprintf(stderr, "libroute-bench: route: %s\n", lr_strerror(st));
+            exit(1);
+        }
+        /* keep 2 requests per instance in flight: end the oldest */
+        size_t cap = 2 * (size_t)ninst;
+        if (live == cap) {
+            lr_router_first_token(r, ring[head], t);
+            lr_router_complete(r, ring[head], 100, t);
+            head = (head + 1) % cap;
+            live--;
+        }
+        ring[(head + live) % cap] = q.id;
+        live++;
+    }
+    /* drain what is left so the next policy starts from idle */
+    for (size_t i = 0; i < live; i++) {
+        uint64_t id = ring[(head + i) % (2 * ninst)];
+        lr_router_first_token(r, id, t);
+        lr_router_complete(r, id, 100, t);
+    }
+    qsort(ns, iters, sizeof *ns, bench_cmp_u64);
+    qsort(dry, iters, sizeof *dry, bench_cmp_u64);
+    printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
+           "\"iterations\": %zu, \"routes_per_s\": %.0f, "
+           "\"decide_ns_p50\": %llu, \"decide_ns_p99\": %llu}\n",
+           name, (unsigned long long)ns[iters / 2],
+           (unsigned long long)ns[(iters * 99) / 100], iters,
+           total ? (double)iters * 1e9 / (double)total : 0.0,
+           (unsigned long long)dry[iters / 2],
+           (unsigned long long)dry[(iters * 99) / 100]);
+    fflush(stdout);
+    *rid_io = rid;
+    *t_io = t;
+}
+
 static void
 bench_router(int quick, uint32_t ninst)
 {
@@ -769,6 +848,8 @@ bench_router(int quick, uint32_t ninst)
         snprintf(name, sizeof name, "route_threads_%s_%u_t1", pn, ninst);
         any |= wanted(name);
     }
+    snprintf(name, sizeof name, "route_wait_adaptive_%u", ninst);
+    any |= wanted(name);
     if (!any)
         return;
     lr_router_options o;
@@ -831,71 +912,17 @@ bench_router(int quick, uint32_t ninst)
             continue;
         if (lr_router_set_policy(r, (lr_policy)pol) != LR_OK)
             exit(1);
-        size_t head = 0, live = 0;
-        uint64_t total = 0;
-        for (size_t k = 0; k < iters; k++) {
-            const struct conv *c = &convs[rnd() % nconv];
-            make_tokens(c, tok, 8192);
-            uint32_t keep = 8192 - (uint32_t)(rnd() % 820);
-            for (uint32_t i = keep; i < 8192; i++)
-                tok[i] = (uint32_t)rnd();
-            lr_request q;
-            lr_request_init(&q);
-            q.id = rid++;
-            q.tokens = tok;
-            q.n_tokens = 8192;
-            q.now_ns = t;
-            t += 1000000;
-            lr_decision d;
-            lr_decision_init(&d);
-            /* the decision alone (a dry run) on a request of its own, so
-             * that it does not warm the caches for the real call */
-            q.flags = LR_ROUTE_DRY_RUN;
-            uint64_t t0 = bench_now_ns();
-            lr_router_route(r, &q, &d);
-            dry[k] = bench_now_ns() - t0;
-            q.flags = 0;
-            c = &convs[rnd() % nconv];
-            make_tokens(c, tok, 8192);
-            keep = 8192 - (uint32_t)(rnd() % 820);
-            for (uint32_t i = keep; i < 8192; i++)
-                tok[i] = (uint32_t)rnd();
-            t0 = bench_now_ns();
-            lr_status st = lr_router_route(r, &q, &d);
-            ns[k] = bench_now_ns() - t0;
-            total += ns[k];
-            if (st != LR_OK) {
-                fprintf(stderr, "libroute-bench: route: %s\n", lr_strerror(st));
-                exit(1);
-            }
-            /* keep 2 requests per instance in flight: end the oldest */
-            size_t cap = 2 * (size_t)ninst;
-            if (live == cap) {
-                lr_router_first_token(r, ring[head], t);
-                lr_router_complete(r, ring[head], 100, t);
-                head = (head + 1) % cap;
-                live--;
-            }
-            ring[(head + live) % cap] = q.id;
-            live++;
-        }
-        /* drain what is left so the next policy starts from idle */
-        for (size_t i = 0; i < live; i++) {
-            uint64_t id = ring[(head + i) % (2 * ninst)];
-            lr_router_first_token(r, id, t);
-            lr_router_complete(r, id, 100, t);
-        }
-        qsort(ns, iters, sizeof *ns, bench_cmp_u64);
-        qsort(dry, iters, sizeof *dry, bench_cmp_u64);
-        printf("{\"name\": \"%s\", \"ns_p50\": %llu, \"ns_p99\": %llu, "
-               "\"iterations\": %zu, \"routes_per_s\": %.0f, "
-               "\"decide_ns_p50\": %llu, \"decide_ns_p99\": %llu}\n",
-               name, (unsigned long long)ns[iters / 2],
-               (unsigned long long)ns[(iters * 99) / 100], iters,
-               total ? (double)iters * 1e9 / (double)total : 0.0,
-               (unsigned long long)dry[iters / 2],
-               (unsigned long long)dry[(iters * 99) / 100]);
-        fflush(stdout);
+        route_loop(r, convs, nconv, tok, iters, 0, name, ninst, ns, dry, ring,
+                   &rid, &t);
+    }
+    /* the same with LR_ROUTE_MAY_WAIT below saturation: what the waiting
+     * queue's check (its lock, the saturation scan) adds to a route */
+    snprintf(name, sizeof name, "route_wait_adaptive_%u", ninst);
+    if (wanted(name)) {
+        if (lr_router_set_policy(r, LR_POLICY_ADAPTIVE) != LR_OK)
+            exit(1);
+        route_loop(r, convs, nconv, tok, iters, LR_ROUTE_MAY_WAIT, name, ninst,
+                   ns, dry, ring, &rid, &t);
     }
     if (ninst == 64) {
         static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
