@@ -83,6 +83,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         q.deadline_ns = dl == 32 ? 0 : now + dl;
         q.arrival_ns = now;
         q.flags = (uint32_t)k;
+        q.size = q.cost & 0xff; /* summed per tenant: verify checks it */
         uint32_t cap = fuzz_dp_next_range(&dp, 1, 8);
         fuzz_trace(
             "op %d: %d id %llu tenant %llu band %u cost %llu "

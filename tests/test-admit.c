@@ -279,6 +279,7 @@ admit_differential(void **state)
                 .deadline_ns = tu_below(&s, 2) ? 0 : now + tu_below(&s, 20),
                 .band = (uint32_t)tu_below(&s, bands + 1), /* one too many */
                 .flags = (uint32_t)tu_rand(&s),
+                .size = tu_below(&s, 100),
             };
             if (!am_step(m, &f.a, op, &q, now, 1 + (uint32_t)tu_below(&s, 4),
                          tenants, ids))

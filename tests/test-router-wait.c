@@ -492,6 +492,36 @@ budget_in_policy_input(void **state)
     lr_router_destroy(r);
 }
 
+/* Past half full, a tenant holding its even share of the queue (among
+ * the tenants waiting, it among them) gets LR_ELIMIT; the others still
+ * find room. A tenant alone fills the queue. */
+static void
+fair_room_when_half_full(void **state)
+{
+    (void)state;
+    lr_router *r = mk_on(NULL, 1, 1, 8);
+    assert_st(rq(r, 1, 16, 0, 0, 0, 0, T0, NULL), LR_OK); /* saturates */
+    uint64_t id = 10;
+    for (int k = 0; k < 3; k++)
+        assert_st(rq(r, id++, 16, WAIT, 7, 3, 0, T0, NULL), LR_OK);
+    assert_st(rq(r, id++, 16, WAIT, 8, 3, 0, T0, NULL), LR_OK);
+    /* 4 of 8 wait: A (7) holds 3, B (8) 1 */
+    assert_st(rq(r, id++, 16, WAIT, 7, 3, 0, T0, NULL), LR_OK); /* 4 x 2 */
+    assert_st(rq(r, id++, 16, WAIT, 7, 3, 0, T0, NULL), LR_ELIMIT);
+    assert_st(rq(r, id++, 16, WAIT, 8, 3, 0, T0, NULL), LR_OK);
+    assert_st(rq(r, id++, 16, WAIT, 9, 3, 0, T0, NULL), LR_OK); /* C: 1 x 3 */
+    assert_st(rq(r, id++, 16, WAIT, 8, 3, 0, T0, NULL), LR_ELIMIT); /* 3 x 3 */
+    assert_int_equal(stats(r).waiting, 7);
+    lr_router_destroy(r);
+    /* alone, a tenant has the whole queue */
+    r = mk_on(NULL, 1, 1, 8);
+    assert_st(rq(r, 1, 16, 0, 0, 0, 0, T0, NULL), LR_OK);
+    for (uint64_t k = 0; k < 8; k++)
+        assert_st(rq(r, 10 + k, 16, WAIT, 7, 3, 0, T0, NULL), LR_OK);
+    assert_st(rq(r, 20, 16, WAIT, 7, 3, 0, T0, NULL), LR_ELIMIT);
+    lr_router_destroy(r);
+}
+
 /* ---- the differential run ------------------------------------------------------------ */
 
 enum {
@@ -522,6 +552,27 @@ dm_saturated(const struct dm *m)
         if (m->queued[i] < m->depth)
             return false;
     return true;
+}
+
+/* The queue's fair room (admission.c, written out): past half full (in
+ * requests; the tokens stay far below their bound here), a tenant may
+ * add a request only while it holds less than an even share among the
+ * tenants waiting, it among them. */
+static bool
+dm_fair_room(const struct dm *m, uint64_t tenant, size_t n)
+{
+    (void)n;
+    uint64_t tenants = 0, held = am_waiting(&m->q, tenant, -1);
+    for (uint32_t i = 0; i < m->q.n; i++) {
+        bool first = true; /* count each tenant once */
+        for (uint32_t j = 0; j < i; j++)
+            first &= m->q.r[j].q.tenant != m->q.r[i].q.tenant;
+        tenants += first;
+    }
+    tenants += held == 0;
+    if (2 * ((uint64_t)m->q.n + 1) <= m->q.max_waiting || tenants < 2)
+        return true;
+    return (held + 1) * tenants <= m->q.max_waiting;
 }
 
 static void
@@ -579,8 +630,12 @@ differential(void **state)
                                                 .cost = n + 2 * 10,
                                                 .arrival_ns = now,
                                                 .deadline_ns = dl,
-                                                .band = urg };
-                    lr_status want = am_push(&m->q, &ar);
+                                                .band = urg,
+                                                .size = n };
+                    lr_status want =
+                        m->q.n < m->q.max_waiting && !dm_fair_room(m, tenant, n)
+                            ? LR_ELIMIT
+                            : am_push(&m->q, &ar);
                     assert_st(st, want);
                     if (st == LR_OK) {
                         assert_int_equal(d.instance, NONE);
@@ -781,6 +836,7 @@ main(void)
         cmocka_unit_test(saturation_from_scrapes),
         cmocka_unit_test(saturation_from_queued_prefill),
         cmocka_unit_test(limits_and_bad_input),
+        cmocka_unit_test(fair_room_when_half_full),
         cmocka_unit_test(budget_in_policy_input),
         cmocka_unit_test(differential),
         cmocka_unit_test(oom_wait_and_dispatch),

@@ -559,7 +559,10 @@ LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
  * id came in flight meanwhile: LR_EEXIST), returned with that status.
  * The queue holds copies of the waiting requests' tokens and boundaries,
  * within lr_router_options.queue_capacity requests and queue_tokens
- * tokens: past either, route() answers LR_ELIMIT. No thread, no clock:
+ * tokens: past either, route() answers LR_ELIMIT; past half of either, so
+ * does it for a tenant that holds an even share of the queue among the
+ * tenants waiting (it among them), so that one tenant's flood leaves the
+ * others room. No thread, no clock:
  * nothing happens between the host's calls. A snapshot does not carry
  * the queue (its requests are the host's open connections): a restored
  * router starts with none waiting, and lr_router_destroy() drops the

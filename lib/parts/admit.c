@@ -319,7 +319,9 @@ lr__admit_push(struct lr__admit *a, const struct lr__admit_req *r)
         T->head[b] = e;
         heap_push(a, b, t);
     }
+    a->active += T->waiting == 0;
     T->waiting++;
+    T->held += r->size;
     a->count++;
     return LR_OK;
 }
@@ -370,8 +372,11 @@ remove_entry(struct lr__admit *a, uint32_t e, bool charge)
             if (c != b && T->hpos[c] != LR_NIL)
                 heap_fix(a, c, t);
     T->waiting--;
-    if (T->waiting == 0)
+    T->held -= E->q.size;
+    if (T->waiting == 0) {
         idle_append(a, t);
+        a->active--;
+    }
     E->next = a->free_ent;
     E->prev = LR_NIL;
     E->q.data = NULL; /* a free entry holds nothing of the owner's */
@@ -434,6 +439,15 @@ lr__admit_find(const struct lr__admit *a, uint64_t id,
     return true;
 }
 
+void
+lr__admit_tenant(const struct lr__admit *a, uint64_t tenant, uint32_t *waiting,
+                 uint64_t *held)
+{
+    uint32_t t = ten_find(a, tenant);
+    *waiting = t == LR_NIL ? 0 : a->ten[t].waiting;
+    *held = t == LR_NIL ? 0 : a->ten[t].held;
+}
+
 bool
 lr__admit_waits_upto(const struct lr__admit *a, uint32_t band)
 {
@@ -462,6 +476,7 @@ verify_tenant(const struct lr__admit *a, uint32_t t, uint32_t *seen)
     const struct lr__admit_ten *T = &a->ten[t];
     CHECK(ten_find(a, T->tenant) == t);
     uint32_t n = 0;
+    uint64_t held = 0;
     for (uint32_t b = 0; b < LR__ADMIT_BANDS; b++) {
         if (b >= a->bands) {
             CHECK(T->head[b] == LR_NIL && T->hpos[b] == LR_NIL);
@@ -474,6 +489,7 @@ verify_tenant(const struct lr__admit *a, uint32_t t, uint32_t *seen)
             CHECK(E->ten == t && E->q.band == b && E->prev == prev);
             CHECK(prev == LR_NIL || a->ent[prev].seq < E->seq);
             CHECK(ent_find(a, E->q.id) == e);
+            held += E->q.size;
             CHECK((E->q.deadline_ns == 0) == (E->dpos == LR_NIL));
             CHECK(E->dpos == LR_NIL ||
                   (E->dpos < a->dn && a->dheap[E->dpos] == e));
@@ -486,7 +502,7 @@ verify_tenant(const struct lr__admit *a, uint32_t t, uint32_t *seen)
         else
             CHECK(T->hpos[b] < a->bn[b] && a->bheap[b][T->hpos[b]] == t);
     }
-    CHECK(n == T->waiting);
+    CHECK(n == T->waiting && held == T->held);
     *seen += n;
     return LR_OK;
 }
@@ -504,6 +520,7 @@ lr__admit_verify(const struct lr__admit *a)
         LR_TRY(verify_tenant(a, t, &seen));
     }
     CHECK(seen == a->count && a->count <= a->max_waiting);
+    CHECK(a->active == used - idle);
     CHECK(a->ids.count == a->count && a->tens.count == used);
     /* idle list: exactly the used tenants with nothing waiting */
     uint32_t n = 0, prev = LR_NIL;

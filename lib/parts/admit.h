@@ -53,6 +53,7 @@ struct lr__admit_req {
     uint32_t band;        /* 0 (most urgent) .. bands - 1 */
     uint32_t flags;       /* the owner's, kept */
     void *data;           /* the owner's, kept */
+    uint64_t size;        /* the owner's measure of it, summed per tenant */
 };
 
 struct lr__admit_ent {
@@ -67,6 +68,7 @@ struct lr__admit_ten {
     uint64_t tenant;
     uint64_t counter;
     uint32_t waiting; /* requests waiting, every band */
+    uint64_t held;    /* their sizes */
     uint32_t head[LR__ADMIT_BANDS], tail[LR__ADMIT_BANDS];
     uint32_t hpos[LR__ADMIT_BANDS]; /* place in the band's heap, or LR_NIL */
     uint32_t iprev, inext;          /* idle list (waiting 0), or free list */
@@ -86,6 +88,7 @@ struct lr__admit {
     uint64_t seq;
     uint32_t max_waiting, max_tenants, bands;
     uint32_t count;     /* requests waiting */
+    uint32_t active;    /* tenants with requests waiting */
     uint32_t dn;        /* entries in dheap */
     uint32_t free_ent;  /* free list of entries (through next) */
     uint32_t free_ten;  /* free list of tenant slots (through inext) */
@@ -127,6 +130,10 @@ size_t lr__admit_expire(struct lr__admit *a, uint64_t now_ns,
 /* Whether request `id` waits (and a copy, when out is not NULL). */
 bool lr__admit_find(const struct lr__admit *a, uint64_t id,
                     struct lr__admit_req *out);
+/* Tenant `tenant`'s requests waiting and the sum of their sizes (0 and
+ * 0 when it has no slot). */
+void lr__admit_tenant(const struct lr__admit *a, uint64_t tenant,
+                      uint32_t *waiting, uint64_t *held);
 /* Whether a request waits in band `band` or a more urgent one. */
 bool lr__admit_waits_upto(const struct lr__admit *a, uint32_t band);
 /* Tenant `tenant`'s counter, or 0 when it has no slot. */

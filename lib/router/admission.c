@@ -105,6 +105,28 @@ fair_cost(const lr_router *r, const lr_request *q)
     return (uint64_t)c; /* <= 1000 * 2^32 * 2: in 64 bits */
 }
 
+/* Whether q's tenant may add it to a queue past half full (in requests
+ * or tokens): only while it holds less than an even share of the queue
+ * among the tenants waiting, it among them. So a tenant that floods the
+ * queue leaves the others room, and the queue's bounds are not a
+ * first-come share of the fleet. */
+static bool
+fair_room(const lr_router *r, const lr_request *q)
+{
+    uint32_t held_n;
+    uint64_t held_t;
+    lr__admit_tenant(&r->aq, q->tenant, &held_n, &held_t);
+    uint64_t tenants = r->aq.active + (held_n == 0);
+    uint64_t cap_n = r->aq.max_waiting, cap_t = r->opt.queue_tokens;
+    bool half = 2 * ((uint64_t)r->aq.count + 1) > cap_n ||
+                2 * (r->wait_tokens + q->n_tokens) > cap_t;
+    if (!half || tenants < 2)
+        return true;
+    /* <= 2^40 + 2^32 tokens times <= 2^20 tenants: in 64 bits */
+    return ((uint64_t)held_n + 1) * tenants <= cap_n &&
+           (held_t + q->n_tokens) * tenants <= cap_t;
+}
+
 static void
 waiting_decision(const lr_router *r, lr_decision *d)
 {
@@ -154,6 +176,7 @@ admit_locked(lr_router *r, const lr_request *q, lr_decision *d)
     LR_RETURN_IF(lr__admit_find(&r->aq, q->id, NULL), LR_EEXIST);
     LR_RETURN_IF(r->aq.count >= r->aq.max_waiting, LR_ELIMIT);
     LR_RETURN_IF(q->n_tokens > r->opt.queue_tokens - r->wait_tokens, LR_ELIMIT);
+    LR_RETURN_IF(!fair_room(r, q), LR_ELIMIT);
     struct lr__waiter *w;
     LR_TRY(waiter_new(r, q, &w));
     struct lr__admit_req ar = {
@@ -164,6 +187,7 @@ admit_locked(lr_router *r, const lr_request *q, lr_decision *d)
         .deadline_ns = q->deadline_ns,
         .band = q->urgency,
         .data = w,
+        .size = q->n_tokens,
     };
     st = lr__admit_push(&r->aq, &ar);
     if (st != LR_OK) {
