@@ -347,9 +347,9 @@ saturation_from_scrapes(void **state)
 }
 
 /* The prefill the router queued at an instance saturates it when it
- * would take LR_PARAM_SATURATION_PREFILL_S at its class's rate: at 1000
- * tokens/s and 0.15 s, 150 tokens; one request at least, whatever its
- * size (an instance with nothing queued has room). */
+ * would take LR_PARAM_SATURATION_PREFILL_S plus the instance's RTT at its
+ * class's rate: at 1000 tokens/s and 0.15 s, 150 tokens; one request at
+ * least, whatever its size (an instance with nothing queued has room). */
 static void
 saturation_from_queued_prefill(void **state)
 {
@@ -369,6 +369,12 @@ saturation_from_queued_prefill(void **state)
     assert_st(lr_router_set_param(r, LR_PARAM_SATURATION_PREFILL_S, 0.02),
               LR_OK);
     assert_int_equal(saturated(r, T0 + MS), 1); /* 32 tokens: 0.032 s */
+    /* an instance 50 ms away needs that much more queued: it drains it
+     * while the next request travels */
+    assert_st(lr_router_observe_rtt(r, 0, 50 * MS), LR_OK);
+    assert_int_equal(saturated(r, T0 + MS), 0); /* 0.032 < 0.07 */
+    assert_st(rq(r, 3, 48, 0, 0, 0, 0, T0 + MS, NULL), LR_OK);
+    assert_int_equal(saturated(r, T0 + MS), 1); /* 0.08 */
     lr_router_destroy(r);
 }
 

@@ -261,9 +261,9 @@ typedef enum lr_param {
     LR_PARAM_ADAPTIVE_DEADLINE = 44,
     /** Saturation: ... or the prefill the router has queued there (its
      * requests' uncached prompt tokens before their first token) would
-     * take this many seconds at its class's rate (lr_router_set_class;
-     * 8000 tokens/s untold) (0.15; 0.001 .. 3600). Router only.
-     * @since 0.3 */
+     * take this many seconds, plus the instance's RTT, at its class's
+     * rate (lr_router_set_class; 8000 tokens/s untold) (0.15; 0.001 ..
+     * 3600). Router only. @since 0.3 */
     LR_PARAM_SATURATION_PREFILL_S = 45
 } lr_param;
 

@@ -527,10 +527,10 @@ LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
  *
  * Saturation. An instance is saturated when LR_PARAM_SATURATION_QUEUE of
  * the router's requests there wait for their first token, or their
- * uncached prompt tokens would take LR_PARAM_SATURATION_PREFILL_S at its
- * class's prefill rate, or its fresh scrape (lr_engine_stats) reports
- * LR_PARAM_SATURATION_QUEUE waiting or at least LR_PARAM_SATURATION_KV of
- * its KV cache in use; a scrape older than
+ * uncached prompt tokens would take LR_PARAM_SATURATION_PREFILL_S plus
+ * the instance's probed RTT at its class's prefill rate, or its fresh scrape
+ * (lr_engine_stats) reports LR_PARAM_SATURATION_QUEUE waiting or at least
+ * LR_PARAM_SATURATION_KV of its KV cache in use; a scrape older than
  * LR_PARAM_STATS_MAX_AGE_S counts as saturated while the router has a
  * request in flight there (so an instance whose scrapes stopped takes one
  * request at a time). An instance never scraped is judged by the router's

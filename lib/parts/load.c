@@ -713,8 +713,12 @@ lr__load_saturated(const lr_load *ld, uint32_t instance, uint64_t now_ns,
         return true;
     if (in->queued >= sat->depth)
         return true;
+    /* the work queued there covers the bound plus the time a request
+     * sent now takes to arrive: an engine far away drains its queue
+     * while the next request travels */
+    double rtt_s = in->has_rtt ? in->rtt / 1e9 : 0;
     if (in->queued > 0 &&
-        (double)in->prefill >= sat->prefill_s * sat->rate[in->cls])
+        (double)in->prefill >= (sat->prefill_s + rtt_s) * sat->rate[in->cls])
         return true;
     if (!in->has_stats)
         return false;

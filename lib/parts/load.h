@@ -72,11 +72,11 @@ bool lr__load_rtt(const lr_load *ld, uint32_t instance, double *rtt_ns);
 
 /* Whether a tracked instance is saturated at now_ns (lr_router.h,
  * "Waiting"): `depth` of its requests before their first token, or
- * their uncached prompt tokens taking prefill_s or more at rate[its
- * class] tokens/s, or a scrape at most max_age_ns old reporting `depth`
- * waiting or kv_use >= `kv`, or an older scrape while a request is in
- * flight there. An instance never scraped is judged by its counters
- * alone; an untracked one is saturated. */
+ * their uncached prompt tokens taking prefill_s plus its probed RTT or
+ * more at rate[its class] tokens/s, or a scrape at most max_age_ns old
+ * reporting `depth` waiting or kv_use >= `kv`, or an older scrape while a
+ * request is in flight there. An instance never scraped is judged by its
+ * counters alone; an untracked one is saturated. */
 struct lr__saturation {
     uint64_t max_age_ns;
     uint32_t depth;
