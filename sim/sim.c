@@ -1587,6 +1587,31 @@ fairness(struct run *r)
     return 0;
 }
 
+
+/* Request q's end into a table's counters (served, within slo_s, expired,
+ * shed, failed); 1 and its TTFT in *ttft_s when it was served. */
+static int
+tally_end(const struct sim_result *res, size_t q, double slo_s,
+          uint64_t *completed, uint64_t *met, uint64_t *expired,
+          uint64_t *shed, uint64_t *failed, double *ttft_s)
+{
+    switch (res->state[q]) {
+    case REQ_DONE:
+        *ttft_s = (double)res->ttft_us[q] / 1e6;
+        (*completed)++;
+        *met += *ttft_s <= slo_s;
+        return 1;
+    case REQ_EXPIRED:
+        (*expired)++;
+        return 0;
+    case REQ_SHED:
+        (*shed)++;
+        return 0;
+    default:
+        (*failed)++;
+        return 0;
+    }
+}
 /* Per class and per tenant: how requests ended, SLO attainment (TTFT <=
  * the class's SLO, or --slo-ttft without classes; every request counts,
  * an unserved one as a miss), TTFT and waits; then fairness(). */
@@ -1635,23 +1660,11 @@ summarize_admission(struct run *r)
                 wsc += (double)res->wait_us[q] / 1e6;
                 wnc++;
             }
-            switch (res->state[q]) {
-            case REQ_DONE: {
-                double t = (double)res->ttft_us[q] / 1e6;
-                cr->completed++;
-                cr->met += t <= slo;
+            double t;
+            if (tally_end(res, q, slo, &cr->completed, &cr->met,
+                          &cr->expired, &cr->shed, &cr->failed, &t)) {
                 v[k++] = t;
                 sum += t;
-                break;
-            }
-            case REQ_EXPIRED:
-                cr->expired++;
-                break;
-            case REQ_SHED:
-                cr->shed++;
-                break;
-            default:
-                cr->failed++;
             }
         }
         qsort(v, k, sizeof *v, cmp_d);
@@ -1670,23 +1683,11 @@ summarize_admission(struct run *r)
             if (w->reqs[q].owner != i)
                 continue;
             t->requests++;
-            switch (res->state[q]) {
-            case REQ_DONE: {
-                double tt = (double)res->ttft_us[q] / 1e6;
-                t->completed++;
-                t->met += tt <= sim_req_slo(w, q, r->cfg->slo_ttft_s);
+            double tt;
+            if (tally_end(res, q, sim_req_slo(w, q, r->cfg->slo_ttft_s),
+                          &t->completed, &t->met, &t->expired, &t->shed,
+                          &t->failed, &tt))
                 sum += tt;
-                break;
-            }
-            case REQ_EXPIRED:
-                t->expired++;
-                break;
-            case REQ_SHED:
-                t->shed++;
-                break;
-            default:
-                t->failed++;
-            }
         }
         t->slo_attainment =
             t->requests ? (double)t->met / (double)t->requests : NAN;
