@@ -562,13 +562,12 @@ LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
  * tokens: past either, route() answers LR_ELIMIT; past half of either, so
  * does it for a tenant that holds an even share of the queue among the
  * tenants waiting (it among them), so that one tenant's flood leaves the
- * others room. No thread, no clock:
- * nothing happens between the host's calls. A snapshot does not carry
- * the queue (its requests are the host's open connections):
- * lr_router_restore() brings none back and leaves the router's own as
- * they are, and lr_router_destroy() drops the waiting requests. Routes that may
- * wait take the queue's lock, one at a time; routes without the flag never
- * touch it. */
+ * others room. No thread, no clock: nothing happens between the host's
+ * calls. A snapshot does not carry the queue (its requests are the
+ * host's open connections): lr_router_restore() brings none back and
+ * leaves the router's own as they are, and lr_router_destroy() drops the
+ * waiting requests. Routes that may wait take the queue's lock, one at a
+ * time; routes without the flag never touch it. */
 
 /** One request lr_router_dispatch() let out of the queue. @since 0.3 */
 typedef struct lr_dispatched {
