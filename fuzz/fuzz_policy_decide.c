@@ -5,8 +5,9 @@
  * its cost, and makes exactly the same choice again for the same seed.
  *
  * Input: parameters from the back (policy, row count, prompt length,
- * seed, cursor, block size, how many parameter values, whether Lodestar
- * gets a model, whether the rows are shaped), then from the front the
+ * seed (its low bits also a TTFT budget for adaptive's headroom),
+ * cursor, block size, how many parameter values, whether Lodestar gets a
+ * model, whether the rows are shaped), then from the front the
  * rows and the parameter values as raw doubles. Raw rows are bytes (every
  * bit pattern: NaN rates, absurd counts, ranks past the ring); shaped
  * rows are valid ones built field by field from small ranges (instances
@@ -120,6 +121,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lr_policy_input_init(&in);
     in.prompt_tokens = fuzz_dp_take_range(&dp, 0, 1u << 20);
     in.seed = fuzz_dp_take_u64(&dp);
+    /* a TTFT budget from the seed's bits (adaptive's headroom): none, or
+     * 0 .. 8 s in steps of 1/32 s, 0 meaning none */
+    if (in.seed & 1)
+        in.ttft_budget_s = (double)((in.seed >> 1) & 0xff) / 32.0;
     in.last_instance = fuzz_dp_take_u32(&dp);
     in.block_tokens = fuzz_dp_take_range(&dp, 0, 64);
     in.expected_output_tokens = fuzz_dp_take_range(&dp, 0, 4096);

@@ -493,19 +493,24 @@ meets(const struct lr__pctx *c, size_t k, double load, double budget_s)
 
 /* The least score among the rows predicted to meet budget_s (0: every
  * row), near-ties drawn so that noise (a probe's jitter, a fit's) does
- * not pile a burst onto one instance; LR_INSTANCE_NONE when no row
- * meets it. */
+ * not pile a burst onto one instance; scores that are all infinite or
+ * NaN (absurd telemetry) leave the first such row. LR_INSTANCE_NONE when
+ * no row meets the budget (never for 0). */
 static uint32_t
 least(const struct lr__pctx *c, double load, double budget_s)
 {
     double lo = INFINITY;
-    for (size_t k = 0; k < c->n; k++)
-        if (c->score[k] < lo && meets(c, k, load, budget_s))
+    uint32_t first = LR_INSTANCE_NONE;
+    for (uint32_t k = 0; k < c->n; k++) {
+        if (!meets(c, k, load, budget_s))
+            continue;
+        if (first == LR_INSTANCE_NONE)
+            first = k;
+        if (c->score[k] < lo)
             lo = c->score[k];
-    if (lo == INFINITY)
-        return LR_INSTANCE_NONE;
+    }
     double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
-    uint32_t pick = 0, ties = 0;
+    uint32_t pick = first, ties = 0;
     for (uint32_t k = 0; k < c->n; k++)
         if (c->score[k] <= tie && meets(c, k, load, budget_s) &&
             lr__rng_below(c->rng, ++ties) == 0)
