@@ -1,5 +1,8 @@
 /* The router's waiting queue: admission when the fleet is saturated,
- * priorities, fair share between tenants (lr_router.h, "Waiting").
+ * priorities, fair share between tenants (lr_router.h, "Waiting"); and
+ * the public entries that pass through it, lr_router_route() (to the
+ * pipeline in route.c when the request goes at once) and
+ * lr_router_fail() (a waiting request is withdrawn here).
  *
  *   route(MAY_WAIT)  saturated, or as urgent ones wait?  -> push (a copy)
  *                    else                                -> route now
