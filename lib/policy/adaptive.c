@@ -481,7 +481,7 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
 }
 
 /* Whether row k is predicted to meet a TTFT budget (0: every row is). */
-static bool
+static inline bool
 meets(const struct lr__pctx *c, size_t k, double load, double budget_s)
 {
     if (budget_s <= 0)
@@ -491,13 +491,27 @@ meets(const struct lr__pctx *c, size_t k, double load, double budget_s)
     return t <= budget_s;
 }
 
-/* The least score among the rows predicted to meet budget_s (0: every
- * row), near-ties drawn so that noise (a probe's jitter, a fit's) does
- * not pile a burst onto one instance; scores that are all infinite or
- * NaN (absurd telemetry) leave the first such row. LR_INSTANCE_NONE when
- * no row meets the budget (never for 0). */
+/* A draw among the rows within ADAPTIVE_TIE_S of `lo` that meet
+ * budget_s (0: every row), so that noise (a probe's jitter, a fit's) does
+ * not pile a burst onto one instance; `first` when none does (scores all
+ * infinite or NaN: absurd telemetry). */
 static uint32_t
-least(const struct lr__pctx *c, double load, double budget_s)
+draw_near(const struct lr__pctx *c, double lo, double load, double budget_s,
+          uint32_t first)
+{
+    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
+    uint32_t pick = first, ties = 0;
+    for (uint32_t k = 0; k < c->n; k++)
+        if (c->score[k] <= tie && meets(c, k, load, budget_s) &&
+            lr__rng_below(c->rng, ++ties) == 0)
+            pick = k;
+    return pick;
+}
+
+/* The least score among the rows predicted to meet budget_s > 0, drawn
+ * among near-ties; LR_INSTANCE_NONE when no row meets it. */
+static uint32_t
+least_meeting(const struct lr__pctx *c, double load, double budget_s)
 {
     double lo = INFINITY;
     uint32_t first = LR_INSTANCE_NONE;
@@ -509,13 +523,8 @@ least(const struct lr__pctx *c, double load, double budget_s)
         if (c->score[k] < lo)
             lo = c->score[k];
     }
-    double tie = lo + LR__P(c, ADAPTIVE_TIE_S);
-    uint32_t pick = first, ties = 0;
-    for (uint32_t k = 0; k < c->n; k++)
-        if (c->score[k] <= tie && meets(c, k, load, budget_s) &&
-            lr__rng_below(c->rng, ++ties) == 0)
-            pick = k;
-    return pick;
+    return first == LR_INSTANCE_NONE ? first
+                                     : draw_near(c, lo, load, budget_s, first);
 }
 
 /* The row predicted fastest for this request. */
@@ -537,17 +546,19 @@ fastest(const struct lr__pctx *c, double load)
 struct lr__choice
 lr__adaptive_decide(const struct lr__pctx *c)
 {
-    double load = fleet_load(c), t;
-    for (size_t k = 0; k < c->n; k++)
+    double load = fleet_load(c), lo = INFINITY, t;
+    for (size_t k = 0; k < c->n; k++) {
         c->score[k] = social_cost(c, lr__row(c, k), load, &t);
-    uint32_t pick = least(c, load, 0);
+        lo = c->score[k] < lo ? c->score[k] : lo;
+    }
+    uint32_t pick = draw_near(c, lo, load, 0, 0);
     if (c->budget_s <= 0 || LR__P(c, ADAPTIVE_DEADLINE) == 0 ||
         meets(c, pick, load, c->budget_s))
         return lr__choose(c, pick, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
     /* Headroom: the least-cost choice would miss the request's deadline.
      * Among the instances predicted to meet it, the least cost; when none
      * is, the one predicted fastest, the request's best chance. */
-    uint32_t k = least(c, load, c->budget_s);
+    uint32_t k = least_meeting(c, load, c->budget_s);
     if (k == LR_INSTANCE_NONE)
         k = fastest(c, load);
     return lr__choose(c, k,

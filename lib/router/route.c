@@ -719,9 +719,8 @@ lr__router_check_request(const lr_request *q)
 }
 
 lr_status
-lr__router_route_now(lr_router *r, const lr_request *qp, lr_decision *decision)
+lr__router_route_now(lr_router *r, const lr_request *q, lr_decision *decision)
 {
-    lr_request q = *qp;
     struct lr__rscratch *sc;
     LR_TRY(lr__router_scratch_get(r, &sc));
     /* Hashing is pure and a recording route needs every key: hash before
@@ -729,19 +728,19 @@ lr__router_route_now(lr_router *r, const lr_request *qp, lr_decision *decision)
      * up to UNLOCKED_KEYS, in the scratch beyond. A dry run hashes under
      * the read lock only what its policy reads (keys_needed). */
     uint64_t kb[UNLOCKED_KEYS];
-    size_t nk = q.n_tokens / r->block_tokens;
+    size_t nk = q->n_tokens / r->block_tokens;
     struct route rt = { .sc = sc }; /* the rest under the lock */
-    rt.v.q = &q;
+    rt.v.q = q;                     /* the caller's own copy */
     lr_status st = LR_OK;
-    if (!(q.flags & LR_ROUTE_DRY_RUN) && nk > 0) {
+    if (!(q->flags & LR_ROUTE_DRY_RUN) && nk > 0) {
         uint64_t *buf = kb;
         if (nk > UNLOCKED_KEYS) {
             st = scratch_keys(r, sc, nk);
             buf = sc->kbuf;
         }
         if (st == LR_OK &&
-            lr_block_keys(r->block_tokens, q.tokens, nk * r->block_tokens,
-                          q.tenant_salt, buf, nk, &nk) == LR_OK) {
+            lr_block_keys(r->block_tokens, q->tokens, nk * r->block_tokens,
+                          q->tenant_salt, buf, nk, &nk) == LR_OK) {
             rt.kb = buf;
             rt.v.n_keys = nk;
         }

@@ -391,7 +391,9 @@ lr__router_saturation(const lr_router *r)
 /* route()'s checks of a request alone (sizes, boundaries, flags). */
 lr_status lr__router_check_request(const lr_request *q);
 
-/* route() on a checked request: the pipeline, the record. */
+/* route() on a checked request, a copy of the caller's that lives
+ * through the call (route() and dispatch() each make their own): the
+ * pipeline, the record. */
 lr_status lr__router_route_now(lr_router *r, const lr_request *q,
                                lr_decision *d);
 
