@@ -565,10 +565,11 @@ check_decision(struct run *r, const lr_request *q, const lr_decision *d,
     FUZZ_ASSERT(d->alt_instance == NONE || (s_routable(r, d->alt_instance) &&
                                             d->alt_instance != d->instance));
     /* lodestar adds its own reasons to its fallback's */
-    FUZZ_ASSERT(d->reason >= LR_REASON_RANDOM &&
-                d->reason <= (r->policy == LR_POLICY_LODESTAR
-                                  ? LR_REASON_OOD
-                                  : LR_REASON_SAMPLED));
+    FUZZ_ASSERT((d->reason >= LR_REASON_RANDOM &&
+                 d->reason <= (r->policy == LR_POLICY_LODESTAR
+                                   ? LR_REASON_OOD
+                                   : LR_REASON_SAMPLED)) ||
+                d->reason == LR_REASON_ADAPTER);
     FUZZ_ASSERT(d->cached_tokens <= n && d->cached_tokens % r->B == 0);
     FUZZ_ASSERT(d->best_cached_tokens <= n &&
                 d->best_cached_tokens % r->B == 0);

@@ -60,6 +60,7 @@ static const char *const names[] = {
     [LR_PARAM_FAIR_OUTPUT_WEIGHT] = "fair-output-weight",
     [LR_PARAM_ADAPTIVE_DEADLINE] = "adaptive-deadline",
     [LR_PARAM_SATURATION_PREFILL_S] = "saturation-prefill-s",
+    [LR_PARAM_ADAPTER_LOAD_S] = "adapter-load-s",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

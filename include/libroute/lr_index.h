@@ -213,6 +213,22 @@ LR_API lr_status lr_block_keys(uint32_t block_tokens, const uint32_t *tokens,
                                size_t n_tokens, uint64_t tenant_salt,
                                uint64_t *keys, size_t capacity, size_t *n_keys);
 
+/** The 64-bit hash of a name (a model, a LoRA adapter, a cache salt) as
+ * the library keys it: XXH3_64bits_withSeed(the len bytes of name,
+ * 0x4c524e414d453031 "LRNAME01"); 0 when len is 0 (no name), and never 0
+ * otherwise (a hash of 0 becomes 1). name may be NULL when len is 0.
+ * Thread safety: reentrant. @since 0.3 */
+LR_API uint64_t lr_name_hash(const char *name, size_t len);
+
+/** The salt a prompt's blocks are keyed with under a LoRA adapter whose
+ * lr_name_hash() is adapter_hash: tenant_salt itself when adapter_hash is
+ * 0 (the base model), else XXH3_64bits_withSeed(tenant_salt and
+ * adapter_hash as 8 little-endian bytes each, 0x4c52414441505431
+ * "LRADAPT1"). A router keys each request this way, and a KV event
+ * carrying a lora_name the same, so an adapter's blocks match only that
+ * adapter's. Thread safety: reentrant. @since 0.3 */
+LR_API uint64_t lr_adapter_salt(uint64_t tenant_salt, uint64_t adapter_hash);
+
 /* ---- prompts --------------------------------------------------------------- */
 
 /** A prompt as the index sees it. Everything is borrowed for the call.

@@ -63,7 +63,10 @@ typedef enum lr_policy {
     LR_POLICY_GORGO = 13,                /* "gorgo" */
     LR_POLICY_RANVIER = 14,              /* "ranvier" */
     LR_POLICY_LODESTAR = 15, /* "lodestar" (see lr_router_learn_step) */
-    LR_POLICY_ADAPTIVE = 16  /* "adaptive": calibrates itself (@since 0.2) */
+    LR_POLICY_ADAPTIVE = 16, /* "adaptive": calibrates itself (@since 0.2) */
+    LR_POLICY_LORA_AFFINITY = 17, /* "lora-affinity" (Inference Extension;
+                                     @since 0.3) */
+    LR_POLICY_AIBRIX_LORA = 18    /* "aibrix-lora" (@since 0.3) */
 } lr_policy;
 
 /** Number of policies this library has: values 0 .. count - 1 are all
@@ -100,8 +103,11 @@ typedef enum lr_reason {
     LR_REASON_EXPLORE = 13,      /* exploration draw (Lodestar) */
     LR_REASON_COLD_START = 14,   /* no trained model yet (Lodestar) */
     LR_REASON_OOD = 15,          /* input out of the model's range (Lodestar) */
-    LR_REASON_WAITING = 16       /* held in the router's queue: no instance yet
+    LR_REASON_WAITING = 16,      /* held in the router's queue: no instance yet
                                     (LR_ROUTE_MAY_WAIT; @since 0.3) */
+    LR_REASON_ADAPTER = 17       /* its LoRA adapter resident there, or a free
+                                    slot (lora-affinity, aibrix-lora;
+                                    @since 0.3) */
 } lr_reason;
 
 /** Number of reasons this library has (values 0 .. count - 1). Never
@@ -264,7 +270,11 @@ typedef enum lr_param {
      * take this many seconds, plus the instance's RTT, at its class's
      * rate (lr_router_set_class; 8000 tokens/s untold) (0.15; 0.001 ..
      * 3600). Router only. @since 0.3 */
-    LR_PARAM_SATURATION_PREFILL_S = 45
+    LR_PARAM_SATURATION_PREFILL_S = 45,
+    /** Seconds an engine takes to load a LoRA adapter that is not
+     * resident (0.1): what every policy's rows say until adaptive has
+     * learnt the figure from first tokens. @since 0.3 */
+    LR_PARAM_ADAPTER_LOAD_S = 46
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all
@@ -358,12 +368,31 @@ typedef struct lr_candidate {
      * LR_CANDIDATE_SIZE_V2. adaptive counts cached_tokens x (1 - this).
      * @since 0.3 */
     double cached_lost;
+    /* v2 ends here */
+    /** 1 when its engine must load the request's LoRA adapter first (not
+     * resident there); 0 when it is resident, or the request names none.
+     * @since 0.3 */
+    int32_t adapter_missing;
+    /** Its adapter slots that hold no adapter with requests in flight:
+     * room to load one without waiting (max_adapters less the busy ones);
+     * UINT32_MAX when its slots are not known. @since 0.3 */
+    uint32_t adapter_free;
+    /** Seconds its engine is expected to spend loading the request's
+     * adapter: 0 when resident, else LR_PARAM_ADAPTER_LOAD_S or what
+     * adaptive learnt. Finite, >= 0. @since 0.3 */
+    double adapter_load_s;
+    /** Adapters resident there; and 1 when loading the request's adapter
+     * evicts another one (every slot is taken). @since 0.3 */
+    uint32_t adapters_resident;
+    int32_t adapter_evicts;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
 #define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, route_rate) + 8)
 /** row_size that carries cached_lost. @since 0.3 */
 #define LR_CANDIDATE_SIZE_V2 (offsetof(lr_candidate, cached_lost) + 8)
+/** row_size that carries the adapter columns. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V3 (offsetof(lr_candidate, adapter_evicts) + 4)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

@@ -234,9 +234,30 @@ typedef struct lr_instance_spec {
     /** Initial RTT until probes arrive; 0 if unknown. */
     uint64_t rtt_ns;
     /* v1 ends here */
+    /** The models it serves (vLLM's served model names: a base model and
+     * its aliases), n_models names of 1..LR_ROUTER_MAX_NAME bytes each,
+     * copied; at most LR_ROUTER_MAX_MODELS. 0 models: it serves whatever
+     * a request names (the only kind of instance before 0.3). A request
+     * that names a model is routed only to the instances that serve it.
+     * @since 0.3 */
+    const char *const *models;
+    uint32_t n_models;
+    /** Its LoRA adapter slots (vLLM's --max-loras): how many adapters it
+     * holds at once. 0: not known, adapters load without a known bound.
+     * @since 0.3 */
+    uint32_t max_adapters;
+    /* v2 ends here */
 } lr_instance_spec;
 
 #define LR_INSTANCE_SPEC_SIZE_V1 (offsetof(lr_instance_spec, rtt_ns) + 8)
+#define LR_INSTANCE_SPEC_SIZE_V2 (offsetof(lr_instance_spec, max_adapters) + 4)
+/** Bytes in a model or adapter name, and models one instance serves.
+ * @since 0.3 */
+#define LR_ROUTER_MAX_NAME 255u
+#define LR_ROUTER_MAX_MODELS 16u
+/** Adapters whose residency the router follows per instance: at most
+ * this many slots count (max_adapters above it is this). @since 0.3 */
+#define LR_ROUTER_MAX_ADAPTERS 64u
 
 #ifndef __cplusplus
 #define LR_INSTANCE_SPEC_INIT \
@@ -324,6 +345,62 @@ LR_API lr_status lr_router_observe_rtt(lr_router *router, uint32_t id,
 LR_API lr_status lr_router_instance_load(const lr_router *router, uint32_t id,
                                          lr_load_snapshot *out);
 
+/** An instance's LoRA adapters as its engine reports them: vLLM's
+ * `vllm:lora_requests_info` gauge, whose labels running_lora_adapters and
+ * waiting_lora_adapters list the adapters with requests running or
+ * waiting (comma-separated there; one name per entry here) and max_lora
+ * its slots. @since 0.3 */
+typedef struct lr_adapter_stats {
+    size_t struct_size;
+    /** Adapters with requests running there: resident. Borrowed. */
+    const char *const *running;
+    size_t n_running;
+    /** Adapters with requests waiting there (to load, or for a slot).
+     * Borrowed. */
+    const char *const *waiting;
+    size_t n_waiting;
+    /** Its slots (max_lora); 0: keep what the instance was added with. */
+    uint32_t max_adapters;
+    /** When the gauge was read (host clock). */
+    uint64_t scraped_ns;
+    /* v1 ends here */
+} lr_adapter_stats;
+
+#define LR_ADAPTER_STATS_SIZE_V1 (offsetof(lr_adapter_stats, scraped_ns) + 8)
+
+#ifndef __cplusplus
+#define LR_ADAPTER_STATS_INIT \
+    { .struct_size = sizeof(lr_adapter_stats) }
+#endif
+
+/** Zero the caller's `size` bytes of `s` and set struct_size = size. Use
+ * the lr_adapter_stats_init() macro. @since 0.3 */
+LR_API void lr_adapter_stats_init_sized(lr_adapter_stats *s, size_t size);
+#define lr_adapter_stats_init(s) lr_adapter_stats_init_sized((s), sizeof *(s))
+
+/** Tell the router which adapters an instance holds (see "Adapters").
+ * Between reports the router follows residency itself: each route of an
+ * adapter's request makes the adapter resident there, the least recently
+ * used idle one leaving when the slots are full; a report replaces that
+ * guess with the engine's word: its running and waiting adapters are
+ * resident, the router's own guesses fill the slots left.
+ * @return LR_OK; LR_EINVAL (NULL, a name NULL, empty or longer than
+ *   LR_ROUTER_MAX_NAME, more than LR_ROUTER_MAX_ADAPTERS names in all);
+ *   LR_EVERSION; LR_ENOENT (no such instance); LR_ERANGE (scraped_ns
+ *   refused by the clock); LR_ENOMEM. On failure nothing changes.
+ * @since 0.3 */
+LR_API lr_status lr_router_set_adapters(lr_router *router, uint32_t id,
+                                        const lr_adapter_stats *stats);
+
+/** The adapters the router believes resident on an instance now, most
+ * recently used first: their name hashes (lr_name_hash()) into `hashes`
+ * (capacity entries; may be NULL with capacity 0), their count in *n.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_EBUFSIZE (capacity short: *n
+ *   says how many, nothing written). @since 0.3 */
+LR_API lr_status lr_router_adapters(const lr_router *router, uint32_t id,
+                                    uint64_t *hashes, size_t capacity,
+                                    size_t *n);
+
 /* ---- route ------------------------------------------------------------------------ */
 
 /** A request to route. Everything is borrowed for the call. @since 0.1 */
@@ -361,10 +438,21 @@ typedef struct lr_request {
      * (most urgent) .. LR_ROUTER_URGENCIES - 1. @since 0.3 */
     uint32_t urgency;
     /* v2 ends here */
+    /** The model it names, NUL-terminated, at most LR_ROUTER_MAX_NAME
+     * bytes; NULL or "": any instance. Only the instances that serve it
+     * (lr_instance_spec.models) are candidates. @since 0.3 */
+    const char *model;
+    /** The LoRA adapter it runs under, NUL-terminated, at most
+     * LR_ROUTER_MAX_NAME bytes; NULL or "": the base model. The adapter
+     * enters every block key (lr_adapter_salt()): its cached prefixes
+     * never match the base model's or another adapter's. @since 0.3 */
+    const char *adapter;
+    /* v3 ends here */
 } lr_request;
 
 #define LR_REQUEST_SIZE_V1 (offsetof(lr_request, now_ns) + 8)
 #define LR_REQUEST_SIZE_V2 (offsetof(lr_request, urgency) + 4)
+#define LR_REQUEST_SIZE_V3 (offsetof(lr_request, adapter) + sizeof(void *))
 
 /** Only ask: record no dispatch, learn nothing, touch no recency, advance
  * no cursor or tuner (random draws still advance the generator). */
@@ -400,7 +488,9 @@ LR_API void lr_request_init_sized(lr_request *q, size_t size);
  * the router's generator and call lr_policy_decide(); record. The
  * decision's seed and lr_router_candidates()' table replay it.
  * @return LR_OK; LR_EINVAL (NULL, absurd length, bad boundaries);
- *   LR_EVERSION; LR_ESTATE (no routable instance); LR_EEXIST (id in
+ *   LR_EVERSION; LR_ENOENT (the request names a model no instance
+ *   serves; @since 0.3); LR_ESTATE (no routable instance, or none of its
+ *   model's); LR_EEXIST (id in
  *   flight); LR_ELIMIT (max_requests in flight); LR_EBUFSIZE (scores
  *   buffer short: n_scores says how many, nothing recorded); LR_ENOMEM;
  *   LR_ERANGE (now_ns refused by the clock, see "Clock"; judged after the
@@ -650,8 +740,9 @@ LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           size_t move_size, size_t *n_moves);
 
 /** Record that a queued request now runs on `to`.
- * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ESTATE (not queued, or `to` is
- *   draining). @since 0.1 */
+ * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ESTATE (not queued, `to` is
+ *   draining, or `to` does not serve the request's model: @since 0.3).
+ *   @since 0.1 */
 LR_API lr_status lr_router_move(lr_router *router, uint64_t request_id,
                                 uint32_t to);
 
@@ -990,11 +1081,18 @@ typedef struct lr_router_stats {
     uint64_t shed;
     uint64_t wait_ns;
     /* v3 ends here */
+    /** Routes of requests naming a LoRA adapter, and of those the ones
+     * sent where the adapter was not resident (a load caused, as the
+     * router follows residency). @since 0.3 */
+    uint64_t adapter_routes;
+    uint64_t adapter_loads;
+    /* v4 ends here */
 } lr_router_stats;
 
 #define LR_ROUTER_STATS_SIZE_V1 (offsetof(lr_router_stats, cached_tokens) + 8)
 #define LR_ROUTER_STATS_SIZE_V2 (offsetof(lr_router_stats, peers_live) + 8)
 #define LR_ROUTER_STATS_SIZE_V3 (offsetof(lr_router_stats, wait_ns) + 8)
+#define LR_ROUTER_STATS_SIZE_V4 (offsetof(lr_router_stats, adapter_loads) + 8)
 
 #ifndef __cplusplus
 #define LR_ROUTER_STATS_INIT \

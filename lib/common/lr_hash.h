@@ -17,6 +17,8 @@
 #define LR_SEED_RINGK 0x4c5252494e474b31ull  /* "LRRINGK1" */
 #define LR_SEED_TEXT 0x4c52544558543031ull   /* "LRTEXT01" */
 #define LR_SEED_DELTA 0x4c5244454c544131ull  /* "LRDELTA1" */
+#define LR_SEED_NAME 0x4c524e414d453031ull   /* "LRNAME01" */
+#define LR_SEED_ADAPT 0x4c52414441505431ull  /* "LRADAPT1" */
 
 static inline uint64_t
 lr__hash(const void *p, size_t n, uint64_t seed)

@@ -83,6 +83,26 @@ lr_block_keys(uint32_t block_tokens, const uint32_t *tokens, size_t n_tokens,
     return LR_OK;
 }
 
+uint64_t
+lr_name_hash(const char *name, size_t len)
+{
+    if (len == 0 || name == NULL)
+        return 0;
+    uint64_t h = lr__hash(name, len, LR_SEED_NAME);
+    return h != 0 ? h : 1;
+}
+
+uint64_t
+lr_adapter_salt(uint64_t tenant_salt, uint64_t adapter_hash)
+{
+    if (adapter_hash == 0)
+        return tenant_salt;
+    uint8_t b[2 * sizeof(uint64_t)];
+    lr__put_u64(b, tenant_salt);
+    lr__put_u64(b + sizeof(uint64_t), adapter_hash);
+    return lr__hash(b, sizeof b, LR_SEED_ADAPT);
+}
+
 /* Validate a prompt and put its keys in ix->kbuf (or point at the host's).
  * Can fail with LR_ENOMEM growing the scratch buffer, which is not state. */
 lr_status

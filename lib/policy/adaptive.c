@@ -103,6 +103,8 @@
 #define MIN_S0 1e-4           /* a 10M tokens/s class at most (s per ktok) */
 #define QUEUE_RATIO_MAX 4.0   /* learn if the queue ahead <= 4x own prefill */
 #define MAX_Y_S 3600.0        /* a first token after an hour: absurd input */
+#define LOAD_MEMORY 32.0      /* adapter loads the load time averages over */
+#define MAX_LOAD_S 600.0      /* an adapter load's bound (as the parameter) */
 
 enum {
     S0,
@@ -216,6 +218,9 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     row->prefill_tokens_avg = seen > 0 ? avg / seen : now;
     row->route_rate = q->routes * keep / QAVG_TAU_S /
                       (seen > QAVG_MIN_SEEN ? seen : QAVG_MIN_SEEN);
+    const struct lr__load_fit *lf = &ad->load[row->instance_class];
+    if (row->adapter_missing && lf->n > 0)
+        row->adapter_load_s = lf->s;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
         row->ttft_s_per_token = row->ttft_base_s = 0;
@@ -252,6 +257,7 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
     r->own = (float)(uncached / KTOK);
     r->rtt_s = (float)(row->rtt_ms / 1e3);
     r->cls = row->instance_class;
+    r->loads = row->adapter_missing != 0;
 }
 
 static bool
@@ -392,6 +398,22 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
     double y = ttft_s - r->rtt_s;
     y = y < 0 ? 0 : y > MAX_Y_S ? MAX_Y_S : y;
     double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d };
+    if (r->loads) {
+        /* an adapter load: what the model leaves unexplained is the
+         * load's time; the model itself learns from the others */
+        double pred = 0;
+        for (int i = 0; i < LR__CALIB_DIM; i++)
+            pred += c->theta[i] * x[i];
+        double extra = y - pred;
+        extra = extra < 0 ? 0 : extra > MAX_LOAD_S ? MAX_LOAD_S : extra;
+        struct lr__load_fit *lf = &ad->load[r->cls];
+        if (isfinite(extra)) {
+            lf->n++;
+            double a = 1.0 / (lf->n < LOAD_MEMORY ? lf->n : LOAD_MEMORY);
+            lf->s += a * (extra - lf->s);
+        }
+        return;
+    }
     /* absurd telemetry (a queue of 2^60 tokens) must not leave a fit that
      * is not finite: the rows would be refused and route() with them */
     struct lr__calib keep = *c;
@@ -410,6 +432,7 @@ lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
     if (ad->rq == NULL)
         return d;
     d = lr__digest_mix(d, lr__hash(ad->cls, sizeof ad->cls, 11));
+    d = lr__digest_mix(d, lr__hash(ad->load, sizeof ad->load, 14));
     d = lr__digest_mix(
         d, lr__hash(ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg, 13));
     return lr__digest_mix(
@@ -476,6 +499,15 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
     double work = LR__P(c, ADAPTIVE_WORK_WEIGHT) * load * own;
     double decode = LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
                     r->ttft_s_per_decoding;
+    /* a LoRA adapter to load: its own wait, the step it stalls for those
+     * in flight there, and, when it evicts another adapter, that
+     * adapter's next load */
+    double load_s = lr__row_adapter_load_s(c, r);
+    if (load_s > 0) {
+        ttft += load_s;
+        decode += LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight * load_s;
+        work += r->adapter_evicts ? load_s : 0;
+    }
     *ttft_out = ttft;
     return ttft + work + decode;
 }

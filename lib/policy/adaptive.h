@@ -42,6 +42,15 @@ struct lr__calib {
 struct lr__calib_req {
     float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
+    uint32_t loads; /* 1: its engine had to load its LoRA adapter first */
+};
+
+/* The seconds a class's engines take to load a LoRA adapter, learnt from
+ * the first tokens of requests that loaded one: what the class's TTFT
+ * model leaves unexplained, averaged over the last ~LOAD_MEMORY loads. */
+struct lr__load_fit {
+    double s; /* the estimate */
+    uint32_t n;
 };
 
 /* An instance's queued prefill tokens, averaged over time. */
@@ -56,7 +65,8 @@ struct lr__adaptive {
     uint32_t max_req, max_inst;
     struct lr__qavg *qavg;                     /* max_inst */
     struct lr__calib cls[LR_LOAD_MAX_CLASSES]; /* n == 0: the prior */
-    struct lr__calib_req *rq;                  /* max_req */
+    struct lr__load_fit load[LR_LOAD_MAX_CLASSES];
+    struct lr__calib_req *rq; /* max_req */
 };
 
 /* Make the calibration tables, once; on failure nothing is kept. */

@@ -479,6 +479,12 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
         LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V2 &&
                          !(r->cached_lost >= 0 && r->cached_lost <= 1),
                      LR_EINVAL);
+        LR_RETURN_IF(
+            row_size >= LR_CANDIDATE_SIZE_V3 &&
+                ((r->adapter_missing != 0 && r->adapter_missing != 1) ||
+                 (r->adapter_evicts != 0 && r->adapter_evicts != 1) ||
+                 !row_finite_nonneg(r->adapter_load_s)),
+            LR_EINVAL);
     }
     return LR_OK;
 }

@@ -92,6 +92,7 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_FAIR_OUTPUT_WEIGHT] = UPTO(1000, 2),
     [LR_PARAM_ADAPTIVE_DEADLINE] = SWITCH(1),
     [LR_PARAM_SATURATION_PREFILL_S] = REAL(0.001, 3600, 0.15),
+    [LR_PARAM_ADAPTER_LOAD_S] = UPTO(600, 0.1),
 };
 
 #undef FRACTION
@@ -142,7 +143,7 @@ static const char *const reason_names[LR__REASON_COUNT] = {
     "none",     "random",     "round-robin",   "least-loaded", "session",
     "hash",     "prefix-hit", "load-override", "slo-switch",   "fallback",
     "min-cost", "sampled",    "k-filter",      "explore",      "cold-start",
-    "ood",      "waiting",
+    "ood",      "waiting",    "adapter",
 };
 
 uint32_t
@@ -517,6 +518,89 @@ decide_ranvier(const struct lr__pctx *c)
 
 /* ---- the table ----------------------------------------------------------------------- */
 
+/* lora-affinity, the Gateway API Inference Extension's LoRA scheduling:
+ * its LoRA affinity scorer (1 where the request's adapter is resident,
+ * 0.8 where a slot is free to load it, 0 elsewhere), its queue scorer
+ * (1 at the shortest queue, 0 at the longest, min-max normalised; 1 for
+ * all when equal) and its KV-cache scorer (1 - KV use), weight 1 each;
+ * the highest total wins, ties drawn. The queue is the engine's scraped
+ * waiting count, or the router's own count of requests before their
+ * first token when that is more (a scrape lags). A score is the negated
+ * total. */
+static uint32_t
+queue_of(const lr_candidate *r)
+{
+    return r->waiting > r->queued ? r->waiting : r->queued;
+}
+
+static struct lr__choice
+decide_lora_affinity(const struct lr__pctx *c)
+{
+    uint32_t qmin = UINT32_MAX, qmax = 0;
+    bool missing = false;
+    for (size_t k = 0; k < c->n; k++) {
+        uint32_t q = queue_of(lr__row(c, k));
+        qmin = q < qmin ? q : qmin;
+        qmax = q > qmax ? q : qmax;
+        missing |= !lr__row_adapter_resident(c, lr__row(c, k));
+    }
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        bool res = lr__row_adapter_resident(c, r);
+        double lora = res ? 1.0 : r->adapter_free > 0u ? 0.8 : 0.0;
+        double queue =
+            qmax > qmin ? (double)(qmax - queue_of(r)) / (double)(qmax - qmin)
+                        : 1.0;
+        c->score[k] = -(lora + queue + (1.0 - r->kv_use));
+    }
+    /* "adapter" when the adapter decided: it is not resident everywhere */
+    uint32_t k = lr__pick_min(c);
+    bool res = lr__row_adapter_resident(c, lr__row(c, k));
+    return lr__choose(
+        c, k, missing && res ? LR_REASON_ADAPTER : LR_REASON_LEAST_LOADED,
+        LR_POLICY_LORA_AFFINITY);
+}
+
+/* aibrix-lora, AIBrix's adapter routing: an adapter is served by the pods
+ * its controller loaded it on, and the gateway sends its requests to the
+ * least loaded of those (least request); an adapter resident nowhere is
+ * loaded where the fewest adapters are (the controller's placement),
+ * fewest in flight among equals. A score is the in-flight count among the
+ * resident rows, and adapters + in flight / (most in flight + 1)
+ * otherwise. */
+static struct lr__choice
+decide_aibrix_lora(const struct lr__pctx *c)
+{
+    uint32_t most = 0;
+    bool any = false, missing = false;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        most = r->inflight > most ? r->inflight : most;
+        any |= lr__row_adapter_resident(c, r);
+        missing |= !lr__row_adapter_resident(c, r);
+    }
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        if (any) /* NaN once picked: the others are not ranked */
+            c->score[k] =
+                lr__row_adapter_resident(c, r) ? (double)r->inflight : INFINITY;
+        else
+            c->score[k] = (double)(c->stride >= LR_CANDIDATE_SIZE_V3
+                                       ? r->adapters_resident
+                                       : 0) +
+                          (double)r->inflight / ((double)most + 1.0);
+    }
+    uint32_t pick = lr__pick_min(c);
+    for (size_t k = 0; k < c->n; k++)
+        if (isinf(c->score[k]))
+            c->score[k] = NAN;
+    return lr__choose(c, pick,
+                      !missing ? LR_REASON_LEAST_LOADED
+                      : any    ? LR_REASON_ADAPTER
+                               : LR_REASON_FALLBACK,
+                      LR_POLICY_AIBRIX_LORA);
+}
+
 #define M LR__NEEDS_MATCH
 const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random },
@@ -552,6 +636,10 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
                              LR_RING_KEY_NONE, 0, lr__adaptive_decide,
                              &lr__adaptive_ops },
+    [LR_POLICY_LORA_AFFINITY] = { "lora-affinity", 0, LR_RING_KEY_NONE, 0,
+                                  decide_lora_affinity },
+    [LR_POLICY_AIBRIX_LORA] = { "aibrix-lora", 0, LR_RING_KEY_NONE, 0,
+                                decide_aibrix_lora },
 };
 #undef M
 

@@ -30,9 +30,9 @@
 
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
-#define LR__POLICY_COUNT 17
-#define LR__PARAM_COUNT 46
-#define LR__REASON_COUNT 17
+#define LR__POLICY_COUNT 19
+#define LR__PARAM_COUNT 47
+#define LR__REASON_COUNT 18
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
 #define LR__SEED_SESSION 0x4c5253455353494full
@@ -149,10 +149,13 @@ struct lr__route_view {
     const uint64_t *keys; /* the prompt's block keys, n_keys of them */
     size_t n_keys;
     uint32_t block_tokens;
-    uint32_t routable; /* instances the router can route to */
+    uint32_t routable; /* rows: the routable instances (of its model) */
     int32_t policy;    /* the router's policy */
     uint32_t needs;    /* what it needs gathered (lr__policy_needs) */
     const double *param;
+    /* the request's model and adapter (lr_name_hash; 0: none), and the
+     * salt its keys are made with (lr_adapter_salt) */
+    uint64_t model, adapter, salt;
     uint64_t scratch[LR__ROUTE_SCRATCH];
     uint32_t n_scratch;
 };
@@ -267,6 +270,20 @@ lr__row(const struct lr__pctx *c, size_t k)
 
 /* Index of the least score among the rows (ties drawn uniformly). */
 uint32_t lr__pick_min(const struct lr__pctx *c);
+
+/* A row's adapter columns (rows shorter than LR_CANDIDATE_SIZE_V3 have
+ * none: the adapter is resident, nothing to load). */
+static inline bool
+lr__row_adapter_resident(const struct lr__pctx *c, const lr_candidate *r)
+{
+    return c->stride < LR_CANDIDATE_SIZE_V3 || r->adapter_missing == 0;
+}
+
+static inline double
+lr__row_adapter_load_s(const struct lr__pctx *c, const lr_candidate *r)
+{
+    return c->stride < LR_CANDIDATE_SIZE_V3 ? 0 : r->adapter_load_s;
+}
 
 /* Deepest cached prefix over the rows. */
 uint32_t lr__best_cached(const struct lr__pctx *c);

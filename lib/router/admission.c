@@ -32,7 +32,10 @@ static lr_status
 waiter_new(lr_router *r, const lr_request *q, struct lr__waiter **out)
 {
     size_t n = q->n_tokens + q->n_boundaries;
-    size_t bytes = sizeof(struct lr__waiter) + n * sizeof(uint32_t);
+    size_t lm = lr__router_name_len(q->model),
+           la = lr__router_name_len(q->adapter);
+    size_t bytes = sizeof(struct lr__waiter) + n * sizeof(uint32_t) +
+                   (lm > 0 ? lm + 1 : 0) + (la > 0 ? la + 1 : 0);
     struct lr__waiter *w = lr__alloc(&r->mem, bytes);
     LR_RETURN_IF(w == NULL, LR_ENOMEM);
     w->q = *q;
@@ -40,6 +43,18 @@ waiter_new(lr_router *r, const lr_request *q, struct lr__waiter **out)
     w->q.flags = q->flags & LR_ROUTE_NO_LEARN;
     w->q.tokens = NULL;
     w->q.boundaries = NULL;
+    w->q.model = NULL;
+    w->q.adapter = NULL;
+    char *names = (char *)(w->tail + n); /* the names after the tokens */
+    if (lm > 0) {
+        memcpy(names, q->model, lm + 1);
+        w->q.model = names;
+        names += lm + 1;
+    }
+    if (la > 0) {
+        memcpy(names, q->adapter, la + 1);
+        w->q.adapter = names;
+    }
     if (q->n_tokens > 0) {
         memcpy(w->tail, q->tokens, q->n_tokens * sizeof(uint32_t));
         w->q.tokens = w->tail;

@@ -79,6 +79,9 @@ route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
     rt->v.policy = r->policy;
     rt->v.needs = lr__policy_needs(r->pt, r->policy, r->param);
     rt->v.param = r->param;
+    rt->v.model = r->n_modeled > 0 ? lr__router_name_hash(q->model) : 0;
+    rt->v.adapter = lr__router_name_hash(q->adapter);
+    rt->v.salt = lr_adapter_salt(q->tenant_salt, rt->v.adapter);
     rt->v.n_scratch = 0;
     rt->kb = kb;
     rt->seed = 0;
@@ -133,7 +136,7 @@ route_keys(lr_router *r, struct route *rt, size_t n)
     rt->kb = rt->v.keys = rt->sc->kbuf;
     if (n > 0)
         LR_TRY(lr_block_keys(r->block_tokens, q->tokens, n * r->block_tokens,
-                             q->tenant_salt, rt->sc->kbuf, rt->sc->kbuf_cap,
+                             rt->v.salt, rt->sc->kbuf, rt->sc->kbuf_cap,
                              &rt->v.n_keys));
     return LR_OK;
 }
@@ -147,7 +150,7 @@ prompt_of(const struct route *rt, lr_prompt *p)
     p->n_tokens = q->n_tokens;
     p->boundaries = q->boundaries;
     p->n_boundaries = q->n_boundaries;
-    p->tenant_salt = q->tenant_salt;
+    p->tenant_salt = rt->v.salt;
     p->keys = rt->v.n_keys > 0 ? rt->v.keys : NULL;
     p->n_keys = rt->v.n_keys;
 }
@@ -227,14 +230,15 @@ static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
  * first (a `rep stos` over each whole row was 5% of a call): a new field must
  * be written there. */
-_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V2,
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V3,
                "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
  * and DualMap's stall (lr__load_fill), then the router's own columns. */
 static void
 gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
-           uint64_t now_ns, uint64_t max_age_ns, lr_candidate *c)
+           uint64_t adapter, uint64_t now_ns, uint64_t max_age_ns,
+           lr_candidate *c)
 {
     if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
                                LR__DECODE_STALL_NS, r->init_rtt_ms[id],
@@ -254,25 +258,63 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
     c->ttft_s_per_decoding = 0;
     c->prefill_tokens_avg = 0;
     c->route_rate = 0;
+    lr__adapters_fill(&r->ad, adapter, r->param[LR_PARAM_ADAPTER_LOAD_S], c);
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
+}
+
+/* Whether instance id serves model `model` (0: any). */
+static bool
+serves(const lr_router *r, uint32_t id, uint64_t model)
+{
+    const struct lr__rinst *in = &r->inst[id];
+    if (model == 0 || in->n_models == 0)
+        return true;
+    for (uint32_t j = 0; j < in->n_models; j++)
+        if (in->models[j] == model)
+            return true;
+    return false;
+}
+
+/* No row for a request's model: LR_ENOENT when no instance serves it,
+ * LR_ESTATE when those that do are all draining. */
+static lr_status
+no_rows(const lr_router *r, uint64_t model)
+{
+    for (uint32_t id = 0; id < r->max_inst; id++)
+        if (r->inst[id].live && serves(r, id, model))
+            return LR_ESTATE;
+    return LR_ENOENT;
 }
 
 /* Step 3: rows[0 .. n_act) in id order, with what the policy needs
  * beyond the counters: the blocks the index holds for each instance for
  * SGLang's smallest tree (LR__NEEDS_TREE), then what the policy's states
  * add (their gather: prefix ages, adaptive's calibrated model). */
-static void
+static lr_status
 route_gather(lr_router *r, struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
-    for (uint32_t k = 0; k < r->n_act; k++)
-        gather_row(r, rt->sc->cached_by_id, r->act[k], now, max_age, &rows[k]);
+    uint32_t n = 0;
+    if (rt->v.model == 0) {
+        for (uint32_t k = 0; k < r->n_act; k++)
+            gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter, now,
+                       max_age, &rows[k]);
+        n = r->n_act;
+    } else { /* only the instances that serve the request's model */
+        for (uint32_t k = 0; k < r->n_act; k++)
+            if (serves(r, r->act[k], rt->v.model))
+                gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter,
+                           now, max_age, &rows[n++]);
+        if (n == 0)
+            return no_rows(r, rt->v.model);
+    }
+    rt->v.routable = n;
     if (needs & LR__NEEDS_TREE) {
         lr__router_ix_rdlock(r);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
-        for (uint32_t k = 0; k < r->n_act; k++)
+        for (uint32_t k = 0; k < n; k++)
             if (lr_index_instance_blocks(r->ix, rows[k].instance,
                                          &rows[k].tree_blocks) != LR_OK)
                 rows[k].tree_blocks = 0;
@@ -282,8 +324,9 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
         if ((kinds >> kind & 1) && ops->gather != NULL)
-            ops->gather(st, rows, r->n_act, &rt->v, now);
+            ops->gather(st, rows, n, &rt->v, now);
     }
+    return LR_OK;
 }
 
 /* Step 4: ring ranks of the policy's key into the rows. The key is the
@@ -312,13 +355,29 @@ route_rank(lr_router *r, struct route *rt)
     else
         key = lr__prefix_key(&rt->v, session_tokens);
     uint32_t ids[LR_RING_MAX_K], got = 0;
-    if (want > r->n_act)
-        want = r->n_act;
-    (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k in range */
-    for (uint32_t i = 0; i < got; i++) {
-        uint32_t k = lr__router_act_index(r, ids[i]);
-        if (LR_ALWAYS(k != NONE)) /* the ring holds exactly the routable */
-            rt->sc->rows[k].ring_rank = i + 1;
+    uint32_t n = rt->v.routable;
+    if (rt->v.model == 0) {
+        if (want > r->n_act)
+            want = r->n_act;
+        (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k ok */
+        for (uint32_t i = 0; i < got; i++) {
+            uint32_t k = lr__router_act_index(r, ids[i]);
+            if (LR_ALWAYS(k != NONE)) /* the ring holds the routable */
+                rt->sc->rows[k].ring_rank = i + 1;
+        }
+        return;
+    }
+    /* a model's instances rank in the ring's order among themselves: the
+     * fleet's first LR_RING_MAX_K candidates, those of other models
+     * skipped */
+    uint32_t ask = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
+    (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k in range */
+    uint32_t rank = 0;
+    for (uint32_t i = 0; i < got && rank < want; i++) {
+        uint32_t k =
+            LR__LOWER_BOUND(lr_candidate, instance, rt->sc->rows, 0, n, ids[i]);
+        if (k < n && rt->sc->rows[k].instance == ids[i])
+            rt->sc->rows[k].ring_rank = ++rank;
     }
 }
 
@@ -330,7 +389,7 @@ route_table(lr_router *r, struct route *rt, bool records)
     uint32_t needs = lr__policy_needs(r->pt, r->policy, r->param);
     LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
-    route_gather(r, rt, needs);
+    LR_TRY(route_gather(r, rt, needs));
     route_rank(r, rt);
     return LR_OK;
 }
@@ -364,7 +423,7 @@ route_decide(lr_router *r, struct route *rt)
 {
     struct lr__pctx c = {
         .rows = rt->sc->rows,
-        .n = r->n_act,
+        .n = rt->v.routable,
         .stride = sizeof(lr_candidate),
         .param = r->param,
         .prompt = (uint32_t)rt->v.q->n_tokens,
@@ -463,6 +522,11 @@ route_record(lr_router *r, const struct route *rt)
         if (ops->record != NULL)
             ops->record(sp, &pl, q->now_ns);
     }
+    if (pl.slot != LR_NIL)
+        lr__adapters_dispatch(&r->ad, pl.slot, c->instance, rt->v.model,
+                              rt->v.adapter, q->now_ns);
+    r->st.adapter_routes += rt->v.adapter != 0;
+    r->st.adapter_loads += c->adapter_missing != 0;
     r->st.routes++;
     r->by_reason[rt->ch.reason]++;
     r->st.prompt_tokens += q->n_tokens;
@@ -622,7 +686,7 @@ route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
     rt->seed = draw(r, before, after);
     lr__rng_seed(prng, rt->seed);
     c->rng = prng;
-    for (uint32_t k = 0; k < r->n_act; k++)
+    for (uint32_t k = 0; k < rt->v.routable; k++)
         rt->sc->score[k] = NAN;
     rt->ch = lr__policy_decide(r->policy, c);
     return LR_OK;
@@ -715,6 +779,9 @@ lr__router_check_request(const lr_request *q)
     LR_RETURN_IF(q->has_session != 0 && q->has_session != 1, LR_EINVAL);
     LR_RETURN_IF(q->urgency >= LR_ROUTER_URGENCIES, LR_EINVAL);
     LR_RETURN_IF(q->deadline_ns > LR_ROUTER_MAX_TIME_NS, LR_EINVAL);
+    LR_RETURN_IF(lr__router_name_len(q->model) > LR_ROUTER_MAX_NAME ||
+                     lr__router_name_len(q->adapter) > LR_ROUTER_MAX_NAME,
+                 LR_EINVAL);
     return LR_OK;
 }
 
@@ -738,9 +805,11 @@ lr__router_route_now(lr_router *r, const lr_request *q, lr_decision *decision)
             st = scratch_keys(r, sc, nk);
             buf = sc->kbuf;
         }
+        uint64_t salt =
+            lr_adapter_salt(q->tenant_salt, lr__router_name_hash(q->adapter));
         if (st == LR_OK &&
             lr_block_keys(r->block_tokens, q->tokens, nk * r->block_tokens,
-                          q->tenant_salt, buf, nk, &nk) == LR_OK) {
+                          salt, buf, nk, &nk) == LR_OK) {
             rt.kb = buf;
             rt.v.n_keys = nk;
         }
@@ -783,7 +852,9 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     if (st == LR_OK) /* a query: judged, never taken */
         st = lr__router_clock(r, q.now_ns, false);
     *n_rows = r->n_act;
-    if (st == LR_OK && capacity < r->n_act)
+    /* without a model to filter by, every routable instance is a row */
+    bool filtered = r->n_modeled > 0 && lr__router_name_len(q.model) > 0;
+    if (st == LR_OK && !filtered && capacity < r->n_act)
         st = LR_EBUFSIZE;
     if (st == LR_OK)
         route_housekeep(r, q.now_ns);
@@ -792,6 +863,11 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     route_start(r, &rt, sc, &q, NULL, 0);
     if (st == LR_OK)
         st = route_table(r, &rt, false);
+    if (st == LR_OK) {
+        *n_rows = rt.v.routable;
+        if (capacity < rt.v.routable)
+            st = LR_EBUFSIZE;
+    }
     if (st == LR_OK)
         copy_rows(&rt, rows, row_size);
     lr__router_rdunlock(r);
@@ -884,8 +960,10 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
         st = completed
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
                  : lr_load_fail(r->ld, request_id);
-    if (st == LR_OK)
+    if (st == LR_OK) {
         settle_ended(r, v.slot);
+        lr__adapters_end(&r->ad, v.slot);
+    }
     return lr__router_leave(r, st, now_ns);
 }
 
@@ -941,7 +1019,7 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
         uint64_t max_age = stats_max_age_ns(r);
         for (uint32_t k = 0; k < r->n_act; k++) {
             sc->cached_by_id[r->act[k]] = 0;
-            gather_row(r, sc->cached_by_id, r->act[k], now_ns, max_age,
+            gather_row(r, sc->cached_by_id, r->act[k], 0, now_ns, max_age,
                        &sc->rows[k]);
         }
         *n_moves = lr__dualmap_plan(sc->rows, r->n_act, r->param, r->ld,
@@ -966,13 +1044,16 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         st = LR_ESTATE;
     else
         st = lr__load_req(r->ld, request_id, &v);
-    if (st == LR_OK && !v.queued)
+    if (st == LR_OK &&
+        (!v.queued || !serves(r, to, lr__adapters_model(&r->ad, v.slot))))
         st = LR_ESTATE;
     if (st == LR_OK) {
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
         st = lr_load_move(r->ld, request_id, to, cached);
-        if (st == LR_OK) /* its features were the old instance's */
+        if (st == LR_OK) { /* its features were the old instance's */
             settle_ended(r, v.slot);
+            lr__adapters_move(&r->ad, v.slot, to, r->clock.newest);
+        }
     }
     return lr__router_release(r, st);
 }

@@ -68,6 +68,7 @@ LR__INIT_SIZED(lr_class_spec_init_sized, lr_class_spec, class_defaults,
                .prefill_tokens_per_s = DEFAULT_RATE)
 
 LR__INIT_SIZED_ZERO(lr_request_init_sized, lr_request)
+LR__INIT_SIZED_ZERO(lr_adapter_stats_init_sized, lr_adapter_stats)
 
 LR__INIT_SIZED_ZERO(lr_router_stats_init_sized, lr_router_stats)
 
@@ -198,10 +199,14 @@ router_free(lr_router *r)
     size_t ni = r->max_inst;
     if (r->inst != NULL) {
         for (uint32_t i = 0; i < r->max_inst; i++)
-            if (r->inst[i].live)
+            if (r->inst[i].live) {
                 lr__free(m, r->inst[i].name, r->inst[i].name_len + 1);
+                lr__free(m, r->inst[i].models,
+                         r->inst[i].n_models * sizeof(uint64_t));
+            }
         lr__free(m, r->inst, ni * sizeof *r->inst);
     }
+    lr__adapters_free(&r->ad, m);
     lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
     lr__free(m, r->free_w, FREE_WORDS(ni) * sizeof(uint64_t));
@@ -366,6 +371,7 @@ create_tables(lr_router *r)
         return LR_ENOMEM;
     for (uint32_t id = 0; id < r->max_inst; id++)
         id_free(r, id);
+    LR_TRY(lr__adapters_setup(&r->ad, m, r->max_inst, r->opt.max_requests));
     LR_TRY(scratch_new(r, &r->pool));
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
@@ -682,26 +688,59 @@ valid_name(const char *name, size_t *len)
     return n >= 1 && n <= NAME_MAX_LEN;
 }
 
+/* A spec's models: each name valid, their hashes into h (distinct ones
+ * only; *n_out of them). */
 static lr_status
-add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
+model_hashes(const lr_instance_spec *s, uint64_t *h, uint32_t *n_out)
+{
+    LR_RETURN_IF(s->n_models > LR_ROUTER_MAX_MODELS, LR_EINVAL);
+    LR_RETURN_IF(s->n_models > 0 && s->models == NULL, LR_EINVAL);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_models; i++) {
+        size_t len;
+        LR_RETURN_IF(!valid_name(s->models[i], &len), LR_EINVAL);
+        uint64_t x = lr_name_hash(s->models[i], len);
+        bool seen = false;
+        for (uint32_t j = 0; j < n; j++)
+            seen |= h[j] == x;
+        if (!seen)
+            h[n++] = x;
+    }
+    *n_out = n;
+    return LR_OK;
+}
+
+static lr_status
+add_locked(lr_router *r, const lr_instance_spec *s, size_t len,
+           const uint64_t *models, uint32_t n_models, uint32_t *id)
 {
     LR_RETURN_IF(name_find(r, s->name, len) != LR_NIL, LR_EEXIST);
     LR_RETURN_IF(r->n_inst >= r->max_inst, LR_ELIMIT);
     uint32_t n = id_lowest_free(r);
     char *copy = lr__alloc(&r->mem, len + 1);
-    if (copy == NULL)
-        return LR_ENOMEM;
-    memcpy(copy, s->name, len);
-    copy[len] = '\0';
-    lr_status st = lr_ring_add(r->ring, copy, n);
+    uint64_t *mcopy =
+        n_models > 0 ? lr__alloc(&r->mem, n_models * sizeof *mcopy) : NULL;
+    lr_status st = copy == NULL || (n_models > 0 && mcopy == NULL)
+                       ? LR_ENOMEM
+                       : lr__adapters_add(&r->ad, &r->mem, n, s->max_adapters);
+    if (st == LR_OK) {
+        memcpy(copy, s->name, len);
+        copy[len] = '\0';
+        st = lr_ring_add(r->ring, copy, n);
+        if (st != LR_OK)
+            lr__adapters_remove(&r->ad, &r->mem, n);
+    }
     if (st != LR_OK) {
         lr__free(&r->mem, copy, len + 1);
+        lr__free(&r->mem, mcopy, n_models * sizeof *mcopy);
         return st;
     }
     st = lr_load_add_instance(r->ld, n, s->instance_class, s->prefix_caching);
     if (LR_NEVER(st != LR_OK)) {          /* n < max_inst and free */
         (void)lr_ring_remove(r->ring, n); /* just added: cannot fail */
+        lr__adapters_remove(&r->ad, &r->mem, n);
         lr__free(&r->mem, copy, len + 1);
+        lr__free(&r->mem, mcopy, n_models * sizeof *mcopy);
         return st;
     }
     /* The initial RTT is not a probe: it serves (init_rtt_ms, see gather)
@@ -711,6 +750,11 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
     in->name_len = (uint32_t)len;
     in->live = 1;
     in->draining = 0;
+    if (n_models > 0)
+        memcpy(mcopy, models, n_models * sizeof *mcopy);
+    in->models = mcopy;
+    in->n_models = n_models;
+    r->n_modeled += n_models > 0;
     r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
     lr__table_insert(&r->names, name_hash(r, copy, len),
                      n); /* sized at create */
@@ -723,13 +767,17 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len, uint32_t *id)
 
 void
 lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
-                        bool draining, double init_rtt_ms)
+                        bool draining, double init_rtt_ms, uint64_t *models,
+                        uint32_t n_models)
 {
     struct lr__rinst *in = &r->inst[id];
     in->name = name;
     in->name_len = len;
     in->live = 1;
     in->draining = draining;
+    in->models = models;
+    in->n_models = n_models;
+    r->n_modeled += n_models > 0;
     r->init_rtt_ms[id] = init_rtt_ms;
     lr__table_insert(&r->names, name_hash(r, name, len), id); /* sized */
     id_take(r, id);
@@ -755,8 +803,12 @@ lr_router_add_instance(lr_router *r, const lr_instance_spec *spec, uint32_t *id)
     LR_RETURN_IF(s.instance_class >= LR_LOAD_MAX_CLASSES, LR_EINVAL);
     LR_RETURN_IF(s.prefix_caching != 0 && s.prefix_caching != 1, LR_EINVAL);
     LR_RETURN_IF(s.rtt_ns > LR_LOAD_MAX_RTT_NS, LR_ERANGE);
+    uint64_t models[LR_ROUTER_MAX_MODELS];
+    uint32_t n_models = 0;
+    LR_TRY(model_hashes(&s, models, &n_models));
+    LR_RETURN_IF(s.max_adapters > LR_ROUTER_MAX_ADAPTERS, LR_ERANGE);
     lr__router_lock(r);
-    lr_status st = add_locked(r, &s, len, id);
+    lr_status st = add_locked(r, &s, len, models, n_models, id);
     return lr__router_release(r, st);
 }
 
@@ -828,6 +880,9 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
     lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);
+    lr__free(&r->mem, in->models, in->n_models * sizeof(uint64_t));
+    r->n_modeled -= in->n_models > 0;
+    lr__adapters_remove(&r->ad, &r->mem, id);
     memset(in, 0, sizeof *in);
     /* a new instance under this id starts anew; the counters stay in the
      * router's totals */
@@ -875,6 +930,74 @@ lr_router_set_stats(lr_router *r, uint32_t id, const lr_engine_stats *stats)
     if (st == LR_OK && stamped)
         lr__router_clock_take(r, stats->scraped_ns);
     return lr__router_release(r, st);
+}
+
+/* Hashes of a report's names, the running ones first, each once. */
+static lr_status
+report_hashes(const char *const *names, size_t n, uint64_t *h, size_t *k)
+{
+    LR_RETURN_IF(n > 0 && names == NULL, LR_EINVAL);
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        LR_RETURN_IF(!valid_name(names[i], &len), LR_EINVAL);
+        uint64_t x = lr_name_hash(names[i], len);
+        bool seen = false;
+        for (size_t j = 0; j < *k && !seen; j++)
+            seen = h[j] == x;
+        if (!seen)
+            h[(*k)++] = x;
+    }
+    return LR_OK;
+}
+
+lr_status
+lr_router_set_adapters(lr_router *r, uint32_t id, const lr_adapter_stats *stats)
+{
+    LR_RETURN_IF(r == NULL || stats == NULL, LR_EINVAL);
+    lr_adapter_stats s;
+    memset(&s, 0, sizeof s);
+    LR_TRY(lr__copy_sized(&s, sizeof s, stats, LR_ADAPTER_STATS_SIZE_V1));
+    LR_RETURN_IF(s.n_running > LR_ROUTER_MAX_ADAPTERS ||
+                     s.n_waiting > LR_ROUTER_MAX_ADAPTERS - s.n_running,
+                 LR_EINVAL);
+    LR_RETURN_IF(s.max_adapters > LR_ROUTER_MAX_ADAPTERS, LR_ERANGE);
+    uint64_t h[LR_ROUTER_MAX_ADAPTERS];
+    size_t k = 0;
+    LR_TRY(report_hashes(s.running, s.n_running, h, &k));
+    LR_TRY(report_hashes(s.waiting, s.n_waiting, h, &k));
+    lr__router_lock(r);
+    lr_status st = lr__router_inst(r, id) == NULL
+                       ? LR_ENOENT
+                       : lr__router_clock(r, s.scraped_ns, true);
+    if (st == LR_OK) {
+        lr__adapters_report(&r->ad, id, h, k, s.max_adapters, s.scraped_ns);
+        lr__router_clock_take(r, s.scraped_ns);
+    }
+    return lr__router_release(r, st);
+}
+
+lr_status
+lr_router_adapters(const lr_router *r, uint32_t id, uint64_t *hashes,
+                   size_t capacity, size_t *n)
+{
+    LR_RETURN_IF(r == NULL || n == NULL, LR_EINVAL);
+    LR_RETURN_IF(hashes == NULL && capacity != 0, LR_EINVAL);
+    lr__router_rdlock(r);
+    lr_status st = LR_OK;
+    if (lr__router_inst(r, id) == NULL) {
+        st = LR_ENOENT;
+    } else {
+        uint64_t tmp[LR_ROUTER_MAX_ADAPTERS];
+        size_t have =
+            lr__adapters_list(&r->ad, id, tmp, LR_ROUTER_MAX_ADAPTERS);
+        *n = have;
+        if (have > capacity)
+            st = LR_EBUFSIZE;
+        else if (have > 0)
+            memcpy(hashes, tmp, have * sizeof *tmp);
+    }
+    lr__router_rdunlock(r);
+    return st;
 }
 
 lr_status
@@ -1027,7 +1150,10 @@ lr__router_digest(const lr_router *r)
         h = lr__digest_mix(h, lr__hash(in->name, in->name_len, i));
         h = lr__digest_mix(h, in->draining);
         h = lr__digest_mix(h, lr__double_bits(r->init_rtt_ms[i]));
+        for (uint32_t j = 0; j < in->n_models; j++)
+            h = lr__digest_mix(h, in->models[j]);
     }
+    h = lr__adapters_digest(&r->ad, h);
     for (uint32_t k = 0; k < r->n_act; k++)
         h = lr__digest_mix(h, r->act[k]);
     h = lr__digest_mix(h, lr__hash(r->param, sizeof r->param, 1));
@@ -1060,12 +1186,16 @@ lr__router_digest(const lr_router *r)
 static lr_status
 verify_instances(const lr_router *r)
 {
-    uint32_t live = 0, routable = 0;
+    uint32_t live = 0, routable = 0, modeled = 0;
     for (uint32_t i = 0; i < r->max_inst; i++) {
         const struct lr__rinst *in = &r->inst[i];
         if (!in->live)
             continue;
         live++;
+        modeled += in->n_models > 0;
+        if (in->n_models > LR_ROUTER_MAX_MODELS ||
+            (in->n_models > 0) != (in->models != NULL) || r->ad.inst[i] == NULL)
+            return LR_ECORRUPT;
         if (name_find(r, in->name, in->name_len) != i ||
             !lr__load_has(r->ld, i) ||
             lr_ring_contains(r->ring, i) != !in->draining ||
@@ -1073,7 +1203,7 @@ verify_instances(const lr_router *r)
             return LR_ECORRUPT;
         routable += !in->draining;
     }
-    if (live != r->n_inst || routable != r->n_act ||
+    if (live != r->n_inst || routable != r->n_act || modeled != r->n_modeled ||
         r->names.count != r->n_inst || lr__table_verify(&r->names) != LR_OK ||
         lr_ring_count(r->ring) != r->n_act)
         return LR_ECORRUPT;
@@ -1110,6 +1240,8 @@ lr__router_verify(const lr_router *r)
         st = lr__load_verify(r->ld);
     if (st == LR_OK)
         st = verify_instances(r);
+    if (st == LR_OK)
+        st = lr__adapters_verify(&r->ad);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, x)
     {
         if (st == LR_OK && ops->verify != NULL)

@@ -12,6 +12,7 @@
 #include "index/index.h"
 #include "libroute/lr_ring.h"
 #include "libroute/lr_router.h"
+#include "parts/adapters.h"
 #include "parts/admit.h"
 #include "parts/load.h"
 #include "policy/policy.h"
@@ -24,6 +25,10 @@ struct lr__rinst {
     uint32_t name_len;
     uint8_t live;
     uint8_t draining;
+    /* the models it serves (lr_name_hash of each), n_models of them; 0:
+     * every model */
+    uint32_t n_models;
+    uint64_t *models;
 };
 
 /* One route's scratch: its table, scores, hits and keys, sized for
@@ -89,6 +94,9 @@ struct lr_router {
     lr_index *ix;
     lr_ring *ring;
     lr_load *ld;
+    struct lr__adapters ad; /* LoRA residency (parts/adapters.h) */
+    /* instances that declared models: while 0, no route filters */
+    uint32_t n_modeled;
     struct lr__rinst *inst;
     uint32_t n_inst;
     /* Keys every table of the router and its parts: the host's
@@ -370,7 +378,7 @@ lr_status lr__router_make_parts(const lr_router *r, lr_index **ix,
 struct lr__waiter {
     lr_request q;
     size_t bytes;
-    uint32_t tail[]; /* tokens, then boundaries */
+    uint32_t tail[]; /* tokens, then boundaries, then the names */
 };
 
 /* The saturation rule's parameters as the router holds them now (under
@@ -386,6 +394,25 @@ lr__router_saturation(const lr_router *r)
         .rate = r->rate,
     };
     return sat;
+}
+
+/* Bytes of a request's model or adapter name before its NUL, up to
+ * LR_ROUTER_MAX_NAME + 1 (too long); 0 for NULL. */
+static inline size_t
+lr__router_name_len(const char *s)
+{
+    size_t n = 0;
+    if (s != NULL)
+        while (n <= LR_ROUTER_MAX_NAME && s[n] != '\0')
+            n++;
+    return n;
+}
+
+/* The lr_name_hash of a request's model or adapter (0: none). */
+static inline uint64_t
+lr__router_name_hash(const char *s)
+{
+    return lr_name_hash(s, lr__router_name_len(s));
 }
 
 /* route()'s checks of a request alone (sizes, boundaries, flags). */
@@ -415,6 +442,7 @@ void lr__router_wait_free(lr_router *r);
  * `name` is taken over). Cannot fail. */
 bool lr__router_name_ok(const char *name, size_t len);
 void lr__router_put_instance(lr_router *r, uint32_t id, char *name,
-                             uint32_t len, bool draining, double init_rtt_ms);
+                             uint32_t len, bool draining, double init_rtt_ms,
+                             uint64_t *models, uint32_t n_models);
 
 #endif /* LIBROUTE_LIB_ROUTER_IMPL_H */

@@ -62,6 +62,7 @@
 #define T_INDX TAG('I', 'N', 'D', 'X')
 #define T_KSEQ TAG('K', 'S', 'E', 'Q')
 #define T_PEER TAG('P', 'E', 'E', 'R')
+#define T_MODL TAG('M', 'O', 'D', 'L')
 
 #define IF_DRAINING 1u
 #define IF_CACHING 2u
@@ -151,6 +152,36 @@ write_peers(struct lr__wr *w, const lr_router *r)
     }
 }
 
+/* The instances' models and adapter slots (0.3; a reader before it skips
+ * the section, a snapshot before it has none: every instance then serves
+ * every model, its slots unknown). Residency is not kept: the next
+ * reports and routes make it again. */
+static uint32_t
+modl_count(const lr_router *r)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < r->max_inst; id++)
+        n += r->inst[id].live &&
+             (r->inst[id].n_models > 0 || r->ad.inst[id]->max > 0);
+    return n;
+}
+
+static void
+write_modl(struct lr__wr *w, const lr_router *r)
+{
+    lr__wr_u32(w, modl_count(r));
+    for (uint32_t id = 0; id < r->max_inst; id++) {
+        const struct lr__rinst *in = &r->inst[id];
+        if (!in->live || (in->n_models == 0 && r->ad.inst[id]->max == 0))
+            continue;
+        lr__wr_u32(w, id);
+        lr__wr_u32(w, r->ad.inst[id]->max);
+        lr__wr_u32(w, in->n_models);
+        for (uint32_t j = 0; j < in->n_models; j++)
+            lr__wr_u64(w, in->models[j]);
+    }
+}
+
 /* One section, measured first (w->p NULL) for its length. */
 static void
 put_section(struct lr__wr *w, uint32_t tag, const lr_router *r,
@@ -177,7 +208,8 @@ write_snapshot(struct lr__wr *w, const void *arg)
 {
     const struct parts *pt = arg;
     const lr_router *r = pt->r;
-    uint32_t n_sec = 4;
+    bool modl = modl_count(r) > 0;
+    uint32_t n_sec = 4 + modl;
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         n_sec += pt->state[k] != NULL;
     lr__wr_u16(w, 0);
@@ -189,6 +221,8 @@ write_snapshot(struct lr__wr *w, const void *arg)
     put_blob(w, T_INDX, pt->index);
     put_section(w, T_KSEQ, r, write_kseq);
     put_section(w, T_PEER, r, write_peers);
+    if (modl)
+        put_section(w, T_MODL, r, write_modl);
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (pt->state[k] != NULL)
             put_blob(w, lr__pstate_ops_of(r->pt, k)->tag, pt->state[k]);
@@ -243,6 +277,8 @@ struct rinst {
     const uint8_t *name;
     uint16_t len;
     char *copy; /* the name, allocated for the commit */
+    uint32_t max_adapters, n_models;
+    uint64_t *models; /* n_models, allocated for the commit */
 };
 
 enum {
@@ -250,6 +286,7 @@ enum {
     S_INDX,
     S_KSEQ,
     S_PEER,
+    S_MODL,
     S_FIXED
 };
 
@@ -270,6 +307,7 @@ struct restore {
     lr_load *ld;
     struct lr__kvsrc *src;
     struct lr__peers peers;
+    struct lr__adapters ad;
     double param[LR__PARAM_COUNT]; /* the router's, when the build began */
     void *aside[LR__STATE_MAX];    /* states made from their sections */
 };
@@ -277,7 +315,8 @@ struct restore {
 static uint32_t
 fixed_index(uint32_t tag)
 {
-    static const uint32_t tags[S_FIXED] = { T_INST, T_INDX, T_KSEQ, T_PEER };
+    static const uint32_t tags[S_FIXED] = { T_INST, T_INDX, T_KSEQ, T_PEER,
+                                            T_MODL };
     for (uint32_t i = 0; i < S_FIXED; i++)
         if (tags[i] == tag)
             return i;
@@ -302,13 +341,17 @@ static void
 restore_free(const lr_router *r, struct restore *rs, struct lr__mem *mem)
 {
     if (rs->inst != NULL)
-        for (uint32_t i = 0; i < rs->n_inst; i++)
+        for (uint32_t i = 0; i < rs->n_inst; i++) {
             if (rs->inst[i].copy != NULL)
                 lr__free(mem, rs->inst[i].copy, rs->inst[i].len + 1u);
+            lr__free(mem, rs->inst[i].models,
+                     rs->inst[i].n_models * sizeof(uint64_t));
+        }
     lr__free(mem, rs->inst, (size_t)rs->n_inst * sizeof *rs->inst);
     lr__free(mem, rs->at, (size_t)rs->max_inst * sizeof *rs->at);
     lr__free(mem, rs->src, (size_t)rs->max_inst * sizeof *rs->src);
     lr__peers_free(&rs->peers, mem);
+    lr__adapters_free(&rs->ad, mem);
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (rs->aside[k] != NULL)
             lr__pstate_ops_of(r->pt, k)->destroy(rs->aside[k], mem);
@@ -455,10 +498,52 @@ build_ring(struct restore *rs)
 
 /* New index, ring and load tracker holding the snapshot's instances; the
  * names copied for the commit. */
+/* MODL: each record an instance's of the snapshot, once; its models
+ * distinct hashes. */
+static lr_status
+read_modl(const lr_router *r, struct restore *rs)
+{
+    (void)r;
+    if (!rs->s[S_MODL].has)
+        return LR_OK;
+    struct lr__rd rd = { rs->s[S_MODL].p, rs->s[S_MODL].p + rs->s[S_MODL].n,
+                         false };
+    uint32_t n = lr__rd_u32(&rd);
+    LR_RETURN_IF(rd.bad || n > rs->n_inst, LR_ECORRUPT);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = lr__rd_u32(&rd);
+        uint32_t max = lr__rd_u32(&rd);
+        uint32_t nm = lr__rd_u32(&rd);
+        LR_RETURN_IF(rd.bad || id >= rs->max_inst || rs->at[id] == 0,
+                     LR_ECORRUPT);
+        LR_RETURN_IF(max > LR_ROUTER_MAX_ADAPTERS || nm > LR_ROUTER_MAX_MODELS,
+                     LR_ECORRUPT);
+        struct rinst *x = &rs->inst[rs->at[id] - 1];
+        LR_RETURN_IF(x->models != NULL || x->max_adapters != 0, LR_ECORRUPT);
+        LR_RETURN_IF(nm == 0 && max == 0, LR_ECORRUPT);
+        x->max_adapters = max;
+        if (nm == 0)
+            continue;
+        x->models = lr__alloc(&rs->am, nm * sizeof *x->models);
+        LR_RETURN_IF(x->models == NULL, LR_ENOMEM);
+        x->n_models = nm;
+        for (uint32_t j = 0; j < nm; j++) {
+            x->models[j] = lr__rd_u64(&rd);
+            LR_RETURN_IF(x->models[j] == 0, LR_ECORRUPT);
+            for (uint32_t k = 0; k < j; k++)
+                LR_RETURN_IF(x->models[k] == x->models[j], LR_ECORRUPT);
+        }
+    }
+    LR_RETURN_IF(rd.bad || rd.p != rd.end, LR_ECORRUPT);
+    return LR_OK;
+}
+
 static lr_status
 build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
 {
     LR_TRY(lr__router_make_parts(r, &rs->ix, &rs->ring, &rs->ld));
+    LR_TRY(lr__adapters_setup(&rs->ad, &rs->am, rs->max_inst,
+                              r->opt.max_requests));
     for (uint32_t i = 0; i < rs->n_inst; i++) {
         struct rinst *x = &rs->inst[i];
         x->copy = lr__alloc(&rs->am, x->len + 1u);
@@ -469,6 +554,7 @@ build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
                                     (x->flags & IF_CACHING) != 0));
         if (x->has_rtt)
             LR_TRY(lr_load_observe_rtt(rs->ld, x->id, x->rtt_ns));
+        LR_TRY(lr__adapters_add(&rs->ad, &rs->am, x->id, x->max_adapters));
     }
     LR_TRY(build_ring(rs));
     LR_TRY(lr__index_load(rs->ix, rs->s[S_INDX].p, rs->s[S_INDX].n, now_ns));
@@ -589,9 +675,15 @@ commit(lr_router *r, struct restore *rs)
             continue;
         struct rinst *x = &rs->inst[rs->at[id] - 1];
         lr__router_put_instance(r, x->id, x->copy, x->len,
-                                (x->flags & IF_DRAINING) != 0, x->init_rtt_ms);
+                                (x->flags & IF_DRAINING) != 0, x->init_rtt_ms,
+                                x->models, x->n_models);
         x->copy = NULL;
+        x->models = NULL;
+        x->n_models = 0;
     }
+    struct lr__adapters ta = r->ad;
+    r->ad = rs->ad;
+    rs->ad = ta;
     swap_ptr(&r->src, &rs->src);
     struct lr__peers tp = r->peers;
     memcpy(rs->peers.key, tp.key, sizeof tp.key); /* the host's, kept */
@@ -627,6 +719,8 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
         st = read_sections(r, buf, len, &rs);
     if (st == LR_OK)
         st = read_inst(&rs);
+    if (st == LR_OK)
+        st = read_modl(r, &rs);
     if (st == LR_OK)
         st = build_parts(r, &rs, now_ns);
     if (st == LR_OK)
