@@ -188,8 +188,11 @@ skipped_events(void **state)
             case 2:
                 s.group_idx = 1;
                 break;
-            case 3:
+            case 3: /* a string key past a prompt's first block: one
+                     * there is a cache salt (cache_salt_applies) */
                 s.extra_keys = true;
+                s.has_parent = true;
+                s.parent = 99;
                 break;
             case 4: /* a block size this index could not place, skipped */
                 s.medium = "CPU";
@@ -801,6 +804,510 @@ fleet_files(void **state)
     }
 }
 
+/* ---- LoRA adapters and cache salts ---------------------------------------- */
+
+/* A BlockStored as vLLM's msgspec encoder writes it, with an adapter and
+ * extra keys. Era P011: array_like, [tag, block_hashes, parent_block_hash,
+ * token_ids, block_size, lora_id, medium, lora_name, extra_keys,
+ * group_idx]. Era PNEW: a map in the struct's field order with "type"
+ * first, extra_keys left out when nil (omit_defaults), then group_idx and
+ * kv_cache_spec_kind. extra_keys as vLLM's generate_block_hash_extra_keys
+ * builds them: per block the tuple (lora_name, multimodal keys...,
+ * cache_salt on a prompt's first block only), nil for a block with none;
+ * nil for the whole field when no block has any. */
+struct vstore {
+    const uint64_t *hashes;
+    uint32_t n;
+    bool has_parent;
+    uint64_t parent;
+    const uint32_t *tokens;
+    int64_t lora_id;        /* < 0: nil */
+    const char *lora_name;  /* NULL: nil */
+    const char *name_key;   /* the adapter's key in extra keys (vLLM: its
+                               name; older: none, NULL) */
+    int64_t id_key;         /* >= 0: the adapter's key is this integer
+                               (vLLM before lora_name: lora_int_id) */
+    const char *cache_salt; /* NULL: none (written only without a parent) */
+    /* a multimodal key in block mm_block (< 0: none): 0 vLLM's
+     * (identifier, offset) tuple, 1 a bare hash string (older vLLM), 2
+     * prompt-embeddings bytes */
+    int mm_block, mm_form;
+};
+
+static struct vstore
+vstore_of(const uint64_t *h, uint32_t n, const uint32_t *t)
+{
+    struct vstore s = { .hashes = h,
+                        .n = n,
+                        .tokens = t,
+                        .lora_id = -1,
+                        .id_key = -1,
+                        .mm_block = -1 };
+    return s;
+}
+
+/* An adapter as vLLM names it in an event: lora_id (the engine's int),
+ * lora_name, and the name first in every block's extra keys. */
+static void
+vstore_adapter(struct vstore *s, const char *name, int64_t id)
+{
+    s->lora_name = name;
+    s->lora_id = id;
+    s->name_key = name;
+}
+
+static uint32_t
+vstore_nkeys(const struct vstore *s, uint32_t i)
+{
+    return (s->name_key != NULL || s->id_key >= 0) +
+           ((int)i == s->mm_block) +
+           (i == 0 && !s->has_parent && s->cache_salt != NULL);
+}
+
+static void
+vstore_extra(struct mpw *w, const struct vstore *s)
+{
+    mpw_arr(w, s->n);
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t k = vstore_nkeys(s, i);
+        if (k == 0) {
+            mpw_nil(w);
+            continue;
+        }
+        mpw_arr(w, k);
+        if (s->name_key != NULL)
+            mpw_str(w, s->name_key);
+        else if (s->id_key >= 0)
+            mpw_int(w, s->id_key);
+        if ((int)i == s->mm_block) {
+            if (s->mm_form == 0) {
+                mpw_arr(w, 2);
+                mpw_str(w, "9f86d081884c7d659a2feaa0c55ad015");
+                mpw_uint(w, 3);
+            } else if (s->mm_form == 1) {
+                mpw_str(w, "9f86d081884c7d659a2feaa0c55ad015");
+            } else {
+                mpw_bin(w, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+            }
+        }
+        if (i == 0 && !s->has_parent && s->cache_salt != NULL)
+            mpw_str(w, s->cache_salt);
+    }
+}
+
+static bool
+vstore_has_extra(const struct vstore *s)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (vstore_nkeys(s, i) > 0)
+            return true;
+    return false;
+}
+
+static void
+vstore_write(struct mpw *w, const struct vstore *s, bool map)
+{
+    bool extra = vstore_has_extra(s);
+    if (map) {
+        mpw_map(w, extra ? 11 : 10);
+        mpw_str(w, "type");
+        mpw_str(w, "BlockStored");
+        mpw_str(w, "block_hashes");
+    } else {
+        mpw_arr(w, 10);
+        mpw_str(w, "BlockStored");
+    }
+    mpw_hashes(w, s->hashes, s->n, MPW_HASH_UINT);
+    if (map)
+        mpw_str(w, "parent_block_hash");
+    if (s->has_parent)
+        mpw_hash(w, s->parent, MPW_HASH_UINT);
+    else
+        mpw_nil(w);
+    if (map)
+        mpw_str(w, "token_ids");
+    mpw_tokens(w, s->tokens, s->n * BS);
+    if (map)
+        mpw_str(w, "block_size");
+    mpw_uint(w, BS);
+    if (map)
+        mpw_str(w, "lora_id");
+    if (s->lora_id >= 0)
+        mpw_int(w, s->lora_id);
+    else
+        mpw_nil(w);
+    if (map)
+        mpw_str(w, "medium");
+    mpw_str(w, "GPU");
+    if (map)
+        mpw_str(w, "lora_name");
+    if (s->lora_name != NULL)
+        mpw_str(w, s->lora_name);
+    else
+        mpw_nil(w);
+    if (extra) {
+        if (map)
+            mpw_str(w, "extra_keys");
+        vstore_extra(w, s);
+    } else if (!map) {
+        mpw_nil(w);
+    }
+    if (map)
+        mpw_str(w, "group_idx");
+    mpw_uint(w, 0);
+    if (map) {
+        mpw_str(w, "kv_cache_spec_kind");
+        mpw_str(w, "full_attention");
+    }
+}
+
+/* A batch of these events, as vLLM sends it: [ts, [events], dp_rank]. */
+static lr_status
+apply_stores(lr_index *ix, const struct vstore *ev, size_t n, bool map,
+             lr_vllm_batch_info *info)
+{
+    struct mpw *w = calloc(1, sizeof *w);
+    mpw_batch(w, (uint32_t)n, false);
+    for (size_t i = 0; i < n; i++)
+        vstore_write(w, &ev[i], map);
+    mpw_batch_end(w, false);
+    lr_status st = apply(ix, w, info);
+    free(w);
+    return st;
+}
+
+/* The salt a route request for `adapter` (NULL: the base model) under
+ * cache salt `cs` (NULL: none) keys its blocks with. */
+static uint64_t
+salt_of(const char *cs, const char *adapter)
+{
+    uint64_t tenant = cs != NULL ? lr_name_hash(cs, strlen(cs)) : 0;
+    uint64_t a = adapter != NULL ? lr_name_hash(adapter, strlen(adapter)) : 0;
+    return lr_adapter_salt(tenant, a);
+}
+
+/* Tokens INST holds for t[0..n) keyed as a router keys a request with
+ * this salt: lr_block_keys() into the prompt's keys. */
+static uint32_t
+held_salted(lr_index *ix, const uint32_t *t, size_t n, uint64_t salt)
+{
+    uint64_t keys[8 * BS];
+    size_t nk = 0;
+    assert_st(lr_block_keys(lr_index_block_tokens(ix), t, n, salt, keys,
+                            sizeof keys / sizeof keys[0], &nk),
+              LR_OK);
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.n_tokens = n;
+    p.tenant_salt = salt;
+    p.keys = keys;
+    p.n_keys = nk;
+    lr_index_hit h[8];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 8;
+    assert_st(lr_index_match(ix, &p, T0, LR_MATCH_NO_TOUCH, &r), LR_OK);
+    for (size_t i = 0; i < r.n_hits; i++)
+        if (h[i].instance == INST)
+            return h[i].tokens;
+    return 0;
+}
+
+/* A LoRA adapter's stores (vLLM: lora_name, lora_id and the name in each
+ * block's extra keys) apply under the adapter's salt: a request for that
+ * adapter hits them, the base model and other adapters do not. A chained
+ * store inherits the adapter through its parent, and a removal resolves
+ * the adapter's engine hashes. Both eras, with and without lora_id. */
+static void
+lora_adapter_applies(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    tu_tokens(t, 3 * BS, 21);
+    static const uint64_t h[3] = { 41, 42, 43 };
+    const uint64_t a = salt_of(NULL, "sql-lora");
+    for (int map = 0; map < 2; map++)
+        for (int with_id = 0; with_id < 2; with_id++) {
+            lr_index *ix = mk_index(NULL);
+            struct vstore ev[2] = { vstore_of(h, 2, t),
+                                    vstore_of(h + 2, 1, t + 2 * BS) };
+            for (int i = 0; i < 2; i++)
+                vstore_adapter(&ev[i], "sql-lora", with_id ? 1 : -1);
+            ev[1].has_parent = true;
+            ev[1].parent = h[1];
+            lr_vllm_batch_info info;
+            assert_st(apply_stores(ix, ev, 2, map, &info), LR_OK);
+            if (info.stored != 2 || info.skipped + info.invalid != 0)
+                fail_msg("map %d id %d: stored %u skipped %u invalid %u", map,
+                         with_id, info.stored, info.skipped, info.invalid);
+            assert_int_equal(held_salted(ix, t, 3 * BS, a), 3 * BS);
+            assert_int_equal(held(ix, t, 3 * BS), 0); /* the base model */
+            assert_int_equal(
+                held_salted(ix, t, 3 * BS, salt_of(NULL, "other-lora")), 0);
+            /* the adapter's engine hash resolves: block 2 and after go */
+            static const uint64_t rm[1] = { 42 };
+            size_t resolved = 0;
+            assert_st(lr_index_kv_removed(ix, INST, rm, 1, &resolved), LR_OK);
+            assert_int_equal(resolved, 1);
+            assert_int_equal(held_salted(ix, t, 3 * BS, a), BS);
+            assert_st(lr__index_verify(ix), LR_OK);
+            lr_index_destroy(ix);
+        }
+}
+
+/* A request's cache_salt sits in its first block's extra keys (after the
+ * adapter's name, if any): the store applies under lr_name_hash(salt) as
+ * the tenant salt, which is what a request routed with tenant_salt =
+ * lr_name_hash(cache_salt) (and its adapter) keys with. */
+static void
+cache_salt_applies(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    tu_tokens(t, 3 * BS, 22);
+    static const uint64_t h[3] = { 51, 52, 53 };
+    for (int map = 0; map < 2; map++)
+        for (int lora = 0; lora < 2; lora++) {
+            const char *name = lora ? "sql-lora" : NULL;
+            lr_index *ix = mk_index(NULL);
+            struct vstore ev[2] = { vstore_of(h, 2, t),
+                                    vstore_of(h + 2, 1, t + 2 * BS) };
+            for (int i = 0; i < 2; i++) {
+                if (lora)
+                    vstore_adapter(&ev[i], name, 2);
+                ev[i].cache_salt = "tenant-7f3a"; /* block 0 of ev[0] only */
+            }
+            ev[1].has_parent = true;
+            ev[1].parent = h[1];
+            lr_vllm_batch_info info;
+            assert_st(apply_stores(ix, ev, 2, map, &info), LR_OK);
+            if (info.stored != 2 || info.skipped + info.invalid != 0)
+                fail_msg("map %d lora %d: stored %u skipped %u invalid %u", map,
+                         lora, info.stored, info.skipped, info.invalid);
+            assert_int_equal(
+                held_salted(ix, t, 3 * BS, salt_of("tenant-7f3a", name)),
+                3 * BS);
+            assert_int_equal(held_salted(ix, t, 3 * BS, salt_of(NULL, name)),
+                             0);
+            assert_int_equal(
+                held_salted(ix, t, 3 * BS, salt_of("tenant-other", name)), 0);
+            if (lora) /* the salt without the adapter: the base model's */
+                assert_int_equal(
+                    held_salted(ix, t, 3 * BS, salt_of("tenant-7f3a", NULL)),
+                    0);
+            assert_st(lr__index_verify(ix), LR_OK);
+            lr_index_destroy(ix);
+        }
+}
+
+/* What is still skipped (counted, nothing changes): an adapter known
+ * only by its engine-local lora_id (with or without the id in the extra
+ * keys, as vLLM before lora_name sent it), a lora_name that is empty or
+ * not a string, multimodal keys (vLLM's (identifier, offset) tuple in any
+ * block; a bare hash string past the first block), prompt-embedding
+ * bytes, a string key in a store that continues a chain (a cache salt is
+ * only ever in a prompt's first block), two strings in the first block,
+ * and keys whose first entry is not the event's adapter. Extra keys that
+ * say something but not one entry per block make the event invalid. */
+static void
+extra_keys_skipped(void **state)
+{
+    (void)state;
+    uint32_t t[2 * BS];
+    tu_tokens(t, 2 * BS, 23);
+    static const uint64_t h[2] = { 61, 62 };
+    enum { N_CASES = 13 };
+    for (int c = 0; c < N_CASES; c++)
+        for (int map = 0; map < 2; map++) {
+            lr_index *ix = mk_index(NULL);
+            /* a parent for the chained cases */
+            static const uint64_t ph[1] = { 60 };
+            uint32_t pt[BS];
+            tu_tokens(pt, BS, 24);
+            struct vstore parent = vstore_of(ph, 1, pt);
+            lr_vllm_batch_info info;
+            assert_st(apply_stores(ix, &parent, 1, map, &info), LR_OK);
+            assert_int_equal(info.stored, 1);
+            uint64_t d0 = lr__index_digest(ix);
+            struct vstore s = vstore_of(h, 2, t);
+            struct mpw *w = NULL;
+            bool invalid = false;
+            switch (c) {
+            case 0: /* lora_id alone */
+                s.lora_id = 3;
+                break;
+            case 1: /* lora_id alone, the id in the keys (older vLLM) */
+                s.lora_id = 3;
+                s.id_key = 3;
+                break;
+            case 2: /* an empty lora_name */
+                vstore_adapter(&s, "", 3);
+                break;
+            case 3: /* a multimodal tuple in block 0 */
+                s.mm_block = 0;
+                break;
+            case 4: /* a multimodal tuple in block 1, with an adapter */
+                vstore_adapter(&s, "sql-lora", 3);
+                s.mm_block = 1;
+                break;
+            case 5: /* a bare multimodal hash in block 1 */
+                s.mm_block = 1;
+                s.mm_form = 1;
+                break;
+            case 6: /* prompt embeddings in block 0 */
+                s.mm_block = 0;
+                s.mm_form = 2;
+                break;
+            case 7: /* a string key in a chained store */
+                s.has_parent = true;
+                s.parent = ph[0];
+                s.mm_block = 0;
+                s.mm_form = 1;
+                break;
+            case 8: /* a cache salt and a bare multimodal hash in block 0 */
+                s.cache_salt = "tenant-7f3a";
+                s.mm_block = 0;
+                s.mm_form = 1;
+                break;
+            case 9: /* keys of another adapter than the event's */
+                vstore_adapter(&s, "sql-lora", 3);
+                s.name_key = "chat-lora";
+                break;
+            case 10: /* a lora_name that is not a string */
+            case 11: /* extra_keys that is not a list */
+            default: /* keys for one block of two: invalid */
+                w = calloc(1, sizeof *w);
+                mpw_batch(w, 1, false);
+                mpw_arr(w, 10);
+                mpw_str(w, "BlockStored");
+                mpw_hashes(w, h, 2, MPW_HASH_UINT);
+                mpw_nil(w);
+                mpw_tokens(w, t, 2 * BS);
+                mpw_uint(w, BS);
+                mpw_nil(w);
+                mpw_str(w, "GPU");
+                if (c == 10)
+                    mpw_uint(w, 4);
+                else
+                    mpw_str(w, "sql-lora");
+                if (c == 11) {
+                    mpw_str(w, "sql-lora");
+                } else {
+                    mpw_arr(w, 1);
+                    mpw_arr(w, 1);
+                    mpw_str(w, "sql-lora");
+                }
+                mpw_uint(w, 0);
+                mpw_batch_end(w, false);
+                invalid = c == N_CASES - 1;
+                break;
+            }
+            lr_status st = w != NULL ? apply(ix, w, &info)
+                                     : apply_stores(ix, &s, 1, map, &info);
+            assert_st(st, LR_OK);
+            if (info.skipped != (invalid ? 0u : 1u) ||
+                info.invalid != (invalid ? 1u : 0u) || info.stored != 0)
+                fail_msg("case %d map %d: skipped %u invalid %u stored %u", c,
+                         map, info.skipped, info.invalid, info.stored);
+            assert_true(lr__index_digest(ix) == d0);
+            free(w);
+            lr_index_destroy(ix);
+        }
+}
+
+/* The batch's data-parallel rank is reported, never a reason to skip:
+ * each rank publishes on its own port and is its own instance. */
+static void
+dp_rank_applies(void **state)
+{
+    (void)state;
+    uint32_t t[BS];
+    tu_tokens(t, BS, 25);
+    static const uint64_t h[1] = { 71 };
+    lr_index *ix = mk_index(NULL);
+    struct mpw *w = calloc(1, sizeof *w);
+    struct vstore s = vstore_of(h, 1, t);
+    vstore_adapter(&s, "sql-lora", 1);
+    mpw_arr(w, 3);
+    mpw_f64(w, 1234.5);
+    mpw_arr(w, 1);
+    vstore_write(w, &s, true);
+    mpw_uint(w, 3); /* dp rank 3 */
+    lr_vllm_batch_info info;
+    assert_st(apply(ix, w, &info), LR_OK);
+    assert_int_equal(info.dp_rank, 3);
+    assert_int_equal(info.stored, 1);
+    assert_int_equal(info.skipped, 0);
+    assert_int_equal(held_salted(ix, t, BS, salt_of(NULL, "sql-lora")), BS);
+    free(w);
+    lr_index_destroy(ix);
+}
+
+/* The router keys a request as the events key its blocks: a request
+ * that names the adapter (lr_request.adapter) with tenant_salt =
+ * lr_name_hash(cache_salt) finds the adapter's salted stores, as does one
+ * that carries the combined salt itself; without the adapter or the cache
+ * salt it finds nothing. */
+static void
+router_adapter_match(void **state)
+{
+    (void)state;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_PREFIX_CACHE;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    uint32_t ids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "e%u", i);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = name;
+        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
+    }
+    uint32_t t[2 * BS];
+    tu_tokens(t, 2 * BS, 26);
+    static const uint64_t h[2] = { 81, 82 };
+    struct vstore s = vstore_of(h, 2, t);
+    vstore_adapter(&s, "sql-lora", 1);
+    s.cache_salt = "tenant-7f3a";
+    struct mpw *w = calloc(1, sizeof *w);
+    mpw_batch(w, 1, false);
+    vstore_write(w, &s, true);
+    mpw_batch_end(w, false);
+    lr_vllm_batch_info info;
+    lr_vllm_batch_info_init(&info);
+    assert_st(lr_router_vllm_batch(r, ids[1], w->buf, w->n, T0, &info), LR_OK);
+    assert_int_equal(info.stored, 1);
+    for (int k = 0; k < 4; k++) {
+        lr_request q;
+        lr_request_init(&q);
+        q.id = 1;
+        q.tokens = t;
+        q.n_tokens = 2 * BS;
+        q.flags = LR_ROUTE_DRY_RUN;
+        q.now_ns = T0;
+        q.tenant_salt = k == 0   ? salt_of("tenant-7f3a", NULL)
+                        : k == 1 ? salt_of("tenant-7f3a", "sql-lora")
+                        : k == 2 ? salt_of(NULL, "sql-lora")
+                                 : salt_of("tenant-7f3a", NULL);
+        q.adapter = k == 0 ? "sql-lora" : NULL;
+        lr_decision d;
+        lr_decision_init(&d);
+        assert_st(lr_router_route(r, &q, &d), LR_OK);
+        if (k <= 1) {
+            assert_int_equal(d.instance, ids[1]);
+            assert_int_equal(d.cached_tokens, 2 * BS);
+        } else {
+            assert_int_equal(d.cached_tokens, 0);
+        }
+    }
+    free(w);
+    lr_router_destroy(r);
+}
+
 /* ---- the router --------------------------------------------------------- */
 
 static void
@@ -863,6 +1370,11 @@ main(void)
         cmocka_unit_test(oom),
         cmocka_unit_test(router_entry),
         cmocka_unit_test(fleet_files),
+        cmocka_unit_test(lora_adapter_applies),
+        cmocka_unit_test(cache_salt_applies),
+        cmocka_unit_test(extra_keys_skipped),
+        cmocka_unit_test(dp_rank_applies),
+        cmocka_unit_test(router_adapter_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

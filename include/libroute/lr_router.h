@@ -414,7 +414,10 @@ typedef struct lr_request {
     /** Message ends (token offsets, ascending), learned as routes. */
     const uint32_t *boundaries;
     size_t n_boundaries;
-    /** Enters every prefix key: tenants never share cached prefixes. */
+    /** Enters every prefix key: tenants never share cached prefixes. A
+     * request sent to vLLM with a cache_salt is routed with tenant_salt =
+     * lr_name_hash(cache_salt, strlen(cache_salt)), so it matches the
+     * blocks the engine's KV events store under that salt. */
     uint64_t tenant_salt;
     /** Session id for session-affinity; used when has_session. */
     uint64_t session;

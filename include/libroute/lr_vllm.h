@@ -15,25 +15,52 @@
  * 64 bits of the digest as an integer), so one engine's events agree with
  * themselves whichever form it ships.
  *
+ * LoRA adapters and cache salts (@since 0.3; skipped before). A
+ * BlockStored with a lora_name is keyed as a router keys a request for
+ * that adapter: under the salt lr_adapter_salt(tenant salt,
+ * lr_name_hash(lora_name)), so it matches only that adapter's requests.
+ * vLLM puts the adapter's name first in every block's extra keys, and a
+ * request's cache_salt last in its prompt's first block: a store with no
+ * parent whose first block's extra keys hold one string besides the
+ * adapter's name, and whose other blocks hold nothing but that name, takes
+ * lr_name_hash(that string) as its tenant salt. Route such a request with
+ * lr_request.tenant_salt = lr_name_hash(cache_salt, its length) (0 when
+ * it has none) and its adapter. A store with a parent continues the
+ * parent's keys, salt and adapter included, so its extra keys may hold
+ * the adapter's name only. (Older vLLM versions wrote a multimodal hash
+ * as a bare string: one in a prompt's first block alone reads as a cache
+ * salt, and those blocks land under a salt no request carries: they never
+ * match.)
+ *
  * Events this index cannot represent are skipped and counted, never
  * guessed at: blocks on another medium than the GPU (CPU offload), blocks
- * of a LoRA adapter, blocks with extra keys (multimodal inputs, cache
- * salts), KV-cache groups other than 0 or of a kind other than full
- * attention (`full_attention`, or `mla_attention`, DeepSeek's latent
+ * of an adapter known only by lora_id (an engine-local number no request
+ * carries; vLLM before lora_name) or whose lora_name is empty, blocks
+ * with other extra keys (multimodal inputs, prompt embeddings; any key
+ * but the adapter's name past a prompt's first block or in a store that
+ * continues a chain), KV-cache groups other than 0 or of a kind other than
+ * full attention (`full_attention`, or `mla_attention`, DeepSeek's latent
  * attention, which vLLM counts as full attention: applied), and event
  * types this version does not know. A skipped event is checked only as
  * far as skipping needs: vLLM puts the CPU-offload connector's store (no
  * token ids, block size 0 or 16) and a sliding-window group's store (its
  * null blocks left out of the hashes) in the same batch as the GPU
- * stores, and those still apply.
+ * stores, and those still apply. Removals and clears are unaffected:
+ * they name engine hashes, which stand for whatever adapter and salt the
+ * blocks were stored with.
+ *
+ * Data-parallel ranks: the batch's rank is reported in info and decides
+ * nothing. Each rank is its own instance: subscribe to port + rank and
+ * pass that rank's instance.
  *
  * A batch that is not msgpack, or not the schema's shape (no events
  * array; an event that is neither an array nor a map, or has no type
  * tag), is refused whole (LR_ECORRUPT). An event that is well framed but
  * whose fields do not add up (a field of the wrong type, token ids that
  * are not block_hashes x block_size, as vLLM 0.10 sends a sliding-window
- * group's store without its group_idx) is left out and counted in
- * `invalid`; the rest of the batch applies.
+ * group's store without its group_idx, extra keys that are not one
+ * entry per block) is left out and counted in `invalid`; the rest of the
+ * batch applies.
  *
  * Sequence numbers: each ZMQ message carries the batch's sequence number
  * (the second frame, 8 bytes big endian). A router applies the batches

@@ -21,10 +21,25 @@
  * the wrong type, tokens that are not blocks x block size) is one bad
  * event: it is left out and counted (`invalid`), and the rest of the batch
  * applies. An event this index does not represent (another medium, a
- * sliding-window group, a LoRA) is decided on the fields that say so and
+ * sliding-window group, an adapter known only by its engine-local id,
+ * multimodal extra keys) is decided on the fields that say so and
  * skipped without checking the rest: vLLM sends the CPU-offload store
  * with no token ids and the sliding-window store with its null blocks
- * left out of the hashes, in the same batch as the GPU stores. */
+ * left out of the hashes, in the same batch as the GPU stores.
+ *
+ * A store's LoRA adapter and cache salt become the salt of its keys, as a
+ * router keys a request: lr_adapter_salt(lr_name_hash(cache salt),
+ * lr_name_hash(lora_name)). vLLM writes both into extra_keys too, one
+ * entry per block, each nil or a tuple:
+ *
+ *   extra_keys  [ [lora_name, <multimodal keys>, cache_salt], block 0
+ *                 [lora_name, <multimodal keys>],             block 1
+ *                 ... ]                                       (or nil)
+ *
+ * with the cache salt in the first block of a prompt only. So the keys
+ * besides the adapter's name may be one string in block 0 of an event
+ * with no parent (the cache salt) and nothing else anywhere; an event
+ * with a parent inherits its salt through the parent's key. */
 #include <math.h>
 #include <string.h>
 
@@ -409,6 +424,15 @@ struct event {
     uint64_t n_tokens;
     uint64_t tok_kept; /* its tokens in pass 1's buffer, or TOK_NONE */
     uint64_t block_size;
+    /* BlockStored's adapter and extra keys, judged by stored_salt() once
+     * the whole event is read (a map's fields come in any order) */
+    bool has_lora_id; /* lora_id not nil */
+    struct mv lora;   /* lora_name as read (MP_NIL: none) */
+    bool extra_odd;   /* extra_keys neither nil nor an array */
+    bool has_extra;   /* extra_keys an array: */
+    struct mp extra;  /* at its first entry */
+    uint64_t n_extra; /* its entries */
+    uint64_t salt;    /* the keys' salt (lr_kv_stored.tenant_salt) */
 };
 
 /* A field value of interest, or "absent / nil". */
@@ -607,34 +631,111 @@ type_named(const struct mv *v)
     return EV_UNKNOWN;
 }
 
-/* extra_keys: nil, or a list whose entries are all nil. Anything else
- * (multimodal hashes, a cache salt) makes the tokens alone the wrong key. */
+/* extra_keys: nil, or an array of one entry per block. Only where it is
+ * is kept here; stored_salt() reads the entries once the adapter's name
+ * and the parent are known. */
 static bool
-read_extra(struct mp *m, bool *skip)
+read_extra(struct mp *m, struct event *ev)
 {
     struct mp save = *m;
     struct mv v;
     if (!mp_next(m, &v))
         return false;
+    ev->has_extra = false;
     if (v.kind == MP_NIL)
         return true;
     if (v.kind != MP_ARRAY) {
-        *skip = true;
+        ev->extra_odd = true;
+        *m = save;
+        return mp_skip(m);
+    }
+    ev->has_extra = true;
+    ev->extra = *m;
+    ev->n_extra = v.u;
+    for (uint64_t i = 0; i < v.u; i++)
+        if (!mp_skip(m))
+            return false;
+    return true;
+}
+
+/* One block's entry of extra_keys, at m: *some when it is not nil; *n_rest
+ * the keys it holds besides the adapter's name (which vLLM puts first),
+ * and *rest the first of them. An entry that is neither nil nor an array
+ * holds keys of an unknown kind (*n_rest UINT64_MAX). */
+static bool
+extra_entry(struct mp *m, const struct event *ev, bool *some, uint64_t *n_rest,
+            struct mv *rest)
+{
+    struct mp save = *m;
+    struct mv v;
+    *n_rest = 0;
+    if (!mp_next(m, &v))
+        return false;
+    *some = v.kind != MP_NIL;
+    if (v.kind == MP_NIL)
+        return true;
+    if (v.kind != MP_ARRAY) {
+        *n_rest = UINT64_MAX;
         *m = save;
         return mp_skip(m);
     }
     for (uint64_t i = 0; i < v.u; i++) {
-        struct mp s = *m;
         struct mv e;
-        if (!mp_next(m, &e))
+        if (!mp_scalar(m, &e))
             return false;
-        if (e.kind != MP_NIL) {
-            *skip = true;
-            *m = s;
-            if (!mp_skip(m))
-                return false;
-        }
+        if (i == 0 && ev->lora.kind == MP_STR && e.kind == MP_STR &&
+            e.u == ev->lora.u && memcmp(e.data, ev->lora.data, e.u) == 0)
+            continue; /* the adapter's name */
+        if ((*n_rest)++ == 0)
+            *rest = e;
     }
+    return true;
+}
+
+/* A BlockStored's adapter and cache salt into ev->salt, or the event
+ * skipped when its keys cannot be those of any request: an adapter known
+ * only by lora_id (engine-local, never in a request), a lora_name that is
+ * empty or not a string, extra keys beyond the adapter's name and a first
+ * block's cache salt (multimodal inputs, prompt embeddings). An
+ * extra_keys array that says something but not one entry per block is
+ * bad. False only when the bytes are not msgpack. */
+static bool
+stored_salt(struct event *ev)
+{
+    const struct mv *lora = &ev->lora;
+    bool named = lora->kind == MP_STR && lora->u > 0;
+    if ((ev->has_lora_id && !named) || (lora->kind != MP_NIL && !named) ||
+        ev->extra_odd) {
+        ev->skip = true;
+        return true;
+    }
+    struct mv salt = { .kind = MP_NIL };
+    bool some = false;
+    struct mp m = ev->extra;
+    for (uint64_t i = 0; ev->has_extra && i < ev->n_extra; i++) {
+        bool s;
+        uint64_t n;
+        struct mv rest;
+        if (!extra_entry(&m, ev, &s, &n, &rest))
+            return false;
+        some |= s;
+        if (n == 0)
+            continue;
+        if (i == 0 && !ev->has_parent && n == 1 && rest.kind == MP_STR &&
+            rest.u > 0) {
+            salt = rest; /* the request's cache_salt */
+            continue;
+        }
+        ev->skip = true;
+        return true;
+    }
+    ev->bad |= some && ev->n_extra != ev->n_hashes;
+    uint64_t tenant = 0, adapter = 0;
+    if (salt.kind == MP_STR)
+        tenant = lr_name_hash((const char *)salt.data, (size_t)salt.u);
+    if (named)
+        adapter = lr_name_hash((const char *)lora->data, (size_t)lora->u);
+    ev->salt = lr_adapter_salt(tenant, adapter);
     return true;
 }
 
@@ -665,7 +766,7 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have,
         return read_tokens(m, &ev->tokens, &ev->n_tokens, &ev->bad, tb,
                            &ev->tok_kept);
     case F_EXTRA_KEYS:
-        return read_extra(m, &ev->skip);
+        return read_extra(m, ev);
     case F_OTHER:
         return mp_skip(m);
     default:
@@ -684,9 +785,11 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have,
         ev->block_size = v.u;
         ok = v.kind == MP_UINT;
         break;
-    case F_LORA_ID:
+    case F_LORA_ID: /* deprecated; what it says is judged by stored_salt() */
+        ev->has_lora_id = !is_nil(&v);
+        break;
     case F_LORA_NAME:
-        ev->skip |= !is_nil(&v);
+        ev->lora = v;
         break;
     case F_MEDIUM:
         ev->skip |= v.kind == MP_STR && !str_is(&v, "GPU");
@@ -775,6 +878,8 @@ read_event(struct mp *m, struct event *ev, struct tokbuf *tb)
     /* A skipped event is not checked beyond what decided the skip. */
     if (ev->type == EV_UNKNOWN)
         ev->skip = true;
+    if (ev->type == EV_STORED && !ev->skip && !stored_salt(ev))
+        return false;
     if (ev->skip)
         ev->bad = false;
     else
@@ -1028,6 +1133,7 @@ apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
     k.block_size = (uint32_t)ev->block_size;
     k.token_ids = tokens;
     k.n_tokens = (size_t)ev->n_tokens;
+    k.tenant_salt = ev->salt; /* under a parent, the parent's key rules */
     lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
     if (s == LR_ENOENT) {
         info->unplaced++;
