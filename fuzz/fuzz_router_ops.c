@@ -115,10 +115,16 @@ struct sinst {
     bool live, draining;
     uint32_t name;
     int32_t pc;
+    uint32_t models; /* bit k: serves model_names[k]; 0: every model */
 };
+
+/* Models an instance may serve (a request may also name "m3", which none
+ * serves, or a name too long); adapters a request may run under. */
+static const char *const model_names[4] = { "m0", "m1", "m2", "m3" };
 
 struct sreq {
     uint64_t id;
+    int model; /* index into model_names, -1: none */
     uint32_t inst, alt;
     bool queued;
     uint32_t prompt, out;
@@ -212,6 +218,24 @@ s_routable(const struct run *r, uint32_t id)
     return s_live(r, id) && !r->in[id].draining;
 }
 
+/* Whether instance id serves model m (-1: any). */
+static bool
+s_serves(const struct run *r, uint32_t id, int m)
+{
+    return id < r->max_inst && r->in[id].live &&
+           (m < 0 || r->in[id].models == 0 || (r->in[id].models >> m & 1));
+}
+
+/* Routable instances serving model m: the rows of its route. */
+static uint32_t
+s_rows(const struct run *r, int m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->max_inst; i++)
+        n += s_serves(r, i, m) && !r->in[i].draining;
+    return n;
+}
+
 static uint32_t
 s_count(const struct run *r, bool routable_only)
 {
@@ -273,6 +297,7 @@ enum call {
     C_FIND,
     C_CLASS,
     C_LEARN,
+    C_SET_ADAPTERS,
     C_COUNT_
 };
 
@@ -282,7 +307,7 @@ static const char *const call_names[C_COUNT_] = {
     "observe_rtt",    "instance_load",  "lifecycle event", "observe_cached",
     "rebalance_plan", "move",           "kv_stored",       "kv_removed",
     "kv_cleared",     "export_delta",   "import_delta",    "get_stats",
-    "find_instance",  "set_class",      "learn_step",
+    "find_instance",  "set_class",      "learn_step",      "set_adapters",
 };
 
 #define B_(s) (1u << (s))
@@ -293,7 +318,7 @@ static const uint32_t documented[C_COUNT_] = {
     [C_REMOVE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT),
     [C_ROUTE] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ESTATE) |
                 B_(LR_EEXIST) | B_(LR_ELIMIT) | B_(LR_EBUFSIZE) |
-                B_(LR_ENOMEM) | B_(LR_ERANGE),
+                B_(LR_ENOMEM) | B_(LR_ERANGE) | B_(LR_ENOENT),
     [C_POLICY] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP) | B_(LR_ENOMEM),
     [C_SET_PARAM] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOTSUP) | B_(LR_ERANGE) |
                     B_(LR_ENOMEM),
@@ -322,6 +347,8 @@ static const uint32_t documented[C_COUNT_] = {
     [C_FIND] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT),
     [C_CLASS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) | B_(LR_ERANGE),
     [C_LEARN] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ESTATE) | B_(LR_ENOMEM),
+    [C_SET_ADAPTERS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) |
+                       B_(LR_ENOENT) | B_(LR_ERANGE) | B_(LR_ENOMEM),
 };
 
 static void
@@ -418,9 +445,16 @@ check_counters(struct run *r)
     FUZZ_ASSERT(rs.dry_runs == r->dry_runs);
     FUZZ_ASSERT(rs.prompt_tokens == r->prompt_tokens);
     FUZZ_ASSERT(rs.cached_tokens == r->cached_tokens);
-    uint64_t by_reason = 0;
-    for (int i = 0; i < 16; i++)
-        by_reason += rs.by_reason[i];
+    /* every reason (the stats struct holds the first 16) */
+    uint64_t counts[LR__REASON_COUNT], by_reason = 0;
+    size_t nc = 0;
+    st = lr_router_reason_counts(r->r, counts, LR__REASON_COUNT, &nc);
+    FUZZ_ASSERT_STATUS(st, st == LR_OK && nc == LR__REASON_COUNT);
+    for (size_t i = 0; i < nc; i++) {
+        by_reason += counts[i];
+        if (i < 16)
+            FUZZ_ASSERT(counts[i] == rs.by_reason[i]);
+    }
     FUZZ_ASSERT(by_reason == rs.routes);
     FUZZ_ASSERT(lr_router_instance_count(r->r) == s_count(r, false));
     FUZZ_ASSERT(lr_router_policy(r->r) == r->policy);
@@ -472,6 +506,21 @@ op_add(struct run *r, fuzz_dp *dp)
     bool small = fuzz_dp_next_range(dp, 0, 15) == 0;
     if (small)
         s.struct_size = LR_INSTANCE_SPEC_SIZE_V1 - 1;
+    /* models: none (most), one, two, one twice, or a NULL name */
+    static const char *const ms[6][2] = { { "m0", NULL }, { "m1", NULL },
+                                          { "m0", "m1" }, { "m2", "m2" },
+                                          { "m0", NULL }, { NULL, NULL } };
+    static const uint32_t mn[6] = { 1, 1, 2, 2, 2, 1 };
+    static const uint32_t mbits[6] = { 1, 2, 3, 4, 0, 0 };
+    static const uint32_t slots[4] = { 0, 1, LR_ROUTER_MAX_ADAPTERS,
+                                       LR_ROUTER_MAX_ADAPTERS + 1 };
+    uint32_t mv = fuzz_dp_next_range(dp, 0, 9);
+    bool bad_models = mv == 8 || mv == 9; /* a NULL among the names */
+    if (mv >= 4) {
+        s.models = ms[mv - 4];
+        s.n_models = mn[mv - 4];
+    }
+    s.max_adapters = slots[fuzz_dp_next_range(dp, 0, 3)];
     uint32_t free_id = NONE;
     bool exists = false;
     for (uint32_t i = 0; i < r->max_inst; i++) {
@@ -488,6 +537,10 @@ op_add(struct run *r, fuzz_dp *dp)
         want = LR_EINVAL;
     else if (s.rtt_ns > LR_LOAD_MAX_RTT_NS)
         want = LR_ERANGE;
+    else if (bad_models)
+        want = LR_EINVAL;
+    else if (s.max_adapters > LR_ROUTER_MAX_ADAPTERS)
+        want = LR_ERANGE;
     else if (exists)
         want = LR_EEXIST;
     else if (free_id == NONE)
@@ -497,16 +550,18 @@ op_add(struct run *r, fuzz_dp *dp)
     uint64_t d0 = digest(r);
     uint32_t id = 12345;
     lr_status st = lr_router_add_instance(r->r, &s, &id);
-    fuzz_trace("add_instance(name=%u, class=%u, pc=%d, rtt=%llu%s) = %s, "
-               "id %u",
+    fuzz_trace("add_instance(name=%u, class=%u, pc=%d, rtt=%llu, models "
+               "%u, slots %u%s) = %s, id %u",
                nm, s.instance_class, s.prefix_caching,
-               (unsigned long long)s.rtt_ns, small ? ", small struct" : "",
-               lr_status_name(st), st == LR_OK ? id : NONE);
+               (unsigned long long)s.rtt_ns, mv, s.max_adapters,
+               small ? ", small struct" : "", lr_status_name(st),
+               st == LR_OK ? id : NONE);
     after(r, C_ADD, st, want, d0);
     if (st == LR_OK) {
         if (r->check)
             FUZZ_ASSERT(id == free_id);
-        r->in[id] = (struct sinst){ true, false, nm, s.prefix_caching };
+        r->in[id] = (struct sinst){ true, false, nm, s.prefix_caching,
+                                    mv >= 4 && !small ? mbits[mv - 4] : 0 };
     }
 }
 
@@ -555,13 +610,14 @@ op_remove(struct run *r, fuzz_dp *dp)
 /* ---- route ------------------------------------------------------------------------- */
 
 static void
-check_decision(struct run *r, const lr_request *q, const lr_decision *d,
-               const lr_score *scores, bool want_scores)
+check_decision(struct run *r, const lr_request *q, int model,
+               const lr_decision *d, const lr_score *scores, bool want_scores)
 {
     if (!r->check)
         return;
     uint32_t n = (uint32_t)q->n_tokens;
     FUZZ_ASSERT(s_routable(r, d->instance));
+    FUZZ_ASSERT(s_serves(r, d->instance, model));
     FUZZ_ASSERT(d->alt_instance == NONE || (s_routable(r, d->alt_instance) &&
                                             d->alt_instance != d->instance));
     /* lodestar adds its own reasons to its fallback's */
@@ -580,10 +636,11 @@ check_decision(struct run *r, const lr_request *q, const lr_decision *d,
         FUZZ_ASSERT(d->n_scores == 0);
         return;
     }
-    FUZZ_ASSERT(d->n_scores == s_count(r, true));
+    FUZZ_ASSERT(d->n_scores == s_rows(r, model));
     bool listed = false;
     for (size_t k = 0; k < d->n_scores; k++) {
         FUZZ_ASSERT(s_routable(r, scores[k].instance));
+        FUZZ_ASSERT(s_serves(r, scores[k].instance, model));
         FUZZ_ASSERT(k == 0 || scores[k - 1].instance < scores[k].instance);
         FUZZ_ASSERT(scores[k].cached_tokens <= d->best_cached_tokens);
         if (scores[k].instance == d->instance) {
@@ -617,6 +674,12 @@ op_route(struct run *r, fuzz_dp *dp)
         out = fuzz_dp_next_range(dp, 0, 255);
     uint32_t capv = fuzz_dp_next_range(dp, 0, 3);
     uint32_t variant = fuzz_dp_next_range(dp, 0, 15);
+    /* a model (0-4 none; 5-8 m0..m3, "m3" no instance declares; 9 too
+     * long) and an adapter (0-3 none; 4, 5 a0, a1; 6 "", the base model;
+     * 7 too long) */
+    uint32_t mv = fuzz_dp_next_range(dp, 0, 9);
+    uint32_t av = fuzz_dp_next_range(dp, 0, 7);
+    int model = mv >= 5 && mv <= 8 ? (int)mv - 5 : -1;
     fuzz_pattern_fill(tok, len, pattern, start, tweak);
 
     lr_request q;
@@ -632,6 +695,12 @@ op_route(struct run *r, fuzz_dp *dp)
     q.expected_output_tokens = out;
     q.flags = (fl & 7u) | (fl & 8u ? 0x80u : 0u); /* 0x80: no such flag */
     q.now_ns = r->now;
+    static const char *const adapters[3] = { "a0", "a1", "" };
+    q.model = model >= 0 ? model_names[model] : mv == 9 ? name_of(9) : NULL;
+    q.adapter = av >= 4 && av <= 6 ? adapters[av - 4]
+                : av == 7          ? name_of(9)
+                                   : NULL;
+    bool long_name = mv == 9 || av == 7;
     if (variant == 1)
         q.struct_size = LR_REQUEST_SIZE_V1 - 1;
     lr_decision d;
@@ -653,7 +722,8 @@ op_route(struct run *r, fuzz_dp *dp)
         want = LR_EVERSION;
     else if (q.tokens == NULL && len > 0)
         want = LR_EINVAL;
-    else if (bad_bounds || (q.flags & 0x80u) || q.has_session > 1)
+    else if (bad_bounds || (q.flags & 0x80u) || q.has_session > 1 ||
+             long_name)
         want = LR_EINVAL;
     else if (clock_judge(r, q.now_ns, true) != LR_OK)
         want = LR_ERANGE;
@@ -667,20 +737,29 @@ op_route(struct run *r, fuzz_dp *dp)
         want = LR_EEXIST;
     else if (!dry && r->n_rq >= r->max_req)
         want = LR_ELIMIT;
-    else
+    else if (s_rows(r, model) == 0) {
+        want = LR_ENOENT; /* no instance serves the model ... */
+        for (uint32_t i = 0; i < r->max_inst; i++)
+            if (s_serves(r, i, model))
+                want = LR_ESTATE; /* ... or only draining ones do */
+    } else
         want = LR_OK;
 
     fuzz_trace("route(id=%llu, pattern=%u, start=%u, len=%u, tweak=%u, "
                "salt=%llu, bounds=%u{%u,%u}, flags=%#x, session=%d/%u, "
-               "out=%u, scores=%zu%s, variant=%u, now=%llu)",
+               "out=%u, scores=%zu%s, variant=%u, model %u, adapter %u, "
+               "now=%llu)",
                (unsigned long long)id, pattern, start, len, tweak,
                (unsigned long long)salt, nb, nb > 0 ? bounds[0] : 0,
                nb > 1 ? bounds[1] : 0, q.flags, q.has_session, session, out,
-               d.scores_capacity, d.scores ? "" : " (NULL)", variant,
+               d.scores_capacity, d.scores ? "" : " (NULL)", variant, mv, av,
                (unsigned long long)r->now);
     /* A valid route expires first and keeps that on failure (documented):
-     * do it here so the digest compares everything else. */
-    if (want == LR_OK) {
+     * do it here so the digest compares everything else (the model's
+     * instances are looked for after it). */
+    bool model_fails = want == LR_ENOENT ||
+                       (want == LR_ESTATE && routable > 0);
+    if (want == LR_OK || model_fails) {
         FUZZ_ASSERT(lr_router_expire(r->r, r->now) == LR_OK);
         clock_took(r, r->now);
     }
@@ -705,7 +784,7 @@ op_route(struct run *r, fuzz_dp *dp)
     fuzz_note(&r->transcript, d.cached_tokens);
     fuzz_note(&r->transcript, d.alt_instance);
     fuzz_note(&r->transcript, (uint64_t)d.reason);
-    check_decision(r, &q, &d, scores, want_scores);
+    check_decision(r, &q, model, &d, scores, want_scores);
     if (dry) {
         r->dry_runs++;
         return;
@@ -716,6 +795,7 @@ op_route(struct run *r, fuzz_dp *dp)
     struct sreq *s = &r->rq[r->n_rq++];
     memset(s, 0, sizeof *s);
     s->id = id;
+    s->model = model;
     s->inst = d.instance;
     s->alt = d.alt_instance;
     s->queued = true;
@@ -992,6 +1072,7 @@ do_move(struct run *r, uint64_t id, uint32_t to)
                : r->in[to].draining  ? LR_ESTATE
                : i < 0               ? LR_ENOENT
                : !r->rq[i].queued    ? LR_ESTATE
+               : !s_serves(r, to, r->rq[i].model) ? LR_ESTATE
                : r->rq[i].inst == to ? LR_EINVAL
                                      : LR_OK;
     uint64_t d0 = digest(r);
@@ -1352,6 +1433,75 @@ op_learn(struct run *r, fuzz_dp *dp)
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
+/* ---- adapters ---------------------------------------------------------------------- */
+
+/* An engine's LoRA report: names valid, empty, NULL or too long, too
+ * many of them, slots out of range, a small struct, a scrape the clock
+ * refuses. */
+static void
+op_set_adapters(struct run *r, fuzz_dp *dp)
+{
+    static const char *const pool6[6] = { "a0", "a1", "a2", "a3", "", NULL };
+    static const uint32_t slots[4] = { 0, 2, LR_ROUTER_MAX_ADAPTERS,
+                                       LR_ROUTER_MAX_ADAPTERS + 1 };
+    static const uint64_t dts[4] = { 0, FUZZ_MS, 20 * FUZZ_SEC,
+                                     LR_ROUTER_MAX_TIME_NS };
+    const char *names[LR_ROUTER_MAX_ADAPTERS + 1];
+    uint32_t id = dec_inst(dp);
+    uint32_t nr = fuzz_dp_next_range(dp, 0, 3);
+    uint32_t nw = fuzz_dp_next_range(dp, 0, 2);
+    bool bad = false;
+    for (uint32_t k = 0; k < nr + nw; k++) {
+        uint32_t c = fuzz_dp_next_range(dp, 0, 7);
+        names[k] = c < 6 ? pool6[c] : c == 6 ? "a0" : name_of(9);
+        bad |= c == 4 || c == 5 || c == 7;
+    }
+    uint32_t variant = fuzz_dp_next_range(dp, 0, 15);
+    lr_adapter_stats s;
+    lr_adapter_stats_init(&s);
+    s.running = names;
+    s.n_running = nr;
+    s.waiting = names + nr;
+    s.n_waiting = nw;
+    s.max_adapters = slots[fuzz_dp_next_range(dp, 0, 3)];
+    s.scraped_ns = r->now + dts[fuzz_dp_next_range(dp, 0, 3)];
+    if (variant == 0)
+        s.struct_size = LR_ADAPTER_STATS_SIZE_V1 - 1;
+    if (variant == 1) { /* too many: every slot and one more */
+        for (uint32_t k = 0; k <= LR_ROUTER_MAX_ADAPTERS; k++)
+            names[k] = "a0";
+        s.n_running = LR_ROUTER_MAX_ADAPTERS + 1;
+        s.n_waiting = 0;
+    }
+    if (variant == 2 && nr > 0) /* NULL names with a count */
+        s.running = NULL;
+    int want = variant == 0 ? LR_EVERSION
+               : variant == 1 ? LR_EINVAL
+               : s.max_adapters > LR_ROUTER_MAX_ADAPTERS ? LR_ERANGE
+               : bad || s.running == NULL ? LR_EINVAL
+               : !s_live(r, id) ? LR_ENOENT
+               : clock_judge(r, s.scraped_ns, true) != LR_OK ? LR_ERANGE
+                                                             : LR_OK;
+    uint64_t d0 = digest(r);
+    lr_status st = lr_router_set_adapters(r->r, id, &s);
+    fuzz_trace("set_adapters(%u, running %zu, waiting %zu, slots %u, "
+               "variant %u) = %s",
+               id, s.n_running, s.n_waiting, s.max_adapters, variant,
+               lr_status_name(st));
+    after(r, C_SET_ADAPTERS, st, want, d0);
+    if (st == LR_OK)
+        clock_took(r, s.scraped_ns);
+    if (st == LR_OK && r->check) {
+        uint64_t h[LR_ROUTER_MAX_ADAPTERS];
+        size_t n = 0;
+        st = lr_router_adapters(r->r, id, h, LR_ROUTER_MAX_ADAPTERS, &n);
+        FUZZ_ASSERT_STATUS(st, st == LR_OK);
+        FUZZ_ASSERT(n >= (s.n_running + s.n_waiting > 0 ? 1u : 0u));
+        for (size_t k = 0; k < n; k++)
+            FUZZ_ASSERT(h[k] != 0);
+    }
+}
+
 static void
 run_once(struct run *r, const uint8_t *data, size_t size)
 {
@@ -1425,13 +1575,13 @@ run_once(struct run *r, const uint8_t *data, size_t size)
         st = lr_router_add_instance(r->r, &s, &id);
         FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ELIMIT);
         if (st == LR_OK)
-            r->in[id] = (struct sinst){ true, false, k, s.prefix_caching };
+            r->in[id] = (struct sinst){ true, false, k, s.prefix_caching, 0 };
     }
     r->oom.armed = true;
     if (r->check)
         check_counters(r);
     for (int i = 0; i < MAX_OPS && !fuzz_dp_empty(&dp); i++) {
-        switch (fuzz_dp_next_range(&dp, 0, 20)) {
+        switch (fuzz_dp_next_range(&dp, 0, 22)) {
         case 0:
             op_add(r, &dp);
             break;
@@ -1499,6 +1649,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             break;
         case 20:
             op_learn(r, &dp);
+            break;
+        case 21:
+            op_set_adapters(r, &dp);
             break;
         default:
             op_query(r, &dp);

@@ -1695,6 +1695,23 @@ ro_add(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc, uint32_t rtt,
     put(&s->e, 0, 3, pc);
     put(&s->e, 0, 3, rtt);
     put(&s->e, 0, 15, small ? 0 : 5);
+    put(&s->e, 0, 9, 0); /* models: none */
+    put(&s->e, 0, 3, 0); /* adapter slots: unknown */
+}
+
+/* An instance serving models mv (4 {m0}, 5 {m1}, 6 {m0, m1}, 7 {m2}) with
+ * slots sv ({0, 1, max, max + 1}). */
+static void
+ro_add_models(struct ro *s, uint32_t name, uint32_t mv, uint32_t sv)
+{
+    put(&s->e, 0, 19, RO_ADD);
+    put(&s->e, 0, 9, name);
+    put(&s->e, 0, 4, 0);
+    put(&s->e, 0, 3, 0);
+    put(&s->e, 0, 3, 1);
+    put(&s->e, 0, 15, 5);
+    put(&s->e, 0, 9, mv);
+    put(&s->e, 0, 3, sv);
 }
 
 /* dv: {0, 1, 1, 2} */
@@ -1723,6 +1740,8 @@ struct ro_req {
     uint32_t outc, outv; /* {0, outv, 65535, UINT32_MAX} */
     uint32_t capv;       /* scores: {none, 1, enough, NULL with enough} */
     uint32_t variant;    /* 0 NULL tokens, 1/2 small struct, else plain */
+    uint32_t model;      /* 0 none, 5..8 m0..m3, 9 too long */
+    uint32_t adapter;    /* 0 none, 4 a0, 5 a1, 6 "", 7 too long */
 };
 
 static struct ro_req
@@ -1761,6 +1780,8 @@ ro_route(struct ro *s, const struct ro_req *q)
         put(e, 0, 255, q->outv);
     put(e, 0, 3, q->capv);
     put(e, 0, 15, q->variant);
+    put(e, 0, 9, q->model);
+    put(e, 0, 7, q->adapter);
 }
 
 /* c 0..14: that policy; 15: out of range */
@@ -1908,6 +1929,35 @@ ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name, uint32_t key,
     put(e, 0, 7, rate);
 }
 
+/* c: any policy id, LR__POLICY_COUNT out of range */
+static void
+ro_policy_any(struct ro *s, uint32_t c)
+{
+    put(&s->e, 0, 19, RO_POLICY);
+    put(&s->e, 0, LR__POLICY_COUNT, c);
+}
+
+/* An engine's LoRA report: nr running and nw waiting names (each 0..3
+ * a0..a3, 4 "", 5 NULL, 6 a0, 7 too long); variant 0 small struct, 1
+ * too many, 2 NULL names, else plain; slots {0, 2, max, max + 1}; the
+ * scrape {now, +1 ms, +20 s, + the clock's bound}. */
+static void
+ro_set_adapters(struct ro *s, uint32_t inst, uint32_t nr, uint32_t nw,
+                const uint32_t *names, uint32_t variant, uint32_t sv,
+                uint32_t tv)
+{
+    struct enc *e = &s->e;
+    put(e, 0, 22, 21);
+    put(e, 0, 9, inst);
+    put(e, 0, 3, nr);
+    put(e, 0, 2, nw);
+    for (uint32_t k = 0; k < nr + nw; k++)
+        put(e, 0, 7, names[k]);
+    put(e, 0, 15, variant);
+    put(e, 0, 3, sv);
+    put(e, 0, 3, tv);
+}
+
 static void
 ro_write(struct ro *s, const char *name)
 {
@@ -1958,6 +2008,41 @@ gen_router(void)
         ro_plan(&s, 8, 0xff);
         ro_query(&s, 0, 2, 0, 10, 0, 3);
         snprintf(name, sizeof name, "policy-%02u", p);
+        ro_write(&s, name);
+    }
+
+    /* models and adapters: instances serving models (one, two, every
+     * one), routes naming them, one none serves and a long name, adapters
+     * and the engines' reports, under the LoRA policies and adaptive */
+    static const int32_t lora_policies[3] = { LR_POLICY_LORA_AFFINITY,
+                                              LR_POLICY_AIBRIX_LORA,
+                                              LR_POLICY_ADAPTIVE };
+    for (uint32_t p = 0; p < 3; p++) {
+        ro_header(&s, 40 + p, 6, 32, 2, 256, 0, LR_POLICY_RANDOM, 8, 0, 0);
+        ro_add_models(&s, 0, 4, 1);
+        ro_add_models(&s, 1, 5, 1);
+        ro_add_models(&s, 2, 6, 2);
+        ro_add(&s, 3, 0, 0, 1, false);
+        ro_policy_any(&s, (uint32_t)lora_policies[p]);
+        static const uint32_t run[3] = { 0, 1, 4 };
+        for (uint32_t i = 0; i < 14; i++) {
+            struct ro_req q = ro_rq(2 + (i & 1), 32, 16 + i);
+            q.model = i % 7 < 5 ? 5 + i % 5 : 0;
+            q.adapter = i % 4 == 3 ? 0 : 4 + i % 4;
+            if (i % 5 == 4)
+                q.flags = LR_ROUTE_SCORES;
+            ro_route(&s, &q);
+            if (i % 3 == 2)
+                ro_event(&s, 1, RO_INFL, 0);
+            if (i % 6 == 5)
+                ro_set_adapters(&s, i % 4, 2, 1, run, 7, i % 3, 0);
+        }
+        ro_drain(&s, 0, 1);
+        struct ro_req q = ro_rq(2, 32, 9);
+        q.model = 5; /* m0: its only instance drains */
+        ro_route(&s, &q);
+        ro_move(&s, RO_INFL, 0, 1);
+        snprintf(name, sizeof name, "models-%u", p);
         ro_write(&s, name);
     }
 

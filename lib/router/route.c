@@ -79,7 +79,7 @@ route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
     rt->v.policy = r->policy;
     rt->v.needs = lr__policy_needs(r->pt, r->policy, r->param);
     rt->v.param = r->param;
-    rt->v.model = r->n_modeled > 0 ? lr__router_name_hash(q->model) : 0;
+    rt->v.model = lr__router_name_hash(q->model);
     rt->v.adapter = lr__router_name_hash(q->adapter);
     rt->v.salt = lr_adapter_salt(q->tenant_salt, rt->v.adapter);
     rt->v.n_scratch = 0;
@@ -275,6 +275,14 @@ serves(const lr_router *r, uint32_t id, uint64_t model)
     return false;
 }
 
+/* Whether the route's rows are only its model's instances: it names one
+ * and some instance declared the models it serves. */
+static inline bool
+filtered(const lr_router *r, const struct route *rt)
+{
+    return rt->v.model != 0 && r->n_modeled > 0;
+}
+
 /* No row for a request's model: LR_ENOENT when no instance serves it,
  * LR_ESTATE when those that do are all draining. */
 static lr_status
@@ -297,7 +305,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
     uint32_t n = 0;
-    if (rt->v.model == 0) {
+    if (!filtered(r, rt)) {
         for (uint32_t k = 0; k < r->n_act; k++)
             gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter, now,
                        max_age, &rows[k]);
@@ -356,7 +364,7 @@ route_rank(lr_router *r, struct route *rt)
         key = lr__prefix_key(&rt->v, session_tokens);
     uint32_t ids[LR_RING_MAX_K], got = 0;
     uint32_t n = rt->v.routable;
-    if (rt->v.model == 0) {
+    if (!filtered(r, rt)) {
         if (want > r->n_act)
             want = r->n_act;
         (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k ok */
