@@ -83,15 +83,19 @@ queue_make(lr_router *r)
 
 /* ---- saturation ---------------------------------------------------------------- */
 
-/* Whether every routable instance is saturated at now (true with none).
- * Under the router's lock (read or write). Stops at the first instance
- * with room, so an idle fleet costs one look. */
+/* Whether every routable instance serving `model` (lr_name_hash; 0: any)
+ * is saturated at now (true with none). Under the router's lock (read or
+ * write). Stops at the first instance with room, so an idle fleet costs
+ * one look. */
 static bool
-fleet_saturated(const lr_router *r, uint64_t now_ns)
+fleet_saturated(const lr_router *r, uint64_t now_ns, uint64_t model)
 {
     struct lr__saturation sat = lr__router_saturation(r);
+    if (r->n_modeled == 0)
+        model = 0; /* every instance serves every model */
     for (uint32_t k = 0; k < r->n_act; k++)
-        if (!lr__load_saturated(r->ld, r->act[k], now_ns, &sat))
+        if (lr__router_serves(r, r->act[k], model) &&
+            !lr__load_saturated(r->ld, r->act[k], now_ns, &sat))
             return false;
     return true;
 }
@@ -103,7 +107,7 @@ lr_router_saturated(lr_router *r, uint64_t now_ns, int32_t *saturated)
     lr__router_rdlock(r);
     lr_status st = lr__router_clock(r, now_ns, false); /* a query */
     if (st == LR_OK)
-        *saturated = fleet_saturated(r, now_ns) ? 1 : 0;
+        *saturated = fleet_saturated(r, now_ns, 0) ? 1 : 0;
     lr__router_rdunlock(r);
     return st;
 }
@@ -173,7 +177,7 @@ admit_locked(lr_router *r, const lr_request *q, lr_decision *d)
     lr__router_rdlock(r);
     lr_status st = lr__router_clock(r, q->now_ns, true);
     if (st == LR_OK && !waits)
-        waits = fleet_saturated(r, q->now_ns);
+        waits = fleet_saturated(r, q->now_ns, lr__router_name_hash(q->model));
     if (st == LR_OK && waits && lr__load_req(r->ld, q->id, &v) == LR_OK)
         st = LR_EEXIST; /* as route() would say */
     if (st == LR_OK && waits && (q->flags & LR_ROUTE_SCORES) &&
@@ -279,28 +283,31 @@ dispatch_expired(lr_router *r, uint64_t now_ns, lr_dispatched *out,
     }
 }
 
-/* Whether the fleet has room now. */
+/* Whether the instances of `model` have room now. */
 static bool
-has_room(lr_router *r, uint64_t now_ns)
+has_room(lr_router *r, uint64_t now_ns, uint64_t model)
 {
     lr__router_rdlock(r);
-    bool room = !fleet_saturated(r, now_ns) && lr__load_has_room(r->ld);
+    bool room = !fleet_saturated(r, now_ns, model) && lr__load_has_room(r->ld);
     lr__router_rdunlock(r);
     return room;
 }
 
-/* Then the next in order while the fleet has room. LR_ENOMEM stops it
- * with that request waiting; no routable instance (LR_ESTATE) or a full
- * load tracker (LR_ELIMIT) stops it quietly. */
+/* Then the next in order while its model's instances have room (one
+ * queue for every model: the next waits for its own model's room).
+ * LR_ENOMEM stops it with that request waiting; no routable instance
+ * (LR_ESTATE) or a full load tracker (LR_ELIMIT) stops it quietly. */
 static lr_status
 dispatch_next(lr_router *r, uint64_t now_ns, lr_dispatched *out,
               size_t capacity, size_t item_size, size_t *k)
 {
-    while (*k < capacity && has_room(r, now_ns)) {
+    while (*k < capacity) {
         struct lr__admit_req a;
         if (lr__admit_peek(&r->aq, &a) != LR_OK)
             break;
         struct lr__waiter *w = a.data;
+        if (!has_room(r, now_ns, lr__router_name_hash(w->q.model)))
+            break;
         lr_request q = w->q;
         q.now_ns = now_ns;
         lr_decision d;

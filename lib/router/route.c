@@ -262,19 +262,6 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
-/* Whether instance id serves model `model` (0: any). */
-static bool
-serves(const lr_router *r, uint32_t id, uint64_t model)
-{
-    const struct lr__rinst *in = &r->inst[id];
-    if (model == 0 || in->n_models == 0)
-        return true;
-    for (uint32_t j = 0; j < in->n_models; j++)
-        if (in->models[j] == model)
-            return true;
-    return false;
-}
-
 /* Whether the route's rows are only its model's instances: it names one
  * and some instance declared the models it serves. */
 static inline bool
@@ -289,7 +276,7 @@ static lr_status
 no_rows(const lr_router *r, uint64_t model)
 {
     for (uint32_t id = 0; id < r->max_inst; id++)
-        if (r->inst[id].live && serves(r, id, model))
+        if (r->inst[id].live && lr__router_serves(r, id, model))
             return LR_ESTATE;
     return LR_ENOENT;
 }
@@ -312,7 +299,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
         n = r->n_act;
     } else { /* only the instances that serve the request's model */
         for (uint32_t k = 0; k < r->n_act; k++)
-            if (serves(r, r->act[k], rt->v.model))
+            if (lr__router_serves(r, r->act[k], rt->v.model))
                 gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter,
                            now, max_age, &rows[n++]);
         if (n == 0)
@@ -1053,7 +1040,8 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
     else
         st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK &&
-        (!v.queued || !serves(r, to, lr__adapters_model(&r->ad, v.slot))))
+        (!v.queued ||
+         !lr__router_serves(r, to, lr__adapters_model(&r->ad, v.slot))))
         st = LR_ESTATE;
     if (st == LR_OK) {
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;

@@ -415,6 +415,20 @@ lr__router_name_hash(const char *s)
     return lr_name_hash(s, lr__router_name_len(s));
 }
 
+/* Whether instance id (live) serves the model whose lr_name_hash is
+ * `model` (0: any); an instance that declared no models serves all. */
+static inline bool
+lr__router_serves(const lr_router *r, uint32_t id, uint64_t model)
+{
+    const struct lr__rinst *in = &r->inst[id];
+    if (model == 0 || in->n_models == 0)
+        return true;
+    for (uint32_t j = 0; j < in->n_models; j++)
+        if (in->models[j] == model)
+            return true;
+    return false;
+}
+
 /* route()'s checks of a request alone (sizes, boundaries, flags). */
 lr_status lr__router_check_request(const lr_request *q);
 
