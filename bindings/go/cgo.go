@@ -7,6 +7,7 @@ package libroute
 import "C"
 
 import (
+	"reflect"
 	"strings"
 	"time"
 	"unsafe"
@@ -24,6 +25,52 @@ func cstring(s, op string) (*C.char, error) {
 
 func freeCString(p *C.char) {
 	C.free(unsafe.Pointer(p))
+}
+
+// strBytes passes a Go string's bytes to C for the length of one call, as
+// (pointer, length), with no copy: the shims copy them NUL-terminated
+// (shim.c name_of). An empty string is (nil, 0). A NUL inside s would cut
+// the name short in C, so ok is false then (LR_EINVAL).
+func strBytes(s string) (p *C.char, n C.size_t, ok bool) {
+	if len(s) == 0 {
+		return nil, 0, true
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, 0, false
+	}
+	// A string's bytes hold no Go pointers, so cgo lets C read them.
+	h := (*reflect.StringHeader)(unsafe.Pointer(&s))
+	return (*C.char)(unsafe.Pointer(h.Data)), C.size_t(len(s)), true
+}
+
+// cstrings copies names to C memory as a C array of C strings for a call
+// (lr_instance_spec.models, lr_adapter_stats.running): a Go struct passed
+// to C may not point to Go memory that holds pointers. free releases it
+// all; (nil, no-op) for no names.
+func cstrings(names []string, op string) (arr **C.char, free func(), err error) {
+	if len(names) == 0 {
+		return nil, func() {}, nil
+	}
+	for _, n := range names {
+		if strings.IndexByte(n, 0) >= 0 {
+			return nil, nil, invalid(op)
+		}
+	}
+	size := C.size_t(len(names)) * C.size_t(unsafe.Sizeof((*C.char)(nil)))
+	base := (**C.char)(C.malloc(size))
+	if base == nil {
+		return nil, nil, check(C.LR_ENOMEM, op)
+	}
+	ptrs := unsafe.Slice(base, len(names))
+	for i, n := range names {
+		ptrs[i] = C.CString(n)
+	}
+	return base, func() {
+		for _, p := range ptrs {
+			C.free(unsafe.Pointer(p))
+		}
+		C.free(unsafe.Pointer(base))
+	}, nil
 }
 
 // The pointer helpers below pass a slice's backing array to C for the length

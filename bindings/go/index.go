@@ -164,6 +164,26 @@ func BlockKeys(blockTokens uint32, tokens []uint32, tenantSalt uint64) ([]uint64
 	return keys[:n], nil
 }
 
+// NameHash returns the 64-bit hash the library keys a name by (a model, a
+// LoRA adapter, a cache salt; lr_name_hash): 0 for "", never 0 otherwise.
+// Router.Adapters reports adapters by it, and NameHash(cacheSalt) is the
+// TenantSalt of a vLLM request with that cache salt.
+func NameHash(name string) uint64 {
+	if len(name) == 0 {
+		return uint64(C.lr_name_hash(nil, 0))
+	}
+	b := []byte(name)
+	return uint64(C.lr_name_hash((*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b))))
+}
+
+// AdapterSalt returns the salt a prompt's blocks are keyed with under the
+// LoRA adapter whose NameHash is adapterHash (lr_adapter_salt): tenantSalt
+// itself for 0, the base model. BlockKeys with it gives the keys a router
+// gives a request for that adapter.
+func AdapterSalt(tenantSalt, adapterHash uint64) uint64 {
+	return uint64(C.lr_adapter_salt(C.uint64_t(tenantSalt), C.uint64_t(adapterHash)))
+}
+
 // Prompt is a prompt as the index sees it. Its slices are borrowed for the
 // call.
 type Prompt struct {

@@ -6,6 +6,7 @@ package libroute
 import "C"
 
 import (
+	"math"
 	"runtime"
 	"strconv"
 	"unsafe"
@@ -33,6 +34,12 @@ const (
 	PolicyRanvier            Policy = C.LR_POLICY_RANVIER
 	PolicyLodestar           Policy = C.LR_POLICY_LODESTAR
 	PolicyAdaptive           Policy = C.LR_POLICY_ADAPTIVE
+	// PolicyLoRAAffinity is the Gateway API Inference Extension's LoRA
+	// scheduling: adapter resident (or a free slot), queue and KV cache.
+	PolicyLoRAAffinity Policy = C.LR_POLICY_LORA_AFFINITY
+	// PolicyAIBrixLoRA is AIBrix's adapter routing: the least loaded of the
+	// instances where the adapter is resident, else where fewest are.
+	PolicyAIBrixLoRA Policy = C.LR_POLICY_AIBRIX_LORA
 )
 
 // PolicyCount returns how many policies the loaded library has
@@ -91,6 +98,9 @@ const (
 	// ReasonWaiting: held in the router's queue, no instance yet
 	// (RouteMayWait; see Router.Dispatch).
 	ReasonWaiting Reason = C.LR_REASON_WAITING
+	// ReasonAdapter: its LoRA adapter is resident there, or a slot is free
+	// (PolicyLoRAAffinity, PolicyAIBrixLoRA).
+	ReasonAdapter Reason = C.LR_REASON_ADAPTER
 )
 
 // ReasonCount returns how many reasons the loaded library has
@@ -178,6 +188,10 @@ const (
 	// router queued there (uncached prompt tokens before their first
 	// token) would take this many seconds at its class's rate (0.15).
 	ParamSaturationPrefillSeconds Param = C.LR_PARAM_SATURATION_PREFILL_S
+	// Seconds an engine takes to load a LoRA adapter that is not resident
+	// (0.1): what every policy's rows say (Candidate.AdapterLoadSeconds)
+	// until adaptive has learnt the figure from first tokens.
+	ParamAdapterLoadSeconds Param = C.LR_PARAM_ADAPTER_LOAD_S
 )
 
 // ParamCount returns how many parameters the loaded library has
@@ -325,15 +339,30 @@ type Candidate struct {
 	// not reusing (Router.ObserveCached), in [0, 1]; adaptive counts
 	// CachedTokens x (1 - CachedLost).
 	CachedLost float64
+	// 1 when its engine must load the request's LoRA adapter first (not
+	// resident there); 0 when resident, or the request names none.
+	AdapterMissing int32
+	// Its adapter slots free to load one without waiting; math.MaxUint32
+	// when its slots are not known.
+	AdapterFree uint32
+	// Seconds its engine is expected to spend loading the request's
+	// adapter: 0 when resident, else ParamAdapterLoadSeconds or what
+	// adaptive learnt.
+	AdapterLoadSeconds float64
+	// Adapters resident there.
+	AdaptersResident uint32
+	// 1 when loading the request's adapter evicts another one.
+	AdapterEvicts int32
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
-// library's default class speed (8000 tokens/s) and an unknown cache age.
+// library's default class speed (8000 tokens/s), an unknown cache age and
+// no LoRA adapter in slots not known.
 func NewCandidate(id InstanceID) Candidate {
 	var s C.lr_class_spec
 	C.lr_class_spec_init_sized(&s, C.sizeof_lr_class_spec)
 	return Candidate{Instance: id, PrefillRate: float64(s.prefill_tokens_per_s),
-		CachedAgeSeconds: -1, PrefixCaching: 1}
+		CachedAgeSeconds: -1, PrefixCaching: 1, AdapterFree: math.MaxUint32}
 }
 
 // Candidate is passed to C as an lr_candidate array, row_size
@@ -368,6 +397,11 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.PrefillTokensAvg)-unsafe.Offsetof(C.lr_candidate{}.prefill_tokens_avg)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.RouteRate)-unsafe.Offsetof(C.lr_candidate{}.route_rate)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CachedLost)-unsafe.Offsetof(C.lr_candidate{}.cached_lost)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterMissing)-unsafe.Offsetof(C.lr_candidate{}.adapter_missing)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterFree)-unsafe.Offsetof(C.lr_candidate{}.adapter_free)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterLoadSeconds)-unsafe.Offsetof(C.lr_candidate{}.adapter_load_s)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdaptersResident)-unsafe.Offsetof(C.lr_candidate{}.adapters_resident)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterEvicts)-unsafe.Offsetof(C.lr_candidate{}.adapter_evicts)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

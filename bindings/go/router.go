@@ -70,6 +70,15 @@ const (
 	Urgencies = C.LR_ROUTER_URGENCIES
 )
 
+// Bounds of model and adapter names (InstanceSpec.Models, Request.Model,
+// Request.Adapter, AdapterStats): bytes in a name, models one instance
+// serves, and adapter slots the router follows per instance.
+const (
+	RouterMaxName     = C.LR_ROUTER_MAX_NAME
+	RouterMaxModels   = C.LR_ROUTER_MAX_MODELS
+	RouterMaxAdapters = C.LR_ROUTER_MAX_ADAPTERS
+)
+
 // DefaultRouterOptions returns the library's defaults
 // (lr_router_options_init).
 func DefaultRouterOptions() RouterOptions {
@@ -207,6 +216,14 @@ type InstanceSpec struct {
 	NoPrefixCaching bool
 	// Initial RTT until probes arrive; 0 if unknown.
 	RTT time.Duration
+	// The models it serves (vLLM's served model names: a base model and
+	// its aliases; at most RouterMaxModels of 1..RouterMaxName bytes,
+	// copied). A request that names a model goes only to the instances
+	// that serve it. None: it serves whatever a request names.
+	Models []string
+	// Its LoRA adapter slots (vLLM's --max-loras), at most
+	// RouterMaxAdapters (ErrRange above); 0: not known.
+	MaxAdapters uint32
 }
 
 // AddInstance adds an instance, which receives routes at once, and returns
@@ -216,17 +233,28 @@ func (r *Router) AddInstance(spec InstanceSpec) (InstanceID, error) {
 	if spec.RTT < 0 {
 		return InstanceNone, invalid(op)
 	}
+	if len(spec.Models) > RouterMaxModels {
+		return InstanceNone, invalid(op)
+	}
 	name, err := cstring(spec.Name, op)
 	if err != nil {
 		return InstanceNone, err
 	}
 	defer freeCString(name)
+	models, freeModels, err := cstrings(spec.Models, op)
+	if err != nil {
+		return InstanceNone, err
+	}
+	defer freeModels()
 	var s C.lr_instance_spec
 	C.lr_instance_spec_init_sized(&s, C.sizeof_lr_instance_spec)
 	s.name = name
 	s.instance_class = C.uint32_t(spec.Class)
 	s.prefix_caching = cbool(!spec.NoPrefixCaching)
 	s.rtt_ns = C.uint64_t(spec.RTT)
+	s.models = models
+	s.n_models = C.uint32_t(len(spec.Models))
+	s.max_adapters = C.uint32_t(spec.MaxAdapters)
 	h, err := r.acquire()
 	if err != nil {
 		return InstanceNone, err
@@ -332,6 +360,82 @@ func (r *Router) SetStats(id InstanceID, stats EngineStats) error {
 	return check(C.lr_router_set_stats(h, C.uint32_t(id), &s), "lr_router_set_stats")
 }
 
+// AdapterStats are an instance's LoRA adapters as its engine reports them:
+// vLLM's vllm:lora_requests_info gauge, whose labels running_lora_adapters
+// and waiting_lora_adapters list them comma-separated (one name per entry
+// here) and max_lora its slots.
+type AdapterStats struct {
+	// Adapters with requests running there, and waiting there (to load,
+	// or for a slot): all resident. 1..RouterMaxName bytes each, at most
+	// RouterMaxAdapters in all.
+	Running, Waiting []string
+	// Its slots (max_lora); 0 keeps what the instance was added with.
+	MaxAdapters uint32
+	// When the gauge was read, host clock nanoseconds.
+	Scraped uint64
+}
+
+// SetAdapters tells the router which LoRA adapters an instance holds
+// (lr_router_set_adapters): the engine's word replaces the router's own
+// guess (each route of an adapter's request makes it resident there). A
+// name empty or too long, or too many names, is ErrInvalid; an unknown
+// instance ErrNotFound. On failure nothing changes.
+func (r *Router) SetAdapters(id InstanceID, stats AdapterStats) error {
+	const op = "lr_router_set_adapters"
+	if len(stats.Running)+len(stats.Waiting) > RouterMaxAdapters {
+		return invalid(op)
+	}
+	running, freeRunning, err := cstrings(stats.Running, op)
+	if err != nil {
+		return err
+	}
+	defer freeRunning()
+	waiting, freeWaiting, err := cstrings(stats.Waiting, op)
+	if err != nil {
+		return err
+	}
+	defer freeWaiting()
+	var s C.lr_adapter_stats
+	C.lr_adapter_stats_init_sized(&s, C.sizeof_lr_adapter_stats)
+	s.running = running
+	s.n_running = C.size_t(len(stats.Running))
+	s.waiting = waiting
+	s.n_waiting = C.size_t(len(stats.Waiting))
+	s.max_adapters = C.uint32_t(stats.MaxAdapters)
+	s.scraped_ns = C.uint64_t(stats.Scraped)
+	h, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer r.mu.RUnlock()
+	return check(C.lr_router_set_adapters(h, C.uint32_t(id), &s), op)
+}
+
+// Adapters returns the LoRA adapters the router believes resident on an
+// instance now, most recently used first, as their name hashes (NameHash)
+// (lr_router_adapters). ErrNotFound for an unknown instance.
+func (r *Router) Adapters(id InstanceID) ([]uint64, error) {
+	const op = "lr_router_adapters"
+	h, err := r.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.RUnlock()
+	hashes := make([]uint64, 8)
+	for {
+		var n C.size_t
+		st := C.lr_router_adapters(h, C.uint32_t(id), u64ptr(hashes), C.size_t(len(hashes)), &n)
+		if st == C.LR_EBUFSIZE && int(n) > len(hashes) {
+			hashes = make([]uint64, int(n))
+			continue
+		}
+		if err := check(st, op); err != nil {
+			return nil, err
+		}
+		return hashes[:n:n], nil
+	}
+}
+
 // ObserveRTT folds an RTT probe into the instance's moving average.
 func (r *Router) ObserveRTT(id InstanceID, rtt time.Duration) error {
 	const op = "lr_router_observe_rtt"
@@ -413,6 +517,25 @@ type Request struct {
 	// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
 	// most urgent) .. Urgencies-1.
 	Urgency uint32
+	// The model it names (at most RouterMaxName bytes; "": any): only the
+	// instances that serve it (InstanceSpec.Models) are candidates, and
+	// ErrNotFound when none does.
+	Model string
+	// The LoRA adapter it runs under (at most RouterMaxName bytes; "":
+	// the base model). It enters every prefix key: an adapter's cached
+	// prefixes never match the base model's or another adapter's.
+	Adapter string
+}
+
+// names are req's model and adapter for a shim, or ok false when one holds
+// a NUL.
+func (req *Request) names() (m *C.char, mn C.size_t, a *C.char, an C.size_t, ok bool) {
+	m, mn, ok = strBytes(req.Model)
+	if !ok {
+		return
+	}
+	a, an, ok = strBytes(req.Adapter)
+	return
 }
 
 // Route chooses an instance for a request and, unless RouteDryRun, records
@@ -445,6 +568,10 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 	q.tenant = C.uint64_t(req.Tenant)
 	q.deadline_ns = C.uint64_t(req.Deadline)
 	q.urgency = C.uint32_t(req.Urgency)
+	model, modelLen, adapter, adapterLen, ok := req.names()
+	if !ok {
+		return invalid(op)
+	}
 	scores := d.Scores[:0]
 	wantScores := req.Flags&RouteScores != 0
 
@@ -472,7 +599,8 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 			dec.scores_capacity = C.size_t(len(scores))
 			dec.score_size = C.size_t(unsafe.Sizeof(Score{}))
 		}
-		st := C.lrgo_router_route(h, &q, u32ptr(req.Tokens), u32ptr(req.Boundaries), sp, &dec)
+		st := C.lrgo_router_route(h, &q, u32ptr(req.Tokens), u32ptr(req.Boundaries),
+			model, modelLen, adapter, adapterLen, sp, &dec)
 		if st == C.LR_EBUFSIZE && wantScores && try < 8 {
 			scores = make([]Score, 0, int(dec.n_scores))
 			continue
@@ -986,6 +1114,9 @@ type RouterStats struct {
 	Shed uint64
 	// The total time the dispatched ones waited, nanoseconds.
 	WaitNs uint64
+	// Routes of requests naming a LoRA adapter, and of those the ones sent
+	// where the adapter was not resident (a load caused).
+	AdapterRoutes, AdapterLoads uint64
 }
 
 // Stats returns the router's counters.
@@ -1037,6 +1168,9 @@ func (r *Router) Stats() (RouterStats, error) {
 		WaitedDropped:    uint64(s.waited_dropped),
 		Shed:             uint64(s.shed),
 		WaitNs:           uint64(s.wait_ns),
+
+		AdapterRoutes: uint64(s.adapter_routes),
+		AdapterLoads:  uint64(s.adapter_loads),
 	}
 	for i := range out.ByReason {
 		out.ByReason[i] = uint64(s.by_reason[i])
@@ -1091,7 +1225,8 @@ func (r *Router) ReasonCounts() ([]uint64, error) {
 // (lr_router_candidates): one row per routable instance, in id order, with
 // the cached tokens its policy would see and the ring ranks of its key.
 // Only the prompt and the request's facts are read (not ID, Boundaries or
-// Flags); nothing in the router changes. Decide over it with the router's
+// Flags); nothing in the router changes. With a Model, only its instances
+// have rows; the adapter columns are the Adapter's. Decide over it with the router's
 // policy, PolicyInput and a Route's Decision.Seed makes that route's
 // choice. ErrState with no routable instance.
 func (r *Router) Candidates(req *Request) ([]Candidate, error) {
@@ -1105,6 +1240,10 @@ func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 	q.has_session = cbool(req.HasSession)
 	q.expected_output_tokens = C.uint32_t(req.ExpectedOutputTokens)
 	q.now_ns = C.uint64_t(req.Now)
+	model, modelLen, adapter, adapterLen, ok := req.names()
+	if !ok {
+		return nil, invalid(op)
+	}
 	h, err := r.acquire()
 	if err != nil {
 		return nil, err
@@ -1113,8 +1252,8 @@ func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 	rows := make([]Candidate, int(C.lr_router_instance_count(h)))
 	for {
 		var n C.size_t
-		st := C.lrgo_router_candidates(h, &q, u32ptr(req.Tokens), candidatePtr(rows),
-			C.size_t(len(rows)), candidateSize, &n)
+		st := C.lrgo_router_candidates(h, &q, u32ptr(req.Tokens), model, modelLen,
+			adapter, adapterLen, candidatePtr(rows), C.size_t(len(rows)), candidateSize, &n)
 		if st == C.LR_EBUFSIZE && int(n) > len(rows) {
 			rows = make([]Candidate, int(n))
 			continue
@@ -1153,6 +1292,10 @@ func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
 	q.tenant = C.uint64_t(req.Tenant)
 	q.deadline_ns = C.uint64_t(req.Deadline)
 	q.urgency = C.uint32_t(req.Urgency)
+	model, modelLen, adapter, adapterLen, ok := req.names()
+	if !ok {
+		return PolicyInput{}, invalid(op)
+	}
 	h, err := r.acquire()
 	if err != nil {
 		return PolicyInput{}, err
@@ -1163,7 +1306,7 @@ func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
 		var in C.lr_policy_input
 		C.lr_policy_input_init_sized(&in, C.sizeof_lr_policy_input)
 		st := C.lrgo_router_policy_input(h, &q, u32ptr(req.Tokens), u32ptr(req.Boundaries),
-			&in, f64ptr(params), C.size_t(len(params)))
+			model, modelLen, adapter, adapterLen, &in, f64ptr(params), C.size_t(len(params)))
 		if st == C.LR_EBUFSIZE && int(in.n_params) > len(params) {
 			params = make([]float64, int(in.n_params))
 			continue

@@ -328,7 +328,7 @@ var allPolicies = []Policy{
 	PolicySessionAffinity, PolicyConsistentHash, PolicyPrefixCache,
 	PolicyPrefixCacheAndLoad, PolicySGLangCacheAware, PolicyPreble,
 	PolicyMinTTFT, PolicyDynamo, PolicyDualMap, PolicyGORGO, PolicyRanvier,
-	PolicyLodestar, PolicyAdaptive,
+	PolicyLodestar, PolicyAdaptive, PolicyLoRAAffinity, PolicyAIBrixLoRA,
 }
 
 func TestPolicies(t *testing.T) {
@@ -363,16 +363,16 @@ func TestPolicies(t *testing.T) {
 	if s := Policy(PolicyCount()).String(); s != fmt.Sprintf("Policy(%d)", PolicyCount()) {
 		t.Errorf("out-of-range policy prints %q", s)
 	}
-	for reason := ReasonNone; reason <= ReasonWaiting; reason++ {
+	for reason := ReasonNone; reason <= ReasonAdapter; reason++ {
 		if strings.HasPrefix(reason.String(), "Reason(") {
 			t.Errorf("reason %d has no name", reason)
 		}
 	}
-	if s := (ReasonWaiting + 1).String(); !strings.HasPrefix(s, "Reason(") {
-		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonWaiting+1, s)
+	if s := (ReasonAdapter + 1).String(); !strings.HasPrefix(s, "Reason(") {
+		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonAdapter+1, s)
 	}
-	if ReasonCount() != int(ReasonWaiting)+1 {
-		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonWaiting+1)
+	if ReasonCount() != int(ReasonAdapter)+1 {
+		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonAdapter+1)
 	}
 }
 
@@ -391,7 +391,7 @@ var allParams = []Param{
 	ParamAdaptiveFreshSeconds, ParamAdaptiveRTTWeight, ParamAdaptiveCalibrate,
 	ParamClockSkewSeconds, ParamSaturationQueue, ParamSaturationKV,
 	ParamFairInputWeight, ParamFairOutputWeight, ParamAdaptiveDeadline,
-	ParamSaturationPrefillSeconds,
+	ParamSaturationPrefillSeconds, ParamAdapterLoadSeconds,
 }
 
 func TestParams(t *testing.T) {

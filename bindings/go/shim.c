@@ -1,14 +1,38 @@
 /* See shim.h for why these exist. */
 #include "shim.h"
 
+#include <string.h>
+
+/* A name buffer: the longest name the library takes, one byte more (so
+ * that a longer name stays too long) and the NUL. */
+typedef char lrgo_name_buf[LR_ROUTER_MAX_NAME + 2];
+
+/* name[0..len) NUL-terminated in buf, cut at LR_ROUTER_MAX_NAME + 1
+ * bytes; NULL for no name. */
+static const char *
+name_of(const char *name, size_t len, lrgo_name_buf buf)
+{
+    if (name == NULL || len == 0)
+        return NULL;
+    if (len > LR_ROUTER_MAX_NAME + 1)
+        len = LR_ROUTER_MAX_NAME + 1;
+    memcpy(buf, name, len);
+    buf[len] = '\0';
+    return buf;
+}
+
 lr_status
 lrgo_router_route(lr_router *r, const lr_request *q, const uint32_t *tokens,
-                  const uint32_t *boundaries, lr_score *scores,
-                  lr_decision *d)
+                  const uint32_t *boundaries, const char *model,
+                  size_t model_len, const char *adapter, size_t adapter_len,
+                  lr_score *scores, lr_decision *d)
 {
+    lrgo_name_buf mbuf, abuf;
     lr_request req = *q;
     req.tokens = tokens;
     req.boundaries = boundaries;
+    req.model = name_of(model, model_len, mbuf);
+    req.adapter = name_of(adapter, adapter_len, abuf);
     lr_decision dec = *d;
     dec.scores = scores;
     lr_status st = lr_router_route(r, &req, &dec);
@@ -19,23 +43,33 @@ lrgo_router_route(lr_router *r, const lr_request *q, const uint32_t *tokens,
 
 lr_status
 lrgo_router_candidates(lr_router *r, const lr_request *q,
-                       const uint32_t *tokens, lr_candidate *rows,
+                       const uint32_t *tokens, const char *model,
+                       size_t model_len, const char *adapter,
+                       size_t adapter_len, lr_candidate *rows,
                        size_t capacity, size_t row_size, size_t *n_rows)
 {
+    lrgo_name_buf mbuf, abuf;
     lr_request req = *q;
     req.tokens = tokens;
     req.boundaries = NULL;
+    req.model = name_of(model, model_len, mbuf);
+    req.adapter = name_of(adapter, adapter_len, abuf);
     return lr_router_candidates(r, &req, rows, capacity, row_size, n_rows);
 }
 
 lr_status
 lrgo_router_policy_input(lr_router *r, const lr_request *q,
                          const uint32_t *tokens, const uint32_t *boundaries,
+                         const char *model, size_t model_len,
+                         const char *adapter, size_t adapter_len,
                          lr_policy_input *in, double *params, size_t capacity)
 {
+    lrgo_name_buf mbuf, abuf;
     lr_request req = *q;
     req.tokens = tokens;
     req.boundaries = boundaries;
+    req.model = name_of(model, model_len, mbuf);
+    req.adapter = name_of(adapter, adapter_len, abuf);
     lr_policy_input pin = *in;
     lr_status st = lr_router_policy_input(r, &req, &pin, params, capacity);
     pin.params = NULL; /* the caller's buffer: Go keeps its own slice */

@@ -28,8 +28,15 @@
 lr_status lrgo_text_tokens(const void *text, size_t len, uint32_t width,
                            uint32_t *out, size_t capacity);
 
+/* The request's model and adapter names come as (bytes, length) pairs,
+ * a Go string's bytes with no NUL (NULL with 0: none): each shim copies
+ * them NUL-terminated into buffers on its stack, at most one byte more
+ * than the library takes, so a name too long is still the library's
+ * LR_EINVAL. */
 lr_status lrgo_router_route(lr_router *r, const lr_request *q,
                             const uint32_t *tokens, const uint32_t *boundaries,
+                            const char *model, size_t model_len,
+                            const char *adapter, size_t adapter_len,
                             lr_score *scores, lr_decision *d);
 
 lr_status lrgo_router_kv_stored(lr_router *r, uint32_t id,
@@ -53,13 +60,17 @@ lr_status lrgo_index_kv_stored(lr_index *idx, uint32_t instance,
                                const uint32_t *token_ids, uint64_t now_ns);
 
 lr_status lrgo_router_candidates(lr_router *r, const lr_request *q,
-                                 const uint32_t *tokens, lr_candidate *rows,
+                                 const uint32_t *tokens, const char *model,
+                                 size_t model_len, const char *adapter,
+                                 size_t adapter_len, lr_candidate *rows,
                                  size_t capacity, size_t row_size,
                                  size_t *n_rows);
 
 lr_status lrgo_router_policy_input(lr_router *r, const lr_request *q,
                                    const uint32_t *tokens,
                                    const uint32_t *boundaries,
+                                   const char *model, size_t model_len,
+                                   const char *adapter, size_t adapter_len,
                                    lr_policy_input *in, double *params,
                                    size_t capacity);
 

@@ -18,6 +18,19 @@ in which the gateway let requests through.
 
     python3 fake_engine.py --port 8101 --name e1
 
+It can serve models and LoRA adapters as vLLM does (--models,
+--max-loras, --lora-modules): a request's `model` is one of its served
+model names, or an adapter, served under its own name and loaded first
+when not resident (lora_load_s more to the first token; an LRU keeps
+`max_loras` of them, as vLLM's --max-loras slots); an adapter's prompts
+cache apart from the base model's. Any other name gets vLLM's 404. Its
+/metrics then carries vLLM's `vllm:lora_requests_info` gauge: the
+adapters of its requests in flight (running; held ones waiting) and
+max_lora. An engine given none of these takes any `model`.
+
+    python3 fake_engine.py --port 8101 --name e1 --models llama \
+        --max-loras 2 --lora-modules sql,chat
+
 With --kv-events it also publishes vLLM KV-cache events over ZeroMQ, as
 vLLM does with `--kv-events-config` (see KvEngine): its cache is then one
 of 16-token blocks of the prompt's tokens as the gateway computes them
@@ -75,8 +88,23 @@ class Engine:
 
     def __init__(self, name: str, *, cache_blocks: int = 4096,
                  base_s: float = 0.01, per_block_s: float = 0.002,
-                 per_token_s: float = 0.002) -> None:
+                 per_token_s: float = 0.002,
+                 models: Tuple[str, ...] = (), max_loras: int = 0,
+                 loras: Optional[Tuple[str, ...]] = None,
+                 lora_load_s: float = 0.02) -> None:
         self.name = name
+        # Models and adapters (see the module doc): its served model
+        # names, adapter slots and known adapters (None: any name), the
+        # resident adapters (LRU, most recent last) and the in-flight
+        # requests of each, running and held.
+        self.models, self.max_loras = tuple(models), max_loras
+        self.loras = None if loras is None else tuple(loras)
+        self.lora_load_s = lora_load_s
+        self.resident: "collections.OrderedDict[str, None]" = \
+            collections.OrderedDict()
+        self.lora_running: Dict[str, int] = {}
+        self.lora_held: Dict[str, int] = {}
+        self.lora_loads = 0
         self.cache_blocks = cache_blocks
         self.base_s = base_s
         self.per_block_s = per_block_s
@@ -129,14 +157,78 @@ class Engine:
         with self.lock:
             return {"arrivals": list(self.arrivals), "held": self.held,
                     "running": self.running, "hold": self.hold,
-                    "permits": self.permits}
+                    "permits": self.permits,
+                    "adapters": list(self.resident),
+                    "lora_loads": self.lora_loads}
 
-    def admit(self, text: str) -> Tuple[int, int]:
+    def adapter_of(self, body: Dict[str, Any]) -> Optional[str]:
+        """The LoRA adapter a request names, None for the base model;
+        KeyError for a model it does not serve (vLLM's 404). An engine
+        with no served names and no adapter slots takes any model."""
+        name = body.get("model")
+        if not self.models and not self.max_loras:
+            return None
+        if name in (None, "") or name in self.models:
+            return None
+        if self.max_loras and isinstance(name, str) and \
+                (self.loras is None or name in self.loras):
+            return name
+        raise KeyError(name)
+
+    def lora_begin(self, adapter: str) -> bool:
+        """A request of `adapter` arrives: make it resident (the least
+        recently used adapter leaves when every slot is taken, preferring
+        one without requests); True when it had to be loaded."""
+        with self.lock:
+            loaded = adapter not in self.resident
+            if loaded:
+                self.lora_loads += 1
+                while len(self.resident) >= self.max_loras:
+                    idle = [a for a in self.resident
+                            if not self.lora_running.get(a)
+                            and not self.lora_held.get(a)]
+                    del self.resident[idle[0] if idle
+                                      else next(iter(self.resident))]
+            self.resident[adapter] = None
+            self.resident.move_to_end(adapter)
+            self.lora_held[adapter] = self.lora_held.get(adapter, 0) + 1
+            return loaded
+
+    def lora_step(self, adapter: str, running: bool) -> None:
+        """The adapter's request goes from held to running (running
+        True), or ends (False: from running)."""
+        with self.lock:
+            if running:
+                self.lora_held[adapter] -= 1
+                self.lora_running[adapter] = \
+                    self.lora_running.get(adapter, 0) + 1
+            else:
+                self.lora_running[adapter] -= 1
+
+    def lora_drop(self, adapter: str) -> None:
+        """The adapter's request ends before it ran."""
+        with self.lock:
+            self.lora_held[adapter] -= 1
+
+    def lora_metrics(self) -> str:
+        """vLLM's lora_requests_info: the adapters of its running and
+        waiting (held) requests, its slots; valued with the time, as
+        vLLM's gauge is (caller holds the lock)."""
+        if not self.max_loras:
+            return ""
+        run = ",".join(a for a, n in self.lora_running.items() if n > 0)
+        wait = ",".join(a for a, n in self.lora_held.items() if n > 0)
+        return (f'vllm:lora_requests_info{{max_lora="{self.max_loras}",'
+                f'running_lora_adapters="{run}",'
+                f'waiting_lora_adapters="{wait}"}} {time.time():.3f}\n')
+
+    def admit(self, text: str, salt: str = "") -> Tuple[int, int]:
         """Look the prompt up in the cache and insert it: (cached blocks,
-        all blocks). Hits count only for leading blocks."""
+        all blocks). Hits count only for leading blocks. `salt` (an
+        adapter's name) keys the prompt's blocks apart."""
         data = text.encode("utf-8")
         keys = []
-        h = b""
+        h = salt.encode("utf-8")
         for off in range(0, len(data), BLOCK):
             h = hashlib.blake2b(h + data[off:off + BLOCK],
                                 digest_size=16).digest()
@@ -413,7 +505,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     f"vllm:num_requests_running {e.running}\n"
                     f"vllm:num_requests_waiting 0\n"
                     f"vllm:kv_cache_usage_perc "
-                    f"{len(e.cache) / e.cache_blocks:.4f}\n")
+                    f"{len(e.cache) / e.cache_blocks:.4f}\n"
+                    + e.lora_metrics())
             data = text.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -439,21 +532,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(400, {"error": str(e)})
             return
         e = self.engine
+        try:
+            adapter = e.adapter_of(body)
+        except KeyError:
+            self._json(404, {"object": "error",
+                             "message": f"The model `{body.get('model')}` "
+                                        "does not exist.",
+                             "type": "NotFoundError", "param": None,
+                             "code": 404})
+            return
         e.arrive(str(body.get("user", "")))
+        loaded = e.lora_begin(adapter) if adapter is not None else False
         if isinstance(e, KvEngine):
             cached, blocks = e.admit_tokens(prompt_tokens(body))
         else:
-            cached, blocks = e.admit(text)
+            cached, blocks = e.admit(text, adapter or "")
+        running = False
         try:
             e.wait_gate()
-            time.sleep(e.base_s + e.per_block_s * (blocks - cached))
+            if adapter is not None:
+                e.lora_step(adapter, True)
+                running = True
+            time.sleep(e.base_s + e.per_block_s * (blocks - cached)
+                       + (e.lora_load_s if loaded else 0.0))
             # cached_tokens as vLLM reports it, in 4-byte tokens (the
             # gateway's pseudo-tokens): 16 per 64-byte block.
             usage = {"prompt_tokens": len(text.encode()) // 4,
                      "completion_tokens": max_tokens,
                      "prompt_tokens_details": {
                          "cached_tokens": cached * BLOCK // 4},
-                     "cached_blocks": cached, "prompt_blocks": blocks}
+                     "cached_blocks": cached, "prompt_blocks": blocks,
+                     "lora": adapter, "lora_loaded": loaded}
             chat = self.path.endswith("chat/completions")
             if body.get("stream"):
                 self.send_response(200)
@@ -483,6 +592,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
+            if adapter is not None:
+                if running:
+                    e.lora_step(adapter, False)
+                else:
+                    e.lora_drop(adapter)
             e.done()
 
 
@@ -882,6 +996,13 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--cache-blocks", type=int, default=4096)
+    ap.add_argument("--models", default="", metavar="A,B",
+                    help="its served model names (vLLM's "
+                         "--served-model-name; default: takes any)")
+    ap.add_argument("--max-loras", type=int, default=0, metavar="N",
+                    help="LoRA adapter slots (vLLM's --max-loras; 0: none)")
+    ap.add_argument("--lora-modules", default=None, metavar="A,B",
+                    help="the adapters it knows (default: any name)")
     ap.add_argument("--kv-events", action="store_true",
                     help="publish vLLM KV-cache events over ZeroMQ")
     ap.add_argument("--llamacpp", action="store_true",
@@ -898,10 +1019,13 @@ def main() -> None:
     if a.llamacpp:
         engine = LlamaEngine(a.name, slots=a.slots, metrics=not a.no_metrics,
                              metrics_wait=a.metrics_wait)
-    elif a.kv_events:
-        engine = KvEngine(a.name, cache_blocks=a.cache_blocks)
     else:
-        engine = Engine(a.name, cache_blocks=a.cache_blocks)
+        lora = {"models": tuple(m for m in a.models.split(",") if m),
+                "max_loras": a.max_loras,
+                "loras": None if a.lora_modules is None else
+                tuple(m for m in a.lora_modules.split(",") if m)}
+        engine = (KvEngine if a.kv_events else Engine)(
+            a.name, cache_blocks=a.cache_blocks, **lora)
     srv = EngineServer((a.host, a.port), engine)
     # one line for whoever started us: where to reach it
     ready: Dict[str, Any] = {"http": srv.server_address[1]}

@@ -27,6 +27,21 @@ Behind it, one thread per backend, every 100 ms:
   /slots instead (running only), and a late answer (llama.cpp answers
   between two steps of its loop) is skipped, never a reason to drain.
 
+Models and LoRA adapters: a backend may be declared with the model
+names it serves (vLLM's --served-model-name: a base model and its
+aliases; --models, or `,models=A+B` after its address) and its adapter
+slots (vLLM's --max-loras; --max-loras, or `,max_loras=N`). A request's
+`model` that names one of the fleet's base models goes only to the
+backends that serve it; any other name is a LoRA adapter, as vLLM serves
+adapters under their own names: it goes to a model every backend with
+adapter slots serves (any backend when they share none), the router keys
+its prefixes apart and follows where it is resident (the policies
+lora-affinity and aibrix-lora send it there). A name that is neither, in a fleet with no adapter slots
+declared or seen, gets 404, as vLLM answers an unknown model. The /metrics
+scrape reads vLLM's `vllm:lora_requests_info` gauge too (the adapters
+running and waiting there, and max_lora) into Router.set_adapters. A fleet
+that declares no models routes every request whatever its `model`.
+
 A request whose backend refuses it is retried on the router's next
 choice. An engine's error, as an HTTP status or inside a stream (a
 `data: {"error": ...}` event), is a failure for the router, not a first
@@ -49,6 +64,10 @@ the Prometheus metric set of docs/gateway.md (metrics.py).
 
     python3 gateway.py --port 8100 --backend e1=127.0.0.1:8101 \\
         --backend e2=127.0.0.1:8102 --policy prefix-cache
+
+    python3 gateway.py --policy lora-affinity --models llama-3-8b \\
+        --max-loras 4 --backend e1=127.0.0.1:8101 \\
+        --backend e2=127.0.0.1:8102,models=qwen-7b+qwen,max_loras=2
 
 Needs the libroute Python package on PYTHONPATH (bindings/python).
 """
@@ -92,6 +111,14 @@ _WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred",
 _KV_USE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
            "sglang:token_usage")
 
+# vLLM's LoRA gauge: one sample per label set it has seen, its value the
+# time it was set; the latest (largest) is the engine's word now.
+_LORA_INFO = re.compile(r"^vllm:lora_requests_info\{([^}]*)\}\s+"
+                        r"([0-9.eE+-]+)\s*$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# Adapter slots and names the router follows per instance.
+_MAX_ADAPTERS = libroute.constants["LR_ROUTER_MAX_ADAPTERS"]
+
 # Deadlines past the router's clock (LR_ROUTER_MAX_TIME_NS) are cut there.
 _MAX_TIME_NS = 1 << 60
 
@@ -130,6 +157,54 @@ def engine_stats(text: str) -> Optional[Tuple[int, int, float, str]]:
     kv = first(_KV_USE)[0] or 0.0
     return (int(max(running, 0)), int(max(first(_WAITING)[0] or 0, 0)),
             min(max(kv, 0.0), 1.0), name.split(":")[0])
+
+
+class LoraInfo(NamedTuple):
+    """vLLM's `vllm:lora_requests_info` gauge: the adapters with requests
+    running and waiting on the engine, and its slots (max_lora)."""
+
+    running: List[str]
+    waiting: List[str]
+    max_lora: int
+
+
+def lora_info(text: str) -> Optional[LoraInfo]:
+    """The latest `vllm:lora_requests_info` sample of a /metrics text
+    (vLLM keeps every label set it has set, each valued with the time it
+    was set), or None when there is none. The adapter labels are
+    comma-separated names."""
+    best: Optional[Tuple[float, Dict[str, str]]] = None
+    for line in text.splitlines():
+        m = _LORA_INFO.match(line)
+        if not m:
+            continue
+        try:
+            t = float(m.group(2))
+        except ValueError:
+            continue
+        if best is None or t >= best[0]:
+            labels = {k: v.replace('\\"', '"').replace("\\\\", "\\")
+                      for k, v in _LABEL.findall(m.group(1))}
+            best = (t, labels)
+    if best is None:
+        return None
+    lab = best[1]
+
+    def names(key: str) -> List[str]:
+        return [n for n in (s.strip() for s in lab.get(key, "").split(","))
+                if n]
+
+    try:
+        max_lora = int(float(lab.get("max_lora", "0")))
+    except ValueError:
+        max_lora = 0
+    return LoraInfo(names("running_lora_adapters"),
+                    names("waiting_lora_adapters"), max(max_lora, 0))
+
+
+class UnknownModel(Exception):
+    """A request's `model` is neither a base model of the fleet nor, in a
+    fleet with adapter slots, an adapter: 404, as vLLM answers."""
 
 
 def observed_cached(obj: Any) -> Optional[int]:
@@ -195,8 +270,13 @@ class _NoMetrics:
 
 
 class Backend:
-    def __init__(self, name: str, host: str, port: int, ident: int) -> None:
+    def __init__(self, name: str, host: str, port: int, ident: int,
+                 models: Tuple[str, ...] = (), max_loras: int = 0) -> None:
         self.name, self.host, self.port, self.id = name, host, port, ident
+        # The model names it serves (none: any) and its LoRA slots (0:
+        # not declared; a scrape's max_lora may tell).
+        self.models, self.max_loras = models, max_loras
+        self.adapters: List[str] = []  # its last lora_requests_info
         self.up = True
         # Where its load comes from: "vllm", "llamacpp" or "sglang"
         # (/metrics), "slots" (llama.cpp's /slots), "none", or "" before
@@ -248,7 +328,7 @@ _GONE = object()
 class Gateway:
     """The routing state shared by the handler threads."""
 
-    def __init__(self, backends: List[Tuple[str, str, int]], *,
+    def __init__(self, backends: List[Tuple[Any, ...]], *,
                  policy: str = "prefix-cache", scrape_s: float = 0.1,
                  health_s: float = 0.25, timeout_s: float = 30.0,
                  router_options: Optional[Dict[str, Any]] = None,
@@ -278,6 +358,8 @@ class Gateway:
         # ttft_slo_s: the deadline of each urgency's requests that carry
         # no SLO header (the rest: timeout_s); objectives: the priority of
         # each InferenceObjective name; dispatch_s: the dispatch timer.
+        # backends: (name, host, port[, models[, max_loras]]): the model
+        # names it serves (none: any) and its LoRA adapter slots.
         opts = dict(router_options or {})
         if index_capacity_blocks is not None:
             opts["index_capacity_blocks"] = index_capacity_blocks
@@ -300,15 +382,25 @@ class Gateway:
         self.on_backend_up: List[Any] = []  # callbacks (Backend)
         self.status_parts: Dict[str, Any] = {}  # name -> () -> dict
         self.backends: Dict[int, Backend] = {}
-        for name, host, port in backends:
+        for spec in backends:
+            name, host, port = spec[:3]
+            models = tuple(spec[3]) if len(spec) > 3 and spec[3] else ()
+            max_loras = int(spec[4]) if len(spec) > 4 and spec[4] else 0
             try:
                 ident = self.router.find_instance(name)
                 # drained when the snapshot was taken: the health checks
                 # below drain it again if it still is down
                 self.router.drain_instance(ident, False)
             except libroute.NotFoundError:
-                ident = self.router.add_instance(name)
-            self.backends[ident] = Backend(name, host, port, ident)
+                ident = self.router.add_instance(
+                    name, models=list(models),
+                    max_adapters=min(max_loras, _MAX_ADAPTERS))
+            self.backends[ident] = Backend(name, host, port, ident, models,
+                                           max_loras)
+        # The fleet's base models (every backend's served names): a
+        # request's model among them is one; any other is an adapter.
+        self.base_models = frozenset(m for b in self.backends.values()
+                                     for m in b.models)
         self.ids = itertools.count(1)
         self.tok_turn = itertools.count()
         self.lock = threading.Lock()
@@ -431,6 +523,7 @@ class Gateway:
     def _scrape(self, b: Backend) -> None:
         """The engine's load into the router. A late or failed answer is
         skipped: /health alone says whether the backend is up."""
+        text = None  # the /metrics page, when read
         if b.metrics in ("slots", "none"):
             st = self._slots(b)
         else:
@@ -445,13 +538,35 @@ class Gateway:
             elif status != 200:
                 return
             else:
-                st = engine_stats(data.decode("utf-8", "replace"))
+                text = data.decode("utf-8", "replace")
+                st = engine_stats(text)
                 if st is not None:
                     b.metrics = st[3]
         if st is not None:
             self.router.set_stats(b.id, running=st[0], waiting=st[1],
                                   kv_use=st[2], scraped_ns=now_ns())
             self.kick()
+        if text is not None and b.metrics == "vllm":
+            self._adapters(b, text)
+
+    def _adapters(self, b: Backend, text: str) -> None:
+        """vLLM's lora_requests_info into the router: the adapters
+        resident there and its slots. A report the router refuses (a name
+        too long, more adapters than it follows) is skipped."""
+        info = lora_info(text)
+        if info is None:
+            return
+        with self.lock:
+            b.adapters = info.running + info.waiting
+            if info.max_lora:
+                b.max_loras = info.max_lora
+        try:
+            self.router.set_adapters(
+                b.id, running=info.running, waiting=info.waiting,
+                max_adapters=min(info.max_lora, _MAX_ADAPTERS),
+                scraped_ns=now_ns())
+        except (libroute.InvalidArgumentError, libroute.OutOfRangeError):
+            pass
 
     def _slots(self, b: Backend) -> Optional[Tuple[int, int, float, str]]:
         """Running requests from llama.cpp's /slots (busy slots)."""
@@ -487,6 +602,34 @@ class Gateway:
         return [(b.id, b.name, b.up) for b in self.backends.values()]
 
     # ---- requests -------------------------------------------------------
+
+    def model_of(self, body: Dict[str, Any]) -> Tuple[Optional[str],
+                                                      Optional[str]]:
+        """(model, adapter) for the router from a request's `model`: a
+        base model of the fleet is the model; any other name is a LoRA
+        adapter (vLLM serves adapters under their own names), routed to a
+        model that every backend with adapter slots serves, or to any
+        backend when they serve none in common. A fleet that declares no
+        models routes by no model; a name that is no base model where no
+        backend has adapter slots (declared or scraped) raises
+        UnknownModel."""
+        name = body.get("model")
+        if not self.base_models or name is None or name == "":
+            return None, None
+        if not isinstance(name, str):
+            raise ValueError("model: expected a string")
+        if name in self.base_models:
+            return name, None
+        lora = [b for b in self.backends.values()
+                if b.max_loras > 0 or b.adapters]
+        if not lora:
+            raise UnknownModel(name)
+        # The adapter goes where adapters are served: to a model every
+        # backend with adapter slots serves (their base model), when
+        # there is one; else anywhere.
+        common = frozenset(lora[0].models).intersection(
+            *(b.models for b in lora[1:]))
+        return (min(common) if common else None), name
 
     def tokenize(self, body: Dict[str, Any],
                  path: str = "/v1/chat/completions") -> Tuple[array, array]:
@@ -605,6 +748,9 @@ class Gateway:
             "backends": [{"name": b.name, "id": b.id, "up": b.up,
                           "inflight": self.router.instance_load(b.id).inflight,
                           "metrics": b.metrics,
+                          "models": list(b.models),
+                          "max_loras": b.max_loras,
+                          "adapters": len(self.router.adapters(b.id)),
                           "cached_tokens": {"predicted": b.predicted,
                                             "observed": b.observed,
                                             "requests": b.reports}}
@@ -614,6 +760,8 @@ class Gateway:
             "reasons": {r.label: n for r, n in
                         self.router.reason_counts().items() if n},
             "inflight": s.inflight,
+            "adapter_routes": s.adapter_routes,
+            "adapter_loads": s.adapter_loads,
             "retries": self.retries,
             "failures": self.failures,
             "restored": self.restored,
@@ -739,6 +887,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # without the queue the headers are not read
             adm = (gw.classifier.classify(self.headers)
                    if gw.waiting is not None else None)
+            model, adapter = gw.model_of(body)
             toks, ends = gw.tokenize(body, self.path)
             # OpenAI's max_tokens, or llama.cpp's n_predict (-1: no limit)
             max_tokens = int(body.get("max_tokens",
@@ -747,6 +896,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (ValueError, TypeError) as e:
             gw.metrics.on_response(400)
             self._json(400, {"error": f"bad request: {e}"})
+            return
+        except UnknownModel as e:
+            self._unknown_model(str(e))
             return
         except TokenizeError as e:
             gw.metrics.on_response(503)
@@ -758,7 +910,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if adm is not None else 0)
         for _ in range(len(gw.backends)):
             t0 = now_ns()
-            d = self._choose(rid, toks, ends, max_tokens, adm, deadline, t0)
+            try:
+                d = self._choose(rid, toks, ends, max_tokens, adm, deadline,
+                                 t0, model, adapter)
+            except libroute.NotFoundError:  # no backend serves the model
+                self._unknown_model(str(model))
+                return
+            except libroute.InvalidArgumentError as e:  # a name too long
+                gw.metrics.on_response(400)
+                self._json(400, {"error": f"bad request: {e}"})
+                return
             if d is _GONE:
                 return  # the client hung up while it waited
             if d is _NOWHERE:
@@ -798,9 +959,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         gw.metrics.on_response(503)
         self._json(503, {"error": "no backend available"})
 
+    def _unknown_model(self, name: str) -> None:
+        """404 as vLLM answers a model it does not serve (OpenAI's error
+        object)."""
+        self.gw.metrics.on_response(404)
+        self._json(404, {"error": {
+            "message": f"The model `{name}` does not exist.",
+            "type": "NotFoundError", "param": "model", "code": 404}})
+
     def _choose(self, rid: int, toks: array, ends: array, max_tokens: int,
-                adm: Optional[Admission], deadline: int,
-                t0: int) -> Union[Choice, Refusal, object]:
+                adm: Optional[Admission], deadline: int, t0: int,
+                model: Optional[str] = None,
+                adapter: Optional[str] = None
+                ) -> Union[Choice, Refusal, object]:
         """Where request rid goes: route() now, or, with the queue, route()
         with may_wait and, when the router holds it, the entry dispatch()
         lets out for it. A Choice (recorded in flight), a Refusal, _NOWHERE
@@ -811,7 +982,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             try:
                 d = gw.router.route(toks, request_id=rid, now_ns=t0,
                                     boundaries=ends, learn=gw.learn,
-                                    expected_output_tokens=max_tokens)
+                                    expected_output_tokens=max_tokens,
+                                    model=model, adapter=adapter)
             except libroute.StateError:
                 return _NOWHERE
             gw.metrics.on_route(d, (now_ns() - t0) / 1e9)
@@ -825,7 +997,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                 expected_output_tokens=max_tokens,
                                 may_wait=True, sheddable=adm.sheddable,
                                 tenant=adm.tenant, deadline_ns=deadline,
-                                urgency=adm.urgency)
+                                urgency=adm.urgency, model=model,
+                                adapter=adapter)
         except libroute.BusyError:
             gw.waiting.forget(w)
             gw.metrics.on_route_call((now_ns() - t0) / 1e9)
@@ -1125,7 +1298,7 @@ def queue_kwargs(ap: argparse.ArgumentParser,
             "objectives": objectives, "dispatch_s": a.dispatch_ms / 1e3}
 
 
-def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
+def start_fleet(a: argparse.Namespace, backends: List[Tuple[Any, ...]],
                 policy: str,
                 queue: Optional[Dict[str, Any]] = None
                 ) -> Tuple[Gateway, List[Any]]:
@@ -1174,6 +1347,34 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[str, str, int]],
     return gw, stoppers
 
 
+def parse_backend(spec: str, models: str = "", max_loras: int = 0
+                  ) -> Tuple[str, str, int, Tuple[str, ...], int]:
+    """--backend NAME=HOST:PORT[,models=A+B][,max_loras=N] as (name,
+    host, port, models, max_loras); `models` (comma-separated) and
+    `max_loras` are the defaults the options override."""
+    addr, *opts = spec.split(",")
+    m = re.fullmatch(r"([^=]+)=([^:]+):(\d+)", addr)
+    if not m:
+        raise ValueError("expected NAME=HOST:PORT[,models=A+B]"
+                         "[,max_loras=N]")
+    names = tuple(n for n in models.split(",") if n)
+    for o in opts:
+        key, eq, value = o.partition("=")
+        if key == "models" and eq:
+            names = tuple(n for n in value.split("+") if n)
+        elif key == "max_loras" and eq:
+            try:
+                max_loras = int(value)
+            except ValueError:
+                raise ValueError(f"max_loras={value!r}: not a number"
+                                 ) from None
+        else:
+            raise ValueError(f"{o!r}: expected models=A+B or max_loras=N")
+    if max_loras < 0:
+        raise ValueError("max_loras must be >= 0")
+    return m.group(1), m.group(2), int(m.group(3)), names, max_loras
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description="OpenAI-style gateway routing with libroute.")
@@ -1182,7 +1383,19 @@ def main() -> None:
     ap.add_argument("--policy", default="prefix-cache",
                     help="a libroute policy name (default prefix-cache)")
     ap.add_argument("--backend", action="append", required=True,
-                    metavar="NAME=HOST:PORT")
+                    metavar="NAME=HOST:PORT[,models=A+B][,max_loras=N]",
+                    help="an engine; after its address, the model names "
+                         "it serves and its LoRA adapter slots (override "
+                         "--models and --max-loras)")
+    ap.add_argument("--models", default="", metavar="A,B",
+                    help="the model names every backend serves (vLLM's "
+                         "served model names); a request's model that is "
+                         "none of the fleet's is a LoRA adapter (default: "
+                         "none, every request routes whatever its model)")
+    ap.add_argument("--max-loras", type=int, default=0, metavar="N",
+                    help="every backend's LoRA adapter slots (vLLM's "
+                         "--max-loras; default 0: not declared, a scrape "
+                         "of vllm:lora_requests_info tells)")
     add_fleet_args(ap)
     ap.add_argument("--index-capacity-blocks", type=int, default=None,
                     help="prefix index capacity in blocks (library default)")
@@ -1194,10 +1407,10 @@ def main() -> None:
     queue = queue_kwargs(ap, a)
     backends = []
     for spec in a.backend:
-        m = re.fullmatch(r"([^=]+)=([^:]+):(\d+)", spec)
-        if not m:
-            ap.error(f"--backend {spec!r}: expected NAME=HOST:PORT")
-        backends.append((m.group(1), m.group(2), int(m.group(3))))
+        try:
+            backends.append(parse_backend(spec, a.models, a.max_loras))
+        except ValueError as e:
+            ap.error(f"--backend {spec!r}: {e}")
     stoppers: List[Any] = []
     if a.redis or a.kv_events:
         gw, stoppers = start_fleet(a, backends, a.policy, queue)

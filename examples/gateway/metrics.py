@@ -85,6 +85,14 @@ class _RouterCollector:
             "libroute_prompt_tokens", "Prompt tokens routed.",
             value=st.prompt_tokens)
         for name, doc, v in (
+                ("libroute_adapter_routes",
+                 "Routes of requests naming a LoRA adapter.",
+                 st.adapter_routes),
+                ("libroute_adapter_loads",
+                 "Of which sent where the adapter was not resident "
+                 "(a load caused).", st.adapter_loads)):
+            yield CounterMetricFamily(name, doc, value=v)
+        for name, doc, v in (
                 ("libroute_index_blocks", "Block routes the index holds.",
                  ix.blocks),
                 ("libroute_index_remote_blocks",

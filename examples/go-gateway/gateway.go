@@ -73,6 +73,11 @@ type Config struct {
 // BackendSpec names one engine.
 type BackendSpec struct {
 	Name, Addr string
+	// The model names it serves (vLLM's served model names; none: any)
+	// and its LoRA adapter slots (vLLM's --max-loras; 0: not declared).
+	// See lora.go.
+	Models   []string
+	MaxLoRAs uint32
 }
 
 // Backend is one engine behind the gateway.
@@ -92,6 +97,11 @@ type Backend struct {
 	// Cached prompt tokens over the requests whose engine reported them:
 	// what the router predicted, what the engine reused.
 	predicted, observed, reports atomic.Uint64
+	// The models it serves, its adapter slots (declared, or its scrape's
+	// max_lora) and whether a scrape has reported its adapters.
+	Models      []string
+	maxLoRAs    atomic.Uint32
+	adapterSeen atomic.Bool
 }
 
 func (b *Backend) metricsKind() string {
@@ -104,6 +114,8 @@ type Gateway struct {
 	cfg      Config
 	backends []*Backend
 	byID     map[libroute.InstanceID]*Backend
+	// The fleet's base models: every backend's served names (lora.go).
+	baseModels map[string]bool
 	// nil with NoLibroute.
 	router *libroute.Router
 	// nil with NoQueue or NoLibroute.
@@ -157,8 +169,9 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		cfg.DispatchEvery = 100 * time.Millisecond
 	}
 	g := &Gateway{
-		cfg:  cfg,
-		byID: make(map[libroute.InstanceID]*Backend),
+		cfg:        cfg,
+		byID:       make(map[libroute.InstanceID]*Backend),
+		baseModels: make(map[string]bool),
 		transport: &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
@@ -180,9 +193,14 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		}
 	}
 	for _, s := range cfg.Backends {
-		b := &Backend{Name: s.Name, Addr: s.Addr, ID: libroute.InstanceID(len(g.backends))}
+		b := &Backend{Name: s.Name, Addr: s.Addr, ID: libroute.InstanceID(len(g.backends)), Models: s.Models}
+		b.maxLoRAs.Store(s.MaxLoRAs)
+		for _, m := range s.Models {
+			g.baseModels[m] = true
+		}
 		if g.router != nil {
-			id, err := g.router.AddInstance(libroute.InstanceSpec{Name: s.Name})
+			id, err := g.router.AddInstance(libroute.InstanceSpec{Name: s.Name, Models: s.Models,
+				MaxAdapters: min32(s.MaxLoRAs, libroute.RouterMaxAdapters)})
 			if err != nil {
 				g.router.Close()
 				return nil, fmt.Errorf("backend %s: %w", s.Name, err)
@@ -482,6 +500,9 @@ func (g *Gateway) load(b *Backend) (libroute.EngineStats, bool) {
 				return st, false
 			}
 			b.metrics.Store(family)
+			if family == "vllm" {
+				g.scrapeAdapters(b, text)
+			}
 			return st, true
 		}
 	}
@@ -539,6 +560,8 @@ type attempt struct {
 	cached   uint32
 	prompt   uint32 // tokens routed (the router's)
 	routedAt time.Time
+	model    string // the router's model and adapter (lora.go)
+	adapter  string
 	err      error // set by the proxy's ErrorHandler: nothing was sent
 	observed bool  // the engine's cached tokens were taken
 }
@@ -628,16 +651,23 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var model, adapter string
+	if g.router != nil {
+		if model, adapter, err = g.modelOf(c.model); err != nil {
+			g.unknownModel(w, c.model)
+			return
+		}
+	}
 	id := g.ids.Add(1)
 	// the TTFT deadline counts from the request's arrival, across tries
 	deadline := deadlineOf(now(), adm)
 	for try := 0; try < len(g.backends); try++ {
-		a := &attempt{g: g, id: id, prompt: uint32(len(toks))}
+		a := &attempt{g: g, id: id, prompt: uint32(len(toks)), model: model, adapter: adapter}
 		res := picked
 		if g.queue != nil {
 			res = g.pickWaiting(w, r, a, toks, ends, c.maxTokens, adm, deadline)
-		} else if !g.pick(a, toks, ends, c.maxTokens) {
-			res = noBackend
+		} else {
+			res = g.pick(w, a, toks, ends, c.maxTokens)
 		}
 		if res == noBackend {
 			break // every backend drained
@@ -670,34 +700,68 @@ func (g *Gateway) serveCompletion(w http.ResponseWriter, r *http.Request) {
 }
 
 // pick chooses the backend for a without the waiting queue: the router's
-// decision, or the next live backend in turn without libroute. False when
-// none is left. With the queue, pickWaiting does it (queue.go).
-func (g *Gateway) pick(a *attempt, toks, ends []uint32, maxTokens uint32) bool {
+// decision, or the next live backend in turn without libroute. noBackend
+// when none is left; refused when the request was answered (a model no
+// backend serves: 404; a name too long: 400). With the queue, pickWaiting
+// does it (queue.go).
+func (g *Gateway) pick(w http.ResponseWriter, a *attempt, toks, ends []uint32, maxTokens uint32) pickResult {
 	if g.router == nil {
 		n := uint64(len(g.backends))
 		start := g.rr.Add(1)
 		for k := uint64(0); k < n; k++ {
 			if b := g.backends[(start+k)%n]; b.up.Load() {
 				a.b, a.reason, a.decider, a.routedAt = b, "host-round-robin", "none", time.Now()
-				return true
+				return picked
 			}
 		}
-		return false
+		return noBackend
 	}
 	t0 := time.Now()
 	d, err := g.router.Route(&libroute.Request{
 		ID: a.id, Tokens: toks, Boundaries: ends,
 		ExpectedOutputTokens: maxTokens, Now: now(),
+		Model: a.model, Adapter: a.adapter,
 	})
 	took := time.Since(t0)
+	if g.nameRefused(w, a, err) {
+		return refused
+	}
 	if err != nil {
-		return false // ErrState: nothing routable
+		return noBackend // ErrState: nothing routable
 	}
 	a.b, a.cached, a.routedAt = g.byID[d.Instance], d.CachedTokens, t0
 	a.reason = label(g.reasonNames, int(d.Reason))
 	a.decider = label(g.policyNames, int(d.Decider))
 	g.metrics.OnRoute(a.decider, a.reason, took)
-	return true
+	return picked
+}
+
+// nameRefused answers a route refused for the request's model or adapter:
+// ErrNotFound (no backend serves the model) 404, ErrInvalid (a name too
+// long) 400. False for any other outcome.
+func (g *Gateway) nameRefused(w http.ResponseWriter, a *attempt, err error) bool {
+	switch {
+	case errors.Is(err, libroute.ErrNotFound):
+		g.unknownModel(w, a.model)
+		return true
+	case errors.Is(err, libroute.ErrInvalid):
+		g.jsonError(w, http.StatusBadRequest, "bad request: model: "+err.Error())
+		return true
+	}
+	return false
+}
+
+// unknownModel answers 404 as vLLM answers a model it does not serve
+// (OpenAI's error object).
+func (g *Gateway) unknownModel(w http.ResponseWriter, name string) {
+	g.metrics.OnResponse(http.StatusNotFound)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	data, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": fmt.Sprintf("The model `%s` does not exist.", name),
+		"type":    "NotFoundError", "param": "model", "code": http.StatusNotFound,
+	}})
+	_, _ = w.Write(data)
 }
 
 // fail tells the router that request id ended without an answer.
@@ -1067,24 +1131,33 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		Inflight uint32       `json:"inflight"`
 		Metrics  string       `json:"metrics"`
 		Cached   cachedTokens `json:"cached_tokens"`
+		Models   []string     `json:"models"`
+		MaxLoRAs uint32       `json:"max_loras"`
+		Adapters int          `json:"adapters"`
 	}
 	st := struct {
-		Policy   string            `json:"policy"`
-		Backends []backend         `json:"backends"`
-		Routes   uint64            `json:"routes"`
-		Reasons  map[string]uint64 `json:"reasons"`
-		Inflight uint64            `json:"inflight"`
-		Retries  uint64            `json:"retries"`
-		Failures uint64            `json:"failures"`
-		Queue    *queueStatus      `json:"queue,omitempty"`
+		Policy        string            `json:"policy"`
+		Backends      []backend         `json:"backends"`
+		Routes        uint64            `json:"routes"`
+		Reasons       map[string]uint64 `json:"reasons"`
+		Inflight      uint64            `json:"inflight"`
+		AdapterRoutes uint64            `json:"adapter_routes"`
+		AdapterLoads  uint64            `json:"adapter_loads"`
+		Retries       uint64            `json:"retries"`
+		Failures      uint64            `json:"failures"`
+		Queue         *queueStatus      `json:"queue,omitempty"`
 	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load(),
 		Failures: g.failures.Load()}
 	for _, b := range g.backends {
 		row := backend{Name: b.Name, ID: uint32(b.ID), Up: b.up.Load(), Metrics: b.metricsKind(),
-			Cached: cachedTokens{b.predicted.Load(), b.observed.Load(), b.reports.Load()}}
+			Cached: cachedTokens{b.predicted.Load(), b.observed.Load(), b.reports.Load()},
+			Models: append([]string{}, b.Models...), MaxLoRAs: b.maxLoRAs.Load()}
 		if g.router != nil {
 			if l, err := g.router.InstanceLoad(b.ID); err == nil {
 				row.Inflight = l.Inflight
+			}
+			if a, err := g.router.Adapters(b.ID); err == nil {
+				row.Adapters = len(a)
 			}
 		}
 		st.Backends = append(st.Backends, row)
@@ -1093,6 +1166,7 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		st.Policy = g.router.Policy().String()
 		if s, err := g.router.Stats(); err == nil {
 			st.Routes, st.Inflight = s.Routes, s.Inflight
+			st.AdapterRoutes, st.AdapterLoads = s.AdapterRoutes, s.AdapterLoads
 			if g.queue != nil {
 				st.Queue = g.queueStatus(s)
 			}

@@ -8,7 +8,11 @@
 //
 // POST /v1/completions and /v1/chat/completions are routed (streamed or
 // not); while the fleet is saturated they wait in the router's queue,
-// most urgent first (queue.go; -no-queue sends every one at once). GET
+// most urgent first (queue.go; -no-queue sends every one at once). A
+// request's "model" that names a base model of the fleet (-models, or
+// ",models=A+B" after a backend's address) goes to the backends that
+// serve it; any other name is a LoRA adapter (lora.go), whose residency
+// the engines' vllm:lora_requests_info reports. GET
 // /status shows the backends and the router's counters, GET /metrics the
 // Prometheus metric set of docs/gateway.md. See README.md.
 package main
@@ -23,24 +27,21 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 )
 
-type backendFlags []BackendSpec
+// backendFlags are the -backend values, read once every flag is known
+// (-models and -max-loras are their defaults).
+type backendFlags []string
 
 func (b *backendFlags) String() string { return fmt.Sprint(*b) }
 
 func (b *backendFlags) Set(v string) error {
-	name, addr, ok := strings.Cut(v, "=")
-	if !ok || name == "" {
-		return fmt.Errorf("%q: expected NAME=HOST:PORT", v)
+	if _, err := parseBackend(v, nil, 0); err != nil {
+		return err
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("%q: %v", v, err)
-	}
-	*b = append(*b, BackendSpec{Name: name, Addr: addr})
+	*b = append(*b, v)
 	return nil
 }
 
@@ -49,7 +50,12 @@ func main() {
 	var backends backendFlags
 	listen := flag.String("listen", "127.0.0.1:8200", "address to serve on")
 	flag.StringVar(&cfg.Policy, "policy", "prefix-cache", "a libroute policy name")
-	flag.Var(&backends, "backend", "an engine as NAME=HOST:PORT (repeat)")
+	flag.Var(&backends, "backend",
+		"an engine as NAME=HOST:PORT[,models=A+B][,max_loras=N]: the model names it serves and its LoRA adapter slots override -models and -max-loras (repeat)")
+	models := flag.String("models", "",
+		"A,B: the model names every backend serves (vLLM's served model names); a request's model that is none of the fleet's is a LoRA adapter (default: none, every request routes whatever its model)")
+	maxLoRAs := flag.Uint("max-loras", 0,
+		"every backend's LoRA adapter slots (vLLM's --max-loras; 0: not declared, a scrape of vllm:lora_requests_info tells)")
 	flag.BoolVar(&cfg.NoLibroute, "no-libroute", false,
 		"route with the gateway's own round-robin, never calling libroute (the load test's baseline)")
 	flag.Uint64Var(&cfg.IndexCapacityBlocks, "index-capacity-blocks", 0,
@@ -89,7 +95,14 @@ func main() {
 		flag.PrintDefaults()
 		os.Exit(2)
 	}
-	cfg.Backends = backends
+	for _, v := range backends {
+		s, err := parseBackend(v, splitNames(*models, ","), uint32(*maxLoRAs))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "go-gateway: -backend", err)
+			os.Exit(2)
+		}
+		cfg.Backends = append(cfg.Backends, s)
+	}
 	cfg.LearnEvery = uint32(*learnEvery)
 	cfg.SaturationQueue, cfg.QueueCapacity = uint32(*satQueue), uint32(*queueCap)
 	var err error

@@ -214,16 +214,19 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 }
 
 var (
-	dPromptTokens = desc("libroute_prompt_tokens_total", "Prompt tokens routed.", nil)
-	dBlocks       = desc("libroute_index_blocks", "Block routes the index holds.", nil)
-	dRemote       = desc("libroute_index_remote_blocks", "Of which REMOTE (from other replicas).", nil)
-	dBytes        = desc("libroute_index_bytes", "Bytes the index has allocated.", nil)
-	dLearned      = desc("libroute_index_learned_blocks_total", "Block routes the index learned.", nil)
-	dEvicted      = desc("libroute_index_evicted_blocks_total", "Block routes evicted for capacity.", nil)
-	dExpired      = desc("libroute_index_expired_blocks_total", "Block routes dropped by the TTL.", nil)
-	dRounds       = desc("libroute_learner_rounds_total", "Training rounds of the model in service.", nil)
-	dSamples      = desc("libroute_learner_samples_total", "Samples the learner took.", nil)
-	dOnlineError  = desc("libroute_learner_online_error_seconds",
+	dPromptTokens  = desc("libroute_prompt_tokens_total", "Prompt tokens routed.", nil)
+	dAdapterRoutes = desc("libroute_adapter_routes_total", "Routes of requests naming a LoRA adapter.", nil)
+	dAdapterLoads  = desc("libroute_adapter_loads_total",
+		"Of which sent where the adapter was not resident (a load caused).", nil)
+	dBlocks      = desc("libroute_index_blocks", "Block routes the index holds.", nil)
+	dRemote      = desc("libroute_index_remote_blocks", "Of which REMOTE (from other replicas).", nil)
+	dBytes       = desc("libroute_index_bytes", "Bytes the index has allocated.", nil)
+	dLearned     = desc("libroute_index_learned_blocks_total", "Block routes the index learned.", nil)
+	dEvicted     = desc("libroute_index_evicted_blocks_total", "Block routes evicted for capacity.", nil)
+	dExpired     = desc("libroute_index_expired_blocks_total", "Block routes dropped by the TTL.", nil)
+	dRounds      = desc("libroute_learner_rounds_total", "Training rounds of the model in service.", nil)
+	dSamples     = desc("libroute_learner_samples_total", "Samples the learner took.", nil)
+	dOnlineError = desc("libroute_learner_online_error_seconds",
 		"Mean |predicted - observed| TTFT of the last 256 predictions (NaN before any).", nil)
 	dUp       = desc("libroute_instance_up", "1: receives routes; 0: drained.", instanceLabel)
 	dInflight = desc("libroute_instance_inflight", "Requests dispatched and not ended.", instanceLabel)
@@ -258,6 +261,8 @@ func (c *routerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter(dPromptTokens, float64(st.PromptTokens))
+	counter(dAdapterRoutes, float64(st.AdapterRoutes))
+	counter(dAdapterLoads, float64(st.AdapterLoads))
 	gauge(dBlocks, float64(ix.Blocks))
 	gauge(dRemote, float64(ix.RemoteBlocks))
 	gauge(dBytes, float64(ix.Bytes))

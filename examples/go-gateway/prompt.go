@@ -27,6 +27,9 @@ type completion struct {
 	chat      bool // messages, not a prompt
 	maxTokens uint32
 	stream    bool
+	// The request's "model" ("" when none): a base model or a LoRA
+	// adapter (lora.go).
+	model string
 }
 
 // part is one message as the engine sees it: head + body, "<|role|>"
@@ -53,6 +56,7 @@ func parseCompletion(raw []byte) (completion, error) {
 		MaxTokens *float64 `json:"max_tokens"`
 		NPredict  *float64 `json:"n_predict"`
 		Stream    *bool    `json:"stream"`
+		Model     *string  `json:"model"`
 	}
 	err := json.Unmarshal(raw, &body)
 	var typeErr *json.UnmarshalTypeError
@@ -92,6 +96,9 @@ func parseCompletion(raw []byte) (completion, error) {
 		c.maxTokens = uint32(*n) // llama.cpp's; -1 (no limit) keeps 16
 	}
 	c.stream = body.Stream != nil && *body.Stream
+	if body.Model != nil {
+		c.model = *body.Model
+	}
 	return c, nil
 }
 
@@ -194,6 +201,11 @@ func parseGeneric(raw []byte) (completion, error) {
 	}
 	if s, ok := body["stream"]; ok {
 		_ = json.Unmarshal(s, &c.stream) // anything but true: no stream
+	}
+	if m, ok := body["model"]; ok && string(m) != "null" {
+		if err := json.Unmarshal(m, &c.model); err != nil {
+			return c, errors.New("model: expected a string")
+		}
 	}
 	return c, nil
 }

@@ -346,6 +346,7 @@ func (g *Gateway) pickWaiting(w http.ResponseWriter, r *http.Request, a *attempt
 		ID: a.id, Tokens: toks, Boundaries: ends,
 		ExpectedOutputTokens: maxTokens, Now: now(), Flags: flags,
 		Tenant: adm.tenant, Deadline: deadline, Urgency: adm.urgency,
+		Model: a.model, Adapter: a.adapter,
 	})
 	took := time.Since(t0)
 	if err != nil || d.Instance != libroute.InstanceNone {
@@ -360,6 +361,8 @@ func (g *Gateway) pickWaiting(w http.ResponseWriter, r *http.Request, a *attempt
 	case errors.Is(err, libroute.ErrLimit):
 		g.metrics.OnRouteCall(took)
 		g.refuse(w, http.StatusTooManyRequests, "queue-full", "the waiting queue is full")
+		return refused
+	case g.nameRefused(w, a, err):
 		return refused
 	case err != nil:
 		return noBackend // ErrState: nothing routable

@@ -429,15 +429,19 @@ def bytes_in(data, what: str):
                         f"{type(data).__name__}") from None
 
 
-def name_in(name, what: str) -> bytes:
-    """An instance name as the NUL-terminated bytes the library copies."""
+def name_bytes(name, what: str) -> bytes:
+    """A name's bytes: a str as UTF-8, bytes-likes as they are."""
     if isinstance(name, str):
-        b = name.encode("utf-8")
-    elif isinstance(name, (bytes, bytearray)):
-        b = bytes(name)
-    else:
-        raise TypeError(f"{what}: expected str or bytes, got "
-                        f"{type(name).__name__}")
+        return name.encode("utf-8")
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name)
+    raise TypeError(f"{what}: expected str or bytes, got "
+                    f"{type(name).__name__}")
+
+
+def name_in(name, what: str) -> bytes:
+    """A name as the NUL-terminated bytes the library copies."""
+    b = name_bytes(name, what)
     if b"\0" in b:
         raise ValueError(f"{what}: a name cannot contain NUL")
     return b

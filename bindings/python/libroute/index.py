@@ -10,17 +10,18 @@ Index and exchange what they learn with export_delta()/import_delta()
 from __future__ import annotations
 
 import array
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from ._ffi import ffi, lib
 from ._util import (U64_TYPECODE, _Handle, bytes_in, from_struct,
-                    new_sized, set_fields, take_blob, u32, u32_in, u64,
-                    u64_in)
+                    name_bytes, new_sized, set_fields, take_blob, u32,
+                    u32_in, u64, u64_in)
 from .enums import Trust
 from .errors import check
 from .vllm import VllmBatchInfo, finish, new_info
 
-__all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "block_keys"]
+__all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "block_keys",
+           "name_hash", "adapter_salt"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE, the one status the wrappers handle themselves
 _MATCH_SIZE = ffi.sizeof("lr_index_match_result")
@@ -83,6 +84,26 @@ def block_keys(tokens: Any, block_tokens: int = 16,
                 check(lib.lr_block_keys(bt, tok, len(tok), salt, out,
                                         len(keys), n), "lr_block_keys")
         return keys
+
+
+def name_hash(name: Union[str, bytes]) -> int:
+    """lr_name_hash(): the 64-bit hash the library keys a name by (a
+    model, a LoRA adapter, a cache salt; str is taken as UTF-8): 0 for the
+    empty name, never 0 otherwise. Router.adapters() reports adapters by
+    it; ``name_hash(cache_salt)`` is the ``tenant_salt`` of a vLLM request
+    with that cache salt."""
+    b = name_bytes(name, "name")
+    return lib.lr_name_hash(b, len(b))
+
+
+def adapter_salt(tenant_salt: int, adapter_hash: int) -> int:
+    """lr_adapter_salt(): the salt a prompt's blocks are keyed with under
+    the LoRA adapter whose name_hash() is ``adapter_hash`` (``tenant_salt``
+    itself for 0, the base model): block_keys(tokens, tenant_salt=
+    adapter_salt(salt, name_hash(adapter))) gives the keys a router gives
+    a request for that adapter."""
+    return lib.lr_adapter_salt(u64(tenant_salt, "tenant_salt"),
+                               u64(adapter_hash, "adapter_hash"))
 
 
 class _Prompt:

@@ -148,7 +148,14 @@ def param_key(key: ParamLike) -> int:
 class Candidate(NamedTuple):
     """One row of a candidate table (lr_candidate), as a policy sees an
     instance. The defaults are an idle instance that caches prefixes,
-    with the library's default class speed and no ring rank."""
+    with the library's default class speed and no ring rank, holding no
+    LoRA adapter in slots not known (``adapter_free`` UINT32_MAX).
+
+    The adapter columns are the request's LoRA adapter's there:
+    ``adapter_missing`` 1 when it must be loaded first, ``adapter_free``
+    the slots free to load one without waiting, ``adapter_load_s`` the
+    expected load time (0 when resident), ``adapters_resident`` the
+    adapters it holds, ``adapter_evicts`` 1 when loading evicts one."""
 
     instance: int
     cached_tokens: int = 0
@@ -177,6 +184,11 @@ class Candidate(NamedTuple):
     prefill_tokens_avg: float = 0.0
     route_rate: float = 0.0
     cached_lost: float = 0.0
+    adapter_missing: int = 0
+    adapter_free: int = 0xFFFFFFFF
+    adapter_load_s: float = 0.0
+    adapters_resident: int = 0
+    adapter_evicts: int = 0
 
 
 _FIELDS = Candidate._fields

@@ -9,7 +9,8 @@ while the library works. close() waits for the calls still running.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Union
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Union)
 
 from ._ffi import ffi, lib
 from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
@@ -99,7 +100,9 @@ class RouterStats(NamedTuple):
     and of those ``waited_dispatched``, ``waited_expired``,
     ``waited_cancelled`` and ``waited_dropped``; ``shed`` (sheddable
     requests refused with BusyError); ``wait_ns``, the total time the
-    dispatched ones waited."""
+    dispatched ones waited. ``adapter_routes``: routes of requests
+    naming a LoRA adapter; ``adapter_loads``: those of them sent where
+    the adapter was not resident (a load caused)."""
 
     routes: int
     dry_runs: int
@@ -135,6 +138,8 @@ class RouterStats(NamedTuple):
     waited_dropped: int = 0
     shed: int = 0
     wait_ns: int = 0
+    adapter_routes: int = 0
+    adapter_loads: int = 0
 
 
 _policy = policy_value
@@ -148,10 +153,36 @@ def param_bounds(key: ParamLike) -> Bounds:
     return bounds_from(lib.lr_param_bounds(_param(key)), "lr_param_bounds")
 
 
+def _opt_name(name, what: str):
+    """A ``char[]`` for an optional request name (model, adapter), or
+    None for None and the empty name (the library's NULL)."""
+    if name is None:
+        return None
+    b = name_in(name, what)
+    return ffi.new("char[]", b) if b else None
+
+
+def _names_in(names, what: str):
+    """``(const char *[] cdata, [char[] ...], n)`` for a list of names
+    (lr_instance_spec.models, lr_adapter_stats.running), or
+    ``(NULL, [], 0)`` for none. Keep the list alive for the call."""
+    if names is None:
+        return ffi.NULL, [], 0
+    if isinstance(names, (str, bytes, bytearray)):
+        raise TypeError(f"{what}: expected a sequence of names, got one "
+                        f"name ({names!r}); wrap it in a list")
+    keep = [ffi.new("char[]", name_in(n, what)) for n in names]
+    if not keep:
+        return ffi.NULL, [], 0
+    return ffi.new("const char *[]", keep), keep, len(keep)
+
+
 def _request(request_id, now_ns, tenant_salt, session,
              expected_output_tokens, flags, tenant=0, deadline_ns=0,
-             urgency=0):
-    """An lr_request with the scalar fields (the arrays are the caller's)."""
+             urgency=0, model=None, adapter=None):
+    """An lr_request with the scalar fields and the model and adapter
+    names (the arrays are the caller's). Returns ``(request, keep)``:
+    hold ``keep`` (the names' C strings) until the call returns."""
     q = new_sized("lr_request", lib.lr_request_init_sized)
     try:  # the hot path: plain assignments, checked by cffi
         q.id = request_id
@@ -173,7 +204,15 @@ def _request(request_id, now_ns, tenant_salt, session,
                    now_ns=now_ns, session=session, tenant=tenant,
                    deadline_ns=deadline_ns, urgency=urgency)
         raise  # pragma: no cover - set_fields raised already
-    return q
+    keep = None
+    if model is not None or adapter is not None:
+        m, a = _opt_name(model, "model"), _opt_name(adapter, "adapter")
+        if m is not None:
+            q.model = m
+        if a is not None:
+            q.adapter = a
+        keep = (m, a)
+    return q, keep
 
 
 class Router(_Handle):
@@ -266,18 +305,32 @@ class Router(_Handle):
 
     def add_instance(self, name: Union[str, bytes], *,
                      instance_class: int = 0, prefix_caching: bool = True,
-                     rtt_ns: int = 0) -> int:
+                     rtt_ns: int = 0,
+                     models: Optional[Sequence[Union[str, bytes]]] = None,
+                     max_adapters: int = 0) -> int:
         """lr_router_add_instance(): returns the id the router assigned.
-        ``name`` (copied) places the instance on the ring."""
+        ``name`` (copied) places the instance on the ring.
+
+        ``models`` are the model names it serves (vLLM's served model
+        names; at most LR_ROUTER_MAX_MODELS of 1..LR_ROUTER_MAX_NAME
+        bytes, copied): a request naming a model goes only to the
+        instances that serve it. None or empty: it serves any model.
+        ``max_adapters`` is its LoRA adapter slots (vLLM's --max-loras;
+        0 unknown, above LR_ROUTER_MAX_ADAPTERS OutOfRangeError)."""
         spec = new_sized("lr_instance_spec", lib.lr_instance_spec_init_sized)
         b = name_in(name, "name")
         keep = ffi.new("char[]", b)
         spec.name = keep
         set_fields(spec, "add_instance", instance_class=instance_class,
-                   prefix_caching=1 if prefix_caching else 0, rtt_ns=rtt_ns)
+                   prefix_caching=1 if prefix_caching else 0, rtt_ns=rtt_ns,
+                   max_adapters=max_adapters)
+        arr, names, n = _names_in(models, "models")
+        spec.models = arr
+        spec.n_models = n
         out = ffi.new("uint32_t *")
         with self._use() as p:
             st = lib.lr_router_add_instance(p, spec, out)
+        del names  # copied by the library
         check(st, "lr_router_add_instance")
         return out[0]
 
@@ -334,6 +387,50 @@ class Router(_Handle):
             st = lib.lr_router_set_stats(p, inst, s)
         check(st, "lr_router_set_stats")
 
+    def set_adapters(self, instance: int, *,
+                     running: Sequence[Union[str, bytes]] = (),
+                     waiting: Sequence[Union[str, bytes]] = (),
+                     max_adapters: int = 0, scraped_ns: int) -> None:
+        """lr_router_set_adapters(): the LoRA adapters the instance's
+        engine reports (vLLM's ``vllm:lora_requests_info`` gauge: its
+        running_lora_adapters and waiting_lora_adapters labels split at
+        the commas, max_lora). They replace the router's own guess of
+        what is resident there; ``max_adapters`` 0 keeps the instance's
+        slots. A name empty or longer than LR_ROUTER_MAX_NAME, or more
+        than LR_ROUTER_MAX_ADAPTERS names, raise InvalidArgumentError;
+        nothing changes then."""
+        s = new_sized("lr_adapter_stats", lib.lr_adapter_stats_init_sized)
+        run, run_keep, n_run = _names_in(running, "running")
+        wait, wait_keep, n_wait = _names_in(waiting, "waiting")
+        s.running = run
+        s.n_running = n_run
+        s.waiting = wait
+        s.n_waiting = n_wait
+        set_fields(s, "set_adapters", max_adapters=max_adapters,
+                   scraped_ns=scraped_ns)
+        inst = u32(instance, "instance")
+        with self._use() as p:
+            st = lib.lr_router_set_adapters(p, inst, s)
+        del run_keep, wait_keep  # borrowed for the call
+        check(st, "lr_router_set_adapters")
+
+    def adapters(self, instance: int) -> List[int]:
+        """lr_router_adapters(): the LoRA adapters the router believes
+        resident on the instance now, most recently used first, as their
+        name hashes (libroute.name_hash())."""
+        inst = u32(instance, "instance")
+        n = ffi.new("size_t *")
+        cap = 16
+        while True:
+            buf = ffi.new("uint64_t[]", cap)
+            with self._use() as p:
+                st = lib.lr_router_adapters(p, inst, buf, cap, n)
+            if st == _BUFSIZE and n[0] > cap:
+                cap = n[0]
+                continue
+            check(st, "lr_router_adapters")
+            return list(buf[0:n[0]])
+
     def observe_rtt(self, instance: int, rtt_ns: int) -> None:
         """lr_router_observe_rtt(): an RTT probe."""
         inst, rtt = u32(instance, "instance"), u64(rtt_ns, "rtt_ns")
@@ -359,7 +456,8 @@ class Router(_Handle):
               learn: bool = True, scores: bool = False,
               may_wait: bool = False, sheddable: bool = False,
               tenant: int = 0, deadline_ns: int = 0,
-              urgency: int = 0) -> Decision:
+              urgency: int = 0, model: Optional[Union[str, bytes]] = None,
+              adapter: Optional[Union[str, bytes]] = None) -> Decision:
         """lr_router_route(): choose an instance and, unless ``dry_run``,
         record the dispatch (the request is then in flight until
         complete() or fail()).
@@ -384,15 +482,22 @@ class Router(_Handle):
         it counts against (unlike ``tenant_salt`` it does not separate
         cached prefixes), ``deadline_ns`` its TTFT deadline on the host's
         clock (0: none), past which dispatch() reports it expired.
+
+        ``model`` names the model it asks for (None or "": any): only the
+        instances that serve it (add_instance(models=...)) are candidates,
+        and NotFoundError when none does. ``adapter`` names its LoRA
+        adapter (None or "": the base model), which keys its prefixes
+        apart from the base model's and other adapters'. Names longer than
+        LR_ROUTER_MAX_NAME bytes raise InvalidArgumentError.
         """
         flags = ((_DRY_RUN if dry_run else 0) |
                  (0 if learn else _NO_LEARN) |
                  (_SCORES if scores else 0) |
                  (_MAY_WAIT if may_wait else 0) |
                  (_SHEDDABLE if sheddable else 0))
-        q = _request(request_id, now_ns, tenant_salt, session,
-                     expected_output_tokens, flags, tenant, deadline_ns,
-                     urgency)
+        q, names = _request(request_id, now_ns, tenant_salt, session,
+                            expected_output_tokens, flags, tenant,
+                            deadline_ns, urgency, model, adapter)
         tok = u32_in(tokens, "tokens")
         bnd = None
         d = ffi.new("lr_decision *")
@@ -429,6 +534,7 @@ class Router(_Handle):
             ffi.release(tok)
             if bnd is not None:
                 ffi.release(bnd)
+            del names  # the request's strings, borrowed for the call
         sc = None
         if scores:
             sc = tuple([Score(s.instance, s.cached_tokens, s.score)
@@ -438,7 +544,10 @@ class Router(_Handle):
     def candidates(self, tokens: Any, *, now_ns: int,
                    request_id: int = 0, tenant_salt: int = 0,
                    session: Optional[int] = None,
-                   expected_output_tokens: int = 0) -> Candidates:
+                   expected_output_tokens: int = 0,
+                   model: Optional[Union[str, bytes]] = None,
+                   adapter: Optional[Union[str, bytes]] = None
+                   ) -> Candidates:
         """lr_router_candidates(): the candidate table route() would decide
         on for this request now, one row per routable instance in id
         order, with the cached tokens the policy would see and the ring
@@ -446,9 +555,13 @@ class Router(_Handle):
 
         policy.decide() over it with the router's policy, policy_input()
         and a route's Decision.seed makes that route's choice. StateError
-        with no routable instance."""
-        q = _request(request_id, now_ns, tenant_salt, session,
-                     expected_output_tokens, 0)
+        with no routable instance. ``model`` and ``adapter`` as route():
+        only the model's instances have rows, and the adapter columns
+        (adapter_missing, adapter_free, adapter_load_s, ...) are the
+        adapter's."""
+        q, names = _request(request_id, now_ns, tenant_salt, session,
+                            expected_output_tokens, 0, model=model,
+                            adapter=adapter)
         n = ffi.new("size_t *")
         with u32_in(tokens, "tokens") as tok:
             q.tokens = tok
@@ -464,6 +577,7 @@ class Router(_Handle):
                     cap = n[0]
                     continue
                 check(st, "lr_router_candidates")
+                del names  # borrowed for the call
                 return Candidates._wrap(rows, n[0])
 
     def policy_input(self, tokens: Any, *, now_ns: int = 0,
@@ -471,7 +585,10 @@ class Router(_Handle):
                      session: Optional[int] = None,
                      expected_output_tokens: int = 0,
                      boundaries: Any = None,
-                     deadline_ns: int = 0) -> PolicyInput:
+                     deadline_ns: int = 0,
+                     model: Optional[Union[str, bytes]] = None,
+                     adapter: Optional[Union[str, bytes]] = None
+                     ) -> PolicyInput:
         """lr_router_policy_input(): the rest of what route() hands the
         policy for this request now, besides the table (candidates()), the
         seed (Decision.seed) and Lodestar's model (learner_save()): the
@@ -482,9 +599,12 @@ class Router(_Handle):
         ``now_ns`` in seconds (1e-9 once it has passed; 0.0 without a
         deadline). Changes nothing. The request is checked as route()
         checks it (InvalidArgumentError); ``now_ns`` is read only for the
-        budget. See PolicyInput for replaying a route with it."""
-        q = _request(request_id, now_ns, tenant_salt, session,
-                     expected_output_tokens, 0, deadline_ns=deadline_ns)
+        budget. ``model`` and ``adapter`` as route(). See PolicyInput for
+        replaying a route with it."""
+        q, names = _request(request_id, now_ns, tenant_salt, session,
+                            expected_output_tokens, 0,
+                            deadline_ns=deadline_ns, model=model,
+                            adapter=adapter)
         inp = new_sized("lr_policy_input", lib.lr_policy_input_init_sized)
         cap = lib.lr_param_count()
         with u32_in(tokens, "tokens") as tok, \
@@ -502,6 +622,7 @@ class Router(_Handle):
                     cap = inp.n_params
                     continue
                 check(st, "lr_router_policy_input")
+                del names  # borrowed for the call
                 return policy_input_from(inp, params)
 
     # ---- lifecycle ------------------------------------------------------

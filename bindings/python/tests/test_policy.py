@@ -59,7 +59,8 @@ class Table(unittest.TestCase):
         z = L.Candidates.zeros(2)
         self.assertEqual(list(z), [L.Candidate(0, prefill_rate=0.0,
                                                cached_age_s=0.0,
-                                               prefix_caching=0)] * 2)
+                                               prefix_caching=0,
+                                               adapter_free=0)] * 2)
 
     def test_bad_rows(self):
         with self.assertRaises(IndexError):

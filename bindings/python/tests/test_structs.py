@@ -52,8 +52,11 @@ COVER = {
     "lr_engine_stats": (params(L.Load.set_stats)
                         & params(L.Router.set_stats), {}),
     "lr_load_snapshot": (set(L.LoadSnapshot._fields), {}),
-    "lr_instance_spec": (params(L.Router.add_instance), {}),
+    "lr_instance_spec": (params(L.Router.add_instance),
+                         {"n_models": None}),
     "lr_class_spec": (params(L.Router.set_class), {}),
+    "lr_adapter_stats": (params(L.Router.set_adapters),
+                         {"n_running": None, "n_waiting": None}),
     "lr_request": (params(L.Router.route),
                    {"id": "request_id", "n_tokens": None,
                     "n_boundaries": None, "has_session": None,

@@ -424,6 +424,8 @@ pub const LR_POLICY_GORGO: lr_policy = 13;
 pub const LR_POLICY_RANVIER: lr_policy = 14;
 pub const LR_POLICY_LODESTAR: lr_policy = 15;
 pub const LR_POLICY_ADAPTIVE: lr_policy = 16;
+pub const LR_POLICY_LORA_AFFINITY: lr_policy = 17;
+pub const LR_POLICY_AIBRIX_LORA: lr_policy = 18;
 
 pub type lr_reason = c_uint;
 pub const LR_REASON_NONE: lr_reason = 0;
@@ -443,6 +445,7 @@ pub const LR_REASON_EXPLORE: lr_reason = 13;
 pub const LR_REASON_COLD_START: lr_reason = 14;
 pub const LR_REASON_OOD: lr_reason = 15;
 pub const LR_REASON_WAITING: lr_reason = 16;
+pub const LR_REASON_ADAPTER: lr_reason = 17;
 
 pub type lr_param = c_uint;
 pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
@@ -491,6 +494,7 @@ pub const LR_PARAM_FAIR_INPUT_WEIGHT: lr_param = 42;
 pub const LR_PARAM_FAIR_OUTPUT_WEIGHT: lr_param = 43;
 pub const LR_PARAM_ADAPTIVE_DEADLINE: lr_param = 44;
 pub const LR_PARAM_SATURATION_PREFILL_S: lr_param = 45;
+pub const LR_PARAM_ADAPTER_LOAD_S: lr_param = 46;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
@@ -526,9 +530,18 @@ pub struct lr_candidate {
     pub prefill_tokens_avg: f64,
     pub route_rate: f64,
     pub cached_lost: f64,
+    /// The request's LoRA adapter there (0.3): 1 when it must be loaded,
+    /// the free slots (u32::MAX unknown), the expected load time, the
+    /// adapters resident, 1 when loading evicts one.
+    pub adapter_missing: i32,
+    pub adapter_free: u32,
+    pub adapter_load_s: f64,
+    pub adapters_resident: u32,
+    pub adapter_evicts: i32,
 }
 pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
 pub const LR_CANDIDATE_SIZE_V2: usize = offset_of!(lr_candidate, cached_lost) + 8;
+pub const LR_CANDIDATE_SIZE_V3: usize = offset_of!(lr_candidate, adapter_evicts) + 4;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
@@ -695,8 +708,30 @@ pub struct lr_instance_spec {
     pub instance_class: u32,
     pub prefix_caching: i32,
     pub rtt_ns: u64,
+    /// The models it serves and its LoRA adapter slots (0.3).
+    pub models: *const *const c_char,
+    pub n_models: u32,
+    pub max_adapters: u32,
 }
 pub const LR_INSTANCE_SPEC_SIZE_V1: usize = offset_of!(lr_instance_spec, rtt_ns) + 8;
+pub const LR_INSTANCE_SPEC_SIZE_V2: usize = offset_of!(lr_instance_spec, max_adapters) + 4;
+pub const LR_ROUTER_MAX_NAME: c_uint = 255;
+pub const LR_ROUTER_MAX_MODELS: c_uint = 16;
+pub const LR_ROUTER_MAX_ADAPTERS: c_uint = 64;
+
+/// An instance's LoRA adapters as its engine reports them (0.3).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_adapter_stats {
+    pub struct_size: usize,
+    pub running: *const *const c_char,
+    pub n_running: usize,
+    pub waiting: *const *const c_char,
+    pub n_waiting: usize,
+    pub max_adapters: u32,
+    pub scraped_ns: u64,
+}
+pub const LR_ADAPTER_STATS_SIZE_V1: usize = offset_of!(lr_adapter_stats, scraped_ns) + 8;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -725,9 +760,14 @@ pub struct lr_request {
     pub tenant: u64,
     pub deadline_ns: u64,
     pub urgency: u32,
+    /// The model it names and its LoRA adapter, NUL-terminated; NULL: any
+    /// model, the base model (0.3).
+    pub model: *const c_char,
+    pub adapter: *const c_char,
 }
 pub const LR_REQUEST_SIZE_V1: usize = offset_of!(lr_request, now_ns) + 8;
 pub const LR_REQUEST_SIZE_V2: usize = offset_of!(lr_request, urgency) + 4;
+pub const LR_REQUEST_SIZE_V3: usize = offset_of!(lr_request, adapter) + size_of::<*const c_char>();
 
 pub const LR_ROUTE_DRY_RUN: c_uint = 1;
 pub const LR_ROUTE_SCORES: c_uint = 2;
@@ -800,10 +840,15 @@ pub struct lr_router_stats {
     pub waited_dropped: u64,
     pub shed: u64,
     pub wait_ns: u64,
+    /// Routes naming a LoRA adapter, and of those the ones that caused a
+    /// load (0.3).
+    pub adapter_routes: u64,
+    pub adapter_loads: u64,
 }
 pub const LR_ROUTER_STATS_SIZE_V1: usize = offset_of!(lr_router_stats, cached_tokens) + 8;
 pub const LR_ROUTER_STATS_SIZE_V2: usize = offset_of!(lr_router_stats, peers_live) + 8;
 pub const LR_ROUTER_STATS_SIZE_V3: usize = offset_of!(lr_router_stats, wait_ns) + 8;
+pub const LR_ROUTER_STATS_SIZE_V4: usize = offset_of!(lr_router_stats, adapter_loads) + 8;
 
 /// lr_kv_seq: what a KV-event batch's sequence number made of it.
 pub type lr_kv_seq = c_uint;
@@ -875,6 +920,8 @@ extern "C" {
         capacity: usize,
         n_keys: *mut usize,
     ) -> lr_status;
+    pub fn lr_name_hash(name: *const c_char, len: usize) -> u64;
+    pub fn lr_adapter_salt(tenant_salt: u64, adapter_hash: u64) -> u64;
     pub fn lr_prompt_init_sized(p: *mut lr_prompt, size: usize);
     pub fn lr_index_learn(
         idx: *mut lr_index,
@@ -1181,6 +1228,19 @@ extern "C" {
         router: *const lr_router,
         id: u32,
         out: *mut lr_load_snapshot,
+    ) -> lr_status;
+    pub fn lr_adapter_stats_init_sized(s: *mut lr_adapter_stats, size: usize);
+    pub fn lr_router_set_adapters(
+        router: *mut lr_router,
+        id: u32,
+        stats: *const lr_adapter_stats,
+    ) -> lr_status;
+    pub fn lr_router_adapters(
+        router: *const lr_router,
+        id: u32,
+        hashes: *mut u64,
+        capacity: usize,
+        n: *mut usize,
     ) -> lr_status;
     pub fn lr_request_init_sized(q: *mut lr_request, size: usize);
     pub fn lr_router_route(

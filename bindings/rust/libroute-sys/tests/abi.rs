@@ -181,7 +181,9 @@ fn declarations_match_the_c_headers() {
             queued_tokens, prompt_tokens, decode_tokens, kv_tokens, running, waiting,
             kv_use, rtt_ms, prefill_rate, stall_s, cached_age_s, instance_class,
             prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
-            ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost }
+            ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost,
+            adapter_missing, adapter_free, adapter_load_s, adapters_resident,
+            adapter_evicts }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model,
             ttft_budget_s }
@@ -192,11 +194,14 @@ fn declarations_match_the_c_headers() {
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
             flags, learner, hash_seed, replica_id, remote_ttl_ns, gauge_ttl_ns,
             max_peers, index_eviction, queue_capacity, queue_tenants, queue_tokens }
-        lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns }
+        lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns,
+            models, n_models, max_adapters }
+        lr_adapter_stats { struct_size, running, n_running, waiting, n_waiting,
+            max_adapters, scraped_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
             tenant_salt, session, has_session, expected_output_tokens, flags, now_ns,
-            tenant, deadline_ns, urgency }
+            tenant, deadline_ns, urgency, model, adapter }
         lr_score { instance, cached_tokens, score }
         lr_decision { struct_size, instance, reason, cached_tokens, best_cached_tokens,
             cost, alt_instance, scores, scores_capacity, n_scores, decider, seed,
@@ -210,7 +215,8 @@ fn declarations_match_the_c_headers() {
             deltas_lost, gauges_exported, gauges_imported, gauges_skipped, gauges_expired,
             peers_live, observed_reports, observed_expected_tokens, observed_cached_tokens,
             waiting, waiting_tokens, waited, waited_dispatched, waited_expired,
-            waited_cancelled, waited_dropped, shed, wait_ns }
+            waited_cancelled, waited_dropped, shed, wait_ns, adapter_routes,
+            adapter_loads }
         lr_vllm_batch_info { struct_size, timestamp, dp_rank, events, stored, removed,
             cleared, unplaced, skipped, done, invalid, seq_state, next_seq }
         lr_kv_source { struct_size, has_seq, gap, next_seq, batches, duplicates, gaps,
@@ -288,6 +294,10 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_FAIR_INPUT_WEIGHT, LR_PARAM_FAIR_OUTPUT_WEIGHT,
         LR_PARAM_ADAPTIVE_DEADLINE, LR_PARAM_SATURATION_PREFILL_S, LR_POLICY_INPUT_SIZE_V2,
         LR_CANDIDATE_SIZE_V2,
+        LR_POLICY_LORA_AFFINITY, LR_POLICY_AIBRIX_LORA, LR_REASON_ADAPTER,
+        LR_PARAM_ADAPTER_LOAD_S, LR_CANDIDATE_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V2,
+        LR_ROUTER_MAX_NAME, LR_ROUTER_MAX_MODELS, LR_ROUTER_MAX_ADAPTERS,
+        LR_ADAPTER_STATS_SIZE_V1, LR_REQUEST_SIZE_V3, LR_ROUTER_STATS_SIZE_V4,
     );
 
     let decls = declarations();

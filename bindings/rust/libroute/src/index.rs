@@ -7,6 +7,26 @@ use std::mem::{align_of, offset_of, size_of};
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
+/// The 64-bit hash the library keys a name by (a model, a LoRA adapter, a
+/// cache salt; `lr_name_hash`): 0 for `""`, never 0 otherwise.
+/// [`crate::Router::adapters`] reports adapters by it, and
+/// `name_hash(cache_salt)` is the `tenant_salt` of a vLLM request with that
+/// cache salt.
+pub fn name_hash(name: &str) -> u64 {
+    // SAFETY: len bytes of a live string (no NUL needed: the length is
+    // passed); never fails.
+    unsafe { sys::lr_name_hash(name.as_ptr().cast(), name.len()) }
+}
+
+/// The salt a prompt's blocks are keyed with under the LoRA adapter whose
+/// [`name_hash`] is `adapter_hash` (`lr_adapter_salt`): `tenant_salt`
+/// itself for 0, the base model. [`block_keys`] with it gives the keys a
+/// router gives a request for that adapter.
+pub fn adapter_salt(tenant_salt: u64, adapter_hash: u64) -> u64 {
+    // SAFETY: plain values; never fails.
+    unsafe { sys::lr_adapter_salt(tenant_salt, adapter_hash) }
+}
+
 /// The chained block keys of a token sequence: key `d` names the prefix
 /// made of blocks `0..=d`. Only complete blocks get a key. The keys are the
 /// same in every process and release (`lr_index.h` gives the formula).

@@ -139,8 +139,8 @@ pub use cost::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use index::{
-    block_keys, Eviction, Hit, Index, IndexOptions, IndexStats, KvStored, MatchFlags, MatchResult,
-    Prompt, Trust,
+    adapter_salt, block_keys, name_hash, Eviction, Hit, Index, IndexOptions, IndexStats, KvStored,
+    MatchFlags, MatchResult, Prompt, Trust,
 };
 pub use learner::{
     LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,
@@ -151,8 +151,9 @@ pub use mlp::{Mlp, MlpOptions};
 pub use policy::{decide, decide_into, lodestar_feature_count, Candidate, PolicyInput, RingKey};
 pub use ring::{Candidates, Ring, RingOptions};
 pub use router::{
-    Bounds, ClassSpec, Decision, DispatchError, Dispatched, InstanceSpec, Move, Param, Policy,
-    Reason, Request, RouteFlags, Router, RouterOptions, RouterStats, Score, URGENCIES,
+    AdapterStats, Bounds, ClassSpec, Decision, DispatchError, Dispatched, InstanceSpec, Move,
+    Param, Policy, Reason, Request, RouteFlags, Router, RouterOptions, RouterStats, Score,
+    MAX_ADAPTERS, MAX_MODELS, MAX_NAME, URGENCIES,
 };
 pub use text::text_tokens;
 pub use vllm::{KvSeq, KvSource, VllmBatchError, VllmBatchInfo};

@@ -78,6 +78,20 @@ pub struct Candidate {
     /// not reusing ([`crate::Router::observe_cached`]), in [0, 1];
     /// adaptive counts `cached_tokens` x (1 - this).
     pub cached_lost: f64,
+    /// 1 when its engine must load the request's LoRA adapter first (not
+    /// resident there); 0 when resident, or the request names none.
+    pub adapter_missing: i32,
+    /// Its adapter slots free to load one without waiting; `u32::MAX`
+    /// when its slots are not known.
+    pub adapter_free: u32,
+    /// Seconds its engine is expected to spend loading the request's
+    /// adapter: 0 when resident, else [`crate::Param::ADAPTER_LOAD_S`] or
+    /// what adaptive learnt.
+    pub adapter_load_s: f64,
+    /// Adapters resident there.
+    pub adapters_resident: u32,
+    /// 1 when loading the request's adapter evicts another one.
+    pub adapter_evicts: i32,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -117,19 +131,26 @@ const _: () = {
         ttft_s_per_decoding,
         prefill_tokens_avg,
         route_rate,
-        cached_lost
+        cached_lost,
+        adapter_missing,
+        adapter_free,
+        adapter_load_s,
+        adapters_resident,
+        adapter_evicts
     );
 };
 
 impl Candidate {
     /// An idle instance that caches prefixes, with the library's default
-    /// class speed and an unknown cache age.
+    /// class speed, an unknown cache age and no LoRA adapter in slots not
+    /// known.
     pub fn new(instance: InstanceId) -> Candidate {
         Candidate {
             instance,
             prefill_rate: ClassSpec::default().prefill_tokens_per_s,
             cached_age_s: -1.0,
             prefix_caching: 1,
+            adapter_free: u32::MAX,
             ..Candidate::default()
         }
     }

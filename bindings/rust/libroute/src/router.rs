@@ -6,6 +6,7 @@ use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, L
 use crate::load::{EngineStats, LoadSnapshot};
 use crate::policy::{Candidate, PolicyInput};
 use crate::{c_name, init, nanos, ptr_or_null, sys, Blob, InstanceId, INSTANCE_NONE};
+use std::ffi::{c_char, CString};
 use std::fmt;
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::{BitOr, BitOrAssign};
@@ -53,6 +54,12 @@ named_consts! { Policy, lib sys::lr_policy_name,
     /// `"adaptive"`: self-calibrating predicted TTFT with a load
     /// externality; see docs/router.md.
     ADAPTIVE = sys::LR_POLICY_ADAPTIVE,
+    /// `"lora-affinity"`: the Gateway API Inference Extension's LoRA
+    /// scheduling (adapter resident or a free slot, queue, KV cache).
+    LORA_AFFINITY = sys::LR_POLICY_LORA_AFFINITY,
+    /// `"aibrix-lora"`: AIBrix's adapter routing (the least loaded of the
+    /// instances holding the adapter, else where fewest are).
+    AIBRIX_LORA = sys::LR_POLICY_AIBRIX_LORA,
 }
 
 impl Policy {
@@ -126,6 +133,9 @@ named_consts! { Reason, lib sys::lr_reason_name,
     /// Held in the router's queue, no instance yet
     /// ([`RouteFlags::MAY_WAIT`]; see [`Router::dispatch`]).
     WAITING = sys::LR_REASON_WAITING,
+    /// Its LoRA adapter is resident there, or a slot is free
+    /// ([`Policy::LORA_AFFINITY`], [`Policy::AIBRIX_LORA`]).
+    ADAPTER = sys::LR_REASON_ADAPTER,
 }
 
 impl Reason {
@@ -244,6 +254,10 @@ named_consts! { Param, consts,
     /// router queued there would take this many seconds at its class's
     /// rate (0.15).
     SATURATION_PREFILL_S = sys::LR_PARAM_SATURATION_PREFILL_S,
+    /// Seconds an engine takes to load a LoRA adapter that is not
+    /// resident (0.1): what every policy's rows say
+    /// ([`Candidate::adapter_load_s`]) until adaptive has learnt it.
+    ADAPTER_LOAD_S = sys::LR_PARAM_ADAPTER_LOAD_S,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -394,7 +408,23 @@ pub struct InstanceSpec<'a> {
     pub prefix_caching: bool,
     /// Initial RTT until probes arrive; zero if unknown.
     pub rtt: Duration,
+    /// The models it serves (vLLM's served model names: a base model and
+    /// its aliases; at most [`MAX_MODELS`] of 1..=[`MAX_NAME`] bytes,
+    /// copied). A request that names a model goes only to the instances
+    /// that serve it. Empty: it serves whatever a request names.
+    pub models: &'a [&'a str],
+    /// Its LoRA adapter slots (vLLM's `--max-loras`), at most
+    /// [`MAX_ADAPTERS`] ([`crate::ErrorKind::Range`] above); 0: not known.
+    pub max_adapters: u32,
 }
+
+/// Bytes in a model or adapter name (`LR_ROUTER_MAX_NAME`).
+pub const MAX_NAME: u32 = sys::LR_ROUTER_MAX_NAME;
+/// Models one instance serves (`LR_ROUTER_MAX_MODELS`).
+pub const MAX_MODELS: u32 = sys::LR_ROUTER_MAX_MODELS;
+/// Adapter slots the router follows per instance, and names one
+/// [`AdapterStats`] holds (`LR_ROUTER_MAX_ADAPTERS`).
+pub const MAX_ADAPTERS: u32 = sys::LR_ROUTER_MAX_ADAPTERS;
 
 impl<'a> InstanceSpec<'a> {
     /// The library's default spec (`lr_instance_spec_init`) with a name.
@@ -405,6 +435,65 @@ impl<'a> InstanceSpec<'a> {
             class: s.instance_class,
             prefix_caching: s.prefix_caching != 0,
             rtt: Duration::from_nanos(s.rtt_ns),
+            models: &[],
+            max_adapters: s.max_adapters,
+        }
+    }
+}
+
+/// Names as C strings, and an array of pointers to them, for a call
+/// (`lr_instance_spec.models`, `lr_adapter_stats.running`): the pointers
+/// are valid while this lives. A name with a NUL is
+/// [`crate::ErrorKind::Invalid`].
+struct CNames {
+    _names: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl CNames {
+    fn new(names: &[&str], op: &'static str) -> Result<CNames> {
+        let names = names
+            .iter()
+            .map(|n| c_name(n, op))
+            .collect::<Result<Vec<_>>>()?;
+        let ptrs = names.iter().map(|n| n.as_ptr()).collect();
+        Ok(CNames {
+            _names: names,
+            ptrs,
+        })
+    }
+
+    fn ptr(&self) -> *const *const c_char {
+        ptr_or_null(&self.ptrs)
+    }
+}
+
+/// An instance's LoRA adapters as its engine reports them: vLLM's
+/// `vllm:lora_requests_info` gauge, whose labels `running_lora_adapters`
+/// and `waiting_lora_adapters` list them comma-separated (one name per
+/// entry here) and `max_lora` its slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct AdapterStats<'a> {
+    /// Adapters with requests running there (resident); 1..=[`MAX_NAME`]
+    /// bytes each, at most [`MAX_ADAPTERS`] with `waiting`.
+    pub running: &'a [&'a str],
+    /// Adapters with requests waiting there (to load, or for a slot).
+    pub waiting: &'a [&'a str],
+    /// Its slots (`max_lora`); 0 keeps what the instance was added with.
+    pub max_adapters: u32,
+    /// Host time of the scrape, nanoseconds.
+    pub scraped_ns: u64,
+}
+
+impl<'a> AdapterStats<'a> {
+    /// A report of the adapters running and waiting, read at `scraped_ns`.
+    pub fn new(running: &'a [&'a str], waiting: &'a [&'a str], scraped_ns: u64) -> Self {
+        AdapterStats {
+            running,
+            waiting,
+            max_adapters: 0,
+            scraped_ns,
         }
     }
 }
@@ -497,6 +586,42 @@ pub struct Request<'a> {
     /// Its priority band in the waiting queue, RFC 9218's urgency: 0 (the
     /// most urgent) .. [`URGENCIES`] - 1.
     pub urgency: u32,
+    /// The model it names (at most [`MAX_NAME`] bytes; `None` or `""`:
+    /// any): only the instances that serve it
+    /// ([`InstanceSpec::models`]) are candidates, and
+    /// [`crate::ErrorKind::NotFound`] when none does.
+    pub model: Option<&'a str>,
+    /// The LoRA adapter it runs under (at most [`MAX_NAME`] bytes; `None`
+    /// or `""`: the base model). It enters every prefix key: an adapter's
+    /// cached prefixes never match the base model's or another adapter's.
+    pub adapter: Option<&'a str>,
+}
+
+/// A request's name (model, adapter) NUL-terminated on the stack for a
+/// call: one byte more than the library takes fits, so a longer name is
+/// still the library's `LR_EINVAL`, and routing allocates nothing.
+struct NameBuf([u8; MAX_NAME as usize + 2]);
+
+impl NameBuf {
+    fn new() -> NameBuf {
+        NameBuf([0; MAX_NAME as usize + 2])
+    }
+
+    /// The name as a C string in this buffer, NULL for none; a NUL inside
+    /// is `LR_EINVAL`.
+    fn c(&mut self, name: Option<&str>, op: &'static str) -> Result<*const c_char> {
+        let b = match name {
+            None | Some("") => return Ok(ptr::null()),
+            Some(s) => s.as_bytes(),
+        };
+        if b.contains(&0) {
+            return Err(Error::new(sys::LR_EINVAL, op));
+        }
+        let n = b.len().min(MAX_NAME as usize + 1);
+        self.0[..n].copy_from_slice(&b[..n]);
+        self.0[n] = 0;
+        Ok(self.0.as_ptr().cast())
+    }
 }
 
 /// Priority bands of the waiting queue: [`Request::urgency`] is
@@ -519,10 +644,21 @@ impl<'a> Request<'a> {
             tenant: 0,
             deadline_ns: 0,
             urgency: 0,
+            model: None,
+            adapter: None,
         }
     }
 
-    fn to_c(self) -> sys::lr_request {
+    /// The C request, its names in `names` (which must outlive its use).
+    fn to_c(self, names: &mut [NameBuf; 2], op: &'static str) -> Result<sys::lr_request> {
+        let [m, a] = names;
+        let mut q = self.to_c_scalars();
+        q.model = m.c(self.model, op)?;
+        q.adapter = a.c(self.adapter, op)?;
+        Ok(q)
+    }
+
+    fn to_c_scalars(self) -> sys::lr_request {
         let mut q = init(sys::lr_request_init_sized);
         q.id = self.id;
         q.tokens = ptr_or_null(self.tokens);
@@ -779,6 +915,11 @@ pub struct RouterStats {
     pub shed: u64,
     /// The total time the dispatched ones waited, nanoseconds.
     pub wait_ns: u64,
+    /// Routes of requests naming a LoRA adapter.
+    pub adapter_routes: u64,
+    /// Of those, the ones sent where the adapter was not resident (a load
+    /// caused).
+    pub adapter_loads: u64,
 }
 
 impl RouterStats {
@@ -879,13 +1020,19 @@ impl Router {
     pub fn add_instance(&self, spec: &InstanceSpec<'_>) -> Result<InstanceId> {
         const OP: &str = "lr_router_add_instance";
         let name = c_name(spec.name, OP)?;
+        let n_models =
+            u32::try_from(spec.models.len()).map_err(|_| Error::new(sys::LR_EINVAL, OP))?;
+        let models = CNames::new(spec.models, OP)?;
         let mut s = init(sys::lr_instance_spec_init_sized);
         s.name = name.as_ptr();
         s.instance_class = spec.class;
         s.prefix_caching = spec.prefix_caching as i32;
         s.rtt_ns = nanos(spec.rtt);
+        s.models = models.ptr();
+        s.n_models = n_models;
+        s.max_adapters = spec.max_adapters;
         let mut id = INSTANCE_NONE;
-        // SAFETY: the spec and its name outlive the call (the name is
+        // SAFETY: the spec, its name and its models outlive the call (all
         // copied); id is an out pointer.
         check(
             unsafe { sys::lr_router_add_instance(self.ptr(), &s, &mut id) },
@@ -955,6 +1102,52 @@ impl Router {
         )
     }
 
+    /// Tells the router which LoRA adapters an instance holds
+    /// (`lr_router_set_adapters`): the engine's word replaces the router's
+    /// own guess (each route of an adapter's request makes it resident
+    /// there). A name empty, too long or with a NUL, or more than
+    /// [`MAX_ADAPTERS`] names, is [`crate::ErrorKind::Invalid`]; an unknown
+    /// instance [`crate::ErrorKind::NotFound`]. On failure nothing changes.
+    pub fn set_adapters(&self, id: InstanceId, stats: &AdapterStats<'_>) -> Result<()> {
+        const OP: &str = "lr_router_set_adapters";
+        let running = CNames::new(stats.running, OP)?;
+        let waiting = CNames::new(stats.waiting, OP)?;
+        let mut s = init(sys::lr_adapter_stats_init_sized);
+        s.running = running.ptr();
+        s.n_running = stats.running.len();
+        s.waiting = waiting.ptr();
+        s.n_waiting = stats.waiting.len();
+        s.max_adapters = stats.max_adapters;
+        s.scraped_ns = stats.scraped_ns;
+        // SAFETY: the names outlive the call (borrowed for it).
+        check(
+            unsafe { sys::lr_router_set_adapters(self.ptr(), id, &s) },
+            OP,
+        )
+    }
+
+    /// The LoRA adapters the router believes resident on an instance now,
+    /// most recently used first, as their name hashes
+    /// ([`crate::name_hash`]) (`lr_router_adapters`).
+    pub fn adapters(&self, id: InstanceId) -> Result<Vec<u64>> {
+        const OP: &str = "lr_router_adapters";
+        let mut hashes = vec![0u64; 8];
+        loop {
+            let mut n = 0usize;
+            // SAFETY: a buffer of hashes.len() entries and an out pointer.
+            let st = unsafe {
+                sys::lr_router_adapters(self.ptr(), id, hashes.as_mut_ptr(), hashes.len(), &mut n)
+            };
+            if st == sys::LR_EBUFSIZE && n > hashes.len() {
+                hashes.resize(n, 0);
+                continue;
+            }
+            check(st, OP)?;
+            hashes.truncate(n);
+            return Ok(hashes);
+        }
+    }
+
     /// Folds an RTT probe into the instance's moving average.
     pub fn observe_rtt(&self, id: InstanceId, rtt: Duration) -> Result<()> {
         // SAFETY: plain values.
@@ -984,13 +1177,13 @@ impl Router {
     /// withdraws it. With [`RouteFlags::SHEDDABLE`] too, a request that
     /// would wait is refused with [`crate::ErrorKind::Busy`].
     pub fn route(&self, req: &Request<'_>) -> Result<Decision> {
-        let q = req.to_c();
+        const OP: &str = "lr_router_route";
+        let mut names = [NameBuf::new(), NameBuf::new()];
+        let q = req.to_c(&mut names, OP)?;
         let mut d = init(sys::lr_decision_init_sized);
-        // SAFETY: q borrows req's slices for the call; d has no buffer.
-        check(
-            unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) },
-            "lr_router_route",
-        )?;
+        // SAFETY: q borrows req's slices and names for the call; d has no
+        // buffer.
+        check(unsafe { sys::lr_router_route(self.ptr(), &q, &mut d) }, OP)?;
         Ok(Decision::from_c(&d))
     }
 
@@ -1003,7 +1196,8 @@ impl Router {
         scores: &mut Vec<Score>,
     ) -> Result<Decision> {
         const OP: &str = "lr_router_route";
-        let mut q = req.to_c();
+        let mut names = [NameBuf::new(), NameBuf::new()];
+        let mut q = req.to_c(&mut names, OP)?;
         q.flags |= sys::LR_ROUTE_SCORES;
         scores.clear();
         if scores.capacity() == 0 {
@@ -1471,6 +1665,8 @@ impl Router {
             waited_dropped: s.waited_dropped,
             shed: s.shed,
             wait_ns: s.wait_ns,
+            adapter_routes: s.adapter_routes,
+            adapter_loads: s.adapter_loads,
         })
     }
 
@@ -1525,7 +1721,8 @@ impl Router {
     /// instance.
     pub fn candidates(&self, req: &Request<'_>) -> Result<Vec<Candidate>> {
         const OP: &str = "lr_router_candidates";
-        let q = req.to_c();
+        let mut names = [NameBuf::new(), NameBuf::new()];
+        let q = req.to_c(&mut names, OP)?;
         let mut rows: Vec<Candidate> = Vec::new();
         let mut cap = self.instance_count().max(1) as usize;
         loop {
@@ -1582,7 +1779,8 @@ impl Router {
         params: &'p mut Vec<f64>,
     ) -> Result<PolicyInput<'p>> {
         const OP: &str = "lr_router_policy_input";
-        let q = req.to_c();
+        let mut names = [NameBuf::new(), NameBuf::new()];
+        let q = req.to_c(&mut names, OP)?;
         params.clear();
         params.resize(Param::count() as usize, 0.0);
         loop {
