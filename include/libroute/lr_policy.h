@@ -382,7 +382,9 @@ typedef struct lr_candidate {
      * adaptive learnt. Finite, >= 0. @since 0.3 */
     double adapter_load_s;
     /** Adapters resident there; and 1 when loading the request's adapter
-     * evicts another one (every slot is taken). @since 0.3 */
+     * evicts another one (every slot is taken). For a request that names
+     * no adapter the adapter columns are 0, adapter_free UINT32_MAX.
+     * @since 0.3 */
     uint32_t adapters_resident;
     int32_t adapter_evicts;
 } lr_candidate;

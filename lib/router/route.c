@@ -235,7 +235,7 @@ _Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V3,
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
  * and DualMap's stall (lr__load_fill), then the router's own columns. */
-static void
+static inline __attribute__((always_inline)) void
 gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
            uint64_t adapter, uint64_t now_ns, uint64_t max_age_ns,
            lr_candidate *c)
@@ -258,7 +258,16 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
     c->ttft_s_per_decoding = 0;
     c->prefill_tokens_avg = 0;
     c->route_rate = 0;
-    lr__adapters_fill(&r->ad, adapter, r->param[LR_PARAM_ADAPTER_LOAD_S], c);
+    if (adapter != 0) {
+        lr__adapters_fill(&r->ad, adapter, r->param[LR_PARAM_ADAPTER_LOAD_S],
+                          c);
+    } else { /* nothing to load: the columns say no more */
+        c->adapter_missing = 0;
+        c->adapter_free = UINT32_MAX;
+        c->adapter_load_s = 0;
+        c->adapters_resident = 0;
+        c->adapter_evicts = 0;
+    }
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
