@@ -315,6 +315,34 @@ models_differential(void **state)
     lr_router_destroy(r);
 }
 
+/* Round-robin takes turns among a model's instances: interleaved models
+ * and alternating requests give every instance the same count. */
+static void
+round_robin_per_model(void **state)
+{
+    (void)state;
+    lr_router *r = mk(LR_POLICY_ROUND_ROBIN, 8);
+    const char *m0[] = { "m0" }, *m1[] = { "m1" };
+    uint32_t id;
+    for (uint32_t i = 0; i < 6; i++)
+        assert_st(add_served(r, i, i % 2 ? m1 : m0, 1, 0, &id), LR_OK);
+    uint32_t t[BT], count[6] = { 0 };
+    toks(t, BT, 1);
+    lr_decision d;
+    for (uint64_t k = 0; k < 60; k++) {
+        bool odd = (k / 2) % 2; /* runs of two, the models alternating */
+        assert_st(route_named(r, k + 1, t, BT, odd ? "m1" : "m0", NULL, 0,
+                              T0 + k, &d),
+                  LR_OK);
+        assert_int_equal(d.instance % 2, odd ? 1 : 0);
+        count[d.instance]++;
+        assert_st(lr_router_complete(r, k + 1, 1, T0 + k), LR_OK);
+    }
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(count[i], 10);
+    lr_router_destroy(r);
+}
+
 /* ---- residency --------------------------------------------------------------------- */
 
 static size_t
@@ -859,6 +887,7 @@ main(void)
         cmocka_unit_test(name_hash_and_salt),
         cmocka_unit_test(adapter_prefixes_apart),
         cmocka_unit_test(models_differential),
+        cmocka_unit_test(round_robin_per_model),
         cmocka_unit_test(residency_follows_routes),
         cmocka_unit_test(report_replaces_guesses),
         cmocka_unit_test(lora_affinity_rule),

@@ -696,17 +696,32 @@ lr__pstate_ops_of(const struct lr__ptable *t, uint32_t kind)
 
 /* The instance a round-robin decision served last: the next goes to the
  * least id above it. An id position, not a reference: it stays when that
- * instance goes. */
+ * instance goes. One cursor per model whose instances a route's rows are
+ * (a few, direct-mapped: a model that takes another's place starts its
+ * turn anew), so that a model's instances take turns among themselves
+ * and not after the other models' turns; cursor 0 is the whole fleet's. */
+#define RR_CURSORS 16u
+
 struct rr_state {
-    uint32_t last;
+    uint32_t last[RR_CURSORS];
+    uint64_t model[RR_CURSORS];
 };
+
+static uint32_t
+rr_slot(uint64_t model)
+{
+    return model == 0 ? 0 : 1 + (uint32_t)(model % (RR_CURSORS - 1));
+}
 
 static lr_status
 rr_create(const struct lr__penv *env, void **out)
 {
     struct rr_state *s = lr__alloc(env->mem, sizeof *s);
     LR_RETURN_IF(s == NULL, LR_ENOMEM);
-    s->last = NONE;
+    for (uint32_t i = 0; i < RR_CURSORS; i++) {
+        s->last[i] = NONE;
+        s->model[i] = 0;
+    }
     *out = s;
     return LR_OK;
 }
@@ -720,21 +735,30 @@ rr_destroy(void *st, struct lr__mem *m)
 static void
 rr_prepare(const void *st, struct lr__pctx *c)
 {
-    c->last = ((const struct rr_state *)st)->last;
+    const struct rr_state *s = st;
+    uint32_t i = rr_slot(c->rows_model);
+    c->last = s->model[i] == c->rows_model ? s->last[i] : NONE;
 }
 
 static void
 rr_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
     (void)now_ns;
-    if (p->ch.decider == LR_POLICY_ROUND_ROBIN)
-        ((struct rr_state *)st)->last = p->rows[p->k].instance;
+    struct rr_state *s = st;
+    if (p->ch.decider != LR_POLICY_ROUND_ROBIN)
+        return;
+    uint32_t i = rr_slot(p->v->rows_model);
+    s->model[i] = p->v->rows_model;
+    s->last[i] = p->rows[p->k].instance;
 }
 
 static uint64_t
 rr_digest(const void *st, uint64_t d)
 {
-    return lr__digest_mix(d, ((const struct rr_state *)st)->last);
+    const struct rr_state *s = st;
+    for (uint32_t i = 0; i < RR_CURSORS; i++)
+        d = lr__digest_mix(d, s->model[i] ^ ((uint64_t)s->last[i] << 1));
+    return d;
 }
 
 const struct lr__pstate_ops lr__round_robin_ops = {

@@ -68,6 +68,7 @@ struct lr__pctx {
     struct lr__rng *rng;
     double *score;   /* n: out, NaN on entry */
     double budget_s; /* TTFT budget (lr_policy_input.ttft_budget_s), 0: none */
+    uint64_t rows_model; /* the model whose instances the rows are, or 0 */
 };
 
 /* A policy's pick. */
@@ -154,8 +155,9 @@ struct lr__route_view {
     uint32_t needs;    /* what it needs gathered (lr__policy_needs) */
     const double *param;
     /* the request's model and adapter (lr_name_hash; 0: none), and the
-     * salt its keys are made with (lr_adapter_salt) */
-    uint64_t model, adapter, salt;
+     * salt its keys are made with (lr_adapter_salt); rows_model: the model
+     * whose instances the rows are (0: every routable instance) */
+    uint64_t model, adapter, salt, rows_model;
     uint64_t scratch[LR__ROUTE_SCRATCH];
     uint32_t n_scratch;
 };

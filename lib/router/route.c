@@ -80,6 +80,7 @@ route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
     rt->v.needs = lr__policy_needs(r->pt, r->policy, r->param);
     rt->v.param = r->param;
     rt->v.model = lr__router_name_hash(q->model);
+    rt->v.rows_model = r->n_modeled > 0 ? rt->v.model : 0;
     rt->v.adapter = lr__router_name_hash(q->adapter);
     rt->v.salt = lr_adapter_salt(q->tenant_salt, rt->v.adapter);
     rt->v.n_scratch = 0;
@@ -276,7 +277,8 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
 static inline bool
 filtered(const lr_router *r, const struct route *rt)
 {
-    return rt->v.model != 0 && r->n_modeled > 0;
+    (void)r;
+    return rt->v.rows_model != 0;
 }
 
 /* No row for a request's model: LR_ENOENT when no instance serves it,
@@ -438,6 +440,7 @@ route_decide(lr_router *r, struct route *rt)
         .pt = r->pt,
         .score = rt->sc->score,
         .budget_s = budget_of(rt->v.q),
+        .rows_model = rt->v.rows_model,
     };
     uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
