@@ -40,6 +40,13 @@ struct queue {
     uint32_t n;
 };
 
+/* A LoRA adapter slot ("Adapters"). */
+struct lora {
+    uint32_t id;      /* the adapter it holds; 0: empty */
+    uint32_t running; /* running sequences of that adapter */
+    uint64_t stamp;   /* last use: an admission or a release */
+};
+
 /* A slot of a slots engine, or an entry of its host prompt cache: the
  * chained keys of a prompt's full blocks (max_keys at most). */
 struct kept {
@@ -87,6 +94,10 @@ struct sim_engine {
     uint32_t max_keys;
     uint64_t clock;
     uint64_t *pool;
+    /* LoRA (max_loras 0: none) */
+    uint32_t max_loras;
+    uint64_t load_us;
+    struct lora lora[SIM_MAX_LORAS];
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -584,6 +595,148 @@ slot_leave(struct sim_engine *e, const struct sim_seq *s, uint32_t blocks)
     k->stamp = ++e->clock;
 }
 
+/* ---- Adapters (LoRA) -------------------------------------------------------------
+ *
+ * As vLLM's V1 scheduler with --max-loras K: K slots hold adapters on the
+ * GPU. A running sequence's adapter is resident, and its slot busy. A
+ * waiting sequence of an adapter that is not resident needs a slot: an
+ * empty one, else the least recently used resident adapter that has no
+ * running sequence is evicted. The step that admits it loads the adapter
+ * and takes load_us longer (vLLM loads adapters in the model runner,
+ * synchronously, before the forward pass). When every slot is busy the
+ * sequence is passed over and those behind it may be admitted, as vLLM
+ * skips it, so a batch holds at most K distinct adapters. vLLM bounds
+ * nothing about how long a request may be passed over; here, once one
+ * has been passed over in LORA_PATIENCE steps in a row, nothing behind
+ * it is admitted until it is: running sequences drain and a slot frees.
+ * Base-model sequences (adapter 0) need no slot. */
+
+#define LORA_PATIENCE 64u
+
+static struct lora *
+lora_find(struct sim_engine *e, uint32_t id)
+{
+    for (uint32_t k = 0; k < e->max_loras; k++)
+        if (e->lora[k].id == id)
+            return &e->lora[k];
+    return NULL;
+}
+
+/* The slot a sequence of adapter `id` would take: the adapter's own, else
+ * an empty one, else the least recently used idle one; NULL when every
+ * slot is busy. */
+static struct lora *
+lora_slot(struct sim_engine *e, uint32_t id)
+{
+    struct lora *empty = NULL, *lru = NULL;
+    for (uint32_t k = 0; k < e->max_loras; k++) {
+        struct lora *l = &e->lora[k];
+        if (l->id == id)
+            return l;
+        if (l->id == 0) {
+            if (empty == NULL)
+                empty = l;
+        } else if (l->running == 0 && (lru == NULL || l->stamp < lru->stamp)) {
+            lru = l;
+        }
+    }
+    return empty != NULL ? empty : lru;
+}
+
+/* s, being admitted, takes its adapter's slot (lora_slot found one):
+ * loading the adapter adds load_us to the step. */
+static void
+lora_take(struct sim_engine *e, struct sim_seq *s, double *t)
+{
+    s->passed = 0;
+    if (s->adapter == 0)
+        return;
+    struct lora *l = lora_slot(e, s->adapter);
+    if (l->id != s->adapter) {
+        if (l->id != 0)
+            e->c.adapter_evictions++;
+        l->id = s->adapter;
+        l->running = 0;
+        e->c.adapter_loads++;
+        *t += (double)e->load_us;
+    }
+    l->running++;
+    l->stamp = ++e->clock;
+}
+
+/* s stops running (finished or preempted): its adapter stays resident. */
+static void
+lora_leave(struct sim_engine *e, const struct sim_seq *s)
+{
+    if (s->adapter == 0)
+        return;
+    struct lora *l = lora_find(e, s->adapter);
+    l->running--;
+    l->stamp = ++e->clock;
+}
+
+void
+sim_engine_set_lora(struct sim_engine *e, uint32_t max_loras, uint64_t load_us)
+{
+    e->max_loras = max_loras < SIM_MAX_LORAS ? max_loras : SIM_MAX_LORAS;
+    e->load_us = load_us;
+}
+
+int
+sim_engine_serves(const struct sim_engine *e, uint32_t adapter)
+{
+    return adapter == 0 || e->max_loras > 0;
+}
+
+static int
+has_id(const uint32_t *ids, uint32_t n, uint32_t id)
+{
+    for (uint32_t k = 0; k < n; k++)
+        if (ids[k] == id)
+            return 1;
+    return 0;
+}
+
+void
+sim_engine_adapters(const struct sim_engine *e, uint32_t *ids, uint32_t cap,
+                    struct sim_adapter_report *out)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < e->max_loras && n < cap; k++)
+        if (e->lora[k].running > 0)
+            ids[n++] = e->lora[k].id;
+    out->max_loras = e->max_loras;
+    out->n_running = n;
+    for (const struct sim_seq *s = e->waiting.head; s != NULL && n < cap;
+         s = s->next)
+        if (s->adapter != 0 && !has_id(ids, n, s->adapter))
+            ids[n++] = s->adapter;
+    out->n_waiting = n - out->n_running;
+}
+
+uint32_t
+sim_engine_resident(const struct sim_engine *e, uint32_t *ids, uint32_t cap)
+{
+    /* most recent first: a selection by stamp (max_loras is small) */
+    uint32_t n = 0;
+    uint64_t below = UINT64_MAX;
+    for (;;) {
+        const struct lora *best = NULL;
+        for (uint32_t k = 0; k < e->max_loras; k++) {
+            const struct lora *l = &e->lora[k];
+            if (l->id != 0 && l->stamp < below &&
+                (best == NULL || l->stamp > best->stamp))
+                best = l;
+        }
+        if (best == NULL)
+            return n;
+        if (n < cap)
+            ids[n] = best->id;
+        n++;
+        below = best->stamp;
+    }
+}
+
 /* ---- create ------------------------------------------------------------------- */
 
 struct sim_engine *
@@ -721,6 +874,7 @@ preempt(struct sim_engine *e, struct sim_seq *s)
     s->pending = 0;
     if (e->slots_mode)
         slot_leave(e, s, s->computed / e->bt);
+    lora_leave(e, s);
     seq_release_blocks(e, s);
     q_remove(&e->running, s);
     s->preemptions++;
@@ -767,12 +921,12 @@ schedule(struct sim_engine *e, struct sim_seq *s, uint32_t n, double *t)
         *t += chunk_cost(e->cls, s->computed, n);
 }
 
-/* Admit the waiting head with up to `budget` prefill tokens. 0, or -1 if
- * memory (with the watermark) does not allow it now. */
+/* Admit waiting sequence s (the first the scheduler may take: the head
+ * unless adapters were passed over) with up to `budget` prefill tokens.
+ * 0, or -1 if memory (with the watermark) does not allow it now. */
 static int
-admit(struct sim_engine *e, uint32_t budget, double *t)
+admit(struct sim_engine *e, struct sim_seq *s, uint32_t budget, double *t)
 {
-    struct sim_seq *s = e->waiting.head;
     if (s == e->stuck && e->n_free <= e->stuck_free)
         return -1; /* nothing freed since it did not fit */
     e->stuck = NULL;
@@ -823,6 +977,7 @@ admit(struct sim_engine *e, uint32_t budget, double *t)
         s->first_hit = hit;
     s->state = SEQ_RUNNING;
     q_push(&e->running, s, 0);
+    lora_take(e, s, t);
     e->c.admissions++;
     e->c.query_tokens += target;
     e->c.hit_tokens += hit;
@@ -853,13 +1008,24 @@ sim_engine_start_step(struct sim_engine *e)
         schedule(e, s, n, &t);
         budget -= n;
     }
-    /* then new admissions, unless memory was short this step */
-    while (!preempted && budget > 0 && e->waiting.n > 0 &&
+    /* then new admissions in queue order, unless memory was short this
+     * step; a sequence whose adapter finds no slot is passed over
+     * ("Adapters") */
+    struct sim_seq *w = e->waiting.head;
+    while (!preempted && budget > 0 && w != NULL &&
            e->running.n < e->cls->max_batch) {
+        struct sim_seq *next = w->next;
+        if (w->adapter != 0 && lora_slot(e, w->adapter) == NULL) {
+            if (++w->passed >= LORA_PATIENCE)
+                break; /* nothing passes it any longer */
+            w = next;
+            continue;
+        }
         uint32_t before = e->n_sched;
-        if (admit(e, budget, &t) != 0)
+        if (admit(e, w, budget, &t) != 0)
             break;
         budget -= e->sched[before]->sched;
+        w = next;
     }
     if (e->n_sched == 0)
         return 0; /* waiting for memory that only a finishing step frees */
@@ -878,6 +1044,7 @@ finish(struct sim_engine *e, struct sim_seq *s)
     q_remove(&e->running, s);
     if (e->slots_mode)
         slot_leave(e, s, s->n_keys);
+    lora_leave(e, s);
     seq_release_blocks(e, s);
     s->state = SEQ_IDLE;
     e->c.completed++;
@@ -1007,6 +1174,28 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
             return sim_errf(err, "host cache holds %llu blocks, counted %llu",
                             (unsigned long long)held,
                             (unsigned long long)e->host_blocks);
+    }
+    /* adapters: each slot's running count is its running sequences' */
+    for (uint32_t k = 0; k < e->max_loras; k++) {
+        const struct lora *l = &e->lora[k];
+        uint32_t n = 0;
+        for (const struct sim_seq *s = e->running.head; s; s = s->next)
+            n += l->id != 0 && s->adapter == l->id;
+        if (n != l->running || (l->id == 0 && l->running != 0))
+            return sim_errf(err, "adapter slot %u holds %u with %u running, "
+                                 "counted %u",
+                            k, l->id, l->running, n);
+        for (uint32_t j = 0; j < k; j++)
+            if (l->id != 0 && e->lora[j].id == l->id)
+                return sim_errf(err, "adapter %u in two slots", l->id);
+    }
+    for (const struct sim_seq *s = e->running.head; s; s = s->next) {
+        uint32_t k = 0;
+        while (k < e->max_loras && e->lora[k].id != s->adapter)
+            k++;
+        if (s->adapter != 0 && k == e->max_loras)
+            return sim_errf(err, "req %u runs without its adapter %u", s->req,
+                            s->adapter);
     }
     /* references: exactly the running sequences' block lists */
     uint32_t *refs = sim_calloc(e->cap, sizeof *refs);

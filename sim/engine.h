@@ -26,6 +26,12 @@
  * host prompt cache; its blocks then only count KV memory, and no block
  * gets a key.
  *
+ * LoRA adapters (sim_engine_set_lora; engine.c, "Adapters"): max_loras
+ * slots hold adapters, least recently used first out; a batch runs
+ * requests of at most max_loras distinct adapters, and a step that loads
+ * one takes load_us longer. An adapter's blocks are keyed under its own
+ * salt (sim_seq_set_keys), so they never match another's.
+ *
  * The engine never allocates after create and never fails after it:
  * requests that could never fit are refused at enqueue time. */
 #ifndef LRSIM_ENGINE_H
@@ -57,6 +63,8 @@ struct sim_seq {
     uint8_t decoding;
     uint32_t inst; /* the engine it was sent to (the simulator's index) */
     uint32_t slot; /* slots engines: the slot it holds while running */
+    uint32_t adapter; /* its LoRA adapter (any id but 0); 0: base model */
+    uint32_t passed;  /* steps it waited for an adapter slot, in a row */
     uint64_t *keys; /* full prompt blocks' chained keys */
     uint32_t n_keys, cap_keys;
     uint32_t *blocks; /* block ids held, in token order */
@@ -65,7 +73,9 @@ struct sim_seq {
 };
 
 /* Compute seq->keys from the prompt's tokens (block_tokens per block,
- * tenant salt folded into the first). -1 on out of memory. */
+ * salt folded into the first: the tenant's, or under a LoRA adapter
+ * lr_adapter_salt(tenant, lr_name_hash(adapter)), as the router keys
+ * it). -1 on out of memory. */
 int sim_seq_set_keys(struct sim_seq *s, const uint32_t *tokens, uint32_t n,
                      uint32_t block_tokens, uint64_t salt);
 /* Make room for the blocks a sequence of `tokens` tokens needs. */
@@ -100,6 +110,9 @@ struct sim_engine_counters {
      * took, and in the host prompt cache; prompts saved to it, and
      * dropped from it for room */
     uint64_t slot_hits, host_hits, host_saves, host_drops;
+    /* LoRA: adapters loaded into a slot, and of those, loads that evicted
+     * a resident adapter */
+    uint64_t adapter_loads, adapter_evictions;
 };
 
 struct sim_engine;
@@ -113,6 +126,30 @@ void sim_engine_destroy(struct sim_engine *e);
 /* Could a sequence of prompt + output tokens ever run here? */
 int sim_engine_fits(const struct sim_engine *e, uint32_t prompt,
                     uint32_t output);
+
+/* LoRA (engine.c, "Adapters"): max_loras adapter slots (vLLM's
+ * --max-loras, at most SIM_MAX_LORAS; 0: no LoRA, the default), and the
+ * time a step spends loading each adapter it brings in. Call before
+ * anything is queued. */
+#define SIM_MAX_LORAS 256u
+void sim_engine_set_lora(struct sim_engine *e, uint32_t max_loras,
+                         uint64_t load_us);
+/* Can a request of this adapter (0: none) ever run here? */
+int sim_engine_serves(const struct sim_engine *e, uint32_t adapter);
+
+/* What vLLM's vllm:lora_requests_info reports: the adapters with requests
+ * running (resident ones), then those with requests waiting, each once,
+ * in queue order, at most cap ids in all. */
+struct sim_adapter_report {
+    uint32_t max_loras;
+    uint32_t n_running, n_waiting;
+};
+void sim_engine_adapters(const struct sim_engine *e, uint32_t *ids,
+                         uint32_t cap, struct sim_adapter_report *out);
+/* The adapters resident now (running or idle), most recently used first,
+ * at most cap; returns how many there are. */
+uint32_t sim_engine_resident(const struct sim_engine *e, uint32_t *ids,
+                             uint32_t cap);
 
 /* Queue a sequence (it must fit). front: put it first (a preempted or
  * moved sequence keeps its place). */

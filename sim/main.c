@@ -77,6 +77,10 @@ struct opts {
     /* --mix, --tenants, --burst; --admit */
     struct sim_mix mix;
     int admit;
+    /* --adapters, --adapter-*, --models; --max-loras, --adapter-load-ms */
+    struct sim_lora lora;
+    uint32_t max_loras;
+    double adapter_load_ms;
 };
 
 /* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
@@ -113,6 +117,23 @@ usage(FILE *f)
 "                      rate in proportion (10,1,1,1: one sends 10x)\n"
 "  --burst X[:S]       arrivals in waves: each S s (60) of traffic comes in\n"
 "                      its first S/X s, at X times the mean rate\n"
+"\n"
+"LoRA adapters and models (any workload or trace):\n"
+"  --adapters N        N LoRA adapters (lora-0001 ...); each request runs\n"
+"                      under one drawn by Zipf popularity (a session keeps\n"
+"                      its first turn's)\n"
+"  --adapter-zipf S    popularity exponent: rank r has weight (r+1)^-S (1)\n"
+"  --adapter-share F   share of requests under an adapter, the rest on the\n"
+"                      base model (1)\n"
+"  --adapter-shift-s T every T s the ranking rotates by a quarter of the\n"
+"                      adapters: the hot set moves\n"
+"  --adapter-by KEY    request (default), or prompt: every request of one\n"
+"                      system prompt (first segment) runs its adapter\n"
+"  --max-loras K       adapter slots per engine, vLLM's --max-loras (4);\n"
+"                      0: no LoRA (adapter requests fail)\n"
+"  --adapter-load-ms X time a step spends loading an adapter (100)\n"
+"  --models N|W,W,..   N models of equal rates, or one per weight (70,30);\n"
+"                      the instances split among them in proportion\n"
 "\n");
     fprintf(f,
 "Cluster:\n"
@@ -133,7 +154,8 @@ usage(FILE *f)
 "  --no-rebalance      do not carry out dualmap's rebalancing plans\n"
 "\n"
 "Policies and measures:\n"
-"  --policies LIST     all (default) or names, comma-separated\n"
+"  --policies LIST     all (default) or names, comma-separated; all has\n"
+"                      the LoRA policies only where the traffic has adapters\n"
 "  --slo-ttft S        TTFT objective in seconds (5); also the router's\n"
 "  --param NAME=VALUE  set a router parameter on every policy's router\n"
 "                      (repeatable; names: lodestar-epsilon,\n"
@@ -287,7 +309,9 @@ static const char *const value_flags[] = {
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
     "--seeds", "--suite-cells", "--replicas", "--front", "--sync",
     "--gauge-ms", "--eviction", "--spread", "--class-file",
-    "--mix", "--tenants", "--burst", "--admit",
+    "--mix", "--tenants", "--burst", "--admit", "--adapters",
+    "--adapter-zipf", "--adapter-share", "--adapter-shift-s", "--adapter-by",
+    "--max-loras", "--adapter-load-ms", "--models",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -514,6 +538,29 @@ take(struct opts *o, const char *flag, const char *v)
             o->admit = SIM_ADMIT_QUEUE;
         else
             return bad("--admit: now or queue, got '%s'", v);
+    } else if (strcmp(flag, "--adapters") == 0) {
+        return parse_u32(flag, v, 0, SIM_MAX_ADAPTERS, &o->lora.n_adapters);
+    } else if (strcmp(flag, "--adapter-zipf") == 0) {
+        return parse_nonneg(flag, v, 10, &o->lora.zipf);
+    } else if (strcmp(flag, "--adapter-share") == 0) {
+        return parse_nonneg(flag, v, 1, &o->lora.share);
+    } else if (strcmp(flag, "--adapter-shift-s") == 0) {
+        return parse_pos(flag, v, 1e9, &o->lora.shift_s);
+    } else if (strcmp(flag, "--adapter-by") == 0) {
+        if (strcmp(v, "request") == 0)
+            o->lora.by = SIM_ADAPTER_BY_REQUEST;
+        else if (strcmp(v, "prompt") == 0)
+            o->lora.by = SIM_ADAPTER_BY_PROMPT;
+        else
+            return bad("--adapter-by: request or prompt, got '%s'", v);
+    } else if (strcmp(flag, "--max-loras") == 0) {
+        return parse_u32(flag, v, 0, SIM_MAX_LORAS, &o->max_loras);
+    } else if (strcmp(flag, "--adapter-load-ms") == 0) {
+        return parse_nonneg(flag, v, 3.6e6, &o->adapter_load_ms);
+    } else if (strcmp(flag, "--models") == 0) {
+        struct sim_err err = { { 0 } };
+        if (sim_lora_parse_models(v, &o->lora, &err) != 0)
+            return bad("--models: %s", err.msg);
     } else if (strcmp(flag, "--gauge-ms") == 0) {
         double ms;
         if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
@@ -705,15 +752,40 @@ list_policies(void)
 
 /* ---- policies ------------------------------------------------------------------------- */
 
+/* The policies made for LoRA traffic: "all" has them only where the
+ * traffic names adapters (elsewhere they would add rows that only repeat
+ * what the others show, and change the tables of every run before them);
+ * --policies names them anywhere. */
+static const int32_t lora_policies[] = { LR_POLICY_LORA_AFFINITY,
+                                         LR_POLICY_AIBRIX_LORA };
+
 static int
-select_policies(const char *spec, int32_t *out, size_t *n)
+is_lora_policy(int32_t p)
+{
+    for (size_t k = 0; k < sizeof lora_policies / sizeof lora_policies[0]; k++)
+        if (lora_policies[k] == p)
+            return 1;
+    return 0;
+}
+
+static int
+all_policies(const char *spec)
+{
+    return spec == NULL || strcmp(spec, "all") == 0;
+}
+
+/* --policies into out; lora: the traffic names adapters (see
+ * lora_policies). */
+static int
+select_policies(const char *spec, int lora, int32_t *out, size_t *n)
 {
     *n = 0;
-    if (spec == NULL || strcmp(spec, "all") == 0) {
+    if (all_policies(spec)) {
         for (int p = 0; p < MAX_POLICIES; p++) {
             if (lr_policy_name(p) == NULL)
                 break;
-            out[(*n)++] = p;
+            if (lora || !is_lora_policy(p))
+                out[(*n)++] = p;
         }
         return 0;
     }
@@ -751,6 +823,7 @@ struct job {
     struct sim_result res;
     struct sim_err err;
     int rc;
+    int idle; /* the suite: a policy that has no place in its cell (rc 2) */
 };
 
 struct pool {
@@ -777,11 +850,14 @@ cell_done(struct pool *p, size_t c)
 {
     size_t done = atomic_fetch_add(&p->cells_done, 1) + 1;
     double busy = 0;
-    for (size_t k = c * p->per_cell; k < (c + 1) * p->per_cell; k++)
+    size_t runs = 0;
+    for (size_t k = c * p->per_cell; k < (c + 1) * p->per_cell; k++) {
         busy += p->jobs[k].res.wall_s;
+        runs += !p->jobs[k].idle;
+    }
     fprintf(stderr, "lrsim: suite [%zu/%zu] %-24s %zu runs, %.1f s of "
                     "simulation, %.1f s elapsed\n",
-            done, p->cells->n, p->cells->v[c].name, p->per_cell, busy,
+            done, p->cells->n, p->cells->v[c].name, runs, busy,
             mono_s() - p->t0);
 }
 
@@ -796,7 +872,7 @@ worker(void *arg)
         if (p->order != NULL)
             k = p->order[k];
         struct job *j = &p->jobs[k];
-        j->rc = sim_run(&j->cfg, &j->res, &j->err);
+        j->rc = j->idle ? 2 : sim_run(&j->cfg, &j->res, &j->err);
         if (p->per_cell) {
             sim_result_drop_requests(&j->res);
             size_t c = k / p->per_cell;
@@ -946,6 +1022,11 @@ load_workload(const struct opts *o, struct sim_workload *w, char *source,
     }
     if (sim_mix_any(&o->mix) || o->mix.burst > 1)
         sim_workload_mix(w, &o->mix, o->seed);
+    if ((o->lora.n_adapters > 0 || o->lora.n_models > 0) &&
+        sim_workload_lora(w, &o->lora, o->seed, &err2) != 0) {
+        fprintf(stderr, "lrsim: %s%s\n", where_prefix, err2.msg);
+        return -1;
+    }
     return 0;
 }
 
@@ -981,6 +1062,9 @@ opts_init(struct opts *o)
     struct sim_config d;
     sim_config_init(&d);
     o->rep = d.rep;
+    sim_lora_init(&o->lora);
+    o->max_loras = d.max_loras;
+    o->adapter_load_ms = (double)d.adapter_load_us / 1000.0;
 }
 
 /* The run's settings from the options (everything but the policy and its
@@ -1016,6 +1100,8 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->keep_samples = o->dump_samples != NULL;
     cfg->rep = o->rep;
     cfg->admit = o->admit;
+    cfg->max_loras = o->max_loras;
+    cfg->adapter_load_us = (uint64_t)llround(o->adapter_load_ms * 1000.0);
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */
@@ -1026,7 +1112,8 @@ simulate(const struct opts *o, const struct sim_config *base, struct pool *p,
 {
     int32_t pol[MAX_POLICIES];
     size_t n_pol;
-    if (select_policies(o->policies, pol, &n_pol) != 0)
+    if (select_policies(o->policies, base->w->lora.n_adapters > 0, pol,
+                        &n_pol) != 0)
         return EXIT_USAGE;
     int has_lodestar = 0;
     for (size_t k = 0; k < n_pol; k++)
@@ -1172,7 +1259,8 @@ run_replica_suite(const struct opts *o, const struct sim_config *base,
 {
     int32_t pol[MAX_POLICIES];
     size_t n_pol;
-    if (select_policies(o->policies, pol, &n_pol) != 0)
+    if (select_policies(o->policies, base->w->lora.n_adapters > 0, pol,
+                        &n_pol) != 0)
         return EXIT_USAGE;
     struct sim_replicas rc_of[REPLICA_CONFIGS];
     replica_configs(o, rc_of);
@@ -1356,7 +1444,7 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
     struct sim_suite_cells cells = { 0 };
     struct sim_err err = { { 0 } };
     int32_t pol[MAX_POLICIES];
-    size_t n_pol = 0, n_cs = 0;
+    size_t n_pol = 0, n_cs = 0, n_idle = 0;
     struct cell_seed *cs = NULL;
     struct sim_report *reps = NULL;
     struct pool p = { 0 };
@@ -1366,16 +1454,15 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
         fprintf(stderr, "lrsim: --suite-cells: %s\n", err.msg);
         goto out;
     }
-    if (select_policies(o->policies, pol, &n_pol) != 0)
+    if (select_policies(o->policies, 1, pol, &n_pol) != 0)
         goto out;
     const uint64_t *seeds = o->n_seeds ? o->seeds : &o->seed;
     size_t n_seeds = o->n_seeds ? o->n_seeds : 1;
     n_cs = cells.n * n_seeds;
     cs = sim_calloc(n_cs, sizeof *cs);
     reps = sim_calloc(n_cs, sizeof *reps);
-    p.jobs = sim_calloc(n_cs * n_pol, sizeof *p.jobs);
     p.cell_left = sim_calloc(cells.n, sizeof *p.cell_left);
-    if (cs == NULL || reps == NULL || p.jobs == NULL || p.cell_left == NULL) {
+    if (cs == NULL || reps == NULL || p.cell_left == NULL) {
         fprintf(stderr, "lrsim: out of memory\n");
         rc = 1;
         goto out;
@@ -1385,6 +1472,23 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
     if (prepare_cells(argc, argv, &cells, seeds, n_seeds, cs) != 0)
         goto out;
     rc = 1;
+    /* "all": the LoRA policies only if some cell's traffic names adapters,
+     * and then only in those cells (lora_policies) */
+    int any_lora = 0;
+    for (size_t k = 0; k < n_cs; k++)
+        any_lora |= cs[k].w.lora.n_adapters > 0;
+    if (all_policies(o->policies) && !any_lora) {
+        size_t m = 0;
+        for (size_t q = 0; q < n_pol; q++)
+            if (!is_lora_policy(pol[q]))
+                pol[m++] = pol[q];
+        n_pol = m;
+    }
+    p.jobs = sim_calloc(n_cs * n_pol, sizeof *p.jobs);
+    if (p.jobs == NULL) {
+        fprintf(stderr, "lrsim: out of memory\n");
+        goto out;
+    }
     for (size_t k = 0; k < n_cs; k++) {
         cs[k].runs = sim_calloc(n_pol, sizeof *cs[k].runs);
         cs[k].skips = sim_calloc(n_pol, sizeof *cs[k].skips);
@@ -1397,6 +1501,9 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
             j->cfg = cs[k].cfg;
             j->cfg.policy = pol[q];
             j->cfg.rates = rates_of(&cs[k].o, pol[q]);
+            j->idle = all_policies(o->policies) && is_lora_policy(pol[q]) &&
+                      cs[k].w.lora.n_adapters == 0;
+            n_idle += (size_t)j->idle;
         }
     }
     /* cell-major order: cells finish roughly one after the other */
@@ -1410,14 +1517,20 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
     unsigned jobs = o->jobs ? o->jobs : default_jobs();
     fprintf(stderr, "lrsim: suite: %zu cells x %zu seed%s x %zu policies = "
                     "%zu runs, %u at a time\n",
-            cells.n, n_seeds, n_seeds == 1 ? "" : "s", n_pol, p.n, jobs);
+            cells.n, n_seeds, n_seeds == 1 ? "" : "s", n_pol, p.n - n_idle,
+            jobs);
+    if (n_idle > 0)
+        fprintf(stderr, "lrsim: suite: the LoRA policies run only in the "
+                        "cells with adapters\n");
     run_all(&p, jobs);
     int failed = 0;
     for (size_t k = 0; k < n_cs; k++) {
         struct sim_report *rep = &reps[k];
         for (size_t q = 0; q < n_pol; q++) {
             struct job *j = &p.jobs[k * n_pol + q];
-            if (j->rc == 1) {
+            if (j->rc == 2) {
+                continue; /* no place in this cell */
+            } else if (j->rc == 1) {
                 struct sim_skip *sk = &cs[k].skips[rep->n_skipped++];
                 snprintf(sk->policy, sizeof sk->policy, "%s",
                          j->res.policy_name);
@@ -1468,8 +1581,8 @@ run_suite(const struct opts *o, int argc, char **argv, double t0)
         rc = 1;
     if (rc == 0 && o->json != NULL && write_file(o->json, suite_json, &s) != 0)
         rc = 1;
-    fprintf(stderr, "lrsim: suite: %zu runs in %.1f s, %u at a time\n", p.n,
-            mono_s() - t0, jobs);
+    fprintf(stderr, "lrsim: suite: %zu runs in %.1f s, %u at a time\n",
+            p.n - n_idle, mono_s() - t0, jobs);
 out:
     for (size_t k = 0; cs != NULL && k < n_cs; k++) {
         for (size_t q = 0; q < reps[k].n_runs; q++)

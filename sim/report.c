@@ -145,6 +145,23 @@ table_mix(FILE *f, const struct sim_report *rep)
                 : "now: route() sends every request at once");
 }
 
+/* LoRA adapters and models, when the traffic names any. */
+static void
+table_lora(FILE *f, const struct sim_report *rep)
+{
+    const struct sim_lora *l = &rep->w->lora;
+    if (l->n_adapters == 0 && l->n_models == 0)
+        return;
+    char buf[512];
+    sim_lora_describe(l, buf, sizeof buf);
+    fprintf(f, "  %s\n", buf);
+    if (l->n_adapters > 0)
+        fprintf(f, "  adapter slots per engine (--max-loras) %u, %g ms per "
+                   "adapter load\n",
+                rep->cfg->max_loras,
+                (double)rep->cfg->adapter_load_us / 1000.0);
+}
+
 static void
 table_header(FILE *f, const struct sim_report *rep)
 {
@@ -175,6 +192,7 @@ table_header(FILE *f, const struct sim_report *rep)
     table_rates(f, rep);
     table_replicas(f, rep);
     table_mix(f, rep);
+    table_lora(f, rep);
     fprintf(f, "\n");
 }
 
@@ -338,7 +356,15 @@ sim_report_table(FILE *f, const struct sim_report *rep)
         if (c == 3 || c == 5)
             fprintf(f, "|");
     }
-    fprintf(f, "| %9s\n", "p50");
+    int lora = rep->n_runs > 0 && rep->runs[0].has_adapters;
+    uint64_t least = UINT64_MAX;
+    for (size_t k = 0; lora && k < rep->n_runs; k++)
+        if (rep->runs[k].adapter_loads < least)
+            least = rep->runs[k].adapter_loads;
+    if (lora)
+        fprintf(f, "| %9s | %7s\n", "p50", "loads");
+    else
+        fprintf(f, "| %9s\n", "p50");
     for (size_t k = 0; k < rep->n_runs; k++) {
         const struct sim_result *r = &rep->runs[k];
         fprintf(f, "%-22s", r->policy_name);
@@ -357,13 +383,21 @@ sim_report_table(FILE *f, const struct sim_report *rep)
         }
         char ns[32];
         fmt_ns(ns, sizeof ns, r->route_ns_p50);
-        fprintf(f, "| %9s\n", ns);
+        if (lora)
+            fprintf(f, "| %9s | %7llu%c\n", ns,
+                    (unsigned long long)r->adapter_loads,
+                    rep->n_runs > 1 && r->adapter_loads == least ? '*' : ' ');
+        else
+            fprintf(f, "| %9s\n", ns);
     }
     fprintf(f, "\n* best in its column.  hit%% = prompt tokens the engines "
                "found cached; loadCV = spread of pending\n  prefill tokens "
                "across instances; SLO%% = TTFT < %g s; good/s = requests "
                "within the SLO per second.\n",
             rep->cfg->slo_ttft_s);
+    if (lora)
+        fprintf(f, "  loads = LoRA adapters the engines loaded (each "
+                   "stalls its engine's step).\n");
     for (size_t k = 0; k < rep->n_runs; k++) {
         const struct sim_result *r = &rep->runs[k];
         if (r->failed > 0)
@@ -555,6 +589,34 @@ json_workload(FILE *f, const struct sim_report *rep)
         jkey(f, "    ", "mix");
         jstr(f, buf);
     }
+    const struct sim_lora *l = &rep->w->lora;
+    if (l->n_adapters > 0 || l->n_models > 0) {
+        char buf[512];
+        sim_lora_describe(l, buf, sizeof buf);
+        jkey(f, "    ", "lora");
+        fprintf(f, "{\"description\": ");
+        jstr(f, buf);
+        fprintf(f, ", \"adapters\": %u, \"zipf\": ", l->n_adapters);
+        jnum(f, l->zipf);
+        fprintf(f, ", \"share\": ");
+        jnum(f, l->share);
+        fprintf(f, ", \"shift_s\": ");
+        jnum(f, l->shift_s > 0 ? l->shift_s : NAN);
+        fprintf(f, ", \"by\": ");
+        jstr(f, l->by == SIM_ADAPTER_BY_PROMPT ? "prompt" : "request");
+        fprintf(f, ", \"max_loras\": %u, \"adapter_load_ms\": ",
+                rep->cfg->max_loras);
+        jnum(f, (double)rep->cfg->adapter_load_us / 1000.0);
+        fprintf(f, ", \"models\": [");
+        for (uint32_t k = 0; k < l->n_models; k++) {
+            fprintf(f, "%s{\"name\": ", k ? ", " : "");
+            jstr(f, sim_model_name(k));
+            fprintf(f, ", \"weight\": ");
+            jnum(f, l->model_w[k]);
+            fputc('}', f);
+        }
+        fprintf(f, "]}");
+    }
     fprintf(f, "\n  },\n");
 }
 
@@ -619,6 +681,13 @@ json_per_inst(FILE *f, const struct sim_result *r)
         jnum(f, p->capacity_blocks ? (double)p->peak_used_blocks /
                                          (double)p->capacity_blocks
                                    : 0);
+        if (r->has_adapters)
+            fprintf(f, ", \"adapter_loads\": %llu",
+                    (unsigned long long)p->adapter_loads);
+        if (r->has_models) {
+            fprintf(f, ", \"model\": ");
+            jstr(f, sim_model_name(p->model));
+        }
         fputc('}', f);
     }
     fprintf(f, "\n      ]");
@@ -868,6 +937,10 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     if (!isnan(r->param_w_rtt)) {
         JD("gorgo_w_rtt", r->param_w_rtt);
         JD("gorgo_w_queue", r->param_w_queue);
+    }
+    if (r->has_adapters) {
+        JU("adapter_loads", r->adapter_loads);
+        JU("adapter_evictions", r->adapter_evictions);
     }
     if (r->has_slots) {
         /* llama.cpp-like engines: what they delivered of what the router

@@ -38,7 +38,8 @@ enum ev_kind {
     EV_LEARN,        /* lodestar: the host's learning thread runs a step */
     EV_DELTAS,       /* replicas publish their deltas (--sync deltas) */
     EV_GAUGES,       /* replicas publish their load gauges */
-    EV_DEADLINE      /* --admit queue: a waiting request's deadline */
+    EV_DEADLINE,     /* --admit queue: a waiting request's deadline */
+    EV_ADAPTERS_BACK /* an engine's adapters reach the gateway (LoRA) */
 };
 
 struct ev {
@@ -105,6 +106,14 @@ heap_pop(struct heap *h)
 
 /* ---- run state ------------------------------------------------------------------ */
 
+/* An engine's adapters as a scrape found them (LoRA), on their way to
+ * the gateway. */
+struct asnap {
+    struct sim_adapter_report rep;
+    uint64_t scraped_us;
+    uint32_t ids[LR_ROUTER_MAX_ADAPTERS];
+};
+
 /* An engine's KV-event hooks' context (--sync events). */
 struct sink {
     struct run *r;
@@ -167,6 +176,14 @@ struct run {
     uint64_t routes_prev;
     double pmae_sum; /* since the previous point */
     uint64_t pmae_n;
+    /* LoRA and models: the model each instance serves; the adapter
+     * scrapes in flight (a pool: snaps[k] is free when listed in free_) */
+    uint32_t *model_of;
+    int lora; /* the traffic names adapters */
+    struct asnap *snaps;
+    size_t n_snaps, cap_snaps;
+    uint32_t *free_snaps;
+    size_t n_free_snaps, cap_free_snaps;
 };
 
 static uint64_t
@@ -360,6 +377,9 @@ on_arrival(struct run *r, size_t q)
     lq.session = rq->session;
     lq.has_session = rq->has_session ? 1 : 0;
     lq.now_ns = ns_of(r->now);
+    if (r->w->lora.n_models > 0)
+        lq.model = sim_model_name(rq->model);
+    lq.adapter = sim_adapter_name(r->w, rq->adapter);
     /* precise mode: the engines' events are what the routers know */
     if (r->cfg->rep.sync == SIM_SYNC_EVENTS)
         lq.flags |= LR_ROUTE_NO_LEARN;
@@ -412,6 +432,12 @@ send_req(struct run *r, size_t q, uint32_t rid, int32_t reason, double cost)
         return sim_errf(r->err, "%s: route() chose unknown instance %u",
                         r->res->policy_name, rid);
     uint32_t i = r->inst_of[rid];
+    if (r->w->lora.n_models > 0 && r->model_of[i] != rq->model)
+        return sim_errf(r->err, "%s: route() sent request %zu of model %s "
+                                "to %s, which serves %s",
+                        r->res->policy_name, q, sim_model_name(rq->model),
+                        r->c->inst[i].name,
+                        sim_model_name(r->model_of[i]));
     if (r->cfg->policy == LR_POLICY_LODESTAR &&
         (reason == LR_REASON_MIN_COST || reason == LR_REASON_K_FILTER ||
          reason == LR_REASON_EXPLORE))
@@ -431,14 +457,17 @@ send_req(struct run *r, size_t q, uint32_t rid, int32_t reason, double cost)
     s->prompt = rq->input_tokens;
     s->output = rq->output_tokens;
     s->inst = i;
+    s->adapter = rq->adapter;
     r->seq_of[q] = s;
+    /* an adapter's blocks under its own salt, as the router keys them */
     if (sim_seq_set_keys(s, r->tok, rq->input_tokens, r->cfg->block_tokens,
-                         rq->tenant) != 0 ||
+                         sim_req_salt(r->w, q)) != 0 ||
         sim_seq_reserve(s, rq->input_tokens + rq->output_tokens,
                         r->cfg->block_tokens) != 0)
         return sim_errf(r->err, "out of memory (sequence blocks)");
     r->res->inst[q] = i;
-    if (!sim_engine_fits(r->eng[i], s->prompt, s->output))
+    if (!sim_engine_fits(r->eng[i], s->prompt, s->output) ||
+        !sim_engine_serves(r->eng[i], s->adapter))
         return push(r, r->now + r->c->inst[i].rtt_us, EV_FAIL, i, q, 0);
     return push(r, r->now + half_rtt(r, i), EV_RECV, i, q, 0);
 }
@@ -636,8 +665,54 @@ on_scrape_at(struct run *r, uint32_t i)
     struct sim_engine_state s;
     sim_engine_state(r->eng[i], &s);
     uint64_t packed = (uint64_t)s.running << 32 | s.waiting;
-    return push(r, r->now + half_rtt(r, i), EV_SCRAPE_BACK, i, packed,
-                s.kv_use);
+    if (push(r, r->now + half_rtt(r, i), EV_SCRAPE_BACK, i, packed,
+             s.kv_use) != 0)
+        return -1;
+    if (!r->lora)
+        return 0;
+    /* vLLM's vllm:lora_requests_info, read with the other metrics */
+    size_t k;
+    if (r->n_free_snaps > 0) {
+        k = r->free_snaps[--r->n_free_snaps];
+    } else {
+        if (sim_grow((void **)&r->snaps, &r->cap_snaps, r->n_snaps + 1,
+                     sizeof *r->snaps) != 0 ||
+            sim_grow((void **)&r->free_snaps, &r->cap_free_snaps,
+                     r->n_snaps + 1, sizeof *r->free_snaps) != 0)
+            return sim_errf(r->err, "out of memory (adapter scrapes)");
+        k = r->n_snaps++;
+    }
+    struct asnap *a = &r->snaps[k];
+    sim_engine_adapters(r->eng[i], a->ids, LR_ROUTER_MAX_ADAPTERS, &a->rep);
+    a->scraped_us = r->now;
+    return push(r, r->now + half_rtt(r, i), EV_ADAPTERS_BACK, i, k, 0);
+}
+
+/* An engine's adapters reach the gateway: every replica is told. */
+static int
+on_adapters_back(struct run *r, const struct ev *e)
+{
+    struct asnap *a = &r->snaps[e->a];
+    const char *names[LR_ROUTER_MAX_ADAPTERS];
+    uint32_t n = a->rep.n_running + a->rep.n_waiting;
+    for (uint32_t k = 0; k < n; k++)
+        names[k] = sim_adapter_name(r->w, a->ids[k]);
+    lr_adapter_stats st;
+    lr_adapter_stats_init(&st);
+    st.running = names;
+    st.n_running = a->rep.n_running;
+    st.waiting = names + a->rep.n_running;
+    st.n_waiting = a->rep.n_waiting;
+    st.max_adapters = a->rep.max_loras;
+    st.scraped_ns = ns_of(a->scraped_us);
+    r->free_snaps[r->n_free_snaps++] = (uint32_t)e->a;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status s = lr_router_set_adapters(r->routers[k], r->rid[e->inst],
+                                             &st);
+        if (s != LR_OK)
+            return lib_fail(r, "lr_router_set_adapters", s);
+    }
+    return 0;
 }
 
 static int
@@ -713,8 +788,16 @@ rebalance_one(struct run *r, lr_router *router)
         /* only a request still waiting in its engine's queue can move;
          * one already admitted stays */
         if (s == NULL || !sim_engine_fits(r->eng[to], s->prompt, s->output) ||
+            !sim_engine_serves(r->eng[to], s->adapter) ||
             sim_engine_remove_waiting(r->eng[s->inst], s) != 0)
             continue;
+        if (r->w->lora.n_models > 0 && r->model_of[to] != r->w->reqs[q].model)
+            return sim_errf(r->err, "%s: rebalance plan moves request %zu of "
+                                    "model %s to %s, which serves %s",
+                            r->res->policy_name, q,
+                            sim_model_name(r->w->reqs[q].model),
+                            r->c->inst[to].name,
+                            sim_model_name(r->model_of[to]));
         st = lr_router_move(router, m->request_id, m->to);
         if (st != LR_OK)
             return lib_fail(r, "lr_router_move", st);
@@ -949,7 +1032,7 @@ sink_stored(void *ctx, const struct sim_seq *s, uint32_t from, uint32_t to)
     ev.block_size = bt;
     ev.token_ids = r->ev_tok + (size_t)from * bt;
     ev.n_tokens = (size_t)(to - from) * bt;
-    ev.tenant_salt = rq->tenant;
+    ev.tenant_salt = sim_req_salt(r->w, s->req);
     for (uint32_t k = 0; k < r->n_rep; k++) {
         lr_status st = lr_router_kv_stored(r->routers[k], r->rid[sk->inst], &ev,
                                            ns_of(r->now));
@@ -984,6 +1067,8 @@ sim_config_init(struct sim_config *cfg)
     cfg->rep.gauge_us = 100000;
     cfg->rep.full_us = 10000000;
     cfg->rep.eviction = -1;
+    cfg->max_loras = 4;
+    cfg->adapter_load_us = 100000;
 }
 
 void
@@ -1110,6 +1195,13 @@ make_router(struct run *r, uint32_t rk)
     st = lr_router_set_param(router, LR_PARAM_TTFT_SLO_S, cfg->slo_ttft_s);
     if (st != LR_OK)
         return lib_fail(r, "lr_router_set_param(TTFT_SLO_S)", st);
+    /* the engines' adapter load time, as their operator would say it */
+    if (r->lora) {
+        st = lr_router_set_param(router, LR_PARAM_ADAPTER_LOAD_S,
+                                 (double)cfg->adapter_load_us / 1e6);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_set_param(ADAPTER_LOAD_S)", st);
+    }
     for (size_t k = 0; k < cfg->n_params; k++) {
         const struct sim_param *p = &cfg->params[k];
         st = lr_router_set_param(router, (lr_param)p->key, p->value);
@@ -1147,6 +1239,13 @@ make_router(struct run *r, uint32_t rk)
         s.instance_class = in->class_id;
         s.prefix_caching = in->prefix_caching;
         s.rtt_ns = in->rtt_us * 1000u;
+        const char *model[1] = { sim_model_name(r->model_of[i]) };
+        if (r->w->lora.n_models > 0) {
+            s.models = model;
+            s.n_models = 1;
+        }
+        if (r->lora)
+            s.max_adapters = r->cfg->max_loras;
         uint32_t id;
         st = lr_router_add_instance(router, &s, &id);
         if (st != LR_OK)
@@ -1215,12 +1314,22 @@ setup(struct run *r)
     r->emit = sim_calloc(max_batch, sizeof *r->emit);
     if (!r->eng || !r->seq_of || !r->pending_sum || !r->emit)
         return sim_errf(r->err, "out of memory");
+    r->lora = r->w->lora.n_adapters > 0;
+    r->model_of = sim_calloc(c->n, sizeof *r->model_of);
+    if (r->model_of == NULL)
+        return sim_errf(r->err, "out of memory");
+    if (sim_models_assign(r->w, c->n, r->model_of) != 0)
+        return sim_errf(r->err, "%u models need at least as many instances, "
+                                "not %u",
+                        r->w->lora.n_models, c->n);
     for (uint32_t i = 0; i < c->n; i++) {
         r->eng[i] = sim_engine_create(&c->inst[i], r->cfg->block_tokens);
         if (r->eng[i] == NULL)
             return sim_errf(r->err, "cannot create engine %s (memory, or KV "
                                     "smaller than one block)",
                             c->inst[i].name);
+        sim_engine_set_lora(r->eng[i], r->cfg->max_loras,
+                            r->cfg->adapter_load_us);
     }
     sim_rng_seed(&r->jitter, r->cfg->seed ^ 0x6c7273696d6a6974ull);
     if (r->w->n_reqs > 0)
@@ -1265,6 +1374,9 @@ teardown(struct run *r)
     free(r->inst_of);
     free(r->pending_sum);
     free(r->heap.v);
+    free(r->model_of);
+    free(r->snaps);
+    free(r->free_snaps);
 }
 
 static int
@@ -1299,6 +1411,8 @@ dispatch(struct run *r, const struct ev *e)
         return on_gauges(r);
     case EV_DEADLINE:
         return on_deadline(r, (size_t)e->a);
+    case EV_ADAPTERS_BACK:
+        return on_adapters_back(r, e);
     default:
         return on_rebalance(r);
     }
@@ -1838,6 +1952,10 @@ summarize(struct run *r)
         pi->busy_frac = (double)c->busy_us / span;
         pi->peak_used_blocks = c->peak_used_blocks;
         pi->capacity_blocks = st.capacity_blocks;
+        pi->adapter_loads = c->adapter_loads;
+        pi->model = r->model_of[i];
+        res->adapter_loads += c->adapter_loads;
+        res->adapter_evictions += c->adapter_evictions;
         res->query_tokens += c->query_tokens;
         res->hit_tokens += c->hit_tokens;
         res->prefilled_tokens += c->prefilled_tokens;
@@ -1852,6 +1970,8 @@ summarize(struct run *r)
             res->host_drops += c->host_drops;
         }
     }
+    res->has_adapters = r->lora;
+    res->has_models = r->w->lora.n_models > 0;
     res->cache_hit_rate = res->query_tokens
                               ? (double)res->hit_tokens /
                                     (double)res->query_tokens
@@ -1926,7 +2046,7 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
     if (cfg->w == NULL || cfg->c == NULL || cfg->c->n == 0 ||
         cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0 ||
         cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL) ||
-        cfg->rep.n > SIM_MAX_REPLICAS ||
+        cfg->rep.n > SIM_MAX_REPLICAS || cfg->max_loras > SIM_MAX_LORAS ||
         (cfg->rep.sync == SIM_SYNC_DELTAS && cfg->rep.delta_us == 0))
         return sim_errf(err, "bad simulation configuration");
     uint64_t t0 = now_mono_ns();

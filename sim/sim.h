@@ -8,7 +8,8 @@
  *      │                                  the last token)
  *   every scrape period: engine state sampled (RTT/2 away), delivered to
  *   lr_router_set_stats after another RTT/2 with its sample time, plus an
- *   RTT probe (lr_router_observe_rtt, with jitter)
+ *   RTT probe (lr_router_observe_rtt, with jitter); with LoRA traffic, the
+ *   engine's adapters too (lr_router_set_adapters)
  *
  * A discrete-event simulation on integer microseconds; events at equal
  * times run in the order they were scheduled, so a run is a pure function
@@ -102,6 +103,13 @@ struct sim_config {
     int keep_samples; /* copy lr_router_learner_samples() into the result */
     struct sim_replicas rep; /* n = 1: a single router */
     int admit; /* SIM_ADMIT_* */
+    /* LoRA (traffic with adapters): every engine's adapter slots (vLLM's
+     * --max-loras; 0: no LoRA, adapter requests fail) and the time a step
+     * spends loading an adapter. The routers are told both (max_adapters,
+     * LR_PARAM_ADAPTER_LOAD_S) and get each engine's adapters with its
+     * stats (lr_router_set_adapters). */
+    uint32_t max_loras;       /* 4 */
+    uint64_t adapter_load_us; /* 100 ms */
 };
 
 #define SIM_NEVER UINT64_MAX
@@ -158,6 +166,8 @@ struct sim_inst_result {
     double mean_pending; /* pending prefill tokens, time-averaged */
     double busy_frac;    /* share of the run spent in steps */
     uint64_t peak_used_blocks, capacity_blocks;
+    uint64_t adapter_loads; /* LoRA adapters it loaded */
+    uint32_t model;         /* with models: the model it serves */
 };
 
 /* Per request class (--mix): its requests and how they ended. SLO
@@ -267,6 +277,11 @@ struct sim_result {
     double jain;
     uint32_t jain_windows;
     double jain_window_s;
+    /* LoRA and models: when the traffic names adapters (has_adapters),
+     * the engines' adapter loads, and of those the loads that evicted a
+     * resident adapter; has_models when it names models */
+    int has_adapters, has_models;
+    uint64_t adapter_loads, adapter_evictions;
     /* measured (vary between runs; never compared) */
     double route_ns_p50, route_ns_p99, route_ns_mean;
     double wall_s;

@@ -15,7 +15,7 @@
 
 /* The grid: where the policies' published claims and failure modes live.
  * Each cell also gets the learner settings the experiments use (harmless
- * to every other policy). */
+ * to every other policy). A cell may start with "NAME:". */
 static const char *const builtin[] = {
     "--workload conversation --cluster 8",
     "--workload conversation --cluster hetero",
@@ -26,6 +26,14 @@ static const char *const builtin[] = {
     "--workload tools-zipf --cluster 8",
     "--workload system-prompts --cluster 8",
     "--workload rate-shift --cluster 8",
+    /* LoRA adapters (8 engines of 4 slots) and a fleet of two models */
+    "lora-zipf100: --workload conversation --cluster 8 --rate 8 "
+    "--adapters 100 --adapter-zipf 1 --max-loras 4",
+    "lora-hot: --workload tools-zipf --cluster 8 --adapters 8 "
+    "--adapter-by prompt --max-loras 4",
+    "lora-shift: --workload wildchat --cluster 8 --rate 12 --adapters 100 "
+    "--adapter-zipf 1 --adapter-shift-s 30 --max-loras 4",
+    "models-70-30: --workload conversation --cluster 8 --models 70,30",
 };
 #define BUILTIN_LEARNER "--lodestar-min 1000 --lodestar-every 500"
 
@@ -214,8 +222,22 @@ sim_suite_builtin(struct sim_suite_cells *out, struct sim_err *err)
         snprintf(line, sizeof line, "%s %s", builtin[k], BUILTIN_LEARNER);
         char **argv;
         int argc;
-        if (sim_suite_split(line, &argv, &argc, err) != 0 ||
-            add_cell(out, &cap, NULL, "built-in", argv, argc, err) != 0) {
+        if (sim_suite_split(line, &argv, &argc, err) != 0) {
+            sim_suite_cells_free(out);
+            return -1;
+        }
+        /* "NAME:" first: the cell's name, not an argument */
+        char name[SIM_SUITE_NAME] = "";
+        size_t n0 = argc > 0 ? strlen(argv[0]) : 0;
+        if (n0 > 1 && n0 <= sizeof name && argv[0][n0 - 1] == ':') {
+            memcpy(name, argv[0], n0 - 1);
+            name[n0 - 1] = '\0';
+            free(argv[0]);
+            memmove(argv, argv + 1, (size_t)(argc - 1) * sizeof *argv);
+            argc--;
+        }
+        if (add_cell(out, &cap, name[0] ? name : NULL, "built-in", argv, argc,
+                     err) != 0) {
             sim_suite_cells_free(out);
             return -1;
         }

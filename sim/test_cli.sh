@@ -86,6 +86,19 @@ expect 2 "--time-scale: expected a positive number" -- --time-scale=nan
 expect 2 "--seed needs a value" -- --seed
 expect 2 "unknown class \"foo\"" -- --cluster 4xfoo
 expect 2 "unknown workload 'nope'" -- --workload nope
+expect 2 "--adapter-by: request or prompt, got 'tenant'" -- --adapter-by tenant
+expect 2 "--models: expected a count 1..4" -- --models 5
+expect 2 "--max-loras: 300 is out of range" -- --max-loras 300
+expect 2 "--adapter-share: expected a number >= 0" -- --adapter-share 2
+# LoRA: the loads column and JSON fields with adapters; none without
+expect 0 '' -- --workload wildchat --requests 200 --adapters 10 \
+    --policies least-request,lora-affinity --json "$tmp/lora.json"
+grep -q 'loads = LoRA adapters' "$tmp/out" && grep -q '"adapter_loads"' "$tmp/lora.json" ||
+    { echo "FAIL: LoRA run without its loads"; fails=$((fails + 1)); }
+expect 0 '' -- --workload wildchat --requests 200 --policies least-request \
+    --json "$tmp/plain.json"
+grep -q 'adapter' "$tmp/out" "$tmp/plain.json" &&
+    { echo "FAIL: adapter fields in a run without adapters"; fails=$((fails + 1)); }
 expect 2 "unknown policy 'nope'" -- --policies random,nope
 expect 2 "given twice" -- --policies random,random
 expect 2 "not both" -- --workload wildchat --trace x.jsonl

@@ -1,7 +1,9 @@
 /* lrsim tests: the engine model. Prefix hits only for contiguous leading
  * blocks, LRU eviction from the deep end, caching off, preemption and
- * recompute, and a randomized stress run that checks every invariant after
- * every step (the cache never exceeds its capacity). */
+ * recompute, LoRA adapters (LRU slots, a load stalls its step, at most
+ * max_loras adapters in a batch, no starvation, each adapter's KV apart),
+ * and a randomized stress run that checks every invariant after every
+ * step (the cache never exceeds its capacity). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libroute.h>
 
 #include "engine.h"
 #include "util.h"
@@ -396,6 +399,243 @@ test_stress(void **state)
     }
 }
 
+/* ---- LoRA adapters ------------------------------------------------------------ */
+
+#define LOAD_US 5000u
+
+/* A sequence of adapter `a` (0: base) whose prompt is tokens base.. */
+static void
+lora_seq(struct sim_seq *s, uint32_t req, uint32_t a, uint32_t base,
+         uint32_t n, uint32_t out, uint32_t *tok)
+{
+    fill(tok, n, base);
+    seq_init(s, req, tok, n, out);
+    s->adapter = a;
+}
+
+/* One step: its duration (0: none). */
+static uint64_t
+step(struct rig *r)
+{
+    uint64_t us = sim_engine_start_step(r->e);
+    if (us == 0)
+        return 0;
+    size_t n = sim_engine_finish_step(r->e, r->emit);
+    struct sim_err err = { { 0 } };
+    if (sim_engine_verify(r->e, &err) != 0)
+        fail_msg("invariant: %s", err.msg);
+    for (size_t k = 0; k < n; k++) {
+        if (r->emit[k].kind == EMIT_FIRST_TOKEN)
+            r->firsts++;
+        else
+            r->completes++;
+    }
+    return us;
+}
+
+/* Two slots: the least recently used idle adapter is the one evicted. */
+static void
+test_lora_lru(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 4000, 1, 16, 64);
+    sim_engine_set_lora(r.e, 2, LOAD_US);
+    uint32_t tok[16], ids[4];
+    struct sim_seq s[5];
+    const uint32_t order[5] = { 1, 2, 1, 3, 2 };
+    /* A, B, A (resident: no load), C (evicts B: A was used later),
+     * B (evicts A) */
+    const uint64_t loads[5] = { 1, 2, 2, 3, 4 };
+    const uint32_t mru[5][2] = { { 1, 0 }, { 2, 1 }, { 1, 2 }, { 3, 1 },
+                                 { 2, 3 } };
+    for (int k = 0; k < 5; k++) {
+        lora_seq(&s[k], (uint32_t)k, order[k], 100u * (uint32_t)k, 9, 2, tok);
+        sim_engine_enqueue(r.e, &s[k], 0);
+        drain(&r);
+        const struct sim_engine_counters *c = sim_engine_counters(r.e);
+        assert_int_equal(c->adapter_loads, loads[k]);
+        uint32_t n = sim_engine_resident(r.e, ids, 4);
+        assert_int_equal(n, k == 0 ? 1 : 2);
+        for (uint32_t j = 0; j < n; j++)
+            assert_int_equal(ids[j], mru[k][j]);
+    }
+    assert_int_equal(sim_engine_counters(r.e)->adapter_evictions, 2);
+    for (int k = 0; k < 5; k++)
+        sim_seq_free(&s[k]);
+    sim_engine_destroy(r.e);
+}
+
+/* A step that loads an adapter takes LOAD_US longer than the same step
+ * with the adapter resident, or on the base model. */
+static void
+test_lora_load_stalls(void **state)
+{
+    (void)state;
+    struct rig r, b;
+    rig_init(&r, 4000, 0, 16, 64);
+    rig_init(&b, 4000, 0, 16, 64);
+    sim_engine_set_lora(r.e, 4, LOAD_US);
+    sim_engine_set_lora(b.e, 4, LOAD_US);
+    uint32_t tok[16];
+    struct sim_seq a1, a2, base;
+    lora_seq(&a1, 0, 7, 10, 12, 1, tok);
+    lora_seq(&base, 1, 0, 10, 12, 1, tok);
+    sim_engine_enqueue(r.e, &a1, 0);
+    sim_engine_enqueue(b.e, &base, 0);
+    uint64_t loaded = step(&r), plain = step(&b);
+    assert_true(plain > 0);
+    assert_int_equal(loaded, plain + LOAD_US);
+    /* the adapter stays resident: the same request again costs the same
+     * as on the base model */
+    lora_seq(&a2, 2, 7, 10, 12, 1, tok);
+    sim_engine_enqueue(r.e, &a2, 0);
+    assert_int_equal(step(&r), plain);
+    assert_int_equal(sim_engine_counters(r.e)->adapter_loads, 1);
+    /* no LoRA on an engine without slots */
+    sim_engine_set_lora(b.e, 0, LOAD_US);
+    assert_false(sim_engine_serves(b.e, 7));
+    assert_true(sim_engine_serves(b.e, 0));
+    assert_true(sim_engine_serves(r.e, 7));
+    sim_seq_free(&a1);
+    sim_seq_free(&a2);
+    sim_seq_free(&base);
+    sim_engine_destroy(r.e);
+    sim_engine_destroy(b.e);
+}
+
+/* Two slots, requests of adapters 1, 2, 3, the base model and 1 again: the
+ * batch takes 1, 2, the base one and the second 1; 3 is passed over (not
+ * blocking those behind it) and runs once a slot frees. */
+static void
+test_lora_batch_limit(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 4000, 1, 16, 256);
+    sim_engine_set_lora(r.e, 2, LOAD_US);
+    uint32_t tok[16], ids[8];
+    struct sim_seq s[5];
+    const uint32_t ad[5] = { 1, 2, 3, 0, 1 };
+    const uint32_t out[5] = { 3, 6, 2, 2, 4 };
+    for (int k = 0; k < 5; k++) {
+        lora_seq(&s[k], (uint32_t)k, ad[k], 50u * (uint32_t)k, 10, out[k],
+                 tok);
+        sim_engine_enqueue(r.e, &s[k], 0);
+    }
+    step(&r);
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    assert_int_equal(st.running, 4);
+    assert_int_equal(st.waiting, 1);
+    assert_int_equal(s[2].state, SEQ_WAITING);
+    struct sim_adapter_report rep;
+    sim_engine_adapters(r.e, ids, 8, &rep);
+    assert_int_equal(rep.max_loras, 2);
+    assert_int_equal(rep.n_running, 2);
+    assert_int_equal(rep.n_waiting, 1);
+    assert_int_equal(ids[2], 3);
+    assert_true((ids[0] == 1 && ids[1] == 2) || (ids[0] == 2 && ids[1] == 1));
+    /* every step: at most 2 adapters among the running */
+    for (int guard = 0; guard < 100 && step(&r) > 0; guard++) {
+        uint32_t seen[5], n = 0;
+        for (int k = 0; k < 5; k++) {
+            if (s[k].state != SEQ_RUNNING || s[k].adapter == 0)
+                continue;
+            uint32_t j = 0;
+            while (j < n && seen[j] != s[k].adapter)
+                j++;
+            if (j == n)
+                seen[n++] = s[k].adapter;
+        }
+        assert_true(n <= 2);
+    }
+    assert_int_equal(r.completes, 5);
+    /* 3 waited for 1 (its 2 requests done by then) and took its slot */
+    assert_int_equal(sim_engine_counters(r.e)->adapter_loads, 3);
+    assert_int_equal(sim_engine_counters(r.e)->adapter_evictions, 1);
+    for (int k = 0; k < 5; k++)
+        sim_seq_free(&s[k]);
+    sim_engine_destroy(r.e);
+}
+
+/* Adapters 1 and 2 always have requests running (new ones every step):
+ * a request of adapter 3 still runs, in bounded time. */
+static void
+test_lora_no_starvation(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 100000, 0, 64, 4096);
+    sim_engine_set_lora(r.e, 2, LOAD_US);
+    enum { N = 600 };
+    struct sim_seq *s = calloc(N, sizeof *s);
+    assert_non_null(s);
+    uint32_t tok[16];
+    uint32_t n = 0;
+    struct sim_seq c;
+    lora_seq(&c, 9999, 3, 7, 8, 2, tok);
+    int queued = 0;
+    int steps = 0;
+    for (; steps < 500 && c.generated == 0; steps++) {
+        for (uint32_t a = 1; a <= 2 && n < N; a++, n++) {
+            lora_seq(&s[n], n, a, 100u * n, 8, 6, tok);
+            sim_engine_enqueue(r.e, &s[n], 0);
+        }
+        if (steps == 3) {
+            sim_engine_enqueue(r.e, &c, 0);
+            queued = 1;
+        }
+        step(&r);
+    }
+    assert_true(queued);
+    assert_true(c.generated > 0);
+    assert_true(steps < 200);
+    drain(&r);
+    for (uint32_t k = 0; k < n; k++)
+        sim_seq_free(&s[k]);
+    free(s);
+    sim_seq_free(&c);
+    sim_engine_destroy(r.e);
+}
+
+/* The same prompt under the base model, adapter "a" and adapter "b": keyed
+ * apart (lr_adapter_salt, as the router), so none hits another's KV, and
+ * each hits its own. */
+static void
+test_lora_separate_kv(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init(&r, 4000, 1, 16, 64);
+    sim_engine_set_lora(r.e, 4, LOAD_US);
+    uint32_t tok[24];
+    fill(tok, 24, 500);
+    const uint64_t salt[3] = {
+        0, lr_adapter_salt(0, lr_name_hash("a", 1)),
+        lr_adapter_salt(0, lr_name_hash("b", 1)),
+    };
+    const uint32_t ad[3] = { 0, 1, 2 };
+    struct sim_seq s[6];
+    for (int k = 0; k < 6; k++) {
+        memset(&s[k], 0, sizeof s[k]);
+        s[k].req = (uint32_t)k;
+        s[k].prompt = 24;
+        s[k].output = 2;
+        s[k].adapter = ad[k % 3];
+        assert_int_equal(sim_seq_set_keys(&s[k], tok, 24, BT, salt[k % 3]), 0);
+        assert_int_equal(sim_seq_reserve(&s[k], 26, BT), 0);
+        sim_engine_enqueue(r.e, &s[k], 0);
+        drain(&r);
+        /* the first of each: cold; the second: its own prefix (all but
+         * the last block: at least one token is computed) */
+        assert_int_equal(s[k].first_hit, k < 3 ? 0u : 20u);
+    }
+    for (int k = 0; k < 6; k++)
+        sim_seq_free(&s[k]);
+    sim_engine_destroy(r.e);
+}
+
 int
 main(void)
 {
@@ -406,6 +646,11 @@ main(void)
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_fits),
         cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_lora_lru),
+        cmocka_unit_test(test_lora_load_stalls),
+        cmocka_unit_test(test_lora_batch_limit),
+        cmocka_unit_test(test_lora_no_starvation),
+        cmocka_unit_test(test_lora_separate_kv),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

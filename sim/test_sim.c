@@ -1,7 +1,8 @@
 /* lrsim tests: whole runs through the library. Conservation of requests
  * and tokens for every policy, on homogeneous, heterogeneous, memory-tight
  * and cross-region clusters; identical output for a seed; the generators;
- * cluster specs. */
+ * cluster specs; multi-model fleets (a request reaches only its model's
+ * engines) and LoRA traffic. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -931,12 +932,16 @@ test_suite_cells(void **state)
         "conversation/8", "conversation/hetero",   "conversation/regions:3",
         "share-mixed/8",  "share-mixed/hetero@10", "wildchat/8",
         "tools-zipf/8",   "system-prompts/8",      "rate-shift/8",
+        "lora-zipf100",   "lora-hot",              "lora-shift",
+        "models-70-30",
     };
     assert_int_equal(cells.n, sizeof names / sizeof names[0]);
     for (size_t k = 0; k < cells.n; k++) {
         assert_string_equal(cells.v[k].name, names[k]);
         assert_non_null(strstr(cells.v[k].args,
                                "--lodestar-min 1000 --lodestar-every 500"));
+        /* a built-in cell's name is not one of its arguments */
+        assert_int_equal(cells.v[k].argv[0][0], '-');
     }
     sim_suite_cells_free(&cells);
 }
@@ -1319,6 +1324,164 @@ test_admission_json(void **state)
     sim_workload_free(&w);
 }
 
+/* ---- LoRA adapters and models ------------------------------------------------ */
+
+static void
+lay_lora(struct sim_workload *w, uint32_t adapters, const char *models)
+{
+    struct sim_lora l;
+    sim_lora_init(&l);
+    l.n_adapters = adapters;
+    struct sim_err err = { { 0 } };
+    if (models != NULL && sim_lora_parse_models(models, &l, &err) != 0)
+        fail_msg("--models %s: %s", models, err.msg);
+    if (sim_workload_lora(w, &l, 11, &err) != 0)
+        fail_msg("%s", err.msg);
+}
+
+/* Two models at 70:30 on 8 instances (6 and 2, interleaved): every
+ * policy sends every request to an instance of its model, and both
+ * models' instances serve. */
+static void
+test_models(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("conversation", 400, 14, 5, &w);
+    lay_lora(&w, 0, "70,30");
+    struct sim_err err = { { 0 } };
+    struct sim_lora bad;
+    sim_lora_init(&bad);
+    assert_int_equal(sim_lora_parse_models("5", &bad, &err), -1);
+    assert_int_equal(sim_lora_parse_models("1,0,0,0,1", &bad, &err), -1);
+    assert_int_equal(sim_lora_parse_models("0,0", &bad, &err), -1);
+    size_t per_model[2] = { 0, 0 };
+    for (size_t q = 0; q < w.n_reqs; q++) {
+        assert_true(w.reqs[q].model < 2);
+        assert_int_equal(w.reqs[q].adapter, 0);
+        per_model[w.reqs[q].model]++;
+        /* a conversation keeps its model */
+        for (size_t j = 0; j < q; j++)
+            if (w.reqs[j].has_session && w.reqs[q].has_session &&
+                w.reqs[j].session == w.reqs[q].session)
+                assert_int_equal(w.reqs[j].model, w.reqs[q].model);
+    }
+    assert_true(per_model[0] > 200 && per_model[1] > 60);
+    struct sim_cluster c;
+    parse_cluster("8", &c);
+    uint32_t model_of[8], count[2] = { 0, 0 };
+    assert_int_equal(sim_models_assign(&w, 8, model_of), 0);
+    for (int i = 0; i < 8; i++)
+        count[model_of[i]]++;
+    assert_int_equal(count[0], 6);
+    assert_int_equal(count[1], 2);
+    assert_int_equal(model_of[0], 0); /* interleaved, not 6 then 2 */
+    assert_true(model_of[6] == 0 || model_of[7] == 0);
+    assert_int_equal(sim_models_assign(&w, 1, model_of), -1);
+    int ran = 0;
+    for (int p = 0; lr_policy_name((lr_policy)p) != NULL; p++) {
+        struct sim_result res;
+        if (run_checked(&w, &c, p, &res) != 0) {
+            sim_result_free(&res);
+            continue;
+        }
+        ran++;
+        assert_true(res.has_models);
+        assert_int_equal(res.failed, 0);
+        uint64_t served[2] = { 0, 0 };
+        for (size_t q = 0; q < w.n_reqs; q++) {
+            uint32_t i = res.inst[q];
+            if (model_of[i] != w.reqs[q].model)
+                fail_msg("%s: request %zu of model %u ran on %s (model %u)",
+                         res.policy_name, q, w.reqs[q].model, c.inst[i].name,
+                         model_of[i]);
+            served[model_of[i]]++;
+        }
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(res.per_inst[i].model, model_of[i]);
+        assert_int_equal(served[0], per_model[0]);
+        assert_int_equal(served[1], per_model[1]);
+        sim_result_free(&res);
+    }
+    assert_int_equal(ran, (int)lr_policy_count());
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
+/* LoRA traffic: the overlay draws adapters by popularity (a session keeps
+ * one), runs balance their books with the engines' invariants checked
+ * every step, adapters load, and the JSON says so; without slots every
+ * adapter request fails. */
+static void
+test_lora_runs(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("wildchat", 500, 30, 9, &w);
+    lay_lora(&w, 20, NULL);
+    size_t hot = 0, with = 0;
+    for (size_t q = 0; q < w.n_reqs; q++) {
+        assert_true(w.reqs[q].adapter >= 1 && w.reqs[q].adapter <= 20);
+        hot += w.reqs[q].adapter == 1;
+        with++;
+        assert_true(sim_req_salt(&w, q) != 0);
+        for (size_t j = 0; j < q; j++)
+            if (w.reqs[j].has_session && w.reqs[q].has_session &&
+                w.reqs[j].session == w.reqs[q].session)
+                assert_int_equal(w.reqs[j].adapter, w.reqs[q].adapter);
+    }
+    /* Zipf(1) over 20: rank 1 takes 1 / H(20) = 28% */
+    assert_true(hot > with / 6 && hot < with / 2);
+    assert_string_equal(sim_adapter_name(&w, 7), "lora-0007");
+    assert_null(sim_adapter_name(&w, 0));
+    struct sim_cluster c;
+    parse_cluster("4", &c);
+    int32_t pols[] = { LR_POLICY_LEAST_REQUEST, LR_POLICY_PREFIX_CACHE_AND_LOAD,
+                       LR_POLICY_LORA_AFFINITY, LR_POLICY_AIBRIX_LORA };
+    for (size_t k = 0; k < sizeof pols / sizeof *pols; k++) {
+        struct sim_config cfg;
+        sim_config_init(&cfg);
+        cfg.w = &w;
+        cfg.c = &c;
+        cfg.policy = pols[k];
+        cfg.verify_engines = 1;
+        cfg.max_loras = 2;
+        struct sim_result res;
+        struct sim_err err = { { 0 } };
+        int rc = sim_run(&cfg, &res, &err);
+        if (rc != 0)
+            fail_msg("%s: %s", lr_policy_name((lr_policy)pols[k]), err.msg);
+        check_books(&w, &c, &res);
+        assert_true(res.has_adapters);
+        assert_int_equal(res.failed, 0);
+        assert_true(res.adapter_loads >= 20 / 4);
+        uint64_t per = 0;
+        for (uint32_t i = 0; i < c.n; i++)
+            per += res.per_inst[i].adapter_loads;
+        assert_int_equal(per, res.adapter_loads);
+        struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res,
+                                  1, NULL, 0, 0, 1, 0, 0, NULL };
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        assert_non_null(f);
+        assert_int_equal(sim_report_json(f, &rep, 0), 0);
+        fclose(f);
+        assert_non_null(strstr(buf, "\"adapter_loads\": "));
+        assert_non_null(strstr(buf, "\"lora\": {"));
+        free(buf);
+        sim_result_free(&res);
+        /* no slots: the engines refuse every adapter request */
+        cfg.max_loras = 0;
+        if (sim_run(&cfg, &res, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(res.failed, w.n_reqs);
+        sim_result_free(&res);
+    }
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
 int
 main(void)
 {
@@ -1343,6 +1506,8 @@ main(void)
         cmocka_unit_test(test_mix),
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_admission_json),
+        cmocka_unit_test(test_models),
+        cmocka_unit_test(test_lora_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

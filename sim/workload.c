@@ -29,6 +29,8 @@ sim_workload_free(struct sim_workload *w)
         return;
     free(w->reqs);
     free(w->segs);
+    free(w->adapter_names);
+    free(w->adapter_hash);
     memset(w, 0, sizeof *w);
 }
 
@@ -270,10 +272,10 @@ zipf_init(struct zipf *z, uint32_t n, double s)
     return 0;
 }
 
+/* The rank at u in [0, 1). */
 static uint32_t
-zipf_draw(const struct zipf *z, struct sim_rng *rng)
+zipf_at(const struct zipf *z, double u)
 {
-    double u = sim_rng_unit(rng);
     uint32_t lo = 0, hi = z->n - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -283,6 +285,12 @@ zipf_draw(const struct zipf *z, struct sim_rng *rng)
             hi = mid;
     }
     return lo;
+}
+
+static uint32_t
+zipf_draw(const struct zipf *z, struct sim_rng *rng)
+{
+    return zipf_at(z, sim_rng_unit(rng));
 }
 
 static int
@@ -911,4 +919,318 @@ sim_req_slo(const struct sim_workload *w, size_t r, double dflt)
     if (w->mix.n_cls == 0)
         return dflt;
     return w->mix.cls[w->reqs[r].rclass].slo_s;
+}
+
+/* ---- LoRA adapters and models ------------------------------------------------- */
+
+static const char *const model_names[SIM_MAX_MODELS] = {
+    "llama-3-8b", "qwen-2.5-7b", "mistral-7b", "gemma-2-9b",
+};
+
+void
+sim_lora_init(struct sim_lora *l)
+{
+    memset(l, 0, sizeof *l);
+    l->zipf = 1.0;
+    l->share = 1.0;
+}
+
+int
+sim_lora_parse_models(const char *spec, struct sim_lora *l,
+                      struct sim_err *err)
+{
+    char buf[256];
+    if (strlen(spec) >= sizeof buf)
+        return sim_errf(err, "list too long");
+    strcpy(buf, spec);
+    double w[SIM_MAX_MODELS];
+    uint32_t n = 0;
+    if (strchr(spec, ',') == NULL) {
+        double x;
+        if (parse_num(spec, 1, SIM_MAX_MODELS, &x) != 0 || x != floor(x))
+            return sim_errf(err, "expected a count 1..%u or weights W1,W2,..."
+                                 ", got '%s'", SIM_MAX_MODELS, spec);
+        n = (uint32_t)x;
+        for (uint32_t k = 0; k < n; k++)
+            w[k] = 1;
+    } else {
+        char *save = NULL;
+        double total = 0;
+        for (char *t = strtok_r(buf, ",", &save); t != NULL;
+             t = strtok_r(NULL, ",", &save)) {
+            if (n == SIM_MAX_MODELS)
+                return sim_errf(err, "more than %u models", SIM_MAX_MODELS);
+            if (parse_num(t, 0, 1e9, &w[n]) != 0)
+                return sim_errf(err, "weight '%s' is not a number >= 0", t);
+            total += w[n++];
+        }
+        if (n == 0 || !(total > 0))
+            return sim_errf(err, "the weights sum to 0");
+    }
+    memcpy(l->model_w, w, n * sizeof *w);
+    l->n_models = n;
+    return 0;
+}
+
+const char *
+sim_adapter_name(const struct sim_workload *w, uint32_t a)
+{
+    if (a == 0 || a > w->lora.n_adapters || w->adapter_names == NULL)
+        return NULL;
+    return w->adapter_names + (size_t)a * SIM_ADAPTER_NAME;
+}
+
+const char *
+sim_model_name(uint32_t m)
+{
+    return m < SIM_MAX_MODELS ? model_names[m] : NULL;
+}
+
+uint64_t
+sim_req_salt(const struct sim_workload *w, size_t r)
+{
+    const struct sim_req *q = &w->reqs[r];
+    if (q->adapter == 0 || w->adapter_hash == NULL)
+        return q->tenant;
+    return lr_adapter_salt(q->tenant, w->adapter_hash[q->adapter]);
+}
+
+static double
+unit_of(uint64_t h)
+{
+    return (double)(h >> 11) * 0x1.0p-53;
+}
+
+/* A map from 64-bit keys (sessions, prompts' seeds) to a value, for one
+ * pass of sim_workload_lora: open addressing, never full. */
+struct kmap {
+    uint64_t *key;
+    uint32_t *val;
+    uint8_t *used;
+    size_t mask;
+};
+
+static int
+kmap_init(struct kmap *m, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    m->mask = cap - 1;
+    m->key = sim_calloc(cap, sizeof *m->key);
+    m->val = sim_calloc(cap, sizeof *m->val);
+    m->used = sim_calloc(cap, sizeof *m->used);
+    return m->key && m->val && m->used ? 0 : -1;
+}
+
+static void
+kmap_free(struct kmap *m)
+{
+    free(m->key);
+    free(m->val);
+    free(m->used);
+}
+
+/* The value of key; *fresh = 1 (and the value 0) if it was not there. */
+static uint32_t *
+kmap_get(struct kmap *m, uint64_t key, int *fresh)
+{
+    size_t i = sim_mix64(key) & m->mask;
+    while (m->used[i] && m->key[i] != key)
+        i = (i + 1) & m->mask;
+    *fresh = !m->used[i];
+    m->used[i] = 1;
+    m->key[i] = key;
+    return &m->val[i];
+}
+
+/* The model adapter a belongs to: drawn by the weights from its name. */
+static uint32_t
+adapter_model(const struct sim_workload *w, uint32_t a, double mtot)
+{
+    double u = unit_of(sim_mix64(w->adapter_hash[a] ^ 0x6d6f64656cull));
+    return draw_weighted(w->lora.model_w, w->lora.n_models, mtot, u);
+}
+
+/* Rank r's adapter at time t (see sim_workload_lora). */
+static uint32_t
+rotate(const struct sim_lora *l, uint32_t r, uint64_t t_us)
+{
+    uint64_t n = l->n_adapters, epoch = 0;
+    if (l->shift_s > 0)
+        epoch = t_us / (uint64_t)llround(l->shift_s * US_PER_S);
+    return 1 + (uint32_t)((r + epoch * ((n + 3) / 4)) % n);
+}
+
+int
+sim_workload_lora(struct sim_workload *w, const struct sim_lora *l,
+                  uint64_t seed, struct sim_err *err)
+{
+    w->lora = *l;
+    free(w->adapter_names);
+    free(w->adapter_hash);
+    w->adapter_names = NULL;
+    w->adapter_hash = NULL;
+    uint32_t n = l->n_adapters;
+    if (n == 0 && l->n_models == 0)
+        return 0;
+    struct zipf z = { 0 };
+    struct kmap m = { 0 };
+    w->adapter_names = sim_calloc((size_t)n + 1, SIM_ADAPTER_NAME);
+    w->adapter_hash = sim_calloc((size_t)n + 1, sizeof *w->adapter_hash);
+    if (w->adapter_names == NULL || w->adapter_hash == NULL ||
+        (n > 0 && (zipf_init(&z, n, l->zipf) != 0 ||
+                   kmap_init(&m, w->n_reqs) != 0))) {
+        free(z.cdf);
+        kmap_free(&m);
+        return sim_errf(err, "out of memory (adapters)");
+    }
+    for (uint32_t a = 1; a <= n; a++) {
+        char *name = w->adapter_names + (size_t)a * SIM_ADAPTER_NAME;
+        snprintf(name, SIM_ADAPTER_NAME, "lora-%04u", a);
+        w->adapter_hash[a] = lr_name_hash(name, strlen(name));
+    }
+    double mtot = 0;
+    for (uint32_t k = 0; k < l->n_models; k++)
+        mtot += l->model_w[k];
+    struct sim_rng rng;
+    sim_rng_seed(&rng, seed ^ 0x6c7273696d6c6f72ull); /* "lrsimlor" */
+    for (size_t i = 0; i < w->n_reqs; i++) {
+        struct sim_req *q = &w->reqs[i];
+        uint32_t a = 0;
+        int fresh;
+        if (n > 0 && l->by == SIM_ADAPTER_BY_PROMPT) {
+            /* the prompt's rank + 1, or 0: the base model */
+            uint64_t key = w->segs[q->seg_first].seed;
+            uint32_t *v = kmap_get(&m, key, &fresh);
+            if (fresh) {
+                uint64_t h = sim_mix64(seed ^ sim_mix64(key ^ 0x70726f6d7074ull));
+                *v = unit_of(sim_mix64(h)) < l->share
+                         ? zipf_at(&z, unit_of(h)) + 1
+                         : 0;
+            }
+            a = *v ? rotate(l, *v - 1, q->arrival_us) : 0;
+        } else if (n > 0) {
+            uint32_t *v = q->has_session ? kmap_get(&m, q->session, &fresh)
+                                         : NULL;
+            if (v == NULL || fresh) {
+                double u1 = sim_rng_unit(&rng), u2 = sim_rng_unit(&rng);
+                a = u2 < l->share ? rotate(l, zipf_at(&z, u1), q->arrival_us)
+                                  : 0;
+                if (v != NULL)
+                    *v = a;
+            } else {
+                a = *v;
+            }
+        }
+        q->adapter = a;
+        q->model = 0;
+        if (l->n_models == 0)
+            continue;
+        if (a != 0)
+            q->model = adapter_model(w, a, mtot);
+        else if (q->has_session)
+            q->model = draw_weighted(
+                l->model_w, l->n_models, mtot,
+                unit_of(sim_mix64(seed ^ sim_mix64(q->session ^ 0x6d6f64ull))));
+        else
+            q->model = draw_weighted(l->model_w, l->n_models, mtot,
+                                     sim_rng_unit(&rng));
+    }
+    free(z.cdf);
+    kmap_free(&m);
+    return 0;
+}
+
+int
+sim_models_assign(const struct sim_workload *w, uint32_t n, uint32_t *model_of)
+{
+    uint32_t nm = w->lora.n_models;
+    if (nm == 0) {
+        memset(model_of, 0, n * sizeof *model_of);
+        return 0;
+    }
+    if (n < nm)
+        return -1;
+    /* quotas: in proportion, at least one each (largest remainders) */
+    double tot = 0;
+    for (uint32_t k = 0; k < nm; k++)
+        tot += w->lora.model_w[k];
+    int64_t quota[SIM_MAX_MODELS];
+    double rem[SIM_MAX_MODELS];
+    int64_t given = 0;
+    for (uint32_t k = 0; k < nm; k++) {
+        double x = (double)n * w->lora.model_w[k] / tot;
+        quota[k] = (int64_t)floor(x);
+        rem[k] = x - floor(x);
+        if (quota[k] < 1) {
+            quota[k] = 1;
+            rem[k] = -1;
+        }
+        given += quota[k];
+    }
+    while (given < (int64_t)n) {
+        uint32_t b = 0;
+        for (uint32_t k = 1; k < nm; k++)
+            if (rem[k] > rem[b])
+                b = k;
+        quota[b]++;
+        rem[b] = -1;
+        given++;
+    }
+    while (given > (int64_t)n) {
+        uint32_t b = 0;
+        for (uint32_t k = 1; k < nm; k++)
+            if (quota[k] > quota[b])
+                b = k;
+        quota[b]--;
+        given--;
+    }
+    /* interleaved: smooth weighted round robin over the quotas */
+    int64_t cur[SIM_MAX_MODELS] = { 0 };
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t b = 0;
+        for (uint32_t k = 0; k < nm; k++) {
+            cur[k] += quota[k];
+            if (cur[k] > cur[b])
+                b = k;
+        }
+        cur[b] -= (int64_t)n;
+        model_of[i] = b;
+    }
+    return 0;
+}
+
+void
+sim_lora_describe(const struct sim_lora *l, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+#define PUT(...)                                                          \
+    do {                                                                  \
+        if (used < len) {                                                 \
+            int w_ = snprintf(buf + used, len - used, __VA_ARGS__);       \
+            if (w_ > 0)                                                   \
+                used += (size_t)w_;                                       \
+        }                                                                 \
+    } while (0)
+    if (l->n_adapters > 0) {
+        PUT("%u LoRA adapters by Zipf(%g) popularity, per %s", l->n_adapters,
+            l->zipf, l->by == SIM_ADAPTER_BY_PROMPT ? "prompt" : "request");
+        if (l->share < 1)
+            PUT(", %.0f%% of the requests (the rest: the base model)",
+                100 * l->share);
+        if (l->shift_s > 0)
+            PUT(", the ranking rotating every %g s", l->shift_s);
+    }
+    uint32_t nm = l->n_models < SIM_MAX_MODELS ? l->n_models : SIM_MAX_MODELS;
+    if (nm > 0) {
+        PUT("%s%u model%s", used ? "; " : "", nm, nm == 1 ? "" : "s");
+        for (uint32_t k = 0; k < nm; k++)
+            PUT("%s%s", k ? ", " : " (", model_names[k]);
+        for (uint32_t k = 0; k < nm; k++)
+            PUT("%s%g", k ? ":" : ") at rates ", l->model_w[k]);
+        PUT(", each on its own instances");
+    }
+#undef PUT
 }

@@ -42,6 +42,11 @@ struct sim_req {
      * separate cached prefixes. */
     uint32_t rclass;
     uint32_t owner;
+    /* With --adapters and --models (sim_workload_lora): its LoRA adapter,
+     * 1 .. lora.n_adapters (0: the base model), and its model, an index
+     * into the model names (0 without --models, when it names none). */
+    uint32_t adapter;
+    uint32_t model;
 };
 
 /* ---- request classes, tenants, bursts --------------------------------------- */
@@ -70,6 +75,32 @@ struct sim_mix {
     double burst_period_s;
 };
 
+/* ---- LoRA adapters and models ----------------------------------------------- */
+
+#define SIM_MAX_ADAPTERS 4096u
+#define SIM_MAX_MODELS 4u
+#define SIM_ADAPTER_NAME 16 /* "lora-0001" */
+
+/* Who keeps an adapter: each request (a session keeps its first turn's
+ * in the window), or each system prompt (a request's first segment: the
+ * requests sharing a prompt run under one adapter, the prompt's rank
+ * drawn once). */
+enum { SIM_ADAPTER_BY_REQUEST = 0, SIM_ADAPTER_BY_PROMPT = 1 };
+
+/* What --adapters, --adapter-* and --models lay over a workload. Zeroed:
+ * nothing (sim_lora_init sets the defaults of the rest). */
+struct sim_lora {
+    uint32_t n_adapters; /* 0: no adapter */
+    double zipf;         /* rank r is drawn with weight (r + 1)^-zipf (1) */
+    double share;        /* of the requests (sessions, prompts) that run
+                          * under an adapter; the rest: the base model (1) */
+    double shift_s;      /* > 0: every shift_s the ranking rotates by a
+                          * quarter of the adapters */
+    int by;              /* SIM_ADAPTER_BY_* */
+    uint32_t n_models;   /* 0: one model, which requests do not name */
+    double model_w[SIM_MAX_MODELS]; /* relative request rates */
+};
+
 struct sim_workload {
     char name[64];
     char desc[256];
@@ -82,6 +113,12 @@ struct sim_workload {
     uint64_t seed;
     double rate; /* mean arrival rate it was generated with, req/s; 0 for traces */
     struct sim_mix mix; /* what sim_workload_mix() laid over it */
+    struct sim_lora lora; /* what sim_workload_lora() laid over it */
+    /* adapter a's name at adapter_names + a * SIM_ADAPTER_NAME and its
+     * lr_name_hash() at adapter_hash[a], a = 1 .. lora.n_adapters (entry
+     * 0: none, hash 0) */
+    char *adapter_names;
+    uint64_t *adapter_hash;
 };
 
 /* Parameters a user may override on any generator. 0 / NAN = the
@@ -172,6 +209,51 @@ void sim_mix_describe(const struct sim_mix *m, char *buf, size_t len);
 /* The TTFT objective of request r: its class's, or `dflt` without
  * classes. */
 double sim_req_slo(const struct sim_workload *w, size_t r, double dflt);
+
+/* Defaults: Zipf 1, share 1, no shift, by request, no models. */
+void sim_lora_init(struct sim_lora *l);
+
+/* --models N (N models of equal rates) or W1,W2,... (one model per
+ * weight), at most SIM_MAX_MODELS. 0 or -1 (err). */
+int sim_lora_parse_models(const char *spec, struct sim_lora *l,
+                          struct sim_err *err);
+
+/* Lay l over w (nothing without adapters or models), drawing from seed
+ * (a stream of its own: the requests, their tokens and arrival order are
+ * those of the workload without it):
+ *   - a request runs under an adapter with probability share, of rank r
+ *     drawn by Zipf(zipf) over the n_adapters; by request, a session keeps
+ *     what its first turn in the window drew; by prompt, every request of
+ *     a first segment has its draw;
+ *   - with shift_s, rank r at time t is adapter
+ *     1 + (r + floor(t / shift_s) x ceil(n / 4)) mod n, so the hot set
+ *     moves every shift_s (a session keeps the adapter of its first turn);
+ *   - with models, each request (each session) draws a model by the
+ *     weights; an adapter belongs to one model, drawn by the weights from
+ *     its name, and its requests name that model.
+ * Copies l into w->lora. 0 or -1 (out of memory). */
+int sim_workload_lora(struct sim_workload *w, const struct sim_lora *l,
+                      uint64_t seed, struct sim_err *err);
+
+/* Adapter a's name ("lora-0007"); NULL for 0. Model m's name. */
+const char *sim_adapter_name(const struct sim_workload *w, uint32_t a);
+const char *sim_model_name(uint32_t m);
+
+/* The salt request r's blocks are keyed with, by the engines and by the
+ * router: its tenant's, under its adapter lr_adapter_salt(tenant,
+ * lr_name_hash(adapter)). */
+uint64_t sim_req_salt(const struct sim_workload *w, size_t r);
+
+/* Which model each of n instances serves (with models): the instances
+ * split in proportion to the models' weights, interleaved (smooth
+ * weighted round robin), each model at least one. 0, or -1 if there are
+ * fewer instances than models. */
+int sim_models_assign(const struct sim_workload *w, uint32_t n,
+                      uint32_t *model_of);
+
+/* "100 adapters by Zipf(1) per request, ranking rotating every 60 s; 2
+ * models at 70:30", or "" for none. */
+void sim_lora_describe(const struct sim_lora *l, char *buf, size_t len);
 
 /* ---- built-in generators ------------------------------------------------- */
 
