@@ -63,7 +63,10 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            r->stall_s >= 0 && r->kv_use >= 0 && r->kv_use <= 1 &&
            isfinite(r->cached_age_s) &&
            (r->prefix_caching == 0 || r->prefix_caching == 1) &&
-           r->cached_lost >= 0 && r->cached_lost <= 1;
+           r->cached_lost >= 0 && r->cached_lost <= 1 &&
+           (r->adapter_missing == 0 || r->adapter_missing == 1) &&
+           (r->adapter_evicts == 0 || r->adapter_evicts == 1) &&
+           finite_nonneg(r->adapter_load_s);
 }
 
 /* A valid row from small ranges (see the opening). */
@@ -96,6 +99,16 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->prefill_tokens_avg = fuzz_dp_next_range(dp, 0, 1u << 16);
     r->route_rate = fuzz_dp_next_range(dp, 0, 1000) * 0.1;
     r->cached_lost = fuzz_dp_next_range(dp, 0, 100) / 100.0;
+    /* the request's adapter: resident, or to load (slots free or not, a
+     * load that evicts, up to 2 s) */
+    r->adapter_missing = (int32_t)fuzz_dp_next_range(dp, 0, 1);
+    r->adapter_free = fuzz_dp_next_range(dp, 0, 3);
+    if (r->adapter_free == 3)
+        r->adapter_free = UINT32_MAX;
+    r->adapters_resident = fuzz_dp_next_range(dp, 0, 8);
+    r->adapter_evicts = r->adapter_missing && r->adapter_free == 0;
+    r->adapter_load_s =
+        r->adapter_missing ? fuzz_dp_next_range(dp, 0, 200) / 100.0 : 0;
 }
 
 static bool
