@@ -641,6 +641,40 @@ adaptive_learns_load_time(void **state)
         if (fabs(rows[k].adapter_load_s - 0.5) > 0.1)
             fail_msg("learnt %.3f s, want 0.5", rows[k].adapter_load_s);
     }
+    /* with no slot free the wait is learnt apart: until one such first
+     * token, the load's figure; then its own (3 s here: a slot freed by a
+     * request's decoding) */
+    toks(t, 4 * BT, 5);
+    lr_decision d0;
+    assert_st(route_named(r, 300, t, 4 * BT, NULL, "p0", 0, now, &d0), LR_OK);
+    assert_st(route_named(r, 301, t, 4 * BT, NULL, "p1", 0, now, &d0), LR_OK);
+    q.adapter = "p2"; /* both slots held by requests in flight */
+    assert_st(lr_router_candidates(r, &q, rows, 2, sizeof rows[0], &got),
+              LR_OK);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(rows[k].adapter_free, 0);
+        assert_true(fabs(rows[k].adapter_load_s - 0.5) < 0.1);
+    }
+    assert_st(route_named(r, 302, t, 4 * BT, NULL, "p2", 0, now + MS, &d0),
+              LR_OK);
+    for (uint64_t k = 300; k < 303; k++) {
+        uint64_t ttft = k == 302 ? 3 * SEC + 20 * MS : 520 * MS;
+        assert_st(lr_router_first_token(r, k, now + ttft), LR_OK);
+    }
+    q.adapter = "p3";
+    q.now_ns = now + 4 * SEC;
+    assert_st(lr_router_candidates(r, &q, rows, 2, sizeof rows[0], &got),
+              LR_OK);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(rows[k].adapter_free, 0); /* still in flight */
+        if (fabs(rows[k].adapter_load_s - 3.0) > 0.3)
+            fail_msg("learnt %.3f s with no slot, want 3",
+                     rows[k].adapter_load_s);
+    }
+    for (uint64_t k = 300; k < 303; k++)
+        assert_st(lr_router_complete(r, k, 1, now + 5 * SEC), LR_OK);
+    now += 6 * SEC;
+
     /* "hot" resident on one with its request still queued there, the
      * other idle: a 0.5 s load costs more than a short prefill ahead */
     lr_decision d;

@@ -377,9 +377,11 @@ typedef struct lr_candidate {
      * room to load one without waiting (max_adapters less the busy ones);
      * UINT32_MAX when its slots are not known. @since 0.3 */
     uint32_t adapter_free;
-    /** Seconds its engine is expected to spend loading the request's
-     * adapter: 0 when resident, else LR_PARAM_ADAPTER_LOAD_S or what
-     * adaptive learnt. Finite, >= 0. @since 0.3 */
+    /** Seconds its engine is expected to keep the request's first token
+     * waiting for its adapter: 0 when resident, else
+     * LR_PARAM_ADAPTER_LOAD_S, or what adaptive learnt (a load, and with
+     * no slot free the wait for one, learnt apart). Finite, >= 0.
+     * @since 0.3 */
     double adapter_load_s;
     /** Adapters resident there; and 1 when loading the request's adapter
      * evicts another one (every slot is taken). For a request that names

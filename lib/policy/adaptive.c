@@ -105,6 +105,7 @@
 #define MAX_Y_S 3600.0        /* a first token after an hour: absurd input */
 #define LOAD_MEMORY 32.0      /* adapter loads the load time averages over */
 #define MAX_LOAD_S 600.0      /* an adapter load's bound (as the parameter) */
+#define MAX_STALL_S 1.0       /* the longest an adapter's load stalls a step */
 
 enum {
     S0,
@@ -218,9 +219,14 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     row->prefill_tokens_avg = seen > 0 ? avg / seen : now;
     row->route_rate = q->routes * keep / QAVG_TAU_S /
                       (seen > QAVG_MIN_SEEN ? seen : QAVG_MIN_SEEN);
-    const struct lr__load_fit *lf = &ad->load[row->instance_class];
-    if (row->adapter_missing && lf->n > 0)
-        row->adapter_load_s = lf->s;
+    /* the wait for the adapter: a load, and with no slot free a slot's
+     * freeing (learnt apart; the load alone until one was seen) */
+    const struct lr__load_fit *lf = ad->load[row->instance_class];
+    bool full = row->adapter_free == 0;
+    if (row->adapter_missing && lf[full].n > 0)
+        row->adapter_load_s = lf[full].s;
+    else if (row->adapter_missing && lf[0].n > 0)
+        row->adapter_load_s = lf[0].s;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
         row->ttft_s_per_token = row->ttft_base_s = 0;
@@ -257,7 +263,7 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
     r->own = (float)(uncached / KTOK);
     r->rtt_s = (float)(row->rtt_ms / 1e3);
     r->cls = row->instance_class;
-    r->loads = row->adapter_missing != 0;
+    r->loads = !row->adapter_missing ? 0 : row->adapter_free > 0 ? 1 : 2;
 }
 
 static bool
@@ -406,7 +412,7 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
             pred += c->theta[i] * x[i];
         double extra = y - pred;
         extra = extra < 0 ? 0 : extra > MAX_LOAD_S ? MAX_LOAD_S : extra;
-        struct lr__load_fit *lf = &ad->load[r->cls];
+        struct lr__load_fit *lf = &ad->load[r->cls][r->loads - 1];
         if (isfinite(extra)) {
             lf->n++;
             double a = 1.0 / (lf->n < LOAD_MEMORY ? lf->n : LOAD_MEMORY);
@@ -505,7 +511,11 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
     double load_s = lr__row_adapter_load_s(c, r);
     if (load_s > 0) {
         ttft += load_s;
-        decode += LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight * load_s;
+        /* the load stalls the engine's steps; a wait for a slot beyond
+         * what a load takes (MAX_STALL_S) is a wait while the engine runs
+         * on, its own only */
+        decode += LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
+                  (load_s < MAX_STALL_S ? load_s : MAX_STALL_S);
         work += r->adapter_evicts ? load_s : 0;
     }
     *ttft_out = ttft;

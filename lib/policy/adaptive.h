@@ -42,12 +42,15 @@ struct lr__calib {
 struct lr__calib_req {
     float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
-    uint32_t loads; /* 1: its engine had to load its LoRA adapter first */
+    uint32_t loads; /* its adapter: 1 loaded in a free slot, 2 no slot free */
 };
 
-/* The seconds a class's engines take to load a LoRA adapter, learnt from
- * the first tokens of requests that loaded one: what the class's TTFT
- * model leaves unexplained, averaged over the last ~LOAD_MEMORY loads. */
+/* The seconds a class's engines keep a first token waiting for a LoRA
+ * adapter, learnt from the first tokens of requests that loaded one: what
+ * the class's TTFT model leaves unexplained, averaged over the last
+ * ~LOAD_MEMORY loads; apart for loads into a free slot and loads that
+ * found every slot held by adapters with requests in flight (those wait
+ * for a slot to free, which takes a request's decoding, not a load). */
 struct lr__load_fit {
     double s; /* the estimate */
     uint32_t n;
@@ -63,10 +66,10 @@ struct lr__qavg {
 
 struct lr__adaptive {
     uint32_t max_req, max_inst;
-    struct lr__qavg *qavg;                     /* max_inst */
-    struct lr__calib cls[LR_LOAD_MAX_CLASSES]; /* n == 0: the prior */
-    struct lr__load_fit load[LR_LOAD_MAX_CLASSES];
-    struct lr__calib_req *rq; /* max_req */
+    struct lr__qavg *qavg;                            /* max_inst */
+    struct lr__calib cls[LR_LOAD_MAX_CLASSES];        /* n == 0: the prior */
+    struct lr__load_fit load[LR_LOAD_MAX_CLASSES][2]; /* free slot, none */
+    struct lr__calib_req *rq;                         /* max_req */
 };
 
 /* Make the calibration tables, once; on failure nothing is kept. */
