@@ -9,8 +9,13 @@
  *           (multiples of B and invalid ones), has_parent (0, 1, invalid),
  *           parent and block hashes from a pool of 64, tokens from a
  *           pattern (prefixes collide), salt, an optional flaw (wrong
- *           n_tokens, short struct_size, NULL arrays)
- *   op 4    lr_index_kv_removed: instance, 0..8 pool hashes, NULL variants
+ *           n_tokens, short struct_size, NULL arrays) or a lower tier
+ *           (flaw 12-13: a CPU store of hashes alone, as vLLM's
+ *           offloading connector sends; 14: a CPU store with tokens; 15:
+ *           a disk store of hashes alone)
+ *   op 4    lr_index_kv_removed: instance, 0..8 pool hashes, NULL variants;
+ *           variants 6 and 7 name the CPU and disk tiers
+ *           (lr_index_kv_removed_tier)
  *   op 5    lr_index_kv_cleared
  *   op 6    time moves forward (0, 1 tick, 16 ticks, past the TTL)
  *   op 7    lr_index_expire
@@ -105,6 +110,16 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     case 3:
         ev.token_ids = NULL;
         break;
+    case 12:
+    case 13:
+    case 15:
+        ev.tier = flaw == 15 ? LR_TIER_DISK : LR_TIER_CPU;
+        ev.token_ids = NULL;
+        ev.n_tokens = 0;
+        break;
+    case 14:
+        ev.tier = LR_TIER_CPU;
+        break;
     default:
         break;
     }
@@ -131,7 +146,8 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     /* Without a parent the chain starts at the tenant root, so the index
      * keys are the prompt keys of the tokens: the instance holds them all
      * (up to capacity), however full the index was. */
-    if (r->check && st == LR_OK && has_parent == 0 && nb > 0 && flaw > 3) {
+    if (r->check && st == LR_OK && has_parent == 0 && nb > 0 && flaw > 3 &&
+        flaw < 12) {
         uint32_t m = bs / B;
         uint64_t eb = nb;
         if ((uint64_t)nb * m > capacity)
@@ -164,7 +180,11 @@ op_removed(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix)
         fuzz_trace("  hash[%u] = %#llx", i, (unsigned long long)hashes[i]);
     uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
     lr_status st =
-        lr_index_kv_removed(ix, inst, hp, nb, v == 1 ? NULL : &resolved);
+        v >= 6 ? lr_index_kv_removed_tier(ix, inst,
+                                          v == 6 ? LR_TIER_CPU : LR_TIER_DISK,
+                                          hp, nb, &resolved)
+               : lr_index_kv_removed(ix, inst, hp, nb,
+                                     v == 1 ? NULL : &resolved);
     fuzz_trace("  = %s (resolved %zu)", lr_status_name(st), resolved);
     if (r->check) {
         FUZZ_ASSERT_STATUS(st,
@@ -188,8 +208,10 @@ op_cleared(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix)
         FUZZ_ASSERT_STATUS(st,
                            st == LR_OK || st == LR_EINVAL || st == LR_ENOENT);
         if (st == LR_OK) {
-            uint64_t blocks = 1;
-            FUZZ_ASSERT(lr_index_instance_blocks(ix, inst, &blocks) == LR_OK);
+            /* an instance known on a lower tier alone is cleared there */
+            uint64_t blocks = 0;
+            lr_status b = lr_index_instance_blocks(ix, inst, &blocks);
+            FUZZ_ASSERT(b == LR_OK || b == LR_ENOENT);
             FUZZ_ASSERT(blocks == 0);
         }
     }

@@ -66,7 +66,9 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            r->cached_lost >= 0 && r->cached_lost <= 1 &&
            (r->adapter_missing == 0 || r->adapter_missing == 1) &&
            (r->adapter_evicts == 0 || r->adapter_evicts == 1) &&
-           finite_nonneg(r->adapter_load_s);
+           finite_nonneg(r->adapter_load_s) &&
+           (uint64_t)r->cached_tokens + r->cpu_tokens + r->disk_tokens <=
+               prompt;
 }
 
 /* A valid row from small ranges (see the opening). */
@@ -109,6 +111,11 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->adapter_evicts = r->adapter_missing && r->adapter_free == 0;
     r->adapter_load_s =
         r->adapter_missing ? fuzz_dp_next_range(dp, 0, 200) / 100.0 : 0;
+    /* the lower tiers past the GPU's hit (dynamo's and adaptive's
+     * weights) */
+    r->cpu_tokens = fuzz_dp_next_range(dp, 0, prompt - r->cached_tokens);
+    r->disk_tokens = fuzz_dp_next_range(
+        dp, 0, prompt - r->cached_tokens - r->cpu_tokens);
 }
 
 static bool

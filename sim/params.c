@@ -61,6 +61,8 @@ static const char *const names[] = {
     [LR_PARAM_ADAPTIVE_DEADLINE] = "adaptive-deadline",
     [LR_PARAM_SATURATION_PREFILL_S] = "saturation-prefill-s",
     [LR_PARAM_ADAPTER_LOAD_S] = "adapter-load-s",
+    [LR_PARAM_TIER_CPU_WEIGHT] = "tier-cpu-weight",
+    [LR_PARAM_TIER_DISK_WEIGHT] = "tier-disk-weight",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

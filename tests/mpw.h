@@ -206,6 +206,8 @@ struct mpw_stored {
     int64_t lora_id;    /* < 0: nil */
     int group_idx;      /* < 0: absent / nil */
     bool extra_keys;    /* a non-nil entry */
+    bool no_tokens;     /* token_ids empty whatever block_size says (an
+                           offloading connector's store) */
 };
 
 /* A BlockStored of n blocks (hashes h, tokens t, block_size bs) with no
@@ -268,7 +270,7 @@ mpw_stored_array(struct mpw *w, const struct mpw_stored *s, enum mpw_hash form)
         mpw_hash(w, s->parent, form);
     else
         mpw_nil(w);
-    mpw_tokens(w, s->tokens, s->n_blocks * s->block_size);
+    mpw_tokens(w, s->tokens, s->no_tokens ? 0 : s->n_blocks * s->block_size);
     mpw_uint(w, s->block_size);
     if (s->lora_id >= 0)
         mpw_int(w, s->lora_id);
@@ -293,7 +295,7 @@ mpw_stored_map(struct mpw *w, const struct mpw_stored *s, enum mpw_hash form)
 {
     mpw_map(w, s->group_idx >= 0 ? 10 : 9);
     mpw_str(w, "token_ids");
-    mpw_tokens(w, s->tokens, s->n_blocks * s->block_size);
+    mpw_tokens(w, s->tokens, s->no_tokens ? 0 : s->n_blocks * s->block_size);
     mpw_str(w, "type");
     mpw_str(w, "BlockStored");
     mpw_str(w, "block_hashes");
@@ -329,9 +331,10 @@ mpw_stored_map(struct mpw *w, const struct mpw_stored *s, enum mpw_hash form)
     }
 }
 
+/* BlockRemoved of the blocks on `medium` ("GPU", "CPU", ...). */
 static inline void
-mpw_removed(struct mpw *w, const uint64_t *h, uint32_t n, bool map,
-            enum mpw_hash form)
+mpw_removed_on(struct mpw *w, const uint64_t *h, uint32_t n, bool map,
+               enum mpw_hash form, const char *medium)
 {
     if (map) {
         mpw_map(w, 3);
@@ -340,14 +343,21 @@ mpw_removed(struct mpw *w, const uint64_t *h, uint32_t n, bool map,
         mpw_str(w, "block_hashes");
         mpw_hashes(w, h, n, form);
         mpw_str(w, "medium");
-        mpw_str(w, "GPU");
+        mpw_str(w, medium);
     } else {
         mpw_arr(w, 4);
         mpw_str(w, "BlockRemoved");
         mpw_hashes(w, h, n, form);
-        mpw_str(w, "GPU");
+        mpw_str(w, medium);
         mpw_uint(w, 0);
     }
+}
+
+static inline void
+mpw_removed(struct mpw *w, const uint64_t *h, uint32_t n, bool map,
+            enum mpw_hash form)
+{
+    mpw_removed_on(w, h, n, map, form, "GPU");
 }
 
 static inline void

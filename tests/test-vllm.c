@@ -179,8 +179,9 @@ skipped_events(void **state)
             struct mpw_stored s = mpw_stored_of(h, 1, t, BS);
             mpw_batch(w, 1, map);
             switch (kind) {
-            case 0:
-                s.medium = "CPU";
+            case 0: /* a medium no tier stands for (a CPU store applies
+                     * to the CPU tier since 0.3: test-tiers.c) */
+                s.medium = "NVME";
                 break;
             case 1:
                 s.lora_id = 3;
@@ -194,7 +195,8 @@ skipped_events(void **state)
                 s.has_parent = true;
                 s.parent = 99;
                 break;
-            case 4: /* a block size this index could not place, skipped */
+            case 4: /* a lower tier's store with tokens in blocks this
+                     * index could not place: skipped */
                 s.medium = "CPU";
                 s.block_size = 8;
                 break;
@@ -749,25 +751,28 @@ read_file(const char *name, size_t *len)
 /* Each batch of tests/data/kv-events (see its README): the GPU store of
  * tokens 1000..1063 always applies, under its engine hashes (a removal of
  * hash 13 then drops blocks 3 and 4); what rides along is skipped or left
- * out as invalid, never a reason to refuse the batch. */
+ * out as invalid, never a reason to refuse the batch. The CPU-offload
+ * connector's store (no token ids) applies to the CPU tier since 0.3
+ * (skipped before): its hash, 31, names no block the GPU stored, so it is
+ * unplaced (test-tiers.c feeds the same shape with hashes that resolve). */
 static void
 fleet_files(void **state)
 {
     (void)state;
     static const struct {
         const char *file;
-        uint32_t skipped, invalid;
+        uint32_t skipped, invalid, unplaced;
     } cases[] = {
-        { "P011_control_gpu_only.msgpack", 0, 0 },
-        { "PNEW_control_gpu_only.msgpack", 0, 0 },
-        { "P011_offload_cpu_bs16.msgpack", 1, 0 },
-        { "P011_offload_cpu_bs0.msgpack", 1, 0 },
-        { "PNEW_offload_cpu_bs16.msgpack", 1, 0 },
-        { "PNEW_offload_cpu_bs0.msgpack", 1, 0 },
-        { "P011_hybrid_swa_group.msgpack", 1, 0 },
-        { "PNEW_hybrid_swa_group.msgpack", 1, 0 },
-        { "P010_hybrid_swa_no_group_idx.msgpack", 0, 1 },
-        { "PNEW_mla_group0.msgpack", 0, 0 },
+        { "P011_control_gpu_only.msgpack", 0, 0, 0 },
+        { "PNEW_control_gpu_only.msgpack", 0, 0, 0 },
+        { "P011_offload_cpu_bs16.msgpack", 0, 0, 1 },
+        { "P011_offload_cpu_bs0.msgpack", 0, 0, 1 },
+        { "PNEW_offload_cpu_bs16.msgpack", 0, 0, 1 },
+        { "PNEW_offload_cpu_bs0.msgpack", 0, 0, 1 },
+        { "P011_hybrid_swa_group.msgpack", 1, 0, 0 },
+        { "PNEW_hybrid_swa_group.msgpack", 1, 0, 0 },
+        { "P010_hybrid_swa_no_group_idx.msgpack", 0, 1, 0 },
+        { "PNEW_mla_group0.msgpack", 0, 0, 0 },
     };
     uint32_t t[64];
     for (uint32_t i = 0; i < 64; i++)
@@ -785,10 +790,13 @@ fleet_files(void **state)
         lr_status st = lr_index_vllm_batch(ix, INST, buf, len, T0, &info);
         if (st != LR_OK || info.stored != 1 ||
             info.skipped != cases[c].skipped ||
-            info.invalid != cases[c].invalid || info.done != info.events)
-            fail_msg("%s: %s, stored %u skipped %u invalid %u done %u/%u",
+            info.invalid != cases[c].invalid ||
+            info.unplaced != cases[c].unplaced || info.done != info.events)
+            fail_msg("%s: %s, stored %u skipped %u invalid %u unplaced %u "
+                     "done %u/%u",
                      cases[c].file, lr_status_name(st), info.stored,
-                     info.skipped, info.invalid, info.done, info.events);
+                     info.skipped, info.invalid, info.unplaced, info.done,
+                     info.events);
         assert_true(info.timestamp == 1761000000.5);
         assert_int_equal(info.dp_rank, 0);
         assert_int_equal(held_by(ix, t, 64, INST, T0), 64);

@@ -23,7 +23,14 @@
  * - deltas exported by another gateway replica (lr_index_import_delta()),
  *   recorded as REMOTE.
  *
- * Memory is bounded by capacity_blocks routes. When full, the least
+ * Lower tiers (@since 0.3): blocks an engine offloaded to host memory or
+ * disk (lr_kv_stored.tier) are kept apart from the GPU's, one set of
+ * routes per tier with the same keys, and answered by lr_index_match()
+ * with LR_MATCH_TIER_CPU or LR_MATCH_TIER_DISK.
+ *
+ * Memory is bounded by capacity_blocks routes (per tier: a lower tier
+ * used gets capacity_blocks and engine_map_capacity of its own, and
+ * costs nothing until its first event). When full, the least
  * recently used routes go first, REMOTE before LOCAL (or by recency alone:
  * lr_index_options.eviction), always from the deep end of a prefix so
  * that no hole appears. An eviction trims a prefix back
@@ -81,6 +88,18 @@ typedef enum lr_eviction {
      * one, as the engines' own LRU caches treat them. */
     LR_EVICT_LRU = 1
 } lr_eviction;
+
+/** The memory tier of an engine's KV cache a block is on (vLLM's
+ * `medium`): the GPU's own cache, or a lower tier an offloading connector
+ * copied it to (vLLM's OffloadingConnector and LMCache: host memory,
+ * "CPU"; a disk tier, "DISK"). A hit on a lower tier costs the engine a
+ * transfer, not a recompute. Stored in int32_t fields (lr_kv_stored.tier).
+ * @since 0.3 */
+typedef enum lr_tier {
+    LR_TIER_GPU = 0,
+    LR_TIER_CPU = 1,
+    LR_TIER_DISK = 2
+} lr_tier;
 
 /** Largest prompt the index accepts, in tokens; longer ones are LR_EINVAL.
  * @since 0.1 */
@@ -343,6 +362,13 @@ LR_API void lr_index_match_result_init_sized(lr_index_match_result *r,
 /** lr_index_match() flag: do not refresh the matched routes' recency (a dry
  * run). Expired routes are still dropped. @since 0.1 */
 #define LR_MATCH_NO_TOUCH 1u
+/** lr_index_match() flags: answer for the routes of a lower tier (the
+ * blocks the instances hold there, from lr_kv_stored.tier) instead of the
+ * GPU's; at most one of them. Every prefix of a tier is its own: an
+ * instance's depth there counts the blocks above its GPU copy too. With
+ * no lower-tier event yet, no hit. @since 0.3 */
+#define LR_MATCH_TIER_CPU 2u
+#define LR_MATCH_TIER_DISK 4u
 
 /** For every instance, the longest block-aligned prefix of the prompt it
  * holds. Hashing is O(prompt length); lookups are a binary search over the
@@ -360,7 +386,7 @@ LR_API lr_status lr_index_match(lr_index *idx, const lr_prompt *prompt,
                                 lr_index_match_result *result);
 
 /** Drop every route of an instance and forget its id (and its engine-hash
- * map). O(runs and spans of the index).
+ * map), on every tier. O(runs and spans of the index).
  * @return LR_OK; LR_ENOENT when the index never saw the id. @since 0.1 */
 LR_API lr_status lr_index_remove_instance(lr_index *idx, uint32_t instance);
 
@@ -388,9 +414,29 @@ typedef struct lr_kv_stored {
     size_t n_tokens;
     uint64_t tenant_salt; /* as in lr_prompt (a LoRA, say) */
     /* v1 ends here */
+    /** An lr_tier: the tier the engine stored the blocks on (0, the GPU,
+     * in a v1 struct). A lower-tier store (LR_TIER_CPU, LR_TIER_DISK)
+     * goes to that tier's routes, which only the router's rows read
+     * (lr_candidate.cpu_tokens) and lr_index_match() answers with
+     * LR_MATCH_TIER_CPU or LR_MATCH_TIER_DISK:
+     *   - with no token ids (n_tokens 0: vLLM's OffloadingConnector sends
+     *     none, and block size 0 or 16), each engine hash names a block
+     *     this instance stored on the GPU (or on that tier) before: its
+     *     own key and every key above it come from there; block_size,
+     *     parent_hash and tenant_salt are not read. A hash the index
+     *     does not know (never stored on the GPU, or forgotten since) is
+     *     left out; when none is known the call is LR_ENOENT;
+     *   - with token ids (LMCache, Mooncake), as a GPU store, its parent
+     *     found among the instance's blocks on that tier or on the GPU.
+     * The tier's routes hold the whole chain from the first block, as an
+     * engine that offloads what it computed does. Other values are
+     * LR_EINVAL. @since 0.3 */
+    int32_t tier;
+    /* v2 ends here */
 } lr_kv_stored;
 
 #define LR_KV_STORED_SIZE_V1 (offsetof(lr_kv_stored, tenant_salt) + 8)
+#define LR_KV_STORED_SIZE_V2 (offsetof(lr_kv_stored, tier) + 4)
 #ifndef __cplusplus
 #define LR_KV_STORED_INIT \
     { .struct_size = sizeof(lr_kv_stored) }
@@ -402,13 +448,19 @@ LR_API void lr_kv_stored_init_sized(lr_kv_stored *ev, size_t size);
 #define lr_kv_stored_init(ev) lr_kv_stored_init_sized((ev), sizeof *(ev))
 
 /** Apply a BlockStored event for `instance`. The routes are LOCAL and each
- * engine block end is an anchor. Blocks already held are refreshed.
+ * engine block end is an anchor. Blocks already held are refreshed. A
+ * lower tier's store (ev->tier) goes to that tier's routes (see
+ * lr_kv_stored.tier); a tier is made at its first event.
  * @return LR_OK; LR_EINVAL (NULL, n_tokens != n_blocks * block_size,
- *   absurd sizes); LR_EVERSION (struct_size too small); LR_ENOTSUP
- *   (block_size not a multiple of block_tokens);
+ *   absurd sizes, a tier out of range); LR_EVERSION (struct_size too
+ *   small); LR_ENOTSUP (block_size not a multiple of block_tokens);
  *   LR_ENOENT (has_parent and the parent hash is unknown for this
- *   instance: the event cannot be placed, nothing changes); LR_ELIMIT
- *   (max_instances or engine_map_capacity reached); LR_ENOMEM.
+ *   instance: the event cannot be placed, nothing changes; a lower-tier
+ *   store without tokens none of whose hashes is known); LR_ELIMIT
+ *   (max_instances or engine_map_capacity reached); LR_ENOMEM. On failure
+ *   the index is unchanged (a lower-tier store without tokens whose
+ *   hashes lie on several chains keeps the chains it applied before an
+ *   LR_ENOMEM or LR_ELIMIT; vLLM sends one chain a store).
  * @since 0.1 */
 LR_API lr_status lr_index_kv_stored(lr_index *idx, uint32_t instance,
                                     const lr_kv_stored *ev, uint64_t now_ns);
@@ -424,8 +476,21 @@ LR_API lr_status lr_index_kv_removed(lr_index *idx, uint32_t instance,
                                      const uint64_t *block_hashes,
                                      size_t n_blocks, size_t *n_resolved);
 
+/** lr_index_kv_removed() for the blocks the engine dropped from one tier
+ * (an lr_tier): LR_TIER_GPU is lr_index_kv_removed(); a lower tier drops
+ * them (and the deeper blocks of the instance there) from that tier's
+ * routes only. A GPU removal leaves the lower tiers' copies, as an
+ * engine's offloaded copy outlives the GPU's.
+ * @return LR_OK; LR_EINVAL (NULL, a tier out of range); LR_ENOENT for an
+ *   instance never seen on any tier. @since 0.3 */
+LR_API lr_status lr_index_kv_removed_tier(lr_index *idx, uint32_t instance,
+                                          int32_t tier,
+                                          const uint64_t *block_hashes,
+                                          size_t n_blocks, size_t *n_resolved);
+
 /** Apply AllBlocksCleared: drop every route and engine hash of the
- * instance; the instance stays known.
+ * instance, on every tier (vLLM's reset of the prefix cache; forgetting a
+ * lower tier the engine kept only costs hits); the instance stays known.
  * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.
  * @since 0.1 */
 LR_API lr_status lr_index_kv_cleared(lr_index *idx, uint32_t instance);
@@ -486,7 +551,8 @@ typedef struct lr_index_stats {
     uint64_t prefixes;       /* distinct prefix keys held by anyone */
     uint64_t instances;      /* instance ids tracked */
     uint64_t engine_hashes;  /* live engine hashes; counting walks the map */
-    uint64_t bytes;          /* bytes the index has allocated */
+    uint64_t bytes;          /* bytes the index has allocated (lower
+                                tiers included, @since 0.3) */
     uint64_t evicted_blocks; /* cumulative: dropped for capacity */
     uint64_t expired_blocks; /* cumulative: dropped by TTL */
     uint64_t learned_blocks; /* cumulative: routes added */

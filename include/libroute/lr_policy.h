@@ -274,7 +274,17 @@ typedef enum lr_param {
     /** Seconds an engine takes to load a LoRA adapter that is not
      * resident (0.1): what every policy's rows say until adaptive has
      * learnt the figure from first tokens. @since 0.3 */
-    LR_PARAM_ADAPTER_LOAD_S = 46
+    LR_PARAM_ADAPTER_LOAD_S = 46,
+    /** What a prompt token the instance holds on a lower tier of its KV
+     * cache (lr_candidate.cpu_tokens, disk_tokens) is worth against one
+     * on its GPU (1): host memory 0.8 (llm-d's tier weights, GPU 1.0 /
+     * CPU 0.8; Dynamo's --router-host-cache-hit-weight is 0.75), disk 0.25
+     * (Dynamo's --router-disk-cache-hit-weight); 0 .. 1 each. dynamo
+     * credits weight x lower-tier blocks against its prefill blocks;
+     * adaptive counts weight x lower-tier tokens as cached. Other
+     * policies ignore lower tiers. @since 0.3 */
+    LR_PARAM_TIER_CPU_WEIGHT = 47,
+    LR_PARAM_TIER_DISK_WEIGHT = 48
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all
@@ -389,14 +399,27 @@ typedef struct lr_candidate {
      * @since 0.3 */
     uint32_t adapters_resident;
     int32_t adapter_evicts;
+    /** Prompt tokens past cached_tokens that its engine holds on a lower
+     * tier of its KV cache (blocks an offloading connector copied to host
+     * memory, or to disk, as the engine's KV events said: lr_kv_stored
+     * .tier): loaded, not computed, on a hit. A block on two tiers counts
+     * on the better one: cpu_tokens runs on from cached_tokens, and
+     * disk_tokens on from both; cached_tokens + cpu_tokens + disk_tokens
+     * <= the prompt. 0 for an instance that caches no prefix, for
+     * policies that do not match, and while no lower-tier event arrived.
+     * Only dynamo (LR_PARAM_TIER_CPU_WEIGHT, LR_PARAM_TIER_DISK_WEIGHT on
+     * its overlap credit) and adaptive (the same weights on its cached
+     * tokens) read them. @since 0.3 */
+    uint32_t cpu_tokens;
+    uint32_t disk_tokens;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
 #define LR_CANDIDATE_SIZE_V1 (offsetof(lr_candidate, route_rate) + 8)
 /** row_size that carries cached_lost. @since 0.3 */
 #define LR_CANDIDATE_SIZE_V2 (offsetof(lr_candidate, cached_lost) + 8)
-/** row_size that carries the adapter columns. @since 0.3 */
-#define LR_CANDIDATE_SIZE_V3 (offsetof(lr_candidate, adapter_evicts) + 4)
+/** row_size that carries the adapter and lower-tier columns. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V3 (offsetof(lr_candidate, disk_tokens) + 4)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

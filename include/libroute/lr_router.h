@@ -778,6 +778,15 @@ LR_API lr_status lr_router_kv_removed(lr_router *router, uint32_t id,
                                       const uint64_t *block_hashes,
                                       size_t n_blocks, size_t *n_resolved);
 LR_API lr_status lr_router_kv_cleared(lr_router *router, uint32_t id);
+/** lr_index_kv_removed_tier() on a router's index, under the router's
+ * lock: the engine dropped these blocks from tier `tier` (an lr_tier;
+ * lr_router_kv_stored() takes the tier in lr_kv_stored.tier).
+ * @return as lr_index_kv_removed_tier(), except that an instance the
+ *   router does not have is LR_ENOENT. @since 0.3 */
+LR_API lr_status lr_router_kv_removed_tier(lr_router *router, uint32_t id,
+                                           int32_t tier,
+                                           const uint64_t *block_hashes,
+                                           size_t n_blocks, size_t *n_resolved);
 
 /** What a batch's sequence number made of it (lr_router_vllm_batch_seq(),
  * lr_vllm.h). Stored in int32_t fields. @since 0.2 */

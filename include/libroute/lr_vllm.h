@@ -32,8 +32,22 @@
  * salt, and those blocks land under a salt no request carries: they never
  * match.)
  *
+ * Lower tiers (@since 0.3; skipped before). A store or removal whose
+ * medium is "CPU" or "cpu" (vLLM's OffloadingConnector and LMCache write
+ * "CPU", vLLM's Mooncake store connector "cpu") goes to the index's CPU
+ * tier, "DISK" or "disk" to its disk tier (lr_kv_stored.tier). The
+ * offloading connector's store carries no token ids (block size 0 or the
+ * offloaded block's, parent nil): its engine hashes name blocks the
+ * instance stored on the GPU, whose keys the tier takes; a store none of
+ * whose hashes is known is counted in `unplaced`. A store with token ids
+ * is keyed from them, chained on its parent (on the tier or the GPU); one
+ * whose block size the index cannot place is skipped (not refused). A
+ * removal on a tier removes there only; a GPU removal leaves the tiers'
+ * copies. AllBlocksCleared clears every tier.
+ *
  * Events this index cannot represent are skipped and counted, never
- * guessed at: blocks on another medium than the GPU (CPU offload), blocks
+ * guessed at: blocks on a medium that is neither the GPU nor a lower tier
+ * above, blocks
  * of an adapter known only by lora_id (an engine-local number no request
  * carries; vLLM before lora_name) or whose lora_name is empty, blocks
  * with other extra keys (multimodal inputs, prompt embeddings; any key
@@ -42,8 +56,7 @@
  * full attention (`full_attention`, or `mla_attention`, DeepSeek's latent
  * attention, which vLLM counts as full attention: applied), and event
  * types this version does not know. A skipped event is checked only as
- * far as skipping needs: vLLM puts the CPU-offload connector's store (no
- * token ids, block size 0 or 16) and a sliding-window group's store (its
+ * far as skipping needs: vLLM puts a sliding-window group's store (its
  * null blocks left out of the hashes) in the same batch as the GPU
  * stores, and those still apply. Removals and clears are unaffected:
  * they name engine hashes, which stand for whatever adapter and salt the

@@ -24,6 +24,22 @@
 #include "common/common.h"
 #include "libroute/lr_index.h"
 
+/* Lower tiers of the KV cache (lr_tier): LR_TIER_CPU and LR_TIER_DISK,
+ * each an index of its own inside the GPU's (index_kv.c). */
+#define LR__LOWER_TIERS 2
+
+/* The routes of lower tier `tier` (LR_TIER_CPU, LR_TIER_DISK) of idx: an
+ * index of the same block size and keys, or NULL while the tier has seen
+ * no event (or for another tier value). A router peeks at it as at idx
+ * itself (lr__index_peek, the same scratch), under the same lock; its
+ * expiry is idx's (lr__index_expiry_due and lr_index_expire cover it). */
+const lr_index *lr__index_tier(const lr_index *idx, int32_t tier);
+
+/* A lower tier's index for idx, its time base at now_ns (index_life.c).
+ * LR_ENOMEM. */
+lr_status lr__index_lower_new(const lr_index *idx, uint64_t now_ns,
+                              lr_index **out);
+
 /* Walk every invariant (prefix property, child counts, LRU membership,
  * hash table contents, counters). LR_OK or LR_ECORRUPT. O(size). */
 lr_status lr__index_verify(const lr_index *idx);

@@ -246,6 +246,13 @@ lr__index_verify(const lr_index *ix)
         return LR_ENOMEM;
     lr_status st = verify_all(ix, &v);
     lr__free(&m, v.per_inst, (size_t)ix->max_inst * sizeof(uint64_t));
+    for (uint32_t t = 0; st == LR_OK && t < LR__LOWER_TIERS; t++)
+        if (ix->lower[t] != NULL)
+            st = ix->lower[t]->lower[0] == NULL &&
+                         ix->lower[t]->lower[1] == NULL &&
+                         ix->lower[t]->B == ix->B
+                     ? lr__index_verify(ix->lower[t])
+                     : LR_ECORRUPT;
     return st;
 }
 
@@ -325,7 +332,13 @@ lr__index_digest(const lr_index *ix)
                             (ix->insts[s].blocks << 40));
     for (uint32_t i = 0; i < ix->n_ifree; i++)
         d = dmix(d, ix->ifree[i]);
-    return dmix(d, lr__index_emap_digest(ix));
+    d = dmix(d, lr__index_emap_digest(ix));
+    /* a lower tier once made is state (an index without one digests as
+     * before tiers existed) */
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (ix->lower[t] != NULL)
+            d = dmix(d, lr__index_digest(ix->lower[t]) + t);
+    return d;
 }
 
 void

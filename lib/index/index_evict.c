@@ -198,6 +198,9 @@ lr__index_expiry_due(const lr_index *ix, uint64_t now_ns)
     for (int l = 0; l < N_LISTS; l++)
         if (ix->tail[l] != LR_NIL && is_expired(ix, &ix->sp[ix->tail[l]], tick))
             return true;
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (ix->lower[t] != NULL && lr__index_expiry_due(ix->lower[t], now_ns))
+            return true;
     return false;
 }
 
@@ -358,6 +361,10 @@ lr_index_expire(lr_index *idx, uint64_t now_ns)
     LR_RETURN_IF(idx == NULL, LR_EINVAL);
     LR_TRY(lr__index_judge(idx, now_ns));
     lr__index_expire_all(idx, lr__index_tick(idx, now_ns));
+    /* the lower tiers take idx's judgement (their clocks judge nothing) */
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (idx->lower[t] != NULL)
+            (void)lr_index_expire(idx->lower[t], now_ns);
     return LR_OK;
 }
 

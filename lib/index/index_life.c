@@ -22,13 +22,21 @@
 /* Nodes the first node table holds (64 slots at most 3/4 full). */
 #define NODE_TABLE_START 48
 
+/* Each lower tier forgets the instance too; LR_ENOENT when no tier knew
+ * it. */
 lr_status
 lr_index_remove_instance(lr_index *idx, uint32_t instance)
 {
+    LR_RETURN_IF(idx == NULL || instance == LR_INSTANCE_NONE, LR_EINVAL);
+    bool known = false;
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (idx->lower[t] != NULL)
+            known |= lr_index_remove_instance(idx->lower[t], instance) == LR_OK;
     uint32_t s;
-    LR_TRY(lr__index_clear(idx, instance, &s));
-    lr__index_inst_del(idx, s);
-    return LR_OK;
+    lr_status st = lr__index_clear(idx, instance, &s);
+    if (st == LR_OK)
+        lr__index_inst_del(idx, s);
+    return st == LR_ENOENT && known ? LR_OK : st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -55,6 +63,9 @@ LR__INIT_SIZED(lr_index_options_init_sized, lr_index_options, options_defaults,
 static void
 index_free(lr_index *ix)
 {
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (ix->lower[t] != NULL)
+            index_free(ix->lower[t]);
     lr__index_store_free(ix);
     lr__index_emap_free(ix);
     lr__free(&ix->mem, ix->journal, (size_t)ix->j_cap * sizeof(struct jent));
@@ -141,6 +152,44 @@ lr_index_create(const lr_index_options *opt, lr_index **out)
     return LR_OK;
 }
 
+/* A lower tier's index (index_kv.c): idx's block size, capacity, TTL,
+ * instances and engine-map bound, its allocator, a seed drawn from its
+ * own; no journal (a tier's routes are not exported), recency alone for
+ * eviction (every route is LOCAL), and no clock of its own (idx judges
+ * every timestamp first). Its time base is set at now_ns. */
+lr_status
+lr__index_lower_new(const lr_index *idx, uint64_t now_ns, lr_index **out)
+{
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.allocator = &idx->mem.a;
+    o.seed = lr__mix64(idx->seed, SEED_MIX + 1);
+    o.capacity_blocks = idx->capacity;
+    o.ttl_ns = idx->ttl_ticks == UINT64_MAX ? UINT64_MAX
+                                            : idx->ttl_ticks << TICK_SHIFT;
+    if (o.ttl_ns == 0)
+        o.ttl_ns = 1; /* 0 is "the default" to the options */
+    o.block_tokens = idx->B;
+    o.max_instances = idx->max_inst;
+    o.journal_capacity = UINT32_MAX;
+    o.engine_map_capacity = idx->emap_cap;
+    o.eviction = LR_EVICT_LRU;
+    o.clock_skew_ns = UINT64_MAX;
+    lr_index *lo;
+    LR_TRY(lr_index_create(&o, &lo));
+    (void)lr__index_tick(lo, now_ns); /* the time base: expiry not due */
+    *out = lo;
+    return LR_OK;
+}
+
+const lr_index *
+lr__index_tier(const lr_index *idx, int32_t tier)
+{
+    if (idx == NULL || tier < LR_TIER_CPU || tier > LR_TIER_DISK)
+        return NULL;
+    return idx->lower[tier - 1];
+}
+
 void
 lr_index_destroy(lr_index *idx)
 {
@@ -178,6 +227,9 @@ lr_index_get_stats(const lr_index *idx, lr_index_stats *stats)
     st.instances = idx->max_inst - idx->n_ifree;
     st.engine_hashes = lr__index_emap_live(idx);
     st.bytes = idx->mem.live;
+    for (uint32_t t = 0; t < LR__LOWER_TIERS; t++)
+        if (idx->lower[t] != NULL)
+            st.bytes += idx->lower[t]->mem.live;
     st.evicted_blocks = idx->evicted;
     st.expired_blocks = idx->expired;
     st.learned_blocks = idx->learned;

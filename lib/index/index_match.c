@@ -157,13 +157,25 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
 {
     LR_RETURN_IF(idx == NULL || result == NULL, LR_EINVAL);
     LR_TRY(result_check(result));
-    LR_RETURN_IF(flags & ~LR_MATCH_NO_TOUCH, LR_EINVAL);
+    const uint32_t tiers = LR_MATCH_TIER_CPU | LR_MATCH_TIER_DISK;
+    LR_RETURN_IF(flags & ~(LR_MATCH_NO_TOUCH | tiers), LR_EINVAL);
+    LR_RETURN_IF((flags & tiers) == tiers, LR_EINVAL);
     lr_index *ix = idx;
     lr_prompt p;
     const uint64_t *keys;
     uint32_t n;
     LR_TRY(lr__index_prompt_keys(ix, prompt, &p, &keys, &n));
     LR_TRY(lr__index_judge(ix, now_ns));
+    if (flags & tiers) {
+        /* a lower tier's routes: its own index, judged by this one */
+        lr_index *lo = ix->lower[(flags & LR_MATCH_TIER_CPU) ? 0 : 1];
+        if (lo != NULL)
+            return lr_index_match(lo, prompt, now_ns, flags & ~tiers, result);
+        result->prompt_blocks = n;
+        result->deepest_tokens = 0;
+        result->n_hits = 0;
+        return LR_OK;
+    }
 
     uint32_t tick = lr__index_tick(ix, now_ns);
     lr__index_expire_all(ix, tick);

@@ -23,6 +23,9 @@
 #define INST_FREE 0xffffu                  /* span is free */
 #define TICK_SHIFT 24
 #define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull /* 2^64 / phi, odd */
+#ifndef LR__LOWER_TIERS
+#define LR__LOWER_TIERS 2 /* as index.h: LR_TIER_CPU, LR_TIER_DISK */
+#endif
 
 /* Node slots come in chunks of CHUNK: slot n is keys[n], in chunk n /
  * CHUNK, at offset chunks[n / CHUNK].base + n % CHUNK of its run. */
@@ -240,6 +243,12 @@ struct lr_index {
     uint32_t last_tick; /* the latest tick any call brought (delta ages) */
 
     uint64_t evicted, expired, learned;
+
+    /* The lower tiers' routes (index_kv.c, "Lower tiers"): lower[t - 1]
+     * for tier t, an index of the same block size and keys made at the
+     * tier's first event; NULL before. Part of the logical state (digest,
+     * verify); not of snapshots or deltas. A lower index has none. */
+    lr_index *lower[LR__LOWER_TIERS];
 
     /* scratch, never part of the logical state */
     uint64_t *kbuf;

@@ -20,12 +20,15 @@
  * An event that is well framed but whose fields do not add up (a field of
  * the wrong type, tokens that are not blocks x block size) is one bad
  * event: it is left out and counted (`invalid`), and the rest of the batch
- * applies. An event this index does not represent (another medium, a
- * sliding-window group, an adapter known only by its engine-local id,
- * multimodal extra keys) is decided on the fields that say so and
- * skipped without checking the rest: vLLM sends the CPU-offload store
- * with no token ids and the sliding-window store with its null blocks
- * left out of the hashes, in the same batch as the GPU stores.
+ * applies. An event this index does not represent (a medium that is no
+ * tier, a sliding-window group, an adapter known only by its engine-local
+ * id, multimodal extra keys) is decided on the fields that say so and
+ * skipped without checking the rest: vLLM sends the sliding-window store
+ * with its null blocks left out of the hashes in the same batch as the
+ * GPU stores. A lower tier's store (medium "CPU", "DISK": medium_tier)
+ * applies to that tier; vLLM's offloading connector sends it with no
+ * token ids and block size 0 or 16, naming blocks by engine hash alone
+ * (event_ok), which index_kv.c resolves through the GPU's map.
  *
  * A store's LoRA adapter and cache salt become the salt of its keys, as a
  * router keys a request: lr_adapter_salt(lr_name_hash(cache salt),
@@ -433,6 +436,7 @@ struct event {
     struct mp extra;  /* at its first entry */
     uint64_t n_extra; /* its entries */
     uint64_t salt;    /* the keys' salt (lr_kv_stored.tenant_salt) */
+    int32_t tier;     /* its medium's lr_tier (nil: the GPU) */
 };
 
 /* A field value of interest, or "absent / nil". */
@@ -749,6 +753,23 @@ full_prefix_kind(const struct mv *v)
     return str_is(v, "full_attention") || str_is(v, "mla_attention");
 }
 
+/* The lr_tier of a medium: nil or "GPU" the GPU's own cache; "CPU" host
+ * memory (vLLM's OffloadingConnector and LMCache write "CPU", vLLM's
+ * Mooncake store and Ascend connectors "cpu"); "DISK" or "disk" a disk
+ * tier (as KV-event relays and Dynamo's own tests name it); -1 for any
+ * other medium (skipped). */
+static int32_t
+medium_tier(const struct mv *v)
+{
+    if (v->kind != MP_STR || str_is(v, "GPU"))
+        return LR_TIER_GPU;
+    if (str_is(v, "CPU") || str_is(v, "cpu"))
+        return LR_TIER_CPU;
+    if (str_is(v, "DISK") || str_is(v, "disk"))
+        return LR_TIER_DISK;
+    return -1;
+}
+
 /* One field's value into ev. Fields the schema does not know are skipped
  * whatever their type; a known one of the wrong type makes the event bad.
  * False only when the bytes are not msgpack. */
@@ -792,7 +813,8 @@ read_field(struct mp *m, enum field f, struct event *ev, bool *have,
         ev->lora = v;
         break;
     case F_MEDIUM:
-        ev->skip |= v.kind == MP_STR && !str_is(&v, "GPU");
+        ev->tier = medium_tier(&v);
+        ev->skip |= ev->tier < 0;
         ok = v.kind == MP_NIL || v.kind == MP_STR;
         break;
     case F_GROUP:
@@ -814,6 +836,11 @@ event_ok(const struct event *ev, const bool *have)
 {
     switch (ev->type) {
     case EV_STORED:
+        /* a lower tier's store without token ids (vLLM's offloading
+         * connector: block size 0 or the offloaded block's) names blocks
+         * by their engine hashes alone */
+        if (have[F_HASHES] && ev->tier != LR_TIER_GPU && ev->n_tokens == 0)
+            return true;
         if (!have[F_HASHES] || !have[F_TOKENS] || !have[F_BLOCK_SIZE])
             return false;
         if (ev->block_size == 0 || ev->block_size > LR_INDEX_MAX_BLOCK_TOKENS)
@@ -1067,11 +1094,20 @@ check_events(struct events_reader *er, struct mp *m, uint64_t n)
                 return false;
             continue;
         }
+        /* a lower tier's store with tokens in blocks the index cannot
+         * place is skipped (it never refused a batch before tiers) */
+        bool placeable = ev.n_tokens == 0 || ev.block_size % B == 0;
+        if (ev.type == EV_STORED && ev.tier != LR_TIER_GPU && !ev.skip &&
+            !placeable) {
+            ev.skip = true;
+            ev.bad = false;
+        }
         if (p->evs != NULL)
             p->evs[i] = ev;
         if (ev.skip || ev.bad)
             continue;
-        if (ev.type == EV_STORED && ev.block_size % B != 0) {
+        if (ev.type == EV_STORED && ev.tier == LR_TIER_GPU &&
+            ev.block_size % B != 0) {
             p->st = LR_ENOTSUP;
             continue;
         }
@@ -1131,9 +1167,10 @@ apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
     k.has_parent = ev->has_parent;
     k.parent_hash = ev->parent;
     k.block_size = (uint32_t)ev->block_size;
-    k.token_ids = tokens;
+    k.token_ids = ev->n_tokens > 0 ? tokens : NULL;
     k.n_tokens = (size_t)ev->n_tokens;
     k.tenant_salt = ev->salt; /* under a parent, the parent's key rules */
+    k.tier = ev->tier;
     lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
     if (s == LR_ENOENT) {
         info->unplaced++;
@@ -1164,8 +1201,8 @@ apply_event(lr_index *ix, uint32_t instance, const struct event *ev,
     case EV_REMOVED:
         copy_hashes(ev->hashes, ev->n_hashes, sc->hashes);
         /* LR_ENOENT: the index never saw the instance, nothing to drop */
-        (void)lr_index_kv_removed(ix, instance, sc->hashes,
-                                  (size_t)ev->n_hashes, NULL);
+        (void)lr_index_kv_removed_tier(ix, instance, ev->tier, sc->hashes,
+                                       (size_t)ev->n_hashes, NULL);
         info->removed++;
         return LR_OK;
     default:

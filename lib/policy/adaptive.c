@@ -493,7 +493,7 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
             double *ttft_out)
 {
     double s = s_per_token(r);
-    double cached = lr__adaptive_delivered(r, c->stride);
+    double cached = lr__adaptive_delivered(r, c->stride, c->param);
     /* a prefix routed here so recently that the request bringing it may
      * be admitted in the same step is not cached yet: a request admitted
      * with it computes it again */
@@ -651,7 +651,7 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
     if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL)
         return;
     const lr_candidate *c = &p->rows[p->k];
-    double delivered = lr__adaptive_delivered(c, sizeof *c);
+    double delivered = lr__adaptive_delivered(c, sizeof *c, p->v->param);
     lr__adaptive_dispatch(st, p->slot, c,
                           (double)p->v->q->n_tokens - delivered);
     lr__adaptive_observe(st, p->rows, p->n, c->instance, now_ns);

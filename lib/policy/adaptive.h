@@ -107,14 +107,24 @@ void lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
 void lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
                            const lr_candidate *row, double uncached);
 
-/* The cached tokens a row's engine is expected to deliver: cached_tokens
- * less the share it lately did not (cached_lost, in rows of at least
- * LR_CANDIDATE_SIZE_V2 bytes). */
+/* The cached tokens a row's engine is expected to deliver: cached_tokens,
+ * plus its lower tiers' tokens at their weights (rows of at least
+ * LR_CANDIDATE_SIZE_V3 bytes), less the share it lately did not deliver
+ * (cached_lost, in rows of at least LR_CANDIDATE_SIZE_V2 bytes). */
 static inline double
-lr__adaptive_delivered(const lr_candidate *row, size_t row_size)
+lr__adaptive_delivered(const lr_candidate *row, size_t row_size,
+                       const double *param)
 {
     double lost = row_size >= LR_CANDIDATE_SIZE_V2 ? row->cached_lost : 0;
-    return (double)row->cached_tokens * (1 - lost);
+    if (row_size < LR_CANDIDATE_SIZE_V3 ||
+        (row->cpu_tokens == 0 && row->disk_tokens == 0))
+        return (double)row->cached_tokens * (1 - lost); /* as before tiers */
+    /* a token on a lower tier is loaded, not computed: it counts at its
+     * tier's weight (LR_PARAM_TIER_*_WEIGHT; llm-d's and Dynamo's) */
+    double cached = (double)row->cached_tokens +
+                    param[LR_PARAM_TIER_CPU_WEIGHT] * (double)row->cpu_tokens +
+                    param[LR_PARAM_TIER_DISK_WEIGHT] * (double)row->disk_tokens;
+    return cached * (1 - lost);
 }
 
 /* The request in `slot` got its first token after ttft_s (ttft_s < 0: it

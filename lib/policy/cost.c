@@ -483,7 +483,9 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
             row_size >= LR_CANDIDATE_SIZE_V3 &&
                 ((r->adapter_missing != 0 && r->adapter_missing != 1) ||
                  (r->adapter_evicts != 0 && r->adapter_evicts != 1) ||
-                 !row_finite_nonneg(r->adapter_load_s)),
+                 !row_finite_nonneg(r->adapter_load_s) ||
+                 (uint64_t)r->cached_tokens + r->cpu_tokens + r->disk_tokens >
+                     prompt),
             LR_EINVAL);
     }
     return LR_OK;

@@ -49,6 +49,21 @@ lr__cost_dynamo(const lr_candidate *c, uint32_t prompt, double block_tokens,
     return w_uncached * uncached + decode;
 }
 
+/* Dynamo with lower tiers: w x max(0, uncached prefill blocks - credit)
+ * + decode blocks, credit the weighted lower-tier overlap blocks (Dynamo's
+ * adjusted_prefill_blocks); lr__cost_dynamo exactly when credit is 0. */
+static inline double
+lr__cost_dynamo_tiered(const lr_candidate *c, uint32_t prompt,
+                       double block_tokens, double w_uncached, double credit)
+{
+    if (!(credit > 0))
+        return lr__cost_dynamo(c, prompt, block_tokens, w_uncached);
+    double uncached = ceil((double)(prompt - c->cached_tokens) / block_tokens);
+    double decode = ceil((double)c->kv_tokens / block_tokens);
+    double left = uncached - credit;
+    return w_uncached * (left > 0 ? left : 0) + decode;
+}
+
 /* The weight in service (a trial's during a trial), for the router's
  * GORGO policy; lr_cost_get_param() reads the incumbent. */
 double lr__cost_in_service(const lr_cost *cost, int32_t key);

@@ -93,6 +93,8 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_ADAPTIVE_DEADLINE] = SWITCH(1),
     [LR_PARAM_SATURATION_PREFILL_S] = REAL(0.001, 3600, 0.15),
     [LR_PARAM_ADAPTER_LOAD_S] = UPTO(600, 0.1),
+    [LR_PARAM_TIER_CPU_WEIGHT] = FRACTION(0.8),
+    [LR_PARAM_TIER_DISK_WEIGHT] = FRACTION(0.25),
 };
 
 #undef FRACTION
@@ -443,14 +445,33 @@ decide_min_ttft(const struct lr__pctx *c)
 
 /* Dynamo: argmin of its cost at temperature 0, else a softmax draw over
  * min-max normalized costs, as Dynamo samples. */
+/* Dynamo's credit for a row's lower-tier blocks: host_cache_hit_weight x
+ * host overlap blocks + disk_cache_hit_weight x disk overlap blocks
+ * (Dynamo lib/kv-router/src/scheduling/selector/default.rs; defaults
+ * 0.75 and 0.25 in scheduling/config.rs: --router-host-cache-hit-weight,
+ * --router-disk-cache-hit-weight). Here the weights are the router's
+ * LR_PARAM_TIER_CPU_WEIGHT (0.8, llm-d's; set 0.75 for Dynamo's) and
+ * LR_PARAM_TIER_DISK_WEIGHT (0.25). 0 without lower-tier columns. */
+static double
+dynamo_tier_credit(const struct lr__pctx *c, const lr_candidate *r)
+{
+    if (c->stride < LR_CANDIDATE_SIZE_V3 ||
+        (r->cpu_tokens == 0 && r->disk_tokens == 0))
+        return 0;
+    return (LR__P(c, TIER_CPU_WEIGHT) * (double)r->cpu_tokens +
+            LR__P(c, TIER_DISK_WEIGHT) * (double)r->disk_tokens) /
+           (double)c->block_tokens;
+}
+
 static struct lr__choice
 decide_dynamo(const struct lr__pctx *c)
 {
     double mn = INFINITY, mx = -INFINITY;
     for (size_t k = 0; k < c->n; k++) {
-        c->score[k] =
-            lr__cost_dynamo(lr__row(c, k), c->prompt, (double)c->block_tokens,
-                            LR__P(c, DYNAMO_OVERLAP));
+        const lr_candidate *r = lr__row(c, k);
+        c->score[k] = lr__cost_dynamo_tiered(
+            r, c->prompt, (double)c->block_tokens, LR__P(c, DYNAMO_OVERLAP),
+            dynamo_tier_credit(c, r));
         mn = c->score[k] < mn ? c->score[k] : mn;
         mx = c->score[k] > mx ? c->score[k] : mx;
     }

@@ -31,7 +31,7 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 19
-#define LR__PARAM_COUNT 47
+#define LR__PARAM_COUNT 49
 #define LR__REASON_COUNT 18
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */

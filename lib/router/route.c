@@ -156,15 +156,59 @@ prompt_of(const struct route *rt, lr_prompt *p)
     p->n_keys = rt->v.n_keys;
 }
 
+/* Step 2 for the lower tiers (lr_tier): how far past its GPU hit each
+ * instance holds the prompt on the CPU tier, then on disk, into
+ * cached_by_id's second and third arrays (lr_candidate.cpu_tokens,
+ * disk_tokens): a tier's depth counts from the best of those above it,
+ * so a block on two tiers counts once, on the better. A peek at each
+ * tier's index that exists (none before its first KV event: nothing to
+ * do, and every row stays as it was before tiers), into the hits buffer
+ * the GPU's answer has been read from. A tier's failed peek (it cannot,
+ * expiry being kept due-free with the GPU's) leaves its columns 0. */
+static void
+route_match_tiers(lr_router *r, const struct route *rt)
+{
+    struct lr__rscratch *sc = rt->sc;
+    uint32_t ni = r->max_inst;
+    lr__router_ix_rdlock(r);
+    for (int32_t t = LR_TIER_CPU; t <= LR_TIER_DISK; t++) {
+        const lr_index *lo = lr__index_tier(r->ix, t);
+        if (lo == NULL)
+            continue;
+        lr_index_match_result mr;
+        lr_index_match_result_init(&mr);
+        mr.hits = sc->hits;
+        mr.hits_capacity = r->max_inst;
+        if (lr__index_peek(lo, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
+                           sc->ms, &mr) != LR_OK)
+            continue;
+        uint32_t *col = sc->cached_by_id + (size_t)t * ni;
+        for (size_t i = 0; i < mr.n_hits; i++) {
+            uint32_t id = sc->hits[i].instance, tok = sc->hits[i].tokens;
+            if (id >= ni)
+                continue;
+            /* past the best of the tiers above: the GPU's, and for disk
+             * the CPU's too (its column runs on from the GPU's) */
+            uint32_t above = sc->cached_by_id[id];
+            if (t == LR_TIER_DISK)
+                above += sc->cached_by_id[ni + id];
+            col[id] = tok > above ? tok - above : 0;
+        }
+    }
+    lr__router_ix_rdunlock(r);
+}
+
 /* Step 2: cached tokens per routable instance into the scratch's
- * cached_by_id (0 for all when the policy does not match). A peek: the
- * index is only read (expiry was made not due before, route_housekeep). */
+ * cached_by_id (0 for all when the policy does not match), with the
+ * lower tiers' (route_match_tiers). A peek: the index is only read
+ * (expiry was made not due before, route_housekeep). */
 static lr_status
 route_match(lr_router *r, const struct route *rt, bool want)
 {
     struct lr__rscratch *sc = rt->sc;
     for (uint32_t k = 0; k < r->n_act; k++)
-        sc->cached_by_id[r->act[k]] = 0;
+        for (uint32_t t = 0; t < LR__TIER_COLUMNS; t++)
+            sc->cached_by_id[(size_t)t * r->max_inst + r->act[k]] = 0;
     uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
     if (hint != (want ? 1u : 0u))
         atomic_store_explicit(&r->match_hint, want ? 1u : 0u,
@@ -187,6 +231,7 @@ route_match(lr_router *r, const struct route *rt, bool want)
     for (size_t i = 0; i < mr.n_hits; i++)
         if (sc->hits[i].instance < r->max_inst)
             sc->cached_by_id[sc->hits[i].instance] = sc->hits[i].tokens;
+    route_match_tiers(r, rt);
     return LR_OK;
 }
 
@@ -249,6 +294,9 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
     }
     c->instance = id;
     c->cached_tokens = c->prefix_caching ? cached_by_id[id] : 0;
+    c->cpu_tokens = c->prefix_caching ? cached_by_id[r->max_inst + id] : 0;
+    c->disk_tokens =
+        c->prefix_caching ? cached_by_id[2 * (size_t)r->max_inst + id] : 0;
     c->prefill_rate = r->rate[c->instance_class];
     c->cached_age_s = -1;
     c->ring_rank = 0;
@@ -1025,7 +1073,8 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     if (st == LR_OK) {
         uint64_t max_age = stats_max_age_ns(r);
         for (uint32_t k = 0; k < r->n_act; k++) {
-            sc->cached_by_id[r->act[k]] = 0;
+            for (uint32_t t = 0; t < LR__TIER_COLUMNS; t++)
+                sc->cached_by_id[(size_t)t * r->max_inst + r->act[k]] = 0;
             gather_row(r, sc->cached_by_id, r->act[k], 0, now_ns, max_age,
                        &sc->rows[k]);
         }

@@ -90,7 +90,7 @@ scratch_free(lr_router *r, struct lr__rscratch *sc)
     lr__free(m, sc->rows, ni * sizeof *sc->rows);
     lr__free(m, sc->score, ni * sizeof *sc->score);
     lr__free(m, sc->hits, ni * sizeof *sc->hits);
-    lr__free(m, sc->cached_by_id, ni * sizeof(uint32_t));
+    lr__free(m, sc->cached_by_id, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
     lr__free(m, sc->kbuf, sc->kbuf_cap * sizeof(uint64_t));
     lr__index_scratch_free(m, sc->ms);
     lr__free(m, sc->model, sc->model_cap * sizeof(float));
@@ -109,7 +109,7 @@ scratch_new(lr_router *r, struct lr__rscratch **out)
     sc->rows = lr__calloc(m, ni, sizeof *sc->rows);
     sc->score = lr__calloc(m, ni, sizeof *sc->score);
     sc->hits = lr__calloc(m, ni, sizeof *sc->hits);
-    sc->cached_by_id = lr__calloc(m, ni, sizeof(uint32_t));
+    sc->cached_by_id = lr__calloc(m, LR__TIER_COLUMNS * ni, sizeof(uint32_t));
     lr_status st = sc->rows == NULL || sc->score == NULL || sc->hits == NULL ||
                            sc->cached_by_id == NULL
                        ? LR_ENOMEM

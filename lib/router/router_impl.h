@@ -19,6 +19,7 @@
 #include "router/replica.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
+#define LR__TIER_COLUMNS 3u /* cached_by_id's arrays: GPU, CPU, disk */
 
 struct lr__rinst {
     char *name;
@@ -41,6 +42,8 @@ struct lr__rscratch {
     lr_candidate *rows;
     double *score;
     lr_index_hit *hits;
+    /* by id: the GPU's cached tokens at [0, max_inst), then the tokens
+     * past them on the CPU tier, then on disk (LR__TIER_COLUMNS arrays) */
     uint32_t *cached_by_id;
     uint64_t *kbuf;
     size_t kbuf_cap;

@@ -220,6 +220,23 @@ FIELD(lr_kv_stored, lr_kv_stored_v1, token_ids, const uint32_t *);
 FIELD(lr_kv_stored, lr_kv_stored_v1, n_tokens, size_t);
 FIELD(lr_kv_stored, lr_kv_stored_v1, tenant_salt, uint64_t);
 SIZED(lr_kv_stored, lr_kv_stored_v1, LR_KV_STORED_SIZE_V1, tenant_salt);
+/* 0.3: the tier, appended */
+_Static_assert(offsetof(lr_kv_stored, tier) ==
+                   offsetof(struct lr_kv_stored_v1, tenant_salt) + 8,
+               "lr_kv_stored.tier: not right after tenant_salt");
+_Static_assert(LR_KV_STORED_SIZE_V2 == offsetof(lr_kv_stored, tier) + 4,
+               "LR_KV_STORED_SIZE_V2: does not end at tier");
+_Static_assert(LR_TIER_GPU == 0 && LR_TIER_CPU == 1 && LR_TIER_DISK == 2,
+               "lr_tier values");
+/* 0.3: the adapter and lower-tier columns of lr_candidate end at
+ * disk_tokens, right after the adapter's */
+_Static_assert(offsetof(lr_candidate, cpu_tokens) ==
+                   offsetof(lr_candidate, adapter_evicts) + 4 &&
+                   offsetof(lr_candidate, disk_tokens) ==
+                       offsetof(lr_candidate, cpu_tokens) + 4,
+               "lr_candidate: the tier columns moved");
+_Static_assert(LR_CANDIDATE_SIZE_V3 == offsetof(lr_candidate, disk_tokens) + 4,
+               "LR_CANDIDATE_SIZE_V3: does not end at disk_tokens");
 
 struct lr_index_stats_v1 {
     size_t struct_size;
