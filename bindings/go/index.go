@@ -68,6 +68,19 @@ const (
 	EvictLRU         Eviction = C.LR_EVICT_LRU
 )
 
+// Tier is an lr_tier: the memory tier of an engine's KV cache a block is
+// on (vLLM's medium): the GPU's own, or a lower tier an offloading
+// connector copied it to. A hit on a lower tier costs a transfer, not a
+// recompute.
+type Tier int32
+
+// The lr_tier values.
+const (
+	TierGPU  Tier = C.LR_TIER_GPU
+	TierCPU  Tier = C.LR_TIER_CPU
+	TierDisk Tier = C.LR_TIER_DISK
+)
+
 // Index is a standalone prefix index (lr_index): which instance caches
 // which token prefix. The router has its own; this one is for hosts that
 // route by themselves. Not safe for concurrent use.
@@ -243,6 +256,14 @@ type MatchFlags uint32
 // MatchNoTouch leaves the matched routes' recency alone (a dry run).
 const MatchNoTouch MatchFlags = C.LR_MATCH_NO_TOUCH
 
+// MatchTierCPU and MatchTierDisk answer for the blocks the instances hold
+// on a lower tier (KVStored.Tier) instead of the GPU's; at most one of
+// them. No hit before the tier's first event.
+const (
+	MatchTierCPU  MatchFlags = C.LR_MATCH_TIER_CPU
+	MatchTierDisk MatchFlags = C.LR_MATCH_TIER_DISK
+)
+
 // MatchResult is the outcome of a match.
 type MatchResult struct {
 	// Instances with a non-empty match, deepest first, then by id.
@@ -331,6 +352,13 @@ type KVStored struct {
 	TokenIDs []uint32
 	// As Prompt.TenantSalt (a LoRA, say).
 	TenantSalt uint64
+	// The tier the engine stored the blocks on (TierGPU, the zero value).
+	// A lower tier's store goes to that tier's routes: with no TokenIDs
+	// (BlockSize 0, as vLLM's offloading connector sends) each hash names
+	// a block the instance stored on the GPU before, whose chain the tier
+	// takes (ErrNotFound when none is known); with TokenIDs it is keyed as
+	// on the GPU.
+	Tier Tier
 }
 
 func (ev *KVStored) c() C.lr_kv_stored {
@@ -342,6 +370,7 @@ func (ev *KVStored) c() C.lr_kv_stored {
 	e.block_size = C.uint32_t(ev.BlockSize)
 	e.n_tokens = C.size_t(len(ev.TokenIDs))
 	e.tenant_salt = C.uint64_t(ev.TenantSalt)
+	e.tier = C.int32_t(ev.Tier)
 	return e
 }
 
@@ -373,7 +402,26 @@ func (x *Index) KVRemoved(instance InstanceID, blockHashes []uint64) (resolved i
 	return int(n), nil
 }
 
-// KVCleared applies an AllBlocksCleared event.
+// KVRemovedTier applies a BlockRemoved event on one tier
+// (lr_index_kv_removed_tier): TierGPU is KVRemoved; a lower tier drops the
+// blocks, and the instance's deeper ones there, from that tier only (a GPU
+// removal leaves the lower tiers' copies). It returns how many of the
+// hashes were known there.
+func (x *Index) KVRemovedTier(instance InstanceID, tier Tier, blockHashes []uint64) (resolved int, err error) {
+	if x.p == nil {
+		return 0, ErrClosed
+	}
+	var n C.size_t
+	st := C.lr_index_kv_removed_tier(x.p, C.uint32_t(instance), C.int32_t(tier),
+		u64ptr(blockHashes), C.size_t(len(blockHashes)), &n)
+	runtime.KeepAlive(x)
+	if err := check(st, "lr_index_kv_removed_tier"); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// KVCleared applies an AllBlocksCleared event (on every tier).
 func (x *Index) KVCleared(instance InstanceID) error {
 	if x.p == nil {
 		return ErrClosed

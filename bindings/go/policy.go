@@ -192,6 +192,13 @@ const (
 	// (0.1): what every policy's rows say (Candidate.AdapterLoadSeconds)
 	// until adaptive has learnt the figure from first tokens.
 	ParamAdapterLoadSeconds Param = C.LR_PARAM_ADAPTER_LOAD_S
+	// What a prompt token an instance holds on a lower tier of its KV
+	// cache (Candidate.CPUTokens, DiskTokens) is worth against one on its
+	// GPU: host memory 0.8 (llm-d), disk 0.25 (Dynamo); 0..1 each. dynamo
+	// and adaptive weigh the lower tiers by them; other policies ignore
+	// lower tiers.
+	ParamTierCPUWeight  Param = C.LR_PARAM_TIER_CPU_WEIGHT
+	ParamTierDiskWeight Param = C.LR_PARAM_TIER_DISK_WEIGHT
 )
 
 // ParamCount returns how many parameters the loaded library has
@@ -353,6 +360,10 @@ type Candidate struct {
 	AdaptersResident uint32
 	// 1 when loading the request's adapter evicts another one.
 	AdapterEvicts int32
+	// Prompt tokens past CachedTokens its engine holds on a lower tier of
+	// its KV cache (blocks offloaded to host memory, as KVStored.Tier
+	// said), and past those on disk: loaded, not computed, on a hit.
+	CPUTokens, DiskTokens uint32
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -402,6 +413,8 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterLoadSeconds)-unsafe.Offsetof(C.lr_candidate{}.adapter_load_s)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdaptersResident)-unsafe.Offsetof(C.lr_candidate{}.adapters_resident)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterEvicts)-unsafe.Offsetof(C.lr_candidate{}.adapter_evicts)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CPUTokens)-unsafe.Offsetof(C.lr_candidate{}.cpu_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.DiskTokens)-unsafe.Offsetof(C.lr_candidate{}.disk_tokens)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

@@ -925,6 +925,24 @@ func (r *Router) KVRemoved(id InstanceID, blockHashes []uint64) (resolved int, e
 	return int(n), nil
 }
 
+// KVRemovedTier applies an engine's BlockRemoved event on one tier
+// (lr_router_kv_removed_tier); see Index.KVRemovedTier. ErrNotFound for an
+// instance the router does not have.
+func (r *Router) KVRemovedTier(id InstanceID, tier Tier, blockHashes []uint64) (resolved int, err error) {
+	h, err := r.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer r.mu.RUnlock()
+	var n C.size_t
+	st := C.lr_router_kv_removed_tier(h, C.uint32_t(id), C.int32_t(tier), u64ptr(blockHashes),
+		C.size_t(len(blockHashes)), &n)
+	if err := check(st, "lr_router_kv_removed_tier"); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 // KVCleared applies an engine's AllBlocksCleared event.
 func (r *Router) KVCleared(id InstanceID) error {
 	h, err := r.acquire()

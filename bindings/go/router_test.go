@@ -392,6 +392,7 @@ var allParams = []Param{
 	ParamClockSkewSeconds, ParamSaturationQueue, ParamSaturationKV,
 	ParamFairInputWeight, ParamFairOutputWeight, ParamAdaptiveDeadline,
 	ParamSaturationPrefillSeconds, ParamAdapterLoadSeconds,
+	ParamTierCPUWeight, ParamTierDiskWeight,
 }
 
 func TestParams(t *testing.T) {

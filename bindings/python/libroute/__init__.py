@@ -33,7 +33,8 @@ from __future__ import annotations
 from ._ffi import HEADER_VERSION, HEADER_VERSION_NUMBER, ffi, lib
 from .enums import (Bounds, CostKind, CostParam, Eviction, MatchFlag, Param,
                     Policy,
-                    Reason, RingKey, RouteFlag, Status, Trust, constants,
+                    Reason, RingKey, RouteFlag, Status, Tier, Trust,
+                    constants,
                     cost_kind_count, cost_param_count, lodestar_feature_count,
                     param_count, policy_count, reason_count)
 from .errors import (AlreadyExistsError, BufferSizeError, BusyError,
@@ -104,7 +105,7 @@ __all__ = [
     "Decision", "Score", "Move", "Dispatched", "RouterStats", "LoadSnapshot",
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
     "VllmBatchInfo", "KvSeq", "KvSource",
-    "Status", "Trust", "Eviction", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
+    "Status", "Trust", "Eviction", "Tier", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
     "CostKind", "CostParam", "RingKey",
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",

@@ -7,6 +7,8 @@ appears here on the next build, with no Python to edit.
 - ``Status``  lr_status without the ``LR_`` prefix (``Status.EINVAL``)
 - ``Trust``   lr_trust (``Trust.LOCAL``, ``Trust.REMOTE``)
 - ``Eviction`` lr_eviction (``Eviction.REMOTE_FIRST``, ``Eviction.LRU``)
+- ``Tier``    lr_tier, a KV cache's memory tier (``Tier.GPU``, ``Tier.CPU``,
+  ``Tier.DISK``)
 - ``Policy``  lr_policy (``Policy.DUALMAP``); ``.label`` is the library's
   name for it (``"dualmap"``), ``Policy.from_label()`` the reverse
 - ``Reason``  lr_reason (``Reason.PREFIX_HIT``); ``.label`` as for Policy
@@ -35,7 +37,7 @@ from typing import Dict, NamedTuple, Union
 
 from ._ffi import ffi, lib
 
-__all__ = ["Status", "Trust", "Eviction", "Policy", "Reason", "Param", "CostKind",
+__all__ = ["Status", "Trust", "Eviction", "Tier", "Policy", "Reason", "Param", "CostKind",
            "CostParam", "RingKey", "RouteFlag", "MatchFlag", "Bounds",
            "constants", "policy_count", "param_count", "reason_count",
            "cost_kind_count", "cost_param_count", "lodestar_feature_count"]
@@ -136,6 +138,10 @@ Trust = _make(enum.IntEnum, "Trust", "lr_trust", "LR_TRUST_",
 Eviction = _make(enum.IntEnum, "Eviction", "lr_eviction", "LR_EVICT_",
                  "lr_eviction: what a full index drops first (REMOTE_FIRST, "
                  "or LRU for replicas sharing deltas).")
+Tier = _make(enum.IntEnum, "Tier", "lr_tier", "LR_TIER_",
+             "lr_tier: the memory tier of an engine's KV cache a block is "
+             "on: the GPU's own, or a lower tier an offloading connector "
+             "copied it to (CPU: host memory; DISK).")
 Policy = _make(_PolicyBase, "Policy", "lr_policy", "LR_POLICY_",
                "lr_policy: the router's routing rules (docs/router.md).")
 Reason = _make(_ReasonBase, "Reason", "lr_reason", "LR_REASON_",

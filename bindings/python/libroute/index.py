@@ -13,10 +13,10 @@ import array
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
 from ._ffi import ffi, lib
-from ._util import (U64_TYPECODE, _Handle, bytes_in, from_struct,
+from ._util import (U64_TYPECODE, _Handle, _index, bytes_in, from_struct,
                     name_bytes, new_sized, set_fields, take_blob, u32,
                     u32_in, u64, u64_in)
-from .enums import Trust
+from .enums import Tier, Trust
 from .errors import check
 from .vllm import VllmBatchInfo, finish, new_info
 
@@ -104,6 +104,27 @@ def adapter_salt(tenant_salt: int, adapter_hash: int) -> int:
     a request for that adapter."""
     return lib.lr_adapter_salt(u64(tenant_salt, "tenant_salt"),
                                u64(adapter_hash, "adapter_hash"))
+
+
+def tier_in(tier: Any) -> int:
+    """A tier argument as the int32_t the library takes; the library says
+    LR_EINVAL for a value that is no lr_tier."""
+    t = _index(tier, "tier")
+    if not -2**31 <= t < 2**31:
+        raise ValueError(f"tier: {tier!r} is not an lr_tier")
+    return t
+
+
+_TIER_FLAGS = {Tier.GPU: 0, Tier.CPU: lib.LR_MATCH_TIER_CPU,
+               Tier.DISK: lib.LR_MATCH_TIER_DISK}
+
+
+def _tier_flag(tier: Any) -> int:
+    """The lr_index_match() flag that asks a tier (0 for the GPU)."""
+    flag = _TIER_FLAGS.get(tier_in(tier))
+    if flag is None:
+        raise ValueError(f"tier: {tier!r} is not an lr_tier")
+    return flag
 
 
 class _Prompt:
@@ -206,10 +227,14 @@ class Index(_Handle):
 
     def match(self, tokens: Any, *, now_ns: int, tenant_salt: int = 0,
               touch: bool = True, keys: Any = None,
-              n_tokens: Optional[int] = None) -> Match:
+              n_tokens: Optional[int] = None, tier: int = Tier.GPU) -> Match:
         """lr_index_match(): each instance's longest cached prefix of the
-        prompt. ``touch=False`` is a dry run (LR_MATCH_NO_TOUCH)."""
-        flags = 0 if touch else lib.LR_MATCH_NO_TOUCH
+        prompt. ``touch=False`` is a dry run (LR_MATCH_NO_TOUCH).
+        ``tier`` (a Tier) answers for the blocks the instances hold on a
+        lower tier of their KV cache instead of the GPU's
+        (LR_MATCH_TIER_CPU, LR_MATCH_TIER_DISK); no hit before that
+        tier's first event."""
+        flags = (0 if touch else lib.LR_MATCH_NO_TOUCH) | _tier_flag(tier)
         now = u64(now_ns, "now_ns")
         res = ffi.new("lr_index_match_result *")
         cap = 16
@@ -270,22 +295,37 @@ class Index(_Handle):
     def kv_stored(self, instance: int, block_hashes: Any, token_ids: Any, *,
                   block_size: int, now_ns: int,
                   parent_hash: Optional[int] = None,
-                  tenant_salt: int = 0) -> None:
+                  tenant_salt: int = 0, tier: int = Tier.GPU) -> None:
         """lr_index_kv_stored(): an engine's BlockStored event.
-        ``parent_hash=None`` means the first block starts the prompt."""
+        ``parent_hash=None`` means the first block starts the prompt.
+
+        ``tier`` (a Tier, vLLM's medium) is the tier the engine stored
+        the blocks on. A lower tier's store goes to that tier's routes:
+        without token ids (``token_ids=()``, ``block_size=0``, as vLLM's
+        offloading connector sends) each hash names a block the instance
+        stored on the GPU before, whose chain the tier takes (NotFoundError
+        when none is known); with token ids it is keyed as on the GPU."""
         inst = u32(instance, "instance")
         with _kv_stored(block_hashes, token_ids, block_size, parent_hash,
-                        tenant_salt) as ev, self._use() as p:
+                        tenant_salt, tier) as ev, self._use() as p:
             st = lib.lr_index_kv_stored(p, inst, ev, u64(now_ns, "now_ns"))
         check(st, "lr_index_kv_stored")
 
-    def kv_removed(self, instance: int, block_hashes: Any) -> int:
-        """lr_index_kv_removed(): returns how many hashes were known."""
-        inst = u32(instance, "instance")
+    def kv_removed(self, instance: int, block_hashes: Any, *,
+                   tier: int = Tier.GPU) -> int:
+        """lr_index_kv_removed(): returns how many hashes were known.
+        With a lower ``tier`` (lr_index_kv_removed_tier()) the blocks, and
+        the deeper ones of the instance there, leave that tier only; a GPU
+        removal leaves the lower tiers' copies."""
+        inst, t = u32(instance, "instance"), tier_in(tier)
         n = ffi.new("size_t *")
         with u64_in(block_hashes, "block_hashes") as h, self._use() as p:
-            st = lib.lr_index_kv_removed(p, inst, h, len(h), n)
-        check(st, "lr_index_kv_removed")
+            if t == Tier.GPU:
+                st = lib.lr_index_kv_removed(p, inst, h, len(h), n)
+            else:
+                st = lib.lr_index_kv_removed_tier(p, inst, t, h, len(h), n)
+        check(st, "lr_index_kv_removed" if t == Tier.GPU
+              else "lr_index_kv_removed_tier")
         return n[0]
 
     def kv_cleared(self, instance: int) -> None:
@@ -339,7 +379,7 @@ class _kv_stored:
     __slots__ = ("c", "_h", "_t")
 
     def __init__(self, block_hashes, token_ids, block_size, parent_hash,
-                 tenant_salt):
+                 tenant_salt, tier=0):
         c = new_sized("lr_kv_stored", lib.lr_kv_stored_init_sized)
         self._h = u64_in(block_hashes, "block_hashes")
         self._t = u32_in(token_ids, "token_ids")
@@ -348,7 +388,7 @@ class _kv_stored:
         c.token_ids = self._t
         c.n_tokens = len(self._t)
         set_fields(c, "kv_stored", block_size=block_size,
-                   tenant_salt=tenant_salt)
+                   tenant_salt=tenant_salt, tier=tier)
         if parent_hash is not None:
             set_fields(c, "kv_stored", parent_hash=parent_hash, has_parent=1)
         self.c = c

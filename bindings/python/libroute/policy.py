@@ -155,7 +155,14 @@ class Candidate(NamedTuple):
     ``adapter_missing`` 1 when it must be loaded first, ``adapter_free``
     the slots free to load one without waiting, ``adapter_load_s`` the
     expected load time (0 when resident), ``adapters_resident`` the
-    adapters it holds, ``adapter_evicts`` 1 when loading evicts one."""
+    adapters it holds, ``adapter_evicts`` 1 when loading evicts one.
+
+    The lower-tier columns are the prompt tokens past ``cached_tokens``
+    its engine holds on a lower tier of its KV cache (blocks offloaded to
+    host memory, ``cpu_tokens``, and beyond those on disk,
+    ``disk_tokens``; Index.kv_stored(tier=)): loaded, not computed, on a
+    hit. dynamo and adaptive weigh them (Param.TIER_CPU_WEIGHT,
+    Param.TIER_DISK_WEIGHT)."""
 
     instance: int
     cached_tokens: int = 0
@@ -189,6 +196,8 @@ class Candidate(NamedTuple):
     adapter_load_s: float = 0.0
     adapters_resident: int = 0
     adapter_evicts: int = 0
+    cpu_tokens: int = 0
+    disk_tokens: int = 0
 
 
 _FIELDS = Candidate._fields

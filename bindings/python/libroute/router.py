@@ -15,9 +15,10 @@ from typing import (Any, Dict, List, Mapping, NamedTuple, Optional,
 from ._ffi import ffi, lib
 from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
                     set_fields, take_blob, u32, u32_in, u64, u64_in)
-from .enums import Bounds, Param, Policy, Reason, Status, as_enum, bounds_from
+from .enums import (Bounds, Param, Policy, Reason, Status, Tier, as_enum,
+                    bounds_from)
 from .errors import check, error_for
-from .index import Delta, IndexStats, _kv_stored
+from .index import Delta, IndexStats, _kv_stored, tier_in
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
@@ -791,22 +792,31 @@ class Router(_Handle):
     def kv_stored(self, instance: int, block_hashes: Any, token_ids: Any, *,
                   block_size: int, now_ns: int,
                   parent_hash: Optional[int] = None,
-                  tenant_salt: int = 0) -> None:
-        """lr_router_kv_stored(): see Index.kv_stored()."""
+                  tenant_salt: int = 0, tier: int = Tier.GPU) -> None:
+        """lr_router_kv_stored(): see Index.kv_stored(). A lower ``tier``'s
+        blocks show in the candidate rows as ``cpu_tokens`` and
+        ``disk_tokens``."""
         inst = u32(instance, "instance")
         now = u64(now_ns, "now_ns")
         with _kv_stored(block_hashes, token_ids, block_size, parent_hash,
-                        tenant_salt) as ev, self._use() as p:
+                        tenant_salt, tier) as ev, self._use() as p:
             st = lib.lr_router_kv_stored(p, inst, ev, now)
         check(st, "lr_router_kv_stored")
 
-    def kv_removed(self, instance: int, block_hashes: Any) -> int:
-        """lr_router_kv_removed(): returns how many hashes were known."""
-        inst = u32(instance, "instance")
+    def kv_removed(self, instance: int, block_hashes: Any, *,
+                   tier: int = Tier.GPU) -> int:
+        """lr_router_kv_removed(): returns how many hashes were known.
+        With a lower ``tier``, lr_router_kv_removed_tier(): see
+        Index.kv_removed()."""
+        inst, t = u32(instance, "instance"), tier_in(tier)
         n = ffi.new("size_t *")
         with u64_in(block_hashes, "block_hashes") as h, self._use() as p:
-            st = lib.lr_router_kv_removed(p, inst, h, len(h), n)
-        check(st, "lr_router_kv_removed")
+            if t == Tier.GPU:
+                st = lib.lr_router_kv_removed(p, inst, h, len(h), n)
+            else:
+                st = lib.lr_router_kv_removed_tier(p, inst, t, h, len(h), n)
+        check(st, "lr_router_kv_removed" if t == Tier.GPU
+              else "lr_router_kv_removed_tier")
         return n[0]
 
     def kv_cleared(self, instance: int) -> None:

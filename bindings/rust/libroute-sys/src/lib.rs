@@ -147,6 +147,11 @@ pub struct lr_index_options {
 pub type lr_eviction = c_uint;
 pub const LR_EVICT_REMOTE_FIRST: lr_eviction = 0;
 pub const LR_EVICT_LRU: lr_eviction = 1;
+/// lr_tier: the memory tier of an engine's KV cache a block is on (0.3).
+pub type lr_tier = c_uint;
+pub const LR_TIER_GPU: lr_tier = 0;
+pub const LR_TIER_CPU: lr_tier = 1;
+pub const LR_TIER_DISK: lr_tier = 2;
 pub const LR_INDEX_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_index_options, engine_map_capacity) + size_of::<u64>();
 pub const LR_INDEX_OPTIONS_SIZE_V2: usize = offset_of!(lr_index_options, eviction) + 4;
@@ -193,6 +198,9 @@ pub const LR_INDEX_MATCH_RESULT_SIZE_V2: usize =
 pub const LR_INDEX_HIT_SIZE_V1: usize = offset_of!(lr_index_hit, tokens) + size_of::<u32>();
 
 pub const LR_MATCH_NO_TOUCH: c_uint = 1;
+/// lr_index_match() flags: answer for a lower tier's routes (0.3).
+pub const LR_MATCH_TIER_CPU: c_uint = 2;
+pub const LR_MATCH_TIER_DISK: c_uint = 4;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -206,8 +214,11 @@ pub struct lr_kv_stored {
     pub token_ids: *const u32,
     pub n_tokens: usize,
     pub tenant_salt: u64,
+    /// An lr_tier: the tier the engine stored the blocks on (0.3).
+    pub tier: i32,
 }
 pub const LR_KV_STORED_SIZE_V1: usize = offset_of!(lr_kv_stored, tenant_salt) + 8;
+pub const LR_KV_STORED_SIZE_V2: usize = offset_of!(lr_kv_stored, tier) + 4;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default)]
@@ -495,6 +506,8 @@ pub const LR_PARAM_FAIR_OUTPUT_WEIGHT: lr_param = 43;
 pub const LR_PARAM_ADAPTIVE_DEADLINE: lr_param = 44;
 pub const LR_PARAM_SATURATION_PREFILL_S: lr_param = 45;
 pub const LR_PARAM_ADAPTER_LOAD_S: lr_param = 46;
+pub const LR_PARAM_TIER_CPU_WEIGHT: lr_param = 47;
+pub const LR_PARAM_TIER_DISK_WEIGHT: lr_param = 48;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
@@ -538,10 +551,14 @@ pub struct lr_candidate {
     pub adapter_load_s: f64,
     pub adapters_resident: u32,
     pub adapter_evicts: i32,
+    /// Prompt tokens past cached_tokens its engine holds on a lower tier
+    /// of its KV cache: host memory, then disk (0.3).
+    pub cpu_tokens: u32,
+    pub disk_tokens: u32,
 }
 pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
 pub const LR_CANDIDATE_SIZE_V2: usize = offset_of!(lr_candidate, cached_lost) + 8;
-pub const LR_CANDIDATE_SIZE_V3: usize = offset_of!(lr_candidate, adapter_evicts) + 4;
+pub const LR_CANDIDATE_SIZE_V3: usize = offset_of!(lr_candidate, disk_tokens) + 4;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
@@ -954,6 +971,14 @@ extern "C" {
         n_blocks: usize,
         n_resolved: *mut usize,
     ) -> lr_status;
+    pub fn lr_index_kv_removed_tier(
+        idx: *mut lr_index,
+        instance: u32,
+        tier: i32,
+        block_hashes: *const u64,
+        n_blocks: usize,
+        n_resolved: *mut usize,
+    ) -> lr_status;
     pub fn lr_index_kv_cleared(idx: *mut lr_index, instance: u32) -> lr_status;
     pub fn lr_index_mark(idx: *const lr_index) -> u64;
     pub fn lr_index_export_delta(
@@ -1318,6 +1343,14 @@ extern "C" {
         n_resolved: *mut usize,
     ) -> lr_status;
     pub fn lr_router_kv_cleared(router: *mut lr_router, id: u32) -> lr_status;
+    pub fn lr_router_kv_removed_tier(
+        router: *mut lr_router,
+        id: u32,
+        tier: i32,
+        block_hashes: *const u64,
+        n_blocks: usize,
+        n_resolved: *mut usize,
+    ) -> lr_status;
     pub fn lr_router_mark(router: *mut lr_router) -> u64;
     pub fn lr_router_export_delta(
         router: *mut lr_router,

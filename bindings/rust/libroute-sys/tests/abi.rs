@@ -158,7 +158,7 @@ fn declarations_match_the_c_headers() {
         lr_index_match_result { struct_size, hits, hits_capacity, n_hits,
             deepest_tokens, prompt_blocks, hit_size }
         lr_kv_stored { struct_size, block_hashes, n_blocks, parent_hash, has_parent,
-            block_size, token_ids, n_tokens, tenant_salt }
+            block_size, token_ids, n_tokens, tenant_salt, tier }
         lr_index_stats { struct_size, blocks, remote_blocks, prefixes, instances,
             engine_hashes, bytes, evicted_blocks, expired_blocks, learned_blocks }
         lr_ring_options { struct_size, allocator, vnodes, max_instances }
@@ -183,7 +183,7 @@ fn declarations_match_the_c_headers() {
             prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
             ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost,
             adapter_missing, adapter_free, adapter_load_s, adapters_resident,
-            adapter_evicts }
+            adapter_evicts, cpu_tokens, disk_tokens }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model,
             ttft_budget_s }
@@ -223,7 +223,7 @@ fn declarations_match_the_c_headers() {
             restarts }
     );
     enums!(e; lr_status, lr_trust, lr_policy, lr_reason, lr_param, lr_cost_kind,
-        lr_cost_param, lr_kv_seq, lr_eviction);
+        lr_cost_param, lr_kv_seq, lr_eviction, lr_tier);
     constants!(e;
         LR_VERSION_MAJOR, LR_VERSION_MINOR,
         LR_OK, LR_EINVAL, LR_ENOMEM, LR_ERANGE, LR_ENOENT, LR_EEXIST, LR_ELIMIT,
@@ -298,6 +298,8 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_ADAPTER_LOAD_S, LR_CANDIDATE_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V2,
         LR_ROUTER_MAX_NAME, LR_ROUTER_MAX_MODELS, LR_ROUTER_MAX_ADAPTERS,
         LR_ADAPTER_STATS_SIZE_V1, LR_REQUEST_SIZE_V3, LR_ROUTER_STATS_SIZE_V4,
+        LR_TIER_GPU, LR_TIER_CPU, LR_TIER_DISK, LR_MATCH_TIER_CPU, LR_MATCH_TIER_DISK,
+        LR_KV_STORED_SIZE_V2, LR_PARAM_TIER_CPU_WEIGHT, LR_PARAM_TIER_DISK_WEIGHT,
     );
 
     let decls = declarations();

@@ -4,6 +4,7 @@ use crate::error::{check, Result};
 use crate::{init, nanos, ptr_or_null, sys, Blob, InstanceId};
 use std::fmt;
 use std::mem::{align_of, offset_of, size_of};
+use std::ops::{BitOr, BitOrAssign};
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
@@ -151,6 +152,42 @@ impl Eviction {
     }
 }
 
+/// The memory tier of an engine's KV cache a block is on (`lr_tier`, vLLM's
+/// `medium`): the GPU's own, or a lower tier an offloading connector copied
+/// it to. A hit on a lower tier costs the engine a transfer, not a
+/// recompute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Tier {
+    /// The GPU's own cache (the default).
+    #[default]
+    Gpu,
+    /// Host memory (vLLM's OffloadingConnector, LMCache: `"CPU"`).
+    Cpu,
+    /// A disk tier (`"DISK"`).
+    Disk,
+}
+
+impl Tier {
+    /// The value as the C API's `int32_t`.
+    pub(crate) fn c(self) -> i32 {
+        match self {
+            Tier::Gpu => sys::LR_TIER_GPU as i32,
+            Tier::Cpu => sys::LR_TIER_CPU as i32,
+            Tier::Disk => sys::LR_TIER_DISK as i32,
+        }
+    }
+
+    /// The [`MatchFlags`] that ask [`Index::match_prompt`] for this tier
+    /// ([`MatchFlags::NONE`] for the GPU).
+    pub fn match_flag(self) -> MatchFlags {
+        match self {
+            Tier::Gpu => MatchFlags::NONE,
+            Tier::Cpu => MatchFlags::TIER_CPU,
+            Tier::Disk => MatchFlags::TIER_DISK,
+        }
+    }
+}
+
 impl Default for IndexOptions {
     fn default() -> Self {
         let o = init(sys::lr_index_options_init_sized);
@@ -239,6 +276,30 @@ impl MatchFlags {
     pub const NONE: MatchFlags = MatchFlags(0);
     /// Leave the matched routes' recency alone (a dry run).
     pub const NO_TOUCH: MatchFlags = MatchFlags(sys::LR_MATCH_NO_TOUCH);
+    /// Answer for the blocks the instances hold on their CPU tier
+    /// ([`KvStored::tier`]) instead of the GPU's; no hit before the tier's
+    /// first event. At most one tier flag.
+    pub const TIER_CPU: MatchFlags = MatchFlags(sys::LR_MATCH_TIER_CPU);
+    /// As [`MatchFlags::TIER_CPU`], for the disk tier.
+    pub const TIER_DISK: MatchFlags = MatchFlags(sys::LR_MATCH_TIER_DISK);
+
+    /// Whether every flag of `other` is set here.
+    pub const fn contains(self, other: MatchFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for MatchFlags {
+    type Output = MatchFlags;
+    fn bitor(self, rhs: MatchFlags) -> MatchFlags {
+        MatchFlags(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for MatchFlags {
+    fn bitor_assign(&mut self, rhs: MatchFlags) {
+        self.0 |= rhs.0;
+    }
 }
 
 /// The outcome of a match.
@@ -267,6 +328,13 @@ pub struct KvStored<'a> {
     pub token_ids: &'a [u32],
     /// As [`Prompt::tenant_salt`] (a LoRA, say).
     pub tenant_salt: u64,
+    /// The tier the engine stored the blocks on ([`Tier::Gpu`] by
+    /// default). A lower tier's store goes to that tier's routes: with no
+    /// `token_ids` (`block_size` 0, as vLLM's offloading connector sends)
+    /// each hash names a block the instance stored on the GPU before,
+    /// whose chain the tier takes ([`crate::ErrorKind::NotFound`] when none
+    /// is known); with token ids it is keyed as on the GPU.
+    pub tier: Tier,
 }
 
 impl<'a> KvStored<'a> {
@@ -278,6 +346,7 @@ impl<'a> KvStored<'a> {
             block_size,
             token_ids,
             tenant_salt: 0,
+            tier: Tier::Gpu,
         }
     }
 
@@ -291,6 +360,7 @@ impl<'a> KvStored<'a> {
         e.token_ids = ptr_or_null(self.token_ids);
         e.n_tokens = self.token_ids.len();
         e.tenant_salt = self.tenant_salt;
+        e.tier = self.tier.c();
         e
     }
 }
@@ -525,7 +595,37 @@ impl Index {
         Ok(n)
     }
 
-    /// Applies an engine's AllBlocksCleared event.
+    /// Applies an engine's BlockRemoved event on one tier
+    /// (`lr_index_kv_removed_tier`): [`Tier::Gpu`] is
+    /// [`Index::kv_removed`]; a lower tier drops the blocks, and the
+    /// instance's deeper ones there, from that tier only (a GPU removal
+    /// leaves the lower tiers' copies). Returns how many hashes were known
+    /// there.
+    pub fn kv_removed_tier(
+        &mut self,
+        instance: InstanceId,
+        tier: Tier,
+        block_hashes: &[u64],
+    ) -> Result<usize> {
+        let mut n = 0;
+        // SAFETY: exclusive access; slice and out pointer.
+        check(
+            unsafe {
+                sys::lr_index_kv_removed_tier(
+                    self.ptr(),
+                    instance,
+                    tier.c(),
+                    ptr_or_null(block_hashes),
+                    block_hashes.len(),
+                    &mut n,
+                )
+            },
+            "lr_index_kv_removed_tier",
+        )?;
+        Ok(n)
+    }
+
+    /// Applies an engine's AllBlocksCleared event (on every tier).
     pub fn kv_cleared(&mut self, instance: InstanceId) -> Result<()> {
         // SAFETY: exclusive access.
         check(

@@ -140,7 +140,7 @@ pub use cost::{
 pub use error::{Error, ErrorKind, Result};
 pub use index::{
     adapter_salt, block_keys, name_hash, Eviction, Hit, Index, IndexOptions, IndexStats, KvStored,
-    MatchFlags, MatchResult, Prompt, Trust,
+    MatchFlags, MatchResult, Prompt, Tier, Trust,
 };
 pub use learner::{
     LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,

@@ -92,6 +92,14 @@ pub struct Candidate {
     pub adapters_resident: u32,
     /// 1 when loading the request's adapter evicts another one.
     pub adapter_evicts: i32,
+    /// Prompt tokens past `cached_tokens` its engine holds on a lower tier
+    /// of its KV cache: in host memory ([`crate::KvStored::tier`]), loaded,
+    /// not computed, on a hit. dynamo and adaptive weigh them
+    /// ([`crate::Param::TIER_CPU_WEIGHT`]).
+    pub cpu_tokens: u32,
+    /// Prompt tokens past those on disk
+    /// ([`crate::Param::TIER_DISK_WEIGHT`]).
+    pub disk_tokens: u32,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -136,7 +144,9 @@ const _: () = {
         adapter_free,
         adapter_load_s,
         adapters_resident,
-        adapter_evicts
+        adapter_evicts,
+        cpu_tokens,
+        disk_tokens
     );
 };
 

@@ -1,7 +1,7 @@
 //! The router (`lr_router.h`).
 
 use crate::error::{check, Error, Result};
-use crate::index::{IndexStats, KvStored};
+use crate::index::{IndexStats, KvStored, Tier};
 use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
 use crate::policy::{Candidate, PolicyInput};
@@ -258,6 +258,13 @@ named_consts! { Param, consts,
     /// resident (0.1): what every policy's rows say
     /// ([`Candidate::adapter_load_s`]) until adaptive has learnt it.
     ADAPTER_LOAD_S = sys::LR_PARAM_ADAPTER_LOAD_S,
+    /// What a prompt token an instance holds in host memory
+    /// ([`Candidate::cpu_tokens`]) is worth against one on its GPU (0.8,
+    /// llm-d's tier weight); 0..=1. dynamo and adaptive weigh it.
+    TIER_CPU_WEIGHT = sys::LR_PARAM_TIER_CPU_WEIGHT,
+    /// As [`Param::TIER_CPU_WEIGHT`], for a token on disk
+    /// ([`Candidate::disk_tokens`]; 0.25, Dynamo's).
+    TIER_DISK_WEIGHT = sys::LR_PARAM_TIER_DISK_WEIGHT,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -1450,6 +1457,34 @@ impl Router {
                 )
             },
             "lr_router_kv_removed",
+        )?;
+        Ok(n)
+    }
+
+    /// Applies an engine's BlockRemoved event on one tier
+    /// (`lr_router_kv_removed_tier`); see [`crate::Index::kv_removed_tier`].
+    /// [`crate::ErrorKind::NotFound`] for an instance the router does not
+    /// have.
+    pub fn kv_removed_tier(
+        &self,
+        id: InstanceId,
+        tier: Tier,
+        block_hashes: &[u64],
+    ) -> Result<usize> {
+        let mut n = 0;
+        // SAFETY: slice pointer and length; out pointer.
+        check(
+            unsafe {
+                sys::lr_router_kv_removed_tier(
+                    self.ptr(),
+                    id,
+                    tier.c(),
+                    ptr_or_null(block_hashes),
+                    block_hashes.len(),
+                    &mut n,
+                )
+            },
+            "lr_router_kv_removed_tier",
         )?;
         Ok(n)
     }
