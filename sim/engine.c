@@ -40,6 +40,12 @@ struct queue {
     uint32_t n;
 };
 
+/* A block of the CPU tier ("CPU tier"): its key, on the LRU list. */
+struct cblk {
+    uint64_t key;
+    uint32_t prev, next; /* NIL at the ends */
+};
+
 /* A LoRA adapter slot ("Adapters"). */
 struct lora {
     uint32_t id;      /* the adapter it holds; 0: empty */
@@ -98,6 +104,14 @@ struct sim_engine {
     uint32_t max_loras;
     uint64_t load_us;
     struct lora lora[SIM_MAX_LORAS];
+    /* CPU tier (cpu_cap 0: none): cpu[0..cpu_n) on an LRU list (head:
+     * least recently used), found by key in cpu_table */
+    uint32_t cpu_cap, cpu_n;
+    uint32_t cpu_head, cpu_tail;
+    struct cblk *cpu;
+    struct slot *cpu_table;
+    uint64_t cpu_mask;
+    double cpu_us_per_token;
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -737,6 +751,190 @@ sim_engine_resident(const struct sim_engine *e, uint32_t *ids, uint32_t cap)
     }
 }
 
+/* ---- CPU tier (vLLM's OffloadingConnector) ----------------------------------------
+ *
+ * Host memory holds cpu_cap blocks, least recently used first out, as the
+ * connector's CPU backend with its LRU manager:
+ *
+ *   GPU  [k0 k1 k2 k3]            a step computes k2 k3 (keyed on the GPU)
+ *          │ store: each computed prompt block the tier lacks is copied
+ *          ▼ (vLLM: asynchronously, after the step that computed it)
+ *   CPU  head ─ k9 ─ k0 ─ k1 ─ k2 ─ k3 ─ tail   (room: the head is dropped)
+ *
+ *   admission: the GPU's leading hit h, then the blocks h, h+1, ... the
+ *   tier holds (c of them) are loaded into new GPU blocks: the step takes
+ *   c x block x load_us_per_token longer (vLLM loads asynchronously and
+ *   the request waits for it; here its step carries the transfer), and
+ *   the loaded blocks are keyed on the GPU when that step ends.
+ *
+ * A sequence's blocks the tier holds already (its GPU hit's, its loaded
+ * ones) are refreshed instead of copied, deepest first. The hit is capped
+ * as on the GPU: at least the prompt's last token is computed. */
+
+static uint32_t
+tab_find(const struct slot *tab, uint64_t mask, uint64_t key)
+{
+    for (uint64_t i = key & mask;; i = (i + 1) & mask) {
+        if (tab[i].id == 0)
+            return NIL;
+        if (tab[i].key == key)
+            return tab[i].id - 1;
+    }
+}
+
+static void
+tab_insert(struct slot *tab, uint64_t mask, uint64_t key, uint32_t id)
+{
+    uint64_t i = key & mask;
+    while (tab[i].id != 0)
+        i = (i + 1) & mask;
+    tab[i].key = key;
+    tab[i].id = id + 1;
+}
+
+/* Backward-shift deletion, as t_delete. */
+static void
+tab_delete(struct slot *tab, uint64_t mask, uint64_t key)
+{
+    uint64_t i = key & mask;
+    while (tab[i].key != key || tab[i].id == 0)
+        i = (i + 1) & mask;
+    for (uint64_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        if (tab[j].id == 0)
+            break;
+        uint64_t home = tab[j].key & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            tab[i] = tab[j];
+            i = j;
+        }
+    }
+    tab[i].id = 0;
+    tab[i].key = 0;
+}
+
+static void
+cpu_unlink(struct sim_engine *e, uint32_t id)
+{
+    struct cblk *b = &e->cpu[id];
+    if (b->prev != NIL)
+        e->cpu[b->prev].next = b->next;
+    else
+        e->cpu_head = b->next;
+    if (b->next != NIL)
+        e->cpu[b->next].prev = b->prev;
+    else
+        e->cpu_tail = b->prev;
+    b->prev = b->next = NIL;
+}
+
+static void
+cpu_link_tail(struct sim_engine *e, uint32_t id)
+{
+    struct cblk *b = &e->cpu[id];
+    b->prev = e->cpu_tail;
+    b->next = NIL;
+    if (e->cpu_tail != NIL)
+        e->cpu[e->cpu_tail].next = id;
+    else
+        e->cpu_head = id;
+    e->cpu_tail = id;
+}
+
+/* The blocks of s from `from` on that the tier holds in a row, up to
+ * `max` at most. */
+static uint32_t
+cpu_hits(const struct sim_engine *e, const struct sim_seq *s, uint32_t from,
+         uint32_t max)
+{
+    if (e->cpu_cap == 0)
+        return 0;
+    uint32_t n = s->n_keys < max ? s->n_keys : max, d = from;
+    while (d < n && tab_find(e->cpu_table, e->cpu_mask, s->keys[d]) != NIL)
+        d++;
+    return d > from ? d - from : 0;
+}
+
+/* Copy s's computed blocks [from, to) to the tier: one CPU BlockStored
+ * per run of new blocks (sent before a drop for room could name one of
+ * its own blocks). Then the range is refreshed deepest first, as vLLM's
+ * LRU manager touches a request's blocks, so a prefix leaves the tier
+ * from its deep end. */
+static void
+cpu_store_n(struct sim_engine *e, const struct sim_seq *s, uint32_t from,
+            uint32_t to)
+{
+    uint32_t run_from = NIL;
+    for (uint32_t d = from; d < to; d++) {
+        uint64_t key = s->keys[d];
+        uint32_t id = tab_find(e->cpu_table, e->cpu_mask, key);
+        if (run_from != NIL && (id != NIL || d - run_from >= e->cpu_cap)) {
+            if (e->sink.cpu_stored != NULL)
+                e->sink.cpu_stored(e->sink.ctx, s->keys + run_from,
+                                   d - run_from);
+            run_from = NIL;
+        }
+        if (id != NIL)
+            continue;
+        if (e->cpu_n < e->cpu_cap) {
+            id = e->cpu_n++;
+        } else {
+            id = e->cpu_head; /* the least recently used goes */
+            cpu_unlink(e, id);
+            tab_delete(e->cpu_table, e->cpu_mask, e->cpu[id].key);
+            e->c.cpu_evicted_blocks++;
+            if (e->sink.cpu_removed != NULL)
+                e->sink.cpu_removed(e->sink.ctx, e->cpu[id].key);
+        }
+        e->cpu[id].key = key;
+        tab_insert(e->cpu_table, e->cpu_mask, key, id);
+        cpu_link_tail(e, id);
+        e->c.cpu_stored_blocks++;
+        if (run_from == NIL)
+            run_from = d;
+    }
+    if (run_from != NIL && e->sink.cpu_stored != NULL)
+        e->sink.cpu_stored(e->sink.ctx, s->keys + run_from, to - run_from);
+    for (uint32_t d = to; d-- > from;) {
+        uint32_t id = tab_find(e->cpu_table, e->cpu_mask, s->keys[d]);
+        if (id != NIL && id != e->cpu_tail) {
+            cpu_unlink(e, id);
+            cpu_link_tail(e, id);
+        }
+    }
+}
+
+int
+sim_engine_set_cpu_tier(struct sim_engine *e, uint32_t blocks,
+                        double load_us_per_token)
+{
+    if (blocks == 0 || !e->caching) {
+        e->cpu_cap = 0;
+        return 0;
+    }
+    if (blocks >= NIL / 4)
+        return -1;
+    uint64_t slots = 16;
+    while (slots < 2ull * blocks)
+        slots *= 2;
+    struct cblk *cpu = sim_calloc(blocks, sizeof *cpu);
+    struct slot *tab = sim_calloc(slots, sizeof *tab);
+    if (cpu == NULL || tab == NULL) {
+        free(cpu);
+        free(tab);
+        return -1;
+    }
+    free(e->cpu);
+    free(e->cpu_table);
+    e->cpu = cpu;
+    e->cpu_table = tab;
+    e->cpu_mask = slots - 1;
+    e->cpu_cap = blocks;
+    e->cpu_n = 0;
+    e->cpu_head = e->cpu_tail = NIL;
+    e->cpu_us_per_token = load_us_per_token;
+    return 0;
+}
+
 /* ---- create ------------------------------------------------------------------- */
 
 struct sim_engine *
@@ -793,6 +991,8 @@ sim_engine_destroy(struct sim_engine *e)
     free(e->slot);
     free(e->host);
     free(e->pool);
+    free(e->cpu);
+    free(e->cpu_table);
     free(e);
 }
 
@@ -841,13 +1041,16 @@ void
 sim_engine_enqueue(struct sim_engine *e, struct sim_seq *s, int front)
 {
     uint32_t target = target_of(s);
-    uint32_t est = leading_hits(e, s, (target - 1) / e->bt, NULL) * e->bt;
+    uint32_t max = (target - 1) / e->bt;
+    uint32_t h = leading_hits(e, s, max, NULL);
+    uint32_t est = (h + cpu_hits(e, s, h, max)) * e->bt;
     s->pending = target - est;
     e->pending += s->pending;
     s->state = SEQ_WAITING;
     s->decoding = 0;
     s->computed = 0;
     s->n_blocks = 0;
+    s->loading = 0;
     q_push(&e->waiting, s, front);
 }
 
@@ -931,7 +1134,7 @@ admit(struct sim_engine *e, struct sim_seq *s, uint32_t budget, double *t)
         return -1; /* nothing freed since it did not fit */
     e->stuck = NULL;
     uint32_t target = target_of(s);
-    uint32_t h, hit, n, need;
+    uint32_t h, c = 0, hit, n, need;
     if (e->slots_mode) {
         /* the hit is known once a slot is taken, and a slot's KV is the
          * sequence's own blocks: memory is checked for the whole target,
@@ -947,9 +1150,12 @@ admit(struct sim_engine *e, struct sim_seq *s, uint32_t budget, double *t)
         need = blocks_for(e, (uint64_t)hit + n);
         s->n_blocks = 0;
     } else {
-        /* the hit blocks' ids land in s->blocks, empty while waiting */
-        h = leading_hits(e, s, (target - 1) / e->bt, s->blocks);
-        hit = h * e->bt;
+        /* the hit blocks' ids land in s->blocks, empty while waiting;
+         * the CPU tier's continue them ("CPU tier") */
+        uint32_t max = (target - 1) / e->bt;
+        h = leading_hits(e, s, max, s->blocks);
+        c = cpu_hits(e, s, h, max);
+        hit = (h + c) * e->bt;
         n = target - hit < budget ? target - hit : budget;
         need = blocks_for(e, (uint64_t)hit + n) - h;
         uint32_t revived = 0; /* hit blocks now in the free queue */
@@ -973,6 +1179,16 @@ admit(struct sim_engine *e, struct sim_seq *s, uint32_t budget, double *t)
     s->target = target;
     s->hit = hit;
     s->computed = hit;
+    s->loading = c;
+    s->offloaded = 0;
+    if (c > 0) {
+        /* the transfer from host memory, in this step */
+        double us = (double)c * e->bt * e->cpu_us_per_token;
+        *t += us;
+        e->c.cpu_hits++;
+        e->c.cpu_hit_tokens += (uint64_t)c * e->bt;
+        e->c.cpu_load_us += (uint64_t)(us + 0.5);
+    }
     if (s->admissions++ == 0)
         s->first_hit = hit;
     s->state = SEQ_RUNNING;
@@ -1072,7 +1288,13 @@ sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
             uint32_t last = s->computed / e->bt;
             if (last > s->n_keys)
                 last = s->n_keys;
-            blk_register_n(e, s, old / e->bt, last);
+            /* blocks loaded from the CPU tier are GPU blocks again */
+            blk_register_n(e, s, old / e->bt - s->loading, last);
+            s->loading = 0;
+            if (e->cpu_cap > 0 && last > s->offloaded) {
+                cpu_store_n(e, s, s->offloaded, last);
+                s->offloaded = last;
+            }
             if (s->computed < s->target)
                 continue;
             s->decoding = 1;
@@ -1103,6 +1325,7 @@ sim_engine_state(const struct sim_engine *e, struct sim_engine_state *s)
     s->kv_use = (double)s->used_blocks / (double)e->cap;
     s->pending_prefill = e->pending;
     s->cached_blocks = e->n_hashed;
+    s->cpu_blocks = e->cpu_n;
 }
 
 const struct sim_engine_counters *
@@ -1245,6 +1468,25 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
         if (b->ref == 0 && (b->qpos < e->fq_head || b->qpos >= e->fq_tail ||
                             e->fq[b->qpos & e->fq_mask] != i))
             return sim_errf(err, "free block %u has no queue entry", i);
+    }
+    /* the CPU tier: a list of cpu_n blocks, each found by its key */
+    if (e->cpu_cap > 0) {
+        uint32_t listed = 0, prev = NIL, keyed = 0;
+        for (uint32_t id = e->cpu_head; id != NIL && listed <= e->cpu_n;
+             id = e->cpu[id].next) {
+            if (id >= e->cpu_n || e->cpu[id].prev != prev ||
+                tab_find(e->cpu_table, e->cpu_mask, e->cpu[id].key) != id)
+                return sim_errf(err, "CPU tier block %u unlinked or lost", id);
+            prev = id;
+            listed++;
+        }
+        for (uint64_t i = 0; i <= e->cpu_mask; i++)
+            keyed += e->cpu_table[i].id != 0;
+        if (listed != e->cpu_n || prev != e->cpu_tail || keyed != e->cpu_n ||
+            e->cpu_n > e->cpu_cap)
+            return sim_errf(err, "CPU tier lists %u blocks, keys %u, holds %u "
+                                 "of %u",
+                            listed, keyed, e->cpu_n, e->cpu_cap);
     }
     uint32_t in_table = 0;
     for (uint64_t i = 0; i <= e->mask; i++)

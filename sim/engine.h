@@ -32,8 +32,14 @@
  * one takes load_us longer. An adapter's blocks are keyed under its own
  * salt (sim_seq_set_keys), so they never match another's.
  *
- * The engine never allocates after create and never fails after it:
- * requests that could never fit are refused at enqueue time. */
+ * A CPU tier (sim_engine_set_cpu_tier; engine.c, "CPU tier"), as vLLM's
+ * OffloadingConnector: every computed prompt block is also copied to
+ * host memory (LRU over cpu blocks); admission continues the GPU's
+ * leading hit with the blocks the CPU tier holds, which are loaded back
+ * (a transfer, not a prefill) into new GPU blocks and keyed there again.
+ *
+ * The engine never allocates after create (and set-up) and never fails
+ * after it: requests that could never fit are refused at enqueue time. */
 #ifndef LRSIM_ENGINE_H
 #define LRSIM_ENGINE_H
 
@@ -65,6 +71,8 @@ struct sim_seq {
     uint32_t slot; /* slots engines: the slot it holds while running */
     uint32_t adapter; /* its LoRA adapter (any id but 0); 0: base model */
     uint32_t passed;  /* steps it waited for an adapter slot, in a row */
+    uint32_t loading;   /* CPU tier: blocks this admission loads from it */
+    uint32_t offloaded; /* CPU tier: leading blocks it has copied there */
     uint64_t *keys; /* full prompt blocks' chained keys */
     uint32_t n_keys, cap_keys;
     uint32_t *blocks; /* block ids held, in token order */
@@ -113,6 +121,11 @@ struct sim_engine_counters {
     /* LoRA: adapters loaded into a slot, and of those, loads that evicted
      * a resident adapter */
     uint64_t adapter_loads, adapter_evictions;
+    /* CPU tier: admissions that loaded blocks from it, the tokens they
+     * loaded (a share of hit_tokens), the time those loads added to
+     * steps; blocks copied to it, and dropped from it for room */
+    uint64_t cpu_hits, cpu_hit_tokens, cpu_load_us;
+    uint64_t cpu_stored_blocks, cpu_evicted_blocks;
 };
 
 struct sim_engine;
@@ -151,6 +164,14 @@ void sim_engine_adapters(const struct sim_engine *e, uint32_t *ids,
 uint32_t sim_engine_resident(const struct sim_engine *e, uint32_t *ids,
                              uint32_t cap);
 
+/* CPU tier (engine.c, "CPU tier"): room for `blocks` blocks in host
+ * memory (0: none, the default), and the time a step spends loading one
+ * token's KV from it (KV bytes per token / the link's bandwidth). No
+ * tier on a slots engine or one with caching off. Call before anything
+ * is queued. 0, or -1 on out of memory (the engine is unchanged). */
+int sim_engine_set_cpu_tier(struct sim_engine *e, uint32_t blocks,
+                            double load_us_per_token);
+
 /* Queue a sequence (it must fit). front: put it first (a preempted or
  * moved sequence keeps its place). */
 void sim_engine_enqueue(struct sim_engine *e, struct sim_seq *s, int front);
@@ -178,6 +199,7 @@ struct sim_engine_state {
     uint64_t cached_blocks;   /* blocks holding a findable prefix */
     uint64_t used_blocks;     /* blocks pinned by sequences */
     uint64_t capacity_blocks;
+    uint64_t cpu_blocks; /* blocks the CPU tier holds */
 };
 void sim_engine_state(const struct sim_engine *e, struct sim_engine_state *s);
 const struct sim_engine_counters *
@@ -188,13 +210,19 @@ uint32_t sim_engine_max_batch(const struct sim_engine *e);
 /* KV-cache events, as a vLLM engine publishes them (lrsim --sync
  * events): a run of blocks [from, to) of sequence s became findable in the
  * prefix cache (BlockStored; block d's engine hash is s->keys[d]), or the
- * block of engine hash `key` was evicted (BlockRemoved). Called from
- * inside sim_engine_start_step (evictions) and sim_engine_finish_step
- * (stores). NULL hooks: no events (the default). */
+ * block of engine hash `key` was evicted (BlockRemoved). With a CPU tier,
+ * as vLLM's OffloadingConnector publishes them (medium "CPU"): blocks
+ * keys[0..n) copied to the tier (a BlockStored with engine hashes only,
+ * no token ids; each was stored on the GPU first), or one dropped from
+ * it. Called from inside sim_engine_start_step (evictions) and
+ * sim_engine_finish_step (stores, and the CPU tier's drops for room).
+ * NULL hooks: no events (the default). */
 struct sim_kv_sink {
     void (*stored)(void *ctx, const struct sim_seq *s, uint32_t from,
                    uint32_t to);
     void (*removed)(void *ctx, uint64_t key);
+    void (*cpu_stored)(void *ctx, const uint64_t *keys, uint32_t n);
+    void (*cpu_removed)(void *ctx, uint64_t key);
     void *ctx;
 };
 void sim_engine_set_sink(struct sim_engine *e, const struct sim_kv_sink *sink);

@@ -81,6 +81,9 @@ struct opts {
     struct sim_lora lora;
     uint32_t max_loras;
     double adapter_load_ms;
+    /* --cpu-cache-blocks, --cpu-load-gbps, --kv-bytes-per-token */
+    uint32_t cpu_blocks;
+    double cpu_load_gbps, kv_bytes_per_token;
 };
 
 /* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
@@ -152,6 +155,13 @@ usage(FILE *f)
 "  --index-blocks N    router index capacity (default: the cluster's KV)\n"
 "  --scrape-ms MS      engine metrics and RTT probe period (100)\n"
 "  --no-rebalance      do not carry out dualmap's rebalancing plans\n"
+"  --cpu-cache-blocks N  a CPU tier per engine (vLLM's OffloadingConnector):\n"
+"                      N blocks of host memory, LRU; computed blocks are\n"
+"                      copied there, and a prefix the GPU lost but host\n"
+"                      memory holds is loaded back, not prefilled (0: none)\n"
+"  --cpu-load-gbps X   host-to-GPU bandwidth of those loads, GB/s (25)\n"
+"  --kv-bytes-per-token B  KV size of a token (131072: the classes' 8B\n"
+"                      model in bf16); a load takes tokens x B / bandwidth\n"
 "\n"
 "Policies and measures:\n"
 "  --policies LIST     all (default) or names, comma-separated; all has\n"
@@ -311,7 +321,8 @@ static const char *const value_flags[] = {
     "--gauge-ms", "--eviction", "--spread", "--class-file",
     "--mix", "--tenants", "--burst", "--admit", "--adapters",
     "--adapter-zipf", "--adapter-share", "--adapter-shift-s", "--adapter-by",
-    "--max-loras", "--adapter-load-ms", "--models",
+    "--max-loras", "--adapter-load-ms", "--models", "--cpu-cache-blocks",
+    "--cpu-load-gbps", "--kv-bytes-per-token",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -561,6 +572,12 @@ take(struct opts *o, const char *flag, const char *v)
         struct sim_err err = { { 0 } };
         if (sim_lora_parse_models(v, &o->lora, &err) != 0)
             return bad("--models: %s", err.msg);
+    } else if (strcmp(flag, "--cpu-cache-blocks") == 0) {
+        return parse_u32(flag, v, 0, UINT32_MAX / 8, &o->cpu_blocks);
+    } else if (strcmp(flag, "--cpu-load-gbps") == 0) {
+        return parse_pos(flag, v, 1e6, &o->cpu_load_gbps);
+    } else if (strcmp(flag, "--kv-bytes-per-token") == 0) {
+        return parse_pos(flag, v, 1e9, &o->kv_bytes_per_token);
     } else if (strcmp(flag, "--gauge-ms") == 0) {
         double ms;
         if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
@@ -1065,6 +1082,8 @@ opts_init(struct opts *o)
     sim_lora_init(&o->lora);
     o->max_loras = d.max_loras;
     o->adapter_load_ms = (double)d.adapter_load_us / 1000.0;
+    o->cpu_load_gbps = d.cpu_load_gbps;
+    o->kv_bytes_per_token = d.kv_bytes_per_token;
 }
 
 /* The run's settings from the options (everything but the policy and its
@@ -1102,6 +1121,9 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->admit = o->admit;
     cfg->max_loras = o->max_loras;
     cfg->adapter_load_us = (uint64_t)llround(o->adapter_load_ms * 1000.0);
+    cfg->cpu_blocks = o->cpu_blocks;
+    cfg->cpu_load_gbps = o->cpu_load_gbps;
+    cfg->kv_bytes_per_token = o->kv_bytes_per_token;
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */

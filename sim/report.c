@@ -162,6 +162,22 @@ table_lora(FILE *f, const struct sim_report *rep)
                 (double)rep->cfg->adapter_load_us / 1000.0);
 }
 
+/* The engines' CPU tier, when they have one. */
+static void
+table_cpu_tier(FILE *f, const struct sim_report *rep)
+{
+    const struct sim_config *cfg = rep->cfg;
+    if (cfg->cpu_blocks == 0)
+        return;
+    fprintf(f, "  CPU tier per engine (--cpu-cache-blocks) %u blocks (%llu "
+               "tokens), loads at %g GB/s x %g KV bytes per token (%.2f us "
+               "a token)\n",
+            cfg->cpu_blocks,
+            (unsigned long long)cfg->cpu_blocks * cfg->block_tokens,
+            cfg->cpu_load_gbps, cfg->kv_bytes_per_token,
+            cfg->kv_bytes_per_token / (cfg->cpu_load_gbps * 1e3));
+}
+
 static void
 table_header(FILE *f, const struct sim_report *rep)
 {
@@ -193,6 +209,7 @@ table_header(FILE *f, const struct sim_report *rep)
     table_replicas(f, rep);
     table_mix(f, rep);
     table_lora(f, rep);
+    table_cpu_tier(f, rep);
     fprintf(f, "\n");
 }
 
@@ -361,10 +378,13 @@ sim_report_table(FILE *f, const struct sim_report *rep)
     for (size_t k = 0; lora && k < rep->n_runs; k++)
         if (rep->runs[k].adapter_loads < least)
             least = rep->runs[k].adapter_loads;
+    int cpu = rep->n_runs > 0 && rep->runs[0].has_cpu_tier;
+    fprintf(f, "| %9s", "p50");
     if (lora)
-        fprintf(f, "| %9s | %7s\n", "p50", "loads");
-    else
-        fprintf(f, "| %9s\n", "p50");
+        fprintf(f, " | %7s", "loads");
+    if (cpu)
+        fprintf(f, " | %8s", "cpu hit%");
+    fprintf(f, "\n");
     for (size_t k = 0; k < rep->n_runs; k++) {
         const struct sim_result *r = &rep->runs[k];
         fprintf(f, "%-22s", r->policy_name);
@@ -383,12 +403,16 @@ sim_report_table(FILE *f, const struct sim_report *rep)
         }
         char ns[32];
         fmt_ns(ns, sizeof ns, r->route_ns_p50);
+        fprintf(f, "| %9s", ns);
         if (lora)
-            fprintf(f, "| %9s | %7llu%c\n", ns,
-                    (unsigned long long)r->adapter_loads,
+            fprintf(f, " | %7llu%c", (unsigned long long)r->adapter_loads,
                     rep->n_runs > 1 && r->adapter_loads == least ? '*' : ' ');
-        else
-            fprintf(f, "| %9s\n", ns);
+        if (cpu)
+            fprintf(f, " | %8.1f",
+                    r->query_tokens ? 100.0 * (double)r->cpu_hit_tokens /
+                                          (double)r->query_tokens
+                                    : 0.0);
+        fprintf(f, "\n");
     }
     fprintf(f, "\n* best in its column.  hit%% = prompt tokens the engines "
                "found cached; loadCV = spread of pending\n  prefill tokens "
@@ -398,6 +422,9 @@ sim_report_table(FILE *f, const struct sim_report *rep)
     if (lora)
         fprintf(f, "  loads = LoRA adapters the engines loaded (each "
                    "stalls its engine's step).\n");
+    if (cpu)
+        fprintf(f, "  cpu hit%% = prompt tokens loaded from the engines' CPU "
+                   "tier (a share of hit%%: a transfer, not a prefill).\n");
     for (size_t k = 0; k < rep->n_runs; k++) {
         const struct sim_result *r = &rep->runs[k];
         if (r->failed > 0)
@@ -643,7 +670,16 @@ json_cluster(FILE *f, const struct sim_report *rep)
                 (double)in->rtt_us / 1000.0, in->group,
                 (unsigned long long)in->cls->kv_tokens);
     }
-    fprintf(f, "\n    ]\n  },\n");
+    fprintf(f, "\n    ]");
+    if (rep->cfg->cpu_blocks > 0) {
+        jkey(f, "    ", "cpu_tier");
+        fprintf(f, "{\"blocks\": %u, \"load_gbps\": ", rep->cfg->cpu_blocks);
+        jnum(f, rep->cfg->cpu_load_gbps);
+        fprintf(f, ", \"kv_bytes_per_token\": ");
+        jnum(f, rep->cfg->kv_bytes_per_token);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  },\n");
 }
 
 #define JD(name, v)                  \
@@ -684,6 +720,9 @@ json_per_inst(FILE *f, const struct sim_result *r)
         if (r->has_adapters)
             fprintf(f, ", \"adapter_loads\": %llu",
                     (unsigned long long)p->adapter_loads);
+        if (r->has_cpu_tier)
+            fprintf(f, ", \"cpu_hit_tokens\": %llu",
+                    (unsigned long long)p->cpu_hit_tokens);
         if (r->has_models) {
             fprintf(f, ", \"model\": ");
             jstr(f, sim_model_name(p->model));
@@ -941,6 +980,16 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     if (r->has_adapters) {
         JU("adapter_loads", r->adapter_loads);
         JU("adapter_evictions", r->adapter_evictions);
+    }
+    if (r->has_cpu_tier) {
+        /* the engines' CPU tier (docs/simulator.md, "CPU tier") */
+        JU("cpu_hits", r->cpu_hits);
+        JU("cpu_hit_tokens", r->cpu_hit_tokens);
+        JD("cpu_load_s", r->cpu_load_s);
+        JU("cpu_stored_blocks", r->cpu_stored_blocks);
+        JU("cpu_evicted_blocks", r->cpu_evicted_blocks);
+        JU("kv_cpu_events", r->kv_cpu_events);
+        JU("kv_cpu_unplaced", r->kv_cpu_unplaced);
     }
     if (r->has_slots) {
         /* llama.cpp-like engines: what they delivered of what the router

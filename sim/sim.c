@@ -143,6 +143,10 @@ struct run {
     uint64_t *rm;
     size_t rm_n, rm_cap;
     uint32_t rm_inst;
+    /* ... and the CPU tier's drops (cfg->cpu_blocks) */
+    uint64_t *rmc;
+    size_t rmc_n, rmc_cap;
+    uint32_t rmc_inst;
     int sink_failed;
     uint32_t *rid;     /* router id per instance */
     uint32_t *inst_of; /* instance per router id */
@@ -966,10 +970,34 @@ on_gauges(struct run *r)
     return periodic(r, EV_GAUGES, r->cfg->rep.gauge_us);
 }
 
-/* An engine's evictions, as one BlockRemoved per replica. */
+/* An engine's CPU-tier drops, as one BlockRemoved of that tier per
+ * replica. */
+static int
+flush_removed_cpu(struct run *r)
+{
+    if (r->rmc_n == 0)
+        return 0;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status st = lr_router_kv_removed_tier(r->routers[k],
+                                                 r->rid[r->rmc_inst],
+                                                 LR_TIER_CPU, r->rmc, r->rmc_n,
+                                                 NULL);
+        if (st != LR_OK && st != LR_ENOENT) /* ENOENT: nothing stored yet */
+            return lib_fail(r, "lr_router_kv_removed_tier", st);
+    }
+    r->res->kv_events++;
+    r->res->kv_cpu_events++;
+    r->rmc_n = 0;
+    return 0;
+}
+
+/* An engine's evictions, as one BlockRemoved per replica (and its CPU
+ * tier's drops). */
 static int
 flush_removed(struct run *r)
 {
+    if (flush_removed_cpu(r) != 0)
+        return -1;
     if (r->rm_n == 0)
         return 0;
     for (uint32_t k = 0; k < r->n_rep; k++) {
@@ -983,21 +1011,76 @@ flush_removed(struct run *r)
     return 0;
 }
 
+/* Buffer a removal of key into *buf (the removals of one engine at a
+ * time: another engine's flush the buffers first). */
+static void
+buffer_removed(struct run *r, uint32_t inst, uint64_t key, uint64_t **buf,
+               size_t *n, size_t *cap, uint32_t *of)
+{
+    if (*n > 0 && *of != inst && flush_removed(r) != 0)
+        r->sink_failed = 1;
+    if (sim_grow((void **)buf, cap, *n + 1, sizeof **buf) != 0) {
+        r->sink_failed = 1;
+        sim_errf(r->err, "out of memory (KV events)");
+        return;
+    }
+    *of = inst;
+    (*buf)[(*n)++] = key;
+}
+
 static void
 sink_removed(void *ctx, uint64_t key)
 {
     struct sink *sk = ctx;
     struct run *r = sk->r;
+    if (r->rmc_n > 0 && r->rmc_inst != sk->inst && flush_removed(r) != 0)
+        r->sink_failed = 1;
+    buffer_removed(r, sk->inst, key, &r->rm, &r->rm_n, &r->rm_cap, &r->rm_inst);
+}
+
+static void
+sink_cpu_removed(void *ctx, uint64_t key)
+{
+    struct sink *sk = ctx;
+    struct run *r = sk->r;
     if (r->rm_n > 0 && r->rm_inst != sk->inst && flush_removed(r) != 0)
         r->sink_failed = 1;
-    if (sim_grow((void **)&r->rm, &r->rm_cap, r->rm_n + 1, sizeof *r->rm) !=
-        0) {
+    buffer_removed(r, sk->inst, key, &r->rmc, &r->rmc_n, &r->rmc_cap,
+                   &r->rmc_inst);
+}
+
+/* Blocks an engine copied to its CPU tier: a BlockStored of that tier
+ * with engine hashes only (vLLM's OffloadingConnector sends no token
+ * ids), to every replica. */
+static void
+sink_cpu_stored(void *ctx, const uint64_t *keys, uint32_t n)
+{
+    struct sink *sk = ctx;
+    struct run *r = sk->r;
+    if (r->sink_failed || flush_removed(r) != 0) {
         r->sink_failed = 1;
-        sim_errf(r->err, "out of memory (KV events)");
         return;
     }
-    r->rm_inst = sk->inst;
-    r->rm[r->rm_n++] = key;
+    lr_kv_stored ev;
+    lr_kv_stored_init(&ev);
+    ev.block_hashes = keys;
+    ev.n_blocks = n;
+    ev.block_size = r->cfg->block_tokens;
+    ev.tier = LR_TIER_CPU;
+    for (uint32_t k = 0; k < r->n_rep; k++) {
+        lr_status st = lr_router_kv_stored(r->routers[k], r->rid[sk->inst], &ev,
+                                           ns_of(r->now));
+        if (st == LR_ENOENT) { /* no hash known: not placeable */
+            r->res->kv_unplaced++;
+            r->res->kv_cpu_unplaced++;
+        } else if (st != LR_OK) {
+            lib_fail(r, "lr_router_kv_stored(CPU)", st);
+            r->sink_failed = 1;
+            return;
+        }
+    }
+    r->res->kv_events++;
+    r->res->kv_cpu_events++;
 }
 
 /* A run of blocks stored on an engine: BlockStored to every replica, with
@@ -1069,6 +1152,8 @@ sim_config_init(struct sim_config *cfg)
     cfg->rep.eviction = -1;
     cfg->max_loras = 4;
     cfg->adapter_load_us = 100000;
+    cfg->cpu_load_gbps = 25.0;
+    cfg->kv_bytes_per_token = 131072.0;
 }
 
 void
@@ -1292,7 +1377,13 @@ setup_replicas(struct run *r)
         return sim_errf(r->err, "out of memory (replicas)");
     for (uint32_t i = 0; i < r->c->n; i++) {
         r->sinks[i] = (struct sink){ r, i };
-        struct sim_kv_sink ks = { sink_stored, sink_removed, &r->sinks[i] };
+        struct sim_kv_sink ks = { .stored = sink_stored,
+                                  .removed = sink_removed,
+                                  .ctx = &r->sinks[i] };
+        if (r->cfg->cpu_blocks > 0) {
+            ks.cpu_stored = sink_cpu_stored;
+            ks.cpu_removed = sink_cpu_removed;
+        }
         sim_engine_set_sink(r->eng[i], &ks);
     }
     return 0;
@@ -1330,6 +1421,13 @@ setup(struct run *r)
                             c->inst[i].name);
         sim_engine_set_lora(r->eng[i], r->cfg->max_loras,
                             r->cfg->adapter_load_us);
+        /* KV bytes per token over GB/s: microseconds per token */
+        double us = r->cfg->kv_bytes_per_token /
+                    (r->cfg->cpu_load_gbps * 1e3);
+        if (r->cfg->cpu_blocks > 0 &&
+            sim_engine_set_cpu_tier(r->eng[i], r->cfg->cpu_blocks, us) != 0)
+            return sim_errf(r->err, "out of memory (CPU tier of %u blocks)",
+                            r->cfg->cpu_blocks);
     }
     sim_rng_seed(&r->jitter, r->cfg->seed ^ 0x6c7273696d6a6974ull);
     if (r->w->n_reqs > 0)
@@ -1364,6 +1462,7 @@ teardown(struct run *r)
     free(r->ev_tok);
     free(r->ev_bnd);
     free(r->rm);
+    free(r->rmc);
     free(r->eng);
     free(r->seq_of);
     free(r->pool);
@@ -1953,7 +2052,13 @@ summarize(struct run *r)
         pi->peak_used_blocks = c->peak_used_blocks;
         pi->capacity_blocks = st.capacity_blocks;
         pi->adapter_loads = c->adapter_loads;
+        pi->cpu_hit_tokens = c->cpu_hit_tokens;
         pi->model = r->model_of[i];
+        res->cpu_hits += c->cpu_hits;
+        res->cpu_hit_tokens += c->cpu_hit_tokens;
+        res->cpu_stored_blocks += c->cpu_stored_blocks;
+        res->cpu_evicted_blocks += c->cpu_evicted_blocks;
+        res->cpu_load_s += (double)c->cpu_load_us / 1e6;
         res->adapter_loads += c->adapter_loads;
         res->adapter_evictions += c->adapter_evictions;
         res->query_tokens += c->query_tokens;
@@ -1971,6 +2076,7 @@ summarize(struct run *r)
         }
     }
     res->has_adapters = r->lora;
+    res->has_cpu_tier = r->cfg->cpu_blocks > 0;
     res->has_models = r->w->lora.n_models > 0;
     res->cache_hit_rate = res->query_tokens
                               ? (double)res->hit_tokens /
@@ -2047,6 +2153,8 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
         cfg->block_tokens == 0 || cfg->scrape_us == 0 || cfg->sample_us == 0 ||
         cfg->learn_us == 0 || (cfg->n_params > 0 && cfg->params == NULL) ||
         cfg->rep.n > SIM_MAX_REPLICAS || cfg->max_loras > SIM_MAX_LORAS ||
+        (cfg->cpu_blocks > 0 && !(cfg->cpu_load_gbps > 0 &&
+                                  cfg->kv_bytes_per_token > 0)) ||
         (cfg->rep.sync == SIM_SYNC_DELTAS && cfg->rep.delta_us == 0))
         return sim_errf(err, "bad simulation configuration");
     uint64_t t0 = now_mono_ns();

@@ -110,6 +110,14 @@ struct sim_config {
      * stats (lr_router_set_adapters). */
     uint32_t max_loras;       /* 4 */
     uint64_t adapter_load_us; /* 100 ms */
+    /* CPU tier (vLLM's OffloadingConnector; engine.h): each engine's
+     * host-memory blocks (0: none), and what a load from it costs: KV
+     * bytes per token over the host link's bandwidth (GB/s, 1e9 bytes).
+     * With --sync events the engines publish the tier's stores and drops
+     * (lr_kv_stored.tier = LR_TIER_CPU). */
+    uint32_t cpu_blocks;
+    double cpu_load_gbps;      /* 25: PCIe 4.0 x16, achieved */
+    double kv_bytes_per_token; /* 131072: the classes' 8B model, bf16 */
 };
 
 #define SIM_NEVER UINT64_MAX
@@ -167,6 +175,7 @@ struct sim_inst_result {
     double busy_frac;    /* share of the run spent in steps */
     uint64_t peak_used_blocks, capacity_blocks;
     uint64_t adapter_loads; /* LoRA adapters it loaded */
+    uint64_t cpu_hit_tokens; /* CPU tier: tokens loaded from it */
     uint32_t model;         /* with models: the model it serves */
 };
 
@@ -282,6 +291,15 @@ struct sim_result {
      * resident adapter; has_models when it names models */
     int has_adapters, has_models;
     uint64_t adapter_loads, adapter_evictions;
+    /* CPU tier (cfg.cpu_blocks > 0): the engines' loads from it
+     * (admissions, tokens, the time they added to steps), blocks copied
+     * to it and dropped from it; the tier's KV events (stores and drop
+     * batches) sent to the routers, and the stores they could not place
+     * (no hash known; also in kv_unplaced) */
+    int has_cpu_tier;
+    uint64_t cpu_hits, cpu_hit_tokens, cpu_stored_blocks, cpu_evicted_blocks;
+    double cpu_load_s;
+    uint64_t kv_cpu_events, kv_cpu_unplaced;
     /* measured (vary between runs; never compared) */
     double route_ns_p50, route_ns_p99, route_ns_mean;
     double wall_s;

@@ -34,6 +34,14 @@ static const char *const builtin[] = {
     "lora-shift: --workload wildchat --cluster 8 --rate 12 --adapters 100 "
     "--adapter-zipf 1 --adapter-shift-s 30 --max-loras 4",
     "models-70-30: --workload conversation --cluster 8 --models 70,30",
+    /* a CPU tier (vLLM's OffloadingConnector) under a GPU cache that
+     * holds a few conversations: 8 x a30 (32k KV tokens each) with 1M
+     * tokens of host memory each, the routers fed the engines' KV events
+     * of both tiers; and the same fleet without the tier */
+    "cpu-offload: --workload conversation --cluster 8xa30 --rate 3 "
+    "--sync events --cpu-cache-blocks 65536",
+    "cpu-offload-none: --workload conversation --cluster 8xa30 --rate 3 "
+    "--sync events",
 };
 #define BUILTIN_LEARNER "--lodestar-min 1000 --lodestar-every 500"
 

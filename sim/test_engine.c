@@ -2,7 +2,8 @@
  * blocks, LRU eviction from the deep end, caching off, preemption and
  * recompute, LoRA adapters (LRU slots, a load stalls its step, at most
  * max_loras adapters in a batch, no starvation, each adapter's KV apart),
- * and a randomized stress run that checks every invariant after every
+ * the CPU tier (a prefix the GPU lost loads from host memory at the
+ * transfer's cost, LRU there, its KV events), and a randomized stress run that checks every invariant after every
  * step (the cache never exceeds its capacity). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -636,6 +637,277 @@ test_lora_separate_kv(void **state)
     sim_engine_destroy(r.e);
 }
 
+/* ---- CPU tier ---------------------------------------------------------------------- */
+
+#define CPU_US 0.25 /* load time per token */
+
+/* An engine of 12 GPU blocks (a 32-token prompt and its output take 9)
+ * and a CPU tier of cpu blocks (0: none). */
+static void
+rig_init_cpu(struct rig *r, uint32_t cpu)
+{
+    rig_init(r, 48, 1, 16, 64);
+    assert_int_equal(sim_engine_set_cpu_tier(r->e, cpu, CPU_US), 0);
+}
+
+/* Run prompt p (32 tokens from base) with one output token; its first
+ * admission's hit. */
+static uint32_t
+run_prompt(struct rig *r, uint32_t req, uint32_t base)
+{
+    uint32_t tok[32];
+    struct sim_seq s;
+    fill(tok, 32, base);
+    seq_init(&s, req, tok, 32, 1);
+    sim_engine_enqueue(r->e, &s, 0);
+    drain(r);
+    uint32_t hit = s.first_hit;
+    sim_seq_free(&s);
+    return hit;
+}
+
+/* A prompt computed once is offloaded; two others evict it from the GPU;
+ * run again, it loads 7 blocks from the CPU tier: its step costs their
+ * transfer and a prefill of the last block only, not a prefill of 32
+ * tokens. The loaded blocks are GPU blocks again. The same engine without
+ * the tier recomputes it all. */
+static void
+test_cpu_offload_hit(void **state)
+{
+    (void)state;
+    struct rig r, b;
+    rig_init_cpu(&r, 64);
+    rig_init_cpu(&b, 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(run_prompt(&r, i, 1000 * (i + 1)), 0);
+        assert_int_equal(run_prompt(&b, i, 1000 * (i + 1)), 0);
+    }
+    const struct sim_engine_counters *c = sim_engine_counters(r.e);
+    assert_int_equal(c->cpu_stored_blocks, 24);
+    assert_int_equal(c->cpu_hits, 0);
+    assert_true(c->evicted_blocks >= 8); /* the first prompt left the GPU */
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    assert_int_equal(st.cpu_blocks, 24);
+    /* the first prompt again: 28 tokens (7 blocks, the last token is
+     * computed) from host memory */
+    uint32_t tok[32];
+    struct sim_seq s, t, u;
+    fill(tok, 32, 1000);
+    seq_init(&s, 10, tok, 32, 1);
+    sim_engine_enqueue(r.e, &s, 0);
+    uint64_t us = step(&r);
+    double want = r.cls.overhead_us +
+                  4 * r.cls.prefill_us * (1 + (28 + 2) / r.cls.ctx_double) +
+                  28 * CPU_US;
+    assert_int_equal(us, (uint64_t)(want + 0.5));
+    assert_int_equal(s.first_hit, 28);
+    assert_int_equal(c->cpu_hits, 1);
+    assert_int_equal(c->cpu_hit_tokens, 28);
+    assert_int_equal(c->cpu_load_us, 7);
+    drain(&r);
+    /* without the tier: a full prefill */
+    seq_init(&t, 10, tok, 32, 1);
+    sim_engine_enqueue(b.e, &t, 0);
+    uint64_t full = step(&b);
+    assert_int_equal(t.first_hit, 0);
+    assert_int_equal(full, (uint64_t)(r.cls.overhead_us +
+                                      32 * (1 + 16 / r.cls.ctx_double) + 0.5));
+    assert_true(full > us);
+    drain(&b);
+    /* again: a GPU hit now, no load */
+    seq_init(&u, 11, tok, 32, 1);
+    sim_engine_enqueue(r.e, &u, 0);
+    us = step(&r);
+    assert_int_equal(u.first_hit, 28);
+    assert_int_equal(us, (uint64_t)(r.cls.overhead_us +
+                                    4 * (1 + 30 / r.cls.ctx_double) + 0.5));
+    assert_int_equal(c->cpu_hits, 1);
+    drain(&r);
+    const struct sim_engine_counters *cb = sim_engine_counters(b.e);
+    assert_int_equal(cb->cpu_stored_blocks, 0);
+    assert_int_equal(c->query_tokens, c->hit_tokens + c->prefilled_tokens +
+                                          c->abandoned_tokens);
+    sim_seq_free(&s);
+    sim_seq_free(&t);
+    sim_seq_free(&u);
+    sim_engine_destroy(r.e);
+    sim_engine_destroy(b.e);
+}
+
+/* A tier of 24 blocks (three prompts): p0, p1, p0 again (refreshed), p2,
+ * then p3 drops the least recently used, p1, not p0. */
+static void
+test_cpu_lru(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_init_cpu(&r, 24);
+    run_prompt(&r, 0, 1000);
+    run_prompt(&r, 1, 2000);
+    run_prompt(&r, 2, 1000); /* p0: refreshed in the tier */
+    run_prompt(&r, 3, 3000);
+    const struct sim_engine_counters *c = sim_engine_counters(r.e);
+    assert_int_equal(c->cpu_evicted_blocks, 0);
+    run_prompt(&r, 4, 4000);
+    assert_int_equal(c->cpu_evicted_blocks, 8);
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    assert_int_equal(st.cpu_blocks, 24);
+    uint64_t hits = c->cpu_hit_tokens;
+    assert_int_equal(run_prompt(&r, 5, 1000), 28); /* from the tier */
+    assert_true(c->cpu_hit_tokens > hits);
+    hits = c->cpu_hit_tokens;
+    assert_int_equal(run_prompt(&r, 6, 2000), 0); /* dropped */
+    assert_int_equal(c->cpu_hit_tokens, hits);
+    sim_engine_destroy(r.e);
+}
+
+/* What the engine publishes (lrsim --sync events). */
+#define EV_MAX 4096
+struct evlog {
+    uint64_t gpu[EV_MAX];
+    size_t n_gpu;
+    uint64_t cpu[EV_MAX]; /* stored; removals marked by rm[] */
+    int rm[EV_MAX];
+    size_t n_cpu;
+    size_t n_cpu_events;
+};
+
+static void
+ev_stored(void *ctx, const struct sim_seq *s, uint32_t from, uint32_t to)
+{
+    struct evlog *l = ctx;
+    for (uint32_t d = from; d < to && l->n_gpu < EV_MAX; d++)
+        l->gpu[l->n_gpu++] = s->keys[d];
+}
+
+static void
+ev_removed(void *ctx, uint64_t key)
+{
+    (void)ctx;
+    (void)key;
+}
+
+static void
+ev_cpu_stored(void *ctx, const uint64_t *keys, uint32_t n)
+{
+    struct evlog *l = ctx;
+    assert_true(n > 0);
+    l->n_cpu_events++;
+    for (uint32_t k = 0; k < n && l->n_cpu < EV_MAX; k++) {
+        /* stored on the GPU first: the router knows the hash */
+        size_t g = 0;
+        while (g < l->n_gpu && l->gpu[g] != keys[k])
+            g++;
+        assert_true(g < l->n_gpu);
+        l->rm[l->n_cpu] = 0;
+        l->cpu[l->n_cpu++] = keys[k];
+    }
+}
+
+static void
+ev_cpu_removed(void *ctx, uint64_t key)
+{
+    struct evlog *l = ctx;
+    if (l->n_cpu < EV_MAX) {
+        l->rm[l->n_cpu] = 1;
+        l->cpu[l->n_cpu++] = key;
+    }
+}
+
+/* Is key in the tier after the log's events? */
+static int
+ev_held(const struct evlog *l, uint64_t key)
+{
+    int held = 0;
+    for (size_t k = 0; k < l->n_cpu; k++)
+        if (l->cpu[k] == key) {
+            assert_true(held == l->rm[k]); /* no double store or drop */
+            held = !l->rm[k];
+        }
+    return held;
+}
+
+/* The tier's stores (engine hashes, each stored on the GPU before) and
+ * drops, as vLLM's OffloadingConnector publishes them: replayed, they
+ * hold what the tier holds; a load from the tier publishes the loaded
+ * blocks as GPU stores again. An engine without a tier publishes none. */
+static void
+test_cpu_events(void **state)
+{
+    (void)state;
+    struct rig r, b;
+    rig_init_cpu(&r, 16);
+    rig_init_cpu(&b, 0);
+    struct evlog *l = calloc(2, sizeof *l);
+    assert_non_null(l);
+    struct sim_kv_sink ks = { .stored = ev_stored,
+                              .removed = ev_removed,
+                              .cpu_stored = ev_cpu_stored,
+                              .cpu_removed = ev_cpu_removed,
+                              .ctx = &l[0] };
+    sim_engine_set_sink(r.e, &ks);
+    ks.ctx = &l[1];
+    sim_engine_set_sink(b.e, &ks);
+    run_prompt(&r, 0, 1000);
+    run_prompt(&r, 1, 2000);
+    run_prompt(&r, 2, 3000); /* drops p0 from the tier */
+    run_prompt(&r, 3, 2000); /* p1 again: refreshed */
+    run_prompt(&r, 4, 4000); /* drops p2 */
+    run_prompt(&r, 5, 3000); /* p2 computed again, drops p1 */
+    run_prompt(&r, 6, 4000);
+    size_t gpu_before = l[0].n_gpu;
+    assert_int_equal(run_prompt(&r, 7, 2000), 0); /* dropped: computed */
+    assert_true(l[0].n_gpu > gpu_before);
+    const struct sim_engine_counters *c = sim_engine_counters(r.e);
+    size_t stores = 0, drops = 0;
+    for (size_t k = 0; k < l[0].n_cpu; k++) {
+        stores += !l[0].rm[k];
+        drops += l[0].rm[k];
+    }
+    assert_int_equal(stores, c->cpu_stored_blocks);
+    assert_int_equal(drops, c->cpu_evicted_blocks);
+    assert_true(drops > 0);
+    assert_true(l[0].n_cpu_events < stores); /* runs, not one per block */
+    /* the replayed log holds what the tier holds */
+    struct sim_engine_state st;
+    sim_engine_state(r.e, &st);
+    size_t held = 0;
+    for (size_t k = 0; k < l[0].n_cpu; k++) {
+        int first = 1;
+        for (size_t j = 0; j < k; j++)
+            first &= l[0].cpu[j] != l[0].cpu[k];
+        if (first)
+            held += (size_t)ev_held(&l[0], l[0].cpu[k]);
+    }
+    assert_int_equal(held, st.cpu_blocks);
+    /* a load from the tier: the loaded blocks are stored on the GPU */
+    uint32_t tok[32];
+    struct sim_seq s;
+    fill(tok, 32, 4000);
+    seq_init(&s, 8, tok, 32, 1);
+    assert_true(ev_held(&l[0], s.keys[0]));
+    gpu_before = l[0].n_gpu;
+    uint64_t hits = c->cpu_hit_tokens;
+    sim_engine_enqueue(r.e, &s, 0);
+    drain(&r);
+    assert_true(c->cpu_hit_tokens > hits);
+    assert_true(l[0].n_gpu > gpu_before);
+    assert_int_equal(l[0].gpu[gpu_before], s.keys[s.first_hit / BT -
+                                               (c->cpu_hit_tokens - hits) /
+                                                   BT]);
+    sim_seq_free(&s);
+    /* no tier, no tier events */
+    run_prompt(&b, 0, 1000);
+    run_prompt(&b, 1, 2000);
+    assert_int_equal(l[1].n_cpu, 0);
+    assert_true(l[1].n_gpu > 0);
+    free(l);
+    sim_engine_destroy(r.e);
+    sim_engine_destroy(b.e);
+}
+
 int
 main(void)
 {
@@ -651,6 +923,9 @@ main(void)
         cmocka_unit_test(test_lora_batch_limit),
         cmocka_unit_test(test_lora_no_starvation),
         cmocka_unit_test(test_lora_separate_kv),
+        cmocka_unit_test(test_cpu_offload_hit),
+        cmocka_unit_test(test_cpu_lru),
+        cmocka_unit_test(test_cpu_events),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

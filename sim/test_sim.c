@@ -933,7 +933,7 @@ test_suite_cells(void **state)
         "share-mixed/8",  "share-mixed/hetero@10", "wildchat/8",
         "tools-zipf/8",   "system-prompts/8",      "rate-shift/8",
         "lora-zipf100",   "lora-hot",              "lora-shift",
-        "models-70-30",
+        "models-70-30",   "cpu-offload",           "cpu-offload-none",
     };
     assert_int_equal(cells.n, sizeof names / sizeof names[0]);
     for (size_t k = 0; k < cells.n; k++) {
@@ -1482,6 +1482,110 @@ test_lora_runs(void **state)
     sim_workload_free(&w);
 }
 
+/* ---- the CPU tier -------------------------------------------------------------------- */
+
+static int
+run_tier(const struct sim_workload *w, const struct sim_cluster *c,
+         int32_t policy, uint32_t cpu_blocks, struct sim_result *res,
+         char **json)
+{
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = w;
+    cfg.c = c;
+    cfg.policy = policy;
+    cfg.verify_engines = 1;
+    cfg.cpu_blocks = cpu_blocks;
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_sync_parse("events", &cfg.rep, &err), 0);
+    int rc = sim_run(&cfg, res, &err);
+    if (rc == 1)
+        return 1;
+    if (rc != 0)
+        fail_msg("%s: %s", lr_policy_name((lr_policy)policy), err.msg);
+    check_books(w, c, res);
+    struct sim_report rep = { "workload test", w, c, &cfg, 1.0, res,
+                              1, NULL, 0, 0, 1, 0, 0, NULL };
+    size_t len = 0;
+    FILE *f = open_memstream(json, &len);
+    assert_non_null(f);
+    assert_int_equal(sim_report_json(f, &rep, 0), 0);
+    fclose(f);
+    return 0;
+}
+
+/* Conversations on a30s, whose GPU cache holds a few histories: with a
+ * CPU tier the engines load what the GPU lost (their books balance, the
+ * invariants hold after every step), the routers get the tier's stores
+ * and drops (--sync events) and place them, and the engines find more
+ * cached than without the tier (over the four policies). A small tier drops blocks for room. The
+ * JSON names the tier only when there is one. */
+static void
+test_cpu_tier_runs(void **state)
+{
+    (void)state;
+    struct sim_workload w;
+    build("conversation", 300, 3, 5, &w);
+    struct sim_cluster c;
+    parse_cluster("4xa30", &c);
+    int32_t pols[] = { LR_POLICY_LEAST_REQUEST, LR_POLICY_PREFIX_CACHE_AND_LOAD,
+                       LR_POLICY_DYNAMO, LR_POLICY_ADAPTIVE };
+    uint64_t hit_on = 0, hit_off = 0;
+    for (size_t k = 0; k < sizeof pols / sizeof *pols; k++) {
+        struct sim_result on, off;
+        char *jon = NULL, *joff = NULL;
+        if (run_tier(&w, &c, pols[k], 2048, &on, &jon) != 0)
+            continue;
+        assert_int_equal(run_tier(&w, &c, pols[k], 0, &off, &joff), 0);
+        assert_true(on.has_cpu_tier);
+        assert_true(on.cpu_hits > 0);
+        assert_true(on.cpu_hit_tokens > 0);
+        assert_true(on.cpu_hit_tokens <= on.hit_tokens);
+        assert_true(on.cpu_load_s > 0);
+        uint64_t per = 0;
+        for (uint32_t i = 0; i < c.n; i++)
+            per += on.per_inst[i].cpu_hit_tokens;
+        assert_int_equal(per, on.cpu_hit_tokens);
+        assert_true(on.cpu_stored_blocks > 0);
+        /* the routers placed every store of the tier */
+        assert_true(on.kv_cpu_events > 0);
+        assert_int_equal(on.kv_cpu_unplaced, 0);
+        hit_on += on.hit_tokens;
+        hit_off += off.hit_tokens;
+        assert_false(off.has_cpu_tier);
+        assert_int_equal(off.cpu_hit_tokens + off.cpu_stored_blocks +
+                             off.kv_cpu_events,
+                         0);
+        assert_non_null(strstr(jon, "\"cpu_hit_tokens\": "));
+        assert_non_null(strstr(jon, "\"cpu_tier\": {\"blocks\": 2048"));
+        assert_null(strstr(joff, "cpu_"));
+        free(jon);
+        free(joff);
+        sim_result_free(&on);
+        sim_result_free(&off);
+    }
+    /* the tier adds hits (a run with it routes differently, so one
+     * policy may find fewer; the four together find more) */
+    if (hit_on <= hit_off)
+        fail_msg("%llu tokens cached with the tier, %llu without",
+                 (unsigned long long)hit_on, (unsigned long long)hit_off);
+    /* a tier of 512 blocks drops for room, and says so */
+    struct sim_result small;
+    char *js = NULL;
+    assert_int_equal(run_tier(&w, &c, LR_POLICY_PREFIX_CACHE_AND_LOAD, 512,
+                              &small, &js),
+                     0);
+    assert_true(small.cpu_evicted_blocks > 0);
+    assert_true(small.cpu_stored_blocks > small.cpu_evicted_blocks);
+    assert_true(small.cpu_stored_blocks - small.cpu_evicted_blocks <=
+                512ull * c.n);
+    assert_true(small.kv_cpu_events > 0);
+    free(js);
+    sim_result_free(&small);
+    sim_cluster_free(&c);
+    sim_workload_free(&w);
+}
+
 int
 main(void)
 {
@@ -1508,6 +1612,7 @@ main(void)
         cmocka_unit_test(test_admission_json),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_lora_runs),
+        cmocka_unit_test(test_cpu_tier_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
