@@ -28,15 +28,8 @@ lr_status
 lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
                      size_t n_blocks, size_t *n_resolved)
 {
-    LR_RETURN_IF(r == NULL, LR_EINVAL);
-    lr__router_lock(r);
-    lr__router_ix_lock(r);
-    lr_status st = lr__router_inst(r, id) == NULL
-                       ? LR_ENOENT
-                       : lr_index_kv_removed(r->ix, id, block_hashes, n_blocks,
-                                             n_resolved);
-    lr__router_ix_unlock(r);
-    return lr__router_release(r, st);
+    return lr_router_kv_removed_tier(r, id, LR_TIER_GPU, block_hashes,
+                                     n_blocks, n_resolved);
 }
 
 lr_status
