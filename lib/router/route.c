@@ -61,6 +61,9 @@ struct route {
     bool early;
     size_t early_hits;
     uint64_t early_gen;
+    /* the index has a lower tier (its first KV event came): the match and
+     * the rows read the tiers' columns */
+    bool tiers;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
@@ -206,8 +209,9 @@ static lr_status
 route_match(lr_router *r, const struct route *rt, bool want)
 {
     struct lr__rscratch *sc = rt->sc;
+    uint32_t cols = rt->tiers ? LR__TIER_COLUMNS : 1;
     for (uint32_t k = 0; k < r->n_act; k++)
-        for (uint32_t t = 0; t < LR__TIER_COLUMNS; t++)
+        for (uint32_t t = 0; t < cols; t++)
             sc->cached_by_id[(size_t)t * r->max_inst + r->act[k]] = 0;
     uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
     if (hint != (want ? 1u : 0u))
@@ -231,7 +235,8 @@ route_match(lr_router *r, const struct route *rt, bool want)
     for (size_t i = 0; i < mr.n_hits; i++)
         if (sc->hits[i].instance < r->max_inst)
             sc->cached_by_id[sc->hits[i].instance] = sc->hits[i].tokens;
-    route_match_tiers(r, rt);
+    if (rt->tiers)
+        route_match_tiers(r, rt);
     return LR_OK;
 }
 
@@ -282,8 +287,8 @@ _Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V3,
 /* One routable instance's row: the load tracker's counters, stats, RTT
  * and DualMap's stall (lr__load_fill), then the router's own columns. */
 static inline __attribute__((always_inline)) void
-gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
-           uint64_t adapter, uint64_t now_ns, uint64_t max_age_ns,
+gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
+           uint32_t id, uint64_t adapter, uint64_t now_ns, uint64_t max_age_ns,
            lr_candidate *c)
 {
     if (LR_NEVER(lr__load_fill(r->ld, id, now_ns, max_age_ns,
@@ -294,9 +299,12 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, uint32_t id,
     }
     c->instance = id;
     c->cached_tokens = c->prefix_caching ? cached_by_id[id] : 0;
-    c->cpu_tokens = c->prefix_caching ? cached_by_id[r->max_inst + id] : 0;
-    c->disk_tokens =
-        c->prefix_caching ? cached_by_id[2 * (size_t)r->max_inst + id] : 0;
+    c->cpu_tokens = 0;
+    c->disk_tokens = 0;
+    if (tiers && c->prefix_caching) {
+        c->cpu_tokens = cached_by_id[r->max_inst + id];
+        c->disk_tokens = cached_by_id[2 * (size_t)r->max_inst + id];
+    }
     c->prefill_rate = r->rate[c->instance_class];
     c->cached_age_s = -1;
     c->ring_rank = 0;
@@ -353,14 +361,14 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint32_t n = 0;
     if (!filtered(r, rt)) {
         for (uint32_t k = 0; k < r->n_act; k++)
-            gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter, now,
-                       max_age, &rows[k]);
+            gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
+                       rt->v.adapter, now, max_age, &rows[k]);
         n = r->n_act;
     } else { /* only the instances that serve the request's model */
         for (uint32_t k = 0; k < r->n_act; k++)
             if (lr__router_serves(r, r->act[k], rt->v.model))
-                gather_row(r, rt->sc->cached_by_id, r->act[k], rt->v.adapter,
-                           now, max_age, &rows[n++]);
+                gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
+                           rt->v.adapter, now, max_age, &rows[n++]);
         if (n == 0)
             return no_rows(r, rt->v.model);
     }
@@ -442,6 +450,11 @@ route_table(lr_router *r, struct route *rt, bool records)
 {
     uint32_t needs = lr__policy_needs(r->pt, r->policy, r->param);
     LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
+    /* a tier is made by a KV event, under the router's write lock: stable
+     * while this route holds the read lock */
+    rt->tiers = (needs & LR__NEEDS_MATCH) &&
+                (lr__index_tier(r->ix, LR_TIER_CPU) != NULL ||
+                 lr__index_tier(r->ix, LR_TIER_DISK) != NULL);
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
     LR_TRY(route_gather(r, rt, needs));
     route_rank(r, rt);
@@ -1073,10 +1086,9 @@ lr_router_rebalance_plan(lr_router *r, uint64_t now_ns, lr_move *moves,
     if (st == LR_OK) {
         uint64_t max_age = stats_max_age_ns(r);
         for (uint32_t k = 0; k < r->n_act; k++) {
-            for (uint32_t t = 0; t < LR__TIER_COLUMNS; t++)
-                sc->cached_by_id[(size_t)t * r->max_inst + r->act[k]] = 0;
-            gather_row(r, sc->cached_by_id, r->act[k], 0, now_ns, max_age,
-                       &sc->rows[k]);
+            sc->cached_by_id[r->act[k]] = 0;
+            gather_row(r, sc->cached_by_id, false, r->act[k], 0, now_ns,
+                       max_age, &sc->rows[k]);
         }
         *n_moves = lr__dualmap_plan(sc->rows, r->n_act, r->param, r->ld,
                                     sc->score, moves, capacity, move_size);
