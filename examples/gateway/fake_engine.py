@@ -23,7 +23,9 @@ It can serve models and LoRA adapters as vLLM does (--models,
 model names, or an adapter, served under its own name and loaded first
 when not resident (lora_load_s more to the first token; an LRU keeps
 `max_loras` of them, as vLLM's --max-loras slots); an adapter's prompts
-cache apart from the base model's. Any other name gets vLLM's 404. Its
+cache apart from the base model's (with --kv-events, its stores carry
+the adapter's lora_name and extra keys, as vLLM's do). Any other name
+gets vLLM's 404. Its
 /metrics then carries vLLM's `vllm:lora_requests_info` gauge: the
 adapters of its requests in flight (running; held ones waiting) and
 max_lora. An engine given none of these takes any `model`.
@@ -302,9 +304,9 @@ class KvPublisher:
         self.thread.start()
 
     def stored(self, hashes: List[int], parent: Optional[int],
-               tokens: List[int]) -> None:
+               tokens: List[int], lora: Optional[str] = None) -> None:
         with self.lock:
-            self.pending.append(("BlockStored", hashes, parent, tokens))
+            self.pending.append(("BlockStored", hashes, parent, tokens, lora))
 
     def removed(self, hashes: List[int]) -> None:
         with self.lock:
@@ -316,15 +318,19 @@ class KvPublisher:
 
     def _event(self, ev: Any, as_map: bool) -> Any:
         if ev[0] == "BlockStored":
-            _, hashes, parent, tokens = ev
+            _, hashes, parent, tokens, lora = ev
+            # an adapter's blocks: its name, and in each block's extra
+            # keys, as vLLM's generate_block_hash_extra_keys puts it
+            extra = [[lora] for _ in hashes] if lora is not None else None
             if as_map:  # vLLM >= 0.12: msgspec structs as maps
                 return {"type": "BlockStored", "block_hashes": hashes,
                         "parent_block_hash": parent, "token_ids": tokens,
                         "block_size": KV_BLOCK, "lora_id": None,
-                        "medium": "GPU", "lora_name": None, "group_idx": 0,
+                        "medium": "GPU", "lora_name": lora,
+                        "extra_keys": extra, "group_idx": 0,
                         "kv_cache_spec_kind": "full_attention"}
             return ["BlockStored", hashes, parent, tokens, KV_BLOCK, None,
-                    "GPU", None, None, 0]
+                    "GPU", lora, extra, 0]
         if ev[0] == "BlockRemoved":
             if as_map:
                 return {"type": "BlockRemoved", "block_hashes": ev[1],
@@ -389,16 +395,20 @@ class KvEngine(Engine):
         self.kv = KvPublisher()
 
     @staticmethod
-    def _block_hashes(tokens: List[int]) -> List[int]:
-        out, prev = [], b""
+    def _block_hashes(tokens: List[int],
+                      lora: Optional[str] = None) -> List[int]:
+        # an adapter's chain starts from its name: its blocks never hash
+        # as the base model's or another adapter's
+        out, prev = [], (lora or "").encode()
         for off in range(0, len(tokens) - KV_BLOCK + 1, KV_BLOCK):
             blk = struct.pack(f"<{KV_BLOCK}I", *tokens[off:off + KV_BLOCK])
             prev = hashlib.blake2b(prev + blk, digest_size=8).digest()
             out.append(int.from_bytes(prev, "big") >> 1)  # a positive int64
         return out
 
-    def admit_tokens(self, tokens: List[int]) -> Tuple[int, int]:
-        keys = self._block_hashes(tokens)
+    def admit_tokens(self, tokens: List[int],
+                     lora: Optional[str] = None) -> Tuple[int, int]:
+        keys = self._block_hashes(tokens, lora)
         with self.lock:
             cached = 0
             while cached < len(keys) and keys[cached] in self.cache:
@@ -408,12 +418,12 @@ class KvEngine(Engine):
                 if k not in self.cache:
                     run.append(d)
                 elif run:
-                    self._store(keys, tokens, run)
+                    self._store(keys, tokens, run, lora)
                     run = []
                 self.cache[k] = None
                 self.cache.move_to_end(k)
             if run:
-                self._store(keys, tokens, run)
+                self._store(keys, tokens, run, lora)
             gone = []
             while len(self.cache) > self.cache_blocks:
                 gone.append(self.cache.popitem(last=False)[0])
@@ -423,11 +433,11 @@ class KvEngine(Engine):
             self.served += 1
         return cached, len(keys)
 
-    def _store(self, keys: List[int], tokens: List[int],
-               run: List[int]) -> None:
+    def _store(self, keys: List[int], tokens: List[int], run: List[int],
+               lora: Optional[str] = None) -> None:
         d0, d1 = run[0], run[-1] + 1
         self.kv.stored(keys[d0:d1], keys[d0 - 1] if d0 > 0 else None,
-                       tokens[d0 * KV_BLOCK:d1 * KV_BLOCK])
+                       tokens[d0 * KV_BLOCK:d1 * KV_BLOCK], lora)
 
     def clear(self) -> None:
         with self.lock:
@@ -544,7 +554,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         e.arrive(str(body.get("user", "")))
         loaded = e.lora_begin(adapter) if adapter is not None else False
         if isinstance(e, KvEngine):
-            cached, blocks = e.admit_tokens(prompt_tokens(body))
+            cached, blocks = e.admit_tokens(prompt_tokens(body), adapter)
         else:
             cached, blocks = e.admit(text, adapter or "")
         running = False

@@ -9,7 +9,11 @@ gateway on loopback.
   router: a request for an adapter running there goes there;
 - an unknown model gets 404 (the gateway's own where no backend has
   adapter slots, else the engine's, as vLLM answers an unknown adapter);
-- /metrics counts adapter routes and loads.
+- /metrics counts adapter routes and loads;
+- in precise mode an engine's KV events of an adapter's blocks (vLLM's
+  lora_name and extra keys) reach the router keyed as the adapter's
+  requests: the same prompt under that adapter finds them, under another
+  adapter it does not.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import unittest
 from typing import Any, Dict, List
 
 import libroute
-from fake_engine import Engine, EngineServer
+import fleet
+from fake_engine import Engine, EngineServer, KvEngine
 from gateway import Gateway, GatewayServer, lora_info, parse_backend
 from test_gateway import get, post, serve
 
@@ -73,7 +78,7 @@ class Parsing(unittest.TestCase):
 class LoraEndToEnd(unittest.TestCase):
 
     def start(self, engines: List[Engine], backends: List[tuple],
-              policy: str = "aibrix-lora") -> None:
+              policy: str = "aibrix-lora", learn: bool = True) -> None:
         self.engines = []
         for e in engines:
             srv = EngineServer(("127.0.0.1", 0), e)
@@ -81,12 +86,18 @@ class LoraEndToEnd(unittest.TestCase):
             self.engines.append(srv)
         specs = [(name, "127.0.0.1", s.server_address[1], *rest)
                  for (name, *rest), s in zip(backends, self.engines)]
-        self.gw = Gateway(specs, policy=policy, scrape_s=0.05)
+        self.gw = Gateway(specs, policy=policy, scrape_s=0.05, learn=learn)
+        self.sub = None
         self.gsrv = GatewayServer(("127.0.0.1", 0), self.gw)
         serve(self.gsrv)
         self.port = self.gsrv.server_address[1]
 
     def tearDown(self) -> None:
+        if self.sub is not None:
+            self.sub.close()
+        for s in self.engines:
+            if isinstance(s.engine, KvEngine):
+                s.engine.kv.close()
         self.gsrv.shutdown()
         self.gsrv.server_close()
         self.gw.close()
@@ -205,6 +216,50 @@ class LoraEndToEnd(unittest.TestCase):
         out = complete(self.port, "code", "def g(): " * 20)
         self.assertEqual(out["backend"], "e2")
         self.assertFalse(out["usage"]["lora_loaded"])
+
+    def test_adapter_kv_events(self) -> None:
+        try:
+            import msgpack  # noqa: F401  (Debian python3-msgpack)
+            import zmq  # noqa: F401  (Debian python3-zmq)
+        except ImportError as e:
+            self.skipTest(f"needs {e.name} (tools/deps.sh installs it)")
+
+        def kv(n: str) -> KvEngine:
+            return KvEngine(n, models=("llama",), max_loras=2,
+                            loras=("sql", "chat"), cache_blocks=100000)
+        # precise mode: the router learns only from the engines' events
+        self.start([kv("k1"), kv("k2")],
+                   [("k1", ("llama",), 2), ("k2", ("llama",), 2)],
+                   policy="prefix-cache", learn=False)
+        eps = {b.id: (self.engines[i].engine.kv.pub_endpoint,
+                      self.engines[i].engine.kv.replay_endpoint)
+               for i, b in enumerate(sorted(self.gw.backends.values(),
+                                            key=lambda b: b.name))}
+        self.sub = fleet.KvEventSubscriber(self.gw.router, eps)
+        prompt = "select count(*) from orders where " * 12
+
+        def send(model: str) -> tuple:
+            status, hdr, data = post(self.port, "/v1/completions",
+                                     {"model": model, "prompt": prompt,
+                                      "max_tokens": 1})
+            self.assertEqual(status, 200, data[:300])
+            return (hdr["x-libroute-backend"],
+                    int(hdr["x-libroute-cached-tokens"]))
+
+        home, cached = send("sql")
+        self.assertEqual(cached, 0)
+        deadline = time.monotonic() + 10
+        while True:  # until the store's batch is applied
+            backend, cached = send("sql")
+            if cached > 0:
+                break
+            self.assertLess(time.monotonic(), deadline,
+                            "the adapter's blocks never reached the router")
+            time.sleep(0.05)
+        self.assertEqual(backend, home)
+        # the same tokens under another adapter are another cache
+        _, cached = send("chat")
+        self.assertEqual(cached, 0)
 
 
 if __name__ == "__main__":
