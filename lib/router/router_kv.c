@@ -28,8 +28,8 @@ lr_status
 lr_router_kv_removed(lr_router *r, uint32_t id, const uint64_t *block_hashes,
                      size_t n_blocks, size_t *n_resolved)
 {
-    return lr_router_kv_removed_tier(r, id, LR_TIER_GPU, block_hashes,
-                                     n_blocks, n_resolved);
+    return lr_router_kv_removed_tier(r, id, LR_TIER_GPU, block_hashes, n_blocks,
+                                     n_resolved);
 }
 
 lr_status
