@@ -331,9 +331,8 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
 /* Whether the route's rows are only its model's instances: it names one
  * and some instance declared the models it serves. */
 static inline bool
-filtered(const lr_router *r, const struct route *rt)
+filtered(const struct route *rt)
 {
-    (void)r;
     return rt->v.rows_model != 0;
 }
 
@@ -359,7 +358,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
     uint32_t n = 0;
-    if (!filtered(r, rt)) {
+    if (!filtered(rt)) {
         for (uint32_t k = 0; k < r->n_act; k++)
             gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
                        rt->v.adapter, now, max_age, &rows[k]);
@@ -418,7 +417,7 @@ route_rank(lr_router *r, struct route *rt)
         key = lr__prefix_key(&rt->v, session_tokens);
     uint32_t ids[LR_RING_MAX_K], got = 0;
     uint32_t n = rt->v.routable;
-    if (!filtered(r, rt)) {
+    if (!filtered(rt)) {
         if (want > r->n_act)
             want = r->n_act;
         (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k ok */
