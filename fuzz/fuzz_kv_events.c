@@ -76,6 +76,14 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     uint32_t tweak = fuzz_dp_next_range(dp, 0, 255);
     uint64_t salt = fuzz_dp_next_range(dp, 0, 1);
     uint32_t flaw = fuzz_dp_next_range(dp, 0, 15);
+    /* multimodal hashes: none (0, 1), drawn (2: 0..3 a block), all zero */
+    uint32_t mmv = fuzz_dp_next_range(dp, 0, 3);
+    uint64_t mmh[MAX_EBLOCKS] = { 0 };
+    bool any_mm = false;
+    for (uint32_t i = 0; mmv == 2 && i < nb; i++) {
+        mmh[i] = fuzz_dp_next_range(dp, 0, 3);
+        any_mm |= mmh[i] != 0;
+    }
 
     size_t n_tokens = (size_t)nb * bs;
     uint32_t *tok = malloc((n_tokens + 1) * sizeof *tok);
@@ -97,6 +105,7 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     ev.token_ids = tok;
     ev.n_tokens = n_tokens;
     ev.tenant_salt = salt;
+    ev.mm_hashes = mmv >= 2 ? mmh : NULL;
     switch (flaw) {
     case 0:
         ev.n_tokens++;
@@ -125,9 +134,9 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     }
     fuzz_trace("kv_stored(inst=%u, n_blocks=%u, block_size=%u, "
                "has_parent=%d, parent=%#llx, pattern=%u, start=%u, "
-               "tweak=%u, salt=%llu, flaw=%u, now=%llu)",
+               "tweak=%u, salt=%llu, flaw=%u, mm=%u, now=%llu)",
                inst, nb, bs, has_parent, (unsigned long long)parent, pattern,
-               start * B, tweak, (unsigned long long)salt, flaw,
+               start * B, tweak, (unsigned long long)salt, flaw, mmv,
                (unsigned long long)now);
     for (uint32_t i = 0; i < nb; i++)
         fuzz_trace("  hash[%u] = %#llx", i, (unsigned long long)hashes[i]);
@@ -135,6 +144,10 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
     uint64_t d0 = r->check ? lr__index_digest(ix) : 0;
     lr_status st = lr_index_kv_stored(ix, inst, &ev, now);
     fuzz_trace("  = %s", lr_status_name(st));
+    /* multimodal hashes need engine blocks of one index block (a lower
+     * tier's store without tokens reads none) */
+    if (r->check && st == LR_OK && any_mm && flaw != 1 && ev.n_tokens > 0)
+        FUZZ_ASSERT(bs == B);
     if (r->check)
         FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_EINVAL ||
                                    st == LR_ENOTSUP || st == LR_ENOENT ||
@@ -147,7 +160,7 @@ op_stored(struct fuzz_index_run *r, fuzz_dp *dp, lr_index *ix, uint32_t B,
      * keys are the prompt keys of the tokens: the instance holds them all
      * (up to capacity), however full the index was. */
     if (r->check && st == LR_OK && has_parent == 0 && nb > 0 && flaw > 3 &&
-        flaw < 12) {
+        flaw < 12 && !any_mm) {
         uint32_t m = bs / B;
         uint64_t eb = nb;
         if ((uint64_t)nb * m > capacity)

@@ -680,6 +680,22 @@ op_route(struct run *r, fuzz_dp *dp)
     uint32_t mv = fuzz_dp_next_range(dp, 0, 9);
     uint32_t av = fuzz_dp_next_range(dp, 0, 7);
     int model = mv >= 5 && mv <= 8 ? (int)mv - 5 : -1;
+    /* multimodal inputs (0-4 none; 5 one; 6 two; 7 two, the second
+     * overlapping the first), each at an offset and of a length drawn
+     * anywhere (past the prompt, empty: LR_EINVAL) */
+    uint32_t mmv = fuzz_dp_next_range(dp, 0, 7);
+    uint32_t mo = fuzz_dp_next_range(dp, 0, MAX_LEN);
+    uint32_t ml = fuzz_dp_next_range(dp, 0, 2 * r->B + 1);
+    static const char *const images[2] = { "img-a", "img-b" };
+    lr_mm_input mm[2];
+    size_t n_mm = mmv == 5 ? 1 : mmv >= 6 ? 2 : 0;
+    mm[0] = (lr_mm_input){ images[0], mo, ml };
+    mm[1] = (lr_mm_input){ images[1], mmv == 7 ? mo : mo + ml + 1, 3 };
+    bool bad_mm = false;
+    for (size_t k = 0; k < n_mm; k++)
+        bad_mm |= mm[k].length == 0 ||
+                  (uint64_t)mm[k].offset + mm[k].length > len;
+    bad_mm |= n_mm == 2 && mm[1].offset < mm[0].offset + mm[0].length;
     fuzz_pattern_fill(tok, len, pattern, start, tweak);
 
     lr_request q;
@@ -701,6 +717,8 @@ op_route(struct run *r, fuzz_dp *dp)
                 : av == 7          ? name_of(9)
                                    : NULL;
     bool long_name = mv == 9 || av == 7;
+    q.mm = n_mm > 0 ? mm : NULL;
+    q.n_mm = n_mm;
     if (variant == 1)
         q.struct_size = LR_REQUEST_SIZE_V1 - 1;
     lr_decision d;
@@ -723,7 +741,7 @@ op_route(struct run *r, fuzz_dp *dp)
     else if (q.tokens == NULL && len > 0)
         want = LR_EINVAL;
     else if (bad_bounds || (q.flags & 0x80u) || q.has_session > 1 ||
-             long_name)
+             long_name || bad_mm)
         want = LR_EINVAL;
     else if (clock_judge(r, q.now_ns, true) != LR_OK)
         want = LR_ERANGE;
@@ -748,12 +766,12 @@ op_route(struct run *r, fuzz_dp *dp)
     fuzz_trace("route(id=%llu, pattern=%u, start=%u, len=%u, tweak=%u, "
                "salt=%llu, bounds=%u{%u,%u}, flags=%#x, session=%d/%u, "
                "out=%u, scores=%zu%s, variant=%u, model %u, adapter %u, "
-               "now=%llu)",
+               "mm %u at %u+%u, now=%llu)",
                (unsigned long long)id, pattern, start, len, tweak,
                (unsigned long long)salt, nb, nb > 0 ? bounds[0] : 0,
                nb > 1 ? bounds[1] : 0, q.flags, q.has_session, session, out,
                d.scores_capacity, d.scores ? "" : " (NULL)", variant, mv, av,
-               (unsigned long long)r->now);
+               mmv, mo, ml, (unsigned long long)r->now);
     /* A valid route expires first and keeps that on failure (documented):
      * do it here so the digest compares everything else (the model's
      * instances are looked for after it). */

@@ -2491,6 +2491,22 @@ gen_vllm(void)
         mpw_batch_end(&w, map);
         vllm_seed(map ? "skipped-map" : "skipped-array", &w);
     }
+    /* multimodal keys: applied where the engine's block is the index's,
+     * skipped in blocks of two */
+    for (int map = 0; map < 2; map++) {
+        struct mpw_stored s = mpw_stored_of(nh, 2, tok, 16);
+        s.mm_keys = true;
+        mpw_batch(&w, 2, map);
+        if (map)
+            mpw_stored_map(&w, &s, MPW_HASH_UINT);
+        else
+            mpw_stored_array(&w, &s, MPW_HASH_UINT);
+        s.block_size = 32;
+        s.n_blocks = 1;
+        mpw_stored_map(&w, &s, MPW_HASH_UINT);
+        mpw_batch_end(&w, map);
+        vllm_seed(map ? "mm-map" : "mm-array", &w);
+    }
     /* a block size the index cannot place */
     struct mpw_stored b = mpw_stored_of(nh, 1, tok, 8);
     mpw_batch(&w, 1, false);

@@ -206,6 +206,7 @@ struct mpw_stored {
     int64_t lora_id;    /* < 0: nil */
     int group_idx;      /* < 0: absent / nil */
     bool extra_keys;    /* a non-nil entry */
+    bool mm_keys;       /* an image over every block: vLLM's tuples */
     bool no_tokens;     /* token_ids empty whatever block_size says (an
                            offloading connector's store) */
 };
@@ -243,6 +244,16 @@ mpw_tokens(struct mpw *w, const uint32_t *t, uint32_t n)
 static inline void
 mpw_extra(struct mpw *w, const struct mpw_stored *s)
 {
+    if (s->mm_keys) { /* ("img-0", 3 - the block's first token) */
+        mpw_arr(w, s->n_blocks);
+        for (uint32_t i = 0; i < s->n_blocks; i++) {
+            mpw_arr(w, 1);
+            mpw_arr(w, 2);
+            mpw_str(w, "img-0");
+            mpw_int(w, 3 - (int64_t)i * s->block_size);
+        }
+        return;
+    }
     if (!s->extra_keys) {
         mpw_nil(w);
         return;

@@ -145,6 +145,122 @@ keys_are_the_documented_chain(void **state)
         LR_EINVAL);
 }
 
+/* lr_mm_key_hash() as documented, from xxHash itself. */
+static uint64_t
+mm_key_model(const char *id, int64_t off)
+{
+    uint64_t h = XXH3_64bits_withSeed(id, strlen(id), 0x4c524e414d453031ull);
+    h = h != 0 ? h : 1;
+    uint8_t b[16];
+    for (int i = 0; i < 8; i++) {
+        b[i] = (uint8_t)(h >> (8 * i));
+        b[8 + i] = (uint8_t)((uint64_t)off >> (8 * i));
+    }
+    return XXH3_64bits_withSeed(b, 16, 0x4c524d4d4b455931ull);
+}
+
+/* A prompt's keys with multimodal inputs against a naive model of the
+ * documented rule: every block XORs the key of every input it overlaps
+ * (found by testing each input against each block, vLLM's rule) into its
+ * token hash before the chain step. Random prompts, block sizes, inputs
+ * (lengths from one token to several blocks, inputs ending in the
+ * partial block or at the prompt's end); the index learns the prompt
+ * with its inputs and must hold every model key: a match given the
+ * model's keys finds the whole prompt. Without inputs the keys are
+ * lr_block_keys()'s. */
+static void
+mm_keys_model(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("mm keys model", 0x6d6d6b657973ull);
+    static const char *const ids[4] = { "img-a", "img-b", "audio-c",
+                                        "a-uuid-given-by-the-client" };
+    for (int it = 0; it < 300; it++) {
+        uint32_t B = 1u + (uint32_t)(tu_rand(&seed) % 20);
+        size_t n = (size_t)(tu_rand(&seed) % (6 * B + 1));
+        uint32_t t[6 * 21];
+        for (size_t i = 0; i < n; i++)
+            t[i] = (uint32_t)(tu_rand(&seed) % 50);
+        lr_mm_input in[8];
+        size_t n_in = 0;
+        uint64_t at = tu_rand(&seed) % (B + 1);
+        while (n_in < 8 && at < n) {
+            uint64_t len = 1 + tu_rand(&seed) % (2 * B + 1);
+            if (at + len > n)
+                len = n - at;
+            in[n_in].identifier = ids[tu_rand(&seed) % 4];
+            in[n_in].offset = (uint32_t)at;
+            in[n_in].length = (uint32_t)len;
+            n_in++;
+            at += len + tu_rand(&seed) % (B + 2);
+        }
+        uint64_t salt = tu_rand(&seed);
+        size_t nb = n / B;
+        uint64_t model[6 * 21];
+        uint8_t sb[8];
+        for (int i = 0; i < 8; i++)
+            sb[i] = (uint8_t)(salt >> (8 * i));
+        uint64_t prev = XXH3_64bits_withSeed(sb, 8, 0x4c52544e414e5431ull);
+        for (size_t d = 0; d < nb; d++) {
+            uint8_t buf[4 * 20];
+            for (uint32_t j = 0; j < B; j++)
+                for (int b = 0; b < 4; b++)
+                    buf[4 * j + b] = (uint8_t)(t[d * B + j] >> (8 * b));
+            uint64_t g =
+                XXH3_64bits_withSeed(buf, 4 * B, 0x4c52424c4f434b32ull);
+            uint64_t s0 = d * B, e0 = s0 + B;
+            for (size_t k = 0; k < n_in; k++)
+                if (e0 > in[k].offset && s0 < in[k].offset + in[k].length)
+                    g ^= mm_key_model(in[k].identifier,
+                                      (int64_t)in[k].offset - (int64_t)s0);
+            uint64_t x = (prev ^ g) * 0x9e3779b97f4a7c15ull;
+            prev = (x << 32) | (x >> 32);
+            model[d] = prev;
+        }
+        lr_index_options o;
+        lr_index_options_init(&o);
+        o.block_tokens = B;
+        o.ttl_ns = UINT64_MAX;
+        lr_index *ix = NULL;
+        assert_int_equal(lr_index_create(&o, &ix), LR_OK);
+        lr_prompt p;
+        lr_prompt_init(&p);
+        p.tokens = t;
+        p.n_tokens = n;
+        p.tenant_salt = salt;
+        p.mm = in;
+        p.n_mm = n_in;
+        assert_int_equal(lr_index_learn(ix, &p, 1, LR_TRUST_LOCAL, 1), LR_OK);
+        lr_prompt q;
+        lr_prompt_init(&q);
+        q.n_tokens = n;
+        q.tenant_salt = salt;
+        q.keys = model;
+        q.n_keys = nb;
+        lr_index_hit h[2];
+        lr_index_match_result r;
+        lr_index_match_result_init(&r);
+        r.hits = h;
+        r.hits_capacity = 2;
+        assert_int_equal(lr_index_match(ix, &q, 2, 0, &r), LR_OK);
+        uint32_t got = r.n_hits > 0 ? h[0].tokens : 0;
+        if (got != nb * B)
+            fail_msg("B %u n %zu inputs %zu: the model's keys hold %u of %zu",
+                     B, n, n_in, got, nb * B);
+        if (n_in == 0) {
+            uint64_t k2[6 * 21];
+            size_t n2;
+            assert_int_equal(lr_block_keys(B, t, n, salt, k2, 6 * 21, &n2),
+                             LR_OK);
+            assert_memory_equal(k2, model, nb * sizeof *model);
+        }
+        lr_index_destroy(ix);
+    }
+    /* the public hash is the documented one */
+    assert_true(lr_mm_key_hash("img-a", 5, -13) == mm_key_model("img-a", -13));
+    assert_true(lr_mm_key_hash("img-a", 5, 3) != lr_mm_key_hash("img-a", 5, 4));
+}
+
 /* The node table holds a run's first node and every TAB_STRIDE-th (16th)
  * depth; a match walks the runs for the rest (index_find.c). Every fork
  * depth over two and a half strides, every prefix length: the exact
@@ -342,6 +458,44 @@ bad_input_changes_nothing(void **state)
     p.struct_size = LR_PROMPT_SIZE_V1 - 1;
     assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EVERSION);
     p.struct_size = sizeof p;
+    /* multimodal inputs: NULL with a count, a NULL, empty or too long
+     * identifier, an empty input, one past the prompt, two overlapping or
+     * out of order, more than the prompt's tokens, and inputs with keys */
+    char longid[LR_INDEX_MAX_MM_IDENTIFIER + 2];
+    memset(longid, 'x', sizeof longid - 1);
+    longid[sizeof longid - 1] = '\0';
+    const lr_mm_input bad[7][2] = {
+        { { NULL, 0, 4 } },
+        { { "", 0, 4 } },
+        { { longid, 0, 4 } },
+        { { "img", 0, 0 } },
+        { { "img", 14, 3 } },
+        { { "img", 2, 4 }, { "img", 5, 2 } },
+        { { "img", 6, 2 }, { "img", 2, 2 } },
+    };
+    for (int c = 0; c < 9; c++) {
+        p.mm = c < 7 ? bad[c] : c == 7 ? NULL : bad[5];
+        p.n_mm = c >= 5 && c < 7 ? 2 : c == 8 ? 17 : 1;
+        assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    }
+    longid[LR_INDEX_MAX_MM_IDENTIFIER] = '\0'; /* the longest is fine */
+    const lr_mm_input good = { longid, 2, 4 };
+    uint64_t kk[1];
+    size_t nkk;
+    assert_int_equal(lr_block_keys(16, a, 16, 0, kk, 1, &nkk), LR_OK);
+    p.mm = &good;
+    p.n_mm = 1;
+    p.keys = kk;
+    p.n_keys = 1;
+    assert_int_equal(lr_index_learn(ix, &p, 1, 0, 2), LR_EINVAL);
+    lr_index_match_result mr;
+    lr_index_match_result_init(&mr);
+    assert_int_equal(lr_index_match(ix, &p, 2, 0, &mr), LR_EINVAL);
+    p.keys = NULL;
+    p.n_keys = 0;
+    assert_int_equal(lr_index_match(ix, &p, 2, LR_MATCH_NO_TOUCH, &mr), LR_OK);
+    p.mm = NULL;
+    p.n_mm = 0;
 
     lr_index_match_result r;
     lr_index_match_result_init(&r);
@@ -644,6 +798,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_validation),
         cmocka_unit_test(keys_are_the_documented_chain),
+        cmocka_unit_test(mm_keys_model),
         cmocka_unit_test(learn_match_basics),
         cmocka_unit_test(forks_around_the_table_stride),
         cmocka_unit_test(tenants_never_share),

@@ -7,8 +7,9 @@
  * eviction, pins of requests in flight, the engine's report); the
  * published LoRA rules pinned on tables (lora-affinity, aibrix-lora);
  * adaptive learns an adapter's load time; a waiting request keeps its
- * names; snapshots keep models; bad input changes nothing; and the
- * allocation-failure loops of an add with models and of a restore. */
+ * names and multimodal inputs; snapshots keep models; bad input changes
+ * nothing; and the allocation-failure loops of an add with models and of a
+ * restore. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -690,7 +691,7 @@ adaptive_learns_load_time(void **state)
     lr_router_destroy(r);
 }
 
-/* ---- a waiting request keeps its names ------------------------------------------------ */
+/* ---- a waiting request keeps its names and inputs ------------------------------------- */
 
 static void
 waiting_keeps_names(void **state)
@@ -709,16 +710,30 @@ waiting_keeps_names(void **state)
     assert_int_equal(d.instance, 0);
     assert_st(route_named(r, 2, t, 2 * BT, "m1", NULL, 0, T0, &d), LR_OK);
     assert_int_equal(d.instance, 1);
-    char model[8], adapter[8];
+    char model[8], adapter[8], image[8];
     strcpy(model, "m0");
     strcpy(adapter, "lx");
-    assert_st(route_named(r, 3, t, 2 * BT, model, adapter, LR_ROUTE_MAY_WAIT,
-                          T0 + MS, &d),
-              LR_OK);
+    strcpy(image, "img-1");
+    lr_mm_input mm[2] = { { image, 2, 3 }, { image, BT + 2, 4 } };
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 3;
+    q.tokens = t;
+    q.n_tokens = 2 * BT;
+    q.model = model;
+    q.adapter = adapter;
+    q.mm = mm;
+    q.n_mm = 2;
+    q.flags = LR_ROUTE_MAY_WAIT;
+    q.now_ns = T0 + MS;
+    lr_decision_init(&d);
+    assert_st(lr_router_route(r, &q, &d), LR_OK);
     assert_int_equal(d.instance, NONE);
     assert_reason(d, LR_REASON_WAITING);
     memset(model, 'q', sizeof model - 1); /* the caller's buffers go */
     memset(adapter, 'q', sizeof adapter - 1);
+    memset(image, 'q', sizeof image - 1);
+    memset(mm, 0, sizeof mm);
     assert_st(lr_router_first_token(r, 1, T0 + 2 * MS), LR_OK);
     lr_dispatched out[2];
     size_t n = 0;
@@ -730,6 +745,28 @@ waiting_keeps_names(void **state)
     uint64_t h[4];
     assert_int_equal(resident(r, 0, h, 4), 1);
     assert_true(h[0] == hash_of("lx"));
+    /* it was learned with its inputs: the same inputs find both blocks,
+     * another image in block 1 only block 0 (a policy that matches) */
+    assert_st(lr_router_set_policy(r, LR_POLICY_PREFIX_CACHE), LR_OK);
+    for (int c = 0; c < 2; c++) {
+        const lr_mm_input again[2] = { { "img-1", 2, 3 },
+                                       { c ? "img-2" : "img-1", BT + 2, 4 } };
+        lr_request_init(&q);
+        q.id = 4;
+        q.tokens = t;
+        q.n_tokens = 2 * BT;
+        q.model = "m0";
+        q.adapter = "lx";
+        q.mm = again;
+        q.n_mm = 2;
+        q.now_ns = T0 + 4 * MS;
+        lr_candidate rows[2];
+        size_t nr = 0;
+        assert_st(lr_router_candidates(r, &q, rows, 2, sizeof rows[0], &nr),
+                  LR_OK);
+        assert_int_equal(nr, 1);
+        assert_int_equal(rows[0].cached_tokens, c ? BT : 2 * BT);
+    }
     assert_router_ok(r);
     lr_router_destroy(r);
 }

@@ -55,6 +55,9 @@ mk(uint32_t n_inst, uint32_t depth)
 
 /* Route request `id` (prompt of n tokens from seed id) with flags, tenant,
  * urgency and deadline at now; *d gets the decision. */
+/* Requests carry an image (placeholder tokens 2..6) when set. */
+static bool rq_mm;
+
 static lr_status
 rq(lr_router *r, uint64_t id, size_t n, uint32_t flags, uint64_t tenant,
    uint32_t urgency, uint64_t deadline, uint64_t now, lr_decision *d)
@@ -73,6 +76,11 @@ rq(lr_router *r, uint64_t id, size_t n, uint32_t flags, uint64_t tenant,
     q.deadline_ns = deadline;
     q.expected_output_tokens = 10;
     q.now_ns = now;
+    const lr_mm_input img = { "img-0", 2, 5 };
+    if (rq_mm && n >= 7) {
+        q.mm = &img;
+        q.n_mm = 1;
+    }
     lr_decision local;
     if (d == NULL)
         d = &local;
@@ -772,8 +780,8 @@ unhold(struct tu_alloc *t, struct held h)
 }
 
 /* route() that waits (the queue made at the first, a waiter's copy at
- * each) and dispatch (the learn): LR_ENOMEM leaves the router as it was
- * and leaks nothing. */
+ * each, its image's identifier included) and dispatch (the learn):
+ * LR_ENOMEM leaves the router as it was and leaks nothing. */
 static bool
 sc_wait(struct tu_alloc *t, void *ctx)
 {
@@ -827,6 +835,9 @@ oom_wait_and_dispatch(void **state)
 {
     (void)state;
     tu_oom_loop(sc_wait, NULL, 400);
+    rq_mm = true;
+    tu_oom_loop(sc_wait, NULL, 400);
+    rq_mm = false;
 }
 
 int

@@ -20,6 +20,7 @@
 #include "libroute/lr_router.h"
 #include "libroute/lr_vllm.h"
 #include "mpw.h"
+#include "router/router.h"
 #include "testutil.h"
 
 #define BS 32 /* engine block size: two index blocks of 16 */
@@ -838,8 +839,20 @@ struct vstore {
     const char *cache_salt; /* NULL: none (written only without a parent) */
     /* a multimodal key in block mm_block (< 0: none): 0 vLLM's
      * (identifier, offset) tuple, 1 a bare hash string (older vLLM), 2
-     * prompt-embeddings bytes */
+     * prompt-embeddings bytes, 3 a tuple whose offset is a string, 4 a
+     * tuple of three */
     int mm_block, mm_form;
+    /* vLLM's multimodal keys, each in its block, after the adapter's
+     * name and before the cache salt */
+    const struct vmm *mmk;
+    uint32_t n_mmk;
+};
+
+/* One (identifier, offset) tuple in block `block` of a store. */
+struct vmm {
+    uint32_t block;
+    const char *id;
+    int64_t off;
 };
 
 static struct vstore
@@ -867,9 +880,11 @@ vstore_adapter(struct vstore *s, const char *name, int64_t id)
 static uint32_t
 vstore_nkeys(const struct vstore *s, uint32_t i)
 {
-    return (s->name_key != NULL || s->id_key >= 0) +
-           ((int)i == s->mm_block) +
-           (i == 0 && !s->has_parent && s->cache_salt != NULL);
+    uint32_t mm = 0;
+    for (uint32_t k = 0; k < s->n_mmk; k++)
+        mm += s->mmk[k].block == i;
+    return (s->name_key != NULL || s->id_key >= 0) + ((int)i == s->mm_block) +
+           mm + (i == 0 && !s->has_parent && s->cache_salt != NULL);
 }
 
 static void
@@ -894,10 +909,22 @@ vstore_extra(struct mpw *w, const struct vstore *s)
                 mpw_uint(w, 3);
             } else if (s->mm_form == 1) {
                 mpw_str(w, "9f86d081884c7d659a2feaa0c55ad015");
-            } else {
+            } else if (s->mm_form == 2) {
                 mpw_bin(w, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+            } else {
+                mpw_arr(w, s->mm_form == 3 ? 2 : 3);
+                mpw_str(w, "9f86d081884c7d659a2feaa0c55ad015");
+                mpw_str(w, "3");
+                if (s->mm_form == 4)
+                    mpw_uint(w, 3);
             }
         }
+        for (uint32_t k = 0; k < s->n_mmk; k++)
+            if (s->mmk[k].block == i) {
+                mpw_arr(w, 2);
+                mpw_str(w, s->mmk[k].id);
+                mpw_int(w, s->mmk[k].off);
+            }
         if (i == 0 && !s->has_parent && s->cache_salt != NULL)
             mpw_str(w, s->cache_salt);
     }
@@ -1112,12 +1139,15 @@ cache_salt_applies(void **state)
 /* What is still skipped (counted, nothing changes): an adapter known
  * only by its engine-local lora_id (with or without the id in the extra
  * keys, as vLLM before lora_name sent it), a lora_name that is empty or
- * not a string, multimodal keys (vLLM's (identifier, offset) tuple in any
- * block; a bare hash string past the first block), prompt-embedding
- * bytes, a string key in a store that continues a chain (a cache salt is
- * only ever in a prompt's first block), two strings in the first block,
- * and keys whose first entry is not the event's adapter. Extra keys that
- * say something but not one entry per block make the event invalid. */
+ * not a string, multimodal keys in engine blocks of two index blocks
+ * (vLLM's (identifier, offset) tuple: which of the two an input overlaps
+ * is not said), a tuple that is not (string, integer), a bare hash
+ * string past the first block (older vLLM's multimodal key),
+ * prompt-embedding bytes, a string key in a store that continues a chain
+ * (a cache salt is only ever in a prompt's first block), two strings in
+ * the first block, and keys whose first entry is not the event's adapter.
+ * Extra keys that say something but not one entry per block make the
+ * event invalid. */
 static void
 extra_keys_skipped(void **state)
 {
@@ -1125,7 +1155,9 @@ extra_keys_skipped(void **state)
     uint32_t t[2 * BS];
     tu_tokens(t, 2 * BS, 23);
     static const uint64_t h[2] = { 61, 62 };
-    enum { N_CASES = 13 };
+    enum {
+        N_CASES = 15
+    };
     for (int c = 0; c < N_CASES; c++)
         for (int map = 0; map < 2; map++) {
             lr_index *ix = mk_index(NULL);
@@ -1182,8 +1214,16 @@ extra_keys_skipped(void **state)
                 vstore_adapter(&s, "sql-lora", 3);
                 s.name_key = "chat-lora";
                 break;
-            case 10: /* a lora_name that is not a string */
-            case 11: /* extra_keys that is not a list */
+            case 10: /* a multimodal tuple whose offset is a string */
+                s.mm_block = 1;
+                s.mm_form = 3;
+                break;
+            case 11: /* a multimodal tuple of three */
+                s.mm_block = 0;
+                s.mm_form = 4;
+                break;
+            case 12: /* a lora_name that is not a string */
+            case 13: /* extra_keys that is not a list */
             default: /* keys for one block of two: invalid */
                 w = calloc(1, sizeof *w);
                 mpw_batch(w, 1, false);
@@ -1195,11 +1235,11 @@ extra_keys_skipped(void **state)
                 mpw_uint(w, BS);
                 mpw_nil(w);
                 mpw_str(w, "GPU");
-                if (c == 10)
+                if (c == 12)
                     mpw_uint(w, 4);
                 else
                     mpw_str(w, "sql-lora");
-                if (c == 11) {
+                if (c == 13) {
                     mpw_str(w, "sql-lora");
                 } else {
                     mpw_arr(w, 1);
@@ -1222,6 +1262,315 @@ extra_keys_skipped(void **state)
             free(w);
             lr_index_destroy(ix);
         }
+}
+
+/* ---- multimodal inputs ----------------------------------------------------- */
+
+/* An index whose blocks are the engine's (BS tokens): where vLLM's
+ * multimodal keys apply. */
+static lr_index *
+mk_index_bs(void)
+{
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.seed = OPT_SEED;
+    o.block_tokens = BS;
+    lr_index *ix = NULL;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    return ix;
+}
+
+/* Tokens INST holds for t[0..n) with multimodal inputs mm (n_mm), keyed
+ * as a request is under salt. */
+static uint32_t
+held_mm(lr_index *ix, const uint32_t *t, size_t n, uint64_t salt,
+        const lr_mm_input *mm, size_t n_mm)
+{
+    lr_prompt p;
+    lr_prompt_init(&p);
+    p.tokens = t;
+    p.n_tokens = n;
+    p.tenant_salt = salt;
+    p.mm = mm;
+    p.n_mm = n_mm;
+    lr_index_hit h[8];
+    lr_index_match_result r;
+    lr_index_match_result_init(&r);
+    r.hits = h;
+    r.hits_capacity = 8;
+    assert_st(lr_index_match(ix, &p, T0, LR_MATCH_NO_TOUCH, &r), LR_OK);
+    for (size_t i = 0; i < r.n_hits; i++)
+        if (h[i].instance == INST)
+            return h[i].tokens;
+    return 0;
+}
+
+#define IMG_A "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+#define IMG_B "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"
+
+/* vLLM's multimodal keys apply: an image whose placeholder runs from
+ * token BS + 3 for 40 tokens puts (id, 3) in block 1's extra keys and
+ * (id, 3 - BS) in block 2's, here in a store of two blocks and a chained
+ * store of one, with an adapter's name first in every block or none, and
+ * a cache salt after the keys. A request with the same image at the same
+ * place holds all three blocks; without it, with another image, or with
+ * the image one token later, only block 0 (the text before the image).
+ * Both eras; and a second image in block 2 after the first. */
+static void
+multimodal_applies(void **state)
+{
+    (void)state;
+    uint32_t t[3 * BS];
+    tu_tokens(t, 3 * BS, 27);
+    static const uint64_t h[3] = { 91, 92, 93 };
+    for (int map = 0; map < 2; map++)
+        for (int lora = 0; lora < 2; lora++)
+            for (int two = 0; two < 2; two++) {
+                const char *name = lora ? "vision-lora" : NULL;
+                const struct vmm k0[1] = { { 1, IMG_A, 3 } };
+                const struct vmm k1[2] = { { 0, IMG_A, 3 - (int64_t)BS },
+                                           { 0, IMG_B, 80 - 2 * (int64_t)BS } };
+                lr_index *ix = mk_index_bs();
+                struct vstore ev[2] = { vstore_of(h, 2, t),
+                                        vstore_of(h + 2, 1, t + 2 * BS) };
+                for (int i = 0; i < 2; i++) {
+                    if (lora)
+                        vstore_adapter(&ev[i], name, 4);
+                    ev[i].cache_salt = "tenant-7f3a";
+                }
+                ev[0].mmk = k0;
+                ev[0].n_mmk = 1;
+                ev[1].mmk = k1;
+                ev[1].n_mmk = two ? 2 : 1;
+                ev[1].has_parent = true;
+                ev[1].parent = h[1];
+                lr_vllm_batch_info info;
+                assert_st(apply_stores(ix, ev, 2, map, &info), LR_OK);
+                if (info.stored != 2 || info.skipped + info.invalid != 0)
+                    fail_msg("map %d lora %d: stored %u skipped %u invalid %u",
+                             map, lora, info.stored, info.skipped,
+                             info.invalid);
+                uint64_t salt = salt_of("tenant-7f3a", name);
+                lr_mm_input in[2] = { { IMG_A, BS + 3, 40 }, { IMG_B, 80, 4 } };
+                size_t n_in = two ? 2 : 1;
+                assert_int_equal(held_mm(ix, t, 3 * BS, salt, in, n_in),
+                                 3 * BS);
+                assert_int_equal(held_mm(ix, t, 3 * BS, salt, NULL, 0), BS);
+                if (two) /* the first image alone: not block 2 */
+                    assert_int_equal(held_mm(ix, t, 3 * BS, salt, in, 1),
+                                     2 * BS);
+                lr_mm_input other = { IMG_B, BS + 3, 40 };
+                assert_int_equal(held_mm(ix, t, 3 * BS, salt, &other, 1), BS);
+                lr_mm_input later = { IMG_A, BS + 4, 40 };
+                assert_int_equal(held_mm(ix, t, 3 * BS, salt, &later, 1), BS);
+                /* the adapter and the salt still rule */
+                assert_int_equal(
+                    held_mm(ix, t, 3 * BS, salt_of(NULL, name), in, n_in), 0);
+                assert_st(lr__index_verify(ix), LR_OK);
+                lr_index_destroy(ix);
+            }
+}
+
+/* A store whose multimodal keys sit in engine blocks of two index blocks
+ * is skipped (which of the two an input overlaps is not said), and the
+ * same through lr_index_kv_stored() with mm_hashes is LR_ENOTSUP; zero
+ * hashes there are no keys at all and apply. */
+static void
+multimodal_needs_index_blocks(void **state)
+{
+    (void)state;
+    uint32_t t[2 * BS];
+    tu_tokens(t, 2 * BS, 28);
+    static const uint64_t h[2] = { 95, 96 };
+    lr_index *ix = mk_index(NULL); /* blocks of BS / 2 */
+    const struct vmm k[1] = { { 1, IMG_A, 3 } };
+    struct vstore ev = vstore_of(h, 2, t);
+    ev.mmk = k;
+    ev.n_mmk = 1;
+    lr_vllm_batch_info info;
+    assert_st(apply_stores(ix, &ev, 1, true, &info), LR_OK);
+    assert_int_equal(info.skipped, 1);
+    assert_int_equal(info.stored, 0);
+    uint64_t d0 = lr__index_digest(ix);
+    uint64_t mmh[2] = { 0, lr_mm_key_hash(IMG_A, strlen(IMG_A), 3) };
+    lr_kv_stored e;
+    lr_kv_stored_init(&e);
+    e.block_hashes = h;
+    e.n_blocks = 2;
+    e.block_size = BS;
+    e.token_ids = t;
+    e.n_tokens = 2 * BS;
+    e.mm_hashes = mmh;
+    assert_st(lr_index_kv_stored(ix, INST, &e, T0), LR_ENOTSUP);
+    assert_true(lr__index_digest(ix) == d0);
+    mmh[1] = 0;
+    assert_st(lr_index_kv_stored(ix, INST, &e, T0), LR_OK);
+    assert_int_equal(held(ix, t, 2 * BS), 2 * BS);
+    lr_index_destroy(ix);
+}
+
+/* A batch with multimodal keys under allocation failure: a store that
+ * could not apply changed nothing (the scratch for its blocks' hashes is
+ * the batch's), and delivering it again ends where one call does. */
+struct mm_oom {
+    struct mpw *w;
+    uint64_t empty, full;
+};
+
+static bool
+sc_mm_batch(struct tu_alloc *t, void *vctx)
+{
+    struct mm_oom *c = vctx;
+    struct tu_arming arm = tu_alloc_pause(t);
+    lr_index_options o;
+    lr_index_options_init(&o);
+    o.seed = OPT_SEED;
+    o.block_tokens = BS;
+    o.allocator = &t->a;
+    lr_index *ix = NULL;
+    assert_st(lr_index_create(&o, &ix), LR_OK);
+    tu_alloc_resume(t, arm);
+    lr_vllm_batch_info info;
+    lr_vllm_batch_info_init(&info);
+    lr_status st = lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, &info);
+    bool failed = t->failed;
+    tu_alloc_disarm(t);
+    if (st == LR_ENOMEM) {
+        assert_true(failed);
+        assert_int_equal(info.done, 0);
+        assert_true(lr__index_digest(ix) == c->empty);
+        assert_st(lr_index_vllm_batch(ix, INST, c->w->buf, c->w->n, T0, NULL),
+                  LR_OK);
+    } else {
+        assert_st(st, LR_OK);
+    }
+    assert_true(lr__index_digest(ix) == c->full);
+    assert_st(lr__index_verify(ix), LR_OK);
+    lr_index_destroy(ix);
+    return failed;
+}
+
+static void
+multimodal_oom(void **state)
+{
+    (void)state;
+    uint32_t t[2 * BS];
+    tu_tokens(t, 2 * BS, 30);
+    static const uint64_t h[2] = { 101, 102 };
+    const struct vmm k[2] = { { 0, IMG_A, 5 }, { 1, IMG_A, 5 - (int64_t)BS } };
+    struct vstore s = vstore_of(h, 2, t);
+    s.mmk = k;
+    s.n_mmk = 2;
+    struct mm_oom c;
+    c.w = calloc(1, sizeof *c.w);
+    mpw_batch(c.w, 1, false);
+    vstore_write(c.w, &s, true);
+    mpw_batch_end(c.w, false);
+    lr_index *ix = mk_index_bs();
+    c.empty = lr__index_digest(ix);
+    assert_st(lr_index_vllm_batch(ix, INST, c.w->buf, c.w->n, T0, NULL), LR_OK);
+    c.full = lr__index_digest(ix);
+    const lr_mm_input in = { IMG_A, 5, 40 };
+    assert_int_equal(held_mm(ix, t, 2 * BS, 0, &in, 1), 2 * BS);
+    lr_index_destroy(ix);
+    tu_oom_loop(sc_mm_batch, &c, 10000);
+    free(c.w);
+}
+
+/* The router keys a request's multimodal inputs (lr_request.mm) as the
+ * events key the blocks: with the image the request goes to the
+ * instance that holds it, and a waiting request keeps its inputs. */
+static void
+router_multimodal_match(void **state)
+{
+    (void)state;
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_PREFIX_CACHE;
+    o.block_tokens = BS;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    uint32_t ids[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "e%u", i);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = name;
+        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
+    }
+    uint32_t t[3 * BS];
+    tu_tokens(t, 3 * BS, 29);
+    static const uint64_t h[3] = { 97, 98, 99 };
+    const struct vmm k[2] = { { 1, IMG_A, 3 }, { 2, IMG_A, 3 - (int64_t)BS } };
+    struct vstore s = vstore_of(h, 3, t);
+    s.mmk = k;
+    s.n_mmk = 2;
+    struct mpw *w = calloc(1, sizeof *w);
+    mpw_batch(w, 1, false);
+    vstore_write(w, &s, true);
+    mpw_batch_end(w, false);
+    lr_vllm_batch_info info;
+    lr_vllm_batch_info_init(&info);
+    assert_st(lr_router_vllm_batch(r, ids[2], w->buf, w->n, T0, &info), LR_OK);
+    assert_int_equal(info.stored, 1);
+    /* the text alone, on another instance: block 0 */
+    lr_kv_stored e;
+    lr_kv_stored_init(&e);
+    static const uint64_t h1[1] = { 100 };
+    e.block_hashes = h1;
+    e.n_blocks = 1;
+    e.block_size = BS;
+    e.token_ids = t;
+    e.n_tokens = BS;
+    assert_st(lr_router_kv_stored(r, ids[1], &e, T0), LR_OK);
+    const lr_mm_input img = { IMG_A, BS + 3, 40 };
+    const lr_mm_input other = { IMG_B, BS + 3, 40 };
+    for (int c = 0; c < 3; c++) {
+        lr_request q;
+        lr_request_init(&q);
+        q.id = 1;
+        q.tokens = t;
+        q.n_tokens = 3 * BS;
+        q.flags = LR_ROUTE_DRY_RUN;
+        q.now_ns = T0;
+        q.mm = c == 0 ? &img : c == 1 ? &other : NULL;
+        q.n_mm = c < 2 ? 1 : 0;
+        lr_decision d;
+        lr_decision_init(&d);
+        assert_st(lr_router_route(r, &q, &d), LR_OK);
+        if (c == 0) {
+            assert_int_equal(d.instance, ids[2]);
+            assert_int_equal(d.cached_tokens, 3 * BS);
+        } else { /* the text before the image, held by both */
+            assert_int_equal(d.cached_tokens, BS);
+        }
+    }
+    /* bad inputs: the request is refused, nothing changes */
+    uint64_t d0 = lr__router_digest(r);
+    const lr_mm_input bad[5][2] = {
+        { { NULL, 0, 4 } },
+        { { "", 0, 4 } },
+        { { IMG_A, 0, 0 } },
+        { { IMG_A, 3 * BS - 2, 4 } },
+        { { IMG_A, 10, 8 }, { IMG_B, 12, 4 } },
+    };
+    for (int c = 0; c < 6; c++) {
+        lr_request q;
+        lr_request_init(&q);
+        q.id = 2;
+        q.tokens = t;
+        q.n_tokens = 3 * BS;
+        q.now_ns = T0;
+        q.mm = c < 5 ? bad[c] : NULL;
+        q.n_mm = c == 4 ? 2 : 1;
+        lr_decision d;
+        lr_decision_init(&d);
+        assert_st(lr_router_route(r, &q, &d), LR_EINVAL);
+    }
+    assert_true(lr__router_digest(r) == d0);
+    free(w);
+    lr_router_destroy(r);
 }
 
 /* The batch's data-parallel rank is reported, never a reason to skip:
@@ -1383,6 +1732,10 @@ main(void)
         cmocka_unit_test(extra_keys_skipped),
         cmocka_unit_test(dp_rank_applies),
         cmocka_unit_test(router_adapter_match),
+        cmocka_unit_test(multimodal_applies),
+        cmocka_unit_test(multimodal_needs_index_blocks),
+        cmocka_unit_test(multimodal_oom),
+        cmocka_unit_test(router_multimodal_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,6 +248,36 @@ LR_API uint64_t lr_name_hash(const char *name, size_t len);
  * adapter's. Thread safety: reentrant. @since 0.3 */
 LR_API uint64_t lr_adapter_salt(uint64_t tenant_salt, uint64_t adapter_hash);
 
+/** Largest lr_mm_input.identifier, in bytes. @since 0.3 */
+#define LR_INDEX_MAX_MM_IDENTIFIER 255u
+
+/** The key a multimodal input adds to one block, as vLLM lists it in the
+ * block's extra keys: the tuple (identifier, offset), offset being the
+ * input's first placeholder token minus the block's first token (negative
+ * when the input began in an earlier block). XXH3_64bits_withSeed(
+ * lr_name_hash(identifier, len) and offset as 8 little-endian bytes each,
+ * 0x4c524d4d4b455931 "LRMMKEY1"). A block's multimodal hash is the XOR of
+ * its keys' hashes (0 with none); it is XORed into the block's token hash
+ * g[d] before the chain step (lr_block_keys()), so the same placeholder
+ * tokens with another input, or the input at another place, never match.
+ * Thread safety: reentrant. @since 0.3 */
+LR_API uint64_t lr_mm_key_hash(const char *identifier, size_t len,
+                               int64_t offset);
+
+/** One multimodal input of a prompt (an image, an audio clip): its
+ * placeholder tokens are [offset, offset + length) of the prompt, and
+ * `identifier` (NUL-terminated, 1..LR_INDEX_MAX_MM_IDENTIFIER bytes) is
+ * the engine's name for its data: vLLM's mm_feature.identifier, the hash
+ * of the input's data, or the uuid the client gave it
+ * (multi_modal_uuids). Each full block the placeholder overlaps gets
+ * lr_mm_key_hash(identifier, offset - the block's first token). Not
+ * size-prefixed: its layout is fixed. @since 0.3 */
+typedef struct lr_mm_input {
+    const char *identifier;
+    uint32_t offset;
+    uint32_t length;
+} lr_mm_input;
+
 /* ---- prompts --------------------------------------------------------------- */
 
 /** A prompt as the index sees it. Everything is borrowed for the call.
@@ -271,9 +301,18 @@ typedef struct lr_prompt {
     const uint64_t *keys;
     size_t n_keys;
     /* v1 ends here */
+    /** Its multimodal inputs, n_mm of them, by ascending offset, none
+     * overlapping another, each inside the prompt (length >= 1); their
+     * keys enter the blocks they overlap (lr_mm_input). Not with keys
+     * (lr_block_keys() knows no inputs): both set is LR_EINVAL. @since
+     * 0.3 */
+    const lr_mm_input *mm;
+    size_t n_mm;
+    /* v2 ends here */
 } lr_prompt;
 
 #define LR_PROMPT_SIZE_V1 (offsetof(lr_prompt, n_keys) + sizeof(size_t))
+#define LR_PROMPT_SIZE_V2 (offsetof(lr_prompt, n_mm) + sizeof(size_t))
 #ifndef __cplusplus
 #define LR_PROMPT_INIT \
     { .struct_size = sizeof(lr_prompt) }
@@ -423,7 +462,7 @@ typedef struct lr_kv_stored {
      *     none, and block size 0 or 16), each engine hash names a block
      *     this instance stored on the GPU (or on that tier) before: its
      *     own key and every key above it come from there; block_size,
-     *     parent_hash and tenant_salt are not read. A hash the index
+     *     parent_hash, tenant_salt and mm_hashes are not read. A hash the index
      *     does not know (never stored on the GPU, or forgotten since) is
      *     left out; when none is known the call is LR_ENOENT;
      *   - with token ids (LMCache, Mooncake), as a GPU store, its parent
@@ -433,10 +472,20 @@ typedef struct lr_kv_stored {
      * LR_EINVAL. @since 0.3 */
     int32_t tier;
     /* v2 ends here */
+    /** NULL, or n_blocks entries: block j's multimodal hash, the XOR of
+     * lr_mm_key_hash() over the (identifier, offset) pairs vLLM's
+     * extra_keys list for it (0: none). A nonzero one needs block_size
+     * == block_tokens (else LR_ENOTSUP): an engine block that spans
+     * several index blocks does not say which of them an input overlaps.
+     * Borrowed. @since 0.3 */
+    const uint64_t *mm_hashes;
+    /* v3 ends here */
 } lr_kv_stored;
 
 #define LR_KV_STORED_SIZE_V1 (offsetof(lr_kv_stored, tenant_salt) + 8)
 #define LR_KV_STORED_SIZE_V2 (offsetof(lr_kv_stored, tier) + 4)
+#define LR_KV_STORED_SIZE_V3 \
+    (offsetof(lr_kv_stored, mm_hashes) + sizeof(void *))
 #ifndef __cplusplus
 #define LR_KV_STORED_INIT \
     { .struct_size = sizeof(lr_kv_stored) }

@@ -451,11 +451,19 @@ typedef struct lr_request {
      * never match the base model's or another adapter's. @since 0.3 */
     const char *adapter;
     /* v3 ends here */
+    /** Its multimodal inputs, n_mm of them, as lr_prompt.mm: their keys
+     * enter the blocks they overlap, as vLLM's do, so a request matches
+     * the blocks the engine's KV events store for the same inputs.
+     * @since 0.3 */
+    const lr_mm_input *mm;
+    size_t n_mm;
+    /* v4 ends here */
 } lr_request;
 
 #define LR_REQUEST_SIZE_V1 (offsetof(lr_request, now_ns) + 8)
 #define LR_REQUEST_SIZE_V2 (offsetof(lr_request, urgency) + 4)
 #define LR_REQUEST_SIZE_V3 (offsetof(lr_request, adapter) + sizeof(void *))
+#define LR_REQUEST_SIZE_V4 (offsetof(lr_request, n_mm) + sizeof(size_t))
 
 /** Only ask: record no dispatch, learn nothing, touch no recency, advance
  * no cursor or tuner (random draws still advance the generator). */

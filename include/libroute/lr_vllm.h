@@ -32,6 +32,17 @@
  * salt, and those blocks land under a salt no request carries: they never
  * match.)
  *
+ * Multimodal inputs (@since 0.3; skipped before). vLLM lists, after the
+ * adapter's name, one tuple (identifier, offset) per input a block's
+ * placeholder tokens overlap, offset counted from the block's first token
+ * (negative for an input that began in an earlier block). Each block's
+ * tuples give its lr_kv_stored.mm_hashes entry, so the store matches a
+ * request that carries the same inputs at the same places
+ * (lr_request.mm). Only where the engine's block is the index's
+ * (block_size == block_tokens): an engine block of several index blocks
+ * does not say which of them an input overlaps, and such a store is
+ * skipped.
+ *
  * Lower tiers (@since 0.3; skipped before). A store or removal whose
  * medium is "CPU" or "cpu" (vLLM's OffloadingConnector and LMCache write
  * "CPU", vLLM's Mooncake store connector "cpu") goes to the index's CPU
@@ -50,15 +61,16 @@
  * above, blocks
  * of an adapter known only by lora_id (an engine-local number no request
  * carries; vLLM before lora_name) or whose lora_name is empty, blocks
- * with other extra keys (multimodal inputs, prompt embeddings; any key
- * but the adapter's name past a prompt's first block or in a store that
- * continues a chain), KV-cache groups other than 0 or of a kind other than
- * full attention (`full_attention`, or `mla_attention`, DeepSeek's latent
- * attention, which vLLM counts as full attention: applied), and event
- * types this version does not know. A skipped event is checked only as
- * far as skipping needs: vLLM puts a sliding-window group's store (its
- * null blocks left out of the hashes) in the same batch as the GPU
- * stores, and those still apply. Removals and clears are unaffected:
+ * with other extra keys (prompt embeddings, a tuple that is not (string,
+ * integer); any key but the adapter's name and the multimodal tuples past
+ * a prompt's first block or in a store that continues a chain),
+ * multimodal keys in engine blocks of several index blocks, KV-cache groups
+ * other than 0 or of a kind other than full attention (`full_attention`, or
+ * `mla_attention`, DeepSeek's latent attention, which vLLM counts as full
+ * attention: applied), and event types this version does not know. A skipped
+ * event is checked only as far as skipping needs: vLLM puts a sliding-window
+ * group's store (its null blocks left out of the hashes) in the same batch as
+ * the GPU stores, and those still apply. Removals and clears are unaffected:
  * they name engine hashes, which stand for whatever adapter and salt the
  * blocks were stored with.
  *

@@ -19,6 +19,7 @@
 #define LR_SEED_DELTA 0x4c5244454c544131ull  /* "LRDELTA1" */
 #define LR_SEED_NAME 0x4c524e414d453031ull   /* "LRNAME01" */
 #define LR_SEED_ADAPT 0x4c52414441505431ull  /* "LRADAPT1" */
+#define LR_SEED_MMKEY 0x4c524d4d4b455931ull  /* "LRMMKEY1" */
 
 static inline uint64_t
 lr__hash(const void *p, size_t n, uint64_t seed)

@@ -93,6 +93,17 @@ const void *lr__index_raw(const lr_index *idx, size_t *size);
  * one per reading thread. */
 struct lr__match_scratch;
 
+/* A prompt's keys under a tenant salt: its first nblocks, with the
+ * multimodal inputs mm (checked by lr__index_mm_check()). */
+void lr__index_input_keys(uint64_t salt, const uint32_t *tok, size_t nblocks,
+                          uint32_t B, const lr_mm_input *mm, size_t n_mm,
+                          uint64_t *out);
+/* Multimodal inputs of a prompt of n_tokens: LR_OK or LR_EINVAL (NULL
+ * with a count, an identifier NULL, empty or too long, an empty input,
+ * inputs out of order, overlapping or past the prompt). */
+lr_status lr__index_mm_check(const lr_mm_input *mm, size_t n_mm,
+                             size_t n_tokens);
+
 /* A scratch for idx's peeks, from allocator mem: lr__index_mem(idx) (its
  * bytes then count as the index's: call it where the index may be
  * written) or the caller's own. Free it from the same allocator (NULL is

@@ -12,6 +12,7 @@
  * g[1] = XXH3(t4..t7), key[1] = step(key[0], g[1]) (docs/index.md, Keys).
  * The hashes do not depend on each other, only the cheap steps do. */
 #include "index/index_keys.h"
+#include "index/index.h"
 #include "index/index_store.h"
 
 uint64_t
@@ -34,9 +35,9 @@ chain_step(uint64_t prev, uint64_t g)
     return (x << 32) | (x >> 32);
 }
 
-void
-lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
-                     uint32_t B, uint64_t *out)
+/* g[d] of each block: its tokens' hash alone. */
+static void
+block_hashes(const uint32_t *tok, size_t nblocks, uint32_t B, uint64_t *out)
 {
     size_t bytes = (size_t)B * sizeof(uint32_t);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -47,6 +48,26 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
         out[i] = lr__hash(buf, bytes, LR_SEED_BLOCK);
     }
 #else
+    for (size_t i = 0; i < nblocks; i++)
+        out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
+#endif
+}
+
+/* The chain over the blocks' hashes in out, in place. */
+static void
+chain(uint64_t prev, size_t nblocks, uint64_t *out)
+{
+    for (size_t i = 0; i < nblocks; i++) {
+        prev = chain_step(prev, out[i]);
+        out[i] = prev;
+    }
+}
+
+void
+lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                     uint32_t B, uint64_t *out)
+{
+#if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
     if (B == 16) { /* the default: a constant length lets XXH3 specialise */
         for (size_t i = 0; i < nblocks; i++) {
             prev = chain_step(prev, lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
@@ -54,13 +75,92 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
         }
         return;
     }
-    for (size_t i = 0; i < nblocks; i++)
-        out[i] = lr__hash(tok + i * B, bytes, LR_SEED_BLOCK);
 #endif
-    for (size_t i = 0; i < nblocks; i++) {
-        prev = chain_step(prev, out[i]);
-        out[i] = prev;
+    block_hashes(tok, nblocks, B, out);
+    chain(prev, nblocks, out);
+}
+
+void
+lr__index_chain_keys_mm(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                        uint32_t B, const uint64_t *mm, uint64_t *out)
+{
+    if (mm == NULL) {
+        lr__index_chain_keys(prev, tok, nblocks, B, out);
+        return;
     }
+    block_hashes(tok, nblocks, B, out);
+    for (size_t i = 0; i < nblocks; i++)
+        out[i] ^= mm[i];
+    chain(prev, nblocks, out);
+}
+
+static uint64_t
+mm_mix(uint64_t id_hash, int64_t offset)
+{
+    uint8_t b[2 * sizeof(uint64_t)];
+    lr__put_u64(b, id_hash);
+    lr__put_u64(b + sizeof(uint64_t), (uint64_t)offset);
+    return lr__hash(b, sizeof b, LR_SEED_MMKEY);
+}
+
+uint64_t
+lr_mm_key_hash(const char *identifier, size_t len, int64_t offset)
+{
+    return mm_mix(lr_name_hash(identifier, len), offset);
+}
+
+/* An identifier's length, or LR_INDEX_MAX_MM_IDENTIFIER + 1 past it. */
+static size_t
+mm_id_len(const char *id)
+{
+    size_t n = 0;
+    while (n <= LR_INDEX_MAX_MM_IDENTIFIER && id[n] != '\0')
+        n++;
+    return n;
+}
+
+lr_status
+lr__index_mm_check(const lr_mm_input *mm, size_t n_mm, size_t n_tokens)
+{
+    LR_RETURN_IF(mm == NULL && n_mm != 0, LR_EINVAL);
+    LR_RETURN_IF(n_mm > n_tokens, LR_EINVAL); /* each holds a token */
+    uint64_t next = 0; /* where the next input may begin */
+    for (size_t k = 0; k < n_mm; k++) {
+        LR_RETURN_IF(mm[k].identifier == NULL, LR_EINVAL);
+        size_t len = mm_id_len(mm[k].identifier);
+        LR_RETURN_IF(len == 0 || len > LR_INDEX_MAX_MM_IDENTIFIER, LR_EINVAL);
+        LR_RETURN_IF(mm[k].length == 0 || mm[k].offset < next, LR_EINVAL);
+        next = (uint64_t)mm[k].offset + mm[k].length;
+        LR_RETURN_IF(next > n_tokens, LR_EINVAL);
+    }
+    return LR_OK;
+}
+
+void
+lr__index_input_keys(uint64_t salt, const uint32_t *tok, size_t nblocks,
+                     uint32_t B, const lr_mm_input *mm, size_t n_mm,
+                     uint64_t *out)
+{
+    uint64_t prev = lr__index_tenant_root(salt);
+    if (n_mm == 0) {
+        lr__index_chain_keys(prev, tok, nblocks, B, out);
+        return;
+    }
+    block_hashes(tok, nblocks, B, out);
+    /* block b holds input k when b*B < end and (b+1)*B > offset */
+    for (size_t k = 0; k < n_mm; k++) {
+        size_t b = mm[k].offset / B;
+        if (b >= nblocks)
+            break; /* ascending: the rest are past the full blocks too */
+        size_t last = ((size_t)mm[k].offset + mm[k].length - 1) / B;
+        if (last >= nblocks)
+            last = nblocks - 1;
+        const char *id = mm[k].identifier;
+        uint64_t h = lr_name_hash(id, strlen(id));
+        for (; b <= last; b++)
+            out[b] ^= mm_mix(h, (int64_t)mm[k].offset - (int64_t)(b * B));
+    }
+    chain(prev, nblocks, out);
 }
 
 lr_status
@@ -113,6 +213,8 @@ lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
     memset(p, 0, sizeof *p);
     LR_TRY(lr__copy_sized(p, sizeof *p, in, LR_PROMPT_SIZE_V1));
     LR_RETURN_IF(p->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
+    LR_TRY(lr__index_mm_check(p->mm, p->n_mm, p->n_tokens));
+    LR_RETURN_IF(p->keys != NULL && p->n_mm > 0, LR_EINVAL);
     LR_RETURN_IF(p->boundaries == NULL && p->n_boundaries != 0, LR_EINVAL);
     LR_RETURN_IF(p->n_boundaries > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     size_t n = p->n_tokens / ix->B;
@@ -122,8 +224,8 @@ lr__index_prompt_keys(lr_index *ix, const lr_prompt *in, lr_prompt *p,
     } else {
         LR_RETURN_IF(p->tokens == NULL && p->n_tokens != 0, LR_EINVAL);
         LR_TRY(lr__index_scratch_keys(ix, n));
-        lr__index_chain_keys(lr__index_tenant_root(p->tenant_salt), p->tokens,
-                             n, ix->B, ix->kbuf);
+        lr__index_input_keys(p->tenant_salt, p->tokens, n, ix->B, p->mm,
+                             p->n_mm, ix->kbuf);
         *keys = ix->kbuf;
     }
     for (size_t i = 0; i < p->n_boundaries; i++) {

@@ -10,6 +10,10 @@
 uint64_t lr__index_tenant_root(uint64_t salt);
 void lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
                           uint32_t B, uint64_t *out);
+/* The same with each block's multimodal hash (lr_kv_stored.mm_hashes;
+ * NULL: none) XORed into its token hash. */
+void lr__index_chain_keys_mm(uint64_t prev, const uint32_t *tok, size_t nblocks,
+                             uint32_t B, const uint64_t *mm, uint64_t *out);
 
 /* Check a prompt and point *keys at its block keys (the host's, or
  * computed into the index's key scratch); *n_keys of them. LR_EINVAL,

@@ -76,6 +76,12 @@ kv_event(const lr_index *ix, uint32_t instance, const lr_kv_stored *ev,
     LR_RETURN_IF(e->n_tokens > LR_INDEX_MAX_TOKENS, LR_EINVAL);
     LR_RETURN_IF(e->has_parent != 0 && e->has_parent != 1, LR_EINVAL);
     LR_RETURN_IF(e->block_size % ix->B != 0, LR_ENOTSUP);
+    bool mm = false;
+    for (size_t j = 0; e->mm_hashes != NULL && j < e->n_blocks; j++)
+        mm |= e->mm_hashes[j] != 0;
+    LR_RETURN_IF(mm && e->block_size != ix->B, LR_ENOTSUP);
+    if (!mm)
+        e->mm_hashes = NULL; /* none: the keys as without */
     return LR_OK;
 }
 
@@ -276,8 +282,8 @@ tier_stored_tokens(const lr_index *g, lr_index *lo, uint32_t id,
     LR_TRY(lr__index_scratch_anchors(lo, 2 * (size_t)eb));
     if (p > 0)
         tier_chain(&a, p, lo->kbuf);
-    lr__index_chain_keys(base_key, e->token_ids, (size_t)eb * m, lo->B,
-                         lo->kbuf + p);
+    lr__index_chain_keys_mm(base_key, e->token_ids, (size_t)eb * m, lo->B,
+                            e->mm_hashes, lo->kbuf + p);
     uint32_t *at = lo->abuf, *which = lo->abuf + eb;
     for (uint32_t j = 0; j < eb; j++) {
         at[j] = p + (j + 1) * m;
@@ -294,9 +300,10 @@ kv_stored_lower(lr_index *ix, uint32_t instance, const lr_kv_stored *e,
                 uint64_t now_ns)
 {
     bool tokens = e->n_tokens > 0;
+    lr_kv_stored chk;
     if (tokens) {
-        lr_kv_stored chk;
         LR_TRY(kv_event(ix, instance, e, &chk));
+        e = &chk; /* its multimodal hashes judged */
     } else {
         LR_RETURN_IF(instance == LR_INSTANCE_NONE, LR_EINVAL);
         LR_RETURN_IF(e->n_blocks > LR_INDEX_MAX_TOKENS, LR_EINVAL);
@@ -357,7 +364,8 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
         return LR_OK;
     LR_TRY(lr__index_scratch_keys(ix, pl.n));
     LR_TRY(lr__index_scratch_anchors(ix, eb));
-    lr__index_chain_keys(base_key, e.token_ids, pl.n, ix->B, ix->kbuf);
+    lr__index_chain_keys_mm(base_key, e.token_ids, pl.n, ix->B, e.mm_hashes,
+                            ix->kbuf);
     pl.keys = ix->kbuf;
     pl.anchors = ix->abuf;
     for (uint32_t j = 0; j < eb; j++)

@@ -22,7 +22,8 @@
  * event: it is left out and counted (`invalid`), and the rest of the batch
  * applies. An event this index does not represent (a medium that is no
  * tier, a sliding-window group, an adapter known only by its engine-local
- * id, multimodal extra keys) is decided on the fields that say so and
+ * id, prompt-embedding keys, multimodal keys in an engine block of
+ * several index blocks) is decided on the fields that say so and
  * skipped without checking the rest: vLLM sends the sliding-window store
  * with its null blocks left out of the hashes in the same batch as the
  * GPU stores. A lower tier's store (medium "CPU", "DISK": medium_tier)
@@ -35,14 +36,16 @@
  * lr_name_hash(lora_name)). vLLM writes both into extra_keys too, one
  * entry per block, each nil or a tuple:
  *
- *   extra_keys  [ [lora_name, <multimodal keys>, cache_salt], block 0
- *                 [lora_name, <multimodal keys>],             block 1
+ *   extra_keys  [ [lora_name, [id, offset], ..., cache_salt], block 0
+ *                 [lora_name, [id, offset], ...],             block 1
  *                 ... ]                                       (or nil)
  *
  * with the cache salt in the first block of a prompt only. So the keys
- * besides the adapter's name may be one string in block 0 of an event
- * with no parent (the cache salt) and nothing else anywhere; an event
- * with a parent inherits its salt through the parent's key. */
+ * besides the adapter's name and the multimodal tuples may be one string
+ * in block 0 of an event with no parent (the cache salt) and nothing else
+ * anywhere; an event with a parent inherits its salt through the parent's
+ * key. A block's tuples become its multimodal hash (the XOR of their
+ * lr_mm_key_hash()), which the index XORs into the block's token hash. */
 #include <math.h>
 #include <string.h>
 
@@ -436,6 +439,7 @@ struct event {
     struct mp extra;  /* at its first entry */
     uint64_t n_extra; /* its entries */
     uint64_t salt;    /* the keys' salt (lr_kv_stored.tenant_salt) */
+    bool mm;          /* some block has multimodal keys */
     int32_t tier;     /* its medium's lr_tier (nil: the GPU) */
 };
 
@@ -662,17 +666,39 @@ read_extra(struct mp *m, struct event *ev)
     return true;
 }
 
-/* One block's entry of extra_keys, at m: *some when it is not nil; *n_rest
- * the keys it holds besides the adapter's name (which vLLM puts first),
+/* A multimodal key, at m: [identifier, offset], the identifier a
+ * non-empty string and the offset an integer (negative when the input
+ * began in an earlier block). True with *h its lr_mm_key_hash() and m
+ * after it; false when the value is anything else (m then anywhere). */
+static bool
+mm_key(struct mp *m, uint64_t *h)
+{
+    struct mv v, id, off;
+    if (!mp_next(m, &v) || v.kind != MP_ARRAY || v.u != 2)
+        return false;
+    if (!mp_next(m, &id) || id.kind != MP_STR || id.u == 0)
+        return false;
+    if (!mp_next(m, &off) || (off.kind != MP_UINT && off.kind != MP_NINT) ||
+        (off.kind == MP_UINT && off.u > INT64_MAX))
+        return false;
+    *h = lr_mm_key_hash((const char *)id.data, (size_t)id.u, (int64_t)off.u);
+    return true;
+}
+
+/* One block's entry of extra_keys, at m, as vLLM writes it: the
+ * adapter's name, the multimodal keys, then the other keys (a cache
+ * salt, a prompt embedding's hash). *some when it is not nil; *mm the
+ * XOR of its multimodal keys' hashes (0: none); *n_rest the other keys
  * and *rest the first of them. An entry that is neither nil nor an array
  * holds keys of an unknown kind (*n_rest UINT64_MAX). */
 static bool
-extra_entry(struct mp *m, const struct event *ev, bool *some, uint64_t *n_rest,
-            struct mv *rest)
+extra_entry(struct mp *m, const struct event *ev, bool *some, uint64_t *mm,
+            uint64_t *n_rest, struct mv *rest)
 {
     struct mp save = *m;
     struct mv v;
     *n_rest = 0;
+    *mm = 0;
     if (!mp_next(m, &v))
         return false;
     *some = v.kind != MP_NIL;
@@ -684,6 +710,13 @@ extra_entry(struct mp *m, const struct event *ev, bool *some, uint64_t *n_rest,
         return mp_skip(m);
     }
     for (uint64_t i = 0; i < v.u; i++) {
+        struct mp at = *m;
+        uint64_t h;
+        if (mm_key(m, &h)) {
+            *mm ^= h;
+            continue;
+        }
+        *m = at;
         struct mv e;
         if (!mp_scalar(m, &e))
             return false;
@@ -696,13 +729,15 @@ extra_entry(struct mp *m, const struct event *ev, bool *some, uint64_t *n_rest,
     return true;
 }
 
-/* A BlockStored's adapter and cache salt into ev->salt, or the event
- * skipped when its keys cannot be those of any request: an adapter known
- * only by lora_id (engine-local, never in a request), a lora_name that is
- * empty or not a string, extra keys beyond the adapter's name and a first
- * block's cache salt (multimodal inputs, prompt embeddings). An
- * extra_keys array that says something but not one entry per block is
- * bad. False only when the bytes are not msgpack. */
+/* A BlockStored's adapter and cache salt into ev->salt, whether it has
+ * multimodal keys into ev->mm, or the event skipped when its keys cannot
+ * be those of any request: an adapter known only by lora_id
+ * (engine-local, never in a request), a lora_name that is empty or not a
+ * string, extra keys beyond the adapter's name, the multimodal keys and
+ * a first block's cache salt (a prompt embedding's hash, a multimodal
+ * key in a form older vLLM wrote: the identifier alone). An extra_keys
+ * array that says something but not one entry per block is bad. False
+ * only when the bytes are not msgpack. */
 static bool
 stored_salt(struct event *ev)
 {
@@ -718,11 +753,12 @@ stored_salt(struct event *ev)
     struct mp m = ev->extra;
     for (uint64_t i = 0; ev->has_extra && i < ev->n_extra; i++) {
         bool s;
-        uint64_t n;
+        uint64_t n, mm;
         struct mv rest;
-        if (!extra_entry(&m, ev, &s, &n, &rest))
+        if (!extra_entry(&m, ev, &s, &mm, &n, &rest))
             return false;
         some |= s;
+        ev->mm |= mm != 0;
         if (n == 0)
             continue;
         if (i == 0 && !ev->has_parent && n == 1 && rest.kind == MP_STR &&
@@ -741,6 +777,22 @@ stored_salt(struct event *ev)
         adapter = lr_name_hash((const char *)lora->data, (size_t)lora->u);
     ev->salt = lr_adapter_salt(tenant, adapter);
     return true;
+}
+
+/* Each block's multimodal hash (lr_kv_stored.mm_hashes) into out, one
+ * per block hash, for an event stored_salt() found some in. */
+static void
+stored_mm(const struct event *ev, uint64_t *out)
+{
+    struct mp m = ev->extra;
+    for (uint64_t i = 0; i < ev->n_hashes; i++) {
+        bool s;
+        uint64_t n;
+        struct mv rest;
+        out[i] = 0;
+        if (i < ev->n_extra)
+            (void)extra_entry(&m, ev, &s, &out[i], &n, &rest); /* read once */
+    }
 }
 
 /* The kinds of KV-cache group whose blocks hold the whole prefix: full
@@ -1070,6 +1122,7 @@ struct pass1 {
     size_t evbytes;
     struct tokbuf tb; /* used only when evs could be had */
     uint64_t max_hashes, max_tokens;
+    bool mm; /* an event to apply has multimodal keys */
     lr_status st;
 };
 
@@ -1102,10 +1155,17 @@ check_events(struct events_reader *er, struct mp *m, uint64_t n)
             ev.skip = true;
             ev.bad = false;
         }
+        /* a store with multimodal keys in engine blocks of several index
+         * blocks does not say which of them an input overlaps */
+        if (ev.type == EV_STORED && ev.mm && !ev.skip && ev.block_size != B) {
+            ev.skip = true;
+            ev.bad = false;
+        }
         if (p->evs != NULL)
             p->evs[i] = ev;
         if (ev.skip || ev.bad)
             continue;
+        p->mm |= ev.type == EV_STORED && ev.mm;
         if (ev.type == EV_STORED && ev.tier == LR_TIER_GPU &&
             ev.block_size % B != 0) {
             p->st = LR_ENOTSUP;
@@ -1119,10 +1179,12 @@ check_events(struct events_reader *er, struct mp *m, uint64_t n)
     return true;
 }
 
-/* Hashes and tokens of one event copied out of the buffer, in one
- * allocation sized by pass 1. */
+/* Hashes and tokens of one event copied out of the buffer, and its
+ * blocks' multimodal hashes when a store has some, in one allocation
+ * sized by pass 1. */
 struct scratch {
     uint64_t *hashes;
+    uint64_t *mm; /* NULL when no event has multimodal keys */
     uint32_t *tokens;
     void *raw;
     size_t bytes;
@@ -1130,20 +1192,23 @@ struct scratch {
 
 static lr_status
 scratch_alloc(struct lr__mem *mem, uint64_t max_hashes, uint64_t max_tokens,
-              struct scratch *sc)
+              bool mm, struct scratch *sc)
 {
     size_t hbytes = (size_t)max_hashes * sizeof(uint64_t);
+    size_t mbytes = mm ? hbytes : 0;
     size_t tbytes = (size_t)max_tokens * sizeof(uint32_t);
     uint8_t *raw = NULL;
-    if (hbytes + tbytes > 0) {
-        raw = lr__alloc(mem, hbytes + tbytes);
+    if (hbytes + mbytes + tbytes > 0) {
+        raw = lr__alloc(mem, hbytes + mbytes + tbytes);
         if (raw == NULL)
             return LR_ENOMEM;
     }
     sc->raw = raw;
-    sc->bytes = hbytes + tbytes;
+    sc->bytes = hbytes + mbytes + tbytes;
     sc->hashes = (uint64_t *)(void *)raw;
-    sc->tokens = raw != NULL ? (uint32_t *)(void *)(raw + hbytes) : NULL;
+    sc->mm = mm && raw != NULL ? (uint64_t *)(void *)(raw + hbytes) : NULL;
+    sc->tokens =
+        raw != NULL ? (uint32_t *)(void *)(raw + hbytes + mbytes) : NULL;
     return LR_OK;
 }
 
@@ -1171,6 +1236,10 @@ apply_stored(lr_index *ix, uint32_t instance, const struct event *ev,
     k.n_tokens = (size_t)ev->n_tokens;
     k.tenant_salt = ev->salt; /* under a parent, the parent's key rules */
     k.tier = ev->tier;
+    if (ev->mm && sc->mm != NULL) {
+        stored_mm(ev, sc->mm);
+        k.mm_hashes = sc->mm;
+    }
     lr_status s = lr_index_kv_stored(ix, instance, &k, now_ns);
     if (s == LR_ENOENT) {
         info->unplaced++;
@@ -1231,7 +1300,7 @@ lr__vllm_apply(lr_index *ix, struct lr__mem *mem, uint32_t instance,
     struct event *evs = p1.evs;
     struct scratch sc = { 0 };
     if (st == LR_OK)
-        st = scratch_alloc(mem, p1.max_hashes, p1.max_tokens, &sc);
+        st = scratch_alloc(mem, p1.max_hashes, p1.max_tokens, p1.mm, &sc);
     /* in order, up to the first failure; info->done says how far */
     struct mp at = events;
     uint32_t i = 0;

@@ -25,17 +25,26 @@
 #define NONE LR_INSTANCE_NONE
 #define SEED_WAIT 0x4c52574149545131ull /* "LRWAITQ1" */
 
-/* A copy of q to wait: its tokens and boundaries (sizes checked by
- * route(): at most LR_INDEX_MAX_TOKENS + 1 each, so the sum fits). Of
- * the flags only LR_ROUTE_NO_LEARN stays: dispatch routes it at once. */
+/* A copy of q to wait: its multimodal inputs, tokens, boundaries, names
+ * and identifiers (sizes checked by route(): at most LR_INDEX_MAX_TOKENS
+ * + 1 tokens and boundaries, inputs no more than tokens, names and
+ * identifiers bounded, so the sum fits). Of the flags only
+ * LR_ROUTE_NO_LEARN stays: dispatch routes it at once. */
+_Static_assert(offsetof(struct lr__waiter, tail) % _Alignof(lr_mm_input) == 0,
+               "a waiter's tail holds its multimodal inputs first");
+
 static lr_status
 waiter_new(lr_router *r, const lr_request *q, struct lr__waiter **out)
 {
     size_t n = q->n_tokens + q->n_boundaries;
     size_t lm = lr__router_name_len(q->model),
            la = lr__router_name_len(q->adapter);
-    size_t bytes = sizeof(struct lr__waiter) + n * sizeof(uint32_t) +
-                   (lm > 0 ? lm + 1 : 0) + (la > 0 ? la + 1 : 0);
+    size_t ids = 0;
+    for (size_t k = 0; k < q->n_mm; k++)
+        ids += strlen(q->mm[k].identifier) + 1;
+    size_t mmb = q->n_mm * sizeof(lr_mm_input);
+    size_t bytes = sizeof(struct lr__waiter) + mmb + n * sizeof(uint32_t) +
+                   (lm > 0 ? lm + 1 : 0) + (la > 0 ? la + 1 : 0) + ids;
     struct lr__waiter *w = lr__alloc(&r->mem, bytes);
     LR_RETURN_IF(w == NULL, LR_ENOMEM);
     w->q = *q;
@@ -45,7 +54,11 @@ waiter_new(lr_router *r, const lr_request *q, struct lr__waiter **out)
     w->q.boundaries = NULL;
     w->q.model = NULL;
     w->q.adapter = NULL;
-    char *names = (char *)(w->tail + n); /* the names after the tokens */
+    w->q.mm = NULL;
+    /* the inputs first (the tail is aligned for them), then the rest */
+    lr_mm_input *mm = (lr_mm_input *)(void *)w->tail;
+    uint32_t *tok = (uint32_t *)(void *)((char *)w->tail + mmb);
+    char *names = (char *)(tok + n); /* the names after the tokens */
     if (lm > 0) {
         memcpy(names, q->model, lm + 1);
         w->q.model = names;
@@ -54,15 +67,25 @@ waiter_new(lr_router *r, const lr_request *q, struct lr__waiter **out)
     if (la > 0) {
         memcpy(names, q->adapter, la + 1);
         w->q.adapter = names;
+        names += la + 1;
     }
+    for (size_t k = 0; k < q->n_mm; k++) {
+        size_t li = strlen(q->mm[k].identifier) + 1;
+        mm[k] = q->mm[k];
+        memcpy(names, q->mm[k].identifier, li);
+        mm[k].identifier = names;
+        names += li;
+    }
+    if (q->n_mm > 0)
+        w->q.mm = mm;
     if (q->n_tokens > 0) {
-        memcpy(w->tail, q->tokens, q->n_tokens * sizeof(uint32_t));
-        w->q.tokens = w->tail;
+        memcpy(tok, q->tokens, q->n_tokens * sizeof(uint32_t));
+        w->q.tokens = tok;
     }
     if (q->n_boundaries > 0) {
-        memcpy(w->tail + q->n_tokens, q->boundaries,
+        memcpy(tok + q->n_tokens, q->boundaries,
                q->n_boundaries * sizeof(uint32_t));
-        w->q.boundaries = w->tail + q->n_tokens;
+        w->q.boundaries = tok + q->n_tokens;
     }
     *out = w;
     return LR_OK;

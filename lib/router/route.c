@@ -138,10 +138,8 @@ route_keys(lr_router *r, struct route *rt, size_t n)
     rt->v.n_keys = n;
     LR_TRY(scratch_keys(r, rt->sc, n));
     rt->kb = rt->v.keys = rt->sc->kbuf;
-    if (n > 0)
-        LR_TRY(lr_block_keys(r->block_tokens, q->tokens, n * r->block_tokens,
-                             rt->v.salt, rt->sc->kbuf, rt->sc->kbuf_cap,
-                             &rt->v.n_keys));
+    lr__index_input_keys(rt->v.salt, q->tokens, n, r->block_tokens, q->mm,
+                         q->n_mm, rt->sc->kbuf);
     return LR_OK;
 }
 
@@ -849,7 +847,7 @@ lr__router_check_request(const lr_request *q)
     LR_RETURN_IF(lr__router_name_len(q->model) > LR_ROUTER_MAX_NAME ||
                      lr__router_name_len(q->adapter) > LR_ROUTER_MAX_NAME,
                  LR_EINVAL);
-    return LR_OK;
+    return lr__index_mm_check(q->mm, q->n_mm, q->n_tokens);
 }
 
 lr_status
@@ -874,9 +872,9 @@ lr__router_route_now(lr_router *r, const lr_request *q, lr_decision *decision)
         }
         uint64_t salt =
             lr_adapter_salt(q->tenant_salt, lr__router_name_hash(q->adapter));
-        if (st == LR_OK &&
-            lr_block_keys(r->block_tokens, q->tokens, nk * r->block_tokens,
-                          salt, buf, nk, &nk) == LR_OK) {
+        if (st == LR_OK) {
+            lr__index_input_keys(salt, q->tokens, nk, r->block_tokens, q->mm,
+                                 q->n_mm, buf);
             rt.kb = buf;
             rt.v.n_keys = nk;
         }

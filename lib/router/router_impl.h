@@ -381,7 +381,8 @@ lr_status lr__router_make_parts(const lr_router *r, lr_index **ix,
 struct lr__waiter {
     lr_request q;
     size_t bytes;
-    uint32_t tail[]; /* tokens, then boundaries, then the names */
+    /* multimodal inputs, tokens, boundaries, names, identifiers */
+    uint32_t tail[];
 };
 
 /* The saturation rule's parameters as the router holds them now (under

@@ -158,6 +158,20 @@ FIELD(lr_prompt, lr_prompt_v1, tenant_salt, uint64_t);
 FIELD(lr_prompt, lr_prompt_v1, keys, const uint64_t *);
 FIELD(lr_prompt, lr_prompt_v1, n_keys, size_t);
 SIZED(lr_prompt, lr_prompt_v1, LR_PROMPT_SIZE_V1, n_keys);
+/* 0.3: multimodal inputs, appended; lr_mm_input is copied whole */
+_Static_assert(offsetof(lr_prompt, mm) == LR_PROMPT_SIZE_V1 &&
+                   LR_PROMPT_SIZE_V2 ==
+                       offsetof(lr_prompt, n_mm) + sizeof(size_t),
+               "lr_prompt: 0.3 appended mm, n_mm");
+struct lr_mm_input_v1 {
+    const char *identifier;
+    uint32_t offset;
+    uint32_t length;
+};
+FIXED(lr_mm_input, lr_mm_input_v1);
+FIELD(lr_mm_input, lr_mm_input_v1, identifier, const char *);
+FIELD(lr_mm_input, lr_mm_input_v1, offset, uint32_t);
+FIELD(lr_mm_input, lr_mm_input_v1, length, uint32_t);
 
 struct lr_index_hit_v1 {
     uint32_t instance;
@@ -226,12 +240,16 @@ _Static_assert(offsetof(lr_kv_stored, tier) ==
                "lr_kv_stored.tier: not right after tenant_salt");
 _Static_assert(LR_KV_STORED_SIZE_V2 == offsetof(lr_kv_stored, tier) + 4,
                "LR_KV_STORED_SIZE_V2: does not end at tier");
+_Static_assert(offsetof(lr_kv_stored, mm_hashes) >= LR_KV_STORED_SIZE_V2 &&
+                   LR_KV_STORED_SIZE_V3 ==
+                       offsetof(lr_kv_stored, mm_hashes) + sizeof(void *),
+               "lr_kv_stored: 0.3 appended mm_hashes after tier");
 _Static_assert(LR_TIER_GPU == 0 && LR_TIER_CPU == 1 && LR_TIER_DISK == 2,
                "lr_tier values");
 /* 0.3: the adapter and lower-tier columns of lr_candidate end at
  * disk_tokens, right after the adapter's */
 _Static_assert(offsetof(lr_candidate, cpu_tokens) ==
-                   offsetof(lr_candidate, adapter_evicts) + 4 &&
+                       offsetof(lr_candidate, adapter_evicts) + 4 &&
                    offsetof(lr_candidate, disk_tokens) ==
                        offsetof(lr_candidate, cpu_tokens) + 4,
                "lr_candidate: the tier columns moved");
@@ -563,10 +581,15 @@ FIELD(lr_request, lr_request_v1, flags, uint32_t);
 FIELD(lr_request, lr_request_v1, now_ns, uint64_t);
 SIZED(lr_request, lr_request_v1, LR_REQUEST_SIZE_V1, now_ns);
 _Static_assert(offsetof(lr_request, tenant) == LR_REQUEST_SIZE_V1 &&
-                   offsetof(lr_request, deadline_ns) == LR_REQUEST_SIZE_V1 + 8 &&
+                   offsetof(lr_request, deadline_ns) ==
+                       LR_REQUEST_SIZE_V1 + 8 &&
                    offsetof(lr_request, urgency) == LR_REQUEST_SIZE_V1 + 16 &&
                    LR_REQUEST_SIZE_V2 == LR_REQUEST_SIZE_V1 + 20,
                "lr_request: 0.3 appended tenant, deadline_ns, urgency");
+_Static_assert(offsetof(lr_request, mm) == LR_REQUEST_SIZE_V3 &&
+                   LR_REQUEST_SIZE_V4 ==
+                       offsetof(lr_request, n_mm) + sizeof(size_t),
+               "lr_request: 0.3 appended mm, n_mm after adapter");
 
 struct lr_dispatched_v1 {
     uint64_t request_id;
