@@ -1,12 +1,14 @@
 package libroute
 
 /*
+#include <stdlib.h>
 #include "shim.h"
 */
 import "C"
 
 import (
 	"runtime"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -197,6 +199,90 @@ func AdapterSalt(tenantSalt, adapterHash uint64) uint64 {
 	return uint64(C.lr_adapter_salt(C.uint64_t(tenantSalt), C.uint64_t(adapterHash)))
 }
 
+// MMKeyHash returns the key a multimodal input adds to one block
+// (lr_mm_key_hash), as vLLM lists it in the block's extra keys: offset is
+// the input's first placeholder token minus the block's first token
+// (negative when the input began in an earlier block). A block's
+// multimodal hash, what KVStored.MMHashes holds per block, is the XOR of
+// its keys' hashes (0 with none).
+func MMKeyHash(identifier string, offset int64) uint64 {
+	if len(identifier) == 0 {
+		return uint64(C.lr_mm_key_hash(nil, 0, C.int64_t(offset)))
+	}
+	b := []byte(identifier)
+	return uint64(C.lr_mm_key_hash((*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b)),
+		C.int64_t(offset)))
+}
+
+// IndexMaxMMIdentifier is the most bytes an MMInput.Identifier may hold.
+const IndexMaxMMIdentifier = C.LR_INDEX_MAX_MM_IDENTIFIER
+
+// MMInput is one multimodal input of a prompt (lr_mm_input): an image, an
+// audio clip. Its placeholder tokens are [Offset, Offset+Length) of the
+// prompt. Identifier (1..IndexMaxMMIdentifier bytes, no NUL) is the
+// engine's name for its data: vLLM's mm_feature.identifier, the hash of
+// the data, or the uuid the client gave it. Each full block the
+// placeholder overlaps gets MMKeyHash(Identifier, Offset - the block's
+// first token), so the same placeholder tokens with another input, or the
+// input at another place, never match.
+type MMInput struct {
+	Identifier string
+	Offset     uint32
+	Length     uint32
+}
+
+// mmInputs copies inputs to one C allocation for a call (an lr_mm_input
+// array followed by the identifiers, NUL-terminated): a Go struct passed
+// to C may not point to Go memory that holds pointers. Each identifier is
+// cut at IndexMaxMMIdentifier+1 bytes, so one too long is still the
+// library's LR_EINVAL. Free the result with freeMM; nil for no inputs.
+// A NUL in an identifier would cut it short in C: ErrInvalid.
+func mmInputs(in []MMInput, op string) (*C.lr_mm_input, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	head := uintptr(len(in)) * unsafe.Sizeof(C.lr_mm_input{})
+	size := head
+	for i := range in {
+		id := in[i].Identifier
+		if strings.IndexByte(id, 0) >= 0 {
+			return nil, invalid(op)
+		}
+		size += uintptr(mmIDLen(id)) + 1
+	}
+	base := C.malloc(C.size_t(size))
+	if base == nil {
+		return nil, check(C.LR_ENOMEM, op)
+	}
+	arr := unsafe.Slice((*C.lr_mm_input)(base), len(in))
+	buf := unsafe.Slice((*byte)(base), size)
+	at := head
+	for i := range in {
+		id := in[i].Identifier
+		n := mmIDLen(id)
+		copy(buf[at:at+uintptr(n)], id[:n])
+		buf[at+uintptr(n)] = 0
+		arr[i].identifier = (*C.char)(unsafe.Pointer(&buf[at]))
+		arr[i].offset = C.uint32_t(in[i].Offset)
+		arr[i].length = C.uint32_t(in[i].Length)
+		at += uintptr(n) + 1
+	}
+	return (*C.lr_mm_input)(base), nil
+}
+
+func mmIDLen(id string) int {
+	if len(id) > IndexMaxMMIdentifier+1 {
+		return IndexMaxMMIdentifier + 1
+	}
+	return len(id)
+}
+
+func freeMM(p *C.lr_mm_input) {
+	if p != nil {
+		C.free(unsafe.Pointer(p))
+	}
+}
+
 // Prompt is a prompt as the index sees it. Its slices are borrowed for the
 // call.
 type Prompt struct {
@@ -210,29 +296,46 @@ type Prompt struct {
 	// prompt matched and then learned is hashed once. When set, the token
 	// values are not read and len(Keys) must be len(Tokens)/block size.
 	Keys []uint64
+	// Its multimodal inputs, by ascending Offset, none overlapping another,
+	// each inside the prompt (else ErrInvalid): their keys enter the blocks
+	// they overlap, as vLLM's do. Not with Keys (ErrInvalid).
+	MM []MMInput
 }
 
-func (p *Prompt) c() C.lr_prompt {
+// c is p for a shim, with its multimodal inputs in C memory: release them
+// with freeMM(q.mm) after the call.
+func (p *Prompt) c(op string) (C.lr_prompt, error) {
 	var q C.lr_prompt
 	C.lr_prompt_init_sized(&q, C.sizeof_lr_prompt)
 	q.n_tokens = C.size_t(len(p.Tokens))
 	q.n_boundaries = C.size_t(len(p.Boundaries))
 	q.tenant_salt = C.uint64_t(p.TenantSalt)
 	q.n_keys = C.size_t(len(p.Keys))
-	return q
+	mm, err := mmInputs(p.MM, op)
+	if err != nil {
+		return q, err
+	}
+	q.mm = mm
+	q.n_mm = C.size_t(len(p.MM))
+	return q, nil
 }
 
 // Learn records that instance now holds the prompt, at each boundary and
 // at its full length (aligned down to blocks).
 func (x *Index) Learn(p *Prompt, instance InstanceID, trust Trust, now uint64) error {
+	const op = "lr_index_learn"
 	if x.p == nil {
 		return ErrClosed
 	}
-	q := p.c()
+	q, err := p.c(op)
+	if err != nil {
+		return err
+	}
+	defer freeMM(q.mm)
 	st := C.lrgo_index_learn(x.p, &q, u32ptr(p.Tokens), u32ptr(p.Boundaries), u64ptr(p.Keys),
 		C.uint32_t(instance), C.int32_t(trust), C.uint64_t(now))
 	runtime.KeepAlive(x)
-	return check(st, "lr_index_learn")
+	return check(st, op)
 }
 
 // Hit is one instance's cached prefix of a prompt.
@@ -288,7 +391,11 @@ func (x *Index) MatchInto(p *Prompt, now uint64, flags MatchFlags, m *MatchResul
 	if x.p == nil {
 		return ErrClosed
 	}
-	q := p.c()
+	q, err := p.c(op)
+	if err != nil {
+		return err
+	}
+	defer freeMM(q.mm)
 	hits := m.Hits[:cap(m.Hits)]
 	if len(hits) == 0 {
 		hits = make([]Hit, 16)
@@ -359,6 +466,23 @@ type KVStored struct {
 	// takes (ErrNotFound when none is known); with TokenIDs it is keyed as
 	// on the GPU.
 	Tier Tier
+	// Nil, or one per block hash: block j's multimodal hash, the XOR of
+	// MMKeyHash over the (identifier, offset) pairs vLLM's extra_keys list
+	// for it (0: none). Another length is ErrInvalid. A nonzero one needs
+	// BlockSize equal to the index's block size (else ErrNotSupported).
+	MMHashes []uint64
+}
+
+// mmHashes is ev.MMHashes for a shim; ok is false when their count is not
+// the blocks' (the library reads one per block).
+func (ev *KVStored) mmHashes() (p *C.uint64_t, ok bool) {
+	if ev.MMHashes == nil {
+		return nil, true
+	}
+	if len(ev.MMHashes) != len(ev.BlockHashes) {
+		return nil, false
+	}
+	return u64ptr(ev.MMHashes), true
 }
 
 func (ev *KVStored) c() C.lr_kv_stored {
@@ -376,14 +500,19 @@ func (ev *KVStored) c() C.lr_kv_stored {
 
 // KVStored applies a BlockStored event for instance.
 func (x *Index) KVStored(instance InstanceID, ev *KVStored, now uint64) error {
+	const op = "lr_index_kv_stored"
 	if x.p == nil {
 		return ErrClosed
 	}
 	e := ev.c()
+	mm, ok := ev.mmHashes()
+	if !ok {
+		return invalid(op)
+	}
 	st := C.lrgo_index_kv_stored(x.p, C.uint32_t(instance), &e, u64ptr(ev.BlockHashes),
-		u32ptr(ev.TokenIDs), C.uint64_t(now))
+		u32ptr(ev.TokenIDs), mm, C.uint64_t(now))
 	runtime.KeepAlive(x)
-	return check(st, "lr_index_kv_stored")
+	return check(st, op)
 }
 
 // KVRemoved applies a BlockRemoved event and returns how many of the

@@ -525,6 +525,11 @@ type Request struct {
 	// the base model). It enters every prefix key: an adapter's cached
 	// prefixes never match the base model's or another adapter's.
 	Adapter string
+	// Its multimodal inputs (images, audio), as Prompt.MM: their keys
+	// enter the blocks their placeholder tokens overlap, as vLLM's do, so
+	// the request matches the blocks the engine's KV events stored for
+	// the same inputs (KVStored.MMHashes) and no others.
+	MM []MMInput
 }
 
 // names are req's model and adapter for a shim, or ok false when one holds
@@ -572,6 +577,13 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 	if !ok {
 		return invalid(op)
 	}
+	mm, err := mmInputs(req.MM, op)
+	if err != nil {
+		return err
+	}
+	defer freeMM(mm)
+	q.mm = mm
+	q.n_mm = C.size_t(len(req.MM))
 	scores := d.Scores[:0]
 	wantScores := req.Flags&RouteScores != 0
 
@@ -897,15 +909,20 @@ func (r *Router) Params() ([]float64, error) {
 
 // KVStored applies an engine's BlockStored event for instance id.
 func (r *Router) KVStored(id InstanceID, ev *KVStored, now uint64) error {
+	const op = "lr_router_kv_stored"
 	e := ev.c()
+	mm, ok := ev.mmHashes()
+	if !ok {
+		return invalid(op)
+	}
 	h, err := r.acquire()
 	if err != nil {
 		return err
 	}
 	defer r.mu.RUnlock()
 	st := C.lrgo_router_kv_stored(h, C.uint32_t(id), &e, u64ptr(ev.BlockHashes),
-		u32ptr(ev.TokenIDs), C.uint64_t(now))
-	return check(st, "lr_router_kv_stored")
+		u32ptr(ev.TokenIDs), mm, C.uint64_t(now))
+	return check(st, op)
 }
 
 // KVRemoved applies an engine's BlockRemoved event and returns how many of
@@ -1262,6 +1279,13 @@ func (r *Router) Candidates(req *Request) ([]Candidate, error) {
 	if !ok {
 		return nil, invalid(op)
 	}
+	mm, err := mmInputs(req.MM, op)
+	if err != nil {
+		return nil, err
+	}
+	defer freeMM(mm)
+	q.mm = mm
+	q.n_mm = C.size_t(len(req.MM))
 	h, err := r.acquire()
 	if err != nil {
 		return nil, err
@@ -1314,6 +1338,13 @@ func (r *Router) PolicyInput(req *Request) (PolicyInput, error) {
 	if !ok {
 		return PolicyInput{}, invalid(op)
 	}
+	mm, err := mmInputs(req.MM, op)
+	if err != nil {
+		return PolicyInput{}, err
+	}
+	defer freeMM(mm)
+	q.mm = mm
+	q.n_mm = C.size_t(len(req.MM))
 	h, err := r.acquire()
 	if err != nil {
 		return PolicyInput{}, err

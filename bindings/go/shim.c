@@ -92,29 +92,30 @@ lrgo_policy_decide(int32_t policy, const lr_policy_input *in,
 
 static lr_kv_stored
 kv_event(const lr_kv_stored *ev, const uint64_t *block_hashes,
-         const uint32_t *token_ids)
+         const uint32_t *token_ids, const uint64_t *mm_hashes)
 {
     lr_kv_stored e = *ev;
     e.block_hashes = block_hashes;
     e.token_ids = token_ids;
+    e.mm_hashes = mm_hashes;
     return e;
 }
 
 lr_status
 lrgo_router_kv_stored(lr_router *r, uint32_t id, const lr_kv_stored *ev,
                       const uint64_t *block_hashes, const uint32_t *token_ids,
-                      uint64_t now_ns)
+                      const uint64_t *mm_hashes, uint64_t now_ns)
 {
-    lr_kv_stored e = kv_event(ev, block_hashes, token_ids);
+    lr_kv_stored e = kv_event(ev, block_hashes, token_ids, mm_hashes);
     return lr_router_kv_stored(r, id, &e, now_ns);
 }
 
 lr_status
 lrgo_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
                      const uint64_t *block_hashes, const uint32_t *token_ids,
-                     uint64_t now_ns)
+                     const uint64_t *mm_hashes, uint64_t now_ns)
 {
-    lr_kv_stored e = kv_event(ev, block_hashes, token_ids);
+    lr_kv_stored e = kv_event(ev, block_hashes, token_ids, mm_hashes);
     return lr_index_kv_stored(idx, instance, &e, now_ns);
 }
 

@@ -6,8 +6,9 @@
  * pointers to the caller's token, key, parameter and output buffers, so Go
  * cannot build them in its own memory with those pointers set. Go fills
  * them with the library's lr_*_init_sized() and the scalar fields, leaves
- * the pointers NULL, and hands the buffers to these shims as separate
- * arguments; each shim copies the struct
+ * the pointers into Go memory NULL (pointers into C memory, such as
+ * lr_request.mm, it sets itself), and hands the buffers to these shims as
+ * separate arguments; each shim copies the struct
  * to its own stack, sets the pointers, makes the call and copies the
  * outputs back with the pointers cleared again. Nothing here allocates and
  * nothing keeps a pointer after it returns.
@@ -39,10 +40,15 @@ lr_status lrgo_router_route(lr_router *r, const lr_request *q,
                             const char *adapter, size_t adapter_len,
                             lr_score *scores, lr_decision *d);
 
+/* The multimodal inputs of a request or prompt (lr_request.mm,
+ * lr_prompt.mm) hold pointers, so Go copies them to C memory and sets them
+ * in the struct itself. An event's mm_hashes are a Go slice, passed as the
+ * other arrays are. */
 lr_status lrgo_router_kv_stored(lr_router *r, uint32_t id,
                                 const lr_kv_stored *ev,
                                 const uint64_t *block_hashes,
-                                const uint32_t *token_ids, uint64_t now_ns);
+                                const uint32_t *token_ids,
+                                const uint64_t *mm_hashes, uint64_t now_ns);
 
 lr_status lrgo_index_learn(lr_index *idx, const lr_prompt *p,
                            const uint32_t *tokens, const uint32_t *boundaries,
@@ -57,7 +63,8 @@ lr_status lrgo_index_match(lr_index *idx, const lr_prompt *p,
 lr_status lrgo_index_kv_stored(lr_index *idx, uint32_t instance,
                                const lr_kv_stored *ev,
                                const uint64_t *block_hashes,
-                               const uint32_t *token_ids, uint64_t now_ns);
+                               const uint32_t *token_ids,
+                               const uint64_t *mm_hashes, uint64_t now_ns);
 
 lr_status lrgo_router_candidates(lr_router *r, const lr_request *q,
                                  const uint32_t *tokens, const char *model,

@@ -12,7 +12,7 @@
 One class per handle (Router, Index, Ring, Load, Mlp, Learner, Cost),
 each owning its C handle (close(), ``with``, or the garbage collector),
 plus the reentrant helpers block_keys(), name_hash(), adapter_salt(),
-text_tokens() and
+mm_key_hash(), text_tokens() and
 policy.decide() (any policy over a candidate table, the one
 Router.candidates() records). Failures raise LrError subclasses that
 carry the library's status and message (libroute.errors). Enums and
@@ -45,8 +45,8 @@ from .errors import (AlreadyExistsError, BufferSizeError, BusyError,
                      strerror)
 from . import cost, policy
 from .cost import Cost, CostTunerStats, cost_param_bounds
-from .index import (Delta, Hit, Index, IndexStats, Match, adapter_salt,
-                    block_keys, name_hash)
+from .index import (Delta, Hit, Index, IndexStats, Match, MmInput,
+                    adapter_salt, block_keys, mm_key_hash, name_hash)
 from .learner import Learner, LearnerScore, LearnerStats, Samples
 from .load import Load, LoadSnapshot, RequestState
 from .mlp import Mlp
@@ -103,7 +103,8 @@ __all__ = [
     "lodestar_feature_count",
     "LearnerStats", "LearnerScore", "Samples",
     "Decision", "Score", "Move", "Dispatched", "RouterStats", "LoadSnapshot",
-    "RequestState", "Hit", "Match", "IndexStats", "Delta", "Bounds",
+    "RequestState", "Hit", "Match", "IndexStats", "Delta", "MmInput",
+    "Bounds",
     "VllmBatchInfo", "KvSeq", "KvSource",
     "Status", "Trust", "Eviction", "Tier", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
     "CostKind", "CostParam", "RingKey",
@@ -111,7 +112,7 @@ __all__ = [
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",
     "VersionError", "NotSupportedError", "StateError", "BufferSizeError",
     "GapError", "BusyError", "ExpiredError", "ClosedError",
-    "block_keys", "name_hash", "adapter_salt", "text_tokens", "param_bounds", "strerror", "status_name",
+    "block_keys", "name_hash", "adapter_salt", "mm_key_hash", "text_tokens", "param_bounds", "strerror", "status_name",
     "policy_name", "policy_from_name", "reason_name", "version_number",
     "version_string", "constants", "INSTANCE_NONE", "HEADER_VERSION",
     "HEADER_VERSION_NUMBER", "ffi", "lib",

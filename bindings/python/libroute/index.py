@@ -10,18 +10,18 @@ Index and exchange what they learn with export_delta()/import_delta()
 from __future__ import annotations
 
 import array
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ._ffi import ffi, lib
 from ._util import (U64_TYPECODE, _Handle, _index, bytes_in, from_struct,
-                    name_bytes, new_sized, set_fields, take_blob, u32,
-                    u32_in, u64, u64_in)
+                    name_bytes, name_in, new_sized, set_fields, take_blob,
+                    u32, u32_in, u64, u64_in)
 from .enums import Tier, Trust
 from .errors import check
 from .vllm import VllmBatchInfo, finish, new_info
 
-__all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "block_keys",
-           "name_hash", "adapter_salt"]
+__all__ = ["Index", "IndexStats", "Hit", "Match", "Delta", "MmInput",
+           "block_keys", "name_hash", "adapter_salt", "mm_key_hash"]
 
 _BUFSIZE = 11  # LR_EBUFSIZE, the one status the wrappers handle themselves
 _MATCH_SIZE = ffi.sizeof("lr_index_match_result")
@@ -56,6 +56,25 @@ class IndexStats(NamedTuple):
     evicted_blocks: int
     expired_blocks: int
     learned_blocks: int
+
+
+class MmInput(NamedTuple):
+    """One multimodal input of a prompt (lr_mm_input): an image, an audio
+    clip. Its placeholder tokens are ``[offset, offset + length)`` of the
+    prompt; ``identifier`` (str, taken as UTF-8, or bytes; 1 to
+    LR_INDEX_MAX_MM_IDENTIFIER bytes, no NUL) is the engine's name for its
+    data: vLLM's mm_feature.identifier, the hash of the data, or the uuid
+    the client gave it. Every ``mm=`` argument takes a sequence of these
+    or of plain ``(identifier, offset, length)`` tuples, by ascending
+    offset, none overlapping another, each inside the prompt (else
+    InvalidArgumentError)."""
+
+    identifier: Union[str, bytes]
+    offset: int
+    length: int
+
+
+MmLike = Optional[Sequence[Union[MmInput, Tuple[Any, int, int]]]]
 
 
 class Delta(NamedTuple):
@@ -106,6 +125,57 @@ def adapter_salt(tenant_salt: int, adapter_hash: int) -> int:
                                u64(adapter_hash, "adapter_hash"))
 
 
+def mm_key_hash(identifier: Union[str, bytes], offset: int) -> int:
+    """lr_mm_key_hash(): the key a multimodal input adds to one block, as
+    vLLM lists it in the block's extra keys: ``offset`` is the input's
+    first placeholder token minus the block's first token (negative when
+    the input began in an earlier block). A block's multimodal hash, what
+    Index.kv_stored(mm_hashes=) takes per block, is the XOR of its keys'
+    hashes (0 with none). str is taken as UTF-8."""
+    b = name_bytes(identifier, "identifier")
+    off = _index(offset, "offset")
+    if not -2**63 <= off < 2**63:
+        raise ValueError(f"offset: {offset!r} is not in -2**63..2**63-1")
+    return lib.lr_mm_key_hash(b, len(b), off)
+
+
+def mm_in(mm: Any, what: str = "mm"):
+    """``(lr_mm_input[] cdata, keep, n)`` for a sequence of multimodal
+    inputs (MmInput or ``(identifier, offset, length)``), or ``(NULL,
+    None, 0)`` for None and none. Hold ``keep`` (the array and the
+    identifiers' C strings) until the call returns: the library borrows
+    them."""
+    if mm is None:
+        return ffi.NULL, None, 0
+    if isinstance(mm, (str, bytes, bytearray, MmInput)) or (
+            isinstance(mm, tuple) and len(mm) == 3 and
+            isinstance(mm[0], (str, bytes, bytearray))):
+        raise TypeError(f"{what}: expected a sequence of inputs, got one "
+                        f"input ({mm!r}); wrap it in a list")
+    try:
+        items = list(mm)
+    except TypeError:
+        raise TypeError(f"{what}: expected a sequence of (identifier, "
+                        f"offset, length), got {type(mm).__name__}") \
+            from None
+    if not items:
+        return ffi.NULL, None, 0
+    arr = ffi.new("lr_mm_input[]", len(items))
+    keep = [arr]
+    for i, item in enumerate(items):
+        try:
+            ident, off, length = item
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}[{i}]: expected (identifier, offset, "
+                            f"length), got {item!r}") from None
+        s = ffi.new("char[]", name_in(ident, f"{what}[{i}].identifier"))
+        keep.append(s)
+        arr[i].identifier = s
+        arr[i].offset = u32(off, f"{what}[{i}].offset")
+        arr[i].length = u32(length, f"{what}[{i}].length")
+    return arr, keep, len(items)
+
+
 def tier_in(tier: Any) -> int:
     """A tier argument as the int32_t the library takes; the library says
     LR_EINVAL for a value that is no lr_tier."""
@@ -130,12 +200,13 @@ def _tier_flag(tier: Any) -> int:
 class _Prompt:
     """An lr_prompt over borrowed arrays, valid inside ``with``."""
 
-    __slots__ = ("c", "_arrays")
+    __slots__ = ("c", "_arrays", "_mm")
 
     def __init__(self, tokens, boundaries=None, tenant_salt=0, keys=None,
-                 n_tokens=None):
+                 n_tokens=None, mm=None):
         c = new_sized("lr_prompt", lib.lr_prompt_init_sized)
         self._arrays = []
+        self._mm = None
         if tokens is not None:
             tok = self._keep(u32_in(tokens, "tokens"))
             c.tokens = tok
@@ -155,6 +226,10 @@ class _Prompt:
             c.boundaries = b
             c.n_boundaries = len(b)
         set_fields(c, "prompt", tenant_salt=tenant_salt)
+        if mm is not None:
+            arr, self._mm, n = mm_in(mm)
+            c.mm = arr
+            c.n_mm = n
         self.c = c
 
     def _keep(self, arr):
@@ -167,6 +242,7 @@ class _Prompt:
     def __exit__(self, *exc):
         for a in self._arrays:
             ffi.release(a)
+        self._mm = None  # the inputs, borrowed for the call
 
 
 class Index(_Handle):
@@ -213,13 +289,16 @@ class Index(_Handle):
     def learn(self, tokens: Any, instance: int, *, now_ns: int,
               boundaries: Any = None, tenant_salt: int = 0,
               trust: int = Trust.LOCAL, keys: Any = None,
-              n_tokens: Optional[int] = None) -> None:
+              n_tokens: Optional[int] = None, mm: MmLike = None) -> None:
         """lr_index_learn(): ``instance`` now holds the prompt, up to each
         boundary and its full length (block-aligned). ``keys`` (from
         block_keys()) spares the hashing; with keys, tokens may be None
-        if n_tokens is given."""
+        if n_tokens is given. ``mm`` lists the prompt's multimodal inputs
+        (MmInput): their keys enter the blocks they overlap, as vLLM's
+        do (not with ``keys``: InvalidArgumentError)."""
         inst = u32(instance, "instance")
-        with _Prompt(tokens, boundaries, tenant_salt, keys, n_tokens) as pr, \
+        with _Prompt(tokens, boundaries, tenant_salt, keys, n_tokens,
+                     mm) as pr, \
                 self._use() as p:
             st = lib.lr_index_learn(p, pr, inst, int(trust),
                                     u64(now_ns, "now_ns"))
@@ -227,18 +306,19 @@ class Index(_Handle):
 
     def match(self, tokens: Any, *, now_ns: int, tenant_salt: int = 0,
               touch: bool = True, keys: Any = None,
-              n_tokens: Optional[int] = None, tier: int = Tier.GPU) -> Match:
+              n_tokens: Optional[int] = None, tier: int = Tier.GPU,
+              mm: MmLike = None) -> Match:
         """lr_index_match(): each instance's longest cached prefix of the
         prompt. ``touch=False`` is a dry run (LR_MATCH_NO_TOUCH).
         ``tier`` (a Tier) answers for the blocks the instances hold on a
         lower tier of their KV cache instead of the GPU's
         (LR_MATCH_TIER_CPU, LR_MATCH_TIER_DISK); no hit before that
-        tier's first event."""
+        tier's first event. ``mm`` as learn()."""
         flags = (0 if touch else lib.LR_MATCH_NO_TOUCH) | _tier_flag(tier)
         now = u64(now_ns, "now_ns")
         res = ffi.new("lr_index_match_result *")
         cap = 16
-        with _Prompt(tokens, None, tenant_salt, keys, n_tokens) as pr:
+        with _Prompt(tokens, None, tenant_salt, keys, n_tokens, mm) as pr:
             while True:
                 hits = ffi.new("lr_index_hit[]", cap)
                 lib.lr_index_match_result_init_sized(res, _MATCH_SIZE)
@@ -295,7 +375,8 @@ class Index(_Handle):
     def kv_stored(self, instance: int, block_hashes: Any, token_ids: Any, *,
                   block_size: int, now_ns: int,
                   parent_hash: Optional[int] = None,
-                  tenant_salt: int = 0, tier: int = Tier.GPU) -> None:
+                  tenant_salt: int = 0, tier: int = Tier.GPU,
+                  mm_hashes: Any = None) -> None:
         """lr_index_kv_stored(): an engine's BlockStored event.
         ``parent_hash=None`` means the first block starts the prompt.
 
@@ -304,10 +385,18 @@ class Index(_Handle):
         without token ids (``token_ids=()``, ``block_size=0``, as vLLM's
         offloading connector sends) each hash names a block the instance
         stored on the GPU before, whose chain the tier takes (NotFoundError
-        when none is known); with token ids it is keyed as on the GPU."""
+        when none is known); with token ids it is keyed as on the GPU.
+
+        ``mm_hashes`` (None, or one uint64 per block hash) is each block's
+        multimodal hash: the XOR of mm_key_hash() over the (identifier,
+        offset) pairs vLLM's extra_keys list for it (0: none). A nonzero
+        one needs ``block_size`` equal to block_tokens
+        (NotSupportedError); another length than ``block_hashes``'
+        raises ValueError."""
         inst = u32(instance, "instance")
         with _kv_stored(block_hashes, token_ids, block_size, parent_hash,
-                        tenant_salt, tier) as ev, self._use() as p:
+                        tenant_salt, tier, mm_hashes) as ev, \
+                self._use() as p:
             st = lib.lr_index_kv_stored(p, inst, ev, u64(now_ns, "now_ns"))
         check(st, "lr_index_kv_stored")
 
@@ -376,13 +465,25 @@ class Index(_Handle):
 class _kv_stored:
     """An lr_kv_stored over borrowed arrays, valid inside ``with``."""
 
-    __slots__ = ("c", "_h", "_t")
+    __slots__ = ("c", "_h", "_t", "_m")
 
     def __init__(self, block_hashes, token_ids, block_size, parent_hash,
-                 tenant_salt, tier=0):
+                 tenant_salt, tier=0, mm_hashes=None):
         c = new_sized("lr_kv_stored", lib.lr_kv_stored_init_sized)
         self._h = u64_in(block_hashes, "block_hashes")
         self._t = u32_in(token_ids, "token_ids")
+        self._m = None
+        if mm_hashes is not None:
+            # The library reads n_blocks of them: no other length.
+            self._m = u64_in(mm_hashes, "mm_hashes")
+            if len(self._m) != len(self._h):
+                n, nb = len(self._m), len(self._h)
+                ffi.release(self._h)
+                ffi.release(self._t)
+                ffi.release(self._m)
+                raise ValueError(f"mm_hashes: {n} given for {nb} blocks; "
+                                 f"one per block hash")
+            c.mm_hashes = self._m
         c.block_hashes = self._h
         c.n_blocks = len(self._h)
         c.token_ids = self._t
@@ -399,3 +500,5 @@ class _kv_stored:
     def __exit__(self, *exc):
         ffi.release(self._h)
         ffi.release(self._t)
+        if self._m is not None:
+            ffi.release(self._m)

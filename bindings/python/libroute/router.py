@@ -18,7 +18,7 @@ from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
 from .enums import (Bounds, Param, Policy, Reason, Status, Tier, as_enum,
                     bounds_from)
 from .errors import check, error_for
-from .index import Delta, IndexStats, _kv_stored, tier_in
+from .index import Delta, IndexStats, MmLike, _kv_stored, mm_in, tier_in
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
                       samples_into, stats_from)
 from .load import LoadSnapshot, engine_stats, snapshot_from
@@ -180,10 +180,11 @@ def _names_in(names, what: str):
 
 def _request(request_id, now_ns, tenant_salt, session,
              expected_output_tokens, flags, tenant=0, deadline_ns=0,
-             urgency=0, model=None, adapter=None):
-    """An lr_request with the scalar fields and the model and adapter
-    names (the arrays are the caller's). Returns ``(request, keep)``:
-    hold ``keep`` (the names' C strings) until the call returns."""
+             urgency=0, model=None, adapter=None, mm=None):
+    """An lr_request with the scalar fields, the model and adapter names
+    and the multimodal inputs (the token arrays are the caller's).
+    Returns ``(request, keep)``: hold ``keep`` (the names' C strings, the
+    inputs' array and identifiers) until the call returns."""
     q = new_sized("lr_request", lib.lr_request_init_sized)
     try:  # the hot path: plain assignments, checked by cffi
         q.id = request_id
@@ -213,6 +214,12 @@ def _request(request_id, now_ns, tenant_salt, session,
         if a is not None:
             q.adapter = a
         keep = (m, a)
+    if mm is not None:
+        arr, mkeep, n = mm_in(mm)
+        if n:
+            q.mm = arr
+            q.n_mm = n
+            keep = (keep, mkeep)
     return q, keep
 
 
@@ -458,7 +465,8 @@ class Router(_Handle):
               may_wait: bool = False, sheddable: bool = False,
               tenant: int = 0, deadline_ns: int = 0,
               urgency: int = 0, model: Optional[Union[str, bytes]] = None,
-              adapter: Optional[Union[str, bytes]] = None) -> Decision:
+              adapter: Optional[Union[str, bytes]] = None,
+              mm: MmLike = None) -> Decision:
         """lr_router_route(): choose an instance and, unless ``dry_run``,
         record the dispatch (the request is then in flight until
         complete() or fail()).
@@ -490,6 +498,14 @@ class Router(_Handle):
         adapter (None or "": the base model), which keys its prefixes
         apart from the base model's and other adapters'. Names longer than
         LR_ROUTER_MAX_NAME bytes raise InvalidArgumentError.
+
+        ``mm`` lists the prompt's multimodal inputs (images, audio), each
+        an MmInput or an ``(identifier, offset, length)`` tuple, by
+        ascending offset: their keys enter the blocks their placeholder
+        tokens overlap, as vLLM's do, so the request matches the blocks
+        the engine's KV events stored for the same inputs and no others.
+        Inputs out of order, overlapping, outside the prompt, empty, or
+        with an empty or too long identifier raise InvalidArgumentError.
         """
         flags = ((_DRY_RUN if dry_run else 0) |
                  (0 if learn else _NO_LEARN) |
@@ -498,7 +514,7 @@ class Router(_Handle):
                  (_SHEDDABLE if sheddable else 0))
         q, names = _request(request_id, now_ns, tenant_salt, session,
                             expected_output_tokens, flags, tenant,
-                            deadline_ns, urgency, model, adapter)
+                            deadline_ns, urgency, model, adapter, mm)
         tok = u32_in(tokens, "tokens")
         bnd = None
         d = ffi.new("lr_decision *")
@@ -547,8 +563,8 @@ class Router(_Handle):
                    session: Optional[int] = None,
                    expected_output_tokens: int = 0,
                    model: Optional[Union[str, bytes]] = None,
-                   adapter: Optional[Union[str, bytes]] = None
-                   ) -> Candidates:
+                   adapter: Optional[Union[str, bytes]] = None,
+                   mm: MmLike = None) -> Candidates:
         """lr_router_candidates(): the candidate table route() would decide
         on for this request now, one row per routable instance in id
         order, with the cached tokens the policy would see and the ring
@@ -559,10 +575,11 @@ class Router(_Handle):
         with no routable instance. ``model`` and ``adapter`` as route():
         only the model's instances have rows, and the adapter columns
         (adapter_missing, adapter_free, adapter_load_s, ...) are the
-        adapter's."""
+        adapter's. ``mm`` as route(): the cached tokens are those of the
+        prompt with its multimodal inputs."""
         q, names = _request(request_id, now_ns, tenant_salt, session,
                             expected_output_tokens, 0, model=model,
-                            adapter=adapter)
+                            adapter=adapter, mm=mm)
         n = ffi.new("size_t *")
         with u32_in(tokens, "tokens") as tok:
             q.tokens = tok
@@ -588,8 +605,8 @@ class Router(_Handle):
                      boundaries: Any = None,
                      deadline_ns: int = 0,
                      model: Optional[Union[str, bytes]] = None,
-                     adapter: Optional[Union[str, bytes]] = None
-                     ) -> PolicyInput:
+                     adapter: Optional[Union[str, bytes]] = None,
+                     mm: MmLike = None) -> PolicyInput:
         """lr_router_policy_input(): the rest of what route() hands the
         policy for this request now, besides the table (candidates()), the
         seed (Decision.seed) and Lodestar's model (learner_save()): the
@@ -600,12 +617,12 @@ class Router(_Handle):
         ``now_ns`` in seconds (1e-9 once it has passed; 0.0 without a
         deadline). Changes nothing. The request is checked as route()
         checks it (InvalidArgumentError); ``now_ns`` is read only for the
-        budget. ``model`` and ``adapter`` as route(). See PolicyInput for
-        replaying a route with it."""
+        budget. ``model``, ``adapter`` and ``mm`` as route(). See
+        PolicyInput for replaying a route with it."""
         q, names = _request(request_id, now_ns, tenant_salt, session,
                             expected_output_tokens, 0,
                             deadline_ns=deadline_ns, model=model,
-                            adapter=adapter)
+                            adapter=adapter, mm=mm)
         inp = new_sized("lr_policy_input", lib.lr_policy_input_init_sized)
         cap = lib.lr_param_count()
         with u32_in(tokens, "tokens") as tok, \
@@ -792,14 +809,17 @@ class Router(_Handle):
     def kv_stored(self, instance: int, block_hashes: Any, token_ids: Any, *,
                   block_size: int, now_ns: int,
                   parent_hash: Optional[int] = None,
-                  tenant_salt: int = 0, tier: int = Tier.GPU) -> None:
+                  tenant_salt: int = 0, tier: int = Tier.GPU,
+                  mm_hashes: Any = None) -> None:
         """lr_router_kv_stored(): see Index.kv_stored(). A lower ``tier``'s
         blocks show in the candidate rows as ``cpu_tokens`` and
-        ``disk_tokens``."""
+        ``disk_tokens``. ``mm_hashes``, the blocks' multimodal hashes, as
+        Index.kv_stored(): a request's ``mm`` inputs match them."""
         inst = u32(instance, "instance")
         now = u64(now_ns, "now_ns")
         with _kv_stored(block_hashes, token_ids, block_size, parent_hash,
-                        tenant_salt, tier) as ev, self._use() as p:
+                        tenant_salt, tier, mm_hashes) as ev, \
+                self._use() as p:
             st = lib.lr_router_kv_stored(p, inst, ev, now)
         check(st, "lr_router_kv_stored")
 

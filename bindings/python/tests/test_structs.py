@@ -39,12 +39,14 @@ COVER = {
                           # test_nested_options_are_reachable
     "lr_prompt": (params(L.Index.learn),
                   {"n_tokens": "n_tokens", "n_boundaries": None,
-                   "n_keys": None}),
+                   "n_keys": None, "n_mm": None}),
+    "lr_mm_input": (set(L.MmInput._fields), {}),
     "lr_index_hit": (set(L.Hit._fields), {}),
     "lr_index_match_result": (set(L.Match._fields),
                               {"hits_capacity": None, "n_hits": None,
                                "hit_size": None}),  # sizeof(lr_index_hit)
-    "lr_kv_stored": (params(L.Index.kv_stored),
+    "lr_kv_stored": (params(L.Index.kv_stored)
+                     & params(L.Router.kv_stored),
                      {"n_blocks": None, "n_tokens": None,
                       "has_parent": None}),   # parent_hash=None
     "lr_index_stats": (set(L.IndexStats._fields), {}),
@@ -60,6 +62,7 @@ COVER = {
     "lr_request": (params(L.Router.route),
                    {"id": "request_id", "n_tokens": None,
                     "n_boundaries": None, "has_session": None,
+                    "n_mm": None,
                     "flags": None}),  # dry_run, learn, scores,
                                       # may_wait, sheddable
     "lr_score": (set(L.Score._fields), {}),

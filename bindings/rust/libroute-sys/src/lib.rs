@@ -158,6 +158,20 @@ pub const LR_INDEX_OPTIONS_SIZE_V2: usize = offset_of!(lr_index_options, evictio
 pub const LR_INDEX_OPTIONS_SIZE_V3: usize =
     offset_of!(lr_index_options, clock_skew_ns) + size_of::<u64>();
 
+/// Largest lr_mm_input.identifier, in bytes (0.3).
+pub const LR_INDEX_MAX_MM_IDENTIFIER: c_uint = 255;
+
+/// One multimodal input of a prompt (0.3): placeholder tokens
+/// [offset, offset + length), `identifier` NUL-terminated, 1 to
+/// LR_INDEX_MAX_MM_IDENTIFIER bytes. Not size-prefixed.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct lr_mm_input {
+    pub identifier: *const c_char,
+    pub offset: u32,
+    pub length: u32,
+}
+
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct lr_prompt {
@@ -169,8 +183,12 @@ pub struct lr_prompt {
     pub tenant_salt: u64,
     pub keys: *const u64,
     pub n_keys: usize,
+    /// Its multimodal inputs, by ascending offset (0.3).
+    pub mm: *const lr_mm_input,
+    pub n_mm: usize,
 }
 pub const LR_PROMPT_SIZE_V1: usize = offset_of!(lr_prompt, n_keys) + size_of::<usize>();
+pub const LR_PROMPT_SIZE_V2: usize = offset_of!(lr_prompt, n_mm) + size_of::<usize>();
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default, PartialEq, Eq)]
@@ -216,9 +234,13 @@ pub struct lr_kv_stored {
     pub tenant_salt: u64,
     /// An lr_tier: the tier the engine stored the blocks on (0.3).
     pub tier: i32,
+    /// NULL, or n_blocks multimodal hashes, one per block (0.3).
+    pub mm_hashes: *const u64,
 }
 pub const LR_KV_STORED_SIZE_V1: usize = offset_of!(lr_kv_stored, tenant_salt) + 8;
 pub const LR_KV_STORED_SIZE_V2: usize = offset_of!(lr_kv_stored, tier) + 4;
+pub const LR_KV_STORED_SIZE_V3: usize =
+    offset_of!(lr_kv_stored, mm_hashes) + size_of::<*const u64>();
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default)]
@@ -781,10 +803,14 @@ pub struct lr_request {
     /// model, the base model (0.3).
     pub model: *const c_char,
     pub adapter: *const c_char,
+    /// Its multimodal inputs, as lr_prompt.mm (0.3).
+    pub mm: *const lr_mm_input,
+    pub n_mm: usize,
 }
 pub const LR_REQUEST_SIZE_V1: usize = offset_of!(lr_request, now_ns) + 8;
 pub const LR_REQUEST_SIZE_V2: usize = offset_of!(lr_request, urgency) + 4;
 pub const LR_REQUEST_SIZE_V3: usize = offset_of!(lr_request, adapter) + size_of::<*const c_char>();
+pub const LR_REQUEST_SIZE_V4: usize = offset_of!(lr_request, n_mm) + size_of::<usize>();
 
 pub const LR_ROUTE_DRY_RUN: c_uint = 1;
 pub const LR_ROUTE_SCORES: c_uint = 2;
@@ -939,6 +965,7 @@ extern "C" {
     ) -> lr_status;
     pub fn lr_name_hash(name: *const c_char, len: usize) -> u64;
     pub fn lr_adapter_salt(tenant_salt: u64, adapter_hash: u64) -> u64;
+    pub fn lr_mm_key_hash(identifier: *const c_char, len: usize, offset: i64) -> u64;
     pub fn lr_prompt_init_sized(p: *mut lr_prompt, size: usize);
     pub fn lr_index_learn(
         idx: *mut lr_index,

@@ -152,13 +152,14 @@ fn declarations_match_the_c_headers() {
         lr_index_options { struct_size, allocator, seed, capacity_blocks, ttl_ns,
             block_tokens, max_instances, journal_capacity, engine_map_capacity,
             replica_id, remote_ttl_ns, eviction, clock_skew_ns }
+        lr_mm_input { identifier, offset, length }
         lr_prompt { struct_size, tokens, n_tokens, boundaries, n_boundaries,
-            tenant_salt, keys, n_keys }
+            tenant_salt, keys, n_keys, mm, n_mm }
         lr_index_hit { instance, tokens }
         lr_index_match_result { struct_size, hits, hits_capacity, n_hits,
             deepest_tokens, prompt_blocks, hit_size }
         lr_kv_stored { struct_size, block_hashes, n_blocks, parent_hash, has_parent,
-            block_size, token_ids, n_tokens, tenant_salt, tier }
+            block_size, token_ids, n_tokens, tenant_salt, tier, mm_hashes }
         lr_index_stats { struct_size, blocks, remote_blocks, prefixes, instances,
             engine_hashes, bytes, evicted_blocks, expired_blocks, learned_blocks }
         lr_ring_options { struct_size, allocator, vnodes, max_instances }
@@ -201,7 +202,7 @@ fn declarations_match_the_c_headers() {
         lr_class_spec { struct_size, prefill_tokens_per_s }
         lr_request { struct_size, id, tokens, n_tokens, boundaries, n_boundaries,
             tenant_salt, session, has_session, expected_output_tokens, flags, now_ns,
-            tenant, deadline_ns, urgency, model, adapter }
+            tenant, deadline_ns, urgency, model, adapter, mm, n_mm }
         lr_score { instance, cached_tokens, score }
         lr_decision { struct_size, instance, reason, cached_tokens, best_cached_tokens,
             cost, alt_instance, scores, scores_capacity, n_scores, decider, seed,
@@ -300,6 +301,8 @@ fn declarations_match_the_c_headers() {
         LR_ADAPTER_STATS_SIZE_V1, LR_REQUEST_SIZE_V3, LR_ROUTER_STATS_SIZE_V4,
         LR_TIER_GPU, LR_TIER_CPU, LR_TIER_DISK, LR_MATCH_TIER_CPU, LR_MATCH_TIER_DISK,
         LR_KV_STORED_SIZE_V2, LR_PARAM_TIER_CPU_WEIGHT, LR_PARAM_TIER_DISK_WEIGHT,
+        LR_INDEX_MAX_MM_IDENTIFIER, LR_PROMPT_SIZE_V2, LR_REQUEST_SIZE_V4,
+        LR_KV_STORED_SIZE_V3,
     );
 
     let decls = declarations();

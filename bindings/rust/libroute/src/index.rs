@@ -1,6 +1,6 @@
 //! The prefix index (`lr_index.h`).
 
-use crate::error::{check, Result};
+use crate::error::{check, Error, Result};
 use crate::{init, nanos, ptr_or_null, sys, Blob, InstanceId};
 use std::fmt;
 use std::mem::{align_of, offset_of, size_of};
@@ -26,6 +26,103 @@ pub fn name_hash(name: &str) -> u64 {
 pub fn adapter_salt(tenant_salt: u64, adapter_hash: u64) -> u64 {
     // SAFETY: plain values; never fails.
     unsafe { sys::lr_adapter_salt(tenant_salt, adapter_hash) }
+}
+
+/// The key a multimodal input adds to one block (`lr_mm_key_hash`), as
+/// vLLM lists it in the block's extra keys: `offset` is the input's first
+/// placeholder token minus the block's first token (negative when the
+/// input began in an earlier block). A block's multimodal hash, what
+/// [`KvStored::mm_hashes`] holds per block, is the XOR of its keys' hashes
+/// (0 with none).
+pub fn mm_key_hash(identifier: &str, offset: i64) -> u64 {
+    // SAFETY: len bytes of a live string (no NUL needed: the length is
+    // passed); never fails.
+    unsafe { sys::lr_mm_key_hash(identifier.as_ptr().cast(), identifier.len(), offset) }
+}
+
+/// Bytes in an [`MmInput::identifier`] (`LR_INDEX_MAX_MM_IDENTIFIER`).
+pub const MAX_MM_IDENTIFIER: u32 = sys::LR_INDEX_MAX_MM_IDENTIFIER;
+
+/// One multimodal input of a prompt (`lr_mm_input`): an image, an audio
+/// clip. Its placeholder tokens are `offset..offset + length` of the
+/// prompt; `identifier` (1..=[`MAX_MM_IDENTIFIER`] bytes, no NUL) is the
+/// engine's name for its data: vLLM's `mm_feature.identifier`, the hash
+/// of the data, or the uuid the client gave it. Each full block the
+/// placeholder overlaps gets [`mm_key_hash`]`(identifier, offset - the
+/// block's first token)`, so the same placeholder tokens with another
+/// input, or the input at another place, never match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmInput<'a> {
+    /// The engine's name for the input's data.
+    pub identifier: &'a str,
+    /// Its first placeholder token.
+    pub offset: u32,
+    /// Its placeholder tokens, at least 1.
+    pub length: u32,
+}
+
+impl<'a> MmInput<'a> {
+    /// An input whose placeholder tokens are `offset..offset + length`.
+    pub fn new(identifier: &'a str, offset: u32, length: u32) -> Self {
+        MmInput {
+            identifier,
+            offset,
+            length,
+        }
+    }
+}
+
+/// Multimodal inputs as the C API takes them (`lr_mm_input` with
+/// NUL-terminated identifiers), for one call. Each identifier is cut at
+/// one byte more than the library takes, so one too long is still the
+/// library's `LR_EINVAL`. Nothing is allocated for no inputs.
+#[derive(Default)]
+pub(crate) struct MmBuf {
+    inputs: Vec<sys::lr_mm_input>,
+    bytes: Vec<u8>,
+}
+
+impl MmBuf {
+    pub(crate) fn new() -> MmBuf {
+        MmBuf::default()
+    }
+
+    /// The inputs in this buffer, as (pointer, count) (NULL for none),
+    /// valid while it lives unchanged; a NUL inside an identifier is
+    /// `LR_EINVAL`.
+    pub(crate) fn c(
+        &mut self,
+        mm: &[MmInput<'_>],
+        op: &'static str,
+    ) -> Result<(*const sys::lr_mm_input, usize)> {
+        if mm.is_empty() {
+            return Ok((ptr::null(), 0));
+        }
+        let cut = |id: &str| id.len().min(MAX_MM_IDENTIFIER as usize + 1);
+        self.bytes.clear();
+        for m in mm {
+            if m.identifier.as_bytes().contains(&0) {
+                return Err(Error::new(sys::LR_EINVAL, op));
+            }
+            self.bytes
+                .extend_from_slice(&m.identifier.as_bytes()[..cut(m.identifier)]);
+            self.bytes.push(0);
+        }
+        // The bytes no longer move: point into them.
+        let mut at = self.bytes.as_ptr();
+        self.inputs.clear();
+        for m in mm {
+            self.inputs.push(sys::lr_mm_input {
+                identifier: at.cast(),
+                offset: m.offset,
+                length: m.length,
+            });
+            // SAFETY: the identifier and its NUL are within bytes; the
+            // last step lands one past its end.
+            at = unsafe { at.add(cut(m.identifier) + 1) };
+        }
+        Ok((self.inputs.as_ptr(), self.inputs.len()))
+    }
 }
 
 /// The chained block keys of a token sequence: key `d` names the prefix
@@ -221,6 +318,11 @@ pub struct Prompt<'a> {
     /// prompt matched then learned is hashed once. When set, the token
     /// values are not read, and there must be one key per complete block.
     pub keys: Option<&'a [u64]>,
+    /// Its multimodal inputs, by ascending offset, none overlapping
+    /// another, each inside the prompt (else
+    /// [`crate::ErrorKind::Invalid`]): their keys enter the blocks they
+    /// overlap, as vLLM's do. Not with `keys` (`Invalid`).
+    pub mm: &'a [MmInput<'a>],
 }
 
 impl<'a> Prompt<'a> {
@@ -231,10 +333,13 @@ impl<'a> Prompt<'a> {
             boundaries: &[],
             tenant_salt: 0,
             keys: None,
+            mm: &[],
         }
     }
 
-    fn to_c(self) -> sys::lr_prompt {
+    /// The C prompt, its multimodal inputs in `mm` (which must outlive its
+    /// use).
+    fn to_c(self, mm: &mut MmBuf, op: &'static str) -> Result<sys::lr_prompt> {
         let mut p = init(sys::lr_prompt_init_sized);
         p.tokens = ptr_or_null(self.tokens);
         p.n_tokens = self.tokens.len();
@@ -245,7 +350,8 @@ impl<'a> Prompt<'a> {
             p.keys = ptr_or_null(k);
             p.n_keys = k.len();
         }
-        p
+        (p.mm, p.n_mm) = mm.c(self.mm, op)?;
+        Ok(p)
     }
 }
 
@@ -335,6 +441,13 @@ pub struct KvStored<'a> {
     /// whose chain the tier takes ([`crate::ErrorKind::NotFound`] when none
     /// is known); with token ids it is keyed as on the GPU.
     pub tier: Tier,
+    /// `None`, or one per block hash: block `j`'s multimodal hash, the XOR
+    /// of [`mm_key_hash`] over the (identifier, offset) pairs vLLM's
+    /// `extra_keys` list for it (0: none). Another length is
+    /// [`crate::ErrorKind::Invalid`]. A nonzero one needs `block_size`
+    /// equal to the index's block size ([`crate::ErrorKind::NotSupported`]
+    /// else).
+    pub mm_hashes: Option<&'a [u64]>,
 }
 
 impl<'a> KvStored<'a> {
@@ -347,10 +460,11 @@ impl<'a> KvStored<'a> {
             token_ids,
             tenant_salt: 0,
             tier: Tier::Gpu,
+            mm_hashes: None,
         }
     }
 
-    pub(crate) fn to_c(self) -> sys::lr_kv_stored {
+    pub(crate) fn to_c(self, op: &'static str) -> Result<sys::lr_kv_stored> {
         let mut e = init(sys::lr_kv_stored_init_sized);
         e.block_hashes = ptr_or_null(self.block_hashes);
         e.n_blocks = self.block_hashes.len();
@@ -361,7 +475,14 @@ impl<'a> KvStored<'a> {
         e.n_tokens = self.token_ids.len();
         e.tenant_salt = self.tenant_salt;
         e.tier = self.tier.c();
-        e
+        if let Some(h) = self.mm_hashes {
+            // The library reads one per block: no other count.
+            if h.len() != self.block_hashes.len() {
+                return Err(Error::new(sys::LR_EINVAL, op));
+            }
+            e.mm_hashes = ptr_or_null(h);
+        }
+        Ok(e)
     }
 }
 
@@ -480,11 +601,14 @@ impl Index {
         trust: Trust,
         now_ns: u64,
     ) -> Result<()> {
-        let c = p.to_c();
-        // SAFETY: exclusive access; c borrows p's slices for the call.
+        const OP: &str = "lr_index_learn";
+        let mut mm = MmBuf::new();
+        let c = p.to_c(&mut mm, OP)?;
+        // SAFETY: exclusive access; c borrows p's slices and mm for the
+        // call.
         check(
             unsafe { sys::lr_index_learn(self.ptr(), &c, instance, trust.raw(), now_ns) },
-            "lr_index_learn",
+            OP,
         )
     }
 
@@ -510,7 +634,8 @@ impl Index {
         m: &mut MatchResult,
     ) -> Result<()> {
         const OP: &str = "lr_index_match";
-        let c = p.to_c();
+        let mut mm = MmBuf::new();
+        let c = p.to_c(&mut mm, OP)?;
         m.hits.clear();
         if m.hits.capacity() == 0 {
             m.hits.reserve(16);
@@ -567,11 +692,12 @@ impl Index {
         ev: &KvStored<'_>,
         now_ns: u64,
     ) -> Result<()> {
-        let e = ev.to_c();
+        const OP: &str = "lr_index_kv_stored";
+        let e = ev.to_c(OP)?;
         // SAFETY: exclusive access; e borrows ev's slices for the call.
         check(
             unsafe { sys::lr_index_kv_stored(self.ptr(), instance, &e, now_ns) },
-            "lr_index_kv_stored",
+            OP,
         )
     }
 

@@ -139,8 +139,8 @@ pub use cost::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use index::{
-    adapter_salt, block_keys, name_hash, Eviction, Hit, Index, IndexOptions, IndexStats, KvStored,
-    MatchFlags, MatchResult, Prompt, Tier, Trust,
+    adapter_salt, block_keys, mm_key_hash, name_hash, Eviction, Hit, Index, IndexOptions,
+    IndexStats, KvStored, MatchFlags, MatchResult, MmInput, Prompt, Tier, Trust, MAX_MM_IDENTIFIER,
 };
 pub use learner::{
     LearnFlags, Learner, LearnerOptions, LearnerSamples, LearnerServer, LearnerStats,

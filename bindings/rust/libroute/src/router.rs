@@ -1,7 +1,7 @@
 //! The router (`lr_router.h`).
 
 use crate::error::{check, Error, Result};
-use crate::index::{IndexStats, KvStored, Tier};
+use crate::index::{IndexStats, KvStored, MmBuf, MmInput, Tier};
 use crate::learner::{fill_samples, LearnFlags, LearnerOptions, LearnerSamples, LearnerStats};
 use crate::load::{EngineStats, LoadSnapshot};
 use crate::policy::{Candidate, PolicyInput};
@@ -602,6 +602,11 @@ pub struct Request<'a> {
     /// or `""`: the base model). It enters every prefix key: an adapter's
     /// cached prefixes never match the base model's or another adapter's.
     pub adapter: Option<&'a str>,
+    /// Its multimodal inputs (images, audio), as [`crate::Prompt::mm`]:
+    /// their keys enter the blocks their placeholder tokens overlap, as
+    /// vLLM's do, so the request matches the blocks the engine's KV events
+    /// stored for the same inputs ([`KvStored::mm_hashes`]) and no others.
+    pub mm: &'a [MmInput<'a>],
 }
 
 /// A request's name (model, adapter) NUL-terminated on the stack for a
@@ -653,15 +658,23 @@ impl<'a> Request<'a> {
             urgency: 0,
             model: None,
             adapter: None,
+            mm: &[],
         }
     }
 
-    /// The C request, its names in `names` (which must outlive its use).
-    fn to_c(self, names: &mut [NameBuf; 2], op: &'static str) -> Result<sys::lr_request> {
+    /// The C request, its names in `names` and its multimodal inputs in
+    /// `mm` (which must outlive its use).
+    fn to_c(
+        self,
+        names: &mut [NameBuf; 2],
+        mm: &mut MmBuf,
+        op: &'static str,
+    ) -> Result<sys::lr_request> {
         let [m, a] = names;
         let mut q = self.to_c_scalars();
         q.model = m.c(self.model, op)?;
         q.adapter = a.c(self.adapter, op)?;
+        (q.mm, q.n_mm) = mm.c(self.mm, op)?;
         Ok(q)
     }
 
@@ -1186,7 +1199,8 @@ impl Router {
     pub fn route(&self, req: &Request<'_>) -> Result<Decision> {
         const OP: &str = "lr_router_route";
         let mut names = [NameBuf::new(), NameBuf::new()];
-        let q = req.to_c(&mut names, OP)?;
+        let mut mm = MmBuf::new();
+        let q = req.to_c(&mut names, &mut mm, OP)?;
         let mut d = init(sys::lr_decision_init_sized);
         // SAFETY: q borrows req's slices and names for the call; d has no
         // buffer.
@@ -1204,7 +1218,8 @@ impl Router {
     ) -> Result<Decision> {
         const OP: &str = "lr_router_route";
         let mut names = [NameBuf::new(), NameBuf::new()];
-        let mut q = req.to_c(&mut names, OP)?;
+        let mut mm = MmBuf::new();
+        let mut q = req.to_c(&mut names, &mut mm, OP)?;
         q.flags |= sys::LR_ROUTE_SCORES;
         scores.clear();
         if scores.capacity() == 0 {
@@ -1433,11 +1448,12 @@ impl Router {
 
     /// Applies an engine's BlockStored event for instance `id`.
     pub fn kv_stored(&self, id: InstanceId, ev: &KvStored<'_>, now_ns: u64) -> Result<()> {
-        let e = ev.to_c();
+        const OP: &str = "lr_router_kv_stored";
+        let e = ev.to_c(OP)?;
         // SAFETY: e borrows ev's slices for the call.
         check(
             unsafe { sys::lr_router_kv_stored(self.ptr(), id, &e, now_ns) },
-            "lr_router_kv_stored",
+            OP,
         )
     }
 
@@ -1757,7 +1773,8 @@ impl Router {
     pub fn candidates(&self, req: &Request<'_>) -> Result<Vec<Candidate>> {
         const OP: &str = "lr_router_candidates";
         let mut names = [NameBuf::new(), NameBuf::new()];
-        let q = req.to_c(&mut names, OP)?;
+        let mut mm = MmBuf::new();
+        let q = req.to_c(&mut names, &mut mm, OP)?;
         let mut rows: Vec<Candidate> = Vec::new();
         let mut cap = self.instance_count().max(1) as usize;
         loop {
@@ -1815,7 +1832,8 @@ impl Router {
     ) -> Result<PolicyInput<'p>> {
         const OP: &str = "lr_router_policy_input";
         let mut names = [NameBuf::new(), NameBuf::new()];
-        let q = req.to_c(&mut names, OP)?;
+        let mut mm = MmBuf::new();
+        let q = req.to_c(&mut names, &mut mm, OP)?;
         params.clear();
         params.resize(Param::count() as usize, 0.0);
         loop {
