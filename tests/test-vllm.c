@@ -655,6 +655,28 @@ differential(void **state)
     }
 }
 
+/* A prefix-cache router of block_tokens with n instances "e0".., their
+ * ids in ids. */
+static lr_router *
+mk_router(uint32_t block_tokens, uint32_t *ids, uint32_t n)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.policy = LR_POLICY_PREFIX_CACHE;
+    o.block_tokens = block_tokens;
+    lr_router *r = NULL;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "e%u", i);
+        lr_instance_spec sp;
+        lr_instance_spec_init(&sp);
+        sp.name = name;
+        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
+    }
+    return r;
+}
+
 /* ---- allocation failures ---------------------------------------------- */
 
 struct oom_ctx {
@@ -1484,21 +1506,8 @@ static void
 router_multimodal_match(void **state)
 {
     (void)state;
-    lr_router_options o;
-    lr_router_options_init(&o);
-    o.policy = LR_POLICY_PREFIX_CACHE;
-    o.block_tokens = BS;
-    lr_router *r = NULL;
-    assert_st(lr_router_create(&o, &r), LR_OK);
     uint32_t ids[3];
-    for (uint32_t i = 0; i < 3; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "e%u", i);
-        lr_instance_spec sp;
-        lr_instance_spec_init(&sp);
-        sp.name = name;
-        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
-    }
+    lr_router *r = mk_router(BS, ids, 3);
     uint32_t t[3 * BS];
     tu_tokens(t, 3 * BS, 29);
     static const uint64_t h[3] = { 97, 98, 99 };
@@ -1610,20 +1619,8 @@ static void
 router_adapter_match(void **state)
 {
     (void)state;
-    lr_router_options o;
-    lr_router_options_init(&o);
-    o.policy = LR_POLICY_PREFIX_CACHE;
-    lr_router *r = NULL;
-    assert_st(lr_router_create(&o, &r), LR_OK);
     uint32_t ids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "e%u", i);
-        lr_instance_spec sp;
-        lr_instance_spec_init(&sp);
-        sp.name = name;
-        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
-    }
+    lr_router *r = mk_router(16, ids, 2);
     uint32_t t[2 * BS];
     tu_tokens(t, 2 * BS, 26);
     static const uint64_t h[2] = { 81, 82 };
@@ -1671,20 +1668,8 @@ static void
 router_entry(void **state)
 {
     (void)state;
-    lr_router_options o;
-    lr_router_options_init(&o);
-    o.policy = LR_POLICY_PREFIX_CACHE;
-    lr_router *r = NULL;
-    assert_st(lr_router_create(&o, &r), LR_OK);
     uint32_t ids[4];
-    for (uint32_t i = 0; i < 4; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "e%u", i);
-        lr_instance_spec sp;
-        lr_instance_spec_init(&sp);
-        sp.name = name;
-        assert_st(lr_router_add_instance(r, &sp, &ids[i]), LR_OK);
-    }
+    lr_router *r = mk_router(16, ids, 4);
     uint32_t t[3 * BS];
     tu_tokens(t, 3 * BS, 12);
     struct mpw *w = calloc(1, sizeof *w);
