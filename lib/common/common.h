@@ -51,6 +51,14 @@ lr__sink(uint64_t v)
 #endif
 }
 
+/* A function the compiler must not inline: a hot loop that keeps its own
+ * registers instead of sharing its caller's allocation. */
+#if defined(__GNUC__)
+#define LR_NOINLINE __attribute__((noinline))
+#else
+#define LR_NOINLINE
+#endif
+
 /* ---- allocator ---------------------------------------------------------- */
 
 struct lr__mem {
