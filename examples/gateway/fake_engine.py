@@ -30,6 +30,15 @@ gets vLLM's 404. Its
 adapters of its requests in flight (running; held ones waiting) and
 max_lora. An engine given none of these takes any `model`.
 
+GET /v1/models answers as vLLM's: its served model names (`parent`
+null), then each adapter it lists with its base model (its first served
+name) as `parent`: those of --lora-modules, those loaded at runtime (POST
+/v1/load_lora_adapter {"lora_name": ..., "lora_path": ...}, as vLLM's
+dynamic loading; /v1/unload_lora_adapter {"lora_name": ...} drops one),
+and, without --lora-modules, each adapter once it has served it (as
+vLLM's resolvers add theirs). --hide-adapters lists the base models only,
+as an engine that lists no adapters.
+
     python3 fake_engine.py --port 8101 --name e1 --models llama \
         --max-loras 2 --lora-modules sql,chat
 
@@ -93,7 +102,8 @@ class Engine:
                  per_token_s: float = 0.002,
                  models: Tuple[str, ...] = (), max_loras: int = 0,
                  loras: Optional[Tuple[str, ...]] = None,
-                 lora_load_s: float = 0.02) -> None:
+                 lora_load_s: float = 0.02,
+                 hide_adapters: bool = False) -> None:
         self.name = name
         # Models and adapters (see the module doc): its served model
         # names, adapter slots and known adapters (None: any name), the
@@ -107,6 +117,12 @@ class Engine:
         self.lora_running: Dict[str, int] = {}
         self.lora_held: Dict[str, int] = {}
         self.lora_loads = 0
+        # The adapters GET /v1/models lists (--lora-modules, loaded at
+        # runtime, or served), in the order they came; hide_adapters:
+        # it lists none.
+        self.listed: Dict[str, None] = dict.fromkeys(loras or ())
+        self.hide_adapters = hide_adapters
+        self.created = int(time.time())
         self.cache_blocks = cache_blocks
         self.base_s = base_s
         self.per_block_s = per_block_s
@@ -177,6 +193,46 @@ class Engine:
             return name
         raise KeyError(name)
 
+    def model_list(self) -> Dict[str, Any]:
+        """GET /v1/models as vLLM answers it: a card per served name
+        (parent null), then one per listed adapter, its parent the first
+        served name (vLLM's base_model_paths[0])."""
+        bases = self.models or (self.name,)
+
+        def card(name: str, root: str, parent: Optional[str]
+                 ) -> Dict[str, Any]:
+            return {"id": name, "object": "model", "created": self.created,
+                    "owned_by": "vllm", "root": root, "parent": parent,
+                    "max_model_len": 4096, "permission": []}
+        with self.lock:
+            adapters = [] if self.hide_adapters else list(self.listed)
+        return {"object": "list",
+                "data": [card(m, m, None) for m in bases]
+                + [card(a, f"/adapters/{a}", bases[0]) for a in adapters]}
+
+    def load_adapter(self, name: str) -> bool:
+        """vLLM's /v1/load_lora_adapter: the adapter is known (served and
+        listed) from now on; False when it already was."""
+        with self.lock:
+            if name in self.listed:
+                return False
+            self.listed[name] = None
+            if self.loras is not None:
+                self.loras += (name,)
+            return True
+
+    def unload_adapter(self, name: str) -> bool:
+        """vLLM's /v1/unload_lora_adapter: forgotten (no longer listed,
+        served or resident); False when it was not loaded."""
+        with self.lock:
+            if name not in self.listed:
+                return False
+            del self.listed[name]
+            if self.loras is not None:
+                self.loras = tuple(a for a in self.loras if a != name)
+            self.resident.pop(name, None)
+            return True
+
     def lora_begin(self, adapter: str) -> bool:
         """A request of `adapter` arrives: make it resident (the least
         recently used adapter leaves when every slot is taken, preferring
@@ -193,6 +249,7 @@ class Engine:
                                       else next(iter(self.resident))]
             self.resident[adapter] = None
             self.resident.move_to_end(adapter)
+            self.listed.setdefault(adapter, None)
             self.lora_held[adapter] = self.lora_held.get(adapter, 0) + 1
             return loaded
 
@@ -496,6 +553,43 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": "not found"})
 
+    def _lora_admin(self) -> None:
+        """vLLM's runtime LoRA endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING):
+        POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+        /v1/unload_lora_adapter {"lora_name"}; 400 as vLLM answers an
+        adapter loaded twice, or unloaded when not loaded."""
+        e = self.engine
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+            name = json.loads(self.rfile.read(n) or b"{}")["lora_name"]
+            if not isinstance(name, str) or not name:
+                raise ValueError("lora_name: expected a name")
+        except (ValueError, TypeError, KeyError) as err:
+            self._json(400, {"object": "error", "message": str(err),
+                             "type": "BadRequestError", "code": 400})
+            return
+        if not e.max_loras:
+            ok, msg = False, "LoRA is not enabled"
+        elif self.path == "/v1/load_lora_adapter":
+            ok = e.load_adapter(name)
+            msg = (f"Success: LoRA adapter '{name}' added successfully."
+                   if ok else f"The lora adapter '{name}' has already "
+                   "been loaded.")
+        else:
+            ok = e.unload_adapter(name)
+            msg = (f"Success: LoRA adapter '{name}' removed successfully."
+                   if ok else f"The lora adapter '{name}' cannot be found.")
+        if not ok:
+            self._json(400, {"object": "error", "message": msg,
+                             "type": "BadRequestError", "code": 400})
+            return
+        data = msg.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self) -> None:
         if self.path == "/kv" and isinstance(self.engine, KvEngine):
             kv = self.engine.kv
@@ -508,6 +602,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(200, self.engine.state())
         elif self.path == "/health":
             self._json(200, {"ok": True, "name": self.engine.name})
+        elif self.path == "/v1/models":
+            self._json(200, self.engine.model_list())
         elif self.path == "/metrics":
             e = self.engine
             with e.lock:
@@ -529,6 +625,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if self.path.startswith("/admin/"):
             self._admin()
+            return
+        if self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            self._lora_admin()
             return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": "not found"})
@@ -1013,6 +1112,8 @@ def main() -> None:
                     help="LoRA adapter slots (vLLM's --max-loras; 0: none)")
     ap.add_argument("--lora-modules", default=None, metavar="A,B",
                     help="the adapters it knows (default: any name)")
+    ap.add_argument("--hide-adapters", action="store_true",
+                    help="GET /v1/models lists its base models only")
     ap.add_argument("--kv-events", action="store_true",
                     help="publish vLLM KV-cache events over ZeroMQ")
     ap.add_argument("--llamacpp", action="store_true",
@@ -1033,7 +1134,8 @@ def main() -> None:
         lora = {"models": tuple(m for m in a.models.split(",") if m),
                 "max_loras": a.max_loras,
                 "loras": None if a.lora_modules is None else
-                tuple(m for m in a.lora_modules.split(",") if m)}
+                tuple(m for m in a.lora_modules.split(",") if m),
+                "hide_adapters": a.hide_adapters}
         engine = (KvEngine if a.kv_events else Engine)(
             a.name, cache_blocks=a.cache_blocks, **lora)
     srv = EngineServer((a.host, a.port), engine)

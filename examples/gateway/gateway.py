@@ -25,7 +25,9 @@ Behind it, one thread per backend, every 100 ms:
   (`llamacpp:`) or SGLang's names into the router; an engine without
   metrics (llama.cpp without --metrics answers 501) is read from its
   /slots instead (running only), and a late answer (llama.cpp answers
-  between two steps of its loop) is skipped, never a reason to drain.
+  between two steps of its loop) is skipped, never a reason to drain;
+- GET /v1/models, in a fleet that declares models: the LoRA adapters the
+  engine lists and their base models (below).
 
 Models and LoRA adapters: a backend may be declared with the model
 names it serves (vLLM's --served-model-name: a base model and its
@@ -41,6 +43,13 @@ declared or seen, gets 404, as vLLM answers an unknown model. The /metrics
 scrape reads vLLM's `vllm:lora_requests_info` gauge too (the adapters
 running and waiting there, and max_lora) into Router.set_adapters. A fleet
 that declares no models routes every request whatever its `model`.
+
+An adapter's base model, when known, is its model instead: each scrape
+reads the backend's GET /v1/models, where vLLM lists every adapter it
+serves with its base model as `parent` (adapter_parents), and
+--adapter NAME=BASE names it for engines that list none. An adapter
+routed with its base model goes only to the backends that serve that
+base, in a fleet of several base models with adapters too.
 
 A request whose backend refuses it is retried on the router's next
 choice. An engine's error, as an HTTP status or inside a stream (a
@@ -67,7 +76,8 @@ the Prometheus metric set of docs/gateway.md (metrics.py).
 
     python3 gateway.py --policy lora-affinity --models llama-3-8b \\
         --max-loras 4 --backend e1=127.0.0.1:8101 \\
-        --backend e2=127.0.0.1:8102,models=qwen-7b+qwen,max_loras=2
+        --backend e2=127.0.0.1:8102,models=qwen-7b+qwen,max_loras=2 \\
+        --adapter sql-lora=llama-3-8b
 
 Needs the libroute Python package on PYTHONPATH (bindings/python).
 """
@@ -202,6 +212,43 @@ def lora_info(text: str) -> Optional[LoraInfo]:
                     names("waiting_lora_adapters"), max(max_lora, 0))
 
 
+def adapter_parents(data: Union[bytes, str], models: Any
+                    ) -> Optional[Dict[str, str]]:
+    """The adapters an engine's GET /v1/models lists, each with its base
+    model: vLLM lists its base models (`parent` null) and every LoRA
+    adapter it serves (`--lora-modules`, loaded at runtime or resolved)
+    as `{"id": ADAPTER, "parent": BASE, ...}`. An entry counts only when
+    its parent is among `models` (the backend's served names, or the
+    fleet's) and its id is not; None when the answer is no model list."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    rows = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        return None
+    out: Dict[str, str] = {}
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        name, parent = row.get("id"), row.get("parent")
+        if (isinstance(name, str) and name and isinstance(parent, str)
+                and parent in models and name not in models):
+            out[name] = parent
+    return out
+
+
+def parse_adapters(specs: List[str]) -> Dict[str, str]:
+    """--adapter NAME=BASE values as {adapter: base model}."""
+    out: Dict[str, str] = {}
+    for spec in specs:
+        name, eq, base = spec.partition("=")
+        if not eq or not name or not base:
+            raise ValueError(f"{spec!r}: expected NAME=BASE")
+        out[name] = base
+    return out
+
+
 class UnknownModel(Exception):
     """A request's `model` is neither a base model of the fleet nor, in a
     fleet with adapter slots, an adapter: 404, as vLLM answers."""
@@ -277,6 +324,9 @@ class Backend:
         # not declared; a scrape's max_lora may tell).
         self.models, self.max_loras = models, max_loras
         self.adapters: List[str] = []  # its last lora_requests_info
+        # The adapters its last GET /v1/models listed, with their base
+        # model; None while it has listed none (or has no such endpoint).
+        self.parents: Optional[Dict[str, str]] = None
         self.up = True
         # Where its load comes from: "vllm", "llamacpp" or "sglang"
         # (/metrics), "slots" (llama.cpp's /slots), "none", or "" before
@@ -345,7 +395,8 @@ class Gateway:
                  queue_capacity: Optional[int] = None,
                  ttft_slo_s: Optional[Dict[int, float]] = None,
                  objectives: Optional[Dict[str, int]] = None,
-                 dispatch_s: float = 0.1) -> None:
+                 dispatch_s: float = 0.1,
+                 adapters: Optional[Dict[str, str]] = None) -> None:
         # learn_every: Lodestar trains on its first `learn_every` samples
         # and again after each `learn_every` more (None: the library's
         # schedule). engine_tokenizer: text prompts are tokenized by a
@@ -360,6 +411,9 @@ class Gateway:
         # each InferenceObjective name; dispatch_s: the dispatch timer.
         # backends: (name, host, port[, models[, max_loras]]): the model
         # names it serves (none: any) and its LoRA adapter slots.
+        # adapters: {adapter: base model} (--adapter), over what the
+        # engines' /v1/models list; ValueError when a base is none of the
+        # fleet's or an adapter is a base model.
         opts = dict(router_options or {})
         if index_capacity_blocks is not None:
             opts["index_capacity_blocks"] = index_capacity_blocks
@@ -401,6 +455,19 @@ class Gateway:
         # request's model among them is one; any other is an adapter.
         self.base_models = frozenset(m for b in self.backends.values()
                                      for m in b.models)
+        self.adapter_flags = dict(adapters or {})
+        for name, base in self.adapter_flags.items():
+            if base not in self.base_models:
+                self.router.close()
+                raise ValueError(f"adapter {name}: {base!r} is none of "
+                                 "the fleet's base models")
+            if name in self.base_models:
+                self.router.close()
+                raise ValueError(f"adapter {name}: a base model")
+        # Each adapter's base model: the flags', else the one every
+        # backend listing it names (model_of reads it without the lock;
+        # _merge_parents replaces it whole).
+        self.adapter_bases: Dict[str, str] = dict(self.adapter_flags)
         self.ids = itertools.count(1)
         self.tok_turn = itertools.count()
         self.lock = threading.Lock()
@@ -515,6 +582,7 @@ class Gateway:
             try:
                 self.router.observe_rtt(b.id, t1 - t0)
                 self._scrape(b)
+                self._models(b)
             except libroute.ClosedError:
                 return
             except libroute.LrError:
@@ -568,6 +636,42 @@ class Gateway:
         except (libroute.InvalidArgumentError, libroute.OutOfRangeError):
             pass
 
+    def _models(self, b: Backend) -> None:
+        """The adapters b's GET /v1/models lists, with their base models
+        (adapter_parents; a parent counts when b serves it, or, for a
+        backend that declares no models, when the fleet does): an
+        adapter loaded at runtime is known from the next scrape, one
+        unloaded forgotten. A fleet that declares no models routes by
+        none and does not ask; a late or failed answer is skipped."""
+        if not self.base_models:
+            return
+        try:
+            status, data = self._fetch(b, "GET", "/v1/models",
+                                       timeout=2 * self.probe_timeout_s)
+        except OSError:
+            return
+        parents = adapter_parents(data, b.models or self.base_models) \
+            if status == 200 else None
+        if parents is None or parents == (b.parents or {}):
+            return
+        with self.lock:
+            b.parents = parents
+            self._merge_parents()
+
+    def _merge_parents(self) -> None:
+        """adapter_bases anew (caller holds the lock): the flags', then
+        each listed adapter whose backends agree on its base model; one
+        listed with two bases stays unknown (model_of's rule for an
+        adapter of no known base)."""
+        listed: Dict[str, Optional[str]] = {}
+        for b in self.backends.values():
+            for name, base in (b.parents or {}).items():
+                listed[name] = (base if listed.get(name, base) == base
+                                else None)
+        bases = {n: p for n, p in listed.items() if p is not None}
+        bases.update(self.adapter_flags)
+        self.adapter_bases = bases
+
     def _slots(self, b: Backend) -> Optional[Tuple[int, int, float, str]]:
         """Running requests from llama.cpp's /slots (busy slots)."""
         try:
@@ -607,12 +711,13 @@ class Gateway:
                                                       Optional[str]]:
         """(model, adapter) for the router from a request's `model`: a
         base model of the fleet is the model; any other name is a LoRA
-        adapter (vLLM serves adapters under their own names), routed to a
-        model that every backend with adapter slots serves, or to any
-        backend when they serve none in common. A fleet that declares no
-        models routes by no model; a name that is no base model where no
-        backend has adapter slots (declared or scraped) raises
-        UnknownModel."""
+        adapter (vLLM serves adapters under their own names), routed to
+        its base model when known (--adapter, or the engines' /v1/models:
+        adapter_bases), else to a model that every backend with adapter
+        slots serves, or to any backend when they serve none in common.
+        A fleet that declares no models routes by no model; a name of no
+        known base that is no base model, where no backend has adapter
+        slots (declared or scraped), raises UnknownModel."""
         name = body.get("model")
         if not self.base_models or name is None or name == "":
             return None, None
@@ -620,6 +725,9 @@ class Gateway:
             raise ValueError("model: expected a string")
         if name in self.base_models:
             return name, None
+        base = self.adapter_bases.get(name)
+        if base is not None:
+            return base, name
         lora = [b for b in self.backends.values()
                 if b.max_loras > 0 or b.adapters]
         if not lora:
@@ -762,6 +870,8 @@ class Gateway:
             "inflight": s.inflight,
             "adapter_routes": s.adapter_routes,
             "adapter_loads": s.adapter_loads,
+            # Each adapter's base model (--adapter, /v1/models).
+            "adapter_bases": dict(sorted(self.adapter_bases.items())),
             "retries": self.retries,
             "failures": self.failures,
             "restored": self.restored,
@@ -1250,7 +1360,8 @@ def add_engine_args(ap: argparse.ArgumentParser) -> None:
 
 def engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
     return {"engine_tokenizer": a.tokenize, "timeout_s": a.timeout,
-            "dead_after_s": a.dead_after}
+            "dead_after_s": a.dead_after,
+            "adapters": getattr(a, "adapters", None)}
 
 
 def add_queue_args(ap: argparse.ArgumentParser) -> None:
@@ -1396,6 +1507,12 @@ def main() -> None:
                     help="every backend's LoRA adapter slots (vLLM's "
                          "--max-loras; default 0: not declared, a scrape "
                          "of vllm:lora_requests_info tells)")
+    ap.add_argument("--adapter", action="append", default=[],
+                    metavar="NAME=BASE",
+                    help="LoRA adapter NAME is of base model BASE (one of "
+                         "the fleet's): its requests go only to the "
+                         "backends serving BASE; over what the engines' "
+                         "GET /v1/models lists (repeat)")
     add_fleet_args(ap)
     ap.add_argument("--index-capacity-blocks", type=int, default=None,
                     help="prefix index capacity in blocks (library default)")
@@ -1405,12 +1522,21 @@ def main() -> None:
     add_queue_args(ap)
     a = ap.parse_args()
     queue = queue_kwargs(ap, a)
+    try:
+        a.adapters = parse_adapters(a.adapter)
+    except ValueError as e:
+        ap.error(f"--adapter {e}")
     backends = []
     for spec in a.backend:
         try:
             backends.append(parse_backend(spec, a.models, a.max_loras))
         except ValueError as e:
             ap.error(f"--backend {spec!r}: {e}")
+    bases = {m for spec in backends for m in spec[3]}
+    for name, base in a.adapters.items():
+        if base not in bases or name in bases:
+            ap.error(f"--adapter {name}={base}: BASE must be one of the "
+                     "fleet's base models (--models, models=), NAME none")
     stoppers: List[Any] = []
     if a.redis or a.kv_events:
         gw, stoppers = start_fleet(a, backends, a.policy, queue)

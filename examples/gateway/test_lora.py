@@ -10,6 +10,11 @@ gateway on loopback.
 - an unknown model gets 404 (the gateway's own where no backend has
   adapter slots, else the engine's, as vLLM answers an unknown adapter);
 - /metrics counts adapter routes and loads;
+- in a fleet of two base models that both serve adapters, an adapter's
+  base model comes from the engines' GET /v1/models (adapters loaded at
+  runtime too) or from --adapter, and its requests reach only the
+  backends of that base; an adapter nobody lists keeps the rule of an
+  adapter of no known base, as does one listed under two bases;
 - in precise mode an engine's KV events of an adapter's blocks (vLLM's
   lora_name and extra keys) reach the router keyed as the adapter's
   requests: the same prompt under that adapter finds them, under another
@@ -23,12 +28,13 @@ import json
 import threading
 import time
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import libroute
 import fleet
 from fake_engine import Engine, EngineServer, KvEngine
-from gateway import Gateway, GatewayServer, lora_info, parse_backend
+from gateway import (Gateway, GatewayServer, adapter_parents, lora_info,
+                     parse_adapters, parse_backend)
 from test_gateway import get, post, serve
 
 
@@ -74,20 +80,49 @@ class Parsing(unittest.TestCase):
                          (["code"], ["sql"], 4))
         self.assertIsNone(lora_info("vllm:num_requests_running 1\n"))
 
+    def test_adapter_parents(self) -> None:
+        # vLLM's GET /v1/models: base models (parent null), then adapters
+        listing = json.dumps({"object": "list", "data": [
+            {"id": "llama", "object": "model", "root": "/m/llama",
+             "parent": None},
+            {"id": "sql", "object": "model", "root": "/a/sql",
+             "parent": "llama"},
+            {"id": "alien", "root": "/a/alien", "parent": "mistral"},
+            {"id": "llama", "parent": "llama"},
+            {"id": "", "parent": "llama"},
+            {"id": 7, "parent": "llama"},
+            {"id": "chat", "parent": "llama", "root": "/a/chat"},
+            "junk"]})
+        self.assertEqual(adapter_parents(listing, ("llama",)),
+                         {"sql": "llama", "chat": "llama"})
+        self.assertEqual(adapter_parents(listing.encode(), ("qwen",)), {})
+        for bad in ("", "[]", '{"data": 1}', "{"):
+            self.assertIsNone(adapter_parents(bad, ("llama",)))
+        self.assertEqual(parse_adapters(["sql=llama", "x=qwen"]),
+                         {"sql": "llama", "x": "qwen"})
+        for bad in ("sql", "=llama", "sql="):
+            with self.assertRaises(ValueError):
+                parse_adapters([bad])
+
 
 class LoraEndToEnd(unittest.TestCase):
 
+    def setUp(self) -> None:
+        self.engines: List[EngineServer] = []
+        self.sub = None
+        self.gsrv = None
+
     def start(self, engines: List[Engine], backends: List[tuple],
-              policy: str = "aibrix-lora", learn: bool = True) -> None:
-        self.engines = []
+              policy: str = "aibrix-lora", learn: bool = True,
+              adapters: Optional[Dict[str, str]] = None) -> None:
         for e in engines:
             srv = EngineServer(("127.0.0.1", 0), e)
             serve(srv)
             self.engines.append(srv)
         specs = [(name, "127.0.0.1", s.server_address[1], *rest)
                  for (name, *rest), s in zip(backends, self.engines)]
-        self.gw = Gateway(specs, policy=policy, scrape_s=0.05, learn=learn)
-        self.sub = None
+        self.gw = Gateway(specs, policy=policy, scrape_s=0.05, learn=learn,
+                          adapters=adapters)
         self.gsrv = GatewayServer(("127.0.0.1", 0), self.gw)
         serve(self.gsrv)
         self.port = self.gsrv.server_address[1]
@@ -98,9 +133,10 @@ class LoraEndToEnd(unittest.TestCase):
         for s in self.engines:
             if isinstance(s.engine, KvEngine):
                 s.engine.kv.close()
-        self.gsrv.shutdown()
-        self.gsrv.server_close()
-        self.gw.close()
+        if self.gsrv is not None:
+            self.gsrv.shutdown()
+            self.gsrv.server_close()
+            self.gw.close()
         for s in self.engines:
             s.shutdown()
             s.server_close()
@@ -216,6 +252,125 @@ class LoraEndToEnd(unittest.TestCase):
         out = complete(self.port, "code", "def g(): " * 20)
         self.assertEqual(out["backend"], "e2")
         self.assertFalse(out["usage"]["lora_loaded"])
+
+    def two_bases(self, hide: bool = False, policy: str = "round-robin",
+                  adapters: Optional[Dict[str, str]] = None) -> None:
+        """e0, e1 serve llama-3-8b and e2, e3 qwen-7b, each base with its
+        own adapters and every engine with adapter slots: no model is
+        common to the backends with slots. hide: the engines' /v1/models
+        list no adapters."""
+        def engine(n: str, base: str, loras: tuple) -> Engine:
+            return Engine(n, models=(base,), max_loras=2, loras=loras,
+                          hide_adapters=hide)
+        llama, qwen = ("sql", "chat"), ("summarize", "translate")
+        self.start([engine("e0", "llama-3-8b", llama),
+                    engine("e1", "llama-3-8b", llama),
+                    engine("e2", "qwen-7b", qwen),
+                    engine("e3", "qwen-7b", qwen)],
+                   [("e0", ("llama-3-8b",), 2), ("e1", ("llama-3-8b",), 2),
+                    ("e2", ("qwen-7b",), 2), ("e3", ("qwen-7b",), 2)],
+                   policy=policy, adapters=adapters)
+
+    def wait_bases(self, want: Dict[str, str]) -> None:
+        """Until the scrapes have read `want` from the engines."""
+        deadline = time.monotonic() + 10
+        while True:
+            got = get(self.port, "/status")["adapter_bases"]
+            if all(got.get(k) == v for k, v in want.items()):
+                return
+            self.assertLess(time.monotonic(), deadline,
+                            f"adapter bases {got}, want {want}")
+            time.sleep(0.02)
+
+    def check_homes(self, n: int = 6) -> None:
+        """n requests of each adapter, each to its base's backends only,
+        both of them used (round-robin)."""
+        homes = {"sql": {"e0", "e1"}, "chat": {"e0", "e1"},
+                 "summarize": {"e2", "e3"}, "translate": {"e2", "e3"}}
+        for adapter, home in homes.items():
+            seen = set()
+            for i in range(n):
+                out = complete(self.port, adapter, f"{adapter} {i} " * 20)
+                self.assertIn(out["backend"], home, f"{adapter} {i}")
+                self.assertEqual(out["usage"]["lora"], adapter)
+                seen.add(out["backend"])
+            self.assertEqual(seen, home, adapter)
+
+    def test_two_bases_listed(self) -> None:
+        self.two_bases()
+        self.wait_bases({"sql": "llama-3-8b", "chat": "llama-3-8b",
+                         "summarize": "qwen-7b", "translate": "qwen-7b"})
+        self.assertEqual(self.gw.model_of({"model": "chat"}),
+                         ("llama-3-8b", "chat"))
+        self.check_homes()
+        for m, home in (("llama-3-8b", {"e0", "e1"}),
+                        ("qwen-7b", {"e2", "e3"})):
+            self.assertIn(complete(self.port, m, "base " * 20)["backend"],
+                          home)
+        # An adapter nobody lists: no known base, and no model the
+        # backends with slots share, so any backend (the rule of an
+        # adapter of no known base).
+        self.assertEqual(self.gw.model_of({"model": "mystery"}),
+                         (None, "mystery"))
+        # One loaded at runtime (vLLM's /v1/load_lora_adapter) on the
+        # qwen engines: known from their next scrape, and routed there.
+        for s in self.engines[2:]:
+            status, _, data = post(s.server_address[1],
+                                   "/v1/load_lora_adapter",
+                                   {"lora_name": "poet",
+                                    "lora_path": "/adapters/poet"})
+            self.assertEqual(status, 200, data)
+        self.wait_bases({"poet": "qwen-7b"})
+        for i in range(4):
+            out = complete(self.port, "poet", f"verse {i} " * 20)
+            self.assertIn(out["backend"], ("e2", "e3"))
+        # Unloaded everywhere: forgotten at the next scrape.
+        for s in self.engines[2:]:
+            status, _, _ = post(s.server_address[1],
+                                "/v1/unload_lora_adapter",
+                                {"lora_name": "poet"})
+            self.assertEqual(status, 200)
+        deadline = time.monotonic() + 10
+        while "poet" in get(self.port, "/status")["adapter_bases"]:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        self.assertEqual(self.gw.model_of({"model": "poet"}), (None, "poet"))
+
+    def test_two_bases_flag(self) -> None:
+        bases = {"sql": "llama-3-8b", "chat": "llama-3-8b",
+                 "summarize": "qwen-7b", "translate": "qwen-7b"}
+        self.two_bases(hide=True, adapters=bases)
+        # the engines list no adapters: the flags alone, from the start
+        models = get(self.engines[0].server_address[1], "/v1/models")
+        self.assertEqual([m["id"] for m in models["data"]], ["llama-3-8b"])
+        self.assertEqual(get(self.port, "/status")["adapter_bases"], bases)
+        self.check_homes()
+        self.assertEqual(self.gw.model_of({"model": "mystery"}),
+                         (None, "mystery"))
+        with self.assertRaises(ValueError):
+            Gateway([("x", "127.0.0.1", 1, ("llama",))],
+                    adapters={"sql": "qwen"})
+        with self.assertRaises(ValueError):
+            Gateway([("x", "127.0.0.1", 1, ("llama",))],
+                    adapters={"llama": "llama"})
+
+    def test_two_bases_conflict(self) -> None:
+        # "dup" listed under both bases is ambiguous: no known base, until
+        # a flag names one.
+        self.two_bases()
+        for s in (self.engines[0], self.engines[2]):
+            post(s.server_address[1], "/v1/load_lora_adapter",
+                 {"lora_name": "dup", "lora_path": "/adapters/dup"})
+        deadline = time.monotonic() + 10
+        while not all("dup" in (b.parents or {})
+                      for b in self.gw.backends.values()
+                      if b.name in ("e0", "e2")):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        self.assertEqual(self.gw.model_of({"model": "dup"}), (None, "dup"))
+        self.assertNotIn("dup", get(self.port, "/status")["adapter_bases"])
+        self.assertEqual(self.gw.model_of({"model": "sql"}),
+                         ("llama-3-8b", "sql"))
 
     def test_adapter_kv_events(self) -> None:
         try:

@@ -68,6 +68,11 @@ type Config struct {
 	Objectives map[string]int
 	// The dispatch timer's period while requests wait.
 	DispatchEvery time.Duration
+	// Each LoRA adapter's base model (-adapter NAME=BASE), over what the
+	// engines' GET /v1/models list: its requests go only to the backends
+	// serving BASE (lora.go). Every BASE is one of the fleet's base
+	// models, no NAME is.
+	Adapters map[string]string
 }
 
 // BackendSpec names one engine.
@@ -102,6 +107,9 @@ type Backend struct {
 	Models      []string
 	maxLoRAs    atomic.Uint32
 	adapterSeen atomic.Bool
+	// The adapters its last GET /v1/models listed, with their base model
+	// (nil while it has listed none); under the gateway's parentsMu.
+	parents map[string]string
 }
 
 func (b *Backend) metricsKind() string {
@@ -116,6 +124,11 @@ type Gateway struct {
 	byID     map[libroute.InstanceID]*Backend
 	// The fleet's base models: every backend's served names (lora.go).
 	baseModels map[string]bool
+	// Each adapter's base model: Config.Adapters, else the one every
+	// backend listing it names (lora.go); replaced whole under
+	// parentsMu, read by modelOf without a lock.
+	adapterBases atomic.Pointer[map[string]string]
+	parentsMu    sync.Mutex
 	// nil with NoLibroute.
 	router *libroute.Router
 	// nil with NoQueue or NoLibroute.
@@ -220,6 +233,12 @@ func NewGateway(cfg Config) (*Gateway, error) {
 		b.lastAnswer.Store(time.Now().UnixNano())
 		g.backends = append(g.backends, b)
 		g.byID[b.ID] = b
+	}
+	if err := g.checkAdapters(); err != nil {
+		if g.router != nil {
+			g.router.Close()
+		}
+		return nil, err
 	}
 	g.metrics = NewMetrics(g.router, g.backendRows, g.policyNames, g.reasonNames)
 	if g.router != nil && !cfg.NoQueue {
@@ -441,8 +460,9 @@ func clampU32(v float64) uint32 {
 // connection or a status other than 200, such as llama.cpp's 503 while it
 // loads, drains it at once; silence only after DeadAfter); then its load
 // from /metrics, or /slots for an engine without metrics (llama.cpp
-// without --metrics answers 501). A late or failed load answer is
-// skipped, never a reason to drain.
+// without --metrics answers 501), and the adapters its /v1/models lists
+// (scrapeModels). A late or failed load answer is skipped, never a reason
+// to drain.
 func (g *Gateway) watch(b *Backend) {
 	defer g.wg.Done()
 	for {
@@ -479,6 +499,7 @@ func (g *Gateway) watch(b *Backend) {
 			_ = g.router.SetStats(b.ID, st)
 			g.kick()
 		}
+		g.scrapeModels(b)
 	}
 }
 
@@ -1143,11 +1164,12 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
 		Inflight      uint64            `json:"inflight"`
 		AdapterRoutes uint64            `json:"adapter_routes"`
 		AdapterLoads  uint64            `json:"adapter_loads"`
+		AdapterBases  map[string]string `json:"adapter_bases"`
 		Retries       uint64            `json:"retries"`
 		Failures      uint64            `json:"failures"`
 		Queue         *queueStatus      `json:"queue,omitempty"`
 	}{Policy: "none (host round-robin)", Reasons: map[string]uint64{}, Retries: g.retries.Load(),
-		Failures: g.failures.Load()}
+		Failures: g.failures.Load(), AdapterBases: *g.adapterBases.Load()}
 	for _, b := range g.backends {
 		row := backend{Name: b.Name, ID: uint32(b.ID), Up: b.up.Load(), Metrics: b.metricsKind(),
 			Cached: cachedTokens{b.predicted.Load(), b.observed.Load(), b.reports.Load()},

@@ -11,13 +11,22 @@ package main
 // has adapter slots (declared, or seen in a scrape), gets 404 as vLLM
 // answers an unknown model. A fleet that declares no models routes every
 // request whatever its model.
+//
+// An adapter's base model, when known, is its model instead: each scrape
+// reads the backend's GET /v1/models, where vLLM lists every adapter it
+// serves with its base model as "parent" (parseModelList), and -adapter
+// NAME=BASE names it for engines that list none. An adapter routed with
+// its base model goes only to the backends that serve that base, in a
+// fleet of several base models with adapters too.
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"regexp"
 	"sort"
 	"strconv"
@@ -71,14 +80,143 @@ func splitNames(s, sep string) []string {
 	return out
 }
 
+// parseAdapters reads -adapter NAME=BASE values as {adapter: base model}.
+func parseAdapters(specs []string) (map[string]string, error) {
+	out := make(map[string]string, len(specs))
+	for _, v := range specs {
+		name, base, ok := strings.Cut(v, "=")
+		if !ok || name == "" || base == "" {
+			return nil, fmt.Errorf("%q: expected NAME=BASE", v)
+		}
+		out[name] = base
+	}
+	return out, nil
+}
+
+// checkAdapters checks Config.Adapters against the fleet's base models
+// (each BASE one, no NAME one) and starts adapterBases with them.
+func (g *Gateway) checkAdapters() error {
+	bases := make(map[string]string, len(g.cfg.Adapters))
+	for name, base := range g.cfg.Adapters {
+		if !g.baseModels[base] {
+			return fmt.Errorf("adapter %s: %q is none of the fleet's base models", name, base)
+		}
+		if g.baseModels[name] {
+			return fmt.Errorf("adapter %s: a base model", name)
+		}
+		bases[name] = base
+	}
+	g.adapterBases.Store(&bases)
+	return nil
+}
+
+// parseModelList reads the adapters of an engine's GET /v1/models, each
+// with its base model: vLLM lists its base models ("parent" null) and
+// every LoRA adapter it serves (--lora-modules, loaded at runtime or
+// resolved) as {"id": ADAPTER, "parent": BASE, ...}. An entry counts only
+// when its parent is among models (the backend's served names, or the
+// fleet's) and its id is not; ok false when the answer is no model list.
+func parseModelList(data []byte, models map[string]bool) (parents map[string]string, ok bool) {
+	var doc struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if json.Unmarshal(data, &doc) != nil || doc.Data == nil {
+		return nil, false
+	}
+	parents = map[string]string{}
+	for _, raw := range doc.Data {
+		var row struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		}
+		if json.Unmarshal(raw, &row) != nil || row.ID == "" || row.Parent == nil {
+			continue
+		}
+		if models[*row.Parent] && !models[row.ID] {
+			parents[row.ID] = *row.Parent
+		}
+	}
+	return parents, true
+}
+
+// scrapeModels reads the adapters b's GET /v1/models lists, with their
+// base models (a parent counts when b serves it, or, for a backend that
+// declares no models, when the fleet does): an adapter loaded at runtime
+// is known from the next scrape, one unloaded forgotten. A fleet that
+// declares no models routes by none and does not ask; a late or failed
+// answer is skipped.
+func (g *Gateway) scrapeModels(b *Backend) {
+	if len(g.baseModels) == 0 {
+		return
+	}
+	code, data, err := g.fetch(b, http.MethodGet, "/v1/models", nil, 2*g.cfg.ProbeTimeout)
+	if err != nil || code != http.StatusOK {
+		return
+	}
+	models := g.baseModels
+	if len(b.Models) > 0 {
+		models = make(map[string]bool, len(b.Models))
+		for _, m := range b.Models {
+			models[m] = true
+		}
+	}
+	parents, ok := parseModelList(data, models)
+	g.parentsMu.Lock()
+	defer g.parentsMu.Unlock()
+	if !ok || sameNames(parents, b.parents) {
+		return
+	}
+	b.parents = parents
+	// adapterBases anew: the flags', then each listed adapter whose
+	// backends agree on its base model; one listed with two bases stays
+	// unknown (modelOf's rule for an adapter of no known base).
+	listed := map[string]string{}
+	for _, o := range g.backends {
+		for name, base := range o.parents {
+			if prev, seen := listed[name]; seen && prev != base {
+				base = ""
+			}
+			listed[name] = base
+		}
+	}
+	bases := make(map[string]string, len(listed)+len(g.cfg.Adapters))
+	for name, base := range listed {
+		if base != "" {
+			bases[name] = base
+		}
+	}
+	for name, base := range g.cfg.Adapters {
+		bases[name] = base
+	}
+	g.adapterBases.Store(&bases)
+}
+
+// sameNames says whether a and b hold the same pairs (nil as empty).
+func sameNames(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
 // modelOf is the router's model and adapter for a request's model name
-// (see the file's comment); errUnknownModel when it is neither.
+// (see the file's comment): an adapter of a known base model (adapterBases)
+// has that model; errUnknownModel when the name is neither a base model
+// nor, in a fleet with adapter slots, an adapter.
 func (g *Gateway) modelOf(name string) (model, adapter string, err error) {
 	if len(g.baseModels) == 0 || name == "" {
 		return "", "", nil
 	}
 	if g.baseModels[name] {
 		return name, "", nil
+	}
+	if base, ok := (*g.adapterBases.Load())[name]; ok {
+		return base, name, nil
 	}
 	var common map[string]bool // the models every LoRA backend serves
 	lora := false

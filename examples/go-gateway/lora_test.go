@@ -2,7 +2,7 @@ package main
 
 // Models and LoRA adapters end to end, as examples/gateway/test_lora.py:
 // fake vLLM engines (fake_engine.py --models, --max-loras,
-// --lora-modules) behind the gateway.
+// --lora-modules, --hide-adapters) behind the gateway.
 
 import (
 	"encoding/json"
@@ -244,5 +244,211 @@ func TestParseBackendAndLoRAInfo(t *testing.T) {
 	}
 	if _, ok := parseLoRAInfo([]byte("vllm:num_requests_running 1\n")); ok {
 		t.Error("lora info found where there is none")
+	}
+}
+
+// twoBaseFleet: e0, e1 serve llama-3-8b and e2, e3 qwen-7b, each base with
+// its own adapters and every engine with adapter slots, so no model is
+// common to the backends with slots; round-robin spreads every request
+// over the backends its model allows. args go to every engine.
+func twoBaseFleet(t *testing.T, cfg Config, args ...string) (*Gateway, string, []*engine) {
+	t.Helper()
+	var engines []*engine
+	for i, name := range []string{"e0", "e1", "e2", "e3"} {
+		base, loras := "llama-3-8b", "sql,chat"
+		if i >= 2 {
+			base, loras = "qwen-7b", "summarize,translate"
+		}
+		e := startEngine(t, name, 0, append([]string{"--models", base, "--max-loras", "2",
+			"--lora-modules", loras}, args...)...)
+		engines = append(engines, e)
+		cfg.Backends = append(cfg.Backends, BackendSpec{Name: name,
+			Addr: fmt.Sprintf("127.0.0.1:%d", e.port), Models: []string{base}, MaxLoRAs: 2})
+	}
+	cfg.Policy, cfg.ScrapeEvery = "round-robin", 50*time.Millisecond
+	g, err := NewGateway(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(func() { srv.Close(); g.Close() })
+	return g, srv.URL, engines
+}
+
+// adapterBases is /status's adapter_bases.
+func adapterBases(t *testing.T, url string) map[string]string {
+	t.Helper()
+	var st struct {
+		AdapterBases map[string]string `json:"adapter_bases"`
+	}
+	getJSON(t, url+"/status", &st)
+	return st.AdapterBases
+}
+
+// waitBases waits until the scrapes have read want (a base of "" : until
+// the adapter is not known).
+func waitBases(t *testing.T, url string, want map[string]string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, done := adapterBases(t, url), true
+		for k, v := range want {
+			if b, ok := got[k]; v == "" && ok || v != "" && b != v {
+				done = false
+			}
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adapter bases %v, want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkHomes sends n requests of each adapter: each reaches only its
+// base's backends, and both of them serve some.
+func checkHomes(t *testing.T, url string, n int) {
+	t.Helper()
+	homes := map[string][2]string{"sql": {"e0", "e1"}, "chat": {"e0", "e1"},
+		"summarize": {"e2", "e3"}, "translate": {"e2", "e3"}}
+	for adapter, home := range homes {
+		seen := map[string]bool{}
+		for i := 0; i < n; i++ {
+			a := complete(t, url, adapter, strings.Repeat(fmt.Sprintf("%s %d ", adapter, i), 20))
+			if a.Backend != home[0] && a.Backend != home[1] || a.Usage.LoRA == nil || *a.Usage.LoRA != adapter {
+				t.Fatalf("%s request %d: %+v, want %v", adapter, i, a, home)
+			}
+			seen[a.Backend] = true
+		}
+		if len(seen) != 2 {
+			t.Errorf("%s served by %v only", adapter, seen)
+		}
+	}
+}
+
+func loraAdmin(t *testing.T, e *engine, path, name string) {
+	t.Helper()
+	code, _, data := post(t, fmt.Sprintf("http://127.0.0.1:%d%s", e.port, path),
+		map[string]any{"lora_name": name, "lora_path": "/adapters/" + name})
+	if code != 200 {
+		t.Fatalf("%s %s on %s: HTTP %d: %s", path, name, e.name, code, data)
+	}
+}
+
+func TestLoRATwoBasesListed(t *testing.T) {
+	g, url, engines := twoBaseFleet(t, Config{})
+	waitBases(t, url, map[string]string{"sql": "llama-3-8b", "chat": "llama-3-8b",
+		"summarize": "qwen-7b", "translate": "qwen-7b"})
+	if m, a, err := g.modelOf("chat"); m != "llama-3-8b" || a != "chat" || err != nil {
+		t.Errorf("modelOf(chat) = %q %q %v", m, a, err)
+	}
+	checkHomes(t, url, 6)
+	// An adapter nobody lists: no known base, and no model the backends
+	// with slots share, so any backend (the rule of an adapter of no
+	// known base).
+	if m, a, err := g.modelOf("mystery"); m != "" || a != "mystery" || err != nil {
+		t.Errorf("modelOf(mystery) = %q %q %v", m, a, err)
+	}
+	// One loaded at runtime (vLLM's /v1/load_lora_adapter) on the qwen
+	// engines: known from their next scrape, and routed there.
+	for _, e := range engines[2:] {
+		loraAdmin(t, e, "/v1/load_lora_adapter", "poet")
+	}
+	waitBases(t, url, map[string]string{"poet": "qwen-7b"})
+	for i := 0; i < 4; i++ {
+		if a := complete(t, url, "poet", strings.Repeat(fmt.Sprintf("verse %d ", i), 20)); a.Backend != "e2" && a.Backend != "e3" {
+			t.Fatalf("poet request %d went to %s", i, a.Backend)
+		}
+	}
+	// Unloaded: forgotten at the next scrape.
+	for _, e := range engines[2:] {
+		loraAdmin(t, e, "/v1/unload_lora_adapter", "poet")
+	}
+	waitBases(t, url, map[string]string{"poet": ""})
+	// Listed under both bases: ambiguous, no known base.
+	loraAdmin(t, engines[0], "/v1/load_lora_adapter", "dup")
+	loraAdmin(t, engines[2], "/v1/load_lora_adapter", "dup")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		g.parentsMu.Lock()
+		both := g.backends[0].parents["dup"] != "" && g.backends[2].parents["dup"] != ""
+		g.parentsMu.Unlock()
+		if both {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the scrapes never listed dup")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m, _, _ := g.modelOf("dup"); m != "" {
+		t.Errorf("dup, listed under two bases, has base %q", m)
+	}
+	if _, ok := adapterBases(t, url)["dup"]; ok {
+		t.Error("dup in adapter_bases")
+	}
+}
+
+func TestLoRATwoBasesFlag(t *testing.T) {
+	bases := map[string]string{"sql": "llama-3-8b", "chat": "llama-3-8b",
+		"summarize": "qwen-7b", "translate": "qwen-7b"}
+	g, url, engines := twoBaseFleet(t, Config{Adapters: bases}, "--hide-adapters")
+	// the engines list no adapters: the flags alone, from the start
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	getJSON(t, fmt.Sprintf("http://127.0.0.1:%d/v1/models", engines[0].port), &list)
+	if len(list.Data) != 1 || list.Data[0].ID != "llama-3-8b" {
+		t.Errorf("e0 lists %+v", list.Data)
+	}
+	if got := adapterBases(t, url); !reflect.DeepEqual(got, bases) {
+		t.Errorf("adapter_bases %v", got)
+	}
+	checkHomes(t, url, 6)
+	if m, a, err := g.modelOf("mystery"); m != "" || a != "mystery" || err != nil {
+		t.Errorf("modelOf(mystery) = %q %q %v", m, a, err)
+	}
+	for _, bad := range []map[string]string{{"sql": "qwen"}, {"llama": "llama"}} {
+		_, err := NewGateway(Config{Policy: "round-robin", Adapters: bad,
+			Backends: []BackendSpec{{Name: "x", Addr: "127.0.0.1:1", Models: []string{"llama"}}}})
+		if err == nil {
+			t.Errorf("adapters %v accepted", bad)
+		}
+	}
+}
+
+func TestParseModelListAndAdapters(t *testing.T) {
+	// vLLM's GET /v1/models: base models (parent null), then adapters
+	listing := []byte(`{"object": "list", "data": [
+		{"id": "llama", "object": "model", "root": "/m/llama", "parent": null},
+		{"id": "sql", "object": "model", "root": "/a/sql", "parent": "llama"},
+		{"id": "alien", "root": "/a/alien", "parent": "mistral"},
+		{"id": "llama", "parent": "llama"},
+		{"id": "", "parent": "llama"},
+		{"id": 7, "parent": "llama"},
+		{"id": "chat", "parent": "llama", "root": "/a/chat"},
+		"junk"]}`)
+	got, ok := parseModelList(listing, map[string]bool{"llama": true})
+	if !ok || !reflect.DeepEqual(got, map[string]string{"sql": "llama", "chat": "llama"}) {
+		t.Errorf("parseModelList: %v, %v", got, ok)
+	}
+	if got, ok := parseModelList(listing, map[string]bool{"qwen": true}); !ok || len(got) != 0 {
+		t.Errorf("parseModelList, qwen: %v, %v", got, ok)
+	}
+	for _, bad := range []string{"", "[]", `{"data": 1}`, "{"} {
+		if _, ok := parseModelList([]byte(bad), map[string]bool{"llama": true}); ok {
+			t.Errorf("%q read as a model list", bad)
+		}
+	}
+	a, err := parseAdapters([]string{"sql=llama", "x=qwen"})
+	if err != nil || !reflect.DeepEqual(a, map[string]string{"sql": "llama", "x": "qwen"}) {
+		t.Errorf("parseAdapters: %v, %v", a, err)
+	}
+	for _, bad := range []string{"sql", "=llama", "sql="} {
+		if _, err := parseAdapters([]string{bad}); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
 	}
 }

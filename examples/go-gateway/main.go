@@ -12,7 +12,8 @@
 // request's "model" that names a base model of the fleet (-models, or
 // ",models=A+B" after a backend's address) goes to the backends that
 // serve it; any other name is a LoRA adapter (lora.go), whose residency
-// the engines' vllm:lora_requests_info reports. GET
+// the engines' vllm:lora_requests_info reports and whose base model their
+// GET /v1/models lists (or -adapter NAME=BASE names). GET
 // /status shows the backends and the router's counters, GET /metrics the
 // Prometheus metric set of docs/gateway.md. See README.md.
 package main
@@ -76,7 +77,9 @@ func main() {
 	flag.Float64Var(&cfg.SaturationKV, "saturation-kv", 0,
 		"... or its scrape's KV-cache use at this share (0.01..1; 0: the library's default, 0.8)")
 	queueCap := flag.Uint("queue-capacity", 0, "requests waiting at once; more get 429 (0: the library's default, 4096)")
-	var slo, objectives stringsFlag
+	var slo, objectives, adapters stringsFlag
+	flag.Var(&adapters, "adapter",
+		"NAME=BASE: LoRA adapter NAME is of base model BASE (one of the fleet's): its requests go only to the backends serving BASE; over what the engines' GET /v1/models lists (repeat)")
 	flag.Var(&slo, "ttft-slo",
 		"[URGENCY=]MS: the deadline of that urgency's requests (0..7; without it: every urgency) that carry no x-slo-ttft-ms header; past it a waiting request gets 429 (default: -timeout; repeat)")
 	flag.Var(&objectives, "objective",
@@ -108,6 +111,9 @@ func main() {
 	var err error
 	if cfg.TTFTSLO, err = parseSLO(slo); err == nil {
 		cfg.Objectives, err = parseObjectives(objectives)
+	}
+	if err == nil {
+		cfg.Adapters, err = parseAdapters(adapters)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go-gateway:", err)
