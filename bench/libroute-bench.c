@@ -47,7 +47,7 @@
  *                           engine-hash map included
  *
  * Router cases route 8k-token prompts through a router whose index holds
- * 1M block routes, at 8 and 64 instances, for every policy:
+ * 1M block routes, at 8, 64, 1,024 and 4,096 instances, for every policy:
  *   route_<policy>_<instances>  one lr_router_route() as a gateway calls
  *                               it: hash, match, decide, learn, dispatch.
  *                               The prompt is a held conversation with its
@@ -1057,6 +1057,8 @@ main(int argc, char **argv)
     bench_kv(quick);
     bench_router(quick, 8);
     bench_router(quick, 64);
+    bench_router(quick, 1024);
+    bench_router(quick, 4096);
     bench_lodestar(quick);
     bench_decide(quick);
     return 0;
