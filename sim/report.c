@@ -29,6 +29,8 @@ static const struct col cols[] = {
     COL("p50", 7, 3, BEST_MIN, 1, ttft_p50_s),
     COL("p95", 7, 3, BEST_MIN, 1, ttft_p95_s),
     COL("p99", 7, 3, BEST_MIN, 1, ttft_p99_s),
+    COL("mean", 7, 4, BEST_MIN, 1, tpot_mean_s),
+    COL("p99", 7, 4, BEST_MIN, 1, tpot_p99_s),
     COL("p50", 7, 2, BEST_MIN, 1, e2e_p50_s),
     COL("p95", 7, 2, BEST_MIN, 1, e2e_p95_s),
     COL("hit%", 6, 1, BEST_MAX, 100, cache_hit_rate),
@@ -37,6 +39,51 @@ static const struct col cols[] = {
     COL("good/s", 7, 2, BEST_MAX, 1, goodput_rps),
 };
 #define NCOLS (sizeof cols / sizeof cols[0])
+
+/* The columns' groups, left to right: a heading over each and a '|' after
+ * each; the columns after the last group have neither (route() follows
+ * them). */
+static const struct group {
+    const char *head;
+    size_t n;
+} groups[] = {
+    { "TTFT (s)", 4 },
+    { "TPOT (s)", 2 },
+    { "E2E (s)", 2 },
+};
+#define NGROUPS (sizeof groups / sizeof groups[0])
+
+/* Does column c end a group? */
+static int
+group_end(size_t c)
+{
+    size_t end = 0;
+    for (size_t g = 0; g < NGROUPS; g++) {
+        end += groups[g].n;
+        if (c + 1 == end)
+            return 1;
+    }
+    return 0;
+}
+
+/* The line of group headings over the columns (each over its group's
+ * first column), and route()'s over its column. */
+static void
+group_heads(FILE *f)
+{
+    fprintf(f, "%-22s", "");
+    size_t c = 0;
+    for (size_t g = 0; g < NGROUPS; g++) {
+        int width = 0; /* its columns (with the space before, its '|') */
+        for (size_t k = 0; k < groups[g].n; k++, c++)
+            width += cols[c].width + 2;
+        fprintf(f, " %-*s", width, groups[g].head);
+    }
+    int rest = 0;
+    for (; c < NCOLS; c++)
+        rest += cols[c].width + 2;
+    fprintf(f, "%*s  %9s\n", rest, "", "route()");
+}
 
 static double
 field(const struct sim_result *r, const struct col *c)
@@ -365,12 +412,11 @@ void
 sim_report_table(FILE *f, const struct sim_report *rep)
 {
     table_header(f, rep);
-    fprintf(f, "%-22s %-33s %-17s %-31s %s\n", "",
-            "TTFT (s)", "E2E (s)", "", "route()");
+    group_heads(f);
     fprintf(f, "%-22s", "policy");
     for (size_t c = 0; c < NCOLS; c++) {
         fprintf(f, " %*s ", cols[c].width, cols[c].head);
-        if (c == 3 || c == 5)
+        if (group_end(c))
             fprintf(f, "|");
     }
     int lora = rep->n_runs > 0 && rep->runs[0].has_adapters;
@@ -398,7 +444,7 @@ sim_report_table(FILE *f, const struct sim_report *rep)
                 prec = 1;
             fprintf(f, " %*.*f%c", cols[c].width, prec, v,
                     is_best(rep, k, &cols[c]) ? '*' : ' ');
-            if (c == 3 || c == 5)
+            if (group_end(c))
                 fprintf(f, "|");
         }
         char ns[32];
@@ -417,7 +463,8 @@ sim_report_table(FILE *f, const struct sim_report *rep)
     fprintf(f, "\n* best in its column.  hit%% = prompt tokens the engines "
                "found cached; loadCV = spread of pending\n  prefill tokens "
                "across instances; SLO%% = TTFT < %g s; good/s = requests "
-               "within the SLO per second.\n",
+               "within the SLO per second.\n  TPOT = time per output token "
+               "after the first, of the requests with 2 or more.\n",
             rep->cfg->slo_ttft_s);
     if (lora)
         fprintf(f, "  loads = LoRA adapters the engines loaded (each "
@@ -762,6 +809,12 @@ json_window(FILE *f, const char *name, const struct sim_window *w)
     jnum(f, w->ttft_p50_s);
     fputs(", \"ttft_p99_s\": ", f);
     jnum(f, w->ttft_p99_s);
+    fputs(", \"tpot_mean_s\": ", f);
+    jnum(f, w->tpot_mean_s);
+    fputs(", \"tpot_p50_s\": ", f);
+    jnum(f, w->tpot_p50_s);
+    fputs(", \"tpot_p99_s\": ", f);
+    jnum(f, w->tpot_p99_s);
     fputs(", \"prediction_mae_s\": ", f);
     jnum(f, w->pred_mae);
     fprintf(f, ", \"predicted\": %llu}", (unsigned long long)w->pred_n);
@@ -875,6 +928,10 @@ json_admission(FILE *f, const struct sim_report *rep,
         jnum(f, cr->ttft_mean_s);
         fprintf(f, ", \"ttft_p99_s\": ");
         jnum(f, cr->ttft_p99_s);
+        fprintf(f, ", \"tpot_mean_s\": ");
+        jnum(f, cr->tpot_mean_s);
+        fprintf(f, ", \"tpot_p99_s\": ");
+        jnum(f, cr->tpot_p99_s);
         fprintf(f, ", \"wait_mean_s\": ");
         jnum(f, cr->wait_mean_s);
         fputc('}', f);
@@ -902,6 +959,8 @@ json_admission(FILE *f, const struct sim_report *rep,
         jnum(f, t->slo_attainment);
         fprintf(f, ", \"ttft_mean_s\": ");
         jnum(f, t->ttft_mean_s);
+        fprintf(f, ", \"tpot_mean_s\": ");
+        jnum(f, t->tpot_mean_s);
         fputc('}', f);
     }
     fprintf(f, "%s],\n        \"jain\": ", r->n_tenants ? "\n        " : "");
@@ -947,6 +1006,9 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     JD("ttft_p50_s", r->ttft_p50_s);
     JD("ttft_p95_s", r->ttft_p95_s);
     JD("ttft_p99_s", r->ttft_p99_s);
+    JD("tpot_mean_s", r->tpot_mean_s);
+    JD("tpot_p50_s", r->tpot_p50_s);
+    JD("tpot_p99_s", r->tpot_p99_s);
     JD("e2e_p50_s", r->e2e_p50_s);
     JD("e2e_p95_s", r->e2e_p95_s);
     JD("cache_hit_rate", r->cache_hit_rate);

@@ -561,11 +561,13 @@ on_step(struct run *r, uint32_t i)
         uint64_t arrival = r->w->reqs[q].arrival_us;
         if (r->emit[k].kind == EMIT_FIRST_TOKEN) {
             r->res->ttft_us[q] = back - arrival;
+            r->res->decode_us[q] = r->now; /* until its last token */
             r->res->hit[q] = s->first_hit;
             if (push(r, back, EV_FIRST_TOKEN, i, q, 0) != 0)
                 return -1;
         } else {
             r->res->e2e_us[q] = back - arrival;
+            r->res->decode_us[q] = r->now - r->res->decode_us[q];
             r->res->preemptions += s->preemptions;
             if (push(r, back, EV_COMPLETE, i, q, 0) != 0)
                 return -1;
@@ -1163,6 +1165,7 @@ sim_result_free(struct sim_result *r)
         return;
     free(r->ttft_us);
     free(r->e2e_us);
+    free(r->decode_us);
     free(r->inst);
     free(r->hit);
     free(r->route_ns);
@@ -1183,6 +1186,7 @@ sim_result_drop_requests(struct sim_result *r)
 {
     free(r->ttft_us);
     free(r->e2e_us);
+    free(r->decode_us);
     free(r->inst);
     free(r->hit);
     free(r->route_ns);
@@ -1195,7 +1199,7 @@ sim_result_drop_requests(struct sim_result *r)
     free(r->samples);
     r->waited = NULL;
     r->wait_us = r->gone_us = NULL;
-    r->ttft_us = r->e2e_us = NULL;
+    r->ttft_us = r->e2e_us = r->decode_us = NULL;
     r->inst = r->hit = r->route_ns = NULL;
     r->state = r->finishes = NULL;
     r->pred_ttft_s = r->samples = NULL;
@@ -1209,6 +1213,7 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     res->n_inst = n_inst;
     res->ttft_us = sim_calloc(n, sizeof *res->ttft_us);
     res->e2e_us = sim_calloc(n, sizeof *res->e2e_us);
+    res->decode_us = sim_calloc(n, sizeof *res->decode_us);
     res->inst = sim_calloc(n, sizeof *res->inst);
     res->hit = sim_calloc(n, sizeof *res->hit);
     res->route_ns = sim_calloc(n, sizeof *res->route_ns);
@@ -1219,9 +1224,10 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     res->gone_us = sim_calloc(n, sizeof *res->gone_us);
     res->per_inst = sim_calloc(n_inst, sizeof *res->per_inst);
     res->pred_ttft_s = sim_calloc(n, sizeof *res->pred_ttft_s);
-    if (!res->ttft_us || !res->e2e_us || !res->inst || !res->hit ||
-        !res->route_ns || !res->state || !res->finishes || !res->per_inst ||
-        !res->pred_ttft_s || !res->waited || !res->wait_us || !res->gone_us)
+    if (!res->ttft_us || !res->e2e_us || !res->decode_us || !res->inst ||
+        !res->hit || !res->route_ns || !res->state || !res->finishes ||
+        !res->per_inst || !res->pred_ttft_s || !res->waited ||
+        !res->wait_us || !res->gone_us)
         return -1;
     for (size_t q = 0; q < n; q++)
         res->pred_ttft_s[q] = NAN;
@@ -1801,6 +1807,29 @@ fairness(struct run *r)
 }
 
 
+int
+sim_req_tpot(const struct sim_result *r, const struct sim_workload *w,
+             size_t q, double *tpot_s)
+{
+    uint32_t out = w->reqs[q].output_tokens;
+    if (r->state[q] != REQ_DONE || out < 2)
+        return 0;
+    *tpot_s = (double)r->decode_us[q] / 1e6 / (double)(out - 1);
+    return 1;
+}
+
+/* The mean, p50 and p99 of v[0..n) (sorted in place); NAN for n == 0. */
+static void
+tpot_stats(double *v, size_t n, double sum, double *mean, double *p50,
+           double *p99)
+{
+    qsort(v, n, sizeof *v, cmp_d);
+    *mean = n ? sum / (double)n : NAN;
+    if (p50 != NULL)
+        *p50 = sim_percentile(v, n, 50);
+    *p99 = sim_percentile(v, n, 99);
+}
+
 /* Request q's end into a table's counters (served, within slo_s, expired,
  * shed, failed); 1 and its TTFT in *ttft_s when it was served. */
 static int
@@ -1847,8 +1876,12 @@ summarize_admission(struct run *r)
     res->n_rclasses = nc;
     res->n_tenants = nt;
     double *v = sim_calloc(n ? n : 1, sizeof *v);
-    if (v == NULL)
+    double *u = sim_calloc(n ? n : 1, sizeof *u); /* TPOT */
+    if (v == NULL || u == NULL) {
+        free(v);
+        free(u);
         return sim_errf(r->err, "out of memory");
+    }
     double wsum = 0;
     uint64_t wn = 0;
     for (size_t q = 0; q < n; q++) {
@@ -1861,8 +1894,8 @@ summarize_admission(struct run *r)
     res->wait_mean_s = wn ? wsum / (double)wn : 0;
     for (uint32_t c = 0; c < nc; c++) {
         struct sim_rclass_result *cr = &res->rclass[c];
-        double slo = w->mix.cls[c].slo_s, sum = 0, wsc = 0;
-        size_t k = 0;
+        double slo = w->mix.cls[c].slo_s, sum = 0, wsc = 0, usum = 0;
+        size_t k = 0, ku = 0;
         uint64_t wnc = 0;
         for (size_t q = 0; q < n; q++) {
             if (w->reqs[q].rclass != c)
@@ -1879,6 +1912,10 @@ summarize_admission(struct run *r)
                 v[k++] = t;
                 sum += t;
             }
+            if (sim_req_tpot(res, w, q, &t)) {
+                u[ku++] = t;
+                usum += t;
+            }
         }
         qsort(v, k, sizeof *v, cmp_d);
         cr->slo_attainment =
@@ -1887,11 +1924,14 @@ summarize_admission(struct run *r)
         cr->ttft_mean_s = k ? sum / (double)k : NAN;
         cr->ttft_p99_s = sim_percentile(v, k, 99);
         cr->wait_mean_s = wnc ? wsc / (double)wnc : 0;
+        tpot_stats(u, ku, usum, &cr->tpot_mean_s, NULL, &cr->tpot_p99_s);
     }
     free(v);
+    free(u);
     for (uint32_t i = 0; i < nt; i++) {
         struct sim_tenant_result *t = &res->tenant[i];
-        double sum = 0;
+        double sum = 0, usum = 0;
+        uint64_t un = 0;
         for (size_t q = 0; q < n; q++) {
             if (w->reqs[q].owner != i)
                 continue;
@@ -1901,25 +1941,35 @@ summarize_admission(struct run *r)
                           &t->completed, &t->met, &t->expired, &t->shed,
                           &t->failed, &tt))
                 sum += tt;
+            if (sim_req_tpot(res, w, q, &tt)) {
+                usum += tt;
+                un++;
+            }
         }
         t->slo_attainment =
             t->requests ? (double)t->met / (double)t->requests : NAN;
         t->ttft_mean_s = t->completed ? sum / (double)t->completed : NAN;
+        t->tpot_mean_s = un ? usum / (double)un : NAN;
     }
     return fairness(r);
 }
 
-/* TTFT and prediction error of the requests arriving in [from, to). */
+/* TTFT, TPOT and prediction error of the requests arriving in [from,
+ * to). */
 static int
 window(struct run *r, uint64_t from, uint64_t to, struct sim_window *out)
 {
     const struct sim_result *res = r->res;
     double *v = sim_calloc(res->n_reqs, sizeof *v);
-    if (v == NULL)
+    double *u = sim_calloc(res->n_reqs, sizeof *u);
+    if (v == NULL || u == NULL) {
+        free(v);
+        free(u);
         return sim_errf(r->err, "out of memory");
+    }
     memset(out, 0, sizeof *out);
-    size_t k = 0;
-    double sum = 0, esum = 0;
+    size_t k = 0, ku = 0;
+    double sum = 0, esum = 0, usum = 0;
     for (size_t q = 0; q < res->n_reqs; q++) {
         uint64_t a = r->w->reqs[q].arrival_us;
         if (a < from || a >= to)
@@ -1934,6 +1984,10 @@ window(struct run *r, uint64_t from, uint64_t to, struct sim_window *out)
             esum += fabs((double)res->pred_ttft_s[q] - t);
             out->pred_n++;
         }
+        if (sim_req_tpot(res, r->w, q, &t)) {
+            u[ku++] = t;
+            usum += t;
+        }
     }
     qsort(v, k, sizeof *v, cmp_d);
     out->completed = k;
@@ -1941,7 +1995,10 @@ window(struct run *r, uint64_t from, uint64_t to, struct sim_window *out)
     out->ttft_p50_s = sim_percentile(v, k, 50);
     out->ttft_p99_s = sim_percentile(v, k, 99);
     out->pred_mae = out->pred_n ? esum / (double)out->pred_n : NAN;
+    tpot_stats(u, ku, usum, &out->tpot_mean_s, &out->tpot_p50_s,
+               &out->tpot_p99_s);
     free(v);
+    free(u);
     return 0;
 }
 
@@ -2013,6 +2070,16 @@ summarize(struct run *r)
     res->ttft_p50_s = sim_percentile(v, k, 50);
     res->ttft_p95_s = sim_percentile(v, k, 95);
     res->ttft_p99_s = sim_percentile(v, k, 99);
+    k = 0;
+    sum = 0;
+    for (size_t q = 0; q < n; q++)
+        if (sim_req_tpot(res, r->w, q, &v[k])) {
+            sum += v[k];
+            k++;
+        }
+    res->tpot_n = k;
+    tpot_stats(v, k, sum, &res->tpot_mean_s, &res->tpot_p50_s,
+               &res->tpot_p99_s);
     k = 0;
     for (size_t q = 0; q < n; q++)
         if (res->state[q] == REQ_DONE)

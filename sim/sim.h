@@ -157,10 +157,11 @@ struct sim_learn_point {
     double step_wall_s;     /* measured time in the call; never compared */
 };
 
-/* TTFT of the requests that arrived in a window of the run. */
+/* TTFT and TPOT of the requests that arrived in a window of the run. */
 struct sim_window {
     uint64_t requests, completed;
     double ttft_mean_s, ttft_p50_s, ttft_p99_s;
+    double tpot_mean_s, tpot_p50_s, tpot_p99_s;
     double pred_mae; /* lrsim's prediction error check (lodestar), or NAN */
     uint64_t pred_n;
 };
@@ -187,6 +188,7 @@ struct sim_rclass_result {
     double slo_attainment; /* met / requests */
     double goodput_rps;    /* met per second of the arrival window */
     double ttft_mean_s, ttft_p99_s; /* completed requests */
+    double tpot_mean_s, tpot_p99_s; /* ... of 2 or more output tokens */
     double wait_mean_s;    /* in the router's queue, of those dispatched */
 };
 
@@ -200,6 +202,7 @@ struct sim_tenant_result {
     double service_share; /* its share of the tokens served */
     double slo_attainment;
     double ttft_mean_s;
+    double tpot_mean_s;
     double backlogged; /* share of the fairness windows it was backlogged */
 };
 
@@ -212,6 +215,8 @@ struct sim_result {
     /* per request */
     uint64_t *ttft_us; /* client-side; 0 if failed */
     uint64_t *e2e_us;
+    uint64_t *decode_us; /* its first token to its last, at the engine:
+                          * TPOT = decode_us / (output_tokens - 1) */
     uint32_t *inst;      /* instance it ran on (last one) */
     uint32_t *hit;       /* tokens its first admission found cached */
     uint32_t *route_ns;  /* measured time of its route() call */
@@ -226,6 +231,10 @@ struct sim_result {
     /* aggregates (computed by sim_run) */
     uint64_t completed, failed, route_errors;
     double ttft_mean_s, ttft_p50_s, ttft_p95_s, ttft_p99_s;
+    /* time per output token after the first (sim_req_tpot), over the
+     * completed requests of 2 or more output tokens (tpot_n) */
+    double tpot_mean_s, tpot_p50_s, tpot_p99_s;
+    uint64_t tpot_n;
     double e2e_p50_s, e2e_p95_s;
     double cache_hit_rate;    /* engine-measured: hit / query tokens */
     double router_hit_belief; /* what the router expected, same ratio */
@@ -316,6 +325,12 @@ void sim_result_free(struct sim_result *r);
  * aggregates, the per-instance figures and the learning curve: what the
  * table and the JSON use. The suite keeps hundreds of results at once. */
 void sim_result_drop_requests(struct sim_result *r);
+
+/* Request q's TPOT (time per output token after the first, s) in *tpot_s:
+ * its decode_us / (output_tokens - 1). 1 if it has one (served, with 2 or
+ * more output tokens), else 0. Needs the per-request arrays. */
+int sim_req_tpot(const struct sim_result *r, const struct sim_workload *w,
+                 size_t q, double *tpot_s);
 
 /* Percentile (linear interpolation between order statistics, as numpy's
  * default) of v[0..n) sorted ascending; NAN for n == 0. */

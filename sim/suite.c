@@ -636,6 +636,46 @@ get_wait(const struct sim_result *r, size_t unused)
     return r->wait_mean_s;
 }
 
+static double
+get_tpot_p99(const struct sim_result *r, size_t unused)
+{
+    (void)unused;
+    return r->tpot_p99_s;
+}
+
+/* Each policy's TPOT p99 in each cell, in seconds (the mean over the
+ * seeds): what its TTFT came with. No ratios and no best: the suite ranks
+ * by TTFT. */
+static void
+tpot_table(FILE *f, const struct sim_suite *s, const struct sim_suite_ratios *r)
+{
+    fprintf(f, "\nTPOT p99 (s) in each cell");
+    if (s->n_seeds > 1) {
+        fprintf(f, ", the mean over seeds ");
+        seeds_list(f, s);
+    }
+    fprintf(f, "\n%-22s", "policy");
+    for (size_t c = 0; c < s->n_cells; c++)
+        fprintf(f, " %*zu ", RW, c + 1);
+    fprintf(f, "|\n");
+    for (size_t p = 0; p < s->n_pol; p++) {
+        if (!ran(r, p))
+            continue;
+        fprintf(f, "%-22s", lr_policy_name(s->policies[p]));
+        for (size_t c = 0; c < s->n_cells; c++) {
+            double x = seed_mean(s, c, p, get_tpot_p99, 0);
+            char b[32] = "-";
+            if (!isnan(x))
+                snprintf(b, sizeof b, "%.*f", x < 10 ? 4 : 2, x);
+            fprintf(f, " %*s ", RW, b);
+        }
+        fprintf(f, "|\n");
+    }
+    fprintf(f, "TPOT = time per output token after the first, of the "
+               "completed requests with 2 or more\noutput tokens. Not "
+               "ranked: the ratios above rank the policies by TTFT.\n");
+}
+
 static void
 num_col(FILE *f, double x, int width, int prec)
 {
@@ -740,6 +780,7 @@ sim_suite_table(FILE *f, const struct sim_suite *s)
                "different seeds.\n* lowest in its column. geo = the geometric "
                "mean over the cells; worst = the largest ratio,\nand its cell. "
                "TTFT counts completed requests only.\n");
+    tpot_table(f, s, &mean);
     /* what the ratios do not show: failed requests and skipped policies */
     for (size_t p = 0; p < s->n_pol; p++) {
         int head = 0;

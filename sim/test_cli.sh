@@ -130,8 +130,9 @@ JSON
 expect 0 '' -- --trace "$tmp/good.jsonl" --policies least-request,dualmap \
     --json "$tmp/g.json" --svg "$tmp/g.svg" --cluster 2
 grep -q '^least-request' "$tmp/out" || { echo "FAIL: no table row"; fails=$((fails + 1)); }
-for k in policy ttft_mean_s ttft_p50_s ttft_p95_s ttft_p99_s e2e_p50_s \
-    e2e_p95_s cache_hit_rate load_cv slo_attainment route_ns_p50 runs; do
+for k in policy ttft_mean_s ttft_p50_s ttft_p95_s ttft_p99_s tpot_mean_s \
+    tpot_p50_s tpot_p99_s e2e_p50_s e2e_p95_s cache_hit_rate load_cv \
+    slo_attainment route_ns_p50 runs; do
     grep -q "\"$k\"" "$tmp/g.json" || { echo "FAIL: JSON lacks $k"; fails=$((fails + 1)); }
 done
 if command -v python3 >/dev/null 2>&1; then

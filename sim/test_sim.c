@@ -2,7 +2,7 @@
  * and tokens for every policy, on homogeneous, heterogeneous, memory-tight
  * and cross-region clusters; identical output for a seed; the generators;
  * cluster specs; multi-model fleets (a request reaches only its model's
- * engines) and LoRA traffic. */
+ * engines) and LoRA traffic; TPOT against the engine's step times. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <setjmp.h>
@@ -64,6 +64,15 @@ check_books(const struct sim_workload *w, const struct sim_cluster *c,
             assert_true(res->e2e_us[q] >= res->ttft_us[q]);
             assert_true(res->hit[q] < w->reqs[q].input_tokens);
             assert_true(res->inst[q] < c->n);
+            /* one step (>= 1 us) per output token after the first; with
+             * no move, first and last token came back over one RTT */
+            assert_true(res->decode_us[q] + 1 >= w->reqs[q].output_tokens);
+            if (res->moves == 0)
+                assert_int_equal(res->decode_us[q],
+                                 res->e2e_us[q] - res->ttft_us[q]);
+            double tpot;
+            assert_int_equal(sim_req_tpot(res, w, q, &tpot),
+                             w->reqs[q].output_tokens >= 2);
         }
     }
     assert_int_equal(res->sampled_tokens, out);
@@ -793,6 +802,127 @@ test_percentile(void **state)
     assert_true(sim_percentile(v, 4, 100) == 4);
     assert_true(sim_percentile(v, 4, 0) == 1);
     assert_true(isnan(sim_percentile(v, 0, 50)));
+}
+
+/* ---- TPOT ------------------------------------------------------------------------ */
+
+/* A step of decoding sequences only, at these contexts, as the engine
+ * model times it (docs/simulator.md, "Step time"): whole microseconds. */
+static uint64_t
+decode_step_us(const struct sim_class *k, const uint32_t *ctx, size_t n,
+               double prefill_us)
+{
+    double t = k->overhead_us;
+    for (size_t i = 0; i < n; i++)
+        t += k->decode_seq_us + (double)ctx[i] * k->decode_ctx_us;
+    t += prefill_us;
+    uint64_t us = (uint64_t)(t + 0.5);
+    return us ? us : 1;
+}
+
+static void
+add_req(struct sim_workload *w, uint64_t at_us, uint64_t seed, uint32_t prompt,
+        uint32_t output)
+{
+    struct sim_seg seg = { seed, prompt, 1 };
+    struct sim_err err = { { 0 } };
+    if (sim_workload_add(w, at_us, output, &seg, 1, 0, 0, &err) != 0)
+        fail_msg("%s", err.msg);
+}
+
+/* TPOT on one a100, against the step times of the engine model. One
+ * request alone: its decode steps, one sequence each, at a context one
+ * token longer each time. Two arriving together: the first's prefill
+ * runs alone, the second's in the next step beside the first's decode,
+ * then both decode in batches of two, each step slower than one
+ * sequence's; a request of one output token has no TPOT. */
+static void
+test_tpot(void **state)
+{
+    (void)state;
+    const struct sim_class *k = sim_class_find("a100");
+    assert_non_null(k);
+    struct sim_cluster c;
+    parse_cluster("1xa100", &c);
+    const uint32_t P = 64, N = 9;
+
+    struct sim_workload w;
+    sim_workload_init(&w);
+    add_req(&w, 0, 1, P, N);
+    struct sim_result res;
+    assert_int_equal(run_checked(&w, &c, LR_POLICY_LEAST_REQUEST, &res), 0);
+    uint64_t alone = 0;
+    for (uint32_t j = 0; j < N - 1; j++) {
+        uint32_t ctx = P + j;
+        alone += decode_step_us(k, &ctx, 1, 0);
+    }
+    assert_int_equal(res.decode_us[0], alone);
+    double tpot1 = (double)alone / 1e6 / (double)(N - 1);
+    double got;
+    assert_true(sim_req_tpot(&res, &w, 0, &got));
+    assert_true(got == tpot1);
+    assert_int_equal(res.tpot_n, 1);
+    assert_true(res.tpot_mean_s == tpot1);
+    assert_true(res.tpot_p50_s == tpot1 && res.tpot_p99_s == tpot1);
+    /* a100's decode step of one short sequence: about 8 ms */
+    assert_true(tpot1 > 0.008 && tpot1 < 0.0082);
+    sim_result_free(&res);
+    sim_workload_free(&w);
+
+    /* request 0 (N + 1 tokens) and 1 (N) together; 2 (1 token) later */
+    sim_workload_init(&w);
+    add_req(&w, 0, 2, P, N + 1);
+    add_req(&w, 0, 3, P, N);
+    add_req(&w, 20000000, 4, P, 1);
+    assert_int_equal(run_checked(&w, &c, LR_POLICY_LEAST_REQUEST, &res), 0);
+    assert_int_equal(res.completed, 3);
+    double chunk = (double)P * k->prefill_us *
+                   (1.0 + ((double)P / 2.0) / k->ctx_double);
+    uint32_t ctx = P;
+    uint64_t mixed = decode_step_us(k, &ctx, 1, chunk);
+    uint64_t pairs = 0;
+    for (uint32_t j = 1; j <= N - 1; j++) {
+        uint32_t two[2] = { P + j, P + j - 1 };
+        uint64_t step = decode_step_us(k, two, 2, 0);
+        uint32_t one = P + j - 1;
+        assert_true(step > decode_step_us(k, &one, 1, 0));
+        pairs += step;
+    }
+    assert_int_equal(res.decode_us[0], mixed + pairs);
+    assert_int_equal(res.decode_us[1], pairs);
+    double t0 = (double)(mixed + pairs) / 1e6 / (double)N;
+    double t1 = (double)pairs / 1e6 / (double)(N - 1);
+    assert_true(sim_req_tpot(&res, &w, 0, &got) && got == t0);
+    assert_true(sim_req_tpot(&res, &w, 1, &got) && got == t1);
+    assert_false(sim_req_tpot(&res, &w, 2, &got));
+    assert_true(t1 > tpot1);
+    assert_int_equal(res.tpot_n, 2);
+    double lo = t0 < t1 ? t0 : t1, hi = t0 < t1 ? t1 : t0;
+    assert_true(fabs(res.tpot_mean_s - (t0 + t1) / 2) < 1e-12);
+    assert_true(fabs(res.tpot_p50_s - (t0 + t1) / 2) < 1e-12);
+    assert_true(fabs(res.tpot_p99_s - (lo + 0.99 * (hi - lo))) < 1e-12);
+    /* the JSON carries them */
+    struct sim_config cfg;
+    sim_config_init(&cfg);
+    cfg.w = &w;
+    cfg.c = &c;
+    struct sim_report rep = { "workload test", &w, &c, &cfg, 1.0, &res,
+                              1, NULL, 0, 0, 1, 0, 0, NULL };
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    assert_non_null(f);
+    assert_int_equal(sim_report_json(f, &rep, 0), 0);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "\"tpot_p50_s\": %.6g", res.tpot_p50_s);
+    assert_non_null(strstr(json, want));
+    assert_non_null(strstr(json, "\"tpot_mean_s\": "));
+    assert_non_null(strstr(json, "\"tpot_p99_s\": "));
+    free(json);
+    sim_result_free(&res);
+    sim_workload_free(&w);
+    sim_cluster_free(&c);
 }
 
 /* --router-rates modes: what parses, what the library refuses, and the
@@ -1599,6 +1729,7 @@ main(void)
         cmocka_unit_test(test_generators),
         cmocka_unit_test(test_cluster_specs),
         cmocka_unit_test(test_percentile),
+        cmocka_unit_test(test_tpot),
         cmocka_unit_test(test_lodestar_learns),
         cmocka_unit_test(test_lodestar_deterministic),
         cmocka_unit_test(test_lodestar_freeze_and_params),
