@@ -359,7 +359,10 @@ typedef struct lr_candidate {
     /** The router's calibrated TTFT model of the instance (adaptive):
      * seconds per queued prefill token and fixed seconds, fitted online
      * from the first tokens it observed there; 0 before the first (the
-     * policy then uses prefill_rate). Finite, >= 0. */
+     * policy then uses prefill_rate). For a request whose adapter is
+     * resident there while every slot is held, the fixed seconds include
+     * the wait learnt for the adapters queued ahead of it for a slot.
+     * Finite, >= 0. */
     double ttft_s_per_token;
     double ttft_base_s;
     /** ... and the seconds one more request decoding on the instance adds
@@ -390,8 +393,8 @@ typedef struct lr_candidate {
     /** Seconds its engine is expected to keep the request's first token
      * waiting for its adapter: 0 when resident, else
      * LR_PARAM_ADAPTER_LOAD_S, or what adaptive learnt (a load, and with
-     * no slot free the wait for one, learnt apart). Finite, >= 0.
-     * @since 0.3 */
+     * no slot free the turns of the adapters queued ahead of it for a
+     * slot, learnt per adapter ahead). Finite, >= 0. @since 0.3 */
     double adapter_load_s;
     /** Adapters resident there; and 1 when loading the request's adapter
      * evicts another one (every slot is taken). For a request that names

@@ -78,6 +78,26 @@
  * between) is credited with what it delivers, and the fit learns from the
  * same figure; an engine that delivers what it was expected to keeps
  * cached_lost = 0, and its choices are unchanged.
+ *
+ * LoRA adapters. A request whose adapter is not resident waits for its
+ * load (learnt per class from first tokens, apart with and without a
+ * free slot). With every slot of an instance held by adapters with work,
+ * an engine serves the adapters in turns: a request waits for those
+ * queued ahead of it to take theirs, and that wait, not the load, makes
+ * the tail when slots are scarce (one slot per engine, or a fleet past
+ * its capacity): its mean per class said nothing of an instance where
+ * ten adapters queue. So the wait is learnt per adapter ahead (x: the
+ * adapters with work there beyond its slots, its own included when it
+ * must load), as the slope of what the TTFT model leaves unexplained
+ * against x; the slope, not the mean, so that a model that runs short in
+ * a saturated fleet is not charged to the instances that have adapters
+ * queued, and per class, or over every class while a class's own first
+ * tokens tell none. A resident adapter's request waits x slopes (joining
+ * its adapter's turn changes no one's); a load waits them after the load
+ * and adds a turn, which each adapter queued there waits out, so the
+ * choice charges it its wait again, for the others. An instance's slots
+ * are the most it was seen with free. Requests that name no adapter have
+ * no such columns, and their rows, fits and choices are as before.
  */
 #include "policy/adaptive.h"
 
@@ -106,6 +126,8 @@
 #define LOAD_MEMORY 32.0      /* adapter loads the load time averages over */
 #define MAX_LOAD_S 600.0      /* an adapter load's bound (as the parameter) */
 #define MAX_STALL_S 1.0       /* the longest an adapter's load stalls a step */
+#define SLOT_MEMORY 256.0     /* first tokens the slot wait fit remembers */
+#define SLOT_MIN_N 16         /* first tokens, and turns, to tell a slope */
 
 enum {
     S0,
@@ -186,6 +208,62 @@ qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
     return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
 }
 
+/* The adapters a request of row's adapter would queue behind for a slot
+ * there: with every slot held (adapter_free 0), those with work there
+ * beyond its slots, and its own when it must load; 0 when a slot is
+ * free, or the instance's slots are not known yet. */
+static double
+slots_ahead(const struct lr__adaptive *ad, const lr_candidate *row)
+{
+    uint32_t slots = ad->qavg[row->instance].slots;
+    if (row->adapter_free != 0 || slots == 0)
+        return 0;
+    double x = (double)row->adapters_resident +
+               (row->adapter_missing != 0 ? 1.0 : 0.0) - (double)slots;
+    return x > 0 ? x : 0;
+}
+
+/* What one more adapter ahead adds to a first token's wait: the slope of
+ * the fit; -1 while the first tokens seen do not tell one (too few, too
+ * few adapters ahead among them, or all with as many ahead). */
+static double
+fit_slope(const struct lr__slot_fit *f)
+{
+    double den = f->s0 * f->sxx - f->sx * f->sx;
+    if (f->n < SLOT_MIN_N || f->sx < SLOT_MIN_N ||
+        !(den > 1e-9 * f->s0 * f->sxx))
+        return -1;
+    double a = (f->s0 * f->sxy - f->sx * f->sy) / den;
+    return !isfinite(a) ? -1 : a > 0 ? a : 0;
+}
+
+/* ... of a class, or of every class together while the class's own
+ * first tokens tell none (a class that queues for slots seldom, or only
+ * lately, is not taken for one that never waits); 0 until either does. */
+static double
+slot_slope(const struct lr__adaptive *ad, uint32_t cls, bool missing)
+{
+    double a = fit_slope(&ad->slot[cls][missing]);
+    if (a < 0)
+        a = fit_slope(&ad->slot_all[missing]);
+    return a > 0 ? a : 0;
+}
+
+/* The seconds a request of row's adapter is expected to wait there for
+ * the adapters queued ahead of it to take their turns (0 until learnt):
+ * as many turns as adapters ahead, each what one adds to a first token's
+ * wait. */
+static double
+slot_wait(const struct lr__adaptive *ad, const lr_candidate *row)
+{
+    double x = slots_ahead(ad, row);
+    if (!(x > 0))
+        return 0;
+    bool load = row->adapter_missing != 0;
+    double v = x * slot_slope(ad, row->instance_class, load);
+    return v < MAX_LOAD_S ? v : MAX_LOAD_S;
+}
+
 void
 lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
                      uint32_t n, uint32_t chosen, uint64_t now_ns)
@@ -196,9 +274,36 @@ lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
         q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
         q->seen = keep * q->seen + (1 - keep);
         q->routes = keep * q->routes + (rows[k].instance == chosen);
+        /* an instance's slots: the most seen free (all, before its
+         * first adapter) */
+        uint32_t free = rows[k].adapter_free;
+        if (free != UINT32_MAX && free > q->slots)
+            q->slots = free;
         if (now_ns > q->t_ns)
             q->t_ns = now_ns;
     }
+}
+
+/* The wait for the row's adapter into adapter_load_s: a load, and with
+ * no slot free a slot's freeing (learnt apart; the load alone until one
+ * was seen), and with every slot held the turns of the adapters queued
+ * ahead, past the load when it must load. Returns the wait of a request
+ * whose adapter is resident there: the turns ahead, the first token's
+ * fixed wait. */
+LR_NOINLINE static double
+fill_adapter(const struct lr__adaptive *ad, lr_candidate *row)
+{
+    const struct lr__load_fit *lf = ad->load[row->instance_class];
+    bool full = row->adapter_free == 0;
+    if (row->adapter_missing && lf[full].n > 0)
+        row->adapter_load_s = lf[full].s;
+    else if (row->adapter_missing && lf[0].n > 0)
+        row->adapter_load_s = lf[0].s;
+    double wait = slot_wait(ad, row);
+    if (row->adapter_missing && wait > 0)
+        row->adapter_load_s =
+            (lf[0].n > 0 ? lf[0].s : row->adapter_load_s) + wait;
+    return row->adapter_missing ? 0 : wait;
 }
 
 void
@@ -219,17 +324,16 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     row->prefill_tokens_avg = seen > 0 ? avg / seen : now;
     row->route_rate = q->routes * keep / QAVG_TAU_S /
                       (seen > QAVG_MIN_SEEN ? seen : QAVG_MIN_SEEN);
-    /* the wait for the adapter: a load, and with no slot free a slot's
-     * freeing (learnt apart; the load alone until one was seen) */
-    const struct lr__load_fit *lf = ad->load[row->instance_class];
-    bool full = row->adapter_free == 0;
-    if (row->adapter_missing && lf[full].n > 0)
-        row->adapter_load_s = lf[full].s;
-    else if (row->adapter_missing && lf[0].n > 0)
-        row->adapter_load_s = lf[0].s;
+    /* a row with nothing of an adapter to price (the request names none,
+     * or its adapter is resident where the slots are not known) keeps the
+     * calibration step small enough to stay inline in the gather */
+    double waits = row->adapter_missing || row->adapter_free != UINT32_MAX
+                       ? fill_adapter(ad, row)
+                       : 0;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
-        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_token = 0;
+        row->ttft_base_s = waits;
         row->ttft_s_per_decoding = 0;
         return;
     }
@@ -241,12 +345,13 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     /* a finite fit at absurd counts (2^32 decoding) may still overflow:
      * the row then keeps the told rate, as before any fit */
     if (!isfinite(s) || !isfinite(b) || !isfinite(dd)) {
-        row->ttft_s_per_token = row->ttft_base_s = 0;
+        row->ttft_s_per_token = 0;
+        row->ttft_base_s = waits;
         row->ttft_s_per_decoding = 0;
         return;
     }
     row->ttft_s_per_token = (s > MIN_S0 ? s : MIN_S0) / KTOK;
-    row->ttft_base_s = b > 0 ? b : 0;
+    row->ttft_base_s = (b > 0 ? b : 0) + waits;
     row->ttft_s_per_decoding = dd > 0 ? dd : 0;
 }
 
@@ -264,6 +369,10 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
     r->rtt_s = (float)(row->rtt_ms / 1e3);
     r->cls = row->instance_class;
     r->loads = !row->adapter_missing ? 0 : row->adapter_free > 0 ? 1 : 2;
+    r->ahead =
+        row->adapter_free == UINT32_MAX || ad->qavg[row->instance].slots == 0
+            ? -1.0f
+            : (float)slots_ahead(ad, row);
 }
 
 static bool
@@ -387,6 +496,47 @@ fit(struct lr__calib *c, const double *x, double y)
     }
 }
 
+static void
+fold_slot(struct lr__slot_fit *f, double x, double y)
+{
+    const double keep = 1.0 - 1.0 / SLOT_MEMORY;
+    f->s0 = keep * f->s0 + 1;
+    f->sx = keep * f->sx + x;
+    f->sxx = keep * f->sxx + x * x;
+    f->sy = keep * f->sy + y;
+    f->sxy = keep * f->sxy + x * y;
+    f->n++;
+}
+
+/* The class's model at features x. */
+static double
+predicted(const struct lr__calib *c, const double *x)
+{
+    double pred = 0;
+    for (int i = 0; i < LR__CALIB_DIM; i++)
+        pred += c->theta[i] * x[i];
+    return pred;
+}
+
+/* The first token of an adapter request on an instance whose slots are
+ * known: what the class's model leaves unexplained, against the adapters
+ * it had ahead. Every such first token counts, however long its queue:
+ * where slots are scarce the queues are long. */
+static void
+learn_slot_wait(struct lr__adaptive *ad, const struct lr__calib_req *r,
+                double w, double ttft_s)
+{
+    double y = ttft_s - r->rtt_s;
+    y = y < 0 ? 0 : y > MAX_Y_S ? MAX_Y_S : y;
+    double x[LR__CALIB_DIM] = { w, w * r->d, 1, r->d };
+    double extra = y - predicted(&ad->cls[r->cls], x);
+    extra = extra < 0 ? 0 : extra > MAX_LOAD_S ? MAX_LOAD_S : extra;
+    if (!isfinite(extra))
+        return;
+    fold_slot(&ad->slot[r->cls][r->loads > 0], r->ahead, extra);
+    fold_slot(&ad->slot_all[r->loads > 0], r->ahead, extra);
+}
+
 void
 lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
 {
@@ -397,6 +547,8 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
     r->w = NAN;
     if (isnan(w) || ttft_s < 0)
         return;
+    if (r->ahead >= 0)
+        learn_slot_wait(ad, r, w, ttft_s);
     /* waited mostly behind others: a measure of the queue, not the class */
     if (w - r->own > QUEUE_RATIO_MAX * r->own)
         return;
@@ -407,10 +559,7 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
     if (r->loads) {
         /* an adapter load: what the model leaves unexplained is the
          * load's time; the model itself learns from the others */
-        double pred = 0;
-        for (int i = 0; i < LR__CALIB_DIM; i++)
-            pred += c->theta[i] * x[i];
-        double extra = y - pred;
+        double extra = y - predicted(c, x);
         extra = extra < 0 ? 0 : extra > MAX_LOAD_S ? MAX_LOAD_S : extra;
         struct lr__load_fit *lf = &ad->load[r->cls][r->loads - 1];
         if (isfinite(extra)) {
@@ -439,6 +588,8 @@ lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
         return d;
     d = lr__digest_mix(d, lr__hash(ad->cls, sizeof ad->cls, 11));
     d = lr__digest_mix(d, lr__hash(ad->load, sizeof ad->load, 14));
+    d = lr__digest_mix(d, lr__hash(ad->slot, sizeof ad->slot, 15));
+    d = lr__digest_mix(d, lr__hash(ad->slot_all, sizeof ad->slot_all, 16));
     d = lr__digest_mix(
         d, lr__hash(ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg, 13));
     return lr__digest_mix(
@@ -506,8 +657,8 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
     double decode = LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
                     r->ttft_s_per_decoding;
     /* a LoRA adapter to load: its own wait, the step it stalls for those
-     * in flight there, and, when it evicts another adapter, that
-     * adapter's next load */
+     * in flight there, when it evicts another adapter, that adapter's
+     * next load, and with no slot free, the turn it adds */
     double load_s = lr__row_adapter_load_s(c, r);
     if (load_s > 0) {
         ttft += load_s;
@@ -517,6 +668,10 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
         decode += LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
                   (load_s < MAX_STALL_S ? load_s : MAX_STALL_S);
         work += r->adapter_evicts ? load_s : 0;
+        /* with every slot held its adapter also adds a turn there, which
+         * each adapter queued there waits out: about as long as its own
+         * wait for a slot */
+        work += r->adapter_free == 0 ? load_s : 0;
     }
     *ttft_out = ttft;
     return ttft + work + decode;

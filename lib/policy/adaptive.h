@@ -43,6 +43,7 @@ struct lr__calib_req {
     float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
     uint32_t loads; /* its adapter: 1 loaded in a free slot, 2 no slot free */
+    float ahead;    /* adapters ahead of it for a slot; -1: none known */
 };
 
 /* The seconds a class's engines keep a first token waiting for a LoRA
@@ -56,12 +57,26 @@ struct lr__load_fit {
     uint32_t n;
 };
 
+/* The seconds a first token waits per adapter queued ahead of it for a
+ * slot (on an instance whose slots are all held, those with work there
+ * beyond its slots): the slope of a line fitted by least squares to what
+ * the class's TTFT model left unexplained of the first tokens of adapter
+ * requests, against the adapters they had ahead (0 for most), over the
+ * last ~SLOT_MEMORY of them; apart for requests whose adapter was
+ * resident there and those that loaded it. The decayed sums of the
+ * normal equations: weight, x, x^2, y, x y. */
+struct lr__slot_fit {
+    double s0, sx, sxx, sy, sxy;
+    uint32_t n;
+};
+
 /* An instance's queued prefill tokens, averaged over time. */
 struct lr__qavg {
     uint64_t t_ns; /* last update; 0: none */
     double avg;
-    double routes; /* routes here, decayed with the same time constant */
-    double seen;   /* the share of the window observed: 1 - exp(-age / tau) */
+    double routes;  /* routes here, decayed with the same time constant */
+    double seen;    /* the share of the window observed: 1 - exp(-age / tau) */
+    uint32_t slots; /* its adapter slots: the most it was seen with free */
 };
 
 struct lr__adaptive {
@@ -69,6 +84,8 @@ struct lr__adaptive {
     struct lr__qavg *qavg;                            /* max_inst */
     struct lr__calib cls[LR_LOAD_MAX_CLASSES];        /* n == 0: the prior */
     struct lr__load_fit load[LR_LOAD_MAX_CLASSES][2]; /* free slot, none */
+    struct lr__slot_fit slot[LR_LOAD_MAX_CLASSES][2]; /* resident, loads */
+    struct lr__slot_fit slot_all[2];                  /* every class's */
     struct lr__calib_req *rq;                         /* max_req */
 };
 
@@ -92,7 +109,10 @@ struct lr__keep_memo {
 
 /* Write the row's class model, at the row's decoding count, into the row
  * (ttft_s_per_token, ttft_base_s; 0 before the class's first
- * observation), and its time averages brought to now. */
+ * observation), and its time averages brought to now. For a request with
+ * an adapter, the wait learnt for it: its load, plus the turns of the
+ * adapters queued ahead when every slot is held (adapter_load_s when it
+ * must load; added to ttft_base_s when it is resident). */
 void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
                        uint64_t now_ns, struct lr__keep_memo *memo);
 
