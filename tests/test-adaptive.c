@@ -2,8 +2,8 @@
  * naive solver of the same problem (every active set tried, the discounted
  * normal equations rebuilt from the whole history), the fit's terms kept
  * >= 0, a fleet past its capacity that must not teach it that prefill is
- * free, and, through lr_router, learning which class is fast when the host
- * told no rates. */
+ * free, the wait per adapter queued for a slot, and, through lr_router,
+ * learning which class is fast when the host told no rates. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "libroute/lr_router.h"
+#include "parts/adapters.h"
 #include "policy/adaptive.h"
 #include "policy/policy.h"
 #include "router-helpers.h"
@@ -74,7 +75,7 @@ static void
 observe(struct setup *s, const lr_candidate *row, uint32_t uncached,
         double ttft_s)
 {
-    lr__adaptive_dispatch(&s->ad, 0, row, uncached);
+    lr__adaptive_dispatch(&s->ad, 0, row, uncached, -1);
     lr__adaptive_settle(&s->ad, 0, ttft_s);
 }
 
@@ -86,7 +87,7 @@ fitted(const struct setup *s, uint32_t cls, uint32_t decoding,
 {
     lr_candidate c = row_of(cls, 8000, 0, decoding);
     struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
-    lr__adaptive_fill(&s->ad, &c, T0, &memo);
+    lr__adaptive_fill(&s->ad, &c, NULL, 0, T0, &memo);
     *s_per_token = c.ttft_s_per_token;
     *base = c.ttft_base_s;
 }
@@ -495,7 +496,7 @@ averages_cover_the_time_seen(void **state)
     for (int k = 0; k < 2; k++) {
         lr_candidate c = rows[k];
         struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
-        lr__adaptive_fill(&s->ad, &c, t[N], &memo);
+        lr__adaptive_fill(&s->ad, &c, NULL, 0, t[N], &memo);
         print_message("instance %d: %.3f routes/s, %.1f tokens queued\n", k,
                       c.route_rate, c.prefill_tokens_avg);
         if (k == 0) {
@@ -512,8 +513,93 @@ averages_cover_the_time_seen(void **state)
     /* an instance never observed: its queue now, no routes */
     lr_candidate c = row_of(2, 8000, 777, 0);
     struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
-    lr__adaptive_fill(&s->ad, &c, t[N], &memo);
+    lr__adaptive_fill(&s->ad, &c, NULL, 0, t[N], &memo);
     assert_true(c.route_rate == 0 && c.prefill_tokens_avg == 777);
+    rm_ad(s);
+}
+
+/* ---- adapters queued for a slot ---------------------------------------------- */
+
+/* The wait per adapter ahead for a slot is the slope of what the class's
+ * model leaves unexplained against the adapters ahead the router counted
+ * at dispatch (here 0.3 s each, over a model that explains the rest); a
+ * dispatch whose count is not known (< 0) teaches nothing. A resident
+ * adapter's row then waits that many turns in its fixed seconds, counted
+ * on the router's residency table: the other adapters with work there
+ * (the engine's running and waiting ones, the router's own in flight,
+ * each once; not one whose requests all ended), beyond the slots but the
+ * one its own holds or waits for; none where the slots are not known. */
+static void
+slot_wait_per_adapter_ahead(void **state)
+{
+    (void)state;
+    struct setup *s = mk_ad();
+    /* queued mostly behind others (10,000 tokens ahead of its 100): the
+     * class's model keeps its prior (0.125 s per 1,000 tokens, 20 ms) */
+    lr_candidate row = row_of(0, 8000, 10000, 0);
+    row.adapter_free = 0;
+    row.adapters_resident = 2;
+    double model = 0.125 * 10.1 + 0.02;
+    for (int i = 0; i < 64; i++) {
+        double x = (double)(i % 5);
+        lr__adaptive_dispatch(&s->ad, 0, &row, 100, x);
+        lr__adaptive_settle(&s->ad, 0, model + 0.3 * x);
+        /* not known: a minute late, and nothing learnt from it */
+        lr__adaptive_dispatch(&s->ad, 0, &row, 100, -1);
+        lr__adaptive_settle(&s->ad, 0, 60);
+    }
+    /* instance 0: 2 slots; "hot" and "o" running, w0-w2 waiting, w1 also
+     * the router's own request in flight, g routed there while a slot was
+     * free and ended since. Instance 1: the same report, slots not told */
+    enum {
+        HOT = 1,
+        O,
+        W0,
+        W1,
+        W2,
+        G,
+        NEW
+    };
+    const uint64_t named[] = { HOT, O, W0, W1, W2 };
+    struct lr__adapters a;
+    memset(&a, 0, sizeof a);
+    assert_st(lr__adapters_setup(&a, &s->mem, 8, 64), LR_OK);
+    assert_st(lr__adapters_add(&a, &s->mem, 0, 2), LR_OK);
+    assert_st(lr__adapters_add(&a, &s->mem, 1, 0), LR_OK);
+    lr__adapters_dispatch(&a, 7, 0, 0, G, T0);
+    for (uint32_t id = 0; id < 2; id++)
+        lr__adapters_report(&a, id, named, 5, 0, T0 + 1);
+    lr__adapters_dispatch(&a, 8, 0, 0, W1, T0 + 2);
+    lr__adapters_end(&a, 7);
+    assert_int_equal(lr__adapters_ahead(&a, 0, HOT), 3);
+    assert_int_equal(lr__adapters_ahead(&a, 0, W0), 3);  /* not itself */
+    assert_int_equal(lr__adapters_ahead(&a, 0, NEW), 4); /* its own turn */
+    assert_int_equal(lr__adapters_ahead(&a, 1, HOT), UINT32_MAX);
+    static const struct {
+        uint32_t inst;
+        uint64_t adapter;
+        double want;
+    } cases[] = {
+        { 0, HOT, 0.9 },
+        { 0, W0, 0.9 },
+        { 1, HOT, 0 },
+        { 0, 0, 0 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        lr_candidate c = row_of(0, 8000, 0, 0);
+        c.instance = cases[k].inst;
+        c.adapter_free = UINT32_MAX;
+        if (cases[k].adapter != 0)
+            lr__adapters_fill(&a, cases[k].adapter, 0.1, &c);
+        assert_int_equal(c.adapter_missing, 0);
+        struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+        lr__adaptive_fill(&s->ad, &c, &a, cases[k].adapter, T0 + 3, &memo);
+        if (fabs(c.ttft_base_s - cases[k].want) > 1e-6)
+            fail_msg("case %zu: %.6f s, want %.3f", k, c.ttft_base_s,
+                     cases[k].want);
+        assert_true(c.adapter_load_s == 0);
+    }
+    lr__adapters_free(&a, &s->mem);
     rm_ad(s);
 }
 
@@ -827,6 +913,7 @@ main(void)
         cmocka_unit_test(uninformative_first_tokens_stay_sane),
         cmocka_unit_test(learns_class_speeds_untold),
         cmocka_unit_test(averages_cover_the_time_seen),
+        cmocka_unit_test(slot_wait_per_adapter_ahead),
         cmocka_unit_test(observed_hits_calibrate_each_instance),
         cmocka_unit_test(observed_from_a_full_cache_say_nothing),
         cmocka_unit_test(observe_cached_bad_input),

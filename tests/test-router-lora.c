@@ -6,7 +6,8 @@
  * as documented); the router follows residency (least recently used
  * eviction, pins of requests in flight, the engine's report); the
  * published LoRA rules pinned on tables (lora-affinity, aibrix-lora);
- * adaptive learns an adapter's load time; a waiting request keeps its
+ * adaptive learns an adapter's load time, and counts the adapters the
+ * engines report queued for a slot; a waiting request keeps its
  * names and multimodal inputs; snapshots keep models; bad input changes
  * nothing; and the allocation-failure loops of an add with models and of a
  * restore. */
@@ -691,6 +692,130 @@ adaptive_learns_load_time(void **state)
     lr_router_destroy(r);
 }
 
+/* Instance id's engine reports its adapters: `run` running, then the
+ * nw adapters "<prefix>0", "<prefix>1", ... waiting. */
+static void
+report_queue(lr_router *r, uint32_t id, const char *const *run, size_t nr,
+             const char *prefix, size_t nw, uint64_t now)
+{
+    char names[8][16];
+    const char *wait[8];
+    assert_true(nw <= 8);
+    for (size_t k = 0; k < nw; k++) {
+        snprintf(names[k], sizeof names[k], "%s%u", prefix, (unsigned)k);
+        wait[k] = names[k];
+    }
+    lr_adapter_stats s;
+    lr_adapter_stats_init(&s);
+    s.running = run;
+    s.n_running = nr;
+    s.waiting = wait;
+    s.n_waiting = nw;
+    s.scraped_ns = now;
+    assert_st(lr_router_set_adapters(r, id, &s), LR_OK);
+}
+
+/* Where the engines report every slot held from the router's first route
+ * on (a router started on a busy fleet: it never sees a slot free), the
+ * adapters they report waiting are the ones a request queues behind:
+ * adaptive learns what each adds to a first token (0.4 s here) and
+ * sends a resident adapter's request where fewer queue. The router's own
+ * requests of an adapter the engine also reports waiting count once. */
+static void
+adaptive_counts_reported_waiting(void **state)
+{
+    (void)state;
+    lr_router *r = mk(LR_POLICY_ADAPTIVE, 4);
+    uint32_t id;
+    for (uint32_t i = 0; i < 2; i++)
+        assert_st(add_served(r, i, NULL, 0, 2, &id), LR_OK);
+    const char *run[2][2] = { { "hot", "o0" }, { "hot", "o1" } };
+    uint32_t t[4 * BT];
+    uint64_t now = T0;
+    /* the class's TTFT model first: 20 ms, from base-model requests */
+    for (uint64_t k = 0; k < 400; k++) {
+        toks(t, 4 * BT, 2000 + k);
+        lr_decision d;
+        assert_st(route_named(r, 2000 + k, t, 4 * BT, NULL, NULL, 0, now, &d),
+                  LR_OK);
+        assert_st(lr_router_first_token(r, 2000 + k, now + 20 * MS), LR_OK);
+        assert_st(lr_router_complete(r, 2000 + k, 1, now + 21 * MS), LR_OK);
+        now += 100 * MS;
+    }
+    for (uint64_t k = 0; k < 64; k++) {
+        /* "hot" and one other running on each, 0-3 others waiting */
+        size_t nw[2] = { k % 4, (k + 2) % 4 };
+        for (uint32_t i = 0; i < 2; i++)
+            report_queue(r, i, run[i], 2, i ? "v" : "w", nw[i], now);
+        toks(t, 4 * BT, 100 + k);
+        lr_decision d;
+        assert_st(
+            route_named(r, k + 1, t, 4 * BT, NULL, "hot", 0, now + MS, &d),
+            LR_OK);
+        uint64_t ttft = 20 * MS + nw[d.instance] * 400 * MS;
+        assert_st(lr_router_first_token(r, k + 1, now + MS + ttft), LR_OK);
+        assert_st(lr_router_complete(r, k + 1, 1, now + 2 * MS + ttft), LR_OK);
+        now += 2 * SEC;
+    }
+    /* Instance 0: "g", routed there, then three waiting, then g's
+     * request ends (g idle: no work, no turn); instance 1: two waiting,
+     * that are also the router's own requests in flight there (counted
+     * once). Adapters ahead of "hot": o0 and the three waiting less the
+     * slot hot's own does not hold, 3; o1, v0 and v1 less that slot, 2. */
+    report_queue(r, 0, run[0], 1, "w", 0, now);
+    toks(t, 4 * BT, 400);
+    lr_decision d;
+    assert_st(route_named(r, 400, t, 4 * BT, NULL, "g", 0, now + MS, &d),
+              LR_OK);
+    if (d.instance != 0)
+        assert_st(lr_router_move(r, 400, 0), LR_OK);
+    report_queue(r, 0, run[0], 2, "w", 3, now + MS);
+    assert_st(lr_router_complete(r, 400, 1, now + 2 * MS), LR_OK);
+    uint64_t h[8];
+    assert_int_equal(resident(r, 0, h, 8), 6);
+    report_queue(r, 1, run[1], 2, "v", 2, now + 2 * MS);
+    for (uint64_t k = 0; k < 2; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "v%u", (unsigned)k);
+        toks(t, 4 * BT, 500 + k);
+        assert_st(
+            route_named(r, 500 + k, t, 4 * BT, NULL, name, 0, now + 2 * MS, &d),
+            LR_OK);
+        if (d.instance != 1)
+            assert_st(lr_router_move(r, 500 + k, 1), LR_OK);
+    }
+    assert_int_equal(resident(r, 1, h, 8), 4);
+    lr_candidate rows[2];
+    lr_request q;
+    lr_request_init(&q);
+    q.id = 900;
+    q.tokens = t;
+    q.n_tokens = 4 * BT;
+    q.adapter = "hot";
+    q.now_ns = now + 3 * MS;
+    size_t got;
+    assert_st(lr_router_candidates(r, &q, rows, 2, sizeof rows[0], &got),
+              LR_OK);
+    assert_int_equal(got, 2);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(rows[k].adapter_missing, 0);
+        assert_int_equal(rows[k].adapter_free, 0);
+    }
+    /* one adapter more ahead on instance 0: 0.4 s more */
+    double more = rows[0].ttft_base_s - rows[1].ttft_base_s;
+    if (fabs(more - 0.4) > 0.1)
+        fail_msg("%.3f s more for one adapter more ahead, want 0.4", more);
+    for (uint64_t k = 0; k < 16; k++) {
+        toks(t, 4 * BT, 700 + k);
+        assert_st(route_named(r, 700 + k, t, 4 * BT, NULL, "hot",
+                              LR_ROUTE_DRY_RUN, now + 3 * MS, &d),
+                  LR_OK);
+        assert_int_equal(d.instance, 1);
+    }
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
 /* ---- a waiting request keeps its names and inputs ------------------------------------- */
 
 static void
@@ -964,6 +1089,7 @@ main(void)
         cmocka_unit_test(lora_affinity_rule),
         cmocka_unit_test(aibrix_lora_rule),
         cmocka_unit_test(adaptive_learns_load_time),
+        cmocka_unit_test(adaptive_counts_reported_waiting),
         cmocka_unit_test(waiting_keeps_names),
         cmocka_unit_test(snapshot_keeps_models),
         cmocka_unit_test(oom_models),

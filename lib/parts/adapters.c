@@ -114,6 +114,19 @@ lr__adapters_fill(const struct lr__adapters *a, uint64_t hash, double load_s,
     c->adapter_evicts = !res && t->n >= limit(t);
 }
 
+uint32_t
+lr__adapters_ahead(const struct lr__adapters *a, uint32_t id, uint64_t hash)
+{
+    const struct lr__adinst *t = id < a->max_inst ? a->inst[id] : NULL;
+    if (t == NULL || t->max == 0)
+        return UINT32_MAX;
+    uint32_t others = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        others +=
+            t->e[i].hash != hash && (t->e[i].inflight > 0 || t->e[i].reported);
+    return others >= t->max ? others + 1 - t->max : 0;
+}
+
 /* Move entry i to the front (most recent), the ones before it down. */
 static void
 to_front(struct lr__adinst *t, uint32_t i)

@@ -65,6 +65,15 @@ void lr__adapters_remove(struct lr__adapters *a, struct lr__mem *m,
 void lr__adapters_fill(const struct lr__adapters *a, uint64_t hash,
                        double load_s, lr_candidate *c);
 
+/* The adapters a request of adapter `hash` (not 0) would queue behind
+ * for a slot on instance id, once every slot is held: the other adapters
+ * with work there (requests routed there in flight, or named running or
+ * waiting by the engine's last report; each once, however both know of
+ * it) beyond the slots but the one its own adapter holds or waits for;
+ * 0 while slots remain. UINT32_MAX when its slots are not known. */
+uint32_t lr__adapters_ahead(const struct lr__adapters *a, uint32_t id,
+                            uint64_t hash);
+
 /* A request of model `model` and adapter `hash` (0: none) in load slot
  * `slot` was sent to `id` at now_ns. */
 void lr__adapters_dispatch(struct lr__adapters *a, uint32_t slot, uint32_t id,

@@ -87,17 +87,23 @@
  * the tail when slots are scarce (one slot per engine, or a fleet past
  * its capacity): its mean per class said nothing of an instance where
  * ten adapters queue. So the wait is learnt per adapter ahead (x: the
- * adapters with work there beyond its slots, its own included when it
- * must load), as the slope of what the TTFT model leaves unexplained
- * against x; the slope, not the mean, so that a model that runs short in
- * a saturated fleet is not charged to the instances that have adapters
- * queued, and per class, or over every class while a class's own first
- * tokens tell none. A resident adapter's request waits x slopes (joining
- * its adapter's turn changes no one's); a load waits them after the load
- * and adds a turn, which each adapter queued there waits out, so the
- * choice charges it its wait again, for the others. An instance's slots
- * are the most it was seen with free. Requests that name no adapter have
- * no such columns, and their rows, fits and choices are as before.
+ * other adapters with work there, beyond the slots but the one its own
+ * holds or waits for), as the slope of what the TTFT model leaves
+ * unexplained against x; the slope, not the mean, so that a model that
+ * runs short in a saturated fleet is not charged to the instances that
+ * have adapters queued, and per class, or over every class while a
+ * class's own first tokens tell none. A resident adapter's request waits
+ * x slopes (joining its adapter's turn changes no one's); a load waits
+ * them after the load and adds a turn, which each adapter queued there
+ * waits out, so the choice charges it its wait again, for the others.
+ * x is counted on the router's residency table (lr__adapters_ahead):
+ * the adapters of its own requests in flight there and those the engine
+ * last reported running or waiting, each once, against the slots the
+ * host told (max_adapters, or the engine's report); so an engine whose
+ * slots were all held from the router's first route on (a router started
+ * on a busy fleet) has its queue counted too, and an adapter whose
+ * requests all ended there is not. Requests that name no adapter have no
+ * such columns, and their rows, fits and choices are as before.
  */
 #include "policy/adaptive.h"
 
@@ -106,6 +112,7 @@
 #include <math.h>
 
 #include "common/lr_hash.h"
+#include "parts/adapters.h"
 #include "policy/cost.h"
 #include "policy/policy.h"
 
@@ -208,19 +215,16 @@ qavg_keep(const struct lr__qavg *q, uint64_t now_ns)
     return exp(-(double)(now_ns - q->t_ns) / 1e9 / QAVG_TAU_S);
 }
 
-/* The adapters a request of row's adapter would queue behind for a slot
- * there: with every slot held (adapter_free 0), those with work there
- * beyond its slots, and its own when it must load; 0 when a slot is
- * free, or the instance's slots are not known yet. */
+/* The adapters a request of adapter `adapter` would queue behind for a
+ * slot on instance id (lr__adapters_ahead); -1 when none is known: the
+ * request names no adapter, or the instance's slots were not told. */
 static double
-slots_ahead(const struct lr__adaptive *ad, const lr_candidate *row)
+ahead_on(const struct lr__adapters *tab, uint64_t adapter, uint32_t id)
 {
-    uint32_t slots = ad->qavg[row->instance].slots;
-    if (row->adapter_free != 0 || slots == 0)
-        return 0;
-    double x = (double)row->adapters_resident +
-               (row->adapter_missing != 0 ? 1.0 : 0.0) - (double)slots;
-    return x > 0 ? x : 0;
+    if (adapter == 0)
+        return -1;
+    uint32_t x = lr__adapters_ahead(tab, id, adapter);
+    return x == UINT32_MAX ? -1 : (double)x;
 }
 
 /* What one more adapter ahead adds to a first token's wait: the slope of
@@ -250,13 +254,12 @@ slot_slope(const struct lr__adaptive *ad, uint32_t cls, bool missing)
 }
 
 /* The seconds a request of row's adapter is expected to wait there for
- * the adapters queued ahead of it to take their turns (0 until learnt):
+ * the x adapters queued ahead of it to take their turns (0 until learnt):
  * as many turns as adapters ahead, each what one adds to a first token's
  * wait. */
 static double
-slot_wait(const struct lr__adaptive *ad, const lr_candidate *row)
+slot_wait(const struct lr__adaptive *ad, const lr_candidate *row, double x)
 {
-    double x = slots_ahead(ad, row);
     if (!(x > 0))
         return 0;
     bool load = row->adapter_missing != 0;
@@ -274,11 +277,6 @@ lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
         q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
         q->seen = keep * q->seen + (1 - keep);
         q->routes = keep * q->routes + (rows[k].instance == chosen);
-        /* an instance's slots: the most seen free (all, before its
-         * first adapter) */
-        uint32_t free = rows[k].adapter_free;
-        if (free != UINT32_MAX && free > q->slots)
-            q->slots = free;
         if (now_ns > q->t_ns)
             q->t_ns = now_ns;
     }
@@ -287,19 +285,21 @@ lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
 /* The wait for the row's adapter into adapter_load_s: a load, and with
  * no slot free a slot's freeing (learnt apart; the load alone until one
  * was seen), and with every slot held the turns of the adapters queued
- * ahead, past the load when it must load. Returns the wait of a request
- * whose adapter is resident there: the turns ahead, the first token's
- * fixed wait. */
+ * ahead (counted on tab), past the load when it must load. Returns the
+ * wait of a request whose adapter is resident there: the turns ahead,
+ * the first token's fixed wait. */
 LR_NOINLINE static double
-fill_adapter(const struct lr__adaptive *ad, lr_candidate *row)
+fill_adapter(const struct lr__adaptive *ad, lr_candidate *row,
+             const struct lr__adapters *tab, uint64_t adapter)
 {
+    double x = ahead_on(tab, adapter, row->instance);
     const struct lr__load_fit *lf = ad->load[row->instance_class];
     bool full = row->adapter_free == 0;
     if (row->adapter_missing && lf[full].n > 0)
         row->adapter_load_s = lf[full].s;
     else if (row->adapter_missing && lf[0].n > 0)
         row->adapter_load_s = lf[0].s;
-    double wait = slot_wait(ad, row);
+    double wait = slot_wait(ad, row, x);
     if (row->adapter_missing && wait > 0)
         row->adapter_load_s =
             (lf[0].n > 0 ? lf[0].s : row->adapter_load_s) + wait;
@@ -308,6 +308,7 @@ fill_adapter(const struct lr__adaptive *ad, lr_candidate *row)
 
 void
 lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
+                  const struct lr__adapters *tab, uint64_t adapter,
                   uint64_t now_ns, struct lr__keep_memo *memo)
 {
     const struct lr__qavg *q = &ad->qavg[row->instance];
@@ -328,7 +329,7 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
      * or its adapter is resident where the slots are not known) keeps the
      * calibration step small enough to stay inline in the gather */
     double waits = row->adapter_missing || row->adapter_free != UINT32_MAX
-                       ? fill_adapter(ad, row)
+                       ? fill_adapter(ad, row, tab, adapter)
                        : 0;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
@@ -357,7 +358,7 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
 
 void
 lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
-                      const lr_candidate *row, double uncached)
+                      const lr_candidate *row, double uncached, double ahead)
 {
     struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0 && c->prior[S0] == 0)
@@ -369,10 +370,7 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
     r->rtt_s = (float)(row->rtt_ms / 1e3);
     r->cls = row->instance_class;
     r->loads = !row->adapter_missing ? 0 : row->adapter_free > 0 ? 1 : 2;
-    r->ahead =
-        row->adapter_free == UINT32_MAX || ad->qavg[row->instance].slots == 0
-            ? -1.0f
-            : (float)slots_ahead(ad, row);
+    r->ahead = ahead >= 0 ? (float)ahead : -1.0f;
 }
 
 static bool
@@ -792,10 +790,11 @@ static void
 ad_gather(const void *st, lr_candidate *rows, uint32_t n,
           struct lr__route_view *v, uint64_t now_ns)
 {
-    (void)v;
     struct lr__keep_memo memo = LR__KEEP_MEMO_INIT;
+    const struct lr__adapters *tab = v->adapters;
+    uint64_t adapter = v->adapter; /* read once: a row's store may alias */
     for (uint32_t k = 0; k < n; k++)
-        lr__adaptive_fill(st, &rows[k], now_ns, &memo);
+        lr__adaptive_fill(st, &rows[k], tab, adapter, now_ns, &memo);
 }
 
 /* Its own placements: what the fit will learn from at the first token,
@@ -807,8 +806,8 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
         return;
     const lr_candidate *c = &p->rows[p->k];
     double delivered = lr__adaptive_delivered(c, sizeof *c, p->v->param);
-    lr__adaptive_dispatch(st, p->slot, c,
-                          (double)p->v->q->n_tokens - delivered);
+    lr__adaptive_dispatch(st, p->slot, c, (double)p->v->q->n_tokens - delivered,
+                          ahead_on(p->v->adapters, p->v->adapter, c->instance));
     lr__adaptive_observe(st, p->rows, p->n, c->instance, now_ns);
 }
 

@@ -58,8 +58,9 @@ struct lr__load_fit {
 };
 
 /* The seconds a first token waits per adapter queued ahead of it for a
- * slot (on an instance whose slots are all held, those with work there
- * beyond its slots): the slope of a line fitted by least squares to what
+ * slot (on an instance whose slots are all held, the other adapters with
+ * work there beyond the slots but the one its own holds or waits for:
+ * lr__adapters_ahead): the slope of a line fitted by least squares to what
  * the class's TTFT model left unexplained of the first tokens of adapter
  * requests, against the adapters they had ahead (0 for most), over the
  * last ~SLOT_MEMORY of them; apart for requests whose adapter was
@@ -74,9 +75,8 @@ struct lr__slot_fit {
 struct lr__qavg {
     uint64_t t_ns; /* last update; 0: none */
     double avg;
-    double routes;  /* routes here, decayed with the same time constant */
-    double seen;    /* the share of the window observed: 1 - exp(-age / tau) */
-    uint32_t slots; /* its adapter slots: the most it was seen with free */
+    double routes; /* routes here, decayed with the same time constant */
+    double seen;   /* the share of the window observed: 1 - exp(-age / tau) */
 };
 
 struct lr__adaptive {
@@ -109,11 +109,15 @@ struct lr__keep_memo {
 
 /* Write the row's class model, at the row's decoding count, into the row
  * (ttft_s_per_token, ttft_base_s; 0 before the class's first
- * observation), and its time averages brought to now. For a request with
- * an adapter, the wait learnt for it: its load, plus the turns of the
- * adapters queued ahead when every slot is held (adapter_load_s when it
- * must load; added to ttft_base_s when it is resident). */
+ * observation), and its time averages brought to now. For a request of
+ * adapter `adapter` (0: none), the wait learnt for it: its load, plus the
+ * turns of the adapters queued ahead of it for a slot there, as the
+ * router's residency `tab` counts them (lr__adapters_ahead): into
+ * adapter_load_s when it must load, added to ttft_base_s when it is
+ * resident. */
+struct lr__adapters;
 void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
+                       const struct lr__adapters *tab, uint64_t adapter,
                        uint64_t now_ns, struct lr__keep_memo *memo);
 
 /* A route to instance `chosen` was recorded at now_ns over these rows:
@@ -122,10 +126,12 @@ void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
 void lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
                           uint32_t n, uint32_t chosen, uint64_t now_ns);
 
-/* A dispatch to `row`'s instance with `uncached` tokens to prefill: keep
+/* A dispatch to `row`'s instance with `uncached` tokens to prefill and
+ * `ahead` adapters queued ahead of it for a slot (< 0: not known): keep
  * the work it queued behind for its first token. */
 void lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
-                           const lr_candidate *row, double uncached);
+                           const lr_candidate *row, double uncached,
+                           double ahead);
 
 /* The cached tokens a row's engine is expected to deliver: cached_tokens,
  * plus its lower tiers' tokens at their weights (rows of at least

@@ -139,6 +139,8 @@ struct lr__penv {
     const lr_learner_options *learner;
 };
 
+struct lr__adapters;
+
 /* One route as the request path's steps see it. The read-side operations
  * get it const but for `scratch`: what the policy whose ring key it is
  * leaves for its record (DualMap's hot keys), per route, so that routes
@@ -158,6 +160,9 @@ struct lr__route_view {
      * salt its keys are made with (lr_adapter_salt); rows_model: the model
      * whose instances the rows are (0: every routable instance) */
     uint64_t model, adapter, salt, rows_model;
+    /* the router's adapter residency (parts/adapters.h), as the rows'
+     * adapter columns were filled from it */
+    const struct lr__adapters *adapters;
     uint64_t scratch[LR__ROUTE_SCRATCH];
     uint32_t n_scratch;
 };

@@ -86,6 +86,7 @@ route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
     rt->v.rows_model = r->n_modeled > 0 ? rt->v.model : 0;
     rt->v.adapter = lr__router_name_hash(q->adapter);
     rt->v.salt = lr_adapter_salt(q->tenant_salt, rt->v.adapter);
+    rt->v.adapters = &r->ad;
     rt->v.n_scratch = 0;
     rt->kb = kb;
     rt->seed = 0;
