@@ -15,7 +15,12 @@
  *    LR_ENOENT; a move needs a queued request (LR_ESTATE) and makes the old
  *    instance the alternative; removing an instance drops its requests and
  *    ends its role as an alternative (adding it again does not revive it);
- *  - stats older than the held ones are ignored; the RTT is an EWMA.
+ *  - stats older than the held ones are ignored; the RTT is an EWMA;
+ *  - a request dispatched with a prefill instance has a prefill leg there
+ *    until prefill_done, its first token or its end: in flight and queued
+ *    there, prompt - prefill cached as prefill, prompt as queued tokens,
+ *    KV and prompt; at its own instance it adds no prefill and no queued
+ *    tokens; removing the prefill instance ends the leg only.
  * Statuses are predicted exactly (including which check comes first), and
  * a call the model says fails, or does nothing, must leave lr__load_digest
  * unchanged. After every operation every instance's snapshot, every
@@ -48,6 +53,8 @@ struct mreq {
     uint64_t dispatch_ns;
     int queued;
     uint64_t seq; /* when it was linked to its instance: newest is largest */
+    uint32_t pinst, pcached; /* the open prefill leg (NONE: none) */
+    int split;               /* dispatched with a prefill leg */
 };
 
 struct minst {
@@ -100,7 +107,7 @@ m_queued(const struct model *m, uint32_t inst)
 {
     uint32_t n = 0;
     for (size_t i = 0; i < m->n; i++)
-        n += m->r[i].inst == inst && m->r[i].queued;
+        n += (m->r[i].inst == inst && m->r[i].queued) + (m->r[i].pinst == inst);
     return n;
 }
 
@@ -114,11 +121,15 @@ static lr_status
 m_dispatch(struct model *m, const lr_dispatch *d)
 {
     if (d->cached_tokens > d->prompt_tokens || d->alt_instance == d->instance ||
-        d->alt_cached_tokens > d->prompt_tokens)
+        d->alt_cached_tokens > d->prompt_tokens ||
+        (d->prefill_instance != NONE && d->prefill_instance == d->instance) ||
+        d->prefill_cached_tokens > d->prompt_tokens)
         return LR_EINVAL;
     if (!m_live(m, d->instance))
         return LR_ENOENT;
     if (d->alt_instance != NONE && !m_live(m, d->alt_instance))
+        return LR_ENOENT;
+    if (d->prefill_instance != NONE && !m_live(m, d->prefill_instance))
         return LR_ENOENT;
     if (m_find(m, d->request_id) >= 0)
         return LR_EEXIST;
@@ -137,6 +148,25 @@ m_dispatch(struct model *m, const lr_dispatch *d)
     q->dispatch_ns = d->now_ns;
     q->queued = 1;
     q->seq = ++m->seq;
+    q->pinst = NONE;
+    q->split = d->prefill_instance != NONE;
+    q->pcached = q->split ? d->prefill_cached_tokens : 0;
+    if (q->split) {
+        if (m_queued(m, d->prefill_instance) == 0)
+            m->in[d->prefill_instance].queue_since_ns = d->now_ns;
+        q->pinst = d->prefill_instance;
+    }
+    return LR_OK;
+}
+
+static lr_status
+m_prefill_done(struct model *m, uint64_t id, int *changed)
+{
+    long i = m_find(m, id);
+    if (i < 0)
+        return LR_ENOENT;
+    *changed = m->r[i].pinst != NONE;
+    m->r[i].pinst = NONE;
     return LR_OK;
 }
 
@@ -153,6 +183,7 @@ m_first_token(struct model *m, uint64_t id, uint64_t now, int *changed)
         return LR_OK;
     }
     q->queued = 0;
+    q->pinst = NONE; /* the prefill is over */
     if (now > m->in[q->inst].last_first_ns)
         m->in[q->inst].last_first_ns = now;
     return LR_OK;
@@ -177,7 +208,7 @@ m_move(struct model *m, uint64_t id, uint32_t to, uint32_t cached)
     struct mreq *q = &m->r[i];
     if (!m_live(m, to))
         return LR_ENOENT;
-    if (cached > q->prompt || to == q->inst)
+    if (cached > q->prompt || to == q->inst || to == q->pinst)
         return LR_EINVAL;
     if (!q->queued)
         return LR_ESTATE;
@@ -215,6 +246,9 @@ m_remove(struct model *m, uint32_t inst)
     for (size_t i = m->n; i-- > 0;)
         if (m->r[i].inst == inst)
             m_drop(m, i);
+    for (size_t i = 0; i < m->n; i++) /* its prefill legs end */
+        if (m->r[i].pinst == inst)
+            m->r[i].pinst = NONE;
     /* it is no one's alternative any more, even if added again later */
     for (size_t i = 0; i < m->n; i++)
         if (m->r[i].alt == inst) {
@@ -284,11 +318,22 @@ check_instance(struct run *r, uint32_t inst)
         pt += q->prompt;
         if (q->queued) {
             nq++;
-            pf += q->prompt - q->cached;
-            qt += q->prompt;
+            pf += q->split ? 0 : q->prompt - q->cached;
+            qt += q->split ? 0 : q->prompt;
         } else {
             dec += q->out;
         }
+    }
+    for (size_t i = 0; i < m->n; i++) { /* prefill legs here */
+        const struct mreq *q = &m->r[i];
+        if (q->pinst != inst)
+            continue;
+        n++;
+        nq++;
+        pf += q->prompt - q->pcached;
+        qt += q->prompt;
+        kv += q->prompt;
+        pt += q->prompt;
     }
     const struct minst *in = &m->in[inst];
     uint64_t want[] = {
@@ -388,7 +433,7 @@ check_request(const struct run *r, const struct mreq *q)
         v.prompt_tokens != q->prompt || v.cached_tokens != q->cached ||
         v.alt_cached_tokens != q->alt_cached ||
         v.expected_output_tokens != q->out || v.dispatch_ns != q->dispatch_ns ||
-        v.queued != q->queued)
+        v.queued != q->queued || v.prefill_instance != q->pinst)
         fail_msg("op %d: request %llu: view (inst %u alt %u prompt %u cached "
                  "%u alt_cached %u out %u at %llu queued %d) != model (inst "
                  "%u alt %u prompt %u cached %u alt_cached %u out %u at %llu "
@@ -540,8 +585,23 @@ op_dispatch(struct run *r)
     } else if (tu_below(&r->rs, 20) == 0) {
         d.alt_cached_tokens = pick_cached(r, d.prompt_tokens);
     }
+    if (tu_below(&r->rs, 3) == 0) { /* split: sometimes onto itself */
+        d.prefill_instance =
+            tu_below(&r->rs, 20) == 0 ? d.instance : pick_live_inst(r);
+        d.prefill_cached_tokens = pick_cached(r, d.prompt_tokens);
+    } else if (tu_below(&r->rs, 20) == 0) {
+        d.prefill_cached_tokens = pick_cached(r, d.prompt_tokens);
+    }
     d.now_ns = pick_time(r);
     STEP(lr_load_dispatch(r->ld, &d), m_dispatch(&r->m, &d));
+}
+
+static void
+op_prefill_done(struct run *r)
+{
+    uint64_t id = pick_id(r);
+    uint64_t t = pick_time(r);
+    STEP(lr_load_prefill_done(r->ld, id, t), m_prefill_done(&r->m, id, chg_));
 }
 
 static void
@@ -667,8 +727,10 @@ run_diff(uint64_t seed, uint32_t n_inst, uint32_t max_req, double alpha,
     }
 
     for (r->op = 0; r->op < ops; r->op++) {
-        uint64_t which = tu_below(&r->rs, 100);
-        if (which < 30)
+        uint64_t which = tu_below(&r->rs, 106);
+        if (which >= 100)
+            op_prefill_done(r);
+        else if (which < 30)
             op_dispatch(r);
         else if (which < 47)
             op_first_token(r);

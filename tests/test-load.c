@@ -48,6 +48,8 @@ inits_set_defaults(void **state)
     assert_int_equal(d.alt_instance, LR_INSTANCE_NONE);
     assert_int_equal(d.alt_cached_tokens, 0);
     assert_int_equal(d.now_ns, 0);
+    assert_int_equal(d.prefill_instance, LR_INSTANCE_NONE);
+    assert_int_equal(d.prefill_cached_tokens, 0);
 
     lr_engine_stats s;
     memset(&s, 0xa5, sizeof s);
@@ -67,7 +69,7 @@ inits_set_defaults(void **state)
     assert_int_equal(sn.queue_since_ns, 0);
 
     assert_int_equal(LR_LOAD_OPTIONS_SIZE_V1, sizeof(lr_load_options));
-    assert_int_equal(LR_DISPATCH_SIZE_V1, sizeof(lr_dispatch));
+    assert_int_equal(LR_DISPATCH_SIZE_V2, sizeof(lr_dispatch));
     assert_int_equal(LR_ENGINE_STATS_SIZE_V1, sizeof(lr_engine_stats));
     assert_int_equal(LR_LOAD_SNAPSHOT_SIZE_V1, sizeof(lr_load_snapshot));
 }
@@ -454,6 +456,106 @@ lifecycle_first_then_complete(void **state)
     assert_int_equal(snap(ld, 0).last_first_token_ns, 1500);
     assert_int_equal(lr_load_inflight(ld), 0);
     assert_st(lr_load_request(ld, 42, &inst, &queued), LR_ENOENT);
+    lr_load_destroy(ld);
+}
+
+/* A split request: the prefill instance (1) carries its prefill until
+ * prefill_done, the decode instance (0) its KV and decode from the
+ * dispatch on; then the first token and the end as for any request. The
+ * first token ends a prefill leg the host did not report, and a removed
+ * prefill instance ends its legs only. Bad splits change nothing. */
+static void
+lifecycle_split(void **state)
+{
+    (void)state;
+    lr_load *ld = load_mk(4, 8, 3);
+    lr_dispatch d = disp(7, 0, 900, 600, 130, 1000);
+    d.prefill_instance = 1;
+    d.prefill_cached_tokens = 512;
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_load_ok(ld);
+    lr_load_snapshot p = snap(ld, 1), q = snap(ld, 0);
+    assert_int_equal(p.inflight, 1);
+    assert_int_equal(p.queued, 1);
+    assert_int_equal(p.prefill_tokens, 388);
+    assert_int_equal(p.queued_tokens, 900);
+    assert_int_equal(p.kv_tokens, 900);
+    assert_int_equal(p.prompt_tokens, 900);
+    assert_int_equal(p.decode_tokens, 0);
+    assert_int_equal(p.queue_since_ns, 1000);
+    assert_int_equal(q.inflight, 1);
+    assert_int_equal(q.queued, 1);
+    assert_int_equal(q.prefill_tokens, 0);
+    assert_int_equal(q.queued_tokens, 0);
+    assert_int_equal(q.kv_tokens, 1030);
+    assert_int_equal(q.prompt_tokens, 900);
+    assert_int_equal(lr_load_inflight(ld), 1);
+    struct lr__req_view v;
+    assert_st(lr__load_req(ld, 7, &v), LR_OK);
+    assert_int_equal(v.instance, 0);
+    assert_int_equal(v.prefill_instance, 1);
+
+    assert_st(lr_load_prefill_done(ld, 7, 1200), LR_OK);
+    assert_load_ok(ld);
+    assert_idle(ld, 1);
+    assert_int_equal(snap(ld, 0).queued, 1);
+    uint64_t d0 = lr__load_digest(ld);
+    assert_st(lr_load_prefill_done(ld, 7, 1300), LR_OK); /* again: no-op */
+    assert_int_equal(lr__load_digest(ld), d0);
+    assert_st(lr_load_first_token(ld, 7, 1500), LR_OK);
+    q = snap(ld, 0);
+    assert_int_equal(q.queued, 0);
+    assert_int_equal(q.decode_tokens, 130);
+    assert_st(lr_load_complete(ld, 7, 130, 2000), LR_OK);
+    assert_idle(ld, 0);
+
+    /* the first token ends a leg nobody reported; so does the end */
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_st(lr_load_first_token(ld, 7, 2500), LR_OK);
+    assert_idle(ld, 1);
+    assert_st(lr_load_fail(ld, 7), LR_OK);
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_st(lr_load_fail(ld, 7), LR_OK);
+    assert_idle(ld, 0);
+    assert_idle(ld, 1);
+
+    /* removing the prefill instance ends the leg; the request stays */
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_st(lr_load_remove_instance(ld, 1), LR_OK);
+    assert_load_ok(ld);
+    assert_st(lr__load_req(ld, 7, &v), LR_OK);
+    assert_int_equal(v.prefill_instance, LR_INSTANCE_NONE);
+    assert_int_equal(snap(ld, 0).inflight, 1);
+    assert_st(lr_load_add_instance(ld, 1, 0, 1), LR_OK);
+    assert_st(lr_load_fail(ld, 7), LR_OK);
+
+    /* a decode leg moves, never onto its prefill instance */
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_fails_unchanged(ld, lr_load_move(ld, 7, 1, 0), LR_EINVAL);
+    assert_st(lr_load_move(ld, 7, 2, 100), LR_OK);
+    assert_load_ok(ld);
+    assert_idle(ld, 0);
+    assert_int_equal(snap(ld, 2).prefill_tokens, 0);
+    assert_int_equal(snap(ld, 1).prefill_tokens, 388);
+    assert_st(lr_load_fail(ld, 7), LR_OK);
+
+    /* bad splits */
+    d.prefill_instance = 0; /* the decode instance itself */
+    assert_fails_unchanged(ld, lr_load_dispatch(ld, &d), LR_EINVAL);
+    d.prefill_instance = 3; /* not tracked */
+    assert_fails_unchanged(ld, lr_load_dispatch(ld, &d), LR_ENOENT);
+    d.prefill_instance = 1;
+    d.prefill_cached_tokens = 901;
+    assert_fails_unchanged(ld, lr_load_dispatch(ld, &d), LR_EINVAL);
+    assert_fails_unchanged(ld, lr_load_prefill_done(ld, 8, 0), LR_ENOENT);
+    assert_st(lr_load_prefill_done(NULL, 7, 0), LR_EINVAL);
+    d.prefill_cached_tokens = 0;
+    d.struct_size = LR_DISPATCH_SIZE_V1; /* a 0.2 caller: no split */
+    assert_st(lr_load_dispatch(ld, &d), LR_OK);
+    assert_st(lr__load_req(ld, 7, &v), LR_OK);
+    assert_int_equal(v.prefill_instance, LR_INSTANCE_NONE);
+    assert_int_equal(snap(ld, 0).prefill_tokens, 300);
+    assert_idle(ld, 1);
     lr_load_destroy(ld);
 }
 
@@ -1120,6 +1222,7 @@ main(void)
         cmocka_unit_test(add_remove_instance),
         cmocka_unit_test(dispatch_statuses),
         cmocka_unit_test(lifecycle_first_then_complete),
+        cmocka_unit_test(lifecycle_split),
         cmocka_unit_test(lifecycle_complete_without_first_token),
         cmocka_unit_test(lifecycle_fail),
         cmocka_unit_test(lifecycle_repeat_first_token),

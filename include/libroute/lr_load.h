@@ -120,25 +120,48 @@ typedef struct lr_dispatch {
     /** Host time of the dispatch. */
     uint64_t now_ns;
     /* v1 ends here */
+    /** In a disaggregated fleet, the instance that prefills the request
+     * before `instance` decodes it, its KV moving over between them
+     * (LR_INSTANCE_NONE: `instance` does both), and the tokens expected to
+     * hit its prefix cache, <= prompt. Until the prefill leg ends
+     * (lr_load_prefill_done(), or the first token) the prefill instance
+     * counts the request in flight and queued, its uncached tokens as
+     * prefill and its prompt's KV; `instance` counts it in flight and
+     * queued, with its KV and its decode but no prefill. @since 0.3 */
+    uint32_t prefill_instance;
+    uint32_t prefill_cached_tokens;
+    /* v2 ends here */
 } lr_dispatch;
 
 #define LR_DISPATCH_SIZE_V1 (offsetof(lr_dispatch, now_ns) + 8)
+#define LR_DISPATCH_SIZE_V2 (offsetof(lr_dispatch, prefill_cached_tokens) + 4)
 
 /** Zero the caller's `size` bytes of `d`, set struct_size = size, alt_instance
- * = LR_INSTANCE_NONE. Use the lr_dispatch_init() macro, which passes the
- * caller's sizeof. @since 0.2 */
+ * = prefill_instance = LR_INSTANCE_NONE. Use the lr_dispatch_init() macro,
+ * which passes the caller's sizeof. @since 0.2 */
 LR_API void lr_dispatch_init_sized(lr_dispatch *d, size_t size);
 #define lr_dispatch_init(d) lr_dispatch_init_sized((d), sizeof *(d))
 
 /** Record a dispatch: the request is in flight and queued (no first token).
- * @return LR_OK; LR_EINVAL (NULL, cached > prompt, alt == instance);
- *   LR_EVERSION; LR_ENOENT (instance or alt_instance not tracked);
- *   LR_EEXIST (request id in flight); LR_ELIMIT (max_requests).
+ * @return LR_OK; LR_EINVAL (NULL, cached > prompt, alt == instance,
+ *   prefill_instance == instance); LR_EVERSION; LR_ENOENT (instance,
+ *   alt_instance or prefill_instance not tracked); LR_EEXIST (request id
+ *   in flight); LR_ELIMIT (max_requests).
  * @since 0.1 */
 LR_API lr_status lr_load_dispatch(lr_load *load, const lr_dispatch *d);
 
-/** The request's first token: it leaves the queue and starts decoding. A
- * second first token for the same request is a no-op (LR_OK).
+/** The prefill leg of a request dispatched with a prefill_instance ended:
+ * its KV has moved to the decode instance (vLLM: the prefill request
+ * returned its kv_transfer_params). The prefill instance stops counting
+ * it. A request without a prefill leg, or whose leg ended before: a no-op.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT (no such request in flight).
+ * @since 0.3 */
+LR_API lr_status lr_load_prefill_done(lr_load *load, uint64_t request_id,
+                                      uint64_t now_ns);
+
+/** The request's first token: it leaves the queue and starts decoding (a
+ * prefill leg still open ends with it). A second first token for the same
+ * request is a no-op (LR_OK).
  * @return LR_OK; LR_EINVAL; LR_ENOENT. @since 0.1 */
 LR_API lr_status lr_load_first_token(lr_load *load, uint64_t request_id,
                                      uint64_t now_ns);

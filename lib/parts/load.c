@@ -7,7 +7,13 @@
  * are found by id through an lr__table (table.h) of record indices, sized
  * for max_requests at creation so that no call after it allocates, and
  * chained per instance, so removing an instance drops its requests in
- * O(their number). */
+ * O(their number).
+ *
+ * A request split between a prefill and a decode instance (a
+ * disaggregated fleet) has two legs: the prefill leg (chained in the
+ * prefill instance's second list) carries the prefill, until it ends at
+ * prefill_done or the first token; the decode leg carries the rest, as
+ * an unsplit request does, less the prefill. */
 #include "parts/load.h"
 
 #include <math.h>
@@ -29,6 +35,10 @@ struct req {
     uint32_t out; /* expected output tokens */
     uint32_t prev,
         next; /* per-instance list; `next` also links the free list */
+    /* the prefill leg: its instance (NONE: none, or ended), the cached
+     * tokens expected there, its links in that instance's second list */
+    uint32_t pinst, pcached, pprev, pnext;
+    uint8_t split; /* dispatched with a prefill leg: no prefill here */
     uint8_t queued;
     uint8_t observed; /* its engine reported the tokens it reused */
     uint8_t kv_full;  /* sent while its engine's KV cache was full */
@@ -38,7 +48,8 @@ struct inst {
     uint8_t live;
     int32_t prefix_caching;
     uint32_t cls;
-    uint32_t head; /* newest request */
+    uint32_t head;  /* newest request */
+    uint32_t phead; /* newest request whose prefill leg is here */
     uint32_t inflight, queued;
     uint64_t prefill, queued_tokens, decode, kv, prompt;
     int32_t has_stats;
@@ -81,7 +92,7 @@ LR__INIT_SIZED(lr_load_options_init_sized, lr_load_options, options_defaults,
                .max_instances = 1024, .max_requests = 65536, .rtt_alpha = 0.3)
 
 LR__INIT_SIZED(lr_dispatch_init_sized, lr_dispatch, dispatch_defaults,
-               .alt_instance = NONE)
+               .alt_instance = NONE, .prefill_instance = NONE)
 
 LR__INIT_SIZED_ZERO(lr_engine_stats_init_sized, lr_engine_stats)
 
@@ -187,6 +198,20 @@ lr__load_has(const lr_load *ld, uint32_t instance)
 
 /* ---- counters ---------------------------------------------------------------- */
 
+/* What a queued request adds to its instance's queue: its prefill and
+ * prompt, none of them for the decode leg of a split one. */
+static uint64_t
+queue_prefill(const struct req *r)
+{
+    return r->split ? 0 : r->prompt - r->cached;
+}
+
+static uint64_t
+queue_tokens(const struct req *r)
+{
+    return r->split ? 0 : r->prompt;
+}
+
 static void
 enqueue(lr_load *ld, struct inst *in, struct req *r)
 {
@@ -194,8 +219,8 @@ enqueue(lr_load *ld, struct inst *in, struct req *r)
     if (in->queued == 0)
         in->queue_since_ns = r->dispatch_ns;
     in->queued++;
-    in->prefill += r->prompt - r->cached;
-    in->queued_tokens += r->prompt;
+    in->prefill += queue_prefill(r);
+    in->queued_tokens += queue_tokens(r);
     (void)ld;
 }
 
@@ -203,8 +228,8 @@ static void
 dequeue(struct inst *in, const struct req *r)
 {
     in->queued--;
-    in->prefill -= r->prompt - r->cached;
-    in->queued_tokens -= r->prompt;
+    in->prefill -= queue_prefill(r);
+    in->queued_tokens -= queue_tokens(r);
 }
 
 static void
@@ -230,11 +255,57 @@ unlink_req(lr_load *ld, struct inst *in, uint32_t r)
         ld->rq[q->next].prev = q->prev;
 }
 
+/* The prefill leg of record r starts at instance `in` (id pi): queued
+ * there with its uncached tokens, holding its prompt's KV. */
+static void
+prefill_begin(lr_load *ld, struct inst *in, uint32_t pi, uint32_t r)
+{
+    struct req *q = &ld->rq[r];
+    q->pinst = pi;
+    q->pprev = LR_NIL;
+    q->pnext = in->phead;
+    if (in->phead != LR_NIL)
+        ld->rq[in->phead].pprev = r;
+    in->phead = r;
+    if (in->queued == 0)
+        in->queue_since_ns = q->dispatch_ns;
+    in->queued++;
+    in->inflight++;
+    in->prefill += q->prompt - q->pcached;
+    in->queued_tokens += q->prompt;
+    in->kv += q->prompt;
+    in->prompt += q->prompt;
+}
+
+/* The prefill leg of record r ends, if open: its instance drops it. */
+static void
+prefill_end(lr_load *ld, uint32_t r)
+{
+    struct req *q = &ld->rq[r];
+    if (q->pinst == NONE)
+        return;
+    struct inst *in = &ld->in[q->pinst];
+    if (q->pprev != LR_NIL)
+        ld->rq[q->pprev].pnext = q->pnext;
+    else
+        in->phead = q->pnext;
+    if (q->pnext != LR_NIL)
+        ld->rq[q->pnext].pprev = q->pprev;
+    in->queued--;
+    in->inflight--;
+    in->prefill -= q->prompt - q->pcached;
+    in->queued_tokens -= q->prompt;
+    in->kv -= q->prompt;
+    in->prompt -= q->prompt;
+    q->pinst = NONE;
+}
+
 /* Subtract what request record r added and free the record. */
 static void
 end_req(lr_load *ld, uint32_t r)
 {
     struct req *q = &ld->rq[r];
+    prefill_end(ld, r);
     struct inst *in = &ld->in[q->inst];
     if (q->queued)
         dequeue(in, q);
@@ -268,6 +339,7 @@ lr_load_add_instance(lr_load *ld, uint32_t instance, uint32_t instance_class,
     in->cls = instance_class;
     in->prefix_caching = prefix_caching;
     in->head = LR_NIL;
+    in->phead = LR_NIL;
     return LR_OK;
 }
 
@@ -279,6 +351,9 @@ lr_load_remove_instance(lr_load *ld, uint32_t instance)
     LR_RETURN_IF(in == NULL, LR_ENOENT);
     while (in->head != LR_NIL)
         end_req(ld, in->head);
+    /* the prefill legs here end; their requests decode elsewhere */
+    while (in->phead != LR_NIL)
+        prefill_end(ld, in->phead);
     in->live = 0;
     /* It is no one's alternative any more: an instance added again under
      * this id is a new one, with an empty cache. */
@@ -306,10 +381,18 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     LR_RETURN_IF(d.cached_tokens > d.prompt_tokens, LR_EINVAL);
     LR_RETURN_IF(d.alt_instance == d.instance, LR_EINVAL);
     LR_RETURN_IF(d.alt_cached_tokens > d.prompt_tokens, LR_EINVAL);
+    LR_RETURN_IF(d.prefill_instance != NONE && d.prefill_instance == d.instance,
+                 LR_EINVAL);
+    LR_RETURN_IF(d.prefill_cached_tokens > d.prompt_tokens, LR_EINVAL);
     struct inst *in = inst_get(ld, d.instance);
     LR_RETURN_IF(in == NULL, LR_ENOENT);
     LR_RETURN_IF(d.alt_instance != NONE && inst_get(ld, d.alt_instance) == NULL,
                  LR_ENOENT);
+    struct inst *pin = NULL;
+    if (d.prefill_instance != NONE) {
+        pin = inst_get(ld, d.prefill_instance);
+        LR_RETURN_IF(pin == NULL, LR_ENOENT);
+    }
     LR_RETURN_IF(req_find(ld, d.request_id) != LR_NIL, LR_EEXIST);
     LR_RETURN_IF(ld->free_head == LR_NIL, LR_ELIMIT);
     uint32_t r = ld->free_head;
@@ -325,6 +408,9 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     q->out = d.expected_output_tokens;
     q->queued = 1;
     q->observed = 0;
+    q->split = pin != NULL;
+    q->pinst = NONE;
+    q->pcached = pin != NULL ? d.prefill_cached_tokens : 0;
     lr__table_insert(&ld->tab, id_hash(ld, d.request_id), r);
     link_req(ld, in, r);
     enqueue(ld, in, q);
@@ -332,6 +418,19 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     in->kv += (uint64_t)q->prompt + q->out;
     in->prompt += q->prompt;
     ld->inflight++;
+    if (pin != NULL)
+        prefill_begin(ld, pin, d.prefill_instance, r);
+    return LR_OK;
+}
+
+lr_status
+lr_load_prefill_done(lr_load *ld, uint64_t request_id, uint64_t now_ns)
+{
+    (void)now_ns;
+    LR_RETURN_IF(ld == NULL, LR_EINVAL);
+    uint32_t r = req_find(ld, request_id);
+    LR_RETURN_IF(r == LR_NIL, LR_ENOENT);
+    prefill_end(ld, r);
     return LR_OK;
 }
 
@@ -344,6 +443,7 @@ lr_load_first_token(lr_load *ld, uint64_t request_id, uint64_t now_ns)
     struct req *q = &ld->rq[r];
     if (!q->queued)
         return LR_OK;
+    prefill_end(ld, r); /* a first token: the prefill is over */
     struct inst *in = &ld->in[q->inst];
     dequeue(in, q);
     q->queued = 0;
@@ -385,7 +485,7 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
     struct inst *to = inst_get(ld, instance);
     LR_RETURN_IF(to == NULL, LR_ENOENT);
     LR_RETURN_IF(cached_tokens > q->prompt, LR_EINVAL);
-    LR_RETURN_IF(instance == q->inst, LR_EINVAL);
+    LR_RETURN_IF(instance == q->inst || instance == q->pinst, LR_EINVAL);
     LR_RETURN_IF(!q->queued, LR_ESTATE);
     struct inst *from = &ld->in[q->inst];
     dequeue(from, q);
@@ -492,6 +592,7 @@ view_of(const lr_load *ld, const struct req *q, struct lr__req_view *v)
     v->expected_output_tokens = q->out;
     v->dispatch_ns = q->dispatch_ns;
     v->queued = q->queued;
+    v->prefill_instance = q->pinst;
     v->slot = (uint32_t)(q - ld->rq);
 }
 
@@ -580,23 +681,43 @@ lr__load_verify(const lr_load *ld)
                 return LR_ECORRUPT;
             if (req_find(ld, q->id) != r)
                 return LR_ECORRUPT;
+            /* an open prefill leg: a split request, elsewhere, queued */
+            if (q->pinst != NONE &&
+                (!q->split || q->pinst == i || inst_get(ld, q->pinst) == NULL ||
+                 !q->queued))
+                return LR_ECORRUPT;
             n++;
             kv += (uint64_t)q->prompt + q->out;
             pt += q->prompt;
             if (q->queued) {
                 nq++;
-                pf += q->prompt - q->cached;
-                qt += q->prompt;
+                pf += queue_prefill(q);
+                qt += queue_tokens(q);
             } else {
                 dec += q->out;
             }
+            prev = r;
+        }
+        total += n;
+        prev = LR_NIL;
+        uint64_t np = 0;
+        for (uint32_t r = in->phead; r != LR_NIL; r = ld->rq[r].pnext) {
+            const struct req *q = &ld->rq[r];
+            if (q->pprev != prev || q->pinst != i || np > ld->max_req)
+                return LR_ECORRUPT;
+            np++;
+            n++;
+            nq++;
+            pf += q->prompt - q->pcached;
+            qt += q->prompt;
+            kv += q->prompt;
+            pt += q->prompt;
             prev = r;
         }
         if (n != in->inflight || nq != in->queued || pf != in->prefill ||
             qt != in->queued_tokens || dec != in->decode || kv != in->kv ||
             pt != in->prompt)
             return LR_ECORRUPT;
-        total += n;
     }
     if (total != ld->inflight)
         return LR_ECORRUPT;
@@ -663,6 +784,8 @@ lr__load_digest(const lr_load *ld)
             g = mixin(g, ((uint64_t)q->cached << 32) | q->alt_cached);
             g = mixin(g, ((uint64_t)q->out << 3) | (uint64_t)q->kv_full << 2 |
                              (uint64_t)q->observed << 1 | q->queued);
+            g = mixin(g, ((uint64_t)q->pinst << 32) | q->pcached);
+            g = mixin(g, q->split);
             s += g;
         }
         h = mixin(h, s);

@@ -17,6 +17,8 @@ struct lr__req_view {
     uint32_t expected_output_tokens;
     uint64_t dispatch_ns;
     int queued;
+    /* its prefill leg's instance while that leg is open, else NONE */
+    uint32_t prefill_instance;
     /* The request's record, 0..max_requests-1: fixed while it is in
      * flight, reused after it ends (the router keys per-request data on
      * it). */
