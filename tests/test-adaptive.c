@@ -75,7 +75,7 @@ static void
 observe(struct setup *s, const lr_candidate *row, uint32_t uncached,
         double ttft_s)
 {
-    lr__adaptive_dispatch(&s->ad, 0, row, uncached, -1);
+    lr__adaptive_dispatch(&s->ad, 0, row, uncached, -1, 0);
     lr__adaptive_settle(&s->ad, 0, ttft_s);
 }
 
@@ -482,7 +482,7 @@ averages_cover_the_time_seen(void **state)
         t[i] = T0 + (uint64_t)i * (SEC / N);
         q[i] = i <= N / 2 ? 0 : 500;
         rows[0].prefill_tokens = (uint64_t)q[i];
-        lr__adaptive_observe(&s->ad, rows, 2, 0, t[i]);
+        lr__adaptive_observe(&s->ad, rows, 2, 0, LR_INSTANCE_NONE, t[i]);
     }
     double age[N + 1], routes = 0, queue = 0;
     for (int i = 0; i <= N; i++) {
@@ -542,10 +542,10 @@ slot_wait_per_adapter_ahead(void **state)
     double model = 0.125 * 10.1 + 0.02;
     for (int i = 0; i < 64; i++) {
         double x = (double)(i % 5);
-        lr__adaptive_dispatch(&s->ad, 0, &row, 100, x);
+        lr__adaptive_dispatch(&s->ad, 0, &row, 100, x, 0);
         lr__adaptive_settle(&s->ad, 0, model + 0.3 * x);
         /* not known: a minute late, and nothing learnt from it */
-        lr__adaptive_dispatch(&s->ad, 0, &row, 100, -1);
+        lr__adaptive_dispatch(&s->ad, 0, &row, 100, -1, 0);
         lr__adaptive_settle(&s->ad, 0, 60);
     }
     /* instance 0: 2 slots; "hot" and "o" running, w0-w2 waiting, w1 also

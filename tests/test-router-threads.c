@@ -481,6 +481,10 @@ ctl_set_param(struct ctl *c)
      * would refuse (test-hostile.c tests the clock) */
     if (key == LR_PARAM_CLOCK_SKEW_S && v < b.def)
         v = b.def;
+    /* a prefill leg's policy may not be one that keeps state or reads a
+     * ring, whatever its id's bounds (test-pd.c) */
+    if (key == LR_PARAM_PD_PREFILL_POLICY)
+        v = tu_below(&c->rng, 2) ? -1 : LR_POLICY_LEAST_LOAD;
     lr_status st = lr_router_set_param(sh->r, key, v);
     CHECK(sh, st == LR_OK, "set_param within bounds", st);
 }

@@ -2116,12 +2116,13 @@ policy_names(void **state)
     assert_st(lr_policy_from_name("Random", &p), LR_ENOENT);
     assert_st(lr_policy_from_name(NULL, &p), LR_EINVAL);
     assert_st(lr_policy_from_name("random", NULL), LR_EINVAL);
-    for (int k = 0; k < 18; k++)
+    for (int k = 0; k < 19; k++)
         assert_non_null(lr_reason_name((lr_reason)k));
     assert_string_equal(lr_reason_name(LR_REASON_SLO_SWITCH), "slo-switch");
     assert_string_equal(lr_reason_name(LR_REASON_WAITING), "waiting");
     assert_string_equal(lr_reason_name(LR_REASON_ADAPTER), "adapter");
-    assert_null(lr_reason_name((lr_reason)18));
+    assert_string_equal(lr_reason_name(LR_REASON_WHOLE), "whole");
+    assert_null(lr_reason_name((lr_reason)19));
 
     lr_router *r = mk(LR_POLICY_RANDOM, 1);
     for (size_t i = 0; i < N_SUPPORTED; i++) {

@@ -66,8 +66,26 @@ typedef enum lr_policy {
     LR_POLICY_ADAPTIVE = 16, /* "adaptive": calibrates itself (@since 0.2) */
     LR_POLICY_LORA_AFFINITY = 17, /* "lora-affinity" (Inference Extension;
                                      @since 0.3) */
-    LR_POLICY_AIBRIX_LORA = 18    /* "aibrix-lora" (@since 0.3) */
+    LR_POLICY_AIBRIX_LORA = 18,   /* "aibrix-lora" (@since 0.3) */
+    LR_POLICY_LLMD_PD = 19,       /* "llm-d-pd": decode first, then
+                                     llm-d's prefix-based decider (@since
+                                     0.3) */
+    LR_POLICY_DYNAMO_PD = 20      /* "dynamo-pd": Dynamo's disaggregated
+                                     router, conditional (@since 0.3) */
 } lr_policy;
+
+/** An instance's part in a disaggregated fleet (lr_instance_spec.role,
+ * lr_candidate.role). A fleet whose instances are all LR_ROLE_BOTH is
+ * aggregated: every decision keeps a request whole. With prefill
+ * instances, a decision may split a request: a prefill instance computes
+ * its KV, which moves to the decode instance that decodes it (vLLM's
+ * disaggregated serving with a KV connector, SGLang's PD mode). @since
+ * 0.3 */
+typedef enum lr_role {
+    LR_ROLE_BOTH = 0,    /* prefills and decodes its requests */
+    LR_ROLE_PREFILL = 1, /* prefills for decode instances; decodes none */
+    LR_ROLE_DECODE = 2   /* decodes; prefills a request kept whole */
+} lr_role;
 
 /** Number of policies this library has: values 0 .. count - 1 are all
  * valid. Never fails. @since 0.2 */
@@ -105,9 +123,13 @@ typedef enum lr_reason {
     LR_REASON_OOD = 15,          /* input out of the model's range (Lodestar) */
     LR_REASON_WAITING = 16,      /* held in the router's queue: no instance yet
                                     (LR_ROUTE_MAY_WAIT; @since 0.3) */
-    LR_REASON_ADAPTER = 17       /* its LoRA adapter resident there, or a free
+    LR_REASON_ADAPTER = 17,      /* its LoRA adapter resident there, or a free
                                     slot (lora-affinity, aibrix-lora;
                                     @since 0.3) */
+    LR_REASON_WHOLE = 18         /* kept whole where it decodes although
+                                    prefill instances exist
+                                    (lr_decision.prefill_reason; @since
+                                    0.3) */
 } lr_reason;
 
 /** Number of reasons this library has (values 0 .. count - 1). Never
@@ -284,7 +306,47 @@ typedef enum lr_param {
      * adaptive counts weight x lower-tier tokens as cached. Other
      * policies ignore lower tiers. @since 0.3 */
     LR_PARAM_TIER_CPU_WEIGHT = 47,
-    LR_PARAM_TIER_DISK_WEIGHT = 48
+    LR_PARAM_TIER_DISK_WEIGHT = 48,
+    /** Bytes of KV cache a prompt token takes (131072: Llama-3-8B in
+     * bf16, 32 layers x 8 KV heads x 128 x 2 x 2 bytes; 1 .. 2^30): what
+     * a split request moves from its prefill to its decode instance,
+     * for the prompt tokens the decode instance does not hold. @since
+     * 0.3 */
+    LR_PARAM_KV_BYTES_PER_TOKEN = 49,
+    /** KV transfer bandwidth in GB/s between two instances on one node
+     * (300: NVLink), in one rack (50: a 400 Gb/s RDMA NIC), in one region
+     * (12.5: 100 GbE across racks) and across regions (1.25); by
+     * lr_instance_spec.node, rack, region (0: unknown, as far as it
+     * goes). 0.001 .. 10^5. @since 0.3 */
+    LR_PARAM_KV_GBPS_NODE = 50,
+    LR_PARAM_KV_GBPS_RACK = 51,
+    LR_PARAM_KV_GBPS_REGION = 52,
+    LR_PARAM_KV_GBPS_WAN = 53,
+    /** The policy that picks a split request's prefill instance when
+     * the router's policy has no pair rule of its own (SGLang's
+     * --prefill-policy): -1 (the default) the router's policy, on the
+     * prefill rows; else the id of a policy that keeps no state and
+     * reads no ring (random, least-request, least-load, the prefix
+     * policies, dynamo, min-ttft, the LoRA ones, llm-d-pd, dynamo-pd) or
+     * round-robin (which keeps a turn of its own for prefill); others
+     * are LR_EINVAL. @since 0.3 */
+    LR_PARAM_PD_PREFILL_POLICY = 54,
+    /** llm-d-pd's decider: split when the decode instance would prefill
+     * at least this many uncached tokens itself (16: llm-d's sample
+     * configuration's nonCachedTokens; 0, its code default, splits
+     * always). 0 .. 2^26. @since 0.3 */
+    LR_PARAM_PD_MIN_UNCACHED = 55,
+    /** dynamo-pd's conditional disaggregation (isl_bounding): prefill
+     * where it decodes when its uncached tokens there are fewer than
+     * this (2048) and a share of the prompt below
+     * LR_PARAM_PD_LOCAL_MAX_RATIO (0.7). @since 0.3 */
+    LR_PARAM_PD_LOCAL_MAX_TOKENS = 56,
+    LR_PARAM_PD_LOCAL_MAX_RATIO = 57,
+    /** adaptive's price of a prefill kept where it decodes, per second
+     * of that prefill and per request decoding there: the steps it
+     * stalls them for (0.05; 0 .. 100). 0 weighs a split on the
+     * request's own first token alone. @since 0.3 */
+    LR_PARAM_ADAPTIVE_PD_STALL = 58
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all
@@ -415,6 +477,14 @@ typedef struct lr_candidate {
      * tokens) read them. @since 0.3 */
     uint32_t cpu_tokens;
     uint32_t disk_tokens;
+    /* v3 ends here */
+    /** Its lr_role. In a table with prefill rows, every row that can
+     * decode (LR_ROLE_BOTH, LR_ROLE_DECODE) comes before every
+     * LR_ROLE_PREFILL row (the router gathers them so). @since 0.3 */
+    int32_t role;
+    /** Where it runs (lr_instance_spec.node, rack, region; 0: unknown):
+     * what a KV transfer between two rows costs. @since 0.3 */
+    uint32_t node, rack, region;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
@@ -423,6 +493,8 @@ typedef struct lr_candidate {
 #define LR_CANDIDATE_SIZE_V2 (offsetof(lr_candidate, cached_lost) + 8)
 /** row_size that carries the adapter and lower-tier columns. @since 0.3 */
 #define LR_CANDIDATE_SIZE_V3 (offsetof(lr_candidate, disk_tokens) + 4)
+/** row_size that carries the role and the placement. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V4 (offsetof(lr_candidate, region) + 4)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:
@@ -496,17 +568,34 @@ typedef struct lr_decision {
      * knows of each entry. @since 0.2 */
     size_t score_size;
     /* v2 ends here */
+    /** Out: the instance that prefills the request when the decision
+     * splits it (a fleet with LR_ROLE_PREFILL instances): `instance`
+     * then decodes it, its KV moving over; LR_INSTANCE_NONE: `instance`
+     * does both. @since 0.3 */
+    uint32_t prefill_instance;
+    /** Out: the prefill leg's lr_reason (why that prefill instance),
+     * or LR_REASON_WHOLE when a fleet that could split kept the request
+     * whole; -1 when no candidate was a prefill instance. */
+    int32_t prefill_reason;
+    /** Out: tokens expected to hit the cache at prefill_instance. */
+    uint32_t prefill_cached_tokens;
+    uint32_t reserved;
+    /** Out: the KV transfer's expected seconds (0 when not split). */
+    double transfer_s;
+    /* v3 ends here */
 } lr_decision;
 
 #define LR_DECISION_SIZE_V1 (offsetof(lr_decision, n_scores) + sizeof(size_t))
 #define LR_DECISION_SIZE_V2 (offsetof(lr_decision, score_size) + sizeof(size_t))
+#define LR_DECISION_SIZE_V3 (offsetof(lr_decision, transfer_s) + 8)
 
 #ifndef __cplusplus
-#define LR_DECISION_INIT                                                  \
-    {                                                                     \
-        .struct_size = sizeof(lr_decision), .instance = LR_INSTANCE_NONE, \
-        .alt_instance = LR_INSTANCE_NONE, .decider = -1,                  \
-        .score_size = sizeof(lr_score)                                    \
+#define LR_DECISION_INIT                                                      \
+    {                                                                         \
+        .struct_size = sizeof(lr_decision), .instance = LR_INSTANCE_NONE,     \
+        .alt_instance = LR_INSTANCE_NONE, .decider = -1,                      \
+        .score_size = sizeof(lr_score), .prefill_instance = LR_INSTANCE_NONE, \
+        .prefill_reason = -1                                                  \
     }
 #endif
 

@@ -247,10 +247,22 @@ typedef struct lr_instance_spec {
      * @since 0.3 */
     uint32_t max_adapters;
     /* v2 ends here */
+    /** Its lr_role in a disaggregated fleet: LR_ROLE_BOTH (0: every
+     * instance before 0.3), LR_ROLE_PREFILL or LR_ROLE_DECODE. @since
+     * 0.3 */
+    int32_t role;
+    /** Where it runs, as the host numbers its nodes, racks and regions
+     * (0: unknown): two instances with the same nonzero node move KV at
+     * LR_PARAM_KV_GBPS_NODE, the same rack at _RACK, the same region at
+     * _REGION, else at _WAN; an unknown one compares as different from
+     * everything but counts as the same region. @since 0.3 */
+    uint32_t node, rack, region;
+    /* v3 ends here */
 } lr_instance_spec;
 
 #define LR_INSTANCE_SPEC_SIZE_V1 (offsetof(lr_instance_spec, rtt_ns) + 8)
 #define LR_INSTANCE_SPEC_SIZE_V2 (offsetof(lr_instance_spec, max_adapters) + 4)
+#define LR_INSTANCE_SPEC_SIZE_V3 (offsetof(lr_instance_spec, region) + 4)
 /** Bytes in a model or adapter name, and models one instance serves.
  * @since 0.3 */
 #define LR_ROUTER_MAX_NAME 255u
@@ -560,6 +572,17 @@ LR_API lr_status lr_router_policy_input(lr_router *router,
                                         size_t capacity);
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
+
+/** The prefill leg of a split request ended (lr_decision.prefill_instance):
+ * its KV has moved to the decode instance (vLLM: the prefill request
+ * returned its kv_transfer_params). The prefill instance's load drops
+ * it, and the prefill's time feeds the policies that learn from it. A
+ * request that was not split, or whose leg ended before: a no-op. A
+ * first token ends the leg too.
+ * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ERANGE (now_ns refused by the
+ *   clock). @since 0.3 */
+LR_API lr_status lr_router_prefill_done(lr_router *router, uint64_t request_id,
+                                        uint64_t now_ns);
 
 /** First token of a request: it leaves its instance's queue. The TTFT
  * (now - route time) feeds the policies that learn from it (GORGO's

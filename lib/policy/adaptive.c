@@ -269,14 +269,16 @@ slot_wait(const struct lr__adaptive *ad, const lr_candidate *row, double x)
 
 void
 lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
-                     uint32_t n, uint32_t chosen, uint64_t now_ns)
+                     uint32_t n, uint32_t chosen, uint32_t chosen2,
+                     uint64_t now_ns)
 {
     for (uint32_t k = 0; k < n; k++) {
         struct lr__qavg *q = &ad->qavg[rows[k].instance];
         double keep = qavg_keep(q, now_ns);
         q->avg = keep * q->avg + (1 - keep) * (double)rows[k].prefill_tokens;
         q->seen = keep * q->seen + (1 - keep);
-        q->routes = keep * q->routes + (rows[k].instance == chosen);
+        q->routes = keep * q->routes +
+                    (rows[k].instance == chosen || rows[k].instance == chosen2);
         if (now_ns > q->t_ns)
             q->t_ns = now_ns;
     }
@@ -358,7 +360,8 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
 
 void
 lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
-                      const lr_candidate *row, double uncached, double ahead)
+                      const lr_candidate *row, double uncached, double ahead,
+                      double beyond_s)
 {
     struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0 && c->prior[S0] == 0)
@@ -367,7 +370,7 @@ lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
     r->w = (float)(((double)row->prefill_tokens + uncached) / KTOK);
     r->d = (float)decoding(row);
     r->own = (float)(uncached / KTOK);
-    r->rtt_s = (float)(row->rtt_ms / 1e3);
+    r->rtt_s = (float)(row->rtt_ms / 1e3 + beyond_s);
     r->cls = row->instance_class;
     r->loads = !row->adapter_missing ? 0 : row->adapter_free > 0 ? 1 : 2;
     r->ahead = ahead >= 0 ? (float)ahead : -1.0f;
@@ -761,6 +764,87 @@ lr__adaptive_decide(const struct lr__pctx *c)
                       LR_POLICY_ADAPTIVE);
 }
 
+/* ---- disaggregated fleets ------------------------------------------------------ */
+
+/* A request kept whole at decode row r: its social cost there, and the
+ * steps its prefill stalls for the requests decoding there
+ * (LR_PARAM_ADAPTIVE_PD_STALL per second of prefill and request). */
+static double
+whole_at(const struct lr__pctx *c, const lr_candidate *r, double load)
+{
+    double t, cost = social_cost(c, r, load, &t);
+    double own =
+        s_per_token(r) *
+        ((double)c->prompt - lr__adaptive_delivered(r, c->stride, c->param));
+    double dec = decoding(r) * DSCALE;
+    return cost + LR__P(c, ADAPTIVE_PD_STALL) * dec * (own > 0 ? own : 0);
+}
+
+/* The decode leg of a split at row r: the step that brings its first
+ * token once the KV is there, the way to it, and what its decoding costs
+ * those decoding there. */
+static double
+decode_leg(const struct lr__pctx *c, const lr_candidate *r)
+{
+    return r->ttft_base_s + LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3 +
+           LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
+               r->ttft_s_per_decoding;
+}
+
+/* The pair: with p the prefill row of least cost (its predicted TTFT and
+ * the work it adds there, as for a whole request), each decode row's cost
+ * is the lesser of keeping the request whole there and splitting it from
+ * p (p's cost, the KV transfer of what the row does not hold, its decode
+ * leg); the least decode row wins (near-ties drawn), split when that is
+ * the lesser, and the prefill row is then chosen again with the transfer
+ * to that decode row counted (a rack's link against a region's). Each
+ * pool's load (fleet_load) is its own. The deadline headroom of
+ * lr__adaptive_decide is not applied to pairs. */
+struct lr__choice
+lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd)
+{
+    struct lr__pctx dc = lr__sub_table(c, 0, nd);
+    struct lr__pctx pc = lr__sub_table(c, nd, c->n - nd);
+    double load_d = fleet_load(&dc), load_p = fleet_load(&pc), t;
+    uint32_t best_p = 0;
+    for (size_t k = 0; k < pc.n; k++) {
+        pc.score[k] = social_cost(&pc, lr__row(&pc, k), load_p, &t);
+        if (pc.score[k] < pc.score[best_p])
+            best_p = (uint32_t)k;
+    }
+    const lr_candidate *p = lr__row(&pc, best_p);
+    double p_cost = pc.score[best_p], lo = INFINITY;
+    for (size_t k = 0; k < nd; k++) {
+        const lr_candidate *d = lr__row(&dc, k);
+        double split =
+            p_cost + decode_leg(c, d) +
+            lr__transfer_s(c, p, d,
+                           (double)c->prompt - (double)d->cached_tokens);
+        double whole = whole_at(&dc, d, load_d);
+        dc.score[k] = split < whole ? split : whole;
+        lo = dc.score[k] < lo ? dc.score[k] : lo;
+    }
+    uint32_t k = draw_near(&dc, lo, load_d, 0, 0);
+    const lr_candidate *d = lr__row(&dc, k);
+    struct lr__choice ch =
+        lr__choose(&dc, k, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
+    if (dc.score[k] >= whole_at(&dc, d, load_d)) {
+        lr__set_leg(c, &ch, LR_NIL, LR_REASON_WHOLE);
+        return ch;
+    }
+    double plo = INFINITY;
+    for (size_t j = 0; j < pc.n; j++) {
+        pc.score[j] =
+            social_cost(&pc, lr__row(&pc, j), load_p, &t) +
+            lr__transfer_s(c, lr__row(&pc, j), d,
+                           (double)c->prompt - (double)d->cached_tokens);
+        plo = pc.score[j] < plo ? pc.score[j] : plo;
+    }
+    uint32_t kp = draw_near(&pc, plo, load_p, 0, 0);
+    lr__set_leg(c, &ch, (uint32_t)nd + kp, LR_REASON_MIN_COST);
+    return ch;
+}
+
 /* ---- the state, behind its operations ------------------------------------------ */
 
 static lr_status
@@ -804,11 +888,20 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
     if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL)
         return;
-    const lr_candidate *c = &p->rows[p->k];
+    /* a split request's first token is its prefill's (at the prefill
+     * instance's class), the KV's transfer and the decode instance's
+     * first step: the fit learns the first, the rest a fixed delay */
+    bool split = p->ch.kp != LR_NIL;
+    const lr_candidate *c = &p->rows[split ? p->ch.kp : p->k];
+    const lr_candidate *d = &p->rows[p->k];
     double delivered = lr__adaptive_delivered(c, sizeof *c, p->v->param);
+    double beyond =
+        split ? p->ch.transfer_s + d->ttft_base_s + d->rtt_ms / 1e3 : 0;
     lr__adaptive_dispatch(st, p->slot, c, (double)p->v->q->n_tokens - delivered,
-                          ahead_on(p->v->adapters, p->v->adapter, c->instance));
-    lr__adaptive_observe(st, p->rows, p->n, c->instance, now_ns);
+                          ahead_on(p->v->adapters, p->v->adapter, c->instance),
+                          beyond);
+    lr__adaptive_observe(st, p->rows, p->n, d->instance,
+                         split ? c->instance : LR_INSTANCE_NONE, now_ns);
 }
 
 static void

@@ -120,18 +120,22 @@ void lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
                        const struct lr__adapters *tab, uint64_t adapter,
                        uint64_t now_ns, struct lr__keep_memo *memo);
 
-/* A route to instance `chosen` was recorded at now_ns over these rows:
+/* A route to instance `chosen` (and `chosen2`, a split request's prefill
+ * instance, or LR_INSTANCE_NONE) was recorded at now_ns over these rows:
  * fold each instance's queued prefill into its time average, and count
- * the route. */
+ * the route at each. */
 void lr__adaptive_observe(struct lr__adaptive *ad, const lr_candidate *rows,
-                          uint32_t n, uint32_t chosen, uint64_t now_ns);
+                          uint32_t n, uint32_t chosen, uint32_t chosen2,
+                          uint64_t now_ns);
 
 /* A dispatch to `row`'s instance with `uncached` tokens to prefill and
  * `ahead` adapters queued ahead of it for a slot (< 0: not known): keep
- * the work it queued behind for its first token. */
+ * the work it queued behind for its first token, and the seconds of it
+ * the class's model does not explain beyond the row's RTT (beyond_s: a
+ * split request's KV transfer and decode step). */
 void lr__adaptive_dispatch(struct lr__adaptive *ad, uint32_t slot,
                            const lr_candidate *row, double uncached,
-                           double ahead);
+                           double ahead, double beyond_s);
 
 /* The cached tokens a row's engine is expected to deliver: cached_tokens,
  * plus its lower tiers' tokens at their weights (rows of at least

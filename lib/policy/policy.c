@@ -95,6 +95,16 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_ADAPTER_LOAD_S] = UPTO(600, 0.1),
     [LR_PARAM_TIER_CPU_WEIGHT] = FRACTION(0.8),
     [LR_PARAM_TIER_DISK_WEIGHT] = FRACTION(0.25),
+    [LR_PARAM_KV_BYTES_PER_TOKEN] = COUNT(1, 1 << 30, 131072),
+    [LR_PARAM_KV_GBPS_NODE] = REAL(0.001, 1e5, 300),
+    [LR_PARAM_KV_GBPS_RACK] = REAL(0.001, 1e5, 50),
+    [LR_PARAM_KV_GBPS_REGION] = REAL(0.001, 1e5, 12.5),
+    [LR_PARAM_KV_GBPS_WAN] = REAL(0.001, 1e5, 1.25),
+    [LR_PARAM_PD_PREFILL_POLICY] = COUNT(-1, LR__POLICY_COUNT - 1, -1),
+    [LR_PARAM_PD_MIN_UNCACHED] = COUNT(0, 1 << 26, 16),
+    [LR_PARAM_PD_LOCAL_MAX_TOKENS] = COUNT(0, 1 << 26, 2048),
+    [LR_PARAM_PD_LOCAL_MAX_RATIO] = FRACTION(0.7),
+    [LR_PARAM_ADAPTIVE_PD_STALL] = UPTO(100, 0.05),
 };
 
 #undef FRACTION
@@ -124,6 +134,15 @@ lr__param_check(int32_t key, double value)
     LR_RETURN_IF(d == NULL, LR_ENOTSUP);
     LR_RETURN_IF(value < d->lo || value > d->hi, LR_ERANGE);
     LR_RETURN_IF(d->integer && value != floor(value), LR_EINVAL);
+    /* a prefill leg's policy decides on the route's state as it is: one
+     * that keeps its own (but round-robin's turn) or reads a ring would
+     * decide on state kept for another policy */
+    if (key == LR_PARAM_PD_PREFILL_POLICY && value >= 0) {
+        const struct lr__policy_def *p = &lr__policies[(int)value];
+        LR_RETURN_IF(p->ring_key != LR_RING_KEY_NONE ||
+                         (p->ops != NULL && value != LR_POLICY_ROUND_ROBIN),
+                     LR_EINVAL);
+    }
     return LR_OK;
 }
 
@@ -145,7 +164,7 @@ static const char *const reason_names[LR__REASON_COUNT] = {
     "none",     "random",     "round-robin",   "least-loaded", "session",
     "hash",     "prefix-hit", "load-override", "slo-switch",   "fallback",
     "min-cost", "sampled",    "k-filter",      "explore",      "cold-start",
-    "ood",      "waiting",    "adapter",
+    "ood",      "waiting",    "adapter",       "whole",
 };
 
 uint32_t
@@ -622,6 +641,110 @@ decide_aibrix_lora(const struct lr__pctx *c)
                       LR_POLICY_AIBRIX_LORA);
 }
 
+/* ---- disaggregated fleets: the published pair rules ------------------------------- */
+
+/* llm-d's scheduling profile for both legs (llm-d-inference-scheduler's
+ * deploy/config/pd-epp-config.yaml): the prefix-cache scorer at weight 2
+ * (matched share of the prompt) plus the queue scorer at weight 1 (1 at
+ * the shortest queue, 0 at the longest, min-max normalised; 1 for all
+ * when equal), the highest total wins, ties drawn. A score is the negated
+ * total. */
+static struct lr__choice
+llmd_profile(const struct lr__pctx *c)
+{
+    uint32_t qmin = UINT32_MAX, qmax = 0;
+    for (size_t k = 0; k < c->n; k++) {
+        uint32_t q = queue_of(lr__row(c, k));
+        qmin = q < qmin ? q : qmin;
+        qmax = q > qmax ? q : qmax;
+    }
+    double prompt = c->prompt > 0 ? (double)c->prompt : 1.0;
+    for (size_t k = 0; k < c->n; k++) {
+        const lr_candidate *r = lr__row(c, k);
+        double queue =
+            qmax > qmin ? (double)(qmax - queue_of(r)) / (double)(qmax - qmin)
+                        : 1.0;
+        c->score[k] = -(2.0 * (double)r->cached_tokens / prompt + queue);
+    }
+    uint32_t k = lr__pick_min(c);
+    return lr__choose(c, k,
+                      lr__row(c, k)->cached_tokens > 0 ? LR_REASON_PREFIX_HIT
+                                                       : LR_REASON_LEAST_LOADED,
+                      LR_POLICY_LLMD_PD);
+}
+
+/* llm-d-pd, llm-d's disaggregated profile handler: the decode instance
+ * first (the profile above, over the rows that decode), then its
+ * prefix-based decider: split when the prompt and its part not cached at
+ * that decode instance are both at least nonCachedTokens
+ * (LR_PARAM_PD_MIN_UNCACHED; 0 splits always), the prefill instance by
+ * the same profile over the prefill rows. */
+static struct lr__choice
+decide_llmd_pd(const struct lr__pctx *c, size_t nd)
+{
+    struct lr__pctx dc = lr__sub_table(c, 0, nd);
+    struct lr__choice ch = llmd_profile(&dc);
+    uint32_t uncached = c->prompt - lr__row(c, ch.k)->cached_tokens;
+    double thr = LR__P(c, PD_MIN_UNCACHED);
+    if (thr > 0 && ((double)c->prompt < thr || (double)uncached < thr)) {
+        lr__set_leg(c, &ch, LR_NIL, LR_REASON_WHOLE);
+        return ch;
+    }
+    struct lr__pctx pc = lr__sub_table(c, nd, c->n - nd);
+    struct lr__choice pch = llmd_profile(&pc);
+    lr__set_leg(c, &ch, (uint32_t)nd + pch.k, pch.reason);
+    return ch;
+}
+
+/* dynamo-pd, Dynamo's disaggregated router with its conditional
+ * disaggregation (isl_bounding): a peek at the decode instance its KV
+ * router would pick with overlap credit (Dynamo's cost over the rows that
+ * decode); the request stays whole there when the tokens it does not
+ * hold are fewer than LR_PARAM_PD_LOCAL_MAX_TOKENS (2048; 0: never) and
+ * less than LR_PARAM_PD_LOCAL_MAX_RATIO (0.7) of the prompt. Otherwise
+ * the prefill instance by Dynamo's cost without its decode term (the
+ * prefill pool's router tracks no active blocks), and the decode instance
+ * by Dynamo's cost without overlap credit: its decode blocks (the
+ * prompt's blocks, the same on every row, left out). */
+static struct lr__choice
+decide_dynamo_pd(const struct lr__pctx *c, size_t nd)
+{
+    struct lr__pctx dc = lr__sub_table(c, 0, nd);
+    struct lr__choice peek = decide_dynamo(&dc);
+    peek.decider = LR_POLICY_DYNAMO_PD;
+    double eff = (double)c->prompt - (double)lr__row(c, peek.k)->cached_tokens;
+    double ratio = eff / (c->prompt > 0 ? (double)c->prompt : 1.0);
+    if (eff < LR__P(c, PD_LOCAL_MAX_TOKENS) &&
+        ratio < LR__P(c, PD_LOCAL_MAX_RATIO)) {
+        lr__set_leg(c, &peek, LR_NIL, LR_REASON_WHOLE);
+        return peek;
+    }
+    double bt = (double)c->block_tokens;
+    for (size_t k = 0; k < nd; k++)
+        dc.score[k] = ceil((double)lr__row(c, k)->kv_tokens / bt);
+    struct lr__choice ch = lr__choose(
+        &dc, lr__pick_min(&dc), LR_REASON_LEAST_LOADED, LR_POLICY_DYNAMO_PD);
+    struct lr__pctx pc = lr__sub_table(c, nd, c->n - nd);
+    for (size_t k = 0; k < pc.n; k++) {
+        const lr_candidate *r = lr__row(&pc, k);
+        pc.score[k] =
+            lr__cost_dynamo_tiered(r, c->prompt, bt, LR__P(c, DYNAMO_OVERLAP),
+                                   dynamo_tier_credit(c, r)) -
+            ceil((double)r->kv_tokens / bt);
+    }
+    uint32_t kp = lr__pick_min(&pc);
+    lr__set_leg(c, &ch, (uint32_t)nd + kp, LR_REASON_MIN_COST);
+    return ch;
+}
+
+static struct lr__choice
+decide_dynamo_whole(const struct lr__pctx *c)
+{
+    struct lr__choice ch = decide_dynamo(c);
+    ch.decider = LR_POLICY_DYNAMO_PD;
+    return ch;
+}
+
 #define M LR__NEEDS_MATCH
 const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random },
@@ -656,11 +779,17 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
                              LR_PARAM_LODESTAR_FALLBACK + 1 },
     [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
                              LR_RING_KEY_NONE, 0, lr__adaptive_decide,
-                             &lr__adaptive_ops },
+                             &lr__adaptive_ops,
+                             .decide_pd = lr__adaptive_decide_pd },
     [LR_POLICY_LORA_AFFINITY] = { "lora-affinity", 0, LR_RING_KEY_NONE, 0,
                                   decide_lora_affinity },
     [LR_POLICY_AIBRIX_LORA] = { "aibrix-lora", 0, LR_RING_KEY_NONE, 0,
                                 decide_aibrix_lora },
+    [LR_POLICY_LLMD_PD] = { "llm-d-pd", M, LR_RING_KEY_NONE, 0, llmd_profile,
+                            .decide_pd = decide_llmd_pd },
+    [LR_POLICY_DYNAMO_PD] = { "dynamo-pd", M, LR_RING_KEY_NONE, 0,
+                              decide_dynamo_whole,
+                              .decide_pd = decide_dynamo_pd },
 };
 #undef M
 
@@ -695,11 +824,14 @@ uint32_t
 lr__policy_states(const struct lr__ptable *t, int32_t p, const double *param)
 {
     int32_t fb = fallback_of(t, p, param);
+    int32_t pp = lr__prefill_policy(p, param);
     uint32_t kinds = 0;
     if (t->def[p].ops != NULL)
         kinds |= 1u << p;
     if (fb != LR__POLICY_NONE && t->def[fb].ops != NULL)
         kinds |= 1u << fb;
+    if (t->def[pp].ops != NULL) /* round-robin's prefill turn */
+        kinds |= 1u << pp;
     if (lr__policy_needs(t, p, param) & LR__NEEDS_AGE)
         kinds |= 1u << LR__STATE_RECENCY;
     return kinds;
@@ -725,6 +857,7 @@ lr__pstate_ops_of(const struct lr__ptable *t, uint32_t kind)
 
 struct rr_state {
     uint32_t last[RR_CURSORS];
+    uint32_t last_prefill[RR_CURSORS]; /* split requests' prefill turn */
     uint64_t model[RR_CURSORS];
 };
 
@@ -741,6 +874,7 @@ rr_create(const struct lr__penv *env, void **out)
     LR_RETURN_IF(s == NULL, LR_ENOMEM);
     for (uint32_t i = 0; i < RR_CURSORS; i++) {
         s->last[i] = NONE;
+        s->last_prefill[i] = NONE;
         s->model[i] = 0;
     }
     *out = s;
@@ -758,7 +892,9 @@ rr_prepare(const void *st, struct lr__pctx *c)
 {
     const struct rr_state *s = st;
     uint32_t i = rr_slot(c->rows_model);
-    c->last = s->model[i] == c->rows_model ? s->last[i] : NONE;
+    bool same = s->model[i] == c->rows_model;
+    c->last = same ? s->last[i] : NONE;
+    c->last_prefill = same ? s->last_prefill[i] : NONE;
 }
 
 static void
@@ -766,11 +902,21 @@ rr_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
     (void)now_ns;
     struct rr_state *s = st;
-    if (p->ch.decider != LR_POLICY_ROUND_ROBIN)
+    bool leg =
+        p->ch.kp != LR_NIL &&
+        lr__prefill_policy(p->v->policy, p->v->param) == LR_POLICY_ROUND_ROBIN;
+    if (p->ch.decider != LR_POLICY_ROUND_ROBIN && !leg)
         return;
     uint32_t i = rr_slot(p->v->rows_model);
-    s->model[i] = p->v->rows_model;
-    s->last[i] = p->rows[p->k].instance;
+    if (s->model[i] != p->v->rows_model) {
+        s->model[i] = p->v->rows_model;
+        s->last[i] = NONE;
+        s->last_prefill[i] = NONE;
+    }
+    if (p->ch.decider == LR_POLICY_ROUND_ROBIN)
+        s->last[i] = p->rows[p->k].instance;
+    if (leg)
+        s->last_prefill[i] = p->rows[p->ch.kp].instance;
 }
 
 static uint64_t
@@ -778,7 +924,8 @@ rr_digest(const void *st, uint64_t d)
 {
     const struct rr_state *s = st;
     for (uint32_t i = 0; i < RR_CURSORS; i++)
-        d = lr__digest_mix(d, s->model[i] ^ ((uint64_t)s->last[i] << 1));
+        d = lr__digest_mix(d, s->model[i] ^ ((uint64_t)s->last[i] << 1) ^
+                                  ((uint64_t)s->last_prefill[i] << 33));
     return d;
 }
 
@@ -810,7 +957,9 @@ uint32_t
 lr__policy_needs(const struct lr__ptable *t, int32_t p, const double *param)
 {
     int32_t fb = fallback_of(t, p, param);
-    return t->def[p].needs | (fb != LR__POLICY_NONE ? t->def[fb].needs : 0);
+    int32_t pp = lr__prefill_policy(p, param);
+    return t->def[p].needs | t->def[pp].needs |
+           (fb != LR__POLICY_NONE ? t->def[fb].needs : 0);
 }
 
 int32_t
@@ -835,7 +984,8 @@ LR__INIT_SIZED(lr_policy_input_init_sized, lr_policy_input, input_defaults,
 
 LR__INIT_SIZED(lr_decision_init_sized, lr_decision, decision_defaults,
                .instance = NONE, .alt_instance = NONE,
-               .decider = LR__POLICY_NONE)
+               .decider = LR__POLICY_NONE, .prefill_instance = NONE,
+               .prefill_reason = -1)
 
 /* The caller's parameters over the defaults, each checked. */
 static lr_status
@@ -866,6 +1016,15 @@ lr__decision_fill(lr_decision *d, const struct lr__pctx *c,
     if (d->struct_size >= LR_DECISION_SIZE_V2) {
         d->decider = ch->decider;
         d->seed = seed;
+    }
+    if (d->struct_size >= LR_DECISION_SIZE_V3) {
+        bool split = ch->kp != LR_NIL;
+        d->prefill_instance = split ? lr__row(c, ch->kp)->instance : NONE;
+        d->prefill_reason = ch->preason;
+        d->prefill_cached_tokens =
+            split ? lr__row(c, ch->kp)->cached_tokens : 0;
+        d->reserved = 0;
+        d->transfer_s = ch->transfer_s;
     }
 }
 
@@ -913,7 +1072,13 @@ lr_policy_decide(int32_t policy, const lr_policy_input *input,
         .score = scores,
         .budget_s = in.ttft_budget_s,
     };
-    struct lr__choice ch = lr__policy_decide(policy, &c);
+    c.last_prefill = c.last;
+    /* the rows that can decode first, and at least one of them */
+    size_t nd = lr__decode_rows(&c);
+    for (size_t k = nd; k < n_rows; k++)
+        LR_RETURN_IF(lr__row(&c, k)->role != LR_ROLE_PREFILL, LR_EINVAL);
+    LR_RETURN_IF(nd == 0, LR_EINVAL);
+    struct lr__choice ch = lr__pair_decide(policy, &c);
     lr__decision_fill(out, &c, &ch, in.seed);
     out->n_scores = 0;
     return LR_OK;

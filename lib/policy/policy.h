@@ -30,9 +30,9 @@
 
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
-#define LR__POLICY_COUNT 19
-#define LR__PARAM_COUNT 49
-#define LR__REASON_COUNT 18
+#define LR__POLICY_COUNT 21
+#define LR__PARAM_COUNT 59
+#define LR__REASON_COUNT 19
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
 #define LR__SEED_SESSION 0x4c5253455353494full
@@ -60,7 +60,8 @@ struct lr__pctx {
     uint32_t output;     /* expected output tokens (default applied) */
     uint32_t block_tokens;
     uint32_t last; /* round-robin cursor: instance served last, or NONE */
-    lr_mlp *model; /* lodestar's scorer, or NULL */
+    uint32_t last_prefill; /* ... and prefilled last (split requests) */
+    lr_mlp *model;         /* lodestar's scorer, or NULL */
     /* lr__mlp_scratch_floats(model) floats the decision may write, so
      * that threads share the model; NULL: the model's own (one thread) */
     float *model_scratch;
@@ -78,6 +79,12 @@ struct lr__choice {
     double cost;     /* the policy's figure for the choice, or NaN */
     uint32_t alt;    /* the other candidate's instance id, or NONE */
     int32_t decider; /* the policy that chose */
+    /* A pair decision (lr__pair_decide) only: the prefill leg's row, or
+     * LR_NIL when the request stays whole; its lr_reason (-1: the fleet
+     * cannot split); the KV transfer's expected seconds. */
+    uint32_t kp;
+    int32_t preason;
+    double transfer_s;
 };
 
 struct lr__pstate_ops;
@@ -92,6 +99,9 @@ struct lr__policy_def {
     /* The parameter naming the policy it falls back to (Lodestar's), plus
      * one; 0: none. The router gathers and keeps state for both. */
     int32_t fallback_param;
+    /* Its rule for a table with prefill rows (lr__pair_decide), whose
+     * first `nd` rows can decode; NULL: each leg decided apart. */
+    struct lr__choice (*decide_pd)(const struct lr__pctx *c, size_t nd);
 };
 
 /* The table of policies, indexed by lr_policy. */
@@ -101,13 +111,33 @@ extern const struct lr__policy_def lr__policies[LR__POLICY_COUNT];
  * NaN; fills c->score and returns the choice. Never fails. */
 struct lr__choice lr__policy_decide(int32_t p, const struct lr__pctx *c);
 
+/* Decide with policy p on a table that may hold prefill rows (after every
+ * row that can decode): a pair, or the request whole (kp LR_NIL; preason
+ * -1 when no row is a prefill row, LR_REASON_WHOLE when the rule kept it
+ * whole). Never fails; a table without a row that can decode is the
+ * caller's to refuse. */
+struct lr__choice lr__pair_decide(int32_t p, const struct lr__pctx *c);
+
+/* Rows of c that can decode: those before the first LR_ROLE_PREFILL row
+ * (every row of a table narrower than LR_CANDIDATE_SIZE_V4). */
+size_t lr__decode_rows(const struct lr__pctx *c);
+
+/* Seconds to move `tokens` tokens of KV from row a's instance to row b's,
+ * by their placement (LR_PARAM_KV_BYTES_PER_TOKEN, LR_PARAM_KV_GBPS_*). */
+double lr__transfer_s(const struct lr__pctx *c, const lr_candidate *a,
+                      const lr_candidate *b, double tokens);
+
+/* The policy that picks a split request's prefill leg for policy p:
+ * LR_PARAM_PD_PREFILL_POLICY, or p itself when that is -1. */
+int32_t lr__prefill_policy(int32_t p, const double *param);
+
 /* The ring key a router ranks rows by for policy p, and how many ranks;
  * Lodestar's is its fallback's when that one has a key. */
 int32_t lr__policy_ring(const struct lr__ptable *t, int32_t p,
                         const double *param, uint32_t *ranks);
 
 /* What policy p needs gathered (LR__NEEDS_*), Lodestar's fallback's
- * needs included. */
+ * and the prefill leg's policy's (LR_PARAM_PD_PREFILL_POLICY) included. */
 uint32_t lr__policy_needs(const struct lr__ptable *t, int32_t p,
                           const double *param);
 
@@ -173,10 +203,10 @@ struct lr__placed {
     const struct lr__route_view *v;
     const lr_candidate *rows; /* the table decided on */
     uint32_t n;
-    uint32_t k; /* the chosen row */
-    struct lr__choice ch;
-    uint32_t slot;   /* the load tracker's slot for the request (LR_NIL) */
-    uint32_t output; /* expected output tokens */
+    uint32_t k;           /* the chosen row (the decode leg's, when split) */
+    struct lr__choice ch; /* ch.kp: the prefill leg's row, or LR_NIL */
+    uint32_t slot;        /* the load tracker's slot for the request (LR_NIL) */
+    uint32_t output;      /* expected output tokens */
 };
 
 /* The operations of a state kind; any may be NULL (nothing to do).
@@ -275,6 +305,24 @@ lr__row(const struct lr__pctx *c, size_t k)
 
 #define LR__P(c, key) ((c)->param[LR_PARAM_##key])
 
+/* A context over rows [from, from + n) of c, its scores theirs. */
+static inline struct lr__pctx
+lr__sub_table(const struct lr__pctx *c, size_t from, size_t n)
+{
+    struct lr__pctx s = *c;
+    s.rows = (const lr_candidate *)(const void *)((const char *)c->rows +
+                                                  from * c->stride);
+    s.n = n;
+    s.score = c->score + from;
+    return s;
+}
+
+/* A pair choice's other fields: the prefill leg's row kp (LR_NIL: the
+ * request stays whole at ch->k) and reason, and the KV transfer's time
+ * for what ch->k does not hold. */
+void lr__set_leg(const struct lr__pctx *c, struct lr__choice *ch, uint32_t kp,
+                 int32_t preason);
+
 /* Index of the least score among the rows (ties drawn uniformly). */
 uint32_t lr__pick_min(const struct lr__pctx *c);
 
@@ -320,6 +368,7 @@ struct lr__choice lr__dualmap_decide(const struct lr__pctx *c);
 struct lr__choice lr__gorgo_decide(const struct lr__pctx *c);
 struct lr__choice lr__lodestar_decide(const struct lr__pctx *c);
 struct lr__choice lr__adaptive_decide(const struct lr__pctx *c);
+struct lr__choice lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd);
 extern const struct lr__pstate_ops lr__round_robin_ops;
 extern const struct lr__pstate_ops lr__dualmap_ops;
 extern const struct lr__pstate_ops lr__gorgo_ops;

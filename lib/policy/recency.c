@@ -150,6 +150,9 @@ rec_record(void *st, const struct lr__placed *p, uint64_t now_ns)
             keys[n++] = v->keys[b - 1];
     }
     lr__recency_remember(st, keys, n, p->rows[p->k].instance, now_ns);
+    /* a split request's prefill instance computes the prefix too */
+    if (p->ch.kp != LR_NIL && p->rows[p->ch.kp].prefix_caching)
+        lr__recency_remember(st, keys, n, p->rows[p->ch.kp].instance, now_ns);
 }
 
 static uint64_t

@@ -13,7 +13,9 @@
 struct lr__choice
 lr__choose(const struct lr__pctx *c, uint32_t k, int32_t reason, int32_t policy)
 {
-    struct lr__choice ch = { k, reason, c->score[k], NONE, policy };
+    struct lr__choice ch = {
+        k, reason, c->score[k], NONE, policy, LR_NIL, -1, 0
+    };
     return ch;
 }
 
@@ -90,4 +92,66 @@ lr__prefix_key(const struct lr__route_view *v, uint32_t tokens)
         return v->keys[b - 1];
     return lr__hash(q->tokens, m * sizeof(uint32_t),
                     LR__SEED_SESSION ^ q->tenant_salt);
+}
+
+/* ---- disaggregated fleets -------------------------------------------------------- */
+
+size_t
+lr__decode_rows(const struct lr__pctx *c)
+{
+    if (c->stride < LR_CANDIDATE_SIZE_V4)
+        return c->n;
+    size_t k = 0;
+    while (k < c->n && lr__row(c, k)->role != LR_ROLE_PREFILL)
+        k++;
+    return k;
+}
+
+int32_t
+lr__prefill_policy(int32_t p, const double *param)
+{
+    double pp = param[LR_PARAM_PD_PREFILL_POLICY];
+    return pp < 0 ? p : (int32_t)pp;
+}
+
+/* What separates two instances: 0 one node, 1 one rack, 2 one region
+ * (or a placement not known), 3 regions apart. */
+static int
+distance(const lr_candidate *a, const lr_candidate *b)
+{
+    if (a->node != 0 && a->node == b->node)
+        return 0;
+    if (a->rack != 0 && a->rack == b->rack)
+        return 1;
+    if (a->region == 0 || b->region == 0 || a->region == b->region)
+        return 2;
+    return 3;
+}
+
+double
+lr__transfer_s(const struct lr__pctx *c, const lr_candidate *a,
+               const lr_candidate *b, double tokens)
+{
+    static const int32_t gbps[4] = { LR_PARAM_KV_GBPS_NODE,
+                                     LR_PARAM_KV_GBPS_RACK,
+                                     LR_PARAM_KV_GBPS_REGION,
+                                     LR_PARAM_KV_GBPS_WAN };
+    if (!(tokens > 0) || c->stride < LR_CANDIDATE_SIZE_V4)
+        return 0;
+    double bytes = tokens * LR__P(c, KV_BYTES_PER_TOKEN);
+    return bytes / (c->param[gbps[distance(a, b)]] * 1e9);
+}
+
+void
+lr__set_leg(const struct lr__pctx *c, struct lr__choice *ch, uint32_t kp,
+            int32_t preason)
+{
+    ch->kp = kp;
+    ch->preason = preason;
+    ch->transfer_s = 0;
+    if (kp == LR_NIL)
+        return;
+    const lr_candidate *d = lr__row(c, ch->k);
+    ch->transfer_s = lr__transfer_s(
+        c, lr__row(c, kp), d, (double)c->prompt - (double)d->cached_tokens);
 }

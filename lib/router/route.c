@@ -11,12 +11,14 @@
  *             under the index's read lock)
  *     gather  rows[]: one lr_candidate per routable instance, in id order
  *             (load tracker, scrapes, RTT, class rate, stall, and what
- *             the policy's states gather: prefix ages, calibration)
+ *             the policy's states gather: prefix ages, calibration);
+ *             with prefill instances, those that decode first
  *     rank    ring ranks of the policy's key (the states may supply it)
- *     decide  lr__policy_decide() on the router's policy table, with a
- *             seed drawn under the generator's own mutex
+ *     decide  lr__pair_decide() on the router's policy table, with a
+ *             seed drawn under the generator's own mutex: an instance,
+ *             and in a disaggregated fleet maybe a prefill instance
  *   the index's write lock alone, one learn at a time:
- *     learn   the prompt at the chosen instance, unless it left meanwhile
+ *     learn   the prompt at the chosen instances, unless they left
  *   write lock, one route at a time:
  *     record  dispatch (load tracker), then every state's record
  *             operation
@@ -64,6 +66,9 @@ struct route {
     /* the index has a lower tier (its first KV event came): the match and
      * the rows read the tiers' columns */
     bool tiers;
+    /* rows[0 .. nd) can decode, rows[nd .. v.routable) are prefill rows
+     * (each part in id order) */
+    uint32_t nd;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
@@ -280,7 +285,7 @@ static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
  * first (a `rep stos` over each whole row was 5% of a call): a new field must
  * be written there. */
-_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V3,
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V4,
                "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
@@ -324,6 +329,11 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
         c->adapters_resident = 0;
         c->adapter_evicts = 0;
     }
+    const struct lr__rplace *pl = &r->inst[id].place;
+    c->role = pl->role;
+    c->node = pl->node;
+    c->rack = pl->rack;
+    c->region = pl->region;
     lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
 }
 
@@ -333,6 +343,24 @@ static inline bool
 filtered(const struct route *rt)
 {
     return rt->v.rows_model != 0;
+}
+
+/* The row of routable instance `id` in the route's table, or NONE. */
+static uint32_t
+row_of(const lr_router *r, const struct route *rt, uint32_t id)
+{
+    uint32_t lo = 0, hi = rt->v.routable;
+    if (!filtered(rt) && rt->nd == hi)
+        return lr__router_act_index(r, id);
+    if (rt->nd < hi) { /* each part in id order */
+        if (r->inst[id].place.role == LR_ROLE_PREFILL)
+            lo = rt->nd;
+        else
+            hi = rt->nd;
+    }
+    const lr_candidate *rows = rt->sc->rows;
+    uint32_t k = LR__LOWER_BOUND(lr_candidate, instance, rows, lo, hi, id);
+    return k < hi && rows[k].instance == id ? k : NONE;
 }
 
 /* No row for a request's model: LR_ENOENT when no instance serves it,
@@ -349,27 +377,43 @@ no_rows(const lr_router *r, uint64_t model)
 /* Step 3: rows[0 .. n_act) in id order, with what the policy needs
  * beyond the counters: the blocks the index holds for each instance for
  * SGLang's smallest tree (LR__NEEDS_TREE), then what the policy's states
- * add (their gather: prefix ages, adaptive's calibrated model). */
+ * add (their gather: prefix ages, adaptive's calibrated model). With
+ * prefill instances in the fleet, the rows that can decode come first
+ * (each part in id order); a request no routable instance can decode is
+ * LR_ESTATE. */
 static lr_status
 route_gather(lr_router *r, struct route *rt, uint32_t needs)
 {
     uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
-    uint32_t n = 0;
-    if (!filtered(rt)) {
+    uint32_t n = 0, nd;
+    if (!filtered(rt) && r->n_prefill == 0) {
         for (uint32_t k = 0; k < r->n_act; k++)
             gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
                        rt->v.adapter, now, max_age, &rows[k]);
-        n = r->n_act;
-    } else { /* only the instances that serve the request's model */
-        for (uint32_t k = 0; k < r->n_act; k++)
-            if (lr__router_serves(r, r->act[k], rt->v.model))
-                gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
-                           rt->v.adapter, now, max_age, &rows[n++]);
+        n = nd = r->n_act;
+    } else { /* the instances that serve the request's model; the
+              * prefill instances last */
+        bool pd = r->n_prefill > 0;
+        for (int pass = 0; pass < 1 + pd; pass++) {
+            for (uint32_t k = 0; k < r->n_act; k++) {
+                uint32_t id = r->act[k];
+                if (pd && (r->inst[id].place.role == LR_ROLE_PREFILL) != pass)
+                    continue;
+                if (!filtered(rt) || lr__router_serves(r, id, rt->v.model))
+                    gather_row(r, rt->sc->cached_by_id, rt->tiers, id,
+                               rt->v.adapter, now, max_age, &rows[n++]);
+            }
+            if (pass == 0)
+                nd = n;
+        }
         if (n == 0)
             return no_rows(r, rt->v.model);
+        if (nd == 0)
+            return LR_ESTATE;
     }
+    rt->nd = nd;
     rt->v.routable = n;
     if (needs & LR__NEEDS_TREE) {
         lr__router_ix_rdlock(r);
@@ -415,8 +459,7 @@ route_rank(lr_router *r, struct route *rt)
     else
         key = lr__prefix_key(&rt->v, session_tokens);
     uint32_t ids[LR_RING_MAX_K], got = 0;
-    uint32_t n = rt->v.routable;
-    if (!filtered(rt)) {
+    if (!filtered(rt) && rt->nd == rt->v.routable) {
         if (want > r->n_act)
             want = r->n_act;
         (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k ok */
@@ -429,15 +472,18 @@ route_rank(lr_router *r, struct route *rt)
     }
     /* a model's instances rank in the ring's order among themselves: the
      * fleet's first LR_RING_MAX_K candidates, those of other models
-     * skipped */
+     * skipped; the rows that decode and the prefill rows rank apart (each
+     * leg is decided on its own rows) */
     uint32_t ask = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
     (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k in range */
-    uint32_t rank = 0;
-    for (uint32_t i = 0; i < got && rank < want; i++) {
-        uint32_t k =
-            LR__LOWER_BOUND(lr_candidate, instance, rt->sc->rows, 0, n, ids[i]);
-        if (k < n && rt->sc->rows[k].instance == ids[i])
-            rt->sc->rows[k].ring_rank = ++rank;
+    uint32_t rank[2] = { 0, 0 };
+    for (uint32_t i = 0; i < got; i++) {
+        uint32_t k = row_of(r, rt, ids[i]);
+        if (k == NONE)
+            continue;
+        uint32_t *rk = &rank[k >= rt->nd];
+        if (*rk < want)
+            rt->sc->rows[k].ring_rank = ++*rk;
     }
 }
 
@@ -495,6 +541,7 @@ route_decide(lr_router *r, struct route *rt)
         .output = output_of(r, rt->v.q),
         .block_tokens = r->block_tokens,
         .last = NONE,
+        .last_prefill = NONE,
         .model = NULL,
         .pt = r->pt,
         .score = rt->sc->score,
@@ -526,13 +573,14 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
     uint32_t alt = rt->ch.alt;
     if (alt != NONE && alt != c->instance &&
         lr__router_act_index(r, alt) != NONE) {
-        const lr_candidate *rows = rt->sc->rows;
-        uint32_t ak = LR__LOWER_BOUND(lr_candidate, instance, rows, 0,
-                                      rt->v.routable, alt);
+        uint32_t ak = row_of(r, rt, alt);
         dp.alt_instance = alt;
-        dp.alt_cached_tokens = ak < rt->v.routable && rows[ak].instance == alt
-                                   ? rows[ak].cached_tokens
-                                   : 0;
+        dp.alt_cached_tokens = ak != NONE ? rt->sc->rows[ak].cached_tokens : 0;
+    }
+    if (rt->ch.kp != LR_NIL) { /* split: its prefill leg */
+        const lr_candidate *p = &rt->sc->rows[rt->ch.kp];
+        dp.prefill_instance = p->instance;
+        dp.prefill_cached_tokens = p->cached_tokens;
     }
     dp.now_ns = rt->v.q->now_ns;
     return lr_load_dispatch(r->ld, &dp);
@@ -545,20 +593,32 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
  * whether the instance left since (its generation moved), and then there
  * is nothing to learn. */
 static lr_status
-route_learn(lr_router *r, const struct route *rt, uint32_t gen)
+learn_at(lr_router *r, const struct route *rt, const lr_prompt *p,
+         const lr_candidate *c, uint32_t gen)
+{
+    if (!c->prefix_caching || r->ixgen[c->instance] != gen)
+        return LR_OK;
+    return lr_index_learn(r->ix, p, c->instance, LR_TRUST_LOCAL,
+                          rt->v.q->now_ns);
+}
+
+/* ... and at the prefill leg of a split request too: the decode instance
+ * holds the KV after the transfer, the prefill instance computed it. The
+ * decode leg's learn is the one that can fail the route (first, so that
+ * a failure changes nothing); the prefill leg's is a hint that may be
+ * lost for want of memory. */
+static lr_status
+route_learn(lr_router *r, const struct route *rt, uint32_t gen, uint32_t gen_p)
 {
     const lr_request *q = rt->v.q;
-    const lr_candidate *c = &rt->sc->rows[rt->ch.k];
-    if ((q->flags & LR_ROUTE_NO_LEARN) || !c->prefix_caching ||
-        rt->v.n_keys == 0)
+    if ((q->flags & LR_ROUTE_NO_LEARN) || rt->v.n_keys == 0)
         return LR_OK;
     lr_prompt p;
     prompt_of(rt, &p);
     lr__router_ix_lock(r);
-    lr_status st =
-        r->ixgen[c->instance] != gen
-            ? LR_OK
-            : lr_index_learn(r->ix, &p, c->instance, LR_TRUST_LOCAL, q->now_ns);
+    lr_status st = learn_at(r, rt, &p, &rt->sc->rows[rt->ch.k], gen);
+    if (st == LR_OK && rt->ch.kp != LR_NIL)
+        (void)learn_at(r, rt, &p, &rt->sc->rows[rt->ch.kp], gen_p);
     lr__router_ix_unlock(r);
     return st;
 }
@@ -754,7 +814,7 @@ route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
     c->rng = prng;
     for (uint32_t k = 0; k < rt->v.routable; k++)
         rt->sc->score[k] = NAN;
-    rt->ch = lr__policy_decide(r->policy, c);
+    rt->ch = lr__pair_decide(r->policy, c);
     return LR_OK;
 }
 
@@ -787,11 +847,14 @@ route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
         }
         uint32_t gen =
             st == LR_OK && !dry ? r->ixgen[rt->sc->rows[rt->ch.k].instance] : 0;
+        uint32_t gen_p = st == LR_OK && !dry && rt->ch.kp != LR_NIL
+                             ? r->ixgen[rt->sc->rows[rt->ch.kp].instance]
+                             : 0;
         lr__router_rdunlock(r);
         if (st != LR_OK)
             return st;
         if (!dry) {
-            st = route_learn(r, rt, gen);
+            st = route_learn(r, rt, gen, gen_p);
             if (st != LR_OK) {
                 undraw(r, &before, &after);
                 return st;
@@ -802,6 +865,10 @@ route_two_phase(lr_router *r, struct route *rt, lr_decision *d)
             uint32_t id = rt->sc->rows[rt->ch.k].instance;
             st = record_check(r, q);
             bool moved = st == LR_OK && lr__router_act_index(r, id) == NONE;
+            if (rt->ch.kp != LR_NIL)
+                moved |= st == LR_OK &&
+                         lr__router_act_index(
+                             r, rt->sc->rows[rt->ch.kp].instance) == NONE;
             if (st == LR_OK && !moved)
                 st = route_record(r, rt);
             if (st == LR_OK && !moved)
@@ -974,6 +1041,16 @@ lr_router_policy_input(lr_router *r, const lr_request *request,
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
+
+lr_status
+lr_router_prefill_done(lr_router *r, uint64_t request_id, uint64_t now_ns)
+{
+    LR_RETURN_IF(r == NULL, LR_EINVAL);
+    lr_status st = lr__router_enter(r, now_ns);
+    if (st == LR_OK)
+        st = lr_load_prefill_done(r->ld, request_id, now_ns);
+    return lr__router_leave(r, st, now_ns);
+}
 
 lr_status
 lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)

@@ -755,6 +755,8 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len,
     in->models = mcopy;
     in->n_models = n_models;
     r->n_modeled += n_models > 0;
+    in->place = (struct lr__rplace){ s->role, s->node, s->rack, s->region };
+    r->n_prefill += s->role == LR_ROLE_PREFILL;
     r->init_rtt_ms[n] = (double)s->rtt_ns / 1e6;
     lr__table_insert(&r->names, name_hash(r, copy, len),
                      n); /* sized at create */
@@ -768,7 +770,7 @@ add_locked(lr_router *r, const lr_instance_spec *s, size_t len,
 void
 lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
                         bool draining, double init_rtt_ms, uint64_t *models,
-                        uint32_t n_models)
+                        uint32_t n_models, const struct lr__rplace *place)
 {
     struct lr__rinst *in = &r->inst[id];
     in->name = name;
@@ -778,6 +780,8 @@ lr__router_put_instance(lr_router *r, uint32_t id, char *name, uint32_t len,
     in->models = models;
     in->n_models = n_models;
     r->n_modeled += n_models > 0;
+    in->place = *place;
+    r->n_prefill += place->role == LR_ROLE_PREFILL;
     r->init_rtt_ms[id] = init_rtt_ms;
     lr__table_insert(&r->names, name_hash(r, name, len), id); /* sized */
     id_take(r, id);
@@ -807,6 +811,7 @@ lr_router_add_instance(lr_router *r, const lr_instance_spec *spec, uint32_t *id)
     uint32_t n_models = 0;
     LR_TRY(model_hashes(&s, models, &n_models));
     LR_RETURN_IF(s.max_adapters > LR_ROUTER_MAX_ADAPTERS, LR_ERANGE);
+    LR_RETURN_IF(s.role < LR_ROLE_BOTH || s.role > LR_ROLE_DECODE, LR_EINVAL);
     lr__router_lock(r);
     lr_status st = add_locked(r, &s, len, models, n_models, id);
     return lr__router_release(r, st);
@@ -882,6 +887,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     lr__free(&r->mem, in->name, in->name_len + 1);
     lr__free(&r->mem, in->models, in->n_models * sizeof(uint64_t));
     r->n_modeled -= in->n_models > 0;
+    r->n_prefill -= in->place.role == LR_ROLE_PREFILL;
     lr__adapters_remove(&r->ad, &r->mem, id);
     memset(in, 0, sizeof *in);
     /* a new instance under this id starts anew; the counters stay in the
@@ -1152,6 +1158,7 @@ lr__router_digest(const lr_router *r)
         h = lr__digest_mix(h, lr__double_bits(r->init_rtt_ms[i]));
         for (uint32_t j = 0; j < in->n_models; j++)
             h = lr__digest_mix(h, in->models[j]);
+        h = lr__digest_mix(h, lr__hash(&in->place, sizeof in->place, 17));
     }
     h = lr__adapters_digest(&r->ad, h);
     for (uint32_t k = 0; k < r->n_act; k++)
@@ -1186,13 +1193,16 @@ lr__router_digest(const lr_router *r)
 static lr_status
 verify_instances(const lr_router *r)
 {
-    uint32_t live = 0, routable = 0, modeled = 0;
+    uint32_t live = 0, routable = 0, modeled = 0, prefill = 0;
     for (uint32_t i = 0; i < r->max_inst; i++) {
         const struct lr__rinst *in = &r->inst[i];
         if (!in->live)
             continue;
         live++;
         modeled += in->n_models > 0;
+        prefill += in->place.role == LR_ROLE_PREFILL;
+        if (in->place.role < LR_ROLE_BOTH || in->place.role > LR_ROLE_DECODE)
+            return LR_ECORRUPT;
         if (in->n_models > LR_ROUTER_MAX_MODELS ||
             (in->n_models > 0) != (in->models != NULL) || r->ad.inst[i] == NULL)
             return LR_ECORRUPT;
@@ -1204,7 +1214,8 @@ verify_instances(const lr_router *r)
         routable += !in->draining;
     }
     if (live != r->n_inst || routable != r->n_act || modeled != r->n_modeled ||
-        r->names.count != r->n_inst || lr__table_verify(&r->names) != LR_OK ||
+        prefill != r->n_prefill || r->names.count != r->n_inst ||
+        lr__table_verify(&r->names) != LR_OK ||
         lr_ring_count(r->ring) != r->n_act)
         return LR_ECORRUPT;
     for (uint32_t k = 1; k < r->n_act; k++)

@@ -21,6 +21,13 @@
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
 #define LR__TIER_COLUMNS 3u /* cached_by_id's arrays: GPU, CPU, disk */
 
+/* An instance's part in a disaggregated fleet and where it runs
+ * (lr_instance_spec.role, node, rack, region). */
+struct lr__rplace {
+    int32_t role;
+    uint32_t node, rack, region;
+};
+
 struct lr__rinst {
     char *name;
     uint32_t name_len;
@@ -30,6 +37,7 @@ struct lr__rinst {
      * every model */
     uint32_t n_models;
     uint64_t *models;
+    struct lr__rplace place;
 };
 
 /* One route's scratch: its table, scores, hits and keys, sized for
@@ -100,6 +108,9 @@ struct lr_router {
     struct lr__adapters ad; /* LoRA residency (parts/adapters.h) */
     /* instances that declared models: while 0, no route filters */
     uint32_t n_modeled;
+    /* live LR_ROLE_PREFILL instances: while 0, a route's table is in id
+     * order and every decision keeps its request whole */
+    uint32_t n_prefill;
     struct lr__rinst *inst;
     uint32_t n_inst;
     /* Keys every table of the router and its parts: the host's
@@ -461,6 +472,7 @@ void lr__router_wait_free(lr_router *r);
 bool lr__router_name_ok(const char *name, size_t len);
 void lr__router_put_instance(lr_router *r, uint32_t id, char *name,
                              uint32_t len, bool draining, double init_rtt_ms,
-                             uint64_t *models, uint32_t n_models);
+                             uint64_t *models, uint32_t n_models,
+                             const struct lr__rplace *place);
 
 #endif /* LIBROUTE_LIB_ROUTER_IMPL_H */

@@ -27,6 +27,10 @@
  *         u64 next sequence number; f64 last engine timestamp }
  *   PEER  u32 n; n x { u64 replica id; u64 journal mark of its last
  *         delta applied }
+ *   MODL  u32 n; n x { u32 id; u32 adapter slots; u32 n_models; n_models
+ *         x u64 model hash }: the instances that declared either
+ *   PLCE  u32 n; n x { u32 id; u8 role; u32 node; u32 rack; u32 region }:
+ *         the instances with a role or a placement
  *   and one section per policy state that keeps something (each state
  *   kind's save and load: GORG GORGO's tuned weights, gorgo.c; ADPT
  *   adaptive's calibrated TTFT model per class, adaptive.c; LODE
@@ -63,6 +67,7 @@
 #define T_KSEQ TAG('K', 'S', 'E', 'Q')
 #define T_PEER TAG('P', 'E', 'E', 'R')
 #define T_MODL TAG('M', 'O', 'D', 'L')
+#define T_PLCE TAG('P', 'L', 'C', 'E')
 
 #define IF_DRAINING 1u
 #define IF_CACHING 2u
@@ -182,6 +187,40 @@ write_modl(struct lr__wr *w, const lr_router *r)
     }
 }
 
+/* The instances' roles and placement (0.3; before it, every instance
+ * prefills and decodes, placed nowhere in particular). */
+static bool
+placed(const struct lr__rinst *in)
+{
+    return in->live && (in->place.role != LR_ROLE_BOTH || in->place.node ||
+                        in->place.rack || in->place.region);
+}
+
+static uint32_t
+plce_count(const lr_router *r)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < r->max_inst; id++)
+        n += placed(&r->inst[id]);
+    return n;
+}
+
+static void
+write_plce(struct lr__wr *w, const lr_router *r)
+{
+    lr__wr_u32(w, plce_count(r));
+    for (uint32_t id = 0; id < r->max_inst; id++) {
+        const struct lr__rinst *in = &r->inst[id];
+        if (!placed(in))
+            continue;
+        lr__wr_u32(w, id);
+        lr__wr_u8(w, (uint8_t)in->place.role);
+        lr__wr_u32(w, in->place.node);
+        lr__wr_u32(w, in->place.rack);
+        lr__wr_u32(w, in->place.region);
+    }
+}
+
 /* One section, measured first (w->p NULL) for its length. */
 static void
 put_section(struct lr__wr *w, uint32_t tag, const lr_router *r,
@@ -208,8 +247,8 @@ write_snapshot(struct lr__wr *w, const void *arg)
 {
     const struct parts *pt = arg;
     const lr_router *r = pt->r;
-    bool modl = modl_count(r) > 0;
-    uint32_t n_sec = 4 + modl;
+    bool modl = modl_count(r) > 0, plce = plce_count(r) > 0;
+    uint32_t n_sec = 4 + modl + plce;
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         n_sec += pt->state[k] != NULL;
     lr__wr_u16(w, 0);
@@ -223,6 +262,8 @@ write_snapshot(struct lr__wr *w, const void *arg)
     put_section(w, T_PEER, r, write_peers);
     if (modl)
         put_section(w, T_MODL, r, write_modl);
+    if (plce)
+        put_section(w, T_PLCE, r, write_plce);
     for (uint32_t k = 0; k < LR__STATE_MAX; k++)
         if (pt->state[k] != NULL)
             put_blob(w, lr__pstate_ops_of(r->pt, k)->tag, pt->state[k]);
@@ -279,6 +320,8 @@ struct rinst {
     char *copy; /* the name, allocated for the commit */
     uint32_t max_adapters, n_models;
     uint64_t *models; /* n_models, allocated for the commit */
+    struct lr__rplace place;
+    bool has_place;
 };
 
 enum {
@@ -287,6 +330,7 @@ enum {
     S_KSEQ,
     S_PEER,
     S_MODL,
+    S_PLCE,
     S_FIXED
 };
 
@@ -315,8 +359,8 @@ struct restore {
 static uint32_t
 fixed_index(uint32_t tag)
 {
-    static const uint32_t tags[S_FIXED] = { T_INST, T_INDX, T_KSEQ, T_PEER,
-                                            T_MODL };
+    static const uint32_t tags[S_FIXED] = { T_INST, T_INDX, T_KSEQ,
+                                            T_PEER, T_MODL, T_PLCE };
     for (uint32_t i = 0; i < S_FIXED; i++)
         if (tags[i] == tag)
             return i;
@@ -538,6 +582,36 @@ read_modl(const lr_router *r, struct restore *rs)
     return LR_OK;
 }
 
+/* PLCE: each record an instance's of the snapshot, once, a role it may
+ * have. */
+static lr_status
+read_plce(struct restore *rs)
+{
+    if (!rs->s[S_PLCE].has)
+        return LR_OK;
+    struct lr__rd rd = { rs->s[S_PLCE].p, rs->s[S_PLCE].p + rs->s[S_PLCE].n,
+                         false };
+    uint32_t n = lr__rd_u32(&rd);
+    LR_RETURN_IF(rd.bad || n > rs->n_inst, LR_ECORRUPT);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = lr__rd_u32(&rd);
+        uint8_t role = lr__rd_u8(&rd);
+        struct lr__rplace pl = { .role = role };
+        pl.node = lr__rd_u32(&rd);
+        pl.rack = lr__rd_u32(&rd);
+        pl.region = lr__rd_u32(&rd);
+        LR_RETURN_IF(rd.bad || id >= rs->max_inst || rs->at[id] == 0 ||
+                         role > LR_ROLE_DECODE,
+                     LR_ECORRUPT);
+        struct rinst *x = &rs->inst[rs->at[id] - 1];
+        LR_RETURN_IF(x->has_place, LR_ECORRUPT);
+        x->place = pl;
+        x->has_place = true;
+    }
+    LR_RETURN_IF(rd.bad || rd.p != rd.end, LR_ECORRUPT);
+    return LR_OK;
+}
+
 static lr_status
 build_parts(const lr_router *r, struct restore *rs, uint64_t now_ns)
 {
@@ -676,7 +750,7 @@ commit(lr_router *r, struct restore *rs)
         struct rinst *x = &rs->inst[rs->at[id] - 1];
         lr__router_put_instance(r, x->id, x->copy, x->len,
                                 (x->flags & IF_DRAINING) != 0, x->init_rtt_ms,
-                                x->models, x->n_models);
+                                x->models, x->n_models, &x->place);
         x->copy = NULL;
         x->models = NULL;
         x->n_models = 0;
@@ -721,6 +795,8 @@ lr_router_restore(lr_router *r, const uint8_t *buf, size_t len, uint64_t now_ns)
         st = read_inst(&rs);
     if (st == LR_OK)
         st = read_modl(r, &rs);
+    if (st == LR_OK)
+        st = read_plce(&rs);
     if (st == LR_OK)
         st = build_parts(r, &rs, now_ns);
     if (st == LR_OK)

@@ -255,6 +255,20 @@ _Static_assert(offsetof(lr_candidate, cpu_tokens) ==
                "lr_candidate: the tier columns moved");
 _Static_assert(LR_CANDIDATE_SIZE_V3 == offsetof(lr_candidate, disk_tokens) + 4,
                "LR_CANDIDATE_SIZE_V3: does not end at disk_tokens");
+/* 0.3: the role and placement after them */
+_Static_assert(offsetof(lr_candidate, role) == LR_CANDIDATE_SIZE_V3 &&
+                   offsetof(lr_candidate, node) ==
+                       offsetof(lr_candidate, role) + 4 &&
+                   offsetof(lr_candidate, rack) ==
+                       offsetof(lr_candidate, node) + 4 &&
+                   offsetof(lr_candidate, region) ==
+                       offsetof(lr_candidate, rack) + 4,
+               "lr_candidate: role and placement moved");
+_Static_assert(LR_CANDIDATE_SIZE_V4 == offsetof(lr_candidate, region) + 4,
+               "LR_CANDIDATE_SIZE_V4: does not end at region");
+_Static_assert(LR_ROLE_BOTH == 0 && LR_ROLE_PREFILL == 1 &&
+                   LR_ROLE_DECODE == 2,
+               "lr_role values");
 
 struct lr_index_stats_v1 {
     size_t struct_size;
@@ -322,6 +336,11 @@ FIELD(lr_dispatch, lr_dispatch_v1, expected_output_tokens, uint32_t);
 FIELD(lr_dispatch, lr_dispatch_v1, alt_instance, uint32_t);
 FIELD(lr_dispatch, lr_dispatch_v1, alt_cached_tokens, uint32_t);
 FIELD(lr_dispatch, lr_dispatch_v1, now_ns, uint64_t);
+_Static_assert(offsetof(lr_dispatch, prefill_instance) ==
+                       sizeof(struct lr_dispatch_v1) &&
+                   LR_DISPATCH_SIZE_V2 ==
+                       offsetof(lr_dispatch, prefill_cached_tokens) + 4,
+               "lr_dispatch: 0.3 appended the prefill leg after now_ns");
 SIZED(lr_dispatch, lr_dispatch_v1, LR_DISPATCH_SIZE_V1, now_ns);
 
 struct lr_engine_stats_v1 {
@@ -543,6 +562,17 @@ FIELD(lr_instance_spec, lr_instance_spec_v1, instance_class, uint32_t);
 FIELD(lr_instance_spec, lr_instance_spec_v1, prefix_caching, int32_t);
 FIELD(lr_instance_spec, lr_instance_spec_v1, rtt_ns, uint64_t);
 SIZED(lr_instance_spec, lr_instance_spec_v1, LR_INSTANCE_SPEC_SIZE_V1, rtt_ns);
+/* 0.3 appended models and adapter slots (v2), then the role and the
+ * placement (v3) */
+_Static_assert(LR_INSTANCE_SPEC_SIZE_V2 ==
+                       offsetof(lr_instance_spec, max_adapters) + 4 &&
+                   offsetof(lr_instance_spec, role) >=
+                       LR_INSTANCE_SPEC_SIZE_V2 &&
+                   offsetof(lr_instance_spec, node) ==
+                       offsetof(lr_instance_spec, role) + 4 &&
+                   LR_INSTANCE_SPEC_SIZE_V3 ==
+                       offsetof(lr_instance_spec, region) + 4,
+               "lr_instance_spec: the v3 fields moved");
 
 struct lr_class_spec_v1 {
     size_t struct_size;
@@ -668,6 +698,28 @@ _Static_assert(offsetof(lr_decision, score_size) ==
 _Static_assert(LR_DECISION_SIZE_V2 ==
                    offsetof(struct lr_decision_v2, score_size) + sizeof(size_t),
                "LR_DECISION_SIZE_V2: does not end at the v2 last field");
+
+/* 0.3 appended the prefill leg of a split decision. */
+struct lr_decision_v3 {
+    struct lr_decision_v2 v2;
+    uint32_t prefill_instance;
+    int32_t prefill_reason;
+    uint32_t prefill_cached_tokens;
+    uint32_t reserved;
+    double transfer_s;
+};
+_Static_assert(offsetof(lr_decision, prefill_instance) ==
+                       offsetof(struct lr_decision_v3, prefill_instance) &&
+                   offsetof(lr_decision, prefill_reason) ==
+                       offsetof(struct lr_decision_v3, prefill_reason) &&
+                   offsetof(lr_decision, prefill_cached_tokens) ==
+                       offsetof(struct lr_decision_v3, prefill_cached_tokens) &&
+                   offsetof(lr_decision, transfer_s) ==
+                       offsetof(struct lr_decision_v3, transfer_s),
+               "lr_decision: the prefill leg's fields moved");
+_Static_assert(LR_DECISION_SIZE_V3 ==
+                   offsetof(struct lr_decision_v3, transfer_s) + 8,
+               "LR_DECISION_SIZE_V3: does not end at transfer_s");
 
 /* ---- lr_policy.h and lr_cost.h (0.2) ------------------------------------------- */
 
