@@ -14,7 +14,11 @@
  * 0-15 and ring ranks 0 .. LR_RING_MAX_K + 1, so that tables repeat
  * instances and ranks; loads, hits and rates that the policies' branches
  * turn on), so that the fuzzer spends its time in the policies rather
- * than in the row check. */
+ * than in the row check. Shaped rows have roles and placements; a flag
+ * puts the rows that decode first (a table the library takes) or leaves
+ * them as drawn. A pair decision names a prefill row's instance as its
+ * prefill leg and a decode row's as its instance; a table without
+ * prefill rows keeps every request whole. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +72,34 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            (r->adapter_evicts == 0 || r->adapter_evicts == 1) &&
            finite_nonneg(r->adapter_load_s) &&
            (uint64_t)r->cached_tokens + r->cpu_tokens + r->disk_tokens <=
-               prompt;
+               prompt &&
+           r->role >= LR_ROLE_BOTH && r->role <= LR_ROLE_DECODE;
+}
+
+/* The rows that decode first, at least one (rows ok). */
+static bool
+order_ok(const lr_candidate *rows, size_t n)
+{
+    size_t nd = 0;
+    while (nd < n && rows[nd].role != LR_ROLE_PREFILL)
+        nd++;
+    for (size_t k = nd; k < n; k++)
+        if (rows[k].role != LR_ROLE_PREFILL)
+            return false;
+    return nd > 0;
+}
+
+/* Stable: the rows that decode, then the prefill rows. */
+static void
+order_rows(lr_candidate *rows, size_t n)
+{
+    lr_candidate tmp[64];
+    size_t m = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t k = 0; k < n; k++)
+            if ((rows[k].role == LR_ROLE_PREFILL) == pass)
+                tmp[m++] = rows[k];
+    memcpy(rows, tmp, n * sizeof rows[0]);
 }
 
 /* A valid row from small ranges (see the opening). */
@@ -116,6 +147,11 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->cpu_tokens = fuzz_dp_next_range(dp, 0, prompt - r->cached_tokens);
     r->disk_tokens = fuzz_dp_next_range(
         dp, 0, prompt - r->cached_tokens - r->cpu_tokens);
+    /* a disaggregated fleet's roles; placements that meet and differ */
+    r->role = (int32_t)fuzz_dp_next_range(dp, 0, 2);
+    r->node = fuzz_dp_next_range(dp, 0, 3);
+    r->rack = fuzz_dp_next_range(dp, 0, 3);
+    r->region = fuzz_dp_next_range(dp, 0, 2);
 }
 
 static bool
@@ -126,6 +162,14 @@ params_ok(const double *p, size_t n)
         if (!(p[k] >= b.lo && p[k] <= b.hi) ||
             ((b.flags & LR_BOUNDS_INTEGER) && p[k] != floor(p[k])))
             return false;
+        /* the prefill leg's policy keeps no state but round-robin's turn
+         * and reads no ring */
+        if (k == LR_PARAM_PD_PREFILL_POLICY && p[k] >= 0) {
+            const struct lr__policy_def *d = &lr__policies[(int)p[k]];
+            if (d->ring_key != LR_RING_KEY_NONE ||
+                (d->ops != NULL && p[k] != LR_POLICY_ROUND_ROBIN))
+                return false;
+        }
     }
     return true;
 }
@@ -152,6 +196,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in.model = fuzz_dp_take_bool(&dp) ? model() : NULL;
 
     bool shaped = fuzz_dp_take_bool(&dp);
+    bool ordered = fuzz_dp_take_bool(&dp);
 
     lr_candidate rows[MAX_ROWS];
     memset(rows, 0, sizeof rows);
@@ -159,6 +204,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (shaped) {
         for (size_t k = 0; k < n; k++)
             shape_row(&dp, in.prompt_tokens, &rows[k]);
+        if (ordered)
+            order_rows(rows, n);
     } else {
         const uint8_t *raw = fuzz_dp_bytes(&dp, n * sizeof rows[0], &got);
         if (got > 0)
@@ -177,6 +224,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         n > 0 && policy < LR__POLICY_COUNT && params_ok(param, n_params);
     for (size_t k = 0; k < n; k++)
         good = good && row_ok(&rows[k], in.prompt_tokens);
+    good = good && order_ok(rows, n);
 
     double sc[MAX_ROWS], sc2[MAX_ROWS];
     lr_decision d, d2;
@@ -204,12 +252,32 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(d.reason >= 0 && (uint32_t)d.reason < lr_reason_count());
     FUZZ_ASSERT(d.decider >= 0 && d.decider < LR__POLICY_COUNT);
     FUZZ_ASSERT(d.seed == in.seed);
+    /* the pair: a prefill row's instance, the other leg a decode row's */
+    bool any_prefill = false, pre_found = false, dec_found = false;
+    for (size_t k = 0; k < n; k++) {
+        bool pre = rows[k].role == LR_ROLE_PREFILL;
+        any_prefill |= pre;
+        pre_found |= pre && rows[k].instance == d.prefill_instance;
+        dec_found |= !pre && rows[k].instance == d.instance;
+    }
+    FUZZ_ASSERT(dec_found);
+    if (!any_prefill)
+        FUZZ_ASSERT(d.prefill_instance == LR_INSTANCE_NONE &&
+                    d.prefill_reason == -1);
+    else if (d.prefill_instance == LR_INSTANCE_NONE)
+        FUZZ_ASSERT(d.prefill_reason == LR_REASON_WHOLE && d.transfer_s == 0);
+    else
+        FUZZ_ASSERT(pre_found && d.prefill_reason >= 0 &&
+                    (uint32_t)d.prefill_reason < lr_reason_count() &&
+                    d.transfer_s >= 0 && isfinite(d.transfer_s));
     /* the same seed, the same choice and scores */
     lr_decision_init(&d2);
     st = lr_policy_decide(policy, &in, rows, n, sizeof rows[0], sc2, &d2);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     FUZZ_ASSERT(d2.instance == d.instance && d2.reason == d.reason);
     FUZZ_ASSERT(d2.alt_instance == d.alt_instance);
+    FUZZ_ASSERT(d2.prefill_instance == d.prefill_instance &&
+                d2.prefill_reason == d.prefill_reason);
     for (size_t k = 0; k < n; k++)
         FUZZ_ASSERT(sc[k] == sc2[k] || (isnan(sc[k]) && isnan(sc2[k])));
     return 0;

@@ -1102,6 +1102,31 @@ gen_policy(void)
     policy_seed("adaptive-bad-calibration", LR_POLICY_ADAPTIVE, rows, 6, 512,
                 NULL, 0, 0);
     policy_seed("unknown-policy", LR__POLICY_COUNT, rows, 6, 512, NULL, 0, 0);
+    rows[3].ttft_s_per_token = 0;
+    /* a disaggregated fleet: three rows that decode, three prefill rows
+     * in two racks and two regions; every policy on it, and an order the
+     * library refuses */
+    for (uint32_t i = 0; i < 6; i++) {
+        rows[i].role = i < 3 ? (i == 0 ? LR_ROLE_BOTH : LR_ROLE_DECODE)
+                             : LR_ROLE_PREFILL;
+        rows[i].node = i;
+        rows[i].rack = 1 + i % 2;
+        rows[i].region = 1 + (i == 5);
+    }
+    for (int32_t p = 0; p < LR__POLICY_COUNT; p++) {
+        snprintf(name, sizeof name, "pd-%s", lr_policy_name(p));
+        policy_seed(name, p, rows, 6, 768, NULL, 0, p == LR_POLICY_LODESTAR);
+    }
+    for (int k = 0; k < LR__PARAM_COUNT; k++)
+        param[k] = lr_param_bounds(k).def;
+    param[LR_PARAM_PD_PREFILL_POLICY] = LR_POLICY_SGLANG_CACHE_AWARE;
+    param[LR_PARAM_PD_MIN_UNCACHED] = 0;
+    param[LR_PARAM_PD_LOCAL_MAX_TOKENS] = 0;
+    policy_seed("pd-prefill-policy", LR_POLICY_LEAST_LOAD, rows, 6, 768, param,
+                LR__PARAM_COUNT, 0);
+    rows[1].role = LR_ROLE_PREFILL; /* a prefill row among the decoders */
+    policy_seed("pd-out-of-order", LR_POLICY_ADAPTIVE, rows, 6, 768, NULL, 0,
+                0);
     write_seed("policy_decide", "empty", NULL, 0);
 }
 
