@@ -1,6 +1,8 @@
 /* Helpers the policy files share over a candidate table: the least
  * score, the deepest cached prefix, the least loaded among rows, a ring
- * rank's row, a choice; and the key of a prompt's leading tokens. A file
+ * rank's row, a choice; the key of a prompt's leading tokens; and for
+ * disaggregated fleets the rows that decode, the prefill leg's policy,
+ * the KV transfer's time and a pair's fields. A file
  * of its own, below the table (policy.c) and the policies that use them,
  * so that the table calling the policies and the policies calling these
  * make no circle. Ties break by a uniform draw from c->rng (reservoir
