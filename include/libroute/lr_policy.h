@@ -552,8 +552,9 @@ typedef struct lr_decision {
      * scores_capacity is 0. */
     lr_score *scores;
     size_t scores_capacity;
-    /** Out: scores written (instance id order), or needed when the call
-     * returned LR_EBUFSIZE. */
+    /** Out: scores written (the table's order: instance id order, the
+     * instances that decode first in a fleet with prefill instances), or
+     * needed when the call returned LR_EBUFSIZE. */
     size_t n_scores;
     /* v1 ends here */
     /** Out: the policy that made the choice: the router's policy, or

@@ -534,7 +534,8 @@ LR_API lr_status lr_router_route(lr_router *router, const lr_request *request,
                                  lr_decision *decision);
 
 /** The candidate table route() would decide on for this request now: one
- * row per routable instance, in instance id order, with the cached tokens
+ * row per routable instance, in instance id order (in a fleet with
+ * prefill instances, those that decode first), with the cached tokens
  * the policy would see and the ring ranks of its key. Changes nothing
  * (no expiry, no recency, no draw).
  * @param rows      caller buffer of `capacity` rows of row_size bytes
