@@ -176,6 +176,16 @@ type Dispatch struct {
 	AltCachedTokens uint32
 	// Host time of the dispatch, nanoseconds.
 	Now uint64
+	// In a disaggregated fleet, the instance that prefills the request
+	// before Instance decodes it, its KV moving over, and the tokens
+	// expected to hit its cache (<= PromptTokens); used when HasPrefill.
+	// Until PrefillDone (or the first token) the prefill instance counts
+	// the request in flight and queued, its uncached tokens as prefill and
+	// its prompt's KV; Instance counts it in flight and queued, with its
+	// KV and decode but no prefill.
+	HasPrefill          bool
+	PrefillInstance     InstanceID
+	PrefillCachedTokens uint32
 }
 
 // Dispatch records a dispatch: the request is in flight and queued.
@@ -195,12 +205,30 @@ func (l *Load) Dispatch(d *Dispatch) error {
 		c.alt_cached_tokens = C.uint32_t(d.AltCachedTokens)
 	}
 	c.now_ns = C.uint64_t(d.Now)
+	if d.HasPrefill {
+		c.prefill_instance = C.uint32_t(d.PrefillInstance)
+		c.prefill_cached_tokens = C.uint32_t(d.PrefillCachedTokens)
+	}
 	st := C.lr_load_dispatch(l.p, &c)
 	runtime.KeepAlive(l)
 	return check(st, "lr_load_dispatch")
 }
 
-// FirstToken records a request's first token; a repeat is a no-op.
+// PrefillDone records that the prefill leg of a request dispatched with
+// HasPrefill ended (its KV has moved to the decode instance): the prefill
+// instance stops counting it. A request without a prefill leg, or whose
+// leg ended before, is a no-op; one not in flight ErrNotFound.
+func (l *Load) PrefillDone(requestID, now uint64) error {
+	if l.p == nil {
+		return ErrClosed
+	}
+	st := C.lr_load_prefill_done(l.p, C.uint64_t(requestID), C.uint64_t(now))
+	runtime.KeepAlive(l)
+	return check(st, "lr_load_prefill_done")
+}
+
+// FirstToken records a request's first token (an open prefill leg ends
+// with it); a repeat is a no-op.
 func (l *Load) FirstToken(requestID, now uint64) error {
 	if l.p == nil {
 		return ErrClosed

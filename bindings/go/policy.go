@@ -40,6 +40,15 @@ const (
 	// PolicyAIBrixLoRA is AIBrix's adapter routing: the least loaded of the
 	// instances where the adapter is resident, else where fewest are.
 	PolicyAIBrixLoRA Policy = C.LR_POLICY_AIBRIX_LORA
+	// PolicyLLMDPD is llm-d's disaggregated scheduling: the decode
+	// instance first (prefix and queue), then its prefix-based decider
+	// splits a request whose uncached part there is at least
+	// ParamPDMinUncached, the prefill instance by the same profile.
+	PolicyLLMDPD Policy = C.LR_POLICY_LLMD_PD
+	// PolicyDynamoPD is Dynamo's disaggregated router: conditional
+	// disaggregation, prefilling where it decodes a request whose
+	// uncached part is short (ParamPDLocalMaxTokens, ParamPDLocalMaxRatio).
+	PolicyDynamoPD Policy = C.LR_POLICY_DYNAMO_PD
 )
 
 // PolicyCount returns how many policies the loaded library has
@@ -101,6 +110,9 @@ const (
 	// ReasonAdapter: its LoRA adapter is resident there, or a slot is free
 	// (PolicyLoRAAffinity, PolicyAIBrixLoRA).
 	ReasonAdapter Reason = C.LR_REASON_ADAPTER
+	// ReasonWhole: kept whole where it decodes although prefill instances
+	// exist (Decision.PrefillReason only).
+	ReasonWhole Reason = C.LR_REASON_WHOLE
 )
 
 // ReasonCount returns how many reasons the loaded library has
@@ -199,7 +211,67 @@ const (
 	// lower tiers.
 	ParamTierCPUWeight  Param = C.LR_PARAM_TIER_CPU_WEIGHT
 	ParamTierDiskWeight Param = C.LR_PARAM_TIER_DISK_WEIGHT
+	// Bytes of KV cache a prompt token takes (131072: Llama-3-8B in bf16):
+	// what a split request moves from its prefill to its decode instance,
+	// for the prompt tokens the decode instance does not hold.
+	ParamKVBytesPerToken Param = C.LR_PARAM_KV_BYTES_PER_TOKEN
+	// KV transfer bandwidth in GB/s between two instances on one node
+	// (300), in one rack (50), in one region (12.5) and across regions
+	// (1.25), by InstanceSpec.Node, Rack and Region.
+	ParamKVGBpsNode   Param = C.LR_PARAM_KV_GBPS_NODE
+	ParamKVGBpsRack   Param = C.LR_PARAM_KV_GBPS_RACK
+	ParamKVGBpsRegion Param = C.LR_PARAM_KV_GBPS_REGION
+	ParamKVGBpsWAN    Param = C.LR_PARAM_KV_GBPS_WAN
+	// The policy that picks a split request's prefill instance when the
+	// router's policy has no pair rule of its own (SGLang's
+	// --prefill-policy): -1 (the default) the router's policy, else a
+	// policy that keeps no state and reads no ring, or round-robin.
+	ParamPDPrefillPolicy Param = C.LR_PARAM_PD_PREFILL_POLICY
+	// PolicyLLMDPD's decider: split when the decode instance would prefill
+	// at least this many uncached tokens itself (16; 0 splits always).
+	ParamPDMinUncached Param = C.LR_PARAM_PD_MIN_UNCACHED
+	// PolicyDynamoPD: prefill where it decodes when its uncached tokens
+	// there are fewer than this (2048) and a share of the prompt below
+	// ParamPDLocalMaxRatio (0.7).
+	ParamPDLocalMaxTokens Param = C.LR_PARAM_PD_LOCAL_MAX_TOKENS
+	ParamPDLocalMaxRatio  Param = C.LR_PARAM_PD_LOCAL_MAX_RATIO
+	// adaptive's price of a prefill kept where it decodes, per second of
+	// that prefill and per request decoding there (0.05).
+	ParamAdaptivePDStall Param = C.LR_PARAM_ADAPTIVE_PD_STALL
 )
+
+// Role is an instance's part in a disaggregated fleet (lr_role):
+// InstanceSpec.Role, Candidate.Role. A fleet whose instances are all
+// RoleBoth is aggregated: every decision keeps a request whole. With
+// RolePrefill instances a decision may split a request: the prefill
+// instance computes its KV, which moves to the decode instance
+// (Decision.PrefillInstance).
+type Role int32
+
+// The roles.
+const (
+	// RoleBoth prefills and decodes its requests (every instance before
+	// 0.3).
+	RoleBoth Role = C.LR_ROLE_BOTH
+	// RolePrefill prefills for decode instances; it decodes none.
+	RolePrefill Role = C.LR_ROLE_PREFILL
+	// RoleDecode decodes; it prefills a request kept whole.
+	RoleDecode Role = C.LR_ROLE_DECODE
+)
+
+// String returns "both", "prefill" or "decode", or "Role(n)" outside the
+// enum.
+func (r Role) String() string {
+	switch r {
+	case RoleBoth:
+		return "both"
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	}
+	return "Role(" + strconv.Itoa(int(r)) + ")"
+}
 
 // ParamCount returns how many parameters the loaded library has
 // (lr_param_count): keys 0 .. ParamCount()-1 are all valid.
@@ -260,7 +332,8 @@ type Decision struct {
 	// or InstanceNone.
 	AltInstance InstanceID
 	// From Route with RouteScores: one entry per routable instance, in id
-	// order. From Decide: one per row, in the rows' order.
+	// order (with prefill instances routable, the ones that decode first,
+	// as Router.Candidates). From Decide: one per row, in the rows' order.
 	Scores []Score
 	// The policy that chose: the router's, or Lodestar's fallback on cold
 	// start and out of range (-1 if none did).
@@ -268,6 +341,19 @@ type Decision struct {
 	// The seed the policy drew with: Decide with the same rows, parameters
 	// and seed chooses the same.
 	Seed uint64
+	// The instance that prefills the request when the decision splits it
+	// (a fleet with RolePrefill instances): Instance then decodes it, its
+	// KV moving over. InstanceNone: Instance does both.
+	PrefillInstance InstanceID
+	// Why that prefill instance; ReasonWhole when a fleet that could split
+	// kept the request whole; -1 when no candidate was a prefill instance.
+	PrefillReason Reason
+	// Tokens expected to hit the cache on PrefillInstance.
+	PrefillCachedTokens uint32
+	// The KV transfer's expected seconds (0 when not split), from the
+	// placements (InstanceSpec.Node, Rack, Region) and ParamKVGBpsNode ...
+	// ParamKVGBpsWAN.
+	TransferSeconds float64
 }
 
 // fill copies a decision's results (not its scores) into d.
@@ -280,6 +366,10 @@ func (d *Decision) fill(dec *C.lr_decision) {
 	d.AltInstance = InstanceID(dec.alt_instance)
 	d.Decider = Policy(dec.decider)
 	d.Seed = uint64(dec.seed)
+	d.PrefillInstance = InstanceID(dec.prefill_instance)
+	d.PrefillReason = Reason(dec.prefill_reason)
+	d.PrefillCachedTokens = uint32(dec.prefill_cached_tokens)
+	d.TransferSeconds = float64(dec.transfer_s)
 }
 
 // Candidate is one row of a candidate table (lr_candidate): an instance as
@@ -364,6 +454,13 @@ type Candidate struct {
 	// its KV cache (blocks offloaded to host memory, as KVStored.Tier
 	// said), and past those on disk: loaded, not computed, on a hit.
 	CPUTokens, DiskTokens uint32
+	// Its part in a disaggregated fleet. In a table with RolePrefill rows,
+	// every row that can decode comes before every RolePrefill row (the
+	// router gathers them so).
+	Role Role
+	// Where it runs (InstanceSpec.Node, Rack, Region; 0: unknown): what a
+	// KV transfer between two rows costs.
+	Node, Rack, Region uint32
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -415,6 +512,10 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.AdapterEvicts)-unsafe.Offsetof(C.lr_candidate{}.adapter_evicts)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.CPUTokens)-unsafe.Offsetof(C.lr_candidate{}.cpu_tokens)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.DiskTokens)-unsafe.Offsetof(C.lr_candidate{}.disk_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Role)-unsafe.Offsetof(C.lr_candidate{}.role)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Node)-unsafe.Offsetof(C.lr_candidate{}.node)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Rack)-unsafe.Offsetof(C.lr_candidate{}.rack)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Region)-unsafe.Offsetof(C.lr_candidate{}.region)]
 )
 
 // candidateSize is the row_size passed with every table: this package's
@@ -476,7 +577,9 @@ func LodestarFeatureCount() int {
 // Decide chooses one row of a candidate table with a policy
 // (lr_policy_decide): the code Route runs after gathering its own table.
 // It is deterministic for in.Seed and allocates nothing in the library;
-// the returned Decision has one Score per row. nil in means
+// the returned Decision has one Score per row. A table with RolePrefill
+// rows, after every row that can decode, gets a pair decision
+// (Decision.PrefillInstance). nil in means
 // DefaultPolicyInput(). Bad rows (none, cached tokens above the prompt, a
 // prefill rate that is not positive, KV use outside [0, 1], a negative or
 // non-finite RTT or stall) and a negative or non-finite TTFTBudgetSeconds

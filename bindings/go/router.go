@@ -224,6 +224,17 @@ type InstanceSpec struct {
 	// Its LoRA adapter slots (vLLM's --max-loras), at most
 	// RouterMaxAdapters (ErrRange above); 0: not known.
 	MaxAdapters uint32
+	// Its part in a disaggregated fleet (RoleBoth, the zero value,
+	// RolePrefill or RoleDecode; another value is ErrInvalid). With
+	// prefill instances routable, Route may split a request
+	// (Decision.PrefillInstance).
+	Role Role
+	// Where it runs, as the host numbers its nodes, racks and regions (0:
+	// unknown): two instances on the same nonzero node move KV at
+	// ParamKVGBpsNode, in the same rack at ParamKVGBpsRack, in the same
+	// region at ParamKVGBpsRegion, else at ParamKVGBpsWAN; an unknown one
+	// compares as different from everything but counts as the same region.
+	Node, Rack, Region uint32
 }
 
 // AddInstance adds an instance, which receives routes at once, and returns
@@ -255,6 +266,10 @@ func (r *Router) AddInstance(spec InstanceSpec) (InstanceID, error) {
 	s.models = models
 	s.n_models = C.uint32_t(len(spec.Models))
 	s.max_adapters = C.uint32_t(spec.MaxAdapters)
+	s.role = C.int32_t(spec.Role)
+	s.node = C.uint32_t(spec.Node)
+	s.rack = C.uint32_t(spec.Rack)
+	s.region = C.uint32_t(spec.Region)
 	h, err := r.acquire()
 	if err != nil {
 		return InstanceNone, err
@@ -629,6 +644,23 @@ func (r *Router) RouteInto(req *Request, d *Decision) error {
 		d.Scores = scores
 	}
 	return nil
+}
+
+// PrefillDone reports that the prefill leg of a split request
+// (Decision.PrefillInstance) ended: its KV has moved to the decode
+// instance (vLLM: the prefill request returned its kv_transfer_params).
+// The prefill instance's load drops it, and the prefill's time feeds the
+// policies that learn from it. A request that was not split, or whose leg
+// ended before, is a no-op; an unknown or ended request is ErrNotFound. A
+// first token ends the leg too.
+func (r *Router) PrefillDone(requestID, now uint64) error {
+	h, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer r.mu.RUnlock()
+	return check(C.lr_router_prefill_done(h, C.uint64_t(requestID), C.uint64_t(now)),
+		"lr_router_prefill_done")
 }
 
 // FirstToken reports a request's first token: it leaves the queue. A
@@ -1257,8 +1289,11 @@ func (r *Router) ReasonCounts() ([]uint64, error) {
 }
 
 // Candidates returns the candidate table Route would decide on for req now
-// (lr_router_candidates): one row per routable instance, in id order, with
-// the cached tokens its policy would see and the ring ranks of its key.
+// (lr_router_candidates): one row per routable instance, in id order (with
+// prefill instances routable, the rows that can decode first, then the
+// RolePrefill ones, each part in id order), with the cached tokens its
+// policy would see, the ring ranks of its key and each instance's role and
+// placement.
 // Only the prompt and the request's facts are read (not ID, Boundaries or
 // Flags); nothing in the router changes. With a Model, only its instances
 // have rows; the adapter columns are the Adapter's. Decide over it with the router's

@@ -329,6 +329,7 @@ var allPolicies = []Policy{
 	PolicyPrefixCacheAndLoad, PolicySGLangCacheAware, PolicyPreble,
 	PolicyMinTTFT, PolicyDynamo, PolicyDualMap, PolicyGORGO, PolicyRanvier,
 	PolicyLodestar, PolicyAdaptive, PolicyLoRAAffinity, PolicyAIBrixLoRA,
+	PolicyLLMDPD, PolicyDynamoPD,
 }
 
 func TestPolicies(t *testing.T) {
@@ -363,16 +364,16 @@ func TestPolicies(t *testing.T) {
 	if s := Policy(PolicyCount()).String(); s != fmt.Sprintf("Policy(%d)", PolicyCount()) {
 		t.Errorf("out-of-range policy prints %q", s)
 	}
-	for reason := ReasonNone; reason <= ReasonAdapter; reason++ {
+	for reason := ReasonNone; reason <= ReasonWhole; reason++ {
 		if strings.HasPrefix(reason.String(), "Reason(") {
 			t.Errorf("reason %d has no name", reason)
 		}
 	}
-	if s := (ReasonAdapter + 1).String(); !strings.HasPrefix(s, "Reason(") {
-		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonAdapter+1, s)
+	if s := (ReasonWhole + 1).String(); !strings.HasPrefix(s, "Reason(") {
+		t.Errorf("the library names reason %d %q; the binding lacks it", ReasonWhole+1, s)
 	}
-	if ReasonCount() != int(ReasonAdapter)+1 {
-		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonAdapter+1)
+	if ReasonCount() != int(ReasonWhole)+1 {
+		t.Errorf("lr_reason_count() = %d, the binding names %d", ReasonCount(), ReasonWhole+1)
 	}
 }
 
@@ -393,6 +394,9 @@ var allParams = []Param{
 	ParamFairInputWeight, ParamFairOutputWeight, ParamAdaptiveDeadline,
 	ParamSaturationPrefillSeconds, ParamAdapterLoadSeconds,
 	ParamTierCPUWeight, ParamTierDiskWeight,
+	ParamKVBytesPerToken, ParamKVGBpsNode, ParamKVGBpsRack, ParamKVGBpsRegion,
+	ParamKVGBpsWAN, ParamPDPrefillPolicy, ParamPDMinUncached,
+	ParamPDLocalMaxTokens, ParamPDLocalMaxRatio, ParamAdaptivePDStall,
 }
 
 func TestParams(t *testing.T) {

@@ -33,7 +33,7 @@ from __future__ import annotations
 from ._ffi import HEADER_VERSION, HEADER_VERSION_NUMBER, ffi, lib
 from .enums import (Bounds, CostKind, CostParam, Eviction, MatchFlag, Param,
                     Policy,
-                    Reason, RingKey, RouteFlag, Status, Tier, Trust,
+                    Reason, RingKey, Role, RouteFlag, Status, Tier, Trust,
                     constants,
                     cost_kind_count, cost_param_count, lodestar_feature_count,
                     param_count, policy_count, reason_count)
@@ -106,7 +106,7 @@ __all__ = [
     "RequestState", "Hit", "Match", "IndexStats", "Delta", "MmInput",
     "Bounds",
     "VllmBatchInfo", "KvSeq", "KvSource",
-    "Status", "Trust", "Eviction", "Tier", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
+    "Status", "Trust", "Eviction", "Tier", "Role", "Policy", "Reason", "Param", "RouteFlag", "MatchFlag",
     "CostKind", "CostParam", "RingKey",
     "LrError", "InvalidArgumentError", "OutOfMemoryError", "OutOfRangeError",
     "NotFoundError", "AlreadyExistsError", "LimitError", "CorruptError",

@@ -9,6 +9,8 @@ appears here on the next build, with no Python to edit.
 - ``Eviction`` lr_eviction (``Eviction.REMOTE_FIRST``, ``Eviction.LRU``)
 - ``Tier``    lr_tier, a KV cache's memory tier (``Tier.GPU``, ``Tier.CPU``,
   ``Tier.DISK``)
+- ``Role``    lr_role, an instance's part in a disaggregated fleet
+  (``Role.BOTH``, ``Role.PREFILL``, ``Role.DECODE``)
 - ``Policy``  lr_policy (``Policy.DUALMAP``); ``.label`` is the library's
   name for it (``"dualmap"``), ``Policy.from_label()`` the reverse
 - ``Reason``  lr_reason (``Reason.PREFIX_HIT``); ``.label`` as for Policy
@@ -37,7 +39,7 @@ from typing import Dict, NamedTuple, Union
 
 from ._ffi import ffi, lib
 
-__all__ = ["Status", "Trust", "Eviction", "Tier", "Policy", "Reason", "Param", "CostKind",
+__all__ = ["Status", "Trust", "Eviction", "Tier", "Role", "Policy", "Reason", "Param", "CostKind",
            "CostParam", "RingKey", "RouteFlag", "MatchFlag", "Bounds",
            "constants", "policy_count", "param_count", "reason_count",
            "cost_kind_count", "cost_param_count", "lodestar_feature_count"]
@@ -142,6 +144,11 @@ Tier = _make(enum.IntEnum, "Tier", "lr_tier", "LR_TIER_",
              "lr_tier: the memory tier of an engine's KV cache a block is "
              "on: the GPU's own, or a lower tier an offloading connector "
              "copied it to (CPU: host memory; DISK).")
+Role = _make(enum.IntEnum, "Role", "lr_role", "LR_ROLE_",
+             "lr_role: an instance's part in a disaggregated fleet: BOTH "
+             "(prefills and decodes), PREFILL (prefills for decode "
+             "instances, decodes none) or DECODE (decodes; prefills a "
+             "request kept whole).")
 Policy = _make(_PolicyBase, "Policy", "lr_policy", "LR_POLICY_",
                "lr_policy: the router's routing rules (docs/router.md).")
 Reason = _make(_ReasonBase, "Reason", "lr_reason", "LR_REASON_",

@@ -104,22 +104,47 @@ class Load(_Handle):
                  now_ns: int, cached_tokens: int = 0,
                  expected_output_tokens: int = 0,
                  alt_instance: Optional[int] = None,
-                 alt_cached_tokens: int = 0) -> None:
+                 alt_cached_tokens: int = 0,
+                 prefill_instance: Optional[int] = None,
+                 prefill_cached_tokens: int = 0) -> None:
         """lr_load_dispatch(): the request is in flight on ``instance``,
         queued until its first token. ``alt_instance`` is the other
-        candidate it could move to (None: none)."""
+        candidate it could move to (None: none).
+
+        ``prefill_instance`` splits it (a disaggregated fleet): that
+        instance prefills it, ``prefill_cached_tokens`` of its prompt
+        expected to hit there, and ``instance`` decodes it once its KV has
+        moved over. Until prefill_done() or its first token the prefill
+        instance counts it in flight and queued, with its uncached tokens
+        as prefill and its prompt's KV; ``instance`` counts it in flight
+        and queued with its KV and decode but no prefill. None: ``instance``
+        does both."""
         d = new_sized("lr_dispatch", lib.lr_dispatch_init_sized)
         set_fields(d, "dispatch", request_id=request_id, instance=instance,
                    prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
                    expected_output_tokens=expected_output_tokens,
                    alt_instance=alt_instance,
-                   alt_cached_tokens=alt_cached_tokens, now_ns=now_ns)
+                   alt_cached_tokens=alt_cached_tokens, now_ns=now_ns,
+                   prefill_instance=prefill_instance,
+                   prefill_cached_tokens=prefill_cached_tokens)
         with self._use() as p:
             st = lib.lr_load_dispatch(p, d)
         check(st, "lr_load_dispatch")
 
+    def prefill_done(self, request_id: int, *, now_ns: int) -> None:
+        """lr_load_prefill_done(): the prefill leg of a request dispatched
+        with a ``prefill_instance`` ended (its KV has moved to the decode
+        instance): the prefill instance stops counting it. A request
+        without a prefill leg, or whose leg ended before: a no-op.
+        NotFoundError when no such request is in flight."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        with self._use() as p:
+            st = lib.lr_load_prefill_done(p, rid, now)
+        check(st, "lr_load_prefill_done")
+
     def first_token(self, request_id: int, *, now_ns: int) -> None:
-        """lr_load_first_token(): the request leaves the queue."""
+        """lr_load_first_token(): the request leaves the queue (a prefill
+        leg still open ends with it)."""
         rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
         with self._use() as p:
             st = lib.lr_load_first_token(p, rid, now)

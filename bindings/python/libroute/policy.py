@@ -59,11 +59,21 @@ class Decision(NamedTuple):
     ``alt_instance`` is None when the policy has no second candidate;
     ``cost`` is NaN when the policy predicts none. ``scores``: from
     Router.route(), None unless it was asked for them (scores=True), then
-    one per routable instance in id order; from decide(), one per row in
-    the table's order. ``decider`` is the policy that chose (the router's,
+    one per routable instance in the order of Router.candidates()' rows
+    (id order; with prefill instances, those that decode first); from
+    decide(), one per row in the table's order. ``decider`` is the policy that chose (the router's,
     or Lodestar's fallback on cold start and out of range) and ``seed`` the
     seed it drew with: decide() with the same table, parameters and seed
     chooses the same.
+
+    In a fleet with prefill instances (Role.PREFILL) a decision may split
+    the request: ``prefill_instance`` prefills it and ``instance`` then
+    decodes it, its KV moving over in ``transfer_s`` seconds (expected,
+    from the placements and Param.KV_GBPS_*); ``prefill_cached_tokens``
+    are expected to hit at the prefill instance and ``prefill_reason`` says
+    why it was chosen. Kept whole: ``prefill_instance`` None,
+    ``transfer_s`` 0, and ``prefill_reason`` Reason.WHOLE when the fleet
+    could have split it, None when no candidate was a prefill instance.
     """
 
     instance: int
@@ -75,6 +85,10 @@ class Decision(NamedTuple):
     scores: Optional[Tuple[Score, ...]]
     decider: Optional[Policy] = None
     seed: int = 0
+    prefill_instance: Optional[int] = None
+    prefill_reason: Optional[Reason] = None
+    prefill_cached_tokens: int = 0
+    transfer_s: float = 0.0
 
 
 class PolicyInput(NamedTuple):
@@ -111,13 +125,17 @@ def policy_input_from(inp, params) -> PolicyInput:
 
 
 def decision_from(d, scores) -> Decision:
-    """A Decision from an lr_decision (v2) and the scores tuple."""
+    """A Decision from an lr_decision (v3) and the scores tuple."""
     alt = d.alt_instance
+    pre = d.prefill_instance
     return Decision(d.instance, as_enum(Reason, d.reason), d.cached_tokens,
                     d.best_cached_tokens, d.cost,
                     None if alt == _NONE else alt, scores,
                     None if d.decider < 0 else as_enum(Policy, d.decider),
-                    d.seed)
+                    d.seed, None if pre == _NONE else pre,
+                    None if d.prefill_reason < 0
+                    else as_enum(Reason, d.prefill_reason),
+                    d.prefill_cached_tokens, d.transfer_s)
 
 
 def policy_value(value: PolicyLike) -> int:
@@ -162,7 +180,13 @@ class Candidate(NamedTuple):
     host memory, ``cpu_tokens``, and beyond those on disk,
     ``disk_tokens``; Index.kv_stored(tier=)): loaded, not computed, on a
     hit. dynamo and adaptive weigh them (Param.TIER_CPU_WEIGHT,
-    Param.TIER_DISK_WEIGHT)."""
+    Param.TIER_DISK_WEIGHT).
+
+    ``role`` is its lr_role in a disaggregated fleet (a Role; 0,
+    Role.BOTH, by default): in a table with Role.PREFILL rows every row
+    that can decode comes first. ``node``, ``rack`` and ``region`` are
+    where it runs (0: unknown), which prices a KV transfer between two
+    rows (Param.KV_GBPS_NODE .. KV_GBPS_WAN)."""
 
     instance: int
     cached_tokens: int = 0
@@ -198,6 +222,10 @@ class Candidate(NamedTuple):
     adapter_evicts: int = 0
     cpu_tokens: int = 0
     disk_tokens: int = 0
+    role: int = 0
+    node: int = 0
+    rack: int = 0
+    region: int = 0
 
 
 _FIELDS = Candidate._fields
@@ -369,7 +397,8 @@ def decide(policy: PolicyLike, rows, *, prompt_tokens: int, seed: int = 0,
     ``model``.
 
     Returns a Decision whose ``scores`` has one Score per row, in the
-    table's order. Bad rows (cached_tokens above prompt_tokens, a
+    table's order. A table with Role.PREFILL rows (after every row that
+    can decode) gets a pair decision: see Decision.prefill_instance. Bad rows (cached_tokens above prompt_tokens, a
     prefill_rate that is not positive, kv_use outside [0, 1], a negative
     or non-finite rtt_ms or stall_s, no rows) and a negative or
     non-finite ``ttft_budget_s`` raise InvalidArgumentError;

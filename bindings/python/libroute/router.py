@@ -13,10 +13,11 @@ from typing import (Any, Dict, List, Mapping, NamedTuple, Optional,
                     Sequence, Union)
 
 from ._ffi import ffi, lib
-from ._util import (_Handle, bytes_in, from_struct, name_in, new_sized,
-                    set_fields, take_blob, u32, u32_in, u64, u64_in)
-from .enums import (Bounds, Param, Policy, Reason, Status, Tier, as_enum,
-                    bounds_from)
+from ._util import (_Handle, _index, bytes_in, from_struct, name_in,
+                    new_sized, set_fields, take_blob, u32, u32_in, u64,
+                    u64_in)
+from .enums import (Bounds, Param, Policy, Reason, Role, Status, Tier,
+                    as_enum, bounds_from)
 from .errors import check, error_for
 from .index import Delta, IndexStats, MmLike, _kv_stored, mm_in, tier_in
 from .learner import (LearnerStats, Samples, learner_options, new_stats,
@@ -152,6 +153,21 @@ def param_bounds(key: ParamLike) -> Bounds:
     it takes whole numbers only. An unknown key raises NotSupportedError.
     (The deprecated lr_router_param_bounds() is the same call.)"""
     return bounds_from(lib.lr_param_bounds(_param(key)), "lr_param_bounds")
+
+
+def role_in(role: Any) -> int:
+    """A role argument as the int32_t the library takes: a Role, an int or
+    a Role's name ("prefill", case-insensitive); the library says
+    InvalidArgumentError for an int that is no lr_role."""
+    if isinstance(role, str):
+        try:
+            return int(Role[role.upper()])
+        except KeyError:
+            raise ValueError(f"role: unknown role {role!r}") from None
+    r = _index(role, "role")
+    if not -2**31 <= r < 2**31:
+        raise ValueError(f"role: {role!r} is not an lr_role")
+    return r
 
 
 def _opt_name(name, what: str):
@@ -315,7 +331,9 @@ class Router(_Handle):
                      instance_class: int = 0, prefix_caching: bool = True,
                      rtt_ns: int = 0,
                      models: Optional[Sequence[Union[str, bytes]]] = None,
-                     max_adapters: int = 0) -> int:
+                     max_adapters: int = 0,
+                     role: Union[Role, int, str] = Role.BOTH,
+                     node: int = 0, rack: int = 0, region: int = 0) -> int:
         """lr_router_add_instance(): returns the id the router assigned.
         ``name`` (copied) places the instance on the ring.
 
@@ -324,14 +342,25 @@ class Router(_Handle):
         bytes, copied): a request naming a model goes only to the
         instances that serve it. None or empty: it serves any model.
         ``max_adapters`` is its LoRA adapter slots (vLLM's --max-loras;
-        0 unknown, above LR_ROUTER_MAX_ADAPTERS OutOfRangeError)."""
+        0 unknown, above LR_ROUTER_MAX_ADAPTERS OutOfRangeError).
+
+        ``role`` is its part in a disaggregated fleet (a Role, or its name:
+        "both", the default, "prefill" or "decode"; another value
+        InvalidArgumentError). With prefill instances routable, route()
+        may split a request between a prefill and a decode instance
+        (Decision.prefill_instance). ``node``, ``rack`` and ``region`` say
+        where it runs, as the host numbers them (0: unknown): a KV
+        transfer between two instances on one node moves at
+        Param.KV_GBPS_NODE, in one rack at KV_GBPS_RACK, in one region at
+        KV_GBPS_REGION, else at KV_GBPS_WAN."""
         spec = new_sized("lr_instance_spec", lib.lr_instance_spec_init_sized)
         b = name_in(name, "name")
         keep = ffi.new("char[]", b)
         spec.name = keep
         set_fields(spec, "add_instance", instance_class=instance_class,
                    prefix_caching=1 if prefix_caching else 0, rtt_ns=rtt_ns,
-                   max_adapters=max_adapters)
+                   max_adapters=max_adapters, role=role_in(role), node=node,
+                   rack=rack, region=region)
         arr, names, n = _names_in(models, "models")
         spec.models = arr
         spec.n_models = n
@@ -567,8 +596,11 @@ class Router(_Handle):
                    mm: MmLike = None) -> Candidates:
         """lr_router_candidates(): the candidate table route() would decide
         on for this request now, one row per routable instance in id
-        order, with the cached tokens the policy would see and the ring
-        ranks of its key. Changes nothing (no expiry, recency or draw).
+        order (with prefill instances routable, the rows that can decode
+        first, then the Role.PREFILL ones, each part in id order), with
+        the cached tokens the policy would see, the ring ranks of its key
+        and each instance's role and placement. Changes nothing (no
+        expiry, recency or draw).
 
         policy.decide() over it with the router's policy, policy_input()
         and a route's Decision.seed makes that route's choice. StateError
@@ -644,6 +676,20 @@ class Router(_Handle):
                 return policy_input_from(inp, params)
 
     # ---- lifecycle ------------------------------------------------------
+
+    def prefill_done(self, request_id: int, *, now_ns: int) -> None:
+        """lr_router_prefill_done(): the prefill leg of a split request
+        (Decision.prefill_instance) ended: its KV has moved to the decode
+        instance (vLLM: the prefill request returned its
+        kv_transfer_params). The prefill instance's load drops it, and the
+        prefill's time feeds the policies that learn from it. A request
+        that was not split, or whose leg ended before: a no-op; a first
+        token ends the leg too. NotFoundError for a request not in
+        flight."""
+        rid, now = u64(request_id, "request_id"), u64(now_ns, "now_ns")
+        with self._use() as p:
+            st = lib.lr_router_prefill_done(p, rid, now)
+        check(st, "lr_router_prefill_done")
 
     def first_token(self, request_id: int, *, now_ns: int) -> None:
         """lr_router_first_token(): TTFT = now_ns - route time."""

@@ -68,7 +68,8 @@ COVER = {
     "lr_score": (set(L.Score._fields), {}),
     "lr_decision": (set(L.Decision._fields),
                     {"scores_capacity": None, "n_scores": None,
-                     "score_size": None}),  # this build's sizeof(lr_score)
+                     "score_size": None,    # this build's sizeof(lr_score)
+                     "reserved": None}),    # reserved
     "lr_candidate": (set(L.Candidate._fields), {}),
     "lr_policy_input": (params(L.decide), {"n_params": None}),
     "lr_cost_options": (params(L.Cost.__init__), {"allocator": None}),

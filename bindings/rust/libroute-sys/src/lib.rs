@@ -322,8 +322,13 @@ pub struct lr_dispatch {
     pub alt_instance: u32,
     pub alt_cached_tokens: u32,
     pub now_ns: u64,
+    /// The instance that prefills the request before `instance` decodes
+    /// it (LR_INSTANCE_NONE: none), and its expected hit (0.3).
+    pub prefill_instance: u32,
+    pub prefill_cached_tokens: u32,
 }
 pub const LR_DISPATCH_SIZE_V1: usize = offset_of!(lr_dispatch, now_ns) + 8;
+pub const LR_DISPATCH_SIZE_V2: usize = offset_of!(lr_dispatch, prefill_cached_tokens) + 4;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -459,6 +464,14 @@ pub const LR_POLICY_LODESTAR: lr_policy = 15;
 pub const LR_POLICY_ADAPTIVE: lr_policy = 16;
 pub const LR_POLICY_LORA_AFFINITY: lr_policy = 17;
 pub const LR_POLICY_AIBRIX_LORA: lr_policy = 18;
+pub const LR_POLICY_LLMD_PD: lr_policy = 19;
+pub const LR_POLICY_DYNAMO_PD: lr_policy = 20;
+
+/// lr_role: an instance's part in a disaggregated fleet (0.3).
+pub type lr_role = c_uint;
+pub const LR_ROLE_BOTH: lr_role = 0;
+pub const LR_ROLE_PREFILL: lr_role = 1;
+pub const LR_ROLE_DECODE: lr_role = 2;
 
 pub type lr_reason = c_uint;
 pub const LR_REASON_NONE: lr_reason = 0;
@@ -479,6 +492,7 @@ pub const LR_REASON_COLD_START: lr_reason = 14;
 pub const LR_REASON_OOD: lr_reason = 15;
 pub const LR_REASON_WAITING: lr_reason = 16;
 pub const LR_REASON_ADAPTER: lr_reason = 17;
+pub const LR_REASON_WHOLE: lr_reason = 18;
 
 pub type lr_param = c_uint;
 pub const LR_PARAM_PREFIX_MIN_RATIO: lr_param = 0;
@@ -530,6 +544,16 @@ pub const LR_PARAM_SATURATION_PREFILL_S: lr_param = 45;
 pub const LR_PARAM_ADAPTER_LOAD_S: lr_param = 46;
 pub const LR_PARAM_TIER_CPU_WEIGHT: lr_param = 47;
 pub const LR_PARAM_TIER_DISK_WEIGHT: lr_param = 48;
+pub const LR_PARAM_KV_BYTES_PER_TOKEN: lr_param = 49;
+pub const LR_PARAM_KV_GBPS_NODE: lr_param = 50;
+pub const LR_PARAM_KV_GBPS_RACK: lr_param = 51;
+pub const LR_PARAM_KV_GBPS_REGION: lr_param = 52;
+pub const LR_PARAM_KV_GBPS_WAN: lr_param = 53;
+pub const LR_PARAM_PD_PREFILL_POLICY: lr_param = 54;
+pub const LR_PARAM_PD_MIN_UNCACHED: lr_param = 55;
+pub const LR_PARAM_PD_LOCAL_MAX_TOKENS: lr_param = 56;
+pub const LR_PARAM_PD_LOCAL_MAX_RATIO: lr_param = 57;
+pub const LR_PARAM_ADAPTIVE_PD_STALL: lr_param = 58;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 
@@ -577,10 +601,17 @@ pub struct lr_candidate {
     /// of its KV cache: host memory, then disk (0.3).
     pub cpu_tokens: u32,
     pub disk_tokens: u32,
+    /// Its lr_role, and where it runs (node, rack, region; 0 unknown)
+    /// (0.3).
+    pub role: i32,
+    pub node: u32,
+    pub rack: u32,
+    pub region: u32,
 }
 pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
 pub const LR_CANDIDATE_SIZE_V2: usize = offset_of!(lr_candidate, cached_lost) + 8;
 pub const LR_CANDIDATE_SIZE_V3: usize = offset_of!(lr_candidate, disk_tokens) + 4;
+pub const LR_CANDIDATE_SIZE_V4: usize = offset_of!(lr_candidate, region) + 4;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;
@@ -615,9 +646,19 @@ pub struct lr_decision {
     pub decider: i32,
     pub seed: u64,
     pub score_size: usize,
+    // v2 ends here
+    /// The prefill leg of a split request (0.3): its instance
+    /// (LR_INSTANCE_NONE: not split), its lr_reason (-1: no prefill
+    /// candidate), its expected hit, and the KV transfer's seconds.
+    pub prefill_instance: u32,
+    pub prefill_reason: i32,
+    pub prefill_cached_tokens: u32,
+    pub reserved: u32,
+    pub transfer_s: f64,
 }
 pub const LR_DECISION_SIZE_V1: usize = offset_of!(lr_decision, n_scores) + size_of::<usize>();
 pub const LR_DECISION_SIZE_V2: usize = offset_of!(lr_decision, score_size) + size_of::<usize>();
+pub const LR_DECISION_SIZE_V3: usize = offset_of!(lr_decision, transfer_s) + 8;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -751,9 +792,16 @@ pub struct lr_instance_spec {
     pub models: *const *const c_char,
     pub n_models: u32,
     pub max_adapters: u32,
+    /// Its lr_role, and where it runs (node, rack, region; 0 unknown)
+    /// (0.3).
+    pub role: i32,
+    pub node: u32,
+    pub rack: u32,
+    pub region: u32,
 }
 pub const LR_INSTANCE_SPEC_SIZE_V1: usize = offset_of!(lr_instance_spec, rtt_ns) + 8;
 pub const LR_INSTANCE_SPEC_SIZE_V2: usize = offset_of!(lr_instance_spec, max_adapters) + 4;
+pub const LR_INSTANCE_SPEC_SIZE_V3: usize = offset_of!(lr_instance_spec, region) + 4;
 pub const LR_ROUTER_MAX_NAME: c_uint = 255;
 pub const LR_ROUTER_MAX_MODELS: c_uint = 16;
 pub const LR_ROUTER_MAX_ADAPTERS: c_uint = 64;
@@ -1067,6 +1115,7 @@ extern "C" {
     pub fn lr_load_remove_instance(load: *mut lr_load, instance: u32) -> lr_status;
     pub fn lr_dispatch_init_sized(d: *mut lr_dispatch, size: usize);
     pub fn lr_load_dispatch(load: *mut lr_load, d: *const lr_dispatch) -> lr_status;
+    pub fn lr_load_prefill_done(load: *mut lr_load, request_id: u64, now_ns: u64) -> lr_status;
     pub fn lr_load_first_token(load: *mut lr_load, request_id: u64, now_ns: u64) -> lr_status;
     pub fn lr_load_complete(
         load: *mut lr_load,
@@ -1314,6 +1363,11 @@ extern "C" {
         input: *mut lr_policy_input,
         params: *mut f64,
         capacity: usize,
+    ) -> lr_status;
+    pub fn lr_router_prefill_done(
+        router: *mut lr_router,
+        request_id: u64,
+        now_ns: u64,
     ) -> lr_status;
     pub fn lr_router_first_token(router: *mut lr_router, request_id: u64, now_ns: u64)
         -> lr_status;

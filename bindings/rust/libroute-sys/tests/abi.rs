@@ -165,7 +165,8 @@ fn declarations_match_the_c_headers() {
         lr_ring_options { struct_size, allocator, vnodes, max_instances }
         lr_load_options { struct_size, allocator, max_instances, max_requests, rtt_alpha }
         lr_dispatch { struct_size, request_id, instance, prompt_tokens, cached_tokens,
-            expected_output_tokens, alt_instance, alt_cached_tokens, now_ns }
+            expected_output_tokens, alt_instance, alt_cached_tokens, now_ns,
+            prefill_instance, prefill_cached_tokens }
         lr_engine_stats { struct_size, running, waiting, kv_use, scraped_ns }
         lr_load_snapshot { struct_size, instance_class, prefix_caching, inflight, queued,
             prefill_tokens, queued_tokens, decode_tokens, kv_tokens, has_stats, running,
@@ -184,7 +185,7 @@ fn declarations_match_the_c_headers() {
             prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
             ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost,
             adapter_missing, adapter_free, adapter_load_s, adapters_resident,
-            adapter_evicts, cpu_tokens, disk_tokens }
+            adapter_evicts, cpu_tokens, disk_tokens, role, node, rack, region }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model,
             ttft_budget_s }
@@ -196,7 +197,7 @@ fn declarations_match_the_c_headers() {
             flags, learner, hash_seed, replica_id, remote_ttl_ns, gauge_ttl_ns,
             max_peers, index_eviction, queue_capacity, queue_tenants, queue_tokens }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns,
-            models, n_models, max_adapters }
+            models, n_models, max_adapters, role, node, rack, region }
         lr_adapter_stats { struct_size, running, n_running, waiting, n_waiting,
             max_adapters, scraped_ns }
         lr_class_spec { struct_size, prefill_tokens_per_s }
@@ -206,7 +207,8 @@ fn declarations_match_the_c_headers() {
         lr_score { instance, cached_tokens, score }
         lr_decision { struct_size, instance, reason, cached_tokens, best_cached_tokens,
             cost, alt_instance, scores, scores_capacity, n_scores, decider, seed,
-            score_size }
+            score_size, prefill_instance, prefill_reason, prefill_cached_tokens, reserved,
+            transfer_s }
         lr_move { request_id, from, to, benefit_s }
         lr_dispatched { request_id, status, instance, reason, cached_tokens, cost,
             waited_ns, urgency, tenant }
@@ -224,7 +226,7 @@ fn declarations_match_the_c_headers() {
             restarts }
     );
     enums!(e; lr_status, lr_trust, lr_policy, lr_reason, lr_param, lr_cost_kind,
-        lr_cost_param, lr_kv_seq, lr_eviction, lr_tier);
+        lr_cost_param, lr_kv_seq, lr_eviction, lr_tier, lr_role);
     constants!(e;
         LR_VERSION_MAJOR, LR_VERSION_MINOR,
         LR_OK, LR_EINVAL, LR_ENOMEM, LR_ERANGE, LR_ENOENT, LR_EEXIST, LR_ELIMIT,
@@ -303,6 +305,12 @@ fn declarations_match_the_c_headers() {
         LR_KV_STORED_SIZE_V2, LR_PARAM_TIER_CPU_WEIGHT, LR_PARAM_TIER_DISK_WEIGHT,
         LR_INDEX_MAX_MM_IDENTIFIER, LR_PROMPT_SIZE_V2, LR_REQUEST_SIZE_V4,
         LR_KV_STORED_SIZE_V3,
+        LR_POLICY_LLMD_PD, LR_POLICY_DYNAMO_PD, LR_ROLE_BOTH, LR_ROLE_PREFILL,
+        LR_ROLE_DECODE, LR_REASON_WHOLE, LR_PARAM_KV_BYTES_PER_TOKEN, LR_PARAM_KV_GBPS_NODE,
+        LR_PARAM_KV_GBPS_RACK, LR_PARAM_KV_GBPS_REGION, LR_PARAM_KV_GBPS_WAN,
+        LR_PARAM_PD_PREFILL_POLICY, LR_PARAM_PD_MIN_UNCACHED, LR_PARAM_PD_LOCAL_MAX_TOKENS,
+        LR_PARAM_PD_LOCAL_MAX_RATIO, LR_PARAM_ADAPTIVE_PD_STALL, LR_DISPATCH_SIZE_V2,
+        LR_CANDIDATE_SIZE_V4, LR_DECISION_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V3,
     );
 
     let decls = declarations();

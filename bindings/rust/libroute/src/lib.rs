@@ -152,7 +152,7 @@ pub use policy::{decide, decide_into, lodestar_feature_count, Candidate, PolicyI
 pub use ring::{Candidates, Ring, RingOptions};
 pub use router::{
     AdapterStats, Bounds, ClassSpec, Decision, DispatchError, Dispatched, InstanceSpec, Move,
-    Param, Policy, Reason, Request, RouteFlags, Router, RouterOptions, RouterStats, Score,
+    Param, Policy, Reason, Request, Role, RouteFlags, Router, RouterOptions, RouterStats, Score,
     MAX_ADAPTERS, MAX_MODELS, MAX_NAME, URGENCIES,
 };
 pub use text::text_tokens;

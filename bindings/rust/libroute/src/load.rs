@@ -141,6 +141,14 @@ pub struct Dispatch {
     pub alt: Option<(InstanceId, u32)>,
     /// Host time of the dispatch.
     pub now_ns: u64,
+    /// In a disaggregated fleet, the instance that prefills the request
+    /// before `instance` decodes it, its KV moving over, and the tokens
+    /// expected to hit its cache (at most the prompt). Until
+    /// [`Load::prefill_done`] (or the first token) the prefill instance
+    /// counts the request in flight and queued, its uncached tokens as
+    /// prefill and its prompt's KV; `instance` counts it in flight and
+    /// queued, with its KV and decode but no prefill.
+    pub prefill: Option<(InstanceId, u32)>,
 }
 
 impl Dispatch {
@@ -154,6 +162,7 @@ impl Dispatch {
             expected_output_tokens: 0,
             alt: None,
             now_ns,
+            prefill: None,
         }
     }
 }
@@ -251,6 +260,9 @@ impl Load {
         c.alt_instance = alt;
         c.alt_cached_tokens = alt_cached;
         c.now_ns = d.now_ns;
+        let (prefill, prefill_cached) = d.prefill.unwrap_or((INSTANCE_NONE, 0));
+        c.prefill_instance = prefill;
+        c.prefill_cached_tokens = prefill_cached;
         // SAFETY: initialized dispatch.
         check(
             unsafe { sys::lr_load_dispatch(self.ptr(), &c) },
@@ -258,7 +270,21 @@ impl Load {
         )
     }
 
-    /// A request's first token (a repeat is a no-op).
+    /// The prefill leg of a request dispatched with [`Dispatch::prefill`]
+    /// ended (its KV has moved to the decode instance): the prefill
+    /// instance stops counting it. A request without a prefill leg, or
+    /// whose leg ended before, is a no-op; one not in flight
+    /// [`crate::ErrorKind::NotFound`].
+    pub fn prefill_done(&mut self, request_id: u64, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_load_prefill_done(self.ptr(), request_id, now_ns) },
+            "lr_load_prefill_done",
+        )
+    }
+
+    /// A request's first token (a repeat is a no-op; an open prefill leg
+    /// ends with it).
     pub fn first_token(&mut self, request_id: u64, now_ns: u64) -> Result<()> {
         // SAFETY: plain values.
         check(

@@ -1,7 +1,7 @@
 //! Policies as pure functions over a candidate table (`lr_policy.h`).
 
 use crate::error::{check, Error, Result};
-use crate::router::{Decision, Policy};
+use crate::router::{Decision, Policy, Role};
 use crate::{init, sys, ClassSpec, InstanceId, Mlp, INSTANCE_NONE};
 use std::mem::{align_of, offset_of, size_of};
 use std::ptr;
@@ -100,6 +100,17 @@ pub struct Candidate {
     /// Prompt tokens past those on disk
     /// ([`crate::Param::TIER_DISK_WEIGHT`]).
     pub disk_tokens: u32,
+    /// Its part in a disaggregated fleet. In a table with
+    /// [`Role::PREFILL`] rows, every row that can decode comes before every
+    /// prefill row (the router gathers them so).
+    pub role: Role,
+    /// Where it runs ([`crate::InstanceSpec::node`], `rack`, `region`; 0:
+    /// unknown): what a KV transfer between two rows costs.
+    pub node: u32,
+    /// See `node`.
+    pub rack: u32,
+    /// See `node`.
+    pub region: u32,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -146,7 +157,11 @@ const _: () = {
         adapters_resident,
         adapter_evicts,
         cpu_tokens,
-        disk_tokens
+        disk_tokens,
+        role,
+        node,
+        rack,
+        region
     );
 };
 
@@ -226,7 +241,9 @@ impl<'a> PolicyInput<'a> {
 /// are [`crate::ErrorKind::Invalid`], an unknown
 /// policy [`crate::ErrorKind::NotSupported`], a parameter out of bounds
 /// [`crate::ErrorKind::Range`]. Rows may name one instance twice: the
-/// policy ranks rows, not instances.
+/// policy ranks rows, not instances. A table with [`Role::PREFILL`] rows,
+/// after every row that can decode, gets a pair decision
+/// ([`Decision::prefill_instance`]).
 pub fn decide(policy: Policy, input: &PolicyInput<'_>, rows: &[Candidate]) -> Result<Decision> {
     let mut scores = Vec::new();
     decide_into(policy, input, rows, None, &mut scores)

@@ -60,6 +60,15 @@ named_consts! { Policy, lib sys::lr_policy_name,
     /// `"aibrix-lora"`: AIBrix's adapter routing (the least loaded of the
     /// instances holding the adapter, else where fewest are).
     AIBRIX_LORA = sys::LR_POLICY_AIBRIX_LORA,
+    /// `"llm-d-pd"`: llm-d's disaggregated scheduling: the decode instance
+    /// first (prefix and queue), then its prefix-based decider splits a
+    /// request whose uncached part there is at least
+    /// [`Param::PD_MIN_UNCACHED`], the prefill instance by the same profile.
+    LLMD_PD = sys::LR_POLICY_LLMD_PD,
+    /// `"dynamo-pd"`: Dynamo's disaggregated router, conditional: a request
+    /// whose uncached part is short ([`Param::PD_LOCAL_MAX_TOKENS`],
+    /// [`Param::PD_LOCAL_MAX_RATIO`]) is prefilled where it decodes.
+    DYNAMO_PD = sys::LR_POLICY_DYNAMO_PD,
 }
 
 impl Policy {
@@ -136,6 +145,29 @@ named_consts! { Reason, lib sys::lr_reason_name,
     /// Its LoRA adapter is resident there, or a slot is free
     /// ([`Policy::LORA_AFFINITY`], [`Policy::AIBRIX_LORA`]).
     ADAPTER = sys::LR_REASON_ADAPTER,
+    /// Kept whole where it decodes although prefill instances exist
+    /// ([`Decision::prefill_reason`] only).
+    WHOLE = sys::LR_REASON_WHOLE,
+}
+
+/// An instance's part in a disaggregated fleet (`lr_role`):
+/// [`InstanceSpec::role`], [`Candidate::role`]. A fleet whose instances are
+/// all [`Role::BOTH`] is aggregated: every decision keeps a request whole.
+/// With [`Role::PREFILL`] instances a decision may split a request: the
+/// prefill instance computes its KV, which moves to the decode instance
+/// ([`Decision::prefill_instance`]).
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Role(u32);
+
+named_consts! { Role, consts,
+    /// Prefills and decodes its requests (every instance before 0.3; the
+    /// default).
+    BOTH = sys::LR_ROLE_BOTH,
+    /// Prefills for decode instances; decodes none.
+    PREFILL = sys::LR_ROLE_PREFILL,
+    /// Decodes; prefills a request kept whole.
+    DECODE = sys::LR_ROLE_DECODE,
 }
 
 impl Reason {
@@ -265,6 +297,36 @@ named_consts! { Param, consts,
     /// As [`Param::TIER_CPU_WEIGHT`], for a token on disk
     /// ([`Candidate::disk_tokens`]; 0.25, Dynamo's).
     TIER_DISK_WEIGHT = sys::LR_PARAM_TIER_DISK_WEIGHT,
+    /// Bytes of KV cache a prompt token takes (131072: Llama-3-8B in
+    /// bf16): what a split request moves from its prefill to its decode
+    /// instance, for the prompt tokens the decode instance does not hold.
+    KV_BYTES_PER_TOKEN = sys::LR_PARAM_KV_BYTES_PER_TOKEN,
+    /// KV transfer bandwidth in GB/s between two instances on one node
+    /// (300: NVLink), by [`InstanceSpec::node`].
+    KV_GBPS_NODE = sys::LR_PARAM_KV_GBPS_NODE,
+    /// ... in one rack (50), by [`InstanceSpec::rack`].
+    KV_GBPS_RACK = sys::LR_PARAM_KV_GBPS_RACK,
+    /// ... in one region (12.5), by [`InstanceSpec::region`].
+    KV_GBPS_REGION = sys::LR_PARAM_KV_GBPS_REGION,
+    /// ... across regions (1.25).
+    KV_GBPS_WAN = sys::LR_PARAM_KV_GBPS_WAN,
+    /// The policy that picks a split request's prefill instance when the
+    /// router's policy has no pair rule of its own (SGLang's
+    /// `--prefill-policy`): -1 (the default) the router's policy, else a
+    /// policy that keeps no state and reads no ring, or round-robin.
+    PD_PREFILL_POLICY = sys::LR_PARAM_PD_PREFILL_POLICY,
+    /// [`Policy::LLMD_PD`]'s decider: split when the decode instance
+    /// would prefill at least this many uncached tokens itself (16; 0
+    /// splits always).
+    PD_MIN_UNCACHED = sys::LR_PARAM_PD_MIN_UNCACHED,
+    /// [`Policy::DYNAMO_PD`]: prefill where it decodes when its uncached
+    /// tokens there are fewer than this (2048) ...
+    PD_LOCAL_MAX_TOKENS = sys::LR_PARAM_PD_LOCAL_MAX_TOKENS,
+    /// ... and a share of the prompt below this (0.7).
+    PD_LOCAL_MAX_RATIO = sys::LR_PARAM_PD_LOCAL_MAX_RATIO,
+    /// adaptive's price of a prefill kept where it decodes, per second of
+    /// that prefill and per request decoding there (0.05).
+    ADAPTIVE_PD_STALL = sys::LR_PARAM_ADAPTIVE_PD_STALL,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
@@ -423,6 +485,23 @@ pub struct InstanceSpec<'a> {
     /// Its LoRA adapter slots (vLLM's `--max-loras`), at most
     /// [`MAX_ADAPTERS`] ([`crate::ErrorKind::Range`] above); 0: not known.
     pub max_adapters: u32,
+    /// Its part in a disaggregated fleet ([`Role::BOTH`] by default;
+    /// another value than the three is [`crate::ErrorKind::Invalid`]).
+    /// With prefill instances routable, [`Router::route`] may split a
+    /// request ([`Decision::prefill_instance`]).
+    pub role: Role,
+    /// Where it runs, as the host numbers its nodes, racks and regions (0:
+    /// unknown): two instances on the same nonzero node move KV at
+    /// [`Param::KV_GBPS_NODE`], in the same rack at
+    /// [`Param::KV_GBPS_RACK`], in the same region at
+    /// [`Param::KV_GBPS_REGION`], else at [`Param::KV_GBPS_WAN`]; an
+    /// unknown one compares as different from everything but counts as
+    /// the same region.
+    pub node: u32,
+    /// See [`InstanceSpec::node`].
+    pub rack: u32,
+    /// See [`InstanceSpec::node`].
+    pub region: u32,
 }
 
 /// Bytes in a model or adapter name (`LR_ROUTER_MAX_NAME`).
@@ -444,6 +523,10 @@ impl<'a> InstanceSpec<'a> {
             rtt: Duration::from_nanos(s.rtt_ns),
             models: &[],
             max_adapters: s.max_adapters,
+            role: Role(s.role as u32),
+            node: s.node,
+            rack: s.rack,
+            region: s.region,
         }
     }
 }
@@ -720,6 +803,20 @@ pub struct Decision {
     /// The seed the policy drew with: [`crate::decide`] with the same rows,
     /// parameters and seed makes the same choice.
     pub seed: u64,
+    /// The instance that prefills the request when the decision splits it
+    /// (a fleet with [`Role::PREFILL`] instances): `instance` then decodes
+    /// it, its KV moving over. None: `instance` does both.
+    pub prefill_instance: Option<InstanceId>,
+    /// Why that prefill instance; [`Reason::WHOLE`] when a fleet that
+    /// could split kept the request whole; None when no candidate was a
+    /// prefill instance.
+    pub prefill_reason: Option<Reason>,
+    /// Tokens expected to hit the cache at `prefill_instance`.
+    pub prefill_cached_tokens: u32,
+    /// The KV transfer's expected seconds (0 when not split), from the
+    /// placements ([`InstanceSpec::node`], ...) and [`Param::KV_GBPS_NODE`]
+    /// .. [`Param::KV_GBPS_WAN`].
+    pub transfer_s: f64,
 }
 
 impl Decision {
@@ -737,6 +834,14 @@ impl Decision {
             },
             decider: u32::try_from(d.decider).ok().map(Policy),
             seed: d.seed,
+            prefill_instance: if d.prefill_instance == INSTANCE_NONE {
+                None
+            } else {
+                Some(d.prefill_instance)
+            },
+            prefill_reason: u32::try_from(d.prefill_reason).ok().map(Reason),
+            prefill_cached_tokens: d.prefill_cached_tokens,
+            transfer_s: d.transfer_s,
         }
     }
 }
@@ -1051,6 +1156,10 @@ impl Router {
         s.models = models.ptr();
         s.n_models = n_models;
         s.max_adapters = spec.max_adapters;
+        s.role = spec.role.c();
+        s.node = spec.node;
+        s.rack = spec.rack;
+        s.region = spec.region;
         let mut id = INSTANCE_NONE;
         // SAFETY: the spec, its name and its models outlive the call (all
         // copied); id is an out pointer.
@@ -1209,8 +1318,9 @@ impl Router {
     }
 
     /// [`Router::route`], also filling `scores` with every routable
-    /// instance's score in id order. The vector's capacity is reused and
-    /// grown as needed.
+    /// instance's score in id order (with prefill instances routable, the
+    /// ones that decode first, as [`Router::candidates`]). The vector's
+    /// capacity is reused and grown as needed.
     pub fn route_with_scores(
         &self,
         req: &Request<'_>,
@@ -1249,6 +1359,21 @@ impl Router {
             return Ok(Decision::from_c(&d));
         }
         Err(Error::new(sys::LR_EBUFSIZE, OP))
+    }
+
+    /// The prefill leg of a split request ([`Decision::prefill_instance`])
+    /// ended: its KV has moved to the decode instance (vLLM: the prefill
+    /// request returned its `kv_transfer_params`). The prefill instance's
+    /// load drops it, and the prefill's time feeds the policies that learn
+    /// from it. A request that was not split, or whose leg ended before, is
+    /// a no-op; an unknown or ended request is
+    /// [`crate::ErrorKind::NotFound`]. A first token ends the leg too.
+    pub fn prefill_done(&self, request_id: u64, now_ns: u64) -> Result<()> {
+        // SAFETY: plain values.
+        check(
+            unsafe { sys::lr_router_prefill_done(self.ptr(), request_id, now_ns) },
+            "lr_router_prefill_done",
+        )
     }
 
     /// A request's first token: it leaves its instance's queue. A repeat is
@@ -1763,8 +1888,10 @@ impl Router {
 
     /// The candidate table [`Router::route`] would decide on for `req` now
     /// (`lr_router_candidates`): one row per routable instance, in id
-    /// order, with the cached tokens its policy would see and the ring
-    /// ranks of its key. Only the prompt and the request's facts are read
+    /// order (with prefill instances routable, the rows that can decode
+    /// first, then the [`Role::PREFILL`] ones, each part in id order), with
+    /// the cached tokens its policy would see, the ring ranks of its key
+    /// and each instance's role and placement. Only the prompt and the request's facts are read
     /// (not its boundaries or flags); nothing changes in the router.
     /// [`crate::decide`] over it with the router's policy,
     /// [`Router::policy_input`] and a route's [`Decision::seed`] makes that
