@@ -564,6 +564,53 @@ router_roles(void **state)
     lr_router_destroy(r);
 }
 
+/* The fleet is saturated when every instance that decodes is, idle
+ * prefill instances aside; a request let out of the queue carries its
+ * prefill leg. */
+static void
+router_waiting_pair(void **state)
+{
+    (void)state;
+    lr_router *r = pd_fleet(NULL, LR_POLICY_LLMD_PD);
+    assert_st(lr_router_set_param(r, LR_PARAM_SATURATION_QUEUE, 1), LR_OK);
+    uint32_t t[1024];
+    lr_decision d;
+    for (uint64_t i = 0; i < 2; i++) {
+        toks(t, 1024, 40 + i);
+        assert_st(route_one(r, 1 + i, t, 1024, LR_ROUTE_MAY_WAIT, T0 + i * MS,
+                            &d),
+                  LR_OK);
+        assert_int_not_equal(d.instance, NONE);
+        assert_true(is_prefill(d.prefill_instance));
+    }
+    int32_t sat = -1;
+    assert_st(lr_router_saturated(r, T0 + 2 * MS, &sat), LR_OK);
+    assert_int_equal(sat, 1); /* both decode instances hold one queued */
+    toks(t, 1024, 50);
+    assert_st(route_one(r, 3, t, 1024, LR_ROUTE_MAY_WAIT, T0 + 3 * MS, &d),
+              LR_OK);
+    assert_reason(d, LR_REASON_WAITING);
+    assert_int_equal(d.instance, NONE);
+    assert_st(lr_router_first_token(r, 1, T0 + 4 * MS), LR_OK);
+    lr_dispatched out[2];
+    size_t n = 0;
+    assert_st(lr_router_dispatch(r, T0 + 5 * MS, out, 2, sizeof out[0], &n),
+              LR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].request_id, 3);
+    assert_int_equal(out[0].status, LR_OK);
+    assert_false(is_prefill(out[0].instance));
+    assert_true(is_prefill(out[0].prefill_instance));
+    assert_true(out[0].transfer_s > 0);
+    assert_int_equal(out[0].prefill_reason, LR_REASON_LEAST_LOADED);
+    /* a caller of the first 0.3 stride still takes entries */
+    assert_st(lr_router_dispatch(r, T0 + 6 * MS, out, 1, LR_DISPATCHED_SIZE_V1,
+                                 &n),
+              LR_OK);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
 /* A split route under allocation failures: LR_ENOMEM changes nothing. */
 static bool
 sc_route(struct tu_alloc *t, void *ctx)
@@ -619,6 +666,7 @@ main(void)
         cmocka_unit_test(router_prefill_turns),
         cmocka_unit_test(router_ring_apart),
         cmocka_unit_test(router_roles),
+        cmocka_unit_test(router_waiting_pair),
         cmocka_unit_test(oom_split_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

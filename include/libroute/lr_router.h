@@ -660,7 +660,8 @@ LR_API lr_status lr_router_fail(lr_router *router, uint64_t request_id,
  * request in flight there (so an instance whose scrapes stopped takes one
  * request at a time). An instance never scraped is judged by the router's
  * counters alone. The fleet is saturated when every routable instance
- * is. Draining instances do not count.
+ * is, prefill instances (LR_ROLE_PREFILL) aside: a request always needs a
+ * decode instance. Draining instances do not count.
  *
  * A MAY_WAIT request waits when the fleet is saturated or requests at
  * least as urgent wait already (it never overtakes them); otherwise it is
@@ -713,11 +714,23 @@ typedef struct lr_dispatched {
     /** Its urgency and tenant, as routed. */
     uint32_t urgency;
     uint64_t tenant;
+    /* v1 ends here */
+    /** The decision's prefill leg, as lr_decision's: the instance that
+     * prefills it (LR_INSTANCE_NONE: `instance` does both), its reason
+     * (-1: none), its cached tokens and the KV transfer's expected
+     * seconds. @since 0.3 */
+    uint32_t prefill_instance;
+    int32_t prefill_reason;
+    uint32_t prefill_cached_tokens;
+    uint32_t reserved;
+    double transfer_s;
 } lr_dispatched;
 
-/** Size of the 0.3 lr_dispatched: the least stride a caller may give.
- * @since 0.3 */
+/** Size of the first 0.3 lr_dispatched: the least stride a caller may
+ * give. @since 0.3 */
 #define LR_DISPATCHED_SIZE_V1 (offsetof(lr_dispatched, tenant) + 8)
+/** ... with the prefill leg. @since 0.3 */
+#define LR_DISPATCHED_SIZE_V2 (offsetof(lr_dispatched, transfer_s) + 8)
 
 /** Let waiting requests out: first every one whose deadline is at or
  * before now_ns (LR_EEXPIRED; earliest deadline first), then, while the

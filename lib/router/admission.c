@@ -107,9 +107,10 @@ queue_make(lr_router *r)
 /* ---- saturation ---------------------------------------------------------------- */
 
 /* Whether every routable instance serving `model` (lr_name_hash; 0: any)
- * is saturated at now (true with none). Under the router's lock (read or
- * write). Stops at the first instance with room, so an idle fleet costs
- * one look. */
+ * that can decode is saturated at now (true with none): a prefill
+ * instance with room takes no request the decode instances cannot. Under
+ * the router's lock (read or write). Stops at the first instance with
+ * room, so an idle fleet costs one look. */
 static bool
 fleet_saturated(const lr_router *r, uint64_t now_ns, uint64_t model)
 {
@@ -118,6 +119,7 @@ fleet_saturated(const lr_router *r, uint64_t now_ns, uint64_t model)
         model = 0; /* every instance serves every model */
     for (uint32_t k = 0; k < r->n_act; k++)
         if (lr__router_serves(r, r->act[k], model) &&
+            r->inst[r->act[k]].place.role != LR_ROLE_PREFILL &&
             !lr__load_saturated(r->ld, r->act[k], now_ns, &sat))
             return false;
     return true;
@@ -286,6 +288,8 @@ item_of(const struct lr__admit_req *a, lr_status st, uint64_t now_ns)
         .waited_ns = now_ns > a->arrival_ns ? now_ns - a->arrival_ns : 0,
         .urgency = a->band,
         .tenant = w->q.tenant,
+        .prefill_instance = NONE,
+        .prefill_reason = -1,
     };
 }
 
@@ -347,6 +351,10 @@ dispatch_next(lr_router *r, uint64_t now_ns, lr_dispatched *out,
             x.reason = d.reason;
             x.cached_tokens = d.cached_tokens;
             x.cost = d.cost;
+            x.prefill_instance = d.prefill_instance;
+            x.prefill_reason = d.prefill_reason;
+            x.prefill_cached_tokens = d.prefill_cached_tokens;
+            x.transfer_s = d.transfer_s;
             r->wst.dispatched++;
             r->wst.wait_ns += x.waited_ns;
         } else { /* LR_EEXIST: its id in flight; nothing else remains */

@@ -641,9 +641,15 @@ FIELD(lr_dispatched, lr_dispatched_v1, cost, double);
 FIELD(lr_dispatched, lr_dispatched_v1, waited_ns, uint64_t);
 FIELD(lr_dispatched, lr_dispatched_v1, urgency, uint32_t);
 FIELD(lr_dispatched, lr_dispatched_v1, tenant, uint64_t);
-FIXED(lr_dispatched, lr_dispatched_v1);
-_Static_assert(LR_DISPATCHED_SIZE_V1 == sizeof(lr_dispatched),
-               "LR_DISPATCHED_SIZE_V1: the whole 0.3 struct");
+_Static_assert(LR_DISPATCHED_SIZE_V1 ==
+                   offsetof(struct lr_dispatched_v1, tenant) + 8,
+               "LR_DISPATCHED_SIZE_V1: does not end at tenant");
+/* its items travel with the caller's stride: the prefill leg appended */
+_Static_assert(offsetof(lr_dispatched, prefill_instance) ==
+                       sizeof(struct lr_dispatched_v1) &&
+                   LR_DISPATCHED_SIZE_V2 ==
+                       offsetof(lr_dispatched, transfer_s) + 8,
+               "lr_dispatched: the prefill leg moved");
 
 struct lr_score_v1 {
     uint32_t instance;
