@@ -30,6 +30,29 @@ gets vLLM's 404. Its
 adapters of its requests in flight (running; held ones waiting) and
 max_lora. An engine given none of these takes any `model`.
 
+It plays either part of vLLM's disaggregated serving (the
+NixlConnector's protocol), whatever it was started as: a request whose
+`kv_transfer_params` has `do_remote_decode` true is a prefill leg (its
+prompt computed, one token answered, and `kv_transfer_params` with
+`do_remote_prefill` true, `remote_engine_id`, `remote_block_ids`,
+`remote_host`, `remote_port`, `remote_request_id` (the X-Request-Id) and
+`tp_size` 1 returned; the blocks are held until a decode engine reads
+them, or for kv_hold_s); one whose params have `do_remote_prefill` true
+is a decode leg: it reads the blocks it does not cache from the prefill
+engine (POST /kv/pull at remote_host:remote_port, this fake's side
+channel, which frees them), skips their prefill (transfer_block_s each
+instead of per_block_s), caches them, and decodes. A failed read is
+recomputed. `usage` says `kv_leg` (whole, prefill, decode) and
+`computed_blocks` / `received_blocks` beside `cached_blocks`;
+`cached_tokens` counts the received ones too, as vLLM's does. GET
+/admin/state has `legs`, `blocks` (computed, cached, received, sent),
+`kv_held`, `pulls` and each request's `kv_transfer_params` and
+X-Request-Id (`requests`; a prefill's with the params it `returned`), and
+/metrics `fake:prompt_blocks_total{source=...}`,
+`fake:kv_blocks_held` and `fake:requests_total{kind=...}`. POST
+/admin/fail_next {"n": N, "status": S} fails the next N completions
+with status S (500) before any token.
+
 GET /v1/models answers as vLLM's: its served model names (`parent`
 null), then each adapter it lists with its base model (its first served
 name) as `parent`: those of --lora-modules, those loaded at runtime (POST
@@ -65,6 +88,7 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import http.client
 import http.server
 import json
 import re
@@ -103,8 +127,12 @@ class Engine:
                  models: Tuple[str, ...] = (), max_loras: int = 0,
                  loras: Optional[Tuple[str, ...]] = None,
                  lora_load_s: float = 0.02,
-                 hide_adapters: bool = False) -> None:
+                 hide_adapters: bool = False,
+                 transfer_block_s: float = 0.0002) -> None:
         self.name = name
+        # a decode leg's wait for each block it reads from a prefill
+        # engine (instead of per_block_s to compute it)
+        self.transfer_block_s = transfer_block_s
         # Models and adapters (see the module doc): its served model
         # names, adapter slots and known adapters (None: any name), the
         # resident adapters (LRU, most recent last) and the in-flight
@@ -141,11 +169,109 @@ class Engine:
         self.permits = 0
         self.held = 0
         self.arrivals: List[str] = []
+        # Disaggregated prefill and decode (vLLM's NixlConnector, in
+        # small; see Engine.pd_* and the module doc): its engine id, the
+        # blocks each prefill leg keeps until a decode engine pulls them
+        # ({request id: (block ids, time held)}), the requests it served
+        # by kind, its prompt blocks by where they came from, and what
+        # each request carried (the last ARRIVALS).
+        self.engine_id = f"fake-{name}"
+        self.kv_hold_s = 480.0  # vLLM frees unpulled blocks after a while
+        self.kv_held: "collections.OrderedDict[str, Tuple[List[int], float]]" \
+            = collections.OrderedDict()
+        self.next_block_id = 0
+        self.legs = {"whole": 0, "prefill": 0, "decode": 0}
+        self.blocks = {"computed": 0, "cached": 0, "received": 0,
+                       "sent": 0}
+        self.pulls = self.pull_failures = 0
+        self.requests: List[Dict[str, Any]] = []
+        # POST /admin/fail_next {"n": N, "status": S}: the next N
+        # completions answer status S (500) before any token.
+        self.fail_next = 0
+        self.fail_status = 500
 
-    def arrive(self, tag: str) -> None:
+    def arrive(self, tag: str, record: Optional[Dict[str, Any]] = None
+               ) -> None:
         with self.lock:
             self.arrivals.append(tag)
             del self.arrivals[:-self.ARRIVALS]
+            if record is not None:
+                self.requests.append(record)
+                del self.requests[:-self.ARRIVALS]
+
+    def take_failure(self) -> Optional[int]:
+        """The status to fail this request with, if one is due."""
+        with self.lock:
+            if self.fail_next <= 0:
+                return None
+            self.fail_next -= 1
+            return self.fail_status
+
+    # ---- disaggregated prefill and decode -----------------------------
+
+    def pd_hold(self, request_id: str, blocks: int) -> List[int]:
+        """A prefill leg's blocks, kept for the decode engine to pull:
+        their ids (the engine's own numbering). Holds older than
+        kv_hold_s are freed first, as vLLM frees blocks no decode engine
+        read."""
+        with self.lock:
+            now = time.monotonic()
+            while self.kv_held:
+                rid, (_, t) = next(iter(self.kv_held.items()))
+                if now - t <= self.kv_hold_s:
+                    break
+                del self.kv_held[rid]
+            ids = list(range(self.next_block_id, self.next_block_id + blocks))
+            self.next_block_id += blocks
+            self.kv_held[request_id] = (ids, now)
+            self.kv_held.move_to_end(request_id)
+            return ids
+
+    def pd_release(self, request_id: str, block_ids: Any) -> Optional[int]:
+        """A decode engine reads `block_ids` of a held prefill: the number
+        it read (those of the hold's ids it named), and the hold is freed;
+        None when no such hold is kept (never made, pulled, or expired)."""
+        with self.lock:
+            got = self.kv_held.pop(request_id, None)
+            if got is None:
+                return None
+            held = set(got[0])
+            n = sum(1 for b in block_ids or () if b in held)
+            self.pulls += 1
+            self.blocks["sent"] += n
+            return n
+
+    def pd_count(self, kind: str, computed: int, cached: int,
+                 received: int) -> None:
+        with self.lock:
+            self.legs[kind] += 1
+            self.blocks["computed"] += computed
+            self.blocks["cached"] += cached
+            self.blocks["received"] += received
+
+    def pd_state(self) -> Dict[str, Any]:
+        """(caller holds the lock)"""
+        return {"engine_id": self.engine_id, "legs": dict(self.legs),
+                "blocks": dict(self.blocks),
+                "kv_held": {r: len(ids) for r, (ids, _) in
+                            self.kv_held.items()},
+                "pulls": self.pulls, "pull_failures": self.pull_failures,
+                "requests": list(self.requests)}
+
+    def pd_metrics(self) -> str:
+        """Its prompt blocks by source and the blocks it holds for decode
+        engines, under names of its own (no engine's; the gateway reads
+        none of them) (caller holds the lock)."""
+        return "".join(
+            f'fake:prompt_blocks_total{{source="{k}"}} {v}\n'
+            for k, v in self.blocks.items()) + (
+            f"fake:kv_blocks_held "
+            f"{sum(len(ids) for ids, _ in self.kv_held.values())}\n"
+            f"fake:requests_total{{kind=\"whole\"}} {self.legs['whole']}\n"
+            f"fake:requests_total{{kind=\"prefill\"}} "
+            f"{self.legs['prefill']}\n"
+            f"fake:requests_total{{kind=\"decode\"}} "
+            f"{self.legs['decode']}\n")
 
     def set_hold(self, on: bool) -> None:
         with self.lock:
@@ -177,7 +303,7 @@ class Engine:
                     "running": self.running, "hold": self.hold,
                     "permits": self.permits,
                     "adapters": list(self.resident),
-                    "lora_loads": self.lora_loads}
+                    "lora_loads": self.lora_loads, **self.pd_state()}
 
     def adapter_of(self, body: Dict[str, Any]) -> Optional[str]:
         """The LoRA adapter a request names, None for the base model;
@@ -541,6 +667,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._json(400, {"error": str(err)})
                 return
             self._json(200, e.state())
+        elif self.path == "/admin/fail_next":
+            try:
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                with e.lock:
+                    e.fail_next = int(body.get("n", 1))
+                    e.fail_status = int(body.get("status", 500))
+            except (ValueError, TypeError, AttributeError) as err:
+                self._json(400, {"error": str(err)})
+                return
+            self._json(200, {"ok": True})
         elif not isinstance(e, KvEngine):
             self._json(404, {"error": "no KV events"})
         elif self.path == "/admin/drop_next_batch":
@@ -590,6 +727,59 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _pull(self, kvp: Dict[str, Any], cached: int, blocks: int) -> int:
+        """A decode leg's KV: the blocks it does not hold (the prompt's
+        after its `cached` leading ones) read from the prefill engine the
+        params name (its POST /kv/pull at remote_host:remote_port, this
+        fake's side channel), which frees them. The blocks received;
+        0 when the pull fails (the engine then computes them, as vLLM's
+        recompute policy for a failed KV load)."""
+        e = self.engine
+        ids = kvp.get("remote_block_ids")
+        want = ids[cached:blocks] if isinstance(ids, list) else []
+        try:
+            c = http.client.HTTPConnection(str(kvp.get("remote_host")),
+                                           int(kvp.get("remote_port")),
+                                           timeout=10)
+            try:
+                c.request("POST", "/kv/pull", json.dumps({
+                    "remote_request_id": kvp.get("remote_request_id"),
+                    "remote_engine_id": kvp.get("remote_engine_id"),
+                    "remote_block_ids": want}).encode(),
+                    {"Content-Type": "application/json"})
+                r = c.getresponse()
+                got = json.loads(r.read()) if r.status == 200 else None
+            finally:
+                c.close()
+            n = int(got["blocks"]) if isinstance(got, dict) else -1
+        except (OSError, ValueError, TypeError, KeyError):
+            n = -1
+        if n < 0:
+            with e.lock:
+                e.pull_failures += 1
+            return 0
+        return min(n, blocks - cached)
+
+    def _kv_pull(self) -> None:
+        """The side channel's read: {"remote_request_id", "remote_block_ids",
+        "remote_engine_id"} -> {"blocks": N read}; the hold is freed. 404
+        for a hold it does not keep, or another engine's id."""
+        e = self.engine
+        try:
+            n = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(n) or b"{}")
+            rid = body["remote_request_id"]
+        except (ValueError, TypeError, KeyError) as err:
+            self._json(400, {"error": str(err)})
+            return
+        got = (e.pd_release(str(rid), body.get("remote_block_ids"))
+               if body.get("remote_engine_id") in (None, e.engine_id)
+               else None)
+        if got is None:
+            self._json(404, {"error": f"no blocks held for {rid!r}"})
+            return
+        self._json(200, {"blocks": got})
+
     def do_GET(self) -> None:
         if self.path == "/kv" and isinstance(self.engine, KvEngine):
             kv = self.engine.kv
@@ -612,7 +802,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     f"vllm:num_requests_waiting 0\n"
                     f"vllm:kv_cache_usage_perc "
                     f"{len(e.cache) / e.cache_blocks:.4f}\n"
-                    + e.lora_metrics())
+                    + e.lora_metrics() + e.pd_metrics())
             data = text.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -628,6 +818,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
             self._lora_admin()
+            return
+        if self.path == "/kv/pull":
+            self._kv_pull()
             return
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": "not found"})
@@ -650,27 +843,73 @@ class Handler(http.server.BaseHTTPRequestHandler):
                              "type": "NotFoundError", "param": None,
                              "code": 404})
             return
-        e.arrive(str(body.get("user", "")))
+        # vLLM's disaggregated serving (NixlConnector): a prefill leg
+        # asks do_remote_decode, a decode leg brings the prefill's
+        # answer with do_remote_prefill; anything else is whole.
+        kvp = body.get("kv_transfer_params")
+        kvp = kvp if isinstance(kvp, dict) else None
+        kind = ("prefill" if kvp and kvp.get("do_remote_decode") else
+                "decode" if kvp and kvp.get("do_remote_prefill") else
+                "whole")
+        xid = self.headers.get("X-Request-Id") or \
+            f"fake-{e.name}-{time.monotonic_ns()}"
+        rec = {"user": body.get("user"),
+               "x_request_id": self.headers.get("X-Request-Id"),
+               "kind": kind,
+               "kv_transfer_params": body.get("kv_transfer_params"),
+               "stream": body.get("stream"),
+               "max_tokens": body.get("max_tokens"), "path": self.path,
+               "fields": sorted(body)}
+        e.arrive(str(body.get("user", "")), rec)
+        status = e.take_failure()
+        if status is not None:
+            self._json(status, {"object": "error", "message":
+                                "injected failure", "type":
+                                "InternalServerError", "param": None,
+                                "code": status})
+            return
         loaded = e.lora_begin(adapter) if adapter is not None else False
         if isinstance(e, KvEngine):
             cached, blocks = e.admit_tokens(prompt_tokens(body), adapter)
         else:
             cached, blocks = e.admit(text, adapter or "")
+        # The prompt's blocks: cached here, received from a prefill
+        # engine (a decode leg whose pull succeeded), computed here.
+        received = self._pull(kvp, cached, blocks) if kind == "decode" \
+            else 0
+        computed = blocks - cached - received
+        e.pd_count(kind, computed, cached, received)
+        kv_out: Optional[Dict[str, Any]] = None
+        if kind == "prefill":  # kept for the decode engine to pull
+            host, port = self.server.server_address[:2]
+            kv_out = {"do_remote_prefill": True, "do_remote_decode": False,
+                      "remote_block_ids": e.pd_hold(xid, blocks),
+                      "remote_engine_id": e.engine_id,
+                      "remote_host": host, "remote_port": port,
+                      "remote_request_id": xid, "tp_size": 1}
+            with e.lock:
+                rec["returned"] = kv_out
         running = False
         try:
             e.wait_gate()
             if adapter is not None:
                 e.lora_step(adapter, True)
                 running = True
-            time.sleep(e.base_s + e.per_block_s * (blocks - cached)
+            time.sleep(e.base_s + e.per_block_s * computed
+                       + e.transfer_block_s * received
                        + (e.lora_load_s if loaded else 0.0))
             # cached_tokens as vLLM reports it, in 4-byte tokens (the
-            # gateway's pseudo-tokens): 16 per 64-byte block.
+            # gateway's pseudo-tokens): 16 per 64-byte block; as vLLM's,
+            # it counts the tokens a decode leg received (computed
+            # elsewhere). computed_blocks and received_blocks tell them
+            # apart.
             usage = {"prompt_tokens": len(text.encode()) // 4,
                      "completion_tokens": max_tokens,
                      "prompt_tokens_details": {
-                         "cached_tokens": cached * BLOCK // 4},
+                         "cached_tokens": (cached + received) * BLOCK // 4},
                      "cached_blocks": cached, "prompt_blocks": blocks,
+                     "computed_blocks": computed,
+                     "received_blocks": received, "kv_leg": kind,
                      "lora": adapter, "lora_loaded": loaded}
             chat = self.path.endswith("chat/completions")
             if body.get("stream"):
@@ -688,6 +927,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                      + b"\n\n")
                     self.wfile.flush()
                 final = {"choices": [], "backend": e.name, "usage": usage}
+                if kv_out is not None:
+                    final["kv_transfer_params"] = kv_out
                 self.wfile.write(b"data: " + json.dumps(final).encode()
                                  + b"\n\ndata: [DONE]\n\n")
                 self.wfile.flush()
@@ -697,7 +938,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 choice = ({"message": {"role": "assistant", "content": out}}
                           if chat else {"text": out})
                 self._json(200, {"choices": [choice], "backend": e.name,
-                                 "usage": usage})
+                                 "usage": usage,
+                                 "kv_transfer_params": kv_out})
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:

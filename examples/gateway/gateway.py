@@ -68,6 +68,19 @@ x-gateway-inference-fairness-id or x-tenant-id, x-slo-ttft-ms; README,
 429 at once, one whose deadline passes while it waits 429; --no-queue
 sends every request at once.
 
+Disaggregated prefill and decode: a backend may be declared a prefill or
+a decode instance (--role, or `,role=prefill` after its address; `,node=`,
+`,rack=`, `,region=` say where it runs). When the router's decision
+names a prefill instance, the request goes in two legs, as vLLM's
+disaggregated serving (its NixlConnector's toy proxy, llm-d's routing
+sidecar) sends them: the prefill leg to the prefill instance
+(prefill_body: `kv_transfer_params.do_remote_decode`, not streamed, one
+token), then, once it answers (Router.prefill_done), the decode leg to
+the decode instance (decode_body: the client's request with the
+`kv_transfer_params` the prefill leg answered), whose answer the client
+gets as any other. A prefill leg that fails fails the request (the
+client gets the error); one refused is retried as any refusal.
+
 GET /status shows the backends and the router's counters; GET /metrics
 the Prometheus metric set of docs/gateway.md (metrics.py).
 
@@ -92,6 +105,7 @@ import json
 import re
 import threading
 import time
+import uuid
 from array import array
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -249,6 +263,57 @@ def parse_adapters(specs: List[str]) -> Dict[str, str]:
     return out
 
 
+def role_name(role: Any) -> str:
+    """A backend's role as its lowercase name ("both", "prefill",
+    "decode"), from a name (any case), a libroute.Role or its int;
+    ValueError for anything else."""
+    try:
+        if isinstance(role, str):
+            return libroute.Role[role.upper()].name.lower()
+        if isinstance(role, int) and not isinstance(role, bool):
+            return libroute.Role(role).name.lower()
+    except (KeyError, ValueError):
+        pass
+    raise ValueError(f"role {role!r}: expected both, prefill or decode")
+
+
+# vLLM's disaggregated serving (its NixlConnector's toy proxy, llm-d's
+# routing sidecar): what the prefill leg asks of the prefill instance.
+_PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
+                   "remote_engine_id": None, "remote_block_ids": None,
+                   "remote_host": None, "remote_port": None}
+
+
+def prefill_body(body: Dict[str, Any]) -> Dict[str, Any]:
+    """The prefill leg of a split request: the client's request asking
+    for the prompt's KV to be kept for a remote decode
+    (`kv_transfer_params.do_remote_decode`), not streamed, one token
+    (`max_tokens` 1, and `max_completion_tokens` 1 when given), without
+    `stream_options`, `min_tokens` and `min_completion_tokens`."""
+    out = dict(body)
+    out["kv_transfer_params"] = dict(_PREFILL_PARAMS)
+    out["stream"] = False
+    out["max_tokens"] = 1
+    if "max_completion_tokens" in out:
+        out["max_completion_tokens"] = 1
+    for k in ("stream_options", "min_tokens", "min_completion_tokens"):
+        out.pop(k, None)
+    return out
+
+
+def decode_body(body: Dict[str, Any],
+                params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The decode leg: the client's request as it came (its stream,
+    max_tokens and the rest) with the `kv_transfer_params` the prefill
+    leg answered, verbatim; without any (an engine with no KV
+    connector), the request as it came: the decode instance prefills
+    it."""
+    out = dict(body)
+    if params is not None:
+        out["kv_transfer_params"] = params
+    return out
+
+
 class UnknownModel(Exception):
     """A request's `model` is neither a base model of the fleet nor, in a
     fleet with adapter slots, an adapter: 404, as vLLM answers."""
@@ -318,11 +383,16 @@ class _NoMetrics:
 
 class Backend:
     def __init__(self, name: str, host: str, port: int, ident: int,
-                 models: Tuple[str, ...] = (), max_loras: int = 0) -> None:
+                 models: Tuple[str, ...] = (), max_loras: int = 0,
+                 role: str = "both",
+                 placement: Tuple[int, int, int] = (0, 0, 0)) -> None:
         self.name, self.host, self.port, self.id = name, host, port, ident
         # The model names it serves (none: any) and its LoRA slots (0:
         # not declared; a scrape's max_lora may tell).
         self.models, self.max_loras = models, max_loras
+        # Its part in a disaggregated fleet ("both", "prefill",
+        # "decode") and its (node, rack, region), 0 unknown.
+        self.role, self.placement = role, placement
         self.adapters: List[str] = []  # its last lora_requests_info
         # The adapters its last GET /v1/models listed, with their base
         # model; None while it has listed none (or has no such endpoint).
@@ -345,18 +415,28 @@ class TokenizeError(Exception):
 class Choice(NamedTuple):
     """Where a request goes and why, from route()'s Decision or from the
     entry dispatch() let out of the queue: what the response headers and
-    the metrics say of it."""
+    the metrics say of it. A split decision (disaggregated prefill and
+    decode) names the instance that prefills it (`prefill`), why
+    (`prefill_reason`; "whole" when the rule kept it whole, "" when the
+    fleet has no prefill instance) and the KV transfer's expected
+    seconds; `instance` decodes it."""
 
     instance: int
     reason: str
     decider: str
     cached_tokens: int
+    prefill: Optional[int] = None
+    prefill_reason: str = ""
+    transfer_s: float = 0.0
 
     @staticmethod
     def of(d: "libroute.Decision") -> "Choice":
         return Choice(d.instance, d.reason.label,
                       d.decider.label if d.decider is not None else "",
-                      d.cached_tokens)
+                      d.cached_tokens, d.prefill_instance,
+                      d.prefill_reason.label
+                      if d.prefill_reason is not None else "",
+                      d.transfer_s)
 
 
 class Refusal(NamedTuple):
@@ -373,6 +453,10 @@ class Refusal(NamedTuple):
 # up while its request waited (withdrawn: nothing to answer).
 _NOWHERE = object()
 _GONE = object()
+# _Handler._prefill_leg's outcomes besides its params: route the request
+# again (the prefill instance refused it); the client has its answer.
+_RETRY = object()
+_ANSWERED = object()
 
 
 class Gateway:
@@ -409,8 +493,11 @@ class Gateway:
         # ttft_slo_s: the deadline of each urgency's requests that carry
         # no SLO header (the rest: timeout_s); objectives: the priority of
         # each InferenceObjective name; dispatch_s: the dispatch timer.
-        # backends: (name, host, port[, models[, max_loras]]): the model
-        # names it serves (none: any) and its LoRA adapter slots.
+        # backends: (name, host, port[, models[, max_loras[, role[, node[,
+        # rack[, region]]]]]]) (parse_backend's tuple): the model names
+        # it serves (none: any), its LoRA adapter slots, its part in a
+        # disaggregated fleet ("both", "prefill", "decode") and its
+        # placement (0: unknown).
         # adapters: {adapter: base model} (--adapter), over what the
         # engines' /v1/models list; ValueError when a base is none of the
         # fleet's or an adapter is a base model.
@@ -440,17 +527,27 @@ class Gateway:
             name, host, port = spec[:3]
             models = tuple(spec[3]) if len(spec) > 3 and spec[3] else ()
             max_loras = int(spec[4]) if len(spec) > 4 and spec[4] else 0
+            role = role_name(spec[5] if len(spec) > 5 and spec[5] else
+                             "both")
+            placement = tuple(int(x) if x else 0
+                              for x in (tuple(spec[6:9]) + (0, 0, 0))[:3])
             try:
                 ident = self.router.find_instance(name)
                 # drained when the snapshot was taken: the health checks
-                # below drain it again if it still is down
+                # below drain it again if it still is down (a snapshot
+                # keeps roles and placements)
                 self.router.drain_instance(ident, False)
             except libroute.NotFoundError:
                 ident = self.router.add_instance(
                     name, models=list(models),
-                    max_adapters=min(max_loras, _MAX_ADAPTERS))
+                    max_adapters=min(max_loras, _MAX_ADAPTERS), role=role,
+                    node=placement[0], rack=placement[1],
+                    region=placement[2])
             self.backends[ident] = Backend(name, host, port, ident, models,
-                                           max_loras)
+                                           max_loras, role, placement)
+        # Prefill backends: requests may be split (disaggregated).
+        self.has_prefill = any(b.role == "prefill"
+                               for b in self.backends.values())
         # The fleet's base models (every backend's served names): a
         # request's model among them is one; any other is an adapter.
         self.base_models = frozenset(m for b in self.backends.values()
@@ -478,6 +575,11 @@ class Gateway:
         self.stop = threading.Event()
         self.retries = 0
         self.failures = 0  # requests (tries) told to the router as failed
+        # Disaggregated prefill and decode: prefill legs sent, ended
+        # (prefill_done), failed, and answered without kv_transfer_params
+        # (the decode leg then prefills the whole prompt itself).
+        self.pd = {"prefill_legs": 0, "prefill_done": 0,
+                   "prefill_failures": 0, "without_params": 0}
         self.metrics: Any = (_NoMetrics() if GatewayMetrics is None else
                              GatewayMetrics(self.router, self._backend_rows))
         self.classifier = Classifier(objectives=objectives,
@@ -854,6 +956,9 @@ class Gateway:
         return {
             "policy": self.router.policy.label,
             "backends": [{"name": b.name, "id": b.id, "up": b.up,
+                          "role": b.role,
+                          "placement": dict(zip(("node", "rack", "region"),
+                                                b.placement)),
                           "inflight": self.router.instance_load(b.id).inflight,
                           "metrics": b.metrics,
                           "models": list(b.models),
@@ -874,6 +979,7 @@ class Gateway:
             "adapter_bases": dict(sorted(self.adapter_bases.items())),
             "retries": self.retries,
             "failures": self.failures,
+            "pd": dict(self.pd),
             "restored": self.restored,
             **({"queue": {
                 "saturated": self.router.saturated(now_ns()),
@@ -1020,6 +1126,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if adm is not None else 0)
         for _ in range(len(gw.backends)):
             t0 = now_ns()
+            send, heads = raw, {"Content-Type": "application/json"}
             try:
                 d = self._choose(rid, toks, ends, max_tokens, adm, deadline,
                                  t0, model, adapter)
@@ -1042,12 +1149,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self._json(d.code, {"error": d.message}, extra)
                 return
             assert isinstance(d, Choice)
+            if d.prefill is not None:  # split: the prefill leg first
+                xid = f"libroute-{uuid.uuid4().hex}"
+                leg = self._prefill_leg(rid, d, body, xid)
+                if leg is _RETRY:
+                    continue
+                if leg is _ANSWERED:
+                    return
+                assert isinstance(leg, tuple)
+                heads["X-Request-Id"] = xid
+                if leg[0] is not None:
+                    send = json.dumps(decode_body(body, leg[0])).encode()
             b = gw.backends[d.instance]
             conn = http.client.HTTPConnection(b.host, b.port,
                                               timeout=gw.timeout_s)
             try:
-                conn.request("POST", self.path, raw,
-                             {"Content-Type": "application/json"})
+                conn.request("POST", self.path, send, heads)
                 resp = conn.getresponse()
             except ConnectionError:  # refused or reset: retry elsewhere
                 conn.close()
@@ -1133,6 +1250,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if e is None:
             return _GONE
         if e.status == libroute.Status.OK:
+            if gw.has_prefill:
+                # A dispatched entry does not say whether the router split
+                # the request, nor where its prefill would go
+                # (lr_dispatched has no prefill instance): it goes whole
+                # to its decode instance, and any prefill leg the router
+                # counts ends now (a no-op for a request kept whole).
+                try:
+                    gw.router.prefill_done(rid, now_ns=now_ns())
+                except libroute.LrError:
+                    pass
             decider = gw.router.policy.label
             gw.metrics.on_dispatched(decider, e.reason.label,
                                      e.waited_ns / 1e9)
@@ -1145,6 +1272,113 @@ class Handler(http.server.BaseHTTPRequestHandler):
                            f"({e.waited_ns / 1e6:.0f} ms waited)")
         return Refusal(503, "dropped", f"dropped from the waiting queue "
                        f"({e.status.name})")
+
+    def _decision_headers(self, b: Backend, d: Choice) -> Dict[str, str]:
+        """What was decided, for the client: the backend that answers
+        (the decode instance of a split request), why, the deciding
+        policy, the predicted hit; of a split request the prefill
+        instance, why, and the KV transfer's expected seconds; of one a
+        disaggregated rule kept whole, X-Libroute-Prefill-Reason: whole."""
+        hdr = {"X-Libroute-Backend": b.name,
+               "X-Libroute-Reason": d.reason,
+               # The policy that chose: the gateway's, or Lodestar's
+               # fallback while it has no model.
+               "X-Libroute-Decider": d.decider,
+               "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
+        if d.prefill is not None:
+            hdr["X-Libroute-Prefill-Backend"] = \
+                self.gw.backends[d.prefill].name
+            hdr["X-Libroute-Transfer-S"] = f"{d.transfer_s:.6f}"
+        if d.prefill_reason:
+            hdr["X-Libroute-Prefill-Reason"] = d.prefill_reason
+        return hdr
+
+    def _prefill_leg(self, rid: int, d: Choice, body: Dict[str, Any],
+                     xid: str) -> Union[Tuple[Optional[Dict[str, Any]]],
+                                        object]:
+        """The prefill leg of split request rid (prefill_body, with
+        X-Request-Id xid) on d.prefill. When it answers, the router hears
+        prefill_done and the result is (its kv_transfer_params,) (None
+        when it answered none). A prefill instance that refuses the
+        connection or answers 503 is a refusal, as for a whole request:
+        the request fails in the router, the backend is drained and the
+        request is routed again (_RETRY). Any other failure (an error
+        status or object, no answer in time, an answer that is no JSON
+        object) fails the request in the router and answers the client
+        with the error (the engine's status and body; 504; 502):
+        _ANSWERED. The decode instance never sees a request whose prefill
+        failed."""
+        gw = self.gw
+        pb = gw.backends[d.prefill]
+        with gw.lock:
+            gw.pd["prefill_legs"] += 1
+        conn = http.client.HTTPConnection(pb.host, pb.port,
+                                          timeout=gw.timeout_s)
+        try:
+            conn.request("POST", self.path,
+                         json.dumps(prefill_body(body)).encode(),
+                         {"Content-Type": "application/json",
+                          "X-Request-Id": xid})
+            resp = conn.getresponse()
+            status, data = resp.status, resp.read()
+            ctype = resp.getheader("Content-Type", "application/json")
+        except ConnectionError:  # refused or reset: retry elsewhere
+            self._refused(rid, pb)
+            return _RETRY
+        except OSError as e:  # no answer in time
+            self._prefill_failed(rid)
+            self._answer(504, json.dumps({"error": f"prefill backend "
+                                          f"{pb.name}: {e}"}).encode(),
+                         "application/json", gw.backends[d.instance], d)
+            return _ANSWERED
+        finally:
+            conn.close()
+        pb.last_answer = time.monotonic()
+        if status == 503:  # not ready: as a refusal
+            self._refused(rid, pb)
+            return _RETRY
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if status != 200 or not isinstance(obj, dict) or "error" in obj:
+            self._prefill_failed(rid)
+            if status == 200:
+                status, ctype = 502, "application/json"
+                data = json.dumps({"error": f"prefill backend {pb.name}: "
+                                   "not an answer"}).encode()
+            self._answer(status, data, ctype, gw.backends[d.instance], d)
+            return _ANSWERED
+        try:
+            gw.router.prefill_done(rid, now_ns=now_ns())
+        except libroute.LrError:
+            pass  # ended meanwhile: nothing to end
+        gw.kick()  # the prefill instance has room again
+        params = obj.get("kv_transfer_params")
+        with gw.lock:
+            gw.pd["prefill_done"] += 1
+            if not isinstance(params, dict) or not params:
+                gw.pd["without_params"] += 1
+                params = None
+        return (params,)
+
+    def _prefill_failed(self, rid: int) -> None:
+        gw = self.gw
+        with gw.lock:
+            gw.pd["prefill_failures"] += 1
+        gw.fail(rid)
+
+    def _answer(self, code: int, data: bytes, ctype: str, b: Backend,
+                d: Choice) -> None:
+        """A failed request's answer, with the decision's headers."""
+        self.gw.metrics.on_response(code)
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in self._decision_headers(b, d).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
 
     def _refused(self, rid: int, b: Backend) -> None:
         gw = self.gw
@@ -1166,12 +1400,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         gw = self.gw
         gw.metrics.on_response(resp.status)
         a = _Answer(gw, rid, b, d, routed_ns, routed_tokens)
-        hdr = {"X-Libroute-Backend": b.name,
-               "X-Libroute-Reason": d.reason,
-               # The policy that chose: the gateway's, or Lodestar's
-               # fallback while it has no model.
-               "X-Libroute-Decider": d.decider,
-               "X-Libroute-Cached-Tokens": str(d.cached_tokens)}
+        hdr = self._decision_headers(b, d)
         try:
             if not stream or resp.status != 200:
                 data = resp.read()
@@ -1458,32 +1687,55 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[Any, ...]],
     return gw, stoppers
 
 
-def parse_backend(spec: str, models: str = "", max_loras: int = 0
-                  ) -> Tuple[str, str, int, Tuple[str, ...], int]:
-    """--backend NAME=HOST:PORT[,models=A+B][,max_loras=N] as (name,
-    host, port, models, max_loras); `models` (comma-separated) and
-    `max_loras` are the defaults the options override."""
+_PLACEMENT = ("node", "rack", "region")
+_PLACEMENT_MAX = 2**32 - 1  # lr_instance_spec's uint32_t
+
+
+def parse_backend(spec: str, models: str = "", max_loras: int = 0,
+                  role: str = "both"
+                  ) -> Tuple[str, str, int, Tuple[str, ...], int, str,
+                             int, int, int]:
+    """--backend NAME=HOST:PORT[,models=A+B][,max_loras=N][,role=R]
+    [,node=N][,rack=N][,region=N] as (name, host, port, models,
+    max_loras, role, node, rack, region); `models` (comma-separated),
+    `max_loras` and `role` are the defaults the options override. A
+    role is both, prefill or decode; a placement is a number the host
+    gives (0: unknown)."""
     addr, *opts = spec.split(",")
     m = re.fullmatch(r"([^=]+)=([^:]+):(\d+)", addr)
     if not m:
         raise ValueError("expected NAME=HOST:PORT[,models=A+B]"
-                         "[,max_loras=N]")
+                         "[,max_loras=N][,role=R][,node=N][,rack=N]"
+                         "[,region=N]")
     names = tuple(n for n in models.split(",") if n)
+    role = role_name(role)
+    place = dict.fromkeys(_PLACEMENT, 0)
     for o in opts:
         key, eq, value = o.partition("=")
         if key == "models" and eq:
             names = tuple(n for n in value.split("+") if n)
-        elif key == "max_loras" and eq:
+        elif key in ("max_loras",) + _PLACEMENT and eq:
             try:
-                max_loras = int(value)
+                n = int(value)
             except ValueError:
-                raise ValueError(f"max_loras={value!r}: not a number"
+                raise ValueError(f"{key}={value!r}: not a number"
                                  ) from None
+            if key == "max_loras":
+                max_loras = n
+            elif not 0 <= n <= _PLACEMENT_MAX:
+                raise ValueError(f"{key} must be in 0..{_PLACEMENT_MAX}")
+            else:
+                place[key] = n
+        elif key == "role" and eq:
+            role = role_name(value)
         else:
-            raise ValueError(f"{o!r}: expected models=A+B or max_loras=N")
+            raise ValueError(f"{o!r}: expected models=A+B, max_loras=N, "
+                             "role=both|prefill|decode, node=N, rack=N "
+                             "or region=N")
     if max_loras < 0:
         raise ValueError("max_loras must be >= 0")
-    return m.group(1), m.group(2), int(m.group(3)), names, max_loras
+    return (m.group(1), m.group(2), int(m.group(3)), names, max_loras,
+            role, place["node"], place["rack"], place["region"])
 
 
 def main() -> None:
@@ -1494,10 +1746,14 @@ def main() -> None:
     ap.add_argument("--policy", default="prefix-cache",
                     help="a libroute policy name (default prefix-cache)")
     ap.add_argument("--backend", action="append", required=True,
-                    metavar="NAME=HOST:PORT[,models=A+B][,max_loras=N]",
+                    metavar="NAME=HOST:PORT[,models=A+B][,max_loras=N]"
+                            "[,role=R][,node=N][,rack=N][,region=N]",
                     help="an engine; after its address, the model names "
-                         "it serves and its LoRA adapter slots (override "
-                         "--models and --max-loras)")
+                         "it serves, its LoRA adapter slots and its role "
+                         "(override --models, --max-loras and --role), "
+                         "and where it runs (node, rack, region: numbers "
+                         "of your own, 0 unknown; they price the KV "
+                         "transfer of a split request)")
     ap.add_argument("--models", default="", metavar="A,B",
                     help="the model names every backend serves (vLLM's "
                          "served model names); a request's model that is "
@@ -1507,6 +1763,14 @@ def main() -> None:
                     help="every backend's LoRA adapter slots (vLLM's "
                          "--max-loras; default 0: not declared, a scrape "
                          "of vllm:lora_requests_info tells)")
+    ap.add_argument("--role", default="both",
+                    choices=("both", "prefill", "decode"),
+                    help="every backend's part in a disaggregated fleet "
+                         "(default both); with prefill backends, a "
+                         "disaggregated policy (llm-d-pd, dynamo-pd, ...) "
+                         "splits a request into a prefill leg and a "
+                         "decode leg (README, \"Disaggregated prefill and "
+                         "decode\")")
     ap.add_argument("--adapter", action="append", default=[],
                     metavar="NAME=BASE",
                     help="LoRA adapter NAME is of base model BASE (one of "
@@ -1529,9 +1793,13 @@ def main() -> None:
     backends = []
     for spec in a.backend:
         try:
-            backends.append(parse_backend(spec, a.models, a.max_loras))
+            backends.append(parse_backend(spec, a.models, a.max_loras,
+                                          a.role))
         except ValueError as e:
             ap.error(f"--backend {spec!r}: {e}")
+    if all(spec[5] == "prefill" for spec in backends):
+        ap.error("--backend: every backend is a prefill backend; at least "
+                 "one must decode (role both or decode)")
     bases = {m for spec in backends for m in spec[3]}
     for name, base in a.adapters.items():
         if base not in bases or name in bases:

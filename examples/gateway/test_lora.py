@@ -53,12 +53,14 @@ def complete(port: int, model: str, prompt: str,
 class Parsing(unittest.TestCase):
 
     def test_parse_backend(self) -> None:
-        self.assertEqual(parse_backend("e1=127.0.0.1:8101"),
+        # the last four: role and placement (test_pd.py)
+        self.assertEqual(parse_backend("e1=127.0.0.1:8101")[:5],
                          ("e1", "127.0.0.1", 8101, (), 0))
-        self.assertEqual(parse_backend("e1=h:1", "llama,alias", 2),
+        self.assertEqual(parse_backend("e1=h:1", "llama,alias", 2)[:5],
                          ("e1", "h", 1, ("llama", "alias"), 2))
         self.assertEqual(
-            parse_backend("e1=h:1,models=qwen+qwen-7b,max_loras=4", "x", 1),
+            parse_backend("e1=h:1,models=qwen+qwen-7b,max_loras=4", "x",
+                          1)[:5],
             ("e1", "h", 1, ("qwen", "qwen-7b"), 4))
         for bad in ("e1", "e1=h:1,loras=2", "e1=h:1,max_loras=x",
                     "e1=h:1,max_loras=-1"):
