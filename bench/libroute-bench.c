@@ -55,6 +55,11 @@
  *                               requests per instance stay in flight.
  *                               decide_ns_*: the same call as a dry run
  *                               (hash, match, decide; nothing recorded).
+ *   route_pd_<policy>_64        the same on a disaggregated fleet: 16 of
+ *                               the 64 instances prefill, 48 decode, in 8
+ *                               racks, for the pair rules (llm-d-pd,
+ *                               dynamo-pd, adaptive) and one policy on
+ *                               each leg apart (sglang-cache-aware)
  *
  * lr_policy_decide() alone on a host's table of 16k and 65,534 rows
  * (tests/policy-table.h: distinct loads in random order, hits on a sixteenth
@@ -836,20 +841,32 @@ route_loop(lr_router *r, const struct conv *convs, size_t nconv, uint32_t *tok,
     *t_io = t;
 }
 
+/* The policies a disaggregated fleet's cases run. */
+static int
+pd_case(int pol)
+{
+    return pol == LR_POLICY_LLMD_PD || pol == LR_POLICY_DYNAMO_PD ||
+           pol == LR_POLICY_ADAPTIVE || pol == LR_POLICY_SGLANG_CACHE_AWARE;
+}
+
+/* pd: every fourth instance prefills, the others decode, eight to a
+ * rack (the route_pd_ cases). */
 static void
-bench_router(int quick, uint32_t ninst)
+bench_router(int quick, uint32_t ninst, int pd)
 {
     char name[64];
+    const char *kind = pd ? "route_pd" : "route";
     int any = 0;
     for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
-        snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
-        any |= pol != LR_POLICY_LODESTAR && wanted(name);
+        snprintf(name, sizeof name, "%s_%s_%u", kind, pn, ninst);
+        any |= pol != LR_POLICY_LODESTAR && (!pd || pd_case(pol)) &&
+               wanted(name);
         snprintf(name, sizeof name, "route_threads_%s_%u_t1", pn, ninst);
-        any |= wanted(name);
+        any |= !pd && wanted(name);
     }
     snprintf(name, sizeof name, "route_wait_adaptive_%u", ninst);
-    any |= wanted(name);
+    any |= !pd && wanted(name);
     if (!any)
         return;
     lr_router_options o;
@@ -871,6 +888,12 @@ bench_router(int quick, uint32_t ninst)
         lr_instance_spec_init(&sp);
         sp.name = nm;
         sp.rtt_ns = (uint64_t)(1 + i % 4) * 1000000;
+        if (pd) {
+            sp.role = i % 4 == 0 ? LR_ROLE_PREFILL : LR_ROLE_DECODE;
+            sp.node = 1 + i / 4;
+            sp.rack = 1 + i / 8;
+            sp.region = 1;
+        }
         uint32_t id;
         if (lr_router_add_instance(r, &sp, &id) != LR_OK)
             exit(1);
@@ -907,8 +930,9 @@ bench_router(int quick, uint32_t ninst)
     uint64_t *ring = calloc(2 * ninst, sizeof *ring);
     for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
-        snprintf(name, sizeof name, "route_%s_%u", pn, ninst);
-        if (pol == LR_POLICY_LODESTAR || !wanted(name))
+        snprintf(name, sizeof name, "%s_%s_%u", kind, pn, ninst);
+        if (pol == LR_POLICY_LODESTAR || (pd && !pd_case(pol)) ||
+            !wanted(name))
             continue;
         if (lr_router_set_policy(r, (lr_policy)pol) != LR_OK)
             exit(1);
@@ -918,13 +942,13 @@ bench_router(int quick, uint32_t ninst)
     /* the same with LR_ROUTE_MAY_WAIT below saturation: what the waiting
      * queue's check (its lock, the saturation scan) adds to a route */
     snprintf(name, sizeof name, "route_wait_adaptive_%u", ninst);
-    if (wanted(name)) {
+    if (!pd && wanted(name)) {
         if (lr_router_set_policy(r, LR_POLICY_ADAPTIVE) != LR_OK)
             exit(1);
         route_loop(r, convs, nconv, tok, iters, LR_ROUTE_MAY_WAIT, name, ninst,
                    ns, dry, ring, &rid, &t);
     }
-    if (ninst == 64) {
+    if (ninst == 64 && !pd) {
         static const lr_policy tp[] = { LR_POLICY_PREFIX_CACHE_AND_LOAD,
                                         LR_POLICY_MIN_TTFT, LR_POLICY_ADAPTIVE,
                                         LR_POLICY_RANDOM };
@@ -1055,10 +1079,11 @@ main(int argc, char **argv)
     bench_fill_restore(quick);
     bench_index(quick);
     bench_kv(quick);
-    bench_router(quick, 8);
-    bench_router(quick, 64);
-    bench_router(quick, 1024);
-    bench_router(quick, 4096);
+    bench_router(quick, 8, 0);
+    bench_router(quick, 64, 0);
+    bench_router(quick, 64, 1);
+    bench_router(quick, 1024, 0);
+    bench_router(quick, 4096, 0);
     bench_lodestar(quick);
     bench_decide(quick);
     return 0;
