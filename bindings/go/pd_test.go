@@ -3,12 +3,13 @@ package libroute
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // Disaggregated prefill and decode (tests/test-pd.c has the C shapes):
 // roles and placement at AddInstance, a split decision, both legs' load,
-// PrefillDone, the rows' role and placement, and a standalone Load's
-// prefill leg.
+// PrefillDone, a waiting request let out with its prefill leg, the rows'
+// role and placement, and a standalone Load's prefill leg.
 
 const (
 	ms  = uint64(1_000_000)
@@ -135,6 +136,66 @@ func TestPDSplitRoute(t *testing.T) {
 	r.Close()
 	if err := r.PrefillDone(2, 4*sec); err != ErrClosed {
 		t.Errorf("PrefillDone after Close: %v", err)
+	}
+}
+
+// A request let out of the waiting queue keeps its prefill leg: two
+// decode instances (0, 2) and two prefill ones (1, 3); the fleet is
+// saturated when both decode instances are, the idle prefill ones aside.
+func TestPDWaitingPair(t *testing.T) {
+	r, _ := newTestRouter(t, PolicyLLMDPD)
+	for i, s := range []InstanceSpec{
+		{Name: "d0", Role: RoleDecode, Rack: 1, Region: 1},
+		{Name: "p1", Role: RolePrefill, Rack: 1, Region: 1},
+		{Name: "d2", Role: RoleDecode, Rack: 2, Region: 1},
+		{Name: "p3", Role: RolePrefill, Rack: 2, Region: 1},
+	} {
+		if id, err := r.AddInstance(s); err != nil || id != InstanceID(i) {
+			t.Fatalf("AddInstance(%+v) = %d, %v", s, id, err)
+		}
+	}
+	isPrefill := func(id InstanceID) bool { return id == 1 || id == 3 }
+	if err := r.SetParam(ParamSaturationQueue, 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 2; i++ {
+		d, err := r.Route(&Request{ID: 1 + i, Tokens: prompt(1024, int64(40+i)), Flags: RouteMayWait,
+			Now: sec + i*ms})
+		if err != nil || isPrefill(d.Instance) || d.Instance == InstanceNone ||
+			!isPrefill(d.PrefillInstance) {
+			t.Fatalf("Route(%d) = %+v, %v: want a pair", 1+i, d, err)
+		}
+	}
+	if sat, err := r.Saturated(sec + 2*ms); err != nil || !sat {
+		t.Fatalf("Saturated = %v, %v; want true", sat, err)
+	}
+	d, err := r.Route(&Request{ID: 3, Tokens: prompt(1024, 50), Flags: RouteMayWait, Now: sec + 3*ms})
+	if err != nil || d.Reason != ReasonWaiting || d.Instance != InstanceNone {
+		t.Fatalf("Route(3) = %+v, %v: want it waiting", d, err)
+	}
+	if err := r.FirstToken(1, sec+4*ms); err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Dispatch(sec + 5*ms)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("Dispatch = %+v, %v; want one", out, err)
+	}
+	e := out[0]
+	if e.RequestID != 3 || e.Err() != nil || isPrefill(e.Instance) || e.Instance == InstanceNone {
+		t.Fatalf("dispatched %+v: want 3 on a decode instance", e)
+	}
+	if !isPrefill(e.PrefillInstance) || e.PrefillReason != ReasonLeastLoaded ||
+		e.PrefillCachedTokens != 0 || !(e.TransferSeconds > 0) || e.Waited != 2*time.Millisecond {
+		t.Errorf("dispatched %+v: want its prefill leg", e)
+	}
+	if pre, err := r.InstanceLoad(e.PrefillInstance); err != nil || pre.Inflight != 1 {
+		t.Errorf("prefill instance's load %+v, %v", pre, err)
+	}
+	if err := r.PrefillDone(3, sec+6*ms); err != nil {
+		t.Fatal(err)
+	}
+	if pre, _ := r.InstanceLoad(e.PrefillInstance); pre.Inflight != 0 {
+		t.Errorf("prefill instance after PrefillDone: %+v", pre)
 	}
 }
 

@@ -735,6 +735,18 @@ type Dispatched struct {
 	// Its Request.Urgency and Request.Tenant.
 	Urgency uint32
 	Tenant  uint64
+	// The decision's prefill leg, as Decision's: the instance that
+	// prefills it when the router split it (InstanceNone: Instance does
+	// both; send it there first, then to Instance, and call PrefillDone
+	// when the first leg returns), why that one (ReasonWhole when a fleet
+	// that could split kept it whole, -1 when no candidate was a prefill
+	// instance), its expected hit there and the KV transfer's expected
+	// seconds (0 when not split).
+	PrefillInstance     InstanceID
+	PrefillReason       Reason
+	PrefillCachedTokens uint32
+	_                   uint32 // reserved
+	TransferSeconds     float64
 }
 
 // Err returns nil if the request was routed (StatusOK), else an *Error
@@ -764,6 +776,14 @@ var (
 	_ [unsafe.Offsetof(C.lr_dispatched{}.urgency) - unsafe.Offsetof(Dispatched{}.Urgency)]struct{}
 	_ [unsafe.Offsetof(Dispatched{}.Tenant) - unsafe.Offsetof(C.lr_dispatched{}.tenant)]struct{}
 	_ [unsafe.Offsetof(C.lr_dispatched{}.tenant) - unsafe.Offsetof(Dispatched{}.Tenant)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.PrefillInstance) - unsafe.Offsetof(C.lr_dispatched{}.prefill_instance)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.prefill_instance) - unsafe.Offsetof(Dispatched{}.PrefillInstance)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.PrefillReason) - unsafe.Offsetof(C.lr_dispatched{}.prefill_reason)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.prefill_reason) - unsafe.Offsetof(Dispatched{}.PrefillReason)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.PrefillCachedTokens) - unsafe.Offsetof(C.lr_dispatched{}.prefill_cached_tokens)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.prefill_cached_tokens) - unsafe.Offsetof(Dispatched{}.PrefillCachedTokens)]struct{}
+	_ [unsafe.Offsetof(Dispatched{}.TransferSeconds) - unsafe.Offsetof(C.lr_dispatched{}.transfer_s)]struct{}
+	_ [unsafe.Offsetof(C.lr_dispatched{}.transfer_s) - unsafe.Offsetof(Dispatched{}.TransferSeconds)]struct{}
 )
 
 // dispatchChunk is how many entries Dispatch asks for per C call.
@@ -774,7 +794,8 @@ const dispatchChunk = 64
 // scrape, a timer). First come those whose deadline is at or before now
 // (StatusExpired, earliest first), then, while the fleet is not saturated,
 // the next by urgency, fair share between tenants and arrival, each routed
-// now as Route would route it (StatusOK: send it to its Instance). It
+// now as Route would route it (StatusOK: send it to its Instance, through
+// its PrefillInstance first when the router split it). It
 // returns every request that may go now. On an error (ErrNoMem: that
 // request stays waiting) the entries returned with it have left the queue
 // too and must be handled.

@@ -78,8 +78,10 @@ sidecar) sends them: the prefill leg to the prefill instance
 token), then, once it answers (Router.prefill_done), the decode leg to
 the decode instance (decode_body: the client's request with the
 `kv_transfer_params` the prefill leg answered), whose answer the client
-gets as any other. A prefill leg that fails fails the request (the
-client gets the error); one refused is retried as any refusal.
+gets as any other; a request the router lets out of its queue goes the
+same way when the dispatched entry names a prefill instance. A prefill
+leg that fails fails the request (the client gets the error); one
+refused is retried as any refusal.
 
 GET /status shows the backends and the router's counters; GET /metrics
 the Prometheus metric set of docs/gateway.md (metrics.py).
@@ -437,6 +439,17 @@ class Choice(NamedTuple):
                       d.prefill_reason.label
                       if d.prefill_reason is not None else "",
                       d.transfer_s)
+
+    @staticmethod
+    def of_dispatched(e: "libroute.Dispatched", decider: str) -> "Choice":
+        """A request dispatch() let out (Status.OK), routed by `decider`
+        (the router's policy): its decode instance and, when the router
+        split it, its prefill leg."""
+        return Choice(e.instance, e.reason.label, decider, e.cached_tokens,
+                      e.prefill_instance,
+                      e.prefill_reason.label
+                      if e.prefill_reason is not None else "",
+                      e.transfer_s)
 
 
 class Refusal(NamedTuple):
@@ -1250,21 +1263,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if e is None:
             return _GONE
         if e.status == libroute.Status.OK:
-            if gw.has_prefill:
-                # A dispatched entry does not say whether the router split
-                # the request, nor where its prefill would go
-                # (lr_dispatched has no prefill instance): it goes whole
-                # to its decode instance, and any prefill leg the router
-                # counts ends now (a no-op for a request kept whole).
-                try:
-                    gw.router.prefill_done(rid, now_ns=now_ns())
-                except libroute.LrError:
-                    pass
-            decider = gw.router.policy.label
-            gw.metrics.on_dispatched(decider, e.reason.label,
-                                     e.waited_ns / 1e9)
-            return Choice(e.instance, e.reason.label, decider,
-                          e.cached_tokens)
+            # routed as route() routes it: a split request carries its
+            # prefill leg and goes through both, as a routed one
+            c = Choice.of_dispatched(e, gw.router.policy.label)
+            gw.metrics.on_dispatched(c.decider, c.reason, e.waited_ns / 1e9)
+            return c
         if e.status == libroute.Status.EEXPIRED:
             # backpressure while backends serve (429); none left: 503
             return Refusal(429 if gw.any_up() else 503, "expired",

@@ -14,8 +14,9 @@ policy llm-d-pd).
   now holds the transferred prompt;
 - an aggregated fleet under the same policy never splits: the engines
   see the client's requests, no kv_transfer_params, no X-Request-Id;
-- a request let out of the router's queue goes whole to its decode
-  instance (a dispatched entry names no prefill instance);
+- a request let out of the router's queue while the decode instances are
+  saturated (the idle prefill instance aside) goes through both legs, as
+  the router split it (the dispatched entry's prefill instance);
 - a prefill engine that answers no kv_transfer_params (no KV connector)
   gets the decode leg as the client's request, prefilled there;
 - a prefill leg that fails fails the request in the router and the
@@ -36,8 +37,8 @@ from typing import Any, Dict, List, Optional
 
 import libroute
 from fake_engine import Engine, EngineServer, LlamaEngine
-from gateway import (Gateway, GatewayServer, decode_body, parse_backend,
-                     prefill_body, role_name)
+from gateway import (Gateway, GatewayServer, decode_body, now_ns,
+                     parse_backend, prefill_body, role_name)
 from test_gateway import get, post, serve
 
 # 64 blocks of 64 bytes: 1024 of the router's tokens.
@@ -354,47 +355,87 @@ class PdEndToEnd(unittest.TestCase):
         self.assertEqual(json.loads(data)["usage"]["kv_leg"], "decode")
         self.assertEqual(self.gw.pd["prefill_done"], 1)
 
-    def test_let_out_of_the_queue_whole(self) -> None:
-        # One request before its first token saturates an instance. Two
-        # split requests held at the prefill engine saturate the fleet;
-        # a third waits, and is let out when their prefill legs end.
+    def test_let_out_of_the_queue_split(self) -> None:
+        # One request before its first token saturates an instance; the
+        # fleet is saturated when both decode instances are (the prefill
+        # one aside). Two split requests held at the decode engines
+        # saturate it; a third waits, and is let out at a first token,
+        # split as the router routed it: its prefill leg, then its
+        # decode leg.
         self.pd_fleet(saturation_queue=1)
-        for n in ("p1", "d1", "d2"):
+        for n in ("d1", "d2"):
             admin(self.port_of(n), "/admin/hold", {"on": True})
         got: Dict[int, Any] = {}
+
+        def held() -> int:
+            return self.engine("d1").held + self.engine("d2").held
 
         def client(i: int) -> None:
             got[i] = post(self.port, "/v1/completions",
                           {"model": "m", "prompt": f"{i} " + LONG,
-                           "max_tokens": 2})
+                           "max_tokens": 2, "user": f"q{i}"})
         ts = []
         try:
-            for i, cond in ((0, lambda: self.engine("p1").held == 1),
-                            (1, lambda: self.engine("p1").held == 2),
+            for i, cond in ((0, lambda: held() == 1),
+                            (1, lambda: held() == 2),
                             (2, lambda: self.gw.router.stats().waiting
                              == 1)):
                 ts.append(threading.Thread(target=client, args=(i,)))
                 ts[-1].start()
                 self.wait_for(f"request {i}", cond)
-            admin(self.port_of("p1"), "/admin/hold", {"on": False})
-            self.wait_for("three decode legs held",
-                          lambda: self.engine("d1").held
-                          + self.engine("d2").held == 3)
-            # the one let out went whole: no prefill leg counted for it
-            self.assertEqual(self.load("p1").inflight, 0)
+            # one on each decode engine; the idle prefill one has room
+            self.assertEqual((self.engine("d1").held,
+                              self.engine("d2").held), (1, 1))
+            self.assertTrue(self.gw.router.saturated(now_ns()))
             self.assertEqual(self.gw.pd["prefill_legs"], 2)
+            # hold the prefill leg of the one let out, then free the
+            # decode engines: their first tokens let it out
+            admin(self.port_of("p1"), "/admin/hold", {"on": True})
+            for n in ("d1", "d2"):
+                admin(self.port_of(n), "/admin/hold", {"on": False})
+            self.wait_for("its prefill leg held",
+                          lambda: self.engine("p1").held == 1)
+            # let out split: its prefill leg is counted at the prefill
+            # instance until it returns
+            self.assertEqual(self.gw.router.stats().waiting, 0)
+            self.assertEqual(self.load("p1").inflight, 1)
+            self.assertEqual(self.gw.pd["prefill_legs"], 3)
         finally:
             for n in ("p1", "d1", "d2"):
                 admin(self.port_of(n), "/admin/hold", {"on": False})
             for t in ts:
                 t.join(30)
+        for i in range(3):
+            self.assertEqual(got[i][0], 200, got[i][2][:300])
         legs = [json.loads(got[i][2])["usage"]["kv_leg"] for i in range(3)]
-        self.assertEqual(legs, ["decode", "decode", "whole"])
-        self.assertNotIn("x-libroute-prefill-backend", got[2][1])
-        self.assertEqual(self.engine("p1").state()["legs"]["prefill"], 2)
+        self.assertEqual(legs, ["decode", "decode", "decode"])
+        hdr = got[2][1]
+        self.assertEqual(hdr["x-libroute-prefill-backend"], "p1")
+        self.assertIn(hdr["x-libroute-backend"], ("d1", "d2"))
+        self.assertIn(hdr["x-libroute-prefill-reason"],
+                      ("prefix-hit", "least-loaded"))
+        self.assertGreater(float(hdr["x-libroute-transfer-s"]), 0)
+        self.assertEqual(hdr["x-libroute-decider"], "llm-d-pd")
+        # the decode engine read its blocks from the prefill engine, under
+        # the prefill leg's X-Request-Id
+        p1 = self.engine("p1").state()
+        self.assertEqual((p1["legs"]["prefill"], p1["pulls"],
+                          p1["kv_held"]), (3, 3, {}))
+        dreq = next(r for n in ("d1", "d2")
+                    for r in self.engine(n).state()["requests"]
+                    if r["user"] == "q2")
+        pre = next(r for r in p1["requests"] if r["user"] == "q2")
+        self.assertEqual((dreq["kind"], dreq["kv_transfer_params"],
+                          dreq["x_request_id"]),
+                         ("decode", pre["returned"], pre["x_request_id"]))
+        self.assertEqual(self.gw.pd, {"prefill_legs": 3, "prefill_done": 3,
+                                      "prefill_failures": 0,
+                                      "without_params": 0})
         rs = self.gw.router.stats()
         self.assertEqual((rs.waited, rs.waited_dispatched, rs.inflight),
                          (1, 1, 0))
+        for n in ("p1", "d1", "d2"):
+            self.assertEqual(self.load(n).inflight, 0, n)
 
     def test_prefill_without_params(self) -> None:
         # an engine without a KV connector (llama.cpp's server here)

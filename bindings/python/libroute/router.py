@@ -75,7 +75,12 @@ class Dispatched(NamedTuple):
     unless the status is OK; ``reason``, ``cached_tokens`` and ``cost``
     are the decision's (``cost`` NaN when the policy predicts none).
     ``waited_ns`` is how long it waited; ``urgency`` and ``tenant`` are
-    the request's.
+    the request's. ``prefill_instance``, ``prefill_reason``,
+    ``prefill_cached_tokens`` and ``transfer_s`` are the decision's
+    prefill leg, as Decision's: a request split between a prefill and a
+    decode instance is sent to ``prefill_instance`` first, then to
+    ``instance`` (prefill_done() when the first leg returns); None: kept
+    whole.
     """
 
     request_id: int
@@ -87,12 +92,21 @@ class Dispatched(NamedTuple):
     waited_ns: int
     urgency: int
     tenant: int
+    prefill_instance: Optional[int] = None
+    prefill_reason: Optional[Reason] = None
+    prefill_cached_tokens: int = 0
+    transfer_s: float = 0.0
 
 
 def _dispatched(e) -> Dispatched:
+    pre = e.prefill_instance
     return Dispatched(e.request_id, as_enum(Status, e.status), e.instance,
                       as_enum(Reason, e.reason), e.cached_tokens, e.cost,
-                      e.waited_ns, e.urgency, e.tenant)
+                      e.waited_ns, e.urgency, e.tenant,
+                      None if pre == _NONE else pre,
+                      None if e.prefill_reason < 0
+                      else as_enum(Reason, e.prefill_reason),
+                      e.prefill_cached_tokens, e.transfer_s)
 
 
 class RouterStats(NamedTuple):

@@ -1,6 +1,7 @@
 """Disaggregated prefill and decode: add_instance(role=, node=, rack=,
 region=), a split decision (Decision.prefill_instance, prefill_reason,
-prefill_cached_tokens, transfer_s), Router.prefill_done(), the candidate
+prefill_cached_tokens, transfer_s), the same leg on a request let out of
+the waiting queue (Dispatched), Router.prefill_done(), the candidate
 rows' role and placement columns, Load.dispatch(prefill_instance=) and
 Load.prefill_done(), and the policies, reason and parameters that came
 with them (tests/test-pd.c has the C shapes)."""
@@ -68,6 +69,7 @@ class Enums(unittest.TestCase):
                  "prefill_cached_tokens", 4),
                 ("LR_CANDIDATE_SIZE_V4", "lr_candidate", "region", 4),
                 ("LR_DECISION_SIZE_V3", "lr_decision", "transfer_s", 8),
+                ("LR_DISPATCHED_SIZE_V2", "lr_dispatched", "transfer_s", 8),
                 ("LR_INSTANCE_SPEC_SIZE_V3", "lr_instance_spec", "region",
                  4)):
             with self.subTest(macro=macro):
@@ -189,6 +191,48 @@ class RouterPd(unittest.TestCase):
             r.add_instance("p:1", role=L.Role.PREFILL)
             with self.assertRaises(L.StateError):
                 r.route(tokens(64), request_id=1, now_ns=S)
+
+    def test_waiting_request_keeps_its_prefill_leg(self):
+        # two decode instances (0, 2) and two prefill ones (1, 3): the
+        # fleet is saturated when both decode instances are, the idle
+        # prefill ones aside
+        with L.Router("llm-d-pd", seed=7) as r:
+            for i, (name, role) in enumerate((("d0", L.Role.DECODE),
+                                              ("p1", L.Role.PREFILL),
+                                              ("d2", L.Role.DECODE),
+                                              ("p3", L.Role.PREFILL))):
+                self.assertEqual(r.add_instance(name, role=role,
+                                                rack=1 + i % 2, region=1),
+                                 i)
+            prefill = (1, 3)
+            r.set_param(L.Param.SATURATION_QUEUE, 1)
+            for i in range(2):
+                d = r.route(tokens(1024, 40 + i), request_id=1 + i,
+                            now_ns=S + i * MS, may_wait=True)
+                self.assertNotIn(d.instance, prefill)
+                self.assertIn(d.prefill_instance, prefill)
+            self.assertTrue(r.saturated(S + 2 * MS))
+            d = r.route(tokens(1024, 50), request_id=3, now_ns=S + 3 * MS,
+                        may_wait=True)
+            self.assertIs(d.reason, L.Reason.WAITING)
+            self.assertIsNone(d.prefill_instance)
+            r.first_token(1, now_ns=S + 4 * MS)
+            out = r.dispatch(S + 5 * MS)
+            self.assertEqual(len(out), 1)
+            e = out[0]
+            self.assertEqual((e.request_id, e.status), (3, L.Status.OK))
+            self.assertNotIn(e.instance, prefill)
+            self.assertIn(e.prefill_instance, prefill)
+            self.assertIs(e.prefill_reason, L.Reason.LEAST_LOADED)
+            self.assertGreater(e.transfer_s, 0)
+            self.assertEqual(e.prefill_cached_tokens, 0)
+            self.assertEqual(e.waited_ns, 2 * MS)
+            # both legs in flight until the prefill leg ends
+            self.assertEqual(r.instance_load(e.prefill_instance).inflight,
+                             1)
+            r.prefill_done(3, now_ns=S + 6 * MS)
+            self.assertEqual(r.instance_load(e.prefill_instance).inflight,
+                             0)
 
     def test_pd_params(self):
         with pd_fleet("least-request") as r:

@@ -75,7 +75,8 @@ COVER = {
     "lr_cost_options": (params(L.Cost.__init__), {"allocator": None}),
     "lr_cost_tuner_stats": (set(L.CostTunerStats._fields), {}),
     "lr_move": (set(L.Move._fields), {"from": "from_"}),
-    "lr_dispatched": (set(L.Dispatched._fields), {}),
+    "lr_dispatched": (set(L.Dispatched._fields),
+                      {"reserved": None}),   # reserved
     "lr_router_stats": (set(L.RouterStats._fields), {}),
     "lr_vllm_batch_info": (set(L.VllmBatchInfo._fields), {}),
     "lr_kv_source": (set(L.KvSource._fields), {}),

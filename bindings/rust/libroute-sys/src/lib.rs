@@ -881,8 +881,18 @@ pub struct lr_dispatched {
     pub waited_ns: u64,
     pub urgency: u32,
     pub tenant: u64,
+    // v1 ends here
+    /// The decision's prefill leg, as lr_decision's (0.3): its instance
+    /// (LR_INSTANCE_NONE: not split), its lr_reason (-1: no prefill
+    /// candidate), its expected hit, and the KV transfer's seconds.
+    pub prefill_instance: u32,
+    pub prefill_reason: i32,
+    pub prefill_cached_tokens: u32,
+    pub reserved: u32,
+    pub transfer_s: f64,
 }
 pub const LR_DISPATCHED_SIZE_V1: usize = offset_of!(lr_dispatched, tenant) + 8;
+pub const LR_DISPATCHED_SIZE_V2: usize = offset_of!(lr_dispatched, transfer_s) + 8;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Default, PartialEq)]

@@ -211,7 +211,8 @@ fn declarations_match_the_c_headers() {
             transfer_s }
         lr_move { request_id, from, to, benefit_s }
         lr_dispatched { request_id, status, instance, reason, cached_tokens, cost,
-            waited_ns, urgency, tenant }
+            waited_ns, urgency, tenant, prefill_instance, prefill_reason,
+            prefill_cached_tokens, reserved, transfer_s }
         lr_router_stats { struct_size, routes, dry_runs, inflight, instances, routable,
             by_reason, prompt_tokens, cached_tokens, kv_batches, kv_duplicates, kv_gaps,
             kv_restarts, kv_gaps_open, deltas_exported, deltas_imported, deltas_skipped,
@@ -311,6 +312,7 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_PD_PREFILL_POLICY, LR_PARAM_PD_MIN_UNCACHED, LR_PARAM_PD_LOCAL_MAX_TOKENS,
         LR_PARAM_PD_LOCAL_MAX_RATIO, LR_PARAM_ADAPTIVE_PD_STALL, LR_DISPATCH_SIZE_V2,
         LR_CANDIDATE_SIZE_V4, LR_DECISION_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V3,
+        LR_DISPATCHED_SIZE_V2,
     );
 
     let decls = declarations();

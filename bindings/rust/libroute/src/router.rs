@@ -915,6 +915,18 @@ pub struct Dispatched {
     pub urgency: u32,
     /// Its [`Request::tenant`].
     pub tenant: u64,
+    /// The decision's prefill leg, as [`Decision::prefill_instance`]: the
+    /// instance that prefills the request when the router split it (send
+    /// it there first, then to the decode instance, and call
+    /// [`Router::prefill_done`] when the first leg returns). None: the
+    /// decode instance does both.
+    pub prefill_instance: Option<InstanceId>,
+    /// Why that prefill instance, as [`Decision::prefill_reason`].
+    pub prefill_reason: Option<Reason>,
+    /// Tokens expected to hit the cache at `prefill_instance`.
+    pub prefill_cached_tokens: u32,
+    /// The KV transfer's expected seconds (0 when not split).
+    pub transfer_s: f64,
 }
 
 impl Dispatched {
@@ -928,6 +940,14 @@ impl Dispatched {
             waited: Duration::from_nanos(e.waited_ns),
             urgency: e.urgency,
             tenant: e.tenant,
+            prefill_instance: if e.prefill_instance == INSTANCE_NONE {
+                None
+            } else {
+                Some(e.prefill_instance)
+            },
+            prefill_reason: u32::try_from(e.prefill_reason).ok().map(Reason),
+            prefill_cached_tokens: e.prefill_cached_tokens,
+            transfer_s: e.transfer_s,
         }
     }
 }

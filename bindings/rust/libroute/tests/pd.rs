@@ -1,8 +1,10 @@
 //! Disaggregated prefill and decode (tests/test-pd.c has the C shapes):
 //! InstanceSpec::role and the placement, a split decision
 //! (Decision::prefill_instance, prefill_reason, prefill_cached_tokens,
-//! transfer_s), both legs' load, Router::prefill_done, the candidate rows'
-//! role and placement, and a standalone Load's prefill leg.
+//! transfer_s), both legs' load, Router::prefill_done, a waiting request
+//! let out with its prefill leg (Dispatched::prefill_instance), the
+//! candidate rows' role and placement, and a standalone Load's prefill
+//! leg.
 
 mod common;
 
@@ -123,6 +125,62 @@ fn split_route() {
     assert_eq!(d2.prefill_instance, None);
     assert_eq!(d2.prefill_reason, Some(Reason::WHOLE));
     assert_eq!(d2.transfer_s, 0.0);
+}
+
+/// A request let out of the waiting queue keeps its prefill leg: two
+/// decode instances (0, 2) and two prefill ones (1, 3); the fleet is
+/// saturated when both decode instances are, the idle prefill ones aside.
+#[test]
+fn waiting_pair() {
+    let (r, _) = router(Policy::LLMD_PD, &[]);
+    for (i, s) in [
+        spec("d0", Role::DECODE, 0, 1, 1),
+        spec("p1", Role::PREFILL, 0, 1, 1),
+        spec("d2", Role::DECODE, 0, 2, 1),
+        spec("p3", Role::PREFILL, 0, 2, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(r.add_instance(s).unwrap(), i as InstanceId, "{s:?}");
+    }
+    let is_prefill = |id: InstanceId| id == 1 || id == 3;
+    r.set_param(Param::SATURATION_QUEUE, 1.0).unwrap();
+    for i in 0..2u64 {
+        let t = prompt(1024, 40 + i);
+        let mut q = Request::new(1 + i, &t, SEC + i * MS);
+        q.flags = RouteFlags::MAY_WAIT;
+        let d = r.route(&q).unwrap();
+        assert!(
+            d.instance != INSTANCE_NONE && !is_prefill(d.instance),
+            "{d:?}"
+        );
+        assert!(d.prefill_instance.is_some_and(is_prefill), "{d:?}");
+    }
+    assert!(r.saturated(SEC + 2 * MS).unwrap());
+    let t = prompt(1024, 50);
+    let mut q = Request::new(3, &t, SEC + 3 * MS);
+    q.flags = RouteFlags::MAY_WAIT;
+    let d = r.route(&q).unwrap();
+    assert_eq!((d.instance, d.reason), (INSTANCE_NONE, Reason::WAITING));
+    assert_eq!(d.prefill_instance, None);
+    r.first_token(1, SEC + 4 * MS).unwrap();
+    let out = r.dispatch(SEC + 5 * MS).unwrap();
+    assert_eq!(out.len(), 1, "{out:?}");
+    let e = out[0];
+    assert_eq!(e.request_id, 3);
+    let dec = e.result.unwrap();
+    assert!(!is_prefill(dec), "{e:?}");
+    let pre = e.prefill_instance.expect("a prefill leg");
+    assert!(is_prefill(pre), "{e:?}");
+    assert_eq!(e.prefill_reason, Some(Reason::LEAST_LOADED));
+    assert_eq!(e.prefill_cached_tokens, 0);
+    assert!(e.transfer_s > 0.0, "{e:?}");
+    assert_eq!(e.waited, std::time::Duration::from_millis(2));
+    // both legs in flight until the prefill leg ends
+    assert_eq!(r.instance_load(pre).unwrap().inflight, 1);
+    r.prefill_done(3, SEC + 6 * MS).unwrap();
+    assert_eq!(r.instance_load(pre).unwrap().inflight, 0);
 }
 
 /// An aggregated fleet keeps every request whole and says it could not
