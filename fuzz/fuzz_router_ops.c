@@ -5,14 +5,20 @@
  * the input runs out (at most MAX_OPS):
  *   header   seed 0..255; max_instances 1..8; max_requests 1..48; block
  *            size {1,2,4,16}; index capacity 8..512 blocks; TTL choice
- *            (default, 1 s, 60 s, never); policy 0..14 (never lodestar);
- *            ring vnodes 1..64; allocation failure: mode (none, none, once,
- *            from then on) and which allocation 1..256 after the initial
- *            instances; a mask of the names added at start. The router
+ *            (default, 1 s, 60 s, never); policy (every one but lodestar,
+ *            the PD ones included); ring vnodes 1..64; allocation
+ *            failure: mode (none, none, once, from then on) and which
+ *            allocation 1..256 after the initial instances; a mask of the
+ *            names added at start; their roles (all LR_ROLE_BOTH twice in
+ *            four; the odd ones prefill; the odd ones prefill and the even
+ *            ones decode, placed two to a node, four to a rack). The router
  *            starts with the smallest DualMap window (16 requests)
  *   op 0     add_instance: name (8 valid, "" and 256 bytes invalid), class
  *            (64 invalid), prefix_caching (2 invalid), initial RTT (up to
- *            past LR_LOAD_MAX_RTT_NS), struct_size (too small)
+ *            past LR_LOAD_MAX_RTT_NS), struct_size (too small; 0.2's,
+ *            which has no role: LR_ROLE_BOTH), models, adapter slots, role
+ *            (both, prefill, decode; 3 and -1 invalid), placement (node,
+ *            rack, region 0..3 each)
  *   op 1     drain_instance: instance, draining (2 invalid)
  *   op 2     remove_instance: instance
  *   op 3-6   route: request id (a pool of 8, 0, UINT64_MAX, one in
@@ -22,11 +28,14 @@
  *            session (has_session 2 invalid), expected output tokens,
  *            scores buffer (none, 1 entry, enough, NULL with a capacity),
  *            variant (NULL tokens, struct_size too small on the request or
- *            on the decision)
+ *            on the decision, a 0.2 decision without the prefill fields),
+ *            model, adapter, multimodal inputs
  *   op 7     set_policy (and an out-of-range value)
  *   op 8     set_param: key (two unknown), value (bounds, default, just
  *            outside, NaN, +-inf, -0, in between, a fraction for an
- *            integer key); the DualMap window x key blocks stays <= 4096
+ *            integer key); the DualMap window x key blocks stays <= 4096;
+ *            LR_PARAM_PD_PREFILL_POLICY refuses a policy with a ring key
+ *            or a state of its own (round-robin's excepted)
  *   op 9     set_stats: instance, running, waiting, kv_use (NaN, inf, out
  *            of [0,1] among them), scrape time, struct_size
  *   op 10    observe_rtt: instance, RTT
@@ -41,7 +50,11 @@
  *            instance id rewritten (checksum fixed up), or raw input bytes
  *            (checksum maybe fixed up)
  *   op 18    time moves forward (up to past the TTL and the stats age)
- *   op 19    queries: get_stats and instance_load (struct sizes),
+ *   op 19    observe_cached: request id, tokens (up to past the prompt)
+ *   op 20    learn_step (Lodestar's learner)
+ *   op 21    set_adapters: an engine's LoRA report
+ *   op 22    prefill_done: request id (the same pools as first_token)
+ *   op 23    queries: get_stats and instance_load (struct sizes),
  *            find_instance, instance_count, policy, get_param,
  *            param_bounds, set_class, mark
  * Instance ids are 0..7 (some past max_instances), 1000 and
@@ -51,17 +64,33 @@
  * header documents and, where the shadow can tell, exactly the one it
  * predicts (only LR_ENOMEM may replace LR_OK, and only once an allocation
  * failed); a failed call leaves lr__router_digest() unchanged; every
- * decision names a routable (added, not draining) instance, an
- * alternative that is routable too, cached tokens that are block-aligned,
- * at most the prompt and at most the best, and with LR_ROUTE_SCORES one
- * score per routable instance in id order; a plan moves only queued
- * requests from where they are to their recorded alternative, and changes
- * nothing; every instance's load equals the sums over the shadow's
- * requests (any counter above 2^40 is reported as wrapped first) and the
- * router stats equal the shadow's counts. At the end every request still
- * in flight is completed and every counter must be zero. Then the same
- * input runs again: the transcript of results and the final digest must
- * be the same (B24).
+ * decision names a routable instance that can decode (not
+ * LR_ROLE_PREFILL), an alternative that is routable and can decode too,
+ * cached tokens that are block-aligned, at most the prompt and at most the
+ * best, and with LR_ROUTE_SCORES one score per row: the routable
+ * instances that decode in id order, then the routable prefill instances
+ * in id order. With routable prefill rows for the request, a policy
+ * without a pair rule (all but llm-d-pd, dynamo-pd, adaptive) always
+ * splits; a split names a routable prefill instance with a hit like the
+ * decode one's and the transfer time their placements give for the
+ * tokens the decode instance does not hold, a request kept whole names
+ * none, LR_REASON_WHOLE where it could have split, else -1; a table
+ * whose rows are all prefill instances is LR_ESTATE (a 0.2 decision, which
+ * has no prefill fields, keeps them untouched; the shadow reads the
+ * prefill leg off the load instead). A plan moves only queued requests
+ * from where they are to their recorded alternative, and changes nothing.
+ * Every instance's load equals the sums over the shadow's requests (any
+ * counter above 2^40 is reported as wrapped first): a request counts at
+ * its decode instance (in flight, its KV; queued, its prompt and prefill
+ * unless it was split; else its decode) and, while its prefill leg is open
+ * (until prefill_done, its first token, or its prefill instance's removal;
+ * a move keeps it, a move onto it is LR_EINVAL and onto any prefill
+ * instance LR_ESTATE), at its prefill
+ * instance (in flight and queued, its prompt as queued tokens and KV, the
+ * tokens not cached there as prefill); the router stats equal the
+ * shadow's counts. At the end every request still in flight is completed
+ * and every counter must be zero. Then the same input runs again: the
+ * transcript of results and the final digest must be the same (B24).
  *
  *   LR_FUZZ_TRACE=1 ./build/fuzz/router_ops-replay FILE   # decoded calls */
 #include <math.h>
@@ -116,6 +145,8 @@ struct sinst {
     uint32_t name;
     int32_t pc;
     uint32_t models; /* bit k: serves model_names[k]; 0: every model */
+    int32_t role;    /* lr_role */
+    uint32_t node, rack, region;
 };
 
 /* Models an instance may serve (a request may also name "m3", which none
@@ -133,6 +164,11 @@ struct sreq {
      * host only sees through LR_ROUTE_SCORES) */
     uint32_t cached, alt_cached;
     bool cached_known, alt_cached_known;
+    /* split: dispatched with a prefill leg (its decode leg then queues no
+     * prefill, wherever it moves); pinst: the prefill leg's instance while
+     * that leg is open, else NONE; pcached: the hit expected there */
+    bool split;
+    uint32_t pinst, pcached;
 };
 
 struct run {
@@ -236,6 +272,24 @@ s_rows(const struct run *r, int m)
     return n;
 }
 
+static bool
+s_prefill(const struct run *r, uint32_t id)
+{
+    return id < r->max_inst && r->in[id].live &&
+           r->in[id].role == LR_ROLE_PREFILL;
+}
+
+/* Of those, the rows that can decode (LR_ROLE_BOTH, LR_ROLE_DECODE): the
+ * first part of the table when there are prefill rows. */
+static uint32_t
+s_decode_rows(const struct run *r, int m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->max_inst; i++)
+        n += s_serves(r, i, m) && !r->in[i].draining && !s_prefill(r, i);
+    return n;
+}
+
 static uint32_t
 s_count(const struct run *r, bool routable_only)
 {
@@ -269,7 +323,81 @@ policy_matches(int32_t p)
            p == LR_POLICY_MIN_TTFT || p == LR_POLICY_DYNAMO ||
            p == LR_POLICY_DUALMAP || p == LR_POLICY_GORGO ||
            p == LR_POLICY_RANVIER || p == LR_POLICY_LODESTAR ||
+           p == LR_POLICY_ADAPTIVE || p == LR_POLICY_LLMD_PD ||
+           p == LR_POLICY_DYNAMO_PD;
+}
+
+/* The policy of a split request's prefill leg (LR_PARAM_PD_PREFILL_POLICY,
+ * -1: the router's own). */
+static int32_t
+prefill_policy(const struct run *r)
+{
+    double pp = r->param[LR_PARAM_PD_PREFILL_POLICY];
+    return pp < 0 ? r->policy : (int32_t)pp;
+}
+
+/* Whether the rows carry the index's hits: the router matches for its
+ * policy and for the prefill leg's, whether or not a request splits. */
+static bool
+route_matches(const struct run *r)
+{
+    return policy_matches(r->policy) || policy_matches(prefill_policy(r));
+}
+
+/* Policies with a pair rule of their own: they may keep a request whole
+ * where others always split it. */
+static bool
+policy_pairs(int32_t p)
+{
+    return p == LR_POLICY_LLMD_PD || p == LR_POLICY_DYNAMO_PD ||
            p == LR_POLICY_ADAPTIVE;
+}
+
+/* What LR_PARAM_PD_PREFILL_POLICY refuses (lr_policy.h): a policy that
+ * ranks by a ring key or keeps a state of its own, but round-robin. */
+static bool
+prefill_policy_refused(int32_t p)
+{
+    return p == LR_POLICY_SESSION_AFFINITY || p == LR_POLICY_CONSISTENT_HASH ||
+           p == LR_POLICY_DUALMAP || p == LR_POLICY_GORGO ||
+           p == LR_POLICY_RANVIER || p == LR_POLICY_LODESTAR ||
+           p == LR_POLICY_ADAPTIVE;
+}
+
+/* A decision's reason, by the policy that gave it (lodestar adds its own
+ * reasons to its fallback's). */
+static bool
+reason_ok(int32_t reason, int32_t p)
+{
+    return (reason >= LR_REASON_RANDOM &&
+            reason <= (p == LR_POLICY_LODESTAR ? LR_REASON_OOD
+                                               : LR_REASON_SAMPLED)) ||
+           reason == LR_REASON_ADAPTER;
+}
+
+/* The reasons a pair rule gives on a table with prefill rows
+ * (docs/router.md): the decode leg's, and the prefill leg's
+ * (LR_REASON_WHOLE: kept whole). */
+static bool
+pair_reasons_ok(int32_t p, int32_t reason, int32_t preason)
+{
+    switch (p) {
+    case LR_POLICY_LLMD_PD:
+        return (reason == LR_REASON_PREFIX_HIT ||
+                reason == LR_REASON_LEAST_LOADED) &&
+               (preason == LR_REASON_PREFIX_HIT ||
+                preason == LR_REASON_LEAST_LOADED ||
+                preason == LR_REASON_WHOLE);
+    case LR_POLICY_DYNAMO_PD:
+        return (reason == LR_REASON_MIN_COST ||
+                reason == LR_REASON_LEAST_LOADED) &&
+               (preason == LR_REASON_MIN_COST || preason == LR_REASON_WHOLE);
+    case LR_POLICY_ADAPTIVE:
+        return reason == LR_REASON_MIN_COST &&
+               (preason == LR_REASON_MIN_COST || preason == LR_REASON_WHOLE);
+    default:
+        return true;
+    }
 }
 
 /* The statuses each call's documentation lists. */
@@ -298,6 +426,7 @@ enum call {
     C_CLASS,
     C_LEARN,
     C_SET_ADAPTERS,
+    C_PREFILL_DONE,
     C_COUNT_
 };
 
@@ -308,6 +437,7 @@ static const char *const call_names[C_COUNT_] = {
     "rebalance_plan", "move",           "kv_stored",       "kv_removed",
     "kv_cleared",     "export_delta",   "import_delta",    "get_stats",
     "find_instance",  "set_class",      "learn_step",      "set_adapters",
+    "prefill_done",
 };
 
 #define B_(s) (1u << (s))
@@ -349,6 +479,8 @@ static const uint32_t documented[C_COUNT_] = {
     [C_LEARN] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ESTATE) | B_(LR_ENOMEM),
     [C_SET_ADAPTERS] = B_(LR_OK) | B_(LR_EINVAL) | B_(LR_EVERSION) |
                        B_(LR_ENOENT) | B_(LR_ERANGE) | B_(LR_ENOMEM),
+    [C_PREFILL_DONE] =
+        B_(LR_OK) | B_(LR_EINVAL) | B_(LR_ENOENT) | B_(LR_ERANGE),
 };
 
 static void
@@ -406,29 +538,45 @@ check_counters(struct run *r)
         FUZZ_ASSERT(s.queued_tokens < WRAPPED);
         FUZZ_ASSERT(s.decode_tokens < WRAPPED);
         FUZZ_ASSERT(s.kv_tokens < WRAPPED);
-        uint32_t n = 0, nq = 0;
-        uint64_t qt = 0, dec = 0, kv = 0, pf_lo = 0, pf_hi = 0;
+        FUZZ_ASSERT(s.prompt_tokens < WRAPPED);
+        uint32_t n = 0, nq = 0, legs = 0;
+        uint64_t qt = 0, dec = 0, kv = 0, pt = 0, pf_lo = 0, pf_hi = 0;
         for (uint32_t i = 0; i < r->n_rq; i++) {
             const struct sreq *q = &r->rq[i];
+            if (q->pinst == id) { /* its open prefill leg */
+                n++;
+                nq++;
+                qt += q->prompt;
+                kv += q->prompt;
+                pt += q->prompt;
+                pf_lo += q->prompt - q->pcached;
+                pf_hi += q->prompt - q->pcached;
+            }
             if (q->inst != id)
                 continue;
             n++;
+            legs++;
             kv += (uint64_t)q->prompt + q->out;
+            pt += q->prompt;
             if (q->queued) {
                 nq++;
-                qt += q->prompt;
-                pf_lo += q->cached_known ? q->prompt - q->cached : 0;
-                pf_hi += q->cached_known ? q->prompt - q->cached : q->prompt;
+                if (!q->split) { /* a decode leg queues no prefill */
+                    qt += q->prompt;
+                    pf_lo += q->cached_known ? q->prompt - q->cached : 0;
+                    pf_hi +=
+                        q->cached_known ? q->prompt - q->cached : q->prompt;
+                }
             } else {
                 dec += q->out;
             }
         }
-        total += n;
+        total += legs;
         FUZZ_ASSERT(s.inflight == n);
         FUZZ_ASSERT(s.queued == nq);
         FUZZ_ASSERT(s.queued_tokens == qt);
         FUZZ_ASSERT(s.decode_tokens == dec);
         FUZZ_ASSERT(s.kv_tokens == kv);
+        FUZZ_ASSERT(s.prompt_tokens == pt);
         FUZZ_ASSERT(s.prefill_tokens >= pf_lo && s.prefill_tokens <= pf_hi);
         FUZZ_ASSERT(s.prefix_caching == r->in[id].pc);
     }
@@ -503,9 +651,13 @@ op_add(struct run *r, fuzz_dp *dp)
     s.instance_class = classes[fuzz_dp_next_range(dp, 0, 4)];
     s.prefix_caching = pcs[fuzz_dp_next_range(dp, 0, 3)];
     s.rtt_ns = rtts[fuzz_dp_next_range(dp, 0, 3)];
-    bool small = fuzz_dp_next_range(dp, 0, 15) == 0;
+    /* 0: too small; 1: 0.2's size, without the role and placement */
+    uint32_t sv = fuzz_dp_next_range(dp, 0, 15);
+    bool small = sv == 0, v2 = sv == 1;
     if (small)
         s.struct_size = LR_INSTANCE_SPEC_SIZE_V1 - 1;
+    if (v2)
+        s.struct_size = LR_INSTANCE_SPEC_SIZE_V2;
     /* models: none (most), one, two, one twice, or a NULL name */
     static const char *const ms[6][2] = { { "m0", NULL }, { "m1", NULL },
                                           { "m0", "m1" }, { "m2", "m2" },
@@ -521,6 +673,16 @@ op_add(struct run *r, fuzz_dp *dp)
         s.n_models = mn[mv - 4];
     }
     s.max_adapters = slots[fuzz_dp_next_range(dp, 0, 3)];
+    /* a role: both, prefill, decode mostly; 3 and -1 rarely (LR_EINVAL);
+     * a placement: node, rack, region 0..3 each (0: unknown) */
+    static const int32_t roles[16] = { 0, 0, 0, 0, 0, 0, 1, 1,
+                                       1, 1, 1, 2, 2, 2, 3, -1 };
+    s.role = roles[fuzz_dp_next_range(dp, 0, 15)];
+    uint32_t pl = fuzz_dp_next_range(dp, 0, 63);
+    s.node = pl & 3;
+    s.rack = pl >> 2 & 3;
+    s.region = pl >> 4 & 3;
+    int32_t role = v2 ? LR_ROLE_BOTH : s.role; /* as the router reads it */
     uint32_t free_id = NONE;
     bool exists = false;
     for (uint32_t i = 0; i < r->max_inst; i++) {
@@ -541,6 +703,8 @@ op_add(struct run *r, fuzz_dp *dp)
         want = LR_EINVAL;
     else if (s.max_adapters > LR_ROUTER_MAX_ADAPTERS)
         want = LR_ERANGE;
+    else if (role < LR_ROLE_BOTH || role > LR_ROLE_DECODE)
+        want = LR_EINVAL;
     else if (exists)
         want = LR_EEXIST;
     else if (free_id == NONE)
@@ -551,17 +715,28 @@ op_add(struct run *r, fuzz_dp *dp)
     uint32_t id = 12345;
     lr_status st = lr_router_add_instance(r->r, &s, &id);
     fuzz_trace("add_instance(name=%u, class=%u, pc=%d, rtt=%llu, models "
-               "%u, slots %u%s) = %s, id %u",
+               "%u, slots %u, role %d, node %u, rack %u, region %u%s) = %s, "
+               "id %u",
                nm, s.instance_class, s.prefix_caching,
-               (unsigned long long)s.rtt_ns, mv, s.max_adapters,
-               small ? ", small struct" : "", lr_status_name(st),
-               st == LR_OK ? id : NONE);
+               (unsigned long long)s.rtt_ns, mv, s.max_adapters, s.role, s.node,
+               s.rack, s.region,
+               small ? ", small struct"
+               : v2  ? ", 0.2 struct"
+                     : "",
+               lr_status_name(st), st == LR_OK ? id : NONE);
     after(r, C_ADD, st, want, d0);
     if (st == LR_OK) {
         if (r->check)
             FUZZ_ASSERT(id == free_id);
-        r->in[id] = (struct sinst){ true, false, nm, s.prefix_caching,
-                                    mv >= 4 && !small ? mbits[mv - 4] : 0 };
+        r->in[id] = (struct sinst){ true,
+                                    false,
+                                    nm,
+                                    s.prefix_caching,
+                                    mv >= 4 && !small ? mbits[mv - 4] : 0,
+                                    role,
+                                    v2 ? 0 : s.node,
+                                    v2 ? 0 : s.rack,
+                                    v2 ? 0 : s.region };
     }
 }
 
@@ -593,13 +768,19 @@ op_remove(struct run *r, fuzz_dp *dp)
         return;
     r->in[id].live = false;
     r->in[id].draining = false;
-    /* its requests are dropped, and it is no one's alternative any more
-     * (an instance added again under its id is a new one) */
+    /* its requests are dropped (their prefill legs elsewhere with them),
+     * the prefill legs it held end (their requests decode elsewhere), and
+     * it is no one's alternative any more (an instance added again under
+     * its id is a new one) */
     for (int i = (int)r->n_rq - 1; i >= 0; i--) {
         struct sreq *q = &r->rq[i];
         if (q->inst == id) {
             s_drop(r, i);
-        } else if (q->alt == id) {
+            continue;
+        }
+        if (q->pinst == id)
+            q->pinst = NONE;
+        if (q->alt == id) {
             q->alt = NONE;
             q->alt_cached = 0;
             q->alt_cached_known = true;
@@ -609,46 +790,156 @@ op_remove(struct run *r, fuzz_dp *dp)
 
 /* ---- route ------------------------------------------------------------------------- */
 
+/* A decision's prefill leg: its fields (known), or for a 0.2 decision
+ * (which has none) what the load tracker shows of a route (seen; reason
+ * and transfer unknown), or nothing (a 0.2 decision's dry run). */
+struct pleg {
+    bool known, seen;
+    uint32_t inst, cached;
+    int32_t reason;
+    double transfer_s;
+};
+
+/* Each instance's in flight and prefill tokens (0 where not live). */
+static void
+load_columns(struct run *r, uint32_t *inflight, uint64_t *prefill)
+{
+    fuzz_oom_pause();
+    for (uint32_t id = 0; id < MAX_INST; id++) {
+        lr_load_snapshot s;
+        lr_load_snapshot_init(&s);
+        bool ok = lr_router_instance_load(r->r, id, &s) == LR_OK;
+        inflight[id] = ok ? s.inflight : 0;
+        prefill[id] = ok ? s.prefill_tokens : 0;
+    }
+    fuzz_oom_resume();
+}
+
+/* A route recorded: the prefill instance it split the request onto, if
+ * any, is the one prefill instance with one more in flight, and its
+ * prefill grew by the prompt less the hit expected there. */
+static void
+pleg_from_load(struct run *r, uint32_t prompt, const uint32_t *inflight0,
+               const uint64_t *prefill0, struct pleg *pl)
+{
+    uint32_t inflight[MAX_INST];
+    uint64_t prefill[MAX_INST];
+    load_columns(r, inflight, prefill);
+    for (uint32_t id = 0; id < MAX_INST; id++) {
+        if (!s_prefill(r, id) || inflight[id] == inflight0[id])
+            continue;
+        FUZZ_ASSERT(pl->inst == NONE && inflight[id] == inflight0[id] + 1);
+        FUZZ_ASSERT(prefill[id] >= prefill0[id] &&
+                    prefill[id] - prefill0[id] <= prompt);
+        pl->inst = id;
+        pl->cached = prompt - (uint32_t)(prefill[id] - prefill0[id]);
+    }
+}
+
+/* The seconds a split request's KV takes from its prefill instance p to
+ * its decode instance d, the tokens d does not hold, as lr_instance_spec
+ * says: one node, one rack, one region (or a placement unknown), else
+ * across regions. */
+static double
+transfer_s(const struct run *r, uint32_t p, uint32_t d, double tokens)
+{
+    const struct sinst *a = &r->in[p], *b = &r->in[d];
+    int key = a->node != 0 && a->node == b->node   ? LR_PARAM_KV_GBPS_NODE
+              : a->rack != 0 && a->rack == b->rack ? LR_PARAM_KV_GBPS_RACK
+              : a->region == 0 || b->region == 0 || a->region == b->region
+                  ? LR_PARAM_KV_GBPS_REGION
+                  : LR_PARAM_KV_GBPS_WAN;
+    if (!(tokens > 0))
+        return 0;
+    return tokens * r->param[LR_PARAM_KV_BYTES_PER_TOKEN] /
+           (r->param[key] * 1e9);
+}
+
+/* A hit as a row reports it: block-aligned, within the prompt and the
+ * best, and 0 unless the route matched at an instance with a cache. */
+static void
+check_hit(const struct run *r, uint32_t n, const lr_decision *d, uint32_t id,
+          uint32_t cached)
+{
+    FUZZ_ASSERT(cached <= n && cached % r->B == 0);
+    FUZZ_ASSERT(cached <= d->best_cached_tokens);
+    if (!route_matches(r) || r->in[id].pc == 0)
+        FUZZ_ASSERT(cached == 0);
+}
+
 static void
 check_decision(struct run *r, const lr_request *q, int model,
-               const lr_decision *d, const lr_score *scores, bool want_scores)
+               const lr_decision *d, const struct pleg *pl,
+               const lr_score *scores, bool want_scores)
 {
     if (!r->check)
         return;
     uint32_t n = (uint32_t)q->n_tokens;
+    uint32_t nd = s_decode_rows(r, model), nr = s_rows(r, model);
     FUZZ_ASSERT(s_routable(r, d->instance));
     FUZZ_ASSERT(s_serves(r, d->instance, model));
-    FUZZ_ASSERT(d->alt_instance == NONE || (s_routable(r, d->alt_instance) &&
-                                            d->alt_instance != d->instance));
-    /* lodestar adds its own reasons to its fallback's */
-    FUZZ_ASSERT((d->reason >= LR_REASON_RANDOM &&
-                 d->reason <= (r->policy == LR_POLICY_LODESTAR
-                                   ? LR_REASON_OOD
-                                   : LR_REASON_SAMPLED)) ||
-                d->reason == LR_REASON_ADAPTER);
-    FUZZ_ASSERT(d->cached_tokens <= n && d->cached_tokens % r->B == 0);
+    FUZZ_ASSERT(!s_prefill(r, d->instance));
+    /* the alternative is another row that decodes */
+    FUZZ_ASSERT(d->alt_instance == NONE ||
+                (s_routable(r, d->alt_instance) &&
+                 s_serves(r, d->alt_instance, model) &&
+                 !s_prefill(r, d->alt_instance) &&
+                 d->alt_instance != d->instance));
+    FUZZ_ASSERT(reason_ok(d->reason, r->policy));
     FUZZ_ASSERT(d->best_cached_tokens <= n &&
                 d->best_cached_tokens % r->B == 0);
-    FUZZ_ASSERT(d->cached_tokens <= d->best_cached_tokens);
-    if (!policy_matches(r->policy) || r->in[d->instance].pc == 0)
-        FUZZ_ASSERT(d->cached_tokens == 0);
+    check_hit(r, n, d, d->instance, d->cached_tokens);
+    if (pl->known && nd < nr)
+        FUZZ_ASSERT(pair_reasons_ok(r->policy, d->reason, pl->reason));
+    if (!pl->seen) {
+        /* nothing known of the leg */
+    } else if (pl->inst != NONE) { /* split: a prefill row's instance */
+        FUZZ_ASSERT(nd < nr);
+        FUZZ_ASSERT(s_routable(r, pl->inst) && s_prefill(r, pl->inst));
+        FUZZ_ASSERT(s_serves(r, pl->inst, model));
+        check_hit(r, n, d, pl->inst, pl->cached);
+        if (pl->known) {
+            FUZZ_ASSERT(reason_ok(pl->reason, policy_pairs(r->policy)
+                                                  ? r->policy
+                                                  : prefill_policy(r)));
+            FUZZ_ASSERT(pl->transfer_s ==
+                        transfer_s(r, pl->inst, d->instance,
+                                   (double)n - (double)d->cached_tokens));
+        }
+    } else {
+        /* whole: a policy without a pair rule splits whenever it can */
+        FUZZ_ASSERT(nd == nr || policy_pairs(r->policy));
+        if (pl->known) {
+            FUZZ_ASSERT(pl->cached == 0 && pl->transfer_s == 0);
+            FUZZ_ASSERT(pl->reason == (nd < nr ? LR_REASON_WHOLE : -1));
+        }
+    }
     if (!want_scores) {
         FUZZ_ASSERT(d->n_scores == 0);
         return;
     }
-    FUZZ_ASSERT(d->n_scores == s_rows(r, model));
-    bool listed = false;
+    /* the rows that decode in id order, then the prefill rows in id
+     * order */
+    FUZZ_ASSERT(d->n_scores == nr);
+    bool listed = false, plisted = false;
     for (size_t k = 0; k < d->n_scores; k++) {
-        FUZZ_ASSERT(s_routable(r, scores[k].instance));
-        FUZZ_ASSERT(s_serves(r, scores[k].instance, model));
-        FUZZ_ASSERT(k == 0 || scores[k - 1].instance < scores[k].instance);
+        uint32_t id = scores[k].instance;
+        FUZZ_ASSERT(s_routable(r, id));
+        FUZZ_ASSERT(s_serves(r, id, model));
+        FUZZ_ASSERT(s_prefill(r, id) == (k >= nd));
+        FUZZ_ASSERT(k == 0 || k == nd || scores[k - 1].instance < id);
         FUZZ_ASSERT(scores[k].cached_tokens <= d->best_cached_tokens);
-        if (scores[k].instance == d->instance) {
+        if (id == d->instance) {
             listed = true;
             FUZZ_ASSERT(scores[k].cached_tokens == d->cached_tokens);
         }
+        if (id == pl->inst) {
+            plisted = true;
+            FUZZ_ASSERT(scores[k].cached_tokens == pl->cached);
+        }
     }
     FUZZ_ASSERT(listed);
+    FUZZ_ASSERT(plisted == (pl->inst != NONE) || !pl->seen);
 }
 
 static void
@@ -725,6 +1016,14 @@ op_route(struct run *r, fuzz_dp *dp)
     lr_decision_init(&d);
     if (variant == 2)
         d.struct_size = LR_DECISION_SIZE_V1 - 1;
+    if (variant == 3) { /* 0.2's: the prefill fields past its end stay */
+        d.struct_size = LR_DECISION_SIZE_V2;
+        d.prefill_instance = 0x5eedu;
+        d.prefill_reason = 77;
+        d.prefill_cached_tokens = 0xcafeu;
+        d.reserved = 0xa5a5u;
+        d.transfer_s = -3.5;
+    }
     static const size_t caps[4] = { 0, 1, MAX_INST + 1, MAX_INST + 1 };
     d.scores = capv == 0 || capv == 3 ? NULL : scores;
     d.scores_capacity = caps[capv];
@@ -760,7 +1059,9 @@ op_route(struct run *r, fuzz_dp *dp)
         for (uint32_t i = 0; i < r->max_inst; i++)
             if (s_serves(r, i, model))
                 want = LR_ESTATE; /* ... or only draining ones do */
-    } else
+    } else if (s_decode_rows(r, model) == 0)
+        want = LR_ESTATE; /* only prefill instances: none decodes it */
+    else
         want = LR_OK;
 
     fuzz_trace("route(id=%llu, pattern=%u, start=%u, len=%u, tweak=%u, "
@@ -781,28 +1082,60 @@ op_route(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(lr_router_expire(r->r, r->now) == LR_OK);
         clock_took(r, r->now);
     }
+    /* a 0.2 decision does not say where the request prefills: the load
+     * tracker does (its prefill instance counts one more in flight) */
+    uint32_t inflight0[MAX_INST];
+    uint64_t prefill0[MAX_INST];
+    if (variant == 3)
+        load_columns(r, inflight0, prefill0);
     uint64_t d0 = digest(r);
     lr_status st = lr_router_route(r->r, &q, &d);
     fuzz_trace("  = %s: instance %u, reason %s, cached %u, best %u, "
-               "alt %u, n_scores %zu",
+               "alt %u, n_scores %zu, prefill %u (%s, cached %u, %g s)",
                lr_status_name(st), d.instance,
                lr_reason_name((lr_reason)d.reason)
                    ? lr_reason_name((lr_reason)d.reason)
                    : "?",
                d.cached_tokens, d.best_cached_tokens, d.alt_instance,
-               d.n_scores);
-    after(r, C_ROUTE, st, want, d0);
+               d.n_scores, d.prefill_instance,
+               lr_reason_name((lr_reason)d.prefill_reason)
+                   ? lr_reason_name((lr_reason)d.prefill_reason)
+                   : "-",
+               d.prefill_cached_tokens, d.transfer_s);
+    /* the rows are gathered (and found missing) after the prompt's keys
+     * are hashed, into a buffer that may grow: a dry run's */
+    after(r, C_ROUTE, st,
+          model_fails && st == LR_ENOMEM && oom_hit(r) ? LR_ENOMEM : want, d0);
+    if (variant == 3 && r->check)
+        FUZZ_ASSERT(d.prefill_instance == 0x5eedu && d.prefill_reason == 77 &&
+                    d.prefill_cached_tokens == 0xcafeu &&
+                    d.reserved == 0xa5a5u && d.transfer_s == -3.5);
     if (st == LR_OK)
         clock_took(r, q.now_ns);
     if (st == LR_EBUFSIZE && r->check)
         FUZZ_ASSERT(d.n_scores == routable);
     if (st != LR_OK)
         return;
+    struct pleg pl = { true,
+                       true,
+                       d.prefill_instance,
+                       d.prefill_cached_tokens,
+                       d.prefill_reason,
+                       d.transfer_s };
+    if (variant == 3) {
+        pl = (struct pleg){ false, !dry, NONE, 0, -1, 0 };
+        if (!dry)
+            pleg_from_load(r, len, inflight0, prefill0, &pl);
+        fuzz_trace("  (a 0.2 decision: by the load, prefill %u, cached %u)",
+                   pl.inst, pl.cached);
+    }
     fuzz_note(&r->transcript, d.instance);
     fuzz_note(&r->transcript, d.cached_tokens);
     fuzz_note(&r->transcript, d.alt_instance);
     fuzz_note(&r->transcript, (uint64_t)d.reason);
-    check_decision(r, &q, model, &d, scores, want_scores);
+    fuzz_note(&r->transcript, ((uint64_t)pl.inst << 32) | pl.cached);
+    fuzz_note(&r->transcript, (uint64_t)(uint32_t)pl.reason);
+    check_decision(r, &q, model, &d, &pl, scores, want_scores);
     if (dry) {
         r->dry_runs++;
         return;
@@ -821,6 +1154,9 @@ op_route(struct run *r, fuzz_dp *dp)
     s->out = out ? out : (uint32_t)r->param[LR_PARAM_DEFAULT_OUTPUT_TOKENS];
     s->cached = d.cached_tokens;
     s->cached_known = true;
+    s->split = pl.inst != NONE;
+    s->pinst = pl.inst;
+    s->pcached = pl.cached;
     if (s->alt != NONE && want_scores) {
         for (size_t k = 0; k < d.n_scores; k++)
             if (scores[k].instance == s->alt) {
@@ -925,6 +1261,9 @@ op_set_param(struct run *r, fuzz_dp *dp)
     else if (!(v >= lo && v <= hi))
         want = LR_ERANGE;
     else if (integer_param(key) && v != floor(v))
+        want = LR_EINVAL;
+    else if (key == LR_PARAM_PD_PREFILL_POLICY && v >= 0 &&
+             prefill_policy_refused((int32_t)v))
         want = LR_EINVAL;
     else
         want = LR_OK;
@@ -1034,10 +1373,35 @@ op_event(struct run *r, fuzz_dp *dp, int kind)
     if (st != LR_OK)
         return;
     clock_took(r, r->now);
-    if (kind == 0)
+    if (kind == 0) {
+        /* a first token ends the prefill leg too (a repeat: a no-op) */
+        if (r->rq[i].queued)
+            r->rq[i].pinst = NONE;
         r->rq[i].queued = false;
-    else
+    } else {
         s_drop(r, i);
+    }
+}
+
+/* The prefill leg of a request ended (its KV moved): the prefill instance
+ * drops it; a request with no open leg: a no-op. */
+static void
+op_prefill_done(struct run *r, fuzz_dp *dp)
+{
+    uint64_t id = dec_req_id(r, dp);
+    int i = s_find(r, id);
+    int want = clock_judge(r, r->now, true) != LR_OK ? LR_ERANGE
+               : i >= 0                              ? LR_OK
+                                                     : LR_ENOENT;
+    uint64_t d0 = digest(r);
+    lr_status st = lr_router_prefill_done(r->r, id, r->now);
+    fuzz_trace("prefill_done(%llu) = %s", (unsigned long long)id,
+               lr_status_name(st));
+    after(r, C_PREFILL_DONE, st, want, d0);
+    if (st != LR_OK)
+        return;
+    clock_took(r, r->now);
+    r->rq[i].pinst = NONE;
 }
 
 /* An engine's report of the prompt tokens it reused: up to a little
@@ -1086,13 +1450,15 @@ static void
 do_move(struct run *r, uint64_t id, uint32_t to)
 {
     int i = s_find(r, id);
-    int want = !s_live(r, to)        ? LR_ENOENT
-               : r->in[to].draining  ? LR_ESTATE
-               : i < 0               ? LR_ENOENT
-               : !r->rq[i].queued    ? LR_ESTATE
-               : !s_serves(r, to, r->rq[i].model) ? LR_ESTATE
-               : r->rq[i].inst == to ? LR_EINVAL
-                                     : LR_OK;
+    /* onto a prefill instance, which decodes nothing: ESTATE; onto where
+     * it is, or onto its open prefill leg's instance: EINVAL */
+    int want = !s_live(r, to)                                ? LR_ENOENT
+               : r->in[to].draining || s_prefill(r, to)      ? LR_ESTATE
+               : i < 0                                       ? LR_ENOENT
+               : !r->rq[i].queued                            ? LR_ESTATE
+               : !s_serves(r, to, r->rq[i].model)            ? LR_ESTATE
+               : r->rq[i].inst == to || r->rq[i].pinst == to ? LR_EINVAL
+                                                             : LR_OK;
     uint64_t d0 = digest(r);
     lr_status st = lr_router_move(r->r, id, to);
     fuzz_trace("move(%llu, %u) = %s", (unsigned long long)id, to,
@@ -1144,6 +1510,7 @@ op_plan(struct run *r, fuzz_dp *dp)
         FUZZ_ASSERT(r->rq[i].queued);
         FUZZ_ASSERT(r->rq[i].inst == m->from);
         FUZZ_ASSERT(r->rq[i].alt == m->to);
+        FUZZ_ASSERT(r->rq[i].pinst != m->to); /* a move the router takes */
         FUZZ_ASSERT(s_routable(r, m->to) && m->to != m->from);
         FUZZ_ASSERT(m->benefit_s > 0 && isfinite(m->benefit_s));
         for (size_t j = 0; j < k; j++)
@@ -1538,7 +1905,10 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.block_tokens = r->B;
     o.index_capacity_blocks = fuzz_dp_next_range(&dp, 8, 512);
     o.index_ttl_ns = ttls[fuzz_dp_next_range(&dp, 0, 3)];
-    o.policy = (int32_t)fuzz_dp_next_range(&dp, 0, LR_POLICY_LODESTAR);
+    /* every policy but lodestar (set_policy reaches it) */
+    o.policy = (int32_t)fuzz_dp_next_range(&dp, 0, LR__POLICY_COUNT - 2);
+    if (o.policy >= LR_POLICY_LODESTAR)
+        o.policy++;
     /* a tiny learner, so that rounds happen within one input */
     lr_mlp_options mo;
     lr_mlp_options_init(&mo);
@@ -1558,6 +1928,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     o.ring_vnodes = fuzz_dp_next_range(&dp, 1, 64);
     fuzz_oom_decode(&dp, 256, &r->oom.fail_at, &r->oom.sticky);
     uint32_t mask = fuzz_dp_next_range(&dp, 0, 255);
+    /* the initial instances' roles: 0, 1 all both; 2 the odd ones prefill;
+     * 3 the odd ones prefill, the even ones decode, placed */
+    uint32_t fleet = fuzz_dp_next_range(&dp, 0, 3);
     lr_allocator alloc;
     fuzz_oom_allocator(&r->oom, &alloc);
     o.allocator = &alloc;
@@ -1568,13 +1941,13 @@ run_once(struct run *r, const uint8_t *data, size_t size)
     r->next_id = 1000;
     fuzz_trace("router(seed=%llu, max_instances=%u, max_requests=%u, B=%u, "
                "capacity=%llu, ttl=%llu, policy=%s, vnodes=%u); allocation "
-               "%llu fails%s; names %#x",
+               "%llu fails%s; names %#x, fleet %u",
                (unsigned long long)o.seed, r->max_inst, r->max_req, r->B,
                (unsigned long long)o.index_capacity_blocks,
                (unsigned long long)o.index_ttl_ns,
                lr_policy_name((lr_policy)o.policy), o.ring_vnodes,
                (unsigned long long)r->oom.fail_at,
-               r->oom.sticky ? " and every one after" : "", mask);
+               r->oom.sticky ? " and every one after" : "", mask, fleet);
     lr_status st = lr_router_create(&o, &r->r);
     FUZZ_ASSERT_STATUS(st, st == LR_OK);
     st = lr_router_set_param(r->r, LR_PARAM_DUALMAP_WINDOW, START_WINDOW);
@@ -1589,17 +1962,28 @@ run_once(struct run *r, const uint8_t *data, size_t size)
         s.instance_class = k % 3;
         s.prefix_caching = k != 7;
         s.rtt_ns = (k + 1) * FUZZ_MS;
+        if (fleet >= 2)
+            s.role = k % 2        ? LR_ROLE_PREFILL
+                     : fleet == 3 ? LR_ROLE_DECODE
+                                  : LR_ROLE_BOTH;
+        if (fleet == 3) {
+            s.node = k / 2 + 1;
+            s.rack = k / 4 + 1;
+            s.region = 1;
+        }
         uint32_t id;
         st = lr_router_add_instance(r->r, &s, &id);
         FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ELIMIT);
         if (st == LR_OK)
-            r->in[id] = (struct sinst){ true, false, k, s.prefix_caching, 0 };
+            r->in[id] =
+                (struct sinst){ true,   false,  k,      s.prefix_caching, 0,
+                                s.role, s.node, s.rack, s.region };
     }
     r->oom.armed = true;
     if (r->check)
         check_counters(r);
     for (int i = 0; i < MAX_OPS && !fuzz_dp_empty(&dp); i++) {
-        switch (fuzz_dp_next_range(&dp, 0, 22)) {
+        switch (fuzz_dp_next_range(&dp, 0, 23)) {
         case 0:
             op_add(r, &dp);
             break;
@@ -1670,6 +2054,9 @@ run_once(struct run *r, const uint8_t *data, size_t size)
             break;
         case 21:
             op_set_adapters(r, &dp);
+            break;
+        case 22:
+            op_prefill_done(r, &dp);
             break;
         default:
             op_query(r, &dp);

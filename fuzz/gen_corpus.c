@@ -1664,8 +1664,19 @@ enum {
     RO_KV = 16,
     RO_DELTA = 17,
     RO_TIME = 18,
-    RO_QUERY = 19
+    RO_OBSERVE = 19,
+    RO_LEARN = 20,
+    RO_ADAPTERS = 21,
+    RO_PREFILL_DONE = 22,
+    RO_QUERY = 23,
+    RO_LAST = RO_QUERY /* ops are 0 .. RO_LAST */
 };
+/* add_instance's role choices (fuzz_router_ops.c's roles[]) */
+#define RO_BOTH 0u
+#define RO_PREFILL 6u
+#define RO_DECODE 11u
+#define RO_ROLE3 14u   /* 3: LR_EINVAL */
+#define RO_ROLE_M1 15u /* -1: LR_EINVAL */
 /* instance choices index {0..7, 1000, LR_INSTANCE_NONE} */
 #define RO_I1000 8u
 #define RO_INONE 9u
@@ -1680,11 +1691,14 @@ struct ro {
 };
 
 /* oom: 0 none; n > 0 allocation n fails once; n < 0 allocation -n and
- * every one after */
+ * every one after; policy: any but lodestar; fleet: the initial
+ * instances' roles (0, 1 all both; 2 the odd ones prefill; 3 the odd ones
+ * prefill, the even ones decode, placed) */
 static void
-ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
-          uint32_t bidx, uint32_t cap, uint32_t ttl, uint32_t policy,
-          uint32_t vnodes, int oom, uint32_t names)
+ro_header_fleet(struct ro *s, uint32_t seed, uint32_t max_inst,
+                uint32_t max_req, uint32_t bidx, uint32_t cap, uint32_t ttl,
+                uint32_t policy, uint32_t vnodes, int oom, uint32_t names,
+                uint32_t fleet)
 {
     struct enc *e = &s->e;
     e->n = 0;
@@ -1695,10 +1709,31 @@ ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
     put(e, 0, 3, bidx);
     put(e, 8, 512, cap);
     put(e, 0, 3, ttl);
-    put(e, 0, 14, policy);
+    if (policy == LR_POLICY_LODESTAR) {
+        fprintf(stderr, "router_ops: no lodestar in the header\n");
+        exit(1);
+    }
+    put(e, 0, LR__POLICY_COUNT - 2,
+        policy > LR_POLICY_LODESTAR ? policy - 1 : policy);
     put(e, 1, 64, vnodes);
     put_oom(e, oom, 256);
     put(e, 0, 255, names);
+    put(e, 0, 3, fleet);
+}
+
+static void
+ro_header(struct ro *s, uint32_t seed, uint32_t max_inst, uint32_t max_req,
+          uint32_t bidx, uint32_t cap, uint32_t ttl, uint32_t policy,
+          uint32_t vnodes, int oom, uint32_t names)
+{
+    ro_header_fleet(s, seed, max_inst, max_req, bidx, cap, ttl, policy, vnodes,
+                    oom, names, 0);
+}
+
+static void
+ro_op(struct ro *s, uint32_t op)
+{
+    put(&s->e, 0, RO_LAST, op);
 }
 
 static void
@@ -1709,19 +1744,33 @@ ro_id(struct ro *s, uint32_t c, uint32_t k)
         put(&s->e, 0, 63, k);
 }
 
-/* cls: {0,1,3,63,64}; pc: {1,1,0,2}; rtt: {0, 1 ms, max, max+1} */
+/* The whole of add_instance: cls {0,1,3,63,64}; pc {1,1,0,2}; rtt {0,
+ * 1 ms, max, max+1}; size 0 too small, 1 0.2's (no role), else current;
+ * models mv (0 none, 4 {m0}, 5 {m1}, 6 {m0, m1}, 7 {m2}); slots sv {0, 1,
+ * max, max + 1}; role RO_BOTH, RO_PREFILL, RO_DECODE, RO_ROLE3,
+ * RO_ROLE_M1; placement node | rack << 2 | region << 4 (0..3 each). */
 static void
-ro_add(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc, uint32_t rtt,
-       bool small)
+ro_add_full(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc,
+            uint32_t rtt, uint32_t size, uint32_t mv, uint32_t sv,
+            uint32_t role, uint32_t place)
 {
-    put(&s->e, 0, 19, RO_ADD);
+    ro_op(s, RO_ADD);
     put(&s->e, 0, 9, name);
     put(&s->e, 0, 4, cls);
     put(&s->e, 0, 3, pc);
     put(&s->e, 0, 3, rtt);
-    put(&s->e, 0, 15, small ? 0 : 5);
-    put(&s->e, 0, 9, 0); /* models: none */
-    put(&s->e, 0, 3, 0); /* adapter slots: unknown */
+    put(&s->e, 0, 15, size);
+    put(&s->e, 0, 9, mv);
+    put(&s->e, 0, 3, sv);
+    put(&s->e, 0, 15, role);
+    put(&s->e, 0, 63, place);
+}
+
+static void
+ro_add(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc, uint32_t rtt,
+       bool small)
+{
+    ro_add_full(s, name, cls, pc, rtt, small ? 0 : 5, 0, 0, RO_BOTH, 0);
 }
 
 /* An instance serving models mv (4 {m0}, 5 {m1}, 6 {m0, m1}, 7 {m2}) with
@@ -1729,21 +1778,22 @@ ro_add(struct ro *s, uint32_t name, uint32_t cls, uint32_t pc, uint32_t rtt,
 static void
 ro_add_models(struct ro *s, uint32_t name, uint32_t mv, uint32_t sv)
 {
-    put(&s->e, 0, 19, RO_ADD);
-    put(&s->e, 0, 9, name);
-    put(&s->e, 0, 4, 0);
-    put(&s->e, 0, 3, 0);
-    put(&s->e, 0, 3, 1);
-    put(&s->e, 0, 15, 5);
-    put(&s->e, 0, 9, mv);
-    put(&s->e, 0, 3, sv);
+    ro_add_full(s, name, 0, 0, 1, 5, mv, sv, RO_BOTH, 0);
+}
+
+/* An instance of a role, at a placement, serving models mv. */
+static void
+ro_add_role(struct ro *s, uint32_t name, uint32_t role, uint32_t place,
+            uint32_t mv)
+{
+    ro_add_full(s, name, 0, 0, 1, 5, mv, 0, role, place);
 }
 
 /* dv: {0, 1, 1, 2} */
 static void
 ro_drain(struct ro *s, uint32_t inst, uint32_t dv)
 {
-    put(&s->e, 0, 19, RO_DRAIN);
+    ro_op(s, RO_DRAIN);
     put(&s->e, 0, 9, inst);
     put(&s->e, 0, 3, dv);
 }
@@ -1751,7 +1801,7 @@ ro_drain(struct ro *s, uint32_t inst, uint32_t dv)
 static void
 ro_remove(struct ro *s, uint32_t inst)
 {
-    put(&s->e, 0, 19, RO_REMOVE);
+    ro_op(s, RO_REMOVE);
     put(&s->e, 0, 9, inst);
 }
 
@@ -1764,9 +1814,12 @@ struct ro_req {
     uint32_t session;
     uint32_t outc, outv; /* {0, outv, 65535, UINT32_MAX} */
     uint32_t capv;       /* scores: {none, 1, enough, NULL with enough} */
-    uint32_t variant;    /* 0 NULL tokens, 1/2 small struct, else plain */
+    uint32_t variant;    /* 0 NULL tokens, 1/2 small struct, 3 a 0.2
+                            decision, else plain */
     uint32_t model;      /* 0 none, 5..8 m0..m3, 9 too long */
     uint32_t adapter;    /* 0 none, 4 a0, 5 a1, 6 "", 7 too long */
+    uint32_t mm, mo, ml; /* multimodal inputs: 0 none, 5 one, 6 two, 7
+                            two overlapping; at offset mo, ml tokens */
 };
 
 static struct ro_req
@@ -1787,7 +1840,7 @@ static void
 ro_route(struct ro *s, const struct ro_req *q)
 {
     struct enc *e = &s->e;
-    put(e, 0, 19, RO_ROUTE);
+    ro_op(s, RO_ROUTE);
     ro_id(s, q->idc, q->k);
     put(e, 0, 3, q->pattern);
     put(e, 0, 3, q->start);
@@ -1807,14 +1860,17 @@ ro_route(struct ro *s, const struct ro_req *q)
     put(e, 0, 15, q->variant);
     put(e, 0, 9, q->model);
     put(e, 0, 7, q->adapter);
+    put(e, 0, 7, q->mm);
+    put(e, 0, 96, q->mo);
+    put(e, 0, 33, q->ml); /* 0 .. 2 x block + 1: one byte */
 }
 
-/* c 0..14: that policy; 15: out of range */
+/* c: any policy id, LR__POLICY_COUNT out of range */
 static void
 ro_policy(struct ro *s, uint32_t c)
 {
-    put(&s->e, 0, 19, RO_POLICY);
-    put(&s->e, 0, 15, c);
+    ro_op(s, RO_POLICY);
+    put(&s->e, 0, LR__POLICY_COUNT, c);
 }
 
 /* vc: 0 lo, 1 hi, 2 default, 3 below, 4 above, 5 NaN, 6 inf, 7 -inf,
@@ -1822,7 +1878,7 @@ ro_policy(struct ro *s, uint32_t c)
 static void
 ro_param(struct ro *s, uint32_t key, uint32_t vc, uint32_t frac)
 {
-    put(&s->e, 0, 19, RO_PARAM);
+    ro_op(s, RO_PARAM);
     put(&s->e, 0, LR__PARAM_COUNT + 1, key);
     put(&s->e, 0, 11, vc);
     put(&s->e, 0, 255, frac);
@@ -1834,7 +1890,7 @@ static void
 ro_stats(struct ro *s, uint32_t inst, uint32_t run, uint32_t wait, uint32_t kv,
          uint32_t tc, bool small)
 {
-    put(&s->e, 0, 19, RO_STATS);
+    ro_op(s, RO_STATS);
     put(&s->e, 0, 9, inst);
     put(&s->e, 0, 3, run);
     put(&s->e, 0, 3, wait);
@@ -1847,7 +1903,7 @@ ro_stats(struct ro *s, uint32_t inst, uint32_t run, uint32_t wait, uint32_t kv,
 static void
 ro_rtt(struct ro *s, uint32_t inst, uint32_t rc)
 {
-    put(&s->e, 0, 19, RO_RTT);
+    ro_op(s, RO_RTT);
     put(&s->e, 0, 9, inst);
     put(&s->e, 0, 5, rc);
 }
@@ -1856,7 +1912,7 @@ ro_rtt(struct ro *s, uint32_t inst, uint32_t rc)
 static void
 ro_event(struct ro *s, uint32_t kind, uint32_t idc, uint32_t k)
 {
-    put(&s->e, 0, 19, RO_FIRST + kind);
+    ro_op(s, RO_FIRST + kind);
     ro_id(s, idc, k);
     put(&s->e, 0, 255, 40);
 }
@@ -1865,7 +1921,7 @@ ro_event(struct ro *s, uint32_t kind, uint32_t idc, uint32_t k)
 static void
 ro_plan(struct ro *s, uint32_t cap, uint32_t mask)
 {
-    put(&s->e, 0, 19, RO_PLAN);
+    ro_op(s, RO_PLAN);
     put(&s->e, 0, 9, cap);
     put(&s->e, 0, 255, mask);
 }
@@ -1873,7 +1929,7 @@ ro_plan(struct ro *s, uint32_t cap, uint32_t mask)
 static void
 ro_move(struct ro *s, uint32_t idc, uint32_t k, uint32_t inst)
 {
-    put(&s->e, 0, 19, RO_MOVE);
+    ro_op(s, RO_MOVE);
     ro_id(s, idc, k);
     put(&s->e, 0, 9, inst);
 }
@@ -1886,7 +1942,7 @@ ro_kv(struct ro *s, uint32_t kind, uint32_t inst, uint32_t nbk,
       uint32_t ph, bool wrong)
 {
     struct enc *e = &s->e;
-    put(e, 0, 19, RO_KV);
+    ro_op(s, RO_KV);
     put(e, 0, 3, kind);
     put(e, 0, 9, inst);
     put(e, 0, 4, nbk);
@@ -1906,7 +1962,7 @@ ro_kv(struct ro *s, uint32_t kind, uint32_t inst, uint32_t nbk,
 static void
 ro_export(struct ro *s, uint32_t sv)
 {
-    put(&s->e, 0, 19, RO_DELTA);
+    ro_op(s, RO_DELTA);
     put(&s->e, 0, 3, 0);
     put(&s->e, 0, 2, sv);
     s->blob |= sv != 2;
@@ -1919,7 +1975,7 @@ ro_import(struct ro *s, uint32_t kind, uint32_t to, const uint8_t *raw,
 {
     if (!s->blob)
         ro_export(s, 0);
-    put(&s->e, 0, 19, RO_DELTA);
+    ro_op(s, RO_DELTA);
     put(&s->e, 0, 3, kind);
     if (kind == 2) {
         put(&s->e, 0, 8, to);
@@ -1934,7 +1990,7 @@ ro_import(struct ro *s, uint32_t kind, uint32_t to, const uint8_t *raw,
 static void
 ro_time(struct ro *s, uint32_t c)
 {
-    put(&s->e, 0, 19, RO_TIME);
+    ro_op(s, RO_TIME);
     put(&s->e, 0, 6, c);
 }
 
@@ -1945,7 +2001,7 @@ ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name, uint32_t key,
          uint32_t cls, uint32_t rate)
 {
     struct enc *e = &s->e;
-    put(e, 0, 19, RO_QUERY);
+    ro_op(s, RO_QUERY);
     put(e, 0, 9, inst);
     put(e, 0, 3, sz);
     put(e, 0, 9, name);
@@ -1954,14 +2010,19 @@ ro_query(struct ro *s, uint32_t inst, uint32_t sz, uint32_t name, uint32_t key,
     put(e, 0, 7, rate);
 }
 
-/* c: any policy id, LR__POLICY_COUNT out of range */
 static void
 ro_policy_any(struct ro *s, uint32_t c)
 {
-    put(&s->e, 0, 19, RO_POLICY);
-    put(&s->e, 0, LR__POLICY_COUNT, c);
+    ro_policy(s, c);
 }
 
+/* The end of a request's prefill leg (its KV moved). */
+static void
+ro_prefill_done(struct ro *s, uint32_t idc, uint32_t k)
+{
+    ro_op(s, RO_PREFILL_DONE);
+    ro_id(s, idc, k);
+}
 /* An engine's LoRA report: nr running and nw waiting names (each 0..3
  * a0..a3, 4 "", 5 NULL, 6 a0, 7 too long); variant 0 small struct, 1
  * too many, 2 NULL names, else plain; slots {0, 2, max, max + 1}; the
@@ -1972,7 +2033,7 @@ ro_set_adapters(struct ro *s, uint32_t inst, uint32_t nr, uint32_t nw,
                 uint32_t tv)
 {
     struct enc *e = &s->e;
-    put(e, 0, 22, 21);
+    ro_op(s, RO_ADAPTERS);
     put(e, 0, 9, inst);
     put(e, 0, 3, nr);
     put(e, 0, 2, nw);
@@ -2010,6 +2071,35 @@ ro_workload(struct ro *s, uint32_t n, uint32_t out_of)
     }
 }
 
+/* A disaggregated workload: n prompts over shared prefixes, some with
+ * scores, a 0.2 decision or a dry run, the prefill legs ending by
+ * prefill_done or a first token, some requests ending. */
+static void
+ro_pd_workload(struct ro *s, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct ro_req q = ro_rq(2 + (i & 1), 16 + 16 * (i % 5), 16 + i * 5);
+        if (i % 3 == 1)
+            q.flags = LR_ROUTE_SCORES;
+        if (i % 4 == 2)
+            q.variant = 3; /* a 0.2 decision */
+        if (i % 7 == 6)
+            q.flags |= LR_ROUTE_DRY_RUN;
+        if (i % 6 == 5) { /* an image */
+            q.mm = 5;
+            q.mo = 4;
+            q.ml = 3;
+        }
+        ro_route(s, &q);
+        if (i % 3 == 0)
+            ro_prefill_done(s, RO_INFL, i);
+        if (i % 4 == 3)
+            ro_event(s, 0, RO_INFL, i + 1);
+        if (i % 5 == 4)
+            ro_event(s, 1 + (i & 1), RO_INFL, i);
+    }
+}
+
 static uint64_t ro_rs = 0x726f757465726f70ull; /* "routerop" */
 static uint32_t
 ro_rnd(uint32_t lo, uint32_t hi)
@@ -2024,7 +2114,9 @@ gen_router(void)
     char name[64];
 
     /* every policy on the same workload: routes, events, a plan, queries */
-    for (uint32_t p = 0; p < LR_POLICY_LODESTAR; p++) {
+    for (uint32_t p = 0; p < LR__POLICY_COUNT; p++) {
+        if (p == LR_POLICY_LODESTAR)
+            continue;
         ro_header(&s, p, 4, 32, 2, 256, 0, p, 16, 0, 0x0f);
         ro_workload(&s, 10, 4);
         ro_stats(&s, 1, 1, 2, 1, 1, false);
@@ -2149,7 +2241,7 @@ gen_router(void)
     ro_route(&s, &q);
     ro_route(&s, &q); /* LR_ELIMIT at 4 */
     ro_route(&s, &q);
-    ro_policy(&s, 15);
+    ro_policy(&s, LR__POLICY_COUNT);
     for (uint32_t vc = 3; vc <= 9; vc++)
         ro_param(&s, LR_PARAM_DUALMAP_WINDOW, vc, 0);
     ro_param(&s, LR__PARAM_COUNT, 0, 0);
@@ -2353,22 +2445,205 @@ gen_router(void)
         ro_write(&s, name);
     }
 
-    /* random sequences over every op */
+    /* disaggregated fleets (the odd instances prefill, the even ones
+     * decode, two to a node), every policy but lodestar's header: splits,
+     * prefill legs ending, 0.2 decisions, plans */
+    for (uint32_t p = 0; p < LR__POLICY_COUNT; p++) {
+        if (p == LR_POLICY_LODESTAR)
+            continue;
+        ro_header_fleet(&s, 80 + p, 6, 32, 2, 256, 0, p, 16, 0, 0x3f, 3);
+        ro_pd_workload(&s, 14);
+        ro_plan(&s, 8, 0xff);
+        ro_query(&s, 1, 2, 1, LR_PARAM_PD_PREFILL_POLICY, 0, 3);
+        ro_pd_workload(&s, 6);
+        snprintf(name, sizeof name, "pd-policy-%02u", p);
+        ro_write(&s, name);
+    }
+    /* the same, where the even ones do both; lodestar by set_policy */
+    static const uint32_t pd_mixed[4] = { LR_POLICY_ROUND_ROBIN,
+                                          LR_POLICY_LLMD_PD,
+                                          LR_POLICY_DYNAMO_PD,
+                                          LR_POLICY_ADAPTIVE };
+    for (uint32_t v = 0; v < 5; v++) {
+        ro_header_fleet(&s, 110 + v, 8, 40, v % 4, 256, 0,
+                        v < 4 ? pd_mixed[v] : LR_POLICY_RANDOM, 8, 0, 0xff, 2);
+        if (v == 4)
+            ro_policy(&s, LR_POLICY_LODESTAR);
+        if (v == 1) /* llm-d-pd splits every request */
+            ro_param(&s, LR_PARAM_PD_MIN_UNCACHED, 0, 0);
+        if (v == 2) /* dynamo-pd prefills locally under 16 tokens */
+            ro_param(&s, LR_PARAM_PD_LOCAL_MAX_TOKENS, 10, 16);
+        ro_pd_workload(&s, 16);
+        ro_time(&s, 3);
+        ro_pd_workload(&s, 8);
+        snprintf(name, sizeof name, "pd-mixed-%u", v);
+        ro_write(&s, name);
+    }
+
+    /* the prefill leg's policy: every id, -1 .. the last (those with a
+     * ring key or a state of their own refused), routes after each */
+    ro_header_fleet(&s, 120, 6, 48, 2, 256, 0, LR_POLICY_ROUND_ROBIN, 8, 0,
+                    0x3f, 2);
+    for (uint32_t v = 0; v <= LR__POLICY_COUNT; v++) {
+        ro_param(&s, LR_PARAM_PD_PREFILL_POLICY, 10, v); /* v - 1 */
+        struct ro_req q = ro_rq(2, 32 + 8 * (v % 4), v);
+        q.flags = LR_ROUTE_SCORES;
+        ro_route(&s, &q);
+        ro_event(&s, 1, RO_INFL, 0);
+    }
+    ro_param(&s, LR_PARAM_PD_PREFILL_POLICY, 9, 0);  /* -0.5 */
+    ro_param(&s, LR_PARAM_PD_PREFILL_POLICY, 4, 0);  /* past the last */
+    ro_param(&s, LR_PARAM_PD_PREFILL_POLICY, 10, 2); /* round-robin */
+    ro_policy(&s, LR_POLICY_PREFIX_CACHE);
+    ro_pd_workload(&s, 10);
+    ro_write(&s, "pd-prefill-policy");
+
+    /* roles and placements by add_instance: invalid roles, 0.2's struct
+     * (both, whatever it says), a prefill instance alone (LR_ESTATE),
+     * moves of a split request (onto its prefill instance: LR_EINVAL),
+     * prefill_done repeated and for no request, the prefill instance
+     * removed with legs open, a new one in its place, the decode
+     * instances drained */
+    ro_header_fleet(&s, 121, 5, 16, 2, 128, 0, LR_POLICY_LEAST_REQUEST, 8, 0, 0,
+                    0);
+    ro_add_role(&s, 0, RO_ROLE3, 0, 0);
+    ro_add_role(&s, 0, RO_ROLE_M1, 0, 0);
+    ro_add_role(&s, 0, RO_PREFILL, 1 | 1 << 2 | 1 << 4, 0); /* id 0 */
+    {
+        struct ro_req q = ro_rq(2, 40, 1);
+        ro_route(&s, &q); /* only a prefill instance: LR_ESTATE */
+        q.flags = LR_ROUTE_DRY_RUN;
+        ro_route(&s, &q);
+        ro_add_role(&s, 1, RO_DECODE, 1 | 1 << 2 | 1 << 4, 0); /* id 1 */
+        ro_add_full(&s, 2, 0, 0, 1, 1, 0, 0, RO_PREFILL, 2 | 2 << 2);
+        ro_add_role(&s, 3, RO_PREFILL, 3 | 3 << 2 | 2 << 4, 0); /* id 3 */
+        for (uint32_t i = 0; i < 6; i++) {
+            q = ro_rq(2 + (i & 1), 24 + 8 * i, i);
+            q.flags = i % 2 ? LR_ROUTE_SCORES : 0;
+            ro_route(&s, &q);
+        }
+        ro_move(&s, RO_INFL, 0, 0); /* onto a prefill leg, or not */
+        ro_move(&s, RO_INFL, 0, 3);
+        ro_move(&s, RO_INFL, 1, 2);
+        ro_move(&s, RO_INFL, 1, 1);
+        ro_prefill_done(&s, RO_INFL, 2);
+        ro_prefill_done(&s, RO_INFL, 2); /* a no-op */
+        ro_prefill_done(&s, 9, 0);       /* LR_ENOENT */
+        ro_event(&s, 0, RO_INFL, 3);
+        ro_prefill_done(&s, RO_INFL, 3);
+        ro_remove(&s, 0); /* its open legs end */
+        ro_pd_workload(&s, 4);
+        ro_add_role(&s, 4, RO_PREFILL, 0, 0); /* id 0 again */
+        ro_pd_workload(&s, 4);
+        ro_drain(&s, 1, 1);
+        ro_drain(&s, 2, 1);
+        ro_route(&s, &q); /* the prefill instances alone: LR_ESTATE */
+        ro_drain(&s, 2, 0);
+        ro_remove(&s, 3);
+        ro_pd_workload(&s, 4);
+    }
+    ro_write(&s, "pd-roles");
+
+    /* models in a disaggregated fleet: a model only a prefill instance
+     * serves (LR_ESTATE), one no instance serves (LR_ENOENT), one with
+     * prefill and decode rows, one with decode rows alone */
+    ro_header_fleet(&s, 122, 6, 32, 2, 256, 0, LR_POLICY_PREFIX_CACHE, 8, 0, 0,
+                    0);
+    ro_add_role(&s, 0, RO_PREFILL, 1, 4); /* m0 */
+    ro_add_role(&s, 1, RO_DECODE, 1, 5);  /* m1 */
+    ro_add_role(&s, 2, RO_BOTH, 2, 6);    /* m0, m1 */
+    ro_add_role(&s, 3, RO_PREFILL, 2, 7); /* m2 */
+    ro_add_role(&s, 4, RO_DECODE, 1, 0);  /* every model */
+    for (uint32_t i = 0; i < 16; i++) {
+        struct ro_req q = ro_rq(2 + (i & 1), 32, 7 + i);
+        q.model = i % 5 == 4 ? 0 : 5 + i % 5; /* m0..m3, none */
+        q.flags = i % 3 == 0 ? LR_ROUTE_SCORES : 0;
+        ro_route(&s, &q);
+        if (i % 4 == 1)
+            ro_prefill_done(&s, RO_INFL, i);
+    }
+    ro_remove(&s, 4); /* m2: its prefill instance alone */
+    {
+        struct ro_req q = ro_rq(2, 32, 3);
+        q.model = 7;
+        ro_route(&s, &q);
+    }
+    ro_move(&s, RO_INFL, 0, 3);
+    ro_move(&s, RO_INFL, 1, 2);
+    ro_write(&s, "pd-models");
+
+    /* rebalancing split requests: a slow class, a tight SLO, dualmap and
+     * consistent-hash recording alternatives */
+    for (uint32_t v = 0; v < 2; v++) {
+        uint32_t pol = v ? LR_POLICY_CONSISTENT_HASH : LR_POLICY_DUALMAP;
+        ro_header_fleet(&s, 123 + v, 6, 40, 2, 512, 0, pol, 32, 0, 0x3f, 3);
+        ro_query(&s, 0, 1, 0, 0, 1, 2); /* class 1: 1 token/s */
+        ro_param(&s, LR_PARAM_TTFT_SLO_S, 0, 0);
+        for (uint32_t i = 0; i < 16; i++) {
+            struct ro_req q = ro_rq(3, 16 + (i % 8) * 8, i);
+            q.flags = i % 2 ? LR_ROUTE_SCORES : 0;
+            ro_route(&s, &q);
+        }
+        ro_plan(&s, 8, 0xff);
+        ro_time(&s, 4);
+        ro_plan(&s, 8, 0x55);
+        ro_prefill_done(&s, RO_INFL, 2);
+        ro_move(&s, RO_INFL, 3, 1);
+        ro_move(&s, RO_INFL, 4, 4);
+        ro_remove(&s, 1);
+        ro_plan(&s, 8, 0xff);
+        snprintf(name, sizeof name, "pd-rebalance-%u", v);
+        ro_write(&s, name);
+    }
+
+    /* allocation failures in a disaggregated fleet */
+    static const int pd_ooms[4] = { 1, 2, 4, -3 };
+    for (int k = 0; k < 4; k++) {
+        ro_header_fleet(&s, 125, 6, 16, 2, 64, 0, LR_POLICY_DYNAMO_PD, 8,
+                        pd_ooms[k], 0x0f, 3);
+        ro_pd_workload(&s, 4);
+        ro_param(&s, LR_PARAM_PD_PREFILL_POLICY, 10, 2);
+        ro_add_role(&s, 5, RO_PREFILL, 0, 0);
+        ro_pd_workload(&s, 4);
+        snprintf(name, sizeof name, "pd-oom-%d", pd_ooms[k]);
+        ro_write(&s, name);
+    }
+
+    /* random sequences over every op (the learner's aside), in every kind
+     * of fleet */
     for (int n = 0; n < 12; n++) {
-        ro_header(&s, ro_rnd(0, 255), ro_rnd(1, 8), ro_rnd(1, 48), ro_rnd(0, 3),
-                  ro_rnd(8, 512), ro_rnd(0, 3),
-                  ro_rnd(0, LR_POLICY_LODESTAR - 1), ro_rnd(1, 64),
-                  n % 4 == 3 ? (int)ro_rnd(1, 40) : 0, ro_rnd(0, 255));
+        uint32_t pol = ro_rnd(0, LR__POLICY_COUNT - 2);
+        ro_header_fleet(&s, ro_rnd(0, 255), ro_rnd(1, 8), ro_rnd(1, 48),
+                        ro_rnd(0, 3), ro_rnd(8, 512), ro_rnd(0, 3),
+                        pol >= LR_POLICY_LODESTAR ? pol + 1 : pol,
+                        ro_rnd(1, 64), n % 4 == 3 ? (int)ro_rnd(1, 40) : 0,
+                        ro_rnd(0, 255), n % 4);
         int ops = (int)ro_rnd(10, 60);
         for (int i = 0; i < ops; i++) {
-            uint32_t op = ro_rnd(0, 19), inst = ro_rnd(0, 9);
+            uint32_t op = ro_rnd(0, RO_LAST), inst = ro_rnd(0, 9);
             uint32_t idc = ro_rnd(0, 15), k = ro_rnd(0, 63);
             uint32_t h[4] = { ro_rnd(0, 15), ro_rnd(0, 15), ro_rnd(0, 15),
                               ro_rnd(0, 15) };
             switch (op) {
             case RO_ADD:
-                ro_add(&s, ro_rnd(0, 9), ro_rnd(0, 4), ro_rnd(0, 3),
-                       ro_rnd(0, 3), ro_rnd(0, 15) == 0);
+                ro_add_full(&s, ro_rnd(0, 9), ro_rnd(0, 4), ro_rnd(0, 3),
+                            ro_rnd(0, 3), ro_rnd(0, 15), ro_rnd(0, 9),
+                            ro_rnd(0, 3), ro_rnd(0, 15), ro_rnd(0, 63));
+                break;
+            case RO_OBSERVE:
+                ro_op(&s, RO_OBSERVE);
+                ro_id(&s, idc, k);
+                put(&s.e, 0, 255, ro_rnd(0, 98));
+                break;
+            case RO_LEARN:
+                break;
+            case RO_ADAPTERS: {
+                static const uint32_t names[3] = { 0, 1, 4 };
+                ro_set_adapters(&s, inst, 2, 1, names, 7, ro_rnd(0, 3), 0);
+                break;
+            }
+            case RO_PREFILL_DONE:
+                ro_prefill_done(&s, idc, k);
                 break;
             case RO_DRAIN:
                 ro_drain(&s, inst, ro_rnd(0, 3));
@@ -2377,7 +2652,7 @@ gen_router(void)
                 ro_remove(&s, inst);
                 break;
             case RO_POLICY:
-                ro_policy(&s, ro_rnd(0, 15));
+                ro_policy(&s, ro_rnd(0, LR__POLICY_COUNT));
                 break;
             case RO_PARAM:
                 ro_param(&s, ro_rnd(0, LR__PARAM_COUNT + 1), ro_rnd(0, 11),
@@ -2441,7 +2716,14 @@ gen_router(void)
                 r.outc = ro_rnd(0, 3);
                 r.outv = ro_rnd(0, 255);
                 r.capv = ro_rnd(0, 2) ? 2 : ro_rnd(0, 3);
-                r.variant = ro_rnd(0, 15) == 0 ? ro_rnd(0, 2) : 7;
+                r.variant = ro_rnd(0, 15) == 0 ? ro_rnd(0, 3) : 7;
+                r.model = ro_rnd(0, 9);
+                r.adapter = ro_rnd(0, 7);
+                if (ro_rnd(0, 3) == 0) {
+                    r.mm = ro_rnd(5, 7);
+                    r.mo = ro_rnd(0, r.len);
+                    r.ml = ro_rnd(0, 9);
+                }
                 ro_route(&s, &r);
                 break;
             }

@@ -787,9 +787,11 @@ LR_API lr_status lr_router_rebalance_plan(lr_router *router, uint64_t now_ns,
                                           lr_move *moves, size_t capacity,
                                           size_t move_size, size_t *n_moves);
 
-/** Record that a queued request now runs on `to`.
- * @return LR_OK; LR_EINVAL; LR_ENOENT; LR_ESTATE (not queued, `to` is
- *   draining, or `to` does not serve the request's model: @since 0.3).
+/** Record that a queued request now runs on `to` (decodes there, when it
+ * was split: its prefill leg stays).
+ * @return LR_OK; LR_EINVAL (`to` holds its prefill leg); LR_ENOENT;
+ *   LR_ESTATE (not queued, `to` is draining, does not serve the request's
+ *   model or is a prefill instance, which decodes nothing: @since 0.3).
  *   @since 0.1 */
 LR_API lr_status lr_router_move(lr_router *router, uint64_t request_id,
                                 uint32_t to);

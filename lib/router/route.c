@@ -1183,8 +1183,8 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
     const struct lr__rinst *in = lr__router_inst(r, to);
     if (in == NULL)
         st = LR_ENOENT;
-    else if (in->draining)
-        st = LR_ESTATE;
+    else if (in->draining || in->place.role == LR_ROLE_PREFILL)
+        st = LR_ESTATE; /* a prefill instance decodes nothing */
     else
         st = lr__load_req(r->ld, request_id, &v);
     if (st == LR_OK &&
