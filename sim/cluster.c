@@ -89,7 +89,57 @@ struct group {
     const struct sim_class *cls;
     int cache;
     uint64_t rtt_us;
+    int32_t role;
+    uint32_t node, rack, region; /* 0: the default */
 };
+
+/* Auto-numbered nodes start here, above any a spec names. */
+#define AUTO_NODE 100000u
+
+int
+sim_placement_level(const struct sim_instance *a, const struct sim_instance *b)
+{
+    if (a->node == b->node)
+        return 0;
+    if (a->rack == b->rack)
+        return 1;
+    if (a->region == b->region)
+        return 2;
+    return 3;
+}
+
+/* "/nodeN", "/rackN", "/regionN" after the RTT; 0, or -1 (err). */
+static int
+parse_place(const char *spec, const char **pp, struct group *out,
+            struct sim_err *err)
+{
+    const char *p = *pp;
+    while (*p == '/') {
+        p++;
+        static const char *const kw[3] = { "node", "rack", "region" };
+        uint32_t *dst[3] = { &out->node, &out->rack, &out->region };
+        int k = 0;
+        while (k < 3 && strncmp(p, kw[k], strlen(kw[k])) != 0)
+            k++;
+        if (k == 3)
+            return sim_errf(err, "bad cluster \"%s\": after '/' expected "
+                                 "nodeN, rackN or regionN",
+                            spec);
+        p += strlen(kw[k]);
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (end == p || *p < '0' || *p > '9' || errno != 0 || v == 0 ||
+            v >= AUTO_NODE)
+            return sim_errf(err, "bad cluster \"%s\": %s needs a number "
+                                 "1..%u",
+                            spec, kw[k], AUTO_NODE - 1);
+        *dst[k] = (uint32_t)v;
+        p = end;
+    }
+    *pp = p;
+    return 0;
+}
 
 static int
 parse_count(const char **p, unsigned long *out)
@@ -122,6 +172,8 @@ parse_group(const char *spec, const char *g, size_t len, struct group *out,
     out->cls = sim_class_find(SIM_DEFAULT_CLASS);
     out->cache = 1;
     out->rtt_us = SIM_DEFAULT_RTT_US;
+    out->role = 0;
+    out->node = out->rack = out->region = 0;
     unsigned long n;
     int r = parse_count(&p, &n);
     if (r < 0)
@@ -156,6 +208,27 @@ parse_group(const char *spec, const char *g, size_t len, struct group *out,
         out->cache = 0;
         p += 8;
     }
+    if (*p == ':') {
+        static const struct {
+            const char *name;
+            int32_t role;
+        } roles[] = { { "prefill", 1 }, { "decode", 2 }, { "both", 0 },
+                      { "p", 1 },       { "d", 2 },      { "b", 0 } };
+        p++;
+        size_t j = 0, m = sizeof roles / sizeof roles[0];
+        for (; j < m; j++) {
+            size_t l = strlen(roles[j].name);
+            if (strncmp(p, roles[j].name, l) == 0 &&
+                (p[l] == '\0' || p[l] == '@' || p[l] == '/'))
+                break;
+        }
+        if (j == m)
+            return sim_errf(err, "bad cluster \"%s\": after ':' expected a "
+                                 "role: p (prefill), d (decode) or b (both)",
+                            spec);
+        out->role = roles[j].role;
+        p += strlen(roles[j].name);
+    }
     if (*p == '@') {
         p++;
         char *end;
@@ -171,6 +244,8 @@ parse_group(const char *spec, const char *g, size_t len, struct group *out,
             p += 2;
         out->rtt_us = (uint64_t)llround(ms * 1000.0);
     }
+    if (parse_place(spec, &p, out, err) != 0)
+        return -1;
     if (*p != '\0')
         return sim_errf(err, "bad cluster \"%s\": unexpected \"%s\"", spec, p);
     return 0;
@@ -214,9 +289,21 @@ sim_cluster_parse(const char *spec, struct sim_cluster *c, struct sim_err *err)
     c->inst = sim_calloc(total, sizeof *c->inst);
     if (c->inst == NULL)
         return sim_errf(err, "out of memory");
+    uint32_t auto_node = AUTO_NODE;
     for (uint32_t gi = 0; gi < ng; gi++) {
         for (unsigned long k = 0; k < gs[gi].count; k++) {
             struct sim_instance *in = &c->inst[c->n];
+            in->role = gs[gi].role;
+            c->n_prefill += in->role == 1;
+            c->n_decode += in->role == 2;
+            in->rack = gs[gi].rack ? gs[gi].rack : 1;
+            in->region = gs[gi].region ? gs[gi].region : 1;
+            if (gs[gi].node)
+                in->node = gs[gi].node;
+            else if (k % 8 == 0)
+                in->node = ++auto_node; /* 8 GPUs a node */
+            else
+                in->node = auto_node;
             in->cls = gs[gi].cls;
             in->class_id = (uint32_t)(gs[gi].cls - sim_classes);
             in->prefix_caching = gs[gi].cache;
@@ -241,10 +328,15 @@ sim_cluster_describe(const struct sim_cluster *c, char *buf, size_t len)
         while (j < c->n && c->inst[j].group == c->inst[i].group)
             j++;
         const struct sim_instance *in = &c->inst[i];
-        int w = snprintf(buf + at, len - at, "%s%u x %s%s (%.0f ms)",
+        static const char *const role[3] = { "", " prefill", " decode" };
+        char place[48] = "";
+        if (in->rack != 1 || in->region != 1)
+            snprintf(place, sizeof place, " rack %u region %u", in->rack,
+                     in->region);
+        int w = snprintf(buf + at, len - at, "%s%u x %s%s%s (%.0f ms%s)",
                          i ? " + " : "", j - i, in->cls->name,
                          in->prefix_caching ? "" : " no-cache",
-                         (double)in->rtt_us / 1000.0);
+                         role[in->role], (double)in->rtt_us / 1000.0, place);
         if (w < 0 || (size_t)w >= len - at)
             return;
         at += (size_t)w;

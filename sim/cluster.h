@@ -1,8 +1,11 @@
 /* lrsim: instance classes (engine speed profiles) and cluster specs.
  *
  *   SPEC   := PRESET | GROUP { "+" GROUP }
- *   GROUP  := [COUNT "x"] CLASS { "-nocache" } [ "@" RTT [ "ms" ] ]
+ *   GROUP  := [COUNT "x"] CLASS { "-nocache" } [ ":" ROLE ]
+ *             [ "@" RTT [ "ms" ] ] { "/" PLACE }
  *           | COUNT                         (COUNT instances of a100)
+ *   ROLE   := "p" | "prefill" | "d" | "decode" | "b" | "both"
+ *   PLACE  := "node" N | "rack" N | "region" N      (N >= 1)
  *   PRESET := "regions" | "regions:K" | "lodestar" | "hetero"
  *
  *   8                  8 x a100, 1 ms RTT
@@ -10,6 +13,18 @@
  *   4xa30+4xv100-nocache  Lodestar's mix: the V100s cache nothing
  *   2xa100@279ms       two instances in another region
  *   regions            3 regions x 4 a100: RTT 37 / 279 / 456 ms (GORGO)
+ *   1xa100:p+3xa100:d  disaggregated: one prefill, three decode instances
+ *   2xa100:p/rack2+2xa100:d/rack1  ... their KV crossing racks
+ *
+ * Roles (lr_role; default both): a prefill instance prefills for decode
+ * instances; a decode instance decodes, and prefills a request kept whole.
+ * Placement (lr_instance_spec.node, rack, region): by default each group
+ * is a node of its own (8 GPUs a node: a larger group takes several), in
+ * rack 1 of region 1; "/nodeN" puts a group on node N (groups naming the
+ * same node share it; node and rack numbers are the fleet's, not the
+ * rack's), "/rackN" in rack N, "/regionN" in region N. A split request's
+ * KV moves at the bandwidth of the closest level two instances share
+ * (sim_config.kv_gbps).
  *
  * Class figures are documented in docs/simulator.md with their sources. */
 #ifndef LRSIM_CLUSTER_H
@@ -88,13 +103,21 @@ struct sim_instance {
     int prefix_caching;
     uint64_t rtt_us; /* gateway <-> engine round trip */
     uint32_t group;  /* which GROUP of the spec (a region, say) */
+    int32_t role;    /* lr_role: LR_ROLE_BOTH (0), _PREFILL (1), _DECODE (2) */
+    uint32_t node, rack, region; /* placement, all >= 1 */
 };
+
+/* Distance of two instances' placements: 0 one node, 1 one rack, 2 one
+ * region, 3 regions apart (the library's levels). */
+int sim_placement_level(const struct sim_instance *a,
+                        const struct sim_instance *b);
 
 struct sim_cluster {
     char spec[128];
     struct sim_instance *inst;
     uint32_t n;
     uint32_t n_groups;
+    uint32_t n_prefill, n_decode; /* instances of those roles */
 };
 
 /* Parse a spec (see above). 0, or -1 with the reason in err. */

@@ -83,6 +83,9 @@ struct sim_engine {
     const struct sim_seq *stuck;
     uint32_t stuck_free;
     struct queue waiting, running;
+    /* disaggregation: prefill legs holding their KV; decode legs waiting
+     * for blocks, and receiving their KV */
+    struct queue held, kvwait, recv;
     struct sim_seq **sched;
     uint32_t n_sched;
     int busy;
@@ -1229,7 +1232,7 @@ sim_engine_start_step(struct sim_engine *e)
      * ("Adapters") */
     struct sim_seq *w = e->waiting.head;
     while (!preempted && budget > 0 && w != NULL &&
-           e->running.n < e->cls->max_batch) {
+           e->running.n + e->recv.n < e->cls->max_batch) {
         struct sim_seq *next = w->next;
         if (w->adapter != 0 && lora_slot(e, w->adapter) == NULL) {
             if (++w->passed >= LORA_PATIENCE)
@@ -1297,6 +1300,15 @@ sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
             }
             if (s->computed < s->target)
                 continue;
+            if (s->hold) {
+                /* a prefill leg: its KV waits for the decode instance */
+                q_remove(&e->running, s);
+                lora_leave(e, s);
+                s->state = SEQ_HELD;
+                q_push(&e->held, s, 0);
+                out[n_out++] = (struct sim_emit){ s, EMIT_PREFILLED };
+                continue;
+            }
             s->decoding = 1;
             s->generated++;
             e->c.sampled_tokens++;
@@ -1313,13 +1325,91 @@ sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
     return n_out;
 }
 
+/* ---- disaggregated prefill and decode (engine.h) -------------------------------- */
+
+void
+sim_engine_enqueue_remote(struct sim_engine *e, struct sim_seq *s)
+{
+    s->state = SEQ_KVWAIT;
+    s->decoding = 0;
+    s->computed = 0;
+    s->n_blocks = 0;
+    s->loading = 0;
+    s->pending = 0;
+    q_push(&e->kvwait, s, 0);
+}
+
+size_t
+sim_engine_pull(struct sim_engine *e, struct sim_seq **out, size_t cap)
+{
+    size_t n_out = 0;
+    while (n_out < cap && e->kvwait.head != NULL &&
+           e->running.n + e->recv.n < e->cls->max_batch) {
+        struct sim_seq *s = e->kvwait.head;
+        uint32_t have = s->prompt - 1; /* the last one is computed here */
+        uint32_t max = have / e->bt;
+        uint32_t h = leading_hits(e, s, max, s->blocks);
+        uint32_t need = blocks_for(e, have) - h;
+        uint32_t revived = 0;
+        for (uint32_t d = 0; d < h; d++)
+            revived += e->blk[s->blocks[d]].ref == 0;
+        if ((uint64_t)need + e->watermark + revived > e->n_free)
+            break; /* waits for memory, in order */
+        q_remove(&e->kvwait, s);
+        for (uint32_t d = 0; d < h; d++)
+            blk_pin(e, s->blocks[d]);
+        s->n_blocks = h;
+        blk_alloc_n(e, s->blocks + h, need);
+        s->n_blocks += need;
+        s->hit = h * e->bt;
+        s->received = have - s->hit;
+        s->target = s->prompt;
+        if (s->admissions++ == 0)
+            s->first_hit = s->hit;
+        s->state = SEQ_RECEIVING;
+        q_push(&e->recv, s, 0);
+        e->c.pulls++;
+        out[n_out++] = s;
+    }
+    return n_out;
+}
+
+void
+sim_engine_kv_arrived(struct sim_engine *e, struct sim_seq *s)
+{
+    q_remove(&e->recv, s);
+    uint32_t have = s->prompt - 1;
+    uint32_t last = have / e->bt;
+    if (last > s->n_keys)
+        last = s->n_keys;
+    s->computed = have;
+    blk_register_n(e, s, s->hit / e->bt, last);
+    s->pending = 1;
+    e->pending += 1;
+    s->state = SEQ_RUNNING;
+    q_push(&e->running, s, 0);
+    e->c.query_tokens += s->prompt;
+    e->c.hit_tokens += s->hit;
+    e->c.received_tokens += s->received;
+}
+
+void
+sim_engine_release_held(struct sim_engine *e, struct sim_seq *s)
+{
+    q_remove(&e->held, s);
+    seq_release_blocks(e, s);
+    s->state = SEQ_IDLE;
+    e->c.handed_off++;
+}
+
 /* ---- queries ------------------------------------------------------------------ */
 
 void
 sim_engine_state(const struct sim_engine *e, struct sim_engine_state *s)
 {
+    /* as vLLM counts them: a decode leg waiting for its KV waits */
     s->running = e->running.n;
-    s->waiting = e->waiting.n;
+    s->waiting = e->waiting.n + e->kvwait.n + e->recv.n;
     s->used_blocks = e->cap - e->n_free;
     s->capacity_blocks = e->cap;
     s->kv_use = (double)s->used_blocks / (double)e->cap;
@@ -1370,15 +1460,21 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
 {
     uint64_t pending = 0;
     if (verify_queue(&e->waiting, SEQ_WAITING, &pending, err) != 0 ||
-        verify_queue(&e->running, SEQ_RUNNING, &pending, err) != 0)
+        verify_queue(&e->running, SEQ_RUNNING, &pending, err) != 0 ||
+        verify_queue(&e->held, SEQ_HELD, &pending, err) != 0 ||
+        verify_queue(&e->kvwait, SEQ_KVWAIT, &pending, err) != 0 ||
+        verify_queue(&e->recv, SEQ_RECEIVING, &pending, err) != 0)
         return -1;
     if (pending != e->pending)
         return sim_errf(err, "pending prefill %llu, sequences hold %llu",
                         (unsigned long long)e->pending,
                         (unsigned long long)pending);
-    if (e->running.n > e->cls->max_batch)
-        return sim_errf(err, "%u running > max batch %u", e->running.n,
-                        e->cls->max_batch);
+    if (e->running.n + e->recv.n > e->cls->max_batch)
+        return sim_errf(err, "%u running + %u receiving > max batch %u",
+                        e->running.n, e->recv.n, e->cls->max_batch);
+    for (const struct sim_seq *s = e->kvwait.head; s; s = s->next)
+        if (s->n_blocks != 0 || s->pending != 0)
+            return sim_errf(err, "req %u waits for KV holding blocks", s->req);
     if (e->slots_mode) {
         uint32_t busy = 0;
         uint64_t held = 0;
@@ -1436,6 +1532,24 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
             else
                 refs[s->blocks[i]]++;
     }
+    /* ... and those of prefill legs held and decode legs receiving */
+    const struct queue *others[2] = { &e->held, &e->recv };
+    for (int k = 0; k < 2 && rc == 0; k++)
+        for (const struct sim_seq *s = others[k]->head; s && rc == 0;
+             s = s->next) {
+            uint32_t tok = k == 0 ? s->computed : s->prompt - 1;
+            if (s->n_blocks != blocks_for(e, tok) || s->pending != 0 ||
+                (k == 0 && s->computed != s->target))
+                rc = sim_errf(err, "req %u %s holds %u blocks for %u tokens",
+                              s->req, k == 0 ? "held" : "receiving",
+                              s->n_blocks, tok);
+            for (uint32_t i = 0; i < s->n_blocks && rc == 0; i++)
+                if (s->blocks[i] >= e->cap)
+                    rc = sim_errf(err, "req %u holds bad block %u", s->req,
+                                  s->blocks[i]);
+                else
+                    refs[s->blocks[i]]++;
+        }
     uint32_t free_n = 0, hashed = 0;
     for (uint32_t i = 0; i < e->cap && rc == 0; i++) {
         const struct blk *b = &e->blk[i];

@@ -49,7 +49,19 @@
 #include "cluster.h"
 #include "util.h"
 
-enum { SEQ_IDLE = 0, SEQ_WAITING = 1, SEQ_RUNNING = 2 };
+/* SEQ_HELD: a prefill leg whose prompt is computed, its KV kept for the
+ * decode instance to pull (sim_engine_release_held); SEQ_KVWAIT: a decode
+ * leg waiting for the blocks its transferred KV needs; SEQ_RECEIVING: a
+ * decode leg holding them while the KV moves ("Disaggregated prefill and
+ * decode" below). */
+enum {
+    SEQ_IDLE = 0,
+    SEQ_WAITING = 1,
+    SEQ_RUNNING = 2,
+    SEQ_HELD = 3,
+    SEQ_KVWAIT = 4,
+    SEQ_RECEIVING = 5
+};
 
 /* One request on an engine. The simulator owns it; the engine links it
  * into its queues. */
@@ -73,6 +85,8 @@ struct sim_seq {
     uint32_t passed;  /* steps it waited for an adapter slot, in a row */
     uint32_t loading;   /* CPU tier: blocks this admission loads from it */
     uint32_t offloaded; /* CPU tier: leading blocks it has copied there */
+    uint8_t hold;       /* a prefill leg: keep its KV once computed */
+    uint32_t received;  /* a decode leg: prompt tokens whose KV it pulls */
     uint64_t *keys; /* full prompt blocks' chained keys */
     uint32_t n_keys, cap_keys;
     uint32_t *blocks; /* block ids held, in token order */
@@ -91,15 +105,16 @@ int sim_seq_reserve(struct sim_seq *s, uint32_t tokens, uint32_t block_tokens);
 void sim_seq_free(struct sim_seq *s);
 
 /* What a finished step produced, for the simulator to report. */
-enum { EMIT_FIRST_TOKEN = 1, EMIT_COMPLETE = 2 };
+enum { EMIT_FIRST_TOKEN = 1, EMIT_COMPLETE = 2, EMIT_PREFILLED = 3 };
 struct sim_emit {
     struct sim_seq *seq;
     int kind;
 };
 
 /* Cumulative counters; the conservation tests check
- *   query == hit + prefilled + abandoned
- * (abandoned: prefill work lost to a preemption mid-prefill). */
+ *   query == hit + prefilled + abandoned + received
+ * (abandoned: prefill work lost to a preemption mid-prefill; received:
+ * prompt KV a decode leg got from its prefill instance). */
 struct sim_engine_counters {
     uint64_t query_tokens;     /* targets at admission (vLLM's queries) */
     uint64_t hit_tokens;       /* of which the prefix cache supplied */
@@ -126,6 +141,10 @@ struct sim_engine_counters {
      * steps; blocks copied to it, and dropped from it for room */
     uint64_t cpu_hits, cpu_hit_tokens, cpu_load_us;
     uint64_t cpu_stored_blocks, cpu_evicted_blocks;
+    /* disaggregation: prompt tokens whose KV decode legs received;
+     * prefill legs whose KV was pulled (released), decode legs that
+     * pulled theirs */
+    uint64_t received_tokens, handed_off, pulls;
 };
 
 struct sim_engine;
@@ -226,6 +245,34 @@ struct sim_kv_sink {
     void *ctx;
 };
 void sim_engine_set_sink(struct sim_engine *e, const struct sim_kv_sink *sink);
+
+/* ---- Disaggregated prefill and decode ------------------------------------
+ *
+ * A prefill leg (seq->hold, output 1) is queued and batched like any
+ * request (sim_engine_enqueue); when its prompt is computed it samples no
+ * token: it leaves the batch with its blocks still pinned (SEQ_HELD,
+ * EMIT_PREFILLED) until sim_engine_release_held, when the transfer ends;
+ * its blocks then sit in the prefix cache as evictable (keyed as any
+ * computed prompt block).
+ *
+ * A decode leg is queued with sim_engine_enqueue_remote (SEQ_KVWAIT, in
+ * its own FIFO). sim_engine_pull admits the queue's head while there is
+ * memory (the blocks of its first prompt - 1 tokens it lacks, with the
+ * watermark) and a batch slot (max_batch counts running and receiving
+ * sequences): it pins the leading blocks its prefix cache holds and takes
+ * fresh ones for the rest (s->received tokens, which the caller moves);
+ * those pulls come before the step's own admissions. When the KV is in,
+ * sim_engine_kv_arrived keys the received blocks into the prefix cache and
+ * puts the sequence at the running queue's tail with its last prompt
+ * token still to compute: its next step computes it and samples the
+ * request's first token (the prefill leg's token is not the client's).
+ * A decode leg preempted later recomputes locally, as any other. */
+void sim_engine_enqueue_remote(struct sim_engine *e, struct sim_seq *s);
+/* Admit what the remote queue's order allows now, into out (at most cap);
+ * returns how many. */
+size_t sim_engine_pull(struct sim_engine *e, struct sim_seq **out, size_t cap);
+void sim_engine_kv_arrived(struct sim_engine *e, struct sim_seq *s);
+void sim_engine_release_held(struct sim_engine *e, struct sim_seq *s);
 
 /* Check every invariant (block accounting, free queue, table, pins);
  * 0, or -1 with the first violation in err. O(capacity). */

@@ -84,6 +84,9 @@ struct opts {
     /* --cpu-cache-blocks, --cpu-load-gbps, --kv-bytes-per-token */
     uint32_t cpu_blocks;
     double cpu_load_gbps, kv_bytes_per_token;
+    /* --kv-gbps-node, -rack, -region, -wan; --kv-setup-ms */
+    double kv_gbps[4];
+    double kv_setup_ms;
 };
 
 /* Where a usage error is, for the suite's cells ("cells.txt:3: "); empty
@@ -148,6 +151,11 @@ usage(FILE *f)
 "                        regions[:K]           3 x K a100, RTT 37/279/456 ms\n"
 "                        lodestar              4xa30+4xv100-nocache\n"
 "                        hetero                2xh100+4xa100+2xv100-nocache\n"
+"                        1xa100:p+3xa100:d     roles: p prefill, d decode,\n"
+"                                              b both (the default)\n"
+"                        2xa100:p/rack2+2xa100:d  placement: /nodeN /rackN\n"
+"                                              /regionN (default: a node\n"
+"                                              per group, rack 1, region 1)\n"
 "  --class-file FILE   engine classes of your own (a measured profile:\n"
 "                      prefill and decode cost, step overhead, KV capacity,\n"
 "                      cache = paged or slots); --list-classes shows them\n"
@@ -162,6 +170,16 @@ usage(FILE *f)
 "  --cpu-load-gbps X   host-to-GPU bandwidth of those loads, GB/s (25)\n"
 "  --kv-bytes-per-token B  KV size of a token (131072: the classes' 8B\n"
 "                      model in bf16); a load takes tokens x B / bandwidth\n"
+"\n");
+    fprintf(f,
+"Disaggregated fleets (a cluster with :p instances; docs/simulator.md):\n"
+"  --kv-gbps-node X, --kv-gbps-rack X, --kv-gbps-region X, --kv-gbps-wan X\n"
+"                      the KV link between a prefill and a decode instance on one\n"
+"                      node, rack, region, or regions apart, GB/s (300, 50,\n"
+"                      12.5, 1.25; the routers are told the same); a\n"
+"                      transfer takes setup + the prompt tokens the decode\n"
+"                      engine lacks x B / bandwidth; links not contended\n"
+"  --kv-setup-ms MS    a KV transfer's setup time (1)\n"
 "\n"
 "Policies and measures:\n"
 "  --policies LIST     all (default) or names, comma-separated; all has\n"
@@ -322,7 +340,8 @@ static const char *const value_flags[] = {
     "--mix", "--tenants", "--burst", "--admit", "--adapters",
     "--adapter-zipf", "--adapter-share", "--adapter-shift-s", "--adapter-by",
     "--max-loras", "--adapter-load-ms", "--models", "--cpu-cache-blocks",
-    "--cpu-load-gbps", "--kv-bytes-per-token",
+    "--cpu-load-gbps", "--kv-bytes-per-token", "--kv-gbps-node",
+    "--kv-gbps-rack", "--kv-gbps-region", "--kv-gbps-wan", "--kv-setup-ms",
 };
 
 /* What a suite cell may not say: the suite's own settings, and what
@@ -578,6 +597,14 @@ take(struct opts *o, const char *flag, const char *v)
         return parse_pos(flag, v, 1e6, &o->cpu_load_gbps);
     } else if (strcmp(flag, "--kv-bytes-per-token") == 0) {
         return parse_pos(flag, v, 1e9, &o->kv_bytes_per_token);
+    } else if (strncmp(flag, "--kv-gbps-", 10) == 0) {
+        static const char *const lv[4] = { "node", "rack", "region", "wan" };
+        for (int k = 0; k < 4; k++)
+            if (strcmp(flag + 10, lv[k]) == 0)
+                return parse_pos(flag, v, 1e5, &o->kv_gbps[k]);
+        return bad("unknown option '%s'", flag);
+    } else if (strcmp(flag, "--kv-setup-ms") == 0) {
+        return parse_nonneg(flag, v, 3.6e6, &o->kv_setup_ms);
     } else if (strcmp(flag, "--gauge-ms") == 0) {
         double ms;
         if (parse_nonneg(flag, v, 3.6e6, &ms) != 0)
@@ -1084,6 +1111,9 @@ opts_init(struct opts *o)
     o->adapter_load_ms = (double)d.adapter_load_us / 1000.0;
     o->cpu_load_gbps = d.cpu_load_gbps;
     o->kv_bytes_per_token = d.kv_bytes_per_token;
+    for (int k = 0; k < 4; k++)
+        o->kv_gbps[k] = d.kv_gbps[k];
+    o->kv_setup_ms = (double)d.kv_setup_us / 1000.0;
 }
 
 /* The run's settings from the options (everything but the policy and its
@@ -1124,6 +1154,9 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->cpu_blocks = o->cpu_blocks;
     cfg->cpu_load_gbps = o->cpu_load_gbps;
     cfg->kv_bytes_per_token = o->kv_bytes_per_token;
+    for (int k = 0; k < 4; k++)
+        cfg->kv_gbps[k] = o->kv_gbps[k];
+    cfg->kv_setup_us = (uint64_t)llround(o->kv_setup_ms * 1000.0);
 }
 
 /* Run every selected policy; fill rep's runs and skipped lists. */

@@ -63,6 +63,16 @@ static const char *const names[] = {
     [LR_PARAM_ADAPTER_LOAD_S] = "adapter-load-s",
     [LR_PARAM_TIER_CPU_WEIGHT] = "tier-cpu-weight",
     [LR_PARAM_TIER_DISK_WEIGHT] = "tier-disk-weight",
+    [LR_PARAM_KV_BYTES_PER_TOKEN] = "kv-bytes-per-token",
+    [LR_PARAM_KV_GBPS_NODE] = "kv-gbps-node",
+    [LR_PARAM_KV_GBPS_RACK] = "kv-gbps-rack",
+    [LR_PARAM_KV_GBPS_REGION] = "kv-gbps-region",
+    [LR_PARAM_KV_GBPS_WAN] = "kv-gbps-wan",
+    [LR_PARAM_PD_PREFILL_POLICY] = "pd-prefill-policy",
+    [LR_PARAM_PD_MIN_UNCACHED] = "pd-min-uncached",
+    [LR_PARAM_PD_LOCAL_MAX_TOKENS] = "pd-local-max-tokens",
+    [LR_PARAM_PD_LOCAL_MAX_RATIO] = "pd-local-max-ratio",
+    [LR_PARAM_ADAPTIVE_PD_STALL] = "adaptive-pd-stall",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 
@@ -104,7 +114,9 @@ sim_param_parse(const char *arg, struct sim_param *out, struct sim_err *err)
     double x = strtod(v, &end);
     if (end == v || *end != '\0' || errno != 0 || isnan(x)) {
         int32_t p;
-        if (key == LR_PARAM_LODESTAR_FALLBACK && *v != '\0' &&
+        if ((key == LR_PARAM_LODESTAR_FALLBACK ||
+             key == LR_PARAM_PD_PREFILL_POLICY) &&
+            *v != '\0' &&
             lr_policy_from_name(v, &p) == LR_OK)
             x = (double)p;
         else

@@ -19,7 +19,8 @@ struct sim_param {
 const char *sim_param_name(int32_t key);
 
 /* Parse "NAME=VALUE" and check the value the way the library will: an
- * unknown name, a value that is not a number (or, for lodestar-fallback,
+ * unknown name, a value that is not a number (or, for lodestar-fallback
+ * and pd-prefill-policy,
  * a policy name), a fraction for an integer key or a value outside
  * lr_router_param_bounds() is an error (err says which). 0 or -1. */
 int sim_param_parse(const char *arg, struct sim_param *out,

@@ -39,7 +39,10 @@ enum ev_kind {
     EV_DELTAS,       /* replicas publish their deltas (--sync deltas) */
     EV_GAUGES,       /* replicas publish their load gauges */
     EV_DEADLINE,     /* --admit queue: a waiting request's deadline */
-    EV_ADAPTERS_BACK /* an engine's adapters reach the gateway (LoRA) */
+    EV_ADAPTERS_BACK, /* an engine's adapters reach the gateway (LoRA) */
+    EV_PRECV,         /* a split request's prefill leg reaches its engine */
+    EV_KV_SEND,       /* its decode leg reaches the decode engine */
+    EV_KV_DONE        /* its KV transfer ends */
 };
 
 struct ev {
@@ -156,6 +159,9 @@ struct run {
     uint64_t now;
     /* sequences: a pool whose buffers are reused */
     struct sim_seq **seq_of; /* per request while in flight */
+    struct sim_seq **pseq_of; /* a split request's prefill leg */
+    struct sim_seq **pulled;  /* sim_engine_pull's scratch (max batch) */
+    size_t max_batch;
     struct sim_seq **pool;
     size_t pool_n, pool_cap, seqs_made;
     struct sim_emit *emit;
@@ -332,6 +338,8 @@ pick_replica(struct run *r, size_t q)
 
 static int send_req(struct run *r, size_t q, uint32_t rid, int32_t reason,
                     double cost);
+static int send_split(struct run *r, size_t q, uint32_t rid, int32_t reason,
+                      uint32_t prid);
 
 /* Request q's TTFT deadline: its arrival + its class's SLO. */
 static uint64_t
@@ -422,6 +430,8 @@ on_arrival(struct run *r, size_t q)
             return 0;
         return push(r, deadline_us(r, q), EV_DEADLINE, 0, q, 0);
     }
+    if (d.prefill_instance != LR_INSTANCE_NONE)
+        return send_split(r, q, d.instance, d.reason, d.prefill_instance);
     return send_req(r, q, d.instance, d.reason, d.cost);
 }
 
@@ -470,10 +480,70 @@ send_req(struct run *r, size_t q, uint32_t rid, int32_t reason, double cost)
                         r->cfg->block_tokens) != 0)
         return sim_errf(r->err, "out of memory (sequence blocks)");
     r->res->inst[q] = i;
+    if (r->c->inst[i].role == LR_ROLE_PREFILL)
+        return sim_errf(r->err, "%s: route() sent request %zu whole to "
+                                "prefill instance %s",
+                        r->res->policy_name, q, r->c->inst[i].name);
     if (!sim_engine_fits(r->eng[i], s->prompt, s->output) ||
         !sim_engine_serves(r->eng[i], s->adapter))
         return push(r, r->now + r->c->inst[i].rtt_us, EV_FAIL, i, q, 0);
     return push(r, r->now + half_rtt(r, i), EV_RECV, i, q, 0);
+}
+
+/* A split request: its decode leg's sequence waits (it goes to its
+ * engine at the prefill's end); its prefill leg, a sequence of the same
+ * prompt and one output token that holds its KV at its end, reaches its
+ * engine RTT/2 later. A leg that can never fit fails the request. */
+static int
+send_split(struct run *r, size_t q, uint32_t rid, int32_t reason,
+           uint32_t prid)
+{
+    if (prid >= r->max_rid || r->inst_of[prid] == UINT32_MAX ||
+        rid >= r->max_rid || r->inst_of[rid] == UINT32_MAX)
+        return sim_errf(r->err, "%s: route() chose unknown instances %u, %u",
+                        r->res->policy_name, rid, prid);
+    uint32_t i = r->inst_of[prid], di = r->inst_of[rid];
+    if (r->c->inst[i].role != LR_ROLE_PREFILL ||
+        r->c->inst[di].role == LR_ROLE_PREFILL)
+        return sim_errf(r->err, "%s: route() split request %zu as %s then "
+                                "%s",
+                        r->res->policy_name, q, r->c->inst[i].name,
+                        r->c->inst[di].name);
+    const struct sim_req *rq = &r->w->reqs[q];
+    struct sim_seq *s[2];
+    for (int k = 0; k < 2; k++) {
+        struct sim_seq *x = seq_get(r);
+        if (x == NULL)
+            return sim_errf(r->err, "out of memory (sequence)");
+        uint64_t *keys = x->keys;
+        uint32_t *blocks = x->blocks;
+        uint32_t ck = x->cap_keys, cb = x->cap_blocks;
+        memset(x, 0, sizeof *x);
+        x->keys = keys;
+        x->blocks = blocks;
+        x->cap_keys = ck;
+        x->cap_blocks = cb;
+        x->req = (uint32_t)q;
+        x->prompt = rq->input_tokens;
+        x->output = k == 0 ? rq->output_tokens : 1;
+        x->hold = k == 1;
+        x->inst = k == 0 ? di : i;
+        if (sim_seq_set_keys(x, r->tok, rq->input_tokens,
+                             r->cfg->block_tokens, sim_req_salt(r->w, q)) != 0 ||
+            sim_seq_reserve(x, x->prompt + x->output, r->cfg->block_tokens) != 0)
+            return sim_errf(r->err, "out of memory (sequence blocks)");
+        s[k] = x;
+    }
+    (void)reason;
+    r->seq_of[q] = s[0];
+    r->pseq_of[q] = s[1];
+    r->res->inst[q] = di;
+    r->res->prefill_inst[q] = i;
+    r->res->n_split++;
+    if (!sim_engine_fits(r->eng[di], rq->input_tokens, rq->output_tokens) ||
+        !sim_engine_fits(r->eng[i], rq->input_tokens, 1))
+        return push(r, r->now + r->c->inst[di].rtt_us, EV_FAIL, di, q, 0);
+    return push(r, r->now + half_rtt(r, i), EV_PRECV, i, q, 0);
 }
 
 /* --admit queue: what replica k's router lets out of its queue now: each
@@ -547,6 +617,9 @@ schedule_next_arrival(struct run *r)
 
 /* ---- engine events ------------------------------------------------------------------ */
 
+static int pull(struct run *r, uint32_t i);
+static int on_prefilled(struct run *r, uint32_t p, size_t q);
+
 static int
 on_step(struct run *r, uint32_t i)
 {
@@ -559,7 +632,10 @@ on_step(struct run *r, uint32_t i)
         struct sim_seq *s = r->emit[k].seq;
         size_t q = s->req;
         uint64_t arrival = r->w->reqs[q].arrival_us;
-        if (r->emit[k].kind == EMIT_FIRST_TOKEN) {
+        if (r->emit[k].kind == EMIT_PREFILLED) {
+            if (on_prefilled(r, i, q) != 0)
+                return -1;
+        } else if (r->emit[k].kind == EMIT_FIRST_TOKEN) {
             r->res->ttft_us[q] = back - arrival;
             r->res->decode_us[q] = r->now; /* until its last token */
             r->res->hit[q] = s->first_hit;
@@ -575,6 +651,8 @@ on_step(struct run *r, uint32_t i)
             seq_put(r, s);
         }
     }
+    if (pull(r, i) != 0)
+        return -1;
     return kick(r, i);
 }
 
@@ -585,6 +663,86 @@ on_recv(struct run *r, uint32_t i, size_t q)
     s->inst = i;
     r->res->inst[q] = i;
     sim_engine_enqueue(r->eng[i], s, 0);
+    return kick(r, i);
+}
+
+/* ---- disaggregation: prefill leg, KV transfer, decode leg ------------------------ */
+
+static int
+on_precv(struct run *r, uint32_t i, size_t q)
+{
+    sim_engine_enqueue(r->eng[i], r->pseq_of[q], 0);
+    return kick(r, i);
+}
+
+/* The decode engine's pulls that its memory allows now: each transfer
+ * from the request's prefill instance starts. */
+static int
+pull(struct run *r, uint32_t i)
+{
+    for (;;) {
+        size_t n = sim_engine_pull(r->eng[i], r->pulled, r->max_batch);
+        for (size_t k = 0; k < n; k++) {
+            const struct sim_seq *s = r->pulled[k];
+            size_t q = s->req;
+            uint32_t p = r->pseq_of[q]->inst;
+            int lvl = sim_placement_level(&r->c->inst[p], &r->c->inst[i]);
+            double bytes = (double)s->received * r->cfg->kv_bytes_per_token;
+            uint64_t us = r->cfg->kv_setup_us +
+                          (uint64_t)llround(bytes /
+                                            (r->cfg->kv_gbps[lvl] * 1e3));
+            r->res->transfer_us[q] = us;
+            r->res->kv_transfer_bytes += (uint64_t)bytes;
+            if (push(r, r->now + us, EV_KV_DONE, i, q, 0) != 0)
+                return -1;
+        }
+        if (n < r->max_batch)
+            return 0;
+    }
+}
+
+/* The prefill leg has computed the prompt: its answer goes back to the
+ * gateway, which sends the decode leg to its engine. */
+static int
+on_prefilled(struct run *r, uint32_t p, size_t q)
+{
+    r->res->prefill_us[q] = r->now - r->w->reqs[q].arrival_us;
+    uint32_t d = r->seq_of[q]->inst;
+    return push(r, r->now + half_rtt(r, p) + half_rtt(r, d), EV_KV_SEND, d,
+                q, 0);
+}
+
+static int
+on_kv_send(struct run *r, uint32_t i, size_t q)
+{
+    sim_engine_enqueue_remote(r->eng[i], r->seq_of[q]);
+    if (pull(r, i) != 0)
+        return -1;
+    return kick(r, i);
+}
+
+/* The KV is in: the decode leg runs, the prefill engine lets its blocks
+ * go, and the router hears the prefill leg ended. */
+static int
+on_kv_done(struct run *r, uint32_t i, size_t q)
+{
+    struct sim_seq *ps = r->pseq_of[q];
+    uint32_t p = ps->inst;
+    sim_engine_kv_arrived(r->eng[i], r->seq_of[q]);
+    sim_engine_release_held(r->eng[p], ps);
+    r->pseq_of[q] = NULL;
+    seq_put(r, ps);
+    r->res->prefill_dones[q]++;
+    lr_status st = lr_router_prefill_done(r->routers[r->rep_of[q]], q + 1,
+                                          ns_of(r->now));
+    if (st != LR_OK)
+        return lib_fail(r, "lr_router_prefill_done", st);
+    if (r->cfg->verify_engines &&
+        (sim_engine_verify(r->eng[i], r->err) != 0 ||
+         sim_engine_verify(r->eng[p], r->err) != 0))
+        return sim_errf(r->err, "engine invariant broken after a transfer");
+    if (pull(r, p) != 0 || kick(r, p) != 0)
+        return -1;
     return kick(r, i);
 }
 
@@ -625,6 +783,10 @@ on_router_event(struct run *r, const struct ev *e)
             return lib_fail(r, "lr_router_fail", st);
         seq_put(r, r->seq_of[q]);
         r->seq_of[q] = NULL;
+        if (r->pseq_of[q] != NULL) {
+            seq_put(r, r->pseq_of[q]);
+            r->pseq_of[q] = NULL;
+        }
         if (finish_req(r, q, REQ_FAILED) != 0)
             return -1;
         return let_out(r, r->rep_of[q]);
@@ -1156,6 +1318,11 @@ sim_config_init(struct sim_config *cfg)
     cfg->adapter_load_us = 100000;
     cfg->cpu_load_gbps = 25.0;
     cfg->kv_bytes_per_token = 131072.0;
+    cfg->kv_gbps[0] = 300.0;
+    cfg->kv_gbps[1] = 50.0;
+    cfg->kv_gbps[2] = 12.5;
+    cfg->kv_gbps[3] = 1.25;
+    cfg->kv_setup_us = 1000;
 }
 
 void
@@ -1176,6 +1343,10 @@ sim_result_free(struct sim_result *r)
     free(r->gone_us);
     free(r->per_inst);
     free(r->pred_ttft_s);
+    free(r->prefill_inst);
+    free(r->prefill_us);
+    free(r->transfer_us);
+    free(r->prefill_dones);
     free(r->curve);
     free(r->samples);
     memset(r, 0, sizeof *r);
@@ -1197,6 +1368,13 @@ sim_result_drop_requests(struct sim_result *r)
     free(r->gone_us);
     free(r->pred_ttft_s);
     free(r->samples);
+    free(r->prefill_inst);
+    free(r->prefill_us);
+    free(r->transfer_us);
+    free(r->prefill_dones);
+    r->prefill_inst = NULL;
+    r->prefill_us = r->transfer_us = NULL;
+    r->prefill_dones = NULL;
     r->waited = NULL;
     r->wait_us = r->gone_us = NULL;
     r->ttft_us = r->e2e_us = r->decode_us = NULL;
@@ -1224,6 +1402,15 @@ alloc_result(struct sim_result *res, size_t n, uint32_t n_inst)
     res->gone_us = sim_calloc(n, sizeof *res->gone_us);
     res->per_inst = sim_calloc(n_inst, sizeof *res->per_inst);
     res->pred_ttft_s = sim_calloc(n, sizeof *res->pred_ttft_s);
+    res->prefill_inst = sim_calloc(n, sizeof *res->prefill_inst);
+    res->prefill_us = sim_calloc(n, sizeof *res->prefill_us);
+    res->transfer_us = sim_calloc(n, sizeof *res->transfer_us);
+    res->prefill_dones = sim_calloc(n, sizeof *res->prefill_dones);
+    if (!res->prefill_inst || !res->prefill_us || !res->transfer_us ||
+        !res->prefill_dones)
+        return -1;
+    for (size_t q = 0; q < n; q++)
+        res->prefill_inst[q] = UINT32_MAX;
     if (!res->ttft_us || !res->e2e_us || !res->decode_us || !res->inst ||
         !res->hit || !res->route_ns || !res->state || !res->finishes ||
         !res->per_inst || !res->pred_ttft_s || !res->waited ||
@@ -1293,6 +1480,18 @@ make_router(struct run *r, uint32_t rk)
         if (st != LR_OK)
             return lib_fail(r, "lr_router_set_param(ADAPTER_LOAD_S)", st);
     }
+    /* the KV links as the operator would describe them */
+    static const lr_param kvp[5] = {
+        LR_PARAM_KV_BYTES_PER_TOKEN, LR_PARAM_KV_GBPS_NODE,
+        LR_PARAM_KV_GBPS_RACK, LR_PARAM_KV_GBPS_REGION, LR_PARAM_KV_GBPS_WAN
+    };
+    for (int k = 0; k < 5; k++) {
+        st = lr_router_set_param(router, kvp[k],
+                                 k == 0 ? cfg->kv_bytes_per_token
+                                        : cfg->kv_gbps[k - 1]);
+        if (st != LR_OK)
+            return lib_fail(r, "lr_router_set_param(KV)", st);
+    }
     for (size_t k = 0; k < cfg->n_params; k++) {
         const struct sim_param *p = &cfg->params[k];
         st = lr_router_set_param(router, (lr_param)p->key, p->value);
@@ -1337,6 +1536,10 @@ make_router(struct run *r, uint32_t rk)
         }
         if (r->lora)
             s.max_adapters = r->cfg->max_loras;
+        s.role = in->role;
+        s.node = in->node;
+        s.rack = in->rack;
+        s.region = in->region;
         uint32_t id;
         st = lr_router_add_instance(router, &s, &id);
         if (st != LR_OK)
@@ -1403,13 +1606,17 @@ setup(struct run *r)
         return sim_errf(r->err, "out of memory (%zu requests)", r->w->n_reqs);
     r->eng = sim_calloc(c->n, sizeof *r->eng);
     r->seq_of = sim_calloc(r->w->n_reqs, sizeof *r->seq_of);
+    r->pseq_of = sim_calloc(r->w->n_reqs, sizeof *r->pseq_of);
     r->pending_sum = sim_calloc(c->n, sizeof *r->pending_sum);
     uint32_t max_batch = 1;
     for (uint32_t i = 0; i < c->n; i++)
         if (c->inst[i].cls->max_batch > max_batch)
             max_batch = c->inst[i].cls->max_batch;
     r->emit = sim_calloc(max_batch, sizeof *r->emit);
-    if (!r->eng || !r->seq_of || !r->pending_sum || !r->emit)
+    r->pulled = sim_calloc(max_batch, sizeof *r->pulled);
+    r->max_batch = max_batch;
+    if (!r->eng || !r->seq_of || !r->pending_sum || !r->emit || !r->pulled ||
+        !r->pseq_of)
         return sim_errf(r->err, "out of memory");
     r->lora = r->w->lora.n_adapters > 0;
     r->model_of = sim_calloc(c->n, sizeof *r->model_of);
@@ -1454,6 +1661,12 @@ teardown(struct run *r)
                 sim_seq_free(r->seq_of[q]);
                 free(r->seq_of[q]);
             }
+    if (r->pseq_of != NULL)
+        for (size_t q = 0; q < r->w->n_reqs; q++)
+            if (r->pseq_of[q] != NULL) {
+                sim_seq_free(r->pseq_of[q]);
+                free(r->pseq_of[q]);
+            }
     if (r->eng != NULL)
         for (uint32_t i = 0; i < r->c->n; i++)
             sim_engine_destroy(r->eng[i]);
@@ -1471,6 +1684,8 @@ teardown(struct run *r)
     free(r->rmc);
     free(r->eng);
     free(r->seq_of);
+    free(r->pseq_of);
+    free(r->pulled);
     free(r->pool);
     free(r->emit);
     free(r->tok);
@@ -1518,6 +1733,12 @@ dispatch(struct run *r, const struct ev *e)
         return on_deadline(r, (size_t)e->a);
     case EV_ADAPTERS_BACK:
         return on_adapters_back(r, e);
+    case EV_PRECV:
+        return on_precv(r, e->inst, (size_t)e->a);
+    case EV_KV_SEND:
+        return on_kv_send(r, e->inst, (size_t)e->a);
+    case EV_KV_DONE:
+        return on_kv_done(r, e->inst, (size_t)e->a);
     default:
         return on_rebalance(r);
     }
@@ -1615,9 +1836,16 @@ check_books(struct run *r)
                         (unsigned long long)res->n_waited,
                         (unsigned long long)res->expired,
                         (unsigned long long)res->shed);
-    if (res->query_tokens !=
-        res->hit_tokens + res->prefilled_tokens + res->abandoned_tokens)
+    if (res->query_tokens != res->hit_tokens + res->prefilled_tokens +
+                                 res->abandoned_tokens + res->received_tokens)
         return sim_errf(r->err, "internal: prefill books do not balance");
+    /* a split request that was served heard one prefill_done; no other */
+    for (size_t q = 0; q < res->n_reqs; q++)
+        if (res->prefill_dones[q] !=
+            (res->prefill_inst[q] != UINT32_MAX && res->state[q] == REQ_DONE))
+            return sim_errf(r->err, "internal: request %zu: %u prefill_done "
+                                    "calls",
+                            q, res->prefill_dones[q]);
     uint64_t want = 0;
     for (size_t q = 0; q < res->n_reqs; q++)
         if (res->state[q] == REQ_DONE)
@@ -2129,6 +2357,7 @@ summarize(struct run *r)
         res->adapter_loads += c->adapter_loads;
         res->adapter_evictions += c->adapter_evictions;
         res->query_tokens += c->query_tokens;
+        res->received_tokens += c->received_tokens;
         res->hit_tokens += c->hit_tokens;
         res->prefilled_tokens += c->prefilled_tokens;
         res->abandoned_tokens += c->abandoned_tokens;
@@ -2142,6 +2371,15 @@ summarize(struct run *r)
             res->host_drops += c->host_drops;
         }
     }
+    res->has_pd = r->c->n_prefill > 0;
+    double tsum = 0;
+    uint64_t tn = 0;
+    for (size_t q = 0; q < res->n_reqs; q++)
+        if (res->prefill_dones[q]) {
+            tsum += (double)res->transfer_us[q] / 1e6;
+            tn++;
+        }
+    res->transfer_mean_s = tn ? tsum / (double)tn : NAN;
     res->has_adapters = r->lora;
     res->has_cpu_tier = r->cfg->cpu_blocks > 0;
     res->has_models = r->w->lora.n_models > 0;
@@ -2224,6 +2462,23 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
                                   cfg->kv_bytes_per_token > 0)) ||
         (cfg->rep.sync == SIM_SYNC_DELTAS && cfg->rep.delta_us == 0))
         return sim_errf(err, "bad simulation configuration");
+    if (cfg->c->n_prefill > 0) {
+        /* what disaggregation is not modelled with */
+        int slots = 0;
+        for (uint32_t i = 0; i < cfg->c->n; i++)
+            slots |= cfg->c->inst[i].cls->cache_kind == SIM_CACHE_SLOTS;
+        if (cfg->admit == SIM_ADMIT_QUEUE || cfg->cpu_blocks > 0 ||
+            cfg->w->lora.n_adapters > 0 || slots)
+            return sim_errf(err, "a cluster with prefill instances runs "
+                                 "without --admit queue, a CPU tier, LoRA "
+                                 "adapters and slots engines");
+        if (cfg->c->n_prefill == cfg->c->n)
+            return sim_errf(err, "a cluster of prefill instances only: "
+                                 "nothing decodes");
+        for (int k = 0; k < 4; k++)
+            if (!(cfg->kv_gbps[k] > 0))
+                return sim_errf(err, "bad KV link bandwidth");
+    }
     uint64_t t0 = now_mono_ns();
     struct run r;
     memset(&r, 0, sizeof r);

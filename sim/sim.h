@@ -118,6 +118,17 @@ struct sim_config {
     uint32_t cpu_blocks;
     double cpu_load_gbps;      /* 25: PCIe 4.0 x16, achieved */
     double kv_bytes_per_token; /* 131072: the classes' 8B model, bf16 */
+    /* Disaggregated fleets (instances of role prefill): a split request's
+     * KV moves from its prefill to its decode instance in
+     *   setup + (prompt tokens the decode engine lacks) x kv_bytes_per_token
+     *           / kv_gbps[level]
+     * level: sim_placement_level (one node, rack, region, across regions;
+     * the library's defaults 300, 50, 12.5, 1.25 GB/s). Links are not
+     * contended: transfers at once over one link each take the full
+     * bandwidth. The routers are told the same figures (LR_PARAM_KV_*;
+     * a --param names them otherwise). */
+    double kv_gbps[4];
+    uint64_t kv_setup_us; /* 1 ms */
 };
 
 #define SIM_NEVER UINT64_MAX
@@ -225,6 +236,12 @@ struct sim_result {
     uint8_t *waited;     /* it waited in the router's queue (--admit queue) */
     uint64_t *wait_us;   /* how long, until dispatched or expired */
     uint64_t *gone_us;   /* when it ended unserved (expired, shed, failed) */
+    uint32_t *prefill_inst; /* a split request's prefill instance, else
+                             * UINT32_MAX */
+    uint64_t *prefill_us;   /* ... arrival to its prefill's end */
+    uint64_t *transfer_us;  /* ... its KV transfer's time */
+    uint8_t *prefill_dones; /* lr_router_prefill_done calls (must be 1 for
+                             * a split request that finished, else 0) */
     float *pred_ttft_s;  /* lodestar's predicted TTFT when its model chose
                           * (min-cost, k-filter, explore); else NAN */
     struct sim_inst_result *per_inst;
@@ -309,6 +326,12 @@ struct sim_result {
     uint64_t cpu_hits, cpu_hit_tokens, cpu_stored_blocks, cpu_evicted_blocks;
     double cpu_load_s;
     uint64_t kv_cpu_events, kv_cpu_unplaced;
+    /* disaggregation (a cluster with prefill instances): requests split,
+     * the KV they moved, the transfers' mean time, the tokens decode
+     * engines received */
+    int has_pd;
+    uint64_t n_split, kv_transfer_bytes, received_tokens;
+    double transfer_mean_s;
     /* measured (vary between runs; never compared) */
     double route_ns_p50, route_ns_p99, route_ns_mean;
     double wall_s;
