@@ -240,7 +240,7 @@ parse_group(const char *spec, const char *g, size_t len, struct group *out,
                             "0..60000 ms",
                             spec);
         p = end;
-        if (strcmp(p, "ms") == 0)
+        if (strncmp(p, "ms", 2) == 0)
             p += 2;
         out->rtt_us = (uint64_t)llround(ms * 1000.0);
     }
@@ -296,8 +296,11 @@ sim_cluster_parse(const char *spec, struct sim_cluster *c, struct sim_err *err)
             in->role = gs[gi].role;
             c->n_prefill += in->role == 1;
             c->n_decode += in->role == 2;
-            in->rack = gs[gi].rack ? gs[gi].rack : 1;
             in->region = gs[gi].region ? gs[gi].region : 1;
+            /* a region's own rack unless named: racks are the fleet's */
+            in->rack = gs[gi].rack           ? gs[gi].rack
+                       : in->region == 1 ? 1
+                                         : AUTO_NODE + in->region;
             if (gs[gi].node)
                 in->node = gs[gi].node;
             else if (k % 8 == 0)
@@ -330,9 +333,11 @@ sim_cluster_describe(const struct sim_cluster *c, char *buf, size_t len)
         const struct sim_instance *in = &c->inst[i];
         static const char *const role[3] = { "", " prefill", " decode" };
         char place[48] = "";
-        if (in->rack != 1 || in->region != 1)
-            snprintf(place, sizeof place, " rack %u region %u", in->rack,
-                     in->region);
+        if (in->rack != 1 && in->rack < AUTO_NODE)
+            snprintf(place, sizeof place, " rack %u", in->rack);
+        if (in->region != 1)
+            snprintf(place + strlen(place), sizeof place - strlen(place),
+                     " region %u", in->region);
         int w = snprintf(buf + at, len - at, "%s%u x %s%s%s (%.0f ms%s)",
                          i ? " + " : "", j - i, in->cls->name,
                          in->prefix_caching ? "" : " no-cache",

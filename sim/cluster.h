@@ -20,7 +20,8 @@
  * instances; a decode instance decodes, and prefills a request kept whole.
  * Placement (lr_instance_spec.node, rack, region): by default each group
  * is a node of its own (8 GPUs a node: a larger group takes several), in
- * rack 1 of region 1; "/nodeN" puts a group on node N (groups naming the
+ * rack 1 of region 1 (in another region: a rack of that region's own);
+ * "/nodeN" puts a group on node N (groups naming the
  * same node share it; node and rack numbers are the fleet's, not the
  * rack's), "/rackN" in rack N, "/regionN" in region N. A split request's
  * KV moves at the bandwidth of the closest level two instances share
