@@ -425,11 +425,14 @@ sim_report_table(FILE *f, const struct sim_report *rep)
         if (rep->runs[k].adapter_loads < least)
             least = rep->runs[k].adapter_loads;
     int cpu = rep->n_runs > 0 && rep->runs[0].has_cpu_tier;
+    int pd = rep->n_runs > 0 && rep->runs[0].has_pd;
     fprintf(f, "| %9s", "p50");
     if (lora)
         fprintf(f, " | %7s", "loads");
     if (cpu)
         fprintf(f, " | %8s", "cpu hit%");
+    if (pd)
+        fprintf(f, " | %6s %8s", "split%", "xfer ms");
     fprintf(f, "\n");
     for (size_t k = 0; k < rep->n_runs; k++) {
         const struct sim_result *r = &rep->runs[k];
@@ -458,6 +461,12 @@ sim_report_table(FILE *f, const struct sim_report *rep)
                     r->query_tokens ? 100.0 * (double)r->cpu_hit_tokens /
                                           (double)r->query_tokens
                                     : 0.0);
+        if (pd)
+            fprintf(f, " | %6.1f %8.2f",
+                    r->n_reqs ? 100.0 * (double)r->n_split / (double)r->n_reqs
+                              : 0.0,
+                    isnan(r->transfer_mean_s) ? 0.0
+                                              : r->transfer_mean_s * 1e3);
         fprintf(f, "\n");
     }
     fprintf(f, "\n* best in its column.  hit%% = prompt tokens the engines "
@@ -1042,6 +1051,13 @@ json_run(FILE *f, const struct sim_report *rep, const struct sim_result *r,
     if (r->has_adapters) {
         JU("adapter_loads", r->adapter_loads);
         JU("adapter_evictions", r->adapter_evictions);
+    }
+    if (r->has_pd) {
+        /* disaggregation: requests split, the KV they moved */
+        JU("split", r->n_split);
+        JU("kv_transfer_bytes", r->kv_transfer_bytes);
+        JD("kv_transfer_mean_s", r->transfer_mean_s);
+        JU("received_tokens", r->received_tokens);
     }
     if (r->has_cpu_tier) {
         /* the engines' CPU tier (docs/simulator.md, "CPU tier") */
