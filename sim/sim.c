@@ -954,8 +954,11 @@ rebalance_one(struct run *r, lr_router *router)
         struct sim_seq *s = r->seq_of[q];
         uint32_t to = r->inst_of[m->to];
         /* only a request still waiting in its engine's queue can move;
-         * one already admitted stays */
-        if (s == NULL || !sim_engine_fits(r->eng[to], s->prompt, s->output) ||
+         * one already admitted stays; nothing moves to a prefill
+         * instance, nor while its prefill leg runs */
+        if (s == NULL || r->c->inst[to].role == LR_ROLE_PREFILL ||
+            r->pseq_of[q] != NULL ||
+            !sim_engine_fits(r->eng[to], s->prompt, s->output) ||
             !sim_engine_serves(r->eng[to], s->adapter) ||
             sim_engine_remove_waiting(r->eng[s->inst], s) != 0)
             continue;
