@@ -133,8 +133,7 @@ test_split_ttft(void **state)
     uint64_t prefill =
         step_us(k->overhead_us + (double)P * k->prefill_us *
                                      (1.0 + ((double)P / 2.0) / k->ctx_double));
-    uint64_t xfer =
-        1000 + (uint64_t)llround((double)(P - 1) * 131072.0 / 50e3);
+    uint64_t xfer = 1000 + (uint64_t)llround((double)(P - 1) * 131072.0 / 50e3);
     uint64_t last = step_us(
         k->overhead_us +
         k->prefill_us * (1.0 + ((double)(P - 1) + 0.5) / k->ctx_double));
@@ -155,8 +154,7 @@ static void
 test_placement(void **state)
 {
     (void)state;
-    const char *specs[3] = { "1xa100:p/region2+1xa100:d",
-                             "1xa100:p+1xa100:d",
+    const char *specs[3] = { "1xa100:p/region2+1xa100:d", "1xa100:p+1xa100:d",
                              "1xa100:p/node7+1xa100:d/node7" };
     const double gbps[3] = { 1.25, 50, 300 };
     const int level[3] = { 3, 1, 0 };
@@ -165,17 +163,15 @@ test_placement(void **state)
     for (int k = 0; k < 3; k++) {
         struct sim_cluster c;
         parse_cluster(specs[k], &c);
-        assert_int_equal(sim_placement_level(&c.inst[0], &c.inst[1]),
-                         level[k]);
+        assert_int_equal(sim_placement_level(&c.inst[0], &c.inst[1]), level[k]);
         struct sim_workload w;
         sim_workload_init(&w);
         add_req(&w, 0, 9, P, 3);
         struct sim_result res;
-        assert_int_equal(run_pd(&w, &c, LR_POLICY_LLMD_PD, NULL, 0, &res),
-                         0);
+        assert_int_equal(run_pd(&w, &c, LR_POLICY_LLMD_PD, NULL, 0, &res), 0);
         assert_int_equal(res.transfer_us[0],
-                         1000 + (uint64_t)llround((double)(P - 1) *
-                                                  131072.0 / (gbps[k] * 1e3)));
+                         1000 + (uint64_t)llround((double)(P - 1) * 131072.0 /
+                                                  (gbps[k] * 1e3)));
         ttft[k] = res.ttft_us[0];
         sim_result_free(&res);
         sim_workload_free(&w);
@@ -238,8 +234,8 @@ test_every_policy(void **state)
         if (p == LR_POLICY_LORA_AFFINITY || p == LR_POLICY_AIBRIX_LORA)
             continue;
         struct sim_result res;
-        int rc = run_pd(&w, &c, (int32_t)p, p % 2 ? &prefill : NULL,
-                        p % 2, &res);
+        int rc =
+            run_pd(&w, &c, (int32_t)p, p % 2 ? &prefill : NULL, p % 2, &res);
         if (rc == 0)
             splits += res.n_split;
         sim_result_free(&res);
@@ -294,8 +290,8 @@ test_specs(void **state)
     sim_cluster_describe(&c, buf, sizeof buf);
     assert_non_null(strstr(buf, "2 x h100 prefill (2 ms rack 3 region 2)"));
     sim_cluster_free(&c);
-    const char *bad[] = { "2xa100:x", "2xa100:p/rack", "2xa100:p/rack0",
-                          "2xa100/shelf2", "2xa100:pd", "1xa100:b/node" };
+    const char *bad[] = { "2xa100:x",      "2xa100:p/rack", "2xa100:p/rack0",
+                          "2xa100/shelf2", "2xa100:pd",     "1xa100:b/node" };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         struct sim_err err = { { 0 } };
         assert_int_equal(sim_cluster_parse(bad[k], &c, &err), -1);
@@ -304,9 +300,8 @@ test_specs(void **state)
     /* a param of the pair rules, by policy name */
     struct sim_param p;
     struct sim_err err = { { 0 } };
-    assert_int_equal(sim_param_parse("pd-prefill-policy=sglang-cache-aware",
-                                     &p, &err),
-                     0);
+    assert_int_equal(
+        sim_param_parse("pd-prefill-policy=sglang-cache-aware", &p, &err), 0);
     assert_int_equal(p.key, LR_PARAM_PD_PREFILL_POLICY);
     assert_true(p.value == (double)LR_POLICY_SGLANG_CACHE_AWARE);
 }
@@ -315,10 +310,8 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split_ttft),
-        cmocka_unit_test(test_placement),
-        cmocka_unit_test(test_kept_whole),
-        cmocka_unit_test(test_every_policy),
+        cmocka_unit_test(test_split_ttft), cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_kept_whole), cmocka_unit_test(test_every_policy),
         cmocka_unit_test(test_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
