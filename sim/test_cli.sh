@@ -434,6 +434,20 @@ expect 0 '' -- --suite-cells "$tmp/adm.cells" --policies least-request,adaptive 
 grep -q '^Admission cells' "$tmp/out" && grep -q '1 q (--admit queue)' "$tmp/out" &&
     grep -q '2 n (--admit now)' "$tmp/out" || { echo "FAIL: the suite's admission table"; fails=$((fails + 1)); }
 
+# Disaggregated fleets: roles and placement, the KV link flags, what a
+# split fleet refuses; the JSON and the table carry the splits.
+expect 0 '' -- --workload conversation --requests 80 --policies llm-d-pd,adaptive \
+    --cluster 1xa100:p/rack2+1xa100:d --kv-gbps-region 5 --kv-setup-ms 2 \
+    --param pd-prefill-policy=least-load --jobs 1 --json "$tmp/pd.json"
+grep -q '"split": ' "$tmp/pd.json" && grep -q '"kv_transfer_mean_s": ' "$tmp/pd.json" &&
+    grep -q 'split%' "$tmp/out" || { echo "FAIL: no split figures"; fails=$((fails + 1)); }
+expect 2 'role' -- --cluster 1xa100:x+1xa100:d
+expect 2 'kv-gbps-rack' -- --kv-gbps-rack 0
+expect 2 'unknown option' -- --kv-gbps-moon 3
+expect 1 'prefill instances only' -- --cluster 2xa100:p --requests 10 --policies adaptive
+expect 1 'admit queue' -- --cluster 1xa100:p+1xa100:d --admit queue --requests 10 \
+    --policies adaptive
+
 # The real trace, when it is beside the project (never copied into it).
 trace="$srcdir/../../shared/traces/mooncake_conversation.jsonl"
 if [ -r "$trace" ]; then
