@@ -3,7 +3,8 @@
  * recompute, LoRA adapters (LRU slots, a load stalls its step, at most
  * max_loras adapters in a batch, no starvation, each adapter's KV apart),
  * the CPU tier (a prefix the GPU lost loads from host memory at the
- * transfer's cost, LRU there, its KV events), and a randomized stress run that checks every invariant after every
+ * transfer's cost, LRU there, its KV events), disaggregation's prefill
+ * and decode legs, and a randomized stress run that checks every invariant after every
  * step (the cache never exceeds its capacity). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -908,6 +909,114 @@ test_cpu_events(void **state)
     sim_engine_destroy(b.e);
 }
 
+static void
+verify_ok(const struct sim_engine *e)
+{
+    struct sim_err err = { { 0 } };
+    if (sim_engine_verify(e, &err) != 0)
+        fail_msg("invariant: %s", err.msg);
+}
+
+/* Disaggregation: a prefill leg keeps its blocks pinned once its prompt
+ * is computed, samples no token, and leaves them cached (evictable) when
+ * released; a decode leg pulls blocks only for what its cache lacks of
+ * its first prompt - 1 tokens, waits in order while memory is short,
+ * keys what it received, and its next step samples the first token. */
+static void
+test_pd_legs(void **state)
+{
+    (void)state;
+    struct rig p, d;
+    rig_init(&p, 400, 1, 8, 64); /* 100 blocks */
+    rig_init(&d, 200, 1, 8, 64); /* 50 blocks, no watermark */
+    uint32_t a[40], b[120], c[120];
+    fill(a, 40, 100);
+    fill(b, 120, 5000);
+    fill(c, 120, 9000);
+    struct sim_seq pa;
+    seq_init(&pa, 0, a, 40, 1);
+    pa.hold = 1;
+    sim_engine_enqueue(p.e, &pa, 0);
+    assert_true(sim_engine_start_step(p.e) > 0);
+    assert_int_equal(sim_engine_finish_step(p.e, p.emit), 1);
+    assert_int_equal(p.emit[0].kind, EMIT_PREFILLED);
+    assert_int_equal(pa.state, SEQ_HELD);
+    verify_ok(p.e);
+    struct sim_engine_state st;
+    sim_engine_state(p.e, &st);
+    assert_int_equal(st.used_blocks, 10);
+    assert_int_equal(st.running + st.waiting, 0);
+    assert_int_equal(sim_engine_start_step(p.e), 0);
+    assert_int_equal(sim_engine_counters(p.e)->sampled_tokens, 0);
+    sim_engine_release_held(p.e, &pa);
+    verify_ok(p.e);
+    sim_engine_state(p.e, &st);
+    assert_int_equal(st.used_blocks, 0);
+    assert_int_equal(st.cached_blocks, 10);
+    assert_int_equal(sim_engine_counters(p.e)->handed_off, 1);
+
+    struct sim_seq da, db, dc, da2;
+    struct sim_seq *out[4];
+    seq_init(&da, 0, a, 40, 3);
+    seq_init(&db, 1, b, 120, 2);
+    seq_init(&dc, 2, c, 120, 2);
+    sim_engine_enqueue_remote(d.e, &da);
+    sim_engine_enqueue_remote(d.e, &db);
+    sim_engine_enqueue_remote(d.e, &dc);
+    /* 10 + 30 blocks pulled; the third's 30 wait for the 10 left */
+    assert_int_equal(sim_engine_pull(d.e, out, 4), 2);
+    assert_ptr_equal(out[0], &da);
+    assert_ptr_equal(out[1], &db);
+    assert_int_equal(da.received, 39);
+    assert_int_equal(db.received, 119);
+    assert_int_equal(dc.state, SEQ_KVWAIT);
+    verify_ok(d.e);
+    sim_engine_state(d.e, &st);
+    assert_int_equal(st.waiting, 3);
+    assert_int_equal(st.used_blocks, 40);
+    assert_int_equal(sim_engine_pull(d.e, out, 4), 0);
+    sim_engine_kv_arrived(d.e, &da);
+    sim_engine_kv_arrived(d.e, &db);
+    verify_ok(d.e);
+    sim_engine_state(d.e, &st);
+    assert_int_equal(st.cached_blocks, 9 + 29); /* the full received ones */
+    assert_true(sim_engine_start_step(d.e) > 0);
+    size_t n = sim_engine_finish_step(d.e, d.emit);
+    assert_int_equal(n, 2);
+    assert_int_equal(d.emit[0].kind, EMIT_FIRST_TOKEN);
+    assert_int_equal(d.emit[1].kind, EMIT_FIRST_TOKEN);
+    d.firsts += 2;
+    drain(&d);
+    assert_int_equal(d.completes, 2);
+    /* memory freed: the third pulls; then a's prompt again, cached here */
+    assert_int_equal(sim_engine_pull(d.e, out, 4), 1);
+    assert_ptr_equal(out[0], &dc);
+    seq_init(&da2, 3, a, 40, 2);
+    sim_engine_enqueue_remote(d.e, &da2);
+    assert_int_equal(sim_engine_pull(d.e, out, 4), 1);
+    assert_int_equal(da2.hit, 36);
+    assert_int_equal(da2.received, 3);
+    sim_engine_kv_arrived(d.e, &dc);
+    sim_engine_kv_arrived(d.e, &da2);
+    drain(&d);
+    assert_int_equal(d.firsts, 4);
+    assert_int_equal(d.completes, 4);
+    const struct sim_engine_counters *k = sim_engine_counters(d.e);
+    assert_int_equal(k->query_tokens, k->hit_tokens + k->prefilled_tokens +
+                                          k->abandoned_tokens +
+                                          k->received_tokens);
+    assert_int_equal(k->received_tokens, 39 + 119 + 119 + 3);
+    assert_int_equal(k->pulls, 4);
+    assert_int_equal(k->sampled_tokens, 3 + 2 + 2 + 2);
+    sim_seq_free(&pa);
+    sim_seq_free(&da);
+    sim_seq_free(&db);
+    sim_seq_free(&dc);
+    sim_seq_free(&da2);
+    sim_engine_destroy(p.e);
+    sim_engine_destroy(d.e);
+}
+
 int
 main(void)
 {
@@ -927,6 +1036,7 @@ main(void)
         cmocka_unit_test(test_cpu_lru),
         cmocka_unit_test(test_cpu_events),
         cmocka_unit_test(test_stress),
+        cmocka_unit_test(test_pd_legs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
