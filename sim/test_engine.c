@@ -4,8 +4,8 @@
  * max_loras adapters in a batch, no starvation, each adapter's KV apart),
  * the CPU tier (a prefix the GPU lost loads from host memory at the
  * transfer's cost, LRU there, its KV events), disaggregation's prefill
- * and decode legs, and a randomized stress run that checks every invariant after every
- * step (the cache never exceeds its capacity). */
+ * and decode legs, and a randomized stress run that checks every invariant
+ * after every step (the cache never exceeds its capacity). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
