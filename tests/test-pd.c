@@ -327,10 +327,30 @@ adaptive_pair(void **state)
     /* the prefill instance in the decode instance's region (and rack,
      * when that is d0) */
     assert_int_equal(d.prefill_instance, 2);
-    /* no stall priced: the request's own first token alone, which the
-     * transfer makes later than a prefill where it decodes */
-    double kv[] = { LR_PARAM_ADAPTIVE_PD_STALL, 0 };
+    /* a bound loose enough: the request's own first token alone, which
+     * the transfer makes later than a prefill where it decodes */
+    double kv[] = { LR_PARAM_ADAPTIVE_PD_STALL, 100 };
     d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, kv, 1);
+    assert_int_equal(d.prefill_instance, NONE);
+    /* a chat turn of 100 new tokens on the history d0 holds stays whole
+     * among its 30 decoding requests: 12.5 ms of prefill, within 0.01 x
+     * 128 output tokens x the 20 ms base before any calibration */
+    rows[0].cached_tokens = 7900;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, NULL, 0);
+    assert_int_equal(d.instance, 0);
+    assert_int_equal(d.prefill_instance, NONE);
+    /* 400 new tokens (50 ms) do not */
+    rows[0].cached_tokens = 7600;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, NULL, 0);
+    assert_int_not_equal(d.prefill_instance, NONE);
+    /* nor do they with the bound at 0, which keeps a request whole only
+     * where nothing is in flight */
+    rows[0].cached_tokens = 7900;
+    double zero[] = { LR_PARAM_ADAPTIVE_PD_STALL, 0 };
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, zero, 1);
+    assert_int_not_equal(d.prefill_instance, NONE);
+    rows[0].inflight = rows[1].inflight = 0;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, zero, 1);
     assert_int_equal(d.prefill_instance, NONE);
 }
 

@@ -342,10 +342,12 @@ typedef enum lr_param {
      * LR_PARAM_PD_LOCAL_MAX_RATIO (0.7). @since 0.3 */
     LR_PARAM_PD_LOCAL_MAX_TOKENS = 56,
     LR_PARAM_PD_LOCAL_MAX_RATIO = 57,
-    /** adaptive's price of a prefill kept where it decodes, per second
-     * of that prefill and per request decoding there: the steps it
-     * stalls them for (0.05; 0 .. 100). 0 weighs a split on the
-     * request's own first token alone. @since 0.3 */
+    /** adaptive's bound on a prefill kept where it decodes while
+     * requests are in flight there: its seconds at most this x the
+     * request's expected output tokens x the instance's calibrated
+     * first-token base (0.01; 0 .. 100): what it may add to their time
+     * per output token. 0 keeps a request whole only on an idle decode
+     * instance. @since 0.3 */
     LR_PARAM_ADAPTIVE_PD_STALL = 58
 } lr_param;
 

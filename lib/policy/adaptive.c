@@ -766,9 +766,19 @@ lr__adaptive_decide(const struct lr__pctx *c)
 
 /* ---- disaggregated fleets ------------------------------------------------------ */
 
-/* A request kept whole at decode row r: its social cost there, and the
- * steps its prefill stalls for the requests decoding there
- * (LR_PARAM_ADAPTIVE_PD_STALL per second of prefill and request). */
+/* A request kept whole at decode row r: its social cost there, where its
+ * prefill may stay; else INFINITY. A prefill mixed into the decode steps
+ * delays every request in flight there (decoding, or about to: the decode
+ * legs waiting for their KV, the whole requests queued before it) and
+ * every one that arrives meanwhile by its own seconds, which spread over
+ * their output tokens is what their time per output token (TPOT) grows
+ * by. So where any is, the prefill may stay only when its seconds are at
+ * most LR_PARAM_ADAPTIVE_PD_STALL (0.01) x the request's expected output
+ * tokens x the row's calibrated first-token base (PRIOR_BASE_S before
+ * any): a chat turn on a history the instance holds, not a long prompt.
+ * In lrsim's P/D cells a price per stalled second instead (any weight
+ * from 0.05 to 10) kept long prompts whole and left TPOT p99 1.2x to 16x
+ * the published rules'. */
 static double
 whole_at(const struct lr__pctx *c, const lr_candidate *r, double load)
 {
@@ -776,8 +786,13 @@ whole_at(const struct lr__pctx *c, const lr_candidate *r, double load)
     double own =
         s_per_token(r) *
         ((double)c->prompt - lr__adaptive_delivered(r, c->stride, c->param));
-    double dec = decoding(r) * DSCALE;
-    return cost + LR__P(c, ADAPTIVE_PD_STALL) * dec * (own > 0 ? own : 0);
+    own = own > 0 ? own : 0;
+    double dec = (double)r->inflight + r->route_rate * own;
+    double base = r->ttft_base_s > 0 ? r->ttft_base_s : PRIOR_BASE_S;
+    if (dec >= 0.5 &&
+        own > LR__P(c, ADAPTIVE_PD_STALL) * (double)c->output * base)
+        return INFINITY;
+    return cost;
 }
 
 /* The decode leg of a split at row r: the step that brings its first
@@ -828,7 +843,8 @@ lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd)
     const lr_candidate *d = lr__row(&dc, k);
     struct lr__choice ch =
         lr__choose(&dc, k, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
-    if (dc.score[k] >= whole_at(&dc, d, load_d)) {
+    double whole = whole_at(&dc, d, load_d);
+    if (!isinf(whole) && dc.score[k] >= whole) {
         lr__set_leg(c, &ch, LR_NIL, LR_REASON_WHOLE);
         return ch;
     }

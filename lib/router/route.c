@@ -387,7 +387,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint64_t now = rt->v.q->now_ns;
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
-    uint32_t n = 0, nd;
+    uint32_t n = 0, nd = 0;
     if (!filtered(rt) && r->n_prefill == 0) {
         for (uint32_t k = 0; k < r->n_act; k++)
             gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],

@@ -54,7 +54,7 @@ class Enums(unittest.TestCase):
                 ("PD_MIN_UNCACHED", 55, 16),
                 ("PD_LOCAL_MAX_TOKENS", 56, 2048),
                 ("PD_LOCAL_MAX_RATIO", 57, 0.7),
-                ("ADAPTIVE_PD_STALL", 58, 0.05)]
+                ("ADAPTIVE_PD_STALL", 58, 0.01)]
         for name, key, default in want:
             with self.subTest(param=name):
                 p = L.Param[name]
