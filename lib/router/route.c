@@ -345,22 +345,23 @@ filtered(const struct route *rt)
     return rt->v.rows_model != 0;
 }
 
-/* The row of routable instance `id` in the route's table, or NONE. */
+/* The row of instance `id` in the route's table, or NONE. The table
+ * alone: the fleet may have changed since it was gathered (the record
+ * runs under another lock than the gather), so neither act[] nor an
+ * instance's role may say where a row is. Each part of the table (the
+ * rows that decode, the prefill rows) is in id order. */
 static uint32_t
-row_of(const lr_router *r, const struct route *rt, uint32_t id)
+row_of(const struct route *rt, uint32_t id)
 {
-    uint32_t lo = 0, hi = rt->v.routable;
-    if (!filtered(rt) && rt->nd == hi)
-        return lr__router_act_index(r, id);
-    if (rt->nd < hi) { /* each part in id order */
-        if (r->inst[id].place.role == LR_ROLE_PREFILL)
-            lo = rt->nd;
-        else
-            hi = rt->nd;
-    }
     const lr_candidate *rows = rt->sc->rows;
-    uint32_t k = LR__LOWER_BOUND(lr_candidate, instance, rows, lo, hi, id);
-    return k < hi && rows[k].instance == id ? k : NONE;
+    uint32_t edge[3] = { 0, rt->nd, rt->v.routable };
+    for (int p = 0; p < 2; p++) {
+        uint32_t k = LR__LOWER_BOUND(lr_candidate, instance, rows, edge[p],
+                                     edge[p + 1], id);
+        if (k < edge[p + 1] && rows[k].instance == id)
+            return k;
+    }
+    return NONE;
 }
 
 /* No row for a request's model: LR_ENOENT when no instance serves it,
@@ -478,7 +479,7 @@ route_rank(lr_router *r, struct route *rt)
     (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k in range */
     uint32_t rank[2] = { 0, 0 };
     for (uint32_t i = 0; i < got; i++) {
-        uint32_t k = row_of(r, rt, ids[i]);
+        uint32_t k = row_of(rt, ids[i]);
         if (k == NONE)
             continue;
         uint32_t *rk = &rank[k >= rt->nd];
@@ -573,7 +574,7 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
     uint32_t alt = rt->ch.alt;
     if (alt != NONE && alt != c->instance &&
         lr__router_act_index(r, alt) != NONE) {
-        uint32_t ak = row_of(r, rt, alt);
+        uint32_t ak = row_of(rt, alt);
         dp.alt_instance = alt;
         dp.alt_cached_tokens = ak != NONE ? rt->sc->rows[ak].cached_tokens : 0;
     }
