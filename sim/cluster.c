@@ -180,7 +180,8 @@ parse_group(const char *spec, const char *g, size_t len, struct group *out,
         return sim_errf(err, "bad cluster \"%s\": count too large", spec);
     if (r > 0) {
         if (n == 0 || n > SIM_MAX_INSTANCES)
-            return sim_errf(err, "bad cluster \"%s\": count must be 1..%u",
+            return sim_errf(err, "bad cluster \"%s\": count must be 1..%u "
+                                 "(lrsim's limit of instances)",
                             spec, SIM_MAX_INSTANCES);
         out->count = n;
         if (*p == '\0')
@@ -279,7 +280,8 @@ sim_cluster_parse(const char *spec, struct sim_cluster *c, struct sim_err *err)
             return -1;
         total += gs[ng].count;
         if (total > SIM_MAX_INSTANCES)
-            return sim_errf(err, "bad cluster \"%s\": more than %u instances",
+            return sim_errf(err, "bad cluster \"%s\": more than %u instances "
+                                 "(lrsim's limit)",
                             spec, SIM_MAX_INSTANCES);
         ng++;
         if (plus == NULL)

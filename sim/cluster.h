@@ -95,7 +95,9 @@ int sim_class_file_load(const char *path, struct sim_err *err);
 
 #define SIM_DEFAULT_CLASS "a100"
 #define SIM_DEFAULT_RTT_US 1000u
-#define SIM_MAX_INSTANCES 1024u
+/* Instances in a cluster at most (the library allows
+ * LR_ROUTER_MAX_INSTANCES per router): a fleet of thousands of engines */
+#define SIM_MAX_INSTANCES 4096u
 
 struct sim_instance {
     char name[48];

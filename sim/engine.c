@@ -13,6 +13,7 @@
  */
 #include "engine.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,15 +21,22 @@
 #include <xxhash.h>
 
 #define NIL UINT32_MAX
+_Static_assert(offsetof(struct sim_seq, decoding) < 64,
+               "a sequence's per-step fields fit one cache line");
+#define TABLE_MIN 1024u /* the prefix table's first size, in slots */
 #define SEED_SALT 0x6c7273696d6b7631ull /* "lrsimkv1" */
 #define SEED_BLOCK 0x6c7273696d626c6bull
 
+/* 16 bytes. qpos keeps a position's low 32 bits: the ring's positions in
+ * use span less than its size (at most 2^32 entries), so they tell the
+ * positions in use apart. */
 struct blk {
     uint64_t key;
-    uint64_t qpos; /* position of its live free-queue entry (ref == 0) */
-    uint32_t ref;
-    uint32_t hashed;
+    uint32_t qpos; /* position of its live free-queue entry (ref == 0) */
+    uint32_t ref : 31; /* at most one per running sequence */
+    uint32_t hashed : 1;
 };
+_Static_assert(sizeof(struct blk) == 16, "a block is 16 bytes");
 
 struct slot {
     uint64_t key;
@@ -70,14 +78,25 @@ struct sim_engine {
     uint32_t n_free;
     uint32_t n_hashed;
     uint32_t watermark;
+    /* blk, table and fq: one arena (sim_arena_get), whose contents are
+     * whatever its last user left ("Memory") */
+    char *arena;
+    size_t arena_bytes;
     struct blk *blk;
     /* the free queue: a ring of block ids, head first; an entry is live
      * when its block has ref 0 and qpos names it (pinning a free block
      * leaves a stale entry behind, skipped when reached) */
     uint32_t *fq;
     uint64_t fq_mask, fq_head, fq_tail;
+    /* blocks [fresh, cap) were never allocated: free, without a key, and
+     * in the free queue at positions fq_base + id, where nothing is
+     * written (see "Memory") */
+    uint64_t fq_base;
+    uint32_t fresh;
+    /* the prefix table: slots [0, mask] in use, at most half full; it
+     * doubles up to mask_max + 1 slots (twice the blocks, rounded up) */
     struct slot *table;
-    uint64_t mask;
+    uint64_t mask, mask_max;
     /* admission memo: the waiting head that did not fit and the free
      * blocks then; it is not retried until one of them changes */
     const struct sim_seq *stuck;
@@ -88,6 +107,7 @@ struct sim_engine {
     struct queue held, kvwait, recv;
     struct sim_seq **sched;
     uint32_t n_sched;
+    uint32_t n_last; /* sched[0..n_last): the last step's, for prefetch */
     int busy;
     uint64_t pending;
     struct sim_engine_counters c;
@@ -253,13 +273,51 @@ t_delete(struct sim_engine *e, uint32_t id)
  * A ring instead of a linked list: allocation reads consecutive ids, so
  * the block and table accesses of one chunk's allocations overlap instead
  * of chasing pointers. Live entries never exceed cap and the ring holds
- * 4 x cap, so a full ring is compacted in place and never grows. */
+ * 2 x cap, so a full ring is compacted in place and never grows.
+ *
+ * Memory. An engine's arrays are sized by its KV capacity (an a100's
+ * 25,000 blocks: 1.6 MiB in all), and a fleet of thousands may touch
+ * little of them in a short run. So they live in one arena
+ * (sim_arena_get): mapped from the system the first time, where a page
+ * costs memory only once written, then reused by the next engine of the
+ * same size, with whatever that one left in it. The engine writes every
+ * part before it reads it, and writes nothing at create but the table's
+ * first slots:
+ *   - blocks: those never allocated, [fresh, cap), are the free queue's
+ *     entries at positions fq_base + id, as if pushed in id order at
+ *     create, but neither their ring slots nor their blk entries are
+ *     written: fq_id() reads the id from the position (allocation takes
+ *     them in that order, one by one, so fresh only grows and the head
+ *     never passes fq_base + fresh), and a block's entry is written when
+ *     it is first allocated (or by a compaction, which writes the queue
+ *     out);
+ *   - the table starts at TABLE_MIN slots and doubles at half full
+ *     (t_grow, which clears the new size), so its pages are touched as
+ *     keys arrive, not by the first few keys' scatter over all of it.
+ * None of this changes what the engine does: the queue's order and the
+ * table's answers are the same. */
+
+static int
+fq_fresh(const struct sim_engine *e, uint64_t pos)
+{
+    /* below fq_base the difference wraps past cap */
+    return pos - e->fq_base >= e->fresh && pos - e->fq_base < e->cap;
+}
+
+static uint32_t
+fq_id(const struct sim_engine *e, uint64_t pos)
+{
+    return fq_fresh(e, pos) ? (uint32_t)(pos - e->fq_base)
+                            : e->fq[pos & e->fq_mask];
+}
 
 static int
 fq_live(const struct sim_engine *e, uint64_t pos)
 {
+    if (fq_fresh(e, pos))
+        return 1;
     const struct blk *b = &e->blk[e->fq[pos & e->fq_mask]];
-    return b->ref == 0 && b->qpos == pos;
+    return b->ref == 0 && b->qpos == (uint32_t)pos;
 }
 
 static void
@@ -269,11 +327,14 @@ fq_compact(struct sim_engine *e)
     for (uint64_t r = e->fq_head; r != e->fq_tail; r++) {
         if (!fq_live(e, r))
             continue;
-        uint32_t id = e->fq[r & e->fq_mask];
+        uint32_t id = fq_id(e, r);
+        if (fq_fresh(e, r)) /* its entry, first written */
+            e->blk[id] = (struct blk){ 0 };
         e->fq[w & e->fq_mask] = id;
-        e->blk[id].qpos = w++;
+        e->blk[id].qpos = (uint32_t)w++;
     }
     e->fq_tail = w;
+    e->fresh = e->cap; /* every entry is written now */
 }
 
 static void
@@ -283,7 +344,7 @@ fq_push(struct sim_engine *e, uint32_t id, int front)
         fq_compact(e);
     uint64_t pos = front ? --e->fq_head : e->fq_tail++;
     e->fq[pos & e->fq_mask] = id;
-    e->blk[id].qpos = pos;
+    e->blk[id].qpos = (uint32_t)pos;
 }
 
 /* Take the free queue's first live block; evict its key. Caller checked
@@ -293,7 +354,14 @@ blk_alloc(struct sim_engine *e)
 {
     while (!fq_live(e, e->fq_head))
         e->fq_head++;
-    uint32_t id = e->fq[e->fq_head++ & e->fq_mask];
+    uint64_t pos = e->fq_head++;
+    uint32_t id;
+    if (fq_fresh(e, pos)) { /* pos is fq_base + fresh */
+        e->fresh = (id = (uint32_t)(pos - e->fq_base)) + 1;
+        e->blk[id] = (struct blk){ 0 }; /* its entry, first written */
+    } else {
+        id = e->fq[pos & e->fq_mask];
+    }
     struct blk *b = &e->blk[id];
     if (b->hashed) {
         t_delete(e, id);
@@ -326,15 +394,18 @@ blk_alloc_n(struct sim_engine *e, uint32_t *out, uint32_t n)
         uint32_t m = n < ALLOC_WARM ? n : ALLOC_WARM;
         /* the blocks first (prefetches: nothing waits for them), then the
          * table slots their keys name */
-        for (uint64_t pos = e->fq_head, k = 0; k < 2 * m; pos++, k++)
-            __builtin_prefetch(&e->blk[e->fq[pos & e->fq_mask]]);
+        for (uint64_t pos = e->fq_head, k = 0;
+             k < 2 * m && pos != e->fq_tail; pos++, k++)
+            __builtin_prefetch(&e->blk[fq_id(e, pos)]);
         for (uint64_t pos = e->fq_head, k = 0; k < m; pos++) {
             if (!fq_live(e, pos))
                 continue;
+            k++;
+            if (fq_fresh(e, pos))
+                continue; /* no key: its entry is not written yet */
             const struct blk *b = &e->blk[e->fq[pos & e->fq_mask]];
             if (b->hashed)
                 __builtin_prefetch(&e->table[b->key & e->mask]);
-            k++;
         }
         for (uint32_t k = 0; k < m; k++)
             *out++ = blk_alloc(e);
@@ -363,6 +434,18 @@ blk_release(struct sim_engine *e, uint32_t id)
     fq_push(e, id, !b->hashed);
 }
 
+/* Twice the table's slots, cleared: the keys are inserted again from the
+ * blocks (only blocks below fresh were ever keyed). */
+static void
+t_grow(struct sim_engine *e)
+{
+    e->mask = 2 * e->mask + 1;
+    memset(e->table, 0, (e->mask + 1) * sizeof *e->table);
+    for (uint32_t id = 0; id < e->fresh; id++)
+        if (e->blk[id].hashed)
+            t_insert(e, id);
+}
+
 /* Give a computed prompt block its key, unless another block already
  * holds that key (two sequences computed the same prefix at once).
  * Returns whether the key is new in the cache. */
@@ -375,7 +458,10 @@ blk_register(struct sim_engine *e, uint32_t id, uint64_t key)
     b->key = key;
     b->hashed = 1;
     e->n_hashed++;
-    t_insert(e, id);
+    if (2ull * e->n_hashed > e->mask + 1 && e->mask < e->mask_max)
+        t_grow(e); /* inserts this key too */
+    else
+        t_insert(e, id);
     return 1;
 }
 
@@ -944,7 +1030,7 @@ struct sim_engine *
 sim_engine_create(const struct sim_instance *inst, uint32_t bt)
 {
     if (bt == 0 || inst->cls->kv_tokens / bt == 0 ||
-        inst->cls->kv_tokens / bt >= NIL / 2)
+        inst->cls->kv_tokens / bt >= NIL / 4) /* the ring: 2^31 at most */
         return NULL;
     struct sim_engine *e = sim_calloc(1, sizeof *e);
     if (e == NULL)
@@ -959,25 +1045,35 @@ sim_engine_create(const struct sim_instance *inst, uint32_t bt)
     uint64_t slots = 16;
     while (slots < 2ull * e->cap)
         slots *= 2;
-    e->mask = slots - 1;
+    e->mask_max = slots - 1;
+    e->mask = (slots < TABLE_MIN ? slots : TABLE_MIN) - 1;
     uint64_t ring = 16;
-    while (ring < 4ull * e->cap)
+    while (ring < 2ull * e->cap)
         ring *= 2;
     e->fq_mask = ring - 1;
-    e->blk = sim_calloc(e->cap, sizeof *e->blk);
-    e->table = sim_calloc(slots, sizeof *e->table);
-    e->fq = sim_calloc(ring, sizeof *e->fq);
+    /* the blocks, the table and the ring in one piece, written only as
+     * they are used ("Memory") */
+    size_t at_table = ((size_t)e->cap * sizeof *e->blk + 63) / 64 * 64;
+    size_t at_fq = at_table + (size_t)slots * sizeof *e->table;
+    e->arena_bytes = at_fq + (size_t)ring * sizeof *e->fq;
+    e->arena = sim_arena_get(e->arena_bytes);
     e->sched = sim_calloc(inst->cls->max_batch, sizeof *e->sched);
-    if (e->blk == NULL || e->table == NULL || e->fq == NULL ||
-        e->sched == NULL || (e->slots_mode && slots_create(e) != 0)) {
+    if (e->arena != NULL) {
+        e->blk = (struct blk *)(void *)e->arena;
+        e->table = (struct slot *)(void *)(e->arena + at_table);
+        e->fq = (uint32_t *)(void *)(e->arena + at_fq);
+        memset(e->table, 0, (e->mask + 1) * sizeof *e->table);
+    }
+    if (e->arena == NULL || e->sched == NULL ||
+        (e->slots_mode && slots_create(e) != 0)) {
         sim_engine_destroy(e);
         return NULL;
     }
-    /* every block free, in id order; positions start mid-range so that
-     * pushes at the front never wrap below zero */
-    e->fq_head = e->fq_tail = 1ull << 62;
-    for (uint32_t i = 0; i < e->cap; i++)
-        fq_push(e, i, 0);
+    /* every block free, in id order, as fresh blocks; positions start
+     * mid-range so that pushes at the front never wrap below zero */
+    e->fq_base = e->fq_head = 1ull << 62;
+    e->fq_tail = e->fq_base + e->cap;
+    e->fresh = 0;
     e->n_free = e->cap;
     return e;
 }
@@ -987,9 +1083,7 @@ sim_engine_destroy(struct sim_engine *e)
 {
     if (e == NULL)
         return;
-    free(e->blk);
-    free(e->fq);
-    free(e->table);
+    sim_arena_put(e->arena, e->arena_bytes);
     free(e->sched);
     free(e->slot);
     free(e->host);
@@ -1094,6 +1188,8 @@ preempt(struct sim_engine *e, struct sim_seq *s)
 static int
 grow_to(struct sim_engine *e, struct sim_seq *s, uint32_t tokens)
 {
+    if (tokens <= (uint64_t)s->n_blocks * e->bt)
+        return 0; /* it holds them: most decode steps */
     uint32_t need = blocks_for(e, tokens);
     while (need > s->n_blocks + e->n_free) {
         struct sim_seq *victim = e->running.tail;
@@ -1212,6 +1308,10 @@ sim_engine_start_step(struct sim_engine *e)
     uint32_t budget = e->cls->token_budget;
     double t = e->cls->overhead_us;
     int preempted = 0;
+    /* the last step's sequences are (mostly) this one's running ones:
+     * fetch them at once rather than one by one down the list */
+    for (uint32_t i = 0; i < e->n_last; i++)
+        __builtin_prefetch(e->sched[i]);
     e->n_sched = 0;
     /* running sequences first, in admission order */
     for (struct sim_seq *s = e->running.head; s != NULL && budget > 0;
@@ -1273,6 +1373,8 @@ size_t
 sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
 {
     size_t n_out = 0;
+    for (uint32_t i = 0; i < e->n_sched; i++)
+        __builtin_prefetch(e->sched[i], 1);
     for (uint32_t i = 0; i < e->n_sched; i++) {
         struct sim_seq *s = e->sched[i];
         uint32_t n = s->sched;
@@ -1320,6 +1422,7 @@ sim_engine_finish_step(struct sim_engine *e, struct sim_emit *out)
             out[n_out++] = (struct sim_emit){ s, EMIT_COMPLETE };
         }
     }
+    e->n_last = e->n_sched;
     e->n_sched = 0;
     e->busy = 0;
     return n_out;
@@ -1550,8 +1653,12 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
                 else
                     refs[s->blocks[i]]++;
         }
-    uint32_t free_n = 0, hashed = 0;
-    for (uint32_t i = 0; i < e->cap && rc == 0; i++) {
+    /* fresh blocks are free and unkeyed; their entries are not written */
+    uint32_t free_n = e->cap - e->fresh, hashed = 0;
+    for (uint32_t i = e->fresh; i < e->cap && rc == 0; i++)
+        if (refs[i] != 0)
+            rc = sim_errf(err, "fresh block %u held by a sequence", i);
+    for (uint32_t i = 0; i < e->fresh && rc == 0; i++) {
         const struct blk *b = &e->blk[i];
         if (b->ref != refs[i])
             rc = sim_errf(err, "block %u ref %u, sequences hold %u", i, b->ref,
@@ -1577,10 +1684,20 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
     if (live != e->n_free || e->fq_tail - e->fq_head > e->fq_mask + 1)
         return sim_errf(err, "free queue holds %u live entries, expected %u",
                         live, e->n_free);
+    if (e->fresh > e->cap ||
+        (e->fresh < e->cap && e->fq_head > e->fq_base + e->fresh))
+        return sim_errf(err, "fresh blocks from %u of %u, queue head past "
+                             "them",
+                        e->fresh, e->cap);
     for (uint32_t i = 0; i < e->cap; i++) {
         const struct blk *b = &e->blk[i];
-        if (b->ref == 0 && (b->qpos < e->fq_head || b->qpos >= e->fq_tail ||
-                            e->fq[b->qpos & e->fq_mask] != i))
+        int fresh = i >= e->fresh;
+        /* its queue position: a fresh one's, or from the low 32 bits kept */
+        uint64_t pos = fresh ? e->fq_base + i
+                             : e->fq_head + (uint32_t)(b->qpos -
+                                                       (uint32_t)e->fq_head);
+        if ((fresh || b->ref == 0) &&
+            (pos < e->fq_head || pos >= e->fq_tail || fq_id(e, pos) != i))
             return sim_errf(err, "free block %u has no queue entry", i);
     }
     /* the CPU tier: a list of cpu_n blocks, each found by its key */
@@ -1610,7 +1727,8 @@ sim_engine_verify(const struct sim_engine *e, struct sim_err *err)
                 e->blk[e->table[i].id - 1].key != e->table[i].key)
                 return sim_errf(err, "table slot for an unkeyed block");
         }
-    if (in_table != e->n_hashed || e->n_hashed > e->cap)
+    if (in_table != e->n_hashed || e->n_hashed > e->cap ||
+        2ull * e->n_hashed > e->mask + 1 || e->mask > e->mask_max)
         return sim_errf(err, "table holds %u keys, %u blocks keyed", in_table,
                         e->n_hashed);
     return 0;

@@ -1435,22 +1435,50 @@ heat_value(const struct sim_result *r, uint32_t i, int kind)
     return r->per_inst[i].mean_pending;
 }
 
+/* A heatmap has at most this many columns: a larger fleet's instances are
+ * shown `per` to a column (heat_column). */
+#define HEAT_COLS 256u
+
+/* Column c's value: the mean over its instances [c x per, (c + 1) x per)
+ * (one instance's value when per is 1). */
+static double
+heat_column(const struct sim_result *r, uint32_t c, uint32_t per, int kind)
+{
+    uint32_t from = c * per, to = from + per;
+    if (to > r->n_inst)
+        to = r->n_inst;
+    if (to - from == 1)
+        return heat_value(r, from, kind);
+    double sum = 0;
+    for (uint32_t i = from; i < to; i++)
+        sum += heat_value(r, i, kind);
+    return sum / (double)(to - from);
+}
+
 static double
 svg_heatmap(FILE *f, const struct sim_report *rep, double y0,
             const struct heat *h)
 {
-    uint32_t ni = rep->c->n;
+    /* ni columns, or HEAT_COLS at most of `per` instances each */
+    uint32_t per = (rep->c->n + HEAT_COLS - 1) / HEAT_COLS;
+    uint32_t ni = (rep->c->n + per - 1) / per;
     double cw = ni <= 16 ? 44 : (double)(SVG_W - 260) / ni, ch = 18;
     double x0 = 180;
     svg_text(f, PLOT_X, y0, "start", "font-size=\"15\" font-weight=\"bold\"",
              h->title);
+    char note[192];
+    if (per > 1)
+        snprintf(note, sizeof note, "%s; each column: the mean of %u "
+                 "instances in order", h->note, per);
+    else
+        snprintf(note, sizeof note, "%s", h->note);
     svg_text(f, PLOT_X, y0 + 16, "start", "font-size=\"11\" fill=\"#555\"",
-             h->note);
+             note);
     double top = y0 + 66;
     double vmax = 0;
     for (size_t k = 0; k < rep->n_runs; k++)
         for (uint32_t i = 0; i < ni; i++)
-            vmax = fmax(vmax, heat_value(&rep->runs[k], i, h->kind));
+            vmax = fmax(vmax, heat_column(&rep->runs[k], i, per, h->kind));
     for (uint32_t i = 0; i < ni && ni <= 32; i++) {
         char lab[48];
         snprintf(lab, sizeof lab, "%s", rep->c->inst[i].name);
@@ -1463,7 +1491,7 @@ svg_heatmap(FILE *f, const struct sim_report *rep, double y0,
         double y = top + ch * (double)k;
         svg_text(f, x0 - 8, y + 13, "end", "font-size=\"12\"", r->policy_name);
         for (uint32_t i = 0; i < ni; i++) {
-            double v = heat_value(r, i, h->kind);
+            double v = heat_column(r, i, per, h->kind);
             char col[16];
             if (h->kind == 0)
                 diverging(v, col, sizeof col);

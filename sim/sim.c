@@ -247,9 +247,13 @@ seq_get(struct run *r)
     if (sim_grow((void **)&r->pool, &r->pool_cap, r->seqs_made + 1,
                  sizeof *r->pool) != 0)
         return NULL;
-    struct sim_seq *s = sim_calloc(1, sizeof *s);
-    if (s != NULL)
-        r->seqs_made++;
+    /* one cache line for the fields every step reads (engine.h) */
+    size_t size = (sizeof(struct sim_seq) + 63) / 64 * 64;
+    struct sim_seq *s = aligned_alloc(64, size);
+    if (s == NULL)
+        return NULL;
+    memset(s, 0, size);
+    r->seqs_made++;
     return s;
 }
 
@@ -1445,9 +1449,17 @@ make_router(struct run *r, uint32_t rk)
         o.index_eviction = LR_EVICT_LRU;
     o.block_tokens = cfg->block_tokens;
     o.max_instances = r->c->n;
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < r->c->n; i++)
+    uint64_t total = 0, batch = 0;
+    for (uint32_t i = 0; i < r->c->n; i++) {
         total += r->c->inst[i].cls->kv_tokens / cfg->block_tokens;
+        batch += r->c->inst[i].cls->max_batch;
+    }
+    /* requests in flight: the library's default (65,536), or the fleet's
+     * running batches if more (a fleet of over 256 a100s), as a gateway
+     * sizes the table to its fleet */
+    if (batch > o.max_requests)
+        o.max_requests = batch > LR_LOAD_MAX_REQUESTS ? LR_LOAD_MAX_REQUESTS
+                                                      : (uint32_t)batch;
     /* a gateway sizes its index to the fleet's KV cache */
     o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)

@@ -85,6 +85,10 @@ expect 2 "--rate: expected a positive number" -- --rate -3
 expect 2 "--time-scale: expected a positive number" -- --time-scale=nan
 expect 2 "--seed needs a value" -- --seed
 expect 2 "unknown class \"foo\"" -- --cluster 4xfoo
+# lrsim's limit: 4096 instances, one more refused whichever way it is given
+expect 2 'bad cluster "4097": count must be 1\.\.4096 \(lrsim.s limit of instances\)' -- --cluster 4097
+expect 2 'bad cluster "4000\+97": more than 4096 instances \(lrsim.s limit\)' -- --cluster 4000+97
+expect 2 'regions:K needs K in 1\.\.1365' -- --cluster regions:1366
 expect 2 "unknown workload 'nope'" -- --workload nope
 expect 2 "--adapter-by: request or prompt, got 'tenant'" -- --adapter-by tenant
 expect 2 "--models: expected a count 1..4" -- --models 5

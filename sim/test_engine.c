@@ -401,6 +401,61 @@ test_stress(void **state)
     }
 }
 
+/* A large engine (4096 blocks) fed one shared prefix hundreds of times:
+ * the free queue is compacted while blocks that were never allocated
+ * remain, and the prefix table grows from its first size to its last
+ * (engine.c, "Memory"); every invariant after every step, every request
+ * after the first hits the prefix through both, then unique prompts
+ * evict. Twice: the second engine gets the arena the first left behind,
+ * written all over, and does exactly the same. */
+static void
+test_lazy_memory(void **state)
+{
+    (void)state;
+    enum { CAP = 4096, SHARED = 200, OWN = 40, N = 400, M = 100, BIG = 160 };
+    struct sim_engine_counters first;
+    for (int round = 0; round < 2; round++) {
+        struct rig r;
+        rig_init(&r, CAP * BT, 1, 8, 512);
+        struct sim_seq *s = calloc(N + M, sizeof *s);
+        assert_non_null(s);
+        uint32_t tok[BIG * BT];
+        for (uint32_t q = 0; q < N; q++) {
+            fill(tok, SHARED, 1u << 24);
+            fill(tok + SHARED, OWN, (q + 1) << 12);
+            seq_init(&s[q], q, tok, SHARED + OWN, 2);
+            sim_engine_enqueue(r.e, &s[q], 0);
+            drain(&r);
+            assert_int_equal(s[q].first_hit, q ? SHARED : 0);
+        }
+        struct sim_engine_state st;
+        sim_engine_state(r.e, &st);
+        assert_int_equal(st.cached_blocks, (SHARED + N * OWN) / BT);
+        assert_int_equal(sim_engine_counters(r.e)->evicted_blocks, 0);
+        /* unique prompts: more blocks than the cache holds */
+        for (uint32_t q = N; q < N + M; q++) {
+            fill(tok, BIG * BT, (q + 1) << 20);
+            seq_init(&s[q], q, tok, BIG * BT, 2);
+            sim_engine_enqueue(r.e, &s[q], 0);
+            drain(&r);
+            assert_int_equal(s[q].first_hit, 0);
+        }
+        sim_engine_state(r.e, &st);
+        const struct sim_engine_counters *c = sim_engine_counters(r.e);
+        assert_true(c->evicted_blocks > 0);
+        assert_int_equal(st.used_blocks, 0);
+        assert_true(st.cached_blocks <= CAP);
+        if (round == 0)
+            first = *c;
+        else
+            assert_memory_equal(&first, c, sizeof first);
+        for (uint32_t q = 0; q < N + M; q++)
+            sim_seq_free(&s[q]);
+        free(s);
+        sim_engine_destroy(r.e);
+    }
+}
+
 /* ---- LoRA adapters ------------------------------------------------------------ */
 
 #define LOAD_US 5000u
@@ -1037,6 +1092,7 @@ main(void)
         cmocka_unit_test(test_cpu_events),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_pd_legs),
+        cmocka_unit_test(test_lazy_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,9 @@
 
 #include <cmocka.h>
 #include <libroute.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
 
 #include "cluster.h"
 #include "fit.h"
@@ -22,6 +25,7 @@
 #include "report.h"
 #include "sim.h"
 #include "suite.h"
+#include "trace.h"
 #include "workload.h"
 
 static void
@@ -443,9 +447,11 @@ test_cluster_specs(void **state)
         { "4ya100", "expected 'x'" },
         { "4xa100@-3", "RTT" },
         { "4xa100-cache", "unexpected" },
-        { "2000", "count must be" },
+        { "4097", "count must be 1..4096 (lrsim's limit of instances)" },
         { "regions:0", "regions:K" },
-        { "600xa100+600xa100", "more than" },
+        { "regions:1366", "regions:K needs K in 1..1365" },
+        { "4000+97", "more than 4096 instances (lrsim's limit)" },
+        { "2048xh100+2049xa100", "more than 4096 instances" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct sim_err err = { { 0 } };
@@ -455,6 +461,90 @@ test_cluster_specs(void **state)
                      bad[i].why);
         sim_cluster_free(&c);
     }
+}
+
+/* ---- the largest fleet ----------------------------------------------------------- */
+
+/* A short trace on lrsim's largest fleet, 4096 x a100 (SIM_MAX_INSTANCES):
+ * 200 conversations of three turns over four shared system prompts, each
+ * turn of every conversation within one second. For a load-only and a
+ * cache-aware policy every request ends once and the books balance;
+ * least-request spreads each burst over idle engines, so hundreds of
+ * instances serve, the last one's id included in the range, and
+ * prefix-cache-and-load finds the conversations' earlier turns. The
+ * engines write only the memory they use (engine.c, "Memory"): 4096
+ * engines' arrays written at create were 2.4 GB (sim-sim runs under
+ * MALLOC_PERTURB_, which writes every calloc). One more instance is
+ * refused (test_cluster_specs). */
+static void
+test_largest_fleet(void **state)
+{
+    (void)state;
+    struct sim_cluster c;
+    parse_cluster("4096", &c);
+    assert_int_equal(c.n, SIM_MAX_INSTANCES);
+    assert_string_equal(c.inst[0].name, "a100-00");
+    assert_string_equal(c.inst[4095].name, "a100-4095");
+    struct sim_workload w;
+    sim_workload_init(&w);
+    struct sim_trace_rec rec;
+    memset(&rec, 0, sizeof rec);
+    for (unsigned turn = 0; turn < 3; turn++)
+        for (unsigned conv = 0; conv < 200; conv++) {
+            /* system prompt (2 blocks), then one block per turn */
+            char line[256];
+            unsigned sys = conv % 4, blocks = 3 + turn;
+            int n = snprintf(line, sizeof line,
+                             "{\"timestamp\": %u, \"input_length\": %u, "
+                             "\"output_length\": %u, \"session_id\": %u, "
+                             "\"hash_ids\": [%u, %u",
+                             1000 * turn + 5 * conv, 512 * blocks - 100,
+                             8 + conv % 16, conv, 2 * sys, 2 * sys + 1);
+            for (unsigned k = 0; k <= turn; k++)
+                n += snprintf(line + n, sizeof line - (size_t)n, ", %u",
+                              1000 + 10 * conv + k);
+            snprintf(line + n, sizeof line - (size_t)n, "]}");
+            struct sim_err err = { { 0 } };
+            if (sim_trace_parse_line(line, strlen(line), SIM_TRACE_BLOCK,
+                                     &rec, &err) != 0 ||
+                sim_trace_add(&w, &rec, SIM_TRACE_BLOCK, &err) != 0)
+                fail_msg("%s: %s", line, err.msg);
+        }
+    free(rec.hash_ids);
+    struct sim_err err = { { 0 } };
+    assert_int_equal(sim_workload_sort(&w, &err), 0);
+    static const int32_t policies[] = { LR_POLICY_LEAST_REQUEST,
+                                        LR_POLICY_PREFIX_CACHE_AND_LOAD };
+    for (size_t k = 0; k < 2; k++) {
+        struct sim_config cfg;
+        sim_config_init(&cfg);
+        cfg.w = &w;
+        cfg.c = &c;
+        cfg.policy = policies[k];
+        struct sim_result res;
+        if (sim_run(&cfg, &res, &err) != 0)
+            fail_msg("%s: %s", lr_policy_name((lr_policy)policies[k]),
+                     err.msg);
+        check_books(&w, &c, &res);
+        assert_int_equal(res.completed, w.n_reqs);
+        assert_int_equal(res.n_inst, SIM_MAX_INSTANCES);
+        uint32_t used = 0;
+        for (uint32_t i = 0; i < c.n; i++)
+            used += res.per_inst[i].requests > 0;
+        if (k == 0)
+            assert_true(used >= 400);
+        else
+            assert_true(res.cache_hit_rate > 0.3);
+        sim_result_free(&res);
+    }
+#if defined(__linux__)
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    if (ru.ru_maxrss > 1024L * 1024L) /* KiB */
+        fail_msg("peak RSS %ld MiB on 4096 engines", ru.ru_maxrss / 1024);
+#endif
+    sim_workload_free(&w);
+    sim_cluster_free(&c);
 }
 
 /* ---- lodestar ------------------------------------------------------------------ */
@@ -1728,6 +1818,7 @@ main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_generators),
         cmocka_unit_test(test_cluster_specs),
+        cmocka_unit_test(test_largest_fleet),
         cmocka_unit_test(test_percentile),
         cmocka_unit_test(test_tpot),
         cmocka_unit_test(test_lodestar_learns),

@@ -1,10 +1,25 @@
 /* lrsim: shared helpers (see util.h). */
+#if !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1 /* MAP_ANONYMOUS (glibc) */
+#endif
 #include "util.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if !defined(__STDC_NO_ATOMICS__)
+#include <stdatomic.h> /* the arenas' lock */
+#endif
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#endif
+#if defined(MAP_ANONYMOUS)
+#define SIM_MAP_ANON MAP_ANONYMOUS
+#elif defined(MAP_ANON)
+#define SIM_MAP_ANON MAP_ANON
+#endif
 
 int
 sim_errf(struct sim_err *err, const char *fmt, ...)
@@ -37,6 +52,119 @@ sim_reallocarray(void *p, size_t n, size_t size)
         return NULL;
     size_t bytes = n * size;
     return realloc(p, bytes ? bytes : 1);
+}
+
+/* ---- arenas ------------------------------------------------------------------- */
+
+/* Blocks put back, by size: a few sizes at a time (one per engine class
+ * of the runs in flight), each a list linked through the blocks' first
+ * bytes. A spin lock: taken once per engine made or destroyed. */
+#define ARENA_SIZES 16
+
+struct arena_free {
+    struct arena_free *next;
+};
+
+static struct {
+    size_t bytes;
+    struct arena_free *head;
+} arenas[ARENA_SIZES];
+
+#if !defined(__STDC_NO_ATOMICS__)
+static atomic_flag arena_lock = ATOMIC_FLAG_INIT;
+
+static void
+arena_take(void)
+{
+    while (atomic_flag_test_and_set_explicit(&arena_lock,
+                                             memory_order_acquire))
+        ;
+}
+
+static void
+arena_give(void)
+{
+    atomic_flag_clear_explicit(&arena_lock, memory_order_release);
+}
+#else
+static void
+arena_take(void)
+{
+}
+
+static void
+arena_give(void)
+{
+}
+#endif
+
+static int
+arena_mapped(size_t bytes)
+{
+#if defined(SIM_MAP_ANON)
+    return bytes >= SIM_ARENA_MIN;
+#else
+    (void)bytes;
+    return 0;
+#endif
+}
+
+void *
+sim_arena_get(size_t bytes)
+{
+    if (bytes < sizeof(struct arena_free))
+        bytes = sizeof(struct arena_free);
+    void *p = NULL;
+    arena_take();
+    for (size_t k = 0; k < ARENA_SIZES && p == NULL; k++)
+        if (arenas[k].bytes == bytes && arenas[k].head != NULL) {
+            p = arenas[k].head;
+            arenas[k].head = arenas[k].head->next;
+        }
+    arena_give();
+    if (p != NULL)
+        return p;
+#if defined(SIM_MAP_ANON)
+    if (arena_mapped(bytes)) {
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | SIM_MAP_ANON, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+#endif
+    return malloc(bytes);
+}
+
+void
+sim_arena_put(void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    if (bytes < sizeof(struct arena_free))
+        bytes = sizeof(struct arena_free);
+    struct arena_free *f = p;
+    size_t k = 0;
+    arena_take();
+    /* its size's list, else an empty one */
+    while (k < ARENA_SIZES && arenas[k].bytes != bytes)
+        k++;
+    if (k == ARENA_SIZES)
+        for (k = 0; k < ARENA_SIZES && arenas[k].head != NULL; k++)
+            ;
+    if (k < ARENA_SIZES) {
+        arenas[k].bytes = bytes;
+        f->next = arenas[k].head;
+        arenas[k].head = f;
+    }
+    arena_give();
+    if (k < ARENA_SIZES)
+        return;
+#if defined(SIM_MAP_ANON)
+    if (arena_mapped(bytes)) {
+        munmap(p, bytes);
+        return;
+    }
+#endif
+    free(p);
 }
 
 int

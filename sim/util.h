@@ -27,6 +27,20 @@ void *sim_calloc(size_t n, size_t size);
 /* realloc(p, n * size) with overflow check; NULL (p untouched) on failure. */
 void *sim_reallocarray(void *p, size_t n, size_t size);
 
+/* `bytes` of memory whose contents are unspecified: zero the first time,
+ * whatever its last user left after. For a large array that a run may
+ * use little of and whose user writes each part before it reads it (an
+ * engine's blocks and tables). From SIM_ARENA_MIN bytes on it is mapped
+ * from the system, so a page costs memory only once written (neither
+ * malloc's reuse of freed memory nor MALLOC_PERTURB_ writes it).
+ * sim_arena_put keeps it for the next sim_arena_get of the same size, in
+ * any thread: the runs of a suite or of several policies reuse their
+ * engines' pages instead of faulting fresh ones in and unmapping them
+ * again. NULL on failure. */
+#define SIM_ARENA_MIN (64u * 1024u)
+void *sim_arena_get(size_t bytes);
+void sim_arena_put(void *p, size_t bytes);
+
 /* Grow *buf (elements of `size` bytes) to hold at least `need` elements;
  * capacity doubles. 0 on success, -1 (buffer untouched) on failure. */
 int sim_grow(void **buf, size_t *cap, size_t need, size_t size);
