@@ -628,7 +628,12 @@ static int
 on_step(struct run *r, uint32_t i)
 {
     size_t n = sim_engine_finish_step(r->eng[i], r->emit);
-    if (r->cfg->verify_engines &&
+    /* its 1st step, its (N+1)th, (2N+1)th...; every engine also at the
+     * end (summarize) */
+    if (r->cfg->verify_engines > 0 &&
+        (sim_engine_counters(r->eng[i])->steps - 1) %
+                (uint64_t)r->cfg->verify_engines ==
+            0 &&
         sim_engine_verify(r->eng[i], r->err) != 0)
         return sim_errf(r->err, "engine %u invariant broken", i);
     uint64_t back = r->now + half_rtt(r, i);
@@ -2348,6 +2353,10 @@ summarize(struct run *r)
     free(v);
     double span = r->now > 0 ? (double)r->now : 1;
     for (uint32_t i = 0; i < r->c->n; i++) {
+        if (r->cfg->verify_engines > 0 &&
+            sim_engine_verify(r->eng[i], r->err) != 0)
+            return sim_errf(r->err, "engine %u invariant broken at the end",
+                            i);
         const struct sim_engine_counters *c = sim_engine_counters(r->eng[i]);
         struct sim_engine_state st;
         sim_engine_state(r->eng[i], &st);

@@ -80,7 +80,11 @@ struct sim_config {
     double slo_ttft_s;     /* 5 s */
     double probe_jitter;   /* RTT probes: x (1 +- jitter), uniform; 0.05 */
     int rebalance;         /* carry out DualMap's rebalancing plans */
-    int verify_engines;    /* check engine invariants after every step */
+    /* check engine invariants (tests): 0 never; N > 0 after an engine's
+     * 1st, (N+1)th, (2N+1)th... step (1: after every step), of both
+     * engines after every KV transfer, and of every engine at the end of
+     * the run */
+    int verify_engines;
     /* every policy's router: parameters set after create (and after the
      * SLO, so a ttft-slo-s here wins) */
     const struct sim_param *params;

@@ -28,6 +28,15 @@
 #include "trace.h"
 #include "workload.h"
 
+/* Engine invariants (sim_engine_verify, a pass over every KV block, the
+ * prefix table and the free queue) are checked after an engine's first
+ * step and every VERIFY_EVERY-th after, and of every engine at the end of
+ * the run (sim_config.verify_engines). After every step they were 99% of
+ * this program's time, minutes of checks for runs that take a second
+ * without them. Every step is checked where engines preempt
+ * (test_conservation_pressure) and in test_engine's own runs. */
+#define VERIFY_EVERY 8
+
 static void
 build(const char *gen, size_t n, double rate, uint64_t seed,
       struct sim_workload *w)
@@ -96,17 +105,18 @@ check_books(const struct sim_workload *w, const struct sim_cluster *c,
     assert_true(res->slo_attainment >= 0 && res->slo_attainment <= 1);
 }
 
-/* Run and check the books from outside too. Returns sim_run's code. */
+/* Run, the engines' invariants checked every verify-th step, and check
+ * the books from outside too. Returns sim_run's code. */
 static int
-run_checked(const struct sim_workload *w, const struct sim_cluster *c,
-            int32_t policy, struct sim_result *res)
+run_checked_every(const struct sim_workload *w, const struct sim_cluster *c,
+                  int32_t policy, int verify, struct sim_result *res)
 {
     struct sim_config cfg;
     sim_config_init(&cfg);
     cfg.w = w;
     cfg.c = c;
     cfg.policy = policy;
-    cfg.verify_engines = 1;
+    cfg.verify_engines = verify;
     struct sim_err err = { { 0 } };
     int rc = sim_run(&cfg, res, &err);
     if (rc == 1)
@@ -115,6 +125,13 @@ run_checked(const struct sim_workload *w, const struct sim_cluster *c,
         fail_msg("%s: %s", lr_policy_name((lr_policy)policy), err.msg);
     check_books(w, c, res);
     return 0;
+}
+
+static int
+run_checked(const struct sim_workload *w, const struct sim_cluster *c,
+            int32_t policy, struct sim_result *res)
+{
+    return run_checked_every(w, c, policy, VERIFY_EVERY, res);
 }
 
 /* Every policy the library names, on a small conversation workload. */
@@ -156,7 +173,7 @@ test_conservation_pressure(void **state)
     uint64_t preempted = 0;
     for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
         struct sim_result res;
-        assert_int_equal(run_checked(&w, &c, pols[k], &res), 0);
+        assert_int_equal(run_checked_every(&w, &c, pols[k], 1, &res), 0);
         preempted += res.preemptions;
         sim_result_free(&res);
     }
@@ -173,7 +190,8 @@ test_conservation_pressure(void **state)
     assert_int_equal(sim_workload_add(&w, 2000, 10, &small, 1, 0, 0, &err), 0);
     parse_cluster("2xa30", &c);
     struct sim_result res;
-    assert_int_equal(run_checked(&w, &c, LR_POLICY_ROUND_ROBIN, &res), 0);
+    assert_int_equal(run_checked_every(&w, &c, LR_POLICY_ROUND_ROBIN, 1, &res),
+                     0);
     assert_int_equal(res.failed, 1);
     assert_int_equal(res.state[1], REQ_FAILED);
     assert_int_equal(res.completed, 2);
@@ -288,7 +306,7 @@ run_rep(const struct sim_workload *w, const struct sim_cluster *c,
     cfg.w = w;
     cfg.c = c;
     cfg.policy = policy;
-    cfg.verify_engines = 1;
+    cfg.verify_engines = VERIFY_EVERY;
     cfg.rep.n = n;
     struct sim_err err = { { 0 } };
     if (sim_front_parse(front, &cfg.rep, &err) != 0 ||
@@ -560,7 +578,7 @@ lodestar_config(struct sim_config *cfg, const struct sim_workload *w,
     cfg->lodestar_min = 100;
     cfg->lodestar_every = 100;
     cfg->lodestar_epochs = 5;
-    cfg->verify_engines = 1;
+    cfg->verify_engines = VERIFY_EVERY;
 }
 
 static void
@@ -1379,7 +1397,7 @@ run_admit(const struct sim_workload *w, const struct sim_cluster *c,
     cfg.w = w;
     cfg.c = c;
     cfg.policy = policy;
-    cfg.verify_engines = 1;
+    cfg.verify_engines = VERIFY_EVERY;
     cfg.admit = admit;
     cfg.rep.n = replicas;
     struct sim_err err = { { 0 } };
@@ -1630,8 +1648,8 @@ test_models(void **state)
 
 /* LoRA traffic: the overlay draws adapters by popularity (a session keeps
  * one), runs balance their books with the engines' invariants checked
- * every step, adapters load, and the JSON says so; without slots every
- * adapter request fails. */
+ * (every VERIFY_EVERY-th step and at the end), adapters load, and the
+ * JSON says so; without slots every adapter request fails. */
 static void
 test_lora_runs(void **state)
 {
@@ -1664,7 +1682,7 @@ test_lora_runs(void **state)
         cfg.w = &w;
         cfg.c = &c;
         cfg.policy = pols[k];
-        cfg.verify_engines = 1;
+        cfg.verify_engines = VERIFY_EVERY;
         cfg.max_loras = 2;
         struct sim_result res;
         struct sim_err err = { { 0 } };
@@ -1714,7 +1732,7 @@ run_tier(const struct sim_workload *w, const struct sim_cluster *c,
     cfg.w = w;
     cfg.c = c;
     cfg.policy = policy;
-    cfg.verify_engines = 1;
+    cfg.verify_engines = VERIFY_EVERY;
     cfg.cpu_blocks = cpu_blocks;
     struct sim_err err = { { 0 } };
     assert_int_equal(sim_sync_parse("events", &cfg.rep, &err), 0);
@@ -1736,10 +1754,11 @@ run_tier(const struct sim_workload *w, const struct sim_cluster *c,
 
 /* Conversations on a30s, whose GPU cache holds a few histories: with a
  * CPU tier the engines load what the GPU lost (their books balance, the
- * invariants hold after every step), the routers get the tier's stores
- * and drops (--sync events) and place them, and the engines find more
- * cached than without the tier (over the four policies). A small tier drops blocks for room. The
- * JSON names the tier only when there is one. */
+ * invariants hold every VERIFY_EVERY-th step and at the end), the
+ * routers get the tier's stores and drops (--sync events) and place
+ * them, and the engines find more cached than without the tier (over the
+ * four policies). A small tier drops blocks for room. The JSON names the
+ * tier only when there is one. */
 static void
 test_cpu_tier_runs(void **state)
 {
