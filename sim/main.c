@@ -156,6 +156,7 @@ usage(FILE *f)
 "                        2xa100:p/rack2+2xa100:d  placement: /nodeN /rackN\n"
 "                                              /regionN (default: a node\n"
 "                                              per group, rack 1, region 1)\n"
+"                      4096 instances at most\n"
 "  --class-file FILE   engine classes of your own (a measured profile:\n"
 "                      prefill and decode cost, step overhead, KV capacity,\n"
 "                      cache = paged or slots); --list-classes shows them\n"
