@@ -10,7 +10,8 @@
  *           SHEDDABLE, DRY_RUN, NO_LEARN), tenant 0..5, urgency 0..8 (8
  *           invalid), deadline (none, now + 0..63 ms, past the largest
  *           time), a 0.1-sized request (the new fields unseen)
- *   op 3    dispatch: capacity 0..6, stride (the struct, larger, too small)
+ *   op 3    dispatch: capacity 0..6, stride (the struct, larger, too small,
+ *           the first 0.3 item's)
  *   op 4-6  first_token / complete / fail: id
  *   op 7    set_stats: instance, waiting 0..6, kv_use in eighths, scraped
  *           now or 11 s before (stale)
@@ -26,7 +27,8 @@
  * fail or dispatch leaves lr__router_digest() unchanged. Every request the
  * shadow has waiting is the router's: route() answered LR_REASON_WAITING only
  * with MAY_WAIT and LR_EBUSY only with SHEDDABLE; every dispatch entry names a
- * waiting request and leaves it waiting no more: LR_OK at a routable instance,
+ * waiting request and leaves it waiting no more: LR_OK at a routable instance
+ * (no prefill leg: the fleet is aggregated), nothing past the entries,
  * LR_EEXPIRED only past its deadline, LR_EEXIST only when its id is in
  * flight; the bands of one dispatch's LR_OK entries never go up and no
  * more urgent request is left behind; a dispatch that wrote less than its
@@ -197,10 +199,13 @@ static void
 op_dispatch(struct run *r, fuzz_dp *dp)
 {
     uint32_t cap = fuzz_dp_next_range(dp, 0, 6);
-    uint32_t kind = fuzz_dp_next_range(dp, 0, 2);
+    uint32_t kind = fuzz_dp_next_range(dp, 0, 3);
+    /* the whole item, a longer stride, one too short, and the first 0.3
+     * item (no prefill leg) */
     size_t stride = kind == 0   ? sizeof(lr_dispatched)
                     : kind == 1 ? sizeof(lr_dispatched) + 24
-                                : LR_DISPATCHED_SIZE_V1 - 8;
+                    : kind == 2 ? LR_DISPATCHED_SIZE_V1 - 8
+                                : LR_DISPATCHED_SIZE_V1;
     _Alignas(8) unsigned char buf[6 * (sizeof(lr_dispatched) + 24)];
     memset(buf, 0xee, sizeof buf);
     size_t n = 99;
@@ -218,11 +223,19 @@ op_dispatch(struct run *r, fuzz_dp *dp)
     FUZZ_ASSERT_STATUS(st, st == LR_OK || st == LR_ENOMEM);
     FUZZ_ASSERT(n <= cap);
     uint32_t last_band = 0;
+    /* nothing written past the items */
+    if (n < cap)
+        FUZZ_ASSERT(buf[n * stride] == 0xee);
     for (size_t k = 0; k < n; k++) {
         lr_dispatched x;
-        memcpy(&x, buf + k * stride, sizeof x);
+        memset(&x, 0, sizeof x);
+        memcpy(&x, buf + k * stride, stride < sizeof x ? stride : sizeof x);
         for (size_t b = sizeof x; b < stride; b++)
             FUZZ_ASSERT(buf[k * stride + b] == 0);
+        /* an aggregated fleet: never a prefill leg */
+        if (stride >= sizeof x)
+            FUZZ_ASSERT(x.prefill_instance == LR_INSTANCE_NONE &&
+                        x.prefill_reason == -1 && x.transfer_s == 0);
         fuzz_trace("  %llu: %s at %u, band %u",
                    (unsigned long long)x.request_id,
                    lr_status_name((lr_status)x.status), x.instance, x.urgency);
