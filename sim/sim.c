@@ -257,6 +257,26 @@ seq_get(struct run *r)
     return s;
 }
 
+/* A sequence from the pool for request q, zeroed but for the buffers it
+ * keeps (its keys and blocks, and their capacities). */
+static struct sim_seq *
+seq_fresh(struct run *r, size_t q)
+{
+    struct sim_seq *s = seq_get(r);
+    if (s == NULL)
+        return NULL;
+    uint64_t *keys = s->keys;
+    uint32_t *blocks = s->blocks;
+    uint32_t ck = s->cap_keys, cb = s->cap_blocks;
+    memset(s, 0, sizeof *s);
+    s->keys = keys;
+    s->blocks = blocks;
+    s->cap_keys = ck;
+    s->cap_blocks = cb;
+    s->req = (uint32_t)q;
+    return s;
+}
+
 static void
 seq_put(struct run *r, struct sim_seq *s)
 {
@@ -460,18 +480,9 @@ send_req(struct run *r, size_t q, uint32_t rid, int32_t reason, double cost)
         (reason == LR_REASON_MIN_COST || reason == LR_REASON_K_FILTER ||
          reason == LR_REASON_EXPLORE))
         r->res->pred_ttft_s[q] = (float)cost; /* cost = -predicted reward */
-    struct sim_seq *s = seq_get(r);
+    struct sim_seq *s = seq_fresh(r, q);
     if (s == NULL)
         return sim_errf(r->err, "out of memory (sequence)");
-    uint64_t *keys = s->keys;
-    uint32_t *blocks = s->blocks;
-    uint32_t ck = s->cap_keys, cb = s->cap_blocks;
-    memset(s, 0, sizeof *s);
-    s->keys = keys;
-    s->blocks = blocks;
-    s->cap_keys = ck;
-    s->cap_blocks = cb;
-    s->req = (uint32_t)q;
     s->prompt = rq->input_tokens;
     s->output = rq->output_tokens;
     s->inst = i;
@@ -516,18 +527,9 @@ send_split(struct run *r, size_t q, uint32_t rid, int32_t reason,
     const struct sim_req *rq = &r->w->reqs[q];
     struct sim_seq *s[2];
     for (int k = 0; k < 2; k++) {
-        struct sim_seq *x = seq_get(r);
+        struct sim_seq *x = seq_fresh(r, q);
         if (x == NULL)
             return sim_errf(r->err, "out of memory (sequence)");
-        uint64_t *keys = x->keys;
-        uint32_t *blocks = x->blocks;
-        uint32_t ck = x->cap_keys, cb = x->cap_blocks;
-        memset(x, 0, sizeof *x);
-        x->keys = keys;
-        x->blocks = blocks;
-        x->cap_keys = ck;
-        x->cap_blocks = cb;
-        x->req = (uint32_t)q;
         x->prompt = rq->input_tokens;
         x->output = k == 0 ? rq->output_tokens : 1;
         x->hold = k == 1;
