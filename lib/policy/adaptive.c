@@ -848,10 +848,11 @@ lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd)
         lr__set_leg(c, &ch, LR_NIL, LR_REASON_WHOLE);
         return ch;
     }
+    /* the prefill rows' scores still hold their costs: add the transfer
+     * to the decode row chosen */
     double plo = INFINITY;
     for (size_t j = 0; j < pc.n; j++) {
-        pc.score[j] =
-            social_cost(&pc, lr__row(&pc, j), load_p, &t) +
+        pc.score[j] +=
             lr__transfer_s(c, lr__row(&pc, j), d,
                            (double)c->prompt - (double)d->cached_tokens);
         plo = pc.score[j] < plo ? pc.score[j] : plo;

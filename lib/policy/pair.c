@@ -29,9 +29,8 @@ legs_apart(int32_t p, const struct lr__pctx *c, size_t nd)
 }
 
 struct lr__choice
-lr__pair_decide(int32_t p, const struct lr__pctx *c)
+lr__pair_decide(int32_t p, const struct lr__pctx *c, size_t nd)
 {
-    size_t nd = lr__decode_rows(c);
     if (nd == c->n || nd == 0) {
         struct lr__choice ch = c->pt->def[p].decide(c);
         ch.kp = LR_NIL;

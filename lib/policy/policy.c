@@ -1078,7 +1078,7 @@ lr_policy_decide(int32_t policy, const lr_policy_input *input,
     for (size_t k = nd; k < n_rows; k++)
         LR_RETURN_IF(lr__row(&c, k)->role != LR_ROLE_PREFILL, LR_EINVAL);
     LR_RETURN_IF(nd == 0, LR_EINVAL);
-    struct lr__choice ch = lr__pair_decide(policy, &c);
+    struct lr__choice ch = lr__pair_decide(policy, &c, nd);
     lr__decision_fill(out, &c, &ch, in.seed);
     out->n_scores = 0;
     return LR_OK;

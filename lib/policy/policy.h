@@ -111,12 +111,14 @@ extern const struct lr__policy_def lr__policies[LR__POLICY_COUNT];
  * NaN; fills c->score and returns the choice. Never fails. */
 struct lr__choice lr__policy_decide(int32_t p, const struct lr__pctx *c);
 
-/* Decide with policy p on a table that may hold prefill rows (after every
- * row that can decode): a pair, or the request whole (kp LR_NIL; preason
- * -1 when no row is a prefill row, LR_REASON_WHOLE when the rule kept it
- * whole). Never fails; a table without a row that can decode is the
- * caller's to refuse. */
-struct lr__choice lr__pair_decide(int32_t p, const struct lr__pctx *c);
+/* Decide with policy p on a table whose first nd rows can decode and the
+ * rest are prefill rows (the caller knows nd: the router from its
+ * gather, lr_policy_decide from its check): a pair, or the request whole
+ * (kp LR_NIL; preason -1 when no row is a prefill row, LR_REASON_WHOLE
+ * when the rule kept it whole). Never fails; a table without a row that
+ * can decode is the caller's to refuse. */
+struct lr__choice lr__pair_decide(int32_t p, const struct lr__pctx *c,
+                                  size_t nd);
 
 /* Rows of c that can decode: those before the first LR_ROLE_PREFILL row
  * (every row of a table narrower than LR_CANDIDATE_SIZE_V4). */

@@ -815,7 +815,7 @@ route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
     c->rng = prng;
     for (uint32_t k = 0; k < rt->v.routable; k++)
         rt->sc->score[k] = NAN;
-    rt->ch = lr__pair_decide(r->policy, c);
+    rt->ch = lr__pair_decide(r->policy, c, rt->nd);
     return LR_OK;
 }
 
