@@ -73,6 +73,8 @@ static const char *const names[] = {
     [LR_PARAM_PD_LOCAL_MAX_TOKENS] = "pd-local-max-tokens",
     [LR_PARAM_PD_LOCAL_MAX_RATIO] = "pd-local-max-ratio",
     [LR_PARAM_ADAPTIVE_PD_STALL] = "adaptive-pd-stall",
+    [LR_PARAM_NARROW_ABOVE] = "narrow-above",
+    [LR_PARAM_NARROW_WIDTH] = "narrow-width",
 };
 #define N_NAMES ((int32_t)(sizeof names / sizeof names[0]))
 

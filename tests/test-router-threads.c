@@ -395,8 +395,17 @@ ctl_dry_run(struct ctl *c)
     if (st != LR_OK)
         return;
     atomic_fetch_add(&sh->dry_runs_ok, 1);
-    /* only this thread changes the fleet: the count is exact */
-    CHECK(sh, d.n_scores == routable_now(c), "n_scores == routable", st);
+    /* only this thread changes the fleet and the parameters: the count
+     * is exact, all routable instances unless the fleet is narrowed
+     * (LR_PARAM_NARROW_ABOVE below it), and then some of them */
+    double above = 0;
+    CHECK(sh, lr_router_get_param(sh->r, LR_PARAM_NARROW_ABOVE, &above) == LR_OK,
+          "get_param", st);
+    if (routable_now(c) <= (uint32_t)above)
+        CHECK(sh, d.n_scores == routable_now(c), "n_scores == routable", st);
+    else
+        CHECK(sh, d.n_scores >= 1 && d.n_scores <= routable_now(c),
+              "n_scores within the routable", st);
     bool chosen_listed = false;
     for (size_t k = 0; k < d.n_scores && k < MAX_INST; k++) {
         CHECK(sh, id_live(c, scores[k].instance), "score names a live id", st);

@@ -238,6 +238,13 @@ const (
 	// adaptive's price of a prefill kept where it decodes, per second of
 	// that prefill and per request decoding there (0.05).
 	ParamAdaptivePDStall Param = C.LR_PARAM_ADAPTIVE_PD_STALL
+	// A route in a fleet of more than this many routable instances (256)
+	// weighs only the candidates its policy can pick: the instances
+	// holding the prompt's longest prefixes, the ring's, the least loaded
+	// and a uniform sample, ParamNarrowWidth (16) of each.
+	ParamNarrowAbove Param = C.LR_PARAM_NARROW_ABOVE
+	// How many instances each source of a narrowed route gives (16).
+	ParamNarrowWidth Param = C.LR_PARAM_NARROW_WIDTH
 )
 
 // Role is an instance's part in a disaggregated fleet (lr_role):

@@ -397,6 +397,7 @@ var allParams = []Param{
 	ParamKVBytesPerToken, ParamKVGBpsNode, ParamKVGBpsRack, ParamKVGBpsRegion,
 	ParamKVGBpsWAN, ParamPDPrefillPolicy, ParamPDMinUncached,
 	ParamPDLocalMaxTokens, ParamPDLocalMaxRatio, ParamAdaptivePDStall,
+	ParamNarrowAbove, ParamNarrowWidth,
 }
 
 func TestParams(t *testing.T) {

@@ -348,7 +348,21 @@ typedef enum lr_param {
      * first-token base (0.01; 0 .. 100): what it may add to their time
      * per output token. 0 keeps a request whole only on an idle decode
      * instance. @since 0.3 */
-    LR_PARAM_ADAPTIVE_PD_STALL = 58
+    LR_PARAM_ADAPTIVE_PD_STALL = 58,
+    /** A large fleet: a route whose routable instances are more than
+     * this many (256; 0 .. 65534) weighs only the candidates its policy
+     * can pick: the instances holding the prompt's longest prefixes, the
+     * ring's candidates, the least loaded by the measure the policy
+     * reads, and a uniform sample, LR_PARAM_NARROW_WIDTH of each
+     * (docs/router.md, "Large fleets"). A fleet this size or smaller is
+     * weighed whole, as is a route that names a model or an adapter,
+     * and one in a fleet with prefill instances.
+     * lr_router_candidates() and lr_router_policy_input() list every
+     * routable instance whatever this is. @since 0.3 */
+    LR_PARAM_NARROW_ABOVE = 59,
+    /** How many instances each source of a narrowed route gives (16;
+     * 1 .. 256). @since 0.3 */
+    LR_PARAM_NARROW_WIDTH = 60
 } lr_param;
 
 /** Number of parameters this library has: keys 0 .. count - 1 are all

@@ -456,7 +456,7 @@ hot_record_placed(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
     (void)now_ns;
     if (p->ch.decider == LR_POLICY_DUALMAP && p->v->n_scratch > 0)
-        lr__hot_record(st, p->v->scratch, p->v->n_scratch, p->v->routable);
+        lr__hot_record(st, p->v->scratch, p->v->n_scratch, p->v->fleet);
 }
 
 static uint64_t

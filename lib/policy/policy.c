@@ -105,6 +105,8 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_PD_LOCAL_MAX_TOKENS] = COUNT(0, 1 << 26, 2048),
     [LR_PARAM_PD_LOCAL_MAX_RATIO] = FRACTION(0.7),
     [LR_PARAM_ADAPTIVE_PD_STALL] = UPTO(100, 0.01),
+    [LR_PARAM_NARROW_ABOVE] = COUNT(0, 65534, 256),
+    [LR_PARAM_NARROW_WIDTH] = COUNT(1, 256, 16),
 };
 
 #undef FRACTION
@@ -296,8 +298,12 @@ bounded(const struct lr__pctx *c, int32_t policy)
     for (uint32_t i = 0; i < LR_RING_MAX_K; i++)
         if (by_rank[i] != LR_NIL)
             by_rank[n_ranks++] = by_rank[i];
-    double cap =
-        ceil(LR__P(c, BOUNDED_LOAD) * (double)(total + 1) / (double)c->n);
+    double n = (double)c->n;
+    if (c->fleet != NULL) { /* a few rows of a large fleet: its load */
+        total = (uint64_t)c->fleet->sum;
+        n = (double)c->fleet->n;
+    }
+    double cap = ceil(LR__P(c, BOUNDED_LOAD) * (double)(total + 1) / n);
     for (uint32_t i = 0; i < n_ranks; i++) {
         uint32_t k = by_rank[i];
         c->score[k] = (double)i;
@@ -336,19 +342,27 @@ static struct lr__choice
 decide_aibrix(const struct lr__pctx *c)
 {
     const int32_t me = LR_POLICY_PREFIX_CACHE_AND_LOAD;
-    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0;
-    for (size_t k = 0; k < c->n; k++) {
-        double l = (double)lr__row(c, k)->inflight;
-        mn = l < mn ? l : mn;
-        mx = l > mx ? l : mx;
-        sum += l;
-        sq += l * l;
+    double mn = INFINITY, mx = -INFINITY, sum = 0, sq = 0, n = (double)c->n;
+    if (c->fleet != NULL) { /* a few rows of a large fleet: its load */
+        mn = c->fleet->min;
+        mx = c->fleet->max;
+        sum = c->fleet->sum;
+        sq = c->fleet->sq;
+        n = c->fleet->n;
+    } else {
+        for (size_t k = 0; k < c->n; k++) {
+            double l = (double)lr__row(c, k)->inflight;
+            mn = l < mn ? l : mn;
+            mx = l > mx ? l : mx;
+            sum += l;
+            sq += l * l;
+        }
     }
     if (mx - mn > LR__P(c, AIBRIX_IMBALANCE))
         return lr__choose(c, lr__least_inflight(c), LR_REASON_LOAD_OVERRIDE,
                           me);
-    double mean = sum / (double)c->n;
-    double var = sq / (double)c->n - mean * mean;
+    double mean = sum / n;
+    double var = sq / n - mean * mean;
     double limit = mean + LR__P(c, AIBRIX_STDDEV) * sqrt(var > 0 ? var : 0);
     uint32_t best = NONE, ties = 0;
     for (uint32_t k = 0; k < c->n; k++) {
@@ -416,7 +430,11 @@ decide_sglang(const struct lr__pctx *c)
 {
     const int32_t me = LR_POLICY_SGLANG_CACHE_AWARE;
     double mn = INFINITY, mx = -INFINITY;
-    for (size_t k = 0; k < c->n; k++) {
+    if (c->fleet != NULL) { /* a few rows of a large fleet: its load */
+        mn = c->fleet->min;
+        mx = c->fleet->max;
+    }
+    for (size_t k = 0; c->fleet == NULL && k < c->n; k++) {
         double l = (double)lr__row(c, k)->inflight;
         mn = l < mn ? l : mn;
         mx = l > mx ? l : mx;
@@ -519,6 +537,8 @@ decide_dynamo(const struct lr__pctx *c)
 static double
 median_inflight(const struct lr__pctx *c)
 {
+    if (c->fleet != NULL) /* a few rows of a large fleet: its median */
+        return c->fleet->median;
     for (size_t k = 0; k < c->n; k++)
         c->score[k] = (double)lr__row(c, k)->inflight;
     double lo = lr__select(c->score, c->n, (c->n - 1) / 2);
@@ -573,6 +593,18 @@ queue_of(const lr_candidate *r)
     return r->waiting > r->queued ? r->waiting : r->queued;
 }
 
+/* A narrowed route's queue bounds: the whole fleet's, widened by what
+ * the rows read since (a key is as fresh as its instance's last change),
+ * so that every row scores within [0, 1]. */
+static void
+fleet_queues(const struct lr__pctx *c, uint32_t *qmin, uint32_t *qmax)
+{
+    if (c->fleet == NULL)
+        return;
+    *qmin = c->fleet->qmin < *qmin ? c->fleet->qmin : *qmin;
+    *qmax = c->fleet->qmax > *qmax ? c->fleet->qmax : *qmax;
+}
+
 static struct lr__choice
 decide_lora_affinity(const struct lr__pctx *c)
 {
@@ -584,6 +616,7 @@ decide_lora_affinity(const struct lr__pctx *c)
         qmax = q > qmax ? q : qmax;
         missing |= !lr__row_adapter_resident(c, lr__row(c, k));
     }
+    fleet_queues(c, &qmin, &qmax);
     for (size_t k = 0; k < c->n; k++) {
         const lr_candidate *r = lr__row(c, k);
         bool res = lr__row_adapter_resident(c, r);
@@ -658,6 +691,7 @@ llmd_profile(const struct lr__pctx *c)
         qmin = q < qmin ? q : qmin;
         qmax = q > qmax ? q : qmax;
     }
+    fleet_queues(c, &qmin, &qmax);
     double prompt = c->prompt > 0 ? (double)c->prompt : 1.0;
     for (size_t k = 0; k < c->n; k++) {
         const lr_candidate *r = lr__row(c, k);
@@ -746,51 +780,82 @@ decide_dynamo_whole(const struct lr__pctx *c)
 }
 
 #define M LR__NEEDS_MATCH
+/* What each rule reads of a large fleet (LR__NARROW_*): hits and the
+ * least loaded by the measure it weighs; a uniform sample besides where
+ * an instance's speed or distance also counts (its class, its RTT), so
+ * that the fastest of the idle ones has its chance. */
+#define H LR__NARROW_HITS
+#define R LR__NARROW_RING
+#define I LR__NARROW_INFLIGHT
+#define L LR__NARROW_LOAD
+#define B LR__NARROW_BACKLOG
+#define S LR__NARROW_SAMPLE
 const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
-    [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random },
+    [LR_POLICY_RANDOM] = { "random", 0, LR_RING_KEY_NONE, 0, decide_random,
+                           .narrow = S },
     [LR_POLICY_ROUND_ROBIN] = { "round-robin", 0, LR_RING_KEY_NONE, 0,
-                                decide_round_robin, &lr__round_robin_ops },
+                                decide_round_robin, &lr__round_robin_ops,
+                                .narrow = LR__NARROW_STATE },
     [LR_POLICY_LEAST_REQUEST] = { "least-request", 0, LR_RING_KEY_NONE, 0,
-                                  decide_least_request },
+                                  decide_least_request, .narrow = I },
     [LR_POLICY_LEAST_LOAD] = { "least-load", 0, LR_RING_KEY_NONE, 0,
-                               decide_least_load },
+                               decide_least_load, .narrow = L },
     [LR_POLICY_SESSION_AFFINITY] = { "session-affinity", 0, LR_RING_KEY_SESSION,
-                                     1, decide_session },
+                                     1, decide_session, .narrow = R },
     [LR_POLICY_CONSISTENT_HASH] = { "consistent-hash", 0, LR_RING_KEY_PREFIX,
-                                    LR_RING_MAX_K, decide_consistent_hash },
+                                    LR_RING_MAX_K, decide_consistent_hash,
+                                    .narrow = R | I },
     [LR_POLICY_PREFIX_CACHE] = { "prefix-cache", M, LR_RING_KEY_NONE, 0,
-                                 decide_prefix_cache },
+                                 decide_prefix_cache, .narrow = H | I },
     [LR_POLICY_PREFIX_CACHE_AND_LOAD] = { "prefix-cache-and-load", M,
-                                          LR_RING_KEY_NONE, 0, decide_aibrix },
+                                          LR_RING_KEY_NONE, 0, decide_aibrix,
+                                          .narrow = H | I },
     [LR_POLICY_SGLANG_CACHE_AWARE] = { "sglang-cache-aware", M | LR__NEEDS_TREE,
-                                       LR_RING_KEY_NONE, 0, decide_sglang },
-    [LR_POLICY_PREBLE] = { "preble", M, LR_RING_KEY_NONE, 0, decide_preble },
+                                       LR_RING_KEY_NONE, 0, decide_sglang,
+                                       .narrow = H | I | S },
+    [LR_POLICY_PREBLE] = { "preble", M, LR_RING_KEY_NONE, 0, decide_preble,
+                           .narrow = H | B | S },
     [LR_POLICY_MIN_TTFT] = { "min-ttft", M, LR_RING_KEY_NONE, 0,
-                             decide_min_ttft },
-    [LR_POLICY_DYNAMO] = { "dynamo", M, LR_RING_KEY_NONE, 0, decide_dynamo },
+                             decide_min_ttft, .narrow = H | B | S },
+    [LR_POLICY_DYNAMO] = { "dynamo", M, LR_RING_KEY_NONE, 0, decide_dynamo,
+                           .narrow = H | I | B | S },
     [LR_POLICY_DUALMAP] = { "dualmap", M, LR_RING_KEY_HOTNESS, 2,
-                            lr__dualmap_decide, &lr__dualmap_ops },
+                            lr__dualmap_decide, &lr__dualmap_ops, .narrow = R },
     [LR_POLICY_GORGO] = { "gorgo", M, LR_RING_KEY_NONE, 0, lr__gorgo_decide,
-                          &lr__gorgo_ops },
+                          &lr__gorgo_ops, .narrow = H | B | S },
     [LR_POLICY_RANVIER] = { "ranvier", M, LR_RING_KEY_PREFIX, LR_RING_MAX_K,
-                            decide_ranvier },
+                            decide_ranvier, .narrow = H | R | I },
     [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
                              2, lr__lodestar_decide, &lr__lodestar_ops,
-                             LR_PARAM_LODESTAR_FALLBACK + 1 },
+                             LR_PARAM_LODESTAR_FALLBACK + 1,
+                             .narrow = H | R | I | B | S },
     [LR_POLICY_ADAPTIVE] = { "adaptive", M | LR__NEEDS_CALIB | LR__NEEDS_AGE,
                              LR_RING_KEY_NONE, 0, lr__adaptive_decide,
                              &lr__adaptive_ops,
-                             .decide_pd = lr__adaptive_decide_pd },
+                             .decide_pd = lr__adaptive_decide_pd,
+                             .narrow = H | I | L | B | S },
+    /* a route naming an adapter weighs every row (which instances hold
+     * it is in no order); without one every instance holds it */
     [LR_POLICY_LORA_AFFINITY] = { "lora-affinity", 0, LR_RING_KEY_NONE, 0,
-                                  decide_lora_affinity },
+                                  decide_lora_affinity,
+                                  .narrow =
+                                      LR__NARROW_QUEUE | LR__NARROW_KV | S },
     [LR_POLICY_AIBRIX_LORA] = { "aibrix-lora", 0, LR_RING_KEY_NONE, 0,
-                                decide_aibrix_lora },
+                                decide_aibrix_lora, .narrow = I },
     [LR_POLICY_LLMD_PD] = { "llm-d-pd", M, LR_RING_KEY_NONE, 0, llmd_profile,
-                            .decide_pd = decide_llmd_pd },
+                            .decide_pd = decide_llmd_pd,
+                            .narrow = H | LR__NARROW_QUEUE | S },
     [LR_POLICY_DYNAMO_PD] = { "dynamo-pd", M, LR_RING_KEY_NONE, 0,
                               decide_dynamo_whole,
-                              .decide_pd = decide_dynamo_pd },
+                              .decide_pd = decide_dynamo_pd,
+                              .narrow = H | I | B | S },
 };
+#undef H
+#undef R
+#undef I
+#undef L
+#undef B
+#undef S
 #undef M
 
 const struct lr__ptable lr__builtin_policies = { lr__policies,
@@ -897,6 +962,25 @@ rr_prepare(const void *st, struct lr__pctx *c)
     c->last_prefill = same ? s->last_prefill[i] : NONE;
 }
 
+/* A narrowed route: the least routable id above the cursor, and the
+ * least of all (the turn wraps). */
+static uint32_t
+rr_narrow(const void *st, const struct lr__route_view *v, const uint32_t *act,
+          uint32_t n_act, uint32_t *ids, uint32_t cap)
+{
+    const struct rr_state *s = st;
+    uint32_t i = rr_slot(v->rows_model);
+    uint32_t last = s->model[i] == v->rows_model ? s->last[i] : NONE;
+    if (n_act == 0 || cap < 2)
+        return 0;
+    uint32_t k = last == NONE ? 0
+                              : lr__lower_bound_u32(act, sizeof *act, 0, 0,
+                                                    n_act, last + 1);
+    ids[0] = act[0];
+    ids[1] = act[k < n_act ? k : 0];
+    return 2;
+}
+
 static void
 rr_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
@@ -933,6 +1017,7 @@ const struct lr__pstate_ops lr__round_robin_ops = {
     .create = rr_create,
     .destroy = rr_destroy,
     .prepare = rr_prepare,
+    .narrow = rr_narrow,
     .record = rr_record,
     .digest = rr_digest,
 };
@@ -960,6 +1045,16 @@ lr__policy_needs(const struct lr__ptable *t, int32_t p, const double *param)
     int32_t pp = lr__prefill_policy(p, param);
     return t->def[p].needs | t->def[pp].needs |
            (fb != LR__POLICY_NONE ? t->def[fb].needs : 0);
+}
+
+uint32_t
+lr__policy_narrow(const struct lr__ptable *t, int32_t p, const double *param)
+{
+    int32_t fb = fallback_of(t, p, param);
+    int32_t pp = lr__prefill_policy(p, param);
+    uint32_t a = t->def[p].narrow, b = t->def[pp].narrow;
+    uint32_t f = fb != LR__POLICY_NONE ? t->def[fb].narrow : a;
+    return a == 0 || b == 0 || f == 0 ? 0 : a | b | f;
 }
 
 int32_t

@@ -31,7 +31,7 @@
 /* How many of each enum this build has (the public headers name none of
  * these counts: hosts ask lr_policy_count() and friends). */
 #define LR__POLICY_COUNT 21
-#define LR__PARAM_COUNT 59
+#define LR__PARAM_COUNT 61
 #define LR__REASON_COUNT 19
 
 /* The seed of session and short-prefix keys (lr__prefix_key): "LRSESSIO". */
@@ -45,6 +45,31 @@
 #define LR__NEEDS_AGE 2u   /* cached_age_s (Lodestar's decayed hit ratio) */
 #define LR__NEEDS_TREE 4u  /* tree_blocks (SGLang's smallest tree) */
 #define LR__NEEDS_CALIB 8u /* ttft_s_per_token, ttft_base_s (adaptive) */
+
+/* The candidates a policy's rule can pick when a route weighs only a few
+ * of a large fleet (LR_PARAM_NARROW_ABOVE; docs/router.md, "Large
+ * fleets"): a bit per source. 0: the rule needs every routable
+ * instance. */
+#define LR__NARROW_HITS 1u     /* the instances holding the longest prefix */
+#define LR__NARROW_RING 2u     /* the ring's candidates for its key */
+#define LR__NARROW_INFLIGHT 4u /* the fewest requests in flight */
+#define LR__NARROW_LOAD 8u     /* the least in flight + running + waiting */
+#define LR__NARROW_BACKLOG 16u /* the least uncached prompt queued */
+#define LR__NARROW_SAMPLE 32u  /* a uniform sample of the fleet */
+#define LR__NARROW_STATE 64u   /* what its state names (pstate narrow) */
+#define LR__NARROW_QUEUE 128u  /* the shortest queue (waiting or queued) */
+#define LR__NARROW_KV 256u     /* the least KV use */
+
+/* The in-flight counts of every routable instance when the rows are a
+ * narrowed few of them (what a rule over the fleet's load reads). */
+struct lr__fleet_stats {
+    uint32_t n;             /* routable instances */
+    uint32_t min, max;      /* requests in flight, least and most */
+    double sum, sq, median; /* their sum, sum of squares, median */
+    /* the queue the queue scorers read (the engine's waiting or the
+     * router's queued, the more), least and most */
+    uint32_t qmin, qmax;
+};
 
 /* DualMap's decode bottleneck: a queue that saw no first token for this
  * long is stuck behind decoding (the router's gather computes stall_s). */
@@ -70,6 +95,9 @@ struct lr__pctx {
     double *score;   /* n: out, NaN on entry */
     double budget_s; /* TTFT budget (lr_policy_input.ttft_budget_s), 0: none */
     uint64_t rows_model; /* the model whose instances the rows are, or 0 */
+    /* the whole fleet's in flight when the rows are a narrowed few of
+     * it; NULL: the rows are every routable instance */
+    const struct lr__fleet_stats *fleet;
 };
 
 /* A policy's pick. */
@@ -102,6 +130,9 @@ struct lr__policy_def {
     /* Its rule for a table with prefill rows (lr__pair_decide), whose
      * first `nd` rows can decode; NULL: each leg decided apart. */
     struct lr__choice (*decide_pd)(const struct lr__pctx *c, size_t nd);
+    /* The candidates its rule can pick in a large fleet (LR__NARROW_*;
+     * 0: every routable instance). */
+    uint32_t narrow;
 };
 
 /* The table of policies, indexed by lr_policy. */
@@ -142,6 +173,12 @@ int32_t lr__policy_ring(const struct lr__ptable *t, int32_t p,
  * and the prefill leg's policy's (LR_PARAM_PD_PREFILL_POLICY) included. */
 uint32_t lr__policy_needs(const struct lr__ptable *t, int32_t p,
                           const double *param);
+
+/* The candidates policy p can pick in a large fleet (LR__NARROW_*), its
+ * fallback's and its prefill leg's policy's included; 0 when any of them
+ * needs every routable instance. */
+uint32_t lr__policy_narrow(const struct lr__ptable *t, int32_t p,
+                           const double *param);
 
 /* ---- state behind operations ---------------------------------------------- */
 
@@ -184,7 +221,9 @@ struct lr__route_view {
     const uint64_t *keys; /* the prompt's block keys, n_keys of them */
     size_t n_keys;
     uint32_t block_tokens;
-    uint32_t routable; /* rows: the routable instances (of its model) */
+    uint32_t routable; /* rows: the routable instances (of its model),
+                          or a narrowed route's candidates among them */
+    uint32_t fleet;    /* the routable instances (of its model) */
     int32_t policy;    /* the router's policy */
     uint32_t needs;    /* what it needs gathered (lr__policy_needs) */
     const double *param;
@@ -241,6 +280,12 @@ struct lr__pstate_ops {
                    struct lr__route_view *v, uint64_t now_ns);
     uint64_t (*ring_key)(const void *st, struct lr__route_view *v);
     void (*prepare)(const void *st, struct lr__pctx *c);
+    /* For a narrowed route (LR__NARROW_STATE): the routable instances
+     * (act, n_act of them, ascending) its rule picks among, up to cap,
+     * into ids; how many. */
+    uint32_t (*narrow)(const void *st, const struct lr__route_view *v,
+                       const uint32_t *act, uint32_t n_act, uint32_t *ids,
+                       uint32_t cap);
 
     /* write side */
     void (*record)(void *st, const struct lr__placed *p, uint64_t now_ns);

@@ -9,7 +9,10 @@
  *   read lock, many routes at once:
  *     match   cached tokens per instance (the index's peek: no touch;
  *             under the index's read lock)
- *     gather  rows[]: one lr_candidate per routable instance, in id order
+ *     gather  rows[]: one lr_candidate per routable instance, in id order;
+ *             in a fleet past LR_PARAM_NARROW_ABOVE, per candidate the
+ *             policy can pick (narrow_pick: its hits, the ring's, the
+ *             least loaded from the fleet's orders, a sample)
  *             (load tracker, scrapes, RTT, class rate, stall, and what
  *             the policy's states gather: prefix ages, calibration);
  *             with prefill instances, those that decode first
@@ -69,6 +72,11 @@ struct route {
     /* rows[0 .. nd) can decode, rows[nd .. v.routable) are prefill rows
      * (each part in id order) */
     uint32_t nd;
+    /* a large fleet: the rows are the candidates in sc->pick (n_pick of
+     * them so far, then sorted and each once), LR__NARROW_* of `narrow`
+     * gathered; fs is the whole fleet's load for the policy */
+    uint32_t narrow, n_pick;
+    struct lr__fleet_stats fs;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
@@ -84,6 +92,7 @@ route_start(const lr_router *r, struct route *rt, struct lr__rscratch *sc,
     rt->v.n_keys = nk;
     rt->v.block_tokens = r->block_tokens;
     rt->v.routable = r->n_act;
+    rt->v.fleet = r->n_act;
     rt->v.policy = r->policy;
     rt->v.needs = lr__policy_needs(r->pt, r->policy, r->param);
     rt->v.param = r->param;
@@ -163,6 +172,41 @@ prompt_of(const struct route *rt, lr_prompt *p)
     p->n_keys = rt->v.n_keys;
 }
 
+/* cached_by_id[at] = tokens, remembered for the next match to clear. */
+static inline void
+set_cached(struct lr__rscratch *sc, size_t at, uint32_t tokens)
+{
+    if (tokens == 0)
+        return;
+    sc->cached_by_id[at] = tokens;
+    sc->touched[sc->n_touched++] = (uint32_t)at;
+}
+
+/* A narrowed route's hits: of the n in sc->hits, the routable
+ * LR_PARAM_NARROW_WIDTH holding the most tokens (those with the longest
+ * prefixes, ties to the higher id) into its candidates. The scores are free
+ * until the decision: the selection runs there, each hit one exact double. */
+static void
+narrow_hits(const lr_router *r, struct route *rt, size_t n)
+{
+    struct lr__rscratch *sc = rt->sc;
+    uint32_t w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) /* the routable: a drained one's
+                                       routes stay in the index */
+        if (lr__order_has(&r->fleet.o[LR__ORDER_INFLIGHT],
+                          sc->hits[i].instance))
+            sc->score[m++] = (double)sc->hits[i].tokens * 65536.0 +
+                             (double)sc->hits[i].instance;
+    size_t from = 0;
+    if (m > w) {
+        (void)lr__select(sc->score, m, m - w); /* [m - w, m): the most */
+        from = m - w;
+    }
+    for (size_t i = from; i < m; i++)
+        sc->pick[rt->n_pick++] = (uint32_t)fmod(sc->score[i], 65536.0);
+}
+
 /* Step 2 for the lower tiers (lr_tier): how far past its GPU hit each
  * instance holds the prompt on the CPU tier, then on disk, into
  * cached_by_id's second and third arrays (lr_candidate.cpu_tokens,
@@ -173,7 +217,7 @@ prompt_of(const struct route *rt, lr_prompt *p)
  * the GPU's answer has been read from. A tier's failed peek (it cannot,
  * expiry being kept due-free with the GPU's) leaves its columns 0. */
 static void
-route_match_tiers(lr_router *r, const struct route *rt)
+route_match_tiers(lr_router *r, struct route *rt)
 {
     struct lr__rscratch *sc = rt->sc;
     uint32_t ni = r->max_inst;
@@ -189,7 +233,6 @@ route_match_tiers(lr_router *r, const struct route *rt)
         if (lr__index_peek(lo, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
                            sc->ms, &mr) != LR_OK)
             continue;
-        uint32_t *col = sc->cached_by_id + (size_t)t * ni;
         for (size_t i = 0; i < mr.n_hits; i++) {
             uint32_t id = sc->hits[i].instance, tok = sc->hits[i].tokens;
             if (id >= ni)
@@ -199,8 +242,10 @@ route_match_tiers(lr_router *r, const struct route *rt)
             uint32_t above = sc->cached_by_id[id];
             if (t == LR_TIER_DISK)
                 above += sc->cached_by_id[ni + id];
-            col[id] = tok > above ? tok - above : 0;
+            set_cached(sc, (size_t)t * ni + id, tok > above ? tok - above : 0);
         }
+        if (rt->narrow & LR__NARROW_HITS)
+            narrow_hits(r, rt, mr.n_hits);
     }
     lr__router_ix_rdunlock(r);
 }
@@ -210,13 +255,12 @@ route_match_tiers(lr_router *r, const struct route *rt)
  * lower tiers' (route_match_tiers). A peek: the index is only read
  * (expiry was made not due before, route_housekeep). */
 static lr_status
-route_match(lr_router *r, const struct route *rt, bool want)
+route_match(lr_router *r, struct route *rt, bool want)
 {
     struct lr__rscratch *sc = rt->sc;
-    uint32_t cols = rt->tiers ? LR__TIER_COLUMNS : 1;
-    for (uint32_t k = 0; k < r->n_act; k++)
-        for (uint32_t t = 0; t < cols; t++)
-            sc->cached_by_id[(size_t)t * r->max_inst + r->act[k]] = 0;
+    for (uint32_t i = 0; i < sc->n_touched; i++)
+        sc->cached_by_id[sc->touched[i]] = 0;
+    sc->n_touched = 0;
     uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
     if (hint != (want ? 1u : 0u))
         atomic_store_explicit(&r->match_hint, want ? 1u : 0u,
@@ -238,7 +282,9 @@ route_match(lr_router *r, const struct route *rt, bool want)
     }
     for (size_t i = 0; i < mr.n_hits; i++)
         if (sc->hits[i].instance < r->max_inst)
-            sc->cached_by_id[sc->hits[i].instance] = sc->hits[i].tokens;
+            set_cached(sc, sc->hits[i].instance, sc->hits[i].tokens);
+    if (rt->narrow & LR__NARROW_HITS)
+        narrow_hits(r, rt, mr.n_hits);
     if (rt->tiers)
         route_match_tiers(r, rt);
     return LR_OK;
@@ -389,7 +435,12 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     uint64_t max_age = stats_max_age_ns(r);
     lr_candidate *rows = rt->sc->rows;
     uint32_t n = 0, nd = 0;
-    if (!filtered(rt) && r->n_prefill == 0) {
+    if (rt->narrow) { /* a large fleet: its candidates (narrow_pick) */
+        for (uint32_t k = 0; k < rt->n_pick; k++)
+            gather_row(r, rt->sc->cached_by_id, rt->tiers, rt->sc->pick[k],
+                       rt->v.adapter, now, max_age, &rows[k]);
+        n = nd = rt->n_pick;
+    } else if (!filtered(rt) && r->n_prefill == 0) {
         for (uint32_t k = 0; k < r->n_act; k++)
             gather_row(r, rt->sc->cached_by_id, rt->tiers, r->act[k],
                        rt->v.adapter, now, max_age, &rows[k]);
@@ -416,6 +467,7 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     }
     rt->nd = nd;
     rt->v.routable = n;
+    rt->v.fleet = rt->narrow ? r->n_act : n;
     if (needs & LR__NEEDS_TREE) {
         lr__router_ix_rdlock(r);
         /* LR_ENOENT: never learned anything, an empty tree (0) */
@@ -434,14 +486,15 @@ route_gather(lr_router *r, struct route *rt, uint32_t needs)
     return LR_OK;
 }
 
-/* Step 4: ring ranks of the policy's key into the rows. The key is the
- * session's, the prompt's leading tokens', or what the state of the
- * policy that owns the key computes (DualMap's hot prefix). */
-static void
-route_rank(lr_router *r, struct route *rt)
+/* The ring key the policy ranks by: the session's, the prompt's leading
+ * tokens', or what the state of the policy that owns the key computes
+ * (DualMap's hot prefix, which also leaves scratch for its record); false
+ * when it reads no ring. *want: the ranks it reads. */
+static bool
+ring_key(lr_router *r, struct route *rt, uint64_t *key, uint32_t *want)
 {
-    uint32_t want = 0;
-    int32_t kind = lr__policy_ring(r->pt, r->policy, r->param, &want);
+    *want = 0;
+    int32_t kind = lr__policy_ring(r->pt, r->policy, r->param, want);
     int32_t owner = lr__policy_ring_owner(r->pt, r->policy, r->param);
     uint32_t session_tokens = (uint32_t)r->param[LR_PARAM_SESSION_TOKENS];
     const lr_request *q = rt->v.q;
@@ -449,18 +502,28 @@ route_rank(lr_router *r, struct route *rt)
         owner != LR__POLICY_NONE ? lr__pstate_ops_of(r->pt, (uint32_t)owner)
                                  : NULL;
     void *st = ops != NULL ? lr__router_pstate(r, (uint32_t)owner) : NULL;
-    uint64_t key;
     rt->v.n_scratch = 0;
     if (kind == LR_RING_KEY_NONE)
-        return;
+        return false;
     if (st != NULL && ops->ring_key != NULL)
-        key = ops->ring_key(st, &rt->v);
+        *key = ops->ring_key(st, &rt->v);
     else if (kind == LR_RING_KEY_SESSION && q->has_session)
-        key = lr__mix64(q->session, LR__SEED_SESSION);
+        *key = lr__mix64(q->session, LR__SEED_SESSION);
     else
-        key = lr__prefix_key(&rt->v, session_tokens);
+        *key = lr__prefix_key(&rt->v, session_tokens);
+    return true;
+}
+
+/* Step 4: ring ranks of the policy's key into the rows (`key`, `want`:
+ * ring_key's, computed once per route). */
+static void
+route_rank(lr_router *r, struct route *rt, bool has_key, uint64_t key,
+           uint32_t want)
+{
+    if (!has_key)
+        return;
     uint32_t ids[LR_RING_MAX_K], got = 0;
-    if (!filtered(rt) && rt->nd == rt->v.routable) {
+    if (!filtered(rt) && rt->nd == rt->v.routable && !rt->narrow) {
         if (want > r->n_act)
             want = r->n_act;
         (void)lr_ring_candidates(r->ring, key, want, ids, &got); /* k ok */
@@ -488,10 +551,84 @@ route_rank(lr_router *r, struct route *rt)
     }
 }
 
+/* The sources of a route's candidates (LR__NARROW_*), or 0 when it
+ * weighs every routable instance: a fleet of at most
+ * LR_PARAM_NARROW_ABOVE, a policy whose rule reads them all, a request
+ * for a model or an adapter (which instances serve it, which hold it, is
+ * in no order), a fleet with prefill instances. */
+static uint32_t
+narrow_of(const lr_router *r, const struct route *rt)
+{
+    if (r->n_act <= (uint32_t)r->param[LR_PARAM_NARROW_ABOVE] || filtered(rt) ||
+        rt->v.adapter != 0 || r->n_prefill > 0)
+        return 0;
+    return lr__policy_narrow(r->pt, r->policy, r->param);
+}
+
+static int
+cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* "LRNARROW": a narrowed route's sample, from the route's own seed. */
+#define SEED_SAMPLE 0x4c524e4152524f57ull
+
+/* A narrowed route's candidates besides its hits (route_match's): the
+ * ring's for its key, the least loaded of each order it reads, a uniform
+ * sample drawn with the route's seed, and what its states name; then
+ * sorted, each once. */
+static void
+narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
+            uint32_t want)
+{
+    uint32_t *pick = rt->sc->pick,
+             w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
+    if ((rt->narrow & LR__NARROW_RING) && has_key) {
+        uint32_t got = 0;
+        (void)lr_ring_candidates(r->ring, key, want < 1 ? 1 : want,
+                                 pick + rt->n_pick, &got); /* k in range */
+        rt->n_pick += got;
+    }
+    static const uint32_t order[][2] = {
+        { LR__NARROW_INFLIGHT, LR__ORDER_INFLIGHT },
+        { LR__NARROW_LOAD, LR__ORDER_LOAD },
+        { LR__NARROW_BACKLOG, LR__ORDER_BACKLOG },
+        { LR__NARROW_QUEUE, LR__ORDER_QUEUE },
+        { LR__NARROW_KV, LR__ORDER_KV },
+    };
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (rt->narrow & order[i][0])
+            rt->n_pick +=
+                lr__order_least(&r->fleet.o[order[i][1]], pick + rt->n_pick, w);
+    if (rt->narrow & LR__NARROW_SAMPLE) {
+        struct lr__rng g;
+        lr__rng_seed(&g, rt->seed ^ SEED_SAMPLE);
+        for (uint32_t i = 0; i < w; i++)
+            pick[rt->n_pick++] = r->act[lr__rng_below(&g, r->n_act)];
+    }
+    if (rt->narrow & LR__NARROW_STATE) {
+        uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
+        LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
+        {
+            if ((kinds >> kind & 1) && ops->narrow != NULL)
+                rt->n_pick += ops->narrow(st, &rt->v, r->act, r->n_act,
+                                          pick + rt->n_pick, 2);
+        }
+    }
+    qsort(pick, rt->n_pick, sizeof *pick, cmp_u32);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rt->n_pick; i++)
+        if (n == 0 || pick[i] != pick[n - 1])
+            pick[n++] = pick[i];
+    rt->n_pick = n;
+}
+
 /* Steps 1-4: the table route() decides on; `records`: the route will
  * learn and record (not a dry run, not lr_router_candidates()). */
 static lr_status
-route_table(lr_router *r, struct route *rt, bool records)
+route_table(lr_router *r, struct route *rt, bool records, bool whole)
 {
     uint32_t needs = lr__policy_needs(r->pt, r->policy, r->param);
     LR_TRY(route_keys(r, rt, keys_needed(r, rt, needs, records)));
@@ -500,9 +637,18 @@ route_table(lr_router *r, struct route *rt, bool records)
     rt->tiers = (needs & LR__NEEDS_MATCH) &&
                 (lr__index_tier(r->ix, LR_TIER_CPU) != NULL ||
                  lr__index_tier(r->ix, LR_TIER_DISK) != NULL);
+    rt->narrow = whole ? 0 : narrow_of(r, rt);
+    rt->n_pick = 0;
     LR_TRY(route_match(r, rt, (needs & LR__NEEDS_MATCH) != 0));
+    uint64_t key = 0;
+    uint32_t want = 0;
+    bool has_key = ring_key(r, rt, &key, &want);
+    if (rt->narrow)
+        narrow_pick(r, rt, has_key, key, want);
+    if (rt->n_pick == 0)
+        rt->narrow = 0; /* no source gave one: the whole fleet */
     LR_TRY(route_gather(r, rt, needs));
-    route_rank(r, rt);
+    route_rank(r, rt, has_key, key, want);
     return LR_OK;
 }
 
@@ -549,6 +695,10 @@ route_decide(lr_router *r, struct route *rt)
         .budget_s = budget_of(rt->v.q),
         .rows_model = rt->v.rows_model,
     };
+    if (rt->narrow) {
+        lr__fleet_stats(&r->fleet, &rt->fs);
+        c.fleet = &rt->fs;
+    }
     uint32_t kinds = lr__policy_states(r->pt, r->policy, r->param);
     LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
     {
@@ -633,6 +783,9 @@ route_record(lr_router *r, const struct route *rt)
     lr_status st = record_dispatch(r, rt, c);
     if (LR_NEVER(st != LR_OK))
         return st; /* checked just before; the learn stays, harmlessly */
+    lr__router_fleet_touch(r, c->instance);
+    if (rt->ch.kp != LR_NIL)
+        lr__router_fleet_touch(r, rt->sc->rows[rt->ch.kp].instance);
     struct lr__req_view v;
     struct lr__placed pl = {
         .v = &rt->v,
@@ -755,7 +908,10 @@ route_housekeep(lr_router *r, uint64_t now_ns)
         lr__router_ix_lock(r);
         (void)lr_index_expire(r->ix, now_ns); /* judged: in bounds */
         lr__router_ix_unlock(r);
-        lr__peers_expire(&r->peers, now_ns);
+        if (lr__peers_expiry_due(&r->peers, now_ns)) {
+            lr__peers_expire(&r->peers, now_ns);
+            lr__router_fleet_touch_all(r); /* the peers' in flight moved */
+        }
         LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
         {
             if (ops->refresh != NULL)
@@ -803,14 +959,21 @@ route_read(lr_router *r, struct route *rt, lr_decision *d, struct lr__pctx *c,
     LR_TRY(route_check(r, q, d));
     route_housekeep(r, q->now_ns);
     route_start(r, rt, rt->sc, q, rt->kb, rt->v.n_keys);
-    LR_TRY(route_table(r, rt, !(q->flags & LR_ROUTE_DRY_RUN)));
-    *c = route_decide(r, rt);
-    if (c->model != NULL) {
-        LR_TRY(lr__router_scratch_model(r, rt->sc,
-                                        lr__mlp_scratch_floats(c->model)));
-        c->model_scratch = rt->sc->model;
-    }
+    /* the seed first: a narrowed table's sample is drawn with it */
     rt->seed = draw(r, before, after);
+    lr_status st = route_table(r, rt, !(q->flags & LR_ROUTE_DRY_RUN), false);
+    if (st == LR_OK) {
+        *c = route_decide(r, rt);
+        if (c->model != NULL) {
+            st = lr__router_scratch_model(r, rt->sc,
+                                          lr__mlp_scratch_floats(c->model));
+            c->model_scratch = rt->sc->model;
+        }
+    }
+    if (st != LR_OK) {
+        undraw(r, before, after);
+        return st;
+    }
     lr__rng_seed(prng, rt->seed);
     c->rng = prng;
     for (uint32_t k = 0; k < rt->v.routable; k++)
@@ -996,7 +1159,7 @@ lr_router_candidates(lr_router *r, const lr_request *request,
     rt.early = false;
     route_start(r, &rt, sc, &q, NULL, 0);
     if (st == LR_OK)
-        st = route_table(r, &rt, false);
+        st = route_table(r, &rt, false, true);
     if (st == LR_OK) {
         *n_rows = rt.v.routable;
         if (capacity < rt.v.routable)
@@ -1047,9 +1210,14 @@ lr_status
 lr_router_prefill_done(lr_router *r, uint64_t request_id, uint64_t now_ns)
 {
     LR_RETURN_IF(r == NULL, LR_EINVAL);
+    struct lr__req_view v;
     lr_status st = lr__router_enter(r, now_ns);
     if (st == LR_OK)
+        st = lr__load_req(r->ld, request_id, &v);
+    if (st == LR_OK)
         st = lr_load_prefill_done(r->ld, request_id, now_ns);
+    if (st == LR_OK && v.prefill_instance != NONE)
+        lr__router_fleet_touch(r, v.prefill_instance);
     return lr__router_leave(r, st, now_ns);
 }
 
@@ -1074,6 +1242,7 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
                 ops->first_token(sp, v.slot, ttft, r->policy, r->param);
         }
         lr__router_pstates_sync(r);
+        lr__router_fleet_touch(r, v.instance);
     }
     return lr__router_leave(r, st, now_ns);
 }
@@ -1107,6 +1276,9 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
     if (st == LR_OK) {
         settle_ended(r, v.slot);
         lr__adapters_end(&r->ad, v.slot);
+        lr__router_fleet_touch(r, v.instance);
+        if (v.prefill_instance != NONE)
+            lr__router_fleet_touch(r, v.prefill_instance);
     }
     return lr__router_leave(r, st, now_ns);
 }
@@ -1198,6 +1370,8 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         if (st == LR_OK) { /* its features were the old instance's */
             settle_ended(r, v.slot);
             lr__adapters_move(&r->ad, v.slot, to, r->clock.newest);
+            lr__router_fleet_touch(r, v.instance);
+            lr__router_fleet_touch(r, to);
         }
     }
     return lr__router_release(r, st);

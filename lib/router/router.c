@@ -91,6 +91,8 @@ scratch_free(lr_router *r, struct lr__rscratch *sc)
     lr__free(m, sc->score, ni * sizeof *sc->score);
     lr__free(m, sc->hits, ni * sizeof *sc->hits);
     lr__free(m, sc->cached_by_id, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
+    lr__free(m, sc->touched, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
+    lr__free(m, sc->pick, LR__NARROW_PICK * sizeof(uint32_t));
     lr__free(m, sc->kbuf, sc->kbuf_cap * sizeof(uint64_t));
     lr__index_scratch_free(m, sc->ms);
     lr__free(m, sc->model, sc->model_cap * sizeof(float));
@@ -110,8 +112,11 @@ scratch_new(lr_router *r, struct lr__rscratch **out)
     sc->score = lr__calloc(m, ni, sizeof *sc->score);
     sc->hits = lr__calloc(m, ni, sizeof *sc->hits);
     sc->cached_by_id = lr__calloc(m, LR__TIER_COLUMNS * ni, sizeof(uint32_t));
+    sc->touched = lr__alloc(m, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
+    sc->pick = lr__alloc(m, LR__NARROW_PICK * sizeof(uint32_t));
     lr_status st = sc->rows == NULL || sc->score == NULL || sc->hits == NULL ||
-                           sc->cached_by_id == NULL
+                           sc->cached_by_id == NULL ||
+                           (ni > 0 && sc->touched == NULL) || sc->pick == NULL
                        ? LR_ENOMEM
                        : lr__index_scratch_new(r->ix, m, &sc->ms);
     if (st != LR_OK) {
@@ -207,6 +212,7 @@ router_free(lr_router *r)
         lr__free(m, r->inst, ni * sizeof *r->inst);
     }
     lr__adapters_free(&r->ad, m);
+    lr__fleet_free(&r->fleet, m);
     lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
     lr__free(m, r->free_w, FREE_WORDS(ni) * sizeof(uint64_t));
@@ -372,6 +378,7 @@ create_tables(lr_router *r)
     for (uint32_t id = 0; id < r->max_inst; id++)
         id_free(r, id);
     LR_TRY(lr__adapters_setup(&r->ad, m, r->max_inst, r->opt.max_requests));
+    LR_TRY(lr__fleet_init(&r->fleet, m, r->max_inst));
     LR_TRY(scratch_new(r, &r->pool));
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
@@ -657,6 +664,7 @@ act_insert(lr_router *r, uint32_t id)
     memmove(&r->act[k + 1], &r->act[k], (r->n_act - k) * sizeof *r->act);
     r->act[k] = id;
     r->n_act++;
+    lr__router_fleet_touch(r, id);
 }
 
 static void
@@ -667,6 +675,32 @@ act_remove(lr_router *r, uint32_t id)
         return;
     memmove(&r->act[k], &r->act[k + 1], (r->n_act - k - 1) * sizeof *r->act);
     r->n_act--;
+    lr__fleet_drop(&r->fleet, id);
+}
+
+void
+lr__router_fleet_touch(lr_router *r, uint32_t id)
+{
+    if (lr__router_act_index(r, id) == NONE) {
+        lr__fleet_drop(&r->fleet, id);
+        return;
+    }
+    uint64_t now = atomic_load_explicit(&r->clock.newest, memory_order_relaxed);
+    lr_candidate c;
+    memset(&c, 0, sizeof c);
+    c.instance = id;
+    (void)lr__load_fill(r->ld, id, now,
+                        (uint64_t)(r->param[LR_PARAM_STATS_MAX_AGE_S] * 1e9),
+                        UINT64_MAX, 0, &c); /* tracked while routable */
+    lr__peers_add(&r->peers, now, &c);
+    lr__fleet_set(&r->fleet, &c);
+}
+
+void
+lr__router_fleet_touch_all(lr_router *r)
+{
+    for (uint32_t k = 0; k < r->n_act; k++)
+        lr__router_fleet_touch(r, r->act[k]);
 }
 
 uint32_t
@@ -935,6 +969,8 @@ lr_router_set_stats(lr_router *r, uint32_t id, const lr_engine_stats *stats)
         st = lr_load_set_stats(r->ld, id, stats);
     if (st == LR_OK && stamped)
         lr__router_clock_take(r, stats->scraped_ns);
+    if (st == LR_OK)
+        lr__router_fleet_touch(r, id);
     return lr__router_release(r, st);
 }
 
@@ -1221,6 +1257,7 @@ verify_instances(const lr_router *r)
     for (uint32_t k = 1; k < r->n_act; k++)
         if (r->act[k - 1] >= r->act[k])
             return LR_ECORRUPT;
+    LR_TRY(lr__fleet_verify(&r->fleet, r->act, r->n_act));
     /* an id's free bit is set exactly when no live instance holds it, a
      * summary bit exactly when its word is not 0, and no bit past the
      * last id is set */

@@ -16,10 +16,15 @@
 #include "parts/admit.h"
 #include "parts/load.h"
 #include "policy/policy.h"
+#include "router/narrow.h"
 #include "router/replica.h"
 
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
 #define LR__TIER_COLUMNS 3u /* cached_by_id's arrays: GPU, CPU, disk */
+/* A narrowed route's candidates before their duplicates go: each tier's
+ * longest hits, the least loaded by five measures and a sample (each
+ * LR_PARAM_NARROW_WIDTH at most), the ring's, a state's two. */
+#define LR__NARROW_PICK (9u * 256u + LR_RING_MAX_K + 2u)
 
 /* An instance's part in a disaggregated fleet and where it runs
  * (lr_instance_spec.role, node, rack, region). */
@@ -53,6 +58,12 @@ struct lr__rscratch {
     /* by id: the GPU's cached tokens at [0, max_inst), then the tokens
      * past them on the CPU tier, then on disk (LR__TIER_COLUMNS arrays) */
     uint32_t *cached_by_id;
+    /* the entries of cached_by_id the last match set (all others are 0):
+     * what the next clears, LR__TIER_COLUMNS x max_inst at most */
+    uint32_t *touched;
+    uint32_t n_touched;
+    /* a narrowed route's candidates, LR__NARROW_PICK at most */
+    uint32_t *pick;
     uint64_t *kbuf;
     size_t kbuf_cap;
     struct lr__match_scratch *ms; /* the index's peek */
@@ -122,6 +133,9 @@ struct lr_router {
     struct lr__table names; /* name -> id */
     uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
+    /* the routable ids in load order, for a large fleet's routes
+     * (narrow.h): kept by every call that changes an instance's load */
+    struct lr__fleet fleet;
     /* The ids no live instance holds, as bits: free_w[w] bit b for id
      * 64w + b; free_s[s] bit b set while free_w[64s + b] is not 0. An add
      * takes the lowest free id: the first summary word that is not 0 (at
@@ -342,9 +356,16 @@ lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
     return lr__router_release(r, st);
 }
 
-/* Position of a routable id in act[] (and in a route's rows), or
+/* Position of a routable id in act[] (and in a whole fleet's table), or
  * LR_INSTANCE_NONE. */
 uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
+
+/* Instance id's load may have changed (or whether it is routable): its
+ * place in the fleet's orders (narrow.h) from its row at the newest
+ * time; ... every routable instance's (the peers' gauges moved). Under
+ * the write lock. */
+void lr__router_fleet_touch(lr_router *r, uint32_t id);
+void lr__router_fleet_touch_all(lr_router *r);
 
 /* ---- policy state (policy.h, struct lr__pstate_ops) ----------------------
  *

@@ -326,8 +326,11 @@ static lr_status
 import_gauges_locked(lr_router *r, const uint8_t *buf, size_t len,
                      uint64_t now_ns)
 {
-    return lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
-                             known_id_const, r);
+    lr_status st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
+                                     known_id_const, r);
+    if (st == LR_OK) /* the peers' in flight moved */
+        lr__router_fleet_touch_all(r);
+    return st;
 }
 
 lr_status
@@ -347,6 +350,7 @@ lr_router_expire(lr_router *r, uint64_t now_ns)
         (void)lr_index_expire(r->ix, now_ns);
         lr__router_ix_unlock(r);
         lr__peers_expire(&r->peers, now_ns);
+        lr__router_fleet_touch_all(r);
     }
     return lr__router_leave(r, st, now_ns);
 }

@@ -771,6 +771,8 @@ commit(lr_router *r, struct restore *rs)
         rs->aside[k] = old; /* a fresh router's: freed below */
     }
     lr__router_pstates_sync(r);
+    lr__router_fleet_touch_all(
+        r); /* the peers' gauges came after the instances */
 }
 
 lr_status

@@ -554,6 +554,8 @@ pub const LR_PARAM_PD_MIN_UNCACHED: lr_param = 55;
 pub const LR_PARAM_PD_LOCAL_MAX_TOKENS: lr_param = 56;
 pub const LR_PARAM_PD_LOCAL_MAX_RATIO: lr_param = 57;
 pub const LR_PARAM_ADAPTIVE_PD_STALL: lr_param = 58;
+pub const LR_PARAM_NARROW_ABOVE: lr_param = 59;
+pub const LR_PARAM_NARROW_WIDTH: lr_param = 60;
 pub const LR_MAX_TIME_NS: u64 = 1 << 60;
 pub const LR_ROUTER_MAX_TIME_NS: u64 = LR_MAX_TIME_NS;
 

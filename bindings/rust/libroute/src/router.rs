@@ -327,6 +327,13 @@ named_consts! { Param, consts,
     /// adaptive's price of a prefill kept where it decodes, per second of
     /// that prefill and per request decoding there (0.05).
     ADAPTIVE_PD_STALL = sys::LR_PARAM_ADAPTIVE_PD_STALL,
+    /// A route in a fleet of more than this many routable instances (256)
+    /// weighs only the candidates its policy can pick: the instances
+    /// holding the prompt's longest prefixes, the ring's, the least loaded
+    /// and a uniform sample, [`Param::NARROW_WIDTH`] (16) of each.
+    NARROW_ABOVE = sys::LR_PARAM_NARROW_ABOVE,
+    /// How many instances each source of a narrowed route gives (16).
+    NARROW_WIDTH = sys::LR_PARAM_NARROW_WIDTH,
 }
 
 /// The range and default of a parameter: values in `lo..=hi` are accepted
