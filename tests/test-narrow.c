@@ -169,13 +169,18 @@ rig_open(struct rig *g, lr_policy policy)
     assert_st(lr_router_set_policy(g->r, policy), LR_OK);
 }
 
-/* Conversation c's prompt at its current turn into t; its length. */
+#define SYSTEM 512u /* tokens every prompt opens with */
+
+/* Conversation c's prompt at its turn into t (c >= CONVS: a new one at
+ * its first turn); its length. Every prompt opens with the same SYSTEM
+ * tokens, so that many instances hold that much of a new one. */
 static size_t
 prompt_of_conv(const struct rig *g, uint32_t c, uint32_t *t)
 {
-    size_t n = (size_t)(g->turns[c] + 1) * TURN;
+    size_t n = SYSTEM + (size_t)((c < CONVS ? g->turns[c] : 0) + 1) * TURN;
     for (size_t i = 0; i < n; i++)
-        t[i] = (uint32_t)(c * 1000003u + i * 7919u) & 0xffffu;
+        t[i] = i < SYSTEM ? (uint32_t)(i * 31u) & 0xffffu
+                          : (uint32_t)(c * 1000003u + i * 7919u) & 0xffffu;
     return n;
 }
 
@@ -233,7 +238,8 @@ rig_step(struct rig *g, uint32_t c, const uint32_t *t, size_t n)
     if (g->live[k] != 0)
         assert_st(lr_router_complete(g->r, g->live[k], 10, g->now), LR_OK);
     g->live[k] = g->next_id++;
-    g->turns[c] = (g->turns[c] + 1) % 12;
+    if (c < CONVS)
+        g->turns[c] = (g->turns[c] + 1) % 12;
     g->now += 20000000ull;
 }
 
@@ -241,9 +247,7 @@ rig_step(struct rig *g, uint32_t c, const uint32_t *t, size_t n)
  * the longest prefix and the least in flight among its holders, the
  * ring's, the turn after the last), a narrowed route picks what the whole
  * table would: the same instance where the rule draws nothing, else one
- * with the same figures (the draws among ties differ). Each conversation
- * is held by a few instances, fewer than LR_PARAM_NARROW_WIDTH, so that
- * its holders are all candidates. */
+ * with the same figures (the draws among ties differ). */
 static void
 narrowed_matches_whole(void **state)
 {
@@ -256,13 +260,17 @@ narrowed_matches_whole(void **state)
         LR_POLICY_DUALMAP,          LR_POLICY_RANDOM,
         LR_POLICY_AIBRIX_LORA,
     };
-    uint32_t *t = malloc(12 * TURN * sizeof *t);
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
     uint64_t rng = tu_seed("narrowed", 3);
     for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {
         struct rig g;
         rig_open(&g, policies[p]);
         for (int step = 0; step < 300; step++) {
-            uint32_t c = (uint32_t)(tu_rand(&rng) % CONVS);
+            /* a quarter are new conversations: their longest hit is the
+             * opening every instance they went to holds */
+            uint32_t c = tu_rand(&rng) % 4 == 0
+                             ? CONVS + (uint32_t)step
+                             : (uint32_t)(tu_rand(&rng) % CONVS);
             size_t n = prompt_of_conv(&g, c, t);
             lr_decision a, b;
             assert_st(dry(&g, t, n, false, &a), LR_OK);
@@ -319,7 +327,7 @@ narrowed_weighs_few(void **state)
     (void)state;
     struct rig g;
     rig_open(&g, LR_POLICY_ADAPTIVE);
-    uint32_t *t = malloc(12 * TURN * sizeof *t);
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
     lr_score *sc = calloc(FLEET, sizeof *sc);
     lr_candidate *rows = calloc(FLEET, sizeof *rows);
     for (uint32_t c = 0; c < CONVS; c++)
@@ -370,7 +378,7 @@ narrowed_follows_the_fleet(void **state)
     (void)state;
     struct rig g;
     rig_open(&g, LR_POLICY_PREFIX_CACHE_AND_LOAD);
-    uint32_t *t = malloc(12 * TURN * sizeof *t);
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
     uint64_t rng = tu_seed("fleet", 4);
     for (int step = 0; step < 400; step++) {
         uint32_t c = (uint32_t)(tu_rand(&rng) % CONVS);

@@ -183,21 +183,29 @@ set_cached(struct lr__rscratch *sc, size_t at, uint32_t tokens)
 }
 
 /* A narrowed route's hits: of the n in sc->hits, the routable
- * LR_PARAM_NARROW_WIDTH holding the most tokens (those with the longest
- * prefixes, ties to the higher id) into its candidates. The scores are free
- * until the decision: the selection runs there, each hit one exact double. */
+ * LR_PARAM_NARROW_WIDTH holding the most tokens, the fewest in flight
+ * among equals (so that the least loaded holder of the longest prefix
+ * is one, however many hold it), into its candidates. The scores are
+ * free until the decision: the selection runs there, each hit one exact
+ * double (tokens < 2^27, in flight clamped to 10 bits, the id 16). */
 static void
 narrow_hits(const lr_router *r, struct route *rt, size_t n)
 {
     struct lr__rscratch *sc = rt->sc;
+    const struct lr__fleet *f = &r->fleet;
     uint32_t w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
     size_t m = 0;
-    for (size_t i = 0; i < n; i++) /* the routable: a drained one's
-                                       routes stay in the index */
-        if (lr__order_has(&r->fleet.o[LR__ORDER_INFLIGHT],
-                          sc->hits[i].instance))
-            sc->score[m++] = (double)sc->hits[i].tokens * 65536.0 +
-                             (double)sc->hits[i].instance;
+    for (size_t i = 0; i < n; i++) { /* the routable: a drained one's
+                                        routes stay in the index */
+        uint32_t id = sc->hits[i].instance;
+        if (!lr__order_has(&f->o[LR__ORDER_INFLIGHT], id))
+            continue;
+        uint32_t busy = f->inflight[id] < 1023 ? f->inflight[id] : 1023;
+        sc->score[m++] =
+            ((double)sc->hits[i].tokens * 1024.0 + (double)(1023 - busy)) *
+                65536.0 +
+            (double)id;
+    }
     size_t from = 0;
     if (m > w) {
         (void)lr__select(sc->score, m, m - w); /* [m - w, m): the most */
