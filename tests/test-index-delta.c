@@ -909,6 +909,58 @@ test_eviction_lru(void **state)
     lr_index_destroy(a);
 }
 
+/* An imported route lands in the LRU list where its age puts it, however
+ * deep: here 300 REMOTE routes, one a second, and then a route as old as
+ * the 101st. A walk bounded at 64 steps from the nearer end put it among
+ * the 64 oldest, and 65 evictions took it where 100 should. */
+static void
+test_import_lands_by_age(void **state)
+{
+    (void)state;
+    enum {
+        N = 300,
+        GONE = 90
+    };
+    struct pr *p = calloc(N, sizeof *p);
+    struct pr q, last, add;
+    assert_non_null(p);
+    lr_index *a = mk(4096), *c = mk(4096);
+    for (uint32_t i = 0; i < N; i++) {
+        mkpr(&p[i], NULL, 0, 1, 0, 900 + i);
+        learn(a, &p[i], 1, LR_TRUST_LOCAL, T(1 + i));
+    }
+    mkpr(&q, NULL, 0, 1, 0, 1900);
+    mkpr(&last, NULL, 0, 1, 0, 1901);
+    learn(c, &q, 2, LR_TRUST_LOCAL, T(101));
+    learn(c, &last, 2, LR_TRUST_LOCAL, T(N)); /* c's clock at a's */
+    lr_blob *pa = export_since(a, 0, NULL), *pc = export_since(c, 0, NULL);
+    lr_index_options o = LR_INDEX_OPTIONS_INIT;
+    o.seed = OPT_SEED;
+    o.capacity_blocks = N + 2;
+    o.eviction = LR_EVICT_LRU;
+    o.clock_skew_ns = 3600 * SEC;
+    lr_index *b = NULL;
+    assert_st(lr_index_create(&o, &b), LR_OK);
+    assert_st(lr_index_expire(b, T(1)), LR_OK); /* b's clock from a's start */
+    assert_st(import_blob(b, pa, T(N)), LR_OK);
+    assert_st(import_blob(b, pc, T(N)), LR_OK);
+    assert_int_equal(stats(b).blocks, N + 2);
+    for (uint32_t k = 0; k < GONE; k++) { /* each evicts the oldest */
+        mkpr(&add, NULL, 0, 1, 0, 2000 + k);
+        learn(b, &add, 3, LR_TRUST_LOCAL, T(N + 1 + k));
+    }
+    assert_int_equal(stats(b).evicted_blocks, GONE);
+    assert_int_equal(held(b, &p[GONE - 1], 1), 0);
+    assert_int_equal(held(b, &p[GONE], 1), BT);
+    assert_int_equal(held(b, &q, 2), BT); /* as old as p[100]: kept */
+    lr_blob_destroy(pa);
+    lr_blob_destroy(pc);
+    lr_index_destroy(b);
+    lr_index_destroy(c);
+    lr_index_destroy(a);
+    free(p);
+}
+
 /* ---- malformed blobs -------------------------------------------------------- */
 
 struct victim {
@@ -1438,6 +1490,7 @@ main(void)
         cmocka_unit_test(test_origin_echo_and_v2),
         cmocka_unit_test(test_remote_ttl),
         cmocka_unit_test(test_eviction_lru),
+        cmocka_unit_test(test_import_lands_by_age),
         cmocka_unit_test(test_malformed_blobs),
         cmocka_unit_test(test_import_max_instances),
         cmocka_unit_test(test_export_deterministic),

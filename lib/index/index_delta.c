@@ -765,6 +765,8 @@ lr__index_import_delta_if(lr_index *idx, const uint8_t *buf, size_t len,
         st = lr__index_scratch_path(idx, im.d.n_nodes + 1);
     if (st == LR_OK) /* holder arrays of the runs new nodes may start */
         st = lr__index_hent_room(idx, LR_NIL, (uint32_t)im.new_nodes);
+    if (st == LR_OK) /* where the routes' ages put them in the lists */
+        st = lr__index_lru_hints(idx);
     if (st == LR_OK) {
         import_nodes(idx, &im);
         st = import_rooms(idx, m, &im);

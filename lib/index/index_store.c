@@ -255,6 +255,19 @@ lr__index_scratch_path(lr_index *ix, size_t n)
                           (uint32_t)n, sizeof *ix->path, UINT32_MAX);
 }
 
+lr_status
+lr__index_lru_hints(lr_index *ix)
+{
+    if (ix->lru_hint != NULL)
+        return LR_OK;
+    uint32_t *h = lr__alloc(&ix->mem, (size_t)N_LISTS * LRU_HINTS * sizeof *h);
+    LR_RETURN_IF(h == NULL, LR_ENOMEM);
+    for (uint32_t i = 0; i < N_LISTS * LRU_HINTS; i++)
+        h[i] = LR_NIL;
+    ix->lru_hint = h;
+    return LR_OK;
+}
+
 /* A match's scratch: the five per-instance arrays in one allocation, the
  * sort's keys in another (the order lr_index_create has always made them
  * in, which the OOM tests count). */
@@ -416,6 +429,32 @@ hent_add(lr_index *ix, uint32_t r, uint32_t s)
 /* LRU lists                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* Span x was just listed in list l with its stamp: the hint of that tick
+ * (once an import made the hints). */
+static inline void
+hint_set(lr_index *ix, int l, uint32_t x)
+{
+    if (ix->lru_hint != NULL)
+        ix->lru_hint[(size_t)l * LRU_HINTS +
+                     (ix->sp[x].stamp & (LRU_HINTS - 1))] = x;
+}
+
+/* A span listed in list l with stamp t, from the hints, or LR_NIL. A hint
+ * is only a guess (the span may have gone, moved or been restamped since)
+ * and is checked. */
+static inline uint32_t
+hint_at(const lr_index *ix, int l, uint32_t t)
+{
+    uint32_t c = ix->lru_hint[(size_t)l * LRU_HINTS + (t & (LRU_HINTS - 1))];
+    if (c == LR_NIL || c >= ix->spool.top)
+        return LR_NIL;
+    const struct span *S = &ix->sp[c];
+    if (S->inst == INST_FREE || !(S->bits & HB_LISTED) || list_of(S) != l ||
+        S->stamp != t)
+        return LR_NIL;
+    return c;
+}
+
 static void
 lru_push_head(lr_index *ix, uint32_t x)
 {
@@ -429,6 +468,7 @@ lru_push_head(lr_index *ix, uint32_t x)
         ix->tail[l] = x;
     ix->head[l] = x;
     h->bits |= HB_LISTED;
+    hint_set(ix, l, x);
 }
 
 void
@@ -451,6 +491,7 @@ lru_link_after(lr_index *ix, uint32_t x, uint32_t cur, int l)
         ix->tail[l] = x;
     c->next = x;
     h->bits |= HB_LISTED;
+    hint_set(ix, l, x);
 }
 
 /* Insert an unlisted span where its stamp belongs, searching from the
@@ -459,11 +500,48 @@ lru_link_after(lr_index *ix, uint32_t x, uint32_t cur, int l)
  * approximate). */
 #define LRU_SEEK_MAX 64
 
+/* Where an imported stamp goes when the hints name a span at or above
+ * it: the first tick from `stamp` up that names a listed span, then
+ * tailward past every span at least as recent (bounded as the walks
+ * below are). So an import lands where LRU order puts it, however deep in
+ * the list: a bounded walk from an end put a route of a few seconds'
+ * age next to the tail of a long list, where the next eviction took it,
+ * and a replica lost the placements its peers had just shared. LR_NIL:
+ * no hint in range. */
+static uint32_t
+hinted_place(const lr_index *ix, int l, uint32_t stamp, uint32_t newest)
+{
+    uint32_t reach =
+        newest - stamp < LRU_HINTS ? newest - stamp : LRU_HINTS - 1;
+    for (uint32_t d = 0; d <= reach; d++) {
+        uint32_t cur = hint_at(ix, l, stamp + d);
+        if (cur == LR_NIL)
+            continue;
+        for (int steps = 0; steps < LRU_SEEK_MAX; steps++) {
+            uint32_t next = ix->sp[cur].next;
+            if (next == LR_NIL || ix->sp[next].stamp < stamp)
+                break;
+            cur = next;
+        }
+        return cur;
+    }
+    return LR_NIL;
+}
+
 void
 lr__index_lru_insert(lr_index *ix, uint32_t x)
 {
     struct span *h = &ix->sp[x];
     int l = list_of(h);
+    uint32_t head = ix->head[l];
+    if (ix->lru_hint != NULL && head != LR_NIL &&
+        ix->sp[head].stamp > h->stamp) {
+        uint32_t at = hinted_place(ix, l, h->stamp, ix->sp[head].stamp);
+        if (at != LR_NIL) {
+            lru_link_after(ix, x, at, l);
+            return;
+        }
+    }
     uint32_t cur = ix->tail[l];
     for (int steps = 0; cur != LR_NIL && steps < LRU_SEEK_MAX; steps++) {
         if (ix->sp[cur].stamp >= h->stamp)
@@ -502,6 +580,13 @@ lr__index_touch_at(lr_index *ix, uint32_t x, uint32_t stamp)
     if (head == LR_NIL || ix->sp[head].stamp <= h->stamp) {
         lru_push_head(ix, x);
         return;
+    }
+    if (ix->lru_hint != NULL) {
+        uint32_t at = hinted_place(ix, l, h->stamp, ix->sp[head].stamp);
+        if (at != LR_NIL) {
+            lru_link_after(ix, x, at, l);
+            return;
+        }
     }
     if (h->stamp - ix->sp[tail].stamp < ix->sp[head].stamp - h->stamp) {
         lr__index_lru_insert(ix, x); /* nearer the tail: from there */
@@ -933,5 +1018,6 @@ lr__index_store_free(lr_index *ix)
     lr__free(m, ix->kbuf, (size_t)ix->kbuf_cap * sizeof(uint64_t));
     lr__free(m, ix->abuf, (size_t)ix->abuf_cap * sizeof(uint32_t));
     lr__free(m, ix->path, (size_t)ix->path_cap * sizeof(struct seg));
+    lr__free(m, ix->lru_hint, (size_t)N_LISTS * LRU_HINTS * sizeof(uint32_t));
     lr__index_ms_fini(m, &ix->ms);
 }

@@ -146,6 +146,8 @@ enum {
     LIST_REMOTE = 1,
     N_LISTS = 2
 };
+/* Slots of lru_hint per list: 4,096 ticks of 2^24 ns, about 69 s. */
+#define LRU_HINTS 4096u
 /* A pool of fixed-size elements named by 32-bit index. Freed elements
  * are chained through a uint32_t field of their own (at offset `link`)
  * and handed out again first; `top` only grows, so [0, top) is every
@@ -214,6 +216,11 @@ struct lr_index {
     struct hclass hc[HCLASSES];
 
     uint32_t head[N_LISTS], tail[N_LISTS];
+    /* Where imported stamps go in the lists (lr__index_touch_at): per
+     * list, LRU_HINTS slots, slot t % LRU_HINTS naming a span listed
+     * last with stamp t, if it still is. Not state: made by the first
+     * import, checked on every read. */
+    uint32_t *lru_hint;
     uint64_t holds, remote, nodes;
     uint64_t stale; /* table entries of gone nodes */
 
@@ -520,6 +527,8 @@ lr_status lr__index_eslots_reserve(lr_index *ix, uint32_t cap);
 lr_status lr__index_scratch_keys(lr_index *ix, size_t n);
 lr_status lr__index_scratch_anchors(lr_index *ix, size_t n);
 lr_status lr__index_scratch_path(lr_index *ix, size_t n);
+/* The LRU lists' hints (lru_hint), made once: an import's first phase. */
+lr_status lr__index_lru_hints(lr_index *ix);
 /* A match scratch for max_inst instance slots from m (zeroed): LR_OK or
  * LR_ENOMEM with nothing allocated; and its release (a zeroed one too). */
 lr_status lr__index_ms_init(struct lr__mem *m, struct lr__match_scratch *ms,
