@@ -81,6 +81,37 @@ order_matches_naive(void **state)
     assert_int_equal(m.live, 0);
 }
 
+/* Within a bucket the longest there comes first: an instance whose load
+ * moved (it finished a request) goes behind the others of its bucket. */
+static void
+order_longest_there_first(void **state)
+{
+    (void)state;
+    struct lr__mem m;
+    assert_st(lr__mem_init(&m, NULL), LR_OK);
+    struct lr__order o;
+    assert_st(lr__order_init(&o, &m, 16, 4), LR_OK);
+    uint32_t ids[4];
+    lr__order_set(&o, 5, 0);
+    lr__order_set(&o, 3, 0);
+    lr__order_set(&o, 9, 0);
+    assert_int_equal(lr__order_least(&o, ids, 4), 3);
+    assert_int_equal(ids[0], 5);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 9);
+    lr__order_set(&o, 5, 1); /* a request, then its end */
+    lr__order_set(&o, 5, 0);
+    assert_int_equal(lr__order_least(&o, ids, 2), 2);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[1], 9);
+    lr__order_drop(&o, 9);
+    assert_int_equal(lr__order_least(&o, ids, 4), 2);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[1], 5);
+    assert_st(lr__order_verify(&o), LR_OK);
+    lr__order_free(&o, &m);
+}
+
 /* Token buckets are monotone, exact below 8, within 12.5% above. */
 static void
 order_token_buckets(void **state)
@@ -415,6 +446,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_matches_naive),
+        cmocka_unit_test(order_longest_there_first),
         cmocka_unit_test(order_token_buckets),
         cmocka_unit_test(order_oom),
         cmocka_unit_test(narrowed_matches_whole),

@@ -11,13 +11,15 @@ lr__order_init(struct lr__order *o, struct lr__mem *m, uint32_t max_id,
     if (nb == 0)
         nb = 1;
     uint32_t *head = lr__alloc(m, (size_t)nb * sizeof *head);
+    uint32_t *tail = lr__alloc(m, (size_t)nb * sizeof *tail);
     uint32_t *cnt = lr__calloc(m, nb, sizeof *cnt);
     uint32_t *next = lr__alloc(m, (size_t)max_id * sizeof *next);
     uint32_t *prev = lr__alloc(m, (size_t)max_id * sizeof *prev);
     uint32_t *where = lr__alloc(m, (size_t)max_id * sizeof *where);
-    if (head == NULL || cnt == NULL ||
+    if (head == NULL || tail == NULL || cnt == NULL ||
         (max_id > 0 && (next == NULL || prev == NULL || where == NULL))) {
         lr__free(m, head, (size_t)nb * sizeof *head);
+        lr__free(m, tail, (size_t)nb * sizeof *tail);
         lr__free(m, cnt, (size_t)nb * sizeof *cnt);
         lr__free(m, next, (size_t)max_id * sizeof *next);
         lr__free(m, prev, (size_t)max_id * sizeof *prev);
@@ -25,7 +27,7 @@ lr__order_init(struct lr__order *o, struct lr__mem *m, uint32_t max_id,
         return LR_ENOMEM;
     }
     for (uint32_t b = 0; b < nb; b++)
-        head[b] = NIL;
+        head[b] = tail[b] = NIL;
     for (uint32_t i = 0; i < max_id; i++)
         where[i] = NIL;
     *o = (struct lr__order){ .max_id = max_id,
@@ -33,6 +35,7 @@ lr__order_init(struct lr__order *o, struct lr__mem *m, uint32_t max_id,
                              .lo = 1,
                              .hi = 0,
                              .head = head,
+                             .tail = tail,
                              .cnt = cnt,
                              .next = next,
                              .prev = prev,
@@ -46,6 +49,7 @@ lr__order_free(struct lr__order *o, struct lr__mem *m)
     if (o->head == NULL)
         return;
     lr__free(m, o->head, (size_t)o->nb * sizeof *o->head);
+    lr__free(m, o->tail, (size_t)o->nb * sizeof *o->tail);
     lr__free(m, o->cnt, (size_t)o->nb * sizeof *o->cnt);
     lr__free(m, o->next, (size_t)o->max_id * sizeof *o->next);
     lr__free(m, o->prev, (size_t)o->max_id * sizeof *o->prev);
@@ -64,6 +68,8 @@ unlink_id(struct lr__order *o, uint32_t id)
         o->head[b] = nx;
     if (nx != NIL)
         o->prev[nx] = pv;
+    else
+        o->tail[b] = pv;
     o->where[id] = NIL;
     o->cnt[b]--;
     o->n--;
@@ -93,12 +99,14 @@ lr__order_set(struct lr__order *o, uint32_t id, uint32_t b)
         return;
     if (o->where[id] != NIL)
         unlink_id(o, id);
-    uint32_t h = o->head[b];
-    o->next[id] = h;
-    o->prev[id] = NIL;
-    if (h != NIL)
-        o->prev[h] = id;
-    o->head[b] = id;
+    uint32_t t = o->tail[b]; /* at the end: the longest there go first */
+    o->prev[id] = t;
+    o->next[id] = NIL;
+    if (t != NIL)
+        o->next[t] = id;
+    else
+        o->head[b] = id;
+    o->tail[b] = id;
     o->where[id] = b;
     o->cnt[b]++;
     if (o->n++ == 0) {
@@ -151,7 +159,7 @@ lr__order_verify(const struct lr__order *o)
             pv = id;
             c++;
         }
-        LR_RETURN_IF(c != o->cnt[b], LR_ECORRUPT);
+        LR_RETURN_IF(c != o->cnt[b] || o->tail[b] != pv, LR_ECORRUPT);
         LR_RETURN_IF(c > 0 && (b < o->lo || b > o->hi), LR_ECORRUPT);
         total += c;
     }

@@ -21,7 +21,7 @@ struct lr__order {
     uint32_t n;                    /* members */
     uint32_t lo, hi;               /* no member in a bucket below lo or
                                       above hi (hi < lo: none) */
-    uint32_t *head, *cnt;          /* nb */
+    uint32_t *head, *tail, *cnt;   /* nb */
     uint32_t *next, *prev, *where; /* max_id; where: the member's bucket,
                                       UINT32_MAX when not a member */
 };
@@ -44,20 +44,14 @@ lr__order_has(const struct lr__order *o, uint32_t id)
 }
 
 /* Up to `cap` members from the lowest buckets up into ids[], and how
- * many. Within a bucket, the most recently set first. */
+ * many. Within a bucket, the longest there first: among equals, those
+ * whose load moved last come last, so that ties go round the bucket
+ * rather than to the instance that just finished a request. */
 uint32_t lr__order_least(const struct lr__order *o, uint32_t *ids,
                          uint32_t cap);
 
 /* The bucket of the k-th member (0-based) in bucket order; k < n. */
 uint32_t lr__order_rank(const struct lr__order *o, uint32_t k);
-
-/* Every member of the highest bucket (hi) is at its key or above: the
- * first member there, or UINT32_MAX when there are none. */
-static inline uint32_t
-lr__order_top(const struct lr__order *o)
-{
-    return o->n > 0 ? o->head[o->hi] : UINT32_MAX;
-}
 
 /* The bucket of a token count: exact up to 7, then eight buckets per
  * power of two (within 12.5%), monotone. */
