@@ -45,6 +45,7 @@ struct opts {
     uint32_t block_tokens;
     uint32_t trace_block;
     uint64_t index_blocks;
+    uint64_t marks;
     double scrape_ms;
     unsigned jobs;
     int rebalance;
@@ -162,6 +163,8 @@ usage(FILE *f)
 "                      cache = paged or slots); --list-classes shows them\n"
 "  --block-tokens N    KV block of the engines and the router's index (16)\n"
 "  --index-blocks N    router index capacity (default: the cluster's KV)\n"
+"  --marks N           placement marks past the index (lr_router_options\n"
+"                      .marks; default 0, none)\n"
 "  --scrape-ms MS      engine metrics and RTT probe period (100)\n"
 "  --no-rebalance      do not carry out dualmap's rebalancing plans\n"
 "  --cpu-cache-blocks N  a CPU tier per engine (vLLM's OffloadingConnector):\n"
@@ -335,6 +338,7 @@ static const char *const value_flags[] = {
     "--json",         "--svg",          "--requests",       "--rate",
     "--time-scale",   "--slo-ttft",     "--scrape-ms",      "--seed",
     "--block-tokens", "--trace-block",  "--index-blocks",   "--jobs",
+    "--marks",
     "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
@@ -506,6 +510,8 @@ take(struct opts *o, const char *flag, const char *v)
         o->trace_block = (uint32_t)u;
     } else if (strcmp(flag, "--index-blocks") == 0)
         return parse_u64(flag, v, 1, LR_INDEX_MAX_CAPACITY, &o->index_blocks);
+    else if (strcmp(flag, "--marks") == 0)
+        return parse_u64(flag, v, 0, LR_ROUTER_MAX_MARKS, &o->marks);
     else if (strcmp(flag, "--jobs") == 0) {
         if (parse_u64(flag, v, 1, 256, &u) != 0)
             return -1;
@@ -1132,6 +1138,7 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->slo_ttft_s = o->slo;
     cfg->block_tokens = o->block_tokens;
     cfg->index_blocks = o->index_blocks;
+    cfg->marks = o->marks;
     cfg->scrape_us = (uint64_t)llround(o->scrape_ms * 1000.0);
     cfg->rebalance = o->rebalance;
     if (cfg->scrape_us == 0)

@@ -1471,6 +1471,7 @@ make_router(struct run *r, uint32_t rk)
     o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)
         o.index_capacity_blocks = LR_INDEX_MAX_CAPACITY;
+    o.marks = cfg->marks;
     lr_learner_options lo;
     lr_learner_options_init(&lo);
     if (cfg->lodestar_min)

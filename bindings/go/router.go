@@ -58,6 +58,10 @@ type RouterOptions struct {
 	QueueCapacity uint32
 	QueueTenants  uint32
 	QueueTokens   uint64
+	// How many routed prompts' instances to remember past the index
+	// (0: none; at most RouterMaxMarks): about the fleet's KV blocks over
+	// the blocks a request adds.
+	Marks uint64
 }
 
 // Bounds of the waiting queue's options and of Request.Urgency.
@@ -65,6 +69,7 @@ const (
 	RouterMaxWaiting     = C.LR_ROUTER_MAX_WAITING
 	RouterMaxTenants     = C.LR_ROUTER_MAX_TENANTS
 	RouterMaxQueueTokens = C.LR_ROUTER_MAX_QUEUE_TOKENS
+	RouterMaxMarks       = C.LR_ROUTER_MAX_MARKS
 	// Urgencies is the number of priority bands: Request.Urgency is 0
 	// (the most urgent) .. Urgencies-1.
 	Urgencies = C.LR_ROUTER_URGENCIES
@@ -98,6 +103,7 @@ func DefaultRouterOptions() RouterOptions {
 		QueueCapacity:       uint32(o.queue_capacity),
 		QueueTenants:        uint32(o.queue_tenants),
 		QueueTokens:         uint64(o.queue_tokens),
+		Marks:               uint64(o.marks),
 	}
 }
 
@@ -142,6 +148,7 @@ func NewRouter(opt *RouterOptions) (*Router, error) {
 		o.queue_capacity = C.uint32_t(opt.QueueCapacity)
 		o.queue_tenants = C.uint32_t(opt.QueueTenants)
 		o.queue_tokens = C.uint64_t(opt.QueueTokens)
+		o.marks = C.uint64_t(opt.Marks)
 		co = &o
 	}
 	var p *C.lr_router

@@ -152,6 +152,18 @@ typedef struct lr_router_options {
     uint32_t queue_tenants;
     uint64_t queue_tokens;
     /* v3 ends here */
+    /** Placement marks: how many routed prompts' instances the router
+     * remembers past its index (0, the default: none; at most
+     * LR_ROUTER_MAX_MARKS). A mark is 24 bytes, where the index keeps
+     * about 12 a block of every prompt, so a router whose index is
+     * smaller than what its fleet caches still sends a conversation's
+     * next turn where its history is. Size it to what the fleet's caches
+     * hold: their KV blocks over the blocks a request adds (uncached
+     * prompt and output); more marks than that name prefixes the
+     * engines have evicted. Made at create; not kept in snapshots.
+     * docs/router.md, "Placement marks". @since 0.3 */
+    uint64_t marks;
+    /* v4 ends here */
 } lr_router_options;
 
 #define LR_ROUTER_OPTIONS_SIZE_V1 \
@@ -160,6 +172,10 @@ typedef struct lr_router_options {
     (offsetof(lr_router_options, index_eviction) + sizeof(int32_t))
 #define LR_ROUTER_OPTIONS_SIZE_V3 \
     (offsetof(lr_router_options, queue_tokens) + sizeof(uint64_t))
+#define LR_ROUTER_OPTIONS_SIZE_V4 \
+    (offsetof(lr_router_options, marks) + sizeof(uint64_t))
+/** Largest lr_router_options.marks. @since 0.3 */
+#define LR_ROUTER_MAX_MARKS (1ull << 32)
 /** Bounds of the waiting queue's options. @since 0.3 */
 #define LR_ROUTER_MAX_WAITING (1u << 24)
 #define LR_ROUTER_MAX_TENANTS (1u << 20)

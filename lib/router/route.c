@@ -215,6 +215,52 @@ narrow_hits(const lr_router *r, struct route *rt, size_t n)
         sc->pick[rt->n_pick++] = (uint32_t)fmod(sc->score[i], 65536.0);
 }
 
+struct mark_ctx {
+    const lr_router *r;
+    struct route *rt;
+    uint32_t picked;
+};
+
+/* A mark of a prompt this one holds: its instance held at least `depth`
+ * blocks of it, unless it left since. */
+static void
+mark_found(void *ctx, uint32_t inst, uint32_t gen, size_t depth)
+{
+    struct mark_ctx *x = ctx;
+    const lr_router *r = x->r;
+    struct lr__rscratch *sc = x->rt->sc;
+    if (inst >= r->max_inst || r->ixgen[inst] != gen)
+        return;
+    uint32_t tokens = (uint32_t)(depth * r->block_tokens);
+    if (tokens <= sc->cached_by_id[inst])
+        return;
+    if (sc->cached_by_id[inst] == 0)
+        sc->touched[sc->n_touched++] = inst;
+    sc->cached_by_id[inst] = tokens;
+    /* a narrowed route's candidate, as a hit is (the deepest first) */
+    if ((x->rt->narrow & LR__NARROW_HITS) &&
+        x->picked < (uint32_t)r->param[LR_PARAM_NARROW_WIDTH] &&
+        lr__order_has(&r->fleet.o[LR__ORDER_INFLIGHT], inst)) {
+        x->rt->sc->pick[x->rt->n_pick++] = inst;
+        x->picked++;
+    }
+}
+
+/* Step 2, the marks (router/marks.h): what the index forgot of where the
+ * prompts this one extends went. A hit past the index's counts; under
+ * the index's read lock (the learn writes the marks under its write). */
+static void
+route_match_marks(lr_router *r, struct route *rt)
+{
+    if (rt->v.n_keys < LR__MARK_STRIDE)
+        return;
+    struct mark_ctx x = { r, rt, 0 };
+    lr__router_ix_rdlock(r);
+    lr__marks_find(&r->marks, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
+                   r->opt.index_ttl_ns, mark_found, &x);
+    lr__router_ix_rdunlock(r);
+}
+
 /* Step 2 for the lower tiers (lr_tier): how far past its GPU hit each
  * instance holds the prompt on the CPU tier, then on disk, into
  * cached_by_id's second and third arrays (lr_candidate.cpu_tokens,
@@ -293,6 +339,7 @@ route_match(lr_router *r, struct route *rt, bool want)
             set_cached(sc, sc->hits[i].instance, sc->hits[i].tokens);
     if (rt->narrow & LR__NARROW_HITS)
         narrow_hits(r, rt, mr.n_hits);
+    route_match_marks(r, rt);
     if (rt->tiers)
         route_match_tiers(r, rt);
     return LR_OK;
@@ -757,8 +804,11 @@ learn_at(lr_router *r, const struct route *rt, const lr_prompt *p,
 {
     if (!c->prefix_caching || r->ixgen[c->instance] != gen)
         return LR_OK;
-    return lr_index_learn(r->ix, p, c->instance, LR_TRUST_LOCAL,
-                          rt->v.q->now_ns);
+    LR_TRY(
+        lr_index_learn(r->ix, p, c->instance, LR_TRUST_LOCAL, rt->v.q->now_ns));
+    lr__marks_put(&r->marks, rt->v.keys, rt->v.n_keys, c->instance, gen,
+                  rt->v.q->now_ns);
+    return LR_OK;
 }
 
 /* ... and at the prefill leg of a split request too: the decode instance

@@ -30,6 +30,7 @@
 #define SEED_INDEX 0x4c52494e44455831ull /* "LRINDEX1" */
 #define SEED_LOAD 0x4c524c4f41444831ull  /* "LRLOADH1" */
 #define SEED_GORGO 0x4c52474f52474f31ull /* "LRGORGO1" */
+#define SEED_MARKS 0x4c524d41524b5331ull /* "LRMARKS1" */
 #define DEFAULT_RATE LR__ROUTER_DEFAULT_RATE
 
 /* Words of the free-id bits (router_impl.h, free_w and free_s). */
@@ -213,6 +214,7 @@ router_free(lr_router *r)
     }
     lr__adapters_free(&r->ad, m);
     lr__fleet_free(&r->fleet, m);
+    lr__marks_free(&r->marks, m);
     lr__table_free(&r->names, m);
     lr__free(m, r->act, ni * sizeof *r->act);
     lr__free(m, r->free_w, FREE_WORDS(ni) * sizeof(uint64_t));
@@ -379,6 +381,9 @@ create_tables(lr_router *r)
         id_free(r, id);
     LR_TRY(lr__adapters_setup(&r->ad, m, r->max_inst, r->opt.max_requests));
     LR_TRY(lr__fleet_init(&r->fleet, m, r->max_inst));
+    if (r->opt.marks > 0)
+        LR_TRY(lr__marks_init(&r->marks, m, r->opt.marks,
+                              lr__mix64(r->hash_seed, SEED_MARKS)));
     LR_TRY(scratch_new(r, &r->pool));
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
@@ -488,6 +493,7 @@ read_options(const lr_router_options *opt, lr_router_options *o)
                      o->queue_tenants > LR_ROUTER_MAX_TENANTS ||
                      o->queue_tokens > LR_ROUTER_MAX_QUEUE_TOKENS,
                  LR_EINVAL);
+    LR_RETURN_IF(o->marks > LR_ROUTER_MAX_MARKS, LR_EINVAL);
     return LR_OK;
 }
 

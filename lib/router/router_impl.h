@@ -16,6 +16,7 @@
 #include "parts/admit.h"
 #include "parts/load.h"
 #include "policy/policy.h"
+#include "router/marks.h"
 #include "router/narrow.h"
 #include "router/replica.h"
 
@@ -136,6 +137,8 @@ struct lr_router {
     /* the routable ids in load order, for a large fleet's routes
      * (narrow.h): kept by every call that changes an instance's load */
     struct lr__fleet fleet;
+    /* where each learned prompt went (marks.h), under the index's lock */
+    struct lr__marks marks;
     /* The ids no live instance holds, as bits: free_w[w] bit b for id
      * 64w + b; free_s[s] bit b set while free_w[64s + b] is not 0. An add
      * takes the lowest free id: the first summary word that is not 0 (at

@@ -1115,6 +1115,15 @@ _Static_assert(LR_ROUTER_OPTIONS_SIZE_V3 ==
                    offsetof(struct lr_router_options_v3, queue_tokens) + 8,
                "LR_ROUTER_OPTIONS_SIZE_V3: does not end at queue_tokens");
 
+struct lr_router_options_v4 {
+    struct lr_router_options_v3 v3;
+    uint64_t marks;
+};
+APPENDED(lr_router_options, lr_router_options_v4, marks);
+_Static_assert(LR_ROUTER_OPTIONS_SIZE_V4 ==
+                   offsetof(struct lr_router_options_v4, marks) + 8,
+               "LR_ROUTER_OPTIONS_SIZE_V4: does not end at marks");
+
 struct lr_router_stats_v2 {
     struct lr_router_stats_v1 v1;
     uint64_t kv_batches, kv_duplicates, kv_gaps, kv_restarts, kv_gaps_open;

@@ -266,7 +266,9 @@ class Router(_Handle):
     create; the learner itself is made when lodestar is first chosen.
     ``queue_capacity``, ``queue_tenants`` and ``queue_tokens`` bound the
     waiting queue (route(may_wait=True)): requests and their prompt
-    tokens held at once, tenants whose fair share is kept.
+    tokens held at once, tenants whose fair share is kept. ``marks``:
+    how many routed prompts' instances to remember past the index (0:
+    none; about the fleet's KV blocks over the blocks a request adds).
     Use it as a context manager or call close(); otherwise the garbage
     collector destroys it.
     """
@@ -291,7 +293,8 @@ class Router(_Handle):
                  index_eviction: Optional[int] = None,
                  queue_capacity: Optional[int] = None,
                  queue_tenants: Optional[int] = None,
-                 queue_tokens: Optional[int] = None) -> None:
+                 queue_tokens: Optional[int] = None,
+                 marks: Optional[int] = None) -> None:
         opt = new_sized("lr_router_options", lib.lr_router_options_init_sized)
         set_fields(opt, "Router",
                    policy=None if policy is None else _policy(policy),
@@ -304,7 +307,8 @@ class Router(_Handle):
                    gauge_ttl_ns=gauge_ttl_ns, max_peers=max_peers,
                    index_eviction=index_eviction,
                    queue_capacity=queue_capacity,
-                   queue_tenants=queue_tenants, queue_tokens=queue_tokens)
+                   queue_tenants=queue_tenants, queue_tokens=queue_tokens,
+                   marks=marks)
         keep = None
         if learner is not None:
             lopt, keep = learner_options(

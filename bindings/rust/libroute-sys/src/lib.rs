@@ -769,12 +769,17 @@ pub struct lr_router_options {
     pub queue_capacity: u32,
     pub queue_tenants: u32,
     pub queue_tokens: u64,
+    /// Placement marks past the index (0.3).
+    pub marks: u64,
 }
 pub const LR_ROUTER_OPTIONS_SIZE_V1: usize =
     offset_of!(lr_router_options, learner) + size_of::<*const c_void>();
 pub const LR_ROUTER_OPTIONS_SIZE_V2: usize = offset_of!(lr_router_options, index_eviction) + 4;
 pub const LR_ROUTER_OPTIONS_SIZE_V3: usize =
     offset_of!(lr_router_options, queue_tokens) + size_of::<u64>();
+pub const LR_ROUTER_OPTIONS_SIZE_V4: usize =
+    offset_of!(lr_router_options, marks) + size_of::<u64>();
+pub const LR_ROUTER_MAX_MARKS: u64 = 1 << 32;
 pub const LR_ROUTER_MAX_WAITING: c_uint = 1 << 24;
 pub const LR_ROUTER_MAX_TENANTS: c_uint = 1 << 20;
 pub const LR_ROUTER_MAX_QUEUE_TOKENS: u64 = 1 << 40;

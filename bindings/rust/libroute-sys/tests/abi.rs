@@ -195,7 +195,7 @@ fn declarations_match_the_c_headers() {
         lr_router_options { struct_size, allocator, seed, policy, max_instances,
             max_requests, block_tokens, index_capacity_blocks, index_ttl_ns, ring_vnodes,
             flags, learner, hash_seed, replica_id, remote_ttl_ns, gauge_ttl_ns,
-            max_peers, index_eviction, queue_capacity, queue_tenants, queue_tokens }
+            max_peers, index_eviction, queue_capacity, queue_tenants, queue_tokens, marks }
         lr_instance_spec { struct_size, name, instance_class, prefix_caching, rtt_ns,
             models, n_models, max_adapters, role, node, rack, region }
         lr_adapter_stats { struct_size, running, n_running, waiting, n_waiting,
@@ -313,6 +313,7 @@ fn declarations_match_the_c_headers() {
         LR_PARAM_PD_LOCAL_MAX_RATIO, LR_PARAM_ADAPTIVE_PD_STALL, LR_DISPATCH_SIZE_V2,
         LR_CANDIDATE_SIZE_V4, LR_DECISION_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V3,
         LR_DISPATCHED_SIZE_V2, LR_PARAM_NARROW_ABOVE, LR_PARAM_NARROW_WIDTH,
+        LR_ROUTER_OPTIONS_SIZE_V4, LR_ROUTER_MAX_MARKS,
     );
 
     let decls = declarations();

@@ -443,6 +443,10 @@ pub struct RouterOptions {
     /// Prompt tokens of the waiting requests held at once, at most
     /// `sys::LR_ROUTER_MAX_QUEUE_TOKENS` (0: the default).
     pub queue_tokens: u64,
+    /// How many routed prompts' instances to remember past the index (0:
+    /// none; at most `sys::LR_ROUTER_MAX_MARKS`): about the fleet's KV
+    /// blocks over the blocks a request adds.
+    pub marks: u64,
 }
 
 impl Default for RouterOptions {
@@ -467,6 +471,7 @@ impl Default for RouterOptions {
             queue_capacity: o.queue_capacity,
             queue_tenants: o.queue_tenants,
             queue_tokens: o.queue_tokens,
+            marks: o.marks,
         }
     }
 }
@@ -1133,6 +1138,7 @@ impl Router {
         o.queue_capacity = opt.queue_capacity;
         o.queue_tenants = opt.queue_tenants;
         o.queue_tokens = opt.queue_tokens;
+        o.marks = opt.marks;
         let mut raw = ptr::null_mut();
         // SAFETY: initialized options (the nested learner and network
         // options live for the call; the library copies them) and an out
