@@ -740,6 +740,7 @@ threads_hammer_one_router(void **state)
     o.max_instances = MAX_INST;
     o.max_requests = 1024;
     o.index_capacity_blocks = 1024; /* small: eviction all the time */
+    o.marks = 512; /* and marks past it, read and written by every route */
     o.block_tokens = 4;
     o.index_ttl_ns = SEC; /* 1 s of host time: expiry too */
     o.ring_vnodes = 32;
