@@ -23,9 +23,12 @@
 #define LR__ROUTER_DEFAULT_RATE 8000.0 /* prefill tokens/s of a class */
 #define LR__TIER_COLUMNS 3u /* cached_by_id's arrays: GPU, CPU, disk */
 /* A narrowed route's candidates before their duplicates go: each tier's
- * longest hits, the least loaded by five measures and a sample (each
- * LR_PARAM_NARROW_WIDTH at most), the ring's, a state's two. */
-#define LR__NARROW_PICK (9u * 256u + LR_RING_MAX_K + 2u)
+ * longest hits, the marks' instances, the least loaded by five measures
+ * and a sample (each LR_PARAM_NARROW_WIDTH, 256 at most), the ring's,
+ * two per state. */
+#define LR__NARROW_PICK                                         \
+    ((LR__TIER_COLUMNS + 1u + 5u + 1u) * 256u + LR_RING_MAX_K + \
+     2u * LR__STATE_MAX)
 
 /* An instance's part in a disaggregated fleet and where it runs
  * (lr_instance_spec.role, node, rack, region). */
