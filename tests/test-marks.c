@@ -202,6 +202,18 @@ small_index_keeps_placements(void **state)
                                            LR__MARK_STRIDE * 16);
     }
     assert_router_ok(r);
+    /* its engine cleared its cache (AllBlocksCleared, a restart): the
+     * marks of its prompts count for nothing; another's still do */
+    uint32_t other = first[1] != first[2] ? 2 : 3;
+    assert_st(lr_router_kv_cleared(r, first[2]), LR_OK);
+    lr_decision dc;
+    size_t nc = conv_prompt(2, 2, t);
+    assert_st(route_one(r, id++, t, nc, LR_ROUTE_DRY_RUN, now, &dc), LR_OK);
+    assert_int_equal(dc.cached_tokens, 0);
+    nc = conv_prompt(other, 2, t);
+    assert_st(route_one(r, id++, t, nc, LR_ROUTE_DRY_RUN, now, &dc), LR_OK);
+    if (first[other] != first[2])
+        assert_int_equal(dc.instance, first[other]);
     /* the instance leaves: its marks count for nothing */
     assert_st(lr_router_remove_instance(r, first[0]), LR_OK);
     lr_decision d;

@@ -10,8 +10,9 @@
  * least that much.
  *
  * A table of sets of LR__MARK_WAYS, the oldest of a set replaced; keyed
- * with the router's hash seed. A mark of an instance that left since
- * (its generation moved) or older than the index's TTL counts for
+ * with the router's hash seed. A mark older than the index's TTL, or of
+ * an instance whose cache went since (it left, its engine cleared or
+ * restarted: the router's marks generation for it moved), counts for
  * nothing. Made at the router's create; the request path never
  * allocates. Read under the index's read lock, written under its write
  * lock (the learn's). */

@@ -222,14 +222,15 @@ struct mark_ctx {
 };
 
 /* A mark of a prompt this one holds: its instance held at least `depth`
- * blocks of it, unless it left since. */
+ * blocks of it, unless its cache went since (it left, was cleared or
+ * restarted: its marks generation moved). */
 static void
 mark_found(void *ctx, uint32_t inst, uint32_t gen, size_t depth)
 {
     struct mark_ctx *x = ctx;
     const lr_router *r = x->r;
     struct lr__rscratch *sc = x->rt->sc;
-    if (inst >= r->max_inst || r->ixgen[inst] != gen)
+    if (inst >= r->max_inst || r->mgen[inst] != gen)
         return;
     uint32_t tokens = (uint32_t)(depth * r->block_tokens);
     if (tokens <= sc->cached_by_id[inst])
@@ -806,8 +807,8 @@ learn_at(lr_router *r, const struct route *rt, const lr_prompt *p,
         return LR_OK;
     LR_TRY(
         lr_index_learn(r->ix, p, c->instance, LR_TRUST_LOCAL, rt->v.q->now_ns));
-    lr__marks_put(&r->marks, rt->v.keys, rt->v.n_keys, c->instance, gen,
-                  rt->v.q->now_ns);
+    lr__marks_put(&r->marks, rt->v.keys, rt->v.n_keys, c->instance,
+                  r->mgen[c->instance], rt->v.q->now_ns);
     return LR_OK;
 }
 

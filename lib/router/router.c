@@ -231,6 +231,7 @@ router_free(lr_router *r)
     }
     lr__free(m, r->src, ni * sizeof *r->src);
     lr__free(m, r->ixgen, ni * sizeof *r->ixgen);
+    lr__free(m, r->mgen, ni * sizeof *r->mgen);
     lr__peers_free(&r->peers, m);
     lr__router_wait_free(r);
     lr_index_destroy(r->ix);
@@ -373,9 +374,10 @@ create_tables(lr_router *r)
     r->init_rtt_ms = lr__calloc(m, ni, sizeof(double));
     r->src = lr__calloc(m, ni, sizeof *r->src);
     r->ixgen = lr__calloc(m, ni, sizeof *r->ixgen);
+    r->mgen = lr__calloc(m, ni, sizeof *r->mgen);
     if (r->inst == NULL || r->act == NULL || r->free_w == NULL ||
         r->free_s == NULL || r->init_rtt_ms == NULL || r->src == NULL ||
-        r->ixgen == NULL)
+        r->ixgen == NULL || r->mgen == NULL)
         return LR_ENOMEM;
     for (uint32_t id = 0; id < r->max_inst; id++)
         id_free(r, id);
@@ -921,6 +923,7 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     (void)lr_index_remove_instance(r->ix, id);
     r->ixgen[id]++;
     r->ixgen_all++;
+    lr__router_marks_forget(r, id);
     lr__router_ix_unlock(r);
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
     lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);

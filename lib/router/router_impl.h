@@ -165,6 +165,10 @@ struct lr_router {
      * only if it has not moved (route_learn) */
     uint32_t *ixgen;
     uint64_t ixgen_all; /* bumped with any of ixgen, and at a restore */
+    /* max_inst: each id's marks generation (marks.h), bumped under both
+     * locks when its cache is gone (it leaves, its engine cleared or
+     * restarted): its marks made before count for nothing */
+    uint32_t *mgen;
     struct lr__peers peers;
     lr_router_options opt; /* as resolved at create (restore rebuilds) */
     /* opt.learner as given, copied (with the MLP options it points to):
@@ -360,6 +364,15 @@ lr__router_leave(lr_router *r, lr_status st, uint64_t now_ns)
     if (st == LR_OK)
         lr__router_clock_take(r, now_ns);
     return lr__router_release(r, st);
+}
+
+/* Instance id's cache is gone: its placement marks count for nothing.
+ * Under the router's and the index's write locks. */
+static inline void
+lr__router_marks_forget(lr_router *r, uint32_t id)
+{
+    if (id < r->max_inst)
+        r->mgen[id]++;
 }
 
 /* Position of a routable id in act[] (and in a whole fleet's table), or

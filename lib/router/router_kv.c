@@ -57,6 +57,8 @@ lr_router_kv_cleared(lr_router *r, uint32_t id)
     lr_status st = lr__router_inst(r, id) == NULL
                        ? LR_ENOENT
                        : lr_index_kv_cleared(r->ix, id);
+    if (lr__router_inst(r, id) != NULL) /* held or not, the cache is gone */
+        lr__router_marks_forget(r, id);
     lr__router_ix_unlock(r);
     return lr__router_release(r, st);
 }
@@ -169,6 +171,7 @@ source_restart(lr_router *r, uint32_t id)
 {
     lr__router_ix_lock(r);
     (void)lr_index_kv_cleared(r->ix, id); /* LR_ENOENT: nothing held */
+    lr__router_marks_forget(r, id);
     lr__router_ix_unlock(r);
     lr__kvsrc_forget(&r->src[id]);
 }
@@ -215,6 +218,8 @@ vllm_seq_locked(lr_router *r, uint32_t id, uint64_t seq, const uint8_t *buf,
     }
     lr__router_ix_lock(r);
     lr_status st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, in);
+    if (in->cleared > 0) /* AllBlocksCleared */
+        lr__router_marks_forget(r, id);
     lr__router_ix_unlock(r);
     if (st == LR_OK || st == LR_ECORRUPT || st == LR_ENOTSUP)
         lr__kvsrc_applied(k, seq, ts, now_ns); /* consumed, whatever it held */
@@ -237,6 +242,8 @@ vllm_batch(lr_router *r, uint32_t id, const uint64_t *seq, const uint8_t *buf,
     if (st == LR_OK && seq == NULL) {
         lr__router_ix_lock(r);
         st = lr__vllm_apply(r->ix, &r->mem, id, buf, len, now_ns, &in);
+        if (in.cleared > 0) /* AllBlocksCleared */
+            lr__router_marks_forget(r, id);
         lr__router_ix_unlock(r);
     } else if (st == LR_OK)
         st = vllm_seq_locked(r, id, *seq, buf, len, now_ns, &in);
