@@ -172,14 +172,16 @@ prompt_of(const struct route *rt, lr_prompt *p)
     p->n_keys = rt->v.n_keys;
 }
 
-/* cached_by_id[at] = tokens, remembered for the next match to clear. */
+/* cached_by_id[at] raised to tokens (a hit, a tier's, a mark's), an
+ * entry set first remembered for the next match to clear. */
 static inline void
 set_cached(struct lr__rscratch *sc, size_t at, uint32_t tokens)
 {
-    if (tokens == 0)
+    if (tokens <= sc->cached_by_id[at])
         return;
+    if (sc->cached_by_id[at] == 0)
+        sc->touched[sc->n_touched++] = (uint32_t)at;
     sc->cached_by_id[at] = tokens;
-    sc->touched[sc->n_touched++] = (uint32_t)at;
 }
 
 /* A narrowed route's hits: of the n in sc->hits, the routable
@@ -235,9 +237,7 @@ mark_found(void *ctx, uint32_t inst, uint32_t gen, size_t depth)
     uint32_t tokens = (uint32_t)(depth * r->block_tokens);
     if (tokens <= sc->cached_by_id[inst])
         return;
-    if (sc->cached_by_id[inst] == 0)
-        sc->touched[sc->n_touched++] = inst;
-    sc->cached_by_id[inst] = tokens;
+    set_cached(sc, inst, tokens);
     /* a narrowed route's candidate, as a hit is (the deepest first) */
     if ((x->rt->narrow & LR__NARROW_HITS) &&
         x->picked < (uint32_t)r->param[LR_PARAM_NARROW_WIDTH] &&
@@ -253,8 +253,8 @@ mark_found(void *ctx, uint32_t inst, uint32_t gen, size_t depth)
 static void
 route_match_marks(lr_router *r, struct route *rt)
 {
-    if (rt->v.n_keys < LR__MARK_STRIDE)
-        return;
+    if (r->marks.m == NULL || rt->v.n_keys < LR__MARK_STRIDE)
+        return; /* none kept: not even the index's lock */
     struct mark_ctx x = { r, rt, 0 };
     lr__router_ix_rdlock(r);
     lr__marks_find(&r->marks, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
