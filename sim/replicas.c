@@ -23,7 +23,7 @@ sim_front_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
     return 0;
 }
 
-/* none | events | deltas:MS[:LOSS] */
+/* none | events | deltas:MS[:LOSS] | events+deltas:MS[:LOSS] */
 int
 sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
 {
@@ -35,10 +35,15 @@ sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
         r->sync = SIM_SYNC_EVENTS;
         return 0;
     }
+    int sync = SIM_SYNC_DELTAS;
+    if (strncmp(v, "events+", 7) == 0) {
+        sync = SIM_SYNC_EVENTS_DELTAS;
+        v += 7;
+    }
     if (strncmp(v, "deltas:", 7) != 0)
         return sim_errf(err,
                         "unknown sync '%s' (none, events, "
-                        "deltas:MS[:LOSS])",
+                        "deltas:MS[:LOSS], events+deltas:MS[:LOSS])",
                         v);
     char *end;
     double ms = strtod(v + 7, &end);
@@ -56,7 +61,7 @@ sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
     }
     if (*end != '\0')
         return sim_errf(err, "deltas:MS[:LOSS]: trailing '%s'", end);
-    r->sync = SIM_SYNC_DELTAS;
+    r->sync = sync;
     r->delta_us = (uint64_t)(ms * 1000.0 + 0.5);
     if (r->delta_us == 0)
         r->delta_us = 1;
@@ -72,15 +77,17 @@ sim_replicas_describe(const struct sim_replicas *r, char *buf, size_t len)
         snprintf(buf, len, "1 router");
         return;
     }
-    char sync[48];
+    char sync[64];
+    const char *ev = r->sync == SIM_SYNC_EVENTS_DELTAS ? "events+" : "";
     if (r->sync == SIM_SYNC_NONE)
         snprintf(sync, sizeof sync, "none");
     else if (r->sync == SIM_SYNC_EVENTS)
         snprintf(sync, sizeof sync, "events");
     else if (r->loss > 0)
-        snprintf(sync, sizeof sync, "deltas:%g:%g", (double)r->delta_us / 1e3,
-                 r->loss);
+        snprintf(sync, sizeof sync, "%sdeltas:%g:%g", ev,
+                 (double)r->delta_us / 1e3, r->loss);
     else
-        snprintf(sync, sizeof sync, "deltas:%g", (double)r->delta_us / 1e3);
+        snprintf(sync, sizeof sync, "%sdeltas:%g", ev,
+                 (double)r->delta_us / 1e3);
     snprintf(buf, len, "%u x %s, %s", r->n, front[r->front], sync);
 }

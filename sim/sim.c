@@ -1095,7 +1095,11 @@ on_deltas(struct run *r)
     const struct sim_replicas *rep = &r->cfg->rep;
     uint64_t every = rep->full_us > rep->delta_us ? rep->full_us / rep->delta_us
                                                   : 1;
-    int full = rep->full_us > 0 && r->delta_ticks % every == every - 1;
+    /* with the engines' events, which every replica takes, a lost delta
+     * costs only until its request is prefilled and stored: no full
+     * publications */
+    int full = rep->full_us > 0 && rep->sync == SIM_SYNC_DELTAS &&
+               r->delta_ticks % every == every - 1;
     r->delta_ticks++;
     for (uint32_t k = 0; k < r->n_rep; k++) {
         lr_blob *b = NULL;
@@ -1452,7 +1456,7 @@ make_router(struct run *r, uint32_t rk)
      * recency order, as the engines do (docs/scale.md) */
     if (cfg->rep.eviction >= 0)
         o.index_eviction = cfg->rep.eviction;
-    else if (r->n_rep > 1 && cfg->rep.sync == SIM_SYNC_DELTAS)
+    else if (r->n_rep > 1 && sim_sync_deltas(&cfg->rep))
         o.index_eviction = LR_EVICT_LRU;
     o.block_tokens = cfg->block_tokens;
     o.max_instances = r->c->n;
@@ -1602,7 +1606,7 @@ setup_replicas(struct run *r)
             return rc;
     }
     r->router = r->routers[0];
-    if (rep->sync != SIM_SYNC_EVENTS)
+    if (!sim_sync_events(rep))
         return 0;
     r->sinks = sim_calloc(r->c->n, sizeof *r->sinks);
     if (r->sinks == NULL)
@@ -1782,7 +1786,7 @@ loop(struct run *r)
         push(r, r->cfg->learn_us, EV_LEARN, 0, 0, 0) != 0)
         return -1;
     const struct sim_replicas *rep = &r->cfg->rep;
-    if (r->n_rep > 1 && rep->sync == SIM_SYNC_DELTAS &&
+    if (r->n_rep > 1 && sim_sync_deltas(rep) &&
         push(r, rep->delta_us, EV_DELTAS, 0, 0, 0) != 0)
         return -1;
     if (r->n_rep > 1 && rep->sync != SIM_SYNC_NONE && rep->gauge_us > 0 &&
@@ -2487,7 +2491,7 @@ sim_run(const struct sim_config *cfg, struct sim_result *out,
         cfg->rep.n > SIM_MAX_REPLICAS || cfg->max_loras > SIM_MAX_LORAS ||
         (cfg->cpu_blocks > 0 && !(cfg->cpu_load_gbps > 0 &&
                                   cfg->kv_bytes_per_token > 0)) ||
-        (cfg->rep.sync == SIM_SYNC_DELTAS && cfg->rep.delta_us == 0))
+        (sim_sync_deltas(&cfg->rep) && cfg->rep.delta_us == 0))
         return sim_errf(err, "bad simulation configuration");
     if (cfg->c->n_prefill > 0) {
         /* what disaggregation is not modelled with */

@@ -35,7 +35,13 @@
  * lr_router, behind a front load balancer, sharing what they know (or
  * not). n = 1 is a single router, as without these options. */
 enum { SIM_FRONT_RANDOM, SIM_FRONT_ROUND_ROBIN, SIM_FRONT_SESSION };
-enum { SIM_SYNC_NONE, SIM_SYNC_EVENTS, SIM_SYNC_DELTAS };
+enum {
+    SIM_SYNC_NONE,
+    SIM_SYNC_EVENTS,       /* the engines' KV events alone */
+    SIM_SYNC_DELTAS,       /* the routers' own placements, as deltas */
+    SIM_SYNC_EVENTS_DELTAS /* both: routes learn, peers hear of them by
+                            * deltas, the engines' events correct them */
+};
 #define SIM_MAX_REPLICAS 64u
 
 struct sim_replicas {
@@ -43,7 +49,7 @@ struct sim_replicas {
     int front;         /* SIM_FRONT_*: who gets each request */
     int sync;          /* SIM_SYNC_*: none; every engine's KV events to
                         * every router (routes learn nothing themselves);
-                        * deltas every delta_us */
+                        * deltas every delta_us; or events and deltas */
     uint64_t delta_us; /* deltas: publication period */
     double loss;       /* deltas: share of deliveries lost, [0, 1) */
     uint64_t gauge_us; /* load gauges' period when n > 1 and sync is not
@@ -53,6 +59,19 @@ struct sim_replicas {
     int eviction; /* the routers' lr_eviction; -1: LR_EVICT_LRU for
                    * replicas sharing deltas, else the library's default */
 };
+
+/* Whether the replicas take the engines' events, and exchange deltas. */
+static inline int
+sim_sync_events(const struct sim_replicas *r)
+{
+    return r->sync == SIM_SYNC_EVENTS || r->sync == SIM_SYNC_EVENTS_DELTAS;
+}
+
+static inline int
+sim_sync_deltas(const struct sim_replicas *r)
+{
+    return r->sync == SIM_SYNC_DELTAS || r->sync == SIM_SYNC_EVENTS_DELTAS;
+}
 
 /* Parse --front and --sync values into r (0, or -1 with err). */
 int sim_front_parse(const char *v, struct sim_replicas *r, struct sim_err *err);

@@ -329,10 +329,11 @@ test_replicas(void **state)
     const int32_t pol = LR_POLICY_PREFIX_CACHE_AND_LOAD;
     static const char *const fronts[] = { "random", "round-robin", "session" };
     static const char *const syncs[] = { "none", "events", "deltas:100",
-                                         "deltas:250:0.3" };
-    double hit[4] = { 0 };
+                                         "deltas:250:0.3",
+                                         "events+deltas:100" };
+    double hit[5] = { 0 };
     for (int f = 0; f < 3; f++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             struct sim_result a, b;
             memset(&b, 0, sizeof b);
             run_rep(&w, &c, pol, fronts[f], syncs[k], 3, &a);
@@ -342,7 +343,7 @@ test_replicas(void **state)
                 assert_true(a.ttft_mean_s == b.ttft_mean_s &&
                             a.hit_tokens == b.hit_tokens);
             }
-            assert_int_equal(a.kv_events > 0, k == 1);
+            assert_int_equal(a.kv_events > 0, k == 1 || k == 4);
             assert_int_equal(a.deltas_sent > 0, k >= 2);
             assert_int_equal(a.gauges_sent > 0, k >= 1);
             assert_int_equal(a.deltas_dropped > 0, k == 3);
@@ -354,6 +355,7 @@ test_replicas(void **state)
     /* not sharing loses hits; events and deltas keep them */
     assert_true(hit[0] < 0.85 * hit[1]);
     assert_true(hit[0] < 0.85 * hit[2]);
+    assert_true(hit[0] < 0.85 * hit[4]);
     /* one replica is a single router, whatever the sync */
     struct sim_result one, plain;
     run_rep(&w, &c, pol, "random", "deltas:100", 1, &one);
@@ -370,6 +372,17 @@ test_replicas(void **state)
     assert_int_equal(sim_sync_parse("deltas:10:1", &r, &err), -1);
     assert_int_equal(sim_sync_parse("deltas:10:0.5x", &r, &err), -1);
     assert_int_equal(sim_sync_parse("gossip", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("events+", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("events+none", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("events+events", &r, &err), -1);
+    assert_int_equal(sim_sync_parse("events+deltas:50:0.1", &r, &err), 0);
+    assert_int_equal(r.sync, SIM_SYNC_EVENTS_DELTAS);
+    assert_int_equal(r.delta_us, 50000);
+    assert_true(sim_sync_events(&r) && sim_sync_deltas(&r));
+    char desc[96];
+    r.n = 4;
+    sim_replicas_describe(&r, desc, sizeof desc);
+    assert_string_equal(desc, "4 x random, events+deltas:50:0.1");
     assert_int_equal(sim_front_parse("sticky", &r, &err), -1);
     assert_int_equal(sim_sync_parse("deltas:2.5:0.25", &r, &err), 0);
     assert_int_equal(r.delta_us, 2500);
