@@ -18,6 +18,11 @@
  *                       ns per delta, ns per route imported
  *   gauges_64           A's gauge message with 2 requests in flight on each
  *                       of 64 instances: bytes, export and import time
+ *   gauges_<E>x<G>      a router on a fleet of E instances that holds the
+ *                       gauges of G - 1 peers, each with a request in
+ *                       flight on every instance, imports the next gauge
+ *                       of one of them: import time (what a gauge costs
+ *                       at fleet scale, G gateways gauging each other)
  *   snapshot / restore  A's snapshot: bytes, bytes per route, time; its
  *                       restore into a fresh router: time
  *
@@ -192,11 +197,82 @@ full_delta(lr_router *a, lr_router *b, const char *name, uint64_t t)
     bench_check(lr_router_export_delta(a, 0, &d, &mark), "export_delta");
     uint64_t t1 = bench_now_ns();
     bench_check(lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), t),
-          "import_delta");
+                "import_delta");
     uint64_t t2 = bench_now_ns();
     print_delta_case(name, lr_blob_size(d), delta_blocks(d), t1 - t0, t2 - t1);
     lr_blob_destroy(d);
     return mark;
+}
+
+/* gauges_<E>x<G>: the receiving router's import of one more gauge when
+ * it holds g - 1 peers' gauges of e instances each. */
+static void
+gauges_fleet(uint32_t e, uint32_t g, size_t iters)
+{
+    lr_router **r = calloc(g, sizeof *r);
+    uint64_t *ns = calloc(iters, sizeof *ns);
+    if (r == NULL || ns == NULL)
+        exit(1);
+    uint64_t t = SEC;
+    for (uint32_t k = 0; k < g; k++) {
+        lr_router_options o;
+        lr_router_options_init(&o);
+        o.policy = LR_POLICY_ROUND_ROBIN;
+        o.max_instances = e;
+        o.max_peers = g;
+        o.seed = 42 + k;
+        o.replica_id = k + 1;
+        bench_check(lr_router_create(&o, &r[k]), "create");
+        for (uint32_t i = 0; i < e; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "10.1.%u.%u:8000", i >> 8, i & 255);
+            lr_instance_spec sp;
+            lr_instance_spec_init(&sp);
+            sp.name = nm;
+            uint32_t id;
+            bench_check(lr_router_add_instance(r[k], &sp, &id), "add");
+        }
+        if (k == 0)
+            continue; /* the receiver */
+        uint32_t tok[16];
+        for (uint32_t i = 0; i < e; i++) { /* one in flight on each */
+            for (uint32_t x = 0; x < 16; x++)
+                tok[x] = (uint32_t)rnd();
+            lr_request q;
+            lr_request_init(&q);
+            q.id = i + 1;
+            q.tokens = tok;
+            q.n_tokens = 16;
+            q.now_ns = t;
+            lr_decision d;
+            lr_decision_init(&d);
+            bench_check(lr_router_route(r[k], &q, &d), "route");
+        }
+        lr_blob *b = NULL;
+        bench_check(lr_router_export_gauges(r[k], &b), "export_gauges");
+        bench_check(
+            lr_router_import_gauges(r[0], lr_blob_data(b), lr_blob_size(b), t),
+            "import_gauges");
+        lr_blob_destroy(b);
+    }
+    for (size_t i = 0; i < iters; i++) {
+        lr_router *from = r[1 + i % (g - 1)];
+        lr_blob *b = NULL;
+        bench_check(lr_router_export_gauges(from, &b), "export_gauges");
+        uint64_t t0 = bench_now_ns();
+        bench_check(
+            lr_router_import_gauges(r[0], lr_blob_data(b), lr_blob_size(b), t),
+            "import_gauges");
+        ns[i] = bench_now_ns() - t0;
+        lr_blob_destroy(b);
+    }
+    printf("{\"name\": \"gauges_%ux%u\", \"import_ns_p50\": %llu}\n", e, g,
+           (unsigned long long)bench_median(ns, iters));
+    fflush(stdout);
+    for (uint32_t k = 0; k < g; k++)
+        lr_router_destroy(r[k]);
+    free(r);
+    free(ns);
 }
 
 int
@@ -257,7 +333,8 @@ main(int argc, char **argv)
             }
             lr_blob *d = NULL;
             uint64_t t0 = bench_now_ns();
-            bench_check(lr_router_export_delta(a, mark, &d, &mark), "export_delta");
+            bench_check(lr_router_export_delta(a, mark, &d, &mark),
+                        "export_delta");
             uint64_t t1 = bench_now_ns();
             bench_check(
                 lr_router_import_delta(b, lr_blob_data(d), lr_blob_size(d), t),
@@ -280,7 +357,8 @@ main(int argc, char **argv)
                name, periods, (unsigned long long)bench_median(bytes, periods),
                (unsigned long long)bench_median(routes, periods),
                (unsigned long long)bench_median(exp_ns, periods),
-               (unsigned long long)bench_median(imp_ns, periods), (double)pr / 10);
+               (unsigned long long)bench_median(imp_ns, periods),
+               (double)pr / 10);
         fflush(stdout);
     }
     /* the periodic full publication, into a B that holds it all but the
@@ -315,8 +393,9 @@ main(int argc, char **argv)
         uint64_t t0 = bench_now_ns();
         bench_check(lr_router_export_gauges(a, &g), "export_gauges");
         uint64_t t1 = bench_now_ns();
-        bench_check(lr_router_import_gauges(b, lr_blob_data(g), lr_blob_size(g), t),
-              "import_gauges");
+        bench_check(
+            lr_router_import_gauges(b, lr_blob_data(g), lr_blob_size(g), t),
+            "import_gauges");
         uint64_t t2 = bench_now_ns();
         g_exp[i] = t1 - t0;
         g_imp[i] = t2 - t1;
@@ -331,6 +410,11 @@ main(int argc, char **argv)
     for (uint64_t id = first; id < rid; id++)
         bench_check(lr_router_complete(a, id, 100, t), "complete");
 
+    gauges_fleet(1024, 16, quick ? 50 : 500);
+    gauges_fleet(1024, 64, quick ? 50 : 500);
+    if (!quick)
+        gauges_fleet(4096, 64, 200);
+
     /* snapshot and restore */
     lr_blob *full = NULL, *sn = NULL;
     bench_check(lr_router_export_delta(a, 0, &full, NULL), "export_delta");
@@ -342,7 +426,7 @@ main(int argc, char **argv)
     lr_router *c = make_router(3, cap, LR_POLICY_ROUND_ROBIN);
     uint64_t t2 = bench_now_ns();
     bench_check(lr_router_restore(c, lr_blob_data(sn), lr_blob_size(sn), t),
-          "restore");
+                "restore");
     uint64_t t3 = bench_now_ns();
     printf("{\"name\": \"snapshot\", \"bytes\": %zu, \"routes\": %llu, "
            "\"bytes_per_route\": %.2f, \"snapshot_ms\": %.1f, "

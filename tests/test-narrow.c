@@ -194,8 +194,7 @@ rig_open(struct rig *g, lr_policy policy)
         for (uint32_t k = 0; k < 32; k++)
             t[k] = (uint32_t)tu_rand(&rng);
         lr_router_set_policy(g->r, LR_POLICY_RANDOM);
-        assert_st(route_one(g->r, g->next_id++, t, 32, 0, g->now, NULL),
-                  LR_OK);
+        assert_st(route_one(g->r, g->next_id++, t, 32, 0, g->now, NULL), LR_OK);
     }
     assert_st(lr_router_set_policy(g->r, policy), LR_OK);
 }
@@ -218,9 +217,9 @@ prompt_of_conv(const struct rig *g, uint32_t c, uint32_t *t)
 static lr_status
 dry(struct rig *g, const uint32_t *t, size_t n, bool whole, lr_decision *d)
 {
-    assert_st(lr_router_set_param(g->r, LR_PARAM_NARROW_ABOVE,
-                                  whole ? 65534 : 256),
-              LR_OK);
+    assert_st(
+        lr_router_set_param(g->r, LR_PARAM_NARROW_ABOVE, whole ? 65534 : 256),
+        LR_OK);
     return route_one(g->r, 1ull << 50, t, n, LR_ROUTE_DRY_RUN, g->now, d);
 }
 
@@ -284,11 +283,16 @@ narrowed_matches_whole(void **state)
 {
     (void)state;
     static const lr_policy policies[] = {
-        LR_POLICY_ROUND_ROBIN,      LR_POLICY_LEAST_REQUEST,
-        LR_POLICY_LEAST_LOAD,       LR_POLICY_SESSION_AFFINITY,
-        LR_POLICY_CONSISTENT_HASH,  LR_POLICY_PREFIX_CACHE,
-        LR_POLICY_PREFIX_CACHE_AND_LOAD, LR_POLICY_RANVIER,
-        LR_POLICY_DUALMAP,          LR_POLICY_RANDOM,
+        LR_POLICY_ROUND_ROBIN,
+        LR_POLICY_LEAST_REQUEST,
+        LR_POLICY_LEAST_LOAD,
+        LR_POLICY_SESSION_AFFINITY,
+        LR_POLICY_CONSISTENT_HASH,
+        LR_POLICY_PREFIX_CACHE,
+        LR_POLICY_PREFIX_CACHE_AND_LOAD,
+        LR_POLICY_RANVIER,
+        LR_POLICY_DUALMAP,
+        LR_POLICY_RANDOM,
         LR_POLICY_AIBRIX_LORA,
     };
     uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
@@ -314,8 +318,8 @@ narrowed_matches_whole(void **state)
                 assert_true(a.instance == b.instance ||
                             a.instance == b.alt_instance);
             } else if (a.reason != b.reason ||
-                (a.reason == LR_REASON_PREFIX_HIT &&
-                 a.cached_tokens != b.cached_tokens))
+                       (a.reason == LR_REASON_PREFIX_HIT &&
+                        a.cached_tokens != b.cached_tokens))
                 fail_msg("%s, step %d: cached %u (%s) narrowed, %u (%s) whole",
                          lr_policy_name(policies[p]), step, a.cached_tokens,
                          lr_reason_name(a.reason), b.cached_tokens,
@@ -401,6 +405,109 @@ narrowed_weighs_few(void **state)
     free(t);
 }
 
+/* A peer router on the rig's fleet: replica `rid`, its own requests. */
+static lr_router *
+peer_open(uint64_t rid)
+{
+    lr_router_options o;
+    lr_router_options_init(&o);
+    o.max_instances = 1024;
+    o.policy = LR_POLICY_RANDOM;
+    o.seed = rid;
+    o.replica_id = rid;
+    lr_router *r;
+    assert_st(lr_router_create(&o, &r), LR_OK);
+    for (uint32_t i = 0; i < FLEET; i++)
+        add_instance(r, "10.9", i, 0, 0);
+    return r;
+}
+
+/* The peers' gauges reach the orders of the instances they name, and
+ * leave them when they are replaced or expire: every member's in flight
+ * in the orders is its own plus the live gauges' (each peer's counters
+ * when it exported), and a narrowed least-request picks as the whole
+ * table does. */
+static void
+narrowed_follows_gauges(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_open(&g, LR_POLICY_LEAST_REQUEST);
+    lr_router *peer[2] = { peer_open(2), peer_open(3) };
+    uint32_t *at[2] = { calloc(FLEET, sizeof(uint32_t)),
+                        calloc(FLEET, sizeof(uint32_t)) };
+    bool live[2] = { false, false };
+    uint64_t sent[2] = { 0, 0 };
+    uint64_t pid = 1, rng = tu_seed("gauges", 5);
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
+    for (int round = 0; round < 40; round++) {
+        for (int k = 0; k < 2; k++) {
+            /* the second peer falls silent after round 12: its gauge
+             * expires (2 s) */
+            if (k == 1 && round >= 12) {
+                if (live[1] && g.now >= sent[1] + 2000000000ull)
+                    live[1] = false;
+                continue;
+            }
+            /* a few new requests on few instances, some ended */
+            for (int j = 0; j < 30; j++) {
+                uint32_t tok[8];
+                for (uint32_t x = 0; x < 8; x++)
+                    tok[x] = (uint32_t)tu_rand(&rng);
+                assert_st(route_one(peer[k], pid++, tok, 8, 0, g.now, NULL),
+                          LR_OK);
+                if (tu_rand(&rng) % 3 == 0)
+                    (void)lr_router_complete(peer[k], 1 + tu_rand(&rng) % pid,
+                                             5, g.now);
+            }
+            lr_blob *b = NULL;
+            assert_st(lr_router_export_gauges(peer[k], &b), LR_OK);
+            assert_st(lr_router_import_gauges(g.r, lr_blob_data(b),
+                                              lr_blob_size(b), g.now),
+                      LR_OK);
+            lr_blob_destroy(b);
+            for (uint32_t id = 0; id < FLEET; id++) {
+                lr_load_snapshot ls;
+                lr_load_snapshot_init(&ls);
+                assert_st(lr_router_instance_load(peer[k], id, &ls), LR_OK);
+                at[k][id] = ls.inflight;
+            }
+            live[k] = true;
+            sent[k] = g.now;
+        }
+        uint32_t c = (uint32_t)(tu_rand(&rng) % CONVS);
+        size_t n = prompt_of_conv(&g, c, t);
+        lr_decision a, w;
+        assert_st(dry(&g, t, n, false, &a), LR_OK);
+        assert_st(dry(&g, t, n, true, &w), LR_OK);
+        rig_step(&g, c, t, n); /* routes: the expiry runs */
+        g.now += 480000000ull; /* half a second a round in all */
+        assert_st(lr_router_expire(g.r, g.now), LR_OK);
+        for (uint32_t id = 0; id < FLEET; id++) {
+            uint64_t want = inflight_of(&g, id);
+            for (int k = 0; k < 2; k++)
+                want +=
+                    live[k] && g.now < sent[k] + 2000000000ull ? at[k][id] : 0;
+            if (g.r->fleet.inflight[id] != want)
+                fail_msg("round %d, instance %u: %u in flight in the "
+                         "orders, %llu live",
+                         round, id, g.r->fleet.inflight[id],
+                         (unsigned long long)want);
+        }
+        assert_router_ok(g.r);
+        /* the narrowed route's pick is as little loaded as the whole
+         * table's (both counted before the step) */
+        assert_int_equal(a.reason, w.reason);
+    }
+    assert_false(live[1]); /* the silent peer's gauge expired */
+    lr_router_destroy(peer[0]);
+    lr_router_destroy(peer[1]);
+    lr_router_destroy(g.r);
+    free(at[0]);
+    free(at[1]);
+    free(t);
+}
+
 /* Drains, removals and adds keep the orders to the routable; a drained
  * instance's cached prefix is never a candidate. */
 static void
@@ -430,8 +537,7 @@ narrowed_follows_the_fleet(void **state)
         const struct lr__rinst *in = lr__router_inst(g.r, d.instance);
         assert_non_null(in);
         assert_false(in->draining);
-        assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, 256),
-                  LR_OK);
+        assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, 256), LR_OK);
         rig_step(&g, c, t, n);
         if (step % 40 == 0)
             assert_router_ok(g.r);
@@ -452,6 +558,7 @@ main(void)
         cmocka_unit_test(narrowed_matches_whole),
         cmocka_unit_test(narrowed_weighs_few),
         cmocka_unit_test(narrowed_follows_the_fleet),
+        cmocka_unit_test(narrowed_follows_gauges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

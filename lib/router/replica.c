@@ -166,8 +166,11 @@ lr__peers_free(struct lr__peers *ps, struct lr__mem *m)
                      (size_t)ps->p[i].cap_g * sizeof *ps->p[i].g);
     lr__free(m, ps->p, (size_t)ps->max * sizeof *ps->p);
     lr__free(m, ps->sum, (size_t)ps->max_inst * sizeof *ps->sum);
+    lr__free(m, ps->tmp, (size_t)ps->cap_tmp * sizeof *ps->tmp);
     ps->p = NULL;
     ps->sum = NULL;
+    ps->tmp = NULL;
+    ps->cap_tmp = 0;
 }
 
 static inline uint32_t
@@ -182,10 +185,12 @@ sat_add(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-/* Add one gauge entry to a sum (saturating: untrusted counts). */
-static void
+/* Add one gauge entry to a sum (saturating: untrusted counts); whether
+ * a field saturated. */
+static bool
 fold(struct lr__gauge *s, const struct lr__gauge *e)
 {
+    struct lr__gauge o = *s;
     s->inflight = sat32((uint64_t)s->inflight + e->inflight);
     s->queued = sat32((uint64_t)s->queued + e->queued);
     s->prefill = sat_add(s->prefill, e->prefill);
@@ -193,6 +198,25 @@ fold(struct lr__gauge *s, const struct lr__gauge *e)
     s->prompt = sat_add(s->prompt, e->prompt);
     s->decode = sat_add(s->decode, e->decode);
     s->kv = sat_add(s->kv, e->kv);
+    return s->inflight - o.inflight != e->inflight ||
+           s->queued - o.queued != e->queued ||
+           s->prefill - o.prefill != e->prefill ||
+           s->queued_tokens - o.queued_tokens != e->queued_tokens ||
+           s->prompt - o.prompt != e->prompt ||
+           s->decode - o.decode != e->decode || s->kv - o.kv != e->kv;
+}
+
+/* Take back what fold() added (exact while no sum saturated). */
+static void
+unfold(struct lr__gauge *s, const struct lr__gauge *e)
+{
+    s->inflight -= e->inflight;
+    s->queued -= e->queued;
+    s->prefill -= e->prefill;
+    s->queued_tokens -= e->queued_tokens;
+    s->prompt -= e->prompt;
+    s->decode -= e->decode;
+    s->kv -= e->kv;
 }
 
 static bool
@@ -201,22 +225,97 @@ gauge_live(const struct lr__peer *p, uint64_t now_ns)
     return p->id != 0 && p->has_gauge && now_ns < p->gexpire_ns;
 }
 
-/* Rebuild the sums and the next expiry from the gauges held. */
+/* The next expiry, from the gauges held. */
+static void
+reexpire(struct lr__peers *ps)
+{
+    ps->next_expire = UINT64_MAX;
+    for (uint32_t i = 0; i < ps->max; i++) {
+        const struct lr__peer *p = &ps->p[i];
+        if (p->id != 0 && p->has_gauge && p->gexpire_ns < ps->next_expire)
+            ps->next_expire = p->gexpire_ns;
+    }
+}
+
+/* Rebuild the sums and the next expiry from the gauges held, and tell
+ * moved() that any instance may have changed. */
 static void
 resum(struct lr__peers *ps)
 {
     memset(ps->sum, 0, (size_t)ps->max_inst * sizeof *ps->sum);
-    ps->next_expire = UINT64_MAX;
+    ps->sum_sat = false;
     for (uint32_t i = 0; i < ps->max; i++) {
         const struct lr__peer *p = &ps->p[i];
         if (p->id == 0 || !p->has_gauge)
             continue;
         for (uint32_t j = 0; j < p->n_g; j++)
-            if (p->g[j].id < ps->max_inst)
-                fold(&ps->sum[p->g[j].id], &p->g[j]);
-        if (p->gexpire_ns < ps->next_expire)
-            ps->next_expire = p->gexpire_ns;
+            if (p->g[j].id < ps->max_inst &&
+                fold(&ps->sum[p->g[j].id], &p->g[j]))
+                ps->sum_sat = true;
     }
+    reexpire(ps);
+    if (ps->moved != NULL)
+        ps->moved(ps->moved_ctx, LR_INSTANCE_NONE);
+}
+
+/* Add (or take back) n gauge entries to the sums; a saturated sum makes
+ * the caller rebuild them (ps->sum_sat). */
+static void
+sum_entries(struct lr__peers *ps, const struct lr__gauge *e, uint32_t n,
+            bool add)
+{
+    if (ps->sum_sat)
+        return; /* rebuilt at the end */
+    for (uint32_t j = 0; j < n; j++) {
+        if (e[j].id >= ps->max_inst)
+            continue;
+        if (!add)
+            unfold(&ps->sum[e[j].id], &e[j]);
+        else if (fold(&ps->sum[e[j].id], &e[j]))
+            ps->sum_sat = true;
+    }
+}
+
+/* Tell moved() of the instances of n entries (their sums are final). */
+static void
+moved_entries(const struct lr__peers *ps, const struct lr__gauge *e, uint32_t n)
+{
+    if (ps->moved == NULL || ps->sum_sat)
+        return; /* resum() tells of every instance */
+    for (uint32_t j = 0; j < n; j++)
+        ps->moved(ps->moved_ctx, e[j].id);
+}
+
+/* moved_entries() of two gauges of one peer (ascending ids), an
+ * instance in both told once. */
+static void
+moved_union(const struct lr__peers *ps, const struct lr__gauge *a, uint32_t na,
+            const struct lr__gauge *b, uint32_t nb)
+{
+    if (ps->moved == NULL || ps->sum_sat)
+        return;
+    uint32_t i = 0, j = 0;
+    while (i < na || j < nb) {
+        uint32_t id;
+        if (j == nb || (i < na && a[i].id < b[j].id)) {
+            id = a[i++].id;
+        } else {
+            id = b[j].id;
+            i += i < na && a[i].id == id;
+            j++;
+        }
+        ps->moved(ps->moved_ctx, id);
+    }
+}
+
+/* A peer's gauge goes (p->g keeps its entries for moved_entries()). */
+static void
+drop_gauge(struct lr__peers *ps, struct lr__peer *p)
+{
+    if (!p->has_gauge)
+        return;
+    sum_entries(ps, p->g, p->n_g, false);
+    p->has_gauge = 0;
 }
 
 /* Entry of `id` in a peer's gauge (ascending ids), or NULL. */
@@ -255,16 +354,25 @@ lr__peers_add(const struct lr__peers *ps, uint64_t now_ns, lr_candidate *c)
     c->kv_tokens = sat_add(c->kv_tokens, s.kv);
 }
 
-/* Drop the gauges expired at now_ns (the sums are left to the caller). */
+/* Drop the gauges expired at now_ns, but `keep`'s: their entries leave
+ * the sums, then moved() hears of them. The caller settles sum_sat. */
 static void
-sweep(struct lr__peers *ps, uint64_t now_ns)
+sweep(struct lr__peers *ps, uint64_t now_ns, const struct lr__peer *keep)
 {
     for (uint32_t i = 0; i < ps->max; i++) {
         struct lr__peer *p = &ps->p[i];
-        if (p->id != 0 && p->has_gauge && now_ns >= p->gexpire_ns) {
-            p->has_gauge = 0;
-            p->n_g = 0;
+        if (p != keep && p->id != 0 && p->has_gauge &&
+            now_ns >= p->gexpire_ns) {
+            drop_gauge(ps, p);
             ps->expired++;
+        }
+    }
+    reexpire(ps);
+    for (uint32_t i = 0; i < ps->max; i++) {
+        struct lr__peer *p = &ps->p[i];
+        if (p != keep && p->id != 0 && !p->has_gauge && p->n_g > 0) {
+            moved_entries(ps, p->g, p->n_g);
+            p->n_g = 0;
         }
     }
 }
@@ -274,8 +382,9 @@ lr__peers_expire(struct lr__peers *ps, uint64_t now_ns)
 {
     if (ps->p == NULL || now_ns < ps->next_expire)
         return;
-    sweep(ps, now_ns);
-    resum(ps);
+    sweep(ps, now_ns, NULL);
+    if (ps->sum_sat)
+        resum(ps);
 }
 
 uint64_t
@@ -330,18 +439,24 @@ peer_claim(struct lr__peers *ps, struct lr__peer *p, uint64_t id,
            uint64_t now_ns)
 {
     bool had_gauge = p->id != 0 && p->has_gauge;
+    if (!had_gauge)
+        p->n_g = 0; /* an expired gauge swept already told moved() */
     p->id = id;
     p->mark = 0;
     p->has_mark = 0;
     p->has_last = 0;
     p->has_delta = 0;
     p->delta_gap = 0;
-    p->has_gauge = 0;
+    drop_gauge(ps, p);
+    if (had_gauge) {
+        reexpire(ps);
+        moved_entries(ps, p->g, p->n_g);
+        if (ps->sum_sat)
+            resum(ps);
+    }
     p->n_g = 0;
     p->gseq = 0;
     p->first_ns = now_ns;
-    if (had_gauge)
-        resum(ps);
 }
 
 lr_status
@@ -596,30 +711,37 @@ lr__gauges_import(struct lr__peers *ps, struct lr__mem *m, const uint8_t *buf,
     }
     struct lr__peer *slot = p != NULL ? p : peer_slot(ps, now_ns, false);
     LR_RETURN_IF(slot == NULL, LR_ELIMIT);
-    /* the entries into an array of the peer's (grown first: all or
-     * nothing) */
-    struct lr__gauge *arr = slot->g;
-    uint32_t cap = slot->cap_g;
-    if (kept > cap) {
-        arr = lr__alloc(m, (size_t)kept * sizeof *arr);
+    /* the entries into the spare array (grown first: all or nothing),
+     * which then trades places with the peer's */
+    if (kept > ps->cap_tmp) {
+        struct lr__gauge *arr = lr__alloc(m, (size_t)kept * sizeof *arr);
         LR_RETURN_IF(arr == NULL, LR_ENOMEM);
-        cap = kept;
+        lr__free(m, ps->tmp, (size_t)ps->cap_tmp * sizeof *ps->tmp);
+        ps->tmp = arr;
+        ps->cap_tmp = kept;
     }
     if (p == NULL)
         peer_claim(ps, slot, g.origin, now_ns);
-    if (arr != slot->g) {
-        lr__free(m, slot->g, (size_t)slot->cap_g * sizeof *slot->g);
-        slot->g = arr;
-        slot->cap_g = cap;
-    }
-    (void)gauge_entries(&g, slot->g, &slot->n_g, known, ctx); /* pass 1 */
+    uint32_t n_new;
+    (void)gauge_entries(&g, ps->tmp, &n_new, known, ctx); /* pass 1 */
+    drop_gauge(ps, slot);
+    sum_entries(ps, ps->tmp, n_new, true);
+    struct lr__gauge *old = slot->g;
+    uint32_t n_old = slot->n_g, cap_old = slot->cap_g;
+    slot->g = ps->tmp;
+    slot->n_g = n_new;
+    slot->cap_g = ps->cap_tmp;
+    ps->tmp = old;
+    ps->cap_tmp = cap_old;
     slot->has_gauge = 1;
     slot->gseq = g.seq;
     slot->gexpire_ns = sat_add(now_ns, ps->ttl_ns);
     slot->seen_ns = now_ns;
     ps->imported++;
-    sweep(ps, now_ns); /* the others that expired meanwhile */
-    resum(ps);
+    sweep(ps, now_ns, slot); /* the others that expired meanwhile */
+    moved_union(ps, old, n_old, slot->g, slot->n_g);
+    if (ps->sum_sat)
+        resum(ps);
     return LR_OK;
 }
 

@@ -93,9 +93,18 @@ struct lr__peers {
     uint64_t ttl_ns; /* of a gauge */
     uint32_t max, max_inst;
     struct lr__peer *p;    /* max slots */
-    struct lr__gauge *sum; /* max_inst: the live gauges, summed */
-    uint64_t next_expire;  /* earliest gexpire_ns of a live gauge */
-    uint64_t gseq_out;     /* gauges this router exported */
+    struct lr__gauge *sum; /* max_inst: the live gauges, summed; kept
+                            * by adding and subtracting each gauge's
+                            * entries, rebuilt once a sum saturates */
+    bool sum_sat;          /* a sum saturated: rebuild, not subtract */
+    struct lr__gauge *tmp; /* the next gauge of a peer, parsed */
+    uint32_t cap_tmp;
+    /* Called with each instance id whose sum changed, once it has its
+     * new value (LR_INSTANCE_NONE: any may have); NULL: none. */
+    void (*moved)(void *ctx, uint32_t id);
+    void *moved_ctx;
+    uint64_t next_expire; /* earliest gexpire_ns of a live gauge */
+    uint64_t gseq_out;    /* gauges this router exported */
     uint64_t imported, skipped, expired; /* gauges */
     uint64_t delta_gaps; /* deltas found lost (a later one's since) */
 };
@@ -112,12 +121,22 @@ lr_status lr__peers_init(struct lr__peers *ps, struct lr__mem *m,
                          uint64_t ttl_ns);
 void lr__peers_free(struct lr__peers *ps, struct lr__mem *m);
 
+/* Who hears of the instances whose summed gauges changed. */
+static inline void
+lr__peers_on_moved(struct lr__peers *ps, void (*fn)(void *, uint32_t),
+                   void *ctx)
+{
+    ps->moved = fn;
+    ps->moved_ctx = ctx;
+}
+
 /* Add what the live gauges say about row c's instance (at now_ns) to its
  * counters. Reads only. */
 void lr__peers_add(const struct lr__peers *ps, uint64_t now_ns,
                    lr_candidate *c);
 
-/* Drop the gauges expired at now_ns. */
+/* Drop the gauges expired at now_ns (moved() hears of their
+ * instances). */
 void lr__peers_expire(struct lr__peers *ps, uint64_t now_ns);
 
 /* Whether lr__peers_expire(now_ns) would drop anything. Reads only. */
@@ -163,7 +182,10 @@ lr_status lr__gauges_export(struct lr__peers *ps, const struct lr__mem *m,
 /* Take a peer's gauge message (untrusted bytes). Entries of ids `known`
  * rejects are left out. LR_OK (also for a stale one or our own echo,
  * counted as skipped); LR_ECORRUPT; LR_EVERSION; LR_ELIMIT (no slot for a
- * new peer); LR_ENOMEM. On failure nothing changes. */
+ * new peer); LR_ENOMEM. On failure nothing changes. moved() hears of the
+ * instances in the peer's previous gauge and in this one (and of those
+ * of the gauges that expired meanwhile): O(their entries), not O(peers x
+ * fleet). */
 lr_status lr__gauges_import(struct lr__peers *ps, struct lr__mem *m,
                             const uint8_t *buf, size_t len, uint64_t now_ns,
                             bool (*known)(const void *, uint32_t),

@@ -968,8 +968,7 @@ route_housekeep(lr_router *r, uint64_t now_ns)
         (void)lr_index_expire(r->ix, now_ns); /* judged: in bounds */
         lr__router_ix_unlock(r);
         if (lr__peers_expiry_due(&r->peers, now_ns)) {
-            lr__peers_expire(&r->peers, now_ns);
-            lr__router_fleet_touch_all(r); /* the peers' in flight moved */
+            lr__peers_expire(&r->peers, now_ns); /* touches what moved */
         }
         LR__ROUTER_EACH_PSTATE(r, kind, ops, st)
         {

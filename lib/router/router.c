@@ -390,6 +390,7 @@ create_tables(lr_router *r)
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
                           r->opt.replica_id, r->opt.gauge_ttl_ns));
+    lr__peers_on_moved(&r->peers, lr__router_gauge_moved, r);
     return lr__router_pstates_setup(r, r->policy);
 }
 
@@ -709,6 +710,16 @@ lr__router_fleet_touch_all(lr_router *r)
 {
     for (uint32_t k = 0; k < r->n_act; k++)
         lr__router_fleet_touch(r, r->act[k]);
+}
+
+void
+lr__router_gauge_moved(void *ctx, uint32_t id)
+{
+    lr_router *r = ctx;
+    if (id == LR_INSTANCE_NONE)
+        lr__router_fleet_touch_all(r);
+    else
+        lr__router_fleet_touch(r, id);
 }
 
 uint32_t

@@ -385,6 +385,9 @@ uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
  * the write lock. */
 void lr__router_fleet_touch(lr_router *r, uint32_t id);
 void lr__router_fleet_touch_all(lr_router *r);
+/* The peers' callback (lr__peers_on_moved): touch instance id, or every
+ * one for LR_INSTANCE_NONE. */
+void lr__router_gauge_moved(void *ctx, uint32_t id);
 
 /* ---- policy state (policy.h, struct lr__pstate_ops) ----------------------
  *

@@ -333,11 +333,10 @@ static lr_status
 import_gauges_locked(lr_router *r, const uint8_t *buf, size_t len,
                      uint64_t now_ns)
 {
-    lr_status st = lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
-                                     known_id_const, r);
-    if (st == LR_OK) /* the peers' in flight moved */
-        lr__router_fleet_touch_all(r);
-    return st;
+    /* the instances whose peers' in flight moved are touched as their
+     * sums change (lr__router_gauge_moved) */
+    return lr__gauges_import(&r->peers, &r->mem, buf, len, now_ns,
+                             known_id_const, r);
 }
 
 lr_status
@@ -356,8 +355,7 @@ lr_router_expire(lr_router *r, uint64_t now_ns)
         lr__router_ix_lock(r);
         (void)lr_index_expire(r->ix, now_ns);
         lr__router_ix_unlock(r);
-        lr__peers_expire(&r->peers, now_ns);
-        lr__router_fleet_touch_all(r);
+        lr__peers_expire(&r->peers, now_ns); /* touches what moved */
     }
     return lr__router_leave(r, st, now_ns);
 }

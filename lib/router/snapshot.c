@@ -762,6 +762,7 @@ commit(lr_router *r, struct restore *rs)
     struct lr__peers tp = r->peers;
     memcpy(rs->peers.key, tp.key, sizeof tp.key); /* the host's, kept */
     rs->peers.keyed = tp.keyed;
+    lr__peers_on_moved(&rs->peers, tp.moved, tp.moved_ctx);
     r->peers = rs->peers;
     rs->peers = tp;
     for (uint32_t k = 0; k < LR__STATE_MAX; k++) {
