@@ -557,6 +557,65 @@ test_removed_interior_takes_deeper(void **state)
     drop(ix);
 }
 
+/* A LOCAL learn of the first n tokens of t for inst at now. */
+static void
+learn_n(lr_index *ix, uint32_t inst, const uint32_t *t, size_t n, uint64_t now)
+{
+    lr_prompt p = LR_PROMPT_INIT;
+    p.tokens = t;
+    p.n_tokens = n;
+    uint64_t before = lr__index_digest(ix);
+    (void)checked(ix, "learn", before,
+                  lr_index_learn(ix, &p, inst, LR_TRUST_LOCAL, now));
+}
+
+/* A route learned past what the engine stored (a request routed there,
+ * its prefill not stored yet) outlives the removal of a stored block
+ * above it: only the block's hash goes, since that prefill stores the
+ * block again. Once the engine has stored the whole route, a removal
+ * takes the deeper blocks as before; with engine blocks of m index
+ * blocks, a learned tail shorter than one engine block is not one. */
+static void
+test_removed_keeps_routes_not_yet_stored(void **state)
+{
+    (void)state;
+    lr_index *ix = mk(1024, 16, 0);
+    uint32_t t[8 * BT];
+    toks(t, 8 * BT, 9);
+    const uint64_t h[8] = { 201, 202, 203, 204, 205, 206, 207, 208 };
+    assert_st(store(ix, 1, h, 5, 0, 0, BT, t, 0, T(1)), LR_OK);
+    learn_n(ix, 1, t, 8 * BT, T(2)); /* the next turn, routed to 1 */
+    assert_int_equal(held(ix, 1, t, 8 * BT, 0), 8 * BT);
+    /* the engine drops its last block, then the one above: the route
+     * stays, the hashes go */
+    assert_int_equal(removed(ix, 1, &h[4], 1), 1);
+    assert_int_equal(removed(ix, 1, &h[3], 1), 1);
+    assert_int_equal(held(ix, 1, t, 8 * BT, 0), 8 * BT);
+    assert_int_equal(iblocks(ix, 1), 8);
+    assert_int_equal(stats(ix).engine_hashes, 3);
+    assert_int_equal(removed(ix, 1, &h[3], 1), 0); /* forgotten */
+    /* the prefill stores the blocks again, the whole route: a removal
+     * now takes what lies below */
+    assert_st(store(ix, 1, &h[3], 5, 1, h[2], BT, t + 3 * BT, 0, T(3)), LR_OK);
+    assert_int_equal(removed(ix, 1, &h[5], 1), 1);
+    assert_int_equal(held(ix, 1, t, 8 * BT, 0), 5 * BT);
+    assert_int_equal(iblocks(ix, 1), 5);
+
+    /* engine blocks of 2 index blocks: 3 engine blocks stored (6 index
+     * blocks), a learn one index block past them is no request waiting:
+     * the removal takes it */
+    assert_st(store(ix, 2, h, 3, 0, 0, 2 * BT, t, 0, T(4)), LR_OK);
+    learn_n(ix, 2, t, 7 * BT, T(5));
+    assert_int_equal(held(ix, 2, t, 8 * BT, 0), 7 * BT);
+    assert_int_equal(removed(ix, 2, &h[2], 1), 1);
+    assert_int_equal(held(ix, 2, t, 8 * BT, 0), 4 * BT);
+    /* ... a learn a whole engine block past them is */
+    learn_n(ix, 2, t, 8 * BT, T(6));
+    assert_int_equal(removed(ix, 2, &h[1], 1), 1);
+    assert_int_equal(held(ix, 2, t, 8 * BT, 0), 8 * BT);
+    drop(ix);
+}
+
 static void
 test_removed_unknown_hashes_and_instances(void **state)
 {
@@ -1435,6 +1494,8 @@ main(void)
         cmocka_unit_test_teardown(test_engine_block_sizes_mixed, teardown),
         cmocka_unit_test_teardown(test_stored_rejects, teardown),
         cmocka_unit_test_teardown(test_stored_max_instances, teardown),
+        cmocka_unit_test_teardown(test_removed_keeps_routes_not_yet_stored,
+                                  teardown),
         cmocka_unit_test_teardown(test_removed_interior_takes_deeper, teardown),
         cmocka_unit_test_teardown(test_removed_unknown_hashes_and_instances,
                                   teardown),

@@ -20,14 +20,16 @@
  *    steps from the tail);
  *  - KV events: a stored event is a LOCAL learn under its parent with an
  *    anchor at each engine block end; a removed hash drops its block, every
- *    deeper block of the instance, and walks up (precise); cleared drops
- *    the instance's routes. An engine hash maps to its block exactly while
- *    the instance holds the block: every removal of a route forgets the
- *    instance's hashes of it.
- * After every operation the index's routes (keys, parents, depths, flags,
- * child counts, stamps), both LRU lists in order, and the counters must
- * equal the model's. The index stores spans over runs; the model stores
- * blocks: the edge cases of the encoding (eviction inside a shared
+ *    deeper block of the instance, and walks up (precise), unless the
+ *    instance holds below it a leaf none of whose m deepest blocks (down
+ *    to the removed one at most) has an engine hash of it (m: index blocks per
+ * engine block of the instance's last store, 1 before any): then only the hash
+ * goes; cleared drops the instance's routes. An engine hash maps to its block
+ * exactly while the instance holds the block: every removal of a route forgets
+ * the instance's hashes of it. After every operation the index's routes (keys,
+ * parents, depths, flags, child counts, stamps), both LRU lists in order, and
+ * the counters must equal the model's. The index stores spans over runs; the
+ * model stores blocks: the edge cases of the encoding (eviction inside a shared
  * prefix, removal of an inner block, a drained instance, a tip expiring
  * under a touched middle, a clock that steps back) come up in every
  * sequence, and the named tests at the end pin each of them down. */
@@ -81,6 +83,9 @@ struct model {
     uint64_t holds, remote, evicted, expired, learned;
     struct ment e[MAXE];
     uint32_t ne;
+    uint32_t evm[3 + 11 * NINST]; /* by instance id: index blocks per
+                                   * engine block of its last store (0:
+                                   * none since it was added) */
 };
 
 static uint32_t
@@ -609,6 +614,7 @@ op_kv_stored(struct rig *g, uint32_t inst, const uint32_t *tok, uint32_t nb,
         anchors[j] = bd + (j + 1) * mb;
     uint32_t t = m_tick(m, g->now);
     m_learn(m, inst, keys, bd, bd + nb * mb, anchors, nb, false, t);
+    m->evm[inst] = mb;
     for (uint32_t j = 0; j < nb; j++) {
         struct ment *e = m_ent(m, inst, hashes[j]);
         if (e == NULL) {
@@ -622,6 +628,40 @@ op_kv_stored(struct rig *g, uint32_t inst, const uint32_t *tok, uint32_t nb,
         memcpy(e->tok, full, e->ntok * sizeof *full);
     }
     m_settle(m, t);
+}
+
+/* Whether route j of inst has an engine hash. */
+static bool
+m_hashed(const struct model *m, uint32_t inst, int j)
+{
+    for (uint32_t i = 0; i < m->ne; i++)
+        if (m->e[i].inst == inst && m->e[i].key == m->r[j].key)
+            return true;
+    return false;
+}
+
+/* Whether a leaf among the routes `under` (of inst, below depth d) has no
+ * engine hash on its m deepest routes, down to depth d at most. */
+static bool
+m_unstored(const struct model *m, uint32_t inst, const bool *under, uint32_t d)
+{
+    uint32_t mb = m->evm[inst] ? m->evm[inst] : 1;
+    for (int j = 0; j < m->hi; j++) {
+        if (!under[j] || m_nchild(m, j) > 0)
+            continue;
+        bool hashed = false;
+        int x = j;
+        for (uint32_t k = 0; k < mb && x >= 0 && m->r[x].depth >= d; k++) {
+            if (m_hashed(m, inst, x)) {
+                hashed = true;
+                break;
+            }
+            x = m_parent(m, x);
+        }
+        if (!hashed)
+            return true;
+    }
+    return false;
 }
 
 static void
@@ -650,11 +690,19 @@ op_kv_removed(struct rig *g, uint32_t inst, const uint64_t *hashes, size_t n)
         for (int j = 0; j < m->hi; j++)
             under[j] = m->r[j].alive && m->r[j].inst == inst &&
                        m->r[j].depth > d && m_under(m, j, d, k);
+        want++;
+        if (m_unstored(m, inst, under, d)) { /* only the block's hashes go */
+            for (uint32_t j = 0; j < m->ne;)
+                if (m->e[j].inst == inst && m->e[j].key == k)
+                    m->e[j] = m->e[--m->ne];
+                else
+                    j++;
+            continue;
+        }
         for (int j = 0; j < m->hi; j++)
             if (under[j])
                 m_remove(m, j, DROP);
         m_trim(m, s, DROP, true); /* forgets this hash with its route */
-        want++;
     }
     assert_int_equal(resolved, want);
 }
@@ -754,6 +802,8 @@ run_model(uint64_t seed, int ops)
                                  : lr_index_remove_instance(g.ix, inst);
             assert_true(st == LR_OK || st == LR_ENOENT);
             m_drop_all(m, inst);
+            if (!clear)
+                m->evm[inst] = 0;
             for (uint32_t i = 0; i < m->ne;)
                 if (m->e[i].inst == inst)
                     m->e[i] = m->e[--m->ne];

@@ -518,6 +518,16 @@ LR_API lr_status lr_index_kv_stored(lr_index *idx, uint32_t instance,
  * block takes every deeper block of that instance with it (the engine can
  * no longer hit them either). Unknown hashes are skipped: an engine
  * reports removals of blocks stored before the index listened.
+ * One exception, for an index that also learns its routes (a gateway that
+ * takes the engines' events and learns at dispatch, or imports peers'
+ * deltas): when the instance holds below the removed block a route the
+ * engine never stored (a leaf with no engine hash of it on its last
+ * engine block: a request routed there whose prefill has not been
+ * stored), the block and what lies below stay and only the block's
+ * engine hashes go, since that prefill will store the block again
+ * (@since 0.3). The engine block's size is the instance's last GPU
+ * store's (one index block until its first store after a restore). An
+ * index fed by events alone never holds such a route: nothing changes.
  * @param n_resolved  out, optional: how many hashes were known.
  * @return LR_OK; LR_EINVAL; LR_ENOENT for an instance never seen.
  * @since 0.1 */

@@ -164,6 +164,19 @@ lr__index_emap_forget(lr_index *ix, uint32_t s, uint32_t r, uint32_t from,
     }
 }
 
+bool
+lr__index_emap_has(const lr_index *ix, uint32_t s, uint32_t n)
+{
+    if (ix->ecap == 0)
+        return false;
+    if (ix->einst[n] == s)
+        return true;
+    if (!ovf_bit(ix, n) || ix->otab.count == 0)
+        return false;
+    struct lr__index_probe pr = { ix, s };
+    return lr__table_find(&ix->otab, ohv(ix, s, n), n, omap_eq, &pr) != LR_NIL;
+}
+
 /* The slot arrays, the overflow pool, both tables. */
 lr_status
 lr__index_emap_reserve(lr_index *ix, uint32_t more)

@@ -10,6 +10,8 @@
 
 /* The node slot instance slot s maps engine hash `ehash` to, or LR_NIL. */
 uint32_t lr__index_emap_find(const lr_index *ix, uint32_t s, uint64_t ehash);
+/* Whether instance slot s maps an engine hash to node n. */
+bool lr__index_emap_has(const lr_index *ix, uint32_t s, uint32_t n);
 /* Room for `more` new entries (LR_ENOMEM changes nothing logical); set
  * one, replacing s's entry for ehash (room reserved). */
 lr_status lr__index_emap_reserve(lr_index *ix, uint32_t more);

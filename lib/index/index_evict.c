@@ -285,6 +285,75 @@ drop_subtree(lr_index *ix, uint32_t s, uint32_t c)
     }
 }
 
+/* The first run from d on along its siblings that s holds, or LR_NIL. */
+static uint32_t
+held_from(const lr_index *ix, uint32_t d, uint32_t s)
+{
+    while (d != LR_NIL && hent_of(ix, d, s) == NULL)
+        d = ix->runs[d].sib;
+    return d;
+}
+
+/* Whether s's last node in run r (below offset p, or anywhere with p ==
+ * LR_NIL) is a leaf of s none of whose m deepest blocks, down to the
+ * removed block (depth `floor`) at most, carries an engine hash of s. */
+static bool
+unstored_leaf(const lr_index *ix, uint32_t s, uint32_t r, uint32_t p,
+              uint32_t m, uint32_t floor)
+{
+    const struct hent *h = hent_of(ix, r, s);
+    uint32_t last = h->to - 1;
+    if (p != LR_NIL && last <= p)
+        return false;
+    for (uint32_t d = ix->runs[r].child; d != LR_NIL; d = ix->runs[d].sib)
+        if (ix->runs[d].poff == last && hent_of(ix, d, s) != NULL)
+            return false; /* not a leaf of s */
+    uint32_t n = lr__index_node_at(ix, r, last);
+    for (uint32_t k = 0; k < m && node_depth(ix, n) >= floor; k++) {
+        if (lr__index_emap_has(ix, s, n))
+            return false;
+        n = lr__index_node_parent(ix, n);
+    }
+    return true;
+}
+
+bool
+lr__index_unstored_below(const lr_index *ix, uint32_t s, uint32_t r, uint32_t p,
+                         uint32_t m)
+{
+    uint32_t floor = ix->runs[r].top + p + 1;
+    if (unstored_leaf(ix, s, r, p, m, floor))
+        return true;
+    /* the runs of s hanging at p or below, and their subtrees: a walk with
+     * no stack, down to the first child s holds, else on to the next
+     * sibling s holds, else back up */
+    for (uint32_t c = held_from(ix, ix->runs[r].child, s); c != LR_NIL;
+         c = held_from(ix, ix->runs[c].sib, s)) {
+        if (ix->runs[c].poff < p)
+            continue;
+        uint32_t cur = c;
+        for (;;) {
+            if (unstored_leaf(ix, s, cur, LR_NIL, m, floor))
+                return true;
+            uint32_t d = held_from(ix, ix->runs[cur].child, s);
+            if (d != LR_NIL) {
+                cur = d;
+                continue;
+            }
+            while (cur != c) {
+                d = held_from(ix, ix->runs[cur].sib, s);
+                if (d != LR_NIL)
+                    break;
+                cur = ix->runs[cur].prun;
+            }
+            if (cur == c)
+                break;
+            cur = d;
+        }
+    }
+    return false;
+}
+
 uint32_t
 lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
 {

@@ -387,6 +387,7 @@ lr_index_kv_stored(lr_index *idx, uint32_t instance, const lr_kv_stored *ev,
     }
     for (uint32_t j = 0; j < eb; j++)
         lr__index_emap_put(ix, pl.s, e.block_hashes[j], ix->abuf[j]);
+    ix->insts[pl.s].ev_m = m;
     lr__index_settle(ix, tick);
     return LR_OK;
 }
@@ -405,12 +406,20 @@ lr_index_kv_removed(lr_index *idx, uint32_t instance,
         uint32_t node = lr__index_emap_find(idx, s, block_hashes[i]);
         if (node == LR_NIL)
             continue;
+        uint32_t r = node_run(idx, node), off = node_off(idx, node);
+        resolved++;
+        /* a route learned past what the engine stored is a request
+         * routed there and not yet stored, whose prefill will store this
+         * block again: only the hash goes */
+        uint32_t m = idx->insts[s].ev_m ? idx->insts[s].ev_m : 1;
+        if (lr__index_unstored_below(idx, s, r, off, m)) {
+            lr__index_emap_forget(idx, s, r, off, off + 1);
+            continue;
+        }
         /* the removal forgets this hash with its block, and the hashes
          * of every deeper block it takes */
-        uint32_t x = lr__index_remove_below(idx, s, node_run(idx, node),
-                                            node_off(idx, node));
+        uint32_t x = lr__index_remove_below(idx, s, r, off);
         lr__index_remove_leaf_and_trim(idx, x, WHY_DROP, true);
-        resolved++;
     }
     if (n_resolved != NULL)
         *n_resolved = resolved;

@@ -970,6 +970,7 @@ lr__index_inst_add(lr_index *ix, uint32_t id)
     ix->insts[s].id = id;
     ix->insts[s].used = 1;
     ix->insts[s].blocks = 0;
+    ix->insts[s].ev_m = 0;
     lr__table_insert(&ix->itab, inst_hash(ix, id), s);
     return s;
 }

@@ -130,6 +130,8 @@ struct inst {
     uint32_t id;
     uint32_t used;
     uint64_t blocks;
+    uint32_t ev_m; /* index blocks per engine block, of its last GPU
+                    * store (0: none since it was added) */
 };
 
 /* "No entry" in einst[], a per-slot array of the engine-hash map (the
