@@ -1471,7 +1471,12 @@ make_router(struct run *r, uint32_t rk)
     if (batch > o.max_requests)
         o.max_requests = batch > LR_LOAD_MAX_REQUESTS ? LR_LOAD_MAX_REQUESTS
                                                       : (uint32_t)batch;
-    /* a gateway sizes its index to the fleet's KV cache */
+    /* a gateway sizes its index to the fleet's KV cache; one that learns
+     * its routes and takes the engines' events too holds the fleet's
+     * cache, as the events report it, and the placements of requests not
+     * yet prefilled: twice that (docs/scale.md, "Under overload") */
+    if (cfg->rep.sync == SIM_SYNC_EVENTS_DELTAS)
+        total *= 2;
     o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)
         o.index_capacity_blocks = LR_INDEX_MAX_CAPACITY;
