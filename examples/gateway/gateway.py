@@ -1666,8 +1666,10 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[Any, ...]],
 
     if a.index_capacity_blocks is not None:
         opts["index_capacity_blocks"] = a.index_capacity_blocks
+    # with events alone the engines' events are the truth; with deltas
+    # too, routes learn (what peers hear of) and the events correct them
     gw = Gateway(backends, policy=policy, router_options=opts,
-                 prepare=prepare, learn=not a.kv_events,
+                 prepare=prepare, learn=not a.kv_events or sync is not None,
                  learn_every=a.learn_every, **engine_kwargs(a),
                  **(queue or {}))
     stoppers: List[Any] = []

@@ -320,13 +320,16 @@ class FleetEndToEnd(unittest.TestCase):
         none = self.scenario(3, redis=False, kv=False, fleet="none")
         events = self.scenario(3, redis=False, kv=True, fleet="events")
         deltas = self.scenario(3, redis=True, kv=False, fleet="deltas")
+        both = self.scenario(3, redis=True, kv=True, fleet="both")
         summary = (f"engine hit rate: 1 gateway {one:.3f}; 3 sharing "
                    f"nothing {none:.3f}; 3 with KV events {events:.3f}; 3 "
-                   f"with Redis deltas {deltas:.3f}")
+                   f"with Redis deltas {deltas:.3f}; 3 with both "
+                   f"{both:.3f}")
         print("\n" + summary, file=sys.stderr)
         self.assertGreater(one, 0.5, summary)
         self.assertGreaterEqual(events, 0.95 * one, summary)
         self.assertGreaterEqual(deltas, 0.95 * one, summary)
+        self.assertGreaterEqual(both, 0.95 * one, summary)
         self.assertLess(none, 0.9 * one, summary)
         self.faults()
         print(f"fleet end to end: {time.monotonic() - t0:.1f} s",
