@@ -355,7 +355,8 @@ lr_router_expire(lr_router *r, uint64_t now_ns)
         lr__router_ix_lock(r);
         (void)lr_index_expire(r->ix, now_ns);
         lr__router_ix_unlock(r);
-        lr__peers_expire(&r->peers, now_ns); /* touches what moved */
+        lr__peers_expire(&r->peers, now_ns);
+        lr__router_fleet_touch_all(r); /* and the scrapes that aged */
     }
     return lr__router_leave(r, st, now_ns);
 }
