@@ -381,8 +381,8 @@ uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
 
 /* Instance id's load may have changed (or whether it is routable): its
  * place in the fleet's orders (narrow.h) from its row at the newest
- * time; ... every routable instance's (the peers' gauges moved). Under
- * the write lock. */
+ * time; ... every routable instance's (lr_router_expire, a restore).
+ * Under the write lock. */
 void lr__router_fleet_touch(lr_router *r, uint32_t id);
 void lr__router_fleet_touch_all(lr_router *r);
 /* The peers' callback (lr__peers_on_moved): touch instance id, or every
