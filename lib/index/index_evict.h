@@ -24,9 +24,9 @@ void lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why,
                                     bool precise);
 /* Whether instance s holds, strictly below offset p of run r (which s
  * holds), a leaf none of whose m deepest blocks (down to p at most)
- * carries an engine hash of s: a route learned past what the engine stored (a
- * request routed there whose prefill has not been stored). No stack; O(s's runs
- * below p). */
+ * carries an engine hash of s: a route learned past what the engine
+ * stored, a request routed there whose prefill has not been stored. No
+ * stack; O(s's runs below p). */
 bool lr__index_unstored_below(const lr_index *ix, uint32_t s, uint32_t r,
                               uint32_t p, uint32_t m);
 /* Drop every hold of instance s strictly below offset p of run r (which s
