@@ -439,8 +439,6 @@ peer_claim(struct lr__peers *ps, struct lr__peer *p, uint64_t id,
            uint64_t now_ns)
 {
     bool had_gauge = p->id != 0 && p->has_gauge;
-    if (!had_gauge)
-        p->n_g = 0; /* an expired gauge swept already told moved() */
     p->id = id;
     p->mark = 0;
     p->has_mark = 0;
