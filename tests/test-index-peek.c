@@ -7,9 +7,11 @@
  * and hits for prompts that hit, miss, fork and overflow the hits buffer.
  * Each peek must leave lr__index_digest() and every byte of the index's
  * struct (counters, clock, time base, probe count, its own match scratch)
- * as they were, whatever it returns. Then the statuses peek documents,
- * lr__index_expiry_due() and an OOM loop over the scratch's allocation.
- * LR_TEST_SEED replays a seed. */
+ * as they were, whatever it returns. A cut peek (a large fleet's route)
+ * reports the deepest of those hits, and the instances it left out,
+ * asked one by one or sampled, answer the rest. Then the statuses peek
+ * documents, lr__index_expiry_due() and an OOM loop over the scratch's
+ * allocation. LR_TEST_SEED replays a seed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,18 +24,19 @@
 
 #include "index-helpers.h"
 
-#define PB 4u         /* block tokens */
-#define MAX_TOK 200u  /* tokens of a prompt */
-#define N_INST 6u     /* instance ids 1..N_INST (and 99, never learned) */
-#define N_PATTERNS 5u /* prompts share prefixes: few patterns, tiny alphabet \
-                       */
+#define PB 4u        /* block tokens */
+#define MAX_TOK 200u /* tokens of a prompt */
+#define N_INST 6u    /* instance ids 1..N_INST (and 99, never learned) */
+#define N_PATTERNS                                            \
+    5u /* prompts share prefixes: few patterns, tiny alphabet \
+        */
 #define HITS 8u
 
 /* What the differential run met, so that it cannot pass by testing
  * nothing: peeks with hits, with hits of several instances, too small a
  * buffer, and expiry settled by a writer before a peek. */
 struct tally {
-    uint64_t hits, multi, bufsize, expired;
+    uint64_t hits, multi, bufsize, expired, cut;
 };
 
 struct raw {
@@ -144,6 +147,88 @@ peek_vs_match(lr_index *ix, struct lr__match_scratch *ms, const struct pr *p,
     if (memcmp(ha, hb, sizeof ha) != 0)
         fail_msg("seed %llu step %d: peek and match hits differ",
                  (unsigned long long)seed, step);
+}
+
+/* The tokens of instance id among n hits (0: none). */
+static uint64_t
+tokens_of(const lr_index_hit *h, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (h[i].instance == id)
+            return h[i].tokens;
+    return 0;
+}
+
+/* A cut peek against the whole one: it reports the deepest holders (each
+ * with its whole hit, every one it leaves out holding no more than the
+ * least of them, all of them when it cuts nothing); asked one by one,
+ * the others answer the whole peek's hits, once; a sample of the cut's
+ * run is some of them, and all of them when it may take that many. */
+static void
+cut_vs_whole(lr_index *ix, struct lr__match_scratch *ms, const struct pr *p,
+             uint64_t now, uint64_t *rs, uint64_t seed, int step,
+             struct tally *tl)
+{
+    lr_index_hit whole[HITS], cut[HITS], smp[HITS];
+    lr_index_match_result rw, rc;
+    lr_index_match_result_init(&rw);
+    lr_index_match_result_init(&rc);
+    rw.hits = whole;
+    rc.hits = cut;
+    rw.hits_capacity = rc.hits_capacity = HITS;
+    if (lr__index_peek(ix, p->keys, p->n_keys, now, ms, &rw) != LR_OK)
+        return;
+    struct lr__peek_cut c = { (uint32_t)tu_below(rs, N_INST + 1),
+                              (uint32_t)tu_below(rs, N_INST + 1), 7 };
+    struct raw r0 = raw_copy(ix);
+    assert_st(lr__index_peek_cut(ix, p->keys, p->n_keys, now, ms, &c, &rc),
+              LR_OK);
+    raw_same(ix, &r0, "lr__index_peek_cut");
+    free(r0.bytes);
+    assert_int_equal(rc.deepest_tokens, rw.deepest_tokens);
+    uint64_t least = UINT64_MAX;
+    for (size_t i = 0; i < rc.n_hits; i++) {
+        if (tokens_of(whole, rw.n_hits, cut[i].instance) != cut[i].tokens)
+            fail_msg("seed %llu step %d: cut hit %u of %llu tokens",
+                     (unsigned long long)seed, step, cut[i].instance,
+                     (unsigned long long)cut[i].tokens);
+        least = cut[i].tokens < least ? cut[i].tokens : least;
+    }
+    /* cut at once: the prompt's deepest node, as the search finds it */
+    struct lr__peek_cut c0 = { 0, 0, 7 };
+    assert_st(lr__index_peek_cut(ix, p->keys, p->n_keys, now, ms, &c0, &rc),
+              LR_OK);
+    assert_int_equal(rc.n_hits, 0);
+    assert_int_equal(c0.node, lr__index_deepest_node(ix, p->keys, p->n_keys));
+    assert_int_equal(c0.node == LR_NIL, rw.n_hits == 0);
+    assert_st(lr__index_peek_cut(ix, p->keys, p->n_keys, now, ms, &c, &rc),
+              LR_OK);
+    if (c.node == LR_NIL) {
+        assert_int_equal(rc.n_hits, rw.n_hits);
+        return;
+    }
+    tl->cut += rc.n_hits < rw.n_hits;
+    /* a sample of every holder of the cut's run left (asked: remembered) */
+    size_t ns = lr__index_sample_at(ix, ms, c.node, tu_rand(rs), HITS, smp);
+    for (size_t i = 0; i < ns; i++) {
+        assert_int_equal(tokens_of(cut, rc.n_hits, smp[i].instance), 0);
+        assert_int_equal(tokens_of(whole, rw.n_hits, smp[i].instance),
+                         smp[i].tokens);
+    }
+    for (uint32_t id = 1; id <= N_INST + 1; id++) {
+        uint32_t q = id <= N_INST ? id : 99;
+        uint64_t want = tokens_of(whole, rw.n_hits, q);
+        bool told =
+            tokens_of(cut, rc.n_hits, q) > 0 || tokens_of(smp, ns, q) > 0;
+        uint64_t got = (uint64_t)lr__index_depth_below(ix, ms, c.node, q) * PB;
+        if (got != (told ? 0 : want))
+            fail_msg("seed %llu step %d: instance %u holds %llu tokens, "
+                     "asked after the cut %llu",
+                     (unsigned long long)seed, step, q,
+                     (unsigned long long)want, (unsigned long long)got);
+        assert_true(want <= least || tokens_of(cut, rc.n_hits, q) > 0);
+        assert_int_equal(lr__index_depth_below(ix, ms, c.node, q), 0);
+    }
 }
 
 static lr_status
@@ -257,6 +342,7 @@ run_diff(uint64_t seed, int steps, struct tally *tl)
             random_prompt(&rs, &p);
             size_t cap = tu_below(&rs, 4) == 0 ? tu_below(&rs, 3) : HITS;
             peek_vs_match(ix, ms, &p, now, cap, seed, step, tl);
+            cut_vs_whole(ix, ms, &p, now, &rs, seed, step, tl);
         }
         assert_verified(ix);
     }
@@ -273,12 +359,14 @@ peek_equals_match_no_touch(void **state)
     struct tally tl = { 0 };
     for (uint64_t i = 0; i < 24; i++)
         run_diff(seed + i * 0x9e3779b97f4a7c15ull, 400, &tl);
-    if (tl.hits < 2000 || tl.multi < 500 || tl.bufsize < 200 || tl.expired < 50)
+    if (tl.hits < 2000 || tl.multi < 500 || tl.bufsize < 200 ||
+        tl.expired < 50 || tl.cut < 500)
         fail_msg("too little met: %llu peeks with hits, %llu with several, "
-                 "%llu LR_EBUFSIZE, %llu expiries",
+                 "%llu LR_EBUFSIZE, %llu expiries, %llu cut",
                  (unsigned long long)tl.hits, (unsigned long long)tl.multi,
-                 (unsigned long long)tl.bufsize,
-                 (unsigned long long)tl.expired);
+                 (unsigned long long)tl.bufsize, (unsigned long long)tl.expired,
+                 (unsigned long long)tl.cut);
+    print_message("%llu cut peeks left hits out\n", (unsigned long long)tl.cut);
 }
 
 /* An index with routes for two instances, expiry settled at T0 + 1 s. */

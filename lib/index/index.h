@@ -136,6 +136,48 @@ lr_status lr__index_peek(const lr_index *idx, const uint64_t *keys,
                          struct lr__match_scratch *scratch,
                          lr_index_match_result *result);
 
+/* A peek that reports only the deepest holders: what a large fleet's
+ * route weighs (router/route.c). In: `enough`, `defer`. The walk up the
+ * prompt's path (index_match.c) reads a run's holders whole, and stops
+ * before the next run once it has `enough` hits, or before a run of more
+ * than `defer` holders: every holder it did not report holds less of the
+ * prompt than every one it did. Out: `node`, where the holders not
+ * reported begin (LR_NIL: every holder was reported). */
+struct lr__peek_cut {
+    uint32_t enough, defer;
+    uint32_t node;
+};
+
+/* lr__index_peek with a cut (NULL: every holder, as lr__index_peek). The
+ * hits reported are the deepest, in the same order. */
+lr_status lr__index_peek_cut(const lr_index *idx, const uint64_t *keys,
+                             size_t n_keys, uint64_t now_ns,
+                             struct lr__match_scratch *scratch,
+                             struct lr__peek_cut *cut,
+                             lr_index_match_result *result);
+
+/* After a cut peek in scratch: how many blocks of the prompt instance id
+ * holds from cut node `node` up (0: none, or it was reported already, or
+ * it was asked already: each instance is answered once per peek). Reads
+ * the index; O(runs on the path x log holders). */
+uint32_t lr__index_depth_below(const lr_index *idx,
+                               struct lr__match_scratch *scratch, uint32_t node,
+                               uint32_t id);
+
+/* After a cut peek in scratch: up to `cap` holders of the run of cut
+ * node `node` as hits (the blocks each holds there) into out, and how
+ * many: all of them when the run has at most cap holders, else cap
+ * spread evenly over its holders from a start drawn from seed; none
+ * reported or asked before (each is remembered as asked). O(cap). */
+uint32_t lr__index_sample_at(const lr_index *idx,
+                             struct lr__match_scratch *scratch, uint32_t node,
+                             uint64_t seed, uint32_t cap, lr_index_hit *out);
+
+/* The deepest node of the prompt anyone holds (LR_NIL: none): a cut
+ * node again after the index changed. Reads the index. */
+uint32_t lr__index_deepest_node(const lr_index *idx, const uint64_t *keys,
+                                size_t n_keys);
+
 /* The index's allocator (for callers' scratch owned by the same host). */
 struct lr__mem *lr__index_mem(lr_index *idx);
 

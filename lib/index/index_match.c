@@ -12,6 +12,13 @@
  * 2): inst 1 holds 5 blocks here, inst 2 holds 2; run 0 hangs from the
  * root, so the walk ends. Hits: inst 1 80 tokens, inst 2 32.
  *
+ * A large fleet's route reads only the deepest holders (lr__index_peek_cut:
+ * the walk stops once it has enough, or before a run held by many), then
+ * asks after the few other instances it weighs one by one
+ * (lr__index_depth_below: a binary search of each run's holders above
+ * the cut), so that a system prompt the whole fleet holds costs a few
+ * probes, not a holder array of thousands.
+ *
  * Two entry points share the search, the walk and the sort:
  * lr_index_match() expires first, works in the index's own scratch and
  * touches the hits; lr__index_peek() reads the index only, writing its
@@ -40,16 +47,23 @@ next_gen(struct lr__match_scratch *ms)
  * deepest span in the run of its answer in ms->cspan and the offset there
  * in ms->cpos. Reads the index only. */
 static uint32_t
-candidates(const lr_index *ix, struct lr__match_scratch *ms, uint32_t n)
+candidates(const lr_index *ix, struct lr__match_scratch *ms, uint32_t n,
+           struct lr__peek_cut *cut)
 {
     uint32_t k = 0;
     uint32_t g = next_gen(ms);
     uint32_t *mark = ms->mark, *cand = ms->cand, *cdepth = ms->cdepth;
     uint32_t *cspan = ms->cspan, *cpos = ms->cpos;
+    if (cut != NULL)
+        cut->node = LR_NIL;
     while (n != LR_NIL) {
         uint32_t r = node_run(ix, n), o = node_off(ix, n);
         const struct run *R = &ix->runs[r];
         const struct hent *h = run_hents(ix, R);
+        if (cut != NULL && (k >= cut->enough || R->nh > cut->defer)) {
+            cut->node = n; /* everyone left holds at most this node */
+            break;
+        }
         for (uint32_t i = 0; i < R->nh; i++) {
             uint32_t s = h[i].inst;
             if (mark[s] == g)
@@ -118,7 +132,7 @@ result_check(const lr_index_match_result *result)
 static inline lr_status
 find_hits(const lr_index *ix, const uint64_t *keys, uint32_t n,
           struct lr__match_scratch *ms, uint32_t *probes,
-          lr_index_match_result *result, uint32_t *k)
+          struct lr__peek_cut *cut, lr_index_match_result *result, uint32_t *k)
 {
     result->prompt_blocks = n;
     result->deepest_tokens = 0;
@@ -126,10 +140,13 @@ find_hits(const lr_index *ix, const uint64_t *keys, uint32_t n,
     *k = 0;
     uint32_t n_any;
     uint32_t d_any = lr__index_deepest(ix, keys, 0, n, LR_NIL, &n_any, probes);
-    if (d_any == 0)
+    if (d_any == 0) {
+        if (cut != NULL)
+            cut->node = LR_NIL;
         return LR_OK;
-    /* a node exists only while someone holds it: k >= 1 */
-    *k = candidates(ix, ms, n_any);
+    }
+    /* a node exists only while someone holds it: k >= 1 unless cut */
+    *k = candidates(ix, ms, n_any, cut);
     result->n_hits = *k;
     result->deepest_tokens = (uint64_t)d_any * ix->B;
     if (*k > result->hits_capacity)
@@ -182,7 +199,7 @@ lr_index_match(lr_index *idx, const lr_prompt *prompt, uint64_t now_ns,
     ix->last_probes = 0;
     struct lr__match_scratch *ms = &ix->ms;
     uint32_t k;
-    LR_TRY(find_hits(ix, keys, n, ms, &ix->last_probes, result, &k));
+    LR_TRY(find_hits(ix, keys, n, ms, &ix->last_probes, NULL, result, &k));
     if (k == 0)
         return LR_OK;
     /* a touch below a span's bottom cuts the span there: one span each */
@@ -209,6 +226,14 @@ lr__index_peek(const lr_index *idx, const uint64_t *keys, size_t n_keys,
                uint64_t now_ns, struct lr__match_scratch *scratch,
                lr_index_match_result *result)
 {
+    return lr__index_peek_cut(idx, keys, n_keys, now_ns, scratch, NULL, result);
+}
+
+lr_status
+lr__index_peek_cut(const lr_index *idx, const uint64_t *keys, size_t n_keys,
+                   uint64_t now_ns, struct lr__match_scratch *scratch,
+                   struct lr__peek_cut *cut, lr_index_match_result *result)
+{
     LR_RETURN_IF(idx == NULL || scratch == NULL || result == NULL, LR_EINVAL);
     LR_TRY(result_check(result));
     LR_RETURN_IF(keys == NULL && n_keys != 0, LR_EINVAL);
@@ -219,11 +244,77 @@ lr__index_peek(const lr_index *idx, const uint64_t *keys, size_t n_keys,
     LR_TRY(lr__clock_judge(&clock, now_ns, false));
     LR_RETURN_IF(lr__index_expiry_due(idx, now_ns), LR_ESTATE);
     uint32_t k, probes = 0;
-    lr_status st =
-        find_hits(idx, keys, (uint32_t)n_keys, scratch, &probes, result, &k);
+    lr_status st = find_hits(idx, keys, (uint32_t)n_keys, scratch, &probes, cut,
+                             result, &k);
     if (st == LR_OK)
         write_hits(idx, scratch, k, result);
     return st;
+}
+
+uint32_t
+lr__index_depth_below(const lr_index *idx, struct lr__match_scratch *ms,
+                      uint32_t n, uint32_t id)
+{
+    while (n != LR_NIL) {
+        uint32_t r = node_run(idx, n), o = node_off(idx, n);
+        const struct run *R = &idx->runs[r];
+        const struct hent *h = run_hents(idx, R);
+        /* a run's holders are sorted by instance id (index_store.c) */
+        uint32_t lo = 0, hi = R->nh;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (idx->insts[h[mid].inst].id < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < R->nh && idx->insts[h[lo].inst].id == id) {
+            uint32_t s = h[lo].inst;
+            if (ms->mark[s] == ms->mark_gen)
+                return 0; /* reported, or asked before */
+            ms->mark[s] = ms->mark_gen;
+            uint32_t hs = h[lo].to < o + 1 ? h[lo].to : o + 1;
+            return R->top + hs;
+        }
+        n = R->hang;
+    }
+    return 0;
+}
+
+uint32_t
+lr__index_sample_at(const lr_index *idx, struct lr__match_scratch *ms,
+                    uint32_t node, uint64_t seed, uint32_t cap,
+                    lr_index_hit *out)
+{
+    if (node == LR_NIL || cap == 0)
+        return 0;
+    uint32_t o = node_off(idx, node);
+    const struct run *R = &idx->runs[node_run(idx, node)];
+    const struct hent *h = run_hents(idx, R);
+    uint32_t n = R->nh < cap ? R->nh : cap, got = 0;
+    uint64_t at = R->nh > cap ? seed % R->nh : 0;
+    for (uint32_t i = 0; i < n; i++) {
+        /* i * nh / n apart: every holder when n == nh */
+        uint32_t x = (uint32_t)((at + (uint64_t)i * R->nh / n) % R->nh);
+        uint32_t s = h[x].inst;
+        if (ms->mark[s] == ms->mark_gen)
+            continue;
+        ms->mark[s] = ms->mark_gen;
+        uint32_t hs = h[x].to < o + 1 ? h[x].to : o + 1;
+        out[got].instance = idx->insts[s].id;
+        out[got++].tokens = (R->top + hs) * idx->B;
+    }
+    return got;
+}
+
+uint32_t
+lr__index_deepest_node(const lr_index *idx, const uint64_t *keys, size_t n_keys)
+{
+    uint32_t node = LR_NIL, probes = 0;
+    if (n_keys == 0 || lr__index_deepest(idx, keys, 0, (uint32_t)n_keys, LR_NIL,
+                                         &node, &probes) == 0)
+        return LR_NIL;
+    return node;
 }
 
 lr_status

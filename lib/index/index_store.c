@@ -834,7 +834,7 @@ lr__index_run_fit(lr_index *ix, uint32_t r, bool defer)
     struct run *R = &ix->runs[r];
     const struct hent *h = run_hents(ix, R);
     uint32_t len = 0;
-    for (uint32_t i = 0; i < R->nh; i++)
+    for (uint32_t i = 0; i < R->nh && len < R->len; i++) /* to <= R->len */
         if (h[i].to > len)
             len = h[i].to;
     if (len < R->len)
