@@ -64,6 +64,17 @@ count_drop(lr_index *ix, const struct span *x, uint32_t len, int why)
         ix->expired += len;
 }
 
+/* lr__index_run_fit after one holder's hold of run r shrank from `was`
+ * blocks: nothing changes unless it held the whole run (the longest hold
+ * is the run's length, invariant 4), so that a run the whole fleet holds
+ * is not read through each time one of them lets go of part of it. */
+static void
+fit_after(lr_index *ix, uint32_t r, uint32_t was, bool defer)
+{
+    if (was >= ix->runs[r].len)
+        lr__index_run_fit(ix, r, defer);
+}
+
 /* Take span x (its instance's deepest in its run) out whole; the run
  * shrinks or goes. The caller fixes the parent block's child count. */
 static void
@@ -77,12 +88,13 @@ span_remove(lr_index *ix, uint32_t x, int why, bool defer)
     lr__index_emap_forget(ix, S->inst, r, S->from, S->to);
     struct hent *h = hent_of(ix, r, S->inst);
     assert(h != NULL && h->span == x);
+    uint32_t was = h->to;
     h->span = S->up;
     h->to = S->from;
     if (h->to == 0)
         hent_del(ix, r, h);
     span_free(ix, x);
-    lr__index_run_fit(ix, r, defer);
+    fit_after(ix, r, was, defer);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -123,8 +135,9 @@ lr__index_remove_leaf_and_trim(lr_index *ix, uint32_t x, int why, bool precise)
                 S->stamp = S->stamp_top > stamp ? S->stamp_top : stamp;
                 S->bits = plain_bits(S) & ~HB_NCHILD;
                 struct hent *h = hent_of(ix, S->run, S->inst);
+                uint32_t was = h->to;
                 h->to = S->to;
-                lr__index_run_fit(ix, S->run, false);
+                fit_after(ix, S->run, was, false);
                 lr__index_lru_insert(ix, x);
                 return;
             }
@@ -255,8 +268,9 @@ drop_run(lr_index *ix, uint32_t s, uint32_t r, bool defer)
         span_free(ix, x);
         x = up;
     }
+    uint32_t was = h->to;
     hent_del(ix, r, h);
-    lr__index_run_fit(ix, r, defer);
+    fit_after(ix, r, was, defer);
 }
 
 /* Drop instance s from the subtree of run c (s holds c's first node):
@@ -391,8 +405,9 @@ lr__index_remove_below(lr_index *ix, uint32_t s, uint32_t r, uint32_t p)
     } else {
         S->bits &= ~HB_NCHILD;
     }
+    uint32_t was = h->to;
     h->to = p + 1;
-    lr__index_run_fit(ix, r, false);
+    fit_after(ix, r, was, false);
     return x;
 }
 
