@@ -405,6 +405,112 @@ narrowed_weighs_few(void **state)
     free(t);
 }
 
+/* The rows of the route that just ran (its scratch, back at the head of
+ * the pool) against the whole table's: each weighs the cached tokens the
+ * whole table gives its instance. */
+static void
+rows_hold_as_whole(const struct rig *g, const lr_score *sc, size_t n,
+                   const uint32_t *whole_cached)
+{
+    const lr_candidate *rows = g->r->pool->rows;
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(rows[k].instance, sc[k].instance);
+        if (rows[k].cached_tokens != whole_cached[rows[k].instance])
+            fail_msg("instance %u: %u cached tokens narrowed, %u whole",
+                     rows[k].instance, rows[k].cached_tokens,
+                     whole_cached[rows[k].instance]);
+    }
+}
+
+/* A prompt whose opening most of a large fleet holds (more than a cut
+ * match reads whole: 8 x LR_PARAM_NARROW_WIDTH), the busy most of all: a
+ * narrowed route reads the deepest holders alone, asks after its other
+ * candidates one by one and samples the opening's holders. Every row it
+ * weighs holds what the whole table says, dry or recording (the early
+ * match), and prefix-cache takes a holder among the least in flight of
+ * the opening's holders, though the least in flight of the fleet hold
+ * none of it. */
+static void
+narrowed_many_holders(void **state)
+{
+    (void)state;
+    static const lr_policy policies[] = { LR_POLICY_PREFIX_CACHE,
+                                          LR_POLICY_ADAPTIVE };
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
+    lr_score *sc = calloc(FLEET, sizeof *sc);
+    lr_candidate *rows = calloc(FLEET, sizeof *rows);
+    uint32_t *cached = calloc(1024, sizeof *cached);
+    uint32_t *held = calloc(FLEET, sizeof *held);
+    for (size_t pi = 0; pi < sizeof policies / sizeof policies[0]; pi++) {
+        struct rig g;
+        rig_open(&g, policies[pi]);
+        /* the opening, learned by those with 2 or more in flight */
+        size_t n = prompt_of_conv(&g, CONVS, t);
+        lr_prompt p;
+        lr_prompt_init(&p);
+        p.tokens = t;
+        p.n_tokens = SYSTEM;
+        assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET), FLEET);
+        uint32_t holders = 0;
+        for (uint32_t k = 0; k < FLEET; k++)
+            if (rows[k].inflight >= 2) {
+                assert_st(lr_index_learn(g.r->ix, &p, rows[k].instance,
+                                         LR_TRUST_LOCAL, g.now),
+                          LR_OK);
+                holders++;
+            }
+        assert_true(holders > 8 * 16 && holders < FLEET - 32);
+        for (int step = 0; step < 40; step++) {
+            uint32_t c = CONVS + 1000 + (uint32_t)step; /* a new one */
+            n = prompt_of_conv(&g, c, t);
+            assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET),
+                             FLEET);
+            uint32_t nh = 0;
+            for (uint32_t k = 0; k < FLEET; k++) {
+                cached[rows[k].instance] = rows[k].cached_tokens;
+                if (rows[k].cached_tokens == SYSTEM)
+                    held[nh++] = rows[k].inflight;
+            }
+            assert_true(nh >= holders);
+            qsort(held, nh, sizeof *held, cmp_u32);
+            for (int rec = 0; rec < 2; rec++) {
+                lr_request q;
+                lr_request_init(&q);
+                q.id = rec ? g.next_id++ : 1ull << 50;
+                q.tokens = t;
+                q.n_tokens = n;
+                q.flags = LR_ROUTE_SCORES | (rec ? 0 : LR_ROUTE_DRY_RUN);
+                q.now_ns = g.now;
+                lr_decision d;
+                lr_decision_init(&d);
+                d.scores = sc;
+                d.scores_capacity = FLEET;
+                assert_st(lr_router_route(g.r, &q, &d), LR_OK);
+                assert_true(d.n_scores < FLEET / 4);
+                rows_hold_as_whole(&g, sc, d.n_scores, cached);
+                if (policies[pi] != LR_POLICY_PREFIX_CACHE)
+                    continue;
+                assert_int_equal(d.reason, LR_REASON_PREFIX_HIT);
+                assert_int_equal(d.cached_tokens, SYSTEM);
+                /* 64 of the holders sampled: among their least tenth */
+                if (inflight_of(&g, d.instance) > held[nh / 10] + rec)
+                    fail_msg("step %d: took a holder with %u in flight; a "
+                             "tenth of the %u holders have %u or fewer",
+                             step, inflight_of(&g, d.instance), nh,
+                             held[nh / 10]);
+            }
+            g.now += 20000000ull;
+        }
+        assert_router_ok(g.r);
+        lr_router_destroy(g.r);
+    }
+    free(held);
+    free(cached);
+    free(rows);
+    free(sc);
+    free(t);
+}
+
 /* A peer router on the rig's fleet: replica `rid`, its own requests. */
 static lr_router *
 peer_open(uint64_t rid)
@@ -556,6 +662,7 @@ main(void)
         cmocka_unit_test(order_token_buckets),
         cmocka_unit_test(order_oom),
         cmocka_unit_test(narrowed_matches_whole),
+        cmocka_unit_test(narrowed_many_holders),
         cmocka_unit_test(narrowed_weighs_few),
         cmocka_unit_test(narrowed_follows_the_fleet),
         cmocka_unit_test(narrowed_follows_gauges),

@@ -66,6 +66,13 @@ struct route {
     bool early;
     size_t early_hits;
     uint64_t early_gen;
+    /* a large fleet's match reports the deepest holders alone (the
+     * index's cut peek): with cut.node not LR_NIL, the others are asked
+     * after one by one (narrow_rest); hits_kept: the hits narrow_hits
+     * took */
+    bool cut_on;
+    struct lr__peek_cut cut;
+    uint32_t hits_kept;
     /* the index has a lower tier (its first KV event came): the match and
      * the rows read the tiers' columns */
     bool tiers;
@@ -184,18 +191,17 @@ set_cached(struct lr__rscratch *sc, size_t at, uint32_t tokens)
     sc->cached_by_id[at] = tokens;
 }
 
-/* A narrowed route's hits: of the n in sc->hits, the routable
- * LR_PARAM_NARROW_WIDTH holding the most tokens, the fewest in flight
- * among equals (so that the least loaded holder of the longest prefix
- * is one, however many hold it), into its candidates. The scores are
- * free until the decision: the selection runs there, each hit one exact
- * double (tokens < 2^27, in flight clamped to 10 bits, the id 16). */
-static void
-narrow_hits(const lr_router *r, struct route *rt, size_t n)
+/* A narrowed route's hits: of the n in sc->hits, the routable w holding
+ * the most tokens, the fewest in flight among equals (so that the least
+ * loaded holder of the longest prefix is one, however many hold it),
+ * into its candidates; how many. The scores are free until the
+ * decision: the selection runs there, each hit one exact double (tokens
+ * < 2^27, in flight clamped to 10 bits, the id 16). */
+static uint32_t
+narrow_hits(const lr_router *r, struct route *rt, size_t n, uint32_t w)
 {
     struct lr__rscratch *sc = rt->sc;
     const struct lr__fleet *f = &r->fleet;
-    uint32_t w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
     size_t m = 0;
     for (size_t i = 0; i < n; i++) { /* the routable: a drained one's
                                         routes stay in the index */
@@ -213,8 +219,9 @@ narrow_hits(const lr_router *r, struct route *rt, size_t n)
         (void)lr__select(sc->score, m, m - w); /* [m - w, m): the most */
         from = m - w;
     }
-    for (size_t i = from; i < m; i++)
-        sc->pick[rt->n_pick++] = (uint32_t)fmod(sc->score[i], 65536.0);
+    for (size_t i = from; i < m; i++) /* an exact integer: its low bits */
+        sc->pick[rt->n_pick++] = (uint32_t)((uint64_t)sc->score[i] & 0xffffu);
+    return (uint32_t)(m - from);
 }
 
 struct mark_ctx {
@@ -300,9 +307,20 @@ route_match_tiers(lr_router *r, struct route *rt)
             set_cached(sc, (size_t)t * ni + id, tok > above ? tok - above : 0);
         }
         if (rt->narrow & LR__NARROW_HITS)
-            narrow_hits(r, rt, mr.n_hits);
+            (void)narrow_hits(r, rt, mr.n_hits,
+                              (uint32_t)r->param[LR_PARAM_NARROW_WIDTH]);
     }
     lr__router_ix_rdunlock(r);
+}
+
+/* A cut match's hint to the next route's early one (match_hint): 2 and
+ * its two bounds (enough <= 256, defer < 2^20); 1: a match that reports
+ * every holder, 0: none. */
+#define CUT_DEFER 8u /* x LR_PARAM_NARROW_WIDTH: a run of more is "many" */
+static uint32_t
+hint_of(const struct lr__peek_cut *cut)
+{
+    return 2u | cut->enough << 2 | cut->defer << 12;
 }
 
 /* Step 2: cached tokens per routable instance into the scratch's
@@ -316,22 +334,40 @@ route_match(lr_router *r, struct route *rt, bool want)
     for (uint32_t i = 0; i < sc->n_touched; i++)
         sc->cached_by_id[sc->touched[i]] = 0;
     sc->n_touched = 0;
-    uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
-    if (hint != (want ? 1u : 0u))
-        atomic_store_explicit(&r->match_hint, want ? 1u : 0u,
-                              memory_order_relaxed);
+    /* a large fleet's route without tiers (whose columns count from the
+     * GPU's, all of it) reads the deepest holders alone */
+    struct lr__peek_cut cut = { 0, 0, LR_NIL };
+    bool cuts = rt->narrow != 0 && !rt->tiers;
+    if (cuts) {
+        uint32_t w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
+        cut.enough = (rt->narrow & LR__NARROW_HITS) ? w : 0;
+        cut.defer = CUT_DEFER * w;
+    }
+    uint32_t hint = !want ? 0u : cuts ? hint_of(&cut) : 1u;
+    if (atomic_load_explicit(&r->match_hint, memory_order_relaxed) != hint)
+        atomic_store_explicit(&r->match_hint, hint, memory_order_relaxed);
+    /* the early match, if no instance left since, and cut only if this
+     * route may be */
+    bool early =
+        rt->early && rt->early_gen == r->ixgen_all && (cuts || !rt->cut_on);
+    rt->hits_kept = 0;
+    if (!want || rt->v.n_keys == 0 || !early)
+        rt->cut_on = false;
     if (!want || rt->v.n_keys == 0)
         return LR_OK;
     lr_index_match_result mr;
     lr_index_match_result_init(&mr);
     mr.hits = sc->hits;
     mr.hits_capacity = r->max_inst;
-    if (rt->early && rt->early_gen == r->ixgen_all) {
-        mr.n_hits = rt->early_hits; /* no instance left since */
+    if (early) {
+        mr.n_hits = rt->early_hits;
     } else {
         lr__router_ix_rdlock(r);
-        lr_status st = lr__index_peek(r->ix, rt->v.keys, rt->v.n_keys,
-                                      rt->v.q->now_ns, sc->ms, &mr);
+        lr_status st =
+            lr__index_peek_cut(r->ix, rt->v.keys, rt->v.n_keys, rt->v.q->now_ns,
+                               sc->ms, cuts ? &cut : NULL, &mr);
+        rt->cut_on = cuts;
+        rt->cut = cut;
         lr__router_ix_rdunlock(r);
         LR_TRY(st);
     }
@@ -339,7 +375,8 @@ route_match(lr_router *r, struct route *rt, bool want)
         if (sc->hits[i].instance < r->max_inst)
             set_cached(sc, sc->hits[i].instance, sc->hits[i].tokens);
     if (rt->narrow & LR__NARROW_HITS)
-        narrow_hits(r, rt, mr.n_hits);
+        rt->hits_kept = narrow_hits(r, rt, mr.n_hits,
+                                    (uint32_t)r->param[LR_PARAM_NARROW_WIDTH]);
     route_match_marks(r, rt);
     if (rt->tiers)
         route_match_tiers(r, rt);
@@ -358,17 +395,24 @@ static void
 route_early_match(lr_router *r, struct route *rt)
 {
     rt->early = false;
-    if (rt->v.n_keys == 0 ||
-        atomic_load_explicit(&r->match_hint, memory_order_relaxed) == 0)
+    rt->cut_on = false;
+    uint32_t hint = atomic_load_explicit(&r->match_hint, memory_order_relaxed);
+    if (rt->v.n_keys == 0 || hint == 0)
         return;
     lr_index_match_result mr;
     lr_index_match_result_init(&mr);
     mr.hits = rt->sc->hits;
     mr.hits_capacity = r->max_inst;
+    /* the last route's cut, if it cut: whatever the fleet since, any cut
+     * leaves a complete answer to narrow_rest */
+    struct lr__peek_cut cut = { hint >> 2 & 0x3ffu, hint >> 12, LR_NIL };
     lr__router_ix_rdlock(r);
-    rt->early = lr__index_peek(r->ix, rt->kb, rt->v.n_keys, rt->v.q->now_ns,
-                               rt->sc->ms, &mr) == LR_OK;
+    rt->early =
+        lr__index_peek_cut(r->ix, rt->kb, rt->v.n_keys, rt->v.q->now_ns,
+                           rt->sc->ms, hint != 1 ? &cut : NULL, &mr) == LR_OK;
     rt->early_gen = r->ixgen_all;
+    rt->cut_on = hint != 1;
+    rt->cut = cut;
     lr__router_ix_rdunlock(r);
     rt->early_hits = mr.n_hits;
 }
@@ -621,20 +665,12 @@ narrow_of(const lr_router *r, const struct route *rt)
     return lr__policy_narrow(r->pt, r->policy, r->param);
 }
 
-static int
-cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* "LRNARROW": a narrowed route's sample, from the route's own seed. */
 #define SEED_SAMPLE 0x4c524e4152524f57ull
 
 /* A narrowed route's candidates besides its hits (route_match's): the
  * ring's for its key, the least loaded of each order it reads, a uniform
- * sample drawn with the route's seed, and what its states name; then
- * sorted, each once. */
+ * sample drawn with the route's seed, and what its states name. */
 static void
 narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
             uint32_t want)
@@ -673,11 +709,95 @@ narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
                                           pick + rt->n_pick, 2);
         }
     }
-    qsort(pick, rt->n_pick, sizeof *pick, cmp_u32);
+}
+
+/* narrow_rest's reach per hit it wants: the instances of least in flight
+ * it asks, and the holders of a prefix held by many it samples. */
+#define REST_WALK 2u
+#define REST_SAMPLE 4u
+/* "LRRESTSM": the sample's start, from the route's own seed. */
+#define SEED_REST 0x4c52524553545344ull
+
+/* The rest of a cut match (route_match), under the index's read lock:
+ * the hits the cut left out that the route still wants, and the depth
+ * of every other candidate. The cut reported every holder deeper than
+ * those it did not, and stopped before a run of more than its `defer`
+ * holders: the hits still wanted are drawn from the least in flight of
+ * the fleet that hold some of the prompt (REST_WALK per hit wanted asked,
+ * in in-flight order) and from the holders of that run (REST_SAMPLE per
+ * hit wanted, spread evenly; all of them when they are that few), the
+ * deepest and least in flight first (narrow_hits). Exact, then, where
+ * the prefix's holders are few; where they are many, the least in flight
+ * of a sample of them, as power-of-k choices take it. The rest starts
+ * from the prompt's deepest node as the index is now (a route may have
+ * learned since the cut, which the scratch's marks outlive). */
+static void
+narrow_rest(lr_router *r, struct route *rt)
+{
+    struct lr__rscratch *sc = rt->sc;
+    uint32_t B = r->block_tokens;
+    uint32_t w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
+    lr__router_ix_rdlock(r);
+    uint32_t node = lr__index_deepest_node(r->ix, rt->v.keys, rt->v.n_keys);
+    if (node == LR_NIL) {
+        lr__router_ix_rdunlock(r);
+        return;
+    }
+    uint32_t before = rt->n_pick; /* asked after below */
+    if ((rt->narrow & LR__NARROW_HITS) && rt->hits_kept < w) {
+        const struct lr__order *o = &r->fleet.o[LR__ORDER_INFLIGHT];
+        uint32_t need = w - rt->hits_kept, asked = 0, nf = 0;
+        for (uint32_t b = o->lo; b <= o->hi && o->n > 0; b++)
+            for (uint32_t id = o->head[b];
+                 id != UINT32_MAX && asked < REST_WALK * need;
+                 id = o->next[id], asked++) {
+                uint32_t d = lr__index_depth_below(r->ix, sc->ms, node, id);
+                if (d > 0) {
+                    sc->hits[nf].instance = id;
+                    sc->hits[nf++].tokens = d * B;
+                }
+            }
+        nf += lr__index_sample_at(r->ix, sc->ms, node, rt->seed ^ SEED_REST,
+                                  REST_SAMPLE * need, sc->hits + nf);
+        for (uint32_t k = 0; k < nf; k++)
+            if (sc->hits[k].instance < r->max_inst)
+                set_cached(sc, sc->hits[k].instance, sc->hits[k].tokens);
+        (void)narrow_hits(r, rt, nf, need);
+    }
+    for (uint32_t k = 0; k < before; k++) {
+        uint32_t id = sc->pick[k];
+        uint32_t d = lr__index_depth_below(r->ix, sc->ms, node, id);
+        if (d > 0)
+            set_cached(sc, id, d * B);
+    }
+    lr__router_ix_rdunlock(r);
+}
+
+/* A narrowed route's candidates sorted, each once: a bit per id set,
+ * then read back in order and cleared, O(candidates + max_inst / 64). */
+static void
+narrow_unique(const lr_router *r, struct route *rt)
+{
+    uint32_t *pick = rt->sc->pick;
+    uint64_t *set = rt->sc->pickset;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (uint32_t i = 0; i < rt->n_pick; i++) {
+        uint32_t id = pick[i];
+        if (id >= r->max_inst)
+            continue; /* none is: every source names a routable id */
+        set[id >> 6] |= 1ull << (id & 63);
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+    }
     uint32_t n = 0;
-    for (uint32_t i = 0; i < rt->n_pick; i++)
-        if (n == 0 || pick[i] != pick[n - 1])
-            pick[n++] = pick[i];
+    for (uint32_t wd = lo >> 6; lo <= hi && wd <= hi >> 6; wd++) {
+        uint64_t b = set[wd];
+        set[wd] = 0;
+        while (b != 0) {
+            pick[n++] = wd << 6 | (uint32_t)__builtin_ctzll(b);
+            b &= b - 1;
+        }
+    }
     rt->n_pick = n;
 }
 
@@ -699,8 +819,12 @@ route_table(lr_router *r, struct route *rt, bool records, bool whole)
     uint64_t key = 0;
     uint32_t want = 0;
     bool has_key = ring_key(r, rt, &key, &want);
-    if (rt->narrow)
+    if (rt->narrow) {
         narrow_pick(r, rt, has_key, key, want);
+        if (rt->cut_on && rt->cut.node != LR_NIL)
+            narrow_rest(r, rt);
+        narrow_unique(r, rt);
+    }
     if (rt->n_pick == 0)
         rt->narrow = 0; /* no source gave one: the whole fleet */
     LR_TRY(route_gather(r, rt, needs));

@@ -94,6 +94,7 @@ scratch_free(lr_router *r, struct lr__rscratch *sc)
     lr__free(m, sc->cached_by_id, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
     lr__free(m, sc->touched, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
     lr__free(m, sc->pick, LR__NARROW_PICK * sizeof(uint32_t));
+    lr__free(m, sc->pickset, LR__PICKSET_WORDS(ni) * sizeof(uint64_t));
     lr__free(m, sc->kbuf, sc->kbuf_cap * sizeof(uint64_t));
     lr__index_scratch_free(m, sc->ms);
     lr__free(m, sc->model, sc->model_cap * sizeof(float));
@@ -115,9 +116,11 @@ scratch_new(lr_router *r, struct lr__rscratch **out)
     sc->cached_by_id = lr__calloc(m, LR__TIER_COLUMNS * ni, sizeof(uint32_t));
     sc->touched = lr__alloc(m, LR__TIER_COLUMNS * ni * sizeof(uint32_t));
     sc->pick = lr__alloc(m, LR__NARROW_PICK * sizeof(uint32_t));
+    sc->pickset = lr__calloc(m, LR__PICKSET_WORDS(ni), sizeof(uint64_t));
     lr_status st = sc->rows == NULL || sc->score == NULL || sc->hits == NULL ||
                            sc->cached_by_id == NULL ||
-                           (ni > 0 && sc->touched == NULL) || sc->pick == NULL
+                           (ni > 0 && sc->touched == NULL) ||
+                           sc->pick == NULL || sc->pickset == NULL
                        ? LR_ENOMEM
                        : lr__index_scratch_new(r->ix, m, &sc->ms);
     if (st != LR_OK) {

@@ -26,6 +26,7 @@
  * longest hits, the marks' instances, the least loaded by five measures
  * and a sample (each LR_PARAM_NARROW_WIDTH, 256 at most), the ring's,
  * two per state. */
+#define LR__PICKSET_WORDS(max_inst) (((size_t)(max_inst) + 63u) / 64u + 1u)
 #define LR__NARROW_PICK                                         \
     ((LR__TIER_COLUMNS + 1u + 5u + 1u) * 256u + LR_RING_MAX_K + \
      2u * LR__STATE_MAX)
@@ -66,8 +67,11 @@ struct lr__rscratch {
      * what the next clears, LR__TIER_COLUMNS x max_inst at most */
     uint32_t *touched;
     uint32_t n_touched;
-    /* a narrowed route's candidates, LR__NARROW_PICK at most */
+    /* a narrowed route's candidates, LR__NARROW_PICK at most, and a bit
+     * per instance id (LR__PICKSET_WORDS), all clear between routes: what
+     * sorts them and takes each once */
     uint32_t *pick;
+    uint64_t *pickset;
     uint64_t *kbuf;
     size_t kbuf_cap;
     struct lr__match_scratch *ms; /* the index's peek */
