@@ -429,7 +429,8 @@ rows_hold_as_whole(const struct rig *g, const lr_score *sc, size_t n,
  * weighs holds what the whole table says, dry or recording (the early
  * match), and prefix-cache takes a holder among the least in flight of
  * the opening's holders, though the least in flight of the fleet hold
- * none of it. */
+ * none of it; at the conversation's next turn the opening's holders are
+ * still among the candidates. */
 static void
 narrowed_many_holders(void **state)
 {
@@ -499,6 +500,34 @@ narrowed_many_holders(void **state)
                              step, inflight_of(&g, d.instance), nh,
                              held[nh / 10]);
             }
+            /* its next turn: the deepest hit is the instance it went to,
+             * the opening's holders past the cut are sampled all the same */
+            for (size_t i = n; i < n + TURN; i++)
+                t[i] = (uint32_t)(c * 1000003u + i * 7919u) & 0xffffu;
+            n += TURN;
+            assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET),
+                             FLEET);
+            for (uint32_t k = 0; k < FLEET; k++)
+                cached[rows[k].instance] = rows[k].cached_tokens;
+            lr_decision d;
+            lr_decision_init(&d);
+            d.scores = sc;
+            d.scores_capacity = FLEET;
+            lr_request q;
+            lr_request_init(&q);
+            q.id = 1ull << 50;
+            q.tokens = t;
+            q.n_tokens = n;
+            q.flags = LR_ROUTE_SCORES | LR_ROUTE_DRY_RUN;
+            q.now_ns = g.now;
+            assert_st(lr_router_route(g.r, &q, &d), LR_OK);
+            rows_hold_as_whole(&g, sc, d.n_scores, cached);
+            uint32_t opening = 0;
+            for (size_t k = 0; k < d.n_scores; k++)
+                opening += cached[sc[k].instance] == SYSTEM;
+            if (opening < 8)
+                fail_msg("step %d: %u holders of the opening weighed", step,
+                         opening);
             g.now += 20000000ull;
         }
         assert_router_ok(g.r);

@@ -164,11 +164,13 @@ uint32_t lr__index_depth_below(const lr_index *idx,
                                struct lr__match_scratch *scratch, uint32_t node,
                                uint32_t id);
 
-/* After a cut peek in scratch: up to `cap` holders of the run of cut
- * node `node` as hits (the blocks each holds there) into out, and how
- * many: all of them when the run has at most cap holders, else cap
- * spread evenly over its holders from a start drawn from seed; none
- * reported or asked before (each is remembered as asked). O(cap). */
+/* After a cut peek in scratch: up to `cap` holders of the prompt from
+ * node `node` up, as hits (the blocks each holds) into out, and how
+ * many, none reported or asked before (each is remembered as asked):
+ * every holder of each run up the path while the run's holders fit in
+ * what is left of cap, then, from the first run of more, as many as are
+ * left spread evenly over its holders from a start drawn from seed.
+ * O(cap + the holders of the runs read whole). */
 uint32_t lr__index_sample_at(const lr_index *idx,
                              struct lr__match_scratch *scratch, uint32_t node,
                              uint64_t seed, uint32_t cap, lr_index_hit *out);

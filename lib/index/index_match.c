@@ -286,23 +286,28 @@ lr__index_sample_at(const lr_index *idx, struct lr__match_scratch *ms,
                     uint32_t node, uint64_t seed, uint32_t cap,
                     lr_index_hit *out)
 {
-    if (node == LR_NIL || cap == 0)
-        return 0;
-    uint32_t o = node_off(idx, node);
-    const struct run *R = &idx->runs[node_run(idx, node)];
-    const struct hent *h = run_hents(idx, R);
-    uint32_t n = R->nh < cap ? R->nh : cap, got = 0;
-    uint64_t at = R->nh > cap ? seed % R->nh : 0;
-    for (uint32_t i = 0; i < n; i++) {
-        /* i * nh / n apart: every holder when n == nh */
-        uint32_t x = (uint32_t)((at + (uint64_t)i * R->nh / n) % R->nh);
-        uint32_t s = h[x].inst;
-        if (ms->mark[s] == ms->mark_gen)
-            continue;
-        ms->mark[s] = ms->mark_gen;
-        uint32_t hs = h[x].to < o + 1 ? h[x].to : o + 1;
-        out[got].instance = idx->insts[s].id;
-        out[got++].tokens = (R->top + hs) * idx->B;
+    uint32_t got = 0;
+    for (uint32_t n = node; n != LR_NIL && got < cap;) {
+        uint32_t o = node_off(idx, n);
+        const struct run *R = &idx->runs[node_run(idx, n)];
+        const struct hent *h = run_hents(idx, R);
+        /* a run of more than are left to take: that many of it, spread
+         * from a drawn start, and the walk ends there */
+        uint32_t left = cap - got, k = R->nh <= left ? R->nh : left;
+        uint64_t at = R->nh > left ? seed % R->nh : 0;
+        for (uint32_t i = 0; i < k; i++) {
+            uint32_t x = (uint32_t)((at + (uint64_t)i * R->nh / k) % R->nh);
+            uint32_t s = h[x].inst;
+            if (ms->mark[s] == ms->mark_gen)
+                continue; /* reported, or asked */
+            ms->mark[s] = ms->mark_gen;
+            uint32_t hs = h[x].to < o + 1 ? h[x].to : o + 1;
+            out[got].instance = idx->insts[s].id;
+            out[got++].tokens = (R->top + hs) * idx->B;
+        }
+        if (R->nh > left)
+            break;
+        n = R->hang;
     }
     return got;
 }

@@ -724,9 +724,10 @@ narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
  * those it did not, and stopped before a run of more than its `defer`
  * holders: the hits still wanted are drawn from the least in flight of
  * the fleet that hold some of the prompt (REST_WALK per hit wanted asked,
- * in in-flight order) and from the holders of that run (REST_SAMPLE per
- * hit wanted, spread evenly; all of them when they are that few), the
- * deepest and least in flight first (narrow_hits). Exact, then, where
+ * in in-flight order) and from the holders up the prompt's path
+ * (REST_SAMPLE per hit wanted: every holder of the runs that fit, then
+ * the rest spread evenly over the first run of more), the deepest and
+ * least in flight first (narrow_hits). Exact, then, where
  * the prefix's holders are few; where they are many, the least in flight
  * of a sample of them, as power-of-k choices take it. The rest starts
  * from the prompt's deepest node as the index is now (a route may have
