@@ -429,8 +429,7 @@ rows_hold_as_whole(const struct rig *g, const lr_score *sc, size_t n,
  * weighs holds what the whole table says, dry or recording (the early
  * match), and prefix-cache takes a holder among the least in flight of
  * the opening's holders, though the least in flight of the fleet hold
- * none of it; at the conversation's next turn the opening's holders are
- * still among the candidates. */
+ * none of it; at the conversation's next turn it takes the longest hit. */
 static void
 narrowed_many_holders(void **state)
 {
@@ -501,7 +500,7 @@ narrowed_many_holders(void **state)
                              held[nh / 10]);
             }
             /* its next turn: the deepest hit is the instance it went to,
-             * the opening's holders past the cut are sampled all the same */
+             * one the cut reads (the longest: exact) */
             for (size_t i = n; i < n + TURN; i++)
                 t[i] = (uint32_t)(c * 1000003u + i * 7919u) & 0xffffu;
             n += TURN;
@@ -522,12 +521,17 @@ narrowed_many_holders(void **state)
             q.now_ns = g.now;
             assert_st(lr_router_route(g.r, &q, &d), LR_OK);
             rows_hold_as_whole(&g, sc, d.n_scores, cached);
-            uint32_t opening = 0;
-            for (size_t k = 0; k < d.n_scores; k++)
-                opening += cached[sc[k].instance] == SYSTEM;
-            if (opening < 8)
-                fail_msg("step %d: %u holders of the opening weighed", step,
-                         opening);
+            lr_decision b;
+            assert_st(dry(&g, t, n, true, &b), LR_OK);
+            assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, 256),
+                      LR_OK);
+            if (policies[pi] == LR_POLICY_PREFIX_CACHE &&
+                (d.cached_tokens != b.cached_tokens ||
+                 inflight_of(&g, d.instance) != inflight_of(&g, b.instance)))
+                fail_msg("step %d: next turn: %u cached, %u in flight "
+                         "narrowed; %u, %u whole",
+                         step, d.cached_tokens, inflight_of(&g, d.instance),
+                         b.cached_tokens, inflight_of(&g, b.instance));
             g.now += 20000000ull;
         }
         assert_router_ok(g.r);

@@ -140,9 +140,11 @@ lr_status lr__index_peek(const lr_index *idx, const uint64_t *keys,
  * route weighs (router/route.c). In: `enough`, `defer`. The walk up the
  * prompt's path (index_match.c) reads a run's holders whole, and stops
  * before the next run once it has `enough` hits, or before a run of more
- * than `defer` holders: every holder it did not report holds less of the
- * prompt than every one it did. Out: `node`, where the holders not
- * reported begin (LR_NIL: every holder was reported). */
+ * than `defer` holders (of the deepest run, it reports those that reach
+ * the prompt's deepest node if at most `defer` do, after a read of each
+ * holder's extent): every holder it did not report holds less of the
+ * prompt than every one it did, or as much when none was reported. Out: `node`,
+ * where the holders not reported begin (LR_NIL: every holder was reported). */
 struct lr__peek_cut {
     uint32_t enough, defer;
     uint32_t node;

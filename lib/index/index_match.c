@@ -42,6 +42,17 @@ next_gen(struct lr__match_scratch *ms)
     return ms->mark_gen;
 }
 
+/* Whether at most `few` of run R's holders (h) reach offset o: a read of
+ * their holds alone, stopping at the first past `few`. */
+static bool
+deep_few(const struct run *R, const struct hent *h, uint32_t o, uint32_t few)
+{
+    uint32_t deep = 0;
+    for (uint32_t i = 0; i < R->nh && deep <= few; i++)
+        deep += h[i].to >= o + 1;
+    return deep <= few;
+}
+
 /* Every instance holding some prefix of the path from the root to node n
  * into ms->cand[0..k) (returned), with its depth in ms->cdepth, its
  * deepest span in the run of its answer in ms->cspan and the offset there
@@ -61,7 +72,20 @@ candidates(const lr_index *ix, struct lr__match_scratch *ms, uint32_t n,
         const struct run *R = &ix->runs[r];
         const struct hent *h = run_hents(ix, R);
         if (cut != NULL && (k >= cut->enough || R->nh > cut->defer)) {
-            cut->node = n; /* everyone left holds at most this node */
+            /* the deepest run, held by many: those of its holders that
+             * reach the node hold the longest prefix, all of it when few
+             * do (a conversation that extends a prompt many hold) */
+            if (k == 0 && cut->enough > 0 && deep_few(R, h, o, cut->defer))
+                for (uint32_t i = 0; i < R->nh; i++)
+                    if (h[i].to >= o + 1 && mark[h[i].inst] != g) {
+                        uint32_t s = h[i].inst;
+                        mark[s] = g;
+                        cand[k++] = s;
+                        cdepth[s] = R->top + o + 1;
+                        cspan[s] = h[i].span;
+                        cpos[s] = o;
+                    }
+            cut->node = n; /* everyone left holds less than this */
             break;
         }
         for (uint32_t i = 0; i < R->nh; i++) {

@@ -724,12 +724,15 @@ narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
  * those it did not, and stopped before a run of more than its `defer`
  * holders: the hits still wanted are drawn from the least in flight of
  * the fleet that hold some of the prompt (REST_WALK per hit wanted asked,
- * in in-flight order) and from the holders up the prompt's path
+ * in in-flight order) and, when the cut kept no hit (the longest prefix
+ * is the one held by many), from the holders up the prompt's path
  * (REST_SAMPLE per hit wanted: every holder of the runs that fit, then
  * the rest spread evenly over the first run of more), the deepest and
- * least in flight first (narrow_hits). Exact, then, where
- * the prefix's holders are few; where they are many, the least in flight
- * of a sample of them, as power-of-k choices take it. The rest starts
+ * least in flight first (narrow_hits). Exact, then, where the longest
+ * prefix's holders are few; where they are many, the least in flight of
+ * a sample of them, as power-of-k choices take it. A hit the cut kept is
+ * deeper than all of those: the others are only more candidates, and the
+ * least loaded of them are the ones a rule takes. The rest starts
  * from the prompt's deepest node as the index is now (a route may have
  * learned since the cut, which the scratch's marks outlive). */
 static void
@@ -758,8 +761,9 @@ narrow_rest(lr_router *r, struct route *rt)
                     sc->hits[nf++].tokens = d * B;
                 }
             }
-        nf += lr__index_sample_at(r->ix, sc->ms, node, rt->seed ^ SEED_REST,
-                                  REST_SAMPLE * need, sc->hits + nf);
+        if (rt->hits_kept == 0) /* the longest prefix is past the cut */
+            nf += lr__index_sample_at(r->ix, sc->ms, node, rt->seed ^ SEED_REST,
+                                      REST_SAMPLE * need, sc->hits + nf);
         for (uint32_t k = 0; k < nf; k++)
             if (sc->hits[k].instance < r->max_inst)
                 set_cached(sc, sc->hits[k].instance, sc->hits[k].tokens);
