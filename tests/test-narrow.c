@@ -422,6 +422,39 @@ rows_hold_as_whole(const struct rig *g, const lr_score *sc, size_t n,
     }
 }
 
+/* The whole table's rows for t[0..n) into rows (FLEET) and each
+ * instance's cached tokens into cached (by id). */
+static void
+whole_cached(const struct rig *g, const uint32_t *t, size_t n,
+             lr_candidate *rows, uint32_t *cached)
+{
+    assert_int_equal(candidates_of(g->r, t, n, g->now, rows, FLEET), FLEET);
+    for (uint32_t k = 0; k < FLEET; k++)
+        cached[rows[k].instance] = rows[k].cached_tokens;
+}
+
+/* A narrowed route of t[0..n) (a dry run, or recorded under the rig's
+ * next id) into d, its scores in sc: a few rows, each holding what the
+ * whole table's cached says. */
+static void
+scored(struct rig *g, bool rec, const uint32_t *t, size_t n, lr_score *sc,
+       const uint32_t *cached, lr_decision *d)
+{
+    lr_request q;
+    lr_request_init(&q);
+    q.id = rec ? g->next_id++ : 1ull << 50;
+    q.tokens = t;
+    q.n_tokens = n;
+    q.flags = LR_ROUTE_SCORES | (rec ? 0 : LR_ROUTE_DRY_RUN);
+    q.now_ns = g->now;
+    lr_decision_init(d);
+    d->scores = sc;
+    d->scores_capacity = FLEET;
+    assert_st(lr_router_route(g->r, &q, d), LR_OK);
+    assert_true(d->n_scores < FLEET / 4);
+    rows_hold_as_whole(g, sc, d->n_scores, cached);
+}
+
 /* A prompt whose opening most of a large fleet holds (more than a cut
  * match reads whole: 8 x LR_PARAM_NARROW_WIDTH), the busy most of all: a
  * narrowed route reads the deepest holders alone, asks after its other
@@ -463,31 +496,16 @@ narrowed_many_holders(void **state)
         for (int step = 0; step < 40; step++) {
             uint32_t c = CONVS + 1000 + (uint32_t)step; /* a new one */
             n = prompt_of_conv(&g, c, t);
-            assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET),
-                             FLEET);
+            whole_cached(&g, t, n, rows, cached);
             uint32_t nh = 0;
-            for (uint32_t k = 0; k < FLEET; k++) {
-                cached[rows[k].instance] = rows[k].cached_tokens;
+            for (uint32_t k = 0; k < FLEET; k++)
                 if (rows[k].cached_tokens == SYSTEM)
                     held[nh++] = rows[k].inflight;
-            }
             assert_true(nh >= holders);
             qsort(held, nh, sizeof *held, cmp_u32);
             for (int rec = 0; rec < 2; rec++) {
-                lr_request q;
-                lr_request_init(&q);
-                q.id = rec ? g.next_id++ : 1ull << 50;
-                q.tokens = t;
-                q.n_tokens = n;
-                q.flags = LR_ROUTE_SCORES | (rec ? 0 : LR_ROUTE_DRY_RUN);
-                q.now_ns = g.now;
                 lr_decision d;
-                lr_decision_init(&d);
-                d.scores = sc;
-                d.scores_capacity = FLEET;
-                assert_st(lr_router_route(g.r, &q, &d), LR_OK);
-                assert_true(d.n_scores < FLEET / 4);
-                rows_hold_as_whole(&g, sc, d.n_scores, cached);
+                scored(&g, rec != 0, t, n, sc, cached, &d);
                 if (policies[pi] != LR_POLICY_PREFIX_CACHE)
                     continue;
                 assert_int_equal(d.reason, LR_REASON_PREFIX_HIT);
@@ -504,24 +522,9 @@ narrowed_many_holders(void **state)
             for (size_t i = n; i < n + TURN; i++)
                 t[i] = (uint32_t)(c * 1000003u + i * 7919u) & 0xffffu;
             n += TURN;
-            assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET),
-                             FLEET);
-            for (uint32_t k = 0; k < FLEET; k++)
-                cached[rows[k].instance] = rows[k].cached_tokens;
-            lr_decision d;
-            lr_decision_init(&d);
-            d.scores = sc;
-            d.scores_capacity = FLEET;
-            lr_request q;
-            lr_request_init(&q);
-            q.id = 1ull << 50;
-            q.tokens = t;
-            q.n_tokens = n;
-            q.flags = LR_ROUTE_SCORES | LR_ROUTE_DRY_RUN;
-            q.now_ns = g.now;
-            assert_st(lr_router_route(g.r, &q, &d), LR_OK);
-            rows_hold_as_whole(&g, sc, d.n_scores, cached);
-            lr_decision b;
+            whole_cached(&g, t, n, rows, cached);
+            lr_decision d, b;
+            scored(&g, false, t, n, sc, cached, &d);
             assert_st(dry(&g, t, n, true, &b), LR_OK);
             assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, 256),
                       LR_OK);

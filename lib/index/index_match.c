@@ -280,25 +280,14 @@ lr__index_depth_below(const lr_index *idx, struct lr__match_scratch *ms,
                       uint32_t n, uint32_t id)
 {
     while (n != LR_NIL) {
-        uint32_t r = node_run(idx, n), o = node_off(idx, n);
-        const struct run *R = &idx->runs[r];
-        const struct hent *h = run_hents(idx, R);
-        /* a run's holders are sorted by instance id (index_store.c) */
-        uint32_t lo = 0, hi = R->nh;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (idx->insts[h[mid].inst].id < id)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < R->nh && idx->insts[h[lo].inst].id == id) {
-            uint32_t s = h[lo].inst;
+        const struct run *R = &idx->runs[node_run(idx, n)];
+        const struct hent *h = hent_of_id(idx, R, id);
+        if (h != NULL) {
+            uint32_t s = h->inst, o = node_off(idx, n);
             if (ms->mark[s] == ms->mark_gen)
                 return 0; /* reported, or asked before */
             ms->mark[s] = ms->mark_gen;
-            uint32_t hs = h[lo].to < o + 1 ? h[lo].to : o + 1;
-            return R->top + hs;
+            return R->top + (h->to < o + 1 ? h->to : o + 1);
         }
         n = R->hang;
     }

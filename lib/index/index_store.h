@@ -333,23 +333,14 @@ run_hents(const lr_index *ix, const struct run *r)
     return ix->hc[r->hcls].v + ((size_t)r->hidx << r->hcls);
 }
 
-/* Instance s's entry in run r, or NULL: a scan of a few holders, else a
- * binary search by id (a run's holders stay sorted by instance id), so
- * that a system prompt a whole fleet holds costs a learn or an eviction
- * log2(fleet) steps. */
-#define HENT_SCAN 4u
+/* The entry of instance id `id` among run R's holders, or NULL: a
+ * binary search (a run's holders stay sorted by instance id), so that a
+ * system prompt a whole fleet holds costs log2(fleet) steps to look in. */
 static inline struct hent *
-hent_of(const lr_index *ix, uint32_t r, uint32_t s)
+hent_of_id(const lr_index *ix, const struct run *R, uint32_t id)
 {
-    const struct run *R = &ix->runs[r];
     struct hent *h = run_hents(ix, R);
-    if (R->nh <= HENT_SCAN) {
-        for (uint32_t i = 0; i < R->nh; i++)
-            if (h[i].inst == s)
-                return &h[i];
-        return NULL;
-    }
-    uint32_t id = ix->insts[s].id, lo = 0, hi = R->nh;
+    uint32_t lo = 0, hi = R->nh;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if (ix->insts[h[mid].inst].id < id)
@@ -357,7 +348,23 @@ hent_of(const lr_index *ix, uint32_t r, uint32_t s)
         else
             hi = mid;
     }
-    return lo < R->nh && h[lo].inst == s ? &h[lo] : NULL;
+    return lo < R->nh && ix->insts[h[lo].inst].id == id ? &h[lo] : NULL;
+}
+
+/* Instance s's entry in run r, or NULL: a scan of a few holders, else
+ * hent_of_id (a learn or an eviction on a run the whole fleet holds). */
+#define HENT_SCAN 4u
+static inline struct hent *
+hent_of(const lr_index *ix, uint32_t r, uint32_t s)
+{
+    const struct run *R = &ix->runs[r];
+    if (R->nh > HENT_SCAN)
+        return hent_of_id(ix, R, ix->insts[s].id);
+    struct hent *h = run_hents(ix, R);
+    for (uint32_t i = 0; i < R->nh; i++)
+        if (h[i].inst == s)
+            return &h[i];
+    return NULL;
 }
 
 /* s's span covering offset p of its run, given s's entry there (p < to). */

@@ -120,7 +120,7 @@ scratch_new(lr_router *r, struct lr__rscratch **out)
     lr_status st = sc->rows == NULL || sc->score == NULL || sc->hits == NULL ||
                            sc->cached_by_id == NULL ||
                            (ni > 0 && sc->touched == NULL) ||
-                           sc->pick == NULL || sc->pickset == NULL
+                           sc->pick == NULL || (ni > 0 && sc->pickset == NULL)
                        ? LR_ENOMEM
                        : lr__index_scratch_new(r->ix, m, &sc->ms);
     if (st != LR_OK) {

@@ -26,7 +26,7 @@
  * longest hits, the marks' instances, the least loaded by five measures
  * and a sample (each LR_PARAM_NARROW_WIDTH, 256 at most), the ring's,
  * two per state. */
-#define LR__PICKSET_WORDS(max_inst) (((size_t)(max_inst) + 63u) / 64u + 1u)
+#define LR__PICKSET_WORDS(max_inst) (((size_t)(max_inst) + 63u) / 64u)
 #define LR__NARROW_PICK                                         \
     ((LR__TIER_COLUMNS + 1u + 5u + 1u) * 256u + LR_RING_MAX_K + \
      2u * LR__STATE_MAX)
