@@ -73,7 +73,8 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            finite_nonneg(r->adapter_load_s) &&
            (uint64_t)r->cached_tokens + r->cpu_tokens + r->disk_tokens <=
                prompt &&
-           r->role >= LR_ROLE_BOTH && r->role <= LR_ROLE_DECODE;
+           r->role >= LR_ROLE_BOTH && r->role <= LR_ROLE_DECODE &&
+           finite_nonneg(r->decode_s);
 }
 
 /* The rows that decode first, at least one (rows ok). */
@@ -152,6 +153,8 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->node = fuzz_dp_next_range(dp, 0, 3);
     r->rack = fuzz_dp_next_range(dp, 0, 3);
     r->region = fuzz_dp_next_range(dp, 0, 2);
+    /* adaptive's decode seconds of the class: none known, or to 100 s */
+    r->decode_s = fuzz_dp_next_range(dp, 0, 1000) * 0.1;
 }
 
 static bool

@@ -298,8 +298,9 @@ transfer_by_placement(void **state)
 }
 
 /* adaptive: a chat turn on a history its decode instance holds stays
- * whole; a long prompt while the decode instances decode is split; the
- * prefill instance next to the decode instance beats one a region away. */
+ * whole on an idle decode instance; a long prompt while the decode
+ * instances decode is split; the prefill instance next to the decode
+ * instance beats one a region away. */
 static void
 adaptive_pair(void **state)
 {
@@ -327,31 +328,121 @@ adaptive_pair(void **state)
     /* the prefill instance in the decode instance's region (and rack,
      * when that is d0) */
     assert_int_equal(d.prefill_instance, 2);
-    /* a bound loose enough: the request's own first token alone, which
-     * the transfer makes later than a prefill where it decodes */
+    /* even behind a prefill queue of 100 s: its second is more than 0.1 x
+     * the decode seconds assumed before any completed (128 output tokens
+     * x the 20 ms base); with a bound loose enough, it stays whole */
+    rows[2].prefill_tokens = rows[3].prefill_tokens = 800000;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, NULL, 0);
+    assert_int_not_equal(d.prefill_instance, NONE);
     double kv[] = { LR_PARAM_ADAPTIVE_PD_STALL, 100 };
     d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, kv, 1);
     assert_int_equal(d.prefill_instance, NONE);
-    /* a chat turn of 100 new tokens on the history d0 holds stays whole
-     * among its 30 decoding requests: 12.5 ms of prefill, within 0.01 x
-     * 128 output tokens x the 20 ms base before any calibration */
-    rows[0].cached_tokens = 7900;
-    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, NULL, 0);
+}
+
+/* adaptive weighs a decode instance's batch by the whole output: the
+ * request's 128 tokens each wait on the 30 decoding there (0.1 ms each a
+ * step), 0.38 s, more than the 83 ms of KV the instance holding its
+ * history saves it; its first step alone (3 x 30 x 0.1 ms) would not be. */
+static void
+adaptive_pair_decoding(void **state)
+{
+    (void)state;
+    lr_candidate rows[3] = { prow(0, D, 7900, 0, 0), prow(1, D, 0, 0, 0),
+                             prow(2, P, 7900, 0, 0) };
+    for (int i = 0; i < 3; i++) {
+        rows[i].queued = rows[i].waiting = rows[i].inflight = 0;
+        rows[i].ttft_s_per_decoding = 0.0001;
+    }
+    rows[0].inflight = 30;
+    lr_decision d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_equal(d.instance, 1);
+    rows[0].inflight = 1;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_equal(d.instance, 0);
+}
+
+/* adaptive keeps a turn whole on a busy decode instance only when the
+ * prefill pool is behind: its wait there at least twice the seconds the
+ * prefill stalls all those decoding, and the prefill at most 0.1 x their
+ * decode seconds (decode_s, in a table wide enough to carry it). */
+static void
+adaptive_pair_stall(void **state)
+{
+    (void)state;
+    /* d0 holds the history and decodes 30; 125 us a prefill token */
+    lr_candidate rows[3] = { prow(0, D, 7900, 0, 0), prow(1, D, 0, 0, 0),
+                             prow(2, P, 0, 0, 0) };
+    for (int i = 0; i < 3; i++)
+        rows[i].queued = rows[i].waiting = rows[i].inflight = 0;
+    rows[0].inflight = rows[1].inflight = 30;
+    /* 100 new tokens (12.5 ms), the prefill instance idle: split, a wait
+     * of nothing does not pay for stalling 30 */
+    lr_decision d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_equal(d.instance, 0);
+    assert_int_equal(d.prefill_instance, 2);
+    /* a queue of 1 s there (8000 tokens) pays for 2 x 12.5 ms x 30 */
+    rows[2].prefill_tokens = 8000;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
     assert_int_equal(d.instance, 0);
     assert_int_equal(d.prefill_instance, NONE);
-    /* 400 new tokens (50 ms) do not */
+    assert_int_equal(d.prefill_reason, LR_REASON_WHOLE);
+    /* ... not for 400 new tokens (2 x 50 ms x 30 = 3 s); 10 s does */
     rows[0].cached_tokens = 7600;
-    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, NULL, 0);
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
     assert_int_not_equal(d.prefill_instance, NONE);
-    /* nor do they with the bound at 0, which keeps a request whole only
-     * where nothing is in flight */
+    rows[2].prefill_tokens = 80000;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_equal(d.instance, 0);
+    assert_int_equal(d.prefill_instance, NONE);
+    /* 3000 new tokens (375 ms) behind a queue of 1000 s: more than
+     * 0.1 x the 2.56 s assumed (128 output tokens x 20 ms) */
+    rows[0].cached_tokens = 5000;
+    rows[2].prefill_tokens = 8000000;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_not_equal(d.prefill_instance, NONE);
+    /* requests there that decode for 10 s take it; 1 s ones do not */
+    rows[0].decode_s = rows[1].decode_s = 10;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_equal(d.instance, 0);
+    assert_int_equal(d.prefill_instance, NONE);
+    rows[0].decode_s = rows[1].decode_s = 1;
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0);
+    assert_int_not_equal(d.prefill_instance, NONE);
+    /* a v4 table does not carry decode_s: the 2.56 s assumed */
+    rows[0].decode_s = rows[1].decode_s = 10;
+    unsigned char v4[3 * LR_CANDIDATE_SIZE_V4];
+    for (int i = 0; i < 3; i++)
+        memcpy(v4 + (size_t)i * LR_CANDIDATE_SIZE_V4, &rows[i],
+               LR_CANDIDATE_SIZE_V4);
+    double param[128], scores[3];
+    params_with(param, NULL, 0);
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.prompt_tokens = 8000;
+    in.seed = 7;
+    in.params = param;
+    in.n_params = lr_param_count();
+    lr_decision_init(&d);
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, (lr_candidate *)v4, 3,
+                               LR_CANDIDATE_SIZE_V4, scores, &d),
+              LR_OK);
+    assert_int_not_equal(d.prefill_instance, NONE);
+    /* the bound at 0 keeps a request whole only where nothing is in
+     * flight */
     rows[0].cached_tokens = 7900;
     double zero[] = { LR_PARAM_ADAPTIVE_PD_STALL, 0 };
-    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, zero, 1);
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, zero, 1);
     assert_int_not_equal(d.prefill_instance, NONE);
     rows[0].inflight = rows[1].inflight = 0;
-    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 4, 8000, zero, 1);
+    d = decide_ok(LR_POLICY_ADAPTIVE, rows, 3, 8000, zero, 1);
     assert_int_equal(d.prefill_instance, NONE);
+    /* a decode_s that is not a time is refused */
+    rows[0].decode_s = NAN;
+    assert_st(decide_on(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0, &d),
+              LR_EINVAL);
+    rows[0].decode_s = -1;
+    assert_st(decide_on(LR_POLICY_ADAPTIVE, rows, 3, 8000, NULL, 0, &d),
+              LR_EINVAL);
 }
 
 /* ---- the router ----------------------------------------------------------------- */
@@ -444,6 +535,60 @@ router_split_route(void **state)
     assert_true(d.cached_tokens >= 2000 - BT);
     assert_int_equal(d.prefill_instance, NONE);
     assert_int_equal(d.prefill_reason, LR_REASON_WHOLE);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
+/* adaptive learns the decode seconds of its class from the requests it
+ * routed that completed after a first token: every row of the class
+ * carries their mean; a failed request, one without a first token and one
+ * another policy routed do not count. */
+static void
+router_decode_seconds(void **state)
+{
+    (void)state;
+    lr_router *r = pd_fleet(NULL, LR_POLICY_ADAPTIVE);
+    uint32_t t[256];
+    toks(t, 256, 3);
+    lr_candidate rows[8];
+    size_t n = candidates_of(r, t, 256, T0, rows, 8);
+    for (size_t i = 0; i < n; i++)
+        assert_true(rows[i].decode_s == 0);
+    assert_st(route_one(r, 1, t, 256, 0, T0, NULL), LR_OK);
+    assert_st(lr_router_first_token(r, 1, T0 + SEC), LR_OK);
+    assert_st(lr_router_complete(r, 1, 100, T0 + 5 * SEC), LR_OK);
+    n = candidates_of(r, t, 256, T0 + 5 * SEC, rows, 8);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabs(rows[i].decode_s - 4.0) < 1e-9);
+    /* failed after its first token; completed without one */
+    assert_st(route_one(r, 2, t, 256, 0, T0 + 6 * SEC, NULL), LR_OK);
+    assert_st(lr_router_first_token(r, 2, T0 + 7 * SEC), LR_OK);
+    assert_st(lr_router_fail(r, 2, T0 + 20 * SEC), LR_OK);
+    assert_st(route_one(r, 3, t, 256, 0, T0 + 21 * SEC, NULL), LR_OK);
+    assert_st(lr_router_complete(r, 3, 100, T0 + 40 * SEC), LR_OK);
+    n = candidates_of(r, t, 256, T0 + 40 * SEC, rows, 8);
+    assert_true(fabs(rows[0].decode_s - 4.0) < 1e-9);
+    /* a request whose instance went with it leaves its record behind: the
+     * next one in its slot, routed by another policy, is its own */
+    lr_decision d;
+    assert_st(route_one(r, 4, t, 256, 0, T0 + 41 * SEC, &d), LR_OK);
+    assert_st(lr_router_first_token(r, 4, T0 + 42 * SEC), LR_OK);
+    assert_st(lr_router_remove_instance(r, d.instance), LR_OK);
+    assert_st(lr_router_set_policy(r, LR_POLICY_LLMD_PD), LR_OK);
+    assert_st(route_one(r, 6, t, 256, 0, T0 + 43 * SEC, NULL), LR_OK);
+    assert_st(lr_router_first_token(r, 6, T0 + 44 * SEC), LR_OK);
+    assert_st(lr_router_complete(r, 6, 100, T0 + 60 * SEC), LR_OK);
+    assert_st(lr_router_set_policy(r, LR_POLICY_ADAPTIVE), LR_OK);
+    n = candidates_of(r, t, 256, T0 + 60 * SEC, rows, 8);
+    assert_true(fabs(rows[0].decode_s - 4.0) < 1e-9);
+    /* a second completion, 2 s: the mean of both */
+    assert_st(route_one(r, 5, t, 256, 0, T0 + 61 * SEC, NULL), LR_OK);
+    assert_st(lr_router_first_token(r, 5, T0 + 62 * SEC), LR_OK);
+    assert_st(lr_router_complete(r, 5, 100, T0 + 64 * SEC), LR_OK);
+    n = candidates_of(r, t, 256, T0 + 64 * SEC, rows, 8);
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabs(rows[i].decode_s - 3.0) < 1e-9);
     assert_router_ok(r);
     lr_router_destroy(r);
 }
@@ -681,7 +826,10 @@ main(void)
         cmocka_unit_test(legs_apart),
         cmocka_unit_test(transfer_by_placement),
         cmocka_unit_test(adaptive_pair),
+        cmocka_unit_test(adaptive_pair_stall),
+        cmocka_unit_test(adaptive_pair_decoding),
         cmocka_unit_test(router_split_route),
+        cmocka_unit_test(router_decode_seconds),
         cmocka_unit_test(router_scores_order),
         cmocka_unit_test(router_prefill_turns),
         cmocka_unit_test(router_ring_apart),

@@ -70,10 +70,11 @@ sticky_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 }
 
 static void
-sticky_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
-                   const double *param)
+sticky_first_token(void *st, uint32_t slot, double ttft_s, uint64_t now_ns,
+                   int32_t policy, const double *param)
 {
     (void)slot;
+    (void)now_ns;
     (void)param;
     struct sticky *s = st;
     if (policy == STICKY && ttft_s >= 0) {
@@ -83,9 +84,11 @@ sticky_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
 }
 
 static void
-sticky_ended(void *st, uint32_t slot)
+sticky_ended(void *st, uint32_t slot, uint64_t now_ns, bool completed)
 {
     (void)slot;
+    (void)now_ns;
+    (void)completed;
     ((struct sticky *)st)->ended++;
 }
 

@@ -58,7 +58,7 @@ func TestPDConstants(t *testing.T) {
 		{ParamKVGBpsRack, 51, 50}, {ParamKVGBpsRegion, 52, 12.5},
 		{ParamKVGBpsWAN, 53, 1.25}, {ParamPDPrefillPolicy, 54, -1},
 		{ParamPDMinUncached, 55, 16}, {ParamPDLocalMaxTokens, 56, 2048},
-		{ParamPDLocalMaxRatio, 57, 0.7}, {ParamAdaptivePDStall, 58, 0.01},
+		{ParamPDLocalMaxRatio, 57, 0.7}, {ParamAdaptivePDStall, 58, 0.1},
 	} {
 		if b, err := c.p.Bounds(); int(c.p) != c.key || err != nil || b.Default != c.def {
 			t.Errorf("Param(%d).Bounds() = %+v, %v; want key %d default %v", c.p, b, err, c.key, c.def)

@@ -235,8 +235,12 @@ const (
 	// ParamPDLocalMaxRatio (0.7).
 	ParamPDLocalMaxTokens Param = C.LR_PARAM_PD_LOCAL_MAX_TOKENS
 	ParamPDLocalMaxRatio  Param = C.LR_PARAM_PD_LOCAL_MAX_RATIO
-	// adaptive's price of a prefill kept where it decodes, per second of
-	// that prefill and per request decoding there (0.05).
+	// adaptive keeps a request whole on a decode instance where requests
+	// are in flight only when its prefill's seconds there are at most this
+	// x the decode seconds of a request there (Candidate.DecodeSeconds),
+	// and the wait it would have at the prefill instance is at least twice
+	// what it stalls them all together (0.1; 0: only on an idle decode
+	// instance).
 	ParamAdaptivePDStall Param = C.LR_PARAM_ADAPTIVE_PD_STALL
 	// A route in a fleet of more than this many routable instances (256)
 	// weighs only the candidates its policy can pick: the instances
@@ -468,6 +472,9 @@ type Candidate struct {
 	// Where it runs (InstanceSpec.Node, Rack, Region; 0: unknown): what a
 	// KV transfer between two rows costs.
 	Node, Rack, Region uint32
+	// The router's calibrated decode seconds of its class (adaptive): first
+	// token to completion, the mean of those it saw lately; 0 before any.
+	DecodeSeconds float64
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -523,6 +530,7 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Node)-unsafe.Offsetof(C.lr_candidate{}.node)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Rack)-unsafe.Offsetof(C.lr_candidate{}.rack)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Region)-unsafe.Offsetof(C.lr_candidate{}.region)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.DecodeSeconds)-unsafe.Offsetof(C.lr_candidate{}.decode_s)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

@@ -342,12 +342,15 @@ typedef enum lr_param {
      * LR_PARAM_PD_LOCAL_MAX_RATIO (0.7). @since 0.3 */
     LR_PARAM_PD_LOCAL_MAX_TOKENS = 56,
     LR_PARAM_PD_LOCAL_MAX_RATIO = 57,
-    /** adaptive's bound on a prefill kept where it decodes while
-     * requests are in flight there: its seconds at most this x the
-     * request's expected output tokens x the instance's calibrated
-     * first-token base (0.01; 0 .. 100): what it may add to their time
-     * per output token. 0 keeps a request whole only on an idle decode
-     * instance. @since 0.3 */
+    /** adaptive keeps a request whole on a decode instance where
+     * requests are in flight (prefilling it there, in their decode
+     * steps) only when its prefill's seconds there are at most this x
+     * the decode seconds of a request there (lr_candidate.decode_s;
+     * before any is known, the request's expected output tokens x the
+     * instance's calibrated first-token base), what it may add to their
+     * time per output token, and the wait it would have at the prefill
+     * instance is at least twice what it stalls them all together (0.1;
+     * 0 .. 100; 0: only on an idle decode instance). @since 0.3 */
     LR_PARAM_ADAPTIVE_PD_STALL = 58,
     /** A large fleet: a route whose routable instances are more than
      * this many (256; 0 .. 65534) weighs only the candidates its policy
@@ -501,6 +504,16 @@ typedef struct lr_candidate {
     /** Where it runs (lr_instance_spec.node, rack, region; 0: unknown):
      * what a KV transfer between two rows costs. @since 0.3 */
     uint32_t node, rack, region;
+    /* v4 ends here */
+    /** The router's calibrated decode time of its class (adaptive): the
+     * mean seconds from first token to completion of the requests it
+     * routed to instances of that class and saw complete lately; 0 before
+     * the first (the policy then assumes the expected output tokens x
+     * ttft_base_s). What a prefill kept on a decode instance is weighed
+     * against: the seconds it stalls the requests decoding there, as a
+     * share of theirs. Finite, >= 0; 0 in a row shorter than
+     * LR_CANDIDATE_SIZE_V5. @since 0.3 */
+    double decode_s;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
@@ -511,6 +524,8 @@ typedef struct lr_candidate {
 #define LR_CANDIDATE_SIZE_V3 (offsetof(lr_candidate, disk_tokens) + 4)
 /** row_size that carries the role and the placement. @since 0.3 */
 #define LR_CANDIDATE_SIZE_V4 (offsetof(lr_candidate, region) + 4)
+/** row_size that carries decode_s. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V5 (offsetof(lr_candidate, decode_s) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:

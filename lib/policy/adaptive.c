@@ -131,6 +131,7 @@
 #define QUEUE_RATIO_MAX 4.0   /* learn if the queue ahead <= 4x own prefill */
 #define MAX_Y_S 3600.0        /* a first token after an hour: absurd input */
 #define LOAD_MEMORY 32.0      /* adapter loads the load time averages over */
+#define DECODE_MEMORY 512.0   /* completions the decode seconds average over */
 #define MAX_LOAD_S 600.0      /* an adapter load's bound (as the parameter) */
 #define MAX_STALL_S 1.0       /* the longest an adapter's load stalls a step */
 #define SLOT_MEMORY 256.0     /* first tokens the slot wait fit remembers */
@@ -160,9 +161,12 @@ lr__adaptive_setup(struct lr__adaptive *ad, struct lr__mem *m,
     }
     ad->qavg = qa;
     ad->max_inst = max_inst;
-    for (size_t i = 0; i < max_req; i++)
+    for (size_t i = 0; i < max_req; i++) {
         rq[i].w = NAN;
+        rq[i].dcls = UINT32_MAX;
+    }
     memset(ad->cls, 0, sizeof ad->cls);
+    memset(ad->decode, 0, sizeof ad->decode);
     ad->rq = rq;
     ad->max_req = max_req;
     return LR_OK;
@@ -333,6 +337,8 @@ lr__adaptive_fill(const struct lr__adaptive *ad, lr_candidate *row,
     double waits = row->adapter_missing || row->adapter_free != UINT32_MAX
                        ? fill_adapter(ad, row, tab, adapter)
                        : 0;
+    const struct lr__load_fit *dec = &ad->decode[row->instance_class];
+    row->decode_s = dec->n > 0 ? dec->s : 0;
     const struct lr__calib *c = &ad->cls[row->instance_class];
     if (c->n == 0) {
         row->ttft_s_per_token = 0;
@@ -582,6 +588,26 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
     c->w_mean += (w - c->w_mean) / (c->n < W_MEAN_N ? c->n : W_MEAN_N);
 }
 
+void
+lr__adaptive_end(struct lr__adaptive *ad, uint32_t slot, uint64_t now_ns,
+                 bool completed)
+{
+    if (ad->rq == NULL)
+        return;
+    struct lr__calib_req *r = &ad->rq[slot];
+    uint32_t cls = r->dcls;
+    uint64_t first = r->first_ns;
+    r->dcls = UINT32_MAX;
+    r->first_ns = 0;
+    if (!completed || cls >= LR_LOAD_MAX_CLASSES || first == 0 ||
+        now_ns < first)
+        return;
+    struct lr__load_fit *f = &ad->decode[cls];
+    f->n += f->n < UINT32_MAX;
+    double a = 1.0 / (f->n < DECODE_MEMORY ? f->n : DECODE_MEMORY);
+    f->s += a * ((double)(now_ns - first) / 1e9 - f->s);
+}
+
 uint64_t
 lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
 {
@@ -591,6 +617,7 @@ lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d)
     d = lr__digest_mix(d, lr__hash(ad->load, sizeof ad->load, 14));
     d = lr__digest_mix(d, lr__hash(ad->slot, sizeof ad->slot, 15));
     d = lr__digest_mix(d, lr__hash(ad->slot_all, sizeof ad->slot_all, 16));
+    d = lr__digest_mix(d, lr__hash(ad->decode, sizeof ad->decode, 17));
     d = lr__digest_mix(
         d, lr__hash(ad->qavg, (size_t)ad->max_inst * sizeof *ad->qavg, 13));
     return lr__digest_mix(
@@ -766,21 +793,54 @@ lr__adaptive_decide(const struct lr__pctx *c)
 
 /* ---- disaggregated fleets ------------------------------------------------------ */
 
-/* A request kept whole at decode row r: its social cost there, where its
- * prefill may stay; else INFINITY. A prefill mixed into the decode steps
- * delays every request in flight there (decoding, or about to: the decode
- * legs waiting for their KV, the whole requests queued before it) and
- * every one that arrives meanwhile by its own seconds, which spread over
- * their output tokens is what their time per output token (TPOT) grows
- * by. So where any is, the prefill may stay only when its seconds are at
- * most LR_PARAM_ADAPTIVE_PD_STALL (0.01) x the request's expected output
- * tokens x the row's calibrated first-token base (PRIOR_BASE_S before
- * any): a chat turn on a history the instance holds, not a long prompt.
- * In lrsim's P/D cells a price per stalled second instead (any weight
- * from 0.05 to 10) kept long prompts whole and left TPOT p99 1.2x to 16x
- * the published rules'. */
+/* The seconds a request decoding at row r spends on the others decoding
+ * there: its expected output tokens, each a step that the requests in
+ * flight there lengthen by their calibrated seconds per decoding request.
+ * What its time per output token (TPOT) is there, beyond an idle
+ * instance's: a split's transfer draws a conversation to the decode
+ * instance that holds its history, and without this that instance's
+ * batch grew until its TPOT p99 was 1.11x the published rules' (the
+ * cross-rack P/D cell, the median over seeds 1-8; 1.01x with it). */
 static double
-whole_at(const struct lr__pctx *c, const lr_candidate *r, double load)
+decoding_s(const struct lr__pctx *c, const lr_candidate *r)
+{
+    return (double)c->output * (double)r->inflight * r->ttft_s_per_decoding;
+}
+
+/* The wait at the prefill instance that lets a request stay whole on a
+ * busy decode instance: at least this many times the seconds it stalls
+ * those decoding there, all together (lrsim's P/D cells, seeds 1-16:
+ * 1.5 to 2.5 met the published rules' TTFT and TPOT everywhere). */
+#define STALL_PAYS 2.0
+
+/* A request kept whole at decode row r: its social cost there (and what
+ * it costs those decoding there, decoding_s), where its prefill may stay;
+ * else INFINITY. A prefill mixed into the decode steps delays every
+ * request in flight there (decoding, or about to: the decode legs waiting
+ * for their KV, the whole requests queued before it) and every one that
+ * arrives meanwhile by its own seconds, and each of them by that share of
+ * its decode seconds is what its time per output token (TPOT) grows by.
+ * So where any is, the prefill may stay only when
+ *
+ *   - its seconds are at most LR_PARAM_ADAPTIVE_PD_STALL (0.1) x the
+ *     decode seconds of a request there (decode_s, its class's mean;
+ *     before any completed, the expected output tokens x the first-token
+ *     base, PRIOR_BASE_S before any): a chat turn on a history the
+ *     instance holds, not a long prompt; and
+ *   - the wait it would have at the prefill instance (p_wait, the queue
+ *     at the pool's best, in seconds) is at least STALL_PAYS x those
+ *     seconds x the requests it stalls: a pool that is behind.
+ *
+ * Every request small enough, whatever the pool's queue (0.01 x its
+ * expected output x base), left mean TTFT 2.3x dynamo-pd's on chat 1P:3D,
+ * where the one prefill instance is the fleet's bottleneck, and TPOT p99
+ * 1.1x the rules' on 3P:1D, where the one decode instance is (seeds
+ * 1-8); the same bound on the decode seconds did as badly on 3P:1D chat.
+ * Looser bounds, or a price per stalled second (0.05 to 10), kept long
+ * prompts whole (TPOT p99 1.2x to 16x). */
+static double
+whole_at(const struct lr__pctx *c, const lr_candidate *r, double load,
+         double p_wait)
 {
     double t, cost = social_cost(c, r, load, &t);
     double own =
@@ -789,21 +849,25 @@ whole_at(const struct lr__pctx *c, const lr_candidate *r, double load)
     own = own > 0 ? own : 0;
     double dec = (double)r->inflight + r->route_rate * own;
     double base = r->ttft_base_s > 0 ? r->ttft_base_s : PRIOR_BASE_S;
-    if (dec >= 0.5 &&
-        own > LR__P(c, ADAPTIVE_PD_STALL) * (double)c->output * base)
+    double decode = c->stride >= LR_CANDIDATE_SIZE_V5 && r->decode_s > 0
+                        ? r->decode_s
+                        : (double)c->output * base;
+    if (dec >= 0.5 && !(own <= LR__P(c, ADAPTIVE_PD_STALL) * decode &&
+                        p_wait >= STALL_PAYS * own * dec))
         return INFINITY;
-    return cost;
+    return cost + decoding_s(c, r);
 }
 
 /* The decode leg of a split at row r: the step that brings its first
- * token once the KV is there, the way to it, and what its decoding costs
- * those decoding there. */
+ * token once the KV is there, the way to it, what its decoding costs
+ * those decoding there, and what they cost its own (decoding_s). */
 static double
 decode_leg(const struct lr__pctx *c, const lr_candidate *r)
 {
     return r->ttft_base_s + LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3 +
            LR__P(c, ADAPTIVE_CONTENTION) * (double)r->inflight *
-               r->ttft_s_per_decoding;
+               r->ttft_s_per_decoding +
+           decoding_s(c, r);
 }
 
 /* The pair: with p the prefill row of least cost (its predicted TTFT and
@@ -829,13 +893,14 @@ lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd)
     }
     const lr_candidate *p = lr__row(&pc, best_p);
     double p_cost = pc.score[best_p], lo = INFINITY;
+    double p_wait = s_per_token(p) * (double)p->prefill_tokens;
     for (size_t k = 0; k < nd; k++) {
         const lr_candidate *d = lr__row(&dc, k);
         double split =
             p_cost + decode_leg(c, d) +
             lr__transfer_s(c, p, d,
                            (double)c->prompt - (double)d->cached_tokens);
-        double whole = whole_at(&dc, d, load_d);
+        double whole = whole_at(&dc, d, load_d, p_wait);
         dc.score[k] = split < whole ? split : whole;
         lo = dc.score[k] < lo ? dc.score[k] : lo;
     }
@@ -843,7 +908,7 @@ lr__adaptive_decide_pd(const struct lr__pctx *c, size_t nd)
     const lr_candidate *d = lr__row(&dc, k);
     struct lr__choice ch =
         lr__choose(&dc, k, LR_REASON_MIN_COST, LR_POLICY_ADAPTIVE);
-    double whole = whole_at(&dc, d, load_d);
+    double whole = whole_at(&dc, d, load_d, p_wait);
     if (!isinf(whole) && dc.score[k] >= whole) {
         lr__set_leg(c, &ch, LR_NIL, LR_REASON_WHOLE);
         return ch;
@@ -903,7 +968,16 @@ ad_gather(const void *st, lr_candidate *rows, uint32_t n,
 static void
 ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
-    if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL)
+    struct lr__adaptive *ad = st;
+    if (p->slot == LR_NIL || ad->rq == NULL)
+        return;
+    /* the slot's record is this request's from here on, whoever decided
+     * it: a request whose instance went with it left its record behind */
+    struct lr__calib_req *rq = &ad->rq[p->slot];
+    rq->w = NAN;
+    rq->dcls = UINT32_MAX;
+    rq->first_ns = 0;
+    if (p->v->policy != LR_POLICY_ADAPTIVE)
         return;
     /* a split request's first token is its prefill's (at the prefill
      * instance's class), the KV's transfer and the decode instance's
@@ -919,22 +993,27 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
                           beyond);
     lr__adaptive_observe(st, p->rows, p->n, d->instance,
                          split ? c->instance : LR_INSTANCE_NONE, now_ns);
+    rq->dcls = d->instance_class;
 }
 
 static void
-ad_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
-               const double *param)
+ad_first_token(void *st, uint32_t slot, double ttft_s, uint64_t now_ns,
+               int32_t policy, const double *param)
 {
     (void)policy;
+    struct lr__adaptive *ad = st;
     /* a frozen fit takes no sample */
-    lr__adaptive_settle(st, slot,
+    lr__adaptive_settle(ad, slot,
                         param[LR_PARAM_ADAPTIVE_CALIBRATE] != 0 ? ttft_s : -1);
+    if (ad->rq != NULL && ad->rq[slot].dcls != UINT32_MAX && now_ns > 0)
+        ad->rq[slot].first_ns = now_ns;
 }
 
 static void
-ad_ended(void *st, uint32_t slot)
+ad_ended(void *st, uint32_t slot, uint64_t now_ns, bool completed)
 {
     lr__adaptive_settle(st, slot, -1);
+    lr__adaptive_end(st, slot, now_ns, completed);
 }
 
 /* Snapshot section ADPT: u32 classes; per class f64 theta, bv, prior,

@@ -38,20 +38,27 @@ struct lr__calib {
 };
 
 /* A dispatch's features, kept until its first token (w and own in
- * thousands of tokens). */
+ * thousands of tokens), and until it ends, the class it decodes on and
+ * when its first token came. */
 struct lr__calib_req {
     float w, own, d, rtt_s; /* w NaN: none; own: its uncached tokens */
     uint32_t cls;
     uint32_t loads; /* its adapter: 1 loaded in a free slot, 2 no slot free */
     float ahead;    /* adapters ahead of it for a slot; -1: none known */
+    uint32_t dcls;  /* its decode instance's class; UINT32_MAX: none kept */
+    uint64_t first_ns; /* its first token; 0: none yet */
 };
 
-/* The seconds a class's engines keep a first token waiting for a LoRA
- * adapter, learnt from the first tokens of requests that loaded one: what
- * the class's TTFT model leaves unexplained, averaged over the last
- * ~LOAD_MEMORY loads; apart for loads into a free slot and loads that
- * found every slot held by adapters with requests in flight (those wait
- * for a slot to free, which takes a request's decoding, not a load). */
+/* A mean of seconds over the last samples (a running mean whose weight
+ * stops falling at a memory of N samples). The seconds a class's engines
+ * keep a first token waiting for a LoRA adapter, learnt from the first
+ * tokens of requests that loaded one: what the class's TTFT model leaves
+ * unexplained, averaged over the last ~LOAD_MEMORY loads; apart for loads
+ * into a free slot and loads that found every slot held by adapters with
+ * requests in flight (those wait for a slot to free, which takes a
+ * request's decoding, not a load). And a class's decode seconds per
+ * request, from first token to completion, over the last ~DECODE_MEMORY
+ * completions. */
 struct lr__load_fit {
     double s; /* the estimate */
     uint32_t n;
@@ -86,6 +93,7 @@ struct lr__adaptive {
     struct lr__load_fit load[LR_LOAD_MAX_CLASSES][2]; /* free slot, none */
     struct lr__slot_fit slot[LR_LOAD_MAX_CLASSES][2]; /* resident, loads */
     struct lr__slot_fit slot_all[2];                  /* every class's */
+    struct lr__load_fit decode[LR_LOAD_MAX_CLASSES];  /* decode_s */
     struct lr__calib_req *rq;                         /* max_req */
 };
 
@@ -160,6 +168,12 @@ lr__adaptive_delivered(const lr_candidate *row, size_t row_size,
 /* The request in `slot` got its first token after ttft_s (ttft_s < 0: it
  * ended without one, or moved): fold it into its class's model. */
 void lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s);
+
+/* The request in `slot` ended at now_ns, completed or not (failed,
+ * moved): a completion after a first token folds its decode seconds into
+ * its decode class's mean; the slot keeps nothing of it after. */
+void lr__adaptive_end(struct lr__adaptive *ad, uint32_t slot, uint64_t now_ns,
+                      bool completed);
 
 uint64_t lr__adaptive_digest(const struct lr__adaptive *ad, uint64_t d);
 

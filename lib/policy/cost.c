@@ -490,6 +490,9 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
         LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V4 &&
                          (r->role < LR_ROLE_BOTH || r->role > LR_ROLE_DECODE),
                      LR_EINVAL);
+        LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V5 &&
+                         !row_finite_nonneg(r->decode_s),
+                     LR_EINVAL);
     }
     return LR_OK;
 }

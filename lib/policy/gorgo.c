@@ -113,10 +113,11 @@ gorgo_get(const void *st, int32_t key, double *value)
 }
 
 static void
-gorgo_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
-                  const double *param)
+gorgo_first_token(void *st, uint32_t slot, double ttft_s, uint64_t now_ns,
+                  int32_t policy, const double *param)
 {
     (void)slot;
+    (void)now_ns;
     (void)param;
     if (policy == LR_POLICY_GORGO)
         (void)lr_cost_observe(st, ttft_s); /* finite, >= 0 */

@@ -465,16 +465,19 @@ ls_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 }
 
 static void
-ls_first_token(void *st, uint32_t slot, double ttft_s, int32_t policy,
-               const double *param)
+ls_first_token(void *st, uint32_t slot, double ttft_s, uint64_t now_ns,
+               int32_t policy, const double *param)
 {
     (void)policy;
+    (void)now_ns;
     lr__lodestar_settle(st, slot, ttft_s, param[LR_PARAM_LODESTAR_MAX_TTFT_S]);
 }
 
 static void
-ls_ended(void *st, uint32_t slot)
+ls_ended(void *st, uint32_t slot, uint64_t now_ns, bool completed)
 {
+    (void)now_ns;
+    (void)completed;
     lr__lodestar_settle(st, slot, -1, 0);
 }
 

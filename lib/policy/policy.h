@@ -289,12 +289,13 @@ struct lr__pstate_ops {
 
     /* write side */
     void (*record)(void *st, const struct lr__placed *p, uint64_t now_ns);
-    /* A request of load slot `slot` saw its first token after ttft_s
-     * (finite, >= 0). */
-    void (*first_token)(void *st, uint32_t slot, double ttft_s, int32_t policy,
-                        const double *param);
-    /* It ended (complete, fail) or moved: what waits on it goes. */
-    void (*ended)(void *st, uint32_t slot);
+    /* A request of load slot `slot` saw its first token at now_ns, ttft_s
+     * after its dispatch (finite, >= 0; -1: before it, no sample). */
+    void (*first_token)(void *st, uint32_t slot, double ttft_s, uint64_t now_ns,
+                        int32_t policy, const double *param);
+    /* It ended at now_ns (completed, or failed or moved: false): what
+     * waits on it goes. */
+    void (*ended)(void *st, uint32_t slot, uint64_t now_ns, bool completed);
 
     /* Snapshot: a section of this tag, when the state has something to
      * keep (save: *out NULL for nothing); load builds a whole state aside

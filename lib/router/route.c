@@ -431,7 +431,7 @@ static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
  * first (a `rep stos` over each whole row was 5% of a call): a new field must
  * be written there. */
-_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V4,
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V5,
                "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
@@ -465,6 +465,7 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
     c->ttft_s_per_decoding = 0;
     c->prefill_tokens_avg = 0;
     c->route_rate = 0;
+    c->decode_s = 0;
     if (adapter != 0) {
         lr__adapters_fill(&r->ad, adapter, r->param[LR_PARAM_ADAPTER_LOAD_S],
                           c);
@@ -1426,7 +1427,7 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
         LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
         {
             if (ops->first_token != NULL)
-                ops->first_token(sp, v.slot, ttft, r->policy, r->param);
+                ops->first_token(sp, v.slot, ttft, now_ns, r->policy, r->param);
         }
         lr__router_pstates_sync(r);
         lr__router_fleet_touch(r, v.instance);
@@ -1437,12 +1438,12 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
 /* What waits on request slot `slot` in the states goes (it ended, or
  * moved: its features were another instance's). */
 static void
-settle_ended(lr_router *r, uint32_t slot)
+settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns, bool completed)
 {
     LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
     {
         if (ops->ended != NULL)
-            ops->ended(sp, slot);
+            ops->ended(sp, slot, now_ns, completed);
     }
 }
 
@@ -1461,7 +1462,7 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
                  : lr_load_fail(r->ld, request_id);
     if (st == LR_OK) {
-        settle_ended(r, v.slot);
+        settle_ended(r, v.slot, now_ns, completed);
         lr__adapters_end(&r->ad, v.slot);
         lr__router_fleet_touch(r, v.instance);
         if (v.prefill_instance != NONE)
@@ -1555,7 +1556,7 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
         st = lr_load_move(r->ld, request_id, to, cached);
         if (st == LR_OK) { /* its features were the old instance's */
-            settle_ended(r, v.slot);
+            settle_ended(r, v.slot, r->clock.newest, false);
             lr__adapters_move(&r->ad, v.slot, to, r->clock.newest);
             lr__router_fleet_touch(r, v.instance);
             lr__router_fleet_touch(r, to);

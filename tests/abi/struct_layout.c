@@ -266,6 +266,13 @@ _Static_assert(offsetof(lr_candidate, role) == LR_CANDIDATE_SIZE_V3 &&
                "lr_candidate: role and placement moved");
 _Static_assert(LR_CANDIDATE_SIZE_V4 == offsetof(lr_candidate, region) + 4,
                "LR_CANDIDATE_SIZE_V4: does not end at region");
+/* 0.3: adaptive's decode seconds after them, 8-aligned */
+_Static_assert(offsetof(lr_candidate, decode_s) ==
+                       ((LR_CANDIDATE_SIZE_V4 + 7) & ~(size_t)7) &&
+                   LR_CANDIDATE_SIZE_V5 ==
+                       offsetof(lr_candidate, decode_s) + 8 &&
+                   sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V5,
+               "lr_candidate: decode_s moved");
 _Static_assert(LR_ROLE_BOTH == 0 && LR_ROLE_PREFILL == 1 &&
                    LR_ROLE_DECODE == 2,
                "lr_role values");

@@ -186,7 +186,10 @@ class Candidate(NamedTuple):
     Role.BOTH, by default): in a table with Role.PREFILL rows every row
     that can decode comes first. ``node``, ``rack`` and ``region`` are
     where it runs (0: unknown), which prices a KV transfer between two
-    rows (Param.KV_GBPS_NODE .. KV_GBPS_WAN)."""
+    rows (Param.KV_GBPS_NODE .. KV_GBPS_WAN). ``decode_s`` is the router's
+    calibrated decode seconds of its class for adaptive (first token to
+    completion, 0 before any), what a prefill kept there is weighed
+    against (Param.ADAPTIVE_PD_STALL)."""
 
     instance: int
     cached_tokens: int = 0
@@ -226,6 +229,7 @@ class Candidate(NamedTuple):
     node: int = 0
     rack: int = 0
     region: int = 0
+    decode_s: float = 0.0
 
 
 _FIELDS = Candidate._fields

@@ -54,7 +54,7 @@ class Enums(unittest.TestCase):
                 ("PD_MIN_UNCACHED", 55, 16),
                 ("PD_LOCAL_MAX_TOKENS", 56, 2048),
                 ("PD_LOCAL_MAX_RATIO", 57, 0.7),
-                ("ADAPTIVE_PD_STALL", 58, 0.01)]
+                ("ADAPTIVE_PD_STALL", 58, 0.1)]
         for name, key, default in want:
             with self.subTest(param=name):
                 p = L.Param[name]
@@ -68,6 +68,7 @@ class Enums(unittest.TestCase):
                 ("LR_DISPATCH_SIZE_V2", "lr_dispatch",
                  "prefill_cached_tokens", 4),
                 ("LR_CANDIDATE_SIZE_V4", "lr_candidate", "region", 4),
+                ("LR_CANDIDATE_SIZE_V5", "lr_candidate", "decode_s", 8),
                 ("LR_DECISION_SIZE_V3", "lr_decision", "transfer_s", 8),
                 ("LR_DISPATCHED_SIZE_V2", "lr_dispatched", "transfer_s", 8),
                 ("LR_INSTANCE_SPEC_SIZE_V3", "lr_instance_spec", "region",
@@ -88,6 +89,9 @@ class Enums(unittest.TestCase):
         self.assertEqual(t.cdata[0].rack, 5)
         with self.assertRaises(ValueError):
             L.Candidates([L.Candidate(0, node=-1)])
+        self.assertEqual(c.decode_s, 0.0)
+        t[0] = t[0]._replace(decode_s=2.5)
+        self.assertEqual(t.cdata[0].decode_s, 2.5)
 
 
 class RouterPd(unittest.TestCase):

@@ -111,6 +111,11 @@ pub struct Candidate {
     pub rack: u32,
     /// See `node`.
     pub region: u32,
+    /// The router's calibrated decode seconds of its class (adaptive):
+    /// first token to completion, the mean of those it saw lately; 0
+    /// before any. What a prefill kept on a decode instance is weighed
+    /// against ([`crate::Param::ADAPTIVE_PD_STALL`]).
+    pub decode_s: f64,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -161,7 +166,8 @@ const _: () = {
         role,
         node,
         rack,
-        region
+        region,
+        decode_s
     );
 };
 

@@ -324,8 +324,12 @@ named_consts! { Param, consts,
     PD_LOCAL_MAX_TOKENS = sys::LR_PARAM_PD_LOCAL_MAX_TOKENS,
     /// ... and a share of the prompt below this (0.7).
     PD_LOCAL_MAX_RATIO = sys::LR_PARAM_PD_LOCAL_MAX_RATIO,
-    /// adaptive's price of a prefill kept where it decodes, per second of
-    /// that prefill and per request decoding there (0.05).
+    /// adaptive keeps a request whole on a decode instance where requests
+    /// are in flight only when its prefill's seconds there are at most
+    /// this x the decode seconds of a request there
+    /// ([`crate::Candidate::decode_s`]) and the wait it would have at the
+    /// prefill instance is at least twice what it stalls them all
+    /// together (0.1; 0: only on an idle decode instance).
     ADAPTIVE_PD_STALL = sys::LR_PARAM_ADAPTIVE_PD_STALL,
     /// A route in a fleet of more than this many routable instances (256)
     /// weighs only the candidates its policy can pick: the instances

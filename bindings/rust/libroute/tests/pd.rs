@@ -66,7 +66,7 @@ fn constants() {
         (Param::PD_MIN_UNCACHED, 55, 16.0),
         (Param::PD_LOCAL_MAX_TOKENS, 56, 2048.0),
         (Param::PD_LOCAL_MAX_RATIO, 57, 0.7),
-        (Param::ADAPTIVE_PD_STALL, 58, 0.01),
+        (Param::ADAPTIVE_PD_STALL, 58, 0.1),
     ] {
         assert_eq!(p.raw(), key, "{p}");
         assert_eq!(p.bounds().unwrap().default, def, "{p}");
