@@ -23,7 +23,8 @@ sim_front_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
     return 0;
 }
 
-/* none | events | deltas:MS[:LOSS] | events+deltas:MS[:LOSS] */
+/* none | events | events+learn | deltas:MS[:LOSS] |
+ * events+deltas:MS[:LOSS] */
 int
 sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
 {
@@ -35,6 +36,10 @@ sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
         r->sync = SIM_SYNC_EVENTS;
         return 0;
     }
+    if (strcmp(v, "events+learn") == 0) {
+        r->sync = SIM_SYNC_EVENTS_LEARN;
+        return 0;
+    }
     int sync = SIM_SYNC_DELTAS;
     if (strncmp(v, "events+", 7) == 0) {
         sync = SIM_SYNC_EVENTS_DELTAS;
@@ -42,7 +47,7 @@ sim_sync_parse(const char *v, struct sim_replicas *r, struct sim_err *err)
     }
     if (strncmp(v, "deltas:", 7) != 0)
         return sim_errf(err,
-                        "unknown sync '%s' (none, events, "
+                        "unknown sync '%s' (none, events, events+learn, "
                         "deltas:MS[:LOSS], events+deltas:MS[:LOSS])",
                         v);
     char *end;
@@ -83,6 +88,8 @@ sim_replicas_describe(const struct sim_replicas *r, char *buf, size_t len)
         snprintf(sync, sizeof sync, "none");
     else if (r->sync == SIM_SYNC_EVENTS)
         snprintf(sync, sizeof sync, "events");
+    else if (r->sync == SIM_SYNC_EVENTS_LEARN)
+        snprintf(sync, sizeof sync, "events+learn");
     else if (r->loss > 0)
         snprintf(sync, sizeof sync, "%sdeltas:%g:%g", ev,
                  (double)r->delta_us / 1e3, r->loss);

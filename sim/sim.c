@@ -1456,7 +1456,8 @@ make_router(struct run *r, uint32_t rk)
      * recency order, as the engines do (docs/scale.md) */
     if (cfg->rep.eviction >= 0)
         o.index_eviction = cfg->rep.eviction;
-    else if (r->n_rep > 1 && sim_sync_deltas(&cfg->rep))
+    else if (r->n_rep > 1 && (sim_sync_deltas(&cfg->rep) ||
+                              cfg->rep.sync == SIM_SYNC_EVENTS_LEARN))
         o.index_eviction = LR_EVICT_LRU;
     o.block_tokens = cfg->block_tokens;
     o.max_instances = r->c->n;
@@ -1475,7 +1476,8 @@ make_router(struct run *r, uint32_t rk)
      * its routes and takes the engines' events too holds the fleet's
      * cache, as the events report it, and the placements of requests not
      * yet prefilled: twice that (docs/scale.md, "Under overload") */
-    if (cfg->rep.sync == SIM_SYNC_EVENTS_DELTAS)
+    if (cfg->rep.sync == SIM_SYNC_EVENTS_DELTAS ||
+        cfg->rep.sync == SIM_SYNC_EVENTS_LEARN)
         total *= 2;
     o.index_capacity_blocks = cfg->index_blocks ? cfg->index_blocks : total;
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)

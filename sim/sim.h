@@ -39,8 +39,10 @@ enum {
     SIM_SYNC_NONE,
     SIM_SYNC_EVENTS,       /* the engines' KV events alone */
     SIM_SYNC_DELTAS,       /* the routers' own placements, as deltas */
-    SIM_SYNC_EVENTS_DELTAS /* both: routes learn, peers hear of them by
-                            * deltas, the engines' events correct them */
+    SIM_SYNC_EVENTS_DELTAS, /* both: routes learn, peers hear of them by
+                             * deltas, the engines' events correct them */
+    SIM_SYNC_EVENTS_LEARN   /* the engines' events, and each router's own
+                             * placements, shared with no one */
 };
 #define SIM_MAX_REPLICAS 64u
 
@@ -49,7 +51,8 @@ struct sim_replicas {
     int front;         /* SIM_FRONT_*: who gets each request */
     int sync;          /* SIM_SYNC_*: none; every engine's KV events to
                         * every router (routes learn nothing themselves);
-                        * deltas every delta_us; or events and deltas */
+                        * deltas every delta_us; events and deltas; or
+                        * events, routes learning for themselves */
     uint64_t delta_us; /* deltas: publication period */
     double loss;       /* deltas: share of deliveries lost, [0, 1) */
     uint64_t gauge_us; /* load gauges' period when n > 1 and sync is not
@@ -64,7 +67,8 @@ struct sim_replicas {
 static inline int
 sim_sync_events(const struct sim_replicas *r)
 {
-    return r->sync == SIM_SYNC_EVENTS || r->sync == SIM_SYNC_EVENTS_DELTAS;
+    return r->sync == SIM_SYNC_EVENTS || r->sync == SIM_SYNC_EVENTS_DELTAS ||
+           r->sync == SIM_SYNC_EVENTS_LEARN;
 }
 
 static inline int

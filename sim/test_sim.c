@@ -328,12 +328,12 @@ test_replicas(void **state)
     parse_cluster("6xa100", &c);
     const int32_t pol = LR_POLICY_PREFIX_CACHE_AND_LOAD;
     static const char *const fronts[] = { "random", "round-robin", "session" };
-    static const char *const syncs[] = { "none", "events", "deltas:100",
-                                         "deltas:250:0.3",
-                                         "events+deltas:100" };
-    double hit[5] = { 0 };
+    static const char *const syncs[] = { "none",           "events",
+                                         "deltas:100",     "deltas:250:0.3",
+                                         "events+deltas:100", "events+learn" };
+    double hit[6] = { 0 };
     for (int f = 0; f < 3; f++)
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < 6; k++) {
             struct sim_result a, b;
             memset(&b, 0, sizeof b);
             run_rep(&w, &c, pol, fronts[f], syncs[k], 3, &a);
@@ -343,8 +343,8 @@ test_replicas(void **state)
                 assert_true(a.ttft_mean_s == b.ttft_mean_s &&
                             a.hit_tokens == b.hit_tokens);
             }
-            assert_int_equal(a.kv_events > 0, k == 1 || k == 4);
-            assert_int_equal(a.deltas_sent > 0, k >= 2);
+            assert_int_equal(a.kv_events > 0, k == 1 || k >= 4);
+            assert_int_equal(a.deltas_sent > 0, k >= 2 && k <= 4);
             assert_int_equal(a.gauges_sent > 0, k >= 1);
             assert_int_equal(a.deltas_dropped > 0, k == 3);
             if (f == 0)
@@ -356,6 +356,7 @@ test_replicas(void **state)
     assert_true(hit[0] < 0.85 * hit[1]);
     assert_true(hit[0] < 0.85 * hit[2]);
     assert_true(hit[0] < 0.85 * hit[4]);
+    assert_true(hit[0] < 0.85 * hit[5]);
     /* one replica is a single router, whatever the sync */
     struct sim_result one, plain;
     run_rep(&w, &c, pol, "random", "deltas:100", 1, &one);
@@ -383,6 +384,12 @@ test_replicas(void **state)
     r.n = 4;
     sim_replicas_describe(&r, desc, sizeof desc);
     assert_string_equal(desc, "4 x random, events+deltas:50:0.1");
+    assert_int_equal(sim_sync_parse("events+learn", &r, &err), 0);
+    assert_int_equal(r.sync, SIM_SYNC_EVENTS_LEARN);
+    assert_true(sim_sync_events(&r) && !sim_sync_deltas(&r));
+    sim_replicas_describe(&r, desc, sizeof desc);
+    assert_string_equal(desc, "4 x random, events+learn");
+    assert_int_equal(sim_sync_parse("events+learn:10", &r, &err), -1);
     assert_int_equal(sim_front_parse("sticky", &r, &err), -1);
     assert_int_equal(sim_sync_parse("deltas:2.5:0.25", &r, &err), 0);
     assert_int_equal(r.delta_us, 2500);
