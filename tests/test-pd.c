@@ -539,6 +539,17 @@ router_split_route(void **state)
     lr_router_destroy(r);
 }
 
+/* Request id of t's 256 tokens routed at `at`, its first token at
+ * `first`, its completion at `end`. */
+static void
+served(lr_router *r, uint64_t id, const uint32_t *t, uint64_t at,
+       uint64_t first, uint64_t end)
+{
+    assert_st(route_one(r, id, t, 256, 0, at, NULL), LR_OK);
+    assert_st(lr_router_first_token(r, id, first), LR_OK);
+    assert_st(lr_router_complete(r, id, 100, end), LR_OK);
+}
+
 /* adaptive learns the decode seconds of its class from the requests it
  * routed that completed after a first token: every row of the class
  * carries their mean; a failed request, one without a first token and one
@@ -554,9 +565,7 @@ router_decode_seconds(void **state)
     size_t n = candidates_of(r, t, 256, T0, rows, 8);
     for (size_t i = 0; i < n; i++)
         assert_true(rows[i].decode_s == 0);
-    assert_st(route_one(r, 1, t, 256, 0, T0, NULL), LR_OK);
-    assert_st(lr_router_first_token(r, 1, T0 + SEC), LR_OK);
-    assert_st(lr_router_complete(r, 1, 100, T0 + 5 * SEC), LR_OK);
+    served(r, 1, t, T0, T0 + SEC, T0 + 5 * SEC);
     n = candidates_of(r, t, 256, T0 + 5 * SEC, rows, 8);
     assert_int_equal(n, 4);
     for (size_t i = 0; i < n; i++)
@@ -576,16 +585,12 @@ router_decode_seconds(void **state)
     assert_st(lr_router_first_token(r, 4, T0 + 42 * SEC), LR_OK);
     assert_st(lr_router_remove_instance(r, d.instance), LR_OK);
     assert_st(lr_router_set_policy(r, LR_POLICY_LLMD_PD), LR_OK);
-    assert_st(route_one(r, 6, t, 256, 0, T0 + 43 * SEC, NULL), LR_OK);
-    assert_st(lr_router_first_token(r, 6, T0 + 44 * SEC), LR_OK);
-    assert_st(lr_router_complete(r, 6, 100, T0 + 60 * SEC), LR_OK);
+    served(r, 6, t, T0 + 43 * SEC, T0 + 44 * SEC, T0 + 60 * SEC);
     assert_st(lr_router_set_policy(r, LR_POLICY_ADAPTIVE), LR_OK);
     n = candidates_of(r, t, 256, T0 + 60 * SEC, rows, 8);
     assert_true(fabs(rows[0].decode_s - 4.0) < 1e-9);
     /* a second completion, 2 s: the mean of both */
-    assert_st(route_one(r, 5, t, 256, 0, T0 + 61 * SEC, NULL), LR_OK);
-    assert_st(lr_router_first_token(r, 5, T0 + 62 * SEC), LR_OK);
-    assert_st(lr_router_complete(r, 5, 100, T0 + 64 * SEC), LR_OK);
+    served(r, 5, t, T0 + 61 * SEC, T0 + 62 * SEC, T0 + 64 * SEC);
     n = candidates_of(r, t, 256, T0 + 64 * SEC, rows, 8);
     for (size_t i = 0; i < n; i++)
         assert_true(fabs(rows[i].decode_s - 3.0) < 1e-9);
