@@ -272,6 +272,9 @@ for t in tabs:
         assert [rows[n][col] for n in rows].count('1.000') == 1, (col, rows)
     assert rows['min-ttft'][1:3] == ['1.000', '1.000'], rows
     assert table[t + 4].startswith('= best TTFT (s)'), table[t + 4]
+tp = [i for i, l in enumerate(table) if l.startswith('TPOT p99 / the best')]
+assert len(tp) == 1 and table[tp[0] + 1].split()[:3] == ['policy', '1', '2'], tp
+assert table[tp[0] + 4].startswith('= best TPOT (s)'), table[tp[0] + 4]
 
 def timeless(x):
     skip = {'wall_s', 'jobs', 'route_ns_p50', 'route_ns_p99', 'route_ns_mean',
@@ -293,7 +296,8 @@ for r in d['runs']:
     assert r['requests'] == 200 and 'instances' in r and 'ttft_p99_s' in r
     want = 'scale:2' if r['policy'] == 'least-request' else 'nominal'
     assert r['router_rates'] == want, r['router_rates']
-for key, m in (('ttft_mean', 'ttft_mean_s'), ('ttft_p99', 'ttft_p99_s')):
+for key, m in (('ttft_mean', 'ttft_mean_s'), ('ttft_p99', 'ttft_p99_s'),
+               ('tpot_p99', 'tpot_p99_s')):
     t = d['ratios'][key]
     for c in ('conversation/8', 'hot'):
         best = [min(runs[(c, s, p)][m] for p in ('least-request', 'min-ttft'))
