@@ -107,6 +107,18 @@ as_prompt(const struct pr *p)
 
 /* Peek, require that it wrote nothing; then match with NO_TOUCH and
  * require the same answer. The hits buffer holds cap hits. */
+/* Two match results over hit buffers a and b of cap entries each. */
+static void
+results_on(lr_index_match_result *ra, lr_index_hit *a,
+           lr_index_match_result *rb, lr_index_hit *b, size_t cap)
+{
+    lr_index_match_result_init(ra);
+    lr_index_match_result_init(rb);
+    ra->hits = a;
+    rb->hits = b;
+    ra->hits_capacity = rb->hits_capacity = cap;
+}
+
 static void
 peek_vs_match(lr_index *ix, struct lr__match_scratch *ms, const struct pr *p,
               uint64_t now, size_t cap, uint64_t seed, int step,
@@ -116,11 +128,7 @@ peek_vs_match(lr_index *ix, struct lr__match_scratch *ms, const struct pr *p,
     memset(ha, 0xa5, sizeof ha);
     memset(hb, 0xa5, sizeof hb);
     lr_index_match_result ra, rb;
-    lr_index_match_result_init(&ra);
-    lr_index_match_result_init(&rb);
-    ra.hits = ha;
-    rb.hits = hb;
-    ra.hits_capacity = rb.hits_capacity = cap;
+    results_on(&ra, ha, &rb, hb, cap);
 
     uint64_t d0 = lr__index_digest(ix);
     struct raw r0 = raw_copy(ix);
@@ -171,11 +179,7 @@ cut_vs_whole(lr_index *ix, struct lr__match_scratch *ms, const struct pr *p,
 {
     lr_index_hit whole[HITS], cut[HITS], smp[HITS];
     lr_index_match_result rw, rc;
-    lr_index_match_result_init(&rw);
-    lr_index_match_result_init(&rc);
-    rw.hits = whole;
-    rc.hits = cut;
-    rw.hits_capacity = rc.hits_capacity = HITS;
+    results_on(&rw, whole, &rc, cut, HITS);
     if (lr__index_peek(ix, p->keys, p->n_keys, now, ms, &rw) != LR_OK)
         return;
     struct lr__peek_cut c = { (uint32_t)tu_below(rs, N_INST + 1),

@@ -578,8 +578,9 @@ router_decode_seconds(void **state)
     assert_st(lr_router_complete(r, 3, 100, T0 + 40 * SEC), LR_OK);
     n = candidates_of(r, t, 256, T0 + 40 * SEC, rows, 8);
     assert_true(fabs(rows[0].decode_s - 4.0) < 1e-9);
-    /* a request whose instance went with it leaves its record behind: the
-     * next one in its slot, routed by another policy, is its own */
+    /* a request whose instance is removed ends with it, in adaptive's
+     * record too: the next one in its slot, routed by another policy,
+     * is not taken for it */
     lr_decision d;
     assert_st(route_one(r, 4, t, 256, 0, T0 + 41 * SEC, &d), LR_OK);
     assert_st(lr_router_first_token(r, 4, T0 + 42 * SEC), LR_OK);

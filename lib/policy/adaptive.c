@@ -544,6 +544,15 @@ learn_slot_wait(struct lr__adaptive *ad, const struct lr__calib_req *r,
     fold_slot(&ad->slot_all[r->loads > 0], r->ahead, extra);
 }
 
+/* Fold x into f's mean, whose weight stops falling at `memory` samples. */
+static void
+fit_mean(struct lr__load_fit *f, double x, double memory)
+{
+    f->n += f->n < UINT32_MAX;
+    double a = 1.0 / (f->n < memory ? f->n : memory);
+    f->s += a * (x - f->s);
+}
+
 void
 lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
 {
@@ -569,11 +578,8 @@ lr__adaptive_settle(struct lr__adaptive *ad, uint32_t slot, double ttft_s)
         double extra = y - predicted(c, x);
         extra = extra < 0 ? 0 : extra > MAX_LOAD_S ? MAX_LOAD_S : extra;
         struct lr__load_fit *lf = &ad->load[r->cls][r->loads - 1];
-        if (isfinite(extra)) {
-            lf->n++;
-            double a = 1.0 / (lf->n < LOAD_MEMORY ? lf->n : LOAD_MEMORY);
-            lf->s += a * (extra - lf->s);
-        }
+        if (isfinite(extra))
+            fit_mean(lf, extra, LOAD_MEMORY);
         return;
     }
     /* absurd telemetry (a queue of 2^60 tokens) must not leave a fit that
@@ -602,10 +608,7 @@ lr__adaptive_end(struct lr__adaptive *ad, uint32_t slot, uint64_t now_ns,
     if (!completed || cls >= LR_LOAD_MAX_CLASSES || first == 0 ||
         now_ns < first)
         return;
-    struct lr__load_fit *f = &ad->decode[cls];
-    f->n += f->n < UINT32_MAX;
-    double a = 1.0 / (f->n < DECODE_MEMORY ? f->n : DECODE_MEMORY);
-    f->s += a * ((double)(now_ns - first) / 1e9 - f->s);
+    fit_mean(&ad->decode[cls], (double)(now_ns - first) / 1e9, DECODE_MEMORY);
 }
 
 uint64_t
@@ -969,15 +972,8 @@ static void
 ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
 {
     struct lr__adaptive *ad = st;
-    if (p->slot == LR_NIL || ad->rq == NULL)
-        return;
-    /* the slot's record is this request's from here on, whoever decided
-     * it: a request whose instance went with it left its record behind */
-    struct lr__calib_req *rq = &ad->rq[p->slot];
-    rq->w = NAN;
-    rq->dcls = UINT32_MAX;
-    rq->first_ns = 0;
-    if (p->v->policy != LR_POLICY_ADAPTIVE)
+    if (p->v->policy != LR_POLICY_ADAPTIVE || p->slot == LR_NIL ||
+        ad->rq == NULL)
         return;
     /* a split request's first token is its prefill's (at the prefill
      * instance's class), the KV's transfer and the decode instance's
@@ -993,7 +989,8 @@ ad_record(void *st, const struct lr__placed *p, uint64_t now_ns)
                           beyond);
     lr__adaptive_observe(st, p->rows, p->n, d->instance,
                          split ? c->instance : LR_INSTANCE_NONE, now_ns);
-    rq->dcls = d->instance_class;
+    ad->rq[p->slot].dcls = d->instance_class;
+    ad->rq[p->slot].first_ns = 0;
 }
 
 static void

@@ -1435,10 +1435,9 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
     return lr__router_leave(r, st, now_ns);
 }
 
-/* What waits on request slot `slot` in the states goes (it ended, or
- * moved: its features were another instance's). */
-static void
-settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns, bool completed)
+void
+lr__router_settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns,
+                        bool completed)
 {
     LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
     {
@@ -1462,7 +1461,7 @@ end_request(lr_router *r, uint64_t request_id, uint32_t output_tokens,
                  ? lr_load_complete(r->ld, request_id, output_tokens, now_ns)
                  : lr_load_fail(r->ld, request_id);
     if (st == LR_OK) {
-        settle_ended(r, v.slot, now_ns, completed);
+        lr__router_settle_ended(r, v.slot, now_ns, completed);
         lr__adapters_end(&r->ad, v.slot);
         lr__router_fleet_touch(r, v.instance);
         if (v.prefill_instance != NONE)
@@ -1556,7 +1555,7 @@ lr_router_move(lr_router *r, uint64_t request_id, uint32_t to)
         uint32_t cached = to == v.alt_instance ? v.alt_cached_tokens : 0;
         st = lr_load_move(r->ld, request_id, to, cached);
         if (st == LR_OK) { /* its features were the old instance's */
-            settle_ended(r, v.slot, r->clock.newest, false);
+            lr__router_settle_ended(r, v.slot, r->clock.newest, false);
             lr__adapters_move(&r->ad, v.slot, to, r->clock.newest);
             lr__router_fleet_touch(r, v.instance);
             lr__router_fleet_touch(r, to);

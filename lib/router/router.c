@@ -917,6 +917,15 @@ lr_router_drain_instance(lr_router *r, uint32_t id, int32_t draining)
     return lr__router_release(r, st);
 }
 
+/* lr__load_each_req's visit of a removed instance's requests. */
+static int
+settle_gone(void *ctx, const struct lr__req_view *v)
+{
+    lr_router *r = ctx;
+    lr__router_settle_ended(r, v->slot, r->clock.newest, false);
+    return 0;
+}
+
 lr_status
 lr_router_remove_instance(lr_router *r, uint32_t id)
 {
@@ -939,6 +948,8 @@ lr_router_remove_instance(lr_router *r, uint32_t id)
     r->ixgen_all++;
     lr__router_marks_forget(r, id);
     lr__router_ix_unlock(r);
+    /* its requests end with it, in the policies' states too */
+    lr__load_each_req(r->ld, id, settle_gone, r);
     (void)lr_load_remove_instance(r->ld, id); /* tracked since its add */
     lr__table_remove(&r->names, name_hash(r, in->name, in->name_len), id);
     lr__free(&r->mem, in->name, in->name_len + 1);

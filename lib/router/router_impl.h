@@ -388,6 +388,12 @@ uint32_t lr__router_act_index(const lr_router *r, uint32_t id);
  * time; ... every routable instance's (lr_router_expire, a restore).
  * Under the write lock. */
 void lr__router_fleet_touch(lr_router *r, uint32_t id);
+
+/* What waits on request slot `slot` in the policies' states goes: the
+ * request ended at now_ns (completed, or failed, moved or lost with its
+ * instance: false). Under the exclusive lock. */
+void lr__router_settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns,
+                             bool completed);
 void lr__router_fleet_touch_all(lr_router *r);
 /* The peers' callback (lr__peers_on_moved): touch instance id, or every
  * one for LR_INSTANCE_NONE. */
