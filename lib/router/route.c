@@ -1435,17 +1435,6 @@ lr_router_first_token(lr_router *r, uint64_t request_id, uint64_t now_ns)
     return lr__router_leave(r, st, now_ns);
 }
 
-void
-lr__router_settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns,
-                        bool completed)
-{
-    LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
-    {
-        if (ops->ended != NULL)
-            ops->ended(sp, slot, now_ns, completed);
-    }
-}
-
 /* A request ends (complete, fail): its record goes, and what waits on
  * its first token in the states is dropped. */
 static lr_status

@@ -917,6 +917,17 @@ lr_router_drain_instance(lr_router *r, uint32_t id, int32_t draining)
     return lr__router_release(r, st);
 }
 
+void
+lr__router_settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns,
+                        bool completed)
+{
+    LR__ROUTER_EACH_PSTATE(r, kind, ops, sp)
+    {
+        if (ops->ended != NULL)
+            ops->ended(sp, slot, now_ns, completed);
+    }
+}
+
 /* lr__load_each_req's visit of a removed instance's requests. */
 static int
 settle_gone(void *ctx, const struct lr__req_view *v)
