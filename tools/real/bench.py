@@ -52,7 +52,7 @@ def log(msg: str) -> None:
 class Result:
     __slots__ = ("conv", "turn", "engine", "ttft_ms", "e2e_ms", "prompt",
                  "cache_n", "prompt_n", "predicted", "n_out", "ok", "error",
-                 "start_s")
+                 "start_s", "prompt_ms")
 
     def __init__(self, conv: int, turn: int, prompt: int) -> None:
         self.conv, self.turn, self.prompt = conv, turn, prompt
@@ -62,12 +62,13 @@ class Result:
         self.ok = False
         self.error = ""
         self.start_s = 0.0
+        self.prompt_ms = 0.0
 
     def row(self) -> List[Any]:
         return [self.conv, self.turn, self.engine, round(self.ttft_ms, 2),
                 round(self.e2e_ms, 2), self.prompt, self.cache_n,
                 self.prompt_n, self.predicted, self.n_out, int(self.ok),
-                self.error, round(self.start_s, 3)]
+                self.error, round(self.start_s, 3), round(self.prompt_ms, 2)]
 
 
 # The llama-spm vocabulary's byte tokens (<0x00>..<0xFF>, ids 3..258) are
@@ -86,7 +87,7 @@ def completion_body(prompt: List[int], n_out: int) -> Dict[str, Any]:
 
 ROW_FIELDS = ["conv", "turn", "engine", "ttft_ms", "e2e_ms", "prompt",
               "cache_n", "prompt_n", "predicted", "n_out", "ok", "error",
-              "start_s"]
+              "start_s", "prompt_ms"]
 
 
 def stream(host: str, port: int, path: str, body: Dict[str, Any],
@@ -132,17 +133,26 @@ class Direct:
     the HTTP gateway, and its on_observed() takes each engine's cache_n.
     A policy named `NAME/blind` is NAME with the router told nothing of
     what the engines reused (no lr_router_observe_cached): what that
-    feedback is worth."""
+    feedback is worth; `NAME/PARAM=VALUE` is NAME with a parameter set
+    (lr_router_set_param; PARAM a name as the binding's Param spells it,
+    for example adaptive/adaptive_contention=0)."""
 
     def __init__(self, backends: List[Tuple[str, str, int]], policy: str,
                  timeout_s: float) -> None:
         from gateway import Gateway, in_router_tokens
         base, _, variant = policy.partition("/")
-        if variant not in ("", "blind"):
+        key, eq, value = variant.partition("=")
+        if variant not in ("", "blind") and not (eq and key and value):
             raise SystemExit(f"real-bench: unknown variant {policy!r}")
         self.observe = variant != "blind"
         self.in_router_tokens = in_router_tokens
         self.gw = Gateway(backends, policy=base, timeout_s=timeout_s)
+        if eq:
+            try:
+                self.gw.router.set_param(key.upper(), float(value))
+            except Exception as e:
+                self.gw.close()
+                raise SystemExit(f"real-bench: {policy!r}: {e}")
         self.ids = itertools.count(1)
         self.timeout_s = timeout_s
 
@@ -191,6 +201,7 @@ class Direct:
             t1 = time.monotonic_ns()
             res.cache_n = int(timings.get("cache_n", 0))
             res.prompt_n = int(timings.get("prompt_n", 0))
+            res.prompt_ms = float(timings.get("prompt_ms", 0.0))
             if self.observe:
                 gw.on_observed(rid, b, d, self.in_router_tokens(
                     res.cache_n, res.cache_n + res.prompt_n, len(toks)))
@@ -257,6 +268,7 @@ class ViaGateway:
         res.predicted = int(hdr.get("x-libroute-cached-tokens", 0))
         res.cache_n = int(timings.get("cache_n", 0))
         res.prompt_n = int(timings.get("prompt_n", 0))
+        res.prompt_ms = float(timings.get("prompt_ms", 0.0))
         res.ttft_ms = (got[0] - t0) / 1e6
         res.e2e_ms = (t1 - t0) / 1e6
         res.n_out, res.ok = len(out), True
@@ -343,7 +355,13 @@ def stats(rows: List[Dict[str, Any]]) -> Dict[str, float]:
     reused = sum(r["cache_n"] for r in ok)
     prompt = sum(r["cache_n"] + r["prompt_n"] for r in ok)
     pred = sum(r["predicted"] for r in ok)
-    return {"n": len(rows), "failed": len(rows) - len(ok),
+    # the engines' own prompt time per computed token: how fast they ran
+    # (rows from before the field have none)
+    timed = [r for r in ok if r.get("prompt_ms", 0) > 0]
+    computed = sum(r["prompt_n"] for r in timed)
+    return {"engine_ms_per_token": (sum(r["prompt_ms"] for r in timed)
+                                    / computed if computed else float("nan")),
+            "n": len(rows), "failed": len(rows) - len(ok),
             "ttft_mean": sum(ttft) / len(ttft) if ttft else float("nan"),
             "ttft_p50": percentile(ttft, 50), "ttft_p90": percentile(ttft, 90),
             "ttft_p99": percentile(ttft, 99),
