@@ -74,7 +74,9 @@ row_ok(const lr_candidate *r, uint32_t prompt)
            (uint64_t)r->cached_tokens + r->cpu_tokens + r->disk_tokens <=
                prompt &&
            r->role >= LR_ROLE_BOTH && r->role <= LR_ROLE_DECODE &&
-           finite_nonneg(r->decode_s);
+           finite_nonneg(r->decode_s) &&
+           r->sibling_fork_tokens <= r->cached_tokens &&
+           r->sibling_lost >= 0 && r->sibling_lost <= 1;
 }
 
 /* The rows that decode first, at least one (rows ok). */
@@ -155,6 +157,10 @@ shape_row(fuzz_dp *dp, uint32_t prompt, lr_candidate *r)
     r->region = fuzz_dp_next_range(dp, 0, 2);
     /* adaptive's decode seconds of the class: none known, or to 100 s */
     r->decode_s = fuzz_dp_next_range(dp, 0, 1000) * 0.1;
+    /* a sibling past the hit, one within it, the engine's share lost */
+    r->sibling_tokens = fuzz_dp_next_range(dp, 0, 4096);
+    r->sibling_fork_tokens = fuzz_dp_next_range(dp, 0, r->cached_tokens);
+    r->sibling_lost = fuzz_dp_next_range(dp, 0, 100) / 100.0;
 }
 
 static bool

@@ -838,6 +838,217 @@ adaptive_credits_delivered_hits(void **state)
     }
 }
 
+/* ---- siblings ----------------------------------------------------------------- */
+
+/* A conversation's turn: system prompt `sys` (64 tokens), then its
+ * messages (64 tokens each, from `conv`), turns + 1 of them; boundaries
+ * after the system prompt and after each message. */
+struct turn {
+    uint32_t t[64 * 8];
+    uint32_t b[8];
+    size_t n, nb;
+};
+
+static void
+turn_of(struct turn *x, uint32_t sys, uint32_t conv, size_t msgs)
+{
+    toks(x->t, 64, sys);
+    x->n = 64;
+    x->nb = 0;
+    x->b[x->nb++] = 64;
+    for (size_t m = 0; m < msgs; m++) {
+        toks(x->t + x->n, 64, 1000 * conv + (uint32_t)m);
+        x->n += 64;
+        x->b[x->nb++] = (uint32_t)x->n;
+    }
+}
+
+static lr_request
+req_of(const struct turn *x, uint64_t id, uint64_t now)
+{
+    lr_request q;
+    lr_request_init(&q);
+    q.id = id;
+    q.tokens = x->t;
+    q.n_tokens = x->n;
+    q.boundaries = x->b;
+    q.n_boundaries = x->nb;
+    q.now_ns = now;
+    return q;
+}
+
+/* The row of instance 0 for turn x. */
+static lr_candidate
+row0(lr_router *r, const struct turn *x, uint64_t now)
+{
+    lr_request q = req_of(x, 999999, now);
+    lr_candidate rows[4];
+    size_t n = 0;
+    assert_st(lr_router_candidates(r, &q, rows, 4, sizeof rows[0], &n), LR_OK);
+    for (size_t k = 0; k < n; k++)
+        if (rows[k].instance == 0)
+            return rows[k];
+    fail_msg("instance 0 not a candidate");
+    return rows[0];
+}
+
+/* Route turn x as request id to instance 0 (the others drained) and end
+ * it, its engine reporting `seen` cached tokens (UINT32_MAX: no report). */
+static void
+send0(lr_router *r, const struct turn *x, uint64_t id, uint64_t now,
+      uint32_t seen)
+{
+    lr_request q = req_of(x, id, now);
+    lr_decision d;
+    lr_decision_init(&d);
+    assert_st(lr_router_route(r, &q, &d), LR_OK);
+    assert_int_equal(d.instance, 0);
+    if (seen != UINT32_MAX)
+        assert_st(lr_router_observe_cached(r, id, seen, now + MS), LR_OK);
+    assert_st(lr_router_first_token(r, id, now + MS), LR_OK);
+    assert_st(lr_router_complete(r, id, 4, now + 2 * MS), LR_OK);
+}
+
+/* The sibling columns, and what an engine's reports teach the router:
+ * conversation X's first turn (the system prompt and a message) on
+ * instance 0; a new conversation Y on the same system prompt then forks
+ * from it where its hit there ends: X's 64 tokens past the system prompt
+ * are its sibling (while X is live: not after 30 s). X's next turn has
+ * its history there and no sibling, until Y goes there: then Y left X's
+ * path at the system prompt, within X's hit (sibling_fork_tokens 64).
+ * An engine that delivers that fork and no more (llama.cpp's slots)
+ * raises the instance's sibling_lost as the load tracker's model has it
+ * (a report of 1 over LOST_PRIOR's 2 of nothing lost); one that delivers
+ * the whole hit (a paged engine) lowers it; a report of a request that
+ * had no fork leaves it, and X's first turn again has none: X's later
+ * turn went on along its path. */
+static void
+siblings_in_the_rows(void **state)
+{
+    (void)state;
+    lr_router *r = mk_router(LR_POLICY_ADAPTIVE);
+    for (uint32_t i = 1; i < 4; i++)
+        assert_st(lr_router_drain_instance(r, i, 1), LR_OK);
+    struct turn x0, x1, y0;
+    turn_of(&x0, 7, 1, 1);
+    turn_of(&x1, 7, 1, 2);
+    turn_of(&y0, 7, 2, 1);
+    uint64_t now = T0;
+    send0(r, &x0, 1, now, UINT32_MAX);
+    lr_candidate c = row0(r, &y0, now + SEC);
+    assert_int_equal(c.cached_tokens, 64);
+    assert_int_equal(c.sibling_tokens, 64);
+    assert_int_equal(c.sibling_fork_tokens, 0);
+    assert_true(c.sibling_lost == 0);
+    c = row0(r, &y0, now + 31 * SEC);
+    assert_int_equal(c.sibling_tokens, 0); /* X ended, as far as we know */
+    c = row0(r, &x1, now + SEC);
+    assert_int_equal(c.cached_tokens, 128);
+    assert_int_equal(c.sibling_tokens, 0);
+    assert_int_equal(c.sibling_fork_tokens, 0); /* its own history */
+    send0(r, &y0, 2, now + SEC, UINT32_MAX);
+    c = row0(r, &x1, now + 2 * SEC);
+    assert_int_equal(c.sibling_fork_tokens, 64);
+    /* the engine delivered the fork: a slot engine */
+    send0(r, &x1, 3, now + 2 * SEC, 64);
+    double sib = 1 / (1 + LOST_PRIOR);
+    c = row0(r, &y0, now + 3 * SEC);
+    assert_true(fabs(c.sibling_lost - sib) < 1e-12);
+    /* X's first turn again: no sibling left its path (X's later turn went
+     * on along it); delivered whole, a plain report changes nothing */
+    c = row0(r, &x0, now + 3 * SEC);
+    assert_int_equal(c.sibling_fork_tokens, 0);
+    send0(r, &x0, 4, now + 3 * SEC, 128);
+    assert_true(fabs(row0(r, &y0, now + 4 * SEC).sibling_lost - sib) < 1e-12);
+    /* lost past the same boundary without a sibling (a paged engine
+     * short of room): the fork is not what loses it */
+    send0(r, &x0, 8, now + 4 * SEC, 0);
+    double plain = LOST_KEEP * 0 + 1, plain_n = LOST_KEEP + 1;
+    assert_true(fabs(row0(r, &y0, now + 4 * SEC).sibling_lost -
+                     (sib - plain / (plain_n + LOST_PRIOR))) < 1e-12);
+    /* a third conversation's next turn after Y's: the whole hit
+     * delivered, a paged engine */
+    struct turn z0, z1;
+    turn_of(&z0, 7, 3, 1);
+    turn_of(&z1, 7, 3, 2);
+    send0(r, &z0, 5, now + 4 * SEC, UINT32_MAX);
+    send0(r, &y0, 6, now + 4 * SEC, UINT32_MAX);
+    c = row0(r, &z1, now + 5 * SEC);
+    assert_int_equal(c.cached_tokens, 128);
+    assert_int_equal(c.sibling_fork_tokens, 64);
+    send0(r, &z1, 7, now + 5 * SEC, c.cached_tokens);
+    double n2 = LOST_KEEP + 1, s2 = LOST_KEEP * 1 + 0;
+    double want = s2 / (n2 + LOST_PRIOR) - plain / (plain_n + LOST_PRIOR);
+    assert_true(fabs(row0(r, &y0, now + 6 * SEC).sibling_lost -
+                     (want > 0 ? want : 0)) < 1e-12);
+    assert_router_ok(r);
+    lr_router_destroy(r);
+}
+
+/* adaptive counts a hit that forks from a live sibling at
+ * cached_tokens x (1 - sibling_lost): where the engine gives the newcomer
+ * the sibling's slot (lost 1) a 500-token hit counts for nothing, and a
+ * 100-token hit elsewhere wins; where it does not (0), or in rows too
+ * short to carry the columns (LR_CANDIDATE_SIZE_V5), the hit counts
+ * whole. A share outside [0, 1], or a fork past the hit, is refused. */
+static void
+adaptive_spares_siblings(void **state)
+{
+    (void)state;
+    lr_policy_input in;
+    lr_policy_input_init(&in);
+    in.prompt_tokens = 1000;
+    in.seed = 1;
+    lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(0, 8000, 0, 0) };
+    rows[0].instance = 10;
+    rows[0].cached_tokens = 500;
+    rows[0].prefix_caching = 1;
+    rows[0].sibling_tokens = 300;
+    rows[0].sibling_lost = 1;
+    rows[1].instance = 11;
+    rows[1].cached_tokens = 100;
+    rows[1].prefix_caching = 1;
+    double sc[2];
+    lr_decision d;
+    lr_decision_init(&d);
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 11);
+    rows[0].sibling_lost = 0;
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 10);
+    rows[0].sibling_lost = 1;
+    rows[0].sibling_tokens = 0; /* no sibling: the hit is its own */
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 10);
+    rows[0].sibling_tokens = 300;
+    _Alignas(lr_candidate) unsigned char v5[2 * LR_CANDIDATE_SIZE_V5];
+    memcpy(v5, &rows[0], LR_CANDIDATE_SIZE_V5);
+    memcpy(v5 + LR_CANDIDATE_SIZE_V5, &rows[1], LR_CANDIDATE_SIZE_V5);
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in,
+                               (const lr_candidate *)(const void *)v5, 2,
+                               LR_CANDIDATE_SIZE_V5, sc, &d),
+              LR_OK);
+    assert_int_equal(d.instance, 10);
+    double bad[] = { -0.1, 1.5, NAN, INFINITY };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        rows[1].sibling_lost = bad[k];
+        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
+                                   sizeof rows[0], sc, &d),
+                  LR_EINVAL);
+    }
+    rows[1].sibling_lost = 0;
+    rows[1].sibling_fork_tokens = 101;
+    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
+                               sc, &d),
+              LR_EINVAL);
+}
+
 /* With a deadline, adaptive keeps its least-cost choice when that meets
  * it, takes the least-cost instance predicted to meet it when it would
  * not (reason slo-switch), and the one predicted fastest when none would.
@@ -918,6 +1129,8 @@ main(void)
         cmocka_unit_test(observed_from_a_full_cache_say_nothing),
         cmocka_unit_test(observe_cached_bad_input),
         cmocka_unit_test(adaptive_credits_delivered_hits),
+        cmocka_unit_test(siblings_in_the_rows),
+        cmocka_unit_test(adaptive_spares_siblings),
         cmocka_unit_test(adaptive_meets_deadlines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

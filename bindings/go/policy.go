@@ -475,6 +475,16 @@ type Candidate struct {
 	// The router's calibrated decode seconds of its class (adaptive): first
 	// token to completion, the mean of those it saw lately; 0 before any.
 	DecodeSeconds float64
+	// A sibling of the request there (another prompt routed there lately
+	// through the point where this request's hit ends, and on past it):
+	// its tokens past that point, which an engine of slots (llama.cpp)
+	// overwrites; where a sibling left this request's path within its hit
+	// since its own last route there; and the share of such hits past a
+	// fork the engine lately did not deliver, less that of hits without
+	// one (high for slots, near 0 for a paged engine). adaptive counts a
+	// hit with a sibling x (1 - min(1, 4 x SiblingLost)).
+	SiblingTokens, SiblingForkTokens uint32
+	SiblingLost                      float64
 }
 
 // NewCandidate returns an idle instance that caches prefixes, with the
@@ -531,6 +541,9 @@ var (
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Rack)-unsafe.Offsetof(C.lr_candidate{}.rack)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.Region)-unsafe.Offsetof(C.lr_candidate{}.region)]
 	_ = [1]int{}[unsafe.Offsetof(Candidate{}.DecodeSeconds)-unsafe.Offsetof(C.lr_candidate{}.decode_s)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.SiblingTokens)-unsafe.Offsetof(C.lr_candidate{}.sibling_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.SiblingForkTokens)-unsafe.Offsetof(C.lr_candidate{}.sibling_fork_tokens)]
+	_ = [1]int{}[unsafe.Offsetof(Candidate{}.SiblingLost)-unsafe.Offsetof(C.lr_candidate{}.sibling_lost)]
 )
 
 // candidateSize is the row_size passed with every table: this package's

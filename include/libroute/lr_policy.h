@@ -514,6 +514,37 @@ typedef struct lr_candidate {
      * share of theirs. Finite, >= 0; 0 in a row shorter than
      * LR_CANDIDATE_SIZE_V5. @since 0.3 */
     double decode_s;
+    /* v5 ends here */
+    /** A sibling of the request there: another prompt routed to the
+     * instance through the point where this request's hit ends
+     * (cached_tokens, at one of its boundaries), in the last 30 s, and on
+     * past it. Its tokens past that point when the point holds at least
+     * half of it, else 0 (0: none, or no boundaries, or a policy that
+     * reads no ages). An engine that keeps one prompt per slot and gives
+     * a request the free slot of the most similar one (llama.cpp's
+     * slots) overwrites the sibling's tokens past the point, which its
+     * next turn computes again; a paged engine keeps both.
+     * @since 0.3 */
+    uint32_t sibling_tokens;
+    /** Where a sibling routed to the instance after this request's own
+     * last route there, through a boundary of its hit, left its path:
+     * that depth in tokens when it holds at least half of the hit, else 0.
+     * What an engine of slots still holds of the hit. @since 0.3 */
+    uint32_t sibling_fork_tokens;
+    /** Of the requests whose hit there a sibling had left since their
+     * last route (sibling_fork_tokens), the share whose engine reported
+     * reusing the fork and no more (lr_router_observe_cached()), less
+     * the same share of requests whose hit had no sibling's fork: high
+     * where a sibling takes a conversation's slot (llama.cpp), near 0
+     * where it does not (a paged engine), 0 until reported. A newcomer
+     * takes one of its siblings' slots, so only a fraction of their
+     * reports show it: adaptive counts the hit of a row with a sibling as
+     * cached_tokens x (1 - min(1, 4 x this)), nothing once a quarter of
+     * such reports lost their history: on an engine of slots the prefix
+     * it shares with a live sibling costs that sibling as much as it
+     * saves. In [0, 1]; 0 in a row shorter than LR_CANDIDATE_SIZE_V6.
+     * @since 0.3 */
+    double sibling_lost;
 } lr_candidate;
 
 /** Smallest row_size a caller may pass. @since 0.2 */
@@ -526,6 +557,8 @@ typedef struct lr_candidate {
 #define LR_CANDIDATE_SIZE_V4 (offsetof(lr_candidate, region) + 4)
 /** row_size that carries decode_s. @since 0.3 */
 #define LR_CANDIDATE_SIZE_V5 (offsetof(lr_candidate, decode_s) + 8)
+/** row_size that carries the sibling columns. @since 0.3 */
+#define LR_CANDIDATE_SIZE_V6 (offsetof(lr_candidate, sibling_lost) + 8)
 
 /** Which ring key a policy ranks its rows by: the router computes the
  * ring candidates of that key and writes their ranks into the table. 0:
@@ -721,10 +754,12 @@ LR_API uint32_t lr_lodestar_feature_count(void);
  *   whose instance is LR_INSTANCE_NONE, a row's cached_tokens above
  *   prompt_tokens, a prefill_rate not finite and
  *   positive, a negative or non-finite rtt_ms or stall_s, kv_use outside
- *   [0, 1], a NaN parameter or a fraction for an integer key, a model of
- *   the wrong width); LR_EVERSION (a struct_size); LR_ENOTSUP (unknown
- *   policy); LR_ERANGE (a parameter outside its bounds). Rows may name
- *   the same instance twice: the policy ranks rows, not instances; and
+ *   [0, 1], and in rows that carry them: cached_lost or sibling_lost
+ *   outside [0, 1], a negative or non-finite decode_s or adapter_load_s,
+ *   sibling_fork_tokens above cached_tokens; a NaN parameter or a fraction for
+ * an integer key, a model of the wrong width); LR_EVERSION (a struct_size);
+ * LR_ENOTSUP (unknown policy); LR_ERANGE (a parameter outside its bounds). Rows
+ * may name the same instance twice: the policy ranks rows, not instances; and
  *   two rows may carry the same ring_rank: the first one of a rank is
  *   that rank's candidate. Allocates nothing; deterministic for a seed;
  *   O(n_rows log n_rows) at worst for every policy.

@@ -32,7 +32,9 @@ struct req {
     uint32_t prompt;
     uint32_t cached;
     uint32_t alt_cached;
-    uint32_t out; /* expected output tokens */
+    uint32_t fork;       /* its hit's fork there, and the slack that still */
+    uint32_t fork_slack; /* counts as the fork (lr__load_set_fork) */
+    uint32_t out;        /* expected output tokens */
     uint32_t prev,
         next; /* per-instance list; `next` also links the free list */
     /* the prefill leg: its instance (NONE: none, or ended), the cached
@@ -42,6 +44,7 @@ struct req {
     uint8_t queued;
     uint8_t observed; /* its engine reported the tokens it reused */
     uint8_t kv_full;  /* sent while its engine's KV cache was full */
+    uint8_t fork_sib; /* the fork is a sibling's */
 };
 
 struct inst {
@@ -62,6 +65,14 @@ struct inst {
      * decayed per report by LOST_KEEP; `lost` is the share the rows get,
      * kept at each report so that a route divides nothing */
     double lost_n, lost_sum, lost;
+    /* The same for the hits past a fork (lr_candidate's sibling_lost):
+     * the reports of requests that had a sibling's fork in their hit, and
+     * how many of them the engine delivered no more than about the fork
+     * of; and the same of requests whose hit had a boundary where a
+     * sibling would have forked and none had (plain): what the engine
+     * loses past such a point anyway (a paged engine short of room) */
+    double sib_n, sib_sum, sib_lost;
+    double plain_n, plain_sum, plain_lost;
 };
 
 /* The share lost is remembered over about 32 reports, and starts from 2
@@ -404,6 +415,8 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     q->alt = d.alt_instance;
     q->prompt = d.prompt_tokens;
     q->cached = d.cached_tokens;
+    q->fork = 0;
+    q->fork_sib = 0;
     q->alt_cached = d.alt_instance != NONE ? d.alt_cached_tokens : 0;
     q->out = d.expected_output_tokens;
     q->queued = 1;
@@ -497,6 +510,8 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
     q->alt_cached = q->cached;
     q->inst = instance;
     q->cached = cached_tokens;
+    q->fork = 0;
+    q->fork_sib = 0;
     link_req(ld, to, r);
     enqueue(ld, to, q);
     to->inflight++;
@@ -629,7 +644,35 @@ lr__load_observe_cached(lr_load *ld, uint64_t id, uint32_t cached_tokens,
     in->lost_n = LOST_KEEP * in->lost_n + 1;
     in->lost_sum = LOST_KEEP * in->lost_sum + lost;
     in->lost = in->lost_sum / (in->lost_n + LOST_PRIOR);
+    if (q->fork > 0 && (uint64_t)q->fork + q->fork_slack < q->cached) {
+        /* did the engine deliver the fork and no more (an engine of
+         * slots whose slot a sibling took), or more of the hit (a paged
+         * engine evicts a conversation's tail a block at a time)? */
+        double took =
+            (uint64_t)cached_tokens <= (uint64_t)q->fork + q->fork_slack;
+        double *n = q->fork_sib ? &in->sib_n : &in->plain_n;
+        double *sum = q->fork_sib ? &in->sib_sum : &in->plain_sum;
+        *n = LOST_KEEP * *n + 1;
+        *sum = LOST_KEEP * *sum + took;
+        double share = *sum / (*n + LOST_PRIOR);
+        if (q->fork_sib)
+            in->sib_lost = share;
+        else
+            in->plain_lost = share;
+    }
     return LR_OK;
+}
+
+void
+lr__load_set_fork(lr_load *ld, uint64_t id, uint32_t fork_tokens,
+                  uint32_t slack, bool sibling)
+{
+    uint32_t r = req_find(ld, id);
+    if (r != LR_NIL) {
+        ld->rq[r].fork = fork_tokens;
+        ld->rq[r].fork_slack = slack;
+        ld->rq[r].fork_sib = sibling;
+    }
 }
 
 lr_status
@@ -772,7 +815,11 @@ lr__load_digest(const lr_load *ld)
                          in->last_first_ns,
                          in->queued ? in->queue_since_ns : 0,
                          lr__double_bits(in->lost_n),
-                         lr__double_bits(in->lost_sum) };
+                         lr__double_bits(in->lost_sum),
+                         lr__double_bits(in->sib_n),
+                         lr__double_bits(in->sib_sum),
+                         lr__double_bits(in->plain_n),
+                         lr__double_bits(in->plain_sum) };
         for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
             h = mixin(h, f[k]);
         /* requests: order-independent sum */
@@ -785,7 +832,9 @@ lr__load_digest(const lr_load *ld)
             g = mixin(g, ((uint64_t)q->out << 3) | (uint64_t)q->kv_full << 2 |
                              (uint64_t)q->observed << 1 | q->queued);
             g = mixin(g, ((uint64_t)q->pinst << 32) | q->pcached);
-            g = mixin(g, q->split);
+            g = mixin(g, (uint64_t)q->fork_slack);
+            g = mixin(g, ((uint64_t)q->fork << 2) | (uint64_t)q->fork_sib << 1 |
+                             q->split);
             s += g;
         }
         h = mixin(h, s);
@@ -816,6 +865,9 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
     c->instance_class = in->cls;
     c->prefix_caching = in->prefix_caching;
     c->cached_lost = in->lost;
+    /* what a sibling's fork loses beyond what the engine loses anyway */
+    c->sibling_lost =
+        in->sib_lost > in->plain_lost ? in->sib_lost - in->plain_lost : 0;
     c->stall_s = 0;
     if (in->queued > 0) {
         uint64_t since = in->last_first_ns > in->queue_since_ns

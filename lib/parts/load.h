@@ -30,11 +30,24 @@ lr_status lr__load_req(const lr_load *ld, uint64_t id, struct lr__req_view *v);
 
 /* Request `id`'s engine reused `cached_tokens` of its prompt: fold the
  * share of its expected hit (*expected, its cached tokens at dispatch or
- * move) that was not delivered into its instance's cached_lost. Only a
+ * move) that was not delivered into its instance's cached_lost, and for a
+ * request sent past a sibling's fork (lr__load_set_fork) whether the
+ * engine delivered no more than the fork into its sibling_lost. Only a
  * request's first report counts: LR_EEXIST for a later one (nothing
  * changes). LR_ENOENT when not in flight; LR_EINVAL past its prompt. */
 lr_status lr__load_observe_cached(lr_load *ld, uint64_t id,
                                   uint32_t cached_tokens, uint32_t *expected);
+
+/* Request `id`'s hit had a fork at fork_tokens: where a sibling had left
+ * its path (lr_candidate.sibling_fork_tokens; sibling true), or a
+ * boundary where one could have and none had. Its report then also says
+ * whether the engine delivered the fork and no more (up to `slack`
+ * tokens past it: a template's tokens the two prompts share past the
+ * boundary) or more of the hit, into the instance's share for each kind;
+ * the rows' sibling_lost is the first less the second. A hit that ends
+ * within the slack says nothing. Nothing if it is not in flight. */
+void lr__load_set_fork(lr_load *ld, uint64_t id, uint32_t fork_tokens,
+                       uint32_t slack, bool sibling);
 
 /* Visit the requests of an instance, newest first. The callback returns
  * nonzero to stop. The tracker must not change during the walk. */

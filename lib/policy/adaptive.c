@@ -77,7 +77,14 @@
  * (llama.cpp's slots, where another conversation took the slot in
  * between) is credited with what it delivers, and the fit learns from the
  * same figure; an engine that delivers what it was expected to keeps
- * cached_lost = 0, and its choices are unchanged.
+ * cached_lost = 0, and its choices are unchanged. A hit that forks from
+ * a live sibling there (another conversation on the same system prompt,
+ * sibling_tokens) counts x (1 - min(1, sibling_lost / SIBLING_SURE)): on
+ * an engine that gives the newcomer the sibling's slot (llama.cpp) the
+ * sibling computes again what the newcomer saves, and a new
+ * conversation goes where its system prompt is cached with no live
+ * conversation on it, or where the load says; on a paged engine
+ * (sibling_lost near 0) nothing changes.
  *
  * LoRA adapters. A request whose adapter is not resident waits for its
  * load (learnt per class from first tokens, apart with and without a
@@ -116,6 +123,11 @@
 #include "policy/cost.h"
 #include "policy/policy.h"
 
+/* The share of a sibling's victims' reports that lost their history
+ * (lr_candidate.sibling_lost) past which an engine surely gives a
+ * sibling's slot away: a newcomer takes one slot of the several its
+ * siblings hold, so a fraction of the victims' reports shows it. */
+#define SIBLING_SURE 0.25
 #define KTOK 1000.0           /* W in the fit: thousands of tokens */
 #define DSCALE 100.0          /* D in the fit: hundreds of requests */
 #define W_MEAN_N 256          /* the typical W: a running mean over this many */
@@ -681,6 +693,13 @@ social_cost(const struct lr__pctx *c, const lr_candidate *r, double load,
      * with it computes it again */
     if (r->cached_age_s >= 0 && r->cached_age_s < LR__P(c, ADAPTIVE_FRESH_S))
         cached = 0;
+    /* the hit forks from a live sibling's prompt there: on an engine that
+     * gives this request the sibling's slot (sibling_lost near 1), the
+     * sibling computes again what this request saves */
+    if (c->stride >= LR_CANDIDATE_SIZE_V6 && r->sibling_tokens > 0)
+        cached *=
+            1 - (r->sibling_lost < SIBLING_SURE ? r->sibling_lost / SIBLING_SURE
+                                                : 1);
     double own = s * ((double)c->prompt - cached);
     double ttft = s * (double)r->prefill_tokens + own + r->ttft_base_s +
                   LR__P(c, ADAPTIVE_RTT_WEIGHT) * r->rtt_ms / 1e3;

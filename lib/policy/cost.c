@@ -493,6 +493,10 @@ lr__rows_check(const lr_candidate *rows, size_t n, size_t row_size,
         LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V5 &&
                          !row_finite_nonneg(r->decode_s),
                      LR_EINVAL);
+        LR_RETURN_IF(row_size >= LR_CANDIDATE_SIZE_V6 &&
+                         (r->sibling_fork_tokens > r->cached_tokens ||
+                          !(r->sibling_lost >= 0 && r->sibling_lost <= 1)),
+                     LR_EINVAL);
     }
     return LR_OK;
 }

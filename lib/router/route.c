@@ -431,7 +431,7 @@ static const lr_candidate empty_row = { .cached_age_s = -1 };
 /* gather_row() writes every field by name instead of copying empty_row
  * first (a `rep stos` over each whole row was 5% of a call): a new field must
  * be written there. */
-_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V5,
+_Static_assert(sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V6,
                "gather_row() writes each field of lr_candidate");
 
 /* One routable instance's row: the load tracker's counters, stats, RTT
@@ -466,6 +466,8 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
     c->prefill_tokens_avg = 0;
     c->route_rate = 0;
     c->decode_s = 0;
+    c->sibling_tokens = 0;
+    c->sibling_fork_tokens = 0;
     if (adapter != 0) {
         lr__adapters_fill(&r->ad, adapter, r->param[LR_PARAM_ADAPTER_LOAD_S],
                           c);
@@ -894,6 +896,10 @@ route_decide(lr_router *r, struct route *rt)
     return c;
 }
 
+/* A report of a request whose hit forks counts as the fork when it is
+ * at most this many blocks past it (lr__load_set_fork). */
+#define FORK_SLACK_BLOCKS 2u
+
 /* The dispatch into the load tracker (checked in advance: cannot fail). */
 static lr_status
 record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
@@ -920,7 +926,25 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
         dp.prefill_cached_tokens = p->cached_tokens;
     }
     dp.now_ns = rt->v.q->now_ns;
-    return lr_load_dispatch(r->ld, &dp);
+    LR_TRY(lr_load_dispatch(r->ld, &dp));
+    if (c->sibling_fork_tokens > 0) {
+        lr__load_set_fork(r->ld, dp.request_id, c->sibling_fork_tokens,
+                          FORK_SLACK_BLOCKS * r->block_tokens, true);
+    } else { /* where a sibling would have forked: the deepest boundary
+              * in the hit's upper half (lr__recency_siblings') */
+        const lr_request *q = rt->v.q;
+        uint32_t B = r->block_tokens, cb = c->cached_tokens / B;
+        for (size_t i = q->n_boundaries; i-- > 0;) {
+            uint32_t b = q->boundaries[i] / B;
+            if (b >= cb)
+                continue;
+            if (b > 0 && 2 * b >= cb)
+                lr__load_set_fork(r->ld, dp.request_id, b * B,
+                                  FORK_SLACK_BLOCKS * B, false);
+            break;
+        }
+    }
+    return LR_OK;
 }
 
 /* Step 6: learn the prompt at the chosen instance: the one step of a

@@ -270,9 +270,18 @@ _Static_assert(LR_CANDIDATE_SIZE_V4 == offsetof(lr_candidate, region) + 4,
 _Static_assert(offsetof(lr_candidate, decode_s) ==
                        ((LR_CANDIDATE_SIZE_V4 + 7) & ~(size_t)7) &&
                    LR_CANDIDATE_SIZE_V5 ==
-                       offsetof(lr_candidate, decode_s) + 8 &&
-                   sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V5,
+                       offsetof(lr_candidate, decode_s) + 8,
                "lr_candidate: decode_s moved");
+/* 0.3: the sibling columns after it */
+_Static_assert(offsetof(lr_candidate, sibling_tokens) == LR_CANDIDATE_SIZE_V5 &&
+                   offsetof(lr_candidate, sibling_fork_tokens) ==
+                       LR_CANDIDATE_SIZE_V5 + 4 &&
+                   offsetof(lr_candidate, sibling_lost) ==
+                       LR_CANDIDATE_SIZE_V5 + 8 &&
+                   LR_CANDIDATE_SIZE_V6 ==
+                       offsetof(lr_candidate, sibling_lost) + 8 &&
+                   sizeof(lr_candidate) == LR_CANDIDATE_SIZE_V6,
+               "lr_candidate: the sibling columns moved");
 _Static_assert(LR_ROLE_BOTH == 0 && LR_ROLE_PREFILL == 1 &&
                    LR_ROLE_DECODE == 2,
                "lr_role values");

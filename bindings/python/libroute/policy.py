@@ -189,7 +189,17 @@ class Candidate(NamedTuple):
     rows (Param.KV_GBPS_NODE .. KV_GBPS_WAN). ``decode_s`` is the router's
     calibrated decode seconds of its class for adaptive (first token to
     completion, 0 before any), what a prefill kept there is weighed
-    against (Param.ADAPTIVE_PD_STALL)."""
+    against (Param.ADAPTIVE_PD_STALL).
+
+    ``sibling_tokens``: a sibling of the request there (another prompt
+    routed there in the last 30 s through the point where this request's
+    hit ends, and on past it): its tokens past that point, which an
+    engine of slots (llama.cpp) overwrites. ``sibling_fork_tokens``:
+    where a sibling left this request's path within its hit there since
+    its own last route there. ``sibling_lost``: the share of hits past
+    such a fork the engine lately did not deliver, less that of hits
+    without one (high for slots, near 0 for a paged engine); adaptive
+    counts a hit with a sibling x (1 - min(1, 4 x sibling_lost))."""
 
     instance: int
     cached_tokens: int = 0
@@ -230,6 +240,9 @@ class Candidate(NamedTuple):
     rack: int = 0
     region: int = 0
     decode_s: float = 0.0
+    sibling_tokens: int = 0
+    sibling_fork_tokens: int = 0
+    sibling_lost: float = 0.0
 
 
 _FIELDS = Candidate._fields

@@ -69,6 +69,7 @@ class Enums(unittest.TestCase):
                  "prefill_cached_tokens", 4),
                 ("LR_CANDIDATE_SIZE_V4", "lr_candidate", "region", 4),
                 ("LR_CANDIDATE_SIZE_V5", "lr_candidate", "decode_s", 8),
+                ("LR_CANDIDATE_SIZE_V6", "lr_candidate", "sibling_lost", 8),
                 ("LR_DECISION_SIZE_V3", "lr_decision", "transfer_s", 8),
                 ("LR_DISPATCHED_SIZE_V2", "lr_dispatched", "transfer_s", 8),
                 ("LR_INSTANCE_SPEC_SIZE_V3", "lr_instance_spec", "region",

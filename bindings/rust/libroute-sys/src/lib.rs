@@ -612,12 +612,19 @@ pub struct lr_candidate {
     /// The router's calibrated decode seconds of its class, adaptive's
     /// (0.3).
     pub decode_s: f64,
+    /// A sibling's tokens past this row's hit, where a sibling left its
+    /// path within the hit, and the engine's share of such hits lost
+    /// (0.3).
+    pub sibling_tokens: u32,
+    pub sibling_fork_tokens: u32,
+    pub sibling_lost: f64,
 }
 pub const LR_CANDIDATE_SIZE_V1: usize = offset_of!(lr_candidate, route_rate) + 8;
 pub const LR_CANDIDATE_SIZE_V2: usize = offset_of!(lr_candidate, cached_lost) + 8;
 pub const LR_CANDIDATE_SIZE_V3: usize = offset_of!(lr_candidate, disk_tokens) + 4;
 pub const LR_CANDIDATE_SIZE_V4: usize = offset_of!(lr_candidate, region) + 4;
 pub const LR_CANDIDATE_SIZE_V5: usize = offset_of!(lr_candidate, decode_s) + 8;
+pub const LR_CANDIDATE_SIZE_V6: usize = offset_of!(lr_candidate, sibling_lost) + 8;
 
 pub const LR_RING_KEY_NONE: c_int = 0;
 pub const LR_RING_KEY_SESSION: c_int = 1;

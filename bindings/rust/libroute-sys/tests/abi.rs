@@ -185,7 +185,8 @@ fn declarations_match_the_c_headers() {
             prefix_caching, ring_rank, flags, tree_blocks, ttft_s_per_token, ttft_base_s,
             ttft_s_per_decoding, prefill_tokens_avg, route_rate, cached_lost,
             adapter_missing, adapter_free, adapter_load_s, adapters_resident,
-            adapter_evicts, cpu_tokens, disk_tokens, role, node, rack, region, decode_s }
+            adapter_evicts, cpu_tokens, disk_tokens, role, node, rack, region, decode_s,
+            sibling_tokens, sibling_fork_tokens, sibling_lost }
         lr_policy_input { struct_size, params, n_params, prompt_tokens,
             expected_output_tokens, block_tokens, last_instance, seed, model,
             ttft_budget_s }
@@ -314,6 +315,7 @@ fn declarations_match_the_c_headers() {
         LR_CANDIDATE_SIZE_V4, LR_DECISION_SIZE_V3, LR_INSTANCE_SPEC_SIZE_V3,
         LR_DISPATCHED_SIZE_V2, LR_PARAM_NARROW_ABOVE, LR_PARAM_NARROW_WIDTH,
         LR_ROUTER_OPTIONS_SIZE_V4, LR_ROUTER_MAX_MARKS, LR_CANDIDATE_SIZE_V5,
+        LR_CANDIDATE_SIZE_V6,
     );
 
     let decls = declarations();

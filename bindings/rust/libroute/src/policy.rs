@@ -116,6 +116,19 @@ pub struct Candidate {
     /// before any. What a prefill kept on a decode instance is weighed
     /// against ([`crate::Param::ADAPTIVE_PD_STALL`]).
     pub decode_s: f64,
+    /// A sibling of the request there (another prompt routed there lately
+    /// through the point where this request's hit ends, and on past it):
+    /// its tokens past that point, which an engine of slots (llama.cpp)
+    /// overwrites.
+    pub sibling_tokens: u32,
+    /// Where a sibling left this request's path within its hit there
+    /// since its own last route there (tokens; 0: none).
+    pub sibling_fork_tokens: u32,
+    /// The share of hits past such a fork the engine lately did not
+    /// deliver, less that of hits without one: high for slots, near 0
+    /// for a paged engine. adaptive counts a hit with a sibling x (1 -
+    /// min(1, 4 x this)).
+    pub sibling_lost: f64,
 }
 
 // Candidate is handed to C as lr_candidate arrays, row_size
@@ -167,7 +180,10 @@ const _: () = {
         node,
         rack,
         region,
-        decode_s
+        decode_s,
+        sibling_tokens,
+        sibling_fork_tokens,
+        sibling_lost
     );
 };
 
