@@ -786,6 +786,36 @@ observe_cached_bad_input(void **state)
     lr_router_destroy(r);
 }
 
+/* adaptive's choice over the two rows of `row_size` bytes each (rows
+ * truncated to it, as an older caller's table), or LR_INSTANCE_NONE with
+ * *st its status when it refuses them. */
+static uint32_t
+adaptive_pick(const lr_policy_input *in, const lr_candidate rows[2],
+              size_t row_size, lr_status *st)
+{
+    _Alignas(lr_candidate) unsigned char t[2 * sizeof(lr_candidate)];
+    memcpy(t, &rows[0], row_size);
+    memcpy(t + row_size, &rows[1], row_size);
+    double sc[2];
+    lr_decision d;
+    lr_decision_init(&d);
+    *st = lr_policy_decide(LR_POLICY_ADAPTIVE, in,
+                           (const lr_candidate *)(const void *)t, 2, row_size,
+                           sc, &d);
+    return *st == LR_OK ? d.instance : LR_INSTANCE_NONE;
+}
+
+/* The same, which must decide. */
+static uint32_t
+adaptive_picks(const lr_policy_input *in, const lr_candidate rows[2],
+               size_t row_size)
+{
+    lr_status st;
+    uint32_t k = adaptive_pick(in, rows, row_size, &st);
+    assert_st(st, LR_OK);
+    return k;
+}
+
 /* adaptive credits a row with the hit its engine delivers: of two idle
  * rows, the one expecting 900 of 1000 tokens whose engine lately lost 90%
  * of its hits (90 delivered) loses to one expecting 500 that delivers
@@ -807,34 +837,19 @@ adaptive_credits_delivered_hits(void **state)
     rows[1].instance = 11;
     rows[1].cached_tokens = 500;
     rows[1].prefix_caching = 1;
-    double sc[2];
-    lr_decision d;
-    lr_decision_init(&d);
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 11);
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
     rows[0].cached_lost = 0;
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 10);
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 10);
     /* rows of LR_CANDIDATE_SIZE_V1 bytes: the share is not there to read */
     rows[0].cached_lost = 0.9;
-    _Alignas(lr_candidate) unsigned char v1[2 * LR_CANDIDATE_SIZE_V1];
-    memcpy(v1, &rows[0], LR_CANDIDATE_SIZE_V1);
-    memcpy(v1 + LR_CANDIDATE_SIZE_V1, &rows[1], LR_CANDIDATE_SIZE_V1);
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in,
-                               (const lr_candidate *)(const void *)v1, 2,
-                               LR_CANDIDATE_SIZE_V1, sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 10);
+    assert_int_equal(adaptive_picks(&in, rows, LR_CANDIDATE_SIZE_V1), 10);
     double bad[] = { -0.1, 1.5, NAN, INFINITY };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         rows[1].cached_lost = bad[k];
-        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
-                                   sizeof rows[0], sc, &d),
-                  LR_EINVAL);
+        lr_status st;
+        assert_int_equal(adaptive_pick(&in, rows, sizeof rows[0], &st),
+                         LR_INSTANCE_NONE);
+        assert_st(st, LR_EINVAL);
     }
 }
 
@@ -986,11 +1001,12 @@ siblings_in_the_rows(void **state)
 }
 
 /* adaptive counts a hit that forks from a live sibling at
- * cached_tokens x (1 - sibling_lost): where the engine gives the newcomer
- * the sibling's slot (lost 1) a 500-token hit counts for nothing, and a
- * 100-token hit elsewhere wins; where it does not (0), or in rows too
- * short to carry the columns (LR_CANDIDATE_SIZE_V5), the hit counts
- * whole. A share outside [0, 1], or a fork past the hit, is refused. */
+ * cached_tokens x (1 - min(1, 4 x sibling_lost)): where the engine gives
+ * the newcomer the sibling's slot (a quarter of the reports or more) a
+ * 500-token hit counts for nothing, and a 100-token hit elsewhere wins;
+ * where it does not (0), or in rows too short to carry the columns
+ * (LR_CANDIDATE_SIZE_V5), the hit counts whole, and in between in part.
+ * A share outside [0, 1], or a fork past the hit, is refused. */
 static void
 adaptive_spares_siblings(void **state)
 {
@@ -1008,45 +1024,31 @@ adaptive_spares_siblings(void **state)
     rows[1].instance = 11;
     rows[1].cached_tokens = 100;
     rows[1].prefix_caching = 1;
-    double sc[2];
-    lr_decision d;
-    lr_decision_init(&d);
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 11);
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
+    rows[0].sibling_lost = 0.25; /* a quarter of the reports: sure */
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
+    rows[0].sibling_lost = 0.05; /* 500 x 0.8 = 400 still beats 100 */
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 10);
     rows[0].sibling_lost = 0;
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 10);
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 10);
     rows[0].sibling_lost = 1;
     rows[0].sibling_tokens = 0; /* no sibling: the hit is its own */
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 10);
+    assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 10);
     rows[0].sibling_tokens = 300;
-    _Alignas(lr_candidate) unsigned char v5[2 * LR_CANDIDATE_SIZE_V5];
-    memcpy(v5, &rows[0], LR_CANDIDATE_SIZE_V5);
-    memcpy(v5 + LR_CANDIDATE_SIZE_V5, &rows[1], LR_CANDIDATE_SIZE_V5);
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in,
-                               (const lr_candidate *)(const void *)v5, 2,
-                               LR_CANDIDATE_SIZE_V5, sc, &d),
-              LR_OK);
-    assert_int_equal(d.instance, 10);
+    assert_int_equal(adaptive_picks(&in, rows, LR_CANDIDATE_SIZE_V5), 10);
     double bad[] = { -0.1, 1.5, NAN, INFINITY };
+    lr_status st;
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         rows[1].sibling_lost = bad[k];
-        assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2,
-                                   sizeof rows[0], sc, &d),
-                  LR_EINVAL);
+        assert_int_equal(adaptive_pick(&in, rows, sizeof rows[0], &st),
+                         LR_INSTANCE_NONE);
+        assert_st(st, LR_EINVAL);
     }
     rows[1].sibling_lost = 0;
     rows[1].sibling_fork_tokens = 101;
-    assert_st(lr_policy_decide(LR_POLICY_ADAPTIVE, &in, rows, 2, sizeof rows[0],
-                               sc, &d),
-              LR_EINVAL);
+    assert_int_equal(adaptive_pick(&in, rows, sizeof rows[0], &st),
+                     LR_INSTANCE_NONE);
+    assert_st(st, LR_EINVAL);
 }
 
 /* With a deadline, adaptive keeps its least-cost choice when that meets
