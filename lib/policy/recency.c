@@ -151,17 +151,18 @@ lr__recency_siblings(const struct lr__recency *t, lr_candidate *c,
         return;
     /* past the hit's end: a sibling there is overwritten by this route */
     const struct lr__branch_slot *e = br_find(t, v->keys[cb - 1], c->instance);
-    if (e != NULL && br_other(e, v, cb) && now_ns - e->ns < BR_LIVE_NS &&
-        e->tip_blocks > cb && 2 * cb >= e->tip_blocks)
+    /* a record stamped after now (threads race) is live */
+    if (e != NULL && br_other(e, v, cb) &&
+        (e->ns > now_ns || now_ns - e->ns < BR_LIVE_NS) && e->tip_blocks > cb &&
+        2 * cb >= e->tip_blocks)
         c->sibling_tokens = (uint32_t)((e->tip_blocks - cb) * B);
     /* within the hit: a sibling there since overwrote this prompt's last
      * (the deepest boundaries in the hit's upper half) */
     const lr_request *q = v->q;
     uint32_t looks = 0;
-    for (size_t i = q->n_boundaries; i-- > 0 && looks < BR_FORK_LOOKS;) {
+    for (size_t i = lr__boundaries_before(q, (uint64_t)cb * B);
+         i-- > 0 && looks < BR_FORK_LOOKS;) {
         size_t b = q->boundaries[i] / B;
-        if (b >= cb)
-            continue;
         if (b == 0 || 2 * b < cb)
             break;
         looks++;

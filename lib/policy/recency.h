@@ -12,6 +12,7 @@
 
 #include "common/common.h"
 #include "libroute/lr_policy.h"
+#include "libroute/lr_router.h"
 
 struct lr__route_view;
 
@@ -42,6 +43,23 @@ double lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
 /* Remember that `id` took a route through these prefix keys now. */
 void lr__recency_remember(struct lr__recency *t, const uint64_t *keys,
                           size_t n_keys, uint32_t id, uint64_t now_ns);
+
+/* How many of q's boundaries (ascending, as route() checks) lie before
+ * token `limit`: a binary search, so that a prompt of many boundaries
+ * costs a row no more than a few. */
+static inline size_t
+lr__boundaries_before(const lr_request *q, uint64_t limit)
+{
+    size_t lo = 0, hi = q->n_boundaries;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (q->boundaries[mid] < limit)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
 /* Row c's sibling columns (lr_candidate's sibling_tokens and
  * sibling_fork_tokens) for the route in v, from its hit there

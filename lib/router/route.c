@@ -45,6 +45,7 @@
 #include "learn/mlp.h"
 #include "libroute/lr_ring.h"
 #include "policy/dualmap.h"
+#include "policy/recency.h"
 #include "router/router_impl.h"
 
 #define NONE LR_INSTANCE_NONE
@@ -934,15 +935,11 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
               * in the hit's upper half (lr__recency_siblings') */
         const lr_request *q = rt->v.q;
         uint32_t B = r->block_tokens, cb = c->cached_tokens / B;
-        for (size_t i = q->n_boundaries; i-- > 0;) {
-            uint32_t b = q->boundaries[i] / B;
-            if (b >= cb)
-                continue;
-            if (b > 0 && 2 * b >= cb)
-                lr__load_set_fork(r->ld, dp.request_id, b * B,
-                                  FORK_SLACK_BLOCKS * B, false);
-            break;
-        }
+        size_t i = lr__boundaries_before(q, (uint64_t)cb * B);
+        uint32_t b = i > 0 ? q->boundaries[i - 1] / B : 0;
+        if (b > 0 && 2 * b >= cb)
+            lr__load_set_fork(r->ld, dp.request_id, b * B,
+                              FORK_SLACK_BLOCKS * B, false);
     }
     return LR_OK;
 }
