@@ -416,6 +416,7 @@ lr_load_dispatch(lr_load *ld, const lr_dispatch *dp)
     q->prompt = d.prompt_tokens;
     q->cached = d.cached_tokens;
     q->fork = 0;
+    q->fork_slack = 0;
     q->fork_sib = 0;
     q->alt_cached = d.alt_instance != NONE ? d.alt_cached_tokens : 0;
     q->out = d.expected_output_tokens;
@@ -511,6 +512,7 @@ lr_load_move(lr_load *ld, uint64_t request_id, uint32_t instance,
     q->inst = instance;
     q->cached = cached_tokens;
     q->fork = 0;
+    q->fork_slack = 0;
     q->fork_sib = 0;
     link_req(ld, to, r);
     enqueue(ld, to, q);
