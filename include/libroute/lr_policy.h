@@ -516,14 +516,14 @@ typedef struct lr_candidate {
     double decode_s;
     /* v5 ends here */
     /** A sibling of the request there: another prompt routed to the
-     * instance through the point where this request's hit ends
-     * (cached_tokens, at one of its boundaries), in the last 30 s, and on
-     * past it. Its tokens past that point when the point holds at least
-     * half of it, else 0 (0: none, or no boundaries, or a policy that
-     * reads no ages). An engine that keeps one prompt per slot and gives
-     * a request the free slot of the most similar one (llama.cpp's
-     * slots) overwrites the sibling's tokens past the point, which its
-     * next turn computes again; a paged engine keeps both.
+     * instance in the last 30 s through the point where this request's
+     * hit ends (cached_tokens; a boundary of that prompt) and on past it
+     * along another path than this request's. Its tokens past that point
+     * when the point holds at least half of it, else 0 (0: none, or no
+     * boundaries, or a policy that reads no ages). An engine that keeps one
+     * prompt per slot and gives a request the free slot of the most similar one
+     * (llama.cpp's slots) overwrites the sibling's tokens past the point, which
+     * its next turn computes again; a paged engine keeps both.
      * @since 0.3 */
     uint32_t sibling_tokens;
     /** Where a sibling routed to the instance after this request's own
