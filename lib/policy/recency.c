@@ -160,7 +160,7 @@ lr__recency_siblings(const struct lr__recency *t, lr_candidate *c,
      * (the deepest boundaries in the hit's upper half) */
     const lr_request *q = v->q;
     uint32_t looks = 0;
-    for (size_t i = lr__boundaries_before(q, (uint64_t)cb * B);
+    for (size_t i = lr__boundaries_before(q, (uint32_t)(cb * B));
          i-- > 0 && looks < BR_FORK_LOOKS;) {
         size_t b = q->boundaries[i] / B;
         if (b == 0 || 2 * b < cb)

@@ -44,21 +44,15 @@ double lr__recency_age(const struct lr__recency *t, uint64_t key, uint32_t id,
 void lr__recency_remember(struct lr__recency *t, const uint64_t *keys,
                           size_t n_keys, uint32_t id, uint64_t now_ns);
 
-/* How many of q's boundaries (ascending, as route() checks) lie before
- * token `limit`: a binary search, so that a prompt of many boundaries
- * costs a row no more than a few. */
+/* How many of q's boundaries (ascending, as route() checks; at most
+ * LR_INDEX_MAX_TOKENS of them, each at most the prompt's length) lie
+ * before token `limit`: a binary search, so that a prompt of many
+ * boundaries costs a row no more than a few. */
 static inline size_t
-lr__boundaries_before(const lr_request *q, uint64_t limit)
+lr__boundaries_before(const lr_request *q, uint32_t limit)
 {
-    size_t lo = 0, hi = q->n_boundaries;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (q->boundaries[mid] < limit)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return lr__lower_bound_u32(q->boundaries, sizeof *q->boundaries, 0, 0,
+                               (uint32_t)q->n_boundaries, limit);
 }
 
 /* Row c's sibling columns (lr_candidate's sibling_tokens and

@@ -935,7 +935,7 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
               * in the hit's upper half (lr__recency_siblings') */
         const lr_request *q = rt->v.q;
         uint32_t B = r->block_tokens, cb = c->cached_tokens / B;
-        size_t i = lr__boundaries_before(q, (uint64_t)cb * B);
+        size_t i = lr__boundaries_before(q, (uint32_t)(cb * B));
         uint32_t b = i > 0 ? q->boundaries[i - 1] / B : 0;
         if (b > 0 && 2 * b >= cb)
             lr__load_set_fork(r->ld, dp.request_id, b * B,
