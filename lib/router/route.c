@@ -928,6 +928,8 @@ record_dispatch(lr_router *r, const struct route *rt, const lr_candidate *c)
     }
     dp.now_ns = rt->v.q->now_ns;
     LR_TRY(lr_load_dispatch(r->ld, &dp));
+    if (!(rt->v.needs & LR__NEEDS_AGE))
+        return LR_OK; /* no sibling columns gathered, none to learn */
     if (c->sibling_fork_tokens > 0) {
         lr__load_set_fork(r->ld, dp.request_id, c->sibling_fork_tokens,
                           FORK_SLACK_BLOCKS * r->block_tokens, true);
