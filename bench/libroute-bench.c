@@ -709,6 +709,46 @@ cmp_double(const void *a, const void *b)
 
 #define THREAD_ROUNDS 5
 
+/* A cache line's round trip between two threads: one writes a counter,
+ * the other answers, PINGS times; nanoseconds a round trip. What each
+ * shared line a route writes costs the other thread's next read: about
+ * 100 ns where the two cores share a die, several hundred where the
+ * machine (a VM's vCPUs placed by its host) puts them on two. */
+#define PINGS 20000
+
+static _Atomic uint64_t ping_line;
+
+static void *
+ping_answer(void *arg)
+{
+    (void)arg;
+    for (uint64_t i = 0; i < PINGS; i++) {
+        while (atomic_load_explicit(&ping_line, memory_order_acquire) !=
+               2 * i + 1)
+            ;
+        atomic_store_explicit(&ping_line, 2 * i + 2, memory_order_release);
+    }
+    return NULL;
+}
+
+static double
+line_roundtrip_ns(void)
+{
+    pthread_t th;
+    atomic_store(&ping_line, 0);
+    pthread_create(&th, NULL, ping_answer, NULL);
+    uint64_t t0 = 0;
+    for (uint64_t i = 0; i < PINGS; i++) {
+        while (atomic_load_explicit(&ping_line, memory_order_acquire) != 2 * i)
+            ;
+        if (i == PINGS / 2) /* the first half: both threads running */
+            t0 = bench_now_ns();
+        atomic_store_explicit(&ping_line, 2 * i + 1, memory_order_release);
+    }
+    pthread_join(th, NULL);
+    return (double)(bench_now_ns() - t0) / (PINGS - PINGS / 2);
+}
+
 /* route_threads_<policy>_64_t<T> for T = 1, 2, 4, in THREAD_ROUNDS
  * rounds that each run every T and the control once, interleaved, so
  * that the machine's drift falls on all alike; medians. ratio_t1 is the
@@ -732,7 +772,9 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
     size_t per = quick ? 200 : 20000, rounds = quick ? 1 : THREAD_ROUNDS;
     double rate[3][THREAD_ROUNDS], ctl[3][THREAD_ROUNDS];
     double ratio[3][THREAD_ROUNDS], cratio[3][THREAD_ROUNDS];
+    double trip[THREAD_ROUNDS];
     for (size_t i = 0; i < rounds; i++) {
+        trip[i] = line_roundtrip_ns();
         for (int k = 0; k < 3; k++) {
             if (k > 0 && !want[k])
                 continue; /* one thread: every ratio's base */
@@ -744,6 +786,14 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
             cratio[k][i] = ctl[k][i] / ctl[0][i];
         }
     }
+    /* each round's line trip and two-thread ratio, in round order: the
+     * medians below mix rounds of both placements when the host moved
+     * the vCPUs during the run */
+    char each[THREAD_ROUNDS * 24] = "";
+    for (size_t i = 0; i < rounds && want[1]; i++)
+        snprintf(each + strlen(each), sizeof each - strlen(each),
+                 "%s[%.0f, %.2f]", i > 0 ? ", " : "", trip[i], ratio[1][i]);
+    qsort(trip, rounds, sizeof(double), cmp_double);
     for (int k = 0; k < 3; k++) {
         if (!want[k])
             continue;
@@ -755,9 +805,12 @@ bench_threads(lr_router *r, const struct conv *convs, size_t nconv,
                  lr_policy_name(pol), tn[k]);
         printf("{\"name\": \"%s\", \"threads\": %u, \"rounds\": %zu, "
                "\"routes\": %zu, \"routes_per_s\": %.0f, "
-               "\"ratio_t1\": %.2f, \"control_ratio_t1\": %.2f}\n",
+               "\"ratio_t1\": %.2f, \"control_ratio_t1\": %.2f, "
+               "\"line_trip_ns\": %.0f%s%s%s}\n",
                name, tn[k], rounds, per * tn[k], rate[k][rounds / 2],
-               ratio[k][rounds / 2], cratio[k][rounds / 2]);
+               ratio[k][rounds / 2], cratio[k][rounds / 2], trip[rounds / 2],
+               k == 1 ? ", \"rounds_trip_ratio\": [" : "", k == 1 ? each : "",
+               k == 1 ? "]" : "");
     }
     fflush(stdout);
 }
