@@ -59,6 +59,15 @@ lr__sink(uint64_t v)
 #define LR_NOINLINE
 #endif
 
+/* Bytes between fields that different threads write (LR__GAP): a cache
+ * line, so that no two of them share one whatever the struct's address
+ * (the host's allocator aligns it to 16 at best). A route on one core
+ * otherwise pulls the lines that a route on the other core just wrote,
+ * and between two dies such a pull costs hundreds of nanoseconds
+ * (docs/perf.md, "Threads"). */
+#define LR__GAP_BYTES 64
+#define LR__GAP(name) char name[LR__GAP_BYTES]
+
 /* ---- allocator ---------------------------------------------------------- */
 
 struct lr__mem {

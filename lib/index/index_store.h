@@ -205,15 +205,43 @@ struct lr_index {
     uint32_t max_inst;
     uint32_t j_cap;
 
+    /* Where things are: read by every match, written when an array
+     * grows (or an instance comes or goes, a tier is made). */
     uint64_t *keys; /* CHUNK per chunk, kcap chunks */
     uint32_t kcap;
     struct chunk *chunks; /* free chunks chain through next; chcap of them */
     uint32_t chcap;
-    struct pool cpool;
+    struct run *runs; /* free runs chain through hidx */
+    struct span *sp;  /* free spans chain through next */
+    struct inst *insts;
+    struct lr__table itab; /* instance id -> slot, sized for max_inst */
+
+    /* the engine-hash map, see index_emap.c */
+    uint64_t *ehash; /* per node slot, NULL before precise mode */
+    uint16_t *einst; /* per node slot, EINST_NONE: no entry */
+    uint16_t *eovf;  /* per chunk, a bit a slot: overflow entries */
+    uint32_t ecap;   /* chunks all three slot arrays cover */
+    uint32_t ecap_h, ecap_i, ecap_o; /* chunks each one covers */
+    struct emap_ent *ep;             /* overflow entries */
+
+    struct jent *journal; /* the LOCAL learns, see index_learn.c */
+
+    /* The lower tiers' routes (index_kv.c, "Lower tiers"): lower[t - 1]
+     * for tier t, an index of the same block size and keys made at the
+     * tier's first event; NULL before. Part of the logical state (digest,
+     * verify); not of snapshots or deltas. A lower index has none. */
+    lr_index *lower[LR__LOWER_TIERS];
+
+    /* What every learn writes, a cache line away from what a match reads
+     * (LR__GAP, common.h), so that one thread's learn costs another
+     * thread's match only the lines the learn really changed: the node
+     * table (its count moves with every insert), then the pools, lists
+     * and counters. */
+    LR__GAP(gap_ntab);
     struct lr__table ntab; /* block key -> node slot */
-    struct run *runs;      /* free runs chain through hidx */
+    LR__GAP(gap_pools);
+    struct pool cpool;
     struct pool rpool;
-    struct span *sp; /* free spans chain through next */
     struct pool spool;
     struct hclass hc[HCLASSES];
 
@@ -226,25 +254,15 @@ struct lr_index {
     uint64_t holds, remote, nodes;
     uint64_t stale; /* table entries of gone nodes */
 
-    struct inst *insts;
     uint32_t *ifree; /* stack of free instance slots */
     uint32_t n_ifree;
-    struct lr__table itab; /* instance id -> slot, sized for max_inst */
 
-    /* the engine-hash map, see index_emap.c */
-    uint64_t *ehash; /* per node slot, NULL before precise mode */
-    uint16_t *einst; /* per node slot, EINST_NONE: no entry */
-    uint16_t *eovf;  /* per chunk, a bit a slot: overflow entries */
-    uint32_t ecap;   /* chunks all three slot arrays cover */
-    uint32_t ecap_h, ecap_i, ecap_o; /* chunks each one covers */
-    struct emap_ent *ep;             /* overflow entries */
-    struct pool epool;               /* free entries chain through node */
-    struct lr__table etab;           /* (instance slot, engine hash) -> entry */
+    struct pool epool;     /* free entries chain through node */
+    struct lr__table etab; /* (instance slot, engine hash) -> entry */
     struct lr__table otab; /* (instance slot, node slot) -> overflow */
     uint64_t emap_live;    /* entries */
 
-    struct jent *journal; /* the LOCAL learns, see index_learn.c */
-    uint64_t j_seq;
+    uint64_t j_seq; /* learns journalled (index_learn.c) */
 
     struct lr__clock clock; /* judges every now_ns (lr__index_judge) */
     bool has_epoch;
@@ -252,12 +270,6 @@ struct lr_index {
     uint32_t last_tick; /* the latest tick any call brought (delta ages) */
 
     uint64_t evicted, expired, learned;
-
-    /* The lower tiers' routes (index_kv.c, "Lower tiers"): lower[t - 1]
-     * for tier t, an index of the same block size and keys made at the
-     * tier's first event; NULL before. Part of the logical state (digest,
-     * verify); not of snapshots or deltas. A lower index has none. */
-    lr_index *lower[LR__LOWER_TIERS];
 
     /* scratch, never part of the logical state */
     uint64_t *kbuf;

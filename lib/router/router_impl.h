@@ -89,12 +89,22 @@ struct lr__rwl {
 };
 
 struct lr_router {
+    /* Read by every call, written only at create and restore. */
     struct lr__mem mem;
+    uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
+    int32_t policy;
+    uint32_t max_inst;
+    uint32_t block_tokens;
+    lr_index *ix;
+    lr_ring *ring;
+    lr_load *ld;
+    LR__GAP(gap_lk);
     /* The router's lock (lr__router_lock / lr__router_rdlock): route()'s
      * decision and the queries read under it, everything that changes
      * the router writes. Writers are preferred (glibc), so that routes
      * cannot starve the telemetry. */
     struct lr__rwl lk;
+    LR__GAP(gap_ixlk);
     /* The index's lock (lr__router_ix_*), taken inside the router's: the
      * one writer that holds only the router's read lock, a route's learn,
      * holds it to write; what reads the index under the router's read
@@ -103,27 +113,28 @@ struct lr_router {
      * nothing more. So one route's learn runs beside another's gather and
      * decision. */
     struct lr__rwl ixlk;
-    uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
+    LR__GAP(gap_rng);
     /* The routing generator: one draw per decision, in order, under its
      * own small lock (the decision runs under the read lock). */
     pthread_mutex_t rng_mu;
     struct lr__rng rng;
+    LR__GAP(gap_pool);
     /* Routes' scratch not in use (lr__router_scratch_get/put). */
     pthread_mutex_t pool_mu;
     struct lr__rscratch *pool;
     size_t n_scratch; /* made, in use or not */
+    LR__GAP(gap_hint);
     /* dry runs: counted under the read lock */
     _Atomic uint64_t dry_runs;
     /* 1 when the last route's policy matched the prompt: whether the
      * next matches before it takes the router's lock (a hint, read and
      * written relaxed; route_match checks) */
     _Atomic uint32_t match_hint;
-    int32_t policy;
-    uint32_t max_inst;
-    uint32_t block_tokens;
-    lr_index *ix;
-    lr_ring *ring;
-    lr_load *ld;
+    LR__GAP(gap_clock);
+    /* The clock (lr__router_clock), its skew LR_PARAM_CLOCK_SKEW_S:
+     * taken by every route. */
+    struct lr__clock clock;
+    LR__GAP(gap_rest);
     struct lr__adapters ad; /* LoRA residency (parts/adapters.h) */
     /* instances that declared models: while 0, no route filters */
     uint32_t n_modeled;
@@ -136,8 +147,6 @@ struct lr_router {
      * hash_seed, else from the operating system; never the routing
      * generator's seed. */
     uint64_t hash_seed;
-    /* The clock (lr__router_clock), its skew LR_PARAM_CLOCK_SKEW_S. */
-    struct lr__clock clock;
     struct lr__table names; /* name -> id */
     uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
@@ -180,8 +189,11 @@ struct lr_router {
     lr_learner_options opt_learner;
     lr_mlp_options opt_learner_mlp;
     bool has_opt_learner;
+    LR__GAP(gap_st);
+    /* counted by every route's record */
     lr_router_stats st;
     uint64_t by_reason[LR__REASON_COUNT];
+    LR__GAP(gap_wait);
     /* The waiting queue (router_wait.c): its lock, taken before the
      * router's and the index's, by the calls that touch the queue (a
      * route that may wait or shed, dispatch, fail, the stats); the queue
