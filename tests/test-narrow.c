@@ -405,14 +405,14 @@ narrowed_weighs_few(void **state)
     free(t);
 }
 
-/* The rows of the route that just ran (its scratch, back at the head of
- * the pool) against the whole table's: each weighs the cached tokens the
+/* The rows of the route that just ran (its scratch, back as the router's
+ * spare) against the whole table's: each weighs the cached tokens the
  * whole table gives its instance. */
 static void
 rows_hold_as_whole(const struct rig *g, const lr_score *sc, size_t n,
                    const uint32_t *whole_cached)
 {
-    const lr_candidate *rows = g->r->pool->rows;
+    const lr_candidate *rows = atomic_load(&g->r->spare)->rows;
     for (size_t k = 0; k < n; k++) {
         assert_int_equal(rows[k].instance, sc[k].instance);
         if (rows[k].cached_tokens != whole_cached[rows[k].instance])

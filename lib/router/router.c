@@ -134,11 +134,15 @@ scratch_new(lr_router *r, struct lr__rscratch **out)
 lr_status
 lr__router_scratch_get(lr_router *r, struct lr__rscratch **out)
 {
-    pthread_mutex_lock(&r->pool_mu);
-    struct lr__rscratch *sc = r->pool;
-    if (sc != NULL)
-        r->pool = sc->next;
-    pthread_mutex_unlock(&r->pool_mu);
+    struct lr__rscratch *sc =
+        atomic_exchange_explicit(&r->spare, NULL, memory_order_acquire);
+    if (sc == NULL) {
+        pthread_mutex_lock(&r->pool_mu);
+        sc = r->pool;
+        if (sc != NULL)
+            r->pool = sc->next;
+        pthread_mutex_unlock(&r->pool_mu);
+    }
     if (sc == NULL) {
         LR_TRY(scratch_new(r, &sc));
         pthread_mutex_lock(&r->pool_mu);
@@ -165,6 +169,10 @@ lr__router_scratch_model(lr_router *r, struct lr__rscratch *sc, size_t n)
 void
 lr__router_scratch_put(lr_router *r, struct lr__rscratch *sc)
 {
+    struct lr__rscratch *none = NULL;
+    if (atomic_compare_exchange_strong_explicit(
+            &r->spare, &none, sc, memory_order_release, memory_order_relaxed))
+        return;
     pthread_mutex_lock(&r->pool_mu);
     sc->next = r->pool;
     r->pool = sc;
@@ -223,6 +231,9 @@ router_free(lr_router *r)
     lr__free(m, r->free_w, FREE_WORDS(ni) * sizeof(uint64_t));
     lr__free(m, r->free_s, FREE_WORDS(FREE_WORDS(ni)) * sizeof(uint64_t));
     lr__free(m, r->init_rtt_ms, ni * sizeof(double));
+    struct lr__rscratch *spare = atomic_load(&r->spare);
+    if (spare != NULL)
+        scratch_free(r, spare);
     while (r->pool != NULL) {
         struct lr__rscratch *sc = r->pool;
         r->pool = sc->next;
@@ -389,7 +400,9 @@ create_tables(lr_router *r)
     if (r->opt.marks > 0)
         LR_TRY(lr__marks_init(&r->marks, m, r->opt.marks,
                               lr__mix64(r->hash_seed, SEED_MARKS)));
-    LR_TRY(scratch_new(r, &r->pool));
+    struct lr__rscratch *sc;
+    LR_TRY(scratch_new(r, &sc));
+    atomic_store_explicit(&r->spare, sc, memory_order_relaxed);
     r->n_scratch = 1;
     LR_TRY(lr__peers_init(&r->peers, m, r->opt.max_peers, r->max_inst,
                           r->opt.replica_id, r->opt.gauge_ttl_ns));

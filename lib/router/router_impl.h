@@ -119,7 +119,11 @@ struct lr_router {
     pthread_mutex_t rng_mu;
     struct lr__rng rng;
     LR__GAP(gap_pool);
-    /* Routes' scratch not in use (lr__router_scratch_get/put). */
+    /* Routes' scratch not in use (lr__router_scratch_get/put): the one
+     * put back last in `spare`, taken and given back with one atomic
+     * exchange each, so that routes on one thread never take pool_mu;
+     * the others in `pool`, under pool_mu. */
+    _Atomic(struct lr__rscratch *) spare;
     pthread_mutex_t pool_mu;
     struct lr__rscratch *pool;
     size_t n_scratch; /* made, in use or not */
