@@ -47,30 +47,40 @@ struct req {
     uint8_t fork_sib; /* the fork is a sibling's */
 };
 
+/* An instance's load, what a route's row reads (lr__load_fill) kept
+ * together: a route reads it for every instance, so every byte here is
+ * a byte of cache a route fills. What only the reports read and write is
+ * in struct fit, beside it. */
 struct inst {
     uint8_t live;
+    uint8_t has_stats;
+    uint8_t has_rtt;
     int32_t prefix_caching;
     uint32_t cls;
     uint32_t head;  /* newest request */
     uint32_t phead; /* newest request whose prefill leg is here */
     uint32_t inflight, queued;
     uint64_t prefill, queued_tokens, decode, kv, prompt;
-    int32_t has_stats;
     lr_engine_stats st;
-    int32_t has_rtt;
     double rtt;
     uint64_t last_first_ns, queue_since_ns;
-    /* What its engine reported reusing of the hits expected there: the
-     * reports (each request's once) and their shares not delivered, both
-     * decayed per report by LOST_KEEP; `lost` is the share the rows get,
-     * kept at each report so that a route divides nothing */
-    double lost_n, lost_sum, lost;
-    /* The same for the hits past a fork (lr_candidate's sibling_lost):
-     * the reports of requests that had a sibling's fork in their hit, and
-     * how many of them the engine delivered no more than about the fork
-     * of; and the same of requests whose hit had a boundary where a
-     * sibling would have forked and none had (plain): what the engine
-     * loses past such a point anyway (a paged engine short of room) */
+    /* the rows' cached_lost and sibling_lost, kept at each report (struct
+     * fit) so that a route divides nothing */
+    double lost, sib_excess;
+};
+
+/* What its engine reported reusing of the hits expected there: the
+ * reports (each request's once) and their shares not delivered, both
+ * decayed per report by LOST_KEEP; their ratio is struct inst's `lost`.
+ * The same for the hits past a fork (lr_candidate's sibling_lost): the
+ * reports of requests that had a sibling's fork in their hit, and how
+ * many of them the engine delivered no more than about the fork of; and
+ * the same of requests whose hit had a boundary where a sibling would
+ * have forked and none had (plain): what the engine loses past such a
+ * point anyway (a paged engine short of room). struct inst's sib_excess
+ * is sib_lost less plain_lost, at least 0. */
+struct fit {
+    double lost_n, lost_sum;
     double sib_n, sib_sum, sib_lost;
     double plain_n, plain_sum, plain_lost;
 };
@@ -93,6 +103,7 @@ struct lr_load {
     double alpha;
     uint64_t seed;
     struct inst *in;
+    struct fit *fit; /* beside in[], by instance */
     struct req *rq;
     struct lr__table tab; /* request id -> record index */
     uint32_t free_head;
@@ -114,6 +125,7 @@ load_free(lr_load *ld)
 {
     struct lr__mem *m = &ld->mem;
     lr__free(m, ld->in, (size_t)ld->max_inst * sizeof(struct inst));
+    lr__free(m, ld->fit, (size_t)ld->max_inst * sizeof(struct fit));
     lr__free(m, ld->rq, (size_t)ld->max_req * sizeof(struct req));
     lr__table_free(&ld->tab, m);
     LR__HANDLE_FREE(ld, lr_load);
@@ -151,9 +163,10 @@ lr_load_create(const lr_load_options *opt, lr_load **out)
      * ids cannot aim them at one spot of the table. */
     ld->seed = lr__hash_seed(0, ld) ^ ID_SEED;
     ld->in = lr__calloc(&ld->mem, ld->max_inst, sizeof(struct inst));
+    ld->fit = lr__calloc(&ld->mem, ld->max_inst, sizeof(struct fit));
     ld->rq = lr__alloc(&ld->mem, (size_t)ld->max_req * sizeof(struct req));
     lr_status tst = lr__table_init(&ld->tab, &ld->mem, ld->max_req);
-    if (ld->in == NULL || ld->rq == NULL || tst != LR_OK) {
+    if (ld->in == NULL || ld->fit == NULL || ld->rq == NULL || tst != LR_OK) {
         load_free(ld);
         return LR_ENOMEM;
     }
@@ -346,6 +359,7 @@ lr_load_add_instance(lr_load *ld, uint32_t instance, uint32_t instance_class,
     struct inst *in = &ld->in[instance];
     LR_RETURN_IF(in->live, LR_EEXIST);
     memset(in, 0, sizeof *in);
+    memset(&ld->fit[instance], 0, sizeof ld->fit[instance]);
     in->live = 1;
     in->cls = instance_class;
     in->prefix_caching = prefix_caching;
@@ -640,27 +654,31 @@ lr__load_observe_cached(lr_load *ld, uint64_t id, uint32_t cached_tokens,
     if (q->kv_full)
         return LR_OK; /* lost to the wait, if lost */
     struct inst *in = &ld->in[q->inst];
+    struct fit *f = &ld->fit[q->inst];
     double lost = cached_tokens >= q->cached
                       ? 0
                       : (double)(q->cached - cached_tokens) / q->cached;
-    in->lost_n = LOST_KEEP * in->lost_n + 1;
-    in->lost_sum = LOST_KEEP * in->lost_sum + lost;
-    in->lost = in->lost_sum / (in->lost_n + LOST_PRIOR);
+    f->lost_n = LOST_KEEP * f->lost_n + 1;
+    f->lost_sum = LOST_KEEP * f->lost_sum + lost;
+    in->lost = f->lost_sum / (f->lost_n + LOST_PRIOR);
     if (q->fork > 0 && (uint64_t)q->fork + q->fork_slack < q->cached) {
         /* did the engine deliver the fork and no more (an engine of
          * slots whose slot a sibling took), or more of the hit (a paged
          * engine evicts a conversation's tail a block at a time)? */
         double took =
             (uint64_t)cached_tokens <= (uint64_t)q->fork + q->fork_slack;
-        double *n = q->fork_sib ? &in->sib_n : &in->plain_n;
-        double *sum = q->fork_sib ? &in->sib_sum : &in->plain_sum;
+        double *n = q->fork_sib ? &f->sib_n : &f->plain_n;
+        double *sum = q->fork_sib ? &f->sib_sum : &f->plain_sum;
         *n = LOST_KEEP * *n + 1;
         *sum = LOST_KEEP * *sum + took;
         double share = *sum / (*n + LOST_PRIOR);
         if (q->fork_sib)
-            in->sib_lost = share;
+            f->sib_lost = share;
         else
-            in->plain_lost = share;
+            f->plain_lost = share;
+        /* what a sibling's fork loses beyond what the engine loses anyway */
+        in->sib_excess =
+            f->sib_lost > f->plain_lost ? f->sib_lost - f->plain_lost : 0;
     }
     return LR_OK;
 }
@@ -816,12 +834,12 @@ lr__load_digest(const lr_load *ld)
                          rtt,
                          in->last_first_ns,
                          in->queued ? in->queue_since_ns : 0,
-                         lr__double_bits(in->lost_n),
-                         lr__double_bits(in->lost_sum),
-                         lr__double_bits(in->sib_n),
-                         lr__double_bits(in->sib_sum),
-                         lr__double_bits(in->plain_n),
-                         lr__double_bits(in->plain_sum) };
+                         lr__double_bits(ld->fit[i].lost_n),
+                         lr__double_bits(ld->fit[i].lost_sum),
+                         lr__double_bits(ld->fit[i].sib_n),
+                         lr__double_bits(ld->fit[i].sib_sum),
+                         lr__double_bits(ld->fit[i].plain_n),
+                         lr__double_bits(ld->fit[i].plain_sum) };
         for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
             h = mixin(h, f[k]);
         /* requests: order-independent sum */
@@ -867,9 +885,7 @@ lr__load_fill(const lr_load *ld, uint32_t instance, uint64_t now_ns,
     c->instance_class = in->cls;
     c->prefix_caching = in->prefix_caching;
     c->cached_lost = in->lost;
-    /* what a sibling's fork loses beyond what the engine loses anyway */
-    c->sibling_lost =
-        in->sib_lost > in->plain_lost ? in->sib_lost - in->plain_lost : 0;
+    c->sibling_lost = in->sib_excess;
     c->stall_s = 0;
     if (in->queued > 0) {
         uint64_t since = in->last_first_ns > in->queue_since_ns

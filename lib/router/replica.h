@@ -135,6 +135,14 @@ lr__peers_on_moved(struct lr__peers *ps, void (*fn)(void *, uint32_t),
 void lr__peers_add(const struct lr__peers *ps, uint64_t now_ns,
                    lr_candidate *c);
 
+/* Whether any gauge is held: while none is, lr__peers_add adds nothing
+ * (a route checks this before it calls that for each row). */
+static inline bool
+lr__peers_held(const struct lr__peers *ps)
+{
+    return ps->p != NULL && ps->next_expire != UINT64_MAX;
+}
+
 /* Drop the gauges expired at now_ns (moved() hears of their
  * instances). */
 void lr__peers_expire(struct lr__peers *ps, uint64_t now_ns);

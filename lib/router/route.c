@@ -484,7 +484,8 @@ gather_row(const lr_router *r, const uint32_t *cached_by_id, bool tiers,
     c->node = pl->node;
     c->rack = pl->rack;
     c->region = pl->region;
-    lr__peers_add(&r->peers, now_ns, c); /* other replicas' in flight */
+    if (lr__peers_held(&r->peers)) /* other replicas' in flight */
+        lr__peers_add(&r->peers, now_ns, c);
 }
 
 /* Whether the route's rows are only its model's instances: it names one
