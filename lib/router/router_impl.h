@@ -89,7 +89,8 @@ struct lr__rwl {
 };
 
 struct lr_router {
-    /* Read by every call, written only at create and restore. */
+    /* Read by every call; written at create, by a restore (the parts)
+     * and by lr_router_set_policy(), under the write lock. */
     struct lr__mem mem;
     uint32_t spins; /* LR__ROUTER_SPINS, or 0 on a single processor */
     int32_t policy;
