@@ -805,6 +805,24 @@ adaptive_pick(const lr_policy_input *in, const lr_candidate rows[2],
     return *st == LR_OK ? d.instance : LR_INSTANCE_NONE;
 }
 
+/* The contest both hit tests start from: a 1000-token prompt with every
+ * default parameter; instance 10 holding `hit10` of it, 11 holding
+ * `hit11`, both caching, idle, of class 0. */
+static void
+hit_contest(lr_policy_input *in, lr_candidate rows[2], uint32_t hit10,
+            uint32_t hit11)
+{
+    lr_policy_input_init(in); /* params NULL: every default */
+    in->prompt_tokens = 1000;
+    in->seed = 1;
+    for (int k = 0; k < 2; k++) {
+        rows[k] = row_of(0, 8000, 0, 0);
+        rows[k].instance = 10 + (uint32_t)k;
+        rows[k].cached_tokens = k == 0 ? hit10 : hit11;
+        rows[k].prefix_caching = 1;
+    }
+}
+
 /* The same, which must decide. */
 static uint32_t
 adaptive_picks(const lr_policy_input *in, const lr_candidate rows[2],
@@ -826,17 +844,9 @@ adaptive_credits_delivered_hits(void **state)
 {
     (void)state;
     lr_policy_input in;
-    lr_policy_input_init(&in); /* params NULL: every default */
-    in.prompt_tokens = 1000;
-    in.seed = 1;
-    lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(0, 8000, 0, 0) };
-    rows[0].instance = 10;
-    rows[0].cached_tokens = 900;
+    lr_candidate rows[2];
+    hit_contest(&in, rows, 900, 500);
     rows[0].cached_lost = 0.9;
-    rows[0].prefix_caching = 1;
-    rows[1].instance = 11;
-    rows[1].cached_tokens = 500;
-    rows[1].prefix_caching = 1;
     assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
     rows[0].cached_lost = 0;
     assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 10);
@@ -1012,18 +1022,10 @@ adaptive_spares_siblings(void **state)
 {
     (void)state;
     lr_policy_input in;
-    lr_policy_input_init(&in);
-    in.prompt_tokens = 1000;
-    in.seed = 1;
-    lr_candidate rows[2] = { row_of(0, 8000, 0, 0), row_of(0, 8000, 0, 0) };
-    rows[0].instance = 10;
-    rows[0].cached_tokens = 500;
-    rows[0].prefix_caching = 1;
+    lr_candidate rows[2];
+    hit_contest(&in, rows, 500, 100);
     rows[0].sibling_tokens = 300;
     rows[0].sibling_lost = 1;
-    rows[1].instance = 11;
-    rows[1].cached_tokens = 100;
-    rows[1].prefix_caching = 1;
     assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
     rows[0].sibling_lost = 0.25; /* a quarter of the reports: sure */
     assert_int_equal(adaptive_picks(&in, rows, sizeof rows[0]), 11);
