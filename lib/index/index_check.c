@@ -152,9 +152,10 @@ verify_run(const lr_index *ix, uint32_t r, struct vcount *v)
     for (uint32_t i = 0; i < R->nh; i++) {
         uint32_t s = h[i].inst;
         CHECK(s < ix->max_inst && ix->insts[s].used);
+        CHECK(h[i].id == ix->insts[s].id);
         CHECK(h[i].to > 0 && h[i].to <= R->len);
         if (i > 0) /* sorted by id, so distinct */
-            CHECK(ix->insts[h[i - 1].inst].id < ix->insts[s].id);
+            CHECK(h[i - 1].id < h[i].id);
         if (R->prun != LR_NIL) /* invariant 1 */
             CHECK(hold_span(ix, R->prun, R->poff, s) != LR_NIL);
         if (h[i].to > len)

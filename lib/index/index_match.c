@@ -315,7 +315,7 @@ lr__index_sample_at(const lr_index *idx, struct lr__match_scratch *ms,
                 continue; /* reported, or asked */
             ms->mark[s] = ms->mark_gen;
             uint32_t hs = h[x].to < o + 1 ? h[x].to : o + 1;
-            out[got].instance = idx->insts[s].id;
+            out[got].instance = h[x].id;
             out[got++].tokens = (R->top + hs) * idx->B;
         }
         if (R->nh > left)

@@ -413,13 +413,14 @@ hent_add(lr_index *ix, uint32_t r, uint32_t s)
     assert(R->nh < (1u << R->hcls));
     struct hent *a = run_hents(ix, R);
     uint32_t id = ix->insts[s].id, i = R->nh;
-    while (i > 0 && ix->insts[a[i - 1].inst].id > id)
+    while (i > 0 && a[i - 1].id > id)
         i--;
     memmove(a + i + 1, a + i, (size_t)(R->nh - i) * sizeof *a);
     R->nh++;
     struct hent *h = &a[i];
     h->inst = (uint16_t)s;
     h->pad = 0;
+    h->id = id;
     h->to = 0;
     h->span = LR_NIL;
     return h;

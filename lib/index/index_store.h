@@ -98,6 +98,8 @@ struct hent {
     uint16_t pad;
     uint32_t to;
     uint32_t span; /* its deepest span in the run */
+    uint32_t id;   /* insts[inst].id, the holders' order: a search by id
+                      reads it without a load that waits on this one */
 };
 
 /* A span: instance `inst` holds offsets [from, to) of run `run` with
@@ -347,20 +349,23 @@ run_hents(const lr_index *ix, const struct run *r)
 
 /* The entry of instance id `id` among run R's holders, or NULL: a
  * binary search (a run's holders stay sorted by instance id), so that a
- * system prompt a whole fleet holds costs log2(fleet) steps to look in. */
+ * system prompt a whole fleet holds costs log2(fleet) steps to look in.
+ * Each step keeps the half that holds the last holder of id <= `id` (or
+ * a range one longer) with a conditional move: the comparison's outcome
+ * is a coin toss the branch predictor would miss half the time. */
 static inline struct hent *
 hent_of_id(const lr_index *ix, const struct run *R, uint32_t id)
 {
-    struct hent *h = run_hents(ix, R);
-    uint32_t lo = 0, hi = R->nh;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (ix->insts[h[mid].inst].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+    struct hent *b = run_hents(ix, R);
+    uint32_t n = R->nh;
+    if (n == 0)
+        return NULL;
+    while (n > 1) {
+        uint32_t half = n / 2;
+        b = b[half].id <= id ? b + half : b;
+        n -= half;
     }
-    return lo < R->nh && ix->insts[h[lo].inst].id == id ? &h[lo] : NULL;
+    return b->id == id ? b : NULL;
 }
 
 /* Instance s's entry in run r, or NULL: a scan of a few holders, else
