@@ -455,6 +455,63 @@ scored(struct rig *g, bool rec, const uint32_t *t, size_t n, lr_score *sc,
     rows_hold_as_whole(g, sc, d->n_scores, cached);
 }
 
+/* The ring ranks of a narrowed route's rows: the whole table's, for the
+ * ring's first candidates, each among the rows; for ranvier, whose rule
+ * hashes only when nothing holds the prompt, none on a hit. */
+static void
+narrowed_ring_ranks(void **state)
+{
+    (void)state;
+    static const lr_policy policies[] = { LR_POLICY_CONSISTENT_HASH,
+                                          LR_POLICY_RANVIER };
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
+    lr_score *sc = calloc(FLEET, sizeof *sc);
+    lr_candidate *rows = calloc(FLEET, sizeof *rows);
+    uint32_t *cached = calloc(FLEET, sizeof *cached);
+    uint32_t *rank = calloc(FLEET, sizeof *rank);
+    for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {
+        struct rig g;
+        rig_open(&g, policies[p]);
+        for (uint32_t c = 0; c < CONVS; c++)
+            rig_step(&g, c, t, prompt_of_conv(&g, c, t));
+        for (int miss = 0; miss < 2; miss++) {
+            size_t n = prompt_of_conv(&g, 5, t);
+            if (miss) /* a prompt no instance holds any of */
+                for (size_t i = 0; i < n; i++)
+                    t[i] = 0x70000u + (uint32_t)i;
+            assert_int_equal(candidates_of(g.r, t, n, g.now, rows, FLEET),
+                             FLEET);
+            uint32_t want = 0, held = 0;
+            for (uint32_t k = 0; k < FLEET; k++) {
+                cached[rows[k].instance] = rows[k].cached_tokens;
+                rank[rows[k].instance] = rows[k].ring_rank;
+                want += rows[k].ring_rank > 0;
+                held += rows[k].cached_tokens > 0;
+            }
+            assert_int_equal(want, LR_RING_MAX_K);
+            if (policies[p] == LR_POLICY_RANVIER) /* it matches */
+                assert_int_equal(held == 0, miss);
+            lr_decision d;
+            scored(&g, false, t, n, sc, cached, &d);
+            const lr_candidate *nr = atomic_load(&g.r->spare)->rows;
+            uint32_t ranked = 0;
+            for (size_t k = 0; k < d.n_scores; k++) {
+                if (nr[k].ring_rank > 0)
+                    assert_int_equal(nr[k].ring_rank, rank[nr[k].instance]);
+                ranked += nr[k].ring_rank > 0;
+            }
+            bool hashes = policies[p] != LR_POLICY_RANVIER || miss;
+            assert_int_equal(ranked, hashes ? want : 0);
+        }
+        lr_router_destroy(g.r);
+    }
+    free(rank);
+    free(cached);
+    free(rows);
+    free(sc);
+    free(t);
+}
+
 /* A prompt whose opening most of a large fleet holds (more than a cut
  * match reads whole: 8 x LR_PARAM_NARROW_WIDTH), the busy most of all: a
  * narrowed route reads the deepest holders alone, asks after its other
@@ -699,6 +756,7 @@ main(void)
         cmocka_unit_test(order_oom),
         cmocka_unit_test(narrowed_matches_whole),
         cmocka_unit_test(narrowed_many_holders),
+        cmocka_unit_test(narrowed_ring_ranks),
         cmocka_unit_test(narrowed_weighs_few),
         cmocka_unit_test(narrowed_follows_the_fleet),
         cmocka_unit_test(narrowed_follows_gauges),

@@ -106,7 +106,7 @@ static const struct lr__range pdefs[LR__PARAM_COUNT] = {
     [LR_PARAM_PD_LOCAL_MAX_RATIO] = FRACTION(0.7),
     [LR_PARAM_ADAPTIVE_PD_STALL] = UPTO(100, 0.1),
     [LR_PARAM_NARROW_ABOVE] = COUNT(0, 65534, 256),
-    [LR_PARAM_NARROW_WIDTH] = COUNT(1, 256, 16),
+    [LR_PARAM_NARROW_WIDTH] = COUNT(1, LR__NARROW_WIDTH_MAX, 16),
 };
 
 #undef FRACTION
@@ -824,7 +824,8 @@ const struct lr__policy_def lr__policies[LR__POLICY_COUNT] = {
     [LR_POLICY_GORGO] = { "gorgo", M, LR_RING_KEY_NONE, 0, lr__gorgo_decide,
                           &lr__gorgo_ops, .narrow = H | B | S },
     [LR_POLICY_RANVIER] = { "ranvier", M, LR_RING_KEY_PREFIX, LR_RING_MAX_K,
-                            decide_ranvier, .narrow = H | R | I },
+                            decide_ranvier,
+                            .narrow = H | LR__NARROW_RING_MISS | I },
     [LR_POLICY_LODESTAR] = { "lodestar", M | LR__NEEDS_AGE, LR_RING_KEY_PREFIX,
                              2, lr__lodestar_decide, &lr__lodestar_ops,
                              LR_PARAM_LODESTAR_FALLBACK + 1,

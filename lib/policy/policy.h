@@ -59,6 +59,11 @@
 #define LR__NARROW_STATE 64u   /* what its state names (pstate narrow) */
 #define LR__NARROW_QUEUE 128u  /* the shortest queue (waiting or queued) */
 #define LR__NARROW_KV 256u     /* the least KV use */
+/* the ring's candidates, only when no routable instance holds any of the
+ * prompt (a rule that hashes only on a miss) */
+#define LR__NARROW_RING_MISS 512u
+/* LR_PARAM_NARROW_WIDTH's bound: the candidates a source gives at most */
+#define LR__NARROW_WIDTH_MAX 256u
 
 /* The in-flight counts of every routable instance when the rows are a
  * narrowed few of them (what a rule over the fleet's load reads). */

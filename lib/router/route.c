@@ -85,6 +85,9 @@ struct route {
      * gathered; fs is the whole fleet's load for the policy */
     uint32_t narrow, n_pick;
     struct lr__fleet_stats fs;
+    /* a large fleet: the ring's candidates narrow_pick read, in ring
+     * order, which route_rank ranks (none read: no row is ranked) */
+    uint32_t ring_ids[LR_RING_MAX_K], n_ring;
 };
 
 /* A route's state before its table. v.scratch is left as it is: only its
@@ -642,9 +645,16 @@ route_rank(lr_router *r, struct route *rt, bool has_key, uint64_t key,
     /* a model's instances rank in the ring's order among themselves: the
      * fleet's first LR_RING_MAX_K candidates, those of other models
      * skipped; the rows that decode and the prefill rows rank apart (each
-     * leg is decided on its own rows) */
-    uint32_t ask = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
-    (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k in range */
+     * leg is decided on its own rows). A large fleet's rows are unfiltered
+     * (narrow_of) and hold the ring's first `want` candidates, which
+     * narrow_pick read (or did not: then none is ranked). */
+    if (rt->narrow) {
+        got = rt->n_ring;
+        memcpy(ids, rt->ring_ids, got * sizeof *ids);
+    } else {
+        uint32_t ask = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
+        (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k ok */
+    }
     uint32_t rank[2] = { 0, 0 };
     for (uint32_t i = 0; i < got; i++) {
         uint32_t k = row_of(rt, ids[i]);
@@ -682,11 +692,18 @@ narrow_pick(lr_router *r, struct route *rt, bool has_key, uint64_t key,
 {
     uint32_t *pick = rt->sc->pick,
              w = (uint32_t)r->param[LR_PARAM_NARROW_WIDTH];
-    if ((rt->narrow & LR__NARROW_RING) && has_key) {
+    /* a miss: the match kept no hit and left none to narrow_rest (the
+     * index knows no routable holder of any of the prompt) */
+    bool miss = rt->hits_kept == 0 && !(rt->cut_on && rt->cut.node != LR_NIL);
+    rt->n_ring = 0;
+    if (has_key && ((rt->narrow & LR__NARROW_RING) ||
+                    ((rt->narrow & LR__NARROW_RING_MISS) && miss))) {
         uint32_t got = 0;
         (void)lr_ring_candidates(r->ring, key, want < 1 ? 1 : want,
-                                 pick + rt->n_pick, &got); /* k in range */
+                                 rt->ring_ids, &got); /* k in range */
+        memcpy(pick + rt->n_pick, rt->ring_ids, got * sizeof *pick);
         rt->n_pick += got;
+        rt->n_ring = got;
     }
     static const uint32_t order[][2] = {
         { LR__NARROW_INFLIGHT, LR__ORDER_INFLIGHT },
