@@ -770,13 +770,19 @@ narrow_rest(lr_router *r, struct route *rt)
         return;
     }
     uint32_t before = rt->n_pick; /* asked after below */
+    /* the walk's ids, each asked once: their bits in pickset (empty
+     * until narrow_unique), cleared below */
+    uint32_t walked[REST_WALK * LR__NARROW_WIDTH_MAX], asked = 0;
+    uint64_t *set = sc->pickset;
     if ((rt->narrow & LR__NARROW_HITS) && rt->hits_kept < w) {
         const struct lr__order *o = &r->fleet.o[LR__ORDER_INFLIGHT];
-        uint32_t need = w - rt->hits_kept, asked = 0, nf = 0;
+        uint32_t need = w - rt->hits_kept, nf = 0;
         for (uint32_t b = o->lo; b <= o->hi && o->n > 0; b++)
             for (uint32_t id = o->head[b];
                  id != UINT32_MAX && asked < REST_WALK * need;
-                 id = o->next[id], asked++) {
+                 id = o->next[id]) {
+                walked[asked++] = id;
+                set[id >> 6] |= 1ull << (id & 63);
                 uint32_t d = lr__index_depth_below(r->ix, sc->ms, node, id);
                 if (d > 0) {
                     sc->hits[nf].instance = id;
@@ -793,11 +799,15 @@ narrow_rest(lr_router *r, struct route *rt)
     }
     for (uint32_t k = 0; k < before; k++) {
         uint32_t id = sc->pick[k];
+        if (id < r->max_inst && (set[id >> 6] >> (id & 63) & 1))
+            continue; /* the walk asked it: nothing new (the same index) */
         uint32_t d = lr__index_depth_below(r->ix, sc->ms, node, id);
         if (d > 0)
             set_cached(sc, id, d * B);
     }
     lr__router_ix_rdunlock(r);
+    for (uint32_t k = 0; k < asked; k++)
+        set[walked[k] >> 6] = 0;
 }
 
 /* A narrowed route's candidates sorted, each once: a bit per id set,
