@@ -46,6 +46,7 @@ struct opts {
     uint32_t trace_block;
     uint64_t index_blocks;
     uint64_t marks;
+    uint64_t queue_tokens; /* 0: the library's default */
     double scrape_ms;
     unsigned jobs;
     int rebalance;
@@ -201,6 +202,9 @@ usage(FILE *f)
 "                      queue: requests may wait in the router's queue\n"
 "                      (their class's urgency and deadline, their tenant),\n"
 "                      let out by lr_router_dispatch()\n"
+"  --queue-tokens N    prompt tokens each router's queue holds at once\n"
+"                      (lr_router_options.queue_tokens; default the\n"
+"                      library's, 16M); a request past it fails\n"
 "  --jobs N            policies simulated at once (default: CPUs)\n"
 "  --router-rates MODE what every router is told of each class's prefill\n"
 "                      speed: nominal (default: the true rates), none (no\n"
@@ -343,7 +347,7 @@ static const char *const value_flags[] = {
     "--json",         "--svg",          "--requests",       "--rate",
     "--time-scale",   "--slo-ttft",     "--scrape-ms",      "--seed",
     "--block-tokens", "--trace-block",  "--index-blocks",   "--jobs",
-    "--marks",
+    "--marks",        "--queue-tokens",
     "--param",        "--split-s",      "--learn-ms",       "--lodestar-min",
     "--lodestar-every", "--lodestar-epochs", "--lodestar-freeze-s",
     "--dump-samples", "--lodestar-max-reward", "--router-rates",
@@ -517,6 +521,9 @@ take(struct opts *o, const char *flag, const char *v)
         return parse_u64(flag, v, 1, LR_INDEX_MAX_CAPACITY, &o->index_blocks);
     else if (strcmp(flag, "--marks") == 0)
         return parse_u64(flag, v, 0, LR_ROUTER_MAX_MARKS, &o->marks);
+    else if (strcmp(flag, "--queue-tokens") == 0)
+        return parse_u64(flag, v, 1, LR_ROUTER_MAX_QUEUE_TOKENS,
+                         &o->queue_tokens);
     else if (strcmp(flag, "--jobs") == 0) {
         if (parse_u64(flag, v, 1, 256, &u) != 0)
             return -1;
@@ -1144,6 +1151,7 @@ make_config(const struct opts *o, const struct sim_workload *w,
     cfg->block_tokens = o->block_tokens;
     cfg->index_blocks = o->index_blocks;
     cfg->marks = o->marks;
+    cfg->queue_tokens = o->queue_tokens;
     cfg->scrape_us = (uint64_t)llround(o->scrape_ms * 1000.0);
     cfg->rebalance = o->rebalance;
     if (cfg->scrape_us == 0)
@@ -1317,6 +1325,31 @@ replica_table(FILE *f, const struct sim_report *rep, size_t n_pol)
                             ? r->cache_hit_rate / one->cache_hit_rate
                             : NAN,
                         r->ttft_mean_s, r->ttft_mean_s / one->ttft_mean_s);
+        }
+        fprintf(f, "\n");
+    }
+    /* the means are over the requests served: say where some were not
+     * (a full queue fails them), so that unequal sets are not compared
+     * unawares */
+    int any = 0;
+    for (size_t k = 0; k < rep->n_runs; k++)
+        any |= rep->runs[k].failed + rep->runs[k].expired +
+                   rep->runs[k].shed >
+               0;
+    if (!any)
+        return;
+    fprintf(f, "\nnot served (failed, expired, shed; the means are of "
+               "the others):\n");
+    for (size_t p = 0; p < n_pol; p++) {
+        fprintf(f, "%-22s", rep->runs[p * REPLICA_CONFIGS].policy_name);
+        for (int k = 0; k < REPLICA_CONFIGS; k++) {
+            const struct sim_result *r = &rep->runs[p * REPLICA_CONFIGS + k];
+            char b[64];
+            snprintf(b, sizeof b, "%llu, %llu, %llu",
+                     (unsigned long long)r->failed,
+                     (unsigned long long)r->expired,
+                     (unsigned long long)r->shed);
+            fprintf(f, " | %-25s", b);
         }
         fprintf(f, "\n");
     }

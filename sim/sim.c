@@ -1483,6 +1483,8 @@ make_router(struct run *r, uint32_t rk)
     if (o.index_capacity_blocks > LR_INDEX_MAX_CAPACITY)
         o.index_capacity_blocks = LR_INDEX_MAX_CAPACITY;
     o.marks = cfg->marks;
+    if (cfg->queue_tokens)
+        o.queue_tokens = cfg->queue_tokens;
     lr_learner_options lo;
     lr_learner_options_init(&lo);
     if (cfg->lodestar_min)

@@ -99,6 +99,7 @@ struct sim_config {
     uint32_t block_tokens; /* engine block = router index block (16) */
     uint64_t index_blocks; /* router index capacity; 0: the cluster's KV */
     uint64_t marks;        /* lr_router_options.marks */
+    uint64_t queue_tokens; /* lr_router_options.queue_tokens; 0: default */
     uint64_t scrape_us;    /* engine metrics period (100 ms) */
     uint64_t sample_us;    /* load-CV sampling period (100 ms) */
     double slo_ttft_s;     /* 5 s */

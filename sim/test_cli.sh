@@ -431,6 +431,35 @@ done
 for k in 'admission (--admit): queue' 'interactive (2 s)' 'tenant 0 (' 'jain'; do
     grep -qF "$k" "$tmp/out" || { echo "FAIL: no '$k' in the admission table"; fails=$((fails + 1)); }
 done
+# --queue-tokens sizes each router's queue: a small one fails requests
+# that the default holds
+expect 2 "--queue-tokens" -- --queue-tokens 0
+for q in 0 4000; do
+    set -- --workload share-mixed --cluster 2 --rate 60 --requests 200 \
+        --admit queue --policies least-request --json "$tmp/q$q.json"
+    [ "$q" = 0 ] || set -- "$@" --queue-tokens "$q"
+    expect 0 '' -- "$@"
+done
+grep -q '"served": 200, .*"failed": 0' "$tmp/q0.json" &&
+    ! grep -q '"failed": 0,' "$tmp/q4000.json" ||
+    { echo "FAIL: --queue-tokens"; fails=$((fails + 1)); }
+# the replica suite: one router and four sharing each way; where some
+# requests were not served it says how many, since its means are of the
+# others
+for q in 16000000 4000; do
+    expect 0 '' -- --replica-suite --workload share-mixed --cluster 2 \
+        --rate 60 --requests 200 --admit queue --policies least-request \
+        --queue-tokens "$q" --jobs 2
+    grep -q '^least-request  .* | .*(.*) .*(.*)' "$tmp/out" ||
+        { echo "FAIL: the replica suite's table"; fails=$((fails + 1)); }
+    if grep -q '^not served' "$tmp/out"; then
+        [ "$q" = 4000 ] ||
+            { echo "FAIL: 'not served' with every request served"; fails=$((fails + 1)); }
+    elif [ "$q" = 4000 ]; then
+        echo "FAIL: the replica suite hides unserved requests"
+        fails=$((fails + 1))
+    fi
+done
 expect 0 '' -- --workload share-mixed --cluster 2 --requests 100 \
     --policies least-request --json "$tmp/plain.json"
 if grep -q 'admission' "$tmp/plain.json" "$tmp/out"; then
