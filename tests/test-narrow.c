@@ -455,6 +455,52 @@ scored(struct rig *g, bool rec, const uint32_t *t, size_t n, lr_score *sc,
     rows_hold_as_whole(g, sc, d->n_scores, cached);
 }
 
+/* Each routable instance in the orders with its in flight, or (n 0) no
+ * instance in them. */
+static void
+orders_hold(const struct rig *g, uint32_t n)
+{
+    assert_int_equal(g->r->fleet.o[LR__ORDER_INFLIGHT].n, n);
+    for (uint32_t id = 0; n > 0 && id < FLEET; id++)
+        if (lr__router_act_index(g->r, id) != LR_INSTANCE_NONE)
+            assert_int_equal(g->r->fleet.inflight[id], inflight_of(g, id));
+    assert_router_ok(g->r);
+}
+
+/* The orders are kept only while a route may read them: past
+ * LR_PARAM_NARROW_ABOVE routable instances. Below (by the parameter, or
+ * as instances leave) they are empty and the load's changes skip them;
+ * past it again every routable instance is put back, as it is loaded. */
+static void
+orders_follow_the_threshold(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_open(&g, LR_POLICY_PREFIX_CACHE_AND_LOAD);
+    uint32_t *t = malloc((SYSTEM + 12 * TURN) * sizeof *t);
+    orders_hold(&g, FLEET);
+    assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, FLEET), LR_OK);
+    orders_hold(&g, 0);
+    for (uint32_t c = 0; c < CONVS; c++) /* loads move while they are off */
+        rig_step(&g, c, t, prompt_of_conv(&g, c, t));
+    orders_hold(&g, 0);
+    assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, FLEET - 2),
+              LR_OK);
+    orders_hold(&g, FLEET);
+    /* two leave: at the threshold, off; one comes back: on */
+    assert_st(lr_router_drain_instance(g.r, 7, 1), LR_OK);
+    orders_hold(&g, FLEET - 1);
+    for (uint32_t c = 0; c < CONVS; c++)
+        rig_step(&g, c, t, prompt_of_conv(&g, c, t));
+    orders_hold(&g, FLEET - 1);
+    assert_st(lr_router_remove_instance(g.r, 9), LR_OK);
+    orders_hold(&g, 0);
+    add_instance(g.r, "10.9", 9, 0, 0);
+    orders_hold(&g, FLEET - 1);
+    lr_router_destroy(g.r);
+    free(t);
+}
+
 /* The ring ranks of a narrowed route's rows: the whole table's, for the
  * ring's first candidates, each among the rows; for ranvier, whose rule
  * hashes only when nothing holds the prompt, none on a hit. */
@@ -679,6 +725,8 @@ narrowed_follows_gauges(void **state)
         lr_decision a, w;
         assert_st(dry(&g, t, n, false, &a), LR_OK);
         assert_st(dry(&g, t, n, true, &w), LR_OK);
+        /* narrowed again: the orders kept (and rebuilt) */
+        assert_st(lr_router_set_param(g.r, LR_PARAM_NARROW_ABOVE, 256), LR_OK);
         rig_step(&g, c, t, n); /* routes: the expiry runs */
         g.now += 480000000ull; /* half a second a round in all */
         assert_st(lr_router_expire(g.r, g.now), LR_OK);
@@ -757,6 +805,7 @@ main(void)
         cmocka_unit_test(narrowed_matches_whole),
         cmocka_unit_test(narrowed_many_holders),
         cmocka_unit_test(narrowed_ring_ranks),
+        cmocka_unit_test(orders_follow_the_threshold),
         cmocka_unit_test(narrowed_weighs_few),
         cmocka_unit_test(narrowed_follows_the_fleet),
         cmocka_unit_test(narrowed_follows_gauges),

@@ -50,6 +50,13 @@ lr__fleet_drop(struct lr__fleet *f, uint32_t id)
 }
 
 void
+lr__fleet_clear(struct lr__fleet *f)
+{
+    for (uint32_t id = 0; id < f->o[0].max_id; id++)
+        lr__fleet_drop(f, id);
+}
+
+void
 lr__fleet_set(struct lr__fleet *f, const lr_candidate *c)
 {
     uint32_t id = c->instance;

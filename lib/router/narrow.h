@@ -46,6 +46,8 @@ void lr__fleet_free(struct lr__fleet *f, struct lr__mem *m);
 void lr__fleet_set(struct lr__fleet *f, const lr_candidate *c);
 /* It is no longer routable. */
 void lr__fleet_drop(struct lr__fleet *f, uint32_t id);
+/* No member left: O(max_inst). */
+void lr__fleet_clear(struct lr__fleet *f);
 
 /* The members' in-flight figures. */
 void lr__fleet_stats(const struct lr__fleet *f, struct lr__fleet_stats *s);

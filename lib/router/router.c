@@ -690,6 +690,7 @@ act_insert(lr_router *r, uint32_t id)
     r->act[k] = id;
     r->n_act++;
     lr__router_fleet_touch(r, id);
+    lr__router_fleet_sync(r);
 }
 
 static void
@@ -701,11 +702,14 @@ act_remove(lr_router *r, uint32_t id)
     memmove(&r->act[k], &r->act[k + 1], (r->n_act - k - 1) * sizeof *r->act);
     r->n_act--;
     lr__fleet_drop(&r->fleet, id);
+    lr__router_fleet_sync(r);
 }
 
 void
 lr__router_fleet_touch(lr_router *r, uint32_t id)
 {
+    if (!r->fleet_on)
+        return; /* no route reads them: a row's fill and five moves saved */
     if (lr__router_act_index(r, id) == NONE) {
         lr__fleet_drop(&r->fleet, id);
         return;
@@ -726,6 +730,19 @@ lr__router_fleet_touch_all(lr_router *r)
 {
     for (uint32_t k = 0; k < r->n_act; k++)
         lr__router_fleet_touch(r, r->act[k]);
+}
+
+void
+lr__router_fleet_sync(lr_router *r)
+{
+    bool on = r->n_act > (uint32_t)r->param[LR_PARAM_NARROW_ABOVE];
+    if (on == r->fleet_on)
+        return;
+    r->fleet_on = on;
+    if (on)
+        lr__router_fleet_touch_all(r);
+    else
+        lr__fleet_clear(&r->fleet);
 }
 
 void
@@ -1139,6 +1156,7 @@ set_param_locked(lr_router *r, int32_t key, double value)
     if (st != LR_OK)
         r->param[key] = old;
     lr__router_pstates_sync(r);
+    lr__router_fleet_sync(r);
     clock_skew(r);
     return st;
 }
@@ -1315,7 +1333,10 @@ verify_instances(const lr_router *r)
     for (uint32_t k = 1; k < r->n_act; k++)
         if (r->act[k - 1] >= r->act[k])
             return LR_ECORRUPT;
-    LR_TRY(lr__fleet_verify(&r->fleet, r->act, r->n_act));
+    LR_RETURN_IF(r->fleet_on !=
+                     (r->n_act > (uint32_t)r->param[LR_PARAM_NARROW_ABOVE]),
+                 LR_ECORRUPT);
+    LR_TRY(lr__fleet_verify(&r->fleet, r->act, r->fleet_on ? r->n_act : 0));
     /* an id's free bit is set exactly when no live instance holds it, a
      * summary bit exactly when its word is not 0, and no bit past the
      * last id is set */

@@ -156,8 +156,12 @@ struct lr_router {
     uint32_t *act;          /* routable ids, ascending */
     uint32_t n_act;
     /* the routable ids in load order, for a large fleet's routes
-     * (narrow.h): kept by every call that changes an instance's load */
+     * (narrow.h): kept by every call that changes an instance's load
+     * while fleet_on, that is while a route may read them (more than
+     * LR_PARAM_NARROW_ABOVE routable); empty while not
+     * (lr__router_fleet_sync). Under the write lock. */
     struct lr__fleet fleet;
+    bool fleet_on;
     /* where each learned prompt went (marks.h), under the index's lock */
     struct lr__marks marks;
     /* The ids no live instance holds, as bits: free_w[w] bit b for id
@@ -412,6 +416,10 @@ void lr__router_fleet_touch(lr_router *r, uint32_t id);
 void lr__router_settle_ended(lr_router *r, uint32_t slot, uint64_t now_ns,
                              bool completed);
 void lr__router_fleet_touch_all(lr_router *r);
+/* The orders kept or not, after the routable count or
+ * LR_PARAM_NARROW_ABOVE changed: turned on, every routable instance is
+ * put in; turned off, they are emptied. Under the write lock. */
+void lr__router_fleet_sync(lr_router *r);
 /* The peers' callback (lr__peers_on_moved): touch instance id, or every
  * one for LR_INSTANCE_NONE. */
 void lr__router_gauge_moved(void *ctx, uint32_t id);
