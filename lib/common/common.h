@@ -59,6 +59,14 @@ lr__sink(uint64_t v)
 #define LR_NOINLINE
 #endif
 
+/* A function the common path does not call (a lock's wait): kept out of
+ * the way of the code that runs every call. */
+#if defined(__GNUC__)
+#define LR_COLD __attribute__((cold, noinline))
+#else
+#define LR_COLD
+#endif
+
 /* Bytes between fields that different threads write (LR__GAP): a cache
  * line, so that no two of them share one whatever the struct's address
  * (the host's allocator aligns it to 16 at best). A route on one core

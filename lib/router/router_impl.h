@@ -252,18 +252,17 @@ lr__router_pause(void)
 #endif
 }
 
-/* Write and read sides of a lock with a spinning wait (above). */
+/* Write and read sides of a lock with a spinning wait (above). The wait
+ * is out of line: each side inlines a try and a test, so that the many
+ * places a route takes a lock add a few bytes to the code it runs. */
+void lr__rwl_lock_wait(struct lr__rwl *l, uint32_t spins);
+void lr__rwl_rdlock_wait(struct lr__rwl *l, uint32_t spins);
+
 static inline void
 lr__rwl_lock(struct lr__rwl *l, uint32_t spins)
 {
-    bool held = pthread_rwlock_trywrlock(&l->rw) == 0;
-    for (unsigned i = 0; !held && i < spins; i++) {
-        lr__router_pause();
-        held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_trywrlock(&l->rw) == 0;
-    }
-    if (!held)
-        pthread_rwlock_wrlock(&l->rw);
+    if (pthread_rwlock_trywrlock(&l->rw) != 0)
+        lr__rwl_lock_wait(l, spins);
     atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
 }
 
@@ -277,14 +276,8 @@ lr__rwl_unlock(struct lr__rwl *l)
 static inline void
 lr__rwl_rdlock(struct lr__rwl *l, uint32_t spins)
 {
-    bool held = pthread_rwlock_tryrdlock(&l->rw) == 0;
-    for (unsigned i = 0; !held && i < spins; i++) {
-        lr__router_pause();
-        held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_tryrdlock(&l->rw) == 0;
-    }
-    if (!held)
-        pthread_rwlock_rdlock(&l->rw);
+    if (pthread_rwlock_tryrdlock(&l->rw) != 0)
+        lr__rwl_rdlock_wait(l, spins);
 }
 
 static inline void
