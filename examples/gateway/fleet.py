@@ -263,7 +263,7 @@ class RedisSync:
                     self._count("full_after_outage")
                 if full:
                     last_full = t
-                if t - last_gauge >= self.gauge_s:
+                if self.gauge_s > 0 and t - last_gauge >= self.gauge_s:
                     self.conn.publish(self.channel,
                                       b"G" + self.router.export_gauges())
                     self._count("gauges_out")

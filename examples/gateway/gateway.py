@@ -1569,6 +1569,10 @@ def add_fleet_args(ap: argparse.ArgumentParser) -> None:
                    help="an engine's ZMQ event and replay endpoints")
     g.add_argument("--sync-ms", type=float, default=50.0,
                    help="delta publication period (default 50)")
+    g.add_argument("--gauge-ms", type=float, default=200.0,
+                   help="load gauge publication period (default 200; 0: "
+                        "none, for AIBrix's rule behind replicas with a "
+                        "waiting queue, docs/scale.md)")
     g.add_argument("--snapshot-s", type=float, default=2.0,
                    help="snapshot period (default 2)")
 
@@ -1656,6 +1660,7 @@ def start_fleet(a: argparse.Namespace, backends: List[Tuple[Any, ...]],
                                fleet=a.fleet, name=a.name,
                                backends=[b[0] for b in backends],
                                sync_s=a.sync_ms / 1e3,
+                               gauge_s=a.gauge_ms / 1e3,
                                snapshot_s=a.snapshot_s)
 
     def prepare(router: Router) -> bool:
@@ -1791,6 +1796,8 @@ def main() -> None:
     add_queue_args(ap)
     a = ap.parse_args()
     queue = queue_kwargs(ap, a)
+    if not a.gauge_ms >= 0:  # NaN too
+        ap.error(f"--gauge-ms {a.gauge_ms}: a period in ms, 0 for none")
     try:
         a.adapters = parse_adapters(a.adapter)
     except ValueError as e:

@@ -276,10 +276,13 @@ class FleetEndToEnd(unittest.TestCase):
             self.assertEqual(st, 200)
 
     def gateway(self, name: str, *, redis: bool, kv: bool,
-                port: int = 0, fleet: str = "f") -> Proc:
+                port: int = 0, fleet: str = "f",
+                gauges: bool = True) -> Proc:
         args = [sys.executable, os.path.join(HERE, "gateway.py"),
                 "--port", str(port), "--name", name, "--policy", POLICY,
                 "--fleet", fleet, "--snapshot-s", "0.5"]
+        if not gauges:
+            args += ["--gauge-ms", "0"]
         for e, eng in enumerate(self.engines):
             args += ["--backend", f"e{e}=127.0.0.1:{eng.info['http']}"]
             if kv:
@@ -292,14 +295,15 @@ class FleetEndToEnd(unittest.TestCase):
         return Proc(args)
 
     def scenario(self, n: int, *, redis: bool, kv: bool,
-                 fleet: str) -> float:
+                 fleet: str, gauges: bool = True) -> float:
         """The engines' hit rate for CONVERSATIONS conversations through n
         gateways."""
         self.clear_engines()
-        gws = [self.gateway(f"{fleet}-{i}", redis=redis, kv=kv, fleet=fleet)
+        gws = [self.gateway(f"{fleet}-{i}", redis=redis, kv=kv, fleet=fleet,
+                            gauges=gauges)
                for i in range(n)]
         try:
-            if redis and n > 1:  # every gateway hears the others
+            if redis and n > 1 and gauges:  # every gateway hears the others
                 wait_for(lambda: all(
                     status(g)["replicas"]["peers_live"] == n - 1 for g in gws),
                     30, "the gateways' gauges")
@@ -314,6 +318,9 @@ class FleetEndToEnd(unittest.TestCase):
                 took = sum(status(g)["replicas"]["deltas_imported"]
                            for g in gws)
                 self.assertGreater(took, 3 * n, f"{fleet}: {took} deltas")
+                sent = [status(g)["replicas"]["redis"]["gauges_out"]
+                        for g in gws]
+                self.assertEqual(min(sent) > 0, gauges, f"{fleet}: {sent}")
             return client.hit_rate()
         finally:
             for g in gws:
@@ -327,15 +334,20 @@ class FleetEndToEnd(unittest.TestCase):
         none = self.scenario(3, redis=False, kv=False, fleet="none")
         events = self.scenario(3, redis=False, kv=True, fleet="events")
         deltas = self.scenario(3, redis=True, kv=False, fleet="deltas")
+        # deltas without load gauges (--gauge-ms 0): none sent, the same
+        # sharing of placements
+        quiet = self.scenario(3, redis=True, kv=False, fleet="quiet",
+                              gauges=False)
         both = self.scenario(3, redis=True, kv=True, fleet="both")
         summary = (f"engine hit rate: 1 gateway {one:.3f}; 3 sharing "
                    f"nothing {none:.3f}; 3 with KV events {events:.3f}; 3 "
-                   f"with Redis deltas {deltas:.3f}; 3 with both "
-                   f"{both:.3f}")
+                   f"with Redis deltas {deltas:.3f} ({quiet:.3f} without "
+                   f"gauges); 3 with both {both:.3f}")
         print("\n" + summary, file=sys.stderr)
         self.assertGreater(one, 0.5, summary)
         self.assertGreaterEqual(events, 0.95 * one, summary)
         self.assertGreaterEqual(deltas, 0.95 * one, summary)
+        self.assertGreaterEqual(quiet, 0.95 * one, summary)
         self.assertGreaterEqual(both, 0.95 * one, summary)
         self.assertLess(none, 0.9 * one, summary)
         self.faults()
