@@ -705,32 +705,21 @@ act_remove(lr_router *r, uint32_t id)
     lr__router_fleet_sync(r);
 }
 
-/* The waits of lr__rwl_lock and lr__rwl_rdlock, whose first try failed:
- * spin while the holder writes, then sleep (router_impl.h). */
+/* The wait of lr__rwl_lock (write) and lr__rwl_rdlock, whose first try
+ * failed: spin while the holder writes, then sleep (router_impl.h). */
 LR_COLD void
-lr__rwl_lock_wait(struct lr__rwl *l, uint32_t spins)
+lr__rwl_wait(struct lr__rwl *l, uint32_t spins, bool write)
 {
     bool held = false;
     for (unsigned i = 0; !held && i < spins; i++) {
         lr__router_pause();
         held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_trywrlock(&l->rw) == 0;
+               (write ? pthread_rwlock_trywrlock(&l->rw)
+                      : pthread_rwlock_tryrdlock(&l->rw)) == 0;
     }
     if (!held)
-        pthread_rwlock_wrlock(&l->rw);
-}
-
-LR_COLD void
-lr__rwl_rdlock_wait(struct lr__rwl *l, uint32_t spins)
-{
-    bool held = false;
-    for (unsigned i = 0; !held && i < spins; i++) {
-        lr__router_pause();
-        held = atomic_load_explicit(&l->busy, memory_order_relaxed) == 0 &&
-               pthread_rwlock_tryrdlock(&l->rw) == 0;
-    }
-    if (!held)
-        pthread_rwlock_rdlock(&l->rw);
+        (void)(write ? pthread_rwlock_wrlock(&l->rw)
+                     : pthread_rwlock_rdlock(&l->rw));
 }
 
 void

@@ -255,14 +255,13 @@ lr__router_pause(void)
 /* Write and read sides of a lock with a spinning wait (above). The wait
  * is out of line: each side inlines a try and a test, so that the many
  * places a route takes a lock add a few bytes to the code it runs. */
-void lr__rwl_lock_wait(struct lr__rwl *l, uint32_t spins);
-void lr__rwl_rdlock_wait(struct lr__rwl *l, uint32_t spins);
+void lr__rwl_wait(struct lr__rwl *l, uint32_t spins, bool write);
 
 static inline void
 lr__rwl_lock(struct lr__rwl *l, uint32_t spins)
 {
     if (pthread_rwlock_trywrlock(&l->rw) != 0)
-        lr__rwl_lock_wait(l, spins);
+        lr__rwl_wait(l, spins, true);
     atomic_store_explicit(&l->busy, 1, memory_order_relaxed);
 }
 
@@ -277,7 +276,7 @@ static inline void
 lr__rwl_rdlock(struct lr__rwl *l, uint32_t spins)
 {
     if (pthread_rwlock_tryrdlock(&l->rw) != 0)
-        lr__rwl_rdlock_wait(l, spins);
+        lr__rwl_wait(l, spins, false);
 }
 
 static inline void
