@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -171,6 +174,17 @@ class GatewayEndToEnd(unittest.TestCase):
             time.sleep(0.05)
         self.assertTrue(all(b["up"] for b in
                             get(self.port, "/status")["backends"]))
+
+    def test_bad_gauge_period(self) -> None:
+        """A negative or NaN --gauge-ms is a usage error (exit 2)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        for v in ("-1", "nan"):
+            p = subprocess.run(
+                [sys.executable, os.path.join(here, "gateway.py"),
+                 "--backend", "e1=127.0.0.1:1", "--gauge-ms", v],
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--gauge-ms", p.stderr)
 
     def test_bad_requests(self) -> None:
         status, _, _ = post(self.port, "/v1/completions", {"prompt": 5})

@@ -648,16 +648,17 @@ route_rank(lr_router *r, struct route *rt, bool has_key, uint64_t key,
      * leg is decided on its own rows). A large fleet's rows are unfiltered
      * (narrow_of) and hold the ring's first `want` candidates, which
      * narrow_pick read (or did not: then none is ranked). */
+    const uint32_t *ring = ids;
     if (rt->narrow) {
+        ring = rt->ring_ids;
         got = rt->n_ring;
-        memcpy(ids, rt->ring_ids, got * sizeof *ids);
     } else {
         uint32_t ask = r->n_act < LR_RING_MAX_K ? r->n_act : LR_RING_MAX_K;
         (void)lr_ring_candidates(r->ring, key, ask, ids, &got); /* k ok */
     }
     uint32_t rank[2] = { 0, 0 };
     for (uint32_t i = 0; i < got; i++) {
-        uint32_t k = row_of(rt, ids[i]);
+        uint32_t k = row_of(rt, ring[i]);
         if (k == NONE)
             continue;
         uint32_t *rk = &rank[k >= rt->nd];
