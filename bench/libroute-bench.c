@@ -11,6 +11,8 @@
  *   index_learn_known_<len> learn a prompt the instance already holds
  *   index_learn_new_<len>   learn an entirely new prompt (index full, so
  *                           this includes evicting as much)
+ *   block_keys_8k[_avx2|_portable]  lr_block_keys() of 8k tokens with the
+ *                           fastest keys kernel, or capped at one
  *   ring_candidates_256     2 candidates from a ring of 256 instances
  *   instance_add_<n>, instance_remove_<n>
  *                           one lr_router_add_instance() / _remove_instance()
@@ -82,6 +84,7 @@
 
 #include "bench-util.h"
 #include "index/index.h"
+#include "index/index_keys_simd.h"
 #include "libroute.h"
 
 #define MPW_CAP (1 << 20)
@@ -314,16 +317,28 @@ bench_index(int quick)
         }
         report(name, ns, new_iters, ix, -1);
     }
-    /* hashing alone, for the floor: 512 chained blocks */
-    if (wanted("block_keys_8k")) {
+    /* hashing alone, for the floor: 512 chained blocks, with the kernel
+     * the CPU allows, then capped at AVX2 and at the portable loop (the
+     * same kernel again where the CPU has no more) */
+    static const struct {
+        const char *name;
+        enum lr__keys_isa cap;
+    } kern[] = { { "block_keys_8k", LR__KEYS_AVX512 },
+                 { "block_keys_8k_avx2", LR__KEYS_AVX2 },
+                 { "block_keys_8k_portable", LR__KEYS_PORTABLE } };
+    for (size_t v = 0; v < sizeof kern / sizeof kern[0]; v++) {
+        if (!wanted(kern[v].name))
+            continue;
         uint64_t *keys = malloc(2048 * sizeof *keys);
+        lr__index_keys_cap(kern[v].cap);
         for (size_t k = 0; k < iters; k++) {
             size_t nk;
             uint64_t t0 = bench_now_ns();
             lr_block_keys(B, tok, 8192, 0, keys, 2048, &nk);
             ns[k] = bench_now_ns() - t0;
         }
-        report("block_keys_8k", ns, iters, NULL, -1);
+        lr__index_keys_cap(LR__KEYS_AVX512);
+        report(kern[v].name, ns, iters, NULL, -1);
         free(keys);
     }
     free(ns);
@@ -913,8 +928,8 @@ bench_router(int quick, uint32_t ninst, int pd)
     for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "%s_%s_%u", kind, pn, ninst);
-        any |= pol != LR_POLICY_LODESTAR && (!pd || pd_case(pol)) &&
-               wanted(name);
+        any |=
+            pol != LR_POLICY_LODESTAR && (!pd || pd_case(pol)) && wanted(name);
         snprintf(name, sizeof name, "route_threads_%s_%u_t1", pn, ninst);
         any |= !pd && wanted(name);
     }
@@ -984,8 +999,7 @@ bench_router(int quick, uint32_t ninst, int pd)
     for (int pol = 0; pol < (int)lr_policy_count(); pol++) {
         const char *pn = lr_policy_name((lr_policy)pol);
         snprintf(name, sizeof name, "%s_%s_%u", kind, pn, ninst);
-        if (pol == LR_POLICY_LODESTAR || (pd && !pd_case(pol)) ||
-            !wanted(name))
+        if (pol == LR_POLICY_LODESTAR || (pd && !pd_case(pol)) || !wanted(name))
             continue;
         if (lr_router_set_policy(r, (lr_policy)pol) != LR_OK)
             exit(1);

@@ -13,6 +13,7 @@
 
 #include "index-helpers.h"
 #include "index/index.h"
+#include "index/index_keys_simd.h"
 #include "testutil.h"
 
 static lr_index *
@@ -157,6 +158,65 @@ mm_key_model(const char *id, int64_t off)
         b[8 + i] = (uint8_t)((uint64_t)off >> (8 * i));
     }
     return XXH3_64bits_withSeed(b, 16, 0x4c524d4d4b455931ull);
+}
+
+/* The documented chain, one block at a time (the recipe above). */
+static void
+naive_keys16(uint64_t salt, const uint32_t *t, size_t nb, uint64_t *out)
+{
+    uint8_t sb[8];
+    for (int i = 0; i < 8; i++)
+        sb[i] = (uint8_t)(salt >> (8 * i));
+    uint64_t prev = XXH3_64bits_withSeed(sb, 8, 0x4c52544e414e5431ull);
+    for (size_t d = 0; d < nb; d++) {
+        uint8_t buf[64];
+        for (int j = 0; j < 16; j++)
+            for (int b = 0; b < 4; b++)
+                buf[4 * j + b] = (uint8_t)(t[d * 16 + j] >> (8 * b));
+        uint64_t g = XXH3_64bits_withSeed(buf, 64, 0x4c52424c4f434b32ull);
+        uint64_t x = (prev ^ g) * 0x9e3779b97f4a7c15ull;
+        prev = (x << 32) | (x >> 32);
+        out[d] = prev;
+    }
+}
+
+/* Every kernel of 16-token blocks (several blocks hashed at once where the
+ * CPU can) gives the naive chain's keys: prompts of 0 to 40 blocks and a
+ * partial one (every tail past a step of 8 or 4), tokens at any 4-byte
+ * alignment, random and extreme token values. A kernel above the CPU's
+ * is not taken (the cap only lowers the choice). */
+static void
+keys_every_kernel_is_the_chain(void **state)
+{
+    (void)state;
+    uint64_t seed = tu_seed("keys kernels", 0x6b65726e656c73ull);
+    static uint32_t t[41 * 16 + 8];
+    uint64_t want[41], got[41];
+    static const enum lr__keys_isa caps[] = { LR__KEYS_PORTABLE, LR__KEYS_AVX2,
+                                              LR__KEYS_AVX512 };
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        lr__index_keys_cap(caps[c]);
+        assert_true(lr__index_keys_isa() <= caps[c]);
+        for (int it = 0; it < 400; it++) {
+            size_t off = (size_t)(tu_rand(&seed) % 8);
+            size_t n = (size_t)(tu_rand(&seed) % (41 * 16 + 1));
+            for (size_t i = 0; i < n; i++)
+                t[off + i] = it % 7 == 0
+                                 ? (uint32_t)(tu_rand(&seed) % 2) * UINT32_MAX
+                             : it % 2 == 0 ? (uint32_t)tu_rand(&seed)
+                                           : (uint32_t)(tu_rand(&seed) % 50);
+            uint64_t salt = it % 3 == 0 ? 0 : tu_rand(&seed);
+            size_t nk;
+            assert_int_equal(lr_block_keys(16, t + off, n, salt, got, 41, &nk),
+                             LR_OK);
+            assert_int_equal(nk, n / 16);
+            naive_keys16(salt, t + off, nk, want);
+            for (size_t d = 0; d < nk; d++)
+                assert_int_equal(got[d], want[d]);
+        }
+    }
+    print_message("keys kernel: %d of 0 portable, 1 AVX2, 2 AVX-512\n",
+                  (int)lr__index_keys_isa());
 }
 
 /* A prompt's keys with multimodal inputs against a naive model of the
@@ -798,6 +858,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_validation),
         cmocka_unit_test(keys_are_the_documented_chain),
+        cmocka_unit_test(keys_every_kernel_is_the_chain),
         cmocka_unit_test(mm_keys_model),
         cmocka_unit_test(learn_match_basics),
         cmocka_unit_test(forks_around_the_table_stride),

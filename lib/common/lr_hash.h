@@ -27,6 +27,33 @@ lr__hash(const void *p, size_t n, uint64_t seed)
     return XXH3_64bits_withSeed(p, n, seed);
 }
 
+/* lr__hash() of one 64-byte input under a fixed seed, taken apart for
+ * kernels that hash several inputs at once (index/index_keys_simd.c).
+ * XXH3 (len 17..128, default secret) XORs the input's eight little-endian
+ * words w[j] with word[j], multiplies each pair (w0, w1), (w2, w3), (w4,
+ * w5), (w6, w7) to 128 bits and folds it (low XOR high), adds the four
+ * folds to acc, then avalanches: x ^= x >> 37, x *= avalanche,
+ * x ^= x >> 32. tests/test-index.c holds each kernel to lr__hash(). */
+struct lr__hash64b {
+    uint64_t word[8];
+    uint64_t acc;
+    uint64_t avalanche;
+};
+
+static inline void
+lr__hash64b_init(uint64_t seed, struct lr__hash64b *k)
+{
+    const uint8_t *s = XXH3_kSecret;
+    /* the pair at input offset 16i meets the secret at 16 * slot[i] */
+    static const unsigned slot[4] = { 0, 2, 3, 1 };
+    for (unsigned i = 0; i < 4; i++) {
+        k->word[2 * i] = XXH_readLE64(s + 16 * slot[i]) + seed;
+        k->word[2 * i + 1] = XXH_readLE64(s + 16 * slot[i] + 8) - seed;
+    }
+    k->acc = 64 * XXH_PRIME64_1;
+    k->avalanche = 0x165667919E3779F9ull;
+}
+
 /* Keyed mix of a 64-bit value for in-process tables (seeded per handle). */
 static inline uint64_t
 lr__mix64(uint64_t x, uint64_t seed)

@@ -13,6 +13,7 @@
  * The hashes do not depend on each other, only the cheap steps do. */
 #include "index/index_keys.h"
 #include "index/index.h"
+#include "index/index_keys_simd.h"
 #include "index/index_store.h"
 
 uint64_t
@@ -21,18 +22,6 @@ lr__index_tenant_root(uint64_t salt)
     uint8_t b[sizeof salt];
     lr__put_u64(b, salt);
     return lr__hash(b, sizeof b, LR_SEED_TENANT);
-}
-
-/* One step of the chain: a bijection of the previous key for a given
- * block hash, so prefixes that differ stay different (an odd multiplier,
- * then the halves swapped so that the next multiply mixes the high bits
- * down). Its latency (xor, multiply, rotate) is all the chain costs: the
- * block hashes do not depend on it and overlap. */
-static inline uint64_t
-chain_step(uint64_t prev, uint64_t g)
-{
-    uint64_t x = (prev ^ g) * LR_CHAIN_MUL;
-    return (x << 32) | (x >> 32);
 }
 
 /* g[d] of each block: its tokens' hash alone. */
@@ -58,7 +47,7 @@ static void
 chain(uint64_t prev, size_t nblocks, uint64_t *out)
 {
     for (size_t i = 0; i < nblocks; i++) {
-        prev = chain_step(prev, out[i]);
+        prev = lr__index_chain_step(prev, out[i]);
         out[i] = prev;
     }
 }
@@ -71,7 +60,8 @@ LR_NOINLINE static void
 chain_keys16(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
 {
     for (size_t i = 0; i < nblocks; i++) {
-        prev = chain_step(prev, lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
+        prev = lr__index_chain_step(prev,
+                                    lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
         out[i] = prev;
     }
 }
@@ -83,7 +73,8 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
 {
 #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
     if (B == 16) {
-        chain_keys16(prev, tok, nblocks, out);
+        if (!lr__index_chain_keys16_simd(prev, tok, nblocks, out))
+            chain_keys16(prev, tok, nblocks, out);
         return;
     }
 #endif

@@ -1,0 +1,42 @@
+/* lr_index, the block keys of 16-token blocks with several block hashes
+ * at once (index_keys_simd.c), and the run-time choice of kernel. */
+#ifndef LIBROUTE_LIB_INDEX_KEYS_SIMD_H
+#define LIBROUTE_LIB_INDEX_KEYS_SIMD_H
+
+#include "common/common.h"
+#include "common/lr_hash.h"
+
+/* The kernels, fastest last. */
+enum lr__keys_isa {
+    LR__KEYS_PORTABLE = 0, /* one block at a time (index_keys.c) */
+    LR__KEYS_AVX2 = 1,     /* 4 blocks a step */
+    LR__KEYS_AVX512 = 2,   /* 8 blocks a step (AVX-512 F and DQ) */
+};
+
+/* One step of the chain: a bijection of the previous key for a given
+ * block hash, so prefixes that differ stay different (an odd multiplier,
+ * then the halves swapped so that the next multiply mixes the high bits
+ * down). Its latency (xor, multiply, rotate) is all the chain costs: the
+ * block hashes do not depend on it and overlap. */
+static inline uint64_t
+lr__index_chain_step(uint64_t prev, uint64_t g)
+{
+    uint64_t x = (prev ^ g) * LR_CHAIN_MUL;
+    return (x << 32) | (x >> 32);
+}
+
+/* The chained keys of nblocks blocks of 16 tokens into out, from the key
+ * before them, with the fastest kernel the CPU runs under the cap; false
+ * (out untouched) when that is the portable one. The keys are the
+ * portable loop's, bit for bit. */
+bool lr__index_chain_keys16_simd(uint64_t prev, const uint32_t *tok,
+                                 size_t nblocks, uint64_t *out);
+
+/* The kernel lr__index_chain_keys16_simd() uses now. */
+enum lr__keys_isa lr__index_keys_isa(void);
+
+/* Tests and benchmarks: use no kernel above `cap` (LR__KEYS_AVX512: as
+ * the CPU allows, the default). Process-wide. */
+void lr__index_keys_cap(enum lr__keys_isa cap);
+
+#endif /* LIBROUTE_LIB_INDEX_KEYS_SIMD_H */
