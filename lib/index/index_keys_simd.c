@@ -225,7 +225,14 @@ cpu_keys_isa(void)
     c = LR__KEYS_PORTABLE;
 #if KEYS_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
+    /* Intel's first AVX-512 server cores lower a core's clock for a while
+     * after 512-bit multiplies: a gateway hashing every few microseconds
+     * would run all its code slower, so they take the AVX2 kernel */
+    bool slows = __builtin_cpu_is("skylake-avx512") ||
+                 __builtin_cpu_is("cascadelake") ||
+                 __builtin_cpu_is("cooperlake");
+    if (__builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq") && !slows)
         c = LR__KEYS_AVX512;
     else if (__builtin_cpu_supports("avx2"))
         c = LR__KEYS_AVX2;
