@@ -22,6 +22,7 @@
 #if defined(__GNUC__) && defined(__x86_64__) && \
     !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
 #define KEYS_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define KEYS_X86 0
@@ -216,6 +217,26 @@ keys16_avx2(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
 static _Atomic int cpu_isa = -1; /* -1: not asked yet */
 static _Atomic int isa_cap = LR__KEYS_AVX512;
 
+#if KEYS_X86
+/* Intel's first AVX-512 server cores (Skylake-SP, Cascade Lake, Cooper
+ * Lake: family 6, model 0x55) lower a core's clock for a while after
+ * 512-bit multiplies: a gateway hashing every few microseconds would run
+ * all its code slower, so they take the AVX2 kernel. */
+static bool
+clock_drops(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x756e6547u /* "Genu" */ ||
+        d != 0x49656e69u /* "ineI" */ || c != 0x6c65746eu /* "ntel" */)
+        return false;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return false;
+    unsigned family = a >> 8 & 0xfu;
+    unsigned model = (a >> 4 & 0xfu) | (a >> 12 & 0xf0u);
+    return family == 6 && model == 0x55;
+}
+#endif
+
 static int
 cpu_keys_isa(void)
 {
@@ -225,14 +246,8 @@ cpu_keys_isa(void)
     c = LR__KEYS_PORTABLE;
 #if KEYS_X86
     __builtin_cpu_init();
-    /* Intel's first AVX-512 server cores lower a core's clock for a while
-     * after 512-bit multiplies: a gateway hashing every few microseconds
-     * would run all its code slower, so they take the AVX2 kernel */
-    bool slows = __builtin_cpu_is("skylake-avx512") ||
-                 __builtin_cpu_is("cascadelake") ||
-                 __builtin_cpu_is("cooperlake");
     if (__builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512dq") && !slows)
+        __builtin_cpu_supports("avx512dq") && !clock_drops())
         c = LR__KEYS_AVX512;
     else if (__builtin_cpu_supports("avx2"))
         c = LR__KEYS_AVX2;
