@@ -241,6 +241,29 @@ keys_every_kernel_is_the_chain(void **state)
                   (int)lr__index_keys_isa());
 }
 
+/* The AVX2 kernel for the cores whose clock drops after 512-bit work:
+ * Skylake-SP (signature 0x50654), Cascade Lake (0x50657), Cooper Lake
+ * (0x5065b); not Ice Lake-SP (0x606a6), Sapphire Rapids (0x806f8), a
+ * client Skylake (0x506e3), another family's model 0x55, nor AMD's
+ * Zen 4 (0xa10f11) or another vendor's family 6 model 0x55. */
+static void
+keys_kernel_avoids_clock_drops(void **state)
+{
+    (void)state;
+    const uint32_t gb = 0x756e6547u, gc = 0x6c65746eu, gd = 0x49656e69u;
+    static const uint32_t drops[] = { 0x50654u, 0x50657u, 0x5065bu };
+    /* the last: model 0x55 of family 15 */
+    static const uint32_t keeps[] = { 0x606a6u, 0x806f8u, 0x506e3u, 0x50f54u };
+    for (size_t i = 0; i < sizeof drops / sizeof drops[0]; i++)
+        assert_true(lr__index_keys_clock_drops(gb, gc, gd, drops[i]));
+    for (size_t i = 0; i < sizeof keeps / sizeof keeps[0]; i++)
+        assert_false(lr__index_keys_clock_drops(gb, gc, gd, keeps[i]));
+    /* "AuthenticAMD" */
+    const uint32_t ab = 0x68747541u, ac = 0x444d4163u, ad = 0x69746e65u;
+    assert_false(lr__index_keys_clock_drops(ab, ac, ad, 0xa10f11u));
+    assert_false(lr__index_keys_clock_drops(ab, ac, ad, 0x50654u));
+}
+
 /* A prompt's keys with multimodal inputs against a naive model of the
  * documented rule: every block XORs the key of every input it overlaps
  * (found by testing each input against each block, vLLM's rule) into its
@@ -881,6 +904,7 @@ main(void)
         cmocka_unit_test(create_validation),
         cmocka_unit_test(keys_are_the_documented_chain),
         cmocka_unit_test(keys_every_kernel_is_the_chain),
+        cmocka_unit_test(keys_kernel_avoids_clock_drops),
         cmocka_unit_test(mm_keys_model),
         cmocka_unit_test(learn_match_basics),
         cmocka_unit_test(forks_around_the_table_stride),

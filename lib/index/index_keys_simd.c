@@ -217,23 +217,27 @@ keys16_avx2(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
 static _Atomic int cpu_isa = -1; /* -1: not asked yet */
 static _Atomic int isa_cap = LR__KEYS_AVX512;
 
+bool
+lr__index_keys_clock_drops(uint32_t vendor_ebx, uint32_t vendor_ecx,
+                           uint32_t vendor_edx, uint32_t signature)
+{
+    if (vendor_ebx != 0x756e6547u /* "Genu" */ ||
+        vendor_edx != 0x49656e69u /* "ineI" */ ||
+        vendor_ecx != 0x6c65746eu /* "ntel" */)
+        return false;
+    uint32_t family = signature >> 8 & 0xfu;
+    uint32_t model = (signature >> 4 & 0xfu) | (signature >> 12 & 0xf0u);
+    return family == 6 && model == 0x55;
+}
+
 #if KEYS_X86
-/* Intel's first AVX-512 server cores (Skylake-SP, Cascade Lake, Cooper
- * Lake: family 6, model 0x55) lower a core's clock for a while after
- * 512-bit multiplies: a gateway hashing every few microseconds would run
- * all its code slower, so they take the AVX2 kernel. */
 static bool
 clock_drops(void)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x756e6547u /* "Genu" */ ||
-        d != 0x49656e69u /* "ineI" */ || c != 0x6c65746eu /* "ntel" */)
-        return false;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return false;
-    unsigned family = a >> 8 & 0xfu;
-    unsigned model = (a >> 4 & 0xfu) | (a >> 12 & 0xf0u);
-    return family == 6 && model == 0x55;
+    unsigned a, b, c, d, sig, x1, x2, x3;
+    return __get_cpuid(0, &a, &b, &c, &d) &&
+           __get_cpuid(1, &sig, &x1, &x2, &x3) &&
+           lr__index_keys_clock_drops(b, c, d, sig);
 }
 #endif
 

@@ -39,4 +39,13 @@ enum lr__keys_isa lr__index_keys_isa(void);
  * the CPU allows, the default). Process-wide. */
 void lr__index_keys_cap(enum lr__keys_isa cap);
 
+/* Whether a processor lowers a core's clock for a while after 512-bit
+ * multiplies, so that the AVX2 kernel serves it better: Intel's first
+ * AVX-512 server cores (Skylake-SP, Cascade Lake, Cooper Lake: family 6,
+ * model 0x55), told by cpuid leaf 0's vendor registers and leaf 1's
+ * EAX (the signature). A gateway hashing every few microseconds would
+ * run all its code at the lower clock. */
+bool lr__index_keys_clock_drops(uint32_t vendor_ebx, uint32_t vendor_ecx,
+                                uint32_t vendor_edx, uint32_t signature);
+
 #endif /* LIBROUTE_LIB_INDEX_KEYS_SIMD_H */
