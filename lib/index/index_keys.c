@@ -73,8 +73,8 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
 {
 #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
     if (B == 16) {
-        if (!lr__index_chain_keys16_simd(prev, tok, nblocks, out))
-            chain_keys16(prev, tok, nblocks, out);
+        size_t done = lr__index_chain_keys16_simd(&prev, tok, nblocks, out);
+        chain_keys16(prev, tok + done * 16, nblocks - done, out + done);
         return;
     }
 #endif

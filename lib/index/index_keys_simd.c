@@ -9,8 +9,8 @@
  * A step loads its blocks whole, transposes them so that vector j holds
  * word j of every block, and does XXH3's arithmetic on the vectors: the
  * 64 x 64 -> 128-bit products from four 32 x 32 -> 64-bit ones, as
- * xxHash's portable code does. Blocks past the last full step take the
- * portable hash. The keys are the portable loop's, bit for bit
+ * xxHash's portable code does. Blocks past the last full step are the
+ * portable loop's (index_keys.c). The keys are the portable loop's, bit for bit
  * (tests/test-index.c, every kernel against a naive chain).
  *
  * The choice is made at run time (cpuid), cached in an atomic int;
@@ -29,19 +29,6 @@
 #endif
 
 #if KEYS_X86
-
-/* The blocks past the last full step, one at a time. */
-static uint64_t
-tail(uint64_t prev, const uint32_t *tok, size_t from, size_t nblocks,
-     uint64_t *out)
-{
-    for (size_t i = from; i < nblocks; i++) {
-        prev = lr__index_chain_step(prev,
-                                    lr__hash(tok + i * 16, 64, LR_SEED_BLOCK));
-        out[i] = prev;
-    }
-    return prev;
-}
 
 /* ---- AVX-512 ------------------------------------------------------------- */
 
@@ -69,9 +56,11 @@ fold512(__m512i a, __m512i b)
     return _mm512_xor_si512(lo, hi);
 }
 
-AVX512_FN static void
-keys16_avx512(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
+AVX512_FN static size_t
+keys16_avx512(uint64_t *prev_io, const uint32_t *tok, size_t nblocks,
+              uint64_t *out)
 {
+    uint64_t prev = *prev_io;
     struct lr__hash64b k;
     lr__hash64b_init(LR_SEED_BLOCK, &k);
     __m512i c[8];
@@ -120,11 +109,12 @@ keys16_avx512(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
             out[i + j] = prev;
         }
     }
-    /* gcc emits no vzeroupper before the tail call: without one, every
-     * SSE instruction after the return waits on the dirty upper halves
-     * (min-ttft's cost loop ran 4x slower, a route 12% slower) */
+    /* explicit: gcc leaves it out before a tail call, and every SSE
+     * instruction after the return would wait on the dirty upper halves
+     * (here min-ttft's cost loop 4x slower, a route up to 45%) */
     _mm256_zeroupper();
-    tail(prev, tok, i, nblocks, out);
+    *prev_io = prev;
+    return i;
 }
 
 /* ---- AVX2 ---------------------------------------------------------------- */
@@ -161,9 +151,11 @@ mul64(__m256i a, __m256i m, __m256i mh)
                             _mm256_slli_epi64(cross, 32));
 }
 
-AVX2_FN static void
-keys16_avx2(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
+AVX2_FN static size_t
+keys16_avx2(uint64_t *prev_io, const uint32_t *tok, size_t nblocks,
+            uint64_t *out)
 {
+    uint64_t prev = *prev_io;
     struct lr__hash64b k;
     lr__hash64b_init(LR_SEED_BLOCK, &k);
     __m256i c[8];
@@ -207,7 +199,8 @@ keys16_avx2(uint64_t prev, const uint32_t *tok, size_t nblocks, uint64_t *out)
         }
     }
     _mm256_zeroupper(); /* as keys16_avx512 */
-    tail(prev, tok, i, nblocks, out);
+    *prev_io = prev;
+    return i;
 }
 
 #endif /* KEYS_X86 */
@@ -274,23 +267,21 @@ lr__index_keys_cap(enum lr__keys_isa cap)
     atomic_store_explicit(&isa_cap, (int)cap, memory_order_relaxed);
 }
 
-bool
-lr__index_chain_keys16_simd(uint64_t prev, const uint32_t *tok, size_t nblocks,
+size_t
+lr__index_chain_keys16_simd(uint64_t *prev, const uint32_t *tok, size_t nblocks,
                             uint64_t *out)
 {
 #if KEYS_X86
     switch (lr__index_keys_isa()) {
     case LR__KEYS_AVX512:
-        keys16_avx512(prev, tok, nblocks, out);
-        return true;
+        return keys16_avx512(prev, tok, nblocks, out);
     case LR__KEYS_AVX2:
-        keys16_avx2(prev, tok, nblocks, out);
-        return true;
+        return keys16_avx2(prev, tok, nblocks, out);
     case LR__KEYS_PORTABLE:
         break;
     }
 #else
     (void)prev, (void)tok, (void)nblocks, (void)out;
 #endif
-    return false;
+    return 0;
 }

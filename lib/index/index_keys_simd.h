@@ -25,12 +25,13 @@ lr__index_chain_step(uint64_t prev, uint64_t g)
     return (x << 32) | (x >> 32);
 }
 
-/* The chained keys of nblocks blocks of 16 tokens into out, from the key
- * before them, with the fastest kernel the CPU runs under the cap; false
- * (out untouched) when that is the portable one. The keys are the
- * portable loop's, bit for bit. */
-bool lr__index_chain_keys16_simd(uint64_t prev, const uint32_t *tok,
-                                 size_t nblocks, uint64_t *out);
+/* The chained keys of the first blocks of 16 tokens into out, from the
+ * key before them (*prev, left the last key written), with the fastest
+ * kernel the CPU runs under the cap: how many, whole steps of 8 or 4
+ * blocks (0 with the portable one); the portable loop does the rest. The
+ * keys are its own, bit for bit. */
+size_t lr__index_chain_keys16_simd(uint64_t *prev, const uint32_t *tok,
+                                   size_t nblocks, uint64_t *out);
 
 /* The kernel lr__index_chain_keys16_simd() uses now. */
 enum lr__keys_isa lr__index_keys_isa(void);
