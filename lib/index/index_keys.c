@@ -74,7 +74,8 @@ lr__index_chain_keys(uint64_t prev, const uint32_t *tok, size_t nblocks,
 #if !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__)
     if (B == 16) {
         size_t done = lr__index_chain_keys16_simd(&prev, tok, nblocks, out);
-        chain_keys16(prev, tok + done * 16, nblocks - done, out + done);
+        if (done < nblocks) /* tok and out may be NULL when none */
+            chain_keys16(prev, tok + done * 16, nblocks - done, out + done);
         return;
     }
 #endif
